@@ -1,0 +1,1 @@
+"""The formulas: pure Python, standard library only (no torch, numpy, pandas or matplotlib)."""

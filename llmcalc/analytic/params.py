@@ -1,0 +1,278 @@
+"""Exact parameter counts per component, and the classic approximations beside them.
+
+A breakdown is an ordered mapping "group/part" -> count of unique parameters (a tied LM head is
+counted once, in embedding/tokens). Totals are computed from it, never stored. The counts are
+those of ``sum(p.numel() for p in model.parameters() if p.requires_grad)`` on the matching
+``transformers`` model; tests hold every preset to that. Buffers are not parameters: rotary
+frequencies, causal masks, DeepSeek-V3's e_score_correction_bias, and Marian's frozen sinusoidal
+table (stored as a parameter with requires_grad=False) are not counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..spec import ModelSpec
+
+EMBEDDING_PARTS = ("embedding/tokens", "embedding/positions", "embedding/token_types", "head/lm_head")
+
+
+def _norm(spec: ModelSpec, width: int) -> int:
+    """Parameters of one norm over `width` features: weight (gain) and, for LayerNorm, bias."""
+    if not spec.norm_affine:
+        return 0
+    return width * (2 if spec.norm_bias else 1)
+
+
+def _attention(spec: ModelSpec, prefix: str, cross: bool = False) -> dict[str, int]:
+    """One attention block's parameters, by part. `cross`: encoder-decoder cross-attention."""
+    D, H, dh = spec.d_model, spec.n_heads, spec.d_head
+    kv = H if cross else spec.n_kv_heads  # cross-attention K/V come from the encoder, one per head
+    if spec.is_mla and not cross:
+        # DeepSeek-V2 MLA (arXiv 2405.04434, sec. 2.1): low-rank Q (optional) and a shared KV latent
+        # plus one decoupled RoPE key per token; RMSNorm on both latents.
+        qk = spec.qk_nope_head_dim + spec.qk_rope_head_dim
+        parts = {}
+        if spec.q_lora_rank:
+            parts["q_a_proj"] = D * spec.q_lora_rank
+            parts["q_a_norm"] = spec.q_lora_rank
+            parts["q_b_proj"] = spec.q_lora_rank * H * qk
+        else:
+            parts["q_proj"] = D * H * qk
+        parts["kv_a_proj"] = D * (spec.kv_lora_rank + spec.qk_rope_head_dim)
+        parts["kv_a_norm"] = spec.kv_lora_rank
+        parts["kv_b_proj"] = spec.kv_lora_rank * H * (spec.qk_nope_head_dim + spec.v_head_dim)
+        parts["o_proj"] = H * spec.v_head_dim * D
+        return {f"{prefix}/{k}": v for k, v in parts.items()}
+    parts = {
+        "q_proj": D * H * dh,
+        "k_proj": D * kv * dh,
+        "v_proj": D * kv * dh,
+        "o_proj": H * dh * D,
+        "bias": (H + 2 * kv) * dh * spec.qkv_bias + D * spec.out_bias,
+    }
+    return {f"{prefix}/{k}": v for k, v in parts.items()}
+
+
+def _ffn(spec: ModelSpec, width: int, prefix: str) -> dict[str, int]:
+    """A dense FFN of inner width `width`: gated (gate, up, down) or plain (up, down)."""
+    D = spec.d_model
+    parts = {"gate_proj": D * width} if spec.gated else {}
+    parts["up_proj"] = D * width
+    parts["down_proj"] = width * D
+    parts["bias"] = ((2 if spec.gated else 1) * width + D) * spec.mlp_bias
+    return {f"{prefix}/{k}": v for k, v in parts.items()}
+
+
+def _moe(spec: ModelSpec, prefix: str) -> dict[str, int]:
+    """One MoE FFN: a bias-free linear router over experts, routed experts, shared experts."""
+    one_expert = sum(_ffn(spec, spec.d_ff_expert, "x").values())
+    return {
+        f"{prefix}/router": spec.d_model * spec.n_experts,
+        f"{prefix}/experts": spec.n_experts * one_expert,
+        f"{prefix}/shared_experts": spec.n_shared_experts * one_expert,
+    }
+
+
+def _add(total: dict[str, int], parts: dict[str, int]) -> None:
+    for key, value in parts.items():
+        total[key] = total.get(key, 0) + value
+
+
+def _stack(spec: ModelSpec, stack: str, n_layers: int) -> dict[str, int]:
+    """Parameters of one stack of blocks. `stack`: '' (decoder-only/encoder), 'encoder.', 'decoder.'."""
+    out: dict[str, int] = {}
+    cross = stack == "decoder."
+    norms = spec.norms_per_layer + (1 if cross else 0)  # a decoder block adds a cross-attention norm
+    for i in range(n_layers):
+        _add(out, _attention(spec, f"{stack}attention"))
+        if cross:
+            _add(out, _attention(spec, f"{stack}cross_attention", cross=True))
+        if spec.pos_emb == "relative" and i == 0:  # T5: one bias table per stack, in block 0
+            out[f"{stack}attention/relative_position_bias"] = spec.rel_pos_buckets * spec.n_heads
+        if spec.is_moe_layer(i):
+            _add(out, _moe(spec, f"{stack}moe"))
+        else:
+            _add(out, _ffn(spec, spec.d_ff, f"{stack}mlp"))
+        _add(out, {f"{stack}norm/layers": norms * _norm(spec, spec.d_model)})
+    if spec.final_norm:
+        out[f"{stack}norm/final"] = _norm(spec, spec.d_model)
+    return out
+
+
+def param_breakdown(spec: ModelSpec) -> dict[str, int]:
+    """Exact parameter counts, "group/part" -> count, in model order; zero entries dropped."""
+    D = spec.d_model
+    out: dict[str, int] = {"embedding/tokens": spec.vocab_size * D}
+    if spec.pos_emb == "learned":
+        out["embedding/positions"] = spec.n_positions * D
+    if spec.type_vocab_size:
+        out["embedding/token_types"] = spec.type_vocab_size * D
+    if spec.embedding_norm:
+        out["embedding/norm"] = _norm(spec, D)
+    if spec.architecture == "encoder-decoder":
+        out.update(_stack(spec, "encoder.", spec.n_layers))
+        out.update(_stack(spec, "decoder.", spec.n_decoder_layers))
+    else:
+        out.update(_stack(spec, "", spec.n_layers))
+    if spec.pooler:
+        out["head/pooler"] = D * D + D
+    if spec.lm_head and not spec.tie_embeddings:
+        out["head/lm_head"] = spec.vocab_size * D
+    keys = list(out)  # stable sort: stack, then group, then first appearance
+    return {k: out[k] for k in sorted(keys, key=lambda k: (*_order(k), keys.index(k))) if out[k]}
+
+
+_STACKS = ("", "encoder.", "decoder.")
+_GROUPS = ("embedding", "attention", "cross_attention", "mlp", "moe", "norm", "head")
+
+
+def _order(key: str) -> tuple[int, int]:
+    group = key.split("/")[0]
+    stack, _, name = group.rpartition(".")
+    if group in ("embedding", "head"):  # outside the stacks: embeddings first, head last
+        return (-1 if group == "embedding" else len(_STACKS)), 0
+    return _STACKS.index(stack + "." if stack else ""), _GROUPS.index(name)
+
+
+@dataclass(frozen=True)
+class ParamCount:
+    """A model's exact parameter breakdown and the totals computed from it."""
+
+    spec: ModelSpec
+    components: dict[str, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.components.values())
+
+    @property
+    def embedding(self) -> int:
+        """Token, position and token-type tables plus an untied LM head (Kaplan et al. 2020 sec. 2.1)."""
+        return sum(self.components.get(k, 0) for k in EMBEDDING_PARTS)
+
+    @property
+    def non_embedding(self) -> int:
+        return self.total - self.embedding
+
+    @property
+    def inactive_per_token(self) -> int:
+        """Routed-expert parameters a token does not use: (E - k) experts in every MoE layer."""
+        spec = self.spec
+        if not spec.is_moe:
+            return 0
+        one_expert = sum(_ffn(spec, spec.d_ff_expert, "x").values())
+        return (spec.n_experts - spec.n_experts_per_token) * one_expert * spec.n_moe_layers
+
+    @property
+    def active_per_token(self) -> int:
+        """Parameters one token's forward pass touches (embeddings and head included, as Mixtral's 12.9B)."""
+        return self.total - self.inactive_per_token
+
+    def groups(self) -> dict[str, int]:
+        """Totals per group ('attention', 'mlp', 'decoder.cross_attention', ...), in model order."""
+        out: dict[str, int] = {}
+        for key, value in self.components.items():
+            group = key.split("/")[0]
+            out[group] = out.get(group, 0) + value
+        return out
+
+
+def count_params(spec: ModelSpec) -> ParamCount:
+    return ParamCount(spec, param_breakdown(spec))
+
+
+# --- The classic approximations -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Approximation:
+    """A closed-form estimate, the exact figure it stands for, and how far off it is."""
+
+    name: str  # the formula as people quote it
+    formula: str  # the formula instantiated for this model, e.g. "L·(4D² + 3·D·F) + 2·V·D"
+    value: int
+    compared_with: str  # "non_embedding" or "total"
+    exact: int
+    source: str
+
+    @property
+    def rel_error(self) -> float:
+        return (self.value - self.exact) / self.exact
+
+
+def approximations(count: ParamCount) -> list[Approximation]:
+    """12·L·D² and friends beside the exact counts they approximate.
+
+    L counts every block (encoder + decoder). 12·L·D² assumes per block 4·D² of attention (MHA,
+    H·d_head = D, no biases) and 8·D² of FFN (plain with F = 4D, or gated with F = 8D/3).
+    """
+    spec = count.spec
+    L, D, V = spec.total_layers, spec.d_model, spec.vocab_size
+    heads = 2 if (spec.lm_head and not spec.tie_embeddings) else 1  # embedding + untied head
+    k = 3 if spec.gated else 2  # matrices per FFN
+    F, ffn_label = spec.d_ff or 0, "F"
+    if spec.is_moe:  # the FFN term summed over the experts a layer holds (routed + shared)
+        F = spec.n_experts * spec.d_ff_expert + spec.n_shared_experts * spec.d_ff_expert
+        ffn_label = "F_moe"
+    emb_label = "2·V·D" if heads == 2 else "V·D"
+    twelve = 12 * L * D * D
+    return [
+        Approximation(
+            "12·L·D²", "12·L·D²", twelve, "non_embedding", count.non_embedding,
+            "Kaplan et al. 2020, eq. 2.1: N ≈ 2·d_model·n_layer·(2·d_attn + d_ff) = 12·L·D²",
+        ),
+        Approximation(
+            f"12·L·D² + {emb_label}", f"12·L·D² + {emb_label}", twelve + heads * V * D, "total", count.total,
+            "12·L·D² plus the token embedding (and an untied LM head)",
+        ),
+        Approximation(
+            f"L·(4D² + {k}·D·F) + {emb_label}", f"L·(4D² + {k}·D·{ffn_label}) + {emb_label}",
+            L * (4 * D * D + k * D * F) + heads * V * D, "total", count.total,
+            "per-block attention 4·D² plus the FFN matrices at their real width, plus embeddings",
+        ),
+    ]
+
+
+def reconcile(count: ParamCount) -> list[tuple[str, int]]:
+    """Why 12·L·D² differs from the exact total: signed terms that add up from one to the other.
+
+    The first row is 12·L·D²; every other row is a named difference; their sum is the exact total.
+    """
+    spec = count.spec
+    L, D = spec.total_layers, spec.d_model
+    c = count.components
+    attention = sum(v for k, v in c.items() if "attention/" in k and "cross_attention" not in k
+                    and not k.endswith("/bias") and "relative_position_bias" not in k)
+    cross = sum(v for k, v in c.items() if "cross_attention/" in k and not k.endswith("/bias"))
+    ffn = sum(v for k, v in c.items() if ("mlp/" in k or "moe/" in k) and not k.endswith("/bias"))
+    biases = sum(v for k, v in c.items() if k.endswith("/bias"))
+    norms = sum(v for k, v in c.items() if "norm/" in k or k == "embedding/norm")
+    attention_label = {
+        "mha": "attention differs from 4·D² per block (H·d_head ≠ D)",
+        "gqa": f"attention below 4·D² per block (GQA: {spec.n_kv_heads} K/V heads for {spec.n_heads})",
+        "mqa": "attention below 4·D² per block (MQA: one K/V head)",
+        "mla": "attention differs from 4·D² per block (MLA low-rank projections)",
+    }[spec.attention_kind]
+    ffn_label = (
+        f"FFN differs from 8·D² per block ({spec.n_experts} experts of F={spec.d_ff_expert}"
+        + (f", {spec.n_shared_experts} shared" if spec.n_shared_experts else "") + ")"
+        if spec.is_moe else
+        f"FFN differs from 8·D² per block ({'3' if spec.gated else '2'}·D·F with F={spec.d_ff} "
+        f"is {(3 if spec.gated else 2) * spec.d_ff / D:.3g}·D², not 8·D²)"
+    )
+    rows = [
+        ("12·L·D²", 12 * L * D * D),
+        (attention_label, attention - 4 * L * D * D),
+        ("cross-attention (4·D² per decoder block, not in 12·L·D²)", cross),
+        (ffn_label, ffn - 8 * L * D * D),
+        ("biases", biases),
+        ("norms", norms),
+        ("relative position bias (T5)", sum(v for k, v in c.items() if "relative_position_bias" in k)),
+        ("token embedding (V·D)", c.get("embedding/tokens", 0)),
+        ("position embedding (learned)", c.get("embedding/positions", 0)),
+        ("token-type embedding", c.get("embedding/token_types", 0)),
+        ("pooler", c.get("head/pooler", 0)),
+        ("LM head, untied (V·D)", c.get("head/lm_head", 0)),
+    ]
+    return [rows[0]] + [(label, value) for label, value in rows[1:] if value]

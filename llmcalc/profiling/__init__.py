@@ -1,0 +1,1 @@
+"""PyTorch lives here and only here: the reference model, FLOP counters, measurements."""

@@ -1,0 +1,92 @@
+"""Render command results as text: table (terminal), markdown, csv or json.
+
+A command builds a ``Document``: a JSON-able ``data`` dict (the machine-readable answer, complete)
+and a list of ``Table``s for people. ``table`` and ``markdown`` render every table with its notes
+(the conventions it depends on); ``csv`` renders the document's main table (the first) with raw
+numbers; ``json`` renders ``data``. This module uses tabulate only: pandas stays out of the CLI's
+fast path (planning reports build DataFrames in ``report.document``).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+FORMATS = ("table", "markdown", "csv", "json")
+
+
+@dataclass
+class Column:
+    key: str  # key in each row dict; also the CSV header
+    label: str  # header for people, with its unit: "params (exact)", "memory (GiB)"
+    fmt: Callable[[Any], str] | None = None  # raw value -> text for people; None: str()
+    align: str = "right"
+    show: bool = True  # False: in csv only (e.g. a row-kind column people read from layout)
+    csv: bool = True  # False: for people only (e.g. an SI-formatted copy of a raw column)
+
+
+@dataclass
+class Table:
+    title: str
+    columns: list[Column]
+    rows: list[dict]
+    notes: list[str] = field(default_factory=list)
+
+    def cell(self, row: dict, column: Column) -> str:
+        value = row.get(column.key)
+        if value is None or value == "":
+            return ""
+        return column.fmt(value) if column.fmt else str(value)
+
+
+@dataclass
+class Document:
+    title: str  # first line for people, e.g. "llama-2-7b: decoder L=32 D=4096 ..."
+    data: dict  # the complete machine-readable result (json)
+    tables: list[Table]
+    preamble: list[str] = field(default_factory=list)  # lines under the title (source, inputs)
+
+
+def _tabulate(table: Table, fmt: str) -> str:
+    from tabulate import tabulate
+
+    columns = [c for c in table.columns if c.show]
+    body = [[table.cell(row, c) for c in columns] for row in table.rows]
+    return tabulate(
+        body,
+        headers=[c.label for c in columns],
+        tablefmt=fmt,
+        colalign=[c.align for c in columns],
+        disable_numparse=True,
+    )
+
+
+def render(doc: Document, fmt: str) -> str:
+    """The document as text in one of FORMATS; always ends with a newline."""
+    if fmt == "json":
+        return json.dumps(doc.data, indent=2, ensure_ascii=False) + "\n"
+    if fmt == "csv":
+        main = doc.tables[0]
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        columns = [c for c in main.columns if c.csv]
+        writer.writerow([c.key for c in columns])
+        for row in main.rows:
+            writer.writerow(["" if row.get(c.key) is None else row.get(c.key) for c in columns])
+        return buf.getvalue()
+    if fmt == "markdown":
+        parts = [f"## {doc.title}", *[f"{line}  " for line in doc.preamble]]
+        for table in doc.tables:
+            parts += ["", f"### {table.title}", "", _tabulate(table, "github")]
+            parts += [""] + [f"- {note}" for note in table.notes] if table.notes else []
+        return "\n".join(parts).rstrip() + "\n"
+    if fmt == "table":
+        parts = [doc.title, *doc.preamble]
+        for table in doc.tables:
+            parts += ["", table.title, _tabulate(table, "simple")]
+            parts += [f"  {note}" for note in table.notes]
+        return "\n".join(parts).rstrip() + "\n"
+    raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")

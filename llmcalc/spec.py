@@ -1,0 +1,286 @@
+"""ModelSpec: the one description of a Transformer that every formula and the profiler read.
+
+A ModelSpec is frozen. Values that can be derived (n_kv_heads, d_head, n_decoder_layers, ...) are
+filled in only where absent, never overwritten. Invalid shapes raise ``SpecError`` (a ValueError)
+naming the offending fields and values. Reading Hugging Face config.json dicts lives in
+``llmcalc.hfconfig``; this module knows nothing about HF key names.
+"""
+
+from __future__ import annotations
+
+from .errors import LlmcalcError
+
+import dataclasses
+from dataclasses import dataclass, field, fields
+
+ARCHITECTURES = ("decoder", "encoder", "encoder-decoder")
+GATED_MLPS = ("swiglu", "geglu")  # three matrices: gate, up, down (Shazeer 2020)
+PLAIN_MLPS = ("gelu", "relu", "silu")  # two matrices: up, down (Vaswani et al. 2017)
+MLPS = GATED_MLPS + PLAIN_MLPS
+NORMS = ("rmsnorm", "layernorm")
+POS_EMBS = ("rope", "learned", "sinusoidal", "alibi", "relative", "none")
+
+
+class SpecError(LlmcalcError):
+    """A model description that cannot be a real Transformer (bad shape, unknown option)."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Shapes and options of a Transformer language model.
+
+    For an encoder-decoder, ``n_layers`` is the encoder depth and ``n_decoder_layers`` the
+    decoder depth; both stacks share d_model, heads and d_ff (as T5 and the 2017 Transformer do).
+    """
+
+    n_layers: int
+    d_model: int
+    n_heads: int
+    vocab_size: int
+    d_ff: int | None = None  # dense FFN inner width (for MoE models: the dense layers' width)
+    n_kv_heads: int | None = None  # default n_heads (MHA); 1 is MQA; in between is GQA
+    d_head: int | None = None  # default d_model // n_heads; may differ (Gemma: 256)
+    max_seq_len: int | None = None
+    tie_embeddings: bool = False  # LM head shares the token-embedding matrix
+    architecture: str = "decoder"
+    n_decoder_layers: int | None = None  # encoder-decoder only
+    mlp: str = "swiglu"
+    norm: str = "rmsnorm"
+    norm_affine: bool = True  # False: normalisation without weight or bias (OLMo's LayerNorm)
+    norm_bias: bool | None = None  # default: True for layernorm, False for rmsnorm
+    norms_per_layer: int = 2  # per block: 2 pre/post-LN, 4 Gemma-2 sandwich, 1 Falcon-7B parallel
+    final_norm: bool = True  # a norm after the last block (pre-LN stacks have one)
+    embedding_norm: bool = False  # a norm right after the embeddings (BERT)
+    qkv_bias: bool = False
+    out_bias: bool = False
+    mlp_bias: bool = False
+    pos_emb: str = "rope"
+    n_positions: int | None = None  # rows of a learned position table; default max_seq_len
+    type_vocab_size: int = 0  # BERT token-type (segment) embeddings
+    rel_pos_buckets: int = 0  # T5 relative-position buckets (one table per stack)
+    parallel_residual: bool = False  # attention and MLP read the same input (GPT-J/NeoX/Falcon)
+    lm_head: bool = True  # False: a bare encoder with no output projection (BertModel)
+    pooler: bool = False  # BERT's [CLS] pooler, a D x D dense layer with bias
+    # Mixture of experts (n_experts == 0 means dense).
+    n_experts: int = 0  # routed experts per MoE layer
+    n_experts_per_token: int = 0  # top-k routed experts each token uses
+    n_shared_experts: int = 0  # experts every token uses (DeepSeek)
+    d_ff_expert: int | None = None  # inner width of one expert; default d_ff
+    n_dense_layers: int = 0  # the first k layers keep a dense FFN (DeepSeek first_k_dense_replace)
+    moe_layer_freq: int = 1  # layer i >= n_dense_layers is MoE when i % moe_layer_freq == 0
+    # Multi-head latent attention (DeepSeek-V2/V3); kv_lora_rank set means MLA.
+    q_lora_rank: int | None = None  # None: a plain q_proj
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    qk_nope_head_dim: int | None = None
+    v_head_dim: int | None = None
+    name: str = field(default="custom", compare=False)
+    model_type: str | None = field(default=None, compare=False)  # HF model_type it came from
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        derived: dict[str, object] = {}
+        if self.n_kv_heads is None:
+            derived["n_kv_heads"] = self.n_heads
+        if self.d_head is None:
+            if self.kv_lora_rank is not None:
+                derived["d_head"] = _positive(self, "qk_nope_head_dim") + _positive(self, "qk_rope_head_dim")
+            elif self.d_model % self.n_heads == 0:
+                derived["d_head"] = self.d_model // self.n_heads
+            else:
+                raise SpecError(
+                    f"d_model ({self.d_model}) is not a multiple of n_heads ({self.n_heads}); "
+                    f"give d_head (head_dim) explicitly"
+                )
+        if self.norm_bias is None:
+            derived["norm_bias"] = self.norm == "layernorm"
+        if self.architecture == "encoder-decoder" and self.n_decoder_layers is None:
+            derived["n_decoder_layers"] = self.n_layers
+        if self.pos_emb == "learned" and self.n_positions is None:
+            derived["n_positions"] = self.max_seq_len
+        if self.n_experts and self.d_ff_expert is None:
+            derived["d_ff_expert"] = self.d_ff
+        for key, value in derived.items():
+            object.__setattr__(self, key, value)
+        _validate(self)
+
+    # --- derived views (computed, never stored) ---
+    @property
+    def gated(self) -> bool:
+        return self.mlp in GATED_MLPS
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    @property
+    def attention_kind(self) -> str:
+        if self.is_mla:
+            return "mla"
+        if self.n_kv_heads == self.n_heads:
+            return "mha"
+        return "mqa" if self.n_kv_heads == 1 else "gqa"
+
+    def is_moe_layer(self, index: int) -> bool:
+        """Whether decoder layer `index` (0-based) has a routed-expert FFN (DeepSeek's rule)."""
+        return self.is_moe and index >= self.n_dense_layers and index % self.moe_layer_freq == 0
+
+    @property
+    def n_moe_layers(self) -> int:
+        return sum(self.is_moe_layer(i) for i in range(self.n_layers))
+
+    @property
+    def total_layers(self) -> int:
+        return self.n_layers + (self.n_decoder_layers or 0)
+
+    def replace(self, **changes) -> "ModelSpec":
+        """A copy with some fields changed; derived fields are derived again unless given."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        for key in _DERIVED:
+            if key not in changes:
+                values[key] = None
+        values.update(changes)
+        return ModelSpec(**values)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def summary(self) -> str:
+        """A short line: 'decoder, 32 layers, GQA 32/8 heads, swiglu, vocab 128,256, untied'."""
+        parts = [self.architecture, f"{self.n_layers}{'+' + str(self.n_decoder_layers) if self.n_decoder_layers else ''} layers"]
+        parts.append(f"{self.attention_kind.upper()} {self.n_heads}/{self.n_kv_heads} heads")
+        parts.append(
+            f"MoE {self.n_experts}x top-{self.n_experts_per_token}"
+            + (f" +{self.n_shared_experts} shared" if self.n_shared_experts else "") + f" {self.mlp}"
+            if self.is_moe else self.mlp
+        )
+        parts.append(f"vocab {self.vocab_size:,}")
+        if self.lm_head:
+            parts.append("tied" if self.tie_embeddings else "untied")
+        return ", ".join(parts)
+
+    def describe(self) -> str:
+        """One line of shapes, e.g. 'decoder L=32 D=4096 H=32 KV=8 d_head=128 F=14336 V=128256 swiglu rmsnorm rope untied'."""
+        parts = [self.architecture, f"L={self.n_layers}"]
+        if self.n_decoder_layers:
+            parts[-1] = f"L={self.n_layers}+{self.n_decoder_layers}"
+        parts += [f"D={self.d_model}", f"H={self.n_heads}", f"KV={self.n_kv_heads}", f"d_head={self.d_head}"]
+        if self.d_ff:
+            parts.append(f"F={self.d_ff}")
+        if self.is_moe:
+            parts.append(
+                f"experts={self.n_experts} top{self.n_experts_per_token}"
+                + (f"+{self.n_shared_experts} shared" if self.n_shared_experts else "")
+                + f" F_expert={self.d_ff_expert}"
+            )
+        if self.is_mla:
+            parts.append(f"MLA(q_rank={self.q_lora_rank}, kv_rank={self.kv_lora_rank})")
+        parts += [f"V={self.vocab_size}", self.mlp, self.norm, self.pos_emb]
+        if self.lm_head:
+            parts.append("tied" if self.tie_embeddings else "untied")
+        return " ".join(parts)
+
+
+_DERIVED = ("n_kv_heads", "d_head", "norm_bias", "n_decoder_layers", "n_positions", "d_ff_expert")
+_INT_FIELDS = {
+    f.name for f in fields(ModelSpec) if f.type in ("int", "int | None")
+}
+_BOOL_FIELDS = {f.name for f in fields(ModelSpec) if f.type in ("bool", "bool | None")}
+
+
+def _check_types(spec: ModelSpec) -> None:
+    for name in _INT_FIELDS:
+        value = getattr(spec, name)
+        if value is None and name not in ("n_layers", "d_model", "n_heads", "vocab_size"):
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SpecError(f"{name} must be a whole number, got {value!r}")
+    for name in _BOOL_FIELDS:
+        value = getattr(spec, name)
+        if value is not None and not isinstance(value, bool):
+            raise SpecError(f"{name} must be true or false, got {value!r}")
+    for name, allowed in (("architecture", ARCHITECTURES), ("mlp", MLPS), ("norm", NORMS), ("pos_emb", POS_EMBS)):
+        if getattr(spec, name) not in allowed:
+            raise SpecError(f"{name} must be one of {', '.join(allowed)}; got {getattr(spec, name)!r}")
+
+
+def _positive(spec: ModelSpec, name: str) -> int:
+    value = getattr(spec, name)
+    if value is None or value <= 0:
+        raise SpecError(f"{name} must be a positive whole number, got {value!r}")
+    return value
+
+
+def _validate(spec: ModelSpec) -> None:
+    for name in ("n_layers", "d_model", "n_heads", "vocab_size", "n_kv_heads", "d_head"):
+        _positive(spec, name)
+    for name in ("d_ff", "max_seq_len", "n_decoder_layers", "n_positions", "q_lora_rank"):
+        if getattr(spec, name) is not None:
+            _positive(spec, name)
+    for name in ("type_vocab_size", "rel_pos_buckets", "n_experts", "n_shared_experts", "n_dense_layers"):
+        if getattr(spec, name) < 0:
+            raise SpecError(f"{name} must be zero or positive, got {getattr(spec, name)}")
+    if spec.n_heads % spec.n_kv_heads:
+        raise SpecError(
+            f"n_heads ({spec.n_heads}) must be a multiple of n_kv_heads ({spec.n_kv_heads}): "
+            f"each key/value head serves a whole group of query heads"
+        )
+    if spec.norms_per_layer < 0:
+        raise SpecError(f"norms_per_layer must be zero or positive, got {spec.norms_per_layer}")
+    if spec.architecture == "encoder-decoder":
+        if spec.n_decoder_layers is None:
+            raise SpecError("an encoder-decoder needs n_decoder_layers")
+    elif spec.n_decoder_layers is not None:
+        raise SpecError(f"n_decoder_layers ({spec.n_decoder_layers}) is only for encoder-decoder models")
+    if spec.pos_emb == "learned" and spec.n_positions is None:
+        raise SpecError("learned position embeddings need n_positions (or max_seq_len)")
+    if spec.pos_emb == "relative" and spec.rel_pos_buckets <= 0:
+        raise SpecError("relative position bias needs rel_pos_buckets > 0")
+    if spec.is_moe:
+        if spec.architecture != "decoder":
+            raise SpecError("mixture-of-experts layers are supported in decoder-only models")
+        if not 1 <= spec.n_experts_per_token <= spec.n_experts:
+            raise SpecError(
+                f"n_experts_per_token ({spec.n_experts_per_token}) must be between 1 and "
+                f"n_experts ({spec.n_experts})"
+            )
+        _positive(spec, "d_ff_expert")
+        _positive(spec, "moe_layer_freq")
+        if spec.n_dense_layers > spec.n_layers:
+            raise SpecError(f"n_dense_layers ({spec.n_dense_layers}) exceeds n_layers ({spec.n_layers})")
+        if spec.n_dense_layers and spec.d_ff is None:
+            raise SpecError("dense layers in an MoE model need d_ff")
+    else:
+        _positive(spec, "d_ff")
+        if spec.n_experts_per_token or spec.n_shared_experts:
+            raise SpecError("n_experts_per_token/n_shared_experts given but n_experts is 0")
+    if spec.is_mla:
+        for name in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
+            _positive(spec, name)
+        if spec.d_head != spec.qk_nope_head_dim + spec.qk_rope_head_dim:
+            raise SpecError(
+                f"with MLA, d_head ({spec.d_head}) must be qk_nope_head_dim + qk_rope_head_dim "
+                f"({spec.qk_nope_head_dim} + {spec.qk_rope_head_dim})"
+            )
+        if spec.n_kv_heads != spec.n_heads:
+            raise SpecError("with MLA every query head has its own key/value head: n_kv_heads = n_heads")
+    elif spec.q_lora_rank is not None:
+        raise SpecError("q_lora_rank is only used with MLA (set kv_lora_rank too)")
+
+
+def spec_from_dict(values: dict, name: str = "custom") -> ModelSpec:
+    """A ModelSpec from llmcalc's own field names (a native spec file); unknown keys are an error."""
+    known = {f.name for f in fields(ModelSpec)}
+    unknown = sorted(k for k in values if k not in known and not k.startswith("_"))
+    if unknown:
+        raise SpecError(f"unknown spec keys: {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    missing = [k for k in ("n_layers", "d_model", "n_heads", "vocab_size") if k not in values]
+    if missing:
+        raise SpecError(f"spec is missing {', '.join(missing)}")
+    kwargs = {k: v for k, v in values.items() if k in known}
+    kwargs.setdefault("name", name)
+    return ModelSpec(**kwargs)

@@ -1,0 +1,130 @@
+"""Human units at the edge: parse quantities users type, format base units for people.
+
+Inside llmcalc every number is in a base unit (count, FLOPs, bytes, seconds, USD). This module is
+the only place that turns "7B" into 7e9 or 7e9 into "7.00 G".
+
+Conventions (printed in the README):
+- Counts and FLOPs use SI (decimal) prefixes: k = 1e3, M = 1e6, G = 1e9 (a billion), T = 1e12.
+  "B" is accepted on input as a synonym for G, because "7B params" is how models are named.
+- Sequence lengths are the one exception on input: "4k" context means 4,096 tokens and "32k" means
+  32,768, as model cards use them (binary k). Use ``parse_length`` for them.
+- Memory uses binary prefixes: KiB = 2**10, MiB = 2**20, GiB = 2**30 bytes; never "GB" for 2**30.
+"""
+
+from __future__ import annotations
+
+from .errors import LlmcalcError
+
+import math
+import re
+
+SI_PREFIXES = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18, "Z": 1e21, "Y": 1e24}
+# Input suffixes for counts; case matters only where SI needs it (m/M: we accept only M = mega).
+_COUNT_SUFFIXES = {
+    "": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "B": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+}
+_LENGTH_SUFFIXES = {"": 1, "k": 1024, "K": 1024, "Ki": 1024, "M": 1024**2, "Mi": 1024**2}
+_BINARY_BYTES = [("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)]
+
+_QUANTITY = re.compile(r"^\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*([A-Za-z]*)\s*$")
+
+
+class UnitError(LlmcalcError):
+    """A quantity the user typed could not be understood."""
+
+
+def _split(text: str, what: str, suffixes: dict) -> tuple[float, float]:
+    match = _QUANTITY.match(str(text))
+    if not match or match.group(2) not in suffixes:
+        known = ", ".join(s for s in suffixes if s)
+        raise UnitError(
+            f"cannot read {what} {text!r}: write a number with an optional suffix ({known}), "
+            f"e.g. 7B, 1.5T, 300k, 2e12"
+        )
+    return float(match.group(1)), suffixes[match.group(2)]
+
+
+def parse_count(text: str | float | int, what: str = "quantity") -> float:
+    """Parse a count of things (parameters, tokens, FLOPs): '7B' -> 7e9, '1.5T' -> 1.5e12, '300k' -> 3e5."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return float(text)
+    number, scale = _split(text, what, _COUNT_SUFFIXES)
+    return number * scale
+
+
+def parse_length(text: str | int, what: str = "length") -> int:
+    """Parse a sequence length in tokens: '4k' -> 4096, '32k' -> 32768, '2048' -> 2048 (binary k)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text
+    number, scale = _split(text, what, _LENGTH_SUFFIXES)
+    value = number * scale
+    if value != int(value):
+        raise UnitError(f"{what} {text!r} is not a whole number of tokens")
+    return int(value)
+
+
+def si(value: float, digits: int = 3) -> str:
+    """Format with an SI prefix and `digits` significant figures: 6738415616 -> '6.74 G'."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g} "
+    exponent = min(max(int(math.floor(math.log10(abs(value)) / 3)), 0), 8)
+    prefix = ["", "k", "M", "G", "T", "P", "E", "Z", "Y"][exponent]
+    scaled = value / 10 ** (3 * exponent)
+    decimals = max(digits - 1 - int(math.floor(math.log10(abs(scaled)))), 0)
+    text = f"{scaled:.{decimals}f}"
+    if float(text) >= 1000 and exponent < 8:  # rounding carried into the next prefix
+        return si(float(text) * 10 ** (3 * exponent), digits)
+    return f"{text} {prefix}"
+
+
+def fmt_count(value: float) -> str:
+    """A count with SI prefix, e.g. '6.74 G' (append the unit in the label: 'params')."""
+    return si(value).rstrip()
+
+
+def fmt_flops(value: float) -> str:
+    """FLOPs with SI prefix: 4.2e22 -> '42.0 ZFLOP'."""
+    return f"{si(value)}FLOP"
+
+
+def fmt_flops_rate(value: float) -> str:
+    """FLOP/s with SI prefix: 9.89e14 -> '989 TFLOP/s'."""
+    return f"{si(value)}FLOP/s"
+
+
+def fmt_bytes(value: float, unit: str | None = None) -> str:
+    """Bytes with a binary prefix: 2.25 * 2**30 -> '2.25 GiB'. `unit` forces one (e.g. 'GiB')."""
+    if unit is not None:
+        scale = dict(_BINARY_BYTES + [("B", 1)])[unit]
+        return f"{value / scale:.2f} {unit}"
+    for name, scale in _BINARY_BYTES:
+        if abs(value) >= scale:
+            return f"{value / scale:.2f} {name}"
+    return f"{value:.0f} B"
+
+
+def fmt_int(value: int) -> str:
+    """An exact integer with thousands separators: 6738415616 -> '6,738,415,616'."""
+    return f"{int(value):,}"
+
+
+def fmt_pct(fraction: float) -> str:
+    """A signed percentage from a fraction, 3 significant figures: -0.0437 -> '-4.37 %', 4e-5 -> '+0.004 %'."""
+    pct = fraction * 100
+    if pct == 0:
+        return "0 %"
+    text = f"{pct:+#.3g}".rstrip(".") if abs(pct) >= 1e-3 else f"{pct:+.1e}"
+    return f"{text} %"
+
+
+def fmt_seconds(seconds: float) -> str:
+    """A duration in the largest sensible unit: '2.13 days', '3.9 ms'."""
+    for name, scale in (("days", 86400.0), ("h", 3600.0), ("min", 60.0), ("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if abs(seconds) >= scale:
+            return f"{seconds / scale:.3g} {name}"
+    return f"{seconds * 1e9:.3g} ns"
+
+
+def fmt_usd(value: float) -> str:
+    """Money in US dollars, whole dollars above $100: '$65,536' or '$12.50'."""
+    return f"${value:,.0f}" if abs(value) >= 100 else f"${value:,.2f}"

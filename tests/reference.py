@@ -1,0 +1,100 @@
+"""Independent references for the tests: `transformers` models built on the meta device, offline.
+
+Nothing here is llmcalc code: these helpers only build the Hugging Face model from a config dict
+and count its parameters the way PyTorch users do.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from functools import lru_cache
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+transformers.logging.set_verbosity_error()
+
+ENCODER_DECODER = {"t5", "marian"}
+ENCODER = {"bert"}
+
+
+def build_hf(config: dict):
+    """The transformers model for an HF config dict, on the meta device (no memory, no download).
+
+    Decoders get their *ForCausalLM class (LM head included), encoders the bare AutoModel (BERT with
+    its pooler), encoder-decoders their *ForConditionalGeneration / MTModel.
+    """
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+    values = {k: v for k, v in config.items() if not k.startswith("_")}
+    model_type = values.pop("model_type")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = AutoConfig.for_model(model_type, **values)
+        auto = (
+            AutoModelForSeq2SeqLM if model_type in ENCODER_DECODER
+            else AutoModel if model_type in ENCODER else AutoModelForCausalLM
+        )
+        with torch.device("meta"):
+            return auto.from_config(cfg)
+
+
+def trainable(model) -> int:
+    """sum(p.numel()) over parameters that train (Marian stores its sinusoid as a frozen parameter)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+@lru_cache(maxsize=None)
+def _count_json(config_json: str) -> tuple[int, tuple]:
+    model = build_hf(json.loads(config_json))
+    return trainable(model), tuple(sorted(hf_groups(model).items()))
+
+
+def hf_count(config: dict) -> tuple[int, dict[str, int]]:
+    """(trainable parameter count, counts per group) of the transformers model for `config`; cached."""
+    total, groups = _count_json(json.dumps(config, sort_keys=True))
+    return total, dict(groups)
+
+
+# Group of each HF parameter, by its name. Rules are tried in order; every parameter must match one.
+_GROUP_RULES = [
+    ("attention", re.compile(r"(q_a|kv_a)_layernorm")),  # MLA latent norms belong to attention
+    ("norm", re.compile(r"norm|ln_|\bln\b", re.I)),
+    ("head", re.compile(r"lm_head|embed_out|pooler")),
+    ("embedding", re.compile(r"embed|wte|wpe|(^|\.)shared\.|word_embeddings|position_embeddings|token_type")),
+    ("attention", re.compile(r"attn|attention|query_key_value", re.I)),
+    ("mlp", re.compile(r"mlp|DenseReluDense|intermediate|output\.dense|fc1|fc2|experts")),
+]
+
+
+def hf_groups(model) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        for group, pattern in _GROUP_RULES:
+            if pattern.search(name):
+                out[group] = out.get(group, 0) + p.numel()
+                break
+        else:
+            raise AssertionError(f"test rule missing for HF parameter {name}")
+    return out
+
+
+def llmcalc_groups(components: dict[str, int]) -> dict[str, int]:
+    """llmcalc's breakdown folded onto the same five groups (stacks merged, cross-attention = attention)."""
+    out: dict[str, int] = {}
+    for key, value in components.items():
+        group, part = key.split("/")
+        group = group.split(".")[-1]
+        if group == "cross_attention":
+            group = "attention"
+        if group == "moe":
+            group = "mlp"
+        if key == "embedding/norm":
+            group = "norm"
+        out[group] = out.get(group, 0) + value
+    return out

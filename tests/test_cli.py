@@ -1,0 +1,129 @@
+"""The command line, through click's CliRunner; outputs are parsed back, not compared as text."""
+
+import csv
+import io
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from llmcalc.cli import cli
+from llmcalc.presets import model_config, model_names
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def ok(*args):
+    result = run(*args)
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def bad(*args):
+    """Bad input: exit code 2, exactly one line on stderr, no traceback, nothing on stdout."""
+    result = run(*args)
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("llmcalc: error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+def test_params_json_has_the_promised_keys():
+    data = json.loads(ok("params", "llama-3-8b", "--format", "json"))
+    assert data["total"] == 8_030_261_248
+    assert sum(data["components"].values()) == data["total"]
+    assert data["non_embedding"] == data["total"] - 2 * 128256 * 4096
+    assert data["active_per_token"] == data["total"]
+    assert [a["name"] for a in data["approximations"]][0] == "12·L·D²"
+    assert sum(t["params"] for t in data["reconciliation"]) == data["total"]
+
+
+def test_params_moe_reports_active_per_token():
+    data = json.loads(ok("params", "mixtral-8x7b", "--format", "json"))
+    assert (data["total"], data["active_per_token"]) == (46_702_792_704, 12_879_925_248)
+
+
+def test_params_csv_parses_back():
+    rows = list(csv.DictReader(io.StringIO(ok("params", "gpt2", "--format", "csv"))))
+    components = {r["name"]: int(r["params"]) for r in rows if r["kind"] == "component"}
+    totals = {r["name"]: int(r["params"]) for r in rows if r["kind"] == "total"}
+    assert sum(components.values()) == totals["total"] == 124_439_808
+    assert components["embedding/positions"] == 1024 * 768
+
+
+def test_params_table_and_markdown_show_the_approximations():
+    table = ok("params", "llama-7b")
+    assert "12·L·D²" in table and "6.44 G" in table and "6.74 G" in table and "6,738,415,616" in table
+    assert "why 12·L·D² differs" in table
+    markdown = ok("params", "llama-7b", "--format", "markdown")
+    assert markdown.startswith("## llama-7b") and "| 12·L·D²" in markdown
+
+
+def test_hf_config_json_fed_unchanged(tmp_path):
+    """A published config.json (the preset without its _source) gives the same count, by file or folder."""
+    for name in ("llama-2-7b", "qwen2.5-0.5b", "t5-small", "deepseek-v2-lite"):
+        folder = tmp_path / name
+        folder.mkdir()
+        config = {k: v for k, v in model_config(name).items() if k != "_source"}
+        (folder / "config.json").write_text(json.dumps(config))
+        by_file = json.loads(ok("params", folder / "config.json", "--format", "json"))
+        by_folder = json.loads(ok("params", folder, "--format", "json"))
+        by_name = json.loads(ok("params", name, "--format", "json"))
+        assert by_file["total"] == by_folder["total"] == by_name["total"]
+
+
+def test_native_spec_file(tmp_path):
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps({"n_layers": 2, "d_model": 64, "n_heads": 4, "vocab_size": 100, "d_ff": 256,
+                                "mlp": "gelu", "tie_embeddings": True}))
+    data = json.loads(ok("params", path, "--format", "json"))
+    assert data["total"] == 100 * 64 + 2 * (4 * 64 * 64 + 2 * 64 * 256 + 2 * 64) + 64
+
+
+def test_presets_lists_every_model():
+    data = json.loads(ok("presets", "--format", "json"))
+    names = {row["name"] for row in data["presets"] if row["kind"] == "model"}
+    assert names == set(model_names())
+    assert all(row["source"] for row in data["presets"])
+
+
+def test_unknown_preset_suggests_close_names():
+    line = bad("params", "llama-3-9b")
+    assert "unknown model preset 'llama-3-9b'" in line and "llama-3-8b" in line
+
+
+def test_missing_file():
+    assert "no such file" in bad("params", "nowhere/config.json")
+
+
+def test_invalid_json(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "llama",')
+    assert "invalid JSON at line 1" in bad("params", path)
+
+
+def test_unknown_model_type(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "mamba", "hidden_size": 64}))
+    line = bad("params", path)
+    assert "unknown model_type 'mamba'" in line and "mlp, norm, pos_emb" in line
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"num_key_value_heads": 5}, "must be a multiple of n_kv_heads (5)"),
+    ({"hidden_size": 0}, "d_model must be a positive whole number, got 0"),
+    ({"num_hidden_layers": -4}, "n_layers must be a positive whole number, got -4"),
+])
+def test_impossible_shapes(tmp_path, changes, message):
+    config = {**model_config("llama-2-7b"), **changes}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert message in bad("params", path)
+
+
+def test_bad_option_is_one_line():
+    assert "--format" in bad("params", "gpt2", "--format", "xml")

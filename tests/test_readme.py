@@ -1,0 +1,57 @@
+"""The README's commands work verbatim and print what the README shows."""
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from llmcalc.cli import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+
+
+def console_examples():
+    """(command, expected output lines) for each `$ llmcalc ...` in the README's console blocks."""
+    examples = []
+    for block in re.findall(r"```console\n(.*?)```", README, re.S):
+        command, lines = None, []
+        for line in block.splitlines():
+            if line.startswith("$ "):
+                if command:
+                    examples.append((command, lines))
+                command, lines = line[2:], []
+            else:
+                lines.append(line)
+        if command:
+            examples.append((command, lines))
+    return examples
+
+
+def matches(expected: list[str], actual: list[str]) -> bool:
+    """Exact line match, where a line '...' in the README stands for any number of omitted lines."""
+    pattern = "\n".join(".*?" if line == "..." else re.escape(line) for line in expected)
+    return re.fullmatch(pattern.replace("\n.*?\n", "(\n.*)?\n"), "\n".join(actual), re.S) is not None
+
+
+EXAMPLES = console_examples()
+
+
+def test_readme_has_examples():
+    assert len(EXAMPLES) >= 4
+
+
+@pytest.mark.parametrize("command, expected", EXAMPLES, ids=[c for c, _ in EXAMPLES])
+def test_readme_example(command, expected):
+    argv = shlex.split(command)
+    assert argv[0] == "llmcalc"
+    result = CliRunner().invoke(cli, argv[1:])
+    assert matches(expected, result.output.rstrip("\n").splitlines()), result.output
+
+
+def test_setup_commands():
+    install, tests = re.findall(r"```bash\n(python3 -m venv .*?)\n```", README)[:2]
+    assert install.endswith("llmcalc params llama-3-8b")
+    assert tests in (ROOT / ".ci" / "run").read_text(), ".ci/run must run the README's test command"

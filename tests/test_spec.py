@@ -1,0 +1,62 @@
+import pytest
+
+from llmcalc.spec import ModelSpec, SpecError, spec_from_dict
+
+BASE = dict(n_layers=2, d_model=64, n_heads=4, vocab_size=100, d_ff=128)
+
+
+def test_derived_values_are_filled_only_where_absent():
+    spec = ModelSpec(**BASE)
+    assert (spec.n_kv_heads, spec.d_head, spec.norm_bias) == (4, 16, False)
+    explicit = ModelSpec(**BASE, n_kv_heads=2, d_head=32, norm="layernorm", norm_bias=False)
+    assert (explicit.n_kv_heads, explicit.d_head, explicit.norm_bias) == (2, 32, False)
+    assert explicit.attention_kind == "gqa"
+    assert ModelSpec(**BASE, n_kv_heads=1).attention_kind == "mqa"
+
+
+def test_replace_derives_again():
+    spec = ModelSpec(**BASE)
+    wider = spec.replace(d_model=128)
+    assert wider.d_head == 32 and spec.d_head == 16
+    assert spec.replace(d_head=8).d_head == 8
+
+
+def test_encoder_decoder_defaults_to_symmetric_stacks():
+    spec = ModelSpec(**BASE, architecture="encoder-decoder")
+    assert spec.n_decoder_layers == 2 and spec.total_layers == 4
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(n_kv_heads=3), r"n_heads \(4\) must be a multiple of n_kv_heads \(3\)"),
+    (dict(d_model=0), r"d_model must be a positive whole number, got 0"),
+    (dict(n_layers=-2), r"n_layers must be a positive whole number, got -2"),
+    (dict(d_ff=-1), r"d_ff must be a positive whole number"),
+    (dict(vocab_size=1.5), r"vocab_size must be a whole number"),
+    (dict(d_model=65), r"d_model \(65\) is not a multiple of n_heads \(4\); give d_head"),
+    (dict(mlp="swishglu"), r"mlp must be one of swiglu, geglu"),
+    (dict(tie_embeddings="yes"), r"tie_embeddings must be true or false"),
+    (dict(n_decoder_layers=2), r"only for encoder-decoder"),
+    (dict(pos_emb="learned"), r"learned position embeddings need n_positions"),
+    (dict(n_experts=8, n_experts_per_token=9), r"between 1 and n_experts \(8\)"),
+    (dict(n_experts_per_token=2), r"n_experts is 0"),
+    (dict(kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8, d_head=32), r"with MLA, d_head"),
+    (dict(q_lora_rank=16), r"only used with MLA"),
+])
+def test_impossible_shapes_name_the_fields(changes, message):
+    with pytest.raises(SpecError, match=message):
+        ModelSpec(**{**BASE, **changes})
+
+
+def test_moe_layers_follow_deepseek_rule():
+    spec = ModelSpec(**{**BASE, "n_layers": 6}, n_experts=4, n_experts_per_token=2, n_dense_layers=1, moe_layer_freq=2)
+    assert [spec.is_moe_layer(i) for i in range(6)] == [False, False, True, False, True, False]
+    assert spec.n_moe_layers == 2
+
+
+def test_native_spec_dict():
+    spec = spec_from_dict({**BASE, "_source": "mine"}, "tiny")
+    assert spec.name == "tiny" and spec.d_head == 16
+    with pytest.raises(SpecError, match="unknown spec keys: hidden"):
+        spec_from_dict({**BASE, "hidden": 3})
+    with pytest.raises(SpecError, match="missing vocab_size"):
+        spec_from_dict({k: v for k, v in BASE.items() if k != "vocab_size"})

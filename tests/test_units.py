@@ -1,0 +1,50 @@
+import pytest
+
+from llmcalc.units import (
+    UnitError, fmt_bytes, fmt_count, fmt_flops, fmt_int, fmt_pct, fmt_seconds, parse_count, parse_length, si,
+)
+
+
+@pytest.mark.parametrize("text, value", [
+    ("7B", 7e9), ("7G", 7e9), ("1.5T", 1.5e12), ("300k", 3e5), ("300K", 3e5), ("2e12", 2e12),
+    ("125M", 1.25e8), (" 4 ", 4.0), ("1e3k", 1e6), (".5T", 5e11), (42, 42.0), (1.5e9, 1.5e9),
+])
+def test_parse_count(text, value):
+    assert parse_count(text) == pytest.approx(value, rel=1e-12)
+
+
+@pytest.mark.parametrize("text", ["1.5X", "", "B", "7 bn", "1.2.3", "seven", "7m", "--1"])
+def test_parse_count_rejects_nonsense(text):
+    with pytest.raises(UnitError, match="cannot read"):
+        parse_count(text, "tokens")
+
+
+@pytest.mark.parametrize("text, value", [("4k", 4096), ("32k", 32768), ("128K", 131072), ("2048", 2048), (512, 512)])
+def test_parse_length_uses_binary_k(text, value):
+    assert parse_length(text) == value
+
+
+def test_parse_length_rejects_fractions():
+    with pytest.raises(UnitError):
+        parse_length("1.5")
+
+
+@pytest.mark.parametrize("value, text", [
+    (6738415616, "6.74 G"), (124439808, "124 M"), (999_999, "1.00 M"), (4096, "4.10 k"), (12, "12.0"),
+    (4.2e22, "42.0 Z"),
+])
+def test_si(value, text):
+    assert si(value).strip() == text
+
+
+def test_formatters_carry_units():
+    assert fmt_count(6738415616) == "6.74 G"
+    assert fmt_flops(4.2e22) == "42.0 ZFLOP"
+    assert fmt_bytes(2.25 * 2**30) == "2.25 GiB"
+    assert fmt_bytes(128 * 2**10) == "128.00 KiB"
+    assert fmt_bytes(3 * 2**30, "MiB") == "3072.00 MiB"
+    assert fmt_int(6738415616) == "6,738,415,616"
+    assert fmt_pct(-0.0052) == "-0.520 %"
+    assert fmt_pct(4e-5) == "+0.00400 %"
+    assert fmt_seconds(2.1 * 86400) == "2.1 days"
+    assert fmt_seconds(0.0039) == "3.9 ms"
