@@ -13,6 +13,7 @@ import click
 
 from .errors import LlmcalcError
 from .report.tables import FORMATS, render
+from .units import UnitError, fmt_count, parse_count, parse_length
 
 EXIT_BAD_INPUT = 2
 
@@ -35,6 +36,37 @@ class LlmcalcGroup(click.Group):
         if isinstance(rv, int) and rv:
             sys.exit(rv)
         return rv
+
+
+class Quantity(click.ParamType):
+    """A count typed the human way: 7B, 1.5T, 300k, 2e12 (SI; B = billion)."""
+
+    name = "quantity"
+
+    def convert(self, value, param, ctx):
+        try:
+            return parse_count(value, param.name.replace("_", "-") if param else "quantity")
+        except UnitError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class Length(click.ParamType):
+    """A sequence length in tokens: 2048, 4k (= 4096), 32k."""
+
+    name = "length"
+
+    def convert(self, value, param, ctx):
+        try:
+            length = parse_length(value, param.name.replace("_", "-") if param else "length")
+        except UnitError as exc:
+            self.fail(str(exc), param, ctx)
+        if length <= 0:
+            self.fail(f"must be a positive number of tokens, got {value}", param, ctx)
+        return length
+
+
+QUANTITY, LENGTH = Quantity(), Length()
+POSITIVE_INT = click.IntRange(min=1)
 
 
 def format_option(func):
@@ -78,6 +110,125 @@ def params(model: str, fmt: str) -> None:
 
     spec = load_model(model)
     emit(params_document(count_params(spec), model_source(model)), fmt)
+
+
+def seq_options(func):
+    func = click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none",
+                        show_default=True, help="Activation recomputation: adds hardware FLOPs, not model FLOPs.")(func)
+    func = click.option("--causal", is_flag=True,
+                        help="Halve the attention S² terms (Megatron/NeMo convention). Default: full S².")(func)
+    func = click.option("--seq-len", type=LENGTH, default="2048", show_default=True,
+                        help="Tokens per sequence (4k = 4096).")(func)
+    return func
+
+
+@cli.command()
+@click.argument("model")
+@seq_options
+@click.option("--batch-size", type=POSITIVE_INT, default=1, show_default=True, help="Sequences per step.")
+@click.option("--decoder-seq-len", type=LENGTH, default=None,
+              help="Encoder-decoder models: decoder tokens per sequence (default: --seq-len).")
+@format_option
+def flops(model, seq_len, causal, recompute, batch_size, decoder_seq_len, fmt):
+    """Forward and backward FLOPs of one step of MODEL, per operation, with the rules of thumb."""
+    from .analytic.flops import step_flops
+    from .analytic.params import count_params
+    from .presets import load_model
+    from .report.views_compute import flops_document
+
+    spec = load_model(model)
+    step = step_flops(spec, batch_size, seq_len, causal, recompute, decoder_seq_len)
+    emit(flops_document(step, count_params(spec)), fmt)
+
+
+@cli.command()
+@click.argument("model", required=False)
+@click.option("--params", "n_params", type=QUANTITY, help="No model: a parameter count for 6·N·T (e.g. 7B).")
+@click.option("--tokens", type=QUANTITY, required=True, help="Training tokens (e.g. 2T).")
+@click.option("--gpu", required=True, help="Accelerator preset (see `llmcalc presets`).")
+@click.option("--n-gpus", type=POSITIVE_INT, default=1, show_default=True)
+@click.option("--mfu", type=float, help="Model FLOPs utilization in (0, 1], e.g. 0.4.")
+@click.option("--achieved-tflops", type=float,
+              help="Instead of --mfu: achieved TFLOP/s per GPU (hardware FLOPs, recomputation included).")
+@click.option("--usd-per-gpu-hour", type=float, help="Price per GPU-hour (default: the preset's, if any).")
+@click.option("--dtype", default="bf16", show_default=True, help="Which peak to use: bf16, fp16, fp8, tf32, fp32.")
+@seq_options
+@format_option
+def train(model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_per_gpu_hour, dtype, seq_len, causal,
+          recompute, fmt):
+    """Training FLOPs, GPU-hours, wall-clock, cost and energy for TOKENS on N GPUs."""
+    from .analytic.training import TrainingEstimate
+    from .hardware import canonical_dtype
+    from .presets import load_hardware
+    from .report.views_compute import train_document
+
+    if (model is None) == (n_params is None):
+        raise LlmcalcError("give a MODEL (preset or config.json) or --params N, not both")
+    if tokens <= 0:
+        raise LlmcalcError(f"--tokens must be positive, got {tokens:g}")
+    accelerator = load_hardware(gpu)
+    inputs = {"model": model or f"{fmt_count(n_params)} params", "tokens": tokens, "seq_len": seq_len, "causal": causal,
+              "recompute": recompute}
+    if model is not None:
+        from .analytic.flops import step_flops
+        from .analytic.params import count_params
+        from .presets import load_model
+
+        spec = load_model(model)
+        step = step_flops(spec, 1, seq_len, causal, recompute)
+        n = count_params(spec).active_per_token
+        model_flops = step.model_flops_per_token * tokens
+        hardware_flops = step.hardware_flops_per_token * tokens
+        inputs["flops_basis"] = (f"training FLOPs = exact per-op count per token at seq {seq_len} "
+                                 f"({'causal' if causal else 'full S²'}) x tokens; 6·N·T with N = {n:,} "
+                                 f"{'active ' if spec.is_moe else ''}params")
+    else:
+        if n_params <= 0:
+            raise LlmcalcError(f"--params must be positive, got {n_params:g}")
+        if recompute == "selective":
+            raise LlmcalcError("--recompute selective needs a MODEL (its attention shapes); use none or full")
+        n = n_params
+        model_flops = 6 * n * tokens
+        hardware_flops = model_flops + (2 * n * tokens if recompute == "full" else 0)
+        inputs["flops_basis"] = "training FLOPs = 6·N·T (no model given; full recomputation adds 2·N·T)"
+    est = TrainingEstimate(
+        tokens=tokens, model_flops=model_flops, hardware_flops=hardware_flops, accelerator=accelerator,
+        dtype=canonical_dtype(dtype), n_gpus=n_gpus, mfu=mfu,
+        achieved_flops_per_s=None if achieved_tflops is None else achieved_tflops * 1e12,
+        usd_per_gpu_hour=usd_per_gpu_hour,
+    )
+    emit(train_document(est, inputs, 6 * n * tokens), fmt)
+
+
+@cli.command()
+@click.option("--compute", type=QUANTITY, help="A compute budget in FLOPs (e.g. 1e24).")
+@click.option("--gpu", help="Or: the cluster's accelerator preset ...")
+@click.option("--n-gpus", type=POSITIVE_INT, help="... how many ...")
+@click.option("--days", type=float, help="... for how long ...")
+@click.option("--mfu", type=float, help="... at which model FLOPs utilization.")
+@click.option("--dtype", default="bf16", show_default=True)
+@format_option
+def plan(compute, gpu, n_gpus, days, mfu, dtype, fmt):
+    """Compute-optimal model size and tokens for a FLOP budget, or for what a cluster delivers."""
+    from .analytic.training import cluster_compute, compute_optimal
+    from .presets import load_hardware
+    from .report.views_compute import plan_document
+
+    cluster = (gpu, n_gpus, days, mfu)
+    if compute is not None and any(v is not None for v in cluster):
+        raise LlmcalcError("give --compute, or --gpu/--n-gpus/--days/--mfu, not both")
+    if compute is None:
+        missing = [n for n, v in zip(("--gpu", "--n-gpus", "--days", "--mfu"), cluster) if v is None]
+        if missing:
+            raise LlmcalcError(f"give --compute FLOPS, or a cluster: missing {', '.join(missing)}")
+        accelerator = load_hardware(gpu)
+        compute = cluster_compute(accelerator, n_gpus, days * 86400.0, mfu, dtype)
+        basis = (f"budget = {n_gpus:,} x {accelerator.key} at {accelerator.peak(dtype) / 1e12:g} TFLOP/s "
+                 f"dense {dtype} x MFU {mfu:g} x {days:g} days")
+        inputs = {"gpu": gpu, "n_gpus": n_gpus, "days": days, "mfu": mfu, "dtype": dtype, "basis": basis}
+    else:
+        inputs = {"basis": f"budget = {compute:.3g} FLOPs (given)"}
+    emit(plan_document(compute, compute_optimal(compute), inputs), fmt)
 
 
 def main() -> None:

@@ -114,3 +114,10 @@ def model_source(name_or_path: str) -> str:
     if looks_like_path(name_or_path):
         return str(Path(name_or_path))
     return str(model_config(name_or_path).get("_source", ""))
+
+
+def load_hardware(name: str):
+    """An Accelerator from a hardware preset name (exact; unknown names get suggestions)."""
+    from .hardware import accelerator_from_preset
+
+    return accelerator_from_preset(name, hardware_config(name))

@@ -83,8 +83,10 @@ def fmt_count(value: float) -> str:
 
 
 def fmt_flops(value: float) -> str:
-    """FLOPs with SI prefix: 4.2e22 -> '42.0 ZFLOP'."""
-    return f"{si(value)}FLOP"
+    """FLOPs with SI prefix: 1.58e14 -> '158 TFLOP'; from 1e21 on (Z, Y) also in e-notation:
+    4.2e22 -> '42.0 ZFLOP (4.20e22)'."""
+    text = f"{si(value)}FLOP"
+    return f"{text} ({value:.2e})".replace("e+", "e") if abs(value) >= 1e21 else text
 
 
 def fmt_flops_rate(value: float) -> str:

@@ -98,3 +98,38 @@ def llmcalc_groups(components: dict[str, int]) -> dict[str, int]:
             group = "norm"
         out[group] = out.get(group, 0) + value
     return out
+
+
+@lru_cache(maxsize=None)
+def _forward_flops_json(config_json: str, batch: int, seq: int) -> tuple[int, tuple]:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+    values = {k: v for k, v in json.loads(config_json).items() if not k.startswith("_")}
+    model_type = values.pop("model_type")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = AutoConfig.for_model(model_type, **values)
+        cfg._attn_implementation = "eager"  # QKᵀ and AV as plain matmuls, which the counter sees
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            auto = (AutoModelForSeq2SeqLM if model_type in ENCODER_DECODER
+                    else AutoModel if model_type in ENCODER else AutoModelForCausalLM)
+            model = auto.from_config(cfg)
+            ids = torch.zeros(batch, seq, dtype=torch.long)
+            kwargs = {"input_ids": ids}
+            if model_type in ENCODER_DECODER:
+                kwargs["decoder_input_ids"] = ids
+            if model_type not in ENCODER:
+                kwargs["use_cache"] = False
+            with FlopCounterMode(display=False) as counter:
+                model(**kwargs)
+    per_op = counter.get_flop_counts()["Global"]
+    return counter.get_total_flops(), tuple(sorted((str(k), v) for k, v in per_op.items()))
+
+
+def hf_forward_flops(config: dict, batch: int, seq: int) -> tuple[int, dict[str, int]]:
+    """torch's FlopCounterMode total (and per aten op) for one forward of the transformers model,
+    run under FakeTensorMode (no memory) with eager attention."""
+    total, per_op = _forward_flops_json(json.dumps(config, sort_keys=True), batch, seq)
+    return total, dict(per_op)

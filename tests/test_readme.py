@@ -55,3 +55,34 @@ def test_setup_commands():
     install, tests = re.findall(r"```bash\n(python3 -m venv .*?)\n```", README)[:2]
     assert install.endswith("llmcalc params llama-3-8b")
     assert tests in (ROOT / ".ci" / "run").read_text(), ".ci/run must run the README's test command"
+
+
+def _refresh(block: str) -> str:
+    """A console block with each command's output replaced by what it prints now; a block that elides
+    lines with '...' keeps as many lines before and after the elision as it had."""
+    out, command, lines = [], None, []
+
+    def flush():
+        if command is None:
+            return
+        actual = CliRunner().invoke(cli, shlex.split(command)[1:]).output.rstrip("\n").splitlines()
+        if "..." in lines:
+            head, tail = lines.index("..."), len(lines) - 1 - max(i for i, x in enumerate(lines) if x == "...")
+            actual = actual[:head] + ["..."] + (actual[-tail:] if tail else [])
+        out.extend([f"$ {command}", *actual])
+
+    for line in block.splitlines():
+        if line.startswith("$ "):
+            flush()
+            command, lines = line[2:], []
+        else:
+            lines.append(line)
+    flush()
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":  # python tests/test_readme.py: refresh the README's console outputs
+    text = re.sub(r"(```console\n)(.*?)(```)", lambda m: m.group(1) + _refresh(m.group(2)) + m.group(3), README,
+                  flags=re.S)
+    (ROOT / "README.md").write_text(text)
+    print("README.md console blocks refreshed")

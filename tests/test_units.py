@@ -39,7 +39,8 @@ def test_si(value, text):
 
 def test_formatters_carry_units():
     assert fmt_count(6738415616) == "6.74 G"
-    assert fmt_flops(4.2e22) == "42.0 ZFLOP"
+    assert fmt_flops(4.2e22) == "42.0 ZFLOP (4.20e22)"
+    assert fmt_flops(1.58e14) == "158 TFLOP"
     assert fmt_bytes(2.25 * 2**30) == "2.25 GiB"
     assert fmt_bytes(128 * 2**10) == "128.00 KiB"
     assert fmt_bytes(3 * 2**30, "MiB") == "3072.00 MiB"

@@ -96,7 +96,7 @@ def params_document(count: ParamCount, source: str) -> Document:
 def presets_document() -> Document:
     """Every model and hardware preset, one row each."""
     from ..analytic.params import count_params
-    from ..presets import hardware_config, hardware_names, load_model, model_config, model_names
+    from ..presets import hardware_names, load_hardware, load_model, model_config, model_names
 
     rows = []
     for name in model_names():
@@ -108,9 +108,14 @@ def presets_document() -> Document:
             "summary": spec.summary(), "source": model_config(name).get("_source", ""),
         })
     for name in hardware_names():
-        config = hardware_config(name)
-        rows.append({"kind": "hardware", "name": name, "summary": config.get("name", ""),
-                     "source": config.get("_source", "")})
+        acc = load_hardware(name)
+        dtype = "bf16" if "bf16" in acc.peak_flops else "fp16"
+        rows.append({
+            "kind": "hardware", "name": name,
+            "summary": f"{acc.name}: {acc.peak(dtype) / 1e12:,.4g} TFLOP/s dense {dtype}, "
+                       f"{acc.memory_bytes / 2**30:g} GiB, {acc.memory_bandwidth / 1e12:.3g} TB/s",
+            "peak_flops_per_s": acc.peak_flops, "memory_bytes": acc.memory_bytes, "source": acc.source,
+        })
     table = Table(
         "presets",
         [

@@ -1,0 +1,229 @@
+"""Forward and backward FLOPs per operation for one (batch, sequence) step.
+
+Conventions (printed under every table that uses them):
+- FLOPs, not MACs: a multiply-add is 2 FLOPs, so an (m x k) @ (k x n) matmul is 2·m·k·n.
+- Only matmuls are counted, which is what torch's FlopCounterMode counts (mm/addmm/bmm/sdpa);
+  a bias add, norms, softmax and activations are estimated separately (``elementwise_ops``).
+- Embedding lookup: 0 FLOPs. LM head: a matmul, counted whether tied or not.
+- Attention S² terms (QKᵀ and AV): full S² by default (PaLM App. B, nanoGPT, torchtitan; what
+  torch's counter sees); ``causal=True`` halves them (Megatron-LM/NeMo; FlashAttention's real work).
+- Backward = 2 x forward (one matmul for the input gradient, one for the weight gradient).
+  Model FLOPs = forward + backward, without recomputation (the MFU numerator). Hardware FLOPs add
+  what activation recomputation re-runs: selective recomputes the attention core (QKᵀ, softmax,
+  AV; Korthikanti et al. 2022), full recomputes every block's forward (not the embedding or LM head,
+  as Megatron-LM does; Narayanan et al. 2021 eq. 3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import LlmcalcError
+from ..spec import ModelSpec
+
+RECOMPUTE = ("none", "selective", "full")
+ATTENTION_CORE = ("scores", "values")  # the S² matmuls
+
+
+def _mm(tokens: int, k: int, n: int) -> int:
+    """FLOPs of a (tokens x k) @ (k x n) matmul: 2·tokens·k·n."""
+    return 2 * tokens * k * n
+
+
+def _core(batch: int, heads: int, q_len: int, kv_len: int, dim: int, causal: bool) -> int:
+    """One of QKᵀ or AV over all heads: 2·B·H·q·kv·dim, halved when causal (q == kv)."""
+    flops = 2 * batch * heads * q_len * kv_len * dim
+    return flops // 2 if causal else flops
+
+
+def _attention(spec: ModelSpec, prefix: str, batch: int, q_len: int, kv_len: int, causal: bool,
+               cross: bool = False) -> dict[str, int]:
+    D, H, dh = spec.d_model, spec.n_heads, spec.d_head
+    Tq, Tkv = batch * q_len, batch * kv_len
+    if spec.is_mla and not cross:
+        # MLA as the HF/DeepSeek reference runs it (no weight absorption): low-rank Q, a shared KV
+        # latent plus a decoupled RoPE key, per-head K/V up-projection (arXiv 2405.04434 sec. 2.1).
+        qk = spec.qk_nope_head_dim + spec.qk_rope_head_dim
+        ops = {}
+        if spec.q_lora_rank:
+            ops["q_a_proj"] = _mm(Tq, D, spec.q_lora_rank)
+            ops["q_b_proj"] = _mm(Tq, spec.q_lora_rank, H * qk)
+        else:
+            ops["q_proj"] = _mm(Tq, D, H * qk)
+        ops["kv_a_proj"] = _mm(Tkv, D, spec.kv_lora_rank + spec.qk_rope_head_dim)
+        ops["kv_b_proj"] = _mm(Tkv, spec.kv_lora_rank, H * (spec.qk_nope_head_dim + spec.v_head_dim))
+        ops["scores"] = _core(batch, H, q_len, kv_len, qk, causal)
+        ops["values"] = _core(batch, H, q_len, kv_len, spec.v_head_dim, causal)
+        ops["o_proj"] = _mm(Tq, H * spec.v_head_dim, D)
+        return {f"{prefix}/{k}": v for k, v in ops.items()}
+    kv_heads = H if cross else spec.n_kv_heads
+    ops = {
+        "q_proj": _mm(Tq, D, H * dh),
+        "k_proj": _mm(Tkv, D, kv_heads * dh),  # GQA/MQA: fewer K/V heads, smaller projections
+        "v_proj": _mm(Tkv, D, kv_heads * dh),
+        "scores": _core(batch, H, q_len, kv_len, dh, causal),  # QKᵀ: every query head, all keys
+        "values": _core(batch, H, q_len, kv_len, dh, causal),  # AV
+        "o_proj": _mm(Tq, H * dh, D),
+    }
+    return {f"{prefix}/{k}": v for k, v in ops.items()}
+
+
+def _ffn(spec: ModelSpec, tokens: int, width: int, prefix: str) -> dict[str, int]:
+    D = spec.d_model
+    ops = {"gate_proj": _mm(tokens, D, width)} if spec.gated else {}
+    ops["up_proj"] = _mm(tokens, D, width)
+    ops["down_proj"] = _mm(tokens, width, D)
+    return {f"{prefix}/{k}": v for k, v in ops.items()}
+
+
+def _moe(spec: ModelSpec, tokens: int, prefix: str) -> dict[str, int]:
+    """Router over all experts, then each token through its top-k routed and the shared experts."""
+    one = sum(_ffn(spec, tokens, spec.d_ff_expert, "x").values())  # one expert over all tokens
+    return {
+        f"{prefix}/router": _mm(tokens, spec.d_model, spec.n_experts),
+        f"{prefix}/experts": spec.n_experts_per_token * one,
+        f"{prefix}/shared_experts": spec.n_shared_experts * one,
+    }
+
+
+def _add(total: dict[str, int], ops: dict[str, int]) -> None:
+    for key, value in ops.items():
+        total[key] = total.get(key, 0) + value
+
+
+def _stack(spec: ModelSpec, stack: str, n_layers: int, batch: int, seq: int, causal: bool,
+           enc_seq: int | None = None) -> dict[str, int]:
+    out: dict[str, int] = {}
+    tokens = batch * seq
+    for i in range(n_layers):
+        _add(out, _attention(spec, f"{stack}attention", batch, seq, seq, causal))
+        if enc_seq is not None:  # decoder of an encoder-decoder: queries here, keys/values from the encoder
+            _add(out, _attention(spec, f"{stack}cross_attention", batch, seq, enc_seq, False, cross=True))
+        if spec.is_moe_layer(i):
+            _add(out, _moe(spec, tokens, f"{stack}moe"))
+        else:
+            _add(out, _ffn(spec, tokens, spec.d_ff, f"{stack}mlp"))
+    return out
+
+
+def forward_ops(spec: ModelSpec, batch: int, seq_len: int, causal: bool = False,
+                decoder_seq_len: int | None = None) -> dict[str, int]:
+    """Forward matmul FLOPs per op, "group/op" -> FLOPs, summed over layers, in model order.
+
+    For an encoder-decoder, `seq_len` is the encoder input and `decoder_seq_len` (default the same)
+    the decoder input; `causal` applies to decoder self-attention only (encoders are bidirectional).
+    """
+    for name, value in (("batch", batch), ("seq_len", seq_len), ("decoder_seq_len", decoder_seq_len)):
+        if value is not None and (not isinstance(value, int) or value <= 0):
+            raise LlmcalcError(f"{name} must be a positive whole number, got {value!r}")
+    out: dict[str, int] = {"embedding/lookup": 0}
+    if spec.architecture == "encoder-decoder":
+        dec = decoder_seq_len or seq_len
+        out.update(_stack(spec, "encoder.", spec.n_layers, batch, seq_len, False))
+        out.update(_stack(spec, "decoder.", spec.n_decoder_layers, batch, dec, causal, enc_seq=seq_len))
+        head_tokens = batch * dec
+    elif spec.architecture == "encoder":
+        out.update(_stack(spec, "", spec.n_layers, batch, seq_len, False))
+        head_tokens = batch * seq_len
+    else:
+        out.update(_stack(spec, "", spec.n_layers, batch, seq_len, causal))
+        head_tokens = batch * seq_len
+    if spec.pooler:
+        out["head/pooler"] = _mm(batch, spec.d_model, spec.d_model)  # [CLS] token only
+    if spec.lm_head:
+        out["head/lm_head"] = _mm(head_tokens, spec.d_model, spec.vocab_size)  # tied or not
+    return out
+
+
+def is_attention_core(op: str) -> bool:
+    return op.split("/")[0].endswith("attention") and op.split("/")[1] in ATTENTION_CORE
+
+
+def is_block_op(op: str) -> bool:
+    """Ops inside the Transformer blocks (what full recomputation re-runs)."""
+    return op.split("/")[0].split(".")[-1] in ("attention", "cross_attention", "mlp", "moe")
+
+
+@dataclass(frozen=True)
+class StepFlops:
+    """FLOPs of one training step (forward + backward) for a batch of `tokens` tokens."""
+
+    spec: ModelSpec
+    batch: int
+    seq_len: int
+    causal: bool
+    recompute: str
+    ops: dict[str, int]  # forward FLOPs per op
+    decoder_seq_len: int | None = None
+
+    @property
+    def tokens(self) -> int:
+        """Tokens processed: B·S (encoder-decoder: B·(S_enc + S_dec))."""
+        if self.spec.architecture == "encoder-decoder":
+            return self.batch * (self.seq_len + (self.decoder_seq_len or self.seq_len))
+        return self.batch * self.seq_len
+
+    @property
+    def forward(self) -> int:
+        return sum(self.ops.values())
+
+    @property
+    def backward(self) -> int:
+        return 2 * self.forward  # input gradient + weight gradient, each one forward's worth
+
+    @property
+    def model_flops(self) -> int:
+        """Forward + backward, no recomputation: the numerator of MFU."""
+        return self.forward + self.backward
+
+    @property
+    def recompute_flops(self) -> int:
+        if self.recompute == "selective":
+            return sum(v for k, v in self.ops.items() if is_attention_core(k))
+        if self.recompute == "full":
+            return sum(v for k, v in self.ops.items() if is_block_op(k))
+        return 0
+
+    @property
+    def hardware_flops(self) -> int:
+        """Model FLOPs plus the forward work recomputation repeats (the numerator of HFU)."""
+        return self.model_flops + self.recompute_flops
+
+    @property
+    def forward_per_token(self) -> float:
+        return self.forward / self.tokens
+
+    @property
+    def model_flops_per_token(self) -> float:
+        return self.model_flops / self.tokens
+
+    @property
+    def hardware_flops_per_token(self) -> float:
+        return self.hardware_flops / self.tokens
+
+    def groups(self) -> dict[str, int]:
+        """Forward FLOPs per group: attention projections, attention core (S²), FFN, head."""
+        out: dict[str, int] = {}
+        for op, value in self.ops.items():
+            out[flop_group(op)] = out.get(flop_group(op), 0) + value
+        return out
+
+
+def flop_group(op: str) -> str:
+    """The component an op belongs to: 'attention projections', 'attention S²', 'FFN', 'LM head', ..."""
+    group = op.split("/")[0].split(".")[-1]
+    if group in ("attention", "cross_attention"):
+        return "attention S²" if is_attention_core(op) else "attention projections"
+    if group in ("mlp", "moe"):
+        return "FFN"
+    if op == "head/lm_head":
+        return "LM head"
+    return "other" if group != "embedding" else "embedding"
+
+
+def step_flops(spec: ModelSpec, batch: int = 1, seq_len: int = 2048, causal: bool = False,
+               recompute: str = "none", decoder_seq_len: int | None = None) -> StepFlops:
+    if recompute not in RECOMPUTE:
+        raise LlmcalcError(f"recompute must be one of {', '.join(RECOMPUTE)}; got {recompute!r}")
+    ops = forward_ops(spec, batch, seq_len, causal, decoder_seq_len)
+    return StepFlops(spec, batch, seq_len, causal, recompute, ops, decoder_seq_len)

@@ -1,0 +1,146 @@
+"""Rules of thumb for FLOPs per token, as their authors wrote them, beside the exact per-op count.
+
+Each rule returns training FLOPs per token (forward + backward), except 2N (forward). Where a
+rule needs a parameter count N it says which one; for MoE models N is the active count.
+Also: the crossover sequence length where attention's S² work overtakes the projections, and a
+rough estimate of the non-matmul (elementwise) work that matmul counts leave out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..spec import ModelSpec
+from .flops import StepFlops, forward_ops, is_attention_core
+from .params import ParamCount
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    per_token: float  # FLOPs per token
+    kind: str  # "forward" or "training"
+    convention: str  # "full" or "causal" S², or "none" when the rule has no S² term
+    source: str
+
+
+def six_n(count: ParamCount) -> float:
+    return 6 * count.active_per_token
+
+
+def palm(count: ParamCount, seq_len: int) -> float:
+    """6·N + 12·L·H·Q·T per token (PaLM, Chowdhery et al. 2022, App. B; torchtitan's
+    get_nparams_and_flops): N without the token-embedding table, L layers, H heads, Q head dim,
+    T sequence length. Full S²."""
+    spec = count.spec
+    n = count.active_per_token - count.components.get("embedding/tokens", 0)
+    return 6 * n + 12 * spec.total_layers * spec.n_heads * spec.d_head * seq_len
+
+
+def megatron(spec: ModelSpec, seq_len: int) -> float | None:
+    """Megatron-LM's num_floating_point_operations (training.py), per token. Causal S².
+
+    12·L·D²·[(1 + G/H + S/(2D))·(H·d_head/D) + (F/D)·k·g + F_shared/D·g + V/(2·L·D)], with
+    k experts routed to (1 if dense), g = 3/2 for a gated MLP. None for MLA and encoder models,
+    which that formula does not describe.
+    """
+    if spec.is_mla or spec.architecture != "decoder":
+        return None
+    L, D, H = spec.n_layers, spec.d_model, spec.n_heads
+    gated = 1.5 if spec.gated else 1.0
+    if spec.is_moe:
+        ffn = spec.d_ff_expert / D * spec.n_experts_per_token * gated
+        ffn += spec.n_shared_experts * spec.d_ff_expert / D * gated
+        if spec.n_dense_layers:  # Megatron has no dense-first-layers term; weight them in exactly
+            dense = spec.d_ff / D * gated
+            ffn = (ffn * spec.n_moe_layers + dense * (L - spec.n_moe_layers)) / L
+    else:
+        ffn = spec.d_ff / D * gated
+    attention = (1 + spec.n_kv_heads / H + seq_len / D / 2) * (H * spec.d_head / D)
+    return 12 * L * D * D * (attention + ffn + spec.vocab_size / (2 * L * D))
+
+
+def narayanan_forward(spec: ModelSpec, seq_len: int) -> float:
+    """24·S·D²·L·(1 + S/(6D) + V/(12·L·D)) per sequence, forward only, here per token.
+
+    Narayanan et al. 2021 (Megatron PTD-P) App. A, Korthikanti et al. 2022: a GPT-3 block (MHA,
+    F = 4D, plain MLP), full S². Training without recomputation is 3x; with full recomputation the
+    paper's 96·B·s·l·h²·(1 + s/6h + V/16lh).
+    """
+    L, D = spec.total_layers, spec.d_model
+    return 24 * D * D * L * (1 + seq_len / (6 * D) + spec.vocab_size / (12 * L * D))
+
+
+def rules_of_thumb(count: ParamCount, seq_len: int) -> list[Rule]:
+    spec = count.spec
+    rules = [
+        Rule("2N", 2 * count.active_per_token, "forward", "none",
+             "Kaplan et al. 2020: forward ≈ 2 FLOPs per parameter per token"),
+        Rule("6N", six_n(count), "training", "none",
+             "Kaplan et al. 2020 / Hoffmann et al. 2022: C ≈ 6·N·D (forward 2N + backward 4N)"),
+        Rule("6N + 12·L·H·Q·T", palm(count, seq_len), "training", "full",
+             "PaLM App. B / torchtitan: N without the embedding table, full S²"),
+        Rule("3 x 24·S·D²·L·(1 + S/6D + V/12LD)", 3 * narayanan_forward(spec, seq_len), "training", "full",
+             "Narayanan et al. 2021 App. A: GPT-3 block (MHA, F = 4D), full S²"),
+    ]
+    mega = megatron(spec, seq_len)
+    if mega is not None:
+        rules.append(Rule("Megatron-LM num_floating_point_operations", mega, "training", "causal",
+                          "Megatron-LM training.py (NeMo uses the same): GQA, gated MLP and MoE aware, causal S²"))
+    return rules
+
+
+@dataclass(frozen=True)
+class Crossover:
+    """Sequence lengths where the S² attention matmuls equal other work, per token (decoder stack)."""
+
+    vs_projections: float  # attention S² = Q/K/V/O projections
+    vs_block: float  # attention S² = projections + FFN
+
+
+def crossover(spec: ModelSpec, causal: bool = False) -> Crossover:
+    """Per token, projections and FFN cost a constant and the S² terms grow linearly with S, so
+    each crossover is (constant work) / (S² work per token per unit of S)."""
+    ops = forward_ops(spec, 1, 1, causal=False)  # at S = 1 the S² ops give their per-unit-S slope
+    core = sum(v for k, v in ops.items() if is_attention_core(k) and "cross" not in k)
+    if causal:
+        core /= 2
+    projections = sum(v for k, v in ops.items() if k.split("/")[0].endswith("attention")
+                      and not is_attention_core(k) and "cross" not in k)
+    ffn = sum(v for k, v in ops.items() if k.split("/")[0].split(".")[-1] in ("mlp", "moe"))
+    return Crossover(projections / core, (projections + ffn) / core)
+
+
+# Rough FLOPs per element of the non-matmul work (our own estimates, not measured; torch's
+# FlopCounterMode counts none of it): softmax = max, subtract, exp, sum, divide.
+SOFTMAX_PER_SCORE = 5
+NORM_PER_ELEMENT = {"rmsnorm": 4, "layernorm": 7}  # square/mean/rsqrt/scale (+ centre, shift)
+ACTIVATION_PER_ELEMENT = {"swiglu": 5, "geglu": 9, "gelu": 8, "relu": 1, "silu": 4}
+ROPE_PER_ELEMENT = 3  # two multiplies and an add per rotated element
+RESIDUAL_ADDS_PER_BLOCK = 2
+
+
+def elementwise_ops(step: StepFlops) -> dict[str, float]:
+    """A rough estimate of forward non-matmul FLOPs by kind (softmax, norms, activation, RoPE, residual)."""
+    spec = step.spec
+    layers = spec.total_layers
+    tokens = step.tokens
+    scores = sum(v for k, v in step.ops.items() if k.endswith("/scores"))
+    qk_dim = (spec.qk_nope_head_dim + spec.qk_rope_head_dim) if spec.is_mla else spec.d_head
+    out = {
+        "softmax": SOFTMAX_PER_SCORE * scores / (2 * qk_dim),  # score elements = FLOPs / (2·d_head)
+        "norms": NORM_PER_ELEMENT[spec.norm] * tokens * spec.d_model * (spec.norms_per_layer * layers + 1),
+        "residual adds": RESIDUAL_ADDS_PER_BLOCK * tokens * spec.d_model * layers,
+    }
+    if spec.is_moe:
+        width = spec.d_ff_expert * (spec.n_experts_per_token + spec.n_shared_experts)
+        dense_layers = layers - spec.n_moe_layers
+        out["activation"] = ACTIVATION_PER_ELEMENT[spec.mlp] * tokens * (
+            width * spec.n_moe_layers + (spec.d_ff or 0) * dense_layers)
+    else:
+        out["activation"] = ACTIVATION_PER_ELEMENT[spec.mlp] * tokens * spec.d_ff * layers
+    if spec.pos_emb == "rope":
+        rotated = spec.qk_rope_head_dim * (spec.n_heads + 1) if spec.is_mla else \
+            spec.d_head * (spec.n_heads + spec.n_kv_heads)
+        out["rope"] = ROPE_PER_ELEMENT * tokens * rotated * layers
+    return out

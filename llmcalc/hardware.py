@@ -1,0 +1,78 @@
+"""Accelerator: dense peak FLOP/s per dtype, memory, bandwidth, power, price.
+
+Preset files (presets/hardware/*.json) carry units in their key names (``dense_tflops``,
+``memory_gib``, ``memory_bandwidth_gb_per_s``, ``tdp_watts``, ``usd_per_hour``); an Accelerator
+holds base units (FLOP/s, bytes, bytes/s, W, USD/h). Peaks are dense: no 2:4-sparsity figures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .errors import LlmcalcError
+
+DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+# What people type for a dtype, and the dtype it means.
+DTYPE_ALIASES = {"float32": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float8": "fp8",
+                 "e4m3": "fp8", "e5m2": "fp8", "fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "fp16",
+                 "fp8": "fp8", "int8": "int8", "fp64": "fp64"}
+
+
+def canonical_dtype(dtype: str) -> str:
+    try:
+        return DTYPE_ALIASES[dtype.lower()]
+    except KeyError:
+        raise LlmcalcError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}") from None
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    key: str  # preset name, e.g. "h100-sxm"
+    name: str  # display name, e.g. "NVIDIA H100 SXM5 80GB"
+    peak_flops: dict[str, float]  # dtype -> dense FLOP/s
+    memory_bytes: float
+    memory_bandwidth: float  # bytes/s
+    tdp_watts: float | None = None
+    interconnect_bandwidth: float | None = None  # bytes/s
+    usd_per_hour: float | None = None
+    vendor: str = ""
+    source: str = field(default="", compare=False)
+
+    def peak(self, dtype: str = "bf16") -> float:
+        """Dense peak FLOP/s for `dtype`; a clear error when the device has no such rate."""
+        dtype = canonical_dtype(dtype)
+        if dtype not in self.peak_flops:
+            raise LlmcalcError(
+                f"{self.key} has no published dense {dtype} peak; it lists {', '.join(self.peak_flops)}"
+            )
+        return self.peak_flops[dtype]
+
+
+def accelerator_from_preset(key: str, data: dict) -> Accelerator:
+    """An Accelerator from a preset dict (units in key names) -> base units."""
+    try:
+        tflops = data["dense_tflops"]
+        peaks = {canonical_dtype(k): float(v) * 1e12 for k, v in tflops.items()
+                 if v is not None and k in DTYPE_ALIASES}
+        bandwidth = data.get("interconnect_gb_per_s")
+        return Accelerator(
+            key=key,
+            name=data.get("name", key),
+            peak_flops=peaks,
+            memory_bytes=float(data["memory_gib"]) * 2**30,
+            memory_bandwidth=float(data["memory_bandwidth_gb_per_s"]) * 1e9,
+            tdp_watts=data.get("tdp_watts"),
+            interconnect_bandwidth=None if bandwidth is None else float(bandwidth) * 1e9,
+            usd_per_hour=data.get("usd_per_hour"),
+            vendor=data.get("vendor", ""),
+            source=data.get("_source", ""),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise LlmcalcError(f"hardware preset {key!r} is malformed: {exc!r}") from None
+
+
+def custom_accelerator(peak_flops_per_s: float, memory_bytes: float = float("inf"),
+                       memory_bandwidth: float = float("inf"), dtype: str = "bf16") -> Accelerator:
+    """An ad-hoc device from a peak figure (e.g. a calibrated CPU)."""
+    return Accelerator("custom", "custom device", {canonical_dtype(dtype): peak_flops_per_s}, memory_bytes,
+                       memory_bandwidth)
