@@ -231,5 +231,93 @@ def plan(compute, gpu, n_gpus, days, mfu, dtype, fmt):
     emit(plan_document(compute, compute_optimal(compute), inputs), fmt)
 
 
+@cli.command()
+@click.argument("model")
+@click.option("--seq-len", type=LENGTH, default="2048", show_default=True, help="Training: tokens per sequence.")
+@click.option("--batch-size", type=POSITIVE_INT, default=1, show_default=True, help="Micro-batch (sequences per GPU).")
+@click.option("--recipe", default="bf16-mixed", show_default=True,
+              help="Precision recipe: fp32, bf16-mixed, bf16-mixed-fp32-grads, fp16-mixed, bf16, amp.")
+@click.option("--optimizer", default="adamw", show_default=True, help="adamw, adam, sgd, lion, adam8bit.")
+@click.option("--optimizer-bytes", type=float, help="Instead of --optimizer: optimizer bytes per parameter.")
+@click.option("--recompute", default="none", show_default=True, help="Activation recomputation: none, selective, full.")
+@click.option("--attention", default="flash", show_default=True,
+              help="flash (sdpa, no S² buffers) or eager (keeps the B·H·S² softmax output).")
+@click.option("--dropout", is_flag=True, help="Count dropout masks (GPT-3-style training; off for modern LLMs).")
+@click.option("--gpu", help="Accelerator preset: say whether it fits, and the largest micro-batch that does.")
+@click.option("--n-gpus", type=int, default=None, help="GPUs in all (default tp x pp): dp = n / (tp x pp).")
+@click.option("--zero", type=int, default=0, show_default=True, help="ZeRO stage over data parallelism: 0-3.")
+@click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree.")
+@click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel degree (1F1B).")
+@click.option("--sequence-parallel/--no-sequence-parallel", default=True, show_default=True)
+@click.option("--reserve-gib", type=float, default=0.0, show_default=True,
+              help="Memory to keep free on the GPU (CUDA context, fragmentation).")
+@click.option("--inference", is_flag=True, help="Serving memory: weights, KV cache, prefill working set.")
+@click.option("--context", type=LENGTH, default="4k", show_default=True, help="Inference: tokens per sequence.")
+@click.option("--weight-dtype", default="bf16", show_default=True, help="Inference: fp16, bf16, fp8, int8, int4.")
+@click.option("--kv-dtype", default="bf16", show_default=True, help="Inference: KV cache dtype.")
+@click.option("--prefill-chunk", type=LENGTH, default="8k", show_default=True,
+              help="Inference: tokens prefilled per step (chunked prefill).")
+@format_option
+def memory(model, seq_len, batch_size, recipe, optimizer, optimizer_bytes, recompute, attention, dropout, gpu,
+           n_gpus, zero, tp, pp, sequence_parallel, reserve_gib, inference, context, weight_dtype, kv_dtype,
+           prefill_chunk, fmt):
+    """Memory per GPU for training (or, with --inference, serving) MODEL, and whether it fits."""
+    from .presets import load_hardware, load_model
+
+    spec = load_model(model)
+    device = load_hardware(gpu) if gpu else None
+    if reserve_gib < 0:
+        raise LlmcalcError(f"--reserve-gib must be >= 0, got {reserve_gib:g}")
+    reserve = reserve_gib * 2**30
+    if inference:
+        from .analytic.inference import inference_memory, kv_cache_bytes_per_token, largest_batch
+        from .report.views_memory import inference_memory_document
+
+        settings = dict(weight_dtype=weight_dtype, kv_dtype=kv_dtype, tp=tp, prefill_chunk=prefill_chunk)
+        components = inference_memory(spec, batch_size, context, **settings)
+        largest = None if device is None else largest_batch(spec, context, device.memory_bytes - reserve, **settings)
+        emit(inference_memory_document(spec, components, batch_size, context, kv_cache_bytes_per_token(spec, kv_dtype),
+                                       device, settings, reserve, largest), fmt)
+        return
+    from .analytic.memory import Parallel, custom_optimizer, training_memory
+    from .report.views_memory import training_memory_document
+
+    opt = custom_optimizer(optimizer_bytes) if optimizer_bytes is not None else optimizer
+    est = training_memory(spec, batch_size, seq_len, recipe, opt, recompute, attention,
+                          Parallel(n_gpus or tp * pp, tp, pp, zero, sequence_parallel), dropout)
+    emit(training_memory_document(est, device, reserve), fmt)
+
+
+@cli.command()
+@click.argument("model")
+@click.option("--gpu", required=True, help="Accelerator preset.")
+@click.option("--prompt", type=LENGTH, default="2k", show_default=True, help="Prompt tokens per sequence.")
+@click.option("--generate", type=POSITIVE_INT, default=256, show_default=True, help="Tokens to generate.")
+@click.option("--batch-size", type=POSITIVE_INT, default=1, show_default=True)
+@click.option("--weight-dtype", default="bf16", show_default=True, help="fp16, bf16, fp8, int8, int4.")
+@click.option("--kv-dtype", default=None, help="KV cache dtype (default: bf16, or fp16 with fp16 weights).")
+@click.option("--compute-dtype", default=None, help="Which peak to use (default: fp8 for fp8 weights, else bf16).")
+@click.option("--n-gpus", type=POSITIVE_INT, default=1, show_default=True, help="Tensor-parallel GPUs.")
+@format_option
+def infer(model, gpu, prompt, generate, batch_size, weight_dtype, kv_dtype, compute_dtype, n_gpus, fmt):
+    """Prefill and decode time and tokens/s of MODEL on a GPU: a roofline, an upper bound on speed."""
+    from .analytic.inference import InferenceEstimate, check_inference
+    from .analytic.memory import dtype_bytes
+    from .hardware import canonical_dtype
+    from .presets import load_hardware, load_model
+    from .report.views_memory import infer_document
+
+    spec = load_model(model)
+    check_inference(batch_size, prompt, generate)
+    dtype_bytes(weight_dtype)
+    kv_dtype = kv_dtype or ("fp16" if weight_dtype == "fp16" else "bf16")
+    dtype_bytes(kv_dtype)
+    compute_dtype = canonical_dtype(compute_dtype or ("fp8" if weight_dtype == "fp8" else
+                                                      "fp16" if weight_dtype == "fp16" else "bf16"))
+    est = InferenceEstimate(spec, load_hardware(gpu), batch_size, prompt, generate, weight_dtype, kv_dtype,
+                            compute_dtype, n_gpus)
+    emit(infer_document(est), fmt)
+
+
 def main() -> None:
     cli(prog_name="llmcalc")

@@ -1,0 +1,190 @@
+"""Activation memory: the tensors autograd saves for backward, itemised per block.
+
+Each entry names the tensor it stands for, so a measurement can be held against it term by term.
+The itemisation follows Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
+Transformer Models", sec. 4.1), generalised from their GPT-3 block to the architecture actually
+used: RMSNorm or LayerNorm, gated (SwiGLU/GeGLU) or plain MLPs, GQA/MQA/MLA, MoE, parallel
+residuals, Gemma-2 sandwich norms, FlashAttention (no S² buffers) or eager attention.
+
+Conventions:
+- `act_bytes` per element for activations (2 for bf16/fp16); dropout masks are 1 byte; norm
+  statistics (rstd, LayerNorm's mean) and FlashAttention's logsumexp are fp32.
+- A tensor two ops save (the norm output feeding Q, K and V) is counted once: autograd keeps one.
+- Scope says how tensor parallelism (t) splits a tensor: "tp" is split across t always (inside
+  the column/row-parallel region), "sp" only with sequence parallelism (norm inputs, the inputs
+  of the first linear of each sub-block, residual dropout masks: Korthikanti's "10·sbh"), and
+  "s2" marks the attention S² buffers (split across t; dropped by selective recomputation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import LlmcalcError
+from ..spec import ModelSpec
+
+ATTENTION_IMPLS = ("flash", "eager")
+RECOMPUTE_MODES = ("none", "selective", "full")
+FP32 = 4
+
+
+@dataclass(frozen=True)
+class Saved:
+    """One tensor saved for backward, in bytes for the whole micro-batch (one layer)."""
+
+    name: str
+    nbytes: float
+    scope: str  # "tp", "sp" or "s2"
+
+
+def _norm_saved(spec: ModelSpec, what: str, tokens: int, width: int, act_bytes: float) -> list[Saved]:
+    """A norm saves its input and its fp32 statistics (rstd; LayerNorm also the mean)."""
+    stats = 2 if spec.norm == "layernorm" else 1
+    return [Saved(f"{what} norm input", tokens * width * act_bytes, "sp"),
+            Saved(f"{what} norm statistics (fp32)", tokens * stats * FP32, "sp")]
+
+
+def _attention_saved(spec: ModelSpec, tokens: int, batch: int, seq: int, act_bytes: float, attention: str,
+                     dropout: bool) -> list[Saved]:
+    H = spec.n_heads
+    out: list[Saved] = []
+    if spec.is_mla:
+        qk = spec.qk_nope_head_dim + spec.qk_rope_head_dim
+        v_dim = spec.v_head_dim
+        if spec.q_lora_rank:
+            out += [Saved("q_a output (q_a_norm input)", tokens * spec.q_lora_rank * act_bytes, "sp"),
+                    Saved("q_a_norm statistics (fp32)", tokens * FP32, "sp"),
+                    Saved("q_b input (normed q latent)", tokens * spec.q_lora_rank * act_bytes, "sp")]
+        out += [Saved("kv_a output: KV latent (kv_a_norm input)", tokens * spec.kv_lora_rank * act_bytes, "sp"),
+                Saved("kv_a_norm statistics (fp32)", tokens * FP32, "sp"),
+                Saved("kv_b input (normed KV latent)", tokens * spec.kv_lora_rank * act_bytes, "sp"),
+                Saved("Q, K after RoPE, V (attention inputs)", tokens * H * (2 * qk + v_dim) * act_bytes, "tp")]
+    else:
+        qkv = (H + 2 * spec.n_kv_heads) * spec.d_head  # GQA: K and V saved unexpanded
+        out.append(Saved("Q, K after RoPE, V (attention inputs)", tokens * qkv * act_bytes, "tp"))
+        v_dim = spec.d_head
+    if attention == "flash":  # sdpa flash/efficient: saves its output and fp32 logsumexp, no S²
+        out += [Saved("attention output O (saved by sdpa)", tokens * H * v_dim * act_bytes, "tp"),
+                Saved("attention logsumexp (fp32)", tokens * H * FP32, "tp")]
+    else:  # eager: softmax output P (B·H·S²), needed by softmax backward and by P @ V
+        scores = batch * H * seq * seq
+        out.append(Saved("softmax output P (B·H·S²)", scores * act_bytes, "s2"))
+        if dropout:
+            out += [Saved("attention-probs dropout mask (B·H·S², 1 byte)", scores, "s2"),
+                    Saved("dropout(P), the AV input (B·H·S²)", scores * act_bytes, "s2")]
+    out.append(Saved("O-projection input (heads merged)", tokens * H * v_dim * act_bytes, "tp"))
+    return out
+
+
+def _mlp_saved(spec: ModelSpec, tokens: float, width: int, act_bytes: float, what: str = "MLP") -> list[Saved]:
+    if spec.gated:  # gate = x Wg, a = act(gate), u = x Wu, y = (a * u) Wd
+        names = ("gate output (activation input)", "activation output", "up output", "down-projection input")
+    else:  # y = act(x W1) W2
+        names = ("fc1 output (activation input)", "activation output (fc2 input)")
+    return [Saved(f"{what} {n}", tokens * width * act_bytes, "tp") for n in names]
+
+
+def _moe_saved(spec: ModelSpec, tokens: int, act_bytes: float) -> list[Saved]:
+    """Router softmax (fp32) and, per routed token copy, the expert input, the expert MLP's saved
+    tensors and the expert output that the weighted combine multiplies (top-k copies per token)."""
+    k = spec.n_experts_per_token
+    out = [Saved("router probabilities (fp32)", tokens * spec.n_experts * FP32, "tp"),
+           Saved("routed expert inputs (top-k copies)", tokens * k * spec.d_model * act_bytes, "tp")]
+    out += _mlp_saved(spec, tokens * k, spec.d_ff_expert, act_bytes, "expert")
+    out.append(Saved("routed expert outputs (weighted in the combine)", tokens * k * spec.d_model * act_bytes, "tp"))
+    if spec.n_shared_experts:
+        out += _mlp_saved(spec, tokens, spec.d_ff_expert * spec.n_shared_experts, act_bytes, "shared-expert")
+    return out
+
+
+def layer_saved(spec: ModelSpec, layer: int, batch: int, seq: int, act_bytes: float, attention: str = "flash",
+                dropout: bool = False) -> list[Saved]:
+    """Tensors one decoder block saves for backward (no recomputation), for `batch` x `seq` tokens."""
+    if attention not in ATTENTION_IMPLS:
+        raise LlmcalcError(f"attention must be one of {', '.join(ATTENTION_IMPLS)}; got {attention!r}")
+    tokens = batch * seq
+    D = spec.d_model
+    out: list[Saved] = []
+    # Norm inputs: sequential pre-LN normalises x and then h = x + attn; a parallel block
+    # normalises x once (one norm, or two norms reading the same x: NeoX, Falcon-40B).
+    out += _norm_saved(spec, "attention", tokens, D, act_bytes)
+    if not spec.parallel_residual:
+        out += _norm_saved(spec, "MLP", tokens, D, act_bytes)
+    elif spec.norms_per_layer == 2:  # second norm of x: its own statistics, x itself already saved
+        out.append(Saved("MLP norm statistics (fp32)", tokens * (2 if spec.norm == "layernorm" else 1) * FP32, "sp"))
+    if spec.norms_per_layer == 4:  # Gemma-2: post-attention and post-FFN norms of the sub-block outputs
+        out += _norm_saved(spec, "post-attention", tokens, D, act_bytes)
+        out += _norm_saved(spec, "post-FFN", tokens, D, act_bytes)
+    out.append(Saved("attention input (norm output)", tokens * D * act_bytes, "sp"))
+    out += _attention_saved(spec, tokens, batch, seq, act_bytes, attention, dropout)
+    if not (spec.parallel_residual and spec.norms_per_layer == 1):  # one shared norm output otherwise
+        out.append(Saved("MLP input (norm output)", tokens * D * act_bytes, "sp"))
+    if spec.is_moe_layer(layer):
+        out += _moe_saved(spec, tokens, act_bytes)
+    else:
+        out += _mlp_saved(spec, tokens, spec.d_ff, act_bytes)
+    if dropout:
+        out += [Saved("attention residual dropout mask (1 byte)", tokens * D, "sp"),
+                Saved("MLP residual dropout mask (1 byte)", tokens * D, "sp")]
+    return out
+
+
+def scaled(items: list[Saved], tp: int, sequence_parallel: bool) -> float:
+    """Bytes per GPU of a layer's saved tensors under tensor parallelism t (Korthikanti Table 2)."""
+    return sum(s.nbytes / tp if (s.scope != "sp" or sequence_parallel) else s.nbytes for s in items)
+
+
+@dataclass(frozen=True)
+class ActivationEstimate:
+    """Activation bytes per GPU for one micro-batch, by kind, and the recomputation working set."""
+
+    per_layer: dict[str, float]  # saved tensor name -> bytes per GPU, summed over this GPU's layers
+    recompute_working_set: float  # full recompute: one layer's activations rebuilt during backward
+    logits_and_loss: float  # logits and the cross-entropy buffers (on the GPU that holds the head)
+
+    @property
+    def total(self) -> float:
+        return sum(self.per_layer.values()) + self.recompute_working_set + self.logits_and_loss
+
+
+def activation_memory(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recompute: str = "none",
+                      attention: str = "flash", dropout: bool = False, tp: int = 1, sequence_parallel: bool = True,
+                      layers: range | None = None, in_flight: int = 1, head: bool = True) -> ActivationEstimate:
+    """Activations per GPU for a decoder-only model, for the blocks in `layers` (default all).
+
+    - recompute "none": every block's saved tensors; "selective": minus the S² buffers
+      (Korthikanti sec. 5: recompute the attention core); "full": each block keeps only its input
+      (B·S·D), and one block is rebuilt at a time during backward (the working set).
+    - `in_flight`: micro-batches whose activations are held at once (a 1F1B pipeline's first stage
+      holds p of them, Korthikanti sec. 4.2.3).
+    - `head`: count the final norm, LM head and loss buffers (the last pipeline stage has them).
+    """
+    if recompute not in RECOMPUTE_MODES:
+        raise LlmcalcError(f"recompute must be one of {', '.join(RECOMPUTE_MODES)}; got {recompute!r}")
+    if spec.architecture != "decoder":
+        raise LlmcalcError(f"activation memory covers decoder-only models; {spec.name} is {spec.architecture}")
+    layers = range(spec.n_layers) if layers is None else layers
+    per_layer: dict[str, float] = {}
+    largest = 0.0
+    for i in layers:
+        items = layer_saved(spec, i, batch, seq, act_bytes, attention, dropout)
+        largest = max(largest, scaled(items, tp, sequence_parallel))
+        if recompute == "full":
+            items = [Saved("block input (full recomputation checkpoint)", batch * seq * spec.d_model * act_bytes,
+                           "sp")]
+        elif recompute == "selective":
+            items = [s for s in items if s.scope != "s2"]
+        for s in items:
+            value = (s.nbytes / tp if (s.scope != "sp" or sequence_parallel) else s.nbytes) * in_flight
+            per_layer[s.name] = per_layer.get(s.name, 0.0) + value
+    tokens = batch * seq
+    final = _norm_saved(spec, "final", tokens, spec.d_model, act_bytes) + [
+        Saved("LM-head input (final norm output)", tokens * spec.d_model * act_bytes, "sp")]
+    logits = 0.0
+    if head:
+        for s in final:
+            per_layer[s.name] = s.nbytes / (tp if sequence_parallel else 1)
+        # The head's logits (act dtype), their fp32 copy for the loss, and the fp32 log-softmax that
+        # cross-entropy saves: B·S·V·(act + 4 + 4) bytes at the end of forward (B·S·V·8 in fp32).
+        logits = tokens * spec.vocab_size * (act_bytes + (FP32 if act_bytes != FP32 else 0) + FP32) / tp
+    return ActivationEstimate(per_layer, largest if recompute == "full" else 0.0, logits)

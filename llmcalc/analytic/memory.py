@@ -1,0 +1,269 @@
+"""Training memory per GPU: model states under a named precision recipe and optimizer, activations,
+sharding (ZeRO 1/2/3 over data parallelism, tensor and pipeline parallelism), and the peak.
+
+Bytes inside; GiB only on screen. Every byte-per-parameter figure comes from a named recipe and
+optimizer (printed with the result), never a hidden constant.
+
+Peak (steady state, after the first step has created the optimizer states): gradients are freed
+by zero_grad(set_to_none=True) before forward and activations during backward, so the two are not
+alive together; the peak is the larger of
+- end of forward:   weights + master + optimizer states + activations + logits/loss (+ gradients
+                    where the recipe keeps a persistent gradient buffer, as Megatron does), and
+- optimizer step:   weights + master + optimizer states + gradients.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..errors import LlmcalcError
+from ..spec import ModelSpec
+from .activations import ActivationEstimate, activation_memory
+from .params import count_params
+
+DTYPE_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+
+
+def dtype_bytes(dtype: str) -> float:
+    try:
+        return DTYPE_BYTES[dtype.lower()]
+    except KeyError:
+        raise LlmcalcError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPE_BYTES)}") from None
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    weight_bytes: float  # per parameter, as the model holds it
+    grad_bytes: float
+    master_bytes: float  # fp32 master copy kept by the optimizer (0: none)
+    state_bytes: float  # per optimizer-state element
+    act_bytes: float  # per activation element
+    description: str
+    persistent_grads: bool = False  # a gradient buffer that lives through forward (Megatron)
+    autocast_cache_bytes: float = 0.0  # torch.autocast caches a low-precision copy of each weight in forward
+
+
+RECIPES = {r.name: r for r in (
+    Recipe("fp32", 4, 4, 0, 4, 4, "fp32 weights, gradients, optimizer states and activations"),
+    Recipe("bf16-mixed", 2, 2, 4, 4, 2,
+           "bf16 weights/grads/activations, fp32 master weights and optimizer states "
+           "(ZeRO paper, Rajbhandari et al. 2020: 2 + 2 + 12 = 16 bytes/param with Adam)"),
+    Recipe("bf16-mixed-fp32-grads", 2, 4, 4, 4, 2,
+           "bf16-mixed with fp32 main gradients in a persistent buffer, as Megatron-LM keeps them "
+           "(18 bytes/param with Adam)", persistent_grads=True),
+    Recipe("fp16-mixed", 2, 2, 4, 4, 2, "fp16 weights/grads/activations, fp32 master and optimizer states"),
+    Recipe("bf16", 2, 2, 0, 2, 2, "pure bf16: weights, gradients, optimizer states and activations"),
+    Recipe("amp", 4, 4, 0, 4, 2,
+           "PyTorch torch.autocast(bf16): fp32 parameters, gradients and optimizer states, bf16 activations; "
+           "autocast caches a bf16 copy of each weight during forward", autocast_cache_bytes=2),
+)}
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    name: str
+    states: int  # state tensors per parameter
+    fixed_state_bytes: float | None = None  # per state element when the optimizer fixes it (8-bit)
+    extra_bytes: float = 0.0  # per parameter, e.g. quantisation statistics
+    source: str = ""
+
+    def bytes_per_param(self, recipe: Recipe) -> float:
+        per_state = recipe.state_bytes if self.fixed_state_bytes is None else self.fixed_state_bytes
+        return self.states * per_state + self.extra_bytes
+
+
+OPTIMIZERS = {o.name: o for o in (
+    Optimizer("adamw", 2, source="Loshchilov & Hutter 2019: first and second moments"),
+    Optimizer("adam", 2, source="Kingma & Ba 2015: first and second moments"),
+    Optimizer("sgd", 1, source="SGD with momentum: one momentum buffer"),
+    Optimizer("lion", 1, source="Chen et al. 2023: one momentum buffer"),
+    # bitsandbytes 8-bit Adam: two uint8 states, block-wise quantised (block 2048) with one fp32
+    # absmax per block and state (Dettmers et al. 2022).
+    Optimizer("adam8bit", 2, fixed_state_bytes=1.0, extra_bytes=2 * 4 / 2048,
+              source="Dettmers et al. 2022 (bitsandbytes): 2 x 1 byte + fp32 absmax per 2048-block"),
+)}
+
+
+def custom_optimizer(bytes_per_param: float) -> Optimizer:
+    if not bytes_per_param >= 0:
+        raise LlmcalcError(f"optimizer bytes per parameter must be >= 0, got {bytes_per_param}")
+    return Optimizer(f"custom ({bytes_per_param:g} B/param)", 0, extra_bytes=bytes_per_param)
+
+
+def lookup(table: dict, kind: str, name: str):
+    try:
+        return table[name]
+    except KeyError:
+        raise LlmcalcError(f"unknown {kind} {name!r}; known: {', '.join(table)}") from None
+
+
+@dataclass(frozen=True)
+class Parallel:
+    n_gpus: int = 1
+    tp: int = 1
+    pp: int = 1
+    zero: int = 0  # ZeRO stage over the data-parallel group
+    sequence_parallel: bool = True
+
+    @property
+    def dp(self) -> int:
+        return self.n_gpus // (self.tp * self.pp)
+
+    def check(self, spec: ModelSpec) -> None:
+        for name in ("n_gpus", "tp", "pp"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise LlmcalcError(f"{name} must be a whole number >= 1, got {value!r}")
+        if self.zero not in (0, 1, 2, 3):
+            raise LlmcalcError(f"ZeRO stage must be 0, 1, 2 or 3, got {self.zero}")
+        if spec.n_heads % self.tp or spec.n_kv_heads % self.tp and self.tp % spec.n_kv_heads:
+            raise LlmcalcError(
+                f"tp={self.tp} does not divide the heads ({spec.n_heads} query, {spec.n_kv_heads} key/value); "
+                f"use a tp that divides {spec.n_heads}"
+            )
+        if self.n_gpus % (self.tp * self.pp):
+            raise LlmcalcError(f"n_gpus ({self.n_gpus}) must be a multiple of tp x pp ({self.tp} x {self.pp})")
+        if spec.n_layers % self.pp:
+            raise LlmcalcError(f"pp={self.pp} does not divide {spec.n_layers} layers into equal stages")
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Per-GPU training memory of the most loaded pipeline stage, by component, in bytes."""
+
+    spec: ModelSpec
+    recipe: Recipe
+    optimizer: Optimizer
+    parallel: Parallel
+    batch: int
+    seq_len: int
+    recompute: str
+    attention: str
+    params_on_gpu: float  # parameters this GPU's stage holds (before ZeRO-3 sharding)
+    activations: ActivationEstimate
+    stage: str  # "first", "last" or "only"
+    zero3_gathered: float = 0.0  # bytes of unsharded weights ZeRO-3 holds while computing a layer
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def dp(self) -> int:
+        return self.parallel.dp
+
+    def _shard(self, stage_needed: int) -> int:
+        return self.dp if self.parallel.zero >= stage_needed else 1
+
+    @property
+    def weights(self) -> float:
+        return self.params_on_gpu * self.recipe.weight_bytes / self._shard(3)
+
+    @property
+    def gradients(self) -> float:
+        return self.params_on_gpu * self.recipe.grad_bytes / self._shard(2)
+
+    @property
+    def master_weights(self) -> float:
+        return self.params_on_gpu * self.recipe.master_bytes / self._shard(1)
+
+    @property
+    def optimizer_states(self) -> float:
+        return self.params_on_gpu * self.optimizer.bytes_per_param(self.recipe) / self._shard(1)
+
+    @property
+    def autocast_cache(self) -> float:
+        return self.params_on_gpu * self.recipe.autocast_cache_bytes / self._shard(3)
+
+    @property
+    def model_states(self) -> float:
+        return self.weights + self.gradients + self.master_weights + self.optimizer_states
+
+    def components(self) -> dict[str, float]:
+        a = self.activations
+        return {
+            "weights": self.weights,
+            "gradients": self.gradients,
+            "master weights": self.master_weights,
+            "optimizer states": self.optimizer_states,
+            "activations": sum(a.per_layer.values()),
+            "recompute working set": a.recompute_working_set,
+            "logits and loss": a.logits_and_loss,
+            "autocast weight cache": self.autocast_cache,
+            "ZeRO-3 gathered layer": self.zero3_gathered,
+        }
+
+    @property
+    def forward_end(self) -> float:
+        static = self.weights + self.master_weights + self.optimizer_states
+        grads = self.gradients if self.recipe.persistent_grads else 0.0
+        return static + grads + self.activations.total + self.autocast_cache + self.zero3_gathered
+
+    @property
+    def optimizer_step(self) -> float:
+        return self.model_states
+
+    @property
+    def peak(self) -> float:
+        return max(self.forward_end, self.optimizer_step)
+
+    @property
+    def peak_phase(self) -> str:
+        return "end of forward" if self.forward_end >= self.optimizer_step else "optimizer step"
+
+    def activation_bytes_per_sample(self) -> float:
+        """Bytes the forward-end peak grows by per extra sequence in the micro-batch."""
+        return self.activations.total / self.batch
+
+    def largest_micro_batch(self, capacity: float) -> int:
+        """The largest micro-batch whose peak fits in `capacity` bytes (0 if none)."""
+        if self.optimizer_step > capacity:
+            return 0
+        fixed = self.forward_end - self.activations.total
+        per_sample = self.activation_bytes_per_sample()
+        return max(0, math.floor((capacity - fixed) / per_sample)) if per_sample else 0
+
+
+def _layer_params(spec: ModelSpec) -> tuple[float, float, float, float, float]:
+    """(per-layer sharded-by-TP params, per-layer norm params, embedding, head, final norm)."""
+    comps = count_params(spec).components
+    emb = sum(v for k, v in comps.items() if k.startswith("embedding/"))
+    head = comps.get("head/lm_head", 0)
+    final = comps.get("norm/final", 0)
+    norms = comps.get("norm/layers", 0) / spec.n_layers
+    layer = (sum(comps.values()) - emb - head - final) / spec.n_layers - norms
+    if spec.lm_head and spec.tie_embeddings:
+        head = comps["embedding/tokens"]  # the head matmul uses the (shared) embedding table
+    return layer, norms, emb, head, final
+
+
+def training_memory(spec: ModelSpec, batch: int = 1, seq_len: int = 2048, recipe: str = "bf16-mixed",
+                    optimizer: str | Optimizer = "adamw", recompute: str = "none", attention: str = "flash",
+                    parallel: Parallel | None = None, dropout: bool = False) -> MemoryEstimate:
+    """Per-GPU training memory of the most loaded pipeline stage (first or last)."""
+    parallel = parallel or Parallel()
+    parallel.check(spec)
+    for name, value in (("batch size", batch), ("seq_len", seq_len)):
+        if not isinstance(value, int) or value < 1:
+            raise LlmcalcError(f"{name} must be a whole number >= 1, got {value!r}")
+    rec = lookup(RECIPES, "recipe", recipe)
+    opt = optimizer if isinstance(optimizer, Optimizer) else lookup(OPTIMIZERS, "optimizer", optimizer)
+    tp, pp = parallel.tp, parallel.pp
+    layer, norms, emb, head, final = _layer_params(spec)
+    per_stage = spec.n_layers // pp
+    blocks = per_stage * (layer / tp + norms)
+    common = dict(spec=spec, batch=batch, seq=seq_len, act_bytes=rec.act_bytes, recompute=recompute,
+                  attention=attention, dropout=dropout, tp=tp, sequence_parallel=parallel.sequence_parallel)
+    # ZeRO-3/FSDP unshards one block at a time (and prefetches the next): two blocks' TP shards.
+    gathered = 2 * (layer / tp + norms) * rec.weight_bytes if parallel.zero == 3 and parallel.dp > 1 else 0.0
+    stages = []
+    if pp == 1:
+        params = emb / tp + blocks + final + (head / tp if not spec.tie_embeddings else 0)
+        stages.append(("only", params, activation_memory(**common)))
+    else:  # first stage: embedding + p micro-batches in flight; last: head, logits, one micro-batch
+        stages.append(("first", emb / tp + blocks,
+                       activation_memory(**common, layers=range(per_stage), in_flight=pp, head=False)))
+        stages.append(("last", blocks + final + head / tp,
+                       activation_memory(**common, layers=range(spec.n_layers - per_stage, spec.n_layers))))
+    estimates = [MemoryEstimate(spec, rec, opt, parallel, batch, seq_len, recompute, attention, params, acts, name,
+                                gathered) for name, params, acts in stages]
+    return max(estimates, key=lambda e: e.peak)

@@ -1,0 +1,186 @@
+"""Memory for training and inference: the published figures, and the model's own consistency."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from llmcalc.analytic.activations import activation_memory, layer_saved, scaled
+from llmcalc.analytic.inference import (
+    InferenceEstimate, inference_memory, kv_cache_bytes_per_token, largest_batch,
+)
+from llmcalc.analytic.memory import OPTIMIZERS, RECIPES, Parallel, custom_optimizer, training_memory
+from llmcalc.analytic.params import count_params
+from llmcalc.cli import cli
+from llmcalc.presets import load_hardware, load_model
+from llmcalc.spec import ModelSpec
+
+GIB = 2**30
+
+
+def test_kv_cache_llama_2_7b_fp16():
+    """2 (K and V) x 32 layers x 32 heads x 128 x 2 bytes = 0.5 MiB per token; 4,608 tokens = 2.25 GiB.
+    (A widely used calculator says 1.12 GiB: it drops the factor 2 for K and V.)"""
+    spec = load_model("llama-2-7b")
+    assert kv_cache_bytes_per_token(spec, "fp16") * 4608 == 2.25 * GIB
+
+
+def test_kv_cache_gqa_and_mla():
+    assert kv_cache_bytes_per_token(load_model("llama-3-8b"), "bf16") == 128 * 2**10  # GQA: 8 of 32 heads
+    assert kv_cache_bytes_per_token(load_model("llama-3-8b"), "fp8") == 64 * 2**10
+    # DeepSeek-V2 sec. 2.1.2: MLA caches (d_c + d_h^R) = 512 + 64 elements per token and layer.
+    assert kv_cache_bytes_per_token(load_model("deepseek-v3"), "bf16") == 61 * (512 + 64) * 2
+    assert kv_cache_bytes_per_token(load_model("falcon-7b"), "bf16") == 2 * 32 * 1 * 64 * 2  # MQA
+
+
+GPT3_BLOCK = dict(n_layers=4, d_model=2048, n_heads=16, vocab_size=51200, d_ff=8192, mlp="gelu", norm="layernorm",
+                  pos_emb="learned", n_positions=2048, qkv_bias=True, out_bias=True, mlp_bias=True)
+
+
+def _korthikanti_layer(t=1, sp=True, recompute="none"):
+    """Per-layer activation bytes for a GPT-3 block, norm statistics aside (the paper ignores them)."""
+    spec = ModelSpec(**GPT3_BLOCK)
+    items = [x for x in layer_saved(spec, 0, 2, 2048, 2, attention="eager", dropout=True) if "statistics" not in x.name]
+    if recompute == "selective":
+        items = [x for x in items if x.scope != "s2"]
+    return scaled(items, t, sp)
+
+
+def test_korthikanti_table_2():
+    """Korthikanti et al. 2022, Table 2: activation bytes per layer of a GPT-3 block (2-byte activations)."""
+    s, b, h, a = 2048, 2, 2048, 16
+    sbh = s * b * h
+    assert _korthikanti_layer() == sbh * (34 + 5 * a * s / h)
+    assert _korthikanti_layer(recompute="selective") == 34 * sbh
+    for t in (2, 4, 8):
+        assert _korthikanti_layer(t, sp=False) == pytest.approx(sbh * (10 + 24 / t + 5 * a * s / (h * t)))
+        assert _korthikanti_layer(t, sp=True) == pytest.approx(sbh / t * (34 + 5 * a * s / h))
+    full = activation_memory(ModelSpec(**GPT3_BLOCK), b, s, 2, recompute="full", head=False)
+    assert full.per_layer == {"block input (full recomputation checkpoint)": 4 * 2 * sbh}  # 2·sbh per layer
+    assert full.recompute_working_set == pytest.approx(scaled(layer_saved(ModelSpec(**GPT3_BLOCK), 0, b, s, 2), 1, True))
+
+
+def test_flash_attention_has_no_s2_buffers():
+    spec = load_model("llama-2-7b")
+    flash = activation_memory(spec, 1, 4096, 2, attention="flash")
+    eager = activation_memory(spec, 1, 4096, 2, attention="eager")
+    s2 = eager.total - flash.total
+    # eager keeps the softmax output P (B·H·S² at 2 bytes) and drops sdpa's O and logsumexp
+    assert s2 == pytest.approx(32 * (32 * 4096 * 4096 * 2 - 4096 * 32 * (128 * 2 + 4)))
+
+
+def test_zero_paper_model_states():
+    """Rajbhandari et al. 2020, Fig. 1: mixed-precision Adam is 2 + 2 + K (K = 12) = 16 bytes per parameter:
+    7.5B parameters are 120 GB of model states on one GPU and 1.875 GB per GPU under ZeRO-3 over 64."""
+    spec = load_model("llama-2-7b")
+    n = count_params(spec).total
+    one = training_memory(spec, 1, 1, "bf16-mixed", "adamw")
+    assert one.model_states == 16 * n
+    assert 16 * 7.5e9 == 120e9 and 16 * 7.5e9 / 64 == 1.875e9
+    K, d = 12, 64
+    for zero, expected in ((1, 4 * n + K * n / d), (2, 2 * n + (2 + K) * n / d), (3, (2 + 2 + K) * n / d)):
+        est = training_memory(spec, 1, 1, "bf16-mixed", "adamw", parallel=Parallel(64, zero=zero))
+        assert est.model_states == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("recipe, optimizer, total", [
+    ("fp32", "adamw", 4 + 4 + 8), ("bf16-mixed", "adamw", 16), ("bf16-mixed-fp32-grads", "adamw", 18),
+    ("bf16", "adamw", 2 + 2 + 4), ("amp", "adamw", 16), ("bf16-mixed", "sgd", 2 + 2 + 4 + 4),
+    ("bf16-mixed", "adam8bit", 2 + 2 + 4 + 2 + 8 / 2048),
+])
+def test_bytes_per_parameter(recipe, optimizer, total):
+    rec, opt = RECIPES[recipe], OPTIMIZERS[optimizer]
+    assert rec.weight_bytes + rec.grad_bytes + rec.master_bytes + opt.bytes_per_param(rec) == pytest.approx(total)
+    assert custom_optimizer(3).bytes_per_param(rec) == 3
+
+
+def test_peak_is_the_larger_phase():
+    spec = load_model("llama-2-7b")
+    tiny = training_memory(spec, 1, 16)  # activations negligible: the optimizer step holds the peak
+    assert tiny.peak == tiny.model_states and tiny.peak_phase == "optimizer step"
+    big = training_memory(spec, 8, 4096)
+    assert big.peak == big.forward_end > big.optimizer_step
+    assert big.peak == big.weights + big.master_weights + big.optimizer_states + big.activations.total
+    megatron = training_memory(spec, 8, 4096, "bf16-mixed-fp32-grads")
+    assert megatron.forward_end == pytest.approx(big.forward_end + megatron.gradients)  # a persistent grad buffer
+
+
+def test_largest_micro_batch_is_the_boundary():
+    spec = load_model("llama-3-8b")
+    capacity = load_hardware("h100-sxm").memory_bytes
+    par = Parallel(64, tp=8, zero=3)
+    b = training_memory(spec, 1, 4096, parallel=par).largest_micro_batch(capacity)
+    assert b >= 1
+    assert training_memory(spec, b, 4096, parallel=par).peak <= capacity
+    assert training_memory(spec, b + 1, 4096, parallel=par).peak > capacity
+
+
+def test_pipeline_first_stage_holds_p_micro_batches():
+    spec = load_model("llama-2-7b")
+    whole = activation_memory(spec, 1, 2048, 2, head=False)
+    first = activation_memory(spec, 1, 2048, 2, layers=range(8), in_flight=4, head=False)
+    assert first.total == pytest.approx(whole.total)  # 4 in flight x 8 of 32 layers = all 32 layers' worth
+    est = training_memory(spec, 1, 2048, parallel=Parallel(4, pp=4))
+    assert est.stage in ("first", "last") and est.params_on_gpu < count_params(spec).total / 3
+
+
+def test_decode_is_memory_bound_at_batch_1():
+    """Llama-2-7B fp16 on H100 SXM (3.35 TB/s): about 4 ms per token, about 250 tokens/s (upper bound)."""
+    est = InferenceEstimate(load_model("llama-2-7b"), load_hardware("h100-sxm"), 1, 128, 64, "fp16", "fp16", "fp16")
+    assert est.decode_seconds_per_token == pytest.approx(4e-3, rel=0.05)
+    assert est.decode_tokens_per_second == pytest.approx(250, rel=0.05)
+    assert est.decode_step(128).bound == "memory" and est.prefill.flops > 0
+    # With no KV cache to read, decode turns compute-bound near peak / bandwidth x bytes per param / 2:
+    # 989.4e12 / 3.35e12 x 2 / 2 = 295 sequences.
+    assert est.compute_bound_batch(with_kv=False) == pytest.approx(989.4 / 3.35, rel=0.02)
+
+
+def test_inference_memory_and_largest_batch():
+    spec = load_model("llama-3-8b")
+    parts = inference_memory(spec, 16, 32768, kv_dtype="fp8")
+    assert parts["KV cache"] == 16 * 32768 * 64 * 2**10
+    cap = load_hardware("h100-sxm").memory_bytes
+    b = largest_batch(spec, 32768, cap, kv_dtype="fp8")
+    assert sum(inference_memory(spec, b, 32768, kv_dtype="fp8").values()) <= cap
+    assert sum(inference_memory(spec, b + 1, 32768, kv_dtype="fp8").values()) > cap
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def test_memory_cli_json():
+    result = run("memory", "llama-3-70b", "--gpu", "h100-sxm", "--n-gpus", 64, "--zero", 3, "--tp", 8, "--format", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["fits"] is True and data["largest_micro_batch"] >= 1
+    assert data["per_gpu_bytes"] == pytest.approx(max(
+        sum(data["components"][k] for k in ("weights", "master weights", "optimizer states", "activations",
+                                              "logits and loss", "ZeRO-3 gathered layer", "recompute working set",
+                                              "autocast weight cache")),
+        sum(data["components"][k] for k in ("weights", "gradients", "master weights", "optimizer states"))))
+    inference = json.loads(run("memory", "llama-3-8b", "--inference", "--context", "32k", "--batch-size", 16,
+                               "--kv-dtype", "fp8", "--format", "json").stdout)
+    assert inference["kv_cache_bytes"] == 32 * GIB
+    infer = json.loads(run("infer", "llama-3-8b", "--gpu", "h100-sxm", "--prompt", "2k", "--generate", 256,
+                           "--batch-size", 8, "--format", "json").stdout)
+    assert {"prefill_seconds", "decode_seconds_per_token", "tokens_per_second"} <= set(infer)
+    assert infer["prefill_bound"] == "compute" and infer["decode_bound_first"] == "memory"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["memory", "llama-3-8b", "--zero", "4"], "ZeRO stage must be 0, 1, 2 or 3, got 4"),
+    (["memory", "llama-3-8b", "--tp", "3"], "tp=3 does not divide the heads"),
+    (["memory", "llama-3-8b", "--inference", "--context", "-5"], "must be a positive number of tokens"),
+    (["memory", "llama-3-8b", "--recipe", "fp64"], "unknown recipe 'fp64'; known: fp32, bf16-mixed"),
+    (["memory", "llama-3-8b", "--optimizer", "adagrad"], "unknown optimizer 'adagrad'"),
+    (["memory", "llama-3-8b", "--n-gpus", "12", "--tp", "8"], "must be a multiple of tp x pp"),
+    (["memory", "t5-small"], "covers decoder-only models"),
+    (["infer", "bert-base-uncased", "--gpu", "h100-sxm"], "is an encoder: it generates nothing"),
+    (["infer", "llama-3-8b", "--gpu", "h100-sxm", "--weight-dtype", "int3"], "unknown dtype 'int3'"),
+])
+def test_bad_input(args, message):
+    result = run(*args)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
