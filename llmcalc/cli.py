@@ -239,6 +239,8 @@ def plan(compute, gpu, n_gpus, days, mfu, dtype, fmt):
               help="Precision recipe: fp32, bf16-mixed, bf16-mixed-fp32-grads, fp16-mixed, bf16, amp.")
 @click.option("--optimizer", default="adamw", show_default=True, help="adamw, adam, sgd, lion, adam8bit.")
 @click.option("--optimizer-bytes", type=float, help="Instead of --optimizer: optimizer bytes per parameter.")
+@click.option("--optimizer-impl", type=click.Choice(["fused", "foreach", "for-loop"]), default="fused",
+              show_default=True, help="Optimizer-step scratch: fused none, torch foreach a copy of every state.")
 @click.option("--recompute", default="none", show_default=True, help="Activation recomputation: none, selective, full.")
 @click.option("--attention", default="flash", show_default=True,
               help="flash (sdpa, no S² buffers) or eager (keeps the B·H·S² softmax output).")
@@ -258,7 +260,8 @@ def plan(compute, gpu, n_gpus, days, mfu, dtype, fmt):
 @click.option("--prefill-chunk", type=LENGTH, default="8k", show_default=True,
               help="Inference: tokens prefilled per step (chunked prefill).")
 @format_option
-def memory(model, seq_len, batch_size, recipe, optimizer, optimizer_bytes, recompute, attention, dropout, gpu,
+def memory(model, seq_len, batch_size, recipe, optimizer, optimizer_bytes, optimizer_impl, recompute, attention,
+           dropout, gpu,
            n_gpus, zero, tp, pp, sequence_parallel, reserve_gib, inference, context, weight_dtype, kv_dtype,
            prefill_chunk, fmt):
     """Memory per GPU for training (or, with --inference, serving) MODEL, and whether it fits."""
@@ -284,7 +287,7 @@ def memory(model, seq_len, batch_size, recipe, optimizer, optimizer_bytes, recom
 
     opt = custom_optimizer(optimizer_bytes) if optimizer_bytes is not None else optimizer
     est = training_memory(spec, batch_size, seq_len, recipe, opt, recompute, attention,
-                          Parallel(n_gpus or tp * pp, tp, pp, zero, sequence_parallel), dropout)
+                          Parallel(n_gpus or tp * pp, tp, pp, zero, sequence_parallel), dropout, optimizer_impl)
     emit(training_memory_document(est, device, reserve), fmt)
 
 
@@ -317,6 +320,95 @@ def infer(model, gpu, prompt, generate, batch_size, weight_dtype, kv_dtype, comp
     est = InferenceEstimate(spec, load_hardware(gpu), batch_size, prompt, generate, weight_dtype, kv_dtype,
                             compute_dtype, n_gpus)
     emit(infer_document(est), fmt)
+
+
+def _need_torch():
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise LlmcalcError("profiling needs torch: pip install 'llmcalc[profile]' (on a CPU-only machine install "
+                           "torch==2.13.0 first)") from None
+
+
+@cli.command()
+@click.argument("model")
+@click.option("--virtual", is_flag=True, help="FakeTensorMode: any size, no real memory, exact counts.")
+@click.option("--device", default="auto", show_default=True, help="Real runs: auto (cuda if present), cpu, cuda.")
+@click.option("--dtype", default="auto", show_default=True,
+              help="fp32, bf16 or fp16 (auto: bf16 virtual or on CUDA, fp32 on CPU); picks the recipe.")
+@click.option("--recipe", default=None, help="fp32, bf16, bf16-mixed, fp16-mixed, amp (default from --dtype).")
+@click.option("--batch-size", type=POSITIVE_INT, default=1, show_default=True)
+@click.option("--seq-len", type=LENGTH, default="2048", show_default=True)
+@click.option("--steps", type=POSITIVE_INT, default=10, show_default=True, help="Real runs: timed steps (median).")
+@click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True, help="Real runs: untimed steps.")
+@click.option("--compile", "compile_", is_flag=True, help="Real runs: torch.compile (its first step timed apart).")
+@click.option("--counter", type=click.Choice(["torch", "fvcore", "both"]), default="torch", show_default=True,
+              help="FlopCounterMode, fvcore (real runs) or both.")
+@click.option("--recompute", type=click.Choice(["none", "full"]), default="none", show_default=True,
+              help="full: one activation checkpoint per block.")
+@click.option("--attention", type=click.Choice(["sdpa", "eager"]), default="sdpa", show_default=True)
+@click.option("--layers", type=POSITIVE_INT, default=None, help="Use only this many layers (to fit a real run).")
+@click.option("--peak-tflops", type=float, default=None, help="Peak for MFU (default: catalog or calibration).")
+@format_option
+def profile(model, virtual, device, dtype, recipe, batch_size, seq_len, steps, warmup, compile_, counter, recompute,
+            attention, layers, peak_tflops, fmt):
+    """Build MODEL in PyTorch, measure FLOPs, memory and speed, and hold every formula against them."""
+    _need_torch()
+    from .presets import load_model
+    from .report.views_profile import profile_document
+
+    spec = load_model(model)
+    if layers is not None:
+        spec = spec.replace(n_layers=layers, name=f"{spec.name} ({layers} layers)",
+                            n_dense_layers=min(spec.n_dense_layers, layers),
+                            n_decoder_layers=layers if spec.n_decoder_layers else None)
+    if virtual:
+        from .profiling.measure import virtual_profile
+
+        if counter != "torch":
+            raise LlmcalcError("fvcore traces real tensors; with --virtual use --counter torch")
+        recipe = recipe or {"fp32": "fp32", "fp16": "fp16-mixed"}.get(dtype, "bf16-mixed")
+        emit(profile_document(virtual_profile(spec, batch_size, seq_len, recipe, recompute, attention)), fmt)
+        return
+    from .profiling.measure import peak_for, real_profile, resolve_device
+
+    device = resolve_device(device)
+    if dtype == "auto":
+        dtype = "bf16" if device == "cuda" else "fp32"
+    recipe = recipe or {"fp32": "fp32", "bf16": "bf16-mixed", "fp16": "fp16-mixed"}.get(dtype)
+    if recipe is None:
+        raise LlmcalcError(f"--dtype must be fp32, bf16 or fp16; got {dtype!r}")
+    compute_dtype = "fp32" if recipe == "fp32" else "fp16" if recipe == "fp16-mixed" else "bf16"
+    peak, source = peak_for(device, compute_dtype, peak_tflops)
+    result = real_profile(spec, device, batch_size, seq_len, recipe, recompute, attention, steps, warmup, compile_,
+                          counter, peak, source)
+    emit(profile_document(result), fmt)
+
+
+@cli.command()
+@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
+@click.option("--dtype", type=click.Choice(["fp32", "bf16", "fp16"]), default="fp32", show_default=True)
+@click.option("--size", type=POSITIVE_INT, default=None, help="Matrix size (default 1024 on CPU, 8192 on CUDA).")
+@click.option("--seconds", type=float, default=2.0, show_default=True, help="How long to keep timing.")
+@format_option
+def calibrate(device, dtype, size, seconds, fmt):
+    """Achievable matmul FLOP/s on this device: the peak `profile` uses for CPUs and unknown GPUs."""
+    _need_torch()
+    from .presets import find_accelerator
+    from .profiling.measure import calibrate as run
+    from .profiling.measure import device_name, resolve_device, torch_dtype
+    from .report.views_profile import calibrate_document
+
+    if seconds <= 0:
+        raise LlmcalcError(f"--seconds must be positive, got {seconds:g}")
+    device = resolve_device(device)
+    size = size or (8192 if device == "cuda" else 1024)
+    flops = run(device, torch_dtype(dtype), size, seconds)
+    catalog = None
+    acc = find_accelerator(device_name(device)) if device == "cuda" else None
+    if acc is not None and dtype in acc.peak_flops:
+        catalog = {"preset": acc.key, "peak_flops_per_s": acc.peak(dtype)}
+    emit(calibrate_document(device_name(device), dtype, size, flops, catalog), fmt)
 
 
 def main() -> None:

@@ -173,7 +173,7 @@ FAMILIES: dict[str, Family] = {
         "models/bert/modeling_bert.py (BertModel): post-LN, embedding LayerNorm, token types, pooler",
         {"architecture": "encoder", "norm": "layernorm", "pos_emb": "learned", "qkv_bias": True,
          "out_bias": True, "mlp_bias": True, "final_norm": False, "embedding_norm": True,
-         "lm_head": False, "pooler": True},
+         "lm_head": False, "pooler": True, "post_norm": True},
         {"type_vocab_size": 2, "max_position_embeddings": 512, "tie_word_embeddings": True}, gated=False,
     ),
     "t5": Family(
@@ -184,7 +184,7 @@ FAMILIES: dict[str, Family] = {
     "marian": Family(
         "models/marian/modeling_marian.py: post-LN, biased linears, sinusoidal positions, no final norm",
         {"architecture": "encoder-decoder", "norm": "layernorm", "pos_emb": "sinusoidal", "qkv_bias": True,
-         "out_bias": True, "mlp_bias": True, "final_norm": False},
+         "out_bias": True, "mlp_bias": True, "final_norm": False, "post_norm": True},
         {"tie_word_embeddings": True, "activation_function": "gelu"}, _marian, gated=False,
     ),
 }

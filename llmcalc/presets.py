@@ -121,3 +121,14 @@ def load_hardware(name: str):
     from .hardware import accelerator_from_preset
 
     return accelerator_from_preset(name, hardware_config(name))
+
+
+def find_accelerator(device_name: str):
+    """The hardware preset whose `device_names` include what the driver reports (e.g.
+    torch.cuda.get_device_name(): "NVIDIA H100 80GB HBM3"), or None."""
+    wanted = device_name.strip().lower()
+    for name in hardware_names():
+        names = [n.lower() for n in hardware_config(name).get("device_names", [])]
+        if wanted in names:
+            return load_hardware(name)
+    return None

@@ -59,6 +59,7 @@ class ModelSpec:
     type_vocab_size: int = 0  # BERT token-type (segment) embeddings
     rel_pos_buckets: int = 0  # T5 relative-position buckets (one table per stack)
     parallel_residual: bool = False  # attention and MLP read the same input (GPT-J/NeoX/Falcon)
+    post_norm: bool = False  # norm after each residual add (BERT, the 2017 Transformer), not before
     lm_head: bool = True  # False: a bare encoder with no output projection (BertModel)
     pooler: bool = False  # BERT's [CLS] pooler, a D x D dense layer with bias
     # Mixture of experts (n_experts == 0 means dense).
@@ -229,8 +230,13 @@ def _validate(spec: ModelSpec) -> None:
             f"n_heads ({spec.n_heads}) must be a multiple of n_kv_heads ({spec.n_kv_heads}): "
             f"each key/value head serves a whole group of query heads"
         )
-    if spec.norms_per_layer < 0:
-        raise SpecError(f"norms_per_layer must be zero or positive, got {spec.norms_per_layer}")
+    if spec.parallel_residual and spec.norms_per_layer not in (1, 2):
+        raise SpecError(f"a parallel-residual block has 1 or 2 norms, got norms_per_layer={spec.norms_per_layer}")
+    if not spec.parallel_residual and spec.norms_per_layer not in (2, 4):
+        raise SpecError(f"a sequential block has 2 norms (4 with Gemma-2's sandwich norms), "
+                        f"got norms_per_layer={spec.norms_per_layer}")
+    if spec.post_norm and (spec.parallel_residual or spec.norms_per_layer != 2):
+        raise SpecError("post_norm blocks are sequential with 2 norms")
     if spec.architecture == "encoder-decoder":
         if spec.n_decoder_layers is None:
             raise SpecError("an encoder-decoder needs n_decoder_layers")

@@ -184,7 +184,10 @@ def activation_memory(spec: ModelSpec, batch: int, seq: int, act_bytes: float, r
     if head:
         for s in final:
             per_layer[s.name] = s.nbytes / (tp if sequence_parallel else 1)
-        # The head's logits (act dtype), their fp32 copy for the loss, and the fp32 log-softmax that
-        # cross-entropy saves: B·S·V·(act + 4 + 4) bytes at the end of forward (B·S·V·8 in fp32).
-        logits = tokens * spec.vocab_size * (act_bytes + (FP32 if act_bytes != FP32 else 0) + FP32) / tp
+        # Logits and cross-entropy in fp32. At the end of forward: the logits (act dtype), their fp32
+        # copy and the fp32 log-probs cross-entropy saves (10 bytes per logit in bf16, 8 in fp32); at
+        # the start of backward, the saved log-probs, their gradient and the logits' fp32 gradient
+        # (12 bytes) -- the larger of the two, while every block's activations are still alive.
+        forward_end = act_bytes + (FP32 if act_bytes != FP32 else 0) + FP32
+        logits = tokens * spec.vocab_size * max(forward_end, 3 * FP32) / tp
     return ActivationEstimate(per_layer, largest if recompute == "full" else 0.0, logits)

@@ -227,3 +227,45 @@ def step_flops(spec: ModelSpec, batch: int = 1, seq_len: int = 2048, causal: boo
         raise LlmcalcError(f"recompute must be one of {', '.join(RECOMPUTE)}; got {recompute!r}")
     ops = forward_ops(spec, batch, seq_len, causal, decoder_seq_len)
     return StepFlops(spec, batch, seq_len, causal, recompute, ops, decoder_seq_len)
+
+
+def component_flops(ops: dict[str, int]) -> dict[str, int]:
+    """Forward FLOPs per component as a profiler reports them: "attention projections",
+    "attention S²", "cross-attention ...", "FFN" (per stack prefix), "LM head", "pooler"."""
+    out: dict[str, int] = {}
+    for op, value in ops.items():
+        group, part = op.split("/")
+        stack, _, name = group.rpartition(".")
+        prefix = f"{stack}." if stack else ""
+        if name in ("attention", "cross_attention"):
+            label = "cross-attention" if name == "cross_attention" else "attention"
+            key = f"{prefix}{label} {'S²' if part in ATTENTION_CORE else 'projections'}"
+        elif name in ("mlp", "moe"):
+            key = f"{prefix}FFN"
+        elif op == "head/lm_head":
+            key = "LM head"
+        elif op == "head/pooler":
+            key = "pooler"
+        else:
+            continue  # the embedding lookup: 0 FLOPs
+        out[key] = out.get(key, 0) + value
+    return out
+
+
+def counted_step_flops(ops: dict[str, int], recompute: str, recomputing: set[str] = frozenset()) -> dict[str, int]:
+    """What a FLOP counter sees for forward + backward, per component (the hardware convention).
+
+    Model FLOPs (3 x forward), plus: with full recomputation every block's forward once more; for
+    the attention components in `recomputing` (those whose kernel is flash-style), the backward
+    recomputes QKᵀ (torch's sdpa_backward_flop_count: 5 matmuls against the forward's 2, i.e. 2.5x).
+    """
+    out: dict[str, int] = {}
+    for op, value in ops.items():
+        if op.startswith("embedding/"):
+            continue
+        key = next(iter(component_flops({op: value})))
+        extra = value if recompute == "full" and is_block_op(op) else 0
+        if key in recomputing and op.endswith("/scores"):
+            extra += value
+        out[key] = out.get(key, 0) + 3 * value + extra
+    return out

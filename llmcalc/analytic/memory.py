@@ -20,7 +20,12 @@ from dataclasses import dataclass, field
 from ..errors import LlmcalcError
 from ..spec import ModelSpec
 from .activations import ActivationEstimate, activation_memory
-from .params import count_params
+from .params import count_params, largest_tensor
+
+# How an optimizer step allocates scratch memory (AdamW's sqrt(v) denominator; for mixed precision
+# also the fp32 copy of a half-precision gradient): fused kernels none; torch's foreach path one
+# state-sized copy of every parameter at once; its for-loop path two for the largest tensor at a time.
+OPTIMIZER_IMPLS = ("fused", "foreach", "for-loop")
 
 DTYPE_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 
@@ -145,6 +150,8 @@ class MemoryEstimate:
     activations: ActivationEstimate
     stage: str  # "first", "last" or "only"
     zero3_gathered: float = 0.0  # bytes of unsharded weights ZeRO-3 holds while computing a layer
+    optimizer_impl: str = "fused"
+    largest_tensor: int = 0  # elements of the largest parameter tensor
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -178,6 +185,16 @@ class MemoryEstimate:
     def model_states(self) -> float:
         return self.weights + self.gradients + self.master_weights + self.optimizer_states
 
+    @property
+    def optimizer_temporaries(self) -> float:
+        """Scratch bytes during the optimizer step (see OPTIMIZER_IMPLS)."""
+        if self.optimizer_impl == "fused" or self.optimizer.states == 0:
+            return 0.0
+        widen = 4.0 if self.recipe.master_bytes else 0.0  # fp32 copy of a half-precision gradient
+        if self.optimizer_impl == "foreach":
+            return self.params_on_gpu / self._shard(1) * (self.recipe.state_bytes + widen)
+        return self.largest_tensor * (2 * self.recipe.state_bytes + widen)
+
     def components(self) -> dict[str, float]:
         a = self.activations
         return {
@@ -190,6 +207,7 @@ class MemoryEstimate:
             "logits and loss": a.logits_and_loss,
             "autocast weight cache": self.autocast_cache,
             "ZeRO-3 gathered layer": self.zero3_gathered,
+            "optimizer temporaries": self.optimizer_temporaries,
         }
 
     @property
@@ -200,7 +218,7 @@ class MemoryEstimate:
 
     @property
     def optimizer_step(self) -> float:
-        return self.model_states
+        return self.model_states + self.optimizer_temporaries
 
     @property
     def peak(self) -> float:
@@ -238,9 +256,13 @@ def _layer_params(spec: ModelSpec) -> tuple[float, float, float, float, float]:
 
 def training_memory(spec: ModelSpec, batch: int = 1, seq_len: int = 2048, recipe: str = "bf16-mixed",
                     optimizer: str | Optimizer = "adamw", recompute: str = "none", attention: str = "flash",
-                    parallel: Parallel | None = None, dropout: bool = False) -> MemoryEstimate:
+                    parallel: Parallel | None = None, dropout: bool = False,
+                    optimizer_impl: str = "fused") -> MemoryEstimate:
     """Per-GPU training memory of the most loaded pipeline stage (first or last)."""
     parallel = parallel or Parallel()
+    if optimizer_impl not in OPTIMIZER_IMPLS:
+        raise LlmcalcError(f"optimizer implementation must be one of {', '.join(OPTIMIZER_IMPLS)}; "
+                           f"got {optimizer_impl!r}")
     parallel.check(spec)
     for name, value in (("batch size", batch), ("seq_len", seq_len)):
         if not isinstance(value, int) or value < 1:
@@ -264,6 +286,7 @@ def training_memory(spec: ModelSpec, batch: int = 1, seq_len: int = 2048, recipe
                        activation_memory(**common, layers=range(per_stage), in_flight=pp, head=False)))
         stages.append(("last", blocks + final + head / tp,
                        activation_memory(**common, layers=range(spec.n_layers - per_stage, spec.n_layers))))
+    biggest = largest_tensor(spec) / tp
     estimates = [MemoryEstimate(spec, rec, opt, parallel, batch, seq_len, recompute, attention, params, acts, name,
-                                gathered) for name, params, acts in stages]
+                                gathered, optimizer_impl, biggest) for name, params, acts in stages]
     return max(estimates, key=lambda e: e.peak)

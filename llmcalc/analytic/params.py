@@ -54,19 +54,24 @@ def _attention(spec: ModelSpec, prefix: str, cross: bool = False) -> dict[str, i
     return {f"{prefix}/{k}": v for k, v in parts.items()}
 
 
-def _ffn(spec: ModelSpec, width: int, prefix: str) -> dict[str, int]:
+def _ffn(spec: ModelSpec, width: int, prefix: str, bias: bool | None = None) -> dict[str, int]:
     """A dense FFN of inner width `width`: gated (gate, up, down) or plain (up, down)."""
     D = spec.d_model
     parts = {"gate_proj": D * width} if spec.gated else {}
     parts["up_proj"] = D * width
     parts["down_proj"] = width * D
-    parts["bias"] = ((2 if spec.gated else 1) * width + D) * spec.mlp_bias
+    parts["bias"] = ((2 if spec.gated else 1) * width + D) * (spec.mlp_bias if bias is None else bias)
     return {f"{prefix}/{k}": v for k, v in parts.items()}
+
+
+def _expert(spec: ModelSpec) -> int:
+    """One expert: an FFN of width d_ff_expert without biases (Mixtral, DeepSeek)."""
+    return sum(_ffn(spec, spec.d_ff_expert, "x", bias=False).values())
 
 
 def _moe(spec: ModelSpec, prefix: str) -> dict[str, int]:
     """One MoE FFN: a bias-free linear router over experts, routed experts, shared experts."""
-    one_expert = sum(_ffn(spec, spec.d_ff_expert, "x").values())
+    one_expert = _expert(spec)
     return {
         f"{prefix}/router": spec.d_model * spec.n_experts,
         f"{prefix}/experts": spec.n_experts * one_expert,
@@ -161,8 +166,7 @@ class ParamCount:
         spec = self.spec
         if not spec.is_moe:
             return 0
-        one_expert = sum(_ffn(spec, spec.d_ff_expert, "x").values())
-        return (spec.n_experts - spec.n_experts_per_token) * one_expert * spec.n_moe_layers
+        return (spec.n_experts - spec.n_experts_per_token) * _expert(spec) * spec.n_moe_layers
 
     @property
     def active_per_token(self) -> int:
@@ -176,6 +180,21 @@ class ParamCount:
             group = key.split("/")[0]
             out[group] = out.get(group, 0) + value
         return out
+
+
+def largest_tensor(spec: ModelSpec) -> int:
+    """Elements of the largest single parameter tensor, in the HF/reference layout: the token
+    embedding or LM head (V x D), a projection, an FFN matrix, or all experts' matrices of one kind
+    stored as one E x F x D tensor (transformers >= 5, llmcalc's reference model)."""
+    D = spec.d_model
+    sizes = [spec.vocab_size * D, D * spec.n_heads * spec.d_head]
+    if spec.d_ff:
+        sizes.append(D * spec.d_ff)
+    if spec.is_moe:
+        sizes += [spec.n_experts * spec.d_ff_expert * D, spec.n_shared_experts * spec.d_ff_expert * D]
+    if spec.is_mla:
+        sizes.append(spec.kv_lora_rank * spec.n_heads * (spec.qk_nope_head_dim + spec.v_head_dim))
+    return max(sizes)
 
 
 def count_params(spec: ModelSpec) -> ParamCount:

@@ -25,7 +25,7 @@ def _fit_rows(per_gpu: float, gpu: Accelerator | None, reserve: float) -> tuple[
     capacity = gpu.memory_bytes - reserve
     fits = per_gpu <= capacity
     line = (f"{'fits' if fits else 'does NOT fit'} on {gpu.key} ({gpu.memory_bytes / GIB:g} GiB"
-            + (f" - {reserve / GIB:g} GiB reserve" if reserve else "") + f"): "
+            + (f" - {reserve / GIB:g} GiB reserve" if reserve else "") + "): "
             + (f"{(capacity - per_gpu) / GIB:,.2f} GiB free" if fits else f"{(per_gpu - capacity) / GIB:,.2f} GiB over"))
     return {"fits": fits, "capacity_bytes": capacity, "device": gpu.key}, [line]
 
@@ -41,7 +41,8 @@ def training_memory_document(est: MemoryEstimate, gpu: Accelerator | None, reser
     largest = est.largest_micro_batch(fit["capacity_bytes"]) if gpu else None
     data = {
         "model": spec.name, "mode": "training", "batch_size": est.batch, "seq_len": est.seq_len,
-        "recipe": rec.name, "optimizer": opt.name, "recompute": est.recompute, "attention": est.attention,
+        "recipe": rec.name, "optimizer": opt.name, "optimizer_impl": est.optimizer_impl,
+        "recompute": est.recompute, "attention": est.attention,
         "parallel": {"n_gpus": par.n_gpus, "dp": par.dp, "tp": par.tp, "pp": par.pp, "zero": par.zero,
                      "sequence_parallel": par.sequence_parallel},
         "pipeline_stage": est.stage, "params_on_gpu": est.params_on_gpu,
@@ -60,7 +61,10 @@ def training_memory_document(est: MemoryEstimate, gpu: Accelerator | None, reser
         f"bytes per parameter: weights {rec.weight_bytes:g} + gradients {rec.grad_bytes:g} + master "
         f"{rec.master_bytes:g} + optimizer {opt_bytes:g} = {sum(per_param.values()):g}",
         "peak = max(end of forward: weights + master + optimizer + activations + logits/loss, optimizer step: "
-        "weights + master + optimizer + gradients); gradients and activations are not alive together",
+        "weights + master + optimizer + gradients + optimizer temporaries); gradients and activations are not "
+        "alive together",
+        f"optimizer step implementation {est.optimizer_impl}: fused kernels allocate no scratch; torch's foreach "
+        "AdamW a state-sized copy of every parameter; its for-loop path two of the largest tensor",
         "memory in GiB (2^30 bytes); the CUDA context and allocator fragmentation are not included",
     ]
     if par.n_gpus > 1:

@@ -1,0 +1,330 @@
+"""Measure the reference model: virtually (FakeTensorMode, no memory) or for real (CPU or CUDA).
+
+Virtual: one full training step (forward, backward, optimizer step) runs on fake tensors first,
+to create the optimizer states; the next is watched by torch's MemTracker
+(torch.distributed._tools.mem_tracker) for the peak by category, and one more by FlopCounterMode.
+Real: warm-up steps, then the median of timed steps (CUDA synchronised; never timed under a
+counter or tracker; a torch.compile step is timed on its own), peak memory from the CUDA
+allocator or, on CPU, the process's resident-set high-water mark reset before the measured step.
+Every measured figure is returned beside the formula that predicted it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from ..analytic.flops import component_flops, counted_step_flops, forward_ops, step_flops
+from ..analytic.memory import training_memory
+from ..analytic.params import count_params
+from ..errors import LlmcalcError
+from ..results import Comparison, ProfileResult
+from ..spec import ModelSpec
+from .counters import SdpaSpy, count_flops, fvcore_forward_flops, sdpa_backend_seen
+from .model import build_model, measured_breakdown
+from .step import batch_inputs, forward_only, make_optimizer, param_dtype, training_step
+
+FLOP_TOLERANCE = 0.01  # 1 %: the issue's bar for FLOPs
+MEMORY_TOLERANCE = 0.10  # 10 % for peak memory
+
+
+def _global_peak_tracker():
+    """torch's MemTracker, keeping only the global peak.
+
+    MemTracker updates every tracked module's local peak on every op (``_update_peak_stats`` loops
+    over all modules), which makes a 126-layer step take minutes; the profiler needs the global
+    peak by category only, so that loop is skipped. Tensor tracking and categories are MemTracker's."""
+    from copy import deepcopy
+
+    from torch.distributed._tools.mem_tracker import _TOTAL_KEY, MemTracker
+
+    class GlobalPeakMemTracker(MemTracker):
+        def _update_peak_stats(self, peak_state) -> None:
+            for dev, dev_snap in self._curr_mem_snap.items():
+                if self._peak_mem.get(dev, 0) < dev_snap[_TOTAL_KEY]:
+                    self._peak_mem[dev] = dev_snap[_TOTAL_KEY]
+                    self._peak_mem_snap[dev] = deepcopy(dev_snap)
+
+    return GlobalPeakMemTracker()
+
+
+# MemTracker's reference types, grouped as the analytic model's categories.
+MEMORY_GROUPS = {"param": "parameters (weights + masters)", "grad": "gradients", "opt": "optimizer states",
+                 "act": "activations and temporaries", "temp": "activations and temporaries",
+                 "buffer": "activations and temporaries", "oth": "activations and temporaries", "total": "total"}
+
+
+def _memory_categories(snapshot: dict) -> dict[str, float]:
+    """MemTracker's categories at the peak, in bytes (all devices summed), grouped as the formula's."""
+    out: dict[str, float] = {}
+    for stats in snapshot.values():
+        for kind, value in stats.items():
+            name = MEMORY_GROUPS.get(str(kind).split(".")[-1].lower(), str(kind))
+            out[name] = out.get(name, 0.0) + value
+    return out
+
+
+def _analytic_memory(spec, batch, seq, recipe, recompute, attention):
+    if spec.architecture != "decoder":
+        return None  # the analytic activation model covers decoder-only models
+    # the reference step runs AdamW's for-loop path, one tensor at a time (profiling/step.py)
+    est = training_memory(spec, batch, seq, recipe, "adamw", recompute, "flash" if attention == "sdpa" else "eager",
+                          optimizer_impl="for-loop")
+    step = est.peak_phase == "optimizer step"
+    at_peak = {"parameters (weights + masters)": est.weights + est.master_weights,
+               "gradients": est.gradients if step or est.recipe.persistent_grads else 0.0,
+               "optimizer states": est.optimizer_states,
+               "activations and temporaries": est.optimizer_temporaries if step else
+               est.activations.total + est.autocast_cache}
+    return est, at_peak
+
+
+def _compare(result: ProfileResult, spec: ModelSpec, batch: int, seq: int, recompute: str, params: int,
+             forward, step, analytic_memory, measured_peak, recipe: str) -> None:
+    """Fill `result.comparisons`: parameters, FLOPs (total and per component), memory."""
+    ops = forward_ops(spec, batch, seq)
+    model = step_flops(spec, batch, seq, recompute=recompute)
+    recomputing = forward.recomputing_components()
+    expected_step = counted_step_flops(ops, recompute, recomputing)
+    rows = [
+        Comparison("parameters", count_params(spec).total, params, "params", 0.0),
+        Comparison("forward FLOPs", model.forward, forward.total, "FLOP", FLOP_TOLERANCE, "full S², matmuls only"),
+        Comparison("train-step model FLOPs", model.model_flops, None, "FLOP", FLOP_TOLERANCE,
+                   "3 x forward: the MFU numerator; a counter sees hardware FLOPs"),
+        Comparison("train-step FLOPs", sum(expected_step.values()), step.total, "FLOP", FLOP_TOLERANCE,
+                   "model FLOPs" + (" + full recomputation" if recompute == "full" else "")
+                   + (" + the QKᵀ that flash-style sdpa recomputes in backward" if recomputing else "")),
+    ]
+    measured_fwd = forward.components()
+    for name, value in component_flops(ops).items():
+        rows.append(Comparison(f"forward FLOPs / {name}", value, measured_fwd.get(name, 0), "FLOP", FLOP_TOLERANCE))
+    measured_step = step.components()
+    if spec.parallel_residual:
+        # Attention and MLP run side by side: FlopCounterMode's module tracking files one branch's
+        # backward under both (which one depends on op order), so they are held to the formula together.
+        merged = [k for k in expected_step if k.startswith(("attention", "FFN"))]
+        expected_step = {"attention + FFN (blocks)": sum(expected_step.pop(k) for k in merged), **expected_step}
+        measured_step["attention + FFN (blocks)"] = measured_step.get("blocks", 0)
+    for name, value in expected_step.items():
+        rows.append(Comparison(f"train-step FLOPs / {name}", value, measured_step.get(name, 0), "FLOP",
+                               FLOP_TOLERANCE, "compared as whole blocks: a parallel block's backward cannot be "
+                               "split by module" if name == "attention + FFN (blocks)" else ""))
+    if analytic_memory is not None:
+        est, at_peak = analytic_memory
+        rows.append(Comparison("peak memory", est.peak, measured_peak, "bytes", MEMORY_TOLERANCE,
+                               f"analytic peak at the {est.peak_phase} ({recipe}, attention "
+                               f"{'flash' if result.attention == 'sdpa' else 'eager'}, recompute {recompute})"))
+        result.memory_analytic = at_peak
+    else:
+        rows.append(Comparison("peak memory", None, measured_peak, "bytes", MEMORY_TOLERANCE,
+                               "no analytic activation model for encoder and encoder-decoder models"))
+    result.comparisons = rows
+
+
+def _check(spec: ModelSpec, recompute: str, attention: str) -> None:
+    if recompute not in ("none", "full"):
+        raise LlmcalcError("the reference model recomputes none or full (a checkpoint per block); "
+                           "selective recomputation is an analytic option only")
+    if attention not in ("sdpa", "eager"):
+        raise LlmcalcError(f"attention must be sdpa or eager, got {attention!r}")
+
+
+def virtual_profile(spec: ModelSpec, batch: int = 1, seq: int = 2048, recipe: str = "bf16-mixed",
+                    recompute: str = "none", attention: str = "sdpa", track_memory: bool = True) -> ProfileResult:
+    """A training step on fake tensors: exact FLOP counts and MemTracker's peak, no real memory."""
+    _check(spec, recompute, attention)
+    dtype = param_dtype(recipe)
+    result = ProfileResult(spec.name, "virtual", "cpu (FakeTensorMode)", "fake tensors", recipe, batch, seq, recompute,
+                           attention, "", "torch")
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        model = build_model(spec, dtype, "cpu", attention, routing="balanced")
+        model.set_checkpointing(recompute == "full")
+        optimizer = make_optimizer(model, recipe)
+        inputs = batch_inputs(model, batch, seq, "cpu")
+        params = sum(measured_breakdown(model).values())
+        spy = SdpaSpy()
+        with spy:
+            forward = count_flops(lambda: forward_only(model, inputs, recipe, "cpu"))
+        training_step(model, optimizer, inputs, recipe, "cpu")  # creates the optimizer states
+        peak = None
+        if track_memory:
+            tracker = _global_peak_tracker()
+            tracker.track_external(model, *optimizer.tracked)
+            with tracker:
+                training_step(model, optimizer, inputs, recipe, "cpu")
+            result.memory_measured = _memory_categories(tracker.get_tracker_snapshot("peak"))
+            peak = result.memory_measured.pop("total", None)
+        step = count_flops(lambda: training_step(model, optimizer, inputs, recipe, "cpu"))
+    result.sdpa_backend = sdpa_backend_seen(forward.by_op, spy.seen)
+    _compare(result, spec, batch, seq, recompute, params, forward, step,
+             _analytic_memory(spec, batch, seq, recipe, recompute, attention), peak, recipe)
+    result.notes.append("MoE layers route tokens by a fixed balanced pattern on fake tensors (same FLOPs as "
+                        "learned top-k routing)" if spec.is_moe else "virtual run: fake tensors, no memory allocated")
+    return result
+
+
+# --- real runs --------------------------------------------------------------------------------
+
+
+def _proc_status(field_name: str) -> float | None:
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(field_name + ":"):
+                    return float(line.split()[1]) * 1024  # kB -> bytes
+    except OSError:
+        return None
+    return None
+
+
+def _reset_cpu_peak() -> bool:
+    """Reset the process's resident-set high-water mark (Linux: 5 > /proc/self/clear_refs)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        build = "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}, no device visible"
+        raise LlmcalcError(f"--device cuda: CUDA is not available (torch {torch.__version__}, {build}); "
+                           f"use --device cpu or --virtual")
+    if device not in ("cpu", "cuda"):
+        raise LlmcalcError(f"--device must be auto, cpu or cuda; got {device!r}")
+    return device
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
+
+
+def device_name(device: str) -> str:
+    return torch.cuda.get_device_name() if device == "cuda" else "cpu"
+
+
+def peak_for(device: str, dtype: str, peak_tflops: float | None = None) -> tuple[float, str]:
+    """The peak FLOP/s MFU is measured against, and where it comes from: given, the catalog entry
+    whose device_names match the GPU, or a calibrated matmul (CPUs and unknown GPUs)."""
+    from ..presets import find_accelerator
+
+    if peak_tflops is not None:
+        if peak_tflops <= 0:
+            raise LlmcalcError(f"--peak-tflops must be positive, got {peak_tflops:g}")
+        return peak_tflops * 1e12, "given with --peak-tflops"
+    name = device_name(device)
+    acc = find_accelerator(name) if device == "cuda" else None
+    if acc is not None and dtype in acc.peak_flops:
+        return acc.peak(dtype), f"{acc.key} datasheet, dense {dtype}"
+    where = "this CPU" if device == "cpu" else f"{name} (not in the catalog)"
+    return calibrate(device, torch_dtype(dtype)), f"calibrated {dtype} matmul on {where}"
+
+
+def calibrate(device: str = "cpu", dtype: torch.dtype = torch.float32, size: int | None = None,
+              seconds: float = 1.0) -> float:
+    """Achievable dense matmul FLOP/s here: the best of timed (size x size) @ (size x size) runs."""
+    size = size or (8192 if device == "cuda" else 1024)
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    a @ b  # warm-up
+    _sync(device)
+    best, spent = float("inf"), 0.0
+    while spent < seconds:
+        start = time.perf_counter()
+        a @ b
+        _sync(device)
+        elapsed = time.perf_counter() - start
+        best, spent = min(best, elapsed), spent + elapsed
+    return 2 * size**3 / best
+
+
+def real_profile(spec: ModelSpec, device: str = "auto", batch: int = 1, seq: int = 2048, recipe: str = "fp32",
+                 recompute: str = "none", attention: str = "sdpa", steps: int = 10, warmup: int = 2,
+                 compile: bool = False, counter: str = "torch", peak_flops: float | None = None,
+                 peak_source: str = "", causal_mfu: bool = False) -> ProfileResult:
+    """Train for warm-up + `steps` steps on a real device and hold the measurements to the formulas."""
+    _check(spec, recompute, attention)
+    device = resolve_device(device)
+    dtype = param_dtype(recipe)
+    name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    result = ProfileResult(spec.name, "real", device, name, recipe, batch, seq, recompute, attention, "", counter)
+    torch.manual_seed(0)
+    rss_before = _proc_status("VmRSS") if device == "cpu" else None
+    try:
+        model = build_model(spec, dtype, device, attention, routing="learned")
+        model.set_checkpointing(recompute == "full")
+        optimizer = make_optimizer(model, recipe)
+        inputs = batch_inputs(model, batch, seq, device)
+        params = sum(measured_breakdown(model).values())
+        spy = SdpaSpy()
+        with spy:
+            forward = count_flops(lambda: forward_only(model, inputs, recipe, device))
+        step_count = count_flops(lambda: training_step(model, optimizer, inputs, recipe, device))
+        runner = torch.compile(model) if compile else model
+        if compile:
+            start = time.perf_counter()
+            training_step(runner, optimizer, inputs, recipe, device)
+            _sync(device)
+            result.compile_seconds = time.perf_counter() - start
+        for _ in range(warmup):
+            training_step(runner, optimizer, inputs, recipe, device)
+        _sync(device)
+        peak = None
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        else:
+            _reset_cpu_peak()
+        baseline = torch.cuda.memory_allocated() if device == "cuda" else None
+        times = []
+        for _ in range(steps):
+            start = time.perf_counter()
+            training_step(runner, optimizer, inputs, recipe, device)
+            _sync(device)
+            times.append(time.perf_counter() - start)
+        if device == "cuda":
+            peak = float(torch.cuda.max_memory_allocated())
+            result.memory_measured = {"allocated before the step": float(baseline), "peak allocated": peak}
+        else:
+            hwm = _proc_status("VmHWM")
+            if hwm is not None and rss_before is not None:
+                peak = hwm - rss_before
+                result.memory_measured = {"process RSS before the model": rss_before, "process high-water mark": hwm}
+                result.notes.append("CPU peak = the process's resident-set high-water mark during the timed steps "
+                                    "minus its size before the model was built; allocator caching and torch's "
+                                    "workspaces make it a loose match for the formula")
+    except torch.OutOfMemoryError:
+        raise LlmcalcError(f"CUDA out of memory profiling {spec.name} at batch {batch} x seq {seq}: try --virtual, "
+                           f"fewer layers (--layers N) or a smaller --batch-size/--seq-len") from None
+    result.sdpa_backend = sdpa_backend_seen(forward.by_op, spy.seen)
+    if counter in ("fvcore", "both"):
+        total, _ = fvcore_forward_flops(model, inputs)
+        result.notes.append(f"fvcore forward: {total:.6g} FLOPs (multiply-adds x 2; sdpa counted by a handle)")
+        result.fvcore_forward_flops = total
+    _compare(result, spec, batch, seq, recompute, params, forward, step_count,
+             _analytic_memory(spec, batch, seq, recipe, recompute, attention), peak, recipe)
+    if counter in ("fvcore", "both"):
+        result.comparisons.insert(2, Comparison("forward FLOPs (fvcore)", result.find("forward FLOPs").analytic,
+                                                result.fvcore_forward_flops, "FLOP", FLOP_TOLERANCE,
+                                                "fvcore's multiply-adds x 2"))
+    median = statistics.median(times)
+    result.step_times, result.step_seconds = times, median
+    result.tokens_per_second = batch * seq / median
+    result.achieved_flops_per_s = step_count.total / median  # what the hardware executed (counter)
+    if peak_flops:
+        model_flops = step_flops(spec, batch, seq, causal=causal_mfu, recompute=recompute).model_flops
+        result.peak_flops_per_s, result.peak_source = peak_flops, peak_source
+        result.mfu = model_flops / median / peak_flops
+        result.hfu = step_count.total / median / peak_flops
+    return result
