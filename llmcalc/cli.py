@@ -322,6 +322,118 @@ def infer(model, gpu, prompt, generate, batch_size, weight_dtype, kv_dtype, comp
     emit(infer_document(est), fmt)
 
 
+def scenario_options(func):
+    options = [
+        click.option("--seq-len", type=LENGTH, default="4k", show_default=True),
+        click.option("--tokens", type=QUANTITY, default="2T", show_default=True, help="Training tokens."),
+        click.option("--gpu", default="h100-sxm", show_default=True, help="Accelerator preset."),
+        click.option("--n-gpus", type=POSITIVE_INT, default=256, show_default=True),
+        click.option("--mfu", type=float, default=0.4, show_default=True, help="Model FLOPs utilization assumed."),
+        click.option("--usd-per-gpu-hour", type=float, default=None, help="Default: the preset's price, if any."),
+        click.option("--recipe", default="bf16-mixed", show_default=True, help="Memory: precision recipe."),
+        click.option("--zero", type=int, default=3, show_default=True, help="Memory: ZeRO stage over the GPUs."),
+        click.option("--tp", type=int, default=1, show_default=True, help="Memory: tensor-parallel degree."),
+        click.option("--micro-batch", type=POSITIVE_INT, default=1, show_default=True, help="Memory: sequences per GPU."),
+        click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none",
+                     show_default=True),
+        click.option("--causal", is_flag=True, help="Halve the attention S² FLOPs (Megatron convention)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def make_scenario(seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, zero, tp, micro_batch, recompute,
+                  causal):
+    from .analytic.summary import Scenario
+    from .presets import load_hardware
+
+    if tokens <= 0:
+        raise LlmcalcError(f"--tokens must be positive, got {tokens:g}")
+    if not 0 < mfu <= 1:
+        raise LlmcalcError(f"MFU must be in (0, 1], got {mfu}")
+    return Scenario(seq_len, tokens, load_hardware(gpu), n_gpus, mfu, usd_per_gpu_hour, recipe=recipe, zero=zero,
+                    tp=tp, micro_batch=micro_batch, recompute=recompute, causal=causal)
+
+
+@cli.command()
+@click.argument("models", nargs=-1, required=True)
+@scenario_options
+@click.option("--sort", "sort_key", default=None, help="Order the models by a column (e.g. gpu_hours).")
+@click.option("--reverse", is_flag=True, help="Sort descending.")
+@format_option
+def compare(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, zero, tp, micro_batch, recompute,
+            causal, sort_key, reverse, fmt):
+    """MODELS side by side: size, FLOPs, KV cache, training time and cost, memory per GPU."""
+    from .analytic.summary import model_record
+    from .presets import load_model
+    from .report.views_compare import compare_document, sort_records
+
+    scenario = make_scenario(seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, zero, tp, micro_batch,
+                             recompute, causal)
+    specs = [load_model(m) for m in models]  # every name checked before any work
+    records = sort_records([model_record(spec, scenario) for spec in specs], sort_key, reverse)
+    emit(compare_document(records, scenario), fmt)
+
+
+@cli.command()
+@click.argument("models", nargs=-1, required=True)
+@scenario_options
+@click.option("--out", type=click.Path(path_type=str), default=None,
+              help="Report directory (default: reports/<model names>).")
+@click.option("--force", is_flag=True, help="Replace an existing report in --out.")
+@click.option("--profile", "profile_mode", type=click.Choice(["none", "virtual", "real"]), default="none",
+              show_default=True, help="Also profile each model and show formulas against measurements.")
+@format_option
+def report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, zero, tp, micro_batch, recompute,
+           causal, out, force, profile_mode, fmt):
+    """A planning report for MODELS: report.md, self-contained report.html, figures (PNG), tables (CSV)."""
+    from pathlib import Path
+
+    from .presets import load_hardware, load_model, model_source
+    from .report.document import Progress, check_destination, safe_name, write_report
+    from .report.tables import Column, Document, Table
+
+    scenario = make_scenario(seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, zero, tp, micro_batch,
+                             recompute, causal)
+    specs = [load_model(m) for m in models]  # every name checked before any work
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise LlmcalcError(f"models must differ; got {', '.join(models)}")
+    target = Path(out) if out else Path("reports") / "+".join(safe_name(n) for n in names)
+    check_destination(target, force)
+    sources = {s.name: model_source(m) for s, m in zip(specs, models)}
+    profiles = None
+    steps = 6 + (len(specs) if profile_mode != "none" else 0)
+    progress = Progress(steps, "report")
+    try:
+        if profile_mode != "none":
+            _need_torch()
+            from .profiling.measure import peak_for, real_profile, virtual_profile
+
+            profiles = {}
+            for spec in specs:
+                progress.step(f"profiling {spec.name}")
+                if profile_mode == "virtual":
+                    profiles[spec.name] = virtual_profile(spec, micro_batch, seq_len, recipe, "full" if recompute ==
+                                                          "full" else "none")
+                else:
+                    peak, source = peak_for("cpu", "fp32")
+                    profiles[spec.name] = real_profile(spec, "cpu", micro_batch, seq_len, "fp32", steps=3, warmup=1,
+                                                       peak_flops=peak, peak_source=source)
+        from .report.planning import build_report
+
+        built = build_report(specs, sources, scenario, load_hardware, profiles, progress)
+    finally:
+        progress.close()
+    written = write_report(built, target, force)
+    files = sorted(["report.md", "report.html", *built.files])
+    click.echo(f"llmcalc: report written to {written}/ ({len(files)} files)", err=True)
+    doc = Document(f"report {written}", {"out": str(written), "files": files},
+                   [Table("files", [Column("file", "file", align="left")], [{"file": f} for f in files])])
+    emit(doc, fmt)
+
+
 def _need_torch():
     import importlib.util
 

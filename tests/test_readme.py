@@ -54,7 +54,9 @@ def test_readme_example(command, expected):
 
 def test_setup_commands():
     install, tests = re.findall(r"```bash\n(python3 -m venv .*?)\n```", README)[:2]
-    assert install.endswith("llmcalc params llama-3-8b")
+    assert install.endswith("llmcalc train llama-3-8b --tokens 15T --gpu h100-sxm --n-gpus 1024 --mfu 0.4")
+    result = CliRunner().invoke(cli, shlex.split(install.split("&& ")[-1])[1:])
+    assert result.exit_code == 0 and "wall-clock" in result.output
     assert tests in (ROOT / ".ci" / "run").read_text(), ".ci/run must run the README's test command"
 
 
@@ -90,3 +92,19 @@ if __name__ == "__main__":  # python tests/test_readme.py: refresh the README's 
                   flags=re.S)
     (ROOT / "README.md").write_text(text)
     print("README.md console blocks refreshed")
+
+
+def test_committed_example_report_is_current(tmp_path):
+    """The README's report command, run again, writes the same report.md and tables as reports/example."""
+    command = re.search(r"```bash\n(llmcalc report .*?--out reports/example.*?)\n```", README).group(1)
+    argv = shlex.split(command)[1:]
+    argv[argv.index("--out") + 1] = str(tmp_path / "example")
+    result = CliRunner().invoke(cli, argv)
+    assert result.exit_code == 0, result.output
+    example = ROOT / "reports" / "example"
+    fresh = tmp_path / "example"
+    names = sorted(str(p.relative_to(example)) for p in example.rglob("*") if p.is_file())
+    assert names == sorted(str(p.relative_to(fresh)) for p in fresh.rglob("*") if p.is_file())
+    for name in names:
+        if name.endswith((".md", ".csv")):
+            assert (fresh / name).read_text() == (example / name).read_text(), name

@@ -210,6 +210,16 @@ class MemoryEstimate:
             "optimizer temporaries": self.optimizer_temporaries,
         }
 
+    def peak_components(self) -> dict[str, float]:
+        """The components alive at the peak (their sum is ``peak``)."""
+        comps = self.components()
+        if self.peak_phase == "optimizer step":
+            keep = ("weights", "gradients", "master weights", "optimizer states", "optimizer temporaries")
+        else:
+            keep = tuple(k for k in comps if k not in ("gradients", "optimizer temporaries")
+                         or (k == "gradients" and self.recipe.persistent_grads))
+        return {k: v for k, v in comps.items() if k in keep}
+
     @property
     def forward_end(self) -> float:
         static = self.weights + self.master_weights + self.optimizer_states

@@ -34,6 +34,7 @@ class Table:
     columns: list[Column]
     rows: list[dict]
     notes: list[str] = field(default_factory=list)
+    human: bool = True  # False: machine formats only (a record-per-row twin of a transposed human table)
 
     def cell(self, row: dict, column: Column) -> str:
         value = row.get(column.key)
@@ -79,13 +80,13 @@ def render(doc: Document, fmt: str) -> str:
         return buf.getvalue()
     if fmt == "markdown":
         parts = [f"## {doc.title}", *[f"{line}  " for line in doc.preamble]]
-        for table in doc.tables:
+        for table in (t for t in doc.tables if t.human):
             parts += ["", f"### {table.title}", "", _tabulate(table, "github")]
             parts += [""] + [f"- {note}" for note in table.notes] if table.notes else []
         return "\n".join(parts).rstrip() + "\n"
     if fmt == "table":
         parts = [doc.title, *doc.preamble]
-        for table in doc.tables:
+        for table in (t for t in doc.tables if t.human):
             parts += ["", table.title, _tabulate(table, "simple")]
             parts += [f"  {note}" for note in table.notes]
         return "\n".join(parts).rstrip() + "\n"

@@ -1,0 +1,101 @@
+"""One record per model: the figures `compare` lines up and `report` summarises.
+
+Everything here composes the other analytic modules; the settings it needs are explicit in
+``Scenario`` and printed with the result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ..hardware import Accelerator
+from ..spec import ModelSpec
+from .flops import flop_group, step_flops
+from .inference import kv_cache_bytes_per_token
+from .memory import Parallel, training_memory
+from .params import count_params
+from .training import TrainingEstimate
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What a comparison assumes: the training run and the per-GPU setup."""
+
+    seq_len: int = 4096
+    tokens: float = 2e12
+    gpu: Accelerator | None = None
+    n_gpus: int = 256
+    mfu: float = 0.4
+    usd_per_gpu_hour: float | None = None
+    dtype: str = "bf16"
+    recipe: str = "bf16-mixed"
+    optimizer: str = "adamw"
+    zero: int = 3
+    tp: int = 1
+    micro_batch: int = 1
+    recompute: str = "none"
+    causal: bool = False
+    kv_dtype: str = "bf16"
+
+    def describe(self) -> str:
+        gpu = self.gpu.key if self.gpu else "no GPU"
+        return (f"seq {self.seq_len:,}, {self.tokens:.3g} tokens, {self.n_gpus:,} x {gpu} at MFU {self.mfu:g} "
+                f"({self.dtype}), {self.recipe} + {self.optimizer}, ZeRO-{self.zero} over data parallel, tp "
+                f"{self.tp}, micro-batch {self.micro_batch}, recompute {self.recompute}, "
+                f"{'causal' if self.causal else 'full S²'} FLOPs")
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["gpu"] = self.gpu.key if self.gpu else None
+        return data
+
+
+# Record keys, their labels (with units) for people, and how they read best.
+COLUMNS = {
+    "model": ("model", "text"),
+    "params": ("params (SI)", "count"),
+    "active_params": ("active params per token (SI)", "count"),
+    "non_embedding_params": ("non-embedding params (SI)", "count"),
+    "forward_flops_per_token": ("forward FLOPs per token", "flops"),
+    "training_flops_per_token": ("training FLOPs per token (fwd+bwd)", "flops"),
+    "attention_share": ("attention S² share of FLOPs (%)", "pct"),
+    "kv_cache_bytes_per_token": ("KV cache per token", "bytes"),
+    "training_flops": ("training FLOPs (model)", "flops"),
+    "gpu_hours": ("GPU-hours (h)", "hours"),
+    "wall_clock_days": ("wall-clock (days)", "days"),
+    "cost_usd": ("cost (USD)", "usd"),
+    "memory_per_gpu_bytes": ("memory per GPU (GiB)", "gib"),
+    "fits": ("fits on the GPU", "bool"),
+}
+
+
+def model_record(spec: ModelSpec, scenario: Scenario) -> dict:
+    """The comparison figures for one model under `scenario` (base units: counts, FLOPs, bytes, h, USD)."""
+    count = count_params(spec)
+    step = step_flops(spec, 1, scenario.seq_len, scenario.causal, scenario.recompute)
+    groups: dict[str, int] = {}
+    for op, value in step.ops.items():
+        groups[flop_group(op)] = groups.get(flop_group(op), 0) + value
+    record = {
+        "model": spec.name,
+        "params": count.total,
+        "active_params": count.active_per_token,
+        "non_embedding_params": count.non_embedding,
+        "forward_flops_per_token": step.forward_per_token,
+        "training_flops_per_token": step.model_flops_per_token,
+        "attention_share": groups.get("attention S²", 0) / step.forward,
+        "kv_cache_bytes_per_token": (kv_cache_bytes_per_token(spec, scenario.kv_dtype)
+                                     if spec.architecture != "encoder" else None),
+        "training_flops": step.model_flops_per_token * scenario.tokens,
+    }
+    if scenario.gpu is not None:
+        est = TrainingEstimate(scenario.tokens, record["training_flops"],
+                               step.hardware_flops_per_token * scenario.tokens, scenario.gpu, scenario.dtype,
+                               scenario.n_gpus, mfu=scenario.mfu, usd_per_gpu_hour=scenario.usd_per_gpu_hour)
+        record.update(gpu_hours=est.gpu_hours, wall_clock_days=est.wall_clock_days, cost_usd=est.cost_usd)
+        if spec.architecture == "decoder":
+            mem = training_memory(spec, scenario.micro_batch, scenario.seq_len, scenario.recipe, scenario.optimizer,
+                                  scenario.recompute, parallel=Parallel(scenario.n_gpus, scenario.tp, 1,
+                                                                        scenario.zero))
+            record.update(memory_per_gpu_bytes=mem.peak, fits=mem.peak <= scenario.gpu.memory_bytes)
+    return record

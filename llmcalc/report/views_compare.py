@@ -1,0 +1,42 @@
+"""What `compare` shows: one record per model (CSV/JSON), models side by side for people."""
+
+from __future__ import annotations
+
+from ..analytic.summary import COLUMNS, Scenario
+from ..errors import LlmcalcError
+from ..units import fmt_bytes, fmt_count, fmt_flops, fmt_usd
+from .tables import Column, Document, Table
+
+FORMATTERS = {
+    "text": str, "count": fmt_count, "flops": fmt_flops, "pct": lambda v: f"{v * 100:.1f} %",
+    "bytes": fmt_bytes, "hours": lambda v: f"{v:,.0f} h", "days": lambda v: f"{v:,.1f} days", "usd": fmt_usd,
+    "gib": lambda v: f"{v / 2**30:,.1f} GiB", "bool": lambda v: "yes" if v else "no",
+}
+
+
+def sort_records(records: list[dict], key: str | None, reverse: bool = False) -> list[dict]:
+    if key is None:
+        return records
+    if key not in COLUMNS:
+        raise LlmcalcError(f"cannot sort by {key!r}; columns: {', '.join(COLUMNS)}")
+    present = [r for r in records if r.get(key) is not None]
+    missing = [r for r in records if r.get(key) is None]
+    return sorted(present, key=lambda r: r[key], reverse=reverse) + missing
+
+
+def compare_document(records: list[dict], scenario: Scenario) -> Document:
+    keys = [k for k in COLUMNS if any(r.get(k) is not None for r in records)]
+    per_model = Table("models", [Column(k, COLUMNS[k][0]) for k in keys], records, human=False)
+    side_by_side = Table(
+        "comparison",
+        [Column("quantity", "quantity", align="left")] + [Column(f"m{i}", r["model"]) for i, r in enumerate(records)],
+        [{"quantity": COLUMNS[k][0], **{f"m{i}": ("n/a" if r.get(k) is None else FORMATTERS[COLUMNS[k][1]](r[k]))
+                                        for i, r in enumerate(records)}}
+         for k in keys if k != "model"],
+        [f"scenario: {scenario.describe()}",
+         "training FLOPs are the exact per-op count at this sequence length; GPU-hours at the MFU above; memory is "
+         "the peak per GPU for a micro-batch (see `llmcalc memory`); attention S² share is of forward matmul FLOPs",
+         "--sort KEY orders the models by any of: " + ", ".join(k for k in keys if k != "model")],
+    )
+    return Document(f"compare {len(records)} models", {"scenario": scenario.to_dict(), "models": records},
+                    [per_model, side_by_side])
