@@ -394,6 +394,7 @@ def report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, 
     from .report.document import Progress, check_destination, safe_name, write_report
     from .report.tables import Column, Document, Table
 
+    _need_report_libraries()
     scenario = make_scenario(seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, zero, tp, micro_batch,
                              recompute, causal)
     specs = [load_model(m) for m in models]  # every name checked before any work
@@ -432,6 +433,14 @@ def report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, 
     doc = Document(f"report {written}", {"out": str(written), "files": files},
                    [Table("files", [Column("file", "file", align="left")], [{"file": f} for f in files])])
     emit(doc, fmt)
+
+
+def _need_report_libraries():
+    import importlib.util
+
+    missing = [m for m in ("pandas", "matplotlib") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise LlmcalcError(f"reports need {' and '.join(missing)}: pip install 'llmcalc[report]'")
 
 
 def _need_torch():

@@ -52,6 +52,11 @@ def test_readme_example(command, expected):
     assert matches(expected, result.output.rstrip("\n").splitlines()), result.output
 
 
+def test_python_examples_run():
+    for block in re.findall(r"```python\n(.*?)```", README, re.S):
+        exec(compile(block, "README.md", "exec"), {})
+
+
 def test_setup_commands():
     install, tests = re.findall(r"```bash\n(python3 -m venv .*?)\n```", README)[:2]
     assert install.endswith("llmcalc train llama-3-8b --tokens 15T --gpu h100-sxm --n-gpus 1024 --mfu 0.4")

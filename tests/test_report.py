@@ -182,3 +182,15 @@ def test_compare_sorts_and_records():
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
     assert [r["model"] for r in rows] == ["llama-2-7b", "llama-3-8b"]
     assert int(rows[0]["params"]) == 6_738_415_616 and rows[0]["fits"] == "True"
+
+
+def test_missing_report_libraries_is_one_line():
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['matplotlib'] = None\n"
+            "from llmcalc.cli import cli\ncli.main(['report', 'gpt2'], prog_name='llmcalc')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "llmcalc: error: reports need matplotlib: pip install 'llmcalc[report]'"]

@@ -30,6 +30,18 @@ def _figure(title: str, ncols: int = 1, width: float = 7.5):
     return fig, axes
 
 
+def _log_axes(ax, xlabel: str, ylabel: str) -> None:
+    """Log-log axes with SI tick labels, labels with units, a legend and a light grid."""
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.xaxis.set_major_formatter(SI)
+    ax.yaxis.set_major_formatter(SI)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=7)
+    ax.grid(which="both", alpha=0.25)
+
+
 def save(fig, path) -> None:
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -170,14 +182,7 @@ def compute_optimal(frontiers, points):
         ax.plot(n, d, color="grey", linestyle=["-", "--", ":"][j % 3], label=method)
     for i, (model, (n, d)) in enumerate(points.items()):
         ax.scatter([n], [d], color=colour(i), zorder=3, label=f"{model}: {d / n:,.0f} tokens/param")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.xaxis.set_major_formatter(SI)
-    ax.yaxis.set_major_formatter(SI)
-    ax.set_xlabel("parameters (log scale)")
-    ax.set_ylabel("training tokens (log scale)")
-    ax.legend(fontsize=7)
-    ax.grid(which="both", alpha=0.25)
+    _log_axes(ax, "parameters (log scale)", "training tokens (log scale)")
     return fig
 
 
@@ -194,14 +199,7 @@ def parity(rows):
         low = min(min(r["analytic"], r["measured"]) for r in flops)
         high = max(max(r["analytic"], r["measured"]) for r in flops)
         left.plot([low, high], [low, high], color="black", linewidth=0.8, label="measured = analytic")
-    left.set_xscale("log")
-    left.set_yscale("log")
-    left.xaxis.set_major_formatter(SI)
-    left.yaxis.set_major_formatter(SI)
-    left.set_xlabel("analytic (FLOP)")
-    left.set_ylabel("measured by FlopCounterMode (FLOP)")
-    left.legend(fontsize=7)
-    left.grid(which="both", alpha=0.25)
+    _log_axes(left, "analytic (FLOP)", "measured by FlopCounterMode (FLOP)")
     errors = [r for r in rows if r["rel_error"] is not None]
     labels = [f"{r['model']}: {r['name']}" if len(models) > 1 else r["name"] for r in errors]
     right.barh(range(len(errors)), [r["rel_error"] * 100 for r in errors],
