@@ -90,7 +90,7 @@ def cli() -> None:
 @format_option
 def presets(fmt: str) -> None:
     """Every model and accelerator preset, one line each."""
-    from .report.views import presets_document
+    from .report.views_params import presets_document
 
     emit(presets_document(), fmt)
 
@@ -106,7 +106,7 @@ def params(model: str, fmt: str) -> None:
     """
     from .analytic.params import count_params
     from .presets import load_model, model_source
-    from .report.views import params_document
+    from .report.views_params import params_document
 
     spec = load_model(model)
     emit(params_document(count_params(spec), model_source(model)), fmt)

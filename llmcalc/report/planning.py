@@ -14,7 +14,7 @@ from ..spec import ModelSpec
 from ..units import fmt_count, fmt_flops, fmt_usd
 from . import plots, sweeps
 from .document import Report, safe_name
-from .views import params_document
+from .views_params import params_document
 from .views_compare import compare_document
 from .views_compute import FLOP_CONVENTIONS, flops_document, train_document
 from .views_memory import training_memory_document
