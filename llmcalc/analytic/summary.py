@@ -44,6 +44,10 @@ class Scenario:
                 f"{self.tp}, micro-batch {self.micro_batch}, recompute {self.recompute}, "
                 f"{'causal' if self.causal else 'full S²'} FLOPs")
 
+    @property
+    def parallel(self) -> Parallel:
+        return Parallel(self.n_gpus, self.tp, 1, self.zero)
+
     def to_dict(self) -> dict:
         data = asdict(self)
         data["gpu"] = self.gpu.key if self.gpu else None
@@ -69,6 +73,21 @@ COLUMNS = {
 }
 
 
+def scenario_training(spec: ModelSpec, scenario: Scenario, step=None) -> TrainingEstimate:
+    """The training run of `scenario` for one model: exact per-token FLOPs at its sequence length
+    (`step`: that step's StepFlops, when the caller has it already)."""
+    step = step or step_flops(spec, 1, scenario.seq_len, scenario.causal, scenario.recompute)
+    return TrainingEstimate(scenario.tokens, step.model_flops_per_token * scenario.tokens,
+                            step.hardware_flops_per_token * scenario.tokens, scenario.gpu, scenario.dtype,
+                            scenario.n_gpus, mfu=scenario.mfu, usd_per_gpu_hour=scenario.usd_per_gpu_hour)
+
+
+def scenario_memory(spec: ModelSpec, scenario: Scenario, micro_batch: int | None = None):
+    """Per-GPU training memory under `scenario` (its micro-batch unless one is given)."""
+    return training_memory(spec, micro_batch or scenario.micro_batch, scenario.seq_len, scenario.recipe,
+                           scenario.optimizer, scenario.recompute, parallel=scenario.parallel)
+
+
 def model_record(spec: ModelSpec, scenario: Scenario) -> dict:
     """The comparison figures for one model under `scenario` (base units: counts, FLOPs, bytes, h, USD)."""
     count = count_params(spec)
@@ -89,13 +108,9 @@ def model_record(spec: ModelSpec, scenario: Scenario) -> dict:
         "training_flops": step.model_flops_per_token * scenario.tokens,
     }
     if scenario.gpu is not None:
-        est = TrainingEstimate(scenario.tokens, record["training_flops"],
-                               step.hardware_flops_per_token * scenario.tokens, scenario.gpu, scenario.dtype,
-                               scenario.n_gpus, mfu=scenario.mfu, usd_per_gpu_hour=scenario.usd_per_gpu_hour)
+        est = scenario_training(spec, scenario, step)
         record.update(gpu_hours=est.gpu_hours, wall_clock_days=est.wall_clock_days, cost_usd=est.cost_usd)
         if spec.architecture == "decoder":
-            mem = training_memory(spec, scenario.micro_batch, scenario.seq_len, scenario.recipe, scenario.optimizer,
-                                  scenario.recompute, parallel=Parallel(scenario.n_gpus, scenario.tp, 1,
-                                                                        scenario.zero))
+            mem = scenario_memory(spec, scenario)
             record.update(memory_per_gpu_bytes=mem.peak, fits=mem.peak <= scenario.gpu.memory_bytes)
     return record

@@ -48,6 +48,22 @@ def register_cpu_sdpa() -> bool:
     return True
 
 
+# A module inside a block: "Transformer.body.layers.3.attention", "Transformer.decoder.layers.0.cross_attention".
+_BLOCK_PART = re.compile(r"[^.]+\.(?:(encoder|decoder)|body)\.layers\.\d+(?:\.(attention|cross_attention|mlp|moe))?")
+
+
+def _block_part(name: str) -> tuple[str, str] | None:
+    """(stack prefix, module) of a block or block-part module name ("" module for the block itself)."""
+    match = _BLOCK_PART.fullmatch(name)
+    if not match:
+        return None
+    return (f"{match.group(1)}." if match.group(1) else ""), (match.group(2) or "")
+
+
+def _attention_label(module: str) -> str:
+    return "cross-attention" if module == "cross_attention" else "attention"
+
+
 @dataclass
 class FlopCount:
     """What the counter saw: a total, per aten op, and per module (inclusive of children)."""
@@ -65,21 +81,17 @@ class FlopCount:
         backward matmuls to neighbouring leaf modules."""
         out: dict[str, int] = defaultdict(int)
         for name, ops in self.by_module.items():
-            block = re.fullmatch(r"[^.]+\.(?:(encoder|decoder)|body)\.layers\.\d+", name)
-            if block:  # whole blocks: reliable even where the split between their branches is not
-                out[f"{block.group(1) + '.' if block.group(1) else ''}blocks"] += sum(ops.values())
-            match = re.fullmatch(r"[^.]+\.(?:(encoder|decoder)|body)\.layers\.\d+\.(attention|cross_attention|mlp|moe)",
-                                 name)
-            if match:
-                stack = f"{match.group(1)}." if match.group(1) else ""
-                module = match.group(2)
-                if module in ("mlp", "moe"):
+            part = _block_part(name)
+            if part is not None:
+                stack, module = part
+                if not module:  # whole blocks: reliable even where the split between their branches is not
+                    out[f"{stack}blocks"] += sum(ops.values())
+                elif module in ("mlp", "moe"):
                     out[f"{stack}FFN"] += sum(ops.values())
                 else:
                     core = sum(v for op, v in ops.items() if op in SDPA_OPS or "attention" in op or op == "bmm")
-                    label = "cross-attention" if module == "cross_attention" else "attention"
-                    out[f"{stack}{label} S²"] += core
-                    out[f"{stack}{label} projections"] += sum(ops.values()) - core
+                    out[f"{stack}{_attention_label(module)} S²"] += core
+                    out[f"{stack}{_attention_label(module)} projections"] += sum(ops.values()) - core
             elif re.fullmatch(r"[^.]+\.lm_head", name):
                 out["LM head"] += sum(ops.values())
             elif re.fullmatch(r"[^.]+\.pooler", name):
@@ -92,10 +104,10 @@ class FlopCount:
         their modules ran ("attention S²", "decoder.cross-attention S²", ...)."""
         out = set()
         for name, ops in self.by_module.items():
-            match = re.fullmatch(r"[^.]+\.(?:(encoder|decoder)|body)\.layers\.\d+\.(attention|cross_attention)", name)
-            if match and any(SDPA_OPS.get(op) in RECOMPUTING_BACKENDS for op in ops):
-                stack = f"{match.group(1)}." if match.group(1) else ""
-                out.add(f"{stack}{'cross-attention' if match.group(2) == 'cross_attention' else 'attention'} S²")
+            part = _block_part(name)
+            if part and part[1] in ("attention", "cross_attention") and any(
+                    SDPA_OPS.get(op) in RECOMPUTING_BACKENDS for op in ops):
+                out.add(f"{part[0]}{_attention_label(part[1])} S²")
         return out
 
 

@@ -5,10 +5,8 @@ compute-optimal view, and (with profile results) formulas against measurements."
 from __future__ import annotations
 
 from ..analytic.flops import step_flops
-from ..analytic.memory import Parallel, training_memory
 from ..analytic.params import count_params
-from ..analytic.summary import Scenario, model_record
-from ..analytic.training import TrainingEstimate
+from ..analytic.summary import Scenario, model_record, scenario_memory, scenario_training
 from ..results import ProfileResult
 from ..spec import ModelSpec
 from ..units import fmt_count, fmt_flops, fmt_usd
@@ -102,10 +100,7 @@ def build_report(specs: list[ModelSpec], sources: dict[str, str], scenario: Scen
     report.figure("time_cost", plots.time_and_cost(time_frame, costs),
                   "Wall-clock against GPU count at the given MFU (left) and the cost of the run (right)")
     for spec in specs:
-        step = step_flops(spec, 1, scenario.seq_len, scenario.causal, scenario.recompute)
-        est = TrainingEstimate(scenario.tokens, step.model_flops_per_token * scenario.tokens,
-                               step.hardware_flops_per_token * scenario.tokens, scenario.gpu, scenario.dtype,
-                               scenario.n_gpus, mfu=scenario.mfu, usd_per_gpu_hour=scenario.usd_per_gpu_hour)
+        est = scenario_training(spec, scenario)
         inputs = {"model": spec.name, "tokens": scenario.tokens, "seq_len": scenario.seq_len,
                   "causal": scenario.causal, "recompute": scenario.recompute,
                   "flops_basis": f"training FLOPs = exact per-op count per token at seq {scenario.seq_len:,} x tokens"}
@@ -125,8 +120,7 @@ def build_report(specs: list[ModelSpec], sources: dict[str, str], scenario: Scen
         if spec.architecture != "decoder":
             report.paragraph(f"{spec.name}: the analytic activation model covers decoder-only models.")
             continue
-        est = training_memory(spec, scenario.micro_batch, scenario.seq_len, scenario.recipe, scenario.optimizer,
-                              scenario.recompute, parallel=Parallel(scenario.n_gpus, scenario.tp, 1, scenario.zero))
+        est = scenario_memory(spec, scenario)
         report.heading(spec.name, 3)
         report.document(training_memory_document(est, scenario.gpu), f"memory-{safe_name(spec.name)}")
     kv_frame = sweeps.kv_vs_context(by_name, scenario.kv_dtype)

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pandas as pd
 
 from ..analytic.flops import step_flops
 from ..analytic.inference import kv_cache_bytes_per_token
-from ..analytic.memory import Parallel, training_memory
 from ..analytic.params import ParamCount
 from ..analytic.rules import crossover
-from ..analytic.summary import Scenario, model_record
+from ..analytic.summary import Scenario, model_record, scenario_memory
 from ..analytic.training import compute_optimal
 from ..spec import ModelSpec
 
@@ -55,8 +56,7 @@ def time_vs_gpus(specs: dict[str, ModelSpec], scenario: Scenario, load_hardware)
     for label, spec, gpu in series:
         price = scenario.usd_per_gpu_hour if gpu.key == scenario.gpu.key else None
         for n in sorted(set(GPU_COUNTS + [scenario.n_gpus])):
-            record = model_record(spec, Scenario(**{**scenario.__dict__, "gpu": gpu, "n_gpus": n,
-                                                     "usd_per_gpu_hour": price}))
+            record = model_record(spec, replace(scenario, gpu=gpu, n_gpus=n, usd_per_gpu_hour=price))
             rows.append({"series": label, "device": gpu.key, "n_gpus": n, "wall_clock_days": record["wall_clock_days"],
                          "gpu_hours": record["gpu_hours"], "cost_usd": record["cost_usd"]})
         costs[label] = rows[-1]["cost_usd"]
@@ -65,13 +65,11 @@ def time_vs_gpus(specs: dict[str, ModelSpec], scenario: Scenario, load_hardware)
 
 def memory_vs_batch(specs: dict[str, ModelSpec], scenario: Scenario) -> pd.DataFrame:
     rows = []
-    parallel = Parallel(scenario.n_gpus, scenario.tp, 1, scenario.zero)
     for model, spec in specs.items():
         if spec.architecture != "decoder":
             continue
         for batch in MICRO_BATCHES:
-            est = training_memory(spec, batch, scenario.seq_len, scenario.recipe, scenario.optimizer,
-                                  scenario.recompute, parallel=parallel)
+            est = scenario_memory(spec, scenario, batch)
             if batch > 1 and est.peak > 2 * scenario.gpu.memory_bytes:
                 break  # far past the device: stop the sweep
             for component, value in est.peak_components().items():
