@@ -105,10 +105,16 @@ def params(model: str, fmt: str) -> None:
     holding one.
     """
     from .analytic.params import count_params
-    from .presets import load_model, model_source
+    from .fallback import FallbackModel, load_counted
+    from .presets import model_source
     from .report.views_params import params_document
 
-    spec = load_model(model)
+    spec = load_counted(model)
+    if isinstance(spec, FallbackModel):
+        from .report.views_fallback import fallback_params_document
+
+        emit(fallback_params_document(spec, model_source(model)), fmt)
+        return
     emit(params_document(count_params(spec), model_source(model)), fmt)
 
 
@@ -133,10 +139,20 @@ def flops(model, seq_len, causal, recompute, batch_size, decoder_seq_len, fmt):
     """Forward and backward FLOPs of one step of MODEL, per operation, with the rules of thumb."""
     from .analytic.flops import step_flops
     from .analytic.params import count_params
-    from .presets import load_model
+    from .fallback import FallbackModel, load_counted
     from .report.views_compute import flops_document
 
-    spec = load_model(model)
+    spec = load_counted(model, seq_len)
+    if isinstance(spec, FallbackModel):
+        from .fallback import step_flops as fallback_step
+        from .report.views_fallback import fallback_flops_document
+
+        if decoder_seq_len is not None:
+            raise LlmcalcError(f"--decoder-seq-len: {spec.model_type} is counted by transformers' modelling code, "
+                               "which runs the decoder on --seq-len tokens")
+        emit(fallback_flops_document(spec, fallback_step(spec, batch_size, causal, recompute), batch_size, causal,
+                                     recompute), fmt)
+        return
     step = step_flops(spec, batch_size, seq_len, causal, recompute, decoder_seq_len)
     emit(flops_document(step, count_params(spec)), fmt)
 
@@ -169,19 +185,36 @@ def train(model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_per_gp
     accelerator = load_hardware(gpu)
     inputs = {"model": model or f"{fmt_count(n_params)} params", "tokens": tokens, "seq_len": seq_len, "causal": causal,
               "recompute": recompute}
+    inputs["method"] = "analytic"
     if model is not None:
         from .analytic.flops import step_flops
         from .analytic.params import count_params
-        from .presets import load_model
+        from .fallback import METHOD_TRANSFORMERS, FallbackModel, load_counted
+        from .fallback import step_flops as fallback_step
 
-        spec = load_model(model)
-        step = step_flops(spec, 1, seq_len, causal, recompute)
-        n = count_params(spec).active_per_token
-        model_flops = step.model_flops_per_token * tokens
-        hardware_flops = step.hardware_flops_per_token * tokens
-        inputs["flops_basis"] = (f"training FLOPs = exact per-op count per token at seq {seq_len} "
-                                 f"({'causal' if causal else 'full S²'}) x tokens; 6·N·T with N = {n:,} "
-                                 f"{'active ' if spec.is_moe else ''}params")
+        spec = load_counted(model, seq_len)
+        if isinstance(spec, FallbackModel):
+            step = fallback_step(spec, 1, causal, recompute)
+            n = spec.active_per_token
+            if n is None:
+                raise LlmcalcError(f"{spec.model_type}: the config names no top-k and expert count, so the active "
+                                   "parameters per token (N of 6·N·T) are unknown")
+            model_flops = step["flops_per_token"] * tokens
+            hardware_flops = step["hardware_flops_per_token"] * tokens
+            inputs["method"] = METHOD_TRANSFORMERS
+            inputs["flops_basis"] = (
+                f"training FLOPs = 3 x forward FLOPs per token counted by torch's FlopCounterMode on transformers' "
+                f"{spec.cls} at seq {seq_len} ({'causal' if causal else 'full S²'}; no llmcalc formula for "
+                f"{spec.model_type}) x tokens; 6·N·T with N = {n:,} {'active ' if n != spec.total else ''}params "
+                f"counted on the same model")
+        else:
+            step = step_flops(spec, 1, seq_len, causal, recompute)
+            n = count_params(spec).active_per_token
+            model_flops = step.model_flops_per_token * tokens
+            hardware_flops = step.hardware_flops_per_token * tokens
+            inputs["flops_basis"] = (f"training FLOPs = exact per-op count per token at seq {seq_len} "
+                                     f"({'causal' if causal else 'full S²'}) x tokens; 6·N·T with N = {n:,} "
+                                     f"{'active ' if spec.is_moe else ''}params")
     else:
         if n_params <= 0:
             raise LlmcalcError(f"--params must be positive, got {n_params:g}")
