@@ -269,3 +269,13 @@ def test_a_70b_class_config_counts_on_fake_tensors(tmp_path):
     data = json_out("flops", path, "--seq-len", S)
     projections = 2 * S * (D * H * dh + 2 * D * KV * dh + H * dh * D)
     assert data["forward_flops"] == L * (projections + 4 * S * S * H * dh + 2 * S * 2 * D * F) + 2 * S * D * V
+
+
+def test_the_fallback_modules_import_nothing_heavy_until_used():
+    import subprocess
+    import sys
+
+    code = ("import sys, llmcalc.fallback, llmcalc.report.views_fallback\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers'}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

@@ -1,6 +1,7 @@
 """Count a model llmcalc has no formula for by building it with transformers' own modelling code.
 
-The model is built from its config dict (``AutoConfig.for_model``) under ``FakeTensorMode``: every
+The model is built from its config dict (``AutoConfig.for_model``) on the meta device, or under
+``FakeTensorMode`` when its forward is counted: every
 parameter is a fake tensor (shape and dtype, no storage), so a 70B-class config costs no memory.
 Parameters are the unique ones of ``model.named_parameters()`` (a tied LM head is one tensor, counted
 once) that require grad, each filed under a component by the name of the module holding it
@@ -21,7 +22,6 @@ import warnings
 from collections import defaultdict
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
 
 from ..errors import LlmcalcError
 from .counters import SDPA_OPS, count_flops
@@ -156,9 +156,13 @@ def fallback_count(hf: dict, seq_len: int | None) -> dict:
 
     Returns a JSON-able dict: class, params {total, trainable components, frozen}, experts info, and
     flops {forward, by component, attention core} for batch 1 x seq_len."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
     _quiet()
     config = _config(hf)
-    with FakeTensorMode(allow_non_fake_inputs=True):
+    # Parameters alone need only shapes: the meta device (no FakeTensorMode, whose first use imports
+    # torch._dynamo, seconds). A forward needs fake tensors, which give the parameters as well.
+    with FakeTensorMode(allow_non_fake_inputs=True) if seq_len is not None else torch.device("meta"):
         try:
             model = _build(config)
         except LlmcalcError:
@@ -167,7 +171,8 @@ def fallback_count(hf: dict, seq_len: int | None) -> dict:
             raise LlmcalcError(f"transformers could not build {config.model_type!r} from this config: "
                                f"{_reason(exc)}") from None
         model.eval()
-        out = {"class": type(model).__name__, "transformers_version": _version().split()[-1],
+        out = {"class": type(model).__name__, "config_class": type(config).__name__,
+               "transformers_version": _version().split()[-1],
                "experts_implementation": getattr(model.config, "_experts_implementation", None),
                "attn_implementation": getattr(model.config, "_attn_implementation", None)}
         out.update(_params(model))

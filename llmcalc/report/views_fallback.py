@@ -26,6 +26,7 @@ def fallback_params_document(model: FallbackModel, source: str) -> Document:
         "components: each unique parameter filed by the name of the module holding it (attention, mlp, moe, "
         "norm, embedding, head); a name no rule recognises is kept as its module path (layer index as *)",
         PARAM_CONVENTIONS[0], PARAM_CONVENTIONS[1],
+        f"keys the config leaves out take {model.counted['config_class']}'s defaults, as when transformers loads it",
     ]
     if model.counted["frozen"]:
         notes.append(f"{model.counted['frozen']:,} frozen parameters (requires_grad=False) are not counted")
