@@ -84,7 +84,7 @@ class FallbackModel:
 
     def describe(self) -> str:
         return (f"{self.model_type}: counted by transformers {self.counted['transformers_version']} "
-                f"({self.cls} on fake tensors), not by a formula")
+                f"({self.cls}, no weights), not by a formula")
 
 
 def need_libraries() -> None:

@@ -279,3 +279,18 @@ def test_the_fallback_modules_import_nothing_heavy_until_used():
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers'}))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_nonsense_sizes_are_one_line(tmp_path):
+    assert "n_layer must be a positive whole number, got -1" in one_line_error(
+        "params", write(tmp_path, "codegen", n_layer=-1))
+    assert "divisible" in one_line_error("params", write(tmp_path, "codegen", n_head=5))
+
+
+def test_sizes_left_to_the_config_class_are_named(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "codegen", "n_layer": 2, "n_embd": 64, "n_head": 4, "rotary_dim": 8}))
+    data = json_out("params", path)
+    vocab = transformers.AutoConfig.for_model("codegen").vocab_size
+    assert data["defaulted_by_config_class"] == {"vocab_size": vocab}
+    assert data["components"]["embedding/tokens"] == vocab * 64

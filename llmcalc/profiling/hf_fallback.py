@@ -117,6 +117,33 @@ def _config(hf: dict):
         raise LlmcalcError(f"transformers rejects this {model_type} config: {_reason(exc)}") from None
 
 
+SHAPE_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
+
+
+def _shapes(hf: dict, config) -> dict:
+    """The config's main sizes that the file leaves to the config class's defaults ({field: value}); a
+    size that is not a positive whole number is an error (transformers would build a model without
+    layers from ``n_layer: -1``)."""
+    amap = getattr(config, "attribute_map", {})  # standard name -> this family's name (n_layer, d_model, ...)
+    aliases = {canonical: [amap.get(canonical)] + [k for k, v in amap.items() if v == canonical]
+               for canonical in SHAPE_FIELDS}
+    defaulted = {}
+    for canonical in SHAPE_FIELDS:
+        try:
+            value = getattr(config, canonical)
+        except AttributeError:
+            continue
+        names = [canonical, *aliases[canonical]]
+        given = [n for n in names if n and n in hf]
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise LlmcalcError(f"{given[0] if given else canonical} must be a positive whole number, got {value!r}")
+        if not given:
+            defaulted[canonical] = value
+    return defaulted
+
+
 def _version() -> str:
     import transformers
 
@@ -160,6 +187,7 @@ def fallback_count(hf: dict, seq_len: int | None) -> dict:
 
     _quiet()
     config = _config(hf)
+    defaulted = _shapes(hf, config)
     # Parameters alone need only shapes: the meta device (no FakeTensorMode, whose first use imports
     # torch._dynamo, seconds). A forward needs fake tensors, which give the parameters as well.
     with FakeTensorMode(allow_non_fake_inputs=True) if seq_len is not None else torch.device("meta"):
@@ -172,7 +200,7 @@ def fallback_count(hf: dict, seq_len: int | None) -> dict:
                                f"{_reason(exc)}") from None
         model.eval()
         out = {"class": type(model).__name__, "config_class": type(config).__name__,
-               "transformers_version": _version().split()[-1],
+               "transformers_version": _version().split()[-1], "defaulted": defaulted,
                "experts_implementation": getattr(model.config, "_experts_implementation", None),
                "attn_implementation": getattr(model.config, "_attn_implementation", None)}
         out.update(_params(model))

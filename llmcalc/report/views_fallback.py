@@ -11,7 +11,7 @@ from .views_params import PARAM_CONVENTIONS
 
 def method_line(model: FallbackModel) -> str:
     return (f"method: transformers — these numbers come from transformers {model.counted['transformers_version']}'s "
-            f"modelling code ({model.cls} built from the config on fake tensors), not from an llmcalc formula: "
+            f"modelling code ({model.cls} built from the config without weights), not from an llmcalc formula: "
             f"llmcalc has no analytic family for model_type {model.model_type!r}")
 
 
@@ -26,7 +26,9 @@ def fallback_params_document(model: FallbackModel, source: str) -> Document:
         "components: each unique parameter filed by the name of the module holding it (attention, mlp, moe, "
         "norm, embedding, head); a name no rule recognises is kept as its module path (layer index as *)",
         PARAM_CONVENTIONS[0], PARAM_CONVENTIONS[1],
-        f"keys the config leaves out take {model.counted['config_class']}'s defaults, as when transformers loads it",
+        f"keys the config leaves out take {model.counted['config_class']}'s defaults, as when transformers loads it"
+        + (": " + ", ".join(f"{k} = {v:,}" for k, v in model.counted["defaulted"].items())
+           if model.counted["defaulted"] else ""),
     ]
     if model.counted["frozen"]:
         notes.append(f"{model.counted['frozen']:,} frozen parameters (requires_grad=False) are not counted")
@@ -39,7 +41,7 @@ def fallback_params_document(model: FallbackModel, source: str) -> Document:
         "transformers_class": model.cls, "transformers_version": model.counted["transformers_version"],
         "total": total, "non_embedding": total - model.embedding, "embedding": model.embedding,
         "active_per_token": active, "tied_embeddings": model.counted["tied_embeddings"],
-        "frozen": model.counted["frozen"], "components": dict(model.components), "groups": model.groups(),
+        "frozen": model.counted["frozen"], "defaulted_by_config_class": model.counted["defaulted"], "components": dict(model.components), "groups": model.groups(),
         "notes": notes,
     }
     rows = [{"name": k, "params": v, "fraction_of_total": v / total} for k, v in model.components.items()]
