@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .analytic.params import EMBEDDING_PARTS, group_totals
 from .errors import LlmcalcError
 from .hfconfig import UnknownModelType
 
@@ -26,7 +27,6 @@ INSTALL = "pip install 'llmcalc[dev]' (or: pip install transformers torch)"
 # config keys that name the routed experts per token (k) and per MoE layer (E), per transformers family
 TOP_K_KEYS = ("num_experts_per_tok", "num_experts_per_token", "moe_top_k", "top_k", "num_selected_experts")
 N_EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
-EMBEDDING_PARTS = ("embedding/tokens", "embedding/positions", "embedding/token_types", "head/lm_head")
 
 
 @dataclass
@@ -54,14 +54,11 @@ class FallbackModel:
 
     @property
     def embedding(self) -> int:
+        """Token, position and token-type tables plus an untied LM head, as ParamCount.embedding."""
         return sum(self.components.get(k, 0) for k in EMBEDDING_PARTS)
 
     def groups(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for key, value in self.components.items():
-            group = key.split("/")[0]
-            out[group] = out.get(group, 0) + value
-        return out
+        return group_totals(self.components)
 
     @property
     def routing(self) -> tuple[int, int] | None:

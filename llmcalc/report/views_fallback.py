@@ -44,15 +44,17 @@ def fallback_params_document(model: FallbackModel, source: str) -> Document:
         "frozen": model.counted["frozen"], "defaulted_by_config_class": model.counted["defaulted"], "components": dict(model.components), "groups": model.groups(),
         "notes": notes,
     }
-    rows = [{"name": k, "params": v, "fraction_of_total": v / total} for k, v in model.components.items()]
-    rows.append({"name": "total", "params": total, "fraction_of_total": 1.0})
-    rows.append({"name": "non_embedding", "params": total - model.embedding,
+    rows = [{"kind": "component", "name": k, "params": v, "fraction_of_total": v / total}
+            for k, v in model.components.items()]
+    rows.append({"kind": "total", "name": "total", "params": total, "fraction_of_total": 1.0})
+    rows.append({"kind": "total", "name": "non_embedding", "params": total - model.embedding,
                  "fraction_of_total": (total - model.embedding) / total})
     if active is not None and active != total:
-        rows.append({"name": "active_per_token", "params": active, "fraction_of_total": active / total})
+        rows.append({"kind": "total", "name": "active_per_token", "params": active, "fraction_of_total": active / total})
     table = Table(
         "parameters by component",
-        [Column("name", "component", align="left"), Column("params", "params (exact)", fmt_int),
+        [Column("kind", "kind", align="left", show=False), Column("name", "component", align="left"),
+         Column("params", "params (exact)", fmt_int),
          Column("params_si", "params (SI)", csv=False), Column("fraction_of_total", "share of total (%)", _share)],
         [{**r, "params_si": fmt_count(r["params"])} for r in rows], notes,
     )
