@@ -157,20 +157,21 @@ def load_counted(name_or_path: str, seq_len: int | None = None):
 def step_flops(model: FallbackModel, batch: int, causal: bool, recompute: str) -> dict:
     """One training step from the counted forward, in llmcalc's conventions: backward = 2 x forward
     (as the analytic path), batch scales linearly (matmul FLOPs are linear in the batch), --causal
-    halves the attention core that the counter saw (sdpa kernels or an eager attention's bmm), full
+    halves the self-attention core that the counter saw (sdpa kernels or an eager attention's bmm;
+not an encoder's, nor cross-attention, as the analytic --causal), full
     recomputation adds one forward to the hardware FLOPs. Selective recomputation needs the split of
     each block's ops, which a counted forward does not give."""
     counted = model.flops
     if recompute == "selective":
         raise LlmcalcError(f"--recompute selective needs llmcalc's per-op formula; {model.model_type} is counted "
                            "by transformers (use none or full)")
-    core = counted["attention_core"]
-    if causal and not core:
-        raise LlmcalcError(f"--causal: no attention core was seen in {model.cls}'s forward to halve")
-    forward = batch * (counted["forward"] - (core // 2 if causal else 0))
+    halved = ("attention S²", "decoder.attention S²")  # self-attention that can be causal; never the encoder's
+    if causal and not any(counted["groups"].get(k) for k in halved):
+        raise LlmcalcError(f"--causal: no causal self-attention core was seen in {model.cls}'s forward to halve")
+    groups = {k: batch * (v // 2 if causal and k in halved else v) for k, v in counted["groups"].items()}
+    forward = sum(groups.values())
     recompute_flops = forward if recompute == "full" else 0
     tokens = batch * counted["seq_len"]
-    groups = {k: batch * (v // 2 if causal and k == "attention S²" else v) for k, v in counted["groups"].items()}
     return {"tokens": tokens, "forward_flops": forward, "backward_flops": 2 * forward, "total_flops": 3 * forward,
             "recompute_flops": recompute_flops, "hardware_flops": 3 * forward + recompute_flops,
             "flops_per_token": 3 * forward / tokens, "forward_flops_per_token": forward / tokens,

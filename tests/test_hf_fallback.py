@@ -294,3 +294,32 @@ def test_sizes_left_to_the_config_class_are_named(tmp_path):
     vocab = transformers.AutoConfig.for_model("codegen").vocab_size
     assert data["defaulted_by_config_class"] == {"vocab_size": vocab}
     assert data["components"]["embedding/tokens"] == vocab * 64
+
+
+BART = dict(encoder_layers=2, decoder_layers=2, d_model=64, encoder_attention_heads=4, decoder_attention_heads=4,
+            encoder_ffn_dim=128, decoder_ffn_dim=128, vocab_size=1000, max_position_embeddings=256)
+
+
+def test_encoder_decoder_is_built_as_seq2seq_with_stacks_apart(tmp_path):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    path = tmp_path / "bart.json"
+    path.write_text(json.dumps({"model_type": "bart", **BART}))
+    config = transformers.AutoConfig.for_model("bart", **BART)
+    with torch.device("meta"):
+        meta = transformers.AutoModelForSeq2SeqLM.from_config(config)
+    data = json_out("params", path)
+    assert data["transformers_class"] == "BartForConditionalGeneration"
+    assert data["total"] == sum(p.numel() for p in meta.parameters())
+    assert data["groups"]["decoder.cross_attention"] == 2 * (4 * 64 * 64 + 4 * 64)
+    assert data["components"]["embedding/tokens"] == 1000 * 64  # the shared table, whatever its module name
+    real = transformers.AutoModelForSeq2SeqLM.from_config(config, attn_implementation="eager").eval()
+    ids = torch.randint(0, 1000, (1, 64))
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        real(input_ids=ids, decoder_input_ids=ids, use_cache=False)
+    flops = json_out("flops", path, "--seq-len", 64)
+    assert flops["forward_flops"] == pytest.approx(counter.get_total_flops(), rel=0.005)
+    causal = json_out("flops", path, "--seq-len", 64, "--causal")
+    g = flops["groups"]  # --causal halves decoder self-attention only, as the analytic convention
+    assert causal["forward_flops"] == flops["forward_flops"] - g["decoder.attention S²"] // 2
+    assert causal["groups"]["encoder.attention S²"] == g["encoder.attention S²"]

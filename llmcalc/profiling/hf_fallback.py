@@ -27,6 +27,7 @@ from ..errors import LlmcalcError
 from .counters import SDPA_OPS, count_flops
 
 ATTENTION = re.compile(r"attn|attention")
+CROSS = re.compile(r"encoder_attn|cross|encdec", re.IGNORECASE)
 EXPERTS = re.compile(r"experts?$")
 SHARED = re.compile(r"shared")
 MLP = re.compile(r"mlp|ffn|feed_?forward|^fc\d?$|^fc_(in|out)$|^c_fc$|dense_h_to_4h|dense_4h_to_h|^w[123]$|moe|"
@@ -64,14 +65,20 @@ def classify(path: list[str], experts_parents: set[str]) -> str:
         if NORM.search(leaf):
             return "norm/final"
         return ".".join(path) or "(root)"
-    if NORM.search(leaf):
-        return "norm/layers"
     inner = path[layer + 1:]
+    stack = next((f"{s}." for s in ("encoder", "decoder") if any(s in seg for seg in path[:layer])), "")
+    return stack + _in_layer(path, layer, inner, experts_parents)
+
+
+def _in_layer(path: list[str], layer: int, inner: list[str], experts_parents: set[str]) -> str:
+    if NORM.search(path[-1]):
+        return "norm/layers"
     for i, seg in enumerate(inner):
         here = ".".join(path[: layer + 2 + i])
         parent = here.rsplit(".", 1)[0]
         if ATTENTION.search(seg):
-            return f"attention/{inner[-1]}" if i < len(inner) - 1 else "attention"
+            group = "cross_attention" if CROSS.search(seg) else "attention"
+            return f"{group}/{inner[-1]}" if i < len(inner) - 1 else group
         if EXPERTS.search(seg):
             return "moe/shared_experts" if SHARED.search(seg) else "moe/experts"
         if SHARED.search(seg) and ("expert" in seg or "mlp" in seg):
@@ -156,8 +163,11 @@ def _reason(exc: Exception) -> str:
 
 
 def _build(config):
-    """The model built under the active FakeTensorMode: causal LM, else seq2seq LM, else the base model."""
-    for auto in _auto_classes():
+    """The model built in the active device context / FakeTensorMode: the seq2seq LM of an encoder-decoder
+    config, else the causal LM, else the base model."""
+    causal, seq2seq, base = _auto_classes()
+    order = (seq2seq, causal, base) if getattr(config, "is_encoder_decoder", False) else (causal, seq2seq, base)
+    for auto in order:
         if type(config) not in auto._model_mapping:
             continue
         kwargs = {}
@@ -211,18 +221,37 @@ def fallback_count(hf: dict, seq_len: int | None) -> dict:
 
 def _params(model) -> dict:
     parents = _experts_parents(model)
+    # the modules transformers itself calls the input embeddings and the output head, whatever their name
+    known = {model.get_input_embeddings(): "embedding/tokens", model.get_output_embeddings(): "head/lm_head"}
+    special = {name: known[m] for name, m in model.named_modules() if any(m is k for k in known if k is not None)}
     components: dict[str, int] = defaultdict(int)
     frozen = 0
     for name, p in model.named_parameters():  # remove_duplicate=True: a tied head appears once
         if not p.requires_grad:
             frozen += p.numel()
             continue
-        components[classify(name.split(".")[:-1], parents)] += p.numel()
-    order = ("embedding", "attention", "mlp", "moe", "norm", "head")
-    keys = sorted(components, key=lambda k: (order.index(k.split("/")[0]) if k.split("/")[0] in order else 5.5, k))
-    routed = [m for n, m in model.named_modules() if EXPERTS.search(n.split(".")[-1]) and not SHARED.search(n)]
-    return {"components": {k: components[k] for k in keys}, "frozen": frozen,
-            "tied_embeddings": _tied(model), "n_expert_modules": len(routed)}
+        module = name.rsplit(".", 1)[0] if "." in name else ""
+        components[special.get(module) or classify(module.split(".") if module else [], parents)] += p.numel()
+    return {"components": {k: components[k] for k in sorted(components, key=_order)}, "frozen": frozen,
+            "tied_embeddings": _tied(model)}
+
+
+GROUP_ORDER = ("embedding", "attention", "cross_attention", "mlp", "moe", "norm")
+
+
+def _order(key: str) -> tuple:
+    """Embeddings first, then per stack (decoder-only, encoder, decoder) attention ... norm, other
+    names, and the head last."""
+    group = key.split("/")[0]
+    stack, _, kind = group.rpartition(".")
+    if kind == "embedding":
+        return (0, 0, 0, key)
+    if kind == "head":
+        return (9, 0, 0, key)
+    if kind not in GROUP_ORDER:
+        return (8, 0, 0, key)
+    return (1, ("", "encoder", "decoder").index(stack) if stack in ("", "encoder", "decoder") else 3,
+            GROUP_ORDER.index(kind), key)
 
 
 def _tied(model) -> bool:
@@ -270,13 +299,16 @@ def _flops(model, config, seq_len: int) -> dict:
         else:
             continue
         total = sum(ops.values())
-        if group == "attention":
+        stack, _, kind = group.rpartition(".")
+        stack = f"{stack}." if stack else ""
+        if kind in ("attention", "cross_attention"):
+            label = "cross-attention" if kind == "cross_attention" else "attention"
             s2 = sum(v for op, v in ops.items() if op in CORE_OPS)
             core += s2
-            groups["attention S²"] += s2
-            groups["attention projections"] += total - s2
+            groups[f"{stack}{label} S²"] += s2
+            groups[f"{stack}{label} projections"] += total - s2
         else:
-            groups[{"mlp": "FFN", "moe": "FFN", "head": "LM head", "norm": "other"}.get(group, group)] += total
+            groups[stack + {"mlp": "FFN", "moe": "FFN", "head": "LM head", "norm": "other"}.get(kind, kind)] += total
     groups["other"] += counted.total - sum(groups.values())
     return {"seq_len": seq_len, "forward": counted.total, "groups": {k: v for k, v in groups.items() if v},
             "attention_core": core, "by_op": counted.by_op}
