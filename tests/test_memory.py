@@ -169,3 +169,17 @@ def test_bad_input(args, message):
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+def test_kv_activations_never_split_below_one_head():
+    """Llama-3-70B has 8 KV heads: at tp 16 each rank still saves one head of K and V (replicated), not half."""
+    spec = load_model("llama-3-70b")
+    items = layer_saved(spec, 0, 1, 4096, 2)
+    (kv,) = [x for x in items if x.kv_heads]
+    (q,) = [x for x in items if x.name.startswith("Q after RoPE")]
+    one_head = 4096 * 2 * 1 * 128 * 2  # tokens x (K, V) x one head x d_head x 2 bytes
+    assert kv.per_rank(8, True) == kv.per_rank(16, True) == one_head
+    assert kv.per_rank(4, True) == 2 * one_head
+    assert q.per_rank(16, True) == 4096 * 64 * 128 * 2 / 16
+    est8, est16 = (training_memory(spec, 1, 4096, parallel=Parallel(tp, tp=tp)) for tp in (8, 16))
+    assert est16.activations.per_layer[kv.name] == est8.activations.per_layer[kv.name] == 80 * one_head
