@@ -40,6 +40,7 @@ from .params import count_params
 INT4_GROUP_SIZE = 128
 INT4_GROUP_BYTES = 2.0 + 0.5
 WEIGHT_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8", "int4")
+KV_DTYPES = ("fp32", "bf16", "fp16", "fp8")  # what vLLM's --kv-cache-dtype can be (auto = the model dtype)
 QUANTISATION_NOTES = {
     "int4": f"int4 weights with group-wise scales: groups of {INT4_GROUP_SIZE} weights share an fp16 scale (2 B) and "
             f"a 4-bit zero point (0.5 B), {0.5 + INT4_GROUP_BYTES / INT4_GROUP_SIZE:g} B per weight (GPTQ/AWQ layout)",
@@ -280,10 +281,13 @@ class Roofline:
 
 
 def default_compute_dtype(weight_dtype: str, accelerator: Accelerator) -> str:
-    """fp8 weights run fp8 matmuls where the device has them; fp16 weights fp16; else bf16 (fp16 on
-    devices without bf16, as vLLM casts on a V100). int8/int4 are weight-only: dequantised to 16 bits."""
+    """fp8 weights run fp8 matmuls where the device has them; fp32 weights fp32; fp16 weights fp16; else
+    bf16 (fp16 on devices without bf16, as vLLM casts on a V100). int8/int4 are weight-only:
+    dequantised to 16 bits."""
     if weight_dtype == "fp8" and "fp8" in accelerator.peak_flops:
         return "fp8"
+    if weight_dtype == "fp32":
+        return "fp32"
     if weight_dtype == "fp16" or "bf16" not in accelerator.peak_flops:
         return "fp16"
     return "bf16"
@@ -291,8 +295,12 @@ def default_compute_dtype(weight_dtype: str, accelerator: Accelerator) -> str:
 
 def check_kv_dtype(kv_dtype: str, accelerator: Accelerator) -> str:
     """A KV dtype the device holds natively (from the preset's peaks: fp8 needs an fp8 rate)."""
-    dtype_bytes(kv_dtype)
-    dtype = canonical_dtype(kv_dtype)
+    try:
+        dtype = canonical_dtype(kv_dtype)
+    except LlmcalcError:
+        dtype = None
+    if dtype not in KV_DTYPES:
+        raise LlmcalcError(f"unknown KV cache dtype {kv_dtype!r}; use one of {', '.join(KV_DTYPES)} (e4m3/e5m2 are fp8)")
     if dtype not in accelerator.peak_flops:
         held = [d for d in ("fp32", "bf16", "fp16", "fp8") if d in accelerator.peak_flops]
         raise LlmcalcError(f"{accelerator.key} has no {dtype} support (its preset lists no {dtype} rate), so it "
@@ -307,7 +315,7 @@ def resolve_dtypes(accelerator: Accelerator, weight_dtype: str, kv_dtype: str | 
     bytes_per_weight(weight)
     compute = canonical_dtype(compute_dtype) if compute_dtype else default_compute_dtype(weight, accelerator)
     accelerator.peak(compute)
-    kv = check_kv_dtype(kv_dtype or ("fp16" if compute == "fp16" else "bf16"), accelerator)
+    kv = check_kv_dtype(kv_dtype or (compute if compute in ("fp32", "fp16") else "bf16"), accelerator)
     return weight, kv, compute
 
 

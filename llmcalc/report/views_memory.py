@@ -74,6 +74,9 @@ def training_memory_document(est: MemoryEstimate, gpu: Accelerator | None, reser
                         else "; tensor parallel without sequence parallelism" if par.tp > 1 else ""))
     if spec.is_moe:
         notes.append("MoE: every expert's weights on every GPU (no expert parallelism modelled)")
+    if par.tp > spec.n_kv_heads and not spec.is_mla:
+        notes.append(f"tp {par.tp} > {spec.n_kv_heads} KV heads: each rank keeps one KV head of K and V activations "
+                     f"(replicated {par.tp // spec.n_kv_heads}x), never split below one")
     notes += fit_lines
     if largest is not None:
         notes.append(f"largest micro-batch that fits at seq {est.seq_len}: {largest}")
