@@ -231,6 +231,46 @@ def train(model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_per_gp
 
 
 @cli.command()
+@click.argument("model")
+@click.option("--gpu", required=True, help="Accelerator preset with a network block (see `llmcalc presets`).")
+@click.option("--n-gpus", type=POSITIVE_INT, required=True, help="GPUs in all.")
+@click.option("--seq-len", type=LENGTH, default="4k", show_default=True)
+@click.option("--global-batch", type=POSITIVE_INT, default=None, help="Sequences per optimizer step.")
+@click.option("--global-batch-tokens", type=QUANTITY, default=None, help="Instead: tokens per step (e.g. 4M).")
+@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default=None,
+              help="Default: the least recomputation that fits, per layout.")
+@click.option("--causal", is_flag=True, help="Halve the attention S² FLOPs (Megatron convention).")
+@click.option("--top", type=POSITIVE_INT, default=10, show_default=True, help="How many layouts to list.")
+@format_option
+def layout(model, gpu, n_gpus, seq_len, global_batch, global_batch_tokens, recompute, causal, top, fmt):
+    """Rank the parallel layouts of MODEL on N GPUs that fit in memory, by predicted throughput."""
+    from .analytic.steptime import search_layouts
+    from .presets import load_model
+    from .report.document import Progress
+    from .report.views_steptime import layout_document
+
+    spec = load_model(model)
+    if (global_batch is None) == (global_batch_tokens is None):
+        raise LlmcalcError("give --global-batch (sequences) or --global-batch-tokens, one of them")
+    if global_batch_tokens is not None:
+        if global_batch_tokens <= 0 or global_batch_tokens % seq_len:
+            raise LlmcalcError(f"--global-batch-tokens {global_batch_tokens:g} is not a positive multiple of "
+                               f"--seq-len {seq_len}")
+        global_batch = int(global_batch_tokens // seq_len)
+    bar = Progress(1, "layouts")
+    try:
+        ranked, losers, counts = search_layouts(spec, gpu, n_gpus, seq_len, global_batch, causal, recompute,
+                                                progress=lambda: bar.step())
+    finally:
+        bar.close()
+    if not ranked:
+        raise LlmcalcError(f"no layout of {spec.name} fits on {n_gpus:,} x {gpu} at seq {seq_len} with global batch "
+                           f"{global_batch} ({counts['oom']} do not fit in memory, {counts['invalid']} contradict the "
+                           f"model): use more GPUs or a larger --global-batch")
+    emit(layout_document(spec.name, gpu, n_gpus, seq_len, global_batch, ranked, losers, counts, top), fmt)
+
+
+@cli.command()
 @click.option("--compute", type=QUANTITY, help="A compute budget in FLOPs (e.g. 1e24).")
 @click.option("--gpu", help="Or: the cluster's accelerator preset ...")
 @click.option("--n-gpus", type=POSITIVE_INT, help="... how many ...")

@@ -567,3 +567,93 @@ def train_steptime(spec: ModelSpec | None, gpu: str, n_gpus: int, mfu: float | N
     lay = make_layout(spec, n_gpus, seq_len, gb, **settings)
     pred = predict(spec, device_for(gpu, dtype), lay, seq_len, causal, recompute)
     return pred.mfu, pred, measured
+
+
+def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_batch: int, causal: bool = False,
+                   recompute: str | None = None, dtype: str = "bf16", progress=None):
+    """Every layout tp x cp x pp (x vpp, micro-batch, recomputation) of `n_gpus`, checked against the memory
+    model and ranked by predicted throughput. Returns (ranked [(prediction, peak bytes)], losers, counts).
+
+    tp runs over the divisors of GPUs per node (TP stays on NVLink), pp over divisors of the layer count
+    (the memory model's stages are equal), cp over powers of two up to 16 keeping >= 1k tokens per rank;
+    ZeRO-1; recomputation: the least of none, selective, full that fits, unless `recompute` is given.
+    """
+    from .memory import Parallel, training_memory
+
+    dev = device_for(gpu, dtype)
+    capacity = dev.accelerator.memory_bytes
+    per_node = dev.network.gpus_per_node
+    tps = [t for t in (1, 2, 4, 8, 16) if t <= per_node and per_node % t == 0 and spec.n_heads % t == 0]
+    pps = [p for p in range(1, min(spec.n_layers, 64) + 1) if spec.n_layers % p == 0]
+    cps = [c for c in (1, 2, 4, 8, 16) if seq_len % c == 0 and seq_len // c >= 1024 or c == 1]
+    tries = [recompute] if recompute else ["none", "selective", "full"]
+    counts = {"searched": 0, "fit": 0, "oom": 0, "invalid": 0}
+    ranked, oom = [], []
+    for tp in tps:
+        for cp in cps:
+            for pp in pps:
+                if n_gpus % (tp * cp * pp):
+                    continue
+                dp = n_gpus // (tp * cp * pp)
+                for mb in (1, 2, 4):
+                    if global_batch % (dp * mb):
+                        continue
+                    m = global_batch // (dp * mb)
+                    vpps = [1] + ([2] if pp > 1 and m % pp == 0 and spec.n_layers % (2 * pp) == 0 else [])
+                    for vpp in vpps:
+                        counts["searched"] += 1
+                        if progress:
+                            progress()
+                        try:
+                            lay = make_layout(spec, n_gpus, seq_len, global_batch, tp, cp, pp, vpp, 1, mb)
+                        except LlmcalcError:
+                            counts["invalid"] += 1
+                            continue
+                        fit = None
+                        for rc in tries:
+                            mem = training_memory(spec, mb, seq_len // cp, "bf16-mixed", "adamw", rc, "flash",
+                                                  Parallel(n_gpus // cp, tp, pp, 1, True))
+                            if mem.peak <= capacity:
+                                fit = (rc, mem.peak)
+                                break
+                        if fit is None:
+                            counts["oom"] += 1
+                            oom.append((lay, mem.peak, tries[-1]))
+                            continue
+                        counts["fit"] += 1
+                        ranked.append((predict(spec, dev, lay, seq_len, causal, fit[0]), fit[1]))
+    ranked.sort(key=lambda pm: -pm[0].tokens_per_second)
+    losers = _why_they_lose(ranked, oom, capacity)
+    return ranked, losers, counts
+
+
+def _describe(lay: Layout, rc: str | None = None) -> str:
+    text = f"tp {lay.tp} cp {lay.cp} pp {lay.pp} dp {lay.dp}" + (f" vpp {lay.vpp}" if lay.vpp > 1 else "")
+    return text + f" mb {lay.micro_batch}" + (f" recompute {rc}" if rc else "")
+
+
+def _why_they_lose(ranked: list, oom: list, capacity: float) -> list:
+    """A few representative losers: for each kind of loss the layout that suffers it most, and what did
+    not fit (the one closest to fitting, which would otherwise have been a candidate)."""
+    out = []
+    if ranked:
+        best = ranked[0][0]
+        for key, label in (("pp_bubble", "pipeline bubble"), ("tp_comm", "exposed TP communication"),
+                           ("cp_comm", "exposed CP communication"), ("dp_comm", "exposed DP communication"),
+                           ("pp_comm", "exposed PP send/recv")):
+            worst = max(ranked[1:], key=lambda pm: pm[0].breakdown[key] / pm[0].step_seconds, default=None)
+            if worst is None or worst[0].breakdown[key] <= best.breakdown[key] * 1.05 + 1e-9:
+                continue
+            p = worst[0]
+            out.append((f"{label}: {p.breakdown[key] / p.step_seconds * 100:.1f} % of its step (best: "
+                        f"{best.breakdown[key] / best.step_seconds * 100:.1f} %)", p, _describe(p.layout, p.recompute)))
+        slow = [pm for pm in ranked[1:] if pm[0].recompute != best.recompute]
+        if slow:
+            p = slow[0][0]
+            out.append((f"recompute {p.recompute} re-runs work (HFU {p.hfu * 100:.1f} % vs MFU {p.mfu * 100:.1f} %)",
+                        p, _describe(p.layout, p.recompute)))
+    if oom:
+        lay, peak, rc = min(oom, key=lambda o: o[1])
+        out.append((f"does not fit: {peak / 2**30:.1f} GiB per GPU > {capacity / 2**30:.0f} GiB even with recompute {rc}"
+                    f" ({len(oom)} such layouts)", None, _describe(lay)))
+    return out
