@@ -540,7 +540,7 @@ def train_steptime(spec: ModelSpec | None, gpu: str, n_gpus: int, mfu: float | N
             raise LlmcalcError(f"--global-batch-tokens {gb_tokens:g} is not a positive multiple of --seq-len {seq_len}")
         gb = int(gb_tokens // seq_len)
     if sum(x is not None for x in (mfu, achieved_tflops, tps)) > 1:
-        raise LlmcalcError("give one of --mfu, --achieved-tflops or --tokens-per-second")
+        raise LlmcalcError("give exactly one of an MFU (--mfu), --achieved-tflops or --tokens-per-second")
     measured = None
     if tps is not None:
         m, h = mfu_from_throughput(model_flops_per_token, hardware_flops_per_token, tps, n_gpus, accelerator.peak(dtype))
@@ -559,8 +559,8 @@ def train_steptime(spec: ModelSpec | None, gpu: str, n_gpus: int, mfu: float | N
         if given:
             raise LlmcalcError("a layout needs --global-batch (sequences) or --global-batch-tokens to predict the "
                                "step time; or give --mfu")
-        raise LlmcalcError("give --mfu, --achieved-tflops or --tokens-per-second, or a layout with --global-batch "
-                           "(sequences per step) to predict the MFU")
+        raise LlmcalcError("give exactly one of an MFU (--mfu 0.4), --achieved-tflops or --tokens-per-second, or a "
+                           "layout with --global-batch (sequences per step) to predict the MFU")
     if spec is None:
         raise LlmcalcError("predicting the step time needs a MODEL (its shapes), not --params")
     settings = {**LAYOUT_DEFAULTS, **given}
