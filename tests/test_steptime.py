@@ -256,3 +256,32 @@ def test_layout_ranks_fitting_layouts():
 def test_layout_nothing_fits_is_one_line():
     r = run("layout", "llama-3.1-405b", "--gpu", "h100-sxm", "--n-gpus", 8, "--seq-len", 8192, "--global-batch", 8)
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1 and "no layout" in r.stderr
+
+
+def test_report_section_has_stacked_bars_and_the_layout_table():
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("pandas")
+    import csv
+    import io
+
+    from matplotlib.image import imread
+
+    from llmcalc.analytic.summary import Scenario
+    from llmcalc.report.document import Report
+    from llmcalc.report.steptime_figures import steptime_section
+
+    report = Report("t")
+    steptime_section(report, [load_model("llama-3-8b")],
+                     Scenario(seq_len=4096, tokens=1e12, gpu=load_hardware("h100-sxm"), n_gpus=16), global_batch=64)
+    png = report.files["figures/steptime-llama-3-8b.png"]
+    assert imread(io.BytesIO(png), format="png").shape[0] > 200
+    rows = list(csv.DictReader(io.StringIO(report.files["tables/steptime-llama-3-8b.csv"].decode())))
+    layout = json.loads(run("layout", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", 16, "--seq-len", 4096,
+                            "--global-batch", 64, "--top", 6, "--format", "json").stdout)
+    assert [float(r["tokens_per_second"]) for r in rows] == pytest.approx(
+        [r["tokens_per_second"] for r in layout["layouts"]])
+    text = " ".join(str(b) for b in report.blocks)
+    assert "best layout predicts MFU" in text
+    no_net = Report("t")
+    steptime_section(no_net, [load_model("llama-3-8b")], Scenario(gpu=load_hardware("l4"), n_gpus=8))
+    assert "no network/matmul block" in " ".join(str(b) for b in no_net.blocks)
