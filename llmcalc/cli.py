@@ -257,12 +257,18 @@ def layout(model, gpu, n_gpus, seq_len, global_batch, global_batch_tokens, recom
             raise LlmcalcError(f"--global-batch-tokens {global_batch_tokens:g} is not a positive multiple of "
                                f"--seq-len {seq_len}")
         global_batch = int(global_batch_tokens // seq_len)
-    bar = Progress(1, "layouts")
+    bars = []
+
+    def progress(total):
+        bars.append(Progress(total, "layouts"))
+        return bars[0].step
+
     try:
         ranked, losers, counts = search_layouts(spec, gpu, n_gpus, seq_len, global_batch, causal, recompute,
-                                                progress=lambda: bar.step())
+                                                progress=progress)
     finally:
-        bar.close()
+        for bar in bars:
+            bar.close()
     if not ranked:
         raise LlmcalcError(f"no layout of {spec.name} fits on {n_gpus:,} x {gpu} at seq {seq_len} with global batch "
                            f"{global_batch} ({counts['oom']} do not fit in memory, {counts['invalid']} contradict the "

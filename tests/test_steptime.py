@@ -285,3 +285,14 @@ def test_report_section_has_stacked_bars_and_the_layout_table():
     no_net = Report("t")
     steptime_section(no_net, [load_model("llama-3-8b")], Scenario(gpu=load_hardware("l4"), n_gpus=8))
     assert "no network/matmul block" in " ".join(str(b) for b in no_net.blocks)
+
+
+def test_expert_parallelism_shards_expert_gradients_and_pays_all_to_alls():
+    spec = load_model("deepseek-v2-lite")
+    dev = device_for("h100-sxm")
+    one = predict(spec, dev, make_layout(spec, 64, 4096, 256), 4096)
+    ep8 = predict(spec, dev, make_layout(spec, 64, 4096, 256, ep=8), 4096)
+    assert one.breakdown["ep_comm"] == 0 and ep8.breakdown["ep_comm"] > 0
+    # routed experts (14.4 G of 15.7 G params) are all-reduced over dp/ep = 8 ranks instead of 64 and 1/8 the size
+    assert ep8.breakdown["dp_comm"] < one.breakdown["dp_comm"] / 4
+    assert ep8.model_flops == one.model_flops

@@ -398,6 +398,16 @@ def _stage_params(spec: ModelSpec, layers: range, first: bool, last: bool) -> fl
     return params
 
 
+def _routed_expert_params_per_layer(spec: ModelSpec) -> float:
+    """Parameters of one MoE layer's routed experts (what expert parallelism splits)."""
+    if not spec.is_moe:
+        return 0.0
+    from .params import count_params
+
+    n_moe = sum(spec.is_moe_layer(i) for i in range(spec.n_layers))
+    return count_params(spec).components.get("moe/experts", 0) / n_moe if n_moe else 0.0
+
+
 def predict(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, causal: bool = False,
             recompute: str = "none", recipe: str = "bf16-mixed") -> StepPrediction:
     """Predicted step time of `layout` (see the module docstring for the model and its overlap rule)."""
@@ -457,17 +467,23 @@ def predict(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, causa
     }
     # data parallelism and the optimizer, for the rank holding the most parameters
     worst_dp = worst_opt = 0.0
+    experts_per_layer = _routed_expert_params_per_layer(spec)
     for r in range(lay.pp):
-        params = 0.0
+        params = experts = 0.0
         for st in rank_stages[r]:
             rng = range(starts[st], starts[st] + split[st])
             params += _stage_params(spec, rng, st == 0, st == n_stages - 1)
-        params /= lay.tp
+            experts += experts_per_layer * sum(spec.is_moe_layer(i) for i in rng)
+        dense = (params - experts) / lay.tp
+        experts = experts / lay.tp / lay.ep  # routed experts: split over ep (and tp inside each expert)
         mbs = [stages[st] for st in rank_stages[r]]
         fwd_one = sum(s.fwd for s in mbs)
         bwd_one = sum(s.bwd_input + s.bwd_weight for s in mbs)
-        colls = comm.dp_collectives(params, rec.grad_bytes, rec.weight_bytes, lay.dp, lay.zero,
-                                    lay.tp * lay.cp * lay.pp, m)
+        outer = lay.tp * lay.cp * lay.pp
+        colls = comm.dp_collectives(dense, rec.grad_bytes, rec.weight_bytes, lay.dp, lay.zero, outer, m)
+        if experts:  # expert weights are replicated over dp / ep ranks only
+            colls += comm.dp_collectives(experts, rec.grad_bytes, rec.weight_bytes, lay.dp // lay.ep, lay.zero,
+                                         outer * lay.ep, m)
         if lay.dp > 1:
             if lay.zero == 3:
                 per_mb = sum(c.seconds(device.network) * c.count for c in colls) / m
@@ -482,7 +498,9 @@ def predict(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, causa
         else:
             exposed = 0.0
         shard = lay.dp if lay.zero >= 1 else 1
-        opt_bytes = params / shard * (rec.grad_bytes + 2 * (rec.master_bytes + 2 * rec.state_bytes) + rec.weight_bytes)
+        expert_shard = lay.dp // lay.ep if lay.zero >= 1 else 1
+        local = dense / shard + experts / expert_shard
+        opt_bytes = local * (rec.grad_bytes + 2 * (rec.master_bytes + 2 * rec.state_bytes) + rec.weight_bytes)
         worst_dp = max(worst_dp, exposed)
         worst_opt = max(worst_opt, opt_bytes / device.hbm)
     breakdown["dp_comm"] = worst_dp
@@ -574,9 +592,10 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     """Every layout tp x cp x pp (x vpp, micro-batch, recomputation) of `n_gpus`, checked against the memory
     model and ranked by predicted throughput. Returns (ranked [(prediction, peak bytes)], losers, counts).
 
-    tp runs over the divisors of GPUs per node (TP stays on NVLink), pp over divisors of the layer count
-    (the memory model's stages are equal), cp over powers of two up to 16 keeping >= 1k tokens per rank;
+    tp runs over the divisors of GPUs per node (TP stays on NVLink), pp up to 64 (memory checked for the
+    most loaded stage, ceil(L/pp) layers), cp over powers of two up to 16 keeping >= 1k tokens per rank;
     ZeRO-1; recomputation: the least of none, selective, full that fits, unless `recompute` is given.
+    `progress(total)` (optional) returns a function called once per layout tried.
     """
     from .memory import Parallel, training_memory
 
@@ -584,11 +603,11 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     capacity = dev.accelerator.memory_bytes
     per_node = dev.network.gpus_per_node
     tps = [t for t in (1, 2, 4, 8, 16) if t <= per_node and per_node % t == 0 and spec.n_heads % t == 0]
-    pps = [p for p in range(1, min(spec.n_layers, 64) + 1) if spec.n_layers % p == 0]
+    pps = [p for p in range(1, min(spec.n_layers, 64) + 1) if n_gpus % p == 0]
     cps = [c for c in (1, 2, 4, 8, 16) if seq_len % c == 0 and seq_len // c >= 1024 or c == 1]
     tries = [recompute] if recompute else ["none", "selective", "full"]
     counts = {"searched": 0, "fit": 0, "oom": 0, "invalid": 0}
-    ranked, oom = [], []
+    candidates = []
     for tp in tps:
         for cp in cps:
             for pp in pps:
@@ -599,29 +618,34 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
                     if global_batch % (dp * mb):
                         continue
                     m = global_batch // (dp * mb)
-                    vpps = [1] + ([2] if pp > 1 and m % pp == 0 and spec.n_layers % (2 * pp) == 0 else [])
-                    for vpp in vpps:
-                        counts["searched"] += 1
-                        if progress:
-                            progress()
-                        try:
-                            lay = make_layout(spec, n_gpus, seq_len, global_batch, tp, cp, pp, vpp, 1, mb)
-                        except LlmcalcError:
-                            counts["invalid"] += 1
-                            continue
-                        fit = None
-                        for rc in tries:
-                            mem = training_memory(spec, mb, seq_len // cp, "bf16-mixed", "adamw", rc, "flash",
-                                                  Parallel(n_gpus // cp, tp, pp, 1, True))
-                            if mem.peak <= capacity:
-                                fit = (rc, mem.peak)
-                                break
-                        if fit is None:
-                            counts["oom"] += 1
-                            oom.append((lay, mem.peak, tries[-1]))
-                            continue
-                        counts["fit"] += 1
-                        ranked.append((predict(spec, dev, lay, seq_len, causal, fit[0]), fit[1]))
+                    vpps = [1] + ([2, 4] if pp > 1 and m % pp == 0 else [])
+                    candidates += [(tp, cp, pp, v, mb) for v in vpps if pp * v <= spec.n_layers]
+    step = progress(len(candidates)) if progress else None
+    ranked, oom = [], []
+    for tp, cp, pp, vpp, mb in candidates:
+        counts["searched"] += 1
+        if step:
+            step()
+        try:
+            lay = make_layout(spec, n_gpus, seq_len, global_batch, tp, cp, pp, vpp, 1, mb)
+        except LlmcalcError:
+            counts["invalid"] += 1
+            continue
+        # memory of the most loaded stage: ceil(L / pp) layers on every stage
+        even = spec.replace(n_layers=math.ceil(spec.n_layers / pp) * pp, n_dense_layers=spec.n_dense_layers)
+        fit = None
+        for rc in tries:
+            mem = training_memory(even, mb, seq_len // cp, "bf16-mixed", "adamw", rc, "flash",
+                                  Parallel(n_gpus // cp, tp, pp, 1, True))
+            if mem.peak <= capacity:
+                fit = (rc, mem.peak)
+                break
+        if fit is None:
+            counts["oom"] += 1
+            oom.append((lay, mem.peak, tries[-1]))
+            continue
+        counts["fit"] += 1
+        ranked.append((predict(spec, dev, lay, seq_len, causal, fit[0]), fit[1]))
     ranked.sort(key=lambda pm: -pm[0].tokens_per_second)
     losers = _why_they_lose(ranked, oom, capacity)
     return ranked, losers, counts
