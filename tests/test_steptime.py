@@ -218,6 +218,12 @@ def test_cli_given_mfu_still_overrides():
     r = run("train", "llama-3-8b", "--tokens", "1T", "--gpu", "h100-sxm", "--n-gpus", 64, "--mfu", 0.4, "--format", "json")
     d = json.loads(r.stdout)
     assert d["mfu_source"] == "given" and d["mfu"] == pytest.approx(0.4) and d["step_seconds"] is None
+    r = run("train", "llama-3-8b", "--tokens", "1T", "--gpu", "h100-sxm", "--n-gpus", 64, "--mfu", 0.4, "--tp", 2,
+            "--global-batch", 256, "--seq-len", 4096, "--format", "json")
+    d = json.loads(r.stdout)
+    assert d["mfu_source"] == "given" and d["breakdown_seconds"] is None
+    assert d["layout"]["dp"] == 32 and d["layout"]["grad_accum"] == 8
+    assert d["step_seconds"] == pytest.approx(256 * 4096 / d["tokens_per_second"])
 
 
 @pytest.mark.parametrize("args,needle", [

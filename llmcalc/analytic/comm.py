@@ -170,6 +170,10 @@ def dp_collectives(params: float, grad_bytes: float, weight_bytes: float, dp: in
       (Rajbhandari et al. 2020: the same bytes as the all-reduce).
     - zero 3 (FSDP): per micro-batch an all-gather of the weights for the forward and another for the
       backward, and a reduce-scatter of the gradients (3 x the weight/gradient bytes per micro-batch).
+    For a measured FSDP2 run: fully_shard's default (reshard_after_forward=True) is zero 3 here, one
+    Collective per FSDP unit summed over units; reshard_after_forward=False drops the backward
+    all-gather; buffer_bytes is the unsharded size (nccl-tests' "size"), bytes_per_rank what one rank
+    sends (size x bus factor).
     """
     grads, weights = params * grad_bytes, params * weight_bytes
     if zero == 0:

@@ -568,10 +568,13 @@ def train_steptime(spec: ModelSpec | None, gpu: str, n_gpus: int, mfu: float | N
         measured = {"tokens_per_second": tps, "mfu": m, "hfu": h}
         mfu = m
     if mfu is not None or achieved_tflops is not None:
-        if given or gb is not None:
-            if gb is None:
-                raise LlmcalcError(f"layout options ({', '.join('--' + k.replace('_', '-') for k in given)}) need "
-                                   f"--global-batch to predict a step; or drop them")
+        if given and gb is None:
+            raise LlmcalcError(f"layout options ({', '.join('--' + k.replace('_', '-') for k in given)}) need "
+                               f"--global-batch to predict a step; or drop them")
+        if gb is not None:  # a given MFU with a layout: the step follows from the given throughput
+            lay = make_layout(spec, n_gpus, seq_len, gb, **{**LAYOUT_DEFAULTS, **given}) if spec is not None else \
+                Layout(dp=n_gpus, global_batch=gb)
+            measured = {**(measured or {}), "layout": lay}
         return mfu, None, measured
     if gb is None:
         if given:

@@ -179,7 +179,12 @@ def _add_steptime(data: dict, tables: list, est: TrainingEstimate, pred, measure
     data["hardware_tflops_per_gpu"] = est.hfu * est.peak / 1e12
     data["step_seconds"] = data["breakdown_seconds"] = data["layout"] = None
     if measured is not None:
-        data["measured"] = measured
+        lay = measured.pop("layout", None)
+        if lay is not None:  # given MFU with a layout: the step time it implies, no breakdown
+            data["layout"] = lay.as_dict()
+            data["step_seconds"] = lay.global_batch * data["seq_len"] / data["tokens_per_second"]
+        if measured:
+            data["measured"] = measured
     if pred is not None:
         from .views_steptime import breakdown_table
 

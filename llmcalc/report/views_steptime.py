@@ -22,10 +22,6 @@ def _pct(v: float) -> str:
     return f"{v * 100:.1f} %"
 
 
-def prediction_data(pred: StepPrediction) -> dict:
-    return pred.to_json()
-
-
 def breakdown_table(pred: StepPrediction) -> Table:
     rows = [{"part": k, "label": BREAKDOWN_LABELS[k], "seconds": v, "share": v / pred.step_seconds}
             for k, v in pred.breakdown.items()]
