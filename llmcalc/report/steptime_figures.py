@@ -52,7 +52,7 @@ def steptime_section(report, specs, scenario, global_batch: int | None = None, t
         return
     batch = global_batch or max(1, DEFAULT_TOKENS_PER_STEP // scenario.seq_len)
     report.paragraph(f"Global batch {batch} sequences x {scenario.seq_len:,} tokens"
-                     + ("" if global_batch else " (4 Mi tokens per step: pass --global-batch to set it)")
+                     + ("" if global_batch else " (4 Mi tokens per step; `llmcalc layout` takes any --global-batch)")
                      + f" on {scenario.n_gpus:,} x {gpu.key}; layouts ranked by predicted throughput "
                        "(`llmcalc layout`).")
     for spec in specs:
