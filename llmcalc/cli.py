@@ -251,7 +251,13 @@ def train(model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_per_gp
         inputs["flops_basis"] = "training FLOPs = 6·N·T (no model given; full recomputation adds 2·N·T)"
     from .analytic.steptime import train_steptime
 
-    mfu, pred, measured = train_steptime(model and spec, gpu, n_gpus, mfu, achieved_tflops, canonical_dtype(dtype),
+    shapes = model and spec
+    if model is not None and isinstance(spec, FallbackModel):
+        shapes = None  # no formula for its shapes: only a given MFU or throughput times it
+        if mfu is None and achieved_tflops is None and layout.get("tokens_per_second") is None:
+            raise LlmcalcError(f"predicting the step time needs llmcalc's formula for the shapes; {spec.model_type} is "
+                               "counted by transformers: give --mfu, --achieved-tflops or --tokens-per-second")
+    mfu, pred, measured = train_steptime(shapes, gpu, n_gpus, mfu, achieved_tflops, canonical_dtype(dtype),
                                          seq_len, causal, recompute, model_flops / tokens, hardware_flops / tokens,
                                          accelerator, layout)
     est = TrainingEstimate(

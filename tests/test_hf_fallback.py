@@ -323,3 +323,11 @@ def test_encoder_decoder_is_built_as_seq2seq_with_stacks_apart(tmp_path):
     g = flops["groups"]  # --causal halves decoder self-attention only, as the analytic convention
     assert causal["forward_flops"] == flops["forward_flops"] - g["decoder.attention S²"] // 2
     assert causal["groups"]["encoder.attention S²"] == g["encoder.attention S²"]
+
+
+def test_train_step_time_prediction_needs_the_formula(tmp_path):
+    path = write(tmp_path, "codegen")
+    line = one_line_error("train", path, "--tokens", "1e9", "--gpu", "h100-sxm", "--global-batch", 64)
+    assert "codegen is counted by transformers" in line and "--mfu" in line
+    given = json_out("train", path, "--tokens", "1e9", "--gpu", "h100-sxm", "--mfu", 0.4, "--global-batch", 64)
+    assert given["method"] == "transformers" and given["mfu"] == 0.4
