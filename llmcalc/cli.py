@@ -592,9 +592,10 @@ def _need_torch():
 @click.option("--attention", type=click.Choice(["sdpa", "eager"]), default="sdpa", show_default=True)
 @click.option("--layers", type=POSITIVE_INT, default=None, help="Use only this many layers (to fit a real run).")
 @click.option("--peak-tflops", type=float, default=None, help="Peak for MFU (default: catalog or calibration).")
+@finetune_options
 @format_option
 def profile(model, virtual, device, dtype, recipe, batch_size, seq_len, steps, warmup, compile_, counter, recompute,
-            attention, layers, peak_tflops, fmt):
+            attention, layers, peak_tflops, finetune, lora_rank, lora_targets, base_dtype, double_quant, fmt):
     """Build MODEL in PyTorch, measure FLOPs, memory and speed, and hold every formula against them."""
     _need_torch()
     from .presets import load_model
@@ -605,6 +606,14 @@ def profile(model, virtual, device, dtype, recipe, batch_size, seq_len, steps, w
         spec = spec.replace(n_layers=layers, name=f"{spec.name} ({layers} layers)",
                             n_dense_layers=min(spec.n_dense_layers, layers),
                             n_decoder_layers=layers if spec.n_decoder_layers else None)
+    cfg = make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant)
+    if cfg is not None:
+        if not virtual:
+            raise LlmcalcError("fine-tuning profiles run virtually: add --virtual")
+        from .profiling.lora import virtual_finetune_profile
+
+        emit(profile_document(virtual_finetune_profile(spec, cfg, batch_size, seq_len, recompute)), fmt)
+        return
     if virtual:
         from .profiling.measure import virtual_profile
 
