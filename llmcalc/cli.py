@@ -266,7 +266,9 @@ def train(model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_per_gp
         achieved_flops_per_s=None if achieved_tflops is None else achieved_tflops * 1e12,
         usd_per_gpu_hour=usd_per_gpu_hour,
     )
-    emit(train_document(est, inputs, 6 * n * tokens), fmt)
+    from .report.views_precision import add_both_peaks
+
+    emit(add_both_peaks(train_document(est, inputs, 6 * n * tokens), est), fmt)
 
 
 @cli.command()
@@ -305,7 +307,8 @@ def plan(compute, gpu, n_gpus, days, mfu, dtype, fmt):
 @click.option("--seq-len", type=LENGTH, default="2048", show_default=True, help="Training: tokens per sequence.")
 @click.option("--batch-size", type=POSITIVE_INT, default=1, show_default=True, help="Micro-batch (sequences per GPU).")
 @click.option("--recipe", default="bf16-mixed", show_default=True,
-              help="Precision recipe: fp32, bf16-mixed, bf16-mixed-fp32-grads, fp16-mixed, bf16, amp.")
+              help="Precision recipe: fp32, bf16-mixed, bf16-mixed-fp32-grads, fp16-mixed, bf16, amp, fp8 (Transformer "
+                   "Engine delayed scaling), fp8-current, fp8-torchao.")
 @click.option("--optimizer", default="adamw", show_default=True, help="adamw, adam, sgd, lion, adam8bit.")
 @click.option("--optimizer-bytes", type=float, help="Instead of --optimizer: optimizer bytes per parameter.")
 @click.option("--optimizer-impl", type=click.Choice(["fused", "foreach", "for-loop"]), default="fused",
