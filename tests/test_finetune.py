@@ -156,6 +156,7 @@ def test_cli_issue_commands():
 @pytest.mark.parametrize("args, message", [
     (["params", "llama-2-7b", "--lora-rank", "8"], "needs --finetune"),
     (["params", "llama-2-7b", "--finetune", "lora", "--lora-targets", "q,zz"], "unknown LoRA target"),
+    (["params", "llama-2-7b", "--finetune", "lora", "--lora-targets", ","], "--lora-targets is empty"),
     (["memory", "llama-2-7b", "--finetune", "qlora", "--base-dtype", "bf16"], "QLoRA quantises the base"),
     (["memory", "llama-2-7b", "--finetune", "lora", "--tp", "2"], "not modelled with --finetune"),
     (["params", "llama-2-7b", "--finetune", "lora", "--lora-rank", "0"], "lora-rank"),
@@ -183,3 +184,17 @@ def test_virtual_profile_of_lora_step(targets):
     assert result.find("forward FLOPs").rel_error == 0
     peak = result.find("peak memory")
     assert abs(peak.rel_error) <= 0.10, (peak.analytic, peak.measured)
+
+
+def test_moe_and_mla_target_mapping():
+    """Mixtral-8x7B all-linear r16, by hand: per layer q,o r·(4096+4096), k,v r·(4096+1024), and every one of the
+    8 experts' w1/w3/w2 r·(4096+14336); the router is not adapted. DeepSeek-V2-Lite (no Q LoRA) with q,k:
+    q_proj r·(2048 + 16·192) and the shared latent kv_a r·(2048+512+64), kv_b r·(512 + 16·(128+128))."""
+    r = 16
+    mixtral = finetune(load_model("mixtral-8x7b"), lora_config("lora", r))
+    per_layer = r * (2 * (4096 + 4096) + 2 * (4096 + 1024)) + 8 * 3 * r * (4096 + 14336)
+    assert mixtral.trainable == 32 * per_layer
+    lite = load_model("deepseek-v2-lite")
+    ft = finetune(lite, lora_config("lora", r, "q,k"))
+    assert ft.trainable == 27 * r * ((2048 + 16 * 192) + (2048 + 512 + 64) + (512 + 16 * (128 + 128)))
+    assert finetune(lite, lora_config("lora", r, "q,v")).trainable == ft.trainable  # k or v: the same latent

@@ -89,8 +89,8 @@ def parse_targets(text: str) -> tuple[str, ...]:
     if text.strip().lower() in ("all-linear", "all"):
         return TARGETS
     out = []
-    for raw in text.split(","):
-        name = raw.strip().lower()
+    for raw in filter(None, (part.strip() for part in text.split(","))):
+        name = raw.lower()
         name = SHORT.get(name, name)
         if name not in TARGETS:
             raise LlmcalcError(f"unknown LoRA target {raw.strip()!r}; use all-linear or a comma list of "
