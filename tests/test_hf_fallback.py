@@ -333,3 +333,8 @@ def test_train_step_time_prediction_needs_the_formula(tmp_path):
     assert "codegen is counted by transformers" in line and "--mfu" in line
     given = json_out("train", path, "--tokens", "1e9", "--gpu", "h100-sxm", "--mfu", 0.4, "--global-batch", 64)
     assert given["method"] == "transformers" and given["mfu"] == 0.4
+
+
+def test_finetune_needs_the_formula(tmp_path):
+    line = one_line_error("params", write(tmp_path, "codegen"), "--finetune", "lora")
+    assert "--finetune" in line and "codegen" in line

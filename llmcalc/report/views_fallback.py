@@ -41,7 +41,8 @@ def fallback_params_document(model: FallbackModel, source: str) -> Document:
         "transformers_class": model.cls, "transformers_version": model.counted["transformers_version"],
         "total": total, "non_embedding": total - model.embedding, "embedding": model.embedding,
         "active_per_token": active, "tied_embeddings": model.counted["tied_embeddings"],
-        "frozen": model.counted["frozen"], "defaulted_by_config_class": model.counted["defaulted"], "components": dict(model.components), "groups": model.groups(),
+        "frozen": model.counted["frozen"], "defaulted_by_config_class": model.counted["defaulted"],
+        "components": dict(model.components), "groups": model.groups(),
         "notes": notes,
     }
     rows = [{"kind": "component", "name": k, "params": v, "fraction_of_total": v / total}
@@ -50,7 +51,8 @@ def fallback_params_document(model: FallbackModel, source: str) -> Document:
     rows.append({"kind": "total", "name": "non_embedding", "params": total - model.embedding,
                  "fraction_of_total": (total - model.embedding) / total})
     if active is not None and active != total:
-        rows.append({"kind": "total", "name": "active_per_token", "params": active, "fraction_of_total": active / total})
+        rows.append({"kind": "total", "name": "active_per_token", "params": active,
+                     "fraction_of_total": active / total})
     table = Table(
         "parameters by component",
         [Column("kind", "kind", align="left", show=False), Column("name", "component", align="left"),
