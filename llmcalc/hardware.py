@@ -9,20 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .dtypes import DTYPE_ALIASES, canonical_dtype
 from .errors import LlmcalcError
-
-DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
-# What people type for a dtype, and the dtype it means.
-DTYPE_ALIASES = {"float32": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float8": "fp8",
-                 "e4m3": "fp8", "e5m2": "fp8", "fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "fp16",
-                 "fp8": "fp8", "int8": "int8", "fp64": "fp64"}
-
-
-def canonical_dtype(dtype: str) -> str:
-    try:
-        return DTYPE_ALIASES[dtype.lower()]
-    except KeyError:
-        raise LlmcalcError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}") from None
 
 
 @dataclass(frozen=True)

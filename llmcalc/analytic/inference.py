@@ -11,10 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import LlmcalcError
+from ..validate import positive_int
 from ..hardware import Accelerator
 from ..spec import ModelSpec
 from .flops import forward_ops
-from .memory import dtype_bytes
+from ..dtypes import dtype_bytes
 from .params import count_params
 
 
@@ -185,8 +186,7 @@ class InferenceEstimate:
 
 def check_inference(batch: int, prompt: int, generate: int) -> None:
     for name, value in (("batch size", batch), ("prompt", prompt), ("generate", generate)):
-        if not isinstance(value, int) or value < 1:
-            raise LlmcalcError(f"{name} must be a whole number >= 1, got {value!r}")
+        positive_int(name, value)
 
 
 def inference_memory(spec: ModelSpec, batch: int, context: int, weight_dtype: str = "bf16",

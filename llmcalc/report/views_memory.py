@@ -68,7 +68,7 @@ def training_memory_document(est: MemoryEstimate, gpu: Accelerator | None, reser
         "memory in GiB (2^30 bytes); the CUDA context and allocator fragmentation are not included",
     ]
     if par.n_gpus > 1:
-        notes.append(f"{par.n_gpus} GPUs = dp {par.dp} x tp {par.tp} x pp {par.pp}; ZeRO-{par.zero} shards over dp"
+        notes.append(f"{par.n_gpus:,} GPUs = dp {par.dp:,} x tp {par.tp} x pp {par.pp}; ZeRO-{par.zero} shards over dp"
                      + (f"; figures for the {est.stage} pipeline stage, the most loaded" if par.pp > 1 else "")
                      + ("; tensor parallel with sequence parallelism" if par.tp > 1 and par.sequence_parallel
                         else "; tensor parallel without sequence parallelism" if par.tp > 1 else ""))
@@ -76,7 +76,7 @@ def training_memory_document(est: MemoryEstimate, gpu: Accelerator | None, reser
         notes.append("MoE: every expert's weights on every GPU (no expert parallelism modelled)")
     notes += fit_lines
     if largest is not None:
-        notes.append(f"largest micro-batch that fits at seq {est.seq_len}: {largest}")
+        notes.append(f"largest micro-batch that fits at seq {est.seq_len:,}: {largest:,}")
     table = Table(
         "memory per GPU",
         [Column("kind", "kind", align="left", show=False), Column("name", "component", align="left"),
@@ -90,7 +90,7 @@ def training_memory_document(est: MemoryEstimate, gpu: Accelerator | None, reser
         [f"attention {est.attention}; recompute {est.recompute}; activations at {rec.act_bytes:g} bytes/element; "
          "tensor names follow Korthikanti et al. 2022 sec. 4.1"],
     )
-    title = (f"{spec.name}: training memory per GPU, batch {est.batch} x seq {est.seq_len}, {rec.name} + {opt.name}, "
+    title = (f"{spec.name}: training memory per GPU, micro-batch {est.batch:,} x seq {est.seq_len:,}, {rec.name} + {opt.name}, "
              f"recompute {est.recompute}")
     return Document(title, data, [table, acts], [spec.describe()])
 
@@ -111,14 +111,14 @@ def inference_memory_document(spec, components: dict[str, float], batch: int, co
            f" = 2 x {spec.n_layers} layers x {spec.n_kv_heads} KV heads x {spec.d_head} x bytes"),
         f"weights at {inputs['weight_dtype']} (quantisation scales not included); prefill working set for a chunk of "
         f"{inputs['prefill_chunk']:,} tokens (chunked prefill)",
-    ] + fit_lines + ([f"largest batch that fits at {context:,} tokens: {largest}"] if largest is not None else [])
+    ] + fit_lines + ([f"largest batch that fits at {context:,} tokens: {largest:,}"] if largest is not None else [])
     table = Table(
         "inference memory per GPU",
         [Column("kind", "kind", align="left", show=False), Column("name", "component", align="left"),
          Column("bytes", "memory (GiB)", _gib), Column("share", "share (%)", _share)],
         rows, notes,
     )
-    return Document(f"{spec.name}: inference memory, batch {batch} x {context:,} tokens", data, [table],
+    return Document(f"{spec.name}: inference memory, batch {batch:,} x {context:,} tokens", data, [table],
                     [spec.describe()])
 
 
