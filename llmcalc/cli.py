@@ -17,7 +17,7 @@ from .dtypes import DTYPES
 from .errors import LlmcalcError
 from .options import Choice, Count, DType, Fraction, Length, Name, Number, flush_warnings, refuse_unused, warn
 from .report.tables import FORMATS, render
-from .units import fmt_count, fmt_int
+from .units import fmt_tokens
 from .validate import (
     DEFAULT_SEQ_LEN, MAX_BATCH, MAX_CALIBRATE_SECONDS, MAX_CALIBRATE_SIZE, MAX_COMPUTE, MAX_DAYS, MAX_GENERATE,
     MAX_GPUS, MAX_PARAMS, MAX_PROFILE_LAYERS, MAX_PROFILE_STEPS, MAX_SEQ_LEN, MAX_TFLOPS, MAX_TOKENS,
@@ -230,7 +230,7 @@ def train(ctx, model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_p
     if mfu is not None and achieved_tflops is not None:
         raise click.UsageError("give --mfu or --achieved-tflops, not both")
     accelerator = load_hardware(gpu)
-    inputs = {"model": model or f"{fmt_count(n_params)} params", "tokens": tokens, "seq_len": seq_len, "causal": causal,
+    inputs = {"model": model or fmt_tokens(n_params, "params"), "tokens": tokens, "seq_len": seq_len, "causal": causal,
               "recompute": recompute}
     if model is not None:
         from .analytic.flops import step_flops

@@ -98,7 +98,7 @@ def fmt_budget(value: float) -> str:
     """A FLOP budget as written in papers: 1e24 -> '1e24 FLOP (1.00 YFLOP)', 3.2e23 -> '3.2e23 FLOP (320 ZFLOP)'."""
     mantissa, exponent = f"{value:.3g}".partition("e")[::2]
     written = f"{mantissa}e{int(exponent)}" if exponent else mantissa
-    return f"{written} FLOP ({si(value)}FLOP)"
+    return f"{written} FLOP ({si(value)}FLOP)" if value < 1e27 else f"{written} FLOP"
 
 
 def fmt_flops_rate(value: float) -> str:
@@ -117,13 +117,14 @@ def fmt_bytes(value: float, unit: str | None = None) -> str:
     return f"{value:.0f} B"
 
 
-def fmt_tokens(value: float) -> str:
-    """A token count as people say it, trailing zeros dropped: 1.5e13 -> '15 T tokens', 1.5e10 -> '15 B tokens'
-    (B = billion = SI G, as model and dataset sizes are named)."""
+def fmt_tokens(value: float, noun: str = "tokens") -> str:
+    """A token (or parameter) count as people say it, trailing zeros dropped: 1.5e13 -> '15 T tokens',
+    1.5e10 -> '15 B tokens', 7e9 -> '7 B params' (B = billion = SI G, as model and dataset sizes are named)."""
     for name, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(value) >= scale:
-            return f"{value / scale:,.3g} {name} tokens"
-    return f"{value:,.0f} tokens"
+            scaled = value / scale
+            return f"{scaled:,.0f} {name} {noun}" if scaled >= 1000 else f"{scaled:.3g} {name} {noun}"
+    return f"{value:,.0f} {noun}"
 
 
 def plural(count: float, noun: str) -> str:
