@@ -54,6 +54,10 @@ class LlmcalcGroup(click.Group):
         except LlmcalcError as exc:
             click.echo(f"llmcalc: error: {one_line(str(exc))}", err=True)
             sys.exit(EXIT_BAD_INPUT)
+        except OSError as exc:  # the disk or the system, not the input: ENOSPC, EACCES, EROFS ...
+            where = f" ({exc.filename})" if exc.filename else ""
+            click.echo(f"llmcalc: error: {exc.strerror or exc.__class__.__name__}{where}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
         except (OverflowError, RecursionError, MemoryError) as exc:
             if os.environ.get("LLMCALC_DEBUG"):
                 raise
