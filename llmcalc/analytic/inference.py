@@ -147,7 +147,12 @@ class InferenceEstimate:
     def decode_seconds(self) -> float:
         """All decode steps: the first generated token comes from prefill, each later one from a step
         whose context has grown by one."""
-        return sum(self.decode_step(self.prompt + i).seconds for i in range(1, self.generate))
+        # A step's FLOPs and bytes are affine in its context c (only the S² ops and the KV read grow), so
+        # two evaluations give every step exactly: F(c) = F(0) + c·(F(1) - F(0)); likewise the bytes.
+        zero, one = self.decode_step(0), self.decode_step(1)
+        df, db = one.flops - zero.flops, one.bytes - zero.bytes
+        return sum(max((zero.flops + c * df) / zero.peak, (zero.bytes + c * db) / zero.bandwidth)
+                   for c in range(self.prompt + 1, self.prompt + self.generate))
 
     @property
     def decode_seconds_per_token(self) -> float:
