@@ -363,6 +363,10 @@ def memory(ctx, model, seq_len, batch_size, recipe, optimizer, optimizer_bytes, 
     if inference:
         refuse_unused(ctx, TRAINING_ONLY, "with --inference (serving memory)")
         spec = load_model(model, context, "--context")
+        if not spec.is_mla and tp > spec.n_kv_heads:
+            raise click.UsageError(f"--tp {tp} exceeds {spec.name}'s {spec.n_kv_heads} key/value heads: each would be "
+                                   f"replicated on {tp // spec.n_kv_heads} GPUs, which the serving estimate does not "
+                                   f"model; use --tp <= {spec.n_kv_heads}")
         from .analytic.inference import inference_memory, kv_cache_bytes_per_token, largest_batch
         from .report.views_memory import inference_memory_document
 
@@ -385,6 +389,10 @@ def memory(ctx, model, seq_len, batch_size, recipe, optimizer, optimizer_bytes, 
                     attention=attention, dropout=dropout, optimizer_impl=optimizer_impl)
     est = training_memory(spec, parallel=parallel, **settings)
     doc = training_memory_document(est, device, reserve)
+    if not spec.is_mla and tp > spec.n_kv_heads:
+        doc.tables[0].notes.append(f"tp {tp} > {spec.n_kv_heads} key/value heads: each KV head's projection is "
+                                   f"replicated on {tp // spec.n_kv_heads} GPUs (Megatron-LM); its weights and "
+                                   f"activations are counted per GPU as if split, a slight underestimate")
     if device is not None and est.peak > device.memory_bytes - reserve:
         advice = smallest_fit(spec, parallel, device.memory_bytes - reserve, **settings)
         doc.data["fit_advice"] = advice

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from .dtypes import DTYPE_ALIASES, canonical_dtype
 from .errors import LlmcalcError
+from .validate import positive_number
 
 
 @dataclass(frozen=True)
@@ -40,8 +41,10 @@ def accelerator_from_preset(key: str, data: dict) -> Accelerator:
     """An Accelerator from a preset dict (units in key names) -> base units."""
     try:
         tflops = data["dense_tflops"]
-        peaks = {canonical_dtype(k): float(v) * 1e12 for k, v in tflops.items()
+        peaks = {canonical_dtype(k): positive_number(f"{key} dense_tflops.{k}", v) * 1e12 for k, v in tflops.items()
                  if v is not None and k in DTYPE_ALIASES}
+        positive_number(f"{key} memory_gib", data["memory_gib"])
+        positive_number(f"{key} memory_bandwidth_gb_per_s", data["memory_bandwidth_gb_per_s"])
         bandwidth = data.get("interconnect_gb_per_s")
         return Accelerator(
             key=key,
