@@ -13,7 +13,6 @@ import sys
 import click
 
 from .analytic.memory import OPTIMIZER_IMPLS, OPTIMIZERS, RECIPES
-from .dtypes import DTYPES
 from .errors import LlmcalcError
 from .options import Choice, Count, DType, Fraction, Length, Name, Number, flush_warnings, refuse_unused, warn
 from .report.tables import FORMATS, render

@@ -11,7 +11,6 @@ that counts tracebacks, hangs and nonsense accepted, as the issue's survey did).
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import re
@@ -161,8 +160,7 @@ def deadline(seconds: float):
         signal.signal(signal.SIGALRM, old)
 
 
-NONSENSE = {"-1", "1e400", "1e308", "nan", "inf", "-inf", "1e-300", "abc", "", "9" * 5000, "x", "x" * 300, "nope",
-            "-1"}
+NONSENSE = {"-1", "1e400", "1e308", "nan", "inf", "-inf", "1e-300", "abc", "", "9" * 5000, "x", "x" * 300, "nope"}
 ZERO_OK = {"--zero", "--warmup", "--reserve-gib"}
 BIG_OK = {"--compute"}  # 1e30 FLOPs is a (large) budget
 WHOLE = {"--n-gpus", "--micro-batch", "--batch-size", "--tp", "--pp", "--steps", "--layers", "--generate", "--size",
