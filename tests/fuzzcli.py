@@ -224,7 +224,7 @@ def survey(n: int, seed: int = 14) -> dict:
         os.chdir(tmp)
         for _ in range(n):
             argv = draw_argv(rng, configs)
-            outcome, result = invoke(argv)
+            outcome, result = invoke(argv, 30.0 if argv[0] in ("profile", "report", "calibrate") else 5.0)
             counts[outcome] = counts.get(outcome, 0) + 1
             if outcome not in ("ok", "refused"):
                 detail = "" if result is None else (repr(result.exception) if outcome == "traceback"
