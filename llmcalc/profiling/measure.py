@@ -322,7 +322,7 @@ def real_profile(spec: ModelSpec, device: str = "auto", batch: int = 1, seq: int
                                     "workspaces make it a loose match for the formula")
     except torch.OutOfMemoryError:
         raise LlmcalcError(f"CUDA out of memory profiling {spec.name} at batch {batch} x seq {seq}: try --virtual, "
-                           f"fewer layers (--layers N) or a smaller --batch-size/--seq-len") from None
+                           f"fewer layers (--layers N) or a smaller --micro-batch/--seq-len") from None
     result.sdpa_backend = sdpa_backend_seen(forward.by_op, spy.seen)
     if counter in ("fvcore", "both"):
         total, _ = fvcore_forward_flops(model, inputs)
