@@ -98,6 +98,7 @@ POSITIVE_INT = Count(whole=True, maximum=MAX_BATCH)
 GPUS = Count(whole=True, maximum=MAX_GPUS)
 DEGREE = Count(whole=True, maximum=MAX_GPUS)
 TOKENS = Count(maximum=MAX_TOKENS)
+QUANTITY = Count()
 MFU = Fraction()
 PRICE = Number(maximum=MAX_USD_PER_GPU_HOUR, minimum=1e-6)
 NAME = Name()
@@ -200,7 +201,32 @@ def flops(ctx, model, seq_len, causal, recompute, batch_size, decoder_seq_len, f
     emit(flops_document(step, count_params(spec)), fmt)
 
 
-MFU_MISSING = "give --mfu (model FLOPs utilization, e.g. 0.4 or 40%) or --achieved-tflops (TFLOP/s per GPU)"
+MFU_MISSING = ("give --mfu (model FLOPs utilization, e.g. 0.4 or 40%) or --achieved-tflops (TFLOP/s per GPU), "
+               "or --global-batch to predict the MFU from the layout")
+
+
+def layout_options(func):
+    """The parallel layout and what the step-time model needs (issue 10); every option optional."""
+    ints = dict(type=POSITIVE_INT, default=None)
+    for option in reversed([
+        click.option("--global-batch", **ints, help="Sequences per optimizer step: predicts step time and MFU."),
+        click.option("--global-batch-tokens", type=QUANTITY, default=None, help="Instead: tokens per step (e.g. 16M)."),
+        click.option("--micro-batch", **ints, help="Sequences per GPU per micro-batch (default 1)."),
+        click.option("--tp", **ints, help="Tensor-parallel degree (default 1)."),
+        click.option("--cp", **ints, help="Context-parallel degree (default 1)."),
+        click.option("--pp", **ints, help="Pipeline-parallel degree (default 1)."),
+        click.option("--vpp", **ints, help="Virtual stages (model chunks) per pipeline rank (interleaved)."),
+        click.option("--ep", **ints, help="Expert-parallel degree, carved from dp (MoE models)."),
+        click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"]), default=None,
+                     help="Pipeline schedule (default 1f1b; interleaved with --vpp)."),
+        click.option("--zero", type=click.IntRange(0, 3), default=None, help="ZeRO stage over dp (default 1; 3 = FSDP)."),
+        click.option("--sequence-parallel/--no-sequence-parallel", default=None, help="TP with sequence parallelism (default on)."),
+        click.option("--dp-overlap/--no-dp-overlap", default=None, help="Overlap DP reduction with backward (default on)."),
+        click.option("--tokens-per-second", type=QUANTITY, default=None,
+                     help="Cluster-wide throughput of a past run: its achieved MFU/HFU."),
+    ]):
+        func = option(func)
+    return func
 
 
 @cli.command()
@@ -217,10 +243,11 @@ MFU_MISSING = "give --mfu (model FLOPs utilization, e.g. 0.4 or 40%) or --achiev
 @click.option("--dtype", type=DType(), default="bf16", show_default=True,
               help="Which dense peak of the GPU to use (bf16, fp16, fp8, tf32, fp32; bfloat16 = bf16).")
 @seq_options
+@layout_options
 @format_option
 @click.pass_context
 def train(ctx, model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_per_gpu_hour, dtype, seq_len, causal,
-          recompute, fmt):
+          recompute, fmt, **layout):
     """Training FLOPs, GPU-hours, wall-clock, cost and energy for TOKENS on N GPUs."""
     from .analytic.training import TrainingEstimate
     from .presets import load_hardware
@@ -228,8 +255,6 @@ def train(ctx, model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_p
 
     if (model is None) == (n_params is None):
         raise click.UsageError("give a MODEL (preset or config.json) or --params N, not both")
-    if mfu is None and achieved_tflops is None:
-        raise click.UsageError(MFU_MISSING)
     if mfu is not None and achieved_tflops is not None:
         raise click.UsageError("give --mfu or --achieved-tflops, not both")
     accelerator = load_hardware(gpu)
@@ -260,13 +285,67 @@ def train(ctx, model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_p
     if achieved_tflops is not None and achieved_tflops * 1e12 < MIN_UTILIZATION * peak:
         raise click.UsageError(f"--achieved-tflops {achieved_tflops:g} is below {MIN_UTILIZATION:.2%} of "
                                f"{accelerator.key}'s dense {dtype} peak ({peak / 1e12:,.4g} TFLOP/s); is it a typo?")
+
+    from .analytic.steptime import train_steptime
+
+    mfu, pred, measured = train_steptime(model and spec, gpu, n_gpus, mfu, achieved_tflops, dtype,
+                                         seq_len, causal, recompute, model_flops / tokens, hardware_flops / tokens,
+                                         accelerator, layout)
+    if mfu is None and achieved_tflops is None:
+        raise click.UsageError(MFU_MISSING)
     est = TrainingEstimate(
         tokens=tokens, model_flops=model_flops, hardware_flops=hardware_flops, accelerator=accelerator,
         dtype=dtype, n_gpus=n_gpus, mfu=mfu,
         achieved_flops_per_s=None if achieved_tflops is None else achieved_tflops * 1e12,
         usd_per_gpu_hour=usd_per_gpu_hour,
     )
-    emit(train_document(est, inputs, 6 * n * tokens), fmt)
+    emit(train_document(est, inputs, 6 * n * tokens, pred, measured), fmt)
+
+
+@cli.command()
+@click.argument("model", type=NAME)
+@click.option("--gpu", type=NAME, required=True, help="Accelerator preset with a network block (see `llmcalc presets`).")
+@click.option("--n-gpus", type=GPUS, required=True, help="GPUs in all (1k = 1,000).")
+@click.option("--seq-len", type=LENGTH, default=DEFAULT_SEQ_LEN, show_default=True, help=SEQ_HELP)
+@click.option("--global-batch", type=POSITIVE_INT, default=None, help="Sequences per optimizer step.")
+@click.option("--global-batch-tokens", type=QUANTITY, default=None, help="Instead: tokens per step (e.g. 4M).")
+@click.option("--recompute", type=RECOMPUTE, default=None,
+              help="Default: the least recomputation that fits, per layout.")
+@click.option("--causal", is_flag=True, help="Halve the attention S² FLOPs (Megatron convention).")
+@click.option("--top", type=POSITIVE_INT, default=10, show_default=True, help="How many layouts to list.")
+@format_option
+def layout(model, gpu, n_gpus, seq_len, global_batch, global_batch_tokens, recompute, causal, top, fmt):
+    """Rank the parallel layouts of MODEL on N GPUs that fit in memory, by predicted throughput."""
+    from .analytic.steptime import search_layouts
+    from .presets import load_model
+    from .report.document import Progress
+    from .report.views_steptime import layout_document
+
+    spec = load_model(model)
+    if (global_batch is None) == (global_batch_tokens is None):
+        raise LlmcalcError("give --global-batch (sequences) or --global-batch-tokens, one of them")
+    if global_batch_tokens is not None:
+        if global_batch_tokens <= 0 or global_batch_tokens % seq_len:
+            raise LlmcalcError(f"--global-batch-tokens {global_batch_tokens:g} is not a positive multiple of "
+                               f"--seq-len {seq_len}")
+        global_batch = int(global_batch_tokens // seq_len)
+    bars = []
+
+    def progress(total):
+        bars.append(Progress(total, "layouts"))
+        return bars[0].step
+
+    try:
+        ranked, losers, counts = search_layouts(spec, gpu, n_gpus, seq_len, global_batch, causal, recompute,
+                                                progress=progress)
+    finally:
+        for bar in bars:
+            bar.close()
+    if not ranked:
+        raise LlmcalcError(f"no layout of {spec.name} fits on {n_gpus:,} x {gpu} at seq {seq_len} with global batch "
+                           f"{global_batch} ({counts['oom']} do not fit in memory, {counts['invalid']} contradict the "
+                           f"model): use more GPUs or a larger --global-batch")
+    emit(layout_document(spec.name, gpu, n_gpus, seq_len, global_batch, ranked, losers, counts, top), fmt)
 
 
 @cli.command()
@@ -301,11 +380,6 @@ def plan(ctx, compute, gpu, n_gpus, days, mfu, dtype, fmt):
         refuse_unused(ctx, ("dtype",), "with --compute (it picks the GPU peak of a cluster budget)")
         inputs = {"basis": "budget given with --compute"}
     emit(plan_document(compute, compute_optimal(compute), inputs), fmt)
-
-
-TRAINING_ONLY = ("seq_len", "recipe", "optimizer", "optimizer_bytes", "optimizer_impl", "recompute", "attention",
-                 "dropout", "n_gpus", "zero", "pp", "sequence_parallel")
-INFERENCE_ONLY = ("context", "weight_dtype", "kv_dtype", "prefill_chunk")
 STORAGE_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8", "int4")
 
 
@@ -336,22 +410,19 @@ STORAGE_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8", "int4")
               help="With --tp > 1: shard the norm and dropout activations over the tensor-parallel group.")
 @click.option("--reserve-gib", type=Number(zero=True, maximum=1e6), default=0.0, show_default=True,
               help="With --gpu: memory to keep free on the GPU (CUDA context, fragmentation).")
-@click.option("--inference", is_flag=True, help="Serving memory: weights, KV cache, prefill working set.")
-@click.option("--context", type=LENGTH, default="4k", show_default=True, help="Inference: tokens per sequence.")
-@click.option("--weight-dtype", type=DType(STORAGE_DTYPES), default="bf16", show_default=True,
-              help="Inference: weight dtype (fp16, bf16, fp8, int8, int4; bfloat16 = bf16).")
-@click.option("--kv-dtype", type=DType(STORAGE_DTYPES), default="bf16", show_default=True,
-              help="Inference: KV cache dtype.")
-@click.option("--prefill-chunk", type=LENGTH, default="8k", show_default=True,
-              help="Inference: tokens prefilled per step (chunked prefill).")
+@click.option("--inference", is_flag=True, hidden=True, help="Moved: serving memory is `llmcalc serve`.")
+@click.option("--context", "--weight-dtype", "--kv-dtype", "--prefill-chunk", "moved_option", hidden=True,
+              help="Options of the moved --inference mode (kept so that old command lines reach its message).")
 @format_option
 @click.pass_context
 def memory(ctx, model, seq_len, batch_size, recipe, optimizer, optimizer_bytes, optimizer_impl, recompute, attention,
-           dropout, gpu, n_gpus, zero, tp, pp, sequence_parallel, reserve_gib, inference, context, weight_dtype,
-           kv_dtype, prefill_chunk, fmt):
-    """Memory per GPU for training (or, with --inference, serving) MODEL, and whether it fits."""
+           dropout, gpu, n_gpus, zero, tp, pp, sequence_parallel, reserve_gib, inference, moved_option, fmt):
+    """Training memory per GPU of MODEL, and whether it fits (serving memory: `llmcalc serve`)."""
     from .presets import load_hardware
 
+    if inference or moved_option is not None:
+        raise LlmcalcError("memory --inference has moved: use `llmcalc serve MODEL --gpu G --n-gpus N "
+                           "--max-model-len L` (weights, KV cache and blocks per GPU, concurrency)")
     device = load_hardware(gpu) if gpu else None
     if device is None:
         refuse_unused(ctx, ("reserve_gib",), "without --gpu")
@@ -359,23 +430,6 @@ def memory(ctx, model, seq_len, batch_size, recipe, optimizer, optimizer_bytes, 
         raise click.UsageError(f"--reserve-gib {reserve_gib:g} leaves nothing of {device.key}'s "
                                f"{device.memory_bytes / 2**30:g} GiB")
     reserve = reserve_gib * 2**30
-    if inference:
-        refuse_unused(ctx, TRAINING_ONLY, "with --inference (serving memory)")
-        spec = load_model(model, context, "--context")
-        if not spec.is_mla and tp > spec.n_kv_heads:
-            raise click.UsageError(f"--tp {tp} exceeds {spec.name}'s {spec.n_kv_heads} key/value heads: each would be "
-                                   f"replicated on {tp // spec.n_kv_heads} GPUs, which the serving estimate does not "
-                                   f"model; use --tp <= {spec.n_kv_heads}")
-        from .analytic.inference import inference_memory, kv_cache_bytes_per_token, largest_batch
-        from .report.views_memory import inference_memory_document
-
-        settings = dict(weight_dtype=weight_dtype, kv_dtype=kv_dtype, tp=tp, prefill_chunk=prefill_chunk)
-        components = inference_memory(spec, batch_size, context, **settings)
-        largest = None if device is None else largest_batch(spec, context, device.memory_bytes - reserve, **settings)
-        emit(inference_memory_document(spec, components, batch_size, context, kv_cache_bytes_per_token(spec, kv_dtype),
-                                       device, settings, reserve, largest), fmt)
-        return
-    refuse_unused(ctx, INFERENCE_ONLY, "without --inference")
     if optimizer_bytes is not None:
         refuse_unused(ctx, ("optimizer",), "with --optimizer-bytes (which replaces it)")
     spec = load_model(model, seq_len)
@@ -399,6 +453,26 @@ def memory(ctx, model, seq_len, batch_size, recipe, optimizer, optimizer_bytes, 
     emit(doc, fmt)
 
 
+def _warn(line: str | None) -> None:
+    if line:
+        warn(line)
+
+
+def serving_options(func):
+    options = [
+        click.option("--weight-dtype", type=DType(STORAGE_DTYPES), default="bf16", show_default=True,
+                     help="bf16, fp16, fp8, int8, int4 (group-wise scales, group 128) or fp32."),
+        click.option("--kv-dtype", type=DType(STORAGE_DTYPES), default=None, help="KV cache dtype (default: the activation dtype, bf16 or fp16)."),
+        click.option("--compute-dtype", type=DType(), default=None,
+                     help="Which peak to use (default: fp8 for fp8 weights where the device has it, else bf16)."),
+        click.option("--n-gpus", type=DEGREE, default=1, show_default=True,
+                     help="GPUs serving one replica, tensor parallel (the total for that replica)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
 @cli.command()
 @click.argument("model", type=NAME)
 @click.option("--gpu", type=NAME, required=True, help="Accelerator preset.")
@@ -406,34 +480,57 @@ def memory(ctx, model, seq_len, batch_size, recipe, optimizer, optimizer_bytes, 
 @click.option("--generate", type=Count(whole=True, maximum=MAX_GENERATE), default=256, show_default=True,
               help=f"Tokens to generate (at most {MAX_GENERATE:,}: the roofline sums every decode step).")
 @click.option("--batch-size", type=POSITIVE_INT, default=1, show_default=True, help="Concurrent sequences.")
-@click.option("--weight-dtype", type=DType(STORAGE_DTYPES), default="bf16", show_default=True,
-              help="Weight dtype: fp16, bf16, fp8, int8, int4 (bfloat16 = bf16).")
-@click.option("--kv-dtype", type=DType(STORAGE_DTYPES), default=None,
-              help="KV cache dtype (default: bf16, or fp16 with fp16 weights).")
-@click.option("--compute-dtype", type=DType(), default=None,
-              help="Which peak to use (default: fp8 for fp8 weights, else bf16).")
-@click.option("--tp", "--n-gpus", "tp", type=DEGREE, default=1, show_default=True,
-              help="Tensor-parallel GPUs serving one replica (--n-gpus is the old name).")
+@serving_options
 @format_option
-def infer(model, gpu, prompt, generate, batch_size, weight_dtype, kv_dtype, compute_dtype, tp, fmt):
+def infer(model, gpu, prompt, generate, batch_size, weight_dtype, kv_dtype, compute_dtype, n_gpus, fmt):
     """Prefill and decode time and tokens/s of MODEL on a GPU: a roofline, an upper bound on speed."""
-    from .analytic.inference import InferenceEstimate, check_inference
+    from .analytic.inference import InferenceEstimate, check_inference, context_warning, resolve_dtypes
     from .presets import load_hardware
     from .report.views_memory import infer_document
 
-    spec = load_model(model, prompt + generate, "--prompt + --generate")
+    spec = load_model(model)
+    accelerator = load_hardware(gpu)
     check_inference(batch_size, prompt, generate)
-    if spec.n_heads % tp:
-        raise click.UsageError(f"--tp {tp} does not divide {spec.name}'s {spec.n_heads} query heads")
-    if not spec.is_mla and tp > spec.n_kv_heads:
-        raise click.UsageError(f"--tp {tp} exceeds {spec.name}'s {spec.n_kv_heads} key/value heads: each would be "
-                               f"replicated on {tp // spec.n_kv_heads} GPUs, which this roofline does not model; "
-                               f"use --tp <= {spec.n_kv_heads}")
-    kv_dtype = kv_dtype or ("fp16" if weight_dtype == "fp16" else "bf16")
-    compute_dtype = compute_dtype or ("fp8" if weight_dtype == "fp8" else "fp16" if weight_dtype == "fp16" else "bf16")
-    est = InferenceEstimate(spec, load_hardware(gpu), batch_size, prompt, generate, weight_dtype, kv_dtype,
-                            compute_dtype, tp)
+    weight_dtype, kv_dtype, compute_dtype = resolve_dtypes(accelerator, weight_dtype, kv_dtype, compute_dtype)
+    est = InferenceEstimate(spec, accelerator, batch_size, prompt, generate, weight_dtype, kv_dtype, compute_dtype,
+                            n_gpus)
+    _warn(context_warning(spec, prompt + generate))
     emit(infer_document(est), fmt)
+
+
+@cli.command()
+@click.argument("model")
+@click.option("--gpu", required=True, help="Accelerator preset.")
+@serving_options
+@click.option("--max-model-len", type=LENGTH, default=None,
+              help="Tokens per request the KV cache must hold (default: the model's max_position_embeddings).")
+@click.option("--gpu-memory-utilization", type=MFU, default=0.9, show_default=True,
+              help="Share of each GPU's memory vLLM may use (weights, activations, KV cache).")
+@click.option("--block-size", type=POSITIVE_INT, default=16, show_default=True, help="Tokens per paged-KV block.")
+@format_option
+def serve(model, gpu, weight_dtype, kv_dtype, compute_dtype, n_gpus, max_model_len, gpu_memory_utilization,
+          block_size, fmt):
+    """Serving MODEL on N GPUs (tensor parallel), sized as vLLM sizes it: weights and paged KV cache per
+    GPU, concurrent sequences at the max length, throughput and latency against concurrency."""
+    from .analytic.inference import check_tp, context_warning, resolve_dtypes
+    from .analytic.serving import ServeEstimate
+    from .presets import load_hardware, load_model
+    from .report.views_serve import serve_document
+
+    spec = load_model(model)
+    accelerator = load_hardware(gpu)
+    if spec.architecture != "decoder":
+        raise LlmcalcError(f"serve covers decoder-only models; {spec.name} is {spec.architecture}")
+    check_tp(spec, n_gpus)
+    weight_dtype, kv_dtype, compute_dtype = resolve_dtypes(accelerator, weight_dtype, kv_dtype, compute_dtype)
+    if max_model_len is None:
+        if spec.max_seq_len is None:
+            raise LlmcalcError(f"{spec.name}'s config gives no max_position_embeddings; pass --max-model-len")
+        max_model_len = spec.max_seq_len
+    est = ServeEstimate(spec, accelerator, n_gpus, max_model_len, gpu_memory_utilization, weight_dtype, kv_dtype,
+                        compute_dtype, block_size)
+    _warn(context_warning(spec, max_model_len))
+    emit(serve_document(est), fmt)
 
 
 def scenario_options(func):
@@ -503,9 +600,11 @@ def compare(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe,
 @click.option("--force", is_flag=True, help="Replace an existing report in --out.")
 @click.option("--profile", "profile_mode", type=Choice(["none", "virtual", "real"]), default="none",
               show_default=True, help="Also profile each model and show formulas against measurements.")
+@click.option("--serve", "serving", is_flag=True,
+              help="Add serving figures: KV blocks, concurrency and throughput at --seq-len tokens per request.")
 @format_option
 def report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, zero, tp, micro_batch, recompute,
-           causal, out, force, profile_mode, fmt):
+           causal, out, force, profile_mode, serving, fmt):
     """A planning report for MODELS: report.md, self-contained report.html, figures (PNG), tables (CSV)."""
     from pathlib import Path
 
@@ -526,7 +625,7 @@ def report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, 
     check_destination(target, force)
     sources = {s.name: model_source(m) for s, m in zip(specs, models)}
     profiles = None
-    steps = 6 + (len(specs) if profile_mode != "none" else 0)
+    steps = 6 + (len(specs) if profile_mode != "none" else 0) + serving
     progress = Progress(steps, "report")
     try:
         if profile_mode != "none":
@@ -545,7 +644,7 @@ def report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, 
                                                        peak_flops=peak, peak_source=source)
         from .report.planning import build_report
 
-        built = build_report(specs, sources, scenario, load_hardware, profiles, progress)
+        built = build_report(specs, sources, scenario, load_hardware, profiles, progress, serving)
     finally:
         progress.close()
     written = write_report(built, target, force)

@@ -54,7 +54,7 @@ COMMANDS: dict[str, dict] = {
                                          "--prefill-chunk": NUM}},
     "infer": {"args": "model", "opts": {"--gpu": GPUS, "--prompt": NUM, "--generate": NUM + ["16"],
                                         "--batch-size": NUM, "--weight-dtype": DTYPES, "--kv-dtype": DTYPES,
-                                        "--compute-dtype": DTYPES, "--tp": NUM + ["2", "3", "64"],
+                                        "--compute-dtype": DTYPES,
                                         "--n-gpus": NUM + ["3", "64"]}},
     "compare": {"args": "models", "opts": {"--seq-len": NUM, "--tokens": NUM, "--gpu": GPUS, "--n-gpus": NUM,
                                            "--mfu": NUM, "--usd-per-gpu-hour": NUM, "--zero": ["0", "3", "7"],

@@ -211,10 +211,14 @@ TRAIN = ["train", "llama-3-8b", "--gpu", "h100-sxm", "--mfu", "0.4"]
     (["profile", "llmcalc-tiny", "--peak-tflops", "inf"], "--peak-tflops"),
     (["train", "llama-3-8b", "--tokens", "1T", "--gpu", "", "--mfu", "0.4"], "--gpu"),
     (["infer", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", "3"], "does not divide"),
-    (["infer", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", "16"], "key/value heads"),
 ])
 def test_refuses_nonsense(args, option):
     bad(*args, naming=option)
+
+
+def test_tensor_parallel_beyond_the_kv_heads_says_how_kv_is_replicated():
+    out = ok("infer", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", "16").stdout
+    assert "each rank keeps one KV head (replicated 2x)" in " ".join(out.split())
 
 
 def test_no_inf_nan_or_negative_size_in_answers():
@@ -267,7 +271,6 @@ def test_one_name_per_concept():
     assert a == ok("memory", "gpt2", "--attention", "FLASH", "--format", "json").stdout
     bad("memory", "gpt2", "--recompute", "some", naming="--recompute")
     infer = ["infer", "llama-3-8b", "--gpu", "h100-sxm", "--format", "json"]
-    assert ok(*infer, "--tp", "2").stdout == ok(*infer, "--n-gpus", "2").stdout
     assert ok(*infer, "--weight-dtype", "bfloat16").stdout == ok(*infer, "--weight-dtype", "BF16").stdout
     train = ["train", "gpt2", "--tokens", "1T", "--gpu", "h100-sxm", "--mfu", "0.4", "--format", "json"]
     assert ok(*train, "--dtype", "bfloat16").stdout == ok(*train, "--dtype", "bf16").stdout
@@ -285,8 +288,8 @@ def test_one_name_per_concept():
     (["profile", "llmcalc-tiny", "--dtype", "int8"], "--dtype"),
     (["profile", "llmcalc-tiny", "--virtual", "--recipe", "fp32", "--dtype", "bf16"], "--dtype"),
     (["memory", "gpt2", "--optimizer", "sgd", "--optimizer-bytes", "4"], "--optimizer"),
-    (["memory", "gpt2", "--context", "8k"], "--context"),
-    (["memory", "gpt2", "--inference", "--recipe", "fp32"], "--recipe"),
+    (["memory", "gpt2", "--context", "8k"], "has moved: use `llmcalc serve"),
+    (["serve", "gpt2", "--gpu", "h100-sxm", "--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization"),
     (["memory", "gpt2", "--reserve-gib", "2"], "--reserve-gib"),
     (["flops", "gpt2", "--decoder-seq-len", "512"], "--decoder-seq-len"),
 ])

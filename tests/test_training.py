@@ -100,7 +100,7 @@ def test_plan_from_a_cluster():
     (["--mfu", "0"], "'--mfu': must be in (0, 1]"),
     (["--mfu", "1.5"], "'--mfu': must be in (0, 1]"),
     (["--mfu", "-0.1"], "'--mfu': must be in (0, 1]"),
-    ([], "give --mfu (model FLOPs utilization, e.g. 0.4 or 40%) or --achieved-tflops"),
+    ([], "give exactly one of an MFU (--mfu 0.4), --achieved-tflops"),
     (["--mfu", "0.4", "--achieved-tflops", "100"], "give --mfu or --achieved-tflops, not both"),
     (["--achieved-tflops", "2000"], "exceeds h100-sxm's dense bf16 peak"),
 ])
