@@ -133,6 +133,36 @@ def load_model(name: str, seq_len: int | None = None, what: str = "--seq-len"):
     return spec
 
 
+def finetune_options(func):
+    options = [
+        click.option("--finetune", type=click.Choice(["lora", "qlora"]), default=None,
+                     help="LoRA or QLoRA: frozen base, trainable low-rank adapters (default: full training)."),
+        click.option("--lora-rank", type=POSITIVE_INT, default=None, help="LoRA rank r (default 16)."),
+        click.option("--lora-targets", default=None,
+                     help="all-linear (default) or a comma list of q,k,v,o,gate,up,down."),
+        click.option("--base-dtype", type=click.Choice(["bf16", "fp16", "fp32", "int8", "nf4", "fp4"]), default=None,
+                     help="Frozen base weights (default: bf16 for lora, nf4 for qlora)."),
+        click.option("--double-quant/--no-double-quant", default=True, show_default=True,
+                     help="nf4/fp4: quantise the block scales again (bitsandbytes compress_statistics)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant):
+    """The LoRA set-up the options describe, or None for full training."""
+    if finetune is None:
+        given = [n for n, v in (("--lora-rank", lora_rank), ("--lora-targets", lora_targets),
+                                ("--base-dtype", base_dtype)) if v is not None]
+        if given or not double_quant:
+            raise LlmcalcError(f"{', '.join(given) or '--no-double-quant'} needs --finetune lora or qlora")
+        return None
+    from .analytic.finetune import lora_config
+
+    return lora_config(finetune, lora_rank or 16, lora_targets or "all-linear", base_dtype, double_quant)
+
+
 @click.group(cls=LlmcalcGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120})
 @click.version_option(package_name="llmcalc")
 def cli() -> None:
@@ -155,8 +185,9 @@ def presets(fmt: str) -> None:
 
 @cli.command()
 @click.argument("model", type=NAME)
+@finetune_options
 @format_option
-def params(model: str, fmt: str) -> None:
+def params(model: str, finetune, lora_rank, lora_targets, base_dtype, double_quant, fmt: str) -> None:
     """Exact parameter count of MODEL by component, beside the classic approximations.
 
     MODEL is a preset name (see `llmcalc presets`), a Hugging Face config.json, or a folder
@@ -166,8 +197,15 @@ def params(model: str, fmt: str) -> None:
     from .presets import model_source
     from .report.views_params import params_document
 
+    cfg = make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant)
     spec = load_model(model)
-    emit(params_document(count_params(spec), model_source(model)), fmt)
+    doc = params_document(count_params(spec), model_source(model))
+    if cfg is not None:
+        from .analytic.finetune import finetune as build
+        from .report.views_finetune import add_to_params
+
+        doc = add_to_params(doc, build(spec, cfg))
+    emit(doc, fmt)
 
 
 def seq_options(func):
@@ -186,19 +224,29 @@ def seq_options(func):
               help="Sequences per step (--batch-size is the old name).")
 @click.option("--decoder-seq-len", type=LENGTH, default=None,
               help="Encoder-decoder models: decoder tokens per sequence (default: --seq-len).")
+@finetune_options
 @format_option
 @click.pass_context
-def flops(ctx, model, seq_len, causal, recompute, batch_size, decoder_seq_len, fmt):
+def flops(ctx, model, seq_len, causal, recompute, batch_size, decoder_seq_len, finetune, lora_rank, lora_targets, base_dtype, double_quant, fmt):
     """Forward and backward FLOPs of one step of MODEL, per operation, with the rules of thumb."""
     from .analytic.flops import step_flops
     from .analytic.params import count_params
     from .report.views_compute import flops_document
 
+    cfg = make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant)
     spec = load_model(model, seq_len)
     if decoder_seq_len is not None and spec.architecture != "encoder-decoder":
         raise click.UsageError(f"--decoder-seq-len is for encoder-decoder models; {spec.name} is a {spec.architecture}")
     step = step_flops(spec, batch_size, seq_len, causal, recompute, decoder_seq_len)
-    emit(flops_document(step, count_params(spec)), fmt)
+    doc = flops_document(step, count_params(spec))
+    if cfg is not None:
+        from .analytic.finetune import FinetuneFlops
+        from .analytic.finetune import finetune as build
+        from .report.views_finetune import add_to_flops
+
+        ft = build(spec, cfg)
+        doc = add_to_flops(doc, ft, FinetuneFlops(ft, step))
+    emit(doc, fmt)
 
 
 MFU_MISSING = ("give --mfu (model FLOPs utilization, e.g. 0.4 or 40%) or --achieved-tflops (TFLOP/s per GPU), "
@@ -243,11 +291,12 @@ def layout_options(func):
 @click.option("--dtype", type=DType(), default="bf16", show_default=True,
               help="Which dense peak of the GPU to use (bf16, fp16, fp8, tf32, fp32; bfloat16 = bf16).")
 @seq_options
+@finetune_options
 @layout_options
 @format_option
 @click.pass_context
 def train(ctx, model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_per_gpu_hour, dtype, seq_len, causal,
-          recompute, fmt, **layout):
+          recompute, finetune, lora_rank, lora_targets, base_dtype, double_quant, fmt, **layout):
     """Training FLOPs, GPU-hours, wall-clock, cost and energy for TOKENS on N GPUs."""
     from .analytic.training import TrainingEstimate
     from .presets import load_hardware
@@ -272,8 +321,27 @@ def train(ctx, model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_p
         inputs["flops_basis"] = (f"training FLOPs = exact per-op count per token at seq {seq_len:,} "
                                  f"({'causal' if causal else 'full S²'}) x tokens; 6·N·T with N = {n:,} "
                                  f"{'active ' if spec.is_moe else ''}params")
+        cfg = make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant)
+        if cfg is not None:
+            from .analytic.finetune import FinetuneFlops
+            from .analytic.finetune import finetune as build
+
+            ft = build(spec, cfg)
+            fl = FinetuneFlops(ft, step)
+            model_flops = fl.model_flops_per_token * tokens
+            hardware_flops = fl.hardware_flops_per_token * tokens
+            inputs["finetune"] = {"method": cfg.method, "rank": cfg.rank, "targets": list(cfg.targets),
+                                  "trainable": ft.trainable, "frozen": ft.frozen,
+                                  "rule_flops": fl.rule() * tokens}
+            inputs["flops_basis"] = (f"{cfg.method} r{cfg.rank} on {cfg.target_label}: training FLOPs = exact per-op "
+                                     f"count per token at seq {seq_len} with frozen weights (backward: activation "
+                                     f"gradients only) and {ft.trainable:,} adapter params x tokens "
+                                     f"≈ 4·N_frozen + 6·N_adapter = {fl.rule() * tokens:.4g}; 6·N·T (full training) "
+                                     "shown for comparison")
     else:
         refuse_unused(ctx, ("seq_len", "causal"), "with --params (6·N·T has no sequence length); give a MODEL")
+        if finetune is not None:
+            raise click.UsageError("--finetune needs a MODEL (its linear shapes), not --params")
         if recompute == "selective":
             raise click.UsageError("--recompute selective needs a MODEL (its attention shapes); use none or full")
         n = n_params
@@ -299,7 +367,9 @@ def train(ctx, model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_p
         achieved_flops_per_s=None if achieved_tflops is None else achieved_tflops * 1e12,
         usd_per_gpu_hour=usd_per_gpu_hour,
     )
-    emit(train_document(est, inputs, 6 * n * tokens, pred, measured), fmt)
+    from .report.views_precision import add_both_peaks
+
+    emit(add_both_peaks(train_document(est, inputs, 6 * n * tokens, pred, measured), est), fmt)
 
 
 @cli.command()
@@ -413,10 +483,12 @@ STORAGE_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8", "int4")
 @click.option("--inference", is_flag=True, hidden=True, help="Moved: serving memory is `llmcalc serve`.")
 @click.option("--context", "--weight-dtype", "--kv-dtype", "--prefill-chunk", "moved_option", hidden=True,
               help="Options of the moved --inference mode (kept so that old command lines reach its message).")
+@finetune_options
 @format_option
 @click.pass_context
 def memory(ctx, model, seq_len, batch_size, recipe, optimizer, optimizer_bytes, optimizer_impl, recompute, attention,
-           dropout, gpu, n_gpus, zero, tp, pp, sequence_parallel, reserve_gib, inference, moved_option, fmt):
+           dropout, gpu, n_gpus, zero, tp, pp, sequence_parallel, reserve_gib, inference, moved_option, finetune, lora_rank, lora_targets, base_dtype, double_quant, 
+           fmt):
     """Training memory per GPU of MODEL, and whether it fits (serving memory: `llmcalc serve`)."""
     from .presets import load_hardware
 
@@ -437,6 +509,20 @@ def memory(ctx, model, seq_len, batch_size, recipe, optimizer, optimizer_bytes, 
     from .report.views_memory import training_memory_document
 
     opt = custom_optimizer(optimizer_bytes) if optimizer_bytes is not None else optimizer
+    cfg = make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant)
+    if cfg is not None:
+        from .analytic.finetune import finetune_memory
+        from .report.views_finetune import finetune_memory_document
+
+        clash = [name for name, off in (("--tp", tp == 1), ("--pp", pp == 1), ("--zero", zero == 0),
+                                        ("--recipe", recipe == "bf16-mixed"), ("--optimizer-impl", optimizer_impl ==
+                                                                               "fused")) if not off]
+        if clash:
+            raise LlmcalcError(f"{', '.join(clash)} not modelled with --finetune (each data-parallel GPU holds the "
+                               "whole frozen base; the base dtype is --base-dtype, adapters are fp32); drop them")
+        est = finetune_memory(spec, cfg, batch_size, seq_len, opt, recompute, attention, dropout)
+        emit(finetune_memory_document(est, device, reserve), fmt)
+        return
     parallel = Parallel(n_gpus or tp * pp, tp, pp, zero, sequence_parallel)
     settings = dict(batch=batch_size, seq_len=seq_len, recipe=recipe, optimizer=opt, recompute=recompute,
                     attention=attention, dropout=dropout, optimizer_impl=optimizer_impl)
@@ -717,10 +803,11 @@ def _check_profile_size(specs, batch, seq_len, virtual, recipe="fp32", device="c
               help="Use only this many layers (to fit a real run).")
 @click.option("--peak-tflops", type=Number(maximum=MAX_TFLOPS), default=None,
               help="Real runs: peak for MFU (default: catalog or calibration).")
+@finetune_options
 @format_option
 @click.pass_context
 def profile(ctx, model, virtual, device, dtype, recipe, batch_size, seq_len, steps, warmup, compile_, counter,
-            recompute, attention, layers, peak_tflops, fmt):
+            recompute, attention, layers, peak_tflops, finetune, lora_rank, lora_targets, base_dtype, double_quant, fmt):
     """Build MODEL in PyTorch, measure FLOPs, memory and speed, and hold every formula against them."""
     from .report.views_profile import profile_document
 
@@ -739,6 +826,14 @@ def profile(ctx, model, virtual, device, dtype, recipe, batch_size, seq_len, ste
                             n_dense_layers=min(spec.n_dense_layers, layers),
                             n_decoder_layers=layers if spec.n_decoder_layers else None)
     internal_attention = "sdpa" if attention == "flash" else "eager"
+    cfg = make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant)
+    if cfg is not None:
+        if not virtual:
+            raise LlmcalcError("fine-tuning profiles run virtually: add --virtual")
+        from .profiling.lora import virtual_finetune_profile
+
+        emit(profile_document(virtual_finetune_profile(spec, cfg, batch_size, seq_len, recompute)), fmt)
+        return
     if virtual:
         _check_profile_size([spec], batch_size, seq_len, virtual=True)
         _need_torch()
