@@ -56,6 +56,11 @@ COMMANDS: dict[str, dict] = {
                                         "--batch-size": NUM, "--weight-dtype": DTYPES, "--kv-dtype": DTYPES,
                                         "--compute-dtype": DTYPES,
                                         "--n-gpus": NUM + ["3", "64"]}},
+    "serve": {"args": "model", "opts": {"--gpu": GPUS, "--n-gpus": NUM + ["2", "3"], "--max-model-len": NUM,
+                                        "--gpu-memory-utilization": NUM + ["0.9", "90%"], "--block-size": NUM,
+                                        "--weight-dtype": DTYPES, "--kv-dtype": DTYPES}},
+    "layout": {"args": "model", "opts": {"--gpu": GPUS, "--n-gpus": NUM + ["64"], "--seq-len": NUM,
+                                         "--global-batch": NUM + ["512"], "--top": NUM}},
     "compare": {"args": "models", "opts": {"--seq-len": NUM, "--tokens": NUM, "--gpu": GPUS, "--n-gpus": NUM,
                                            "--mfu": NUM, "--usd-per-gpu-hour": NUM, "--zero": ["0", "3", "7"],
                                            "--tp": NUM, "--micro-batch": NUM, "--sort": ["params", "x"]}},
@@ -135,6 +140,10 @@ def draw_argv(rng: random.Random, configs: list[str]) -> list[str]:
         argv += [] if "--steps" in argv else ["--steps", "1"]
         argv += [] if "--warmup" in argv else ["--warmup", "0"]
         argv += [] if "--seq-len" in argv else ["--seq-len", "32"]
+    if command in ("serve", "layout") and "--gpu" not in argv:
+        argv += ["--gpu", "h100-sxm"]
+    if command == "layout" and "--n-gpus" not in argv:
+        argv += ["--n-gpus", "64", "--global-batch", "512"]
     if command == "calibrate" and "--seconds" not in argv:
         argv += ["--seconds", "0.05"]
     if command == "calibrate" and "--size" not in argv:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from fuzzcli import COMMANDS, draw_argv, invoke, nasty_configs
 
-SLOW_COMMANDS = ("profile", "report", "calibrate")
+SLOW_COMMANDS = ("profile", "report", "calibrate", "layout")  # layout searches every layout (seconds)
 
 
 @pytest.fixture(scope="module")
