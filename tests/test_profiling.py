@@ -204,5 +204,5 @@ def test_torch_missing_is_one_line():
 
 def test_profile_bad_options():
     one_line_error(run("profile", "gpt2", "--virtual", "--counter", "fvcore"), "fvcore traces real tensors")
-    one_line_error(run("profile", "gpt2", "--virtual", "--recipe", "bf16-mixed-fp32-grads"), "the profiler runs recipes")
-    one_line_error(run("profile", "gpt2", "--device", "tpu"), "--device must be auto, cpu or cuda")
+    one_line_error(run("profile", "gpt2", "--virtual", "--recipe", "bf16-mixed-fp32-grads"), "'--recipe': 'bf16-mixed-fp32-grads' is not one of")
+    one_line_error(run("profile", "gpt2", "--device", "tpu"), "'--device': 'tpu' is not one of 'auto', 'cpu', 'cuda'")

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..errors import LlmcalcError
+from ..validate import DEFAULT_SEQ_LEN, MAX_GPUS, positive_int
 from ..spec import ModelSpec
 from .activations import ActivationEstimate, activation_memory
 from .params import count_params, largest_tensor
@@ -26,15 +27,6 @@ from .params import count_params, largest_tensor
 # also the fp32 copy of a half-precision gradient): fused kernels none; torch's foreach path one
 # state-sized copy of every parameter at once; its for-loop path two for the largest tensor at a time.
 OPTIMIZER_IMPLS = ("fused", "foreach", "for-loop")
-
-DTYPE_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
-
-
-def dtype_bytes(dtype: str) -> float:
-    try:
-        return DTYPE_BYTES[dtype.lower()]
-    except KeyError:
-        raise LlmcalcError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPE_BYTES)}") from None
 
 
 @dataclass(frozen=True)
@@ -151,9 +143,7 @@ class Parallel:
 
     def check(self, spec: ModelSpec) -> None:
         for name in ("n_gpus", "tp", "pp"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise LlmcalcError(f"{name} must be a whole number >= 1, got {value!r}")
+            positive_int(name, getattr(self, name))
         if self.zero not in (0, 1, 2, 3):
             raise LlmcalcError(f"ZeRO stage must be 0, 1, 2 or 3, got {self.zero}")
         if spec.n_heads % self.tp or spec.n_kv_heads % self.tp and self.tp % spec.n_kv_heads:
@@ -321,7 +311,7 @@ def _layer_params(spec: ModelSpec) -> tuple[float, float, float, float, float]:
     return layer, norms, emb, head, final
 
 
-def training_memory(spec: ModelSpec, batch: int = 1, seq_len: int = 2048, recipe: str = "bf16-mixed",
+def training_memory(spec: ModelSpec, batch: int = 1, seq_len: int = DEFAULT_SEQ_LEN, recipe: str = "bf16-mixed",
                     optimizer: str | Optimizer = "adamw", recompute: str = "none", attention: str = "flash",
                     parallel: Parallel | None = None, dropout: bool = False,
                     optimizer_impl: str = "fused") -> MemoryEstimate:
@@ -331,9 +321,8 @@ def training_memory(spec: ModelSpec, batch: int = 1, seq_len: int = 2048, recipe
         raise LlmcalcError(f"optimizer implementation must be one of {', '.join(OPTIMIZER_IMPLS)}; "
                            f"got {optimizer_impl!r}")
     parallel.check(spec)
-    for name, value in (("batch size", batch), ("seq_len", seq_len)):
-        if not isinstance(value, int) or value < 1:
-            raise LlmcalcError(f"{name} must be a whole number >= 1, got {value!r}")
+    positive_int("batch size", batch)
+    positive_int("seq_len", seq_len)
     rec = lookup(RECIPES, "recipe", recipe)
     opt = optimizer if isinstance(optimizer, Optimizer) else lookup(OPTIMIZERS, "optimizer", optimizer)
     tp, pp = parallel.tp, parallel.pp
@@ -359,6 +348,33 @@ def training_memory(spec: ModelSpec, batch: int = 1, seq_len: int = 2048, recipe
     estimates = [MemoryEstimate(spec, rec, opt, parallel, batch, seq_len, recompute, attention, params, acts, name,
                                 gathered, optimizer_impl, biggest) for name, params, acts in stages]
     return max(estimates, key=lambda e: e.peak)
+
+
+def smallest_fit(spec: ModelSpec, parallel: Parallel, capacity: float, **settings) -> dict:
+    """What would make a training setup fit in `capacity` bytes per GPU: the smallest ZeRO stage at
+    this GPU count, else the smallest GPU count (a power-of-two multiple of tp x pp) under ZeRO-3.
+    `settings` are training_memory's (batch, seq_len, recipe, ...). Returns {"zero", "n_gpus", "text"}."""
+    def estimate(zero: int, n_gpus: int) -> MemoryEstimate:
+        trial = Parallel(n_gpus, parallel.tp, parallel.pp, zero, parallel.sequence_parallel)
+        return training_memory(spec, parallel=trial, **settings)
+
+    for zero in range(parallel.zero + 1, 4):
+        if parallel.dp > 1 and estimate(zero, parallel.n_gpus).peak <= capacity:
+            return {"zero": zero, "n_gpus": parallel.n_gpus,
+                    "text": f"to fit: ZeRO-{zero} on these {parallel.n_gpus:,} GPUs is the smallest stage that does"}
+    n_gpus = parallel.n_gpus
+    while n_gpus * 2 <= MAX_GPUS:
+        n_gpus *= 2
+        est = estimate(3, n_gpus)
+        if est.peak <= capacity:
+            return {"zero": 3, "n_gpus": n_gpus,
+                    "text": f"to fit: ZeRO-3 over {n_gpus:,} GPUs (dp {est.dp:,}) is the smallest power-of-two "
+                            f"count that does"}
+        if est.activations.total > capacity:
+            break  # activations are per GPU whatever the data parallelism: more GPUs cannot help
+    return {"zero": None, "n_gpus": None,
+            "text": "to fit: no ZeRO stage or GPU count does at this micro-batch and sequence length; the "
+                    "activations alone exceed the device: use --recompute full, --tp, or a smaller --micro-batch/--seq-len"}
 
 
 def _fp8_inputs(acts: ActivationEstimate, act_bytes: float) -> ActivationEstimate:
