@@ -272,6 +272,12 @@ def _phi(hf: dict, kw: dict) -> None:
 def _phimoe(hf: dict, kw: dict) -> None:
     _experts_of_width_ffn(hf, kw)
     kw["lm_head_bias"] = bool(hf.get("lm_head_bias", False))
+    # modeling_phimoe.sparsemixer picks a first and a second expert whatever num_experts_per_tok says.
+    if kw.get("n_experts", 0) >= 2 and kw.get("n_experts_per_token") != 2:
+        kw["notes"] = kw.get("notes", ()) + (
+            f"num_experts_per_tok {kw.get('n_experts_per_token')} is ignored, as transformers' PhiMoE "
+            f"sparsemixer routes every token to 2 experts",)
+        kw["n_experts_per_token"] = 2
 
 
 def _four_d(hf: dict, kw: dict, key: str) -> None:

@@ -211,6 +211,10 @@ class ModelSpec:
         if self.is_mla:
             parts.append(f"MLA(q_rank={self.q_lora_rank}, kv_rank={self.kv_lora_rank})")
         parts += [f"V={self.vocab_size}", self.mlp, self.norm, self.pos_emb]
+        if self.qk_norm != "none":
+            parts.append(f"qk-norm({self.qk_norm})")
+        if self.attention_sinks:
+            parts.append("sinks")
         if self.lm_head:
             parts.append("tied" if self.tie_embeddings else "untied")
         return " ".join(parts)

@@ -138,7 +138,7 @@ def _forward_flops_json(config_json: str, batch: int, seq: int, real: bool) -> t
         fake = FakeTensorMode(allow_non_fake_inputs=True) if not real else contextlib.nullcontext()
         if real:
             cfg._experts_implementation = "eager"  # the loop over the experts that tokens were routed to
-        with fake, torch.no_grad():
+        with fake:
             auto = (AutoModelForSeq2SeqLM if model_type in ENCODER_DECODER
                     else AutoModel if model_type in ENCODER else AutoModelForCausalLM)
             model = auto.from_config(cfg)

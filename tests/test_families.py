@@ -159,7 +159,7 @@ def family_config(draw, model_type):
         n_heads, n_kv = draw(heads())
         experts = draw(st.integers(2, 4))
         c = dict(n_layers=draw(st.integers(1, 3)), n_heads=n_heads, d_model=n_heads * 8, max_seq_len=1024,
-                 vocab_size=draw(st.integers(16, 128)), attn_config=dict(kv_n_heads=n_kv, rope_theta=10000.0),
+                 vocab_size=draw(st.integers(16, 128)), attn_config=dict(kv_n_heads=n_kv, rope_theta=10000.0, clip_qkv=8.0),
                  ffn_config=dict(ffn_hidden_size=draw(st.integers(8, 32)), moe_num_experts=experts,
                                  moe_top_k=draw(st.integers(1, experts))))
     else:
