@@ -217,3 +217,105 @@ def test_forward_flops_match_flop_counter(model_type):
         assert ours == pytest.approx(measured, rel=0.005), (config, per_op)
 
     check()
+
+
+# --- The current-generation presets: transformers counts are in test_params (every preset); here,
+# the published figures each model card quotes, with the rounding it quotes them at. ---
+from llmcalc.presets import load_model, model_config  # noqa: E402
+
+G = 1e9
+# name: (published total, tolerance, published active or None, tolerance, what the figure includes)
+PUBLISHED = {
+    "qwen3-8b": (8.2 * G, 0.05 * G, None, 0, "model card: 8.2B"),
+    "qwen3-32b": (32.8 * G, 0.05 * G, None, 0, "model card: 32.8B"),
+    "qwen3-30b-a3b": (30.5 * G, 0.05 * G, 3.3 * G, 0.06 * G, "model card: 30.5B total, 3.3B activated"),
+    "qwen3-235b-a22b": (235 * G, 0.5 * G, 22 * G, 0.5 * G, "model card: 235B total, 22B activated"),
+    "gpt-oss-20b": (20.91 * G, 0.005 * G, None, 0, "model card table: 20.91B total"),
+    "gpt-oss-120b": (116.83 * G, 0.005 * G, None, 0, "model card table: 116.83B total"),
+    "llama-4-maverick": (400 * G, 1 * G, 17 * G, 0.5 * G, "model card: 400B total, 17B active"),
+    "llama-4-scout": (None, 0, 17 * G, 0.5 * G, "model card: 17B active (its 109B total includes the vision tower)"),
+    "deepseek-v3.1": (671 * G, 0.5 * G, 37 * G, 0.6 * G, "model card: 671B total, 37B activated (MTP excluded)"),
+    "kimi-k2": (1000 * G, 50 * G, 32 * G, 1 * G, "model card: 1T total, 32B activated"),
+    "olmo-2-7b": (7.3 * G, 0.05 * G, None, 0, "HF hub: 7.3B"),
+    "smollm3-3b": (3.08 * G, 0.005 * G, None, 0, "HF hub: 3.08B"),
+    "gemma-3-27b": (27 * G, 0.5 * G, None, 0, "Gemma 3 report: 27B (text); the vision tower is left out"),
+    "glm-4.5": (355 * G, 0.02 * 355 * G, None, 0, "model card: 355B total (incl. its MTP layer, ~4B, not built)"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_current_presets_match_published_figures(name):
+    total, tol, active, active_tol, _ = PUBLISHED[name]
+    count = count_params(load_model(name))
+    if total is not None:
+        assert abs(count.total - total) <= tol, count.total
+    if active is not None:
+        assert abs(count.active_per_token - active) <= active_tol, count.active_per_token
+
+
+def test_gpt_oss_active_is_the_model_card_figure_plus_the_input_embedding():
+    """gpt-oss model card: 5.13B active (120b), 3.61B (20b), counting the unembedding but not the
+    embedding table; llmcalc's active_per_token includes both (as Mixtral's 12.9B)."""
+    for name, card in (("gpt-oss-120b", 5.13 * G), ("gpt-oss-20b", 3.61 * G)):
+        count = count_params(load_model(name))
+        assert abs(count.active_per_token - count.components["embedding/tokens"] - card) <= 0.005 * G
+
+
+def test_moe_active_per_token_by_hand():
+    """Llama-4-Maverick: MoE every other layer (24 of 48) with 128 experts top-1 and a shared
+    expert; a token skips 127 routed experts of 3·5120·8192 in each of the 24 MoE layers."""
+    count = count_params(load_model("llama-4-maverick"))
+    assert count.spec.n_moe_layers == 24 and count.spec.is_moe_layer(1) and not count.spec.is_moe_layer(0)
+    assert count.total - count.active_per_token == 127 * 3 * 5120 * 8192 * 24
+    # GLM-4.5: 3 dense first layers, 160 experts top-8 plus a shared one: skips 152 per MoE layer.
+    glm = count_params(load_model("glm-4.5"))
+    assert glm.total - glm.active_per_token == 152 * 3 * 5120 * 1536 * (92 - 3)
+
+
+def test_multimodal_and_quantized_configs_say_what_is_counted():
+    gemma = load_model("gemma-3-27b")
+    assert gemma.tie_embeddings and gemma.vocab_size == 262_208  # Gemma3TextConfig defaults
+    assert any("vision tower" in n for n in gemma.notes)
+    assert any("unquantized" in n for n in load_model("gpt-oss-120b").notes)
+
+
+def test_omitted_tying_takes_the_family_default():
+    """Gemma 3 and Cohere tie when the config omits the key; Qwen3 does not."""
+    base = dict(num_hidden_layers=1, hidden_size=32, num_attention_heads=2, num_key_value_heads=2, head_dim=16,
+                intermediate_size=64, vocab_size=100)
+    for model_type, tied in (("gemma3_text", True), ("cohere", True), ("qwen3", False), ("smollm3", True)):
+        assert spec_from_hf({"model_type": model_type, **base}).tie_embeddings is tied
+        assert count_params(spec_from_hf({"model_type": model_type, **base})).total == hf_count(
+            {"model_type": model_type, **base, **IDS})[0]
+
+
+def _cli_bad(tmp_path, config):
+    from click.testing import CliRunner
+
+    from llmcalc.cli import cli
+    path = tmp_path / "config.json"
+    path.write_text(__import__("json").dumps(config))
+    result = CliRunner().invoke(cli, ["params", str(path)])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr
+    return lines[0]
+
+
+def test_bad_inputs_are_one_line(tmp_path):
+    assert "not a model config" in _cli_bad(tmp_path, {"tokenizer_class": "GPT2Tokenizer", "foo": 1})
+    assert "without a text_config" in _cli_bad(tmp_path, {"model_type": "gemma3", "vision_config": {"hidden_size": 8}})
+
+
+def test_quantized_config_is_counted_with_a_note(tmp_path):
+    from click.testing import CliRunner
+
+    from llmcalc.cli import cli
+    config = {**model_config("qwen3-8b"), "quantization_config": {"quant_method": "awq", "bits": 4}}
+    path = tmp_path / "config.json"
+    path.write_text(__import__("json").dumps(config))
+    result = CliRunner().invoke(cli, ["params", str(path), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    data = __import__("json").loads(result.stdout)
+    assert data["total"] == count_params(load_model("qwen3-8b")).total
+    assert any("unquantized" in n for n in data["spec"]["notes"])
