@@ -702,8 +702,10 @@ def spec_from_hf(hf: dict, name: str = "custom") -> ModelSpec:
         family = Family("explicit llmcalc keys", {}, {}, _attention_bias, gated=hf["mlp"] in ("swiglu", "geglu"))
     merged = {**family.defaults, **{k: v for k, v in hf.items() if v is not None}}
     kw: dict = {}
-    for spec_field, keys in HF_KEYS.items():
-        value = _first(merged, keys)
+    present = {k: v for k, v in hf.items() if v is not None}
+    for spec_field, keys in HF_KEYS.items():  # the config's own key (any alias) before a class default
+        value = _first(present, keys)
+        value = _first(merged, keys) if value is None else value
         if value is not None:
             kw[spec_field] = value
     missing = [k for k in ("n_layers", "d_model", "n_heads", "vocab_size") if k not in kw]

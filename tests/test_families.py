@@ -145,8 +145,9 @@ def family_config(draw, model_type):
                  enable_bias=draw(B), **IDS)
     elif t == "bloom":
         n_heads = draw(st.integers(1, 4))
-        c = dict(n_layer=draw(st.integers(1, 3)), n_head=n_heads, hidden_size=n_heads * 8,
-                 vocab_size=draw(st.integers(16, 128)))
+        width_key = draw(st.sampled_from(["hidden_size", "n_embed"]))  # published BLOOM configs say n_embed
+        c = {"n_layer": draw(st.integers(1, 3)), "n_head": n_heads, width_key: n_heads * 8,
+             "vocab_size": draw(st.integers(16, 128))}
     elif t == "gpt_bigcode":
         n_heads = draw(st.integers(1, 4))
         c = dict(n_layer=draw(st.integers(1, 3)), n_head=n_heads, n_embd=n_heads * 8, multi_query=draw(B),
