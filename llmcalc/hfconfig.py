@@ -641,6 +641,11 @@ FAMILIES.update({
 # Kimi-K2's published config says model_type "kimi_k2" and loads DeepseekV3 classes (auto_map).
 FAMILIES["kimi_k2"] = FAMILIES["deepseek_v3"]
 
+# Families with sliding-window or chunked attention layers (a mask in transformers' eager attention).
+WINDOWED = {"gpt_oss": "sliding_window", "gemma3_text": "sliding_window", "cohere2": "sliding_window",
+            "olmo3": "sliding_window", "exaone4": "sliding_window", "ministral": "sliding_window",
+            "llama4_text": "attention_chunk_size"}
+
 # Multimodal checkpoints whose language model llmcalc counts from text_config (and its text model_type).
 MULTIMODAL_TEXT = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
 
@@ -722,6 +727,14 @@ def spec_from_hf(hf: dict, name: str = "custom") -> ModelSpec:
         family.derive(merged, kw)
     # Explicit llmcalc keys in the file win over everything (how an unknown model_type is described).
     kw.update({k: v for k, v in hf.items() if k in _SPEC_FIELDS and k not in ("name", "model_type")})
+    window_key = WINDOWED.get(model_type)
+    if window_key and merged.get(window_key):
+        kinds = merged.get("layer_types") or []
+        local = sum(1 for t in kinds if t != "full_attention")
+        notes += (f"{f'{local} of {len(kinds)} layers use' if kinds else 'some layers use'} "
+                  f"{'chunked' if window_key == 'attention_chunk_size' else 'sliding-window'} attention "
+                  f"({window_key} {merged[window_key]:,}): FLOPs count their S² terms in full, as the masked "
+                  f"eager attention (and torch's FlopCounterMode) does; a windowed kernel does less",)
     kw["name"] = name
     kw["model_type"] = model_type
     kw["notes"] = tuple(kw.get("notes", ())) + notes
