@@ -519,6 +519,7 @@ def profile(model, virtual, device, dtype, recipe, batch_size, seq_len, steps, w
     if layers is not None:
         spec = spec.replace(n_layers=layers, name=f"{spec.name} ({layers} layers)",
                             n_dense_layers=min(spec.n_dense_layers, layers),
+                            moe_layers=None if spec.moe_layers is None else tuple(i for i in spec.moe_layers if i < layers),
                             n_decoder_layers=layers if spec.n_decoder_layers else None)
     if virtual:
         from .profiling.measure import virtual_profile
