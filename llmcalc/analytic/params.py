@@ -245,7 +245,7 @@ def approximations(count: ParamCount) -> list[Approximation]:
     k = 3 if spec.gated else 2  # matrices per FFN
     F, ffn_label = spec.d_ff or 0, "F"
     if spec.is_moe:  # the FFN term summed over the experts a layer holds (routed + shared)
-        F = spec.n_experts * spec.d_ff_expert + spec.n_shared_experts * spec.d_ff_expert
+        F = spec.n_experts * spec.d_ff_expert + (spec.d_ff_shared or 0)
         ffn_label = "F_moe"
     emb_label = "2·V·D" if heads == 2 else "V·D"
     twelve = 12 * L * D * D
