@@ -196,8 +196,8 @@ def _mlp_kind(activation: str, gated: bool) -> str:
         return "swiglu" if gated else "silu"
     if act.startswith("gelu"):
         return "geglu" if gated else "gelu"
-    if act == "relu" and not gated:
-        return "relu"
+    if act in ("relu", "relu2") and not gated:
+        return act
     raise SpecError(f"activation {activation!r} is not supported for a {'gated' if gated else 'plain'} MLP")
 
 
@@ -247,3 +247,9 @@ def spec_from_hf(hf: dict, name: str = "custom") -> ModelSpec:
     kw["model_type"] = model_type
     return ModelSpec(**kw)
 
+
+
+# Hybrid and state-space model_types (Mamba, Mamba-2, Jamba, Bamba, Nemotron-H) live in a sibling module.
+from .hfconfig_ssm import SSM_FAMILIES  # noqa: E402  (it imports Family from here)
+
+FAMILIES.update(SSM_FAMILIES)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..spec import ModelSpec
+from .ssm import mixer_params
 
 EMBEDDING_PARTS = ("embedding/tokens", "embedding/positions", "embedding/token_types", "head/lm_head")
 
@@ -89,6 +90,16 @@ def _stack(spec: ModelSpec, stack: str, n_layers: int) -> dict[str, int]:
     out: dict[str, int] = {}
     cross = stack == "decoder."
     norms = spec.norms_per_layer + (1 if cross else 0)  # a decoder block adds a cross-attention norm
+    if spec.is_hybrid:  # layer by layer: mixers (attention, Mamba), an optional FFN, a pre-norm per part
+        for i in range(n_layers):
+            mixers, ffn = spec.layer_parts(i)
+            for kind in mixers:
+                _add(out, _attention(spec, "attention") if kind == "attention" else mixer_params(spec, kind))
+            if ffn is not None:
+                _add(out, _moe(spec, "moe") if ffn == "moe" else _ffn(spec, spec.d_ff, "mlp"))
+            _add(out, {"norm/layers": spec.norms_in_layer(i) * _norm(spec, spec.d_model)})
+        out["norm/final"] = _norm(spec, spec.d_model)
+        return out
     for i in range(n_layers):
         _add(out, _attention(spec, f"{stack}attention"))
         if cross:
@@ -129,7 +140,7 @@ def param_breakdown(spec: ModelSpec) -> dict[str, int]:
 
 
 _STACKS = ("", "encoder.", "decoder.")
-_GROUPS = ("embedding", "attention", "cross_attention", "mlp", "moe", "norm", "head")
+_GROUPS = ("embedding", "attention", "cross_attention", "mamba", "mamba2", "mlp", "moe", "norm", "head")
 
 
 def _order(key: str) -> tuple[int, int]:
@@ -287,6 +298,7 @@ def reconcile(count: ParamCount) -> list[tuple[str, int]]:
         (ffn_label, ffn - 8 * L * D * D),
         ("biases", biases),
         ("norms", norms),
+        ("state-space mixers (Mamba)", sum(v for k, v in c.items() if k.split("/")[0] in ("mamba", "mamba2"))),
         ("relative position bias (T5)", sum(v for k, v in c.items() if "relative_position_bias" in k)),
         ("token embedding (V·D)", c.get("embedding/tokens", 0)),
         ("position embedding (learned)", c.get("embedding/positions", 0)),

@@ -27,7 +27,8 @@ from torch import nn
 from ..spec import ModelSpec
 
 ACTIVATIONS = {"swiglu": F.silu, "silu": F.silu, "geglu": lambda x: F.gelu(x, approximate="tanh"),
-               "gelu": lambda x: F.gelu(x, approximate="tanh"), "relu": F.relu}
+               "gelu": lambda x: F.gelu(x, approximate="tanh"), "relu": F.relu,
+               "relu2": lambda x: F.relu(x).square()}
 
 
 class _RMSNormFn(torch.autograd.Function):

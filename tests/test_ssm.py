@@ -1,0 +1,222 @@
+"""Hybrid and state-space families against transformers: exact parameters per component, and the
+matmul/conv FLOPs torch's FlopCounterMode counts on a real forward of the same (tiny) model.
+
+The FLOP check splits what the counter sees by aten op:
+- aten.mm / aten.addmm / aten.convolution: every projection, conv1d, MLP/expert matmul and the LM
+  head. llmcalc's ops other than the attention core and the scan must equal them exactly.
+- aten.bmm: eager attention's QKᵀ and AV (llmcalc's full-S² core, exact) plus the scan's matmuls as
+  transformers' torch path runs them. That part is not llmcalc's convention (see
+  llmcalc/analytic/ssm.py) and is checked against the torch path's own arithmetic, written out here:
+  Mamba-1 contracts y = C·h (2·T·E·N); Mamba-2 runs the chunked SSD algorithm with chunk Q.
+Forward passes run on real CPU tensors (tiny shapes, < 1 s): routed experts need real routing.
+"""
+
+import json
+import math
+import warnings
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from llmcalc.analytic.flops import forward_ops
+from llmcalc.analytic.params import count_params
+from llmcalc.hfconfig import spec_from_hf
+from llmcalc.spec import SpecError
+
+from reference import build_hf, trainable
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+SSM_TYPES = ["mamba", "mamba2", "jamba", "bamba", "nemotron_h"]
+IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+SSM_PARTS = {"in_proj", "conv1d", "x_proj", "dt_proj", "A_log", "D", "dt_bias", "out_proj", "norm"}
+
+
+def hf_component(name: str, spec) -> str:
+    """The llmcalc component key of a transformers parameter name, from the layer's place in the model."""
+    parts = name.split(".")
+    if "layers" not in parts:
+        if "embed" in name:
+            return "embedding/tokens"
+        if parts[0] == "lm_head":
+            return "head/lm_head"
+        if "norm" in parts[-2]:
+            return "norm/final"
+        raise AssertionError(f"no rule for {name}")
+    at = parts.index("layers")
+    mixers, ffn = spec.layer_parts(int(parts[at + 1]))
+    rest = parts[at + 2:]
+    leaf = rest[-2] if rest[-1] in ("weight", "bias") else rest[-1]
+    ssm = [m for m in mixers if m != "attention"]
+    if len(rest) == 2 and "norm" in rest[0]:
+        return "norm/layers"  # input_layernorm, pre_ff_layernorm, NemotronH/Mamba block norm
+    if leaf in ("dt_layernorm", "b_layernorm", "c_layernorm"):
+        return "mamba/dt_norms"
+    if leaf in SSM_PARTS and ssm:
+        return f"{ssm[0]}/{leaf}"
+    if leaf in ("q_proj", "k_proj", "v_proj", "o_proj"):
+        return "attention/bias" if rest[-1] == "bias" else f"attention/{leaf}"
+    if "experts" in rest:
+        return "moe/experts"
+    if leaf in ("router", "gate") and ffn == "moe":
+        return "moe/router"
+    if leaf in ("gate_proj", "up_proj", "down_proj"):
+        return "mlp/bias" if rest[-1] == "bias" else f"mlp/{leaf}"
+    raise AssertionError(f"no rule for {name}")
+
+
+def hf_components(config: dict) -> tuple[int, dict[str, int]]:
+    spec = spec_from_hf(config)
+    model = build_hf(config)
+    out: dict[str, int] = {}
+    for name, p in model.named_parameters():
+        key = hf_component(name, spec)
+        out[key] = out.get(key, 0) + p.numel()
+    return trainable(model), out
+
+
+def check_params(config: dict) -> None:
+    count = count_params(spec_from_hf(config))
+    total, components = hf_components(config)
+    assert count.total == total
+    assert count.components == components
+
+
+def hf_flops_by_op(config: dict, batch: int, seq: int) -> dict[str, int]:
+    """FlopCounterMode per aten op for one forward of the transformers model, real CPU tensors."""
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    values = {k: v for k, v in config.items() if k != "model_type"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = AutoConfig.for_model(config["model_type"], **values)
+        cfg._attn_implementation = "eager"  # QKᵀ and AV as plain matmuls (bmm)
+        cfg._experts_implementation = "eager"  # a loop over experts: each runs on its routed tokens
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(cfg)
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            model(input_ids=torch.randint(3, config["vocab_size"], (batch, seq)), use_cache=False)
+    return {str(op).split(".")[-1]: v for op, v in counter.get_flop_counts()["Global"].items()}
+
+
+def torch_path_scan_bmm(spec, config: dict, batch: int, seq: int) -> int:
+    """The bmm FLOPs of transformers' torch scan paths (their arithmetic, not llmcalc's convention).
+
+    Mamba-1 (mamba_selective_scan's sequential loop): y_t = C_t·h_t per step, 2·B·S·E·N in all.
+    Mamba-2 (torch_forward, chunked SSD with chunk Q over S padded to c·Q): per head, C·Bᵀ inside
+    each chunk (2·c·Q²·N), its masked product with x (2·c·Q²·P), chunk states Bᵀ·x (2·c·Q·N·P),
+    state passing between chunks ((c+1)² chunk pairs x N·P x 2) and C·states (2·c·Q·N·P)."""
+    E, N = spec.ssm_d_inner, spec.ssm_d_state
+    total = 0
+    for i in range(spec.n_layers):
+        mixers = spec.layer_parts(i)[0]
+        if "mamba" in mixers:
+            total += 2 * batch * seq * E * N
+        if "mamba2" in mixers:
+            Q = config.get("chunk_size") or config.get("mamba_chunk_size")
+            H, P = spec.ssm_n_heads, E // spec.ssm_n_heads
+            c = math.ceil(seq / Q)
+            total += 2 * batch * H * (c * Q * Q * N + c * Q * Q * P + 2 * c * Q * N * P + (c + 1) ** 2 * N * P)
+    return total
+
+
+def check_flops(config: dict, batch: int = 2, seq: int = 12) -> None:
+    spec = spec_from_hf(config)
+    ops = forward_ops(spec, batch, seq)
+    counted = hf_flops_by_op(config, batch, seq)
+    core = sum(v for k, v in ops.items() if k.endswith(("/scores", "/values")))
+    linear = sum(v for k, v in ops.items() if not k.endswith(("/scores", "/values", "/scan")))
+    assert counted.get("mm", 0) + counted.get("addmm", 0) + counted.get("convolution", 0) == linear
+    assert counted.get("bmm", 0) == core + torch_path_scan_bmm(spec, config, batch, seq)
+    assert set(counted) <= {"mm", "addmm", "convolution", "bmm"}
+
+
+# --- per-family configs (bounded shapes) ------------------------------------------------------------
+
+
+@st.composite
+def attention_keys(draw):
+    heads = draw(st.sampled_from([1, 2, 4]))
+    kv = draw(st.sampled_from([d for d in (1, 2, 4) if heads % d == 0]))
+    return dict(num_attention_heads=heads, num_key_value_heads=kv, hidden_size=heads * draw(st.sampled_from([8, 16])))
+
+
+def _mamba2_heads(draw, inner: int) -> tuple[int, int]:
+    heads = draw(st.sampled_from([h for h in (2, 4, 8) if inner % h == 0]))
+    groups = draw(st.sampled_from([g for g in (1, 2) if heads % g == 0]))
+    return heads, groups
+
+
+@st.composite
+def ssm_config(draw, model_type: str) -> dict:
+    layers = draw(st.integers(1, 4))
+    vocab = draw(st.integers(16, 120))
+    state = draw(st.sampled_from([4, 8]))
+    c: dict = {"model_type": model_type, "vocab_size": vocab, "tie_word_embeddings": draw(st.booleans()), **IDS}
+    if model_type == "mamba":
+        c.update(hidden_size=draw(st.sampled_from([16, 24, 32])), num_hidden_layers=layers, state_size=state,
+                 expand=draw(st.sampled_from([1, 2])), conv_kernel=draw(st.integers(2, 4)),
+                 time_step_rank=draw(st.sampled_from(["auto", 3])), use_bias=draw(st.booleans()),
+                 use_conv_bias=draw(st.booleans()))
+    elif model_type == "mamba2":
+        D = draw(st.sampled_from([16, 32]))
+        heads, groups = _mamba2_heads(draw, 2 * D)
+        c.update(hidden_size=D, num_hidden_layers=layers, state_size=state, expand=2, num_heads=heads,
+                 head_dim=2 * D // heads, n_groups=groups, conv_kernel=draw(st.integers(2, 4)),
+                 use_bias=draw(st.booleans()), use_conv_bias=draw(st.booleans()), chunk_size=draw(st.sampled_from([4, 8])))
+    elif model_type == "jamba":
+        c.update(draw(attention_keys()))
+        period = draw(st.integers(1, 3))
+        exp_period = draw(st.integers(1, 2))
+        c.update(num_hidden_layers=layers, intermediate_size=draw(st.integers(8, 48)), mamba_d_state=state,
+                 attn_layer_period=period, attn_layer_offset=draw(st.integers(0, period - 1)),
+                 expert_layer_period=exp_period, expert_layer_offset=draw(st.integers(0, exp_period - 1)),
+                 num_experts=draw(st.sampled_from([1, 2, 4])), num_experts_per_tok=draw(st.integers(1, 2)),
+                 mamba_d_conv=draw(st.integers(2, 4)), mamba_dt_rank=draw(st.sampled_from(["auto", 2])),
+                 mamba_proj_bias=draw(st.booleans()), mamba_conv_bias=draw(st.booleans()))
+        c["num_experts_per_tok"] = min(c["num_experts_per_tok"], c["num_experts"])
+    elif model_type == "bamba":
+        c.update(draw(attention_keys()))
+        heads, groups = _mamba2_heads(draw, 2 * c["hidden_size"])
+        c.update(num_hidden_layers=layers, intermediate_size=draw(st.integers(8, 48)), mamba_d_state=state,
+                 mamba_n_heads=heads, mamba_n_groups=groups, mamba_d_conv=draw(st.integers(2, 4)),
+                 mamba_chunk_size=draw(st.sampled_from([4, 8])), mamba_proj_bias=draw(st.booleans()),
+                 mamba_conv_bias=draw(st.booleans()), attention_bias=draw(st.booleans()), mlp_bias=draw(st.booleans()),
+                 attn_layer_indices=draw(st.lists(st.integers(0, layers - 1), max_size=2, unique=True)))
+    elif model_type == "nemotron_h":
+        c.update(draw(attention_keys()))
+        heads = draw(st.sampled_from([2, 4]))
+        c.update(hybrid_override_pattern="".join(draw(st.lists(st.sampled_from("M*-"), min_size=1, max_size=4))),
+                 head_dim=draw(st.sampled_from([4, 8])), intermediate_size=draw(st.integers(8, 48)),
+                 ssm_state_size=state, mamba_num_heads=heads, mamba_head_dim=draw(st.sampled_from([4, 8])),
+                 n_groups=draw(st.sampled_from([g for g in (1, 2) if heads % g == 0])),
+                 conv_kernel=draw(st.integers(2, 4)), chunk_size=draw(st.sampled_from([4, 8])),
+                 use_bias=draw(st.booleans()), use_conv_bias=draw(st.booleans()), mlp_bias=draw(st.booleans()))
+    return c
+
+
+PARAMS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FLOPS = settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.mark.parametrize("model_type", SSM_TYPES)
+def test_params_match_transformers_per_component(model_type):
+    @PARAMS
+    @given(ssm_config(model_type))
+    def check(config):
+        check_params(config)
+
+    check()
+
+
+@pytest.mark.parametrize("model_type", SSM_TYPES)
+def test_flops_match_what_torch_counts(model_type):
+    @FLOPS
+    @given(ssm_config(model_type), st.integers(1, 2), st.integers(5, 13))
+    def check(config, batch, seq):
+        check_flops(config, batch, seq)
+
+    check()
