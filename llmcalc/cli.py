@@ -478,7 +478,10 @@ def profile(model, virtual, device, dtype, recipe, batch_size, seq_len, steps, w
     from .presets import load_model
     from .report.views_profile import profile_document
 
+    from .profiling.model import check_buildable
+
     spec = load_model(model)
+    check_buildable(spec)
     if layers is not None:
         spec = spec.replace(n_layers=layers, name=f"{spec.name} ({layers} layers)",
                             n_dense_layers=min(spec.n_dense_layers, layers),

@@ -16,6 +16,7 @@ from ..spec import ModelSpec
 from .flops import forward_ops
 from .memory import dtype_bytes
 from .params import count_params
+from .ssm import recurrent_state_elements
 
 
 def kv_cache_bytes_per_token(spec: ModelSpec, kv_dtype: str = "bf16") -> float:
@@ -25,15 +26,24 @@ def kv_cache_bytes_per_token(spec: ModelSpec, kv_dtype: str = "bf16") -> float:
     the compressed latent plus the decoupled RoPE key, layers x (kv_lora_rank + qk_rope_head_dim)
     x bytes, as DeepSeek serves it (the HF reference caches decompressed K and V instead).
     Encoder-decoder: the decoder's self-attention cache (cross-attention K/V are per source token,
-    see ``cross_kv_bytes``).
+    see ``cross_kv_bytes``). Hybrid models: only their attention layers keep a KV cache; state-space
+    layers keep a constant state instead (``recurrent_state_bytes``).
     """
     if spec.architecture == "encoder":
         raise LlmcalcError(f"{spec.name} is an encoder: it generates nothing and keeps no KV cache")
     b = dtype_bytes(kv_dtype)
-    layers = spec.n_decoder_layers if spec.architecture == "encoder-decoder" else spec.n_layers
+    layers = spec.n_decoder_layers if spec.architecture == "encoder-decoder" else spec.n_attention_layers
     if spec.is_mla:
         return layers * (spec.kv_lora_rank + spec.qk_rope_head_dim) * b
     return 2 * layers * spec.n_kv_heads * spec.d_head * b
+
+
+def recurrent_state_bytes(spec: ModelSpec, state_dtype: str = "bf16") -> float:
+    """Bytes of recurrent state ONE sequence keeps in the state-space (Mamba) layers, constant in
+    the context length: per layer a conv state (conv channels x kernel) and an SSM state (E x N), at
+    `state_dtype` (transformers' cache and mamba_ssm allocate both in the model dtype; some serving
+    stacks keep the SSM state in fp32). 0 for a model without such layers. See analytic/ssm.py."""
+    return sum(recurrent_state_elements(spec).values()) * dtype_bytes(state_dtype)
 
 
 def cross_kv_bytes_per_source_token(spec: ModelSpec, kv_dtype: str = "bf16") -> float:
@@ -66,6 +76,8 @@ def decode_ops(spec: ModelSpec, batch: int, context: int) -> dict[str, int]:
     for op in ops:  # at S = 1 the S² ops cost 2·B·H·d for one key; the new token sees `context` keys
         if op.endswith(("/scores", "/values")):
             ops[op] *= context
+        elif op.endswith("/conv1d"):  # one conv output per step (causal_conv1d_update), not S+K-1 = K padded ones
+            ops[op] //= spec.ssm_conv_kernel
     return ops
 
 
@@ -129,18 +141,30 @@ class InferenceEstimate:
         return self.batch * (self.prompt + self.generate) * self.kv_per_token
 
     @property
+    def state_per_sequence(self) -> float:
+        """Recurrent (Mamba) state of one sequence, at the KV dtype; constant in context length."""
+        return recurrent_state_bytes(self.spec, self.kv_dtype)
+
+    @property
+    def recurrent_state(self) -> float:
+        return self.batch * self.state_per_sequence
+
+    @property
     def weights_read(self) -> float:
         return weight_bytes_read_per_step(self.spec, self.weight_dtype)
 
     @property
     def prefill(self) -> Roofline:
         ops = forward_ops(self.spec, self.batch, self.prompt, causal=True)  # causal, as serving kernels run
-        return self._roof(sum(ops.values()), self.weights_read + self.batch * self.prompt * self.kv_per_token)
+        return self._roof(sum(ops.values()), self.weights_read + self.batch * self.prompt * self.kv_per_token
+                          + self.recurrent_state)  # prefill writes the final recurrent state once
 
     def decode_step(self, context: int) -> Roofline:
-        """One new token per sequence: read the weights and the `context` cached tokens, write one."""
+        """One new token per sequence: read the weights and the `context` cached tokens, write one;
+        state-space layers read and write their whole recurrent state (2 x state bytes)."""
         flops = sum(decode_ops(self.spec, self.batch, context).values())
-        return self._roof(flops, self.weights_read + self.batch * (context + 1) * self.kv_per_token)
+        return self._roof(flops, self.weights_read + self.batch * (context + 1) * self.kv_per_token
+                          + 2 * self.recurrent_state)
 
     @property
     def decode_seconds(self) -> float:
@@ -175,7 +199,7 @@ class InferenceEstimate:
         `with_kv=False` gives the textbook figure that ignores the cache (k = 0).
         """
         context = self.prompt if context is None else context
-        kv = (context + 1) * self.kv_per_token if with_kv else 0.0
+        kv = (context + 1) * self.kv_per_token + 2 * self.state_per_sequence if with_kv else 0.0
         one = self._roof(sum(decode_ops(self.spec, 1, context).values()), kv)
         denominator = one.compute_seconds - one.memory_seconds
         if denominator <= 0:
@@ -196,6 +220,8 @@ def inference_memory(spec: ModelSpec, batch: int, context: int, weight_dtype: st
 
     - weights: every parameter at `weight_dtype`, split over tp;
     - KV cache: batch x context x per-token cache (split over tp by heads; MLA's latent is not split);
+    - recurrent state (models with Mamba layers only): batch x the per-sequence conv + SSM state,
+      independent of `context` (split over tp by SSM heads/channels);
     - prefill working set: the largest transient of a block while prefilling one chunk of
       `prefill_chunk` tokens (chunked prefill, as vLLM's max_num_batched_tokens): the FFN's
       intermediates (input, gate and up outputs, and their product: T·(D + 3F), plain MLPs
@@ -205,12 +231,39 @@ def inference_memory(spec: ModelSpec, batch: int, context: int, weight_dtype: st
         raise LlmcalcError(f"tp={tp} does not divide the {spec.n_heads} query heads")
     kv = batch * context * kv_cache_bytes_per_token(spec, kv_dtype) / (1 if spec.is_mla else tp)
     kv += batch * context * cross_kv_bytes_per_source_token(spec, kv_dtype) / tp
-    width = spec.d_ff_expert * spec.n_experts_per_token if spec.is_moe and not spec.n_dense_layers else \
-        spec.d_ff
-    ffn = (3 if spec.gated else 2) * width / tp
+    state = batch * recurrent_state_bytes(spec, kv_dtype) / tp
+    if spec.is_hybrid:
+        ffn = _hybrid_transient_width(spec) / tp
+    else:
+        width = spec.d_ff_expert * spec.n_experts_per_token if spec.is_moe and not spec.n_dense_layers else \
+            spec.d_ff
+        ffn = (3 if spec.gated else 2) * width / tp
     chunk = min(prefill_chunk, batch * context)
     working = chunk * (spec.d_model + ffn) * dtype_bytes(act_dtype) + batch * spec.vocab_size * 4 / tp
-    return {"weights": weight_bytes(spec, weight_dtype) / tp, "KV cache": kv, "prefill working set": working}
+    out = {"weights": weight_bytes(spec, weight_dtype) / tp, "KV cache": kv}
+    if state:
+        out["recurrent state"] = state
+    out["prefill working set"] = working
+    return out
+
+
+def _hybrid_transient_width(spec: ModelSpec) -> int:
+    """Per-token width of the largest intermediates of any layer of a hybrid model: an FFN's (as above)
+    or a Mamba mixer's in_proj output (2E; Mamba-2 2E + 2GN + H) and its conv output (Mamba-2 E + 2GN)."""
+    k = 3 if spec.gated else 2
+    widths = [0]
+    for i in range(spec.n_layers):
+        mixers, ffn = spec.layer_parts(i)
+        if ffn == "mlp":
+            widths.append(k * spec.d_ff)
+        elif ffn == "moe":
+            widths.append(k * spec.d_ff_expert * spec.n_experts_per_token)
+        if "mamba" in mixers:
+            widths.append(3 * spec.ssm_d_inner)
+        if "mamba2" in mixers:
+            gn = 2 * spec.ssm_n_groups * spec.ssm_d_state
+            widths.append(3 * spec.ssm_d_inner + 2 * gn + spec.ssm_n_heads)
+    return max(widths)
 
 
 def largest_batch(spec: ModelSpec, context: int, capacity: float, **kwargs) -> int:

@@ -247,21 +247,50 @@ def approximations(count: ParamCount) -> list[Approximation]:
         ffn_label = "F_moe"
     emb_label = "2·V·D" if heads == 2 else "V·D"
     twelve = 12 * L * D * D
-    return [
-        Approximation(
-            "12·L·D²", "12·L·D²", twelve, "non_embedding", count.non_embedding,
-            "Kaplan et al. 2020, eq. 2.1: N ≈ 2·d_model·n_layer·(2·d_attn + d_ff) = 12·L·D²",
-        ),
-        Approximation(
-            f"12·L·D² + {emb_label}", f"12·L·D² + {emb_label}", twelve + heads * V * D, "total", count.total,
-            "12·L·D² plus the token embedding (and an untied LM head)",
-        ),
+    base = _approximations_base(count, twelve, heads, emb_label)
+    if spec.is_hybrid:
+        return base + [_hybrid_approximation(count, heads, emb_label)]
+    return base + [
         Approximation(
             f"L·(4D² + {k}·D·F) + {emb_label}", f"L·(4D² + {k}·D·{ffn_label}) + {emb_label}",
             L * (4 * D * D + k * D * F) + heads * V * D, "total", count.total,
             "per-block attention 4·D² plus the FFN matrices at their real width, plus embeddings",
         ),
     ]
+
+
+def _approximations_base(count: ParamCount, twelve: int, heads: int, emb_label: str) -> list[Approximation]:
+    V, D = count.spec.vocab_size, count.spec.d_model
+    return [
+        Approximation("12·L·D²", "12·L·D²", twelve, "non_embedding", count.non_embedding,
+                      "Kaplan et al. 2020, eq. 2.1: N ≈ 2·d_model·n_layer·(2·d_attn + d_ff) = 12·L·D²"),
+        Approximation(f"12·L·D² + {emb_label}", f"12·L·D² + {emb_label}", twelve + heads * V * D, "total", count.total,
+                      "12·L·D² plus the token embedding (and an untied LM head)"),
+    ]
+
+
+def _hybrid_approximation(count: ParamCount, heads: int, emb_label: str) -> Approximation:
+    """Per-layer sum for hybrid/state-space models: 4·D² per attention layer, k·D·F per FFN layer
+    (k·D·F_expert·(E + shared) per MoE layer), 3·E·D per Mamba mixer (mamba_ssm's README: "roughly
+    3 * expand * d_model^2 parameters" -- in_proj 2·E·D plus out_proj E·D)."""
+    spec = count.spec
+    D, V = spec.d_model, spec.vocab_size
+    k = 3 if spec.gated else 2
+    n_attn = spec.n_attention_layers
+    n_ssm = sum(m != "attention" for i in range(spec.n_layers) for m in spec.layer_parts(i)[0])
+    n_mlp = sum(spec.layer_parts(i)[1] == "mlp" for i in range(spec.n_layers))
+    value = n_attn * 4 * D * D + n_ssm * 3 * (spec.ssm_d_inner or 0) * D + heads * V * D
+    formula = f"{n_attn}·4D² + {n_ssm}·3·E·D"
+    if n_mlp:
+        value += n_mlp * k * D * spec.d_ff
+        formula += f" + {n_mlp}·{k}·D·F"
+    if spec.n_moe_layers:
+        value += spec.n_moe_layers * k * D * spec.d_ff_expert * (spec.n_experts + spec.n_shared_experts)
+        formula += f" + {spec.n_moe_layers}·{k}·D·F_moe"
+    return Approximation(
+        "per layer: 4D² (attention) + 3·E·D (Mamba) + k·D·F (FFN)", f"{formula} + {emb_label}", value, "total",
+        count.total, "each layer's own parts: attention 4·D², Mamba ≈ 3·expand·D² (mamba_ssm README), FFN at its width",
+    )
 
 
 def reconcile(count: ParamCount) -> list[tuple[str, int]]:
@@ -289,8 +318,13 @@ def reconcile(count: ParamCount) -> list[tuple[str, int]]:
         + (f", {spec.n_shared_experts} shared" if spec.n_shared_experts else "") + ")"
         if spec.is_moe else
         f"FFN differs from 8·D² per block ({'3' if spec.gated else '2'}·D·F with F={spec.d_ff} "
-        f"is {(3 if spec.gated else 2) * spec.d_ff / D:.3g}·D², not 8·D²)"
+        f"is {(3 if spec.gated else 2) * spec.d_ff / D:.3g}·D², not 8·D²)" if spec.d_ff else ""
     )
+    if spec.is_hybrid:  # 12·L·D² assumes attention and an FFN in every block; say how many have them
+        n_ffn = sum(spec.layer_parts(i)[1] is not None for i in range(L))
+        attention_label = (f"attention in {spec.n_attention_layers} of {L} layers "
+                           f"({spec.attention_kind.upper()}), not 4·D² in every block")
+        ffn_label = f"FFN in {n_ffn} of {L} layers, not 8·D² in every block"
     rows = [
         ("12·L·D²", 12 * L * D * D),
         (attention_label, attention - 4 * L * D * D),

@@ -34,17 +34,18 @@ def palm(count: ParamCount, seq_len: int) -> float:
     T sequence length. Full S²."""
     spec = count.spec
     n = count.active_per_token - count.components.get("embedding/tokens", 0)
-    return 6 * n + 12 * spec.total_layers * spec.n_heads * spec.d_head * seq_len
+    layers = spec.n_attention_layers if spec.is_hybrid else spec.total_layers  # hybrids: attention layers only
+    return 6 * n + 12 * layers * spec.n_heads * spec.d_head * seq_len
 
 
 def megatron(spec: ModelSpec, seq_len: int) -> float | None:
     """Megatron-LM's num_floating_point_operations (training.py), per token. Causal S².
 
     12·L·D²·[(1 + G/H + S/(2D))·(H·d_head/D) + (F/D)·k·g + F_shared/D·g + V/(2·L·D)], with
-    k experts routed to (1 if dense), g = 3/2 for a gated MLP. None for MLA and encoder models,
-    which that formula does not describe.
+    k experts routed to (1 if dense), g = 3/2 for a gated MLP. None for MLA, encoder and hybrid/
+    state-space models, which that formula does not describe (Megatron has a separate hybrid one).
     """
-    if spec.is_mla or spec.architecture != "decoder":
+    if spec.is_mla or spec.architecture != "decoder" or spec.is_hybrid:
         return None
     L, D, H = spec.n_layers, spec.d_model, spec.n_heads
     gated = 1.5 if spec.gated else 1.0

@@ -102,16 +102,20 @@ def inference_memory_document(spec, components: dict[str, float], batch: int, co
     fit, fit_lines = _fit_rows(total, gpu, reserve)
     data = {"model": spec.name, "mode": "inference", **inputs, "batch_size": batch, "context": context,
             "per_gpu_bytes": total, "components": components, "kv_cache_bytes": components["KV cache"],
+            "recurrent_state_bytes": components.get("recurrent state", 0.0),
             "kv_cache_bytes_per_token": kv_per_token, **fit, "largest_batch": largest}
     rows = [{"kind": "component", "name": k, "bytes": v, "share": v / total} for k, v in components.items()]
     rows.append({"kind": "total", "name": "total per GPU", "bytes": total, "share": 1.0})
     notes = [
         f"KV cache: {fmt_bytes(kv_per_token)} per token ({inputs['kv_dtype']}) x {context:,} tokens x batch {batch}"
         + (" (MLA: compressed latent + RoPE key)" if spec.is_mla else
-           f" = 2 x {spec.n_layers} layers x {spec.n_kv_heads} KV heads x {spec.d_head} x bytes"),
+           f" = 2 x {spec.n_attention_layers} {'attention ' if spec.is_hybrid else ''}layers x {spec.n_kv_heads} "
+           f"KV heads x {spec.d_head} x bytes"),
         f"weights at {inputs['weight_dtype']} (quantisation scales not included); prefill working set for a chunk of "
         f"{inputs['prefill_chunk']:,} tokens (chunked prefill)",
-    ] + fit_lines + ([f"largest batch that fits at {context:,} tokens: {largest}"] if largest is not None else [])
+    ] + ([f"recurrent state: {fmt_bytes(components['recurrent state'] / batch)} per sequence (conv + SSM state of "
+           f"the Mamba layers, {inputs['kv_dtype']}), constant in context length"]
+         if "recurrent state" in components else []) + fit_lines + ([f"largest batch that fits at {context:,} tokens: {largest}"] if largest is not None else [])
     table = Table(
         "inference memory per GPU",
         [Column("kind", "kind", align="left", show=False), Column("name", "component", align="left"),
@@ -132,7 +136,8 @@ def infer_document(est: InferenceEstimate) -> Document:
         "model": est.spec.name, "device": est.accelerator.key, "n_gpus": est.n_gpus, "batch_size": est.batch,
         "prompt": est.prompt, "generate": est.generate, "weight_dtype": est.weight_dtype, "kv_dtype": est.kv_dtype,
         "compute_dtype": est.compute_dtype, "weights_bytes": est.weights, "kv_cache_bytes": est.kv_cache,
-        "kv_cache_bytes_per_token": est.kv_per_token,
+        "kv_cache_bytes_per_token": est.kv_per_token, "recurrent_state_bytes": est.recurrent_state,
+        "recurrent_state_bytes_per_sequence": est.state_per_sequence,
         "prefill_seconds": pre.seconds, "prefill_flops": pre.flops, "prefill_bytes": pre.bytes, "prefill_bound": pre.bound,
         "time_to_first_token_seconds": pre.seconds,
         "decode_seconds_per_token": est.decode_seconds_per_token, "decode_seconds": est.decode_seconds,
@@ -158,8 +163,8 @@ def infer_document(est: InferenceEstimate) -> Document:
         f"for the batch of {est.batch}",
         f"whole request: {fmt_seconds(est.total_seconds)}, {est.tokens_per_second:,.0f} generated tokens/s",
         (f"decode turns compute-bound at batch {with_kv:,.0f} at context {est.prompt:,}" if with_kv else
-         f"decode stays memory-bound at any batch at context {est.prompt:,}: each sequence's KV-cache read takes "
-         f"longer than its FLOPs")
+         f"decode stays memory-bound at any batch at context {est.prompt:,}: each sequence's KV-cache read "
+         + ("and recurrent-state read/write take " if est.recurrent_state else "takes ") + "longer than its FLOPs")
         + f"; ignoring the KV cache it would turn compute-bound at batch {without_kv:,.0f}",
     ]
     table = Table(
@@ -173,5 +178,7 @@ def infer_document(est: InferenceEstimate) -> Document:
     title = (f"{est.spec.name} on {est.n_gpus} x {est.accelerator.key}: batch {est.batch}, prompt {est.prompt:,}, "
              f"generate {est.generate:,}, weights {est.weight_dtype}, KV {est.kv_dtype}")
     tokens = est.batch * (est.prompt + est.generate)
+    state = (f"; recurrent (Mamba) state {fmt_bytes(est.recurrent_state)}, constant in context length, read and "
+             f"written every decode step" if est.recurrent_state else "")
     return Document(title, data, [table], [f"weights {fmt_bytes(est.weights)}; KV cache at the end "
-                                           f"{fmt_bytes(est.kv_cache)} for {tokens:,} tokens"])
+                                           f"{fmt_bytes(est.kv_cache)} for {tokens:,} tokens" + state])
