@@ -220,3 +220,130 @@ def test_flops_match_what_torch_counts(model_type):
         check_flops(config, batch, seq)
 
     check()
+
+
+# --- presets: exact against transformers (counts only; no forward at full size) --------------------
+
+from llmcalc.presets import load_model, model_config, model_names  # noqa: E402
+
+HYBRID_PRESETS = [n for n in model_names() if load_model(n).is_hybrid]
+
+
+def test_hybrid_presets_exist():
+    assert {"nemotron-h-8b", "mamba-2.8b"} <= set(HYBRID_PRESETS)
+
+
+@pytest.mark.parametrize("name", HYBRID_PRESETS)
+def test_hybrid_presets_match_transformers_per_component(name):
+    config = {k: v for k, v in model_config(name).items() if not k.startswith("_")}
+    check_params(config)
+
+
+def test_preset_totals_against_published_figures():
+    """Nemotron-H-8B: 8.1 B on its model card (arXiv 2504.03624 calls it 8B); Mamba-2.8B: 2.8 B in the
+    Mamba paper's Pile table, 2.77 B on its HF card. The exact counts (checked against transformers above):"""
+    assert count_params(load_model("nemotron-h-8b")).total == 8_100_852_736
+    assert count_params(load_model("mamba-2.8b")).total == 2_768_345_600
+    # Nemotron-H-8B by hand: 24 Mamba-2 layers, 4 attention layers, 24 squared-ReLU MLPs, untied head.
+    D, V, E, N, H, G, K, F = 4096, 131072, 8192, 128, 128, 8, 4, 21504
+    mamba2 = D * (2 * E + 2 * G * N + H) + (E + 2 * G * N) * (K + 1) + 3 * H + E + E * D
+    attention = D * 32 * 128 * 2 + D * 8 * 128 * 2
+    assert 24 * mamba2 + 4 * attention + 24 * 2 * D * F + 52 * D + D + 2 * V * D == 8_100_852_736
+
+
+# --- state memory: constant in context, KV only in attention layers ---------------------------------
+
+from llmcalc.analytic.inference import (  # noqa: E402
+    decode_ops, inference_memory, kv_cache_bytes_per_token, recurrent_state_bytes)
+
+
+def test_recurrent_state_by_hand():
+    """Per sequence and Mamba layer: conv state (channels x K) + SSM state (E x N), at the state dtype."""
+    mamba = load_model("mamba-2.8b")  # 64 layers, E = 5120, N = 16, K = 4, conv channels = E
+    assert recurrent_state_bytes(mamba, "bf16") == 64 * (5120 * 4 + 5120 * 16) * 2
+    assert kv_cache_bytes_per_token(mamba) == 0  # no attention layer: no KV cache at all
+    nemo = load_model("nemotron-h-8b")  # Mamba-2: conv over x, B, C = E + 2·G·N channels
+    assert recurrent_state_bytes(nemo, "fp32") == 24 * ((8192 + 2 * 8 * 128) * 4 + 8192 * 128) * 4
+    assert kv_cache_bytes_per_token(nemo, "bf16") == 2 * 4 * 8 * 128 * 2  # 4 attention layers of 52
+
+
+def test_state_is_constant_in_context_and_kv_grows():
+    spec = load_model("nemotron-h-8b")
+    short, long = (inference_memory(spec, 4, c) for c in (1024, 65536))
+    assert short["recurrent state"] == long["recurrent state"] == 4 * recurrent_state_bytes(spec)
+    assert long["KV cache"] == 64 * short["KV cache"]
+    assert "recurrent state" not in inference_memory(load_model("llama-3-8b"), 4, 1024)
+
+
+def test_decode_step_has_no_s2_and_one_conv_output():
+    spec = load_model("mamba-2.8b")
+    a, b = decode_ops(spec, 2, 100), decode_ops(spec, 2, 100_000)
+    assert a == b  # no term grows with the context
+    assert a["mamba/conv1d"] == 64 * 2 * 2 * 5120 * 4  # causal_conv1d_update: one output per channel
+
+
+def test_scan_convention_by_hand():
+    """Mamba-1: 7·B·S·E·N per layer (Gu & Dao 2023, Alg. 2); Mamba-2: 5·B·S·E·N (Dao & Gu 2024, eq. 1)."""
+    ops = forward_ops(load_model("mamba-2.8b"), 1, 2048)
+    assert ops["mamba/scan"] == 64 * 7 * 2048 * 5120 * 16
+    ops = forward_ops(load_model("nemotron-h-8b"), 1, 2048)
+    assert ops["mamba2/scan"] == 24 * 5 * 2048 * 8192 * 128
+    assert not any(k.endswith("/scores") and k.startswith("mamba") for k in ops)
+
+
+# --- bad input ------------------------------------------------------------------------------------
+
+from click.testing import CliRunner  # noqa: E402
+
+from llmcalc.cli import cli  # noqa: E402
+from llmcalc.spec import ModelSpec  # noqa: E402
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(hybrid_override_pattern="M*E-"), "nemotron_h MoE layers"),
+    (dict(hybrid_override_pattern="M*X"), "unknown characters"),
+    (dict(num_nextn_predict_layers=1), "multi-token-prediction"),
+])
+def test_nemotron_configs_llmcalc_does_not_cover_are_one_line(tmp_path, changes, message):
+    config = {**model_config("nemotron-h-8b"), **changes}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    result = CliRunner().invoke(cli, ["params", str(path)])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("layer_types, message", [
+    (["mamba", "attention+mlp"], "layer_types has 2 entries for n_layers=3"),
+    (["mamba", "lstm", "mlp"], "layer_types[1] = 'lstm'"),
+    (["mamba+mlp+mlp", "mamba", "mamba"], "layer_types[0]"),
+    (["mamba2", "mamba", "mamba"], "ssm_n_heads must be a positive whole number"),
+    (["attention+moe", "mamba", "mamba"], "has an MoE FFN but n_experts is 0"),
+])
+def test_bad_layer_types(layer_types, message):
+    with pytest.raises(SpecError) as err:
+        ModelSpec(n_layers=3, d_model=64, n_heads=4, vocab_size=100, d_ff=128, layer_types=layer_types,
+                  ssm_d_inner=128, ssm_d_state=8, ssm_dt_rank=4)
+    assert message in str(err.value)
+
+
+def test_native_spec_with_layer_types_round_trips():
+    spec = ModelSpec(n_layers=2, d_model=64, n_heads=4, vocab_size=100, d_ff=128,
+                     layer_types=["mamba2+mlp", "attention+mlp"], ssm_d_inner=128, ssm_d_state=8, ssm_n_heads=4)
+    assert spec.layer_types == ("mamba2+mlp", "attention+mlp") and spec.n_attention_layers == 1
+    assert ModelSpec(**json.loads(json.dumps(spec.to_dict()))) == spec
+
+
+def test_memory_and_infer_json_report_the_state():
+    result = CliRunner().invoke(cli, ["memory", "nemotron-h-8b", "--inference", "--context", "8k", "--batch-size", 2,
+                                      "--format", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["recurrent_state_bytes"] == 2 * recurrent_state_bytes(load_model("nemotron-h-8b"))
+    result = CliRunner().invoke(cli, ["infer", "mamba-2.8b", "--gpu", "h100-sxm", "--prompt", 512, "--generate", 8,
+                                      "--format", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["kv_cache_bytes"] == 0
+    assert data["recurrent_state_bytes_per_sequence"] == recurrent_state_bytes(load_model("mamba-2.8b"))
