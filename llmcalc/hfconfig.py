@@ -60,6 +60,7 @@ class Family:
     defaults: dict = field(default_factory=dict)  # HF config-class defaults for absent keys
     derive: Callable[[dict, dict], None] | None = None  # (hf config, spec kwargs) -> fills kwargs
     gated: bool = True  # FFN with gate/up/down (SwiGLU/GeGLU) rather than up/down
+    keep_null: tuple[str, ...] = ()  # keys whose explicit null means something else than "absent"
 
 
 def _attention_bias(hf: dict, kw: dict) -> None:
@@ -223,7 +224,7 @@ def spec_from_hf(hf: dict, name: str = "custom") -> ModelSpec:
                 f"(e.g. \"mlp\": \"swiglu\", \"norm\": \"rmsnorm\", \"pos_emb\": \"rope\")"
             )
         family = Family("explicit llmcalc keys", {}, {}, _attention_bias, gated=hf["mlp"] in ("swiglu", "geglu"))
-    merged = {**family.defaults, **{k: v for k, v in hf.items() if v is not None}}
+    merged = {**family.defaults, **{k: v for k, v in hf.items() if v is not None or k in family.keep_null}}
     kw: dict = {}
     for spec_field, keys in HF_KEYS.items():
         value = _first(merged, keys)

@@ -136,6 +136,26 @@ def _nemotron_h(hf: dict, kw: dict) -> None:
         kw.pop("d_ff", None)
 
 
+def _falcon_h1(hf: dict, kw: dict) -> None:
+    # modeling_falcon_h1.py FalconH1DecoderLayer: attention and a Mamba-2 mixer read the same
+    # input_layernorm output in parallel, then a SwiGLU MLP after pre_ff_layernorm. FalconH1Mixer:
+    # intermediate = mamba_d_ssm (or mamba_expand x hidden), in_proj bias mamba_proj_bias, out_proj
+    # bias projectors_bias, its gated RMSNorm only when mamba_rms_norm; the muP vector is a buffer.
+    D = kw["d_model"]
+    inner = hf.get("mamba_d_ssm", 1024)  # FalconH1Config default 1024; an explicit null means expand x hidden
+    if inner is None:
+        inner = int(hf.get("mamba_expand", 2) * D)
+    bias = bool(hf.get("attention_bias", False))
+    kw.update(
+        layer_types=("attention|mamba2+mlp",) * kw["n_layers"], ssm_d_inner=inner,
+        ssm_d_state=hf.get("mamba_d_state", 256), ssm_n_heads=hf.get("mamba_n_heads", 128),
+        ssm_n_groups=hf.get("mamba_n_groups", 1), ssm_conv_kernel=hf.get("mamba_d_conv", 4),
+        ssm_conv_bias=bool(hf.get("mamba_conv_bias", True)), ssm_proj_bias=bool(hf.get("mamba_proj_bias", False)),
+        ssm_out_bias=bool(hf.get("projectors_bias", False)), ssm_norm=bool(hf.get("mamba_rms_norm", False)),
+        qkv_bias=bias, out_bias=bias, mlp_bias=bool(hf.get("mlp_bias", False)),
+    )
+
+
 SSM_FAMILIES: dict[str, Family] = {
     "mamba": Family(
         "models/mamba/modeling_mamba.py: RMSNorm + MambaMixer (Mamba-1 selective scan) per layer",
@@ -154,6 +174,11 @@ SSM_FAMILIES: dict[str, Family] = {
         "models/bamba/modeling_bamba.py: Mamba-2 and attention layers, each with a SwiGLU MLP",
         {}, {"tie_word_embeddings": False, "vocab_size": 128000, "hidden_size": 4096, "intermediate_size": 14336,
              "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8}, _bamba),
+    "falcon_h1": Family(
+        "models/falcon_h1/modeling_falcon_h1.py: attention and Mamba-2 in parallel in every layer, then an MLP",
+        {}, {"tie_word_embeddings": False, "vocab_size": 128000, "hidden_size": 4096, "intermediate_size": 14336,
+             "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8}, _falcon_h1,
+        keep_null=("mamba_d_ssm",)),
     "nemotron_h": Family(
         "models/nemotron_h/modeling_nemotron_h.py: one mixer per layer (Mamba-2 M, attention *, MLP -); "
         "_tied_weights_keys is empty, so the LM head is never tied, whatever tie_word_embeddings says",

@@ -90,7 +90,8 @@ class ModelSpec:
     ssm_dt_rank: int | None = None  # Mamba-1 low-rank dt projection width
     ssm_conv_kernel: int = 4  # depthwise causal conv1d width
     ssm_conv_bias: bool = True
-    ssm_proj_bias: bool = False  # biases on in_proj and out_proj
+    ssm_proj_bias: bool = False  # biases on in_proj (and out_proj unless ssm_out_bias says otherwise)
+    ssm_out_bias: bool | None = None  # out_proj bias; default ssm_proj_bias (Falcon-H1: projectors_bias)
     ssm_norm: bool = True  # Mamba-2 gated RMSNorm over E before out_proj
     ssm_dt_norms: bool = False  # Jamba: RMSNorms on dt (R), B (N) and C (N) inside the Mamba-1 mixer
     name: str = field(default="custom", compare=False)
@@ -119,6 +120,8 @@ class ModelSpec:
             derived["n_positions"] = self.max_seq_len
         if self.n_experts and self.d_ff_expert is None:
             derived["d_ff_expert"] = self.d_ff
+        if self.ssm_out_bias is None:
+            derived["ssm_out_bias"] = self.ssm_proj_bias
         if isinstance(self.layer_types, list):  # from JSON: keep the spec hashable and frozen
             derived["layer_types"] = tuple(self.layer_types)
         for key, value in derived.items():
@@ -264,7 +267,7 @@ class ModelSpec:
         return " ".join(parts)
 
 
-_DERIVED = ("n_kv_heads", "d_head", "norm_bias", "n_decoder_layers", "n_positions", "d_ff_expert")
+_DERIVED = ("n_kv_heads", "d_head", "norm_bias", "n_decoder_layers", "n_positions", "d_ff_expert", "ssm_out_bias")
 _INT_FIELDS = {
     f.name for f in fields(ModelSpec) if f.type in ("int", "int | None")
 }

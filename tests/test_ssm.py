@@ -29,7 +29,7 @@ from reference import build_hf, trainable
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-SSM_TYPES = ["mamba", "mamba2", "jamba", "bamba", "nemotron_h"]
+SSM_TYPES = ["mamba", "mamba2", "jamba", "bamba", "nemotron_h", "falcon_h1"]
 IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
 SSM_PARTS = {"in_proj", "conv1d", "x_proj", "dt_proj", "A_log", "D", "dt_bias", "out_proj", "norm"}
 
@@ -186,6 +186,17 @@ def ssm_config(draw, model_type: str) -> dict:
                  mamba_chunk_size=draw(st.sampled_from([4, 8])), mamba_proj_bias=draw(st.booleans()),
                  mamba_conv_bias=draw(st.booleans()), attention_bias=draw(st.booleans()), mlp_bias=draw(st.booleans()),
                  attn_layer_indices=draw(st.lists(st.integers(0, layers - 1), max_size=2, unique=True)))
+    elif model_type == "falcon_h1":
+        c.update(draw(attention_keys()))
+        D = c["hidden_size"]
+        inner = draw(st.sampled_from([None, D, 2 * D]))  # None: mamba_expand x hidden
+        heads, groups = _mamba2_heads(draw, inner or 2 * D)
+        c.update(num_hidden_layers=layers, intermediate_size=draw(st.integers(8, 48)), mamba_d_ssm=inner,
+                 mamba_expand=2, mamba_d_state=state, mamba_n_heads=heads, mamba_n_groups=groups,
+                 mamba_d_conv=draw(st.integers(2, 4)), mamba_chunk_size=draw(st.sampled_from([4, 8])),
+                 mamba_proj_bias=draw(st.booleans()), projectors_bias=draw(st.booleans()),
+                 mamba_conv_bias=draw(st.booleans()), mamba_rms_norm=draw(st.booleans()),
+                 attention_bias=draw(st.booleans()), mlp_bias=draw(st.booleans()))
     elif model_type == "nemotron_h":
         c.update(draw(attention_keys()))
         heads = draw(st.sampled_from([2, 4]))

@@ -8,9 +8,9 @@ Parameters mirror transformers' modelling code:
 - Mamba-1 (models/mamba/modeling_mamba.py MambaMixer; jamba/modeling_jamba.py JambaMambaMixer):
   in_proj D→2E, depthwise conv1d E·K (+E bias), x_proj E→R+2N (no bias), dt_proj R→E (+E bias),
   A_log E·N, D E, out_proj E→D; Jamba adds RMSNorms over dt (R), B (N) and C (N).
-- Mamba-2 (models/mamba2/modeling_mamba2.py Mamba2Mixer; bamba, nemotron_h, falcon_h1, zamba2 copy
-  it): in_proj D→2E+2GN+H (z, x, B, C, dt), depthwise conv1d over x, B, C ((E+2GN)·K, + bias),
-  dt_bias/A_log/D one per head, a gated RMSNorm over E, out_proj E→D.
+- Mamba-2 (models/mamba2/modeling_mamba2.py Mamba2Mixer; bamba, nemotron_h, falcon_h1 copy it):
+  in_proj D→2E+2GN+H (z, x, B, C, dt), depthwise conv1d over x, B, C ((E+2GN)·K, + bias),
+  dt_bias/A_log/D one per head, a gated RMSNorm over E (optional in Falcon-H1), out_proj E→D.
 
 FLOPs convention (2 FLOPs per multiply-add, as elsewhere in llmcalc):
 - Projections: 2·T·in·out each, what torch's FlopCounterMode counts for them (aten.mm/addmm).
@@ -66,7 +66,7 @@ def mixer_params(spec: ModelSpec, kind: str) -> dict[str, int]:
             "dt_norms": (R + 2 * N) * spec.ssm_dt_norms,
             "A_log": E * N,
             "D": E,
-            "out_proj": E * D + D * pb,
+            "out_proj": E * D + D * spec.ssm_out_bias,
         }
     else:
         H, G = spec.ssm_n_heads, spec.ssm_n_groups
@@ -78,7 +78,7 @@ def mixer_params(spec: ModelSpec, kind: str) -> dict[str, int]:
             "A_log": H,
             "D": H,
             "norm": E * spec.ssm_norm,
-            "out_proj": E * D + D * pb,
+            "out_proj": E * D + D * spec.ssm_out_bias,
         }
     return {f"{kind}/{k}": v for k, v in parts.items()}
 
