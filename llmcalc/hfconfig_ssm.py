@@ -156,6 +156,33 @@ def _falcon_h1(hf: dict, kw: dict) -> None:
     )
 
 
+def _lfm2(hf: dict, kw: dict) -> None:
+    # modeling_lfm2.py Lfm2DecoderLayer: operator_norm + (Lfm2Attention with q/k_layernorm, or
+    # Lfm2ShortConv), ffn_norm + Lfm2MLP (w1, w3, w2: SwiGLU). Layout from layer_types, else
+    # full_attn_idxs (default: every layer attention). Lfm2MLP's width: int(2F/3) when
+    # block_auto_adjust_ff_dim, then x block_ffn_dim_multiplier rounded up to block_multiple_of.
+    L = kw["n_layers"]
+    if hf.get("layer_types") is not None:
+        kinds = {"full_attention": "attention", "conv": "short_conv"}
+        unknown = sorted({t for t in hf["layer_types"] if t not in kinds})
+        if unknown:
+            raise SpecError(f"lfm2 layer_types has unknown entries {unknown}; known: full_attention, conv")
+        mixers = [kinds[t] for t in hf["layer_types"]]
+    else:
+        attention = hf.get("full_attn_idxs")
+        mixers = ["attention" if attention is None or i in attention else "short_conv" for i in range(L)]
+    kw["layer_types"] = tuple(m + "+mlp" for m in mixers)
+    width = hf.get("intermediate_size", 12288) if hf.get("block_ff_dim") is None else hf["block_ff_dim"]
+    if hf.get("block_auto_adjust_ff_dim", True):
+        width = int(2 * width / 3)
+        step = hf.get("block_multiple_of", 256)  # Lfm2Config types the multiplier as a number: never null
+        width = step * ((int(hf.get("block_ffn_dim_multiplier", 1.0) * width) + step - 1) // step)
+    kw.update(d_ff=width, ssm_conv_kernel=hf.get("conv_L_cache", 3), ssm_conv_bias=bool(hf.get("conv_bias", False)),
+              qk_norm="head", mlp="swiglu")
+    if hf.get("tie_embedding") is not None:  # Lfm2Config.__post_init__: the legacy key wins
+        kw["tie_embeddings"] = bool(hf["tie_embedding"])
+
+
 SSM_FAMILIES: dict[str, Family] = {
     "mamba": Family(
         "models/mamba/modeling_mamba.py: RMSNorm + MambaMixer (Mamba-1 selective scan) per layer",
@@ -179,6 +206,11 @@ SSM_FAMILIES: dict[str, Family] = {
         {}, {"tie_word_embeddings": False, "vocab_size": 128000, "hidden_size": 4096, "intermediate_size": 14336,
              "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8}, _falcon_h1,
         keep_null=("mamba_d_ssm",)),
+    "lfm2": Family(
+        "models/lfm2/modeling_lfm2.py: gated short-conv and attention (QK-norm) layers, each with a SwiGLU MLP; "
+        "the final norm is called embedding_norm",
+        {}, {"tie_word_embeddings": True, "vocab_size": 65536, "hidden_size": 2560, "intermediate_size": 12288,
+             "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8}, _lfm2),
     "nemotron_h": Family(
         "models/nemotron_h/modeling_nemotron_h.py: one mixer per layer (Mamba-2 M, attention *, MLP -); "
         "_tied_weights_keys is empty, so the LM head is never tied, whatever tie_word_embeddings says",

@@ -18,7 +18,7 @@ GATED_MLPS = ("swiglu", "geglu")  # three matrices: gate, up, down (Shazeer 2020
 PLAIN_MLPS = ("gelu", "relu", "silu", "relu2")  # two matrices: up, down (Vaswani et al. 2017); relu2 = ReLU² (So et al. 2021)
 MLPS = GATED_MLPS + PLAIN_MLPS
 NORMS = ("rmsnorm", "layernorm")
-LAYER_MIXERS = ("attention", "mamba", "mamba2")  # the mixers a layer_types entry may name
+LAYER_MIXERS = ("attention", "mamba", "mamba2", "short_conv")  # the mixers a layer_types entry may name
 LAYER_FFNS = ("mlp", "moe")
 POS_EMBS = ("rope", "learned", "sinusoidal", "alibi", "relative", "none")
 
@@ -79,9 +79,9 @@ class ModelSpec:
     v_head_dim: int | None = None
     # --- Hybrid and state-space layers (issue 9 part 2; formulas in llmcalc/analytic/ssm.py) ---
     # layer_types: one entry per layer, "<mixer>+<ffn>", either part optional: mixers "attention",
-    # "mamba" (Mamba-1 selective scan), "mamba2" (Mamba-2 SSD), "attention|mamba2" (both in parallel
-    # on one norm, Falcon-H1); FFNs "mlp", "moe". Each "+"-part has its own pre-norm. None: every
-    # layer is attention + FFN as above.
+    # "mamba" (Mamba-1 selective scan), "mamba2" (Mamba-2 SSD), "short_conv" (LFM2's gated depthwise
+    # conv), "attention|mamba2" (both in parallel on one norm, Falcon-H1); FFNs "mlp", "moe". Each
+    # "+"-part has its own pre-norm. None: every layer is attention + FFN as above.
     layer_types: tuple[str, ...] | None = None
     ssm_d_inner: int | None = None  # E, the mixer's inner width (expand x d_model; Mamba-2: heads x head_dim)
     ssm_d_state: int | None = None  # N, state size per channel
@@ -94,6 +94,9 @@ class ModelSpec:
     ssm_out_bias: bool | None = None  # out_proj bias; default ssm_proj_bias (Falcon-H1: projectors_bias)
     ssm_norm: bool = True  # Mamba-2 gated RMSNorm over E before out_proj
     ssm_dt_norms: bool = False  # Jamba: RMSNorms on dt (R), B (N) and C (N) inside the Mamba-1 mixer
+    # QK-norm on the attention layers: "head" = one d_head weight each for Q and K (LFM2). The same
+    # field, name and meaning as issue 9 part 1's qk_norm (branch i9a); one of the two goes at the merge.
+    qk_norm: str = "none"
     name: str = field(default="custom", compare=False)
     model_type: str | None = field(default=None, compare=False)  # HF model_type it came from
 
@@ -383,6 +386,8 @@ def _validate_layers(spec: ModelSpec) -> None:
         if "moe" in ffns and not spec.is_moe:
             raise SpecError(f"layer_types[{i}] = {entry!r} has an MoE FFN but n_experts is 0")
     kinds = {m for i in range(spec.n_layers) for m in spec.layer_parts(i)[0]}
+    if "short_conv" in kinds:
+        _positive(spec, "ssm_conv_kernel")
     if kinds & {"mamba", "mamba2"}:
         for name in ("ssm_d_inner", "ssm_d_state", "ssm_conv_kernel"):
             _positive(spec, name)

@@ -29,7 +29,7 @@ from reference import build_hf, trainable
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-SSM_TYPES = ["mamba", "mamba2", "jamba", "bamba", "nemotron_h", "falcon_h1"]
+SSM_TYPES = ["mamba", "mamba2", "jamba", "bamba", "nemotron_h", "falcon_h1", "lfm2"]
 IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
 SSM_PARTS = {"in_proj", "conv1d", "x_proj", "dt_proj", "A_log", "D", "dt_bias", "out_proj", "norm"}
 
@@ -38,12 +38,12 @@ def hf_component(name: str, spec) -> str:
     """The llmcalc component key of a transformers parameter name, from the layer's place in the model."""
     parts = name.split(".")
     if "layers" not in parts:
+        if "norm" in parts[-2]:  # final norm (LFM2 calls it embedding_norm)
+            return "norm/final"
         if "embed" in name:
             return "embedding/tokens"
         if parts[0] == "lm_head":
             return "head/lm_head"
-        if "norm" in parts[-2]:
-            return "norm/final"
         raise AssertionError(f"no rule for {name}")
     at = parts.index("layers")
     mixers, ffn = spec.layer_parts(int(parts[at + 1]))
@@ -54,14 +54,21 @@ def hf_component(name: str, spec) -> str:
         return "norm/layers"  # input_layernorm, pre_ff_layernorm, NemotronH/Mamba block norm
     if leaf in ("dt_layernorm", "b_layernorm", "c_layernorm"):
         return "mamba/dt_norms"
-    if leaf in SSM_PARTS and ssm:
+    if leaf in ("q_layernorm", "k_layernorm"):
+        return "attention/qk_norm"
+    if leaf == "conv" and ssm:  # LFM2's Lfm2ShortConv.conv
+        return f"{ssm[0]}/conv1d"
+    if leaf in SSM_PARTS and ssm and "self_attn" not in rest:
         return f"{ssm[0]}/{leaf}"
+    if leaf == "out_proj" and "self_attn" in rest:  # LFM2's attention output projection
+        return "attention/o_proj"
     if leaf in ("q_proj", "k_proj", "v_proj", "o_proj"):
         return "attention/bias" if rest[-1] == "bias" else f"attention/{leaf}"
     if "experts" in rest:
         return "moe/experts"
     if leaf in ("router", "gate") and ffn == "moe":
         return "moe/router"
+    leaf = {"w1": "gate_proj", "w3": "up_proj", "w2": "down_proj"}.get(leaf, leaf)  # LFM2's MLP names
     if leaf in ("gate_proj", "up_proj", "down_proj"):
         return "mlp/bias" if rest[-1] == "bias" else f"mlp/{leaf}"
     raise AssertionError(f"no rule for {name}")
@@ -197,6 +204,13 @@ def ssm_config(draw, model_type: str) -> dict:
                  mamba_proj_bias=draw(st.booleans()), projectors_bias=draw(st.booleans()),
                  mamba_conv_bias=draw(st.booleans()), mamba_rms_norm=draw(st.booleans()),
                  attention_bias=draw(st.booleans()), mlp_bias=draw(st.booleans()))
+    elif model_type == "lfm2":
+        c.update(draw(attention_keys()))
+        c.update(num_hidden_layers=layers, intermediate_size=draw(st.integers(8, 64)),
+                 conv_L_cache=draw(st.integers(2, 4)), conv_bias=draw(st.booleans()),
+                 block_auto_adjust_ff_dim=draw(st.booleans()), block_multiple_of=draw(st.sampled_from([1, 8, 16])),
+                 block_ffn_dim_multiplier=draw(st.sampled_from([1.0, 1.5])),
+                 full_attn_idxs=draw(st.lists(st.integers(0, layers - 1), max_size=2, unique=True)))
     elif model_type == "nemotron_h":
         c.update(draw(attention_keys()))
         heads = draw(st.sampled_from([2, 4]))

@@ -140,6 +140,12 @@ def _mamba_saved(spec: ModelSpec, kind: str, batch: int, seq: int, act_bytes: fl
       (T·(2E+2GN+H)), the SSD output before the gated norm (T·E), and the norm's rstd (T·G, fp32).
     The in_proj input (the norm output) is saved by the in_proj matmul (counted by the caller)."""
     T, E, N = batch * seq, spec.ssm_d_inner, spec.ssm_d_state
+    if kind == "short_conv":  # LFM2 through autograd (no fused kernel): B, C, x are views of in_proj's output
+        D = spec.d_model
+        return [Saved("short-conv in_proj output (B, C, x)", T * 3 * D * act_bytes, "tp"),
+                Saved("short-conv conv input B·x", T * D * act_bytes, "tp"),
+                Saved("short-conv conv output", T * D * act_bytes, "tp"),
+                Saved("short-conv out_proj input C·conv", T * D * act_bytes, "tp")]
     if kind == "mamba":
         chunks = -(-seq // 2048)
         return [Saved("Mamba in_proj output xz", T * 2 * E * act_bytes, "tp"),

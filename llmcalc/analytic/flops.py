@@ -151,7 +151,7 @@ def is_attention_core(op: str) -> bool:
 
 def is_block_op(op: str) -> bool:
     """Ops inside the Transformer blocks (what full recomputation re-runs)."""
-    return op.split("/")[0].split(".")[-1] in ("attention", "cross_attention", "mamba", "mamba2", "mlp", "moe")
+    return op.split("/")[0].split(".")[-1] in ("attention", "cross_attention", "mlp", "moe", *SSM_GROUPS)
 
 
 @dataclass(frozen=True)
@@ -227,7 +227,7 @@ def flop_group(op: str) -> str:
     if group in ("mlp", "moe"):
         return "FFN"
     if group in SSM_GROUPS:
-        return "SSM scan" if op.endswith("/scan") else "SSM projections"
+        return "SSM scan" if op.endswith("/scan") else "SSM/conv projections"
     if op == "head/lm_head":
         return "LM head"
     return "other" if group != "embedding" else "embedding"
@@ -255,7 +255,7 @@ def component_flops(ops: dict[str, int]) -> dict[str, int]:
         elif name in ("mlp", "moe"):
             key = f"{prefix}FFN"
         elif name in SSM_GROUPS:
-            key = "SSM scan" if part == "scan" else "SSM projections"
+            key = "SSM scan" if part == "scan" else "SSM/conv projections"
         elif op == "head/lm_head":
             key = "LM head"
         elif op == "head/pooler":

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..spec import ModelSpec
-from .ssm import mixer_params
+from .ssm import SSM_MIXERS, mixer_params
 
 EMBEDDING_PARTS = ("embedding/tokens", "embedding/positions", "embedding/token_types", "head/lm_head")
 
@@ -51,6 +51,7 @@ def _attention(spec: ModelSpec, prefix: str, cross: bool = False) -> dict[str, i
         "v_proj": D * kv * dh,
         "o_proj": H * dh * D,
         "bias": (H + 2 * kv) * dh * spec.qkv_bias + D * spec.out_bias,
+        "qk_norm": 2 * dh if spec.qk_norm == "head" else 0,  # LFM2: q_layernorm, k_layernorm over d_head
     }
     return {f"{prefix}/{k}": v for k, v in parts.items()}
 
@@ -140,7 +141,7 @@ def param_breakdown(spec: ModelSpec) -> dict[str, int]:
 
 
 _STACKS = ("", "encoder.", "decoder.")
-_GROUPS = ("embedding", "attention", "cross_attention", "mamba", "mamba2", "mlp", "moe", "norm", "head")
+_GROUPS = ("embedding", "attention", "cross_attention", *SSM_MIXERS, "mlp", "moe", "norm", "head")
 
 
 def _order(key: str) -> tuple[int, int]:
@@ -277,10 +278,14 @@ def _hybrid_approximation(count: ParamCount, heads: int, emb_label: str) -> Appr
     D, V = spec.d_model, spec.vocab_size
     k = 3 if spec.gated else 2
     n_attn = spec.n_attention_layers
-    n_ssm = sum(m != "attention" for i in range(spec.n_layers) for m in spec.layer_parts(i)[0])
+    n_ssm = sum(m in ("mamba", "mamba2") for i in range(spec.n_layers) for m in spec.layer_parts(i)[0])
+    n_conv = spec.n_mixer_layers("short_conv")
     n_mlp = sum(spec.layer_parts(i)[1] == "mlp" for i in range(spec.n_layers))
     value = n_attn * 4 * D * D + n_ssm * 3 * (spec.ssm_d_inner or 0) * D + heads * V * D
     formula = f"{n_attn}·4D² + {n_ssm}·3·E·D"
+    if n_conv:  # LFM2's short conv: in_proj 3·D² + out_proj D²
+        value += n_conv * 4 * D * D
+        formula += f" + {n_conv}·4D² (short conv)"
     if n_mlp:
         value += n_mlp * k * D * spec.d_ff
         formula += f" + {n_mlp}·{k}·D·F"
@@ -302,7 +307,7 @@ def reconcile(count: ParamCount) -> list[tuple[str, int]]:
     L, D = spec.total_layers, spec.d_model
     c = count.components
     attention = sum(v for k, v in c.items() if "attention/" in k and "cross_attention" not in k
-                    and not k.endswith("/bias") and "relative_position_bias" not in k)
+                    and not k.endswith(("/bias", "/qk_norm")) and "relative_position_bias" not in k)
     cross = sum(v for k, v in c.items() if "cross_attention/" in k and not k.endswith("/bias"))
     ffn = sum(v for k, v in c.items() if ("mlp/" in k or "moe/" in k) and not k.endswith("/bias"))
     biases = sum(v for k, v in c.items() if k.endswith("/bias"))
@@ -332,7 +337,8 @@ def reconcile(count: ParamCount) -> list[tuple[str, int]]:
         (ffn_label, ffn - 8 * L * D * D),
         ("biases", biases),
         ("norms", norms),
-        ("state-space mixers (Mamba)", sum(v for k, v in c.items() if k.split("/")[0] in ("mamba", "mamba2"))),
+        ("QK-norms", sum(v for k, v in c.items() if k.endswith("/qk_norm"))),
+        ("state-space and conv mixers (Mamba, LFM2 short conv)", sum(v for k, v in c.items() if k.split("/")[0] in SSM_MIXERS)),
         ("relative position bias (T5)", sum(v for k, v in c.items() if "relative_position_bias" in k)),
         ("token embedding (V·D)", c.get("embedding/tokens", 0)),
         ("position embedding (learned)", c.get("embedding/positions", 0)),

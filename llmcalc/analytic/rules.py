@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from ..spec import ModelSpec
 from .flops import StepFlops, forward_ops, is_attention_core
 from .params import ParamCount
+from .ssm import SSM_MIXERS
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ def crossover(spec: ModelSpec, causal: bool = False) -> Crossover | None:
         core /= 2
     projections = sum(v for k, v in ops.items() if k.split("/")[0].endswith("attention")
                       and not is_attention_core(k) and "cross" not in k)
-    ffn = sum(v for k, v in ops.items() if k.split("/")[0].split(".")[-1] in ("mlp", "moe", "mamba", "mamba2"))
+    ffn = sum(v for k, v in ops.items() if k.split("/")[0].split(".")[-1] in ("mlp", "moe", *SSM_MIXERS))
     return Crossover(projections / core, (projections + ffn) / core)
 
 

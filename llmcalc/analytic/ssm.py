@@ -1,7 +1,8 @@
 """State-space mixers (Mamba-1, Mamba-2): exact parameters, forward FLOPs, recurrent state bytes.
 
 Used by ``params``, ``flops`` and ``inference`` for the layers a ``ModelSpec.layer_types`` entry
-names "mamba" or "mamba2". Symbols: D d_model, E ssm_d_inner, N ssm_d_state, R ssm_dt_rank,
+names "mamba", "mamba2" or "short_conv" (LFM2: in_proj D→3D giving B, C, x; y = out_proj(C ·
+conv1d(B·x)), a depthwise conv of width K over D channels; its only state is the conv window D·K). Symbols: D d_model, E ssm_d_inner, N ssm_d_state, R ssm_dt_rank,
 H ssm_n_heads (head dim P = E/H), G ssm_n_groups, K ssm_conv_kernel, T = B·S tokens.
 
 Parameters mirror transformers' modelling code:
@@ -38,7 +39,7 @@ from __future__ import annotations
 
 from ..spec import ModelSpec
 
-SSM_MIXERS = ("mamba", "mamba2")
+SSM_MIXERS = ("mamba", "mamba2", "short_conv")
 
 
 def _mm(tokens: int, k: int, n: int) -> int:
@@ -46,7 +47,9 @@ def _mm(tokens: int, k: int, n: int) -> int:
 
 
 def conv_channels(spec: ModelSpec, kind: str) -> int:
-    """Channels of the depthwise conv1d: x (Mamba-1), or x, B and C (Mamba-2)."""
+    """Channels of the depthwise conv1d: x (Mamba-1), x, B and C (Mamba-2), d_model (LFM2)."""
+    if kind == "short_conv":
+        return spec.d_model
     if kind == "mamba":
         return spec.ssm_d_inner
     return spec.ssm_d_inner + 2 * spec.ssm_n_groups * spec.ssm_d_state
@@ -56,7 +59,10 @@ def mixer_params(spec: ModelSpec, kind: str) -> dict[str, int]:
     """One state-space mixer's parameters by part (biases inside their part), keys "<kind>/<part>"."""
     D, E, N, K = spec.d_model, spec.ssm_d_inner, spec.ssm_d_state, spec.ssm_conv_kernel
     pb, C = int(spec.ssm_proj_bias), conv_channels(spec, kind)
-    if kind == "mamba":
+    if kind == "short_conv":  # LFM2 (models/lfm2/modeling_lfm2.py Lfm2ShortConv): one conv_bias flag for all
+        cb = int(spec.ssm_conv_bias)
+        parts = {"in_proj": D * 3 * D + 3 * D * cb, "conv1d": D * K + D * cb, "out_proj": D * D + D * cb}
+    elif kind == "mamba":
         R = spec.ssm_dt_rank
         parts = {
             "in_proj": D * 2 * E + 2 * E * pb,
@@ -88,7 +94,9 @@ def mixer_ops(spec: ModelSpec, kind: str, batch: int, seq: int) -> dict[str, int
     D, E, N, K = spec.d_model, spec.ssm_d_inner, spec.ssm_d_state, spec.ssm_conv_kernel
     T, C = batch * seq, conv_channels(spec, kind)
     conv = 2 * batch * (seq + K - 1) * C * K  # depthwise, padded: S+K-1 output positions
-    if kind == "mamba":
+    if kind == "short_conv":  # B, C, x = in_proj(h); y = out_proj(C * conv(B * x)): no scan, no state matrix
+        ops = {"in_proj": _mm(T, D, 3 * D), "conv1d": conv, "out_proj": _mm(T, D, D)}
+    elif kind == "mamba":
         R = spec.ssm_dt_rank
         ops = {
             "in_proj": _mm(T, D, 2 * E),
@@ -117,5 +125,6 @@ def recurrent_state_elements(spec: ModelSpec) -> dict[str, int]:
         for kind in spec.layer_parts(i)[0]:
             if kind in SSM_MIXERS:
                 conv += conv_channels(spec, kind) * spec.ssm_conv_kernel
-                ssm += spec.ssm_d_inner * spec.ssm_d_state
+                if kind != "short_conv":  # LFM2's short conv keeps only its conv window
+                    ssm += spec.ssm_d_inner * spec.ssm_d_state
     return {"conv state": conv, "SSM state": ssm}
