@@ -183,6 +183,44 @@ def _lfm2(hf: dict, kw: dict) -> None:
         kw["tie_embeddings"] = bool(hf["tie_embedding"])
 
 
+def _qwen3_next(hf: dict, kw: dict) -> None:
+    # modeling_qwen3_next.py Qwen3NextDecoderLayer: Gated DeltaNet ("linear_attention") or gated
+    # attention ("full_attention": q_proj emits queries and an output gate, QK-norm over d_head);
+    # layer_types default: full attention every full_attention_interval (4) layers. FFN: the sparse
+    # MoE block when num_experts > 0, (i + 1) % decoder_sparse_step == 0 and i not in mlp_only_layers.
+    L = kw["n_layers"]
+    if hf.get("layer_types") is not None:
+        kinds = {"linear_attention": "gated_deltanet", "full_attention": "attention"}
+        unknown = sorted({t for t in hf["layer_types"] if t not in kinds})
+        if unknown:
+            raise SpecError(f"qwen3_next layer_types has unknown entries {unknown}; "
+                            f"known: linear_attention, full_attention")
+        mixers = [kinds[t] for t in hf["layer_types"]]
+    else:
+        interval = hf.get("full_attention_interval", 4)
+        mixers = ["gated_deltanet" if (i + 1) % interval else "attention" for i in range(L)]
+    experts, step = hf.get("num_experts", 512), hf.get("decoder_sparse_step", 1)
+    dense = set(hf.get("mlp_only_layers") or ())
+    ffns = ["moe" if experts > 0 and i not in dense and (i + 1) % step == 0 else "mlp" for i in range(L)]
+    if "moe" in ffns:
+        raise SpecError(
+            "qwen3_next MoE layers are not covered by llmcalc's formulas yet: their shared expert has its own "
+            "width and a sigmoid gate (shared_expert_intermediate_size, shared_expert_gate); configs with "
+            "num_experts 0 or every layer in mlp_only_layers are"
+        )
+    for key in ("n_experts", "n_experts_per_token", "d_ff_expert"):
+        kw.pop(key, None)
+    kw["layer_types"] = tuple(f"{m}+{f}" for m, f in zip(mixers, ffns))
+    bias = bool(hf.get("attention_bias", False))
+    k_heads, v_heads = hf.get("linear_num_key_heads", 16), hf.get("linear_num_value_heads", 32)
+    kw.update(
+        qkv_bias=bias, out_bias=bias, qk_norm="head", attn_output_gate=True,
+        ssm_n_heads=v_heads, ssm_n_groups=k_heads, ssm_d_state=hf.get("linear_key_head_dim", 128),
+        ssm_d_inner=v_heads * hf.get("linear_value_head_dim", 128), ssm_conv_kernel=hf.get("linear_conv_kernel_dim", 4),
+        ssm_conv_bias=False,
+    )
+
+
 SSM_FAMILIES: dict[str, Family] = {
     "mamba": Family(
         "models/mamba/modeling_mamba.py: RMSNorm + MambaMixer (Mamba-1 selective scan) per layer",
@@ -211,6 +249,10 @@ SSM_FAMILIES: dict[str, Family] = {
         "the final norm is called embedding_norm",
         {}, {"tie_word_embeddings": True, "vocab_size": 65536, "hidden_size": 2560, "intermediate_size": 12288,
              "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8}, _lfm2),
+    "qwen3_next": Family(
+        "models/qwen3_next/modeling_qwen3_next.py: Gated DeltaNet and gated attention (QK-norm) layers",
+        {}, {"tie_word_embeddings": False, "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5632,
+             "num_hidden_layers": 48, "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256}, _qwen3_next),
     "nemotron_h": Family(
         "models/nemotron_h/modeling_nemotron_h.py: one mixer per layer (Mamba-2 M, attention *, MLP -); "
         "_tied_weights_keys is empty, so the LM head is never tied, whatever tie_word_embeddings says",

@@ -18,7 +18,7 @@ GATED_MLPS = ("swiglu", "geglu")  # three matrices: gate, up, down (Shazeer 2020
 PLAIN_MLPS = ("gelu", "relu", "silu", "relu2")  # two matrices: up, down (Vaswani et al. 2017); relu2 = ReLU² (So et al. 2021)
 MLPS = GATED_MLPS + PLAIN_MLPS
 NORMS = ("rmsnorm", "layernorm")
-LAYER_MIXERS = ("attention", "mamba", "mamba2", "short_conv")  # the mixers a layer_types entry may name
+LAYER_MIXERS = ("attention", "mamba", "mamba2", "short_conv", "gated_deltanet")  # what layer_types may name
 LAYER_FFNS = ("mlp", "moe")
 POS_EMBS = ("rope", "learned", "sinusoidal", "alibi", "relative", "none")
 
@@ -80,8 +80,10 @@ class ModelSpec:
     # --- Hybrid and state-space layers (issue 9 part 2; formulas in llmcalc/analytic/ssm.py) ---
     # layer_types: one entry per layer, "<mixer>+<ffn>", either part optional: mixers "attention",
     # "mamba" (Mamba-1 selective scan), "mamba2" (Mamba-2 SSD), "short_conv" (LFM2's gated depthwise
-    # conv), "attention|mamba2" (both in parallel on one norm, Falcon-H1); FFNs "mlp", "moe". Each
-    # "+"-part has its own pre-norm. None: every layer is attention + FFN as above.
+    # conv), "gated_deltanet" (Qwen3-Next's linear attention), "attention|mamba2" (both in parallel on
+    # one norm, Falcon-H1); FFNs "mlp", "moe". Each "+"-part has its own pre-norm. None: every layer
+    # is attention + FFN as above. Gated DeltaNet reuses the Mamba-2 fields: ssm_n_heads = value
+    # heads, ssm_n_groups = key heads, ssm_d_state = key head dim, ssm_d_inner = value heads x value dim.
     layer_types: tuple[str, ...] | None = None
     ssm_d_inner: int | None = None  # E, the mixer's inner width (expand x d_model; Mamba-2: heads x head_dim)
     ssm_d_state: int | None = None  # N, state size per channel
@@ -97,6 +99,7 @@ class ModelSpec:
     # QK-norm on the attention layers: "head" = one d_head weight each for Q and K (LFM2). The same
     # field, name and meaning as issue 9 part 1's qk_norm (branch i9a); one of the two goes at the merge.
     qk_norm: str = "none"
+    attn_output_gate: bool = False  # q_proj also emits a per-head sigmoid gate on the output (Qwen3-Next): 2·H·d_head
     name: str = field(default="custom", compare=False)
     model_type: str | None = field(default=None, compare=False)  # HF model_type it came from
 
@@ -388,17 +391,17 @@ def _validate_layers(spec: ModelSpec) -> None:
     kinds = {m for i in range(spec.n_layers) for m in spec.layer_parts(i)[0]}
     if "short_conv" in kinds:
         _positive(spec, "ssm_conv_kernel")
-    if kinds & {"mamba", "mamba2"}:
+    if kinds & {"mamba", "mamba2", "gated_deltanet"}:
         for name in ("ssm_d_inner", "ssm_d_state", "ssm_conv_kernel"):
             _positive(spec, name)
     if "mamba" in kinds:
         _positive(spec, "ssm_dt_rank")
-    if "mamba2" in kinds:
+    if kinds & {"mamba2", "gated_deltanet"}:
         _positive(spec, "ssm_n_heads")
         _positive(spec, "ssm_n_groups")
         if spec.ssm_d_inner % spec.ssm_n_heads or spec.ssm_n_heads % spec.ssm_n_groups:
             raise SpecError(
-                f"Mamba-2: ssm_d_inner ({spec.ssm_d_inner}) must be a multiple of ssm_n_heads "
+                f"Mamba-2/Gated DeltaNet: ssm_d_inner ({spec.ssm_d_inner}) must be a multiple of ssm_n_heads "
                 f"({spec.ssm_n_heads}), itself a multiple of ssm_n_groups ({spec.ssm_n_groups})"
             )
 

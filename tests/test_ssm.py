@@ -29,9 +29,10 @@ from reference import build_hf, trainable
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-SSM_TYPES = ["mamba", "mamba2", "jamba", "bamba", "nemotron_h", "falcon_h1", "lfm2"]
+SSM_TYPES = ["mamba", "mamba2", "jamba", "bamba", "nemotron_h", "falcon_h1", "lfm2", "qwen3_next"]
 IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
-SSM_PARTS = {"in_proj", "conv1d", "x_proj", "dt_proj", "A_log", "D", "dt_bias", "out_proj", "norm"}
+SSM_PARTS = {"in_proj", "conv1d", "x_proj", "dt_proj", "A_log", "D", "dt_bias", "out_proj", "norm", "in_proj_qkvz",
+             "in_proj_ba"}
 
 
 def hf_component(name: str, spec) -> str:
@@ -54,7 +55,7 @@ def hf_component(name: str, spec) -> str:
         return "norm/layers"  # input_layernorm, pre_ff_layernorm, NemotronH/Mamba block norm
     if leaf in ("dt_layernorm", "b_layernorm", "c_layernorm"):
         return "mamba/dt_norms"
-    if leaf in ("q_layernorm", "k_layernorm"):
+    if leaf in ("q_layernorm", "k_layernorm", "q_norm", "k_norm"):
         return "attention/qk_norm"
     if leaf == "conv" and ssm:  # LFM2's Lfm2ShortConv.conv
         return f"{ssm[0]}/conv1d"
@@ -127,6 +128,13 @@ def torch_path_scan_bmm(spec, config: dict, batch: int, seq: int) -> int:
             H, P = spec.ssm_n_heads, E // spec.ssm_n_heads
             c = math.ceil(seq / Q)
             total += 2 * batch * H * (c * Q * Q * N + c * Q * Q * P + 2 * c * Q * N * P + (c + 1) ** 2 * N * P)
+        if "gated_deltanet" in mixers:
+            # torch_chunk_gated_delta_rule, chunk Q = 64: per value head, k_beta·kᵀ and q·kᵀ inside each
+            # chunk (2 x 2·c·Q²·dk), then per chunk k_cumdecay·S, q·S, kᵀ·v_new (3 x 2·Q·dk·dv) and
+            # intra·v_new (2·Q²·dv); its triangular solves are not matmuls the counter knows.
+            Q, H, dv = 64, spec.ssm_n_heads, E // spec.ssm_n_heads
+            c = math.ceil(seq / Q)
+            total += 2 * batch * H * c * (2 * Q * Q * N + 3 * Q * N * dv + Q * Q * dv)
     return total
 
 
@@ -211,6 +219,15 @@ def ssm_config(draw, model_type: str) -> dict:
                  block_auto_adjust_ff_dim=draw(st.booleans()), block_multiple_of=draw(st.sampled_from([1, 8, 16])),
                  block_ffn_dim_multiplier=draw(st.sampled_from([1.0, 1.5])),
                  full_attn_idxs=draw(st.lists(st.integers(0, layers - 1), max_size=2, unique=True)))
+    elif model_type == "qwen3_next":
+        c.update(draw(attention_keys()))
+        k_heads = draw(st.sampled_from([1, 2]))
+        c.update(num_hidden_layers=layers, intermediate_size=draw(st.integers(8, 48)), num_experts=0,
+                 head_dim=draw(st.sampled_from([4, 8])), attention_bias=draw(st.booleans()),
+                 linear_num_key_heads=k_heads, linear_num_value_heads=k_heads * draw(st.sampled_from([1, 2])),
+                 linear_key_head_dim=draw(st.sampled_from([4, 8])), linear_value_head_dim=draw(st.sampled_from([4, 8])),
+                 linear_conv_kernel_dim=draw(st.integers(2, 4)),
+                 full_attention_interval=draw(st.integers(1, 3)))
     elif model_type == "nemotron_h":
         c.update(draw(attention_keys()))
         heads = draw(st.sampled_from([2, 4]))

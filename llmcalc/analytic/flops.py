@@ -59,7 +59,7 @@ def _attention(spec: ModelSpec, prefix: str, batch: int, q_len: int, kv_len: int
         return {f"{prefix}/{k}": v for k, v in ops.items()}
     kv_heads = H if cross else spec.n_kv_heads
     ops = {
-        "q_proj": _mm(Tq, D, H * dh),
+        "q_proj": _mm(Tq, D, H * dh * (2 if spec.attn_output_gate and not cross else 1)),
         "k_proj": _mm(Tkv, D, kv_heads * dh),  # GQA/MQA: fewer K/V heads, smaller projections
         "v_proj": _mm(Tkv, D, kv_heads * dh),
         "scores": _core(batch, H, q_len, kv_len, dh, causal),  # QKᵀ: every query head, all keys

@@ -45,12 +45,13 @@ def _attention(spec: ModelSpec, prefix: str, cross: bool = False) -> dict[str, i
         parts["kv_b_proj"] = spec.kv_lora_rank * H * (spec.qk_nope_head_dim + spec.v_head_dim)
         parts["o_proj"] = H * spec.v_head_dim * D
         return {f"{prefix}/{k}": v for k, v in parts.items()}
+    q = H * (2 if spec.attn_output_gate and not cross else 1)  # Qwen3-Next: queries and output gates
     parts = {
-        "q_proj": D * H * dh,
+        "q_proj": D * q * dh,
         "k_proj": D * kv * dh,
         "v_proj": D * kv * dh,
         "o_proj": H * dh * D,
-        "bias": (H + 2 * kv) * dh * spec.qkv_bias + D * spec.out_bias,
+        "bias": (q + 2 * kv) * dh * spec.qkv_bias + D * spec.out_bias,
         "qk_norm": 2 * dh if spec.qk_norm == "head" else 0,  # LFM2: q_layernorm, k_layernorm over d_head
     }
     return {f"{prefix}/{k}": v for k, v in parts.items()}

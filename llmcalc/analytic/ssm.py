@@ -24,6 +24,10 @@ FLOPs convention (2 FLOPs per multiply-add, as elsewhere in llmcalc):
     Ā = exp(Δ·A) 1 multiply, B̄x = Δ·B·x 2, h = Ā·h + B̄x 2, y = C·h 2 → 7·B·S·E·N.
   * Mamba-2 SSD (Dao & Gu 2024, "Transformers are SSMs", eq. 1 with scalar A per head, the linear/
     recurrent mode of sec. 6): h = ā·h + B·(Δx) 3, y = C·h 2 → 5·B·S·E·N.
+  * Gated DeltaNet (Yang, Kautz & Hatamizadeh 2024, "Gated Delta Networks", eq. 10, recurrent
+    form; Qwen3-Next): per token and value head, with S a dk x dv state, u = S·k 2·dk·dv, decay α·S
+    dk·dv, rank-one delta update S -= β(u - v)kᵀ 2·dk·dv, output S·q 2·dk·dv → 7·B·S·E·N
+    (E = Hv·dv, N = dk).
   What the counter sees of the scan depends on the torch path: transformers' Mamba-1 fallback runs
   y = C·h as a bmm (2·B·S·E·N of the 7), the elementwise update is invisible to it; its Mamba-2
   fallback runs the chunked SSD algorithm (chunk Q) whose einsums do chunk-dependent quadratic work
@@ -39,7 +43,7 @@ from __future__ import annotations
 
 from ..spec import ModelSpec
 
-SSM_MIXERS = ("mamba", "mamba2", "short_conv")
+SSM_MIXERS = ("mamba", "mamba2", "short_conv", "gated_deltanet")
 
 
 def _mm(tokens: int, k: int, n: int) -> int:
@@ -74,6 +78,20 @@ def mixer_params(spec: ModelSpec, kind: str) -> dict[str, int]:
             "D": E,
             "out_proj": E * D + D * spec.ssm_out_bias,
         }
+    elif kind == "gated_deltanet":
+        # models/qwen3_next/modeling_qwen3_next.py Qwen3NextGatedDeltaNet: in_proj_qkvz D→2·Hk·dk + 2·Hv·dv,
+        # in_proj_ba D→2·Hv, bias-free conv1d over q, k, v, dt_bias and A_log per value head, a gated
+        # RMSNorm over one value head (dv, shared by all heads), out_proj Hv·dv→D.
+        H, G = spec.ssm_n_heads, spec.ssm_n_groups
+        parts = {
+            "in_proj_qkvz": D * (2 * G * N + 2 * E),
+            "in_proj_ba": D * 2 * H,
+            "conv1d": C * K + C * spec.ssm_conv_bias,
+            "dt_bias": H,
+            "A_log": H,
+            "norm": E // H * spec.ssm_norm,
+            "out_proj": E * D + D * spec.ssm_out_bias,
+        }
     else:
         H, G = spec.ssm_n_heads, spec.ssm_n_groups
         width = 2 * E + 2 * G * N + H
@@ -103,6 +121,14 @@ def mixer_ops(spec: ModelSpec, kind: str, batch: int, seq: int) -> dict[str, int
             "conv1d": conv,
             "x_proj": _mm(T, E, R + 2 * N),
             "dt_proj": _mm(T, R, E),
+            "scan": 7 * T * E * N,
+            "out_proj": _mm(T, E, D),
+        }
+    elif kind == "gated_deltanet":
+        ops = {
+            "in_proj_qkvz": _mm(T, D, 2 * spec.ssm_n_groups * N + 2 * E),
+            "in_proj_ba": _mm(T, D, 2 * spec.ssm_n_heads),
+            "conv1d": conv,
             "scan": 7 * T * E * N,
             "out_proj": _mm(T, E, D),
         }

@@ -16,8 +16,9 @@ FLOP_CONVENTIONS = [
 
 
 SSM_CONVENTION = (
-    "Mamba scan (no S² term, linear in S), recurrent form per token x channel x state: Mamba-1 7·B·S·E·N "
-    "(Gu & Dao 2023 Alg. 2), Mamba-2 5·B·S·E·N (Dao & Gu 2024 eq. 1); exp/softplus/gating not counted; "
+    "SSM scan (no S² term, linear in S), recurrent form per token x channel x state: Mamba-1 7·B·S·E·N "
+    "(Gu & Dao 2023 Alg. 2), Mamba-2 5·B·S·E·N (Dao & Gu 2024 eq. 1), Gated DeltaNet 7·B·S·E·N (Yang et al. "
+    "2024 eq. 10); exp/softplus/gating not counted; "
     "torch's FlopCounterMode sees only the scan's matmuls (see llmcalc/analytic/ssm.py); conv1d counted "
     "over the S+K-1 padded positions torch computes")
 
@@ -25,7 +26,7 @@ SSM_CONVENTION = (
 def conventions(spec, causal: bool) -> list[str]:
     """The FLOP conventions that apply to `spec` (the Mamba scan line only where it has Mamba layers)."""
     ssm = [SSM_CONVENTION] if spec.is_hybrid and any(
-        k in ("mamba", "mamba2") for i in range(spec.n_layers) for k in spec.layer_parts(i)[0]) else []
+        k in ("mamba", "mamba2", "gated_deltanet") for i in range(spec.n_layers) for k in spec.layer_parts(i)[0]) else []
     return FLOP_CONVENTIONS + [_s2(causal)] + ssm
 
 
