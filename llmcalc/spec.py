@@ -219,15 +219,23 @@ class ModelSpec:
     def summary(self) -> str:
         """A short line: 'decoder, 32 layers, GQA 32/8 heads, swiglu, vocab 128,256, untied'."""
         parts = [self.architecture, f"{self.n_layers}{'+' + str(self.n_decoder_layers) if self.n_decoder_layers else ''} layers"]
-        if self.is_hybrid:
-            parts.append(self.layer_mix())
-        if self.n_attention_layers:
-            parts.append(f"{self.attention_kind.upper()} {self.n_heads}/{self.n_kv_heads} heads")
-        parts.append(
-            f"MoE {self.n_experts}x top-{self.n_experts_per_token}"
-            + (f" +{self.n_shared_experts} shared" if self.n_shared_experts else "") + f" {self.mlp}"
-            if self.is_moe else self.mlp
-        )
+        heads = f"{self.attention_kind.upper()} {self.n_heads}/{self.n_kv_heads} heads"
+        if self.is_hybrid:  # 'decoder, 52 layers: 24 mamba2 + 4 attention (GQA 32/8), relu2, ...'
+            mixers: dict[str, int] = {}
+            for i in range(self.n_layers):
+                for kind in self.layer_parts(i)[0]:
+                    mixers[kind] = mixers.get(kind, 0) + 1
+            parts[-1] += ": " + " + ".join(
+                f"{n} {kind}" + (f" ({self.attention_kind.upper()} {self.n_heads}/{self.n_kv_heads})"
+                                 if kind == "attention" else "") for kind, n in mixers.items())
+        elif self.n_attention_layers:
+            parts.append(heads)
+        if not self.is_hybrid or any(self.layer_parts(i)[1] for i in range(self.n_layers)):
+            parts.append(
+                f"MoE {self.n_experts}x top-{self.n_experts_per_token}"
+                + (f" +{self.n_shared_experts} shared" if self.n_shared_experts else "") + f" {self.mlp}"
+                if self.is_moe else self.mlp
+            )
         parts.append(f"vocab {self.vocab_size:,}")
         if self.lm_head:
             parts.append("tied" if self.tie_embeddings else "untied")
