@@ -296,7 +296,8 @@ def test_preset_totals_against_published_figures():
 # --- state memory: constant in context, KV only in attention layers ---------------------------------
 
 from llmcalc.analytic.inference import (  # noqa: E402
-    decode_ops, inference_memory, kv_cache_bytes_per_token, recurrent_state_bytes)
+    InferenceEstimate, decode_ops, kv_cache_bytes_per_token, recurrent_state_bytes, state_bytes_per_sequence)
+from llmcalc.presets import load_hardware  # noqa: E402
 
 
 def test_recurrent_state_by_hand():
@@ -306,15 +307,18 @@ def test_recurrent_state_by_hand():
     assert kv_cache_bytes_per_token(mamba) == 0  # no attention layer: no KV cache at all
     nemo = load_model("nemotron-h-8b")  # Mamba-2: conv over x, B, C = E + 2·G·N channels
     assert recurrent_state_bytes(nemo, "fp32") == 24 * ((8192 + 2 * 8 * 128) * 4 + 8192 * 128) * 4
+    assert state_bytes_per_sequence(nemo, tp=2) == recurrent_state_bytes(nemo) / 2
     assert kv_cache_bytes_per_token(nemo, "bf16") == 2 * 4 * 8 * 128 * 2  # 4 attention layers of 52
+    assert state_bytes_per_sequence(load_model("llama-3-8b")) == 0
 
 
 def test_state_is_constant_in_context_and_kv_grows():
+    """A decode step moves the weights, the state (fixed) and the KV cache (growing with the context)."""
     spec = load_model("nemotron-h-8b")
-    short, long = (inference_memory(spec, 4, c) for c in (1024, 65536))
-    assert short["recurrent state"] == long["recurrent state"] == 4 * recurrent_state_bytes(spec)
-    assert long["KV cache"] == 64 * short["KV cache"]
-    assert "recurrent state" not in inference_memory(load_model("llama-3-8b"), 4, 1024)
+    est = InferenceEstimate(spec, load_hardware("h100-sxm"), 4, 1024, 16, "bf16", "bf16", "bf16")
+    for context in (1024, 65536):
+        moved = est.decode_step(context).bytes - est.weights_read(4) - 4 * context * est.kv_per_token_per_gpu
+        assert moved == pytest.approx(4 * recurrent_state_bytes(spec))
 
 
 def test_decode_step_has_no_s2_and_one_conv_output():
@@ -377,15 +381,14 @@ def test_native_spec_with_layer_types_round_trips():
     assert ModelSpec(**json.loads(json.dumps(spec.to_dict()))) == spec
 
 
-def test_memory_and_infer_json_report_the_state():
-    result = CliRunner().invoke(cli, ["memory", "nemotron-h-8b", "--inference", "--context", "8k", "--batch-size", 2,
-                                      "--format", "json"])
+def test_serve_and_infer_json_report_the_state():
+    result = CliRunner().invoke(cli, ["serve", "nemotron-h-8b", "--gpu", "h100-sxm", "--format", "json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert data["recurrent_state_bytes"] == 2 * recurrent_state_bytes(load_model("nemotron-h-8b"))
+    assert data["state_bytes_per_sequence_per_gpu"] == recurrent_state_bytes(load_model("nemotron-h-8b"))
     result = CliRunner().invoke(cli, ["infer", "mamba-2.8b", "--gpu", "h100-sxm", "--prompt", 512, "--generate", 8,
                                       "--format", "json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["kv_cache_bytes"] == 0
-    assert data["recurrent_state_bytes_per_sequence"] == recurrent_state_bytes(load_model("mamba-2.8b"))
+    assert data["state_bytes_per_sequence_per_gpu"] == recurrent_state_bytes(load_model("mamba-2.8b"))

@@ -45,7 +45,7 @@ def _summary_lines(spec: ModelSpec, scenario: Scenario, record: dict) -> list[st
 
 
 def build_report(specs: list[ModelSpec], sources: dict[str, str], scenario: Scenario, load_hardware,
-                 profiles: dict[str, ProfileResult] | None = None, progress=None) -> Report:
+                 profiles: dict[str, ProfileResult] | None = None, progress=None, serve: bool = False) -> Report:
     names = [s.name for s in specs]
     by_name = dict(zip(names, specs))
     title = f"Planning report: {', '.join(names)}"
@@ -129,6 +129,12 @@ def build_report(specs: list[ModelSpec], sources: dict[str, str], scenario: Scen
         report.figure("kv_cache", plots.kv_vs_context(kv_frame, scenario.gpu.memory_bytes, scenario.gpu.key),
                       f"Inference KV cache ({scenario.kv_dtype}) for one sequence against context length")
     tick("memory")
+
+    if serve:
+        from .views_serve import serving_section
+
+        serving_section(report, specs, scenario)
+        tick("serving")
 
     report.heading("Compute-optimal view")
     points = {s.name: (count_params(s).active_per_token, scenario.tokens) for s in specs}
