@@ -141,6 +141,30 @@ def flops(model, seq_len, causal, recompute, batch_size, decoder_seq_len, fmt):
     emit(flops_document(step, count_params(spec)), fmt)
 
 
+def layout_options(func):
+    """The parallel layout and what the step-time model needs (issue 10); every option optional."""
+    ints = dict(type=POSITIVE_INT, default=None)
+    for option in reversed([
+        click.option("--global-batch", **ints, help="Sequences per optimizer step: predicts step time and MFU."),
+        click.option("--global-batch-tokens", type=QUANTITY, default=None, help="Instead: tokens per step (e.g. 16M)."),
+        click.option("--micro-batch", **ints, help="Sequences per GPU per micro-batch (default 1)."),
+        click.option("--tp", **ints, help="Tensor-parallel degree (default 1)."),
+        click.option("--cp", **ints, help="Context-parallel degree (default 1)."),
+        click.option("--pp", **ints, help="Pipeline-parallel degree (default 1)."),
+        click.option("--vpp", **ints, help="Virtual stages (model chunks) per pipeline rank (interleaved)."),
+        click.option("--ep", **ints, help="Expert-parallel degree, carved from dp (MoE models)."),
+        click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"]), default=None,
+                     help="Pipeline schedule (default 1f1b; interleaved with --vpp)."),
+        click.option("--zero", type=click.IntRange(0, 3), default=None, help="ZeRO stage over dp (default 1; 3 = FSDP)."),
+        click.option("--sequence-parallel/--no-sequence-parallel", default=None, help="TP with sequence parallelism (default on)."),
+        click.option("--dp-overlap/--no-dp-overlap", default=None, help="Overlap DP reduction with backward (default on)."),
+        click.option("--tokens-per-second", type=QUANTITY, default=None,
+                     help="Cluster-wide throughput of a past run: its achieved MFU/HFU."),
+    ]):
+        func = option(func)
+    return func
+
+
 @cli.command()
 @click.argument("model", required=False)
 @click.option("--params", "n_params", type=QUANTITY, help="No model: a parameter count for 6·N·T (e.g. 7B).")
@@ -153,9 +177,10 @@ def flops(model, seq_len, causal, recompute, batch_size, decoder_seq_len, fmt):
 @click.option("--usd-per-gpu-hour", type=float, help="Price per GPU-hour (default: the preset's, if any).")
 @click.option("--dtype", default="bf16", show_default=True, help="Which peak to use: bf16, fp16, fp8, tf32, fp32.")
 @seq_options
+@layout_options
 @format_option
 def train(model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_per_gpu_hour, dtype, seq_len, causal,
-          recompute, fmt):
+          recompute, fmt, **layout):
     """Training FLOPs, GPU-hours, wall-clock, cost and energy for TOKENS on N GPUs."""
     from .analytic.training import TrainingEstimate
     from .hardware import canonical_dtype
@@ -191,13 +216,64 @@ def train(model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_per_gp
         model_flops = 6 * n * tokens
         hardware_flops = model_flops + (2 * n * tokens if recompute == "full" else 0)
         inputs["flops_basis"] = "training FLOPs = 6·N·T (no model given; full recomputation adds 2·N·T)"
+    from .analytic.steptime import train_steptime
+
+    mfu, pred, measured = train_steptime(model and spec, gpu, n_gpus, mfu, achieved_tflops, canonical_dtype(dtype),
+                                         seq_len, causal, recompute, model_flops / tokens, hardware_flops / tokens,
+                                         accelerator, layout)
     est = TrainingEstimate(
         tokens=tokens, model_flops=model_flops, hardware_flops=hardware_flops, accelerator=accelerator,
         dtype=canonical_dtype(dtype), n_gpus=n_gpus, mfu=mfu,
         achieved_flops_per_s=None if achieved_tflops is None else achieved_tflops * 1e12,
         usd_per_gpu_hour=usd_per_gpu_hour,
     )
-    emit(train_document(est, inputs, 6 * n * tokens), fmt)
+    emit(train_document(est, inputs, 6 * n * tokens, pred, measured), fmt)
+
+
+@cli.command()
+@click.argument("model")
+@click.option("--gpu", required=True, help="Accelerator preset with a network block (see `llmcalc presets`).")
+@click.option("--n-gpus", type=POSITIVE_INT, required=True, help="GPUs in all.")
+@click.option("--seq-len", type=LENGTH, default="4k", show_default=True)
+@click.option("--global-batch", type=POSITIVE_INT, default=None, help="Sequences per optimizer step.")
+@click.option("--global-batch-tokens", type=QUANTITY, default=None, help="Instead: tokens per step (e.g. 4M).")
+@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default=None,
+              help="Default: the least recomputation that fits, per layout.")
+@click.option("--causal", is_flag=True, help="Halve the attention S² FLOPs (Megatron convention).")
+@click.option("--top", type=POSITIVE_INT, default=10, show_default=True, help="How many layouts to list.")
+@format_option
+def layout(model, gpu, n_gpus, seq_len, global_batch, global_batch_tokens, recompute, causal, top, fmt):
+    """Rank the parallel layouts of MODEL on N GPUs that fit in memory, by predicted throughput."""
+    from .analytic.steptime import search_layouts
+    from .presets import load_model
+    from .report.document import Progress
+    from .report.views_steptime import layout_document
+
+    spec = load_model(model)
+    if (global_batch is None) == (global_batch_tokens is None):
+        raise LlmcalcError("give --global-batch (sequences) or --global-batch-tokens, one of them")
+    if global_batch_tokens is not None:
+        if global_batch_tokens <= 0 or global_batch_tokens % seq_len:
+            raise LlmcalcError(f"--global-batch-tokens {global_batch_tokens:g} is not a positive multiple of "
+                               f"--seq-len {seq_len}")
+        global_batch = int(global_batch_tokens // seq_len)
+    bars = []
+
+    def progress(total):
+        bars.append(Progress(total, "layouts"))
+        return bars[0].step
+
+    try:
+        ranked, losers, counts = search_layouts(spec, gpu, n_gpus, seq_len, global_batch, causal, recompute,
+                                                progress=progress)
+    finally:
+        for bar in bars:
+            bar.close()
+    if not ranked:
+        raise LlmcalcError(f"no layout of {spec.name} fits on {n_gpus:,} x {gpu} at seq {seq_len} with global batch "
+                           f"{global_batch} ({counts['oom']} do not fit in memory, {counts['invalid']} contradict the "
+                           f"model): use more GPUs or a larger --global-batch")
+    emit(layout_document(spec.name, gpu, n_gpus, seq_len, global_batch, ranked, losers, counts, top), fmt)
 
 
 @cli.command()
