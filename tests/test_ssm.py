@@ -392,3 +392,13 @@ def test_serve_and_infer_json_report_the_state():
     data = json.loads(result.stdout)
     assert data["kv_cache_bytes"] == 0
     assert data["state_bytes_per_sequence_per_gpu"] == recurrent_state_bytes(load_model("mamba-2.8b"))
+
+
+def test_serving_a_pure_mamba_is_limited_by_its_state():
+    """No attention layer: no KV blocks; concurrency = usable memory left / state per sequence."""
+    result = CliRunner().invoke(cli, ["serve", "mamba-2.8b", "--gpu", "h100-sxm", "--max-model-len", "8k",
+                                      "--format", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    state = recurrent_state_bytes(load_model("mamba-2.8b"))
+    assert data["kv_blocks"] == 0 and data["state_bytes_per_sequence_per_gpu"] == state
