@@ -84,6 +84,11 @@ _GROUP_RULES = [
     ("attention", re.compile(r"norm_attn_norm\.attn\.")),  # DBRX wraps attention between its norms
     ("embedding", re.compile(r"project_in")),  # OPT's word_embed_proj_dim projections
     ("head", re.compile(r"project_out")),
+    # State-space mixers (Mamba, Jamba's .mamba., Nemotron-H's .mixer.), their inner norms included.
+    ("mamba", re.compile(r"\.(mamba|mixer)\.(in_proj|conv1d|x_proj|dt_proj|A_log|D|dt_bias|norm|out_proj|"
+                         r"dt_layernorm|b_layernorm|c_layernorm)\b")),
+    ("attention", re.compile(r"\.mixer\.[qkvo]_proj\.")),  # Nemotron-H: one mixer per layer
+    ("mlp", re.compile(r"\.mixer\.(up|down)_proj\.")),
     ("norm", re.compile(r"norm|ln_|\bln\b", re.I)),
     ("head", re.compile(r"lm_head|embed_out|pooler")),
     ("embedding", re.compile(r"embed|wte|wpe|(^|\.)shared\.|word_embeddings|position_embeddings|token_type")),
@@ -117,6 +122,8 @@ def llmcalc_groups(components: dict[str, int]) -> dict[str, int]:
             group = "attention"
         if group == "moe":
             group = "mlp"
+        if group == "mamba2":
+            group = "mamba"
         if key == "embedding/norm":
             group = "norm"
         out[group] = out.get(group, 0) + value

@@ -24,7 +24,10 @@ from llmcalc.profiling.measure import virtual_profile  # noqa: E402
 from llmcalc.profiling.model import build_model, measured_breakdown  # noqa: E402
 from llmcalc.spec import ModelSpec, SpecError  # noqa: E402
 
-PRESETS = model_names()
+# The reference model builds attention + FFN blocks only; hybrid/state-space presets are refused
+# (test_hybrid_presets_are_refused_in_one_line) and checked against transformers in tests/test_ssm.py.
+PRESETS = [n for n in model_names() if not load_model(n).is_hybrid]
+HYBRID = [n for n in model_names() if load_model(n).is_hybrid]
 
 
 @pytest.mark.parametrize("name", PRESETS)
@@ -218,6 +221,14 @@ def test_torch_missing_is_one_line():
     assert done.stderr.strip().splitlines() == [
         "llmcalc: error: profiling needs torch: pip install 'llmcalc[profile]' (on a CPU-only machine install "
         "torch==2.13.0 first)"]
+
+
+@pytest.mark.parametrize("name", HYBRID)
+def test_hybrid_presets_are_refused_in_one_line(name):
+    for args in (["--virtual"], ["--device", "cpu", "--layers", 1]):
+        result = run("profile", name, *args)
+        one_line_error(result, "the profiler's reference model builds attention + FFN blocks only")
+        assert result.exit_code == 2
 
 
 def test_profile_bad_options():
