@@ -101,7 +101,10 @@ def llmcalc_groups(components: dict[str, int]) -> dict[str, int]:
 
 
 @lru_cache(maxsize=None)
-def _forward_flops_json(config_json: str, batch: int, seq: int) -> tuple[int, tuple]:
+def _forward_flops_json(config_json: str, batch: int, seq: int, fake: bool = True,
+                        decoder_seq: int | None = None) -> tuple[int, tuple]:
+    from contextlib import nullcontext
+
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.utils.flop_counter import FlopCounterMode
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
@@ -112,24 +115,30 @@ def _forward_flops_json(config_json: str, batch: int, seq: int) -> tuple[int, tu
         warnings.simplefilter("ignore")
         cfg = AutoConfig.for_model(model_type, **values)
         cfg._attn_implementation = "eager"  # QKᵀ and AV as plain matmuls, which the counter sees
-        with FakeTensorMode(allow_non_fake_inputs=True):
+        cfg._experts_implementation = "eager"  # MoE: a loop over the experts, each on its routed tokens
+        torch.manual_seed(0)
+        with FakeTensorMode(allow_non_fake_inputs=True) if fake else nullcontext():
             auto = (AutoModelForSeq2SeqLM if model_type in ENCODER_DECODER
                     else AutoModel if model_type in ENCODER else AutoModelForCausalLM)
             model = auto.from_config(cfg)
-            ids = torch.zeros(batch, seq, dtype=torch.long)
+            ids = torch.randint(0, cfg.vocab_size, (batch, seq))
             kwargs = {"input_ids": ids}
             if model_type in ENCODER_DECODER:
-                kwargs["decoder_input_ids"] = ids
+                kwargs["decoder_input_ids"] = torch.randint(0, cfg.vocab_size, (batch, decoder_seq or seq))
             if model_type not in ENCODER:
                 kwargs["use_cache"] = False
-            with FlopCounterMode(display=False) as counter:
+            with FlopCounterMode(display=False) as counter, torch.no_grad():
                 model(**kwargs)
     per_op = counter.get_flop_counts()["Global"]
     return counter.get_total_flops(), tuple(sorted((str(k), v) for k, v in per_op.items()))
 
 
-def hf_forward_flops(config: dict, batch: int, seq: int) -> tuple[int, dict[str, int]]:
-    """torch's FlopCounterMode total (and per aten op) for one forward of the transformers model,
-    run under FakeTensorMode (no memory) with eager attention."""
-    total, per_op = _forward_flops_json(json.dumps(config, sort_keys=True), batch, seq)
+def hf_forward_flops(config: dict, batch: int, seq: int, fake: bool = True,
+                     decoder_seq: int | None = None) -> tuple[int, dict[str, int]]:
+    """torch's FlopCounterMode total (and per aten op) for one forward of the transformers model, with
+    eager attention (and eager experts), under FakeTensorMode (no memory) or, with `fake=False`, on
+    real CPU tensors: MoE routing is data-dependent (HF runs each expert on the tokens routed to it),
+    so MoE models need real tensors and a tiny config. Encoder-decoders get `decoder_seq` decoder
+    tokens (default `seq`)."""
+    total, per_op = _forward_flops_json(json.dumps(config, sort_keys=True), batch, seq, fake, decoder_seq)
     return total, dict(per_op)

@@ -94,3 +94,69 @@ def test_rules_are_listed_with_their_sources():
     names = [r.name for r in rules_of_thumb(count_params(load_model("llama-3-8b")), 8192)]
     assert names[:3] == ["2N", "6N", "6N + 12·L·H·Q·T"] and any("Megatron" in n for n in names)
     assert megatron(load_model("deepseek-v3"), 4096) is None  # MLA is outside that formula
+
+
+# Tiny MoE and MLA configs (the published families' keys, shrunk) for real-tensor FLOP counts: HF's
+# eager experts run each expert on the tokens the router sent it, so the counter sees exactly
+# tokens x top-k expert passes, whatever the routing, plus the shared experts on every token.
+TINY_MOE = {
+    "mixtral": dict(model_type="mixtral", num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                    num_key_value_heads=2, intermediate_size=96, vocab_size=128, num_local_experts=4,
+                    num_experts_per_tok=2, tie_word_embeddings=False),
+    "deepseek_v2": dict(model_type="deepseek_v2", num_hidden_layers=3, hidden_size=64, num_attention_heads=4,
+                        num_key_value_heads=4, intermediate_size=96, vocab_size=128, q_lora_rank=None,
+                        kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=12,
+                        n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=2, moe_intermediate_size=24,
+                        first_k_dense_replace=1, n_group=1, topk_group=1, tie_word_embeddings=False),
+    "deepseek_v3": dict(model_type="deepseek_v3", num_hidden_layers=3, hidden_size=64, num_attention_heads=4,
+                        num_key_value_heads=4, intermediate_size=96, vocab_size=128, q_lora_rank=24,
+                        kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=12,
+                        n_routed_experts=8, num_experts_per_tok=3, n_shared_experts=1, moe_intermediate_size=24,
+                        first_k_dense_replace=1, n_group=2, topk_group=1, tie_word_embeddings=False),
+}
+
+
+@pytest.mark.parametrize("family", sorted(TINY_MOE))
+def test_moe_and_mla_forward_flops_equal_torch_flop_counter(family):
+    """MoE (routed top-k + shared experts + router) and MLA (low-rank Q, KV latent, decoupled RoPE key)
+    forward FLOPs against FlopCounterMode on the transformers model, exactly, at two shapes."""
+    from llmcalc.hfconfig import spec_from_hf
+
+    config = TINY_MOE[family]
+    spec = spec_from_hf(config)
+    for batch, seq in ((1, 7), (2, 16)):
+        measured, per_op = hf_forward_flops(config, batch, seq, fake=False)
+        ops = forward_ops(spec, batch, seq)
+        assert sum(ops.values()) == measured, (batch, seq, ops, per_op)
+        core = sum(v for k, v in ops.items() if k.endswith(("/scores", "/values")))
+        assert core == per_op.get("aten.bmm", 0) + per_op.get("aten.baddbmm", 0)
+    # by hand, one token: each SwiGLU expert is 3 matmuls of 2·D·F; the router one of 2·D·E
+    one = forward_ops(spec, 1, 1)
+    D = config["hidden_size"]
+    if family == "mixtral":  # 2 MoE layers, top-2 of 4 experts, F = 96
+        assert one["moe/experts"] == 2 * 2 * 3 * 2 * D * 96 and one["moe/router"] == 2 * 2 * D * 4
+    else:  # first layer dense, then 2 MoE layers with F = 24
+        k, shared, E = config["num_experts_per_tok"], config["n_shared_experts"], config["n_routed_experts"]
+        assert one["moe/experts"] == 2 * k * 3 * 2 * D * 24 and one["moe/router"] == 2 * 2 * D * E
+        assert one["moe/shared_experts"] == 2 * shared * 3 * 2 * D * 24
+
+
+def test_decoder_seq_len_against_torch_flop_counter():
+    """`llmcalc flops t5-small --seq-len 512 --decoder-seq-len 128`: 512 encoder and 128 decoder tokens,
+    against FlopCounterMode on T5 fed inputs of those lengths; tokens = B·(S_enc + S_dec)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from llmcalc.cli import cli
+
+    result = CliRunner().invoke(cli, ["flops", "t5-small", "--seq-len", "512", "--decoder-seq-len", "128",
+                                      "--format", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    measured, _ = hf_forward_flops(model_config("t5-small"), 1, 512, decoder_seq=128)
+    assert data["forward_flops"] == measured
+    assert data["tokens"] == 512 + 128 and data["decoder_seq_len"] == 128
+    # decoder self-attention QKᵀ: 2·H·S_dec²·d_head = 2·8·128²·64 per layer, 6 layers; cross-attention 128 x 512
+    assert data["ops"]["decoder.attention/scores"] == 6 * 2 * 8 * 128 * 128 * 64
+    assert data["ops"]["decoder.cross_attention/scores"] == 6 * 2 * 8 * 128 * 512 * 64

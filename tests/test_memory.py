@@ -184,3 +184,57 @@ def test_bad_input(args, message):
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+@pytest.mark.parametrize("impl", ["fused", "foreach", "for-loop"])
+def test_optimizer_impl_scratch_against_torch_mem_tracker(impl):
+    """`--optimizer-impl`: the scratch an AdamW step allocates, against torch's MemTracker watching
+    torch.optim.AdamW(fused= / foreach= / neither) step the fp32 reference model on fake tensors.
+    By hand for fp32 (4-byte states): fused 0; foreach one fp32 copy of every state (sqrt(v)): 4·N bytes;
+    for-loop sqrt(v) and its quotient for one tensor at a time: 2 x 4 bytes x the largest tensor."""
+    torch = pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    from llmcalc.profiling.model import build_model
+
+    spec = load_model("llmcalc-tiny")  # tied: the 8,000 x 256 embedding is the largest tensor, and the first
+    est = training_memory(spec, 1, 16, "fp32", "adamw", optimizer_impl=impl)
+    n = count_params(spec).total
+    expected = {"fused": 0, "foreach": 4 * n, "for-loop": 2 * 4 * 8000 * 256}[impl]
+    assert est.optimizer_temporaries == expected
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        model = build_model(spec, torch.float32, "cpu")
+        params = list(model.parameters())
+        flags = {"fused": {"fused": True}, "foreach": {"foreach": True}, "for-loop": {"foreach": False}}[impl]
+        optimizer = torch.optim.AdamW(params, **flags)
+        for p in params:
+            p.grad = torch.ones_like(p)
+        optimizer.step()  # creates exp_avg, exp_avg_sq (and a 4-byte step counter per tensor)
+        tracker = MemTracker()
+        tracker.track_external(model, optimizer)
+        with tracker:
+            optimizer.step()
+    peak = tracker.get_tracker_snapshot("peak")
+    total = sum(v for device in peak.values() for k, v in device.items() if str(k) == "Total")
+    steady = 4 * n + 4 * n + 2 * 4 * n + 4 * len(params)  # weights, grads, two states, step counters
+    assert total - steady == est.optimizer_temporaries
+    data = json.loads(run("memory", "llmcalc-tiny", "--recipe", "fp32", "--seq-len", 16, "--optimizer-impl", impl,
+                          "--format", "json").stdout)
+    assert data["optimizer_impl"] == impl and data["components"]["optimizer temporaries"] == expected
+
+
+def test_prefill_chunk_working_set_by_hand():
+    """`--prefill-chunk`: the prefill working set is one chunk's FFN intermediates in bf16 plus the
+    fp32 last-position logits. Llama-3-8B (D = 4,096, SwiGLU F = 14,336, V = 128,256), batch 4:
+    2,048-token chunk: 2048 x (4096 + 3 x 14336) x 2 B + 4 x 128256 x 4 B = 194,990,080 B; a chunk longer
+    than the batch's tokens (1 x 1,000 here) is capped at them."""
+    def working(*args):
+        data = json.loads(run("memory", "llama-3-8b", "--inference", *args, "--format", "json").stdout)
+        return data["prefill_chunk"], data["components"]["prefill working set"]
+
+    assert working("--context", "32k", "--batch-size", 4, "--prefill-chunk", "2k") == (2048, 194_990_080)
+    assert working("--context", "32k", "--batch-size", 4) == (8192, 8192 * (4096 + 3 * 14336) * 2 + 4 * 128256 * 4)
+    assert working("--context", 1000, "--prefill-chunk", "8k") == (8192, 1000 * (4096 + 3 * 14336) * 2 + 128256 * 4)
+    result = run("memory", "llama-3-8b", "--inference", "--prefill-chunk", "0")
+    assert result.exit_code == 2 and "must be a positive number of tokens" in result.stderr

@@ -206,3 +206,46 @@ def test_profile_bad_options():
     one_line_error(run("profile", "gpt2", "--virtual", "--counter", "fvcore"), "fvcore traces real tensors")
     one_line_error(run("profile", "gpt2", "--virtual", "--recipe", "bf16-mixed-fp32-grads"), "the profiler runs recipes")
     one_line_error(run("profile", "gpt2", "--device", "tpu"), "--device must be auto, cpu or cuda")
+
+
+def test_calibrate_success_path(monkeypatch):
+    """`llmcalc calibrate`: the best of timed (n x n) @ (n x n) matmuls, 2·n³ FLOPs each (torch's
+    FlopCounterMode agrees), on a clock where every matmul takes 0.5 ms: 2 x 128³ / 0.5e-3 FLOP/s."""
+    a = torch.randn(128, 128)
+    with FlopCounterMode(display=False) as counter:
+        a @ a
+    assert counter.get_total_flops() == 2 * 128**3
+    ticks = iter(range(10**6))
+    monkeypatch.setattr(measure.time, "perf_counter", lambda: next(ticks) * 0.5e-3)
+    result = run("calibrate", "--device", "cpu", "--size", 128, "--seconds", 0.01, "--format", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["achieved_flops_per_s"] == pytest.approx(2 * 128**3 / 0.5e-3, rel=1e-12)
+    assert (data["device"], data["dtype"], data["matmul_size"]) == ("cpu", "fp32", 128)
+    table = run("calibrate", "--device", "cpu", "--size", 128, "--seconds", 0.01).stdout
+    assert "achieved fp32 matmul (128 x 128 x 128)" in table and "8.39 GFLOP/s" in table  # 4.194e9 x 2
+    one_line_error(run("calibrate", "--device", "cpu", "--seconds", 0), "--seconds must be positive")
+
+
+@pytest.mark.slow
+def test_compile_times_the_first_step_apart(monkeypatch):
+    """`--compile`: torch.compile's first step is timed apart from the steps that follow, dynamo really
+    compiled the model (torch's own counters), and the counted FLOPs still equal the formulas. The
+    compiler backend is dynamo's "eager" (graph capture without inductor's C++ build, which takes
+    ten minutes on a 2-core machine); the command's code path is the same."""
+    from functools import partial
+
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setattr(torch, "compile", partial(torch.compile, backend="eager"))
+    torch._dynamo.reset()
+    counters.clear()
+    result = run("profile", "llmcalc-tiny", "--device", "cpu", "--compile", "--steps", 2, "--warmup", 1,
+                 "--batch-size", 1, "--seq-len", 32, "--peak-tflops", 1, "--format", "json")
+    torch._dynamo.reset()
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert counters["stats"]["unique_graphs"] >= 1
+    assert data["compile_seconds"] > max(data["step_times"])  # capturing graphs costs more than a step
+    assert len(data["step_times"]) == 2 and data["forward_flops"]["rel_error"] == 0
+    assert data["train_step_flops"]["rel_error"] == 0
