@@ -29,21 +29,17 @@ def test_forward_flops_equal_torch_flop_counter(name):
 
 
 def test_forward_flops_scale_with_batch_and_causal_halves_only_the_s2_terms():
+    """Llama-2-7B at S = 1024 by hand: QKᵀ over all 32 layers is 32 x 2·H·S²·d_head with H = 32,
+    d_head = 128 (full S²) and half that causal; the projections do not change."""
     spec = load_model("llama-2-7b")
     one, four = step_flops(spec, 1, 1024), step_flops(spec, 4, 1024)
     assert four.forward == 4 * one.forward
     full, causal = forward_ops(spec, 1, 1024), forward_ops(spec, 1, 1024, causal=True)
-    for op in full:
-        assert causal[op] == (full[op] // 2 if op.endswith(("/scores", "/values")) else full[op])
-
-
-def test_recompute_adds_hardware_not_model_flops():
-    spec = load_model("llama-2-7b")
-    none, sel, full = (step_flops(spec, 1, 4096, recompute=r) for r in ("none", "selective", "full"))
-    assert none.model_flops == sel.model_flops == full.model_flops == 3 * none.forward
-    assert sel.hardware_flops - none.model_flops == none.groups()["attention S²"]
-    head = none.ops["head/lm_head"]
-    assert full.hardware_flops == 4 * none.forward - head  # every block re-run, not the LM head
+    qk = 32 * 2 * 32 * 1024 * 1024 * 128
+    assert full["attention/scores"] == full["attention/values"] == qk
+    assert causal["attention/scores"] == causal["attention/values"] == qk // 2
+    assert causal["attention/q_proj"] == full["attention/q_proj"] == 32 * 2 * 1024 * 4096 * 4096
+    assert causal["mlp/down_proj"] == full["mlp/down_proj"] == 32 * 2 * 1024 * 11008 * 4096
 
 
 def test_llama_3_8b_per_token_conventions():
@@ -59,14 +55,21 @@ def test_llama_3_8b_per_token_conventions():
 
 
 def test_gpt3_block_matches_narayanan_formula_exactly():
-    """A GPT-3-style block (MHA, F = 4D, plain MLP): 24·B·s·h²·L·(1 + s/6h + V/12Lh) forward."""
+    """A GPT-3-style block (MHA, F = 4D, plain MLP), B = 1, Narayanan et al. 2021 eq. 3:
+    forward 24·B·s·h²·L·(1 + s/6h + V/12Lh); model FLOPs (any recomputation) three times that;
+    full recomputation 96·B·s·L·h²·(1 + s/6h + V/16Lh); selective recomputation (Korthikanti et al.
+    2022) re-runs only QKᵀ and AV: 2 matmuls of 2·B·s²·h per layer on top of the model FLOPs."""
     spec = ModelSpec(n_layers=96, d_model=12288, n_heads=96, vocab_size=51200, d_ff=4 * 12288, mlp="gelu",
                      norm="layernorm", pos_emb="learned", n_positions=2048, qkv_bias=True, out_bias=True,
                      mlp_bias=True, tie_embeddings=True)
     s, h, L, V = 2048, 12288, 96, 51200
-    assert step_flops(spec, 1, s).forward == pytest.approx(24 * s * h * h * L * (1 + s / (6 * h) + V / (12 * L * h)),
-                                                           rel=1e-12)
-    full = step_flops(spec, 1, s, recompute="full")
+    model = 72 * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))
+    none, selective, full = (step_flops(spec, 1, s, recompute=r) for r in ("none", "selective", "full"))
+    assert none.forward == pytest.approx(model / 3, rel=1e-12)
+    for step in (none, selective, full):  # recomputation is hardware work, never model progress
+        assert step.model_flops == pytest.approx(model, rel=1e-12)
+    assert none.hardware_flops == pytest.approx(model, rel=1e-12)
+    assert selective.hardware_flops == pytest.approx(model + L * 2 * 2 * s * s * h, rel=1e-12)
     assert full.hardware_flops == pytest.approx(96 * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h)), rel=1e-12)
 
 

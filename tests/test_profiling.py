@@ -1,6 +1,7 @@
 """The profiler: the reference model against the formulas, counted by torch itself."""
 
 import json
+import statistics
 import subprocess
 import sys
 
@@ -80,12 +81,28 @@ def test_virtual_moe_memory():
     assert abs(result.find("peak memory").rel_error) <= 0.10
 
 
+def tiny_model_flops_per_token(seq: int) -> int:
+    """llmcalc-tiny by hand: L = 4, D = 256, 8 query and 2 KV heads of 32, SwiGLU F = 704, V = 8,000, tied.
+    Forward per token: Q and O 2·D·D each, K and V 2·D·64 each, QKᵀ and AV 2·S·256 each (full S²),
+    gate/up/down 2·D·F each; the LM head 2·D·V. Model FLOPs = 3 x forward."""
+    block = 2 * 2 * 256 * 256 + 2 * 2 * 256 * 64 + 2 * 2 * seq * 256 + 3 * 2 * 256 * 704
+    return 3 * (4 * block + 2 * 256 * 8000)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["llmcalc-tiny", "llmcalc-small"])
 def test_real_cpu_run_of_the_small_presets(name):
     result = measure.real_profile(load_model(name), "cpu", 4, 128, "fp32", steps=2, warmup=1,
                                   peak_flops=measure.calibrate("cpu", seconds=0.2), peak_source="calibrated")
-    assert result.step_seconds > 0 and result.tokens_per_second > 0
-    assert 0 < result.mfu and 0 < result.hfu and result.hfu >= result.mfu * 0.99
+    assert result.step_seconds == statistics.median(result.step_times) and len(result.step_times) == 2
+    assert result.tokens_per_second == 4 * 128 / result.step_seconds
+    model_flops = result.find("train-step model FLOPs").analytic
+    if name == "llmcalc-tiny":
+        assert model_flops == 4 * 128 * tiny_model_flops_per_token(128)
+    assert result.mfu == pytest.approx(model_flops / result.step_seconds / result.peak_flops_per_s, rel=1e-12)
+    # HFU / MFU = what torch's counter saw executed / model FLOPs (sdpa's backward recomputes QKᵀ)
+    assert result.hfu / result.mfu == pytest.approx(result.find("train-step FLOPs").measured / model_flops, rel=1e-12)
+    assert result.hfu > result.mfu
     assert result.sdpa_backend == "flash (cpu)"
     for c in result.comparisons:
         if c.unit == "FLOP" and c.measured is not None:
@@ -165,9 +182,13 @@ def test_profile_json_has_the_promised_keys():
     assert data["params"]["analytic"] == data["params"]["measured"]
     real = json.loads(run("profile", "llmcalc-tiny", "--device", "cpu", "--steps", 1, "--warmup", 0, "--seq-len", 64,
                           "--peak-tflops", 0.5, "--format", "json").stdout)
-    for key in ("step_seconds", "tokens_per_second", "achieved_flops_per_s", "peak_flops_per_s", "mfu", "hfu"):
-        assert real[key] > 0
-    assert real["peak_flops_per_s"] == 0.5e12
+    assert real["peak_flops_per_s"] == 0.5e12 and real["peak_source"] == "given with --peak-tflops"
+    assert real["step_seconds"] == real["step_times"][0] and real["tokens_per_second"] == 64 / real["step_seconds"]
+    assert real["train_step_flops"]["analytic_model"] == 64 * tiny_model_flops_per_token(64)
+    assert real["mfu"] == pytest.approx(64 * tiny_model_flops_per_token(64) / real["step_seconds"] / 0.5e12, rel=1e-12)
+    counted = real["train_step_flops"]["measured"]  # torch's FlopCounterMode over the training step
+    assert real["achieved_flops_per_s"] == pytest.approx(counted / real["step_seconds"], rel=1e-12)
+    assert real["hfu"] == pytest.approx(counted / real["step_seconds"] / 0.5e12, rel=1e-12)
 
 
 def one_line_error(result, fragment):
