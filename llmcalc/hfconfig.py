@@ -213,6 +213,8 @@ def spec_from_hf(hf: dict, name: str = "custom") -> ModelSpec:
     if not isinstance(hf, dict):
         raise SpecError("a config must be a JSON object")
     model_type = hf.get("model_type")
+    if model_type is not None and not isinstance(model_type, str):  # a list would be unhashable below
+        raise SpecError(f'model_type must be a string such as "llama", got {model_type!r}')
     family = FAMILIES.get(model_type)
     if family is None:
         missing = [k for k in REQUIRED_FOR_UNKNOWN if k not in hf]
