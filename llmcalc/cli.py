@@ -141,6 +141,30 @@ def flops(model, seq_len, causal, recompute, batch_size, decoder_seq_len, fmt):
     emit(flops_document(step, count_params(spec)), fmt)
 
 
+def layout_options(func):
+    """The parallel layout and what the step-time model needs (issue 10); every option optional."""
+    ints = dict(type=POSITIVE_INT, default=None)
+    for option in reversed([
+        click.option("--global-batch", **ints, help="Sequences per optimizer step: predicts step time and MFU."),
+        click.option("--global-batch-tokens", type=QUANTITY, default=None, help="Instead: tokens per step (e.g. 16M)."),
+        click.option("--micro-batch", **ints, help="Sequences per GPU per micro-batch (default 1)."),
+        click.option("--tp", **ints, help="Tensor-parallel degree (default 1)."),
+        click.option("--cp", **ints, help="Context-parallel degree (default 1)."),
+        click.option("--pp", **ints, help="Pipeline-parallel degree (default 1)."),
+        click.option("--vpp", **ints, help="Virtual stages (model chunks) per pipeline rank (interleaved)."),
+        click.option("--ep", **ints, help="Expert-parallel degree, carved from dp (MoE models)."),
+        click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"]), default=None,
+                     help="Pipeline schedule (default 1f1b; interleaved with --vpp)."),
+        click.option("--zero", type=click.IntRange(0, 3), default=None, help="ZeRO stage over dp (default 1; 3 = FSDP)."),
+        click.option("--sequence-parallel/--no-sequence-parallel", default=None, help="TP with sequence parallelism (default on)."),
+        click.option("--dp-overlap/--no-dp-overlap", default=None, help="Overlap DP reduction with backward (default on)."),
+        click.option("--tokens-per-second", type=QUANTITY, default=None,
+                     help="Cluster-wide throughput of a past run: its achieved MFU/HFU."),
+    ]):
+        func = option(func)
+    return func
+
+
 @cli.command()
 @click.argument("model", required=False)
 @click.option("--params", "n_params", type=QUANTITY, help="No model: a parameter count for 6·N·T (e.g. 7B).")
@@ -153,9 +177,10 @@ def flops(model, seq_len, causal, recompute, batch_size, decoder_seq_len, fmt):
 @click.option("--usd-per-gpu-hour", type=float, help="Price per GPU-hour (default: the preset's, if any).")
 @click.option("--dtype", default="bf16", show_default=True, help="Which peak to use: bf16, fp16, fp8, tf32, fp32.")
 @seq_options
+@layout_options
 @format_option
 def train(model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_per_gpu_hour, dtype, seq_len, causal,
-          recompute, fmt):
+          recompute, fmt, **layout):
     """Training FLOPs, GPU-hours, wall-clock, cost and energy for TOKENS on N GPUs."""
     from .analytic.training import TrainingEstimate
     from .hardware import canonical_dtype
@@ -191,13 +216,64 @@ def train(model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_per_gp
         model_flops = 6 * n * tokens
         hardware_flops = model_flops + (2 * n * tokens if recompute == "full" else 0)
         inputs["flops_basis"] = "training FLOPs = 6·N·T (no model given; full recomputation adds 2·N·T)"
+    from .analytic.steptime import train_steptime
+
+    mfu, pred, measured = train_steptime(model and spec, gpu, n_gpus, mfu, achieved_tflops, canonical_dtype(dtype),
+                                         seq_len, causal, recompute, model_flops / tokens, hardware_flops / tokens,
+                                         accelerator, layout)
     est = TrainingEstimate(
         tokens=tokens, model_flops=model_flops, hardware_flops=hardware_flops, accelerator=accelerator,
         dtype=canonical_dtype(dtype), n_gpus=n_gpus, mfu=mfu,
         achieved_flops_per_s=None if achieved_tflops is None else achieved_tflops * 1e12,
         usd_per_gpu_hour=usd_per_gpu_hour,
     )
-    emit(train_document(est, inputs, 6 * n * tokens), fmt)
+    emit(train_document(est, inputs, 6 * n * tokens, pred, measured), fmt)
+
+
+@cli.command()
+@click.argument("model")
+@click.option("--gpu", required=True, help="Accelerator preset with a network block (see `llmcalc presets`).")
+@click.option("--n-gpus", type=POSITIVE_INT, required=True, help="GPUs in all.")
+@click.option("--seq-len", type=LENGTH, default="4k", show_default=True)
+@click.option("--global-batch", type=POSITIVE_INT, default=None, help="Sequences per optimizer step.")
+@click.option("--global-batch-tokens", type=QUANTITY, default=None, help="Instead: tokens per step (e.g. 4M).")
+@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default=None,
+              help="Default: the least recomputation that fits, per layout.")
+@click.option("--causal", is_flag=True, help="Halve the attention S² FLOPs (Megatron convention).")
+@click.option("--top", type=POSITIVE_INT, default=10, show_default=True, help="How many layouts to list.")
+@format_option
+def layout(model, gpu, n_gpus, seq_len, global_batch, global_batch_tokens, recompute, causal, top, fmt):
+    """Rank the parallel layouts of MODEL on N GPUs that fit in memory, by predicted throughput."""
+    from .analytic.steptime import search_layouts
+    from .presets import load_model
+    from .report.document import Progress
+    from .report.views_steptime import layout_document
+
+    spec = load_model(model)
+    if (global_batch is None) == (global_batch_tokens is None):
+        raise LlmcalcError("give --global-batch (sequences) or --global-batch-tokens, one of them")
+    if global_batch_tokens is not None:
+        if global_batch_tokens <= 0 or global_batch_tokens % seq_len:
+            raise LlmcalcError(f"--global-batch-tokens {global_batch_tokens:g} is not a positive multiple of "
+                               f"--seq-len {seq_len}")
+        global_batch = int(global_batch_tokens // seq_len)
+    bars = []
+
+    def progress(total):
+        bars.append(Progress(total, "layouts"))
+        return bars[0].step
+
+    try:
+        ranked, losers, counts = search_layouts(spec, gpu, n_gpus, seq_len, global_batch, causal, recompute,
+                                                progress=progress)
+    finally:
+        for bar in bars:
+            bar.close()
+    if not ranked:
+        raise LlmcalcError(f"no layout of {spec.name} fits on {n_gpus:,} x {gpu} at seq {seq_len} with global batch "
+                           f"{global_batch} ({counts['oom']} do not fit in memory, {counts['invalid']} contradict the "
+                           f"model): use more GPUs or a larger --global-batch")
+    emit(layout_document(spec.name, gpu, n_gpus, seq_len, global_batch, ranked, losers, counts, top), fmt)
 
 
 @cli.command()
@@ -253,35 +329,23 @@ def plan(compute, gpu, n_gpus, days, mfu, dtype, fmt):
 @click.option("--sequence-parallel/--no-sequence-parallel", default=True, show_default=True)
 @click.option("--reserve-gib", type=float, default=0.0, show_default=True,
               help="Memory to keep free on the GPU (CUDA context, fragmentation).")
-@click.option("--inference", is_flag=True, help="Serving memory: weights, KV cache, prefill working set.")
-@click.option("--context", type=LENGTH, default="4k", show_default=True, help="Inference: tokens per sequence.")
-@click.option("--weight-dtype", default="bf16", show_default=True, help="Inference: fp16, bf16, fp8, int8, int4.")
-@click.option("--kv-dtype", default="bf16", show_default=True, help="Inference: KV cache dtype.")
-@click.option("--prefill-chunk", type=LENGTH, default="8k", show_default=True,
-              help="Inference: tokens prefilled per step (chunked prefill).")
+@click.option("--inference", is_flag=True, hidden=True, help="Moved: serving memory is `llmcalc serve`.")
+@click.option("--context", "--weight-dtype", "--kv-dtype", "--prefill-chunk", "moved_option", hidden=True,
+              help="Options of the moved --inference mode (kept so that old command lines reach its message).")
 @format_option
 def memory(model, seq_len, batch_size, recipe, optimizer, optimizer_bytes, optimizer_impl, recompute, attention,
-           dropout, gpu,
-           n_gpus, zero, tp, pp, sequence_parallel, reserve_gib, inference, context, weight_dtype, kv_dtype,
-           prefill_chunk, fmt):
-    """Memory per GPU for training (or, with --inference, serving) MODEL, and whether it fits."""
+           dropout, gpu, n_gpus, zero, tp, pp, sequence_parallel, reserve_gib, inference, moved_option, fmt):
+    """Training memory per GPU of MODEL, and whether it fits (serving memory: `llmcalc serve`)."""
     from .presets import load_hardware, load_model
 
+    if inference or moved_option is not None:
+        raise LlmcalcError("memory --inference has moved: use `llmcalc serve MODEL --gpu G --n-gpus N "
+                           "--max-model-len L` (weights, KV cache and blocks per GPU, concurrency)")
     spec = load_model(model)
     device = load_hardware(gpu) if gpu else None
     if reserve_gib < 0:
         raise LlmcalcError(f"--reserve-gib must be >= 0, got {reserve_gib:g}")
     reserve = reserve_gib * 2**30
-    if inference:
-        from .analytic.inference import inference_memory, kv_cache_bytes_per_token, largest_batch
-        from .report.views_memory import inference_memory_document
-
-        settings = dict(weight_dtype=weight_dtype, kv_dtype=kv_dtype, tp=tp, prefill_chunk=prefill_chunk)
-        components = inference_memory(spec, batch_size, context, **settings)
-        largest = None if device is None else largest_batch(spec, context, device.memory_bytes - reserve, **settings)
-        emit(inference_memory_document(spec, components, batch_size, context, kv_cache_bytes_per_token(spec, kv_dtype),
-                                       device, settings, reserve, largest), fmt)
-        return
     from .analytic.memory import Parallel, custom_optimizer, training_memory
     from .report.views_memory import training_memory_document
 
@@ -291,35 +355,82 @@ def memory(model, seq_len, batch_size, recipe, optimizer, optimizer_bytes, optim
     emit(training_memory_document(est, device, reserve), fmt)
 
 
+def _warn(line: str | None) -> None:
+    if line:
+        click.echo(f"llmcalc: warning: {line}", err=True)
+
+
+def serving_options(func):
+    options = [
+        click.option("--weight-dtype", default="bf16", show_default=True,
+                     help="bf16, fp16, fp8, int8, int4 (group-wise scales, group 128) or fp32."),
+        click.option("--kv-dtype", default=None, help="KV cache dtype (default: the activation dtype, bf16 or fp16)."),
+        click.option("--compute-dtype", default=None,
+                     help="Which peak to use (default: fp8 for fp8 weights where the device has it, else bf16)."),
+        click.option("--n-gpus", type=POSITIVE_INT, default=1, show_default=True, help="Tensor-parallel GPUs."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
 @cli.command()
 @click.argument("model")
 @click.option("--gpu", required=True, help="Accelerator preset.")
 @click.option("--prompt", type=LENGTH, default="2k", show_default=True, help="Prompt tokens per sequence.")
 @click.option("--generate", type=POSITIVE_INT, default=256, show_default=True, help="Tokens to generate.")
 @click.option("--batch-size", type=POSITIVE_INT, default=1, show_default=True)
-@click.option("--weight-dtype", default="bf16", show_default=True, help="fp16, bf16, fp8, int8, int4.")
-@click.option("--kv-dtype", default=None, help="KV cache dtype (default: bf16, or fp16 with fp16 weights).")
-@click.option("--compute-dtype", default=None, help="Which peak to use (default: fp8 for fp8 weights, else bf16).")
-@click.option("--n-gpus", type=POSITIVE_INT, default=1, show_default=True, help="Tensor-parallel GPUs.")
+@serving_options
 @format_option
 def infer(model, gpu, prompt, generate, batch_size, weight_dtype, kv_dtype, compute_dtype, n_gpus, fmt):
     """Prefill and decode time and tokens/s of MODEL on a GPU: a roofline, an upper bound on speed."""
-    from .analytic.inference import InferenceEstimate, check_inference
-    from .analytic.memory import dtype_bytes
-    from .hardware import canonical_dtype
+    from .analytic.inference import InferenceEstimate, check_inference, context_warning, resolve_dtypes
     from .presets import load_hardware, load_model
     from .report.views_memory import infer_document
 
     spec = load_model(model)
+    accelerator = load_hardware(gpu)
     check_inference(batch_size, prompt, generate)
-    dtype_bytes(weight_dtype)
-    kv_dtype = kv_dtype or ("fp16" if weight_dtype == "fp16" else "bf16")
-    dtype_bytes(kv_dtype)
-    compute_dtype = canonical_dtype(compute_dtype or ("fp8" if weight_dtype == "fp8" else
-                                                      "fp16" if weight_dtype == "fp16" else "bf16"))
-    est = InferenceEstimate(spec, load_hardware(gpu), batch_size, prompt, generate, weight_dtype, kv_dtype,
-                            compute_dtype, n_gpus)
+    weight_dtype, kv_dtype, compute_dtype = resolve_dtypes(accelerator, weight_dtype, kv_dtype, compute_dtype)
+    est = InferenceEstimate(spec, accelerator, batch_size, prompt, generate, weight_dtype, kv_dtype, compute_dtype,
+                            n_gpus)
+    _warn(context_warning(spec, prompt + generate))
     emit(infer_document(est), fmt)
+
+
+@cli.command()
+@click.argument("model")
+@click.option("--gpu", required=True, help="Accelerator preset.")
+@serving_options
+@click.option("--max-model-len", type=LENGTH, default=None,
+              help="Tokens per request the KV cache must hold (default: the model's max_position_embeddings).")
+@click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True,
+              help="Share of each GPU's memory vLLM may use (weights, activations, KV cache).")
+@click.option("--block-size", type=POSITIVE_INT, default=16, show_default=True, help="Tokens per paged-KV block.")
+@format_option
+def serve(model, gpu, weight_dtype, kv_dtype, compute_dtype, n_gpus, max_model_len, gpu_memory_utilization,
+          block_size, fmt):
+    """Serving MODEL on N GPUs (tensor parallel), sized as vLLM sizes it: weights and paged KV cache per
+    GPU, concurrent sequences at the max length, throughput and latency against concurrency."""
+    from .analytic.inference import check_tp, context_warning, resolve_dtypes
+    from .analytic.serving import ServeEstimate
+    from .presets import load_hardware, load_model
+    from .report.views_serve import serve_document
+
+    spec = load_model(model)
+    accelerator = load_hardware(gpu)
+    if spec.architecture != "decoder":
+        raise LlmcalcError(f"serve covers decoder-only models; {spec.name} is {spec.architecture}")
+    check_tp(spec, n_gpus)
+    weight_dtype, kv_dtype, compute_dtype = resolve_dtypes(accelerator, weight_dtype, kv_dtype, compute_dtype)
+    if max_model_len is None:
+        if spec.max_seq_len is None:
+            raise LlmcalcError(f"{spec.name}'s config gives no max_position_embeddings; pass --max-model-len")
+        max_model_len = spec.max_seq_len
+    est = ServeEstimate(spec, accelerator, n_gpus, max_model_len, gpu_memory_utilization, weight_dtype, kv_dtype,
+                        compute_dtype, block_size)
+    _warn(context_warning(spec, max_model_len))
+    emit(serve_document(est), fmt)
 
 
 def scenario_options(func):
@@ -384,9 +495,11 @@ def compare(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe,
 @click.option("--force", is_flag=True, help="Replace an existing report in --out.")
 @click.option("--profile", "profile_mode", type=click.Choice(["none", "virtual", "real"]), default="none",
               show_default=True, help="Also profile each model and show formulas against measurements.")
+@click.option("--serve", "serving", is_flag=True,
+              help="Add serving figures: KV blocks, concurrency and throughput at --seq-len tokens per request.")
 @format_option
 def report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, zero, tp, micro_batch, recompute,
-           causal, out, force, profile_mode, fmt):
+           causal, out, force, profile_mode, serving, fmt):
     """A planning report for MODELS: report.md, self-contained report.html, figures (PNG), tables (CSV)."""
     from pathlib import Path
 
@@ -405,7 +518,7 @@ def report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, 
     check_destination(target, force)
     sources = {s.name: model_source(m) for s, m in zip(specs, models)}
     profiles = None
-    steps = 6 + (len(specs) if profile_mode != "none" else 0)
+    steps = 6 + (len(specs) if profile_mode != "none" else 0) + serving
     progress = Progress(steps, "report")
     try:
         if profile_mode != "none":
@@ -424,7 +537,7 @@ def report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, 
                                                        peak_flops=peak, peak_source=source)
         from .report.planning import build_report
 
-        built = build_report(specs, sources, scenario, load_hardware, profiles, progress)
+        built = build_report(specs, sources, scenario, load_hardware, profiles, progress, serving)
     finally:
         progress.close()
     written = write_report(built, target, force)

@@ -6,9 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from llmcalc.analytic.activations import activation_memory, layer_saved, scaled
-from llmcalc.analytic.inference import (
-    InferenceEstimate, inference_memory, kv_cache_bytes_per_token, largest_batch,
-)
+from llmcalc.analytic.inference import InferenceEstimate, kv_cache_bytes_per_token
 from llmcalc.analytic.memory import OPTIMIZERS, RECIPES, Parallel, training_memory
 from llmcalc.analytic.params import count_params
 from llmcalc.cli import cli
@@ -140,16 +138,6 @@ def test_decode_is_memory_bound_at_batch_1():
     assert est.compute_bound_batch(with_kv=False) == pytest.approx(989.4 / 3.35, rel=0.02)
 
 
-def test_inference_memory_and_largest_batch():
-    spec = load_model("llama-3-8b")
-    parts = inference_memory(spec, 16, 32768, kv_dtype="fp8")
-    assert parts["KV cache"] == 16 * 32768 * 64 * 2**10
-    cap = load_hardware("h100-sxm").memory_bytes
-    b = largest_batch(spec, 32768, cap, kv_dtype="fp8")
-    assert sum(inference_memory(spec, b, 32768, kv_dtype="fp8").values()) <= cap
-    assert sum(inference_memory(spec, b + 1, 32768, kv_dtype="fp8").values()) > cap
-
-
 def run(*args):
     return CliRunner().invoke(cli, [str(a) for a in args])
 
@@ -164,9 +152,6 @@ def test_memory_cli_json():
     n, norms = 70_553_706_496, (2 * 80 + 1) * 8192
     assert data["model_states_bytes"] == 16 * ((n - norms) / 8 + norms) / 8
     assert data["per_gpu_bytes"] <= 80 * GIB and data["per_gpu_bytes"] > data["model_states_bytes"]
-    inference = json.loads(run("memory", "llama-3-8b", "--inference", "--context", "32k", "--batch-size", 16,
-                               "--kv-dtype", "fp8", "--format", "json").stdout)
-    assert inference["kv_cache_bytes"] == 32 * GIB
     infer = json.loads(run("infer", "llama-3-8b", "--gpu", "h100-sxm", "--prompt", "2k", "--generate", 256,
                            "--batch-size", 8, "--format", "json").stdout)
     assert {"prefill_seconds", "decode_seconds_per_token", "tokens_per_second"} <= set(infer)
@@ -176,13 +161,13 @@ def test_memory_cli_json():
 @pytest.mark.parametrize("args, message", [
     (["memory", "llama-3-8b", "--zero", "4"], "ZeRO stage must be 0, 1, 2 or 3, got 4"),
     (["memory", "llama-3-8b", "--tp", "3"], "tp=3 does not divide the heads"),
-    (["memory", "llama-3-8b", "--inference", "--context", "-5"], "must be a positive number of tokens"),
+    (["memory", "llama-3-8b", "--inference", "--context", "32k"], "memory --inference has moved: use `llmcalc serve"),
     (["memory", "llama-3-8b", "--recipe", "fp64"], "unknown recipe 'fp64'; known: fp32, bf16-mixed"),
     (["memory", "llama-3-8b", "--optimizer", "adagrad"], "unknown optimizer 'adagrad'"),
     (["memory", "llama-3-8b", "--n-gpus", "12", "--tp", "8"], "must be a multiple of tp x pp"),
     (["memory", "t5-small"], "covers decoder-only models"),
     (["infer", "bert-base-uncased", "--gpu", "h100-sxm"], "is an encoder: it generates nothing"),
-    (["infer", "llama-3-8b", "--gpu", "h100-sxm", "--weight-dtype", "int3"], "unknown dtype 'int3'"),
+    (["infer", "llama-3-8b", "--gpu", "h100-sxm", "--weight-dtype", "int3"], "unknown weight dtype 'int3'"),
 ])
 def test_bad_input(args, message):
     result = run(*args)
@@ -229,17 +214,16 @@ def test_optimizer_impl_scratch_against_torch_mem_tracker(impl):
     assert data["optimizer_impl"] == impl and data["components"]["optimizer temporaries"] == expected
 
 
-def test_prefill_chunk_working_set_by_hand():
-    """`--prefill-chunk`: the prefill working set is one chunk's FFN intermediates in bf16 plus the
-    fp32 last-position logits. Llama-3-8B (D = 4,096, SwiGLU F = 14,336, V = 128,256), batch 4:
-    2,048-token chunk: 2048 x (4096 + 3 x 14336) x 2 B + 4 x 128256 x 4 B = 194,990,080 B; a chunk longer
-    than the batch's tokens (1 x 1,000 here) is capped at them."""
-    def working(*args):
-        data = json.loads(run("memory", "llama-3-8b", "--inference", *args, "--format", "json").stdout)
-        return data["prefill_chunk"], data["components"]["prefill working set"]
 
-    assert working("--context", "32k", "--batch-size", 4, "--prefill-chunk", "2k") == (2048, 194_990_080)
-    assert working("--context", "32k", "--batch-size", 4) == (8192, 8192 * (4096 + 3 * 14336) * 2 + 4 * 128256 * 4)
-    assert working("--context", 1000, "--prefill-chunk", "8k") == (8192, 1000 * (4096 + 3 * 14336) * 2 + 128256 * 4)
-    result = run("memory", "llama-3-8b", "--inference", "--prefill-chunk", "0")
-    assert result.exit_code == 2 and "must be a positive number of tokens" in result.stderr
+def test_kv_activations_never_split_below_one_head():
+    """Llama-3-70B has 8 KV heads: at tp 16 each rank still saves one head of K and V (replicated), not half."""
+    spec = load_model("llama-3-70b")
+    items = layer_saved(spec, 0, 1, 4096, 2)
+    (kv,) = [x for x in items if x.kv_heads]
+    (q,) = [x for x in items if x.name.startswith("Q after RoPE")]
+    one_head = 4096 * 2 * 1 * 128 * 2  # tokens x (K, V) x one head x d_head x 2 bytes
+    assert kv.per_rank(8, True) == kv.per_rank(16, True) == one_head
+    assert kv.per_rank(4, True) == 2 * one_head
+    assert q.per_rank(16, True) == 4096 * 64 * 128 * 2 / 16
+    est8, est16 = (training_memory(spec, 1, 4096, parallel=Parallel(tp, tp=tp)) for tp in (8, 16))
+    assert est16.activations.per_layer[kv.name] == est8.activations.per_layer[kv.name] == 80 * one_head

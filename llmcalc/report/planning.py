@@ -17,6 +17,7 @@ from .views_compare import compare_document
 from .views_compute import FLOP_CONVENTIONS, flops_document, train_document
 from .views_memory import training_memory_document
 from .views_profile import profile_document
+from .steptime_figures import steptime_section
 
 
 def _summary_lines(spec: ModelSpec, scenario: Scenario, record: dict) -> list[str]:
@@ -45,7 +46,7 @@ def _summary_lines(spec: ModelSpec, scenario: Scenario, record: dict) -> list[st
 
 
 def build_report(specs: list[ModelSpec], sources: dict[str, str], scenario: Scenario, load_hardware,
-                 profiles: dict[str, ProfileResult] | None = None, progress=None) -> Report:
+                 profiles: dict[str, ProfileResult] | None = None, progress=None, serve: bool = False) -> Report:
     names = [s.name for s in specs]
     by_name = dict(zip(names, specs))
     title = f"Planning report: {', '.join(names)}"
@@ -108,6 +109,7 @@ def build_report(specs: list[ModelSpec], sources: dict[str, str], scenario: Scen
         report.document(train_document(est, inputs, 6 * count_params(spec).active_per_token * scenario.tokens),
                         f"train-{safe_name(spec.name)}")
     tick("time and cost")
+    steptime_section(report, specs, scenario)  # issue 10: predicted step time and MFU by layout
 
     report.heading("Memory")
     memory_frame = sweeps.memory_vs_batch(by_name, scenario)
@@ -129,6 +131,12 @@ def build_report(specs: list[ModelSpec], sources: dict[str, str], scenario: Scen
         report.figure("kv_cache", plots.kv_vs_context(kv_frame, scenario.gpu.memory_bytes, scenario.gpu.key),
                       f"Inference KV cache ({scenario.kv_dtype}) for one sequence against context length")
     tick("memory")
+
+    if serve:
+        from .views_serve import serving_section
+
+        serving_section(report, specs, scenario)
+        tick("serving")
 
     report.heading("Compute-optimal view")
     points = {s.name: (count_params(s).active_per_token, scenario.tokens) for s in specs}
