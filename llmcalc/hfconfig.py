@@ -13,6 +13,7 @@ with llmcalc's own keys (``REQUIRED_FOR_UNKNOWN``), e.g. ``"mlp": "swiglu", "nor
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from typing import Callable
 
@@ -102,8 +103,8 @@ def _t5(hf: dict, kw: dict) -> None:
     # T5: feed_forward_proj "relu" | "gelu" | "gated-gelu" | "gated-silu" (configuration_t5.py).
     proj = hf.get("feed_forward_proj", "relu")
     act = proj.split("-")[-1]
-    if proj.startswith("gated-"):
-        kw["mlp"] = {"gelu": "geglu", "silu": "swiglu"}.get(act, "geglu")
+    if proj.startswith("gated-"):  # check_config_values admits gelu, gelu_new and silu only
+        kw["mlp"] = "swiglu" if act == "silu" else "geglu"
     else:
         kw["mlp"] = "relu" if act == "relu" else "gelu" if "gelu" in act else "silu"
 
@@ -208,13 +209,42 @@ def _first(hf: dict, keys: tuple[str, ...]):
     return None
 
 
-def spec_from_hf(hf: dict, name: str = "custom") -> ModelSpec:
-    """A ModelSpec from a Hugging Face config.json dict (unchanged, as published)."""
+# Config keys read as flags: JSON true/false only ("false" as a string would read as true).
+BOOL_KEYS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "new_decoder_architecture", "multi_query",
+             "bias", "parallel_attn", "alibi", "use_parallel_residual", "share_encoder_decoder_embeddings")
+# feed_forward_proj values T5Config accepts for the activations llmcalc models ("gated-" = GeGLU/SwiGLU).
+T5_PROJECTIONS = ("relu", "gelu", "gelu_new", "silu", "gated-gelu", "gated-gelu_new", "gated-silu")
+
+
+def check_config_values(hf: dict) -> None:
+    """Refuse, naming the key, config values of the wrong JSON type before anything reads them:
+    flags must be real booleans, shapes whole numbers, activations known strings, numbers finite."""
     if not isinstance(hf, dict):
         raise SpecError("a config must be a JSON object")
+    if not isinstance(hf.get("model_type", ""), (str, type(None))):
+        raise SpecError(f"model_type must be a string, got {hf['model_type']!r:.60}")
+    for key, value in hf.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SpecError(f"{key} must be a finite number, got {value}")
+    for key in BOOL_KEYS:
+        if hf.get(key) is not None and not isinstance(hf[key], bool):
+            raise SpecError(f"{key} must be true or false (a JSON boolean), got {hf[key]!r:.60}")
+    for key in {k for keys in HF_KEYS.values() for k in keys} - {"tie_word_embeddings"}:
+        value = hf.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise SpecError(f"{key} must be a whole number, got {value!r:.60}")
+    for key in ACTIVATION_KEYS:
+        if hf.get(key) is not None and not isinstance(hf[key], str):
+            raise SpecError(f"{key} must be an activation name such as \"silu\" or \"gelu\", got {hf[key]!r:.60}")
+    proj = hf.get("feed_forward_proj")
+    if proj is not None and proj not in T5_PROJECTIONS:
+        raise SpecError(f"feed_forward_proj must be one of {', '.join(T5_PROJECTIONS)}; got {proj!r:.60}")
+
+
+def spec_from_hf(hf: dict, name: str = "custom") -> ModelSpec:
+    """A ModelSpec from a Hugging Face config.json dict (unchanged, as published)."""
+    check_config_values(hf)
     model_type = hf.get("model_type")
-    if model_type is not None and not isinstance(model_type, str):  # a list would be unhashable below
-        raise SpecError(f'model_type must be a string such as "llama", got {model_type!r}')
     family = FAMILIES.get(model_type)
     if family is None:
         missing = [k for k in REQUIRED_FOR_UNKNOWN if k not in hf]

@@ -9,6 +9,7 @@ naming the offending fields and values. Reading Hugging Face config.json dicts l
 from __future__ import annotations
 
 from .errors import LlmcalcError
+from .validate import MAX_LAYERS, MAX_WIDTH
 
 import dataclasses
 from dataclasses import dataclass, field, fields
@@ -80,6 +81,7 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         _check_types(self)
+        _positive(self, "n_heads")  # before d_model // n_heads below
         derived: dict[str, object] = {}
         if self.n_kv_heads is None:
             derived["n_kv_heads"] = self.n_heads
@@ -219,6 +221,12 @@ def _positive(spec: ModelSpec, name: str) -> int:
 def _validate(spec: ModelSpec) -> None:
     for name in ("n_layers", "d_model", "n_heads", "vocab_size", "n_kv_heads", "d_head"):
         _positive(spec, name)
+    for name in (f.name for f in fields(ModelSpec) if f.name in _INT_FIELDS):  # sane maxima: short loops,
+        limit = MAX_LAYERS if name in ("n_layers", "n_decoder_layers", "n_dense_layers") else MAX_WIDTH  # finite sums
+        value = getattr(spec, name) or 0
+        if value > limit:
+            shown = f"{value:,}" if value < 10**15 else f"a {len(str(value))}-digit number"
+            raise SpecError(f"{name} ({shown}) is beyond the sane maximum of {limit:,}")
     for name in ("d_ff", "max_seq_len", "n_decoder_layers", "n_positions", "q_lora_rank"):
         if getattr(spec, name) is not None:
             _positive(spec, name)

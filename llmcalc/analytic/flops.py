@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import LlmcalcError
+from ..validate import DEFAULT_SEQ_LEN, positive_int
 from ..spec import ModelSpec
 
 RECOMPUTE = ("none", "selective", "full")
@@ -114,8 +115,8 @@ def forward_ops(spec: ModelSpec, batch: int, seq_len: int, causal: bool = False,
     the decoder input; `causal` applies to decoder self-attention only (encoders are bidirectional).
     """
     for name, value in (("batch", batch), ("seq_len", seq_len), ("decoder_seq_len", decoder_seq_len)):
-        if value is not None and (not isinstance(value, int) or value <= 0):
-            raise LlmcalcError(f"{name} must be a positive whole number, got {value!r}")
+        if value is not None:
+            positive_int(name, value)
     out: dict[str, int] = {"embedding/lookup": 0}
     if spec.architecture == "encoder-decoder":
         dec = decoder_seq_len or seq_len
@@ -221,7 +222,7 @@ def flop_group(op: str) -> str:
     return "other" if group != "embedding" else "embedding"
 
 
-def step_flops(spec: ModelSpec, batch: int = 1, seq_len: int = 2048, causal: bool = False,
+def step_flops(spec: ModelSpec, batch: int = 1, seq_len: int = DEFAULT_SEQ_LEN, causal: bool = False,
                recompute: str = "none", decoder_seq_len: int | None = None) -> StepFlops:
     if recompute not in RECOMPUTE:
         raise LlmcalcError(f"recompute must be one of {', '.join(RECOMPUTE)}; got {recompute!r}")

@@ -32,7 +32,7 @@ from .inference import (
     InferenceEstimate, kv_cache_bytes_per_token, kv_cache_bytes_per_token_per_gpu, kv_heads_per_gpu,
     state_bytes_per_sequence,
 )
-from .memory import dtype_bytes
+from ..dtypes import dtype_bytes
 
 GIB = 2**30
 
