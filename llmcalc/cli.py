@@ -824,6 +824,7 @@ def profile(ctx, model, virtual, device, dtype, recipe, batch_size, seq_len, ste
             raise click.UsageError(f"--layers {layers} exceeds {spec.name}'s {spec.n_layers} layers")
         spec = spec.replace(n_layers=layers, name=f"{spec.name} ({layers} layers)",
                             n_dense_layers=min(spec.n_dense_layers, layers),
+                            moe_layers=None if spec.moe_layers is None else tuple(i for i in spec.moe_layers if i < layers),
                             n_decoder_layers=layers if spec.n_decoder_layers else None)
     internal_attention = "sdpa" if attention == "flash" else "eager"
     cfg = make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant)

@@ -148,7 +148,7 @@ def test_moe_and_mla_forward_flops_equal_torch_flop_counter(family):
     config = TINY_MOE[family]
     spec = spec_from_hf(config)
     for batch, seq in ((1, 7), (2, 16)):
-        measured, per_op = hf_forward_flops(config, batch, seq, fake=False)
+        measured, per_op = hf_forward_flops(config, batch, seq, real=True)
         ops = forward_ops(spec, batch, seq)
         assert sum(ops.values()) == measured, (batch, seq, ops, per_op)
         core = sum(v for k, v in ops.items() if k.endswith(("/scores", "/values")))

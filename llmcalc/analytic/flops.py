@@ -24,6 +24,7 @@ from ..spec import ModelSpec
 
 RECOMPUTE = ("none", "selective", "full")
 ATTENTION_CORE = ("scores", "values")  # the S² matmuls
+EMBED_PROJECTIONS = ("embedding/project_in", "head/project_out")  # OPT's word_embed_proj_dim
 
 
 def _mm(tokens: int, k: int, n: int) -> int:
@@ -78,12 +79,14 @@ def _ffn(spec: ModelSpec, tokens: int, width: int, prefix: str) -> dict[str, int
 
 
 def _moe(spec: ModelSpec, tokens: int, prefix: str) -> dict[str, int]:
-    """Router over all experts, then each token through its top-k routed and the shared experts."""
+    """Router over all experts, then each token through its top-k routed experts and the shared-expert
+    MLP (width d_ff_shared; Qwen2-MoE adds its sigmoid gate, a D x 1 matmul)."""
     one = sum(_ffn(spec, tokens, spec.d_ff_expert, "x").values())  # one expert over all tokens
+    shared = sum(_ffn(spec, tokens, spec.d_ff_shared, "x").values()) if spec.n_shared_experts else 0
     return {
         f"{prefix}/router": _mm(tokens, spec.d_model, spec.n_experts),
         f"{prefix}/experts": spec.n_experts_per_token * one,
-        f"{prefix}/shared_experts": spec.n_shared_experts * one,
+        f"{prefix}/shared_experts": shared + spec.shared_expert_gate * _mm(tokens, spec.d_model, 1),
     }
 
 
@@ -118,6 +121,9 @@ def forward_ops(spec: ModelSpec, batch: int, seq_len: int, causal: bool = False,
         if value is not None:
             positive_int(name, value)
     out: dict[str, int] = {"embedding/lookup": 0}
+    E = spec.d_embed or spec.d_model
+    if spec.d_embed:  # OPT: project_in from word_embed_proj_dim to d_model (and project_out back)
+        out["embedding/project_in"] = _mm(batch * (decoder_seq_len or seq_len), E, spec.d_model)
     if spec.architecture == "encoder-decoder":
         dec = decoder_seq_len or seq_len
         out.update(_stack(spec, "encoder.", spec.n_layers, batch, seq_len, False))
@@ -131,8 +137,10 @@ def forward_ops(spec: ModelSpec, batch: int, seq_len: int, causal: bool = False,
         head_tokens = batch * seq_len
     if spec.pooler:
         out["head/pooler"] = _mm(batch, spec.d_model, spec.d_model)  # [CLS] token only
+    if spec.d_embed:
+        out["head/project_out"] = _mm(head_tokens, spec.d_model, E)
     if spec.lm_head:
-        out["head/lm_head"] = _mm(head_tokens, spec.d_model, spec.vocab_size)  # tied or not
+        out["head/lm_head"] = _mm(head_tokens, E, spec.vocab_size)  # tied or not
     return out
 
 
@@ -219,6 +227,8 @@ def flop_group(op: str) -> str:
         return "FFN"
     if op == "head/lm_head":
         return "LM head"
+    if op in EMBED_PROJECTIONS:
+        return "embedding projections"
     return "other" if group != "embedding" else "embedding"
 
 
@@ -247,6 +257,8 @@ def component_flops(ops: dict[str, int]) -> dict[str, int]:
             key = "LM head"
         elif op == "head/pooler":
             key = "pooler"
+        elif op in EMBED_PROJECTIONS:
+            key = "embedding projections"
         else:
             continue  # the embedding lookup: 0 FLOPs
         out[key] = out.get(key, 0) + value
@@ -262,7 +274,7 @@ def counted_step_flops(ops: dict[str, int], recompute: str, recomputing: set[str
     """
     out: dict[str, int] = {}
     for op, value in ops.items():
-        if op.startswith("embedding/"):
+        if op == "embedding/lookup":
             continue
         key = next(iter(component_flops({op: value})))
         extra = value if recompute == "full" and is_block_op(op) else 0

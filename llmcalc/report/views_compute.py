@@ -112,7 +112,7 @@ def flops_document(step: StepFlops, count: ParamCount) -> Document:
         title=f"{spec.name}: FLOPs for batch {step.batch:,} x seq {step.seq_len:,}, "
               f"{'causal' if step.causal else 'full S²'}, recompute {step.recompute}",
         data=data, tables=[op_table, group_table, total_table, rule_table, ew_table],
-        preamble=[spec.describe()],
+        preamble=[spec.describe()] + [f"note: {n}" for n in spec.notes],
     )
 
 
