@@ -871,6 +871,10 @@ def profile(ctx, model, virtual, device, dtype, recipe, batch_size, seq_len, ste
         if counter != "torch":
             raise click.UsageError("--counter: fvcore traces real tensors; with --virtual use --counter torch")
     spec = load_model(model, seq_len)
+    _need_torch()
+    from .profiling.model import check_buildable
+
+    check_buildable(spec)
     if layers is not None:
         if layers > spec.n_layers:
             raise click.UsageError(f"--layers {layers} exceeds {spec.name}'s {spec.n_layers} layers")

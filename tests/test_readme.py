@@ -44,7 +44,10 @@ def test_readme_has_examples():
     assert len(EXAMPLES) >= 4
 
 
-@pytest.mark.parametrize("command, expected", EXAMPLES, ids=[c for c, _ in EXAMPLES])
+# Profiling examples build and run a model (a real CPU run, a 16-layer virtual one): the slow tier.
+@pytest.mark.parametrize("command, expected", [
+    pytest.param(c, e, id=c, marks=[pytest.mark.slow] if c.startswith("llmcalc profile") else [])
+    for c, e in EXAMPLES])
 def test_readme_example(command, expected):
     argv = shlex.split(command)
     assert argv[0] == "llmcalc"

@@ -39,8 +39,9 @@ def flops_vs_seq(specs: dict[str, ModelSpec], causal: bool) -> tuple[pd.DataFram
                              "flops_per_token": 3 * groups.get(component, 0) / step.tokens})
             rows.append({"model": model, "seq_len": seq, "component": "total",
                          "flops_per_token": step.model_flops_per_token})
-        if spec.architecture == "decoder":
-            crossovers[model] = crossover(spec, causal).vs_projections
+        cross = crossover(spec, causal) if spec.architecture == "decoder" else None
+        if cross is not None:
+            crossovers[model] = cross.vs_projections
     return pd.DataFrame(rows), crossovers
 
 
