@@ -194,3 +194,177 @@ def test_missing_report_libraries_is_one_line():
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         "llmcalc: error: reports need matplotlib: pip install 'llmcalc[report]'"]
+
+
+# --- data safety: --force, umask, signals, stale staging folders ---------------------------------------------
+
+def files_of(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_force_replaces_only_an_llmcalc_report(tmp_path):
+    thesis = tmp_path / "thesis"
+    (thesis / "data").mkdir(parents=True)
+    (thesis / "thesis.tex").write_text("\\chapter{Results}")
+    (thesis / "data" / "runs.csv").write_text("a,b\n1,2\n")
+    before = files_of(thesis)
+    for extra in ([], ["--force"]):
+        result = run("report", "gpt2", *SCENARIO, "--out", thesis, *extra)
+        one_line(result, "holds no llmcalc report")
+        assert "already holds" not in result.stderr  # it is not a report: the error must not say so
+        assert files_of(thesis) == before and sorted(p.name for p in tmp_path.iterdir()) == ["thesis"]
+    # an empty folder is fine; a report is replaced with --force only
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert run("report", "gpt2", *SCENARIO, "--out", empty).exit_code == 0
+    marker = json.loads((empty / "llmcalc-report.json").read_text())
+    assert marker["llmcalc_version"] and marker["command"].startswith("llmcalc report gpt2")
+    one_line(run("report", "gpt2", *SCENARIO, "--out", empty), "already holds an llmcalc report; pass --force")
+    one_line(run("report", "gpt2", *SCENARIO, "--out", ""), "--out is empty")
+
+
+@pytest.mark.parametrize("umask, folder_mode, file_mode", [(0o022, 0o755, 0o644), (0o027, 0o750, 0o640)])
+def test_report_folders_follow_the_umask(tmp_path, umask, folder_mode, file_mode):
+    import os
+    import stat
+
+    old = os.umask(umask)
+    try:
+        out = make_report(tmp_path, "gpt2")
+        out2 = tmp_path / "again"
+        assert run("report", "gpt2", *SCENARIO, "--out", out2).exit_code == 0
+        assert run("report", "gpt2", *SCENARIO, "--out", out2, "--force").exit_code == 0  # replaced: same modes
+    finally:
+        os.umask(old)
+    for folder in (out, out2):
+        for path in [folder, *folder.rglob("*")]:
+            mode = stat.S_IMODE(path.stat().st_mode)
+            assert mode == (folder_mode if path.is_dir() else file_mode), (path, oct(mode))
+
+
+def test_stale_staging_folders_are_swept(tmp_path):
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()  # a pid that has exited
+    for name in (f".report.partial-{dead}-abc", f".report.old-{dead}-def", ".report.partial-legacy1"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "report.md").write_text("half")
+    (tmp_path / ".other.partial-1-x").mkdir()  # another report's: not ours to touch
+    make_report(tmp_path, "gpt2")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.partial-1-x", "report"]
+    # a run killed between moving the old report aside and moving the new one in: the old one comes back
+    shutil_move = tmp_path / "report"
+    shutil_move.rename(tmp_path / f".report.old-{dead}-zz")
+    result = run("report", "gpt2", *SCENARIO, "--out", tmp_path / "report")
+    assert result.exit_code == 2 and "already holds an llmcalc report" in result.stderr
+    assert (tmp_path / "report" / "llmcalc-report.json").exists()
+
+
+def _send(sig):
+    import os
+
+    os.kill(os.getpid(), sig)
+
+
+STAGES = {  # where the signal arrives: (object.attribute, the call on which to send it; -1: after the first)
+    "building figures": ("llmcalc.report.plots.compute_optimal", 1),
+    "writing files": ("pathlib.Path.write_bytes", 5),
+    "moving the old report aside": ("pathlib.Path.rename", 1),
+    "removing the old copy": ("llmcalc.report.document.shutil.rmtree", 1),
+    "after the swap": ("llmcalc.report.document.write_report", -1),
+    "printing the result": ("llmcalc.cli.emit", 1),  # success decided: the signal is ignored, exit 0
+}
+
+
+@pytest.mark.parametrize("stage", list(STAGES))
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_a_signal_at_any_stage_leaves_one_whole_report(tmp_path, monkeypatch, stage, signame):
+    import importlib
+    import signal
+
+    sig = getattr(signal, signame)
+    out = make_report(tmp_path, "gpt2")
+    old = files_of(out)
+    target, nth = STAGES[stage]
+    module_name, attr = target.rsplit(".", 1)
+    try:
+        owner = importlib.import_module(module_name)
+    except ModuleNotFoundError:
+        module_name, cls = module_name.rsplit(".", 1)
+        owner = getattr(importlib.import_module(module_name), cls)
+    original = getattr(owner, attr)
+    calls = []
+
+    def hooked(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == nth:
+            _send(sig)
+        value = original(*args, **kwargs)
+        if nth == -1 and len(calls) == 1:
+            _send(sig)
+        return value
+
+    monkeypatch.setattr(owner, attr, hooked)
+    result = run("report", "llmcalc-tiny", *SCENARIO, "--out", out, "--force")
+    monkeypatch.undo()
+    assert calls, f"the stage {stage!r} was never reached"
+    if stage == "printing the result":  # one outcome: the report written and said so, exit 0
+        assert result.exit_code == 0 and result.stderr.strip().splitlines() == [
+            f"llmcalc: report written to {out}/ (17 files)"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]
+        return
+    assert result.exit_code == 128 + sig, (stage, result.exit_code, result.output)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"llmcalc: interrupted by {signame}"), result.stderr
+    assert "report written" not in result.output and "Traceback" not in result.output
+    now = files_of(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]  # nothing beside it
+    if now == old:
+        assert "left as it was" in lines[0]
+    else:  # the new report, whole: every file of a complete report, marker included
+        assert "llmcalc-tiny" in now["report.md"].decode() and "is complete" in lines[0]
+        assert set(now) == set(old) - {"tables/params-gpt2.csv", "tables/flops-gpt2.csv", "tables/train-gpt2.csv",
+                                       "tables/memory-gpt2.csv"} | {
+            f"tables/{k}-llmcalc-tiny.csv" for k in ("params", "flops", "train", "memory")}
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # handlers restored
+
+
+@pytest.mark.slow
+def test_signals_to_a_real_process_at_several_moments(tmp_path):
+    """SIGINT and SIGTERM sent to `python -m llmcalc report` after 0.2 .. 3 s: exit 130 / 143 (or 0 when
+    the run was done), the old report or the new one whole, nothing beside it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "report"
+    base = [sys.executable, "-m", "llmcalc", "report", "gpt2", *SCENARIO, "--out", str(out)]
+    subprocess.run(base, check=True, capture_output=True)
+    old = files_of(out)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    outcomes = set()
+    for delay in (0.2, 0.8, 1.5, 2.2, 3.0):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            proc = subprocess.Popen([*base[:4], "llama-3-8b", *base[5:], "--force"], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, env=env)
+            time.sleep(delay)
+            proc.send_signal(sig)
+            stdout, stderr = proc.communicate(timeout=120)
+            assert sorted(p.name for p in tmp_path.iterdir()) == ["report"], (delay, sig)
+            now = files_of(out)
+            lines = stderr.strip().splitlines()
+            if proc.returncode == 0:  # finished before the signal came
+                assert "report written" in stderr and "llama-3-8b" in now["report.md"].decode()
+            else:
+                assert proc.returncode in (128 + sig, -sig), (delay, sig, proc.returncode, stderr)
+                assert "report written" not in stderr and len(lines) <= 1, stderr
+                assert now == old or "llama-3-8b" in now["report.md"].decode()
+            outcomes.add(proc.returncode)
+            # put the gpt2 report back for the next round
+            subprocess.run([*base, "--force"], check=True, capture_output=True)
+            old = files_of(out)
+    assert outcomes & {130, 143}, outcomes  # at least some signals landed mid-run

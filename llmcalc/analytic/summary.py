@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 
 from ..hardware import Accelerator
 from ..spec import ModelSpec
+from ..units import fmt_count
 from .flops import flop_group, step_flops
 from .inference import kv_cache_bytes_per_token
 from .memory import Parallel, training_memory
@@ -39,7 +40,7 @@ class Scenario:
 
     def describe(self) -> str:
         gpu = self.gpu.key if self.gpu else "no GPU"
-        return (f"seq {self.seq_len:,}, {self.tokens:.3g} tokens, {self.n_gpus:,} x {gpu} at MFU {self.mfu:g} "
+        return (f"seq {self.seq_len:,}, {fmt_count(self.tokens)} tokens, {self.n_gpus:,} x {gpu} at MFU {self.mfu:g} "
                 f"({self.dtype}), {self.recipe} + {self.optimizer}, ZeRO-{self.zero} over data parallel, tp "
                 f"{self.tp}, micro-batch {self.micro_batch}, recompute {self.recompute}, "
                 f"{'causal' if self.causal else 'full S²'} FLOPs")
