@@ -20,7 +20,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter  # noqa: E402
 
 from ..units import fmt_usd, si  # noqa: E402
 
@@ -116,6 +116,10 @@ def gib_axis(axis) -> None:
 
 
 def save(fig, path) -> None:
+    for ax in fig.axes:  # log axes: labels on the decades only, never a crowd of 2x10^8, 3x10^8 ...
+        for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
+            if scale == "log":
+                axis.set_minor_formatter(NullFormatter())
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
 
@@ -318,8 +322,10 @@ def memory_vs_batch(df, capacity: float, device: str, micro_batch: int, skipped:
         ax.set_xlim(0.5, peaks["micro_batch"].max() + 0.5)
         mark_x(ax, micro_batch, f"plan: micro-batch {micro_batch}")
     ax.axhline(cap, color=WARN, linestyle="--", linewidth=1.2)
-    ax.annotate(f"{device} capacity: {cap:g} GiB", (0.99, cap), xycoords=("axes fraction", "data"), xytext=(0, 3),
-                textcoords="offset points", color=WARN, fontsize=MIN_POINTS, va="bottom", ha="right",
+    left = len(models) == 1  # bars grow to the right: the left end of the line is free; lines start at the left
+    ax.annotate(f"{device} capacity: {cap:g} GiB", (0.01 if left else 0.99, cap), xycoords=("axes fraction", "data"),
+                xytext=(0, 3), textcoords="offset points", color=WARN, fontsize=MIN_POINTS, va="bottom",
+                ha="left" if left else "right",
                 bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))
     ax.set_ylim(0, top * 1.22)
     ax.set_xlabel("micro-batch (sequences per GPU)")
