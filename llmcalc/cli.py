@@ -259,35 +259,23 @@ def plan(compute, gpu, n_gpus, days, mfu, dtype, fmt):
 @click.option("--sequence-parallel/--no-sequence-parallel", default=True, show_default=True)
 @click.option("--reserve-gib", type=float, default=0.0, show_default=True,
               help="Memory to keep free on the GPU (CUDA context, fragmentation).")
-@click.option("--inference", is_flag=True, help="Serving memory: weights, KV cache, prefill working set.")
-@click.option("--context", type=LENGTH, default="4k", show_default=True, help="Inference: tokens per sequence.")
-@click.option("--weight-dtype", default="bf16", show_default=True, help="Inference: fp16, bf16, fp8, int8, int4.")
-@click.option("--kv-dtype", default="bf16", show_default=True, help="Inference: KV cache dtype.")
-@click.option("--prefill-chunk", type=LENGTH, default="8k", show_default=True,
-              help="Inference: tokens prefilled per step (chunked prefill).")
+@click.option("--inference", is_flag=True, hidden=True, help="Moved: serving memory is `llmcalc serve`.")
+@click.option("--context", "--weight-dtype", "--kv-dtype", "--prefill-chunk", "moved_option", hidden=True,
+              help="Options of the moved --inference mode (kept so that old command lines reach its message).")
 @format_option
 def memory(model, seq_len, batch_size, recipe, optimizer, optimizer_bytes, optimizer_impl, recompute, attention,
-           dropout, gpu,
-           n_gpus, zero, tp, pp, sequence_parallel, reserve_gib, inference, context, weight_dtype, kv_dtype,
-           prefill_chunk, fmt):
-    """Memory per GPU for training (or, with --inference, serving) MODEL, and whether it fits."""
+           dropout, gpu, n_gpus, zero, tp, pp, sequence_parallel, reserve_gib, inference, moved_option, fmt):
+    """Training memory per GPU of MODEL, and whether it fits (serving memory: `llmcalc serve`)."""
     from .presets import load_hardware, load_model
 
+    if inference or moved_option is not None:
+        raise LlmcalcError("memory --inference has moved: use `llmcalc serve MODEL --gpu G --n-gpus N "
+                           "--max-model-len L` (weights, KV cache and blocks per GPU, concurrency)")
     spec = load_model(model)
     device = load_hardware(gpu) if gpu else None
     if reserve_gib < 0:
         raise LlmcalcError(f"--reserve-gib must be >= 0, got {reserve_gib:g}")
     reserve = reserve_gib * 2**30
-    if inference:
-        from .analytic.inference import inference_memory, kv_cache_bytes_per_token, largest_batch
-        from .report.views_memory import inference_memory_document
-
-        settings = dict(weight_dtype=weight_dtype, kv_dtype=kv_dtype, tp=tp, prefill_chunk=prefill_chunk)
-        components = inference_memory(spec, batch_size, context, **settings)
-        largest = None if device is None else largest_batch(spec, context, device.memory_bytes - reserve, **settings)
-        emit(inference_memory_document(spec, components, batch_size, context, kv_cache_bytes_per_token(spec, kv_dtype),
-                                       device, settings, reserve, largest), fmt)
-        return
     from .analytic.memory import Parallel, custom_optimizer, training_memory
     from .report.views_memory import training_memory_document
 
@@ -297,35 +285,82 @@ def memory(model, seq_len, batch_size, recipe, optimizer, optimizer_bytes, optim
     emit(training_memory_document(est, device, reserve), fmt)
 
 
+def _warn(line: str | None) -> None:
+    if line:
+        click.echo(f"llmcalc: warning: {line}", err=True)
+
+
+def serving_options(func):
+    options = [
+        click.option("--weight-dtype", default="bf16", show_default=True,
+                     help="bf16, fp16, fp8, int8, int4 (group-wise scales, group 128) or fp32."),
+        click.option("--kv-dtype", default=None, help="KV cache dtype (default: the activation dtype, bf16 or fp16)."),
+        click.option("--compute-dtype", default=None,
+                     help="Which peak to use (default: fp8 for fp8 weights where the device has it, else bf16)."),
+        click.option("--n-gpus", type=POSITIVE_INT, default=1, show_default=True, help="Tensor-parallel GPUs."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
 @cli.command()
 @click.argument("model")
 @click.option("--gpu", required=True, help="Accelerator preset.")
 @click.option("--prompt", type=LENGTH, default="2k", show_default=True, help="Prompt tokens per sequence.")
 @click.option("--generate", type=POSITIVE_INT, default=256, show_default=True, help="Tokens to generate.")
 @click.option("--batch-size", type=POSITIVE_INT, default=1, show_default=True)
-@click.option("--weight-dtype", default="bf16", show_default=True, help="fp16, bf16, fp8, int8, int4.")
-@click.option("--kv-dtype", default=None, help="KV cache dtype (default: bf16, or fp16 with fp16 weights).")
-@click.option("--compute-dtype", default=None, help="Which peak to use (default: fp8 for fp8 weights, else bf16).")
-@click.option("--n-gpus", type=POSITIVE_INT, default=1, show_default=True, help="Tensor-parallel GPUs.")
+@serving_options
 @format_option
 def infer(model, gpu, prompt, generate, batch_size, weight_dtype, kv_dtype, compute_dtype, n_gpus, fmt):
     """Prefill and decode time and tokens/s of MODEL on a GPU: a roofline, an upper bound on speed."""
-    from .analytic.inference import InferenceEstimate, check_inference
-    from .analytic.memory import dtype_bytes
-    from .hardware import canonical_dtype
+    from .analytic.inference import InferenceEstimate, check_inference, context_warning, resolve_dtypes
     from .presets import load_hardware, load_model
     from .report.views_memory import infer_document
 
     spec = load_model(model)
+    accelerator = load_hardware(gpu)
     check_inference(batch_size, prompt, generate)
-    dtype_bytes(weight_dtype)
-    kv_dtype = kv_dtype or ("fp16" if weight_dtype == "fp16" else "bf16")
-    dtype_bytes(kv_dtype)
-    compute_dtype = canonical_dtype(compute_dtype or ("fp8" if weight_dtype == "fp8" else
-                                                      "fp16" if weight_dtype == "fp16" else "bf16"))
-    est = InferenceEstimate(spec, load_hardware(gpu), batch_size, prompt, generate, weight_dtype, kv_dtype,
-                            compute_dtype, n_gpus)
+    weight_dtype, kv_dtype, compute_dtype = resolve_dtypes(accelerator, weight_dtype, kv_dtype, compute_dtype)
+    est = InferenceEstimate(spec, accelerator, batch_size, prompt, generate, weight_dtype, kv_dtype, compute_dtype,
+                            n_gpus)
+    _warn(context_warning(spec, prompt + generate))
     emit(infer_document(est), fmt)
+
+
+@cli.command()
+@click.argument("model")
+@click.option("--gpu", required=True, help="Accelerator preset.")
+@serving_options
+@click.option("--max-model-len", type=LENGTH, default=None,
+              help="Tokens per request the KV cache must hold (default: the model's max_position_embeddings).")
+@click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True,
+              help="Share of each GPU's memory vLLM may use (weights, activations, KV cache).")
+@click.option("--block-size", type=POSITIVE_INT, default=16, show_default=True, help="Tokens per paged-KV block.")
+@format_option
+def serve(model, gpu, weight_dtype, kv_dtype, compute_dtype, n_gpus, max_model_len, gpu_memory_utilization,
+          block_size, fmt):
+    """Serving MODEL on N GPUs (tensor parallel), sized as vLLM sizes it: weights and paged KV cache per
+    GPU, concurrent sequences at the max length, throughput and latency against concurrency."""
+    from .analytic.inference import check_tp, context_warning, resolve_dtypes
+    from .analytic.serving import ServeEstimate
+    from .presets import load_hardware, load_model
+    from .report.views_serve import serve_document
+
+    spec = load_model(model)
+    accelerator = load_hardware(gpu)
+    if spec.architecture != "decoder":
+        raise LlmcalcError(f"serve covers decoder-only models; {spec.name} is {spec.architecture}")
+    check_tp(spec, n_gpus)
+    weight_dtype, kv_dtype, compute_dtype = resolve_dtypes(accelerator, weight_dtype, kv_dtype, compute_dtype)
+    if max_model_len is None:
+        if spec.max_seq_len is None:
+            raise LlmcalcError(f"{spec.name}'s config gives no max_position_embeddings; pass --max-model-len")
+        max_model_len = spec.max_seq_len
+    est = ServeEstimate(spec, accelerator, n_gpus, max_model_len, gpu_memory_utilization, weight_dtype, kv_dtype,
+                        compute_dtype, block_size)
+    _warn(context_warning(spec, max_model_len))
+    emit(serve_document(est), fmt)
 
 
 def scenario_options(func):
@@ -392,19 +427,21 @@ def compare(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe,
                    "other folder is refused).")
 @click.option("--profile", "profile_mode", type=click.Choice(["none", "virtual", "real"]), default="none",
               show_default=True, help="Also profile each model and show formulas against measurements.")
+@click.option("--serve", "serving", is_flag=True,
+              help="Add serving figures: KV blocks, concurrency and throughput at --seq-len tokens per request.")
 @format_option
 def report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, zero, tp, micro_batch, recompute,
-           causal, out, force, profile_mode, fmt):
+           causal, out, force, profile_mode, serving, fmt):
     """A planning report for MODELS: report.md, self-contained report.html, figures (PNG), tables (CSV)."""
     from .report.interrupts import signals_as_interrupts
 
     with signals_as_interrupts():  # Ctrl-C: exit 130, SIGTERM: 143; the old report or the new one, whole
         _report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, zero, tp, micro_batch,
-                recompute, causal, out, force, profile_mode, fmt)
+                recompute, causal, out, force, profile_mode, serving, fmt)
 
 
 def _report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, zero, tp, micro_batch, recompute,
-            causal, out, force, profile_mode, fmt):
+            causal, out, force, profile_mode, serving, fmt):
     from pathlib import Path
 
     from .presets import load_hardware, load_model, model_source
@@ -427,7 +464,7 @@ def _report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe,
     meta = provenance(getattr(click.get_current_context().find_root().command, "argv", sys.argv[1:]), sources,
                       scenario)
     profiles = None
-    steps = 6 + (len(specs) if profile_mode != "none" else 0)
+    steps = 6 + (len(specs) if profile_mode != "none" else 0) + serving
     progress = Progress(steps, "report")
     try:
         if profile_mode != "none":
@@ -446,7 +483,7 @@ def _report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe,
                                                        peak_flops=peak, peak_source=source)
         from .report.planning import build_report
 
-        built = build_report(specs, sources, scenario, load_hardware, profiles, progress, meta)
+        built = build_report(specs, sources, scenario, load_hardware, profiles, progress, serving, meta)
     except Interrupted as exc:
         exc.state = outcome(target, meta)
         raise

@@ -6,9 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from llmcalc.analytic.activations import activation_memory, layer_saved, scaled
-from llmcalc.analytic.inference import (
-    InferenceEstimate, inference_memory, kv_cache_bytes_per_token, largest_batch,
-)
+from llmcalc.analytic.inference import InferenceEstimate, kv_cache_bytes_per_token
 from llmcalc.analytic.memory import OPTIMIZERS, RECIPES, Parallel, custom_optimizer, training_memory
 from llmcalc.analytic.params import count_params
 from llmcalc.cli import cli
@@ -135,16 +133,6 @@ def test_decode_is_memory_bound_at_batch_1():
     assert est.compute_bound_batch(with_kv=False) == pytest.approx(989.4 / 3.35, rel=0.02)
 
 
-def test_inference_memory_and_largest_batch():
-    spec = load_model("llama-3-8b")
-    parts = inference_memory(spec, 16, 32768, kv_dtype="fp8")
-    assert parts["KV cache"] == 16 * 32768 * 64 * 2**10
-    cap = load_hardware("h100-sxm").memory_bytes
-    b = largest_batch(spec, 32768, cap, kv_dtype="fp8")
-    assert sum(inference_memory(spec, b, 32768, kv_dtype="fp8").values()) <= cap
-    assert sum(inference_memory(spec, b + 1, 32768, kv_dtype="fp8").values()) > cap
-
-
 def run(*args):
     return CliRunner().invoke(cli, [str(a) for a in args])
 
@@ -159,9 +147,6 @@ def test_memory_cli_json():
                                               "logits and loss", "ZeRO-3 gathered layer", "recompute working set",
                                               "autocast weight cache")),
         sum(data["components"][k] for k in ("weights", "gradients", "master weights", "optimizer states"))))
-    inference = json.loads(run("memory", "llama-3-8b", "--inference", "--context", "32k", "--batch-size", 16,
-                               "--kv-dtype", "fp8", "--format", "json").stdout)
-    assert inference["kv_cache_bytes"] == 32 * GIB
     infer = json.loads(run("infer", "llama-3-8b", "--gpu", "h100-sxm", "--prompt", "2k", "--generate", 256,
                            "--batch-size", 8, "--format", "json").stdout)
     assert {"prefill_seconds", "decode_seconds_per_token", "tokens_per_second"} <= set(infer)
@@ -171,16 +156,30 @@ def test_memory_cli_json():
 @pytest.mark.parametrize("args, message", [
     (["memory", "llama-3-8b", "--zero", "4"], "ZeRO stage must be 0, 1, 2 or 3, got 4"),
     (["memory", "llama-3-8b", "--tp", "3"], "tp=3 does not divide the heads"),
-    (["memory", "llama-3-8b", "--inference", "--context", "-5"], "must be a positive number of tokens"),
+    (["memory", "llama-3-8b", "--inference", "--context", "32k"], "memory --inference has moved: use `llmcalc serve"),
     (["memory", "llama-3-8b", "--recipe", "fp64"], "unknown recipe 'fp64'; known: fp32, bf16-mixed"),
     (["memory", "llama-3-8b", "--optimizer", "adagrad"], "unknown optimizer 'adagrad'"),
     (["memory", "llama-3-8b", "--n-gpus", "12", "--tp", "8"], "must be a multiple of tp x pp"),
     (["memory", "t5-small"], "covers decoder-only models"),
     (["infer", "bert-base-uncased", "--gpu", "h100-sxm"], "is an encoder: it generates nothing"),
-    (["infer", "llama-3-8b", "--gpu", "h100-sxm", "--weight-dtype", "int3"], "unknown dtype 'int3'"),
+    (["infer", "llama-3-8b", "--gpu", "h100-sxm", "--weight-dtype", "int3"], "unknown weight dtype 'int3'"),
 ])
 def test_bad_input(args, message):
     result = run(*args)
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+def test_kv_activations_never_split_below_one_head():
+    """Llama-3-70B has 8 KV heads: at tp 16 each rank still saves one head of K and V (replicated), not half."""
+    spec = load_model("llama-3-70b")
+    items = layer_saved(spec, 0, 1, 4096, 2)
+    (kv,) = [x for x in items if x.kv_heads]
+    (q,) = [x for x in items if x.name.startswith("Q after RoPE")]
+    one_head = 4096 * 2 * 1 * 128 * 2  # tokens x (K, V) x one head x d_head x 2 bytes
+    assert kv.per_rank(8, True) == kv.per_rank(16, True) == one_head
+    assert kv.per_rank(4, True) == 2 * one_head
+    assert q.per_rank(16, True) == 4096 * 64 * 128 * 2 / 16
+    est8, est16 = (training_memory(spec, 1, 4096, parallel=Parallel(tp, tp=tp)) for tp in (8, 16))
+    assert est16.activations.per_layer[kv.name] == est8.activations.per_layer[kv.name] == 80 * one_head

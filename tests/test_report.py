@@ -86,8 +86,16 @@ def test_report_for_one_model(tmp_path):
 
 
 def test_report_for_two_models(tmp_path):
-    out = make_report(tmp_path, "llama-3-8b", "mistral-7b")
+    out = make_report(tmp_path, "llama-3-8b", "mistral-7b", extra=("--serve",))
     check_files(out, 2)
+    # --serve: each model's serving tables, the same figures `serve` prints, at --seq-len per request
+    assert "## Serving" in (out / "report.md").read_text() and "### llama-3-8b on 1 x h100-sxm" in (
+        out / "report.md").read_text()
+    serve = cli_json("serve", "llama-3-8b", "--gpu", "h100-sxm", "--max-model-len", "4096")
+    rows = read_csv(out / "tables" / "serve-llama-3-8b.csv")
+    assert [int(r["concurrency"]) for r in rows] == [r["concurrency"] for r in serve["throughput"]]
+    assert [float(r["tokens_per_second"]) for r in rows] == pytest.approx(
+        [r["tokens_per_second"] for r in serve["throughput"]])
     records = read_csv(out / "tables" / "compare.csv")
     compare = cli_json("compare", "llama-3-8b", "mistral-7b", *SCENARIO, "--zero", "3")
     assert [r["model"] for r in records] == [m["model"] for m in compare["models"]]

@@ -14,6 +14,8 @@ Conventions:
   the column/row-parallel region), "sp" only with sequence parallelism (norm inputs, the inputs
   of the first linear of each sub-block, residual dropout masks: Korthikanti's "10·sbh"), and
   "s2" marks the attention S² buffers (split across t; dropped by selective recomputation).
+  A tensor of K/V heads (``kv_heads`` set) splits across t only down to one head per rank: when
+  t > KV heads each rank keeps a replica of one (GQA/MQA), so it is divided by min(t, KV heads).
 """
 
 from __future__ import annotations
@@ -35,6 +37,12 @@ class Saved:
     name: str
     nbytes: float
     scope: str  # "tp", "sp" or "s2"
+    kv_heads: int | None = None  # K/V heads it holds: never split below one per rank
+
+    def per_rank(self, tp: int, sequence_parallel: bool) -> float:
+        if self.scope == "sp" and not sequence_parallel:
+            return self.nbytes
+        return self.nbytes / (min(tp, self.kv_heads) if self.kv_heads else tp)
 
 
 def _norm_saved(spec: ModelSpec, what: str, tokens: int, width: int, act_bytes: float) -> list[Saved]:
@@ -60,8 +68,9 @@ def _attention_saved(spec: ModelSpec, tokens: int, batch: int, seq: int, act_byt
                 Saved("kv_b input (normed KV latent)", tokens * spec.kv_lora_rank * act_bytes, "sp"),
                 Saved("Q, K after RoPE, V (attention inputs)", tokens * H * (2 * qk + v_dim) * act_bytes, "tp")]
     else:
-        qkv = (H + 2 * spec.n_kv_heads) * spec.d_head  # GQA: K and V saved unexpanded
-        out.append(Saved("Q, K after RoPE, V (attention inputs)", tokens * qkv * act_bytes, "tp"))
+        out += [Saved("Q after RoPE (attention input)", tokens * H * spec.d_head * act_bytes, "tp"),
+                Saved("K after RoPE, V (attention inputs; GQA: unexpanded)",
+                      tokens * 2 * spec.n_kv_heads * spec.d_head * act_bytes, "tp", spec.n_kv_heads)]
         v_dim = spec.d_head
     if attention == "flash":  # sdpa flash/efficient: saves its output and fp32 logsumexp, no S²
         out += [Saved("attention output O (saved by sdpa)", tokens * H * v_dim * act_bytes, "tp"),
@@ -131,7 +140,7 @@ def layer_saved(spec: ModelSpec, layer: int, batch: int, seq: int, act_bytes: fl
 
 def scaled(items: list[Saved], tp: int, sequence_parallel: bool) -> float:
     """Bytes per GPU of a layer's saved tensors under tensor parallelism t (Korthikanti Table 2)."""
-    return sum(s.nbytes / tp if (s.scope != "sp" or sequence_parallel) else s.nbytes for s in items)
+    return sum(s.per_rank(tp, sequence_parallel) for s in items)
 
 
 @dataclass(frozen=True)
@@ -175,7 +184,7 @@ def activation_memory(spec: ModelSpec, batch: int, seq: int, act_bytes: float, r
         elif recompute == "selective":
             items = [s for s in items if s.scope != "s2"]
         for s in items:
-            value = (s.nbytes / tp if (s.scope != "sp" or sequence_parallel) else s.nbytes) * in_flight
+            value = s.per_rank(tp, sequence_parallel) * in_flight
             per_layer[s.name] = per_layer.get(s.name, 0.0) + value
     tokens = batch * seq
     final = _norm_saved(spec, "final", tokens, spec.d_model, act_bytes) + [

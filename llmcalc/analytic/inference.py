@@ -1,39 +1,112 @@
-"""Inference: KV cache, weight memory at a serving dtype, and a roofline for prefill and decode.
+"""Inference: KV cache (and its split under tensor parallelism), weights at a serving dtype, and a
+roofline for prefill and decode.
 
 Roofline (Williams et al. 2009): a step takes max(FLOPs / peak FLOP/s, bytes moved / memory
-bandwidth). Prefill moves the weights once and writes the prompt's KV cache; each decode step
-reads every weight and the whole KV cache so far. Peaks are the datasheet's dense figures: the
-result is an upper bound on speed (a lower bound on time), not a forecast.
+bandwidth), per GPU. Prefill moves the weights once and writes the prompt's KV cache; each decode
+step reads the weights the step's tokens use and the whole KV cache so far. Peaks are the
+datasheet's dense figures: the result is an upper bound on speed (a lower bound on time).
+
+Conventions (printed with the results):
+- MoE: a decode step of b sequences reads only the experts its b·k routed tokens hit. Under
+  uniform routing the expected number of distinct experts per MoE layer is E·(1 - (1 - k/E)^b)
+  (each expert is missed by one token with probability 1 - k/E); at b = 1 that is k, so batch 1
+  reads exactly the active parameters.
+- MLA (DeepSeek-V2 sec. 2.1.2): decode runs the absorbed form (W_UK folded into the query, W_UV
+  into the output): it attends over the cached latent (kv_lora_rank + qk_rope_head_dim per token
+  and layer), which is also what it reads. Prefill runs the plain form (K and V decompressed), as
+  DeepSeek's and vLLM's kernels do.
+- Tensor parallelism over tp GPUs: query heads split; KV heads split down to one per rank and no
+  further: when tp > KV heads each rank keeps a replica of one KV head (vLLM's
+  max(1, n_kv_heads // tp)); the MLA latent is replicated on every rank.
+- Decode over a generation is a closed-form sum: a step's FLOPs and bytes are linear in its
+  context, so the sum of max(compute, memory) over contexts is two arithmetic series.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from ..errors import LlmcalcError
-from ..hardware import Accelerator
+from ..hardware import Accelerator, canonical_dtype
 from ..spec import ModelSpec
 from .flops import forward_ops
 from .memory import dtype_bytes
 from .params import count_params
 
+# Group-wise int4 weight quantisation as GPTQ/AWQ checkpoints store it (and vLLM loads it): groups of
+# 128 input weights share one fp16 scale (2 B) and one packed 4-bit zero point (0.5 B).
+INT4_GROUP_SIZE = 128
+INT4_GROUP_BYTES = 2.0 + 0.5
+WEIGHT_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8", "int4")
+KV_DTYPES = ("fp32", "bf16", "fp16", "fp8")  # what vLLM's --kv-cache-dtype can be (auto = the model dtype)
+QUANTISATION_NOTES = {
+    "int4": f"int4 weights with group-wise scales: groups of {INT4_GROUP_SIZE} weights share an fp16 scale (2 B) and "
+            f"a 4-bit zero point (0.5 B), {0.5 + INT4_GROUP_BYTES / INT4_GROUP_SIZE:g} B per weight (GPTQ/AWQ layout)",
+    "int8": "int8 weights (W8A8/W8A16): per-output-channel scales, under 0.1 % of the weights, not counted",
+    "fp8": "fp8 (e4m3) weights: per-tensor or per-channel scales, under 0.1 % of the weights, not counted",
+}
+# What a quantised checkpoint leaves in 16 bits: embeddings, LM head, norms, router, biases (vLLM
+# quantises the Linear layers inside the blocks only).
+UNQUANTISED = ("bias", "router", "q_a_norm", "kv_a_norm", "relative_position_bias")
+# Linear layers vLLM keeps whole on every rank: the router and MLA's down-projections (ReplicatedLinear).
+REPLICATED = ("router", "q_a_proj", "kv_a_proj")
+
+
+def check_tp(spec: ModelSpec, tp: int) -> None:
+    """vLLM's rule: tp divides the attention heads, and the KV heads divide tp or tp divides them."""
+    if not isinstance(tp, int) or tp < 1:
+        raise LlmcalcError(f"tensor parallelism must be a whole number >= 1, got {tp!r}")
+    if spec.n_heads % tp:
+        divisors = [d for d in (1, 2, 4, 8, 16, 32, 64) if spec.n_heads % d == 0]
+        raise LlmcalcError(f"--n-gpus {tp} does not divide the {spec.n_heads} attention heads of {spec.name}; "
+                           f"use one of {', '.join(map(str, divisors))}")
+    kv = spec.n_kv_heads
+    if not spec.is_mla and kv % tp and tp % kv:
+        raise LlmcalcError(f"--n-gpus {tp} neither divides nor is a multiple of the {kv} KV heads of {spec.name}")
+
+
+def kv_heads_per_gpu(spec: ModelSpec, tp: int = 1) -> int:
+    """KV heads each rank holds: split by tp, never below one (replicated when tp > KV heads); MLA's
+    latent is one shared 'head', replicated on every rank."""
+    return 1 if spec.is_mla else max(1, spec.n_kv_heads // tp)
+
+
+def _kv_layers(spec: ModelSpec) -> int:
+    if spec.architecture == "encoder":
+        raise LlmcalcError(f"{spec.name} is an encoder: it generates nothing and keeps no KV cache")
+    return spec.n_decoder_layers if spec.architecture == "encoder-decoder" else spec.n_layers
+
 
 def kv_cache_bytes_per_token(spec: ModelSpec, kv_dtype: str = "bf16") -> float:
-    """Bytes of KV cache one token adds across all layers.
+    """Bytes of KV cache one token adds across all layers (the whole model, before any split).
 
     MHA/GQA/MQA: 2 (K and V) x layers x n_kv_heads x d_head x bytes. MLA (DeepSeek-V2 sec. 2.1.2):
     the compressed latent plus the decoupled RoPE key, layers x (kv_lora_rank + qk_rope_head_dim)
     x bytes, as DeepSeek serves it (the HF reference caches decompressed K and V instead).
     Encoder-decoder: the decoder's self-attention cache (cross-attention K/V are per source token,
-    see ``cross_kv_bytes``).
+    see ``cross_kv_bytes_per_source_token``).
     """
-    if spec.architecture == "encoder":
-        raise LlmcalcError(f"{spec.name} is an encoder: it generates nothing and keeps no KV cache")
+    layers = _kv_layers(spec)
     b = dtype_bytes(kv_dtype)
-    layers = spec.n_decoder_layers if spec.architecture == "encoder-decoder" else spec.n_layers
     if spec.is_mla:
         return layers * (spec.kv_lora_rank + spec.qk_rope_head_dim) * b
     return 2 * layers * spec.n_kv_heads * spec.d_head * b
+
+
+def kv_cache_bytes_per_token_per_gpu(spec: ModelSpec, kv_dtype: str = "bf16", tp: int = 1) -> float:
+    """One token's KV cache on one of tp ranks: KV heads split down to one per rank (replicated
+    beyond), MLA's latent whole on every rank."""
+    if spec.is_mla:
+        return kv_cache_bytes_per_token(spec, kv_dtype)
+    return 2 * _kv_layers(spec) * kv_heads_per_gpu(spec, tp) * spec.d_head * dtype_bytes(kv_dtype)
+
+
+def state_bytes_per_sequence(spec: ModelSpec, tp: int = 1) -> float:
+    """Constant per-sequence state on one rank, beside the per-token KV cache. Attention layers keep
+    none; recurrent layers (Mamba, DeltaNet) keep a fixed-size state per sequence, added here."""
+    return 0.0
 
 
 def cross_kv_bytes_per_source_token(spec: ModelSpec, kv_dtype: str = "bf16") -> float:
@@ -43,34 +116,143 @@ def cross_kv_bytes_per_source_token(spec: ModelSpec, kv_dtype: str = "bf16") -> 
     return 2 * spec.n_decoder_layers * spec.n_heads * spec.d_head * dtype_bytes(kv_dtype)
 
 
-def weight_bytes(spec: ModelSpec, weight_dtype: str = "bf16") -> float:
-    """All parameters at one dtype (int4 = 0.5 bytes). Quantisation scales/zero-points not included."""
-    return count_params(spec).total * dtype_bytes(weight_dtype)
+# --- weights --------------------------------------------------------------------------------------
+
+def _base_dtype(weight_dtype: str) -> str:
+    """The dtype of what a quantised checkpoint leaves unquantised (fp16 with fp16, else bf16)."""
+    return weight_dtype if weight_dtype in ("fp32", "bf16", "fp16") else "bf16"
 
 
-def weight_bytes_read_per_step(spec: ModelSpec, weight_dtype: str = "bf16") -> float:
-    """Weights one forward step streams from memory: every matmul weight (LM head included), but of
-    the lookup tables (untied token embedding, positions, token types) only the rows used, ~0."""
-    count = count_params(spec)
-    lookups = sum(count.components.get(k, 0) for k in ("embedding/positions", "embedding/token_types"))
-    if not (spec.lm_head and spec.tie_embeddings):  # a tied table is read whole by the head matmul
-        lookups += count.components["embedding/tokens"]
-    return (count.total - lookups) * dtype_bytes(weight_dtype)
+def bytes_per_weight(weight_dtype: str) -> float:
+    """Bytes per quantised matmul weight, group scales included (int4: 0.5 + 2.5/128)."""
+    if weight_dtype not in WEIGHT_DTYPES:
+        raise LlmcalcError(f"unknown weight dtype {weight_dtype!r}; use one of {', '.join(WEIGHT_DTYPES)}")
+    extra = INT4_GROUP_BYTES / INT4_GROUP_SIZE if weight_dtype == "int4" else 0.0
+    return dtype_bytes(weight_dtype) + extra
 
 
-def decode_ops(spec: ModelSpec, batch: int, context: int) -> dict[str, int]:
-    """Forward FLOPs of one decode step: one new token per sequence attending to `context` tokens."""
-    if spec.architecture != "decoder":
-        raise LlmcalcError("the decode roofline covers decoder-only models")
-    ops = forward_ops(spec, batch, 1)  # projections, FFN and head for one token per sequence
-    for op in ops:  # at S = 1 the S² ops cost 2·B·H·d for one key; the new token sees `context` keys
-        if op.endswith(("/scores", "/values")):
-            ops[op] *= context
-    return ops
+def _is_quantised(key: str) -> bool:
+    group, name = key.split("/")
+    return group.split(".")[-1] in ("attention", "cross_attention", "mlp", "moe") and name not in UNQUANTISED
 
 
 @dataclass(frozen=True)
+class WeightLayout:
+    """Weight bytes of a model at a serving dtype, whole and per tensor-parallel rank.
+
+    ``per_gpu`` splits every matrix by tp except the replicated ones (norms, router, MLA
+    down-projections) and K/V projections, of which each rank keeps its KV heads (one at least).
+    ``expert_bytes`` is one routed expert of one layer, whole model (split by tp on a rank).
+    """
+
+    total: float
+    per_gpu: float
+    lookups_per_gpu: float  # embedding rows a step reads ~none of (untied token table, positions)
+    experts_per_gpu: float  # all routed experts on one rank
+    expert_bytes: float  # one routed expert of one layer, whole
+
+    def read_per_gpu(self, spec: ModelSpec, tokens: int, tp: int) -> float:
+        """Bytes one rank streams in a forward step over `tokens` tokens: every matmul weight but
+        the routed experts the tokens miss and the lookup tables' unused rows."""
+        dense = self.per_gpu - self.lookups_per_gpu - self.experts_per_gpu
+        if not spec.is_moe:
+            return dense
+        return dense + spec.n_moe_layers * expected_experts(spec, tokens) * self.expert_bytes / tp
+
+
+def weight_layout(spec: ModelSpec, weight_dtype: str = "bf16", tp: int = 1) -> WeightLayout:
+    q = bytes_per_weight(weight_dtype)
+    base = dtype_bytes(_base_dtype(weight_dtype))
+    total = per_gpu = lookups = experts = 0.0
+    kv_share = kv_heads_per_gpu(spec, tp) / spec.n_kv_heads
+    for key, n in count_params(spec).components.items():
+        nbytes = n * (q if _is_quantised(key) else base)
+        name = key.split("/")[1]
+        total += nbytes
+        if key.startswith("norm") or name.endswith("norm") or name in REPLICATED:
+            share = 1.0
+        elif name in ("k_proj", "v_proj") and "cross" not in key:
+            share = kv_share
+        else:
+            share = 1.0 / tp
+        per_gpu += nbytes * share
+        if key in ("embedding/positions", "embedding/token_types") or (
+                key == "embedding/tokens" and not (spec.lm_head and spec.tie_embeddings)):
+            lookups += nbytes * share  # a tied table is read whole by the head matmul
+        if key == "moe/experts":
+            experts += nbytes * share
+    expert = (experts * tp / (spec.n_moe_layers * spec.n_experts)) if spec.is_moe else 0.0
+    return WeightLayout(total, per_gpu, lookups, experts, expert)
+
+
+def weight_bytes(spec: ModelSpec, weight_dtype: str = "bf16") -> float:
+    """All parameters: block matmuls at `weight_dtype` (int4 with its group scales), the rest in 16 bits."""
+    return weight_layout(spec, weight_dtype).total
+
+
+def expected_experts(spec: ModelSpec, tokens: int) -> float:
+    """Distinct routed experts `tokens` tokens hit in one MoE layer under uniform top-k routing:
+    E·(1 - (1 - k/E)^tokens). One token: k; many: all E."""
+    E, k = spec.n_experts, spec.n_experts_per_token
+    return E * (1 - (1 - k / E) ** tokens)
+
+
+# --- FLOPs ----------------------------------------------------------------------------------------
+
+def _mla_absorbed(spec: ModelSpec, ops: dict[str, int]) -> dict[str, int]:
+    """One token's attention in MLA's absorbed form per key: the query's no-RoPE part maps into the
+    latent (W_UK), scores run over latent + RoPE key, values over the latent, W_UV maps back."""
+    L, H, r, rope = spec.n_layers, spec.n_heads, spec.kv_lora_rank, spec.qk_rope_head_dim
+    out = {k: v for k, v in ops.items() if k not in ("attention/kv_b_proj", "attention/scores", "attention/values")}
+    out["attention/absorb_uk"] = L * 2 * H * spec.qk_nope_head_dim * r
+    out["attention/absorb_uv"] = L * 2 * H * r * spec.v_head_dim
+    out["attention/scores"] = L * 2 * H * (r + rope)  # per key
+    out["attention/values"] = L * 2 * H * r  # per key
+    return out
+
+
+def decode_ops(spec: ModelSpec, batch: int, context: int) -> dict[str, int]:
+    """Forward FLOPs of one decode step: one new token per sequence attending to `context` keys
+    (its own included). MLA in the absorbed form."""
+    if spec.architecture != "decoder":
+        raise LlmcalcError(f"the decode roofline covers decoder-only models; {spec.name} is {spec.architecture}")
+    ops = forward_ops(spec, 1, 1)  # one token: at S = 1 the S² ops give their cost per key
+    if spec.is_mla:
+        ops = _mla_absorbed(spec, ops)
+    return {k: v * batch * (context if k.endswith(("/scores", "/values")) else 1) for k, v in ops.items()}
+
+
+def _decode_slopes(spec: ModelSpec) -> tuple[int, int]:
+    """(FLOPs per sequence independent of context, FLOPs per sequence per key) of a decode step."""
+    per_key = decode_ops(spec, 1, 1)
+    core = sum(v for k, v in per_key.items() if k.endswith(("/scores", "/values")))
+    return sum(per_key.values()) - core, core
+
+
+def _sum_linear(a: float, b: float, c0: int, c1: int) -> float:
+    """Σ_{c=c0}^{c1} (a + b·c), 0 for an empty range."""
+    n = c1 - c0 + 1
+    return n * a + b * (c0 + c1) * n / 2 if n > 0 else 0.0
+
+
+def sum_max_linear(a1: float, b1: float, a2: float, b2: float, c0: int, c1: int) -> float:
+    """Σ_{c=c0}^{c1} max(a1 + b1·c, a2 + b2·c) in closed form: the two lines cross at most once."""
+    if c1 < c0:
+        return 0.0
+    if b1 == b2:
+        return _sum_linear(*((a1, b1) if a1 >= a2 else (a2, b2)), c0, c1)
+    cross = (a2 - a1) / (b1 - b2)  # line 1 above line 2 for c > cross when b1 > b2
+    split = min(max(math.floor(cross), c0 - 1), c1)
+    low, high = ((a2, b2), (a1, b1)) if b1 > b2 else ((a1, b1), (a2, b2))
+    return _sum_linear(*low, c0, split) + _sum_linear(*high, split + 1, c1)
+
+
+# --- roofline -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
 class Roofline:
+    """One step on one GPU: its FLOPs and bytes, against that GPU's peak and bandwidth."""
+
     flops: float
     bytes: float
     peak: float
@@ -98,6 +280,53 @@ class Roofline:
         return self.flops / self.bytes
 
 
+def default_compute_dtype(weight_dtype: str, accelerator: Accelerator) -> str:
+    """fp8 weights run fp8 matmuls where the device has them; fp32 weights fp32; fp16 weights fp16; else
+    bf16 (fp16 on devices without bf16, as vLLM casts on a V100). int8/int4 are weight-only:
+    dequantised to 16 bits."""
+    if weight_dtype == "fp8" and "fp8" in accelerator.peak_flops:
+        return "fp8"
+    if weight_dtype == "fp32":
+        return "fp32"
+    if weight_dtype == "fp16" or "bf16" not in accelerator.peak_flops:
+        return "fp16"
+    return "bf16"
+
+
+def check_kv_dtype(kv_dtype: str, accelerator: Accelerator) -> str:
+    """A KV dtype the device holds natively (from the preset's peaks: fp8 needs an fp8 rate)."""
+    try:
+        dtype = canonical_dtype(kv_dtype)
+    except LlmcalcError:
+        dtype = None
+    if dtype not in KV_DTYPES:
+        raise LlmcalcError(f"unknown KV cache dtype {kv_dtype!r}; use one of {', '.join(KV_DTYPES)} (e4m3/e5m2 are fp8)")
+    if dtype not in accelerator.peak_flops:
+        held = [d for d in ("fp32", "bf16", "fp16", "fp8") if d in accelerator.peak_flops]
+        raise LlmcalcError(f"{accelerator.key} has no {dtype} support (its preset lists no {dtype} rate), so it "
+                           f"cannot hold a {dtype} KV cache; use --kv-dtype {' or '.join(held)}")
+    return dtype
+
+
+def resolve_dtypes(accelerator: Accelerator, weight_dtype: str, kv_dtype: str | None = None,
+                   compute_dtype: str | None = None) -> tuple[str, str, str]:
+    """(weight, KV, compute) dtypes checked against the device; KV defaults to the activation dtype."""
+    weight = weight_dtype.lower()
+    bytes_per_weight(weight)
+    compute = canonical_dtype(compute_dtype) if compute_dtype else default_compute_dtype(weight, accelerator)
+    accelerator.peak(compute)
+    kv = check_kv_dtype(kv_dtype or (compute if compute in ("fp32", "fp16") else "bf16"), accelerator)
+    return weight, kv, compute
+
+
+def context_warning(spec: ModelSpec, tokens: int) -> str | None:
+    """A warning line when `tokens` exceed the model's trained positions (the figure is still computed)."""
+    if spec.max_seq_len is not None and tokens > spec.max_seq_len:
+        return (f"{tokens:,} tokens exceed {spec.name}'s max_position_embeddings ({spec.max_seq_len:,}); "
+                f"the figures are computed anyway")
+    return None
+
+
 @dataclass(frozen=True)
 class InferenceEstimate:
     spec: ModelSpec
@@ -108,50 +337,86 @@ class InferenceEstimate:
     weight_dtype: str
     kv_dtype: str
     compute_dtype: str
-    n_gpus: int = 1  # tensor-parallel devices sharing the weights, FLOPs and bandwidth
+    n_gpus: int = 1  # tensor-parallel GPUs
 
-    def _roof(self, flops: float, nbytes: float) -> Roofline:
-        n = self.n_gpus
-        return Roofline(flops, nbytes, self.accelerator.peak(self.compute_dtype) * n,
-                        self.accelerator.memory_bandwidth * n)
+    def __post_init__(self) -> None:
+        if self.spec.architecture != "decoder":
+            _kv_layers(self.spec)  # an encoder: one clear line
+            raise LlmcalcError(f"the decode roofline covers decoder-only models; {self.spec.name} is "
+                               f"{self.spec.architecture}")
+        check_tp(self.spec, self.n_gpus)
+
+    @cached_property
+    def layout(self) -> WeightLayout:
+        return weight_layout(self.spec, self.weight_dtype, self.n_gpus)
+
+    @cached_property
+    def _slopes(self) -> tuple[int, int]:
+        return _decode_slopes(self.spec)
+
+    def _roof(self, flops: float, nbytes_per_gpu: float) -> Roofline:
+        return Roofline(flops / self.n_gpus, nbytes_per_gpu, self.accelerator.peak(self.compute_dtype),
+                        self.accelerator.memory_bandwidth)
 
     @property
     def weights(self) -> float:
-        return weight_bytes(self.spec, self.weight_dtype)
+        return self.layout.total
+
+    @property
+    def weights_per_gpu(self) -> float:
+        return self.layout.per_gpu
 
     @property
     def kv_per_token(self) -> float:
         return kv_cache_bytes_per_token(self.spec, self.kv_dtype)
 
     @property
+    def kv_per_token_per_gpu(self) -> float:
+        return kv_cache_bytes_per_token_per_gpu(self.spec, self.kv_dtype, self.n_gpus)
+
+    @property
     def kv_cache(self) -> float:
-        """KV cache at the end of generation: batch x (prompt + generated) tokens."""
+        """KV cache at the end of generation, whole model: batch x (prompt + generated) tokens."""
         return self.batch * (self.prompt + self.generate) * self.kv_per_token
 
-    @property
-    def weights_read(self) -> float:
-        return weight_bytes_read_per_step(self.spec, self.weight_dtype)
+    def weights_read(self, tokens: int) -> float:
+        """Weight bytes one GPU reads in a step over `tokens` tokens (MoE: the experts they hit)."""
+        return self.layout.read_per_gpu(self.spec, tokens, self.n_gpus)
 
-    @property
+    @cached_property
     def prefill(self) -> Roofline:
+        tokens = self.batch * self.prompt
         ops = forward_ops(self.spec, self.batch, self.prompt, causal=True)  # causal, as serving kernels run
-        return self._roof(sum(ops.values()), self.weights_read + self.batch * self.prompt * self.kv_per_token)
+        return self._roof(sum(ops.values()), self.weights_read(tokens) + tokens * self.kv_per_token_per_gpu)
+
+    def _decode_lines(self) -> tuple[float, float, float, float]:
+        """A decode step at context c takes max(a1 + b1·c, a2 + b2·c) seconds: (a1, b1, a2, b2)."""
+        f0, f1 = self._slopes
+        peak = self.accelerator.peak(self.compute_dtype) * self.n_gpus
+        bw = self.accelerator.memory_bandwidth
+        b = self.batch
+        state = b * state_bytes_per_sequence(self.spec, self.n_gpus)
+        return (b * f0 / peak, b * f1 / peak, (self.weights_read(b) + state) / bw,
+                b * self.kv_per_token_per_gpu / bw)
 
     def decode_step(self, context: int) -> Roofline:
-        """One new token per sequence: read the weights and the `context` cached tokens, write one."""
-        flops = sum(decode_ops(self.spec, self.batch, context).values())
-        return self._roof(flops, self.weights_read + self.batch * (context + 1) * self.kv_per_token)
+        """One new token per sequence attending to `context` keys: read the weights its tokens use
+        and context - 1 cached tokens, write one."""
+        f0, f1 = self._slopes
+        nbytes = (self.weights_read(self.batch) + self.batch * state_bytes_per_sequence(self.spec, self.n_gpus)
+                  + self.batch * context * self.kv_per_token_per_gpu)
+        return self._roof(self.batch * (f0 + f1 * context), nbytes)
 
-    @property
+    @cached_property
     def decode_seconds(self) -> float:
-        """All decode steps: the first generated token comes from prefill, each later one from a step
-        whose context has grown by one."""
-        return sum(self.decode_step(self.prompt + i).seconds for i in range(1, self.generate))
+        """All decode steps: the first generated token comes from prefill; the step producing token
+        i + 1 attends to prompt + i keys (i = 1 .. generate - 1). A closed-form sum."""
+        return sum_max_linear(*self._decode_lines(), self.prompt + 1, self.prompt + self.generate - 1)
 
     @property
     def decode_seconds_per_token(self) -> float:
         steps = self.generate - 1
-        return self.decode_seconds / steps if steps else self.decode_step(self.prompt).seconds
+        return self.decode_seconds / steps if steps else self.decode_step(self.prompt + 1).seconds
 
     @property
     def decode_tokens_per_second(self) -> float:
@@ -171,61 +436,21 @@ class InferenceEstimate:
 
         Per sequence a step costs f FLOPs and k bytes of KV cache; the weights W are read once per
         step: B·f / peak = (W + B·k) / bandwidth  =>  B* = (W / bw) / (f / peak - k / bw).
-        None when the KV traffic alone outpaces compute: then no batch makes decode compute-bound.
-        `with_kv=False` gives the textbook figure that ignores the cache (k = 0).
+        W is the dense weights' read (MoE: at b = 1, the active experts; more sequences hit more
+        experts, so for MoE this is a lower bound). None when the KV traffic alone outpaces
+        compute. `with_kv=False` gives the textbook figure that ignores the cache (k = 0).
         """
         context = self.prompt if context is None else context
-        kv = (context + 1) * self.kv_per_token if with_kv else 0.0
-        one = self._roof(sum(decode_ops(self.spec, 1, context).values()), kv)
-        denominator = one.compute_seconds - one.memory_seconds
+        f0, f1 = self._slopes
+        peak = self.accelerator.peak(self.compute_dtype) * self.n_gpus
+        kv = context * self.kv_per_token_per_gpu if with_kv else 0.0
+        denominator = (f0 + f1 * context) / peak - kv / self.accelerator.memory_bandwidth
         if denominator <= 0:
             return None
-        return (self.weights_read / one.bandwidth) / denominator
+        return (self.weights_read(1) / self.accelerator.memory_bandwidth) / denominator
 
 
 def check_inference(batch: int, prompt: int, generate: int) -> None:
     for name, value in (("batch size", batch), ("prompt", prompt), ("generate", generate)):
         if not isinstance(value, int) or value < 1:
             raise LlmcalcError(f"{name} must be a whole number >= 1, got {value!r}")
-
-
-def inference_memory(spec: ModelSpec, batch: int, context: int, weight_dtype: str = "bf16",
-                     kv_dtype: str = "bf16", act_dtype: str = "bf16", tp: int = 1,
-                     prefill_chunk: int = 8192) -> dict[str, float]:
-    """Bytes per GPU to serve `batch` sequences of `context` tokens, by component.
-
-    - weights: every parameter at `weight_dtype`, split over tp;
-    - KV cache: batch x context x per-token cache (split over tp by heads; MLA's latent is not split);
-    - prefill working set: the largest transient of a block while prefilling one chunk of
-      `prefill_chunk` tokens (chunked prefill, as vLLM's max_num_batched_tokens): the FFN's
-      intermediates (input, gate and up outputs, and their product: T·(D + 3F), plain MLPs
-      T·(D + 2F)) at `act_dtype`, plus fp32 logits for the last position of each sequence (B·V·4).
-    """
-    if tp < 1 or spec.n_heads % tp:
-        raise LlmcalcError(f"tp={tp} does not divide the {spec.n_heads} query heads")
-    kv = batch * context * kv_cache_bytes_per_token(spec, kv_dtype) / (1 if spec.is_mla else tp)
-    kv += batch * context * cross_kv_bytes_per_source_token(spec, kv_dtype) / tp
-    width = spec.d_ff_expert * spec.n_experts_per_token if spec.is_moe and not spec.n_dense_layers else \
-        spec.d_ff
-    ffn = (3 if spec.gated else 2) * width / tp
-    chunk = min(prefill_chunk, batch * context)
-    working = chunk * (spec.d_model + ffn) * dtype_bytes(act_dtype) + batch * spec.vocab_size * 4 / tp
-    return {"weights": weight_bytes(spec, weight_dtype) / tp, "KV cache": kv, "prefill working set": working}
-
-
-def largest_batch(spec: ModelSpec, context: int, capacity: float, **kwargs) -> int:
-    """The largest batch whose inference memory (``inference_memory`` with `kwargs`) fits `capacity`."""
-    def fits(batch: int) -> bool:
-        return sum(inference_memory(spec, batch, context, **kwargs).values()) <= capacity
-
-    if not fits(1):
-        return 0
-    low, high = 1, 2
-    while fits(high):
-        low, high = high, high * 2
-        if high > 2**40:
-            return low
-    while high - low > 1:  # fits(low), not fits(high)
-        mid = (low + high) // 2
-        low, high = (mid, high) if fits(mid) else (low, mid)
-    return low

@@ -30,10 +30,16 @@ def six_n(count: ParamCount) -> float:
 
 def palm(count: ParamCount, seq_len: int) -> float:
     """6·N + 12·L·H·Q·T per token (PaLM, Chowdhery et al. 2022, App. B; torchtitan's
-    get_nparams_and_flops): N without the token-embedding table, L layers, H heads, Q head dim,
-    T sequence length. Full S²."""
+    get_nparams_and_flops): N the matmul parameters, i.e. without the lookup tables (token,
+    position and token-type embeddings, which cost no FLOPs), but with the LM head: a tied model's
+    head is the embedding table used as a matmul, so its V·D come back in. L layers, H heads, Q head
+    dim, T sequence length. Full S². Against the exact per-op count it differs only by 6 x the
+    biases and norm weights (not matmuls)."""
     spec = count.spec
-    n = count.active_per_token - count.components.get("embedding/tokens", 0)
+    lookups = sum(count.components.get(k, 0) for k in ("embedding/tokens", "embedding/positions",
+                                                        "embedding/token_types"))
+    head = count.components["embedding/tokens"] if spec.lm_head and spec.tie_embeddings else 0
+    n = count.active_per_token - lookups + head
     return 6 * n + 12 * spec.total_layers * spec.n_heads * spec.d_head * seq_len
 
 
@@ -79,7 +85,7 @@ def rules_of_thumb(count: ParamCount, seq_len: int) -> list[Rule]:
         Rule("6N", six_n(count), "training", "none",
              "Kaplan et al. 2020 / Hoffmann et al. 2022: C ≈ 6·N·D (forward 2N + backward 4N)"),
         Rule("6N + 12·L·H·Q·T", palm(count, seq_len), "training", "full",
-             "PaLM App. B / torchtitan: N without the embedding table, full S²"),
+             "PaLM App. B / torchtitan: N without the lookup tables, with the (tied) LM head, full S²"),
         Rule("3 x 24·S·D²·L·(1 + S/6D + V/12LD)", 3 * narayanan_forward(spec, seq_len), "training", "full",
              "Narayanan et al. 2021 App. A: GPT-3 block (MHA, F = 4D), full S²"),
     ]

@@ -119,7 +119,8 @@ def accelerator_table(gpus: list[Accelerator], scenario: Scenario) -> Table:
 
 
 def build_report(specs: list[ModelSpec], sources: dict[str, str], scenario: Scenario, load_hardware,
-                 profiles: dict[str, ProfileResult] | None = None, progress=None, meta: dict | None = None) -> Report:
+                 profiles: dict[str, ProfileResult] | None = None, progress=None, serve: bool = False,
+                 meta: dict | None = None) -> Report:
     names = [s.name for s in specs]
     by_name = dict(zip(names, specs))
     title = f"Planning report: {', '.join(names)}"
@@ -237,6 +238,12 @@ def build_report(specs: list[ModelSpec], sources: dict[str, str], scenario: Scen
                       f"Inference KV cache ({scenario.kv_dtype}) for one sequence against context length; dashed "
                       f"line: the plan's context ({scenario.seq_len:,} tokens)")
     tick("memory")
+
+    if serve:
+        from .views_serve import serving_section
+
+        serving_section(report, specs, scenario)
+        tick("serving")
 
     report.heading("Compute-optimal view")
     points = {s.name: {"params": count_params(s).total, "active": count_params(s).active_per_token,

@@ -1,8 +1,8 @@
-"""What `memory` and `infer` show: per-GPU memory by component, fits-or-not, the inference roofline."""
+"""What `memory` and `infer` show: per-GPU training memory by component, fits-or-not, the inference roofline."""
 
 from __future__ import annotations
 
-from ..analytic.inference import InferenceEstimate
+from ..analytic.inference import QUANTISATION_NOTES, InferenceEstimate, expected_experts
 from ..analytic.memory import MemoryEstimate
 from ..hardware import Accelerator
 from ..units import fmt_bytes, fmt_flops, fmt_seconds
@@ -74,6 +74,9 @@ def training_memory_document(est: MemoryEstimate, gpu: Accelerator | None, reser
                         else "; tensor parallel without sequence parallelism" if par.tp > 1 else ""))
     if spec.is_moe:
         notes.append("MoE: every expert's weights on every GPU (no expert parallelism modelled)")
+    if par.tp > spec.n_kv_heads and not spec.is_mla:
+        notes.append(f"tp {par.tp} > {spec.n_kv_heads} KV heads: each rank keeps one KV head of K and V activations "
+                     f"(replicated {par.tp // spec.n_kv_heads}x), never split below one")
     notes += fit_lines
     if largest is not None:
         notes.append(f"largest micro-batch that fits at seq {est.seq_len}: {largest}")
@@ -95,31 +98,33 @@ def training_memory_document(est: MemoryEstimate, gpu: Accelerator | None, reser
     return Document(title, data, [table, acts], [spec.describe()])
 
 
-def inference_memory_document(spec, components: dict[str, float], batch: int, context: int, kv_per_token: float,
-                              gpu: Accelerator | None, inputs: dict, reserve: float = 0.0,
-                              largest: int | None = None) -> Document:
-    total = sum(components.values())
-    fit, fit_lines = _fit_rows(total, gpu, reserve)
-    data = {"model": spec.name, "mode": "inference", **inputs, "batch_size": batch, "context": context,
-            "per_gpu_bytes": total, "components": components, "kv_cache_bytes": components["KV cache"],
-            "kv_cache_bytes_per_token": kv_per_token, **fit, "largest_batch": largest}
-    rows = [{"kind": "component", "name": k, "bytes": v, "share": v / total} for k, v in components.items()]
-    rows.append({"kind": "total", "name": "total per GPU", "bytes": total, "share": 1.0})
-    notes = [
-        f"KV cache: {fmt_bytes(kv_per_token)} per token ({inputs['kv_dtype']}) x {context:,} tokens x batch {batch}"
-        + (" (MLA: compressed latent + RoPE key)" if spec.is_mla else
-           f" = 2 x {spec.n_layers} layers x {spec.n_kv_heads} KV heads x {spec.d_head} x bytes"),
-        f"weights at {inputs['weight_dtype']} (quantisation scales not included); prefill working set for a chunk of "
-        f"{inputs['prefill_chunk']:,} tokens (chunked prefill)",
-    ] + fit_lines + ([f"largest batch that fits at {context:,} tokens: {largest}"] if largest is not None else [])
-    table = Table(
-        "inference memory per GPU",
-        [Column("kind", "kind", align="left", show=False), Column("name", "component", align="left"),
-         Column("bytes", "memory (GiB)", _gib), Column("share", "share (%)", _share)],
-        rows, notes,
-    )
-    return Document(f"{spec.name}: inference memory, batch {batch} x {context:,} tokens", data, [table],
-                    [spec.describe()])
+def serving_conventions(est: InferenceEstimate) -> list[str]:
+    """The conventions an inference roofline rests on, for this model and parallel layout."""
+    spec, tp = est.spec, est.n_gpus
+    lines = []
+    if est.weight_dtype in QUANTISATION_NOTES:
+        lines.append(QUANTISATION_NOTES[est.weight_dtype] + "; embeddings, LM head, norms and router stay 16-bit")
+    if spec.is_moe:
+        E, k = spec.n_experts, spec.n_experts_per_token
+        lines.append(f"MoE decode reads only the experts the step's routed tokens hit: expected distinct experts per "
+                     f"layer E·(1 - (1 - k/E)^b) under uniform routing (E = {E}, k = {k}): {expected_experts(spec, 1):g} "
+                     f"at batch 1 (the active parameters), {expected_experts(spec, est.batch):.2f} at batch {est.batch}")
+    if spec.is_mla:
+        lines.append("MLA: decode in the absorbed form (DeepSeek-V2 sec. 2.1.2: W_UK folded into the query, W_UV into "
+                     "the output), attending over the cached latent it reads (kv_lora_rank + qk_rope_head_dim = "
+                     f"{spec.kv_lora_rank + spec.qk_rope_head_dim} per token and layer); prefill in the plain form")
+    if tp > 1:
+        if spec.is_mla:
+            lines.append(f"tensor parallel over {tp} GPUs: query heads split; the MLA latent cache is replicated on "
+                         "every rank (not split)")
+        elif tp > spec.n_kv_heads:
+            lines.append(f"tensor parallel over {tp} GPUs: {spec.n_kv_heads} KV head{'s' if spec.n_kv_heads > 1 else ''}"
+                         f" for {tp} ranks, so each rank keeps one KV head (replicated {tp // spec.n_kv_heads}x), "
+                         "never split below one; KV cache and K/V weights per GPU follow")
+        else:
+            lines.append(f"tensor parallel over {tp} GPUs: {spec.n_kv_heads // tp} of {spec.n_kv_heads} KV heads per "
+                         "rank")
+    return lines
 
 
 def infer_document(est: InferenceEstimate) -> Document:
@@ -131,14 +136,15 @@ def infer_document(est: InferenceEstimate) -> Document:
     data = {
         "model": est.spec.name, "device": est.accelerator.key, "n_gpus": est.n_gpus, "batch_size": est.batch,
         "prompt": est.prompt, "generate": est.generate, "weight_dtype": est.weight_dtype, "kv_dtype": est.kv_dtype,
-        "compute_dtype": est.compute_dtype, "weights_bytes": est.weights, "kv_cache_bytes": est.kv_cache,
-        "kv_cache_bytes_per_token": est.kv_per_token,
-        "prefill_seconds": pre.seconds, "prefill_flops": pre.flops, "prefill_bytes": pre.bytes, "prefill_bound": pre.bound,
-        "time_to_first_token_seconds": pre.seconds,
+        "compute_dtype": est.compute_dtype, "weights_bytes": est.weights, "weights_bytes_per_gpu": est.weights_per_gpu,
+        "kv_cache_bytes": est.kv_cache, "kv_cache_bytes_per_token": est.kv_per_token,
+        "kv_cache_bytes_per_token_per_gpu": est.kv_per_token_per_gpu,
+        "prefill_seconds": pre.seconds, "prefill_flops": pre.flops * est.n_gpus, "prefill_bytes_per_gpu": pre.bytes,
+        "prefill_bound": pre.bound, "time_to_first_token_seconds": pre.seconds,
         "decode_seconds_per_token": est.decode_seconds_per_token, "decode_seconds": est.decode_seconds,
         "decode_tokens_per_second": est.decode_tokens_per_second, "decode_bound_first": first.bound,
-        "decode_bound_last": last.bound, "total_seconds": est.total_seconds,
-        "tokens_per_second": est.tokens_per_second,
+        "decode_bound_last": last.bound, "decode_weight_bytes_per_gpu": est.weights_read(est.batch),
+        "total_seconds": est.total_seconds, "tokens_per_second": est.tokens_per_second,
         "compute_bound_batch": with_kv, "compute_bound_batch_ignoring_kv": without_kv,
     }
     rows = [
@@ -149,21 +155,22 @@ def infer_document(est: InferenceEstimate) -> Document:
         {"phase": f"decode step (context {est.prompt + est.generate - 1:,})", "flops": last.flops, "bytes": last.bytes,
          "compute": last.compute_seconds, "memory": last.memory_seconds, "time": last.seconds, "bound": last.bound},
     ]
-    bw = est.accelerator.memory_bandwidth * est.n_gpus / 1e12
+    bw = est.accelerator.memory_bandwidth / 1e12
+    per_gpu = " per GPU" if est.n_gpus > 1 else ""
     notes = [
-        f"roofline: time = max(FLOPs / {est.accelerator.peak(est.compute_dtype) * est.n_gpus / 1e12:,.4g} TFLOP/s "
+        f"roofline{per_gpu}: time = max(FLOPs / {est.accelerator.peak(est.compute_dtype) / 1e12:,.4g} TFLOP/s "
         f"dense {est.compute_dtype}, bytes / {bw:.3g} TB/s); an upper bound on speed",
         f"prefill (causal): {fmt_seconds(pre.seconds)} to the first token; decode: "
         f"{fmt_seconds(est.decode_seconds_per_token)} per step on average, {est.decode_tokens_per_second:,.0f} tokens/s "
-        f"for the batch of {est.batch}",
+        f"for the batch of {est.batch} (a closed-form sum over the growing context)",
         f"whole request: {fmt_seconds(est.total_seconds)}, {est.tokens_per_second:,.0f} generated tokens/s",
         (f"decode turns compute-bound at batch {with_kv:,.0f} at context {est.prompt:,}" if with_kv else
          f"decode stays memory-bound at any batch at context {est.prompt:,}: each sequence's KV-cache read takes "
          f"longer than its FLOPs")
-        + f"; ignoring the KV cache it would turn compute-bound at batch {without_kv:,.0f}",
-    ]
+        + (f"; ignoring the KV cache it would turn compute-bound at batch {without_kv:,.0f}" if without_kv else ""),
+    ] + serving_conventions(est)
     table = Table(
-        "roofline",
+        "roofline" + (f" (one of {est.n_gpus} GPUs)" if est.n_gpus > 1 else ""),
         [Column("phase", "phase", align="left"), Column("flops", "FLOPs", lambda v: fmt_flops(v)),
          Column("bytes", "bytes moved", fmt_bytes), Column("compute", "compute time", fmt_seconds),
          Column("memory", "memory time", fmt_seconds), Column("time", "time", fmt_seconds),
@@ -173,5 +180,6 @@ def infer_document(est: InferenceEstimate) -> Document:
     title = (f"{est.spec.name} on {est.n_gpus} x {est.accelerator.key}: batch {est.batch}, prompt {est.prompt:,}, "
              f"generate {est.generate:,}, weights {est.weight_dtype}, KV {est.kv_dtype}")
     tokens = est.batch * (est.prompt + est.generate)
-    return Document(title, data, [table], [f"weights {fmt_bytes(est.weights)}; KV cache at the end "
-                                           f"{fmt_bytes(est.kv_cache)} for {tokens:,} tokens"])
+    return Document(title, data, [table], [f"weights {fmt_bytes(est.weights)}"
+                                           + (f" ({fmt_bytes(est.weights_per_gpu)} per GPU)" if est.n_gpus > 1 else "")
+                                           + f"; KV cache at the end {fmt_bytes(est.kv_cache)} for {tokens:,} tokens"])

@@ -1,0 +1,125 @@
+"""What `serve` shows, and the serving section of a planning report (`report --serve`)."""
+
+from __future__ import annotations
+
+from ..analytic.serving import ServeEstimate
+from ..units import fmt_bytes, fmt_seconds
+from .tables import Column, Document, Table
+from .views_memory import serving_conventions
+
+GIB = 2**30
+
+
+def _gib(value: float) -> str:
+    return f"{value / GIB:,.2f}"
+
+
+def serve_document(est: ServeEstimate) -> Document:
+    spec, gpu, tp = est.spec, est.accelerator, est.tp
+    tokens, seqs = est.batch_defaults
+    throughput = est.throughput()
+    data = {
+        "model": spec.name, "device": gpu.key, "n_gpus": tp, "max_model_len": est.max_model_len,
+        "gpu_memory_utilization": est.gpu_memory_utilization, "weight_dtype": est.weight_dtype,
+        "kv_dtype": est.kv_dtype, "compute_dtype": est.compute_dtype, "block_size": est.block_size,
+        "memory_bytes_per_gpu": gpu.memory_bytes, "usable_bytes_per_gpu": est.usable_bytes,
+        "weights_bytes_per_gpu": est.weights_bytes_per_gpu, "activation_peak_bytes_per_gpu": est.activation_bytes,
+        "kv_cache_memory_bytes_per_gpu": est.kv_cache_bytes,
+        "kv_bytes_per_token": est.kv_bytes_per_token, "kv_bytes_per_token_per_gpu": est.kv_bytes_per_token_per_gpu,
+        "kv_heads_per_gpu": est.kv_heads_per_gpu, "kv_replicated": est.kv_replicated,
+        "state_bytes_per_sequence_per_gpu": est.state_bytes_per_sequence,
+        "kv_block_bytes": est.kv_block_bytes, "kv_blocks": est.kv_blocks, "kv_cache_tokens": est.kv_cache_tokens,
+        "blocks_per_sequence": est.blocks_per_sequence, "vllm_max_concurrency": est.vllm_max_concurrency,
+        "max_concurrent_sequences": est.max_concurrent_sequences, "decode_context": est.decode_context,
+        "profile_max_num_batched_tokens": tokens, "profile_max_num_seqs": seqs,
+        "throughput": throughput,
+    }
+    memory_rows = [
+        {"name": f"usable ({est.gpu_memory_utilization:g} x {gpu.memory_bytes / GIB:g} GiB)", "bytes": est.usable_bytes},
+        {"name": f"weights ({est.weight_dtype})", "bytes": est.weights_bytes_per_gpu},
+        {"name": "activation peak (profiling run)", "bytes": est.activation_bytes},
+        {"name": f"KV cache ({est.kv_blocks:,} blocks of {est.block_size} tokens)",
+         "bytes": max(est.kv_cache_bytes, 0.0)},
+    ]
+    per_token = est.kv_bytes_per_token_per_gpu
+    kv_formula = (f"MLA latent: {spec.n_layers} layers x ({spec.kv_lora_rank} + {spec.qk_rope_head_dim}) x "
+                  f"{est.kv_dtype} bytes, whole on every GPU" if spec.is_mla else
+                  f"2 (K, V) x {spec.n_layers} layers x {est.kv_heads_per_gpu} KV head"
+                  f"{'s' if est.kv_heads_per_gpu > 1 else ''} per GPU x {spec.d_head} x {est.kv_dtype} bytes")
+    notes = [
+        f"KV cache per token: {est.kv_bytes_per_token:,.0f} B for the whole model, {per_token:,.0f} B per GPU "
+        f"({kv_formula}); a block holds {est.block_size} tokens = {est.kv_block_bytes:,.0f} B per GPU",
+        f"a {est.max_model_len:,}-token request needs {est.blocks_per_sequence:,} blocks "
+        f"({fmt_bytes(est.blocks_per_sequence * est.kv_block_bytes)} per GPU); vLLM would log \"GPU KV cache size: "
+        f"{est.kv_cache_tokens:,} tokens\" and \"Maximum concurrency for {est.max_model_len:,} tokens per request: "
+        f"{est.vllm_max_concurrency:.2f}x\"",
+        "mirrors vLLM v1: KV memory = total x gpu_memory_utilization - weights - activation peak of the profiling "
+        f"run ({tokens:,} batched tokens, {seqs:,} sampled sequences: vllm serve's defaults for this GPU); "
+        "KV blocks = floor(KV memory / block bytes); concurrency = KV blocks / ceil(max_model_len / block_size)",
+        "not modelled: non-torch memory (CUDA context, NCCL buffers) and CUDA graphs, so KV blocks are an upper bound",
+    ] + serving_conventions(est.roofline(1, est.max_model_len))
+    if est.kv_cache_bytes <= 0:
+        notes.insert(0, f"does NOT fit: the weights and activations need {fmt_bytes(-est.kv_cache_bytes)} more than "
+                        f"the usable memory; add GPUs or quantise")
+    elif est.max_concurrent_sequences == 0:
+        notes.insert(0, f"no {est.max_model_len:,}-token request fits in the KV cache; the longest that does is "
+                        f"{est.longest_fitting_len():,} tokens (lower --max-model-len or add GPUs)")
+    memory = Table(f"memory per GPU (one of {tp})" if tp > 1 else "memory per GPU",
+                   [Column("name", "item", align="left"), Column("bytes", "memory (GiB)", _gib)], memory_rows, notes)
+    rows_notes = [f"roofline per GPU on {gpu.key}, dense {est.compute_dtype} peak; prefill: that many "
+                  f"{est.max_model_len:,}-token prompts at once (causal); decode: one step with every sequence at "
+                  f"{est.decode_context:,} tokens of context, the KV limit's own case; an upper bound on speed"]
+    speed = Table(
+        "throughput and latency against concurrent sequences",
+        [Column("concurrency", "sequences"),
+         Column("prefill_seconds", "prefill (time to first token)", fmt_seconds),
+         Column("prefill_tokens_per_second", "prefill (tokens/s)", lambda v: f"{v:,.0f}"),
+         Column("decode_seconds_per_token", "decode step (s/token)", fmt_seconds),
+         Column("tokens_per_second", "decode (tokens/s)", lambda v: f"{v:,.0f}"),
+         Column("decode_bound", "decode bound", align="left")],
+        throughput, rows_notes,
+    )
+    title = (f"{spec.name} served on {tp} x {gpu.key}: max length {est.max_model_len:,}, weights {est.weight_dtype}, "
+             f"KV {est.kv_dtype}, block {est.block_size}")
+    preamble = [f"{est.max_concurrent_sequences:,} concurrent sequences of {est.max_model_len:,} tokens "
+                f"({est.kv_cache_tokens:,} KV tokens in {est.kv_blocks:,} blocks per GPU)", spec.describe()]
+    return Document(title, data, [speed, memory], preamble)
+
+
+def smallest_serving_group(spec, gpu, max_model_len: int, kv_dtype: str) -> ServeEstimate | None:
+    """The fewest tensor-parallel GPUs (1, 2, 4, 8, 16) of `gpu` that hold one `max_model_len` request."""
+    from ..analytic.inference import check_tp, default_compute_dtype, resolve_dtypes
+    from ..errors import LlmcalcError
+
+    for tp in (1, 2, 4, 8, 16):
+        try:
+            check_tp(spec, tp)
+            weight, kv, compute = resolve_dtypes(gpu, "bf16", kv_dtype, default_compute_dtype("bf16", gpu))
+        except LlmcalcError:
+            continue
+        est = ServeEstimate(spec, gpu, tp, max_model_len, 0.9, weight, kv, compute)
+        if est.max_concurrent_sequences >= 1:
+            return est
+    return None
+
+
+def serving_section(report, specs, scenario) -> None:
+    """`report --serve`: each decoder model served on the scenario's GPU at --seq-len tokens per request,
+    on the smallest tensor-parallel group that holds one request (bf16 weights, vLLM defaults)."""
+    from .document import safe_name
+
+    report.heading("Serving")
+    report.paragraph(f"Each model served with vLLM's defaults (gpu_memory_utilization 0.9, block 16, bf16 weights, "
+                     f"{scenario.kv_dtype} KV cache) on the fewest {scenario.gpu.key} GPUs (tensor parallel) that hold "
+                     f"one {scenario.seq_len:,}-token request; `llmcalc serve` gives the same tables for any setting.")
+    for spec in specs:
+        if spec.architecture != "decoder":
+            report.paragraph(f"{spec.name}: serving covers decoder-only models.")
+            continue
+        est = smallest_serving_group(spec, scenario.gpu, scenario.seq_len, scenario.kv_dtype)
+        if est is None:
+            report.paragraph(f"{spec.name}: no group of up to 16 {scenario.gpu.key} GPUs holds a "
+                             f"{scenario.seq_len:,}-token request.")
+            continue
+        report.heading(f"{spec.name} on {est.tp} x {scenario.gpu.key}", 3)
+        report.document(serve_document(est), f"serve-{safe_name(spec.name)}")

@@ -1,0 +1,208 @@
+"""Serving: MoE and MLA decode, KV under tensor parallelism, paged-KV capacity as vLLM sizes it,
+the closed-form decode sum, and the `serve`/`infer` commands."""
+
+import json
+import math
+
+import pytest
+from click.testing import CliRunner
+
+from llmcalc.analytic.flops import step_flops
+from llmcalc.analytic.inference import (
+    InferenceEstimate, decode_ops, expected_experts, kv_cache_bytes_per_token, kv_cache_bytes_per_token_per_gpu,
+    sum_max_linear, weight_bytes,
+)
+from llmcalc.analytic.params import count_params
+from llmcalc.analytic.rules import palm
+from llmcalc.analytic.serving import ServeEstimate, vllm_max_concurrency
+from llmcalc.cli import cli
+from llmcalc.presets import load_hardware, load_model
+
+GIB = 2**30
+H100 = load_hardware("h100-sxm")
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def cli_json(*args):
+    result = run(*args, "--format", "json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_moe_decode_at_batch_1_reads_the_active_parameters():
+    """Mixtral-8x7B, written out: per layer attention 2·4096² + 2·4096·1024 = 41,943,040, router 4096·8 = 32,768,
+    two of eight experts 2·3·4096·14336 = 352,321,536, norms 2·4096; 32 layers, plus the LM head 32000·4096 and
+    the final norm (the token table is a lookup: no row read to speak of). bf16: 2 bytes each."""
+    per_layer = 41_943_040 + 32_768 + 352_321_536 + 2 * 4096
+    active = 32 * per_layer + 32_000 * 4096 + 4096
+    spec = load_model("mixtral-8x7b")
+    assert active == count_params(spec).active_per_token - 32_000 * 4096  # the params module agrees
+    est = InferenceEstimate(spec, H100, 1, 512, 128, "bf16", "bf16", "bf16")
+    kv = 2 * 32 * 8 * 128 * 2  # bytes per token
+    assert est.weights_read(1) == 2 * active
+    step = est.decode_step(600)
+    assert step.bound == "memory"
+    assert step.seconds == pytest.approx((2 * active + 600 * kv) / 3.35e12, rel=1e-12)
+    assert est.decode_seconds_per_token == pytest.approx(7.6e-3, rel=0.01)  # the issue's ~7.7 ms, not 27.8 ms
+
+
+def test_expected_distinct_experts_under_uniform_routing():
+    spec = load_model("mixtral-8x7b")  # E = 8, k = 2
+    assert expected_experts(spec, 1) == pytest.approx(2)
+    assert expected_experts(spec, 4) == pytest.approx(8 * (1 - 0.75**4))  # 5.47
+    assert expected_experts(spec, 200) == pytest.approx(8)
+    est = InferenceEstimate(spec, H100, 4, 512, 2, "bf16", "bf16", "bf16")
+    expert = 3 * 4096 * 14336 * 2  # bytes of one expert
+    assert est.weights_read(4) - est.weights_read(1) == pytest.approx(32 * (8 * (1 - 0.75**4) - 2) * expert)
+
+
+def test_kv_per_gpu_never_splits_below_one_head():
+    falcon, llama = load_model("falcon-7b"), load_model("llama-3-70b")
+    # falcon-7b is MQA: one KV head, 2 x 32 layers x 64 x 2 bytes; every rank keeps a replica of it
+    assert kv_cache_bytes_per_token_per_gpu(falcon, "bf16", 8) == 2 * 32 * 1 * 64 * 2 == kv_cache_bytes_per_token(falcon)
+    # llama-3-70b: 8 KV heads; tp 4 gives 2 per rank, tp 8 one, tp 16 still one (not half of one)
+    whole = kv_cache_bytes_per_token(llama)
+    assert whole == 2 * 80 * 8 * 128 * 2
+    assert kv_cache_bytes_per_token_per_gpu(llama, "bf16", 4) == whole / 4
+    assert kv_cache_bytes_per_token_per_gpu(llama, "bf16", 16) == 2 * 80 * 1 * 128 * 2 == whole / 8
+    # MLA's latent is whole on every rank
+    v3 = load_model("deepseek-v3")
+    assert kv_cache_bytes_per_token_per_gpu(v3, "bf16", 8) == 61 * (512 + 64) * 2
+    result = run("serve", "llama-3-70b", "--gpu", "h100-sxm", "--n-gpus", 16, "--max-model-len", "8k")
+    assert result.exit_code == 0, result.output
+    assert "each rank keeps one KV head (replicated 2x)" in result.stdout
+    data = cli_json("serve", "llama-3-70b", "--gpu", "h100-sxm", "--n-gpus", 16, "--max-model-len", "8k")
+    assert data["kv_bytes_per_token_per_gpu"] == 40_960 and data["kv_replicated"] is True
+    assert data["kv_block_bytes"] == 16 * 40_960
+
+
+def test_palm_counts_the_tied_lm_head_of_gpt2():
+    """GPT-2 ties its head to the token table: PaLM's 6N must still pay for the head matmul. What is left
+    against the exact per-op count is 6 x the parameters that are no matmul: per layer the biases
+    (q, k, v, o: 4·768; fc 3072 and proj 768) and two LayerNorms (2·2·768), and the final LayerNorm."""
+    spec = load_model("gpt2")
+    exact = step_flops(spec, 1, 1024).model_flops_per_token
+    not_matmul = 12 * (4 * 768 + 3072 + 768 + 2 * 2 * 768) + 2 * 768
+    assert not_matmul == 121_344
+    assert palm(count_params(spec), 1024) - exact == 6 * not_matmul
+    assert palm(count_params(spec), 1024) == pytest.approx(exact, rel=1e-3)
+
+
+def test_mla_decode_is_the_absorbed_form():
+    """DeepSeek-V2-Lite decode: per key and layer, scores over the latent + RoPE key (2·H·(512 + 64)) and values
+    over the latent (2·H·512); no per-key K/V up-projection; W_UK and W_UV once per token."""
+    spec = load_model("deepseek-v2-lite")
+    H, L = spec.n_heads, spec.n_layers
+    one, two = decode_ops(spec, 1, 1), decode_ops(spec, 1, 2)
+    assert "attention/kv_b_proj" not in one
+    assert sum(two.values()) - sum(one.values()) == L * 2 * H * (2 * 512 + 64)
+    assert one["attention/absorb_uk"] == L * 2 * H * 128 * 512 and one["attention/absorb_uv"] == L * 2 * H * 512 * 128
+    est = InferenceEstimate(spec, H100, 1, 100, 2, "bf16", "bf16", "bf16")
+    assert est.decode_step(201).bytes - est.decode_step(200).bytes == L * (512 + 64) * 2  # reads the latent
+
+
+@pytest.mark.parametrize("model, batch, prompt, generate", [
+    ("llama-3-8b", 1, 100, 50), ("llama-3-8b", 400, 10, 300), ("mixtral-8x7b", 64, 1, 200),
+    ("deepseek-v2-lite", 900, 1, 120),
+])
+def test_closed_form_decode_equals_the_step_by_step_sum(model, batch, prompt, generate):
+    est = InferenceEstimate(load_model(model), H100, batch, prompt, generate, "bf16", "bf16", "bf16")
+    steps = [est.decode_step(prompt + i) for i in range(1, generate)]
+    assert est.decode_seconds == pytest.approx(sum(s.seconds for s in steps), rel=1e-12)
+    if model == "llama-3-8b" and batch == 400:  # the crossing inside the range is exercised
+        assert {s.bound for s in steps} == {"compute", "memory"}
+
+
+def test_sum_max_linear_by_hand():
+    # max(10 - c, 2c) for c = 0..6: 10, 9, 8, 7, 8, 10, 12 = 64
+    assert sum_max_linear(10, -1, 0, 2, 0, 6) == 64
+    assert sum_max_linear(1, 0, 0, 0, 5, 4) == 0
+
+
+def test_qwen_serving_matches_vllm_22291():
+    """vllm-project/vllm#22291: ~0.16 GB per 3,072-token Qwen2.5-7B request, which is the GQA cache:
+    2 x 28 layers x 4 KV heads x 128 x 2 bytes = 57,344 B per token; 3,072 tokens = 0.164 GiB."""
+    data = cli_json("serve", "qwen2.5-7b", "--gpu", "h100-sxm", "--n-gpus", 1, "--max-model-len", 3072)
+    assert data["kv_bytes_per_token"] == data["kv_bytes_per_token_per_gpu"] == 2 * 28 * 4 * 128 * 2 == 57_344
+    assert 3072 * 57_344 / GIB == pytest.approx(0.164, abs=1e-3)
+    # vLLM's sizing, written out: 0.9 x 80 GiB, minus 7,615,616,512 bf16 weights (Qwen's published 7.61 B),
+    # minus the profiling run: 8,192 tokens x (3584 + 3 x 18944) x 2 B and 1,024 x 152,064 fp32 logits.
+    kv_memory = 0.9 * 80 * GIB - 7_615_616_512 * 2 - (8192 * (3584 + 3 * 18944) * 2 + 1024 * 152_064 * 4)
+    blocks = math.floor(kv_memory / (16 * 57_344))
+    assert data["weights_bytes_per_gpu"] == 7_615_616_512 * 2
+    assert data["kv_block_bytes"] == 16 * 57_344 and data["kv_blocks"] == blocks
+    assert data["max_concurrent_sequences"] == blocks // 192 == math.floor(kv_memory / (3072 * 57_344))
+    assert data["vllm_max_concurrency"] == pytest.approx(blocks / 192)
+    rows = data["throughput"]
+    assert [r["concurrency"] for r in rows][:3] == [1, 2, 4] and rows[-1]["concurrency"] == blocks // 192
+    for r in rows:
+        assert r["tokens_per_second"] == pytest.approx(r["concurrency"] / r["decode_seconds_per_token"])
+    assert rows[-1]["tokens_per_second"] > rows[0]["tokens_per_second"]
+
+
+def test_vllm_concurrency_log_line():
+    """A vLLM log (vllm-project/vllm#10517, Llama-3.1-8B on an RTX 3090): kv_cache_size=3.81GiB, '# GPU blocks:
+    1952', 'Maximum concurrency for 20000 tokens per request: 1.56x'. A block of 16 tokens is 16 x 128 KiB."""
+    spec = load_model("llama-3.1-8b")
+    assert 16 * kv_cache_bytes_per_token_per_gpu(spec, "bf16", 1) == 2 * 2**20
+    assert round(1952 * 2 * 2**20 / GIB, 2) == 3.81
+    assert f"{vllm_max_concurrency(1952, 20000, 16):.2f}" == "1.56"
+
+
+def test_int4_weights_carry_their_group_scales():
+    """int4: 0.5 B per weight + (2 B fp16 scale + 0.5 B zero point) per group of 128 in the block matmuls;
+    embeddings, head and norms stay bf16. Llama-3-8B: 6,979,321,856 block-matmul weights."""
+    spec = load_model("llama-3-8b")
+    matmuls = 32 * (4096 * 4096 * 2 + 4096 * 1024 * 2 + 3 * 4096 * 14336)
+    assert matmuls == 6_979_321_856
+    rest = count_params(spec).total - matmuls
+    assert weight_bytes(spec, "int4") == pytest.approx(matmuls * (0.5 + 2.5 / 128) + rest * 2)
+    assert weight_bytes(spec, "bf16") == count_params(spec).total * 2
+
+
+def test_serve_without_room_says_so():
+    data = cli_json("serve", "llama-3.1-405b", "--gpu", "h100-sxm", "--n-gpus", 8, "--max-model-len", "32k")
+    assert data["max_concurrent_sequences"] == 0 and data["throughput"] == []
+    fp8 = cli_json("serve", "llama-3.1-405b", "--gpu", "h100-sxm", "--n-gpus", 8, "--max-model-len", "32k",
+                   "--weight-dtype", "fp8")
+    assert fp8["max_concurrent_sequences"] >= 1 and fp8["compute_dtype"] == "fp8"
+
+
+def test_infer_keeps_its_keys():
+    data = cli_json("infer", "mixtral-8x7b", "--gpu", "h100-sxm", "--batch-size", 1, "--prompt", 512,
+                    "--generate", 128)
+    assert {"prefill_seconds", "decode_seconds_per_token", "tokens_per_second"} <= set(data)
+
+
+def test_context_beyond_the_positions_is_a_warning():
+    result = run("serve", "llama-3-8b", "--gpu", "h100-sxm", "--max-model-len", "16k", "--format", "json")
+    assert result.exit_code == 0
+    assert result.stderr.strip().splitlines() == [
+        "llmcalc: warning: 16,384 tokens exceed llama-3-8b's max_position_embeddings (8,192); "
+        "the figures are computed anyway"]
+    assert json.loads(result.stdout)["max_model_len"] == 16384
+    result = run("infer", "gpt2", "--gpu", "h100-sxm", "--prompt", 1000, "--generate", 100)
+    assert result.exit_code == 0 and "exceed gpt2's max_position_embeddings (1,024)" in result.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["serve", "qwen2.5-7b", "--gpu", "a100-80gb-sxm", "--kv-dtype", "fp8"],
+     "a100-80gb-sxm has no fp8 support (its preset lists no fp8 rate), so it cannot hold a fp8 KV cache"),
+    (["infer", "llama-3-8b", "--gpu", "v100-sxm", "--kv-dtype", "fp8", "--compute-dtype", "fp16"],
+     "v100-sxm has no fp8 support"),
+    (["serve", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", 3], "--n-gpus 3 does not divide the 32 attention heads"),
+    (["infer", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", 5], "--n-gpus 5 does not divide the 32 attention heads"),
+    (["serve", "llama-3-8b", "--gpu", "h100-sxm", "--gpu-memory-utilization", 1.5], "must be in (0, 1]"),
+    (["serve", "falcon-7b", "--gpu", "h100-sxm"], "gives no max_position_embeddings; pass --max-model-len"),
+    (["serve", "t5-small", "--gpu", "h100-sxm"], "serve covers decoder-only models"),
+    (["serve", "llama-3-8b", "--gpu", "h100-sxm", "--weight-dtype", "int3"], "unknown weight dtype 'int3'"),
+    (["memory", "llama-3-8b", "--inference"], "memory --inference has moved: use `llmcalc serve"),
+])
+def test_bad_serving_input(args, message):
+    result = run(*args)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
