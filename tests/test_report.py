@@ -88,6 +88,8 @@ def test_report_for_one_model(tmp_path):
 def test_report_for_two_models(tmp_path):
     out = make_report(tmp_path, "llama-3-8b", "mistral-7b", extra=("--serve",))
     check_files(out, 2)
+    prose = re.sub(r"```.*?```", "", (out / "report.md").read_text(), flags=re.S)
+    assert "`" not in prose and not re.search(r"(^|\s)--[a-z]", prose)  # no CLI hints in any section
     # --serve: each model's serving tables, the same figures `serve` prints, at --seq-len per request
     assert "## Serving" in (out / "report.md").read_text() and "### llama-3-8b on 1 x h100-sxm" in (
         out / "report.md").read_text()

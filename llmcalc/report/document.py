@@ -40,7 +40,10 @@ class Report:
         self.blocks.append(("h", level, text))
 
     def paragraph(self, text: str) -> None:
-        self.blocks.append(("p", text))
+        """Prose for a reader of the report: command-line hints are dropped (``report_note``)."""
+        text = report_note(text)
+        if text:
+            self.blocks.append(("p", text))
 
     def bullets(self, items: list[str]) -> None:
         self.blocks.append(("ul", items))
@@ -158,7 +161,8 @@ def report_note(note: str) -> str:
         return ""
     note = re.sub(r"\s*\([^()]*(`|--[a-z])[^()]*\)", "", note)
     kept = [p for p in re.split(r"(?<=[;,]) ", note) if not re.search(r"(^|\s)--[a-z]|`", p)]
-    return " ".join(kept).rstrip(";, ").replace("`", "")
+    text = " ".join(kept).rstrip(";, ").replace("`", "")
+    return text + "." if text and note.endswith(".") and not text.endswith(".") else text
 
 
 def png_size(png: bytes) -> tuple[int, int]:
