@@ -86,6 +86,36 @@ def emit(doc, fmt: str) -> None:
     click.echo(render(doc, fmt), nl=False)
 
 
+def finetune_options(func):
+    options = [
+        click.option("--finetune", type=click.Choice(["lora", "qlora"]), default=None,
+                     help="LoRA or QLoRA: frozen base, trainable low-rank adapters (default: full training)."),
+        click.option("--lora-rank", type=POSITIVE_INT, default=None, help="LoRA rank r (default 16)."),
+        click.option("--lora-targets", default=None,
+                     help="all-linear (default) or a comma list of q,k,v,o,gate,up,down."),
+        click.option("--base-dtype", type=click.Choice(["bf16", "fp16", "fp32", "int8", "nf4", "fp4"]), default=None,
+                     help="Frozen base weights (default: bf16 for lora, nf4 for qlora)."),
+        click.option("--double-quant/--no-double-quant", default=True, show_default=True,
+                     help="nf4/fp4: quantise the block scales again (bitsandbytes compress_statistics)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant):
+    """The LoRA set-up the options describe, or None for full training."""
+    if finetune is None:
+        given = [n for n, v in (("--lora-rank", lora_rank), ("--lora-targets", lora_targets),
+                                ("--base-dtype", base_dtype)) if v is not None]
+        if given or not double_quant:
+            raise LlmcalcError(f"{', '.join(given) or '--no-double-quant'} needs --finetune lora or qlora")
+        return None
+    from .analytic.finetune import lora_config
+
+    return lora_config(finetune, lora_rank or 16, lora_targets or "all-linear", base_dtype, double_quant)
+
+
 @click.group(cls=LlmcalcGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="llmcalc")
 def cli() -> None:
@@ -103,8 +133,9 @@ def presets(fmt: str) -> None:
 
 @cli.command()
 @click.argument("model")
+@finetune_options
 @format_option
-def params(model: str, fmt: str) -> None:
+def params(model: str, finetune, lora_rank, lora_targets, base_dtype, double_quant, fmt: str) -> None:
     """Exact parameter count of MODEL by component, beside the classic approximations.
 
     MODEL is a preset name (see `llmcalc presets`), a Hugging Face config.json, or a folder
@@ -114,8 +145,15 @@ def params(model: str, fmt: str) -> None:
     from .presets import load_model, model_source
     from .report.views_params import params_document
 
+    cfg = make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant)
     spec = load_model(model)
-    emit(params_document(count_params(spec), model_source(model)), fmt)
+    doc = params_document(count_params(spec), model_source(model))
+    if cfg is not None:
+        from .analytic.finetune import finetune as build
+        from .report.views_finetune import add_to_params
+
+        doc = add_to_params(doc, build(spec, cfg))
+    emit(doc, fmt)
 
 
 def seq_options(func):
@@ -134,17 +172,52 @@ def seq_options(func):
 @click.option("--batch-size", type=POSITIVE_INT, default=1, show_default=True, help="Sequences per step.")
 @click.option("--decoder-seq-len", type=LENGTH, default=None,
               help="Encoder-decoder models: decoder tokens per sequence (default: --seq-len).")
+@finetune_options
 @format_option
-def flops(model, seq_len, causal, recompute, batch_size, decoder_seq_len, fmt):
+def flops(model, seq_len, causal, recompute, batch_size, decoder_seq_len, finetune, lora_rank, lora_targets, base_dtype,
+          double_quant, fmt):
     """Forward and backward FLOPs of one step of MODEL, per operation, with the rules of thumb."""
     from .analytic.flops import step_flops
     from .analytic.params import count_params
     from .presets import load_model
     from .report.views_compute import flops_document
 
+    cfg = make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant)
     spec = load_model(model)
     step = step_flops(spec, batch_size, seq_len, causal, recompute, decoder_seq_len)
-    emit(flops_document(step, count_params(spec)), fmt)
+    doc = flops_document(step, count_params(spec))
+    if cfg is not None:
+        from .analytic.finetune import FinetuneFlops
+        from .analytic.finetune import finetune as build
+        from .report.views_finetune import add_to_flops
+
+        ft = build(spec, cfg)
+        doc = add_to_flops(doc, ft, FinetuneFlops(ft, step))
+    emit(doc, fmt)
+
+
+def layout_options(func):
+    """The parallel layout and what the step-time model needs (issue 10); every option optional."""
+    ints = dict(type=POSITIVE_INT, default=None)
+    for option in reversed([
+        click.option("--global-batch", **ints, help="Sequences per optimizer step: predicts step time and MFU."),
+        click.option("--global-batch-tokens", type=QUANTITY, default=None, help="Instead: tokens per step (e.g. 16M)."),
+        click.option("--micro-batch", **ints, help="Sequences per GPU per micro-batch (default 1)."),
+        click.option("--tp", **ints, help="Tensor-parallel degree (default 1)."),
+        click.option("--cp", **ints, help="Context-parallel degree (default 1)."),
+        click.option("--pp", **ints, help="Pipeline-parallel degree (default 1)."),
+        click.option("--vpp", **ints, help="Virtual stages (model chunks) per pipeline rank (interleaved)."),
+        click.option("--ep", **ints, help="Expert-parallel degree, carved from dp (MoE models)."),
+        click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"]), default=None,
+                     help="Pipeline schedule (default 1f1b; interleaved with --vpp)."),
+        click.option("--zero", type=click.IntRange(0, 3), default=None, help="ZeRO stage over dp (default 1; 3 = FSDP)."),
+        click.option("--sequence-parallel/--no-sequence-parallel", default=None, help="TP with sequence parallelism (default on)."),
+        click.option("--dp-overlap/--no-dp-overlap", default=None, help="Overlap DP reduction with backward (default on)."),
+        click.option("--tokens-per-second", type=QUANTITY, default=None,
+                     help="Cluster-wide throughput of a past run: its achieved MFU/HFU."),
+    ]):
+        func = option(func)
+    return func
 
 
 @cli.command()
@@ -159,9 +232,11 @@ def flops(model, seq_len, causal, recompute, batch_size, decoder_seq_len, fmt):
 @click.option("--usd-per-gpu-hour", type=float, help="Price per GPU-hour (default: the preset's, if any).")
 @click.option("--dtype", default="bf16", show_default=True, help="Which peak to use: bf16, fp16, fp8, tf32, fp32.")
 @seq_options
+@finetune_options
+@layout_options
 @format_option
 def train(model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_per_gpu_hour, dtype, seq_len, causal,
-          recompute, fmt):
+          recompute, finetune, lora_rank, lora_targets, base_dtype, double_quant, fmt, **layout):
     """Training FLOPs, GPU-hours, wall-clock, cost and energy for TOKENS on N GPUs."""
     from .analytic.training import TrainingEstimate
     from .hardware import canonical_dtype
@@ -188,7 +263,26 @@ def train(model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_per_gp
         inputs["flops_basis"] = (f"training FLOPs = exact per-op count per token at seq {seq_len} "
                                  f"({'causal' if causal else 'full S²'}) x tokens; 6·N·T with N = {n:,} "
                                  f"{'active ' if spec.is_moe else ''}params")
+        cfg = make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant)
+        if cfg is not None:
+            from .analytic.finetune import FinetuneFlops
+            from .analytic.finetune import finetune as build
+
+            ft = build(spec, cfg)
+            fl = FinetuneFlops(ft, step)
+            model_flops = fl.model_flops_per_token * tokens
+            hardware_flops = fl.hardware_flops_per_token * tokens
+            inputs["finetune"] = {"method": cfg.method, "rank": cfg.rank, "targets": list(cfg.targets),
+                                  "trainable": ft.trainable, "frozen": ft.frozen,
+                                  "rule_flops": fl.rule() * tokens}
+            inputs["flops_basis"] = (f"{cfg.method} r{cfg.rank} on {cfg.target_label}: training FLOPs = exact per-op "
+                                     f"count per token at seq {seq_len} with frozen weights (backward: activation "
+                                     f"gradients only) and {ft.trainable:,} adapter params x tokens "
+                                     f"≈ 4·N_frozen + 6·N_adapter = {fl.rule() * tokens:.4g}; 6·N·T (full training) "
+                                     "shown for comparison")
     else:
+        if finetune is not None:
+            raise LlmcalcError("--finetune needs a MODEL (its linear shapes), not --params")
         if n_params <= 0:
             raise LlmcalcError(f"--params must be positive, got {n_params:g}")
         if recompute == "selective":
@@ -197,13 +291,66 @@ def train(model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_per_gp
         model_flops = 6 * n * tokens
         hardware_flops = model_flops + (2 * n * tokens if recompute == "full" else 0)
         inputs["flops_basis"] = "training FLOPs = 6·N·T (no model given; full recomputation adds 2·N·T)"
+    from .analytic.steptime import train_steptime
+
+    mfu, pred, measured = train_steptime(model and spec, gpu, n_gpus, mfu, achieved_tflops, canonical_dtype(dtype),
+                                         seq_len, causal, recompute, model_flops / tokens, hardware_flops / tokens,
+                                         accelerator, layout)
     est = TrainingEstimate(
         tokens=tokens, model_flops=model_flops, hardware_flops=hardware_flops, accelerator=accelerator,
         dtype=canonical_dtype(dtype), n_gpus=n_gpus, mfu=mfu,
         achieved_flops_per_s=None if achieved_tflops is None else achieved_tflops * 1e12,
         usd_per_gpu_hour=usd_per_gpu_hour,
     )
-    emit(train_document(est, inputs, 6 * n * tokens), fmt)
+    from .report.views_precision import add_both_peaks
+
+    emit(add_both_peaks(train_document(est, inputs, 6 * n * tokens, pred, measured), est), fmt)
+
+
+@cli.command()
+@click.argument("model")
+@click.option("--gpu", required=True, help="Accelerator preset with a network block (see `llmcalc presets`).")
+@click.option("--n-gpus", type=POSITIVE_INT, required=True, help="GPUs in all.")
+@click.option("--seq-len", type=LENGTH, default="4k", show_default=True)
+@click.option("--global-batch", type=POSITIVE_INT, default=None, help="Sequences per optimizer step.")
+@click.option("--global-batch-tokens", type=QUANTITY, default=None, help="Instead: tokens per step (e.g. 4M).")
+@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default=None,
+              help="Default: the least recomputation that fits, per layout.")
+@click.option("--causal", is_flag=True, help="Halve the attention S² FLOPs (Megatron convention).")
+@click.option("--top", type=POSITIVE_INT, default=10, show_default=True, help="How many layouts to list.")
+@format_option
+def layout(model, gpu, n_gpus, seq_len, global_batch, global_batch_tokens, recompute, causal, top, fmt):
+    """Rank the parallel layouts of MODEL on N GPUs that fit in memory, by predicted throughput."""
+    from .analytic.steptime import search_layouts
+    from .presets import load_model
+    from .report.document import Progress
+    from .report.views_steptime import layout_document
+
+    spec = load_model(model)
+    if (global_batch is None) == (global_batch_tokens is None):
+        raise LlmcalcError("give --global-batch (sequences) or --global-batch-tokens, one of them")
+    if global_batch_tokens is not None:
+        if global_batch_tokens <= 0 or global_batch_tokens % seq_len:
+            raise LlmcalcError(f"--global-batch-tokens {global_batch_tokens:g} is not a positive multiple of "
+                               f"--seq-len {seq_len}")
+        global_batch = int(global_batch_tokens // seq_len)
+    bars = []
+
+    def progress(total):
+        bars.append(Progress(total, "layouts"))
+        return bars[0].step
+
+    try:
+        ranked, losers, counts = search_layouts(spec, gpu, n_gpus, seq_len, global_batch, causal, recompute,
+                                                progress=progress)
+    finally:
+        for bar in bars:
+            bar.close()
+    if not ranked:
+        raise LlmcalcError(f"no layout of {spec.name} fits on {n_gpus:,} x {gpu} at seq {seq_len} with global batch "
+                           f"{global_batch} ({counts['oom']} do not fit in memory, {counts['invalid']} contradict the "
+                           f"model): use more GPUs or a larger --global-batch")
+    emit(layout_document(spec.name, gpu, n_gpus, seq_len, global_batch, ranked, losers, counts, top), fmt)
 
 
 @cli.command()
@@ -242,7 +389,8 @@ def plan(compute, gpu, n_gpus, days, mfu, dtype, fmt):
 @click.option("--seq-len", type=LENGTH, default="2048", show_default=True, help="Training: tokens per sequence.")
 @click.option("--batch-size", type=POSITIVE_INT, default=1, show_default=True, help="Micro-batch (sequences per GPU).")
 @click.option("--recipe", default="bf16-mixed", show_default=True,
-              help="Precision recipe: fp32, bf16-mixed, bf16-mixed-fp32-grads, fp16-mixed, bf16, amp.")
+              help="Precision recipe: fp32, bf16-mixed, bf16-mixed-fp32-grads, fp16-mixed, bf16, amp, fp8 (Transformer "
+                   "Engine delayed scaling), fp8-current, fp8-torchao.")
 @click.option("--optimizer", default="adamw", show_default=True, help="adamw, adam, sgd, lion, adam8bit.")
 @click.option("--optimizer-bytes", type=float, help="Instead of --optimizer: optimizer bytes per parameter.")
 @click.option("--optimizer-impl", type=click.Choice(["fused", "foreach", "for-loop"]), default="fused",
@@ -262,9 +410,11 @@ def plan(compute, gpu, n_gpus, days, mfu, dtype, fmt):
 @click.option("--inference", is_flag=True, hidden=True, help="Moved: serving memory is `llmcalc serve`.")
 @click.option("--context", "--weight-dtype", "--kv-dtype", "--prefill-chunk", "moved_option", hidden=True,
               help="Options of the moved --inference mode (kept so that old command lines reach its message).")
+@finetune_options
 @format_option
 def memory(model, seq_len, batch_size, recipe, optimizer, optimizer_bytes, optimizer_impl, recompute, attention,
-           dropout, gpu, n_gpus, zero, tp, pp, sequence_parallel, reserve_gib, inference, moved_option, fmt):
+           dropout, gpu, n_gpus, zero, tp, pp, sequence_parallel, reserve_gib, inference, moved_option, finetune,
+           lora_rank, lora_targets, base_dtype, double_quant, fmt):
     """Training memory per GPU of MODEL, and whether it fits (serving memory: `llmcalc serve`)."""
     from .presets import load_hardware, load_model
 
@@ -280,6 +430,20 @@ def memory(model, seq_len, batch_size, recipe, optimizer, optimizer_bytes, optim
     from .report.views_memory import training_memory_document
 
     opt = custom_optimizer(optimizer_bytes) if optimizer_bytes is not None else optimizer
+    cfg = make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant)
+    if cfg is not None:
+        from .analytic.finetune import finetune_memory
+        from .report.views_finetune import finetune_memory_document
+
+        clash = [name for name, off in (("--tp", tp == 1), ("--pp", pp == 1), ("--zero", zero == 0),
+                                        ("--recipe", recipe == "bf16-mixed"), ("--optimizer-impl", optimizer_impl ==
+                                                                               "fused")) if not off]
+        if clash:
+            raise LlmcalcError(f"{', '.join(clash)} not modelled with --finetune (each data-parallel GPU holds the "
+                               "whole frozen base; the base dtype is --base-dtype, adapters are fp32); drop them")
+        est = finetune_memory(spec, cfg, batch_size, seq_len, opt, recompute, attention, dropout)
+        emit(finetune_memory_document(est, device, reserve), fmt)
+        return
     est = training_memory(spec, batch_size, seq_len, recipe, opt, recompute, attention,
                           Parallel(n_gpus or tp * pp, tp, pp, zero, sequence_parallel), dropout, optimizer_impl)
     emit(training_memory_document(est, device, reserve), fmt)
@@ -539,9 +703,10 @@ def _need_torch():
 @click.option("--attention", type=click.Choice(["sdpa", "eager"]), default="sdpa", show_default=True)
 @click.option("--layers", type=POSITIVE_INT, default=None, help="Use only this many layers (to fit a real run).")
 @click.option("--peak-tflops", type=float, default=None, help="Peak for MFU (default: catalog or calibration).")
+@finetune_options
 @format_option
 def profile(model, virtual, device, dtype, recipe, batch_size, seq_len, steps, warmup, compile_, counter, recompute,
-            attention, layers, peak_tflops, fmt):
+            attention, layers, peak_tflops, finetune, lora_rank, lora_targets, base_dtype, double_quant, fmt):
     """Build MODEL in PyTorch, measure FLOPs, memory and speed, and hold every formula against them."""
     _need_torch()
     from .presets import load_model
@@ -552,6 +717,14 @@ def profile(model, virtual, device, dtype, recipe, batch_size, seq_len, steps, w
         spec = spec.replace(n_layers=layers, name=f"{spec.name} ({layers} layers)",
                             n_dense_layers=min(spec.n_dense_layers, layers),
                             n_decoder_layers=layers if spec.n_decoder_layers else None)
+    cfg = make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant)
+    if cfg is not None:
+        if not virtual:
+            raise LlmcalcError("fine-tuning profiles run virtually: add --virtual")
+        from .profiling.lora import virtual_finetune_profile
+
+        emit(profile_document(virtual_finetune_profile(spec, cfg, batch_size, seq_len, recompute)), fmt)
+        return
     if virtual:
         from .profiling.measure import virtual_profile
 

@@ -456,7 +456,7 @@ def test_figures_are_2x_with_readable_text(tmp_path, monkeypatch):
 
     monkeypatch.setattr(plots, "save", inspect)
     make_report(tmp_path, "mixtral-8x7b")
-    assert len(seen) == 6
+    assert len(seen) >= 6  # the six of every report, and any section's own (step time by layout)
     for title, (css_width, smallest_px, suptitle) in seen.items():
         assert css_width <= 1080 and smallest_px >= 10, (title, css_width, smallest_px)
         assert "mixtral-8x7b · 15.0 T tokens at seq 4,096 · 1,024 x h100-sxm" in suptitle.replace("\n", " ")

@@ -48,6 +48,34 @@ class Recipe:
     description: str
     persistent_grads: bool = False  # a gradient buffer that lives through forward (Megatron)
     autocast_cache_bytes: float = 0.0  # torch.autocast caches a low-precision copy of each weight in forward
+    fp8: str = ""  # FP8 GEMMs: "te-delayed", "te-current" or "torchao" (see FP8_NOTES)
+    fp8_saved_inputs: bool = False  # linears save their input in FP8 (Transformer Engine), not bf16
+
+
+# Transformer Engine (transformer_engine/pytorch/module/base.py, set_meta_tensor): per GEMM, 3 FP8 tensors
+# in forward (input, weight, output) and 2 in backward (grad output, grad input), each with an fp32 scale and
+# scale_inv; DelayedScaling (transformer_engine/common/recipe) keeps an fp32 amax history of
+# amax_history_len = 1024 steps per tensor; current scaling one fp32 amax. A TE block runs 4 GEMMs (fused
+# QKV, attention projection, fc1 = gate+up, fc2).
+TE_GEMMS_PER_LAYER = 4
+FP8_STATE_BYTES_PER_GEMM = {"te-delayed": 5 * (1024 + 2) * 4, "te-current": 5 * (1 + 2) * 4, "torchao": 3 * 4}
+# Saved tensors that are linear-layer inputs: Transformer Engine keeps its FP8 cast of them for the
+# weight-gradient GEMM (LayerNormLinear's ln_out, Linear's inputmat, LayerNormMLP's fc2 input).
+FP8_SAVED = ("attention input (norm output)", "MLP input (norm output)", "O-projection input (heads merged)",
+             "MLP down-projection input", "MLP activation output (fc2 input)")
+FP8_NOTES = {
+    "te-delayed": "Transformer Engine DelayedScaling (amax history 1024, max) under Megatron-LM: GEMM inputs "
+                  "(activations, weights, output gradients) cast to FP8 E4M3/E5M2 (HYBRID); weights stored bf16 with "
+                  "an FP8 copy and its transpose kept from forward to backward (2 B/param); fp32 main gradients, "
+                  "fp32 master weights and AdamW states: 2 + 4 + 4 + 8 = 18 B/param + 2 B FP8 weight copies; "
+                  "linear inputs saved in FP8 (1 B), norms, attention, softmax and residuals stay bf16",
+    "te-current": "Transformer Engine Float8CurrentScaling under Megatron-LM: as the delayed recipe (18 + 2 B/param, "
+                  "linear inputs saved in FP8) but each scale from the tensor's own amax this step: no history",
+    "torchao": "torchao float8 training (convert_to_float8_training, tensorwise dynamic scaling, as torchtitan "
+               "runs it): bf16 parameters, fp32 master and AdamW states (2 + 2 + 4 + 8 = 16 B/param, as bf16-mixed); "
+               "weights and activations cast to FP8 per GEMM and not kept: torchao's float8 linear saves the "
+               "bf16 input and weight for backward (torchao/float8/float8_linear.py), so activations stay bf16",
+}
 
 
 RECIPES = {r.name: r for r in (
@@ -63,6 +91,11 @@ RECIPES = {r.name: r for r in (
     Recipe("amp", 4, 4, 0, 4, 2,
            "PyTorch torch.autocast(bf16): fp32 parameters, gradients and optimizer states, bf16 activations; "
            "autocast caches a bf16 copy of each weight during forward", autocast_cache_bytes=2),
+    Recipe("fp8", 2, 4, 4, 4, 2, FP8_NOTES["te-delayed"], persistent_grads=True, autocast_cache_bytes=2,
+           fp8="te-delayed", fp8_saved_inputs=True),
+    Recipe("fp8-current", 2, 4, 4, 4, 2, FP8_NOTES["te-current"], persistent_grads=True, autocast_cache_bytes=2,
+           fp8="te-current", fp8_saved_inputs=True),
+    Recipe("fp8-torchao", 2, 2, 4, 4, 2, FP8_NOTES["torchao"], fp8="torchao"),
 )}
 
 
@@ -195,8 +228,30 @@ class MemoryEstimate:
             return self.params_on_gpu / self._shard(1) * (self.recipe.state_bytes + widen)
         return self.largest_tensor * (2 * self.recipe.state_bytes + widen)
 
+    @property
+    def fp8_state(self) -> float:
+        """FP8 scaling state (scales, scale inverses, amax history) of this GPU's GEMMs."""
+        if not self.recipe.fp8:
+            return 0.0
+        layers = self.spec.n_layers // self.parallel.pp
+        return layers * TE_GEMMS_PER_LAYER * FP8_STATE_BYTES_PER_GEMM[self.recipe.fp8]
+
     def components(self) -> dict[str, float]:
         a = self.activations
+        if self.recipe.fp8:
+            return {
+                "weights": self.weights,
+                "gradients": self.gradients,
+                "master weights": self.master_weights,
+                "optimizer states": self.optimizer_states,
+                "activations": sum(a.per_layer.values()),
+                "recompute working set": a.recompute_working_set,
+                "logits and loss": a.logits_and_loss,
+                "FP8 weight copies": self.autocast_cache,
+                "FP8 scaling state": self.fp8_state,
+                "ZeRO-3 gathered layer": self.zero3_gathered,
+                "optimizer temporaries": self.optimizer_temporaries,
+            }
         return {
             "weights": self.weights,
             "gradients": self.gradients,
@@ -214,7 +269,8 @@ class MemoryEstimate:
         """The components alive at the peak (their sum is ``peak``)."""
         comps = self.components()
         if self.peak_phase == "optimizer step":
-            keep = ("weights", "gradients", "master weights", "optimizer states", "optimizer temporaries")
+            keep = ("weights", "gradients", "master weights", "optimizer states", "optimizer temporaries",
+                    "FP8 scaling state")
         else:
             keep = tuple(k for k in comps if k not in ("gradients", "optimizer temporaries")
                          or (k == "gradients" and self.recipe.persistent_grads))
@@ -224,11 +280,12 @@ class MemoryEstimate:
     def forward_end(self) -> float:
         static = self.weights + self.master_weights + self.optimizer_states
         grads = self.gradients if self.recipe.persistent_grads else 0.0
-        return static + grads + self.activations.total + self.autocast_cache + self.zero3_gathered
+        return (static + grads + self.activations.total + self.autocast_cache + self.zero3_gathered
+                + self.fp8_state)
 
     @property
     def optimizer_step(self) -> float:
-        return self.model_states + self.optimizer_temporaries
+        return self.model_states + self.optimizer_temporaries + self.fp8_state
 
     @property
     def peak(self) -> float:
@@ -296,7 +353,16 @@ def training_memory(spec: ModelSpec, batch: int = 1, seq_len: int = 2048, recipe
                        activation_memory(**common, layers=range(per_stage), in_flight=pp, head=False)))
         stages.append(("last", blocks + final + head / tp,
                        activation_memory(**common, layers=range(spec.n_layers - per_stage, spec.n_layers))))
+    if rec.fp8_saved_inputs:  # Transformer Engine saves each linear's input as its 1-byte FP8 cast
+        stages = [(name, params, _fp8_inputs(acts, rec.act_bytes)) for name, params, acts in stages]
     biggest = largest_tensor(spec) / tp
     estimates = [MemoryEstimate(spec, rec, opt, parallel, batch, seq_len, recompute, attention, params, acts, name,
                                 gathered, optimizer_impl, biggest) for name, params, acts in stages]
     return max(estimates, key=lambda e: e.peak)
+
+
+def _fp8_inputs(acts: ActivationEstimate, act_bytes: float) -> ActivationEstimate:
+    from dataclasses import replace
+
+    per_layer = {k: v / act_bytes if k in FP8_SAVED else v for k, v in acts.per_layer.items()}
+    return replace(acts, per_layer=per_layer)

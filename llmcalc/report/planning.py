@@ -23,6 +23,7 @@ from .views_compare import compare_document
 from .views_compute import FLOP_CONVENTIONS, flops_document, train_document
 from .views_memory import training_memory_document
 from .views_profile import profile_document
+from .steptime_figures import steptime_section
 
 
 def _summary_lines(spec: ModelSpec, scenario: Scenario, record: dict) -> list[str]:
@@ -212,6 +213,7 @@ def build_report(specs: list[ModelSpec], sources: dict[str, str], scenario: Scen
         report.document(train_document(est, inputs, 6 * count_params(spec).active_per_token * scenario.tokens),
                         f"train-{safe_name(spec.name)}")
     tick("time and cost")
+    steptime_section(report, specs, scenario)  # issue 10: predicted step time and MFU by layout
 
     report.heading("Memory")
     memory_frame, skipped = sweeps.memory_vs_batch(by_name, scenario)

@@ -126,7 +126,8 @@ def _opt(fmt, value):
     return "n/a" if value is None else fmt(value)
 
 
-def train_document(est: TrainingEstimate, inputs: dict, six_n_t: float | None) -> Document:
+def train_document(est: TrainingEstimate, inputs: dict, six_n_t: float | None, pred=None,
+                   measured: dict | None = None) -> Document:
     acc = est.accelerator
     hours = lambda v: f"{v:,.0f} h"  # noqa: E731
     rows = [  # key, label, value, formatter, shown in the table
@@ -159,13 +160,37 @@ def train_document(est: TrainingEstimate, inputs: dict, six_n_t: float | None) -
         [{"key": k, "quantity": label, "value": v, "text": _opt(f, v)} for k, label, v, f, shown in rows if shown],
         _train_notes(est, inputs),
     )
+    tables = [table]
+    _add_steptime(data, tables, est, pred, measured)
     model = inputs["model"]
     return Document(
         title=f"{model}: {si(est.tokens).strip()} tokens on {est.n_gpus:,} x {acc.key}",
-        data=data, tables=[table],
+        data=data, tables=tables,
         preamble=[f"device: {acc.name}, {acc.memory_bytes / 2**30:g} GiB, {acc.memory_bandwidth / 1e12:.3g} TB/s "
                   f"(sources: `llmcalc presets --format json`)"],
     )
+
+
+def _add_steptime(data: dict, tables: list, est: TrainingEstimate, pred, measured: dict | None) -> None:
+    """The issue-10 keys: predicted (or given) step time, MFU/HFU, TFLOP/s per GPU, breakdown, layout."""
+    data["mfu_source"] = "predicted" if pred is not None else "given"
+    data["tokens_per_second"] = est.tokens / est.wall_seconds
+    data["model_tflops_per_gpu"] = est.model_flops_per_s_per_gpu / 1e12
+    data["hardware_tflops_per_gpu"] = est.hfu * est.peak / 1e12
+    data["step_seconds"] = data["breakdown_seconds"] = data["layout"] = None
+    if measured is not None:
+        lay = measured.pop("layout", None)
+        if lay is not None:  # given MFU with a layout: the step time it implies, no breakdown
+            data["layout"] = lay.as_dict()
+            data["step_seconds"] = lay.global_batch * data["seq_len"] / data["tokens_per_second"]
+        if measured:
+            data["measured"] = measured
+    if pred is not None:
+        from .views_steptime import breakdown_table
+
+        data.update(pred.to_json())
+        data["mfu_source"] = "predicted"
+        tables.append(breakdown_table(pred))
 
 
 def _train_notes(est: TrainingEstimate, inputs: dict) -> list[str]:

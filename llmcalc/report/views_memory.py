@@ -91,7 +91,9 @@ def training_memory_document(est: MemoryEstimate, gpu: Accelerator | None, reser
         [Column("name", "saved tensor", align="left"), Column("bytes", "memory (GiB)", _gib)],
         [{"name": k, "bytes": v} for k, v in sorted(est.activations.per_layer.items(), key=lambda kv: -kv[1])],
         [f"attention {est.attention}; recompute {est.recompute}; activations at {rec.act_bytes:g} bytes/element; "
-         "tensor names follow Korthikanti et al. 2022 sec. 4.1"],
+         "tensor names follow Korthikanti et al. 2022 sec. 4.1"]
+        + (["FP8 (Transformer Engine): the inputs of the linear layers are saved as their 1-byte FP8 casts"]
+           if rec.fp8_saved_inputs else []),
     )
     title = (f"{spec.name}: training memory per GPU, batch {est.batch} x seq {est.seq_len}, {rec.name} + {opt.name}, "
              f"recompute {est.recompute}")

@@ -1,0 +1,190 @@
+"""Collective communication: bytes each rank moves, and alpha-beta times on a two-tier network.
+
+Volumes (what one rank sends, for a buffer of S bytes, the *unsharded* size of the tensor; ring
+algorithms, the convention of nccl-tests' PERFORMANCE.md, https://github.com/NVIDIA/nccl-tests):
+- all-reduce        2(n-1)/n · S    (reduce-scatter then all-gather)
+- all-gather        (n-1)/n · S     (each rank ends with all n shards of S/n)
+- reduce-scatter    (n-1)/n · S
+- all-to-all        (n-1)/n · S     (each rank keeps 1/n of its S and sends the rest)
+- send/recv (p2p)   S
+These are the "bus bandwidth" factors of nccl-tests: busbw = algbw x factor, so time = S x factor /
+busbw. A measured run (torch profiler, FSDP2/DTensor traces) can be held against them collective by
+collective: ``Collective.bytes_per_rank`` is what a rank puts on the wire.
+
+Time (alpha-beta, Hockney 1994): t = steps x alpha + bytes_per_rank / (bandwidth x NCCL_BUS_EFFICIENCY),
+with steps = 2(n-1) for a ring all-reduce, n-1 for the others, 1 for p2p. A group whose n ranks sit in
+one node (stride x n <= GPUs per node) uses the scale-up link (NVLink/NVSwitch), otherwise the
+scale-out network (one NIC per GPU: each rank of a node runs its own ring in parallel).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import LlmcalcError
+
+KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
+
+# Fraction of the link bandwidth that NCCL's large-message bus bandwidth reaches. Source: nccl-tests
+# all_reduce_perf on DGX A100 (NVSwitch, 300 GB/s per direction) peaks near 230-240 GB/s busbw
+# (NVIDIA's published DGX A100 figure: 230 GB/s), i.e. ~0.78 of the link; the same ratio is used for
+# every link and tier.
+NCCL_BUS_EFFICIENCY = 0.78
+
+
+def bus_factor(kind: str, n: int) -> float:
+    """Bytes on the wire per rank, per byte of the (unsharded) buffer: the nccl-tests busbw factor."""
+    if kind not in KINDS:
+        raise LlmcalcError(f"unknown collective {kind!r}; use one of {', '.join(KINDS)}")
+    if not isinstance(n, int) or n < 1:
+        raise LlmcalcError(f"a collective needs a whole number of ranks >= 1, got {n!r}")
+    if kind == "p2p":
+        return 1.0
+    if n == 1:
+        return 0.0
+    return 2 * (n - 1) / n if kind == "all_reduce" else (n - 1) / n
+
+
+def latency_steps(kind: str, n: int) -> int:
+    """Sequential message steps of the ring algorithm (the alpha term's multiplier)."""
+    if kind == "p2p":
+        return 1
+    if n == 1:
+        return 0
+    return 2 * (n - 1) if kind == "all_reduce" else n - 1
+
+
+@dataclass(frozen=True)
+class Network:
+    """A cluster's two tiers, per GPU and per direction (bytes/s, seconds)."""
+
+    gpus_per_node: int
+    scale_up_bandwidth: float  # NVLink/NVSwitch (ICI for TPUs), per GPU per direction
+    scale_out_bandwidth: float  # the GPU's share of the inter-node network, per direction
+    scale_up_latency: float
+    scale_out_latency: float
+    source: str = ""
+
+
+def network_from_preset(key: str, data: dict) -> Network | None:
+    """The "network" block of a hardware preset (units in key names), or None when it has none."""
+    block = data.get("network")
+    if block is None:
+        return None
+    try:
+        return Network(int(block["gpus_per_node"]), float(block["scale_up_gb_per_s"]) * 1e9,
+                       float(block["scale_out_gb_per_s"]) * 1e9, float(block["scale_up_latency_us"]) * 1e-6,
+                       float(block["scale_out_latency_us"]) * 1e-6, block.get("_source", ""))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise LlmcalcError(f"hardware preset {key!r} has a malformed network block: {exc!r}") from None
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective a rank takes part in, `count` times per training step."""
+
+    name: str  # what it carries, e.g. "TP all-reduce of the attention output"
+    kind: str  # one of KINDS
+    group: int  # ranks in the group (n)
+    buffer_bytes: float  # S: the unsharded tensor (for p2p: the message)
+    count: float = 1.0  # how many per step
+    stride: int = 1  # rank distance between group members (TP 1, then CP, PP, DP outward)
+
+    @property
+    def bytes_per_rank(self) -> float:
+        """Bytes one rank sends for one call: S x bus factor."""
+        return self.buffer_bytes * bus_factor(self.kind, self.group)
+
+    @property
+    def bytes_per_step(self) -> float:
+        return self.bytes_per_rank * self.count
+
+    def intra_node(self, net: Network) -> bool:
+        span = self.stride * (self.group if self.kind != "p2p" else 2)
+        return span <= net.gpus_per_node
+
+    def seconds(self, net: Network) -> float:
+        """Alpha-beta time of one call."""
+        if self.kind != "p2p" and self.group == 1:
+            return 0.0
+        if self.intra_node(net):
+            bw, alpha = net.scale_up_bandwidth, net.scale_up_latency
+        else:
+            bw, alpha = net.scale_out_bandwidth, net.scale_out_latency
+        return latency_steps(self.kind, self.group) * alpha + self.bytes_per_rank / (bw * NCCL_BUS_EFFICIENCY)
+
+
+# --- what each parallelism sends: the general volume functions ------------------------------------
+
+
+def tp_collectives(tokens: float, d_model: int, act_bytes: float, tp: int, sequence_parallel: bool,
+                   passes: int) -> list[Collective]:
+    """Tensor parallelism (Megatron-LM, Shoeybi et al. 2019; with sequence parallelism Korthikanti
+    et al. 2022) for one layer and one micro-batch of `tokens` tokens on this rank's sequence shard.
+
+    Per pass (forward, backward, and the forward re-run by full recomputation): two all-reduces of the
+    [tokens, d_model] activation (after attention and after the MLP), or with sequence parallelism an
+    all-gather before and a reduce-scatter after each of the two (the same bytes: AR = RS + AG).
+    """
+    s = tokens * d_model * act_bytes
+    if sequence_parallel:
+        return [Collective("TP all-gather (sequence parallel)", "all_gather", tp, s, 2 * passes),
+                Collective("TP reduce-scatter (sequence parallel)", "reduce_scatter", tp, s, 2 * passes)]
+    return [Collective("TP all-reduce", "all_reduce", tp, s, 2 * passes)]
+
+
+def cp_collectives(tokens_per_rank: float, kv_width: int, act_bytes: float, cp: int, stride: int) -> list[Collective]:
+    """Context parallelism, ring attention (Liu et al. 2023; Megatron-LM CP) for one layer and one
+    micro-batch: in the forward each rank passes its K and V shard ([tokens/cp, kv_width] each) around
+    the ring, cp-1 hops; the backward passes K and V again and their gradients dK, dV (twice the forward).
+    Written as an all-gather of K and V (what Llama 3's all-gather CP does; same bytes as the ring)."""
+    kv = 2 * tokens_per_rank * cp * kv_width * act_bytes  # unsharded K and V of the whole sequence
+    return [Collective("CP K/V exchange (forward)", "all_gather", cp, kv, 1, stride),
+            Collective("CP K/V + dK/dV exchange (backward)", "all_gather", cp, 2 * kv, 1, stride)]
+
+
+def ep_collectives(tokens: float, top_k: int, d_model: int, act_bytes: float, ep: int, stride: int,
+                   passes: int) -> list[Collective]:
+    """Expert parallelism (GShard, Lepikhin et al. 2020) for one MoE layer and one micro-batch: each pass
+    has two all-to-alls (dispatch the tokens' top-k copies to their experts, combine the results), each
+    over a [tokens·top_k, d_model] buffer."""
+    s = tokens * top_k * d_model * act_bytes
+    return [Collective("EP all-to-all (dispatch + combine)", "all_to_all", ep, s, 2 * passes, stride)]
+
+
+def pp_collective(tokens: float, d_model: int, act_bytes: float, tp: int, sequence_parallel: bool,
+                  stride: int) -> Collective:
+    """Pipeline parallelism: one activation [tokens, d_model] per micro-batch to the next stage (and
+    its gradient back); with sequence parallelism each TP rank sends only its 1/tp shard (Megatron's
+    scatter-gather optimisation, Narayanan et al. 2021 sec. 4.1)."""
+    s = tokens * d_model * act_bytes / (tp if sequence_parallel else 1)
+    return Collective("PP send/recv of activations", "p2p", 2, s, 1, stride)
+
+
+def dp_collectives(params: float, grad_bytes: float, weight_bytes: float, dp: int, zero: int, stride: int,
+                   micro_batches: int) -> list[Collective]:
+    """Data parallelism for `params` parameters held by this rank (before ZeRO sharding), per step.
+
+    - zero 0 (DDP): one all-reduce of the gradients.
+    - zero 1 and 2: a reduce-scatter of the gradients, then an all-gather of the updated weights
+      (Rajbhandari et al. 2020: the same bytes as the all-reduce).
+    - zero 3 (FSDP): per micro-batch an all-gather of the weights for the forward and another for the
+      backward, and a reduce-scatter of the gradients (3 x the weight/gradient bytes per micro-batch).
+    For a measured FSDP2 run: fully_shard's default (reshard_after_forward=True) is zero 3 here, one
+    Collective per FSDP unit summed over units; reshard_after_forward=False drops the backward
+    all-gather; buffer_bytes is the unsharded size (nccl-tests' "size"), bytes_per_rank what one rank
+    sends (size x bus factor).
+    """
+    grads, weights = params * grad_bytes, params * weight_bytes
+    if zero == 0:
+        return [Collective("DP gradient all-reduce", "all_reduce", dp, grads, 1, stride)]
+    if zero in (1, 2):
+        return [Collective("DP gradient reduce-scatter", "reduce_scatter", dp, grads, 1, stride),
+                Collective("DP weight all-gather", "all_gather", dp, weights, 1, stride)]
+    return [Collective("FSDP weight all-gather (forward)", "all_gather", dp, weights, micro_batches, stride),
+            Collective("FSDP weight all-gather (backward)", "all_gather", dp, weights, micro_batches, stride),
+            Collective("FSDP gradient reduce-scatter", "reduce_scatter", dp, grads, micro_batches, stride)]
+
+
+def total_seconds(collectives: list[Collective], net: Network) -> float:
+    return sum(c.seconds(net) * c.count for c in collectives)

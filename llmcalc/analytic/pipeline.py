@@ -1,0 +1,239 @@
+"""Pipeline schedules simulated rank by rank: gpipe, 1f1b, interleaved (virtual stages), zb-h1, zb-v.
+
+Each pipeline rank gets an ordered action list (F = forward of one micro-batch on one model chunk,
+B = its backward, W = the weight-gradient half of a backward in the zero-bubble schedules). An
+event simulation runs the lists: an action starts when its rank is free and the action it depends
+on (the same micro-batch one stage earlier for F, one stage later for B) has finished, plus the
+point-to-point transfer time when that action ran on another rank. The makespan of the lists is the
+pipeline's time; what a rank does not spend computing is its bubble.
+
+Closed forms the simulation reproduces (with equal stages, no transfer time; tests check them):
+- gpipe and 1f1b (Huang et al. 2019; Narayanan et al. 2019/2021): bubble fraction (p-1)/(m+p-1),
+- interleaved with v chunks per rank (Narayanan et al. 2021 sec. 2.2.2): (p-1)/(v·m+p-1),
+- zb-h1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", sec. 3.1): bubble time (p-1)(T_F+T_B-T_W)
+  against 1f1b's (p-1)(T_F+T_B+T_W), where T_B is the input-gradient half of a backward,
+- zb-v (Qi et al. 2024, two chunks per rank in a V, greedy: backward before forward, weight gradients
+  fill waits): with T_F = T_B = T_W per chunk the only idle time left is the warm-up the last rank
+  cannot avoid, (p-1)·T_F of one chunk (half a stage's forward); otherwise its bubble is what the
+  simulation finds (no closed form is claimed).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from ..errors import LlmcalcError
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v")
+
+
+@dataclass(frozen=True)
+class PipelineResult:
+    schedule: str
+    p: int  # pipeline ranks
+    v: int  # model chunks per rank
+    m: int  # micro-batches
+    makespan: float  # seconds from the first forward to the last backward
+    busy: tuple[float, ...]  # seconds each rank computes
+
+    @property
+    def bubble(self) -> float:
+        """Idle seconds of the busiest rank (the rank that paces the pipeline)."""
+        return self.makespan - max(self.busy)
+
+    @property
+    def bubble_fraction(self) -> float:
+        return self.bubble / self.makespan if self.makespan else 0.0
+
+
+def closed_form_bubble_fraction(schedule: str, p: int, m: int, v: int = 1) -> float:
+    """The textbook bubble fraction for equal stages: (p-1)/(m+p-1), interleaved (p-1)/(v·m+p-1)."""
+    if schedule in ("gpipe", "1f1b"):
+        return (p - 1) / (m + p - 1)
+    if schedule == "interleaved":
+        return (p - 1) / (v * m + p - 1)
+    raise LlmcalcError(f"no single closed form for {schedule}; its bubble depends on T_F, T_B, T_W")
+
+
+def chunks_per_rank(schedule: str, vpp: int) -> int:
+    return 2 if schedule == "zb-v" else vpp if schedule == "interleaved" else 1
+
+
+def stage_of(schedule: str, rank: int, chunk: int, p: int) -> int:
+    """Which of the p·v model stages (0 = embedding side) chunk `chunk` of `rank` holds."""
+    if schedule == "zb-v":
+        return rank if chunk == 0 else 2 * p - 1 - rank
+    return chunk * p + rank
+
+
+def _one_f_one_b(warmup: int, m: int, chunks_f: list, chunks_b: list) -> list:
+    """Warm-up forwards, then alternate one forward and one backward, then the remaining backwards."""
+    total = len(chunks_f)
+    warmup = min(warmup, total)
+    out = [("F",) + chunks_f[i] for i in range(warmup)]
+    b = 0
+    for f in range(warmup, total):
+        out.append(("F",) + chunks_f[f])
+        out.append(("B",) + chunks_b[b])
+        b += 1
+    out += [("B",) + chunks_b[i] for i in range(b, total)]
+    return out
+
+
+def action_lists(schedule: str, p: int, m: int, v: int) -> list[list[tuple[str, int, int]]]:
+    """Per rank, the ordered (kind, chunk, micro-batch) actions F and B (W are added by the simulator)."""
+    lists = []
+    for r in range(p):
+        if schedule == "gpipe":
+            lists.append([("F", 0, j) for j in range(m)] + [("B", 0, j) for j in range(m)])
+        elif schedule in ("1f1b", "zb-h1"):
+            lists.append(_one_f_one_b(p - r - 1, m, [(0, j) for j in range(m)], [(0, j) for j in range(m)]))
+        elif schedule == "interleaved":
+            # Megatron-LM's order: groups of p micro-batches run through chunk 0, 1, ..., v-1.
+            fwd = [((k // p) % v, (k // (p * v)) * p + k % p) for k in range(m * v)]
+            bwd = [(v - 1 - (k // p) % v, (k // (p * v)) * p + k % p) for k in range(m * v)]
+            lists.append(_one_f_one_b((p - r - 1) * 2 + (v - 1) * p, m, fwd, bwd))
+        elif schedule == "zb-v":
+            lists.append([])  # chosen on the fly by _zbv_candidates
+        else:
+            raise LlmcalcError(f"unknown pipeline schedule {schedule!r}; use one of {', '.join(SCHEDULES)}")
+    return lists
+
+
+def _zbv_candidates(r: int, p: int, m: int, nxt: dict, cap: list) -> list:
+    """ZB-V (Qi et al. 2024): the actions rank r may run next, in priority order: backwards first
+    (chunk 1, the later stage, before chunk 0), then forwards (chunk 1 before chunk 0); chunk-0
+    forwards are held back once 2p-1 micro-batches are in flight on the rank, which bounds
+    activation memory like 1F1B's."""
+    out = []
+    for kind, chunk in (("B", 1), ("B", 0), ("F", 1), ("F", 0)):
+        j = nxt[(kind, chunk)]
+        if j >= m:
+            continue
+        if kind == "B" and j >= nxt[("F", chunk)]:
+            continue
+        if kind == "F" and chunk == 1 and j >= nxt[("F", 0)]:
+            continue
+        if kind == "F" and chunk == 0 and j - nxt[("B", 0)] >= cap[r]:
+            continue
+        out.append((kind, chunk, j))
+    return out
+
+
+def simulate(schedule: str, p: int, m: int, f_time, b_time, w_time=None, vpp: int = 1,
+             p2p_time: float = 0.0) -> PipelineResult:
+    """Run every rank's action list; return the makespan and each rank's busy time.
+
+    f_time(stage), b_time(stage), w_time(stage): seconds of one micro-batch's forward, backward
+    (for zb-*: the input-gradient half only) and weight-gradient half on that model stage (0 .. p·v-1);
+    for gpipe/1f1b/interleaved the weight gradient is part of b_time and w_time is ignored.
+    p2p_time: seconds to send one activation (or its gradient) to the neighbouring rank.
+    """
+    for name, value in (("pipeline degree", p), ("micro-batches", m), ("virtual stages", vpp)):
+        if not isinstance(value, int) or value < 1:
+            raise LlmcalcError(f"{name} must be a whole number >= 1, got {value!r}")
+    if schedule not in SCHEDULES:
+        raise LlmcalcError(f"unknown pipeline schedule {schedule!r}; use one of {', '.join(SCHEDULES)}")
+    if schedule == "interleaved" and p > 1 and m % p:
+        raise LlmcalcError(f"the interleaved schedule needs the micro-batches per step ({m}) to be a multiple of "
+                           f"pp ({p}); change --global-batch or --micro-batch, or use --schedule 1f1b")
+    v = chunks_per_rank(schedule, vpp)
+    zero_bubble = schedule.startswith("zb")
+    n_stages = p * v
+    lists = action_lists(schedule, p, m, v)
+    rank_of = {}
+    for r in range(p):
+        for c in range(v):
+            rank_of[stage_of(schedule, r, c, p)] = (r, c)
+
+    def dep(kind, stage, j):
+        """(kind, stage, micro-batch) this action waits for, or None."""
+        if kind == "F":
+            return None if stage == 0 else ("F", stage - 1, j)
+        if kind == "B":
+            return ("F", stage, j) if stage == n_stages - 1 else ("B", stage + 1, j)
+        return ("B", stage, j)
+
+    def duration(kind, stage):
+        if kind == "F":
+            return f_time(stage)
+        if kind == "B":
+            return b_time(stage)
+        return w_time(stage)
+
+    finish: dict = {}
+    where: dict = {}
+    clock = [0.0] * p
+    busy = [0.0] * p
+    pos = [0] * p
+    pending_w = [[] for _ in range(p)]  # zero-bubble: weight gradients not yet computed
+    # zb-h1: rank r keeps at most r weight gradients pending and computes them when that is exceeded
+    # (and at the end); this reproduces the paper's (p-1)(T_F+T_B-T_W) exactly. zb-v: at most p pending,
+    # and a rank with nothing ready computes a pending one (the schedule's bubble filling).
+    w_limit = [r if schedule == "zb-h1" else p if schedule == "zb-v" else 0 for r in range(p)]
+    done = [False] * p
+    heap = [(0.0, r) for r in range(p)]
+    waiting: dict = {}  # key -> ranks blocked on it
+    nxt = [{("F", 0): 0, ("F", 1): 0, ("B", 0): 0, ("B", 1): 0} for _ in range(p)]  # zb-v: next micro-batch
+    cap = [2 * p - 1] * p  # zb-v: chunk-0 forwards in flight at most (bounds activation memory like 1f1b)
+
+    def run(r, kind, stage, j, start):
+        end = start + duration(kind, stage)
+        finish[(kind, stage, j)] = end
+        where[(kind, stage, j)] = r
+        busy[r] += end - start
+        clock[r] = end
+        for other in waiting.pop((kind, stage, j), []):
+            heapq.heappush(heap, (clock[other], other))
+
+    while heap:
+        t, r = heapq.heappop(heap)
+        if done[r] or t != clock[r]:
+            continue  # finished, or a stale entry (the rank's clock moved on)
+        if schedule == "zb-v":
+            candidates = _zbv_candidates(r, p, m, nxt[r], cap)
+        else:
+            candidates = [lists[r][pos[r]]] if pos[r] < len(lists[r]) else []
+        if not candidates:
+            for w in pending_w[r]:  # drain the remaining weight gradients
+                run(r, "W", w[0], w[1], clock[r])
+            pending_w[r] = []
+            done[r] = True
+            continue
+        chosen, earliest, blocked_on = None, None, []
+        for kind, chunk, j in candidates:  # in priority order
+            stage = stage_of(schedule, r, chunk, p)
+            need = dep(kind, stage, j)
+            if need is not None and need not in finish:
+                blocked_on.append(need)
+                continue
+            ready_at = clock[r] if need is None else finish[need] + (p2p_time if where[need] != r else 0.0)
+            if ready_at <= clock[r]:
+                chosen = (kind, chunk, j, stage)
+                break
+            earliest = ready_at if earliest is None else min(earliest, ready_at)
+        if chosen is not None:
+            kind, chunk, j, stage = chosen
+            run(r, kind, stage, j, clock[r])
+            pos[r] += 1
+            nxt[r][(kind, chunk)] = j + 1
+            if kind == "B" and zero_bubble:
+                pending_w[r].append((stage, j))
+                while len(pending_w[r]) > w_limit[r]:
+                    w = pending_w[r].pop(0)
+                    run(r, "W", w[0], w[1], clock[r])
+            heapq.heappush(heap, (clock[r], r))
+        elif schedule == "zb-v" and pending_w[r]:  # fill the wait with a deferred weight gradient
+            w = pending_w[r].pop(0)
+            run(r, "W", w[0], w[1], clock[r])
+            heapq.heappush(heap, (clock[r], r))
+        elif earliest is not None:
+            clock[r] = earliest
+            heapq.heappush(heap, (clock[r], r))
+        else:
+            for need in blocked_on:
+                waiting.setdefault(need, []).append(r)
+    if not all(done):
+        raise LlmcalcError(f"pipeline schedule {schedule} deadlocked for p={p}, m={m}, v={v} (a bug: please report)")
+    return PipelineResult(schedule, p, v, m, max(clock), tuple(busy))

@@ -1,0 +1,85 @@
+"""What `train` adds for a layout (predicted step time, MFU, breakdown) and what `layout` shows."""
+
+from __future__ import annotations
+
+from ..analytic.steptime import GLOBAL_CONSTANTS, StepPrediction
+from ..units import si
+from .tables import Column, Document, Table
+
+BREAKDOWN_LABELS = {
+    "compute": "compute (matmuls, attention, elementwise, recomputation)",
+    "tp_comm": "exposed TP communication", "cp_comm": "exposed CP communication",
+    "ep_comm": "exposed EP all-to-all", "dp_comm": "exposed DP/ZeRO communication",
+    "pp_comm": "exposed PP send/recv", "pp_bubble": "pipeline bubble", "optimizer": "optimizer step",
+}
+
+OVERLAP_RULE = ("overlap rule: TP and EP collectives exposed; CP K/V exchange hidden behind the layer's attention; "
+                "PP sends delay the next stage; DP reduction hidden behind the last micro-batch's backward, the "
+                "weight all-gather behind the first forward (unless --no-dp-overlap)")
+
+
+def _pct(v: float) -> str:
+    return f"{v * 100:.1f} %"
+
+
+def breakdown_table(pred: StepPrediction) -> Table:
+    rows = [{"part": k, "label": BREAKDOWN_LABELS[k], "seconds": v, "share": v / pred.step_seconds}
+            for k, v in pred.breakdown.items()]
+    lay = pred.layout
+    return Table(
+        f"predicted step: {pred.step_seconds:.4g} s, MFU {_pct(pred.mfu)}, HFU {_pct(pred.hfu)}",
+        [Column("part", "part", align="left", show=False), Column("label", "where the step time goes", align="left"),
+         Column("seconds", "time (s)", lambda v: f"{v:.4g}"), Column("share", "share (%)", _pct)],
+        rows,
+        [f"layout: tp {lay.tp} x cp {lay.cp} x pp {lay.pp} x dp {lay.dp} (ep {lay.ep}), schedule {lay.schedule}"
+         f"{f' vpp {lay.vpp}' if lay.vpp > 1 else ''}, micro-batch {lay.micro_batch}, global batch "
+         f"{lay.global_batch} sequences = {lay.grad_accum} micro-batches per pipeline, ZeRO {lay.zero}, "
+         f"sequence parallel {'on' if lay.sequence_parallel else 'off'}",
+         *pred.notes,
+         f"{pred.model_flops_per_gpu / 1e12:.1f} model TFLOP/s per GPU, {pred.hardware_flops_per_gpu / 1e12:.1f} "
+         f"hardware TFLOP/s per GPU, {si(pred.tokens_per_second).strip()} tokens/s",
+         "compute: roofline per matmul, MAMF x tile/wave quantization (NVIDIA Matrix Multiplication Background "
+         "guide); communication: alpha-beta with nccl-tests bus factors (`llmcalc.analytic.comm`)",
+         OVERLAP_RULE,
+         "global constants: " + "; ".join(GLOBAL_CONSTANTS)],
+    )
+
+
+def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batch: int, ranked: list,
+                    losers: list, counts: dict, top: int) -> Document:
+    rows = []
+    for i, (pred, mem) in enumerate(ranked[:top], 1):
+        lay = pred.layout
+        worst = max(((k, v) for k, v in pred.breakdown.items() if k != "compute"), key=lambda kv: kv[1])
+        rows.append({"rank": i, "tp": lay.tp, "cp": lay.cp, "pp": lay.pp, "vpp": lay.vpp, "dp": lay.dp, "ep": lay.ep,
+                     "micro_batch": lay.micro_batch, "recompute": pred.recompute, "zero": lay.zero,
+                     "schedule": lay.schedule, "memory_gib": mem / 2**30, "step_seconds": pred.step_seconds,
+                     "mfu": pred.mfu, "tokens_per_second": pred.tokens_per_second,
+                     "biggest_loss": f"{worst[0]} {_pct(worst[1] / pred.step_seconds)}",
+                     "breakdown_seconds": dict(pred.breakdown)})
+    best = ranked[0][0].tokens_per_second if ranked else None
+    lose_rows = []
+    for reason, pred, detail in losers:
+        lose_rows.append({"layout": detail, "why": reason,
+                          "vs_best": None if pred is None or best is None else pred.tokens_per_second / best - 1})
+    cols = [Column("rank", "#"), Column("tp", "tp"), Column("cp", "cp"), Column("pp", "pp"), Column("vpp", "vpp"),
+            Column("dp", "dp"), Column("micro_batch", "micro-batch"), Column("recompute", "recompute", align="left"),
+            Column("zero", "ZeRO"), Column("memory_gib", "memory (GiB)", lambda v: f"{v:.1f}"),
+            Column("step_seconds", "step (s)", lambda v: f"{v:.4g}"), Column("mfu", "MFU (%)", _pct),
+            Column("tokens_per_second", "tokens/s", lambda v: si(v).strip()),
+            Column("biggest_loss", "biggest loss (share of step)", align="left")]
+    tables = [Table(f"best layouts that fit, by predicted throughput (top {min(top, len(rows))} of "
+                    f"{counts['fit']} that fit)", cols, rows,
+                    [f"searched {counts['searched']} layouts: {counts['fit']} fit, {counts['oom']} do not fit in "
+                     f"memory, {counts['invalid']} contradict the model (heads, layers, batch)",
+                     "memory: `llmcalc memory`'s per-GPU model (bf16-mixed + AdamW, flash attention, sequence "
+                     "parallel); recomputation: the least that fits is tried first",
+                     OVERLAP_RULE]),
+              Table("why the others lose", [Column("layout", "layout", align="left"),
+                                            Column("why", "why", align="left"),
+                                            Column("vs_best", "throughput vs best (%)",
+                                                   lambda v: f"{v * 100:+.1f} %")], lose_rows)]
+    data = {"model": model, "gpu": gpu, "n_gpus": n_gpus, "seq_len": seq_len, "global_batch": global_batch,
+            "layouts": rows, "losers": lose_rows, "counts": counts}
+    return Document(f"{model}: layouts for {n_gpus:,} x {gpu}, seq {seq_len}, global batch {global_batch} sequences",
+                    data, tables)

@@ -1,0 +1,304 @@
+"""Step-time model (issue 10): pipeline bubbles against closed forms, collective volumes against hand
+arithmetic, the published runs (Narayanan et al. 2021 Table 1, Llama 3 Table 4), the CLI contract."""
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from llmcalc.analytic import comm
+from llmcalc.analytic.pipeline import closed_form_bubble_fraction, simulate
+from llmcalc.analytic.steptime import (device_for, make_layout, mfu_from_throughput, predict, split_layers,
+                                       tile_wave_efficiency)
+from llmcalc.cli import cli
+from llmcalc.errors import LlmcalcError
+from llmcalc.presets import load_hardware, load_model
+from llmcalc.spec import ModelSpec
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+
+# --- pipeline schedules --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("p,m", [(2, 1), (2, 4), (4, 8), (8, 16), (4, 3), (16, 32)])
+def test_gpipe_1f1b_bubble_is_closed_form(schedule, p, m):
+    r = simulate(schedule, p, m, lambda s: 1.0, lambda s: 2.0)
+    assert r.bubble_fraction == pytest.approx((p - 1) / (m + p - 1), abs=1e-12)
+    assert r.makespan == pytest.approx((m + p - 1) * 3.0)
+
+
+@pytest.mark.parametrize("p,m,v", [(2, 4, 2), (4, 8, 2), (4, 8, 3), (8, 16, 4), (4, 4, 4), (16, 32, 4)])
+def test_interleaved_bubble_is_closed_form(p, m, v):
+    # v chunks per rank, each a 1/v of the stage: F = 1/v, B = 2/v
+    r = simulate("interleaved", p, m, lambda s: 1.0 / v, lambda s: 2.0 / v, vpp=v)
+    assert r.bubble_fraction == pytest.approx((p - 1) / (v * m + p - 1), abs=1e-12)
+    assert closed_form_bubble_fraction("interleaved", p, m, v) == pytest.approx((p - 1) / (v * m + p - 1))
+
+
+@pytest.mark.parametrize("tf,tb,tw", [(1, 1, 1), (1, 1.2, 0.8), (1, 1, 0.5), (1, 2, 0.25)])
+@pytest.mark.parametrize("p,m", [(4, 8), (8, 16), (4, 12), (4, 4)])
+def test_zb_h1_bubble_is_papers_formula(tf, tb, tw, p, m):
+    """Qi et al. 2023 sec. 3.1: ZB-H1's bubble is (p-1)(T_F + T_B - T_W), against 1F1B's (p-1)(T_F+T_B+T_W)."""
+    r = simulate("zb-h1", p, m, lambda s: tf, lambda s: tb, lambda s: tw)
+    assert r.bubble == pytest.approx((p - 1) * (tf + tb - tw), abs=1e-9)
+    one = simulate("1f1b", p, m, lambda s: tf, lambda s: tb + tw)
+    assert one.bubble == pytest.approx((p - 1) * (tf + tb + tw), abs=1e-9)
+
+
+@pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (8, 16), (4, 12)])
+def test_zb_v_leaves_only_the_warm_up(p, m):
+    """With T_F = T_B = T_W per chunk, ZB-V's only idle time is the (p-1) chunk forwards the last rank
+    waits for at the start (nothing can fill them)."""
+    r = simulate("zb-v", p, m, lambda s: 0.5, lambda s: 0.5, lambda s: 0.5)
+    assert r.bubble == pytest.approx((p - 1) * 0.5, abs=1e-9)
+    assert r.bubble < simulate("zb-h1", p, m, lambda s: 1, lambda s: 1, lambda s: 1).bubble
+
+
+def test_uneven_stages_slowest_sets_the_pace():
+    times = [1.0, 3.0, 1.0, 1.0]
+    r = simulate("1f1b", 4, 16, lambda s: times[s], lambda s: 2 * times[s])
+    assert r.makespan >= 16 * 9.0
+    assert split_layers(126, 64) == [1] + [2] * 62 + [1]  # Llama 3: one layer fewer in first and last stages
+    assert split_layers(105, 35) == [3] * 35
+    assert split_layers(10, 4) == [2, 3, 3, 2]
+
+
+def test_interleaved_needs_whole_rounds():
+    with pytest.raises(LlmcalcError, match="multiple of"):
+        simulate("interleaved", 4, 6, lambda s: 1, lambda s: 2, vpp=2)
+
+
+# --- collective volumes (hand arithmetic) ---------------------------------------------------------
+
+def test_bus_factors_are_nccl_tests():
+    assert comm.bus_factor("all_reduce", 8) == 2 * 7 / 8
+    assert comm.bus_factor("all_gather", 4) == 3 / 4
+    assert comm.bus_factor("reduce_scatter", 4) == 3 / 4
+    assert comm.bus_factor("all_to_all", 8) == 7 / 8
+    assert comm.bus_factor("all_reduce", 1) == 0
+
+
+def test_tp_volume_small_case():
+    # 2 sequences x 1024 tokens, d = 4096, bf16, tp 4, no SP, no recompute: per layer 2 all-reduces in the
+    # forward and 2 in the backward, each of 2*1024*4096*2 = 16 MiB, each rank sends 2*3/4 of it.
+    colls = comm.tp_collectives(2 * 1024, 4096, 2, 4, False, passes=2)
+    assert sum(c.bytes_per_step for c in colls) == 4 * 16 * 2**20 * 1.5
+    sp = comm.tp_collectives(2 * 1024, 4096, 2, 4, True, passes=2)
+    assert sum(c.bytes_per_step for c in sp) == 4 * 16 * 2**20 * 1.5  # AG + RS = AR
+    assert sum(c.count for c in comm.tp_collectives(1, 1, 2, 4, False, passes=3)) == 6  # full recompute
+
+
+def test_cp_volume_small_case():
+    # 4096-token sequence over cp 4: 1024 tokens per rank; K and V width 1024 (8 kv heads x 128), bf16.
+    fwd, bwd = comm.cp_collectives(1024, 1024, 2, 4, stride=8)
+    kv_whole = 2 * 4096 * 1024 * 2  # K and V of the whole sequence = 16 MiB
+    assert fwd.bytes_per_rank == kv_whole * 3 / 4  # 3 ring hops of this rank's 4 MiB shard
+    assert bwd.bytes_per_rank == 2 * kv_whole * 3 / 4  # K, V again plus dK, dV
+
+
+def test_pp_ep_dp_volumes_small_case():
+    p2p = comm.pp_collective(4096, 8192, 2, 8, True, stride=8)
+    assert p2p.bytes_per_rank == 4096 * 8192 * 2 / 8  # scatter-gather: 1/tp of the activation
+    ep = comm.ep_collectives(4096, 2, 1024, 2, 8, 1, passes=2)[0]
+    assert ep.bytes_per_step == 4 * (4096 * 2 * 1024 * 2) * 7 / 8  # 2 all-to-alls per pass, 2 passes
+    p = 1e9
+    ddp = comm.dp_collectives(p, 4, 2, 8, 0, 8, 4)
+    assert sum(c.bytes_per_step for c in ddp) == p * 4 * 2 * 7 / 8
+    z1 = comm.dp_collectives(p, 2, 2, 8, 1, 8, 4)
+    assert sum(c.bytes_per_step for c in z1) == p * 2 * 7 / 8 * 2  # RS grads + AG weights = one AR
+    z3 = comm.dp_collectives(p, 2, 2, 8, 3, 8, 4)
+    assert sum(c.bytes_per_step for c in z3) == 4 * 3 * p * 2 * 7 / 8  # per micro-batch: AG, AG, RS
+
+
+def test_alpha_beta_time_and_tiers():
+    net = comm.Network(8, 450e9, 50e9, 2e-6, 5e-6)
+    ar = comm.Collective("x", "all_reduce", 8, 1e9)
+    assert ar.seconds(net) == pytest.approx(14 * 2e-6 + 1e9 * 1.75 / (450e9 * comm.NCCL_BUS_EFFICIENCY))
+    dp = comm.Collective("x", "all_reduce", 16, 1e9, stride=8)  # one GPU per node: scale-out
+    assert dp.seconds(net) == pytest.approx(30 * 5e-6 + 1e9 * 2 * 15 / 16 / (50e9 * comm.NCCL_BUS_EFFICIENCY))
+
+
+def test_quantization_curve():
+    assert tile_wave_efficiency(256 * 132, 128, 132) == 1.0  # exactly one full wave of 256x128 tiles
+    assert tile_wave_efficiency(8192, 8192, 132) > 0.95
+    assert tile_wave_efficiency(128, 128, 132) == pytest.approx(1 / 132)  # one tile on 132 SMs
+
+
+# --- the published runs -------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def bench():
+    import bench_steptime
+
+    return bench_steptime.evaluate()
+
+
+def test_published_rows_within_tolerance_and_better_than_constant_mfu(bench):
+    errors = [pred / m - 1 for _, m, pred, _, _ in bench["rows"]]
+    const = [c / m - 1 for _, m, _, c, _ in bench["rows"]]
+    assert len(errors) == 13
+    assert max(abs(e) for e in errors) < 0.20
+    assert sum(abs(e) for e in errors) / 13 < 0.06
+    assert sum(abs(e) for e in errors) < sum(abs(c) for c in const)  # beats one fitted MFU
+    assert sum(e * e for e in errors) < sum(c * c for c in const)
+
+
+def test_scaling_trends(bench):
+    pred = [p for _, _, p, _, _ in bench["rows"]]
+    meg, llama = pred[:10], pred[10:]
+    assert meg[-1] > meg[0]  # Table 1: 163 vs 137 TFLOP/s from 1.7 B to 1 T
+    assert all(b >= a for a, b in zip(meg[3:], meg[4:]))  # 18.4 B -> 1 T rises (135 ... 163)
+    assert llama[0] > llama[1] > llama[2]  # 430 > 400 > 380
+
+
+def test_llama3_breakdown_explains_the_drop(bench):
+    r8k, r16k, rcp = (row[4] for row in bench["rows"][10:])
+    # half the micro-batches per pipeline (32 -> 16): the bubble grows (Llama 3 sec. 3.3.2's reason)
+    assert r16k.breakdown["pp_bubble"] / r16k.step_seconds > r8k.breakdown["pp_bubble"] / r8k.step_seconds
+    assert r8k.layout.grad_accum == 32 and r16k.layout.grad_accum == 16
+    assert r8k.layers_per_stage == [1] + [2] * 62 + [1]
+
+
+# --- MFU from a measurement ----------------------------------------------------------------------
+
+def test_palm_mfu_from_tokens_per_second():
+    """PaLM App. B: 540B on 6144 TPU v4 at 238.3k tokens/s is 46.2 % MFU (6N + 12·L·H·Q·T per token,
+    N = 540.35B, L = 118, H = 48 heads, Q = 256, T = 2048)."""
+    n, L, H, Q, T = 540.35e9, 118, 48, 256, 2048
+    per_token = 6 * n + 12 * L * H * Q * T
+    mfu, hfu = mfu_from_throughput(per_token, per_token, 238.3e3, 6144, load_hardware("tpu-v4").peak("bf16"))
+    assert round(mfu * 100, 1) == 46.2
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def test_cli_tokens_per_second_palm():
+    r = run("train", "--params", "540.35B", "--tokens", "780B", "--gpu", "tpu-v4", "--n-gpus", 6144,
+            "--tokens-per-second", "238.3k", "--format", "json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    # 6N only (no model shapes): 6 x 540.35e9 x 238.3e3 / (6144 x 275e12) = 45.7 %
+    assert data["mfu"] == pytest.approx(6 * 540.35e9 * 238.3e3 / (6144 * 275e12))
+    assert data["mfu_source"] == "given" and data["measured"]["tokens_per_second"] == 238.3e3
+
+
+def test_cli_train_predicts_with_contract_keys():
+    r = run("train", "llama-3.1-405b", "--tokens", "15T", "--gpu", "h100-sxm", "--n-gpus", 16384, "--tp", 8, "--pp", 16,
+            "--cp", 1, "--micro-batch", 1, "--global-batch", 2048, "--seq-len", 8192, "--schedule", "interleaved",
+            "--vpp", 4, "--recompute", "selective", "--format", "json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    for key in ("mfu", "hfu", "mfu_source", "step_seconds", "model_tflops_per_gpu", "hardware_tflops_per_gpu",
+                "tokens_per_second", "breakdown_seconds", "layout"):
+        assert key in d
+    assert d["mfu_source"] == "predicted"
+    assert set(d["breakdown_seconds"]) == {"compute", "tp_comm", "cp_comm", "ep_comm", "dp_comm", "pp_comm",
+                                           "pp_bubble", "optimizer"}
+    assert sum(d["breakdown_seconds"].values()) == pytest.approx(d["step_seconds"])
+    assert {k: d["layout"][k] for k in ("tp", "cp", "pp", "vpp", "dp", "ep", "micro_batch", "global_batch",
+                                        "grad_accum")} == {"tp": 8, "cp": 1, "pp": 16, "vpp": 4, "dp": 128, "ep": 1,
+                                                           "micro_batch": 1, "global_batch": 2048, "grad_accum": 16}
+    assert d["tokens_per_second"] == pytest.approx(2048 * 8192 / d["step_seconds"])
+    assert d["hfu"] > d["mfu"]  # selective recomputation
+    # wall-clock from the prediction: tokens / (tokens/s)
+    assert d["wall_clock_seconds"] == pytest.approx(15e12 / d["tokens_per_second"], rel=1e-9)
+    same = run("train", "llama-3.1-405b", "--tokens", "15T", "--gpu", "h100-sxm", "--n-gpus", 16384, "--tp", 8,
+               "--pp", 16, "--global-batch-tokens", str(2048 * 8192), "--seq-len", 8192, "--vpp", 4,
+               "--recompute", "selective", "--format", "json")
+    assert json.loads(same.stdout)["step_seconds"] == pytest.approx(d["step_seconds"])
+
+
+def test_cli_given_mfu_still_overrides():
+    r = run("train", "llama-3-8b", "--tokens", "1T", "--gpu", "h100-sxm", "--n-gpus", 64, "--mfu", 0.4, "--format", "json")
+    d = json.loads(r.stdout)
+    assert d["mfu_source"] == "given" and d["mfu"] == pytest.approx(0.4) and d["step_seconds"] is None
+    r = run("train", "llama-3-8b", "--tokens", "1T", "--gpu", "h100-sxm", "--n-gpus", 64, "--mfu", 0.4, "--tp", 2,
+            "--global-batch", 256, "--seq-len", 4096, "--format", "json")
+    d = json.loads(r.stdout)
+    assert d["mfu_source"] == "given" and d["breakdown_seconds"] is None
+    assert d["layout"]["dp"] == 32 and d["layout"]["grad_accum"] == 8
+    assert d["step_seconds"] == pytest.approx(256 * 4096 / d["tokens_per_second"])
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--tp", 8, "--pp", 3, "--n-gpus", 64, "--global-batch", 64], "does not divide --n-gpus"),
+    (["--tp", 3, "--n-gpus", 3, "--global-batch", 6], "does not divide the 32 attention heads"),
+    (["--tp", 8, "--n-gpus", 64, "--global-batch", 12], "not a multiple of dp x micro-batch"),
+    (["--tp", 8, "--n-gpus", 64], "needs --global-batch"),
+    (["--n-gpus", 64, "--global-batch", 64, "--global-batch-tokens", "1M"], "not both"),
+    (["--n-gpus", 64, "--global-batch", 64, "--ep", 2], "mixture-of-experts"),
+    (["--n-gpus", 64, "--global-batch", 64, "--vpp", 2, "--schedule", "1f1b"], "needs --schedule interleaved"),
+])
+def test_cli_contradictions_are_one_line(args, needle):
+    r = run("train", "llama-3-8b", "--tokens", "1T", "--gpu", "h100-sxm", "--seq-len", 4096, *args)
+    assert r.exit_code == 2, r.output
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr
+
+
+def test_cli_gpu_without_network_block():
+    r = run("train", "llama-3-8b", "--tokens", "1T", "--gpu", "l4", "--n-gpus", 8, "--global-batch", 8)
+    assert r.exit_code == 2 and "no network/matmul block" in r.stderr
+
+
+def test_layout_ranks_fitting_layouts():
+    r = run("layout", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", 16, "--seq-len", 4096, "--global-batch", 64,
+            "--format", "json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    tps = [row["tokens_per_second"] for row in d["layouts"]]
+    assert tps == sorted(tps, reverse=True) and tps
+    assert all(row["memory_gib"] <= 80 for row in d["layouts"])
+    assert d["counts"]["fit"] + d["counts"]["oom"] + d["counts"]["invalid"] == d["counts"]["searched"]
+    assert d["losers"]
+
+
+def test_layout_nothing_fits_is_one_line():
+    r = run("layout", "llama-3.1-405b", "--gpu", "h100-sxm", "--n-gpus", 8, "--seq-len", 8192, "--global-batch", 8)
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1 and "no layout" in r.stderr
+
+
+def test_report_section_has_stacked_bars_and_the_layout_table():
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("pandas")
+    import csv
+    import io
+
+    from matplotlib.image import imread
+
+    from llmcalc.analytic.summary import Scenario
+    from llmcalc.report.document import Report
+    from llmcalc.report.steptime_figures import steptime_section
+
+    report = Report("t")
+    steptime_section(report, [load_model("llama-3-8b")],
+                     Scenario(seq_len=4096, tokens=1e12, gpu=load_hardware("h100-sxm"), n_gpus=16), global_batch=64)
+    png = report.files["figures/steptime-llama-3-8b.png"]
+    assert imread(io.BytesIO(png), format="png").shape[0] > 200
+    rows = list(csv.DictReader(io.StringIO(report.files["tables/steptime-llama-3-8b.csv"].decode())))
+    layout = json.loads(run("layout", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", 16, "--seq-len", 4096,
+                            "--global-batch", 64, "--top", 6, "--format", "json").stdout)
+    assert [float(r["tokens_per_second"]) for r in rows] == pytest.approx(
+        [r["tokens_per_second"] for r in layout["layouts"]])
+    text = " ".join(str(b) for b in report.blocks)
+    assert "best layout predicts MFU" in text
+    no_net = Report("t")
+    steptime_section(no_net, [load_model("llama-3-8b")], Scenario(gpu=load_hardware("l4"), n_gpus=8))
+    assert "no network/matmul block" in " ".join(str(b) for b in no_net.blocks)
+
+
+def test_expert_parallelism_shards_expert_gradients_and_pays_all_to_alls():
+    spec = load_model("deepseek-v2-lite")
+    dev = device_for("h100-sxm")
+    one = predict(spec, dev, make_layout(spec, 64, 4096, 256), 4096)
+    ep8 = predict(spec, dev, make_layout(spec, 64, 4096, 256, ep=8), 4096)
+    assert one.breakdown["ep_comm"] == 0 and ep8.breakdown["ep_comm"] > 0
+    # routed experts (14.4 G of 15.7 G params) are all-reduced over dp/ep = 8 ranks instead of 64 and 1/8 the size
+    assert ep8.breakdown["dp_comm"] < one.breakdown["dp_comm"] / 4
+    assert ep8.model_flops == one.model_flops
