@@ -610,7 +610,7 @@ def _report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe,
 
     from .presets import load_hardware, load_model, model_source
     from .report.document import MARKER, Progress, check_destination, outcome, provenance, safe_name, write_report
-    from .report.interrupts import settle, signal_pending, signals_deferred
+    from .report.interrupts import checkpoint, settle, signal_pending, signals_deferred
     from .report.tables import Column, Document, Table
 
     if out is not None and not out.strip():
@@ -656,6 +656,7 @@ def _report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe,
     try:
         written = write_report(built, target, force, meta)
         with signals_deferred():  # the success message only when no signal came: one outcome, one message
+            checkpoint()  # one that came earlier and whose exception Python dropped
             if not signal_pending():
                 settle()  # success from here on: a later signal cannot turn it into a second message
                 files = sorted(["report.md", "report.html", MARKER, *built.files])

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ..errors import LlmcalcError
 from ..units import fmt_bytes
-from .interrupts import Interrupted, signals_deferred
+from .interrupts import Interrupted, checkpoint, signals_deferred
 from .tables import Document, Table, _tabulate, render
 
 @dataclass
@@ -315,6 +315,7 @@ def _write(report: Report, out: Path, force: bool, marker: dict) -> Path:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(content)
         with signals_deferred():
+            checkpoint()  # a signal whose exception Python dropped: never commit after it
             if out.exists():
                 aside = Path(tempfile.mkdtemp(prefix=_staging_name(out, "old"), dir=out.parent))
                 aside.rmdir()

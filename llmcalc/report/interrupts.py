@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
 
 
@@ -32,7 +33,7 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # Python runs signal handlers in the main thread only, so this state needs no lock. A Python-level flag,
 # not pthread_sigmask: a process-directed signal goes to any thread that does not block it (BLAS pools,
 # ...), and Python would still run the handler in the main thread at once.
-_state = {"depth": 0, "pending": [], "raised": False}
+_state = {"depth": 0, "pending": [], "raised": False, "signum": None}
 
 
 def _handler(signum, frame):
@@ -41,6 +42,7 @@ def _handler(signum, frame):
         return
     if not _state["raised"]:  # one Interrupted per command; later signals are the same request
         _state["raised"] = True
+        _state["signum"] = signum
         raise Interrupted(signum)
 
 
@@ -56,13 +58,21 @@ def signals_as_interrupts():
         yield
         return
     previous = {s: signal.signal(s, _handler) for s in SIGNALS}
-    _state.update(depth=0, pending=[], raised=False)
+    _state.update(depth=0, pending=[], raised=False, signum=None)
+    hook = sys.unraisablehook
+
+    def quiet(unraisable):  # an Interrupted dropped inside a __del__: ``checkpoint`` raises it again
+        if not isinstance(unraisable.exc_value, Interrupted):
+            hook(unraisable)
+
+    sys.unraisablehook = quiet
     try:
         yield
     finally:
+        sys.unraisablehook = hook
         for s, h in previous.items():
             signal.signal(s, h)
-        _state.update(depth=0, pending=[], raised=False)
+        _state.update(depth=0, pending=[], raised=False, signum=None)
 
 
 @contextlib.contextmanager
@@ -90,12 +100,13 @@ def signals_deferred():
             signal.raise_signal(pending[0])  # the caller's own handling of it
         elif pending and not _state["raised"]:
             _state["raised"] = True
+            _state["signum"] = pending[0]
             raise Interrupted(pending[0])
 
 
 def signal_pending() -> bool:
-    """Whether a SIGINT or SIGTERM is waiting (held back by ``signals_deferred``)."""
-    return bool(_state["pending"])
+    """Whether a SIGINT or SIGTERM is waiting (held back by ``signals_deferred``) or came earlier."""
+    return bool(_state["pending"]) or _state["signum"] is not None
 
 
 def settle() -> None:
@@ -103,3 +114,11 @@ def settle() -> None:
     are ignored, so the success message is never followed by an 'interrupted' one."""
     if _main_thread():
         _state.update(pending=[], raised=True)
+
+
+def checkpoint() -> None:
+    """Raise ``Interrupted`` again if a signal came earlier: Python drops an exception raised while a
+    ``__del__`` or weakref callback runs ("Exception ignored in ..."), so before committing anything
+    the command asks whether it was interrupted."""
+    if _main_thread() and _state["signum"] is not None:
+        raise Interrupted(_state["signum"])
