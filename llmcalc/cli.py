@@ -18,9 +18,22 @@ from .options import Choice, Count, DType, Fraction, Length, Name, Number, flush
 from .report.tables import FORMATS, render
 from .units import fmt_tokens
 from .validate import (
-    DEFAULT_SEQ_LEN, MAX_BATCH, MAX_CALIBRATE_SECONDS, MAX_CALIBRATE_SIZE, MAX_COMPUTE, MAX_DAYS, MAX_GENERATE,
-    MAX_GPUS, MAX_PARAMS, MAX_PROFILE_LAYERS, MAX_PROFILE_STEPS, MAX_SEQ_LEN, MAX_TFLOPS, MAX_TOKENS,
-    MAX_USD_PER_GPU_HOUR, MIN_UTILIZATION,
+    DEFAULT_SEQ_LEN,
+    MAX_BATCH,
+    MAX_CALIBRATE_SECONDS,
+    MAX_CALIBRATE_SIZE,
+    MAX_COMPUTE,
+    MAX_DAYS,
+    MAX_GENERATE,
+    MAX_GPUS,
+    MAX_PARAMS,
+    MAX_PROFILE_LAYERS,
+    MAX_PROFILE_STEPS,
+    MAX_SEQ_LEN,
+    MAX_TFLOPS,
+    MAX_TOKENS,
+    MAX_USD_PER_GPU_HOUR,
+    MIN_UTILIZATION,
 )
 
 EXIT_BAD_INPUT = 2
@@ -227,7 +240,8 @@ def seq_options(func):
 @finetune_options
 @format_option
 @click.pass_context
-def flops(ctx, model, seq_len, causal, recompute, batch_size, decoder_seq_len, finetune, lora_rank, lora_targets, base_dtype, double_quant, fmt):
+def flops(ctx, model, seq_len, causal, recompute, batch_size, decoder_seq_len, finetune, lora_rank, lora_targets,
+          base_dtype, double_quant, fmt):
     """Forward and backward FLOPs of one step of MODEL, per operation, with the rules of thumb."""
     from .analytic.flops import step_flops
     from .analytic.params import count_params
@@ -267,9 +281,12 @@ def layout_options(func):
         click.option("--ep", **ints, help="Expert-parallel degree, carved from dp (MoE models)."),
         click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"]), default=None,
                      help="Pipeline schedule (default 1f1b; interleaved with --vpp)."),
-        click.option("--zero", type=click.IntRange(0, 3), default=None, help="ZeRO stage over dp (default 1; 3 = FSDP)."),
-        click.option("--sequence-parallel/--no-sequence-parallel", default=None, help="TP with sequence parallelism (default on)."),
-        click.option("--dp-overlap/--no-dp-overlap", default=None, help="Overlap DP reduction with backward (default on)."),
+        click.option("--zero", type=click.IntRange(0, 3), default=None,
+                     help="ZeRO stage over dp (default 1; 3 = FSDP)."),
+        click.option("--sequence-parallel/--no-sequence-parallel", default=None,
+                     help="TP with sequence parallelism (default on)."),
+        click.option("--dp-overlap/--no-dp-overlap", default=None,
+                     help="Overlap DP reduction with backward (default on)."),
         click.option("--tokens-per-second", type=QUANTITY, default=None,
                      help="Cluster-wide throughput of a past run: its achieved MFU/HFU."),
     ]):
@@ -374,7 +391,8 @@ def train(ctx, model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_p
 
 @cli.command()
 @click.argument("model", type=NAME)
-@click.option("--gpu", type=NAME, required=True, help="Accelerator preset with a network block (see `llmcalc presets`).")
+@click.option("--gpu", type=NAME, required=True,
+              help="Accelerator preset with a network block (see `llmcalc presets`).")
 @click.option("--n-gpus", type=GPUS, required=True, help="GPUs in all (1k = 1,000).")
 @click.option("--seq-len", type=LENGTH, default=DEFAULT_SEQ_LEN, show_default=True, help=SEQ_HELP)
 @click.option("--global-batch", type=POSITIVE_INT, default=None, help="Sequences per optimizer step.")
@@ -438,7 +456,7 @@ def plan(ctx, compute, gpu, n_gpus, days, mfu, dtype, fmt):
     if compute is not None and any(v is not None for v in cluster):
         raise click.UsageError("give --compute, or --gpu/--n-gpus/--days/--mfu, not both")
     if compute is None:
-        missing = [n for n, v in zip(("--gpu", "--n-gpus", "--days", "--mfu"), cluster) if v is None]
+        missing = [n for n, v in zip(("--gpu", "--n-gpus", "--days", "--mfu"), cluster, strict=True) if v is None]
         if missing:
             raise click.UsageError(f"give --compute FLOPS, or a cluster: missing {', '.join(missing)}")
         accelerator = load_hardware(gpu)
@@ -470,7 +488,8 @@ STORAGE_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8", "int4")
               help="Activation recomputation: none, selective (attention), full (one checkpoint per block).")
 @click.option("--attention", type=ATTENTION, default="flash", show_default=True, help=ATTENTION_HELP)
 @click.option("--dropout", is_flag=True, help="Count dropout masks (GPT-3-style training; off for modern LLMs).")
-@click.option("--gpu", type=NAME, help="Accelerator preset: say whether it fits, and the largest micro-batch that does.")
+@click.option("--gpu", type=NAME,
+              help="Accelerator preset: say whether it fits, and the largest micro-batch that does.")
 @click.option("--n-gpus", type=GPUS, default=None, help="GPUs in all (default tp x pp): dp = n / (tp x pp).")
 @click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True,
               help="ZeRO stage over data parallelism: 0-3.")
@@ -487,7 +506,8 @@ STORAGE_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8", "int4")
 @format_option
 @click.pass_context
 def memory(ctx, model, seq_len, batch_size, recipe, optimizer, optimizer_bytes, optimizer_impl, recompute, attention,
-           dropout, gpu, n_gpus, zero, tp, pp, sequence_parallel, reserve_gib, inference, moved_option, finetune, lora_rank, lora_targets, base_dtype, double_quant, 
+           dropout, gpu, n_gpus, zero, tp, pp, sequence_parallel, reserve_gib, inference, moved_option, finetune,
+           lora_rank, lora_targets, base_dtype, double_quant, 
            fmt):
     """Training memory per GPU of MODEL, and whether it fits (serving memory: `llmcalc serve`)."""
     from .presets import load_hardware
@@ -548,7 +568,8 @@ def serving_options(func):
     options = [
         click.option("--weight-dtype", type=DType(STORAGE_DTYPES), default="bf16", show_default=True,
                      help="bf16, fp16, fp8, int8, int4 (group-wise scales, group 128) or fp32."),
-        click.option("--kv-dtype", type=DType(STORAGE_DTYPES), default=None, help="KV cache dtype (default: the activation dtype, bf16 or fp16)."),
+        click.option("--kv-dtype", type=DType(STORAGE_DTYPES), default=None,
+                     help="KV cache dtype (default: the activation dtype, bf16 or fp16)."),
         click.option("--compute-dtype", type=DType(), default=None,
                      help="Which peak to use (default: fp8 for fp8 weights where the device has it, else bf16)."),
         click.option("--n-gpus", type=DEGREE, default=1, show_default=True,
@@ -709,7 +730,7 @@ def report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, 
         _check_profile_size(specs, micro_batch, seq_len, virtual=profile_mode == "virtual")
     target = Path(out) if out else Path("reports") / "+".join(safe_name(n) for n in names)
     check_destination(target, force)
-    sources = {s.name: model_source(m) for s, m in zip(specs, models)}
+    sources = {s.name: model_source(m) for s, m in zip(specs, models, strict=True)}
     profiles = None
     steps = 6 + (len(specs) if profile_mode != "none" else 0) + serving
     progress = Progress(steps, "report")
@@ -807,7 +828,8 @@ def _check_profile_size(specs, batch, seq_len, virtual, recipe="fp32", device="c
 @format_option
 @click.pass_context
 def profile(ctx, model, virtual, device, dtype, recipe, batch_size, seq_len, steps, warmup, compile_, counter,
-            recompute, attention, layers, peak_tflops, finetune, lora_rank, lora_targets, base_dtype, double_quant, fmt):
+            recompute, attention, layers, peak_tflops, finetune, lora_rank, lora_targets, base_dtype, double_quant,
+            fmt):
     """Build MODEL in PyTorch, measure FLOPs, memory and speed, and hold every formula against them."""
     from .report.views_profile import profile_document
 
@@ -828,7 +850,8 @@ def profile(ctx, model, virtual, device, dtype, recipe, batch_size, seq_len, ste
             raise click.UsageError(f"--layers {layers} exceeds {spec.name}'s {spec.n_layers} layers")
         spec = spec.replace(n_layers=layers, name=f"{spec.name} ({layers} layers)",
                             n_dense_layers=min(spec.n_dense_layers, layers),
-                            moe_layers=None if spec.moe_layers is None else tuple(i for i in spec.moe_layers if i < layers),
+                            moe_layers=None if spec.moe_layers is None
+                            else tuple(i for i in spec.moe_layers if i < layers),
                             n_decoder_layers=layers if spec.n_decoder_layers else None)
     internal_attention = "sdpa" if attention == "flash" else "eager"
     cfg = make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant)

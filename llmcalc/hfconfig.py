@@ -14,8 +14,8 @@ with llmcalc's own keys (``REQUIRED_FOR_UNKNOWN``), e.g. ``"mlp": "swiglu", "nor
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Callable
 
 from .spec import ModelSpec, SpecError
 

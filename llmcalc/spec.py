@@ -8,15 +8,16 @@ naming the offending fields and values. Reading Hugging Face config.json dicts l
 
 from __future__ import annotations
 
-from .errors import LlmcalcError
-from .validate import MAX_LAYERS, MAX_WIDTH
-
 import dataclasses
 from dataclasses import dataclass, field, fields
 
+from .errors import LlmcalcError
+from .validate import MAX_LAYERS, MAX_WIDTH
+
 ARCHITECTURES = ("decoder", "encoder", "encoder-decoder")
 GATED_MLPS = ("swiglu", "geglu")  # three matrices: gate, up, down (Shazeer 2020)
-PLAIN_MLPS = ("gelu", "relu", "silu", "relu2")  # two matrices: up, down (Vaswani et al. 2017); relu2 = ReLU² (So et al. 2021)
+PLAIN_MLPS = ("gelu", "relu", "silu",
+              "relu2")  # two matrices: up, down (Vaswani et al. 2017); relu2 = ReLU² (So et al. 2021)
 MLPS = GATED_MLPS + PLAIN_MLPS
 NORMS = ("rmsnorm", "layernorm")
 LAYER_MIXERS = ("attention", "mamba", "mamba2", "short_conv", "gated_deltanet")  # what layer_types may name
@@ -233,7 +234,7 @@ class ModelSpec:
     def total_layers(self) -> int:
         return self.n_layers + (self.n_decoder_layers or 0)
 
-    def replace(self, **changes) -> "ModelSpec":
+    def replace(self, **changes) -> ModelSpec:
         """A copy with some fields changed; derived fields are derived again unless given."""
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         for key in _DERIVED:
@@ -247,7 +248,8 @@ class ModelSpec:
 
     def summary(self) -> str:
         """A short line: 'decoder, 32 layers, GQA 32/8 heads, swiglu, vocab 128,256, untied'."""
-        parts = [self.architecture, f"{self.n_layers}{'+' + str(self.n_decoder_layers) if self.n_decoder_layers else ''} layers"]
+        parts = [self.architecture,
+                 f"{self.n_layers}{'+' + str(self.n_decoder_layers) if self.n_decoder_layers else ''} layers"]
         heads = f"{self.attention_kind.upper()} {self.n_heads}/{self.n_kv_heads} heads"
         if self.is_hybrid:  # 'decoder, 52 layers: 24 mamba2 + 4 attention (GQA 32/8), relu2, ...'
             mixers: dict[str, int] = {}
@@ -280,7 +282,8 @@ class ModelSpec:
         return ", ".join(f"{n} {kind}" for kind, n in counts.items())
 
     def describe(self) -> str:
-        """One line of shapes, e.g. 'decoder L=32 D=4096 H=32 KV=8 d_head=128 F=14336 V=128256 swiglu rmsnorm rope untied'."""
+        """One line of shapes, e.g.
+        'decoder L=32 D=4096 H=32 KV=8 d_head=128 F=14336 V=128256 swiglu rmsnorm rope untied'."""
         parts = [self.architecture, f"L={self.n_layers}"]
         if self.n_decoder_layers:
             parts[-1] = f"L={self.n_layers}+{self.n_decoder_layers}"

@@ -14,10 +14,10 @@ Conventions (printed in the README):
 
 from __future__ import annotations
 
-from .errors import LlmcalcError
-
 import math
 import re
+
+from .errors import LlmcalcError
 
 SI_PREFIXES = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18, "Z": 1e21, "Y": 1e24}
 # Input suffixes for counts; case matters only where SI needs it (m/M: we accept only M = mega).

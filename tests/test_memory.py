@@ -143,7 +143,8 @@ def run(*args):
 
 
 def test_memory_cli_json():
-    result = run("memory", "llama-3-70b", "--gpu", "h100-sxm", "--n-gpus", 64, "--zero", 3, "--tp", 8, "--format", "json")
+    result = run("memory", "llama-3-70b", "--gpu", "h100-sxm", "--n-gpus", 64, "--zero", 3, "--tp", 8, "--format",
+                 "json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["fits"] is True and data["largest_micro_batch"] >= 1

@@ -157,7 +157,8 @@ def _mamba_saved(spec: ModelSpec, kind: str, batch: int, seq: int, act_bytes: fl
                 Saved("short-conv out_proj input C·conv", T * D * act_bytes, "tp")]
     if kind == "gated_deltanet":  # fla's chunk_gated_delta_rule keeps q, k, v (conv outputs), g and beta
         G, H = spec.ssm_n_groups, spec.ssm_n_heads
-        return [Saved("Gated DeltaNet in_proj outputs (q, k, v, z, b, a)", T * (2 * G * N + 2 * E + 2 * H) * act_bytes, "tp"),
+        return [Saved("Gated DeltaNet in_proj outputs (q, k, v, z, b, a)",
+                      T * (2 * G * N + 2 * E + 2 * H) * act_bytes, "tp"),
                 Saved("Gated DeltaNet conv outputs q, k, v (kernel inputs)", T * (2 * G * N + E) * act_bytes, "tp"),
                 Saved("Gated DeltaNet output (gated-norm input)", T * E * act_bytes, "tp"),
                 Saved("Gated DeltaNet gated-norm rstd (fp32)", T * H * FP32, "tp")]

@@ -19,9 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import LlmcalcError
-from ..validate import DEFAULT_SEQ_LEN, positive_int
 from ..spec import ModelSpec
-from .ssm import SSM_MIXERS as SSM_GROUPS, mixer_ops
+from ..validate import DEFAULT_SEQ_LEN, positive_int
+from .ssm import SSM_MIXERS as SSM_GROUPS
+from .ssm import mixer_ops
 
 RECOMPUTE = ("none", "selective", "full")
 ATTENTION_CORE = ("scores", "values")  # the S² matmuls

@@ -18,8 +18,8 @@ import math
 from dataclasses import dataclass, field
 
 from ..errors import LlmcalcError
-from ..validate import DEFAULT_SEQ_LEN, MAX_GPUS, positive_int
 from ..spec import ModelSpec
+from ..validate import DEFAULT_SEQ_LEN, MAX_GPUS, positive_int
 from .activations import ActivationEstimate, activation_memory
 from .params import count_params, largest_tensor
 
@@ -374,7 +374,8 @@ def smallest_fit(spec: ModelSpec, parallel: Parallel, capacity: float, **setting
             break  # activations are per GPU whatever the data parallelism: more GPUs cannot help
     return {"zero": None, "n_gpus": None,
             "text": "to fit: no ZeRO stage or GPU count does at this micro-batch and sequence length; the "
-                    "activations alone exceed the device: use --recompute full, --tp, or a smaller --micro-batch/--seq-len"}
+                    "activations alone exceed the device: use --recompute full, --tp, or a smaller "
+                    "--micro-batch/--seq-len"}
 
 
 def _fp8_inputs(acts: ActivationEstimate, act_bytes: float) -> ActivationEstimate:

@@ -354,7 +354,8 @@ def reconcile(count: ParamCount) -> list[tuple[str, int]]:
         ("QK-norms", sum(v for k, v in c.items() if k.endswith("/qk_norm"))),
         ("attention sinks (one logit per head)", sum(v for k, v in c.items() if k.endswith("/sinks"))),
         ("embedding projections (project_in/out)", c.get("embedding/project_in", 0) + c.get("head/project_out", 0)),
-        ("state-space and conv mixers (Mamba, LFM2 short conv)", sum(v for k, v in c.items() if k.split("/")[0] in SSM_MIXERS)),
+        ("state-space and conv mixers (Mamba, LFM2 short conv)", sum(v for k, v in c.items()
+                                                                 if k.split("/")[0] in SSM_MIXERS)),
         ("relative position bias (T5)", sum(v for k, v in c.items() if "relative_position_bias" in k)),
         ("token embedding (V·D)", c.get("embedding/tokens", 0)),
         ("position embedding (learned)", c.get("embedding/positions", 0)),

@@ -178,5 +178,6 @@ def _hybrid_elementwise_ops(step: StepFlops) -> dict[str, float]:
         "activation": ACTIVATION_PER_ELEMENT.get(spec.mlp, 1) * tokens * width,
     }
     if spec.pos_emb == "rope" and spec.n_attention_layers:
-        out["rope"] = ROPE_PER_ELEMENT * tokens * spec.d_head * (spec.n_heads + spec.n_kv_heads) * spec.n_attention_layers
+        out["rope"] = (ROPE_PER_ELEMENT * tokens * spec.d_head * (spec.n_heads + spec.n_kv_heads)
+                            * spec.n_attention_layers)
     return out

@@ -149,7 +149,7 @@ def split_layers(n_layers: int, n_stages: int) -> list[int]:
     per = math.ceil(n_layers / n_stages)
     counts = [per] * n_stages
     short = per * n_stages - n_layers
-    order = [i for pair in zip(range(n_stages), reversed(range(n_stages))) for i in pair]
+    order = [i for pair in zip(range(n_stages), reversed(range(n_stages)), strict=True) for i in pair]
     seen = []
     for i in order:
         if i not in seen:
@@ -491,10 +491,7 @@ def predict(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, causa
             else:
                 reduce = sum(c.seconds(device.network) for c in colls if c.kind in ("all_reduce", "reduce_scatter"))
                 gather = sum(c.seconds(device.network) for c in colls if c.kind == "all_gather")
-                if lay.dp_overlap:
-                    exposed = max(0.0, reduce - bwd_one) + max(0.0, gather - fwd_one)
-                else:
-                    exposed = reduce + gather
+                exposed = max(0.0, reduce - bwd_one) + max(0.0, gather - fwd_one) if lay.dp_overlap else reduce + gather
         else:
             exposed = 0.0
         shard = lay.dp if lay.zero >= 1 else 1
@@ -561,7 +558,8 @@ def train_steptime(spec: ModelSpec | None, gpu: str, n_gpus: int, mfu: float | N
         raise LlmcalcError("give exactly one of an MFU (--mfu), --achieved-tflops or --tokens-per-second")
     measured = None
     if tps is not None:
-        m, h = mfu_from_throughput(model_flops_per_token, hardware_flops_per_token, tps, n_gpus, accelerator.peak(dtype))
+        m, h = mfu_from_throughput(model_flops_per_token, hardware_flops_per_token, tps, n_gpus,
+                                   accelerator.peak(dtype))
         if m > 1:
             raise LlmcalcError(f"--tokens-per-second {tps:g} on {n_gpus:,} x {accelerator.key} would need MFU "
                                f"{m * 100:.0f} % > 100 %; check the throughput (cluster-wide tokens/s) and --n-gpus")
@@ -681,6 +679,7 @@ def _why_they_lose(ranked: list, oom: list, capacity: float) -> list:
                         p, _describe(p.layout, p.recompute)))
     if oom:
         lay, peak, rc = min(oom, key=lambda o: o[1])
-        out.append((f"does not fit: {peak / 2**30:.1f} GiB per GPU > {capacity / 2**30:.0f} GiB even with recompute {rc}"
+        out.append((f"does not fit: {peak / 2**30:.1f} GiB per GPU > {capacity / 2**30:.0f} GiB even "
+                    f"with recompute {rc}"
                     f" ({len(oom)} such layouts)", None, _describe(lay)))
     return out

@@ -12,12 +12,12 @@ from ..spec import ModelSpec
 from ..units import fmt_count, fmt_flops, fmt_usd
 from . import plots, sweeps
 from .document import Report, safe_name
-from .views_params import params_document
+from .steptime_figures import steptime_section
 from .views_compare import compare_document
 from .views_compute import FLOP_CONVENTIONS, flops_document, train_document
 from .views_memory import training_memory_document
+from .views_params import params_document
 from .views_profile import profile_document
-from .steptime_figures import steptime_section
 
 
 def _summary_lines(spec: ModelSpec, scenario: Scenario, record: dict) -> list[str]:
@@ -30,7 +30,8 @@ def _summary_lines(spec: ModelSpec, scenario: Scenario, record: dict) -> list[st
         f"{record['training_flops']:.3g} FLOPs (6·N·D: {6 * count.active_per_token * scenario.tokens:.3g}).",
         f"Time: {record['wall_clock_days']:,.1f} days on {scenario.n_gpus:,} x {gpu.name} at {scenario.mfu:.0%} MFU "
         f"({record['gpu_hours']:,.0f} GPU-hours).",
-        "Cost: " + (f"{fmt_usd(record['cost_usd'])} at ${(scenario.usd_per_gpu_hour or gpu.usd_per_hour):g} per GPU-hour"
+        "Cost: " + (f"{fmt_usd(record['cost_usd'])} at "
+                    f"${(scenario.usd_per_gpu_hour or gpu.usd_per_hour):g} per GPU-hour"
                     + (" (given)." if scenario.usd_per_gpu_hour is not None else
                        f" ({gpu.key} preset's dated list price; set --usd-per-gpu-hour).")
                     if record.get("cost_usd") is not None else "no price given (--usd-per-gpu-hour)."),
@@ -48,7 +49,7 @@ def _summary_lines(spec: ModelSpec, scenario: Scenario, record: dict) -> list[st
 def build_report(specs: list[ModelSpec], sources: dict[str, str], scenario: Scenario, load_hardware,
                  profiles: dict[str, ProfileResult] | None = None, progress=None, serve: bool = False) -> Report:
     names = [s.name for s in specs]
-    by_name = dict(zip(names, specs))
+    by_name = dict(zip(names, specs, strict=True))
     title = f"Planning report: {', '.join(names)}"
     report = Report(title)
     records = {s.name: model_record(s, scenario) for s in specs}
@@ -68,18 +69,21 @@ def build_report(specs: list[ModelSpec], sources: dict[str, str], scenario: Scen
     report.bullets([f"scenario: {scenario.describe()}"]
                    + [f"{name}: {sources.get(name) or 'custom'}" for name in names]
                    + [f"accelerator: {scenario.gpu.name} ({scenario.gpu.key}), dense {scenario.dtype} peak "
-                      f"{scenario.gpu.peak(scenario.dtype) / 1e12:,.4g} TFLOP/s, {scenario.gpu.memory_bytes / 2**30:g} GiB"]
+                      f"{scenario.gpu.peak(scenario.dtype) / 1e12:,.4g} "
+                      f"TFLOP/s, {scenario.gpu.memory_bytes / 2**30:g} GiB"]
                    + FLOP_CONVENTIONS
                    + ["time assumes the given MFU at every GPU count (linear scaling); energy and cost count GPU "
                       "time only", "memory in GiB (2^30 bytes); counts and FLOPs with SI prefixes (G = 10^9)"])
     tick("summary")
 
     report.heading("Parameters")
-    report.figure("params", plots.params_breakdown(sweeps.params_groups({n: count_params(s) for n, s in by_name.items()})),
+    counts = {n: count_params(s) for n, s in by_name.items()}
+    report.figure("params", plots.params_breakdown(sweeps.params_groups(counts)),
                   "Parameters by component group (exact counts)")
     for spec in specs:
         report.heading(spec.name, 3)
-        report.document(params_document(count_params(spec), sources.get(spec.name, "")), f"params-{safe_name(spec.name)}")
+        report.document(params_document(count_params(spec), sources.get(spec.name, "")),
+                        f"params-{safe_name(spec.name)}")
     tick("parameters")
 
     report.heading("FLOPs")
