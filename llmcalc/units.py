@@ -36,7 +36,7 @@ class UnitError(LlmcalcError):
     """A quantity the user typed could not be understood."""
 
 
-def _split(text: str, what: str, suffixes: dict) -> tuple[float, float]:
+def _split(text: str | float | int, what: str, suffixes: dict) -> tuple[float, float]:
     match = _QUANTITY.match(str(text))
     if not match or match.group(2) not in suffixes:
         known = ", ".join(s for s in suffixes if s)

@@ -167,7 +167,7 @@ def simulate(schedule: str, p: int, m: int, f_time, b_time, w_time=None, vpp: in
     clock = [0.0] * p
     busy = [0.0] * p
     pos = [0] * p
-    pending_w = [[] for _ in range(p)]  # zero-bubble: weight gradients not yet computed
+    pending_w: list[list[tuple[int, int]]] = [[] for _ in range(p)]  # zero-bubble: weight gradients not yet computed
     # zb-h1: rank r keeps at most r weight gradients pending and computes them when that is exceeded
     # (and at the end); this reproduces the paper's (p-1)(T_F+T_B-T_W) exactly. zb-v: at most p pending,
     # and a rank with nothing ready computes a pending one (the schedule's bubble filling).
