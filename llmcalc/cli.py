@@ -163,6 +163,12 @@ def finetune_options(func):
     return func
 
 
+def _no_finetune(model, cfg) -> None:
+    if cfg is not None:
+        raise LlmcalcError(f"--finetune needs llmcalc's formula for the layers it adapts; {model.model_type} is "
+                           "counted by transformers' modelling code")
+
+
 def make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant):
     """The LoRA set-up the options describe, or None for full training."""
     if finetune is None:
@@ -207,11 +213,18 @@ def params(model: str, finetune, lora_rank, lora_targets, base_dtype, double_qua
     holding one.
     """
     from .analytic.params import count_params
+    from .fallback import FallbackModel, load_counted
     from .presets import model_source
     from .report.views_params import params_document
 
     cfg = make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant)
-    spec = load_model(model)
+    spec = load_counted(model)
+    if isinstance(spec, FallbackModel):
+        from .report.views_fallback import fallback_params_document
+
+        _no_finetune(spec, cfg)
+        emit(fallback_params_document(spec, model_source(model)), fmt)
+        return
     doc = params_document(count_params(spec), model_source(model))
     if cfg is not None:
         from .analytic.finetune import finetune as build
@@ -245,10 +258,23 @@ def flops(ctx, model, seq_len, causal, recompute, batch_size, decoder_seq_len, f
     """Forward and backward FLOPs of one step of MODEL, per operation, with the rules of thumb."""
     from .analytic.flops import step_flops
     from .analytic.params import count_params
+    from .fallback import FallbackModel, load_counted
     from .report.views_compute import flops_document
 
     cfg = make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant)
-    spec = load_model(model, seq_len)
+    spec = load_counted(model, seq_len)
+    if isinstance(spec, FallbackModel):
+        from .fallback import step_flops as fallback_step
+        from .report.views_fallback import fallback_flops_document
+
+        _no_finetune(spec, cfg)
+        if decoder_seq_len is not None:
+            raise LlmcalcError(f"--decoder-seq-len: {spec.model_type} is counted by transformers' modelling code, "
+                               "which runs the decoder on --seq-len tokens")
+        emit(fallback_flops_document(spec, fallback_step(spec, batch_size, causal, recompute), batch_size, causal,
+                                     recompute), fmt)
+        return
+    spec = load_model(model, seq_len)  # the analytic spec, with the --seq-len check
     if decoder_seq_len is not None and spec.architecture != "encoder-decoder":
         raise click.UsageError(f"--decoder-seq-len is for encoder-decoder models; {spec.name} is a {spec.architecture}")
     step = step_flops(spec, batch_size, seq_len, causal, recompute, decoder_seq_len)
@@ -326,35 +352,55 @@ def train(ctx, model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_p
     accelerator = load_hardware(gpu)
     inputs = {"model": model or fmt_tokens(n_params, "params"), "tokens": tokens, "seq_len": seq_len, "causal": causal,
               "recompute": recompute}
+    inputs["method"] = "analytic"
     if model is not None:
         from .analytic.flops import step_flops
         from .analytic.params import count_params
+        from .fallback import METHOD_TRANSFORMERS, FallbackModel, load_counted
+        from .fallback import step_flops as fallback_step
 
-        spec = load_model(model, seq_len)
-        step = step_flops(spec, 1, seq_len, causal, recompute)
-        n = count_params(spec).active_per_token
-        model_flops = step.model_flops_per_token * tokens
-        hardware_flops = step.hardware_flops_per_token * tokens
-        inputs["flops_basis"] = (f"training FLOPs = exact per-op count per token at seq {seq_len:,} "
-                                 f"({'causal' if causal else 'full S²'}) x tokens; 6·N·T with N = {n:,} "
-                                 f"{'active ' if spec.is_moe else ''}params")
         cfg = make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant)
-        if cfg is not None:
-            from .analytic.finetune import FinetuneFlops
-            from .analytic.finetune import finetune as build
+        spec = load_counted(model, seq_len)
+        if isinstance(spec, FallbackModel):
+            _no_finetune(spec, cfg)
+            step = fallback_step(spec, 1, causal, recompute)
+            n = spec.active_per_token
+            if n is None:
+                raise LlmcalcError(f"{spec.model_type}: the config names no top-k and expert count, so the active "
+                                   "parameters per token (N of 6·N·T) are unknown")
+            model_flops = step["flops_per_token"] * tokens
+            hardware_flops = step["hardware_flops_per_token"] * tokens
+            inputs["method"] = METHOD_TRANSFORMERS
+            inputs["flops_basis"] = (
+                f"training FLOPs = 3 x forward FLOPs per token counted by torch's FlopCounterMode on transformers' "
+                f"{spec.cls} at seq {seq_len} ({'causal' if causal else 'full S²'}; no llmcalc formula for "
+                f"{spec.model_type}) x tokens; 6·N·T with N = {n:,} {'active ' if n != spec.total else ''}params "
+                f"counted on the same model")
+        else:
+            spec = load_model(model, seq_len)  # the analytic spec, with the --seq-len check
+            step = step_flops(spec, 1, seq_len, causal, recompute)
+            n = count_params(spec).active_per_token
+            model_flops = step.model_flops_per_token * tokens
+            hardware_flops = step.hardware_flops_per_token * tokens
+            inputs["flops_basis"] = (f"training FLOPs = exact per-op count per token at seq {seq_len:,} "
+                                     f"({'causal' if causal else 'full S²'}) x tokens; 6·N·T with N = {n:,} "
+                                     f"{'active ' if spec.is_moe else ''}params")
+            if cfg is not None:
+                from .analytic.finetune import FinetuneFlops
+                from .analytic.finetune import finetune as build
 
-            ft = build(spec, cfg)
-            fl = FinetuneFlops(ft, step)
-            model_flops = fl.model_flops_per_token * tokens
-            hardware_flops = fl.hardware_flops_per_token * tokens
-            inputs["finetune"] = {"method": cfg.method, "rank": cfg.rank, "targets": list(cfg.targets),
-                                  "trainable": ft.trainable, "frozen": ft.frozen,
-                                  "rule_flops": fl.rule() * tokens}
-            inputs["flops_basis"] = (f"{cfg.method} r{cfg.rank} on {cfg.target_label}: training FLOPs = exact per-op "
-                                     f"count per token at seq {seq_len} with frozen weights (backward: activation "
-                                     f"gradients only) and {ft.trainable:,} adapter params x tokens "
-                                     f"≈ 4·N_frozen + 6·N_adapter = {fl.rule() * tokens:.4g}; 6·N·T (full training) "
-                                     "shown for comparison")
+                ft = build(spec, cfg)
+                fl = FinetuneFlops(ft, step)
+                model_flops = fl.model_flops_per_token * tokens
+                hardware_flops = fl.hardware_flops_per_token * tokens
+                inputs["finetune"] = {"method": cfg.method, "rank": cfg.rank, "targets": list(cfg.targets),
+                                      "trainable": ft.trainable, "frozen": ft.frozen,
+                                      "rule_flops": fl.rule() * tokens}
+                inputs["flops_basis"] = (
+                    f"{cfg.method} r{cfg.rank} on {cfg.target_label}: training FLOPs = exact per-op count per token "
+                    f"at seq {seq_len} with frozen weights (backward: activation gradients only) and "
+                    f"{ft.trainable:,} adapter params x tokens ≈ 4·N_frozen + 6·N_adapter = "
+                    f"{fl.rule() * tokens:.4g}; 6·N·T (full training) shown for comparison")
     else:
         refuse_unused(ctx, ("seq_len", "causal"), "with --params (6·N·T has no sequence length); give a MODEL")
         if finetune is not None:
@@ -373,7 +419,13 @@ def train(ctx, model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_p
 
     from .analytic.steptime import train_steptime
 
-    mfu, pred, measured = train_steptime(model and spec, gpu, n_gpus, mfu, achieved_tflops, dtype,
+    shapes = model and spec
+    if model is not None and isinstance(spec, FallbackModel):
+        shapes = None  # no formula for its shapes: only a given MFU or throughput times it
+        if mfu is None and achieved_tflops is None and layout.get("tokens_per_second") is None:
+            raise LlmcalcError(f"predicting the step time needs llmcalc's formula for the shapes; {spec.model_type} is "
+                               "counted by transformers: give --mfu, --achieved-tflops or --tokens-per-second")
+    mfu, pred, measured = train_steptime(shapes, gpu, n_gpus, mfu, achieved_tflops, dtype,
                                          seq_len, causal, recompute, model_flops / tokens, hardware_flops / tokens,
                                          accelerator, layout)
     if mfu is None and achieved_tflops is None:

@@ -9,6 +9,8 @@ Nothing is inferred from a model's name.
 
 A config whose model_type is not in FAMILIES still works when it states the implicit facts itself
 with llmcalc's own keys (``REQUIRED_FOR_UNKNOWN``), e.g. ``"mlp": "swiglu", "norm": "rmsnorm"``.
+Otherwise ``UnknownModelType`` is raised: `params`, `flops` and `train` then count the model with
+transformers' modelling code (``llmcalc.fallback``); commands that need a formula report it.
 """
 
 from __future__ import annotations
@@ -50,6 +52,14 @@ ACTIVATION_KEYS = ("hidden_act", "activation_function", "hidden_activation")
 # The llmcalc keys a config of an unknown model_type must carry (with the HF shape keys above).
 REQUIRED_FOR_UNKNOWN = ("mlp", "norm", "pos_emb")
 _SPEC_FIELDS = {f.name for f in fields(ModelSpec)}
+
+
+class UnknownModelType(SpecError):
+    """A model_type with no analytic family and no llmcalc keys; carries the config for the fallback."""
+
+    def __init__(self, message: str, config: dict, name: str):
+        super().__init__(message)
+        self.config, self.name = config, name
 
 
 @dataclass(frozen=True)
@@ -736,11 +746,15 @@ def spec_from_hf(hf: dict, name: str = "custom") -> ModelSpec:
     if family is None:
         missing = [k for k in REQUIRED_FOR_UNKNOWN if k not in hf]
         if missing:
-            raise SpecError(
-                f"unknown model_type {model_type!r} (known: {', '.join(sorted(FAMILIES))}); "
-                f"to describe it anyway add the llmcalc keys {', '.join(missing)} to the config "
-                f"(e.g. \"mlp\": \"swiglu\", \"norm\": \"rmsnorm\", \"pos_emb\": \"rope\")"
-            )
+            describe = (f"to describe it anyway add the llmcalc keys {', '.join(missing)} to the config "
+                        f"(e.g. \"mlp\": \"swiglu\", \"norm\": \"rmsnorm\", \"pos_emb\": \"rope\")")
+            known = f"(known: {', '.join(sorted(FAMILIES))})"
+            if isinstance(model_type, str) and model_type:
+                raise UnknownModelType(
+                    f"unknown model_type {model_type!r} {known}: this command needs llmcalc's formula (its "
+                    f"shapes: activations, KV cache, the reference model); only `llmcalc params`, `flops` and "
+                    f"`train` count it, with transformers' modelling code; or {describe}", hf, name)
+            raise SpecError(f"unknown model_type {model_type!r} {known}; {describe}")
         family = Family("explicit llmcalc keys", {}, {}, _attention_bias, gated=hf["mlp"] in ("swiglu", "geglu"))
     merged = {**family.defaults, **{k: v for k, v in hf.items() if v is not None or k in family.keep_null}}
     kw: dict = {}

@@ -200,11 +200,16 @@ class ParamCount:
 
     def groups(self) -> dict[str, int]:
         """Totals per group ('attention', 'mlp', 'decoder.cross_attention', ...), in model order."""
-        out: dict[str, int] = {}
-        for key, value in self.components.items():
-            group = key.split("/")[0]
-            out[group] = out.get(group, 0) + value
-        return out
+        return group_totals(self.components)
+
+
+def group_totals(components: dict[str, int]) -> dict[str, int]:
+    """Totals per group ("attention" for "attention/q_proj"), in the order the groups first appear."""
+    out: dict[str, int] = {}
+    for key, value in components.items():
+        group = key.split("/")[0]
+        out[group] = out.get(group, 0) + value
+    return out
 
 
 def largest_tensor(spec: ModelSpec) -> int:

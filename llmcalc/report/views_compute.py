@@ -65,7 +65,7 @@ def flops_document(step: StepFlops, count: ParamCount) -> Document:
                           "exact_per_token": exact, "rel_error": rule.per_token / exact - 1, "source": rule.source})
     elementwise = elementwise_ops(step)
     data = {
-        "model": spec.name, "batch_size": step.batch, "seq_len": step.seq_len,
+        "model": spec.name, "method": "analytic", "batch_size": step.batch, "seq_len": step.seq_len,
         "decoder_seq_len": step.decoder_seq_len, "causal": step.causal, "recompute": step.recompute,
         "tokens": step.tokens,
         "forward_flops": step.forward, "backward_flops": step.backward, "total_flops": model,
