@@ -16,7 +16,7 @@ from .analytic.memory import OPTIMIZER_IMPLS, OPTIMIZERS, RECIPES
 from .errors import LlmcalcError
 from .options import Choice, Count, DType, Fraction, Length, Name, Number, flush_warnings, refuse_unused, warn
 from .report.tables import FORMATS, render
-from .units import fmt_tokens
+from .units import GIB, fmt_tokens
 from .validate import (
     DEFAULT_SEQ_LEN,
     MAX_BATCH,
@@ -570,10 +570,10 @@ def memory(ctx, model, seq_len, batch_size, recipe, optimizer, optimizer_bytes, 
     device = load_hardware(gpu) if gpu else None
     if device is None:
         refuse_unused(ctx, ("reserve_gib",), "without --gpu")
-    elif reserve_gib * 2**30 >= device.memory_bytes:
+    elif reserve_gib * GIB >= device.memory_bytes:
         raise click.UsageError(f"--reserve-gib {reserve_gib:g} leaves nothing of {device.key}'s "
-                               f"{device.memory_bytes / 2**30:g} GiB")
-    reserve = reserve_gib * 2**30
+                               f"{device.memory_bytes / GIB:g} GiB")
+    reserve = reserve_gib * GIB
     if optimizer_bytes is not None:
         refuse_unused(ctx, ("optimizer",), "with --optimizer-bytes (which replaces it)")
     spec = load_model(model, seq_len)
@@ -847,7 +847,7 @@ def _check_profile_size(specs, batch, seq_len, virtual, recipe="fp32", device="c
         if have is not None and need > 0.8 * have:
             raise click.UsageError(
                 f"a real {device} profile of {spec.name} at micro-batch {batch} x seq {seq_len:,} ({recipe}) needs "
-                f"about {need / 2**30:,.1f} GiB, and this machine has {have / 2**30:,.1f} GiB available: use "
+                f"about {need / GIB:,.1f} GiB, and this machine has {have / GIB:,.1f} GiB available: use "
                 f"--virtual, or fewer layers (--layers 2) or a shorter --seq-len")
 
 

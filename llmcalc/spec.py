@@ -175,6 +175,12 @@ class ModelSpec:
         return self.kv_lora_rank is not None
 
     @property
+    def qk_head_dim(self) -> int:
+        """MLA's query/key head width: the no-RoPE part plus the decoupled RoPE part
+        (qk_nope_head_dim + qk_rope_head_dim; DeepSeek-V2, arXiv:2405.04434, sec. 2.1.3)."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @property
     def attention_kind(self) -> str:
         if self.is_mla:
             return "mla"
@@ -416,7 +422,7 @@ def _validate(spec: ModelSpec) -> None:
     if spec.is_mla:
         for name in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
             _positive(spec, name)
-        if spec.d_head != spec.qk_nope_head_dim + spec.qk_rope_head_dim:
+        if spec.d_head != spec.qk_head_dim:
             raise SpecError(
                 f"with MLA, d_head ({spec.d_head}) must be qk_nope_head_dim + qk_rope_head_dim "
                 f"({spec.qk_nope_head_dim} + {spec.qk_rope_head_dim})"

@@ -27,7 +27,8 @@ _COUNT_SUFFIXES = {
 }
 _LENGTH_SUFFIXES = {"": 1, "k": 1024, "K": 1024, "Ki": 1024, "ki": 1024, "M": 1024**2, "Mi": 1024**2, "m": 1024**2,
                     "mi": 1024**2}
-_BINARY_BYTES = [("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)]
+GIB = 2**30  # bytes in one GiB (binary prefix, IEC 80000-13); the one place this literal lives
+_BINARY_BYTES = [("TiB", 2**40), ("GiB", GIB), ("MiB", 2**20), ("KiB", 2**10)]
 
 _QUANTITY = re.compile(r"^\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*([A-Za-z]*)\s*$")
 

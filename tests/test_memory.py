@@ -40,7 +40,7 @@ def _korthikanti_layer(t=1, sp=True, recompute="none"):
     spec = ModelSpec(**GPT3_BLOCK)
     items = [x for x in layer_saved(spec, 0, 2, 2048, 2, attention="eager", dropout=True) if "statistics" not in x.name]
     if recompute == "selective":
-        items = [x for x in items if x.scope != "s2"]
+        items = [x for x in items if x.scope != "attention_scores"]
     return scaled(items, t, sp)
 
 

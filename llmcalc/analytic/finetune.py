@@ -134,7 +134,7 @@ class Linear:
 def _attention_linears(spec: ModelSpec, prefix: str, cross: bool = False) -> list[tuple[str, str | None, int, int]]:
     D, H, dh = spec.d_model, spec.n_heads, spec.d_head
     if spec.is_mla and not cross:
-        qk = spec.qk_nope_head_dim + spec.qk_rope_head_dim
+        qk = spec.qk_head_dim
         out = []
         if spec.q_lora_rank:
             out += [(f"{prefix}/q_a_proj", "q_proj", D, spec.q_lora_rank),

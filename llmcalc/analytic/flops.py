@@ -47,7 +47,7 @@ def _attention(spec: ModelSpec, prefix: str, batch: int, q_len: int, kv_len: int
     if spec.is_mla and not cross:
         # MLA as the HF/DeepSeek reference runs it (no weight absorption): low-rank Q, a shared KV
         # latent plus a decoupled RoPE key, per-head K/V up-projection (arXiv 2405.04434 sec. 2.1).
-        qk = spec.qk_nope_head_dim + spec.qk_rope_head_dim
+        qk = spec.qk_head_dim
         ops = {}
         if spec.q_lora_rank:
             ops["q_a_proj"] = _mm(Tq, D, spec.q_lora_rank)
@@ -247,10 +247,19 @@ def flop_group(op: str) -> str:
 
 def step_flops(spec: ModelSpec, batch: int = 1, seq_len: int = DEFAULT_SEQ_LEN, causal: bool = False,
                recompute: str = "none", decoder_seq_len: int | None = None) -> StepFlops:
+    """FLOPs of one training step of `spec` on `batch` sequences of `seq_len` tokens, per operation.
+
+    The forward matmuls come from ``forward_ops`` (2·m·k·n each, FLOPs not MACs); backward is twice
+    the forward; `causal` halves the attention S² terms (Megatron-LM/NeMo convention, default full S²
+    as PaLM App. B and torch's FlopCounterMode count); `recompute` ("none", "selective", "full") adds
+    the re-run forward to the hardware FLOPs only (Korthikanti et al. 2022; Narayanan et al. 2021
+    eq. 3). `decoder_seq_len` is the target length of an encoder-decoder (default `seq_len`).
+    Raises LlmcalcError for an unknown `recompute`."""
     if recompute not in RECOMPUTE:
         raise LlmcalcError(f"recompute must be one of {', '.join(RECOMPUTE)}; got {recompute!r}")
     ops = forward_ops(spec, batch, seq_len, causal, decoder_seq_len)
-    return StepFlops(spec, batch, seq_len, causal, recompute, ops, decoder_seq_len)
+    return StepFlops(spec=spec, batch=batch, seq_len=seq_len, causal=causal, recompute=recompute, ops=ops,
+                     decoder_seq_len=decoder_seq_len)
 
 
 def component_flops(ops: dict[str, int]) -> dict[str, int]:

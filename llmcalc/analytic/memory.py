@@ -174,7 +174,7 @@ class MemoryEstimate:
     stage: str  # "first", "last" or "only"
     zero3_gathered: float = 0.0  # bytes of unsharded weights ZeRO-3 holds while computing a layer
     optimizer_impl: str = "fused"
-    largest_tensor: int = 0  # elements of the largest parameter tensor
+    largest_tensor: float = 0  # elements of the largest parameter tensor on this GPU (its 1/tp share)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -345,8 +345,11 @@ def training_memory(spec: ModelSpec, batch: int = 1, seq_len: int = DEFAULT_SEQ_
     if rec.fp8_saved_inputs:  # Transformer Engine saves each linear's input as its 1-byte FP8 cast
         stages = [(name, params, _fp8_inputs(acts, rec.act_bytes)) for name, params, acts in stages]
     biggest = largest_tensor(spec) / tp
-    estimates = [MemoryEstimate(spec, rec, opt, parallel, batch, seq_len, recompute, attention, params, acts, name,
-                                gathered, optimizer_impl, biggest) for name, params, acts in stages]
+    estimates = [MemoryEstimate(spec=spec, recipe=rec, optimizer=opt, parallel=parallel, batch=batch,
+                                seq_len=seq_len, recompute=recompute, attention=attention, params_on_gpu=params,
+                                activations=acts, stage=name, zero3_gathered=gathered,
+                                optimizer_impl=optimizer_impl, largest_tensor=biggest)
+                 for name, params, acts in stages]
     return max(estimates, key=lambda e: e.peak)
 
 

@@ -33,7 +33,7 @@ def _attention(spec: ModelSpec, prefix: str, cross: bool = False) -> dict[str, i
     if spec.is_mla and not cross:
         # DeepSeek-V2 MLA (arXiv 2405.04434, sec. 2.1): low-rank Q (optional) and a shared KV latent
         # plus one decoupled RoPE key per token; RMSNorm on both latents.
-        qk = spec.qk_nope_head_dim + spec.qk_rope_head_dim
+        qk = spec.qk_head_dim
         parts = {}
         if spec.q_lora_rank:
             parts["q_a_proj"] = D * spec.q_lora_rank
@@ -228,6 +228,10 @@ def largest_tensor(spec: ModelSpec) -> int:
 
 
 def count_params(spec: ModelSpec) -> ParamCount:
+    """The exact parameter count of `spec`, by component ("group/part" -> unique parameters, a tied
+    LM head counted once), with total, non-embedding and MoE active-per-token totals derived from it.
+    Equals ``sum(p.numel() for p in model.parameters() if p.requires_grad)`` of the matching
+    ``transformers`` model (tests hold every preset to it)."""
     return ParamCount(spec, param_breakdown(spec))
 
 

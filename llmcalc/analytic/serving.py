@@ -29,6 +29,7 @@ from ..dtypes import dtype_bytes
 from ..errors import LlmcalcError
 from ..hardware import Accelerator
 from ..spec import ModelSpec
+from ..units import GIB
 from .inference import (
     InferenceEstimate,
     kv_cache_bytes_per_token,
@@ -36,8 +37,6 @@ from .inference import (
     kv_heads_per_gpu,
     state_bytes_per_sequence,
 )
-
-GIB = 2**30
 
 
 def batch_defaults(accelerator: Accelerator) -> tuple[int, int]:

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from ..errors import LlmcalcError
 from ..hardware import Accelerator
 from ..spec import ModelSpec
+from ..units import GIB
 from . import comm
 from .flops import _attention, _ffn, _moe, step_flops
 from .memory import RECIPES, lookup
@@ -679,7 +680,7 @@ def _why_they_lose(ranked: list, oom: list, capacity: float) -> list:
                         p, _describe(p.layout, p.recompute)))
     if oom:
         lay, peak, rc = min(oom, key=lambda o: o[1])
-        out.append((f"does not fit: {peak / 2**30:.1f} GiB per GPU > {capacity / 2**30:.0f} GiB even "
+        out.append((f"does not fit: {peak / GIB:.1f} GiB per GPU > {capacity / GIB:.0f} GiB even "
                     f"with recompute {rc}"
                     f" ({len(oom)} such layouts)", None, _describe(lay)))
     return out
