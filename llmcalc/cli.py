@@ -277,7 +277,7 @@ def flops(ctx, model, seq_len, causal, recompute, batch_size, decoder_seq_len, f
     spec = load_model(model, seq_len)  # the analytic spec, with the --seq-len check
     if decoder_seq_len is not None and spec.architecture != "encoder-decoder":
         raise click.UsageError(f"--decoder-seq-len is for encoder-decoder models; {spec.name} is a {spec.architecture}")
-    step = step_flops(spec, batch_size, seq_len, causal, recompute, decoder_seq_len)
+    step = step_flops(spec, batch_size, seq_len, causal=causal, recompute=recompute, decoder_seq_len=decoder_seq_len)
     doc = flops_document(step, count_params(spec))
     if cfg is not None:
         from .analytic.finetune import FinetuneFlops
@@ -339,7 +339,8 @@ def layout_options(func):
 @format_option
 @click.pass_context
 def train(ctx, model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_per_gpu_hour, dtype, seq_len, causal,
-          recompute, finetune, lora_rank, lora_targets, base_dtype, double_quant, fmt, **layout):
+          recompute, finetune, lora_rank, lora_targets, base_dtype, double_quant, fmt,
+          **layout):  # long: the flags' checks, then each figure in the order printed
     """Training FLOPs, GPU-hours, wall-clock, cost and energy for TOKENS on N GPUs."""
     from .analytic.training import TrainingEstimate
     from .presets import load_hardware
@@ -425,9 +426,11 @@ def train(ctx, model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_p
         if mfu is None and achieved_tflops is None and layout.get("tokens_per_second") is None:
             raise LlmcalcError(f"predicting the step time needs llmcalc's formula for the shapes; {spec.model_type} is "
                                "counted by transformers: give --mfu, --achieved-tflops or --tokens-per-second")
-    mfu, pred, measured = train_steptime(shapes, gpu, n_gpus, mfu, achieved_tflops, dtype,
-                                         seq_len, causal, recompute, model_flops / tokens, hardware_flops / tokens,
-                                         accelerator, layout)
+    mfu, pred, measured = train_steptime(shapes, gpu, n_gpus, mfu, achieved_tflops=achieved_tflops, dtype=dtype,
+                                         seq_len=seq_len, causal=causal, recompute=recompute,
+                                         model_flops_per_token=model_flops / tokens,
+                                         hardware_flops_per_token=hardware_flops / tokens,
+                                         accelerator=accelerator, options=layout)
     if mfu is None and achieved_tflops is None:
         raise click.UsageError(MFU_MISSING)
     est = TrainingEstimate(
@@ -476,7 +479,8 @@ def layout(model, gpu, n_gpus, seq_len, global_batch, global_batch_tokens, recom
         return bars[0].step
 
     try:
-        ranked, losers, counts = search_layouts(spec, gpu, n_gpus, seq_len, global_batch, causal, recompute,
+        ranked, losers, counts = search_layouts(spec, gpu, n_gpus, seq_len, global_batch=global_batch, causal=causal,
+                                                recompute=recompute,
                                                 progress=progress)
     finally:
         for bar in bars:
@@ -485,7 +489,8 @@ def layout(model, gpu, n_gpus, seq_len, global_batch, global_batch_tokens, recom
         raise LlmcalcError(f"no layout of {spec.name} fits on {n_gpus:,} x {gpu} at seq {seq_len} with global batch "
                            f"{global_batch} ({counts['oom']} do not fit in memory, {counts['invalid']} contradict the "
                            f"model): use more GPUs or a larger --global-batch")
-    emit(layout_document(spec.name, gpu, n_gpus, seq_len, global_batch, ranked, losers, counts, top), fmt)
+    emit(layout_document(spec.name, gpu, n_gpus, seq_len, global_batch=global_batch, ranked=ranked, losers=losers,
+                         counts=counts, top=top), fmt)
 
 
 @cli.command()
@@ -592,7 +597,8 @@ def memory(ctx, model, seq_len, batch_size, recipe, optimizer, optimizer_bytes, 
         if clash:
             raise LlmcalcError(f"{', '.join(clash)} not modelled with --finetune (each data-parallel GPU holds the "
                                "whole frozen base; the base dtype is --base-dtype, adapters are fp32); drop them")
-        est = finetune_memory(spec, cfg, batch_size, seq_len, opt, recompute, attention, dropout)
+        est = finetune_memory(spec, cfg, batch_size, seq_len, optimizer=opt, recompute=recompute, attention=attention,
+                              dropout=dropout)
         emit(finetune_memory_document(est, device, reserve), fmt)
         return
     parallel = Parallel(n_gpus or tp * pp, tp, pp, zero, sequence_parallel)
@@ -651,8 +657,9 @@ def infer(model, gpu, prompt, generate, batch_size, weight_dtype, kv_dtype, comp
     accelerator = load_hardware(gpu)
     check_inference(batch_size, prompt, generate)
     weight_dtype, kv_dtype, compute_dtype = resolve_dtypes(accelerator, weight_dtype, kv_dtype, compute_dtype)
-    est = InferenceEstimate(spec, accelerator, batch_size, prompt, generate, weight_dtype, kv_dtype, compute_dtype,
-                            n_gpus)
+    est = InferenceEstimate(spec, accelerator, batch_size, prompt, generate=generate, weight_dtype=weight_dtype,
+                            kv_dtype=kv_dtype, compute_dtype=compute_dtype,
+                            n_gpus=n_gpus)
     _warn(context_warning(spec, prompt + generate))
     emit(infer_document(est), fmt)
 
@@ -686,8 +693,9 @@ def serve(model, gpu, weight_dtype, kv_dtype, compute_dtype, n_gpus, max_model_l
         if spec.max_seq_len is None:
             raise LlmcalcError(f"{spec.name}'s config gives no max_position_embeddings; pass --max-model-len")
         max_model_len = spec.max_seq_len
-    est = ServeEstimate(spec, accelerator, n_gpus, max_model_len, gpu_memory_utilization, weight_dtype, kv_dtype,
-                        compute_dtype, block_size)
+    est = ServeEstimate(spec, accelerator, n_gpus, max_model_len, gpu_memory_utilization=gpu_memory_utilization,
+                        weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                        compute_dtype=compute_dtype, block_size=block_size)
     _warn(context_warning(spec, max_model_len))
     emit(serve_document(est), fmt)
 
@@ -722,7 +730,8 @@ def make_scenario(seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, z
     from .analytic.summary import Scenario
     from .presets import load_hardware
 
-    return Scenario(seq_len, tokens, load_hardware(gpu), n_gpus, mfu, usd_per_gpu_hour, recipe=recipe, zero=zero,
+    return Scenario(seq_len, tokens, load_hardware(gpu), n_gpus, mfu=mfu, usd_per_gpu_hour=usd_per_gpu_hour,
+                    recipe=recipe, zero=zero,
                     tp=tp, micro_batch=micro_batch, recompute=recompute, causal=causal)
 
 
@@ -743,8 +752,9 @@ def compare(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe,
     from .analytic.summary import model_record
     from .report.views_compare import compare_document, sort_records
 
-    scenario = make_scenario(seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, zero, tp, micro_batch,
-                             recompute, causal)
+    scenario = make_scenario(seq_len, tokens, gpu, n_gpus, mfu=mfu, usd_per_gpu_hour=usd_per_gpu_hour, recipe=recipe,
+                             zero=zero, tp=tp, micro_batch=micro_batch,
+                             recompute=recompute, causal=causal)
     specs = load_models(models, seq_len)
     sort_records([], sort_key)  # an unknown column is refused before any work
     records = sort_records([model_record(spec, scenario) for spec in specs], sort_key, reverse)
@@ -772,8 +782,9 @@ def report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, 
     from .report.tables import Column, Document, Table
 
     _need_report_libraries()
-    scenario = make_scenario(seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, zero, tp, micro_batch,
-                             recompute, causal)
+    scenario = make_scenario(seq_len, tokens, gpu, n_gpus, mfu=mfu, usd_per_gpu_hour=usd_per_gpu_hour, recipe=recipe,
+                             zero=zero, tp=tp, micro_batch=micro_batch,
+                             recompute=recompute, causal=causal)
     specs = load_models(models, seq_len)
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
@@ -803,7 +814,8 @@ def report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, 
                                                        peak_flops=peak, peak_source=source)
         from .report.planning import build_report
 
-        built = build_report(specs, sources, scenario, load_hardware, profiles, progress, serving)
+        built = build_report(specs, sources, scenario, load_hardware, profiles=profiles, progress=progress,
+                             serve=serving)
     finally:
         progress.close()
     written = write_report(built, target, force)
@@ -920,7 +932,8 @@ def profile(ctx, model, virtual, device, dtype, recipe, batch_size, seq_len, ste
         from .profiling.measure import virtual_profile
 
         recipe = recipe or {"fp32": "fp32", "fp16": "fp16-mixed"}.get(dtype, "bf16-mixed")
-        emit(profile_document(virtual_profile(spec, batch_size, seq_len, recipe, recompute, internal_attention)), fmt)
+        emit(profile_document(virtual_profile(spec, batch_size, seq_len, recipe, recompute=recompute,
+                                              attention=internal_attention)), fmt)
         return
     _need_torch()
     from .profiling.measure import peak_for, real_profile, resolve_device
@@ -932,8 +945,9 @@ def profile(ctx, model, virtual, device, dtype, recipe, batch_size, seq_len, ste
     _check_profile_size([spec], batch_size, seq_len, virtual=False, recipe=recipe, device=device)
     compute_dtype = "fp32" if recipe == "fp32" else "fp16" if recipe == "fp16-mixed" else "bf16"
     peak, source = peak_for(device, compute_dtype, peak_tflops)
-    result = real_profile(spec, device, batch_size, seq_len, recipe, recompute, internal_attention, steps, warmup,
-                          compile_, counter, peak, source)
+    result = real_profile(spec, device, batch_size, seq_len, recipe=recipe, recompute=recompute,
+                          attention=internal_attention, steps=steps, warmup=warmup,
+                          compile=compile_, counter=counter, peak_flops=peak, peak_source=source)
     emit(profile_document(result), fmt)
 
 

@@ -356,6 +356,17 @@ def _positive(spec: ModelSpec, name: str) -> int:
 
 
 def _validate(spec: ModelSpec) -> None:
+    """Every contradiction in a spec is one SpecError naming the fields; checked in this order."""
+    _validate_ranges(spec)
+    if spec.layer_types is not None:
+        _validate_layers(spec)
+    _validate_block(spec)
+    _validate_moe(spec)
+    _validate_mla(spec)
+
+
+def _validate_ranges(spec: ModelSpec) -> None:
+    """Required sizes positive, optional ones positive when given, counts non-negative, all below sane maxima."""
     for name in ("n_layers", "d_model", "n_heads", "vocab_size", "n_kv_heads", "d_head"):
         _positive(spec, name)
     for name in (f.name for f in fields(ModelSpec) if f.name in _INT_FIELDS):  # sane maxima: short loops,
@@ -370,8 +381,10 @@ def _validate(spec: ModelSpec) -> None:
     for name in ("type_vocab_size", "rel_pos_buckets", "n_experts", "n_shared_experts", "n_dense_layers"):
         if getattr(spec, name) < 0:
             raise SpecError(f"{name} must be zero or positive, got {getattr(spec, name)}")
-    if spec.layer_types is not None:
-        _validate_layers(spec)
+
+
+def _validate_block(spec: ModelSpec) -> None:
+    """Head grouping, the block's norm layout, the architecture and the position embedding."""
     if spec.n_heads % spec.n_kv_heads:
         raise SpecError(
             f"n_heads ({spec.n_heads}) must be a multiple of n_kv_heads ({spec.n_kv_heads}): "
@@ -393,6 +406,10 @@ def _validate(spec: ModelSpec) -> None:
         raise SpecError("learned position embeddings need n_positions (or max_seq_len)")
     if spec.pos_emb == "relative" and spec.rel_pos_buckets <= 0:
         raise SpecError("relative position bias needs rel_pos_buckets > 0")
+
+
+def _validate_moe(spec: ModelSpec) -> None:
+    """Mixture-of-experts fields: consistent when n_experts > 0, absent otherwise; d_ff where MLPs are dense."""
     if spec.is_moe:
         if spec.architecture != "decoder":
             raise SpecError("mixture-of-experts layers are supported in decoder-only models")
@@ -419,6 +436,10 @@ def _validate(spec: ModelSpec) -> None:
             raise SpecError("n_experts_per_token/n_shared_experts given but n_experts is 0")
         if spec.router_bias or spec.expert_bias or spec.shared_expert_gate or spec.moe_layers:
             raise SpecError("router_bias/expert_bias/shared_expert_gate/moe_layers given but n_experts is 0")
+
+
+def _validate_mla(spec: ModelSpec) -> None:
+    """Multi-head latent attention (DeepSeek-V2): its ranks and head widths, and what it excludes."""
     if spec.is_mla:
         for name in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
             _positive(spec, name)

@@ -117,7 +117,7 @@ def layer_saved(spec: ModelSpec, layer: int, batch: int, seq: int, act_bytes: fl
     tokens = batch * seq
     D = spec.d_model
     if spec.is_hybrid:
-        return _hybrid_layer_saved(spec, layer, batch, seq, act_bytes, attention, dropout)
+        return _hybrid_layer_saved(spec, layer, batch, seq, act_bytes=act_bytes, attention=attention, dropout=dropout)
     out: list[Saved] = []
     # Norm inputs: sequential pre-LN normalises x and then h = x + attn; a parallel block
     # normalises x once (one norm, or two norms reading the same x: NeoX, Falcon-40B).
@@ -131,7 +131,7 @@ def layer_saved(spec: ModelSpec, layer: int, batch: int, seq: int, act_bytes: fl
         out += _norm_saved(spec, "post-attention", tokens, D, act_bytes)
         out += _norm_saved(spec, "post-FFN", tokens, D, act_bytes)
     out.append(Saved("attention input (norm output)", tokens * D * act_bytes, "sequence_parallel"))
-    out += _attention_saved(spec, tokens, batch, seq, act_bytes, attention, dropout)
+    out += _attention_saved(spec, tokens, batch, seq, act_bytes=act_bytes, attention=attention, dropout=dropout)
     if not (spec.parallel_residual and spec.norms_per_layer == 1):  # one shared norm output otherwise
         out.append(Saved("MLP input (norm output)", tokens * D * act_bytes, "sequence_parallel"))
     if spec.is_moe_layer(layer):
@@ -193,7 +193,8 @@ def _hybrid_layer_saved(spec: ModelSpec, layer: int, batch: int, seq: int, act_b
         out += _norm_saved(spec, what, tokens, D, act_bytes)
         out.append(Saved(f"{what} input (norm output)", tokens * D * act_bytes, "sequence_parallel"))
         for kind in mixers:
-            out += (_attention_saved(spec, tokens, batch, seq, act_bytes, attention, dropout) if kind == "attention"
+            out += (_attention_saved(spec, tokens, batch, seq, act_bytes=act_bytes, attention=attention,
+                                     dropout=dropout) if kind == "attention"
                     else _mamba_saved(spec, kind, batch, seq, act_bytes))
     if ffn:
         out += _norm_saved(spec, "MLP", tokens, D, act_bytes)
@@ -242,7 +243,7 @@ def activation_memory(spec: ModelSpec, batch: int, seq: int, act_bytes: float, r
     per_layer: dict[str, float] = {}
     largest = 0.0
     for i in layers:
-        items = layer_saved(spec, i, batch, seq, act_bytes, attention, dropout)
+        items = layer_saved(spec, i, batch, seq, act_bytes=act_bytes, attention=attention, dropout=dropout)
         largest = max(largest, scaled(items, tp, sequence_parallel))
         if recompute == "full":
             items = [Saved("block input (full recomputation checkpoint)", batch * seq * spec.d_model * act_bytes,

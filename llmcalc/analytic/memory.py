@@ -71,23 +71,29 @@ FP8_NOTES = {
 
 
 RECIPES = {r.name: r for r in (
-    Recipe("fp32", 4, 4, 0, 4, 4, "fp32 weights, gradients, optimizer states and activations"),
-    Recipe("bf16-mixed", 2, 2, 4, 4, 2,
-           "bf16 weights/grads/activations, fp32 master weights and optimizer states "
+    Recipe("fp32", 4, 4, 0, state_bytes=4, act_bytes=4,
+           description="fp32 weights, gradients, optimizer states and activations"),
+    Recipe("bf16-mixed", 2, 2, 4, state_bytes=4, act_bytes=2,
+           description="bf16 weights/grads/activations, fp32 master weights and optimizer states "
            "(ZeRO paper, Rajbhandari et al. 2020: 2 + 2 + 12 = 16 bytes/param with Adam)"),
-    Recipe("bf16-mixed-fp32-grads", 2, 4, 4, 4, 2,
-           "bf16-mixed with fp32 main gradients in a persistent buffer, as Megatron-LM keeps them "
+    Recipe("bf16-mixed-fp32-grads", 2, 4, 4, state_bytes=4, act_bytes=2,
+           description="bf16-mixed with fp32 main gradients in a persistent buffer, as Megatron-LM keeps them "
            "(18 bytes/param with Adam)", persistent_grads=True),
-    Recipe("fp16-mixed", 2, 2, 4, 4, 2, "fp16 weights/grads/activations, fp32 master and optimizer states"),
-    Recipe("bf16", 2, 2, 0, 2, 2, "pure bf16: weights, gradients, optimizer states and activations"),
-    Recipe("amp", 4, 4, 0, 4, 2,
-           "PyTorch torch.autocast(bf16): fp32 parameters, gradients and optimizer states, bf16 activations; "
+    Recipe("fp16-mixed", 2, 2, 4, state_bytes=4, act_bytes=2,
+           description="fp16 weights/grads/activations, fp32 master and optimizer states"),
+    Recipe("bf16", 2, 2, 0, state_bytes=2, act_bytes=2,
+           description="pure bf16: weights, gradients, optimizer states and activations"),
+    Recipe("amp", 4, 4, 0, state_bytes=4, act_bytes=2,
+           description="PyTorch torch.autocast(bf16): fp32 parameters, gradients and optimizer states, "
+           "bf16 activations; "
            "autocast caches a bf16 copy of each weight during forward", autocast_cache_bytes=2),
-    Recipe("fp8", 2, 4, 4, 4, 2, FP8_NOTES["te-delayed"], persistent_grads=True, autocast_cache_bytes=2,
+    Recipe("fp8", 2, 4, 4, state_bytes=4, act_bytes=2, description=FP8_NOTES["te-delayed"], persistent_grads=True,
+           autocast_cache_bytes=2,
            fp8="te-delayed", fp8_saved_inputs=True),
-    Recipe("fp8-current", 2, 4, 4, 4, 2, FP8_NOTES["te-current"], persistent_grads=True, autocast_cache_bytes=2,
+    Recipe("fp8-current", 2, 4, 4, state_bytes=4, act_bytes=2, description=FP8_NOTES["te-current"],
+           persistent_grads=True, autocast_cache_bytes=2,
            fp8="te-current", fp8_saved_inputs=True),
-    Recipe("fp8-torchao", 2, 2, 4, 4, 2, FP8_NOTES["torchao"], fp8="torchao"),
+    Recipe("fp8-torchao", 2, 2, 4, state_bytes=4, act_bytes=2, description=FP8_NOTES["torchao"], fp8="torchao"),
 )}
 
 

@@ -276,8 +276,8 @@ def approximations(count: ParamCount) -> list[Approximation]:
     return base + [
         Approximation(
             f"L·(4D² + {k}·D·F) + {emb_label}", f"L·(4D² + {k}·D·{ffn_label}) + {emb_label}",
-            L * (4 * D * D + k * D * F) + heads * V * D, "total", count.total,
-            "per-block attention 4·D² plus the FFN matrices at their real width, plus embeddings",
+            L * (4 * D * D + k * D * F) + heads * V * D, "total", exact=count.total,
+            source="per-block attention 4·D² plus the FFN matrices at their real width, plus embeddings",
         ),
     ]
 
@@ -285,10 +285,11 @@ def approximations(count: ParamCount) -> list[Approximation]:
 def _approximations_base(count: ParamCount, twelve: int, heads: int, emb_label: str) -> list[Approximation]:
     V, D = count.spec.vocab_size, count.spec.d_model
     return [
-        Approximation("12·L·D²", "12·L·D²", twelve, "non_embedding", count.non_embedding,
-                      "Kaplan et al. 2020, eq. 2.1: N ≈ 2·d_model·n_layer·(2·d_attn + d_ff) = 12·L·D²"),
-        Approximation(f"12·L·D² + {emb_label}", f"12·L·D² + {emb_label}", twelve + heads * V * D, "total", count.total,
-                      "12·L·D² plus the token embedding (and an untied LM head)"),
+        Approximation("12·L·D²", "12·L·D²", twelve, "non_embedding", exact=count.non_embedding,
+                      source="Kaplan et al. 2020, eq. 2.1: N ≈ 2·d_model·n_layer·(2·d_attn + d_ff) = 12·L·D²"),
+        Approximation(f"12·L·D² + {emb_label}", f"12·L·D² + {emb_label}", twelve + heads * V * D, "total",
+                      exact=count.total,
+                      source="12·L·D² plus the token embedding (and an untied LM head)"),
     ]
 
 
@@ -316,7 +317,8 @@ def _hybrid_approximation(count: ParamCount, heads: int, emb_label: str) -> Appr
         formula += f" + {spec.n_moe_layers}·{k}·D·F_moe"
     return Approximation(
         "per layer: 4D² (attention) + 3·E·D (Mamba) + k·D·F (FFN)", f"{formula} + {emb_label}", value, "total",
-        count.total, "each layer's own parts: attention 4·D², Mamba ≈ 3·expand·D² (mamba_ssm README), FFN at its width",
+        exact=count.total,
+        source="each layer's own parts: attention 4·D², Mamba ≈ 3·expand·D² (mamba_ssm README), FFN at its width",
     )
 
 

@@ -85,8 +85,9 @@ class ServeEstimate:
                 raise LlmcalcError(f"{name.replace('_', '-')} must be a whole number >= 1, got {value!r}")
 
     def roofline(self, concurrency: int, prompt: int, generate: int = 2) -> InferenceEstimate:
-        return InferenceEstimate(self.spec, self.accelerator, concurrency, prompt, generate, self.weight_dtype,
-                                 self.kv_dtype, self.compute_dtype, self.tp)
+        return InferenceEstimate(self.spec, self.accelerator, concurrency, prompt, generate=generate,
+                                 weight_dtype=self.weight_dtype,
+                                 kv_dtype=self.kv_dtype, compute_dtype=self.compute_dtype, n_gpus=self.tp)
 
     @cached_property
     def _one(self) -> InferenceEstimate:
