@@ -15,6 +15,7 @@ import click
 from .analytic.memory import OPTIMIZER_IMPLS, OPTIMIZERS, RECIPES
 from .errors import LlmcalcError
 from .options import Choice, Count, DType, Fraction, Length, Name, Number, flush_warnings, refuse_unused, warn
+from .report.interrupts import Interrupted
 from .report.tables import FORMATS, render
 from .units import GIB, fmt_tokens
 from .validate import (
@@ -50,6 +51,7 @@ class LlmcalcGroup(click.Group):
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         args = sys.argv[1:] if args is None else list(args)
+        self.argv = list(args)  # as typed: a report's provenance
         flush_warnings(show=False)
         if not args:  # bare `llmcalc`: the help, and success
             with click.Context(self, info_name=prog_name or "llmcalc") as ctx:
@@ -60,12 +62,16 @@ class LlmcalcGroup(click.Group):
         except click.ClickException as exc:
             click.echo(f"llmcalc: error: {one_line(exc.format_message())}", err=True)
             sys.exit(EXIT_BAD_INPUT if exc.exit_code in (1, 2) else exc.exit_code)
-        except click.exceptions.Abort:
-            click.echo("llmcalc: aborted", err=True)
-            sys.exit(1)
+        except click.exceptions.Abort as exc:
+            interrupted = isinstance(exc.__context__, KeyboardInterrupt)
+            click.echo("llmcalc: interrupted" if interrupted else "llmcalc: aborted", err=True)
+            sys.exit(130 if interrupted else 1)  # 128 + SIGINT, the shell convention
         except LlmcalcError as exc:
             click.echo(f"llmcalc: error: {one_line(str(exc))}", err=True)
             sys.exit(EXIT_BAD_INPUT)
+        except Interrupted as exc:  # SIGINT/SIGTERM where a command asked for them (report)
+            click.echo(f"llmcalc: {exc.message()}", err=True)
+            sys.exit(exc.exit_code)
         except OSError as exc:  # the disk or the system, not the input: ENOSPC, EACCES, EROFS ...
             where = f" ({exc.filename})" if exc.filename else ""
             click.echo(f"llmcalc: error: {exc.strerror or exc.__class__.__name__}{where}", err=True)
@@ -766,7 +772,9 @@ def compare(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe,
 @scenario_options
 @click.option("--out", type=click.Path(path_type=str), default=None,
               help="Report directory (default: reports/<model names>).")
-@click.option("--force", is_flag=True, help="Replace an existing report in --out.")
+@click.option("--force", is_flag=True,
+              help="Replace an earlier llmcalc report in --out (a folder holding its llmcalc-report.json; any "
+                   "other folder is refused).")
 @click.option("--profile", "profile_mode", type=Choice(["none", "virtual", "real"]), default="none",
               show_default=True, help="Also profile each model and show formulas against measurements.")
 @click.option("--serve", "serving", is_flag=True,
@@ -775,12 +783,26 @@ def compare(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe,
 def report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, zero, tp, micro_batch, recompute,
            causal, out, force, profile_mode, serving, fmt):
     """A planning report for MODELS: report.md, self-contained report.html, figures (PNG), tables (CSV)."""
+    from .report.interrupts import signals_as_interrupts
+
+    with signals_as_interrupts():  # Ctrl-C: exit 130, SIGTERM: 143; the old report or the new one, whole
+        _report(models, seq_len, tokens, gpu, n_gpus=n_gpus, mfu=mfu, usd_per_gpu_hour=usd_per_gpu_hour,
+                recipe=recipe, zero=zero, tp=tp, micro_batch=micro_batch,
+                recompute=recompute, causal=causal, out=out, force=force, profile_mode=profile_mode, serving=serving,
+                fmt=fmt)
+
+
+def _report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, zero, tp, micro_batch, recompute,
+            causal, out, force, profile_mode, serving, fmt):  # long: the report's steps, each a checkpoint
     from pathlib import Path
 
     from .presets import load_hardware, model_source
-    from .report.document import Progress, check_destination, safe_name, write_report
+    from .report.document import MARKER, Progress, check_destination, outcome, provenance, safe_name, write_report
+    from .report.interrupts import checkpoint, settle, signal_pending, signals_deferred
     from .report.tables import Column, Document, Table
 
+    if out is not None and not out.strip():
+        raise LlmcalcError("--out is empty; give a directory for the report (default: reports/<model names>)")
     _need_report_libraries()
     scenario = make_scenario(seq_len, tokens, gpu, n_gpus, mfu=mfu, usd_per_gpu_hour=usd_per_gpu_hour, recipe=recipe,
                              zero=zero, tp=tp, micro_batch=micro_batch,
@@ -794,6 +816,8 @@ def report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, 
     target = Path(out) if out else Path("reports") / "+".join(safe_name(n) for n in names)
     check_destination(target, force)
     sources = {s.name: model_source(m) for s, m in zip(specs, models, strict=True)}
+    meta = provenance(getattr(click.get_current_context().find_root().command, "argv", sys.argv[1:]), sources,
+                      scenario)
     profiles = None
     steps = 6 + (len(specs) if profile_mode != "none" else 0) + serving
     progress = Progress(steps, "report")
@@ -815,15 +839,26 @@ def report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, 
         from .report.planning import build_report
 
         built = build_report(specs, sources, scenario, load_hardware, profiles=profiles, progress=progress,
-                             serve=serving)
+                             serve=serving, meta=meta)
+    except Interrupted as exc:
+        exc.state = outcome(target, meta)
+        raise
     finally:
         progress.close()
-    written = write_report(built, target, force)
-    files = sorted(["report.md", "report.html", *built.files])
-    click.echo(f"llmcalc: report written to {written}/ ({len(files)} files)", err=True)
-    doc = Document(f"report {written}: seq {seq_len:,}", {"out": str(written), "files": files},
-                   [Table("files", [Column("file", "file", align="left")], [{"file": f} for f in files])])
-    emit(doc, fmt)
+    try:
+        written = write_report(built, target, force, meta)
+        with signals_deferred():  # the success message only when no signal came: one outcome, one message
+            checkpoint()  # one that came earlier and whose exception Python dropped
+            if not signal_pending():
+                settle()  # success from here on: a later signal cannot turn it into a second message
+                files = sorted(["report.md", "report.html", MARKER, *built.files])
+                click.echo(f"llmcalc: report written to {written}/ ({len(files)} files)", err=True)
+                doc = Document(f"report {written}: seq {seq_len:,}", {"out": str(written), "files": files},
+                               [Table("files", [Column("file", "file", align="left")], [{"file": f} for f in files])])
+                emit(doc, fmt)
+    except Interrupted as exc:
+        exc.state = exc.state or outcome(target, meta)  # write_report says when it knows
+        raise
 
 
 def _need_report_libraries():

@@ -24,6 +24,7 @@ MAX_POSITIONAL = 5
 PENDING_LONG = {
     ("llmcalc/profiling/measure.py", "real_profile"),
     ("llmcalc/report/planning.py", "build_report"),
+    ("llmcalc/report/plots.py", "memory_vs_batch"),
     ("llmcalc/report/views_compute.py", "flops_document"),
     ("llmcalc/report/views_memory.py", "training_memory_document"),
     ("llmcalc/report/views_params.py", "params_document"),
@@ -40,6 +41,7 @@ PENDING_POSITIONAL = Counter({
     ("llmcalc/profiling/measure.py", "training_memory"): 1,
     ("llmcalc/profiling/model.py", "Block"): 1,
     ("llmcalc/profiling/model.py", "Stack"): 3,
+    ("llmcalc/report/planning.py", "memory_vs_batch"): 1,
     ("llmcalc/report/steptime_figures.py", "layout_document"): 1,
     ("llmcalc/report/steptime_figures.py", "search_layouts"): 1,
     ("llmcalc/report/views_compute.py", "step_flops"): 1,
