@@ -15,7 +15,8 @@ from bench_cli import time_commands  # benchmarks/ is on the path when run as a 
 COMMANDS = [
     ["infer", "llama-3.1-405b", "--gpu", "h100-sxm", "--n-gpus", "8", "--prompt", "32k", "--generate", "32768"],
     ["infer", "llama-3.1-405b", "--gpu", "h100-sxm", "--n-gpus", "8", "--generate", "32768", "--format", "json"],
-    ["serve", "llama-3.1-405b", "--gpu", "h100-sxm", "--n-gpus", "8", "--max-model-len", "32k", "--weight-dtype", "fp8"],
+    ["serve", "llama-3.1-405b", "--gpu", "h100-sxm", "--n-gpus", "8", "--max-model-len", "32k", "--weight-dtype",
+     "fp8"],
     ["serve", "llama-3.1-405b", "--gpu", "h100-sxm", "--n-gpus", "16", "--max-model-len", "32k", "--format", "json"],
     ["serve", "deepseek-v3", "--gpu", "h200", "--n-gpus", "8", "--max-model-len", "32k", "--weight-dtype", "fp8"],
 ]

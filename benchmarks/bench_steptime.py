@@ -77,7 +77,7 @@ def rows():
 
 def constant_mfu(measured: list[float], peaks: list[float]) -> float:
     """The one MFU that fits all rows best (least squares on log(predicted / measured))."""
-    return math.exp(sum(math.log(m * 1e12 / p) for m, p in zip(measured, peaks)) / len(measured))
+    return math.exp(sum(math.log(m * 1e12 / p) for m, p in zip(measured, peaks, strict=True)) / len(measured))
 
 
 def evaluate() -> dict:
@@ -86,7 +86,8 @@ def evaluate() -> dict:
     measured = [m for _, m, _, _ in table]
     peaks = [p for _, _, p, _ in table]
     mfu = constant_mfu(measured, peaks)
-    return {"rows": [(label, m, pr[0], mfu * peak / 1e12, pr[1]) for (label, m, peak, _), pr in zip(table, preds)],
+    return {"rows": [(label, m, pr[0], mfu * peak / 1e12, pr[1]) for (label, m, peak, _), pr in zip(table, preds,
+                                                                                                    strict=True)],
             "constant_mfu": mfu}
 
 
@@ -126,7 +127,8 @@ def main() -> None:
         const_errs.append(abs(c))
         extra = f" {loo[i][0] * 100:+.1f} % | {loo[i][1] * 100:+.1f} % |" if loo else ""
         print(f"| {label} | {m:g} | {pred:.1f} | {e * 100:+.1f} % | {const:.1f} | {c * 100:+.1f} % |{extra}")
-    print(f"\nmean |error|: model {sum(errs) / len(errs) * 100:.1f} %, constant MFU {sum(const_errs) / len(const_errs) * 100:.1f} %;"
+    print(f"\nmean |error|: model {sum(errs) / len(errs) * 100:.1f} %, "
+          f"constant MFU {sum(const_errs) / len(const_errs) * 100:.1f} %;"
           f" max: model {max(errs) * 100:.1f} %, constant {max(const_errs) * 100:.1f} %")
     if loo:
         print(f"leave-one-out mean |error|: model {sum(abs(a) for a, _ in loo) / len(loo) * 100:.1f} %, constant MFU "

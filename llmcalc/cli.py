@@ -17,11 +17,24 @@ from .errors import LlmcalcError
 from .options import Choice, Count, DType, Fraction, Length, Name, Number, flush_warnings, refuse_unused, warn
 from .report.interrupts import Interrupted
 from .report.tables import FORMATS, render
-from .units import fmt_tokens
+from .units import GIB, fmt_tokens
 from .validate import (
-    DEFAULT_SEQ_LEN, MAX_BATCH, MAX_CALIBRATE_SECONDS, MAX_CALIBRATE_SIZE, MAX_COMPUTE, MAX_DAYS, MAX_GENERATE,
-    MAX_GPUS, MAX_PARAMS, MAX_PROFILE_LAYERS, MAX_PROFILE_STEPS, MAX_SEQ_LEN, MAX_TFLOPS, MAX_TOKENS,
-    MAX_USD_PER_GPU_HOUR, MIN_UTILIZATION,
+    DEFAULT_SEQ_LEN,
+    MAX_BATCH,
+    MAX_CALIBRATE_SECONDS,
+    MAX_CALIBRATE_SIZE,
+    MAX_COMPUTE,
+    MAX_DAYS,
+    MAX_GENERATE,
+    MAX_GPUS,
+    MAX_PARAMS,
+    MAX_PROFILE_LAYERS,
+    MAX_PROFILE_STEPS,
+    MAX_SEQ_LEN,
+    MAX_TFLOPS,
+    MAX_TOKENS,
+    MAX_USD_PER_GPU_HOUR,
+    MIN_UTILIZATION,
 )
 
 EXIT_BAD_INPUT = 2
@@ -246,7 +259,8 @@ def seq_options(func):
 @finetune_options
 @format_option
 @click.pass_context
-def flops(ctx, model, seq_len, causal, recompute, batch_size, decoder_seq_len, finetune, lora_rank, lora_targets, base_dtype, double_quant, fmt):
+def flops(ctx, model, seq_len, causal, recompute, batch_size, decoder_seq_len, finetune, lora_rank, lora_targets,
+          base_dtype, double_quant, fmt):
     """Forward and backward FLOPs of one step of MODEL, per operation, with the rules of thumb."""
     from .analytic.flops import step_flops
     from .analytic.params import count_params
@@ -269,7 +283,7 @@ def flops(ctx, model, seq_len, causal, recompute, batch_size, decoder_seq_len, f
     spec = load_model(model, seq_len)  # the analytic spec, with the --seq-len check
     if decoder_seq_len is not None and spec.architecture != "encoder-decoder":
         raise click.UsageError(f"--decoder-seq-len is for encoder-decoder models; {spec.name} is a {spec.architecture}")
-    step = step_flops(spec, batch_size, seq_len, causal, recompute, decoder_seq_len)
+    step = step_flops(spec, batch_size, seq_len, causal=causal, recompute=recompute, decoder_seq_len=decoder_seq_len)
     doc = flops_document(step, count_params(spec))
     if cfg is not None:
         from .analytic.finetune import FinetuneFlops
@@ -299,9 +313,12 @@ def layout_options(func):
         click.option("--ep", **ints, help="Expert-parallel degree, carved from dp (MoE models)."),
         click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"]), default=None,
                      help="Pipeline schedule (default 1f1b; interleaved with --vpp)."),
-        click.option("--zero", type=click.IntRange(0, 3), default=None, help="ZeRO stage over dp (default 1; 3 = FSDP)."),
-        click.option("--sequence-parallel/--no-sequence-parallel", default=None, help="TP with sequence parallelism (default on)."),
-        click.option("--dp-overlap/--no-dp-overlap", default=None, help="Overlap DP reduction with backward (default on)."),
+        click.option("--zero", type=click.IntRange(0, 3), default=None,
+                     help="ZeRO stage over dp (default 1; 3 = FSDP)."),
+        click.option("--sequence-parallel/--no-sequence-parallel", default=None,
+                     help="TP with sequence parallelism (default on)."),
+        click.option("--dp-overlap/--no-dp-overlap", default=None,
+                     help="Overlap DP reduction with backward (default on)."),
         click.option("--tokens-per-second", type=QUANTITY, default=None,
                      help="Cluster-wide throughput of a past run: its achieved MFU/HFU."),
     ]):
@@ -328,7 +345,8 @@ def layout_options(func):
 @format_option
 @click.pass_context
 def train(ctx, model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_per_gpu_hour, dtype, seq_len, causal,
-          recompute, finetune, lora_rank, lora_targets, base_dtype, double_quant, fmt, **layout):
+          recompute, finetune, lora_rank, lora_targets, base_dtype, double_quant, fmt,
+          **layout):  # long: the flags' checks, then each figure in the order printed
     """Training FLOPs, GPU-hours, wall-clock, cost and energy for TOKENS on N GPUs."""
     from .analytic.training import TrainingEstimate
     from .presets import load_hardware
@@ -414,9 +432,11 @@ def train(ctx, model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_p
         if mfu is None and achieved_tflops is None and layout.get("tokens_per_second") is None:
             raise LlmcalcError(f"predicting the step time needs llmcalc's formula for the shapes; {spec.model_type} is "
                                "counted by transformers: give --mfu, --achieved-tflops or --tokens-per-second")
-    mfu, pred, measured = train_steptime(shapes, gpu, n_gpus, mfu, achieved_tflops, dtype,
-                                         seq_len, causal, recompute, model_flops / tokens, hardware_flops / tokens,
-                                         accelerator, layout)
+    mfu, pred, measured = train_steptime(shapes, gpu, n_gpus, mfu, achieved_tflops=achieved_tflops, dtype=dtype,
+                                         seq_len=seq_len, causal=causal, recompute=recompute,
+                                         model_flops_per_token=model_flops / tokens,
+                                         hardware_flops_per_token=hardware_flops / tokens,
+                                         accelerator=accelerator, options=layout)
     if mfu is None and achieved_tflops is None:
         raise click.UsageError(MFU_MISSING)
     est = TrainingEstimate(
@@ -432,7 +452,8 @@ def train(ctx, model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_p
 
 @cli.command()
 @click.argument("model", type=NAME)
-@click.option("--gpu", type=NAME, required=True, help="Accelerator preset with a network block (see `llmcalc presets`).")
+@click.option("--gpu", type=NAME, required=True,
+              help="Accelerator preset with a network block (see `llmcalc presets`).")
 @click.option("--n-gpus", type=GPUS, required=True, help="GPUs in all (1k = 1,000).")
 @click.option("--seq-len", type=LENGTH, default=DEFAULT_SEQ_LEN, show_default=True, help=SEQ_HELP)
 @click.option("--global-batch", type=POSITIVE_INT, default=None, help="Sequences per optimizer step.")
@@ -464,7 +485,8 @@ def layout(model, gpu, n_gpus, seq_len, global_batch, global_batch_tokens, recom
         return bars[0].step
 
     try:
-        ranked, losers, counts = search_layouts(spec, gpu, n_gpus, seq_len, global_batch, causal, recompute,
+        ranked, losers, counts = search_layouts(spec, gpu, n_gpus, seq_len, global_batch=global_batch, causal=causal,
+                                                recompute=recompute,
                                                 progress=progress)
     finally:
         for bar in bars:
@@ -473,7 +495,8 @@ def layout(model, gpu, n_gpus, seq_len, global_batch, global_batch_tokens, recom
         raise LlmcalcError(f"no layout of {spec.name} fits on {n_gpus:,} x {gpu} at seq {seq_len} with global batch "
                            f"{global_batch} ({counts['oom']} do not fit in memory, {counts['invalid']} contradict the "
                            f"model): use more GPUs or a larger --global-batch")
-    emit(layout_document(spec.name, gpu, n_gpus, seq_len, global_batch, ranked, losers, counts, top), fmt)
+    emit(layout_document(spec.name, gpu, n_gpus, seq_len, global_batch=global_batch, ranked=ranked, losers=losers,
+                         counts=counts, top=top), fmt)
 
 
 @cli.command()
@@ -496,7 +519,7 @@ def plan(ctx, compute, gpu, n_gpus, days, mfu, dtype, fmt):
     if compute is not None and any(v is not None for v in cluster):
         raise click.UsageError("give --compute, or --gpu/--n-gpus/--days/--mfu, not both")
     if compute is None:
-        missing = [n for n, v in zip(("--gpu", "--n-gpus", "--days", "--mfu"), cluster) if v is None]
+        missing = [n for n, v in zip(("--gpu", "--n-gpus", "--days", "--mfu"), cluster, strict=True) if v is None]
         if missing:
             raise click.UsageError(f"give --compute FLOPS, or a cluster: missing {', '.join(missing)}")
         accelerator = load_hardware(gpu)
@@ -528,7 +551,8 @@ STORAGE_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8", "int4")
               help="Activation recomputation: none, selective (attention), full (one checkpoint per block).")
 @click.option("--attention", type=ATTENTION, default="flash", show_default=True, help=ATTENTION_HELP)
 @click.option("--dropout", is_flag=True, help="Count dropout masks (GPT-3-style training; off for modern LLMs).")
-@click.option("--gpu", type=NAME, help="Accelerator preset: say whether it fits, and the largest micro-batch that does.")
+@click.option("--gpu", type=NAME,
+              help="Accelerator preset: say whether it fits, and the largest micro-batch that does.")
 @click.option("--n-gpus", type=GPUS, default=None, help="GPUs in all (default tp x pp): dp = n / (tp x pp).")
 @click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True,
               help="ZeRO stage over data parallelism: 0-3.")
@@ -545,7 +569,8 @@ STORAGE_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8", "int4")
 @format_option
 @click.pass_context
 def memory(ctx, model, seq_len, batch_size, recipe, optimizer, optimizer_bytes, optimizer_impl, recompute, attention,
-           dropout, gpu, n_gpus, zero, tp, pp, sequence_parallel, reserve_gib, inference, moved_option, finetune, lora_rank, lora_targets, base_dtype, double_quant, 
+           dropout, gpu, n_gpus, zero, tp, pp, sequence_parallel, reserve_gib, inference, moved_option, finetune,
+           lora_rank, lora_targets, base_dtype, double_quant, 
            fmt):
     """Training memory per GPU of MODEL, and whether it fits (serving memory: `llmcalc serve`)."""
     from .presets import load_hardware
@@ -556,10 +581,10 @@ def memory(ctx, model, seq_len, batch_size, recipe, optimizer, optimizer_bytes, 
     device = load_hardware(gpu) if gpu else None
     if device is None:
         refuse_unused(ctx, ("reserve_gib",), "without --gpu")
-    elif reserve_gib * 2**30 >= device.memory_bytes:
+    elif reserve_gib * GIB >= device.memory_bytes:
         raise click.UsageError(f"--reserve-gib {reserve_gib:g} leaves nothing of {device.key}'s "
-                               f"{device.memory_bytes / 2**30:g} GiB")
-    reserve = reserve_gib * 2**30
+                               f"{device.memory_bytes / GIB:g} GiB")
+    reserve = reserve_gib * GIB
     if optimizer_bytes is not None:
         refuse_unused(ctx, ("optimizer",), "with --optimizer-bytes (which replaces it)")
     spec = load_model(model, seq_len)
@@ -578,7 +603,8 @@ def memory(ctx, model, seq_len, batch_size, recipe, optimizer, optimizer_bytes, 
         if clash:
             raise LlmcalcError(f"{', '.join(clash)} not modelled with --finetune (each data-parallel GPU holds the "
                                "whole frozen base; the base dtype is --base-dtype, adapters are fp32); drop them")
-        est = finetune_memory(spec, cfg, batch_size, seq_len, opt, recompute, attention, dropout)
+        est = finetune_memory(spec, cfg, batch_size, seq_len, optimizer=opt, recompute=recompute, attention=attention,
+                              dropout=dropout)
         emit(finetune_memory_document(est, device, reserve), fmt)
         return
     parallel = Parallel(n_gpus or tp * pp, tp, pp, zero, sequence_parallel)
@@ -606,7 +632,8 @@ def serving_options(func):
     options = [
         click.option("--weight-dtype", type=DType(STORAGE_DTYPES), default="bf16", show_default=True,
                      help="bf16, fp16, fp8, int8, int4 (group-wise scales, group 128) or fp32."),
-        click.option("--kv-dtype", type=DType(STORAGE_DTYPES), default=None, help="KV cache dtype (default: the activation dtype, bf16 or fp16)."),
+        click.option("--kv-dtype", type=DType(STORAGE_DTYPES), default=None,
+                     help="KV cache dtype (default: the activation dtype, bf16 or fp16)."),
         click.option("--compute-dtype", type=DType(), default=None,
                      help="Which peak to use (default: fp8 for fp8 weights where the device has it, else bf16)."),
         click.option("--n-gpus", type=DEGREE, default=1, show_default=True,
@@ -636,8 +663,9 @@ def infer(model, gpu, prompt, generate, batch_size, weight_dtype, kv_dtype, comp
     accelerator = load_hardware(gpu)
     check_inference(batch_size, prompt, generate)
     weight_dtype, kv_dtype, compute_dtype = resolve_dtypes(accelerator, weight_dtype, kv_dtype, compute_dtype)
-    est = InferenceEstimate(spec, accelerator, batch_size, prompt, generate, weight_dtype, kv_dtype, compute_dtype,
-                            n_gpus)
+    est = InferenceEstimate(spec, accelerator, batch_size, prompt, generate=generate, weight_dtype=weight_dtype,
+                            kv_dtype=kv_dtype, compute_dtype=compute_dtype,
+                            n_gpus=n_gpus)
     _warn(context_warning(spec, prompt + generate))
     emit(infer_document(est), fmt)
 
@@ -671,8 +699,9 @@ def serve(model, gpu, weight_dtype, kv_dtype, compute_dtype, n_gpus, max_model_l
         if spec.max_seq_len is None:
             raise LlmcalcError(f"{spec.name}'s config gives no max_position_embeddings; pass --max-model-len")
         max_model_len = spec.max_seq_len
-    est = ServeEstimate(spec, accelerator, n_gpus, max_model_len, gpu_memory_utilization, weight_dtype, kv_dtype,
-                        compute_dtype, block_size)
+    est = ServeEstimate(spec, accelerator, n_gpus, max_model_len, gpu_memory_utilization=gpu_memory_utilization,
+                        weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                        compute_dtype=compute_dtype, block_size=block_size)
     _warn(context_warning(spec, max_model_len))
     emit(serve_document(est), fmt)
 
@@ -707,7 +736,8 @@ def make_scenario(seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, z
     from .analytic.summary import Scenario
     from .presets import load_hardware
 
-    return Scenario(seq_len, tokens, load_hardware(gpu), n_gpus, mfu, usd_per_gpu_hour, recipe=recipe, zero=zero,
+    return Scenario(seq_len, tokens, load_hardware(gpu), n_gpus, mfu=mfu, usd_per_gpu_hour=usd_per_gpu_hour,
+                    recipe=recipe, zero=zero,
                     tp=tp, micro_batch=micro_batch, recompute=recompute, causal=causal)
 
 
@@ -728,8 +758,9 @@ def compare(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe,
     from .analytic.summary import model_record
     from .report.views_compare import compare_document, sort_records
 
-    scenario = make_scenario(seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, zero, tp, micro_batch,
-                             recompute, causal)
+    scenario = make_scenario(seq_len, tokens, gpu, n_gpus, mfu=mfu, usd_per_gpu_hour=usd_per_gpu_hour, recipe=recipe,
+                             zero=zero, tp=tp, micro_batch=micro_batch,
+                             recompute=recompute, causal=causal)
     specs = load_models(models, seq_len)
     sort_records([], sort_key)  # an unknown column is refused before any work
     records = sort_records([model_record(spec, scenario) for spec in specs], sort_key, reverse)
@@ -755,15 +786,17 @@ def report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, 
     from .report.interrupts import signals_as_interrupts
 
     with signals_as_interrupts():  # Ctrl-C: exit 130, SIGTERM: 143; the old report or the new one, whole
-        _report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, zero, tp, micro_batch,
-                recompute, causal, out, force, profile_mode, serving, fmt)
+        _report(models, seq_len, tokens, gpu, n_gpus=n_gpus, mfu=mfu, usd_per_gpu_hour=usd_per_gpu_hour,
+                recipe=recipe, zero=zero, tp=tp, micro_batch=micro_batch,
+                recompute=recompute, causal=causal, out=out, force=force, profile_mode=profile_mode, serving=serving,
+                fmt=fmt)
 
 
 def _report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, zero, tp, micro_batch, recompute,
-            causal, out, force, profile_mode, serving, fmt):
+            causal, out, force, profile_mode, serving, fmt):  # long: the report's steps, each a checkpoint
     from pathlib import Path
 
-    from .presets import load_hardware, load_model, model_source
+    from .presets import load_hardware, model_source
     from .report.document import MARKER, Progress, check_destination, outcome, provenance, safe_name, write_report
     from .report.interrupts import checkpoint, settle, signal_pending, signals_deferred
     from .report.tables import Column, Document, Table
@@ -771,8 +804,9 @@ def _report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe,
     if out is not None and not out.strip():
         raise LlmcalcError("--out is empty; give a directory for the report (default: reports/<model names>)")
     _need_report_libraries()
-    scenario = make_scenario(seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, zero, tp, micro_batch,
-                             recompute, causal)
+    scenario = make_scenario(seq_len, tokens, gpu, n_gpus, mfu=mfu, usd_per_gpu_hour=usd_per_gpu_hour, recipe=recipe,
+                             zero=zero, tp=tp, micro_batch=micro_batch,
+                             recompute=recompute, causal=causal)
     specs = load_models(models, seq_len)
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
@@ -781,7 +815,7 @@ def _report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe,
         _check_profile_size(specs, micro_batch, seq_len, virtual=profile_mode == "virtual")
     target = Path(out) if out else Path("reports") / "+".join(safe_name(n) for n in names)
     check_destination(target, force)
-    sources = {s.name: model_source(m) for s, m in zip(specs, models)}
+    sources = {s.name: model_source(m) for s, m in zip(specs, models, strict=True)}
     meta = provenance(getattr(click.get_current_context().find_root().command, "argv", sys.argv[1:]), sources,
                       scenario)
     profiles = None
@@ -804,7 +838,8 @@ def _report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe,
                                                        peak_flops=peak, peak_source=source)
         from .report.planning import build_report
 
-        built = build_report(specs, sources, scenario, load_hardware, profiles, progress, serving, meta)
+        built = build_report(specs, sources, scenario, load_hardware, profiles=profiles, progress=progress,
+                             serve=serving, meta=meta)
     except Interrupted as exc:
         exc.state = outcome(target, meta)
         raise
@@ -859,7 +894,7 @@ def _check_profile_size(specs, batch, seq_len, virtual, recipe="fp32", device="c
         if have is not None and need > 0.8 * have:
             raise click.UsageError(
                 f"a real {device} profile of {spec.name} at micro-batch {batch} x seq {seq_len:,} ({recipe}) needs "
-                f"about {need / 2**30:,.1f} GiB, and this machine has {have / 2**30:,.1f} GiB available: use "
+                f"about {need / GIB:,.1f} GiB, and this machine has {have / GIB:,.1f} GiB available: use "
                 f"--virtual, or fewer layers (--layers 2) or a shorter --seq-len")
 
 
@@ -892,7 +927,8 @@ def _check_profile_size(specs, batch, seq_len, virtual, recipe="fp32", device="c
 @format_option
 @click.pass_context
 def profile(ctx, model, virtual, device, dtype, recipe, batch_size, seq_len, steps, warmup, compile_, counter,
-            recompute, attention, layers, peak_tflops, finetune, lora_rank, lora_targets, base_dtype, double_quant, fmt):
+            recompute, attention, layers, peak_tflops, finetune, lora_rank, lora_targets, base_dtype, double_quant,
+            fmt):
     """Build MODEL in PyTorch, measure FLOPs, memory and speed, and hold every formula against them."""
     from .report.views_profile import profile_document
 
@@ -913,7 +949,8 @@ def profile(ctx, model, virtual, device, dtype, recipe, batch_size, seq_len, ste
             raise click.UsageError(f"--layers {layers} exceeds {spec.name}'s {spec.n_layers} layers")
         spec = spec.replace(n_layers=layers, name=f"{spec.name} ({layers} layers)",
                             n_dense_layers=min(spec.n_dense_layers, layers),
-                            moe_layers=None if spec.moe_layers is None else tuple(i for i in spec.moe_layers if i < layers),
+                            moe_layers=None if spec.moe_layers is None
+                            else tuple(i for i in spec.moe_layers if i < layers),
                             n_decoder_layers=layers if spec.n_decoder_layers else None)
     internal_attention = "sdpa" if attention == "flash" else "eager"
     cfg = make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant)
@@ -930,7 +967,8 @@ def profile(ctx, model, virtual, device, dtype, recipe, batch_size, seq_len, ste
         from .profiling.measure import virtual_profile
 
         recipe = recipe or {"fp32": "fp32", "fp16": "fp16-mixed"}.get(dtype, "bf16-mixed")
-        emit(profile_document(virtual_profile(spec, batch_size, seq_len, recipe, recompute, internal_attention)), fmt)
+        emit(profile_document(virtual_profile(spec, batch_size, seq_len, recipe, recompute=recompute,
+                                              attention=internal_attention)), fmt)
         return
     _need_torch()
     from .profiling.measure import peak_for, real_profile, resolve_device
@@ -942,8 +980,9 @@ def profile(ctx, model, virtual, device, dtype, recipe, batch_size, seq_len, ste
     _check_profile_size([spec], batch_size, seq_len, virtual=False, recipe=recipe, device=device)
     compute_dtype = "fp32" if recipe == "fp32" else "fp16" if recipe == "fp16-mixed" else "bf16"
     peak, source = peak_for(device, compute_dtype, peak_tflops)
-    result = real_profile(spec, device, batch_size, seq_len, recipe, recompute, internal_attention, steps, warmup,
-                          compile_, counter, peak, source)
+    result = real_profile(spec, device, batch_size, seq_len, recipe=recipe, recompute=recompute,
+                          attention=internal_attention, steps=steps, warmup=warmup,
+                          compile=compile_, counter=counter, peak_flops=peak, peak_source=source)
     emit(profile_document(result), fmt)
 
 

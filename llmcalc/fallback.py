@@ -162,6 +162,7 @@ not an encoder's, nor cross-attention, as the analytic --causal), full
     recomputation adds one forward to the hardware FLOPs. Selective recomputation needs the split of
     each block's ops, which a counted forward does not give."""
     counted = model.flops
+    assert counted is not None, "a FallbackModel loaded without FLOPs"  # narrows the Optional for mypy
     if recompute == "selective":
         raise LlmcalcError(f"--recompute selective needs llmcalc's per-op formula; {model.model_type} is counted "
                            "by transformers (use none or full)")

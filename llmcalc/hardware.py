@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from .dtypes import DTYPE_ALIASES, canonical_dtype
 from .errors import LlmcalcError
+from .units import GIB
 from .validate import positive_number
 
 
@@ -50,7 +51,7 @@ def accelerator_from_preset(key: str, data: dict) -> Accelerator:
             key=key,
             name=data.get("name", key),
             peak_flops=peaks,
-            memory_bytes=float(data["memory_gib"]) * 2**30,
+            memory_bytes=float(data["memory_gib"]) * GIB,
             memory_bandwidth=float(data["memory_bandwidth_gb_per_s"]) * 1e9,
             tdp_watts=data.get("tdp_watts"),
             interconnect_bandwidth=None if bandwidth is None else float(bandwidth) * 1e9,

@@ -16,8 +16,8 @@ transformers' modelling code (``llmcalc.fallback``); commands that need a formul
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Callable
 
 from .spec import ModelSpec, SpecError
 
@@ -715,7 +715,7 @@ def check_config_values(hf: dict) -> None:
         raise SpecError(f"feed_forward_proj must be one of {', '.join(T5_PROJECTIONS)}; got {proj!r:.60}")
 
 
-def spec_from_hf(hf: dict, name: str = "custom") -> ModelSpec:
+def spec_from_hf(hf: dict, name: str = "custom") -> ModelSpec:  # long: HF key mapping, read against config.json
     """A ModelSpec from a Hugging Face config.json dict (unchanged, as published)."""
     check_config_values(hf)
     notes: tuple[str, ...] = ()

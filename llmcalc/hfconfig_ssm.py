@@ -211,7 +211,8 @@ def _qwen3_next(hf: dict, kw: dict) -> None:
         )
     for key in ("n_experts", "n_experts_per_token", "d_ff_expert"):
         kw.pop(key, None)
-    kw["layer_types"] = tuple(f"{m}+{f}" for m, f in zip(mixers, ffns))
+    # not strict: a layer_types list of the wrong length is reported by ModelSpec with one clear line
+    kw["layer_types"] = tuple(f"{m}+{f}" for m, f in zip(mixers, ffns, strict=False))
     bias = bool(hf.get("attention_bias", False))
     k_heads, v_heads = hf.get("linear_num_key_heads", 16), hf.get("linear_num_value_heads", 32)
     kw.update(
@@ -253,11 +254,13 @@ SSM_FAMILIES: dict[str, Family] = {
     "qwen3_next": Family(
         "models/qwen3_next/modeling_qwen3_next.py: Gated DeltaNet and gated attention (QK-norm) layers",
         {}, {"tie_word_embeddings": False, "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5632,
-             "num_hidden_layers": 48, "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256}, _qwen3_next),
+             "num_hidden_layers": 48, "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256},
+             _qwen3_next),
     "nemotron_h": Family(
         "models/nemotron_h/modeling_nemotron_h.py: one mixer per layer (Mamba-2 M, attention *, MLP -); "
         "_tied_weights_keys is empty, so the LM head is never tied, whatever tie_word_embeddings says",
-        {"pos_emb": "none", "tie_embeddings": False}, {"tie_word_embeddings": False, "vocab_size": 131072, "hidden_size": 4096,
+        {"pos_emb": "none", "tie_embeddings": False}, {"tie_word_embeddings": False, "vocab_size": 131072,
+                                                       "hidden_size": 4096,
                               "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
                               "intermediate_size": 21504, "num_hidden_layers": 52}, _nemotron_h, gated=False),
 }

@@ -9,16 +9,15 @@ read, at most ``MAX_CONFIG_BYTES``, in UTF-8 or UTF-16/32 (JSON's own encoding d
 
 from __future__ import annotations
 
-from .errors import LlmcalcError
-
 import difflib
 import json
 import os
 import re
 import stat
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
+from .errors import LlmcalcError
 from .hfconfig import spec_from_hf
 from .spec import ModelSpec, SpecError, spec_from_dict
 
@@ -100,7 +99,7 @@ def read_json(path: Path) -> dict:
 _HF_REPO = re.compile(r"huggingface\.co/([\w.-]+/[\w.-]+)")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _repo_ids() -> dict[str, str]:
     """Lower-cased Hugging Face repo id (and its bare model name) -> model preset whose _source names it."""
     ids: dict[str, str] = {}
@@ -129,7 +128,7 @@ def resolve_name(kind: str, name: str) -> str:
     raise _unknown(label, name, known)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _preset_json(kind: str, name: str) -> dict:
     return read_json(presets_dir() / kind / f"{resolve_name(kind, name)}.json")
 

@@ -8,15 +8,16 @@ naming the offending fields and values. Reading Hugging Face config.json dicts l
 
 from __future__ import annotations
 
-from .errors import LlmcalcError
-from .validate import MAX_LAYERS, MAX_WIDTH
-
 import dataclasses
 from dataclasses import dataclass, field, fields
 
+from .errors import LlmcalcError
+from .validate import MAX_LAYERS, MAX_WIDTH
+
 ARCHITECTURES = ("decoder", "encoder", "encoder-decoder")
 GATED_MLPS = ("swiglu", "geglu")  # three matrices: gate, up, down (Shazeer 2020)
-PLAIN_MLPS = ("gelu", "relu", "silu", "relu2")  # two matrices: up, down (Vaswani et al. 2017); relu2 = ReLU² (So et al. 2021)
+PLAIN_MLPS = ("gelu", "relu", "silu",
+              "relu2")  # two matrices: up, down (Vaswani et al. 2017); relu2 = ReLU² (So et al. 2021)
 MLPS = GATED_MLPS + PLAIN_MLPS
 NORMS = ("rmsnorm", "layernorm")
 LAYER_MIXERS = ("attention", "mamba", "mamba2", "short_conv", "gated_deltanet")  # what layer_types may name
@@ -174,6 +175,12 @@ class ModelSpec:
         return self.kv_lora_rank is not None
 
     @property
+    def qk_head_dim(self) -> int:
+        """MLA's query/key head width: the no-RoPE part plus the decoupled RoPE part
+        (qk_nope_head_dim + qk_rope_head_dim; DeepSeek-V2, arXiv:2405.04434, sec. 2.1.3)."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @property
     def attention_kind(self) -> str:
         if self.is_mla:
             return "mla"
@@ -233,7 +240,7 @@ class ModelSpec:
     def total_layers(self) -> int:
         return self.n_layers + (self.n_decoder_layers or 0)
 
-    def replace(self, **changes) -> "ModelSpec":
+    def replace(self, **changes) -> ModelSpec:
         """A copy with some fields changed; derived fields are derived again unless given."""
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         for key in _DERIVED:
@@ -247,7 +254,8 @@ class ModelSpec:
 
     def summary(self) -> str:
         """A short line: 'decoder, 32 layers, GQA 32/8 heads, swiglu, vocab 128,256, untied'."""
-        parts = [self.architecture, f"{self.n_layers}{'+' + str(self.n_decoder_layers) if self.n_decoder_layers else ''} layers"]
+        parts = [self.architecture,
+                 f"{self.n_layers}{'+' + str(self.n_decoder_layers) if self.n_decoder_layers else ''} layers"]
         heads = f"{self.attention_kind.upper()} {self.n_heads}/{self.n_kv_heads} heads"
         if self.is_hybrid:  # 'decoder, 52 layers: 24 mamba2 + 4 attention (GQA 32/8), relu2, ...'
             mixers: dict[str, int] = {}
@@ -280,7 +288,8 @@ class ModelSpec:
         return ", ".join(f"{n} {kind}" for kind, n in counts.items())
 
     def describe(self) -> str:
-        """One line of shapes, e.g. 'decoder L=32 D=4096 H=32 KV=8 d_head=128 F=14336 V=128256 swiglu rmsnorm rope untied'."""
+        """One line of shapes, e.g.
+        'decoder L=32 D=4096 H=32 KV=8 d_head=128 F=14336 V=128256 swiglu rmsnorm rope untied'."""
         parts = [self.architecture, f"L={self.n_layers}"]
         if self.n_decoder_layers:
             parts[-1] = f"L={self.n_layers}+{self.n_decoder_layers}"
@@ -347,6 +356,17 @@ def _positive(spec: ModelSpec, name: str) -> int:
 
 
 def _validate(spec: ModelSpec) -> None:
+    """Every contradiction in a spec is one SpecError naming the fields; checked in this order."""
+    _validate_ranges(spec)
+    if spec.layer_types is not None:
+        _validate_layers(spec)
+    _validate_block(spec)
+    _validate_moe(spec)
+    _validate_mla(spec)
+
+
+def _validate_ranges(spec: ModelSpec) -> None:
+    """Required sizes positive, optional ones positive when given, counts non-negative, all below sane maxima."""
     for name in ("n_layers", "d_model", "n_heads", "vocab_size", "n_kv_heads", "d_head"):
         _positive(spec, name)
     for name in (f.name for f in fields(ModelSpec) if f.name in _INT_FIELDS):  # sane maxima: short loops,
@@ -361,8 +381,10 @@ def _validate(spec: ModelSpec) -> None:
     for name in ("type_vocab_size", "rel_pos_buckets", "n_experts", "n_shared_experts", "n_dense_layers"):
         if getattr(spec, name) < 0:
             raise SpecError(f"{name} must be zero or positive, got {getattr(spec, name)}")
-    if spec.layer_types is not None:
-        _validate_layers(spec)
+
+
+def _validate_block(spec: ModelSpec) -> None:
+    """Head grouping, the block's norm layout, the architecture and the position embedding."""
     if spec.n_heads % spec.n_kv_heads:
         raise SpecError(
             f"n_heads ({spec.n_heads}) must be a multiple of n_kv_heads ({spec.n_kv_heads}): "
@@ -384,6 +406,10 @@ def _validate(spec: ModelSpec) -> None:
         raise SpecError("learned position embeddings need n_positions (or max_seq_len)")
     if spec.pos_emb == "relative" and spec.rel_pos_buckets <= 0:
         raise SpecError("relative position bias needs rel_pos_buckets > 0")
+
+
+def _validate_moe(spec: ModelSpec) -> None:
+    """Mixture-of-experts fields: consistent when n_experts > 0, absent otherwise; d_ff where MLPs are dense."""
     if spec.is_moe:
         if spec.architecture != "decoder":
             raise SpecError("mixture-of-experts layers are supported in decoder-only models")
@@ -410,10 +436,14 @@ def _validate(spec: ModelSpec) -> None:
             raise SpecError("n_experts_per_token/n_shared_experts given but n_experts is 0")
         if spec.router_bias or spec.expert_bias or spec.shared_expert_gate or spec.moe_layers:
             raise SpecError("router_bias/expert_bias/shared_expert_gate/moe_layers given but n_experts is 0")
+
+
+def _validate_mla(spec: ModelSpec) -> None:
+    """Multi-head latent attention (DeepSeek-V2): its ranks and head widths, and what it excludes."""
     if spec.is_mla:
         for name in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
             _positive(spec, name)
-        if spec.d_head != spec.qk_nope_head_dim + spec.qk_rope_head_dim:
+        if spec.d_head != spec.qk_head_dim:
             raise SpecError(
                 f"with MLA, d_head ({spec.d_head}) must be qk_nope_head_dim + qk_rope_head_dim "
                 f"({spec.qk_nope_head_dim} + {spec.qk_rope_head_dim})"

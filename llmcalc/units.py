@@ -14,10 +14,10 @@ Conventions (printed in the README):
 
 from __future__ import annotations
 
-from .errors import LlmcalcError
-
 import math
 import re
+
+from .errors import LlmcalcError
 
 SI_PREFIXES = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18, "Z": 1e21, "Y": 1e24}
 # Input suffixes for counts; case matters only where SI needs it (m/M: we accept only M = mega).
@@ -27,7 +27,8 @@ _COUNT_SUFFIXES = {
 }
 _LENGTH_SUFFIXES = {"": 1, "k": 1024, "K": 1024, "Ki": 1024, "ki": 1024, "M": 1024**2, "Mi": 1024**2, "m": 1024**2,
                     "mi": 1024**2}
-_BINARY_BYTES = [("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)]
+GIB = 2**30  # bytes in one GiB (binary prefix, IEC 80000-13); the one place this literal lives
+_BINARY_BYTES = [("TiB", 2**40), ("GiB", GIB), ("MiB", 2**20), ("KiB", 2**10)]
 
 _QUANTITY = re.compile(r"^\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*([A-Za-z]*)\s*$")
 
@@ -36,7 +37,7 @@ class UnitError(LlmcalcError):
     """A quantity the user typed could not be understood."""
 
 
-def _split(text: str, what: str, suffixes: dict) -> tuple[float, float]:
+def _split(text: str | float | int, what: str, suffixes: dict) -> tuple[float, float]:
     match = _QUANTITY.match(str(text))
     if not match or match.group(2) not in suffixes:
         known = ", ".join(s for s in suffixes if s)
@@ -143,10 +144,9 @@ def fmt_pct(fraction: float) -> str:
     pct = fraction * 100
     if pct == 0:
         return "0 %"
-    if abs(pct) >= 1e-3:
-        text = f"{pct:+#.3g}".rstrip(".")
-    else:  # positional, never e-notation: 9.9e-6 -> '+0.00099 %' (2 significant digits)
-        text = f"{pct:+.{1 - math.floor(math.log10(abs(pct)))}f}"
+    # below 1e-3 positional, never e-notation: 9.9e-6 -> '+0.00099 %' (2 significant digits)
+    text = (f"{pct:+#.3g}".rstrip(".") if abs(pct) >= 1e-3
+            else f"{pct:+.{1 - math.floor(math.log10(abs(pct)))}f}")
     return f"{text} %"
 
 

@@ -10,7 +10,7 @@ import contextlib
 import json
 import re
 import warnings
-from functools import lru_cache
+from functools import cache
 
 import pytest
 
@@ -65,7 +65,7 @@ def trainable(model) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _count_json(config_json: str) -> tuple[int, tuple]:
     model = build_hf(json.loads(config_json))
     return trainable(model), tuple(sorted(hf_groups(model).items()))
@@ -130,7 +130,7 @@ def llmcalc_groups(components: dict[str, int]) -> dict[str, int]:
     return out
 
 
-@lru_cache(maxsize=None)
+@cache
 def _forward_flops_json(config_json: str, batch: int, seq: int, real: bool,
                         decoder_seq: int | None = None) -> tuple[int, tuple]:
     from torch._subclasses.fake_tensor import FakeTensorMode

@@ -7,10 +7,9 @@ import random
 from pathlib import Path
 
 import pytest
+from fuzzcli import COMMANDS, draw_argv, invoke, nasty_configs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from fuzzcli import COMMANDS, draw_argv, invoke, nasty_configs
 
 SLOW_COMMANDS = ("profile", "report", "calibrate", "layout")  # layout searches every layout (seconds)
 

@@ -9,13 +9,11 @@ that model (eager attention, full S², seq 512) within 0.5 %.
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from reference import hf_count, hf_forward_flops, llmcalc_groups
 
-from llmcalc.analytic.flops import forward_ops, step_flops
+from llmcalc.analytic.flops import step_flops
 from llmcalc.analytic.params import count_params
 from llmcalc.hfconfig import FAMILIES, spec_from_hf
-from llmcalc.spec import SpecError
-
-from reference import hf_count, hf_forward_flops, llmcalc_groups
 
 IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
 B = st.booleans()
@@ -160,7 +158,8 @@ def family_config(draw, model_type):
         n_heads, n_kv = draw(heads())
         experts = draw(st.integers(2, 4))
         c = dict(n_layers=draw(st.integers(1, 3)), n_heads=n_heads, d_model=n_heads * 8, max_seq_len=1024,
-                 vocab_size=draw(st.integers(16, 128)), attn_config=dict(kv_n_heads=n_kv, rope_theta=10000.0, clip_qkv=8.0),
+                 vocab_size=draw(st.integers(16, 128)), attn_config=dict(kv_n_heads=n_kv, rope_theta=10000.0,
+                                                                         clip_qkv=8.0),
                  ffn_config=dict(ffn_hidden_size=draw(st.integers(8, 32)), moe_num_experts=experts,
                                  moe_top_k=draw(st.integers(1, experts))))
     else:

@@ -8,8 +8,14 @@ import math
 import pytest
 from click.testing import CliRunner
 
-from llmcalc.analytic.finetune import (FinetuneFlops, finetune, finetune_memory, lora_config, nf4_bytes_per_param,
-                                       parse_targets)
+from llmcalc.analytic.finetune import (
+    FinetuneFlops,
+    finetune,
+    finetune_memory,
+    lora_config,
+    nf4_bytes_per_param,
+    parse_targets,
+)
 from llmcalc.analytic.flops import step_flops
 from llmcalc.analytic.params import count_params
 from llmcalc.cli import cli
@@ -136,7 +142,8 @@ def test_cli_issue_commands():
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
     assert d["trainable"] == 39_976_960 and d["frozen"] == 6_738_415_616
-    r = _run("memory", "llama-2-7b", "--finetune", "qlora", "--lora-rank", "16", "--seq-len", "2048", "--format", "json")
+    r = _run("memory", "llama-2-7b", "--finetune", "qlora", "--lora-rank", "16", "--seq-len", "2048", "--format",
+             "json")
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
     assert d["components"]["weights"] == 3_865_836_416

@@ -1,14 +1,13 @@
 """FLOPs per operation: torch's FlopCounterMode on transformers models, and published conventions."""
 
 import pytest
+from reference import hf_forward_flops
 
 from llmcalc.analytic.flops import forward_ops, step_flops
 from llmcalc.analytic.params import count_params
 from llmcalc.analytic.rules import crossover, megatron, palm, rules_of_thumb, six_n
 from llmcalc.presets import load_model, model_config
 from llmcalc.spec import ModelSpec
-
-from reference import hf_forward_flops
 
 # One preset per dense family the issue names, plus the encoder and encoder-decoder references.
 COUNTED = ["llama-2-7b", "mistral-7b", "qwen2.5-7b", "gemma-2b", "gpt2", "pythia-1.4b", "falcon-7b", "phi-3-mini",
@@ -71,7 +70,8 @@ def test_llama_3_8b_per_token_conventions():
     assert megatron(spec, 8192) == pytest.approx(5.15e10, rel=1e-3)  # Megatron-LM / NeMo, causal
     # The exact count reproduces each convention when asked for it.
     assert step_flops(spec, 1, 8192).model_flops_per_token == pytest.approx(palm(count, 8192), rel=1e-4)
-    assert step_flops(spec, 1, 8192, causal=True).model_flops_per_token == pytest.approx(megatron(spec, 8192), rel=1e-12)
+    assert step_flops(spec, 1, 8192, causal=True).model_flops_per_token == pytest.approx(megatron(spec, 8192),
+                                                                                         rel=1e-12)
 
 
 def test_gpt3_block_matches_narayanan_formula_exactly():

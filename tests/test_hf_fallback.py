@@ -245,14 +245,14 @@ def test_results_are_cached_per_config(tmp_path):
 
 def test_classify_module_names():
     experts = {"model.layers.0.mlp"}
-    assert classify("model.layers.0.self_attn.q_proj".split("."), experts) == "attention/q_proj"
-    assert classify("model.layers.0.self_attn.q_norm".split("."), experts) == "norm/layers"
-    assert classify("model.layers.0.mlp.experts".split("."), experts) == "moe/experts"
-    assert classify("model.layers.0.mlp.gate".split("."), experts) == "moe/router"
-    assert classify("model.layers.0.mlp.shared_expert.up_proj".split("."), experts) == "moe/shared_experts"
-    assert classify("model.layers.1.mlp.gate_proj".split("."), experts) == "mlp"
-    assert classify("transformer.wpe".split("."), set()) == "embedding/positions"
-    assert classify("model.layers.0.mixer.conv1d".split("."), set()) == "model.layers.*.mixer.conv1d"
+    assert classify(["model", "layers", "0", "self_attn", "q_proj"], experts) == "attention/q_proj"
+    assert classify(["model", "layers", "0", "self_attn", "q_norm"], experts) == "norm/layers"
+    assert classify(["model", "layers", "0", "mlp", "experts"], experts) == "moe/experts"
+    assert classify(["model", "layers", "0", "mlp", "gate"], experts) == "moe/router"
+    assert classify(["model", "layers", "0", "mlp", "shared_expert", "up_proj"], experts) == "moe/shared_experts"
+    assert classify(["model", "layers", "1", "mlp", "gate_proj"], experts) == "mlp"
+    assert classify(["transformer", "wpe"], set()) == "embedding/positions"
+    assert classify(["model", "layers", "0", "mixer", "conv1d"], set()) == "model.layers.*.mixer.conv1d"
 
 
 @pytest.mark.slow

@@ -3,12 +3,11 @@
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from reference import hf_count, llmcalc_groups
 
 from llmcalc.analytic.params import count_params
 from llmcalc.hfconfig import FAMILIES, spec_from_hf
 from llmcalc.spec import SpecError
-
-from reference import hf_count, llmcalc_groups
 
 IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
 
@@ -88,7 +87,8 @@ def bert_config(draw):
 @st.composite
 def t5_config(draw):
     return dict(model_type="t5", num_layers=draw(st.integers(1, 3)), num_decoder_layers=draw(st.integers(1, 3)),
-                num_heads=draw(st.integers(1, 6)), d_kv=draw(st.sampled_from([4, 8])), d_model=draw(st.sampled_from([16, 24])),
+                num_heads=draw(st.integers(1, 6)), d_kv=draw(st.sampled_from([4, 8])),
+                d_model=draw(st.sampled_from([16, 24])),
                 d_ff=draw(st.integers(8, 64)), vocab_size=draw(st.integers(16, 300)),
                 feed_forward_proj=draw(st.sampled_from(["relu", "gated-gelu", "gated-silu"])),
                 relative_attention_num_buckets=draw(st.integers(4, 32)), tie_word_embeddings=True)
@@ -140,8 +140,9 @@ def test_random_configs_match_transformers(strategy):
 
 
 def test_every_family_is_exercised():
-    from llmcalc.hfconfig_ssm import SSM_FAMILIES  # exercised by tests/test_ssm.py
     from test_families import FAMILIES_9  # issue 9's families: tests/test_families.py
+
+    from llmcalc.hfconfig_ssm import SSM_FAMILIES  # exercised by tests/test_ssm.py
 
     exercised = set(DECODERS) | {"gpt2", "bert", "t5", "marian"} | set(FAMILIES_9) | {"kimi_k2"} | set(SSM_FAMILIES)
     assert exercised == set(FAMILIES)  # kimi_k2 is deepseek_v3's Family, exercised with it

@@ -13,7 +13,8 @@ HEAVY = ("torch", "numpy", "pandas", "matplotlib", "fvcore", "transformers")
 
 
 def heavy_modules_after(code: str) -> list[str]:
-    probe = code + f"\nimport sys, json\nprint(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r}))), file=sys.stderr)"
+    found = f"sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r}))"
+    probe = code + f"\nimport sys, json\nprint(json.dumps({found}), file=sys.stderr)"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     return json.loads(done.stderr.strip().splitlines()[-1])
 
@@ -53,7 +54,8 @@ def test_core_modules_are_standard_library_only():
 
 def _relative_imports(path: Path) -> set[str]:
     tree = ast.parse(path.read_text())
-    return {(node.module or "").split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level}
+    return {(node.module or "").split(".")[0] for node in ast.walk(tree) if isinstance(node,
+                                                                                       ast.ImportFrom) and node.level}
 
 
 def test_torch_only_in_profiling():

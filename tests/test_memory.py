@@ -40,7 +40,7 @@ def _korthikanti_layer(t=1, sp=True, recompute="none"):
     spec = ModelSpec(**GPT3_BLOCK)
     items = [x for x in layer_saved(spec, 0, 2, 2048, 2, attention="eager", dropout=True) if "statistics" not in x.name]
     if recompute == "selective":
-        items = [x for x in items if x.scope != "s2"]
+        items = [x for x in items if x.scope != "attention_scores"]
     return scaled(items, t, sp)
 
 
@@ -143,7 +143,8 @@ def run(*args):
 
 
 def test_memory_cli_json():
-    result = run("memory", "llama-3-70b", "--gpu", "h100-sxm", "--n-gpus", 64, "--zero", 3, "--tp", 8, "--format", "json")
+    result = run("memory", "llama-3-70b", "--gpu", "h100-sxm", "--n-gpus", 64, "--zero", 3, "--tp", 8, "--format",
+                 "json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["fits"] is True and data["largest_micro_batch"] >= 1

@@ -1,11 +1,10 @@
 """Exact parameter counts, held against transformers models built from the same configs."""
 
 import pytest
+from reference import hf_count, llmcalc_groups
 
 from llmcalc.analytic.params import approximations, count_params, reconcile
 from llmcalc.presets import load_model, model_config, model_names
-
-from reference import hf_count, llmcalc_groups
 
 PRESETS = model_names()
 

@@ -279,7 +279,8 @@ def test_hybrid_presets_are_refused_in_one_line(name):
 
 def test_profile_bad_options():
     one_line_error(run("profile", "gpt2", "--virtual", "--counter", "fvcore"), "fvcore traces real tensors")
-    one_line_error(run("profile", "gpt2", "--virtual", "--recipe", "bf16-mixed-fp32-grads"), "'--recipe': 'bf16-mixed-fp32-grads' is not one of")
+    one_line_error(run("profile", "gpt2", "--virtual", "--recipe", "bf16-mixed-fp32-grads"),
+                   "'--recipe': 'bf16-mixed-fp32-grads' is not one of")
     one_line_error(run("profile", "gpt2", "--device", "tpu"), "'--device': 'tpu' is not one of 'auto', 'cpu', 'cuda'")
 
 

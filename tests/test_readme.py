@@ -1,4 +1,5 @@
-"""The README's commands work verbatim and print what the README shows."""
+"""The README's commands (and those of docs/*.md, where the long tour lives) work verbatim and print what
+they show."""
 
 import re
 import shlex
@@ -11,12 +12,15 @@ from llmcalc.cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
+# Documents whose `$ llmcalc ...` console examples are run: the README and the long tour in docs/.
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+ALL_TEXT = "\n".join(path.read_text() for path in DOCUMENTS)
 
 
 def console_examples():
-    """(command, expected output lines) for each `$ llmcalc ...` in the README's console blocks."""
+    """(command, expected output lines) for each `$ llmcalc ...` in the console blocks of DOCUMENTS."""
     examples = []
-    for block in re.findall(r"```console\n(.*?)```", README, re.S):
+    for block in re.findall(r"```console\n(.*?)```", ALL_TEXT, re.S):
         command, lines = None, []
         for line in block.splitlines():
             if line.startswith("$ "):
@@ -95,16 +99,17 @@ def _refresh(block: str) -> str:
     return "\n".join(out) + "\n"
 
 
-if __name__ == "__main__":  # python tests/test_readme.py: refresh the README's console outputs
-    text = re.sub(r"(```console\n)(.*?)(```)", lambda m: m.group(1) + _refresh(m.group(2)) + m.group(3), README,
-                  flags=re.S)
-    (ROOT / "README.md").write_text(text)
-    print("README.md console blocks refreshed")
+if __name__ == "__main__":  # python tests/test_readme.py: refresh the console outputs of README.md and docs/*.md
+    for path in DOCUMENTS:
+        text = re.sub(r"(```console\n)(.*?)(```)", lambda m: m.group(1) + _refresh(m.group(2)) + m.group(3),
+                      path.read_text(), flags=re.S)
+        path.write_text(text)
+        print(f"{path.relative_to(ROOT)} console blocks refreshed")
 
 
 def test_committed_example_report_is_current(tmp_path):
-    """The README's report command, run again, writes the same report.md and tables as reports/example."""
-    command = re.search(r"```bash\n(llmcalc report .*?--out reports/example.*?)\n```", README).group(1)
+    """The documented report command, run again, writes the same report.md and tables as reports/example."""
+    command = re.search(r"```bash\n(llmcalc report .*?--out reports/example.*?)\n```", ALL_TEXT).group(1)
     argv = shlex.split(command)[1:]
     argv[argv.index("--out") + 1] = str(tmp_path / "example")
     result = CliRunner().invoke(cli, argv)

@@ -84,7 +84,8 @@ def test_report_for_one_model(tmp_path):
         assert float(values[key]) == pytest.approx(train[key], rel=1e-12)
     memory = cli_json("memory", "llama-3-8b", "--seq-len", "4096", "--n-gpus", "1024", "--zero", "3",
                       "--gpu", "h100-sxm")
-    rows = {r["name"]: float(r["bytes"]) for r in read_csv(tables / "memory-llama-3-8b.csv") if r["kind"] == "component"}
+    rows = {r["name"]: float(r["bytes"]) for r in read_csv(tables / "memory-llama-3-8b.csv")
+            if r["kind"] == "component"}
     assert rows == pytest.approx({k: v for k, v in memory["components"].items() if v})
     sweep = read_csv(tables / "time_vs_gpus.csv")
     at_1024 = [r for r in sweep if r["device"] == "h100-sxm" and r["n_gpus"] == "1024"]
@@ -107,7 +108,7 @@ def test_report_for_two_models(tmp_path):
     records = read_csv(out / "tables" / "compare.csv")
     compare = cli_json("compare", "llama-3-8b", "mistral-7b", *SCENARIO, "--zero", "3")
     assert [r["model"] for r in records] == [m["model"] for m in compare["models"]]
-    for row, record in zip(records, compare["models"]):
+    for row, record in zip(records, compare["models"], strict=True):
         assert float(row["gpu_hours"]) == pytest.approx(record["gpu_hours"])
         assert int(row["params"]) == record["params"]
     for model in ("llama-3-8b", "mistral-7b"):
@@ -130,7 +131,7 @@ def test_existing_report_needs_force_and_survives_a_failure(tmp_path, monkeypatc
     assert result.exit_code == 2 and "pass --force" in result.stderr
     # a run that fails halfway (here: a figure raising, or an interrupt) leaves the earlier report as it was
     for error in (RuntimeError("boom"), KeyboardInterrupt()):
-        def explode(*args, **kwargs):
+        def explode(*args, error=error, **kwargs):
             raise error
 
         monkeypatch.setattr(plots, "compute_optimal", explode)
@@ -351,7 +352,6 @@ def test_signals_to_a_real_process_at_several_moments(tmp_path):
     / 143 (or 0 when the run was done), the old report or the new one whole, nothing beside it. A signal
     that lands while the interpreter is still starting (before llmcalc runs) kills it the default way,
     writing nothing."""
-    import os
     import signal
     import subprocess
     import sys

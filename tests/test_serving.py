@@ -9,12 +9,17 @@ from click.testing import CliRunner
 
 from llmcalc.analytic.flops import step_flops
 from llmcalc.analytic.inference import (
-    InferenceEstimate, decode_ops, expected_experts, kv_cache_bytes_per_token, kv_cache_bytes_per_token_per_gpu,
-    sum_max_linear, weight_bytes,
+    InferenceEstimate,
+    decode_ops,
+    expected_experts,
+    kv_cache_bytes_per_token,
+    kv_cache_bytes_per_token_per_gpu,
+    sum_max_linear,
+    weight_bytes,
 )
 from llmcalc.analytic.params import count_params
 from llmcalc.analytic.rules import palm
-from llmcalc.analytic.serving import ServeEstimate, vllm_max_concurrency
+from llmcalc.analytic.serving import vllm_max_concurrency
 from llmcalc.cli import cli
 from llmcalc.presets import load_hardware, load_model
 
@@ -62,7 +67,8 @@ def test_expected_distinct_experts_under_uniform_routing():
 def test_kv_per_gpu_never_splits_below_one_head():
     falcon, llama = load_model("falcon-7b"), load_model("llama-3-70b")
     # falcon-7b is MQA: one KV head, 2 x 32 layers x 64 x 2 bytes; every rank keeps a replica of it
-    assert kv_cache_bytes_per_token_per_gpu(falcon, "bf16", 8) == 2 * 32 * 1 * 64 * 2 == kv_cache_bytes_per_token(falcon)
+    assert kv_cache_bytes_per_token_per_gpu(falcon, "bf16",
+                                            8) == 2 * 32 * 1 * 64 * 2 == kv_cache_bytes_per_token(falcon)
     # llama-3-70b: 8 KV heads; tp 4 gives 2 per rank, tp 8 one, tp 16 still one (not half of one)
     whole = kv_cache_bytes_per_token(llama)
     assert whole == 2 * 80 * 8 * 128 * 2
@@ -127,7 +133,7 @@ def test_qwen_serving_matches_vllm_22291():
     2 x 28 layers x 4 KV heads x 128 x 2 bytes = 57,344 B per token; 3,072 tokens = 0.164 GiB."""
     data = cli_json("serve", "qwen2.5-7b", "--gpu", "h100-sxm", "--n-gpus", 1, "--max-model-len", 3072)
     assert data["kv_bytes_per_token"] == data["kv_bytes_per_token_per_gpu"] == 2 * 28 * 4 * 128 * 2 == 57_344
-    assert 3072 * 57_344 / GIB == pytest.approx(0.164, abs=1e-3)
+    assert pytest.approx(0.164, abs=1e-3) == 3072 * 57_344 / GIB
     # vLLM's sizing, written out: 0.9 x 80 GiB, minus 7,615,616,512 bf16 weights (Qwen's published 7.61 B),
     # minus the profiling run: 8,192 tokens x (3584 + 3 x 18944) x 2 B and 1,024 x 152,064 fp32 logits.
     kv_memory = 0.9 * 80 * GIB - 7_615_616_512 * 2 - (8192 * (3584 + 3 * 18944) * 2 + 1024 * 152_064 * 4)

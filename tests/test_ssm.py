@@ -18,13 +18,12 @@ import warnings
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from reference import build_hf, trainable
 
 from llmcalc.analytic.flops import forward_ops
 from llmcalc.analytic.params import count_params
 from llmcalc.hfconfig import spec_from_hf
 from llmcalc.spec import SpecError
-
-from reference import build_hf, trainable
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -181,7 +180,8 @@ def ssm_config(draw, model_type: str) -> dict:
         heads, groups = _mamba2_heads(draw, 2 * D)
         c.update(hidden_size=D, num_hidden_layers=layers, state_size=state, expand=2, num_heads=heads,
                  head_dim=2 * D // heads, n_groups=groups, conv_kernel=draw(st.integers(2, 4)),
-                 use_bias=draw(st.booleans()), use_conv_bias=draw(st.booleans()), chunk_size=draw(st.sampled_from([4, 8])))
+                 use_bias=draw(st.booleans()), use_conv_bias=draw(st.booleans()), chunk_size=draw(st.sampled_from([4,
+                                                                                                                   8])))
     elif model_type == "jamba":
         c.update(draw(attention_keys()))
         period = draw(st.integers(1, 3))
@@ -296,7 +296,12 @@ def test_preset_totals_against_published_figures():
 # --- state memory: constant in context, KV only in attention layers ---------------------------------
 
 from llmcalc.analytic.inference import (  # noqa: E402
-    InferenceEstimate, decode_ops, kv_cache_bytes_per_token, recurrent_state_bytes, state_bytes_per_sequence)
+    InferenceEstimate,
+    decode_ops,
+    kv_cache_bytes_per_token,
+    recurrent_state_bytes,
+    state_bytes_per_sequence,
+)
 from llmcalc.presets import load_hardware  # noqa: E402
 
 

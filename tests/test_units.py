@@ -1,7 +1,16 @@
 import pytest
 
 from llmcalc.units import (
-    UnitError, fmt_bytes, fmt_count, fmt_flops, fmt_int, fmt_pct, fmt_seconds, parse_count, parse_length, si,
+    UnitError,
+    fmt_bytes,
+    fmt_count,
+    fmt_flops,
+    fmt_int,
+    fmt_pct,
+    fmt_seconds,
+    parse_count,
+    parse_length,
+    si,
 )
 
 

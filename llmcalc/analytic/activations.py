@@ -10,10 +10,10 @@ Conventions:
 - `act_bytes` per element for activations (2 for bf16/fp16); dropout masks are 1 byte; norm
   statistics (rstd, LayerNorm's mean) and FlashAttention's logsumexp are fp32.
 - A tensor two ops save (the norm output feeding Q, K and V) is counted once: autograd keeps one.
-- Scope says how tensor parallelism (t) splits a tensor: "tp" is split across t always (inside
-  the column/row-parallel region), "sp" only with sequence parallelism (norm inputs, the inputs
+- Scope says how tensor parallelism (t) splits a tensor: "tensor_parallel" is split across t always (inside
+  the column/row-parallel region), "sequence_parallel" only with sequence parallelism (norm inputs, the inputs
   of the first linear of each sub-block, residual dropout masks: Korthikanti's "10·sbh"), and
-  "s2" marks the attention S² buffers (split across t; dropped by selective recomputation).
+  "attention_scores" marks the attention S² buffers (split across t; dropped by selective recomputation).
   A tensor of K/V heads (``kv_heads`` set) splits across t only down to one head per rank: when
   t > KV heads each rank keeps a replica of one (GQA/MQA), so it is divided by min(t, KV heads).
 """
@@ -36,11 +36,11 @@ class Saved:
 
     name: str
     nbytes: float
-    scope: str  # "tp", "sp" or "s2"
+    scope: str  # "tensor_parallel", "sequence_parallel" or "attention_scores"
     kv_heads: int | None = None  # K/V heads it holds: never split below one per rank
 
     def per_rank(self, tp: int, sequence_parallel: bool) -> float:
-        if self.scope == "sp" and not sequence_parallel:
+        if self.scope == "sequence_parallel" and not sequence_parallel:
             return self.nbytes
         return self.nbytes / (min(tp, self.kv_heads) if self.kv_heads else tp)
 
@@ -48,8 +48,8 @@ class Saved:
 def _norm_saved(spec: ModelSpec, what: str, tokens: int, width: int, act_bytes: float) -> list[Saved]:
     """A norm saves its input and its fp32 statistics (rstd; LayerNorm also the mean)."""
     stats = 2 if spec.norm == "layernorm" else 1
-    return [Saved(f"{what} norm input", tokens * width * act_bytes, "sp"),
-            Saved(f"{what} norm statistics (fp32)", tokens * stats * FP32, "sp")]
+    return [Saved(f"{what} norm input", tokens * width * act_bytes, "sequence_parallel"),
+            Saved(f"{what} norm statistics (fp32)", tokens * stats * FP32, "sequence_parallel")]
 
 
 def _attention_saved(spec: ModelSpec, tokens: int, batch: int, seq: int, act_bytes: float, attention: str,
@@ -57,31 +57,33 @@ def _attention_saved(spec: ModelSpec, tokens: int, batch: int, seq: int, act_byt
     H = spec.n_heads
     out: list[Saved] = []
     if spec.is_mla:
-        qk = spec.qk_nope_head_dim + spec.qk_rope_head_dim
+        qk = spec.qk_head_dim
         v_dim = spec.v_head_dim
         if spec.q_lora_rank:
-            out += [Saved("q_a output (q_a_norm input)", tokens * spec.q_lora_rank * act_bytes, "sp"),
-                    Saved("q_a_norm statistics (fp32)", tokens * FP32, "sp"),
-                    Saved("q_b input (normed q latent)", tokens * spec.q_lora_rank * act_bytes, "sp")]
-        out += [Saved("kv_a output: KV latent (kv_a_norm input)", tokens * spec.kv_lora_rank * act_bytes, "sp"),
-                Saved("kv_a_norm statistics (fp32)", tokens * FP32, "sp"),
-                Saved("kv_b input (normed KV latent)", tokens * spec.kv_lora_rank * act_bytes, "sp"),
-                Saved("Q, K after RoPE, V (attention inputs)", tokens * H * (2 * qk + v_dim) * act_bytes, "tp")]
+            out += [Saved("q_a output (q_a_norm input)", tokens * spec.q_lora_rank * act_bytes, "sequence_parallel"),
+                    Saved("q_a_norm statistics (fp32)", tokens * FP32, "sequence_parallel"),
+                    Saved("q_b input (normed q latent)", tokens * spec.q_lora_rank * act_bytes, "sequence_parallel")]
+        out += [Saved("kv_a output: KV latent (kv_a_norm input)", tokens * spec.kv_lora_rank * act_bytes,
+                      "sequence_parallel"),
+                Saved("kv_a_norm statistics (fp32)", tokens * FP32, "sequence_parallel"),
+                Saved("kv_b input (normed KV latent)", tokens * spec.kv_lora_rank * act_bytes, "sequence_parallel"),
+                Saved("Q, K after RoPE, V (attention inputs)", tokens * H * (2 * qk + v_dim) * act_bytes,
+                      "tensor_parallel")]
     else:
-        out += [Saved("Q after RoPE (attention input)", tokens * H * spec.d_head * act_bytes, "tp"),
+        out += [Saved("Q after RoPE (attention input)", tokens * H * spec.d_head * act_bytes, "tensor_parallel"),
                 Saved("K after RoPE, V (attention inputs; GQA: unexpanded)",
-                      tokens * 2 * spec.n_kv_heads * spec.d_head * act_bytes, "tp", spec.n_kv_heads)]
+                      tokens * 2 * spec.n_kv_heads * spec.d_head * act_bytes, "tensor_parallel", spec.n_kv_heads)]
         v_dim = spec.d_head
     if attention == "flash":  # sdpa flash/efficient: saves its output and fp32 logsumexp, no S²
-        out += [Saved("attention output O (saved by sdpa)", tokens * H * v_dim * act_bytes, "tp"),
-                Saved("attention logsumexp (fp32)", tokens * H * FP32, "tp")]
+        out += [Saved("attention output O (saved by sdpa)", tokens * H * v_dim * act_bytes, "tensor_parallel"),
+                Saved("attention logsumexp (fp32)", tokens * H * FP32, "tensor_parallel")]
     else:  # eager: softmax output P (B·H·S²), needed by softmax backward and by P @ V
         scores = batch * H * seq * seq
-        out.append(Saved("softmax output P (B·H·S²)", scores * act_bytes, "s2"))
+        out.append(Saved("softmax output P (B·H·S²)", scores * act_bytes, "attention_scores"))
         if dropout:
-            out += [Saved("attention-probs dropout mask (B·H·S², 1 byte)", scores, "s2"),
-                    Saved("dropout(P), the AV input (B·H·S²)", scores * act_bytes, "s2")]
-    out.append(Saved("O-projection input (heads merged)", tokens * H * v_dim * act_bytes, "tp"))
+            out += [Saved("attention-probs dropout mask (B·H·S², 1 byte)", scores, "attention_scores"),
+                    Saved("dropout(P), the AV input (B·H·S²)", scores * act_bytes, "attention_scores")]
+    out.append(Saved("O-projection input (heads merged)", tokens * H * v_dim * act_bytes, "tensor_parallel"))
     return out
 
 
@@ -90,17 +92,18 @@ def _mlp_saved(spec: ModelSpec, tokens: float, width: int, act_bytes: float, wha
         names = ("gate output (activation input)", "activation output", "up output", "down-projection input")
     else:  # y = act(x W1) W2
         names = ("fc1 output (activation input)", "activation output (fc2 input)")
-    return [Saved(f"{what} {n}", tokens * width * act_bytes, "tp") for n in names]
+    return [Saved(f"{what} {n}", tokens * width * act_bytes, "tensor_parallel") for n in names]
 
 
 def _moe_saved(spec: ModelSpec, tokens: int, act_bytes: float) -> list[Saved]:
     """Router softmax (fp32) and, per routed token copy, the expert input, the expert MLP's saved
     tensors and the expert output that the weighted combine multiplies (top-k copies per token)."""
     k = spec.n_experts_per_token
-    out = [Saved("router probabilities (fp32)", tokens * spec.n_experts * FP32, "tp"),
-           Saved("routed expert inputs (top-k copies)", tokens * k * spec.d_model * act_bytes, "tp")]
+    out = [Saved("router probabilities (fp32)", tokens * spec.n_experts * FP32, "tensor_parallel"),
+           Saved("routed expert inputs (top-k copies)", tokens * k * spec.d_model * act_bytes, "tensor_parallel")]
     out += _mlp_saved(spec, tokens * k, spec.d_ff_expert, act_bytes, "expert")
-    out.append(Saved("routed expert outputs (weighted in the combine)", tokens * k * spec.d_model * act_bytes, "tp"))
+    out.append(Saved("routed expert outputs (weighted in the combine)", tokens * k * spec.d_model * act_bytes,
+                     "tensor_parallel"))
     if spec.n_shared_experts:
         out += _mlp_saved(spec, tokens, spec.d_ff_shared, act_bytes, "shared-expert")
     return out
@@ -114,7 +117,7 @@ def layer_saved(spec: ModelSpec, layer: int, batch: int, seq: int, act_bytes: fl
     tokens = batch * seq
     D = spec.d_model
     if spec.is_hybrid:
-        return _hybrid_layer_saved(spec, layer, batch, seq, act_bytes, attention, dropout)
+        return _hybrid_layer_saved(spec, layer, batch, seq, act_bytes=act_bytes, attention=attention, dropout=dropout)
     out: list[Saved] = []
     # Norm inputs: sequential pre-LN normalises x and then h = x + attn; a parallel block
     # normalises x once (one norm, or two norms reading the same x: NeoX, Falcon-40B).
@@ -122,21 +125,22 @@ def layer_saved(spec: ModelSpec, layer: int, batch: int, seq: int, act_bytes: fl
     if not spec.parallel_residual:
         out += _norm_saved(spec, "MLP", tokens, D, act_bytes)
     elif spec.norms_per_layer == 2:  # second norm of x: its own statistics, x itself already saved
-        out.append(Saved("MLP norm statistics (fp32)", tokens * (2 if spec.norm == "layernorm" else 1) * FP32, "sp"))
+        out.append(Saved("MLP norm statistics (fp32)", tokens * (2 if spec.norm == "layernorm" else 1) * FP32,
+                         "sequence_parallel"))
     if spec.norms_per_layer == 4:  # Gemma-2: post-attention and post-FFN norms of the sub-block outputs
         out += _norm_saved(spec, "post-attention", tokens, D, act_bytes)
         out += _norm_saved(spec, "post-FFN", tokens, D, act_bytes)
-    out.append(Saved("attention input (norm output)", tokens * D * act_bytes, "sp"))
-    out += _attention_saved(spec, tokens, batch, seq, act_bytes, attention, dropout)
+    out.append(Saved("attention input (norm output)", tokens * D * act_bytes, "sequence_parallel"))
+    out += _attention_saved(spec, tokens, batch, seq, act_bytes=act_bytes, attention=attention, dropout=dropout)
     if not (spec.parallel_residual and spec.norms_per_layer == 1):  # one shared norm output otherwise
-        out.append(Saved("MLP input (norm output)", tokens * D * act_bytes, "sp"))
+        out.append(Saved("MLP input (norm output)", tokens * D * act_bytes, "sequence_parallel"))
     if spec.is_moe_layer(layer):
         out += _moe_saved(spec, tokens, act_bytes)
     else:
         out += _mlp_saved(spec, tokens, spec.d_ff, act_bytes)
     if dropout:
-        out += [Saved("attention residual dropout mask (1 byte)", tokens * D, "sp"),
-                Saved("MLP residual dropout mask (1 byte)", tokens * D, "sp")]
+        out += [Saved("attention residual dropout mask (1 byte)", tokens * D, "sequence_parallel"),
+                Saved("MLP residual dropout mask (1 byte)", tokens * D, "sequence_parallel")]
     return out
 
 
@@ -151,27 +155,29 @@ def _mamba_saved(spec: ModelSpec, kind: str, batch: int, seq: int, act_bytes: fl
     T, E, N = batch * seq, spec.ssm_d_inner, spec.ssm_d_state
     if kind == "short_conv":  # LFM2 through autograd (no fused kernel): B, C, x are views of in_proj's output
         D = spec.d_model
-        return [Saved("short-conv in_proj output (B, C, x)", T * 3 * D * act_bytes, "tp"),
-                Saved("short-conv conv input B·x", T * D * act_bytes, "tp"),
-                Saved("short-conv conv output", T * D * act_bytes, "tp"),
-                Saved("short-conv out_proj input C·conv", T * D * act_bytes, "tp")]
+        return [Saved("short-conv in_proj output (B, C, x)", T * 3 * D * act_bytes, "tensor_parallel"),
+                Saved("short-conv conv input B·x", T * D * act_bytes, "tensor_parallel"),
+                Saved("short-conv conv output", T * D * act_bytes, "tensor_parallel"),
+                Saved("short-conv out_proj input C·conv", T * D * act_bytes, "tensor_parallel")]
     if kind == "gated_deltanet":  # fla's chunk_gated_delta_rule keeps q, k, v (conv outputs), g and beta
         G, H = spec.ssm_n_groups, spec.ssm_n_heads
-        return [Saved("Gated DeltaNet in_proj outputs (q, k, v, z, b, a)", T * (2 * G * N + 2 * E + 2 * H) * act_bytes, "tp"),
-                Saved("Gated DeltaNet conv outputs q, k, v (kernel inputs)", T * (2 * G * N + E) * act_bytes, "tp"),
-                Saved("Gated DeltaNet output (gated-norm input)", T * E * act_bytes, "tp"),
-                Saved("Gated DeltaNet gated-norm rstd (fp32)", T * H * FP32, "tp")]
+        return [Saved("Gated DeltaNet in_proj outputs (q, k, v, z, b, a)",
+                      T * (2 * G * N + 2 * E + 2 * H) * act_bytes, "tensor_parallel"),
+                Saved("Gated DeltaNet conv outputs q, k, v (kernel inputs)", T * (2 * G * N + E) * act_bytes,
+                      "tensor_parallel"),
+                Saved("Gated DeltaNet output (gated-norm input)", T * E * act_bytes, "tensor_parallel"),
+                Saved("Gated DeltaNet gated-norm rstd (fp32)", T * H * FP32, "tensor_parallel")]
     if kind == "mamba":
         chunks = -(-seq // 2048)
-        return [Saved("Mamba in_proj output xz", T * 2 * E * act_bytes, "tp"),
-                Saved("Mamba x_proj output (dt, B, C)", T * (spec.ssm_dt_rank + 2 * N) * act_bytes, "tp"),
-                Saved("Mamba scan output", T * E * act_bytes, "tp"),
-                Saved("Mamba scan chunk states (fp32)", batch * E * chunks * 2 * N * FP32, "tp")]
+        return [Saved("Mamba in_proj output xz", T * 2 * E * act_bytes, "tensor_parallel"),
+                Saved("Mamba x_proj output (dt, B, C)", T * (spec.ssm_dt_rank + 2 * N) * act_bytes, "tensor_parallel"),
+                Saved("Mamba scan output", T * E * act_bytes, "tensor_parallel"),
+                Saved("Mamba scan chunk states (fp32)", batch * E * chunks * 2 * N * FP32, "tensor_parallel")]
     G, H = spec.ssm_n_groups, spec.ssm_n_heads
-    out = [Saved("Mamba-2 in_proj output zxbcdt", T * (2 * E + 2 * G * N + H) * act_bytes, "tp"),
-           Saved("Mamba-2 SSD output (gated-norm input)", T * E * act_bytes, "tp")]
+    out = [Saved("Mamba-2 in_proj output zxbcdt", T * (2 * E + 2 * G * N + H) * act_bytes, "tensor_parallel"),
+           Saved("Mamba-2 SSD output (gated-norm input)", T * E * act_bytes, "tensor_parallel")]
     if spec.ssm_norm:
-        out.append(Saved("Mamba-2 gated-norm rstd (fp32)", T * G * FP32, "tp"))
+        out.append(Saved("Mamba-2 gated-norm rstd (fp32)", T * G * FP32, "tensor_parallel"))
     return out
 
 
@@ -185,16 +191,17 @@ def _hybrid_layer_saved(spec: ModelSpec, layer: int, batch: int, seq: int, act_b
     if mixers:
         what = "/".join(mixers)
         out += _norm_saved(spec, what, tokens, D, act_bytes)
-        out.append(Saved(f"{what} input (norm output)", tokens * D * act_bytes, "sp"))
+        out.append(Saved(f"{what} input (norm output)", tokens * D * act_bytes, "sequence_parallel"))
         for kind in mixers:
-            out += (_attention_saved(spec, tokens, batch, seq, act_bytes, attention, dropout) if kind == "attention"
+            out += (_attention_saved(spec, tokens, batch, seq, act_bytes=act_bytes, attention=attention,
+                                     dropout=dropout) if kind == "attention"
                     else _mamba_saved(spec, kind, batch, seq, act_bytes))
     if ffn:
         out += _norm_saved(spec, "MLP", tokens, D, act_bytes)
-        out.append(Saved("MLP input (norm output)", tokens * D * act_bytes, "sp"))
+        out.append(Saved("MLP input (norm output)", tokens * D * act_bytes, "sequence_parallel"))
         out += _moe_saved(spec, tokens, act_bytes) if ffn == "moe" else _mlp_saved(spec, tokens, spec.d_ff, act_bytes)
     if dropout:
-        out += [Saved("residual dropout masks (1 byte)", tokens * D * spec.norms_in_layer(layer), "sp")]
+        out += [Saved("residual dropout masks (1 byte)", tokens * D * spec.norms_in_layer(layer), "sequence_parallel")]
     return out
 
 
@@ -236,19 +243,19 @@ def activation_memory(spec: ModelSpec, batch: int, seq: int, act_bytes: float, r
     per_layer: dict[str, float] = {}
     largest = 0.0
     for i in layers:
-        items = layer_saved(spec, i, batch, seq, act_bytes, attention, dropout)
+        items = layer_saved(spec, i, batch, seq, act_bytes=act_bytes, attention=attention, dropout=dropout)
         largest = max(largest, scaled(items, tp, sequence_parallel))
         if recompute == "full":
             items = [Saved("block input (full recomputation checkpoint)", batch * seq * spec.d_model * act_bytes,
-                           "sp")]
+                           "sequence_parallel")]
         elif recompute == "selective":
-            items = [s for s in items if s.scope != "s2"]
+            items = [s for s in items if s.scope != "attention_scores"]
         for s in items:
             value = s.per_rank(tp, sequence_parallel) * in_flight
             per_layer[s.name] = per_layer.get(s.name, 0.0) + value
     tokens = batch * seq
     final = _norm_saved(spec, "final", tokens, spec.d_model, act_bytes) + [
-        Saved("LM-head input (final norm output)", tokens * spec.d_model * act_bytes, "sp")]
+        Saved("LM-head input (final norm output)", tokens * spec.d_model * act_bytes, "sequence_parallel")]
     logits = 0.0
     if head:
         for s in final:

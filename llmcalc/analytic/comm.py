@@ -74,7 +74,7 @@ def network_from_preset(key: str, data: dict) -> Network | None:
     try:
         return Network(int(block["gpus_per_node"]), float(block["scale_up_gb_per_s"]) * 1e9,
                        float(block["scale_out_gb_per_s"]) * 1e9, float(block["scale_up_latency_us"]) * 1e-6,
-                       float(block["scale_out_latency_us"]) * 1e-6, block.get("_source", ""))
+                       scale_out_latency=float(block["scale_out_latency_us"]) * 1e-6, source=block.get("_source", ""))
     except (KeyError, TypeError, ValueError) as exc:
         raise LlmcalcError(f"hardware preset {key!r} has a malformed network block: {exc!r}") from None
 
@@ -139,8 +139,8 @@ def cp_collectives(tokens_per_rank: float, kv_width: int, act_bytes: float, cp: 
     the ring, cp-1 hops; the backward passes K and V again and their gradients dK, dV (twice the forward).
     Written as an all-gather of K and V (what Llama 3's all-gather CP does; same bytes as the ring)."""
     kv = 2 * tokens_per_rank * cp * kv_width * act_bytes  # unsharded K and V of the whole sequence
-    return [Collective("CP K/V exchange (forward)", "all_gather", cp, kv, 1, stride),
-            Collective("CP K/V + dK/dV exchange (backward)", "all_gather", cp, 2 * kv, 1, stride)]
+    return [Collective("CP K/V exchange (forward)", "all_gather", cp, kv, count=1, stride=stride),
+            Collective("CP K/V + dK/dV exchange (backward)", "all_gather", cp, 2 * kv, count=1, stride=stride)]
 
 
 def ep_collectives(tokens: float, top_k: int, d_model: int, act_bytes: float, ep: int, stride: int,
@@ -149,7 +149,7 @@ def ep_collectives(tokens: float, top_k: int, d_model: int, act_bytes: float, ep
     has two all-to-alls (dispatch the tokens' top-k copies to their experts, combine the results), each
     over a [tokens·top_k, d_model] buffer."""
     s = tokens * top_k * d_model * act_bytes
-    return [Collective("EP all-to-all (dispatch + combine)", "all_to_all", ep, s, 2 * passes, stride)]
+    return [Collective("EP all-to-all (dispatch + combine)", "all_to_all", ep, s, count=2 * passes, stride=stride)]
 
 
 def pp_collective(tokens: float, d_model: int, act_bytes: float, tp: int, sequence_parallel: bool,
@@ -158,7 +158,7 @@ def pp_collective(tokens: float, d_model: int, act_bytes: float, tp: int, sequen
     its gradient back); with sequence parallelism each TP rank sends only its 1/tp shard (Megatron's
     scatter-gather optimisation, Narayanan et al. 2021 sec. 4.1)."""
     s = tokens * d_model * act_bytes / (tp if sequence_parallel else 1)
-    return Collective("PP send/recv of activations", "p2p", 2, s, 1, stride)
+    return Collective("PP send/recv of activations", "p2p", 2, s, count=1, stride=stride)
 
 
 def dp_collectives(params: float, grad_bytes: float, weight_bytes: float, dp: int, zero: int, stride: int,
@@ -177,13 +177,15 @@ def dp_collectives(params: float, grad_bytes: float, weight_bytes: float, dp: in
     """
     grads, weights = params * grad_bytes, params * weight_bytes
     if zero == 0:
-        return [Collective("DP gradient all-reduce", "all_reduce", dp, grads, 1, stride)]
+        return [Collective("DP gradient all-reduce", "all_reduce", dp, grads, count=1, stride=stride)]
     if zero in (1, 2):
-        return [Collective("DP gradient reduce-scatter", "reduce_scatter", dp, grads, 1, stride),
-                Collective("DP weight all-gather", "all_gather", dp, weights, 1, stride)]
-    return [Collective("FSDP weight all-gather (forward)", "all_gather", dp, weights, micro_batches, stride),
-            Collective("FSDP weight all-gather (backward)", "all_gather", dp, weights, micro_batches, stride),
-            Collective("FSDP gradient reduce-scatter", "reduce_scatter", dp, grads, micro_batches, stride)]
+        return [Collective("DP gradient reduce-scatter", "reduce_scatter", dp, grads, count=1, stride=stride),
+                Collective("DP weight all-gather", "all_gather", dp, weights, count=1, stride=stride)]
+    return [Collective("FSDP weight all-gather (forward)", "all_gather", dp, weights, count=micro_batches,
+                       stride=stride),
+            Collective("FSDP weight all-gather (backward)", "all_gather", dp, weights, count=micro_batches,
+                       stride=stride),
+            Collective("FSDP gradient reduce-scatter", "reduce_scatter", dp, grads, count=micro_batches, stride=stride)]
 
 
 def total_seconds(collectives: list[Collective], net: Network) -> float:

@@ -134,7 +134,7 @@ class Linear:
 def _attention_linears(spec: ModelSpec, prefix: str, cross: bool = False) -> list[tuple[str, str | None, int, int]]:
     D, H, dh = spec.d_model, spec.n_heads, spec.d_head
     if spec.is_mla and not cross:
-        qk = spec.qk_nope_head_dim + spec.qk_rope_head_dim
+        qk = spec.qk_head_dim
         out = []
         if spec.q_lora_rank:
             out += [(f"{prefix}/q_a_proj", "q_proj", D, spec.q_lora_rank),
@@ -181,7 +181,7 @@ def block_linears(spec: ModelSpec) -> list[Linear]:
                     add(_ffn_linears(spec, f"{stack}moe/shared_experts", spec.d_ff_expert), spec.n_shared_experts)
             else:
                 add(_ffn_linears(spec, f"{stack}mlp", spec.d_ff))
-    return [Linear(k, t, a, b, n, active[(k, t, a, b)]) for (k, t, a, b), n in found.items()]
+    return [Linear(k, t, a, b, count=n, active=active[(k, t, a, b)]) for (k, t, a, b), n in found.items()]
 
 
 def _adapted(lin: Linear, cfg: LoraConfig) -> bool:
@@ -429,4 +429,5 @@ def finetune_memory(spec: ModelSpec, config: LoraConfig, batch: int = 1, seq_len
     act_bytes = 4.0 if config.base_dtype == "fp32" else 2.0
     acts = activation_memory(spec=spec, batch=batch, seq=seq_len, act_bytes=act_bytes, recompute=recompute,
                              attention=attention, dropout=dropout)
-    return FinetuneMemory(ft, opt, batch, seq_len, recompute, attention, acts, act_bytes)
+    return FinetuneMemory(ft, opt, batch, seq_len, recompute=recompute, attention=attention, activations=acts,
+                          act_bytes=act_bytes)

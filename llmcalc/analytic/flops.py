@@ -19,9 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import LlmcalcError
-from ..validate import DEFAULT_SEQ_LEN, positive_int
 from ..spec import ModelSpec
-from .ssm import SSM_MIXERS as SSM_GROUPS, mixer_ops
+from ..validate import DEFAULT_SEQ_LEN, positive_int
+from .ssm import SSM_MIXERS as SSM_GROUPS
+from .ssm import mixer_ops
 
 RECOMPUTE = ("none", "selective", "full")
 ATTENTION_CORE = ("scores", "values")  # the S² matmuls
@@ -46,7 +47,7 @@ def _attention(spec: ModelSpec, prefix: str, batch: int, q_len: int, kv_len: int
     if spec.is_mla and not cross:
         # MLA as the HF/DeepSeek reference runs it (no weight absorption): low-rank Q, a shared KV
         # latent plus a decoupled RoPE key, per-head K/V up-projection (arXiv 2405.04434 sec. 2.1).
-        qk = spec.qk_nope_head_dim + spec.qk_rope_head_dim
+        qk = spec.qk_head_dim
         ops = {}
         if spec.q_lora_rank:
             ops["q_a_proj"] = _mm(Tq, D, spec.q_lora_rank)
@@ -55,8 +56,8 @@ def _attention(spec: ModelSpec, prefix: str, batch: int, q_len: int, kv_len: int
             ops["q_proj"] = _mm(Tq, D, H * qk)
         ops["kv_a_proj"] = _mm(Tkv, D, spec.kv_lora_rank + spec.qk_rope_head_dim)
         ops["kv_b_proj"] = _mm(Tkv, spec.kv_lora_rank, H * (spec.qk_nope_head_dim + spec.v_head_dim))
-        ops["scores"] = _core(batch, H, q_len, kv_len, qk, causal)
-        ops["values"] = _core(batch, H, q_len, kv_len, spec.v_head_dim, causal)
+        ops["scores"] = _core(batch, H, q_len, kv_len, dim=qk, causal=causal)
+        ops["values"] = _core(batch, H, q_len, kv_len, dim=spec.v_head_dim, causal=causal)
         ops["o_proj"] = _mm(Tq, H * spec.v_head_dim, D)
         return {f"{prefix}/{k}": v for k, v in ops.items()}
     kv_heads = H if cross else spec.n_kv_heads
@@ -64,8 +65,8 @@ def _attention(spec: ModelSpec, prefix: str, batch: int, q_len: int, kv_len: int
         "q_proj": _mm(Tq, D, H * dh * (2 if spec.attn_output_gate and not cross else 1)),
         "k_proj": _mm(Tkv, D, kv_heads * dh),  # GQA/MQA: fewer K/V heads, smaller projections
         "v_proj": _mm(Tkv, D, kv_heads * dh),
-        "scores": _core(batch, H, q_len, kv_len, dh, causal),  # QKᵀ: every query head, all keys
-        "values": _core(batch, H, q_len, kv_len, dh, causal),  # AV
+        "scores": _core(batch, H, q_len, kv_len, dim=dh, causal=causal),  # QKᵀ: every query head, all keys
+        "values": _core(batch, H, q_len, kv_len, dim=dh, causal=causal),  # AV
         "o_proj": _mm(Tq, H * dh, D),
     }
     return {f"{prefix}/{k}": v for k, v in ops.items()}
@@ -104,15 +105,15 @@ def _stack(spec: ModelSpec, stack: str, n_layers: int, batch: int, seq: int, cau
         for i in range(n_layers):
             mixers, ffn = spec.layer_parts(i)
             for kind in mixers:
-                _add(out, _attention(spec, "attention", batch, seq, seq, causal) if kind == "attention"
+                _add(out, _attention(spec, "attention", batch, seq, seq, causal=causal) if kind == "attention"
                      else mixer_ops(spec, kind, batch, seq))
             if ffn is not None:
                 _add(out, _moe(spec, tokens, "moe") if ffn == "moe" else _ffn(spec, tokens, spec.d_ff, "mlp"))
         return out
     for i in range(n_layers):
-        _add(out, _attention(spec, f"{stack}attention", batch, seq, seq, causal))
+        _add(out, _attention(spec, f"{stack}attention", batch, seq, seq, causal=causal))
         if enc_seq is not None:  # decoder of an encoder-decoder: queries here, keys/values from the encoder
-            _add(out, _attention(spec, f"{stack}cross_attention", batch, seq, enc_seq, False, cross=True))
+            _add(out, _attention(spec, f"{stack}cross_attention", batch, seq, enc_seq, causal=False, cross=True))
         if spec.is_moe_layer(i):
             _add(out, _moe(spec, tokens, f"{stack}moe"))
         else:
@@ -136,14 +137,14 @@ def forward_ops(spec: ModelSpec, batch: int, seq_len: int, causal: bool = False,
         out["embedding/project_in"] = _mm(batch * (decoder_seq_len or seq_len), E, spec.d_model)
     if spec.architecture == "encoder-decoder":
         dec = decoder_seq_len or seq_len
-        out.update(_stack(spec, "encoder.", spec.n_layers, batch, seq_len, False))
-        out.update(_stack(spec, "decoder.", spec.n_decoder_layers, batch, dec, causal, enc_seq=seq_len))
+        out.update(_stack(spec, "encoder.", spec.n_layers, batch, seq_len, causal=False))
+        out.update(_stack(spec, "decoder.", spec.n_decoder_layers, batch, dec, causal=causal, enc_seq=seq_len))
         head_tokens = batch * dec
     elif spec.architecture == "encoder":
-        out.update(_stack(spec, "", spec.n_layers, batch, seq_len, False))
+        out.update(_stack(spec, "", spec.n_layers, batch, seq_len, causal=False))
         head_tokens = batch * seq_len
     else:
-        out.update(_stack(spec, "", spec.n_layers, batch, seq_len, causal))
+        out.update(_stack(spec, "", spec.n_layers, batch, seq_len, causal=causal))
         head_tokens = batch * seq_len
     if spec.pooler:
         out["head/pooler"] = _mm(batch, spec.d_model, spec.d_model)  # [CLS] token only
@@ -246,10 +247,19 @@ def flop_group(op: str) -> str:
 
 def step_flops(spec: ModelSpec, batch: int = 1, seq_len: int = DEFAULT_SEQ_LEN, causal: bool = False,
                recompute: str = "none", decoder_seq_len: int | None = None) -> StepFlops:
+    """FLOPs of one training step of `spec` on `batch` sequences of `seq_len` tokens, per operation.
+
+    The forward matmuls come from ``forward_ops`` (2·m·k·n each, FLOPs not MACs); backward is twice
+    the forward; `causal` halves the attention S² terms (Megatron-LM/NeMo convention, default full S²
+    as PaLM App. B and torch's FlopCounterMode count); `recompute` ("none", "selective", "full") adds
+    the re-run forward to the hardware FLOPs only (Korthikanti et al. 2022; Narayanan et al. 2021
+    eq. 3). `decoder_seq_len` is the target length of an encoder-decoder (default `seq_len`).
+    Raises LlmcalcError for an unknown `recompute`."""
     if recompute not in RECOMPUTE:
         raise LlmcalcError(f"recompute must be one of {', '.join(RECOMPUTE)}; got {recompute!r}")
     ops = forward_ops(spec, batch, seq_len, causal, decoder_seq_len)
-    return StepFlops(spec, batch, seq_len, causal, recompute, ops, decoder_seq_len)
+    return StepFlops(spec=spec, batch=batch, seq_len=seq_len, causal=causal, recompute=recompute, ops=ops,
+                     decoder_seq_len=decoder_seq_len)
 
 
 def component_flops(ops: dict[str, int]) -> dict[str, int]:

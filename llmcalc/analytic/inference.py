@@ -28,12 +28,12 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
+from ..dtypes import dtype_bytes
 from ..errors import LlmcalcError
 from ..hardware import Accelerator, canonical_dtype
-from ..validate import positive_int
 from ..spec import ModelSpec
+from ..validate import positive_int
 from .flops import forward_ops
-from ..dtypes import dtype_bytes
 from .params import count_params
 from .ssm import recurrent_state_elements
 
@@ -313,7 +313,8 @@ def check_kv_dtype(kv_dtype: str, accelerator: Accelerator) -> str:
     except LlmcalcError:
         dtype = None
     if dtype not in KV_DTYPES:
-        raise LlmcalcError(f"unknown KV cache dtype {kv_dtype!r}; use one of {', '.join(KV_DTYPES)} (e4m3/e5m2 are fp8)")
+        raise LlmcalcError(f"unknown KV cache dtype {kv_dtype!r}; use one of {', '.join(KV_DTYPES)} "
+                           "(e4m3/e5m2 are fp8)")
     if dtype not in accelerator.peak_flops:
         held = [d for d in ("fp32", "bf16", "fp16", "fp8") if d in accelerator.peak_flops]
         raise LlmcalcError(f"{accelerator.key} has no {dtype} support (its preset lists no {dtype} rate), so it "

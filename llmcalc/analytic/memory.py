@@ -18,8 +18,8 @@ import math
 from dataclasses import dataclass, field
 
 from ..errors import LlmcalcError
-from ..validate import DEFAULT_SEQ_LEN, MAX_GPUS, positive_int
 from ..spec import ModelSpec
+from ..validate import DEFAULT_SEQ_LEN, MAX_GPUS, positive_int
 from .activations import ActivationEstimate, activation_memory
 from .params import count_params, largest_tensor
 
@@ -71,23 +71,29 @@ FP8_NOTES = {
 
 
 RECIPES = {r.name: r for r in (
-    Recipe("fp32", 4, 4, 0, 4, 4, "fp32 weights, gradients, optimizer states and activations"),
-    Recipe("bf16-mixed", 2, 2, 4, 4, 2,
-           "bf16 weights/grads/activations, fp32 master weights and optimizer states "
+    Recipe("fp32", 4, 4, 0, state_bytes=4, act_bytes=4,
+           description="fp32 weights, gradients, optimizer states and activations"),
+    Recipe("bf16-mixed", 2, 2, 4, state_bytes=4, act_bytes=2,
+           description="bf16 weights/grads/activations, fp32 master weights and optimizer states "
            "(ZeRO paper, Rajbhandari et al. 2020: 2 + 2 + 12 = 16 bytes/param with Adam)"),
-    Recipe("bf16-mixed-fp32-grads", 2, 4, 4, 4, 2,
-           "bf16-mixed with fp32 main gradients in a persistent buffer, as Megatron-LM keeps them "
+    Recipe("bf16-mixed-fp32-grads", 2, 4, 4, state_bytes=4, act_bytes=2,
+           description="bf16-mixed with fp32 main gradients in a persistent buffer, as Megatron-LM keeps them "
            "(18 bytes/param with Adam)", persistent_grads=True),
-    Recipe("fp16-mixed", 2, 2, 4, 4, 2, "fp16 weights/grads/activations, fp32 master and optimizer states"),
-    Recipe("bf16", 2, 2, 0, 2, 2, "pure bf16: weights, gradients, optimizer states and activations"),
-    Recipe("amp", 4, 4, 0, 4, 2,
-           "PyTorch torch.autocast(bf16): fp32 parameters, gradients and optimizer states, bf16 activations; "
+    Recipe("fp16-mixed", 2, 2, 4, state_bytes=4, act_bytes=2,
+           description="fp16 weights/grads/activations, fp32 master and optimizer states"),
+    Recipe("bf16", 2, 2, 0, state_bytes=2, act_bytes=2,
+           description="pure bf16: weights, gradients, optimizer states and activations"),
+    Recipe("amp", 4, 4, 0, state_bytes=4, act_bytes=2,
+           description="PyTorch torch.autocast(bf16): fp32 parameters, gradients and optimizer states, "
+           "bf16 activations; "
            "autocast caches a bf16 copy of each weight during forward", autocast_cache_bytes=2),
-    Recipe("fp8", 2, 4, 4, 4, 2, FP8_NOTES["te-delayed"], persistent_grads=True, autocast_cache_bytes=2,
+    Recipe("fp8", 2, 4, 4, state_bytes=4, act_bytes=2, description=FP8_NOTES["te-delayed"], persistent_grads=True,
+           autocast_cache_bytes=2,
            fp8="te-delayed", fp8_saved_inputs=True),
-    Recipe("fp8-current", 2, 4, 4, 4, 2, FP8_NOTES["te-current"], persistent_grads=True, autocast_cache_bytes=2,
+    Recipe("fp8-current", 2, 4, 4, state_bytes=4, act_bytes=2, description=FP8_NOTES["te-current"],
+           persistent_grads=True, autocast_cache_bytes=2,
            fp8="te-current", fp8_saved_inputs=True),
-    Recipe("fp8-torchao", 2, 2, 4, 4, 2, FP8_NOTES["torchao"], fp8="torchao"),
+    Recipe("fp8-torchao", 2, 2, 4, state_bytes=4, act_bytes=2, description=FP8_NOTES["torchao"], fp8="torchao"),
 )}
 
 
@@ -174,7 +180,7 @@ class MemoryEstimate:
     stage: str  # "first", "last" or "only"
     zero3_gathered: float = 0.0  # bytes of unsharded weights ZeRO-3 holds while computing a layer
     optimizer_impl: str = "fused"
-    largest_tensor: int = 0  # elements of the largest parameter tensor
+    largest_tensor: float = 0  # elements of the largest parameter tensor on this GPU (its 1/tp share)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -345,8 +351,11 @@ def training_memory(spec: ModelSpec, batch: int = 1, seq_len: int = DEFAULT_SEQ_
     if rec.fp8_saved_inputs:  # Transformer Engine saves each linear's input as its 1-byte FP8 cast
         stages = [(name, params, _fp8_inputs(acts, rec.act_bytes)) for name, params, acts in stages]
     biggest = largest_tensor(spec) / tp
-    estimates = [MemoryEstimate(spec, rec, opt, parallel, batch, seq_len, recompute, attention, params, acts, name,
-                                gathered, optimizer_impl, biggest) for name, params, acts in stages]
+    estimates = [MemoryEstimate(spec=spec, recipe=rec, optimizer=opt, parallel=parallel, batch=batch,
+                                seq_len=seq_len, recompute=recompute, attention=attention, params_on_gpu=params,
+                                activations=acts, stage=name, zero3_gathered=gathered,
+                                optimizer_impl=optimizer_impl, largest_tensor=biggest)
+                 for name, params, acts in stages]
     return max(estimates, key=lambda e: e.peak)
 
 
@@ -374,7 +383,8 @@ def smallest_fit(spec: ModelSpec, parallel: Parallel, capacity: float, **setting
             break  # activations are per GPU whatever the data parallelism: more GPUs cannot help
     return {"zero": None, "n_gpus": None,
             "text": "to fit: no ZeRO stage or GPU count does at this micro-batch and sequence length; the "
-                    "activations alone exceed the device: use --recompute full, --tp, or a smaller --micro-batch/--seq-len"}
+                    "activations alone exceed the device: use --recompute full, --tp, or a smaller "
+                    "--micro-batch/--seq-len"}
 
 
 def _fp8_inputs(acts: ActivationEstimate, act_bytes: float) -> ActivationEstimate:

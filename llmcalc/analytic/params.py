@@ -33,7 +33,7 @@ def _attention(spec: ModelSpec, prefix: str, cross: bool = False) -> dict[str, i
     if spec.is_mla and not cross:
         # DeepSeek-V2 MLA (arXiv 2405.04434, sec. 2.1): low-rank Q (optional) and a shared KV latent
         # plus one decoupled RoPE key per token; RMSNorm on both latents.
-        qk = spec.qk_nope_head_dim + spec.qk_rope_head_dim
+        qk = spec.qk_head_dim
         parts = {}
         if spec.q_lora_rank:
             parts["q_a_proj"] = D * spec.q_lora_rank
@@ -228,6 +228,10 @@ def largest_tensor(spec: ModelSpec) -> int:
 
 
 def count_params(spec: ModelSpec) -> ParamCount:
+    """The exact parameter count of `spec`, by component ("group/part" -> unique parameters, a tied
+    LM head counted once), with total, non-embedding and MoE active-per-token totals derived from it.
+    Equals ``sum(p.numel() for p in model.parameters() if p.requires_grad)`` of the matching
+    ``transformers`` model (tests hold every preset to it)."""
     return ParamCount(spec, param_breakdown(spec))
 
 
@@ -272,8 +276,8 @@ def approximations(count: ParamCount) -> list[Approximation]:
     return base + [
         Approximation(
             f"L·(4D² + {k}·D·F) + {emb_label}", f"L·(4D² + {k}·D·{ffn_label}) + {emb_label}",
-            L * (4 * D * D + k * D * F) + heads * V * D, "total", count.total,
-            "per-block attention 4·D² plus the FFN matrices at their real width, plus embeddings",
+            L * (4 * D * D + k * D * F) + heads * V * D, "total", exact=count.total,
+            source="per-block attention 4·D² plus the FFN matrices at their real width, plus embeddings",
         ),
     ]
 
@@ -281,10 +285,11 @@ def approximations(count: ParamCount) -> list[Approximation]:
 def _approximations_base(count: ParamCount, twelve: int, heads: int, emb_label: str) -> list[Approximation]:
     V, D = count.spec.vocab_size, count.spec.d_model
     return [
-        Approximation("12·L·D²", "12·L·D²", twelve, "non_embedding", count.non_embedding,
-                      "Kaplan et al. 2020, eq. 2.1: N ≈ 2·d_model·n_layer·(2·d_attn + d_ff) = 12·L·D²"),
-        Approximation(f"12·L·D² + {emb_label}", f"12·L·D² + {emb_label}", twelve + heads * V * D, "total", count.total,
-                      "12·L·D² plus the token embedding (and an untied LM head)"),
+        Approximation("12·L·D²", "12·L·D²", twelve, "non_embedding", exact=count.non_embedding,
+                      source="Kaplan et al. 2020, eq. 2.1: N ≈ 2·d_model·n_layer·(2·d_attn + d_ff) = 12·L·D²"),
+        Approximation(f"12·L·D² + {emb_label}", f"12·L·D² + {emb_label}", twelve + heads * V * D, "total",
+                      exact=count.total,
+                      source="12·L·D² plus the token embedding (and an untied LM head)"),
     ]
 
 
@@ -312,7 +317,8 @@ def _hybrid_approximation(count: ParamCount, heads: int, emb_label: str) -> Appr
         formula += f" + {spec.n_moe_layers}·{k}·D·F_moe"
     return Approximation(
         "per layer: 4D² (attention) + 3·E·D (Mamba) + k·D·F (FFN)", f"{formula} + {emb_label}", value, "total",
-        count.total, "each layer's own parts: attention 4·D², Mamba ≈ 3·expand·D² (mamba_ssm README), FFN at its width",
+        exact=count.total,
+        source="each layer's own parts: attention 4·D², Mamba ≈ 3·expand·D² (mamba_ssm README), FFN at its width",
     )
 
 
@@ -359,7 +365,8 @@ def reconcile(count: ParamCount) -> list[tuple[str, int]]:
         ("QK-norms", sum(v for k, v in c.items() if k.endswith("/qk_norm"))),
         ("attention sinks (one logit per head)", sum(v for k, v in c.items() if k.endswith("/sinks"))),
         ("embedding projections (project_in/out)", c.get("embedding/project_in", 0) + c.get("head/project_out", 0)),
-        ("state-space and conv mixers (Mamba, LFM2 short conv)", sum(v for k, v in c.items() if k.split("/")[0] in SSM_MIXERS)),
+        ("state-space and conv mixers (Mamba, LFM2 short conv)", sum(v for k, v in c.items()
+                                                                 if k.split("/")[0] in SSM_MIXERS)),
         ("relative position bias (T5)", sum(v for k, v in c.items() if "relative_position_bias" in k)),
         ("token embedding (V·D)", c.get("embedding/tokens", 0)),
         ("position embedding (learned)", c.get("embedding/positions", 0)),

@@ -122,7 +122,7 @@ def _zbv_candidates(r: int, p: int, m: int, nxt: dict, cap: list) -> list:
 
 
 def simulate(schedule: str, p: int, m: int, f_time, b_time, w_time=None, vpp: int = 1,
-             p2p_time: float = 0.0) -> PipelineResult:
+             p2p_time: float = 0.0) -> PipelineResult:  # long: one event loop over shared per-rank clocks and queues
     """Run every rank's action list; return the makespan and each rank's busy time.
 
     f_time(stage), b_time(stage), w_time(stage): seconds of one micro-batch's forward, backward
@@ -167,7 +167,7 @@ def simulate(schedule: str, p: int, m: int, f_time, b_time, w_time=None, vpp: in
     clock = [0.0] * p
     busy = [0.0] * p
     pos = [0] * p
-    pending_w = [[] for _ in range(p)]  # zero-bubble: weight gradients not yet computed
+    pending_w: list[list[tuple[int, int]]] = [[] for _ in range(p)]  # zero-bubble: weight gradients not yet computed
     # zb-h1: rank r keeps at most r weight gradients pending and computes them when that is exceeded
     # (and at the end); this reproduces the paper's (p-1)(T_F+T_B-T_W) exactly. zb-v: at most p pending,
     # and a rank with nothing ready computes a pending one (the schedule's bubble filling).
@@ -236,4 +236,4 @@ def simulate(schedule: str, p: int, m: int, f_time, b_time, w_time=None, vpp: in
                 waiting.setdefault(need, []).append(r)
     if not all(done):
         raise LlmcalcError(f"pipeline schedule {schedule} deadlocked for p={p}, m={m}, v={v} (a bug: please report)")
-    return PipelineResult(schedule, p, v, m, max(clock), tuple(busy))
+    return PipelineResult(schedule, p, v, m, makespan=max(clock), busy=tuple(busy))

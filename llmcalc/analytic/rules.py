@@ -139,7 +139,7 @@ def elementwise_ops(step: StepFlops) -> dict[str, float]:
     layers = spec.total_layers
     tokens = step.tokens
     scores = sum(v for k, v in step.ops.items() if k.endswith("/scores"))
-    qk_dim = (spec.qk_nope_head_dim + spec.qk_rope_head_dim) if spec.is_mla else spec.d_head
+    qk_dim = spec.qk_head_dim if spec.is_mla else spec.d_head
     out = {
         "softmax": SOFTMAX_PER_SCORE * scores / (2 * qk_dim),  # score elements = FLOPs / (2·d_head)
         "norms": NORM_PER_ELEMENT[spec.norm] * tokens * spec.d_model * (spec.norms_per_layer * layers + 1),
@@ -178,5 +178,6 @@ def _hybrid_elementwise_ops(step: StepFlops) -> dict[str, float]:
         "activation": ACTIVATION_PER_ELEMENT.get(spec.mlp, 1) * tokens * width,
     }
     if spec.pos_emb == "rope" and spec.n_attention_layers:
-        out["rope"] = ROPE_PER_ELEMENT * tokens * spec.d_head * (spec.n_heads + spec.n_kv_heads) * spec.n_attention_layers
+        out["rope"] = (ROPE_PER_ELEMENT * tokens * spec.d_head * (spec.n_heads + spec.n_kv_heads)
+                            * spec.n_attention_layers)
     return out

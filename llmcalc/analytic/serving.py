@@ -25,16 +25,18 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
+from ..dtypes import dtype_bytes
 from ..errors import LlmcalcError
 from ..hardware import Accelerator
 from ..spec import ModelSpec
+from ..units import GIB
 from .inference import (
-    InferenceEstimate, kv_cache_bytes_per_token, kv_cache_bytes_per_token_per_gpu, kv_heads_per_gpu,
+    InferenceEstimate,
+    kv_cache_bytes_per_token,
+    kv_cache_bytes_per_token_per_gpu,
+    kv_heads_per_gpu,
     state_bytes_per_sequence,
 )
-from ..dtypes import dtype_bytes
-
-GIB = 2**30
 
 
 def batch_defaults(accelerator: Accelerator) -> tuple[int, int]:
@@ -50,10 +52,7 @@ def profile_activation_bytes(spec: ModelSpec, tokens: int, seqs: int, act_dtype:
     T·(D + 2F/tp); MoE: the k routed experts' width), plus the dummy sampler's fp32 logits for
     `seqs` sequences over the whole vocabulary (gathered, B·V·4)."""
     moe_width = spec.d_ff_expert * spec.n_experts_per_token + (spec.d_ff_shared or 0) if spec.is_moe else 0
-    if spec.is_moe and spec.n_moe_layers == spec.n_layers:
-        width = moe_width
-    else:
-        width = max(spec.d_ff or 0, moe_width)
+    width = moe_width if spec.is_moe and spec.n_moe_layers == spec.n_layers else max(spec.d_ff or 0, moe_width)
     ffn = (3 if spec.gated else 2) * width / tp
     return tokens * (spec.d_model + ffn) * dtype_bytes(act_dtype) + seqs * spec.vocab_size * 4
 
@@ -86,8 +85,9 @@ class ServeEstimate:
                 raise LlmcalcError(f"{name.replace('_', '-')} must be a whole number >= 1, got {value!r}")
 
     def roofline(self, concurrency: int, prompt: int, generate: int = 2) -> InferenceEstimate:
-        return InferenceEstimate(self.spec, self.accelerator, concurrency, prompt, generate, self.weight_dtype,
-                                 self.kv_dtype, self.compute_dtype, self.tp)
+        return InferenceEstimate(self.spec, self.accelerator, concurrency, prompt, generate=generate,
+                                 weight_dtype=self.weight_dtype,
+                                 kv_dtype=self.kv_dtype, compute_dtype=self.compute_dtype, n_gpus=self.tp)
 
     @cached_property
     def _one(self) -> InferenceEstimate:

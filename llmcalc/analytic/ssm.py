@@ -2,7 +2,8 @@
 
 Used by ``params``, ``flops`` and ``inference`` for the layers a ``ModelSpec.layer_types`` entry
 names "mamba", "mamba2" or "short_conv" (LFM2: in_proj D→3D giving B, C, x; y = out_proj(C ·
-conv1d(B·x)), a depthwise conv of width K over D channels; its only state is the conv window D·K). Symbols: D d_model, E ssm_d_inner, N ssm_d_state, R ssm_dt_rank,
+conv1d(B·x)), a depthwise conv of width K over D channels; its only state is the conv window D·K).
+Symbols: D d_model, E ssm_d_inner, N ssm_d_state, R ssm_dt_rank,
 H ssm_n_heads (head dim P = E/H), G ssm_n_groups, K ssm_conv_kernel, T = B·S tokens.
 
 Parameters mirror transformers' modelling code:

@@ -38,10 +38,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..errors import LlmcalcError
 from ..hardware import Accelerator
 from ..spec import ModelSpec
+from ..units import GIB
 from . import comm
 from .flops import _attention, _ffn, _moe, step_flops
 from .memory import RECIPES, lookup
@@ -104,6 +106,39 @@ class Layout:
                 "micro_batch": self.micro_batch, "global_batch": self.global_batch, "grad_accum": self.grad_accum}
 
 
+class _Candidate(NamedTuple):
+    """One layout `search_layouts` tries: parallel degrees and the micro-batch."""
+
+    tp: int
+    cp: int
+    pp: int
+    vpp: int
+    micro_batch: int
+
+
+def _candidates(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, per_node: int) -> list[_Candidate]:
+    """The layouts `search_layouts` tries: tp within a node dividing the heads, pp dividing the GPUs,
+    cp keeping >= 1024 tokens per rank, micro-batch 1, 2 or 4 dividing the global batch, vpp 2 or 4
+    where the micro-batch count is a multiple of pp."""
+    tps = [t for t in (1, 2, 4, 8, 16) if t <= per_node and per_node % t == 0 and spec.n_heads % t == 0]
+    pps = [p for p in range(1, min(spec.n_layers, 64) + 1) if n_gpus % p == 0]
+    cps = [c for c in (1, 2, 4, 8, 16) if seq_len % c == 0 and seq_len // c >= 1024 or c == 1]
+    candidates: list[_Candidate] = []
+    for tp in tps:
+        for cp in cps:
+            for pp in pps:
+                if n_gpus % (tp * cp * pp):
+                    continue
+                dp = n_gpus // (tp * cp * pp)
+                for mb in (1, 2, 4):
+                    if global_batch % (dp * mb):
+                        continue
+                    m = global_batch // (dp * mb)
+                    vpps = [1] + ([2, 4] if pp > 1 and m % pp == 0 else [])
+                    candidates += [_Candidate(tp, cp, pp, v, mb) for v in vpps if pp * v <= spec.n_layers]
+    return candidates
+
+
 def make_layout(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, tp: int = 1, cp: int = 1, pp: int = 1,
                 vpp: int = 1, ep: int = 1, micro_batch: int = 1, schedule: str | None = None, zero: int = 1,
                 sequence_parallel: bool = True, dp_overlap: bool = True) -> Layout:
@@ -140,7 +175,8 @@ def make_layout(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, t
         raise LlmcalcError(f"--zero must be 0, 1, 2 or 3, got {zero}")
     if spec.architecture != "decoder":
         raise LlmcalcError(f"the step-time model covers decoder-only models; {spec.name} is {spec.architecture}")
-    return Layout(tp, cp, pp, vpp, dp, ep, micro_batch, global_batch, schedule, zero, sequence_parallel, dp_overlap)
+    return Layout(tp, cp, pp, vpp, dp=dp, ep=ep, micro_batch=micro_batch, global_batch=global_batch,
+                  schedule=schedule, zero=zero, sequence_parallel=sequence_parallel, dp_overlap=dp_overlap)
 
 
 def split_layers(n_layers: int, n_stages: int) -> list[int]:
@@ -149,7 +185,7 @@ def split_layers(n_layers: int, n_stages: int) -> list[int]:
     per = math.ceil(n_layers / n_stages)
     counts = [per] * n_stages
     short = per * n_stages - n_layers
-    order = [i for pair in zip(range(n_stages), reversed(range(n_stages))) for i in pair]
+    order = [i for pair in zip(range(n_stages), reversed(range(n_stages)), strict=True) for i in pair]
     seen = []
     for i in order:
         if i not in seen:
@@ -248,11 +284,11 @@ class StageTimes:
 
 
 def _layer_times(spec: ModelSpec, layer: int, lay: Layout, seq_len: int, causal: bool, recompute: str,
-                 dev: Device, act_bytes: float) -> StageTimes:
+                 dev: Device, act_bytes: float) -> StageTimes:  # long: one layer's terms, one per source line
     b, s, tp, cp = lay.micro_batch, seq_len, lay.tp, lay.cp
     tokens = b * s / cp  # tokens this GPU processes in the layer
     D = spec.d_model
-    ops = _attention(spec, "attention", b, s, s, causal)
+    ops = _attention(spec, "attention", b, s, s, causal=causal)
     moe = spec.is_moe_layer(layer)
     ops.update(_moe(spec, b * s, "moe") if moe else _ffn(spec, b * s, spec.d_ff, "mlp"))
     fwd = attn_core = 0.0
@@ -307,7 +343,8 @@ def _layer_times(spec: ModelSpec, layer: int, lay: Layout, seq_len: int, causal:
     passes = 3 if recompute == "full" else 2
     net = dev.network
     if tp > 1:
-        t.tp = comm.total_seconds(comm.tp_collectives(tokens, D, act_bytes, tp, lay.sequence_parallel, passes), net)
+        t.tp = comm.total_seconds(comm.tp_collectives(tokens, D, act_bytes, tp,
+                                                      sequence_parallel=lay.sequence_parallel, passes=passes), net)
         t.comm_fwd += t.tp / passes
     if cp > 1:
         kv_width = (spec.n_kv_heads * spec.d_head) / min(tp, spec.n_kv_heads) if not spec.is_mla else \
@@ -316,8 +353,8 @@ def _layer_times(spec: ModelSpec, layer: int, lay: Layout, seq_len: int, causal:
         t.cp = max(0.0, fwd_c.seconds(net) - attn_core) + max(0.0, bwd_c.seconds(net) - 2.5 * attn_core)
         t.comm_fwd += max(0.0, fwd_c.seconds(net) - attn_core)
     if moe and lay.ep > 1:
-        t.ep = comm.total_seconds(comm.ep_collectives(tokens, spec.n_experts_per_token, D, act_bytes, lay.ep,
-                                                      tp * cp * lay.pp, passes), net)
+        t.ep = comm.total_seconds(comm.ep_collectives(tokens, spec.n_experts_per_token, D, act_bytes, ep=lay.ep,
+                                                      stride=tp * cp * lay.pp, passes=passes), net)
         t.comm_fwd += t.ep / passes
     return t
 
@@ -409,7 +446,7 @@ def _routed_expert_params_per_layer(spec: ModelSpec) -> float:
 
 
 def predict(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, causal: bool = False,
-            recompute: str = "none", recipe: str = "bf16-mixed") -> StepPrediction:
+            recompute: str = "none", recipe: str = "bf16-mixed") -> StepPrediction:  # long: docstring's terms in order
     """Predicted step time of `layout` (see the module docstring for the model and its overlap rule)."""
     rec = lookup(RECIPES, "recipe", recipe)
     act_bytes = rec.act_bytes
@@ -425,7 +462,8 @@ def predict(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, causa
         for i in range(starts[k], starts[k] + split[k]):
             moe = spec.is_moe_layer(i)
             if moe not in cache:
-                cache[moe] = _layer_times(spec, i, lay, seq_len, causal, recompute, device, act_bytes)
+                cache[moe] = _layer_times(spec, i, lay, seq_len, causal=causal, recompute=recompute, dev=device,
+                                          act_bytes=act_bytes)
             lt = cache[moe]
             for f in ("fwd", "bwd_input", "bwd_weight", "tp", "cp", "ep", "comm_fwd"):
                 setattr(total, f, getattr(total, f) + getattr(lt, f))
@@ -447,10 +485,11 @@ def predict(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, causa
         b_t = lambda st: stages[st].bwd_input + stages[st].bwd_weight + bwd_comm(st)  # noqa: E731
         w_t = None
     p2p = comm.pp_collective(lay.micro_batch * seq_len / lay.cp, spec.d_model, act_bytes, lay.tp,
-                             lay.sequence_parallel, lay.tp * lay.cp)
+                             sequence_parallel=lay.sequence_parallel, stride=lay.tp * lay.cp)
     p2p_s = p2p.seconds(device.network) if lay.pp > 1 else 0.0
-    plain = simulate(lay.schedule, lay.pp, m, f_t, b_t, w_t, lay.vpp)
-    with_p2p = simulate(lay.schedule, lay.pp, m, f_t, b_t, w_t, lay.vpp, p2p_s) if p2p_s else plain
+    plain = simulate(lay.schedule, lay.pp, m, f_t, b_time=b_t, w_time=w_t, vpp=lay.vpp)
+    with_p2p = simulate(lay.schedule, lay.pp, m, f_t, b_time=b_t, w_time=w_t, vpp=lay.vpp,
+                        p2p_time=p2p_s) if p2p_s else plain
     # the pacing rank: the busiest one
     rank_stages = [[stage_of(lay.schedule, r, c, lay.pp) for c in range(v)] for r in range(lay.pp)]
     pace = max(range(lay.pp), key=lambda r: plain.busy[r])
@@ -480,10 +519,11 @@ def predict(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, causa
         fwd_one = sum(s.fwd for s in mbs)
         bwd_one = sum(s.bwd_input + s.bwd_weight for s in mbs)
         outer = lay.tp * lay.cp * lay.pp
-        colls = comm.dp_collectives(dense, rec.grad_bytes, rec.weight_bytes, lay.dp, lay.zero, outer, m)
+        colls = comm.dp_collectives(dense, rec.grad_bytes, rec.weight_bytes, lay.dp, zero=lay.zero, stride=outer,
+                                    micro_batches=m)
         if experts:  # expert weights are replicated over dp / ep ranks only
-            colls += comm.dp_collectives(experts, rec.grad_bytes, rec.weight_bytes, lay.dp // lay.ep, lay.zero,
-                                         outer * lay.ep, m)
+            colls += comm.dp_collectives(experts, rec.grad_bytes, rec.weight_bytes, lay.dp // lay.ep, zero=lay.zero,
+                                         stride=outer * lay.ep, micro_batches=m)
         if lay.dp > 1:
             if lay.zero == 3:
                 per_mb = sum(c.seconds(device.network) * c.count for c in colls) / m
@@ -491,10 +531,7 @@ def predict(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, causa
             else:
                 reduce = sum(c.seconds(device.network) for c in colls if c.kind in ("all_reduce", "reduce_scatter"))
                 gather = sum(c.seconds(device.network) for c in colls if c.kind == "all_gather")
-                if lay.dp_overlap:
-                    exposed = max(0.0, reduce - bwd_one) + max(0.0, gather - fwd_one)
-                else:
-                    exposed = reduce + gather
+                exposed = max(0.0, reduce - bwd_one) + max(0.0, gather - fwd_one) if lay.dp_overlap else reduce + gather
         else:
             exposed = 0.0
         shard = lay.dp if lay.zero >= 1 else 1
@@ -509,8 +546,9 @@ def predict(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, causa
     flops = step_flops(spec, lay.global_batch, seq_len, causal, recompute)
     notes = [f"layers per pipeline stage ({n_stages} stages = pp {lay.pp} x {v} chunk{'s' if v > 1 else ''}): "
              + _describe_split(split)]
-    return StepPrediction(spec, device, lay, seq_len, causal, recompute, step, breakdown, float(flops.model_flops),
-                          float(flops.hardware_flops), split, notes)
+    return StepPrediction(spec, device, lay, seq_len, causal=causal, recompute=recompute, step_seconds=step,
+                          breakdown=breakdown, model_flops=float(flops.model_flops),
+                          hardware_flops=float(flops.hardware_flops), layers_per_stage=split, notes=notes)
 
 
 def _describe_split(split: list[int]) -> str:
@@ -561,7 +599,8 @@ def train_steptime(spec: ModelSpec | None, gpu: str, n_gpus: int, mfu: float | N
         raise LlmcalcError("give exactly one of an MFU (--mfu), --achieved-tflops or --tokens-per-second")
     measured = None
     if tps is not None:
-        m, h = mfu_from_throughput(model_flops_per_token, hardware_flops_per_token, tps, n_gpus, accelerator.peak(dtype))
+        m, h = mfu_from_throughput(model_flops_per_token, hardware_flops_per_token, tps, n_gpus,
+                                   accelerator.peak(dtype))
         if m > 1:
             raise LlmcalcError(f"--tokens-per-second {tps:g} on {n_gpus:,} x {accelerator.key} would need MFU "
                                f"{m * 100:.0f} % > 100 %; check the throughput (cluster-wide tokens/s) and --n-gpus")
@@ -586,7 +625,7 @@ def train_steptime(spec: ModelSpec | None, gpu: str, n_gpus: int, mfu: float | N
         raise LlmcalcError("predicting the step time needs a MODEL (its shapes), not --params")
     settings = {**LAYOUT_DEFAULTS, **given}
     lay = make_layout(spec, n_gpus, seq_len, gb, **settings)
-    pred = predict(spec, device_for(gpu, dtype), lay, seq_len, causal, recompute)
+    pred = predict(spec, device_for(gpu, dtype), lay, seq_len, causal=causal, recompute=recompute)
     return pred.mfu, pred, measured
 
 
@@ -605,24 +644,9 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     dev = device_for(gpu, dtype)
     capacity = dev.accelerator.memory_bytes
     per_node = dev.network.gpus_per_node
-    tps = [t for t in (1, 2, 4, 8, 16) if t <= per_node and per_node % t == 0 and spec.n_heads % t == 0]
-    pps = [p for p in range(1, min(spec.n_layers, 64) + 1) if n_gpus % p == 0]
-    cps = [c for c in (1, 2, 4, 8, 16) if seq_len % c == 0 and seq_len // c >= 1024 or c == 1]
     tries = [recompute] if recompute else ["none", "selective", "full"]
     counts = {"searched": 0, "fit": 0, "oom": 0, "invalid": 0}
-    candidates = []
-    for tp in tps:
-        for cp in cps:
-            for pp in pps:
-                if n_gpus % (tp * cp * pp):
-                    continue
-                dp = n_gpus // (tp * cp * pp)
-                for mb in (1, 2, 4):
-                    if global_batch % (dp * mb):
-                        continue
-                    m = global_batch // (dp * mb)
-                    vpps = [1] + ([2, 4] if pp > 1 and m % pp == 0 else [])
-                    candidates += [(tp, cp, pp, v, mb) for v in vpps if pp * v <= spec.n_layers]
+    candidates = _candidates(spec, n_gpus, seq_len, global_batch, per_node)
     step = progress(len(candidates)) if progress else None
     ranked, oom = [], []
     for tp, cp, pp, vpp, mb in candidates:
@@ -630,7 +654,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
         if step:
             step()
         try:
-            lay = make_layout(spec, n_gpus, seq_len, global_batch, tp, cp, pp, vpp, 1, mb)
+            lay = make_layout(spec, n_gpus, seq_len, global_batch, tp=tp, cp=cp, pp=pp, vpp=vpp, ep=1, micro_batch=mb)
         except LlmcalcError:
             counts["invalid"] += 1
             continue
@@ -638,8 +662,8 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
         even = spec.replace(n_layers=math.ceil(spec.n_layers / pp) * pp, n_dense_layers=spec.n_dense_layers)
         fit = None
         for rc in tries:
-            mem = training_memory(even, mb, seq_len // cp, "bf16-mixed", "adamw", rc, "flash",
-                                  Parallel(n_gpus // cp, tp, pp, 1, True))
+            mem = training_memory(even, mb, seq_len // cp, recipe="bf16-mixed", optimizer="adamw", recompute=rc,
+                                  attention="flash", parallel=Parallel(n_gpus // cp, tp, pp, 1, True))
             if mem.peak <= capacity:
                 fit = (rc, mem.peak)
                 break
@@ -648,7 +672,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             oom.append((lay, mem.peak, tries[-1]))
             continue
         counts["fit"] += 1
-        ranked.append((predict(spec, dev, lay, seq_len, causal, fit[0]), fit[1]))
+        ranked.append((predict(spec, dev, lay, seq_len, causal=causal, recompute=fit[0]), fit[1]))
     ranked.sort(key=lambda pm: -pm[0].tokens_per_second)
     losers = _why_they_lose(ranked, oom, capacity)
     return ranked, losers, counts
@@ -681,6 +705,7 @@ def _why_they_lose(ranked: list, oom: list, capacity: float) -> list:
                         p, _describe(p.layout, p.recompute)))
     if oom:
         lay, peak, rc = min(oom, key=lambda o: o[1])
-        out.append((f"does not fit: {peak / 2**30:.1f} GiB per GPU > {capacity / 2**30:.0f} GiB even with recompute {rc}"
+        out.append((f"does not fit: {peak / GIB:.1f} GiB per GPU > {capacity / GIB:.0f} GiB even "
+                    f"with recompute {rc}"
                     f" ({len(oom)} such layouts)", None, _describe(lay)))
     return out

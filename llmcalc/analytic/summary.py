@@ -80,14 +80,14 @@ def scenario_training(spec: ModelSpec, scenario: Scenario, step=None) -> Trainin
     (`step`: that step's StepFlops, when the caller has it already)."""
     step = step or step_flops(spec, 1, scenario.seq_len, scenario.causal, scenario.recompute)
     return TrainingEstimate(scenario.tokens, step.model_flops_per_token * scenario.tokens,
-                            step.hardware_flops_per_token * scenario.tokens, scenario.gpu, scenario.dtype,
-                            scenario.n_gpus, mfu=scenario.mfu, usd_per_gpu_hour=scenario.usd_per_gpu_hour)
+                            step.hardware_flops_per_token * scenario.tokens, scenario.gpu, dtype=scenario.dtype,
+                            n_gpus=scenario.n_gpus, mfu=scenario.mfu, usd_per_gpu_hour=scenario.usd_per_gpu_hour)
 
 
 def scenario_memory(spec: ModelSpec, scenario: Scenario, micro_batch: int | None = None):
     """Per-GPU training memory under `scenario` (its micro-batch unless one is given)."""
     return training_memory(spec, micro_batch or scenario.micro_batch, scenario.seq_len, scenario.recipe,
-                           scenario.optimizer, scenario.recompute, parallel=scenario.parallel)
+                           optimizer=scenario.optimizer, recompute=scenario.recompute, parallel=scenario.parallel)
 
 
 def model_record(spec: ModelSpec, scenario: Scenario) -> dict:

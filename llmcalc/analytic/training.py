@@ -148,10 +148,10 @@ def parametric_fit(compute: float, A: float, B: float, alpha: float, beta: float
 def compute_optimal(compute: float) -> list[ComputeOptimal]:
     return [
         tokens_per_param_rule(compute),
-        parametric_fit(compute, 406.4, 410.7, 0.34, 0.28, "Hoffmann et al. fit (Approach 3)",
-                       "Hoffmann et al. 2022, Approach 3 (sec. 3.3): E=1.69, A=406.4, B=410.7, α=0.34, β=0.28"),
-        parametric_fit(compute, 482.01, 2085.43, 0.3478, 0.3658, "Besiroglu et al. refit",
-                       "Besiroglu et al. 2024 (Epoch AI replication of Approach 3): A=482.01, B=2085.43, "
+        parametric_fit(compute, 406.4, 410.7, 0.34, beta=0.28, method="Hoffmann et al. fit (Approach 3)",
+                       source="Hoffmann et al. 2022, Approach 3 (sec. 3.3): E=1.69, A=406.4, B=410.7, α=0.34, β=0.28"),
+        parametric_fit(compute, 482.01, 2085.43, 0.3478, beta=0.3658, method="Besiroglu et al. refit",
+                       source="Besiroglu et al. 2024 (Epoch AI replication of Approach 3): A=482.01, B=2085.43, "
                        "α=0.3478, β=0.3658"),
     ]
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections import defaultdict
+from typing import Any
 
 import torch
 
@@ -111,10 +112,10 @@ def _auto_classes():
 
 
 def _config(hf: dict):
-    from transformers import AutoConfig, CONFIG_MAPPING
+    from transformers import CONFIG_MAPPING, AutoConfig
 
     model_type = hf.get("model_type")
-    if model_type not in CONFIG_MAPPING:
+    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
         raise LlmcalcError(f"model_type {model_type!r} is unknown to llmcalc and to the installed transformers "
                            f"({_version()}); describe it with llmcalc's keys \"mlp\", \"norm\", \"pos_emb\" instead")
     kwargs = {k: v for k, v in hf.items() if k not in ("model_type", "_source", "transformers_version")}
@@ -261,7 +262,7 @@ def _tied(model) -> bool:
 
 def _flops(model, config, seq_len: int) -> dict:
     ids = torch.zeros(1, seq_len, dtype=torch.long)
-    kwargs = {"input_ids": ids}
+    kwargs: dict[str, Any] = {"input_ids": ids}
     if getattr(config, "is_encoder_decoder", False):
         kwargs["decoder_input_ids"] = ids
     if "use_cache" in model.forward.__code__.co_varnames:

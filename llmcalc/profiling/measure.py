@@ -266,7 +266,8 @@ def calibrate(device: str = "cpu", dtype: torch.dtype = torch.float32, size: int
     return 2 * size**3 / best
 
 
-def real_profile(spec: ModelSpec, device: str = "auto", batch: int = 1, seq: int = DEFAULT_SEQ_LEN, recipe: str = "fp32",
+def real_profile(spec: ModelSpec, device: str = "auto", batch: int = 1, seq: int = DEFAULT_SEQ_LEN,
+                 recipe: str = "fp32",
                  recompute: str = "none", attention: str = "sdpa", steps: int = 10, warmup: int = 2,
                  compile: bool = False, counter: str = "torch", peak_flops: float | None = None,
                  peak_source: str = "", causal_mfu: bool = False) -> ProfileResult:

@@ -403,7 +403,8 @@ class Embeddings(nn.Module):
             x = x + self.positions(torch.arange(S, device=ids.device))
         elif self.spec.pos_emb == "sinusoidal":  # Vaswani et al. 2017 sec. 3.5: a fixed table, no parameters
             pos = torch.arange(S, device=ids.device, dtype=torch.float32)[:, None]
-            div = torch.exp(torch.arange(0, self.spec.d_model, 2, device=ids.device) * (-math.log(1e4) / self.spec.d_model))
+            div = torch.exp(torch.arange(0, self.spec.d_model, 2,
+                                         device=ids.device) * (-math.log(1e4) / self.spec.d_model))
             x = x + torch.cat([(pos * div).sin(), (pos * div).cos()], -1).to(x.dtype)
         if self.token_types is not None:
             x = x + self.token_types(torch.zeros_like(ids))
@@ -502,7 +503,8 @@ def component_of(name: str) -> str:
                                  "shared_gate": "shared_experts"}[rest[0]]
     if rest and rest[0] in ("q_norm", "k_norm"):
         return f"{stack}{module}/qk_norm"
-    if rest and rest[-1] == "bias" and module in ("attention", "cross_attention", "mlp") and rest[0] != "relative_position_bias":
+    if rest and rest[-1] == "bias" and module in ("attention", "cross_attention",
+                                                  "mlp") and rest[0] != "relative_position_bias":
         return f"{stack}{module}/bias"
     return f"{stack}{module}/{rest[0]}" if rest else f"{stack}{module}"
 

@@ -45,7 +45,7 @@ class MixedPrecisionAdamW:
 
     def step(self):
         with torch.no_grad():
-            for p, m, opt in zip(self.params, self.master, self.optimizers):
+            for p, m, opt in zip(self.params, self.master, self.optimizers, strict=True):
                 if p.grad is None:
                     continue
                 m.grad = p.grad.float()

@@ -15,6 +15,7 @@ partial report and never damages an earlier one, and staging folders of killed r
 from __future__ import annotations
 
 import base64
+import contextlib
 import html
 import json
 import os
@@ -24,11 +25,13 @@ import sys
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from ..errors import LlmcalcError
 from ..units import fmt_bytes
 from .interrupts import Interrupted, checkpoint, signals_deferred
 from .tables import Document, Table, _tabulate, render
+
 
 @dataclass
 class Report:
@@ -187,7 +190,7 @@ def provenance(argv: list[str], sources: dict[str, str], scenario=None) -> dict:
 
     from .. import __version__
 
-    data = {"llmcalc_version": __version__, "command": shlex.join(["llmcalc", *argv]),
+    data: dict[str, Any] = {"llmcalc_version": __version__, "command": shlex.join(["llmcalc", *argv]),
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "sources": dict(sources)}
     if scenario is not None and scenario.gpu is not None:
         data["sources"][scenario.gpu.key] = scenario.gpu.source
@@ -202,10 +205,8 @@ def check_destination(out: Path, force: bool) -> None:
     marker file may be replaced), an earlier report without --force, or a folder we cannot write into."""
     if not str(out):
         raise LlmcalcError("--out is empty; give a directory for the report")
-    try:
+    with contextlib.suppress(OSError):  # not ours to fix here: a folder we cannot list or write is reported below
         sweep_stale(out)
-    except OSError:
-        pass  # not ours to fix here: a folder we cannot list or write is reported below
     if out.exists() and not out.is_dir():
         raise LlmcalcError(f"output path {out} is a file; give a directory for the report")
     if out.is_dir() and any(out.iterdir()):

@@ -10,6 +10,7 @@ import contextlib
 import signal
 import sys
 import threading
+from typing import Any
 
 
 class Interrupted(BaseException):
@@ -33,7 +34,7 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # Python runs signal handlers in the main thread only, so this state needs no lock. A Python-level flag,
 # not pthread_sigmask: a process-directed signal goes to any thread that does not block it (BLAS pools,
 # ...), and Python would still run the handler in the main thread at once.
-_state = {"depth": 0, "pending": [], "raised": False, "signum": None}
+_state: dict[str, Any] = {"depth": 0, "pending": [], "raised": False, "signum": None}
 
 
 def _handler(signum, frame):

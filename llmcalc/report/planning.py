@@ -10,20 +10,20 @@ import re
 from ..analytic.flops import step_flops
 from ..analytic.params import count_params
 from ..analytic.summary import Scenario, model_record, scenario_memory, scenario_training
+from ..hardware import Accelerator
 from ..results import ProfileResult
 from ..spec import ModelSpec
-from ..hardware import Accelerator
 from ..units import fmt_count, fmt_flops, fmt_flops_rate, fmt_usd
 from . import plots, sweeps
 from .document import Report, safe_name
 from .plots import gib
+from .steptime_figures import steptime_section
 from .tables import Column, Table
-from .views_params import params_document
 from .views_compare import compare_document
 from .views_compute import FLOP_CONVENTIONS, flops_document, train_document
 from .views_memory import training_memory_document
+from .views_params import params_document
 from .views_profile import profile_document
-from .steptime_figures import steptime_section
 
 
 def _summary_lines(spec: ModelSpec, scenario: Scenario, record: dict) -> list[str]:
@@ -55,7 +55,8 @@ def _summary_lines(spec: ModelSpec, scenario: Scenario, record: dict) -> list[st
 
 def scenario_line(scenario: Scenario, names: list[str]) -> str:
     """The line under every figure's title: which models, which run."""
-    return (f"{', '.join(names) if len(names) <= 3 else f'{len(names)} models'} · {fmt_count(scenario.tokens)} tokens at seq {scenario.seq_len:,} · "
+    models = ', '.join(names) if len(names) <= 3 else f'{len(names)} models'
+    return (f"{models} · {fmt_count(scenario.tokens)} tokens at seq {scenario.seq_len:,} · "
             f"{scenario.n_gpus:,} x {scenario.gpu.key} at {scenario.mfu:.0%} MFU · micro-batch {scenario.micro_batch}, "
             f"ZeRO-{scenario.zero}, tp {scenario.tp}")
 
@@ -123,7 +124,7 @@ def build_report(specs: list[ModelSpec], sources: dict[str, str], scenario: Scen
                  profiles: dict[str, ProfileResult] | None = None, progress=None, serve: bool = False,
                  meta: dict | None = None) -> Report:
     names = [s.name for s in specs]
-    by_name = dict(zip(names, specs))
+    by_name = dict(zip(names, specs, strict=True))
     title = f"Planning report: {', '.join(names)}"
     report = Report(title)
     records = {s.name: model_record(s, scenario) for s in specs}
@@ -163,14 +164,15 @@ def build_report(specs: list[ModelSpec], sources: dict[str, str], scenario: Scen
 
     report.heading("Parameters")
     moe = any(s.is_moe for s in specs)
-    report.figure("params", plots.params_breakdown(sweeps.params_groups({n: count_params(s) for n, s in by_name.items()}),
-                                                   line),
+    counts = {n: count_params(s) for n, s in by_name.items()}
+    report.figure("params", plots.params_breakdown(sweeps.params_groups(counts), line),
                   "Parameters by component group (exact counts); a dense MLP and MoE experts share the row "
                   "'MLP / experts'" + ("; MoE models' active parameters per token drawn dark inside the total"
                                        if moe else ""))
     for spec in specs:
         report.heading(spec.name, 3)
-        report.document(params_document(count_params(spec), sources.get(spec.name, "")), f"params-{safe_name(spec.name)}")
+        report.document(params_document(count_params(spec), sources.get(spec.name, "")),
+                        f"params-{safe_name(spec.name)}")
     tick("parameters")
 
     report.heading("FLOPs")
@@ -193,7 +195,7 @@ def build_report(specs: list[ModelSpec], sources: dict[str, str], scenario: Scen
             "series": {f"{n} on {scenario.gpu.key}": (records[n]["wall_clock_days"], records[n]["cost_usd"],
                                                       records[n].get("fits")) for n in names}}
     prices = {}
-    for series, device in dict(zip(time_frame["series"], time_frame["device"])).items():
+    for series, device in dict(zip(time_frame["series"], time_frame["device"], strict=True)).items():
         gpu = next(g for g in gpus if g.key == device)
         price, _ = price_source(gpu, scenario.usd_per_gpu_hour if device == scenario.gpu.key else None)
         prices[series] = "no price" if price is None else f"{fmt_usd(price)}/GPU-hour"
@@ -252,7 +254,7 @@ def build_report(specs: list[ModelSpec], sources: dict[str, str], scenario: Scen
                        "tokens": scenario.tokens} for s in specs}
     frontiers = sweeps.frontiers()
     labels = dict(zip(frontiers, ["≈20 tokens per parameter (Hoffmann et al. 2022, Approaches 1-2): the reference",
-                                  "Hoffmann et al. 2022 Approach 3 fit (for comparison)"]))
+                                  "Hoffmann et al. 2022 Approach 3 fit (for comparison)"], strict=False))
     report.figure("compute_optimal", plots.compute_optimal({labels.get(k, k): v for k, v in frontiers.items()}, points,
                                                             line),
                   "Parameters against training tokens. The reference is the ~20 tokens per parameter rule (Hoffmann et "

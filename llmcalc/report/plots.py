@@ -79,7 +79,7 @@ def mark_x(ax, x: float, label: str, colour_: str = "black", y: float = 0.97) ->
 
 def bar_values(ax, bars, texts: list[str], horizontal: bool = True) -> None:
     """A value label at the end of each bar."""
-    for bar, text in zip(bars, texts):
+    for bar, text in zip(bars, texts, strict=False):
         if horizontal:
             ax.annotate(text, (bar.get_x() + bar.get_width(), bar.get_y() + bar.get_height() / 2), xytext=(3, 0),
                         textcoords="offset points", va="center", ha="left", fontsize=MIN_POINTS)
@@ -95,7 +95,7 @@ def distinguish(series: dict[str, list[float]]) -> dict[str, tuple[int, str]]:
     seen: list[tuple[str, list[float]]] = []
     for label, values in series.items():
         twins = [other for other, vals in seen if len(vals) == len(values)
-                 and all(abs(a - b) <= 1e-3 * max(abs(a), abs(b), 1e-300) for a, b in zip(vals, values))]
+                 and all(abs(a - b) <= 1e-3 * max(abs(a), abs(b), 1e-300) for a, b in zip(vals, values, strict=True))]
         out[label] = (len(twins) % len(STYLES), f" (same as {twins[0]})" if twins else "")
         seen.append((label, values))
     return out
@@ -145,7 +145,7 @@ def params_breakdown(df, scenario: str = ""):
         if moe:
             ax.barh(ys, sub["active"], height=height * 0.92, color=colour(i), label=f"{model}: active per token")
         bar_values(ax, bars, [("" if not p else si(p).strip() + (f" (active {si(a).strip()})" if a != p else ""))
-                              for p, a in zip(sub["params"], sub["active"])])
+                              for p, a in zip(sub["params"], sub["active"], strict=True)])
     ax.set_yticks(range(len(groups)), groups)
     ax.invert_yaxis()
     ax.set_xlabel("parameters (SI: k, M, G, T" + (", log scale)" if log else ")"))
@@ -230,7 +230,8 @@ def time_and_cost(df, plan: dict, prices: dict[str, str], scenario: str = ""):
                   linestyle=STYLES[k][0], zorder=2)
         left.plot(ok["n_gpus"], ok["wall_clock_days"], color=colour(i), linestyle=STYLES[k][0],
                   marker=STYLES[k][1], markersize=5 if chosen else 4, linewidth=2.6 if chosen else 1.4,
-                  markerfacecolor="white" if k else colour(i), zorder=5 if k else 4 if chosen else 3, label=label + (" (the plan)" if chosen and len(order) > 1 and
+                  markerfacecolor="white" if k else colour(i), zorder=5 if k else 4 if chosen else 3,
+                  label=label + (" (the plan)" if chosen and len(order) > 1 and
                                                             len(plan["series"]) == 1 else "") + same)
         if len(bad):
             left.scatter(bad["n_gpus"], bad["wall_clock_days"], marker="x", color=WARN, s=30, zorder=5,
@@ -239,7 +240,7 @@ def time_and_cost(df, plan: dict, prices: dict[str, str], scenario: str = ""):
     left.set_xscale("log", base=2)
     left.set_yscale("log")
     n = plan["n_gpus"]
-    for j, (label, (days, cost, fits)) in enumerate(plan["series"].items()):
+    for j, (_label, (days, cost, fits)) in enumerate(plan["series"].items()):
         left.scatter([n], [days], marker="*", s=240, color="gold" if fits is not False else "white",
                      edgecolor="black" if fits is not False else WARN, linewidth=1.2, zorder=6,
                      label=f"the plan: {n:,} GPUs" if j == 0 else None)
@@ -293,7 +294,7 @@ def memory_vs_batch(df, capacity: float, device: str, micro_batch: int, skipped:
             ax.bar(x, pivot[component], bottom=bottom, color=colour(j), label=component, width=0.7)
             bottom = pivot[component] if bottom is None else bottom + pivot[component]
         totals = pivot.sum(axis=1)
-        for xi, (batch, total) in zip(x, totals.items()):
+        for xi, (batch, total) in zip(x, totals.items(), strict=False):
             over = total > cap
             if over:
                 ax.bar([xi], [total], width=0.7, fill=False, hatch="//", edgecolor=WARN, linewidth=0)
@@ -315,7 +316,7 @@ def memory_vs_batch(df, capacity: float, device: str, micro_batch: int, skipped:
             ax.plot(sub["micro_batch"], shown, marker=STYLES[i % len(STYLES)][1], color=colour(i), label=model)
             over = values > cap
             ax.scatter(sub["micro_batch"][over], shown[over], marker="x", s=40, color=WARN, zorder=4)
-            for b, v in zip(sub["micro_batch"][values > top], values[values > top]):
+            for b, v in zip(sub["micro_batch"][values > top], values[values > top], strict=True):
                 ax.annotate(f"{model}: {v:,.0f} GiB (off scale)", (b, top), xytext=(6, -4), textcoords="offset points",
                             fontsize=MIN_POINTS, color=colour(i), va="top")
         ax.xaxis.get_major_locator().set_params(integer=True)
@@ -381,7 +382,8 @@ def compute_optimal(frontiers, points, scenario: str = ""):
         if p["active"] != p["params"]:
             ax.plot([p["active"], p["params"]], [tokens, tokens], color=colour(i), linewidth=1, zorder=2)
             ax.scatter([p["params"]], [tokens], facecolor="white", edgecolor=colour(i), s=50, zorder=3,
-                       label=f"{model}, total {si(p['params']).strip()}: {tokens / p['params']:,.0f} tokens/param (hollow)")
+                       label=f"{model}, total {si(p['params']).strip()}: "
+                             f"{tokens / p['params']:,.0f} tokens/param (hollow)")
             if named:
                 ax.annotate(f"{model} (total)", (p["params"], tokens), xytext=(6, -12), textcoords="offset points",
                             fontsize=MIN_POINTS, color=colour(i))

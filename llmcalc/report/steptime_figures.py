@@ -27,7 +27,7 @@ def breakdown_bars(predictions: list[tuple[str, StepPrediction]], title: str, sc
         if not any(widths):
             continue
         ax.barh(labels, widths, left=left, color=plots.colour(i), label=BREAKDOWN_LABELS[part])
-        left = [a + b for a, b in zip(left, widths)]
+        left = [a + b for a, b in zip(left, widths, strict=True)]
     for y, (_, p) in enumerate(predictions):
         ax.text(left[y], y, f"  MFU {p.mfu * 100:.1f} %", va="center", fontsize=plots.MIN_POINTS)
     ax.invert_yaxis()

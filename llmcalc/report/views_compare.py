@@ -38,5 +38,6 @@ def compare_document(records: list[dict], scenario: Scenario) -> Document:
          "the peak per GPU for a micro-batch (see `llmcalc memory`); attention S² share is of forward matmul FLOPs",
          "--sort KEY orders the models by any of: " + ", ".join(k for k in keys if k != "model")],
     )
-    return Document(f"compare {plural(len(records), 'model')} at seq {scenario.seq_len:,}", {"scenario": scenario.to_dict(), "models": records},
+    return Document(f"compare {plural(len(records), 'model')} at seq {scenario.seq_len:,}",
+                    {"scenario": scenario.to_dict(), "models": records},
                     [per_model, side_by_side])

@@ -26,7 +26,8 @@ SSM_CONVENTION = (
 def conventions(spec, causal: bool) -> list[str]:
     """The FLOP conventions that apply to `spec` (the Mamba scan line only where it has Mamba layers)."""
     ssm = [SSM_CONVENTION] if spec.is_hybrid and any(
-        k in ("mamba", "mamba2", "gated_deltanet") for i in range(spec.n_layers) for k in spec.layer_parts(i)[0]) else []
+        k in ("mamba", "mamba2", "gated_deltanet")
+        for i in range(spec.n_layers) for k in spec.layer_parts(i)[0]) else []
     return FLOP_CONVENTIONS + [_s2(causal)] + ssm
 
 
@@ -58,7 +59,8 @@ def flops_document(step: StepFlops, count: ParamCount) -> Document:
         causal = step.causal if rule.convention == "none" else rule.convention == "causal"
         exact = exact_for[causal][0 if rule.kind == "forward" else 1]
         rule_rows.append({"rule": rule.name, "kind": rule.kind, "per_token": rule.per_token,
-                          "convention": "full S²" if rule.convention == "full" else "causal" if rule.convention == "causal"
+                          "convention": "full S²" if rule.convention == "full"
+                          else "causal" if rule.convention == "causal"
                           else ("causal" if step.causal else "full S²") + " (exact)",
                           "exact_per_token": exact, "rel_error": rule.per_token / exact - 1, "source": rule.source})
     elementwise = elementwise_ops(step)
@@ -93,7 +95,8 @@ def flops_document(step: StepFlops, count: ParamCount) -> Document:
         [{"component": g, "forward": v, "share": v / step.forward} for g, v in groups.items() if v],
         [] if cross is None else [
             f"attention S² overtakes the Q/K/V/O projections at S = {cross.vs_projections:,.0f} tokens and the "
-            f"whole block (projections + FFN) at S = {cross.vs_block:,.0f} tokens ({'causal' if step.causal else 'full S²'})"
+            f"whole block (projections + FFN) at S = {cross.vs_block:,.0f} tokens "
+            f"({'causal' if step.causal else 'full S²'})"
         ],
     )
     totals = [

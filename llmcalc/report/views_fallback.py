@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..fallback import METHOD_TRANSFORMERS, FallbackModel
 from ..units import fmt_count, fmt_int, si
 from .tables import Column, Document, Table
@@ -45,7 +47,7 @@ def fallback_params_document(model: FallbackModel, source: str) -> Document:
         "components": dict(model.components), "groups": model.groups(),
         "notes": notes,
     }
-    rows = [{"kind": "component", "name": k, "params": v, "fraction_of_total": v / total}
+    rows: list[dict[str, Any]] = [{"kind": "component", "name": k, "params": v, "fraction_of_total": v / total}
             for k, v in model.components.items()]
     rows.append({"kind": "total", "name": "total", "params": total, "fraction_of_total": 1.0})
     rows.append({"kind": "total", "name": "non_embedding", "params": total - model.embedding,
@@ -66,6 +68,7 @@ def fallback_params_document(model: FallbackModel, source: str) -> Document:
 
 def fallback_flops_document(model: FallbackModel, step: dict, batch: int, causal: bool, recompute: str) -> Document:
     counted = model.flops
+    assert counted is not None, "a FallbackModel loaded without FLOPs"  # narrows the Optional for mypy
     seq = counted["seq_len"]
     conventions = FLOP_CONVENTIONS[:1] + [
         "backward = 2 x forward (llmcalc's convention, as for analytic models); the LM head is whatever "

@@ -26,7 +26,8 @@ def _fit_rows(per_gpu: float, gpu: Accelerator | None, reserve: float) -> tuple[
     fits = per_gpu <= capacity
     line = (f"{'fits' if fits else 'does NOT fit'} on {gpu.key} ({gpu.memory_bytes / GIB:g} GiB"
             + (f" - {reserve / GIB:g} GiB reserve" if reserve else "") + "): "
-            + (f"{(capacity - per_gpu) / GIB:,.2f} GiB free" if fits else f"{(per_gpu - capacity) / GIB:,.2f} GiB over"))
+            + (f"{(capacity - per_gpu) / GIB:,.2f} GiB free" if fits
+               else f"{(per_gpu - capacity) / GIB:,.2f} GiB over"))
     return {"fits": fits, "capacity_bytes": capacity, "device": gpu.key}, [line]
 
 
@@ -95,7 +96,8 @@ def training_memory_document(est: MemoryEstimate, gpu: Accelerator | None, reser
         + (["FP8 (Transformer Engine): the inputs of the linear layers are saved as their 1-byte FP8 casts"]
            if rec.fp8_saved_inputs else []),
     )
-    title = (f"{spec.name}: training memory per GPU, micro-batch {est.batch:,} x seq {est.seq_len:,}, {rec.name} + {opt.name}, "
+    title = (f"{spec.name}: training memory per GPU, micro-batch {est.batch:,} x seq "
+             f"{est.seq_len:,}, {rec.name} + {opt.name}, "
              f"recompute {est.recompute}")
     return Document(title, data, [table, acts], [spec.describe()])
 
@@ -109,8 +111,9 @@ def serving_conventions(est: InferenceEstimate) -> list[str]:
     if spec.is_moe:
         E, k = spec.n_experts, spec.n_experts_per_token
         lines.append(f"MoE decode reads only the experts the step's routed tokens hit: expected distinct experts per "
-                     f"layer E·(1 - (1 - k/E)^b) under uniform routing (E = {E}, k = {k}): {expected_experts(spec, 1):g} "
-                     f"at batch 1 (the active parameters), {expected_experts(spec, est.batch):.2f} at batch {est.batch}")
+                     f"layer E·(1 - (1 - k/E)^b) under uniform routing (E = {E}, k = {k}): "
+                     f"{expected_experts(spec, 1):g} at batch 1 (the active parameters), "
+                     f"{expected_experts(spec, est.batch):.2f} at batch {est.batch}")
     if spec.is_mla:
         lines.append("MLA: decode in the absorbed form (DeepSeek-V2 sec. 2.1.2: W_UK folded into the query, W_UV into "
                      "the output), attending over the cached latent it reads (kv_lora_rank + qk_rope_head_dim = "
@@ -120,7 +123,8 @@ def serving_conventions(est: InferenceEstimate) -> list[str]:
             lines.append(f"tensor parallel over {tp} GPUs: query heads split; the MLA latent cache is replicated on "
                          "every rank (not split)")
         elif tp > spec.n_kv_heads:
-            lines.append(f"tensor parallel over {tp} GPUs: {spec.n_kv_heads} KV head{'s' if spec.n_kv_heads > 1 else ''}"
+            lines.append(f"tensor parallel over {tp} GPUs: {spec.n_kv_heads} "
+                         f"KV head{'s' if spec.n_kv_heads > 1 else ''}"
                          f" for {tp} ranks, so each rank keeps one KV head (replicated {tp // spec.n_kv_heads}x), "
                          "never split below one; KV cache and K/V weights per GPU follow")
         else:
@@ -164,7 +168,8 @@ def infer_document(est: InferenceEstimate) -> Document:
         f"roofline{per_gpu}: time = max(FLOPs / {est.accelerator.peak(est.compute_dtype) / 1e12:,.4g} TFLOP/s "
         f"dense {est.compute_dtype}, bytes / {bw:.3g} TB/s); an upper bound on speed",
         f"prefill (causal): {fmt_seconds(pre.seconds)} to the first token; decode: "
-        f"{fmt_seconds(est.decode_seconds_per_token)} per step on average, {est.decode_tokens_per_second:,.0f} tokens/s "
+        f"{fmt_seconds(est.decode_seconds_per_token)} per step on "
+        f"average, {est.decode_tokens_per_second:,.0f} tokens/s "
         f"for the batch of {est.batch} (a closed-form sum over the growing context)",
         f"whole request: {fmt_seconds(est.total_seconds)}, {est.tokens_per_second:,.0f} generated tokens/s",
         (f"decode turns compute-bound at batch {with_kv:,.0f} at context {est.prompt:,}" if with_kv else

@@ -42,7 +42,8 @@ def params_document(count: ParamCount, source: str) -> Document:
         ],
         "reconciliation": [{"term": label, "params": value} for label, value in recon],
     }
-    rows = [{"kind": "component", "name": k, "params": v, "fraction_of_total": v / total} for k, v in count.components.items()]
+    rows = [{"kind": "component", "name": k, "params": v, "fraction_of_total": v / total}
+            for k, v in count.components.items()]
     rows.append({"kind": "total", "name": "total", "params": total, "fraction_of_total": 1.0})
     rows.append({"kind": "total", "name": "non_embedding", "params": count.non_embedding,
                  "fraction_of_total": count.non_embedding / total})

@@ -76,7 +76,8 @@ def profile_document(r: ProfileResult) -> Document:
             ["measured categories are MemTracker's (param, grad, opt, act, temp, ...); analytic ones are the "
              "formula's at its own peak phase"] if r.mode == "virtual" else [],
         ))
-    title = (f"{r.model}: {r.mode} profile on {r.device_name} ({r.device}), micro-batch {r.batch_size:,} x seq {r.seq_len:,}, "
+    title = (f"{r.model}: {r.mode} profile on {r.device_name} ({r.device}), micro-batch {r.batch_size:,} "
+             f"x seq {r.seq_len:,}, "
              f"{r.recipe}, recompute {r.recompute}, attention {r.attention} (sdpa backend: {r.sdpa_backend})")
     return Document(title, r.to_json(), tables, list(r.notes))
 
@@ -92,7 +93,8 @@ def calibrate_document(device: str, dtype: str, size: int, flops_per_s: float, c
         data.update(catalog)
         rows.append({"quantity": f"datasheet dense {dtype} peak ({catalog['preset']})",
                      "value": fmt_flops_rate(catalog["peak_flops_per_s"])})
-        rows.append({"quantity": "achieved / datasheet", "value": f"{flops_per_s / catalog['peak_flops_per_s'] * 100:.1f} %"})
+        rows.append({"quantity": "achieved / datasheet",
+                     "value": f"{flops_per_s / catalog['peak_flops_per_s'] * 100:.1f} %"})
     table = Table("calibration", [Column("quantity", "quantity", align="left"),
                                   Column("value", "value (with unit)", align="left")], rows,
                   ["best of repeated timed matmuls; `profile` uses this as the peak for CPUs and unknown devices"])

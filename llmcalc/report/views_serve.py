@@ -35,7 +35,8 @@ def serve_document(est: ServeEstimate) -> Document:
         "throughput": throughput,
     }
     memory_rows = [
-        {"name": f"usable ({est.gpu_memory_utilization:g} x {gpu.memory_bytes / GIB:g} GiB)", "bytes": est.usable_bytes},
+        {"name": f"usable ({est.gpu_memory_utilization:g} x {gpu.memory_bytes / GIB:g} GiB)",
+         "bytes": est.usable_bytes},
         {"name": f"weights ({est.weight_dtype})", "bytes": est.weights_bytes_per_gpu},
         {"name": "activation peak (profiling run)", "bytes": est.activation_bytes},
         {"name": f"KV cache ({est.kv_blocks:,} blocks of {est.block_size} tokens)",
