@@ -583,9 +583,17 @@ def _need_torch():
 @click.option("--attention", type=click.Choice(["sdpa", "eager"]), default="sdpa", show_default=True)
 @click.option("--layers", type=POSITIVE_INT, default=None, help="Use only this many layers (to fit a real run).")
 @click.option("--peak-tflops", type=float, default=None, help="Peak for MFU (default: catalog or calibration).")
+@click.option("--world-size", type=POSITIVE_INT, default=None,
+              help="With --virtual: profile rank 0 of this many ranks (FSDP2 over dp x DTensor TP, fake process group).")
+@click.option("--nproc", type=POSITIVE_INT, default=None,
+              help="Real runs: launch this many ranks with torch.distributed.run (gloo on CPU, nccl on CUDA).")
+@click.option("--tp", type=POSITIVE_INT, default=1, show_default=True,
+              help="Sharded runs: tensor-parallel degree; dp = world size / tp.")
+@click.option("--all-layers", is_flag=True,
+              help="Virtual sharded runs: measure every block (default past 8: 2 and 4 blocks, extrapolated).")
 @format_option
 def profile(model, virtual, device, dtype, recipe, batch_size, seq_len, steps, warmup, compile_, counter, recompute,
-            attention, layers, peak_tflops, fmt):
+            attention, layers, peak_tflops, world_size, nproc, tp, all_layers, fmt):
     """Build MODEL in PyTorch, measure FLOPs, memory and speed, and hold every formula against them."""
     _need_torch()
     from .presets import load_model
@@ -596,6 +604,15 @@ def profile(model, virtual, device, dtype, recipe, batch_size, seq_len, steps, w
         spec = spec.replace(n_layers=layers, name=f"{spec.name} ({layers} layers)",
                             n_dense_layers=min(spec.n_dense_layers, layers),
                             n_decoder_layers=layers if spec.n_decoder_layers else None)
+    if world_size is not None or nproc is not None:
+        from .profiling.launch import sharded_profile
+        from .report.views_distributed import distributed_document
+
+        emit(distributed_document(sharded_profile(spec, model, layers, virtual, world_size, nproc, tp, device, dtype,
+                                                  batch_size, seq_len, steps, warmup, attention, peak_tflops, all_layers)), fmt)
+        return
+    if tp != 1:
+        raise LlmcalcError("--tp needs a sharded run: add --virtual --world-size N or --nproc N")
     if virtual:
         from .profiling.measure import virtual_profile
 
