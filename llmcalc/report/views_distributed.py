@@ -17,6 +17,19 @@ def _err(p: dict) -> str:
     return "" if e is None else ("0 %" if e == 0 else f"{e * 100:+.3g} %")
 
 
+def _merge_identical(rows: list[dict]) -> list[dict]:
+    """Consecutive ranks with the same figures as one row "a-b" (64 identical rows say nothing more)."""
+    out: list[dict] = []
+    for row in rows:
+        same = out and {k: v for k, v in out[-1].items() if k != "rank"} == {k: v for k, v in row.items() if k != "rank"}
+        if same:
+            first = str(out[-1]["rank"]).split("-")[0]
+            out[-1]["rank"] = f"{first}-{row['rank']}"
+        else:
+            out.append(dict(row))
+    return out
+
+
 def distributed_document(data: dict) -> Document:
     ranks = data["ranks"]
     rows, cols = [], [Column("rank", "rank")]
@@ -45,7 +58,8 @@ def distributed_document(data: dict) -> Document:
         if real:
             row.update({k: r.get(k) for k in ("step_seconds", "tokens_per_second", "mfu")})
         rows.append(row)
-    tables = [Table("per rank: analytic vs measured", cols, rows, list(data["notes"]))]
+    tables = [Table("per rank: analytic vs measured (ranks with identical figures share a row)", cols,
+                    _merge_identical(rows), list(data["notes"]))]
     if data.get("memory_by_category"):
         tables.append(Table("rank 0 memory at the peak, by FSDPMemTracker category",
                             [Column("name", "category", align="left"), Column("bytes", "memory (GiB)", _gib)],
