@@ -7,83 +7,171 @@ are imported inside the commands that need them, so `llmcalc params <preset>` st
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
 
+from .analytic.memory import OPTIMIZER_IMPLS, OPTIMIZERS, RECIPES
 from .errors import LlmcalcError
+from .options import Choice, Count, DType, Fraction, Length, Name, Number, flush_warnings, refuse_unused, warn
 from .report.tables import FORMATS, render
-from .units import UnitError, fmt_count, parse_count, parse_length
+from .units import fmt_tokens
+from .validate import (
+    DEFAULT_SEQ_LEN, MAX_BATCH, MAX_CALIBRATE_SECONDS, MAX_CALIBRATE_SIZE, MAX_COMPUTE, MAX_DAYS, MAX_GENERATE,
+    MAX_GPUS, MAX_PARAMS, MAX_PROFILE_LAYERS, MAX_PROFILE_STEPS, MAX_SEQ_LEN, MAX_TFLOPS, MAX_TOKENS,
+    MAX_USD_PER_GPU_HOUR, MIN_UTILIZATION,
+)
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in llmcalc, not in the input
+
+# Commands in the order a user needs them (`llmcalc` alone lists them so); new commands go last
+# unless placed here.
+WORKFLOW = ("presets", "params", "flops", "train", "plan", "memory", "infer", "serve", "layout", "compare",
+            "report", "profile", "calibrate")
 
 
 class LlmcalcGroup(click.Group):
     """A click group whose errors are one line on stderr with a non-zero exit."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        args = sys.argv[1:] if args is None else list(args)
+        flush_warnings(show=False)
+        if not args:  # bare `llmcalc`: the help, and success
+            with click.Context(self, info_name=prog_name or "llmcalc") as ctx:
+                click.echo(self.get_help(ctx))
+            sys.exit(0)
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.ClickException as exc:
-            click.echo(f"llmcalc: error: {exc.format_message()}", err=True)
-            sys.exit(exc.exit_code)
+            click.echo(f"llmcalc: error: {one_line(exc.format_message())}", err=True)
+            sys.exit(EXIT_BAD_INPUT if exc.exit_code in (1, 2) else exc.exit_code)
         except click.exceptions.Abort:
             click.echo("llmcalc: aborted", err=True)
             sys.exit(1)
         except LlmcalcError as exc:
-            click.echo(f"llmcalc: error: {exc}", err=True)
+            click.echo(f"llmcalc: error: {one_line(str(exc))}", err=True)
             sys.exit(EXIT_BAD_INPUT)
+        except OSError as exc:  # the disk or the system, not the input: ENOSPC, EACCES, EROFS ...
+            where = f" ({exc.filename})" if exc.filename else ""
+            click.echo(f"llmcalc: error: {exc.strerror or exc.__class__.__name__}{where}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
+        except (OverflowError, RecursionError, MemoryError) as exc:
+            if os.environ.get("LLMCALC_DEBUG"):
+                raise
+            click.echo(f"llmcalc: error: the numbers are too large to compute ({exc.__class__.__name__}); "
+                       f"use smaller sizes", err=True)
+            sys.exit(EXIT_BAD_INPUT)
+        except Exception as exc:  # never a traceback for a user; LLMCALC_DEBUG=1 shows it
+            if os.environ.get("LLMCALC_DEBUG"):
+                raise
+            click.echo(f"llmcalc: internal error: {exc.__class__.__name__}: {one_line(str(exc))} (a bug: please "
+                       f"report it with the command; LLMCALC_DEBUG=1 shows the traceback)", err=True)
+            sys.exit(EXIT_INTERNAL)
         if isinstance(rv, int) and rv:
             sys.exit(rv)
         return rv
 
+    def list_commands(self, ctx):
+        order = {name: i for i, name in enumerate(WORKFLOW)}
+        return sorted(self.commands, key=lambda n: order.get(n, len(WORKFLOW)))
 
-class Quantity(click.ParamType):
-    """A count typed the human way: 7B, 1.5T, 300k, 2e12 (SI; B = billion)."""
-
-    name = "quantity"
-
-    def convert(self, value, param, ctx):
-        try:
-            return parse_count(value, param.name.replace("_", "-") if param else "quantity")
-        except UnitError as exc:
-            self.fail(str(exc), param, ctx)
-
-
-class Length(click.ParamType):
-    """A sequence length in tokens: 2048, 4k (= 4096), 32k."""
-
-    name = "length"
-
-    def convert(self, value, param, ctx):
-        try:
-            length = parse_length(value, param.name.replace("_", "-") if param else "length")
-        except UnitError as exc:
-            self.fail(str(exc), param, ctx)
-        if length <= 0:
-            self.fail(f"must be a positive number of tokens, got {value}", param, ctx)
-        return length
+    def format_commands(self, ctx, formatter):
+        """Each command with its whole first sentence (click cuts summaries at 45 characters)."""
+        rows = [(name, self.commands[name].get_short_help_str(limit=200)) for name in self.list_commands(ctx)
+                if not self.commands[name].hidden]
+        if rows:
+            with formatter.section("Commands (in the order a plan needs them)"):
+                formatter.write_dl(rows, col_max=12)
 
 
-QUANTITY, LENGTH = Quantity(), Length()
-POSITIVE_INT = click.IntRange(min=1)
+def one_line(text: str) -> str:
+    """A message as one line: click's usage errors carry the usage text and a hint line."""
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    return "; ".join(lines) if lines else "invalid input"
+
+
+SEQ_HELP = f"Tokens per training sequence (4k = 4,096); the same default, {DEFAULT_SEQ_LEN:,}, in every command."
+LENGTH = Length(MAX_SEQ_LEN)
+POSITIVE_INT = Count(whole=True, maximum=MAX_BATCH)
+GPUS = Count(whole=True, maximum=MAX_GPUS)
+DEGREE = Count(whole=True, maximum=MAX_GPUS)
+TOKENS = Count(maximum=MAX_TOKENS)
+QUANTITY = Count()
+MFU = Fraction()
+PRICE = Number(maximum=MAX_USD_PER_GPU_HOUR, minimum=1e-6)
+NAME = Name()
+RECOMPUTE = Choice(["none", "selective", "full"])
+ATTENTION = Choice(["flash", "eager"], aliases={"sdpa": "flash"})
+ATTENTION_HELP = "flash (sdpa: no S² buffers) or eager (keeps the B·H·S² softmax); sdpa is accepted for flash."
 
 
 def format_option(func):
     return click.option(
-        "--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
+        "--format", "fmt", type=Choice(FORMATS), default="table", show_default=True,
         help="table for terminals; markdown, csv (the main table, raw numbers) or json (everything).",
     )(func)
 
 
 def emit(doc, fmt: str) -> None:
-    click.echo(render(doc, fmt), nl=False)
+    """The answer on stdout; the warnings gathered on the way, on stderr (only with an answer: a refusal
+    stays one line)."""
+    text = render(doc, fmt)
+    flush_warnings()
+    click.echo(text, nl=False)
 
 
-@click.group(cls=LlmcalcGroup, context_settings={"help_option_names": ["-h", "--help"]})
+def load_model(name: str, seq_len: int | None = None, what: str = "--seq-len"):
+    """The model MODEL names; warns (stderr) when `seq_len` exceeds its max_position_embeddings."""
+    from .presets import load_model as load
+
+    spec = load(name)
+    if seq_len is not None and spec.max_seq_len and seq_len > spec.max_seq_len:
+        warn(f"{what} {seq_len:,} exceeds {spec.name}'s max_position_embeddings ({spec.max_seq_len:,}); "
+             f"the figures assume the model could run that long")
+    return spec
+
+
+def finetune_options(func):
+    options = [
+        click.option("--finetune", type=click.Choice(["lora", "qlora"]), default=None,
+                     help="LoRA or QLoRA: frozen base, trainable low-rank adapters (default: full training)."),
+        click.option("--lora-rank", type=POSITIVE_INT, default=None, help="LoRA rank r (default 16)."),
+        click.option("--lora-targets", default=None,
+                     help="all-linear (default) or a comma list of q,k,v,o,gate,up,down."),
+        click.option("--base-dtype", type=click.Choice(["bf16", "fp16", "fp32", "int8", "nf4", "fp4"]), default=None,
+                     help="Frozen base weights (default: bf16 for lora, nf4 for qlora)."),
+        click.option("--double-quant/--no-double-quant", default=True, show_default=True,
+                     help="nf4/fp4: quantise the block scales again (bitsandbytes compress_statistics)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant):
+    """The LoRA set-up the options describe, or None for full training."""
+    if finetune is None:
+        given = [n for n, v in (("--lora-rank", lora_rank), ("--lora-targets", lora_targets),
+                                ("--base-dtype", base_dtype)) if v is not None]
+        if given or not double_quant:
+            raise LlmcalcError(f"{', '.join(given) or '--no-double-quant'} needs --finetune lora or qlora")
+        return None
+    from .analytic.finetune import lora_config
+
+    return lora_config(finetune, lora_rank or 16, lora_targets or "all-linear", base_dtype, double_quant)
+
+
+@click.group(cls=LlmcalcGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120})
 @click.version_option(package_name="llmcalc")
 def cli() -> None:
-    """How big is a Transformer, how many FLOPs, how much memory, how long and how much to train."""
+    """How big is a Transformer, how many FLOPs, how much memory, how long and how much to train.
+
+    MODEL is a preset name (any case; `llmcalc presets` lists them), the Hugging Face repo id a preset
+    comes from (meta-llama/Meta-Llama-3-8B), a config.json, or a folder holding one. Counts take SI
+    suffixes (7B, 15T, 1k); sequence lengths binary ones (4k = 4,096).
+    """
 
 
 @cli.command()
@@ -96,49 +184,73 @@ def presets(fmt: str) -> None:
 
 
 @cli.command()
-@click.argument("model")
+@click.argument("model", type=NAME)
+@finetune_options
 @format_option
-def params(model: str, fmt: str) -> None:
+def params(model: str, finetune, lora_rank, lora_targets, base_dtype, double_quant, fmt: str) -> None:
     """Exact parameter count of MODEL by component, beside the classic approximations.
 
     MODEL is a preset name (see `llmcalc presets`), a Hugging Face config.json, or a folder
     holding one.
     """
     from .analytic.params import count_params
-    from .presets import load_model, model_source
+    from .presets import model_source
     from .report.views_params import params_document
 
+    cfg = make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant)
     spec = load_model(model)
-    emit(params_document(count_params(spec), model_source(model)), fmt)
+    doc = params_document(count_params(spec), model_source(model))
+    if cfg is not None:
+        from .analytic.finetune import finetune as build
+        from .report.views_finetune import add_to_params
+
+        doc = add_to_params(doc, build(spec, cfg))
+    emit(doc, fmt)
 
 
 def seq_options(func):
-    func = click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none",
-                        show_default=True, help="Activation recomputation: adds hardware FLOPs, not model FLOPs.")(func)
+    func = click.option("--recompute", type=RECOMPUTE, default="none", show_default=True,
+                        help="Activation recomputation: adds hardware FLOPs, not model FLOPs.")(func)
     func = click.option("--causal", is_flag=True,
                         help="Halve the attention S² terms (Megatron/NeMo convention). Default: full S².")(func)
-    func = click.option("--seq-len", type=LENGTH, default="2048", show_default=True,
-                        help="Tokens per sequence (4k = 4096).")(func)
+    func = click.option("--seq-len", type=LENGTH, default=DEFAULT_SEQ_LEN, show_default=True, help=SEQ_HELP)(func)
     return func
 
 
 @cli.command()
-@click.argument("model")
+@click.argument("model", type=NAME)
 @seq_options
-@click.option("--batch-size", type=POSITIVE_INT, default=1, show_default=True, help="Sequences per step.")
+@click.option("--micro-batch", "--batch-size", "batch_size", type=POSITIVE_INT, default=1, show_default=True,
+              help="Sequences per step (--batch-size is the old name).")
 @click.option("--decoder-seq-len", type=LENGTH, default=None,
               help="Encoder-decoder models: decoder tokens per sequence (default: --seq-len).")
+@finetune_options
 @format_option
-def flops(model, seq_len, causal, recompute, batch_size, decoder_seq_len, fmt):
+@click.pass_context
+def flops(ctx, model, seq_len, causal, recompute, batch_size, decoder_seq_len, finetune, lora_rank, lora_targets, base_dtype, double_quant, fmt):
     """Forward and backward FLOPs of one step of MODEL, per operation, with the rules of thumb."""
     from .analytic.flops import step_flops
     from .analytic.params import count_params
-    from .presets import load_model
     from .report.views_compute import flops_document
 
-    spec = load_model(model)
+    cfg = make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant)
+    spec = load_model(model, seq_len)
+    if decoder_seq_len is not None and spec.architecture != "encoder-decoder":
+        raise click.UsageError(f"--decoder-seq-len is for encoder-decoder models; {spec.name} is a {spec.architecture}")
     step = step_flops(spec, batch_size, seq_len, causal, recompute, decoder_seq_len)
-    emit(flops_document(step, count_params(spec)), fmt)
+    doc = flops_document(step, count_params(spec))
+    if cfg is not None:
+        from .analytic.finetune import FinetuneFlops
+        from .analytic.finetune import finetune as build
+        from .report.views_finetune import add_to_flops
+
+        ft = build(spec, cfg)
+        doc = add_to_flops(doc, ft, FinetuneFlops(ft, step))
+    emit(doc, fmt)
+
+
+MFU_MISSING = ("give --mfu (model FLOPs utilization, e.g. 0.4 or 40%) or --achieved-tflops (TFLOP/s per GPU), "
+               "or --global-batch to predict the MFU from the layout")
 
 
 def layout_options(func):
@@ -166,78 +278,108 @@ def layout_options(func):
 
 
 @cli.command()
-@click.argument("model", required=False)
-@click.option("--params", "n_params", type=QUANTITY, help="No model: a parameter count for 6·N·T (e.g. 7B).")
-@click.option("--tokens", type=QUANTITY, required=True, help="Training tokens (e.g. 2T).")
-@click.option("--gpu", required=True, help="Accelerator preset (see `llmcalc presets`).")
-@click.option("--n-gpus", type=POSITIVE_INT, default=1, show_default=True)
-@click.option("--mfu", type=float, help="Model FLOPs utilization in (0, 1], e.g. 0.4.")
-@click.option("--achieved-tflops", type=float,
+@click.argument("model", type=NAME, required=False)
+@click.option("--params", "n_params", type=Count(maximum=MAX_PARAMS),
+              help="No model: a parameter count for 6·N·T (e.g. 7B).")
+@click.option("--tokens", type=TOKENS, required=True, help="Training tokens (e.g. 2T, 15t).")
+@click.option("--gpu", type=NAME, required=True, help="Accelerator preset (see `llmcalc presets`).")
+@click.option("--n-gpus", type=GPUS, default=1, show_default=True, help="GPUs in all (1k = 1,000).")
+@click.option("--mfu", type=MFU, help="Model FLOPs utilization in (0, 1]: 0.4 or 40%.")
+@click.option("--achieved-tflops", type=Number(maximum=MAX_TFLOPS),
               help="Instead of --mfu: achieved TFLOP/s per GPU (hardware FLOPs, recomputation included).")
-@click.option("--usd-per-gpu-hour", type=float, help="Price per GPU-hour (default: the preset's, if any).")
-@click.option("--dtype", default="bf16", show_default=True, help="Which peak to use: bf16, fp16, fp8, tf32, fp32.")
+@click.option("--usd-per-gpu-hour", type=PRICE, help="Price per GPU-hour (default: the preset's, if any).")
+@click.option("--dtype", type=DType(), default="bf16", show_default=True,
+              help="Which dense peak of the GPU to use (bf16, fp16, fp8, tf32, fp32; bfloat16 = bf16).")
 @seq_options
+@finetune_options
 @layout_options
 @format_option
-def train(model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_per_gpu_hour, dtype, seq_len, causal,
-          recompute, fmt, **layout):
+@click.pass_context
+def train(ctx, model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_per_gpu_hour, dtype, seq_len, causal,
+          recompute, finetune, lora_rank, lora_targets, base_dtype, double_quant, fmt, **layout):
     """Training FLOPs, GPU-hours, wall-clock, cost and energy for TOKENS on N GPUs."""
     from .analytic.training import TrainingEstimate
-    from .hardware import canonical_dtype
     from .presets import load_hardware
     from .report.views_compute import train_document
 
     if (model is None) == (n_params is None):
-        raise LlmcalcError("give a MODEL (preset or config.json) or --params N, not both")
-    if tokens <= 0:
-        raise LlmcalcError(f"--tokens must be positive, got {tokens:g}")
+        raise click.UsageError("give a MODEL (preset or config.json) or --params N, not both")
+    if mfu is not None and achieved_tflops is not None:
+        raise click.UsageError("give --mfu or --achieved-tflops, not both")
     accelerator = load_hardware(gpu)
-    inputs = {"model": model or f"{fmt_count(n_params)} params", "tokens": tokens, "seq_len": seq_len, "causal": causal,
+    inputs = {"model": model or fmt_tokens(n_params, "params"), "tokens": tokens, "seq_len": seq_len, "causal": causal,
               "recompute": recompute}
     if model is not None:
         from .analytic.flops import step_flops
         from .analytic.params import count_params
-        from .presets import load_model
 
-        spec = load_model(model)
+        spec = load_model(model, seq_len)
         step = step_flops(spec, 1, seq_len, causal, recompute)
         n = count_params(spec).active_per_token
         model_flops = step.model_flops_per_token * tokens
         hardware_flops = step.hardware_flops_per_token * tokens
-        inputs["flops_basis"] = (f"training FLOPs = exact per-op count per token at seq {seq_len} "
+        inputs["flops_basis"] = (f"training FLOPs = exact per-op count per token at seq {seq_len:,} "
                                  f"({'causal' if causal else 'full S²'}) x tokens; 6·N·T with N = {n:,} "
                                  f"{'active ' if spec.is_moe else ''}params")
+        cfg = make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant)
+        if cfg is not None:
+            from .analytic.finetune import FinetuneFlops
+            from .analytic.finetune import finetune as build
+
+            ft = build(spec, cfg)
+            fl = FinetuneFlops(ft, step)
+            model_flops = fl.model_flops_per_token * tokens
+            hardware_flops = fl.hardware_flops_per_token * tokens
+            inputs["finetune"] = {"method": cfg.method, "rank": cfg.rank, "targets": list(cfg.targets),
+                                  "trainable": ft.trainable, "frozen": ft.frozen,
+                                  "rule_flops": fl.rule() * tokens}
+            inputs["flops_basis"] = (f"{cfg.method} r{cfg.rank} on {cfg.target_label}: training FLOPs = exact per-op "
+                                     f"count per token at seq {seq_len} with frozen weights (backward: activation "
+                                     f"gradients only) and {ft.trainable:,} adapter params x tokens "
+                                     f"≈ 4·N_frozen + 6·N_adapter = {fl.rule() * tokens:.4g}; 6·N·T (full training) "
+                                     "shown for comparison")
     else:
-        if n_params <= 0:
-            raise LlmcalcError(f"--params must be positive, got {n_params:g}")
+        refuse_unused(ctx, ("seq_len", "causal"), "with --params (6·N·T has no sequence length); give a MODEL")
+        if finetune is not None:
+            raise click.UsageError("--finetune needs a MODEL (its linear shapes), not --params")
         if recompute == "selective":
-            raise LlmcalcError("--recompute selective needs a MODEL (its attention shapes); use none or full")
+            raise click.UsageError("--recompute selective needs a MODEL (its attention shapes); use none or full")
         n = n_params
         model_flops = 6 * n * tokens
         hardware_flops = model_flops + (2 * n * tokens if recompute == "full" else 0)
+        inputs["seq_len"] = None
         inputs["flops_basis"] = "training FLOPs = 6·N·T (no model given; full recomputation adds 2·N·T)"
+    peak = accelerator.peak(dtype)
+    if achieved_tflops is not None and achieved_tflops * 1e12 < MIN_UTILIZATION * peak:
+        raise click.UsageError(f"--achieved-tflops {achieved_tflops:g} is below {MIN_UTILIZATION:.2%} of "
+                               f"{accelerator.key}'s dense {dtype} peak ({peak / 1e12:,.4g} TFLOP/s); is it a typo?")
+
     from .analytic.steptime import train_steptime
 
-    mfu, pred, measured = train_steptime(model and spec, gpu, n_gpus, mfu, achieved_tflops, canonical_dtype(dtype),
+    mfu, pred, measured = train_steptime(model and spec, gpu, n_gpus, mfu, achieved_tflops, dtype,
                                          seq_len, causal, recompute, model_flops / tokens, hardware_flops / tokens,
                                          accelerator, layout)
+    if mfu is None and achieved_tflops is None:
+        raise click.UsageError(MFU_MISSING)
     est = TrainingEstimate(
         tokens=tokens, model_flops=model_flops, hardware_flops=hardware_flops, accelerator=accelerator,
-        dtype=canonical_dtype(dtype), n_gpus=n_gpus, mfu=mfu,
+        dtype=dtype, n_gpus=n_gpus, mfu=mfu,
         achieved_flops_per_s=None if achieved_tflops is None else achieved_tflops * 1e12,
         usd_per_gpu_hour=usd_per_gpu_hour,
     )
-    emit(train_document(est, inputs, 6 * n * tokens, pred, measured), fmt)
+    from .report.views_precision import add_both_peaks
+
+    emit(add_both_peaks(train_document(est, inputs, 6 * n * tokens, pred, measured), est), fmt)
 
 
 @cli.command()
-@click.argument("model")
-@click.option("--gpu", required=True, help="Accelerator preset with a network block (see `llmcalc presets`).")
-@click.option("--n-gpus", type=POSITIVE_INT, required=True, help="GPUs in all.")
-@click.option("--seq-len", type=LENGTH, default="4k", show_default=True)
+@click.argument("model", type=NAME)
+@click.option("--gpu", type=NAME, required=True, help="Accelerator preset with a network block (see `llmcalc presets`).")
+@click.option("--n-gpus", type=GPUS, required=True, help="GPUs in all (1k = 1,000).")
+@click.option("--seq-len", type=LENGTH, default=DEFAULT_SEQ_LEN, show_default=True, help=SEQ_HELP)
 @click.option("--global-batch", type=POSITIVE_INT, default=None, help="Sequences per optimizer step.")
 @click.option("--global-batch-tokens", type=QUANTITY, default=None, help="Instead: tokens per step (e.g. 4M).")
-@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default=None,
+@click.option("--recompute", type=RECOMPUTE, default=None,
               help="Default: the least recomputation that fits, per layout.")
 @click.option("--causal", is_flag=True, help="Halve the attention S² FLOPs (Megatron convention).")
 @click.option("--top", type=POSITIVE_INT, default=10, show_default=True, help="How many layouts to list.")
@@ -277,14 +419,16 @@ def layout(model, gpu, n_gpus, seq_len, global_batch, global_batch_tokens, recom
 
 
 @cli.command()
-@click.option("--compute", type=QUANTITY, help="A compute budget in FLOPs (e.g. 1e24).")
-@click.option("--gpu", help="Or: the cluster's accelerator preset ...")
-@click.option("--n-gpus", type=POSITIVE_INT, help="... how many ...")
-@click.option("--days", type=float, help="... for how long ...")
-@click.option("--mfu", type=float, help="... at which model FLOPs utilization.")
-@click.option("--dtype", default="bf16", show_default=True)
+@click.option("--compute", type=Count(maximum=MAX_COMPUTE), help="A compute budget in FLOPs (e.g. 1e24).")
+@click.option("--gpu", type=NAME, help="Or: the cluster's accelerator preset ...")
+@click.option("--n-gpus", type=GPUS, help="... how many (1k = 1,000) ...")
+@click.option("--days", type=Number(maximum=MAX_DAYS), help="... for how long (days) ...")
+@click.option("--mfu", type=MFU, help="... at which model FLOPs utilization (0.4 or 40%).")
+@click.option("--dtype", type=DType(), default="bf16", show_default=True,
+              help="Cluster budget: which dense peak of the GPU (bfloat16 = bf16).")
 @format_option
-def plan(compute, gpu, n_gpus, days, mfu, dtype, fmt):
+@click.pass_context
+def plan(ctx, compute, gpu, n_gpus, days, mfu, dtype, fmt):
     """Compute-optimal model size and tokens for a FLOP budget, or for what a cluster delivers."""
     from .analytic.training import cluster_compute, compute_optimal
     from .presets import load_hardware
@@ -292,82 +436,123 @@ def plan(compute, gpu, n_gpus, days, mfu, dtype, fmt):
 
     cluster = (gpu, n_gpus, days, mfu)
     if compute is not None and any(v is not None for v in cluster):
-        raise LlmcalcError("give --compute, or --gpu/--n-gpus/--days/--mfu, not both")
+        raise click.UsageError("give --compute, or --gpu/--n-gpus/--days/--mfu, not both")
     if compute is None:
         missing = [n for n, v in zip(("--gpu", "--n-gpus", "--days", "--mfu"), cluster) if v is None]
         if missing:
-            raise LlmcalcError(f"give --compute FLOPS, or a cluster: missing {', '.join(missing)}")
+            raise click.UsageError(f"give --compute FLOPS, or a cluster: missing {', '.join(missing)}")
         accelerator = load_hardware(gpu)
         compute = cluster_compute(accelerator, n_gpus, days * 86400.0, mfu, dtype)
-        basis = (f"budget = {n_gpus:,} x {accelerator.key} at {accelerator.peak(dtype) / 1e12:g} TFLOP/s "
-                 f"dense {dtype} x MFU {mfu:g} x {days:g} days")
-        inputs = {"gpu": gpu, "n_gpus": n_gpus, "days": days, "mfu": mfu, "dtype": dtype, "basis": basis}
+        basis = (f"budget = {n_gpus:,} x {accelerator.key} at {accelerator.peak(dtype) / 1e12:,.6g} TFLOP/s "
+                 f"dense {dtype} x MFU {mfu:g} x {days:,g} days")
+        inputs = {"gpu": accelerator.key, "n_gpus": n_gpus, "days": days, "mfu": mfu, "dtype": dtype, "basis": basis}
     else:
-        inputs = {"basis": f"budget = {compute:.3g} FLOPs (given)"}
+        refuse_unused(ctx, ("dtype",), "with --compute (it picks the GPU peak of a cluster budget)")
+        inputs = {"basis": "budget given with --compute"}
     emit(plan_document(compute, compute_optimal(compute), inputs), fmt)
+STORAGE_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8", "int4")
 
 
 @cli.command()
-@click.argument("model")
-@click.option("--seq-len", type=LENGTH, default="2048", show_default=True, help="Training: tokens per sequence.")
-@click.option("--batch-size", type=POSITIVE_INT, default=1, show_default=True, help="Micro-batch (sequences per GPU).")
-@click.option("--recipe", default="bf16-mixed", show_default=True,
-              help="Precision recipe: fp32, bf16-mixed, bf16-mixed-fp32-grads, fp16-mixed, bf16, amp.")
-@click.option("--optimizer", default="adamw", show_default=True, help="adamw, adam, sgd, lion, adam8bit.")
-@click.option("--optimizer-bytes", type=float, help="Instead of --optimizer: optimizer bytes per parameter.")
-@click.option("--optimizer-impl", type=click.Choice(["fused", "foreach", "for-loop"]), default="fused",
+@click.argument("model", type=NAME)
+@click.option("--seq-len", type=LENGTH, default=DEFAULT_SEQ_LEN, show_default=True, help=SEQ_HELP)
+@click.option("--micro-batch", "--batch-size", "batch_size", type=POSITIVE_INT, default=1, show_default=True,
+              help="Training: sequences per GPU per step (micro-batch); with --inference: concurrent sequences.")
+@click.option("--recipe", type=Choice(list(RECIPES)), default="bf16-mixed", show_default=True,
+              help="Precision recipe (weights, gradients, master copy, optimizer states, activations).")
+@click.option("--optimizer", type=Choice(list(OPTIMIZERS)), default="adamw", show_default=True,
+              help="Optimizer whose states are counted.")
+@click.option("--optimizer-bytes", type=Number(maximum=64),
+              help="Instead of --optimizer: optimizer-state bytes per parameter (e.g. 12 for fp32 Adam + master).")
+@click.option("--optimizer-impl", type=Choice(list(OPTIMIZER_IMPLS)), default="fused",
               show_default=True, help="Optimizer-step scratch: fused none, torch foreach a copy of every state.")
-@click.option("--recompute", default="none", show_default=True, help="Activation recomputation: none, selective, full.")
-@click.option("--attention", default="flash", show_default=True,
-              help="flash (sdpa, no S² buffers) or eager (keeps the B·H·S² softmax output).")
+@click.option("--recompute", type=RECOMPUTE, default="none", show_default=True,
+              help="Activation recomputation: none, selective (attention), full (one checkpoint per block).")
+@click.option("--attention", type=ATTENTION, default="flash", show_default=True, help=ATTENTION_HELP)
 @click.option("--dropout", is_flag=True, help="Count dropout masks (GPT-3-style training; off for modern LLMs).")
-@click.option("--gpu", help="Accelerator preset: say whether it fits, and the largest micro-batch that does.")
-@click.option("--n-gpus", type=int, default=None, help="GPUs in all (default tp x pp): dp = n / (tp x pp).")
-@click.option("--zero", type=int, default=0, show_default=True, help="ZeRO stage over data parallelism: 0-3.")
-@click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree.")
-@click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel degree (1F1B).")
-@click.option("--sequence-parallel/--no-sequence-parallel", default=True, show_default=True)
-@click.option("--reserve-gib", type=float, default=0.0, show_default=True,
-              help="Memory to keep free on the GPU (CUDA context, fragmentation).")
+@click.option("--gpu", type=NAME, help="Accelerator preset: say whether it fits, and the largest micro-batch that does.")
+@click.option("--n-gpus", type=GPUS, default=None, help="GPUs in all (default tp x pp): dp = n / (tp x pp).")
+@click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True,
+              help="ZeRO stage over data parallelism: 0-3.")
+@click.option("--tp", type=DEGREE, default=1, show_default=True, help="Tensor-parallel degree.")
+@click.option("--pp", type=DEGREE, default=1, show_default=True, help="Pipeline-parallel degree (1F1B).")
+@click.option("--sequence-parallel/--no-sequence-parallel", default=True, show_default=True,
+              help="With --tp > 1: shard the norm and dropout activations over the tensor-parallel group.")
+@click.option("--reserve-gib", type=Number(zero=True, maximum=1e6), default=0.0, show_default=True,
+              help="With --gpu: memory to keep free on the GPU (CUDA context, fragmentation).")
 @click.option("--inference", is_flag=True, hidden=True, help="Moved: serving memory is `llmcalc serve`.")
 @click.option("--context", "--weight-dtype", "--kv-dtype", "--prefill-chunk", "moved_option", hidden=True,
               help="Options of the moved --inference mode (kept so that old command lines reach its message).")
+@finetune_options
 @format_option
-def memory(model, seq_len, batch_size, recipe, optimizer, optimizer_bytes, optimizer_impl, recompute, attention,
-           dropout, gpu, n_gpus, zero, tp, pp, sequence_parallel, reserve_gib, inference, moved_option, fmt):
+@click.pass_context
+def memory(ctx, model, seq_len, batch_size, recipe, optimizer, optimizer_bytes, optimizer_impl, recompute, attention,
+           dropout, gpu, n_gpus, zero, tp, pp, sequence_parallel, reserve_gib, inference, moved_option, finetune, lora_rank, lora_targets, base_dtype, double_quant, 
+           fmt):
     """Training memory per GPU of MODEL, and whether it fits (serving memory: `llmcalc serve`)."""
-    from .presets import load_hardware, load_model
+    from .presets import load_hardware
 
     if inference or moved_option is not None:
         raise LlmcalcError("memory --inference has moved: use `llmcalc serve MODEL --gpu G --n-gpus N "
                            "--max-model-len L` (weights, KV cache and blocks per GPU, concurrency)")
-    spec = load_model(model)
     device = load_hardware(gpu) if gpu else None
-    if reserve_gib < 0:
-        raise LlmcalcError(f"--reserve-gib must be >= 0, got {reserve_gib:g}")
+    if device is None:
+        refuse_unused(ctx, ("reserve_gib",), "without --gpu")
+    elif reserve_gib * 2**30 >= device.memory_bytes:
+        raise click.UsageError(f"--reserve-gib {reserve_gib:g} leaves nothing of {device.key}'s "
+                               f"{device.memory_bytes / 2**30:g} GiB")
     reserve = reserve_gib * 2**30
-    from .analytic.memory import Parallel, custom_optimizer, training_memory
+    if optimizer_bytes is not None:
+        refuse_unused(ctx, ("optimizer",), "with --optimizer-bytes (which replaces it)")
+    spec = load_model(model, seq_len)
+    from .analytic.memory import Parallel, custom_optimizer, smallest_fit, training_memory
     from .report.views_memory import training_memory_document
 
     opt = custom_optimizer(optimizer_bytes) if optimizer_bytes is not None else optimizer
-    est = training_memory(spec, batch_size, seq_len, recipe, opt, recompute, attention,
-                          Parallel(n_gpus or tp * pp, tp, pp, zero, sequence_parallel), dropout, optimizer_impl)
-    emit(training_memory_document(est, device, reserve), fmt)
+    cfg = make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant)
+    if cfg is not None:
+        from .analytic.finetune import finetune_memory
+        from .report.views_finetune import finetune_memory_document
+
+        clash = [name for name, off in (("--tp", tp == 1), ("--pp", pp == 1), ("--zero", zero == 0),
+                                        ("--recipe", recipe == "bf16-mixed"), ("--optimizer-impl", optimizer_impl ==
+                                                                               "fused")) if not off]
+        if clash:
+            raise LlmcalcError(f"{', '.join(clash)} not modelled with --finetune (each data-parallel GPU holds the "
+                               "whole frozen base; the base dtype is --base-dtype, adapters are fp32); drop them")
+        est = finetune_memory(spec, cfg, batch_size, seq_len, opt, recompute, attention, dropout)
+        emit(finetune_memory_document(est, device, reserve), fmt)
+        return
+    parallel = Parallel(n_gpus or tp * pp, tp, pp, zero, sequence_parallel)
+    settings = dict(batch=batch_size, seq_len=seq_len, recipe=recipe, optimizer=opt, recompute=recompute,
+                    attention=attention, dropout=dropout, optimizer_impl=optimizer_impl)
+    est = training_memory(spec, parallel=parallel, **settings)
+    doc = training_memory_document(est, device, reserve)
+    if not spec.is_mla and tp > spec.n_kv_heads:
+        doc.tables[0].notes.append(f"tp {tp} > {spec.n_kv_heads} key/value heads: each KV head's projection is "
+                                   f"replicated on {tp // spec.n_kv_heads} GPUs (Megatron-LM); its weights and "
+                                   f"activations are counted per GPU as if split, a slight underestimate")
+    if device is not None and est.peak > device.memory_bytes - reserve:
+        advice = smallest_fit(spec, parallel, device.memory_bytes - reserve, **settings)
+        doc.data["fit_advice"] = advice
+        doc.tables[0].notes.append(advice["text"])
+    emit(doc, fmt)
 
 
 def _warn(line: str | None) -> None:
     if line:
-        click.echo(f"llmcalc: warning: {line}", err=True)
+        warn(line)
 
 
 def serving_options(func):
     options = [
-        click.option("--weight-dtype", default="bf16", show_default=True,
+        click.option("--weight-dtype", type=DType(STORAGE_DTYPES), default="bf16", show_default=True,
                      help="bf16, fp16, fp8, int8, int4 (group-wise scales, group 128) or fp32."),
-        click.option("--kv-dtype", default=None, help="KV cache dtype (default: the activation dtype, bf16 or fp16)."),
-        click.option("--compute-dtype", default=None,
+        click.option("--kv-dtype", type=DType(STORAGE_DTYPES), default=None, help="KV cache dtype (default: the activation dtype, bf16 or fp16)."),
+        click.option("--compute-dtype", type=DType(), default=None,
                      help="Which peak to use (default: fp8 for fp8 weights where the device has it, else bf16)."),
-        click.option("--n-gpus", type=POSITIVE_INT, default=1, show_default=True, help="Tensor-parallel GPUs."),
+        click.option("--n-gpus", type=DEGREE, default=1, show_default=True,
+                     help="GPUs serving one replica, tensor parallel (the total for that replica)."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -375,17 +560,18 @@ def serving_options(func):
 
 
 @cli.command()
-@click.argument("model")
-@click.option("--gpu", required=True, help="Accelerator preset.")
+@click.argument("model", type=NAME)
+@click.option("--gpu", type=NAME, required=True, help="Accelerator preset.")
 @click.option("--prompt", type=LENGTH, default="2k", show_default=True, help="Prompt tokens per sequence.")
-@click.option("--generate", type=POSITIVE_INT, default=256, show_default=True, help="Tokens to generate.")
-@click.option("--batch-size", type=POSITIVE_INT, default=1, show_default=True)
+@click.option("--generate", type=Count(whole=True, maximum=MAX_GENERATE), default=256, show_default=True,
+              help=f"Tokens to generate (at most {MAX_GENERATE:,}: the roofline sums every decode step).")
+@click.option("--batch-size", type=POSITIVE_INT, default=1, show_default=True, help="Concurrent sequences.")
 @serving_options
 @format_option
 def infer(model, gpu, prompt, generate, batch_size, weight_dtype, kv_dtype, compute_dtype, n_gpus, fmt):
     """Prefill and decode time and tokens/s of MODEL on a GPU: a roofline, an upper bound on speed."""
     from .analytic.inference import InferenceEstimate, check_inference, context_warning, resolve_dtypes
-    from .presets import load_hardware, load_model
+    from .presets import load_hardware
     from .report.views_memory import infer_document
 
     spec = load_model(model)
@@ -404,7 +590,7 @@ def infer(model, gpu, prompt, generate, batch_size, weight_dtype, kv_dtype, comp
 @serving_options
 @click.option("--max-model-len", type=LENGTH, default=None,
               help="Tokens per request the KV cache must hold (default: the model's max_position_embeddings).")
-@click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True,
+@click.option("--gpu-memory-utilization", type=MFU, default=0.9, show_default=True,
               help="Share of each GPU's memory vLLM may use (weights, activations, KV cache).")
 @click.option("--block-size", type=POSITIVE_INT, default=16, show_default=True, help="Tokens per paged-KV block.")
 @format_option
@@ -435,18 +621,22 @@ def serve(model, gpu, weight_dtype, kv_dtype, compute_dtype, n_gpus, max_model_l
 
 def scenario_options(func):
     options = [
-        click.option("--seq-len", type=LENGTH, default="4k", show_default=True),
-        click.option("--tokens", type=QUANTITY, default="2T", show_default=True, help="Training tokens."),
-        click.option("--gpu", default="h100-sxm", show_default=True, help="Accelerator preset."),
-        click.option("--n-gpus", type=POSITIVE_INT, default=256, show_default=True),
-        click.option("--mfu", type=float, default=0.4, show_default=True, help="Model FLOPs utilization assumed."),
-        click.option("--usd-per-gpu-hour", type=float, default=None, help="Default: the preset's price, if any."),
-        click.option("--recipe", default="bf16-mixed", show_default=True, help="Memory: precision recipe."),
-        click.option("--zero", type=int, default=3, show_default=True, help="Memory: ZeRO stage over the GPUs."),
-        click.option("--tp", type=int, default=1, show_default=True, help="Memory: tensor-parallel degree."),
-        click.option("--micro-batch", type=POSITIVE_INT, default=1, show_default=True, help="Memory: sequences per GPU."),
-        click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none",
-                     show_default=True),
+        click.option("--seq-len", type=LENGTH, default=DEFAULT_SEQ_LEN, show_default=True, help=SEQ_HELP),
+        click.option("--tokens", type=TOKENS, default="2T", show_default=True, help="Training tokens."),
+        click.option("--gpu", type=NAME, default="h100-sxm", show_default=True, help="Accelerator preset."),
+        click.option("--n-gpus", type=GPUS, default=256, show_default=True, help="GPUs in all (1k = 1,000)."),
+        click.option("--mfu", type=MFU, default=0.4, show_default=True,
+                     help="Model FLOPs utilization assumed (0.4 or 40%)."),
+        click.option("--usd-per-gpu-hour", type=PRICE, default=None, help="Default: the preset's price, if any."),
+        click.option("--recipe", type=Choice(list(RECIPES)), default="bf16-mixed", show_default=True,
+                     help="Memory: precision recipe."),
+        click.option("--zero", type=click.IntRange(0, 3), default=3, show_default=True,
+                     help="Memory: ZeRO stage over the GPUs."),
+        click.option("--tp", type=DEGREE, default=1, show_default=True, help="Memory: tensor-parallel degree."),
+        click.option("--micro-batch", type=POSITIVE_INT, default=1, show_default=True,
+                     help="Memory: sequences per GPU."),
+        click.option("--recompute", type=RECOMPUTE, default="none", show_default=True,
+                     help="Activation recomputation (FLOPs and memory)."),
         click.option("--causal", is_flag=True, help="Halve the attention S² FLOPs (Megatron convention)."),
     ]
     for option in reversed(options):
@@ -459,16 +649,17 @@ def make_scenario(seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, z
     from .analytic.summary import Scenario
     from .presets import load_hardware
 
-    if tokens <= 0:
-        raise LlmcalcError(f"--tokens must be positive, got {tokens:g}")
-    if not 0 < mfu <= 1:
-        raise LlmcalcError(f"MFU must be in (0, 1], got {mfu}")
     return Scenario(seq_len, tokens, load_hardware(gpu), n_gpus, mfu, usd_per_gpu_hour, recipe=recipe, zero=zero,
                     tp=tp, micro_batch=micro_batch, recompute=recompute, causal=causal)
 
 
+def load_models(models, seq_len):
+    """Every model named, each checked before any work."""
+    return [load_model(m, seq_len) for m in models]
+
+
 @cli.command()
-@click.argument("models", nargs=-1, required=True)
+@click.argument("models", nargs=-1, required=True, type=NAME)
 @scenario_options
 @click.option("--sort", "sort_key", default=None, help="Order the models by a column (e.g. gpu_hours).")
 @click.option("--reverse", is_flag=True, help="Sort descending.")
@@ -477,23 +668,23 @@ def compare(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe,
             causal, sort_key, reverse, fmt):
     """MODELS side by side: size, FLOPs, KV cache, training time and cost, memory per GPU."""
     from .analytic.summary import model_record
-    from .presets import load_model
     from .report.views_compare import compare_document, sort_records
 
     scenario = make_scenario(seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, zero, tp, micro_batch,
                              recompute, causal)
-    specs = [load_model(m) for m in models]  # every name checked before any work
+    specs = load_models(models, seq_len)
+    sort_records([], sort_key)  # an unknown column is refused before any work
     records = sort_records([model_record(spec, scenario) for spec in specs], sort_key, reverse)
     emit(compare_document(records, scenario), fmt)
 
 
 @cli.command()
-@click.argument("models", nargs=-1, required=True)
+@click.argument("models", nargs=-1, required=True, type=NAME)
 @scenario_options
 @click.option("--out", type=click.Path(path_type=str), default=None,
               help="Report directory (default: reports/<model names>).")
 @click.option("--force", is_flag=True, help="Replace an existing report in --out.")
-@click.option("--profile", "profile_mode", type=click.Choice(["none", "virtual", "real"]), default="none",
+@click.option("--profile", "profile_mode", type=Choice(["none", "virtual", "real"]), default="none",
               show_default=True, help="Also profile each model and show formulas against measurements.")
 @click.option("--serve", "serving", is_flag=True,
               help="Add serving figures: KV blocks, concurrency and throughput at --seq-len tokens per request.")
@@ -503,17 +694,19 @@ def report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, 
     """A planning report for MODELS: report.md, self-contained report.html, figures (PNG), tables (CSV)."""
     from pathlib import Path
 
-    from .presets import load_hardware, load_model, model_source
+    from .presets import load_hardware, model_source
     from .report.document import Progress, check_destination, safe_name, write_report
     from .report.tables import Column, Document, Table
 
     _need_report_libraries()
     scenario = make_scenario(seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, zero, tp, micro_batch,
                              recompute, causal)
-    specs = [load_model(m) for m in models]  # every name checked before any work
+    specs = load_models(models, seq_len)
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
-        raise LlmcalcError(f"models must differ; got {', '.join(models)}")
+        raise click.UsageError(f"models must differ; got {', '.join(models)}")
+    if profile_mode != "none":
+        _check_profile_size(specs, micro_batch, seq_len, virtual=profile_mode == "virtual")
     target = Path(out) if out else Path("reports") / "+".join(safe_name(n) for n in names)
     check_destination(target, force)
     sources = {s.name: model_source(m) for s, m in zip(specs, models)}
@@ -543,7 +736,7 @@ def report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, 
     written = write_report(built, target, force)
     files = sorted(["report.md", "report.html", *built.files])
     click.echo(f"llmcalc: report written to {written}/ ({len(files)} files)", err=True)
-    doc = Document(f"report {written}", {"out": str(written), "files": files},
+    doc = Document(f"report {written}: seq {seq_len:,}", {"out": str(written), "files": files},
                    [Table("files", [Column("file", "file", align="left")], [{"file": f} for f in files])])
     emit(doc, fmt)
 
@@ -564,25 +757,52 @@ def _need_torch():
                            "torch==2.13.0 first)") from None
 
 
+def _check_profile_size(specs, batch, seq_len, virtual, recipe="fp32", device="cpu"):
+    """Refuse, with the estimate, a profile this machine cannot hold (real) or build in seconds (virtual)."""
+    from .analytic.memory import training_memory
+
+    for spec in specs:
+        if spec.total_layers > MAX_PROFILE_LAYERS:
+            raise click.UsageError(f"{spec.name} has {spec.total_layers:,} layers; a profile builds every one: use "
+                                   f"--layers N (at most {MAX_PROFILE_LAYERS:,})")
+        if virtual or spec.architecture != "decoder":
+            continue
+        from .profiling.measure import available_memory
+
+        need = training_memory(spec, batch, seq_len, recipe, "adamw", optimizer_impl="for-loop").peak
+        have = available_memory(device)
+        if have is not None and need > 0.8 * have:
+            raise click.UsageError(
+                f"a real {device} profile of {spec.name} at micro-batch {batch} x seq {seq_len:,} ({recipe}) needs "
+                f"about {need / 2**30:,.1f} GiB, and this machine has {have / 2**30:,.1f} GiB available: use "
+                f"--virtual, or fewer layers (--layers 2) or a shorter --seq-len")
+
+
 @cli.command()
-@click.argument("model")
+@click.argument("model", type=NAME)
 @click.option("--virtual", is_flag=True, help="FakeTensorMode: any size, no real memory, exact counts.")
-@click.option("--device", default="auto", show_default=True, help="Real runs: auto (cuda if present), cpu, cuda.")
-@click.option("--dtype", default="auto", show_default=True,
+@click.option("--device", type=Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+              help="Real runs: auto (cuda if present), cpu, cuda.")
+@click.option("--dtype", type=DType(("fp32", "bf16", "fp16"), extra=("auto",)), default="auto", show_default=True,
               help="fp32, bf16 or fp16 (auto: bf16 virtual or on CUDA, fp32 on CPU); picks the recipe.")
-@click.option("--recipe", default=None, help="fp32, bf16, bf16-mixed, fp16-mixed, amp (default from --dtype).")
-@click.option("--batch-size", type=POSITIVE_INT, default=1, show_default=True)
-@click.option("--seq-len", type=LENGTH, default="2048", show_default=True)
-@click.option("--steps", type=POSITIVE_INT, default=10, show_default=True, help="Real runs: timed steps (median).")
-@click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True, help="Real runs: untimed steps.")
+@click.option("--recipe", type=Choice(["fp32", "bf16", "bf16-mixed", "fp16-mixed", "amp"]), default=None,
+              help="Instead of --dtype: fp32, bf16, bf16-mixed, fp16-mixed, amp.")
+@click.option("--micro-batch", "--batch-size", "batch_size", type=POSITIVE_INT, default=1, show_default=True,
+              help="Sequences per step (--batch-size is the old name).")
+@click.option("--seq-len", type=LENGTH, default=DEFAULT_SEQ_LEN, show_default=True, help=SEQ_HELP)
+@click.option("--steps", type=Count(whole=True, maximum=MAX_PROFILE_STEPS), default=10, show_default=True,
+              help="Real runs: timed steps (median).")
+@click.option("--warmup", type=click.IntRange(0, 100), default=2, show_default=True, help="Real runs: untimed steps.")
 @click.option("--compile", "compile_", is_flag=True, help="Real runs: torch.compile (its first step timed apart).")
-@click.option("--counter", type=click.Choice(["torch", "fvcore", "both"]), default="torch", show_default=True,
+@click.option("--counter", type=Choice(["torch", "fvcore", "both"]), default="torch", show_default=True,
               help="FlopCounterMode, fvcore (real runs) or both.")
-@click.option("--recompute", type=click.Choice(["none", "full"]), default="none", show_default=True,
-              help="full: one activation checkpoint per block.")
-@click.option("--attention", type=click.Choice(["sdpa", "eager"]), default="sdpa", show_default=True)
-@click.option("--layers", type=POSITIVE_INT, default=None, help="Use only this many layers (to fit a real run).")
-@click.option("--peak-tflops", type=float, default=None, help="Peak for MFU (default: catalog or calibration).")
+@click.option("--recompute", type=Choice(["none", "full"]), default="none", show_default=True,
+              help="full: one activation checkpoint per block (the reference model has no selective mode).")
+@click.option("--attention", type=ATTENTION, default="flash", show_default=True, help=ATTENTION_HELP)
+@click.option("--layers", type=Count(whole=True, maximum=MAX_PROFILE_LAYERS), default=None,
+              help="Use only this many layers (to fit a real run).")
+@click.option("--peak-tflops", type=Number(maximum=MAX_TFLOPS), default=None,
+              help="Real runs: peak for MFU (default: catalog or calibration).")
 @click.option("--world-size", type=POSITIVE_INT, default=None,
               help="With --virtual: profile rank 0 of this many ranks (FSDP2 over dp x DTensor TP, fake process group).")
 @click.option("--nproc", type=POSITIVE_INT, default=None,
@@ -591,56 +811,92 @@ def _need_torch():
               help="Sharded runs: tensor-parallel degree; dp = world size / tp.")
 @click.option("--all-layers", is_flag=True,
               help="Virtual sharded runs: measure every block (default past 8: 2 and 4 blocks, extrapolated).")
+@finetune_options
 @format_option
-def profile(model, virtual, device, dtype, recipe, batch_size, seq_len, steps, warmup, compile_, counter, recompute,
-            attention, layers, peak_tflops, world_size, nproc, tp, all_layers, fmt):
+@click.pass_context
+def profile(ctx, model, virtual, device, dtype, recipe, batch_size, seq_len, steps, warmup, compile_, counter,
+            recompute, attention, layers, peak_tflops, finetune, lora_rank, lora_targets, base_dtype, double_quant,
+            world_size, nproc, tp, all_layers, fmt):
     """Build MODEL in PyTorch, measure FLOPs, memory and speed, and hold every formula against them."""
-    _need_torch()
-    from .presets import load_model
     from .report.views_profile import profile_document
 
-    spec = load_model(model)
+    if recipe is not None:
+        refuse_unused(ctx, ("dtype",), "with --recipe (the recipe fixes the dtypes)")
+    if virtual:
+        refuse_unused(ctx, ("steps", "warmup", "compile_", "peak_tflops", "device"),
+                      "with --virtual (nothing runs on a device)")
+        if counter != "torch":
+            raise click.UsageError("--counter: fvcore traces real tensors; with --virtual use --counter torch")
+    spec = load_model(model, seq_len)
     if layers is not None:
+        if layers > spec.n_layers:
+            raise click.UsageError(f"--layers {layers} exceeds {spec.name}'s {spec.n_layers} layers")
         spec = spec.replace(n_layers=layers, name=f"{spec.name} ({layers} layers)",
                             n_dense_layers=min(spec.n_dense_layers, layers),
+                            moe_layers=None if spec.moe_layers is None else tuple(i for i in spec.moe_layers if i < layers),
                             n_decoder_layers=layers if spec.n_decoder_layers else None)
+    internal_attention = "sdpa" if attention == "flash" else "eager"
+    cfg = make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant)
     if world_size is not None or nproc is not None:
+        if cfg is not None:
+            raise LlmcalcError("sharded profiles train the full model; drop --finetune or --world-size/--nproc")
+        if recipe is not None or recompute != "none":
+            raise LlmcalcError("sharded profiles fix their precision with --dtype (bf16: FSDP2 mixed precision, or "
+                               "fp32) and do not recompute; drop --recipe/--recompute")
+        _need_torch()
+        from .profiling.distributed import with_layers
         from .profiling.launch import sharded_profile
         from .report.views_distributed import distributed_document
 
+        if layers is not None:  # keeps n_kv_heads (ModelSpec.replace would derive MHA again)
+            base = load_model(model, seq_len)
+            spec = with_layers(base, layers, name=f"{base.name} ({layers} layers)")
+
         emit(distributed_document(sharded_profile(spec, model, layers, virtual, world_size, nproc, tp, device, dtype,
-                                                  batch_size, seq_len, steps, warmup, attention, peak_tflops, all_layers)), fmt)
+                                                  batch_size, seq_len, steps, warmup, internal_attention, peak_tflops,
+                                                  all_layers)), fmt)
         return
     if tp != 1:
         raise LlmcalcError("--tp needs a sharded run: add --virtual --world-size N or --nproc N")
+    if cfg is not None:
+        if not virtual:
+            raise LlmcalcError("fine-tuning profiles run virtually: add --virtual")
+        from .profiling.lora import virtual_finetune_profile
+
+        emit(profile_document(virtual_finetune_profile(spec, cfg, batch_size, seq_len, recompute)), fmt)
+        return
     if virtual:
+        _check_profile_size([spec], batch_size, seq_len, virtual=True)
+        _need_torch()
         from .profiling.measure import virtual_profile
 
-        if counter != "torch":
-            raise LlmcalcError("fvcore traces real tensors; with --virtual use --counter torch")
         recipe = recipe or {"fp32": "fp32", "fp16": "fp16-mixed"}.get(dtype, "bf16-mixed")
-        emit(profile_document(virtual_profile(spec, batch_size, seq_len, recipe, recompute, attention)), fmt)
+        emit(profile_document(virtual_profile(spec, batch_size, seq_len, recipe, recompute, internal_attention)), fmt)
         return
+    _need_torch()
     from .profiling.measure import peak_for, real_profile, resolve_device
 
     device = resolve_device(device)
     if dtype == "auto":
         dtype = "bf16" if device == "cuda" else "fp32"
-    recipe = recipe or {"fp32": "fp32", "bf16": "bf16-mixed", "fp16": "fp16-mixed"}.get(dtype)
-    if recipe is None:
-        raise LlmcalcError(f"--dtype must be fp32, bf16 or fp16; got {dtype!r}")
+    recipe = recipe or {"fp32": "fp32", "bf16": "bf16-mixed", "fp16": "fp16-mixed"}[dtype]
+    _check_profile_size([spec], batch_size, seq_len, virtual=False, recipe=recipe, device=device)
     compute_dtype = "fp32" if recipe == "fp32" else "fp16" if recipe == "fp16-mixed" else "bf16"
     peak, source = peak_for(device, compute_dtype, peak_tflops)
-    result = real_profile(spec, device, batch_size, seq_len, recipe, recompute, attention, steps, warmup, compile_,
-                          counter, peak, source)
+    result = real_profile(spec, device, batch_size, seq_len, recipe, recompute, internal_attention, steps, warmup,
+                          compile_, counter, peak, source)
     emit(profile_document(result), fmt)
 
 
 @cli.command()
-@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
-@click.option("--dtype", type=click.Choice(["fp32", "bf16", "fp16"]), default="fp32", show_default=True)
-@click.option("--size", type=POSITIVE_INT, default=None, help="Matrix size (default 1024 on CPU, 8192 on CUDA).")
-@click.option("--seconds", type=float, default=2.0, show_default=True, help="How long to keep timing.")
+@click.option("--device", type=Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+              help="auto, cpu or cuda.")
+@click.option("--dtype", type=DType(("fp32", "bf16", "fp16")), default="fp32", show_default=True,
+              help="Matmul dtype (bfloat16 = bf16).")
+@click.option("--size", type=Count(whole=True, minimum=16, maximum=MAX_CALIBRATE_SIZE), default=None,
+              help="Matrix size (default 1024 on CPU, 8192 on CUDA).")
+@click.option("--seconds", type=Number(maximum=MAX_CALIBRATE_SECONDS, minimum=1e-3), default=2.0,
+              show_default=True, help=f"How long to keep timing (at most {MAX_CALIBRATE_SECONDS:g} s).")
 @format_option
 def calibrate(device, dtype, size, seconds, fmt):
     """Achievable matmul FLOP/s on this device: the peak `profile` uses for CPUs and unknown GPUs."""
@@ -650,8 +906,6 @@ def calibrate(device, dtype, size, seconds, fmt):
     from .profiling.measure import device_name, resolve_device, torch_dtype
     from .report.views_profile import calibrate_document
 
-    if seconds <= 0:
-        raise LlmcalcError(f"--seconds must be positive, got {seconds:g}")
     device = resolve_device(device)
     size = size or (8192 if device == "cuda" else 1024)
     flops = run(device, torch_dtype(dtype), size, seconds)

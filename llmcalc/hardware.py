@@ -9,20 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .dtypes import DTYPE_ALIASES, canonical_dtype
 from .errors import LlmcalcError
-
-DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
-# What people type for a dtype, and the dtype it means.
-DTYPE_ALIASES = {"float32": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float8": "fp8",
-                 "e4m3": "fp8", "e5m2": "fp8", "fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "fp16",
-                 "fp8": "fp8", "int8": "int8", "fp64": "fp64"}
-
-
-def canonical_dtype(dtype: str) -> str:
-    try:
-        return DTYPE_ALIASES[dtype.lower()]
-    except KeyError:
-        raise LlmcalcError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}") from None
+from .validate import positive_number
 
 
 @dataclass(frozen=True)
@@ -52,8 +41,10 @@ def accelerator_from_preset(key: str, data: dict) -> Accelerator:
     """An Accelerator from a preset dict (units in key names) -> base units."""
     try:
         tflops = data["dense_tflops"]
-        peaks = {canonical_dtype(k): float(v) * 1e12 for k, v in tflops.items()
+        peaks = {canonical_dtype(k): positive_number(f"{key} dense_tflops.{k}", v) * 1e12 for k, v in tflops.items()
                  if v is not None and k in DTYPE_ALIASES}
+        positive_number(f"{key} memory_gib", data["memory_gib"])
+        positive_number(f"{key} memory_bandwidth_gb_per_s", data["memory_bandwidth_gb_per_s"])
         bandwidth = data.get("interconnect_gb_per_s")
         return Accelerator(
             key=key,

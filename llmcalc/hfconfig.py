@@ -13,6 +13,7 @@ with llmcalc's own keys (``REQUIRED_FOR_UNKNOWN``), e.g. ``"mlp": "swiglu", "nor
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from typing import Callable
 
@@ -20,20 +21,20 @@ from .spec import ModelSpec, SpecError
 
 # ModelSpec field -> HF keys, first present (and not null) wins.
 HF_KEYS: dict[str, tuple[str, ...]] = {
-    "n_layers": ("num_hidden_layers", "n_layer", "num_layers", "encoder_layers"),
-    "d_model": ("hidden_size", "n_embd", "d_model"),
-    "n_heads": ("num_attention_heads", "n_head", "num_heads", "encoder_attention_heads"),
+    "n_layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "encoder_layers"),
+    "d_model": ("hidden_size", "n_embd", "n_embed", "d_model"),
+    "n_heads": ("num_attention_heads", "n_head", "num_heads", "n_heads", "encoder_attention_heads"),
     "n_kv_heads": ("num_key_value_heads", "num_kv_heads"),
     "d_head": ("head_dim", "d_kv"),
     "d_ff": ("intermediate_size", "n_inner", "ffn_hidden_size", "d_ff", "encoder_ffn_dim"),
     "vocab_size": ("vocab_size",),
-    "max_seq_len": ("max_position_embeddings", "n_positions"),
+    "max_seq_len": ("max_position_embeddings", "n_positions", "max_seq_len"),
     "tie_embeddings": ("tie_word_embeddings",),
     "n_decoder_layers": ("num_decoder_layers", "decoder_layers"),
     "type_vocab_size": ("type_vocab_size",),
     "rel_pos_buckets": ("relative_attention_num_buckets",),
-    "n_experts": ("num_local_experts", "n_routed_experts"),
-    "n_experts_per_token": ("num_experts_per_tok",),
+    "n_experts": ("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts"),
+    "n_experts_per_token": ("num_experts_per_tok", "moe_k", "moe_topk"),
     "n_shared_experts": ("n_shared_experts",),
     "d_ff_expert": ("moe_intermediate_size",),
     "n_dense_layers": ("first_k_dense_replace",),
@@ -102,8 +103,8 @@ def _t5(hf: dict, kw: dict) -> None:
     # T5: feed_forward_proj "relu" | "gelu" | "gated-gelu" | "gated-silu" (configuration_t5.py).
     proj = hf.get("feed_forward_proj", "relu")
     act = proj.split("-")[-1]
-    if proj.startswith("gated-"):
-        kw["mlp"] = {"gelu": "geglu", "silu": "swiglu"}.get(act, "geglu")
+    if proj.startswith("gated-"):  # check_config_values admits gelu, gelu_new and silu only
+        kw["mlp"] = "swiglu" if act == "silu" else "geglu"
     else:
         kw["mlp"] = "relu" if act == "relu" else "gelu" if "gelu" in act else "silu"
 
@@ -190,6 +191,466 @@ FAMILIES: dict[str, Family] = {
 }
 
 
+# --- Current-generation decoders (issue 9 part 1). Defaults are the HF config-class defaults of
+# transformers 5 for every size/tying/bias key a published config may omit. ---
+
+
+def _qk_norm_head(hf: dict, kw: dict) -> None:
+    _attention_bias(hf, kw)
+    kw["qk_norm"] = "head"  # q_norm/k_norm = RMSNorm(head_dim), shared by all heads
+
+
+def _moe_every(hf: dict, kw: dict, expert_width_key: str = "moe_intermediate_size") -> None:
+    """The routed-expert width and, Qwen-MoE's rule, which layers are MoE: layer i unless listed in
+    mlp_only_layers, and only every decoder_sparse_step-th ((i + 1) % step == 0)."""
+    kw["d_ff_expert"] = hf.get(expert_width_key) or kw.get("d_ff")
+    step = hf.get("decoder_sparse_step") or 1
+    only = set(hf.get("mlp_only_layers") or ())
+    kw["moe_layers"] = tuple(i for i in range(kw["n_layers"]) if i not in only and (i + 1) % step == 0)
+
+
+def _qwen3_moe(hf: dict, kw: dict) -> None:
+    _qk_norm_head(hf, kw)
+    _moe_every(hf, kw)
+
+
+def _qwen2_moe(hf: dict, kw: dict) -> None:
+    # Qwen2MoeAttention: q/k/v bias = config.qkv_bias (default True), o_proj bias-free; one shared
+    # expert of shared_expert_intermediate_size behind a sigmoid gate Linear(D, 1).
+    kw["qkv_bias"] = bool(hf.get("qkv_bias", True))
+    _moe_every(hf, kw)
+    kw.update(n_shared_experts=1, d_ff_shared=hf["shared_expert_intermediate_size"], shared_expert_gate=True)
+
+
+def _llama4(hf: dict, kw: dict) -> None:
+    # Llama4TextDecoderLayer: MoE in config.moe_layers (default every interleave_moe_layer_step-th,
+    # counting from step - 1), experts and the shared expert of intermediate_size, dense layers of
+    # intermediate_size_mlp. The QK-norm is an L2 norm without weights (no parameters).
+    _attention_bias(hf, kw)
+    L, width = kw["n_layers"], hf["intermediate_size"]
+    step = hf.get("interleave_moe_layer_step") or 1
+    layers = hf.get("moe_layers")
+    kw["moe_layers"] = tuple(layers) if layers is not None else tuple(range(step - 1, L, step))
+    kw.update(d_ff=hf["intermediate_size_mlp"], d_ff_expert=width, n_shared_experts=1, d_ff_shared=width)
+
+
+def _gpt_oss(hf: dict, kw: dict) -> None:
+    # GptOssAttention: biased q/k/v/o (attention_bias, default True) and a learned sink per head;
+    # GptOssTopKRouter: Linear with bias; GptOssExperts: gate_up/down with biases, width intermediate_size.
+    _attention_bias(hf, kw)
+    kw.update(attention_sinks=True, router_bias=True, expert_bias=True, d_ff_expert=hf["intermediate_size"])
+
+
+def _olmo2(hf: dict, kw: dict) -> None:
+    _attention_bias(hf, kw)
+    kw["qk_norm"] = "full"  # q_norm = RMSNorm(H·d_head), k_norm = RMSNorm(KV·d_head)
+
+
+def _olmoe(hf: dict, kw: dict) -> None:
+    _olmo2(hf, kw)
+    kw["d_ff_expert"] = hf["intermediate_size"]  # OlmoeExperts use intermediate_size
+
+
+def _experts_of_width_ffn(hf: dict, kw: dict) -> None:
+    # Granite-MoE, PhiMoE: every layer MoE, experts of intermediate_size.
+    _attention_bias(hf, kw)
+    kw["d_ff_expert"] = hf["intermediate_size"]
+
+
+def _granitemoeshared(hf: dict, kw: dict) -> None:
+    _experts_of_width_ffn(hf, kw)
+    if hf.get("shared_intermediate_size"):  # GraniteMoeSharedMLP, only when shared_intermediate_size > 0
+        kw.update(n_shared_experts=1, d_ff_shared=hf["shared_intermediate_size"])
+
+
+def _phi(hf: dict, kw: dict) -> None:
+    # PhiDecoderLayer: one input_layernorm feeds attention and MLP in parallel; qk_layernorm is
+    # LayerNorm(head_dim) with bias, shared by the heads.
+    if hf.get("qk_layernorm"):
+        kw.update(qk_norm="head", qk_norm_bias=True)
+
+
+def _phimoe(hf: dict, kw: dict) -> None:
+    _experts_of_width_ffn(hf, kw)
+    kw["lm_head_bias"] = bool(hf.get("lm_head_bias", False))
+    # modeling_phimoe.sparsemixer picks a first and a second expert whatever num_experts_per_tok says.
+    if kw.get("n_experts", 0) >= 2 and kw.get("n_experts_per_token") != 2:
+        kw["notes"] = kw.get("notes", ()) + (
+            f"num_experts_per_tok {kw.get('n_experts_per_token')} is ignored, as transformers' PhiMoE "
+            f"sparsemixer routes every token to 2 experts",)
+        kw["n_experts_per_token"] = 2
+
+
+def _four_d(hf: dict, kw: dict, key: str) -> None:
+    if hf.get(key) is None:  # GPT-J n_inner, GPT-Neo intermediate_size: None means 4·d_model
+        kw["d_ff"] = 4 * kw["d_model"]
+
+
+def _gptj(hf: dict, kw: dict) -> None:
+    _four_d(hf, kw, "n_inner")
+
+
+def _gpt_neo(hf: dict, kw: dict) -> None:
+    _four_d(hf, kw, "intermediate_size")
+
+
+def _gpt_bigcode(hf: dict, kw: dict) -> None:
+    _four_d(hf, kw, "n_inner")
+    kw["n_kv_heads"] = 1 if hf.get("multi_query", True) else kw["n_heads"]  # c_attn: D + 2·d_head with MQA
+
+
+def _opt(hf: dict, kw: dict) -> None:
+    # OPTDecoder: positions table of max_position_embeddings + 2 rows (the offset of 2), biases from
+    # enable_bias, ffn_dim wide fc1/fc2, post-LN without a final norm when do_layer_norm_before is
+    # false (OPT-350m), project_in/out when word_embed_proj_dim differs from hidden_size.
+    kw["n_positions"] = hf["max_position_embeddings"] + 2
+    kw["d_ff"] = hf["ffn_dim"]
+    bias = bool(hf.get("enable_bias", True))
+    kw.update(qkv_bias=bias, out_bias=bias, mlp_bias=bias)
+    kw["norm_affine"] = bool(hf.get("layer_norm_elementwise_affine", True))
+    pre = bool(hf.get("do_layer_norm_before", True))
+    kw["post_norm"] = not pre
+    kw["final_norm"] = pre and not hf.get("_remove_final_layer_norm", False)
+    proj = hf.get("word_embed_proj_dim")
+    if proj is not None and proj != kw["d_model"]:
+        kw["d_embed"] = proj
+
+
+def _bloom(hf: dict, kw: dict) -> None:
+    kw["d_ff"] = 4 * kw["d_model"]  # BloomMLP: dense_h_to_4h is always 4·hidden_size
+
+
+def _starcoder2(hf: dict, kw: dict) -> None:
+    bias = bool(hf.get("use_bias", True))
+    kw.update(qkv_bias=bias, out_bias=bias, mlp_bias=bias)
+
+
+def _stablelm(hf: dict, kw: dict) -> None:
+    # StableLmAttention: q/k/v bias = use_qkv_bias; qk_layernorm is one bias-free LayerNorm(head_dim)
+    # per head; use_parallel_residual drops post_attention_layernorm (one shared norm).
+    kw["qkv_bias"] = bool(hf.get("use_qkv_bias", False))
+    if hf.get("qk_layernorm"):
+        kw["qk_norm"] = "full"
+    if hf.get("use_parallel_residual"):
+        kw.update(parallel_residual=True, norms_per_layer=1)
+
+
+def _cohere(hf: dict, kw: dict) -> None:
+    # CohereDecoderLayer: attention and MLP in parallel off one input_layernorm; CohereLayerNorm has a
+    # weight only; use_qk_norm is a CohereLayerNorm over (heads, head_dim): a weight per head.
+    _attention_bias(hf, kw)
+    if hf.get("use_qk_norm"):
+        kw["qk_norm"] = "full"
+
+
+def _mpt(hf: dict, kw: dict) -> None:
+    # MptBlock: Wqkv (3·D) and out_proj bias-free, norms with their bias set to None, ALiBi, and an
+    # FFN of 4·d_model whatever expansion_ratio says (modeling_mpt.py MptMLP).
+    kw["d_ff"] = 4 * kw["d_model"]
+    ratio = hf.get("expansion_ratio", 4)
+    if ratio != 4:
+        kw["notes"] = kw.get("notes", ()) + (
+            f"expansion_ratio {ratio} is ignored, as transformers' MptMLP does: its FFN is 4·d_model",)
+
+
+def _dbrx(hf: dict, kw: dict) -> None:
+    # DbrxAttention: Wqkv of D + 2·kv_n_heads·d_head, no biases; DbrxExperts w1/v1/w2 of ffn_hidden_size.
+    attn, ffn = hf.get("attn_config") or {}, hf.get("ffn_config") or {}
+    kw["n_kv_heads"] = attn.get("kv_n_heads", 1)
+    width = ffn.get("ffn_hidden_size", 3584)
+    kw.update(n_experts=ffn.get("moe_num_experts", 4), n_experts_per_token=ffn.get("moe_top_k", 1),
+              d_ff_expert=width, d_ff=width)
+    act = (ffn.get("ffn_act_fn") or {}).get("name", "silu")
+    kw["mlp"] = _mlp_kind(act, True)
+
+
+def _glm(hf: dict, kw: dict) -> None:
+    kw["qkv_bias"] = bool(hf.get("attention_bias", True))  # GlmAttention: o_proj is bias-free
+
+
+def _glm4_moe(hf: dict, kw: dict) -> None:
+    # Glm4MoeAttention: q/k/v bias = attention_bias, o_proj bias-free, optional per-head QK RMSNorm;
+    # DeepSeek-style MoE (first_k_dense_replace dense layers, shared experts). The MTP layers of
+    # num_nextn_predict_layers are not part of the transformers model and are not counted.
+    kw["qkv_bias"] = bool(hf.get("attention_bias", False))
+    if hf.get("use_qk_norm"):
+        kw["qk_norm"] = "head"
+
+
+def _ernie(hf: dict, kw: dict) -> None:
+    bias = bool(hf.get("use_bias", False))  # every linear (Ernie4_5ForCausalLM's LM head excepted)
+    kw.update(qkv_bias=bias, out_bias=bias, mlp_bias=bias)
+
+
+def _ernie_moe(hf: dict, kw: dict) -> None:
+    # Ernie4_5_MoeDecoderLayer: MoE when (i + 1) % moe_layer_interval == 0 and start <= i <= end
+    # (end -1 = the last layer); shared experts of moe_intermediate_size·moe_num_shared_experts.
+    _ernie(hf, kw)
+    kw["lm_head_bias"] = kw["mlp_bias"]  # Ernie4_5_MoeForCausalLM: lm_head bias=config.use_bias
+    L = kw["n_layers"]
+    start, end = hf.get("moe_layer_start_index", 1), hf.get("moe_layer_end_index", -1)
+    end = L - 1 if end == -1 else end
+    step = hf.get("moe_layer_interval", 1)
+    kw["moe_layers"] = tuple(i for i in range(L) if (i + 1) % step == 0 and start <= i <= end)
+    kw["n_shared_experts"] = hf.get("moe_num_shared_experts", 2)
+
+
+def _seed_oss(hf: dict, kw: dict) -> None:
+    kw.update(qkv_bias=bool(hf.get("attention_bias", True)), out_bias=bool(hf.get("attention_out_bias", False)),
+              mlp_bias=bool(hf.get("mlp_bias", False)))
+
+
+def _per_layer(hf: dict, key: str, default):
+    """Hunyuan-MoE keys may be one value or one per layer; llmcalc needs them equal across layers."""
+    value = hf.get(key, default)
+    if isinstance(value, list):
+        if len(set(value)) != 1:
+            raise SpecError(f"{key} differs between layers ({sorted(set(value))}); llmcalc models one MoE shape")
+        value = value[0]
+    return value
+
+
+def _hunyuan_moe(hf: dict, kw: dict) -> None:
+    # HunYuanMoEV1Moe: every layer MoE; experts and one shared_mlp of intermediate_size; router wg bias-free.
+    _qk_norm_head(hf, kw)
+    kw.update(n_experts=_per_layer(hf, "num_experts", 1), n_experts_per_token=_per_layer(hf, "moe_topk", 1),
+              d_ff_expert=hf["intermediate_size"], n_shared_experts=1, d_ff_shared=hf["intermediate_size"])
+
+
+def _sizes(**keys) -> dict:
+    return keys
+
+
+FAMILIES.update({
+    "qwen3": Family(
+        "models/qwen3/modeling_qwen3.py: per-head QK RMSNorm, attention_bias on q/k/v/o",
+        {}, _sizes(vocab_size=151936, hidden_size=4096, intermediate_size=22016, num_hidden_layers=32,
+                   num_attention_heads=32, num_key_value_heads=32, head_dim=128, tie_word_embeddings=False),
+        _qk_norm_head,
+    ),
+    "qwen3_moe": Family(
+        "models/qwen3_moe/modeling_qwen3_moe.py: per-head QK-norm, top-k experts, mlp_only_layers",
+        {}, _sizes(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=24,
+                   num_attention_heads=32, num_key_value_heads=4, tie_word_embeddings=False, num_experts=128,
+                   num_experts_per_tok=8, moe_intermediate_size=768), _qwen3_moe,
+    ),
+    "qwen2_moe": Family(
+        "models/qwen2_moe/modeling_qwen2_moe.py: q/k/v bias, gated shared expert",
+        {}, _sizes(vocab_size=151936, hidden_size=2048, intermediate_size=5632, num_hidden_layers=24,
+                   num_attention_heads=16, num_key_value_heads=16, tie_word_embeddings=False, num_experts=60,
+                   num_experts_per_tok=4, moe_intermediate_size=1408, shared_expert_intermediate_size=5632),
+        _qwen2_moe,
+    ),
+    "gemma3_text": Family(
+        "models/gemma3/modeling_gemma3.py (Gemma3ForCausalLM): sandwich norms, per-head QK-norm, tied",
+        {"norms_per_layer": 4}, _sizes(vocab_size=262208, hidden_size=2304, intermediate_size=9216,
+                                       num_hidden_layers=26, num_attention_heads=8, num_key_value_heads=4,
+                                       head_dim=256, tie_word_embeddings=True,
+                                       hidden_activation="gelu_pytorch_tanh"), _qk_norm_head,
+    ),
+    "llama4_text": Family(
+        "models/llama4/modeling_llama4.py (Llama4ForCausalLM): interleaved MoE with a shared expert",
+        {}, _sizes(vocab_size=202048, hidden_size=5120, intermediate_size=8192, intermediate_size_mlp=16384,
+                   num_hidden_layers=48, num_attention_heads=40, num_key_value_heads=8, head_dim=128,
+                   tie_word_embeddings=False, num_local_experts=16, num_experts_per_tok=1), _llama4,
+    ),
+    "gpt_oss": Family(
+        "models/gpt_oss/modeling_gpt_oss.py: attention sinks, biased attention, router and experts",
+        {}, _sizes(vocab_size=201088, hidden_size=2880, intermediate_size=2880, num_hidden_layers=36,
+                   num_attention_heads=64, num_key_value_heads=8, head_dim=64, tie_word_embeddings=False,
+                   attention_bias=True, num_local_experts=128, num_experts_per_tok=4), _gpt_oss,
+    ),
+    "olmo2": Family(
+        "models/olmo2/modeling_olmo2.py: QK RMSNorm over all heads, norms after each sublayer",
+        {}, _sizes(vocab_size=50304, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                   num_attention_heads=32, tie_word_embeddings=False), _olmo2,
+    ),
+    "olmo3": Family(
+        "models/olmo3/modeling_olmo3.py: as OLMo-2, with sliding-window layers",
+        {}, _sizes(vocab_size=50304, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                   num_attention_heads=32, tie_word_embeddings=False), _olmo2,
+    ),
+    "olmoe": Family(
+        "models/olmoe/modeling_olmoe.py: QK-norm over all heads, experts of intermediate_size",
+        {}, _sizes(vocab_size=50304, hidden_size=2048, intermediate_size=2048, num_hidden_layers=16,
+                   num_attention_heads=16, tie_word_embeddings=False, num_experts=64, num_experts_per_tok=8),
+        _olmoe,
+    ),
+    "granite": Family(
+        "models/granite/modeling_granite.py: Llama with scalar multipliers (no parameters)",
+        {}, _sizes(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                   num_attention_heads=32, tie_word_embeddings=False), _attention_bias,
+    ),
+    "granitemoe": Family(
+        "models/granitemoe/modeling_granitemoe.py: every layer MoE, experts of intermediate_size",
+        {}, _sizes(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                   num_attention_heads=32, tie_word_embeddings=False, num_local_experts=8,
+                   num_experts_per_tok=2), _experts_of_width_ffn,
+    ),
+    "granitemoeshared": Family(
+        "models/granitemoeshared/modeling_granitemoeshared.py: Granite-MoE plus a shared MLP",
+        {}, _sizes(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                   num_attention_heads=32, tie_word_embeddings=False, num_local_experts=8,
+                   num_experts_per_tok=2), _granitemoeshared,
+    ),
+    "phi": Family(
+        "models/phi/modeling_phi.py: parallel block with one LayerNorm, biased linears and LM head",
+        {"norm": "layernorm", "parallel_residual": True, "norms_per_layer": 1, "qkv_bias": True, "out_bias": True,
+         "mlp_bias": True, "lm_head_bias": True},
+        _sizes(vocab_size=51200, hidden_size=2048, intermediate_size=8192, num_hidden_layers=24,
+               num_attention_heads=32, tie_word_embeddings=False, hidden_act="gelu_new"), _phi, gated=False,
+    ),
+    "phimoe": Family(
+        "models/phimoe/modeling_phimoe.py: LayerNorm, biased attention (attention_bias), optional LM-head bias",
+        {"norm": "layernorm"}, _sizes(vocab_size=32064, hidden_size=4096, intermediate_size=6400,
+                                      num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                                      tie_word_embeddings=False, num_local_experts=16, num_experts_per_tok=2),
+        _phimoe,
+    ),
+    "gptj": Family(
+        "models/gptj/modeling_gptj.py: parallel block with one LayerNorm, bias-free attention, LM-head bias",
+        {"norm": "layernorm", "parallel_residual": True, "norms_per_layer": 1, "mlp_bias": True,
+         "lm_head_bias": True},
+        _sizes(vocab_size=50400, n_embd=4096, n_layer=28, n_head=16, n_positions=2048, tie_word_embeddings=False,
+               activation_function="gelu_new"), _gptj, gated=False,
+    ),
+    "gpt_neo": Family(
+        "models/gpt_neo/modeling_gpt_neo.py: learned positions, bias-free q/k/v, biased out_proj and MLP",
+        {"norm": "layernorm", "pos_emb": "learned", "out_bias": True, "mlp_bias": True},
+        _sizes(vocab_size=50257, hidden_size=2048, num_layers=24, num_heads=16, max_position_embeddings=2048,
+               tie_word_embeddings=True, activation_function="gelu_new"), _gpt_neo, gated=False,
+    ),
+    "opt": Family(
+        "models/opt/modeling_opt.py: learned positions with an offset of 2, project_in/out, ffn_dim",
+        {"norm": "layernorm", "pos_emb": "learned"},
+        _sizes(vocab_size=50272, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, ffn_dim=3072,
+               max_position_embeddings=2048, tie_word_embeddings=True, activation_function="relu"),
+        _opt, gated=False,
+    ),
+    "bloom": Family(
+        "models/bloom/modeling_bloom.py: ALiBi, embedding LayerNorm, fused biased qkv, 4·D MLP",
+        {"norm": "layernorm", "pos_emb": "alibi", "embedding_norm": True, "qkv_bias": True, "out_bias": True,
+         "mlp_bias": True},
+        _sizes(vocab_size=250880, hidden_size=64, n_layer=2, n_head=8, tie_word_embeddings=True), _bloom,
+        gated=False,
+    ),
+    "gpt_bigcode": Family(
+        "models/gpt_bigcode/modeling_gpt_bigcode.py: GPT-2 with multi-query attention (multi_query)",
+        {"norm": "layernorm", "pos_emb": "learned", "qkv_bias": True, "out_bias": True, "mlp_bias": True},
+        _sizes(vocab_size=50257, n_embd=768, n_layer=12, n_head=12, n_positions=1024, tie_word_embeddings=True,
+               activation_function="gelu_pytorch_tanh"), _gpt_bigcode, gated=False,
+    ),
+    "starcoder2": Family(
+        "models/starcoder2/modeling_starcoder2.py: LayerNorm, use_bias on every linear, plain GELU MLP",
+        {"norm": "layernorm"}, _sizes(vocab_size=49152, hidden_size=3072, intermediate_size=12288,
+                                      num_hidden_layers=30, num_attention_heads=24, num_key_value_heads=2,
+                                      tie_word_embeddings=True, hidden_act="gelu_pytorch_tanh"),
+        _starcoder2, gated=False,
+    ),
+    "stablelm": Family(
+        "models/stablelm/modeling_stablelm.py: LayerNorm, use_qkv_bias, per-head qk_layernorm, parallel option",
+        {"norm": "layernorm"}, _sizes(vocab_size=50304, hidden_size=2560, intermediate_size=6912,
+                                      num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
+                                      tie_word_embeddings=False), _stablelm,
+    ),
+    "cohere": Family(
+        "models/cohere/modeling_cohere.py: parallel block, one bias-free LayerNorm, QK-norm per head, tied",
+        {"norm": "layernorm", "norm_bias": False, "parallel_residual": True, "norms_per_layer": 1},
+        _sizes(vocab_size=256000, hidden_size=8192, intermediate_size=22528, num_hidden_layers=40,
+               num_attention_heads=64, tie_word_embeddings=True), _cohere,
+    ),
+    "cohere2": Family(
+        "models/cohere2/modeling_cohere2.py: Cohere's parallel block with sliding-window layers, tied",
+        {"norm": "layernorm", "norm_bias": False, "parallel_residual": True, "norms_per_layer": 1},
+        _sizes(vocab_size=256000, hidden_size=8192, intermediate_size=22528, num_hidden_layers=40,
+               num_attention_heads=64, tie_word_embeddings=True), _attention_bias,
+    ),
+    "mpt": Family(
+        "models/mpt/modeling_mpt.py: ALiBi, no biases at all (norms included), FFN of 4·d_model",
+        {"norm": "layernorm", "norm_bias": False, "pos_emb": "alibi"},
+        _sizes(vocab_size=50368, d_model=2048, n_heads=16, n_layers=24, max_seq_len=2048, tie_word_embeddings=True),
+        _mpt, gated=False,
+    ),
+    "dbrx": Family(
+        "models/dbrx/modeling_dbrx.py: fused GQA Wqkv, bias-free LayerNorm, every layer MoE",
+        {"norm": "layernorm", "norm_bias": False},
+        _sizes(vocab_size=32000, d_model=2048, n_heads=16, n_layers=24, max_seq_len=2048,
+               tie_word_embeddings=False), _dbrx,
+    ),
+    "glm": Family(
+        "models/glm/modeling_glm.py: q/k/v bias, fused gate_up_proj",
+        {}, _sizes(vocab_size=151552, hidden_size=4096, intermediate_size=13696, num_hidden_layers=40,
+                   num_attention_heads=32, num_key_value_heads=2, head_dim=128, tie_word_embeddings=False), _glm,
+    ),
+    "glm4": Family(
+        "models/glm4/modeling_glm4.py: GLM with post-attention and post-MLP norms (4 per block)",
+        {"norms_per_layer": 4}, _sizes(vocab_size=151552, hidden_size=4096, intermediate_size=13696,
+                                       num_hidden_layers=40, num_attention_heads=32, num_key_value_heads=2,
+                                       head_dim=128, tie_word_embeddings=False), _glm,
+    ),
+    "glm4_moe": Family(
+        "models/glm4_moe/modeling_glm4_moe.py: DeepSeek-style MoE, q/k/v bias, optional QK-norm (MTP not built)",
+        {}, _sizes(vocab_size=151552, hidden_size=4096, intermediate_size=10944, num_hidden_layers=46,
+                   num_attention_heads=96, num_key_value_heads=8, tie_word_embeddings=False,
+                   moe_intermediate_size=1408, n_shared_experts=1, n_routed_experts=128, num_experts_per_tok=8,
+                   first_k_dense_replace=1), _glm4_moe,
+    ),
+    "ernie4_5": Family(
+        "models/ernie4_5/modeling_ernie4_5.py: use_bias on every linear and the LM head, tied",
+        {}, _sizes(vocab_size=103424, hidden_size=1024, intermediate_size=3072, num_hidden_layers=18,
+                   num_attention_heads=16, num_key_value_heads=2, head_dim=128, tie_word_embeddings=True), _ernie,
+    ),
+    "ernie4_5_moe": Family(
+        "models/ernie4_5_moe/modeling_ernie4_5_moe.py: MoE from moe_layer_start_index, shared experts",
+        {}, _sizes(vocab_size=103424, hidden_size=2560, intermediate_size=12288, num_hidden_layers=28,
+                   num_attention_heads=20, num_key_value_heads=4, tie_word_embeddings=True,
+                   moe_intermediate_size=1536, moe_num_experts=64, moe_k=6), _ernie_moe,
+    ),
+    "exaone4": Family(
+        "models/exaone4/modeling_exaone4.py: per-head QK-norm, norms after each sublayer, no biases",
+        {"qk_norm": "head"}, _sizes(vocab_size=102400, hidden_size=4096, intermediate_size=16384,
+                                    num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
+                                    tie_word_embeddings=False),
+    ),
+    "smollm3": Family(
+        "models/smollm3/modeling_smollm3.py: Llama with NoPE layers (no parameters), tied",
+        {}, _sizes(vocab_size=128256, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
+                   num_attention_heads=16, num_key_value_heads=4, tie_word_embeddings=True), _attention_bias,
+    ),
+    "seed_oss": Family(
+        "models/seed_oss/modeling_seed_oss.py: q/k/v bias (attention_bias), o bias (attention_out_bias)",
+        {}, _sizes(vocab_size=155136, hidden_size=4096, intermediate_size=27648, num_hidden_layers=64,
+                   num_attention_heads=80, num_key_value_heads=8, head_dim=128, tie_word_embeddings=False),
+        _seed_oss,
+    ),
+    "hunyuan_v1_dense": Family(
+        "models/hunyuan_v1_dense/modeling_hunyuan_v1_dense.py: per-head query/key RMSNorm",
+        {}, _sizes(vocab_size=290943, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                   num_attention_heads=32, tie_word_embeddings=False), _qk_norm_head,
+    ),
+    "hunyuan_v1_moe": Family(
+        "models/hunyuan_v1_moe/modeling_hunyuan_v1_moe.py: per-head QK-norm, experts plus one shared MLP",
+        {}, _sizes(vocab_size=290943, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                   num_attention_heads=32, tie_word_embeddings=False), _hunyuan_moe,
+    ),
+    "ministral": Family(
+        "models/ministral/modeling_ministral.py: Mistral with sliding-window layers, no biases",
+        {}, _sizes(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                   num_attention_heads=32, num_key_value_heads=8, tie_word_embeddings=False),
+    ),
+})
+# Kimi-K2's published config says model_type "kimi_k2" and loads DeepseekV3 classes (auto_map).
+FAMILIES["kimi_k2"] = FAMILIES["deepseek_v3"]
+
+# Families with sliding-window or chunked attention layers (a mask in transformers' eager attention).
+WINDOWED = {"gpt_oss": "sliding_window", "gemma3_text": "sliding_window", "cohere2": "sliding_window",
+            "olmo3": "sliding_window", "exaone4": "sliding_window", "ministral": "sliding_window",
+            "llama4_text": "attention_chunk_size"}
+
+# Multimodal checkpoints whose language model llmcalc counts from text_config (and its text model_type).
+MULTIMODAL_TEXT = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
+
+
 def _mlp_kind(activation: str, gated: bool) -> str:
     act = activation.lower()
     if act in ("silu", "swish"):
@@ -208,11 +669,68 @@ def _first(hf: dict, keys: tuple[str, ...]):
     return None
 
 
-def spec_from_hf(hf: dict, name: str = "custom") -> ModelSpec:
-    """A ModelSpec from a Hugging Face config.json dict (unchanged, as published)."""
+# Config keys read as flags: JSON true/false only ("false" as a string would read as true).
+BOOL_KEYS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "new_decoder_architecture", "multi_query",
+             "bias", "parallel_attn", "alibi", "use_parallel_residual", "share_encoder_decoder_embeddings",
+             "attention_out_bias", "qkv_bias", "lm_head_bias", "enable_bias", "use_bias", "use_qkv_bias",
+             "layer_norm_elementwise_affine", "do_layer_norm_before", "qk_layernorm", "use_qk_norm",
+             "_remove_final_layer_norm")
+# feed_forward_proj values T5Config accepts for the activations llmcalc models ("gated-" = GeGLU/SwiGLU).
+T5_PROJECTIONS = ("relu", "gelu", "gelu_new", "silu", "gated-gelu", "gated-gelu_new", "gated-silu")
+
+
+def check_config_values(hf: dict) -> None:
+    """Refuse, naming the key, config values of the wrong JSON type before anything reads them:
+    flags must be real booleans, shapes whole numbers, activations known strings, numbers finite."""
     if not isinstance(hf, dict):
         raise SpecError("a config must be a JSON object")
+    if not isinstance(hf.get("model_type", ""), (str, type(None))):
+        raise SpecError(f"model_type must be a string, got {hf['model_type']!r:.60}")
+    for key, value in hf.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SpecError(f"{key} must be a finite number, got {value}")
+    for key in BOOL_KEYS:
+        if hf.get(key) is not None and not isinstance(hf[key], bool):
+            raise SpecError(f"{key} must be true or false (a JSON boolean), got {hf[key]!r:.60}")
+    for key in {k for keys in HF_KEYS.values() for k in keys} - {"tie_word_embeddings"}:
+        value = hf.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise SpecError(f"{key} must be a whole number, got {value!r:.60}")
+    for key in ACTIVATION_KEYS:
+        if hf.get(key) is not None and not isinstance(hf[key], str):
+            raise SpecError(f"{key} must be an activation name such as \"silu\" or \"gelu\", got {hf[key]!r:.60}")
+    proj = hf.get("feed_forward_proj")
+    if proj is not None and proj not in T5_PROJECTIONS:
+        raise SpecError(f"feed_forward_proj must be one of {', '.join(T5_PROJECTIONS)}; got {proj!r:.60}")
+
+
+def spec_from_hf(hf: dict, name: str = "custom") -> ModelSpec:
+    """A ModelSpec from a Hugging Face config.json dict (unchanged, as published)."""
+    check_config_values(hf)
+    notes: tuple[str, ...] = ()
+    if hf.get("quantization_config") is not None:
+        method = (hf["quantization_config"] or {}).get("quant_method", "unnamed") if isinstance(
+            hf["quantization_config"], dict) else "unnamed"
+        notes += (f"quantization_config ({method}) ignored: the counts are of the unquantized model "
+                  f"(every weight one parameter, whatever its storage format)",)
     model_type = hf.get("model_type")
+    if isinstance(hf.get("text_config"), dict):  # a multimodal checkpoint: count its language model
+        outer, hf = hf, {**hf["text_config"]}
+        check_config_values(hf)
+        hf.setdefault("model_type", MULTIMODAL_TEXT.get(model_type, model_type))
+        if outer.get("tie_word_embeddings") is not None:  # the top-level class ties the LM head
+            hf["tie_word_embeddings"] = outer["tie_word_embeddings"]
+        if outer.get("quantization_config") is not None:
+            hf["quantization_config"] = outer["quantization_config"]
+        notes += (f"multimodal config ({model_type}): the language model from text_config is counted; "
+                  f"the vision tower and multimodal projector are left out",)
+        model_type = hf["model_type"]
+    elif any(isinstance(hf.get(k), dict) for k in ("vision_config", "audio_config")):
+        raise SpecError(f"multimodal config ({model_type}) without a text_config: nothing to count as a "
+                        f"language model; give a config.json whose text_config describes its decoder")
+    if model_type is None and not any(k in hf for keys in HF_KEYS.values() for k in keys):
+        raise SpecError("not a model config: no model_type and no model shape keys (hidden_size, "
+                        "num_hidden_layers, ...); give a Hugging Face config.json or an llmcalc spec")
     family = FAMILIES.get(model_type)
     if family is None:
         missing = [k for k in REQUIRED_FOR_UNKNOWN if k not in hf]
@@ -225,8 +743,10 @@ def spec_from_hf(hf: dict, name: str = "custom") -> ModelSpec:
         family = Family("explicit llmcalc keys", {}, {}, _attention_bias, gated=hf["mlp"] in ("swiglu", "geglu"))
     merged = {**family.defaults, **{k: v for k, v in hf.items() if v is not None}}
     kw: dict = {}
-    for spec_field, keys in HF_KEYS.items():
-        value = _first(merged, keys)
+    present = {k: v for k, v in hf.items() if v is not None}
+    for spec_field, keys in HF_KEYS.items():  # the config's own key (any alias) before a class default
+        value = _first(present, keys)
+        value = _first(merged, keys) if value is None else value
         if value is not None:
             kw[spec_field] = value
     missing = [k for k in ("n_layers", "d_model", "n_heads", "vocab_size") if k not in kw]
@@ -243,7 +763,16 @@ def spec_from_hf(hf: dict, name: str = "custom") -> ModelSpec:
         family.derive(merged, kw)
     # Explicit llmcalc keys in the file win over everything (how an unknown model_type is described).
     kw.update({k: v for k, v in hf.items() if k in _SPEC_FIELDS and k not in ("name", "model_type")})
+    window_key = WINDOWED.get(model_type)
+    if window_key and merged.get(window_key):
+        kinds = merged.get("layer_types") or []
+        local = sum(1 for t in kinds if t != "full_attention")
+        notes += (f"{f'{local} of {len(kinds)} layers use' if kinds else 'some layers use'} "
+                  f"{'chunked' if window_key == 'attention_chunk_size' else 'sliding-window'} attention "
+                  f"({window_key} {merged[window_key]:,}): FLOPs count their S² terms in full, as the masked "
+                  f"eager attention (and torch's FlopCounterMode) does; a windowed kernel does less",)
     kw["name"] = name
     kw["model_type"] = model_type
+    kw["notes"] = tuple(kw.get("notes", ())) + notes
     return ModelSpec(**kw)
 

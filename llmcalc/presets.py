@@ -1,8 +1,10 @@
 """Find and load presets: presets/models/*.json (HF config.json + "_source") and presets/hardware/*.json.
 
-Lookup is exact. An unknown name raises ``PresetError`` listing the closest names (difflib).
+Lookup ignores case, and a Hugging Face repo id (``meta-llama/Meta-Llama-3-8B``) finds the preset
+whose ``_source`` names it. An unknown name raises ``PresetError`` listing the closest names (difflib).
 A model argument that names a file (or a directory holding config.json) is read from disk: either
-a Hugging Face config.json or a native llmcalc spec (ModelSpec field names).
+a Hugging Face config.json or a native llmcalc spec (ModelSpec field names). Only regular files are
+read, at most ``MAX_CONFIG_BYTES``, in UTF-8 or UTF-16/32 (JSON's own encoding detection).
 """
 
 from __future__ import annotations
@@ -11,6 +13,9 @@ from .errors import LlmcalcError
 
 import difflib
 import json
+import os
+import re
+import stat
 from functools import lru_cache
 from pathlib import Path
 
@@ -43,35 +48,90 @@ def hardware_names() -> list[str]:
     return _names("hardware")
 
 
+MAX_CONFIG_BYTES = 16 * 2**20  # a config.json is a few KiB; anything this big is not one
+
+
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= 60 else text[:57] + "...")
+
+
 def _unknown(kind: str, name: str, known: list[str]) -> PresetError:
-    close = difflib.get_close_matches(name.lower(), known, n=4, cutoff=0.5)
+    if not name.strip():
+        return PresetError(f"give a {kind} preset name (`llmcalc presets` lists all {len(known)})")
+    close = difflib.get_close_matches(name.lower()[:100], known, n=4, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
-    return PresetError(f"unknown {kind} preset {name!r}{hint} (`llmcalc presets` lists all {len(known)})")
+    return PresetError(f"unknown {kind} preset {_shown(name)}{hint} (`llmcalc presets` lists all {len(known)})")
 
 
 def read_json(path: Path) -> dict:
-    """A JSON object from disk, or one clear PresetError (missing file, bad JSON, not an object)."""
+    """A JSON object from a regular file of at most MAX_CONFIG_BYTES, or one clear PresetError
+    (missing, unreadable, a FIFO or device, too big, not JSON, too deeply nested, not an object)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            kind = "a folder without config.json" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+            raise PresetError(f"cannot read {_shown(str(path))}: {kind}")
+        if info.st_size > MAX_CONFIG_BYTES:
+            raise PresetError(f"{_shown(str(path))} is {info.st_size:,} bytes; a config.json is at most "
+                              f"{MAX_CONFIG_BYTES:,}")
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
-        raise PresetError(f"no such file: {path}") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
-        raise PresetError(f"cannot read {path}: {exc.__class__.__name__}") from None
+        raise PresetError(f"no such file: {_shown(str(path))}") from None
+    except OSError as exc:
+        raise PresetError(f"cannot read {_shown(str(path))}: {exc.strerror or exc.__class__.__name__}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise PresetError(f"{_shown(str(path))} is over {MAX_CONFIG_BYTES:,} bytes; not a config.json")
     try:
-        data = json.loads(text)
+        data = json.loads(raw)  # bytes: JSON's own UTF-8/16/32 detection (RFC 8259 section 8.1)
     except json.JSONDecodeError as exc:
         raise PresetError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except UnicodeDecodeError:
+        raise PresetError(f"{path}: not text in UTF-8 or UTF-16/32") from None
+    except RecursionError:
+        raise PresetError(f"{path}: JSON nested too deeply to be a config") from None
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        raise PresetError(f"{path}: unreadable JSON value: {exc}") from None
     if not isinstance(data, dict):
         raise PresetError(f"{path}: expected a JSON object, got {type(data).__name__}")
     return data
 
 
+_HF_REPO = re.compile(r"huggingface\.co/([\w.-]+/[\w.-]+)")
+
+
+@lru_cache(maxsize=None)
+def _repo_ids() -> dict[str, str]:
+    """Lower-cased Hugging Face repo id (and its bare model name) -> model preset whose _source names it."""
+    ids: dict[str, str] = {}
+    for name in model_names():
+        match = _HF_REPO.search(str(read_json(presets_dir() / "models" / f"{name}.json").get("_source", "")))
+        if match:
+            repo = match.group(1).lower()
+            ids[repo] = name
+            ids.setdefault(repo.split("/")[1], name)
+    return ids
+
+
+def resolve_name(kind: str, name: str) -> str:
+    """The preset file stem `name` means: exact, else ignoring case, else (models) a Hugging Face repo
+    id from a preset's _source; one PresetError with suggestions otherwise."""
+    known = _names(kind)
+    label = "model" if kind == "models" else "hardware"
+    if name in known:
+        return name
+    by_lower = {k.lower(): k for k in known}
+    key = name.strip().lower()
+    if key in by_lower:
+        return by_lower[key]
+    if kind == "models" and key in _repo_ids():
+        return _repo_ids()[key]
+    raise _unknown(label, name, known)
+
+
 @lru_cache(maxsize=None)
 def _preset_json(kind: str, name: str) -> dict:
-    path = presets_dir() / kind / f"{name}.json"
-    if not path.is_file():
-        raise _unknown("model" if kind == "models" else "hardware", name, _names(kind))
-    return read_json(path)
+    return read_json(presets_dir() / kind / f"{resolve_name(kind, name)}.json")
 
 
 def model_config(name: str) -> dict:
@@ -84,7 +144,17 @@ def hardware_config(name: str) -> dict:
 
 
 def looks_like_path(text: str) -> bool:
-    return text.endswith(".json") or "/" in text or "\\" in text or Path(text).is_dir()
+    """A file or folder on disk (not a preset name or a Hugging Face repo id of a preset)."""
+    if not text.strip():
+        return False
+    if text.endswith(".json") or "\\" in text:
+        return True
+    try:
+        if "/" in text:
+            return Path(text).exists() or text.lower() not in _repo_ids()
+        return Path(text).is_dir()
+    except OSError:  # a name too long to be a path
+        return False
 
 
 def spec_from_config(config: dict, name: str) -> ModelSpec:
@@ -98,15 +168,18 @@ def load_model(name_or_path: str) -> ModelSpec:
     """A ModelSpec from a preset name, a config.json path, or a directory holding config.json."""
     if looks_like_path(name_or_path):
         path = Path(name_or_path)
-        if path.is_dir():
-            path = path / "config.json"
+        try:
+            if path.is_dir():
+                path = path / "config.json"
+        except OSError as exc:
+            raise PresetError(f"cannot read {_shown(name_or_path)}: {exc.strerror}") from None
         config = read_json(path)
         name = path.parent.name if path.name == "config.json" else path.stem
         try:
             return spec_from_config(config, name or "config")
         except SpecError as exc:
             raise SpecError(f"{path}: {exc}") from None
-    return spec_from_config(model_config(name_or_path), name_or_path)
+    return spec_from_config(model_config(name_or_path), resolve_name("models", name_or_path))
 
 
 def model_source(name_or_path: str) -> str:
@@ -120,7 +193,7 @@ def load_hardware(name: str):
     """An Accelerator from a hardware preset name (exact; unknown names get suggestions)."""
     from .hardware import accelerator_from_preset
 
-    return accelerator_from_preset(name, hardware_config(name))
+    return accelerator_from_preset(resolve_name("hardware", name), hardware_config(name))
 
 
 def find_accelerator(device_name: str):

@@ -9,6 +9,7 @@ naming the offending fields and values. Reading Hugging Face config.json dicts l
 from __future__ import annotations
 
 from .errors import LlmcalcError
+from .validate import MAX_LAYERS, MAX_WIDTH
 
 import dataclasses
 from dataclasses import dataclass, field, fields
@@ -19,6 +20,7 @@ PLAIN_MLPS = ("gelu", "relu", "silu")  # two matrices: up, down (Vaswani et al. 
 MLPS = GATED_MLPS + PLAIN_MLPS
 NORMS = ("rmsnorm", "layernorm")
 POS_EMBS = ("rope", "learned", "sinusoidal", "alibi", "relative", "none")
+QK_NORMS = ("none", "head", "full")  # see ModelSpec.qk_norm
 
 
 class SpecError(LlmcalcError):
@@ -75,11 +77,31 @@ class ModelSpec:
     qk_rope_head_dim: int | None = None
     qk_nope_head_dim: int | None = None
     v_head_dim: int | None = None
+    # --- Current-generation decoder details (issue 9 part 1: Qwen3, Gemma 3, gpt-oss, OLMo-2, OPT, ...) ---
+    # QK-norm: a norm on queries and keys before RoPE. "head": one weight of d_head shared by all heads
+    # (Qwen3, Gemma 3, GLM-4.5, Phi); "full": a weight per head, H·d_head for Q and KV·d_head for K
+    # (OLMo-2 over the flat projection, Cohere's (H, d_head) weight, StableLM's per-head LayerNorms).
+    qk_norm: str = "none"
+    qk_norm_bias: bool = False  # the QK-norms carry a bias (Phi's LayerNorm(d_head))
+    attention_sinks: bool = False  # one learned sink logit per head and layer (gpt-oss)
+    lm_head_bias: bool = False  # the LM head carries a bias of vocab_size (GPT-J, Phi-2)
+    d_embed: int | None = None  # token-embedding width when it differs from d_model (OPT's
+    #   word_embed_proj_dim): project_in (d_embed -> D) and project_out (D -> d_embed), bias-free
+    router_bias: bool = False  # the MoE router linear has a bias (gpt-oss)
+    expert_bias: bool = False  # every routed expert's linears have biases (gpt-oss)
+    d_ff_shared: int | None = None  # inner width of the one shared-expert MLP; default
+    #   n_shared_experts·d_ff_expert (DeepSeek); Qwen2-MoE, Llama 4, Granite-MoE-shared give their own
+    shared_expert_gate: bool = False  # a sigmoid gate Linear(D, 1) on the shared expert (Qwen2-MoE)
+    moe_layers: tuple[int, ...] | None = None  # explicit MoE layer indices (Llama 4 interleaving,
+    #   Qwen-MoE mlp_only_layers, ERNIE start/end/interval); overrides n_dense_layers/moe_layer_freq
+    notes: tuple[str, ...] = field(default=(), compare=False)  # what the reader must know (vision
+    #   tower left out, quantization ignored); printed under the results
     name: str = field(default="custom", compare=False)
     model_type: str | None = field(default=None, compare=False)  # HF model_type it came from
 
     def __post_init__(self) -> None:
         _check_types(self)
+        _positive(self, "n_heads")  # before d_model // n_heads below
         derived: dict[str, object] = {}
         if self.n_kv_heads is None:
             derived["n_kv_heads"] = self.n_heads
@@ -101,6 +123,13 @@ class ModelSpec:
             derived["n_positions"] = self.max_seq_len
         if self.n_experts and self.d_ff_expert is None:
             derived["d_ff_expert"] = self.d_ff
+        if isinstance(self.moe_layers, list):  # from JSON
+            derived["moe_layers"] = tuple(self.moe_layers)
+        if isinstance(self.notes, list):
+            derived["notes"] = tuple(self.notes)
+        d_ff_expert = derived.get("d_ff_expert", self.d_ff_expert)
+        if self.n_shared_experts and self.d_ff_shared is None and d_ff_expert is not None:
+            derived["d_ff_shared"] = self.n_shared_experts * d_ff_expert
         for key, value in derived.items():
             object.__setattr__(self, key, value)
         _validate(self)
@@ -127,7 +156,10 @@ class ModelSpec:
         return "mqa" if self.n_kv_heads == 1 else "gqa"
 
     def is_moe_layer(self, index: int) -> bool:
-        """Whether decoder layer `index` (0-based) has a routed-expert FFN (DeepSeek's rule)."""
+        """Whether decoder layer `index` (0-based) has a routed-expert FFN: in `moe_layers` when given,
+        else DeepSeek's rule (after the first n_dense_layers, every moe_layer_freq-th)."""
+        if self.moe_layers is not None:
+            return self.is_moe and index in self.moe_layers
         return self.is_moe and index >= self.n_dense_layers and index % self.moe_layer_freq == 0
 
     @property
@@ -181,12 +213,16 @@ class ModelSpec:
         if self.is_mla:
             parts.append(f"MLA(q_rank={self.q_lora_rank}, kv_rank={self.kv_lora_rank})")
         parts += [f"V={self.vocab_size}", self.mlp, self.norm, self.pos_emb]
+        if self.qk_norm != "none":
+            parts.append(f"qk-norm({self.qk_norm})")
+        if self.attention_sinks:
+            parts.append("sinks")
         if self.lm_head:
             parts.append("tied" if self.tie_embeddings else "untied")
         return " ".join(parts)
 
 
-_DERIVED = ("n_kv_heads", "d_head", "norm_bias", "n_decoder_layers", "n_positions", "d_ff_expert")
+_DERIVED = ("n_kv_heads", "d_head", "norm_bias", "n_decoder_layers", "n_positions", "d_ff_expert", "d_ff_shared")
 _INT_FIELDS = {
     f.name for f in fields(ModelSpec) if f.type in ("int", "int | None")
 }
@@ -204,7 +240,8 @@ def _check_types(spec: ModelSpec) -> None:
         value = getattr(spec, name)
         if value is not None and not isinstance(value, bool):
             raise SpecError(f"{name} must be true or false, got {value!r}")
-    for name, allowed in (("architecture", ARCHITECTURES), ("mlp", MLPS), ("norm", NORMS), ("pos_emb", POS_EMBS)):
+    for name, allowed in (("architecture", ARCHITECTURES), ("mlp", MLPS), ("norm", NORMS), ("pos_emb", POS_EMBS),
+                          ("qk_norm", QK_NORMS)):
         if getattr(spec, name) not in allowed:
             raise SpecError(f"{name} must be one of {', '.join(allowed)}; got {getattr(spec, name)!r}")
 
@@ -219,7 +256,13 @@ def _positive(spec: ModelSpec, name: str) -> int:
 def _validate(spec: ModelSpec) -> None:
     for name in ("n_layers", "d_model", "n_heads", "vocab_size", "n_kv_heads", "d_head"):
         _positive(spec, name)
-    for name in ("d_ff", "max_seq_len", "n_decoder_layers", "n_positions", "q_lora_rank"):
+    for name in (f.name for f in fields(ModelSpec) if f.name in _INT_FIELDS):  # sane maxima: short loops,
+        limit = MAX_LAYERS if name in ("n_layers", "n_decoder_layers", "n_dense_layers") else MAX_WIDTH  # finite sums
+        value = getattr(spec, name) or 0
+        if value > limit:
+            shown = f"{value:,}" if value < 10**15 else f"a {len(str(value))}-digit number"
+            raise SpecError(f"{name} ({shown}) is beyond the sane maximum of {limit:,}")
+    for name in ("d_ff", "max_seq_len", "n_decoder_layers", "n_positions", "q_lora_rank", "d_embed", "d_ff_shared"):
         if getattr(spec, name) is not None:
             _positive(spec, name)
     for name in ("type_vocab_size", "rel_pos_buckets", "n_experts", "n_shared_experts", "n_dense_layers"):
@@ -258,12 +301,19 @@ def _validate(spec: ModelSpec) -> None:
         _positive(spec, "moe_layer_freq")
         if spec.n_dense_layers > spec.n_layers:
             raise SpecError(f"n_dense_layers ({spec.n_dense_layers}) exceeds n_layers ({spec.n_layers})")
-        if spec.n_dense_layers and spec.d_ff is None:
+        if spec.moe_layers is not None:
+            bad = [i for i in spec.moe_layers if isinstance(i, bool) or not isinstance(i, int)
+                   or not 0 <= i < spec.n_layers]
+            if bad:
+                raise SpecError(f"moe_layers must be layer indices in 0..{spec.n_layers - 1}, got {bad}")
+        if spec.n_moe_layers < spec.n_layers and spec.d_ff is None:
             raise SpecError("dense layers in an MoE model need d_ff")
     else:
         _positive(spec, "d_ff")
         if spec.n_experts_per_token or spec.n_shared_experts:
             raise SpecError("n_experts_per_token/n_shared_experts given but n_experts is 0")
+        if spec.router_bias or spec.expert_bias or spec.shared_expert_gate or spec.moe_layers:
+            raise SpecError("router_bias/expert_bias/shared_expert_gate/moe_layers given but n_experts is 0")
     if spec.is_mla:
         for name in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
             _positive(spec, name)
@@ -274,6 +324,8 @@ def _validate(spec: ModelSpec) -> None:
             )
         if spec.n_kv_heads != spec.n_heads:
             raise SpecError("with MLA every query head has its own key/value head: n_kv_heads = n_heads")
+        if spec.qk_norm != "none" or spec.attention_sinks:
+            raise SpecError("qk_norm and attention_sinks are not modelled with MLA")
     elif spec.q_lora_rank is not None:
         raise SpecError("q_lora_rank is only used with MLA (set kv_lora_rank too)")
 

@@ -5,7 +5,8 @@ the only place that turns "7B" into 7e9 or 7e9 into "7.00 G".
 
 Conventions (printed in the README):
 - Counts and FLOPs use SI (decimal) prefixes: k = 1e3, M = 1e6, G = 1e9 (a billion), T = 1e12.
-  "B" is accepted on input as a synonym for G, because "7B params" is how models are named.
+  "B" is accepted on input as a synonym for G, because "7B params" is how models are named; input
+  suffixes ignore case where that is unambiguous for a count (15t = 15T, 1m = 1M = a million).
 - Sequence lengths are the one exception on input: "4k" context means 4,096 tokens and "32k" means
   32,768, as model cards use them (binary k). Use ``parse_length`` for them.
 - Memory uses binary prefixes: KiB = 2**10, MiB = 2**20, GiB = 2**30 bytes; never "GB" for 2**30.
@@ -22,8 +23,10 @@ SI_PREFIXES = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E":
 # Input suffixes for counts; case matters only where SI needs it (m/M: we accept only M = mega).
 _COUNT_SUFFIXES = {
     "": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "B": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+    "m": 1e6, "g": 1e9, "b": 1e9, "t": 1e12, "p": 1e15,
 }
-_LENGTH_SUFFIXES = {"": 1, "k": 1024, "K": 1024, "Ki": 1024, "M": 1024**2, "Mi": 1024**2}
+_LENGTH_SUFFIXES = {"": 1, "k": 1024, "K": 1024, "Ki": 1024, "ki": 1024, "M": 1024**2, "Mi": 1024**2, "m": 1024**2,
+                    "mi": 1024**2}
 _BINARY_BYTES = [("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)]
 
 _QUANTITY = re.compile(r"^\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*([A-Za-z]*)\s*$")
@@ -58,6 +61,8 @@ def parse_length(text: str | int, what: str = "length") -> int:
         return text
     number, scale = _split(text, what, _LENGTH_SUFFIXES)
     value = number * scale
+    if not math.isfinite(value):
+        raise UnitError(f"{what} {text!r} is not a finite number of tokens")
     if value != int(value):
         raise UnitError(f"{what} {text!r} is not a whole number of tokens")
     return int(value)
@@ -89,6 +94,13 @@ def fmt_flops(value: float) -> str:
     return f"{text} ({value:.2e})".replace("e+", "e") if abs(value) >= 1e21 else text
 
 
+def fmt_budget(value: float) -> str:
+    """A FLOP budget as written in papers: 1e24 -> '1e24 FLOP (1.00 YFLOP)', 3.2e23 -> '3.2e23 FLOP (320 ZFLOP)'."""
+    mantissa, exponent = f"{value:.3g}".partition("e")[::2]
+    written = f"{mantissa}e{int(exponent)}" if exponent else mantissa
+    return f"{written} FLOP ({si(value)}FLOP)" if value < 1e27 else f"{written} FLOP"
+
+
 def fmt_flops_rate(value: float) -> str:
     """FLOP/s with SI prefix: 9.89e14 -> '989 TFLOP/s'."""
     return f"{si(value)}FLOP/s"
@@ -103,6 +115,21 @@ def fmt_bytes(value: float, unit: str | None = None) -> str:
         if abs(value) >= scale:
             return f"{value / scale:.2f} {name}"
     return f"{value:.0f} B"
+
+
+def fmt_tokens(value: float, noun: str = "tokens") -> str:
+    """A token (or parameter) count as people say it, trailing zeros dropped: 1.5e13 -> '15 T tokens',
+    1.5e10 -> '15 B tokens', 7e9 -> '7 B params' (B = billion = SI G, as model and dataset sizes are named)."""
+    for name, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            scaled = value / scale
+            return f"{scaled:,.0f} {name} {noun}" if scaled >= 1000 else f"{scaled:.3g} {name} {noun}"
+    return f"{value:,.0f} {noun}"
+
+
+def plural(count: float, noun: str) -> str:
+    """'1 GPU', '1,024 GPUs': a count with thousands separators and the noun it agrees with."""
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
 
 
 def fmt_int(value: int) -> str:

@@ -6,6 +6,7 @@ and count its parameters the way PyTorch users do.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import warnings
@@ -21,6 +22,24 @@ ENCODER_DECODER = {"t5", "marian"}
 ENCODER = {"bert"}
 
 
+TEXT_OF = {"gemma3": "gemma3_text", "llama4": "llama4_text"}  # multimodal -> its text model_type
+SAME_AS = {"kimi_k2": "deepseek_v3"}  # Kimi-K2's config loads DeepseekV3 classes (its auto_map)
+
+
+def hf_values(config: dict) -> tuple[str, dict]:
+    """(model_type, config keys) of the transformers model to build. A multimodal checkpoint gives
+    its language model (text_config, tied as the top-level class ties it); Kimi-K2 is DeepSeek-V3."""
+    values = {k: v for k, v in config.items() if not k.startswith("_") and k != "quantization_config"}
+    model_type = values.pop("model_type")
+    if isinstance(values.get("text_config"), dict):
+        text = dict(values["text_config"])
+        if values.get("tie_word_embeddings") is not None:
+            text["tie_word_embeddings"] = values["tie_word_embeddings"]
+        model_type, values = text.pop("model_type", TEXT_OF.get(model_type)), text
+    values.pop("auto_map", None)
+    return SAME_AS.get(model_type, model_type), values
+
+
 def build_hf(config: dict):
     """The transformers model for an HF config dict, on the meta device (no memory, no download).
 
@@ -29,8 +48,7 @@ def build_hf(config: dict):
     """
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
-    values = {k: v for k, v in config.items() if not k.startswith("_")}
-    model_type = values.pop("model_type")
+    model_type, values = hf_values(config)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cfg = AutoConfig.for_model(model_type, **values)
@@ -62,11 +80,16 @@ def hf_count(config: dict) -> tuple[int, dict[str, int]]:
 # Group of each HF parameter, by its name. Rules are tried in order; every parameter must match one.
 _GROUP_RULES = [
     ("attention", re.compile(r"(q_a|kv_a)_layernorm")),  # MLA latent norms belong to attention
+    ("attention", re.compile(r"(\bq|\bk|query|key)_(layer)?norm")),  # QK-norms too
+    ("attention", re.compile(r"norm_attn_norm\.attn\.")),  # DBRX wraps attention between its norms
+    ("embedding", re.compile(r"project_in")),  # OPT's word_embed_proj_dim projections
+    ("head", re.compile(r"project_out")),
     ("norm", re.compile(r"norm|ln_|\bln\b", re.I)),
     ("head", re.compile(r"lm_head|embed_out|pooler")),
     ("embedding", re.compile(r"embed|wte|wpe|(^|\.)shared\.|word_embeddings|position_embeddings|token_type")),
     ("attention", re.compile(r"attn|attention|query_key_value", re.I)),
-    ("mlp", re.compile(r"mlp|DenseReluDense|intermediate|output\.dense|fc1|fc2|experts")),
+    ("mlp", re.compile(r"mlp|DenseReluDense|intermediate|output\.dense|fc1|fc2|experts|\.ffn\.|feed_forward|"
+                       r"block_sparse_moe|router|shared_expert")),
 ]
 
 
@@ -101,18 +124,21 @@ def llmcalc_groups(components: dict[str, int]) -> dict[str, int]:
 
 
 @lru_cache(maxsize=None)
-def _forward_flops_json(config_json: str, batch: int, seq: int) -> tuple[int, tuple]:
+def _forward_flops_json(config_json: str, batch: int, seq: int, real: bool) -> tuple[int, tuple]:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.utils.flop_counter import FlopCounterMode
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
-    values = {k: v for k, v in json.loads(config_json).items() if not k.startswith("_")}
-    model_type = values.pop("model_type")
+    model_type, values = hf_values(json.loads(config_json))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cfg = AutoConfig.for_model(model_type, **values)
         cfg._attn_implementation = "eager"  # QKᵀ and AV as plain matmuls, which the counter sees
-        with FakeTensorMode(allow_non_fake_inputs=True):
+        # Routed experts (data-dependent shapes) run on real tiny tensors; everything else is fake.
+        fake = FakeTensorMode(allow_non_fake_inputs=True) if not real else contextlib.nullcontext()
+        if real:
+            cfg._experts_implementation = "eager"  # the loop over the experts that tokens were routed to
+        with fake:
             auto = (AutoModelForSeq2SeqLM if model_type in ENCODER_DECODER
                     else AutoModel if model_type in ENCODER else AutoModelForCausalLM)
             model = auto.from_config(cfg)
@@ -128,8 +154,9 @@ def _forward_flops_json(config_json: str, batch: int, seq: int) -> tuple[int, tu
     return counter.get_total_flops(), tuple(sorted((str(k), v) for k, v in per_op.items()))
 
 
-def hf_forward_flops(config: dict, batch: int, seq: int) -> tuple[int, dict[str, int]]:
+def hf_forward_flops(config: dict, batch: int, seq: int, real: bool = False) -> tuple[int, dict[str, int]]:
     """torch's FlopCounterMode total (and per aten op) for one forward of the transformers model,
-    run under FakeTensorMode (no memory) with eager attention."""
-    total, per_op = _forward_flops_json(json.dumps(config, sort_keys=True), batch, seq)
+    run under FakeTensorMode (no memory) with eager attention; `real`: on real CPU tensors instead
+    (tiny MoE configs, whose routing has data-dependent shapes)."""
+    total, per_op = _forward_flops_json(json.dumps(config, sort_keys=True), batch, seq, real)
     return total, dict(per_op)

@@ -140,7 +140,10 @@ def test_random_configs_match_transformers(strategy):
 
 
 def test_every_family_is_exercised():
-    assert set(DECODERS) | {"gpt2", "bert", "t5", "marian"} == set(FAMILIES)
+    from test_families import FAMILIES_9  # issue 9's families: tests/test_families.py
+
+    exercised = set(DECODERS) | {"gpt2", "bert", "t5", "marian"} | set(FAMILIES_9) | {"kimi_k2"}
+    assert exercised == set(FAMILIES)  # kimi_k2 is deepseek_v3's Family, exercised with it
 
 
 def test_falcon_multi_query_ignores_the_filled_in_num_kv_heads():
@@ -172,7 +175,7 @@ def test_unknown_model_type_with_explicit_keys_counts_like_its_twin():
     (dict(num_key_value_heads=3), r"n_heads \(4\) must be a multiple of n_kv_heads \(3\)"),
     (dict(hidden_size=0), r"d_model must be a positive whole number, got 0"),
     (dict(num_hidden_layers=-1), r"n_layers must be a positive whole number, got -1"),
-    (dict(hidden_size=None), r"config is missing d_model \(hidden_size/n_embd/d_model\)"),
+    (dict(hidden_size=None), r"config is missing d_model \(hidden_size/n_embd/n_embed/d_model\)"),
     (dict(hidden_act="tanh"), r"activation 'tanh' is not supported"),
 ])
 def test_bad_configs(changes, message):

@@ -154,15 +154,15 @@ def test_memory_cli_json():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["memory", "llama-3-8b", "--zero", "4"], "ZeRO stage must be 0, 1, 2 or 3, got 4"),
+    (["memory", "llama-3-8b", "--zero", "4"], "'--zero': 4 is not in the range 0<=x<=3"),
     (["memory", "llama-3-8b", "--tp", "3"], "tp=3 does not divide the heads"),
     (["memory", "llama-3-8b", "--inference", "--context", "32k"], "memory --inference has moved: use `llmcalc serve"),
-    (["memory", "llama-3-8b", "--recipe", "fp64"], "unknown recipe 'fp64'; known: fp32, bf16-mixed"),
-    (["memory", "llama-3-8b", "--optimizer", "adagrad"], "unknown optimizer 'adagrad'"),
+    (["memory", "llama-3-8b", "--recipe", "fp64"], "'--recipe': 'fp64' is not one of 'fp32', 'bf16-mixed'"),
+    (["memory", "llama-3-8b", "--optimizer", "adagrad"], "'--optimizer': 'adagrad' is not one of 'adamw'"),
     (["memory", "llama-3-8b", "--n-gpus", "12", "--tp", "8"], "must be a multiple of tp x pp"),
     (["memory", "t5-small"], "covers decoder-only models"),
     (["infer", "bert-base-uncased", "--gpu", "h100-sxm"], "is an encoder: it generates nothing"),
-    (["infer", "llama-3-8b", "--gpu", "h100-sxm", "--weight-dtype", "int3"], "unknown weight dtype 'int3'"),
+    (["infer", "llama-3-8b", "--gpu", "h100-sxm", "--weight-dtype", "int3"], "'--weight-dtype': unknown dtype 'int3'"),
 ])
 def test_bad_input(args, message):
     result = run(*args)

@@ -198,7 +198,7 @@ def test_context_beyond_the_positions_is_a_warning():
     (["serve", "llama-3-8b", "--gpu", "h100-sxm", "--gpu-memory-utilization", 1.5], "must be in (0, 1]"),
     (["serve", "falcon-7b", "--gpu", "h100-sxm"], "gives no max_position_embeddings; pass --max-model-len"),
     (["serve", "t5-small", "--gpu", "h100-sxm"], "serve covers decoder-only models"),
-    (["serve", "llama-3-8b", "--gpu", "h100-sxm", "--weight-dtype", "int3"], "unknown weight dtype 'int3'"),
+    (["serve", "llama-3-8b", "--gpu", "h100-sxm", "--weight-dtype", "int3"], "'--weight-dtype': unknown dtype 'int3'"),
     (["memory", "llama-3-8b", "--inference"], "memory --inference has moved: use `llmcalc serve"),
 ])
 def test_bad_serving_input(args, message):

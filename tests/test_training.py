@@ -97,11 +97,11 @@ def test_plan_from_a_cluster():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--mfu", "0"], "MFU must be in (0, 1]"),
-    (["--mfu", "1.5"], "MFU must be in (0, 1]"),
-    (["--mfu", "-0.1"], "MFU must be in (0, 1]"),
-    ([], "exactly one of an MFU"),
-    (["--mfu", "0.4", "--achieved-tflops", "100"], "exactly one of an MFU"),
+    (["--mfu", "0"], "'--mfu': must be in (0, 1]"),
+    (["--mfu", "1.5"], "'--mfu': must be in (0, 1]"),
+    (["--mfu", "-0.1"], "'--mfu': must be in (0, 1]"),
+    ([], "give exactly one of an MFU (--mfu 0.4), --achieved-tflops"),
+    (["--mfu", "0.4", "--achieved-tflops", "100"], "give --mfu or --achieved-tflops, not both"),
     (["--achieved-tflops", "2000"], "exceeds h100-sxm's dense bf16 peak"),
 ])
 def test_bad_utilisation(args, message):
@@ -109,9 +109,9 @@ def test_bad_utilisation(args, message):
 
 
 def test_bad_quantities_and_names():
-    assert "cannot read tokens '1.5X'" in bad("train", "--params", "7B", "--tokens", "1.5X", "--gpu", "h100-sxm",
+    assert "'--tokens': cannot read a count '1.5X'" in bad("train", "--params", "7B", "--tokens", "1.5X", "--gpu", "h100-sxm",
                                               "--mfu", "0.4")
-    assert "--tokens must be positive" in bad("train", "--params", "7B", "--tokens", "-1T", "--gpu", "h100-sxm",
+    assert "'--tokens': must be at least 1, got -1T" in bad("train", "--params", "7B", "--tokens", "-1T", "--gpu", "h100-sxm",
                                               "--mfu", "0.4")
     line = bad("train", "--params", "7B", "--tokens", "1T", "--gpu", "h100", "--mfu", "0.4")
     assert "unknown hardware preset 'h100'" in line and "h100-sxm" in line
@@ -123,7 +123,9 @@ def test_estimate_validates_itself():
     acc = load_hardware("h100-sxm")
     with pytest.raises(LlmcalcError, match="n_gpus"):
         TrainingEstimate(1e12, 6e21, 6e21, acc, "bf16", 0, mfu=0.4)
-    with pytest.raises(LlmcalcError, match="unknown dtype 'int4'"):
+    with pytest.raises(LlmcalcError, match="unknown dtype 'int3'"):
+        acc.peak("int3")
+    with pytest.raises(LlmcalcError, match="h100-sxm has no published dense int4 peak"):
         acc.peak("int4")
     with pytest.raises(LlmcalcError, match="tpu-v5e has no published dense fp8 peak"):
         load_hardware("tpu-v5e").peak("fp8")

@@ -8,12 +8,14 @@ from llmcalc.units import (
 @pytest.mark.parametrize("text, value", [
     ("7B", 7e9), ("7G", 7e9), ("1.5T", 1.5e12), ("300k", 3e5), ("300K", 3e5), ("2e12", 2e12),
     ("125M", 1.25e8), (" 4 ", 4.0), ("1e3k", 1e6), (".5T", 5e11), (42, 42.0), (1.5e9, 1.5e9),
+    # issue 14: suffixes forgive case where a count cannot mean anything else (m = million, not milli)
+    ("15t", 15e12), ("1m", 1e6), ("7b", 7e9), ("2g", 2e9),
 ])
 def test_parse_count(text, value):
     assert parse_count(text) == pytest.approx(value, rel=1e-12)
 
 
-@pytest.mark.parametrize("text", ["1.5X", "", "B", "7 bn", "1.2.3", "seven", "7m", "--1"])
+@pytest.mark.parametrize("text", ["1.5X", "", "B", "7 bn", "1.2.3", "seven", "7x", "--1"])
 def test_parse_count_rejects_nonsense(text):
     with pytest.raises(UnitError, match="cannot read"):
         parse_count(text, "tokens")

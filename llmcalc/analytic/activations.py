@@ -102,7 +102,7 @@ def _moe_saved(spec: ModelSpec, tokens: int, act_bytes: float) -> list[Saved]:
     out += _mlp_saved(spec, tokens * k, spec.d_ff_expert, act_bytes, "expert")
     out.append(Saved("routed expert outputs (weighted in the combine)", tokens * k * spec.d_model * act_bytes, "tp"))
     if spec.n_shared_experts:
-        out += _mlp_saved(spec, tokens, spec.d_ff_expert * spec.n_shared_experts, act_bytes, "shared-expert")
+        out += _mlp_saved(spec, tokens, spec.d_ff_shared, act_bytes, "shared-expert")
     return out
 
 

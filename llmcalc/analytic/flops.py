@@ -19,10 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import LlmcalcError
+from ..validate import DEFAULT_SEQ_LEN, positive_int
 from ..spec import ModelSpec
 
 RECOMPUTE = ("none", "selective", "full")
 ATTENTION_CORE = ("scores", "values")  # the S² matmuls
+EMBED_PROJECTIONS = ("embedding/project_in", "head/project_out")  # OPT's word_embed_proj_dim
 
 
 def _mm(tokens: int, k: int, n: int) -> int:
@@ -77,12 +79,14 @@ def _ffn(spec: ModelSpec, tokens: int, width: int, prefix: str) -> dict[str, int
 
 
 def _moe(spec: ModelSpec, tokens: int, prefix: str) -> dict[str, int]:
-    """Router over all experts, then each token through its top-k routed and the shared experts."""
+    """Router over all experts, then each token through its top-k routed experts and the shared-expert
+    MLP (width d_ff_shared; Qwen2-MoE adds its sigmoid gate, a D x 1 matmul)."""
     one = sum(_ffn(spec, tokens, spec.d_ff_expert, "x").values())  # one expert over all tokens
+    shared = sum(_ffn(spec, tokens, spec.d_ff_shared, "x").values()) if spec.n_shared_experts else 0
     return {
         f"{prefix}/router": _mm(tokens, spec.d_model, spec.n_experts),
         f"{prefix}/experts": spec.n_experts_per_token * one,
-        f"{prefix}/shared_experts": spec.n_shared_experts * one,
+        f"{prefix}/shared_experts": shared + spec.shared_expert_gate * _mm(tokens, spec.d_model, 1),
     }
 
 
@@ -114,9 +118,12 @@ def forward_ops(spec: ModelSpec, batch: int, seq_len: int, causal: bool = False,
     the decoder input; `causal` applies to decoder self-attention only (encoders are bidirectional).
     """
     for name, value in (("batch", batch), ("seq_len", seq_len), ("decoder_seq_len", decoder_seq_len)):
-        if value is not None and (not isinstance(value, int) or value <= 0):
-            raise LlmcalcError(f"{name} must be a positive whole number, got {value!r}")
+        if value is not None:
+            positive_int(name, value)
     out: dict[str, int] = {"embedding/lookup": 0}
+    E = spec.d_embed or spec.d_model
+    if spec.d_embed:  # OPT: project_in from word_embed_proj_dim to d_model (and project_out back)
+        out["embedding/project_in"] = _mm(batch * (decoder_seq_len or seq_len), E, spec.d_model)
     if spec.architecture == "encoder-decoder":
         dec = decoder_seq_len or seq_len
         out.update(_stack(spec, "encoder.", spec.n_layers, batch, seq_len, False))
@@ -130,8 +137,10 @@ def forward_ops(spec: ModelSpec, batch: int, seq_len: int, causal: bool = False,
         head_tokens = batch * seq_len
     if spec.pooler:
         out["head/pooler"] = _mm(batch, spec.d_model, spec.d_model)  # [CLS] token only
+    if spec.d_embed:
+        out["head/project_out"] = _mm(head_tokens, spec.d_model, E)
     if spec.lm_head:
-        out["head/lm_head"] = _mm(head_tokens, spec.d_model, spec.vocab_size)  # tied or not
+        out["head/lm_head"] = _mm(head_tokens, E, spec.vocab_size)  # tied or not
     return out
 
 
@@ -218,10 +227,12 @@ def flop_group(op: str) -> str:
         return "FFN"
     if op == "head/lm_head":
         return "LM head"
+    if op in EMBED_PROJECTIONS:
+        return "embedding projections"
     return "other" if group != "embedding" else "embedding"
 
 
-def step_flops(spec: ModelSpec, batch: int = 1, seq_len: int = 2048, causal: bool = False,
+def step_flops(spec: ModelSpec, batch: int = 1, seq_len: int = DEFAULT_SEQ_LEN, causal: bool = False,
                recompute: str = "none", decoder_seq_len: int | None = None) -> StepFlops:
     if recompute not in RECOMPUTE:
         raise LlmcalcError(f"recompute must be one of {', '.join(RECOMPUTE)}; got {recompute!r}")
@@ -246,6 +257,8 @@ def component_flops(ops: dict[str, int]) -> dict[str, int]:
             key = "LM head"
         elif op == "head/pooler":
             key = "pooler"
+        elif op in EMBED_PROJECTIONS:
+            key = "embedding projections"
         else:
             continue  # the embedding lookup: 0 FLOPs
         out[key] = out.get(key, 0) + value
@@ -261,7 +274,7 @@ def counted_step_flops(ops: dict[str, int], recompute: str, recomputing: set[str
     """
     out: dict[str, int] = {}
     for op, value in ops.items():
-        if op.startswith("embedding/"):
+        if op == "embedding/lookup":
             continue
         key = next(iter(component_flops({op: value})))
         extra = value if recompute == "full" and is_block_op(op) else 0

@@ -30,9 +30,10 @@ from functools import cached_property
 
 from ..errors import LlmcalcError
 from ..hardware import Accelerator, canonical_dtype
+from ..validate import positive_int
 from ..spec import ModelSpec
 from .flops import forward_ops
-from .memory import dtype_bytes
+from ..dtypes import dtype_bytes
 from .params import count_params
 
 # Group-wise int4 weight quantisation as GPTQ/AWQ checkpoints store it (and vLLM loads it): groups of
@@ -452,5 +453,4 @@ class InferenceEstimate:
 
 def check_inference(batch: int, prompt: int, generate: int) -> None:
     for name, value in (("batch size", batch), ("prompt", prompt), ("generate", generate)):
-        if not isinstance(value, int) or value < 1:
-            raise LlmcalcError(f"{name} must be a whole number >= 1, got {value!r}")
+        positive_int(name, value)

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..errors import LlmcalcError
+from ..validate import DEFAULT_SEQ_LEN, MAX_GPUS, positive_int
 from ..spec import ModelSpec
 from .activations import ActivationEstimate, activation_memory
 from .params import count_params, largest_tensor
@@ -26,15 +27,6 @@ from .params import count_params, largest_tensor
 # also the fp32 copy of a half-precision gradient): fused kernels none; torch's foreach path one
 # state-sized copy of every parameter at once; its for-loop path two for the largest tensor at a time.
 OPTIMIZER_IMPLS = ("fused", "foreach", "for-loop")
-
-DTYPE_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
-
-
-def dtype_bytes(dtype: str) -> float:
-    try:
-        return DTYPE_BYTES[dtype.lower()]
-    except KeyError:
-        raise LlmcalcError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPE_BYTES)}") from None
 
 
 @dataclass(frozen=True)
@@ -48,6 +40,34 @@ class Recipe:
     description: str
     persistent_grads: bool = False  # a gradient buffer that lives through forward (Megatron)
     autocast_cache_bytes: float = 0.0  # torch.autocast caches a low-precision copy of each weight in forward
+    fp8: str = ""  # FP8 GEMMs: "te-delayed", "te-current" or "torchao" (see FP8_NOTES)
+    fp8_saved_inputs: bool = False  # linears save their input in FP8 (Transformer Engine), not bf16
+
+
+# Transformer Engine (transformer_engine/pytorch/module/base.py, set_meta_tensor): per GEMM, 3 FP8 tensors
+# in forward (input, weight, output) and 2 in backward (grad output, grad input), each with an fp32 scale and
+# scale_inv; DelayedScaling (transformer_engine/common/recipe) keeps an fp32 amax history of
+# amax_history_len = 1024 steps per tensor; current scaling one fp32 amax. A TE block runs 4 GEMMs (fused
+# QKV, attention projection, fc1 = gate+up, fc2).
+TE_GEMMS_PER_LAYER = 4
+FP8_STATE_BYTES_PER_GEMM = {"te-delayed": 5 * (1024 + 2) * 4, "te-current": 5 * (1 + 2) * 4, "torchao": 3 * 4}
+# Saved tensors that are linear-layer inputs: Transformer Engine keeps its FP8 cast of them for the
+# weight-gradient GEMM (LayerNormLinear's ln_out, Linear's inputmat, LayerNormMLP's fc2 input).
+FP8_SAVED = ("attention input (norm output)", "MLP input (norm output)", "O-projection input (heads merged)",
+             "MLP down-projection input", "MLP activation output (fc2 input)")
+FP8_NOTES = {
+    "te-delayed": "Transformer Engine DelayedScaling (amax history 1024, max) under Megatron-LM: GEMM inputs "
+                  "(activations, weights, output gradients) cast to FP8 E4M3/E5M2 (HYBRID); weights stored bf16 with "
+                  "an FP8 copy and its transpose kept from forward to backward (2 B/param); fp32 main gradients, "
+                  "fp32 master weights and AdamW states: 2 + 4 + 4 + 8 = 18 B/param + 2 B FP8 weight copies; "
+                  "linear inputs saved in FP8 (1 B), norms, attention, softmax and residuals stay bf16",
+    "te-current": "Transformer Engine Float8CurrentScaling under Megatron-LM: as the delayed recipe (18 + 2 B/param, "
+                  "linear inputs saved in FP8) but each scale from the tensor's own amax this step: no history",
+    "torchao": "torchao float8 training (convert_to_float8_training, tensorwise dynamic scaling, as torchtitan "
+               "runs it): bf16 parameters, fp32 master and AdamW states (2 + 2 + 4 + 8 = 16 B/param, as bf16-mixed); "
+               "weights and activations cast to FP8 per GEMM and not kept: torchao's float8 linear saves the "
+               "bf16 input and weight for backward (torchao/float8/float8_linear.py), so activations stay bf16",
+}
 
 
 RECIPES = {r.name: r for r in (
@@ -63,6 +83,11 @@ RECIPES = {r.name: r for r in (
     Recipe("amp", 4, 4, 0, 4, 2,
            "PyTorch torch.autocast(bf16): fp32 parameters, gradients and optimizer states, bf16 activations; "
            "autocast caches a bf16 copy of each weight during forward", autocast_cache_bytes=2),
+    Recipe("fp8", 2, 4, 4, 4, 2, FP8_NOTES["te-delayed"], persistent_grads=True, autocast_cache_bytes=2,
+           fp8="te-delayed", fp8_saved_inputs=True),
+    Recipe("fp8-current", 2, 4, 4, 4, 2, FP8_NOTES["te-current"], persistent_grads=True, autocast_cache_bytes=2,
+           fp8="te-current", fp8_saved_inputs=True),
+    Recipe("fp8-torchao", 2, 2, 4, 4, 2, FP8_NOTES["torchao"], fp8="torchao"),
 )}
 
 
@@ -118,9 +143,7 @@ class Parallel:
 
     def check(self, spec: ModelSpec) -> None:
         for name in ("n_gpus", "tp", "pp"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise LlmcalcError(f"{name} must be a whole number >= 1, got {value!r}")
+            positive_int(name, getattr(self, name))
         if self.zero not in (0, 1, 2, 3):
             raise LlmcalcError(f"ZeRO stage must be 0, 1, 2 or 3, got {self.zero}")
         if spec.n_heads % self.tp or spec.n_kv_heads % self.tp and self.tp % spec.n_kv_heads:
@@ -195,8 +218,30 @@ class MemoryEstimate:
             return self.params_on_gpu / self._shard(1) * (self.recipe.state_bytes + widen)
         return self.largest_tensor * (2 * self.recipe.state_bytes + widen)
 
+    @property
+    def fp8_state(self) -> float:
+        """FP8 scaling state (scales, scale inverses, amax history) of this GPU's GEMMs."""
+        if not self.recipe.fp8:
+            return 0.0
+        layers = self.spec.n_layers // self.parallel.pp
+        return layers * TE_GEMMS_PER_LAYER * FP8_STATE_BYTES_PER_GEMM[self.recipe.fp8]
+
     def components(self) -> dict[str, float]:
         a = self.activations
+        if self.recipe.fp8:
+            return {
+                "weights": self.weights,
+                "gradients": self.gradients,
+                "master weights": self.master_weights,
+                "optimizer states": self.optimizer_states,
+                "activations": sum(a.per_layer.values()),
+                "recompute working set": a.recompute_working_set,
+                "logits and loss": a.logits_and_loss,
+                "FP8 weight copies": self.autocast_cache,
+                "FP8 scaling state": self.fp8_state,
+                "ZeRO-3 gathered layer": self.zero3_gathered,
+                "optimizer temporaries": self.optimizer_temporaries,
+            }
         return {
             "weights": self.weights,
             "gradients": self.gradients,
@@ -214,7 +259,8 @@ class MemoryEstimate:
         """The components alive at the peak (their sum is ``peak``)."""
         comps = self.components()
         if self.peak_phase == "optimizer step":
-            keep = ("weights", "gradients", "master weights", "optimizer states", "optimizer temporaries")
+            keep = ("weights", "gradients", "master weights", "optimizer states", "optimizer temporaries",
+                    "FP8 scaling state")
         else:
             keep = tuple(k for k in comps if k not in ("gradients", "optimizer temporaries")
                          or (k == "gradients" and self.recipe.persistent_grads))
@@ -224,11 +270,12 @@ class MemoryEstimate:
     def forward_end(self) -> float:
         static = self.weights + self.master_weights + self.optimizer_states
         grads = self.gradients if self.recipe.persistent_grads else 0.0
-        return static + grads + self.activations.total + self.autocast_cache + self.zero3_gathered
+        return (static + grads + self.activations.total + self.autocast_cache + self.zero3_gathered
+                + self.fp8_state)
 
     @property
     def optimizer_step(self) -> float:
-        return self.model_states + self.optimizer_temporaries
+        return self.model_states + self.optimizer_temporaries + self.fp8_state
 
     @property
     def peak(self) -> float:
@@ -264,7 +311,7 @@ def _layer_params(spec: ModelSpec) -> tuple[float, float, float, float, float]:
     return layer, norms, emb, head, final
 
 
-def training_memory(spec: ModelSpec, batch: int = 1, seq_len: int = 2048, recipe: str = "bf16-mixed",
+def training_memory(spec: ModelSpec, batch: int = 1, seq_len: int = DEFAULT_SEQ_LEN, recipe: str = "bf16-mixed",
                     optimizer: str | Optimizer = "adamw", recompute: str = "none", attention: str = "flash",
                     parallel: Parallel | None = None, dropout: bool = False,
                     optimizer_impl: str = "fused") -> MemoryEstimate:
@@ -274,9 +321,8 @@ def training_memory(spec: ModelSpec, batch: int = 1, seq_len: int = 2048, recipe
         raise LlmcalcError(f"optimizer implementation must be one of {', '.join(OPTIMIZER_IMPLS)}; "
                            f"got {optimizer_impl!r}")
     parallel.check(spec)
-    for name, value in (("batch size", batch), ("seq_len", seq_len)):
-        if not isinstance(value, int) or value < 1:
-            raise LlmcalcError(f"{name} must be a whole number >= 1, got {value!r}")
+    positive_int("batch size", batch)
+    positive_int("seq_len", seq_len)
     rec = lookup(RECIPES, "recipe", recipe)
     opt = optimizer if isinstance(optimizer, Optimizer) else lookup(OPTIMIZERS, "optimizer", optimizer)
     tp, pp = parallel.tp, parallel.pp
@@ -296,7 +342,43 @@ def training_memory(spec: ModelSpec, batch: int = 1, seq_len: int = 2048, recipe
                        activation_memory(**common, layers=range(per_stage), in_flight=pp, head=False)))
         stages.append(("last", blocks + final + head / tp,
                        activation_memory(**common, layers=range(spec.n_layers - per_stage, spec.n_layers))))
+    if rec.fp8_saved_inputs:  # Transformer Engine saves each linear's input as its 1-byte FP8 cast
+        stages = [(name, params, _fp8_inputs(acts, rec.act_bytes)) for name, params, acts in stages]
     biggest = largest_tensor(spec) / tp
     estimates = [MemoryEstimate(spec, rec, opt, parallel, batch, seq_len, recompute, attention, params, acts, name,
                                 gathered, optimizer_impl, biggest) for name, params, acts in stages]
     return max(estimates, key=lambda e: e.peak)
+
+
+def smallest_fit(spec: ModelSpec, parallel: Parallel, capacity: float, **settings) -> dict:
+    """What would make a training setup fit in `capacity` bytes per GPU: the smallest ZeRO stage at
+    this GPU count, else the smallest GPU count (a power-of-two multiple of tp x pp) under ZeRO-3.
+    `settings` are training_memory's (batch, seq_len, recipe, ...). Returns {"zero", "n_gpus", "text"}."""
+    def estimate(zero: int, n_gpus: int) -> MemoryEstimate:
+        trial = Parallel(n_gpus, parallel.tp, parallel.pp, zero, parallel.sequence_parallel)
+        return training_memory(spec, parallel=trial, **settings)
+
+    for zero in range(parallel.zero + 1, 4):
+        if parallel.dp > 1 and estimate(zero, parallel.n_gpus).peak <= capacity:
+            return {"zero": zero, "n_gpus": parallel.n_gpus,
+                    "text": f"to fit: ZeRO-{zero} on these {parallel.n_gpus:,} GPUs is the smallest stage that does"}
+    n_gpus = parallel.n_gpus
+    while n_gpus * 2 <= MAX_GPUS:
+        n_gpus *= 2
+        est = estimate(3, n_gpus)
+        if est.peak <= capacity:
+            return {"zero": 3, "n_gpus": n_gpus,
+                    "text": f"to fit: ZeRO-3 over {n_gpus:,} GPUs (dp {est.dp:,}) is the smallest power-of-two "
+                            f"count that does"}
+        if est.activations.total > capacity:
+            break  # activations are per GPU whatever the data parallelism: more GPUs cannot help
+    return {"zero": None, "n_gpus": None,
+            "text": "to fit: no ZeRO stage or GPU count does at this micro-batch and sequence length; the "
+                    "activations alone exceed the device: use --recompute full, --tp, or a smaller --micro-batch/--seq-len"}
+
+
+def _fp8_inputs(acts: ActivationEstimate, act_bytes: float) -> ActivationEstimate:
+    from dataclasses import replace
+
+    per_layer = {k: v / act_bytes if k in FP8_SAVED else v for k, v in acts.per_layer.items()}
+    return replace(acts, per_layer=per_layer)

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from ..spec import ModelSpec
 
-EMBEDDING_PARTS = ("embedding/tokens", "embedding/positions", "embedding/token_types", "head/lm_head")
+EMBEDDING_PARTS = ("embedding/tokens", "embedding/positions", "embedding/token_types", "head/lm_head",
+                   "head/lm_head_bias")
 
 
 def _norm(spec: ModelSpec, width: int) -> int:
@@ -50,6 +51,10 @@ def _attention(spec: ModelSpec, prefix: str, cross: bool = False) -> dict[str, i
         "v_proj": D * kv * dh,
         "o_proj": H * dh * D,
         "bias": (H + 2 * kv) * dh * spec.qkv_bias + D * spec.out_bias,
+        # QK-norm (Qwen3/Gemma 3: one d_head weight each for Q and K; OLMo-2/Cohere: per head).
+        "qk_norm": (2 * dh if spec.qk_norm == "head" else (H + kv) * dh if spec.qk_norm == "full" else 0)
+        * (2 if spec.qk_norm_bias else 1),
+        "sinks": H * spec.attention_sinks,  # gpt-oss: a learned logit per head joins the softmax
     }
     return {f"{prefix}/{k}": v for k, v in parts.items()}
 
@@ -65,17 +70,18 @@ def _ffn(spec: ModelSpec, width: int, prefix: str, bias: bool | None = None) -> 
 
 
 def _expert(spec: ModelSpec) -> int:
-    """One expert: an FFN of width d_ff_expert without biases (Mixtral, DeepSeek)."""
-    return sum(_ffn(spec, spec.d_ff_expert, "x", bias=False).values())
+    """One expert: an FFN of width d_ff_expert, bias-free (Mixtral, DeepSeek) or biased (gpt-oss)."""
+    return sum(_ffn(spec, spec.d_ff_expert, "x", bias=spec.expert_bias).values())
 
 
 def _moe(spec: ModelSpec, prefix: str) -> dict[str, int]:
-    """One MoE FFN: a bias-free linear router over experts, routed experts, shared experts."""
-    one_expert = _expert(spec)
+    """One MoE FFN: a linear router over experts (biased in gpt-oss), routed experts, and the shared
+    experts as one bias-free MLP of width d_ff_shared (plus Qwen2-MoE's sigmoid gate, Linear(D, 1))."""
+    shared = sum(_ffn(spec, spec.d_ff_shared, "x", bias=False).values()) if spec.n_shared_experts else 0
     return {
-        f"{prefix}/router": spec.d_model * spec.n_experts,
-        f"{prefix}/experts": spec.n_experts * one_expert,
-        f"{prefix}/shared_experts": spec.n_shared_experts * one_expert,
+        f"{prefix}/router": (spec.d_model + spec.router_bias) * spec.n_experts,
+        f"{prefix}/experts": spec.n_experts * _expert(spec),
+        f"{prefix}/shared_experts": shared + spec.d_model * spec.shared_expert_gate,
     }
 
 
@@ -108,7 +114,10 @@ def _stack(spec: ModelSpec, stack: str, n_layers: int) -> dict[str, int]:
 def param_breakdown(spec: ModelSpec) -> dict[str, int]:
     """Exact parameter counts, "group/part" -> count, in model order; zero entries dropped."""
     D = spec.d_model
-    out: dict[str, int] = {"embedding/tokens": spec.vocab_size * D}
+    E = spec.d_embed or D  # OPT: tokens (and the LM head) at word_embed_proj_dim, projected to D
+    out: dict[str, int] = {"embedding/tokens": spec.vocab_size * E}
+    if spec.d_embed:
+        out["embedding/project_in"] = E * D
     if spec.pos_emb == "learned":
         out["embedding/positions"] = spec.n_positions * D
     if spec.type_vocab_size:
@@ -122,8 +131,12 @@ def param_breakdown(spec: ModelSpec) -> dict[str, int]:
         out.update(_stack(spec, "", spec.n_layers))
     if spec.pooler:
         out["head/pooler"] = D * D + D
+    if spec.d_embed:
+        out["head/project_out"] = D * E
     if spec.lm_head and not spec.tie_embeddings:
-        out["head/lm_head"] = spec.vocab_size * D
+        out["head/lm_head"] = spec.vocab_size * E
+    if spec.lm_head and spec.lm_head_bias:
+        out["head/lm_head_bias"] = spec.vocab_size
     keys = list(out)  # stable sort: stack, then group, then first appearance
     return {k: out[k] for k in sorted(keys, key=lambda k: (*_order(k), keys.index(k))) if out[k]}
 
@@ -187,11 +200,11 @@ def largest_tensor(spec: ModelSpec) -> int:
     embedding or LM head (V x D), a projection, an FFN matrix, or all experts' matrices of one kind
     stored as one E x F x D tensor (transformers >= 5, llmcalc's reference model)."""
     D = spec.d_model
-    sizes = [spec.vocab_size * D, D * spec.n_heads * spec.d_head]
+    sizes = [spec.vocab_size * (spec.d_embed or D), D * spec.n_heads * spec.d_head]
     if spec.d_ff:
         sizes.append(D * spec.d_ff)
     if spec.is_moe:
-        sizes += [spec.n_experts * spec.d_ff_expert * D, spec.n_shared_experts * spec.d_ff_expert * D]
+        sizes += [spec.n_experts * spec.d_ff_expert * D, (spec.d_ff_shared or 0) * D]
     if spec.is_mla:
         sizes.append(spec.kv_lora_rank * spec.n_heads * (spec.qk_nope_head_dim + spec.v_head_dim))
     return max(sizes)
@@ -232,7 +245,7 @@ def approximations(count: ParamCount) -> list[Approximation]:
     k = 3 if spec.gated else 2  # matrices per FFN
     F, ffn_label = spec.d_ff or 0, "F"
     if spec.is_moe:  # the FFN term summed over the experts a layer holds (routed + shared)
-        F = spec.n_experts * spec.d_ff_expert + spec.n_shared_experts * spec.d_ff_expert
+        F = spec.n_experts * spec.d_ff_expert + (spec.d_ff_shared or 0)
         ffn_label = "F_moe"
     emb_label = "2·V·D" if heads == 2 else "V·D"
     twelve = 12 * L * D * D
@@ -261,8 +274,9 @@ def reconcile(count: ParamCount) -> list[tuple[str, int]]:
     spec = count.spec
     L, D = spec.total_layers, spec.d_model
     c = count.components
+    extras = ("/bias", "/qk_norm", "/sinks")
     attention = sum(v for k, v in c.items() if "attention/" in k and "cross_attention" not in k
-                    and not k.endswith("/bias") and "relative_position_bias" not in k)
+                    and not k.endswith(extras) and "relative_position_bias" not in k)
     cross = sum(v for k, v in c.items() if "cross_attention/" in k and not k.endswith("/bias"))
     ffn = sum(v for k, v in c.items() if ("mlp/" in k or "moe/" in k) and not k.endswith("/bias"))
     biases = sum(v for k, v in c.items() if k.endswith("/bias"))
@@ -287,11 +301,15 @@ def reconcile(count: ParamCount) -> list[tuple[str, int]]:
         (ffn_label, ffn - 8 * L * D * D),
         ("biases", biases),
         ("norms", norms),
+        ("QK-norms", sum(v for k, v in c.items() if k.endswith("/qk_norm"))),
+        ("attention sinks (one logit per head)", sum(v for k, v in c.items() if k.endswith("/sinks"))),
+        ("embedding projections (project_in/out)", c.get("embedding/project_in", 0) + c.get("head/project_out", 0)),
         ("relative position bias (T5)", sum(v for k, v in c.items() if "relative_position_bias" in k)),
         ("token embedding (V·D)", c.get("embedding/tokens", 0)),
         ("position embedding (learned)", c.get("embedding/positions", 0)),
         ("token-type embedding", c.get("embedding/token_types", 0)),
         ("pooler", c.get("head/pooler", 0)),
         ("LM head, untied (V·D)", c.get("head/lm_head", 0)),
+        ("LM head bias (V)", c.get("head/lm_head_bias", 0)),
     ]
     return [rows[0]] + [(label, value) for label, value in rows[1:] if value]

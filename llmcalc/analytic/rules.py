@@ -56,8 +56,8 @@ def megatron(spec: ModelSpec, seq_len: int) -> float | None:
     gated = 1.5 if spec.gated else 1.0
     if spec.is_moe:
         ffn = spec.d_ff_expert / D * spec.n_experts_per_token * gated
-        ffn += spec.n_shared_experts * spec.d_ff_expert / D * gated
-        if spec.n_dense_layers:  # Megatron has no dense-first-layers term; weight them in exactly
+        ffn += (spec.d_ff_shared or 0) / D * gated  # the shared-expert MLP (n_shared·d_ff_expert for DeepSeek)
+        if spec.n_moe_layers < L:  # Megatron has no dense-layers term; weight the dense layers in exactly
             dense = spec.d_ff / D * gated
             ffn = (ffn * spec.n_moe_layers + dense * (L - spec.n_moe_layers)) / L
     else:
@@ -139,7 +139,7 @@ def elementwise_ops(step: StepFlops) -> dict[str, float]:
         "residual adds": RESIDUAL_ADDS_PER_BLOCK * tokens * spec.d_model * layers,
     }
     if spec.is_moe:
-        width = spec.d_ff_expert * (spec.n_experts_per_token + spec.n_shared_experts)
+        width = spec.d_ff_expert * spec.n_experts_per_token + (spec.d_ff_shared or 0)
         dense_layers = layers - spec.n_moe_layers
         out["activation"] = ACTIVATION_PER_ELEMENT[spec.mlp] * tokens * (
             width * spec.n_moe_layers + (spec.d_ff or 0) * dense_layers)

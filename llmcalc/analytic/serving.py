@@ -32,7 +32,7 @@ from .inference import (
     InferenceEstimate, kv_cache_bytes_per_token, kv_cache_bytes_per_token_per_gpu, kv_heads_per_gpu,
     state_bytes_per_sequence,
 )
-from .memory import dtype_bytes
+from ..dtypes import dtype_bytes
 
 GIB = 2**30
 
@@ -49,11 +49,11 @@ def profile_activation_bytes(spec: ModelSpec, tokens: int, seqs: int, act_dtype:
     `tokens` tokens (input, gate and up outputs, their product: T·(D + 3F/tp); plain MLPs
     T·(D + 2F/tp); MoE: the k routed experts' width), plus the dummy sampler's fp32 logits for
     `seqs` sequences over the whole vocabulary (gathered, B·V·4)."""
-    if spec.is_moe and not spec.n_dense_layers:
-        width = spec.d_ff_expert * (spec.n_experts_per_token + spec.n_shared_experts)
+    moe_width = spec.d_ff_expert * spec.n_experts_per_token + (spec.d_ff_shared or 0) if spec.is_moe else 0
+    if spec.is_moe and spec.n_moe_layers == spec.n_layers:
+        width = moe_width
     else:
-        width = max(spec.d_ff or 0, spec.d_ff_expert * (spec.n_experts_per_token + spec.n_shared_experts)
-                    if spec.is_moe else 0)
+        width = max(spec.d_ff or 0, moe_width)
     ffn = (3 if spec.gated else 2) * width / tp
     return tokens * (spec.d_model + ffn) * dtype_bytes(act_dtype) + seqs * spec.vocab_size * 4
 

@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass
 
 from ..hardware import Accelerator
 from ..spec import ModelSpec
+from ..units import fmt_tokens
+from ..validate import DEFAULT_SEQ_LEN
 from .flops import flop_group, step_flops
 from .inference import kv_cache_bytes_per_token
 from .memory import Parallel, training_memory
@@ -21,7 +23,7 @@ from .training import TrainingEstimate
 class Scenario:
     """What a comparison assumes: the training run and the per-GPU setup."""
 
-    seq_len: int = 4096
+    seq_len: int = DEFAULT_SEQ_LEN
     tokens: float = 2e12
     gpu: Accelerator | None = None
     n_gpus: int = 256
@@ -39,7 +41,7 @@ class Scenario:
 
     def describe(self) -> str:
         gpu = self.gpu.key if self.gpu else "no GPU"
-        return (f"seq {self.seq_len:,}, {self.tokens:.3g} tokens, {self.n_gpus:,} x {gpu} at MFU {self.mfu:g} "
+        return (f"seq {self.seq_len:,}, {fmt_tokens(self.tokens)}, {self.n_gpus:,} x {gpu} at MFU {self.mfu:g} "
                 f"({self.dtype}), {self.recipe} + {self.optimizer}, ZeRO-{self.zero} over data parallel, tp "
                 f"{self.tp}, micro-batch {self.micro_batch}, recompute {self.recompute}, "
                 f"{'causal' if self.causal else 'full S²'} FLOPs")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ..errors import LlmcalcError
 from ..hardware import Accelerator
+from ..validate import fraction, positive_int, positive_number
 
 SECONDS_PER_HOUR = 3600.0
 SECONDS_PER_DAY = 86400.0
@@ -34,12 +35,12 @@ class TrainingEstimate:
 
     def __post_init__(self) -> None:
         check_positive("tokens", self.tokens)
-        if not isinstance(self.n_gpus, int) or self.n_gpus < 1:
-            raise LlmcalcError(f"n_gpus must be a whole number >= 1, got {self.n_gpus!r}")
+        positive_int("n_gpus", self.n_gpus)
         if (self.mfu is None) == (self.achieved_flops_per_s is None):
-            raise LlmcalcError("give exactly one of an MFU (e.g. 0.4) or an achieved FLOP/s per GPU")
-        if self.mfu is not None and not 0 < self.mfu <= 1:
-            raise LlmcalcError(f"MFU must be in (0, 1], got {self.mfu}; 0.45 means 45 % of peak")
+            raise LlmcalcError("give exactly one of an MFU (--mfu, e.g. 0.4) or an achieved FLOP/s per GPU "
+                               "(--achieved-tflops)")
+        if self.mfu is not None:
+            fraction("MFU", self.mfu)
         if self.achieved_flops_per_s is not None:
             check_positive("achieved FLOP/s", self.achieved_flops_per_s)
             if self.achieved_flops_per_s > self.peak:
@@ -47,8 +48,8 @@ class TrainingEstimate:
                     f"achieved {self.achieved_flops_per_s / 1e12:.4g} TFLOP/s exceeds {self.accelerator.key}'s "
                     f"dense {self.dtype} peak of {self.peak / 1e12:.4g} TFLOP/s"
                 )
-        if self.usd_per_gpu_hour is not None and self.usd_per_gpu_hour < 0:
-            raise LlmcalcError(f"price per GPU-hour must be >= 0, got {self.usd_per_gpu_hour}")
+        if self.usd_per_gpu_hour is not None:
+            check_positive("price per GPU-hour", self.usd_per_gpu_hour)
 
     @property
     def peak(self) -> float:
@@ -104,9 +105,7 @@ class TrainingEstimate:
         return self.model_flops / self.gpu_seconds
 
 
-def check_positive(what: str, value: float) -> None:
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-        raise LlmcalcError(f"{what} must be a positive number, got {value!r}")
+check_positive = positive_number  # the shared validator (llmcalc.validate)
 
 
 # --- compute-optimal sizing (Hoffmann et al. 2022, "Chinchilla") ------------------------------
@@ -160,9 +159,7 @@ def compute_optimal(compute: float) -> list[ComputeOptimal]:
 def cluster_compute(accelerator: Accelerator, n_gpus: int, seconds: float, mfu: float,
                     dtype: str = "bf16") -> float:
     """Model FLOPs a cluster delivers: n x peak x MFU x seconds."""
-    if not 0 < mfu <= 1:
-        raise LlmcalcError(f"MFU must be in (0, 1], got {mfu}")
+    fraction("MFU", mfu)
     check_positive("days", seconds)
-    if not isinstance(n_gpus, int) or n_gpus < 1:
-        raise LlmcalcError(f"n_gpus must be a whole number >= 1, got {n_gpus!r}")
+    positive_int("n_gpus", n_gpus)
     return n_gpus * accelerator.peak(dtype) * mfu * seconds

@@ -96,6 +96,8 @@ class FlopCount:
                 out["LM head"] += sum(ops.values())
             elif re.fullmatch(r"[^.]+\.pooler", name):
                 out["pooler"] += sum(ops.values())
+            elif re.fullmatch(r"[^.]+\.(embedding\.project_in|project_out)", name):
+                out["embedding projections"] += sum(ops.values())
         return dict(out)
 
 

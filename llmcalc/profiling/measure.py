@@ -20,9 +20,11 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from ..analytic.flops import component_flops, counted_step_flops, forward_ops, step_flops
 from ..analytic.memory import training_memory
 from ..analytic.params import count_params
+from ..dtypes import canonical_dtype
 from ..errors import LlmcalcError
 from ..results import Comparison, ProfileResult
 from ..spec import ModelSpec
+from ..validate import DEFAULT_SEQ_LEN
 from .counters import SdpaSpy, count_flops, fvcore_forward_flops, sdpa_backend_seen
 from .model import build_model, measured_breakdown
 from .step import batch_inputs, forward_only, make_optimizer, param_dtype, training_step
@@ -132,7 +134,7 @@ def _check(spec: ModelSpec, recompute: str, attention: str) -> None:
         raise LlmcalcError(f"attention must be sdpa or eager, got {attention!r}")
 
 
-def virtual_profile(spec: ModelSpec, batch: int = 1, seq: int = 2048, recipe: str = "bf16-mixed",
+def virtual_profile(spec: ModelSpec, batch: int = 1, seq: int = DEFAULT_SEQ_LEN, recipe: str = "bf16-mixed",
                     recompute: str = "none", attention: str = "sdpa", track_memory: bool = True) -> ProfileResult:
     """A training step on fake tensors: exact FLOP counts and MemTracker's peak, no real memory."""
     _check(spec, recompute, attention)
@@ -207,8 +209,22 @@ def resolve_device(device: str) -> str:
     return device
 
 
+def available_memory(device: str) -> float | None:
+    """Bytes a real run may use now: MemAvailable (Linux) for the CPU, free memory on a CUDA device."""
+    if device == "cuda":
+        return float(torch.cuda.mem_get_info()[0])
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return float(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
 def torch_dtype(name: str) -> torch.dtype:
-    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
+    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[canonical_dtype(name)]
 
 
 def device_name(device: str) -> str:
@@ -250,7 +266,7 @@ def calibrate(device: str = "cpu", dtype: torch.dtype = torch.float32, size: int
     return 2 * size**3 / best
 
 
-def real_profile(spec: ModelSpec, device: str = "auto", batch: int = 1, seq: int = 2048, recipe: str = "fp32",
+def real_profile(spec: ModelSpec, device: str = "auto", batch: int = 1, seq: int = DEFAULT_SEQ_LEN, recipe: str = "fp32",
                  recompute: str = "none", attention: str = "sdpa", steps: int = 10, warmup: int = 2,
                  compile: bool = False, counter: str = "torch", peak_flops: float | None = None,
                  peak_source: str = "", causal_mfu: bool = False) -> ProfileResult:
@@ -306,7 +322,7 @@ def real_profile(spec: ModelSpec, device: str = "auto", batch: int = 1, seq: int
                                     "workspaces make it a loose match for the formula")
     except torch.OutOfMemoryError:
         raise LlmcalcError(f"CUDA out of memory profiling {spec.name} at batch {batch} x seq {seq}: try --virtual, "
-                           f"fewer layers (--layers N) or a smaller --batch-size/--seq-len") from None
+                           f"fewer layers (--layers N) or a smaller --micro-batch/--seq-len") from None
     result.sdpa_backend = sdpa_backend_seen(forward.by_op, spy.seen)
     if counter in ("fvcore", "both"):
         total, _ = fvcore_forward_flops(model, inputs)

@@ -6,7 +6,11 @@ analytic side reads is built: pre-norm (LLaMA, Mistral, Qwen2, Gemma, Phi-3, OLM
 parallel-residual (GPT-NeoX, Falcon), Gemma-2 sandwich norms, post-norm (BERT, the 2017
 Transformer), learned/sinusoidal/rotary/ALiBi/T5-relative positions, MHA/GQA/MQA through sdpa
 (`enable_gqa`, K/V never expanded), MLA, and MoE (router, top-k routed experts run only on the
-tokens routed to them, shared experts).
+tokens routed to them, shared experts). The current-generation details are built too: QK-norm
+(per head or over all heads), biased routers and experts, Qwen2-MoE's shared-expert gate, explicit
+MoE layer lists, an LM-head bias, OPT's project_in/out, and gpt-oss attention sinks (a learned
+logit per head that joins the softmax; exact in eager attention; sdpa has no input for it, so there
+the sink parameters are held but unused: they add no matmul either way).
 
 Two choices that matter for memory measurements, both as fused training kernels behave:
 RMSNorm saves only its input and an fp32 rstd (torch's composite rms_norm on CPU keeps three fp32
@@ -70,6 +74,11 @@ def make_norm(spec: ModelSpec, dim: int | None = None) -> nn.Module:
     return nn.LayerNorm(dim, elementwise_affine=spec.norm_affine, bias=bool(spec.norm_bias))
 
 
+def make_qk_norm(spec: ModelSpec, dim: int) -> nn.Module:
+    """A QK-norm over `dim` features: RMSNorm, or LayerNorm when it carries a bias (Phi)."""
+    return nn.LayerNorm(dim, bias=True) if spec.qk_norm_bias else RMSNorm(dim)
+
+
 def rope(x: torch.Tensor, positions: torch.Tensor, theta: float = 10000.0) -> torch.Tensor:
     """Rotary embedding over the last dim of x (B, H, S, d) (Su et al. 2021), rotate-half layout."""
     d = x.shape[-1]
@@ -131,6 +140,11 @@ class Attention(nn.Module):
             self.k_proj = nn.Linear(D, self.kv_heads * dh, bias=spec.qkv_bias)
             self.v_proj = nn.Linear(D, self.kv_heads * dh, bias=spec.qkv_bias)
             self.o_proj = nn.Linear(H * dh, D, bias=spec.out_bias)
+            if spec.qk_norm != "none" and not cross:  # "head": over d_head; "full": over all heads' width
+                self.q_norm = make_qk_norm(spec, dh if spec.qk_norm == "head" else H * dh)
+                self.k_norm = make_qk_norm(spec, dh if spec.qk_norm == "head" else self.kv_heads * dh)
+            if spec.attention_sinks and not cross:
+                self.sinks = nn.Parameter(torch.zeros(H))
         if relative_bias:  # T5: one table per stack, in its first block
             self.relative_position_bias = nn.Embedding(spec.rel_pos_buckets, H)
 
@@ -154,9 +168,14 @@ class Attention(nn.Module):
             return q, torch.cat([k_nope, k_rot], -1), v
         dh = spec.d_head
         source = x if memory is None else memory
-        q = self._heads(self.q_proj(x), H, dh)
-        k = self._heads(self.k_proj(source), self.kv_heads, dh)
+        q_flat, k_flat = self.q_proj(x), self.k_proj(source)
+        if spec.qk_norm == "full" and hasattr(self, "q_norm"):
+            q_flat, k_flat = self.q_norm(q_flat), self.k_norm(k_flat)
+        q = self._heads(q_flat, H, dh)
+        k = self._heads(k_flat, self.kv_heads, dh)
         v = self._heads(self.v_proj(source), self.kv_heads, dh)
+        if spec.qk_norm == "head" and hasattr(self, "q_norm"):
+            q, k = self.q_norm(q), self.k_norm(k)
         if spec.pos_emb == "rope" and memory is None:
             pos = torch.arange(S, device=x.device)
             q, k = rope(q, pos), rope(k, pos)
@@ -179,7 +198,11 @@ class Attention(nn.Module):
                 scores = scores + bias
             if causal:
                 scores = scores.masked_fill(torch.ones_like(scores[0, 0], dtype=torch.bool).triu(1), float("-inf"))
-            out = scores.softmax(-1) @ v
+            if hasattr(self, "sinks"):  # gpt-oss: the sink logit joins the softmax, then is dropped
+                sink = self.sinks.to(scores.dtype).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+                out = torch.cat([scores, sink], -1).softmax(-1)[..., :-1] @ v
+            else:
+                out = scores.softmax(-1) @ v
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=causal, scale=scale,
                                                  enable_gqa=gqa)
@@ -214,30 +237,44 @@ class Experts(nn.Module):
         self.down_proj = nn.Parameter(torch.empty(E, D, Fe))
         for p in self.parameters():
             nn.init.normal_(p, std=0.02)
+        # gpt-oss: every expert's linears carry biases
+        self.gate_bias = nn.Parameter(torch.zeros(E, Fe)) if spec.expert_bias and spec.gated else None
+        self.up_bias = nn.Parameter(torch.zeros(E, Fe)) if spec.expert_bias else None
+        self.down_bias = nn.Parameter(torch.zeros(E, D)) if spec.expert_bias else None
+
+    @staticmethod
+    def _b(bias, experts):
+        return None if bias is None else bias[experts]
 
     def run(self, e: int, x):
         """Expert e on its rows x (n x D)."""
-        up = F.linear(x, self.up_proj[e])
-        h = self.act(F.linear(x, self.gate_proj[e])) * up if self.gate_proj is not None else self.act(up)
-        return F.linear(h, self.down_proj[e])
+        up = F.linear(x, self.up_proj[e], self._b(self.up_bias, e))
+        if self.gate_proj is not None:
+            h = self.act(F.linear(x, self.gate_proj[e], self._b(self.gate_bias, e))) * up
+        else:
+            h = self.act(up)
+        return F.linear(h, self.down_proj[e], self._b(self.down_bias, e))
 
     def run_batched(self, x, experts: slice):
         """Experts[experts] on equally many rows each, batched: x is (E', n, D) -> (E', n, D)."""
-        up = torch.bmm(x, self.up_proj[experts].transpose(1, 2))
-        if self.gate_proj is not None:
-            h = self.act(torch.bmm(x, self.gate_proj[experts].transpose(1, 2))) * up
-        else:
-            h = self.act(up)
-        return torch.bmm(h, self.down_proj[experts].transpose(1, 2))
+        def mm(inp, weight, bias):
+            out = torch.bmm(inp, weight[experts].transpose(1, 2))
+            return out if bias is None else out + bias[experts].unsqueeze(1)
+
+        up = mm(x, self.up_proj, self.up_bias)
+        h = self.act(mm(x, self.gate_proj, self.gate_bias)) * up if self.gate_proj is not None else self.act(up)
+        return mm(h, self.down_proj, self.down_bias)
 
 
 class MoE(nn.Module):
     def __init__(self, spec: ModelSpec, routing: str = "learned"):
         super().__init__()
         self.spec, self.routing = spec, routing
-        self.router = nn.Linear(spec.d_model, spec.n_experts, bias=False)
+        self.router = nn.Linear(spec.d_model, spec.n_experts, bias=spec.router_bias)
         self.experts = Experts(spec)
-        self.shared = MLP(spec, spec.d_ff_expert * spec.n_shared_experts, bias=False) if spec.n_shared_experts else None
+        self.shared = MLP(spec, spec.d_ff_shared, bias=False) if spec.n_shared_experts else None
+        # Qwen2-MoE: the shared expert's output is scaled by sigmoid(Linear(D, 1)(x))
+        self.shared_gate = nn.Linear(spec.d_model, 1, bias=False) if spec.shared_expert_gate else None
 
     def forward(self, x):
         B, S, D = x.shape
@@ -263,7 +300,10 @@ class MoE(nn.Module):
                     routed = routed.index_copy(0, slots, self.experts.run(e, flat[slots // k]))
         weights = (weights / weights.sum(-1, keepdim=True)).to(x.dtype)
         out = (routed.view(T, k, D) * weights.unsqueeze(-1)).sum(1).view(B, S, D)
-        return out + self.shared(x) if self.shared is not None else out
+        if self.shared is None:
+            return out
+        shared = self.shared(x)
+        return out + (torch.sigmoid(self.shared_gate(x)) * shared if self.shared_gate is not None else shared)
 
 
 class Block(nn.Module):
@@ -345,13 +385,17 @@ class Embeddings(nn.Module):
     def __init__(self, spec: ModelSpec):
         super().__init__()
         self.spec = spec
-        self.tokens = nn.Embedding(spec.vocab_size, spec.d_model)
+        self.tokens = nn.Embedding(spec.vocab_size, spec.d_embed or spec.d_model)
+        # OPT: embeddings at word_embed_proj_dim, projected to d_model
+        self.project_in = nn.Linear(spec.d_embed, spec.d_model, bias=False) if spec.d_embed else None
         self.positions = nn.Embedding(spec.n_positions, spec.d_model) if spec.pos_emb == "learned" else None
         self.token_types = nn.Embedding(spec.type_vocab_size, spec.d_model) if spec.type_vocab_size else None
         self.norm = make_norm(spec) if spec.embedding_norm else None
 
     def forward(self, ids):
         x = self.tokens(ids)
+        if self.project_in is not None:
+            x = self.project_in(x)
         S = ids.shape[1]
         if self.positions is not None:
             x = x + self.positions(torch.arange(S, device=ids.device))
@@ -377,9 +421,10 @@ class Transformer(nn.Module):
         else:
             self.body = Stack(spec, spec.n_layers, spec.architecture == "decoder", False, attention, routing)
         self.pooler = nn.Linear(spec.d_model, spec.d_model) if spec.pooler else None
+        self.project_out = nn.Linear(spec.d_model, spec.d_embed, bias=False) if spec.d_embed else None
         self.lm_head = None
         if spec.lm_head:
-            self.lm_head = nn.Linear(spec.d_model, spec.vocab_size, bias=False)
+            self.lm_head = nn.Linear(spec.d_embed or spec.d_model, spec.vocab_size, bias=spec.lm_head_bias)
             if spec.tie_embeddings:
                 self.lm_head.weight = self.embedding.tokens.weight
 
@@ -394,6 +439,8 @@ class Transformer(nn.Module):
             x = self.decoder(self.embedding(ids if decoder_ids is None else decoder_ids), memory)
         else:
             x = self.body(self.embedding(ids))
+        if self.project_out is not None:
+            x = self.project_out(x)
         out = self.lm_head(x) if self.lm_head is not None else x
         if self.pooler is not None:  # BERT: the [CLS] token's pooled vector beside the main output
             return out, torch.tanh(self.pooler(x[:, 0]))
@@ -428,7 +475,9 @@ def component_of(name: str) -> str:
         return f"embedding/{parts[1]}"
     if parts[0] == "norm_final":
         return f"{stack}norm/final"
-    if parts[0] in ("pooler", "lm_head"):
+    if parts[0] == "lm_head" and parts[-1] == "bias":
+        return "head/lm_head_bias"
+    if parts[0] in ("pooler", "lm_head", "project_out"):
         return f"head/{parts[0]}"
     if parts[0] != "layers" or len(parts) < 3:
         raise KeyError(f"no component for {name}")
@@ -436,7 +485,10 @@ def component_of(name: str) -> str:
     if module.startswith("norm"):
         return f"{stack}norm/layers"
     if module == "moe":
-        return f"{stack}moe/" + {"router": "router", "experts": "experts", "shared": "shared_experts"}[rest[0]]
+        return f"{stack}moe/" + {"router": "router", "experts": "experts", "shared": "shared_experts",
+                                 "shared_gate": "shared_experts"}[rest[0]]
+    if rest and rest[0] in ("q_norm", "k_norm"):
+        return f"{stack}{module}/qk_norm"
     if rest and rest[-1] == "bias" and module in ("attention", "cross_attention", "mlp") and rest[0] != "relative_position_bias":
         return f"{stack}{module}/bias"
     return f"{stack}{module}/{rest[0]}" if rest else f"{stack}{module}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..analytic.summary import COLUMNS, Scenario
 from ..errors import LlmcalcError
-from ..units import fmt_bytes, fmt_count, fmt_flops, fmt_usd
+from ..units import fmt_bytes, fmt_count, fmt_flops, fmt_usd, plural
 from .tables import Column, Document, Table
 
 FORMATTERS = {
@@ -38,5 +38,5 @@ def compare_document(records: list[dict], scenario: Scenario) -> Document:
          "the peak per GPU for a micro-batch (see `llmcalc memory`); attention S² share is of forward matmul FLOPs",
          "--sort KEY orders the models by any of: " + ", ".join(k for k in keys if k != "model")],
     )
-    return Document(f"compare {len(records)} models", {"scenario": scenario.to_dict(), "models": records},
+    return Document(f"compare {plural(len(records), 'model')} at seq {scenario.seq_len:,}", {"scenario": scenario.to_dict(), "models": records},
                     [per_model, side_by_side])

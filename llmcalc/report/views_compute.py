@@ -6,7 +6,7 @@ from ..analytic.flops import StepFlops, flop_group
 from ..analytic.params import ParamCount
 from ..analytic.rules import crossover, elementwise_ops, rules_of_thumb
 from ..analytic.training import ComputeOptimal, TrainingEstimate
-from ..units import fmt_count, fmt_flops, fmt_flops_rate, fmt_pct, fmt_usd, si
+from ..units import fmt_budget, fmt_count, fmt_flops, fmt_flops_rate, fmt_pct, fmt_tokens, fmt_usd, plural, si
 from .tables import Column, Document, Table
 
 FLOP_CONVENTIONS = [
@@ -109,10 +109,10 @@ def flops_document(step: StepFlops, count: ParamCount) -> Document:
         ["per-element costs are llmcalc's estimates (softmax 5, RMSNorm 4, LayerNorm 7, SwiGLU 5 FLOPs ...)"],
     )
     return Document(
-        title=f"{spec.name}: FLOPs for batch {step.batch} x seq {step.seq_len}, "
+        title=f"{spec.name}: FLOPs for batch {step.batch:,} x seq {step.seq_len:,}, "
               f"{'causal' if step.causal else 'full S²'}, recompute {step.recompute}",
         data=data, tables=[op_table, group_table, total_table, rule_table, ew_table],
-        preamble=[spec.describe()],
+        preamble=[spec.describe()] + [f"note: {n}" for n in spec.notes],
     )
 
 
@@ -143,7 +143,7 @@ def train_document(est: TrainingEstimate, inputs: dict, six_n_t: float | None, p
         ("gpu_seconds", "GPU time (s)", est.gpu_seconds, lambda v: f"{v:.4g} s", False),
         ("gpu_hours", "GPU-hours", est.gpu_hours, hours, True),
         ("wall_clock_seconds", "wall-clock (s)", est.wall_seconds, lambda v: f"{v:.4g} s", False),
-        ("wall_clock_days", f"wall-clock on {est.n_gpus:,} GPUs", est.wall_clock_days,
+        ("wall_clock_days", f"wall-clock on {plural(est.n_gpus, 'GPU')}", est.wall_clock_days,
          lambda v: f"{v:,.2f} days ({v * 24:,.1f} h)", True),
         ("cost_usd", "cost" + ("" if est.price is None else f" at ${est.price:g}/GPU-hour"), est.cost_usd, fmt_usd,
          True),
@@ -164,7 +164,8 @@ def train_document(est: TrainingEstimate, inputs: dict, six_n_t: float | None, p
     _add_steptime(data, tables, est, pred, measured)
     model = inputs["model"]
     return Document(
-        title=f"{model}: {si(est.tokens).strip()} tokens on {est.n_gpus:,} x {acc.key}",
+        title=f"{model}: {fmt_tokens(est.tokens)} on {est.n_gpus:,} x {acc.key}"
+              + (f", seq {inputs['seq_len']:,}" if inputs.get("seq_len") else ""),
         data=data, tables=tables,
         preamble=[f"device: {acc.name}, {acc.memory_bytes / 2**30:g} GiB, {acc.memory_bandwidth / 1e12:.3g} TB/s "
                   f"(sources: `llmcalc presets --format json`)"],
@@ -224,6 +225,6 @@ def plan_document(compute: float, plans: list[ComputeOptimal], inputs: dict) -> 
         + ["Approach 3 as published favours smaller models than the paper's Approaches 1 and 2 (~20 tokens per "
            "parameter); Besiroglu et al. 2024 traced that to the fit itself"],
     )
-    return Document(title=f"compute budget {compute:.3g} FLOP ({fmt_flops(compute)})", data=data, tables=[table],
+    return Document(title=f"compute budget {fmt_budget(compute)}", data=data, tables=[table],
                     preamble=[inputs["basis"]])
 

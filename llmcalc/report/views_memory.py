@@ -68,7 +68,7 @@ def training_memory_document(est: MemoryEstimate, gpu: Accelerator | None, reser
         "memory in GiB (2^30 bytes); the CUDA context and allocator fragmentation are not included",
     ]
     if par.n_gpus > 1:
-        notes.append(f"{par.n_gpus} GPUs = dp {par.dp} x tp {par.tp} x pp {par.pp}; ZeRO-{par.zero} shards over dp"
+        notes.append(f"{par.n_gpus:,} GPUs = dp {par.dp:,} x tp {par.tp} x pp {par.pp}; ZeRO-{par.zero} shards over dp"
                      + (f"; figures for the {est.stage} pipeline stage, the most loaded" if par.pp > 1 else "")
                      + ("; tensor parallel with sequence parallelism" if par.tp > 1 and par.sequence_parallel
                         else "; tensor parallel without sequence parallelism" if par.tp > 1 else ""))
@@ -79,7 +79,7 @@ def training_memory_document(est: MemoryEstimate, gpu: Accelerator | None, reser
                      f"(replicated {par.tp // spec.n_kv_heads}x), never split below one")
     notes += fit_lines
     if largest is not None:
-        notes.append(f"largest micro-batch that fits at seq {est.seq_len}: {largest}")
+        notes.append(f"largest micro-batch that fits at seq {est.seq_len:,}: {largest:,}")
     table = Table(
         "memory per GPU",
         [Column("kind", "kind", align="left", show=False), Column("name", "component", align="left"),
@@ -91,9 +91,11 @@ def training_memory_document(est: MemoryEstimate, gpu: Accelerator | None, reser
         [Column("name", "saved tensor", align="left"), Column("bytes", "memory (GiB)", _gib)],
         [{"name": k, "bytes": v} for k, v in sorted(est.activations.per_layer.items(), key=lambda kv: -kv[1])],
         [f"attention {est.attention}; recompute {est.recompute}; activations at {rec.act_bytes:g} bytes/element; "
-         "tensor names follow Korthikanti et al. 2022 sec. 4.1"],
+         "tensor names follow Korthikanti et al. 2022 sec. 4.1"]
+        + (["FP8 (Transformer Engine): the inputs of the linear layers are saved as their 1-byte FP8 casts"]
+           if rec.fp8_saved_inputs else []),
     )
-    title = (f"{spec.name}: training memory per GPU, batch {est.batch} x seq {est.seq_len}, {rec.name} + {opt.name}, "
+    title = (f"{spec.name}: training memory per GPU, micro-batch {est.batch:,} x seq {est.seq_len:,}, {rec.name} + {opt.name}, "
              f"recompute {est.recompute}")
     return Document(title, data, [table, acts], [spec.describe()])
 

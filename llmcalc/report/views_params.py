@@ -89,7 +89,7 @@ def params_document(count: ParamCount, source: str) -> Document:
         title=f"{spec.name}: {spec.describe()}",
         data=data,
         tables=[components, approx_table, recon_table],
-        preamble=[f"source: {source}"] if source else [],
+        preamble=([f"source: {source}"] if source else []) + [f"note: {n}" for n in spec.notes],
     )
 
 

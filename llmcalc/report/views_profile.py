@@ -76,7 +76,7 @@ def profile_document(r: ProfileResult) -> Document:
             ["measured categories are MemTracker's (param, grad, opt, act, temp, ...); analytic ones are the "
              "formula's at its own peak phase"] if r.mode == "virtual" else [],
         ))
-    title = (f"{r.model}: {r.mode} profile on {r.device_name} ({r.device}), batch {r.batch_size} x seq {r.seq_len}, "
+    title = (f"{r.model}: {r.mode} profile on {r.device_name} ({r.device}), micro-batch {r.batch_size:,} x seq {r.seq_len:,}, "
              f"{r.recipe}, recompute {r.recompute}, attention {r.attention} (sdpa backend: {r.sdpa_backend})")
     return Document(title, r.to_json(), tables, list(r.notes))
 

@@ -1,0 +1,196 @@
+"""Click parameter types for the command line: forgiving where it is safe, strict everywhere else.
+
+Every type refuses NaN, inf, zero where it makes no sense, and values beyond the sane maxima in
+``llmcalc.validate`` with one message; click prefixes it with the option's name
+(``Invalid value for '--tokens': ...``), so the user knows what to fix.
+"""
+
+from __future__ import annotations
+
+import math
+
+import click
+from click.core import ParameterSource
+
+from .dtypes import DTYPES, canonical_dtype
+from .errors import LlmcalcError
+from .units import UnitError, parse_count, parse_length
+from .validate import MIN_UTILIZATION
+
+
+def _name(param) -> str:
+    return param.opts[0] if param is not None and param.opts else "value"
+
+
+class Count(click.ParamType):
+    """A count typed the human way: 7B, 1.5T, 15t, 300k, 1m, 2e12 (SI; B = billion). `whole`: an integer
+    (GPUs, sequences: 1k = 1,000)."""
+
+    name = "count"
+
+    def __init__(self, minimum: float = 1, maximum: float = math.inf, whole: bool = False):
+        self.minimum, self.maximum, self.whole = minimum, maximum, whole
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            number = float(value)
+        else:
+            try:
+                number = parse_count(value, "a count")
+            except UnitError as exc:
+                self.fail(str(exc), param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"must be a finite number, got {value}", param, ctx)
+        if self.whole and number != int(number):
+            self.fail(f"must be a whole number, got {value}", param, ctx)
+        if number < self.minimum:
+            self.fail(f"must be at least {self.minimum:g}, got {value}", param, ctx)
+        if number > self.maximum:
+            self.fail(f"must be at most {self.maximum:,.6g}, got {value}", param, ctx)
+        return int(number) if self.whole else number
+
+
+class Length(click.ParamType):
+    """A sequence length in tokens: 2048, 4k (= 4,096), 32k, 1m (= 1,048,576)."""
+
+    name = "length"
+
+    def __init__(self, maximum: int):
+        self.maximum = maximum
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) and not isinstance(value, bool):
+            length = value
+        else:
+            try:
+                length = parse_length(value, "a length")
+            except UnitError as exc:
+                self.fail(str(exc), param, ctx)
+        if length < 1:
+            self.fail(f"must be a positive number of tokens, got {value}", param, ctx)
+        if length > self.maximum:
+            self.fail(f"must be at most {self.maximum:,} tokens, got {value}", param, ctx)
+        return length
+
+
+class Number(click.ParamType):
+    """A finite real number in [minimum, maximum] (`zero`: 0 allowed too)."""
+
+    name = "number"
+
+    def __init__(self, maximum: float = math.inf, zero: bool = False, minimum: float = 0.0):
+        self.maximum, self.zero, self.minimum = maximum, zero, minimum
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            number = float(value)
+        else:
+            try:
+                number = float(str(value).strip())
+            except ValueError:
+                self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"must be a finite number, got {value}", param, ctx)
+        if number < 0 or (number == 0 and not self.zero):
+            self.fail(f"must be {'zero or ' if self.zero else ''}positive, got {value}", param, ctx)
+        if 0 < number < self.minimum:
+            self.fail(f"must be at least {self.minimum:g}, got {value}", param, ctx)
+        if number > self.maximum:
+            self.fail(f"must be at most {self.maximum:g}, got {value}", param, ctx)
+        return number
+
+
+class Fraction(click.ParamType):
+    """A utilization: 0.4 or 40% (in (0, 1])."""
+
+    name = "fraction"
+
+    def convert(self, value, param, ctx):
+        text = str(value).strip()
+        scale = 1.0
+        if text.endswith("%"):
+            text, scale = text[:-1].strip(), 0.01
+        try:
+            number = float(text) * scale
+        except ValueError:
+            self.fail(f"{value!r} is not a fraction; write 0.4 or 40%", param, ctx)
+        if not (math.isfinite(number) and MIN_UTILIZATION <= number <= 1):
+            self.fail(f"must be in (0, 1], got {value}; 0.4 or 40% means 40 % of peak "
+                      f"(at least {MIN_UTILIZATION:g})", param, ctx)
+        return number
+
+
+class DType(click.ParamType):
+    """A dtype in the one vocabulary of llmcalc.dtypes (bfloat16 = bf16, float16 = fp16, ...)."""
+
+    name = "dtype"
+
+    def __init__(self, allowed: tuple[str, ...] = DTYPES, extra: tuple[str, ...] = ()):
+        self.allowed, self.extra = allowed, extra
+
+    def convert(self, value, param, ctx):
+        if str(value).strip().lower() in self.extra:
+            return str(value).strip().lower()
+        try:
+            return canonical_dtype(value, "dtype", self.allowed)
+        except LlmcalcError as exc:
+            self.fail(str(exc).removeprefix("dtype: "), param, ctx)
+
+    def get_metavar(self, param, ctx=None):
+        return "[" + "|".join(self.extra + self.allowed) + "]"
+
+
+class Choice(click.Choice):
+    """click.Choice, case-insensitive, with aliases (e.g. sdpa -> flash)."""
+
+    def __init__(self, choices, aliases: dict[str, str] | None = None):
+        super().__init__(choices, case_sensitive=False)
+        self.aliases = aliases or {}
+
+    def convert(self, value, param, ctx):
+        key = str(value).strip().lower()
+        return super().convert(self.aliases.get(key, key), param, ctx)
+
+
+class Name(click.ParamType):
+    """A preset name (or path): not empty."""
+
+    name = "name"
+
+    def convert(self, value, param, ctx):
+        if not str(value).strip():
+            self.fail("is empty; give a preset name (`llmcalc presets` lists them)", param, ctx)
+        return str(value)
+
+
+def given(ctx: click.Context, *names: str) -> list[str]:
+    """The options among `names` (parameter names) that the user typed, as their flags."""
+    flags = []
+    for param in ctx.command.params:
+        if param.name in names and ctx.get_parameter_source(param.name) in (ParameterSource.COMMANDLINE,
+                                                                            ParameterSource.ENVIRONMENT):
+            flags.append(param.opts[0])
+    return flags
+
+
+def refuse_unused(ctx: click.Context, names: tuple[str, ...], reason: str) -> None:
+    """One line when options that would be ignored were given: '--steps, --compile: <reason>'."""
+    flags = given(ctx, *names)
+    if flags:
+        raise click.UsageError(f"{', '.join(flags)} {'is' if len(flags) == 1 else 'are'} not used {reason}; "
+                               f"leave {'it' if len(flags) == 1 else 'them'} out")
+
+
+_WARNINGS: list[str] = []
+
+
+def warn(message: str) -> None:
+    """A warning for stderr, shown with the answer (never before a refusal, which stays one line)."""
+    _WARNINGS.append(f"llmcalc: warning: {message}")
+
+
+def flush_warnings(show: bool = True) -> None:
+    for line in _WARNINGS:
+        if show:
+            click.echo(line, err=True)
+    _WARNINGS.clear()

@@ -1,0 +1,72 @@
+"""The input checks every layer shares: whole numbers >= 1, finite positive figures, fractions.
+
+Each raises one ``LlmcalcError`` whose message starts with the name of what is wrong (a CLI option
+such as ``--tokens`` or a field such as ``n_gpus``), so the command line can print it as one line.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .errors import LlmcalcError
+
+
+def positive_int(what: str, value, maximum: int | None = None) -> int:
+    """`value` as a whole number >= 1 (and <= `maximum`, where given)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise LlmcalcError(f"{what} must be a whole number >= 1, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise LlmcalcError(f"{what} must be at most {maximum:,}, got {value:,}")
+    return value
+
+
+def positive_number(what: str, value, maximum: float | None = None) -> float:
+    """`value` as a finite number > 0 (and <= `maximum`, where given): no NaN, no inf, no zero."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise LlmcalcError(f"{what} must be a positive number, got {value!r}")
+    try:
+        number = float(value)
+    except OverflowError:  # an int too large for a float
+        raise LlmcalcError(f"{what} is too large: {value:.3e}") from None
+    if not (math.isfinite(number) and number > 0):
+        raise LlmcalcError(f"{what} must be a positive, finite number, got {value!r}")
+    if maximum is not None and number > maximum:
+        raise LlmcalcError(f"{what} must be at most {maximum:g}, got {number:g}")
+    return number
+
+
+def non_negative_number(what: str, value, maximum: float | None = None) -> float:
+    """`value` as a finite number >= 0 (and <= `maximum`, where given)."""
+    if value == 0 and not isinstance(value, bool):
+        return 0.0
+    return positive_number(what, value, maximum)
+
+
+def fraction(what: str, value) -> float:
+    """A utilization (MFU, HFU) in (0, 1]: 0.45 means 45 % of peak."""
+    number = positive_number(what, value)
+    if number > 1:
+        raise LlmcalcError(f"{what} must be in (0, 1], got {value:g}; 0.45 (or 45%) means 45 % of peak")
+    return number
+
+
+# --- Defaults and bounds every command shares (printed in `--help` and in the refusals) ---------
+
+DEFAULT_SEQ_LEN = 4096  # tokens per training sequence when none is given, in every command
+MAX_SEQ_LEN = 2**25  # 33,554,432 tokens: 3x the longest context any released model claims (10 M)
+MAX_TOKENS = 1e18  # training tokens: 10,000x the largest corpora used so far (~1e14)
+MAX_PARAMS = 1e16  # parameters: 10,000x the largest published models
+MAX_GPUS = 10**7
+MAX_COMPUTE = 1e40  # FLOPs
+MAX_DAYS = 36_525.0  # a century
+MAX_USD_PER_GPU_HOUR = 1e4
+MAX_TFLOPS = 1e6  # per device
+MAX_BATCH = 2**20
+MAX_GENERATE = 2**17  # decode steps the roofline sums one by one
+MAX_PROFILE_STEPS = 1000
+MAX_PROFILE_LAYERS = 1024  # modules a profile builds (even FakeTensorMode builds every layer)
+MAX_CALIBRATE_SECONDS = 600.0
+MAX_CALIBRATE_SIZE = 16384
+MIN_UTILIZATION = 1e-4  # MFU or achieved/peak below 0.01 % is a typo, not a plan
+MAX_LAYERS = 10_000  # 10x the deepest trained Transformer (DeepNet: 1,000 layers)
+MAX_WIDTH = 2**24  # any one dimension (d_model, d_ff, heads, vocab, experts ...): 16,777,216
