@@ -15,6 +15,7 @@ import click
 from .analytic.memory import OPTIMIZER_IMPLS, OPTIMIZERS, RECIPES
 from .errors import LlmcalcError
 from .options import Choice, Count, DType, Fraction, Length, Name, Number, flush_warnings, refuse_unused, warn
+from .report.interrupts import Interrupted
 from .report.tables import FORMATS, render
 from .units import fmt_tokens
 from .validate import (
@@ -37,6 +38,7 @@ class LlmcalcGroup(click.Group):
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         args = sys.argv[1:] if args is None else list(args)
+        self.argv = list(args)  # as typed: a report's provenance
         flush_warnings(show=False)
         if not args:  # bare `llmcalc`: the help, and success
             with click.Context(self, info_name=prog_name or "llmcalc") as ctx:
@@ -47,12 +49,16 @@ class LlmcalcGroup(click.Group):
         except click.ClickException as exc:
             click.echo(f"llmcalc: error: {one_line(exc.format_message())}", err=True)
             sys.exit(EXIT_BAD_INPUT if exc.exit_code in (1, 2) else exc.exit_code)
-        except click.exceptions.Abort:
-            click.echo("llmcalc: aborted", err=True)
-            sys.exit(1)
+        except click.exceptions.Abort as exc:
+            interrupted = isinstance(exc.__context__, KeyboardInterrupt)
+            click.echo("llmcalc: interrupted" if interrupted else "llmcalc: aborted", err=True)
+            sys.exit(130 if interrupted else 1)  # 128 + SIGINT, the shell convention
         except LlmcalcError as exc:
             click.echo(f"llmcalc: error: {one_line(str(exc))}", err=True)
             sys.exit(EXIT_BAD_INPUT)
+        except Interrupted as exc:  # SIGINT/SIGTERM where a command asked for them (report)
+            click.echo(f"llmcalc: {exc.message()}", err=True)
+            sys.exit(exc.exit_code)
         except OSError as exc:  # the disk or the system, not the input: ENOSPC, EACCES, EROFS ...
             where = f" ({exc.filename})" if exc.filename else ""
             click.echo(f"llmcalc: error: {exc.strerror or exc.__class__.__name__}{where}", err=True)
@@ -150,6 +156,12 @@ def finetune_options(func):
     return func
 
 
+def _no_finetune(model, cfg) -> None:
+    if cfg is not None:
+        raise LlmcalcError(f"--finetune needs llmcalc's formula for the layers it adapts; {model.model_type} is "
+                           "counted by transformers' modelling code")
+
+
 def make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant):
     """The LoRA set-up the options describe, or None for full training."""
     if finetune is None:
@@ -194,11 +206,18 @@ def params(model: str, finetune, lora_rank, lora_targets, base_dtype, double_qua
     holding one.
     """
     from .analytic.params import count_params
+    from .fallback import FallbackModel, load_counted
     from .presets import model_source
     from .report.views_params import params_document
 
     cfg = make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant)
-    spec = load_model(model)
+    spec = load_counted(model)
+    if isinstance(spec, FallbackModel):
+        from .report.views_fallback import fallback_params_document
+
+        _no_finetune(spec, cfg)
+        emit(fallback_params_document(spec, model_source(model)), fmt)
+        return
     doc = params_document(count_params(spec), model_source(model))
     if cfg is not None:
         from .analytic.finetune import finetune as build
@@ -231,10 +250,23 @@ def flops(ctx, model, seq_len, causal, recompute, batch_size, decoder_seq_len, f
     """Forward and backward FLOPs of one step of MODEL, per operation, with the rules of thumb."""
     from .analytic.flops import step_flops
     from .analytic.params import count_params
+    from .fallback import FallbackModel, load_counted
     from .report.views_compute import flops_document
 
     cfg = make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant)
-    spec = load_model(model, seq_len)
+    spec = load_counted(model, seq_len)
+    if isinstance(spec, FallbackModel):
+        from .fallback import step_flops as fallback_step
+        from .report.views_fallback import fallback_flops_document
+
+        _no_finetune(spec, cfg)
+        if decoder_seq_len is not None:
+            raise LlmcalcError(f"--decoder-seq-len: {spec.model_type} is counted by transformers' modelling code, "
+                               "which runs the decoder on --seq-len tokens")
+        emit(fallback_flops_document(spec, fallback_step(spec, batch_size, causal, recompute), batch_size, causal,
+                                     recompute), fmt)
+        return
+    spec = load_model(model, seq_len)  # the analytic spec, with the --seq-len check
     if decoder_seq_len is not None and spec.architecture != "encoder-decoder":
         raise click.UsageError(f"--decoder-seq-len is for encoder-decoder models; {spec.name} is a {spec.architecture}")
     step = step_flops(spec, batch_size, seq_len, causal, recompute, decoder_seq_len)
@@ -309,35 +341,55 @@ def train(ctx, model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_p
     accelerator = load_hardware(gpu)
     inputs = {"model": model or fmt_tokens(n_params, "params"), "tokens": tokens, "seq_len": seq_len, "causal": causal,
               "recompute": recompute}
+    inputs["method"] = "analytic"
     if model is not None:
         from .analytic.flops import step_flops
         from .analytic.params import count_params
+        from .fallback import METHOD_TRANSFORMERS, FallbackModel, load_counted
+        from .fallback import step_flops as fallback_step
 
-        spec = load_model(model, seq_len)
-        step = step_flops(spec, 1, seq_len, causal, recompute)
-        n = count_params(spec).active_per_token
-        model_flops = step.model_flops_per_token * tokens
-        hardware_flops = step.hardware_flops_per_token * tokens
-        inputs["flops_basis"] = (f"training FLOPs = exact per-op count per token at seq {seq_len:,} "
-                                 f"({'causal' if causal else 'full S²'}) x tokens; 6·N·T with N = {n:,} "
-                                 f"{'active ' if spec.is_moe else ''}params")
         cfg = make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant)
-        if cfg is not None:
-            from .analytic.finetune import FinetuneFlops
-            from .analytic.finetune import finetune as build
+        spec = load_counted(model, seq_len)
+        if isinstance(spec, FallbackModel):
+            _no_finetune(spec, cfg)
+            step = fallback_step(spec, 1, causal, recompute)
+            n = spec.active_per_token
+            if n is None:
+                raise LlmcalcError(f"{spec.model_type}: the config names no top-k and expert count, so the active "
+                                   "parameters per token (N of 6·N·T) are unknown")
+            model_flops = step["flops_per_token"] * tokens
+            hardware_flops = step["hardware_flops_per_token"] * tokens
+            inputs["method"] = METHOD_TRANSFORMERS
+            inputs["flops_basis"] = (
+                f"training FLOPs = 3 x forward FLOPs per token counted by torch's FlopCounterMode on transformers' "
+                f"{spec.cls} at seq {seq_len} ({'causal' if causal else 'full S²'}; no llmcalc formula for "
+                f"{spec.model_type}) x tokens; 6·N·T with N = {n:,} {'active ' if n != spec.total else ''}params "
+                f"counted on the same model")
+        else:
+            spec = load_model(model, seq_len)  # the analytic spec, with the --seq-len check
+            step = step_flops(spec, 1, seq_len, causal, recompute)
+            n = count_params(spec).active_per_token
+            model_flops = step.model_flops_per_token * tokens
+            hardware_flops = step.hardware_flops_per_token * tokens
+            inputs["flops_basis"] = (f"training FLOPs = exact per-op count per token at seq {seq_len:,} "
+                                     f"({'causal' if causal else 'full S²'}) x tokens; 6·N·T with N = {n:,} "
+                                     f"{'active ' if spec.is_moe else ''}params")
+            if cfg is not None:
+                from .analytic.finetune import FinetuneFlops
+                from .analytic.finetune import finetune as build
 
-            ft = build(spec, cfg)
-            fl = FinetuneFlops(ft, step)
-            model_flops = fl.model_flops_per_token * tokens
-            hardware_flops = fl.hardware_flops_per_token * tokens
-            inputs["finetune"] = {"method": cfg.method, "rank": cfg.rank, "targets": list(cfg.targets),
-                                  "trainable": ft.trainable, "frozen": ft.frozen,
-                                  "rule_flops": fl.rule() * tokens}
-            inputs["flops_basis"] = (f"{cfg.method} r{cfg.rank} on {cfg.target_label}: training FLOPs = exact per-op "
-                                     f"count per token at seq {seq_len} with frozen weights (backward: activation "
-                                     f"gradients only) and {ft.trainable:,} adapter params x tokens "
-                                     f"≈ 4·N_frozen + 6·N_adapter = {fl.rule() * tokens:.4g}; 6·N·T (full training) "
-                                     "shown for comparison")
+                ft = build(spec, cfg)
+                fl = FinetuneFlops(ft, step)
+                model_flops = fl.model_flops_per_token * tokens
+                hardware_flops = fl.hardware_flops_per_token * tokens
+                inputs["finetune"] = {"method": cfg.method, "rank": cfg.rank, "targets": list(cfg.targets),
+                                      "trainable": ft.trainable, "frozen": ft.frozen,
+                                      "rule_flops": fl.rule() * tokens}
+                inputs["flops_basis"] = (
+                    f"{cfg.method} r{cfg.rank} on {cfg.target_label}: training FLOPs = exact per-op count per token "
+                    f"at seq {seq_len} with frozen weights (backward: activation gradients only) and "
+                    f"{ft.trainable:,} adapter params x tokens ≈ 4·N_frozen + 6·N_adapter = "
+                    f"{fl.rule() * tokens:.4g}; 6·N·T (full training) shown for comparison")
     else:
         refuse_unused(ctx, ("seq_len", "causal"), "with --params (6·N·T has no sequence length); give a MODEL")
         if finetune is not None:
@@ -356,7 +408,13 @@ def train(ctx, model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_p
 
     from .analytic.steptime import train_steptime
 
-    mfu, pred, measured = train_steptime(model and spec, gpu, n_gpus, mfu, achieved_tflops, dtype,
+    shapes = model and spec
+    if model is not None and isinstance(spec, FallbackModel):
+        shapes = None  # no formula for its shapes: only a given MFU or throughput times it
+        if mfu is None and achieved_tflops is None and layout.get("tokens_per_second") is None:
+            raise LlmcalcError(f"predicting the step time needs llmcalc's formula for the shapes; {spec.model_type} is "
+                               "counted by transformers: give --mfu, --achieved-tflops or --tokens-per-second")
+    mfu, pred, measured = train_steptime(shapes, gpu, n_gpus, mfu, achieved_tflops, dtype,
                                          seq_len, causal, recompute, model_flops / tokens, hardware_flops / tokens,
                                          accelerator, layout)
     if mfu is None and achieved_tflops is None:
@@ -683,7 +741,9 @@ def compare(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe,
 @scenario_options
 @click.option("--out", type=click.Path(path_type=str), default=None,
               help="Report directory (default: reports/<model names>).")
-@click.option("--force", is_flag=True, help="Replace an existing report in --out.")
+@click.option("--force", is_flag=True,
+              help="Replace an earlier llmcalc report in --out (a folder holding its llmcalc-report.json; any "
+                   "other folder is refused).")
 @click.option("--profile", "profile_mode", type=Choice(["none", "virtual", "real"]), default="none",
               show_default=True, help="Also profile each model and show formulas against measurements.")
 @click.option("--serve", "serving", is_flag=True,
@@ -692,12 +752,24 @@ def compare(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe,
 def report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, zero, tp, micro_batch, recompute,
            causal, out, force, profile_mode, serving, fmt):
     """A planning report for MODELS: report.md, self-contained report.html, figures (PNG), tables (CSV)."""
+    from .report.interrupts import signals_as_interrupts
+
+    with signals_as_interrupts():  # Ctrl-C: exit 130, SIGTERM: 143; the old report or the new one, whole
+        _report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, zero, tp, micro_batch,
+                recompute, causal, out, force, profile_mode, serving, fmt)
+
+
+def _report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, zero, tp, micro_batch, recompute,
+            causal, out, force, profile_mode, serving, fmt):
     from pathlib import Path
 
-    from .presets import load_hardware, model_source
-    from .report.document import Progress, check_destination, safe_name, write_report
+    from .presets import load_hardware, load_model, model_source
+    from .report.document import MARKER, Progress, check_destination, outcome, provenance, safe_name, write_report
+    from .report.interrupts import checkpoint, settle, signal_pending, signals_deferred
     from .report.tables import Column, Document, Table
 
+    if out is not None and not out.strip():
+        raise LlmcalcError("--out is empty; give a directory for the report (default: reports/<model names>)")
     _need_report_libraries()
     scenario = make_scenario(seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, zero, tp, micro_batch,
                              recompute, causal)
@@ -710,6 +782,8 @@ def report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, 
     target = Path(out) if out else Path("reports") / "+".join(safe_name(n) for n in names)
     check_destination(target, force)
     sources = {s.name: model_source(m) for s, m in zip(specs, models)}
+    meta = provenance(getattr(click.get_current_context().find_root().command, "argv", sys.argv[1:]), sources,
+                      scenario)
     profiles = None
     steps = 6 + (len(specs) if profile_mode != "none" else 0) + serving
     progress = Progress(steps, "report")
@@ -730,15 +804,26 @@ def report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, 
                                                        peak_flops=peak, peak_source=source)
         from .report.planning import build_report
 
-        built = build_report(specs, sources, scenario, load_hardware, profiles, progress, serving)
+        built = build_report(specs, sources, scenario, load_hardware, profiles, progress, serving, meta)
+    except Interrupted as exc:
+        exc.state = outcome(target, meta)
+        raise
     finally:
         progress.close()
-    written = write_report(built, target, force)
-    files = sorted(["report.md", "report.html", *built.files])
-    click.echo(f"llmcalc: report written to {written}/ ({len(files)} files)", err=True)
-    doc = Document(f"report {written}: seq {seq_len:,}", {"out": str(written), "files": files},
-                   [Table("files", [Column("file", "file", align="left")], [{"file": f} for f in files])])
-    emit(doc, fmt)
+    try:
+        written = write_report(built, target, force, meta)
+        with signals_deferred():  # the success message only when no signal came: one outcome, one message
+            checkpoint()  # one that came earlier and whose exception Python dropped
+            if not signal_pending():
+                settle()  # success from here on: a later signal cannot turn it into a second message
+                files = sorted(["report.md", "report.html", MARKER, *built.files])
+                click.echo(f"llmcalc: report written to {written}/ ({len(files)} files)", err=True)
+                doc = Document(f"report {written}: seq {seq_len:,}", {"out": str(written), "files": files},
+                               [Table("files", [Column("file", "file", align="left")], [{"file": f} for f in files])])
+                emit(doc, fmt)
+    except Interrupted as exc:
+        exc.state = exc.state or outcome(target, meta)  # write_report says when it knows
+        raise
 
 
 def _need_report_libraries():
@@ -828,6 +913,10 @@ def profile(ctx, model, virtual, device, dtype, recipe, batch_size, seq_len, ste
         if counter != "torch":
             raise click.UsageError("--counter: fvcore traces real tensors; with --virtual use --counter torch")
     spec = load_model(model, seq_len)
+    _need_torch()
+    from .profiling.model import check_buildable
+
+    check_buildable(spec)
     if layers is not None:
         if layers > spec.n_layers:
             raise click.UsageError(f"--layers {layers} exceeds {spec.name}'s {spec.n_layers} layers")

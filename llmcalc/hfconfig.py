@@ -9,6 +9,8 @@ Nothing is inferred from a model's name.
 
 A config whose model_type is not in FAMILIES still works when it states the implicit facts itself
 with llmcalc's own keys (``REQUIRED_FOR_UNKNOWN``), e.g. ``"mlp": "swiglu", "norm": "rmsnorm"``.
+Otherwise ``UnknownModelType`` is raised: `params`, `flops` and `train` then count the model with
+transformers' modelling code (``llmcalc.fallback``); commands that need a formula report it.
 """
 
 from __future__ import annotations
@@ -52,6 +54,14 @@ REQUIRED_FOR_UNKNOWN = ("mlp", "norm", "pos_emb")
 _SPEC_FIELDS = {f.name for f in fields(ModelSpec)}
 
 
+class UnknownModelType(SpecError):
+    """A model_type with no analytic family and no llmcalc keys; carries the config for the fallback."""
+
+    def __init__(self, message: str, config: dict, name: str):
+        super().__init__(message)
+        self.config, self.name = config, name
+
+
 @dataclass(frozen=True)
 class Family:
     """What one HF model_type leaves implicit. `source` names the modelling file it mirrors."""
@@ -61,6 +71,7 @@ class Family:
     defaults: dict = field(default_factory=dict)  # HF config-class defaults for absent keys
     derive: Callable[[dict, dict], None] | None = None  # (hf config, spec kwargs) -> fills kwargs
     gated: bool = True  # FFN with gate/up/down (SwiGLU/GeGLU) rather than up/down
+    keep_null: tuple[str, ...] = ()  # keys whose explicit null means something else than "absent"
 
 
 def _attention_bias(hf: dict, kw: dict) -> None:
@@ -657,8 +668,8 @@ def _mlp_kind(activation: str, gated: bool) -> str:
         return "swiglu" if gated else "silu"
     if act.startswith("gelu"):
         return "geglu" if gated else "gelu"
-    if act == "relu" and not gated:
-        return "relu"
+    if act in ("relu", "relu2") and not gated:
+        return act
     raise SpecError(f"activation {activation!r} is not supported for a {'gated' if gated else 'plain'} MLP")
 
 
@@ -735,13 +746,17 @@ def spec_from_hf(hf: dict, name: str = "custom") -> ModelSpec:
     if family is None:
         missing = [k for k in REQUIRED_FOR_UNKNOWN if k not in hf]
         if missing:
-            raise SpecError(
-                f"unknown model_type {model_type!r} (known: {', '.join(sorted(FAMILIES))}); "
-                f"to describe it anyway add the llmcalc keys {', '.join(missing)} to the config "
-                f"(e.g. \"mlp\": \"swiglu\", \"norm\": \"rmsnorm\", \"pos_emb\": \"rope\")"
-            )
+            describe = (f"to describe it anyway add the llmcalc keys {', '.join(missing)} to the config "
+                        f"(e.g. \"mlp\": \"swiglu\", \"norm\": \"rmsnorm\", \"pos_emb\": \"rope\")")
+            known = f"(known: {', '.join(sorted(FAMILIES))})"
+            if isinstance(model_type, str) and model_type:
+                raise UnknownModelType(
+                    f"unknown model_type {model_type!r} {known}: this command needs llmcalc's formula (its "
+                    f"shapes: activations, KV cache, the reference model); only `llmcalc params`, `flops` and "
+                    f"`train` count it, with transformers' modelling code; or {describe}", hf, name)
+            raise SpecError(f"unknown model_type {model_type!r} {known}; {describe}")
         family = Family("explicit llmcalc keys", {}, {}, _attention_bias, gated=hf["mlp"] in ("swiglu", "geglu"))
-    merged = {**family.defaults, **{k: v for k, v in hf.items() if v is not None}}
+    merged = {**family.defaults, **{k: v for k, v in hf.items() if v is not None or k in family.keep_null}}
     kw: dict = {}
     present = {k: v for k, v in hf.items() if v is not None}
     for spec_field, keys in HF_KEYS.items():  # the config's own key (any alias) before a class default
@@ -762,7 +777,10 @@ def spec_from_hf(hf: dict, name: str = "custom") -> ModelSpec:
     if family.derive is not None:
         family.derive(merged, kw)
     # Explicit llmcalc keys in the file win over everything (how an unknown model_type is described).
-    kw.update({k: v for k, v in hf.items() if k in _SPEC_FIELDS and k not in ("name", "model_type")})
+    # HF's own `layer_types` (Gemma 3 / gpt-oss "sliding_attention", LFM2 "conv", Qwen3-Next
+    # "linear_attention") means something else: a known family translates it in its derive step.
+    hf_owned = ("name", "model_type") + (("layer_types",) if model_type in FAMILIES else ())
+    kw.update({k: v for k, v in hf.items() if k in _SPEC_FIELDS and k not in hf_owned})
     window_key = WINDOWED.get(model_type)
     if window_key and merged.get(window_key):
         kinds = merged.get("layer_types") or []
@@ -776,3 +794,9 @@ def spec_from_hf(hf: dict, name: str = "custom") -> ModelSpec:
     kw["notes"] = tuple(kw.get("notes", ())) + notes
     return ModelSpec(**kw)
 
+
+
+# Hybrid and state-space model_types (Mamba, Mamba-2, Jamba, Bamba, Nemotron-H) live in a sibling module.
+from .hfconfig_ssm import SSM_FAMILIES  # noqa: E402  (it imports Family from here)
+
+FAMILIES.update(SSM_FAMILIES)

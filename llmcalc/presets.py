@@ -178,7 +178,8 @@ def load_model(name_or_path: str) -> ModelSpec:
         try:
             return spec_from_config(config, name or "config")
         except SpecError as exc:
-            raise SpecError(f"{path}: {exc}") from None
+            exc.args = (f"{path}: {exc}",)  # keeps the type: UnknownModelType carries the config on
+            raise
     return spec_from_config(model_config(name_or_path), resolve_name("models", name_or_path))
 
 

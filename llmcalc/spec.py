@@ -16,9 +16,11 @@ from dataclasses import dataclass, field, fields
 
 ARCHITECTURES = ("decoder", "encoder", "encoder-decoder")
 GATED_MLPS = ("swiglu", "geglu")  # three matrices: gate, up, down (Shazeer 2020)
-PLAIN_MLPS = ("gelu", "relu", "silu")  # two matrices: up, down (Vaswani et al. 2017)
+PLAIN_MLPS = ("gelu", "relu", "silu", "relu2")  # two matrices: up, down (Vaswani et al. 2017); relu2 = ReLU² (So et al. 2021)
 MLPS = GATED_MLPS + PLAIN_MLPS
 NORMS = ("rmsnorm", "layernorm")
+LAYER_MIXERS = ("attention", "mamba", "mamba2", "short_conv", "gated_deltanet")  # what layer_types may name
+LAYER_FFNS = ("mlp", "moe")
 POS_EMBS = ("rope", "learned", "sinusoidal", "alibi", "relative", "none")
 QK_NORMS = ("none", "head", "full")  # see ModelSpec.qk_norm
 
@@ -96,6 +98,26 @@ class ModelSpec:
     #   Qwen-MoE mlp_only_layers, ERNIE start/end/interval); overrides n_dense_layers/moe_layer_freq
     notes: tuple[str, ...] = field(default=(), compare=False)  # what the reader must know (vision
     #   tower left out, quantization ignored); printed under the results
+    # --- Hybrid and state-space layers (issue 9 part 2; formulas in llmcalc/analytic/ssm.py) ---
+    # layer_types: one entry per layer, "<mixer>+<ffn>", either part optional: mixers "attention",
+    # "mamba" (Mamba-1 selective scan), "mamba2" (Mamba-2 SSD), "short_conv" (LFM2's gated depthwise
+    # conv), "gated_deltanet" (Qwen3-Next's linear attention), "attention|mamba2" (both in parallel on
+    # one norm, Falcon-H1); FFNs "mlp", "moe". Each "+"-part has its own pre-norm. None: every layer
+    # is attention + FFN as above. Gated DeltaNet reuses the Mamba-2 fields: ssm_n_heads = value
+    # heads, ssm_n_groups = key heads, ssm_d_state = key head dim, ssm_d_inner = value heads x value dim.
+    layer_types: tuple[str, ...] | None = None
+    ssm_d_inner: int | None = None  # E, the mixer's inner width (expand x d_model; Mamba-2: heads x head_dim)
+    ssm_d_state: int | None = None  # N, state size per channel
+    ssm_n_heads: int | None = None  # Mamba-2 heads (one dt, A, D each)
+    ssm_n_groups: int = 1  # Mamba-2 groups sharing B and C
+    ssm_dt_rank: int | None = None  # Mamba-1 low-rank dt projection width
+    ssm_conv_kernel: int = 4  # depthwise causal conv1d width
+    ssm_conv_bias: bool = True
+    ssm_proj_bias: bool = False  # biases on in_proj (and out_proj unless ssm_out_bias says otherwise)
+    ssm_out_bias: bool | None = None  # out_proj bias; default ssm_proj_bias (Falcon-H1: projectors_bias)
+    ssm_norm: bool = True  # Mamba-2 gated RMSNorm over E before out_proj
+    ssm_dt_norms: bool = False  # Jamba: RMSNorms on dt (R), B (N) and C (N) inside the Mamba-1 mixer
+    attn_output_gate: bool = False  # q_proj also emits a per-head sigmoid gate on the output (Qwen3-Next): 2·H·d_head
     name: str = field(default="custom", compare=False)
     model_type: str | None = field(default=None, compare=False)  # HF model_type it came from
 
@@ -130,6 +152,10 @@ class ModelSpec:
         d_ff_expert = derived.get("d_ff_expert", self.d_ff_expert)
         if self.n_shared_experts and self.d_ff_shared is None and d_ff_expert is not None:
             derived["d_ff_shared"] = self.n_shared_experts * d_ff_expert
+        if self.ssm_out_bias is None:
+            derived["ssm_out_bias"] = self.ssm_proj_bias
+        if isinstance(self.layer_types, list):  # from JSON: keep the spec hashable and frozen
+            derived["layer_types"] = tuple(self.layer_types)
         for key, value in derived.items():
             object.__setattr__(self, key, value)
         _validate(self)
@@ -156,11 +182,48 @@ class ModelSpec:
         return "mqa" if self.n_kv_heads == 1 else "gqa"
 
     def is_moe_layer(self, index: int) -> bool:
-        """Whether decoder layer `index` (0-based) has a routed-expert FFN: in `moe_layers` when given,
-        else DeepSeek's rule (after the first n_dense_layers, every moe_layer_freq-th)."""
+        """Whether decoder layer `index` (0-based) has a routed-expert FFN: the layer's entry in
+        ``layer_types`` when given, else in `moe_layers` when given, else DeepSeek's rule (after the
+        first n_dense_layers, every moe_layer_freq-th)."""
+        if self.layer_types is not None:
+            return self.layer_parts(index)[1] == "moe"
         if self.moe_layers is not None:
             return self.is_moe and index in self.moe_layers
         return self.is_moe and index >= self.n_dense_layers and index % self.moe_layer_freq == 0
+
+    # --- hybrid / state-space views ---
+    @property
+    def is_hybrid(self) -> bool:
+        """Layers described one by one (``layer_types``): state-space, attention, FFN-only layers."""
+        return self.layer_types is not None
+
+    def layer_parts(self, index: int) -> tuple[tuple[str, ...], str | None]:
+        """(mixers, ffn) of layer `index`: e.g. (("mamba2",), "mlp"), (("attention", "mamba2"), "mlp"),
+        ((), "mlp") for an FFN-only layer; ffn is None when the layer has none."""
+        if self.layer_types is None:
+            return ("attention",), ("moe" if self.is_moe_layer(index) else "mlp")
+        mixers: tuple[str, ...] = ()
+        ffn = None
+        for part in self.layer_types[index].split("+"):
+            if part in LAYER_FFNS:
+                ffn = part
+            else:
+                mixers = tuple(part.split("|"))
+        return mixers, ffn
+
+    def norms_in_layer(self, index: int) -> int:
+        """Pre-norms of a hybrid layer: one per "+"-part (parallel mixers share one)."""
+        return len(self.layer_types[index].split("+"))
+
+    @property
+    def n_attention_layers(self) -> int:
+        """Layers with an attention mixer (those that keep a KV cache)."""
+        if self.layer_types is None:
+            return self.n_layers
+        return sum("attention" in self.layer_parts(i)[0] for i in range(self.n_layers))
+
+    def n_mixer_layers(self, kind: str) -> int:
+        return sum(kind in self.layer_parts(i)[0] for i in range(self.n_layers))
 
     @property
     def n_moe_layers(self) -> int:
@@ -185,23 +248,51 @@ class ModelSpec:
     def summary(self) -> str:
         """A short line: 'decoder, 32 layers, GQA 32/8 heads, swiglu, vocab 128,256, untied'."""
         parts = [self.architecture, f"{self.n_layers}{'+' + str(self.n_decoder_layers) if self.n_decoder_layers else ''} layers"]
-        parts.append(f"{self.attention_kind.upper()} {self.n_heads}/{self.n_kv_heads} heads")
-        parts.append(
-            f"MoE {self.n_experts}x top-{self.n_experts_per_token}"
-            + (f" +{self.n_shared_experts} shared" if self.n_shared_experts else "") + f" {self.mlp}"
-            if self.is_moe else self.mlp
-        )
+        heads = f"{self.attention_kind.upper()} {self.n_heads}/{self.n_kv_heads} heads"
+        if self.is_hybrid:  # 'decoder, 52 layers: 24 mamba2 + 4 attention (GQA 32/8), relu2, ...'
+            mixers: dict[str, int] = {}
+            for i in range(self.n_layers):
+                for kind in self.layer_parts(i)[0]:
+                    mixers[kind] = mixers.get(kind, 0) + 1
+            parts[-1] += ": " + " + ".join(
+                f"{n} {kind}" + (f" ({self.attention_kind.upper()} {self.n_heads}/{self.n_kv_heads})"
+                                 if kind == "attention" else "") for kind, n in mixers.items())
+        elif self.n_attention_layers:
+            parts.append(heads)
+        if not self.is_hybrid or any(self.layer_parts(i)[1] for i in range(self.n_layers)):
+            parts.append(
+                f"MoE {self.n_experts}x top-{self.n_experts_per_token}"
+                + (f" +{self.n_shared_experts} shared" if self.n_shared_experts else "") + f" {self.mlp}"
+                if self.is_moe else self.mlp
+            )
         parts.append(f"vocab {self.vocab_size:,}")
         if self.lm_head:
             parts.append("tied" if self.tie_embeddings else "untied")
         return ", ".join(parts)
+
+    def layer_mix(self) -> str:
+        """'24 mamba2, 4 attention, 24 mlp': how many layers carry each mixer and FFN kind."""
+        counts: dict[str, int] = {}
+        for i in range(self.n_layers):
+            mixers, ffn = self.layer_parts(i)
+            for kind in mixers + ((ffn,) if ffn else ()):
+                counts[kind] = counts.get(kind, 0) + 1
+        return ", ".join(f"{n} {kind}" for kind, n in counts.items())
 
     def describe(self) -> str:
         """One line of shapes, e.g. 'decoder L=32 D=4096 H=32 KV=8 d_head=128 F=14336 V=128256 swiglu rmsnorm rope untied'."""
         parts = [self.architecture, f"L={self.n_layers}"]
         if self.n_decoder_layers:
             parts[-1] = f"L={self.n_layers}+{self.n_decoder_layers}"
-        parts += [f"D={self.d_model}", f"H={self.n_heads}", f"KV={self.n_kv_heads}", f"d_head={self.d_head}"]
+        parts.append(f"D={self.d_model}")
+        if self.n_attention_layers:
+            parts += [f"H={self.n_heads}", f"KV={self.n_kv_heads}", f"d_head={self.d_head}"]
+        if self.is_hybrid:
+            parts.append(f"[{self.layer_mix()}]")
+            if self.ssm_d_inner:
+                parts.append(f"SSM(E={self.ssm_d_inner}, N={self.ssm_d_state}"
+                             + (f", heads={self.ssm_n_heads}, groups={self.ssm_n_groups}" if self.ssm_n_heads else "")
+                             + f", conv={self.ssm_conv_kernel})")
         if self.d_ff:
             parts.append(f"F={self.d_ff}")
         if self.is_moe:
@@ -212,7 +303,8 @@ class ModelSpec:
             )
         if self.is_mla:
             parts.append(f"MLA(q_rank={self.q_lora_rank}, kv_rank={self.kv_lora_rank})")
-        parts += [f"V={self.vocab_size}", self.mlp, self.norm, self.pos_emb]
+        has_ffn = not self.is_hybrid or any(self.layer_parts(i)[1] for i in range(self.n_layers))
+        parts += [f"V={self.vocab_size}"] + ([self.mlp] if has_ffn else []) + [self.norm, self.pos_emb]
         if self.qk_norm != "none":
             parts.append(f"qk-norm({self.qk_norm})")
         if self.attention_sinks:
@@ -222,7 +314,8 @@ class ModelSpec:
         return " ".join(parts)
 
 
-_DERIVED = ("n_kv_heads", "d_head", "norm_bias", "n_decoder_layers", "n_positions", "d_ff_expert", "d_ff_shared")
+_DERIVED = ("n_kv_heads", "d_head", "norm_bias", "n_decoder_layers", "n_positions", "d_ff_expert", "d_ff_shared",
+            "ssm_out_bias")
 _INT_FIELDS = {
     f.name for f in fields(ModelSpec) if f.type in ("int", "int | None")
 }
@@ -268,6 +361,8 @@ def _validate(spec: ModelSpec) -> None:
     for name in ("type_vocab_size", "rel_pos_buckets", "n_experts", "n_shared_experts", "n_dense_layers"):
         if getattr(spec, name) < 0:
             raise SpecError(f"{name} must be zero or positive, got {getattr(spec, name)}")
+    if spec.layer_types is not None:
+        _validate_layers(spec)
     if spec.n_heads % spec.n_kv_heads:
         raise SpecError(
             f"n_heads ({spec.n_heads}) must be a multiple of n_kv_heads ({spec.n_kv_heads}): "
@@ -308,8 +403,9 @@ def _validate(spec: ModelSpec) -> None:
                 raise SpecError(f"moe_layers must be layer indices in 0..{spec.n_layers - 1}, got {bad}")
         if spec.n_moe_layers < spec.n_layers and spec.d_ff is None:
             raise SpecError("dense layers in an MoE model need d_ff")
-    else:
+    elif spec.layer_types is None or any(spec.layer_parts(i)[1] == "mlp" for i in range(spec.n_layers)):
         _positive(spec, "d_ff")
+    if not spec.is_moe:
         if spec.n_experts_per_token or spec.n_shared_experts:
             raise SpecError("n_experts_per_token/n_shared_experts given but n_experts is 0")
         if spec.router_bias or spec.expert_bias or spec.shared_expert_gate or spec.moe_layers:
@@ -328,6 +424,44 @@ def _validate(spec: ModelSpec) -> None:
             raise SpecError("qk_norm and attention_sinks are not modelled with MLA")
     elif spec.q_lora_rank is not None:
         raise SpecError("q_lora_rank is only used with MLA (set kv_lora_rank too)")
+
+
+def _validate_layers(spec: ModelSpec) -> None:
+    types = spec.layer_types
+    if not isinstance(types, tuple) or not all(isinstance(t, str) for t in types):
+        raise SpecError(f"layer_types must be a list of strings, got {types!r}")
+    if len(types) != spec.n_layers:
+        raise SpecError(f"layer_types has {len(types)} entries for n_layers={spec.n_layers}; give one per layer")
+    if spec.architecture != "decoder":
+        raise SpecError("layer_types (hybrid and state-space layers) are supported in decoder-only models")
+    for i, entry in enumerate(types):
+        parts = entry.split("+")
+        mixers = [m for p in parts if p not in LAYER_FFNS for m in p.split("|")]
+        ffns = [p for p in parts if p in LAYER_FFNS]
+        if not entry or len(ffns) > 1 or len(parts) - len(ffns) > 1 or any(m not in LAYER_MIXERS for m in mixers) \
+                or len(set(mixers)) != len(mixers):
+            raise SpecError(
+                f"layer_types[{i}] = {entry!r} is not '<mixer>+<ffn>' with mixers {', '.join(LAYER_MIXERS)} "
+                f"(parallel ones joined by '|') and FFNs {', '.join(LAYER_FFNS)}"
+            )
+        if "moe" in ffns and not spec.is_moe:
+            raise SpecError(f"layer_types[{i}] = {entry!r} has an MoE FFN but n_experts is 0")
+    kinds = {m for i in range(spec.n_layers) for m in spec.layer_parts(i)[0]}
+    if "short_conv" in kinds:
+        _positive(spec, "ssm_conv_kernel")
+    if kinds & {"mamba", "mamba2", "gated_deltanet"}:
+        for name in ("ssm_d_inner", "ssm_d_state", "ssm_conv_kernel"):
+            _positive(spec, name)
+    if "mamba" in kinds:
+        _positive(spec, "ssm_dt_rank")
+    if kinds & {"mamba2", "gated_deltanet"}:
+        _positive(spec, "ssm_n_heads")
+        _positive(spec, "ssm_n_groups")
+        if spec.ssm_d_inner % spec.ssm_n_heads or spec.ssm_n_heads % spec.ssm_n_groups:
+            raise SpecError(
+                f"Mamba-2/Gated DeltaNet: ssm_d_inner ({spec.ssm_d_inner}) must be a multiple of ssm_n_heads "
+                f"({spec.ssm_n_heads}), itself a multiple of ssm_n_groups ({spec.ssm_n_groups})"
+            )
 
 
 def spec_from_dict(values: dict, name: str = "custom") -> ModelSpec:

@@ -138,11 +138,15 @@ def fmt_int(value: int) -> str:
 
 
 def fmt_pct(fraction: float) -> str:
-    """A signed percentage from a fraction, 3 significant figures: -0.0437 -> '-4.37 %', 4e-5 -> '+0.004 %'."""
+    """A signed percentage from a fraction, 3 significant figures (2 below 0.001 %), never in
+    e-notation: -0.0437 -> '-4.37 %', 4e-5 -> '+0.00400 %', 9.9e-6 -> '+0.00099 %'."""
     pct = fraction * 100
     if pct == 0:
         return "0 %"
-    text = f"{pct:+#.3g}".rstrip(".") if abs(pct) >= 1e-3 else f"{pct:+.1e}"
+    if abs(pct) >= 1e-3:
+        text = f"{pct:+#.3g}".rstrip(".")
+    else:  # positional, never e-notation: 9.9e-6 -> '+0.00099 %' (2 significant digits)
+        text = f"{pct:+.{1 - math.floor(math.log10(abs(pct)))}f}"
     return f"{text} %"
 
 

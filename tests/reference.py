@@ -84,6 +84,11 @@ _GROUP_RULES = [
     ("attention", re.compile(r"norm_attn_norm\.attn\.")),  # DBRX wraps attention between its norms
     ("embedding", re.compile(r"project_in")),  # OPT's word_embed_proj_dim projections
     ("head", re.compile(r"project_out")),
+    # State-space mixers (Mamba, Jamba's .mamba., Nemotron-H's .mixer.), their inner norms included.
+    ("mamba", re.compile(r"\.(mamba|mixer)\.(in_proj|conv1d|x_proj|dt_proj|A_log|D|dt_bias|norm|out_proj|"
+                         r"dt_layernorm|b_layernorm|c_layernorm)\b")),
+    ("attention", re.compile(r"\.mixer\.[qkvo]_proj\.")),  # Nemotron-H: one mixer per layer
+    ("mlp", re.compile(r"\.mixer\.(up|down)_proj\.")),
     ("norm", re.compile(r"norm|ln_|\bln\b", re.I)),
     ("head", re.compile(r"lm_head|embed_out|pooler")),
     ("embedding", re.compile(r"embed|wte|wpe|(^|\.)shared\.|word_embeddings|position_embeddings|token_type")),
@@ -117,6 +122,8 @@ def llmcalc_groups(components: dict[str, int]) -> dict[str, int]:
             group = "attention"
         if group == "moe":
             group = "mlp"
+        if group == "mamba2":
+            group = "mamba"
         if key == "embedding/norm":
             group = "norm"
         out[group] = out.get(group, 0) + value
@@ -124,7 +131,8 @@ def llmcalc_groups(components: dict[str, int]) -> dict[str, int]:
 
 
 @lru_cache(maxsize=None)
-def _forward_flops_json(config_json: str, batch: int, seq: int, real: bool) -> tuple[int, tuple]:
+def _forward_flops_json(config_json: str, batch: int, seq: int, real: bool,
+                        decoder_seq: int | None = None) -> tuple[int, tuple]:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.utils.flop_counter import FlopCounterMode
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
@@ -138,25 +146,28 @@ def _forward_flops_json(config_json: str, batch: int, seq: int, real: bool) -> t
         fake = FakeTensorMode(allow_non_fake_inputs=True) if not real else contextlib.nullcontext()
         if real:
             cfg._experts_implementation = "eager"  # the loop over the experts that tokens were routed to
+        torch.manual_seed(0)
         with fake:
             auto = (AutoModelForSeq2SeqLM if model_type in ENCODER_DECODER
                     else AutoModel if model_type in ENCODER else AutoModelForCausalLM)
             model = auto.from_config(cfg)
-            ids = torch.zeros(batch, seq, dtype=torch.long)
+            ids = torch.randint(0, cfg.vocab_size, (batch, seq))  # varied tokens: varied expert routing
             kwargs = {"input_ids": ids}
             if model_type in ENCODER_DECODER:
-                kwargs["decoder_input_ids"] = ids
+                kwargs["decoder_input_ids"] = torch.randint(0, cfg.vocab_size, (batch, decoder_seq or seq))
             if model_type not in ENCODER:
                 kwargs["use_cache"] = False
-            with FlopCounterMode(display=False) as counter:
+            with FlopCounterMode(display=False) as counter, torch.no_grad():
                 model(**kwargs)
     per_op = counter.get_flop_counts()["Global"]
     return counter.get_total_flops(), tuple(sorted((str(k), v) for k, v in per_op.items()))
 
 
-def hf_forward_flops(config: dict, batch: int, seq: int, real: bool = False) -> tuple[int, dict[str, int]]:
+def hf_forward_flops(config: dict, batch: int, seq: int, real: bool = False,
+                     decoder_seq: int | None = None) -> tuple[int, dict[str, int]]:
     """torch's FlopCounterMode total (and per aten op) for one forward of the transformers model,
     run under FakeTensorMode (no memory) with eager attention; `real`: on real CPU tensors instead
-    (tiny MoE configs, whose routing has data-dependent shapes)."""
-    total, per_op = _forward_flops_json(json.dumps(config, sort_keys=True), batch, seq, real)
+    (tiny MoE configs, whose routing has data-dependent shapes: HF runs each expert on the tokens
+    routed to it). Encoder-decoders get `decoder_seq` decoder tokens (default `seq`)."""
+    total, per_op = _forward_flops_json(json.dumps(config, sort_keys=True), batch, seq, real, decoder_seq)
     return total, dict(per_op)

@@ -108,9 +108,9 @@ def test_invalid_json(tmp_path):
 
 def test_unknown_model_type(tmp_path):
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({"model_type": "mamba", "hidden_size": 64}))
-    line = bad("params", path)
-    assert "unknown model_type 'mamba'" in line and "mlp, norm, pos_emb" in line
+    path.write_text(json.dumps({"model_type": "codegen", "n_embd": 64}))
+    line = bad("memory", path)
+    assert "unknown model_type 'codegen'" in line and "mlp, norm, pos_emb" in line
 
 
 @pytest.mark.parametrize("changes, message", [

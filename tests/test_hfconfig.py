@@ -140,9 +140,10 @@ def test_random_configs_match_transformers(strategy):
 
 
 def test_every_family_is_exercised():
+    from llmcalc.hfconfig_ssm import SSM_FAMILIES  # exercised by tests/test_ssm.py
     from test_families import FAMILIES_9  # issue 9's families: tests/test_families.py
 
-    exercised = set(DECODERS) | {"gpt2", "bert", "t5", "marian"} | set(FAMILIES_9) | {"kimi_k2"}
+    exercised = set(DECODERS) | {"gpt2", "bert", "t5", "marian"} | set(FAMILIES_9) | {"kimi_k2"} | set(SSM_FAMILIES)
     assert exercised == set(FAMILIES)  # kimi_k2 is deepseek_v3's Family, exercised with it
 
 

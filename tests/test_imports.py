@@ -1,4 +1,4 @@
-"""Import rules from DESIGN.md, checked in a fresh interpreter and by reading the sources."""
+"""Import rules from docs/architecture.md, checked in a fresh interpreter and by reading the sources."""
 
 import ast
 import json
@@ -63,7 +63,7 @@ def test_torch_only_in_profiling():
 
 
 def test_imports_flow_one_way():
-    """analytic never imports report/profiling/cli; report never imports profiling (DESIGN.md)."""
+    """analytic never imports report/profiling/cli; report never imports profiling (docs/architecture.md)."""
     for path in (PACKAGE / "analytic").glob("*.py"):
         assert not {"report", "profiling", "cli"} & _relative_imports(path), path
     for path in (PACKAGE / "report").glob("*.py"):

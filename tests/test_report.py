@@ -88,6 +88,8 @@ def test_report_for_one_model(tmp_path):
 def test_report_for_two_models(tmp_path):
     out = make_report(tmp_path, "llama-3-8b", "mistral-7b", extra=("--serve",))
     check_files(out, 2)
+    prose = re.sub(r"```.*?```", "", (out / "report.md").read_text(), flags=re.S)
+    assert "`" not in prose and not re.search(r"(^|\s)--[a-z]", prose)  # no CLI hints in any section
     # --serve: each model's serving tables, the same figures `serve` prints, at --seq-len per request
     assert "## Serving" in (out / "report.md").read_text() and "### llama-3-8b on 1 x h100-sxm" in (
         out / "report.md").read_text()
@@ -202,3 +204,290 @@ def test_missing_report_libraries_is_one_line():
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         "llmcalc: error: reports need matplotlib: pip install 'llmcalc[report]'"]
+
+
+# --- data safety: --force, umask, signals, stale staging folders ---------------------------------------------
+
+def files_of(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_force_replaces_only_an_llmcalc_report(tmp_path):
+    thesis = tmp_path / "thesis"
+    (thesis / "data").mkdir(parents=True)
+    (thesis / "thesis.tex").write_text("\\chapter{Results}")
+    (thesis / "data" / "runs.csv").write_text("a,b\n1,2\n")
+    before = files_of(thesis)
+    for extra in ([], ["--force"]):
+        result = run("report", "gpt2", *SCENARIO, "--out", thesis, *extra)
+        one_line(result, "holds no llmcalc report")
+        assert "already holds" not in result.stderr  # it is not a report: the error must not say so
+        assert files_of(thesis) == before and sorted(p.name for p in tmp_path.iterdir()) == ["thesis"]
+    # an empty folder is fine; a report is replaced with --force only
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert run("report", "gpt2", *SCENARIO, "--out", empty).exit_code == 0
+    marker = json.loads((empty / "llmcalc-report.json").read_text())
+    assert marker["llmcalc_version"] and marker["command"].startswith("llmcalc report gpt2")
+    one_line(run("report", "gpt2", *SCENARIO, "--out", empty), "already holds an llmcalc report; pass --force")
+    one_line(run("report", "gpt2", *SCENARIO, "--out", ""), "--out is empty")
+
+
+@pytest.mark.parametrize("umask, folder_mode, file_mode", [(0o022, 0o755, 0o644), (0o027, 0o750, 0o640)])
+def test_report_folders_follow_the_umask(tmp_path, umask, folder_mode, file_mode):
+    import os
+    import stat
+
+    old = os.umask(umask)
+    try:
+        out = make_report(tmp_path, "gpt2")
+        out2 = tmp_path / "again"
+        assert run("report", "gpt2", *SCENARIO, "--out", out2).exit_code == 0
+        assert run("report", "gpt2", *SCENARIO, "--out", out2, "--force").exit_code == 0  # replaced: same modes
+    finally:
+        os.umask(old)
+    for folder in (out, out2):
+        for path in [folder, *folder.rglob("*")]:
+            mode = stat.S_IMODE(path.stat().st_mode)
+            assert mode == (folder_mode if path.is_dir() else file_mode), (path, oct(mode))
+
+
+def test_stale_staging_folders_are_swept(tmp_path):
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()  # a pid that has exited
+    for name in (f".report.partial-{dead}-abc", f".report.old-{dead}-def", ".report.partial-legacy1"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "report.md").write_text("half")
+    (tmp_path / ".other.partial-1-x").mkdir()  # another report's: not ours to touch
+    make_report(tmp_path, "gpt2")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.partial-1-x", "report"]
+    # a run killed between moving the old report aside and moving the new one in: the old one comes back
+    shutil_move = tmp_path / "report"
+    shutil_move.rename(tmp_path / f".report.old-{dead}-zz")
+    result = run("report", "gpt2", *SCENARIO, "--out", tmp_path / "report")
+    assert result.exit_code == 2 and "already holds an llmcalc report" in result.stderr
+    assert (tmp_path / "report" / "llmcalc-report.json").exists()
+
+
+def _send(sig):
+    import os
+
+    os.kill(os.getpid(), sig)
+
+
+STAGES = {  # where the signal arrives: (object.attribute, the call on which to send it; -1: after the first)
+    "building figures": ("llmcalc.report.plots.compute_optimal", 1),
+    "writing files": ("pathlib.Path.write_bytes", 5),
+    "moving the old report aside": ("pathlib.Path.rename", 1),
+    "removing the old copy": ("llmcalc.report.document.shutil.rmtree", 1),
+    "after the swap": ("llmcalc.report.document.write_report", -1),
+    "printing the result": ("llmcalc.cli.emit", 1),  # success decided: the signal is ignored, exit 0
+}
+
+
+@pytest.mark.parametrize("stage", list(STAGES))
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_a_signal_at_any_stage_leaves_one_whole_report(tmp_path, monkeypatch, stage, signame):
+    import importlib
+    import signal
+
+    sig = getattr(signal, signame)
+    out = make_report(tmp_path, "gpt2")
+    old = files_of(out)
+    target, nth = STAGES[stage]
+    module_name, attr = target.rsplit(".", 1)
+    try:
+        owner = importlib.import_module(module_name)
+    except ModuleNotFoundError:
+        module_name, cls = module_name.rsplit(".", 1)
+        owner = getattr(importlib.import_module(module_name), cls)
+    original = getattr(owner, attr)
+    calls = []
+
+    def hooked(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == nth:
+            _send(sig)
+        value = original(*args, **kwargs)
+        if nth == -1 and len(calls) == 1:
+            _send(sig)
+        return value
+
+    monkeypatch.setattr(owner, attr, hooked)
+    result = run("report", "llmcalc-tiny", *SCENARIO, "--out", out, "--force")
+    monkeypatch.undo()
+    assert calls, f"the stage {stage!r} was never reached"
+    if stage == "printing the result":  # one outcome: the report written and said so, exit 0
+        lines = result.stderr.strip().splitlines()
+        assert result.exit_code == 0 and len(lines) == 1 and lines[0].startswith(f"llmcalc: report written to {out}/")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]
+        return
+    assert result.exit_code == 128 + sig, (stage, result.exit_code, result.output)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"llmcalc: interrupted by {signame}"), result.stderr
+    assert "report written" not in result.output and "Traceback" not in result.output
+    now = files_of(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]  # nothing beside it
+    if now == old:
+        assert "left as it was" in lines[0]
+    else:  # the new report, whole: every file of a complete report, marker included
+        assert "llmcalc-tiny" in now["report.md"].decode() and "is complete" in lines[0]
+        assert set(now) == {name.replace("gpt2", "llmcalc-tiny") for name in old}
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # handlers restored
+
+
+@pytest.mark.slow
+def test_signals_to_a_real_process_at_several_moments(tmp_path):
+    """SIGINT and SIGTERM sent to `python -m llmcalc report` at 20 % .. 95 % of a run's duration: exit 130
+    / 143 (or 0 when the run was done), the old report or the new one whole, nothing beside it. A signal
+    that lands while the interpreter is still starting (before llmcalc runs) kills it the default way,
+    writing nothing."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "report"
+    base = [sys.executable, "-m", "llmcalc", "report", "gpt2", *SCENARIO, "--out", str(out)]
+    subprocess.run(base, check=True, capture_output=True)
+    new = [*base[:4], "llama-3-8b", *base[5:], "--force"]
+    start = time.monotonic()
+    subprocess.run(new, check=True, capture_output=True)
+    duration = time.monotonic() - start
+    subprocess.run([*base, "--force"], check=True, capture_output=True)
+    old = files_of(out)
+    outcomes = []
+    for fraction in (0.2, 0.45, 0.7, 0.85, 0.95):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            proc = subprocess.Popen(new, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            time.sleep(fraction * duration)
+            proc.send_signal(sig)
+            stdout, stderr = proc.communicate(timeout=300)
+            assert sorted(p.name for p in tmp_path.iterdir()) == ["report"], (fraction, sig)
+            now = files_of(out)
+            lines = stderr.strip().splitlines()
+            if "report written" in stderr:  # finished before the signal came (or it came while exiting)
+                assert proc.returncode in (0, -sig) and len(lines) == 1, (proc.returncode, stderr)
+                assert "llama-3-8b" in now["report.md"].decode()
+            elif "llmcalc:" not in stderr:  # still starting up: default handling, nothing written
+                assert proc.returncode in (-sig, 1, 130) and now == old, (fraction, sig, proc.returncode, stderr)
+            else:
+                assert proc.returncode == 128 + sig, (fraction, sig, proc.returncode, stderr)
+                assert len(lines) == 1 and lines[0].startswith("llmcalc: interrupted by "), stderr
+                assert (now == old and "left as it was" in lines[0]) or (
+                    "llama-3-8b" in now["report.md"].decode() and "is complete" in lines[0]), lines
+            outcomes.append(proc.returncode)
+            if now != old:  # put the gpt2 report back for the next round
+                subprocess.run([*base, "--force"], check=True, capture_output=True)
+                old = files_of(out)
+    assert {130, 143} <= set(outcomes), outcomes  # signals landed mid-run and were handled
+
+
+# --- content: provenance, the plan, formats; figures: sizes, marks ---------------------------------------
+
+def test_report_opens_with_provenance_and_the_plan(tmp_path):
+    import shlex
+
+    from llmcalc import __version__
+
+    args = ["report", "llama-3.1-405b", "--tokens", "2T", "--n-gpus", "8", "--gpu", "h100-sxm", "--out",
+            str(tmp_path / "r")]
+    result = run(*args)
+    assert result.exit_code == 0, result.output
+    md = (tmp_path / "r" / "report.md").read_text()
+    html = (tmp_path / "r" / "report.html").read_text()
+    head, _, body = md.partition("## Summary")
+    assert f"Generated by llmcalc {__version__} on " in head and " UTC with this command:" in head
+    assert f"```\nllmcalc {shlex.join(args)}\n```" in head  # the command line as typed
+    assert "- llama-3.1-405b: https://huggingface.co/" in head and "- h100-sxm: NVIDIA H100" in head
+    # the plan, by hand: micro-batch 1 x 8 data-parallel ranks = 8 sequences of 4,096 tokens = 32,768 tokens
+    # per step; 2e12 / 32,768 = 61,035,156.25 -> 61,035,157 steps
+    assert "| layout DP x TP x PP     | 8 x 1 x 1; ZeRO-3" in body
+    assert "| global batch            | 8 sequences = 32.8 k tokens (32,768)" in body
+    assert "| optimizer steps         | 61,035,157 " in body
+    assert "| price                   | $3.99 per GPU-hour (h100-sxm preset" in body
+    for gpu in ("h100-sxm (plan)", "a100-80gb-sxm", "h200", "b200"):  # every accelerator shown, priced, sourced
+        row = next(line for line in body.splitlines() if line.startswith(f"| {gpu} "))
+        assert re.search(r"\| +\$\d+\.\d\d \| .*(Lambda|RunPod).*read 2026", row), row
+    # 405B at 8 GPUs does not fit: said, and highlighted
+    assert "**does NOT fit**" in body and "<strong class='warn'>does NOT fit</strong>" in html
+    prose = re.sub(r"```.*?```", "", md, flags=re.S)
+    assert "`" not in prose and not re.search(r"(^|\s)--[a-z]", prose)  # no CLI hints for a reader
+    assert not re.search(r"\de[+-]\d", md)  # no 7.72e+23 beside 772 ZFLOP, no 9.9e-04 %
+    assert "| component        |   params (exact) |" in md and "|:-----------------|-----------------:|" in md
+    assert "MiB" in md  # memory below 1 GiB in MiB
+    sweep = read_csv(tmp_path / "r" / "tables" / "time_vs_gpus.csv")
+    at_8 = {r["device"]: r["fits"] for r in sweep if r["n_gpus"] == "8"}
+    assert at_8["h100-sxm"] == "False"  # the infeasible points are flagged in the data the figure draws
+
+
+def test_memory_sweep_goes_to_the_first_micro_batch_that_does_not_fit(tmp_path):
+    out = make_report(tmp_path, "llama-3-8b", "t5-base")
+    largest = cli_json("memory", "llama-3-8b", "--seq-len", "4096", "--n-gpus", "1024", "--zero", "3",
+                       "--gpu", "h100-sxm")["largest_micro_batch"]
+    rows = [r for r in read_csv(out / "tables" / "memory_vs_batch.csv") if r["component"] == "peak"]
+    assert [int(r["micro_batch"]) for r in rows] == list(range(1, largest + 2))
+    peaks = [float(r["bytes"]) for r in rows]
+    assert peaks[-2] <= 80 * 2**30 < peaks[-1]
+    md = (out / "report.md").read_text()
+    assert "not shown: t5-base" in md  # never dropped silently
+
+
+def test_figures_are_2x_with_readable_text(tmp_path, monkeypatch):
+    """Every figure: at most 1080 CSS px wide at half its pixel size, no text under 10 CSS px there, and a
+    scenario line under its title."""
+    from matplotlib.text import Text
+
+    seen = {}
+    original = plots.save
+
+    def inspect(fig, path):
+        texts = [t for t in fig.findobj(Text) if t.get_text().strip() and t.get_visible()]
+        seen[fig._suptitle.get_text().splitlines()[0]] = (
+            fig.get_size_inches()[0] * plots.DPI / 2, min(t.get_fontsize() for t in texts) * plots.DPI / 72 / 2,
+            fig._suptitle.get_text())
+        original(fig, path)
+
+    monkeypatch.setattr(plots, "save", inspect)
+    make_report(tmp_path, "mixtral-8x7b")
+    assert len(seen) >= 6  # the six of every report, and any section's own (step time by layout)
+    for title, (css_width, smallest_px, suptitle) in seen.items():
+        assert css_width <= 1080 and smallest_px >= 10, (title, css_width, smallest_px)
+        assert "mixtral-8x7b · 15.0 T tokens at seq 4,096 · 1,024 x h100-sxm" in suptitle.replace("\n", " ")
+    image = imread(tmp_path / "report" / "figures" / "time_cost.png")
+    assert image.shape[1] == 10.8 * plots.DPI  # the PNG is 2x the CSS size
+
+
+def test_coinciding_lines_are_told_apart():
+    labels = plots.distinguish({"a on h100": [1.0, 2.0], "a on h200": [1.0, 2.0], "a on b200": [0.5, 1.0]})
+    assert labels == {"a on h100": (0, ""), "a on h200": (1, " (same as a on h100)"), "a on b200": (0, "")}
+
+
+def test_a_signal_inside_a_finaliser_still_interrupts(tmp_path, monkeypatch):
+    """Python drops an exception raised while a __del__ runs ("Exception ignored in ..."): the report is
+    still not committed, and the one message is the interrupt."""
+    import gc
+    import signal
+
+    out = make_report(tmp_path, "gpt2")
+    old = files_of(out)
+    original = plots.compute_optimal
+
+    class Finalised:
+        def __del__(self):
+            _send(signal.SIGTERM)
+
+    def hooked(*args, **kwargs):
+        Finalised()  # freed at once: the signal's exception is raised inside __del__ and dropped
+        gc.collect()
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(plots, "compute_optimal", hooked)
+    result = run("report", "llmcalc-tiny", *SCENARIO, "--out", out, "--force")
+    assert result.exit_code == 143, result.output
+    assert result.stderr.strip().splitlines() == [f"llmcalc: interrupted by SIGTERM; {out} left as it was"]
+    assert files_of(out) == old and sorted(p.name for p in tmp_path.iterdir()) == ["report"]

@@ -113,6 +113,8 @@ def layer_saved(spec: ModelSpec, layer: int, batch: int, seq: int, act_bytes: fl
         raise LlmcalcError(f"attention must be one of {', '.join(ATTENTION_IMPLS)}; got {attention!r}")
     tokens = batch * seq
     D = spec.d_model
+    if spec.is_hybrid:
+        return _hybrid_layer_saved(spec, layer, batch, seq, act_bytes, attention, dropout)
     out: list[Saved] = []
     # Norm inputs: sequential pre-LN normalises x and then h = x + attn; a parallel block
     # normalises x once (one norm, or two norms reading the same x: NeoX, Falcon-40B).
@@ -135,6 +137,64 @@ def layer_saved(spec: ModelSpec, layer: int, batch: int, seq: int, act_bytes: fl
     if dropout:
         out += [Saved("attention residual dropout mask (1 byte)", tokens * D, "sp"),
                 Saved("MLP residual dropout mask (1 byte)", tokens * D, "sp")]
+    return out
+
+
+def _mamba_saved(spec: ModelSpec, kind: str, batch: int, seq: int, act_bytes: float) -> list[Saved]:
+    """What mamba_ssm's fused training kernels save for backward (they recompute the rest):
+    - Mamba-1, MambaInnerFn (ops/selective_scan_interface.py, checkpoint_lvl=1, conv output and Δ
+      recomputed): xz = in_proj output (T·2E), x_dbl = x_proj output (T·(R+2N)), the scan output
+      (T·E) and the scan's chunk states (B·E·ceil(S/2048)·2N, fp32);
+    - Mamba-2, MambaSplitConv1dScanCombinedFn (ops/triton/ssd_combined.py): zxbcdt = in_proj output
+      (T·(2E+2GN+H)), the SSD output before the gated norm (T·E), and the norm's rstd (T·G, fp32).
+    The in_proj input (the norm output) is saved by the in_proj matmul (counted by the caller)."""
+    T, E, N = batch * seq, spec.ssm_d_inner, spec.ssm_d_state
+    if kind == "short_conv":  # LFM2 through autograd (no fused kernel): B, C, x are views of in_proj's output
+        D = spec.d_model
+        return [Saved("short-conv in_proj output (B, C, x)", T * 3 * D * act_bytes, "tp"),
+                Saved("short-conv conv input B·x", T * D * act_bytes, "tp"),
+                Saved("short-conv conv output", T * D * act_bytes, "tp"),
+                Saved("short-conv out_proj input C·conv", T * D * act_bytes, "tp")]
+    if kind == "gated_deltanet":  # fla's chunk_gated_delta_rule keeps q, k, v (conv outputs), g and beta
+        G, H = spec.ssm_n_groups, spec.ssm_n_heads
+        return [Saved("Gated DeltaNet in_proj outputs (q, k, v, z, b, a)", T * (2 * G * N + 2 * E + 2 * H) * act_bytes, "tp"),
+                Saved("Gated DeltaNet conv outputs q, k, v (kernel inputs)", T * (2 * G * N + E) * act_bytes, "tp"),
+                Saved("Gated DeltaNet output (gated-norm input)", T * E * act_bytes, "tp"),
+                Saved("Gated DeltaNet gated-norm rstd (fp32)", T * H * FP32, "tp")]
+    if kind == "mamba":
+        chunks = -(-seq // 2048)
+        return [Saved("Mamba in_proj output xz", T * 2 * E * act_bytes, "tp"),
+                Saved("Mamba x_proj output (dt, B, C)", T * (spec.ssm_dt_rank + 2 * N) * act_bytes, "tp"),
+                Saved("Mamba scan output", T * E * act_bytes, "tp"),
+                Saved("Mamba scan chunk states (fp32)", batch * E * chunks * 2 * N * FP32, "tp")]
+    G, H = spec.ssm_n_groups, spec.ssm_n_heads
+    out = [Saved("Mamba-2 in_proj output zxbcdt", T * (2 * E + 2 * G * N + H) * act_bytes, "tp"),
+           Saved("Mamba-2 SSD output (gated-norm input)", T * E * act_bytes, "tp")]
+    if spec.ssm_norm:
+        out.append(Saved("Mamba-2 gated-norm rstd (fp32)", T * G * FP32, "tp"))
+    return out
+
+
+def _hybrid_layer_saved(spec: ModelSpec, layer: int, batch: int, seq: int, act_bytes: float, attention: str,
+                        dropout: bool) -> list[Saved]:
+    """A hybrid layer: per pre-normed part (mixer, FFN) its norm's saved tensors and the norm output
+    the part's first matmul saves, then the part's own tensors (attention, Mamba, MLP or MoE)."""
+    tokens, D = batch * seq, spec.d_model
+    mixers, ffn = spec.layer_parts(layer)
+    out: list[Saved] = []
+    if mixers:
+        what = "/".join(mixers)
+        out += _norm_saved(spec, what, tokens, D, act_bytes)
+        out.append(Saved(f"{what} input (norm output)", tokens * D * act_bytes, "sp"))
+        for kind in mixers:
+            out += (_attention_saved(spec, tokens, batch, seq, act_bytes, attention, dropout) if kind == "attention"
+                    else _mamba_saved(spec, kind, batch, seq, act_bytes))
+    if ffn:
+        out += _norm_saved(spec, "MLP", tokens, D, act_bytes)
+        out.append(Saved("MLP input (norm output)", tokens * D * act_bytes, "sp"))
+        out += _moe_saved(spec, tokens, act_bytes) if ffn == "moe" else _mlp_saved(spec, tokens, spec.d_ff, act_bytes)
+    if dropout:
+        out += [Saved("residual dropout masks (1 byte)", tokens * D * spec.norms_in_layer(layer), "sp")]
     return out
 
 

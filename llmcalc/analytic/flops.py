@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from ..errors import LlmcalcError
 from ..validate import DEFAULT_SEQ_LEN, positive_int
 from ..spec import ModelSpec
+from .ssm import SSM_MIXERS as SSM_GROUPS, mixer_ops
 
 RECOMPUTE = ("none", "selective", "full")
 ATTENTION_CORE = ("scores", "values")  # the S² matmuls
@@ -60,7 +61,7 @@ def _attention(spec: ModelSpec, prefix: str, batch: int, q_len: int, kv_len: int
         return {f"{prefix}/{k}": v for k, v in ops.items()}
     kv_heads = H if cross else spec.n_kv_heads
     ops = {
-        "q_proj": _mm(Tq, D, H * dh),
+        "q_proj": _mm(Tq, D, H * dh * (2 if spec.attn_output_gate and not cross else 1)),
         "k_proj": _mm(Tkv, D, kv_heads * dh),  # GQA/MQA: fewer K/V heads, smaller projections
         "v_proj": _mm(Tkv, D, kv_heads * dh),
         "scores": _core(batch, H, q_len, kv_len, dh, causal),  # QKᵀ: every query head, all keys
@@ -99,6 +100,15 @@ def _stack(spec: ModelSpec, stack: str, n_layers: int, batch: int, seq: int, cau
            enc_seq: int | None = None) -> dict[str, int]:
     out: dict[str, int] = {}
     tokens = batch * seq
+    if spec.is_hybrid:  # layer by layer: attention or state-space mixers, an optional FFN
+        for i in range(n_layers):
+            mixers, ffn = spec.layer_parts(i)
+            for kind in mixers:
+                _add(out, _attention(spec, "attention", batch, seq, seq, causal) if kind == "attention"
+                     else mixer_ops(spec, kind, batch, seq))
+            if ffn is not None:
+                _add(out, _moe(spec, tokens, "moe") if ffn == "moe" else _ffn(spec, tokens, spec.d_ff, "mlp"))
+        return out
     for i in range(n_layers):
         _add(out, _attention(spec, f"{stack}attention", batch, seq, seq, causal))
         if enc_seq is not None:  # decoder of an encoder-decoder: queries here, keys/values from the encoder
@@ -150,7 +160,7 @@ def is_attention_core(op: str) -> bool:
 
 def is_block_op(op: str) -> bool:
     """Ops inside the Transformer blocks (what full recomputation re-runs)."""
-    return op.split("/")[0].split(".")[-1] in ("attention", "cross_attention", "mlp", "moe")
+    return op.split("/")[0].split(".")[-1] in ("attention", "cross_attention", "mlp", "moe", *SSM_GROUPS)
 
 
 @dataclass(frozen=True)
@@ -225,6 +235,8 @@ def flop_group(op: str) -> str:
         return "attention S²" if is_attention_core(op) else "attention projections"
     if group in ("mlp", "moe"):
         return "FFN"
+    if group in SSM_GROUPS:
+        return "SSM scan" if op.endswith("/scan") else "SSM/conv projections"
     if op == "head/lm_head":
         return "LM head"
     if op in EMBED_PROJECTIONS:
@@ -253,6 +265,8 @@ def component_flops(ops: dict[str, int]) -> dict[str, int]:
             key = f"{prefix}{label} {'S²' if part in ATTENTION_CORE else 'projections'}"
         elif name in ("mlp", "moe"):
             key = f"{prefix}FFN"
+        elif name in SSM_GROUPS:
+            key = "SSM scan" if part == "scan" else "SSM/conv projections"
         elif op == "head/lm_head":
             key = "LM head"
         elif op == "head/pooler":

@@ -35,6 +35,7 @@ from ..spec import ModelSpec
 from .flops import forward_ops
 from ..dtypes import dtype_bytes
 from .params import count_params
+from .ssm import recurrent_state_elements
 
 # Group-wise int4 weight quantisation as GPTQ/AWQ checkpoints store it (and vLLM loads it): groups of
 # 128 input weights share one fp16 scale (2 B) and one packed 4-bit zero point (0.5 B).
@@ -77,7 +78,8 @@ def kv_heads_per_gpu(spec: ModelSpec, tp: int = 1) -> int:
 def _kv_layers(spec: ModelSpec) -> int:
     if spec.architecture == "encoder":
         raise LlmcalcError(f"{spec.name} is an encoder: it generates nothing and keeps no KV cache")
-    return spec.n_decoder_layers if spec.architecture == "encoder-decoder" else spec.n_layers
+    # Hybrid models: only the attention layers keep a KV cache (state-space layers keep a state).
+    return spec.n_decoder_layers if spec.architecture == "encoder-decoder" else spec.n_attention_layers
 
 
 def kv_cache_bytes_per_token(spec: ModelSpec, kv_dtype: str = "bf16") -> float:
@@ -104,10 +106,18 @@ def kv_cache_bytes_per_token_per_gpu(spec: ModelSpec, kv_dtype: str = "bf16", tp
     return 2 * _kv_layers(spec) * kv_heads_per_gpu(spec, tp) * spec.d_head * dtype_bytes(kv_dtype)
 
 
-def state_bytes_per_sequence(spec: ModelSpec, tp: int = 1) -> float:
+def recurrent_state_bytes(spec: ModelSpec, state_dtype: str = "bf16") -> float:
+    """Bytes of recurrent state ONE sequence keeps in the state-space/conv layers (Mamba, Mamba-2,
+    Gated DeltaNet, LFM2's short conv), whole model, constant in the context length: per layer a
+    conv window (conv channels x kernel) and an SSM state (E x N), see analytic/ssm.py. At the model
+    dtype by default, as transformers' cache and vLLM (mamba_ssm_cache_dtype "auto") keep it."""
+    return sum(recurrent_state_elements(spec).values()) * dtype_bytes(state_dtype)
+
+
+def state_bytes_per_sequence(spec: ModelSpec, tp: int = 1, state_dtype: str = "bf16") -> float:
     """Constant per-sequence state on one rank, beside the per-token KV cache. Attention layers keep
-    none; recurrent layers (Mamba, DeltaNet) keep a fixed-size state per sequence, added here."""
-    return 0.0
+    none; recurrent layers keep ``recurrent_state_bytes``, split over tp with their heads/channels."""
+    return recurrent_state_bytes(spec, state_dtype) / tp
 
 
 def cross_kv_bytes_per_source_token(spec: ModelSpec, kv_dtype: str = "bf16") -> float:
@@ -220,6 +230,8 @@ def decode_ops(spec: ModelSpec, batch: int, context: int) -> dict[str, int]:
     ops = forward_ops(spec, 1, 1)  # one token: at S = 1 the S² ops give their cost per key
     if spec.is_mla:
         ops = _mla_absorbed(spec, ops)
+    if spec.is_hybrid:  # a conv steps one output (causal_conv1d_update), not the S+K-1 = K padded ones
+        ops = {k: v // spec.ssm_conv_kernel if k.endswith("/conv1d") else v for k, v in ops.items()}
     return {k: v * batch * (context if k.endswith(("/scores", "/values")) else 1) for k, v in ops.items()}
 
 

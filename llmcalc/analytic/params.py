@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..spec import ModelSpec
+from .ssm import SSM_MIXERS, mixer_params
 
 EMBEDDING_PARTS = ("embedding/tokens", "embedding/positions", "embedding/token_types", "head/lm_head",
                    "head/lm_head_bias")
@@ -45,13 +46,14 @@ def _attention(spec: ModelSpec, prefix: str, cross: bool = False) -> dict[str, i
         parts["kv_b_proj"] = spec.kv_lora_rank * H * (spec.qk_nope_head_dim + spec.v_head_dim)
         parts["o_proj"] = H * spec.v_head_dim * D
         return {f"{prefix}/{k}": v for k, v in parts.items()}
+    q = H * (2 if spec.attn_output_gate and not cross else 1)  # Qwen3-Next: queries and output gates
     parts = {
-        "q_proj": D * H * dh,
+        "q_proj": D * q * dh,
         "k_proj": D * kv * dh,
         "v_proj": D * kv * dh,
         "o_proj": H * dh * D,
-        "bias": (H + 2 * kv) * dh * spec.qkv_bias + D * spec.out_bias,
-        # QK-norm (Qwen3/Gemma 3: one d_head weight each for Q and K; OLMo-2/Cohere: per head).
+        "bias": (q + 2 * kv) * dh * spec.qkv_bias + D * spec.out_bias,
+        # QK-norm (Qwen3/Gemma 3/LFM2: one d_head weight each for Q and K; OLMo-2/Cohere: per head).
         "qk_norm": (2 * dh if spec.qk_norm == "head" else (H + kv) * dh if spec.qk_norm == "full" else 0)
         * (2 if spec.qk_norm_bias else 1),
         "sinks": H * spec.attention_sinks,  # gpt-oss: a learned logit per head joins the softmax
@@ -95,6 +97,16 @@ def _stack(spec: ModelSpec, stack: str, n_layers: int) -> dict[str, int]:
     out: dict[str, int] = {}
     cross = stack == "decoder."
     norms = spec.norms_per_layer + (1 if cross else 0)  # a decoder block adds a cross-attention norm
+    if spec.is_hybrid:  # layer by layer: mixers (attention, Mamba), an optional FFN, a pre-norm per part
+        for i in range(n_layers):
+            mixers, ffn = spec.layer_parts(i)
+            for kind in mixers:
+                _add(out, _attention(spec, "attention") if kind == "attention" else mixer_params(spec, kind))
+            if ffn is not None:
+                _add(out, _moe(spec, "moe") if ffn == "moe" else _ffn(spec, spec.d_ff, "mlp"))
+            _add(out, {"norm/layers": spec.norms_in_layer(i) * _norm(spec, spec.d_model)})
+        out["norm/final"] = _norm(spec, spec.d_model)
+        return out
     for i in range(n_layers):
         _add(out, _attention(spec, f"{stack}attention"))
         if cross:
@@ -142,7 +154,7 @@ def param_breakdown(spec: ModelSpec) -> dict[str, int]:
 
 
 _STACKS = ("", "encoder.", "decoder.")
-_GROUPS = ("embedding", "attention", "cross_attention", "mlp", "moe", "norm", "head")
+_GROUPS = ("embedding", "attention", "cross_attention", *SSM_MIXERS, "mlp", "moe", "norm", "head")
 
 
 def _order(key: str) -> tuple[int, int]:
@@ -188,11 +200,16 @@ class ParamCount:
 
     def groups(self) -> dict[str, int]:
         """Totals per group ('attention', 'mlp', 'decoder.cross_attention', ...), in model order."""
-        out: dict[str, int] = {}
-        for key, value in self.components.items():
-            group = key.split("/")[0]
-            out[group] = out.get(group, 0) + value
-        return out
+        return group_totals(self.components)
+
+
+def group_totals(components: dict[str, int]) -> dict[str, int]:
+    """Totals per group ("attention" for "attention/q_proj"), in the order the groups first appear."""
+    out: dict[str, int] = {}
+    for key, value in components.items():
+        group = key.split("/")[0]
+        out[group] = out.get(group, 0) + value
+    return out
 
 
 def largest_tensor(spec: ModelSpec) -> int:
@@ -249,21 +266,54 @@ def approximations(count: ParamCount) -> list[Approximation]:
         ffn_label = "F_moe"
     emb_label = "2·V·D" if heads == 2 else "V·D"
     twelve = 12 * L * D * D
-    return [
-        Approximation(
-            "12·L·D²", "12·L·D²", twelve, "non_embedding", count.non_embedding,
-            "Kaplan et al. 2020, eq. 2.1: N ≈ 2·d_model·n_layer·(2·d_attn + d_ff) = 12·L·D²",
-        ),
-        Approximation(
-            f"12·L·D² + {emb_label}", f"12·L·D² + {emb_label}", twelve + heads * V * D, "total", count.total,
-            "12·L·D² plus the token embedding (and an untied LM head)",
-        ),
+    base = _approximations_base(count, twelve, heads, emb_label)
+    if spec.is_hybrid:
+        return base + [_hybrid_approximation(count, heads, emb_label)]
+    return base + [
         Approximation(
             f"L·(4D² + {k}·D·F) + {emb_label}", f"L·(4D² + {k}·D·{ffn_label}) + {emb_label}",
             L * (4 * D * D + k * D * F) + heads * V * D, "total", count.total,
             "per-block attention 4·D² plus the FFN matrices at their real width, plus embeddings",
         ),
     ]
+
+
+def _approximations_base(count: ParamCount, twelve: int, heads: int, emb_label: str) -> list[Approximation]:
+    V, D = count.spec.vocab_size, count.spec.d_model
+    return [
+        Approximation("12·L·D²", "12·L·D²", twelve, "non_embedding", count.non_embedding,
+                      "Kaplan et al. 2020, eq. 2.1: N ≈ 2·d_model·n_layer·(2·d_attn + d_ff) = 12·L·D²"),
+        Approximation(f"12·L·D² + {emb_label}", f"12·L·D² + {emb_label}", twelve + heads * V * D, "total", count.total,
+                      "12·L·D² plus the token embedding (and an untied LM head)"),
+    ]
+
+
+def _hybrid_approximation(count: ParamCount, heads: int, emb_label: str) -> Approximation:
+    """Per-layer sum for hybrid/state-space models: 4·D² per attention layer, k·D·F per FFN layer
+    (k·D·F_expert·(E + shared) per MoE layer), 3·E·D per Mamba mixer (mamba_ssm's README: "roughly
+    3 * expand * d_model^2 parameters" -- in_proj 2·E·D plus out_proj E·D)."""
+    spec = count.spec
+    D, V = spec.d_model, spec.vocab_size
+    k = 3 if spec.gated else 2
+    n_attn = spec.n_attention_layers
+    n_ssm = sum(m in ("mamba", "mamba2") for i in range(spec.n_layers) for m in spec.layer_parts(i)[0])
+    n_conv = spec.n_mixer_layers("short_conv")
+    n_mlp = sum(spec.layer_parts(i)[1] == "mlp" for i in range(spec.n_layers))
+    value = n_attn * 4 * D * D + n_ssm * 3 * (spec.ssm_d_inner or 0) * D + heads * V * D
+    formula = f"{n_attn}·4D² + {n_ssm}·3·E·D"
+    if n_conv:  # LFM2's short conv: in_proj 3·D² + out_proj D²
+        value += n_conv * 4 * D * D
+        formula += f" + {n_conv}·4D² (short conv)"
+    if n_mlp:
+        value += n_mlp * k * D * spec.d_ff
+        formula += f" + {n_mlp}·{k}·D·F"
+    if spec.n_moe_layers:
+        value += spec.n_moe_layers * k * D * spec.d_ff_expert * (spec.n_experts + spec.n_shared_experts)
+        formula += f" + {spec.n_moe_layers}·{k}·D·F_moe"
+    return Approximation(
+        "per layer: 4D² (attention) + 3·E·D (Mamba) + k·D·F (FFN)", f"{formula} + {emb_label}", value, "total",
+        count.total, "each layer's own parts: attention 4·D², Mamba ≈ 3·expand·D² (mamba_ssm README), FFN at its width",
+    )
 
 
 def reconcile(count: ParamCount) -> list[tuple[str, int]]:
@@ -292,8 +342,13 @@ def reconcile(count: ParamCount) -> list[tuple[str, int]]:
         + (f", {spec.n_shared_experts} shared" if spec.n_shared_experts else "") + ")"
         if spec.is_moe else
         f"FFN differs from 8·D² per block ({'3' if spec.gated else '2'}·D·F with F={spec.d_ff} "
-        f"is {(3 if spec.gated else 2) * spec.d_ff / D:.3g}·D², not 8·D²)"
+        f"is {(3 if spec.gated else 2) * spec.d_ff / D:.3g}·D², not 8·D²)" if spec.d_ff else ""
     )
+    if spec.is_hybrid:  # 12·L·D² assumes attention and an FFN in every block; say how many have them
+        n_ffn = sum(spec.layer_parts(i)[1] is not None for i in range(L))
+        attention_label = (f"attention in {spec.n_attention_layers} of {L} layers "
+                           f"({spec.attention_kind.upper()}), not 4·D² in every block")
+        ffn_label = f"FFN in {n_ffn} of {L} layers, not 8·D² in every block"
     rows = [
         ("12·L·D²", 12 * L * D * D),
         (attention_label, attention - 4 * L * D * D),
@@ -304,6 +359,7 @@ def reconcile(count: ParamCount) -> list[tuple[str, int]]:
         ("QK-norms", sum(v for k, v in c.items() if k.endswith("/qk_norm"))),
         ("attention sinks (one logit per head)", sum(v for k, v in c.items() if k.endswith("/sinks"))),
         ("embedding projections (project_in/out)", c.get("embedding/project_in", 0) + c.get("head/project_out", 0)),
+        ("state-space and conv mixers (Mamba, LFM2 short conv)", sum(v for k, v in c.items() if k.split("/")[0] in SSM_MIXERS)),
         ("relative position bias (T5)", sum(v for k, v in c.items() if "relative_position_bias" in k)),
         ("token embedding (V·D)", c.get("embedding/tokens", 0)),
         ("position embedding (learned)", c.get("embedding/positions", 0)),

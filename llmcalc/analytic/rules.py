@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from ..spec import ModelSpec
 from .flops import StepFlops, forward_ops, is_attention_core
 from .params import ParamCount
+from .ssm import SSM_MIXERS
 
 
 @dataclass(frozen=True)
@@ -40,17 +41,18 @@ def palm(count: ParamCount, seq_len: int) -> float:
                                                         "embedding/token_types"))
     head = count.components["embedding/tokens"] if spec.lm_head and spec.tie_embeddings else 0
     n = count.active_per_token - lookups + head
-    return 6 * n + 12 * spec.total_layers * spec.n_heads * spec.d_head * seq_len
+    layers = spec.n_attention_layers if spec.is_hybrid else spec.total_layers  # hybrids: attention layers only
+    return 6 * n + 12 * layers * spec.n_heads * spec.d_head * seq_len
 
 
 def megatron(spec: ModelSpec, seq_len: int) -> float | None:
     """Megatron-LM's num_floating_point_operations (training.py), per token. Causal S².
 
     12·L·D²·[(1 + G/H + S/(2D))·(H·d_head/D) + (F/D)·k·g + F_shared/D·g + V/(2·L·D)], with
-    k experts routed to (1 if dense), g = 3/2 for a gated MLP. None for MLA and encoder models,
-    which that formula does not describe.
+    k experts routed to (1 if dense), g = 3/2 for a gated MLP. None for MLA, encoder and hybrid/
+    state-space models, which that formula does not describe (Megatron has a separate hybrid one).
     """
-    if spec.is_mla or spec.architecture != "decoder":
+    if spec.is_mla or spec.architecture != "decoder" or spec.is_hybrid:
         return None
     L, D, H = spec.n_layers, spec.d_model, spec.n_heads
     gated = 1.5 if spec.gated else 1.0
@@ -104,16 +106,19 @@ class Crossover:
     vs_block: float  # attention S² = projections + FFN
 
 
-def crossover(spec: ModelSpec, causal: bool = False) -> Crossover:
+def crossover(spec: ModelSpec, causal: bool = False) -> Crossover | None:
     """Per token, projections and FFN cost a constant and the S² terms grow linearly with S, so
-    each crossover is (constant work) / (S² work per token per unit of S)."""
+    each crossover is (constant work) / (S² work per token per unit of S). None for a model with no
+    attention layer (pure Mamba): nothing grows with S there."""
     ops = forward_ops(spec, 1, 1, causal=False)  # at S = 1 the S² ops give their per-unit-S slope
     core = sum(v for k, v in ops.items() if is_attention_core(k) and "cross" not in k)
+    if not core:
+        return None
     if causal:
         core /= 2
     projections = sum(v for k, v in ops.items() if k.split("/")[0].endswith("attention")
                       and not is_attention_core(k) and "cross" not in k)
-    ffn = sum(v for k, v in ops.items() if k.split("/")[0].split(".")[-1] in ("mlp", "moe"))
+    ffn = sum(v for k, v in ops.items() if k.split("/")[0].split(".")[-1] in ("mlp", "moe", *SSM_MIXERS))
     return Crossover(projections / core, (projections + ffn) / core)
 
 
@@ -121,7 +126,7 @@ def crossover(spec: ModelSpec, causal: bool = False) -> Crossover:
 # FlopCounterMode counts none of it): softmax = max, subtract, exp, sum, divide.
 SOFTMAX_PER_SCORE = 5
 NORM_PER_ELEMENT = {"rmsnorm": 4, "layernorm": 7}  # square/mean/rsqrt/scale (+ centre, shift)
-ACTIVATION_PER_ELEMENT = {"swiglu": 5, "geglu": 9, "gelu": 8, "relu": 1, "silu": 4}
+ACTIVATION_PER_ELEMENT = {"swiglu": 5, "geglu": 9, "gelu": 8, "relu": 1, "silu": 4, "relu2": 2}
 ROPE_PER_ELEMENT = 3  # two multiplies and an add per rotated element
 RESIDUAL_ADDS_PER_BLOCK = 2
 
@@ -129,6 +134,8 @@ RESIDUAL_ADDS_PER_BLOCK = 2
 def elementwise_ops(step: StepFlops) -> dict[str, float]:
     """A rough estimate of forward non-matmul FLOPs by kind (softmax, norms, activation, RoPE, residual)."""
     spec = step.spec
+    if spec.is_hybrid:
+        return _hybrid_elementwise_ops(step)
     layers = spec.total_layers
     tokens = step.tokens
     scores = sum(v for k, v in step.ops.items() if k.endswith("/scores"))
@@ -149,4 +156,27 @@ def elementwise_ops(step: StepFlops) -> dict[str, float]:
         rotated = spec.qk_rope_head_dim * (spec.n_heads + 1) if spec.is_mla else \
             spec.d_head * (spec.n_heads + spec.n_kv_heads)
         out["rope"] = ROPE_PER_ELEMENT * tokens * rotated * layers
+    return out
+
+
+def _hybrid_elementwise_ops(step: StepFlops) -> dict[str, float]:
+    """elementwise_ops for per-layer (hybrid/state-space) models: the same per-element costs, summed
+    over the layers that have each part (softmax and RoPE in attention layers, activations in FFNs);
+    the Mamba scan is an op of its own in the totals, not here."""
+    spec, tokens = step.spec, step.tokens
+    scores = sum(v for k, v in step.ops.items() if k.endswith("/scores"))
+    norms = sum(spec.norms_in_layer(i) for i in range(spec.n_layers)) + 1
+    width = 0
+    for i in range(spec.n_layers):
+        ffn = spec.layer_parts(i)[1]
+        width += spec.d_ff_expert * (spec.n_experts_per_token + spec.n_shared_experts) if ffn == "moe" else \
+            spec.d_ff if ffn == "mlp" else 0
+    out = {
+        "softmax": SOFTMAX_PER_SCORE * scores / (2 * spec.d_head),
+        "norms": NORM_PER_ELEMENT[spec.norm] * tokens * spec.d_model * norms,
+        "residual adds": tokens * spec.d_model * sum(len(t.split("+")) for t in spec.layer_types),
+        "activation": ACTIVATION_PER_ELEMENT.get(spec.mlp, 1) * tokens * width,
+    }
+    if spec.pos_emb == "rope" and spec.n_attention_layers:
+        out["rope"] = ROPE_PER_ELEMENT * tokens * spec.d_head * (spec.n_heads + spec.n_kv_heads) * spec.n_attention_layers
     return out

@@ -143,6 +143,8 @@ class ServeEstimate:
 
     @property
     def kv_blocks(self) -> int:
+        if not self.kv_block_bytes:  # no attention layer (pure Mamba): no KV cache, only per-sequence state
+            return 0
         return max(0, math.floor(self.kv_cache_bytes / self.kv_block_bytes))
 
     @property

@@ -28,10 +28,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import LlmcalcError
 from ..spec import ModelSpec
 
 ACTIVATIONS = {"swiglu": F.silu, "silu": F.silu, "geglu": lambda x: F.gelu(x, approximate="tanh"),
-               "gelu": lambda x: F.gelu(x, approximate="tanh"), "relu": F.relu}
+               "gelu": lambda x: F.gelu(x, approximate="tanh"), "relu": F.relu,
+               "relu2": lambda x: F.relu(x).square()}
 
 
 class _RMSNormFn(torch.autograd.Function):
@@ -447,12 +449,23 @@ class Transformer(nn.Module):
         return out
 
 
+def check_buildable(spec: ModelSpec) -> None:
+    """The reference model has attention + FFN blocks only: refuse hybrid/state-space specs in one line."""
+    if spec.is_hybrid:
+        raise LlmcalcError(
+            f"{spec.name} has per-layer mixers ({spec.layer_mix()}); the profiler's reference model builds "
+            f"attention + FFN blocks only, so it cannot profile it. Use params/flops/memory/infer (checked "
+            f"against transformers' modelling code in tests/test_ssm.py)"
+        )
+
+
 def build_model(spec: ModelSpec, dtype: torch.dtype = torch.float32, device="cpu", attention: str = "sdpa",
                 routing: str = "learned") -> Transformer:
     """The reference model, its parameters in `dtype` on `device` ("meta" builds no storage).
 
     Built under that default dtype rather than converted afterwards, so it also works inside
     FakeTensorMode (whose parameters cannot be swapped by ``Module.to``)."""
+    check_buildable(spec)
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:

@@ -5,27 +5,30 @@ The report is a list of blocks (heading, paragraph, list, table, figure) rendere
 Markdown and to HTML. Its tables are the same Documents the CLI commands print, so a report's CSV
 is exactly what `params/flops/train/memory --format csv` give for the same inputs.
 
-Atomic: everything is written into a temporary sibling directory, which replaces the target only
-when complete; an existing report is replaced only with ``force`` (renamed aside first and removed
-after the swap), so a failed or interrupted run leaves no partial report and never damages an
-earlier one.
+Safe: every report carries a marker file (``llmcalc-report.json``: version, command line, date);
+``force`` replaces only a folder holding that marker, anything else is refused. Everything is
+written into a staging sibling folder (``.NAME.partial-PID-*``), which replaces the target only
+when complete, with SIGINT/SIGTERM held back during the swap; a failed or interrupted run leaves no
+partial report and never damages an earlier one, and staging folders of killed runs are swept.
 """
 
 from __future__ import annotations
 
 import base64
 import html
+import json
 import os
 import re
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import LlmcalcError
+from ..units import fmt_bytes
+from .interrupts import Interrupted, checkpoint, signals_deferred
 from .tables import Document, Table, _tabulate, render
-
 
 @dataclass
 class Report:
@@ -37,20 +40,31 @@ class Report:
         self.blocks.append(("h", level, text))
 
     def paragraph(self, text: str) -> None:
-        self.blocks.append(("p", text))
+        """Prose for a reader of the report: command-line hints are dropped (``report_note``)."""
+        text = report_note(text)
+        if text:
+            self.blocks.append(("p", text))
 
     def bullets(self, items: list[str]) -> None:
         self.blocks.append(("ul", items))
+
+    def code(self, text: str) -> None:
+        """Verbatim text: a command line."""
+        self.blocks.append(("code", text))
 
     def table(self, table: Table) -> None:
         self.blocks.append(("table", table))
 
     def document(self, doc: Document, csv_name: str) -> None:
-        """A command's Document: its human tables in the report, its CSV under tables/."""
+        """A command's Document: its human tables in the report (notes without the CLI's hints), its CSV
+        under tables/."""
         self.files[f"tables/{csv_name}.csv"] = render(doc, "csv").encode()
         for table in doc.tables:
             if table.human:
-                self.table(table)
+                notes = [n for n in (report_note(note) for note in table.notes) if n]
+                columns = [replace(c, label=c.label.replace(" (GiB)", ""), fmt=fmt_bytes) if c.label.endswith("(GiB)")
+                           else c for c in table.columns]  # GiB, and MiB below 1 GiB, each cell with its unit
+                self.table(Table(table.title, columns, table.rows, notes, table.human))
 
     def csv(self, name: str, frame) -> None:
         self.files[f"tables/{name}.csv"] = frame.to_csv(index=False).encode()
@@ -74,13 +88,15 @@ class Report:
             if kind == "h":
                 out += [f"{'#' * block[1]} {block[2]}", ""]
             elif kind == "p":
-                out += [block[1], ""]
+                out += [_md(block[1]), ""]
             elif kind == "ul":
-                out += [f"- {item}" for item in block[1]] + [""]
+                out += [f"- {_md(item)}" for item in block[1]] + [""]
+            elif kind == "code":
+                out += ["```", block[1], "```", ""]
             elif kind == "table":
                 table = block[1]
-                out += [f"**{table.title}**", "", _tabulate(table, "github"), ""]
-                out += [f"- {note}" for note in table.notes] + ([""] if table.notes else [])
+                out += [f"**{table.title}**", "", _md(_tabulate(table, "pipe")), ""]
+                out += [f"- {_md(note)}" for note in table.notes] + ([""] if table.notes else [])
             elif kind == "figure":
                 out += [f"![{block[2]}]({block[1]})", "", f"*{block[2]}*", ""]
         return "\n".join(out).rstrip() + "\n"
@@ -93,42 +109,115 @@ class Report:
             if kind == "h":
                 out.append(f"<h{block[1]}>{html.escape(block[2])}</h{block[1]}>")
             elif kind == "p":
-                out.append(f"<p>{html.escape(block[1])}</p>")
+                out.append(f"<p>{_html(block[1])}</p>")
             elif kind == "ul":
-                out.append("<ul>" + "".join(f"<li>{html.escape(i)}</li>" for i in block[1]) + "</ul>")
+                out.append("<ul>" + "".join(f"<li>{_html(i)}</li>" for i in block[1]) + "</ul>")
+            elif kind == "code":
+                out.append(f"<pre><code>{html.escape(block[1])}</code></pre>")
             elif kind == "table":
                 table = block[1]
-                out.append(f"<p class='caption'>{html.escape(table.title)}</p>" + _tabulate(table, "html"))
+                out.append(f"<p class='caption'>{html.escape(table.title)}</p>"
+                           + _WARN_HTML.sub(_WARN_SPAN, _tabulate(table, "html")))
                 if table.notes:
-                    out.append("<ul class='notes'>" + "".join(f"<li>{html.escape(n)}</li>" for n in table.notes)
+                    out.append("<ul class='notes'>" + "".join(f"<li>{_html(n)}</li>" for n in table.notes)
                                + "</ul>")
             elif kind == "figure":
-                data = base64.b64encode(self.files[block[1]]).decode()
-                out.append(f"<figure><img alt='{html.escape(block[2])}' src='data:image/png;base64,{data}'>"
-                           f"<figcaption>{html.escape(block[2])}</figcaption></figure>")
+                png = self.files[block[1]]
+                width, height = png_size(png)
+                data = base64.b64encode(png).decode()
+                # shown at half its pixel size: sharp on 2x screens, text at its designed size
+                out.append(f"<figure><img alt='{html.escape(block[2])}' width='{width // 2}' height='{height // 2}' "
+                           f"src='data:image/png;base64,{data}'><figcaption>{html.escape(block[2])}</figcaption>"
+                           "</figure>")
         out.append("</body></html>")
         return "\n".join(out) + "\n"
 
 
 STYLE = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
          "table{border-collapse:collapse;margin:.5em 0;font-size:13px}td,th{border:1px solid #ccc;padding:2px 6px}"
-         "th{background:#f3f3f3}td{text-align:right}td:first-child{text-align:left}img{max-width:100%}"
-         ".caption{font-weight:600;margin-bottom:0}.notes{font-size:12px;color:#555}figcaption{font-size:12px;"
-         "color:#555}")
+         "th{background:#f3f3f3}img{max-width:100%;height:auto}figure{margin:1em 0}"
+         ".caption{font-weight:600;margin-bottom:0}.notes{font-size:12px;color:#555}figcaption{font-size:13px;"
+         "color:#444}pre{background:#f5f5f5;padding:.5em;white-space:pre-wrap;word-break:break-all}"
+         ".warn{color:#c62828;font-weight:700}")
+
+WARNING = "does NOT fit"
+_WARN_HTML = re.compile(re.escape(WARNING))
+_WARN_SPAN = f"<strong class='warn'>{WARNING}</strong>"
+
+
+def _md(text: str) -> str:
+    return text.replace(WARNING, f"**{WARNING}**")
+
+
+def _html(text: str) -> str:
+    return _WARN_HTML.sub(_WARN_SPAN, html.escape(text))
+
+
+def report_note(note: str) -> str:
+    """A table note as a report shows it: without the command-line hints the CLI prints (options such
+    as --sort or --causal, `llmcalc ...` commands in backticks), which mean nothing to a reader of the
+    report. A note that is only a hint is dropped ('')."""
+    if note.lstrip().startswith("--"):
+        return ""
+    note = re.sub(r"\s*\([^()]*(`|--[a-z])[^()]*\)", "", note)
+    kept = [p for p in re.split(r"(?<=[;,]) ", note) if not re.search(r"(^|\s)--[a-z]|`", p)]
+    text = " ".join(kept).rstrip(";, ").replace("`", "")
+    return text + "." if text and note.endswith(".") and not text.endswith(".") else text
+
+
+def png_size(png: bytes) -> tuple[int, int]:
+    """Width and height of a PNG, from its IHDR chunk."""
+    return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
 
 
 def safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "model"
 
 
+MARKER = "llmcalc-report.json"  # written with every report: what --force may replace
+
+
+
+
+def provenance(argv: list[str], sources: dict[str, str], scenario=None) -> dict:
+    """What the marker file records and the report opens with: llmcalc's version, the command line as
+    typed, the date (UTC), where each preset comes from."""
+    import shlex
+    from datetime import datetime, timezone
+
+    from .. import __version__
+
+    data = {"llmcalc_version": __version__, "command": shlex.join(["llmcalc", *argv]),
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "sources": dict(sources)}
+    if scenario is not None and scenario.gpu is not None:
+        data["sources"][scenario.gpu.key] = scenario.gpu.source
+        data["scenario"] = scenario.to_dict()
+    return data
+
+
 def check_destination(out: Path, force: bool) -> None:
-    """Fail early, before any work, with one clear line: a file in the way, an existing report
-    without --force, or a folder we cannot write into."""
+    """Sweep what killed runs left beside `out` (``sweep_stale``), then fail early, before any work,
+    with one clear line: a file in the way, a folder that holds
+    something other than an llmcalc report (refused even with --force: only a folder carrying the
+    marker file may be replaced), an earlier report without --force, or a folder we cannot write into."""
+    if not str(out):
+        raise LlmcalcError("--out is empty; give a directory for the report")
+    try:
+        sweep_stale(out)
+    except OSError:
+        pass  # not ours to fix here: a folder we cannot list or write is reported below
     if out.exists() and not out.is_dir():
         raise LlmcalcError(f"output path {out} is a file; give a directory for the report")
-    if out.exists() and any(out.iterdir()) and not force:
-        raise LlmcalcError(f"{out} already holds a report; pass --force to replace it")
-    parent = out.resolve().parent
+    if out.is_dir() and any(out.iterdir()):
+        if not (out / MARKER).is_file():
+            raise LlmcalcError(f"{out} is not empty and holds no llmcalc report (no {MARKER}); llmcalc replaces "
+                               "only its own reports, even with --force: give a new or empty directory")
+        if not force:
+            raise LlmcalcError(f"{out} already holds an llmcalc report; pass --force to replace it")
+    here = Path.cwd()
+    if out.exists() and (here == out.resolve() or out.resolve() in here.parents):
+        raise LlmcalcError(f"cannot replace {out}: it is the current directory or holds it; run from elsewhere")
+    parent = Path(os.path.abspath(out)).parent
     while not parent.exists():  # the nearest existing ancestor must be a writable directory
         parent = parent.parent
     if not parent.is_dir():
@@ -137,39 +226,113 @@ def check_destination(out: Path, force: bool) -> None:
         raise LlmcalcError(f"cannot write the report to {out}: permission denied")
 
 
-def write_report(report: Report, out: Path, force: bool) -> Path:
-    """Write report.md, report.html, figures/ and tables/ into `out`, atomically."""
-    check_destination(out, force)
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _staging_name(out: Path, kind: str) -> str:
+    return f".{out.name}.{kind}-{os.getpid()}-"
+
+
+def _alive(pid: int) -> bool:
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale(out: Path) -> None:
+    """Remove the staging folders (``.NAME.partial-PID-*``, ``.NAME.old-PID-*``) that earlier runs left
+    beside `out` when they were killed (SIGKILL, power loss) before cleaning up; a run still alive
+    keeps its own. An aside copy of the previous report whose run died mid-swap is put back when `out`
+    is missing, so even then the old report survives."""
+    pattern = re.compile(rf"^\.{re.escape(out.name)}\.(partial|old)-(?:(\d+)-)?")
+    if not out.parent.is_dir():
+        return
+    for entry in sorted(out.parent.iterdir()):
+        match = pattern.match(entry.name)
+        if not match or not entry.is_dir() or entry.is_symlink():
+            continue
+        if match.group(2) and (int(match.group(2)) == os.getpid() or _alive(int(match.group(2)))):
+            continue
+        if match.group(1) == "old" and not out.exists() and (entry / MARKER).is_file():
+            entry.rename(out)
+        else:
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def marker_bytes(marker: dict) -> bytes:
+    return (json.dumps(marker, indent=2, ensure_ascii=False) + "\n").encode()
+
+
+def outcome(out: Path, marker: dict) -> str:
+    """What `out` holds after an interrupt, in words: this run's report (its marker file is this run's),
+    or whatever was there before."""
+    try:
+        if (out / MARKER).read_bytes() == marker_bytes(marker):
+            return f"the new report in {out} is complete"
+    except OSError:
+        pass
+    return f"{out} left as it was" if out.exists() else f"nothing written to {out}"
+
+
+def write_report(report: Report, out: Path, force: bool, marker: dict | None = None) -> Path:
+    """Write report.md, report.html, figures/, tables/ and the marker file into `out`, atomically.
+
+    Files go into a staging folder beside `out` (mode from the umask, like any new folder); the swap
+    (old report aside, staging into place, old copy removed) runs with SIGINT/SIGTERM held back, and
+    an interrupt while the files are written removes the staging folder. So at any moment `out` holds
+    the old report or the new one, whole, and nothing is left beside it. An ``Interrupted`` raised
+    here says which in its ``state``."""
+    try:
+        return _write(report, out, force, marker or {})
+    except Interrupted as exc:
+        exc.state = outcome(out, marker or {})
+        raise
+
+
+def _write(report: Report, out: Path, force: bool, marker: dict) -> Path:
+    try:
+        with signals_deferred():
+            check_destination(out, force)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=_staging_name(out, "partial"), dir=out.parent))
+            os.chmod(staging, 0o777 & ~_umask())
     except OSError as exc:
         raise LlmcalcError(f"cannot write the report to {out}: {exc.strerror or exc}") from None
     try:
         files = dict(report.files)
         files["report.md"] = report.markdown().encode()
         files["report.html"] = report.html().encode()
+        files[MARKER] = marker_bytes(marker)
         for rel, content in files.items():
             path = staging / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(content)
-        if out.exists():
-            aside = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-            aside.rmdir()
-            out.rename(aside)
-            try:
+        with signals_deferred():
+            checkpoint()  # a signal whose exception Python dropped: never commit after it
+            if out.exists():
+                aside = Path(tempfile.mkdtemp(prefix=_staging_name(out, "old"), dir=out.parent))
+                aside.rmdir()
+                out.rename(aside)
+                try:
+                    staging.rename(out)
+                except BaseException:
+                    aside.rename(out)  # put the earlier report back
+                    raise
+                shutil.rmtree(aside, ignore_errors=True)
+            else:
                 staging.rename(out)
-            except BaseException:
-                aside.rename(out)  # put the earlier report back
-                raise
-            shutil.rmtree(aside, ignore_errors=True)
-        else:
-            staging.rename(out)
-    except OSError as exc:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise LlmcalcError(f"cannot write the report to {out}: {exc.strerror or exc}") from None
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+    except BaseException as exc:
+        with signals_deferred():
+            shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise LlmcalcError(f"cannot write the report to {out}: {exc.strerror or exc}") from None
         raise
     return out
 

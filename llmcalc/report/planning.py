@@ -4,14 +4,20 @@ compute-optimal view, and (with profile results) formulas against measurements."
 
 from __future__ import annotations
 
+import math
+import re
+
 from ..analytic.flops import step_flops
 from ..analytic.params import count_params
 from ..analytic.summary import Scenario, model_record, scenario_memory, scenario_training
 from ..results import ProfileResult
 from ..spec import ModelSpec
-from ..units import fmt_count, fmt_flops, fmt_usd
+from ..hardware import Accelerator
+from ..units import fmt_count, fmt_flops, fmt_flops_rate, fmt_usd
 from . import plots, sweeps
 from .document import Report, safe_name
+from .plots import gib
+from .tables import Column, Table
 from .views_params import params_document
 from .views_compare import compare_document
 from .views_compute import FLOP_CONVENTIONS, flops_document, train_document
@@ -23,39 +29,117 @@ from .steptime_figures import steptime_section
 def _summary_lines(spec: ModelSpec, scenario: Scenario, record: dict) -> list[str]:
     count = count_params(spec)
     gpu = scenario.gpu
+    price = scenario.usd_per_gpu_hour if scenario.usd_per_gpu_hour is not None else gpu.usd_per_hour
     lines = [
         f"Size: {fmt_count(count.total)} parameters ({fmt_count(count.non_embedding)} non-embedding"
         + (f", {fmt_count(count.active_per_token)} active per token" if spec.is_moe else "") + f"); {spec.summary()}.",
         f"Compute: {fmt_count(scenario.tokens)} tokens x {fmt_flops(record['training_flops_per_token'])} per token = "
-        f"{record['training_flops']:.3g} FLOPs (6·N·D: {6 * count.active_per_token * scenario.tokens:.3g}).",
+        f"{fmt_flops(record['training_flops'])} (6·N·D: {fmt_flops(6 * count.active_per_token * scenario.tokens)}).",
         f"Time: {record['wall_clock_days']:,.1f} days on {scenario.n_gpus:,} x {gpu.name} at {scenario.mfu:.0%} MFU "
         f"({record['gpu_hours']:,.0f} GPU-hours).",
-        "Cost: " + (f"{fmt_usd(record['cost_usd'])} at ${(scenario.usd_per_gpu_hour or gpu.usd_per_hour):g} per GPU-hour"
-                    + (" (given)." if scenario.usd_per_gpu_hour is not None else
-                       f" ({gpu.key} preset's dated list price; set --usd-per-gpu-hour).")
-                    if record.get("cost_usd") is not None else "no price given (--usd-per-gpu-hour)."),
+        "Cost: " + (f"{fmt_usd(record['cost_usd'])} at {fmt_usd(price)} per GPU-hour ("
+                    + ("given on the command line" if scenario.usd_per_gpu_hour is not None else
+                       f"{gpu.key} preset's dated list price") + ")."
+                    if record.get("cost_usd") is not None else "no price known for this accelerator."),
     ]
     if "memory_per_gpu_bytes" in record:
-        lines.append(f"Memory: {record['memory_per_gpu_bytes'] / 2**30:,.1f} GiB per GPU ({scenario.recipe} + "
+        lines.append(f"Memory: {gib(record['memory_per_gpu_bytes'])} per GPU ({scenario.recipe} + "
                      f"{scenario.optimizer}, ZeRO-{scenario.zero}, micro-batch {scenario.micro_batch} at seq "
                      f"{scenario.seq_len:,}): {'fits' if record['fits'] else 'does NOT fit'} in {gpu.key}'s "
                      f"{gpu.memory_bytes / 2**30:g} GiB.")
     else:
-        lines.append("Memory: the analytic activation model covers decoder-only models.")
+        lines.append(f"Memory: not modelled for this {spec.architecture} model (the activation model covers "
+                     "decoder-only models).")
     return lines
 
 
+def scenario_line(scenario: Scenario, names: list[str]) -> str:
+    """The line under every figure's title: which models, which run."""
+    return (f"{', '.join(names) if len(names) <= 3 else f'{len(names)} models'} · {fmt_count(scenario.tokens)} tokens at seq {scenario.seq_len:,} · "
+            f"{scenario.n_gpus:,} x {scenario.gpu.key} at {scenario.mfu:.0%} MFU · micro-batch {scenario.micro_batch}, "
+            f"ZeRO-{scenario.zero}, tp {scenario.tp}")
+
+
+def price_source(gpu: Accelerator, given: float | None) -> tuple[float | None, str]:
+    """$/GPU-hour and where it comes from: given, or the preset's dated list price and its source."""
+    if given is not None:
+        return given, "given on the command line"
+    if gpu.usd_per_hour is None:
+        return None, f"no dated public price in the {gpu.key} preset"
+    from ..presets import hardware_config
+
+    notes = hardware_config(gpu.key).get("notes", "")
+    match = re.search(r"Price: (.*?)(?:\s*Price source: (.*))?$", notes)
+    if not match:
+        return gpu.usd_per_hour, f"{gpu.key} preset"
+    what, where = match.group(1).strip(), (match.group(2) or "").strip()
+    return gpu.usd_per_hour, f"{gpu.key} preset: {what}" + (f" Source: {where}" if where else "")
+
+
+def plan_table(scenario: Scenario, names: list[str]) -> Table:
+    par = scenario.parallel
+    batch = scenario.micro_batch * par.dp
+    tokens_per_step = batch * scenario.seq_len
+    steps = math.ceil(scenario.tokens / tokens_per_step)
+    price, source = price_source(scenario.gpu, scenario.usd_per_gpu_hour)
+    rows = [
+        ("models", ", ".join(names)),
+        ("training tokens", f"{fmt_count(scenario.tokens)} tokens ({scenario.tokens:,.0f})"),
+        ("sequence length", f"{scenario.seq_len:,} tokens"),
+        ("GPUs", f"{scenario.n_gpus:,} x {scenario.gpu.name} ({scenario.gpu.key})"),
+        ("layout DP x TP x PP", f"{par.dp:,} x {par.tp} x {par.pp}; ZeRO-{par.zero} over the {par.dp:,} data-parallel "
+                                "ranks"),
+        ("micro-batch per GPU", f"{scenario.micro_batch} sequence{'s' if scenario.micro_batch > 1 else ''}"),
+        ("global batch", f"{batch:,} sequences = {fmt_count(tokens_per_step)} tokens ({tokens_per_step:,})"),
+        ("tokens per step", f"{tokens_per_step:,}"),
+        ("optimizer steps", f"{steps:,} (tokens / tokens per step, rounded up)"),
+        ("MFU assumed", f"{scenario.mfu:.0%} of the dense {scenario.dtype} peak"),
+        ("precision and optimizer", f"{scenario.recipe} + {scenario.optimizer}, recompute {scenario.recompute}"),
+        ("price", "no price" if price is None else
+         f"{fmt_usd(price)} per GPU-hour (" + ("given on the command line" if scenario.usd_per_gpu_hour is not None
+                                              else f"{scenario.gpu.key} preset; source in the table below") + ")"),
+    ]
+    return Table("the plan", [Column("quantity", "quantity", align="left"), Column("value", "value", align="left")],
+                 [{"quantity": q, "value": v} for q, v in rows],
+                 ["global batch = micro-batch x data-parallel ranks, no gradient accumulation; tensor-parallel ranks "
+                  "share a micro-batch"])
+
+
+def accelerator_table(gpus: list[Accelerator], scenario: Scenario) -> Table:
+    rows = []
+    for gpu in gpus:
+        price, source = price_source(gpu, scenario.usd_per_gpu_hour if gpu.key == scenario.gpu.key else None)
+        rows.append({"key": gpu.key + (" (plan)" if gpu.key == scenario.gpu.key else ""), "name": gpu.name,
+                     "peak": gpu.peak(scenario.dtype), "memory": f"{gpu.memory_bytes / 2**30:g}",
+                     "price": "n/a" if price is None else fmt_usd(price), "source": source})
+    return Table("accelerators in this report",
+                 [Column("key", "preset", align="left"), Column("name", "accelerator", align="left"),
+                  Column("peak", f"dense {scenario.dtype} peak", fmt_flops_rate), Column("memory", "memory (GiB)"),
+                  Column("price", "$/GPU-hour"), Column("source", "price source", align="left")],
+                 rows, ["peaks are dense (no 2:4 sparsity); prices are dated on-demand list prices, not quotes"])
+
+
 def build_report(specs: list[ModelSpec], sources: dict[str, str], scenario: Scenario, load_hardware,
-                 profiles: dict[str, ProfileResult] | None = None, progress=None, serve: bool = False) -> Report:
+                 profiles: dict[str, ProfileResult] | None = None, progress=None, serve: bool = False,
+                 meta: dict | None = None) -> Report:
     names = [s.name for s in specs]
     by_name = dict(zip(names, specs))
     title = f"Planning report: {', '.join(names)}"
     report = Report(title)
     records = {s.name: model_record(s, scenario) for s in specs}
+    gpus = sweeps.accelerators_shown(by_name, scenario, load_hardware)
+    line = scenario_line(scenario, names)
 
     def tick(label):
         if progress is not None:
             progress.step(label)
+
+    if meta:
+        report.paragraph(f"Generated by llmcalc {meta['llmcalc_version']} on {meta['date']} with this command:")
+        report.code(meta["command"])
+        shown = {**meta["sources"], **{g.key: g.source for g in gpus}}
+        report.paragraph("Preset sources:")
+        report.bullets([f"{name}: {source or 'custom'}" for name, source in shown.items()])
 
     report.heading("Summary")
     for spec in specs:
@@ -64,19 +148,26 @@ def build_report(specs: list[ModelSpec], sources: dict[str, str], scenario: Scen
         report.bullets(_summary_lines(spec, scenario, records[spec.name]))
     if len(specs) > 1:
         report.document(compare_document(list(records.values()), scenario), "compare")
+    report.table(plan_table(scenario, names))
+    report.table(accelerator_table(gpus, scenario))
     report.heading("Inputs and conventions", 3)
     report.bullets([f"scenario: {scenario.describe()}"]
                    + [f"{name}: {sources.get(name) or 'custom'}" for name in names]
                    + [f"accelerator: {scenario.gpu.name} ({scenario.gpu.key}), dense {scenario.dtype} peak "
-                      f"{scenario.gpu.peak(scenario.dtype) / 1e12:,.4g} TFLOP/s, {scenario.gpu.memory_bytes / 2**30:g} GiB"]
+                      f"{fmt_flops_rate(scenario.gpu.peak(scenario.dtype))}, {scenario.gpu.memory_bytes / 2**30:g} GiB"]
                    + FLOP_CONVENTIONS
                    + ["time assumes the given MFU at every GPU count (linear scaling); energy and cost count GPU "
-                      "time only", "memory in GiB (2^30 bytes); counts and FLOPs with SI prefixes (G = 10^9)"])
+                      "time only", "memory in GiB (2^30 bytes), MiB below 1 GiB; counts and FLOPs with SI prefixes "
+                      "(k = 10^3, M = 10^6, G = 10^9, T = 10^12, Z = 10^21)"])
     tick("summary")
 
     report.heading("Parameters")
-    report.figure("params", plots.params_breakdown(sweeps.params_groups({n: count_params(s) for n, s in by_name.items()})),
-                  "Parameters by component group (exact counts)")
+    moe = any(s.is_moe for s in specs)
+    report.figure("params", plots.params_breakdown(sweeps.params_groups({n: count_params(s) for n, s in by_name.items()}),
+                                                   line),
+                  "Parameters by component group (exact counts); a dense MLP and MoE experts share the row "
+                  "'MLP / experts'" + ("; MoE models' active parameters per token drawn dark inside the total"
+                                       if moe else ""))
     for spec in specs:
         report.heading(spec.name, 3)
         report.document(params_document(count_params(spec), sources.get(spec.name, "")), f"params-{safe_name(spec.name)}")
@@ -85,9 +176,9 @@ def build_report(specs: list[ModelSpec], sources: dict[str, str], scenario: Scen
     report.heading("FLOPs")
     flops_frame, crossovers = sweeps.flops_vs_seq(by_name, scenario.causal)
     report.csv("flops_vs_seq", flops_frame)
-    report.figure("flops_vs_seq", plots.flops_vs_seq(flops_frame, crossovers),
-                  "Training FLOPs per token by component against sequence length; vertical lines: where attention's "
-                  "S² work overtakes the Q/K/V/O projections")
+    report.figure("flops_vs_seq", plots.flops_vs_seq(flops_frame, crossovers, scenario.seq_len, line),
+                  f"Training FLOPs per token by component against sequence length; dashed line: the plan's sequence "
+                  f"length ({scenario.seq_len:,}); dotted: where attention's S² work overtakes the Q/K/V/O projections")
     for spec in specs:
         report.heading(f"{spec.name} at seq {scenario.seq_len:,}", 3)
         doc = flops_document(step_flops(spec, 1, scenario.seq_len, scenario.causal, scenario.recompute),
@@ -96,10 +187,23 @@ def build_report(specs: list[ModelSpec], sources: dict[str, str], scenario: Scen
     tick("FLOPs")
 
     report.heading("Training time and cost")
-    time_frame, costs = sweeps.time_vs_gpus(by_name, scenario, load_hardware)
+    time_frame = sweeps.time_vs_gpus(by_name, scenario, load_hardware)
     report.csv("time_vs_gpus", time_frame)
-    report.figure("time_cost", plots.time_and_cost(time_frame, costs),
-                  "Wall-clock against GPU count at the given MFU (left) and the cost of the run (right)")
+    plan = {"n_gpus": scenario.n_gpus,
+            "series": {f"{n} on {scenario.gpu.key}": (records[n]["wall_clock_days"], records[n]["cost_usd"],
+                                                      records[n].get("fits")) for n in names}}
+    prices = {}
+    for series, device in dict(zip(time_frame["series"], time_frame["device"])).items():
+        gpu = next(g for g in gpus if g.key == device)
+        price, _ = price_source(gpu, scenario.usd_per_gpu_hour if device == scenario.gpu.key else None)
+        prices[series] = "no price" if price is None else f"{fmt_usd(price)}/GPU-hour"
+    infeasible = not time_frame["fits"].dropna().all()
+    report.figure("time_cost", plots.time_and_cost(time_frame, plan, prices, line),
+                  f"Wall-clock against GPU count at {scenario.mfu:.0%} MFU (left; the star is the plan: "
+                  f"{scenario.n_gpus:,} x {scenario.gpu.key})"
+                  + ("; red crosses: the model does not fit in GPU memory at that count" if infeasible else "")
+                  + "; right: the cost of the run and the price per GPU-hour it assumes (prices and sources in the "
+                    "accelerator table above)")
     for spec in specs:
         est = scenario_training(spec, scenario)
         inputs = {"model": spec.name, "tokens": scenario.tokens, "seq_len": scenario.seq_len,
@@ -112,12 +216,15 @@ def build_report(specs: list[ModelSpec], sources: dict[str, str], scenario: Scen
     steptime_section(report, specs, scenario)  # issue 10: predicted step time and MFU by layout
 
     report.heading("Memory")
-    memory_frame = sweeps.memory_vs_batch(by_name, scenario)
+    memory_frame, skipped = sweeps.memory_vs_batch(by_name, scenario)
     if len(memory_frame):
         report.csv("memory_vs_batch", memory_frame)
-        report.figure("memory", plots.memory_vs_batch(memory_frame, scenario.gpu.memory_bytes, scenario.gpu.key),
-                      f"Training memory per GPU against micro-batch at seq {scenario.seq_len:,} "
-                      f"({scenario.recipe}, ZeRO-{scenario.zero} over {scenario.n_gpus:,} GPUs)")
+        report.figure("memory", plots.memory_vs_batch(memory_frame, scenario.gpu.memory_bytes, scenario.gpu.key,
+                                                      scenario.micro_batch, skipped, line),
+                      f"Training memory per GPU against micro-batch, every micro-batch up to the first that does not "
+                      f"fit, at seq {scenario.seq_len:,} ({scenario.recipe}, ZeRO-{scenario.zero} over "
+                      f"{scenario.n_gpus:,} GPUs); the plan's micro-batch ({scenario.micro_batch}) outlined"
+                      + (f"; not shown: {', '.join(skipped)} (no activation model)" if skipped else ""))
     for spec in specs:
         if spec.architecture != "decoder":
             report.paragraph(f"{spec.name}: the analytic activation model covers decoder-only models.")
@@ -128,8 +235,10 @@ def build_report(specs: list[ModelSpec], sources: dict[str, str], scenario: Scen
     kv_frame = sweeps.kv_vs_context(by_name, scenario.kv_dtype)
     if len(kv_frame):
         report.csv("kv_vs_context", kv_frame)
-        report.figure("kv_cache", plots.kv_vs_context(kv_frame, scenario.gpu.memory_bytes, scenario.gpu.key),
-                      f"Inference KV cache ({scenario.kv_dtype}) for one sequence against context length")
+        report.figure("kv_cache", plots.kv_vs_context(kv_frame, scenario.gpu.memory_bytes, scenario.gpu.key,
+                                                      scenario.seq_len, line),
+                      f"Inference KV cache ({scenario.kv_dtype}) for one sequence against context length; dashed "
+                      f"line: the plan's context ({scenario.seq_len:,} tokens)")
     tick("memory")
 
     if serve:
@@ -139,20 +248,40 @@ def build_report(specs: list[ModelSpec], sources: dict[str, str], scenario: Scen
         tick("serving")
 
     report.heading("Compute-optimal view")
-    points = {s.name: (count_params(s).active_per_token, scenario.tokens) for s in specs}
-    report.figure("compute_optimal", plots.compute_optimal(sweeps.frontiers(), points),
-                  "Parameters against training tokens: the ~20 tokens per parameter rule, Hoffmann et al.'s "
-                  "Approach 3 frontier, and these models")
-    report.bullets([f"{n}: {scenario.tokens / p:,.0f} tokens per parameter (compute-optimal ≈ 20)"
-                    for n, (p, _) in points.items()])
+    points = {s.name: {"params": count_params(s).total, "active": count_params(s).active_per_token,
+                       "tokens": scenario.tokens} for s in specs}
+    frontiers = sweeps.frontiers()
+    labels = dict(zip(frontiers, ["≈20 tokens per parameter (Hoffmann et al. 2022, Approaches 1-2): the reference",
+                                  "Hoffmann et al. 2022 Approach 3 fit (for comparison)"]))
+    report.figure("compute_optimal", plots.compute_optimal({labels.get(k, k): v for k, v in frontiers.items()}, points,
+                                                            line),
+                  "Parameters against training tokens. The reference is the ~20 tokens per parameter rule (Hoffmann et "
+                  "al. 2022, Approaches 1 and 2); Approach 3's parametric fit favours smaller models and is shown for "
+                  "comparison only (Besiroglu et al. 2024 traced the gap to the fit)"
+                  + ("; MoE models at their total (hollow) and active (filled) parameters" if moe else ""))
+    items = []
+    for n, p in points.items():
+        ratio = scenario.tokens / p["active"]
+        items.append(f"{n}: {ratio:,.0f} tokens per {'active ' if p['active'] != p['params'] else ''}parameter"
+                     + (f" ({scenario.tokens / p['params']:,.0f} per total parameter)" if p["active"] != p["params"]
+                        else "")
+                     + f"; compute-optimal ≈ 20, so {ratio / 20:,.1f}x the compute-optimal tokens for this size")
+    report.bullets(items)
     tick("compute-optimal")
 
     if profiles:
         report.heading("Formulas against measurements")
         rows = [{"model": name, "name": c.name, "unit": c.unit, "analytic": c.analytic, "measured": c.measured,
                  "rel_error": c.rel_error} for name, result in profiles.items() for c in result.comparisons]
-        report.figure("parity", plots.parity(rows),
-                      "Analytic against measured FLOPs (left) and every comparison's relative error (right)")
+        first = next(iter(profiles.values()))
+        mode = (f"virtual single-device profile (FakeTensorMode), batch {first.batch_size} x seq {first.seq_len}"
+                if first.mode == "virtual" else f"real profile on {first.device_name}, batch {first.batch_size} x "
+                f"seq {first.seq_len}")
+        sharded = scenario.n_gpus > 1
+        report.figure("parity", plots.parity(rows, mode, line),
+                      f"Analytic against measured FLOPs (left) and every comparison's relative error (right): a {mode}"
+                      + (f"; the plan shards the model over {scenario.n_gpus:,} GPUs, which this profile does not "
+                         "model (one device holds the whole model)" if sharded else ""))
         for name, result in profiles.items():
             report.heading(name, 3)
             report.document(profile_document(result), f"profile-{safe_name(name)}")

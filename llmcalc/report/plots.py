@@ -1,79 +1,176 @@
 """matplotlib figures for planning reports (Agg backend): titles, axes with units, SI ticks, legends.
 
 Each function takes plain data (pandas DataFrames built in ``report.sweeps``) and returns a Figure;
-``save`` writes it as PNG. One colour per model throughout a report.
+``save`` writes it as PNG at 2x (``DPI``) for HiDPI screens; the HTML shows it at half its pixel size,
+so a font of ``MIN_POINTS`` is at least 10 CSS px there. One colour per model throughout a report.
+
+Reusable pieces for new figures: ``figure`` (title + the scenario line every figure carries),
+``legend_outside`` (legends never cover data), ``mark_x`` (the plan's own value as a labelled
+vertical line), ``bar_values`` (value labels on bars), ``distinguish`` (lines that coincide get
+dashes, markers and a "same as" label), ``day_axis``/``gib_axis`` (human tick labels).
 """
 
 from __future__ import annotations
+
+import re
+import textwrap
 
 import matplotlib
 
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter  # noqa: E402
 
-from ..units import si  # noqa: E402
+from ..units import fmt_usd, si  # noqa: E402
+
+DPI = 200  # PNG pixels per inch: 2x the 100 CSS px per inch the HTML shows them at
+MIN_POINTS = 9  # smallest font: 9 pt x 200/72 / 2 = 12.5 CSS px, >= 10 px even scaled to fit 1100 px
+MAX_WIDTH_IN = 10.8  # widest figure: 1080 CSS px, inside the HTML's 1100 px column
+plt.rcParams.update({"font.size": 10, "axes.titlesize": 10, "axes.labelsize": 10, "xtick.labelsize": 9,
+                     "ytick.labelsize": 9, "legend.fontsize": 9, "figure.titlesize": 12})
 
 COLOURS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-SI = FuncFormatter(lambda v, _: si(v, 3).strip() if v else "0")
+def si_tick(value: float) -> str:
+    """An axis tick with an SI prefix and no trailing zeros: 1e9 -> '1 G', 2.5e9 -> '2.5 G'."""
+    if not value:
+        return "0"
+    text = si(value, 3).strip()
+    return re.sub(r"\.?0+(?= |$)", "", text) if "." in text.split(" ")[0] else text
+
+
+SI = FuncFormatter(lambda v, _: si_tick(v))
 TOKENS = FuncFormatter(lambda v, _: f"{v / 1024:g}k" if v >= 1024 else f"{v:g}")
+WARN = "#c62828"  # does not fit
+STYLES = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"), ((0, (5, 1, 1, 1)), "v"), ((0, (1, 1)), "P")]
 
 
 def colour(i: int) -> str:
     return COLOURS[i % len(COLOURS)]
 
 
-def _figure(title: str, ncols: int = 1, width: float = 7.5):
-    fig, axes = plt.subplots(1, ncols, figsize=(width * ncols if ncols > 1 else width, 4.6), layout="constrained")
-    fig.suptitle(title, fontsize=12)
+def figure(title: str, scenario: str = "", ncols: int = 1, width: float = 8.4, height: float = 4.8):
+    """A figure with its title and, under it, the scenario line (model, tokens, seq, GPUs, ...)."""
+    width = min(width, MAX_WIDTH_IN)
+    fig, axes = plt.subplots(1, ncols, figsize=(width, height), layout="constrained")
+    line = textwrap.fill(scenario, int(width * 11.5), break_on_hyphens=False) if scenario else ""
+    fig.suptitle(title + (f"\n{line}" if line else ""), fontsize=11)
     return fig, axes
 
 
-def _log_axes(ax, xlabel: str, ylabel: str) -> None:
-    """Log-log axes with SI tick labels, labels with units, a legend and a light grid."""
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.xaxis.set_major_formatter(SI)
-    ax.yaxis.set_major_formatter(SI)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.legend(fontsize=7)
-    ax.grid(which="both", alpha=0.25)
+def legend_outside(ax, where: str = "right", **kwargs) -> None:
+    """The legend beside (right) or under (below) the axes, never over the data."""
+    if where == "right":
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, **kwargs)
+    else:  # a figure legend under everything: constrained layout makes room for it
+        handles, labels = ax.get_legend_handles_labels()
+        ax.figure.legend(handles, labels, loc="outside lower center", ncol=kwargs.pop("ncol", 2), **kwargs)
+
+
+def mark_x(ax, x: float, label: str, colour_: str = "black", y: float = 0.97) -> None:
+    """The plan's own value: a vertical line with its label (inside the axes, not clipped)."""
+    ax.axvline(x, color=colour_, linewidth=1.2, linestyle=(0, (4, 2)), zorder=1)
+    xmin, xmax = ax.get_xlim()
+    right_half = (x > (xmin * xmax) ** 0.5) if ax.get_xscale() == "log" and xmin > 0 else x > (xmin + xmax) / 2
+    ax.annotate(label, (x, y), xycoords=("data", "axes fraction"), xytext=(-4 if right_half else 4, 0),
+                textcoords="offset points", ha="right" if right_half else "left", va="top", color=colour_,
+                fontsize=MIN_POINTS, bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="none", alpha=0.85))
+
+
+def bar_values(ax, bars, texts: list[str], horizontal: bool = True) -> None:
+    """A value label at the end of each bar."""
+    for bar, text in zip(bars, texts):
+        if horizontal:
+            ax.annotate(text, (bar.get_x() + bar.get_width(), bar.get_y() + bar.get_height() / 2), xytext=(3, 0),
+                        textcoords="offset points", va="center", ha="left", fontsize=MIN_POINTS)
+        else:
+            ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_y() + bar.get_height()), xytext=(0, 2),
+                        textcoords="offset points", va="bottom", ha="center", fontsize=MIN_POINTS)
+
+
+def distinguish(series: dict[str, list[float]]) -> dict[str, tuple[int, str]]:
+    """For lines that may coincide: label -> (style index, label suffix). A line equal (within 0.1 %) to
+    an earlier one gets the next dash/marker style and ' (same as X)'."""
+    out: dict[str, tuple[int, str]] = {}
+    seen: list[tuple[str, list[float]]] = []
+    for label, values in series.items():
+        twins = [other for other, vals in seen if len(vals) == len(values)
+                 and all(abs(a - b) <= 1e-3 * max(abs(a), abs(b), 1e-300) for a, b in zip(vals, values))]
+        out[label] = (len(twins) % len(STYLES), f" (same as {twins[0]})" if twins else "")
+        seen.append((label, values))
+    return out
+
+
+def day_axis(axis) -> None:
+    """Durations in days on a log axis, read as people say them: '0.1 d', '1 d', '10 d', '1,000 d'."""
+    axis.set_major_formatter(FuncFormatter(lambda v, _: "" if v <= 0 else f"{v:,.0f} d" if v >= 1 else f"{v:g} d"))
+
+
+def gib(value: float) -> str:
+    """Bytes for people: GiB from 1 GiB on, MiB below."""
+    return f"{value / 2**30:,.3g} GiB" if value >= 2**30 else f"{value / 2**20:,.3g} MiB"
+
+
+def gib_axis(axis) -> None:
+    axis.set_major_formatter(FuncFormatter(lambda v, _: gib(v) if v > 0 else "0"))
 
 
 def save(fig, path) -> None:
-    fig.savefig(path, dpi=110)
+    for ax in fig.axes:  # log axes: labels on the decades only, never a crowd of 2x10^8, 3x10^8 ...
+        for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
+            if scale == "log":
+                axis.set_minor_formatter(NullFormatter())
+    fig.savefig(path, dpi=DPI)
     plt.close(fig)
 
 
-def params_breakdown(df):
-    """Horizontal bars: parameters per group, one bar per model in each group. df: model, group, params."""
+def params_breakdown(df, scenario: str = ""):
+    """Horizontal bars: parameters per group (dense MLP and MoE experts in one row, 'MLP / experts'),
+    one bar per model, the value at its end; MoE models' active-per-token part drawn dark inside the
+    total. df: model, group, params, active."""
     models = list(dict.fromkeys(df["model"]))
     groups = list(dict.fromkeys(df["group"]))
-    fig, ax = _figure("Parameters by component")
+    fig, ax = figure("Parameters by component (exact counts)", scenario,
+                     height=max(3.2, 1.6 + (0.32 if len(models) == 1 else 0.17) * len(groups) * len(models)))
+    totals = df[df["group"] == "total"]["params"]
+    log = totals.max() / totals.min() > 20  # sizes too far apart for one linear axis
     height = 0.8 / len(models)
+    any_moe = bool((df["active"] != df["params"]).any())
     for i, model in enumerate(models):
-        sub = df[df["model"] == model].set_index("group").reindex(groups)
-        ax.barh([g + (i - (len(models) - 1) / 2) * height for g in range(len(groups))], sub["params"].fillna(0),
-                height=height, color=colour(i), label=model)
+        sub = df[df["model"] == model].set_index("group")[["params", "active"]].reindex(groups).fillna(0)
+        ys = [g + (i - (len(models) - 1) / 2) * height for g in range(len(groups))]
+        moe = bool((sub["active"] != sub["params"]).any())
+        bars = ax.barh(ys, sub["params"], height=height * 0.92, color=colour(i), alpha=0.45 if moe else 1.0,
+                       label=f"{model}: total" if moe else model)
+        if moe:
+            ax.barh(ys, sub["active"], height=height * 0.92, color=colour(i), label=f"{model}: active per token")
+        bar_values(ax, bars, [("" if not p else si(p).strip() + (f" (active {si(a).strip()})" if a != p else ""))
+                              for p, a in zip(sub["params"], sub["active"])])
     ax.set_yticks(range(len(groups)), groups)
     ax.invert_yaxis()
-    ax.set_xlabel("parameters (SI: k, M, G)")
+    ax.set_xlabel("parameters (SI: k, M, G, T" + (", log scale)" if log else ")"))
+    if log:
+        ax.set_xscale("log")
+        ax.set_xlim(df["params"][df["params"] > 0].min() / 2, df["params"].max() * 30)  # room for the labels
+    else:
+        ax.set_xlim(0, df["params"].max() * 1.35)
     ax.xaxis.set_major_formatter(SI)
-    ax.legend(loc="lower right")
     ax.grid(axis="x", alpha=0.3)
+    if len(models) > 1 or any_moe:
+        legend_outside(ax, "below", ncol=min(3, 2 * len(models)))
     return fig
 
 
-def flops_vs_seq(df, crossovers: dict[str, float]):
+def flops_vs_seq(df, crossovers: dict[str, float], seq_len: int | None = None, scenario: str = ""):
     """FLOPs per training token by component against sequence length (log x). df: model, seq_len,
     component, flops_per_token. One model: a colour per component; several: a colour per model, total
-    solid and attention S² dashed. A vertical line marks where S² overtakes the projections."""
+    solid and attention S² dashed. A dotted line marks where S² overtakes the projections, a dashed
+    one the plan's sequence length."""
     models = list(dict.fromkeys(df["model"]))
-    fig, ax = _figure("Training FLOPs per token against sequence length")
+    fig, ax = figure("Training FLOPs per token against sequence length", scenario)
     single = len(models) == 1
     components = ["total", "attention projections", "attention S²", "FFN", "LM head"]
+    lines = {}
     for i, model in enumerate(models):
         sub = df[df["model"] == model]
         for j, component in enumerate(components):
@@ -81,132 +178,266 @@ def flops_vs_seq(df, crossovers: dict[str, float]):
             if not len(part) or not part["flops_per_token"].any() or (
                     not single and component not in ("total", "attention S²")):
                 continue
-            style = dict(color="black" if component == "total" else colour(j), linestyle="-",
-                         linewidth=2 if component == "total" else 1.4) if single else \
-                dict(color=colour(i), linestyle="-" if component == "total" else "--")
-            ax.plot(part["seq_len"], part["flops_per_token"], label=component if single else f"{model}: {component}",
-                    **style)
+            label = component if single else f"{model}: {component}"
+            lines[label] = (part, "black" if single and component == "total" else colour(j if single else i),
+                            "--" if not single and component != "total" else "-")
+    styles = distinguish({k: list(v[0]["flops_per_token"]) for k, v in lines.items()})
+    for label, (part, tint, dash) in lines.items():
+        k, same = styles[label]
+        ax.plot(part["seq_len"], part["flops_per_token"], color=tint, linestyle=STYLES[k][0] if k else dash,
+                marker=STYLES[k][1] if k else None, markersize=4, linewidth=2 if "total" in label else 1.5,
+                label=label + same)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
     at: dict[float, list[str]] = {}  # models sharing a crossover get one line and one label
     for model, x in crossovers.items():
         at.setdefault(x, []).append(model)
     for k, (x, names) in enumerate(sorted(at.items())):
         tint = "dimgrey" if single else colour(models.index(names[0]))
-        ax.axvline(x, color=tint, linewidth=0.8, linestyle=":")
+        ax.axvline(x, color=tint, linewidth=0.9, linestyle=":")
         who = "" if single else f" ({', '.join(names)})"
-        ax.annotate(f"S² = projections at {x:,.0f} tokens{who}", (x, 0.03 + 0.07 * k),
-                    xycoords=("data", "axes fraction"), xytext=(4, 0), textcoords="offset points", fontsize=7,
-                    color=tint, va="bottom")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
+        ax.annotate(f"S² = projections at {x:,.0f}{who}", (x, 0.03 + 0.08 * k), xycoords=("data", "axes fraction"),
+                    xytext=(4, 0), textcoords="offset points", fontsize=MIN_POINTS, color=tint, va="bottom")
+    if seq_len:
+        mark_x(ax, seq_len, f"plan: seq {seq_len:,}")
     ax.xaxis.set_major_formatter(TOKENS)
-    ax.yaxis.set_major_formatter(SI)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{si_tick(v)}FLOP" if v else "0"))
     ax.set_xlabel("sequence length (tokens, log scale)")
-    ax.set_ylabel("FLOPs per token, forward + backward (log scale)")
-    ax.legend(fontsize=7, loc="upper left")
+    ax.set_ylabel("FLOPs per token, fwd + bwd (log scale)")
+    legend_outside(ax)
     ax.grid(which="both", alpha=0.25)
     return fig
 
 
-def time_and_cost(df, costs):
-    """Left: wall-clock days against GPU count (log-log), one line per (model, accelerator).
-    Right: cost per series (GPU-hours do not change with the count under linear scaling)."""
-    fig, (left, right) = _figure("Training time and cost", ncols=2, width=6.2)
-    for i, (label, sub) in enumerate(df.groupby("series", sort=False)):
-        left.plot(sub["n_gpus"], sub["wall_clock_days"], marker="o", markersize=3, color=colour(i), label=label)
+def time_and_cost(df, plan: dict, prices: dict[str, str], scenario: str = ""):
+    """Left: wall-clock days against GPU count (log-log), one line per series (model on accelerator);
+    the plan's series thick and on top, its point starred and labelled; points whose memory does not
+    fit on the device drawn as red crosses on a faint line. Right: each series' cost (it does not
+    depend on the GPU count under linear scaling) with its $/GPU-hour.
+    df: series, device, n_gpus, wall_clock_days, cost_usd, fits; plan: n_gpus and series -> (days, cost,
+    fits) for the plan's own series (with several, the stars carry no label: the comparison table has them);
+    prices: series -> '$3.99/GPU-hour (preset)' or 'no price'."""
+    fig, (left, right) = figure("Training time and cost", scenario, ncols=2, width=10.8, height=5.4)
+    order = list(dict.fromkeys(df["series"]))
+    styles = distinguish({s: list(df[df["series"] == s]["wall_clock_days"]) for s in order})
+    for i, label in enumerate(order):
+        sub = df[df["series"] == label]
+        k, same = styles[label]
+        chosen = label in plan["series"]
+        ok = sub[sub["fits"] != False]  # noqa: E712  (None: memory not modelled, drawn as feasible)
+        bad = sub[sub["fits"] == False]  # noqa: E712
+        left.plot(sub["n_gpus"], sub["wall_clock_days"], color=colour(i), alpha=0.35, linewidth=1,
+                  linestyle=STYLES[k][0], zorder=2)
+        left.plot(ok["n_gpus"], ok["wall_clock_days"], color=colour(i), linestyle=STYLES[k][0],
+                  marker=STYLES[k][1], markersize=5 if chosen else 4, linewidth=2.6 if chosen else 1.4,
+                  markerfacecolor="white" if k else colour(i), zorder=5 if k else 4 if chosen else 3, label=label + (" (the plan)" if chosen and len(order) > 1 and
+                                                            len(plan["series"]) == 1 else "") + same)
+        if len(bad):
+            left.scatter(bad["n_gpus"], bad["wall_clock_days"], marker="x", color=WARN, s=30, zorder=5,
+                         label="does not fit in GPU memory" if "does not fit in GPU memory" not in
+                         left.get_legend_handles_labels()[1] else None)
     left.set_xscale("log", base=2)
     left.set_yscale("log")
+    n = plan["n_gpus"]
+    for j, (label, (days, cost, fits)) in enumerate(plan["series"].items()):
+        left.scatter([n], [days], marker="*", s=240, color="gold" if fits is not False else "white",
+                     edgecolor="black" if fits is not False else WARN, linewidth=1.2, zorder=6,
+                     label=f"the plan: {n:,} GPUs" if j == 0 else None)
+        if len(plan["series"]) == 1:
+            text = (f"plan: {n:,} GPUs\n{days:,.1f} days" + ("" if cost is None else f", {fmt_usd(cost)}")
+                    + ("\ndoes not fit in memory" if fits is False else ""))
+            left.annotate(text, (n, days), xytext=(12, 10), textcoords="offset points", fontsize=MIN_POINTS,
+                          color=WARN if fits is False else "black",
+                          bbox=dict(boxstyle="round,pad=0.25", fc="white", ec="grey", alpha=0.9), zorder=7)
     left.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    day_axis(left.yaxis)
     left.set_xlabel("GPUs (log scale)")
-    left.set_ylabel("wall-clock (days, log scale)")
-    left.legend(fontsize=7)
+    left.set_ylabel("wall-clock (log scale)")
     left.grid(which="both", alpha=0.25)
-    labels = list(costs)
-    values = [costs[k] if costs[k] is not None else 0 for k in labels]
-    right.barh(range(len(labels)), values, color=[colour(i) for i in range(len(labels))])
-    right.set_yticks(range(len(labels)), labels, fontsize=7)
+    legend_outside(left, "below", ncol=2)
+    costs = [df[df["series"] == s]["cost_usd"].iloc[0] for s in order]
+    values = [c if c is not None and c == c else 0 for c in costs]
+    bars = right.barh(range(len(order)), values, color=[colour(i) for i in range(len(order))])
+    bar_values(right, bars, [fmt_usd(c) if c else "no price" for c in values])
+    right.set_yticks(range(len(order)), [f"{s}\n{prices[s]}" for s in order])
     right.invert_yaxis()
-    right.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"${si(v, 3).strip()}"))
-    right.set_xlabel("cost (USD, any GPU count)")
+    right.set_xlim(0, max(values + [1]) * 1.45)
+    right.xaxis.set_major_locator(MaxNLocator(4))
+    right.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"${si_tick(v)}"))
+    right.set_xlabel("cost of the run (USD, any GPU count)")
     right.grid(axis="x", alpha=0.3)
     return fig
 
 
-def memory_vs_batch(df, capacity: float, device: str):
-    """Per-GPU memory against micro-batch: stacked components at the peak (one model) or each model's
-    peak (several), in GiB, with the device capacity. df: model, micro_batch, component, bytes."""
+def memory_vs_batch(df, capacity: float, device: str, micro_batch: int, skipped: dict[str, str] | None = None,
+                    scenario: str = ""):
+    """Per-GPU memory against micro-batch, every micro-batch up to the first that does not fit.
+    One model: stacked components (those under 2 % of the tallest bar merged into 'other'), the total
+    on each bar, bars past the capacity hatched red, the plan's micro-batch outlined. Several models:
+    each model's peak. The capacity line carries its label; models without an activation model are
+    named in a note, never dropped silently. df: model, micro_batch, component, bytes."""
     models = list(dict.fromkeys(df["model"]))
-    fig, ax = _figure("Training memory per GPU against micro-batch size")
-    gib = 2**30
+    fig, ax = figure("Training memory per GPU against micro-batch size", scenario)
+    cap = capacity / 2**30
     if len(models) == 1:
         parts = df[df["component"] != "peak"]
-        pivot = parts.pivot_table(index="micro_batch", columns="component", values="bytes", sort=False).fillna(0) / gib
+        pivot = parts.pivot_table(index="micro_batch", columns="component", values="bytes", sort=False).fillna(0)
+        pivot = pivot / 2**30
+        small = [c for c in pivot.columns if pivot[c].max() < 0.02 * pivot.sum(axis=1).max()]
+        if len(small) > 1:
+            pivot["other (" + ", ".join(small) + ")"] = pivot[small].sum(axis=1)
+            pivot = pivot.drop(columns=small)
+        x = list(range(len(pivot)))
         bottom = None
         for j, component in enumerate(pivot.columns):
-            ax.bar(range(len(pivot)), pivot[component], bottom=bottom, color=colour(j), label=component)
+            ax.bar(x, pivot[component], bottom=bottom, color=colour(j), label=component, width=0.7)
             bottom = pivot[component] if bottom is None else bottom + pivot[component]
-        ax.set_xticks(range(len(pivot)), [str(b) for b in pivot.index])
+        totals = pivot.sum(axis=1)
+        for xi, (batch, total) in zip(x, totals.items()):
+            over = total > cap
+            if over:
+                ax.bar([xi], [total], width=0.7, fill=False, hatch="//", edgecolor=WARN, linewidth=0)
+            ax.annotate(f"{total:,.1f}" + ("\ndoes not fit" if over else ""), (xi, total), xytext=(0, 3),
+                        textcoords="offset points", ha="center", va="bottom", fontsize=MIN_POINTS,
+                        color=WARN if over else "black", fontweight="bold" if over else "normal")
+            if batch == micro_batch:
+                ax.bar([xi], [total], width=0.78, fill=False, edgecolor="black", linewidth=2)
+        labels = [f"{b}\n(plan)" if b == micro_batch else str(b) for b in pivot.index]
+        ax.set_xticks(x, labels)
+        top = max(totals.max(), cap)
     else:
+        peaks = df[df["component"] == "peak"]
+        top = min(max(cap, peaks["bytes"].max() / 2**30), 2 * cap)  # far-off points drawn at the edge, labelled
         for i, model in enumerate(models):
-            sub = df[(df["model"] == model) & (df["component"] == "peak")]
-            ax.plot([str(b) for b in sub["micro_batch"]], sub["bytes"] / gib, marker="o", color=colour(i), label=model)
-    ax.axhline(capacity / gib, color="black", linestyle="--", linewidth=1, label=f"{device}: {capacity / gib:g} GiB")
+            sub = peaks[peaks["model"] == model]
+            values = sub["bytes"] / 2**30
+            shown = values.clip(upper=top)
+            ax.plot(sub["micro_batch"], shown, marker=STYLES[i % len(STYLES)][1], color=colour(i), label=model)
+            over = values > cap
+            ax.scatter(sub["micro_batch"][over], shown[over], marker="x", s=40, color=WARN, zorder=4)
+            for b, v in zip(sub["micro_batch"][values > top], values[values > top]):
+                ax.annotate(f"{model}: {v:,.0f} GiB (off scale)", (b, top), xytext=(6, -4), textcoords="offset points",
+                            fontsize=MIN_POINTS, color=colour(i), va="top")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.set_xlim(0.5, peaks["micro_batch"].max() + 0.5)
+        mark_x(ax, micro_batch, f"plan: micro-batch {micro_batch}")
+    ax.axhline(cap, color=WARN, linestyle="--", linewidth=1.2)
+    left = len(models) == 1  # bars grow to the right: the left end of the line is free; lines start at the left
+    ax.annotate(f"{device} capacity: {cap:g} GiB", (0.01 if left else 0.99, cap), xycoords=("axes fraction", "data"),
+                xytext=(0, 3), textcoords="offset points", color=WARN, fontsize=MIN_POINTS, va="bottom",
+                ha="left" if left else "right",
+                bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))
+    ax.set_ylim(0, top * 1.22)
     ax.set_xlabel("micro-batch (sequences per GPU)")
     ax.set_ylabel("memory per GPU at the peak (GiB)")
-    ax.legend(fontsize=7, loc="upper left")
     ax.grid(axis="y", alpha=0.3)
+    if skipped:
+        ax.set_title("not shown: " + "; ".join(f"{m} ({why})" for m, why in skipped.items()), fontsize=MIN_POINTS,
+                     color="dimgrey", loc="left")
+    legend_outside(ax, "below", ncol=3 if len(models) > 1 else 2)
     return fig
 
 
-def kv_vs_context(df, capacity: float, device: str):
-    """KV cache (batch 1) against context length, one line per model, with the device capacity."""
-    fig, ax = _figure("Inference KV cache against context length (batch 1)")
-    for i, (model, sub) in enumerate(df.groupby("model", sort=False)):
-        ax.plot(sub["context"], sub["kv_cache_bytes"], marker="o", markersize=3, color=colour(i), label=model)
-    ax.axhline(capacity, color="black", linestyle="--", linewidth=1, label=f"{device} capacity")
+def kv_vs_context(df, capacity: float, device: str, context: int | None = None, scenario: str = ""):
+    """KV cache (batch 1) against context length, one line per model (coinciding ones dashed and
+    labelled 'same as'), with the device capacity and the plan's context."""
+    fig, ax = figure("Inference KV cache against context length (batch 1)", scenario)
+    order = list(dict.fromkeys(df["model"]))
+    styles = distinguish({m: list(df[df["model"] == m]["kv_cache_bytes"]) for m in order})
+    for i, model in enumerate(order):
+        sub = df[df["model"] == model]
+        k, same = styles[model]
+        ax.plot(sub["context"], sub["kv_cache_bytes"], marker=STYLES[k][1], markersize=4, linestyle=STYLES[k][0],
+                color=colour(i), label=model + same)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
+    top = max(df["kv_cache_bytes"].max(), capacity) * 2
+    ax.set_ylim(df["kv_cache_bytes"].min() / 2, top)
+    ax.axhline(capacity, color=WARN, linestyle="--", linewidth=1.2)
+    ax.annotate(f"{device} capacity: {capacity / 2**30:g} GiB", (0.01, capacity), xycoords=("axes fraction", "data"),
+                xytext=(0, 3), textcoords="offset points", color=WARN, fontsize=MIN_POINTS, va="bottom")
+    if context:
+        mark_x(ax, context, f"plan context: {context:,}", y=0.85)
     ax.xaxis.set_major_formatter(TOKENS)
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v / 2**30:g}"))
+    gib_axis(ax.yaxis)
     ax.set_xlabel("context (tokens, log scale)")
-    ax.set_ylabel("KV cache (GiB, log scale)")
-    ax.legend(fontsize=7)
+    ax.set_ylabel("KV cache per sequence (log scale)")
     ax.grid(which="both", alpha=0.25)
+    legend_outside(ax)
     return fig
 
 
-def compute_optimal(frontiers, points):
-    """Parameters against training tokens (log-log): the ~20 tokens/parameter line and Hoffmann's
-    Approach 3 frontier, with each model's (params, tokens). frontiers: method -> (N list, D list)."""
-    fig, ax = _figure("Where the models sit against compute-optimal training")
+def compute_optimal(frontiers, points, scenario: str = ""):
+    """Parameters against training tokens (log-log): the references (named with their source) and each
+    model at its parameters; MoE models at both their total and their active parameters, joined.
+    frontiers: label -> (N list, D list); points: model -> {'params', 'active', 'tokens'}."""
+    fig, ax = figure("Where the models sit against compute-optimal training", scenario,
+                     height=4.6 + 0.2 * (len(points) + sum(p["active"] != p["params"] for p in points.values())))
+    named = len(points) <= 3  # more: the legend names them, labels on the points would collide
     for j, (method, (n, d)) in enumerate(frontiers.items()):
         ax.plot(n, d, color="grey", linestyle=["-", "--", ":"][j % 3], label=method)
-    for i, (model, (n, d)) in enumerate(points.items()):
-        ax.scatter([n], [d], color=colour(i), zorder=3, label=f"{model}: {d / n:,.0f} tokens/param")
-    _log_axes(ax, "parameters (log scale)", "training tokens (log scale)")
+    for i, (model, p) in enumerate(points.items()):
+        tokens = p["tokens"]
+        if p["active"] != p["params"]:
+            ax.plot([p["active"], p["params"]], [tokens, tokens], color=colour(i), linewidth=1, zorder=2)
+            ax.scatter([p["params"]], [tokens], facecolor="white", edgecolor=colour(i), s=50, zorder=3,
+                       label=f"{model}, total {si(p['params']).strip()}: {tokens / p['params']:,.0f} tokens/param (hollow)")
+            if named:
+                ax.annotate(f"{model} (total)", (p["params"], tokens), xytext=(6, -12), textcoords="offset points",
+                            fontsize=MIN_POINTS, color=colour(i))
+        ax.scatter([p["active"]], [tokens], color=colour(i), s=50, zorder=3,
+                   label=f"{model}" + (", active" if p["active"] != p["params"] else "")
+                   + f" {si(p['active']).strip()}: {tokens / p['active']:,.0f} tokens/param"
+                   + (" (filled)" if p["active"] != p["params"] else ""))
+        if named:
+            ax.annotate(model + (" (active)" if p["active"] != p["params"] else ""), (p["active"], tokens),
+                        xytext=(6, 6), textcoords="offset points", fontsize=MIN_POINTS, color=colour(i))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.xaxis.set_major_formatter(SI)
+    ax.yaxis.set_major_formatter(SI)
+    ax.set_xlabel("parameters (log scale)")
+    ax.set_ylabel("training tokens (log scale)")
+    ax.grid(which="both", alpha=0.25)
+    legend_outside(ax, "below", ncol=1)
     return fig
 
 
-def parity(rows):
-    """Analytic against measured FLOPs (log-log, y = x) and every comparison's relative error.
-    rows: dicts with model, name, unit, analytic, measured, rel_error."""
-    fig, (left, right) = _figure("Formulas against measurements", ncols=2, width=6.2)
+def parity(rows, title_note: str = "", scenario: str = ""):
+    """Analytic against measured FLOPs (log-log, y = x) and the relative error of every comparison
+    that has one. rows: dicts with model, name, unit, analytic, measured, rel_error."""
+    errors = [r for r in rows if r["rel_error"] is not None]
+    fig, (left, right) = figure("Formulas against measurements" + (f": {title_note}" if title_note else ""),
+                                scenario, ncols=2, width=10.8, height=max(4.6, 1.6 + 0.22 * len(errors)))
     models = list(dict.fromkeys(r["model"] for r in rows))
     flops = [r for r in rows if r["unit"] == "FLOP" and r["analytic"] and r["measured"]]
     for i, model in enumerate(models):
         mine = [r for r in flops if r["model"] == model]
-        left.scatter([r["analytic"] for r in mine], [r["measured"] for r in mine], color=colour(i), s=14, label=model)
+        left.scatter([r["analytic"] for r in mine], [r["measured"] for r in mine], color=colour(i), s=22, label=model)
     if flops:
         low = min(min(r["analytic"], r["measured"]) for r in flops)
         high = max(max(r["analytic"], r["measured"]) for r in flops)
         left.plot([low, high], [low, high], color="black", linewidth=0.8, label="measured = analytic")
-    _log_axes(left, "analytic (FLOP)", "measured by FlopCounterMode (FLOP)")
-    errors = [r for r in rows if r["rel_error"] is not None]
+    left.set_xscale("log")
+    left.set_yscale("log")
+    left.xaxis.set_major_formatter(SI)
+    left.yaxis.set_major_formatter(SI)
+    left.set_xlabel("analytic (FLOP)")
+    left.set_ylabel("measured by FlopCounterMode (FLOP)")
+    left.grid(which="both", alpha=0.25)
+    legend_outside(left, "below", ncol=2)
     labels = [f"{r['model']}: {r['name']}" if len(models) > 1 else r["name"] for r in errors]
-    right.barh(range(len(errors)), [r["rel_error"] * 100 for r in errors],
-               color=[colour(models.index(r["model"])) for r in errors])
-    right.set_yticks(range(len(errors)), labels, fontsize=6)
+    bars = right.barh(range(len(errors)), [r["rel_error"] * 100 for r in errors],
+                      color=[colour(models.index(r["model"])) for r in errors])
+    from ..units import fmt_pct
+
+    bar_values(right, bars, [fmt_pct(r["rel_error"]) for r in errors])
+    right.set_yticks(range(len(errors)), labels)
     right.invert_yaxis()
     right.axvline(0, color="black", linewidth=0.8)
+    lo, hi = right.get_xlim()
+    span = max(abs(lo), abs(hi), 1e-3)
+    right.set_xlim(min(lo, 0) - 0.05 * span, hi + 0.6 * span)
     right.set_xlabel("relative error, measured vs analytic (%)")
     right.grid(axis="x", alpha=0.3)
     return fig

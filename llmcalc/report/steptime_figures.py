@@ -15,11 +15,11 @@ from .views_steptime import BREAKDOWN_LABELS, layout_document
 DEFAULT_TOKENS_PER_STEP = 4 * 2**20  # 4 Mi tokens per optimizer step when no global batch is given
 
 
-def breakdown_bars(predictions: list[tuple[str, StepPrediction]], title: str):
+def breakdown_bars(predictions: list[tuple[str, StepPrediction]], title: str, scenario: str = ""):
     """One horizontal stacked bar per layout: seconds of compute, exposed communication, bubble, optimizer."""
     from . import plots
 
-    fig, ax = plots._figure(title, width=9.0)
+    fig, ax = plots.figure(title, scenario, width=9.0)
     labels = [label for label, _ in predictions]
     left = [0.0] * len(predictions)
     for i, part in enumerate(BREAKDOWN_LABELS):
@@ -29,11 +29,11 @@ def breakdown_bars(predictions: list[tuple[str, StepPrediction]], title: str):
         ax.barh(labels, widths, left=left, color=plots.colour(i), label=BREAKDOWN_LABELS[part])
         left = [a + b for a, b in zip(left, widths)]
     for y, (_, p) in enumerate(predictions):
-        ax.text(left[y], y, f"  MFU {p.mfu * 100:.1f} %", va="center", fontsize=7)
+        ax.text(left[y], y, f"  MFU {p.mfu * 100:.1f} %", va="center", fontsize=plots.MIN_POINTS)
     ax.invert_yaxis()
     ax.set_xlabel("predicted step time (s)")
     ax.set_xlim(0, max(left) * 1.25 if left else 1)
-    fig.legend(fontsize=7, loc="outside lower center", ncols=3)
+    fig.legend(loc="outside lower center", ncols=3)
     ax.grid(axis="x", alpha=0.25)
     return fig
 
@@ -77,7 +77,10 @@ def steptime_section(report, specs, scenario, global_batch: int | None = None, t
             shown.append((f"slowest: tp{worst.layout.tp} cp{worst.layout.cp} pp{worst.layout.pp} "
                           f"dp{worst.layout.dp} mb{worst.layout.micro_batch} {worst.recompute}", worst))
         name = f"steptime-{safe_name(spec.name)}"
-        report.figure(name, breakdown_bars(shown, f"{spec.name}: predicted step time by layout"),
+        from .planning import scenario_line
+
+        report.figure(name, breakdown_bars(shown, f"{spec.name}: predicted step time by layout",
+                                           scenario_line(scenario, [spec.name])),
                       "Where each layout's step goes (compute, exposed communication, pipeline bubble, optimizer), "
                       "best layouts first and the slowest that fits last")
         best = ranked[0][0]

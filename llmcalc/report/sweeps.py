@@ -17,15 +17,31 @@ from ..spec import ModelSpec
 SEQ_LENGTHS = [2**k for k in range(7, 18)]  # 128 .. 128k tokens
 GPU_COUNTS = [2**k for k in range(3, 15)]  # 8 .. 16,384
 CONTEXTS = [2**k for k in range(10, 18)]  # 1k .. 128k tokens
-MICRO_BATCHES = [1, 2, 4, 8, 16, 32, 64, 128]
 NEIGHBOURS = ["a100-80gb-sxm", "h100-sxm", "h200", "b200", "mi300x"]  # accelerators to set beside the chosen one
 COMPONENTS = ["attention projections", "attention S²", "FFN", "LM head"]
 
 
+def params_group(name: str) -> str:
+    """One row per kind of component across models: encoder/decoder prefixes dropped, cross-attention
+    with attention, a dense MLP and MoE experts (routed + shared) in one row, 'MLP / experts'."""
+    group = name.split(".")[-1]
+    return {"cross_attention": "attention", "mlp": "MLP / experts", "moe": "MLP / experts"}.get(group, group)
+
+
 def params_groups(counts: dict[str, ParamCount]) -> pd.DataFrame:
-    rows = [{"model": model, "group": group, "params": value}
-            for model, count in counts.items() for group, value in count.groups().items()]
-    return pd.DataFrame(rows)
+    """model, group, params, active: exact parameters per group, and those one token uses (MoE: the
+    routed experts it is not sent to are the only parameters it does not use)."""
+    rows = []
+    for model, count in counts.items():
+        groups: dict[str, int] = {}
+        for group, value in count.groups().items():
+            groups[params_group(group)] = groups.get(params_group(group), 0) + value
+        idle = count.total - count.active_per_token
+        for group, value in groups.items():
+            rows.append({"model": model, "group": group, "params": value,
+                         "active": value - idle if group == "MLP / experts" else value})
+        rows.append({"model": model, "group": "total", "params": count.total, "active": count.active_per_token})
+    return pd.DataFrame(rows, columns=["model", "group", "params", "active"])
 
 
 def flops_vs_seq(specs: dict[str, ModelSpec], causal: bool) -> tuple[pd.DataFrame, dict[str, float]]:
@@ -39,44 +55,63 @@ def flops_vs_seq(specs: dict[str, ModelSpec], causal: bool) -> tuple[pd.DataFram
                              "flops_per_token": 3 * groups.get(component, 0) / step.tokens})
             rows.append({"model": model, "seq_len": seq, "component": "total",
                          "flops_per_token": step.model_flops_per_token})
-        if spec.architecture == "decoder":
-            crossovers[model] = crossover(spec, causal).vs_projections
+        cross = crossover(spec, causal) if spec.architecture == "decoder" else None
+        if cross is not None:
+            crossovers[model] = cross.vs_projections
     return pd.DataFrame(rows), crossovers
 
 
-def time_vs_gpus(specs: dict[str, ModelSpec], scenario: Scenario, load_hardware) -> tuple[pd.DataFrame, dict]:
-    """Wall-clock against GPU count: one model on the chosen accelerator and its neighbours, or
-    every model on the chosen accelerator. Returns the points and each series' cost."""
-    if len(specs) == 1:
-        keys = [scenario.gpu.key] + [k for k in NEIGHBOURS if k != scenario.gpu.key][:3]
-        series = [(f"{next(iter(specs))} on {k}", next(iter(specs.values())), load_hardware(k)) for k in keys]
-    else:
-        series = [(f"{model} on {scenario.gpu.key}", spec, scenario.gpu) for model, spec in specs.items()]
-    rows, costs = [], {}
+def accelerators_shown(specs: dict[str, ModelSpec], scenario: Scenario, load_hardware) -> list:
+    """The chosen accelerator, and with one model three neighbours to set beside it."""
+    if len(specs) > 1:
+        return [scenario.gpu]
+    return [scenario.gpu] + [load_hardware(k) for k in NEIGHBOURS if k != scenario.gpu.key][:3]
+
+
+def time_vs_gpus(specs: dict[str, ModelSpec], scenario: Scenario, load_hardware) -> pd.DataFrame:
+    """Wall-clock against GPU count: one model on the chosen accelerator and its neighbours, or every
+    model on the chosen accelerator. `fits`: whether the per-GPU training memory fits on the device at
+    that count (None where memory is not modelled: encoders, encoder-decoders)."""
+    gpus = accelerators_shown(specs, scenario, load_hardware)
+    series = ([(f"{next(iter(specs))} on {g.key}", next(iter(specs.values())), g) for g in gpus] if len(specs) == 1
+              else [(f"{model} on {scenario.gpu.key}", spec, scenario.gpu) for model, spec in specs.items()])
+    rows = []
     for label, spec, gpu in series:
         price = scenario.usd_per_gpu_hour if gpu.key == scenario.gpu.key else None
         for n in sorted(set(GPU_COUNTS + [scenario.n_gpus])):
             record = model_record(spec, replace(scenario, gpu=gpu, n_gpus=n, usd_per_gpu_hour=price))
-            rows.append({"series": label, "device": gpu.key, "n_gpus": n, "wall_clock_days": record["wall_clock_days"],
-                         "gpu_hours": record["gpu_hours"], "cost_usd": record["cost_usd"]})
-        costs[label] = rows[-1]["cost_usd"]
-    return pd.DataFrame(rows), costs
+            rows.append({"series": label, "model": spec.name, "device": gpu.key, "n_gpus": n,
+                         "wall_clock_days": record["wall_clock_days"], "gpu_hours": record["gpu_hours"],
+                         "cost_usd": record["cost_usd"], "fits": record.get("fits")})
+    return pd.DataFrame(rows)
 
 
-def memory_vs_batch(specs: dict[str, ModelSpec], scenario: Scenario) -> pd.DataFrame:
-    rows = []
+def micro_batches(largest: int) -> list[int]:
+    """Every micro-batch up to the first that does not fit (`largest` + 1); past 24 bars, every one
+    up to 8 and then about a dozen geometrically spaced, always ending at largest, largest + 1."""
+    first_over = largest + 1
+    if first_over <= 24:
+        return list(range(1, first_over + 1))
+    steps = [round(8 * (largest / 8) ** (k / 12)) for k in range(1, 12)]
+    return sorted(set(list(range(1, 9)) + steps + [largest, first_over]))
+
+
+def memory_vs_batch(specs: dict[str, ModelSpec], scenario: Scenario) -> tuple[pd.DataFrame, dict[str, str]]:
+    """Peak training memory per GPU by component against micro-batch, for each decoder model; and the
+    models left out, with why."""
+    rows, skipped = [], {}
     for model, spec in specs.items():
         if spec.architecture != "decoder":
+            skipped[model] = f"{spec.architecture}: the activation model covers decoder-only models"
             continue
-        for batch in MICRO_BATCHES:
+        largest = scenario_memory(spec, scenario, 1).largest_micro_batch(scenario.gpu.memory_bytes)
+        for batch in micro_batches(largest):
             est = scenario_memory(spec, scenario, batch)
-            if batch > 1 and est.peak > 2 * scenario.gpu.memory_bytes:
-                break  # far past the device: stop the sweep
             for component, value in est.peak_components().items():
                 if value:
                     rows.append({"model": model, "micro_batch": batch, "component": component, "bytes": value})
             rows.append({"model": model, "micro_batch": batch, "component": "peak", "bytes": est.peak})
-    return pd.DataFrame(rows, columns=["model", "micro_batch", "component", "bytes"])
+    return pd.DataFrame(rows, columns=["model", "micro_batch", "component", "bytes"]), skipped
 
 
 def kv_vs_context(specs: dict[str, ModelSpec], kv_dtype: str) -> pd.DataFrame:
@@ -86,7 +121,8 @@ def kv_vs_context(specs: dict[str, ModelSpec], kv_dtype: str) -> pd.DataFrame:
 
 
 def frontiers() -> dict[str, tuple[list[float], list[float]]]:
-    """Compute-optimal (params, tokens) for budgets 1e19 .. 1e27 FLOPs, by method."""
+    """Compute-optimal (params, tokens) for budgets 1e19 .. 1e27 FLOPs, by method: the ~20 tokens per
+    parameter rule (Hoffmann et al. 2022, Approaches 1 and 2) and the Approach 3 parametric fit."""
     budgets = [10 ** (19 + k / 4) for k in range(33)]
     out: dict[str, tuple[list[float], list[float]]] = {}
     for c in budgets:

@@ -15,6 +15,21 @@ FLOP_CONVENTIONS = [
 ]
 
 
+SSM_CONVENTION = (
+    "SSM scan (no S² term, linear in S), recurrent form per token x channel x state: Mamba-1 7·B·S·E·N "
+    "(Gu & Dao 2023 Alg. 2), Mamba-2 5·B·S·E·N (Dao & Gu 2024 eq. 1), Gated DeltaNet 7·B·S·E·N (Yang et al. "
+    "2024 eq. 10); exp/softplus/gating not counted; "
+    "torch's FlopCounterMode sees only the scan's matmuls (see llmcalc/analytic/ssm.py); conv1d counted "
+    "over the S+K-1 padded positions torch computes")
+
+
+def conventions(spec, causal: bool) -> list[str]:
+    """The FLOP conventions that apply to `spec` (the Mamba scan line only where it has Mamba layers)."""
+    ssm = [SSM_CONVENTION] if spec.is_hybrid and any(
+        k in ("mamba", "mamba2", "gated_deltanet") for i in range(spec.n_layers) for k in spec.layer_parts(i)[0]) else []
+    return FLOP_CONVENTIONS + [_s2(causal)] + ssm
+
+
 def _s2(causal: bool) -> str:
     return ("causal: S² terms halved (Megatron-LM/NeMo; what FlashAttention computes)" if causal
             else "full S² (PaLM/nanoGPT/torchtitan; what torch's FlopCounterMode counts); --causal halves it")
@@ -48,7 +63,7 @@ def flops_document(step: StepFlops, count: ParamCount) -> Document:
                           "exact_per_token": exact, "rel_error": rule.per_token / exact - 1, "source": rule.source})
     elementwise = elementwise_ops(step)
     data = {
-        "model": spec.name, "batch_size": step.batch, "seq_len": step.seq_len,
+        "model": spec.name, "method": "analytic", "batch_size": step.batch, "seq_len": step.seq_len,
         "decoder_seq_len": step.decoder_seq_len, "causal": step.causal, "recompute": step.recompute,
         "tokens": step.tokens,
         "forward_flops": step.forward, "backward_flops": step.backward, "total_flops": model,
@@ -60,7 +75,7 @@ def flops_document(step: StepFlops, count: ParamCount) -> Document:
         "crossover_seq_len": None if cross is None else
         {"vs_attention_projections": cross.vs_projections, "vs_projections_and_ffn": cross.vs_block},
         "elementwise_estimate": elementwise,
-        "conventions": FLOP_CONVENTIONS + [_s2(step.causal)],
+        "conventions": conventions(spec, step.causal),
     }
     op_table = Table(
         "FLOPs by operation (one step)",
@@ -68,7 +83,7 @@ def flops_document(step: StepFlops, count: ParamCount) -> Document:
          Column("forward", "forward (FLOP)", _flop), Column("backward", "backward (FLOP)", _flop),
          Column("total", "fwd+bwd (FLOP)", _flop), Column("per_token", "fwd+bwd per token (FLOP)", _flop),
          Column("fraction_of_total", "share (%)", lambda v: f"{v * 100:.2f} %")],
-        ops_rows, FLOP_CONVENTIONS + [_s2(step.causal)],
+        ops_rows, conventions(spec, step.causal),
     )
     groups = step.groups()
     group_table = Table(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..analytic.inference import QUANTISATION_NOTES, InferenceEstimate, expected_experts
+from ..analytic.inference import QUANTISATION_NOTES, InferenceEstimate, expected_experts, state_bytes_per_sequence
 from ..analytic.memory import MemoryEstimate
 from ..hardware import Accelerator
 from ..units import fmt_bytes, fmt_flops, fmt_seconds
@@ -141,6 +141,7 @@ def infer_document(est: InferenceEstimate) -> Document:
         "compute_dtype": est.compute_dtype, "weights_bytes": est.weights, "weights_bytes_per_gpu": est.weights_per_gpu,
         "kv_cache_bytes": est.kv_cache, "kv_cache_bytes_per_token": est.kv_per_token,
         "kv_cache_bytes_per_token_per_gpu": est.kv_per_token_per_gpu,
+        "state_bytes_per_sequence_per_gpu": state_bytes_per_sequence(est.spec, est.n_gpus),
         "prefill_seconds": pre.seconds, "prefill_flops": pre.flops * est.n_gpus, "prefill_bytes_per_gpu": pre.bytes,
         "prefill_bound": pre.bound, "time_to_first_token_seconds": pre.seconds,
         "decode_seconds_per_token": est.decode_seconds_per_token, "decode_seconds": est.decode_seconds,
@@ -184,4 +185,13 @@ def infer_document(est: InferenceEstimate) -> Document:
     tokens = est.batch * (est.prompt + est.generate)
     return Document(title, data, [table], [f"weights {fmt_bytes(est.weights)}"
                                            + (f" ({fmt_bytes(est.weights_per_gpu)} per GPU)" if est.n_gpus > 1 else "")
-                                           + f"; KV cache at the end {fmt_bytes(est.kv_cache)} for {tokens:,} tokens"])
+                                           + f"; KV cache at the end {fmt_bytes(est.kv_cache)} for {tokens:,} tokens"
+                                           + _state_note(est)])
+
+
+def _state_note(est: InferenceEstimate) -> str:
+    """Hybrid/state-space models: the recurrent state beside the KV cache (empty otherwise)."""
+    state = state_bytes_per_sequence(est.spec, est.n_gpus)
+    return (f"; recurrent state {fmt_bytes(state * est.batch)} (conv + SSM state of the Mamba/DeltaNet/conv "
+            f"layers, {fmt_bytes(state)} per sequence{' per GPU' if est.n_gpus > 1 else ''}), constant in context "
+            f"length" if state else "")

@@ -26,6 +26,7 @@ def params_document(count: ParamCount, source: str) -> Document:
     data = {
         "model": spec.name,
         "model_type": spec.model_type,
+        "method": "analytic",
         "source": source,
         "spec": spec.to_dict(),
         "total": total,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..results import Comparison, ProfileResult
-from ..units import fmt_bytes, fmt_flops_rate, fmt_int, fmt_seconds, si
+from ..units import fmt_bytes, fmt_flops_rate, fmt_int, fmt_pct, fmt_seconds, si
 from .tables import Column, Document, Table
 
 
@@ -21,7 +21,7 @@ def _error(c: Comparison) -> str:
     err = c.rel_error
     if err is None:
         return ""
-    text = "0 %" if err == 0 else f"{err * 100:+.3g} %"
+    text = fmt_pct(err)
     return text + ("  <-- past ±" + f"{c.tolerance * 100:g} %" if c.flagged else "")
 
 

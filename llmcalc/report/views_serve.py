@@ -44,7 +44,8 @@ def serve_document(est: ServeEstimate) -> Document:
     per_token = est.kv_bytes_per_token_per_gpu
     kv_formula = (f"MLA latent: {spec.n_layers} layers x ({spec.kv_lora_rank} + {spec.qk_rope_head_dim}) x "
                   f"{est.kv_dtype} bytes, whole on every GPU" if spec.is_mla else
-                  f"2 (K, V) x {spec.n_layers} layers x {est.kv_heads_per_gpu} KV head"
+                  f"2 (K, V) x {spec.n_attention_layers} {'attention ' if spec.is_hybrid else ''}layers x "
+                  f"{est.kv_heads_per_gpu} KV head"
                   f"{'s' if est.kv_heads_per_gpu > 1 else ''} per GPU x {spec.d_head} x {est.kv_dtype} bytes")
     notes = [
         f"KV cache per token: {est.kv_bytes_per_token:,.0f} B for the whole model, {per_token:,.0f} B per GPU "
@@ -57,7 +58,9 @@ def serve_document(est: ServeEstimate) -> Document:
         f"run ({tokens:,} batched tokens, {seqs:,} sampled sequences: vllm serve's defaults for this GPU); "
         "KV blocks = floor(KV memory / block bytes); concurrency = KV blocks / ceil(max_model_len / block_size)",
         "not modelled: non-torch memory (CUDA context, NCCL buffers) and CUDA graphs, so KV blocks are an upper bound",
-    ] + serving_conventions(est.roofline(1, est.max_model_len))
+    ] + ([f"recurrent state: {fmt_bytes(est.state_bytes_per_sequence)} per sequence per GPU (conv + SSM state of the "
+          f"Mamba/DeltaNet/conv layers, bf16), constant in context length, held beside each sequence's KV blocks"]
+         if est.state_bytes_per_sequence else []) + serving_conventions(est.roofline(1, est.max_model_len))
     if est.kv_cache_bytes <= 0:
         notes.insert(0, f"does NOT fit: the weights and activations need {fmt_bytes(-est.kv_cache_bytes)} more than "
                         f"the usable memory; add GPUs or quantise")

@@ -1,0 +1,178 @@
+"""Models llmcalc has no formula for, counted with transformers' modelling code (torch-free side).
+
+``load_counted`` returns a ``ModelSpec`` for every model_type with an analytic family, and a
+``FallbackModel`` for any other model_type that the installed transformers can build: its numbers
+come from ``llmcalc.profiling.hf_fallback`` (parameters of the model built on fake tensors, forward
+FLOPs from torch's FlopCounterMode), imported only here and only then, so the analytic path never
+imports torch. Results are cached on disk per (config, seq_len, transformers, torch, hf_fallback
+source) under ``$LLMCALC_CACHE_DIR`` (default ``~/.cache/llmcalc``), so a repeated call does not
+rebuild the model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .analytic.params import EMBEDDING_PARTS, group_totals
+from .errors import LlmcalcError
+from .hfconfig import UnknownModelType
+
+METHOD_ANALYTIC, METHOD_TRANSFORMERS = "analytic", "transformers"
+INSTALL = "pip install 'llmcalc[dev]' (or: pip install transformers torch)"
+# config keys that name the routed experts per token (k) and per MoE layer (E), per transformers family
+TOP_K_KEYS = ("num_experts_per_tok", "num_experts_per_token", "moe_top_k", "top_k", "num_selected_experts")
+N_EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+
+
+@dataclass
+class FallbackModel:
+    """A model counted by transformers' modelling code; `counted` is hf_fallback.fallback_count's dict."""
+
+    name: str
+    model_type: str
+    config: dict
+    counted: dict
+    flops: dict | None = None  # forward FLOPs of one sequence (hf_fallback._flops), when asked
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def cls(self) -> str:
+        return self.counted["class"]
+
+    @property
+    def components(self) -> dict[str, int]:
+        return self.counted["components"]
+
+    @property
+    def total(self) -> int:
+        return sum(self.components.values())
+
+    @property
+    def embedding(self) -> int:
+        """Token, position and token-type tables plus an untied LM head, as ParamCount.embedding."""
+        return sum(self.components.get(k, 0) for k in EMBEDDING_PARTS)
+
+    def groups(self) -> dict[str, int]:
+        return group_totals(self.components)
+
+    @property
+    def routing(self) -> tuple[int, int] | None:
+        """(k routed experts per token, E experts per MoE layer) from the config, if it is a MoE."""
+        if not self.components.get("moe/experts"):
+            return None
+        k = next((self.config[key] for key in TOP_K_KEYS if isinstance(self.config.get(key), int)), None)
+        e = next((self.config[key] for key in N_EXPERT_KEYS if isinstance(self.config.get(key), int)), None)
+        return (k, e) if k and e and k <= e else None
+
+    @property
+    def active_per_token(self) -> int | None:
+        """Total minus the routed experts a token skips: experts x (1 - k/E); None where k, E are unknown."""
+        if not self.components.get("moe/experts"):
+            return self.total
+        if self.routing is None:
+            return None
+        k, e = self.routing
+        return self.total - self.components["moe/experts"] * (e - k) // e
+
+    def describe(self) -> str:
+        return (f"{self.model_type}: counted by transformers {self.counted['transformers_version']} "
+                f"({self.cls}, no weights), not by a formula")
+
+
+def need_libraries() -> None:
+    missing = [m for m in ("transformers", "torch") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise LlmcalcError(f"llmcalc has no formula for this model_type, and counting it with transformers' "
+                           f"modelling code needs {' and '.join(missing)}: {INSTALL}")
+
+
+def _cache_path(config: dict, seq_len: int | None) -> Path | None:
+    from importlib import metadata
+
+    try:
+        versions = [metadata.version("transformers"), metadata.version("torch")]
+    except metadata.PackageNotFoundError:
+        return None
+    source = Path(__file__).resolve().parent / "profiling" / "hf_fallback.py"
+    key = json.dumps([config, seq_len, versions, hashlib.sha256(source.read_bytes()).hexdigest()], sort_keys=True)
+    root = Path(os.environ.get("LLMCALC_CACHE_DIR") or Path.home() / ".cache" / "llmcalc")
+    return root / "hf_fallback" / f"{hashlib.sha256(key.encode()).hexdigest()}.json"
+
+
+def fallback_count(config: dict, seq_len: int | None = None) -> dict:
+    """hf_fallback.fallback_count, cached on disk (a damaged or unwritable cache is ignored)."""
+    need_libraries()
+    path = _cache_path(config, seq_len)
+    if path is not None and path.is_file():
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            pass
+    from .report.document import Progress
+
+    progress = Progress(1, f"building {config.get('model_type')} with transformers")
+    try:
+        from .profiling.hf_fallback import fallback_count as count
+
+        counted = count(config, seq_len)
+        progress.step()
+    finally:
+        progress.close()
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(counted))
+            tmp.replace(path)
+        except OSError:
+            pass
+    return counted
+
+
+def fallback_model(exc: UnknownModelType, seq_len: int | None = None) -> FallbackModel:
+    config = {k: v for k, v in exc.config.items() if not k.startswith("_")}  # "_source" and notes
+    counted = fallback_count(config, seq_len)
+    model = FallbackModel(exc.name, str(exc.config.get("model_type")), config, counted, counted.get("flops"))
+    if model.components.get("moe/experts") and model.active_per_token is None:
+        model.notes.append("active_per_token not derived: the config names no top-k and expert count "
+                           f"({'/'.join(TOP_K_KEYS[:2])}, {'/'.join(N_EXPERT_KEYS[:2])})")
+    return model
+
+
+def load_counted(name_or_path: str, seq_len: int | None = None):
+    """A ModelSpec (analytic), or a FallbackModel for a model_type only transformers knows."""
+    from .presets import load_model
+
+    try:
+        return load_model(name_or_path)
+    except UnknownModelType as exc:
+        return fallback_model(exc, seq_len)
+
+
+def step_flops(model: FallbackModel, batch: int, causal: bool, recompute: str) -> dict:
+    """One training step from the counted forward, in llmcalc's conventions: backward = 2 x forward
+    (as the analytic path), batch scales linearly (matmul FLOPs are linear in the batch), --causal
+    halves the self-attention core that the counter saw (sdpa kernels or an eager attention's bmm;
+not an encoder's, nor cross-attention, as the analytic --causal), full
+    recomputation adds one forward to the hardware FLOPs. Selective recomputation needs the split of
+    each block's ops, which a counted forward does not give."""
+    counted = model.flops
+    if recompute == "selective":
+        raise LlmcalcError(f"--recompute selective needs llmcalc's per-op formula; {model.model_type} is counted "
+                           "by transformers (use none or full)")
+    halved = ("attention S²", "decoder.attention S²")  # self-attention that can be causal; never the encoder's
+    if causal and not any(counted["groups"].get(k) for k in halved):
+        raise LlmcalcError(f"--causal: no causal self-attention core was seen in {model.cls}'s forward to halve")
+    groups = {k: batch * (v // 2 if causal and k in halved else v) for k, v in counted["groups"].items()}
+    forward = sum(groups.values())
+    recompute_flops = forward if recompute == "full" else 0
+    tokens = batch * counted["seq_len"]
+    return {"tokens": tokens, "forward_flops": forward, "backward_flops": 2 * forward, "total_flops": 3 * forward,
+            "recompute_flops": recompute_flops, "hardware_flops": 3 * forward + recompute_flops,
+            "flops_per_token": 3 * forward / tokens, "forward_flops_per_token": forward / tokens,
+            "hardware_flops_per_token": (3 * forward + recompute_flops) / tokens, "groups": groups}

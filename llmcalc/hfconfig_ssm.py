@@ -1,0 +1,263 @@
+"""Hybrid and state-space model_types for ``llmcalc.hfconfig.FAMILIES`` (issue 9, part 2).
+
+Each entry reads the per-layer mixer layout (``layer_types``) and the Mamba mixer shapes exactly
+as its transformers modelling file builds them, with the config-class defaults for absent keys
+(configuration_<type>.py). Formulas: ``llmcalc.analytic.ssm``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .hfconfig import Family, _mlp_kind
+from .spec import SpecError
+
+# These models have no attention (mamba, mamba2) or read heads only in their attention layers; the
+# spec still needs a head count, so a config without one gets a single placeholder head.
+_NO_HEADS = {"num_attention_heads": 1}
+
+
+def _no_ffn_width(kw: dict) -> None:
+    """Published Mamba configs carry intermediate_size = the mixer width; no layer has an MLP."""
+    kw.pop("d_ff", None)
+
+
+def _mamba(hf: dict, kw: dict) -> None:
+    # configuration_mamba.py: intermediate_size = int(expand * hidden_size); time_step_rank "auto"
+    # = ceil(hidden_size / 16). modeling_mamba.py MambaBlock: one RMSNorm + MambaMixer per layer.
+    D = kw["d_model"]
+    rank = hf.get("time_step_rank", "auto")
+    kw.update(
+        layer_types=("mamba",) * kw["n_layers"], ssm_d_inner=int(hf.get("expand", 2) * D),
+        ssm_d_state=hf.get("state_size", 16), ssm_dt_rank=math.ceil(D / 16) if rank == "auto" else int(rank),
+        ssm_conv_kernel=hf.get("conv_kernel", 4), ssm_conv_bias=bool(hf.get("use_conv_bias", True)),
+        ssm_proj_bias=bool(hf.get("use_bias", False)),
+    )
+    _no_ffn_width(kw)
+
+
+def _mamba2(hf: dict, kw: dict) -> None:
+    # modeling_mamba2.py Mamba2Mixer: intermediate = int(expand * hidden_size), num_heads heads,
+    # n_groups groups, use_bias on in/out_proj, a gated RMSNorm over the intermediate width.
+    kw.update(
+        layer_types=("mamba2",) * kw["n_layers"], ssm_d_inner=int(hf.get("expand", 2) * kw["d_model"]),
+        ssm_d_state=hf.get("state_size", 128), ssm_n_heads=hf.get("num_heads", 128),
+        ssm_n_groups=hf.get("n_groups", 8), ssm_conv_kernel=hf.get("conv_kernel", 4),
+        ssm_conv_bias=bool(hf.get("use_conv_bias", True)), ssm_proj_bias=bool(hf.get("use_bias", False)),
+    )
+    _no_ffn_width(kw)
+
+
+def _jamba(hf: dict, kw: dict) -> None:
+    # configuration_jamba.py: layer i is attention when i % attn_layer_period == attn_layer_offset,
+    # else Mamba-1; its FFN is MoE when i % expert_layer_period == expert_layer_offset (and
+    # num_experts > 1), else a dense SwiGLU MLP. Every layer: input_layernorm + pre_ff_layernorm.
+    # JambaMambaMixer: expand x hidden, dt_rank "auto" = ceil(hidden/16), RMSNorms on dt, B and C.
+    L, D = kw["n_layers"], kw["d_model"]
+    attn_p, attn_o = hf.get("attn_layer_period", 8), hf.get("attn_layer_offset", 4)
+    exp_p, exp_o = hf.get("expert_layer_period", 2), hf.get("expert_layer_offset", 1)
+    experts = hf.get("num_experts", 16)
+    kw["layer_types"] = tuple(
+        ("attention" if i % attn_p == attn_o else "mamba") + ("+moe" if experts > 1 and i % exp_p == exp_o else "+mlp")
+        for i in range(L))
+    if experts > 1:
+        kw.update(n_experts=experts, n_experts_per_token=hf.get("num_experts_per_tok", 2))
+    else:  # one "expert" is a dense MLP (num_experts is read generically as n_experts)
+        kw.pop("n_experts_per_token", None)
+        kw.pop("n_experts", None)
+    rank = hf.get("mamba_dt_rank", "auto")
+    kw.update(
+        ssm_d_inner=hf.get("mamba_expand", 2) * D, ssm_d_state=hf.get("mamba_d_state", 16),
+        ssm_dt_rank=math.ceil(D / 16) if rank == "auto" else int(rank), ssm_conv_kernel=hf.get("mamba_d_conv", 4),
+        ssm_conv_bias=bool(hf.get("mamba_conv_bias", True)), ssm_proj_bias=bool(hf.get("mamba_proj_bias", False)),
+        ssm_dt_norms=True,
+    )
+
+
+def _bamba(hf: dict, kw: dict) -> None:
+    # configuration_bamba.py: attention at attn_layer_indices, Mamba-2 elsewhere; every layer has a
+    # SwiGLU MLP (feed_forward) and two RMSNorms. BambaMixer: intermediate = mamba_expand x hidden.
+    L, D = kw["n_layers"], kw["d_model"]
+    attention = set(hf.get("attn_layer_indices") or ())
+    kw["layer_types"] = tuple(("attention" if i in attention else "mamba2") + "+mlp" for i in range(L))
+    kw.update(
+        ssm_d_inner=int(hf.get("mamba_expand", 2) * D), ssm_d_state=hf.get("mamba_d_state", 256),
+        ssm_n_heads=hf.get("mamba_n_heads", 128), ssm_n_groups=hf.get("mamba_n_groups", 1),
+        ssm_conv_kernel=hf.get("mamba_d_conv", 4), ssm_conv_bias=bool(hf.get("mamba_conv_bias", True)),
+        ssm_proj_bias=bool(hf.get("mamba_proj_bias", False)),
+        qkv_bias=bool(hf.get("attention_bias", False)), out_bias=bool(hf.get("attention_bias", False)),
+        mlp_bias=bool(hf.get("mlp_bias", False)),
+    )
+
+
+# configuration_nemotron_h.py: hybrid_override_pattern characters and layers_block_type names.
+_NEMOTRON_PATTERN = {"M": "mamba2", "*": "attention", "-": "mlp", "E": "moe"}
+_NEMOTRON_TYPES = {"mamba": "mamba2", "linear_attention": "mamba2", "attention": "attention",
+                   "full_attention": "attention", "mlp": "mlp", "moe": "moe"}
+
+
+def _nemotron_h(hf: dict, kw: dict) -> None:
+    # modeling_nemotron_h.py NemotronHBlock: one RMSNorm and one mixer per layer (Mamba-2, attention
+    # without biases, a squared-ReLU MLP up/down, or MoE). The layout comes from layers_block_type,
+    # else hybrid_override_pattern, else the class default; num_hidden_layers is then ignored.
+    # NemotronHMamba2Mixer: intermediate = mamba_num_heads x mamba_head_dim.
+    if hf.get("layers_block_type") is not None:
+        unknown = sorted({t for t in hf["layers_block_type"] if t not in _NEMOTRON_TYPES})
+        if unknown:
+            raise SpecError(f"nemotron_h layers_block_type has unknown entries {unknown}; "
+                            f"known: {', '.join(_NEMOTRON_TYPES)}")
+        layers = [_NEMOTRON_TYPES[t] for t in hf["layers_block_type"]]
+    elif hf.get("hybrid_override_pattern") is not None:
+        pattern = hf["hybrid_override_pattern"]
+        unknown = sorted({c for c in pattern if c not in _NEMOTRON_PATTERN})
+        if unknown:
+            raise SpecError(f"nemotron_h hybrid_override_pattern has unknown characters {unknown}; "
+                            f"known: M (Mamba-2), * (attention), - (MLP), E (MoE)")
+        layers = [_NEMOTRON_PATTERN[c] for c in pattern]
+    else:
+        layers = ["mamba2", "moe", "attention", "mlp"]
+    if "moe" in layers:
+        raise SpecError("nemotron_h MoE layers (E) are not covered by llmcalc's formulas (their shared expert "
+                        "has its own width and an optional latent projection); the dense Nemotron-H "
+                        "models (pattern of M, * and -) are")
+    if hf.get("num_nextn_predict_layers"):
+        raise SpecError("nemotron_h multi-token-prediction layers (num_nextn_predict_layers > 0) are not covered")
+    kw["n_layers"] = len(layers)
+    kw["layer_types"] = tuple(layers)
+    heads, head_dim = hf.get("mamba_num_heads", 128), hf.get("mamba_head_dim", 64)
+    kw.update(
+        ssm_d_inner=heads * head_dim, ssm_d_state=hf.get("ssm_state_size", 128), ssm_n_heads=heads,
+        ssm_n_groups=hf.get("n_groups", hf.get("mamba_n_groups", 8)),
+        ssm_conv_kernel=hf.get("conv_kernel", hf.get("mamba_d_conv", 4)),
+        ssm_conv_bias=bool(hf.get("use_conv_bias", hf.get("mamba_conv_bias", True))),
+        ssm_proj_bias=bool(hf.get("use_bias", False)), mlp_bias=bool(hf.get("mlp_bias", False)),
+        mlp=_mlp_kind(hf.get("mlp_hidden_act", "relu2"), gated=False),
+    )
+    if "mlp" not in layers:
+        kw.pop("d_ff", None)
+
+
+def _falcon_h1(hf: dict, kw: dict) -> None:
+    # modeling_falcon_h1.py FalconH1DecoderLayer: attention and a Mamba-2 mixer read the same
+    # input_layernorm output in parallel, then a SwiGLU MLP after pre_ff_layernorm. FalconH1Mixer:
+    # intermediate = mamba_d_ssm (or mamba_expand x hidden), in_proj bias mamba_proj_bias, out_proj
+    # bias projectors_bias, its gated RMSNorm only when mamba_rms_norm; the muP vector is a buffer.
+    D = kw["d_model"]
+    inner = hf.get("mamba_d_ssm", 1024)  # FalconH1Config default 1024; an explicit null means expand x hidden
+    if inner is None:
+        inner = int(hf.get("mamba_expand", 2) * D)
+    bias = bool(hf.get("attention_bias", False))
+    kw.update(
+        layer_types=("attention|mamba2+mlp",) * kw["n_layers"], ssm_d_inner=inner,
+        ssm_d_state=hf.get("mamba_d_state", 256), ssm_n_heads=hf.get("mamba_n_heads", 128),
+        ssm_n_groups=hf.get("mamba_n_groups", 1), ssm_conv_kernel=hf.get("mamba_d_conv", 4),
+        ssm_conv_bias=bool(hf.get("mamba_conv_bias", True)), ssm_proj_bias=bool(hf.get("mamba_proj_bias", False)),
+        ssm_out_bias=bool(hf.get("projectors_bias", False)), ssm_norm=bool(hf.get("mamba_rms_norm", False)),
+        qkv_bias=bias, out_bias=bias, mlp_bias=bool(hf.get("mlp_bias", False)),
+    )
+
+
+def _lfm2(hf: dict, kw: dict) -> None:
+    # modeling_lfm2.py Lfm2DecoderLayer: operator_norm + (Lfm2Attention with q/k_layernorm, or
+    # Lfm2ShortConv), ffn_norm + Lfm2MLP (w1, w3, w2: SwiGLU). Layout from layer_types, else
+    # full_attn_idxs (default: every layer attention). Lfm2MLP's width: int(2F/3) when
+    # block_auto_adjust_ff_dim, then x block_ffn_dim_multiplier rounded up to block_multiple_of.
+    L = kw["n_layers"]
+    if hf.get("layer_types") is not None:
+        kinds = {"full_attention": "attention", "conv": "short_conv"}
+        unknown = sorted({t for t in hf["layer_types"] if t not in kinds})
+        if unknown:
+            raise SpecError(f"lfm2 layer_types has unknown entries {unknown}; known: full_attention, conv")
+        mixers = [kinds[t] for t in hf["layer_types"]]
+    else:
+        attention = hf.get("full_attn_idxs")
+        mixers = ["attention" if attention is None or i in attention else "short_conv" for i in range(L)]
+    kw["layer_types"] = tuple(m + "+mlp" for m in mixers)
+    width = hf.get("intermediate_size", 12288) if hf.get("block_ff_dim") is None else hf["block_ff_dim"]
+    if hf.get("block_auto_adjust_ff_dim", True):
+        width = int(2 * width / 3)
+        step = hf.get("block_multiple_of", 256)  # Lfm2Config types the multiplier as a number: never null
+        width = step * ((int(hf.get("block_ffn_dim_multiplier", 1.0) * width) + step - 1) // step)
+    kw.update(d_ff=width, ssm_conv_kernel=hf.get("conv_L_cache", 3), ssm_conv_bias=bool(hf.get("conv_bias", False)),
+              qk_norm="head", mlp="swiglu")
+    if hf.get("tie_embedding") is not None:  # Lfm2Config.__post_init__: the legacy key wins
+        kw["tie_embeddings"] = bool(hf["tie_embedding"])
+
+
+def _qwen3_next(hf: dict, kw: dict) -> None:
+    # modeling_qwen3_next.py Qwen3NextDecoderLayer: Gated DeltaNet ("linear_attention") or gated
+    # attention ("full_attention": q_proj emits queries and an output gate, QK-norm over d_head);
+    # layer_types default: full attention every full_attention_interval (4) layers. FFN: the sparse
+    # MoE block when num_experts > 0, (i + 1) % decoder_sparse_step == 0 and i not in mlp_only_layers.
+    L = kw["n_layers"]
+    if hf.get("layer_types") is not None:
+        kinds = {"linear_attention": "gated_deltanet", "full_attention": "attention"}
+        unknown = sorted({t for t in hf["layer_types"] if t not in kinds})
+        if unknown:
+            raise SpecError(f"qwen3_next layer_types has unknown entries {unknown}; "
+                            f"known: linear_attention, full_attention")
+        mixers = [kinds[t] for t in hf["layer_types"]]
+    else:
+        interval = hf.get("full_attention_interval", 4)
+        mixers = ["gated_deltanet" if (i + 1) % interval else "attention" for i in range(L)]
+    experts, step = hf.get("num_experts", 512), hf.get("decoder_sparse_step", 1)
+    dense = set(hf.get("mlp_only_layers") or ())
+    ffns = ["moe" if experts > 0 and i not in dense and (i + 1) % step == 0 else "mlp" for i in range(L)]
+    if "moe" in ffns:
+        raise SpecError(
+            "qwen3_next MoE layers are not covered by llmcalc's formulas yet: their shared expert has its own "
+            "width and a sigmoid gate (shared_expert_intermediate_size, shared_expert_gate); configs with "
+            "num_experts 0 or every layer in mlp_only_layers are"
+        )
+    for key in ("n_experts", "n_experts_per_token", "d_ff_expert"):
+        kw.pop(key, None)
+    kw["layer_types"] = tuple(f"{m}+{f}" for m, f in zip(mixers, ffns))
+    bias = bool(hf.get("attention_bias", False))
+    k_heads, v_heads = hf.get("linear_num_key_heads", 16), hf.get("linear_num_value_heads", 32)
+    kw.update(
+        qkv_bias=bias, out_bias=bias, qk_norm="head", attn_output_gate=True,
+        ssm_n_heads=v_heads, ssm_n_groups=k_heads, ssm_d_state=hf.get("linear_key_head_dim", 128),
+        ssm_d_inner=v_heads * hf.get("linear_value_head_dim", 128), ssm_conv_kernel=hf.get("linear_conv_kernel_dim", 4),
+        ssm_conv_bias=False,
+    )
+
+
+SSM_FAMILIES: dict[str, Family] = {
+    "mamba": Family(
+        "models/mamba/modeling_mamba.py: RMSNorm + MambaMixer (Mamba-1 selective scan) per layer",
+        {"pos_emb": "none"}, {"tie_word_embeddings": True, "vocab_size": 50280, "hidden_size": 768,
+                              "num_hidden_layers": 32, **_NO_HEADS}, _mamba),
+    "mamba2": Family(
+        "models/mamba2/modeling_mamba2.py: RMSNorm + Mamba2Mixer (SSD) per layer",
+        {"pos_emb": "none"}, {"tie_word_embeddings": False, "vocab_size": 32768, "hidden_size": 4096,
+                              "num_hidden_layers": 64, **_NO_HEADS}, _mamba2),
+    "jamba": Family(
+        "models/jamba/modeling_jamba.py: Mamba-1 and attention layers, MoE every other layer",
+        {"pos_emb": "none"}, {"tie_word_embeddings": False, "vocab_size": 65536, "hidden_size": 4096,
+                              "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+                              "num_key_value_heads": 8}, _jamba),
+    "bamba": Family(
+        "models/bamba/modeling_bamba.py: Mamba-2 and attention layers, each with a SwiGLU MLP",
+        {}, {"tie_word_embeddings": False, "vocab_size": 128000, "hidden_size": 4096, "intermediate_size": 14336,
+             "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8}, _bamba),
+    "falcon_h1": Family(
+        "models/falcon_h1/modeling_falcon_h1.py: attention and Mamba-2 in parallel in every layer, then an MLP",
+        {}, {"tie_word_embeddings": False, "vocab_size": 128000, "hidden_size": 4096, "intermediate_size": 14336,
+             "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8}, _falcon_h1,
+        keep_null=("mamba_d_ssm",)),
+    "lfm2": Family(
+        "models/lfm2/modeling_lfm2.py: gated short-conv and attention (QK-norm) layers, each with a SwiGLU MLP; "
+        "the final norm is called embedding_norm",
+        {}, {"tie_word_embeddings": True, "vocab_size": 65536, "hidden_size": 2560, "intermediate_size": 12288,
+             "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8}, _lfm2),
+    "qwen3_next": Family(
+        "models/qwen3_next/modeling_qwen3_next.py: Gated DeltaNet and gated attention (QK-norm) layers",
+        {}, {"tie_word_embeddings": False, "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5632,
+             "num_hidden_layers": 48, "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256}, _qwen3_next),
+    "nemotron_h": Family(
+        "models/nemotron_h/modeling_nemotron_h.py: one mixer per layer (Mamba-2 M, attention *, MLP -); "
+        "_tied_weights_keys is empty, so the LM head is never tied, whatever tie_word_embeddings says",
+        {"pos_emb": "none", "tie_embeddings": False}, {"tie_word_embeddings": False, "vocab_size": 131072, "hidden_size": 4096,
+                              "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+                              "intermediate_size": 21504, "num_hidden_layers": 52}, _nemotron_h, gated=False),
+}

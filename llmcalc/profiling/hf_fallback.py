@@ -1,0 +1,314 @@
+"""Count a model llmcalc has no formula for by building it with transformers' own modelling code.
+
+The model is built from its config dict (``AutoConfig.for_model``) on the meta device, or under
+``FakeTensorMode`` when its forward is counted: every
+parameter is a fake tensor (shape and dtype, no storage), so a 70B-class config costs no memory.
+Parameters are the unique ones of ``model.named_parameters()`` (a tied LM head is one tensor, counted
+once) that require grad, each filed under a component by the name of the module holding it
+(``classify``). Forward FLOPs are what torch's ``FlopCounterMode`` counts for one batch-1 forward of
+``seq_len`` fake token ids, with the profiler's CPU sdpa formulas registered (``counters.py``).
+
+MoE: experts written with transformers' ``@use_experts_implementation`` are run with its
+``batched_mm`` implementation, which gathers the k routed experts of every token and multiplies
+only those (tokens x k expert matmuls: exactly the routed work, whatever the router picks). Expert
+loops that branch on which experts were hit (``torch.where`` over the routing mask) have
+data-dependent shapes that fake tensors cannot follow; they get one clear error, not a guess.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections import defaultdict
+
+import torch
+
+from ..errors import LlmcalcError
+from .counters import SDPA_OPS, count_flops
+
+ATTENTION = re.compile(r"attn|attention")
+CROSS = re.compile(r"encoder_attn|cross|encdec", re.IGNORECASE)
+EXPERTS = re.compile(r"experts?$")
+SHARED = re.compile(r"shared")
+MLP = re.compile(r"mlp|ffn|feed_?forward|^fc\d?$|^fc_(in|out)$|^c_fc$|dense_h_to_4h|dense_4h_to_h|^w[123]$|moe|"
+                 r"^intermediate$|^output$")
+NORM = re.compile(r"norm|^ln(_|\d|$)|_ln(_|\d|$)", re.IGNORECASE)
+EMBED = re.compile(r"embed|^wte$|^wpe$")
+HEAD = re.compile(r"(^|_)lm_head$|^embed_out$|^output_layer$")
+ROUTER = re.compile(r"^(gate|router)$")
+EMBED_PARTS = {"tokens": "tokens", "wte": "tokens", "tok": "tokens", "word": "tokens", "wpe": "positions",
+               "position": "positions", "positions": "positions", "token_type": "token_types"}
+# Ops that are the attention core (QKᵀ and AV, or a linear attention's state products) rather than a
+# projection: sdpa kernels, or the batched matmuls of an eager attention.
+CORE_OPS = set(SDPA_OPS) | {"bmm", "baddbmm"}
+
+
+def classify(path: list[str], experts_parents: set[str]) -> str:
+    """The llmcalc component ("group/part") of the module at `path`, e.g. ["model", "layers", "0",
+    "self_attn", "q_proj"] -> "attention/q_proj", or the path itself (layer indices as *) when no rule
+    recognises it.
+
+    Any norm is "norm" (final, per layer, or the embedding's); outside the layer stack, token and
+    position tables are "embedding" and the output projection "head"; inside a layer the first
+    recognised segment wins. A ``gate``/``router`` is a MoE router only where its parent module
+    holds ``experts``; the MoE block itself is "moe"."""
+    layer = next((i for i, seg in enumerate(path) if seg.isdigit()), None)
+    leaf = path[-1] if path else ""
+    if layer is None:
+        if HEAD.search(leaf):
+            return "head/lm_head"
+        if any(EMBED.search(seg) for seg in path):
+            if NORM.search(leaf):
+                return "embedding/norm"
+            part = re.sub(r"^embed_|_?embeddings?$", "", leaf) or leaf
+            return "embedding/" + EMBED_PARTS.get(part, part)
+        if NORM.search(leaf):
+            return "norm/final"
+        return ".".join(path) or "(root)"
+    inner = path[layer + 1:]
+    stack = next((f"{s}." for s in ("encoder", "decoder") if any(s in seg for seg in path[:layer])), "")
+    return stack + _in_layer(path, layer, inner, experts_parents)
+
+
+def _in_layer(path: list[str], layer: int, inner: list[str], experts_parents: set[str]) -> str:
+    if NORM.search(path[-1]):
+        return "norm/layers"
+    for i, seg in enumerate(inner):
+        here = ".".join(path[: layer + 2 + i])
+        parent = here.rsplit(".", 1)[0]
+        if ATTENTION.search(seg):
+            group = "cross_attention" if CROSS.search(seg) else "attention"
+            return f"{group}/{inner[-1]}" if i < len(inner) - 1 else group
+        if EXPERTS.search(seg):
+            return "moe/shared_experts" if SHARED.search(seg) else "moe/experts"
+        if SHARED.search(seg) and ("expert" in seg or "mlp" in seg):
+            return "moe/shared_experts"
+        if ROUTER.match(seg) and parent in experts_parents:
+            return "moe/router"
+        if here in experts_parents:
+            if i == len(inner) - 1:
+                return "moe"
+            continue  # a MoE block (whatever its name): its children say experts, router or shared
+        if MLP.search(seg):
+            return "mlp"
+    return ".".join("*" if seg.isdigit() else seg for seg in path)
+
+
+def _experts_parents(model) -> set[str]:
+    """Names of the modules that hold an ``experts`` child (their ``gate``/``router`` is a router)."""
+    out = set()
+    for name, _ in model.named_modules():
+        parts = name.split(".")
+        if parts and EXPERTS.search(parts[-1]):
+            out.add(".".join(parts[:-1]))
+    return out
+
+
+def _auto_classes():
+    from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+    return (AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModel)
+
+
+def _config(hf: dict):
+    from transformers import AutoConfig, CONFIG_MAPPING
+
+    model_type = hf.get("model_type")
+    if model_type not in CONFIG_MAPPING:
+        raise LlmcalcError(f"model_type {model_type!r} is unknown to llmcalc and to the installed transformers "
+                           f"({_version()}); describe it with llmcalc's keys \"mlp\", \"norm\", \"pos_emb\" instead")
+    kwargs = {k: v for k, v in hf.items() if k not in ("model_type", "_source", "transformers_version")}
+    try:
+        return AutoConfig.for_model(model_type, **kwargs)
+    except Exception as exc:  # transformers' own validation of the config
+        raise LlmcalcError(f"transformers rejects this {model_type} config: {_reason(exc)}") from None
+
+
+SHAPE_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
+
+
+def _shapes(hf: dict, config) -> dict:
+    """The config's main sizes that the file leaves to the config class's defaults ({field: value}); a
+    size that is not a positive whole number is an error (transformers would build a model without
+    layers from ``n_layer: -1``)."""
+    amap = getattr(config, "attribute_map", {})  # standard name -> this family's name (n_layer, d_model, ...)
+    aliases = {canonical: [amap.get(canonical)] + [k for k, v in amap.items() if v == canonical]
+               for canonical in SHAPE_FIELDS}
+    defaulted = {}
+    for canonical in SHAPE_FIELDS:
+        try:
+            value = getattr(config, canonical)
+        except AttributeError:
+            continue
+        names = [canonical, *aliases[canonical]]
+        given = [n for n in names if n and n in hf]
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise LlmcalcError(f"{given[0] if given else canonical} must be a positive whole number, got {value!r}")
+        if not given:
+            defaulted[canonical] = value
+    return defaulted
+
+
+def _version() -> str:
+    import transformers
+
+    return f"transformers {transformers.__version__}"
+
+
+def _reason(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+def _build(config):
+    """The model built in the active device context / FakeTensorMode: the seq2seq LM of an encoder-decoder
+    config, else the causal LM, else the base model."""
+    causal, seq2seq, base = _auto_classes()
+    order = (seq2seq, causal, base) if getattr(config, "is_encoder_decoder", False) else (causal, seq2seq, base)
+    for auto in order:
+        if type(config) not in auto._model_mapping:
+            continue
+        kwargs = {}
+        cls = auto._model_mapping[type(config)]
+        if getattr(cls, "_can_set_experts_implementation", lambda: False)():
+            kwargs["experts_implementation"] = "batched_mm"
+        try:
+            return auto.from_config(config, attn_implementation="sdpa", **kwargs)
+        except (ValueError, ImportError):  # no sdpa in this modelling file: its own (eager) attention
+            return auto.from_config(config, attn_implementation="eager", **kwargs)
+    raise LlmcalcError(f"transformers has no causal-LM, seq2seq or base model class for {config.model_type!r}")
+
+
+def _quiet():
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    warnings.filterwarnings("ignore", module="transformers")
+
+
+def fallback_count(hf: dict, seq_len: int | None) -> dict:
+    """Parameters by component (always) and, with `seq_len`, the forward FLOPs of one sequence.
+
+    Returns a JSON-able dict: class, params {total, trainable components, frozen}, experts info, and
+    flops {forward, by component, attention core} for batch 1 x seq_len."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    _quiet()
+    config = _config(hf)
+    defaulted = _shapes(hf, config)
+    # Parameters alone need only shapes: the meta device (no FakeTensorMode, whose first use imports
+    # torch._dynamo, seconds). A forward needs fake tensors, which give the parameters as well.
+    with FakeTensorMode(allow_non_fake_inputs=True) if seq_len is not None else torch.device("meta"):
+        try:
+            model = _build(config)
+        except LlmcalcError:
+            raise
+        except Exception as exc:
+            raise LlmcalcError(f"transformers could not build {config.model_type!r} from this config: "
+                               f"{_reason(exc)}") from None
+        model.eval()
+        out = {"class": type(model).__name__, "config_class": type(config).__name__,
+               "transformers_version": _version().split()[-1], "defaulted": defaulted,
+               "experts_implementation": getattr(model.config, "_experts_implementation", None),
+               "attn_implementation": getattr(model.config, "_attn_implementation", None)}
+        out.update(_params(model))
+        if seq_len is not None:
+            out["flops"] = _flops(model, config, seq_len)
+    return out
+
+
+def _params(model) -> dict:
+    parents = _experts_parents(model)
+    # the modules transformers itself calls the input embeddings and the output head, whatever their name
+    known = {model.get_input_embeddings(): "embedding/tokens", model.get_output_embeddings(): "head/lm_head"}
+    special = {name: known[m] for name, m in model.named_modules() if any(m is k for k in known if k is not None)}
+    components: dict[str, int] = defaultdict(int)
+    frozen = 0
+    for name, p in model.named_parameters():  # remove_duplicate=True: a tied head appears once
+        if not p.requires_grad:
+            frozen += p.numel()
+            continue
+        module = name.rsplit(".", 1)[0] if "." in name else ""
+        components[special.get(module) or classify(module.split(".") if module else [], parents)] += p.numel()
+    return {"components": {k: components[k] for k in sorted(components, key=_order)}, "frozen": frozen,
+            "tied_embeddings": _tied(model)}
+
+
+GROUP_ORDER = ("embedding", "attention", "cross_attention", "mlp", "moe", "norm")
+
+
+def _order(key: str) -> tuple:
+    """Embeddings first, then per stack (decoder-only, encoder, decoder) attention ... norm, other
+    names, and the head last."""
+    group = key.split("/")[0]
+    stack, _, kind = group.rpartition(".")
+    if kind == "embedding":
+        return (0, 0, 0, key)
+    if kind == "head":
+        return (9, 0, 0, key)
+    if kind not in GROUP_ORDER:
+        return (8, 0, 0, key)
+    return (1, ("", "encoder", "decoder").index(stack) if stack in ("", "encoder", "decoder") else 3,
+            GROUP_ORDER.index(kind), key)
+
+
+def _tied(model) -> bool:
+    head, embed = model.get_output_embeddings(), model.get_input_embeddings()
+    return head is not None and embed is not None and head.weight is embed.weight
+
+
+def _flops(model, config, seq_len: int) -> dict:
+    ids = torch.zeros(1, seq_len, dtype=torch.long)
+    kwargs = {"input_ids": ids}
+    if getattr(config, "is_encoder_decoder", False):
+        kwargs["decoder_input_ids"] = ids
+    if "use_cache" in model.forward.__code__.co_varnames:
+        kwargs["use_cache"] = False
+
+    def forward():
+        with torch.no_grad():
+            model(**kwargs)
+
+    try:
+        counted = count_flops(forward)
+    except Exception as exc:  # fake tensors cannot follow data-dependent shapes (expert loops over hits)
+        data_dependent = "data-dependent" in str(exc) or "DynamicOutputShape" in type(exc).__name__ \
+            or "DataDependent" in type(exc).__name__
+        if data_dependent:
+            raise LlmcalcError(f"the forward of {type(model).__name__} has data-dependent shapes (MoE routing by "
+                               "which experts were hit), which fake tensors cannot follow: no FLOP count for it; "
+                               "`llmcalc params` works") from None
+        raise LlmcalcError(f"transformers' forward of {type(model).__name__} failed at seq {seq_len}: "
+                           f"{_reason(exc)}") from None
+    groups: dict[str, int] = defaultdict(int)
+    core = 0
+    parents = _experts_parents(model)
+    prefix = type(model).__name__ + "."
+    for name, ops in counted.by_module.items():
+        path = name[len(prefix):].split(".") if name.startswith(prefix) else None
+        if not path:
+            continue
+        layer = next((i for i, seg in enumerate(path) if seg.isdigit()), None)
+        # direct children of a layer, and modules outside the stack that the rules recognise
+        if layer is not None and len(path) == layer + 2:
+            group = classify(path, parents).split("/")[0]
+        elif layer is None and len(path) == 1 and HEAD.search(path[0]):
+            group = "head"
+        else:
+            continue
+        total = sum(ops.values())
+        stack, _, kind = group.rpartition(".")
+        stack = f"{stack}." if stack else ""
+        if kind in ("attention", "cross_attention"):
+            label = "cross-attention" if kind == "cross_attention" else "attention"
+            s2 = sum(v for op, v in ops.items() if op in CORE_OPS)
+            core += s2
+            groups[f"{stack}{label} S²"] += s2
+            groups[f"{stack}{label} projections"] += total - s2
+        else:
+            groups[stack + {"mlp": "FFN", "moe": "FFN", "head": "LM head", "norm": "other"}.get(kind, kind)] += total
+    groups["other"] += counted.total - sum(groups.values())
+    return {"seq_len": seq_len, "forward": counted.total, "groups": {k: v for k, v in groups.items() if v},
+            "attention_core": core, "by_op": counted.by_op}

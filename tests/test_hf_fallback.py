@@ -1,0 +1,340 @@
+"""The transformers fallback for model_types llmcalc has no formula for.
+
+References are built here, independently of llmcalc: parameters are sum(p.numel()) of the
+transformers model built on the meta device; FLOPs are torch's FlopCounterMode over a real CPU
+forward with eager attention (plain matmuls, which torch counts natively: no sdpa registration)
+and, for MoE, transformers' own eager expert loop over the experts the router really picked.
+"""
+
+import importlib.util
+import json
+
+import pytest
+from click.testing import CliRunner
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from llmcalc.cli import cli  # noqa: E402
+from llmcalc.fallback import FallbackModel, load_counted  # noqa: E402
+from llmcalc.hfconfig import UnknownModelType, spec_from_hf  # noqa: E402
+from llmcalc.profiling.hf_fallback import classify  # noqa: E402
+
+# Tiny configs of model_types with no llmcalc family (after issue 9's analytic parts too).
+CONFIGS = {
+    "codegen": dict(n_layer=2, n_embd=64, n_head=4, rotary_dim=8, vocab_size=1000, n_positions=256),
+    "xglm": dict(num_layers=2, d_model=64, attention_heads=4, ffn_dim=128, vocab_size=1000),
+    "biogpt": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128,
+                   vocab_size=1000),
+    "persimmon": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128,
+                      vocab_size=1000),
+    "nemotron": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                     intermediate_size=128, vocab_size=1000),
+    "minimax": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                    intermediate_size=32, vocab_size=1000, num_local_experts=4, num_experts_per_tok=2),
+}
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLMCALC_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def write(tmp_path, model_type, **changes):
+    path = tmp_path / f"{model_type}.json"
+    path.write_text(json.dumps({"model_type": model_type, **CONFIGS.get(model_type, {}), **changes}))
+    return path
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def one_line_error(*args) -> str:
+    result = run(*args)
+    assert result.exit_code == 2, result.output
+    assert result.stdout == "" and "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("llmcalc: error: "), result.stderr
+    return lines[0]
+
+
+def json_out(*args) -> dict:
+    result = run(*args, "--format", "json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def hf_model(model_type, device="meta", **extra):
+    config = transformers.AutoConfig.for_model(model_type, **{**CONFIGS[model_type], **extra})
+    # eager experts: transformers' loop over the experts the router picked (its default on CPU, grouped_mm,
+    # runs a kernel that FlopCounterMode does not count)
+    experts = {"experts_implementation": "eager"} if "num_local_experts" in CONFIGS[model_type] else {}
+    with torch.device(device):
+        return transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager", **experts)
+
+
+@pytest.mark.parametrize("model_type", sorted(CONFIGS))
+def test_params_equal_the_transformers_model_built_on_meta(tmp_path, model_type):
+    model = hf_model(model_type)
+    data = json_out("params", write(tmp_path, model_type))
+    assert data["method"] == "transformers" and data["transformers_class"] == type(model).__name__
+    assert data["total"] == sum(p.numel() for p in model.parameters())
+    assert sum(data["components"].values()) == data["total"]
+    embed = model.get_input_embeddings().weight.numel()
+    assert data["components"]["embedding/tokens"] == embed
+    tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    assert data["tied_embeddings"] == tied
+    if not tied:  # the untied head's weight (and its bias, if any), filed as the head
+        head = model.get_output_embeddings()
+        assert data["components"]["head/lm_head"] == sum(p.numel() for p in head.parameters())
+
+
+def test_tied_head_is_counted_once(tmp_path):
+    untied = json_out("params", write(tmp_path, "codegen", tie_word_embeddings=False))
+    tied = json_out("params", write(tmp_path, "codegen", tie_word_embeddings=True))
+    # CodeGen's lm_head has a bias of V: only the V x D weight is shared when tied
+    assert untied["total"] - tied["total"] == 1000 * 64
+    assert tied["total"] == sum(p.numel() for p in hf_model("codegen", tie_word_embeddings=True).parameters())
+
+
+def test_components_by_hand_for_codegen(tmp_path):
+    # modeling_codegen.py: fused qkv_proj (no bias), out_proj (no bias), fc_in/fc_out with biases (n_inner
+    # null -> 4·D), ln_1 per block and ln_f, untied lm_head with bias.
+    D, V, L, F = 64, 1000, 2, 256
+    c = json_out("params", write(tmp_path, "codegen"))["components"]
+    assert c == {"embedding/tokens": V * D, "attention/out_proj": L * D * D, "attention/qkv_proj": L * 3 * D * D,
+                 "mlp": L * (D * F + F + F * D + D), "norm/final": 2 * D, "norm/layers": L * 2 * D,
+                 "head/lm_head": V * D + V}
+
+
+def test_moe_components_and_active_params(tmp_path):
+    data = json_out("params", write(tmp_path, "minimax"))
+    model = hf_model("minimax")
+    experts = sum(p.numel() for n, p in model.named_parameters() if ".experts." in n)
+    assert data["components"]["moe/experts"] == experts
+    # 2 of 4 experts per token: half the routed experts' parameters are skipped
+    assert data["active_per_token"] == data["total"] - experts // 2
+
+
+def reference_forward_flops(model_type, seq):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    torch.manual_seed(0)
+    model = hf_model(model_type, device="cpu").eval()
+    ids = torch.randint(0, 1000, (1, seq))
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(input_ids=ids, use_cache=False)
+    return counter.get_total_flops()
+
+
+@pytest.mark.parametrize("model_type", ["codegen", "xglm", "persimmon", "minimax"])
+def test_forward_flops_equal_a_real_cpu_forward(tmp_path, model_type):
+    seq = 32
+    expected = reference_forward_flops(model_type, seq)
+    data = json_out("flops", write(tmp_path, model_type), "--seq-len", seq)
+    assert data["method"] == "transformers"
+    assert data["forward_flops"] == pytest.approx(expected, rel=0.005)
+    assert data["total_flops"] == 3 * data["forward_flops"]
+    assert sum(data["groups"].values()) == data["forward_flops"]
+
+
+def test_codegen_flops_by_hand(tmp_path):
+    # per layer: QKV 2·S·D·3D, out 2·S·D², attention core 2 x 2·S²·D, FFN 2 x 2·S·D·4D; head 2·S·D·V
+    D, V, L, S = 64, 1000, 2, 128
+    data = json_out("flops", write(tmp_path, "codegen"), "--seq-len", S)
+    g = data["groups"]
+    assert g["attention projections"] == L * 2 * S * D * 4 * D
+    assert g["attention S²"] == L * 4 * S * S * D
+    assert g["FFN"] == L * 4 * S * D * 4 * D
+    assert g["LM head"] == 2 * S * D * V
+    causal = json_out("flops", write(tmp_path, "codegen"), "--seq-len", S, "--causal", "--batch-size", 3)
+    assert causal["forward_flops"] == 3 * (data["forward_flops"] - g["attention S²"] // 2)
+    full = json_out("flops", write(tmp_path, "codegen"), "--seq-len", S, "--recompute", "full")
+    assert full["hardware_flops"] == 4 * data["forward_flops"]
+
+
+def test_moe_flops_are_those_of_the_routed_experts(tmp_path):
+    # minimax: 2 layers, 4 experts of which 2 per token, experts D=64 -> F=32 gated (gate_up 64x64, down 32x64)
+    S, D, F, k, L = 64, 64, 32, 2, 2
+    data = json_out("flops", write(tmp_path, "minimax"), "--seq-len", S)
+    router = 2 * S * D * 4
+    assert data["groups"]["FFN"] == L * (S * k * (2 * D * 2 * F + 2 * F * D) + router)
+    assert any("routed experts" in line for line in data["conventions"])
+
+
+def test_analytic_commands_say_analytic():
+    assert json_out("params", "llama-3-8b")["method"] == "analytic"
+    assert json_out("flops", "llama-3-8b", "--seq-len", 512)["method"] == "analytic"
+    train = json_out("train", "llama-3-8b", "--tokens", "1T", "--gpu", "h100-sxm", "--mfu", "0.4")
+    assert train["method"] == "analytic"
+
+
+def test_table_output_says_where_the_numbers_come_from(tmp_path):
+    for command in (["params"], ["flops", "--seq-len", "64"]):
+        result = run(command[0], write(tmp_path, "codegen"), *command[1:])
+        assert result.exit_code == 0, result.output
+        assert "method: transformers" in result.stdout and "not from an llmcalc formula" in result.stdout
+
+
+def test_train_uses_the_counted_flops(tmp_path):
+    path = write(tmp_path, "codegen")
+    flops = json_out("flops", path, "--seq-len", 256)
+    params = json_out("params", path)
+    train = json_out("train", path, "--tokens", "1e9", "--gpu", "h100-sxm", "--mfu", "0.4", "--seq-len", 256)
+    assert train["method"] == "transformers"
+    assert train["total_flops"] == pytest.approx(flops["flops_per_token"] * 1e9)
+    assert train["six_n_t_flops"] == 6 * params["total"] * 1e9
+    assert "CodeGenForCausalLM" in train["flops_basis"]
+
+
+@pytest.mark.parametrize("argv", [["memory"], ["infer", "--gpu", "h100-sxm"], ["profile", "--virtual"],
+                                  ["serve", "--gpu", "h100-sxm"],
+                                  ["layout", "--gpu", "h100-sxm", "--n-gpus", "8", "--global-batch", "8"],
+                                  ["compare"], ["flops", "--recompute", "selective"]])
+def test_commands_that_need_a_formula_refuse_in_one_line(tmp_path, argv):
+    line = one_line_error(argv[0], write(tmp_path, "codegen"), *argv[1:])
+    assert "codegen" in line
+
+
+def test_without_transformers_one_line_says_what_to_install(tmp_path, monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("transformers", "torch") else real(name, *a))
+    line = one_line_error("params", write(tmp_path, "codegen"))
+    assert "pip install 'llmcalc[dev]'" in line and "transformers" in line
+
+
+def test_model_type_unknown_to_transformers_too(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "no_such_model", "hidden_size": 64}))
+    line = one_line_error("params", path)
+    assert "'no_such_model'" in line and "unknown to llmcalc and to the installed transformers" in line
+
+
+def test_config_transformers_cannot_build_is_one_line(tmp_path):
+    # NemotronAttention divides by num_key_value_heads, which this config leaves null
+    line = one_line_error("params", write(tmp_path, "nemotron", num_key_value_heads=None))
+    assert "transformers could not build 'nemotron'" in line
+
+
+def test_data_dependent_expert_loop_has_params_but_no_flops(tmp_path):
+    path = tmp_path / "jetmoe.json"
+    path.write_text(json.dumps({"model_type": "jetmoe", "num_hidden_layers": 2, "hidden_size": 64,
+                                "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 32,
+                                "vocab_size": 1000}))
+    assert json_out("params", path)["total"] > 0
+    assert "data-dependent shapes" in one_line_error("flops", path, "--seq-len", 32)
+
+
+def test_unknown_model_type_is_an_exception_carrying_the_config():
+    with pytest.raises(UnknownModelType) as err:
+        spec_from_hf({"model_type": "codegen", **CONFIGS["codegen"]}, "tiny")
+    assert err.value.config["model_type"] == "codegen" and err.value.name == "tiny"
+
+
+def test_results_are_cached_per_config(tmp_path):
+    path = write(tmp_path, "codegen")
+    first = load_counted(str(path))
+    assert isinstance(first, FallbackModel)
+    cached = list((tmp_path / "cache" / "hf_fallback").glob("*.json"))
+    assert len(cached) == 1
+    cached[0].write_text("{ damaged")  # a damaged cache file is ignored and rewritten
+    assert load_counted(str(path)).components == first.components
+
+
+def test_classify_module_names():
+    experts = {"model.layers.0.mlp"}
+    assert classify("model.layers.0.self_attn.q_proj".split("."), experts) == "attention/q_proj"
+    assert classify("model.layers.0.self_attn.q_norm".split("."), experts) == "norm/layers"
+    assert classify("model.layers.0.mlp.experts".split("."), experts) == "moe/experts"
+    assert classify("model.layers.0.mlp.gate".split("."), experts) == "moe/router"
+    assert classify("model.layers.0.mlp.shared_expert.up_proj".split("."), experts) == "moe/shared_experts"
+    assert classify("model.layers.1.mlp.gate_proj".split("."), experts) == "mlp"
+    assert classify("transformer.wpe".split("."), set()) == "embedding/positions"
+    assert classify("model.layers.0.mixer.conv1d".split("."), set()) == "model.layers.*.mixer.conv1d"
+
+
+@pytest.mark.slow
+def test_a_70b_class_config_counts_on_fake_tensors(tmp_path):
+    # Nemotron-4-style dense model, 80 layers, D 8192, GQA 64/8, squared-ReLU MLP (no gate), untied
+    L, D, H, KV, F, V = 80, 8192, 64, 8, 28672, 128256
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps({"model_type": "nemotron", "num_hidden_layers": L, "hidden_size": D,
+                                "num_attention_heads": H, "num_key_value_heads": KV, "intermediate_size": F,
+                                "vocab_size": V}))
+    dh = D // H
+    norm = 2 * D  # NemotronLayerNorm1P: weight and bias
+    expected = 2 * V * D + L * (D * H * dh + 2 * D * KV * dh + H * dh * D + 2 * D * F + 2 * norm) + norm
+    assert json_out("params", path)["total"] == expected
+    S = 4096
+    data = json_out("flops", path, "--seq-len", S)
+    projections = 2 * S * (D * H * dh + 2 * D * KV * dh + H * dh * D)
+    assert data["forward_flops"] == L * (projections + 4 * S * S * H * dh + 2 * S * 2 * D * F) + 2 * S * D * V
+
+
+def test_the_fallback_modules_import_nothing_heavy_until_used():
+    import subprocess
+    import sys
+
+    code = ("import sys, llmcalc.fallback, llmcalc.report.views_fallback\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers'}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_nonsense_sizes_are_one_line(tmp_path):
+    assert "n_layer must be a positive whole number, got -1" in one_line_error(
+        "params", write(tmp_path, "codegen", n_layer=-1))
+    assert "divisible" in one_line_error("params", write(tmp_path, "codegen", n_head=5))
+
+
+def test_sizes_left_to_the_config_class_are_named(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "codegen", "n_layer": 2, "n_embd": 64, "n_head": 4, "rotary_dim": 8}))
+    data = json_out("params", path)
+    vocab = transformers.AutoConfig.for_model("codegen").vocab_size
+    assert data["defaulted_by_config_class"] == {"vocab_size": vocab}
+    assert data["components"]["embedding/tokens"] == vocab * 64
+
+
+BART = dict(encoder_layers=2, decoder_layers=2, d_model=64, encoder_attention_heads=4, decoder_attention_heads=4,
+            encoder_ffn_dim=128, decoder_ffn_dim=128, vocab_size=1000, max_position_embeddings=256)
+
+
+def test_encoder_decoder_is_built_as_seq2seq_with_stacks_apart(tmp_path):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    path = tmp_path / "bart.json"
+    path.write_text(json.dumps({"model_type": "bart", **BART}))
+    config = transformers.AutoConfig.for_model("bart", **BART)
+    with torch.device("meta"):
+        meta = transformers.AutoModelForSeq2SeqLM.from_config(config)
+    data = json_out("params", path)
+    assert data["transformers_class"] == "BartForConditionalGeneration"
+    assert data["total"] == sum(p.numel() for p in meta.parameters())
+    assert data["groups"]["decoder.cross_attention"] == 2 * (4 * 64 * 64 + 4 * 64)
+    assert data["components"]["embedding/tokens"] == 1000 * 64  # the shared table, whatever its module name
+    real = transformers.AutoModelForSeq2SeqLM.from_config(config, attn_implementation="eager").eval()
+    ids = torch.randint(0, 1000, (1, 64))
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        real(input_ids=ids, decoder_input_ids=ids, use_cache=False)
+    flops = json_out("flops", path, "--seq-len", 64)
+    assert flops["forward_flops"] == pytest.approx(counter.get_total_flops(), rel=0.005)
+    causal = json_out("flops", path, "--seq-len", 64, "--causal")
+    g = flops["groups"]  # --causal halves decoder self-attention only, as the analytic convention
+    assert causal["forward_flops"] == flops["forward_flops"] - g["decoder.attention S²"] // 2
+    assert causal["groups"]["encoder.attention S²"] == g["encoder.attention S²"]
+
+
+def test_train_step_time_prediction_needs_the_formula(tmp_path):
+    path = write(tmp_path, "codegen")
+    line = one_line_error("train", path, "--tokens", "1e9", "--gpu", "h100-sxm", "--global-batch", 64)
+    assert "codegen is counted by transformers" in line and "--mfu" in line
+    given = json_out("train", path, "--tokens", "1e9", "--gpu", "h100-sxm", "--mfu", 0.4, "--global-batch", 64)
+    assert given["method"] == "transformers" and given["mfu"] == 0.4
+
+
+def test_finetune_needs_the_formula(tmp_path):
+    line = one_line_error("params", write(tmp_path, "codegen"), "--finetune", "lora")
+    assert "--finetune" in line and "codegen" in line

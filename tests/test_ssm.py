@@ -1,0 +1,404 @@
+"""Hybrid and state-space families against transformers: exact parameters per component, and the
+matmul/conv FLOPs torch's FlopCounterMode counts on a real forward of the same (tiny) model.
+
+The FLOP check splits what the counter sees by aten op:
+- aten.mm / aten.addmm / aten.convolution: every projection, conv1d, MLP/expert matmul and the LM
+  head. llmcalc's ops other than the attention core and the scan must equal them exactly.
+- aten.bmm: eager attention's QKᵀ and AV (llmcalc's full-S² core, exact) plus the scan's matmuls as
+  transformers' torch path runs them. That part is not llmcalc's convention (see
+  llmcalc/analytic/ssm.py) and is checked against the torch path's own arithmetic, written out here:
+  Mamba-1 contracts y = C·h (2·T·E·N); Mamba-2 runs the chunked SSD algorithm with chunk Q.
+Forward passes run on real CPU tensors (tiny shapes, < 1 s): routed experts need real routing.
+"""
+
+import json
+import math
+import warnings
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from llmcalc.analytic.flops import forward_ops
+from llmcalc.analytic.params import count_params
+from llmcalc.hfconfig import spec_from_hf
+from llmcalc.spec import SpecError
+
+from reference import build_hf, trainable
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+SSM_TYPES = ["mamba", "mamba2", "jamba", "bamba", "nemotron_h", "falcon_h1", "lfm2", "qwen3_next"]
+IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+SSM_PARTS = {"in_proj", "conv1d", "x_proj", "dt_proj", "A_log", "D", "dt_bias", "out_proj", "norm", "in_proj_qkvz",
+             "in_proj_ba"}
+
+
+def hf_component(name: str, spec) -> str:
+    """The llmcalc component key of a transformers parameter name, from the layer's place in the model."""
+    parts = name.split(".")
+    if "layers" not in parts:
+        if "norm" in parts[-2]:  # final norm (LFM2 calls it embedding_norm)
+            return "norm/final"
+        if "embed" in name:
+            return "embedding/tokens"
+        if parts[0] == "lm_head":
+            return "head/lm_head"
+        raise AssertionError(f"no rule for {name}")
+    at = parts.index("layers")
+    mixers, ffn = spec.layer_parts(int(parts[at + 1]))
+    rest = parts[at + 2:]
+    leaf = rest[-2] if rest[-1] in ("weight", "bias") else rest[-1]
+    ssm = [m for m in mixers if m != "attention"]
+    if len(rest) == 2 and "norm" in rest[0]:
+        return "norm/layers"  # input_layernorm, pre_ff_layernorm, NemotronH/Mamba block norm
+    if leaf in ("dt_layernorm", "b_layernorm", "c_layernorm"):
+        return "mamba/dt_norms"
+    if leaf in ("q_layernorm", "k_layernorm", "q_norm", "k_norm"):
+        return "attention/qk_norm"
+    if leaf == "conv" and ssm:  # LFM2's Lfm2ShortConv.conv
+        return f"{ssm[0]}/conv1d"
+    if leaf in SSM_PARTS and ssm and "self_attn" not in rest:
+        return f"{ssm[0]}/{leaf}"
+    if leaf == "out_proj" and "self_attn" in rest:  # LFM2's attention output projection
+        return "attention/o_proj"
+    if leaf in ("q_proj", "k_proj", "v_proj", "o_proj"):
+        return "attention/bias" if rest[-1] == "bias" else f"attention/{leaf}"
+    if "experts" in rest:
+        return "moe/experts"
+    if leaf in ("router", "gate") and ffn == "moe":
+        return "moe/router"
+    leaf = {"w1": "gate_proj", "w3": "up_proj", "w2": "down_proj"}.get(leaf, leaf)  # LFM2's MLP names
+    if leaf in ("gate_proj", "up_proj", "down_proj"):
+        return "mlp/bias" if rest[-1] == "bias" else f"mlp/{leaf}"
+    raise AssertionError(f"no rule for {name}")
+
+
+def hf_components(config: dict) -> tuple[int, dict[str, int]]:
+    spec = spec_from_hf(config)
+    model = build_hf(config)
+    out: dict[str, int] = {}
+    for name, p in model.named_parameters():
+        key = hf_component(name, spec)
+        out[key] = out.get(key, 0) + p.numel()
+    return trainable(model), out
+
+
+def check_params(config: dict) -> None:
+    count = count_params(spec_from_hf(config))
+    total, components = hf_components(config)
+    assert count.total == total
+    assert count.components == components
+
+
+def hf_flops_by_op(config: dict, batch: int, seq: int) -> dict[str, int]:
+    """FlopCounterMode per aten op for one forward of the transformers model, real CPU tensors."""
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    values = {k: v for k, v in config.items() if k != "model_type"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = AutoConfig.for_model(config["model_type"], **values)
+        cfg._attn_implementation = "eager"  # QKᵀ and AV as plain matmuls (bmm)
+        cfg._experts_implementation = "eager"  # a loop over experts: each runs on its routed tokens
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(cfg)
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            model(input_ids=torch.randint(3, config["vocab_size"], (batch, seq)), use_cache=False)
+    return {str(op).split(".")[-1]: v for op, v in counter.get_flop_counts()["Global"].items()}
+
+
+def torch_path_scan_bmm(spec, config: dict, batch: int, seq: int) -> int:
+    """The bmm FLOPs of transformers' torch scan paths (their arithmetic, not llmcalc's convention).
+
+    Mamba-1 (mamba_selective_scan's sequential loop): y_t = C_t·h_t per step, 2·B·S·E·N in all.
+    Mamba-2 (torch_forward, chunked SSD with chunk Q over S padded to c·Q): per head, C·Bᵀ inside
+    each chunk (2·c·Q²·N), its masked product with x (2·c·Q²·P), chunk states Bᵀ·x (2·c·Q·N·P),
+    state passing between chunks ((c+1)² chunk pairs x N·P x 2) and C·states (2·c·Q·N·P)."""
+    E, N = spec.ssm_d_inner, spec.ssm_d_state
+    total = 0
+    for i in range(spec.n_layers):
+        mixers = spec.layer_parts(i)[0]
+        if "mamba" in mixers:
+            total += 2 * batch * seq * E * N
+        if "mamba2" in mixers:
+            Q = config.get("chunk_size") or config.get("mamba_chunk_size")
+            H, P = spec.ssm_n_heads, E // spec.ssm_n_heads
+            c = math.ceil(seq / Q)
+            total += 2 * batch * H * (c * Q * Q * N + c * Q * Q * P + 2 * c * Q * N * P + (c + 1) ** 2 * N * P)
+        if "gated_deltanet" in mixers:
+            # torch_chunk_gated_delta_rule, chunk Q = 64: per value head, k_beta·kᵀ and q·kᵀ inside each
+            # chunk (2 x 2·c·Q²·dk), then per chunk k_cumdecay·S, q·S, kᵀ·v_new (3 x 2·Q·dk·dv) and
+            # intra·v_new (2·Q²·dv); its triangular solves are not matmuls the counter knows.
+            Q, H, dv = 64, spec.ssm_n_heads, E // spec.ssm_n_heads
+            c = math.ceil(seq / Q)
+            total += 2 * batch * H * c * (2 * Q * Q * N + 3 * Q * N * dv + Q * Q * dv)
+    return total
+
+
+def check_flops(config: dict, batch: int = 2, seq: int = 12) -> None:
+    spec = spec_from_hf(config)
+    ops = forward_ops(spec, batch, seq)
+    counted = hf_flops_by_op(config, batch, seq)
+    core = sum(v for k, v in ops.items() if k.endswith(("/scores", "/values")))
+    linear = sum(v for k, v in ops.items() if not k.endswith(("/scores", "/values", "/scan")))
+    assert counted.get("mm", 0) + counted.get("addmm", 0) + counted.get("convolution", 0) == linear
+    assert counted.get("bmm", 0) == core + torch_path_scan_bmm(spec, config, batch, seq)
+    assert set(counted) <= {"mm", "addmm", "convolution", "bmm"}
+
+
+# --- per-family configs (bounded shapes) ------------------------------------------------------------
+
+
+@st.composite
+def attention_keys(draw):
+    heads = draw(st.sampled_from([1, 2, 4]))
+    kv = draw(st.sampled_from([d for d in (1, 2, 4) if heads % d == 0]))
+    return dict(num_attention_heads=heads, num_key_value_heads=kv, hidden_size=heads * draw(st.sampled_from([8, 16])))
+
+
+def _mamba2_heads(draw, inner: int) -> tuple[int, int]:
+    heads = draw(st.sampled_from([h for h in (2, 4, 8) if inner % h == 0]))
+    groups = draw(st.sampled_from([g for g in (1, 2) if heads % g == 0]))
+    return heads, groups
+
+
+@st.composite
+def ssm_config(draw, model_type: str) -> dict:
+    layers = draw(st.integers(1, 4))
+    vocab = draw(st.integers(16, 120))
+    state = draw(st.sampled_from([4, 8]))
+    c: dict = {"model_type": model_type, "vocab_size": vocab, "tie_word_embeddings": draw(st.booleans()), **IDS}
+    if model_type == "mamba":
+        c.update(hidden_size=draw(st.sampled_from([16, 24, 32])), num_hidden_layers=layers, state_size=state,
+                 expand=draw(st.sampled_from([1, 2])), conv_kernel=draw(st.integers(2, 4)),
+                 time_step_rank=draw(st.sampled_from(["auto", 3])), use_bias=draw(st.booleans()),
+                 use_conv_bias=draw(st.booleans()))
+    elif model_type == "mamba2":
+        D = draw(st.sampled_from([16, 32]))
+        heads, groups = _mamba2_heads(draw, 2 * D)
+        c.update(hidden_size=D, num_hidden_layers=layers, state_size=state, expand=2, num_heads=heads,
+                 head_dim=2 * D // heads, n_groups=groups, conv_kernel=draw(st.integers(2, 4)),
+                 use_bias=draw(st.booleans()), use_conv_bias=draw(st.booleans()), chunk_size=draw(st.sampled_from([4, 8])))
+    elif model_type == "jamba":
+        c.update(draw(attention_keys()))
+        period = draw(st.integers(1, 3))
+        exp_period = draw(st.integers(1, 2))
+        c.update(num_hidden_layers=layers, intermediate_size=draw(st.integers(8, 48)), mamba_d_state=state,
+                 attn_layer_period=period, attn_layer_offset=draw(st.integers(0, period - 1)),
+                 expert_layer_period=exp_period, expert_layer_offset=draw(st.integers(0, exp_period - 1)),
+                 num_experts=draw(st.sampled_from([1, 2, 4])), num_experts_per_tok=draw(st.integers(1, 2)),
+                 mamba_d_conv=draw(st.integers(2, 4)), mamba_dt_rank=draw(st.sampled_from(["auto", 2])),
+                 mamba_proj_bias=draw(st.booleans()), mamba_conv_bias=draw(st.booleans()))
+        c["num_experts_per_tok"] = min(c["num_experts_per_tok"], c["num_experts"])
+    elif model_type == "bamba":
+        c.update(draw(attention_keys()))
+        heads, groups = _mamba2_heads(draw, 2 * c["hidden_size"])
+        c.update(num_hidden_layers=layers, intermediate_size=draw(st.integers(8, 48)), mamba_d_state=state,
+                 mamba_n_heads=heads, mamba_n_groups=groups, mamba_d_conv=draw(st.integers(2, 4)),
+                 mamba_chunk_size=draw(st.sampled_from([4, 8])), mamba_proj_bias=draw(st.booleans()),
+                 mamba_conv_bias=draw(st.booleans()), attention_bias=draw(st.booleans()), mlp_bias=draw(st.booleans()),
+                 attn_layer_indices=draw(st.lists(st.integers(0, layers - 1), max_size=2, unique=True)))
+    elif model_type == "falcon_h1":
+        c.update(draw(attention_keys()))
+        D = c["hidden_size"]
+        inner = draw(st.sampled_from([None, D, 2 * D]))  # None: mamba_expand x hidden
+        heads, groups = _mamba2_heads(draw, inner or 2 * D)
+        c.update(num_hidden_layers=layers, intermediate_size=draw(st.integers(8, 48)), mamba_d_ssm=inner,
+                 mamba_expand=2, mamba_d_state=state, mamba_n_heads=heads, mamba_n_groups=groups,
+                 mamba_d_conv=draw(st.integers(2, 4)), mamba_chunk_size=draw(st.sampled_from([4, 8])),
+                 mamba_proj_bias=draw(st.booleans()), projectors_bias=draw(st.booleans()),
+                 mamba_conv_bias=draw(st.booleans()), mamba_rms_norm=draw(st.booleans()),
+                 attention_bias=draw(st.booleans()), mlp_bias=draw(st.booleans()))
+    elif model_type == "lfm2":
+        c.update(draw(attention_keys()))
+        c.update(num_hidden_layers=layers, intermediate_size=draw(st.integers(8, 64)),
+                 conv_L_cache=draw(st.integers(2, 4)), conv_bias=draw(st.booleans()),
+                 block_auto_adjust_ff_dim=draw(st.booleans()), block_multiple_of=draw(st.sampled_from([1, 8, 16])),
+                 block_ffn_dim_multiplier=draw(st.sampled_from([1.0, 1.5])),
+                 full_attn_idxs=draw(st.lists(st.integers(0, layers - 1), max_size=2, unique=True)))
+    elif model_type == "qwen3_next":
+        c.update(draw(attention_keys()))
+        k_heads = draw(st.sampled_from([1, 2]))
+        c.update(num_hidden_layers=layers, intermediate_size=draw(st.integers(8, 48)), num_experts=0,
+                 head_dim=draw(st.sampled_from([4, 8])), attention_bias=draw(st.booleans()),
+                 linear_num_key_heads=k_heads, linear_num_value_heads=k_heads * draw(st.sampled_from([1, 2])),
+                 linear_key_head_dim=draw(st.sampled_from([4, 8])), linear_value_head_dim=draw(st.sampled_from([4, 8])),
+                 linear_conv_kernel_dim=draw(st.integers(2, 4)),
+                 full_attention_interval=draw(st.integers(1, 3)))
+    elif model_type == "nemotron_h":
+        c.update(draw(attention_keys()))
+        heads = draw(st.sampled_from([2, 4]))
+        c.update(hybrid_override_pattern="".join(draw(st.lists(st.sampled_from("M*-"), min_size=1, max_size=4))),
+                 head_dim=draw(st.sampled_from([4, 8])), intermediate_size=draw(st.integers(8, 48)),
+                 ssm_state_size=state, mamba_num_heads=heads, mamba_head_dim=draw(st.sampled_from([4, 8])),
+                 n_groups=draw(st.sampled_from([g for g in (1, 2) if heads % g == 0])),
+                 conv_kernel=draw(st.integers(2, 4)), chunk_size=draw(st.sampled_from([4, 8])),
+                 use_bias=draw(st.booleans()), use_conv_bias=draw(st.booleans()), mlp_bias=draw(st.booleans()))
+    return c
+
+
+PARAMS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FLOPS = settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.mark.parametrize("model_type", SSM_TYPES)
+def test_params_match_transformers_per_component(model_type):
+    @PARAMS
+    @given(ssm_config(model_type))
+    def check(config):
+        check_params(config)
+
+    check()
+
+
+@pytest.mark.parametrize("model_type", SSM_TYPES)
+def test_flops_match_what_torch_counts(model_type):
+    @FLOPS
+    @given(ssm_config(model_type), st.integers(1, 2), st.integers(5, 13))
+    def check(config, batch, seq):
+        check_flops(config, batch, seq)
+
+    check()
+
+
+# --- presets: exact against transformers (counts only; no forward at full size) --------------------
+
+from llmcalc.presets import load_model, model_config, model_names  # noqa: E402
+
+HYBRID_PRESETS = [n for n in model_names() if load_model(n).is_hybrid]
+
+
+def test_hybrid_presets_exist():
+    assert {"nemotron-h-8b", "mamba-2.8b"} <= set(HYBRID_PRESETS)
+
+
+@pytest.mark.parametrize("name", HYBRID_PRESETS)
+def test_hybrid_presets_match_transformers_per_component(name):
+    config = {k: v for k, v in model_config(name).items() if not k.startswith("_")}
+    check_params(config)
+
+
+def test_preset_totals_against_published_figures():
+    """Nemotron-H-8B: 8.1 B on its model card (arXiv 2504.03624 calls it 8B); Mamba-2.8B: 2.8 B in the
+    Mamba paper's Pile table, 2.77 B on its HF card. The exact counts (checked against transformers above):"""
+    assert count_params(load_model("nemotron-h-8b")).total == 8_100_852_736
+    assert count_params(load_model("mamba-2.8b")).total == 2_768_345_600
+    # Nemotron-H-8B by hand: 24 Mamba-2 layers, 4 attention layers, 24 squared-ReLU MLPs, untied head.
+    D, V, E, N, H, G, K, F = 4096, 131072, 8192, 128, 128, 8, 4, 21504
+    mamba2 = D * (2 * E + 2 * G * N + H) + (E + 2 * G * N) * (K + 1) + 3 * H + E + E * D
+    attention = D * 32 * 128 * 2 + D * 8 * 128 * 2
+    assert 24 * mamba2 + 4 * attention + 24 * 2 * D * F + 52 * D + D + 2 * V * D == 8_100_852_736
+
+
+# --- state memory: constant in context, KV only in attention layers ---------------------------------
+
+from llmcalc.analytic.inference import (  # noqa: E402
+    InferenceEstimate, decode_ops, kv_cache_bytes_per_token, recurrent_state_bytes, state_bytes_per_sequence)
+from llmcalc.presets import load_hardware  # noqa: E402
+
+
+def test_recurrent_state_by_hand():
+    """Per sequence and Mamba layer: conv state (channels x K) + SSM state (E x N), at the state dtype."""
+    mamba = load_model("mamba-2.8b")  # 64 layers, E = 5120, N = 16, K = 4, conv channels = E
+    assert recurrent_state_bytes(mamba, "bf16") == 64 * (5120 * 4 + 5120 * 16) * 2
+    assert kv_cache_bytes_per_token(mamba) == 0  # no attention layer: no KV cache at all
+    nemo = load_model("nemotron-h-8b")  # Mamba-2: conv over x, B, C = E + 2·G·N channels
+    assert recurrent_state_bytes(nemo, "fp32") == 24 * ((8192 + 2 * 8 * 128) * 4 + 8192 * 128) * 4
+    assert state_bytes_per_sequence(nemo, tp=2) == recurrent_state_bytes(nemo) / 2
+    assert kv_cache_bytes_per_token(nemo, "bf16") == 2 * 4 * 8 * 128 * 2  # 4 attention layers of 52
+    assert state_bytes_per_sequence(load_model("llama-3-8b")) == 0
+
+
+def test_state_is_constant_in_context_and_kv_grows():
+    """A decode step moves the weights, the state (fixed) and the KV cache (growing with the context)."""
+    spec = load_model("nemotron-h-8b")
+    est = InferenceEstimate(spec, load_hardware("h100-sxm"), 4, 1024, 16, "bf16", "bf16", "bf16")
+    for context in (1024, 65536):
+        moved = est.decode_step(context).bytes - est.weights_read(4) - 4 * context * est.kv_per_token_per_gpu
+        assert moved == pytest.approx(4 * recurrent_state_bytes(spec))
+
+
+def test_decode_step_has_no_s2_and_one_conv_output():
+    spec = load_model("mamba-2.8b")
+    a, b = decode_ops(spec, 2, 100), decode_ops(spec, 2, 100_000)
+    assert a == b  # no term grows with the context
+    assert a["mamba/conv1d"] == 64 * 2 * 2 * 5120 * 4  # causal_conv1d_update: one output per channel
+
+
+def test_scan_convention_by_hand():
+    """Mamba-1: 7·B·S·E·N per layer (Gu & Dao 2023, Alg. 2); Mamba-2: 5·B·S·E·N (Dao & Gu 2024, eq. 1)."""
+    ops = forward_ops(load_model("mamba-2.8b"), 1, 2048)
+    assert ops["mamba/scan"] == 64 * 7 * 2048 * 5120 * 16
+    ops = forward_ops(load_model("nemotron-h-8b"), 1, 2048)
+    assert ops["mamba2/scan"] == 24 * 5 * 2048 * 8192 * 128
+    assert not any(k.endswith("/scores") and k.startswith("mamba") for k in ops)
+
+
+# --- bad input ------------------------------------------------------------------------------------
+
+from click.testing import CliRunner  # noqa: E402
+
+from llmcalc.cli import cli  # noqa: E402
+from llmcalc.spec import ModelSpec  # noqa: E402
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(hybrid_override_pattern="M*E-"), "nemotron_h MoE layers"),
+    (dict(hybrid_override_pattern="M*X"), "unknown characters"),
+    (dict(num_nextn_predict_layers=1), "multi-token-prediction"),
+])
+def test_nemotron_configs_llmcalc_does_not_cover_are_one_line(tmp_path, changes, message):
+    config = {**model_config("nemotron-h-8b"), **changes}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    result = CliRunner().invoke(cli, ["params", str(path)])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("layer_types, message", [
+    (["mamba", "attention+mlp"], "layer_types has 2 entries for n_layers=3"),
+    (["mamba", "lstm", "mlp"], "layer_types[1] = 'lstm'"),
+    (["mamba+mlp+mlp", "mamba", "mamba"], "layer_types[0]"),
+    (["mamba2", "mamba", "mamba"], "ssm_n_heads must be a positive whole number"),
+    (["attention+moe", "mamba", "mamba"], "has an MoE FFN but n_experts is 0"),
+])
+def test_bad_layer_types(layer_types, message):
+    with pytest.raises(SpecError) as err:
+        ModelSpec(n_layers=3, d_model=64, n_heads=4, vocab_size=100, d_ff=128, layer_types=layer_types,
+                  ssm_d_inner=128, ssm_d_state=8, ssm_dt_rank=4)
+    assert message in str(err.value)
+
+
+def test_native_spec_with_layer_types_round_trips():
+    spec = ModelSpec(n_layers=2, d_model=64, n_heads=4, vocab_size=100, d_ff=128,
+                     layer_types=["mamba2+mlp", "attention+mlp"], ssm_d_inner=128, ssm_d_state=8, ssm_n_heads=4)
+    assert spec.layer_types == ("mamba2+mlp", "attention+mlp") and spec.n_attention_layers == 1
+    assert ModelSpec(**json.loads(json.dumps(spec.to_dict()))) == spec
+
+
+def test_serve_and_infer_json_report_the_state():
+    result = CliRunner().invoke(cli, ["serve", "nemotron-h-8b", "--gpu", "h100-sxm", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["state_bytes_per_sequence_per_gpu"] == recurrent_state_bytes(load_model("nemotron-h-8b"))
+    result = CliRunner().invoke(cli, ["infer", "mamba-2.8b", "--gpu", "h100-sxm", "--prompt", 512, "--generate", 8,
+                                      "--format", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["kv_cache_bytes"] == 0
+    assert data["state_bytes_per_sequence_per_gpu"] == recurrent_state_bytes(load_model("mamba-2.8b"))
+
+
+def test_serving_a_pure_mamba_is_limited_by_its_state():
+    """No attention layer: no KV blocks; concurrency = usable memory left / state per sequence."""
+    result = CliRunner().invoke(cli, ["serve", "mamba-2.8b", "--gpu", "h100-sxm", "--max-model-len", "8k",
+                                      "--format", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    state = recurrent_state_bytes(load_model("mamba-2.8b"))
+    assert data["kv_blocks"] == 0 and data["state_bytes_per_sequence_per_gpu"] == state
