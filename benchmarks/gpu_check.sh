@@ -18,4 +18,14 @@ echo "== llama-3.2-1b, bf16-mixed, sdpa, torch.compile"
 timeout 200 "$PY" -m llmcalc "${common[@]}" --compile | tee "$OUT_DIR/gpu_check_compiled.txt"
 echo "== the same, eager (no compile), as JSON"
 timeout 90 "$PY" -m llmcalc "${common[@]}" --format json | tee "$OUT_DIR/gpu_check_eager.json"
+# Multi-GPU: FSDP2 + tensor parallelism over every GPU of the machine (issue 11), per-rank JSON.
+n=$("$PY" -c "import torch; print(torch.cuda.device_count())")
+if [ "$n" -ge 2 ]; then
+  tp=2; [ $((n % 2)) -eq 0 ] || tp=1
+  echo "== llama-3.2-1b sharded over $n GPUs: FSDP2 (dp $((n / tp))) x TP $tp, bf16, per rank"
+  timeout 400 "$PY" -m llmcalc profile llama-3.2-1b --device cuda --dtype bf16 --nproc "$n" --tp "$tp" \
+    --batch-size 4 --seq-len 2048 --warmup 2 --steps 5 --format json | tee "$OUT_DIR/gpu_check_sharded.json"
+else
+  echo "== one GPU: the sharded run (FSDP2 + TP) needs 2 or more; skipped"
+fi
 echo "results in $OUT_DIR"

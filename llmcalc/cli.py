@@ -923,12 +923,20 @@ def _check_profile_size(specs, batch, seq_len, virtual, recipe="fp32", device="c
               help="Use only this many layers (to fit a real run).")
 @click.option("--peak-tflops", type=Number(maximum=MAX_TFLOPS), default=None,
               help="Real runs: peak for MFU (default: catalog or calibration).")
+@click.option("--world-size", type=POSITIVE_INT, default=None,
+              help="With --virtual: profile rank 0 of this many ranks (FSDP2 over dp x DTensor TP, fake process group).")
+@click.option("--nproc", type=POSITIVE_INT, default=None,
+              help="Real runs: launch this many ranks with torch.distributed.run (gloo on CPU, nccl on CUDA).")
+@click.option("--tp", type=POSITIVE_INT, default=1, show_default=True,
+              help="Sharded runs: tensor-parallel degree; dp = world size / tp.")
+@click.option("--all-layers", is_flag=True,
+              help="Virtual sharded runs: measure every block (default past 8: 2 and 4 blocks, extrapolated).")
 @finetune_options
 @format_option
 @click.pass_context
 def profile(ctx, model, virtual, device, dtype, recipe, batch_size, seq_len, steps, warmup, compile_, counter,
             recompute, attention, layers, peak_tflops, finetune, lora_rank, lora_targets, base_dtype, double_quant,
-            fmt):
+            world_size, nproc, tp, all_layers, fmt):
     """Build MODEL in PyTorch, measure FLOPs, memory and speed, and hold every formula against them."""
     from .report.views_profile import profile_document
 
@@ -954,6 +962,27 @@ def profile(ctx, model, virtual, device, dtype, recipe, batch_size, seq_len, ste
                             n_decoder_layers=layers if spec.n_decoder_layers else None)
     internal_attention = "sdpa" if attention == "flash" else "eager"
     cfg = make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant)
+    if world_size is not None or nproc is not None:
+        if cfg is not None:
+            raise LlmcalcError("sharded profiles train the full model; drop --finetune or --world-size/--nproc")
+        if recipe is not None or recompute != "none":
+            raise LlmcalcError("sharded profiles fix their precision with --dtype (bf16: FSDP2 mixed precision, or "
+                               "fp32) and do not recompute; drop --recipe/--recompute")
+        _need_torch()
+        from .profiling.distributed import with_layers
+        from .profiling.launch import sharded_profile
+        from .report.views_distributed import distributed_document
+
+        if layers is not None:  # keeps n_kv_heads (ModelSpec.replace would derive MHA again)
+            base = load_model(model, seq_len)
+            spec = with_layers(base, layers, name=f"{base.name} ({layers} layers)")
+
+        emit(distributed_document(sharded_profile(spec, model, layers, virtual, world_size, nproc, tp, device, dtype,
+                                                  batch_size, seq_len, steps, warmup, internal_attention, peak_tflops,
+                                                  all_layers)), fmt)
+        return
+    if tp != 1:
+        raise LlmcalcError("--tp needs a sharded run: add --virtual --world-size N or --nproc N")
     if cfg is not None:
         if not virtual:
             raise LlmcalcError("fine-tuning profiles run virtually: add --virtual")

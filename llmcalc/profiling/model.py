@@ -151,8 +151,8 @@ class Attention(nn.Module):
             self.relative_position_bias = nn.Embedding(spec.rel_pos_buckets, H)
 
     def _heads(self, x, heads, dim):
-        B, S, _ = x.shape
-        return x.view(B, S, heads, dim).transpose(1, 2)
+        B, S, _ = x.shape  # -1 heads: a tensor-parallel rank holds heads / tp of them
+        return x.view(B, S, -1, dim).transpose(1, 2)
 
     def _qkv(self, x, memory):
         spec, H = self.spec, self.spec.n_heads
@@ -209,7 +209,7 @@ class Attention(nn.Module):
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=causal, scale=scale,
                                                  enable_gqa=gqa)
         B, H, S, dv = out.shape
-        return self.o_proj(out.transpose(1, 2).reshape(B, S, H * dv))
+        return self.o_proj(out.transpose(1, 2).reshape(B, S, H * dv))  # H: this rank's heads
 
 
 class MLP(nn.Module):
