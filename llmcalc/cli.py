@@ -924,7 +924,8 @@ def _check_profile_size(specs, batch, seq_len, virtual, recipe="fp32", device="c
 @click.option("--peak-tflops", type=Number(maximum=MAX_TFLOPS), default=None,
               help="Real runs: peak for MFU (default: catalog or calibration).")
 @click.option("--world-size", type=POSITIVE_INT, default=None,
-              help="With --virtual: profile rank 0 of this many ranks (FSDP2 over dp x DTensor TP, fake process group).")
+              help="With --virtual: profile rank 0 of this many ranks (FSDP2 over dp x DTensor TP, "
+                   "fake process group).")
 @click.option("--nproc", type=POSITIVE_INT, default=None,
               help="Real runs: launch this many ranks with torch.distributed.run (gloo on CPU, nccl on CUDA).")
 @click.option("--tp", type=POSITIVE_INT, default=1, show_default=True,

@@ -151,6 +151,9 @@ def _forward_flops_json(config_json: str, batch: int, seq: int, real: bool,
             auto = (AutoModelForSeq2SeqLM if model_type in ENCODER_DECODER
                     else AutoModel if model_type in ENCODER else AutoModelForCausalLM)
             model = auto.from_config(cfg)
+            # No parameter needs a gradient: FlopCounterMode's module tracker then sets no backward
+            # hooks (DBRX's experts hand out weight views, which those hooks cannot take under no_grad).
+            model.requires_grad_(False)
             ids = torch.randint(0, cfg.vocab_size, (batch, seq))  # varied tokens: varied expert routing
             kwargs = {"input_ids": ids}
             if model_type in ENCODER_DECODER:

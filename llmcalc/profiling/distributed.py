@@ -25,7 +25,6 @@ S x bus_factor(kind, n) bytes on the wire from each rank, the convention of ``Co
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
 
 import torch
@@ -68,11 +67,13 @@ def check_layout(spec: ModelSpec, world_size: int, tp: int) -> Layout:
     if spec.architecture != "decoder" or spec.is_moe or spec.is_mla or spec.parallel_residual:
         raise LlmcalcError(f"{spec.name}: the sharded profiler builds dense decoder-only models with standard "
                            f"attention (no MoE, MLA or parallel blocks)")
-    if spec.n_heads % tp or spec.n_kv_heads % tp:
+    kv_heads = spec.n_kv_heads or spec.n_heads  # derived in ModelSpec.__post_init__; never None here
+    if spec.n_heads % tp or kv_heads % tp:
         raise LlmcalcError(f"--tp {tp} does not divide the heads of {spec.name} ({spec.n_heads} query, "
-                           f"{spec.n_kv_heads} key/value); use a tp that divides {math.gcd(spec.n_heads, spec.n_kv_heads)}")
+                           f"{kv_heads} key/value); use a tp that divides "
+                           f"{math.gcd(spec.n_heads, kv_heads)}")
     for name, dim in (("d_ff", spec.d_ff), ("vocab_size", spec.vocab_size)):
-        if dim % tp:
+        if dim is not None and dim % tp:
             raise LlmcalcError(f"--tp {tp} does not divide {name} {dim} of {spec.name}")
     return Layout(world_size, tp)
 
@@ -84,13 +85,18 @@ def parallelize(model, mesh, mixed: bool, reshard_after_forward: bool = True):
     """DTensor TP on mesh["tp"], then FSDP2 on mesh["dp"] (one unit per block, then the root)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from torch.distributed.tensor import Replicate
-    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
-                                                   parallelize_module)
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        ParallelStyle,
+        PrepareModuleInput,
+        RowwiseParallel,
+        parallelize_module,
+    )
 
     tp_mesh, dp_mesh = mesh["tp"], mesh["dp"]
     if tp_mesh.size() > 1:
         tied = model.lm_head is not None and model.lm_head.weight is model.embedding.tokens.weight
-        plan = {"embedding.tokens": RowwiseParallel(input_layouts=Replicate())}
+        plan: dict[str, ParallelStyle] = {"embedding.tokens": RowwiseParallel(input_layouts=Replicate())}
         if model.lm_head is not None:
             plan["lm_head"] = ColwiseParallel(output_layouts=Replicate())
         parallelize_module(model, tp_mesh, plan)
@@ -177,7 +183,8 @@ def rank_param_bytes(layout_rows, layout: Layout) -> list[float]:
 # --- recording collectives and per-rank FLOPs ---------------------------------------------------
 
 _KINDS = {"all_gather_into_tensor": "all_gather", "all_gather_into_tensor_out": "all_gather",
-          "_allgather_base_": "all_gather", "allgather_": "all_gather", "allgather_into_tensor_coalesced_": "all_gather",
+          "_allgather_base_": "all_gather", "allgather_": "all_gather",
+          "allgather_into_tensor_coalesced_": "all_gather",
           "all_gather_into_tensor_coalesced": "all_gather",
           "reduce_scatter_tensor": "reduce_scatter", "_reduce_scatter_base_": "reduce_scatter",
           "reduce_scatter_": "reduce_scatter", "reduce_scatter_tensor_coalesced": "reduce_scatter",
@@ -204,10 +211,10 @@ def _group_size(args) -> int:
     for a in args:
         if isinstance(a, str):
             try:
-                return _resolve_process_group(a).size()
+                return _resolve_process_group(a).size()  # type: ignore[arg-type]  # a GroupName is a str at run time
             except (RuntimeError, ValueError, KeyError):
                 continue
-        if isinstance(a, torch.ScriptObject) or isinstance(a, dist.ProcessGroup):
+        if isinstance(a, (torch.ScriptObject, dist.ProcessGroup)):
             try:
                 return dist.ProcessGroup.unbox(a).size() if isinstance(a, torch.ScriptObject) else a.size()
             except (RuntimeError, AttributeError):
@@ -302,7 +309,7 @@ def analytic_figures(spec: ModelSpec, layout: Layout, batch: int, seq: int, mixe
         if c.bytes_per_step:
             by_kind[c.kind] = by_kind.get(c.kind, 0.0) + c.bytes_per_step
     ops = forward_ops(spec, batch, seq)
-    flops = sum(counted_step_flops(ops, "none", ("attention S²",)).values()) / layout.tp
+    flops = sum(counted_step_flops(ops, "none", {"attention S²"}).values()) / layout.tp
     return {"estimate": est, "param_bytes": est.weights, "grad_bytes": est.gradients,
             "optimizer_bytes": est.optimizer_states, "peak_memory_bytes": est.peak, "collectives": by_kind,
             "flops": flops, "recipe": recipe}
@@ -427,9 +434,8 @@ def _virtual_once(spec: ModelSpec, layout: Layout, batch: int, seq: int, mixed: 
         # measured shards instead (see the notes).
         tracker = _fsdp_peak_tracker(model, optimizer)
         recorder = CollectiveRecorder()
-        with tracker:
-            with recorder:
-                _loss(model, ids, spec).backward()
+        with tracker, recorder:
+            _loss(model, ids, spec).backward()
         params, grads, states = sharded_state_bytes(model, optimizer)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -454,7 +460,7 @@ def _extrapolate(a, b, la: int, lb: int, depth: int):
         return {k: _extrapolate(a.get(k, 0.0 if not isinstance(b[k], dict) else {}), b[k], la, lb, depth)
                 for k in {**a, **b}}
     if isinstance(a, list):
-        return [_extrapolate(x, y, la, lb, depth) for x, y in zip(a, b)]
+        return [_extrapolate(x, y, la, lb, depth) for x, y in zip(a, b, strict=True)]
     if isinstance(a, str) or a is None or b is None:
         return b
     step = (b - a) / (lb - la)
@@ -483,7 +489,7 @@ def virtual_distributed_profile(spec: ModelSpec, world_size: int, tp: int = 1, b
         if sampled:
             la, lb = SAMPLE_DEPTHS
             runs = [_virtual_once(with_layers(spec, n), layout, batch, seq, mixed, attention) for n in (la, lb)]
-            m = _extrapolate(*runs, la, lb, spec.n_layers)
+            m = _extrapolate(runs[0], runs[1], la, lb, spec.n_layers)
         else:
             m = _virtual_once(spec, layout, batch, seq, mixed, attention)
     finally:

@@ -26,8 +26,16 @@ def main(argv: list[str]) -> int:
 
     from ..analytic.flops import step_flops
     from ..presets import load_model
-    from .distributed import (PG_TIMEOUT_S, CollectiveRecorder, _loss, build_sharded, check_layout, make_mesh,
-                              sharded_state_bytes, with_layers)
+    from .distributed import (
+        PG_TIMEOUT_S,
+        CollectiveRecorder,
+        _loss,
+        build_sharded,
+        check_layout,
+        make_mesh,
+        sharded_state_bytes,
+        with_layers,
+    )
     from .measure import _proc_status, _reset_cpu_peak
 
     args, out_path = json.loads(argv[0]), argv[1]
@@ -89,7 +97,7 @@ def main(argv: list[str]) -> int:
             sync()
             times.append(time.perf_counter() - start)
         if device == "cuda":
-            peak = float(torch.cuda.max_memory_allocated())
+            peak: float | None = float(torch.cuda.max_memory_allocated())
             source = (f"CUDA max_memory_allocated over the timed steps; "
                       f"num_alloc_retries {torch.cuda.memory_stats().get('num_alloc_retries', 0)}")
         else:

@@ -21,7 +21,8 @@ def _merge_identical(rows: list[dict]) -> list[dict]:
     """Consecutive ranks with the same figures as one row "a-b" (64 identical rows say nothing more)."""
     out: list[dict] = []
     for row in rows:
-        same = out and {k: v for k, v in out[-1].items() if k != "rank"} == {k: v for k, v in row.items() if k != "rank"}
+        same = out and ({k: v for k, v in out[-1].items() if k != "rank"}
+                        == {k: v for k, v in row.items() if k != "rank"})
         if same:
             first = str(out[-1]["rank"]).split("-")[0]
             out[-1]["rank"] = f"{first}-{row['rank']}"
@@ -34,7 +35,8 @@ def distributed_document(data: dict) -> Document:
     ranks = data["ranks"]
     rows, cols = [], [Column("rank", "rank")]
     for key, label in FIGURES:
-        cols += [Column(f"{key}_a", f"{label} analytic (GiB)", _gib), Column(f"{key}_m", f"{label} measured (GiB)", _gib),
+        cols += [Column(f"{key}_a", f"{label} analytic (GiB)", _gib),
+                 Column(f"{key}_m", f"{label} measured (GiB)", _gib),
                  Column(f"{key}_e", f"{label} error (%)")]
     kinds = sorted({k for r in ranks for k in r["collectives"]})
     for kind in kinds:
