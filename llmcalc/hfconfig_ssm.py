@@ -203,14 +203,13 @@ def _qwen3_next(hf: dict, kw: dict) -> None:
     experts, step = hf.get("num_experts", 512), hf.get("decoder_sparse_step", 1)
     dense = set(hf.get("mlp_only_layers") or ())
     ffns = ["moe" if experts > 0 and i not in dense and (i + 1) % step == 0 else "mlp" for i in range(L)]
-    if "moe" in ffns:
-        raise SpecError(
-            "qwen3_next MoE layers are not covered by llmcalc's formulas yet: their shared expert has its own "
-            "width and a sigmoid gate (shared_expert_intermediate_size, shared_expert_gate); configs with "
-            "num_experts 0 or every layer in mlp_only_layers are"
-        )
-    for key in ("n_experts", "n_experts_per_token", "d_ff_expert"):
-        kw.pop(key, None)
+    if "moe" in ffns:  # Qwen3NextSparseMoeBlock: router, routed experts, one gated shared expert
+        kw.update(n_experts=experts, n_experts_per_token=hf.get("num_experts_per_tok", 10),
+                  d_ff_expert=hf.get("moe_intermediate_size", 512), n_shared_experts=1,
+                  d_ff_shared=hf.get("shared_expert_intermediate_size", 512), shared_expert_gate=True)
+    else:
+        for key in ("n_experts", "n_experts_per_token", "d_ff_expert"):
+            kw.pop(key, None)
     # not strict: a layer_types list of the wrong length is reported by ModelSpec with one clear line
     kw["layer_types"] = tuple(f"{m}+{f}" for m, f in zip(mixers, ffns, strict=False))
     bias = bool(hf.get("attention_bias", False))

@@ -64,6 +64,8 @@ def hf_component(name: str, spec) -> str:
         return "attention/o_proj"
     if leaf in ("q_proj", "k_proj", "v_proj", "o_proj"):
         return "attention/bias" if rest[-1] == "bias" else f"attention/{leaf}"
+    if ffn == "moe" and any(p.startswith("shared_expert") for p in rest):  # Qwen3-Next's gated shared expert
+        return "moe/shared_experts"
     if "experts" in rest:
         return "moe/experts"
     if leaf in ("router", "gate") and ffn == "moe":
@@ -222,7 +224,11 @@ def ssm_config(draw, model_type: str) -> dict:
     elif model_type == "qwen3_next":
         c.update(draw(attention_keys()))
         k_heads = draw(st.sampled_from([1, 2]))
-        c.update(num_hidden_layers=layers, intermediate_size=draw(st.integers(8, 48)), num_experts=0,
+        experts = draw(st.sampled_from([0, 4]))  # every published Qwen3-Next config is MoE
+        c.update(num_hidden_layers=layers, intermediate_size=draw(st.integers(8, 48)), num_experts=experts,
+                 num_experts_per_tok=draw(st.integers(1, 2)), moe_intermediate_size=draw(st.integers(4, 24)),
+                 shared_expert_intermediate_size=draw(st.integers(4, 24)),
+                 mlp_only_layers=draw(st.lists(st.integers(0, layers - 1), max_size=1, unique=True)),
                  head_dim=draw(st.sampled_from([4, 8])), attention_bias=draw(st.booleans()),
                  linear_num_key_heads=k_heads, linear_num_value_heads=k_heads * draw(st.sampled_from([1, 2])),
                  linear_key_head_dim=draw(st.sampled_from([4, 8])), linear_value_head_dim=draw(st.sampled_from([4, 8])),
