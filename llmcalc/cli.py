@@ -937,7 +937,7 @@ def _check_profile_size(specs, batch, seq_len, virtual, recipe="fp32", device="c
 @click.pass_context
 def profile(ctx, model, virtual, device, dtype, recipe, batch_size, seq_len, steps, warmup, compile_, counter,
             recompute, attention, layers, peak_tflops, finetune, lora_rank, lora_targets, base_dtype, double_quant,
-            world_size, nproc, tp, all_layers, fmt):
+            world_size, nproc, tp, all_layers, fmt):  # long: one dispatch over the profile kinds, each refusal first
     """Build MODEL in PyTorch, measure FLOPs, memory and speed, and hold every formula against them."""
     from .report.views_profile import profile_document
 
@@ -978,9 +978,10 @@ def profile(ctx, model, virtual, device, dtype, recipe, batch_size, seq_len, ste
             base = load_model(model, seq_len)
             spec = with_layers(base, layers, name=f"{base.name} ({layers} layers)")
 
-        emit(distributed_document(sharded_profile(spec, model, layers, virtual, world_size, nproc, tp, device, dtype,
-                                                  batch_size, seq_len, steps, warmup, internal_attention, peak_tflops,
-                                                  all_layers)), fmt)
+        emit(distributed_document(sharded_profile(
+            spec, model, layers, virtual, world_size, nproc=nproc, tp=tp, device=device, dtype=dtype,
+            batch=batch_size, seq=seq_len, steps=steps, warmup=warmup, attention=internal_attention,
+            peak_tflops=peak_tflops, all_layers=all_layers)), fmt)
         return
     if tp != 1:
         raise LlmcalcError("--tp needs a sharded run: add --virtual --world-size N or --nproc N")

@@ -297,13 +297,15 @@ def analytic_figures(spec: ModelSpec, layout: Layout, batch: int, seq: int, mixe
     """Per-rank figures of the formulas: ZeRO-3 + TP state (analytic/memory.py), collective volumes
     (analytic/comm.py), FLOPs per rank (the counted train-step FLOPs / tp)."""
     recipe = "amp" if mixed else "fp32"
-    est = training_memory(spec, batch, seq, recipe, "adamw", "none", "flash",
-                          Parallel(layout.world_size, layout.tp, 1, 3, sequence_parallel=False), optimizer_impl="fused")
+    est = training_memory(spec, batch, seq, recipe, optimizer="adamw", recompute="none", attention="flash",
+                          parallel=Parallel(layout.world_size, layout.tp, 1, 3, sequence_parallel=False),
+                          optimizer_impl="fused")
     act = 2.0 if mixed else 4.0
     weight = 2.0 if mixed else 4.0  # FSDP2 all-gathers in param_dtype, reduces in reduce_dtype (fp32)
-    colls = dp_collectives(est.params_on_gpu, 4.0, weight, layout.dp, 3, layout.tp, 1)
-    colls += [Collective(c.name, c.kind, c.group, c.buffer_bytes, c.count * spec.n_layers, c.stride)
-              for c in tp_collectives(batch * seq, spec.d_model, act, layout.tp, False, 2)]
+    colls = dp_collectives(est.params_on_gpu, grad_bytes=4.0, weight_bytes=weight, dp=layout.dp, zero=3,
+                           stride=layout.tp, micro_batches=1)
+    colls += [Collective(c.name, c.kind, c.group, c.buffer_bytes, count=c.count * spec.n_layers, stride=c.stride)
+              for c in tp_collectives(batch * seq, spec.d_model, act, layout.tp, sequence_parallel=False, passes=2)]
     by_kind: dict[str, float] = {}
     for c in colls:
         if c.bytes_per_step:
@@ -488,15 +490,16 @@ def virtual_distributed_profile(spec: ModelSpec, world_size: int, tp: int = 1, b
     try:
         if sampled:
             la, lb = SAMPLE_DEPTHS
-            runs = [_virtual_once(with_layers(spec, n), layout, batch, seq, mixed, attention) for n in (la, lb)]
+            runs = [_virtual_once(with_layers(spec, n), layout, batch, seq, mixed=mixed, attention=attention)
+                    for n in (la, lb)]
             m = _extrapolate(runs[0], runs[1], la, lb, spec.n_layers)
         else:
-            m = _virtual_once(spec, layout, batch, seq, mixed, attention)
+            m = _virtual_once(spec, layout, batch, seq, mixed=mixed, attention=attention)
     finally:
         dist.destroy_process_group()
     analytic = analytic_figures(spec, layout, batch, seq, mixed)
-    result = DistributedResult(spec.name, "virtual", world_size, {"dp": layout.dp, "tp": layout.tp}, batch, seq,
-                               "bf16 compute, fp32 sharded state" if mixed else "fp32")
+    result = DistributedResult(spec.name, "virtual", world_size, {"dp": layout.dp, "tp": layout.tp}, batch_size=batch,
+                               seq_len=seq, precision="bf16 compute, fp32 sharded state" if mixed else "fp32")
     result.ranks = rank_rows(analytic, m["per_rank"], m)
     result.memory_by_category = m["categories"]
     result.collective_calls = sorted(m["calls"].values(), key=lambda c: (c["kind"], c["group"]))

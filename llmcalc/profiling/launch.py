@@ -34,12 +34,12 @@ def sharded_profile(spec: ModelSpec, model_arg: str, layers: int | None, virtual
             raise LlmcalcError(f"sharded runs use --dtype bf16 (FSDP2 mixed precision) or fp32; got {dtype!r}")
         from .distributed import virtual_distributed_profile
 
-        return virtual_distributed_profile(spec, world_size, tp, batch, seq, dtype != "fp32", attention,
-                                           all_layers).to_json()
+        return virtual_distributed_profile(spec, world_size, tp, batch, seq=seq, mixed=dtype != "fp32",
+                                           attention=attention, all_layers=all_layers).to_json()
     if world_size is not None and nproc is None:
         raise LlmcalcError("--world-size is for --virtual runs; a real sharded run takes --nproc N")
-    return real_sharded_profile(spec, model_arg, layers, nproc, tp, device, dtype, batch, seq, steps, warmup,
-                                attention, peak_tflops)
+    return real_sharded_profile(spec, model_arg, layers, nproc, tp, device=device, dtype=dtype, batch=batch, seq=seq,
+                                steps=steps, warmup=warmup, attention=attention, peak_tflops=peak_tflops)
 
 
 def real_sharded_profile(spec, model_arg, layers, nproc, tp, device, dtype, batch, seq, steps, warmup, attention,
@@ -80,8 +80,8 @@ def real_sharded_profile(spec, model_arg, layers, nproc, tp, device, dtype, batc
         with open(out) as fh:
             measured = json.load(fh)
     analytic = analytic_figures(spec, layout, batch, seq, mixed)
-    result = DistributedResult(spec.name, "real", nproc, {"dp": layout.dp, "tp": layout.tp}, batch, seq,
-                               "bf16 compute, fp32 sharded state" if mixed else "fp32")
+    result = DistributedResult(spec.name, "real", nproc, {"dp": layout.dp, "tp": layout.tp}, batch_size=batch,
+                               seq_len=seq, precision="bf16 compute, fp32 sharded state" if mixed else "fp32")
     result.ranks = rank_rows(analytic, [m["param_bytes"] for m in measured], {}, measured)
     result.collective_calls = measured[0]["collective_calls"]
     result.notes = _notes(analytic, layout, mixed) + [

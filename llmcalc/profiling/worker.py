@@ -20,7 +20,7 @@ import time
 from datetime import timedelta
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str]) -> int:  # long: one rank's whole life: group, build, shard, timed steps, gather
     import torch
     import torch.distributed as dist
 
