@@ -142,8 +142,9 @@ def draw_argv(rng: random.Random, configs: list[str]) -> list[str]:
         argv += [] if "--seq-len" in argv else ["--seq-len", "32"]
     if command in ("serve", "layout") and "--gpu" not in argv:
         argv += ["--gpu", "h100-sxm"]
-    if command == "layout" and "--n-gpus" not in argv:
-        argv += ["--n-gpus", "64", "--global-batch", "512"]
+    if command == "layout":  # defaults only where not drawn: a repeated option's last value wins in click
+        argv += [] if "--n-gpus" in argv else ["--n-gpus", "64"]
+        argv += [] if {"--global-batch", "--global-batch-tokens"} & set(argv) else ["--global-batch", "512"]
     if command == "calibrate" and "--seconds" not in argv:
         argv += ["--seconds", "0.05"]
     if command == "calibrate" and "--size" not in argv:
