@@ -241,10 +241,13 @@ class ModelSpec:
         return self.n_layers + (self.n_decoder_layers or 0)
 
     def replace(self, **changes) -> ModelSpec:
-        """A copy with some fields changed; derived fields are derived again unless given."""
+        """A copy with some fields changed. A derived field (n_kv_heads, d_head, ...) is derived again
+        only where this spec holds its derived value; one the spec was given (GQA's n_kv_heads = 8,
+        Gemma's d_head = 256) is kept unless changed."""
         values = {f.name: getattr(self, f.name) for f in fields(self)}
+        derived = ModelSpec(**{**values, **{key: None for key in _DERIVED}})
         for key in _DERIVED:
-            if key not in changes:
+            if key not in changes and values[key] == getattr(derived, key):
                 values[key] = None
         values.update(changes)
         return ModelSpec(**values)

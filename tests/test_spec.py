@@ -60,3 +60,16 @@ def test_native_spec_dict():
         spec_from_dict({**BASE, "hidden": 3})
     with pytest.raises(SpecError, match="missing vocab_size"):
         spec_from_dict({k: v for k, v in BASE.items() if k != "vocab_size"})
+
+
+def test_replace_keeps_what_the_config_gave():
+    """`profile --layers 2` cuts a GQA model to 2 layers; it must stay GQA (the published config's
+    num_key_value_heads), and Gemma's given head_dim must stay 256, not d_model / n_heads."""
+    from llmcalc.presets import load_model, model_config
+
+    llama = load_model("llama-3.1-405b")
+    assert llama.replace(n_layers=2).n_kv_heads == model_config("llama-3.1-405b")["num_key_value_heads"] == 8
+    gemma = load_model("gemma-7b")
+    assert gemma.replace(n_layers=2).d_head == model_config("gemma-7b")["head_dim"] == 256
+    mha = load_model("llama-7b")  # derived values follow a change: MHA stays MHA, d_head = 4096 / 16
+    assert (mha.replace(n_heads=16).n_kv_heads, mha.replace(n_heads=16).d_head) == (16, 256)
