@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from ..errors import LlmcalcError
 from ..spec import ModelSpec
+from .memory import PeakOfTwoPhases
 
 METHODS = ("lora", "qlora")
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -346,7 +347,7 @@ class FinetuneFlops:
 
 
 @dataclass(frozen=True)
-class FinetuneMemory:
+class FinetuneMemory(PeakOfTwoPhases):
     """Per-GPU memory of a LoRA/QLoRA step (data parallel: every GPU holds it all)."""
 
     ft: Finetune
@@ -396,14 +397,6 @@ class FinetuneMemory:
     def optimizer_step(self) -> float:
         c = self.components()
         return c["weights"] + c["adapters"] + c["gradients"] + c["optimizer states"]
-
-    @property
-    def peak(self) -> float:
-        return max(self.forward_end, self.optimizer_step)
-
-    @property
-    def peak_phase(self) -> str:
-        return "end of forward" if self.forward_end >= self.optimizer_step else "optimizer step"
 
 
 class _Fp32States:

@@ -163,8 +163,21 @@ class Parallel:
             raise LlmcalcError(f"pp={self.pp} does not divide {spec.n_layers} layers into equal stages")
 
 
+class PeakOfTwoPhases:
+    """A training step's memory peaks at the end of forward (activations alive) or at the optimizer step
+    (states and their temporaries); a subclass defines `forward_end` and `optimizer_step`."""
+
+    @property
+    def peak(self) -> float:
+        return max(self.forward_end, self.optimizer_step)  # type: ignore[attr-defined]  # the subclass's
+
+    @property
+    def peak_phase(self) -> str:
+        return "end of forward" if self.forward_end >= self.optimizer_step else "optimizer step"  # type: ignore[attr-defined]
+
+
 @dataclass(frozen=True)
-class MemoryEstimate:
+class MemoryEstimate(PeakOfTwoPhases):
     """Per-GPU training memory of the most loaded pipeline stage, by component, in bytes."""
 
     spec: ModelSpec
@@ -282,14 +295,6 @@ class MemoryEstimate:
     @property
     def optimizer_step(self) -> float:
         return self.model_states + self.optimizer_temporaries + self.fp8_state
-
-    @property
-    def peak(self) -> float:
-        return max(self.forward_end, self.optimizer_step)
-
-    @property
-    def peak_phase(self) -> str:
-        return "end of forward" if self.forward_end >= self.optimizer_step else "optimizer step"
 
     def activation_bytes_per_sample(self) -> float:
         """Bytes the forward-end peak grows by per extra sequence in the micro-batch."""
