@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from ..errors import LlmcalcError
 from ..spec import ModelSpec
+from .flops import StepTotals
 from .memory import PeakOfTwoPhases
 
 METHODS = ("lora", "qlora")
@@ -278,7 +279,7 @@ def finetune(spec: ModelSpec, config: LoraConfig) -> Finetune:
 
 
 @dataclass(frozen=True)
-class FinetuneFlops:
+class FinetuneFlops(StepTotals):
     """FLOPs of one LoRA step: frozen ops forward 2·N, backward activation gradients only; adapters 2 + 4."""
 
     ft: Finetune
@@ -320,18 +321,6 @@ class FinetuneFlops:
     def recompute_flops(self) -> float:
         extra = self.step.recompute_flops
         return extra + (self.adapter_forward if self.step.recompute == "full" else 0)
-
-    @property
-    def hardware_flops(self) -> float:
-        return self.model_flops + self.recompute_flops
-
-    @property
-    def model_flops_per_token(self) -> float:
-        return self.model_flops / self.tokens
-
-    @property
-    def hardware_flops_per_token(self) -> float:
-        return self.hardware_flops / self.tokens
 
     def rule(self) -> float:
         """4·N_frozen + 6·N_adapter per token (active parameters, no attention S²)."""

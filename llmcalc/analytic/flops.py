@@ -164,8 +164,26 @@ def is_block_op(op: str) -> bool:
     return op.split("/")[0].split(".")[-1] in ("attention", "cross_attention", "mlp", "moe", *SSM_GROUPS)
 
 
+class StepTotals:
+    """Hardware FLOPs and per-token figures of a step; a subclass defines `tokens`, `model_flops` and
+    `recompute_flops` (full training: StepFlops; LoRA: analytic/finetune.FinetuneFlops)."""
+
+    @property
+    def hardware_flops(self) -> float:
+        """Model FLOPs plus the forward work recomputation repeats (the numerator of HFU)."""
+        return self.model_flops + self.recompute_flops  # type: ignore[attr-defined]  # the subclass's
+
+    @property
+    def model_flops_per_token(self) -> float:
+        return self.model_flops / self.tokens  # type: ignore[attr-defined]
+
+    @property
+    def hardware_flops_per_token(self) -> float:
+        return self.hardware_flops / self.tokens  # type: ignore[attr-defined]
+
+
 @dataclass(frozen=True)
-class StepFlops:
+class StepFlops(StepTotals):
     """FLOPs of one training step (forward + backward) for a batch of `tokens` tokens."""
 
     spec: ModelSpec
@@ -205,21 +223,8 @@ class StepFlops:
         return 0
 
     @property
-    def hardware_flops(self) -> int:
-        """Model FLOPs plus the forward work recomputation repeats (the numerator of HFU)."""
-        return self.model_flops + self.recompute_flops
-
-    @property
     def forward_per_token(self) -> float:
         return self.forward / self.tokens
-
-    @property
-    def model_flops_per_token(self) -> float:
-        return self.model_flops / self.tokens
-
-    @property
-    def hardware_flops_per_token(self) -> float:
-        return self.hardware_flops / self.tokens
 
     def groups(self) -> dict[str, int]:
         """Forward FLOPs per group: attention projections, attention core (S²), FFN, head."""
