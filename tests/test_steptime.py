@@ -71,6 +71,42 @@ def test_uneven_stages_slowest_sets_the_pace():
     assert split_layers(10, 4) == [2, 3, 3, 2]
 
 
+@pytest.mark.parametrize("schedule,vpp", [("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("interleaved", 3),
+                                          ("zb-h1", 1), ("zb-v", 1)])
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_long_pipelines_extend_the_steady_pace(monkeypatch, schedule, vpp, p):
+    """Above pipeline.EXACT_ACTIONS the makespan is a shorter run extended at its steady pace; held here
+    against the full action-by-action run (budget lowered so the full run stays cheap), with a heavier
+    last stage (the LM head) and a transfer time between ranks. The fixed lists repeat exactly; zb-v's
+    greedy order may repeat only every tens of micro-batches, so it is held to 1 %."""
+    import llmcalc.analytic.pipeline as pipeline
+
+    n_stages = p * (2 if schedule == "zb-v" else vpp)
+    stage = [1.0 + 0.01 * (s % 3) for s in range(n_stages - 1)] + [1.3]
+    f, b, w = stage.__getitem__, (lambda s: 2 * stage[s]), (lambda s: 0.9 * stage[s])
+    m = 61 * p  # the extension reaches well past the simulated window
+    monkeypatch.setattr(pipeline, "EXACT_ACTIONS", 512)
+    short = simulate(schedule, p, m, f, b, w, vpp=vpp, p2p_time=0.05)
+    monkeypatch.setattr(pipeline, "EXACT_ACTIONS", 10**9)
+    full = simulate(schedule, p, m, f, b, w, vpp=vpp, p2p_time=0.05)
+    assert short.busy == pytest.approx(full.busy, rel=1e-12)
+    assert short.makespan == pytest.approx(full.makespan, rel=1e-2 if schedule == "zb-v" else 1e-9)
+
+
+def test_a_million_micro_batches_cost_no_more_than_a_thousand():
+    """The fuzzer's hang (issue 14): layout with --global-batch 1m simulated a million micro-batches per
+    candidate. The count of simulated actions is now bounded whatever m is."""
+    import llmcalc.analytic.pipeline as pipeline
+
+    calls = []
+    real = pipeline._simulate_exact
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pipeline, "_simulate_exact", lambda *a, **k: calls.append(a[2]) or real(*a, **k))
+        r = simulate("1f1b", 8, 10**6, lambda s: 1.0, lambda s: 2.0)
+    assert max(calls) * 8 <= pipeline.EXACT_ACTIONS
+    assert r.bubble_fraction == pytest.approx(7 / (10**6 + 7), rel=1e-6)  # the closed form still holds
+
+
 def test_interleaved_needs_whole_rounds():
     with pytest.raises(LlmcalcError, match="multiple of"):
         simulate("interleaved", 4, 6, lambda s: 1, lambda s: 2, vpp=2)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from ..errors import LlmcalcError
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v")
+EXACT_ACTIONS = 16384  # p·v·m above which simulate() extends a shorter run at its steady slope (see there)
 
 
 @dataclass(frozen=True)
@@ -122,13 +123,24 @@ def _zbv_candidates(r: int, p: int, m: int, nxt: dict, cap: list) -> list:
 
 
 def simulate(schedule: str, p: int, m: int, f_time, b_time, w_time=None, vpp: int = 1,
-             p2p_time: float = 0.0) -> PipelineResult:  # long: one event loop over shared per-rank clocks and queues
+             p2p_time: float = 0.0) -> PipelineResult:
     """Run every rank's action list; return the makespan and each rank's busy time.
 
     f_time(stage), b_time(stage), w_time(stage): seconds of one micro-batch's forward, backward
     (for zb-*: the input-gradient half only) and weight-gradient half on that model stage (0 .. p·v-1);
     for gpipe/1f1b/interleaved the weight gradient is part of b_time and w_time is ignored.
     p2p_time: seconds to send one activation (or its gradient) to the neighbouring rank.
+
+    Long pipelines are not simulated micro-batch by micro-batch: when p·v·m exceeds EXACT_ACTIONS the
+    lists are run for the largest n micro-batches within that budget (whole periods of the schedule: p
+    micro-batches for interleaved), the steady pace is measured between micro-batches n/4 and 3n/4 (past
+    the warm-up, before the cool-down) on the first stage's forwards (gpipe: the last stage's forwards
+    plus the first stage's backwards), or is the busiest rank's own work per micro-batch when that is
+    more, and the makespan is extended from n to m at that pace; busy time is exactly linear in m.
+    After its warm-up a schedule repeats itself, so the extension is exact unless a slower dependency
+    cycle takes over only after n/4 micro-batches; zb-v's greedy order may repeat only every tens of
+    micro-batches. Tests hold the extension against the full run. This keeps a 1M-sequence global
+    batch as cheap as a small one.
     """
     for name, value in (("pipeline degree", p), ("micro-batches", m), ("virtual stages", vpp)):
         if not isinstance(value, int) or value < 1:
@@ -139,6 +151,109 @@ def simulate(schedule: str, p: int, m: int, f_time, b_time, w_time=None, vpp: in
         raise LlmcalcError(f"the interleaved schedule needs the micro-batches per step ({m}) to be a multiple of "
                            f"pp ({p}); change --global-batch or --micro-batch, or use --schedule 1f1b")
     v = chunks_per_rank(schedule, vpp)
+    if p == 1 and v == 1:  # one rank: its actions back to back, nothing to wait for
+        work = f_time(0) + b_time(0) + (w_time(0) if schedule.startswith("zb") else 0.0)
+        return PipelineResult(schedule, p, v, m, makespan=m * work, busy=(m * work,))
+    period = p if schedule == "interleaved" else 1
+    n = max(8 * period, 8 * p, EXACT_ACTIONS // (p * v))  # several periods past the warm-up (< 2p·v)
+    n -= n % period
+    if m <= n:
+        return _simulate_exact(schedule, p, m, f_time, b_time, w_time=w_time, v=v, p2p_time=p2p_time)[0]
+    run, (first_f, last_f, first_b) = _simulate_exact(schedule, p, n, f_time, b_time, w_time=w_time, v=v,
+                                                      p2p_time=p2p_time)
+    j1, j2 = n // 4 - (n // 4) % period, n - n // 4 - (n - n // 4) % period  # the middle half, whole periods
+    if schedule == "gpipe":  # all forwards, then all backwards: the two phases' paces add
+        slope = (last_f[j2] - last_f[j1] + first_b[j2] - first_b[j1]) / (j2 - j1)
+    else:
+        slope = (first_f[j2] - first_f[j1]) / (j2 - j1)  # the first stage's steady pace
+    slope = max(slope, max(run.busy) / n)  # never slower than the busiest rank's own work per micro-batch
+    return PipelineResult(schedule, p, v, m, makespan=run.makespan + slope * (m - n),
+                          busy=tuple(b * m / n for b in run.busy))
+
+
+def _simulate_exact(schedule: str, p: int, m: int, f_time, b_time, w_time, v: int,
+                    p2p_time: float) -> tuple[PipelineResult, tuple[list, ...]]:
+    """simulate() for every micro-batch, action by action (arguments checked by simulate); also
+    returns when each micro-batch's forward finished on the first and the last stage and its backward on
+    the first."""
+    if schedule == "zb-v":
+        return _simulate_greedy(schedule, p, m, f_time, b_time, w_time=w_time, v=v, p2p_time=p2p_time)
+    return _simulate_static(schedule, p, m, f_time, b_time, w_time=w_time, v=v, p2p_time=p2p_time)
+
+
+def _simulate_static(schedule: str, p: int, m: int, f_time, b_time, w_time, v: int,
+                     p2p_time: float) -> tuple[PipelineResult, tuple[list, ...]]:  # long: one sweep over the lists
+    """The fixed action lists (every schedule but zb-v). An action finishes at max(its rank's clock, its
+    dependency's finish + the transfer when that ran on another rank) + its duration, whatever order
+    the ranks are advanced in, so each rank runs ahead until it needs an action another rank has not
+    reached yet; a sweep that advances no rank is a deadlock."""
+    zero_bubble = schedule.startswith("zb")
+    n_stages = p * v
+    lists = action_lists(schedule, p, m, v)
+    home = [0] * n_stages
+    for r in range(p):
+        for c in range(v):
+            home[stage_of(schedule, r, c, p)] = r
+    stage_at = [[stage_of(schedule, r, c, p) for c in range(v)] for r in range(p)]
+    t_f = [f_time(st) for st in range(n_stages)]
+    t_b = [b_time(st) for st in range(n_stages)]
+    t_w = [w_time(st) for st in range(n_stages)] if zero_bubble else []
+    done_f: list[list] = [[None] * m for _ in range(n_stages)]
+    done_b: list[list] = [[None] * m for _ in range(n_stages)]
+    w_limit = [r if zero_bubble else 0 for r in range(p)]  # zb-h1's pending weight gradients (see below)
+    pending: list[list[int]] = [[] for _ in range(p)]
+    pos, clock, busy = [0] * p, [0.0] * p, [0.0] * p
+    last = n_stages - 1
+    progress = True
+    while progress:
+        progress = False
+        for r in range(p):
+            actions, i, t = lists[r], pos[r], clock[r]
+            while i < len(actions):
+                kind, chunk, j = actions[i]
+                st = stage_at[r][chunk]
+                if kind == "F":
+                    ready = t
+                    if st:
+                        ready = done_f[st - 1][j]
+                        if ready is None:
+                            break
+                        if home[st - 1] != r:
+                            ready += p2p_time
+                    t = max(t, ready) + t_f[st]
+                    done_f[st][j] = t
+                    busy[r] += t_f[st]
+                else:
+                    ready = done_f[st][j] if st == last else done_b[st + 1][j]
+                    if ready is None:
+                        break
+                    if st != last and home[st + 1] != r:
+                        ready += p2p_time
+                    t = max(t, ready) + t_b[st]
+                    done_b[st][j] = t
+                    busy[r] += t_b[st]
+                    if zero_bubble:
+                        pending[r].append(st)
+                        while len(pending[r]) > w_limit[r]:
+                            w = t_w[pending[r].pop(0)]
+                            t += w
+                            busy[r] += w
+                i += 1
+            if i != pos[r]:
+                pos[r], clock[r], progress = i, t, True
+    if any(pos[r] < len(lists[r]) for r in range(p)):
+        raise LlmcalcError(f"pipeline schedule {schedule} deadlocked for p={p}, m={m}, v={v} (a bug: please report)")
+    for r in range(p):  # the weight gradients still pending
+        for st in pending[r]:
+            clock[r] += t_w[st]
+            busy[r] += t_w[st]
+    result = PipelineResult(schedule, p, v, m, makespan=max(clock), busy=tuple(busy))
+    return result, (done_f[0], done_f[last], done_b[0])
+
+
+def _simulate_greedy(schedule: str, p: int, m: int, f_time, b_time, w_time, v: int,
+                     p2p_time: float) -> tuple[PipelineResult, tuple[list, ...]]:  # long: one event loop
+    """zb-v, whose next action depends on what is ready: an event loop over the ranks' clocks."""
     zero_bubble = schedule.startswith("zb")
     n_stages = p * v
     lists = action_lists(schedule, p, m, v)
@@ -236,4 +351,6 @@ def simulate(schedule: str, p: int, m: int, f_time, b_time, w_time=None, vpp: in
                 waiting.setdefault(need, []).append(r)
     if not all(done):
         raise LlmcalcError(f"pipeline schedule {schedule} deadlocked for p={p}, m={m}, v={v} (a bug: please report)")
-    return PipelineResult(schedule, p, v, m, makespan=max(clock), busy=tuple(busy))
+    first = tuple([finish[(kind, stage, j)] for j in range(m)] for kind, stage in (("F", 0), ("F", n_stages - 1),
+                                                                                  ("B", 0)))
+    return PipelineResult(schedule, p, v, m, makespan=max(clock), busy=tuple(busy)), first
