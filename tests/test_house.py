@@ -22,7 +22,6 @@ MAX_POSITIONAL = 5
 
 # (path, function) for long functions; (path, callee) -> number of calls for positional-argument calls.
 PENDING_LONG = {
-    ("llmcalc/profiling/measure.py", "real_profile"),
     ("llmcalc/report/planning.py", "build_report"),
     ("llmcalc/report/plots.py", "memory_vs_batch"),
     ("llmcalc/report/views_compute.py", "flops_document"),
@@ -34,11 +33,6 @@ PENDING_POSITIONAL = Counter({
     ("llmcalc/profiling/lora.py", "Comparison"): 5,
     ("llmcalc/profiling/lora.py", "ProfileResult"): 1,
     ("llmcalc/profiling/lora.py", "finetune_memory"): 1,
-    ("llmcalc/profiling/measure.py", "Comparison"): 7,
-    ("llmcalc/profiling/measure.py", "ProfileResult"): 2,
-    ("llmcalc/profiling/measure.py", "_analytic_memory"): 2,
-    ("llmcalc/profiling/measure.py", "_compare"): 2,
-    ("llmcalc/profiling/measure.py", "training_memory"): 1,
     ("llmcalc/profiling/model.py", "Block"): 1,
     ("llmcalc/profiling/model.py", "Stack"): 3,
     ("llmcalc/report/planning.py", "memory_vs_batch"): 1,

@@ -73,8 +73,8 @@ def _analytic_memory(spec, batch, seq, recipe, recompute, attention):
     if spec.architecture != "decoder":
         return None  # the analytic activation model covers decoder-only models
     # the reference step runs AdamW's for-loop path, one tensor at a time (profiling/step.py)
-    est = training_memory(spec, batch, seq, recipe, "adamw", recompute, "flash" if attention == "sdpa" else "eager",
-                          optimizer_impl="for-loop")
+    est = training_memory(spec, batch, seq, recipe, "adamw", recompute=recompute,
+                          attention="flash" if attention == "sdpa" else "eager", optimizer_impl="for-loop")
     step = est.peak_phase == "optimizer step"
     at_peak = {"parameters (weights + masters)": est.weights + est.master_weights,
                "gradients": est.gradients if step or est.recipe.persistent_grads else 0.0,
@@ -93,11 +93,12 @@ def _compare(result: ProfileResult, spec: ModelSpec, batch: int, seq: int, recom
     expected_step = counted_step_flops(ops, recompute, recomputing)
     rows = [
         Comparison("parameters", count_params(spec).total, params, "params", 0.0),
-        Comparison("forward FLOPs", model.forward, forward.total, "FLOP", FLOP_TOLERANCE, "full S², matmuls only"),
+        Comparison("forward FLOPs", model.forward, forward.total, "FLOP", FLOP_TOLERANCE,
+                   note="full S², matmuls only"),
         Comparison("train-step model FLOPs", model.model_flops, None, "FLOP", FLOP_TOLERANCE,
-                   "3 x forward: the MFU numerator; a counter sees hardware FLOPs"),
+                   note="3 x forward: the MFU numerator; a counter sees hardware FLOPs"),
         Comparison("train-step FLOPs", sum(expected_step.values()), step.total, "FLOP", FLOP_TOLERANCE,
-                   "model FLOPs" + (" + full recomputation" if recompute == "full" else "")
+                   note="model FLOPs" + (" + full recomputation" if recompute == "full" else "")
                    + (" + the QKᵀ that flash-style sdpa recomputes in backward" if recomputing else "")),
     ]
     measured_fwd = forward.components()
@@ -112,17 +113,17 @@ def _compare(result: ProfileResult, spec: ModelSpec, batch: int, seq: int, recom
         measured_step["attention + FFN (blocks)"] = measured_step.get("blocks", 0)
     for name, value in expected_step.items():
         rows.append(Comparison(f"train-step FLOPs / {name}", value, measured_step.get(name, 0), "FLOP",
-                               FLOP_TOLERANCE, "compared as whole blocks: a parallel block's backward cannot be "
-                               "split by module" if name == "attention + FFN (blocks)" else ""))
+                               FLOP_TOLERANCE, note="compared as whole blocks: a parallel block's backward cannot "
+                               "be split by module" if name == "attention + FFN (blocks)" else ""))
     if analytic_memory is not None:
         est, at_peak = analytic_memory
         rows.append(Comparison("peak memory", est.peak, measured_peak, "bytes", MEMORY_TOLERANCE,
-                               f"analytic peak at the {est.peak_phase} ({recipe}, attention "
+                               note=f"analytic peak at the {est.peak_phase} ({recipe}, attention "
                                f"{'flash' if result.attention == 'sdpa' else 'eager'}, recompute {recompute})"))
         result.memory_analytic = at_peak
     else:
         rows.append(Comparison("peak memory", None, measured_peak, "bytes", MEMORY_TOLERANCE,
-                               "no analytic activation model for encoder and encoder-decoder models"))
+                               note="no analytic activation model for encoder and encoder-decoder models"))
     result.comparisons = rows
 
 
@@ -139,8 +140,9 @@ def virtual_profile(spec: ModelSpec, batch: int = 1, seq: int = DEFAULT_SEQ_LEN,
     """A training step on fake tensors: exact FLOP counts and MemTracker's peak, no real memory."""
     _check(spec, recompute, attention)
     dtype = param_dtype(recipe)
-    result = ProfileResult(spec.name, "virtual", "cpu (FakeTensorMode)", "fake tensors", recipe, batch, seq, recompute,
-                           attention, "", "torch")
+    result = ProfileResult(spec.name, "virtual", "cpu (FakeTensorMode)", "fake tensors", recipe,
+                           batch_size=batch, seq_len=seq, recompute=recompute, attention=attention,
+                           sdpa_backend="", counter="torch")
     with FakeTensorMode(allow_non_fake_inputs=True):
         model = build_model(spec, dtype, "cpu", attention, routing="balanced")
         model.set_checkpointing(recompute == "full")
@@ -161,8 +163,9 @@ def virtual_profile(spec: ModelSpec, batch: int = 1, seq: int = DEFAULT_SEQ_LEN,
             peak = result.memory_measured.pop("total", None)
         step = count_flops(lambda: training_step(model, optimizer, inputs, recipe, "cpu"))
     result.sdpa_backend = sdpa_backend_seen(forward.by_op, spy.seen)
-    _compare(result, spec, batch, seq, recompute, params, forward, step,
-             _analytic_memory(spec, batch, seq, recipe, recompute, attention), peak, recipe)
+    _compare(result, spec, batch, seq, recompute, params=params, forward=forward, step=step,
+             analytic_memory=_analytic_memory(spec, batch, seq, recipe, recompute, attention=attention),
+             measured_peak=peak, recipe=recipe)
     result.notes.append("MoE layers route tokens by a fixed balanced pattern on fake tensors (same FLOPs as "
                         "learned top-k routing)" if spec.is_moe else "virtual run: fake tensors, no memory allocated")
     return result
@@ -266,6 +269,78 @@ def calibrate(device: str = "cpu", dtype: torch.dtype = torch.float32, size: int
     return 2 * size**3 / best
 
 
+def _reset_peak(device: str) -> float | None:
+    """Start a fresh peak-memory window; returns the CUDA bytes allocated now (None on the CPU)."""
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        return float(torch.cuda.memory_allocated())
+    _reset_cpu_peak()
+    return None
+
+
+def _read_peak(result: ProfileResult, device: str, baseline: float | None, rss_before: float | None) -> float | None:
+    """The peak since `_reset_peak`, in bytes: CUDA's allocator peak, or on the CPU the resident-set
+    high-water mark minus the process's size before the model was built. Records the raw figures."""
+    if device == "cuda":
+        peak = float(torch.cuda.max_memory_allocated())
+        result.memory_measured = {"allocated before the step": float(baseline or 0.0), "peak allocated": peak}
+        return peak
+    hwm = _proc_status("VmHWM")
+    if hwm is None or rss_before is None:
+        return None
+    result.memory_measured = {"process RSS before the model": rss_before, "process high-water mark": hwm}
+    result.notes.append("CPU peak = the process's resident-set high-water mark during the timed steps "
+                        "minus its size before the model was built; allocator caching and torch's "
+                        "workspaces make it a loose match for the formula")
+    return hwm - rss_before
+
+
+def _timed(step, device: str) -> float:
+    """Wall-clock seconds of one call of `step`, the device synchronised at its end."""
+    start = time.perf_counter()
+    step()
+    _sync(device)
+    return time.perf_counter() - start
+
+
+def _time_steps(result: ProfileResult, step, device: str, steps: int, warmup: int,
+                rss_before: float | None) -> tuple[list[float], float | None]:
+    """Warm-up steps, then `steps` timed steps inside a fresh peak-memory window: (times, peak bytes)."""
+    for _ in range(warmup):
+        step()
+    _sync(device)
+    baseline = _reset_peak(device)
+    times = [_timed(step, device) for _ in range(steps)]
+    return times, _read_peak(result, device, baseline, rss_before)
+
+
+def _record_speed(result: ProfileResult, spec: ModelSpec, times: list[float], hardware_flops: float,
+                  peak_flops: float | None, peak_source: str, causal_mfu: bool) -> None:
+    """Median step time, throughput, and MFU/HFU against `peak_flops` when one is known.
+
+    MFU = model FLOPs (3 x forward, `step_flops`; full S² as PaLM App. B, halved when `causal_mfu`,
+    Megatron-LM's convention) / time / peak; HFU = the FLOPs the counter saw executed / time / peak."""
+    median = statistics.median(times)
+    result.step_times, result.step_seconds = times, median
+    result.tokens_per_second = result.batch_size * result.seq_len / median
+    result.achieved_flops_per_s = hardware_flops / median  # what the hardware executed (counter)
+    if peak_flops:
+        model_flops = step_flops(spec, result.batch_size, result.seq_len, causal=causal_mfu,
+                                 recompute=result.recompute).model_flops
+        result.peak_flops_per_s, result.peak_source = peak_flops, peak_source
+        result.mfu = model_flops / median / peak_flops
+        result.hfu = hardware_flops / median / peak_flops
+
+
+def _add_fvcore(result: ProfileResult, model, inputs) -> None:
+    """fvcore's forward count beside torch's (a row inserted after the "forward FLOPs" row)."""
+    total, _ = fvcore_forward_flops(model, inputs)
+    result.notes.append(f"fvcore forward: {total:.6g} FLOPs (multiply-adds x 2; sdpa counted by a handle)")
+    result.fvcore_forward_flops = total
+    result.comparisons.insert(2, Comparison("forward FLOPs (fvcore)", result.find("forward FLOPs").analytic,
+                                            total, "FLOP", FLOP_TOLERANCE, note="fvcore's multiply-adds x 2"))
+
+
 def real_profile(spec: ModelSpec, device: str = "auto", batch: int = 1, seq: int = DEFAULT_SEQ_LEN,
                  recipe: str = "fp32",
                  recompute: str = "none", attention: str = "sdpa", steps: int = 10, warmup: int = 2,
@@ -275,8 +350,8 @@ def real_profile(spec: ModelSpec, device: str = "auto", batch: int = 1, seq: int
     _check(spec, recompute, attention)
     device = resolve_device(device)
     dtype = param_dtype(recipe)
-    name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
-    result = ProfileResult(spec.name, "real", device, name, recipe, batch, seq, recompute, attention, "", counter)
+    result = ProfileResult(spec.name, "real", device, device_name(device), recipe, batch_size=batch, seq_len=seq,
+                           recompute=recompute, attention=attention, sdpa_backend="", counter=counter)
     torch.manual_seed(0)
     rss_before = _proc_status("VmRSS") if device == "cpu" else None
     try:
@@ -290,58 +365,22 @@ def real_profile(spec: ModelSpec, device: str = "auto", batch: int = 1, seq: int
             forward = count_flops(lambda: forward_only(model, inputs, recipe, device))
         step_count = count_flops(lambda: training_step(model, optimizer, inputs, recipe, device))
         runner = torch.compile(model) if compile else model
+
+        def step():
+            training_step(runner, optimizer, inputs, recipe, device)
+
         if compile:
-            start = time.perf_counter()
-            training_step(runner, optimizer, inputs, recipe, device)
-            _sync(device)
-            result.compile_seconds = time.perf_counter() - start
-        for _ in range(warmup):
-            training_step(runner, optimizer, inputs, recipe, device)
-        _sync(device)
-        peak = None
-        if device == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-        else:
-            _reset_cpu_peak()
-        baseline = torch.cuda.memory_allocated() if device == "cuda" else None
-        times = []
-        for _ in range(steps):
-            start = time.perf_counter()
-            training_step(runner, optimizer, inputs, recipe, device)
-            _sync(device)
-            times.append(time.perf_counter() - start)
-        if device == "cuda":
-            peak = float(torch.cuda.max_memory_allocated())
-            result.memory_measured = {"allocated before the step": float(baseline), "peak allocated": peak}
-        else:
-            hwm = _proc_status("VmHWM")
-            if hwm is not None and rss_before is not None:
-                peak = hwm - rss_before
-                result.memory_measured = {"process RSS before the model": rss_before, "process high-water mark": hwm}
-                result.notes.append("CPU peak = the process's resident-set high-water mark during the timed steps "
-                                    "minus its size before the model was built; allocator caching and torch's "
-                                    "workspaces make it a loose match for the formula")
+            result.compile_seconds = _timed(step, device)  # the first compiled step compiles
+        times, peak = _time_steps(result, step, device, steps=steps, warmup=warmup, rss_before=rss_before)
     except torch.OutOfMemoryError:
         raise LlmcalcError(f"CUDA out of memory profiling {spec.name} at batch {batch} x seq {seq}: try --virtual, "
                            f"fewer layers (--layers N) or a smaller --micro-batch/--seq-len") from None
     result.sdpa_backend = sdpa_backend_seen(forward.by_op, spy.seen)
+    _compare(result, spec, batch, seq, recompute, params=params, forward=forward, step=step_count,
+             analytic_memory=_analytic_memory(spec, batch, seq, recipe, recompute, attention=attention),
+             measured_peak=peak, recipe=recipe)
     if counter in ("fvcore", "both"):
-        total, _ = fvcore_forward_flops(model, inputs)
-        result.notes.append(f"fvcore forward: {total:.6g} FLOPs (multiply-adds x 2; sdpa counted by a handle)")
-        result.fvcore_forward_flops = total
-    _compare(result, spec, batch, seq, recompute, params, forward, step_count,
-             _analytic_memory(spec, batch, seq, recipe, recompute, attention), peak, recipe)
-    if counter in ("fvcore", "both"):
-        result.comparisons.insert(2, Comparison("forward FLOPs (fvcore)", result.find("forward FLOPs").analytic,
-                                                result.fvcore_forward_flops, "FLOP", FLOP_TOLERANCE,
-                                                "fvcore's multiply-adds x 2"))
-    median = statistics.median(times)
-    result.step_times, result.step_seconds = times, median
-    result.tokens_per_second = batch * seq / median
-    result.achieved_flops_per_s = step_count.total / median  # what the hardware executed (counter)
-    if peak_flops:
-        model_flops = step_flops(spec, batch, seq, causal=causal_mfu, recompute=recompute).model_flops
-        result.peak_flops_per_s, result.peak_source = peak_flops, peak_source
-        result.mfu = model_flops / median / peak_flops
-        result.hfu = step_count.total / median / peak_flops
+        _add_fvcore(result, model, inputs)
+    _record_speed(result, spec, times, hardware_flops=step_count.total, peak_flops=peak_flops,
+                  peak_source=peak_source, causal_mfu=causal_mfu)
     return result
