@@ -24,7 +24,6 @@ MAX_POSITIONAL = 5
 PENDING_LONG = {
     ("llmcalc/report/planning.py", "build_report"),
     ("llmcalc/report/plots.py", "memory_vs_batch"),
-    ("llmcalc/report/views_compute.py", "flops_document"),
     ("llmcalc/report/views_memory.py", "training_memory_document"),
     ("llmcalc/report/views_params.py", "params_document"),
     ("llmcalc/report/views_serve.py", "serve_document"),
@@ -38,7 +37,6 @@ PENDING_POSITIONAL = Counter({
     ("llmcalc/report/planning.py", "memory_vs_batch"): 1,
     ("llmcalc/report/steptime_figures.py", "layout_document"): 1,
     ("llmcalc/report/steptime_figures.py", "search_layouts"): 1,
-    ("llmcalc/report/views_compute.py", "step_flops"): 1,
     ("llmcalc/report/views_serve.py", "ServeEstimate"): 1,
 })
 

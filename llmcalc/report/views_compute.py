@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..analytic.flops import StepFlops, flop_group
 from ..analytic.params import ParamCount
-from ..analytic.rules import crossover, elementwise_ops, rules_of_thumb
+from ..analytic.rules import Crossover, Rule, crossover, elementwise_ops, rules_of_thumb
 from ..analytic.training import ComputeOptimal, TrainingEstimate
 from ..units import fmt_budget, fmt_count, fmt_flops, fmt_flops_rate, fmt_pct, fmt_tokens, fmt_usd, plural, si
 from .tables import Column, Document, Table
@@ -42,33 +42,16 @@ def _flop(v: float) -> str:
 
 def flops_document(step: StepFlops, count: ParamCount) -> Document:
     spec = step.spec
-    model = step.model_flops
-    ops_rows = [
-        {"op": op, "component": flop_group(op), "forward": f, "backward": 2 * f, "total": 3 * f,
-         "per_token": 3 * f / step.tokens, "fraction_of_total": (3 * f / model) if model else 0.0}
-        for op, f in step.ops.items()
-    ]
     cross = crossover(spec, step.causal) if spec.architecture == "decoder" else None
     rules = rules_of_thumb(count, step.seq_len)
-    exact_for = {}
-    for causal in (False, True):
-        other = step if causal == step.causal else _same_step(step, causal)
-        exact_for[causal] = (other.forward_per_token, other.model_flops_per_token)
-    rule_rows = []
-    for rule in rules:
-        causal = step.causal if rule.convention == "none" else rule.convention == "causal"
-        exact = exact_for[causal][0 if rule.kind == "forward" else 1]
-        rule_rows.append({"rule": rule.name, "kind": rule.kind, "per_token": rule.per_token,
-                          "convention": "full S²" if rule.convention == "full"
-                          else "causal" if rule.convention == "causal"
-                          else ("causal" if step.causal else "full S²") + " (exact)",
-                          "exact_per_token": exact, "rel_error": rule.per_token / exact - 1, "source": rule.source})
+    rule_rows = _rule_rows(step, rules)
     elementwise = elementwise_ops(step)
+    ops_rows = _op_rows(step)
     data = {
         "model": spec.name, "method": "analytic", "batch_size": step.batch, "seq_len": step.seq_len,
         "decoder_seq_len": step.decoder_seq_len, "causal": step.causal, "recompute": step.recompute,
         "tokens": step.tokens,
-        "forward_flops": step.forward, "backward_flops": step.backward, "total_flops": model,
+        "forward_flops": step.forward, "backward_flops": step.backward, "total_flops": step.model_flops,
         "recompute_flops": step.recompute_flops, "hardware_flops": step.hardware_flops,
         "flops_per_token": step.model_flops_per_token, "forward_flops_per_token": step.forward_per_token,
         "hardware_flops_per_token": step.hardware_flops_per_token,
@@ -79,38 +62,91 @@ def flops_document(step: StepFlops, count: ParamCount) -> Document:
         "elementwise_estimate": elementwise,
         "conventions": conventions(spec, step.causal),
     }
-    op_table = Table(
+    tables = [_op_table(step, ops_rows), _group_table(step, cross), _totals_table(step),
+              _rule_table(rule_rows, rules), _elementwise_table(step, elementwise)]
+    return Document(
+        title=f"{spec.name}: FLOPs for batch {step.batch:,} x seq {step.seq_len:,}, "
+              f"{'causal' if step.causal else 'full S²'}, recompute {step.recompute}",
+        data=data, tables=tables,
+        preamble=[spec.describe()] + [f"note: {n}" for n in spec.notes],
+    )
+
+
+def _op_rows(step: StepFlops) -> list[dict]:
+    """One row per forward op: its forward, backward (2 x) and fwd+bwd FLOPs, per token, share of the model FLOPs."""
+    model = step.model_flops
+    return [
+        {"op": op, "component": flop_group(op), "forward": f, "backward": 2 * f, "total": 3 * f,
+         "per_token": 3 * f / step.tokens, "fraction_of_total": (3 * f / model) if model else 0.0}
+        for op, f in step.ops.items()
+    ]
+
+
+def _rule_rows(step: StepFlops, rules: list[Rule]) -> list[dict]:
+    """Each rule of thumb beside the exact count per token in the rule's own S² convention (a rule
+    without one is held to the step's convention)."""
+    exact_for = {}
+    for causal in (False, True):
+        other = step if causal == step.causal else _same_step(step, causal)
+        exact_for[causal] = (other.forward_per_token, other.model_flops_per_token)
+    rows = []
+    for rule in rules:
+        causal = step.causal if rule.convention == "none" else rule.convention == "causal"
+        exact = exact_for[causal][0 if rule.kind == "forward" else 1]
+        rows.append({"rule": rule.name, "kind": rule.kind, "per_token": rule.per_token,
+                     "convention": "full S²" if rule.convention == "full"
+                     else "causal" if rule.convention == "causal"
+                     else ("causal" if step.causal else "full S²") + " (exact)",
+                     "exact_per_token": exact, "rel_error": rule.per_token / exact - 1, "source": rule.source})
+    return rows
+
+
+def _share(v: float) -> str:
+    return f"{v * 100:.2f} %"
+
+
+def _op_table(step: StepFlops, ops_rows: list[dict]) -> Table:
+    return Table(
         "FLOPs by operation (one step)",
         [Column("op", "op", align="left"), Column("component", "component", align="left", show=False),
          Column("forward", "forward (FLOP)", _flop), Column("backward", "backward (FLOP)", _flop),
          Column("total", "fwd+bwd (FLOP)", _flop), Column("per_token", "fwd+bwd per token (FLOP)", _flop),
-         Column("fraction_of_total", "share (%)", lambda v: f"{v * 100:.2f} %")],
-        ops_rows, conventions(spec, step.causal),
+         Column("fraction_of_total", "share (%)", _share)],
+        ops_rows, conventions(step.spec, step.causal),
     )
-    groups = step.groups()
-    group_table = Table(
+
+
+def _group_table(step: StepFlops, cross: Crossover | None) -> Table:
+    """Forward FLOPs per component, with the sequence lengths where attention S² overtakes the rest."""
+    return Table(
         "by component",
         [Column("component", "component", align="left"), Column("forward", "forward (FLOP)", _flop),
-         Column("share", "share (%)", lambda v: f"{v * 100:.2f} %")],
-        [{"component": g, "forward": v, "share": v / step.forward} for g, v in groups.items() if v],
+         Column("share", "share (%)", _share)],
+        [{"component": g, "forward": v, "share": v / step.forward} for g, v in step.groups().items() if v],
         [] if cross is None else [
             f"attention S² overtakes the Q/K/V/O projections at S = {cross.vs_projections:,.0f} tokens and the "
             f"whole block (projections + FFN) at S = {cross.vs_block:,.0f} tokens "
             f"({'causal' if step.causal else 'full S²'})"
         ],
     )
+
+
+def _totals_table(step: StepFlops) -> Table:
     totals = [
-        ("forward", step.forward), ("backward", step.backward), ("model (fwd+bwd, MFU numerator)", model),
+        ("forward", step.forward), ("backward", step.backward), ("model (fwd+bwd, MFU numerator)", step.model_flops),
         (f"recomputation ({step.recompute})", step.recompute_flops),
         ("hardware (model + recomputation, HFU numerator)", step.hardware_flops),
     ]
-    total_table = Table(
+    return Table(
         f"totals (batch {step.batch} x seq {step.seq_len} = {step.tokens:,} tokens)",
         [Column("quantity", "quantity", align="left"), Column("step", "per step (FLOP)", _flop),
          Column("per_token", "per token (FLOP)", _flop)],
         [{"quantity": q, "step": v, "per_token": v / step.tokens} for q, v in totals],
     )
-    rule_table = Table(
+
+
+def _rule_table(rule_rows: list[dict], rules: list[Rule]) -> Table:
+    return Table(
         "rules of thumb per token",
         [Column("rule", "rule", align="left"), Column("kind", "kind", align="left"),
          Column("per_token", "rule (FLOP/token)", _flop), Column("convention", "S²", align="left"),
@@ -119,25 +155,23 @@ def flops_document(step: StepFlops, count: ParamCount) -> Document:
         ["each rule is compared with the exact count in its own S² convention; N is the parameter count "
          "(active per token for MoE)"] + [f"{r.name}: {r.source}" for r in rules[2:]],
     )
-    ew_table = Table(
+
+
+def _elementwise_table(step: StepFlops, elementwise: dict) -> Table:
+    return Table(
         "non-matmul work (rough estimate, not in the totals)",
         [Column("kind", "kind", align="left"), Column("forward", "forward (FLOP)", _flop),
-         Column("share", "vs matmul forward (%)", lambda v: f"{v * 100:.2f} %")],
+         Column("share", "vs matmul forward (%)", _share)],
         [{"kind": k, "forward": v, "share": v / step.forward} for k, v in elementwise.items()],
         ["per-element costs are llmcalc's estimates (softmax 5, RMSNorm 4, LayerNorm 7, SwiGLU 5 FLOPs ...)"],
-    )
-    return Document(
-        title=f"{spec.name}: FLOPs for batch {step.batch:,} x seq {step.seq_len:,}, "
-              f"{'causal' if step.causal else 'full S²'}, recompute {step.recompute}",
-        data=data, tables=[op_table, group_table, total_table, rule_table, ew_table],
-        preamble=[spec.describe()] + [f"note: {n}" for n in spec.notes],
     )
 
 
 def _same_step(step: StepFlops, causal: bool) -> StepFlops:
     from ..analytic.flops import step_flops
 
-    return step_flops(step.spec, step.batch, step.seq_len, causal, step.recompute, step.decoder_seq_len)
+    return step_flops(step.spec, step.batch, step.seq_len, causal=causal, recompute=step.recompute,
+                      decoder_seq_len=step.decoder_seq_len)
 
 
 def _opt(fmt, value):
