@@ -24,7 +24,6 @@ MAX_POSITIONAL = 5
 PENDING_LONG = {
     ("llmcalc/report/planning.py", "build_report"),
     ("llmcalc/report/plots.py", "memory_vs_batch"),
-    ("llmcalc/report/views_memory.py", "training_memory_document"),
     ("llmcalc/report/views_params.py", "params_document"),
     ("llmcalc/report/views_serve.py", "serve_document"),
 }

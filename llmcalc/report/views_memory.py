@@ -5,10 +5,8 @@ from __future__ import annotations
 from ..analytic.inference import QUANTISATION_NOTES, InferenceEstimate, expected_experts, state_bytes_per_sequence
 from ..analytic.memory import MemoryEstimate
 from ..hardware import Accelerator
-from ..units import fmt_bytes, fmt_flops, fmt_seconds
+from ..units import GIB, fmt_bytes, fmt_flops, fmt_seconds
 from .tables import Column, Document, Table
-
-GIB = 2**30
 
 
 def _gib(value: float) -> str:
@@ -35,9 +33,8 @@ def training_memory_document(est: MemoryEstimate, gpu: Accelerator | None, reser
     spec, rec, opt, par = est.spec, est.recipe, est.optimizer, est.parallel
     components = est.components()
     peak = est.peak
-    opt_bytes = opt.bytes_per_param(rec)
     per_param = {"weights": rec.weight_bytes, "gradients": rec.grad_bytes, "master_weights": rec.master_bytes,
-                 "optimizer_states": opt_bytes}
+                 "optimizer_states": opt.bytes_per_param(rec)}
     fit, fit_lines = _fit_rows(peak, gpu, reserve)
     largest = est.largest_micro_batch(fit["capacity_bytes"]) if gpu else None
     data = {
@@ -56,11 +53,30 @@ def training_memory_document(est: MemoryEstimate, gpu: Accelerator | None, reser
     }
     rows = [{"kind": "component", "name": k, "bytes": v, "share": v / peak} for k, v in components.items() if v]
     rows.append({"kind": "total", "name": f"peak per GPU ({est.peak_phase})", "bytes": peak, "share": 1.0})
-    notes = [
+    notes = _recipe_notes(est, per_param) + _layout_notes(est) + fit_lines
+    if largest is not None:
+        notes.append(f"largest micro-batch that fits at seq {est.seq_len:,}: {largest:,}")
+    table = Table(
+        "memory per GPU",
+        [Column("kind", "kind", align="left", show=False), Column("name", "component", align="left"),
+         Column("bytes", "memory (GiB)", _gib), Column("share", "share of peak (%)", _share)],
+        rows, notes,
+    )
+    title = (f"{spec.name}: training memory per GPU, micro-batch {est.batch:,} x seq "
+             f"{est.seq_len:,}, {rec.name} + {opt.name}, "
+             f"recompute {est.recompute}")
+    return Document(title, data, [table, _activations_table(est)], [spec.describe()])
+
+
+def _recipe_notes(est: MemoryEstimate, per_param: dict[str, float]) -> list[str]:
+    """What the bytes per parameter and the peak are made of, for this recipe and optimizer."""
+    rec, opt = est.recipe, est.optimizer
+    return [
         f"recipe {rec.name}: {rec.description}",
-        f"optimizer {opt.name}: {opt.bytes_per_param(rec):g} bytes/param" + (f" ({opt.source})" if opt.source else ""),
+        f"optimizer {opt.name}: {per_param['optimizer_states']:g} bytes/param"
+        + (f" ({opt.source})" if opt.source else ""),
         f"bytes per parameter: weights {rec.weight_bytes:g} + gradients {rec.grad_bytes:g} + master "
-        f"{rec.master_bytes:g} + optimizer {opt_bytes:g} = {sum(per_param.values()):g}",
+        f"{rec.master_bytes:g} + optimizer {per_param['optimizer_states']:g} = {sum(per_param.values()):g}",
         "peak = max(end of forward: weights + master + optimizer + activations + logits/loss, optimizer step: "
         "weights + master + optimizer + gradients + optimizer temporaries); gradients and activations are not "
         "alive together",
@@ -68,6 +84,12 @@ def training_memory_document(est: MemoryEstimate, gpu: Accelerator | None, reser
         "AdamW a state-sized copy of every parameter; its for-loop path two of the largest tensor",
         "memory in GiB (2^30 bytes); the CUDA context and allocator fragmentation are not included",
     ]
+
+
+def _layout_notes(est: MemoryEstimate) -> list[str]:
+    """How the model is split over the GPUs (parallel degrees, experts, KV heads under tensor parallelism)."""
+    spec, par = est.spec, est.parallel
+    notes = []
     if par.n_gpus > 1:
         notes.append(f"{par.n_gpus:,} GPUs = dp {par.dp:,} x tp {par.tp} x pp {par.pp}; ZeRO-{par.zero} shards over dp"
                      + (f"; figures for the {est.stage} pipeline stage, the most loaded" if par.pp > 1 else "")
@@ -78,16 +100,13 @@ def training_memory_document(est: MemoryEstimate, gpu: Accelerator | None, reser
     if par.tp > spec.n_kv_heads and not spec.is_mla:
         notes.append(f"tp {par.tp} > {spec.n_kv_heads} KV heads: each rank keeps one KV head of K and V activations "
                      f"(replicated {par.tp // spec.n_kv_heads}x), never split below one")
-    notes += fit_lines
-    if largest is not None:
-        notes.append(f"largest micro-batch that fits at seq {est.seq_len:,}: {largest:,}")
-    table = Table(
-        "memory per GPU",
-        [Column("kind", "kind", align="left", show=False), Column("name", "component", align="left"),
-         Column("bytes", "memory (GiB)", _gib), Column("share", "share of peak (%)", _share)],
-        rows, notes,
-    )
-    acts = Table(
+    return notes
+
+
+def _activations_table(est: MemoryEstimate) -> Table:
+    """The saved activations by tensor, largest first."""
+    rec = est.recipe
+    return Table(
         "activations by saved tensor (all layers on this GPU)",
         [Column("name", "saved tensor", align="left"), Column("bytes", "memory (GiB)", _gib)],
         [{"name": k, "bytes": v} for k, v in sorted(est.activations.per_layer.items(), key=lambda kv: -kv[1])],
@@ -96,10 +115,6 @@ def training_memory_document(est: MemoryEstimate, gpu: Accelerator | None, reser
         + (["FP8 (Transformer Engine): the inputs of the linear layers are saved as their 1-byte FP8 casts"]
            if rec.fp8_saved_inputs else []),
     )
-    title = (f"{spec.name}: training memory per GPU, micro-batch {est.batch:,} x seq "
-             f"{est.seq_len:,}, {rec.name} + {opt.name}, "
-             f"recompute {est.recompute}")
-    return Document(title, data, [table, acts], [spec.describe()])
 
 
 def serving_conventions(est: InferenceEstimate) -> list[str]:
