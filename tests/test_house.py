@@ -24,8 +24,6 @@ MAX_POSITIONAL = 5
 PENDING_LONG = {
     ("llmcalc/report/planning.py", "build_report"),
     ("llmcalc/report/plots.py", "memory_vs_batch"),
-    ("llmcalc/report/views_params.py", "params_document"),
-    ("llmcalc/report/views_serve.py", "serve_document"),
 }
 PENDING_POSITIONAL = Counter({
     ("llmcalc/profiling/lora.py", "Comparison"): 5,
@@ -36,7 +34,6 @@ PENDING_POSITIONAL = Counter({
     ("llmcalc/report/planning.py", "memory_vs_batch"): 1,
     ("llmcalc/report/steptime_figures.py", "layout_document"): 1,
     ("llmcalc/report/steptime_figures.py", "search_layouts"): 1,
-    ("llmcalc/report/views_serve.py", "ServeEstimate"): 1,
 })
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..analytic.params import ParamCount, approximations, reconcile
-from ..units import fmt_count, fmt_int, fmt_pct
+from ..analytic.params import Approximation, ParamCount, approximations, reconcile
+from ..units import GIB, fmt_count, fmt_int, fmt_pct
 from .tables import Column, Document, Table
 
 PARAM_CONVENTIONS = (
@@ -20,7 +20,6 @@ def _share(value: float) -> str:
 
 def params_document(count: ParamCount, source: str) -> Document:
     spec = count.spec
-    total = count.total
     approx = approximations(count)
     recon = reconcile(count)
     data = {
@@ -29,7 +28,7 @@ def params_document(count: ParamCount, source: str) -> Document:
         "method": "analytic",
         "source": source,
         "spec": spec.to_dict(),
-        "total": total,
+        "total": count.total,
         "non_embedding": count.non_embedding,
         "embedding": count.embedding,
         "active_per_token": count.active_per_token,
@@ -42,6 +41,17 @@ def params_document(count: ParamCount, source: str) -> Document:
         ],
         "reconciliation": [{"term": label, "params": value} for label, value in recon],
     }
+    return Document(
+        title=f"{spec.name}: {spec.describe()}",
+        data=data,
+        tables=[_component_table(count), _approximation_table(approx), _reconciliation_table(recon, count.total)],
+        preamble=([f"source: {source}"] if source else []) + [f"note: {n}" for n in spec.notes],
+    )
+
+
+def _component_table(count: ParamCount) -> Table:
+    """Exact count per component, then the totals (all, non-embedding, and active per token for MoE)."""
+    spec, total = count.spec, count.total
     rows = [{"kind": "component", "name": k, "params": v, "fraction_of_total": v / total}
             for k, v in count.components.items()]
     rows.append({"kind": "total", "name": "total", "params": total, "fraction_of_total": 1.0})
@@ -50,7 +60,7 @@ def params_document(count: ParamCount, source: str) -> Document:
     if spec.is_moe:
         rows.append({"kind": "total", "name": "active_per_token", "params": count.active_per_token,
                      "fraction_of_total": count.active_per_token / total})
-    components = Table(
+    return Table(
         "parameters by component",
         [
             Column("kind", "kind", align="left", show=False),
@@ -65,7 +75,10 @@ def params_document(count: ParamCount, source: str) -> Document:
             + (f" plus {spec.n_shared_experts} shared" if spec.n_shared_experts else "")
             + " per MoE layer; embeddings and head included"] if spec.is_moe else []),
     )
-    approx_table = Table(
+
+
+def _approximation_table(approx: list[Approximation]) -> Table:
+    return Table(
         "classic approximations",
         [
             Column("formula", "formula", align="left"),
@@ -79,19 +92,17 @@ def params_document(count: ParamCount, source: str) -> Document:
         [f"{a.name}: {a.source}" for a in approx[:1]]
         + ["L = all blocks (encoder + decoder), D = d_model, F = d_ff, V = vocab_size"],
     )
-    recon_rows = [{"term": label, "params": f"{value:,}" if i == 0 else f"{value:+,}", "si": fmt_count(value)}
-                  for i, (label, value) in enumerate(recon)]
-    recon_rows.append({"term": "= exact total", "params": f"{total:,}", "si": fmt_count(total)})
-    recon_table = Table(
+
+
+def _reconciliation_table(recon: list[tuple[str, int]], total: int) -> Table:
+    """12·L·D² plus each term it leaves out, summing to the exact total."""
+    rows = [{"term": label, "params": f"{value:,}" if i == 0 else f"{value:+,}", "si": fmt_count(value)}
+            for i, (label, value) in enumerate(recon)]
+    rows.append({"term": "= exact total", "params": f"{total:,}", "si": fmt_count(total)})
+    return Table(
         "why 12·L·D² differs from the exact total",
         [Column("term", "term", align="left"), Column("params", "params (exact)"), Column("si", "params (SI)")],
-        recon_rows,
-    )
-    return Document(
-        title=f"{spec.name}: {spec.describe()}",
-        data=data,
-        tables=[components, approx_table, recon_table],
-        preamble=([f"source: {source}"] if source else []) + [f"note: {n}" for n in spec.notes],
+        rows,
     )
 
 
@@ -115,7 +126,7 @@ def presets_document() -> Document:
         rows.append({
             "kind": "hardware", "name": name,
             "summary": f"{acc.name}: {acc.peak(dtype) / 1e12:,.4g} TFLOP/s dense {dtype}, "
-                       f"{acc.memory_bytes / 2**30:g} GiB, {acc.memory_bandwidth / 1e12:.3g} TB/s",
+                       f"{acc.memory_bytes / GIB:g} GiB, {acc.memory_bandwidth / 1e12:.3g} TB/s",
             "peak_flops_per_s": acc.peak_flops, "memory_bytes": acc.memory_bytes, "source": acc.source,
         })
     table = Table(

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 from ..analytic.serving import ServeEstimate
-from ..units import fmt_bytes, fmt_seconds
+from ..units import GIB, fmt_bytes, fmt_seconds
 from .tables import Column, Document, Table
 from .views_memory import serving_conventions
-
-GIB = 2**30
 
 
 def _gib(value: float) -> str:
@@ -34,7 +32,17 @@ def serve_document(est: ServeEstimate) -> Document:
         "profile_max_num_batched_tokens": tokens, "profile_max_num_seqs": seqs,
         "throughput": throughput,
     }
-    memory_rows = [
+    title = (f"{spec.name} served on {tp} x {gpu.key}: max length {est.max_model_len:,}, weights {est.weight_dtype}, "
+             f"KV {est.kv_dtype}, block {est.block_size}")
+    preamble = [f"{est.max_concurrent_sequences:,} concurrent sequences of {est.max_model_len:,} tokens "
+                f"({est.kv_cache_tokens:,} KV tokens in {est.kv_blocks:,} blocks per GPU)", spec.describe()]
+    return Document(title, data, [_throughput_table(est, throughput), _memory_table(est)], preamble)
+
+
+def _memory_table(est: ServeEstimate) -> Table:
+    """Per-GPU memory as vLLM divides it: usable, weights, activation peak, what is left for the KV cache."""
+    gpu, tp = est.accelerator, est.tp
+    rows = [
         {"name": f"usable ({est.gpu_memory_utilization:g} x {gpu.memory_bytes / GIB:g} GiB)",
          "bytes": est.usable_bytes},
         {"name": f"weights ({est.weight_dtype})", "bytes": est.weights_bytes_per_gpu},
@@ -42,15 +50,29 @@ def serve_document(est: ServeEstimate) -> Document:
         {"name": f"KV cache ({est.kv_blocks:,} blocks of {est.block_size} tokens)",
          "bytes": max(est.kv_cache_bytes, 0.0)},
     ]
-    per_token = est.kv_bytes_per_token_per_gpu
-    kv_formula = (f"MLA latent: {spec.n_layers} layers x ({spec.kv_lora_rank} + {spec.qk_rope_head_dim}) x "
-                  f"{est.kv_dtype} bytes, whole on every GPU" if spec.is_mla else
-                  f"2 (K, V) x {spec.n_attention_layers} {'attention ' if spec.is_hybrid else ''}layers x "
-                  f"{est.kv_heads_per_gpu} KV head"
-                  f"{'s' if est.kv_heads_per_gpu > 1 else ''} per GPU x {spec.d_head} x {est.kv_dtype} bytes")
+    return Table(f"memory per GPU (one of {tp})" if tp > 1 else "memory per GPU",
+                 [Column("name", "item", align="left"), Column("bytes", "memory (GiB)", _gib)], rows,
+                 _memory_notes(est))
+
+
+def _kv_formula(est: ServeEstimate) -> str:
+    """The KV cache bytes per token per GPU, written out (MLA's latent, or K and V per KV head)."""
+    spec = est.spec
+    if spec.is_mla:
+        return (f"MLA latent: {spec.n_layers} layers x ({spec.kv_lora_rank} + {spec.qk_rope_head_dim}) x "
+                f"{est.kv_dtype} bytes, whole on every GPU")
+    return (f"2 (K, V) x {spec.n_attention_layers} {'attention ' if spec.is_hybrid else ''}layers x "
+            f"{est.kv_heads_per_gpu} KV head"
+            f"{'s' if est.kv_heads_per_gpu > 1 else ''} per GPU x {spec.d_head} x {est.kv_dtype} bytes")
+
+
+def _memory_notes(est: ServeEstimate) -> list[str]:
+    """How the KV cache is sized (vLLM v1's rule) and, first, whether a request fits at all."""
+    tokens, seqs = est.batch_defaults
     notes = [
-        f"KV cache per token: {est.kv_bytes_per_token:,.0f} B for the whole model, {per_token:,.0f} B per GPU "
-        f"({kv_formula}); a block holds {est.block_size} tokens = {est.kv_block_bytes:,.0f} B per GPU",
+        f"KV cache per token: {est.kv_bytes_per_token:,.0f} B for the whole model, "
+        f"{est.kv_bytes_per_token_per_gpu:,.0f} B per GPU "
+        f"({_kv_formula(est)}); a block holds {est.block_size} tokens = {est.kv_block_bytes:,.0f} B per GPU",
         f"a {est.max_model_len:,}-token request needs {est.blocks_per_sequence:,} blocks "
         f"({fmt_bytes(est.blocks_per_sequence * est.kv_block_bytes)} per GPU); vLLM would log \"GPU KV cache size: "
         f"{est.kv_cache_tokens:,} tokens\" and \"Maximum concurrency for {est.max_model_len:,} tokens per request: "
@@ -68,12 +90,14 @@ def serve_document(est: ServeEstimate) -> Document:
     elif est.max_concurrent_sequences == 0:
         notes.insert(0, f"no {est.max_model_len:,}-token request fits in the KV cache; the longest that does is "
                         f"{est.longest_fitting_len():,} tokens (lower --max-model-len or add GPUs)")
-    memory = Table(f"memory per GPU (one of {tp})" if tp > 1 else "memory per GPU",
-                   [Column("name", "item", align="left"), Column("bytes", "memory (GiB)", _gib)], memory_rows, notes)
-    rows_notes = [f"roofline per GPU on {gpu.key}, dense {est.compute_dtype} peak; prefill: that many "
-                  f"{est.max_model_len:,}-token prompts at once (causal); decode: one step with every sequence at "
-                  f"{est.decode_context:,} tokens of context, the KV limit's own case; an upper bound on speed"]
-    speed = Table(
+    return notes
+
+
+def _throughput_table(est: ServeEstimate, throughput: list[dict]) -> Table:
+    notes = [f"roofline per GPU on {est.accelerator.key}, dense {est.compute_dtype} peak; prefill: that many "
+             f"{est.max_model_len:,}-token prompts at once (causal); decode: one step with every sequence at "
+             f"{est.decode_context:,} tokens of context, the KV limit's own case; an upper bound on speed"]
+    return Table(
         "throughput and latency against concurrent sequences",
         [Column("concurrency", "sequences"),
          Column("prefill_seconds", "prefill (time to first token)", fmt_seconds),
@@ -81,13 +105,8 @@ def serve_document(est: ServeEstimate) -> Document:
          Column("decode_seconds_per_token", "decode step (s/token)", fmt_seconds),
          Column("tokens_per_second", "decode (tokens/s)", lambda v: f"{v:,.0f}"),
          Column("decode_bound", "decode bound", align="left")],
-        throughput, rows_notes,
+        throughput, notes,
     )
-    title = (f"{spec.name} served on {tp} x {gpu.key}: max length {est.max_model_len:,}, weights {est.weight_dtype}, "
-             f"KV {est.kv_dtype}, block {est.block_size}")
-    preamble = [f"{est.max_concurrent_sequences:,} concurrent sequences of {est.max_model_len:,} tokens "
-                f"({est.kv_cache_tokens:,} KV tokens in {est.kv_blocks:,} blocks per GPU)", spec.describe()]
-    return Document(title, data, [speed, memory], preamble)
 
 
 def smallest_serving_group(spec, gpu, max_model_len: int, kv_dtype: str) -> ServeEstimate | None:
@@ -101,7 +120,8 @@ def smallest_serving_group(spec, gpu, max_model_len: int, kv_dtype: str) -> Serv
             weight, kv, compute = resolve_dtypes(gpu, "bf16", kv_dtype, default_compute_dtype("bf16", gpu))
         except LlmcalcError:
             continue
-        est = ServeEstimate(spec, gpu, tp, max_model_len, 0.9, weight, kv, compute)
+        est = ServeEstimate(spec, gpu, tp, max_model_len, gpu_memory_utilization=0.9, weight_dtype=weight,
+                            kv_dtype=kv, compute_dtype=compute)
         if est.max_concurrent_sequences >= 1:
             return est
     return None
