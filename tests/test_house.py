@@ -23,7 +23,6 @@ MAX_POSITIONAL = 5
 # (path, function) for long functions; (path, callee) -> number of calls for positional-argument calls.
 PENDING_LONG = {
     ("llmcalc/report/planning.py", "build_report"),
-    ("llmcalc/report/plots.py", "memory_vs_batch"),
 }
 PENDING_POSITIONAL = Counter({
     ("llmcalc/profiling/lora.py", "Comparison"): 5,
@@ -31,7 +30,6 @@ PENDING_POSITIONAL = Counter({
     ("llmcalc/profiling/lora.py", "finetune_memory"): 1,
     ("llmcalc/profiling/model.py", "Block"): 1,
     ("llmcalc/profiling/model.py", "Stack"): 3,
-    ("llmcalc/report/planning.py", "memory_vs_batch"): 1,
     ("llmcalc/report/steptime_figures.py", "layout_document"): 1,
     ("llmcalc/report/steptime_figures.py", "search_layouts"): 1,
 })

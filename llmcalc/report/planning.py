@@ -222,7 +222,7 @@ def build_report(specs: list[ModelSpec], sources: dict[str, str], scenario: Scen
     if len(memory_frame):
         report.csv("memory_vs_batch", memory_frame)
         report.figure("memory", plots.memory_vs_batch(memory_frame, scenario.gpu.memory_bytes, scenario.gpu.key,
-                                                      scenario.micro_batch, skipped, line),
+                                                      scenario.micro_batch, skipped=skipped, scenario=line),
                       f"Training memory per GPU against micro-batch, every micro-batch up to the first that does not "
                       f"fit, at seq {scenario.seq_len:,} ({scenario.recipe}, ZeRO-{scenario.zero} over "
                       f"{scenario.n_gpus:,} GPUs); the plan's micro-batch ({scenario.micro_batch}) outlined"

@@ -22,7 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter  # noqa: E402
 
-from ..units import fmt_usd, si  # noqa: E402
+from ..units import GIB, fmt_usd, si  # noqa: E402
 
 DPI = 200  # PNG pixels per inch: 2x the 100 CSS px per inch the HTML shows them at
 MIN_POINTS = 9  # smallest font: 9 pt x 200/72 / 2 = 12.5 CSS px, >= 10 px even scaled to fit 1100 px
@@ -108,7 +108,7 @@ def day_axis(axis) -> None:
 
 def gib(value: float) -> str:
     """Bytes for people: GiB from 1 GiB on, MiB below."""
-    return f"{value / 2**30:,.3g} GiB" if value >= 2**30 else f"{value / 2**20:,.3g} MiB"
+    return f"{value / GIB:,.3g} GiB" if value >= GIB else f"{value / 2**20:,.3g} MiB"
 
 
 def gib_axis(axis) -> None:
@@ -279,54 +279,14 @@ def memory_vs_batch(df, capacity: float, device: str, micro_batch: int, skipped:
     named in a note, never dropped silently. df: model, micro_batch, component, bytes."""
     models = list(dict.fromkeys(df["model"]))
     fig, ax = figure("Training memory per GPU against micro-batch size", scenario)
-    cap = capacity / 2**30
-    if len(models) == 1:
-        parts = df[df["component"] != "peak"]
-        pivot = parts.pivot_table(index="micro_batch", columns="component", values="bytes", sort=False).fillna(0)
-        pivot = pivot / 2**30
-        small = [c for c in pivot.columns if pivot[c].max() < 0.02 * pivot.sum(axis=1).max()]
-        if len(small) > 1:
-            pivot["other (" + ", ".join(small) + ")"] = pivot[small].sum(axis=1)
-            pivot = pivot.drop(columns=small)
-        x = list(range(len(pivot)))
-        bottom = None
-        for j, component in enumerate(pivot.columns):
-            ax.bar(x, pivot[component], bottom=bottom, color=colour(j), label=component, width=0.7)
-            bottom = pivot[component] if bottom is None else bottom + pivot[component]
-        totals = pivot.sum(axis=1)
-        for xi, (batch, total) in zip(x, totals.items(), strict=False):
-            over = total > cap
-            if over:
-                ax.bar([xi], [total], width=0.7, fill=False, hatch="//", edgecolor=WARN, linewidth=0)
-            ax.annotate(f"{total:,.1f}" + ("\ndoes not fit" if over else ""), (xi, total), xytext=(0, 3),
-                        textcoords="offset points", ha="center", va="bottom", fontsize=MIN_POINTS,
-                        color=WARN if over else "black", fontweight="bold" if over else "normal")
-            if batch == micro_batch:
-                ax.bar([xi], [total], width=0.78, fill=False, edgecolor="black", linewidth=2)
-        labels = [f"{b}\n(plan)" if b == micro_batch else str(b) for b in pivot.index]
-        ax.set_xticks(x, labels)
-        top = max(totals.max(), cap)
-    else:
-        peaks = df[df["component"] == "peak"]
-        top = min(max(cap, peaks["bytes"].max() / 2**30), 2 * cap)  # far-off points drawn at the edge, labelled
-        for i, model in enumerate(models):
-            sub = peaks[peaks["model"] == model]
-            values = sub["bytes"] / 2**30
-            shown = values.clip(upper=top)
-            ax.plot(sub["micro_batch"], shown, marker=STYLES[i % len(STYLES)][1], color=colour(i), label=model)
-            over = values > cap
-            ax.scatter(sub["micro_batch"][over], shown[over], marker="x", s=40, color=WARN, zorder=4)
-            for b, v in zip(sub["micro_batch"][values > top], values[values > top], strict=True):
-                ax.annotate(f"{model}: {v:,.0f} GiB (off scale)", (b, top), xytext=(6, -4), textcoords="offset points",
-                            fontsize=MIN_POINTS, color=colour(i), va="top")
-        ax.xaxis.get_major_locator().set_params(integer=True)
-        ax.set_xlim(0.5, peaks["micro_batch"].max() + 0.5)
-        mark_x(ax, micro_batch, f"plan: micro-batch {micro_batch}")
+    cap = capacity / GIB
+    one = len(models) == 1
+    top = _memory_bars(ax, df, cap, micro_batch) if one else _memory_peak_lines(ax, df, models, cap, micro_batch)
     ax.axhline(cap, color=WARN, linestyle="--", linewidth=1.2)
-    left = len(models) == 1  # bars grow to the right: the left end of the line is free; lines start at the left
-    ax.annotate(f"{device} capacity: {cap:g} GiB", (0.01 if left else 0.99, cap), xycoords=("axes fraction", "data"),
+    # bars grow to the right: the left end of the line is free; lines start at the left
+    ax.annotate(f"{device} capacity: {cap:g} GiB", (0.01 if one else 0.99, cap), xycoords=("axes fraction", "data"),
                 xytext=(0, 3), textcoords="offset points", color=WARN, fontsize=MIN_POINTS, va="bottom",
-                ha="left" if left else "right",
+                ha="left" if one else "right",
                 bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))
     ax.set_ylim(0, top * 1.22)
     ax.set_xlabel("micro-batch (sequences per GPU)")
@@ -335,8 +295,59 @@ def memory_vs_batch(df, capacity: float, device: str, micro_batch: int, skipped:
     if skipped:
         ax.set_title("not shown: " + "; ".join(f"{m} ({why})" for m, why in skipped.items()), fontsize=MIN_POINTS,
                      color="dimgrey", loc="left")
-    legend_outside(ax, "below", ncol=3 if len(models) > 1 else 2)
+    legend_outside(ax, "below", ncol=2 if one else 3)
     return fig
+
+
+def _memory_bars(ax, df, cap: float, micro_batch: int) -> float:
+    """One model: a stacked bar of components (GiB) per micro-batch, those under 2 % of the tallest bar
+    merged into 'other'; each total labelled, past `cap` hatched red, the plan's outlined. Returns the top."""
+    parts = df[df["component"] != "peak"]
+    pivot = parts.pivot_table(index="micro_batch", columns="component", values="bytes", sort=False).fillna(0)
+    pivot = pivot / GIB
+    small = [c for c in pivot.columns if pivot[c].max() < 0.02 * pivot.sum(axis=1).max()]
+    if len(small) > 1:
+        pivot["other (" + ", ".join(small) + ")"] = pivot[small].sum(axis=1)
+        pivot = pivot.drop(columns=small)
+    x = list(range(len(pivot)))
+    bottom = None
+    for j, component in enumerate(pivot.columns):
+        ax.bar(x, pivot[component], bottom=bottom, color=colour(j), label=component, width=0.7)
+        bottom = pivot[component] if bottom is None else bottom + pivot[component]
+    totals = pivot.sum(axis=1)
+    for xi, (batch, total) in zip(x, totals.items(), strict=False):
+        over = total > cap
+        if over:
+            ax.bar([xi], [total], width=0.7, fill=False, hatch="//", edgecolor=WARN, linewidth=0)
+        ax.annotate(f"{total:,.1f}" + ("\ndoes not fit" if over else ""), (xi, total), xytext=(0, 3),
+                    textcoords="offset points", ha="center", va="bottom", fontsize=MIN_POINTS,
+                    color=WARN if over else "black", fontweight="bold" if over else "normal")
+        if batch == micro_batch:
+            ax.bar([xi], [total], width=0.78, fill=False, edgecolor="black", linewidth=2)
+    labels = [f"{b}\n(plan)" if b == micro_batch else str(b) for b in pivot.index]
+    ax.set_xticks(x, labels)
+    return max(totals.max(), cap)
+
+
+def _memory_peak_lines(ax, df, models: list[str], cap: float, micro_batch: int) -> float:
+    """Several models: each one's peak (GiB) per micro-batch, points past `cap` crossed; points past twice
+    the capacity drawn at the edge and labelled with their value. Returns the top."""
+    peaks = df[df["component"] == "peak"]
+    top = min(max(cap, peaks["bytes"].max() / GIB), 2 * cap)  # far-off points drawn at the edge, labelled
+    for i, model in enumerate(models):
+        sub = peaks[peaks["model"] == model]
+        values = sub["bytes"] / GIB
+        shown = values.clip(upper=top)
+        ax.plot(sub["micro_batch"], shown, marker=STYLES[i % len(STYLES)][1], color=colour(i), label=model)
+        over = values > cap
+        ax.scatter(sub["micro_batch"][over], shown[over], marker="x", s=40, color=WARN, zorder=4)
+        for b, v in zip(sub["micro_batch"][values > top], values[values > top], strict=True):
+            ax.annotate(f"{model}: {v:,.0f} GiB (off scale)", (b, top), xytext=(6, -4), textcoords="offset points",
+                        fontsize=MIN_POINTS, color=colour(i), va="top")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_xlim(0.5, peaks["micro_batch"].max() + 0.5)
+    mark_x(ax, micro_batch, f"plan: micro-batch {micro_batch}")
+    return top
 
 
 def kv_vs_context(df, capacity: float, device: str, context: int | None = None, scenario: str = ""):
@@ -355,7 +366,7 @@ def kv_vs_context(df, capacity: float, device: str, context: int | None = None, 
     top = max(df["kv_cache_bytes"].max(), capacity) * 2
     ax.set_ylim(df["kv_cache_bytes"].min() / 2, top)
     ax.axhline(capacity, color=WARN, linestyle="--", linewidth=1.2)
-    ax.annotate(f"{device} capacity: {capacity / 2**30:g} GiB", (0.01, capacity), xycoords=("axes fraction", "data"),
+    ax.annotate(f"{device} capacity: {capacity / GIB:g} GiB", (0.01, capacity), xycoords=("axes fraction", "data"),
                 xytext=(0, 3), textcoords="offset points", color=WARN, fontsize=MIN_POINTS, va="bottom")
     if context:
         mark_x(ax, context, f"plan context: {context:,}", y=0.85)
