@@ -28,10 +28,6 @@ PENDING_POSITIONAL = Counter({
     ("llmcalc/profiling/lora.py", "Comparison"): 5,
     ("llmcalc/profiling/lora.py", "ProfileResult"): 1,
     ("llmcalc/profiling/lora.py", "finetune_memory"): 1,
-    ("llmcalc/profiling/model.py", "Block"): 1,
-    ("llmcalc/profiling/model.py", "Stack"): 3,
-    ("llmcalc/report/steptime_figures.py", "layout_document"): 1,
-    ("llmcalc/report/steptime_figures.py", "search_layouts"): 1,
 })
 
 

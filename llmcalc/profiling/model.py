@@ -360,7 +360,8 @@ class Stack(nn.Module):
         self.spec, self.decoder = spec, decoder
         relative = spec.pos_emb == "relative"
         self.layers = nn.ModuleList(
-            Block(spec, i, cross, relative and i == 0, attention, routing) for i in range(n_layers))
+            Block(spec, i, cross, relative_bias=relative and i == 0, attention=attention, routing=routing)
+            for i in range(n_layers))
         self.norm_final = make_norm(spec) if spec.final_norm else None
         self.checkpoint = False  # full activation recomputation, one checkpoint per block
 
@@ -419,10 +420,12 @@ class Transformer(nn.Module):
         self.spec = spec
         self.embedding = Embeddings(spec)
         if spec.architecture == "encoder-decoder":
-            self.encoder = Stack(spec, spec.n_layers, False, False, attention, routing)
-            self.decoder = Stack(spec, spec.n_decoder_layers, True, True, attention, routing)
+            self.encoder = Stack(spec, spec.n_layers, decoder=False, cross=False, attention=attention, routing=routing)
+            self.decoder = Stack(spec, spec.n_decoder_layers, decoder=True, cross=True, attention=attention,
+                                 routing=routing)
         else:
-            self.body = Stack(spec, spec.n_layers, spec.architecture == "decoder", False, attention, routing)
+            self.body = Stack(spec, spec.n_layers, decoder=spec.architecture == "decoder", cross=False,
+                              attention=attention, routing=routing)
         self.pooler = nn.Linear(spec.d_model, spec.d_model) if spec.pooler else None
         self.project_out = nn.Linear(spec.d_model, spec.d_embed, bias=False) if spec.d_embed else None
         self.lm_head = None

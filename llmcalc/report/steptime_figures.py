@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..analytic.steptime import StepPrediction, search_layouts, steptime_presets
 from ..analytic.training import TrainingEstimate
 from ..errors import LlmcalcError
-from ..units import fmt_usd
+from ..units import GIB, fmt_usd
 from .views_steptime import BREAKDOWN_LABELS, layout_document
 
 DEFAULT_TOKENS_PER_STEP = 4 * 2**20  # 4 Mi tokens per optimizer step when no global batch is given
@@ -60,14 +60,14 @@ def steptime_section(report, specs, scenario, global_batch: int | None = None, t
             report.paragraph(f"{spec.name}: the step-time model covers decoder-only models.")
             continue
         try:
-            ranked, losers, counts = search_layouts(spec, gpu.key, scenario.n_gpus, scenario.seq_len, batch,
-                                                    scenario.causal)
+            ranked, losers, counts = search_layouts(spec, gpu.key, scenario.n_gpus, scenario.seq_len,
+                                                    global_batch=batch, causal=scenario.causal)
         except LlmcalcError as exc:
             report.paragraph(f"{spec.name}: {exc}")
             continue
         report.heading(spec.name, 3)
         if not ranked:
-            report.paragraph(f"no layout fits in {gpu.memory_bytes / 2**30:g} GiB per GPU "
+            report.paragraph(f"no layout fits in {gpu.memory_bytes / GIB:g} GiB per GPU "
                              f"({counts['oom']} tried do not fit).")
             continue
         shown = [(f"tp{p.layout.tp} cp{p.layout.cp} pp{p.layout.pp} dp{p.layout.dp} mb{p.layout.micro_batch} "
@@ -92,5 +92,5 @@ def steptime_section(report, specs, scenario, global_batch: int | None = None, t
         report.bullets([f"best layout predicts MFU {best.mfu * 100:.1f} % (the report's other sections assume "
                         f"{scenario.mfu * 100:.0f} %): {scenario.tokens:.3g} tokens take {est.wall_clock_days:,.1f} "
                         f"days, {est.gpu_hours:,.0f} GPU-hours{cost}"])
-        report.document(layout_document(spec.name, gpu.key, scenario.n_gpus, scenario.seq_len, batch, ranked, losers,
-                                        counts, top), name)
+        report.document(layout_document(spec.name, gpu.key, scenario.n_gpus, scenario.seq_len, global_batch=batch,
+                                        ranked=ranked, losers=losers, counts=counts, top=top), name)
