@@ -59,15 +59,15 @@ class Report:
         self.blocks.append(("table", table))
 
     def document(self, doc: Document, csv_name: str) -> None:
-        """A command's Document: its human tables in the report (notes without the CLI's hints), its CSV
+        """A command's Document: its tables for people in the report (notes without the CLI's hints), its CSV
         under tables/."""
         self.files[f"tables/{csv_name}.csv"] = render(doc, "csv").encode()
         for table in doc.tables:
-            if table.human:
+            if table.for_people:
                 notes = [n for n in (report_note(note) for note in table.notes) if n]
                 columns = [replace(c, label=c.label.replace(" (GiB)", ""), fmt=fmt_bytes) if c.label.endswith("(GiB)")
                            else c for c in table.columns]  # GiB, and MiB below 1 GiB, each cell with its unit
-                self.table(Table(table.title, columns, table.rows, notes, table.human))
+                self.table(Table(table.title, columns, table.rows, notes, for_people=table.for_people))
 
     def csv(self, name: str, frame) -> None:
         self.files[f"tables/{name}.csv"] = frame.to_csv(index=False).encode()

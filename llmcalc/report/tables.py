@@ -35,7 +35,7 @@ class Table:
     columns: list[Column]
     rows: list[dict]
     notes: list[str] = field(default_factory=list)
-    human: bool = True  # False: machine formats only (a record-per-row twin of a transposed human table)
+    for_people: bool = True  # False: left out of table/markdown (e.g. the csv twin of a transposed table)
 
     def cell(self, row: dict, column: Column) -> str:
         value = row.get(column.key)
@@ -81,13 +81,13 @@ def render(doc: Document, fmt: str) -> str:
         return buf.getvalue()
     if fmt == "markdown":
         parts = [f"## {doc.title}", *[f"{line}  " for line in doc.preamble]]
-        for table in (t for t in doc.tables if t.human):
+        for table in (t for t in doc.tables if t.for_people):
             parts += ["", f"### {table.title}", "", _tabulate(table, "github")]
             parts += [""] + [f"- {note}" for note in table.notes] if table.notes else []
         return "\n".join(parts).rstrip() + "\n"
     if fmt == "table":
         parts = [doc.title, *doc.preamble]
-        for table in (t for t in doc.tables if t.human):
+        for table in (t for t in doc.tables if t.for_people):
             parts += ["", table.title, _tabulate(table, "simple")]
             parts += [f"  {note}" for note in table.notes]
         return "\n".join(parts).rstrip() + "\n"

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from ..analytic.summary import COLUMNS, Scenario
 from ..errors import LlmcalcError
-from ..units import fmt_bytes, fmt_count, fmt_flops, fmt_usd, plural
+from ..units import GIB, fmt_bytes, fmt_count, fmt_flops, fmt_usd, plural
 from .tables import Column, Document, Table
 
 FORMATTERS = {
     "text": str, "count": fmt_count, "flops": fmt_flops, "pct": lambda v: f"{v * 100:.1f} %",
     "bytes": fmt_bytes, "hours": lambda v: f"{v:,.0f} h", "days": lambda v: f"{v:,.1f} days", "usd": fmt_usd,
-    "gib": lambda v: f"{v / 2**30:,.1f} GiB", "bool": lambda v: "yes" if v else "no",
+    "gib": lambda v: f"{v / GIB:,.1f} GiB", "bool": lambda v: "yes" if v else "no",
 }
 
 
@@ -26,7 +26,7 @@ def sort_records(records: list[dict], key: str | None, reverse: bool = False) ->
 
 def compare_document(records: list[dict], scenario: Scenario) -> Document:
     keys = [k for k in COLUMNS if any(r.get(k) is not None for r in records)]
-    per_model = Table("models", [Column(k, COLUMNS[k][0]) for k in keys], records, human=False)
+    per_model = Table("models", [Column(k, COLUMNS[k][0]) for k in keys], records, for_people=False)
     side_by_side = Table(
         "comparison",
         [Column("quantity", "quantity", align="left")] + [Column(f"m{i}", r["model"]) for i, r in enumerate(records)],

@@ -6,7 +6,7 @@ from ..analytic.flops import StepFlops, flop_group
 from ..analytic.params import ParamCount
 from ..analytic.rules import Crossover, Rule, crossover, elementwise_ops, rules_of_thumb
 from ..analytic.training import ComputeOptimal, TrainingEstimate
-from ..units import fmt_budget, fmt_count, fmt_flops, fmt_flops_rate, fmt_pct, fmt_tokens, fmt_usd, plural, si
+from ..units import GIB, fmt_budget, fmt_count, fmt_flops, fmt_flops_rate, fmt_pct, fmt_tokens, fmt_usd, plural, si
 from .tables import Column, Document, Table
 
 FLOP_CONVENTIONS = [
@@ -219,7 +219,7 @@ def train_document(est: TrainingEstimate, inputs: dict, six_n_t: float | None, p
         title=f"{model}: {fmt_tokens(est.tokens)} on {est.n_gpus:,} x {acc.key}"
               + (f", seq {inputs['seq_len']:,}" if inputs.get("seq_len") else ""),
         data=data, tables=tables,
-        preamble=[f"device: {acc.name}, {acc.memory_bytes / 2**30:g} GiB, {acc.memory_bandwidth / 1e12:.3g} TB/s "
+        preamble=[f"device: {acc.name}, {acc.memory_bytes / GIB:g} GiB, {acc.memory_bandwidth / 1e12:.3g} TB/s "
                   f"(sources: `llmcalc presets --format json`)"],
     )
 

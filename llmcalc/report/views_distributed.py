@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..units import GIB
 from .tables import Column, Document, Table
 
 FIGURES = (("param_bytes", "params"), ("grad_bytes", "grads"), ("optimizer_bytes", "AdamW states"),
@@ -9,7 +10,7 @@ FIGURES = (("param_bytes", "params"), ("grad_bytes", "grads"), ("optimizer_bytes
 
 
 def _gib(value) -> str:
-    return "" if value is None else f"{value / 2**30:,.3f}"
+    return "" if value is None else f"{value / GIB:,.3f}"
 
 
 def _err(p: dict) -> str:

@@ -7,8 +7,6 @@ from ..hardware import Accelerator
 from ..units import fmt_count, fmt_int, si
 from .tables import Column, Document, Table
 
-GIB = 2**30
-
 
 def _config(ft: Finetune) -> dict:
     cfg = ft.config

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..results import Comparison, ProfileResult
-from ..units import fmt_bytes, fmt_flops_rate, fmt_int, fmt_pct, fmt_seconds, si
+from ..units import GIB, fmt_bytes, fmt_flops_rate, fmt_int, fmt_pct, fmt_seconds, si
 from .tables import Column, Document, Table
 
 
@@ -83,7 +83,7 @@ def profile_document(r: ProfileResult) -> Document:
 
 
 def _gib(value) -> str:
-    return "" if value is None else f"{value / 2**30:,.2f}"
+    return "" if value is None else f"{value / GIB:,.2f}"
 
 
 def calibrate_document(device: str, dtype: str, size: int, flops_per_s: float, catalog: dict | None) -> Document:

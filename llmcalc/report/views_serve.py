@@ -5,11 +5,7 @@ from __future__ import annotations
 from ..analytic.serving import ServeEstimate
 from ..units import GIB, fmt_bytes, fmt_seconds
 from .tables import Column, Document, Table
-from .views_memory import serving_conventions
-
-
-def _gib(value: float) -> str:
-    return f"{value / GIB:,.2f}"
+from .views_memory import _gib, serving_conventions
 
 
 def serve_document(est: ServeEstimate) -> Document:
