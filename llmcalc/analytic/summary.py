@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from ..errors import LlmcalcError
 from ..hardware import Accelerator
 from ..spec import ModelSpec
 from ..units import fmt_tokens
@@ -47,6 +48,13 @@ class Scenario:
                 f"{'causal' if self.causal else 'full S²'} FLOPs")
 
     @property
+    def accelerator(self) -> Accelerator:
+        """`gpu`, where a figure needs one (training time and cost, memory fit)."""
+        if self.gpu is None:
+            raise LlmcalcError("this needs an accelerator: give --gpu (`llmcalc presets` lists them)")
+        return self.gpu
+
+    @property
     def parallel(self) -> Parallel:
         return Parallel(self.n_gpus, self.tp, 1, self.zero)
 
@@ -80,7 +88,7 @@ def scenario_training(spec: ModelSpec, scenario: Scenario, step=None) -> Trainin
     (`step`: that step's StepFlops, when the caller has it already)."""
     step = step or step_flops(spec, 1, scenario.seq_len, scenario.causal, scenario.recompute)
     return TrainingEstimate(scenario.tokens, step.model_flops_per_token * scenario.tokens,
-                            step.hardware_flops_per_token * scenario.tokens, scenario.gpu, dtype=scenario.dtype,
+                            step.hardware_flops_per_token * scenario.tokens, scenario.accelerator, dtype=scenario.dtype,
                             n_gpus=scenario.n_gpus, mfu=scenario.mfu, usd_per_gpu_hour=scenario.usd_per_gpu_hour)
 
 

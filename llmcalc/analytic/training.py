@@ -59,6 +59,7 @@ class TrainingEstimate:
     def gpu_seconds(self) -> float:
         if self.mfu is not None:
             return self.model_flops / (self.peak * self.mfu)
+        assert self.achieved_flops_per_s is not None  # __post_init__: exactly one of the two is given
         return self.hardware_flops / self.achieved_flops_per_s
 
     @property

@@ -63,21 +63,22 @@ def flops_vs_seq(specs: dict[str, ModelSpec], causal: bool) -> tuple[pd.DataFram
 
 def accelerators_shown(specs: dict[str, ModelSpec], scenario: Scenario, load_hardware) -> list:
     """The chosen accelerator, and with one model three neighbours to set beside it."""
+    gpu = scenario.accelerator
     if len(specs) > 1:
-        return [scenario.gpu]
-    return [scenario.gpu] + [load_hardware(k) for k in NEIGHBOURS if k != scenario.gpu.key][:3]
+        return [gpu]
+    return [gpu] + [load_hardware(k) for k in NEIGHBOURS if k != gpu.key][:3]
 
 
 def time_vs_gpus(specs: dict[str, ModelSpec], scenario: Scenario, load_hardware) -> pd.DataFrame:
     """Wall-clock against GPU count: one model on the chosen accelerator and its neighbours, or every
     model on the chosen accelerator. `fits`: whether the per-GPU training memory fits on the device at
     that count (None where memory is not modelled: encoders, encoder-decoders)."""
-    gpus = accelerators_shown(specs, scenario, load_hardware)
+    gpus, plan_gpu = accelerators_shown(specs, scenario, load_hardware), scenario.accelerator
     series = ([(f"{next(iter(specs))} on {g.key}", next(iter(specs.values())), g) for g in gpus] if len(specs) == 1
-              else [(f"{model} on {scenario.gpu.key}", spec, scenario.gpu) for model, spec in specs.items()])
+              else [(f"{model} on {plan_gpu.key}", spec, plan_gpu) for model, spec in specs.items()])
     rows = []
     for label, spec, gpu in series:
-        price = scenario.usd_per_gpu_hour if gpu.key == scenario.gpu.key else None
+        price = scenario.usd_per_gpu_hour if gpu.key == plan_gpu.key else None
         for n in sorted(set(GPU_COUNTS + [scenario.n_gpus])):
             record = model_record(spec, replace(scenario, gpu=gpu, n_gpus=n, usd_per_gpu_hour=price))
             rows.append({"series": label, "model": spec.name, "device": gpu.key, "n_gpus": n,
@@ -104,7 +105,7 @@ def memory_vs_batch(specs: dict[str, ModelSpec], scenario: Scenario) -> tuple[pd
         if spec.architecture != "decoder":
             skipped[model] = f"{spec.architecture}: the activation model covers decoder-only models"
             continue
-        largest = scenario_memory(spec, scenario, 1).largest_micro_batch(scenario.gpu.memory_bytes)
+        largest = scenario_memory(spec, scenario, 1).largest_micro_batch(scenario.accelerator.memory_bytes)
         for batch in micro_batches(largest):
             est = scenario_memory(spec, scenario, batch)
             for component, value in est.peak_components().items():

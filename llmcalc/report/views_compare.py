@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from ..analytic.summary import COLUMNS, Scenario
 from ..errors import LlmcalcError
 from ..units import GIB, fmt_bytes, fmt_count, fmt_flops, fmt_usd, plural
 from .tables import Column, Document, Table
 
-FORMATTERS = {
+FORMATTERS: dict[str, Callable[[Any], str]] = {
     "text": str, "count": fmt_count, "flops": fmt_flops, "pct": lambda v: f"{v * 100:.1f} %",
     "bytes": fmt_bytes, "hours": lambda v: f"{v:,.0f} h", "days": lambda v: f"{v:,.1f} days", "usd": fmt_usd,
     "gib": lambda v: f"{v / GIB:,.1f} GiB", "bool": lambda v: "yes" if v else "no",

@@ -250,7 +250,7 @@ def _train_notes(est: TrainingEstimate, inputs: dict) -> list[str]:
     notes = []
     if est.mfu is not None:
         notes.append(f"GPU time = model FLOPs / (peak x MFU {est.mfu:g}) (PaLM App. B definition of MFU)")
-    else:
+    elif est.achieved_flops_per_s is not None:  # TrainingEstimate takes exactly one of the two
         notes.append(f"GPU time = hardware FLOPs / achieved {est.achieved_flops_per_s / 1e12:g} TFLOP/s per GPU "
                      f"(recomputation {inputs.get('recompute')} counted as achieved work, as Narayanan et al. 2021)")
     notes.append(inputs["flops_basis"])

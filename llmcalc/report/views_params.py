@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..analytic.params import Approximation, ParamCount, approximations, reconcile
 from ..units import GIB, fmt_count, fmt_int, fmt_pct
 from .tables import Column, Document, Table
@@ -52,7 +54,7 @@ def params_document(count: ParamCount, source: str) -> Document:
 def _component_table(count: ParamCount) -> Table:
     """Exact count per component, then the totals (all, non-embedding, and active per token for MoE)."""
     spec, total = count.spec, count.total
-    rows = [{"kind": "component", "name": k, "params": v, "fraction_of_total": v / total}
+    rows: list[dict[str, Any]] = [{"kind": "component", "name": k, "params": v, "fraction_of_total": v / total}
             for k, v in count.components.items()]
     rows.append({"kind": "total", "name": "total", "params": total, "fraction_of_total": 1.0})
     rows.append({"kind": "total", "name": "non_embedding", "params": count.non_embedding,

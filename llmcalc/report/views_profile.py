@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..results import Comparison, ProfileResult
 from ..units import GIB, fmt_bytes, fmt_flops_rate, fmt_int, fmt_pct, fmt_seconds, si
 from .tables import Column, Document, Table
@@ -34,7 +36,7 @@ PROFILE_CONVENTIONS = [
 
 
 def profile_document(r: ProfileResult) -> Document:
-    rows = [{"name": c.name, "unit": c.unit, "analytic": c.analytic, "measured": c.measured,
+    rows: list[dict[str, Any]] = [{"name": c.name, "unit": c.unit, "analytic": c.analytic, "measured": c.measured,
              "rel_error": c.rel_error, "flagged": c.flagged, "comparison": c, "note": c.note}
             for c in r.comparisons]
     compare = Table(
@@ -51,13 +53,15 @@ def profile_document(r: ProfileResult) -> Document:
     )
     tables = [compare]
     if r.mode == "real":
+        step, achieved = r.step_seconds, r.achieved_flops_per_s
+        assert step is not None and achieved is not None, "a real run times its steps"
         speed = [
-            ("step time (median)", fmt_seconds(r.step_seconds)
+            ("step time (median)", fmt_seconds(step)
              + (f" (min {fmt_seconds(min(r.step_times))}, max {fmt_seconds(max(r.step_times))}, "
                 f"{len(r.step_times)} steps)" if r.step_times else "")),
             ("compile step", fmt_seconds(r.compile_seconds) if r.compile_seconds else "not compiled"),
             ("tokens/s", f"{r.tokens_per_second:,.0f}"),
-            ("achieved FLOP/s (counted, hardware)", fmt_flops_rate(r.achieved_flops_per_s)),
+            ("achieved FLOP/s (counted, hardware)", fmt_flops_rate(achieved)),
             ("peak FLOP/s", fmt_flops_rate(r.peak_flops_per_s) + f" ({r.peak_source})" if r.peak_flops_per_s else
              "unknown"),
             ("MFU (model FLOPs / time / peak)", f"{r.mfu * 100:.1f} %" if r.mfu is not None else "n/a"),
