@@ -152,7 +152,9 @@ class Parallel:
             positive_int(name, getattr(self, name))
         if self.zero not in (0, 1, 2, 3):
             raise LlmcalcError(f"ZeRO stage must be 0, 1, 2 or 3, got {self.zero}")
-        if spec.n_heads % self.tp or spec.n_kv_heads % self.tp and self.tp % spec.n_kv_heads:
+        kv_heads = spec.n_kv_heads
+        assert kv_heads is not None  # ModelSpec.__post_init__ resolves it (default: n_heads)
+        if spec.n_heads % self.tp or kv_heads % self.tp and self.tp % kv_heads:
             raise LlmcalcError(
                 f"tp={self.tp} does not divide the heads ({spec.n_heads} query, {spec.n_kv_heads} key/value); "
                 f"use a tp that divides {spec.n_heads}"
@@ -277,6 +279,7 @@ class MemoryEstimate(PeakOfTwoPhases):
     def peak_components(self) -> dict[str, float]:
         """The components alive at the peak (their sum is ``peak``)."""
         comps = self.components()
+        keep: tuple[str, ...]
         if self.peak_phase == "optimizer step":
             keep = ("weights", "gradients", "master weights", "optimizer states", "optimizer temporaries",
                     "FP8 scaling state")

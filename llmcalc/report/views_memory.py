@@ -89,6 +89,8 @@ def _recipe_notes(est: MemoryEstimate, per_param: dict[str, float]) -> list[str]
 def _layout_notes(est: MemoryEstimate) -> list[str]:
     """How the model is split over the GPUs (parallel degrees, experts, KV heads under tensor parallelism)."""
     spec, par = est.spec, est.parallel
+    kv_heads = spec.n_kv_heads
+    assert kv_heads is not None  # ModelSpec.__post_init__ resolves it (default: n_heads)
     notes = []
     if par.n_gpus > 1:
         notes.append(f"{par.n_gpus:,} GPUs = dp {par.dp:,} x tp {par.tp} x pp {par.pp}; ZeRO-{par.zero} shards over dp"
@@ -97,9 +99,9 @@ def _layout_notes(est: MemoryEstimate) -> list[str]:
                         else "; tensor parallel without sequence parallelism" if par.tp > 1 else ""))
     if spec.is_moe:
         notes.append("MoE: every expert's weights on every GPU (no expert parallelism modelled)")
-    if par.tp > spec.n_kv_heads and not spec.is_mla:
-        notes.append(f"tp {par.tp} > {spec.n_kv_heads} KV heads: each rank keeps one KV head of K and V activations "
-                     f"(replicated {par.tp // spec.n_kv_heads}x), never split below one")
+    if par.tp > kv_heads and not spec.is_mla:
+        notes.append(f"tp {par.tp} > {kv_heads} KV heads: each rank keeps one KV head of K and V activations "
+                     f"(replicated {par.tp // kv_heads}x), never split below one")
     return notes
 
 
@@ -120,6 +122,8 @@ def _activations_table(est: MemoryEstimate) -> Table:
 def serving_conventions(est: InferenceEstimate) -> list[str]:
     """The conventions an inference roofline rests on, for this model and parallel layout."""
     spec, tp = est.spec, est.n_gpus
+    kv_heads = spec.n_kv_heads
+    assert kv_heads is not None  # ModelSpec.__post_init__ resolves it (default: n_heads)
     lines = []
     if est.weight_dtype in QUANTISATION_NOTES:
         lines.append(QUANTISATION_NOTES[est.weight_dtype] + "; embeddings, LM head, norms and router stay 16-bit")
@@ -129,7 +133,7 @@ def serving_conventions(est: InferenceEstimate) -> list[str]:
                      f"layer E·(1 - (1 - k/E)^b) under uniform routing (E = {E}, k = {k}): "
                      f"{expected_experts(spec, 1):g} at batch 1 (the active parameters), "
                      f"{expected_experts(spec, est.batch):.2f} at batch {est.batch}")
-    if spec.is_mla:
+    if spec.kv_lora_rank is not None and spec.qk_rope_head_dim is not None:  # MLA
         lines.append("MLA: decode in the absorbed form (DeepSeek-V2 sec. 2.1.2: W_UK folded into the query, W_UV into "
                      "the output), attending over the cached latent it reads (kv_lora_rank + qk_rope_head_dim = "
                      f"{spec.kv_lora_rank + spec.qk_rope_head_dim} per token and layer); prefill in the plain form")
@@ -137,13 +141,13 @@ def serving_conventions(est: InferenceEstimate) -> list[str]:
         if spec.is_mla:
             lines.append(f"tensor parallel over {tp} GPUs: query heads split; the MLA latent cache is replicated on "
                          "every rank (not split)")
-        elif tp > spec.n_kv_heads:
-            lines.append(f"tensor parallel over {tp} GPUs: {spec.n_kv_heads} "
-                         f"KV head{'s' if spec.n_kv_heads > 1 else ''}"
-                         f" for {tp} ranks, so each rank keeps one KV head (replicated {tp // spec.n_kv_heads}x), "
+        elif tp > kv_heads:
+            lines.append(f"tensor parallel over {tp} GPUs: {kv_heads} "
+                         f"KV head{'s' if kv_heads > 1 else ''}"
+                         f" for {tp} ranks, so each rank keeps one KV head (replicated {tp // kv_heads}x), "
                          "never split below one; KV cache and K/V weights per GPU follow")
         else:
-            lines.append(f"tensor parallel over {tp} GPUs: {spec.n_kv_heads // tp} of {spec.n_kv_heads} KV heads per "
+            lines.append(f"tensor parallel over {tp} GPUs: {kv_heads // tp} of {kv_heads} KV heads per "
                          "rank")
     return lines
 
