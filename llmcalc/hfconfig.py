@@ -728,7 +728,7 @@ def spec_from_hf(hf: dict, name: str = "custom") -> ModelSpec:  # long: HF key m
     if isinstance(hf.get("text_config"), dict):  # a multimodal checkpoint: count its language model
         outer, hf = hf, {**hf["text_config"]}
         check_config_values(hf)
-        hf.setdefault("model_type", MULTIMODAL_TEXT.get(model_type, model_type))
+        hf.setdefault("model_type", MULTIMODAL_TEXT.get(model_type, model_type) if model_type else model_type)
         if outer.get("tie_word_embeddings") is not None:  # the top-level class ties the LM head
             hf["tie_word_embeddings"] = outer["tie_word_embeddings"]
         if outer.get("quantization_config") is not None:
@@ -742,7 +742,7 @@ def spec_from_hf(hf: dict, name: str = "custom") -> ModelSpec:  # long: HF key m
     if model_type is None and not any(k in hf for keys in HF_KEYS.values() for k in keys):
         raise SpecError("not a model config: no model_type and no model shape keys (hidden_size, "
                         "num_hidden_layers, ...); give a Hugging Face config.json or an llmcalc spec")
-    family = FAMILIES.get(model_type)
+    family = FAMILIES.get(model_type) if model_type else None
     if family is None:
         missing = [k for k in REQUIRED_FOR_UNKNOWN if k not in hf]
         if missing:
@@ -781,7 +781,7 @@ def spec_from_hf(hf: dict, name: str = "custom") -> ModelSpec:  # long: HF key m
     # "linear_attention") means something else: a known family translates it in its derive step.
     hf_owned = ("name", "model_type") + (("layer_types",) if model_type in FAMILIES else ())
     kw.update({k: v for k, v in hf.items() if k in _SPEC_FIELDS and k not in hf_owned})
-    window_key = WINDOWED.get(model_type)
+    window_key = WINDOWED.get(model_type) if model_type else None
     if window_key and merged.get(window_key):
         kinds = merged.get("layer_types") or []
         local = sum(1 for t in kinds if t != "full_attention")

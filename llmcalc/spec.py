@@ -150,7 +150,7 @@ class ModelSpec:
             derived["moe_layers"] = tuple(self.moe_layers)
         if isinstance(self.notes, list):
             derived["notes"] = tuple(self.notes)
-        d_ff_expert = derived.get("d_ff_expert", self.d_ff_expert)
+        d_ff_expert = self.d_ff if self.n_experts and self.d_ff_expert is None else self.d_ff_expert
         if self.n_shared_experts and self.d_ff_shared is None and d_ff_expert is not None:
             derived["d_ff_shared"] = self.n_shared_experts * d_ff_expert
         if self.ssm_out_bias is None:
@@ -178,7 +178,10 @@ class ModelSpec:
     def qk_head_dim(self) -> int:
         """MLA's query/key head width: the no-RoPE part plus the decoupled RoPE part
         (qk_nope_head_dim + qk_rope_head_dim; DeepSeek-V2, arXiv:2405.04434, sec. 2.1.3)."""
-        return self.qk_nope_head_dim + self.qk_rope_head_dim
+        nope, rope = self.qk_nope_head_dim, self.qk_rope_head_dim
+        if nope is None or rope is None:
+            raise SpecError(f"{self.name} has no MLA head widths (qk_nope_head_dim, qk_rope_head_dim)")
+        return nope + rope
 
     @property
     def attention_kind(self) -> str:
@@ -220,6 +223,8 @@ class ModelSpec:
 
     def norms_in_layer(self, index: int) -> int:
         """Pre-norms of a hybrid layer: one per "+"-part (parallel mixers share one)."""
+        if self.layer_types is None:
+            raise SpecError(f"{self.name} is not described layer by layer (layer_types): use norms_per_layer")
         return len(self.layer_types[index].split("+"))
 
     @property
@@ -388,6 +393,7 @@ def _validate_ranges(spec: ModelSpec) -> None:
 
 def _validate_block(spec: ModelSpec) -> None:
     """Head grouping, the block's norm layout, the architecture and the position embedding."""
+    assert spec.n_kv_heads is not None  # __post_init__ resolved it (default: n_heads)
     if spec.n_heads % spec.n_kv_heads:
         raise SpecError(
             f"n_heads ({spec.n_heads}) must be a multiple of n_kv_heads ({spec.n_kv_heads}): "
@@ -488,9 +494,8 @@ def _validate_layers(spec: ModelSpec) -> None:
     if "mamba" in kinds:
         _positive(spec, "ssm_dt_rank")
     if kinds & {"mamba2", "gated_deltanet"}:
-        _positive(spec, "ssm_n_heads")
-        _positive(spec, "ssm_n_groups")
-        if spec.ssm_d_inner % spec.ssm_n_heads or spec.ssm_n_heads % spec.ssm_n_groups:
+        heads, groups = _positive(spec, "ssm_n_heads"), _positive(spec, "ssm_n_groups")
+        if _positive(spec, "ssm_d_inner") % heads or heads % groups:
             raise SpecError(
                 f"Mamba-2/Gated DeltaNet: ssm_d_inner ({spec.ssm_d_inner}) must be a multiple of ssm_n_heads "
                 f"({spec.ssm_n_heads}), itself a multiple of ssm_n_groups ({spec.ssm_n_groups})"
