@@ -357,6 +357,22 @@ def test_layout_ranks_fitting_layouts():
     assert d["losers"]
 
 
+def test_layout_falls_back_to_zero3_where_zero1_does_not_fit():
+    """Mixtral 8x7B on 64 H100 at tp 1 cp 1 pp 1: ZeRO-1 keeps the bf16 weights and gradients whole on every GPU,
+    46.7 G x (2 + 2) B = 174 GiB > 80 GiB; ZeRO-3 shards them over the 64 ranks (2.7 GiB)."""
+    from llmcalc.analytic.params import count_params
+    from llmcalc.units import GIB
+
+    assert count_params(load_model("mixtral-8x7b")).total * 4 / GIB > 80
+    r = run("layout", "mixtral-8x7b", "--gpu", "h100-sxm", "--n-gpus", 64, "--seq-len", 4096, "--global-batch", 256,
+            "--top", 1000, "--format", "json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    pure_dp = [row for row in d["layouts"] if (row["tp"], row["cp"], row["pp"]) == (1, 1, 1)]
+    assert pure_dp and all(row["zero"] == 3 and row["memory_gib"] <= 80 for row in pure_dp)
+    assert {row["zero"] for row in d["layouts"]} == {1, 3} and d["counts"]["oom"] == 0
+
+
 def test_layout_nothing_fits_is_one_line():
     r = run("layout", "llama-3.1-405b", "--gpu", "h100-sxm", "--n-gpus", 8, "--seq-len", 8192, "--global-batch", 8)
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1 and "no layout" in r.stderr

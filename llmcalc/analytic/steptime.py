@@ -39,7 +39,7 @@ GLOBAL_CONSTANTS with their sources.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from ..errors import LlmcalcError
@@ -697,11 +697,10 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
 
     tp runs over the divisors of GPUs per node (TP stays on NVLink), pp up to 64 (memory checked for the
     most loaded stage, ceil(L/pp) layers), cp over powers of two up to 16 keeping >= 1k tokens per rank;
-    ZeRO-1; recomputation: the least of none, selective, full that fits, unless `recompute` is given.
+    ZeRO-1 with the least of none, selective, full recomputation that fits (only `recompute` if given), else
+    ZeRO-3 (FSDP) the same way.
     `progress(total)` (optional) returns a function called once per layout tried.
     """
-    from .memory import Parallel, training_memory
-
     dev = device_for(gpu, dtype)
     capacity = dev.accelerator.memory_bytes
     per_node = dev.network.gpus_per_node
@@ -719,29 +718,42 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
         except LlmcalcError:
             counts["invalid"] += 1
             continue
-        # memory of the most loaded stage: ceil(L / pp) layers on every stage
-        even = spec.replace(n_layers=math.ceil(spec.n_layers / pp) * pp, n_dense_layers=spec.n_dense_layers)
-        fit = None
-        for rc in tries:
-            mem = training_memory(even, mb, seq_len // cp, recipe="bf16-mixed", optimizer="adamw", recompute=rc,
-                                  attention="flash", parallel=Parallel(n_gpus // cp, tp, pp, 1, True))
-            if mem.peak <= capacity:
-                fit = (rc, mem.peak)
-                break
-        if fit is None:
+        rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity)
+        if rc is None:
             counts["oom"] += 1
-            oom.append((lay, mem.peak, tries[-1]))
+            oom.append((lay, peak, tries[-1] + (" and ZeRO-3" if zero == 3 else "")))
             continue
         counts["fit"] += 1
-        ranked.append((predict(spec, dev, lay, seq_len, causal=causal, recompute=fit[0]), fit[1]))
+        lay = replace(lay, zero=zero)
+        ranked.append((predict(spec, dev, lay, seq_len, causal=causal, recompute=rc), peak))
     ranked.sort(key=lambda pm: -pm[0].tokens_per_second)
     losers = _why_they_lose(ranked, oom, capacity)
     return ranked, losers, counts
 
 
+def _least_that_fits(spec: ModelSpec, lay: Layout, seq_len: int, tries: list[str],
+                     capacity: float) -> tuple[str | None, int, float]:
+    """(recompute, ZeRO stage, peak bytes) of the cheapest setting whose most loaded stage (ceil(L / pp) layers
+    on every stage) fits `capacity`: ZeRO-1 with the least recomputation, else ZeRO-3 (FSDP: weights and
+    gradients sharded too, at three weight/gradient transfers per micro-batch) where dp > 1;
+    (None, last stage tried, its peak) when nothing fits."""
+    from .memory import Parallel, training_memory
+
+    even = spec.replace(n_layers=math.ceil(spec.n_layers / lay.pp) * lay.pp, n_dense_layers=spec.n_dense_layers)
+    peak, zero = 0.0, 1
+    for zero in (1, 3) if lay.dp > 1 else (1,):
+        for rc in tries:
+            peak = training_memory(even, lay.micro_batch, seq_len // lay.cp, recipe="bf16-mixed", optimizer="adamw",
+                                   recompute=rc, attention="flash",
+                                   parallel=Parallel(lay.n_gpus // lay.cp, lay.tp, lay.pp, zero, True)).peak
+            if peak <= capacity:
+                return rc, zero, peak
+    return None, zero, peak
+
+
 def _describe(lay: Layout, rc: str | None = None) -> str:
     text = f"tp {lay.tp} cp {lay.cp} pp {lay.pp} dp {lay.dp}" + (f" vpp {lay.vpp}" if lay.vpp > 1 else "")
-    return text + f" mb {lay.micro_batch}" + (f" recompute {rc}" if rc else "")
+    return text + f" mb {lay.micro_batch}" + (f" recompute {rc}" if rc else "") + (" ZeRO-3" if lay.zero == 3 else "")
 
 
 def _why_they_lose(ranked: list, oom: list, capacity: float) -> list:
