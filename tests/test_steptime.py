@@ -414,6 +414,11 @@ def test_report_section_has_stacked_bars_and_the_layout_table():
         [r["tokens_per_second"] for r in layout["layouts"]])
     text = " ".join(str(b) for b in report.blocks)
     assert "best layout predicts MFU" in text
+    # the report prints memory in GiB (the JSON's memory_gib is GiB, not bytes: it printed "42 B")
+    shown = [b[1] for b in report.blocks if b[0] == "table" and b[1].title.startswith("best layouts")][0]
+    column = [c for c in shown.columns if c.key == "memory_gib"][0]
+    assert [shown.cell(r, column) for r in shown.rows] == [f"{r['memory_gib']:.2f} GiB" for r in layout["layouts"]]
+    assert all(r["memory_gib"] > 1 for r in layout["layouts"])  # so GiB is the unit fmt_bytes picks
     no_net = Report("t")
     steptime_section(no_net, [load_model("llama-3-8b")], Scenario(gpu=load_hardware("l4"), n_gpus=8))
     assert "no network/matmul block" in " ".join(str(b) for b in no_net.blocks)
