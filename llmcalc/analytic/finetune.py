@@ -50,7 +50,7 @@ ADAPTER_BYTES = 4.0  # fp32 adapters (peft autocast_adapter_dtype=True)
 #   (functional.py L670, create_dynamic_map L348); the 4-bit state keeps the 16-entry fp32 nf4/fp4 code
 #   (get_4bit_type L854: torch.tensor of Python floats).
 # So per linear of n weights: ceil(n/2) + ceil(n/64) + 4·ceil(n/64/256) + 4 + 1024 + 64 bytes, 0.5 + 1/64 +
-# 4/(64·256) = 0.515686 bytes per weight asymptotically (without double quantisation 0.5 + 4/64).
+# 4/(64·256) = 0.515869 bytes per weight asymptotically (without double quantisation 0.5 + 4/64).
 # LLM.int8 (nn/modules.py Int8Params): int8 weights CB plus one fp32 scale SCB per output row.
 BASE_DTYPES = ("bf16", "fp16", "fp32", "int8", "nf4", "fp4")
 NF4_BLOCK, NF4_BLOCK2 = 64, 256
