@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from ..errors import LlmcalcError
 from ..spec import ModelSpec
 from .flops import StepTotals
-from .memory import PeakOfTwoPhases
+from .memory import PhasedPeak
 
 METHODS = ("lora", "qlora")
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -342,7 +342,7 @@ class FinetuneFlops(StepTotals):
 
 
 @dataclass(frozen=True)
-class FinetuneMemory(PeakOfTwoPhases):
+class FinetuneMemory(PhasedPeak):
     """Per-GPU memory of a LoRA/QLoRA step (data parallel: every GPU holds it all)."""
 
     ft: Finetune
@@ -417,23 +417,6 @@ class FinetuneMemory(PeakOfTwoPhases):
         return {"end of forward": {k: v for k, v in c.items() if k not in not_at_loss},
                 "blocks' backward": {k: v for k, v in c.items() if k != "logits and loss"},
                 "optimizer step": {k: c[k] for k in ("weights", "adapters", "gradients", "optimizer states")}}
-
-    @property
-    def forward_end(self) -> float:
-        return sum(self.phase_components()["end of forward"].values())
-
-    @property
-    def optimizer_step(self) -> float:
-        return sum(self.phase_components()["optimizer step"].values())
-
-    @property
-    def peak(self) -> float:
-        return max(sum(c.values()) for c in self.phase_components().values())
-
-    @property
-    def peak_phase(self) -> str:
-        sums = {name: sum(c.values()) for name, c in self.phase_components().items()}
-        return max(sums, key=lambda name: sums[name])
 
 
 class _Fp32States:
