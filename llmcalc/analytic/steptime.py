@@ -705,7 +705,8 @@ def _why_they_lose(ranked: list, oom: list, capacity: float) -> list:
                         p, _describe(p.layout, p.recompute)))
     if oom:
         lay, peak, rc = min(oom, key=lambda o: o[1])
-        out.append((f"does not fit: {peak / GIB:.1f} GiB per GPU > {capacity / GIB:.0f} GiB even "
+        digits = 1 if f"{peak / GIB:.1f}" != f"{capacity / GIB:.1f}" else 3  # never "80.0 GiB > 80 GiB"
+        out.append((f"does not fit: {peak / GIB:.{digits}f} GiB per GPU > {capacity / GIB:.{digits}f} GiB even "
                     f"with recompute {rc}"
                     f" ({len(oom)} such layouts)", None, _describe(lay)))
     return out
