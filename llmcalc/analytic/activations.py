@@ -209,7 +209,7 @@ def _hybrid_layer_saved(spec: ModelSpec, layer: int, batch: int, seq: int, act_b
     mixers, ffn = spec.layer_parts(layer)
     out: list[Saved] = []
     if "shared_block" in mixers:  # Zamba2: the shared block runs first, on its own norms
-        out += _shared_block_saved(spec, batch, seq, act_bytes, attention, dropout)
+        out += _shared_block_saved(spec, batch, seq, act_bytes, attention=attention, dropout=dropout)
         mixers = tuple(m for m in mixers if m != "shared_block")
     if mixers:
         what = "/".join(mixers)
