@@ -96,6 +96,22 @@ _NEMOTRON_TYPES = {"mamba": "mamba2", "linear_attention": "mamba2", "attention":
                    "full_attention": "attention", "mlp": "mlp", "moe": "moe"}
 
 
+def _nemotron_h_moe(hf: dict, kw: dict) -> None:
+    # modeling_nemotron_h.py NemotronHMoE: a router Linear(D, n_routed_experts) without bias (its
+    # e_score_correction_bias is a buffer, not a parameter), n_routed_experts non-gated experts
+    # (up/down of moe_intermediate_size, mlp_hidden_act), and one shared NemotronHMLP of
+    # moe_shared_expert_intermediate_size, always built whatever n_shared_experts says.
+    if hf.get("moe_latent_size") is not None:
+        raise SpecError("nemotron_h moe_latent_size (latent experts between fc1/fc2 projections, Nemotron 3 "
+                        "Super) is not covered by llmcalc's formulas; configs with moe_latent_size null are")
+    if hf.get("mlp_bias"):
+        raise SpecError("nemotron_h MoE layers with mlp_bias true (a biased shared expert beside bias-free "
+                        "routed experts) are not covered; set mlp_bias false or drop the E layers")
+    kw.update(n_experts=hf.get("n_routed_experts", 8), n_experts_per_token=hf.get("num_experts_per_tok", 2),
+              d_ff_expert=hf.get("moe_intermediate_size", 7688), n_shared_experts=1,
+              d_ff_shared=hf.get("moe_shared_expert_intermediate_size", 7688))
+
+
 def _nemotron_h(hf: dict, kw: dict) -> None:
     # modeling_nemotron_h.py NemotronHBlock: one RMSNorm and one mixer per layer (Mamba-2, attention
     # without biases, a squared-ReLU MLP up/down, or MoE). The layout comes from layers_block_type,
@@ -117,11 +133,10 @@ def _nemotron_h(hf: dict, kw: dict) -> None:
     else:
         layers = ["mamba2", "moe", "attention", "mlp"]
     if "moe" in layers:
-        raise SpecError("nemotron_h MoE layers (E) are not covered by llmcalc's formulas (their shared expert "
-                        "has its own width and an optional latent projection); the dense Nemotron-H "
-                        "models (pattern of M, * and -) are")
-    if hf.get("num_nextn_predict_layers"):
-        raise SpecError("nemotron_h multi-token-prediction layers (num_nextn_predict_layers > 0) are not covered")
+        _nemotron_h_moe(hf, kw)
+    # num_nextn_predict_layers: NemotronHPreTrainedModel ignores the checkpoint's mtp.* weights
+    # (_keys_to_ignore_on_load_unexpected), so the multi-token-prediction layers are not part of the
+    # model, as for DeepSeek-V3; spec_from_hf notes that they are left out.
     kw["n_layers"] = len(layers)
     kw["layer_types"] = tuple(layers)
     heads, head_dim = hf.get("mamba_num_heads", 128), hf.get("mamba_head_dim", 64)
@@ -222,6 +237,48 @@ def _qwen3_next(hf: dict, kw: dict) -> None:
     )
 
 
+# configuration_zamba2.py: the default layers_block_type (54 layers, 9 hybrid) and the legacy name
+# "mamba" (remap_legacy_layer_types: "linear_attention").
+_ZAMBA2_DEFAULT_LAYERS = (["linear_attention"] + (["linear_attention"] * 5 + ["hybrid"]) * 7
+                          + ["linear_attention"] * 4 + ["hybrid"] + ["linear_attention"] * 3 + ["hybrid"]
+                          + ["linear_attention"] * 2)
+_ZAMBA2_TYPES = {"mamba": "mamba2", "linear_attention": "mamba2", "hybrid": "shared_block|mamba2"}
+
+
+def _zamba2(hf: dict, kw: dict) -> None:
+    # modeling_zamba2.py Zamba2Model.get_layers: one Zamba2MambaDecoderLayer (RMSNorm + Mamba-2 mixer)
+    # per entry of layers_block_type (as many as num_hidden_layers); a "hybrid" entry adds, before
+    # it, a use of the shared block (Zamba2AttentionDecoderLayer) and a Linear(D, D). Zamba2Config
+    # .__post_init__: attention input 2D, head dim 2D // heads, intermediate_size default 4D.
+    # Zamba2MambaMixer: conv1d bias always on (use_conv_bias is not read), in/out_proj bias
+    # add_bias_linear, gated RMSNorm over E.
+    types = hf.get("layers_block_type") or hf.get("layer_types") or _ZAMBA2_DEFAULT_LAYERS
+    unknown = sorted({t for t in types if t not in _ZAMBA2_TYPES})
+    if unknown:
+        raise SpecError(f"zamba2 layers_block_type has unknown entries {unknown}; known: mamba, hybrid")
+    if len(types) != kw["n_layers"]:  # Zamba2Config's validate_layer_type refuses it too
+        raise SpecError(f"zamba2 num_hidden_layers ({kw['n_layers']}) must equal the number of layers_block_type "
+                        f"entries ({len(types)}); give both (the default list has 54)")
+    D, bias = kw["d_model"], bool(hf.get("add_bias_linear", False))
+    if hf.get("use_shared_attention_adapter") and kw["n_kv_heads"] != kw["n_heads"]:
+        raise SpecError("zamba2 with use_shared_attention_adapter needs num_key_value_heads == num_attention_heads: "
+                        "its k and v adapters output 2 x hidden_size, which transformers adds to the smaller "
+                        "GQA projections and fails")
+    kw.update(
+        layer_types=tuple(_ZAMBA2_TYPES[t] for t in types), d_head=2 * D // kw["n_heads"],
+        d_ff=hf.get("intermediate_size") or 4 * D, mlp_bias=bias, pos_emb="rope" if hf.get("use_mem_rope") else "none",
+        shared_blocks=hf.get("num_mem_blocks", 1), shared_adapter_rank=hf.get("adapter_rank", 128),
+        shared_attention_adapters=bool(hf.get("use_shared_attention_adapter", False)),
+        ssm_d_inner=int(hf.get("mamba_expand", 2) * D), ssm_d_state=hf.get("mamba_d_state", 64),
+        ssm_n_heads=hf.get("n_mamba_heads", 8), ssm_n_groups=hf.get("mamba_ngroups", 1),
+        ssm_conv_kernel=hf.get("mamba_d_conv", 4), ssm_conv_bias=True, ssm_proj_bias=bias,
+    )
+    if not kw["tie_embeddings"] and "hybrid" in types:
+        kw["notes"] = kw.get("notes", ()) + (
+            "tie_word_embeddings false: transformers then ties nothing, not even the shared blocks, so every "
+            "hybrid layer holds its own copy of its block (counted as such)",)
+
+
 SSM_FAMILIES: dict[str, Family] = {
     "mamba": Family(
         "models/mamba/modeling_mamba.py: RMSNorm + MambaMixer (Mamba-1 selective scan) per layer",
@@ -255,8 +312,14 @@ SSM_FAMILIES: dict[str, Family] = {
         {}, {"tie_word_embeddings": False, "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5632,
              "num_hidden_layers": 48, "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256},
              _qwen3_next),
+    "zamba2": Family(
+        "models/zamba2/modeling_zamba2.py: Mamba-2 layers; every \"hybrid\" layer first runs one of "
+        "num_mem_blocks shared attention + MLP blocks (on [hidden, embeddings]) with its own LoRA adapters "
+        "and Linear(D, D)",
+        {}, {"tie_word_embeddings": True, "vocab_size": 32000, "hidden_size": 2560, "num_hidden_layers": 54,
+             "num_attention_heads": 32, "hidden_act": "gelu"}, _zamba2),
     "nemotron_h": Family(
-        "models/nemotron_h/modeling_nemotron_h.py: one mixer per layer (Mamba-2 M, attention *, MLP -); "
+        "models/nemotron_h/modeling_nemotron_h.py: one mixer per layer (Mamba-2 M, attention *, MLP -, MoE E); "
         "_tied_weights_keys is empty, so the LM head is never tied, whatever tie_word_embeddings says",
         {"pos_emb": "none", "tie_embeddings": False}, {"tie_word_embeddings": False, "vocab_size": 131072,
                                                        "hidden_size": 4096,

@@ -20,7 +20,8 @@ PLAIN_MLPS = ("gelu", "relu", "silu",
               "relu2")  # two matrices: up, down (Vaswani et al. 2017); relu2 = ReLU² (So et al. 2021)
 MLPS = GATED_MLPS + PLAIN_MLPS
 NORMS = ("rmsnorm", "layernorm")
-LAYER_MIXERS = ("attention", "mamba", "mamba2", "short_conv", "gated_deltanet")  # what layer_types may name
+# what layer_types may name
+LAYER_MIXERS = ("attention", "mamba", "mamba2", "short_conv", "gated_deltanet", "shared_block")
 LAYER_FFNS = ("mlp", "moe")
 POS_EMBS = ("rope", "learned", "sinusoidal", "alibi", "relative", "none")
 QK_NORMS = ("none", "head", "full")  # see ModelSpec.qk_norm
@@ -106,6 +107,8 @@ class ModelSpec:
     # one norm, Falcon-H1); FFNs "mlp", "moe". Each "+"-part has its own pre-norm. None: every layer
     # is attention + FFN as above. Gated DeltaNet reuses the Mamba-2 fields: ssm_n_heads = value
     # heads, ssm_n_groups = key heads, ssm_d_state = key head dim, ssm_d_inner = value heads x value dim.
+    # "shared_block|mamba2" (Zamba2): a use of a shared block (its own norms; fields below), whose output
+    # is added to the Mamba-2 mixer's input, under the Mamba-2 layer's one pre-norm.
     layer_types: tuple[str, ...] | None = None
     ssm_d_inner: int | None = None  # E, the mixer's inner width (expand x d_model; Mamba-2: heads x head_dim)
     ssm_d_state: int | None = None  # N, state size per channel
@@ -119,6 +122,14 @@ class ModelSpec:
     ssm_norm: bool = True  # Mamba-2 gated RMSNorm over E before out_proj
     ssm_dt_norms: bool = False  # Jamba: RMSNorms on dt (R), B (N) and C (N) inside the Mamba-1 mixer
     attn_output_gate: bool = False  # q_proj also emits a per-head sigmoid gate on the output (Qwen3-Next): 2·H·d_head
+    # Zamba2's "shared_block" mixer (models/zamba2/modeling_zamba2.py): an attention + gated-MLP block
+    # whose input is the layer input concatenated with the token embeddings (2·d_model wide), its
+    # output projected by a per-use Linear(D, D); shared_blocks distinct blocks are reused in turn
+    # (use u runs block u mod shared_blocks), each use adding its own LoRA adapters of rank
+    # shared_adapter_rank on gate_up (and on q, k, v when shared_attention_adapters).
+    shared_blocks: int = 0
+    shared_adapter_rank: int = 0
+    shared_attention_adapters: bool = False
     name: str = field(default="custom", compare=False)
     model_type: str | None = field(default=None, compare=False)  # HF model_type it came from
 
@@ -232,7 +243,7 @@ class ModelSpec:
         """Layers with an attention mixer (those that keep a KV cache)."""
         if self.layer_types is None:
             return self.n_layers
-        return sum("attention" in self.layer_parts(i)[0] for i in range(self.n_layers))
+        return sum(bool({"attention", "shared_block"} & set(self.layer_parts(i)[0])) for i in range(self.n_layers))
 
     def n_mixer_layers(self, kind: str) -> int:
         return sum(kind in self.layer_parts(i)[0] for i in range(self.n_layers))
@@ -250,9 +261,12 @@ class ModelSpec:
         only where this spec holds its derived value; one the spec was given (GQA's n_kv_heads = 8,
         Gemma's d_head = 256) is kept unless changed."""
         values = {f.name: getattr(self, f.name) for f in fields(self)}
-        derived = ModelSpec(**{**values, **{key: None for key in _DERIVED}})
+        try:
+            derived: ModelSpec | None = ModelSpec(**{**values, **{key: None for key in _DERIVED}})
+        except SpecError:  # a given value has nothing to derive it from (Nemotron-H: experts, no dense d_ff)
+            derived = None
         for key in _DERIVED:
-            if key not in changes and values[key] == getattr(derived, key):
+            if derived is not None and key not in changes and values[key] == getattr(derived, key):
                 values[key] = None
         values.update(changes)
         return ModelSpec(**values)
@@ -436,7 +450,9 @@ def _validate_moe(spec: ModelSpec) -> None:
                    or not 0 <= i < spec.n_layers]
             if bad:
                 raise SpecError(f"moe_layers must be layer indices in 0..{spec.n_layers - 1}, got {bad}")
-        if spec.n_moe_layers < spec.n_layers and spec.d_ff is None:
+        dense = (any(spec.layer_parts(i)[1] == "mlp" for i in range(spec.n_layers)) if spec.layer_types is not None
+                 else spec.n_moe_layers < spec.n_layers)  # a Mamba-only layer has no FFN at all
+        if dense and spec.d_ff is None:
             raise SpecError("dense layers in an MoE model need d_ff")
     elif spec.layer_types is None or any(spec.layer_parts(i)[1] == "mlp" for i in range(spec.n_layers)):
         _positive(spec, "d_ff")
@@ -493,6 +509,8 @@ def _validate_layers(spec: ModelSpec) -> None:
             _positive(spec, name)
     if "mamba" in kinds:
         _positive(spec, "ssm_dt_rank")
+    if "shared_block" in kinds:
+        _positive(spec, "shared_blocks")
     if kinds & {"mamba2", "gated_deltanet"}:
         heads, groups = _positive(spec, "ssm_n_heads"), _positive(spec, "ssm_n_groups")
         if _positive(spec, "ssm_d_inner") % heads or heads % groups:

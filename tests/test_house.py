@@ -24,11 +24,7 @@ MAX_POSITIONAL = 5
 PENDING_LONG = {
     ("llmcalc/report/planning.py", "build_report"),
 }
-PENDING_POSITIONAL = Counter({
-    ("llmcalc/profiling/lora.py", "Comparison"): 5,
-    ("llmcalc/profiling/lora.py", "ProfileResult"): 1,
-    ("llmcalc/profiling/lora.py", "finetune_memory"): 1,
-})
+PENDING_POSITIONAL: Counter = Counter()
 
 
 def _modules():

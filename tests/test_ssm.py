@@ -14,6 +14,7 @@ Forward passes run on real CPU tensors (tiny shapes, < 1 s): routed experts need
 import json
 import math
 import warnings
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -28,7 +29,7 @@ from llmcalc.spec import SpecError
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-SSM_TYPES = ["mamba", "mamba2", "jamba", "bamba", "nemotron_h", "falcon_h1", "lfm2", "qwen3_next"]
+SSM_TYPES = ["mamba", "mamba2", "jamba", "bamba", "nemotron_h", "falcon_h1", "lfm2", "qwen3_next", "zamba2"]
 IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
 SSM_PARTS = {"in_proj", "conv1d", "x_proj", "dt_proj", "A_log", "D", "dt_bias", "out_proj", "norm", "in_proj_qkvz",
              "in_proj_ba"}
@@ -48,8 +49,15 @@ def hf_component(name: str, spec) -> str:
     at = parts.index("layers")
     mixers, ffn = spec.layer_parts(int(parts[at + 1]))
     rest = parts[at + 2:]
+    if "shared_block" in mixers:  # Zamba2HybridLayer: shared_transformer, linear, mamba_decoder
+        if rest[0] == "linear":
+            return "shared_block/linear"
+        if rest[0] == "shared_transformer":
+            return ("shared_block/adapters" if "adapter" in name else "shared_block/norms" if "layernorm" in rest[1]
+                    else "shared_block/attention" if rest[1] == "self_attn" else "shared_block/mlp")
+        rest = rest[1:]  # mamba_decoder.<input_layernorm | mamba.*>, as in a plain Zamba2 Mamba layer
     leaf = rest[-2] if rest[-1] in ("weight", "bias") else rest[-1]
-    ssm = [m for m in mixers if m != "attention"]
+    ssm = [m for m in mixers if m not in ("attention", "shared_block")]
     if len(rest) == 2 and "norm" in rest[0]:
         return "norm/layers"  # input_layernorm, pre_ff_layernorm, NemotronH/Mamba block norm
     if leaf in ("dt_layernorm", "b_layernorm", "c_layernorm"):
@@ -234,15 +242,35 @@ def ssm_config(draw, model_type: str) -> dict:
                  linear_key_head_dim=draw(st.sampled_from([4, 8])), linear_value_head_dim=draw(st.sampled_from([4, 8])),
                  linear_conv_kernel_dim=draw(st.integers(2, 4)),
                  full_attention_interval=draw(st.integers(1, 3)))
+    elif model_type == "zamba2":  # k/v adapters output 2D: transformers needs MHA when they are on
+        c.update(draw(attention_keys()))
+        D, adapters = c["hidden_size"], draw(st.booleans())
+        if adapters:
+            c["num_key_value_heads"] = c["num_attention_heads"]
+        heads, groups = _mamba2_heads(draw, 2 * D)
+        kinds = draw(st.lists(st.sampled_from(["mamba", "hybrid"]), min_size=1, max_size=5))
+        c.update(layers_block_type=kinds, num_hidden_layers=len(kinds),
+                 intermediate_size=draw(st.integers(8, 48)), mamba_d_state=state, n_mamba_heads=heads,
+                 mamba_ngroups=groups, mamba_d_conv=draw(st.integers(2, 4)), chunk_size=draw(st.sampled_from([4, 8])),
+                 add_bias_linear=draw(st.booleans()), num_mem_blocks=draw(st.integers(1, 3)),
+                 adapter_rank=draw(st.sampled_from([2, 4])), use_shared_attention_adapter=adapters,
+                 use_mem_rope=draw(st.booleans()))
     elif model_type == "nemotron_h":
         c.update(draw(attention_keys()))
         heads = draw(st.sampled_from([2, 4]))
-        c.update(hybrid_override_pattern="".join(draw(st.lists(st.sampled_from("M*-"), min_size=1, max_size=4))),
+        pattern = "".join(draw(st.lists(st.sampled_from("M*-E"), min_size=1, max_size=4)))
+        if "E" in pattern:  # NemotronHMoE: non-gated routed experts, a shared MLP of its own width
+            c.update(n_routed_experts=draw(st.sampled_from([2, 4])), num_experts_per_tok=draw(st.integers(1, 2)),
+                     moe_intermediate_size=draw(st.integers(4, 24)), n_group=1, topk_group=1,
+                     moe_shared_expert_intermediate_size=draw(st.integers(4, 24)),
+                     num_nextn_predict_layers=draw(st.sampled_from([0, 1])))
+        c.update(hybrid_override_pattern=pattern,
                  head_dim=draw(st.sampled_from([4, 8])), intermediate_size=draw(st.integers(8, 48)),
                  ssm_state_size=state, mamba_num_heads=heads, mamba_head_dim=draw(st.sampled_from([4, 8])),
                  n_groups=draw(st.sampled_from([g for g in (1, 2) if heads % g == 0])),
                  conv_kernel=draw(st.integers(2, 4)), chunk_size=draw(st.sampled_from([4, 8])),
-                 use_bias=draw(st.booleans()), use_conv_bias=draw(st.booleans()), mlp_bias=draw(st.booleans()))
+                 use_bias=draw(st.booleans()), use_conv_bias=draw(st.booleans()),
+                 mlp_bias="E" not in pattern and draw(st.booleans()))
     return c
 
 
@@ -299,6 +327,39 @@ def test_preset_totals_against_published_figures():
     assert 24 * mamba2 + 4 * attention + 24 * 2 * D * F + 52 * D + D + 2 * V * D == 8_100_852_736
 
 
+ZAMBA2_27B = {k: v for k, v in json.loads((Path(__file__).parent / "configs" / "zamba2-2.7b.json").read_text()).items()
+              if not k.startswith("_")}
+
+
+def test_zamba2_published_shape_matches_transformers_and_the_hand_count():
+    """Zamba2-2.7B's shape (tests/configs/zamba2-2.7b.json): every component as transformers builds it on
+    the meta device (its tied shared blocks counted once), and the total by hand: 54 Mamba-2 layers
+    with their norms, 2 shared blocks (attention from 2D with head dim 2D/H = 160, a GeGLU MLP, norms
+    over 2D and D), 9 uses each with a Linear(D, D) and a rank-128 adapter on gate_up, a tied head."""
+    check_params(ZAMBA2_27B)
+    D, V, E, N, H, G, K, F, heads, dh, r = 2560, 32000, 5120, 64, 80, 1, 4, 10240, 32, 160, 128
+    mamba2 = D * (2 * E + 2 * G * N + H) + (E + 2 * G * N) * (K + 1) + 3 * H + E + E * D
+    block = 2 * D * 3 * heads * dh + heads * dh * D + D * 2 * F + F * D + 2 * D + D
+    use = D * D + D * r + r * 2 * F
+    total = 54 * (mamba2 + D) + 2 * block + 9 * use + V * D + D
+    assert count_params(spec_from_hf(ZAMBA2_27B)).total == total == 2_662_214_560
+
+
+def test_nemotron_3_nano_moe_against_its_model_card():
+    """NVIDIA-Nemotron-3-Nano-30B-A3B (model card: 31.6B total, ~3.6B active including embeddings):
+    23 Mamba-2, 23 MoE (128 non-gated ReLU² experts of 1856, top-6, one shared of 3712) and 6 GQA
+    layers; written out by hand below, and against transformers in the per-component test above."""
+    count = count_params(load_model("nemotron-3-nano-30b-a3b"))
+    assert abs(count.total - 31.6e9) <= 0.05e9
+    assert abs(count.active_per_token - 3.6e9) <= 0.05e9
+    D, V, E, N, H, G, K = 2688, 131072, 64 * 64, 128, 64, 8, 4
+    mamba2 = D * (2 * E + 2 * G * N + H) + (E + 2 * G * N) * (K + 1) + 3 * H + E + E * D
+    attention = D * 32 * 128 * 2 + D * 2 * 128 * 2
+    moe = D * 128 + 128 * 2 * D * 1856 + 2 * D * 3712  # router, routed experts (up, down), shared expert
+    assert count.total == 23 * mamba2 + 6 * attention + 23 * moe + 52 * D + D + 2 * V * D
+    assert count.total - count.active_per_token == 23 * (128 - 6) * 2 * D * 1856
+
+
 # --- state memory: constant in context, KV only in attention layers ---------------------------------
 
 from llmcalc.analytic.inference import (  # noqa: E402
@@ -321,6 +382,9 @@ def test_recurrent_state_by_hand():
     assert state_bytes_per_sequence(nemo, tp=2) == recurrent_state_bytes(nemo) / 2
     assert kv_cache_bytes_per_token(nemo, "bf16") == 2 * 4 * 8 * 128 * 2  # 4 attention layers of 52
     assert state_bytes_per_sequence(load_model("llama-3-8b")) == 0
+    zamba = spec_from_hf(ZAMBA2_27B)  # Mamba-2 in all 54 layers; K/V only where a shared block runs (9)
+    assert recurrent_state_bytes(zamba, "bf16") == 54 * ((5120 + 2 * 64) * 4 + 5120 * 64) * 2
+    assert kv_cache_bytes_per_token(zamba, "bf16") == 2 * 9 * 32 * 160 * 2
 
 
 def test_state_is_constant_in_context_and_kv_grows():
@@ -357,14 +421,28 @@ from llmcalc.spec import ModelSpec  # noqa: E402
 
 
 @pytest.mark.parametrize("changes, message", [
-    (dict(hybrid_override_pattern="M*E-"), "nemotron_h MoE layers"),
+    (dict(hybrid_override_pattern="M*E-", moe_latent_size=64), "moe_latent_size"),
+    (dict(hybrid_override_pattern="M*E-", mlp_bias=True), "mlp_bias true"),
     (dict(hybrid_override_pattern="M*X"), "unknown characters"),
-    (dict(num_nextn_predict_layers=1), "multi-token-prediction"),
 ])
 def test_nemotron_configs_llmcalc_does_not_cover_are_one_line(tmp_path, changes, message):
     config = {**model_config("nemotron-h-8b"), **changes}
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
+    result = CliRunner().invoke(cli, ["params", str(path)])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(num_hidden_layers=38), "num_hidden_layers (38) must equal the number of layers_block_type entries (54)"),
+    (dict(num_key_value_heads=8, use_shared_attention_adapter=True), "needs num_key_value_heads == num_attention"),
+    (dict(layers_block_type=["mamba"] * 53 + ["transformer"]), "unknown entries ['transformer']"),
+])
+def test_zamba2_configs_transformers_refuses_are_one_line(tmp_path, changes, message):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**ZAMBA2_27B, **changes}))
     result = CliRunner().invoke(cli, ["params", str(path)])
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()

@@ -181,6 +181,26 @@ def _mamba_saved(spec: ModelSpec, kind: str, batch: int, seq: int, act_bytes: fl
     return out
 
 
+def _shared_block_saved(spec: ModelSpec, batch: int, seq: int, act_bytes: float, attention: str,
+                        dropout: bool) -> list[Saved]:
+    """One use of Zamba2's shared block: the RMSNorm over the 2D-wide [hidden, embeddings] input and
+    its output (the q, k, v and q/k/v-adapter input), the attention's own tensors, the pre-FFN norm
+    and MLP (gate_up is one matmul), the adapters' rank-r inner activations, and the block output
+    that the use's Linear(D, D) saves."""
+    tokens, D, r = batch * seq, spec.d_model, spec.shared_adapter_rank
+    out = _norm_saved(spec, "shared block", tokens, 2 * D, act_bytes)
+    out.append(Saved("shared block attention input (norm output, 2D)", tokens * 2 * D * act_bytes, "sequence_parallel"))
+    out += _attention_saved(spec, tokens, batch, seq, act_bytes=act_bytes, attention=attention, dropout=dropout)
+    out += _norm_saved(spec, "shared block MLP", tokens, D, act_bytes)
+    out.append(Saved("shared block MLP input (norm output)", tokens * D * act_bytes, "sequence_parallel"))
+    out += _mlp_saved(spec, tokens, spec.d_ff, act_bytes, what="shared block MLP")
+    adapters = 1 + 3 * spec.shared_attention_adapters
+    out.append(Saved("shared block adapter inner activations (rank r)", tokens * adapters * r * act_bytes,
+                     "sequence_parallel"))
+    out.append(Saved("shared block output (Linear input)", tokens * D * act_bytes, "sequence_parallel"))
+    return out
+
+
 def _hybrid_layer_saved(spec: ModelSpec, layer: int, batch: int, seq: int, act_bytes: float, attention: str,
                         dropout: bool) -> list[Saved]:
     """A hybrid layer: per pre-normed part (mixer, FFN) its norm's saved tensors and the norm output
@@ -188,6 +208,9 @@ def _hybrid_layer_saved(spec: ModelSpec, layer: int, batch: int, seq: int, act_b
     tokens, D = batch * seq, spec.d_model
     mixers, ffn = spec.layer_parts(layer)
     out: list[Saved] = []
+    if "shared_block" in mixers:  # Zamba2: the shared block runs first, on its own norms
+        out += _shared_block_saved(spec, batch, seq, act_bytes, attention=attention, dropout=dropout)
+        mixers = tuple(m for m in mixers if m != "shared_block")
     if mixers:
         what = "/".join(mixers)
         out += _norm_saved(spec, what, tokens, D, act_bytes)

@@ -72,6 +72,29 @@ def _attention(spec: ModelSpec, prefix: str, batch: int, q_len: int, kv_len: int
     return {f"{prefix}/{k}": v for k, v in ops.items()}
 
 
+def _shared_block(spec: ModelSpec, batch: int, seq: int, causal: bool) -> dict[str, int]:
+    """One use of Zamba2's shared block (models/zamba2/modeling_zamba2.py): attention whose q, k, v
+    read the 2D-wide concatenation [hidden, embeddings] (head dim d_head = 2D/H), o back to D, the
+    gated MLP (gate_up D→2F as one matmul, down F→D), the use's LoRA adapters (x·A then ·B, added to
+    gate_up and, with shared_attention_adapters, to q, k, v) and its Linear(D, D)."""
+    D, H, dh, F, r = spec.d_model, spec.n_heads, spec.d_head, spec.d_ff, spec.shared_adapter_rank
+    T = batch * seq
+    ops = {
+        "q_proj": _mm(T, 2 * D, H * dh),
+        "k_proj": _mm(T, 2 * D, spec.n_kv_heads * dh),
+        "v_proj": _mm(T, 2 * D, spec.n_kv_heads * dh),
+        "scores": _core(batch, H, seq, seq, dim=dh, causal=causal),
+        "values": _core(batch, H, seq, seq, dim=dh, causal=causal),
+        "o_proj": _mm(T, H * dh, D),
+        "gate_up_proj": _mm(T, D, 2 * F),
+        "down_proj": _mm(T, F, D),
+        "adapters": _mm(T, D, r) + _mm(T, r, 2 * F) + 3 * (_mm(T, 2 * D, r) + _mm(T, r, 2 * D))
+        * spec.shared_attention_adapters,
+        "linear": _mm(T, D, D),
+    }
+    return {f"shared_block/{k}": v for k, v in ops.items()}
+
+
 def _ffn(spec: ModelSpec, tokens: int, width: int, prefix: str) -> dict[str, int]:
     D = spec.d_model
     ops = {"gate_proj": _mm(tokens, D, width)} if spec.gated else {}
@@ -106,6 +129,7 @@ def _stack(spec: ModelSpec, stack: str, n_layers: int, batch: int, seq: int, cau
             mixers, ffn = spec.layer_parts(i)
             for kind in mixers:
                 _add(out, _attention(spec, "attention", batch, seq, seq, causal=causal) if kind == "attention"
+                     else _shared_block(spec, batch, seq, causal) if kind == "shared_block"
                      else mixer_ops(spec, kind, batch, seq))
             if ffn is not None:
                 _add(out, _moe(spec, tokens, "moe") if ffn == "moe" else _ffn(spec, tokens, spec.d_ff, "mlp"))

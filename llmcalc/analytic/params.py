@@ -87,6 +87,28 @@ def _moe(spec: ModelSpec, prefix: str) -> dict[str, int]:
     }
 
 
+def _shared_block(spec: ModelSpec, use: int) -> dict[str, int]:
+    """Zamba2's shared block at its `use`-th hybrid layer (models/zamba2/modeling_zamba2.py
+    Zamba2HybridLayer): the block's own weights only the first time each of the shared_blocks blocks
+    is used (later uses tie to it); every use adds its Linear(D, D) and its LoRA adapters, which live
+    in the block's adapter lists at the slots of that use. Block: RMSNorm(2D) + attention from 2D
+    (q, k, v; o back to D; no biases) + RMSNorm(D) + a gated MLP (gate_up D→2F, down F→D).
+    transformers ties the reused blocks through _tied_weights_keys, which it applies only when
+    tie_word_embeddings is true (modeling_utils.get_expanded_tied_weights_keys): untied, every use
+    builds a whole block, holding adapters at the slots of all uses of its block id."""
+    D, H, dh, F, r = spec.d_model, spec.n_heads, spec.d_head, spec.d_ff, spec.shared_adapter_rank
+    b = int(spec.mlp_bias)
+    slots = 1 if spec.tie_embeddings else len(range(use % spec.shared_blocks, spec.n_mixer_layers("shared_block"),
+                                                     spec.shared_blocks))
+    parts = {"linear": D * D,
+             "adapters": slots * ((D * r + r * 2 * F) + 3 * (2 * D * r + r * 2 * D) * spec.shared_attention_adapters)}
+    if use < spec.shared_blocks or not spec.tie_embeddings:
+        parts["attention"] = 2 * D * (H + 2 * spec.n_kv_heads) * dh + H * dh * D
+        parts["mlp"] = D * 2 * F + 2 * F * b + F * D + D * b
+        parts["norms"] = _norm(spec, 2 * D) + _norm(spec, D)
+    return {f"shared_block/{k}": v for k, v in parts.items()}
+
+
 def _add(total: dict[str, int], parts: dict[str, int]) -> None:
     for key, value in parts.items():
         total[key] = total.get(key, 0) + value
@@ -98,9 +120,14 @@ def _stack(spec: ModelSpec, stack: str, n_layers: int) -> dict[str, int]:
     cross = stack == "decoder."
     norms = spec.norms_per_layer + (1 if cross else 0)  # a decoder block adds a cross-attention norm
     if spec.is_hybrid:  # layer by layer: mixers (attention, Mamba), an optional FFN, a pre-norm per part
+        uses = 0  # Zamba2 shared-block uses so far
         for i in range(n_layers):
             mixers, ffn = spec.layer_parts(i)
             for kind in mixers:
+                if kind == "shared_block":
+                    _add(out, _shared_block(spec, uses))
+                    uses += 1
+                    continue
                 _add(out, _attention(spec, "attention") if kind == "attention" else mixer_params(spec, kind))
             if ffn is not None:
                 _add(out, _moe(spec, "moe") if ffn == "moe" else _ffn(spec, spec.d_ff, "mlp"))
@@ -154,7 +181,7 @@ def param_breakdown(spec: ModelSpec) -> dict[str, int]:
 
 
 _STACKS = ("", "encoder.", "decoder.")
-_GROUPS = ("embedding", "attention", "cross_attention", *SSM_MIXERS, "mlp", "moe", "norm", "head")
+_GROUPS = ("embedding", "attention", "cross_attention", "shared_block", *SSM_MIXERS, "mlp", "moe", "norm", "head")
 
 
 def _order(key: str) -> tuple[int, int]:
@@ -300,7 +327,7 @@ def _hybrid_approximation(count: ParamCount, heads: int, emb_label: str) -> Appr
     spec = count.spec
     D, V = spec.d_model, spec.vocab_size
     k = 3 if spec.gated else 2
-    n_attn = spec.n_attention_layers
+    n_attn = spec.n_mixer_layers("attention")
     n_ssm = sum(m in ("mamba", "mamba2") for i in range(spec.n_layers) for m in spec.layer_parts(i)[0])
     n_conv = spec.n_mixer_layers("short_conv")
     n_mlp = sum(spec.layer_parts(i)[1] == "mlp" for i in range(spec.n_layers))
@@ -315,6 +342,11 @@ def _hybrid_approximation(count: ParamCount, heads: int, emb_label: str) -> Appr
     if spec.n_moe_layers:
         value += spec.n_moe_layers * k * D * spec.d_ff_expert * (spec.n_experts + spec.n_shared_experts)
         formula += f" + {spec.n_moe_layers}·{k}·D·F_moe"
+    uses = spec.n_mixer_layers("shared_block")
+    if uses:  # Zamba2: each distinct shared block once (q, k, v from 2D, o to D: 6D² at MHA; its MLP)
+        blocks = min(uses, spec.shared_blocks) if spec.tie_embeddings else uses  # untied: a block per use
+        value += blocks * (6 * D * D + k * D * spec.d_ff)
+        formula += f" + {blocks}·(6D² + {k}·D·F) (shared blocks)"
     return Approximation(
         "per layer: 4D² (attention) + 3·E·D (Mamba) + k·D·F (FFN)", f"{formula} + {emb_label}", value, "total",
         exact=count.total,
@@ -352,7 +384,7 @@ def reconcile(count: ParamCount) -> list[tuple[str, int]]:
     )
     if spec.is_hybrid:  # 12·L·D² assumes attention and an FFN in every block; say how many have them
         n_ffn = sum(spec.layer_parts(i)[1] is not None for i in range(L))
-        attention_label = (f"attention in {spec.n_attention_layers} of {L} layers "
+        attention_label = (f"attention in {spec.n_mixer_layers('attention')} of {L} layers "
                            f"({spec.attention_kind.upper()}), not 4·D² in every block")
         ffn_label = f"FFN in {n_ffn} of {L} layers, not 8·D² in every block"
     rows = [
@@ -367,6 +399,8 @@ def reconcile(count: ParamCount) -> list[tuple[str, int]]:
         ("embedding projections (project_in/out)", c.get("embedding/project_in", 0) + c.get("head/project_out", 0)),
         ("state-space and conv mixers (Mamba, LFM2 short conv)", sum(v for k, v in c.items()
                                                                  if k.split("/")[0] in SSM_MIXERS)),
+        ("Zamba2 shared blocks, their per-use Linear(D, D) and LoRA adapters",
+         sum(v for k, v in c.items() if k.startswith("shared_block/"))),
         ("relative position bias (T5)", sum(v for k, v in c.items() if "relative_position_bias" in k)),
         ("token embedding (V·D)", c.get("embedding/tokens", 0)),
         ("position embedding (learned)", c.get("embedding/positions", 0)),

@@ -171,10 +171,15 @@ def _hybrid_elementwise_ops(step: StepFlops) -> dict[str, float]:
         ffn = spec.layer_parts(i)[1]
         width += spec.d_ff_expert * (spec.n_experts_per_token + spec.n_shared_experts) if ffn == "moe" else \
             spec.d_ff if ffn == "mlp" else 0
+    # Zamba2's shared block, per use: norms over 2D and D (3 D-wide units), its MLP's activation, and
+    # the add of its projected output to the Mamba layer's input (the block itself has no residuals)
+    uses = spec.n_mixer_layers("shared_block")
+    norms += 3 * uses
+    width += spec.d_ff * uses
     out = {
         "softmax": SOFTMAX_PER_SCORE * scores / (2 * spec.d_head),
         "norms": NORM_PER_ELEMENT[spec.norm] * tokens * spec.d_model * norms,
-        "residual adds": tokens * spec.d_model * sum(len(t.split("+")) for t in spec.layer_types),
+        "residual adds": tokens * spec.d_model * (sum(len(t.split("+")) for t in spec.layer_types) + uses),
         "activation": ACTIVATION_PER_ELEMENT.get(spec.mlp, 1) * tokens * width,
     }
     if spec.pos_emb == "rope" and spec.n_attention_layers:

@@ -75,12 +75,12 @@ def _analytic_memory(spec, batch, seq, recipe, recompute, attention):
     # the reference step runs AdamW's for-loop path, one tensor at a time (profiling/step.py)
     est = training_memory(spec, batch, seq, recipe, "adamw", recompute=recompute,
                           attention="flash" if attention == "sdpa" else "eager", optimizer_impl="for-loop")
-    step = est.peak_phase == "optimizer step"
-    at_peak = {"parameters (weights + masters)": est.weights + est.master_weights,
-               "gradients": est.gradients if step or est.recipe.persistent_grads else 0.0,
-               "optimizer states": est.optimizer_states,
-               "activations and temporaries": est.optimizer_temporaries if step else
-               est.activations.total + est.autocast_cache}
+    alive = est.peak_components()  # in the profiler's categories (MemTracker's param, grad, optstate, act/temp)
+    states = {"weights", "master weights", "gradients", "optimizer states"}
+    at_peak = {"parameters (weights + masters)": alive.get("weights", 0.0) + alive.get("master weights", 0.0),
+               "gradients": alive.get("gradients", 0.0),
+               "optimizer states": alive.get("optimizer states", 0.0),
+               "activations and temporaries": sum(v for k, v in alive.items() if k not in states)}
     return est, at_peak
 
 

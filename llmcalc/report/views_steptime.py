@@ -73,7 +73,8 @@ def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batc
                     [f"searched {counts['searched']} layouts: {counts['fit']} fit, {counts['oom']} do not fit in "
                      f"memory, {counts['invalid']} contradict the model (heads, layers, batch)",
                      "memory: `llmcalc memory`'s per-GPU model (bf16-mixed + AdamW, flash attention, sequence "
-                     "parallel); recomputation: the least that fits is tried first",
+                     "parallel); the least recomputation that fits is tried first with ZeRO-1, then with ZeRO-3 "
+                     "(FSDP)",
                      OVERLAP_RULE]),
               Table("why the others lose", [Column("layout", "layout", align="left"),
                                             Column("why", "why", align="left"),
