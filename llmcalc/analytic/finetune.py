@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 
 from ..errors import LlmcalcError
 from ..spec import ModelSpec
+from .activations import ActivationEstimate
 from .flops import StepTotals
-from .memory import PhasedPeak
+from .memory import Optimizer, PhasedPeak
 
 METHODS = ("lora", "qlora")
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -346,12 +347,12 @@ class FinetuneMemory(PhasedPeak):
     """Per-GPU memory of a LoRA/QLoRA step (data parallel: every GPU holds it all)."""
 
     ft: Finetune
-    optimizer: object  # memory.Optimizer
+    optimizer: Optimizer
     batch: int
     seq_len: int
     recompute: str
     attention: str
-    activations: object  # ActivationEstimate of the base model at act_bytes
+    activations: ActivationEstimate  # of the base model at act_bytes
     act_bytes: float
     unsaved: tuple[str, ...] = ()  # saved-tensor names of the base model that no trained weight needs here
     working_set: float = 0.0  # full recompute: the largest block's tensors as rebuilt under LoRA
