@@ -377,6 +377,13 @@ class FinetuneMemory(PeakOfTwoPhases):
             "dequantised weight (transient)": dequant,
         }
 
+    def peak_components(self) -> dict[str, float]:
+        """The components alive at the peak (their sum is ``peak``)."""
+        c = self.components()
+        if self.peak_phase == "optimizer step":
+            return {k: c[k] for k in ("weights", "adapters", "gradients", "optimizer states")}
+        return {k: v for k, v in c.items() if k != "gradients"}
+
     @property
     def forward_end(self) -> float:
         c = self.components()
