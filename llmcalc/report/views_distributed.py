@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from ..units import fmt_bytes, fmt_flops
 from .tables import Column, Document, Table
 
 FIGURES = (("param_bytes", "params"), ("grad_bytes", "grads"), ("optimizer_bytes", "AdamW states"),
@@ -124,4 +127,33 @@ def sharded_section(report, results: dict[str, dict], line: str) -> None:
                       "profile (right bar), the relative error over each pair; every rank in the table below")
         doc = distributed_document(data)
         report.paragraph(doc.title + ".")
+        wide = doc.tables[0]  # one column per figure: the CSV keeps it, people read it long-form
+        doc.tables[0] = replace(wide, human=False)
+        doc.tables.insert(1, long_table(data, wide.title, wide.notes))
         report.document(doc, f"sharded-{safe_name(name)}")
+
+
+def long_table(data: dict, title: str, notes: list[str]) -> Table:
+    """The per-rank comparison one row per (ranks, figure): analytic, measured, error; ranks with identical
+    figures share a row, as in the wide table."""
+    rows = []
+    for r in data["ranks"]:
+        figures = [(label, r[key]) for key, label in FIGURES]
+        figures += [(f"{kind} sent", p) for kind, p in sorted(r["collectives"].items())]
+        for label, p in figures:
+            rows.append({"rank": r["rank"], "figure": label, "analytic": _bytes(p["analytic"]),
+                         "measured": _bytes(p["measured"]), "error": _err(p)})
+        rows.append({"rank": r["rank"], "figure": "FLOPs of one step", "analytic": fmt_flops(r["flops"]["analytic"]),
+                     "measured": fmt_flops(r["flops"]["measured"]), "error": ""})
+    per_rank = len(rows) // len(data["ranks"])
+    blocks = _merge_identical([{"rank": rows[i * per_rank]["rank"], "rows": tuple(
+        tuple((k, v) for k, v in row.items() if k != "rank") for row in rows[i * per_rank:(i + 1) * per_rank])}
+        for i in range(len(data["ranks"]))])
+    shown = [{"rank": b["rank"], **dict(row)} for b in blocks for row in b["rows"]]
+    return Table(title, [Column("rank", "rank(s)"), Column("figure", "figure", align="left"),
+                         Column("analytic", "analytic"), Column("measured", "measured"), Column("error", "error (%)")],
+                 shown, [*notes, "memory and bytes sent in GiB (2^30 bytes), MiB below 1 GiB; FLOPs with SI prefixes"])
+
+
+def _bytes(value) -> str:
+    return "" if value is None else fmt_bytes(value)

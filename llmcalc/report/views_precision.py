@@ -106,9 +106,11 @@ def fp8_section(report, specs, scenario, line: str) -> None:
                      "other FP8 recipes on the same layout, and its MFU against both dense peaks.")
     report.table(fp8_mfu_table(scenario))
     decoders = [s for s in specs if s.architecture == "decoder"]
+    for spec in specs:
+        if spec.architecture != "decoder":
+            report.paragraph(f"{spec.name}: FP8 memory needs the activation model, which covers decoder-only models.")
     docs = {s.name: fp8_memory_document(s, scenario) for s in decoders}
     if not docs:
-        report.paragraph("FP8 memory needs the activation model, which covers decoder-only models.")
         return
     bars = {(label if len(docs) == 1 else f"{name}: {label}"): est.peak_components()
             for name, (_, ests) in docs.items() for label, est in ests.items()}
