@@ -789,6 +789,10 @@ def spec_from_hf(hf: dict, name: str = "custom") -> ModelSpec:  # long: HF key m
                   f"{'chunked' if window_key == 'attention_chunk_size' else 'sliding-window'} attention "
                   f"({window_key} {merged[window_key]:,}): FLOPs count their S² terms in full, as the masked "
                   f"eager attention (and torch's FlopCounterMode) does; a windowed kernel does less",)
+    mtp = merged.get("num_nextn_predict_layers")
+    if isinstance(mtp, int) and mtp > 0:  # DeepSeek-V3, GLM-4.5, Kimi-K2, Nemotron-H: mtp.* weights not loaded
+        notes += (f"num_nextn_predict_layers {mtp}: the multi-token-prediction layers are not part of the "
+                  f"transformers model and are not counted (nor their FLOPs)",)
     kw["name"] = name
     kw["model_type"] = model_type
     kw["notes"] = tuple(kw.get("notes", ())) + notes

@@ -96,6 +96,22 @@ _NEMOTRON_TYPES = {"mamba": "mamba2", "linear_attention": "mamba2", "attention":
                    "full_attention": "attention", "mlp": "mlp", "moe": "moe"}
 
 
+def _nemotron_h_moe(hf: dict, kw: dict) -> None:
+    # modeling_nemotron_h.py NemotronHMoE: a router Linear(D, n_routed_experts) without bias (its
+    # e_score_correction_bias is a buffer, not a parameter), n_routed_experts non-gated experts
+    # (up/down of moe_intermediate_size, mlp_hidden_act), and one shared NemotronHMLP of
+    # moe_shared_expert_intermediate_size, always built whatever n_shared_experts says.
+    if hf.get("moe_latent_size") is not None:
+        raise SpecError("nemotron_h moe_latent_size (latent experts between fc1/fc2 projections, Nemotron 3 "
+                        "Super) is not covered by llmcalc's formulas; configs with moe_latent_size null are")
+    if hf.get("mlp_bias"):
+        raise SpecError("nemotron_h MoE layers with mlp_bias true (a biased shared expert beside bias-free "
+                        "routed experts) are not covered; set mlp_bias false or drop the E layers")
+    kw.update(n_experts=hf.get("n_routed_experts", 8), n_experts_per_token=hf.get("num_experts_per_tok", 2),
+              d_ff_expert=hf.get("moe_intermediate_size", 7688), n_shared_experts=1,
+              d_ff_shared=hf.get("moe_shared_expert_intermediate_size", 7688))
+
+
 def _nemotron_h(hf: dict, kw: dict) -> None:
     # modeling_nemotron_h.py NemotronHBlock: one RMSNorm and one mixer per layer (Mamba-2, attention
     # without biases, a squared-ReLU MLP up/down, or MoE). The layout comes from layers_block_type,
@@ -117,11 +133,10 @@ def _nemotron_h(hf: dict, kw: dict) -> None:
     else:
         layers = ["mamba2", "moe", "attention", "mlp"]
     if "moe" in layers:
-        raise SpecError("nemotron_h MoE layers (E) are not covered by llmcalc's formulas (their shared expert "
-                        "has its own width and an optional latent projection); the dense Nemotron-H "
-                        "models (pattern of M, * and -) are")
-    if hf.get("num_nextn_predict_layers"):
-        raise SpecError("nemotron_h multi-token-prediction layers (num_nextn_predict_layers > 0) are not covered")
+        _nemotron_h_moe(hf, kw)
+    # num_nextn_predict_layers: NemotronHPreTrainedModel ignores the checkpoint's mtp.* weights
+    # (_keys_to_ignore_on_load_unexpected), so the multi-token-prediction layers are not part of the
+    # model, as for DeepSeek-V3; spec_from_hf notes that they are left out.
     kw["n_layers"] = len(layers)
     kw["layer_types"] = tuple(layers)
     heads, head_dim = hf.get("mamba_num_heads", 128), hf.get("mamba_head_dim", 64)
@@ -256,7 +271,7 @@ SSM_FAMILIES: dict[str, Family] = {
              "num_hidden_layers": 48, "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256},
              _qwen3_next),
     "nemotron_h": Family(
-        "models/nemotron_h/modeling_nemotron_h.py: one mixer per layer (Mamba-2 M, attention *, MLP -); "
+        "models/nemotron_h/modeling_nemotron_h.py: one mixer per layer (Mamba-2 M, attention *, MLP -, MoE E); "
         "_tied_weights_keys is empty, so the LM head is never tied, whatever tie_word_embeddings says",
         {"pos_emb": "none", "tie_embeddings": False}, {"tie_word_embeddings": False, "vocab_size": 131072,
                                                        "hidden_size": 4096,

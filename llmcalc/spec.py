@@ -245,9 +245,12 @@ class ModelSpec:
         only where this spec holds its derived value; one the spec was given (GQA's n_kv_heads = 8,
         Gemma's d_head = 256) is kept unless changed."""
         values = {f.name: getattr(self, f.name) for f in fields(self)}
-        derived = ModelSpec(**{**values, **{key: None for key in _DERIVED}})
+        try:
+            derived: ModelSpec | None = ModelSpec(**{**values, **{key: None for key in _DERIVED}})
+        except SpecError:  # a given value has nothing to derive it from (Nemotron-H: experts, no dense d_ff)
+            derived = None
         for key in _DERIVED:
-            if key not in changes and values[key] == getattr(derived, key):
+            if derived is not None and key not in changes and values[key] == getattr(derived, key):
                 values[key] = None
         values.update(changes)
         return ModelSpec(**values)
@@ -430,7 +433,9 @@ def _validate_moe(spec: ModelSpec) -> None:
                    or not 0 <= i < spec.n_layers]
             if bad:
                 raise SpecError(f"moe_layers must be layer indices in 0..{spec.n_layers - 1}, got {bad}")
-        if spec.n_moe_layers < spec.n_layers and spec.d_ff is None:
+        dense = (any(spec.layer_parts(i)[1] == "mlp" for i in range(spec.n_layers)) if spec.layer_types is not None
+                 else spec.n_moe_layers < spec.n_layers)  # a Mamba-only layer has no FFN at all
+        if dense and spec.d_ff is None:
             raise SpecError("dense layers in an MoE model need d_ff")
     elif spec.layer_types is None or any(spec.layer_parts(i)[1] == "mlp" for i in range(spec.n_layers)):
         _positive(spec, "d_ff")

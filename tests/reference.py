@@ -89,6 +89,7 @@ _GROUP_RULES = [
                          r"dt_layernorm|b_layernorm|c_layernorm)\b")),
     ("attention", re.compile(r"\.mixer\.[qkvo]_proj\.")),  # Nemotron-H: one mixer per layer
     ("mlp", re.compile(r"\.mixer\.(up|down)_proj\.")),
+    ("mlp", re.compile(r"\.mixer\.(gate|experts|shared_experts)\.")),  # Nemotron-H's MoE mixer
     ("norm", re.compile(r"norm|ln_|\bln\b", re.I)),
     ("head", re.compile(r"lm_head|embed_out|pooler")),
     ("embedding", re.compile(r"embed|wte|wpe|(^|\.)shared\.|word_embeddings|position_embeddings|token_type")),

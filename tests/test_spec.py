@@ -73,3 +73,14 @@ def test_replace_keeps_what_the_config_gave():
     assert gemma.replace(n_layers=2).d_head == model_config("gemma-7b")["head_dim"] == 256
     mha = load_model("llama-7b")  # derived values follow a change: MHA stays MHA, d_head = 4096 / 16
     assert (mha.replace(n_heads=16).n_kv_heads, mha.replace(n_heads=16).d_head) == (16, 256)
+
+
+def test_replace_keeps_a_spec_whose_derived_fields_cannot_be_derived():
+    """Nemotron-H with MoE layers and no dense MLP layer has no d_ff: d_ff_expert cannot be derived
+    from it, so replace() keeps every given value (it raised 'd_ff_expert must be positive')."""
+    from llmcalc.presets import load_model
+
+    spec = load_model("nemotron-3-nano-30b-a3b")
+    assert spec.d_ff is None and spec.d_ff_expert == 1856
+    same = spec.replace(name="copy")
+    assert (same.d_ff_expert, same.d_ff_shared, same.n_kv_heads, same.d_head) == (1856, 3712, 2, 128)

@@ -305,6 +305,18 @@ def test_layout_nothing_fits_is_one_line():
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1 and "no layout" in r.stderr
 
 
+@pytest.mark.parametrize("model, says", [("nemotron-h-8b", "24 mamba2, 24 mlp, 4 attention"),
+                                         ("mamba-2.8b", "64 mamba"), ("t5-small", "encoder-decoder")])
+@pytest.mark.parametrize("command", ["layout", "train"])
+def test_models_the_step_time_model_does_not_cover_are_refused_by_name(model, says, command):
+    """Its GEMM shapes and collectives are attention + MLP/MoE layers': a Mamba mixer was timed as
+    attention (or crashed: mamba-2.8b, an internal TypeError), and t5 was 'no layout fits'."""
+    extra = ("--tokens", "1T") if command == "train" else ()
+    r = run(command, model, "--gpu", "h100-sxm", "--n-gpus", 64, "--global-batch", 512, *extra)
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert says in r.stderr and "--mfu" in r.stderr
+
+
 def test_report_section_has_stacked_bars_and_the_layout_table():
     pytest.importorskip("matplotlib")
     pytest.importorskip("pandas")

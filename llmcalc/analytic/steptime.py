@@ -139,10 +139,24 @@ def _candidates(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, p
     return candidates
 
 
+def check_modelled(spec: ModelSpec) -> None:
+    """The step-time model times attention + MLP/MoE decoder layers (its GEMM shapes, TP/CP/EP
+    collectives and memory-bound terms are theirs); refuse the rest in one line rather than time a
+    Mamba or DeltaNet mixer as if it were attention."""
+    if spec.is_hybrid:
+        raise LlmcalcError(f"the step-time model (layout, train --global-batch) covers attention + MLP/MoE decoder "
+                           f"layers; {spec.name} has per-layer mixers ({spec.layer_mix()}). Give its time with "
+                           f"`llmcalc train {spec.name} --mfu ...` (FLOPs and memory are exact for it)")
+    if spec.architecture != "decoder":
+        raise LlmcalcError(f"the step-time model (layout, train --global-batch) covers decoder-only models; "
+                           f"{spec.name} is {spec.architecture}. Give its time with `llmcalc train --mfu ...`")
+
+
 def make_layout(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, tp: int = 1, cp: int = 1, pp: int = 1,
                 vpp: int = 1, ep: int = 1, micro_batch: int = 1, schedule: str | None = None, zero: int = 1,
                 sequence_parallel: bool = True, dp_overlap: bool = True) -> Layout:
     """A checked layout: dp = n_gpus / (tp·cp·pp); every contradiction is one clear LlmcalcError."""
+    check_modelled(spec)
     for name, value in (("--n-gpus", n_gpus), ("--tp", tp), ("--cp", cp), ("--pp", pp), ("--vpp", vpp), ("--ep", ep),
                         ("--micro-batch", micro_batch), ("--global-batch", global_batch)):
         if not isinstance(value, int) or value < 1:
@@ -641,6 +655,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     """
     from .memory import Parallel, training_memory
 
+    check_modelled(spec)
     dev = device_for(gpu, dtype)
     capacity = dev.accelerator.memory_bytes
     per_node = dev.network.gpus_per_node
@@ -705,7 +720,8 @@ def _why_they_lose(ranked: list, oom: list, capacity: float) -> list:
                         p, _describe(p.layout, p.recompute)))
     if oom:
         lay, peak, rc = min(oom, key=lambda o: o[1])
-        out.append((f"does not fit: {peak / GIB:.1f} GiB per GPU > {capacity / GIB:.0f} GiB even "
+        digits = 1 if f"{peak / GIB:.1f}" != f"{capacity / GIB:.1f}" else 3  # never "80.0 GiB > 80 GiB"
+        out.append((f"does not fit: {peak / GIB:.{digits}f} GiB per GPU > {capacity / GIB:.{digits}f} GiB even "
                     f"with recompute {rc}"
                     f" ({len(oom)} such layouts)", None, _describe(lay)))
     return out

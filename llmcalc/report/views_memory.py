@@ -112,8 +112,8 @@ def serving_conventions(est: InferenceEstimate) -> list[str]:
         E, k = spec.n_experts, spec.n_experts_per_token
         lines.append(f"MoE decode reads only the experts the step's routed tokens hit: expected distinct experts per "
                      f"layer E·(1 - (1 - k/E)^b) under uniform routing (E = {E}, k = {k}): "
-                     f"{expected_experts(spec, 1):g} at batch 1 (the active parameters), "
-                     f"{expected_experts(spec, est.batch):.2f} at batch {est.batch}")
+                     f"{expected_experts(spec, 1):g} at batch 1 (the active parameters)"
+                     + (f", {expected_experts(spec, est.batch):.2f} at batch {est.batch}" if est.batch != 1 else ""))
     if spec.is_mla:
         lines.append("MLA: decode in the absorbed form (DeepSeek-V2 sec. 2.1.2: W_UK folded into the query, W_UV into "
                      "the output), attending over the cached latent it reads (kv_lora_rank + qk_rope_head_dim = "
