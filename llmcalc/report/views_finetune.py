@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..analytic.finetune import ADAPTER_BYTES, Finetune, FinetuneFlops, FinetuneMemory, nf4_bytes_per_param
+from ..analytic.finetune import ADAPTER_BYTES, Finetune, FinetuneFlops, FinetuneMemory, finetune, nf4_bytes_per_param
 from ..hardware import Accelerator
 from ..units import fmt_count, fmt_int, si
 from .tables import Column, Document, Table
@@ -207,7 +207,7 @@ def flops_table(spec, scenario, setups: dict) -> Table:
             rows.append({"setup": label, "trainable": count.total, "exact": step.model_flops_per_token,
                          "rule": 6.0 * n, "rule_name": "6·N"})
             continue
-        fl = FinetuneFlops(finetune_of(spec, cfg), step)
+        fl = FinetuneFlops(finetune(spec, cfg), step)
         notes = fl.notes()
         rows.append({"setup": label, "trainable": fl.ft.trainable, "exact": fl.model_flops_per_token,
                      "rule": fl.rule(), "rule_name": "4·N_frozen + 6·N_adapter"})
@@ -219,12 +219,6 @@ def flops_table(spec, scenario, setups: dict) -> Table:
                  rows, notes + [
                      "QLoRA's FLOPs equal LoRA's: dequantising the nf4 base is memory traffic, not matmul FLOPs",
                      "full: forward 2·N, backward 4·N (6·N per token), plus the attention S² terms"])
-
-
-def finetune_of(spec, cfg) -> Finetune:
-    from ..analytic.finetune import finetune
-
-    return finetune(spec, cfg)
 
 
 def finetune_section(report, specs, scenario, cfg, line: str) -> None:
@@ -259,7 +253,7 @@ def finetune_section(report, specs, scenario, cfg, line: str) -> None:
                   f"{scenario.gpu.key}'s capacity")
     for spec in decoders:
         setups = all_setups[spec.name]
-        ft = finetune_of(spec, cfg)
+        ft = finetune(spec, cfg)
         report.heading(spec.name, 3)
         doc = side_by_side_document(spec, scenario, setups)
         doc.tables += [adapter_table(ft), flops_table(spec, scenario, setups)]
