@@ -7,8 +7,12 @@ Rows, with their sources:
 - Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM",
   arXiv 2104.04473, Table 1 (weak scaling, GPT, V = 51,200, S = 2048, A100 80GB on Selene, mixed precision,
   activation recomputation; achieved TFLOP/s per GPU counts recomputation: their eq. 3).
-  Layout not in the table, stated here: micro-batch 1, PipeDream-Flush 1F1B, no sequence parallelism (2022),
-  gradients all-reduced in fp32 after the backward (Megatron-LM 2021 had no DP overlap).
+  Settings not in the table, taken from Megatron-LM of the time (examples/pretrain_gpt3_175B.sh, 2021: --fp16,
+  --micro-batch-size 1, --checkpoint-activations; argument defaults): PipeDream-Flush 1F1B, no sequence
+  parallelism (2022); fp16 gradients all-reduced after the backward (local DDP: no overlap; gradients reduced
+  in fp32 only with --accumulate-allreduce-grads-in-fp32 or bf16); attention with the S² scores materialised
+  (strided batched GEMMs + fused scale-mask-softmax, sec. 4.2; FlashAttention came in 2022) and attention
+  dropout 0.1 (the --attention-dropout default).
 - Llama Team 2024, "The Llama 3 Herd of Models", arXiv 2407.21783, Table 4 (405B on H100, BF16 MFU 43/41/38 %,
   430/400/380 TFLOP/s per GPU). Layout stated in sec. 3.3.2: [TP, CP, PP, DP] order, interleaved schedule,
   one layer fewer in the first and last stages (126 layers), no activation checkpointing at 8K, FSDP that
@@ -61,7 +65,8 @@ def rows():
         def run(spec=spec, n=n, batch=batch, tp=tp, pp=pp):
             lay = steptime.make_layout(spec, n, 2048, batch, tp=tp, pp=pp, micro_batch=1, zero=0,
                                        sequence_parallel=False, dp_overlap=False)
-            pred = steptime.predict(spec, a100, lay, 2048, False, "full", "bf16-mixed-fp32-grads")
+            pred = steptime.predict(spec, a100, lay, 2048, False, "full", "fp16-mixed", attention="eager",
+                                    dropout=True)
             return pred.hardware_flops_per_gpu / 1e12, pred
         out.append((f"Narayanan T1 GPT {p:g}B, {n} A100, tp {tp} pp {pp}, batch {batch}", tflops, a100.peak, run))
     h100 = steptime.device_for("h100-sxm")

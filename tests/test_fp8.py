@@ -17,9 +17,9 @@ from llmcalc.presets import load_model
     # (Megatron's distributed optimizer docs: 18 bytes/param), plus TE's FP8 weight and transpose (1 + 1 B).
     ("fp8", 2, 4, 4, 8, 2),
     ("fp8-current", 2, 4, 4, 8, 2),
-    # torchao float8 under FSDP2-style mixed precision: bf16 params and grads, fp32 master and Adam; FP8 casts
-    # are made per GEMM and not kept.
-    ("fp8-torchao", 2, 2, 4, 8, 0),
+    # torchao float8 as torchtitan runs it (torchtitan/config/configs.py: training.dtype float32, bf16 only as
+    # FSDP2's param_dtype or autocast): fp32 params (the master), fp32 grads, fp32 Adam; FP8 casts per GEMM, not kept.
+    ("fp8-torchao", 4, 4, 0, 8, 0),
 ])
 def test_bytes_per_parameter(recipe, weights, grads, master, adam, fp8_copies):
     spec = load_model("llama-2-7b")
@@ -46,10 +46,25 @@ def test_te_saves_linear_inputs_in_fp8():
 
 
 def test_delayed_scaling_state():
-    """TE: per GEMM 5 FP8 tensors x (fp32 amax history of 1024 + scale + scale_inv); 4 GEMMs per block."""
-    est = training_memory(load_model("llama-2-7b"), 1, 2048, "fp8")
-    assert est.fp8_state == 32 * 4 * 5 * (1024 + 2) * 4
+    """TE (DelayedScalingRecipeState): per GEMM 5 quantizers (3 forward, 2 backward), each an fp32 scale and an
+    fp32 amax history of 1024; per block 4 linear GEMMs + the 3 whose state DotProductAttention allocates.
+    Current scaling and torchao's dynamic scaling keep no state."""
+    spec = load_model("llama-2-7b")
+    est = training_memory(spec, 1, 2048, "fp8")
+    assert est.fp8_state == 32 * (4 + 3) * 5 * (1024 + 1) * 4
     assert est.peak == max(est.forward_end, est.optimizer_step)
+    assert training_memory(spec, 1, 2048, "fp8-current").fp8_state == 0
+    assert training_memory(spec, 1, 2048, "fp8-torchao").fp8_state == 0
+
+
+def test_te_weight_copies_are_cached_across_steps():
+    """Megatron passes is_first_microbatch to TE (parameter transpose cache on by default), so TE keeps the FP8
+    weight and its transpose in the module between steps: they are alive at the optimizer step too."""
+    est = training_memory(load_model("llama-2-7b"), 1, 2048, "fp8", optimizer_impl="fused")
+    n = est.params_on_gpu
+    assert est.optimizer_step == (2 + 4 + 4 + 8 + 2) * n + est.fp8_state
+    torchao = training_memory(load_model("llama-2-7b"), 1, 2048, "fp8-torchao", optimizer_impl="fused")
+    assert torchao.optimizer_step == (4 + 4 + 8) * torchao.params_on_gpu
 
 
 def test_mfu_against_both_peaks():

@@ -30,9 +30,6 @@ PENDING_LONG = {
     ("llmcalc/report/views_serve.py", "serve_document"),
 }
 PENDING_POSITIONAL = Counter({
-    ("llmcalc/profiling/lora.py", "Comparison"): 5,
-    ("llmcalc/profiling/lora.py", "ProfileResult"): 1,
-    ("llmcalc/profiling/lora.py", "finetune_memory"): 1,
     ("llmcalc/profiling/measure.py", "Comparison"): 7,
     ("llmcalc/profiling/measure.py", "ProfileResult"): 2,
     ("llmcalc/profiling/measure.py", "_analytic_memory"): 2,

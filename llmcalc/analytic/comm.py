@@ -14,7 +14,13 @@ collective: ``Collective.bytes_per_rank`` is what a rank puts on the wire.
 Time (alpha-beta, Hockney 1994): t = steps x alpha + bytes_per_rank / (bandwidth x NCCL_BUS_EFFICIENCY),
 with steps = 2(n-1) for a ring all-reduce, n-1 for the others, 1 for p2p. A group whose n ranks sit in
 one node (stride x n <= GPUs per node) uses the scale-up link (NVLink/NVSwitch), otherwise the
-scale-out network (one NIC per GPU: each rank of a node runs its own ring in parallel).
+scale-out network, one NIC per GPU. A ring collective (all-reduce, all-gather, reduce-scatter) whose
+group has g = GPUs per node / stride members in each node crosses the network through all g of their
+NICs: NCCL builds each ring through a node's GPUs on NVLink, leaving it once, and spreads its channels
+(rings) over the node's NICs, so each NIC carries 1/g of the ring's bytes and the scale-out bandwidth per
+rank is g x the per-GPU NIC share (capped by the scale-up link). Data parallelism at tp = 1 on DGX A100
+(8 HDR NICs) thus sees 8 x 25 GB/s; at stride >= GPUs per node (g = 1) each rank has only its own NIC.
+All-to-all and p2p send each rank's bytes through its own NIC (g = 1).
 """
 
 from __future__ import annotations
@@ -103,6 +109,12 @@ class Collective:
         span = self.stride * (self.group if self.kind != "p2p" else 2)
         return span <= net.gpus_per_node
 
+    def nics_per_node(self, net: Network) -> int:
+        """NICs a ring collective of this group spreads its inter-node bytes over (see the module docstring)."""
+        if self.kind in ("all_to_all", "p2p"):
+            return 1
+        return max(1, min(self.group, net.gpus_per_node // self.stride))
+
     def seconds(self, net: Network) -> float:
         """Alpha-beta time of one call."""
         if self.kind != "p2p" and self.group == 1:
@@ -110,7 +122,8 @@ class Collective:
         if self.intra_node(net):
             bw, alpha = net.scale_up_bandwidth, net.scale_up_latency
         else:
-            bw, alpha = net.scale_out_bandwidth, net.scale_out_latency
+            bw = min(net.scale_up_bandwidth, self.nics_per_node(net) * net.scale_out_bandwidth)
+            alpha = net.scale_out_latency
         return latency_steps(self.kind, self.group) * alpha + self.bytes_per_rank / (bw * NCCL_BUS_EFFICIENCY)
 
 

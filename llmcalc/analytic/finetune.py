@@ -38,13 +38,19 @@ TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down
 SHORT = {t.split("_")[0]: t for t in TARGETS}
 ADAPTER_BYTES = 4.0  # fp32 adapters (peft autocast_adapter_dtype=True)
 
-# Frozen-base storage: bytes per weight of a quantised linear, and per-tensor constants.
-# bitsandbytes (github.com/bitsandbytes-foundation/bitsandbytes, bitsandbytes/functional.py quantize_4bit,
-# nn/modules.py Params4bit): 4 bits per weight packed two per uint8; one absmax per block of 64 (blocksize
-# default 64); with compress_statistics=True (double quantisation, Params4bit's default, QLoRA's
-# bnb_4bit_use_double_quant) the absmax are shifted by their mean (one fp32 offset) and quantised by
-# quantize_blockwise(..., blocksize=256) to uint8 with one fp32 absmax per 256 of them; the state keeps
-# the 16-entry fp32 nf4/fp4 code and the 256-entry fp32 dynamic code of the second level.
+# Frozen-base storage: bytes per weight of a quantised linear, and per-tensor constants. Read from
+# bitsandbytes-foundation/bitsandbytes@95f9af309d4d5793847169c39288dcd3fcbdf564:
+# - nn/modules.py Params4bit (L219-231): blocksize None -> 64, compress_statistics=True (double quantisation,
+#   QLoRA's bnb_4bit_use_double_quant);
+# - _ops.py quantize_4bit (L232-235): out uint8 of (n + 1) // 2 bytes (two 4-bit codes a byte), absmax fp32 per
+#   64-block;
+# - functional.py quantize_4bit (L938-940): double quantisation shifts the absmax by their mean (offset, one fp32)
+#   and quantises them with quantize_blockwise(..., blocksize=256): uint8 per absmax plus one fp32 absmax per 256
+#   (backends/cuda/ops.py L310-311), its state keeping its own copy of the 256-entry fp32 dynamic code
+#   (functional.py L670, create_dynamic_map L348); the 4-bit state keeps the 16-entry fp32 nf4/fp4 code
+#   (get_4bit_type L854: torch.tensor of Python floats).
+# So per linear of n weights: ceil(n/2) + ceil(n/64) + 4·ceil(n/64/256) + 4 + 1024 + 64 bytes, 0.5 + 1/64 +
+# 4/(64·256) = 0.515869 bytes per weight asymptotically (without double quantisation 0.5 + 4/64).
 # LLM.int8 (nn/modules.py Int8Params): int8 weights CB plus one fp32 scale SCB per output row.
 BASE_DTYPES = ("bf16", "fp16", "fp32", "int8", "nf4", "fp4")
 NF4_BLOCK, NF4_BLOCK2 = 64, 256
@@ -347,7 +353,16 @@ class FinetuneMemory(PeakOfTwoPhases):
     attention: str
     activations: object  # ActivationEstimate of the base model at act_bytes
     act_bytes: float
+    unsaved: tuple[str, ...] = ()  # saved-tensor names of the base model that no trained weight needs here
+    working_set: float = 0.0  # full recompute: the largest block's tensors as rebuilt under LoRA
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def saved(self) -> dict[str, float]:
+        """The base model's saved tensors (activations.per_layer) less the inputs of frozen, unadapted linears:
+        autograd saves a matmul operand only for the other operand's gradient (torch's derivatives.yaml
+        codegen guards each SavedVariable with should_compute_output), and a frozen weight needs none."""
+        return {k: v for k, v in self.activations.per_layer.items() if k not in self.unsaved}
 
     @property
     def adapter_activations(self) -> float:
@@ -357,6 +372,14 @@ class FinetuneMemory(PeakOfTwoPhases):
         if self.recompute == "full":
             return per_model / self.ft.spec.total_layers
         return per_model
+
+    @property
+    def autocast_cache(self) -> float:
+        """The bf16 copy of each fp32 adapter that autocast makes in forward and autograd keeps for the input
+        gradient; with full recomputation the checkpointed blocks keep none, only the rebuilt block's."""
+        if self.act_bytes != 2:
+            return 0.0
+        return 2.0 * self.ft.trainable / (self.ft.spec.total_layers if self.recompute == "full" else 1)
 
     def components(self) -> dict[str, float]:
         n = self.ft.trainable
@@ -369,30 +392,52 @@ class FinetuneMemory(PeakOfTwoPhases):
             "adapters": n * ADAPTER_BYTES,
             "gradients": n * ADAPTER_BYTES,
             "optimizer states": n * self.optimizer.bytes_per_param(_FP32_STATES),
-            "activations": sum(a.per_layer.values()) + (0 if self.recompute == "full" else self.adapter_activations),
-            "recompute working set": a.recompute_working_set + (self.adapter_activations if self.recompute == "full"
-                                                                 else 0),
+            "activations": sum(self.saved.values()) + (0 if self.recompute == "full" else self.adapter_activations),
+            "recompute working set": self.working_set + (self.adapter_activations if self.recompute == "full" else 0),
             "logits and loss": a.logits_and_loss,
-            "autocast adapter cache": n * 2.0 if self.act_bytes == 2 else 0.0,
+            "autocast adapter cache": self.autocast_cache,
             "dequantised weight (transient)": dequant,
         }
 
+    def phase_components(self) -> dict[str, dict[str, float]]:
+        """The components alive in each phase of the step; the peak is the largest phase sum.
+
+        - end of forward (the loss): everything but the adapters' gradients (zero_grad(set_to_none=True) freed
+          them), the recompute working set (no block is being rebuilt yet) and the dequantised weight (the
+          last matmul, the LM head, is not quantised);
+        - blocks' backward: after the LM head's backward has consumed and freed the logits and cross-entropy
+          buffers, so without "logits and loss"; the rebuilt block (full recomputation), a dequantised weight
+          per matmul, and the adapter gradients made so far (all of them: an upper bound);
+        - optimizer step: the frozen base, adapters, their gradients and optimizer states.
+        Holding the recompute working set and the logits together overstated the full-recompute peak of
+        Llama-2-7B's shapes (4 blocks, r16 all-linear, seq 2048) by 11.7 % against the virtual profile's
+        MemTracker peak."""
+        c = self.components()
+        not_at_loss = ("gradients", "recompute working set", "dequantised weight (transient)")
+        return {"end of forward": {k: v for k, v in c.items() if k not in not_at_loss},
+                "blocks' backward": {k: v for k, v in c.items() if k != "logits and loss"},
+                "optimizer step": {k: c[k] for k in ("weights", "adapters", "gradients", "optimizer states")}}
+
     def peak_components(self) -> dict[str, float]:
         """The components alive at the peak (their sum is ``peak``)."""
-        c = self.components()
-        if self.peak_phase == "optimizer step":
-            return {k: c[k] for k in ("weights", "adapters", "gradients", "optimizer states")}
-        return {k: v for k, v in c.items() if k != "gradients"}
+        return self.phase_components()[self.peak_phase]
 
     @property
     def forward_end(self) -> float:
-        c = self.components()
-        return sum(v for k, v in c.items() if k != "gradients")
+        return sum(self.phase_components()["end of forward"].values())
 
     @property
     def optimizer_step(self) -> float:
-        c = self.components()
-        return c["weights"] + c["adapters"] + c["gradients"] + c["optimizer states"]
+        return sum(self.phase_components()["optimizer step"].values())
+
+    @property
+    def peak(self) -> float:
+        return max(sum(c.values()) for c in self.phase_components().values())
+
+    @property
+    def peak_phase(self) -> str:
+        sums = {name: sum(c.values()) for name, c in self.phase_components().items()}
+        return max(sums, key=lambda name: sums[name])
 
 
 class _Fp32States:
@@ -407,7 +452,7 @@ def finetune_memory(spec: ModelSpec, config: LoraConfig, batch: int = 1, seq_len
                     dropout: bool = False) -> FinetuneMemory:
     """LoRA/QLoRA memory of one GPU: the frozen base, fp32 adapters with their gradients and optimizer
     states, activations in bf16 (fp32 for an fp32 base) plus the adapters' r-wide intermediates."""
-    from .activations import activation_memory
+    from .activations import activation_memory, layer_saved
     from .memory import OPTIMIZERS, Optimizer, lookup
 
     for name, value in (("batch size", batch), ("seq_len", seq_len)):
@@ -418,5 +463,34 @@ def finetune_memory(spec: ModelSpec, config: LoraConfig, batch: int = 1, seq_len
     act_bytes = 4.0 if config.base_dtype == "fp32" else 2.0
     acts = activation_memory(spec=spec, batch=batch, seq=seq_len, act_bytes=act_bytes, recompute=recompute,
                              attention=attention, dropout=dropout)
+    unsaved = frozen_inputs(spec, config)
+    working_set = 0.0
+    if recompute == "full":
+        working_set = max(sum(s.nbytes for s in layer_saved(spec, i, batch, seq_len, act_bytes=act_bytes,
+                                                           attention=attention, dropout=dropout)
+                              if s.name not in unsaved) for i in range(spec.n_layers))
     return FinetuneMemory(ft, opt, batch, seq_len, recompute=recompute, attention=attention, activations=acts,
-                          act_bytes=act_bytes)
+                          act_bytes=act_bytes, unsaved=unsaved, working_set=working_set)
+
+
+# Saved tensors (activations.layer_saved names) that are only the input of a linear, and the targets whose
+# adapters need them (A's weight gradient uses the input); with none of those adapted, autograd does not save them.
+LINEAR_INPUTS = {
+    "attention input (norm output)": ("q_proj", "k_proj", "v_proj"),
+    "q_b input (normed q latent)": ("q_proj",),
+    "kv_b input (normed KV latent)": ("k_proj", "v_proj"),
+    "O-projection input (heads merged)": ("o_proj",),
+    "MLP input (norm output)": ("gate_proj", "up_proj"),
+    "MLP down-projection input": ("down_proj",),
+    "MLP activation output (fc2 input)": ("down_proj",),
+    "LM-head input (final norm output)": (),  # the LM head is never adapted
+}
+
+
+def frozen_inputs(spec: ModelSpec, config: LoraConfig) -> tuple[str, ...]:
+    """Names of the saved linear inputs that no adapter of `config` needs (MoE expert inputs are kept: the
+    routed copies also serve the combine, an upper bound)."""
+    needs = dict(LINEAR_INPUTS)
+    if spec.parallel_residual and spec.norms_per_layer == 1:  # one norm output feeds attention and MLP
+        needs["attention input (norm output)"] += ("gate_proj", "up_proj")
+    return tuple(name for name, targets in needs.items() if not set(targets) & set(config.targets))

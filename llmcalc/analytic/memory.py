@@ -44,29 +44,43 @@ class Recipe:
     fp8_saved_inputs: bool = False  # linears save their input in FP8 (Transformer Engine), not bf16
 
 
-# Transformer Engine (transformer_engine/pytorch/module/base.py, set_meta_tensor): per GEMM, 3 FP8 tensors
-# in forward (input, weight, output) and 2 in backward (grad output, grad input), each with an fp32 scale and
-# scale_inv; DelayedScaling (transformer_engine/common/recipe) keeps an fp32 amax history of
-# amax_history_len = 1024 steps per tensor; current scaling one fp32 amax. A TE block runs 4 GEMMs (fused
-# QKV, attention projection, fc1 = gate+up, fc2).
-TE_GEMMS_PER_LAYER = 4
-FP8_STATE_BYTES_PER_GEMM = {"te-delayed": 5 * (1024 + 2) * 4, "te-current": 5 * (1 + 2) * 4, "torchao": 3 * 4}
-# Saved tensors that are linear-layer inputs: Transformer Engine keeps its FP8 cast of them for the
-# weight-gradient GEMM (LayerNormLinear's ln_out, Linear's inputmat, LayerNormMLP's fc2 input).
+# FP8 figures read from the sources at NVIDIA/TransformerEngine@d0067d0da6cb01811b8072a7d304f0e00344ce2b (TE),
+# pytorch/ao@36027d82d1ad9949597ea16002ff4940374b1b94 (torchao) and
+# pytorch/torchtitan@b5bcd76c66d0acb1a08b176d9639425bc55e0b2a (torchtitan/config/configs.py L85-102).
+# Scaling state (TE transformer_engine/pytorch/...): module/base.py set_meta_tensor (L1137-1139) makes 3 quantizers
+# per GEMM in forward (input, weight, output) and 2 in backward (grad output, grad input);
+# quantization.py DelayedScalingRecipeState (L1397-1451) keeps per quantizer an fp32 scale and an fp32 amax history
+# of amax_history_len (default 1024, common/recipe/__init__.py L255): (1024 + 1) x 4 bytes (no stored scale_inv:
+# each Float8Tensor carries its own one-element fp32 scale_inv, tensor/float8_tensor.py); current scaling
+# (Float8CurrentScalingRecipeState, L1454-1490) allocates nothing, each cast takes its tensor's amax now. A TE
+# block runs 4 linear GEMMs (fused QKV, attention projection, fc1 = gate+up, fc2), and its DotProductAttention
+# allocates the state of 3 more under FP8 autocast even without fp8_dpa (attention/dot_product_attention/
+# dot_product_attention.py: prepare_forward_ctx(num_gemms=3) L1665, state for num_gemms [3] L1243, the
+# delayed recipe reused as is). torchao's float8 training scales dynamically: no state (float8/float8_linear.py).
+FP8_STATE_BYTES_PER_LAYER = {"te-delayed": (4 + 3) * 5 * (1024 + 1) * 4, "te-current": 0, "torchao": 0}
+# Saved tensors that are linear-layer inputs: Transformer Engine keeps its FP8 cast of them for the weight-gradient
+# GEMM, column-wise only (module/linear.py L600-616: "Discard row-wise data since it is not needed in backward";
+# LayerNormLinear's ln_out, Linear's inputmat, LayerNormMLP's fc2 input act_out); LayerNormMLP keeps fc1's output
+# in bf16 (layernorm_mlp.py L807-816).
 FP8_SAVED = ("attention input (norm output)", "MLP input (norm output)", "O-projection input (heads merged)",
              "MLP down-projection input", "MLP activation output (fc2 input)")
 FP8_NOTES = {
     "te-delayed": "Transformer Engine DelayedScaling (amax history 1024, max) under Megatron-LM: GEMM inputs "
                   "(activations, weights, output gradients) cast to FP8 E4M3/E5M2 (HYBRID); weights stored bf16 with "
-                  "an FP8 copy and its transpose kept from forward to backward (2 B/param); fp32 main gradients, "
-                  "fp32 master weights and AdamW states: 2 + 4 + 4 + 8 = 18 B/param + 2 B FP8 weight copies; "
-                  "linear inputs saved in FP8 (1 B), norms, attention, softmax and residuals stay bf16",
+                  "an FP8 copy and, on Hopper, its FP8 transpose for the backward GEMMs (2 B/param; 1 B on Blackwell, "
+                  "whose FP8 GEMMs take either layout), cached across steps (Megatron's parameter transpose cache, on "
+                  "by default); fp32 main gradients, fp32 master weights and AdamW states: 2 + 4 + 4 + 8 = 18 B/param "
+                  "+ 2 B FP8 weight copies; linear inputs saved in FP8 (1 B), norms, attention, softmax, fc1 output "
+                  "and residuals stay bf16; scaling state per block: 7 GEMMs (4 linear + 3 of the attention module) "
+                  "x 5 FP8 tensors x (1024 + 1) fp32 (amax history + scale)",
     "te-current": "Transformer Engine Float8CurrentScaling under Megatron-LM: as the delayed recipe (18 + 2 B/param, "
-                  "linear inputs saved in FP8) but each scale from the tensor's own amax this step: no history",
+                  "linear inputs saved in FP8) but each scale from the tensor's own amax this step: no scaling state",
     "torchao": "torchao float8 training (convert_to_float8_training, tensorwise dynamic scaling, as torchtitan "
-               "runs it): bf16 parameters, fp32 master and AdamW states (2 + 2 + 4 + 8 = 16 B/param, as bf16-mixed); "
-               "weights and activations cast to FP8 per GEMM and not kept: torchao's float8 linear saves the "
-               "bf16 input and weight for backward (torchao/float8/float8_linear.py), so activations stay bf16",
+               "runs it: training.dtype float32, bf16 only as FSDP2's param_dtype or autocast): fp32 parameters "
+               "(the master copy), fp32 gradients and AdamW states (4 + 4 + 8 = 16 B/param); weights and activations "
+               "cast to FP8 per GEMM and not kept: torchao's float8 linear saves its high-precision input (bf16 "
+               "under autocast) and weight for backward (torchao/float8/float8_linear.py "
+               "ctx.save_for_backward(input_hp, weight_hp_t)), so activations stay bf16; no scaling state",
 }
 
 
@@ -93,7 +107,7 @@ RECIPES = {r.name: r for r in (
     Recipe("fp8-current", 2, 4, 4, state_bytes=4, act_bytes=2, description=FP8_NOTES["te-current"],
            persistent_grads=True, autocast_cache_bytes=2,
            fp8="te-current", fp8_saved_inputs=True),
-    Recipe("fp8-torchao", 2, 2, 4, state_bytes=4, act_bytes=2, description=FP8_NOTES["torchao"], fp8="torchao"),
+    Recipe("fp8-torchao", 4, 4, 0, state_bytes=4, act_bytes=2, description=FP8_NOTES["torchao"], fp8="torchao"),
 )}
 
 
@@ -239,11 +253,15 @@ class MemoryEstimate(PeakOfTwoPhases):
 
     @property
     def fp8_state(self) -> float:
-        """FP8 scaling state (scales, scale inverses, amax history) of this GPU's GEMMs."""
+        """FP8 scaling state (scales and amax histories) of this GPU's blocks (FP8_STATE_BYTES_PER_LAYER)."""
         if not self.recipe.fp8:
             return 0.0
-        layers = self.spec.n_layers // self.parallel.pp
-        return layers * TE_GEMMS_PER_LAYER * FP8_STATE_BYTES_PER_GEMM[self.recipe.fp8]
+        return self.spec.n_layers // self.parallel.pp * FP8_STATE_BYTES_PER_LAYER[self.recipe.fp8]
+
+    @property
+    def persistent_fp8_copies(self) -> float:
+        """Transformer Engine's FP8 weight copies, cached across steps: alive at the optimizer step too."""
+        return self.autocast_cache if self.recipe.fp8 else 0.0
 
     def components(self) -> dict[str, float]:
         a = self.activations
@@ -279,7 +297,7 @@ class MemoryEstimate(PeakOfTwoPhases):
         comps = self.components()
         if self.peak_phase == "optimizer step":
             keep = ("weights", "gradients", "master weights", "optimizer states", "optimizer temporaries",
-                    "FP8 scaling state")
+                    "FP8 weight copies", "FP8 scaling state")
         else:
             keep = tuple(k for k in comps if k not in ("gradients", "optimizer temporaries")
                          or (k == "gradients" and self.recipe.persistent_grads))
@@ -294,7 +312,7 @@ class MemoryEstimate(PeakOfTwoPhases):
 
     @property
     def optimizer_step(self) -> float:
-        return self.model_states + self.optimizer_temporaries + self.fp8_state
+        return self.model_states + self.optimizer_temporaries + self.fp8_state + self.persistent_fp8_copies
 
     def activation_bytes_per_sample(self) -> float:
         """Bytes the forward-end peak grows by per extra sequence in the micro-batch."""

@@ -10,7 +10,9 @@ The model, one micro-batch on one pipeline stage at a time, then the pipeline, t
    the two tilings is taken, as cuBLAS's heuristics pick). Small matmuls after TP splitting lose to
    both terms. Attention's S² core runs at ATTENTION_EFFICIENCY x MAMF (FlashAttention-2's fwd+bwd
    rate relative to the GEMM ceiling); its backward does 2.5 x the forward's matmul work (it
-   recomputes QKᵀ). Norms, residual adds, the MLP activation and rotary embeddings are memory-bound:
+   recomputes QKᵀ); with attention="eager" (materialised S² scores, Megatron-LM before FlashAttention) the
+   core is strided batched GEMMs on the roofline plus softmax/dropout passes over the S² matrix
+   (`eager_attention_seconds`). Norms, residual adds, the MLP activation and rotary embeddings are memory-bound:
    their bytes (read + write, backward twice the forward) over the achievable HBM bandwidth.
    Backward matmuls = 2 x forward (input and weight gradients, same shapes); full recomputation
    re-runs each block's forward, selective the attention core.
@@ -37,7 +39,7 @@ GLOBAL_CONSTANTS with their sources.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from ..errors import LlmcalcError
@@ -45,6 +47,7 @@ from ..hardware import Accelerator
 from ..spec import ModelSpec
 from ..units import GIB
 from . import comm
+from .activations import ATTENTION_IMPLS
 from .flops import _attention, _ffn, _moe, step_flops
 from .memory import RECIPES, lookup
 from .pipeline import SCHEDULES, chunks_per_rank, simulate, stage_of
@@ -56,11 +59,17 @@ HBM_EFFICIENCY = 0.9
 # the A100's 271 TFLOP/s MAMF: the attention core runs at 225/271 of the GEMM ceiling.
 ATTENTION_EFFICIENCY = 225.0 / 271.2
 TILES = ((256, 128), (128, 128))
+# Projections that read the same input run as one GEMM with their output columns concatenated, as
+# Megatron-LM builds them: one ColumnParallelLinear "query_key_value" (3h, or h + 2·kv for GQA) and one
+# "linear_fc1" holding gate and up for gated MLPs (megatron/model/transformer.py, megatron/core
+# transformer/mlp.py). Split into three GEMMs, a GQA model's K and V projections after TP splitting are a
+# few hundred columns wide and would fill a fraction of one wave.
+FUSED_GEMMS = {"q_proj": "qkv", "k_proj": "qkv", "v_proj": "qkv", "gate_proj": "fc1", "up_proj": "fc1"}
 # The one constant fitted to measurements: the fraction of the isolated-kernel rates (MAMF, FlashAttention,
 # streaming HBM) that kernels keep inside a real training step (launch gaps, synchronisation, clocks under
 # sustained load). Fitted once, globally, to the 13 rows of benchmarks/bench_steptime.py (Narayanan et al.
 # 2021 Table 1 and Llama 3 Table 4); the benchmark also reports leave-one-out errors.
-KERNEL_EFFICIENCY = 0.83  # CUTLASS/cuBLAS output tiles (Matrix Multiplication Background guide)
+KERNEL_EFFICIENCY = 0.82
 
 GLOBAL_CONSTANTS = {
     "MAMF (per accelerator preset)": "measured max achievable bf16 matmul FLOP/s, S. Bekman ml-engineering table",
@@ -73,7 +82,12 @@ GLOBAL_CONSTANTS = {
                                                 "benchmarks/bench_steptime.py",
     f"NCCL_BUS_EFFICIENCY = {comm.NCCL_BUS_EFFICIENCY}": "nccl-tests all_reduce busbw ~230-240 GB/s of 300 GB/s "
                                                          "NVLink on DGX A100",
-    "network tier (per accelerator preset)": "GPUs per node, NVLink and per-GPU NIC bandwidth, latency per step",
+    "network tier (per accelerator preset)": "GPUs per node, NVLink and per-GPU NIC bandwidth, latency per step; a "
+                                             "ring collective with g ranks per node crosses nodes on g NICs (NCCL "
+                                             "rings, one NIC per channel)",
+    "fused GEMMs": "QKV and gate+up (fc1) as one GEMM each, as Megatron-LM builds them",
+    "attention \"eager\"": "materialised S² scores: batched GEMMs + fused softmax (+ dropout), Megatron-LM before "
+                          "FlashAttention (Narayanan et al. 2021 sec. 4.2)",
 }
 
 
@@ -255,25 +269,51 @@ def steptime_presets() -> list[str]:
     return [k for k in hardware_names() if "network" in hardware_config(k)]
 
 
-def tile_wave_efficiency(m: float, n: float, sms: int) -> float:
+def tile_wave_efficiency(m: float, n: float, sms: int, batch: float = 1) -> float:
     """Useful fraction of the GEMM work after tile and wave quantization (NVIDIA Matrix Multiplication
-    Background guide): output tiles rounded up, tiles run in waves of one per SM."""
+    Background guide): output tiles rounded up, tiles run in waves of one per SM; a strided batched GEMM
+    of `batch` matrices runs all their tiles in the same waves."""
     best = 0.0
     for tm, tn in TILES:
-        tiles = math.ceil(m / tm) * math.ceil(n / tn)
+        tiles = batch * math.ceil(m / tm) * math.ceil(n / tn)
         waves = math.ceil(tiles / sms)
-        best = max(best, (m * n) / (tiles * tm * tn) * tiles / (waves * sms))
+        best = max(best, (batch * m * n) / (tiles * tm * tn) * tiles / (waves * sms))
     return best
 
 
-def gemm_seconds(m: float, k: float, n: float, dev: Device, act_bytes: float) -> float:
-    """One (m x k) @ (k x n) matmul on the roofline with the quantization curve."""
+def gemm_seconds(m: float, k: float, n: float, dev: Device, act_bytes: float, batch: float = 1) -> float:
+    """`batch` (m x k) @ (k x n) matmuls (one strided batched GEMM) on the roofline with the quantization
+    curve: the longer of FLOPs at the matmul ceiling and operand + result bytes at the HBM bandwidth."""
     if m <= 0 or k <= 0 or n <= 0:
         return 0.0
-    flops = 2 * m * k * n
-    compute = flops / (dev.mamf * KERNEL_EFFICIENCY * tile_wave_efficiency(m, n, dev.sm_count))
-    memory = act_bytes * (m * k + k * n + m * n) / dev.hbm
+    flops = 2 * m * k * n * batch
+    compute = flops / (dev.mamf * KERNEL_EFFICIENCY * tile_wave_efficiency(m, n, dev.sm_count, batch))
+    memory = batch * act_bytes * (m * k + k * n + m * n) / dev.hbm
     return max(compute, memory)
+
+
+def eager_attention_seconds(spec: ModelSpec, lay: Layout, seq_len: int, dev: Device, act_bytes: float,
+                            dropout: bool) -> tuple[float, float]:
+    """(forward, backward) seconds of one layer's attention core when the B·H·S² scores are materialised,
+    as Megatron-LM did before FlashAttention (Narayanan et al. 2021 sec. 4.2: strided batched GEMMs for QKᵀ
+    and PV, one fused scale-mask-softmax kernel; attention dropout on the probabilities, Megatron-LM's
+    default --attention-dropout 0.1). Per head on this GPU (H/tp heads, S/cp queries against S keys):
+    forward QKᵀ (S/cp x dh x S) and PV (S/cp x S x dv); backward dP = dO Vᵀ, dV = Pᵀ dO, dS K, dSᵀ Q
+    (twice the forward's matmuls), each a batched GEMM on the roofline; with small dh these are bound by
+    writing/reading the S² matrix, not by FLOPs. Elementwise passes over the S² matrix (act_bytes each per
+    element, read or write): softmax read + write (2), its backward reads P and dP and writes dS (3);
+    dropout reads, writes and stores a 1-byte mask (2 + mask), its backward the same."""
+    heads = lay.micro_batch * spec.n_heads / lay.tp
+    q, kv = seq_len / lay.cp, seq_len
+    dqk = spec.qk_head_dim if spec.is_mla else spec.d_head
+    dv = spec.v_head_dim if spec.is_mla else spec.d_head
+    mm_fwd = gemm_seconds(q, dqk, kv, dev, act_bytes, batch=heads) + gemm_seconds(q, kv, dv, dev, act_bytes,
+                                                                                 batch=heads)
+    elements = heads * q * kv
+    drop = (2 * act_bytes + 1) if dropout else 0.0
+    fwd = mm_fwd + elements * (2 * act_bytes + drop) / dev.hbm
+    bwd = 2 * mm_fwd + elements * (3 * act_bytes + drop) / dev.hbm
+    return fwd, bwd
 
 
 @dataclass
@@ -298,7 +338,8 @@ class StageTimes:
 
 
 def _layer_times(spec: ModelSpec, layer: int, lay: Layout, seq_len: int, causal: bool, recompute: str,
-                 dev: Device, act_bytes: float) -> StageTimes:  # long: one layer's terms, one per source line
+                 dev: Device, act_bytes: float, attention: str = "flash",
+                 dropout: bool = False) -> StageTimes:  # long: one layer's terms, one per source line
     b, s, tp, cp = lay.micro_batch, seq_len, lay.tp, lay.cp
     tokens = b * s / cp  # tokens this GPU processes in the layer
     D = spec.d_model
@@ -306,25 +347,24 @@ def _layer_times(spec: ModelSpec, layer: int, lay: Layout, seq_len: int, causal:
     moe = spec.is_moe_layer(layer)
     ops.update(_moe(spec, b * s, "moe") if moe else _ffn(spec, b * s, spec.d_ff, "mlp"))
     fwd = attn_core = 0.0
+    fused: dict[str, float] = {}  # fused group -> output columns on this GPU
     for name, flops in ops.items():
         part = name.split("/")[1]
         f_gpu = flops / (tp * cp)
         if part in ("scores", "values"):
-            t = f_gpu / (dev.mamf * KERNEL_EFFICIENCY * ATTENTION_EFFICIENCY)
-            attn_core += t
+            if attention == "flash":
+                attn_core += f_gpu / (dev.mamf * KERNEL_EFFICIENCY * ATTENTION_EFFICIENCY)
             continue
         if part == "router":
             t = gemm_seconds(tokens, D, spec.n_experts, dev, act_bytes)
-        elif part in ("experts", "shared_experts"):
-            width = spec.d_ff_expert
-            if part == "experts":  # balanced routing: local experts see tokens·top_k·ep/E tokens each
-                n_local = spec.n_experts / lay.ep
-                m_e = tokens * spec.n_experts_per_token * lay.ep / spec.n_experts
-                one = (3 if spec.gated else 2) * gemm_seconds(m_e, D, width / tp, dev, act_bytes)
-                t = n_local * one
-            else:
-                t = spec.n_shared_experts * (3 if spec.gated else 2) * gemm_seconds(tokens, D, width / tp, dev,
-                                                                                     act_bytes)
+        elif part == "experts":  # balanced routing: local experts see tokens·top_k·ep/E tokens each
+            m_e = tokens * spec.n_experts_per_token * lay.ep / spec.n_experts
+            t = spec.n_experts / lay.ep * _mlp_seconds(spec, m_e, spec.d_ff_expert / tp, dev, act_bytes)
+        elif part == "shared_experts":
+            t = spec.n_shared_experts * _mlp_seconds(spec, tokens, spec.d_ff_expert / tp, dev, act_bytes)
+        elif part in FUSED_GEMMS:  # column-parallel on the layer input: one GEMM per fused group
+            fused[FUSED_GEMMS[part]] = fused.get(FUSED_GEMMS[part], 0.0) + flops / (2 * b * s * D) / tp
+            continue
         else:
             full_k = D
             if part in ("o_proj", "down_proj"):  # row-parallel: the input dimension is split
@@ -339,6 +379,7 @@ def _layer_times(spec: ModelSpec, layer: int, lay: Layout, seq_len: int, causal:
                 n = flops / (2 * b * s * full_k) / tp
             t = gemm_seconds(tokens, k, n, dev, act_bytes)
         fwd += t
+    fwd += sum(gemm_seconds(tokens, D, n, dev, act_bytes) for n in fused.values())
     # memory-bound elementwise work, bytes per token (read + write), forward; backward twice that
     sp_div = tp if lay.sequence_parallel else 1
     width = spec.d_ff_expert * spec.n_experts_per_token if moe else spec.d_ff
@@ -346,10 +387,14 @@ def _layer_times(spec: ModelSpec, layer: int, lay: Layout, seq_len: int, causal:
     f_terms = (3 if spec.gated else 2) * width / tp
     rope = 2 * (spec.n_heads + spec.n_kv_heads) * spec.d_head / tp if spec.pos_emb == "rope" else 0
     elem = b * s / cp * (d_terms + f_terms + rope) * act_bytes / dev.hbm
+    if attention == "flash":  # flash backward recomputes QKᵀ: 2.5 x the forward's matmul work
+        attn_bwd = 2.5 * attn_core
+    else:
+        attn_core, attn_bwd = eager_attention_seconds(spec, lay, seq_len, dev, act_bytes, dropout=dropout)
     t = StageTimes()
     t.fwd = fwd + attn_core + elem
     t.bwd_weight = fwd  # weight-gradient matmuls: one forward's worth
-    t.bwd_input = fwd + 2.5 * attn_core + 2 * elem  # input gradients; flash backward recomputes QKᵀ
+    t.bwd_input = fwd + attn_bwd + 2 * elem  # input gradients
     if recompute == "full":
         t.bwd_input += t.fwd
     elif recompute == "selective":
@@ -364,13 +409,20 @@ def _layer_times(spec: ModelSpec, layer: int, lay: Layout, seq_len: int, causal:
         kv_width = (spec.n_kv_heads * spec.d_head) / min(tp, spec.n_kv_heads) if not spec.is_mla else \
             (spec.kv_lora_rank + spec.qk_rope_head_dim)
         fwd_c, bwd_c = comm.cp_collectives(tokens, kv_width, act_bytes, cp, tp)
-        t.cp = max(0.0, fwd_c.seconds(net) - attn_core) + max(0.0, bwd_c.seconds(net) - 2.5 * attn_core)
+        t.cp = max(0.0, fwd_c.seconds(net) - attn_core) + max(0.0, bwd_c.seconds(net) - attn_bwd)
         t.comm_fwd += max(0.0, fwd_c.seconds(net) - attn_core)
     if moe and lay.ep > 1:
         t.ep = comm.total_seconds(comm.ep_collectives(tokens, spec.n_experts_per_token, D, act_bytes, ep=lay.ep,
                                                       stride=tp * cp * lay.pp, passes=passes), net)
         t.comm_fwd += t.ep / passes
     return t
+
+
+def _mlp_seconds(spec: ModelSpec, tokens: float, width: float, dev: Device, act_bytes: float) -> float:
+    """One (expert) MLP of `width` columns on this GPU: the fused gate+up (or fc1) GEMM, then down."""
+    up = (2 if spec.gated else 1) * width
+    return gemm_seconds(tokens, spec.d_model, up, dev, act_bytes) + gemm_seconds(tokens, width, spec.d_model, dev,
+                                                                                  act_bytes)
 
 
 def _head_times(spec: ModelSpec, lay: Layout, seq_len: int, dev: Device, act_bytes: float) -> StageTimes:
@@ -460,8 +512,14 @@ def _routed_expert_params_per_layer(spec: ModelSpec) -> float:
 
 
 def predict(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, causal: bool = False,
-            recompute: str = "none", recipe: str = "bf16-mixed") -> StepPrediction:  # long: docstring's terms in order
-    """Predicted step time of `layout` (see the module docstring for the model and its overlap rule)."""
+            recompute: str = "none", recipe: str = "bf16-mixed", attention: str = "flash",
+            dropout: bool = False) -> StepPrediction:  # long: docstring's terms in order
+    """Predicted step time of `layout` (see the module docstring for the model and its overlap rule).
+
+    attention: "flash" (fused, no S² matrix) or "eager" (materialised scores, `eager_attention_seconds`);
+    dropout: attention dropout on the probabilities (eager only; flash fuses it)."""
+    if attention not in ATTENTION_IMPLS:
+        raise LlmcalcError(f"unknown attention {attention!r}; use one of {', '.join(ATTENTION_IMPLS)}")
     rec = lookup(RECIPES, "recipe", recipe)
     act_bytes = rec.act_bytes
     lay = layout
@@ -477,7 +535,7 @@ def predict(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, causa
             moe = spec.is_moe_layer(i)
             if moe not in cache:
                 cache[moe] = _layer_times(spec, i, lay, seq_len, causal=causal, recompute=recompute, dev=device,
-                                          act_bytes=act_bytes)
+                                          act_bytes=act_bytes, attention=attention, dropout=dropout)
             lt = cache[moe]
             for f in ("fwd", "bwd_input", "bwd_weight", "tp", "cp", "ep", "comm_fwd"):
                 setattr(total, f, getattr(total, f) + getattr(lt, f))
@@ -560,6 +618,9 @@ def predict(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, causa
     flops = step_flops(spec, lay.global_batch, seq_len, causal, recompute)
     notes = [f"layers per pipeline stage ({n_stages} stages = pp {lay.pp} x {v} chunk{'s' if v > 1 else ''}): "
              + _describe_split(split)]
+    if attention == "eager":
+        notes.append("attention core with the B·H·S² scores materialised (batched GEMMs + softmax"
+                     + (" + dropout" if dropout else "") + "), as before FlashAttention")
     return StepPrediction(spec, device, lay, seq_len, causal=causal, recompute=recompute, step_seconds=step,
                           breakdown=breakdown, model_flops=float(flops.model_flops),
                           hardware_flops=float(flops.hardware_flops), layers_per_stage=split, notes=notes)
@@ -650,11 +711,10 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
 
     tp runs over the divisors of GPUs per node (TP stays on NVLink), pp up to 64 (memory checked for the
     most loaded stage, ceil(L/pp) layers), cp over powers of two up to 16 keeping >= 1k tokens per rank;
-    ZeRO-1; recomputation: the least of none, selective, full that fits, unless `recompute` is given.
+    ZeRO-1 with the least of none, selective, full recomputation that fits (only `recompute` if given), else
+    ZeRO-3 (FSDP) the same way.
     `progress(total)` (optional) returns a function called once per layout tried.
     """
-    from .memory import Parallel, training_memory
-
     check_modelled(spec)
     dev = device_for(gpu, dtype)
     capacity = dev.accelerator.memory_bytes
@@ -673,29 +733,42 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
         except LlmcalcError:
             counts["invalid"] += 1
             continue
-        # memory of the most loaded stage: ceil(L / pp) layers on every stage
-        even = spec.replace(n_layers=math.ceil(spec.n_layers / pp) * pp, n_dense_layers=spec.n_dense_layers)
-        fit = None
-        for rc in tries:
-            mem = training_memory(even, mb, seq_len // cp, recipe="bf16-mixed", optimizer="adamw", recompute=rc,
-                                  attention="flash", parallel=Parallel(n_gpus // cp, tp, pp, 1, True))
-            if mem.peak <= capacity:
-                fit = (rc, mem.peak)
-                break
-        if fit is None:
+        rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity)
+        if rc is None:
             counts["oom"] += 1
-            oom.append((lay, mem.peak, tries[-1]))
+            oom.append((lay, peak, tries[-1] + (" and ZeRO-3" if zero == 3 else "")))
             continue
         counts["fit"] += 1
-        ranked.append((predict(spec, dev, lay, seq_len, causal=causal, recompute=fit[0]), fit[1]))
+        lay = replace(lay, zero=zero)
+        ranked.append((predict(spec, dev, lay, seq_len, causal=causal, recompute=rc), peak))
     ranked.sort(key=lambda pm: -pm[0].tokens_per_second)
     losers = _why_they_lose(ranked, oom, capacity)
     return ranked, losers, counts
 
 
+def _least_that_fits(spec: ModelSpec, lay: Layout, seq_len: int, tries: list[str],
+                     capacity: float) -> tuple[str | None, int, float]:
+    """(recompute, ZeRO stage, peak bytes) of the cheapest setting whose most loaded stage (ceil(L / pp) layers
+    on every stage) fits `capacity`: ZeRO-1 with the least recomputation, else ZeRO-3 (FSDP: weights and
+    gradients sharded too, at three weight/gradient transfers per micro-batch) where dp > 1;
+    (None, last stage tried, its peak) when nothing fits."""
+    from .memory import Parallel, training_memory
+
+    even = spec.replace(n_layers=math.ceil(spec.n_layers / lay.pp) * lay.pp, n_dense_layers=spec.n_dense_layers)
+    peak, zero = 0.0, 1
+    for zero in (1, 3) if lay.dp > 1 else (1,):
+        for rc in tries:
+            peak = training_memory(even, lay.micro_batch, seq_len // lay.cp, recipe="bf16-mixed", optimizer="adamw",
+                                   recompute=rc, attention="flash",
+                                   parallel=Parallel(lay.n_gpus // lay.cp, lay.tp, lay.pp, zero, True)).peak
+            if peak <= capacity:
+                return rc, zero, peak
+    return None, zero, peak
+
+
 def _describe(lay: Layout, rc: str | None = None) -> str:
     text = f"tp {lay.tp} cp {lay.cp} pp {lay.pp} dp {lay.dp}" + (f" vpp {lay.vpp}" if lay.vpp > 1 else "")
-    return text + f" mb {lay.micro_batch}" + (f" recompute {rc}" if rc else "")
+    return text + f" mb {lay.micro_batch}" + (f" recompute {rc}" if rc else "") + (" ZeRO-3" if lay.zero == 3 else "")
 
 
 def _why_they_lose(ranked: list, oom: list, capacity: float) -> list:

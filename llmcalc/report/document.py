@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LlmcalcError
-from ..units import fmt_bytes
+from ..units import GIB, fmt_bytes
 from .interrupts import Interrupted, checkpoint, signals_deferred
 from .tables import Document, Table, _tabulate, render
 
@@ -65,8 +65,9 @@ class Report:
         for table in doc.tables:
             if table.human:
                 notes = [n for n in (report_note(note) for note in table.notes) if n]
-                columns = [replace(c, label=c.label.replace(" (GiB)", ""), fmt=fmt_bytes) if c.label.endswith("(GiB)")
-                           else c for c in table.columns]  # GiB, and MiB below 1 GiB, each cell with its unit
+                columns = [replace(c, label=c.label.replace(" (GiB)", ""), fmt=_bytes_of(c))
+                           if c.label.endswith("(GiB)") else c
+                           for c in table.columns]  # GiB, and MiB below 1 GiB, each cell with its unit
                 self.table(Table(table.title, columns, table.rows, notes, table.human))
 
     def csv(self, name: str, frame) -> None:
@@ -358,3 +359,11 @@ class Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.__exit__(None, None, None)
+
+
+def _bytes_of(column):
+    """The report's byte formatter for a "(GiB)" column: its raw values are bytes, or GiB where the key
+    says so (`layout`'s JSON contract `memory_gib`)."""
+    if column.key.endswith("_gib"):
+        return lambda v: fmt_bytes(v * GIB)
+    return fmt_bytes

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..analytic.steptime import GLOBAL_CONSTANTS, StepPrediction
-from ..units import si
+from ..units import GIB, si
 from .tables import Column, Document, Table
 
 BREAKDOWN_LABELS = {
@@ -53,7 +53,7 @@ def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batc
         worst = max(((k, v) for k, v in pred.breakdown.items() if k != "compute"), key=lambda kv: kv[1])
         rows.append({"rank": i, "tp": lay.tp, "cp": lay.cp, "pp": lay.pp, "vpp": lay.vpp, "dp": lay.dp, "ep": lay.ep,
                      "micro_batch": lay.micro_batch, "recompute": pred.recompute, "zero": lay.zero,
-                     "schedule": lay.schedule, "memory_gib": mem / 2**30, "step_seconds": pred.step_seconds,
+                     "schedule": lay.schedule, "memory_gib": mem / GIB, "step_seconds": pred.step_seconds,
                      "mfu": pred.mfu, "tokens_per_second": pred.tokens_per_second,
                      "biggest_loss": f"{worst[0]} {_pct(worst[1] / pred.step_seconds)}",
                      "breakdown_seconds": dict(pred.breakdown)})
@@ -73,7 +73,8 @@ def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batc
                     [f"searched {counts['searched']} layouts: {counts['fit']} fit, {counts['oom']} do not fit in "
                      f"memory, {counts['invalid']} contradict the model (heads, layers, batch)",
                      "memory: `llmcalc memory`'s per-GPU model (bf16-mixed + AdamW, flash attention, sequence "
-                     "parallel); recomputation: the least that fits is tried first",
+                     "parallel); the least recomputation that fits is tried first with ZeRO-1, then with ZeRO-3 "
+                     "(FSDP)",
                      OVERLAP_RULE]),
               Table("why the others lose", [Column("layout", "layout", align="left"),
                                             Column("why", "why", align="left"),
