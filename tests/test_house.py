@@ -23,7 +23,6 @@ MAX_POSITIONAL = 5
 # (path, function) for long functions; (path, callee) -> number of calls for positional-argument calls.
 PENDING_LONG = {
     ("llmcalc/profiling/measure.py", "real_profile"),
-    ("llmcalc/report/planning.py", "build_report"),
     ("llmcalc/report/plots.py", "memory_vs_batch"),
     ("llmcalc/report/views_compute.py", "flops_document"),
     ("llmcalc/report/views_memory.py", "training_memory_document"),
