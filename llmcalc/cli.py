@@ -779,21 +779,58 @@ def compare(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe,
               show_default=True, help="Also profile each model and show formulas against measurements.")
 @click.option("--serve", "serving", is_flag=True,
               help="Add serving figures: KV blocks, concurrency and throughput at --seq-len tokens per request.")
+@finetune_options
+@click.option("--sharded-profile", "sharded_world", type=POSITIVE_INT, default=None,
+              help="Add a virtual sharded profile at this world size (FSDP2 over dp x DTensor TP with --tp, fake "
+                   "process group): every rank's figures against the formulas. Slow (seconds to minutes).")
 @format_option
 def report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, zero, tp, micro_batch, recompute,
-           causal, out, force, profile_mode, serving, fmt):
+           causal, out, force, profile_mode, serving, finetune, lora_rank, lora_targets, base_dtype, double_quant,
+           sharded_world, fmt):
     """A planning report for MODELS: report.md, self-contained report.html, figures (PNG), tables (CSV)."""
     from .report.interrupts import signals_as_interrupts
 
+    cfg = make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant)
     with signals_as_interrupts():  # Ctrl-C: exit 130, SIGTERM: 143; the old report or the new one, whole
         _report(models, seq_len, tokens, gpu, n_gpus=n_gpus, mfu=mfu, usd_per_gpu_hour=usd_per_gpu_hour,
                 recipe=recipe, zero=zero, tp=tp, micro_batch=micro_batch,
                 recompute=recompute, causal=causal, out=out, force=force, profile_mode=profile_mode, serving=serving,
-                fmt=fmt)
+                finetune_cfg=cfg, sharded_world=sharded_world, fmt=fmt)
+
+
+def _check_report_extras(specs, finetune_cfg, sharded_world, tp) -> None:
+    """Refuse, before any work, a fine-tuning set-up or a sharded profile that a model cannot take."""
+    if finetune_cfg is not None:
+        from .analytic.finetune import finetune
+
+        for spec in specs:
+            finetune(spec, finetune_cfg)  # a target set that adapts no linear of the model is refused
+    if sharded_world is not None:
+        _need_torch()
+        from .profiling.distributed import check_layout
+        from .profiling.model import check_buildable
+
+        for spec in specs:
+            check_buildable(spec)
+            check_layout(spec, sharded_world, tp)
+
+
+def _sharded_profiles(specs, world, tp, micro_batch, seq_len, progress=None) -> dict[str, dict]:
+    """Each model's virtual sharded profile (bf16 FSDP2 mixed precision), as `profile --virtual --world-size`."""
+    from .profiling.distributed import virtual_distributed_profile
+
+    out = {}
+    for spec in specs:
+        if progress is not None:
+            progress.step(f"sharded profile of {spec.name}")
+        out[spec.name] = virtual_distributed_profile(spec, world, tp, micro_batch, seq=seq_len, mixed=True,
+                                                     attention="sdpa").to_json()
+    return out
 
 
 def _report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, zero, tp, micro_batch, recompute,
-            causal, out, force, profile_mode, serving, fmt):  # long: the report's steps, each a checkpoint
+            causal, out, force, profile_mode, serving, fmt, finetune_cfg=None,
+            sharded_world=None):  # long: the report's steps, each a checkpoint
     from pathlib import Path
 
     from .presets import load_hardware, model_source
@@ -813,13 +850,15 @@ def _report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe,
         raise click.UsageError(f"models must differ; got {', '.join(models)}")
     if profile_mode != "none":
         _check_profile_size(specs, micro_batch, seq_len, virtual=profile_mode == "virtual")
+    _check_report_extras(specs, finetune_cfg, sharded_world, tp)
     target = Path(out) if out else Path("reports") / "+".join(safe_name(n) for n in names)
     check_destination(target, force)
     sources = {s.name: model_source(m) for s, m in zip(specs, models, strict=True)}
     meta = provenance(getattr(click.get_current_context().find_root().command, "argv", sys.argv[1:]), sources,
                       scenario)
     profiles = None
-    steps = 6 + (len(specs) if profile_mode != "none" else 0) + serving
+    steps = (6 + (len(specs) if profile_mode != "none" else 0) + serving + (finetune_cfg is not None)
+             + (len(specs) if sharded_world else 0))
     progress = Progress(steps, "report")
     try:
         if profile_mode != "none":
@@ -836,10 +875,12 @@ def _report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe,
                     peak, source = peak_for("cpu", "fp32")
                     profiles[spec.name] = real_profile(spec, "cpu", micro_batch, seq_len, "fp32", steps=3, warmup=1,
                                                        peak_flops=peak, peak_source=source)
-        from .report.planning import build_report
+        sharded = (_sharded_profiles(specs, sharded_world, tp, micro_batch, seq_len, progress=progress)
+                   if sharded_world else None)
+        from .report.planning import Extras, build_report
 
-        built = build_report(specs, sources, scenario, load_hardware, profiles=profiles, progress=progress,
-                             serve=serving, meta=meta)
+        built = build_report(specs, sources, scenario, load_hardware, progress=progress, meta=meta,
+                             extras=Extras(profiles=profiles, serve=serving, finetune=finetune_cfg, sharded=sharded))
     except Interrupted as exc:
         exc.state = outcome(target, meta)
         raise

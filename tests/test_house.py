@@ -21,9 +21,7 @@ MAX_LINES = 60
 MAX_POSITIONAL = 5
 
 # (path, function) for long functions; (path, callee) -> number of calls for positional-argument calls.
-PENDING_LONG = {
-    ("llmcalc/report/planning.py", "build_report"),
-}
+PENDING_LONG: set[tuple[str, str]] = set()
 PENDING_POSITIONAL: Counter = Counter()
 
 

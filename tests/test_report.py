@@ -124,6 +124,68 @@ def test_report_with_a_virtual_profile(tmp_path):
     assert any(r["name"] == "forward FLOPs" and float(r["rel_error"]) == 0 for r in rows)
 
 
+def test_report_with_finetuning_and_fp8(tmp_path):
+    """--finetune qlora --recipe fp8: full / LoRA / QLoRA side by side and the FP8 recipes beside bf16-mixed, each
+    column what `memory` prints for that set-up; trainable parameters and FLOPs by hand; MFU against both peaks."""
+    out = make_report(tmp_path, "llama-3-8b", extra=("--finetune", "qlora", "--recipe", "fp8"))
+    figures = check_files(out, 1)
+    assert {"finetune_memory.png", "fp8_memory.png"} <= set(figures)
+    md = (out / "report.md").read_text()
+    assert "## FP8 training" in md and "## Fine-tuning (LoRA and QLoRA)" in md
+    peaks = {r["name"]: r for r in read_csv(out / "tables" / "finetune-llama-3-8b.csv")}["peak per GPU"]
+    one_gpu = ("--micro-batch", "1", "--seq-len", "4096")
+    assert float(peaks["full"]) == pytest.approx(cli_json("memory", "llama-3-8b", *one_gpu)["per_gpu_bytes"])
+    for method in ("lora", "qlora"):
+        memory = cli_json("memory", "llama-3-8b", *one_gpu, "--finetune", method)
+        assert float(peaks[method]) == pytest.approx(memory["per_gpu_bytes"])
+    assert "| QLoRA (nf4 base) · plan" in md  # the plan's method marked
+    # llama-3-8b, rank 16 on all-linear: r·(d_in + d_out) per linear, D 4,096, 8 KV heads x 128, d_ff 14,336, 32 layers
+    per_layer = (4096 + 4096) * 2 + (4096 + 1024) * 2 + (4096 + 14336) * 3
+    assert f"| trainable (adapters) | {16 * per_layer * 32:,} |" in md.replace("  ", "").replace(" |", " |")
+    frozen = cli_json("params", "llama-3-8b")["total"]
+    rule = 4 * frozen + 6 * 16 * per_layer * 32  # 4·N_frozen + 6·N_adapter FLOPs per token (dense: all active)
+    assert re.search(rf"\| QLoRA \(nf4 base\) · plan +\| +41\.9 M \| +[\d.]+ G \| +{rule / 1e9:.1f} G \| "
+                     r"4·N_frozen \+ 6·N_adapter", md)
+    # FP8: every recipe's column is `memory --recipe R` on the plan's layout; MFU against both H100 peaks
+    fp8 = {r["name"]: r for r in read_csv(out / "tables" / "fp8-llama-3-8b.csv")}["peak per GPU"]
+    for recipe in ("bf16-mixed", "fp8", "fp8-current", "fp8-torchao"):
+        memory = cli_json("memory", "llama-3-8b", "--recipe", recipe, "--seq-len", "4096", "--n-gpus", "1024",
+                          "--zero", "3")
+        assert float(fp8[recipe]) == pytest.approx(memory["per_gpu_bytes"])
+    assert re.search(r"MFU vs dense bf16 peak \(989\.4 TFLOP/s\) +\| 40\.0 %", md)
+    assert re.search(r"MFU vs dense fp8 peak \(1,979 TFLOP/s\) +\| 20\.0 %", md)  # 0.4 x 989.4 / 1,978.9
+
+
+def test_report_extras_refuse_bad_input_before_any_work(tmp_path):
+    out = tmp_path / "r"
+    one_line(run("report", "llama-3-8b", *SCENARIO, "--out", out, "--lora-rank", "8"), "needs --finetune")
+    one_line(run("report", "llama-3-8b", *SCENARIO, "--out", out, "--finetune", "lora", "--lora-targets", "qq"),
+             "unknown LoRA target 'qq'")
+    one_line(run("report", "llama-3-8b", *SCENARIO, "--out", out, "--finetune", "qlora", "--base-dtype", "bf16"),
+             "QLoRA quantises the base")
+    one_line(run("report", "llama-3-8b", *SCENARIO, "--out", out, "--sharded-profile", "6", "--tp", "4"),
+             "not divisible by --tp 4")
+    one_line(run("report", "mixtral-8x7b", *SCENARIO, "--out", out, "--sharded-profile", "4"), "no MoE")
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_report_with_a_sharded_profile(tmp_path):
+    """--sharded-profile 4 --tp 2: the section carries what `profile --virtual --world-size 4 --tp 2` measures."""
+    out = tmp_path / "sharded"
+    result = run("report", "llmcalc-tiny", *SCENARIO[:-6], "--n-gpus", "8", "--seq-len", "256", "--tp", "2",
+                 "--sharded-profile", "4", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert (out / "figures" / "sharded-llmcalc-tiny.png").exists()
+    md = (out / "report.md").read_text()
+    assert "## Sharded profile (virtual)" in md and "world 4 = dp 2 x tp 2" in md
+    profile = cli_json("profile", "llmcalc-tiny", "--virtual", "--world-size", "4", "--tp", "2", "--seq-len", "256")
+    rows = read_csv(out / "tables" / "sharded-llmcalc-tiny.csv")
+    rank0 = profile["ranks"][0]
+    assert float(rows[0]["param_bytes_m"]) == rank0["param_bytes"]["measured"] == rank0["param_bytes"]["analytic"]
+    assert float(rows[0]["peak_memory_bytes_m"]) == pytest.approx(rank0["peak_memory_bytes"]["measured"])
+
+
 def test_existing_report_needs_force_and_survives_a_failure(tmp_path, monkeypatch):
     out = make_report(tmp_path, "qwen2.5-0.5b")
     before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}

@@ -49,7 +49,7 @@ def profile_document(r: ProfileResult) -> Document:
          Column("unit", "unit", show=False)],
         [{**row, "a_text": _value(row["unit"], row["analytic"]), "m_text": _value(row["unit"], row["measured"]),
           "e_text": _error(row["comparison"])} for row in rows],
-        PROFILE_CONVENTIONS + [f"{c.name}: {c.note}" for c in r.comparisons if c.note][:4],
+        PROFILE_CONVENTIONS + [f"{c.name}: {c.note}" for c in r.comparisons if c.note],
     )
     tables = [compare]
     if r.mode == "real":
