@@ -558,6 +558,8 @@ STORAGE_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8", "int4")
               help="ZeRO stage over data parallelism: 0-3.")
 @click.option("--tp", type=DEGREE, default=1, show_default=True, help="Tensor-parallel degree.")
 @click.option("--pp", type=DEGREE, default=1, show_default=True, help="Pipeline-parallel degree (1F1B).")
+@click.option("--ep", type=DEGREE, default=1, show_default=True,
+              help="Expert-parallel degree, carved from dp (MoE): routed experts split over ep GPUs.")
 @click.option("--sequence-parallel/--no-sequence-parallel", default=True, show_default=True,
               help="With --tp > 1: shard the norm and dropout activations over the tensor-parallel group.")
 @click.option("--reserve-gib", type=Number(zero=True, maximum=1e6), default=0.0, show_default=True,
@@ -569,9 +571,8 @@ STORAGE_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8", "int4")
 @format_option
 @click.pass_context
 def memory(ctx, model, seq_len, batch_size, recipe, optimizer, optimizer_bytes, optimizer_impl, recompute, attention,
-           dropout, gpu, n_gpus, zero, tp, pp, sequence_parallel, reserve_gib, inference, moved_option, finetune,
-           lora_rank, lora_targets, base_dtype, double_quant, 
-           fmt):
+           dropout, gpu, n_gpus, zero, tp, pp, ep, sequence_parallel, reserve_gib, inference, moved_option, finetune,
+           lora_rank, lora_targets, base_dtype, double_quant, fmt):
     """Training memory per GPU of MODEL, and whether it fits (serving memory: `llmcalc serve`)."""
     from .presets import load_hardware
 
@@ -597,7 +598,7 @@ def memory(ctx, model, seq_len, batch_size, recipe, optimizer, optimizer_bytes, 
         from .analytic.finetune import finetune_memory
         from .report.views_finetune import finetune_memory_document
 
-        clash = [name for name, off in (("--tp", tp == 1), ("--pp", pp == 1), ("--zero", zero == 0),
+        clash = [name for name, off in (("--tp", tp == 1), ("--pp", pp == 1), ("--ep", ep == 1), ("--zero", zero == 0),
                                         ("--recipe", recipe == "bf16-mixed"), ("--optimizer-impl", optimizer_impl ==
                                                                                "fused")) if not off]
         if clash:
@@ -607,7 +608,7 @@ def memory(ctx, model, seq_len, batch_size, recipe, optimizer, optimizer_bytes, 
                               dropout=dropout)
         emit(finetune_memory_document(est, device, reserve), fmt)
         return
-    parallel = Parallel(n_gpus or tp * pp, tp, pp, zero, sequence_parallel)
+    parallel = Parallel(n_gpus or tp * pp * ep, tp, pp, zero, sequence_parallel, ep=ep)
     settings = dict(batch=batch_size, seq_len=seq_len, recipe=recipe, optimizer=opt, recompute=recompute,
                     attention=attention, dropout=dropout, optimizer_impl=optimizer_impl)
     est = training_memory(spec, parallel=parallel, **settings)

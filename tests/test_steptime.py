@@ -368,9 +368,29 @@ def test_layout_falls_back_to_zero3_where_zero1_does_not_fit():
             "--top", 1000, "--format", "json")
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
-    pure_dp = [row for row in d["layouts"] if (row["tp"], row["cp"], row["pp"]) == (1, 1, 1)]
+    pure_dp = [row for row in d["layouts"] if (row["tp"], row["cp"], row["pp"], row["ep"]) == (1, 1, 1, 1)]
     assert pure_dp and all(row["zero"] == 3 and row["memory_gib"] <= 80 for row in pure_dp)
     assert {row["zero"] for row in d["layouts"]} == {1, 3} and d["counts"]["oom"] == 0
+
+
+def test_layout_searches_expert_parallelism_with_its_memory():
+    """Mixtral 8x7B on 64 H100: ep 8 puts one expert of each MoE layer on a GPU, so pure data parallelism
+    fits under ZeRO-1 (bf16 weights: 1.6 G dense + 45.1 G / 8 routed = 7.2 G params, 13.5 GiB); the search
+    tries ep 4 and 8 (the two largest powers of two dividing 8 experts and dp) besides ep 1, and each row's
+    memory is `memory --ep`'s for that layout."""
+    r = run("layout", "mixtral-8x7b", "--gpu", "h100-sxm", "--n-gpus", 64, "--seq-len", 4096, "--global-batch", 256,
+            "--top", 1000, "--format", "json")
+    rows = json.loads(r.stdout)["layouts"]
+    assert {row["ep"] for row in rows if row["dp"] >= 8} == {1, 4, 8}
+    assert {row["ep"] for row in rows if row["dp"] == 4} == {1, 2, 4}
+    ep8 = [row for row in rows if (row["tp"], row["cp"], row["pp"], row["ep"], row["zero"]) == (1, 1, 1, 8, 1)]
+    assert ep8
+    for row in ep8:
+        mem = json.loads(run("memory", "mixtral-8x7b", "--n-gpus", 64, "--ep", 8, "--zero", 1, "--seq-len", 4096,
+                             "--micro-batch", row["micro_batch"], "--recompute", row["recompute"],
+                             "--format", "json").stdout)
+        assert row["memory_gib"] == pytest.approx(mem["per_gpu_bytes"] / 2**30)
+        assert mem["components"]["weights"] == pytest.approx((1.60e9 + 45.1e9 / 8) * 2, rel=0.01)
 
 
 def test_layout_nothing_fits_is_one_line():

@@ -156,6 +156,8 @@ class Parallel:
     pp: int = 1
     zero: int = 0  # ZeRO stage over the data-parallel group
     sequence_parallel: bool = True
+    ep: int = 1  # expert parallelism, carved from dp: routed experts split over ep ranks (Megatron-LM's
+    #   expert-model-parallel; expert tensor parallelism = tp), their states ZeRO-sharded over dp / ep
 
     @property
     def dp(self) -> int:
@@ -177,6 +179,12 @@ class Parallel:
             raise LlmcalcError(f"n_gpus ({self.n_gpus}) must be a multiple of tp x pp ({self.tp} x {self.pp})")
         if spec.n_layers % self.pp:
             raise LlmcalcError(f"pp={self.pp} does not divide {spec.n_layers} layers into equal stages")
+        positive_int("ep", self.ep)
+        if self.ep > 1:
+            if not spec.is_moe:
+                raise LlmcalcError(f"ep={self.ep} needs a mixture-of-experts model; {spec.name} is dense")
+            if spec.n_experts % self.ep or self.dp % self.ep:
+                raise LlmcalcError(f"ep={self.ep} must divide the experts ({spec.n_experts}) and dp ({self.dp})")
 
 
 BATCH_SCALED = ("activations", "recompute working set", "logits and loss")  # bytes proportional to the micro-batch
@@ -224,13 +232,14 @@ class MemoryEstimate(PhasedPeak):
     seq_len: int
     recompute: str
     attention: str
-    params_on_gpu: float  # parameters this GPU's stage holds (before ZeRO-3 sharding)
+    params_on_gpu: float  # parameters this GPU's stage holds (before ZeRO-3 sharding), routed experts apart
     activations: ActivationEstimate
     stage: str  # "first", "last" or "only"
     zero3_gathered: float = 0.0  # bytes of unsharded weights ZeRO-3 holds while computing a layer
     optimizer_impl: str = "fused"
     largest_tensor: float = 0  # elements of the largest parameter tensor on this GPU (its 1/tp share)
     notes: list[str] = field(default_factory=list)
+    expert_params_on_gpu: float = 0.0  # this GPU's routed-expert parameters: its E/ep experts' 1/tp shards
 
     @property
     def dp(self) -> int:
@@ -239,25 +248,32 @@ class MemoryEstimate(PhasedPeak):
     def _shard(self, stage_needed: int) -> int:
         return self.dp if self.parallel.zero >= stage_needed else 1
 
+    def _per_gpu(self, bytes_per_param: float, stage_needed: int) -> float:
+        """Bytes of one per-parameter state: the dense part ZeRO-sharded over dp, the routed experts over
+        their own data-parallel group, dp / ep (each expert lives on dp / ep ranks)."""
+        expert_shard = self.dp // self.parallel.ep if self.parallel.zero >= stage_needed else 1
+        return (self.params_on_gpu / self._shard(stage_needed)
+                + self.expert_params_on_gpu / expert_shard) * bytes_per_param
+
     @property
     def weights(self) -> float:
-        return self.params_on_gpu * self.recipe.weight_bytes / self._shard(3)
+        return self._per_gpu(self.recipe.weight_bytes, 3)
 
     @property
     def gradients(self) -> float:
-        return self.params_on_gpu * self.recipe.grad_bytes / self._shard(2)
+        return self._per_gpu(self.recipe.grad_bytes, 2)
 
     @property
     def master_weights(self) -> float:
-        return self.params_on_gpu * self.recipe.master_bytes / self._shard(1)
+        return self._per_gpu(self.recipe.master_bytes, 1)
 
     @property
     def optimizer_states(self) -> float:
-        return self.params_on_gpu * self.optimizer.bytes_per_param(self.recipe) / self._shard(1)
+        return self._per_gpu(self.optimizer.bytes_per_param(self.recipe), 1)
 
     @property
     def autocast_cache(self) -> float:
-        return self.params_on_gpu * self.recipe.autocast_cache_bytes / self._shard(3)
+        return self._per_gpu(self.recipe.autocast_cache_bytes, 3)
 
     @property
     def model_states(self) -> float:
@@ -270,7 +286,7 @@ class MemoryEstimate(PhasedPeak):
             return 0.0
         widen = 4.0 if self.recipe.master_bytes else 0.0  # fp32 copy of a half-precision gradient
         if self.optimizer_impl == "foreach":
-            return self.params_on_gpu / self._shard(1) * (self.recipe.state_bytes + widen)
+            return self._per_gpu(self.recipe.state_bytes + widen, 1)
         return self.largest_tensor * (2 * self.recipe.state_bytes + widen)
 
     @property
@@ -371,6 +387,11 @@ def _layer_params(spec: ModelSpec) -> tuple[float, float, float, float, float]:
     return layer, norms, emb, head, final
 
 
+def _routed_expert_params(spec: ModelSpec) -> float:
+    """Every routed expert of the model (all MoE layers, all stacks); 0 for a dense model."""
+    return sum(v for k, v in count_params(spec).components.items() if k.endswith("moe/experts"))
+
+
 def training_memory(spec: ModelSpec, batch: int = 1, seq_len: int = DEFAULT_SEQ_LEN, recipe: str = "bf16-mixed",
                     optimizer: str | Optimizer = "adamw", recompute: str = "none", attention: str = "flash",
                     parallel: Parallel | None = None, dropout: bool = False,
@@ -385,14 +406,18 @@ def training_memory(spec: ModelSpec, batch: int = 1, seq_len: int = DEFAULT_SEQ_
     positive_int("seq_len", seq_len)
     rec = lookup(RECIPES, "recipe", recipe)
     opt = optimizer if isinstance(optimizer, Optimizer) else lookup(OPTIMIZERS, "optimizer", optimizer)
-    tp, pp = parallel.tp, parallel.pp
+    tp, pp, ep = parallel.tp, parallel.pp, parallel.ep
     layer, norms, emb, head, final = _layer_params(spec)
     per_stage = spec.n_layers // pp
+    routed = _routed_expert_params(spec) / spec.n_layers  # a layer's average share (MoE layers may alternate)
+    layer -= routed if ep > 1 else 0.0  # with ep 1 the experts stay in the dense accounting, as before
+    experts = per_stage * routed / (tp * ep) if ep > 1 else 0.0
     blocks = per_stage * (layer / tp + norms)
     common = dict(spec=spec, batch=batch, seq=seq_len, act_bytes=rec.act_bytes, recompute=recompute,
                   attention=attention, dropout=dropout, tp=tp, sequence_parallel=parallel.sequence_parallel)
     # ZeRO-3/FSDP unshards one block at a time (and prefetches the next): two blocks' TP shards.
-    gathered = 2 * (layer / tp + norms) * rec.weight_bytes if parallel.zero == 3 and parallel.dp > 1 else 0.0
+    gathered = (2 * (layer / tp + norms + (routed / (tp * ep) if ep > 1 else 0.0)) * rec.weight_bytes
+                if parallel.zero == 3 and parallel.dp > 1 else 0.0)
     stages = []
     if pp == 1:
         params = emb / tp + blocks + final + (head / tp if not spec.tie_embeddings else 0)
@@ -408,7 +433,8 @@ def training_memory(spec: ModelSpec, batch: int = 1, seq_len: int = DEFAULT_SEQ_
     estimates = [MemoryEstimate(spec=spec, recipe=rec, optimizer=opt, parallel=parallel, batch=batch,
                                 seq_len=seq_len, recompute=recompute, attention=attention, params_on_gpu=params,
                                 activations=acts, stage=name, zero3_gathered=gathered,
-                                optimizer_impl=optimizer_impl, largest_tensor=biggest)
+                                optimizer_impl=optimizer_impl, largest_tensor=biggest,
+                                expert_params_on_gpu=experts)
                  for name, params, acts in stages]
     return max(estimates, key=lambda e: e.peak)
 
@@ -418,7 +444,7 @@ def smallest_fit(spec: ModelSpec, parallel: Parallel, capacity: float, **setting
     this GPU count, else the smallest GPU count (a power-of-two multiple of tp x pp) under ZeRO-3.
     `settings` are training_memory's (batch, seq_len, recipe, ...). Returns {"zero", "n_gpus", "text"}."""
     def estimate(zero: int, n_gpus: int) -> MemoryEstimate:
-        trial = Parallel(n_gpus, parallel.tp, parallel.pp, zero, parallel.sequence_parallel)
+        trial = Parallel(n_gpus, parallel.tp, parallel.pp, zero, parallel.sequence_parallel, ep=parallel.ep)
         return training_memory(spec, parallel=trial, **settings)
 
     for zero in range(parallel.zero + 1, 4):

@@ -128,6 +128,16 @@ class _Candidate(NamedTuple):
     pp: int
     vpp: int
     micro_batch: int
+    ep: int = 1
+
+
+def _expert_degrees(spec: ModelSpec, dp: int) -> list[int]:
+    """Expert-parallel degrees tried for an MoE model: 1 and the two largest powers of two (up to 64)
+    that divide both the experts and dp (Megatron-LM carves EP out of the data-parallel group)."""
+    if not spec.is_moe:
+        return [1]
+    fits = [e for e in (2, 4, 8, 16, 32, 64) if spec.n_experts % e == 0 and dp % e == 0]
+    return [1] + fits[-2:]
 
 
 def _candidates(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, per_node: int) -> list[_Candidate]:
@@ -149,7 +159,8 @@ def _candidates(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, p
                         continue
                     m = global_batch // (dp * mb)
                     vpps = [1] + ([2, 4] if pp > 1 and m % pp == 0 else [])
-                    candidates += [_Candidate(tp, cp, pp, v, mb) for v in vpps if pp * v <= spec.n_layers]
+                    candidates += [_Candidate(tp, cp, pp, v, mb, ep=ep) for v in vpps if pp * v <= spec.n_layers
+                                   for ep in _expert_degrees(spec, dp)]
     return candidates
 
 
@@ -724,12 +735,12 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     candidates = _candidates(spec, n_gpus, seq_len, global_batch, per_node)
     step = progress(len(candidates)) if progress else None
     ranked, oom = [], []
-    for tp, cp, pp, vpp, mb in candidates:
+    for tp, cp, pp, vpp, mb, ep in candidates:
         counts["searched"] += 1
         if step:
             step()
         try:
-            lay = make_layout(spec, n_gpus, seq_len, global_batch, tp=tp, cp=cp, pp=pp, vpp=vpp, ep=1, micro_batch=mb)
+            lay = make_layout(spec, n_gpus, seq_len, global_batch, tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, micro_batch=mb)
         except LlmcalcError:
             counts["invalid"] += 1
             continue
@@ -760,14 +771,16 @@ def _least_that_fits(spec: ModelSpec, lay: Layout, seq_len: int, tries: list[str
         for rc in tries:
             peak = training_memory(even, lay.micro_batch, seq_len // lay.cp, recipe="bf16-mixed", optimizer="adamw",
                                    recompute=rc, attention="flash",
-                                   parallel=Parallel(lay.n_gpus // lay.cp, lay.tp, lay.pp, zero, True)).peak
+                                   parallel=Parallel(lay.n_gpus // lay.cp, lay.tp, lay.pp, zero, True,
+                                                     ep=lay.ep)).peak
             if peak <= capacity:
                 return rc, zero, peak
     return None, zero, peak
 
 
 def _describe(lay: Layout, rc: str | None = None) -> str:
-    text = f"tp {lay.tp} cp {lay.cp} pp {lay.pp} dp {lay.dp}" + (f" vpp {lay.vpp}" if lay.vpp > 1 else "")
+    text = f"tp {lay.tp} cp {lay.cp} pp {lay.pp} dp {lay.dp}" + (f" vpp {lay.vpp}" if lay.vpp > 1 else "") + \
+        (f" ep {lay.ep}" if lay.ep > 1 else "")
     return text + f" mb {lay.micro_batch}" + (f" recompute {rc}" if rc else "") + (" ZeRO-3" if lay.zero == 3 else "")
 
 

@@ -77,9 +77,9 @@ def _recipe_notes(est: MemoryEstimate, per_param: dict[str, float]) -> list[str]
         + (f" ({opt.source})" if opt.source else ""),
         f"bytes per parameter: weights {rec.weight_bytes:g} + gradients {rec.grad_bytes:g} + master "
         f"{rec.master_bytes:g} + optimizer {per_param['optimizer_states']:g} = {sum(per_param.values()):g}",
-        "peak = max(end of forward: weights + master + optimizer + activations + logits/loss, optimizer step: "
-        "weights + master + optimizer + gradients + optimizer temporaries); gradients and activations are not "
-        "alive together",
+        "peak = the largest of: end of forward (weights + master + optimizer + activations + logits/loss), with "
+        "full recomputation the blocks' backward (the logits freed, one block rebuilt, every gradient), and the "
+        "optimizer step (weights + master + optimizer + gradients + optimizer temporaries)",
         f"optimizer step implementation {est.optimizer_impl}: fused kernels allocate no scratch; torch's foreach "
         "AdamW a state-sized copy of every parameter; its for-loop path two of the largest tensor",
         "memory in GiB (2^30 bytes); the CUDA context and allocator fragmentation are not included",
@@ -97,8 +97,12 @@ def _layout_notes(est: MemoryEstimate) -> list[str]:
                      + (f"; figures for the {est.stage} pipeline stage, the most loaded" if par.pp > 1 else "")
                      + ("; tensor parallel with sequence parallelism" if par.tp > 1 and par.sequence_parallel
                         else "; tensor parallel without sequence parallelism" if par.tp > 1 else ""))
-    if spec.is_moe:
-        notes.append("MoE: every expert's weights on every GPU (no expert parallelism modelled)")
+    if spec.is_moe and par.ep > 1:
+        notes.append(f"MoE: routed experts split over ep {par.ep} (each GPU holds {spec.n_experts // par.ep} of "
+                     f"{spec.n_experts} experts per MoE layer, 1/tp of each), their states ZeRO-sharded over "
+                     f"dp / ep = {par.dp // par.ep}; the router, shared experts and attention follow dp")
+    elif spec.is_moe:
+        notes.append("MoE: every expert's weights on every GPU (ep 1; --ep splits them)")
     if par.tp > kv_heads and not spec.is_mla:
         notes.append(f"tp {par.tp} > {kv_heads} KV heads: each rank keeps one KV head of K and V activations "
                      f"(replicated {par.tp // kv_heads}x), never split below one")
