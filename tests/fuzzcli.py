@@ -48,7 +48,7 @@ COMMANDS: dict[str, dict] = {
                                          "--recompute": ["none", "selective", "full", "x"],
                                          "--attention": ["flash", "eager", "sdpa", "x"], "--gpu": GPUS,
                                          "--n-gpus": NUM + ["8", "64"], "--zero": ["0", "1", "3", "4", "-1"],
-                                         "--tp": NUM + ["2", "8"], "--pp": NUM + ["2"],
+                                         "--tp": NUM + ["2", "8"], "--pp": NUM + ["2"], "--ep": NUM + ["2", "8"],
                                          "--reserve-gib": NUM + ["1e9"], "--inference": None,
                                          "--context": NUM, "--weight-dtype": DTYPES, "--kv-dtype": DTYPES,
                                          "--prefill-chunk": NUM}},

@@ -302,7 +302,8 @@ def test_force_replaces_only_an_llmcalc_report(tmp_path):
     one_line(run("report", "qwen2.5-0.5b", *SCENARIO, "--out", ""), "--out is empty")
 
 
-@pytest.mark.parametrize("umask, folder_mode, file_mode", [(0o022, 0o755, 0o644), (0o027, 0o750, 0o640)])
+@pytest.mark.parametrize("umask, folder_mode, file_mode", [(0o022, 0o755, 0o644),
+                                                           pytest.param(0o027, 0o750, 0o640, marks=pytest.mark.slow)])
 def test_report_folders_follow_the_umask(tmp_path, umask, folder_mode, file_mode):
     import os
     import stat
@@ -357,8 +358,12 @@ STAGES = {  # where the signal arrives: (object.attribute, the call on which to 
 }
 
 
-@pytest.mark.parametrize("stage", list(STAGES))
-@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+# The fast tier sends one signal at each stage (alternating SIGINT and SIGTERM); the slow tier the other.
+SIGNAL_MATRIX = [pytest.param(signame, stage, marks=() if (i + j) % 2 == 0 else pytest.mark.slow)
+                 for i, stage in enumerate(STAGES) for j, signame in enumerate(["SIGINT", "SIGTERM"])]
+
+
+@pytest.mark.parametrize("signame, stage", SIGNAL_MATRIX)
 def test_a_signal_at_any_stage_leaves_one_whole_report(tmp_path, monkeypatch, stage, signame):
     import importlib
     import signal

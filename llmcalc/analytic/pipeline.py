@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from ..errors import LlmcalcError
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v")
-EXACT_ACTIONS = 16384  # p·v·m above which simulate() extends a shorter run at its steady slope (see there)
+EXACT_ACTIONS = 8192  # p·v·m above which simulate() extends a shorter run at its steady slope (see there)
 
 
 @dataclass(frozen=True)
