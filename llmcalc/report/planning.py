@@ -16,7 +16,7 @@ from ..analytic.summary import Scenario, model_record, scenario_memory, scenario
 from ..hardware import Accelerator
 from ..results import ProfileResult
 from ..spec import ModelSpec
-from ..units import fmt_count, fmt_flops, fmt_flops_rate, fmt_usd
+from ..units import GIB, fmt_count, fmt_flops, fmt_flops_rate, fmt_usd
 from . import plots, sweeps
 from .document import Report, safe_name
 from .plots import gib
@@ -49,7 +49,7 @@ def _summary_lines(spec: ModelSpec, scenario: Scenario, record: dict) -> list[st
         lines.append(f"Memory: {gib(record['memory_per_gpu_bytes'])} per GPU ({scenario.recipe} + "
                      f"{scenario.optimizer}, ZeRO-{scenario.zero}, micro-batch {scenario.micro_batch} at seq "
                      f"{scenario.seq_len:,}): {'fits' if record['fits'] else 'does NOT fit'} in {gpu.key}'s "
-                     f"{gpu.memory_bytes / 2**30:g} GiB.")
+                     f"{gpu.memory_bytes / GIB:g} GiB.")
     else:
         lines.append(f"Memory: not modelled for this {spec.architecture} model (the activation model covers "
                      "decoder-only models).")
@@ -114,7 +114,7 @@ def accelerator_table(gpus: list[Accelerator], scenario: Scenario) -> Table:
     for gpu in gpus:
         price, source = price_source(gpu, scenario.usd_per_gpu_hour if gpu.key == scenario.gpu.key else None)
         rows.append({"key": gpu.key + (" (plan)" if gpu.key == scenario.gpu.key else ""), "name": gpu.name,
-                     "peak": gpu.peak(scenario.dtype), "memory": f"{gpu.memory_bytes / 2**30:g}",
+                     "peak": gpu.peak(scenario.dtype), "memory": f"{gpu.memory_bytes / GIB:g}",
                      "price": "n/a" if price is None else fmt_usd(price), "source": source})
     return Table("accelerators in this report",
                  [Column("key", "preset", align="left"), Column("name", "accelerator", align="left"),
@@ -168,7 +168,7 @@ def _summary(report: Report, ctx: _Context) -> None:
     report.bullets([f"scenario: {scenario.describe()}"]
                    + [f"{name}: {ctx.sources.get(name) or 'custom'}" for name in ctx.names]
                    + [f"accelerator: {scenario.gpu.name} ({scenario.gpu.key}), dense {scenario.dtype} peak "
-                      f"{fmt_flops_rate(scenario.gpu.peak(scenario.dtype))}, {scenario.gpu.memory_bytes / 2**30:g} GiB"]
+                      f"{fmt_flops_rate(scenario.gpu.peak(scenario.dtype))}, {scenario.gpu.memory_bytes / GIB:g} GiB"]
                    + FLOP_CONVENTIONS
                    + ["time assumes the given MFU at every GPU count (linear scaling); energy and cost count GPU "
                       "time only", "memory in GiB (2^30 bytes), MiB below 1 GiB; counts and FLOPs with SI prefixes "

@@ -15,6 +15,7 @@ from ..analytic.memory import MemoryEstimate
 from ..hardware import Accelerator
 from ..units import GIB, fmt_count, fmt_int, si
 from .tables import Column, Document, Table
+from .views_memory import _fit_rows, _gib, _share
 
 
 def _config(ft: Finetune) -> dict:
@@ -70,7 +71,6 @@ def add_to_flops(doc: Document, ft: Finetune, fl: FinetuneFlops) -> Document:
 
 
 def finetune_memory_document(est: FinetuneMemory, gpu: Accelerator | None, reserve: float = 0.0) -> Document:
-    from .views_memory import _fit_rows, _gib, _share
 
     ft, spec = est.ft, est.ft.spec
     components = est.components()
@@ -174,7 +174,7 @@ def side_by_side_document(spec, scenario, setups: dict) -> Document:
     labels = list(setups)
     ids = [cfg.method if cfg is not None else "full" for _, cfg in setups.values()]  # CSV headers
     cols = [Column("name", "component", align="left")] + [
-        Column(ident, f"{label} (GiB)", _gib_cell) for ident, label in zip(ids, labels, strict=True)]
+        Column(ident, f"{label} (GiB)", _gib) for ident, label in zip(ids, labels, strict=True)]
     rows = []
     for key in keys:
         values = [est.components().get(key) for est, _ in setups.values()]
@@ -197,10 +197,6 @@ def side_by_side_document(spec, scenario, setups: dict) -> Document:
     return Document(f"{spec.name}: memory per GPU, full training against LoRA and QLoRA", data,
                     [Table(f"memory per GPU at micro-batch {scenario.micro_batch} x seq {scenario.seq_len:,}, "
                            f"recompute {scenario.recompute}", cols, rows, notes)])
-
-
-def _gib_cell(value: float) -> str:
-    return f"{value / GIB:,.2f}"
 
 
 def flops_table(spec, scenario, setups: dict) -> Table:
