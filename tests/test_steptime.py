@@ -1,6 +1,7 @@
 """Step-time model (issue 10): pipeline bubbles against closed forms, collective volumes against hand
 arithmetic, the published runs (Narayanan et al. 2021 Table 1, Llama 3 Table 4), the CLI contract."""
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -275,6 +276,15 @@ def run(*args):
     return CliRunner().invoke(cli, [str(a) for a in args])
 
 
+@functools.cache
+def mixtral_layouts() -> dict:
+    """`layout mixtral-8x7b` on 64 H100, seq 4096, global batch 256, every layout that fits (two tests read it)."""
+    r = run("layout", "mixtral-8x7b", "--gpu", "h100-sxm", "--n-gpus", 64, "--seq-len", 4096, "--global-batch", 256,
+            "--top", 1000, "--format", "json")
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
 def test_cli_tokens_per_second_palm():
     r = run("train", "--params", "540.35B", "--tokens", "780B", "--gpu", "tpu-v4", "--n-gpus", 6144,
             "--tokens-per-second", "238.3k", "--format", "json")
@@ -364,10 +374,7 @@ def test_layout_falls_back_to_zero3_where_zero1_does_not_fit():
     from llmcalc.units import GIB
 
     assert count_params(load_model("mixtral-8x7b")).total * 4 / GIB > 80
-    r = run("layout", "mixtral-8x7b", "--gpu", "h100-sxm", "--n-gpus", 64, "--seq-len", 4096, "--global-batch", 256,
-            "--top", 1000, "--format", "json")
-    assert r.exit_code == 0, r.output
-    d = json.loads(r.stdout)
+    d = mixtral_layouts()
     pure_dp = [row for row in d["layouts"] if (row["tp"], row["cp"], row["pp"], row["ep"]) == (1, 1, 1, 1)]
     assert pure_dp and all(row["zero"] == 3 and row["memory_gib"] <= 80 for row in pure_dp)
     assert {row["zero"] for row in d["layouts"]} == {1, 3} and d["counts"]["oom"] == 0
@@ -378,9 +385,7 @@ def test_layout_searches_expert_parallelism_with_its_memory():
     fits under ZeRO-1 (bf16 weights: 1.6 G dense + 45.1 G / 8 routed = 7.2 G params, 13.5 GiB); the search
     tries ep 4 and 8 (the two largest powers of two dividing 8 experts and dp) besides ep 1, and each row's
     memory is `memory --ep`'s for that layout."""
-    r = run("layout", "mixtral-8x7b", "--gpu", "h100-sxm", "--n-gpus", 64, "--seq-len", 4096, "--global-batch", 256,
-            "--top", 1000, "--format", "json")
-    rows = json.loads(r.stdout)["layouts"]
+    rows = mixtral_layouts()["layouts"]
     assert {row["ep"] for row in rows if row["dp"] >= 8} == {1, 4, 8}
     assert {row["ep"] for row in rows if row["dp"] == 4} == {1, 2, 4}
     ep8 = [row for row in rows if (row["tp"], row["cp"], row["pp"], row["ep"], row["zero"]) == (1, 1, 1, 8, 1)]
