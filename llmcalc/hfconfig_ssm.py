@@ -8,6 +8,7 @@ as its transformers modelling file builds them, with the config-class defaults f
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from .hfconfig import Family, _mlp_kind
 from .spec import SpecError
@@ -90,6 +91,15 @@ def _bamba(hf: dict, kw: dict) -> None:
     )
 
 
+def _translate(where: str, entries: Sequence[str], kinds: dict[str, str], what: str = "entries",
+               known: str | None = None) -> list[str]:
+    """A config's per-layer kinds (`where`: family and key) in llmcalc's names; one line for unknown ones."""
+    unknown = sorted({t for t in entries if t not in kinds})
+    if unknown:
+        raise SpecError(f"{where} has unknown {what} {unknown}; known: {known or ', '.join(kinds)}")
+    return [kinds[t] for t in entries]
+
+
 # configuration_nemotron_h.py: hybrid_override_pattern characters and layers_block_type names.
 _NEMOTRON_PATTERN = {"M": "mamba2", "*": "attention", "-": "mlp", "E": "moe"}
 _NEMOTRON_TYPES = {"mamba": "mamba2", "linear_attention": "mamba2", "attention": "attention",
@@ -118,18 +128,10 @@ def _nemotron_h(hf: dict, kw: dict) -> None:
     # else hybrid_override_pattern, else the class default; num_hidden_layers is then ignored.
     # NemotronHMamba2Mixer: intermediate = mamba_num_heads x mamba_head_dim.
     if hf.get("layers_block_type") is not None:
-        unknown = sorted({t for t in hf["layers_block_type"] if t not in _NEMOTRON_TYPES})
-        if unknown:
-            raise SpecError(f"nemotron_h layers_block_type has unknown entries {unknown}; "
-                            f"known: {', '.join(_NEMOTRON_TYPES)}")
-        layers = [_NEMOTRON_TYPES[t] for t in hf["layers_block_type"]]
+        layers = _translate("nemotron_h layers_block_type", hf["layers_block_type"], _NEMOTRON_TYPES)
     elif hf.get("hybrid_override_pattern") is not None:
-        pattern = hf["hybrid_override_pattern"]
-        unknown = sorted({c for c in pattern if c not in _NEMOTRON_PATTERN})
-        if unknown:
-            raise SpecError(f"nemotron_h hybrid_override_pattern has unknown characters {unknown}; "
-                            f"known: M (Mamba-2), * (attention), - (MLP), E (MoE)")
-        layers = [_NEMOTRON_PATTERN[c] for c in pattern]
+        layers = _translate("nemotron_h hybrid_override_pattern", hf["hybrid_override_pattern"], _NEMOTRON_PATTERN,
+                            what="characters", known="M (Mamba-2), * (attention), - (MLP), E (MoE)")
     else:
         layers = ["mamba2", "moe", "attention", "mlp"]
     if "moe" in layers:
@@ -179,11 +181,8 @@ def _lfm2(hf: dict, kw: dict) -> None:
     # block_auto_adjust_ff_dim, then x block_ffn_dim_multiplier rounded up to block_multiple_of.
     L = kw["n_layers"]
     if hf.get("layer_types") is not None:
-        kinds = {"full_attention": "attention", "conv": "short_conv"}
-        unknown = sorted({t for t in hf["layer_types"] if t not in kinds})
-        if unknown:
-            raise SpecError(f"lfm2 layer_types has unknown entries {unknown}; known: full_attention, conv")
-        mixers = [kinds[t] for t in hf["layer_types"]]
+        mixers = _translate("lfm2 layer_types", hf["layer_types"],
+                            {"full_attention": "attention", "conv": "short_conv"})
     else:
         attention = hf.get("full_attn_idxs")
         mixers = ["attention" if attention is None or i in attention else "short_conv" for i in range(L)]
@@ -206,12 +205,8 @@ def _qwen3_next(hf: dict, kw: dict) -> None:
     # MoE block when num_experts > 0, (i + 1) % decoder_sparse_step == 0 and i not in mlp_only_layers.
     L = kw["n_layers"]
     if hf.get("layer_types") is not None:
-        kinds = {"linear_attention": "gated_deltanet", "full_attention": "attention"}
-        unknown = sorted({t for t in hf["layer_types"] if t not in kinds})
-        if unknown:
-            raise SpecError(f"qwen3_next layer_types has unknown entries {unknown}; "
-                            f"known: linear_attention, full_attention")
-        mixers = [kinds[t] for t in hf["layer_types"]]
+        mixers = _translate("qwen3_next layer_types", hf["layer_types"],
+                            {"linear_attention": "gated_deltanet", "full_attention": "attention"})
     else:
         interval = hf.get("full_attention_interval", 4)
         mixers = ["gated_deltanet" if (i + 1) % interval else "attention" for i in range(L)]
@@ -253,9 +248,7 @@ def _zamba2(hf: dict, kw: dict) -> None:
     # Zamba2MambaMixer: conv1d bias always on (use_conv_bias is not read), in/out_proj bias
     # add_bias_linear, gated RMSNorm over E.
     types = hf.get("layers_block_type") or hf.get("layer_types") or _ZAMBA2_DEFAULT_LAYERS
-    unknown = sorted({t for t in types if t not in _ZAMBA2_TYPES})
-    if unknown:
-        raise SpecError(f"zamba2 layers_block_type has unknown entries {unknown}; known: mamba, hybrid")
+    layers = _translate("zamba2 layers_block_type", types, _ZAMBA2_TYPES, known="mamba, hybrid")
     if len(types) != kw["n_layers"]:  # Zamba2Config's validate_layer_type refuses it too
         raise SpecError(f"zamba2 num_hidden_layers ({kw['n_layers']}) must equal the number of layers_block_type "
                         f"entries ({len(types)}); give both (the default list has 54)")
@@ -265,7 +258,7 @@ def _zamba2(hf: dict, kw: dict) -> None:
                         "its k and v adapters output 2 x hidden_size, which transformers adds to the smaller "
                         "GQA projections and fails")
     kw.update(
-        layer_types=tuple(_ZAMBA2_TYPES[t] for t in types), d_head=2 * D // kw["n_heads"],
+        layer_types=tuple(layers), d_head=2 * D // kw["n_heads"],
         d_ff=hf.get("intermediate_size") or 4 * D, mlp_bias=bias, pos_emb="rope" if hf.get("use_mem_rope") else "none",
         shared_blocks=hf.get("num_mem_blocks", 1), shared_adapter_rank=hf.get("adapter_rank", 128),
         shared_attention_adapters=bool(hf.get("use_shared_attention_adapter", False)),
