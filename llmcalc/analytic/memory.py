@@ -374,9 +374,10 @@ class MemoryEstimate(PhasedPeak):
         return max(0, largest) if largest is not None else 0
 
 
-def _layer_params(spec: ModelSpec) -> tuple[float, float, float, float, float]:
-    """(per-layer sharded-by-TP params, per-layer norm params, embedding, head, final norm)."""
-    comps = count_params(spec).components
+def _layer_params(spec: ModelSpec, comps: dict[str, int] | None = None) -> tuple[float, float, float, float, float]:
+    """(per-layer sharded-by-TP params, per-layer norm params, embedding, head, final norm); `comps`:
+    count_params(spec).components when the caller has them already."""
+    comps = count_params(spec).components if comps is None else comps
     emb = sum(v for k, v in comps.items() if k.startswith("embedding/"))
     head = comps.get("head/lm_head", 0)
     final = comps.get("norm/final", 0)
@@ -387,9 +388,10 @@ def _layer_params(spec: ModelSpec) -> tuple[float, float, float, float, float]:
     return layer, norms, emb, head, final
 
 
-def _routed_expert_params(spec: ModelSpec) -> float:
-    """Every routed expert of the model (all MoE layers, all stacks); 0 for a dense model."""
-    return sum(v for k, v in count_params(spec).components.items() if k.endswith("moe/experts"))
+def routed_expert_params(spec: ModelSpec, comps: dict[str, int] | None = None) -> float:
+    """Every routed expert of the model, all MoE layers (what expert parallelism splits); 0 if dense.
+    MoE layers are decoder-only, so their component is the unprefixed `moe/experts`."""
+    return (count_params(spec).components if comps is None else comps).get("moe/experts", 0)
 
 
 def training_memory(spec: ModelSpec, batch: int = 1, seq_len: int = DEFAULT_SEQ_LEN, recipe: str = "bf16-mixed",
@@ -407,9 +409,10 @@ def training_memory(spec: ModelSpec, batch: int = 1, seq_len: int = DEFAULT_SEQ_
     rec = lookup(RECIPES, "recipe", recipe)
     opt = optimizer if isinstance(optimizer, Optimizer) else lookup(OPTIMIZERS, "optimizer", optimizer)
     tp, pp, ep = parallel.tp, parallel.pp, parallel.ep
-    layer, norms, emb, head, final = _layer_params(spec)
+    comps = count_params(spec).components
+    layer, norms, emb, head, final = _layer_params(spec, comps)
     per_stage = spec.n_layers // pp
-    routed = _routed_expert_params(spec) / spec.n_layers  # a layer's average share (MoE layers may alternate)
+    routed = routed_expert_params(spec, comps) / spec.n_layers  # a layer's average share (MoE layers may alternate)
     layer -= routed if ep > 1 else 0.0  # with ep 1 the experts stay in the dense accounting, as before
     experts = per_stage * routed / (tp * ep) if ep > 1 else 0.0
     blocks = per_stage * (layer / tp + norms)

@@ -49,7 +49,7 @@ from ..units import GIB
 from . import comm
 from .activations import ATTENTION_IMPLS
 from .flops import _attention, _ffn, _moe, step_flops
-from .memory import RECIPES, lookup
+from .memory import RECIPES, lookup, routed_expert_params
 from .pipeline import SCHEDULES, chunks_per_rank, simulate, stage_of
 
 # Fraction of the HBM bandwidth a streaming kernel reaches (BabelStream/nvbandwidth on A100 and H100
@@ -512,16 +512,6 @@ def _stage_params(spec: ModelSpec, layers: range, first: bool, last: bool) -> fl
     return params
 
 
-def _routed_expert_params_per_layer(spec: ModelSpec) -> float:
-    """Parameters of one MoE layer's routed experts (what expert parallelism splits)."""
-    if not spec.is_moe:
-        return 0.0
-    from .params import count_params
-
-    n_moe = sum(spec.is_moe_layer(i) for i in range(spec.n_layers))
-    return count_params(spec).components.get("moe/experts", 0) / n_moe if n_moe else 0.0
-
-
 def predict(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, causal: bool = False,
             recompute: str = "none", recipe: str = "bf16-mixed", attention: str = "flash",
             dropout: bool = False) -> StepPrediction:  # long: docstring's terms in order
@@ -589,7 +579,7 @@ def predict(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, causa
     }
     # data parallelism and the optimizer, for the rank holding the most parameters
     worst_dp = worst_opt = 0.0
-    experts_per_layer = _routed_expert_params_per_layer(spec)
+    experts_per_layer = routed_expert_params(spec) / spec.n_moe_layers if spec.n_moe_layers else 0.0
     for r in range(lay.pp):
         params = experts = 0.0
         for st in rank_stages[r]:
