@@ -405,15 +405,20 @@ def compute_optimal(frontiers, points, scenario: str = ""):
         if named:
             ax.annotate(model + (" (active)" if p["active"] != p["params"] else ""), (p["active"], tokens),
                         xytext=(6, 6), textcoords="offset points", fontsize=MIN_POINTS, color=colour(i))
+    _log_log(ax, "parameters (log scale)", "training tokens (log scale)")
+    legend_outside(ax, "below", ncol=1)
+    return fig
+
+
+def _log_log(ax, xlabel: str, ylabel: str) -> None:
+    """Both axes logarithmic with SI tick labels, and a grid on every decade's ticks."""
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.xaxis.set_major_formatter(SI)
     ax.yaxis.set_major_formatter(SI)
-    ax.set_xlabel("parameters (log scale)")
-    ax.set_ylabel("training tokens (log scale)")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.grid(which="both", alpha=0.25)
-    legend_outside(ax, "below", ncol=1)
-    return fig
 
 
 def parity(rows, title_note: str = "", scenario: str = ""):
@@ -431,13 +436,7 @@ def parity(rows, title_note: str = "", scenario: str = ""):
         low = min(min(r["analytic"], r["measured"]) for r in flops)
         high = max(max(r["analytic"], r["measured"]) for r in flops)
         left.plot([low, high], [low, high], color="black", linewidth=0.8, label="measured = analytic")
-    left.set_xscale("log")
-    left.set_yscale("log")
-    left.xaxis.set_major_formatter(SI)
-    left.yaxis.set_major_formatter(SI)
-    left.set_xlabel("analytic (FLOP)")
-    left.set_ylabel("measured by FlopCounterMode (FLOP)")
-    left.grid(which="both", alpha=0.25)
+    _log_log(left, "analytic (FLOP)", "measured by FlopCounterMode (FLOP)")
     legend_outside(left, "below", ncol=2)
     labels = [f"{r['model']}: {r['name']}" if len(models) > 1 else r["name"] for r in errors]
     bars = right.barh(range(len(errors)), [r["rel_error"] * 100 for r in errors],
