@@ -319,6 +319,12 @@ def layout_options(func):
                      help="TP with sequence parallelism (default on)."),
         click.option("--dp-overlap/--no-dp-overlap", default=None,
                      help="Overlap DP reduction with backward (default on)."),
+        click.option("--tp-overlap/--no-tp-overlap", default=None,
+                     help="Hide TP all-gather/reduce-scatter under the GEMMs (TransformerEngine, async TP; "
+                          "default off)."),
+        click.option("--attention", type=click.Choice(["flash", "eager"]), default=None,
+                     help="Attention kernel the step is timed with: flash (default) or eager (S² scores "
+                          "materialised, pre-2022 Megatron-LM)."),
         click.option("--tokens-per-second", type=QUANTITY, default=None,
                      help="Cluster-wide throughput of a past run: its achieved MFU/HFU."),
     ]):
@@ -461,9 +467,13 @@ def train(ctx, model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_p
 @click.option("--recompute", type=RECOMPUTE, default=None,
               help="Default: the least recomputation that fits, per layout.")
 @click.option("--causal", is_flag=True, help="Halve the attention S² FLOPs (Megatron convention).")
+@click.option("--tp-overlap", is_flag=True,
+              help="Time every layout with TP all-gather/reduce-scatter hidden under the GEMMs (TransformerEngine, "
+                   "async TP).")
 @click.option("--top", type=POSITIVE_INT, default=10, show_default=True, help="How many layouts to list.")
 @format_option
-def layout(model, gpu, n_gpus, seq_len, global_batch, global_batch_tokens, recompute, causal, top, fmt):
+def layout(model, gpu, n_gpus, seq_len, global_batch, global_batch_tokens, recompute, causal, tp_overlap, top,
+           fmt):
     """Rank the parallel layouts of MODEL on N GPUs that fit in memory, by predicted throughput."""
     from .analytic.steptime import search_layouts
     from .presets import load_model
@@ -486,7 +496,7 @@ def layout(model, gpu, n_gpus, seq_len, global_batch, global_batch_tokens, recom
 
     try:
         ranked, losers, counts = search_layouts(spec, gpu, n_gpus, seq_len, global_batch=global_batch, causal=causal,
-                                                recompute=recompute,
+                                                recompute=recompute, tp_overlap=tp_overlap,
                                                 progress=progress)
     finally:
         for bar in bars:

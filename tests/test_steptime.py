@@ -146,8 +146,12 @@ def test_cp_volume_small_case():
 
 
 def test_pp_ep_dp_volumes_small_case():
-    p2p = comm.pp_collective(4096, 8192, 2, 8, True, stride=8)
-    assert p2p.bytes_per_rank == 4096 * 8192 * 2 / 8  # scatter-gather: 1/tp of the activation
+    (p2p,) = comm.pp_collectives(4096, 8192, 2, 8, True, stride=8)
+    assert p2p.bytes_per_rank == 4096 * 8192 * 2 / 8  # sequence parallel: each TP rank sends its 1/tp shard
+    send, gather = comm.pp_collectives(4096, 8192, 2, 8, False, stride=8)  # scatter/gather without SP
+    assert send.bytes_per_rank == 4096 * 8192 * 2 / 8
+    assert (gather.kind, gather.stride, gather.bytes_per_rank) == ("all_gather", 1, 4096 * 8192 * 2 * 7 / 8)
+    assert comm.pp_collectives(4096, 8192, 2, 1, False, stride=1)[0].bytes_per_rank == 4096 * 8192 * 2
     ep = comm.ep_collectives(4096, 2, 1024, 2, 8, 1, passes=2)[0]
     assert ep.bytes_per_step == 4 * (4096 * 2 * 1024 * 2) * 7 / 8  # 2 all-to-alls per pass, 2 passes
     p = 1e9
@@ -164,19 +168,19 @@ def test_alpha_beta_time_and_tiers():
     ar = comm.Collective("x", "all_reduce", 8, 1e9)
     assert ar.seconds(net) == pytest.approx(14 * 2e-6 + 1e9 * 1.75 / (450e9 * comm.NCCL_BUS_EFFICIENCY))
     dp = comm.Collective("x", "all_reduce", 16, 1e9, stride=8)  # one GPU per node: scale-out
-    assert dp.seconds(net) == pytest.approx(30 * 5e-6 + 1e9 * 2 * 15 / 16 / (50e9 * comm.NCCL_BUS_EFFICIENCY))
+    assert dp.seconds(net) == pytest.approx(30 * 5e-6 + 1e9 * 2 * 15 / 16 / (50e9 * comm.NCCL_NET_EFFICIENCY))
 
 
 def test_ring_across_nodes_uses_every_nic_of_its_ranks():
     """A ring with g ranks per node crosses nodes through g NICs (NCCL: one NIC per channel)."""
     net = comm.Network(8, 300e9, 25e9, 2e-6, 5e-6)
-    eff = comm.NCCL_BUS_EFFICIENCY
+    eff, link = comm.NCCL_NET_EFFICIENCY, comm.NCCL_BUS_EFFICIENCY
     tp1 = comm.Collective("x", "all_reduce", 32, 1e9, stride=1)  # dp 32 at tp 1: 8 ranks per node, 8 NICs
     assert tp1.seconds(net) == pytest.approx(62 * 5e-6 + 1e9 * 2 * 31 / 32 / (8 * 25e9 * eff))
     tp4 = comm.Collective("x", "reduce_scatter", 32, 1e9, stride=4)  # 2 ranks per node: 2 NICs
     assert tp4.seconds(net) == pytest.approx(31 * 5e-6 + 1e9 * 31 / 32 / (2 * 25e9 * eff))
     fast_nic = comm.Network(8, 300e9, 50e9, 2e-6, 5e-6)  # 8 x 50 GB/s > NVLink: NVLink caps the ring
-    assert tp1.seconds(fast_nic) == pytest.approx(62 * 5e-6 + 1e9 * 2 * 31 / 32 / (300e9 * eff))
+    assert tp1.seconds(fast_nic) == pytest.approx(62 * 5e-6 + 1e9 * 2 * 31 / 32 / (300e9 * link))
     a2a = comm.Collective("x", "all_to_all", 32, 1e9, stride=1)  # each rank sends through its own NIC
     assert a2a.seconds(net) == pytest.approx(31 * 5e-6 + 1e9 * 31 / 32 / (25e9 * eff))
 
@@ -222,6 +226,34 @@ def test_fused_qkv_and_fc1_gemms():
     assert t.bwd_weight == pytest.approx(expected)
 
 
+def test_tp_overlap_exposes_only_the_excess_over_the_gemms():
+    """--tp-overlap: each pass's TP all-gathers and reduce-scatters run under that pass's projection GEMMs (forward:
+    the forward GEMMs; backward: twice that), so a layer exposes max(0, comm - GEMMs) per pass."""
+    spec = load_model("llama-3-8b")
+    dev = device_for("h100-sxm")
+    for tokens, recompute in ((8192, "none"), (512, "full")):
+        plain = _layer_times(spec, 0, make_layout(spec, 8, tokens, 8, tp=8), tokens, causal=True, recompute=recompute,
+                             dev=dev, act_bytes=2)
+        hidden = _layer_times(spec, 0, make_layout(spec, 8, tokens, 8, tp=8, tp_overlap=True), tokens, causal=True,
+                              recompute=recompute, dev=dev, act_bytes=2)
+        passes = 3 if recompute == "full" else 2
+        per_pass, gemm = plain.tp / passes, plain.bwd_weight  # bwd_weight = one forward's GEMMs
+        assert hidden.tp == pytest.approx((passes - 1) * max(0, per_pass - gemm) + max(0, per_pass - 2 * gemm))
+        assert hidden.tp < plain.tp and hidden.compute == pytest.approx(plain.compute)
+    assert hidden.tp > 0  # 512 tokens: the collectives' latency outlasts the small GEMMs
+    big = predict(spec, dev, make_layout(spec, 64, 8192, 64, tp=8, tp_overlap=True), 8192, causal=True)
+    assert big.breakdown["tp_comm"] == 0.0 and big.to_json()["layout"]["tp_overlap"] is True
+
+
+def test_cli_train_attention_eager_times_the_s2_scores():
+    args = ["train", "llama-3-8b", "--tokens", "1T", "--gpu", "h100-sxm", "--n-gpus", 64, "--global-batch", 64,
+            "--seq-len", 8192, "--format", "json"]
+    flash, eager = (json.loads(run(*args, *extra).stdout) for extra in ([], ["--attention", "eager"]))
+    assert eager["mfu"] < flash["mfu"] and eager["breakdown_seconds"]["compute"] > flash["breakdown_seconds"]["compute"]
+    assert (flash["attention"], eager["attention"]) == ("flash", "eager")
+    assert any("scores materialised" in n for n in eager["prediction_notes"])
+
+
 # --- the published runs -------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -233,8 +265,8 @@ def test_published_rows_within_tolerance_and_better_than_constant_mfu(bench):
     errors = [pred / m - 1 for _, m, pred, _, _ in bench["rows"]]
     const = [c / m - 1 for _, m, _, c, _ in bench["rows"]]
     assert len(errors) == 13
-    assert max(abs(e) for e in errors) < 0.20
-    assert sum(abs(e) for e in errors) / 13 < 0.06
+    assert max(abs(e) for e in errors) < 0.08
+    assert sum(abs(e) for e in errors) / 13 < 0.035
     assert sum(abs(e) for e in errors) < sum(abs(c) for c in const)  # beats one fitted MFU
     assert sum(e * e for e in errors) < sum(c * c for c in const)
 
@@ -245,12 +277,43 @@ def test_scaling_trends(bench):
     meg, llama = pred[:10], pred[10:]
     assert meg[-1] > meg[0]  # Table 1: 163 vs 137 TFLOP/s from 1.7 B to 1 T
     assert meg[-1] / meg[3] > 1.15  # 18.4 B -> 1 T rises (135 -> 163, +21 %)
-    # row to row, the model moves with the paper: each relative change within 9 points of the paper's
     for i in range(9):
-        assert abs(meg[i + 1] / meg[i] - paper[i + 1] / paper[i]) < 0.09, i
-    # the 1.7 B -> 7.5 B rows are nearly flat in the paper (137 -> 142), no dip (was 145 -> 120)
-    assert meg[2] / meg[0] > 0.95
+        model_step, paper_step = meg[i + 1] / meg[i] - 1, paper[i + 1] / paper[i] - 1
+        assert abs(model_step - paper_step) < 0.07, i  # each change within 7 points of the paper's
+        if abs(paper[i + 1] - paper[i]) >= 2:  # a move beyond the table's whole-TFLOP/s precision: same way
+            assert model_step * paper_step > 0, (i, model_step, paper_step)
+        else:  # 137 -> 138 and 163 -> 163: flat in the paper, flat in the model
+            assert abs(model_step) < 0.015, (i, model_step)
     assert llama[0] > llama[1] > llama[2]  # 430 > 400 > 380
+
+
+def test_readme_table_is_the_benchmarks_output(bench):
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text().splitlines()
+    for line in bench_steptime.markdown(bench):
+        assert line in readme, f"README.md's step-time table is stale (python benchmarks/bench_steptime.py): {line}"
+
+
+@pytest.mark.slow
+def test_readme_leave_one_out_line_is_current():
+    loo = bench_steptime.leave_one_out()
+    model = sum(abs(a) for a, _ in loo) / len(loo) * 100
+    const = sum(abs(b) for _, b in loo) / len(loo) * 100
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert f"model {model:.1f} %,\nconstant MFU {const:.1f} %" in readme
+    assert model < const  # the model beats one fitted MFU on held-out rows too
+
+
+def test_table1_settings_follow_the_paper(bench):
+    """Sec. 5.1: the interleaved schedule wherever there is a pipeline; the unstated micro-batch and virtual
+    stages are ones Megatron-LM accepted (micro-batches a multiple of pp, layers per stage a multiple of the
+    virtual stages) and that fit in 80 GB."""
+    for (_, _, _, _, pred), row in zip(bench["rows"][:10], bench_steptime.NARAYANAN_TABLE_1, strict=True):
+        lay, L, pp = pred.layout, row[3], row[5]
+        assert (lay.tp, lay.pp, lay.global_batch) == (row[4], pp, row[7])
+        assert lay.micro_batch in (1, 2, 4, 8)
+        if pp > 1:
+            assert lay.schedule == "interleaved" and lay.vpp > 1
+            assert (L // pp) % lay.vpp == 0 and lay.grad_accum % pp == 0
 
 
 def test_llama3_breakdown_explains_the_drop(bench):
@@ -342,6 +405,10 @@ def test_cli_given_mfu_still_overrides():
     (["--n-gpus", 64, "--global-batch", 64, "--global-batch-tokens", "1M"], "not both"),
     (["--n-gpus", 64, "--global-batch", 64, "--ep", 2], "mixture-of-experts"),
     (["--n-gpus", 64, "--global-batch", 64, "--vpp", 2, "--schedule", "1f1b"], "needs --schedule interleaved"),
+    (["--n-gpus", 64, "--tp", 8, "--global-batch", 64, "--no-sequence-parallel", "--tp-overlap"],
+     "needs --sequence-parallel"),
+    (["--n-gpus", 64, "--mfu", 0.4, "--attention", "eager"], "drop it"),
+    (["--n-gpus", 64, "--attention", "eager"], "needs --global-batch"),
 ])
 def test_cli_contradictions_are_one_line(args, needle):
     r = run("train", "llama-3-8b", "--tokens", "1T", "--gpu", "h100-sxm", "--seq-len", 4096, *args)

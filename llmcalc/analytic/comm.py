@@ -11,7 +11,8 @@ These are the "bus bandwidth" factors of nccl-tests: busbw = algbw x factor, so 
 busbw. A measured run (torch profiler, FSDP2/DTensor traces) can be held against them collective by
 collective: ``Collective.bytes_per_rank`` is what a rank puts on the wire.
 
-Time (alpha-beta, Hockney 1994): t = steps x alpha + bytes_per_rank / (bandwidth x NCCL_BUS_EFFICIENCY),
+Time (alpha-beta, Hockney 1994): t = steps x alpha + bytes_per_rank / bandwidth, the bandwidth of the tier
+times the share NCCL reaches on it (NCCL_BUS_EFFICIENCY on NVLink, NCCL_NET_EFFICIENCY across nodes),
 with steps = 2(n-1) for a ring all-reduce, n-1 for the others, 1 for p2p. A group whose n ranks sit in
 one node (stride x n <= GPUs per node) uses the scale-up link (NVLink/NVSwitch), otherwise the
 scale-out network, one NIC per GPU. A ring collective (all-reduce, all-gather, reduce-scatter) whose
@@ -34,8 +35,13 @@ KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
 # Fraction of the link bandwidth that NCCL's large-message bus bandwidth reaches. Source: nccl-tests
 # all_reduce_perf on DGX A100 (NVSwitch, 300 GB/s per direction) peaks near 230-240 GB/s busbw
 # (NVIDIA's published DGX A100 figure: 230 GB/s), i.e. ~0.78 of the link; the same ratio is used for
-# every link and tier.
+# scale-up link of every accelerator preset.
 NCCL_BUS_EFFICIENCY = 0.78
+# The same share across nodes, over InfiniBand/RoCE NICs: reported all_reduce_perf runs between A100 nodes reach
+# 84.8-96 GB/s busbw of 100 GB/s line rate with 4 HDR NICs (NVIDIA/nccl-tests#119), 91 of 100 (nccl-tests#100),
+# 86 of 96 (NVIDIA/nccl#1048): ~0.9. The NIC path is a DMA engine streaming over PCIe; NVLink rings lose more
+# to the reduction kernels that drive them.
+NCCL_NET_EFFICIENCY = 0.9
 
 
 def bus_factor(kind: str, n: int) -> float:
@@ -119,12 +125,13 @@ class Collective:
         """Alpha-beta time of one call."""
         if self.kind != "p2p" and self.group == 1:
             return 0.0
+        up = net.scale_up_bandwidth * NCCL_BUS_EFFICIENCY
         if self.intra_node(net):
-            bw, alpha = net.scale_up_bandwidth, net.scale_up_latency
+            bw, alpha = up, net.scale_up_latency
         else:
-            bw = min(net.scale_up_bandwidth, self.nics_per_node(net) * net.scale_out_bandwidth)
+            bw = min(up, self.nics_per_node(net) * net.scale_out_bandwidth * NCCL_NET_EFFICIENCY)
             alpha = net.scale_out_latency
-        return latency_steps(self.kind, self.group) * alpha + self.bytes_per_rank / (bw * NCCL_BUS_EFFICIENCY)
+        return latency_steps(self.kind, self.group) * alpha + self.bytes_per_rank / bw
 
 
 # --- what each parallelism sends: the general volume functions ------------------------------------
@@ -165,13 +172,18 @@ def ep_collectives(tokens: float, top_k: int, d_model: int, act_bytes: float, ep
     return [Collective("EP all-to-all (dispatch + combine)", "all_to_all", ep, s, count=2 * passes, stride=stride)]
 
 
-def pp_collective(tokens: float, d_model: int, act_bytes: float, tp: int, sequence_parallel: bool,
-                  stride: int) -> Collective:
-    """Pipeline parallelism: one activation [tokens, d_model] per micro-batch to the next stage (and
-    its gradient back); with sequence parallelism each TP rank sends only its 1/tp shard (Megatron's
-    scatter-gather optimisation, Narayanan et al. 2021 sec. 4.1)."""
-    s = tokens * d_model * act_bytes / (tp if sequence_parallel else 1)
-    return Collective("PP send/recv of activations", "p2p", 2, s, count=1, stride=stride)
+def pp_collectives(tokens: float, d_model: int, act_bytes: float, tp: int, sequence_parallel: bool,
+                   stride: int) -> list[Collective]:
+    """Pipeline parallelism: one activation [tokens, d_model] per micro-batch to the next stage (and its
+    gradient back). Each of the tp ranks sends only its 1/tp shard (Narayanan et al. 2021 sec. 4.1, the
+    scatter/gather optimisation, Megatron-LM's default since 2021: bsh/t per pair of stages). With sequence
+    parallelism the activation is already sharded; without it the receiving stage rebuilds the whole
+    activation with an all-gather over NVLink (its tp ranks; stride 1)."""
+    s = tokens * d_model * act_bytes
+    out = [Collective("PP send/recv of activations", "p2p", 2, s / tp, count=1, stride=stride)]
+    if tp > 1 and not sequence_parallel:
+        out.append(Collective("PP scatter/gather: all-gather after the receive", "all_gather", tp, s, count=1))
+    return out
 
 
 def dp_collectives(params: float, grad_bytes: float, weight_bytes: float, dp: int, zero: int, stride: int,

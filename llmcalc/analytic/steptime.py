@@ -20,7 +20,8 @@ The model, one micro-batch on one pipeline stage at a time, then the pipeline, t
    the scale-out network across nodes; ranks ordered TP, CP, PP, DP from the inside out as Llama 3
    does). Overlap rule:
    - TP (all-reduce, or all-gather + reduce-scatter with sequence parallelism) and EP all-to-alls
-     sit on the critical path: fully exposed;
+     sit on the critical path: fully exposed; with tp_overlap (sequence parallelism only) each pass's
+     TP collectives run under that pass's projection GEMMs, exposed = max(0, comm - GEMMs);
    - CP K/V exchange overlaps with the layer's attention core: exposed = max(0, comm - attention);
    - PP sends delay the dependent action on the next rank (in the pipeline simulation);
    - DP gradient reduction overlaps with the backward of the last micro-batch, the weight all-gather
@@ -69,7 +70,7 @@ FUSED_GEMMS = {"q_proj": "qkv", "k_proj": "qkv", "v_proj": "qkv", "gate_proj": "
 # streaming HBM) that kernels keep inside a real training step (launch gaps, synchronisation, clocks under
 # sustained load). Fitted once, globally, to the 13 rows of benchmarks/bench_steptime.py (Narayanan et al.
 # 2021 Table 1 and Llama 3 Table 4); the benchmark also reports leave-one-out errors.
-KERNEL_EFFICIENCY = 0.82
+KERNEL_EFFICIENCY = 0.77
 
 GLOBAL_CONSTANTS = {
     "MAMF (per accelerator preset)": "measured max achievable bf16 matmul FLOP/s, S. Bekman ml-engineering table",
@@ -82,6 +83,8 @@ GLOBAL_CONSTANTS = {
                                                 "benchmarks/bench_steptime.py",
     f"NCCL_BUS_EFFICIENCY = {comm.NCCL_BUS_EFFICIENCY}": "nccl-tests all_reduce busbw ~230-240 GB/s of 300 GB/s "
                                                          "NVLink on DGX A100",
+    f"NCCL_NET_EFFICIENCY = {comm.NCCL_NET_EFFICIENCY}": "nccl-tests all_reduce across A100 nodes: 85-96 GB/s busbw of "
+                                                         "100 GB/s (4 HDR NICs) in reported runs",
     "network tier (per accelerator preset)": "GPUs per node, NVLink and per-GPU NIC bandwidth, latency per step; a "
                                              "ring collective with g ranks per node crosses nodes on g NICs (NCCL "
                                              "rings, one NIC per channel)",
@@ -105,6 +108,7 @@ class Layout:
     zero: int = 1
     sequence_parallel: bool = True
     dp_overlap: bool = True  # False: gradients reduced after the backward (Megatron-LM 2021)
+    tp_overlap: bool = False  # True: TP collectives hidden behind the GEMMs next to them (see _tp_exposed)
 
     @property
     def grad_accum(self) -> int:
@@ -179,7 +183,7 @@ def check_modelled(spec: ModelSpec) -> None:
 
 def make_layout(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, tp: int = 1, cp: int = 1, pp: int = 1,
                 vpp: int = 1, ep: int = 1, micro_batch: int = 1, schedule: str | None = None, zero: int = 1,
-                sequence_parallel: bool = True, dp_overlap: bool = True) -> Layout:
+                sequence_parallel: bool = True, dp_overlap: bool = True, tp_overlap: bool = False) -> Layout:
     """A checked layout: dp = n_gpus / (tp·cp·pp); every contradiction is one clear LlmcalcError."""
     check_modelled(spec)
     for name, value in (("--n-gpus", n_gpus), ("--tp", tp), ("--cp", cp), ("--pp", pp), ("--vpp", vpp), ("--ep", ep),
@@ -212,10 +216,14 @@ def make_layout(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, t
             raise LlmcalcError(f"--ep {ep} must divide dp ({dp}) and the {spec.n_experts} experts")
     if zero not in (0, 1, 2, 3):
         raise LlmcalcError(f"--zero must be 0, 1, 2 or 3, got {zero}")
+    if tp_overlap and not sequence_parallel:
+        raise LlmcalcError("--tp-overlap splits the all-gather / reduce-scatter of sequence parallelism around the "
+                           "GEMMs; it needs --sequence-parallel (drop --no-sequence-parallel)")
     if spec.architecture != "decoder":
         raise LlmcalcError(f"the step-time model covers decoder-only models; {spec.name} is {spec.architecture}")
     return Layout(tp, cp, pp, vpp, dp=dp, ep=ep, micro_batch=micro_batch, global_batch=global_batch,
-                  schedule=schedule, zero=zero, sequence_parallel=sequence_parallel, dp_overlap=dp_overlap)
+                  schedule=schedule, zero=zero, sequence_parallel=sequence_parallel, dp_overlap=dp_overlap,
+                  tp_overlap=tp_overlap)
 
 
 def split_layers(n_layers: int, n_stages: int) -> list[int]:
@@ -415,7 +423,12 @@ def _layer_times(spec: ModelSpec, layer: int, lay: Layout, seq_len: int, causal:
     if tp > 1:
         t.tp = comm.total_seconds(comm.tp_collectives(tokens, D, act_bytes, tp,
                                                       sequence_parallel=lay.sequence_parallel, passes=passes), net)
-        t.comm_fwd += t.tp / passes
+        if lay.tp_overlap:
+            per_pass = t.tp / passes
+            t.tp = _tp_exposed(per_pass, fwd, passes - 1) + _tp_exposed(per_pass, 2 * fwd, 1)
+            t.comm_fwd += _tp_exposed(per_pass, fwd, 1)
+        else:
+            t.comm_fwd += t.tp / passes
     if cp > 1:
         kv_width = (spec.n_kv_heads * spec.d_head) / min(tp, spec.n_kv_heads) if not spec.is_mla else \
             (spec.kv_lora_rank + spec.qk_rope_head_dim)
@@ -427,6 +440,16 @@ def _layer_times(spec: ModelSpec, layer: int, lay: Layout, seq_len: int, causal:
                                                       stride=tp * cp * lay.pp, passes=passes), net)
         t.comm_fwd += t.ep / passes
     return t
+
+
+def _tp_exposed(comm_per_pass: float, gemm_per_pass: float, passes: int) -> float:
+    """Exposed TP time of `passes` passes when each pass's all-gathers and reduce-scatters run under its own
+    projection GEMMs (TransformerEngine's userbuffer overlap, Megatron-LM --tp-comm-overlap; torchtitan's async
+    TP): the GEMMs are split into tp chunks and each chunk's exchange hides behind the previous chunk's matmul,
+    so only the excess of communication over matmul stays on the critical path. The forward pass has the
+    forward GEMMs, the backward twice that (input and weight gradients). The SMs and copy engines the overlap
+    borrows are not charged (TE's ring-exchange mode moves data with copy engines)."""
+    return passes * max(0.0, comm_per_pass - gemm_per_pass)
 
 
 def _mlp_seconds(spec: ModelSpec, tokens: float, width: float, dev: Device, act_bytes: float) -> float:
@@ -461,6 +484,7 @@ class StepPrediction:
     hardware_flops: float
     layers_per_stage: list[int]
     notes: list[str] = field(default_factory=list)
+    attention: str = "flash"  # the attention kernel timed: "flash" or "eager"
 
     @property
     def n_gpus(self) -> int:
@@ -496,8 +520,10 @@ class StepPrediction:
                 "hardware_tflops_per_gpu": self.hardware_flops_per_gpu / 1e12,
                 "tokens_per_second": self.tokens_per_second, "breakdown_seconds": dict(self.breakdown),
                 "layout": {**self.layout.as_dict(), "schedule": self.layout.schedule, "zero": self.layout.zero,
-                           "sequence_parallel": self.layout.sequence_parallel},
-                "layers_per_stage": self.layers_per_stage}
+                           "sequence_parallel": self.layout.sequence_parallel,
+                           "tp_overlap": self.layout.tp_overlap},
+                "layers_per_stage": self.layers_per_stage, "attention": self.attention,
+                "prediction_notes": list(self.notes)}
 
 
 def _stage_params(spec: ModelSpec, layers: range, first: bool, last: bool) -> float:
@@ -557,9 +583,9 @@ def predict(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, causa
     else:
         b_t = lambda st: stages[st].bwd_input + stages[st].bwd_weight + bwd_comm(st)  # noqa: E731
         w_t = None
-    p2p = comm.pp_collective(lay.micro_batch * seq_len / lay.cp, spec.d_model, act_bytes, lay.tp,
-                             sequence_parallel=lay.sequence_parallel, stride=lay.tp * lay.cp)
-    p2p_s = p2p.seconds(device.network) if lay.pp > 1 else 0.0
+    p2p = comm.pp_collectives(lay.micro_batch * seq_len / lay.cp, spec.d_model, act_bytes, lay.tp,
+                              sequence_parallel=lay.sequence_parallel, stride=lay.tp * lay.cp)
+    p2p_s = comm.total_seconds(p2p, device.network) if lay.pp > 1 else 0.0
     plain = simulate(lay.schedule, lay.pp, m, f_t, b_time=b_t, w_time=w_t, vpp=lay.vpp)
     with_p2p = simulate(lay.schedule, lay.pp, m, f_t, b_time=b_t, w_time=w_t, vpp=lay.vpp,
                         p2p_time=p2p_s) if p2p_s else plain
@@ -624,7 +650,8 @@ def predict(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, causa
                      + (" + dropout" if dropout else "") + "), as before FlashAttention")
     return StepPrediction(spec, device, lay, seq_len, causal=causal, recompute=recompute, step_seconds=step,
                           breakdown=breakdown, model_flops=float(flops.model_flops),
-                          hardware_flops=float(flops.hardware_flops), layers_per_stage=split, notes=notes)
+                          hardware_flops=float(flops.hardware_flops), layers_per_stage=split, notes=notes,
+                          attention=attention)
 
 
 def _describe_split(split: list[int]) -> str:
@@ -651,7 +678,7 @@ def mfu_from_throughput(model_flops_per_token: float, hardware_flops_per_token: 
 
 
 LAYOUT_DEFAULTS = {"micro_batch": 1, "tp": 1, "cp": 1, "pp": 1, "vpp": 1, "ep": 1, "schedule": None, "zero": 1,
-                   "sequence_parallel": True, "dp_overlap": True}
+                   "sequence_parallel": True, "dp_overlap": True, "tp_overlap": False}
 
 
 def train_steptime(spec: ModelSpec | None, gpu: str, n_gpus: int, mfu: float | None, achieved_tflops: float | None,
@@ -663,6 +690,7 @@ def train_steptime(spec: ModelSpec | None, gpu: str, n_gpus: int, mfu: float | N
     into its MFU (also "given"); otherwise a layout with --global-batch(-tokens) is predicted ("predicted").
     """
     tps = options.pop("tokens_per_second", None)
+    attention = options.pop("attention", None)
     gb, gb_tokens = options.pop("global_batch", None), options.pop("global_batch_tokens", None)
     given = {k: v for k, v in options.items() if v is not None}
     if gb is not None and gb_tokens is not None:
@@ -683,6 +711,9 @@ def train_steptime(spec: ModelSpec | None, gpu: str, n_gpus: int, mfu: float | N
         measured = {"tokens_per_second": tps, "mfu": m, "hfu": h}
         mfu = m
     if mfu is not None or achieved_tflops is not None:
+        if attention is not None:
+            raise LlmcalcError("--attention picks the kernel the step-time model times; with a given MFU, achieved "
+                               "TFLOP/s or throughput nothing is timed: drop it, or drop those to predict")
         if given and gb is None:
             raise LlmcalcError(f"layout options ({', '.join('--' + k.replace('_', '-') for k in given)}) need "
                                f"--global-batch to predict a step; or drop them")
@@ -692,7 +723,7 @@ def train_steptime(spec: ModelSpec | None, gpu: str, n_gpus: int, mfu: float | N
             measured = {**(measured or {}), "layout": lay}
         return mfu, None, measured
     if gb is None:
-        if given:
+        if given or attention is not None:
             raise LlmcalcError("a layout needs --global-batch (sequences) or --global-batch-tokens to predict the "
                                "step time; or give --mfu")
         raise LlmcalcError("give exactly one of an MFU (--mfu 0.4), --achieved-tflops or --tokens-per-second, or a "
@@ -701,12 +732,13 @@ def train_steptime(spec: ModelSpec | None, gpu: str, n_gpus: int, mfu: float | N
         raise LlmcalcError("predicting the step time needs a MODEL (its shapes), not --params")
     settings = {**LAYOUT_DEFAULTS, **given}
     lay = make_layout(spec, n_gpus, seq_len, gb, **settings)
-    pred = predict(spec, device_for(gpu, dtype), lay, seq_len, causal=causal, recompute=recompute)
+    pred = predict(spec, device_for(gpu, dtype), lay, seq_len, causal=causal, recompute=recompute,
+                   attention=attention or "flash")
     return pred.mfu, pred, measured
 
 
 def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_batch: int, causal: bool = False,
-                   recompute: str | None = None, dtype: str = "bf16", progress=None):
+                   recompute: str | None = None, dtype: str = "bf16", progress=None, tp_overlap: bool = False):
     """Every layout tp x cp x pp (x vpp, micro-batch, recomputation) of `n_gpus`, checked against the memory
     model and ranked by predicted throughput. Returns (ranked [(prediction, peak bytes)], losers, counts).
 
@@ -714,7 +746,8 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     most loaded stage, ceil(L/pp) layers), cp over powers of two up to 16 keeping >= 1k tokens per rank;
     ZeRO-1 with the least of none, selective, full recomputation that fits (only `recompute` if given), else
     ZeRO-3 (FSDP) the same way.
-    `progress(total)` (optional) returns a function called once per layout tried.
+    `progress(total)` (optional) returns a function called once per layout tried; `tp_overlap` times every
+    layout with its TP collectives under the GEMMs (`_tp_exposed`).
     """
     check_modelled(spec)
     dev = device_for(gpu, dtype)
@@ -730,7 +763,8 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
         if step:
             step()
         try:
-            lay = make_layout(spec, n_gpus, seq_len, global_batch, tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, micro_batch=mb)
+            lay = make_layout(spec, n_gpus, seq_len, global_batch, tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, micro_batch=mb,
+                              tp_overlap=tp_overlap)
         except LlmcalcError:
             counts["invalid"] += 1
             continue

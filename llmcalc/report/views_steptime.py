@@ -13,9 +13,13 @@ BREAKDOWN_LABELS = {
     "pp_comm": "exposed PP send/recv", "pp_bubble": "pipeline bubble", "optimizer": "optimizer step",
 }
 
-OVERLAP_RULE = ("overlap rule: TP and EP collectives exposed; CP K/V exchange hidden behind the layer's attention; "
-                "PP sends delay the next stage; DP reduction hidden behind the last micro-batch's backward, the "
-                "weight all-gather behind the first forward (unless --no-dp-overlap)")
+def overlap_rule(tp_overlap: bool = False) -> str:
+    """The overlap rule the prediction used, in one line."""
+    tp = ("TP all-gather/reduce-scatter under each pass's GEMMs (--tp-overlap), only their excess exposed; EP "
+          "all-to-alls exposed") if tp_overlap else "TP and EP collectives exposed"
+    return (f"overlap rule: {tp}; CP K/V exchange hidden behind the layer's attention; PP sends delay the next "
+            "stage; DP reduction hidden behind the last micro-batch's backward, the weight all-gather behind the "
+            "first forward (unless --no-dp-overlap)")
 
 
 def _pct(v: float) -> str:
@@ -34,13 +38,14 @@ def breakdown_table(pred: StepPrediction) -> Table:
         [f"layout: tp {lay.tp} x cp {lay.cp} x pp {lay.pp} x dp {lay.dp} (ep {lay.ep}), schedule {lay.schedule}"
          f"{f' vpp {lay.vpp}' if lay.vpp > 1 else ''}, micro-batch {lay.micro_batch}, global batch "
          f"{lay.global_batch} sequences = {lay.grad_accum} micro-batches per pipeline, ZeRO {lay.zero}, "
-         f"sequence parallel {'on' if lay.sequence_parallel else 'off'}",
+         f"sequence parallel {'on' if lay.sequence_parallel else 'off'}"
+         f"{', TP overlap on' if lay.tp_overlap else ''}",
          *pred.notes,
          f"{pred.model_flops_per_gpu / 1e12:.1f} model TFLOP/s per GPU, {pred.hardware_flops_per_gpu / 1e12:.1f} "
          f"hardware TFLOP/s per GPU, {si(pred.tokens_per_second).strip()} tokens/s",
          "compute: roofline per matmul, MAMF x tile/wave quantization (NVIDIA Matrix Multiplication Background "
          "guide); communication: alpha-beta with nccl-tests bus factors (`llmcalc.analytic.comm`)",
-         OVERLAP_RULE,
+         overlap_rule(lay.tp_overlap),
          "global constants: " + "; ".join(GLOBAL_CONSTANTS)],
     )
 
@@ -76,7 +81,7 @@ def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batc
                      "memory: `llmcalc memory`'s per-GPU model (bf16-mixed + AdamW, flash attention, sequence "
                      "parallel); the least recomputation that fits is tried first with ZeRO-1, then with ZeRO-3 "
                      "(FSDP)",
-                     OVERLAP_RULE]),
+                     overlap_rule(any(p.layout.tp_overlap for p, _ in ranked))]),
               Table("why the others lose", [Column("layout", "layout", align="left"),
                                             Column("why", "why", align="left"),
                                             Column("vs_best", "throughput vs best (%)",
