@@ -7,6 +7,7 @@ are imported inside the commands that need them, so `llmcalc params <preset>` st
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 
@@ -310,7 +311,9 @@ def layout_options(func):
         click.option("--cp", **ints, help="Context-parallel degree (default 1)."),
         click.option("--pp", **ints, help="Pipeline-parallel degree (default 1)."),
         click.option("--vpp", **ints, help="Virtual stages (model chunks) per pipeline rank (interleaved)."),
-        click.option("--ep", **ints, help="Expert-parallel degree, carved from dp (MoE models)."),
+        click.option("--ep", **ints, help="Expert-parallel degree (MoE models)."),
+        click.option("--etp", **ints, help="Expert tensor-parallel degree (MoE; default = tp); ep x etp fold over "
+                                           "tp x dp."),
         click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"]), default=None,
                      help="Pipeline schedule (default 1f1b; interleaved with --vpp)."),
         click.option("--zero", type=click.IntRange(0, 3), default=None,
@@ -569,7 +572,10 @@ STORAGE_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8", "int4")
 @click.option("--tp", type=DEGREE, default=1, show_default=True, help="Tensor-parallel degree.")
 @click.option("--pp", type=DEGREE, default=1, show_default=True, help="Pipeline-parallel degree (1F1B).")
 @click.option("--ep", type=DEGREE, default=1, show_default=True,
-              help="Expert-parallel degree, carved from dp (MoE): routed experts split over ep GPUs.")
+              help="Expert-parallel degree (MoE): routed experts split over ep GPUs.")
+@click.option("--etp", type=DEGREE, default=None,
+              help="Expert tensor-parallel degree (MoE; default = tp): each routed expert split over etp GPUs; "
+                   "ep x etp fold over the tp x dp GPUs.")
 @click.option("--sequence-parallel/--no-sequence-parallel", default=True, show_default=True,
               help="With --tp > 1: shard the norm and dropout activations over the tensor-parallel group.")
 @click.option("--reserve-gib", type=Number(zero=True, maximum=1e6), default=0.0, show_default=True,
@@ -581,8 +587,8 @@ STORAGE_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8", "int4")
 @format_option
 @click.pass_context
 def memory(ctx, model, seq_len, batch_size, recipe, optimizer, optimizer_bytes, optimizer_impl, recompute, attention,
-           dropout, gpu, n_gpus, zero, tp, pp, ep, sequence_parallel, reserve_gib, inference, moved_option, finetune,
-           lora_rank, lora_targets, base_dtype, double_quant, fmt):
+           dropout, gpu, n_gpus, zero, tp, pp, ep, etp, sequence_parallel, reserve_gib, inference, moved_option,
+           finetune, lora_rank, lora_targets, base_dtype, double_quant, fmt):
     """Training memory per GPU of MODEL, and whether it fits (serving memory: `llmcalc serve`)."""
     from .presets import load_hardware
 
@@ -608,7 +614,8 @@ def memory(ctx, model, seq_len, batch_size, recipe, optimizer, optimizer_bytes, 
         from .analytic.finetune import finetune_memory
         from .report.views_finetune import finetune_memory_document
 
-        clash = [name for name, off in (("--tp", tp == 1), ("--pp", pp == 1), ("--ep", ep == 1), ("--zero", zero == 0),
+        clash = [name for name, off in (("--tp", tp == 1), ("--pp", pp == 1), ("--ep", ep == 1), ("--etp", etp is None),
+                                        ("--zero", zero == 0),
                                         ("--recipe", recipe == "bf16-mixed"), ("--optimizer-impl", optimizer_impl ==
                                                                                "fused")) if not off]
         if clash:
@@ -618,7 +625,8 @@ def memory(ctx, model, seq_len, batch_size, recipe, optimizer, optimizer_bytes, 
                               dropout=dropout)
         emit(finetune_memory_document(est, device, reserve), fmt)
         return
-    parallel = Parallel(n_gpus or tp * pp * ep, tp, pp, zero, sequence_parallel, ep=ep)
+    folded = math.lcm(tp, ep * (etp or tp))  # tp x dp must hold ep x etp: the fewest GPUs that do
+    parallel = Parallel(n_gpus or pp * folded, tp, pp, zero, sequence_parallel, ep=ep, etp=etp or 0)
     settings = dict(batch=batch_size, seq_len=seq_len, recipe=recipe, optimizer=opt, recompute=recompute,
                     attention=attention, dropout=dropout, optimizer_impl=optimizer_impl)
     est = training_memory(spec, parallel=parallel, **settings)

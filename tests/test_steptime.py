@@ -452,7 +452,7 @@ def test_layout_searches_expert_parallelism_with_its_memory():
     fits under ZeRO-1 (bf16 weights: 1.6 G dense + 45.1 G / 8 routed = 7.2 G params, 13.5 GiB); the search
     tries ep 4 and 8 (the two largest powers of two dividing 8 experts and dp) besides ep 1, and each row's
     memory is `memory --ep`'s for that layout."""
-    rows = mixtral_layouts()["layouts"]
+    rows = [row for row in mixtral_layouts()["layouts"] if row["etp"] == row["tp"]]
     assert {row["ep"] for row in rows if row["dp"] >= 8} == {1, 4, 8}
     assert {row["ep"] for row in rows if row["dp"] == 4} == {1, 2, 4}
     ep8 = [row for row in rows if (row["tp"], row["cp"], row["pp"], row["ep"], row["zero"]) == (1, 1, 1, 8, 1)]
@@ -526,3 +526,91 @@ def test_expert_parallelism_shards_expert_gradients_and_pays_all_to_alls():
     # reduction; only the dense 1.3 G remain on the one-NIC-per-rank DP ring
     assert ep8.breakdown["dp_comm"] < one.breakdown["dp_comm"] / 4
     assert ep8.model_flops == one.model_flops
+
+
+# --- expert tensor parallelism (MoE parallel folding) ----------------------------------------------
+
+def test_memory_etp_keeps_experts_whole_and_shards_their_states_over_the_expert_dp_group():
+    """Mixtral 8x7B, 64 GPUs, tp 8, ep 8, etp 1: each GPU holds one whole expert of each MoE layer and 1/8 of the
+    dense part (bf16: 1.61 G / 8 + 45.10 G / 8); experts fold over tp x dp = 64 ranks, so each expert's
+    states are ZeRO-sharded over 64 / (1 x 8) = 8 ranks, the dense part over dp = 8."""
+    from llmcalc.analytic.memory import Parallel, routed_expert_params, training_memory
+    from llmcalc.analytic.params import count_params
+
+    spec = load_model("mixtral-8x7b")
+    routed, total = routed_expert_params(spec), count_params(spec).total
+    est = training_memory(spec, 1, 4096, parallel=Parallel(64, tp=8, zero=1, ep=8, etp=1))
+    assert est.parallel.expert_dp == 8
+    assert est.weights == pytest.approx(((total - routed) / 8 + routed / 8) * 2, rel=1e-3)
+    assert est.master_weights == pytest.approx(((total - routed) / 8 / 8 + routed / 8 / 8) * 4, rel=1e-3)
+    same = training_memory(spec, 1, 4096, parallel=Parallel(64, tp=8, zero=1, ep=8, etp=8))  # etp = tp: as before
+    old = training_memory(spec, 1, 4096, parallel=Parallel(64, tp=8, zero=1, ep=8))
+    assert same.peak == old.peak and same.weights == pytest.approx(((total - routed) / 8 + routed / 64) * 2, rel=1e-3)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["mixtral-8x7b", "--tp", 8, "--ep", 8, "--etp", 3], "must divide the expert width"),
+    (["mixtral-8x7b", "--n-gpus", 16, "--tp", 8, "--ep", 8, "--etp", 4], "must divide tp x dp = 16"),
+    (["llama-3-8b", "--etp", 2], "mixture-of-experts"),
+])
+def test_memory_etp_contradictions_are_one_line(args, needle):
+    r = run("memory", *args)
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.output
+
+
+def test_folded_experts_all_to_all_stays_on_nvlink_and_expert_gemms_keep_their_work():
+    """tp 8, ep 8, etp 1 on 8-GPU nodes: the EP group is the node's 8 GPUs (stride etp = 1), each rank
+    sending its own 1/tp of the tokens' top-k copies; the expert GEMMs do the same work per GPU as with
+    etp = tp (tokens·k·F/tp), in one whole expert instead of 1/8 of each."""
+    spec = load_model("mixtral-8x7b")
+    dev = device_for("h100-sxm")
+    tokens, D, k, E, F = 4096, 4096, 2, 8, 14336
+    lay = make_layout(spec, 64, tokens, 64, tp=8, ep=8, etp=1)
+    assert (lay.expert_tp, lay.expert_dp, lay.fold_stride(1), lay.as_dict()["etp"]) == (1, 8, 1, 1)
+    t = _layer_times(spec, 0, lay, tokens, causal=True, recompute="none", dev=dev, act_bytes=2)
+    (a2a,) = comm.ep_collectives(tokens / 8, k, D, 2, ep=8, stride=1, passes=2)
+    assert a2a.intra_node(dev.network) and a2a.bytes_per_rank == tokens / 8 * k * D * 2 * 7 / 8
+    assert t.ep == pytest.approx(a2a.seconds(dev.network) * 4)  # dispatch + combine, forward and backward
+    m_e = tokens / 8 * k * 8 / E  # this rank's tokens' copies, spread over its ep group's experts
+    expert = gemm_seconds(m_e, D, 2 * F, dev, 2) + gemm_seconds(m_e, F, D, dev, 2)  # gate+up, then down
+    dense_like = make_layout(spec, 64, tokens, 64, tp=8)
+    t8 = _layer_times(spec, 0, dense_like, tokens, causal=True, recompute="none", dev=dev, act_bytes=2)
+    router = gemm_seconds(tokens / 8, D, E, dev, 2)
+    attention = t8.bwd_weight - gemm_seconds(tokens, D, E, dev, 2) - E * (
+        gemm_seconds(tokens * k / E, D, 2 * F / 8, dev, 2) + gemm_seconds(tokens * k / E, F / 8, D, dev, 2))
+    assert t.bwd_weight == pytest.approx(attention + router + expert)
+    # no TP collectives around the MoE block (attention's half only), and no expert-tensor ones with etp 1
+    assert t.tp == pytest.approx(t8.tp / 2)
+
+
+def test_etp_collectives_hand_arithmetic():
+    a2a, ag, rs = comm.ep_collectives(1024, 2, 4096, 2, ep=4, stride=2, passes=2, etp=2)
+    s = 1024 * 2 * 4096 * 2  # this rank's routed copies
+    assert a2a.bytes_per_step == 4 * s * 3 / 4  # dispatch + combine, 2 passes, (n-1)/n of the buffer
+    assert len(comm.ep_collectives(1024, 2, 4096, 2, ep=4, stride=2, passes=2)) == 1  # etp 1: the all-to-all only
+    assert (ag.kind, ag.group, ag.stride) == ("all_gather", 2, 1) and ag.bytes_per_step == 2 * (2 * s) / 2
+    assert rs.kind == "reduce_scatter" and rs.bytes_per_step == ag.bytes_per_step
+
+
+def test_layout_tries_folded_experts():
+    """With tp > 1 the search also tries etp 1 (whole experts, EP over the tp x dp ranks); each such row's memory
+    is `memory --etp 1`'s."""
+    rows = [row for row in mixtral_layouts()["layouts"] if row["etp"] != row["tp"]]
+    assert rows and {row["etp"] for row in rows} == {1} and all(row["tp"] > 1 for row in rows)
+    row = max(rows, key=lambda r: r["ep"])
+    mem = json.loads(run("memory", "mixtral-8x7b", "--n-gpus", 64 // row["cp"], "--tp", row["tp"], "--pp", row["pp"],
+                         "--ep", row["ep"], "--etp", 1, "--zero", row["zero"], "--seq-len", 4096 // row["cp"],
+                         "--micro-batch", row["micro_batch"], "--recompute", row["recompute"],
+                         "--format", "json").stdout)
+    if row["pp"] == 1:  # the search checks the most loaded stage at ceil(L / pp) layers; pp 1 is exact
+        assert row["memory_gib"] == pytest.approx(mem["per_gpu_bytes"] / 2**30)
+
+
+def test_cli_train_etp():
+    base = ["train", "mixtral-8x7b", "--tokens", "1T", "--gpu", "h100-sxm", "--n-gpus", 64, "--tp", 8,
+            "--global-batch", 64, "--format", "json"]
+    d = json.loads(run(*base, "--ep", 8, "--etp", 1).stdout)
+    assert d["layout"]["etp"] == 1 and d["layout"]["ep"] == 8 and d["breakdown_seconds"]["ep_comm"] > 0
+    assert json.loads(run(*base, "--ep", 8, "--etp", 2).stdout)["layout"]["etp"] == 2  # 8 x 2 divides tp x dp = 64
+    r = run(*base, "--ep", 8, "--etp", 16)
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1 and "must divide tp x dp = 64" in r.stderr

@@ -164,12 +164,19 @@ def cp_collectives(tokens_per_rank: float, kv_width: int, act_bytes: float, cp: 
 
 
 def ep_collectives(tokens: float, top_k: int, d_model: int, act_bytes: float, ep: int, stride: int,
-                   passes: int) -> list[Collective]:
-    """Expert parallelism (GShard, Lepikhin et al. 2020) for one MoE layer and one micro-batch: each pass
-    has two all-to-alls (dispatch the tokens' top-k copies to their experts, combine the results), each
-    over a [tokens·top_k, d_model] buffer."""
+                   passes: int, etp: int = 1) -> list[Collective]:
+    """Expert parallelism (GShard, Lepikhin et al. 2020) for one MoE layer and one micro-batch of `tokens`
+    tokens on this rank (its sequence-parallel share), as Megatron-Core's alltoall token dispatcher moves
+    them: each pass has two all-to-alls over the ep group (dispatch the tokens' top-k copies to their
+    experts, combine the results), each over a [tokens·top_k, d_model] buffer; with expert tensor
+    parallelism the etp ranks of an expert then all-gather their routed tokens before the expert MLP and
+    reduce-scatter its output (buffer [etp·tokens·top_k, d_model], on NVLink: etp ranks are adjacent)."""
     s = tokens * top_k * d_model * act_bytes
-    return [Collective("EP all-to-all (dispatch + combine)", "all_to_all", ep, s, count=2 * passes, stride=stride)]
+    out = [Collective("EP all-to-all (dispatch + combine)", "all_to_all", ep, s, count=2 * passes, stride=stride)]
+    if etp > 1:
+        out += [Collective("ETP all-gather of routed tokens", "all_gather", etp, etp * s, count=passes),
+                Collective("ETP reduce-scatter of expert outputs", "reduce_scatter", etp, etp * s, count=passes)]
+    return out
 
 
 def pp_collectives(tokens: float, d_model: int, act_bytes: float, tp: int, sequence_parallel: bool,

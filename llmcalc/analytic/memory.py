@@ -156,8 +156,19 @@ class Parallel:
     pp: int = 1
     zero: int = 0  # ZeRO stage over the data-parallel group
     sequence_parallel: bool = True
-    ep: int = 1  # expert parallelism, carved from dp: routed experts split over ep ranks (Megatron-LM's
-    #   expert-model-parallel; expert tensor parallelism = tp), their states ZeRO-sharded over dp / ep
+    ep: int = 1  # expert parallelism: routed experts split over ep ranks (Megatron-LM's expert-model-parallel)
+    etp: int = 0  # expert tensor parallelism: each routed expert split over etp ranks; 0 = tp (Megatron-LM's
+    #   default). Experts fold over the tp x dp ranks (Megatron-Core "MoE parallel folding", Liu et al. 2025):
+    #   their states are ZeRO-sharded over the expert data-parallel group, tp x dp / (etp x ep) ranks
+
+    @property
+    def expert_tp(self) -> int:
+        return self.etp or self.tp
+
+    @property
+    def expert_dp(self) -> int:
+        """Ranks holding the same expert shard: tp x dp / (etp x ep)."""
+        return self.tp * self.dp // (self.expert_tp * self.ep)
 
     @property
     def dp(self) -> int:
@@ -180,11 +191,24 @@ class Parallel:
         if spec.n_layers % self.pp:
             raise LlmcalcError(f"pp={self.pp} does not divide {spec.n_layers} layers into equal stages")
         positive_int("ep", self.ep)
-        if self.ep > 1:
-            if not spec.is_moe:
-                raise LlmcalcError(f"ep={self.ep} needs a mixture-of-experts model; {spec.name} is dense")
-            if spec.n_experts % self.ep or self.dp % self.ep:
-                raise LlmcalcError(f"ep={self.ep} must divide the experts ({spec.n_experts}) and dp ({self.dp})")
+        if self.etp:
+            positive_int("etp", self.etp)
+        if self.ep > 1 or self.etp:
+            check_experts(spec, self.ep, self.expert_tp, self.tp * self.dp, "tp x dp")
+
+
+def check_experts(spec: ModelSpec, ep: int, etp: int, folded: int, folded_name: str) -> None:
+    """Expert parallelism (ep) and expert tensor parallelism (etp) over `folded` ranks (tp x dp): one line
+    naming the fix."""
+    if not spec.is_moe or spec.d_ff_expert is None:
+        raise LlmcalcError(f"--ep/--etp need a mixture-of-experts model; {spec.name} is dense")
+    if spec.n_experts % ep:
+        raise LlmcalcError(f"--ep {ep} must divide the {spec.n_experts} routed experts")
+    if spec.d_ff_expert % etp:
+        raise LlmcalcError(f"--etp {etp} must divide the expert width ({spec.d_ff_expert})")
+    if folded % (ep * etp):
+        raise LlmcalcError(f"ep x etp = {ep} x {etp} must divide {folded_name} = {folded} (experts fold over those "
+                           f"ranks); use smaller --ep/--etp or more GPUs")
 
 
 BATCH_SCALED = ("activations", "recompute working set", "logits and loss")  # bytes proportional to the micro-batch
@@ -239,7 +263,7 @@ class MemoryEstimate(PhasedPeak):
     optimizer_impl: str = "fused"
     largest_tensor: float = 0  # elements of the largest parameter tensor on this GPU (its 1/tp share)
     notes: list[str] = field(default_factory=list)
-    expert_params_on_gpu: float = 0.0  # this GPU's routed-expert parameters: its E/ep experts' 1/tp shards
+    expert_params_on_gpu: float = 0.0  # this GPU's routed-expert parameters: its E/ep experts' 1/etp shards
 
     @property
     def dp(self) -> int:
@@ -250,8 +274,8 @@ class MemoryEstimate(PhasedPeak):
 
     def _per_gpu(self, bytes_per_param: float, stage_needed: int) -> float:
         """Bytes of one per-parameter state: the dense part ZeRO-sharded over dp, the routed experts over
-        their own data-parallel group, dp / ep (each expert lives on dp / ep ranks)."""
-        expert_shard = self.dp // self.parallel.ep if self.parallel.zero >= stage_needed else 1
+        their own data-parallel group, tp x dp / (etp x ep) ranks (dp / ep when etp = tp)."""
+        expert_shard = self.parallel.expert_dp if self.parallel.zero >= stage_needed else 1
         return (self.params_on_gpu / self._shard(stage_needed)
                 + self.expert_params_on_gpu / expert_shard) * bytes_per_param
 
@@ -408,18 +432,19 @@ def training_memory(spec: ModelSpec, batch: int = 1, seq_len: int = DEFAULT_SEQ_
     positive_int("seq_len", seq_len)
     rec = lookup(RECIPES, "recipe", recipe)
     opt = optimizer if isinstance(optimizer, Optimizer) else lookup(OPTIMIZERS, "optimizer", optimizer)
-    tp, pp, ep = parallel.tp, parallel.pp, parallel.ep
+    tp, pp, ep, etp = parallel.tp, parallel.pp, parallel.ep, parallel.expert_tp
     comps = count_params(spec).components
     layer, norms, emb, head, final = _layer_params(spec, comps)
     per_stage = spec.n_layers // pp
     routed = routed_expert_params(spec, comps) / spec.n_layers  # a layer's average share (MoE layers may alternate)
-    layer -= routed if ep > 1 else 0.0  # with ep 1 the experts stay in the dense accounting, as before
-    experts = per_stage * routed / (tp * ep) if ep > 1 else 0.0
+    own = ep > 1 or etp != tp  # experts with their own layout; otherwise they stay in the dense accounting
+    layer -= routed if own else 0.0
+    experts = per_stage * routed / (etp * ep) if own else 0.0
     blocks = per_stage * (layer / tp + norms)
     common = dict(spec=spec, batch=batch, seq=seq_len, act_bytes=rec.act_bytes, recompute=recompute,
                   attention=attention, dropout=dropout, tp=tp, sequence_parallel=parallel.sequence_parallel)
     # ZeRO-3/FSDP unshards one block at a time (and prefetches the next): two blocks' TP shards.
-    gathered = (2 * (layer / tp + norms + (routed / (tp * ep) if ep > 1 else 0.0)) * rec.weight_bytes
+    gathered = (2 * (layer / tp + norms + (routed / (etp * ep) if own else 0.0)) * rec.weight_bytes
                 if parallel.zero == 3 and parallel.dp > 1 else 0.0)
     stages = []
     if pp == 1:
@@ -447,7 +472,8 @@ def smallest_fit(spec: ModelSpec, parallel: Parallel, capacity: float, **setting
     this GPU count, else the smallest GPU count (a power-of-two multiple of tp x pp) under ZeRO-3.
     `settings` are training_memory's (batch, seq_len, recipe, ...). Returns {"zero", "n_gpus", "text"}."""
     def estimate(zero: int, n_gpus: int) -> MemoryEstimate:
-        trial = Parallel(n_gpus, parallel.tp, parallel.pp, zero, parallel.sequence_parallel, ep=parallel.ep)
+        trial = Parallel(n_gpus, parallel.tp, parallel.pp, zero, parallel.sequence_parallel, ep=parallel.ep,
+                         etp=parallel.etp)
         return training_memory(spec, parallel=trial, **settings)
 
     for zero in range(parallel.zero + 1, 4):

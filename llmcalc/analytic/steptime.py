@@ -50,7 +50,7 @@ from ..units import GIB
 from . import comm
 from .activations import ATTENTION_IMPLS
 from .flops import _attention, _ffn, _moe, step_flops
-from .memory import RECIPES, lookup, routed_expert_params
+from .memory import RECIPES, check_experts, lookup, routed_expert_params
 from .pipeline import SCHEDULES, chunks_per_rank, simulate, stage_of
 
 # Fraction of the HBM bandwidth a streaming kernel reaches (BabelStream/nvbandwidth on A100 and H100
@@ -104,6 +104,7 @@ class Layout:
     ep: int = 1
     micro_batch: int = 1
     global_batch: int = 1  # sequences per step
+    etp: int = 0  # expert tensor parallelism; 0 = tp
     schedule: str = "1f1b"
     zero: int = 1
     sequence_parallel: bool = True
@@ -119,8 +120,29 @@ class Layout:
     def n_gpus(self) -> int:
         return self.tp * self.cp * self.pp * self.dp
 
+    @property
+    def expert_tp(self) -> int:
+        return self.etp or self.tp
+
+    @property
+    def expert_dp(self) -> int:
+        """Ranks holding the same routed-expert shard: the experts fold over tp x dp (etp x ep x expert dp)."""
+        return self.tp * self.dp // (self.expert_tp * self.ep)
+
+    @property
+    def alltoall(self) -> bool:
+        """Routed tokens travel by all-to-all (Megatron-Core's alltoall token dispatcher) once experts have
+        a layout of their own; with ep 1 and etp = tp the MoE block is tensor-parallel like a dense MLP."""
+        return self.ep > 1 or self.expert_tp != self.tp
+
+    def fold_stride(self, inner: int) -> int:
+        """Rank distance between members of an expert-mesh group laid out after `inner` ranks (Megatron-Core's
+        MoE parallel folding: [etp, ep, expert dp] over the tp ranks, contiguous, then dp at stride tp x cp x pp)."""
+        return inner if inner < self.tp else inner // self.tp * self.tp * self.cp * self.pp
+
     def as_dict(self) -> dict:
         return {"tp": self.tp, "cp": self.cp, "pp": self.pp, "vpp": self.vpp, "dp": self.dp, "ep": self.ep,
+                "etp": self.expert_tp,
                 "micro_batch": self.micro_batch, "global_batch": self.global_batch, "grad_accum": self.grad_accum}
 
 
@@ -133,15 +155,23 @@ class _Candidate(NamedTuple):
     vpp: int
     micro_batch: int
     ep: int = 1
+    etp: int = 0
 
 
-def _expert_degrees(spec: ModelSpec, dp: int) -> list[int]:
-    """Expert-parallel degrees tried for an MoE model: 1 and the two largest powers of two (up to 64)
-    that divide both the experts and dp (Megatron-LM carves EP out of the data-parallel group)."""
+def _expert_degrees(spec: ModelSpec, tp: int, dp: int) -> list[tuple[int, int]]:
+    """(ep, etp) tried for an MoE model (etp 0 = tp): with etp = tp, ep 1 and the two largest powers of two
+    (up to 64) dividing the experts and dp (EP carved out of data parallelism); with tp > 1 also etp 1, each
+    expert whole on its GPU, ep the two largest powers of two dividing the experts and tp x dp
+    (Megatron-Core's MoE parallel folding)."""
     if not spec.is_moe:
-        return [1]
-    fits = [e for e in (2, 4, 8, 16, 32, 64) if spec.n_experts % e == 0 and dp % e == 0]
-    return [1] + fits[-2:]
+        return [(1, 0)]
+    powers = (2, 4, 8, 16, 32, 64)
+    fits = [e for e in powers if spec.n_experts % e == 0 and dp % e == 0]
+    out = [(1, 0)] + [(e, 0) for e in fits[-2:]]
+    if tp > 1:
+        folded = [e for e in powers if spec.n_experts % e == 0 and tp * dp % e == 0]
+        out += [(e, 1) for e in folded[-2:]]
+    return out
 
 
 def _candidates(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, per_node: int) -> list[_Candidate]:
@@ -163,8 +193,8 @@ def _candidates(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, p
                         continue
                     m = global_batch // (dp * mb)
                     vpps = [1] + ([2, 4] if pp > 1 and m % pp == 0 else [])
-                    candidates += [_Candidate(tp, cp, pp, v, mb, ep=ep) for v in vpps if pp * v <= spec.n_layers
-                                   for ep in _expert_degrees(spec, dp)]
+                    candidates += [_Candidate(tp, cp, pp, v, mb, ep=ep, etp=etp) for v in vpps
+                                   if pp * v <= spec.n_layers for ep, etp in _expert_degrees(spec, tp, dp)]
     return candidates
 
 
@@ -183,7 +213,8 @@ def check_modelled(spec: ModelSpec) -> None:
 
 def make_layout(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, tp: int = 1, cp: int = 1, pp: int = 1,
                 vpp: int = 1, ep: int = 1, micro_batch: int = 1, schedule: str | None = None, zero: int = 1,
-                sequence_parallel: bool = True, dp_overlap: bool = True, tp_overlap: bool = False) -> Layout:
+                sequence_parallel: bool = True, dp_overlap: bool = True, tp_overlap: bool = False,
+                etp: int | None = None) -> Layout:
     """A checked layout: dp = n_gpus / (tp·cp·pp); every contradiction is one clear LlmcalcError."""
     check_modelled(spec)
     for name, value in (("--n-gpus", n_gpus), ("--tp", tp), ("--cp", cp), ("--pp", pp), ("--vpp", vpp), ("--ep", ep),
@@ -209,11 +240,10 @@ def make_layout(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, t
     stages = pp * chunks_per_rank(schedule, vpp)
     if stages > spec.n_layers:
         raise LlmcalcError(f"{stages} pipeline stages (pp x chunks) exceed the model's {spec.n_layers} layers")
-    if ep > 1:
-        if not spec.is_moe:
-            raise LlmcalcError(f"--ep {ep} needs a mixture-of-experts model; {spec.name} is dense")
-        if dp % ep or spec.n_experts % ep:
-            raise LlmcalcError(f"--ep {ep} must divide dp ({dp}) and the {spec.n_experts} experts")
+    if etp is not None and (not isinstance(etp, int) or etp < 1):
+        raise LlmcalcError(f"--etp must be a whole number >= 1, got {etp!r}")
+    if ep > 1 or etp is not None:
+        check_experts(spec, ep, etp or tp, tp * dp, "tp x dp")
     if zero not in (0, 1, 2, 3):
         raise LlmcalcError(f"--zero must be 0, 1, 2 or 3, got {zero}")
     if tp_overlap and not sequence_parallel:
@@ -223,7 +253,7 @@ def make_layout(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, t
         raise LlmcalcError(f"the step-time model covers decoder-only models; {spec.name} is {spec.architecture}")
     return Layout(tp, cp, pp, vpp, dp=dp, ep=ep, micro_batch=micro_batch, global_batch=global_batch,
                   schedule=schedule, zero=zero, sequence_parallel=sequence_parallel, dp_overlap=dp_overlap,
-                  tp_overlap=tp_overlap)
+                  tp_overlap=tp_overlap, etp=etp or 0)
 
 
 def split_layers(n_layers: int, n_stages: int) -> list[int]:
@@ -374,11 +404,12 @@ def _layer_times(spec: ModelSpec, layer: int, lay: Layout, seq_len: int, causal:
             if attention == "flash":
                 attn_core += f_gpu / (dev.mamf * KERNEL_EFFICIENCY * ATTENTION_EFFICIENCY)
             continue
-        if part == "router":
-            t = gemm_seconds(tokens, D, spec.n_experts, dev, act_bytes)
-        elif part == "experts":  # balanced routing: local experts see tokens·top_k·ep/E tokens each
-            m_e = tokens * spec.n_experts_per_token * lay.ep / spec.n_experts
-            t = spec.n_experts / lay.ep * _mlp_seconds(spec, m_e, spec.d_ff_expert / tp, dev, act_bytes)
+        if part == "router":  # on the gathered tokens (TP like a dense MLP) or this rank's 1/tp (all-to-all)
+            t = gemm_seconds(tokens / tp if lay.alltoall else tokens, D, spec.n_experts, dev, act_bytes)
+        elif part == "experts":  # balanced routing: each local expert gets tokens·etp/tp·top_k·ep/E tokens
+            etp = lay.expert_tp
+            m_e = tokens * etp / tp * spec.n_experts_per_token * lay.ep / spec.n_experts
+            t = spec.n_experts / lay.ep * _mlp_seconds(spec, m_e, spec.d_ff_expert / etp, dev, act_bytes)
         elif part == "shared_experts":
             t = spec.n_shared_experts * _mlp_seconds(spec, tokens, spec.d_ff_expert / tp, dev, act_bytes)
         elif part in FUSED_GEMMS:  # column-parallel on the layer input: one GEMM per fused group
@@ -421,8 +452,10 @@ def _layer_times(spec: ModelSpec, layer: int, lay: Layout, seq_len: int, causal:
     passes = 3 if recompute == "full" else 2
     net = dev.network
     if tp > 1:
-        t.tp = comm.total_seconds(comm.tp_collectives(tokens, D, act_bytes, tp,
-                                                      sequence_parallel=lay.sequence_parallel, passes=passes), net)
+        colls = comm.tp_collectives(tokens, D, act_bytes, tp, sequence_parallel=lay.sequence_parallel, passes=passes)
+        if moe and lay.alltoall and not spec.n_shared_experts:  # only attention's half stays on the tp group
+            colls = [replace(c, count=c.count / 2) for c in colls]
+        t.tp = comm.total_seconds(colls, net)
         if lay.tp_overlap:
             per_pass = t.tp / passes
             t.tp = _tp_exposed(per_pass, fwd, passes - 1) + _tp_exposed(per_pass, 2 * fwd, 1)
@@ -435,9 +468,10 @@ def _layer_times(spec: ModelSpec, layer: int, lay: Layout, seq_len: int, causal:
         fwd_c, bwd_c = comm.cp_collectives(tokens, kv_width, act_bytes, cp, tp)
         t.cp = max(0.0, fwd_c.seconds(net) - attn_core) + max(0.0, bwd_c.seconds(net) - attn_bwd)
         t.comm_fwd += max(0.0, fwd_c.seconds(net) - attn_core)
-    if moe and lay.ep > 1:
-        t.ep = comm.total_seconds(comm.ep_collectives(tokens, spec.n_experts_per_token, D, act_bytes, ep=lay.ep,
-                                                      stride=tp * cp * lay.pp, passes=passes), net)
+    if moe and lay.alltoall:
+        t.ep = comm.total_seconds(comm.ep_collectives(tokens / tp, spec.n_experts_per_token, D, act_bytes, ep=lay.ep,
+                                                      stride=lay.fold_stride(lay.expert_tp), passes=passes,
+                                                      etp=lay.expert_tp), net)
         t.comm_fwd += t.ep / passes
     return t
 
@@ -613,17 +647,17 @@ def predict(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, causa
             params += _stage_params(spec, rng, st == 0, st == n_stages - 1)
             experts += experts_per_layer * sum(spec.is_moe_layer(i) for i in rng)
         dense = (params - experts) / lay.tp
-        experts = experts / lay.tp / lay.ep  # routed experts: split over ep (and tp inside each expert)
+        experts = experts / lay.expert_tp / lay.ep  # routed experts: split over ep, each over etp
         mbs = [stages[st] for st in rank_stages[r]]
         fwd_one = sum(s.fwd for s in mbs)
         bwd_one = sum(s.bwd_input + s.bwd_weight for s in mbs)
         outer = lay.tp * lay.cp * lay.pp
         colls = comm.dp_collectives(dense, rec.grad_bytes, rec.weight_bytes, lay.dp, zero=lay.zero, stride=outer,
                                     micro_batches=m)
-        if experts:  # expert weights are replicated over dp / ep ranks only
-            colls += comm.dp_collectives(experts, rec.grad_bytes, rec.weight_bytes, lay.dp // lay.ep, zero=lay.zero,
-                                         stride=outer * lay.ep, micro_batches=m)
-        if lay.dp > 1:
+        if experts:  # expert weights are replicated over the expert data-parallel group only
+            colls += comm.dp_collectives(experts, rec.grad_bytes, rec.weight_bytes, lay.expert_dp, zero=lay.zero,
+                                         stride=lay.fold_stride(lay.expert_tp * lay.ep), micro_batches=m)
+        if lay.dp > 1 or lay.expert_dp > 1:
             if lay.zero == 3:
                 per_mb = sum(c.seconds(device.network) * c.count for c in colls) / m
                 exposed = m * max(0.0, per_mb - fwd_one - bwd_one)
@@ -634,7 +668,7 @@ def predict(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, causa
         else:
             exposed = 0.0
         shard = lay.dp if lay.zero >= 1 else 1
-        expert_shard = lay.dp // lay.ep if lay.zero >= 1 else 1
+        expert_shard = lay.expert_dp if lay.zero >= 1 else 1
         local = dense / shard + experts / expert_shard
         opt_bytes = local * (rec.grad_bytes + 2 * (rec.master_bytes + 2 * rec.state_bytes) + rec.weight_bytes)
         worst_dp = max(worst_dp, exposed)
@@ -758,13 +792,13 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     candidates = _candidates(spec, n_gpus, seq_len, global_batch, per_node)
     step = progress(len(candidates)) if progress else None
     ranked, oom = [], []
-    for tp, cp, pp, vpp, mb, ep in candidates:
+    for tp, cp, pp, vpp, mb, ep, etp in candidates:
         counts["searched"] += 1
         if step:
             step()
         try:
             lay = make_layout(spec, n_gpus, seq_len, global_batch, tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, micro_batch=mb,
-                              tp_overlap=tp_overlap)
+                              tp_overlap=tp_overlap, etp=etp or None)
         except LlmcalcError:
             counts["invalid"] += 1
             continue
@@ -796,7 +830,7 @@ def _least_that_fits(spec: ModelSpec, lay: Layout, seq_len: int, tries: list[str
             peak = training_memory(even, lay.micro_batch, seq_len // lay.cp, recipe="bf16-mixed", optimizer="adamw",
                                    recompute=rc, attention="flash",
                                    parallel=Parallel(lay.n_gpus // lay.cp, lay.tp, lay.pp, zero, True,
-                                                     ep=lay.ep)).peak
+                                                     ep=lay.ep, etp=lay.etp)).peak
             if peak <= capacity:
                 return rc, zero, peak
     return None, zero, peak
@@ -804,7 +838,7 @@ def _least_that_fits(spec: ModelSpec, lay: Layout, seq_len: int, tries: list[str
 
 def _describe(lay: Layout, rc: str | None = None) -> str:
     text = f"tp {lay.tp} cp {lay.cp} pp {lay.pp} dp {lay.dp}" + (f" vpp {lay.vpp}" if lay.vpp > 1 else "") + \
-        (f" ep {lay.ep}" if lay.ep > 1 else "")
+        (f" ep {lay.ep}" if lay.ep > 1 else "") + (f" etp {lay.expert_tp}" if lay.expert_tp != lay.tp else "")
     return text + f" mb {lay.micro_batch}" + (f" recompute {rc}" if rc else "") + (" ZeRO-3" if lay.zero == 3 else "")
 
 

@@ -97,10 +97,11 @@ def _layout_notes(est: MemoryEstimate) -> list[str]:
                      + (f"; figures for the {est.stage} pipeline stage, the most loaded" if par.pp > 1 else "")
                      + ("; tensor parallel with sequence parallelism" if par.tp > 1 and par.sequence_parallel
                         else "; tensor parallel without sequence parallelism" if par.tp > 1 else ""))
-    if spec.is_moe and par.ep > 1:
+    if spec.is_moe and (par.ep > 1 or par.expert_tp != par.tp):
         notes.append(f"MoE: routed experts split over ep {par.ep} (each GPU holds {spec.n_experts // par.ep} of "
-                     f"{spec.n_experts} experts per MoE layer, 1/tp of each), their states ZeRO-sharded over "
-                     f"dp / ep = {par.dp // par.ep}; the router, shared experts and attention follow dp")
+                     f"{spec.n_experts} experts per MoE layer, 1/{par.expert_tp} of each: etp {par.expert_tp}), "
+                     f"their states ZeRO-sharded over the expert data-parallel group tp x dp / (etp x ep) = "
+                     f"{par.expert_dp}; the router, shared experts and attention follow tp and dp")
     elif spec.is_moe:
         notes.append("MoE: every expert's weights on every GPU (ep 1; --ep splits them)")
     if par.tp > kv_heads and not spec.is_mla:

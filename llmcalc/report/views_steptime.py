@@ -35,7 +35,8 @@ def breakdown_table(pred: StepPrediction) -> Table:
         [Column("part", "part", align="left", show=False), Column("label", "where the step time goes", align="left"),
          Column("seconds", "time (s)", lambda v: f"{v:.4g}"), Column("share", "share (%)", _pct)],
         rows,
-        [f"layout: tp {lay.tp} x cp {lay.cp} x pp {lay.pp} x dp {lay.dp} (ep {lay.ep}), schedule {lay.schedule}"
+        [f"layout: tp {lay.tp} x cp {lay.cp} x pp {lay.pp} x dp {lay.dp} (ep {lay.ep}"
+         f"{f', etp {lay.expert_tp}' if lay.expert_tp != lay.tp else ''}), schedule {lay.schedule}"
          f"{f' vpp {lay.vpp}' if lay.vpp > 1 else ''}, micro-batch {lay.micro_batch}, global batch "
          f"{lay.global_batch} sequences = {lay.grad_accum} micro-batches per pipeline, ZeRO {lay.zero}, "
          f"sequence parallel {'on' if lay.sequence_parallel else 'off'}"
@@ -57,6 +58,7 @@ def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batc
         lay = pred.layout
         worst = max(((k, v) for k, v in pred.breakdown.items() if k != "compute"), key=lambda kv: kv[1])
         rows.append({"rank": i, "tp": lay.tp, "cp": lay.cp, "pp": lay.pp, "vpp": lay.vpp, "dp": lay.dp, "ep": lay.ep,
+                     "etp": lay.expert_tp,
                      "micro_batch": lay.micro_batch, "recompute": pred.recompute, "zero": lay.zero,
                      "schedule": lay.schedule, "memory_gib": mem / GIB, "step_seconds": pred.step_seconds,
                      "mfu": pred.mfu, "tokens_per_second": pred.tokens_per_second,
@@ -68,7 +70,7 @@ def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batc
         lose_rows.append({"layout": detail, "why": reason,
                           "vs_best": None if pred is None or best is None else pred.tokens_per_second / best - 1})
     cols = [Column("rank", "#"), Column("tp", "tp"), Column("cp", "cp"), Column("pp", "pp"), Column("vpp", "vpp"),
-            Column("dp", "dp"), Column("ep", "ep"), Column("micro_batch", "micro-batch"),
+            Column("dp", "dp"), Column("ep", "ep"), Column("etp", "etp"), Column("micro_batch", "micro-batch"),
             Column("recompute", "recompute", align="left"),
             Column("zero", "ZeRO"), Column("memory_gib", "memory (GiB)", lambda v: f"{v:.1f}"),
             Column("step_seconds", "step (s)", lambda v: f"{v:.4g}"), Column("mfu", "MFU (%)", _pct),
