@@ -10,6 +10,7 @@ table (stored as a parameter with requires_grad=False) are not counted.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from ..spec import ModelSpec
@@ -259,7 +260,14 @@ def count_params(spec: ModelSpec) -> ParamCount:
     LM head counted once), with total, non-embedding and MoE active-per-token totals derived from it.
     Equals ``sum(p.numel() for p in model.parameters() if p.requires_grad)`` of the matching
     ``transformers`` model (tests hold every preset to it)."""
-    return ParamCount(spec, param_breakdown(spec))
+    return ParamCount(spec, dict(_breakdown(spec)))
+
+
+@functools.lru_cache(maxsize=256)
+def _breakdown(spec: ModelSpec) -> dict[str, int]:
+    """param_breakdown, once per distinct (frozen, hashable) spec: the layout search and the step model ask for
+    the same model's counts thousands of times. Callers get a copy (count_params)."""
+    return param_breakdown(spec)
 
 
 # --- The classic approximations -------------------------------------------------------------

@@ -20,6 +20,7 @@ Closed forms the simulation reproduces (with equal stages, no transfer time; tes
 
 from __future__ import annotations
 
+import functools
 import heapq
 from dataclasses import dataclass
 
@@ -80,6 +81,12 @@ def _one_f_one_b(warmup: int, m: int, chunks_f: list, chunks_b: list) -> list:
         b += 1
     out += [("B",) + chunks_b[i] for i in range(b, total)]
     return out
+
+
+@functools.lru_cache(maxsize=64)
+def _static_lists(schedule: str, p: int, m: int, v: int) -> tuple[tuple[tuple[str, int, int], ...], ...]:
+    """action_lists, frozen and kept: a layout search simulates the same (schedule, p, m, v) many times."""
+    return tuple(tuple(actions) for actions in action_lists(schedule, p, m, v))
 
 
 def action_lists(schedule: str, p: int, m: int, v: int) -> list[list[tuple[str, int, int]]]:
@@ -189,7 +196,7 @@ def _simulate_static(schedule: str, p: int, m: int, f_time, b_time, w_time, v: i
     reached yet; a sweep that advances no rank is a deadlock."""
     zero_bubble = schedule.startswith("zb")
     n_stages = p * v
-    lists = action_lists(schedule, p, m, v)
+    lists = _static_lists(schedule, p, m, v)
     home = [0] * n_stages
     for r in range(p):
         for c in range(v):
