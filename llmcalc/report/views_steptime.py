@@ -70,7 +70,9 @@ def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batc
         lose_rows.append({"layout": detail, "why": reason,
                           "vs_best": None if pred is None or best is None else pred.tokens_per_second / best - 1})
     cols = [Column("rank", "#"), Column("tp", "tp"), Column("cp", "cp"), Column("pp", "pp"), Column("vpp", "vpp"),
-            Column("dp", "dp"), Column("ep", "ep"), Column("etp", "etp"), Column("micro_batch", "micro-batch"),
+            Column("dp", "dp"), Column("ep", "ep"),
+            Column("etp", "etp", show=any(row["etp"] != row["tp"] for row in rows)),  # only where experts fold
+            Column("micro_batch", "micro-batch"),
             Column("recompute", "recompute", align="left"),
             Column("zero", "ZeRO"), Column("memory_gib", "memory (GiB)", lambda v: f"{v:.1f}"),
             Column("step_seconds", "step (s)", lambda v: f"{v:.4g}"), Column("mfu", "MFU (%)", _pct),
