@@ -149,17 +149,18 @@ def lookup(table: dict, kind: str, name: str):
         raise LlmcalcError(f"unknown {kind} {name!r}; known: {', '.join(table)}") from None
 
 
-@dataclass(frozen=True)
-class Parallel:
-    n_gpus: int = 1
-    tp: int = 1
-    pp: int = 1
-    zero: int = 0  # ZeRO stage over the data-parallel group
-    sequence_parallel: bool = True
-    ep: int = 1  # expert parallelism: routed experts split over ep ranks (Megatron-LM's expert-model-parallel)
-    etp: int = 0  # expert tensor parallelism: each routed expert split over etp ranks; 0 = tp (Megatron-LM's
-    #   default). Experts fold over the tp x dp ranks (Megatron-Core "MoE parallel folding", Liu et al. 2025):
-    #   their states are ZeRO-sharded over the expert data-parallel group, tp x dp / (etp x ep) ranks
+class ExpertFold:
+    """Expert parallelism (ep) and expert tensor parallelism (etp, 0 = tp) folded over the tp x dp ranks, as
+    Megatron-Core's "MoE parallel folding" (Liu et al. 2025) lays them out; for Parallel and the step model's
+    Layout, which both have tp, dp, ep and etp."""
+
+    tp: int
+    ep: int
+    etp: int
+
+    @property
+    def dp(self) -> int:
+        raise NotImplementedError
 
     @property
     def expert_tp(self) -> int:
@@ -167,8 +168,20 @@ class Parallel:
 
     @property
     def expert_dp(self) -> int:
-        """Ranks holding the same expert shard: tp x dp / (etp x ep)."""
+        """Ranks holding the same routed-expert shard: tp x dp / (etp x ep)."""
         return self.tp * self.dp // (self.expert_tp * self.ep)
+
+
+@dataclass(frozen=True)
+class Parallel(ExpertFold):
+    n_gpus: int = 1
+    tp: int = 1
+    pp: int = 1
+    zero: int = 0  # ZeRO stage over the data-parallel group
+    sequence_parallel: bool = True
+    ep: int = 1  # expert parallelism: routed experts split over ep ranks (Megatron-LM's expert-model-parallel)
+    etp: int = 0  # expert tensor parallelism: each routed expert split over etp ranks; 0 = tp (Megatron-LM's
+    #   default); their states are ZeRO-sharded over the expert data-parallel group (ExpertFold.expert_dp)
 
     @property
     def dp(self) -> int:

@@ -50,7 +50,7 @@ from ..units import GIB
 from . import comm
 from .activations import ATTENTION_IMPLS
 from .flops import _attention, _ffn, _moe, step_flops
-from .memory import RECIPES, check_experts, lookup, routed_expert_params
+from .memory import RECIPES, ExpertFold, check_experts, lookup, routed_expert_params
 from .pipeline import SCHEDULES, chunks_per_rank, simulate, stage_of
 
 # Fraction of the HBM bandwidth a streaming kernel reaches (BabelStream/nvbandwidth on A100 and H100
@@ -95,7 +95,7 @@ GLOBAL_CONSTANTS = {
 
 
 @dataclass(frozen=True)
-class Layout:
+class Layout(ExpertFold):
     tp: int = 1
     cp: int = 1
     pp: int = 1
@@ -119,15 +119,6 @@ class Layout:
     @property
     def n_gpus(self) -> int:
         return self.tp * self.cp * self.pp * self.dp
-
-    @property
-    def expert_tp(self) -> int:
-        return self.etp or self.tp
-
-    @property
-    def expert_dp(self) -> int:
-        """Ranks holding the same routed-expert shard: the experts fold over tp x dp (etp x ep x expert dp)."""
-        return self.tp * self.dp // (self.expert_tp * self.ep)
 
     @property
     def alltoall(self) -> bool:
