@@ -854,7 +854,7 @@ def _report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe,
 
     from .presets import load_hardware, model_source
     from .report.document import MARKER, Progress, check_destination, outcome, provenance, safe_name, write_report
-    from .report.interrupts import checkpoint, settle, signal_pending, signals_deferred
+    from .report.interrupts import checkpoint, interrupt_behind, settle, signal_pending, signals_deferred
     from .report.tables import Column, Document, Table
 
     if out is not None and not out.strip():
@@ -903,6 +903,12 @@ def _report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe,
     except Interrupted as exc:
         exc.state = outcome(target, meta)
         raise
+    except Exception as exc:  # an error raised while an interrupt unwound is that interrupt
+        interrupt = interrupt_behind(exc)
+        if interrupt is None:
+            raise
+        interrupt.state = outcome(target, meta)
+        raise interrupt from None
     finally:
         progress.close()
     try:
@@ -919,6 +925,12 @@ def _report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe,
     except Interrupted as exc:
         exc.state = exc.state or outcome(target, meta)  # write_report says when it knows
         raise
+    except Exception as exc:
+        interrupt = interrupt_behind(exc)
+        if interrupt is None:
+            raise
+        interrupt.state = outcome(target, meta)
+        raise interrupt from None
 
 
 def _need_report_libraries():

@@ -117,6 +117,23 @@ def settle() -> None:
         _state.update(pending=[], raised=True)
 
 
+def interrupt_behind(exc: BaseException) -> Interrupted | None:
+    """The interrupt an exception stands for, if any: library code that fails while an ``Interrupted`` unwinds
+    through it (matplotlib's clean-up with a half-drawn figure: "Invalid bounding box") raises its own error,
+    with the ``Interrupted`` as its context, or with the context dropped after a signal already raised one.
+    Such an error is the interrupt's doing, not a bug: the command ends as interrupted."""
+    seen: set[int] = set()
+    chained: BaseException | None = exc
+    while chained is not None and id(chained) not in seen:
+        if isinstance(chained, Interrupted):
+            return chained
+        seen.add(id(chained))
+        chained = chained.__cause__ or chained.__context__
+    if _main_thread() and _state["signum"] is not None:
+        return Interrupted(_state["signum"])
+    return None
+
+
 def checkpoint() -> None:
     """Raise ``Interrupted`` again if a signal came earlier: Python drops an exception raised while a
     ``__del__`` or weakref callback runs ("Exception ignored in ..."), so before committing anything
