@@ -18,7 +18,8 @@ The model, one micro-batch on one pipeline stage at a time, then the pipeline, t
    re-runs each block's forward, selective the attention core.
 2. Communication (llmcalc.analytic.comm: nccl-tests bus factors, alpha-beta, NVLink inside a node,
    the scale-out network across nodes; ranks ordered TP, CP, PP, DP from the inside out as Llama 3
-   does). Overlap rule:
+   does; routed experts fold their [etp, ep, expert dp] mesh over the tp x dp ranks, Megatron-Core's MoE
+   parallel folding, and move tokens as its alltoall dispatcher does, see `Layout.alltoall`). Overlap rule:
    - TP (all-reduce, or all-gather + reduce-scatter with sequence parallelism) and EP all-to-alls
      sit on the critical path: fully exposed; with tp_overlap (sequence parallelism only) each pass's
      TP collectives run under that pass's projection GEMMs, exposed = max(0, comm - GEMMs);
