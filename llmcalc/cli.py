@@ -448,6 +448,11 @@ def train(ctx, model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_p
                                          accelerator=accelerator, options=layout)
     if mfu is None and achieved_tflops is None:
         raise click.UsageError(MFU_MISSING)
+    timing_only = [k for k in ("schedule", "zero", "sequence_parallel", "dp_overlap", "tp_overlap")
+                   if layout.get(k) is not None]
+    if pred is None and timing_only:  # a given MFU sets the step; these shape only a predicted one
+        warn(f"{', '.join('--' + k.replace('_', '-') for k in timing_only)} shape the predicted step only; with a "
+             f"given MFU, achieved TFLOP/s or throughput they are recorded in the layout, not used")
     est = TrainingEstimate(
         tokens=tokens, model_flops=model_flops, hardware_flops=hardware_flops, accelerator=accelerator,
         dtype=dtype, n_gpus=n_gpus, mfu=mfu,

@@ -397,6 +397,20 @@ def test_cli_given_mfu_still_overrides():
     assert d["step_seconds"] == pytest.approx(256 * 4096 / d["tokens_per_second"])
 
 
+def test_cli_given_mfu_says_which_layout_options_it_does_not_use():
+    """With --mfu the step follows from the given MFU: --zero or --tp-overlap would change only a predicted step,
+    so a warning says they are recorded, not used (no silently ignored option); --tp still sets dp."""
+    r = run("train", "llama-3-8b", "--tokens", "1T", "--gpu", "h100-sxm", "--n-gpus", 64, "--mfu", 0.4, "--tp", 2,
+            "--global-batch", 256, "--zero", 3, "--tp-overlap", "--format", "json")
+    assert r.exit_code == 0, r.output
+    warnings = [line for line in r.stderr.splitlines() if line.startswith("llmcalc: warning:")]
+    assert len(warnings) == 1 and "--zero, --tp-overlap shape the predicted step only" in warnings[0]
+    assert json.loads(r.stdout)["layout"]["dp"] == 32
+    quiet = run("train", "llama-3-8b", "--tokens", "1T", "--gpu", "h100-sxm", "--n-gpus", 64, "--mfu", 0.4, "--tp", 2,
+                "--global-batch", 256)
+    assert "warning" not in quiet.stderr
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--tp", 8, "--pp", 3, "--n-gpus", 64, "--global-batch", 64], "does not divide --n-gpus"),
     (["--tp", 3, "--n-gpus", 3, "--global-batch", 6], "does not divide the 32 attention heads"),
