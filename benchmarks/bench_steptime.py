@@ -67,13 +67,12 @@ def tuned(spec: ModelSpec, dev, n: int, batch: int, tp: int, pp: int):
     stages; settings whose most loaded stage does not fit the GPU are skipped."""
     from llmcalc.analytic.memory import Parallel, training_memory
 
-    dp = n // (tp * pp)
+    dp, per_stage = n // (tp * pp), spec.n_layers // pp
     best = None
     for mb in (1, 2, 4, 8):
         if batch % (dp * mb):
             continue
         m = batch // (dp * mb)
-        per_stage = spec.n_layers // pp
         vpps = [v for v in range(2, per_stage + 1) if per_stage % v == 0 and m % pp == 0] if pp > 1 else [1]
         fits = training_memory(spec, mb, 2048, recipe="fp16-mixed", recompute="full", attention="eager", dropout=True,
                                parallel=Parallel(n, tp, pp, zero=0, sequence_parallel=False)).peak

@@ -885,38 +885,29 @@ def _report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe,
              + (len(specs) if sharded_world else 0))
     progress = Progress(steps, "report")
     try:
-        if profile_mode != "none":
-            _need_torch()
-            from .profiling.measure import peak_for, real_profile, virtual_profile
+        try:
+            if profile_mode != "none":
+                _need_torch()
+                from .profiling.measure import peak_for, real_profile, virtual_profile
 
-            profiles = {}
-            for spec in specs:
-                progress.step(f"profiling {spec.name}")
-                if profile_mode == "virtual":
-                    profiles[spec.name] = virtual_profile(spec, micro_batch, seq_len, recipe, "full" if recompute ==
-                                                          "full" else "none")
-                else:
-                    peak, source = peak_for("cpu", "fp32")
-                    profiles[spec.name] = real_profile(spec, "cpu", micro_batch, seq_len, "fp32", steps=3, warmup=1,
-                                                       peak_flops=peak, peak_source=source)
-        sharded = (_sharded_profiles(specs, sharded_world, tp, micro_batch, seq_len, progress=progress)
-                   if sharded_world else None)
-        from .report.planning import Extras, build_report
+                profiles = {}
+                for spec in specs:
+                    progress.step(f"profiling {spec.name}")
+                    if profile_mode == "virtual":
+                        profiles[spec.name] = virtual_profile(spec, micro_batch, seq_len, recipe, "full" if recompute ==
+                                                              "full" else "none")
+                    else:
+                        peak, source = peak_for("cpu", "fp32")
+                        profiles[spec.name] = real_profile(spec, "cpu", micro_batch, seq_len, "fp32", steps=3, warmup=1,
+                                                           peak_flops=peak, peak_source=source)
+            sharded = (_sharded_profiles(specs, sharded_world, tp, micro_batch, seq_len, progress=progress)
+                       if sharded_world else None)
+            from .report.planning import Extras, build_report
 
-        built = build_report(specs, sources, scenario, load_hardware, progress=progress, meta=meta,
-                             extras=Extras(profiles=profiles, serve=serving, finetune=finetune_cfg, sharded=sharded))
-    except Interrupted as exc:
-        exc.state = outcome(target, meta)
-        raise
-    except Exception as exc:  # an error raised while an interrupt unwound is that interrupt
-        interrupt = interrupt_behind(exc)
-        if interrupt is None:
-            raise
-        interrupt.state = outcome(target, meta)
-        raise interrupt from None
-    finally:
-        progress.close()
-    try:
+            extras = Extras(profiles=profiles, serve=serving, finetune=finetune_cfg, sharded=sharded)
+            built = build_report(specs, sources, scenario, load_hardware, progress=progress, meta=meta, extras=extras)
+        finally:
+            progress.close()
         written = write_report(built, target, force, meta)
         with signals_deferred():  # the success message only when no signal came: one outcome, one message
             checkpoint()  # one that came earlier and whose exception Python dropped
@@ -927,14 +918,11 @@ def _report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe,
                 doc = Document(f"report {written}: seq {seq_len:,}", {"out": str(written), "files": files},
                                [Table("files", [Column("file", "file", align="left")], [{"file": f} for f in files])])
                 emit(doc, fmt)
-    except Interrupted as exc:
-        exc.state = exc.state or outcome(target, meta)  # write_report says when it knows
-        raise
-    except Exception as exc:
+    except (Interrupted, Exception) as exc:  # an error raised while an interrupt unwound is that interrupt
         interrupt = interrupt_behind(exc)
         if interrupt is None:
             raise
-        interrupt.state = outcome(target, meta)
+        interrupt.state = interrupt.state or outcome(target, meta)  # write_report says when it knows
         raise interrupt from None
 
 

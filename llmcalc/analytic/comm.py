@@ -35,7 +35,7 @@ KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
 # Fraction of the link bandwidth that NCCL's large-message bus bandwidth reaches. Source: nccl-tests
 # all_reduce_perf on DGX A100 (NVSwitch, 300 GB/s per direction) peaks near 230-240 GB/s busbw
 # (NVIDIA's published DGX A100 figure: 230 GB/s), i.e. ~0.78 of the link; the same ratio is used for
-# scale-up link of every accelerator preset.
+# the scale-up link of every accelerator preset.
 NCCL_BUS_EFFICIENCY = 0.78
 # The same share across nodes, over InfiniBand/RoCE NICs: reported all_reduce_perf runs between A100 nodes reach
 # 84.8-96 GB/s busbw of 100 GB/s line rate with 4 HDR NICs (NVIDIA/nccl-tests#119), 91 of 100 (nccl-tests#100),

@@ -210,7 +210,8 @@ def make_layout(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, t
     """A checked layout: dp = n_gpus / (tp·cp·pp); every contradiction is one clear LlmcalcError."""
     check_modelled(spec)
     for name, value in (("--n-gpus", n_gpus), ("--tp", tp), ("--cp", cp), ("--pp", pp), ("--vpp", vpp), ("--ep", ep),
-                        ("--micro-batch", micro_batch), ("--global-batch", global_batch)):
+                        ("--micro-batch", micro_batch), ("--global-batch", global_batch),
+                        *((("--etp", etp),) if etp is not None else ())):
         if not isinstance(value, int) or value < 1:
             raise LlmcalcError(f"{name} must be a whole number >= 1, got {value!r}")
     schedule = schedule or ("interleaved" if vpp > 1 else "1f1b")
@@ -232,8 +233,6 @@ def make_layout(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, t
     stages = pp * chunks_per_rank(schedule, vpp)
     if stages > spec.n_layers:
         raise LlmcalcError(f"{stages} pipeline stages (pp x chunks) exceed the model's {spec.n_layers} layers")
-    if etp is not None and (not isinstance(etp, int) or etp < 1):
-        raise LlmcalcError(f"--etp must be a whole number >= 1, got {etp!r}")
     if ep > 1 or etp is not None:
         check_experts(spec, ep, etp or tp, tp * dp, "tp x dp")
     if zero not in (0, 1, 2, 3):
@@ -241,8 +240,6 @@ def make_layout(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, t
     if tp_overlap and not sequence_parallel:
         raise LlmcalcError("--tp-overlap splits the all-gather / reduce-scatter of sequence parallelism around the "
                            "GEMMs; it needs --sequence-parallel (drop --no-sequence-parallel)")
-    if spec.architecture != "decoder":
-        raise LlmcalcError(f"the step-time model covers decoder-only models; {spec.name} is {spec.architecture}")
     return Layout(tp, cp, pp, vpp, dp=dp, ep=ep, micro_batch=micro_batch, global_batch=global_batch,
                   schedule=schedule, zero=zero, sequence_parallel=sequence_parallel, dp_overlap=dp_overlap,
                   tp_overlap=tp_overlap, etp=etp or 0)
