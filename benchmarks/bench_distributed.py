@@ -9,8 +9,8 @@ import resource
 import sys
 import time
 
-from llmcalc.presets import load_model
 from llmcalc.profiling.distributed import virtual_distributed_profile
+from llmcalc.spec import load_model
 
 model, world, tp, seq = (sys.argv[1:] + ["llama-3.1-405b", "64", "8", "2048"][len(sys.argv) - 1:])[:4]
 start = time.perf_counter()

@@ -36,8 +36,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from llmcalc.analytic import steptime  # noqa: E402
-from llmcalc.presets import load_model  # noqa: E402
-from llmcalc.spec import ModelSpec  # noqa: E402
+from llmcalc.spec import (  # noqa: E402
+    ModelSpec,
+    load_model,  # noqa: E402
+    spec_of,
+)
 
 # (params B, heads, hidden, layers, tp, pp, GPUs, batch, achieved TFLOP/s per GPU)
 NARAYANAN_TABLE_1 = [
@@ -56,9 +59,9 @@ LLAMA3_TABLE_4 = [
 
 def gpt(layers: int, hidden: int, heads: int) -> ModelSpec:
     """Narayanan et al.'s GPT: learned positions, LayerNorm, GELU MLP 4h, biases, V = 51,200."""
-    return ModelSpec(n_layers=layers, d_model=hidden, n_heads=heads, vocab_size=51200, d_ff=4 * hidden, mlp="gelu",
-                     norm="layernorm", pos_emb="learned", max_seq_len=2048, qkv_bias=True, out_bias=True,
-                     mlp_bias=True, name=f"GPT {layers}x{hidden}")
+    return spec_of(n_layers=layers, d_model=hidden, n_heads=heads, vocab_size=51200, d_ff=4 * hidden, mlp="gelu",
+                   norm="layernorm", pos_emb="learned", max_seq_len=2048, qkv_bias=True, out_bias=True,
+                   mlp_bias=True, name=f"GPT {layers}x{hidden}")
 
 
 def tuned(spec: ModelSpec, dev, n: int, batch: int, tp: int, pp: int):

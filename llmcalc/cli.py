@@ -7,6 +7,7 @@ are imported inside the commands that need them, so `llmcalc params <preset>` st
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import sys
@@ -144,7 +145,7 @@ def emit(doc, fmt: str) -> None:
 
 def load_model(name: str, seq_len: int | None = None, what: str = "--seq-len"):
     """The model MODEL names; warns (stderr) when `seq_len` exceeds its max_position_embeddings."""
-    from .presets import load_model as load
+    from .spec import load_model as load
 
     spec = load(name)
     if seq_len is not None and spec.max_seq_len and seq_len > spec.max_seq_len:
@@ -221,8 +222,8 @@ def params(model: str, finetune, lora_rank, lora_targets, base_dtype, double_qua
     """
     from .analytic.params import count_params
     from .fallback import FallbackModel, load_counted
-    from .presets import model_source
     from .report.views_params import params_document
+    from .spec import model_source
 
     cfg = make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant)
     spec = load_counted(model)
@@ -358,8 +359,8 @@ def train(ctx, model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_p
           **layout):  # long: the flags' checks, then each figure in the order printed
     """Training FLOPs, GPU-hours, wall-clock, cost and energy for TOKENS on N GPUs."""
     from .analytic.training import TrainingEstimate
-    from .presets import load_hardware
     from .report.views_compute import train_document
+    from .spec import load_hardware
 
     if (model is None) == (n_params is None):
         raise click.UsageError("give a MODEL (preset or config.json) or --params N, not both")
@@ -484,9 +485,9 @@ def layout(model, gpu, n_gpus, seq_len, global_batch, global_batch_tokens, recom
            fmt):
     """Rank the parallel layouts of MODEL on N GPUs that fit in memory, by predicted throughput."""
     from .analytic.steptime import search_layouts
-    from .presets import load_model
     from .report.document import Progress
     from .report.views_steptime import layout_document
+    from .spec import load_model
 
     spec = load_model(model)
     if (global_batch is None) == (global_batch_tokens is None):
@@ -530,8 +531,8 @@ def layout(model, gpu, n_gpus, seq_len, global_batch, global_batch_tokens, recom
 def plan(ctx, compute, gpu, n_gpus, days, mfu, dtype, fmt):
     """Compute-optimal model size and tokens for a FLOP budget, or for what a cluster delivers."""
     from .analytic.training import cluster_compute, compute_optimal
-    from .presets import load_hardware
     from .report.views_compute import plan_document
+    from .spec import load_hardware
 
     cluster = (gpu, n_gpus, days, mfu)
     if compute is not None and any(v is not None for v in cluster):
@@ -595,7 +596,7 @@ def memory(ctx, model, seq_len, batch_size, recipe, optimizer, optimizer_bytes, 
            dropout, gpu, n_gpus, zero, tp, pp, ep, etp, sequence_parallel, reserve_gib, inference, moved_option,
            finetune, lora_rank, lora_targets, base_dtype, double_quant, fmt):
     """Training memory per GPU of MODEL, and whether it fits (serving memory: `llmcalc serve`)."""
-    from .presets import load_hardware
+    from .spec import load_hardware
 
     if inference or moved_option is not None:
         raise LlmcalcError("memory --inference has moved: use `llmcalc serve MODEL --gpu G --n-gpus N "
@@ -680,8 +681,8 @@ def serving_options(func):
 def infer(model, gpu, prompt, generate, batch_size, weight_dtype, kv_dtype, compute_dtype, n_gpus, fmt):
     """Prefill and decode time and tokens/s of MODEL on a GPU: a roofline, an upper bound on speed."""
     from .analytic.inference import InferenceEstimate, check_inference, context_warning, resolve_dtypes
-    from .presets import load_hardware
     from .report.views_memory import infer_document
+    from .spec import load_hardware
 
     spec = load_model(model)
     accelerator = load_hardware(gpu)
@@ -710,8 +711,8 @@ def serve(model, gpu, weight_dtype, kv_dtype, compute_dtype, n_gpus, max_model_l
     GPU, concurrent sequences at the max length, throughput and latency against concurrency."""
     from .analytic.inference import check_tp, context_warning, resolve_dtypes
     from .analytic.serving import ServeEstimate
-    from .presets import load_hardware, load_model
     from .report.views_serve import serve_document
+    from .spec import load_hardware, load_model
 
     spec = load_model(model)
     accelerator = load_hardware(gpu)
@@ -758,7 +759,7 @@ def scenario_options(func):
 def make_scenario(seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe, zero, tp, micro_batch, recompute,
                   causal):
     from .analytic.summary import Scenario
-    from .presets import load_hardware
+    from .spec import load_hardware
 
     return Scenario(seq_len, tokens, load_hardware(gpu), n_gpus, mfu=mfu, usd_per_gpu_hour=usd_per_gpu_hour,
                     recipe=recipe, zero=zero,
@@ -857,10 +858,10 @@ def _report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe,
             sharded_world=None):  # long: the report's steps, each a checkpoint
     from pathlib import Path
 
-    from .presets import load_hardware, model_source
     from .report.document import MARKER, Progress, check_destination, outcome, provenance, safe_name, write_report
     from .report.interrupts import checkpoint, interrupt_behind, settle, signal_pending, signals_deferred
     from .report.tables import Column, Document, Table
+    from .spec import load_hardware, model_source
 
     if out is not None and not out.strip():
         raise LlmcalcError("--out is empty; give a directory for the report (default: reports/<model names>)")
@@ -1021,11 +1022,11 @@ def profile(ctx, model, virtual, device, dtype, recipe, batch_size, seq_len, ste
     if layers is not None:
         if layers > spec.n_layers:
             raise click.UsageError(f"--layers {layers} exceeds {spec.name}'s {spec.n_layers} layers")
-        spec = spec.replace(n_layers=layers, name=f"{spec.name} ({layers} layers)",
-                            n_dense_layers=min(spec.n_dense_layers, layers),
-                            moe_layers=None if spec.moe_layers is None
-                            else tuple(i for i in spec.moe_layers if i < layers),
-                            n_decoder_layers=layers if spec.n_decoder_layers else None)
+        spec = dataclasses.replace(spec, n_layers=layers, name=f"{spec.name} ({layers} layers)",
+                                   n_dense_layers=min(spec.n_dense_layers, layers),
+                                   moe_layers=None if spec.moe_layers is None
+                                   else tuple(i for i in spec.moe_layers if i < layers),
+                                   n_decoder_layers=layers if spec.n_decoder_layers else 0)
     internal_attention = "sdpa" if attention == "flash" else "eager"
     cfg = make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant)
     if world_size is not None or nproc is not None:
@@ -1095,10 +1096,10 @@ def profile(ctx, model, virtual, device, dtype, recipe, batch_size, seq_len, ste
 def calibrate(device, dtype, size, seconds, fmt):
     """Achievable matmul FLOP/s on this device: the peak `profile` uses for CPUs and unknown GPUs."""
     _need_torch()
-    from .presets import find_accelerator
     from .profiling.measure import calibrate as run
     from .profiling.measure import device_name, resolve_device, torch_dtype
     from .report.views_profile import calibrate_document
+    from .spec import find_accelerator
 
     device = resolve_device(device)
     size = size or (8192 if device == "cuda" else 1024)

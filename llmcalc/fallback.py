@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .analytic.params import EMBEDDING_PARTS, group_totals
 from .errors import LlmcalcError
-from .hfconfig import UnknownModelType
+from .spec import UnknownModelType
 
 METHOD_ANALYTIC, METHOD_TRANSFORMERS = "analytic", "transformers"
 INSTALL = "pip install 'llmcalc[dev]' (or: pip install transformers torch)"
@@ -146,7 +146,7 @@ def fallback_model(exc: UnknownModelType, seq_len: int | None = None) -> Fallbac
 
 def load_counted(name_or_path: str, seq_len: int | None = None):
     """A ModelSpec (analytic), or a FallbackModel for a model_type only transformers knows."""
-    from .presets import load_model
+    from .spec import load_model
 
     try:
         return load_model(name_or_path)

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from llmcalc.cli import cli
-from llmcalc.presets import model_config, model_names
+from llmcalc.spec import model_config, model_names
 
 
 def run(*args):

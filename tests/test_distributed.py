@@ -55,8 +55,8 @@ def test_sharding_rule_matches_torch_shards_on_every_rank():
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from llmcalc.presets import load_model
     from llmcalc.profiling.distributed import build_sharded, check_layout, make_mesh, param_layout, rank_param_bytes
+    from llmcalc.spec import load_model
 
     spec = load_model("llmcalc-tiny")
     layout = check_layout(spec, 6, 2)

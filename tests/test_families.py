@@ -13,7 +13,7 @@ from reference import hf_count, hf_forward_flops, llmcalc_groups
 
 from llmcalc.analytic.flops import step_flops
 from llmcalc.analytic.params import count_params
-from llmcalc.hfconfig import FAMILIES, spec_from_hf
+from llmcalc.spec import FAMILIES, spec_from_hf
 
 IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
 B = st.booleans()
@@ -221,7 +221,7 @@ def test_forward_flops_match_flop_counter(model_type):
 
 # --- The current-generation presets: transformers counts are in test_params (every preset); here,
 # the published figures each model card quotes, with the rounding it quotes them at. ---
-from llmcalc.presets import load_model, model_config  # noqa: E402
+from llmcalc.spec import load_model, model_config  # noqa: E402
 
 G = 1e9
 # name: (published total, tolerance, published active or None, tolerance, what the figure includes)

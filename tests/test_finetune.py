@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
@@ -19,8 +20,7 @@ from llmcalc.analytic.finetune import (
 from llmcalc.analytic.flops import step_flops
 from llmcalc.analytic.params import count_params
 from llmcalc.cli import cli
-from llmcalc.hfconfig import spec_from_hf
-from llmcalc.presets import load_model
+from llmcalc.spec import load_model, spec_from_hf
 
 SMALL_LLAMA = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 3,
                "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 101,
@@ -195,7 +195,7 @@ def test_virtual_profile_of_lora_step(method, targets, recompute, tolerance):
     pytest.importorskip("torch")
     from llmcalc.profiling.lora import virtual_finetune_profile
 
-    spec = load_model("llama-2-7b").replace(n_layers=4, name="llama-2-7b (4 layers)")
+    spec = replace(load_model("llama-2-7b"), n_layers=4, name="llama-2-7b (4 layers)")
     cfg = lora_config(method, 16, targets)
     result = virtual_finetune_profile(spec, cfg, 1, 2048, recompute)
     assert result.find("parameters").measured == finetune(spec, cfg).trainable

@@ -6,8 +6,7 @@ from reference import hf_forward_flops
 from llmcalc.analytic.flops import forward_ops, step_flops
 from llmcalc.analytic.params import count_params
 from llmcalc.analytic.rules import crossover, megatron, palm, rules_of_thumb, six_n
-from llmcalc.presets import load_model, model_config
-from llmcalc.spec import ModelSpec
+from llmcalc.spec import load_model, model_config, spec_of
 
 # One preset per dense family the issue names, plus the encoder and encoder-decoder references.
 COUNTED = ["llama-2-7b", "mistral-7b", "qwen2.5-7b", "gemma-2b", "gpt2", "pythia-1.4b", "falcon-7b", "phi-3-mini",
@@ -25,7 +24,7 @@ def two_layers(config: dict) -> dict:
 def check_against_counter(config: dict, seq: int) -> None:
     """Exact forward FLOPs (batch 1, full S²) vs FlopCounterMode on the transformers model; the S²
     terms are the bmm calls of eager attention (T5 adds none of its own)."""
-    from llmcalc.hfconfig import spec_from_hf
+    from llmcalc.spec import spec_from_hf
 
     spec = spec_from_hf(config)
     measured, per_op = hf_forward_flops(config, 1, seq)
@@ -79,9 +78,9 @@ def test_gpt3_block_matches_narayanan_formula_exactly():
     forward 24·B·s·h²·L·(1 + s/6h + V/12Lh); model FLOPs (any recomputation) three times that;
     full recomputation 96·B·s·L·h²·(1 + s/6h + V/16Lh); selective recomputation (Korthikanti et al.
     2022) re-runs only QKᵀ and AV: 2 matmuls of 2·B·s²·h per layer on top of the model FLOPs."""
-    spec = ModelSpec(n_layers=96, d_model=12288, n_heads=96, vocab_size=51200, d_ff=4 * 12288, mlp="gelu",
-                     norm="layernorm", pos_emb="learned", n_positions=2048, qkv_bias=True, out_bias=True,
-                     mlp_bias=True, tie_embeddings=True)
+    spec = spec_of(n_layers=96, d_model=12288, n_heads=96, vocab_size=51200, d_ff=4 * 12288, mlp="gelu",
+                   norm="layernorm", pos_emb="learned", n_positions=2048, qkv_bias=True, out_bias=True,
+                   mlp_bias=True, tie_embeddings=True)
     s, h, L, V = 2048, 12288, 96, 51200
     model = 72 * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))
     none, selective, full = (step_flops(spec, 1, s, recompute=r) for r in ("none", "selective", "full"))
@@ -143,7 +142,7 @@ TINY_MOE = {
 def test_moe_and_mla_forward_flops_equal_torch_flop_counter(family):
     """MoE (routed top-k + shared experts + router) and MLA (low-rank Q, KV latent, decoupled RoPE key)
     forward FLOPs against FlopCounterMode on the transformers model, exactly, at two shapes."""
-    from llmcalc.hfconfig import spec_from_hf
+    from llmcalc.spec import spec_from_hf
 
     config = TINY_MOE[family]
     spec = spec_from_hf(config)

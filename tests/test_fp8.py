@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from llmcalc.analytic.memory import RECIPES, training_memory
 from llmcalc.cli import cli
-from llmcalc.presets import load_model
+from llmcalc.spec import load_model
 
 
 @pytest.mark.parametrize("recipe, weights, grads, master, adam, fp8_copies", [

@@ -17,8 +17,8 @@ transformers = pytest.importorskip("transformers")
 
 from llmcalc.cli import cli  # noqa: E402
 from llmcalc.fallback import FallbackModel, load_counted  # noqa: E402
-from llmcalc.hfconfig import UnknownModelType, spec_from_hf  # noqa: E402
 from llmcalc.profiling.hf_fallback import classify  # noqa: E402
+from llmcalc.spec import UnknownModelType, spec_from_hf  # noqa: E402
 
 # Tiny configs of model_types with no llmcalc family (after issue 9's analytic parts too).
 CONFIGS = {

@@ -6,8 +6,7 @@ from hypothesis import strategies as st
 from reference import hf_count, llmcalc_groups
 
 from llmcalc.analytic.params import count_params
-from llmcalc.hfconfig import FAMILIES, spec_from_hf
-from llmcalc.spec import SpecError
+from llmcalc.spec import FAMILIES, SpecError, spec_from_hf
 
 IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
 
@@ -142,7 +141,7 @@ def test_random_configs_match_transformers(strategy):
 def test_every_family_is_exercised():
     from test_families import FAMILIES_9  # issue 9's families: tests/test_families.py
 
-    from llmcalc.hfconfig_ssm import SSM_FAMILIES  # exercised by tests/test_ssm.py
+    from llmcalc.spec.hf_ssm import SSM_FAMILIES  # exercised by tests/test_ssm.py
 
     exercised = set(DECODERS) | {"gpt2", "bert", "t5", "marian"} | set(FAMILIES_9) | {"kimi_k2"} | set(SSM_FAMILIES)
     assert exercised == set(FAMILIES)  # kimi_k2 is deepseek_v3's Family, exercised with it

@@ -10,8 +10,7 @@ from llmcalc.analytic.inference import InferenceEstimate, kv_cache_bytes_per_tok
 from llmcalc.analytic.memory import OPTIMIZERS, RECIPES, Parallel, training_memory
 from llmcalc.analytic.params import count_params
 from llmcalc.cli import cli
-from llmcalc.presets import load_hardware, load_model
-from llmcalc.spec import ModelSpec
+from llmcalc.spec import load_hardware, load_model, spec_of
 
 GIB = 2**30
 
@@ -37,7 +36,7 @@ GPT3_BLOCK = dict(n_layers=4, d_model=2048, n_heads=16, vocab_size=51200, d_ff=8
 
 def _korthikanti_layer(t=1, sp=True, recompute="none"):
     """Per-layer activation bytes for a GPT-3 block, norm statistics aside (the paper ignores them)."""
-    spec = ModelSpec(**GPT3_BLOCK)
+    spec = spec_of(**GPT3_BLOCK)
     items = [x for x in layer_saved(spec, 0, 2, 2048, 2, attention="eager", dropout=True) if "statistics" not in x.name]
     if recompute == "selective":
         items = [x for x in items if x.scope != "attention_scores"]
@@ -53,7 +52,7 @@ def test_korthikanti_table_2():
     for t in (2, 4, 8):
         assert _korthikanti_layer(t, sp=False) == pytest.approx(sbh * (10 + 24 / t + 5 * a * s / (h * t)))
         assert _korthikanti_layer(t, sp=True) == pytest.approx(sbh / t * (34 + 5 * a * s / h))
-    full = activation_memory(ModelSpec(**GPT3_BLOCK), b, s, 2, recompute="full", head=False)
+    full = activation_memory(spec_of(**GPT3_BLOCK), b, s, 2, recompute="full", head=False)
     assert full.per_layer == {"block input (full recomputation checkpoint)": 4 * 2 * sbh}  # 2·sbh per layer
     # Backward re-runs one layer at a time, which holds that layer's activations (FlashAttention, no dropout):
     # Table 2's 34·sbh less the two 1-byte dropout masks (2·sbh) plus sdpa's saved output O (2·sbh), plus

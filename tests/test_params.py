@@ -4,7 +4,7 @@ import pytest
 from reference import hf_count, llmcalc_groups
 
 from llmcalc.analytic.params import approximations, count_params, reconcile
-from llmcalc.presets import load_model, model_config, model_names
+from llmcalc.spec import load_model, model_config, model_names
 
 PRESETS = model_names()
 

@@ -4,6 +4,7 @@ import json
 import statistics
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -18,12 +19,11 @@ from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 from llmcalc.analytic.flops import step_flops  # noqa: E402
 from llmcalc.analytic.params import param_breakdown  # noqa: E402
 from llmcalc.cli import cli  # noqa: E402
-from llmcalc.presets import load_model, model_names  # noqa: E402
 from llmcalc.profiling import measure  # noqa: E402
 from llmcalc.profiling.counters import count_flops, register_cpu_sdpa  # noqa: E402
 from llmcalc.profiling.measure import virtual_profile  # noqa: E402
 from llmcalc.profiling.model import build_model, measured_breakdown  # noqa: E402
-from llmcalc.spec import ModelSpec, SpecError  # noqa: E402
+from llmcalc.spec import ModelSpec, SpecError, load_model, model_names, spec_of  # noqa: E402  # noqa: E402
 
 # The reference model builds attention + FFN blocks only; hybrid/state-space presets are refused
 # (test_hybrid_presets_are_refused_in_one_line) and checked against transformers in tests/test_ssm.py.
@@ -60,8 +60,8 @@ CURRENT_GENERATION = {"qwen3-8b", "qwen3-32b", "qwen3-30b-a3b", "qwen3-235b-a22b
 def shrunk(spec: ModelSpec, layers: int = 2) -> ModelSpec:
     """`spec` cut to at most `layers` blocks per stack, with at most one dense-first layer so that MoE
     presets keep a MoE block: every per-component shape of the preset, in seconds instead of minutes."""
-    return spec.replace(n_layers=min(layers, spec.n_layers), n_dense_layers=min(spec.n_dense_layers, 1),
-                        n_decoder_layers=min(layers, spec.n_decoder_layers) if spec.n_decoder_layers else None)
+    return replace(spec, n_layers=min(layers, spec.n_layers), n_dense_layers=min(spec.n_dense_layers, 1),
+                   n_decoder_layers=min(layers, spec.n_decoder_layers))
 
 
 def check_virtual_flops(spec: ModelSpec, seq: int) -> None:
@@ -205,9 +205,9 @@ def random_specs(draw):
                       v_head_dim=draw(st.sampled_from([4, 8])), n_kv_heads=n_heads, d_head=None, pos_emb="rope",
                       qk_norm="none", attention_sinks=False)
     try:
-        return ModelSpec(**values)
+        return spec_of(**values)
     except SpecError:
-        return ModelSpec(n_layers=1, d_model=16, n_heads=2, vocab_size=32, d_ff=32)
+        return spec_of(n_layers=1, d_model=16, n_heads=2, vocab_size=32, d_ff=32)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -21,7 +21,7 @@ from llmcalc.analytic.params import count_params
 from llmcalc.analytic.rules import palm
 from llmcalc.analytic.serving import vllm_max_concurrency
 from llmcalc.cli import cli
-from llmcalc.presets import load_hardware, load_model
+from llmcalc.spec import load_hardware, load_model
 
 GIB = 2**30
 H100 = load_hardware("h100-sxm")

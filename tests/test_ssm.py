@@ -23,8 +23,7 @@ from reference import build_hf, trainable
 
 from llmcalc.analytic.flops import forward_ops
 from llmcalc.analytic.params import count_params
-from llmcalc.hfconfig import spec_from_hf
-from llmcalc.spec import SpecError
+from llmcalc.spec import SpecError, spec_from_hf
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -300,7 +299,7 @@ def test_flops_match_what_torch_counts(model_type):
 
 # --- presets: exact against transformers (counts only; no forward at full size) --------------------
 
-from llmcalc.presets import load_model, model_config, model_names  # noqa: E402
+from llmcalc.spec import load_model, model_config, model_names  # noqa: E402
 
 HYBRID_PRESETS = [n for n in model_names() if load_model(n).is_hybrid]
 
@@ -369,7 +368,7 @@ from llmcalc.analytic.inference import (  # noqa: E402
     recurrent_state_bytes,
     state_bytes_per_sequence,
 )
-from llmcalc.presets import load_hardware  # noqa: E402
+from llmcalc.spec import load_hardware  # noqa: E402
 
 
 def test_recurrent_state_by_hand():
@@ -417,7 +416,7 @@ def test_scan_convention_by_hand():
 from click.testing import CliRunner  # noqa: E402
 
 from llmcalc.cli import cli  # noqa: E402
-from llmcalc.spec import ModelSpec  # noqa: E402
+from llmcalc.spec import SpecDraft, resolve, spec_of  # noqa: E402
 
 
 @pytest.mark.parametrize("changes, message", [
@@ -458,16 +457,16 @@ def test_zamba2_configs_transformers_refuses_are_one_line(tmp_path, changes, mes
 ])
 def test_bad_layer_types(layer_types, message):
     with pytest.raises(SpecError) as err:
-        ModelSpec(n_layers=3, d_model=64, n_heads=4, vocab_size=100, d_ff=128, layer_types=layer_types,
-                  ssm_d_inner=128, ssm_d_state=8, ssm_dt_rank=4)
+        spec_of(n_layers=3, d_model=64, n_heads=4, vocab_size=100, d_ff=128, layer_types=layer_types,
+                ssm_d_inner=128, ssm_d_state=8, ssm_dt_rank=4)
     assert message in str(err.value)
 
 
 def test_native_spec_with_layer_types_round_trips():
-    spec = ModelSpec(n_layers=2, d_model=64, n_heads=4, vocab_size=100, d_ff=128,
-                     layer_types=["mamba2+mlp", "attention+mlp"], ssm_d_inner=128, ssm_d_state=8, ssm_n_heads=4)
+    spec = spec_of(n_layers=2, d_model=64, n_heads=4, vocab_size=100, d_ff=128,
+                   layer_types=["mamba2+mlp", "attention+mlp"], ssm_d_inner=128, ssm_d_state=8, ssm_n_heads=4)
     assert spec.layer_types == ("mamba2+mlp", "attention+mlp") and spec.n_attention_layers == 1
-    assert ModelSpec(**json.loads(json.dumps(spec.to_dict()))) == spec
+    assert resolve(SpecDraft(**json.loads(json.dumps(spec.to_dict())))) == spec
 
 
 def test_serve_and_infer_json_report_the_state():

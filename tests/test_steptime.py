@@ -24,7 +24,7 @@ from llmcalc.analytic.steptime import (
 )
 from llmcalc.cli import cli
 from llmcalc.errors import LlmcalcError
-from llmcalc.presets import load_hardware, load_model
+from llmcalc.spec import load_hardware, load_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import bench_steptime  # noqa: E402

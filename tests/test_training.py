@@ -10,7 +10,7 @@ from llmcalc.analytic.params import count_params
 from llmcalc.analytic.training import TrainingEstimate, compute_optimal, tokens_per_param_rule
 from llmcalc.cli import cli
 from llmcalc.errors import LlmcalcError
-from llmcalc.presets import hardware_names, load_hardware, load_model, model_config
+from llmcalc.spec import hardware_names, load_hardware, load_model, model_config
 
 
 def run_json(*args):

@@ -56,17 +56,18 @@ def _attention_saved(spec: ModelSpec, tokens: int, batch: int, seq: int, act_byt
                      dropout: bool) -> list[Saved]:
     H = spec.n_heads
     out: list[Saved] = []
-    if spec.is_mla:
-        qk = spec.qk_head_dim
-        v_dim = spec.v_head_dim
-        if spec.q_lora_rank:
-            out += [Saved("q_a output (q_a_norm input)", tokens * spec.q_lora_rank * act_bytes, "sequence_parallel"),
+    mla = spec.mla
+    if mla is not None:
+        qk = mla.qk_head_dim
+        v_dim = mla.v_head_dim
+        if mla.q_lora_rank:
+            out += [Saved("q_a output (q_a_norm input)", tokens * mla.q_lora_rank * act_bytes, "sequence_parallel"),
                     Saved("q_a_norm statistics (fp32)", tokens * FP32, "sequence_parallel"),
-                    Saved("q_b input (normed q latent)", tokens * spec.q_lora_rank * act_bytes, "sequence_parallel")]
-        out += [Saved("kv_a output: KV latent (kv_a_norm input)", tokens * spec.kv_lora_rank * act_bytes,
+                    Saved("q_b input (normed q latent)", tokens * mla.q_lora_rank * act_bytes, "sequence_parallel")]
+        out += [Saved("kv_a output: KV latent (kv_a_norm input)", tokens * mla.kv_lora_rank * act_bytes,
                       "sequence_parallel"),
                 Saved("kv_a_norm statistics (fp32)", tokens * FP32, "sequence_parallel"),
-                Saved("kv_b input (normed KV latent)", tokens * spec.kv_lora_rank * act_bytes, "sequence_parallel"),
+                Saved("kv_b input (normed KV latent)", tokens * mla.kv_lora_rank * act_bytes, "sequence_parallel"),
                 Saved("Q, K after RoPE, V (attention inputs)", tokens * H * (2 * qk + v_dim) * act_bytes,
                       "tensor_parallel")]
     else:

@@ -142,17 +142,18 @@ class Linear:
 
 def _attention_linears(spec: ModelSpec, prefix: str, cross: bool = False) -> list[tuple[str, str | None, int, int]]:
     D, H, dh = spec.d_model, spec.n_heads, spec.d_head
-    if spec.is_mla and not cross:
-        qk = spec.qk_head_dim
-        out = []
-        if spec.q_lora_rank:
-            out += [(f"{prefix}/q_a_proj", "q_proj", D, spec.q_lora_rank),
-                    (f"{prefix}/q_b_proj", "q_proj", spec.q_lora_rank, H * qk)]
+    mla = spec.mla
+    if mla is not None and not cross:
+        qk = mla.qk_head_dim
+        out: list[tuple[str, str | None, int, int]] = []
+        if mla.q_lora_rank:
+            out += [(f"{prefix}/q_a_proj", "q_proj", D, mla.q_lora_rank),
+                    (f"{prefix}/q_b_proj", "q_proj", mla.q_lora_rank, H * qk)]
         else:
             out.append((f"{prefix}/q_proj", "q_proj", D, H * qk))
-        return out + [(f"{prefix}/kv_a_proj", "kv", D, spec.kv_lora_rank + spec.qk_rope_head_dim),
-                      (f"{prefix}/kv_b_proj", "kv", spec.kv_lora_rank, H * (spec.qk_nope_head_dim + spec.v_head_dim)),
-                      (f"{prefix}/o_proj", "o_proj", H * spec.v_head_dim, D)]
+        return out + [(f"{prefix}/kv_a_proj", "kv", D, mla.kv_lora_rank + mla.qk_rope_head_dim),
+                      (f"{prefix}/kv_b_proj", "kv", mla.kv_lora_rank, H * (mla.qk_nope_head_dim + mla.v_head_dim)),
+                      (f"{prefix}/o_proj", "o_proj", H * mla.v_head_dim, D)]
     kv = H if cross else spec.n_kv_heads
     return [(f"{prefix}/q_proj", "q_proj", D, H * dh), (f"{prefix}/k_proj", "k_proj", D, kv * dh),
             (f"{prefix}/v_proj", "v_proj", D, kv * dh), (f"{prefix}/o_proj", "o_proj", H * dh, D)]

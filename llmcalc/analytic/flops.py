@@ -44,21 +44,22 @@ def _attention(spec: ModelSpec, prefix: str, batch: int, q_len: int, kv_len: int
                cross: bool = False) -> dict[str, int]:
     D, H, dh = spec.d_model, spec.n_heads, spec.d_head
     Tq, Tkv = batch * q_len, batch * kv_len
-    if spec.is_mla and not cross:
+    mla = spec.mla
+    if mla is not None and not cross:
         # MLA as the HF/DeepSeek reference runs it (no weight absorption): low-rank Q, a shared KV
         # latent plus a decoupled RoPE key, per-head K/V up-projection (arXiv 2405.04434 sec. 2.1).
-        qk = spec.qk_head_dim
+        qk = mla.qk_head_dim
         ops = {}
-        if spec.q_lora_rank:
-            ops["q_a_proj"] = _mm(Tq, D, spec.q_lora_rank)
-            ops["q_b_proj"] = _mm(Tq, spec.q_lora_rank, H * qk)
+        if mla.q_lora_rank:
+            ops["q_a_proj"] = _mm(Tq, D, mla.q_lora_rank)
+            ops["q_b_proj"] = _mm(Tq, mla.q_lora_rank, H * qk)
         else:
             ops["q_proj"] = _mm(Tq, D, H * qk)
-        ops["kv_a_proj"] = _mm(Tkv, D, spec.kv_lora_rank + spec.qk_rope_head_dim)
-        ops["kv_b_proj"] = _mm(Tkv, spec.kv_lora_rank, H * (spec.qk_nope_head_dim + spec.v_head_dim))
+        ops["kv_a_proj"] = _mm(Tkv, D, mla.kv_lora_rank + mla.qk_rope_head_dim)
+        ops["kv_b_proj"] = _mm(Tkv, mla.kv_lora_rank, H * (mla.qk_nope_head_dim + mla.v_head_dim))
         ops["scores"] = _core(batch, H, q_len, kv_len, dim=qk, causal=causal)
-        ops["values"] = _core(batch, H, q_len, kv_len, dim=spec.v_head_dim, causal=causal)
-        ops["o_proj"] = _mm(Tq, H * spec.v_head_dim, D)
+        ops["values"] = _core(batch, H, q_len, kv_len, dim=mla.v_head_dim, causal=causal)
+        ops["o_proj"] = _mm(Tq, H * mla.v_head_dim, D)
         return {f"{prefix}/{k}": v for k, v in ops.items()}
     kv_heads = H if cross else spec.n_kv_heads
     ops = {

@@ -31,7 +31,7 @@ from functools import cached_property
 from ..dtypes import dtype_bytes
 from ..errors import LlmcalcError
 from ..hardware import Accelerator, canonical_dtype
-from ..spec import ModelSpec
+from ..spec import MLA, ModelSpec
 from ..validate import positive_int
 from .flops import forward_ops
 from .params import count_params
@@ -93,8 +93,8 @@ def kv_cache_bytes_per_token(spec: ModelSpec, kv_dtype: str = "bf16") -> float:
     """
     layers = _kv_layers(spec)
     b = dtype_bytes(kv_dtype)
-    if spec.is_mla:
-        return layers * (spec.kv_lora_rank + spec.qk_rope_head_dim) * b
+    if spec.mla is not None:
+        return layers * (spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim) * b
     return 2 * layers * spec.n_kv_heads * spec.d_head * b
 
 
@@ -210,13 +210,13 @@ def expected_experts(spec: ModelSpec, tokens: int) -> float:
 
 # --- FLOPs ----------------------------------------------------------------------------------------
 
-def _mla_absorbed(spec: ModelSpec, ops: dict[str, int]) -> dict[str, int]:
+def _mla_absorbed(spec: ModelSpec, mla: MLA, ops: dict[str, int]) -> dict[str, int]:
     """One token's attention in MLA's absorbed form per key: the query's no-RoPE part maps into the
     latent (W_UK), scores run over latent + RoPE key, values over the latent, W_UV maps back."""
-    L, H, r, rope = spec.n_layers, spec.n_heads, spec.kv_lora_rank, spec.qk_rope_head_dim
+    L, H, r, rope = spec.n_layers, spec.n_heads, mla.kv_lora_rank, mla.qk_rope_head_dim
     out = {k: v for k, v in ops.items() if k not in ("attention/kv_b_proj", "attention/scores", "attention/values")}
-    out["attention/absorb_uk"] = L * 2 * H * spec.qk_nope_head_dim * r
-    out["attention/absorb_uv"] = L * 2 * H * r * spec.v_head_dim
+    out["attention/absorb_uk"] = L * 2 * H * mla.qk_nope_head_dim * r
+    out["attention/absorb_uv"] = L * 2 * H * r * mla.v_head_dim
     out["attention/scores"] = L * 2 * H * (r + rope)  # per key
     out["attention/values"] = L * 2 * H * r  # per key
     return out
@@ -228,8 +228,8 @@ def decode_ops(spec: ModelSpec, batch: int, context: int) -> dict[str, int]:
     if spec.architecture != "decoder":
         raise LlmcalcError(f"the decode roofline covers decoder-only models; {spec.name} is {spec.architecture}")
     ops = forward_ops(spec, 1, 1)  # one token: at S = 1 the S² ops give their cost per key
-    if spec.is_mla:
-        ops = _mla_absorbed(spec, ops)
+    if spec.mla is not None:
+        ops = _mla_absorbed(spec, spec.mla, ops)
     if spec.is_hybrid:  # a conv steps one output (causal_conv1d_update), not the S+K-1 = K padded ones
         ops = {k: v // spec.ssm_conv_kernel if k.endswith("/conv1d") else v for k, v in ops.items()}
     return {k: v * batch * (context if k.endswith(("/scores", "/values")) else 1) for k, v in ops.items()}

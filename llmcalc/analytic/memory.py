@@ -193,7 +193,6 @@ class Parallel(ExpertFold):
         if self.zero not in (0, 1, 2, 3):
             raise LlmcalcError(f"ZeRO stage must be 0, 1, 2 or 3, got {self.zero}")
         kv_heads = spec.n_kv_heads
-        assert kv_heads is not None  # ModelSpec.__post_init__ resolves it (default: n_heads)
         if spec.n_heads % self.tp or kv_heads % self.tp and self.tp % kv_heads:
             raise LlmcalcError(
                 f"tp={self.tp} does not divide the heads ({spec.n_heads} query, {spec.n_kv_heads} key/value); "
@@ -213,7 +212,7 @@ class Parallel(ExpertFold):
 def check_experts(spec: ModelSpec, ep: int, etp: int, folded: int, folded_name: str) -> None:
     """Expert parallelism (ep) and expert tensor parallelism (etp) over `folded` ranks (tp x dp): one line
     naming the fix."""
-    if not spec.is_moe or spec.d_ff_expert is None:
+    if not spec.is_moe:
         raise LlmcalcError(f"--ep/--etp need a mixture-of-experts model; {spec.name} is dense")
     if spec.n_experts % ep:
         raise LlmcalcError(f"--ep {ep} must divide the {spec.n_experts} routed experts")

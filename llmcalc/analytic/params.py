@@ -31,21 +31,22 @@ def _attention(spec: ModelSpec, prefix: str, cross: bool = False) -> dict[str, i
     """One attention block's parameters, by part. `cross`: encoder-decoder cross-attention."""
     D, H, dh = spec.d_model, spec.n_heads, spec.d_head
     kv = H if cross else spec.n_kv_heads  # cross-attention K/V come from the encoder, one per head
-    if spec.is_mla and not cross:
+    mla = spec.mla
+    if mla is not None and not cross:
         # DeepSeek-V2 MLA (arXiv 2405.04434, sec. 2.1): low-rank Q (optional) and a shared KV latent
         # plus one decoupled RoPE key per token; RMSNorm on both latents.
-        qk = spec.qk_head_dim
+        qk = mla.qk_head_dim
         parts = {}
-        if spec.q_lora_rank:
-            parts["q_a_proj"] = D * spec.q_lora_rank
-            parts["q_a_norm"] = spec.q_lora_rank
-            parts["q_b_proj"] = spec.q_lora_rank * H * qk
+        if mla.q_lora_rank:
+            parts["q_a_proj"] = D * mla.q_lora_rank
+            parts["q_a_norm"] = mla.q_lora_rank
+            parts["q_b_proj"] = mla.q_lora_rank * H * qk
         else:
             parts["q_proj"] = D * H * qk
-        parts["kv_a_proj"] = D * (spec.kv_lora_rank + spec.qk_rope_head_dim)
-        parts["kv_a_norm"] = spec.kv_lora_rank
-        parts["kv_b_proj"] = spec.kv_lora_rank * H * (spec.qk_nope_head_dim + spec.v_head_dim)
-        parts["o_proj"] = H * spec.v_head_dim * D
+        parts["kv_a_proj"] = D * (mla.kv_lora_rank + mla.qk_rope_head_dim)
+        parts["kv_a_norm"] = mla.kv_lora_rank
+        parts["kv_b_proj"] = mla.kv_lora_rank * H * (mla.qk_nope_head_dim + mla.v_head_dim)
+        parts["o_proj"] = H * mla.v_head_dim * D
         return {f"{prefix}/{k}": v for k, v in parts.items()}
     q = H * (2 if spec.attn_output_gate and not cross else 1)  # Qwen3-Next: queries and output gates
     parts = {
@@ -249,9 +250,9 @@ def largest_tensor(spec: ModelSpec) -> int:
     if spec.d_ff:
         sizes.append(D * spec.d_ff)
     if spec.is_moe:
-        sizes += [spec.n_experts * spec.d_ff_expert * D, (spec.d_ff_shared or 0) * D]
-    if spec.is_mla:
-        sizes.append(spec.kv_lora_rank * spec.n_heads * (spec.qk_nope_head_dim + spec.v_head_dim))
+        sizes += [spec.n_experts * spec.d_ff_expert * D, spec.d_ff_shared * D]
+    if spec.mla is not None:
+        sizes.append(spec.mla.kv_lora_rank * spec.n_heads * (spec.mla.qk_nope_head_dim + spec.mla.v_head_dim))
     return max(sizes)
 
 
@@ -299,9 +300,9 @@ def approximations(count: ParamCount) -> list[Approximation]:
     L, D, V = spec.total_layers, spec.d_model, spec.vocab_size
     heads = 2 if (spec.lm_head and not spec.tie_embeddings) else 1  # embedding + untied head
     k = 3 if spec.gated else 2  # matrices per FFN
-    F, ffn_label = spec.d_ff or 0, "F"
+    F, ffn_label = spec.d_ff, "F"
     if spec.is_moe:  # the FFN term summed over the experts a layer holds (routed + shared)
-        F = spec.n_experts * spec.d_ff_expert + (spec.d_ff_shared or 0)
+        F = spec.n_experts * spec.d_ff_expert + spec.d_ff_shared
         ffn_label = "F_moe"
     emb_label = "2·V·D" if heads == 2 else "V·D"
     twelve = 12 * L * D * D
@@ -339,7 +340,7 @@ def _hybrid_approximation(count: ParamCount, heads: int, emb_label: str) -> Appr
     n_ssm = sum(m in ("mamba", "mamba2") for i in range(spec.n_layers) for m in spec.layer_parts(i)[0])
     n_conv = spec.n_mixer_layers("short_conv")
     n_mlp = sum(spec.layer_parts(i)[1] == "mlp" for i in range(spec.n_layers))
-    value = n_attn * 4 * D * D + n_ssm * 3 * (spec.ssm_d_inner or 0) * D + heads * V * D
+    value = n_attn * 4 * D * D + n_ssm * 3 * spec.ssm_d_inner * D + heads * V * D
     formula = f"{n_attn}·4D² + {n_ssm}·3·E·D"
     if n_conv:  # LFM2's short conv: in_proj 3·D² + out_proj D²
         value += n_conv * 4 * D * D

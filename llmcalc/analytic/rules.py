@@ -58,7 +58,7 @@ def megatron(spec: ModelSpec, seq_len: int) -> float | None:
     gated = 1.5 if spec.gated else 1.0
     if spec.is_moe:
         ffn = spec.d_ff_expert / D * spec.n_experts_per_token * gated
-        ffn += (spec.d_ff_shared or 0) / D * gated  # the shared-expert MLP (n_shared·d_ff_expert for DeepSeek)
+        ffn += spec.d_ff_shared / D * gated  # the shared-expert MLP (n_shared·d_ff_expert for DeepSeek)
         if spec.n_moe_layers < L:  # Megatron has no dense-layers term; weight the dense layers in exactly
             dense = spec.d_ff / D * gated
             ffn = (ffn * spec.n_moe_layers + dense * (L - spec.n_moe_layers)) / L
@@ -139,21 +139,21 @@ def elementwise_ops(step: StepFlops) -> dict[str, float]:
     layers = spec.total_layers
     tokens = step.tokens
     scores = sum(v for k, v in step.ops.items() if k.endswith("/scores"))
-    qk_dim = spec.qk_head_dim if spec.is_mla else spec.d_head
+    qk_dim = spec.mla.qk_head_dim if spec.mla is not None else spec.d_head
     out = {
         "softmax": SOFTMAX_PER_SCORE * scores / (2 * qk_dim),  # score elements = FLOPs / (2·d_head)
         "norms": NORM_PER_ELEMENT[spec.norm] * tokens * spec.d_model * (spec.norms_per_layer * layers + 1),
         "residual adds": RESIDUAL_ADDS_PER_BLOCK * tokens * spec.d_model * layers,
     }
     if spec.is_moe:
-        width = spec.d_ff_expert * spec.n_experts_per_token + (spec.d_ff_shared or 0)
+        width = spec.d_ff_expert * spec.n_experts_per_token + spec.d_ff_shared
         dense_layers = layers - spec.n_moe_layers
         out["activation"] = ACTIVATION_PER_ELEMENT[spec.mlp] * tokens * (
-            width * spec.n_moe_layers + (spec.d_ff or 0) * dense_layers)
+            width * spec.n_moe_layers + spec.d_ff * dense_layers)
     else:
         out["activation"] = ACTIVATION_PER_ELEMENT[spec.mlp] * tokens * spec.d_ff * layers
     if spec.pos_emb == "rope":
-        rotated = spec.qk_rope_head_dim * (spec.n_heads + 1) if spec.is_mla else \
+        rotated = spec.mla.qk_rope_head_dim * (spec.n_heads + 1) if spec.mla is not None else \
             spec.d_head * (spec.n_heads + spec.n_kv_heads)
         out["rope"] = ROPE_PER_ELEMENT * tokens * rotated * layers
     return out

@@ -51,10 +51,8 @@ def profile_activation_bytes(spec: ModelSpec, tokens: int, seqs: int, act_dtype:
     `tokens` tokens (input, gate and up outputs, their product: T·(D + 3F/tp); plain MLPs
     T·(D + 2F/tp); MoE: the k routed experts' width), plus the dummy sampler's fp32 logits for
     `seqs` sequences over the whole vocabulary (gathered, B·V·4)."""
-    # d_ff_expert is set on every MoE spec (ModelSpec.__post_init__: default d_ff)
-    moe_width = (spec.d_ff_expert * spec.n_experts_per_token + (spec.d_ff_shared or 0)
-                 if spec.is_moe and spec.d_ff_expert is not None else 0)
-    width = moe_width if spec.is_moe and spec.n_moe_layers == spec.n_layers else max(spec.d_ff or 0, moe_width)
+    moe_width = spec.d_ff_expert * spec.n_experts_per_token + spec.d_ff_shared if spec.is_moe else 0
+    width = moe_width if spec.is_moe and spec.n_moe_layers == spec.n_layers else max(spec.d_ff, moe_width)
     ffn = (3 if spec.gated else 2) * width / tp
     return tokens * (spec.d_model + ffn) * dtype_bytes(act_dtype) + seqs * spec.vocab_size * 4
 
@@ -114,9 +112,7 @@ class ServeEstimate:
     @property
     def kv_replicated(self) -> bool:
         """KV heads (or MLA's latent) held whole by more than one rank."""
-        kv_heads = self.spec.n_kv_heads
-        assert kv_heads is not None  # ModelSpec.__post_init__ resolves it (default: n_heads)
-        return self.tp > 1 and (self.spec.is_mla or self.tp > kv_heads)
+        return self.tp > 1 and (self.spec.is_mla or self.tp > self.spec.n_kv_heads)
 
     @property
     def kv_block_bytes(self) -> float:

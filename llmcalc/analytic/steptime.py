@@ -288,7 +288,7 @@ class Device:
 
 def device_for(key: str, dtype: str = "bf16") -> Device:
     """The accelerator preset plus its "matmul" and "network" blocks; one clear error when absent."""
-    from ..presets import hardware_config, load_hardware
+    from ..spec import hardware_config, load_hardware
 
     acc = load_hardware(key)
     data = hardware_config(key)
@@ -302,7 +302,7 @@ def device_for(key: str, dtype: str = "bf16") -> Device:
 
 
 def steptime_presets() -> list[str]:
-    from ..presets import hardware_config, hardware_names
+    from ..spec import hardware_config, hardware_names
 
     return [k for k in hardware_names() if "network" in hardware_config(k)]
 
@@ -343,8 +343,8 @@ def eager_attention_seconds(spec: ModelSpec, lay: Layout, seq_len: int, dev: Dev
     dropout reads, writes and stores a 1-byte mask (2 + mask), its backward the same."""
     heads = lay.micro_batch * spec.n_heads / lay.tp
     q, kv = seq_len / lay.cp, seq_len
-    dqk = spec.qk_head_dim if spec.is_mla else spec.d_head
-    dv = spec.v_head_dim if spec.is_mla else spec.d_head
+    dqk = spec.mla.qk_head_dim if spec.mla is not None else spec.d_head
+    dv = spec.mla.v_head_dim if spec.mla is not None else spec.d_head
     mm_fwd = gemm_seconds(q, dqk, kv, dev, act_bytes, batch=heads) + gemm_seconds(q, kv, dv, dev, act_bytes,
                                                                                  batch=heads)
     elements = heads * q * kv
@@ -394,30 +394,31 @@ def _layer_times(spec: ModelSpec, layer: int, lay: Layout, seq_len: int, causal:
                 attn_core += f_gpu / (dev.mamf * KERNEL_EFFICIENCY * ATTENTION_EFFICIENCY)
             continue
         if part == "router":  # on the gathered tokens (TP like a dense MLP) or this rank's 1/tp (all-to-all)
-            t = gemm_seconds(tokens / tp if lay.alltoall else tokens, D, spec.n_experts, dev, act_bytes)
+            seconds = gemm_seconds(tokens / tp if lay.alltoall else tokens, D, spec.n_experts, dev, act_bytes)
         elif part == "experts":  # balanced routing: each local expert gets tokens·etp/tp·top_k·ep/E tokens
             etp = lay.expert_tp
             m_e = tokens * etp / tp * spec.n_experts_per_token * lay.ep / spec.n_experts
-            t = spec.n_experts / lay.ep * _mlp_seconds(spec, m_e, spec.d_ff_expert / etp, dev, act_bytes)
+            seconds = spec.n_experts / lay.ep * _mlp_seconds(spec, m_e, spec.d_ff_expert / etp, dev, act_bytes)
         elif part == "shared_experts":
-            t = spec.n_shared_experts * _mlp_seconds(spec, tokens, spec.d_ff_expert / tp, dev, act_bytes)
+            seconds = spec.n_shared_experts * _mlp_seconds(spec, tokens, spec.d_ff_expert / tp, dev, act_bytes)
         elif part in FUSED_GEMMS:  # column-parallel on the layer input: one GEMM per fused group
             fused[FUSED_GEMMS[part]] = fused.get(FUSED_GEMMS[part], 0.0) + flops / (2 * b * s * D) / tp
             continue
         else:
             full_k = D
+            k: float
             if part in ("o_proj", "down_proj"):  # row-parallel: the input dimension is split
                 k = flops / (2 * b * s * D) / tp
                 n = D
             else:  # column-parallel: the output dimension is split
-                if part == "q_b_proj":
-                    full_k = spec.q_lora_rank
-                elif part == "kv_b_proj":
-                    full_k = spec.kv_lora_rank
+                if part == "q_b_proj" and spec.mla is not None:
+                    full_k = spec.mla.q_lora_rank
+                elif part == "kv_b_proj" and spec.mla is not None:
+                    full_k = spec.mla.kv_lora_rank
                 k = full_k
                 n = flops / (2 * b * s * full_k) / tp
-            t = gemm_seconds(tokens, k, n, dev, act_bytes)
-        fwd += t
+            seconds = gemm_seconds(tokens, k, n, dev, act_bytes)
+        fwd += seconds
     fwd += sum(gemm_seconds(tokens, D, n, dev, act_bytes) for n in fused.values())
     # memory-bound elementwise work, bytes per token (read + write), forward; backward twice that
     sp_div = tp if lay.sequence_parallel else 1
@@ -452,8 +453,8 @@ def _layer_times(spec: ModelSpec, layer: int, lay: Layout, seq_len: int, causal:
         else:
             t.comm_fwd += t.tp / passes
     if cp > 1:
-        kv_width = (spec.n_kv_heads * spec.d_head) / min(tp, spec.n_kv_heads) if not spec.is_mla else \
-            (spec.kv_lora_rank + spec.qk_rope_head_dim)
+        kv_width = (spec.n_kv_heads * spec.d_head) / min(tp, spec.n_kv_heads) if spec.mla is None else \
+            (spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim)
         fwd_c, bwd_c = comm.cp_collectives(tokens, kv_width, act_bytes, cp, tp)
         t.cp = max(0.0, fwd_c.seconds(net) - attn_core) + max(0.0, bwd_c.seconds(net) - attn_bwd)
         t.comm_fwd += max(0.0, fwd_c.seconds(net) - attn_core)
@@ -812,7 +813,7 @@ def _least_that_fits(spec: ModelSpec, lay: Layout, seq_len: int, tries: list[str
     (None, last stage tried, its peak) when nothing fits."""
     from .memory import Parallel, training_memory
 
-    even = spec.replace(n_layers=math.ceil(spec.n_layers / lay.pp) * lay.pp, n_dense_layers=spec.n_dense_layers)
+    even = replace(spec, n_layers=math.ceil(spec.n_layers / lay.pp) * lay.pp)
     peak, zero = 0.0, 1
     for zero in (1, 3) if lay.dp > 1 else (1,):
         for rc in tries:

@@ -25,7 +25,8 @@ S x bus_factor(kind, n) bytes on the wire from each rank, the convention of ``Co
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -50,11 +51,9 @@ class Layout:
         return self.world_size // self.tp
 
 
-def with_layers(spec: ModelSpec, n_layers: int, **changes) -> ModelSpec:
-    """The same model with `n_layers` blocks. ModelSpec.replace derives n_kv_heads, d_head, ... again
-    unless they are given (it would turn Llama's GQA into MHA), so they are carried over."""
-    keep = ("n_kv_heads", "d_head", "norm_bias", "n_positions", "d_ff_expert")
-    return spec.replace(n_layers=n_layers, **{k: getattr(spec, k) for k in keep}, **changes)
+def with_layers(spec: ModelSpec, n_layers: int, **changes: Any) -> ModelSpec:
+    """The same model with `n_layers` blocks (dense decoders: nothing else depends on the depth)."""
+    return replace(spec, n_layers=n_layers, **changes)
 
 
 def check_layout(spec: ModelSpec, world_size: int, tp: int) -> Layout:
@@ -67,13 +66,13 @@ def check_layout(spec: ModelSpec, world_size: int, tp: int) -> Layout:
     if spec.architecture != "decoder" or spec.is_moe or spec.is_mla or spec.parallel_residual:
         raise LlmcalcError(f"{spec.name}: the sharded profiler builds dense decoder-only models with standard "
                            f"attention (no MoE, MLA or parallel blocks)")
-    kv_heads = spec.n_kv_heads or spec.n_heads  # derived in ModelSpec.__post_init__; never None here
+    kv_heads = spec.n_kv_heads
     if spec.n_heads % tp or kv_heads % tp:
         raise LlmcalcError(f"--tp {tp} does not divide the heads of {spec.name} ({spec.n_heads} query, "
                            f"{kv_heads} key/value); use a tp that divides "
                            f"{math.gcd(spec.n_heads, kv_heads)}")
     for name, dim in (("d_ff", spec.d_ff), ("vocab_size", spec.vocab_size)):
-        if dim is not None and dim % tp:
+        if dim % tp:  # d_ff 0: no dense FFN to split
             raise LlmcalcError(f"--tp {tp} does not divide {name} {dim} of {spec.name}")
     return Layout(world_size, tp)
 

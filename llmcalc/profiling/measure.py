@@ -237,7 +237,7 @@ def device_name(device: str) -> str:
 def peak_for(device: str, dtype: str, peak_tflops: float | None = None) -> tuple[float, str]:
     """The peak FLOP/s MFU is measured against, and where it comes from: given, the catalog entry
     whose device_names match the GPU, or a calibrated matmul (CPUs and unknown GPUs)."""
-    from ..presets import find_accelerator
+    from ..spec import find_accelerator
 
     if peak_tflops is not None:
         if peak_tflops <= 0:

@@ -122,20 +122,21 @@ class Attention(nn.Module):
         super().__init__()
         D, H = spec.d_model, spec.n_heads
         self.spec, self.cross, self.attention = spec, cross, attention
-        self.mla = spec.is_mla and not cross
+        self.mla = None if cross else spec.mla
         self.kv_heads = H if cross else spec.n_kv_heads
-        if self.mla:
-            qk = spec.qk_nope_head_dim + spec.qk_rope_head_dim
-            if spec.q_lora_rank:
-                self.q_a_proj = nn.Linear(D, spec.q_lora_rank, bias=False)
-                self.q_a_norm = RMSNorm(spec.q_lora_rank)
-                self.q_b_proj = nn.Linear(spec.q_lora_rank, H * qk, bias=False)
+        mla = self.mla
+        if mla is not None:
+            qk = mla.qk_head_dim
+            if mla.q_lora_rank:
+                self.q_a_proj = nn.Linear(D, mla.q_lora_rank, bias=False)
+                self.q_a_norm = RMSNorm(mla.q_lora_rank)
+                self.q_b_proj = nn.Linear(mla.q_lora_rank, H * qk, bias=False)
             else:
                 self.q_proj = nn.Linear(D, H * qk, bias=False)
-            self.kv_a_proj = nn.Linear(D, spec.kv_lora_rank + spec.qk_rope_head_dim, bias=False)
-            self.kv_a_norm = RMSNorm(spec.kv_lora_rank)
-            self.kv_b_proj = nn.Linear(spec.kv_lora_rank, H * (spec.qk_nope_head_dim + spec.v_head_dim), bias=False)
-            self.o_proj = nn.Linear(H * spec.v_head_dim, D, bias=False)
+            self.kv_a_proj = nn.Linear(D, mla.kv_lora_rank + mla.qk_rope_head_dim, bias=False)
+            self.kv_a_norm = RMSNorm(mla.kv_lora_rank)
+            self.kv_b_proj = nn.Linear(mla.kv_lora_rank, H * (mla.qk_nope_head_dim + mla.v_head_dim), bias=False)
+            self.o_proj = nn.Linear(H * mla.v_head_dim, D, bias=False)
         else:
             dh = spec.d_head
             self.q_proj = nn.Linear(D, H * dh, bias=spec.qkv_bias)
@@ -157,13 +158,14 @@ class Attention(nn.Module):
     def _qkv(self, x, memory):
         spec, H = self.spec, self.spec.n_heads
         S = x.shape[1]
-        if self.mla:
-            nope, rot = spec.qk_nope_head_dim, spec.qk_rope_head_dim
-            q_in = self.q_b_proj(self.q_a_norm(self.q_a_proj(x))) if spec.q_lora_rank else self.q_proj(x)
+        mla = self.mla
+        if mla is not None:
+            nope, rot = mla.qk_nope_head_dim, mla.qk_rope_head_dim
+            q_in = self.q_b_proj(self.q_a_norm(self.q_a_proj(x))) if mla.q_lora_rank else self.q_proj(x)
             q = self._heads(q_in, H, nope + rot)
-            latent, k_rot = self.kv_a_proj(x).split([spec.kv_lora_rank, rot], -1)
-            kv = self._heads(self.kv_b_proj(self.kv_a_norm(latent)), H, nope + spec.v_head_dim)
-            k_nope, v = kv.split([nope, spec.v_head_dim], -1)
+            latent, k_rot = self.kv_a_proj(x).split([mla.kv_lora_rank, rot], -1)
+            kv = self._heads(self.kv_b_proj(self.kv_a_norm(latent)), H, nope + mla.v_head_dim)
+            k_nope, v = kv.split([nope, mla.v_head_dim], -1)
             pos = torch.arange(S, device=x.device)
             q = torch.cat([q[..., :nope], rope(q[..., nope:], pos)], -1)
             k_rot = rope(k_rot.view(x.shape[0], 1, S, rot), pos).expand(-1, H, -1, -1)
@@ -186,7 +188,7 @@ class Attention(nn.Module):
     def forward(self, x, causal: bool, memory=None, bias=None):
         q, k, v = self._qkv(x, memory)
         scale = 1.0 if self.spec.pos_emb == "relative" else None  # T5 folds the scale into init
-        gqa = not self.mla and self.kv_heads != self.spec.n_heads  # python ints: stays a bool under jit tracing
+        gqa = self.mla is None and self.kv_heads != self.spec.n_heads  # python ints: stays a bool under jit tracing
         if bias is not None and causal:  # additive bias and a causal mask in one float mask
             S, K = q.shape[2], k.shape[2]
             bias = bias.masked_fill(torch.ones(S, K, dtype=torch.bool, device=x.device).triu(1), float("-inf"))

@@ -25,7 +25,7 @@ def main(argv: list[str]) -> int:  # long: one rank's whole life: group, build, 
     import torch.distributed as dist
 
     from ..analytic.flops import step_flops
-    from ..presets import load_model
+    from ..spec import load_model
     from .distributed import (
         PG_TIMEOUT_S,
         CollectiveRecorder,

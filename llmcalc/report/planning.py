@@ -70,7 +70,7 @@ def price_source(gpu: Accelerator, given: float | None) -> tuple[float | None, s
         return given, "given on the command line"
     if gpu.usd_per_hour is None:
         return None, f"no dated public price in the {gpu.key} preset"
-    from ..presets import hardware_config
+    from ..spec import hardware_config
 
     notes = hardware_config(gpu.key).get("notes", "")
     match = re.search(r"Price: (.*?)(?:\s*Price source: (.*))?$", notes)

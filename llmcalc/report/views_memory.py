@@ -138,10 +138,10 @@ def serving_conventions(est: InferenceEstimate) -> list[str]:
                      f"layer E·(1 - (1 - k/E)^b) under uniform routing (E = {E}, k = {k}): "
                      f"{expected_experts(spec, 1):g} at batch 1 (the active parameters)"
                      + (f", {expected_experts(spec, est.batch):.2f} at batch {est.batch}" if est.batch != 1 else ""))
-    if spec.kv_lora_rank is not None and spec.qk_rope_head_dim is not None:  # MLA
+    if (mla := spec.mla) is not None:
         lines.append("MLA: decode in the absorbed form (DeepSeek-V2 sec. 2.1.2: W_UK folded into the query, W_UV into "
                      "the output), attending over the cached latent it reads (kv_lora_rank + qk_rope_head_dim = "
-                     f"{spec.kv_lora_rank + spec.qk_rope_head_dim} per token and layer); prefill in the plain form")
+                     f"{mla.kv_lora_rank + mla.qk_rope_head_dim} per token and layer); prefill in the plain form")
     if tp > 1:
         if spec.is_mla:
             lines.append(f"tensor parallel over {tp} GPUs: query heads split; the MLA latent cache is replicated on "

@@ -111,7 +111,7 @@ def _reconciliation_table(recon: list[tuple[str, int]], total: int) -> Table:
 def presets_document() -> Document:
     """Every model and hardware preset, one row each."""
     from ..analytic.params import count_params
-    from ..presets import hardware_names, load_hardware, load_model, model_config, model_names
+    from ..spec import hardware_names, load_hardware, load_model, model_config, model_names
 
     rows = []
     for name in model_names():

@@ -54,8 +54,8 @@ def _memory_table(est: ServeEstimate) -> Table:
 def _kv_formula(est: ServeEstimate) -> str:
     """The KV cache bytes per token per GPU, written out (MLA's latent, or K and V per KV head)."""
     spec = est.spec
-    if spec.is_mla:
-        return (f"MLA latent: {spec.n_layers} layers x ({spec.kv_lora_rank} + {spec.qk_rope_head_dim}) x "
+    if spec.mla is not None:
+        return (f"MLA latent: {spec.n_layers} layers x ({spec.mla.kv_lora_rank} + {spec.mla.qk_rope_head_dim}) x "
                 f"{est.kv_dtype} bytes, whole on every GPU")
     return (f"2 (K, V) x {spec.n_attention_layers} {'attention ' if spec.is_hybrid else ''}layers x "
             f"{est.kv_heads_per_gpu} KV head"

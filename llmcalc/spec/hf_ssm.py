@@ -1,4 +1,4 @@
-"""Hybrid and state-space model_types for ``llmcalc.hfconfig.FAMILIES`` (issue 9, part 2).
+"""Hybrid and state-space model_types for ``llmcalc.spec.hf.FAMILIES`` (issue 9, part 2).
 
 Each entry reads the per-layer mixer layout (``layer_types``) and the Mamba mixer shapes exactly
 as its transformers modelling file builds them, with the config-class defaults for absent keys
@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from .hfconfig import Family, _mlp_kind
-from .spec import SpecError
+from .draft import SpecError
+from .hf_family import Family, mlp_kind
 
 # These models have no attention (mamba, mamba2) or read heads only in their attention layers; the
 # spec still needs a head count, so a config without one gets a single placeholder head.
@@ -148,7 +148,7 @@ def _nemotron_h(hf: dict, kw: dict) -> None:
         ssm_conv_kernel=hf.get("conv_kernel", hf.get("mamba_d_conv", 4)),
         ssm_conv_bias=bool(hf.get("use_conv_bias", hf.get("mamba_conv_bias", True))),
         ssm_proj_bias=bool(hf.get("use_bias", False)), mlp_bias=bool(hf.get("mlp_bias", False)),
-        mlp=_mlp_kind(hf.get("mlp_hidden_act", "relu2"), gated=False),
+        mlp=mlp_kind(hf.get("mlp_hidden_act", "relu2"), gated=False),
     )
     if "mlp" not in layers:
         kw.pop("d_ff", None)

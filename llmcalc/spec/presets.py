@@ -16,10 +16,16 @@ import re
 import stat
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .errors import LlmcalcError
-from .hfconfig import spec_from_hf
-from .spec import ModelSpec, SpecError, spec_from_dict
+from ..errors import LlmcalcError
+from .draft import SpecError
+from .hf import spec_from_hf
+from .model import ModelSpec
+from .resolve import spec_from_dict
+
+if TYPE_CHECKING:  # imported where used: hardware is not needed to read a model
+    from ..hardware import Accelerator
 
 
 class PresetError(LlmcalcError):
@@ -28,7 +34,7 @@ class PresetError(LlmcalcError):
 
 def presets_dir() -> Path:
     """The presets folder: inside the installed package, or at the top of a source checkout."""
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parent.parent  # llmcalc/, this module being llmcalc/spec/presets.py
     for candidate in (here / "_presets", here.parent / "presets"):
         if (candidate / "models").is_dir():
             return candidate
@@ -189,14 +195,14 @@ def model_source(name_or_path: str) -> str:
     return str(model_config(name_or_path).get("_source", ""))
 
 
-def load_hardware(name: str):
+def load_hardware(name: str) -> Accelerator:
     """An Accelerator from a hardware preset name (exact; unknown names get suggestions)."""
-    from .hardware import accelerator_from_preset
+    from ..hardware import accelerator_from_preset
 
     return accelerator_from_preset(resolve_name("hardware", name), hardware_config(name))
 
 
-def find_accelerator(device_name: str):
+def find_accelerator(device_name: str) -> Accelerator | None:
     """The hardware preset whose `device_names` include what the driver reports (e.g.
     torch.cuda.get_device_name(): "NVIDIA H100 80GB HBM3"), or None."""
     wanted = device_name.strip().lower()

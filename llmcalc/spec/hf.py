@@ -1,10 +1,11 @@
-"""Read (and write) Hugging Face config.json dicts as ModelSpecs.
+"""Read Hugging Face config.json dicts as SpecDrafts (and so as ModelSpecs).
 
 Two tables do all the work:
-- ``HF_KEYS`` maps HF key names (and their per-family aliases) to ModelSpec fields.
+- ``HF_KEYS`` maps HF key names (and their per-family aliases) to spec fields.
 - ``FAMILIES`` says, per ``model_type``, what HF leaves implicit in the modelling code (gated MLP,
   norm kind, which linears carry biases, position embeddings), and the HF class defaults that
-  apply when a config.json omits a key. Each entry names the transformers file it mirrors.
+  apply when a config.json omits a key. Each entry names the transformers file it mirrors. The
+  hybrid and state-space families live in ``hf_ssm``; both build ``hf_family.Family`` entries.
 Nothing is inferred from a model's name.
 
 A config whose model_type is not in FAMILIES still works when it states the implicit facts itself
@@ -16,12 +17,16 @@ transformers' modelling code (``llmcalc.fallback``); commands that need a formul
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import fields
+from typing import Any
 
-from .spec import ModelSpec, SpecError
+from .draft import SpecDraft, SpecError
+from .hf_family import Family, mlp_kind
+from .hf_ssm import SSM_FAMILIES
+from .model import ModelSpec
+from .resolve import resolve
 
-# ModelSpec field -> HF keys, first present (and not null) wins.
+# spec field -> HF keys, first present (and not null) wins.
 HF_KEYS: dict[str, tuple[str, ...]] = {
     "n_layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "encoder_layers"),
     "d_model": ("hidden_size", "n_embd", "n_embed", "d_model"),
@@ -51,7 +56,7 @@ ACTIVATION_KEYS = ("hidden_act", "activation_function", "hidden_activation")
 
 # The llmcalc keys a config of an unknown model_type must carry (with the HF shape keys above).
 REQUIRED_FOR_UNKNOWN = ("mlp", "norm", "pos_emb")
-_SPEC_FIELDS = {f.name for f in fields(ModelSpec)}
+_SPEC_FIELDS = {f.name for f in fields(SpecDraft)}
 
 
 class UnknownModelType(SpecError):
@@ -60,18 +65,6 @@ class UnknownModelType(SpecError):
     def __init__(self, message: str, config: dict, name: str):
         super().__init__(message)
         self.config, self.name = config, name
-
-
-@dataclass(frozen=True)
-class Family:
-    """What one HF model_type leaves implicit. `source` names the modelling file it mirrors."""
-
-    source: str
-    implicit: dict  # ModelSpec fields fixed by the modelling code
-    defaults: dict = field(default_factory=dict)  # HF config-class defaults for absent keys
-    derive: Callable[[dict, dict], None] | None = None  # (hf config, spec kwargs) -> fills kwargs
-    gated: bool = True  # FFN with gate/up/down (SwiGLU/GeGLU) rather than up/down
-    keep_null: tuple[str, ...] = ()  # keys whose explicit null means something else than "absent"
 
 
 def _attention_bias(hf: dict, kw: dict) -> None:
@@ -372,7 +365,7 @@ def _dbrx(hf: dict, kw: dict) -> None:
     kw.update(n_experts=ffn.get("moe_num_experts", 4), n_experts_per_token=ffn.get("moe_top_k", 1),
               d_ff_expert=width, d_ff=width)
     act = (ffn.get("ffn_act_fn") or {}).get("name", "silu")
-    kw["mlp"] = _mlp_kind(act, True)
+    kw["mlp"] = mlp_kind(act, True)
 
 
 def _glm(hf: dict, kw: dict) -> None:
@@ -411,7 +404,7 @@ def _seed_oss(hf: dict, kw: dict) -> None:
               mlp_bias=bool(hf.get("mlp_bias", False)))
 
 
-def _per_layer(hf: dict, key: str, default):
+def _per_layer(hf: dict, key: str, default: Any) -> Any:
     """Hunyuan-MoE keys may be one value or one per layer; llmcalc needs them equal across layers."""
     value = hf.get(key, default)
     if isinstance(value, list):
@@ -428,7 +421,7 @@ def _hunyuan_moe(hf: dict, kw: dict) -> None:
               d_ff_expert=hf["intermediate_size"], n_shared_experts=1, d_ff_shared=hf["intermediate_size"])
 
 
-def _sizes(**keys) -> dict:
+def _sizes(**keys: Any) -> dict:
     return keys
 
 
@@ -662,18 +655,7 @@ WINDOWED = {"gpt_oss": "sliding_window", "gemma3_text": "sliding_window", "coher
 MULTIMODAL_TEXT = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
 
 
-def _mlp_kind(activation: str, gated: bool) -> str:
-    act = activation.lower()
-    if act in ("silu", "swish"):
-        return "swiglu" if gated else "silu"
-    if act.startswith("gelu"):
-        return "geglu" if gated else "gelu"
-    if act in ("relu", "relu2") and not gated:
-        return act
-    raise SpecError(f"activation {activation!r} is not supported for a {'gated' if gated else 'plain'} MLP")
-
-
-def _first(hf: dict, keys: tuple[str, ...]):
+def _first(hf: dict, keys: tuple[str, ...]) -> Any:
     for key in keys:
         if hf.get(key) is not None:
             return hf[key]
@@ -715,8 +697,13 @@ def check_config_values(hf: dict) -> None:
         raise SpecError(f"feed_forward_proj must be one of {', '.join(T5_PROJECTIONS)}; got {proj!r:.60}")
 
 
-def spec_from_hf(hf: dict, name: str = "custom") -> ModelSpec:  # long: HF key mapping, read against config.json
+def spec_from_hf(hf: dict, name: str = "custom") -> ModelSpec:
     """A ModelSpec from a Hugging Face config.json dict (unchanged, as published)."""
+    return resolve(draft_from_hf(hf, name))
+
+
+def draft_from_hf(hf: dict, name: str = "custom") -> SpecDraft:  # long: HF key mapping, read against config.json
+    """A SpecDraft from a Hugging Face config.json dict (unchanged, as published)."""
     check_config_values(hf)
     notes: tuple[str, ...] = ()
     if hf.get("quantization_config") is not None:
@@ -770,7 +757,7 @@ def spec_from_hf(hf: dict, name: str = "custom") -> ModelSpec:  # long: HF key m
         raise SpecError(f"config is missing {names}")
     activation = _first(merged, ACTIVATION_KEYS)
     if activation is not None:
-        kw["mlp"] = _mlp_kind(activation, family.gated)
+        kw["mlp"] = mlp_kind(activation, family.gated)
     elif not family.gated:
         kw["mlp"] = "gelu"
     kw.update(family.implicit)
@@ -796,11 +783,8 @@ def spec_from_hf(hf: dict, name: str = "custom") -> ModelSpec:  # long: HF key m
     kw["name"] = name
     kw["model_type"] = model_type
     kw["notes"] = tuple(kw.get("notes", ())) + notes
-    return ModelSpec(**kw)
+    return SpecDraft(**kw)
 
 
-
-# Hybrid and state-space model_types (Mamba, Mamba-2, Jamba, Bamba, Nemotron-H) live in a sibling module.
-from .hfconfig_ssm import SSM_FAMILIES  # noqa: E402  (it imports Family from here)
-
+# Hybrid and state-space model_types (Mamba, Mamba-2, Jamba, Bamba, Nemotron-H, ...): hf_ssm.py.
 FAMILIES.update(SSM_FAMILIES)

@@ -1,0 +1,289 @@
+"""ModelSpec: the one resolved description of a Transformer that every formula and the profiler read.
+
+A ModelSpec is frozen and resolved: ``llmcalc.spec.resolve`` made it from a ``SpecDraft`` (what a file
+says), deriving what the draft left out and refusing contradictions. Every shape a formula does
+arithmetic on is a plain ``int`` or ``bool``. A part a model may lack is typed one of two ways:
+
+- **0 = "this model has none"**, for one width or count of an optional part, as the spec always did for
+  ``n_experts``, ``type_vocab_size``, ``rel_pos_buckets`` and ``shared_blocks``: ``d_ff`` (no dense FFN:
+  Mamba, MoE-only Nemotron-H), ``n_decoder_layers`` (no decoder stack), ``n_positions`` (no learned
+  position table), ``d_embed`` (tokens embedded at d_model), ``d_ff_expert`` (no experts), ``d_ff_shared``
+  (no shared expert), ``ssm_d_inner``/``ssm_d_state`` (no Mamba or DeltaNet mixer), ``ssm_n_heads`` (no
+  Mamba-2/DeltaNet heads), ``ssm_dt_rank`` (no Mamba-1 dt projection). A formula reads such a width only
+  for the layers that have the part, and the checks (``checks.validate``) make it positive exactly there;
+  a sum over the parts a model lacks is then 0, not a crash.
+- **An optional sub-record**, ``mla: MLA | None``, where several widths exist together or not at all and
+  a formula that reads one reads them all: mypy makes every reader check ``spec.mla is not None``.
+
+``None`` is left only where a value is not a shape: ``max_seq_len`` (a context length the config may not
+state; compared, never multiplied), ``model_type``, and ``layer_types`` / ``moe_layers`` (None: "the uniform
+rule", read through ``layer_parts`` and ``is_moe_layer``).
+
+Every construction is checked (``__post_init__``), so ``dataclasses.replace`` on a resolved spec changes
+exactly the fields given and still refuses a contradiction (a ``layer_types`` of the wrong length); it
+derives nothing again: a caller that changes ``n_layers`` adjusts ``n_decoder_layers``, ``moe_layers``,
+``n_dense_layers`` itself. ``to_dict`` answers in the draft's flat vocabulary (null for what is absent).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from .checks import check
+from .draft import GATED_MLPS, SpecDraft, SpecError, is_moe_layer, parse_layer
+
+# Fields where the resolved spec says 0 and the draft (and to_dict) None: "this model has no such part".
+ZERO_IS_NONE = ("d_ff", "n_decoder_layers", "n_positions", "d_ff_expert", "d_embed", "d_ff_shared",
+                "ssm_d_inner", "ssm_d_state", "ssm_n_heads", "ssm_dt_rank")
+MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+
+
+@dataclass(frozen=True)
+class MLA:
+    """Multi-head latent attention (DeepSeek-V2, arXiv:2405.04434, sec. 2.1): queries through an optional
+    low-rank latent, keys and values from one compressed latent plus a decoupled RoPE key."""
+
+    kv_lora_rank: int  # the KV latent width (what the cache keeps per token, with the RoPE key)
+    qk_rope_head_dim: int  # the decoupled RoPE part of each query/key head (one shared RoPE key)
+    qk_nope_head_dim: int  # the no-RoPE part of each query/key head
+    v_head_dim: int
+    q_lora_rank: int = 0  # 0: a plain q_proj (DeepSeek-V2-Lite)
+
+    @property
+    def qk_head_dim(self) -> int:
+        """The query/key head width: qk_nope_head_dim + qk_rope_head_dim (sec. 2.1.3); the spec's d_head."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """Shapes and options of a Transformer language model, resolved (see the module docstring).
+
+    For an encoder-decoder, ``n_layers`` is the encoder depth and ``n_decoder_layers`` the
+    decoder depth; both stacks share d_model, heads and d_ff (as T5 and the 2017 Transformer do).
+    The fields mean what ``SpecDraft``'s fields of the same name mean.
+    """
+
+    n_layers: int
+    d_model: int
+    n_heads: int
+    vocab_size: int
+    d_ff: int = 0  # dense FFN inner width; 0: no layer has a dense FFN
+    n_kv_heads: int
+    d_head: int
+    max_seq_len: int | None = None
+    tie_embeddings: bool = False
+    architecture: str = "decoder"
+    n_decoder_layers: int = 0  # encoder-decoder only; 0 otherwise
+    mlp: str = "swiglu"
+    norm: str = "rmsnorm"
+    norm_affine: bool = True
+    norm_bias: bool
+    norms_per_layer: int = 2
+    final_norm: bool = True
+    embedding_norm: bool = False
+    qkv_bias: bool = False
+    out_bias: bool = False
+    mlp_bias: bool = False
+    pos_emb: str = "rope"
+    n_positions: int = 0  # rows of a learned position table; 0: none
+    type_vocab_size: int = 0
+    rel_pos_buckets: int = 0
+    parallel_residual: bool = False
+    post_norm: bool = False
+    lm_head: bool = True
+    pooler: bool = False
+    n_experts: int = 0
+    n_experts_per_token: int = 0
+    n_shared_experts: int = 0
+    d_ff_expert: int = 0  # 0: no experts
+    n_dense_layers: int = 0
+    moe_layer_freq: int = 1
+    mla: MLA | None = None
+    qk_norm: str = "none"
+    qk_norm_bias: bool = False
+    attention_sinks: bool = False
+    lm_head_bias: bool = False
+    d_embed: int = 0  # 0: tokens embedded at d_model (no project_in/out)
+    router_bias: bool = False
+    expert_bias: bool = False
+    d_ff_shared: int = 0  # 0: no shared expert
+    shared_expert_gate: bool = False
+    moe_layers: tuple[int, ...] | None = None
+    notes: tuple[str, ...] = field(default=(), compare=False)
+    layer_types: tuple[str, ...] | None = None
+    ssm_d_inner: int = 0
+    ssm_d_state: int = 0
+    ssm_n_heads: int = 0
+    ssm_n_groups: int = 1
+    ssm_dt_rank: int = 0
+    ssm_conv_kernel: int = 4
+    ssm_conv_bias: bool = True
+    ssm_proj_bias: bool = False
+    ssm_out_bias: bool
+    ssm_norm: bool = True
+    ssm_dt_norms: bool = False
+    attn_output_gate: bool = False
+    shared_blocks: int = 0
+    shared_adapter_rank: int = 0
+    shared_attention_adapters: bool = False
+    name: str = field(default="custom", compare=False)
+    model_type: str | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        check(self.to_draft())
+
+    # --- the draft vocabulary ---
+    def to_draft(self) -> SpecDraft:
+        """The same model as a draft: 0 -> None for the parts it lacks, the MLA record flattened."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "mla"}
+        for name in ZERO_IS_NONE:
+            values[name] = values[name] or None
+        mla = self.mla
+        values.update(dict.fromkeys(MLA_FIELDS) if mla is None else {
+            "q_lora_rank": mla.q_lora_rank or None, "kv_lora_rank": mla.kv_lora_rank,
+            "qk_rope_head_dim": mla.qk_rope_head_dim, "qk_nope_head_dim": mla.qk_nope_head_dim,
+            "v_head_dim": mla.v_head_dim})
+        return SpecDraft(**values)
+
+    def to_dict(self) -> dict:
+        """The flat mapping of the draft's fields, in their order, null for what the model lacks
+        (``params --format json`` prints it as "spec")."""
+        return dataclasses.asdict(self.to_draft())
+
+    # --- derived views (computed, never stored) ---
+    @property
+    def gated(self) -> bool:
+        return self.mlp in GATED_MLPS
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.mla is not None
+
+    @property
+    def attention_kind(self) -> str:
+        if self.is_mla:
+            return "mla"
+        if self.n_kv_heads == self.n_heads:
+            return "mha"
+        return "mqa" if self.n_kv_heads == 1 else "gqa"
+
+    def is_moe_layer(self, index: int) -> bool:
+        """Whether decoder layer `index` (0-based) has a routed-expert FFN: the layer's entry in
+        ``layer_types`` when given, else in `moe_layers` when given, else DeepSeek's rule (after the
+        first n_dense_layers, every moe_layer_freq-th)."""
+        return is_moe_layer(index, layer_types=self.layer_types, moe_layers=self.moe_layers,
+                            n_experts=self.n_experts, n_dense_layers=self.n_dense_layers,
+                            moe_layer_freq=self.moe_layer_freq)
+
+    # --- hybrid / state-space views ---
+    @property
+    def is_hybrid(self) -> bool:
+        """Layers described one by one (``layer_types``): state-space, attention, FFN-only layers."""
+        return self.layer_types is not None
+
+    def layer_parts(self, index: int) -> tuple[tuple[str, ...], str | None]:
+        """(mixers, ffn) of layer `index`: e.g. (("mamba2",), "mlp"), (("attention", "mamba2"), "mlp"),
+        ((), "mlp") for an FFN-only layer; ffn is None when the layer has none."""
+        if self.layer_types is None:
+            return ("attention",), ("moe" if self.is_moe_layer(index) else "mlp")
+        return parse_layer(self.layer_types[index])
+
+    def norms_in_layer(self, index: int) -> int:
+        """Pre-norms of a hybrid layer: one per "+"-part (parallel mixers share one)."""
+        if self.layer_types is None:
+            raise SpecError(f"{self.name} is not described layer by layer (layer_types): use norms_per_layer")
+        return len(self.layer_types[index].split("+"))
+
+    @property
+    def n_attention_layers(self) -> int:
+        """Layers with an attention mixer (those that keep a KV cache)."""
+        if self.layer_types is None:
+            return self.n_layers
+        return sum(bool({"attention", "shared_block"} & set(self.layer_parts(i)[0])) for i in range(self.n_layers))
+
+    def n_mixer_layers(self, kind: str) -> int:
+        return sum(kind in self.layer_parts(i)[0] for i in range(self.n_layers))
+
+    @property
+    def n_moe_layers(self) -> int:
+        return sum(self.is_moe_layer(i) for i in range(self.n_layers))
+
+    @property
+    def total_layers(self) -> int:
+        return self.n_layers + self.n_decoder_layers
+
+    def summary(self) -> str:
+        """A short line: 'decoder, 32 layers, GQA 32/8 heads, swiglu, vocab 128,256, untied'."""
+        parts = [self.architecture,
+                 f"{self.n_layers}{'+' + str(self.n_decoder_layers) if self.n_decoder_layers else ''} layers"]
+        heads = f"{self.attention_kind.upper()} {self.n_heads}/{self.n_kv_heads} heads"
+        if self.is_hybrid:  # 'decoder, 52 layers: 24 mamba2 + 4 attention (GQA 32/8), relu2, ...'
+            mixers: dict[str, int] = {}
+            for i in range(self.n_layers):
+                for kind in self.layer_parts(i)[0]:
+                    mixers[kind] = mixers.get(kind, 0) + 1
+            parts[-1] += ": " + " + ".join(
+                f"{n} {kind}" + (f" ({self.attention_kind.upper()} {self.n_heads}/{self.n_kv_heads})"
+                                 if kind == "attention" else "") for kind, n in mixers.items())
+        elif self.n_attention_layers:
+            parts.append(heads)
+        if not self.is_hybrid or any(self.layer_parts(i)[1] for i in range(self.n_layers)):
+            parts.append(
+                f"MoE {self.n_experts}x top-{self.n_experts_per_token}"
+                + (f" +{self.n_shared_experts} shared" if self.n_shared_experts else "") + f" {self.mlp}"
+                if self.is_moe else self.mlp
+            )
+        parts.append(f"vocab {self.vocab_size:,}")
+        if self.lm_head:
+            parts.append("tied" if self.tie_embeddings else "untied")
+        return ", ".join(parts)
+
+    def layer_mix(self) -> str:
+        """'24 mamba2, 4 attention, 24 mlp': how many layers carry each mixer and FFN kind."""
+        counts: dict[str, int] = {}
+        for i in range(self.n_layers):
+            mixers, ffn = self.layer_parts(i)
+            for kind in mixers + ((ffn,) if ffn else ()):
+                counts[kind] = counts.get(kind, 0) + 1
+        return ", ".join(f"{n} {kind}" for kind, n in counts.items())
+
+    def describe(self) -> str:
+        """One line of shapes, e.g.
+        'decoder L=32 D=4096 H=32 KV=8 d_head=128 F=14336 V=128256 swiglu rmsnorm rope untied'."""
+        parts = [self.architecture, f"L={self.n_layers}"]
+        if self.n_decoder_layers:
+            parts[-1] = f"L={self.n_layers}+{self.n_decoder_layers}"
+        parts.append(f"D={self.d_model}")
+        if self.n_attention_layers:
+            parts += [f"H={self.n_heads}", f"KV={self.n_kv_heads}", f"d_head={self.d_head}"]
+        if self.is_hybrid:
+            parts.append(f"[{self.layer_mix()}]")
+            if self.ssm_d_inner:
+                parts.append(f"SSM(E={self.ssm_d_inner}, N={self.ssm_d_state or None}"
+                             + (f", heads={self.ssm_n_heads}, groups={self.ssm_n_groups}" if self.ssm_n_heads else "")
+                             + f", conv={self.ssm_conv_kernel})")
+        if self.d_ff:
+            parts.append(f"F={self.d_ff}")
+        if self.is_moe:
+            parts.append(
+                f"experts={self.n_experts} top{self.n_experts_per_token}"
+                + (f"+{self.n_shared_experts} shared" if self.n_shared_experts else "")
+                + f" F_expert={self.d_ff_expert}"
+            )
+        if self.mla is not None:
+            parts.append(f"MLA(q_rank={self.mla.q_lora_rank or None}, kv_rank={self.mla.kv_lora_rank})")
+        has_ffn = not self.is_hybrid or any(self.layer_parts(i)[1] for i in range(self.n_layers))
+        parts += [f"V={self.vocab_size}"] + ([self.mlp] if has_ffn else []) + [self.norm, self.pos_emb]
+        if self.qk_norm != "none":
+            parts.append(f"qk-norm({self.qk_norm})")
+        if self.attention_sinks:
+            parts.append("sinks")
+        if self.lm_head:
+            parts.append("tied" if self.tie_embeddings else "untied")
+        return " ".join(parts)
