@@ -271,3 +271,30 @@ def test_moe_and_mla_target_mapping():
     ft = finetune(lite, lora_config("lora", r, "q,k"))
     assert ft.trainable == 27 * r * ((2048 + 16 * 192) + (2048 + 512 + 64) + (512 + 16 * (128 + 128)))
     assert finetune(lite, lora_config("lora", r, "q,v")).trainable == ft.trainable  # k or v: the same latent
+
+
+SMALL_DEEPSEEK_V2 = {"model_type": "deepseek_v2", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 3,
+                     "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 101, "q_lora_rank": None,
+                     "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 8,
+                     "n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 2,
+                     "moe_intermediate_size": 24, "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1,
+                     "max_position_embeddings": 128, "tie_word_embeddings": False}
+
+
+def test_shared_experts_are_one_mlp_as_transformers_builds_it():
+    """DeepSeek's shared experts are ONE MLP of n_shared_experts x moe_intermediate_size (DeepseekV2MoE builds
+    DeepseekV2MLP(intermediate_size=moe_intermediate_size * n_shared_experts)): its gate/up/down adapters are
+    r·(d_in + d_out) over those three nn.Linear modules, read from the transformers model."""
+    from reference import build_hf
+    from torch import nn
+
+    model = build_hf(SMALL_DEEPSEEK_V2)
+    rank = 8
+    want = sum(rank * (m.in_features + m.out_features) for name, m in model.named_modules()
+               if ".shared_experts." in name and isinstance(m, nn.Linear))
+    assert want == 2 * rank * 3 * (64 + 2 * 24)  # 2 MoE layers, gate/up/down of a 48-wide MLP: by hand
+    ft = finetune(spec_from_hf(SMALL_DEEPSEEK_V2), lora_config("lora", rank, "gate,up,down"))
+    assert sum(v for k, v in ft.components.items() if k.startswith("moe/shared_experts/")) == want
+    stored = sum(m.in_features * m.out_features for name, m in model.named_modules()
+                 if ".shared_experts." in name and isinstance(m, nn.Linear))
+    assert sum(lin.count * lin.d_in * lin.d_out for lin in ft.linears if "shared_experts" in lin.key) == stored

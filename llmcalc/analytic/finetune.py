@@ -10,9 +10,10 @@ Conventions (printed with every result that uses them):
 - Encoder-decoder models: the targets apply in both stacks and to cross-attention.
 - MLA (DeepSeek-V2/V3): q is q_proj (or q_a_proj and q_b_proj with a Q LoRA rank); k and v both name the
   shared latent projections kv_a_proj_with_mqa and kv_b_proj (adapted once); o is o_proj.
-- MoE: gate/up/down adapt every routed expert and every shared expert, one adapter pair each (peft on
-  per-expert nn.Linear modules); the router is never adapted. Per token, only the top-k routed experts'
-  adapters do work.
+- MoE: gate/up/down adapt every routed expert, one adapter pair each (peft on per-expert nn.Linear
+  modules), and the shared-expert MLP, one module of width d_ff_shared as transformers builds it
+  (DeepSeek: n_shared_experts x moe_intermediate_size wide); the router is never adapted. Per token,
+  only the top-k routed experts' adapters do work.
 - Models that store a fused QKV or gate/up matrix (GPT-2 c_attn, Phi-3 qkv_proj/gate_up_proj) get one
   adapter per fused matrix in peft; llmcalc counts separate projections (Llama layout) for them.
 - Trainable adapters are fp32: peft's get_peft_model(autocast_adapter_dtype=True) upcasts bf16/fp16
@@ -187,8 +188,8 @@ def block_linears(spec: ModelSpec) -> list[Linear]:
                 add([(f"{stack}moe/router", None, spec.d_model, E)])
                 add([(k_, t, a, b) for k_, t, a, b in _ffn_linears(spec, f"{stack}moe/experts", spec.d_ff_expert)],
                     E, k / E)
-                if spec.n_shared_experts:
-                    add(_ffn_linears(spec, f"{stack}moe/shared_experts", spec.d_ff_expert), spec.n_shared_experts)
+                if spec.n_shared_experts:  # one MLP of d_ff_shared (DeepSeek: n_shared·d_ff_expert), as params
+                    add(_ffn_linears(spec, f"{stack}moe/shared_experts", spec.d_ff_shared))
             else:
                 add(_ffn_linears(spec, f"{stack}mlp", spec.d_ff))
     return [Linear(k, t, a, b, count=n, active=active[(k, t, a, b)]) for (k, t, a, b), n in found.items()]
