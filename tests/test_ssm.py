@@ -490,3 +490,149 @@ def test_serving_a_pure_mamba_is_limited_by_its_state():
     data = json.loads(result.stdout)
     state = recurrent_state_bytes(load_model("mamba-2.8b"))
     assert data["kv_blocks"] == 0 and data["state_bytes_per_sequence_per_gpu"] == state
+
+
+# --- no None reaches arithmetic: every command on a model without a dense FFN or attention ---------
+
+from llmcalc.analytic.finetune import FinetuneFlops, finetune, finetune_memory, lora_config  # noqa: E402
+from llmcalc.analytic.flops import step_flops  # noqa: E402
+from llmcalc.analytic.rules import elementwise_ops  # noqa: E402
+from llmcalc.errors import LlmcalcError  # noqa: E402
+
+
+def _mamba2_codestral() -> dict:
+    """The Mamba-2 config transformers' Mamba2Config describes by default (Mamba-Codestral-7B's shape: 64
+    layers of D 4096, 128 heads of 64, 8 groups, state 128, vocab 32768, untied), as a config.json dict."""
+    return {k: v for k, v in transformers.Mamba2Config().to_dict().items() if not k.startswith("_")}
+
+
+@pytest.mark.parametrize("preset", ["mamba-2.8b", "codestral-shape"])
+def test_flops_of_a_model_without_ffn_or_attention(preset):
+    """`flops mamba-2.8b` crashed on a None d_ff (rules._hybrid_elementwise_ops). The projections against the
+    transformers model's own weights (2·T per weight, on the meta device); the elementwise estimate by
+    hand: one RMSNorm per layer and a final one (4 FLOPs per element), one residual add per layer, no FFN
+    activation, no softmax, no RoPE."""
+    config = model_config(preset) if preset != "codestral-shape" else _mamba2_codestral()
+    config = {k: v for k, v in config.items() if not k.startswith("_")}
+    spec = spec_from_hf(config)
+    assert spec.d_ff == 0 and spec.to_dict()["d_ff"] is None
+    T, seq = 4096, 4096
+    step = step_flops(spec, 1, seq)
+    model = build_hf(config)
+    kind = "mamba" if config["model_type"] == "mamba" else "mamba2"
+    for part in ("in_proj", "out_proj") + (("x_proj", "dt_proj") if kind == "mamba" else ()):
+        weights = sum(m.weight.numel() for name, m in model.named_modules() if name.endswith(f"mixer.{part}"))
+        assert step.ops[f"{kind}/{part}"] == 2 * T * weights
+    assert step.ops["head/lm_head"] == 2 * T * model.lm_head.weight.numel()
+    L, D = spec.n_layers, spec.d_model
+    assert elementwise_ops(step) == {"softmax": 0, "norms": 4 * T * D * (L + 1), "residual adds": T * D * L,
+                                     "activation": 0}
+    for argv in (["flops", preset], ["flops", preset, "--format", "json"]):
+        if preset == "mamba-2.8b":
+            result = CliRunner().invoke(cli, argv)
+            assert result.exit_code == 0, result.output
+
+
+def _without_experts(config: dict) -> dict:
+    """The same family with dense FFNs only: peft's all-linear cannot see transformers' fused expert tensors."""
+    c = dict(config)
+    if c["model_type"] == "jamba":
+        c.update(num_experts=1, num_experts_per_tok=1)
+    elif c["model_type"] == "qwen3_next":
+        c["num_experts"] = 0
+    elif c["model_type"] == "nemotron_h":
+        c["hybrid_override_pattern"] = c["hybrid_override_pattern"].replace("E", "-")
+    return c
+
+
+MAMBA_OUT_PROJ_REFUSED = {"falcon_h1", "mamba", "mamba2", "nemotron_h"}  # peft _check_lora_target_modules_mamba
+LORA = settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.mark.parametrize("model_type", [t for t in SSM_TYPES if t != "zamba2"])
+def test_lora_all_linear_on_hybrids_matches_peft(model_type):
+    """llmcalc's all-linear adapts every nn.Linear of the transformers model (meta device) but the LM head:
+    the Mamba/Mamba-2/DeltaNet/short-conv projections with the attention and MLP ones, r·(in + out) each,
+    and not the Mamba out_proj of the model types peft refuses it for. peft's get_peft_model trains exactly
+    that many parameters (all-linear; for those model types, where peft raises on all-linear, the list of
+    the other linears). qwen3_next is held to the module arithmetic only: peft's MoE conversion retargets
+    gate/up/down_proj to expert tensors there, so a dense Qwen3-Next MLP gets no adapter from peft."""
+    peft = pytest.importorskip("peft")
+
+    @LORA
+    @given(ssm_config(model_type), st.sampled_from([1, 4, 16]))
+    def check(config, rank):
+        config = _without_experts(config)
+        model = build_hf(config)
+        refused = {"out_proj"} if model_type in MAMBA_OUT_PROJ_REFUSED else set()
+        linears = {name: m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)
+                   and name != "lm_head" and name.split(".")[-1] not in refused}
+        want = sum(rank * (m.in_features + m.out_features) for m in linears.values())
+        ft = finetune(spec_from_hf(config), lora_config("lora", rank))
+        assert ft.trainable == want
+        assert ft.frozen == trainable(model)
+        if model_type == "qwen3_next":
+            return
+        targets = sorted({name.split(".")[-1] for name in linears}) if refused else "all-linear"
+        lora = peft.LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=targets, lora_dropout=0.0,
+                               bias="none", task_type="CAUSAL_LM")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert peft.get_peft_model(model, lora).get_nb_trainable_parameters()[0] == want
+
+    check()
+
+
+def test_lora_on_mamba_2_8b_by_hand():
+    """`memory mamba-2.8b --finetune lora` crashed (None d_ff). Per Mamba layer, r·(d_in + d_out) over in_proj
+    (D -> 2E), x_proj (E -> R + 2N) and dt_proj (R -> E), D 2560, E 5120, R 160, N 16; out_proj (E -> D) stays
+    frozen, as peft refuses to adapt it on a mamba model (stored, so quantised under QLoRA)."""
+    D, E, R, N, r = 2560, 5120, 160, 16, 16
+    spec = load_model("mamba-2.8b")
+    ft = finetune(spec, lora_config("lora", r))
+    assert ft.components == {"mamba/in_proj": 64 * r * (D + 2 * E), "mamba/x_proj": 64 * r * (E + R + 2 * N),
+                             "mamba/dt_proj": 64 * r * (R + E)}
+    assert ft.trainable == 64 * r * ((D + 2 * E) + (E + R + 2 * N) + (R + E)) == 23_953_408
+    assert ft.quantised_params == 64 * (D * 2 * E + E * (R + 2 * N) + R * E + E * D)
+    step = step_flops(spec, 1, 4096)  # backward: 1x forward for frozen matmuls, 2x for the scan (no weight)
+    assert FinetuneFlops(ft, step).frozen_backward == sum(step.ops.values()) + step.ops["mamba/scan"]
+    mem = finetune_memory(spec, lora_config("lora", r), 1, 4096)
+    assert mem.components()["weights"] == 2 * 2_768_345_600  # the bf16 base
+    assert mem.components()["adapters"] == 4 * ft.trainable  # fp32 adapters
+    with pytest.raises(LlmcalcError, match="no linear of mamba-2.8b matches --lora-targets q_proj,v_proj"):
+        finetune(spec, lora_config("lora", r, "q,v"))
+    result = CliRunner().invoke(cli, ["memory", "mamba-2.8b", "--finetune", "lora"])
+    assert result.exit_code == 0, result.output
+
+
+def test_lora_on_nemotron_3_nano_by_hand():
+    """`memory nemotron-3-nano-30b-a3b --finetune lora` crashed (None d_ff). 23 Mamba-2 layers (in_proj D ->
+    2E + 2GN + H; out_proj frozen, as peft has it for nemotron_h), 6 GQA layers (q, o: D <-> 32·128; k, v:
+    D -> 2·128), 23 MoE layers of 128 non-gated experts (up, down: D <-> 1856) and one shared MLP of 3712;
+    the router is not adapted."""
+    D, E, G, N, H, r = 2688, 4096, 8, 128, 64, 16
+    mamba2 = D + 2 * E + 2 * G * N + H
+    attention = 2 * (D + 32 * 128) + 2 * (D + 2 * 128)
+    moe = 128 * 2 * (D + 1856) + 2 * (D + 3712)
+    ft = finetune(load_model("nemotron-3-nano-30b-a3b"), lora_config("lora", r))
+    assert ft.trainable == r * (23 * mamba2 + 6 * attention + 23 * moe) == 439_440_384
+    result = CliRunner().invoke(cli, ["memory", "nemotron-3-nano-30b-a3b", "--finetune", "lora"])
+    assert result.exit_code == 0, result.output
+
+
+def test_qlora_on_nemotron_h_quantises_the_linears_it_has():
+    """The frozen base of Nemotron-H-8B in nf4: its block linears are the Mamba-2, attention and MLP projections
+    (not an attention block and an MLP in all 52 layers, which made `weights` negative); they hold every
+    parameter but embeddings, LM head, norms, conv1d and the SSM's per-head/per-channel vectors."""
+    spec = load_model("nemotron-h-8b")
+    ft = finetune(spec, lora_config("qlora", 64))
+    D, E, G, N, H, K, F, V = 4096, 8192, 8, 128, 128, 4, 21504, 131072
+    linears = 24 * (D * (2 * E + 2 * G * N + H) + E * D) + 4 * (2 * D * 32 * 128 + 2 * D * 8 * 128) + 24 * 2 * D * F
+    rest = 2 * V * D + 52 * D + D + 24 * ((E + 2 * G * N) * (K + 1) + 3 * H + E)
+    assert ft.quantised_params == linears and ft.total_params == linears + rest
+    assert 0 < ft.base_weight_bytes() < 2 * ft.total_params
+
+
+def test_lora_on_zamba2_shared_blocks_is_refused_in_one_line():
+    with pytest.raises(LlmcalcError, match="fine-tuning is not modelled for its shared_block layers"):
+        finetune(spec_from_hf(ZAMBA2_27B), lora_config("lora", 16))

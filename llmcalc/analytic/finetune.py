@@ -14,6 +14,14 @@ Conventions (printed with every result that uses them):
   modules), and the shared-expert MLP, one module of width d_ff_shared as transformers builds it
   (DeepSeek: n_shared_experts x moe_intermediate_size wide); the router is never adapted. Per token,
   only the top-k routed experts' adapters do work.
+- Hybrid and state-space layers (``layer_types``): each layer has the linears of its own mixers and FFN.
+  The mixers' projections carry their transformers names (Mamba: in_proj, x_proj, dt_proj, out_proj;
+  Mamba-2 and LFM2's short conv: in_proj, out_proj; Gated DeltaNet: in_proj_qkvz, in_proj_ba, out_proj);
+  ``all-linear`` adapts them, as peft's all-linear adapts every nn.Linear but the output layer, and a
+  list of q,k,v,o,gate,up,down does not. The depthwise conv1d is not a linear (never adapted), nor is the
+  Mamba/Mamba-2 mixer's out_proj of the model types peft refuses it for (``PEFT_NO_OUT_PROJ``: the fused
+  kernels read out_proj.weight directly, so an adapter there would never run). Zamba2's shared blocks (one
+  module used by many layers, with adapters of its own) are not modelled.
 - Models that store a fused QKV or gate/up matrix (GPT-2 c_attn, Phi-3 qkv_proj/gate_up_proj) get one
   adapter per fused matrix in peft; llmcalc counts separate projections (Llama layout) for them.
 - Trainable adapters are fp32: peft's get_peft_model(autocast_adapter_dtype=True) upcasts bf16/fp16
@@ -21,7 +29,8 @@ Conventions (printed with every result that uses them):
   AdamW keeps 2 fp32 states: 16 bytes per adapter parameter, no separate master copy.
 - FLOPs per token: forward 2·N for every weight (frozen and adapter); backward 2·N_frozen (activation
   gradients only: a frozen weight needs no weight gradient) + 4·N_adapter (both gradients): training
-  = 4·N_frozen + 6·N_adapter per token, plus the attention S² terms at 3x as in full training.
+  = 4·N_frozen + 6·N_adapter per token, plus the attention S² terms at 3x as in full training (and the
+  SSM scan, whose multiplies are also of activations by activations, with no weight).
 """
 
 from __future__ import annotations
@@ -141,7 +150,14 @@ class Linear:
     active: float = 1.0
 
 
-def _attention_linears(spec: ModelSpec, prefix: str, cross: bool = False) -> list[tuple[str, str | None, int, int]]:
+Shape = tuple[str, str | None, int, int]  # (component key, peft target, d_in, d_out)
+MIXER_TARGETS = ("in_proj", "x_proj", "dt_proj", "out_proj", "in_proj_qkvz", "in_proj_ba")  # adapted by all-linear
+# model_types whose Mamba mixers' out_proj peft refuses to adapt (peft 0.21 tuners_utils.py,
+# _check_lora_target_modules_mamba: incompatible_modules {"out_proj", "conv1d"})
+PEFT_NO_OUT_PROJ = ("falcon_h1", "mamba", "mamba2", "falcon_mamba", "nemotron_h")
+
+
+def _attention_linears(spec: ModelSpec, prefix: str, cross: bool = False) -> list[Shape]:
     D, H, dh = spec.d_model, spec.n_heads, spec.d_head
     mla = spec.mla
     if mla is not None and not cross:
@@ -156,22 +172,42 @@ def _attention_linears(spec: ModelSpec, prefix: str, cross: bool = False) -> lis
                       (f"{prefix}/kv_b_proj", "kv", mla.kv_lora_rank, H * (mla.qk_nope_head_dim + mla.v_head_dim)),
                       (f"{prefix}/o_proj", "o_proj", H * mla.v_head_dim, D)]
     kv = H if cross else spec.n_kv_heads
-    return [(f"{prefix}/q_proj", "q_proj", D, H * dh), (f"{prefix}/k_proj", "k_proj", D, kv * dh),
+    q = H * dh * (2 if spec.attn_output_gate and not cross else 1)  # Qwen3-Next: queries and output gates
+    return [(f"{prefix}/q_proj", "q_proj", D, q), (f"{prefix}/k_proj", "k_proj", D, kv * dh),
             (f"{prefix}/v_proj", "v_proj", D, kv * dh), (f"{prefix}/o_proj", "o_proj", H * dh, D)]
 
 
-def _ffn_linears(spec: ModelSpec, prefix: str, width: int) -> list[tuple[str, str | None, int, int]]:
+def _ffn_linears(spec: ModelSpec, prefix: str, width: int) -> list[Shape]:
     D = spec.d_model
-    out = [(f"{prefix}/gate_proj", "gate_proj", D, width)] if spec.gated else []
+    out: list[Shape] = [(f"{prefix}/gate_proj", "gate_proj", D, width)] if spec.gated else []
     return out + [(f"{prefix}/up_proj", "up_proj", D, width), (f"{prefix}/down_proj", "down_proj", width, D)]
+
+
+def _mixer_linears(spec: ModelSpec, kind: str) -> list[Shape]:
+    """The projections of one state-space or conv mixer (shapes as llmcalc.analytic.ssm.mixer_params)."""
+    D, E, N, H, G = spec.d_model, spec.ssm_d_inner, spec.ssm_d_state, spec.ssm_n_heads, spec.ssm_n_groups
+    if kind == "mamba":  # MambaMixer: in_proj D -> 2E (x, z), x_proj E -> R + 2N (dt, B, C), dt_proj R -> E
+        R = spec.ssm_dt_rank
+        shapes = [("in_proj", D, 2 * E), ("x_proj", E, R + 2 * N), ("dt_proj", R, E), ("out_proj", E, D)]
+    elif kind == "mamba2":  # Mamba2Mixer: in_proj D -> z, x, B, C, dt
+        shapes = [("in_proj", D, 2 * E + 2 * G * N + H), ("out_proj", E, D)]
+    elif kind == "gated_deltanet":  # Qwen3NextGatedDeltaNet
+        shapes = [("in_proj_qkvz", D, 2 * G * N + 2 * E), ("in_proj_ba", D, 2 * H), ("out_proj", E, D)]
+    elif kind == "short_conv":  # Lfm2ShortConv: in_proj D -> B, C, x
+        shapes = [("in_proj", D, 3 * D), ("out_proj", D, D)]
+    else:
+        raise LlmcalcError(f"{spec.name}: fine-tuning is not modelled for its {kind} layers (Zamba2's shared "
+                           f"blocks are one module reused by many layers, with adapters of their own)")
+    frozen = ("out_proj",) if kind in ("mamba", "mamba2") and spec.model_type in PEFT_NO_OUT_PROJ else ()
+    return [(f"{kind}/{name}", None if name in frozen else name, d_in, d_out) for name, d_in, d_out in shapes]
 
 
 def block_linears(spec: ModelSpec) -> list[Linear]:
     """Every linear weight inside the blocks, grouped by kind, with its count over all layers."""
-    found: dict[tuple, int] = {}
-    active: dict[tuple, float] = {}
+    found: dict[Shape, int] = {}
+    active: dict[Shape, float] = {}
 
-    def add(items, times=1, frac=1.0):
+    def add(items: list[Shape], times: int = 1, frac: float = 1.0) -> None:
         for item in items:
             found[item] = found.get(item, 0) + times
             active[item] = frac
@@ -180,10 +216,15 @@ def block_linears(spec: ModelSpec) -> list[Linear]:
               if spec.architecture == "encoder-decoder" else [("", spec.n_layers, False)])
     for stack, n_layers, cross in stacks:
         for i in range(n_layers):
-            add(_attention_linears(spec, f"{stack}attention"))
+            mixers, ffn = spec.layer_parts(i)
+            for kind in mixers:
+                add(_attention_linears(spec, f"{stack}attention") if kind == "attention"
+                    else _mixer_linears(spec, kind))
             if cross:
                 add(_attention_linears(spec, f"{stack}cross_attention", cross=True))
-            if spec.is_moe_layer(i):
+            if ffn is None:
+                continue
+            if ffn == "moe":
                 E, k = spec.n_experts, spec.n_experts_per_token
                 add([(f"{stack}moe/router", None, spec.d_model, E)])
                 add([(k_, t, a, b) for k_, t, a, b in _ffn_linears(spec, f"{stack}moe/experts", spec.d_ff_expert)],
@@ -198,6 +239,8 @@ def block_linears(spec: ModelSpec) -> list[Linear]:
 def _adapted(lin: Linear, cfg: LoraConfig) -> bool:
     if lin.target == "kv":  # MLA: k or v names the shared latent projections
         return "k_proj" in cfg.targets or "v_proj" in cfg.targets
+    if lin.target in MIXER_TARGETS:  # a state-space mixer's projection: every linear means these too
+        return cfg.target_label == "all-linear"
     return lin.target in cfg.targets
 
 
@@ -274,6 +317,12 @@ class Finetune:
             lines.append("MoE: every routed and shared expert has its own adapters; the router is not adapted")
         if self.spec.is_mla:
             lines.append("MLA: targets k and v adapt the shared latent projections kv_a_proj and kv_b_proj")
+        if self.spec.is_hybrid:
+            frozen = sorted({lin.key for lin in self.linears if lin.target is None and "/out_proj" in lin.key})
+            lines.append("state-space layers: all-linear adapts the mixers' projections too"
+                         + (f"; not {', '.join(frozen)}, which peft refuses for {self.spec.model_type} (the fused "
+                            "kernels read out_proj.weight directly)" if frozen else "")
+                         + "; the depthwise conv1d is never adapted")
         return lines
 
 
@@ -308,11 +357,11 @@ class FinetuneFlops(StepTotals):
 
     @property
     def frozen_backward(self) -> int:
-        """Activation gradients: 1x forward for weight matmuls, 2x for the attention S² matmuls
-        (both operands there are activations)."""
+        """Activation gradients: 1x forward for weight matmuls, 2x for the attention S² matmuls and the SSM
+        scan (both operands there are activations)."""
         from .flops import is_attention_core
 
-        return sum(v * (2 if is_attention_core(k) else 1) for k, v in self.step.ops.items())
+        return sum(v * (2 if is_attention_core(k) or k.endswith("/scan") else 1) for k, v in self.step.ops.items())
 
     @property
     def forward(self) -> float:
