@@ -89,6 +89,7 @@ def _attention_saved(spec: ModelSpec, tokens: int, batch: int, seq: int, act_byt
 
 
 def _mlp_saved(spec: ModelSpec, tokens: float, width: int, act_bytes: float, what: str = "MLP") -> list[Saved]:
+    names: tuple[str, ...]
     if spec.gated:  # gate = x Wg, a = act(gate), u = x Wu, y = (a * u) Wd
         names = ("gate output (activation input)", "activation output", "up output", "down-projection input")
     else:  # y = act(x W1) W2

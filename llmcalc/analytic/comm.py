@@ -153,7 +153,8 @@ def tp_collectives(tokens: float, d_model: int, act_bytes: float, tp: int, seque
     return [Collective("TP all-reduce", "all_reduce", tp, s, 2 * passes)]
 
 
-def cp_collectives(tokens_per_rank: float, kv_width: int, act_bytes: float, cp: int, stride: int) -> list[Collective]:
+def cp_collectives(tokens_per_rank: float, kv_width: float, act_bytes: float, cp: int,
+                   stride: int) -> list[Collective]:
     """Context parallelism, ring attention (Liu et al. 2023; Megatron-LM CP) for one layer and one
     micro-batch: in the forward each rank passes its K and V shard ([tokens/cp, kv_width] each) around
     the ring, cp-1 hops; the backward passes K and V again and their gradients dK, dV (twice the forward).

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from ..errors import LlmcalcError
 from ..spec import ModelSpec
 from .activations import ActivationEstimate
-from .flops import StepTotals
+from .flops import StepFlops, StepTotals
 from .memory import Optimizer, PhasedPeak
 
 METHODS = ("lora", "qlora")
@@ -341,7 +341,7 @@ class FinetuneFlops(StepTotals):
     """FLOPs of one LoRA step: frozen ops forward 2·N, backward activation gradients only; adapters 2 + 4."""
 
     ft: Finetune
-    step: object  # StepFlops of the base model (forward ops per op)
+    step: StepFlops  # of the base model (forward ops per op)
 
     @property
     def tokens(self) -> int:
@@ -479,7 +479,7 @@ _FP32_STATES = _Fp32States()
 
 
 def finetune_memory(spec: ModelSpec, config: LoraConfig, batch: int = 1, seq_len: int = 2048,
-                    optimizer: str | object = "adamw", recompute: str = "none", attention: str = "flash",
+                    optimizer: str | Optimizer = "adamw", recompute: str = "none", attention: str = "flash",
                     dropout: bool = False) -> FinetuneMemory:
     """LoRA/QLoRA memory of one GPU: the frozen base, fp32 adapters with their gradients and optimizer
     states, activations in bf16 (fp32 for an fp32 base) plus the adapters' r-wide intermediates."""

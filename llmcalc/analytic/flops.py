@@ -16,6 +16,7 @@ Conventions (printed under every table that uses them):
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from ..errors import LlmcalcError
@@ -319,7 +320,8 @@ def component_flops(ops: dict[str, int]) -> dict[str, int]:
     return out
 
 
-def counted_step_flops(ops: dict[str, int], recompute: str, recomputing: set[str] = frozenset()) -> dict[str, int]:
+def counted_step_flops(ops: dict[str, int], recompute: str,
+                       recomputing: AbstractSet[str] = frozenset()) -> dict[str, int]:
     """What a FLOP counter sees for forward + backward, per component (the hardware convention).
 
     Model FLOPs (3 x forward), plus: with full recomputation every block's forward once more; for

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from ..errors import LlmcalcError
 from ..spec import ModelSpec
@@ -27,6 +28,13 @@ from .params import count_params, largest_tensor
 # also the fp32 copy of a half-precision gradient): fused kernels none; torch's foreach path one
 # state-sized copy of every parameter at once; its for-loop path two for the largest tensor at a time.
 OPTIMIZER_IMPLS = ("fused", "foreach", "for-loop")
+
+
+class StateBytes(Protocol):
+    """What Optimizer.bytes_per_param reads of a recipe: the bytes of one optimizer-state element."""
+
+    @property
+    def state_bytes(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -119,7 +127,7 @@ class Optimizer:
     extra_bytes: float = 0.0  # per parameter, e.g. quantisation statistics
     source: str = ""
 
-    def bytes_per_param(self, recipe: Recipe) -> float:
+    def bytes_per_param(self, recipe: StateBytes) -> float:
         per_state = recipe.state_bytes if self.fixed_state_bytes is None else self.fixed_state_bytes
         return self.states * per_state + self.extra_bytes
 

@@ -111,7 +111,7 @@ def crossover(spec: ModelSpec, causal: bool = False) -> Crossover | None:
     each crossover is (constant work) / (S² work per token per unit of S). None for a model with no
     attention layer (pure Mamba): nothing grows with S there."""
     ops = forward_ops(spec, 1, 1, causal=False)  # at S = 1 the S² ops give their per-unit-S slope
-    core = sum(v for k, v in ops.items() if is_attention_core(k) and "cross" not in k)
+    core: float = sum(v for k, v in ops.items() if is_attention_core(k) and "cross" not in k)
     if not core:
         return None
     if causal:
@@ -165,7 +165,8 @@ def _hybrid_elementwise_ops(step: StepFlops) -> dict[str, float]:
     the Mamba scan is an op of its own in the totals, not here."""
     spec, tokens = step.spec, step.tokens
     scores = sum(v for k, v in step.ops.items() if k.endswith("/scores"))
-    norms = sum(spec.norms_in_layer(i) for i in range(spec.n_layers)) + 1
+    parts = sum(spec.norms_in_layer(i) for i in range(spec.n_layers))  # "+"-parts: one pre-norm, one residual each
+    norms = parts + 1
     width = 0
     for i in range(spec.n_layers):
         ffn = spec.layer_parts(i)[1]
@@ -179,7 +180,7 @@ def _hybrid_elementwise_ops(step: StepFlops) -> dict[str, float]:
     out = {
         "softmax": SOFTMAX_PER_SCORE * scores / (2 * spec.d_head),
         "norms": NORM_PER_ELEMENT[spec.norm] * tokens * spec.d_model * norms,
-        "residual adds": tokens * spec.d_model * (sum(len(t.split("+")) for t in spec.layer_types) + uses),
+        "residual adds": tokens * spec.d_model * (parts + uses),
         "activation": ACTIVATION_PER_ELEMENT.get(spec.mlp, 1) * tokens * width,
     }
     if spec.pos_emb == "rope" and spec.n_attention_layers:

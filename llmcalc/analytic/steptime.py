@@ -407,6 +407,7 @@ def _layer_times(spec: ModelSpec, layer: int, lay: Layout, seq_len: int, causal:
         else:
             full_k = D
             k: float
+            n: float
             if part in ("o_proj", "down_proj"):  # row-parallel: the input dimension is split
                 k = flops / (2 * b * s * D) / tp
                 n = D

@@ -31,7 +31,7 @@ from ..errors import LlmcalcError
 from ..results import Comparison, ProfileResult
 from ..spec import ModelSpec
 from .counters import count_flops
-from .model import MLP, Attention, build_model
+from .model import MLP, Attention, Transformer, build_model
 from .step import PlainAdamW, batch_inputs, training_step
 
 MEMORY_TOLERANCE = 0.03  # measured within 2.4 % (tests/test_finetune.py, test_virtual_profile_of_lora_step)
@@ -95,7 +95,7 @@ class QuantisedLinear(nn.Module):
 
 
 class LoraLinear(nn.Module):
-    def __init__(self, base: nn.Linear, rank: int, alpha: float | None = None):
+    def __init__(self, base: nn.Linear | QuantisedLinear, rank: int, alpha: float | None = None):
         super().__init__()
         self.base = base
         self.lora_A = nn.Linear(base.in_features, rank, bias=False, dtype=torch.float32)
@@ -121,7 +121,7 @@ def _target_of(module: nn.Module, name: str) -> str | None:
     return name
 
 
-def apply_lora(model: nn.Module, config: LoraConfig) -> int:
+def apply_lora(model: Transformer, config: LoraConfig) -> int:
     """Freeze every base parameter and wrap the targeted linears; returns the trainable count."""
     spec = model.spec
     if spec.is_moe and {"gate_proj", "up_proj", "down_proj"} & set(config.targets):
@@ -137,7 +137,7 @@ def apply_lora(model: nn.Module, config: LoraConfig) -> int:
         for name, child in list(parent.named_children()):
             if not isinstance(child, nn.Linear) or name in ("lm_head", "pooler", "router"):
                 continue
-            base = child
+            base: nn.Linear | QuantisedLinear = child
             if quantised and isinstance(parent, (Attention, MLP)):  # the block linears, as the formula
                 base = QuantisedLinear(child, config.base_dtype, config.double_quant)
             target = _target_of(parent, name)

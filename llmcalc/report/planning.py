@@ -31,7 +31,7 @@ from .views_profile import profile_document
 
 def _summary_lines(spec: ModelSpec, scenario: Scenario, record: dict) -> list[str]:
     count = count_params(spec)
-    gpu = scenario.gpu
+    gpu = scenario.accelerator
     price = scenario.usd_per_gpu_hour if scenario.usd_per_gpu_hour is not None else gpu.usd_per_hour
     lines = [
         f"Size: {fmt_count(count.total)} parameters ({fmt_count(count.non_embedding)} non-embedding"
@@ -43,7 +43,8 @@ def _summary_lines(spec: ModelSpec, scenario: Scenario, record: dict) -> list[st
         "Cost: " + (f"{fmt_usd(record['cost_usd'])} at {fmt_usd(price)} per GPU-hour ("
                     + ("given on the command line" if scenario.usd_per_gpu_hour is not None else
                        f"{gpu.key} preset's dated list price") + ")."
-                    if record.get("cost_usd") is not None else "no price known for this accelerator."),
+                    if record.get("cost_usd") is not None and price is not None
+                    else "no price known for this accelerator."),
     ]
     if "memory_per_gpu_bytes" in record:
         lines.append(f"Memory: {gib(record['memory_per_gpu_bytes'])} per GPU ({scenario.recipe} + "
@@ -60,7 +61,8 @@ def scenario_line(scenario: Scenario, names: list[str]) -> str:
     """The line under every figure's title: which models, which run."""
     models = ', '.join(names) if len(names) <= 3 else f'{len(names)} models'
     return (f"{models} · {fmt_count(scenario.tokens)} tokens at seq {scenario.seq_len:,} · "
-            f"{scenario.n_gpus:,} x {scenario.gpu.key} at {scenario.mfu:.0%} MFU · micro-batch {scenario.micro_batch}, "
+            f"{scenario.n_gpus:,} x {scenario.accelerator.key} at {scenario.mfu:.0%} MFU · "
+            f"micro-batch {scenario.micro_batch}, "
             f"ZeRO-{scenario.zero}, tp {scenario.tp}")
 
 
@@ -85,12 +87,13 @@ def plan_table(scenario: Scenario, names: list[str]) -> Table:
     batch = scenario.micro_batch * par.dp
     tokens_per_step = batch * scenario.seq_len
     steps = math.ceil(scenario.tokens / tokens_per_step)
-    price, source = price_source(scenario.gpu, scenario.usd_per_gpu_hour)
+    gpu = scenario.accelerator
+    price, source = price_source(gpu, scenario.usd_per_gpu_hour)
     rows = [
         ("models", ", ".join(names)),
         ("training tokens", f"{fmt_count(scenario.tokens)} tokens ({scenario.tokens:,.0f})"),
         ("sequence length", f"{scenario.seq_len:,} tokens"),
-        ("GPUs", f"{scenario.n_gpus:,} x {scenario.gpu.name} ({scenario.gpu.key})"),
+        ("GPUs", f"{scenario.n_gpus:,} x {gpu.name} ({gpu.key})"),
         ("layout DP x TP x PP", f"{par.dp:,} x {par.tp} x {par.pp}; ZeRO-{par.zero} over the {par.dp:,} data-parallel "
                                 "ranks"),
         ("micro-batch per GPU", f"{scenario.micro_batch} sequence{'s' if scenario.micro_batch > 1 else ''}"),
@@ -101,7 +104,7 @@ def plan_table(scenario: Scenario, names: list[str]) -> Table:
         ("precision and optimizer", f"{scenario.recipe} + {scenario.optimizer}, recompute {scenario.recompute}"),
         ("price", "no price" if price is None else
          f"{fmt_usd(price)} per GPU-hour (" + ("given on the command line" if scenario.usd_per_gpu_hour is not None
-                                              else f"{scenario.gpu.key} preset; source in the table below") + ")"),
+                                              else f"{gpu.key} preset; source in the table below") + ")"),
     ]
     return Table("the plan", [Column("quantity", "quantity", align="left"), Column("value", "value", align="left")],
                  [{"quantity": q, "value": v} for q, v in rows],
@@ -112,8 +115,8 @@ def plan_table(scenario: Scenario, names: list[str]) -> Table:
 def accelerator_table(gpus: list[Accelerator], scenario: Scenario) -> Table:
     rows = []
     for gpu in gpus:
-        price, source = price_source(gpu, scenario.usd_per_gpu_hour if gpu.key == scenario.gpu.key else None)
-        rows.append({"key": gpu.key + (" (plan)" if gpu.key == scenario.gpu.key else ""), "name": gpu.name,
+        price, source = price_source(gpu, scenario.usd_per_gpu_hour if gpu.key == scenario.accelerator.key else None)
+        rows.append({"key": gpu.key + (" (plan)" if gpu.key == scenario.accelerator.key else ""), "name": gpu.name,
                      "peak": gpu.peak(scenario.dtype), "memory": f"{gpu.memory_bytes / GIB:g}",
                      "price": "n/a" if price is None else fmt_usd(price), "source": source})
     return Table("accelerators in this report",
@@ -155,6 +158,7 @@ def _provenance(report: Report, ctx: _Context, meta: dict) -> None:
 
 def _summary(report: Report, ctx: _Context) -> None:
     specs, scenario = ctx.specs, ctx.scenario
+    gpu = scenario.accelerator
     report.heading("Summary")
     for spec in specs:
         if len(specs) > 1:
@@ -167,8 +171,8 @@ def _summary(report: Report, ctx: _Context) -> None:
     report.heading("Inputs and conventions", 3)
     report.bullets([f"scenario: {scenario.describe()}"]
                    + [f"{name}: {ctx.sources.get(name) or 'custom'}" for name in ctx.names]
-                   + [f"accelerator: {scenario.gpu.name} ({scenario.gpu.key}), dense {scenario.dtype} peak "
-                      f"{fmt_flops_rate(scenario.gpu.peak(scenario.dtype))}, {scenario.gpu.memory_bytes / GIB:g} GiB"]
+                   + [f"accelerator: {gpu.name} ({gpu.key}), dense {scenario.dtype} peak "
+                      f"{fmt_flops_rate(gpu.peak(scenario.dtype))}, {gpu.memory_bytes / GIB:g} GiB"]
                    + FLOP_CONVENTIONS
                    + ["time assumes the given MFU at every GPU count (linear scaling); energy and cost count GPU "
                       "time only", "memory in GiB (2^30 bytes), MiB below 1 GiB; counts and FLOPs with SI prefixes "
@@ -209,17 +213,17 @@ def _time_figure(report: Report, ctx: _Context) -> None:
     time_frame = sweeps.time_vs_gpus(ctx.by_name, scenario, ctx.load_hardware)
     report.csv("time_vs_gpus", time_frame)
     plan = {"n_gpus": scenario.n_gpus,
-            "series": {f"{n} on {scenario.gpu.key}": (records[n]["wall_clock_days"], records[n]["cost_usd"],
-                                                      records[n].get("fits")) for n in ctx.names}}
+            "series": {f"{n} on {scenario.accelerator.key}": (records[n]["wall_clock_days"], records[n]["cost_usd"],
+                                                              records[n].get("fits")) for n in ctx.names}}
     prices = {}
     for series, device in dict(zip(time_frame["series"], time_frame["device"], strict=True)).items():
         gpu = next(g for g in ctx.gpus if g.key == device)
-        price, _ = price_source(gpu, scenario.usd_per_gpu_hour if device == scenario.gpu.key else None)
+        price, _ = price_source(gpu, scenario.usd_per_gpu_hour if device == scenario.accelerator.key else None)
         prices[series] = "no price" if price is None else f"{fmt_usd(price)}/GPU-hour"
     infeasible = not time_frame["fits"].dropna().all()
     report.figure("time_cost", plots.time_and_cost(time_frame, plan, prices, ctx.line),
                   f"Wall-clock against GPU count at {scenario.mfu:.0%} MFU (left; the star is the plan: "
-                  f"{scenario.n_gpus:,} x {scenario.gpu.key})"
+                  f"{scenario.n_gpus:,} x {scenario.accelerator.key})"
                   + ("; red crosses: the model does not fit in GPU memory at that count" if infeasible else "")
                   + "; right: the cost of the run and the price per GPU-hour it assumes (prices and sources in the "
                     "accelerator table above)")
@@ -241,11 +245,12 @@ def _time_and_cost(report: Report, ctx: _Context) -> None:
 
 def _memory(report: Report, ctx: _Context) -> None:
     scenario = ctx.scenario
+    gpu = scenario.accelerator
     report.heading("Memory")
     memory_frame, skipped = sweeps.memory_vs_batch(ctx.by_name, scenario)
     if len(memory_frame):
         report.csv("memory_vs_batch", memory_frame)
-        report.figure("memory", plots.memory_vs_batch(memory_frame, scenario.gpu.memory_bytes, scenario.gpu.key,
+        report.figure("memory", plots.memory_vs_batch(memory_frame, gpu.memory_bytes, gpu.key,
                                                       scenario.micro_batch, skipped=skipped, scenario=ctx.line),
                       f"Training memory per GPU against micro-batch, every micro-batch up to the first that does not "
                       f"fit, at seq {scenario.seq_len:,} ({scenario.recipe}, ZeRO-{scenario.zero} over "
@@ -256,12 +261,12 @@ def _memory(report: Report, ctx: _Context) -> None:
             report.paragraph(f"{spec.name}: the analytic activation model covers decoder-only models.")
             continue
         report.heading(spec.name, 3)
-        report.document(training_memory_document(scenario_memory(spec, scenario), scenario.gpu),
+        report.document(training_memory_document(scenario_memory(spec, scenario), gpu),
                         f"memory-{safe_name(spec.name)}")
     kv_frame = sweeps.kv_vs_context(ctx.by_name, scenario.kv_dtype)
     if len(kv_frame):
         report.csv("kv_vs_context", kv_frame)
-        report.figure("kv_cache", plots.kv_vs_context(kv_frame, scenario.gpu.memory_bytes, scenario.gpu.key,
+        report.figure("kv_cache", plots.kv_vs_context(kv_frame, gpu.memory_bytes, gpu.key,
                                                       scenario.seq_len, ctx.line),
                       f"Inference KV cache ({scenario.kv_dtype}) for one sequence against context length; dashed "
                       f"line: the plan's context ({scenario.seq_len:,} tokens)")
@@ -346,12 +351,13 @@ def _steps(ctx: _Context, extras: Extras) -> list[tuple[str | None, Callable[[Re
 
         steps.append(("serving", lambda r: serving_section(r, ctx.specs, scenario)))
     steps.append(("compute-optimal", lambda r: _compute_optimal(r, ctx)))
-    if extras.profiles:
-        steps.append((None, lambda r: _measurements(r, ctx, extras.profiles)))
-    if extras.sharded:
+    profiles, sharded = extras.profiles, extras.sharded  # bound here: a lambda does not see a narrowed attribute
+    if profiles:
+        steps.append((None, lambda r: _measurements(r, ctx, profiles)))
+    if sharded:
         from .views_distributed import sharded_section
 
-        steps.append((None, lambda r: sharded_section(r, extras.sharded, ctx.line)))
+        steps.append((None, lambda r: sharded_section(r, sharded, ctx.line)))
     return steps
 
 
