@@ -1,6 +1,7 @@
 """Import rules from docs/architecture.md, checked in a fresh interpreter and by reading the sources."""
 
 import ast
+import importlib
 import json
 import subprocess
 import sys
@@ -71,3 +72,112 @@ def test_imports_flow_one_way():
         assert not {"report", "profiling", "cli"} & _relative_imports(path), path
     for path in (PACKAGE / "report").glob("*.py"):
         assert not {"profiling", "cli"} & _relative_imports(path), path
+
+
+# --- no import cycle inside llmcalc ---------------------------------------------------------------------
+
+
+def _module_name(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _runtime_imports(node: ast.AST):
+    """Every import statement that can run: at module level and inside functions (lazy imports are still
+    a dependency), not under ``if TYPE_CHECKING:``."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.If) and ast.unparse(child.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            yield from (n for branch in child.orelse for n in _runtime_imports_of(branch))
+            continue
+        yield from _runtime_imports_of(child)
+
+
+def _runtime_imports_of(node: ast.AST):
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        yield node
+    else:
+        yield from _runtime_imports(node)
+
+
+def import_graph(root: Path, package: str = "llmcalc") -> dict[str, set[str]]:
+    """module -> the modules of `package` it imports, relative imports resolved. `from .x import y` depends on
+    x, and on x.y when y is a module. A parent package that Python runs first is not an edge (a package's
+    __init__ runs before its submodules whatever they import)."""
+    paths = {_module_name(root, p): p for p in sorted((root / package).rglob("*.py"))}
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        here = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets: set[str] = set()
+        for node in _runtime_imports(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets |= {a.name for a in node.names}
+                continue
+            base = here
+            for _ in range(max(node.level - 1, 0)):
+                base = base.rpartition(".")[0]
+            module = (f"{base}.{node.module}" if node.module else base) if node.level else (node.module or "")
+            targets |= {module} | {f"{module}.{a.name}" for a in node.names}
+        graph[name] = {t for t in targets if t in paths and t != name}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycle_inside_llmcalc():
+    graph = import_graph(PACKAGE.parent)
+    assert len(graph) > 60 and "llmcalc.spec.hf" in graph["llmcalc.spec.presets"]
+    assert not import_cycles(graph), f"import cycles (a module reaching itself through others): {import_cycles(graph)}"
+
+
+def test_the_cycle_check_sees_cycles(tmp_path):
+    """A circle closed by a lazy import inside a function, and one closed by a package-relative import, are
+    found; an import under TYPE_CHECKING and a parent package are not edges."""
+    pkg = tmp_path / "llmcalc"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from .a import x\n")
+    (pkg / "a.py").write_text("from .b import y\nx = 1\n")
+    (pkg / "b.py").write_text("y = 2\ndef f():\n    from .a import x\n    return x\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "c.py").write_text("from typing import TYPE_CHECKING\nfrom .. import d\nif TYPE_CHECKING:\n"
+                                      "    from ..a import x\n")
+    (pkg / "d.py").write_text("from .sub import c\n")
+    graph = import_graph(tmp_path)
+    assert graph["llmcalc.sub.c"] == {"llmcalc", "llmcalc.d"}
+    assert sorted(import_cycles(graph)) == [["llmcalc.a", "llmcalc.b"], ["llmcalc.d", "llmcalc.sub.c"]]
+
+
+@pytest.mark.parametrize("module", sorted(m for m in import_graph(PACKAGE.parent) if not m.endswith("__main__")))
+def test_every_module_imports(module):
+    if module.startswith("llmcalc.profiling"):
+        pytest.importorskip("torch")
+    importlib.import_module(module)

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from ..errors import LlmcalcError
 from ..hardware import Accelerator
 from ..spec import ModelSpec
-from ..units import fmt_tokens
+from ..units import fmt_count, fmt_tokens
 from ..validate import DEFAULT_SEQ_LEN
 from .flops import flop_group, step_flops
 from .inference import kv_cache_bytes_per_token
@@ -46,6 +46,13 @@ class Scenario:
                 f"({self.dtype}), {self.recipe} + {self.optimizer}, ZeRO-{self.zero} over data parallel, tp "
                 f"{self.tp}, micro-batch {self.micro_batch}, recompute {self.recompute}, "
                 f"{'causal' if self.causal else 'full S²'} FLOPs")
+
+    def line(self, names: list[str]) -> str:
+        """The line under every report figure's title: which models, which run."""
+        models = ', '.join(names) if len(names) <= 3 else f'{len(names)} models'
+        return (f"{models} · {fmt_count(self.tokens)} tokens at seq {self.seq_len:,} · "
+                f"{self.n_gpus:,} x {self.accelerator.key} at {self.mfu:.0%} MFU · micro-batch {self.micro_batch}, "
+                f"ZeRO-{self.zero}, tp {self.tp}")
 
     @property
     def accelerator(self) -> Accelerator:

@@ -57,15 +57,6 @@ def _summary_lines(spec: ModelSpec, scenario: Scenario, record: dict) -> list[st
     return lines
 
 
-def scenario_line(scenario: Scenario, names: list[str]) -> str:
-    """The line under every figure's title: which models, which run."""
-    models = ', '.join(names) if len(names) <= 3 else f'{len(names)} models'
-    return (f"{models} · {fmt_count(scenario.tokens)} tokens at seq {scenario.seq_len:,} · "
-            f"{scenario.n_gpus:,} x {scenario.accelerator.key} at {scenario.mfu:.0%} MFU · "
-            f"micro-batch {scenario.micro_batch}, "
-            f"ZeRO-{scenario.zero}, tp {scenario.tp}")
-
-
 def price_source(gpu: Accelerator, given: float | None) -> tuple[float | None, str]:
     """$/GPU-hour and where it comes from: given, or the preset's dated list price and its source."""
     if given is not None:
@@ -145,7 +136,7 @@ class _Context:
         self.by_name = dict(zip(self.names, self.specs, strict=True))
         self.records = {s.name: model_record(s, self.scenario) for s in self.specs}
         self.gpus = sweeps.accelerators_shown(self.by_name, self.scenario, self.load_hardware)
-        self.line = scenario_line(self.scenario, self.names)
+        self.line = self.scenario.line(self.names)
 
 
 def _provenance(report: Report, ctx: _Context, meta: dict) -> None:

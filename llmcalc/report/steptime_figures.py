@@ -77,10 +77,8 @@ def steptime_section(report, specs, scenario, global_batch: int | None = None, t
             shown.append((f"slowest: tp{worst.layout.tp} cp{worst.layout.cp} pp{worst.layout.pp} "
                           f"dp{worst.layout.dp} mb{worst.layout.micro_batch} {worst.recompute}", worst))
         name = f"steptime-{safe_name(spec.name)}"
-        from .planning import scenario_line
-
         report.figure(name, breakdown_bars(shown, f"{spec.name}: predicted step time by layout",
-                                           scenario_line(scenario, [spec.name])),
+                                           scenario.line([spec.name])),
                       "Where each layout's step goes (compute, exposed communication, pipeline bubble, optimizer), "
                       "best layouts first and the slowest that fits last")
         best = ranked[0][0]
