@@ -636,3 +636,14 @@ def test_qlora_on_nemotron_h_quantises_the_linears_it_has():
 def test_lora_on_zamba2_shared_blocks_is_refused_in_one_line():
     with pytest.raises(LlmcalcError, match="fine-tuning is not modelled for its shared_block layers"):
         finetune(spec_from_hf(ZAMBA2_27B), lora_config("lora", 16))
+
+
+@pytest.mark.parametrize("argv", ["flops {m} --format json", "flops {m} --causal --recompute full",
+                                  "params {m} --finetune lora --format json", "flops {m} --finetune lora",
+                                  "memory {m} --finetune qlora --format json",
+                                  "memory {m} --finetune lora --recompute full"])
+@pytest.mark.parametrize("name", HYBRID_PRESETS)
+def test_every_hybrid_preset_answers(name, argv):
+    """Each of these crashed on a None width for mamba-2.8b or nemotron-3-nano-30b-a3b (no dense FFN)."""
+    result = CliRunner().invoke(cli, argv.format(m=name).split())
+    assert result.exit_code == 0, result.output

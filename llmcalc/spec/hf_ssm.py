@@ -220,7 +220,7 @@ def _qwen3_next(hf: dict, kw: dict) -> None:
     else:
         for key in ("n_experts", "n_experts_per_token", "d_ff_expert"):
             kw.pop(key, None)
-    # not strict: a layer_types list of the wrong length is reported by ModelSpec with one clear line
+    # not strict: a layer_types list of the wrong length is reported by the spec checks with one clear line
     kw["layer_types"] = tuple(f"{m}+{f}" for m, f in zip(mixers, ffns, strict=False))
     bias = bool(hf.get("attention_bias", False))
     k_heads, v_heads = hf.get("linear_num_key_heads", 16), hf.get("linear_num_value_heads", 32)

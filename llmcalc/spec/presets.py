@@ -3,7 +3,7 @@
 Lookup ignores case, and a Hugging Face repo id (``meta-llama/Meta-Llama-3-8B``) finds the preset
 whose ``_source`` names it. An unknown name raises ``PresetError`` listing the closest names (difflib).
 A model argument that names a file (or a directory holding config.json) is read from disk: either
-a Hugging Face config.json or a native llmcalc spec (ModelSpec field names). Only regular files are
+a Hugging Face config.json or a native llmcalc spec (SpecDraft field names). Only regular files are
 read, at most ``MAX_CONFIG_BYTES``, in UTF-8 or UTF-16/32 (JSON's own encoding detection).
 """
 
