@@ -16,8 +16,8 @@ import click
 from .analytic.memory import OPTIMIZER_IMPLS, OPTIMIZERS, RECIPES
 from .errors import LlmcalcError
 from .options import Choice, Count, DType, Fraction, Length, Name, Number, flush_warnings, refuse_unused, warn
+from .render.tables import FORMATS, render
 from .report.interrupts import Interrupted
-from .report.tables import FORMATS, render
 from .units import GIB, fmt_tokens
 from .validate import (
     DEFAULT_SEQ_LEN,
@@ -485,7 +485,7 @@ def layout(model, gpu, n_gpus, seq_len, global_batch, global_batch_tokens, recom
     """Rank the parallel layouts of MODEL on N GPUs that fit in memory, by predicted throughput."""
     from .analytic.steptime import search_layouts
     from .presets import load_model
-    from .report.document import Progress
+    from .render.progress import Progress
     from .report.views_steptime import layout_document
 
     spec = load_model(model)
@@ -858,9 +858,10 @@ def _report(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe,
     from pathlib import Path
 
     from .presets import load_hardware, model_source
-    from .report.document import MARKER, Progress, check_destination, outcome, provenance, safe_name, write_report
+    from .render.progress import Progress
+    from .render.tables import Column, Document, Table
+    from .report.document import MARKER, check_destination, outcome, provenance, safe_name, write_report
     from .report.interrupts import checkpoint, interrupt_behind, settle, signal_pending, signals_deferred
-    from .report.tables import Column, Document, Table
 
     if out is not None and not out.strip():
         raise LlmcalcError("--out is empty; give a directory for the report (default: reports/<model names>)")

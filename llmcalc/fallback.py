@@ -113,7 +113,7 @@ def fallback_count(config: dict, seq_len: int | None = None) -> dict:
             return json.loads(path.read_text())
         except (OSError, ValueError):
             pass
-    from .report.document import Progress
+    from .render.progress import Progress
 
     progress = Progress(1, f"building {config.get('model_type')} with transformers")
     try:

@@ -14,8 +14,8 @@ from click.testing import CliRunner  # noqa: E402
 from matplotlib.image import imread  # noqa: E402
 
 from llmcalc.cli import cli  # noqa: E402
+from llmcalc.render.progress import Progress  # noqa: E402
 from llmcalc.report import plots  # noqa: E402
-from llmcalc.report.document import Progress  # noqa: E402
 
 SCENARIO = ["--tokens", "15T", "--gpu", "h100-sxm", "--n-gpus", "1024", "--mfu", "0.4", "--seq-len", "4096"]
 

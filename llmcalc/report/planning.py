@@ -14,6 +14,7 @@ from ..analytic.flops import step_flops
 from ..analytic.params import count_params
 from ..analytic.summary import Scenario, model_record, scenario_memory, scenario_training
 from ..hardware import Accelerator
+from ..render.tables import Column, Table
 from ..results import ProfileResult
 from ..spec import ModelSpec
 from ..units import GIB, fmt_count, fmt_flops, fmt_flops_rate, fmt_usd
@@ -21,7 +22,6 @@ from . import plots, sweeps
 from .document import Report, safe_name
 from .plots import gib
 from .steptime_figures import steptime_section
-from .tables import Column, Table
 from .views_compare import compare_document
 from .views_compute import FLOP_CONVENTIONS, flops_document, train_document
 from .views_memory import training_memory_document

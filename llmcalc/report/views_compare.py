@@ -7,8 +7,8 @@ from typing import Any
 
 from ..analytic.summary import COLUMNS, Scenario
 from ..errors import LlmcalcError
+from ..render.tables import Column, Document, Table
 from ..units import GIB, fmt_bytes, fmt_count, fmt_flops, fmt_usd, plural
-from .tables import Column, Document, Table
 
 FORMATTERS: dict[str, Callable[[Any], str]] = {
     "text": str, "count": fmt_count, "flops": fmt_flops, "pct": lambda v: f"{v * 100:.1f} %",

@@ -6,8 +6,8 @@ from ..analytic.flops import StepFlops, flop_group
 from ..analytic.params import ParamCount
 from ..analytic.rules import Crossover, Rule, crossover, elementwise_ops, rules_of_thumb
 from ..analytic.training import ComputeOptimal, TrainingEstimate
+from ..render.tables import Column, Document, Table
 from ..units import GIB, fmt_budget, fmt_count, fmt_flops, fmt_flops_rate, fmt_pct, fmt_tokens, fmt_usd, plural, si
-from .tables import Column, Document, Table
 
 FLOP_CONVENTIONS = [
     "FLOPs, not MACs: a multiply-add is 2 FLOPs; only matmuls are counted (as torch's FlopCounterMode does)",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..render.tables import Column, Document, Table
 from ..units import GIB, fmt_bytes, fmt_flops
-from .tables import Column, Document, Table
 
 FIGURES = (("param_bytes", "params"), ("grad_bytes", "grads"), ("optimizer_bytes", "AdamW states"),
            ("peak_memory_bytes", "peak"))

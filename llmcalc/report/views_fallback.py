@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..fallback import METHOD_TRANSFORMERS, FallbackModel
+from ..render.tables import Column, Document, Table
 from ..units import fmt_count, fmt_int, si
-from .tables import Column, Document, Table
 from .views_compute import FLOP_CONVENTIONS
 from .views_params import PARAM_CONVENTIONS
 

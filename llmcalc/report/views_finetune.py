@@ -13,8 +13,8 @@ from ..analytic.finetune import (
 )
 from ..analytic.memory import MemoryEstimate
 from ..hardware import Accelerator
+from ..render.tables import Column, Document, Table
 from ..units import GIB, fmt_count, fmt_int, si
-from .tables import Column, Document, Table
 from .views_memory import _fit_rows, _gib, _share
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from ..analytic.inference import QUANTISATION_NOTES, InferenceEstimate, expected_experts, state_bytes_per_sequence
 from ..analytic.memory import MemoryEstimate
 from ..hardware import Accelerator
+from ..render.tables import Column, Document, Table
 from ..units import GIB, fmt_bytes, fmt_flops, fmt_seconds
-from .tables import Column, Document, Table
 
 
 def _gib(value: float) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..analytic.params import Approximation, ParamCount, approximations, reconcile
+from ..render.tables import Column, Document, Table
 from ..units import GIB, fmt_count, fmt_int, fmt_pct
-from .tables import Column, Document, Table
 
 PARAM_CONVENTIONS = (
     "counts are unique parameters (a tied LM head is counted once, in embedding/tokens); "

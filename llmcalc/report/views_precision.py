@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ..analytic.training import TrainingEstimate
+from ..render.tables import Column, Document, Table
 from ..units import GIB
-from .tables import Column, Document, Table
 
 FP8_NOTE = ("FP8 training: the same model FLOP/s against the dense bf16 and the dense fp8 peak; the fp8 figure is the "
             "stricter one (only the GEMMs run in FP8; attention, norms and the optimizer do not), the bf16 one "

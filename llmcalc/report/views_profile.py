@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..render.tables import Column, Document, Table
 from ..results import Comparison, ProfileResult
 from ..units import GIB, fmt_bytes, fmt_flops_rate, fmt_int, fmt_pct, fmt_seconds, si
-from .tables import Column, Document, Table
 
 
 def _value(unit: str, value) -> str:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ..analytic.serving import ServeEstimate
+from ..render.tables import Column, Document, Table
 from ..units import GIB, fmt_bytes, fmt_seconds
-from .tables import Column, Document, Table
 from .views_memory import _gib, serving_conventions
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ..analytic.steptime import GLOBAL_CONSTANTS, StepPrediction
+from ..render.tables import Column, Document, Table
 from ..units import GIB, si
-from .tables import Column, Document, Table
 
 BREAKDOWN_LABELS = {
     "compute": "compute (matmuls, attention, elementwise, recomputation)",
