@@ -204,7 +204,7 @@ def cli() -> None:
 @format_option
 def presets(fmt: str) -> None:
     """Every model and accelerator preset, one line each."""
-    from .report.views_params import presets_document
+    from .views.presets import presets_document
 
     emit(presets_document(), fmt)
 
@@ -222,12 +222,12 @@ def params(model: str, finetune, lora_rank, lora_targets, base_dtype, double_qua
     from .analytic.params import count_params
     from .fallback import FallbackModel, load_counted
     from .presets import model_source
-    from .report.views_params import params_document
+    from .views.params import analytic_params_document as params_document
 
     cfg = make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant)
     spec = load_counted(model)
     if isinstance(spec, FallbackModel):
-        from .report.views_fallback import fallback_params_document
+        from .views.params import fallback_params_document
 
         _no_finetune(spec, cfg)
         emit(fallback_params_document(spec, model_source(model)), fmt)
@@ -235,7 +235,7 @@ def params(model: str, finetune, lora_rank, lora_targets, base_dtype, double_qua
     doc = params_document(count_params(spec), model_source(model))
     if cfg is not None:
         from .analytic.finetune import finetune as build
-        from .report.views_finetune import add_to_params
+        from .views.params import add_adapters as add_to_params
 
         doc = add_to_params(doc, build(spec, cfg))
     emit(doc, fmt)
@@ -266,13 +266,13 @@ def flops(ctx, model, seq_len, causal, recompute, batch_size, decoder_seq_len, f
     from .analytic.flops import step_flops
     from .analytic.params import count_params
     from .fallback import FallbackModel, load_counted
-    from .report.views_compute import flops_document
+    from .views.flops import flops_document
 
     cfg = make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant)
     spec = load_counted(model, seq_len)
     if isinstance(spec, FallbackModel):
         from .fallback import step_flops as fallback_step
-        from .report.views_fallback import fallback_flops_document
+        from .views.flops import fallback_flops_document
 
         _no_finetune(spec, cfg)
         if decoder_seq_len is not None:
@@ -289,7 +289,7 @@ def flops(ctx, model, seq_len, causal, recompute, batch_size, decoder_seq_len, f
     if cfg is not None:
         from .analytic.finetune import FinetuneFlops
         from .analytic.finetune import finetune as build
-        from .report.views_finetune import add_to_flops
+        from .views.flops import add_finetune_step as add_to_flops
 
         ft = build(spec, cfg)
         doc = add_to_flops(doc, ft, FinetuneFlops(ft, step))
@@ -359,7 +359,7 @@ def train(ctx, model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_p
     """Training FLOPs, GPU-hours, wall-clock, cost and energy for TOKENS on N GPUs."""
     from .analytic.training import TrainingEstimate
     from .presets import load_hardware
-    from .report.views_compute import train_document
+    from .views.train import train_document
 
     if (model is None) == (n_params is None):
         raise click.UsageError("give a MODEL (preset or config.json) or --params N, not both")
@@ -459,7 +459,7 @@ def train(ctx, model, n_params, tokens, gpu, n_gpus, mfu, achieved_tflops, usd_p
         achieved_flops_per_s=None if achieved_tflops is None else achieved_tflops * 1e12,
         usd_per_gpu_hour=usd_per_gpu_hour,
     )
-    from .report.views_precision import add_both_peaks
+    from .views.train import add_both_peaks
 
     emit(add_both_peaks(train_document(est, inputs, 6 * n * tokens, pred, measured), est), fmt)
 
@@ -486,7 +486,7 @@ def layout(model, gpu, n_gpus, seq_len, global_batch, global_batch_tokens, recom
     from .analytic.steptime import search_layouts
     from .presets import load_model
     from .render.progress import Progress
-    from .report.views_steptime import layout_document
+    from .views.layout import layout_document
 
     spec = load_model(model)
     if (global_batch is None) == (global_batch_tokens is None):
@@ -531,7 +531,7 @@ def plan(ctx, compute, gpu, n_gpus, days, mfu, dtype, fmt):
     """Compute-optimal model size and tokens for a FLOP budget, or for what a cluster delivers."""
     from .analytic.training import cluster_compute, compute_optimal
     from .presets import load_hardware
-    from .report.views_compute import plan_document
+    from .views.plan import plan_document
 
     cluster = (gpu, n_gpus, days, mfu)
     if compute is not None and any(v is not None for v in cluster):
@@ -611,13 +611,13 @@ def memory(ctx, model, seq_len, batch_size, recipe, optimizer, optimizer_bytes, 
         refuse_unused(ctx, ("optimizer",), "with --optimizer-bytes (which replaces it)")
     spec = load_model(model, seq_len)
     from .analytic.memory import Parallel, custom_optimizer, smallest_fit, training_memory
-    from .report.views_memory import training_memory_document
+    from .views.memory import training_memory_document
 
     opt = custom_optimizer(optimizer_bytes) if optimizer_bytes is not None else optimizer
     cfg = make_finetune(finetune, lora_rank, lora_targets, base_dtype, double_quant)
     if cfg is not None:
         from .analytic.finetune import finetune_memory
-        from .report.views_finetune import finetune_memory_document
+        from .views.memory import finetune_memory_document
 
         clash = [name for name, off in (("--tp", tp == 1), ("--pp", pp == 1), ("--ep", ep == 1), ("--etp", etp is None),
                                         ("--zero", zero == 0),
@@ -681,7 +681,7 @@ def infer(model, gpu, prompt, generate, batch_size, weight_dtype, kv_dtype, comp
     """Prefill and decode time and tokens/s of MODEL on a GPU: a roofline, an upper bound on speed."""
     from .analytic.inference import InferenceEstimate, check_inference, context_warning, resolve_dtypes
     from .presets import load_hardware
-    from .report.views_memory import infer_document
+    from .views.infer import infer_document
 
     spec = load_model(model)
     accelerator = load_hardware(gpu)
@@ -711,7 +711,7 @@ def serve(model, gpu, weight_dtype, kv_dtype, compute_dtype, n_gpus, max_model_l
     from .analytic.inference import check_tp, context_warning, resolve_dtypes
     from .analytic.serving import ServeEstimate
     from .presets import load_hardware, load_model
-    from .report.views_serve import serve_document
+    from .views.serve import serve_document
 
     spec = load_model(model)
     accelerator = load_hardware(gpu)
@@ -780,7 +780,7 @@ def compare(models, seq_len, tokens, gpu, n_gpus, mfu, usd_per_gpu_hour, recipe,
             causal, sort_key, reverse, fmt):
     """MODELS side by side: size, FLOPs, KV cache, training time and cost, memory per GPU."""
     from .analytic.summary import model_record
-    from .report.views_compare import compare_document, sort_records
+    from .views.compare import compare_document, sort_records
 
     scenario = make_scenario(seq_len, tokens, gpu, n_gpus, mfu=mfu, usd_per_gpu_hour=usd_per_gpu_hour, recipe=recipe,
                              zero=zero, tp=tp, micro_batch=micro_batch,
@@ -1005,7 +1005,7 @@ def profile(ctx, model, virtual, device, dtype, recipe, batch_size, seq_len, ste
             recompute, attention, layers, peak_tflops, finetune, lora_rank, lora_targets, base_dtype, double_quant,
             world_size, nproc, tp, all_layers, fmt):  # long: one dispatch over the profile kinds, each refusal first
     """Build MODEL in PyTorch, measure FLOPs, memory and speed, and hold every formula against them."""
-    from .report.views_profile import profile_document
+    from .views.profile import profile_document
 
     if recipe is not None:
         refuse_unused(ctx, ("dtype",), "with --recipe (the recipe fixes the dtypes)")
@@ -1038,7 +1038,7 @@ def profile(ctx, model, virtual, device, dtype, recipe, batch_size, seq_len, ste
         _need_torch()
         from .profiling.distributed import with_layers
         from .profiling.launch import sharded_profile
-        from .report.views_distributed import distributed_document
+        from .views.profile import distributed_document
 
         if layers is not None:  # keeps n_kv_heads (ModelSpec.replace would derive MHA again)
             base = load_model(model, seq_len)
@@ -1099,7 +1099,7 @@ def calibrate(device, dtype, size, seconds, fmt):
     from .presets import find_accelerator
     from .profiling.measure import calibrate as run
     from .profiling.measure import device_name, resolve_device, torch_dtype
-    from .report.views_profile import calibrate_document
+    from .views.calibrate import calibrate_document
 
     device = resolve_device(device)
     size = size or (8192 if device == "cuda" else 1024)

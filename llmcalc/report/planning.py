@@ -18,15 +18,17 @@ from ..render.tables import Column, Table
 from ..results import ProfileResult
 from ..spec import ModelSpec
 from ..units import GIB, fmt_count, fmt_flops, fmt_flops_rate, fmt_usd
+from ..views.compare import compare_document
+from ..views.flops import FLOP_CONVENTIONS, flops_document
+from ..views.memory import training_memory_document
+from ..views.params import params_document
+from ..views.profile import profile_document
+from ..views.train import train_document
 from . import plots, sweeps
 from .document import Report, safe_name
+from .figures import scenario_line
 from .plots import gib
-from .steptime_figures import steptime_section
-from .views_compare import compare_document
-from .views_compute import FLOP_CONVENTIONS, flops_document, train_document
-from .views_memory import training_memory_document
-from .views_params import params_document
-from .views_profile import profile_document
+from .sections import finetune_section, fp8_section, serving_section, sharded_section, steptime_section
 
 
 def _summary_lines(spec: ModelSpec, scenario: Scenario, record: dict) -> list[str]:
@@ -54,14 +56,6 @@ def _summary_lines(spec: ModelSpec, scenario: Scenario, record: dict) -> list[st
         lines.append(f"Memory: not modelled for this {spec.architecture} model (the activation model covers "
                      "decoder-only models).")
     return lines
-
-
-def scenario_line(scenario: Scenario, names: list[str]) -> str:
-    """The line under every figure's title: which models, which run."""
-    models = ', '.join(names) if len(names) <= 3 else f'{len(names)} models'
-    return (f"{models} · {fmt_count(scenario.tokens)} tokens at seq {scenario.seq_len:,} · "
-            f"{scenario.n_gpus:,} x {scenario.gpu.key} at {scenario.mfu:.0%} MFU · micro-batch {scenario.micro_batch}, "
-            f"ZeRO-{scenario.zero}, tp {scenario.tp}")
 
 
 def price_source(gpu: Accelerator, given: float | None) -> tuple[float | None, str]:
@@ -334,23 +328,15 @@ def _steps(ctx: _Context, extras: Extras) -> list[tuple[str | None, Callable[[Re
         ("memory", lambda r: _memory(r, ctx)),
     ]
     if scenario.recipe.startswith("fp8"):
-        from .views_precision import fp8_section
-
         steps.append((None, lambda r: fp8_section(r, ctx.specs, scenario, ctx.line)))
     if extras.finetune is not None:
-        from .views_finetune import finetune_section
-
         steps.append(("fine-tuning", lambda r: finetune_section(r, ctx.specs, scenario, extras.finetune, ctx.line)))
     if extras.serve:
-        from .views_serve import serving_section
-
         steps.append(("serving", lambda r: serving_section(r, ctx.specs, scenario)))
     steps.append(("compute-optimal", lambda r: _compute_optimal(r, ctx)))
     if extras.profiles:
         steps.append((None, lambda r: _measurements(r, ctx, extras.profiles)))
     if extras.sharded:
-        from .views_distributed import sharded_section
-
         steps.append((None, lambda r: sharded_section(r, extras.sharded, ctx.line)))
     return steps
 

@@ -1,13 +1,17 @@
-"""What `flops`, `train` and `plan` show: FLOPs per op, training budgets, compute-optimal sizing."""
+"""What `flops` shows: FLOPs per op of one step, by component, totals, the rules of thumb beside the exact
+count; for a model only transformers can build, its counted forward (the fallback section); with --finetune,
+the fine-tuning step."""
 
 from __future__ import annotations
 
+from ..analytic.finetune import Finetune, FinetuneFlops
 from ..analytic.flops import StepFlops, flop_group
 from ..analytic.params import ParamCount
 from ..analytic.rules import Crossover, Rule, crossover, elementwise_ops, rules_of_thumb
-from ..analytic.training import ComputeOptimal, TrainingEstimate
+from ..fallback import METHOD_TRANSFORMERS, FallbackModel
 from ..render.tables import Column, Document, Table
-from ..units import GIB, fmt_budget, fmt_count, fmt_flops, fmt_flops_rate, fmt_pct, fmt_tokens, fmt_usd, plural, si
+from ..units import fmt_pct, si
+from .params import finetune_config, method_line
 
 FLOP_CONVENTIONS = [
     "FLOPs, not MACs: a multiply-add is 2 FLOPs; only matmuls are counted (as torch's FlopCounterMode does)",
@@ -174,109 +178,75 @@ def _same_step(step: StepFlops, causal: bool) -> StepFlops:
                       decoder_seq_len=step.decoder_seq_len)
 
 
-def _opt(fmt, value):
-    return "n/a" if value is None else fmt(value)
+# --- the transformers fallback: the counted forward -------------------------------------------------
 
-
-def train_document(est: TrainingEstimate, inputs: dict, six_n_t: float | None, pred=None,
-                   measured: dict | None = None) -> Document:
-    acc = est.accelerator
-    hours = lambda v: f"{v:,.0f} h"  # noqa: E731
-    rows = [  # key, label, value, formatter, shown in the table
-        ("total_flops", "training FLOPs (model: fwd+bwd, no recomputation)", est.model_flops, fmt_flops, True),
-        ("six_n_t_flops", "6·N·T for comparison", six_n_t, fmt_flops, True),
-        ("hardware_flops", "hardware FLOPs (with recomputation)", est.hardware_flops, fmt_flops, True),
-        ("peak_flops_per_s", f"peak per GPU (dense {est.dtype})", est.peak, fmt_flops_rate, True),
-        ("mfu", "MFU (model FLOPs / peak)", est.effective_mfu, lambda v: f"{v * 100:.1f} %", True),
-        ("hfu", "HFU (hardware FLOPs / peak)", est.hfu, lambda v: f"{v * 100:.1f} %", True),
-        ("model_flops_per_s_per_gpu", "model FLOP/s per GPU", est.model_flops_per_s_per_gpu, fmt_flops_rate, True),
-        ("tokens_per_second_per_gpu", "tokens/s per GPU", est.tokens_per_second_per_gpu,
-         lambda v: f"{si(v).strip()} tokens/s", True),
-        ("gpu_seconds", "GPU time (s)", est.gpu_seconds, lambda v: f"{v:.4g} s", False),
-        ("gpu_hours", "GPU-hours", est.gpu_hours, hours, True),
-        ("wall_clock_seconds", "wall-clock (s)", est.wall_seconds, lambda v: f"{v:.4g} s", False),
-        ("wall_clock_days", f"wall-clock on {plural(est.n_gpus, 'GPU')}", est.wall_clock_days,
-         lambda v: f"{v:,.2f} days ({v * 24:,.1f} h)", True),
-        ("cost_usd", "cost" + ("" if est.price is None else f" at ${est.price:g}/GPU-hour"), est.cost_usd, fmt_usd,
-         True),
-        ("energy_kwh", "energy (GPU TDP only)", est.energy_kwh, lambda v: f"{v:,.0f} kWh", True),
+def fallback_flops_document(model: FallbackModel, step: dict, batch: int, causal: bool, recompute: str) -> Document:
+    counted = model.flops
+    assert counted is not None, "a FallbackModel loaded without FLOPs"  # narrows the Optional for mypy
+    seq = counted["seq_len"]
+    conventions = FLOP_CONVENTIONS[:1] + [
+        "backward = 2 x forward (llmcalc's convention, as for analytic models); the LM head is whatever "
+        "the modelling code runs on every position",
+        f"forward counted by torch's FlopCounterMode on one fake batch-1 x {seq} forward of {model.cls} "
+        f"(sdpa kernels counted with torch's sdpa formulas), scaled linearly to batch {batch}",
+        "causal: the attention core (sdpa kernels and the batched matmuls of an attention module) halved"
+        if causal else "full S² (what torch's FlopCounterMode counts); --causal halves the attention core",
     ]
-    data = {**inputs, "device": acc.key, "dtype": est.dtype, "n_gpus": est.n_gpus}
-    data.update({key: value for key, _, value, _, _ in rows})
-    data["usd_per_gpu_hour"] = est.price
-    data["device_source"] = acc.source
-    table = Table(
-        "training budget",
-        [Column("key", "key", align="left", show=False), Column("quantity", "quantity", align="left"),
-         Column("value", "value", show=False), Column("text", "value (with unit)", csv=False)],
-        [{"key": k, "quantity": label, "value": v, "text": _opt(f, v)} for k, label, v, f, shown in rows if shown],
-        _train_notes(est, inputs),
+    if model.counted.get("experts_implementation") == "batched_mm":
+        conventions.append("MoE: experts run by transformers' batched_mm implementation, which multiplies only "
+                           "the k experts each token is routed to: the FLOPs are those of the routed experts")
+    data = {"model": model.name, "model_type": model.model_type, "method": METHOD_TRANSFORMERS,
+            "transformers_class": model.cls, "batch_size": batch, "seq_len": seq, "causal": causal,
+            "recompute": recompute, **step, "by_aten_op_forward_batch_1": counted["by_op"],
+            "conventions": conventions}
+    forward = step["forward_flops"]
+    group_table = Table(
+        "forward FLOPs by component",
+        [Column("component", "component", align="left"), Column("forward", "forward (FLOP)", _flop),
+         Column("share", "share (%)", _share)],
+        [{"component": g, "forward": v, "share": v / forward} for g, v in step["groups"].items() if v],
+        conventions,
     )
-    tables = [table]
-    _add_steptime(data, tables, est, pred, measured)
-    model = inputs["model"]
-    return Document(
-        title=f"{model}: {fmt_tokens(est.tokens)} on {est.n_gpus:,} x {acc.key}"
-              + (f", seq {inputs['seq_len']:,}" if inputs.get("seq_len") else ""),
-        data=data, tables=tables,
-        preamble=[f"device: {acc.name}, {acc.memory_bytes / GIB:g} GiB, {acc.memory_bandwidth / 1e12:.3g} TB/s "
-                  f"(sources: `llmcalc presets --format json`)"],
+    totals = [
+        ("forward", forward), ("backward", step["backward_flops"]),
+        ("model (fwd+bwd, MFU numerator)", step["total_flops"]),
+        (f"recomputation ({recompute})", step["recompute_flops"]),
+        ("hardware (model + recomputation, HFU numerator)", step["hardware_flops"]),
+    ]
+    total_table = Table(
+        f"totals (batch {batch} x seq {seq} = {step['tokens']:,} tokens)",
+        [Column("quantity", "quantity", align="left"), Column("step", "per step (FLOP)", _flop),
+         Column("per_token", "per token (FLOP)", _flop)],
+        [{"quantity": q, "step": v, "per_token": v / step["tokens"]} for q, v in totals],
     )
+    return Document(f"{model.name}: FLOPs for batch {batch} x seq {seq}, {'causal' if causal else 'full S²'}, "
+                    f"recompute {recompute}", data, [group_table, total_table],
+                    preamble=[model.describe(), method_line(model)])
 
 
-def _add_steptime(data: dict, tables: list, est: TrainingEstimate, pred, measured: dict | None) -> None:
-    """The issue-10 keys: predicted (or given) step time, MFU/HFU, TFLOP/s per GPU, breakdown, layout."""
-    data["mfu_source"] = "predicted" if pred is not None else "given"
-    data["tokens_per_second"] = est.tokens / est.wall_seconds
-    data["model_tflops_per_gpu"] = est.model_flops_per_s_per_gpu / 1e12
-    data["hardware_tflops_per_gpu"] = est.hfu * est.peak / 1e12
-    data["step_seconds"] = data["breakdown_seconds"] = data["layout"] = None
-    if measured is not None:
-        lay = measured.pop("layout", None)
-        if lay is not None:  # given MFU with a layout: the step time it implies, no breakdown
-            data["layout"] = lay.as_dict()
-            data["step_seconds"] = lay.global_batch * data["seq_len"] / data["tokens_per_second"]
-        if measured:
-            data["measured"] = measured
-    if pred is not None:
-        from .views_steptime import breakdown_table
+# --- --finetune lora|qlora: the fine-tuning step ------------------------------------------------------
 
-        data.update(pred.to_json())
-        data["mfu_source"] = "predicted"
-        tables.append(breakdown_table(pred))
-
-
-def _train_notes(est: TrainingEstimate, inputs: dict) -> list[str]:
-    notes = []
-    if est.mfu is not None:
-        notes.append(f"GPU time = model FLOPs / (peak x MFU {est.mfu:g}) (PaLM App. B definition of MFU)")
-    elif est.achieved_flops_per_s is not None:  # TrainingEstimate takes exactly one of the two
-        notes.append(f"GPU time = hardware FLOPs / achieved {est.achieved_flops_per_s / 1e12:g} TFLOP/s per GPU "
-                     f"(recomputation {inputs.get('recompute')} counted as achieved work, as Narayanan et al. 2021)")
-    notes.append(inputs["flops_basis"])
-    if est.price is None:
-        notes.append("no price: pass --usd-per-gpu-hour for a cost")
-    elif est.usd_per_gpu_hour is None:
-        notes.append(f"price from the {est.accelerator.key} preset (a dated on-demand list price, see its notes); "
-                     f"--usd-per-gpu-hour sets yours")
-    notes.append("energy = GPU-hours x TDP: the accelerators alone, no host, network or cooling (PUE 1.0)")
-    return notes
-
-
-def plan_document(compute: float, plans: list[ComputeOptimal], inputs: dict) -> Document:
-    rows = [{"method": p.method, "params": p.params, "tokens": p.tokens, "tokens_per_param": p.tokens_per_param,
-             "source": p.source} for p in plans]
-    data = {**inputs, "compute_flops": compute, "plans": rows}
-    table = Table(
-        "compute-optimal model size and tokens",
-        [Column("method", "method", align="left"), Column("params", "params (SI)", fmt_count),
-         Column("tokens", "tokens (SI)", fmt_count),
-         Column("tokens_per_param", "tokens per param", lambda v: f"{v:.1f}")],
-        rows,
-        ["C = 6·N·D (Kaplan et al. 2020); " + p.source for p in plans[:1]] + [p.source for p in plans[1:]]
-        + ["Approach 3 as published favours smaller models than the paper's Approaches 1 and 2 (~20 tokens per "
-           "parameter); Besiroglu et al. 2024 traced that to the fit itself"],
-    )
-    return Document(title=f"compute budget {fmt_budget(compute)}", data=data, tables=[table],
-                    preamble=[inputs["basis"]])
-
+def add_finetune_step(doc: Document, ft: Finetune, fl: FinetuneFlops) -> Document:
+    """--finetune: the fine-tuning step's FLOPs first, the full-training tables below it."""
+    tokens = fl.tokens
+    rows = [("forward (frozen 2·N + adapters 2·N_adapter)", fl.forward),
+            ("backward (frozen: activation gradients; adapters: both)", fl.backward),
+            ("model (fwd+bwd, MFU numerator)", fl.model_flops),
+            ("hardware (with recomputation)", fl.hardware_flops),
+            ("rule 4·N_frozen + 6·N_adapter (no S²)", fl.rule() * tokens)]
+    doc.data["finetune"] = {**finetune_config(ft), "trainable": ft.trainable, "frozen": ft.frozen,
+                            "forward_flops": fl.forward, "backward_flops": fl.backward, "total_flops": fl.model_flops,
+                            "hardware_flops": fl.hardware_flops, "flops_per_token": fl.model_flops_per_token,
+                            "hardware_flops_per_token": fl.hardware_flops_per_token,
+                            "rule_flops_per_token": fl.rule(), "full_training_flops_per_token":
+                            doc.data["flops_per_token"]}
+    doc.tables.insert(0, Table(
+        f"{ft.config.method} fine-tuning step, rank {ft.config.rank} on {ft.config.target_label}",
+        [Column("quantity", "quantity", align="left"), Column("step", "per step (FLOP)", lambda v: si(v).strip()),
+         Column("per_token", "per token (FLOP)", lambda v: si(v).strip())],
+        [{"quantity": q, "step": v, "per_token": v / tokens} for q, v in rows],
+        fl.notes() + [f"full training of the same model: {si(doc.data['flops_per_token']).strip()}FLOP per token "
+                      "(the tables below)"],
+    ))
+    doc.title += f" — {ft.config.method} r{ft.config.rank}"
+    return doc
