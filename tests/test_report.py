@@ -354,7 +354,7 @@ STAGES = {  # where the signal arrives: (object.attribute, the call on which to 
     "moving the old report aside": ("pathlib.Path.rename", 1),
     "removing the old copy": ("llmcalc.report.document.shutil.rmtree", 1),
     "after the swap": ("llmcalc.report.document.write_report", -1),
-    "printing the result": ("llmcalc.cli.emit", 1),  # success decided: the signal is ignored, exit 0
+    "printing the result": ("llmcalc.cli.compare.emit", 1),  # success decided: the signal is ignored, exit 0
 }
 
 

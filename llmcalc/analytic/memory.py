@@ -20,13 +20,9 @@ from dataclasses import dataclass, field
 from ..errors import LlmcalcError
 from ..spec import ModelSpec
 from ..validate import DEFAULT_SEQ_LEN, MAX_GPUS, positive_int
+from ..vocabulary import OPTIMIZER_IMPLS  # the names and their scratch rule (re-exported)
 from .activations import ActivationEstimate, activation_memory
 from .params import count_params, largest_tensor
-
-# How an optimizer step allocates scratch memory (AdamW's sqrt(v) denominator; for mixed precision
-# also the fp32 copy of a half-precision gradient): fused kernels none; torch's foreach path one
-# state-sized copy of every parameter at once; its for-loop path two for the largest tensor at a time.
-OPTIMIZER_IMPLS = ("fused", "foreach", "for-loop")
 
 
 @dataclass(frozen=True)

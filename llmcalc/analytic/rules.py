@@ -25,8 +25,11 @@ class Rule:
     source: str
 
 
-def six_n(count: ParamCount) -> float:
-    return 6 * count.active_per_token
+def six_n(count: ParamCount | float) -> float:
+    """Training FLOPs per token ≈ 6·N: forward 2N + backward 4N (Kaplan et al. 2020; Hoffmann et al. 2022's
+    C ≈ 6·N·D). N: a parameter count, or a ParamCount's active parameters per token (MoE: the active ones)."""
+    n = count if isinstance(count, (int, float)) else count.active_per_token
+    return 6 * n
 
 
 def palm(count: ParamCount, seq_len: int) -> float:

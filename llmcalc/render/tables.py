@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-FORMATS = ("table", "markdown", "csv", "json")
+from ..vocabulary import FORMATS
 
 
 @dataclass

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from ..analytic.finetune import ADAPTER_BYTES, FinetuneFlops, FinetuneMemory, LoraConfig, finetune
 from ..analytic.memory import MemoryEstimate
-from ..analytic.serving import ServeEstimate
+from ..analytic.serving import smallest_serving_group
 from ..analytic.steptime import search_layouts, steptime_presets
 from ..analytic.training import TrainingEstimate
 from ..errors import LlmcalcError
@@ -307,24 +307,6 @@ def finetune_section(report, specs, scenario, cfg, line: str) -> None:
 
 
 # The report's serving section (`report --serve`).
-
-def smallest_serving_group(spec, gpu, max_model_len: int, kv_dtype: str) -> ServeEstimate | None:
-    """The fewest tensor-parallel GPUs (1, 2, 4, 8, 16) of `gpu` that hold one `max_model_len` request."""
-    from ..analytic.inference import check_tp, default_compute_dtype, resolve_dtypes
-    from ..errors import LlmcalcError
-
-    for tp in (1, 2, 4, 8, 16):
-        try:
-            check_tp(spec, tp)
-            weight, kv, compute = resolve_dtypes(gpu, "bf16", kv_dtype, default_compute_dtype("bf16", gpu))
-        except LlmcalcError:
-            continue
-        est = ServeEstimate(spec, gpu, tp, max_model_len, gpu_memory_utilization=0.9, weight_dtype=weight,
-                            kv_dtype=kv, compute_dtype=compute)
-        if est.max_concurrent_sequences >= 1:
-            return est
-    return None
-
 
 def serving_section(report, specs, scenario) -> None:
     """`report --serve`: each decoder model served on the scenario's GPU at --seq-len tokens per request,

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from ..render.tables import Column, Document, Table
+from ..results import Calibration
 from ..units import fmt_flops_rate
 
 
-def calibrate_document(device: str, dtype: str, size: int, flops_per_s: float, catalog: dict | None) -> Document:
+def document(calibration: Calibration) -> Document:
+    device, dtype, size = calibration.device, calibration.dtype, calibration.size
+    flops_per_s, catalog = calibration.flops_per_s, calibration.catalog
     data = {"device": device, "dtype": dtype, "matmul_size": size, "achieved_flops_per_s": flops_per_s}
     rows = [{"quantity": f"achieved {dtype} matmul ({size} x {size} x {size})", "value": fmt_flops_rate(flops_per_s)}]
     if catalog:

@@ -6,7 +6,6 @@ from collections.abc import Callable
 from typing import Any
 
 from ..analytic.summary import COLUMNS, Scenario
-from ..errors import LlmcalcError
 from ..render.tables import Column, Document, Table
 from ..units import GIB, fmt_bytes, fmt_count, fmt_flops, fmt_usd, plural
 
@@ -17,14 +16,8 @@ FORMATTERS: dict[str, Callable[[Any], str]] = {
 }
 
 
-def sort_records(records: list[dict], key: str | None, reverse: bool = False) -> list[dict]:
-    if key is None:
-        return records
-    if key not in COLUMNS:
-        raise LlmcalcError(f"cannot sort by {key!r}; columns: {', '.join(COLUMNS)}")
-    present = [r for r in records if r.get(key) is not None]
-    missing = [r for r in records if r.get(key) is None]
-    return sorted(present, key=lambda r: r[key], reverse=reverse) + missing
+def document(records: list[dict], scenario: Scenario) -> Document:
+    return compare_document(records, scenario)
 
 
 def compare_document(records: list[dict], scenario: Scenario) -> Document:

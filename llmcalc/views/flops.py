@@ -8,7 +8,7 @@ from ..analytic.finetune import Finetune, FinetuneFlops
 from ..analytic.flops import StepFlops, flop_group
 from ..analytic.params import ParamCount
 from ..analytic.rules import Crossover, Rule, crossover, elementwise_ops, rules_of_thumb
-from ..fallback import METHOD_TRANSFORMERS, FallbackModel
+from ..fallback import METHOD_TRANSFORMERS, AnalyticStep, FallbackModel, FallbackStep
 from ..render.tables import Column, Document, Table
 from ..units import fmt_pct, si
 from .params import finetune_config, method_line
@@ -42,6 +42,15 @@ def _s2(causal: bool) -> str:
 
 def _flop(v: float) -> str:
     return si(v).strip()
+
+
+def document(answer: AnalyticStep | FallbackStep) -> Document:
+    """`flops`' answer: by llmcalc's formula (with the --finetune step first, if any), or counted by
+    transformers."""
+    if isinstance(answer, FallbackStep):
+        return fallback_flops_document(answer.model, answer.totals, answer.batch, answer.causal, answer.recompute)
+    doc = flops_document(answer.step, answer.count)
+    return doc if answer.finetune is None else add_finetune_step(doc, answer.finetune.ft, answer.finetune)
 
 
 def flops_document(step: StepFlops, count: ParamCount) -> Document:

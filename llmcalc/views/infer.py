@@ -41,7 +41,7 @@ def serving_conventions(est: InferenceEstimate) -> list[str]:
     return lines
 
 
-def infer_document(est: InferenceEstimate) -> Document:
+def document(est: InferenceEstimate) -> Document:
     pre = est.prefill
     first = est.decode_step(est.prompt + 1)
     last = est.decode_step(est.prompt + est.generate - 1)

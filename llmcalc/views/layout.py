@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..analytic.steptime import LayoutSearch
 from ..render.tables import Column, Document, Table
 from ..units import GIB, si
 
@@ -17,6 +18,13 @@ def overlap_rule(tp_overlap: bool = False) -> str:
 
 def _pct(v: float) -> str:
     return f"{v * 100:.1f} %"
+
+
+def document(search: LayoutSearch, top: int = 10) -> Document:
+    """`layout`'s answer: the `top` layouts that fit and why the others lose."""
+    return layout_document(search.spec.name, search.gpu, search.n_gpus, search.seq_len,
+                           global_batch=search.global_batch, ranked=search.ranked, losers=search.losers,
+                           counts=search.counts, top=top)
 
 
 def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batch: int, ranked: list,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..analytic.finetune import ADAPTER_BYTES, FinetuneMemory, nf4_bytes_per_param
 from ..analytic.memory import MemoryEstimate
+from ..analytic.memory_plan import MemoryPlan
 from ..hardware import Accelerator
 from ..render.tables import Column, Document, Table
 from ..units import GIB
@@ -29,6 +30,17 @@ def _fit_rows(per_gpu: float, gpu: Accelerator | None, reserve: float) -> tuple[
             + (f"{(capacity - per_gpu) / GIB:,.2f} GiB free" if fits
                else f"{(per_gpu - capacity) / GIB:,.2f} GiB over"))
     return {"fits": fits, "capacity_bytes": capacity, "device": gpu.key}, [line]
+
+
+def document(plan: MemoryPlan) -> Document:
+    """`memory`'s answer: full training (with the notes its layout adds and how to make it fit), or --finetune."""
+    if isinstance(plan.estimate, FinetuneMemory):
+        return finetune_memory_document(plan.estimate, plan.device, plan.reserve)
+    doc = training_memory_document(plan.estimate, plan.device, plan.reserve)
+    if plan.fit_advice is not None:
+        doc.data["fit_advice"] = plan.fit_advice
+    doc.tables[0].notes.extend(plan.notes)
+    return doc
 
 
 def training_memory_document(est: MemoryEstimate, gpu: Accelerator | None, reserve: float = 0.0) -> Document:

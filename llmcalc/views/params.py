@@ -23,15 +23,15 @@ def _share(value: float) -> str:
     return f"{value * 100:.2f} %"
 
 
-def params_document(count: ParamCount | FallbackModel, source: str, ft: Finetune | None = None) -> Document:
-    """The answer of `params`: analytic (with its --finetune adapters, if any) or counted by transformers."""
+def document(count: ParamCount | FallbackModel, source: str, ft: Finetune | None = None) -> Document:
+    """`params`' answer: analytic (with its --finetune adapters, if any) or counted by transformers."""
     if isinstance(count, FallbackModel):
         return fallback_params_document(count, source)
-    doc = analytic_params_document(count, source)
+    doc = params_document(count, source)
     return doc if ft is None else add_adapters(doc, ft)
 
 
-def analytic_params_document(count: ParamCount, source: str) -> Document:
+def params_document(count: ParamCount, source: str) -> Document:
     spec = count.spec
     approx = approximations(count)
     recon = reconcile(count)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from ..analytic.training import ComputeOptimal
+from ..analytic.training import BudgetPlan
 from ..render.tables import Column, Document, Table
 from ..units import fmt_budget, fmt_count
 
 
-def plan_document(compute: float, plans: list[ComputeOptimal], inputs: dict) -> Document:
+def document(budget: BudgetPlan) -> Document:
+    compute, plans, inputs = budget.compute, budget.plans, budget.inputs
     rows = [{"method": p.method, "params": p.params, "tokens": p.tokens, "tokens_per_param": p.tokens_per_param,
              "source": p.source} for p in plans]
     data = {**inputs, "compute_flops": compute, "plans": rows}

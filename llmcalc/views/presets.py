@@ -6,7 +6,7 @@ from ..render.tables import Column, Document, Table
 from ..units import GIB, fmt_count
 
 
-def presets_document() -> Document:
+def document() -> Document:
     """Every model and hardware preset, one row each."""
     from ..analytic.params import count_params
     from ..presets import hardware_names, load_hardware, load_model, model_config, model_names

@@ -36,6 +36,11 @@ PROFILE_CONVENTIONS = [
 ]
 
 
+def document(result: ProfileResult | dict) -> Document:
+    """`profile`'s answer: one run's figures against the formulas, or every rank's of a sharded run (its JSON)."""
+    return distributed_document(result) if isinstance(result, dict) else profile_document(result)
+
+
 def profile_document(r: ProfileResult) -> Document:
     rows: list[dict[str, Any]] = [{"name": c.name, "unit": c.unit, "analytic": c.analytic, "measured": c.measured,
              "rel_error": c.rel_error, "flagged": c.flagged, "comparison": c, "note": c.note}

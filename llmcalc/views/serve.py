@@ -10,6 +10,10 @@ from .infer import serving_conventions
 from .memory import _gib
 
 
+def document(est: ServeEstimate) -> Document:
+    return serve_document(est)
+
+
 def serve_document(est: ServeEstimate) -> Document:
     spec, gpu, tp = est.spec, est.accelerator, est.tp
     tokens, seqs = est.batch_defaults

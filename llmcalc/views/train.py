@@ -4,7 +4,7 @@ step and where its time goes; with --dtype fp8, the MFU against both dense peaks
 from __future__ import annotations
 
 from ..analytic.steptime import GLOBAL_CONSTANTS, StepPrediction
-from ..analytic.training import TrainingEstimate
+from ..analytic.training import TrainingEstimate, TrainingPlan
 from ..render.tables import Column, Document, Table
 from ..units import GIB, fmt_flops, fmt_flops_rate, fmt_tokens, fmt_usd, plural, si
 from .layout import overlap_rule
@@ -23,6 +23,12 @@ def _pct(v: float) -> str:
 
 def _opt(fmt, value):
     return "n/a" if value is None else fmt(value)
+
+
+def document(plan: TrainingPlan) -> Document:
+    """`train`'s answer: the budget, the predicted step where there is one, both peaks with --dtype fp8."""
+    doc = train_document(plan.estimate, plan.inputs, plan.six_n_t, plan.prediction, plan.measured)
+    return add_both_peaks(doc, plan.estimate)
 
 
 def train_document(est: TrainingEstimate, inputs: dict, six_n_t: float | None, pred=None,

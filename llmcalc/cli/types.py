@@ -10,12 +10,11 @@ from __future__ import annotations
 import math
 
 import click
-from click.core import ParameterSource
 
-from .dtypes import DTYPES, canonical_dtype
-from .errors import LlmcalcError
-from .units import UnitError, parse_count, parse_length
-from .validate import MIN_UTILIZATION
+from ..dtypes import DTYPES, canonical_dtype
+from ..errors import LlmcalcError
+from ..units import UnitError, parse_count, parse_length
+from ..validate import MIN_UTILIZATION
 
 
 def _name(param) -> str:
@@ -161,36 +160,3 @@ class Name(click.ParamType):
         if not str(value).strip():
             self.fail("is empty; give a preset name (`llmcalc presets` lists them)", param, ctx)
         return str(value)
-
-
-def given(ctx: click.Context, *names: str) -> list[str]:
-    """The options among `names` (parameter names) that the user typed, as their flags."""
-    flags = []
-    for param in ctx.command.params:
-        if param.name in names and ctx.get_parameter_source(param.name) in (ParameterSource.COMMANDLINE,
-                                                                            ParameterSource.ENVIRONMENT):
-            flags.append(param.opts[0])
-    return flags
-
-
-def refuse_unused(ctx: click.Context, names: tuple[str, ...], reason: str) -> None:
-    """One line when options that would be ignored were given: '--steps, --compile: <reason>'."""
-    flags = given(ctx, *names)
-    if flags:
-        raise click.UsageError(f"{', '.join(flags)} {'is' if len(flags) == 1 else 'are'} not used {reason}; "
-                               f"leave {'it' if len(flags) == 1 else 'them'} out")
-
-
-_WARNINGS: list[str] = []
-
-
-def warn(message: str) -> None:
-    """A warning for stderr, shown with the answer (never before a refusal, which stays one line)."""
-    _WARNINGS.append(f"llmcalc: warning: {message}")
-
-
-def flush_warnings(show: bool = True) -> None:
-    for line in _WARNINGS:
-        if show:
-            click.echo(line, err=True)
-    _WARNINGS.clear()
