@@ -4,11 +4,16 @@ and the line under every figure's title."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..analytic.steptime import StepPrediction
 from ..analytic.summary import Scenario
 from ..units import GIB, fmt_count
 from ..views.profile import FIGURES, _err
 from ..views.train import BREAKDOWN_LABELS
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 # Component keys of analytic.memory and analytic.finetune, gathered into the few groups a bar shows.
 GROUPS = {
@@ -29,7 +34,8 @@ def grouped(components: dict[str, float]) -> dict[str, float]:
     return out
 
 
-def memory_bars(setups: dict[str, dict[str, float]], capacity: float, device: str, title: str, scenario: str = ""):
+def memory_bars(setups: dict[str, dict[str, float]], capacity: float, device: str, title: str,
+                scenario: str = "") -> Figure:
     """setups: bar label -> the components alive at its peak (bytes); the plan's bar is labelled so by
     the caller. Each bar carries its peak in GiB; bars past the capacity are labelled in red."""
     from . import plots
@@ -60,7 +66,7 @@ def memory_bars(setups: dict[str, dict[str, float]], capacity: float, device: st
     return fig
 
 
-def breakdown_bars(predictions: list[tuple[str, StepPrediction]], title: str, scenario: str = ""):
+def breakdown_bars(predictions: list[tuple[str, StepPrediction]], title: str, scenario: str = "") -> Figure:
     """One horizontal stacked bar per layout: seconds of compute, exposed communication, bubble, optimizer."""
     from . import plots
 
@@ -83,7 +89,7 @@ def breakdown_bars(predictions: list[tuple[str, StepPrediction]], title: str, sc
     return fig
 
 
-def rank_figure(data: dict, scenario: str = ""):
+def rank_figure(data: dict, scenario: str = "") -> Figure:
     """Rank 0's sharded figures, analytic beside measured (GiB), with the relative error over each pair."""
     from . import plots
 

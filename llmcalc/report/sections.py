@@ -10,9 +10,11 @@ from ..analytic.finetune import ADAPTER_BYTES, FinetuneFlops, FinetuneMemory, Lo
 from ..analytic.memory import MemoryEstimate
 from ..analytic.serving import smallest_serving_group
 from ..analytic.steptime import search_layouts, steptime_presets
+from ..analytic.summary import Scenario
 from ..analytic.training import TrainingEstimate
 from ..errors import LlmcalcError
 from ..render.tables import Column, Document, Table
+from ..spec import ModelSpec
 from ..units import GIB, fmt_count, fmt_usd, si
 from ..views.layout import layout_document
 from ..views.memory import _fp32, _gib
@@ -20,19 +22,20 @@ from ..views.params import adapter_table, finetune_config
 from ..views.profile import distributed_document, long_table
 from ..views.serve import serve_document
 from ..views.train import FP8_NOTE, both_peaks
-from .document import safe_name
+from .document import Report, safe_name
 from .figures import breakdown_bars, memory_bars, rank_figure, scenario_line
 
 DEFAULT_TOKENS_PER_STEP = 4 * 2**20  # 4 Mi tokens per optimizer step when no global batch is given
 
 
-def steptime_section(report, specs, scenario, global_batch: int | None = None, top: int = 6) -> None:
+def steptime_section(report: Report, specs: list[ModelSpec], scenario: Scenario, global_batch: int | None = None,
+                     top: int = 6) -> None:
     """The report's "Predicted step time by layout" section: for each decoder model, the best layouts
     that fit on the scenario's cluster, their breakdown as stacked bars, and the run's time and cost
     at the best layout's predicted MFU (beside the assumed one)."""
 
     report.heading("Predicted step time by layout")
-    gpu = scenario.gpu
+    gpu = scenario.accelerator
     if gpu.key not in steptime_presets():
         report.paragraph(f"{gpu.key} has no network/matmul block, so no step-time prediction (presets with one: "
                          f"{', '.join(steptime_presets())}).")
@@ -90,7 +93,7 @@ def _recipe_label(recipe: str, plan: str) -> str:
     return recipe + (" · plan" if recipe == plan else " (baseline)" if recipe == BASELINE else "")
 
 
-def fp8_memory_document(spec, scenario) -> tuple[Document, dict]:
+def fp8_memory_document(spec: ModelSpec, scenario: Scenario) -> tuple[Document, dict[str, MemoryEstimate]]:
     """Memory per GPU by component (GiB) under bf16-mixed and each FP8 recipe, on the plan's layout."""
     from dataclasses import replace
 
@@ -103,10 +106,10 @@ def fp8_memory_document(spec, scenario) -> tuple[Document, dict]:
     rows = [{"name": k, **{est.recipe.name: est.components().get(k) for est in ests.values()}}
             for k in keys if any(est.components().get(k) for est in ests.values())]
     rows.append({"name": "peak per GPU", **{est.recipe.name: est.peak for est in ests.values()}})
-    cap = scenario.gpu.memory_bytes
+    cap = scenario.accelerator.memory_bytes
     notes = [f"{r}: {RECIPES[r].description}" for r in (BASELINE, *FP8_RECIPES)]
     notes += [f"{label}: peak at the {est.peak_phase}; {'fits' if est.peak <= cap else 'does NOT fit'} in "
-              f"{scenario.gpu.key}'s {cap / GIB:g} GiB" for label, est in ests.items()]
+              f"{scenario.accelerator.key}'s {cap / GIB:g} GiB" for label, est in ests.items()]
     notes += [f"the plan's layout for every recipe: ZeRO-{scenario.zero} over {scenario.n_gpus:,} GPUs, tp "
               f"{scenario.tp}; memory in GiB (2^30 bytes)"]
     table = Table(f"memory per GPU at micro-batch {scenario.micro_batch} x seq {scenario.seq_len:,}",
@@ -119,9 +122,9 @@ def fp8_memory_document(spec, scenario) -> tuple[Document, dict]:
 
 
 
-def fp8_mfu_table(scenario) -> Table:
+def fp8_mfu_table(scenario: Scenario) -> Table:
     """The plan's achieved model FLOP/s per GPU (its MFU of the dense peak it names) against both peaks."""
-    acc = scenario.gpu
+    acc = scenario.accelerator
     achieved = scenario.mfu * acc.peak(scenario.dtype)
     rows = [{"quantity": f"achieved model FLOP/s per GPU (plan: {scenario.mfu:.0%} of the dense {scenario.dtype} "
                          "peak)", "value": f"{achieved / 1e12:,.4g} TFLOP/s"}]
@@ -139,7 +142,7 @@ def fp8_mfu_table(scenario) -> Table:
                  [Column("quantity", "quantity", align="left"), Column("value", "value", align="left")], rows, notes)
 
 
-def fp8_section(report, specs, scenario, line: str) -> None:
+def fp8_section(report: Report, specs: list[ModelSpec], scenario: Scenario, line: str) -> None:
     """`report --recipe fp8*`: memory per GPU under bf16-mixed and the three FP8 recipes on the plan's
     layout (one figure for all models), and the plan's MFU against the bf16 and the fp8 peak."""
 
@@ -156,11 +159,11 @@ def fp8_section(report, specs, scenario, line: str) -> None:
         return
     bars = {(label if len(docs) == 1 else f"{name}: {label}"): est.peak_components()
             for name, (_, ests) in docs.items() for label, est in ests.items()}
-    report.figure("fp8_memory", memory_bars(bars, scenario.gpu.memory_bytes, scenario.gpu.key,
+    report.figure("fp8_memory", memory_bars(bars, scenario.accelerator.memory_bytes, scenario.accelerator.key,
                                             "Memory per GPU: bf16-mixed against the FP8 recipes", line),
                   f"Memory per GPU at the peak, by component group, for bf16-mixed and each FP8 recipe on the plan's "
                   f"layout (ZeRO-{scenario.zero} over {scenario.n_gpus:,} GPUs, tp {scenario.tp}); the plan's recipe "
-                  f"marked 'plan'; dashed: {scenario.gpu.key}'s capacity")
+                  f"marked 'plan'; dashed: {scenario.accelerator.key}'s capacity")
     for name, (doc, _) in docs.items():
         report.heading(name, 3)
         report.document(doc, f"fp8-{safe_name(name)}")
@@ -168,7 +171,7 @@ def fp8_section(report, specs, scenario, line: str) -> None:
 
 # The report's fine-tuning section (`report --finetune lora|qlora`): full / LoRA / QLoRA side by side.
 
-def _methods(cfg) -> dict[str, LoraConfig | None]:
+def _methods(cfg: LoraConfig) -> dict[str, LoraConfig | None]:
     """Full training (None) and LoRA and QLoRA at the chosen rank and targets; the chosen method keeps its
     --base-dtype, the other its default base (bf16 for LoRA, nf4 for QLoRA)."""
     from dataclasses import replace
@@ -182,14 +185,17 @@ def _methods(cfg) -> dict[str, LoraConfig | None]:
     return out
 
 
-def _label(method: str, cfg, chosen: str) -> str:
+def _label(method: str, cfg: LoraConfig | None, chosen: str) -> str:
     if cfg is None:
         return "full (bf16-mixed, unsharded)"
     name = "LoRA" if method == "lora" else "QLoRA"
     return f"{name} ({cfg.base_dtype} base)" + (" · plan" if method == chosen else "")
 
 
-def finetune_setups(spec, scenario, cfg) -> dict[str, tuple[MemoryEstimate | FinetuneMemory, LoraConfig | None]]:
+Setups = dict[str, tuple[MemoryEstimate | FinetuneMemory, LoraConfig | None]]  # label -> (estimate, set-up)
+
+
+def finetune_setups(spec: ModelSpec, scenario: Scenario, cfg: LoraConfig) -> Setups:
     """Label -> (memory estimate, LoraConfig or None) for full training and both methods, each GPU holding
     the whole model (data parallel, no ZeRO or TP) at the plan's micro-batch, sequence and recompute."""
     from ..analytic.finetune import finetune_memory
@@ -208,7 +214,7 @@ def finetune_setups(spec, scenario, cfg) -> dict[str, tuple[MemoryEstimate | Fin
     return out
 
 
-def side_by_side_document(spec, scenario, setups: dict) -> Document:
+def side_by_side_document(spec: ModelSpec, scenario: Scenario, setups: Setups) -> Document:
     """Memory per GPU by component (GiB), one column per set-up; the peak and whether it fits below."""
     keys = list(dict.fromkeys(k for est, _ in setups.values() for k in est.components()))
     labels = list(setups)
@@ -221,11 +227,11 @@ def side_by_side_document(spec, scenario, setups: dict) -> Document:
         if any(values):
             rows.append({"name": key, **dict(zip(ids, values, strict=True))})
     rows.append({"name": "peak per GPU", **dict(zip(ids, (est.peak for est, _ in setups.values()), strict=True))})
-    cap = scenario.gpu.memory_bytes
+    cap = scenario.accelerator.memory_bytes
     adapter = next(est for est, c in setups.values() if c is not None)
     per_adapter = 2 * ADAPTER_BYTES + adapter.optimizer.bytes_per_param(_fp32())
     notes = [f"{label}: peak at the {est.peak_phase}; {'fits' if est.peak <= cap else 'does NOT fit'} in "
-             f"{scenario.gpu.key}'s {cap / GIB:g} GiB" for label, (est, _) in setups.items()]
+             f"{scenario.accelerator.key}'s {cap / GIB:g} GiB" for label, (est, _) in setups.items()]
     notes += ["each GPU holds the whole model (data parallel, no ZeRO or tensor parallelism): the plan's sharded "
               "full training is in the Memory section", "full: bf16 weights and gradients, fp32 master weights and "
               "AdamW states (2 + 2 + 4 + 8 = 16 B/param); LoRA/QLoRA: the frozen base in its dtype, fp32 adapters "
@@ -239,7 +245,7 @@ def side_by_side_document(spec, scenario, setups: dict) -> Document:
                            f"recompute {scenario.recompute}", cols, rows, notes)])
 
 
-def flops_table(spec, scenario, setups: dict) -> Table:
+def flops_table(spec: ModelSpec, scenario: Scenario, setups: Setups) -> Table:
     """Model FLOPs per token (exact per-op count at the plan's sequence length) and the rule beside it."""
     from ..analytic.flops import step_flops
     from ..analytic.params import count_params
@@ -267,7 +273,7 @@ def flops_table(spec, scenario, setups: dict) -> Table:
                      "full: forward 2·N, backward 4·N (6·N per token), plus the attention S² terms"])
 
 
-def finetune_section(report, specs, scenario, cfg, line: str) -> None:
+def finetune_section(report: Report, specs: list[ModelSpec], scenario: Scenario, cfg: LoraConfig, line: str) -> None:
     """`report --finetune lora|qlora`: per decoder model, trainable against frozen parameters, memory per GPU
     of full training, LoRA and QLoRA side by side (one figure for all), and FLOPs per token."""
 
@@ -277,7 +283,7 @@ def finetune_section(report, specs, scenario, cfg, line: str) -> None:
                      f"{cfg.base_dtype} base{scales}, micro-batch {scenario.micro_batch} x seq {scenario.seq_len:,}, "
                      f"recompute {scenario.recompute}, "
                      f"{scenario.optimizer}; compared with full training and the other method at the same rank and "
-                     f"targets, each on one {scenario.gpu.key} holding the whole model.")
+                     f"targets, each on one {scenario.accelerator.key} holding the whole model.")
     decoders = [s for s in specs if s.architecture == "decoder"]
     for spec in specs:
         if spec.architecture != "decoder":
@@ -288,13 +294,13 @@ def finetune_section(report, specs, scenario, cfg, line: str) -> None:
         return
     bars = {(label if len(all_setups) == 1 else f"{name}: {label}"): est.peak_components()
             for name, setups in all_setups.items() for label, (est, _) in setups.items()}
-    report.figure("finetune_memory", memory_bars(bars, scenario.gpu.memory_bytes, scenario.gpu.key,
+    report.figure("finetune_memory", memory_bars(bars, scenario.accelerator.memory_bytes, scenario.accelerator.key,
                                                  "Memory per GPU: full training, LoRA and QLoRA (each GPU holds "
                                                  "the whole model)", line),
                   f"Memory per GPU at the peak, by component group: full training (bf16-mixed + "
                   f"{scenario.optimizer}, no sharding) against {cfg.method} rank {cfg.rank} on {cfg.target_label} "
                   f"and the other method at the same rank; the plan's set-up marked 'plan'; dashed: "
-                  f"{scenario.gpu.key}'s capacity")
+                  f"{scenario.accelerator.key}'s capacity")
     for spec in decoders:
         setups = all_setups[spec.name]
         ft = finetune(spec, cfg)
@@ -308,30 +314,31 @@ def finetune_section(report, specs, scenario, cfg, line: str) -> None:
 
 # The report's serving section (`report --serve`).
 
-def serving_section(report, specs, scenario) -> None:
+def serving_section(report: Report, specs: list[ModelSpec], scenario: Scenario) -> None:
     """`report --serve`: each decoder model served on the scenario's GPU at --seq-len tokens per request,
     on the smallest tensor-parallel group that holds one request (bf16 weights, vLLM defaults)."""
 
     report.heading("Serving")
     report.paragraph(f"Each model served with vLLM's defaults (gpu_memory_utilization 0.9, block 16, bf16 weights, "
-                     f"{scenario.kv_dtype} KV cache) on the fewest {scenario.gpu.key} GPUs (tensor parallel) that hold "
-                     f"one {scenario.seq_len:,}-token request; `llmcalc serve` gives the same tables for any setting.")
+                     f"{scenario.kv_dtype} KV cache) on the fewest {scenario.accelerator.key} GPUs (tensor parallel) "
+                     f"that hold one {scenario.seq_len:,}-token request; `llmcalc serve` gives the same tables for any "
+                     "setting.")
     for spec in specs:
         if spec.architecture != "decoder":
             report.paragraph(f"{spec.name}: serving covers decoder-only models.")
             continue
-        est = smallest_serving_group(spec, scenario.gpu, scenario.seq_len, scenario.kv_dtype)
+        est = smallest_serving_group(spec, scenario.accelerator, scenario.seq_len, scenario.kv_dtype)
         if est is None:
-            report.paragraph(f"{spec.name}: no group of up to 16 {scenario.gpu.key} GPUs holds a "
+            report.paragraph(f"{spec.name}: no group of up to 16 {scenario.accelerator.key} GPUs holds a "
                              f"{scenario.seq_len:,}-token request.")
             continue
-        report.heading(f"{spec.name} on {est.tp} x {scenario.gpu.key}", 3)
+        report.heading(f"{spec.name} on {est.tp} x {scenario.accelerator.key}", 3)
         report.document(serve_document(est), f"serve-{safe_name(spec.name)}")
 
 
 # The report's sharded profile (`report --sharded-profile N`).
 
-def sharded_section(report, results: dict[str, dict], line: str) -> None:
+def sharded_section(report: Report, results: dict[str, dict], line: str) -> None:
     """`report --sharded-profile N`: each model's virtual sharded profile (FSDP2 over dp x DTensor TP on a fake
     process group), every rank's figures beside the formulas, rank 0 as a figure."""
 

@@ -10,6 +10,7 @@ from ..analytic.params import ParamCount
 from ..analytic.rules import Crossover, Rule, crossover, elementwise_ops, rules_of_thumb
 from ..fallback import METHOD_TRANSFORMERS, AnalyticStep, FallbackModel, FallbackStep
 from ..render.tables import Column, Document, Table
+from ..spec import ModelSpec
 from ..units import fmt_pct, si
 from .params import finetune_config, method_line
 
@@ -27,7 +28,7 @@ SSM_CONVENTION = (
     "over the S+K-1 padded positions torch computes")
 
 
-def conventions(spec, causal: bool) -> list[str]:
+def conventions(spec: ModelSpec, causal: bool) -> list[str]:
     """The FLOP conventions that apply to `spec` (the Mamba scan line only where it has Mamba layers)."""
     ssm = [SSM_CONVENTION] if spec.is_hybrid and any(
         k in ("mamba", "mamba2", "gated_deltanet")

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..analytic.finetune import ADAPTER_BYTES, FinetuneMemory, nf4_bytes_per_param
 from ..analytic.memory import MemoryEstimate
 from ..analytic.memory_plan import MemoryPlan
@@ -190,7 +192,7 @@ def finetune_memory_document(est: FinetuneMemory, gpu: Accelerator | None, reser
     return Document(title, data, [table, adapter_table(ft)], [spec.describe()])
 
 
-def _fp32():
+def _fp32() -> Any:
     from ..analytic.finetune import _FP32_STATES
 
     return _FP32_STATES

@@ -10,7 +10,7 @@ from ..results import Comparison, ProfileResult
 from ..units import GIB, fmt_bytes, fmt_flops, fmt_flops_rate, fmt_int, fmt_pct, fmt_seconds, si
 
 
-def _value(unit: str, value) -> str:
+def _value(unit: str, value: Any) -> str:
     if value is None:
         return "n/a"
     if unit == "bytes":
@@ -92,7 +92,7 @@ def profile_document(r: ProfileResult) -> Document:
     return Document(title, r.to_json(), tables, list(r.notes))
 
 
-def _gib(value) -> str:
+def _gib(value: float | None) -> str:
     return "" if value is None else f"{value / GIB:,.2f}"
 
 
@@ -102,7 +102,7 @@ FIGURES = (("param_bytes", "params"), ("grad_bytes", "grads"), ("optimizer_bytes
            ("peak_memory_bytes", "peak"))
 
 
-def _gib3(value) -> str:
+def _gib3(value: float | None) -> str:
     return "" if value is None else f"{value / GIB:,.3f}"
 
 
@@ -194,5 +194,5 @@ def long_table(data: dict, title: str, notes: list[str]) -> Table:
                  shown, [*notes, "memory and bytes sent in GiB (2^30 bytes), MiB below 1 GiB; FLOPs with SI prefixes"])
 
 
-def _bytes(value) -> str:
+def _bytes(value: float | None) -> str:
     return "" if value is None else fmt_bytes(value)

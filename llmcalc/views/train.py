@@ -3,8 +3,12 @@ step and where its time goes; with --dtype fp8, the MFU against both dense peaks
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from ..analytic.steptime import GLOBAL_CONSTANTS, StepPrediction
 from ..analytic.training import TrainingEstimate, TrainingPlan
+from ..hardware import Accelerator
 from ..render.tables import Column, Document, Table
 from ..units import GIB, fmt_flops, fmt_flops_rate, fmt_tokens, fmt_usd, plural, si
 from .layout import overlap_rule
@@ -21,7 +25,7 @@ def _pct(v: float) -> str:
 
 
 
-def _opt(fmt, value):
+def _opt(fmt: Callable[[Any], str], value: float | None) -> str:
     return "n/a" if value is None else fmt(value)
 
 
@@ -31,7 +35,7 @@ def document(plan: TrainingPlan) -> Document:
     return add_both_peaks(doc, plan.estimate)
 
 
-def train_document(est: TrainingEstimate, inputs: dict, six_n_t: float | None, pred=None,
+def train_document(est: TrainingEstimate, inputs: dict, six_n_t: float | None, pred: StepPrediction | None = None,
                    measured: dict | None = None) -> Document:
     acc = est.accelerator
     hours = lambda v: f"{v:,.0f} h"  # noqa: E731
@@ -77,7 +81,8 @@ def train_document(est: TrainingEstimate, inputs: dict, six_n_t: float | None, p
     )
 
 
-def _add_steptime(data: dict, tables: list, est: TrainingEstimate, pred, measured: dict | None) -> None:
+def _add_steptime(data: dict, tables: list[Table], est: TrainingEstimate, pred: StepPrediction | None,
+                  measured: dict | None) -> None:
     """The issue-10 keys: predicted (or given) step time, MFU/HFU, TFLOP/s per GPU, breakdown, layout."""
     data["mfu_source"] = "predicted" if pred is not None else "given"
     data["tokens_per_second"] = est.tokens / est.wall_seconds
@@ -146,7 +151,7 @@ FP8_NOTE = ("FP8 training: the same model FLOP/s against the dense bf16 and the 
             "compares with bf16 runs")
 
 
-def both_peaks(acc, achieved: float) -> dict[str, float]:
+def both_peaks(acc: Accelerator, achieved: float) -> dict[str, float]:
     """Achieved model FLOP/s per GPU as a share of the accelerator's dense bf16 and fp8 peaks."""
     return {dtype: achieved / acc.peak(dtype) for dtype in ("bf16", "fp8")}
 
