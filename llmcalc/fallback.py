@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .analytic.params import EMBEDDING_PARTS, ParamCount, group_totals
+from .analytic.params import ParamCount, embedding_of, group_totals, total_of
 from .errors import LlmcalcError
 from .hfconfig import UnknownModelType
 from .spec import ModelSpec
@@ -58,12 +58,17 @@ class FallbackModel:
 
     @property
     def total(self) -> int:
-        return sum(self.components.values())
+        return total_of(self.components)
 
     @property
     def embedding(self) -> int:
         """Token, position and token-type tables plus an untied LM head, as ParamCount.embedding."""
-        return sum(self.components.get(k, 0) for k in EMBEDDING_PARTS)
+        return embedding_of(self.components)
+
+    @property
+    def non_embedding(self) -> int:
+        """total - embedding (Kaplan et al. 2020), as ParamCount.non_embedding."""
+        return self.total - self.embedding
 
     def groups(self) -> dict[str, int]:
         return group_totals(self.components)

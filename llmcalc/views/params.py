@@ -147,7 +147,7 @@ def fallback_params_document(model: FallbackModel, source: str) -> Document:
     data = {
         "model": model.name, "model_type": model.model_type, "method": METHOD_TRANSFORMERS, "source": source,
         "transformers_class": model.cls, "transformers_version": model.counted["transformers_version"],
-        "total": total, "non_embedding": total - model.embedding, "embedding": model.embedding,
+        "total": total, "non_embedding": model.non_embedding, "embedding": model.embedding,
         "active_per_token": active, "tied_embeddings": model.counted["tied_embeddings"],
         "frozen": model.counted["frozen"], "defaulted_by_config_class": model.counted["defaulted"],
         "components": dict(model.components), "groups": model.groups(),
@@ -156,8 +156,8 @@ def fallback_params_document(model: FallbackModel, source: str) -> Document:
     rows: list[dict[str, Any]] = [{"kind": "component", "name": k, "params": v, "fraction_of_total": v / total}
             for k, v in model.components.items()]
     rows.append({"kind": "total", "name": "total", "params": total, "fraction_of_total": 1.0})
-    rows.append({"kind": "total", "name": "non_embedding", "params": total - model.embedding,
-                 "fraction_of_total": (total - model.embedding) / total})
+    rows.append({"kind": "total", "name": "non_embedding", "params": model.non_embedding,
+                 "fraction_of_total": model.non_embedding / total})
     if active is not None and active != total:
         rows.append({"kind": "total", "name": "active_per_token", "params": active,
                      "fraction_of_total": active / total})
