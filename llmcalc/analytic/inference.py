@@ -381,6 +381,12 @@ class InferenceEstimate:
         return self.layout.per_gpu
 
     @property
+    def state_bytes_per_sequence(self) -> float:
+        """Recurrent state of one sequence per GPU (conv + SSM state of the Mamba/DeltaNet/conv layers), constant
+        in context length (``state_bytes_per_sequence``)."""
+        return state_bytes_per_sequence(self.spec, self.n_gpus)
+
+    @property
     def warnings(self) -> list[str]:
         """A prompt and generation past the model's trained positions (the figures are computed anyway)."""
         line = context_warning(self.spec, self.prompt + self.generate)

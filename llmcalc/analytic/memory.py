@@ -289,6 +289,19 @@ class MemoryEstimate(PhasedPeak):
                 + self.expert_params_on_gpu / expert_shard) * bytes_per_param
 
     @property
+    def bytes_per_param(self) -> dict[str, float]:
+        """Bytes each parameter's states take under the recipe and optimizer, before sharding: weights, gradients,
+        master weights, optimizer states (mixed-precision Adam: 2 + 2 + 4 + 8 = 16, ZeRO paper sec. 3.1)."""
+        rec = self.recipe
+        return {"weights": rec.weight_bytes, "gradients": rec.grad_bytes, "master_weights": rec.master_bytes,
+                "optimizer_states": self.optimizer.bytes_per_param(rec)}
+
+    @property
+    def state_bytes_per_param(self) -> float:
+        """weights + gradients + master weights + optimizer states, bytes per parameter (``bytes_per_param``)."""
+        return sum(self.bytes_per_param.values())
+
+    @property
     def weights(self) -> float:
         return self._per_gpu(self.recipe.weight_bytes, 3)
 

@@ -113,6 +113,26 @@ class TrainingEstimate:
     def model_flops_per_s_per_gpu(self) -> float:
         return self.model_flops / self.gpu_seconds
 
+    @property
+    def hardware_flops_per_s_per_gpu(self) -> float:
+        """Hardware FLOP/s per GPU (recomputation counted as work) = HFU x the dense peak."""
+        return self.hfu * self.peak
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Cluster-wide throughput: tokens / wall-clock seconds."""
+        return self.tokens / self.wall_seconds
+
+    def step_seconds(self, global_batch: int, seq_len: int) -> float:
+        """One optimizer step of `global_batch` sequences of `seq_len` tokens at this run's throughput:
+        global batch x seq / tokens per second."""
+        return global_batch * seq_len / self.tokens_per_second
+
+    def mfu_against(self, dtype: str) -> float:
+        """The run's model FLOP/s per GPU as a share of the accelerator's dense `dtype` peak (an FP8 run against
+        its bf16 and its fp8 peak: torchtitan#560 asks which)."""
+        return self.model_flops_per_s_per_gpu / self.accelerator.peak(dtype)
+
 
 check_positive = positive_number  # the shared validator (llmcalc.validate)
 
@@ -133,7 +153,10 @@ class ComputeOptimal:
 
     @property
     def compute(self) -> float:
-        return 6 * self.params * self.tokens
+        """C = 6·N·D (Kaplan et al. 2020; rules.six_n)."""
+        from .rules import six_n
+
+        return six_n(self.params) * self.tokens
 
 
 def tokens_per_param_rule(compute: float, ratio: float = 20.0) -> ComputeOptimal:

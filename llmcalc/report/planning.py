@@ -12,6 +12,7 @@ from typing import Any
 
 from ..analytic.flops import step_flops
 from ..analytic.params import count_params
+from ..analytic.rules import six_n
 from ..analytic.summary import Scenario, model_record, scenario_memory, scenario_training
 from ..hardware import Accelerator
 from ..render.tables import Column, Table
@@ -39,7 +40,7 @@ def _summary_lines(spec: ModelSpec, scenario: Scenario, record: dict) -> list[st
         f"Size: {fmt_count(count.total)} parameters ({fmt_count(count.non_embedding)} non-embedding"
         + (f", {fmt_count(count.active_per_token)} active per token" if spec.is_moe else "") + f"); {spec.summary()}.",
         f"Compute: {fmt_count(scenario.tokens)} tokens x {fmt_flops(record['training_flops_per_token'])} per token = "
-        f"{fmt_flops(record['training_flops'])} (6·N·D: {fmt_flops(6 * count.active_per_token * scenario.tokens)}).",
+        f"{fmt_flops(record['training_flops'])} (6·N·D: {fmt_flops(six_n(count) * scenario.tokens)}).",
         f"Time: {record['wall_clock_days']:,.1f} days on {scenario.n_gpus:,} x {gpu.name} at {scenario.mfu:.0%} MFU "
         f"({record['gpu_hours']:,.0f} GPU-hours).",
         "Cost: " + (f"{fmt_usd(record['cost_usd'])} at {fmt_usd(price)} per GPU-hour ("
@@ -229,7 +230,7 @@ def _time_and_cost(report: Report, ctx: _Context) -> None:
                   "causal": scenario.causal, "recompute": scenario.recompute,
                   "flops_basis": f"training FLOPs = exact per-op count per token at seq {scenario.seq_len:,} x tokens"}
         report.heading(spec.name, 3)
-        report.document(train_document(est, inputs, 6 * count_params(spec).active_per_token * scenario.tokens),
+        report.document(train_document(est, inputs, six_n(count_params(spec)) * scenario.tokens),
                         f"train-{safe_name(spec.name)}")
 
 

@@ -6,22 +6,24 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..analytic.finetune import ADAPTER_BYTES, FinetuneFlops, FinetuneMemory, LoraConfig, finetune
+from ..analytic.finetune import FinetuneFlops, FinetuneMemory, LoraConfig, finetune
 from ..analytic.memory import MemoryEstimate
+from ..analytic.rules import six_n
 from ..analytic.serving import smallest_serving_group
 from ..analytic.steptime import search_layouts, steptime_presets
 from ..analytic.summary import Scenario
 from ..analytic.training import TrainingEstimate
 from ..errors import LlmcalcError
+from ..hardware import Accelerator
 from ..render.tables import Column, Document, Table
 from ..spec import ModelSpec
 from ..units import GIB, fmt_count, fmt_usd, si
 from ..views.layout import layout_document
-from ..views.memory import _fp32, _gib
+from ..views.memory import _gib
 from ..views.params import adapter_table, finetune_config
 from ..views.profile import distributed_document, long_table
 from ..views.serve import serve_document
-from ..views.train import FP8_NOTE, both_peaks
+from ..views.train import FP8_NOTE
 from .document import Report, safe_name
 from .figures import breakdown_bars, memory_bars, rank_figure, scenario_line
 
@@ -120,6 +122,12 @@ def fp8_memory_document(spec: ModelSpec, scenario: Scenario) -> tuple[Document, 
     return Document(f"{spec.name}: FP8 training memory", data, [table]), ests
 
 
+
+
+def both_peaks(acc: Accelerator, achieved: float) -> dict[str, float]:
+    """Achieved model FLOP/s per GPU as a share of the accelerator's dense bf16 and fp8 peaks (the plan has an MFU,
+    not a TrainingEstimate and its mfu_against)."""
+    return {dtype: achieved / acc.peak(dtype) for dtype in ("bf16", "fp8")}
 
 
 def fp8_mfu_table(scenario: Scenario) -> Table:
@@ -228,8 +236,8 @@ def side_by_side_document(spec: ModelSpec, scenario: Scenario, setups: Setups) -
             rows.append({"name": key, **dict(zip(ids, values, strict=True))})
     rows.append({"name": "peak per GPU", **dict(zip(ids, (est.peak for est, _ in setups.values()), strict=True))})
     cap = scenario.accelerator.memory_bytes
-    adapter = next(est for est, c in setups.values() if c is not None)
-    per_adapter = 2 * ADAPTER_BYTES + adapter.optimizer.bytes_per_param(_fp32())
+    adapter = next(est for est, c in setups.values() if isinstance(est, FinetuneMemory))
+    per_adapter = adapter.bytes_per_adapter_param["total"]
     notes = [f"{label}: peak at the {est.peak_phase}; {'fits' if est.peak <= cap else 'does NOT fit'} in "
              f"{scenario.accelerator.key}'s {cap / GIB:g} GiB" for label, (est, _) in setups.items()]
     notes += ["each GPU holds the whole model (data parallel, no ZeRO or tensor parallelism): the plan's sharded "
@@ -257,7 +265,7 @@ def flops_table(spec: ModelSpec, scenario: Scenario, setups: Setups) -> Table:
     for label, (_, cfg) in setups.items():
         if cfg is None:
             rows.append({"setup": label, "trainable": count.total, "exact": step.model_flops_per_token,
-                         "rule": 6.0 * n, "rule_name": "6·N"})
+                         "rule": float(six_n(n)), "rule_name": "6·N"})
             continue
         fl = FinetuneFlops(finetune(spec, cfg), step)
         notes = fl.notes()

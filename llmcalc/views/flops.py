@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..analytic.finetune import Finetune, FinetuneFlops
 from ..analytic.flops import StepFlops, flop_group
 from ..analytic.params import ParamCount
-from ..analytic.rules import Crossover, Rule, crossover, elementwise_ops, rules_of_thumb
+from ..analytic.rules import Crossover, Rule, check_rules, crossover, elementwise_ops, rules_of_thumb
 from ..fallback import METHOD_TRANSFORMERS, AnalyticStep, FallbackModel, FallbackStep
 from ..render.tables import Column, Document, Table
 from ..spec import ModelSpec
@@ -97,22 +97,10 @@ def _op_rows(step: StepFlops) -> list[dict]:
 
 
 def _rule_rows(step: StepFlops, rules: list[Rule]) -> list[dict]:
-    """Each rule of thumb beside the exact count per token in the rule's own S² convention (a rule
-    without one is held to the step's convention)."""
-    exact_for = {}
-    for causal in (False, True):
-        other = step if causal == step.causal else _same_step(step, causal)
-        exact_for[causal] = (other.forward_per_token, other.model_flops_per_token)
-    rows = []
-    for rule in rules:
-        causal = step.causal if rule.convention == "none" else rule.convention == "causal"
-        exact = exact_for[causal][0 if rule.kind == "forward" else 1]
-        rows.append({"rule": rule.name, "kind": rule.kind, "per_token": rule.per_token,
-                     "convention": "full S²" if rule.convention == "full"
-                     else "causal" if rule.convention == "causal"
-                     else ("causal" if step.causal else "full S²") + " (exact)",
-                     "exact_per_token": exact, "rel_error": rule.per_token / exact - 1, "source": rule.source})
-    return rows
+    """Each rule of thumb beside the exact count per token in the rule's own S² convention (rules.check_rules)."""
+    return [{"rule": c.rule.name, "kind": c.rule.kind, "per_token": c.rule.per_token, "convention": c.convention,
+             "exact_per_token": c.exact_per_token, "rel_error": c.rel_error, "source": c.rule.source}
+            for c in check_rules(step, rules)]
 
 
 def _share(v: float) -> str:
@@ -179,13 +167,6 @@ def _elementwise_table(step: StepFlops, elementwise: dict) -> Table:
         [{"kind": k, "forward": v, "share": v / step.forward} for k, v in elementwise.items()],
         ["per-element costs are llmcalc's estimates (softmax 5, RMSNorm 4, LayerNorm 7, SwiGLU 5 FLOPs ...)"],
     )
-
-
-def _same_step(step: StepFlops, causal: bool) -> StepFlops:
-    from ..analytic.flops import step_flops
-
-    return step_flops(step.spec, step.batch, step.seq_len, causal=causal, recompute=step.recompute,
-                      decoder_seq_len=step.decoder_seq_len)
 
 
 # --- the transformers fallback: the counted forward -------------------------------------------------

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ..analytic.inference import QUANTISATION_NOTES, InferenceEstimate, expected_experts, state_bytes_per_sequence
+from ..analytic.inference import QUANTISATION_NOTES, InferenceEstimate, expected_experts
 from ..render.tables import Column, Document, Table
 from ..units import fmt_bytes, fmt_flops, fmt_seconds
 
@@ -53,7 +53,7 @@ def document(est: InferenceEstimate) -> Document:
         "compute_dtype": est.compute_dtype, "weights_bytes": est.weights, "weights_bytes_per_gpu": est.weights_per_gpu,
         "kv_cache_bytes": est.kv_cache, "kv_cache_bytes_per_token": est.kv_per_token,
         "kv_cache_bytes_per_token_per_gpu": est.kv_per_token_per_gpu,
-        "state_bytes_per_sequence_per_gpu": state_bytes_per_sequence(est.spec, est.n_gpus),
+        "state_bytes_per_sequence_per_gpu": est.state_bytes_per_sequence,
         "prefill_seconds": pre.seconds, "prefill_flops": pre.flops * est.n_gpus, "prefill_bytes_per_gpu": pre.bytes,
         "prefill_bound": pre.bound, "time_to_first_token_seconds": pre.seconds,
         "decode_seconds_per_token": est.decode_seconds_per_token, "decode_seconds": est.decode_seconds,
@@ -104,7 +104,7 @@ def document(est: InferenceEstimate) -> Document:
 
 def _state_note(est: InferenceEstimate) -> str:
     """Hybrid/state-space models: the recurrent state beside the KV cache (empty otherwise)."""
-    state = state_bytes_per_sequence(est.spec, est.n_gpus)
+    state = est.state_bytes_per_sequence
     return (f"; recurrent state {fmt_bytes(state * est.batch)} (conv + SSM state of the Mamba/DeltaNet/conv "
             f"layers, {fmt_bytes(state)} per sequence{' per GPU' if est.n_gpus > 1 else ''}), constant in context "
             f"length" if state else "")

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..analytic.finetune import ADAPTER_BYTES, FinetuneMemory, nf4_bytes_per_param
 from ..analytic.memory import MemoryEstimate
 from ..analytic.memory_plan import MemoryPlan
@@ -49,8 +47,7 @@ def training_memory_document(est: MemoryEstimate, gpu: Accelerator | None, reser
     spec, rec, opt, par = est.spec, est.recipe, est.optimizer, est.parallel
     components = est.components()
     peak = est.peak
-    per_param = {"weights": rec.weight_bytes, "gradients": rec.grad_bytes, "master_weights": rec.master_bytes,
-                 "optimizer_states": opt.bytes_per_param(rec)}
+    per_param = est.bytes_per_param
     fit, fit_lines = _fit_rows(peak, gpu, reserve)
     largest = est.largest_micro_batch(fit["capacity_bytes"]) if gpu else None
     data = {
@@ -60,7 +57,7 @@ def training_memory_document(est: MemoryEstimate, gpu: Accelerator | None, reser
         "parallel": {"n_gpus": par.n_gpus, "dp": par.dp, "tp": par.tp, "pp": par.pp, "zero": par.zero,
                      "sequence_parallel": par.sequence_parallel},
         "pipeline_stage": est.stage, "params_on_gpu": est.params_on_gpu,
-        "bytes_per_param": {**per_param, "total": sum(per_param.values())},
+        "bytes_per_param": {**per_param, "total": est.state_bytes_per_param},
         "per_gpu_bytes": peak, "peak_phase": est.peak_phase, "sum_of_components_bytes": sum(components.values()),
         "model_states_bytes": est.model_states,
         "components": components, "activations": est.activations.per_layer,
@@ -69,7 +66,7 @@ def training_memory_document(est: MemoryEstimate, gpu: Accelerator | None, reser
     }
     rows = [{"kind": "component", "name": k, "bytes": v, "share": v / peak} for k, v in components.items() if v]
     rows.append({"kind": "total", "name": f"peak per GPU ({est.peak_phase})", "bytes": peak, "share": 1.0})
-    notes = _recipe_notes(est, per_param) + _layout_notes(est) + fit_lines
+    notes = _recipe_notes(est) + _layout_notes(est) + fit_lines
     if largest is not None:
         notes.append(f"largest micro-batch that fits at seq {est.seq_len:,}: {largest:,}")
     table = Table(
@@ -84,15 +81,15 @@ def training_memory_document(est: MemoryEstimate, gpu: Accelerator | None, reser
     return Document(title, data, [table, _activations_table(est)], [spec.describe()])
 
 
-def _recipe_notes(est: MemoryEstimate, per_param: dict[str, float]) -> list[str]:
+def _recipe_notes(est: MemoryEstimate) -> list[str]:
     """What the bytes per parameter and the peak are made of, for this recipe and optimizer."""
-    rec, opt = est.recipe, est.optimizer
+    rec, opt, per_param = est.recipe, est.optimizer, est.bytes_per_param
     return [
         f"recipe {rec.name}: {rec.description}",
         f"optimizer {opt.name}: {per_param['optimizer_states']:g} bytes/param"
         + (f" ({opt.source})" if opt.source else ""),
         f"bytes per parameter: weights {rec.weight_bytes:g} + gradients {rec.grad_bytes:g} + master "
-        f"{rec.master_bytes:g} + optimizer {per_param['optimizer_states']:g} = {sum(per_param.values()):g}",
+        f"{rec.master_bytes:g} + optimizer {per_param['optimizer_states']:g} = {est.state_bytes_per_param:g}",
         "peak = the largest of: end of forward (weights + master + optimizer + activations + logits/loss), with "
         "full recomputation the blocks' backward (the logits freed, one block rebuilt, every gradient), and the "
         "optimizer step (weights + master + optimizer + gradients + optimizer temporaries)",
@@ -148,14 +145,13 @@ def finetune_memory_document(est: FinetuneMemory, gpu: Accelerator | None, reser
     components = est.components()
     peak = est.peak
     fit, fit_lines = _fit_rows(peak, gpu, reserve)
-    opt_bytes = est.optimizer.bytes_per_param(_fp32())
+    opt_bytes = est.optimizer_bytes_per_adapter_param
     data = {
         "model": spec.name, "mode": "finetune", "finetune": finetune_config(ft), "batch_size": est.batch,
         "seq_len": est.seq_len, "optimizer": est.optimizer.name, "recompute": est.recompute,
         "attention": est.attention, "trainable": ft.trainable, "frozen": ft.frozen,
-        "weight_bytes_per_frozen_param": components["weights"] / ft.frozen,
-        "bytes_per_adapter_param": {"adapters": ADAPTER_BYTES, "gradients": ADAPTER_BYTES,
-                                    "optimizer_states": opt_bytes, "total": 2 * ADAPTER_BYTES + opt_bytes},
+        "weight_bytes_per_frozen_param": est.weight_bytes_per_frozen_param,
+        "bytes_per_adapter_param": est.bytes_per_adapter_param,
         "per_gpu_bytes": peak, "peak_phase": est.peak_phase, "sum_of_components_bytes": sum(components.values()),
         "components": components, "activations": {**est.saved,
                                                    "LoRA A outputs (r-wide, saved for B)":
@@ -190,9 +186,3 @@ def finetune_memory_document(est: FinetuneMemory, gpu: Accelerator | None, reser
     title = (f"{spec.name}: {ft.config.method} memory per GPU, rank {ft.config.rank} on {ft.config.target_label}, "
              f"batch {est.batch} x seq {est.seq_len}, recompute {est.recompute}")
     return Document(title, data, [table, adapter_table(ft)], [spec.describe()])
-
-
-def _fp32() -> Any:
-    from ..analytic.finetune import _FP32_STATES
-
-    return _FP32_STATES

@@ -184,7 +184,7 @@ def adapter_table(ft: Finetune) -> Table:
     rows = [{"name": k, "params": v, "params_si": fmt_count(v)} for k, v in ft.components.items()]
     rows.append({"name": "trainable (adapters)", "params": ft.trainable, "params_si": fmt_count(ft.trainable)})
     rows.append({"name": "frozen (base model)", "params": ft.frozen, "params_si": fmt_count(ft.frozen)})
-    share = ft.trainable / (ft.trainable + ft.frozen)
+    share = ft.trainable_share
     return Table(
         f"{ft.config.method} adapters, rank {ft.config.rank}, targets {ft.config.target_label}",
         [Column("name", "component", align="left"), Column("params", "params (exact)", fmt_int),

@@ -8,7 +8,6 @@ from typing import Any
 
 from ..analytic.steptime import GLOBAL_CONSTANTS, StepPrediction
 from ..analytic.training import TrainingEstimate, TrainingPlan
-from ..hardware import Accelerator
 from ..render.tables import Column, Document, Table
 from ..units import GIB, fmt_flops, fmt_flops_rate, fmt_tokens, fmt_usd, plural, si
 from .layout import overlap_rule
@@ -85,15 +84,16 @@ def _add_steptime(data: dict, tables: list[Table], est: TrainingEstimate, pred: 
                   measured: dict | None) -> None:
     """The issue-10 keys: predicted (or given) step time, MFU/HFU, TFLOP/s per GPU, breakdown, layout."""
     data["mfu_source"] = "predicted" if pred is not None else "given"
-    data["tokens_per_second"] = est.tokens / est.wall_seconds
+    data["tokens_per_second"] = est.tokens_per_second
     data["model_tflops_per_gpu"] = est.model_flops_per_s_per_gpu / 1e12
-    data["hardware_tflops_per_gpu"] = est.hfu * est.peak / 1e12
+    data["hardware_tflops_per_gpu"] = est.hardware_flops_per_s_per_gpu / 1e12
     data["step_seconds"] = data["breakdown_seconds"] = data["layout"] = None
     if measured is not None:
+        measured = dict(measured)
         lay = measured.pop("layout", None)
         if lay is not None:  # given MFU with a layout: the step time it implies, no breakdown
             data["layout"] = lay.as_dict()
-            data["step_seconds"] = lay.global_batch * data["seq_len"] / data["tokens_per_second"]
+            data["step_seconds"] = est.step_seconds(lay.global_batch, data["seq_len"])
         if measured:
             data["measured"] = measured
     if pred is not None:
@@ -151,17 +151,12 @@ FP8_NOTE = ("FP8 training: the same model FLOP/s against the dense bf16 and the 
             "compares with bf16 runs")
 
 
-def both_peaks(acc: Accelerator, achieved: float) -> dict[str, float]:
-    """Achieved model FLOP/s per GPU as a share of the accelerator's dense bf16 and fp8 peaks."""
-    return {dtype: achieved / acc.peak(dtype) for dtype in ("bf16", "fp8")}
-
-
 def add_both_peaks(doc: Document, est: TrainingEstimate) -> Document:
     """With --dtype fp8: the same achieved model FLOP/s as a share of the dense bf16 and fp8 peaks."""
     acc = est.accelerator
     if est.dtype != "fp8" or not {"bf16", "fp8"} <= set(acc.peak_flops):
         return doc
-    both = both_peaks(acc, est.model_flops_per_s_per_gpu)
+    both = {dtype: est.mfu_against(dtype) for dtype in ("bf16", "fp8")}
     doc.data["mfu_vs_bf16_peak"] = both["bf16"]
     doc.data["mfu_vs_fp8_peak"] = both["fp8"]
     table = doc.tables[0]
