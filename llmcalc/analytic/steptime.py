@@ -48,6 +48,7 @@ from ..errors import LlmcalcError
 from ..hardware import Accelerator
 from ..spec import ModelSpec
 from ..units import GIB
+from ..validate import DEFAULT_ZERO
 from . import comm
 from .activations import ATTENTION_IMPLS
 from .flops import _attention, _ffn, _moe, step_flops
@@ -204,7 +205,7 @@ def check_modelled(spec: ModelSpec) -> None:
 
 
 def make_layout(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, tp: int = 1, cp: int = 1, pp: int = 1,
-                vpp: int = 1, ep: int = 1, micro_batch: int = 1, schedule: str | None = None, zero: int = 1,
+                vpp: int = 1, ep: int = 1, micro_batch: int = 1, schedule: str | None = None, zero: int = DEFAULT_ZERO,
                 sequence_parallel: bool = True, dp_overlap: bool = True, tp_overlap: bool = False,
                 etp: int | None = None) -> Layout:
     """A checked layout: dp = n_gpus / (tp·cp·pp); every contradiction is one clear LlmcalcError."""
@@ -716,8 +717,8 @@ def global_batch_sequences(global_batch: int | None, global_batch_tokens: float 
     return int(global_batch_tokens // seq_len)
 
 
-LAYOUT_DEFAULTS = {"micro_batch": 1, "tp": 1, "cp": 1, "pp": 1, "vpp": 1, "ep": 1, "schedule": None, "zero": 1,
-                   "sequence_parallel": True, "dp_overlap": True, "tp_overlap": False}
+LAYOUT_DEFAULTS = {"micro_batch": 1, "tp": 1, "cp": 1, "pp": 1, "vpp": 1, "ep": 1, "schedule": None,
+                   "zero": DEFAULT_ZERO, "sequence_parallel": True, "dp_overlap": True, "tp_overlap": False}
 
 
 def train_steptime(spec: ModelSpec | None, gpu: str, n_gpus: int, mfu: float | None, achieved_tflops: float | None,

@@ -12,7 +12,7 @@ from ..errors import LlmcalcError
 from ..hardware import Accelerator
 from ..spec import ModelSpec
 from ..units import fmt_tokens
-from ..validate import DEFAULT_SEQ_LEN
+from ..validate import DEFAULT_SEQ_LEN, DEFAULT_ZERO
 from .flops import flop_group, step_flops
 from .inference import kv_cache_bytes_per_token
 from .memory import Parallel, training_memory
@@ -33,7 +33,7 @@ class Scenario:
     dtype: str = "bf16"
     recipe: str = "bf16-mixed"
     optimizer: str = "adamw"
-    zero: int = 3
+    zero: int = DEFAULT_ZERO
     tp: int = 1
     micro_batch: int = 1
     recompute: str = "none"

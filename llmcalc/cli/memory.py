@@ -14,6 +14,7 @@ from .options import (
     expert_options,
     finetune_options,
     format_option,
+    given,
     gpu_option,
     micro_batch_option,
     model_argument,
@@ -50,7 +51,7 @@ MOVED = ("memory --inference has moved: use `llmcalc serve MODEL --gpu G --n-gpu
 @click.option("--dropout", is_flag=True, help="Count dropout masks (GPT-3-style training; off for modern LLMs).")
 @gpu_option(help="Accelerator preset: say whether it fits, and the largest micro-batch that does.")
 @n_gpus_option(help="GPUs in all (default tp x pp): dp = n / (tp x pp).")
-@zero_option(0)
+@zero_option
 @click.option("--tp", type=DEGREE, default=1, show_default=True, help="Tensor-parallel degree.")
 @click.option("--pp", type=DEGREE, default=1, show_default=True, help="Pipeline-parallel degree (1F1B).")
 @expert_options
@@ -80,7 +81,8 @@ def memory(ctx: click.Context, model: str, seq_len: int, micro_batch: int, recip
     if optimizer_bytes is not None:
         refuse_unused(ctx, ("optimizer",), "with --optimizer-bytes (which replaces it)")
     request = MemoryRequest(micro_batch, seq_len, recipe, optimizer, optimizer_bytes, optimizer_impl=optimizer_impl,
-                            recompute=recompute, attention=attention, dropout=dropout, n_gpus=n_gpus, zero=zero, tp=tp,
+                            recompute=recompute, attention=attention, dropout=dropout, n_gpus=n_gpus,
+                            zero=zero if given(ctx, "zero") else None, tp=tp,
                             pp=pp, ep=ep, etp=etp, sequence_parallel=sequence_parallel, reserve_gib=reserve_gib,
                             finetune=finetune)
     emit(document(plan_memory(load_model(model, seq_len), request, device)), fmt)

@@ -20,6 +20,7 @@ from click.core import ParameterSource
 
 from ..validate import (
     DEFAULT_SEQ_LEN,
+    DEFAULT_ZERO,
     MAX_BATCH,
     MAX_GPUS,
     MAX_PARAMS,
@@ -141,9 +142,9 @@ def price_option(func: F) -> F:
     return click.option("--usd-per-gpu-hour", type=PRICE, default=None, help=PRICE_HELP)(func)
 
 
-def zero_option(default: int = 0) -> Decorator:
-    return click.option("--zero", type=click.IntRange(0, 3), default=default, show_default=True,
-                        help="ZeRO stage over data parallelism: 0-3 (3 = FSDP).")
+def zero_option(func: F) -> F:
+    return click.option("--zero", type=click.IntRange(0, 3), default=DEFAULT_ZERO, show_default=True,
+                        help="ZeRO stage over data parallelism: 0-3 (3 = FSDP).")(func)
 
 
 def tp_overlap_option(func: F) -> F:
@@ -223,7 +224,7 @@ def step_options(func: F) -> F:
         expert_options,
         click.option("--schedule", type=click.Choice(list(SCHEDULES)), default=None,
                      help="Pipeline schedule (default 1f1b; interleaved with --vpp)."),
-        zero_option(1),
+        zero_option,
         sequence_parallel_option,
         click.option("--dp-overlap/--no-dp-overlap", default=True, show_default=True,
                      help="Overlap DP reduction with backward."),
@@ -260,7 +261,7 @@ def scenario_options(func: F) -> F:
                      help="Model FLOPs utilization assumed (0.4 or 40%)."),
         price_option,
         recipe_option,
-        zero_option(3),
+        zero_option,
         click.option("--tp", type=DEGREE, default=1, show_default=True, help="Tensor-parallel degree."),
         micro_batch_option,
         recompute_option(),
