@@ -225,10 +225,14 @@ def count_model(model: ModelSpec | FallbackModel,
     if isinstance(model, FallbackModel):
         refuse_finetune(model, cfg)
         return model, None
-    from .analytic.finetune import finetune
     from .analytic.params import count_params
 
-    return count_params(model), None if cfg is None else finetune(model, cfg)
+    count = count_params(model)
+    if cfg is None:
+        return count, None
+    from .analytic.finetune import finetune
+
+    return count, finetune(model, cfg)
 
 
 @dataclass(frozen=True)

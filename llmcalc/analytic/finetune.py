@@ -496,26 +496,3 @@ def frozen_inputs(spec: ModelSpec, config: LoraConfig) -> tuple[str, ...]:
     if spec.parallel_residual and spec.norms_per_layer == 1:  # one norm output feeds attention and MLP
         needs["attention input (norm output)"] += ("gate_proj", "up_proj")
     return tuple(name for name, targets in needs.items() if not set(targets) & set(config.targets))
-
-
-@dataclass(frozen=True)
-class FinetuneRequest:
-    """The --finetune options as given (None: not given), before they are checked into a LoraConfig."""
-
-    method: str | None = None
-    rank: int | None = None
-    targets: str | None = None
-    base_dtype: str | None = None
-    double_quant: bool = True
-
-    def config(self) -> LoraConfig | None:
-        """The LoRA set-up the options describe, or None for full training; a LoRA option without
-        --finetune is refused, naming it."""
-        if self.method is None:
-            given = [n for n, v in (("--lora-rank", self.rank), ("--lora-targets", self.targets),
-                                    ("--base-dtype", self.base_dtype)) if v is not None]
-            if given or not self.double_quant:
-                raise LlmcalcError(f"{', '.join(given) or '--no-double-quant'} needs --finetune lora or qlora")
-            return None
-        return lora_config(self.method, self.rank or 16, self.targets or "all-linear", self.base_dtype,
-                           self.double_quant)

@@ -17,7 +17,8 @@ from ..hardware import Accelerator
 from ..spec import ModelSpec
 from ..units import GIB
 from ..validate import DEFAULT_SEQ_LEN, DEFAULT_ZERO
-from .finetune import FinetuneMemory, FinetuneRequest, finetune_memory
+from .finetune import FinetuneMemory, finetune_memory
+from .finetune_request import FinetuneRequest
 from .memory import MemoryEstimate, Optimizer, Parallel, custom_optimizer, smallest_fit, training_memory
 
 

@@ -20,7 +20,7 @@ from ..hardware import Accelerator
 from ..spec import ModelSpec
 from ..units import fmt_tokens
 from ..validate import DEFAULT_SEQ_LEN, MIN_UTILIZATION, fraction, positive_int, positive_number
-from .finetune import FinetuneRequest
+from .finetune_request import FinetuneRequest
 
 if TYPE_CHECKING:
     from .steptime import StepPrediction

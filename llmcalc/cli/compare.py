@@ -13,7 +13,7 @@ from .options import POSITIVE_INT, finetune_options, format_option, models_argum
 from .types import Choice
 
 if TYPE_CHECKING:
-    from ..analytic.finetune import FinetuneRequest
+    from ..analytic.finetune_request import FinetuneRequest
     from ..analytic.summary import Scenario
 
 

@@ -29,7 +29,7 @@ from .options import (
 from .types import Choice, Number
 
 if TYPE_CHECKING:
-    from ..analytic.finetune import FinetuneRequest
+    from ..analytic.finetune_request import FinetuneRequest
 
 MOVED = ("memory --inference has moved: use `llmcalc serve MODEL --gpu G --n-gpus N --max-model-len L` (weights, KV "
          "cache and blocks per GPU, concurrency)")

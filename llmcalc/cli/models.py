@@ -10,7 +10,7 @@ from .common import emit, load_counted
 from .options import LENGTH, finetune_options, format_option, micro_batch_option, model_argument, sequence_options
 
 if TYPE_CHECKING:
-    from ..analytic.finetune import FinetuneRequest
+    from ..analytic.finetune_request import FinetuneRequest
 
 
 @click.command()

@@ -173,7 +173,7 @@ def finetune_options(func: F) -> F:
 
     @functools.wraps(func)  # keeps what click reads: the name, the docstring, the options declared so far
     def command(*args: Any, **kwargs: Any) -> Any:
-        from ..analytic.finetune import FinetuneRequest
+        from ..analytic.finetune_request import FinetuneRequest
 
         kwargs["finetune"] = FinetuneRequest(kwargs.pop("finetune"), kwargs.pop("lora_rank"),
                                              kwargs.pop("lora_targets"), kwargs.pop("base_dtype"),

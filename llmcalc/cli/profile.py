@@ -23,7 +23,7 @@ from .options import (
 from .types import Choice, Count, DType, Number
 
 if TYPE_CHECKING:
-    from ..analytic.finetune import FinetuneRequest
+    from ..analytic.finetune_request import FinetuneRequest
 
 DEVICE = Choice(["auto", "cpu", "cuda"])
 

@@ -35,7 +35,7 @@ from .options import (
 from .types import Count, Number
 
 if TYPE_CHECKING:
-    from ..analytic.finetune import FinetuneRequest
+    from ..analytic.finetune_request import FinetuneRequest
 
 
 @click.command()

@@ -20,7 +20,8 @@ from ..units import GIB
 from ..validate import DEFAULT_SEQ_LEN, MAX_PROFILE_LAYERS
 
 if TYPE_CHECKING:
-    from ..analytic.finetune import FinetuneRequest, LoraConfig
+    from ..analytic.finetune import LoraConfig
+    from ..analytic.finetune_request import FinetuneRequest
     from ..render.progress import Progress
 
 VIRTUAL_RECIPES = {"fp32": "fp32", "fp16": "fp16-mixed"}  # --dtype -> recipe of a virtual run (else bf16-mixed)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..render.tables import Column, Document, Table
-from ..results import Calibration
 from ..units import fmt_flops_rate
+
+if TYPE_CHECKING:
+    from ..results import Calibration
 
 
 def document(calibration: Calibration) -> Document:

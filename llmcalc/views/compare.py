@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..analytic.summary import COLUMNS, Scenario
+from ..analytic.summary import COLUMNS
 from ..render.tables import Column, Document, Table
 from ..units import GIB, fmt_bytes, fmt_count, fmt_flops, fmt_usd, plural
+
+if TYPE_CHECKING:
+    from ..analytic.summary import Scenario
 
 FORMATTERS: dict[str, Callable[[Any], str]] = {
     "text": str, "count": fmt_count, "flops": fmt_flops, "pct": lambda v: f"{v * 100:.1f} %",

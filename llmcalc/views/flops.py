@@ -4,15 +4,22 @@ the fine-tuning step."""
 
 from __future__ import annotations
 
-from ..analytic.finetune import Finetune, FinetuneFlops
-from ..analytic.flops import StepFlops, flop_group
-from ..analytic.params import ParamCount
-from ..analytic.rules import Crossover, Rule, check_rules, crossover, elementwise_ops, rules_of_thumb
-from ..fallback import METHOD_TRANSFORMERS, AnalyticStep, FallbackModel, FallbackStep
+from typing import TYPE_CHECKING
+
+from ..analytic.flops import flop_group
+from ..analytic.rules import check_rules, crossover, elementwise_ops, rules_of_thumb
+from ..fallback import METHOD_TRANSFORMERS, FallbackStep
 from ..render.tables import Column, Document, Table
-from ..spec import ModelSpec
 from ..units import fmt_pct, si
 from .params import finetune_config, method_line
+
+if TYPE_CHECKING:
+    from ..analytic.finetune import Finetune, FinetuneFlops
+    from ..analytic.flops import StepFlops
+    from ..analytic.params import ParamCount
+    from ..analytic.rules import Crossover, Rule
+    from ..fallback import AnalyticStep, FallbackModel
+    from ..spec import ModelSpec
 
 FLOP_CONVENTIONS = [
     "FLOPs, not MACs: a multiply-add is 2 FLOPs; only matmuls are counted (as torch's FlopCounterMode does)",

@@ -3,9 +3,14 @@
 
 from __future__ import annotations
 
-from ..analytic.inference import QUANTISATION_NOTES, InferenceEstimate, expected_experts
+from typing import TYPE_CHECKING
+
+from ..analytic.inference import QUANTISATION_NOTES, expected_experts
 from ..render.tables import Column, Document, Table
 from ..units import fmt_bytes, fmt_flops, fmt_seconds
+
+if TYPE_CHECKING:
+    from ..analytic.inference import InferenceEstimate
 
 
 def serving_conventions(est: InferenceEstimate) -> list[str]:

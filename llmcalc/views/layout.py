@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from ..analytic.steptime import LayoutSearch
+from typing import TYPE_CHECKING
+
 from ..render.tables import Column, Document, Table
 from ..units import GIB, si
+
+if TYPE_CHECKING:
+    from ..analytic.steptime import LayoutSearch
 
 
 def overlap_rule(tp_overlap: bool = False) -> str:

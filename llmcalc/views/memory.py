@@ -3,13 +3,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..analytic.finetune import ADAPTER_BYTES, FinetuneMemory, nf4_bytes_per_param
-from ..analytic.memory import MemoryEstimate
-from ..analytic.memory_plan import MemoryPlan
-from ..hardware import Accelerator
 from ..render.tables import Column, Document, Table
 from ..units import GIB
 from .params import adapter_table, finetune_config
+
+if TYPE_CHECKING:
+    from ..analytic.memory import MemoryEstimate
+    from ..analytic.memory_plan import MemoryPlan
+    from ..hardware import Accelerator
 
 
 def _gib(value: float) -> str:

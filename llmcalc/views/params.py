@@ -3,13 +3,16 @@ transformers can build, its counted components (the fallback section); with --fi
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..analytic.finetune import Finetune
-from ..analytic.params import Approximation, ParamCount, approximations, reconcile
+from ..analytic.params import approximations, reconcile
 from ..fallback import METHOD_TRANSFORMERS, FallbackModel
 from ..render.tables import Column, Document, Table
 from ..units import fmt_count, fmt_int, fmt_pct
+
+if TYPE_CHECKING:
+    from ..analytic.finetune import Finetune
+    from ..analytic.params import Approximation, ParamCount
 
 PARAM_CONVENTIONS = (
     "counts are unique parameters (a tied LM head is counted once, in embedding/tokens); "

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from ..analytic.training import BudgetPlan
+from typing import TYPE_CHECKING
+
 from ..render.tables import Column, Document, Table
 from ..units import fmt_budget, fmt_count
+
+if TYPE_CHECKING:
+    from ..analytic.training import BudgetPlan
 
 
 def document(budget: BudgetPlan) -> Document:

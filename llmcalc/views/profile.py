@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..render.tables import Column, Document, Table
-from ..results import Comparison, ProfileResult
 from ..units import GIB, fmt_bytes, fmt_flops, fmt_flops_rate, fmt_int, fmt_pct, fmt_seconds, si
+
+if TYPE_CHECKING:
+    from ..results import Comparison, ProfileResult
 
 
 def _value(unit: str, value: Any) -> str:

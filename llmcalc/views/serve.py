@@ -3,11 +3,15 @@ throughput and latency against concurrency."""
 
 from __future__ import annotations
 
-from ..analytic.serving import ServeEstimate
+from typing import TYPE_CHECKING
+
 from ..render.tables import Column, Document, Table
 from ..units import GIB, fmt_bytes, fmt_seconds
 from .infer import serving_conventions
 from .memory import _gib
+
+if TYPE_CHECKING:
+    from ..analytic.serving import ServeEstimate
 
 
 def document(est: ServeEstimate) -> Document:

@@ -4,13 +4,16 @@ step and where its time goes; with --dtype fp8, the MFU against both dense peaks
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..analytic.steptime import GLOBAL_CONSTANTS, StepPrediction
-from ..analytic.training import TrainingEstimate, TrainingPlan
+from ..analytic.steptime import GLOBAL_CONSTANTS
 from ..render.tables import Column, Document, Table
 from ..units import GIB, fmt_flops, fmt_flops_rate, fmt_tokens, fmt_usd, plural, si
 from .layout import overlap_rule
+
+if TYPE_CHECKING:
+    from ..analytic.steptime import StepPrediction
+    from ..analytic.training import TrainingEstimate, TrainingPlan
 
 BREAKDOWN_LABELS = {
     "compute": "compute (matmuls, attention, elementwise, recomputation)",
