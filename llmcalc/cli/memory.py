@@ -9,7 +9,6 @@ import click
 from ..vocabulary import OPTIMIZER_IMPLS, OPTIMIZER_NAMES
 from .common import emit, load_hardware, load_model
 from .options import (
-    DEGREE,
     attention_option,
     expert_options,
     finetune_options,
@@ -19,11 +18,13 @@ from .options import (
     micro_batch_option,
     model_argument,
     n_gpus_option,
+    pp_option,
     recipe_option,
     recompute_option,
     refuse_unused,
     seq_len_option,
     sequence_parallel_option,
+    tp_option,
     zero_option,
 )
 from .types import Choice, Number
@@ -52,8 +53,8 @@ MOVED = ("memory --inference has moved: use `llmcalc serve MODEL --gpu G --n-gpu
 @gpu_option(help="Accelerator preset: say whether it fits, and the largest micro-batch that does.")
 @n_gpus_option(help="GPUs in all (default tp x pp): dp = n / (tp x pp).")
 @zero_option
-@click.option("--tp", type=DEGREE, default=1, show_default=True, help="Tensor-parallel degree.")
-@click.option("--pp", type=DEGREE, default=1, show_default=True, help="Pipeline-parallel degree (1F1B).")
+@tp_option
+@pp_option
 @expert_options
 @sequence_parallel_option
 @click.option("--reserve-gib", type=Number(zero=True, maximum=1e6), default=0.0, show_default=True,

@@ -63,6 +63,7 @@ CAUSAL_HELP = "Halve the attention S² terms (Megatron-LM/NeMo convention). Defa
 RECOMPUTE_HELP = "Activation recomputation: none, selective (attention) or full (one checkpoint per block)."
 MICRO_BATCH_HELP = "Sequences per GPU per micro-batch (--batch-size is the old name)."
 PRICE_HELP = "Price per GPU-hour (default: the preset's, if any)."
+TOKENS_HELP = "Training tokens (e.g. 2T, 15t)."
 
 
 def apply(func: F, decorators: Sequence[Decorator]) -> F:
@@ -147,6 +148,19 @@ def zero_option(func: F) -> F:
                         help="ZeRO stage over data parallelism: 0-3 (3 = FSDP).")(func)
 
 
+def tp_option(func: F) -> F:
+    return click.option("--tp", type=DEGREE, default=1, show_default=True, help="Tensor-parallel degree.")(func)
+
+
+def pp_option(func: F) -> F:
+    return click.option("--pp", type=DEGREE, default=1, show_default=True, help="Pipeline-parallel degree.")(func)
+
+
+def device_option(func: F) -> F:
+    return click.option("--device", type=Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+                        help="Where a real run executes: auto (cuda if present), cpu or cuda.")(func)
+
+
 def tp_overlap_option(func: F) -> F:
     return click.option("--tp-overlap/--no-tp-overlap", default=False, show_default=True,
                         help="Hide TP all-gather/reduce-scatter under the GEMMs (TransformerEngine, async TP).")(func)
@@ -216,9 +230,9 @@ def step_options(func: F) -> F:
     return apply(func, [
         global_batch_options,
         micro_batch_option,
-        click.option("--tp", type=DEGREE, default=1, show_default=True, help="Tensor-parallel degree."),
+        tp_option,
         click.option("--cp", type=DEGREE, default=1, show_default=True, help="Context-parallel degree."),
-        click.option("--pp", type=DEGREE, default=1, show_default=True, help="Pipeline-parallel degree."),
+        pp_option,
         click.option("--vpp", type=DEGREE, default=1, show_default=True,
                      help="Virtual stages (model chunks) per pipeline rank (interleaved)."),
         expert_options,
@@ -229,9 +243,7 @@ def step_options(func: F) -> F:
         click.option("--dp-overlap/--no-dp-overlap", default=True, show_default=True,
                      help="Overlap DP reduction with backward."),
         tp_overlap_option,
-        click.option("--attention", type=ATTENTION, default="flash", show_default=True,
-                     help="Attention kernel the step is timed with: flash (sdpa: the same) or eager (S² scores "
-                          "materialised, pre-2022 Megatron-LM)."),
+        attention_option,
         click.option("--tokens-per-second", type=QUANTITY, default=None,
                      help="Cluster-wide throughput of a past run: its achieved MFU/HFU."),
     ])
@@ -254,7 +266,7 @@ def scenario_options(func: F) -> F:
     """The training run and per-GPU set-up that compare and report assume."""
     return apply(func, [
         seq_len_option,
-        click.option("--tokens", type=TOKENS, default="2T", show_default=True, help="Training tokens."),
+        click.option("--tokens", type=TOKENS, default="2T", show_default=True, help=TOKENS_HELP),
         gpu_option(default="h100-sxm"),
         n_gpus_option(default=256),
         click.option("--mfu", type=MFU, default=0.4, show_default=True,
@@ -262,7 +274,7 @@ def scenario_options(func: F) -> F:
         price_option,
         recipe_option,
         zero_option,
-        click.option("--tp", type=DEGREE, default=1, show_default=True, help="Tensor-parallel degree."),
+        tp_option,
         micro_batch_option,
         recompute_option(),
         causal_option,

@@ -12,6 +12,7 @@ from .options import (
     POSITIVE_INT,
     TFLOPS,
     attention_option,
+    device_option,
     finetune_options,
     format_option,
     micro_batch_option,
@@ -25,14 +26,10 @@ from .types import Choice, Count, DType, Number
 if TYPE_CHECKING:
     from ..analytic.finetune_request import FinetuneRequest
 
-DEVICE = Choice(["auto", "cpu", "cuda"])
-
-
 @click.command()
 @model_argument
 @click.option("--virtual", is_flag=True, help="FakeTensorMode: any size, no real memory, exact counts.")
-@click.option("--device", type=DEVICE, default="auto", show_default=True,
-              help="Real runs: auto (cuda if present), cpu, cuda.")
+@device_option
 @click.option("--dtype", type=DType(("fp32", "bf16", "fp16"), extra=("auto",)), default="auto", show_default=True,
               help="fp32, bf16 or fp16 (auto: bf16 virtual or on CUDA, fp32 on CPU); picks the recipe.")
 @click.option("--recipe", type=Choice(["fp32", "bf16", "bf16-mixed", "fp16-mixed", "amp"]), default=None,
@@ -85,7 +82,7 @@ def profile(ctx: click.Context, model: str, virtual: bool, device: str, dtype: s
 
 
 @click.command()
-@click.option("--device", type=DEVICE, default="auto", show_default=True, help="auto, cpu or cuda.")
+@device_option
 @click.option("--dtype", type=DType(("fp32", "bf16", "fp16")), default="fp32", show_default=True,
               help="Matmul dtype (bfloat16 = bf16).")
 @click.option("--size", type=Count(whole=True, minimum=16, maximum=MAX_CALIBRATE_SIZE), default=None,

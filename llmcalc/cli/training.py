@@ -15,6 +15,7 @@ from .options import (
     POSITIVE_INT,
     TFLOPS,
     TOKENS,
+    TOKENS_HELP,
     causal_option,
     finetune_options,
     format_option,
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 @click.command()
 @click.argument("model", type=NAME, required=False)
 @click.option("--params", "n_params", type=PARAMS, help="No model: a parameter count for 6·N·T (e.g. 7B).")
-@click.option("--tokens", type=TOKENS, required=True, help="Training tokens (e.g. 2T, 15t).")
+@click.option("--tokens", type=TOKENS, required=True, help=TOKENS_HELP)
 @gpu_option(required=True)
 @n_gpus_option(default=1)
 @click.option("--mfu", type=MFU, help="Model FLOPs utilization in (0, 1]: 0.4 or 40%.")

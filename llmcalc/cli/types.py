@@ -18,10 +18,6 @@ from ..units import UnitError, parse_count, parse_length
 from ..validate import MIN_UTILIZATION
 
 
-def _name(param: click.Parameter | None) -> str:
-    return param.opts[0] if param is not None and param.opts else "value"
-
-
 class Count(click.ParamType):
     """A count typed the human way: 7B, 1.5T, 15t, 300k, 1m, 2e12 (SI; B = billion). `whole`: an integer
     (GPUs, sequences: 1k = 1,000)."""
