@@ -65,11 +65,16 @@ def test_torch_only_in_profiling():
 
 
 def test_imports_flow_one_way():
-    """analytic never imports report/profiling/cli; report never imports profiling (docs/architecture.md)."""
+    """analytic never imports views/report/profiling/cli; views never report/profiling/cli; report never
+    profiling or cli; render only the vocabulary (docs/architecture.md)."""
     for path in (PACKAGE / "analytic").glob("*.py"):
+        assert not {"report", "profiling", "cli", "views", "render", "fallback"} & _relative_imports(path), path
+    for path in (PACKAGE / "views").glob("*.py"):
         assert not {"report", "profiling", "cli"} & _relative_imports(path), path
     for path in (PACKAGE / "report").glob("*.py"):
         assert not {"profiling", "cli"} & _relative_imports(path), path
+    for path in (PACKAGE / "render").glob("*.py"):
+        assert _relative_imports(path) <= {"", "vocabulary"}, path
 
 
 def _module_name(path: Path, package: Path) -> str:
