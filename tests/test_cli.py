@@ -174,3 +174,17 @@ def test_zero_defaults_to_1_and_sdpa_means_flash_everywhere():
         flash, sdpa = (run(command, "llama-3-8b", *extra, "--format", "json", "--attention", kernel)
                        for kernel in ("flash", "sdpa"))
         assert sdpa.exit_code == 0 and sdpa.stdout == flash.stdout
+
+
+def test_the_vocabulary_names_the_tables():
+    """llmcalc/vocabulary.py (what the CLI offers at start-up) lists the keys of the tables the formulas read."""
+    from llmcalc import vocabulary
+    from llmcalc.analytic import finetune, memory, pipeline
+    from llmcalc.render import tables
+
+    assert vocabulary.RECIPE_NAMES == tuple(memory.RECIPES)
+    assert vocabulary.OPTIMIZER_NAMES == tuple(memory.OPTIMIZERS)
+    assert vocabulary.OPTIMIZER_IMPLS == memory.OPTIMIZER_IMPLS
+    assert vocabulary.SCHEDULES == tuple(pipeline.SCHEDULES)
+    assert vocabulary.FINETUNE_METHODS == finetune.METHODS and vocabulary.BASE_DTYPES == finetune.BASE_DTYPES
+    assert vocabulary.FORMATS == tables.FORMATS
