@@ -1,10 +1,12 @@
 """The options commands share, each defined once: one type, one default and one help text wherever it appears.
 
-Groups (decorators): ``format_option``, ``sequence_options`` (--seq-len, --causal, --recompute),
-``finetune_options`` (handed to the command as one ``FinetuneRequest``), ``parallel_options`` (the layout:
---tp ... --zero, --sequence-parallel), ``step_options`` (what the step-time model needs besides the layout),
-``serving_options`` and ``scenario_options`` (compare, report). Single options a few commands take are
-functions returning the decorator (``gpu_option``, ``attention_option``, ...).
+Groups (decorators): ``sequence_options`` (--seq-len, --causal, --recompute), ``finetune_options`` (handed to
+the command as one ``FinetuneRequest``), ``expert_options`` (--ep, --etp), ``global_batch_options``,
+``step_options`` (train: the layout and what the step-time model needs; the command passes on only what was
+typed), ``serving_options`` (infer, serve) and ``scenario_options`` (compare, report). Single options are
+decorators (``format_option``, ``zero_option``, ``attention_option``, ...) or, where a command words its role,
+functions returning one (``gpu_option``, ``n_gpus_option``, ``recompute_option``). Where an option's default or
+help differs between commands its meaning does (tests/test_cli.py lists those, each with its reason).
 
 And the option-presence checks that need click's context: ``given`` and ``refuse_unused``.
 """
@@ -54,7 +56,6 @@ MFU = Fraction()
 PRICE = Number(maximum=MAX_USD_PER_GPU_HOUR, minimum=1e-6)
 TFLOPS = Number(maximum=MAX_TFLOPS)
 NAME = Name()
-RECOMPUTE = Choice(list(RECOMPUTE_MODES))
 ATTENTION = Choice(["flash", "eager"], aliases={"sdpa": "flash"})
 
 SEQ_HELP = f"Tokens per training sequence (4k = 4,096); the same default, {DEFAULT_SEQ_LEN:,}, in every command."
