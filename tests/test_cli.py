@@ -182,9 +182,9 @@ def test_the_vocabulary_names_the_tables():
     from llmcalc.analytic import finetune, memory, pipeline
     from llmcalc.render import tables
 
-    assert vocabulary.RECIPE_NAMES == tuple(memory.RECIPES)
-    assert vocabulary.OPTIMIZER_NAMES == tuple(memory.OPTIMIZERS)
+    assert tuple(memory.RECIPES) == vocabulary.RECIPE_NAMES
+    assert tuple(memory.OPTIMIZERS) == vocabulary.OPTIMIZER_NAMES
     assert vocabulary.OPTIMIZER_IMPLS == memory.OPTIMIZER_IMPLS
-    assert vocabulary.SCHEDULES == tuple(pipeline.SCHEDULES)
+    assert tuple(pipeline.SCHEDULES) == vocabulary.SCHEDULES
     assert vocabulary.FINETUNE_METHODS == finetune.METHODS and vocabulary.BASE_DTYPES == finetune.BASE_DTYPES
     assert vocabulary.FORMATS == tables.FORMATS
