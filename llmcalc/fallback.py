@@ -1,7 +1,8 @@
 """Models llmcalc has no formula for, counted with transformers' modelling code (torch-free side).
 
 ``load_counted`` returns a ``ModelSpec`` for every model_type with an analytic family, and a
-``FallbackModel`` for any other model_type that the installed transformers can build: its numbers
+``FallbackModel`` for any other model_type that the installed transformers can build (``count_model`` and
+``model_flops`` answer `params` and `flops` for either): its numbers
 come from ``llmcalc.profiling.hf_fallback`` (parameters of the model built on fake tensors, forward
 FLOPs from torch's FlopCounterMode), imported only here and only then, so the analytic path never
 imports torch. Results are cached on disk per (config, seq_len, transformers, torch, hf_fallback
@@ -17,10 +18,16 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from .analytic.params import EMBEDDING_PARTS, group_totals
+from .analytic.params import ParamCount, embedding_of, group_totals, total_of
 from .errors import LlmcalcError
-from .spec import UnknownModelType
+from .spec import ModelSpec, UnknownModelType
+
+if TYPE_CHECKING:
+    from .analytic.finetune import Finetune, FinetuneFlops, LoraConfig
+    from .analytic.flops import StepFlops
+    from .analytic.training import FlopsBasis, TrainRequest
 
 METHOD_ANALYTIC, METHOD_TRANSFORMERS = "analytic", "transformers"
 INSTALL = "pip install 'llmcalc[dev]' (or: pip install transformers torch)"
@@ -50,12 +57,17 @@ class FallbackModel:
 
     @property
     def total(self) -> int:
-        return sum(self.components.values())
+        return total_of(self.components)
 
     @property
     def embedding(self) -> int:
         """Token, position and token-type tables plus an untied LM head, as ParamCount.embedding."""
-        return sum(self.components.get(k, 0) for k in EMBEDDING_PARTS)
+        return embedding_of(self.components)
+
+    @property
+    def non_embedding(self) -> int:
+        """total - embedding (Kaplan et al. 2020), as ParamCount.non_embedding."""
+        return self.total - self.embedding
 
     def groups(self) -> dict[str, int]:
         return group_totals(self.components)
@@ -82,6 +94,23 @@ class FallbackModel:
     def describe(self) -> str:
         return (f"{self.model_type}: counted by transformers {self.counted['transformers_version']} "
                 f"({self.cls}, no weights), not by a formula")
+
+    def train_basis(self, request: TrainRequest) -> FlopsBasis:
+        """`train`'s FLOPs for this model: 3 x the counted forward per token x tokens; N of 6·N·T counted on the
+        same model (unknown for a MoE config that names no top-k and expert count: refused)."""
+        from .analytic.training import FlopsBasis
+
+        refuse_finetune(self, request.finetune.config())
+        step = step_flops(self, 1, request.causal, request.recompute)
+        n = self.active_per_token
+        if n is None:
+            raise LlmcalcError(f"{self.model_type}: the config names no top-k and expert count, so the active "
+                               "parameters per token (N of 6·N·T) are unknown")
+        text = (f"training FLOPs = 3 x forward FLOPs per token counted by torch's FlopCounterMode on transformers' "
+                f"{self.cls} at seq {request.seq_len} ({request._s2()}; no llmcalc formula for {self.model_type}) x "
+                f"tokens; 6·N·T with N = {n:,} {'active ' if n != self.total else ''}params counted on the same model")
+        return FlopsBasis(step["flops_per_token"] * request.tokens, step["hardware_flops_per_token"] * request.tokens,
+                          n, text, method=METHOD_TRANSFORMERS)
 
 
 def need_libraries() -> None:
@@ -113,7 +142,7 @@ def fallback_count(config: dict, seq_len: int | None = None) -> dict:
             return json.loads(path.read_text())
         except (OSError, ValueError):
             pass
-    from .report.document import Progress
+    from .render.progress import Progress
 
     progress = Progress(1, f"building {config.get('model_type')} with transformers")
     try:
@@ -177,3 +206,71 @@ not an encoder's, nor cross-attention, as the analytic --causal), full
             "recompute_flops": recompute_flops, "hardware_flops": 3 * forward + recompute_flops,
             "flops_per_token": 3 * forward / tokens, "forward_flops_per_token": forward / tokens,
             "hardware_flops_per_token": (3 * forward + recompute_flops) / tokens, "groups": groups}
+
+
+# --- `params` and `flops` for either kind of model ------------------------------------------------------------
+
+
+def refuse_finetune(model: FallbackModel, cfg: LoraConfig | None) -> None:
+    """--finetune adapts the linears llmcalc's formula knows; a counted model has none."""
+    if cfg is not None:
+        raise LlmcalcError(f"--finetune needs llmcalc's formula for the layers it adapts; {model.model_type} is "
+                           "counted by transformers' modelling code")
+
+
+def count_model(model: ModelSpec | FallbackModel,
+                cfg: LoraConfig | None = None) -> tuple[ParamCount | FallbackModel, Finetune | None]:
+    """`params`: the exact count (and, with a LoRA set-up, its adapters), or the model transformers counted."""
+    if isinstance(model, FallbackModel):
+        refuse_finetune(model, cfg)
+        return model, None
+    from .analytic.params import count_params
+
+    count = count_params(model)
+    if cfg is None:
+        return count, None
+    from .analytic.finetune import finetune
+
+    return count, finetune(model, cfg)
+
+
+@dataclass(frozen=True)
+class FallbackStep:
+    """One training step of a counted model (`step_flops`' totals), as `flops` prints it."""
+
+    model: FallbackModel
+    batch: int
+    causal: bool
+    recompute: str
+    totals: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class AnalyticStep:
+    """One training step by llmcalc's formula, the parameter count its rules of thumb use, and with a LoRA
+    set-up the fine-tuning step."""
+
+    step: StepFlops
+    count: ParamCount
+    finetune: FinetuneFlops | None = None
+
+
+def model_flops(model: ModelSpec | FallbackModel, batch: int, seq_len: int, causal: bool = False,
+                recompute: str = "none", decoder_seq_len: int | None = None,
+                cfg: LoraConfig | None = None) -> AnalyticStep | FallbackStep:
+    """`flops`: one step of `batch` sequences of `seq_len` tokens (decoder tokens apart for encoder-decoders)."""
+    if isinstance(model, FallbackModel):
+        refuse_finetune(model, cfg)
+        if decoder_seq_len is not None:
+            raise LlmcalcError(f"--decoder-seq-len: {model.model_type} is counted by transformers' modelling code, "
+                               "which runs the decoder on --seq-len tokens")
+        return FallbackStep(model, batch, causal, recompute, step_flops(model, batch, causal, recompute))
+    from .analytic.finetune import FinetuneFlops, finetune
+    from .analytic.flops import step_flops as analytic_step
+    from .analytic.params import count_params
+
+    if decoder_seq_len is not None and model.architecture != "encoder-decoder":
+        raise LlmcalcError(f"--decoder-seq-len is for encoder-decoder models; {model.name} is a {model.architecture}")
+    step = analytic_step(model, batch, seq_len, causal=causal, recompute=recompute, decoder_seq_len=decoder_seq_len)
+    count = count_params(model)
+    return AnalyticStep(step, count, None if cfg is None else FinetuneFlops(finetune(model, cfg), step))

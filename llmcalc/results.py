@@ -83,3 +83,15 @@ class ProfileResult:
             for c in self.comparisons
         ]
         return data
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What `llmcalc calibrate` measured: the achieved matmul FLOP/s, beside the datasheet peak of the device's
+    preset where one is known (`catalog`: {"preset", "peak_flops_per_s"})."""
+
+    device: str  # the device's name, as torch gives it
+    dtype: str
+    size: int  # of the square matrices
+    flops_per_s: float
+    catalog: dict | None = None

@@ -127,3 +127,64 @@ def test_impossible_shapes(tmp_path, changes, message):
 
 def test_bad_option_is_one_line():
     assert "--format" in bad("params", "gpt2", "--format", "xml")
+
+
+# --- one vocabulary (issue 23): an option means the same in every command that takes it ----------------------
+
+# Options whose default or help differ on purpose, with the reason: their meaning differs by command.
+DIFFERENT_ON_PURPOSE = {
+    "--gpu": "what the GPU is for: train/infer/serve need one, plan's cluster, layout's network block, memory's fit",
+    "--n-gpus": "the total (train 1, compare/report 256, layout required, memory default tp x pp), or one serving "
+                "replica (infer, serve)",
+    "--mfu": "given (train, plan) or assumed (compare/report, default 0.4)",
+    "--tokens": "required by train, 2T assumed by compare/report",
+    "--dtype": "which dense peak (train, plan), the run's torch dtype (profile), the matmul's (calibrate)",
+    "--recipe": "memory's precision recipes, or the reference model's torch recipes (profile)",
+    "--recompute": "layout searches the least that fits; the reference model has no selective mode (profile)",
+    "--tp": "the layout's degree, or a sharded profile's (profile)",
+}
+
+
+def _options() -> dict[str, dict[str, tuple]]:
+    """option -> command -> (default, help, type) for every option of every command."""
+    out: dict[str, dict[str, tuple]] = {}
+    for name, command in cli.commands.items():
+        for param in command.params:
+            if param.param_type_name == "option" and not param.hidden:
+                kind = param.type
+                choices = tuple(getattr(kind, "choices", ()) or getattr(kind, "allowed", ()))
+                out.setdefault(param.opts[0], {})[name] = (param.default, param.help, type(kind).__name__, choices)
+    return out
+
+
+def test_one_default_and_one_help_text_per_option():
+    mixed = {opt: by_command for opt, by_command in _options().items()
+             if len(set(by_command.values())) > 1 and opt not in DIFFERENT_ON_PURPOSE}
+    assert not mixed, f"define these once in llmcalc/cli/options.py (or list why they differ): {mixed}"
+    assert all(len(set(_options()[opt].values())) > 1 for opt in DIFFERENT_ON_PURPOSE), "a reason outlived its option"
+
+
+def test_zero_defaults_to_1_and_sdpa_means_flash_everywhere():
+    options = _options()
+    assert set(options["--zero"]) == {"train", "memory", "compare", "report"}
+    assert {default for default, *_ in options["--zero"].values()} == {1}
+    assert set(options["--attention"]) == {"train", "memory", "profile"}
+    train = ("--tokens", "1T", "--gpu", "h100-sxm", "--n-gpus", "64", "--global-batch", "512")
+    for command, extra in (("train", train), ("memory", ())):
+        flash, sdpa = (run(command, "llama-3-8b", *extra, "--format", "json", "--attention", kernel)
+                       for kernel in ("flash", "sdpa"))
+        assert sdpa.exit_code == 0 and sdpa.stdout == flash.stdout
+
+
+def test_the_vocabulary_names_the_tables():
+    """llmcalc/vocabulary.py (what the CLI offers at start-up) lists the keys of the tables the formulas read."""
+    from llmcalc import vocabulary
+    from llmcalc.analytic import finetune, memory, pipeline
+    from llmcalc.render import tables
+
+    assert tuple(memory.RECIPES) == vocabulary.RECIPE_NAMES
+    assert tuple(memory.OPTIMIZERS) == vocabulary.OPTIMIZER_NAMES
+    assert vocabulary.OPTIMIZER_IMPLS == memory.OPTIMIZER_IMPLS
+    assert tuple(pipeline.SCHEDULES) == vocabulary.SCHEDULES
+    assert vocabulary.FINETUNE_METHODS == finetune.METHODS and vocabulary.BASE_DTYPES == finetune.BASE_DTYPES
+    assert vocabulary.FORMATS == tables.FORMATS

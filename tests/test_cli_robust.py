@@ -336,7 +336,8 @@ def test_missing_mfu_names_both_options():
 
 def test_memory_that_does_not_fit_says_what_would():
     """The advice is checked by asking for it: the stage it names fits, the one below does not."""
-    data = json.loads(ok("memory", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", "8", "--format", "json").stdout)
+    data = json.loads(ok("memory", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", "8", "--zero", "0", "--format",
+                         "json").stdout)
     assert data["fits"] is False and data["fit_advice"]["zero"] == 1
     assert json.loads(ok("memory", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", "8", "--zero", "1",
                          "--format", "json").stdout)["fits"] is True

@@ -277,7 +277,7 @@ def test_the_fallback_modules_import_nothing_heavy_until_used():
     import subprocess
     import sys
 
-    code = ("import sys, llmcalc.fallback, llmcalc.report.views_fallback\n"
+    code = ("import sys, llmcalc.fallback, llmcalc.views.params, llmcalc.views.flops\n"
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers'}))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"

@@ -82,3 +82,45 @@ def test_the_checks_see_what_they_look_for(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     assert _long_functions() == {("llmcalc/bad.py", "big", MAX_LINES + 1)}
     assert _positional_calls() == Counter({("llmcalc/bad.py", "big"): 1})
+
+
+# --- thin commands (issue 23): parse, one core call, one view, emit ---------------------------------------
+
+MAX_COMMAND_BODY = 25
+
+
+def _is_command(node: ast.FunctionDef) -> bool:
+    """Decorated with click's `command()` (or a group's `.command()`)."""
+    for dec in node.decorator_list:
+        func = dec.func if isinstance(dec, ast.Call) else dec
+        if isinstance(func, ast.Attribute) and func.attr == "command" or isinstance(func, ast.Name) and \
+                func.id == "command":
+            return True
+    return False
+
+
+def _command_bodies(root: Path) -> dict[str, int]:
+    """`path:function` -> lines of its body (the docstring left out) for every click command under llmcalc/cli/."""
+    found = {}
+    for path in sorted((root / "llmcalc" / "cli").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and _is_command(node):
+                body = node.body[1:] if ast.get_docstring(node) is not None else node.body
+                found[f"{path.relative_to(root).as_posix()}:{node.name}"] = body[-1].end_lineno - body[0].lineno + 1
+    return found
+
+
+def test_command_bodies_are_thin():
+    bodies = _command_bodies(ROOT)
+    assert len(bodies) >= 13, f"expected every command of llmcalc/cli/, found {sorted(bodies)}"
+    long = {name: n for name, n in bodies.items() if n > MAX_COMMAND_BODY}
+    assert not long, (f"command bodies over {MAX_COMMAND_BODY} lines: move the checks and the computing into the "
+                      f"core call (an analytic entry point) and the wording into the view: {long}")
+
+
+def test_the_command_check_sees_commands(tmp_path):
+    (tmp_path / "llmcalc" / "cli").mkdir(parents=True)
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_COMMAND_BODY + 1))
+    (tmp_path / "llmcalc" / "cli" / "c.py").write_text(
+        f"import click\n\n\n@click.command()\ndef big():\n    \"\"\"Doc.\"\"\"\n{body}\n\n\ndef helper():\n{body}\n")
+    assert _command_bodies(tmp_path) == {"llmcalc/cli/c.py:big": MAX_COMMAND_BODY + 1}

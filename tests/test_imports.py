@@ -67,11 +67,17 @@ def test_torch_only_in_profiling():
 
 
 def test_imports_flow_one_way():
-    """analytic never imports report/profiling/cli; report never imports profiling (docs/architecture.md)."""
+    """analytic never imports views/report/profiling/cli; views never report/profiling/cli; report never
+    profiling or cli; render only the vocabulary (docs/architecture.md)."""
     for path in (PACKAGE / "analytic").glob("*.py"):
+        assert not {"report", "profiling", "cli", "views", "render", "fallback"} & _relative_imports(path), path
+    for path in (PACKAGE / "views").glob("*.py"):
         assert not {"report", "profiling", "cli"} & _relative_imports(path), path
     for path in (PACKAGE / "report").glob("*.py"):
         assert not {"profiling", "cli"} & _relative_imports(path), path
+    for path in (PACKAGE / "render").glob("*.py"):
+        assert _relative_imports(path) <= {"", "vocabulary"}, path
+
 
 
 # --- no import cycle inside llmcalc ---------------------------------------------------------------------
@@ -117,7 +123,7 @@ def import_graph(root: Path, package: str = "llmcalc") -> dict[str, set[str]]:
                 base = base.rpartition(".")[0]
             module = (f"{base}.{node.module}" if node.module else base) if node.level else (node.module or "")
             targets |= {module} | {f"{module}.{a.name}" for a in node.names}
-        graph[name] = {t for t in targets if t in paths and t != name}
+        graph[name] = {t for t in targets if t in paths and t != name and not name.startswith(t + ".")}
     return graph
 
 
@@ -172,7 +178,7 @@ def test_the_cycle_check_sees_cycles(tmp_path):
                                       "    from ..a import x\n")
     (pkg / "d.py").write_text("from .sub import c\n")
     graph = import_graph(tmp_path)
-    assert graph["llmcalc.sub.c"] == {"llmcalc", "llmcalc.d"}
+    assert graph["llmcalc.sub.c"] == {"llmcalc.d"}  # its parent packages run first: not an edge
     assert sorted(import_cycles(graph)) == [["llmcalc.a", "llmcalc.b"], ["llmcalc.d", "llmcalc.sub.c"]]
 
 
@@ -181,3 +187,21 @@ def test_every_module_imports(module):
     if module.startswith("llmcalc.profiling"):
         pytest.importorskip("torch")
     importlib.import_module(module)
+
+
+def test_cli_starts_with_click_and_the_tiny_modules_only():
+    """llmcalc/cli/ imports at module level click, itself and the tiny modules; everything else inside the
+    commands (`python -X importtime -m llmcalc params llama-3-8b` stays short)."""
+    tiny = {"units", "validate", "dtypes", "errors", "vocabulary"}
+    for path in sorted((PACKAGE / "cli").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and node.level:
+                top = (node.module or "").split(".")[0]
+                if node.level == 1:
+                    continue  # llmcalc.cli's own modules
+                assert top in tiny, f"{path.name} imports ..{node.module} at start-up"
+            elif isinstance(node, ast.ImportFrom | ast.Import):
+                names = [node.module] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                outside = {n.split(".")[0] for n in names if n} - set(sys.stdlib_module_names) - {"click"}
+                assert not outside, f"{path.name} imports {outside} at start-up"

@@ -125,3 +125,16 @@ def test_committed_example_report_is_current(tmp_path):
     for name in names:
         if name.endswith((".md", ".csv")):
             assert same_run((fresh / name).read_text()) == same_run((example / name).read_text()), name
+
+
+def test_docs_architecture_names_the_tree():
+    """docs/architecture.md is written from the code: every llmcalc/ path it names exists, and every module of
+    llmcalc/ is named in it (as `name`, name.py or a path)."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    paths = set(re.findall(r"`(llmcalc/[\w/]+(?:\.py)?)", text))
+    assert len(paths) > 40
+    missing = sorted(p for p in paths if not (ROOT / p).exists())
+    assert not missing, f"docs/architecture.md names what is not in the tree: {missing}"
+    unnamed = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "llmcalc").rglob("*.py") if p.stem != "__init__"
+                     and f"`{p.stem}`" not in text and f"{p.stem}.py" not in text)
+    assert not unnamed, f"modules docs/architecture.md does not name: {unnamed}"

@@ -14,8 +14,8 @@ from click.testing import CliRunner  # noqa: E402
 from matplotlib.image import imread  # noqa: E402
 
 from llmcalc.cli import cli  # noqa: E402
+from llmcalc.render.progress import Progress  # noqa: E402
 from llmcalc.report import plots  # noqa: E402
-from llmcalc.report.document import Progress  # noqa: E402
 
 SCENARIO = ["--tokens", "15T", "--gpu", "h100-sxm", "--n-gpus", "1024", "--mfu", "0.4", "--seq-len", "4096"]
 
@@ -82,8 +82,7 @@ def test_report_for_one_model(tmp_path):
     values = {r["key"]: r["value"] for r in read_csv(tables / "train-llama-3-8b.csv")}
     for key in ("total_flops", "gpu_hours", "wall_clock_days", "cost_usd"):
         assert float(values[key]) == pytest.approx(train[key], rel=1e-12)
-    memory = cli_json("memory", "llama-3-8b", "--seq-len", "4096", "--n-gpus", "1024", "--zero", "3",
-                      "--gpu", "h100-sxm")
+    memory = cli_json("memory", "llama-3-8b", "--seq-len", "4096", "--n-gpus", "1024", "--gpu", "h100-sxm")
     rows = {r["name"]: float(r["bytes"]) for r in read_csv(tables / "memory-llama-3-8b.csv")
             if r["kind"] == "component"}
     assert rows == pytest.approx({k: v for k, v in memory["components"].items() if v})
@@ -106,7 +105,7 @@ def test_report_for_two_models(tmp_path):
     assert [float(r["tokens_per_second"]) for r in rows] == pytest.approx(
         [r["tokens_per_second"] for r in serve["throughput"]])
     records = read_csv(out / "tables" / "compare.csv")
-    compare = cli_json("compare", "llama-3-8b", "mistral-7b", *SCENARIO, "--zero", "3")
+    compare = cli_json("compare", "llama-3-8b", "mistral-7b", *SCENARIO)
     assert [r["model"] for r in records] == [m["model"] for m in compare["models"]]
     for row, record in zip(records, compare["models"], strict=True):
         assert float(row["gpu_hours"]) == pytest.approx(record["gpu_hours"])
@@ -149,8 +148,7 @@ def test_report_with_finetuning_and_fp8(tmp_path):
     # FP8: every recipe's column is `memory --recipe R` on the plan's layout; MFU against both H100 peaks
     fp8 = {r["name"]: r for r in read_csv(out / "tables" / "fp8-llama-3-8b.csv")}["peak per GPU"]
     for recipe in ("bf16-mixed", "fp8", "fp8-current", "fp8-torchao"):
-        memory = cli_json("memory", "llama-3-8b", "--recipe", recipe, "--seq-len", "4096", "--n-gpus", "1024",
-                          "--zero", "3")
+        memory = cli_json("memory", "llama-3-8b", "--recipe", recipe, "--seq-len", "4096", "--n-gpus", "1024")
         assert float(fp8[recipe]) == pytest.approx(memory["per_gpu_bytes"])
     assert re.search(r"MFU vs dense bf16 peak \(989\.4 TFLOP/s\) +\| 40\.0 %", md)
     assert re.search(r"MFU vs dense fp8 peak \(1,979 TFLOP/s\) +\| 20\.0 %", md)  # 0.4 x 989.4 / 1,978.9
@@ -354,7 +352,7 @@ STAGES = {  # where the signal arrives: (object.attribute, the call on which to 
     "moving the old report aside": ("pathlib.Path.rename", 1),
     "removing the old copy": ("llmcalc.report.document.shutil.rmtree", 1),
     "after the swap": ("llmcalc.report.document.write_report", -1),
-    "printing the result": ("llmcalc.cli.emit", 1),  # success decided: the signal is ignored, exit 0
+    "printing the result": ("llmcalc.cli.compare.emit", 1),  # success decided: the signal is ignored, exit 0
 }
 
 
@@ -507,7 +505,7 @@ def test_report_opens_with_provenance_and_the_plan(tmp_path):
     assert "- llama-3.1-405b: https://huggingface.co/" in head and "- h100-sxm: NVIDIA H100" in head
     # the plan, by hand: micro-batch 1 x 8 data-parallel ranks = 8 sequences of 4,096 tokens = 32,768 tokens
     # per step; 2e12 / 32,768 = 61,035,156.25 -> 61,035,157 steps
-    assert "| layout DP x TP x PP     | 8 x 1 x 1; ZeRO-3" in body
+    assert "| layout DP x TP x PP     | 8 x 1 x 1; ZeRO-1" in body
     assert "| global batch            | 8 sequences = 32.8 k tokens (32,768)" in body
     assert "| optimizer steps         | 61,035,157 " in body
     assert "| price                   | $3.99 per GPU-hour (h100-sxm preset" in body
@@ -528,7 +526,7 @@ def test_report_opens_with_provenance_and_the_plan(tmp_path):
 
 def test_memory_sweep_goes_to_the_first_micro_batch_that_does_not_fit(tmp_path):
     out = make_report(tmp_path, "llama-3-8b", "t5-base")
-    largest = cli_json("memory", "llama-3-8b", "--seq-len", "4096", "--n-gpus", "1024", "--zero", "3",
+    largest = cli_json("memory", "llama-3-8b", "--seq-len", "4096", "--n-gpus", "1024",
                        "--gpu", "h100-sxm")["largest_micro_batch"]
     rows = [r for r in read_csv(out / "tables" / "memory_vs_batch.csv") if r["component"] == "peak"]
     assert [int(r["micro_batch"]) for r in rows] == list(range(1, largest + 2))

@@ -506,7 +506,7 @@ def test_report_section_has_stacked_bars_and_the_layout_table():
 
     from llmcalc.analytic.summary import Scenario
     from llmcalc.report.document import Report
-    from llmcalc.report.steptime_figures import steptime_section
+    from llmcalc.report.sections import steptime_section
 
     report = Report("t")
     steptime_section(report, [load_model("llama-3-8b")],

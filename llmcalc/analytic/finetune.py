@@ -271,6 +271,11 @@ class Finetune:
         return self.total_params
 
     @property
+    def trainable_share(self) -> float:
+        """trainable / (trainable + frozen): the share peft's print_trainable_parameters reports."""
+        return self.trainable / (self.trainable + self.frozen)
+
+    @property
     def adapter_active_per_token(self) -> float:
         """Adapter parameters one token's forward pass uses (MoE: its top-k experts' adapters)."""
         r = self.config.rank
@@ -408,6 +413,23 @@ class FinetuneMemory(PhasedPeak):
     unsaved: tuple[str, ...] = ()  # saved-tensor names of the base model that no trained weight needs here
     working_set: float = 0.0  # full recompute: the largest block's tensors as rebuilt under LoRA
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def optimizer_bytes_per_adapter_param(self) -> float:
+        """The optimizer's states of one fp32 adapter parameter (Optimizer.bytes_per_param in fp32 states)."""
+        return self.optimizer.bytes_per_param(_FP32_STATES)
+
+    @property
+    def bytes_per_adapter_param(self) -> dict[str, float]:
+        """fp32 adapter weight + its fp32 gradient + its optimizer states (peft autocast_adapter_dtype=True)."""
+        opt = self.optimizer_bytes_per_adapter_param
+        return {"adapters": ADAPTER_BYTES, "gradients": ADAPTER_BYTES, "optimizer_states": opt,
+                "total": 2 * ADAPTER_BYTES + opt}
+
+    @property
+    def weight_bytes_per_frozen_param(self) -> float:
+        """The stored base (its dtype, quantisation scales included) / frozen parameters."""
+        return self.components()["weights"] / self.ft.frozen
 
     @property
     def saved(self) -> dict[str, float]:

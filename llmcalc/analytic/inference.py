@@ -381,6 +381,18 @@ class InferenceEstimate:
         return self.layout.per_gpu
 
     @property
+    def state_bytes_per_sequence(self) -> float:
+        """Recurrent state of one sequence per GPU (conv + SSM state of the Mamba/DeltaNet/conv layers), constant
+        in context length (``state_bytes_per_sequence``)."""
+        return state_bytes_per_sequence(self.spec, self.n_gpus)
+
+    @property
+    def warnings(self) -> list[str]:
+        """A prompt and generation past the model's trained positions (the figures are computed anyway)."""
+        line = context_warning(self.spec, self.prompt + self.generate)
+        return [line] if line else []
+
+    @property
     def kv_per_token(self) -> float:
         return kv_cache_bytes_per_token(self.spec, self.kv_dtype)
 
@@ -467,3 +479,14 @@ class InferenceEstimate:
 def check_inference(batch: int, prompt: int, generate: int) -> None:
     for name, value in (("batch size", batch), ("prompt", prompt), ("generate", generate)):
         positive_int(name, value)
+
+
+def plan_inference(spec: ModelSpec, accelerator: Accelerator, batch: int, prompt: int, generate: int,
+                   weight_dtype: str = "bf16", kv_dtype: str | None = None, compute_dtype: str | None = None,
+                   n_gpus: int = 1) -> InferenceEstimate:
+    """`llmcalc infer`: the roofline of `batch` sequences of `prompt` tokens generating `generate` more on
+    `n_gpus` (tensor parallel), with the dtypes checked against the device (``resolve_dtypes``)."""
+    check_inference(batch, prompt, generate)
+    weight, kv, compute = resolve_dtypes(accelerator, weight_dtype, kv_dtype, compute_dtype)
+    return InferenceEstimate(spec, accelerator, batch, prompt, generate=generate, weight_dtype=weight, kv_dtype=kv,
+                             compute_dtype=compute, n_gpus=n_gpus)

@@ -21,13 +21,9 @@ from typing import Protocol
 from ..errors import LlmcalcError
 from ..spec import ModelSpec
 from ..validate import DEFAULT_SEQ_LEN, MAX_GPUS, positive_int
+from ..vocabulary import OPTIMIZER_IMPLS  # the names and their scratch rule (re-exported)
 from .activations import ActivationEstimate, activation_memory
 from .params import count_params, largest_tensor
-
-# How an optimizer step allocates scratch memory (AdamW's sqrt(v) denominator; for mixed precision
-# also the fp32 copy of a half-precision gradient): fused kernels none; torch's foreach path one
-# state-sized copy of every parameter at once; its for-loop path two for the largest tensor at a time.
-OPTIMIZER_IMPLS = ("fused", "foreach", "for-loop")
 
 
 class StateBytes(Protocol):
@@ -298,6 +294,19 @@ class MemoryEstimate(PhasedPeak):
         expert_shard = self.parallel.expert_dp if self.parallel.zero >= stage_needed else 1
         return (self.params_on_gpu / self._shard(stage_needed)
                 + self.expert_params_on_gpu / expert_shard) * bytes_per_param
+
+    @property
+    def bytes_per_param(self) -> dict[str, float]:
+        """Bytes each parameter's states take under the recipe and optimizer, before sharding: weights, gradients,
+        master weights, optimizer states (mixed-precision Adam: 2 + 2 + 4 + 8 = 16, ZeRO paper sec. 3.1)."""
+        rec = self.recipe
+        return {"weights": rec.weight_bytes, "gradients": rec.grad_bytes, "master_weights": rec.master_bytes,
+                "optimizer_states": self.optimizer.bytes_per_param(rec)}
+
+    @property
+    def state_bytes_per_param(self) -> float:
+        """weights + gradients + master weights + optimizer states, bytes per parameter (``bytes_per_param``)."""
+        return sum(self.bytes_per_param.values())
 
     @property
     def weights(self) -> float:

@@ -203,12 +203,12 @@ class ParamCount:
 
     @property
     def total(self) -> int:
-        return sum(self.components.values())
+        return total_of(self.components)
 
     @property
     def embedding(self) -> int:
         """Token, position and token-type tables plus an untied LM head (Kaplan et al. 2020 sec. 2.1)."""
-        return sum(self.components.get(k, 0) for k in EMBEDDING_PARTS)
+        return embedding_of(self.components)
 
     @property
     def non_embedding(self) -> int:
@@ -230,6 +230,17 @@ class ParamCount:
     def groups(self) -> dict[str, int]:
         """Totals per group ('attention', 'mlp', 'decoder.cross_attention', ...), in model order."""
         return group_totals(self.components)
+
+
+def total_of(components: dict[str, int]) -> int:
+    """All parameters of a breakdown ("group/part" -> count): ParamCount's and a counted model's total."""
+    return sum(components.values())
+
+
+def embedding_of(components: dict[str, int]) -> int:
+    """The lookup tables (token, position, token-type) and an untied LM head of a breakdown (Kaplan et al. 2020
+    sec. 2.1): what non_embedding leaves out, for ParamCount and a counted model alike."""
+    return sum(components.get(k, 0) for k in EMBEDDING_PARTS)
 
 
 def group_totals(components: dict[str, int]) -> dict[str, int]:

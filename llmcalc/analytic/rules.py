@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..spec import ModelSpec
-from .flops import StepFlops, forward_ops, is_attention_core
+from .flops import StepFlops, forward_ops, is_attention_core, step_flops
 from .params import ParamCount
 from .ssm import SSM_MIXERS
 
@@ -25,8 +25,11 @@ class Rule:
     source: str
 
 
-def six_n(count: ParamCount) -> float:
-    return 6 * count.active_per_token
+def six_n(count: ParamCount | float) -> float:
+    """Training FLOPs per token ≈ 6·N: forward 2N + backward 4N (Kaplan et al. 2020; Hoffmann et al. 2022's
+    C ≈ 6·N·D). N: a parameter count, or a ParamCount's active parameters per token (MoE: the active ones)."""
+    n = count if isinstance(count, (int, float)) else count.active_per_token
+    return 6 * n
 
 
 def palm(count: ParamCount, seq_len: int) -> float:
@@ -96,6 +99,38 @@ def rules_of_thumb(count: ParamCount, seq_len: int) -> list[Rule]:
         rules.append(Rule("Megatron-LM num_floating_point_operations", mega, "training", "causal",
                           "Megatron-LM training.py (NeMo uses the same): GQA, gated MLP and MoE aware, causal S²"))
     return rules
+
+
+@dataclass(frozen=True)
+class RuleCheck:
+    """A rule of thumb held to the exact per-token count in the rule's own S² convention (a rule without an S²
+    term, to the step's)."""
+
+    rule: Rule
+    exact_per_token: float  # forward for a forward rule, else model FLOPs (forward + backward)
+    convention: str  # "full S²", "causal", or the step's convention + " (exact)"
+
+    @property
+    def rel_error(self) -> float:
+        """rule / exact - 1."""
+        return self.rule.per_token / self.exact_per_token - 1
+
+
+def check_rules(step: StepFlops, rules: list[Rule]) -> list[RuleCheck]:
+    """Each rule beside the exact count of `step` (recounted in the other S² convention where the rule has it)."""
+    exact_for = {}
+    for causal in (False, True):
+        other = step if causal == step.causal else step_flops(step.spec, step.batch, step.seq_len, causal=causal,
+                                                               recompute=step.recompute,
+                                                               decoder_seq_len=step.decoder_seq_len)
+        exact_for[causal] = (other.forward_per_token, other.model_flops_per_token)
+    checks = []
+    for rule in rules:
+        causal = step.causal if rule.convention == "none" else rule.convention == "causal"
+        convention = ("full S²" if rule.convention == "full" else "causal" if rule.convention == "causal"
+                      else ("causal" if step.causal else "full S²") + " (exact)")
+        checks.append(RuleCheck(rule, exact_for[causal][0 if rule.kind == "forward" else 1], convention))
+    return checks
 
 
 @dataclass(frozen=True)

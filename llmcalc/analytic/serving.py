@@ -32,9 +32,13 @@ from ..spec import ModelSpec
 from ..units import GIB
 from .inference import (
     InferenceEstimate,
+    check_tp,
+    context_warning,
+    default_compute_dtype,
     kv_cache_bytes_per_token,
     kv_cache_bytes_per_token_per_gpu,
     kv_heads_per_gpu,
+    resolve_dtypes,
     state_bytes_per_sequence,
 )
 
@@ -83,6 +87,12 @@ class ServeEstimate:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise LlmcalcError(f"{name.replace('_', '-')} must be a whole number >= 1, got {value!r}")
+
+    @property
+    def warnings(self) -> list[str]:
+        """A max length past the model's trained positions (the figures are computed anyway)."""
+        line = context_warning(self.spec, self.max_model_len)
+        return [line] if line else []
 
     def roofline(self, concurrency: int, prompt: int, generate: int = 2) -> InferenceEstimate:
         return InferenceEstimate(self.spec, self.accelerator, concurrency, prompt, generate=generate,
@@ -195,3 +205,37 @@ class ServeEstimate:
     def longest_fitting_len(self) -> int:
         """vLLM's estimate_max_model_len: the longest request one sequence's blocks can hold."""
         return self.kv_blocks * self.block_size
+
+
+def plan_serving(spec: ModelSpec, accelerator: Accelerator, tp: int = 1, max_model_len: int | None = None,
+                 gpu_memory_utilization: float = 0.9, weight_dtype: str = "bf16", kv_dtype: str | None = None,
+                 compute_dtype: str | None = None, block_size: int = 16) -> ServeEstimate:
+    """`llmcalc serve`: a decoder on `tp` GPUs (vLLM's TP rule), dtypes checked against the device, requests of
+    `max_model_len` tokens (default: the model's max_position_embeddings)."""
+    if spec.architecture != "decoder":
+        raise LlmcalcError(f"serve covers decoder-only models; {spec.name} is {spec.architecture}")
+    check_tp(spec, tp)
+    weight, kv, compute = resolve_dtypes(accelerator, weight_dtype, kv_dtype, compute_dtype)
+    if max_model_len is None:
+        if spec.max_seq_len is None:
+            raise LlmcalcError(f"{spec.name}'s config gives no max_position_embeddings; pass --max-model-len")
+        max_model_len = spec.max_seq_len
+    return ServeEstimate(spec, accelerator, tp, max_model_len, gpu_memory_utilization=gpu_memory_utilization,
+                         weight_dtype=weight, kv_dtype=kv, compute_dtype=compute, block_size=block_size)
+
+
+def smallest_serving_group(spec: ModelSpec, gpu: Accelerator, max_model_len: int,
+                           kv_dtype: str) -> ServeEstimate | None:
+    """The fewest tensor-parallel GPUs (1, 2, 4, 8, 16) of `gpu` that hold one `max_model_len` request, bf16
+    weights and vLLM's defaults (the report's serving section)."""
+    for tp in (1, 2, 4, 8, 16):
+        try:
+            check_tp(spec, tp)
+            weight, kv, compute = resolve_dtypes(gpu, "bf16", kv_dtype, default_compute_dtype("bf16", gpu))
+        except LlmcalcError:
+            continue
+        est = ServeEstimate(spec, gpu, tp, max_model_len, gpu_memory_utilization=0.9, weight_dtype=weight,
+                            kv_dtype=kv, compute_dtype=compute)
+        if est.max_concurrent_sequences >= 1:
+            return est
+    return None

@@ -48,6 +48,7 @@ from ..errors import LlmcalcError
 from ..hardware import Accelerator
 from ..spec import ModelSpec
 from ..units import GIB
+from ..validate import DEFAULT_ZERO
 from . import comm
 from .activations import ATTENTION_IMPLS
 from .flops import _attention, _ffn, _moe, step_flops
@@ -204,7 +205,7 @@ def check_modelled(spec: ModelSpec) -> None:
 
 
 def make_layout(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, tp: int = 1, cp: int = 1, pp: int = 1,
-                vpp: int = 1, ep: int = 1, micro_batch: int = 1, schedule: str | None = None, zero: int = 1,
+                vpp: int = 1, ep: int = 1, micro_batch: int = 1, schedule: str | None = None, zero: int = DEFAULT_ZERO,
                 sequence_parallel: bool = True, dp_overlap: bool = True, tp_overlap: bool = False,
                 etp: int | None = None) -> Layout:
     """A checked layout: dp = n_gpus / (tp·cp·pp); every contradiction is one clear LlmcalcError."""
@@ -702,8 +703,24 @@ def mfu_from_throughput(model_flops_per_token: float, hardware_flops_per_token: 
 
 
 
-LAYOUT_DEFAULTS = {"micro_batch": 1, "tp": 1, "cp": 1, "pp": 1, "vpp": 1, "ep": 1, "schedule": None, "zero": 1,
-                   "sequence_parallel": True, "dp_overlap": True, "tp_overlap": False}
+def global_batch_sequences(global_batch: int | None, global_batch_tokens: float | None, seq_len: int,
+                           required: bool = False) -> int | None:
+    """Sequences per optimizer step, from --global-batch or --global-batch-tokens (a whole multiple of
+    --seq-len); `required` (layout): exactly one of them, else (train) at most one."""
+    if required and (global_batch is None) == (global_batch_tokens is None):
+        raise LlmcalcError("give --global-batch (sequences) or --global-batch-tokens, one of them")
+    if global_batch is not None and global_batch_tokens is not None:
+        raise LlmcalcError("give --global-batch (sequences) or --global-batch-tokens, not both")
+    if global_batch_tokens is None:
+        return global_batch
+    if global_batch_tokens <= 0 or global_batch_tokens % seq_len:
+        raise LlmcalcError(f"--global-batch-tokens {global_batch_tokens:g} is not a positive multiple of "
+                           f"--seq-len {seq_len}")
+    return int(global_batch_tokens // seq_len)
+
+
+LAYOUT_DEFAULTS = {"micro_batch": 1, "tp": 1, "cp": 1, "pp": 1, "vpp": 1, "ep": 1, "schedule": None,
+                   "zero": DEFAULT_ZERO, "sequence_parallel": True, "dp_overlap": True, "tp_overlap": False}
 
 
 def train_steptime(spec: ModelSpec | None, gpu: str, n_gpus: int, mfu: float | None, achieved_tflops: float | None,
@@ -716,14 +733,8 @@ def train_steptime(spec: ModelSpec | None, gpu: str, n_gpus: int, mfu: float | N
     """
     tps = options.pop("tokens_per_second", None)
     attention = options.pop("attention", None)
-    gb, gb_tokens = options.pop("global_batch", None), options.pop("global_batch_tokens", None)
+    gb = global_batch_sequences(options.pop("global_batch", None), options.pop("global_batch_tokens", None), seq_len)
     given = {k: v for k, v in options.items() if v is not None}
-    if gb is not None and gb_tokens is not None:
-        raise LlmcalcError("give --global-batch (sequences) or --global-batch-tokens, not both")
-    if gb_tokens is not None:
-        if gb_tokens <= 0 or gb_tokens % seq_len:
-            raise LlmcalcError(f"--global-batch-tokens {gb_tokens:g} is not a positive multiple of --seq-len {seq_len}")
-        gb = int(gb_tokens // seq_len)
     if sum(x is not None for x in (mfu, achieved_tflops, tps)) > 1:
         raise LlmcalcError("give exactly one of an MFU (--mfu), --achieved-tflops or --tokens-per-second")
     measured = None
@@ -860,3 +871,34 @@ def _why_they_lose(ranked: list, oom: list, capacity: float) -> list:
                     f"with recompute {rc}"
                     f" ({len(oom)} such layouts)", None, _describe(lay)))
     return out
+
+
+@dataclass(frozen=True)
+class LayoutSearch:
+    """What `layout` prints: the layouts that fit, ranked by predicted throughput, and the rest with why."""
+
+    spec: ModelSpec
+    gpu: str
+    n_gpus: int
+    seq_len: int
+    global_batch: int
+    ranked: list  # [(StepPrediction, peak bytes per GPU)], fastest first
+    losers: list  # [(reason, StepPrediction or None, layout text)]
+    counts: dict  # searched, fit, oom, invalid
+
+
+def rank_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_batch: int | None = None,
+                 global_batch_tokens: float | None = None, causal: bool = False, recompute: str | None = None,
+                 tp_overlap: bool = False, progress=None) -> LayoutSearch:
+    """`llmcalc layout`: search_layouts for the global batch given in sequences or tokens; no layout that fits
+    is an error naming what to change."""
+    batch = global_batch_sequences(global_batch, global_batch_tokens, seq_len, required=True)
+    assert batch is not None  # required: exactly one of the two was given
+    ranked, losers, counts = search_layouts(spec, gpu, n_gpus, seq_len, global_batch=batch, causal=causal,
+                                            recompute=recompute, tp_overlap=tp_overlap, progress=progress)
+    if not ranked:
+        raise LlmcalcError(f"no layout of {spec.name} fits on {n_gpus:,} x {gpu} at seq {seq_len} with global batch "
+                           f"{batch} ({counts['oom']} do not fit in memory, {counts['invalid']} contradict the "
+                           f"model): use more GPUs or a larger --global-batch")
+    return LayoutSearch(spec=spec, gpu=gpu, n_gpus=n_gpus, seq_len=seq_len, global_batch=batch, ranked=ranked,
+                        losers=losers, counts=counts)

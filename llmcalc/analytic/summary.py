@@ -12,7 +12,7 @@ from ..errors import LlmcalcError
 from ..hardware import Accelerator
 from ..spec import ModelSpec
 from ..units import fmt_count, fmt_tokens
-from ..validate import DEFAULT_SEQ_LEN
+from ..validate import DEFAULT_SEQ_LEN, DEFAULT_ZERO
 from .flops import flop_group, step_flops
 from .inference import kv_cache_bytes_per_token
 from .memory import Parallel, training_memory
@@ -33,7 +33,7 @@ class Scenario:
     dtype: str = "bf16"
     recipe: str = "bf16-mixed"
     optimizer: str = "adamw"
-    zero: int = 3
+    zero: int = DEFAULT_ZERO
     tp: int = 1
     micro_batch: int = 1
     recompute: str = "none"
@@ -131,3 +131,22 @@ def model_record(spec: ModelSpec, scenario: Scenario) -> dict:
             mem = scenario_memory(spec, scenario)
             record.update(memory_per_gpu_bytes=mem.peak, fits=mem.peak <= scenario.gpu.memory_bytes)
     return record
+
+
+def sort_records(records: list[dict], key: str | None, reverse: bool = False) -> list[dict]:
+    """Records ordered by one of COLUMNS (those without the figure last); None keeps the given order."""
+    if key is None:
+        return records
+    if key not in COLUMNS:
+        raise LlmcalcError(f"cannot sort by {key!r}; columns: {', '.join(COLUMNS)}")
+    present = [r for r in records if r.get(key) is not None]
+    missing = [r for r in records if r.get(key) is None]
+    return sorted(present, key=lambda r: r[key], reverse=reverse) + missing
+
+
+def compare_models(specs: list[ModelSpec], scenario: Scenario, sort_key: str | None = None,
+                   reverse: bool = False) -> list[dict]:
+    """`llmcalc compare`: one record per model under `scenario`, sorted by `sort_key` (an unknown column is
+    refused before any work)."""
+    sort_records([], sort_key)
+    return sort_records([model_record(spec, scenario) for spec in specs], sort_key, reverse)

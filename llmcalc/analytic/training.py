@@ -11,11 +11,19 @@ Energy is device power only (TDP x device-hours), no cooling or host overhead (P
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import LlmcalcError
 from ..hardware import Accelerator
-from ..validate import fraction, positive_int, positive_number
+from ..spec import ModelSpec
+from ..units import fmt_tokens
+from ..validate import DEFAULT_SEQ_LEN, MIN_UTILIZATION, fraction, positive_int, positive_number
+from .finetune_request import FinetuneRequest
+
+if TYPE_CHECKING:
+    from .steptime import StepPrediction
 
 SECONDS_PER_HOUR = 3600.0
 SECONDS_PER_DAY = 86400.0
@@ -105,6 +113,26 @@ class TrainingEstimate:
     def model_flops_per_s_per_gpu(self) -> float:
         return self.model_flops / self.gpu_seconds
 
+    @property
+    def hardware_flops_per_s_per_gpu(self) -> float:
+        """Hardware FLOP/s per GPU (recomputation counted as work) = HFU x the dense peak."""
+        return self.hfu * self.peak
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Cluster-wide throughput: tokens / wall-clock seconds."""
+        return self.tokens / self.wall_seconds
+
+    def step_seconds(self, global_batch: int, seq_len: int) -> float:
+        """One optimizer step of `global_batch` sequences of `seq_len` tokens at this run's throughput:
+        global batch x seq / tokens per second."""
+        return global_batch * seq_len / self.tokens_per_second
+
+    def mfu_against(self, dtype: str) -> float:
+        """The run's model FLOP/s per GPU as a share of the accelerator's dense `dtype` peak (an FP8 run against
+        its bf16 and its fp8 peak: torchtitan#560 asks which)."""
+        return self.model_flops_per_s_per_gpu / self.accelerator.peak(dtype)
+
 
 check_positive = positive_number  # the shared validator (llmcalc.validate)
 
@@ -125,7 +153,10 @@ class ComputeOptimal:
 
     @property
     def compute(self) -> float:
-        return 6 * self.params * self.tokens
+        """C = 6·N·D (Kaplan et al. 2020; rules.six_n)."""
+        from .rules import six_n
+
+        return six_n(self.params) * self.tokens
 
 
 def tokens_per_param_rule(compute: float, ratio: float = 20.0) -> ComputeOptimal:
@@ -164,3 +195,241 @@ def cluster_compute(accelerator: Accelerator, n_gpus: int, seconds: float, mfu: 
     check_positive("days", seconds)
     positive_int("n_gpus", n_gpus)
     return n_gpus * accelerator.peak(dtype) * mfu * seconds
+
+
+# --- `llmcalc plan`: a budget given in FLOPs or as a cluster ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ComputeBudget:
+    """What `plan` is asked: a budget in FLOPs, or a cluster (GPU, how many, how long, at which MFU)."""
+
+    compute: float | None = None
+    gpu: str | None = None
+    n_gpus: int | None = None
+    days: float | None = None
+    mfu: float | None = None
+    dtype: str = "bf16"
+
+    def __post_init__(self) -> None:
+        cluster = (self.gpu, self.n_gpus, self.days, self.mfu)
+        if self.compute is not None and any(v is not None for v in cluster):
+            raise LlmcalcError("give --compute, or --gpu/--n-gpus/--days/--mfu, not both")
+        if self.compute is None:
+            missing = [n for n, v in zip(("--gpu", "--n-gpus", "--days", "--mfu"), cluster, strict=True) if v is None]
+            if missing:
+                raise LlmcalcError(f"give --compute FLOPS, or a cluster: missing {', '.join(missing)}")
+
+
+@dataclass(frozen=True)
+class BudgetPlan:
+    """`plan`'s answer: the budget, the compute-optimal sizes for it, and what it was computed from."""
+
+    compute: float
+    plans: list[ComputeOptimal]
+    inputs: dict[str, Any]
+
+
+def plan_budget(budget: ComputeBudget, accelerator: Accelerator | None = None) -> BudgetPlan:
+    """`llmcalc plan`: the compute-optimal model size and tokens for the FLOPs given, or for those the cluster
+    delivers (`accelerator`: the loaded --gpu preset)."""
+    if budget.compute is not None:
+        return BudgetPlan(budget.compute, compute_optimal(budget.compute), {"basis": "budget given with --compute"})
+    assert accelerator is not None and budget.n_gpus is not None and budget.days is not None \
+        and budget.mfu is not None  # ComputeBudget: a whole cluster
+    n_gpus, days, mfu, dtype = budget.n_gpus, budget.days, budget.mfu, budget.dtype
+    compute = cluster_compute(accelerator, n_gpus, days * SECONDS_PER_DAY, mfu, dtype)
+    basis = (f"budget = {n_gpus:,} x {accelerator.key} at {accelerator.peak(dtype) / 1e12:,.6g} TFLOP/s "
+             f"dense {dtype} x MFU {mfu:g} x {days:,g} days")
+    inputs = {"gpu": accelerator.key, "n_gpus": n_gpus, "days": days, "mfu": mfu, "dtype": dtype, "basis": basis}
+    return BudgetPlan(compute, compute_optimal(compute), inputs)
+
+
+# --- `llmcalc train`: the request, how its FLOPs are counted, and the plan --------------------------------
+
+MFU_MISSING = ("give --mfu (model FLOPs utilization, e.g. 0.4 or 40%) or --achieved-tflops (TFLOP/s per GPU), "
+               "or --global-batch to predict the MFU from the layout")
+TIMING_ONLY = ("schedule", "zero", "sequence_parallel", "dp_overlap", "tp_overlap")  # shape a predicted step only
+
+
+@dataclass(frozen=True)
+class TrainRequest:
+    """What `train` is asked: a model (its name as typed; the caller loads it) or a parameter count, the
+    tokens, the cluster, and one of an MFU, an achieved TFLOP/s, a past run's throughput or a layout whose
+    step is predicted (`layout`: the step model's options, None where not given)."""
+
+    tokens: float
+    gpu: str
+    model: str | None = None
+    n_params: float | None = None
+    n_gpus: int = 1
+    dtype: str = "bf16"
+    seq_len: int = DEFAULT_SEQ_LEN
+    causal: bool = False
+    recompute: str = "none"
+    mfu: float | None = None
+    achieved_tflops: float | None = None
+    usd_per_gpu_hour: float | None = None
+    finetune: FinetuneRequest = field(default_factory=FinetuneRequest)
+    layout: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if (self.model is None) == (self.n_params is None):
+            raise LlmcalcError("give a MODEL (preset or config.json) or --params N, not both")
+        if self.mfu is not None and self.achieved_tflops is not None:
+            raise LlmcalcError("give --mfu or --achieved-tflops, not both")
+
+    @property
+    def label(self) -> str:
+        """The model as the answer names it: as typed, or the parameter count."""
+        if self.model is not None:
+            return self.model
+        assert self.n_params is not None  # __post_init__: a model or --params
+        return fmt_tokens(self.n_params, "params")
+
+    def _s2(self) -> str:
+        return "causal" if self.causal else "full S²"
+
+
+@dataclass(frozen=True)
+class FlopsBasis:
+    """The run's training FLOPs and how they were counted: `text` is the note printed under the budget."""
+
+    model_flops: float  # forward + backward, no recomputation
+    hardware_flops: float  # plus recomputation
+    n: float  # the N of 6·N·T shown beside them
+    text: str
+    method: str = "analytic"
+    shapes: ModelSpec | None = None  # the shapes a step prediction can time (None: --params, a counted model)
+    finetune: dict[str, Any] | None = None
+
+
+class CountedModel(Protocol):
+    """A model llmcalc has no formula for, counted by transformers (llmcalc.fallback.FallbackModel)."""
+
+    model_type: str
+
+    def train_basis(self, request: TrainRequest) -> FlopsBasis: ...
+
+
+def analytic_basis(spec: ModelSpec, request: TrainRequest) -> FlopsBasis:
+    """Exact per-op FLOPs per token at the request's sequence length x tokens (with --finetune: frozen weights,
+    activation gradients only, and the adapters)."""
+    from .finetune import FinetuneFlops, finetune
+    from .flops import step_flops
+    from .params import count_params
+
+    cfg = request.finetune.config()
+    tokens, seq_len = request.tokens, request.seq_len
+    step = step_flops(spec, 1, seq_len, request.causal, request.recompute)
+    n = count_params(spec).active_per_token
+    text = (f"training FLOPs = exact per-op count per token at seq {seq_len:,} ({request._s2()}) x tokens; "
+            f"6·N·T with N = {n:,} {'active ' if spec.is_moe else ''}params")
+    if cfg is None:
+        return FlopsBasis(step.model_flops_per_token * tokens, step.hardware_flops_per_token * tokens, n, text,
+                          shapes=spec)
+    ft = finetune(spec, cfg)
+    fl = FinetuneFlops(ft, step)
+    text = (f"{cfg.method} r{cfg.rank} on {cfg.target_label}: training FLOPs = exact per-op count per token at seq "
+            f"{seq_len} with frozen weights (backward: activation gradients only) and {ft.trainable:,} adapter params "
+            f"x tokens ≈ 4·N_frozen + 6·N_adapter = {fl.rule() * tokens:.4g}; 6·N·T (full training) shown for "
+            f"comparison")
+    info = {"method": cfg.method, "rank": cfg.rank, "targets": list(cfg.targets), "trainable": ft.trainable,
+            "frozen": ft.frozen, "rule_flops": fl.rule() * tokens}
+    return FlopsBasis(fl.model_flops_per_token * tokens, fl.hardware_flops_per_token * tokens, n, text, shapes=spec,
+                      finetune=info)
+
+
+def six_n_basis(request: TrainRequest) -> FlopsBasis:
+    """No model, only --params N: 6·N·T, and full recomputation's extra forward 2·N·T."""
+    from .rules import six_n
+
+    if request.finetune.method is not None:
+        raise LlmcalcError("--finetune needs a MODEL (its linear shapes), not --params")
+    if request.recompute == "selective":
+        raise LlmcalcError("--recompute selective needs a MODEL (its attention shapes); use none or full")
+    n = request.n_params
+    assert n is not None  # TrainRequest: a model or --params
+    model_flops = six_n(n) * request.tokens
+    hardware_flops = model_flops + (2 * n * request.tokens if request.recompute == "full" else 0)
+    return FlopsBasis(model_flops, hardware_flops, n,
+                      "training FLOPs = 6·N·T (no model given; full recomputation adds 2·N·T)")
+
+
+@dataclass
+class TrainingPlan:
+    """`train`'s answer: the budget, the inputs it was computed from (with the FLOPs' basis), 6·N·T beside it,
+    the predicted step (or None) and what a given throughput or layout implies (or None)."""
+
+    estimate: TrainingEstimate
+    inputs: dict[str, Any]
+    six_n_t: float
+    prediction: StepPrediction | None = None
+    measured: dict[str, Any] | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def plan_training(request: TrainRequest, model: ModelSpec | CountedModel | None,
+                  accelerator: Accelerator) -> TrainingPlan:
+    """`llmcalc train`: FLOPs by the model's formula (or transformers' count, or 6·N·T), device time from the
+    given MFU, achieved TFLOP/s or throughput, or from the step predicted for a layout; every combination the
+    figures cannot honour is refused with one line."""
+    from .rules import six_n
+    from .steptime import train_steptime
+
+    if model is None:
+        basis = six_n_basis(request)
+    elif isinstance(model, ModelSpec):
+        basis = analytic_basis(model, request)
+    else:
+        basis = model.train_basis(request)
+    _check_device_time(request, model, basis, accelerator)
+    tokens = request.tokens
+    mfu, pred, measured = train_steptime(basis.shapes, request.gpu, request.n_gpus, request.mfu,
+                                         achieved_tflops=request.achieved_tflops, dtype=request.dtype,
+                                         seq_len=request.seq_len, causal=request.causal, recompute=request.recompute,
+                                         model_flops_per_token=basis.model_flops / tokens,
+                                         hardware_flops_per_token=basis.hardware_flops / tokens,
+                                         accelerator=accelerator, options=dict(request.layout))
+    if mfu is None and request.achieved_tflops is None:
+        raise LlmcalcError(MFU_MISSING)
+    achieved = None if request.achieved_tflops is None else request.achieved_tflops * 1e12
+    est = TrainingEstimate(tokens=tokens, model_flops=basis.model_flops, hardware_flops=basis.hardware_flops,
+                           accelerator=accelerator, dtype=request.dtype, n_gpus=request.n_gpus, mfu=mfu,
+                           achieved_flops_per_s=achieved, usd_per_gpu_hour=request.usd_per_gpu_hour)
+    return TrainingPlan(estimate=est, inputs=_inputs(request, basis), six_n_t=six_n(basis.n) * tokens,
+                        prediction=pred, measured=measured, warnings=_timing_only_warning(request, pred))
+
+
+def _check_device_time(request: TrainRequest, model: ModelSpec | CountedModel | None, basis: FlopsBasis,
+                       accelerator: Accelerator) -> None:
+    """An achieved TFLOP/s that reads as a typo, and a counted model with nothing to time its step by."""
+    peak = accelerator.peak(request.dtype)
+    achieved = request.achieved_tflops
+    if achieved is not None and achieved * 1e12 < MIN_UTILIZATION * peak:
+        raise LlmcalcError(f"--achieved-tflops {achieved:g} is below {MIN_UTILIZATION:.2%} of {accelerator.key}'s "
+                           f"dense {request.dtype} peak ({peak / 1e12:,.4g} TFLOP/s); is it a typo?")
+    if model is not None and not isinstance(model, ModelSpec) and request.mfu is None and achieved is None \
+            and request.layout.get("tokens_per_second") is None:
+        raise LlmcalcError(f"predicting the step time needs llmcalc's formula for the shapes; {model.model_type} is "
+                           "counted by transformers: give --mfu, --achieved-tflops or --tokens-per-second")
+
+
+def _inputs(request: TrainRequest, basis: FlopsBasis) -> dict[str, Any]:
+    inputs: dict[str, Any] = {"model": request.label, "tokens": request.tokens,
+                              "seq_len": None if request.model is None else request.seq_len,
+                              "causal": request.causal, "recompute": request.recompute, "method": basis.method,
+                              "flops_basis": basis.text}
+    if basis.finetune is not None:
+        inputs["finetune"] = basis.finetune
+    return inputs
+
+
+def _timing_only_warning(request: TrainRequest, pred: StepPrediction | None) -> list[str]:
+    """A given MFU, achieved TFLOP/s or throughput sets the step: the options that shape only a predicted one
+    are recorded in the layout, not used."""
+    named = [k for k in TIMING_ONLY if request.layout.get(k) is not None]
+    if pred is not None or not named:
+        return []
+    return [f"{', '.join('--' + k.replace('_', '-') for k in named)} shape the predicted step only; with a given "
+            f"MFU, achieved TFLOP/s or throughput they are recorded in the layout, not used"]

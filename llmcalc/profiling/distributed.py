@@ -368,20 +368,12 @@ class DistributedResult:
 
 
 def _fsdp_peak_tracker(model, optimizer):
-    """FSDPMemTracker keeping only the global peak (the per-module loop is skipped, as in measure.py)."""
-    from copy import deepcopy
-
+    """FSDPMemTracker keeping only the global peak (the per-module loop skipped: measure.global_peak)."""
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
-    from torch.distributed._tools.mem_tracker import _TOTAL_KEY
 
-    class GlobalPeakFSDPMemTracker(FSDPMemTracker):
-        def _update_peak_stats(self, peak_state) -> None:
-            for dev, dev_snap in self._curr_mem_snap.items():
-                if self._peak_mem.get(dev, 0) < dev_snap[_TOTAL_KEY]:
-                    self._peak_mem[dev] = dev_snap[_TOTAL_KEY]
-                    self._peak_mem_snap[dev] = deepcopy(dev_snap)
+    from .measure import global_peak
 
-    return GlobalPeakFSDPMemTracker(model, optimizer)
+    return global_peak(FSDPMemTracker)(model, optimizer)
 
 
 def _loss(model, ids, spec):

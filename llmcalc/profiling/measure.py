@@ -33,24 +33,32 @@ FLOP_TOLERANCE = 0.01  # 1 %: the issue's bar for FLOPs
 MEMORY_TOLERANCE = 0.10  # 10 % for peak memory
 
 
-def _global_peak_tracker():
-    """torch's MemTracker, keeping only the global peak.
+def global_peak(tracker: type) -> type:
+    """`tracker` (torch's MemTracker or FSDPMemTracker) keeping only the global peak.
 
     MemTracker updates every tracked module's local peak on every op (``_update_peak_stats`` loops
     over all modules), which makes a 126-layer step take minutes; the profiler needs the global
-    peak by category only, so that loop is skipped. Tensor tracking and categories are MemTracker's."""
+    peak by category only, so that loop is skipped. Tensor tracking and categories are the tracker's."""
     from copy import deepcopy
 
-    from torch.distributed._tools.mem_tracker import _TOTAL_KEY, MemTracker
+    from torch.distributed._tools.mem_tracker import _TOTAL_KEY
 
-    class GlobalPeakMemTracker(MemTracker):
+    class GlobalPeak(tracker):  # a class chosen at run time
         def _update_peak_stats(self, peak_state) -> None:
             for dev, dev_snap in self._curr_mem_snap.items():
                 if self._peak_mem.get(dev, 0) < dev_snap[_TOTAL_KEY]:
                     self._peak_mem[dev] = dev_snap[_TOTAL_KEY]
                     self._peak_mem_snap[dev] = deepcopy(dev_snap)
 
-    return GlobalPeakMemTracker()
+    GlobalPeak.__name__ = f"GlobalPeak{tracker.__name__}"
+    return GlobalPeak
+
+
+def _global_peak_tracker():
+    """torch's MemTracker keeping only the global peak (``global_peak``)."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    return global_peak(MemTracker)()
 
 
 # MemTracker's reference types, grouped as the analytic model's categories.

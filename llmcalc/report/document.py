@@ -21,16 +21,15 @@ import json
 import os
 import re
 import shutil
-import sys
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import LlmcalcError
+from ..render.tables import Document, Table, render, tabulate_table
 from ..units import GIB, fmt_bytes
 from .interrupts import Interrupted, checkpoint, signals_deferred
-from .tables import Document, Table, _tabulate, render
 
 
 @dataclass
@@ -99,7 +98,7 @@ class Report:
                 out += ["```", block[1], "```", ""]
             elif kind == "table":
                 table = block[1]
-                out += [f"**{table.title}**", "", _md(_tabulate(table, "pipe")), ""]
+                out += [f"**{table.title}**", "", _md(tabulate_table(table, "pipe")), ""]
                 out += [f"- {_md(note)}" for note in table.notes] + ([""] if table.notes else [])
             elif kind == "figure":
                 out += [f"![{block[2]}]({block[1]})", "", f"*{block[2]}*", ""]
@@ -121,7 +120,7 @@ class Report:
             elif kind == "table":
                 table = block[1]
                 out.append(f"<p class='caption'>{html.escape(table.title)}</p>"
-                           + _WARN_HTML.sub(_WARN_SPAN, _tabulate(table, "html")))
+                           + _WARN_HTML.sub(_WARN_SPAN, tabulate_table(table, "html")))
                 if table.notes:
                     out.append("<ul class='notes'>" + "".join(f"<li>{_html(n)}</li>" for n in table.notes)
                                + "</ul>")
@@ -337,28 +336,6 @@ def _write(report: Report, out: Path, force: bool, marker: dict) -> Path:
             raise LlmcalcError(f"cannot write the report to {out}: {exc.strerror or exc}") from None
         raise
     return out
-
-
-class Progress:
-    """A progress bar on stderr when it is a terminal; silent otherwise."""
-
-    def __init__(self, total: int, label: str):
-        self.bar = None
-        if sys.stderr.isatty():
-            import click
-
-            self.bar = click.progressbar(length=total, label=label, file=sys.stderr)
-            self.bar.__enter__()
-
-    def step(self, label: str | None = None) -> None:
-        if self.bar is not None:
-            if label:
-                self.bar.label = label
-            self.bar.update(1)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.__exit__(None, None, None)
 
 
 def _bytes_of(column):

@@ -1,7 +1,8 @@
 """SIGINT and SIGTERM for commands that write files (``report``): one outcome, one message, exit
 128 + the signal number (130 for Ctrl-C, 143 for SIGTERM), as shells report a killed process.
 
-Light on purpose (signal, threading): the CLI imports it at start-up.
+Light on purpose (signal, threading). ``Interrupted`` itself lives in ``llmcalc.errors``, which the CLI
+imports at start-up.
 """
 
 from __future__ import annotations
@@ -12,23 +13,7 @@ import sys
 import threading
 from typing import Any
 
-
-class Interrupted(BaseException):
-    """SIGINT or SIGTERM during `report`: exit 128 + signal number (130, 143) with one message."""
-
-    def __init__(self, signum: int, state: str = ""):
-        super().__init__(signum)
-        self.signum = signum
-        self.state = state  # what is on disk now, for the one message
-
-    @property
-    def exit_code(self) -> int:
-        return 128 + self.signum
-
-    def message(self) -> str:
-        name = signal.Signals(self.signum).name
-        return f"interrupted by {name}" + (f"; {self.state}" if self.state else "")
-
+from ..errors import Interrupted  # raised here, caught by the CLI (re-exported)
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # Python runs signal handlers in the main thread only, so this state needs no lock. A Python-level flag,

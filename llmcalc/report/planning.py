@@ -12,21 +12,23 @@ from typing import Any
 
 from ..analytic.flops import step_flops
 from ..analytic.params import count_params
+from ..analytic.rules import six_n
 from ..analytic.summary import Scenario, model_record, scenario_memory, scenario_training
 from ..hardware import Accelerator
+from ..render.tables import Column, Table
 from ..results import ProfileResult
 from ..spec import ModelSpec
 from ..units import GIB, fmt_count, fmt_flops, fmt_flops_rate, fmt_usd
+from ..views.compare import compare_document
+from ..views.flops import FLOP_CONVENTIONS, flops_document
+from ..views.memory import training_memory_document
+from ..views.params import params_document
+from ..views.profile import profile_document
+from ..views.train import train_document
 from . import plots, sweeps
 from .document import Report, safe_name
 from .plots import gib
-from .steptime_figures import steptime_section
-from .tables import Column, Table
-from .views_compare import compare_document
-from .views_compute import FLOP_CONVENTIONS, flops_document, train_document
-from .views_memory import training_memory_document
-from .views_params import params_document
-from .views_profile import profile_document
+from .sections import finetune_section, fp8_section, serving_section, sharded_section, steptime_section
 
 
 def _summary_lines(spec: ModelSpec, scenario: Scenario, record: dict) -> list[str]:
@@ -37,7 +39,7 @@ def _summary_lines(spec: ModelSpec, scenario: Scenario, record: dict) -> list[st
         f"Size: {fmt_count(count.total)} parameters ({fmt_count(count.non_embedding)} non-embedding"
         + (f", {fmt_count(count.active_per_token)} active per token" if spec.is_moe else "") + f"); {spec.summary()}.",
         f"Compute: {fmt_count(scenario.tokens)} tokens x {fmt_flops(record['training_flops_per_token'])} per token = "
-        f"{fmt_flops(record['training_flops'])} (6·N·D: {fmt_flops(6 * count.active_per_token * scenario.tokens)}).",
+        f"{fmt_flops(record['training_flops'])} (6·N·D: {fmt_flops(six_n(count) * scenario.tokens)}).",
         f"Time: {record['wall_clock_days']:,.1f} days on {scenario.n_gpus:,} x {gpu.name} at {scenario.mfu:.0%} MFU "
         f"({record['gpu_hours']:,.0f} GPU-hours).",
         "Cost: " + (f"{fmt_usd(record['cost_usd'])} at {fmt_usd(price)} per GPU-hour ("
@@ -230,7 +232,7 @@ def _time_and_cost(report: Report, ctx: _Context) -> None:
                   "causal": scenario.causal, "recompute": scenario.recompute,
                   "flops_basis": f"training FLOPs = exact per-op count per token at seq {scenario.seq_len:,} x tokens"}
         report.heading(spec.name, 3)
-        report.document(train_document(est, inputs, 6 * count_params(spec).active_per_token * scenario.tokens),
+        report.document(train_document(est, inputs, six_n(count_params(spec)) * scenario.tokens),
                         f"train-{safe_name(spec.name)}")
 
 
@@ -330,24 +332,16 @@ def _steps(ctx: _Context, extras: Extras) -> list[tuple[str | None, Callable[[Re
         ("memory", lambda r: _memory(r, ctx)),
     ]
     if scenario.recipe.startswith("fp8"):
-        from .views_precision import fp8_section
-
         steps.append((None, lambda r: fp8_section(r, ctx.specs, scenario, ctx.line)))
     if extras.finetune is not None:
-        from .views_finetune import finetune_section
-
         steps.append(("fine-tuning", lambda r: finetune_section(r, ctx.specs, scenario, extras.finetune, ctx.line)))
     if extras.serve:
-        from .views_serve import serving_section
-
         steps.append(("serving", lambda r: serving_section(r, ctx.specs, scenario)))
     steps.append(("compute-optimal", lambda r: _compute_optimal(r, ctx)))
     profiles, sharded = extras.profiles, extras.sharded  # bound here: a lambda does not see a narrowed attribute
     if profiles:
         steps.append((None, lambda r: _measurements(r, ctx, profiles)))
     if sharded:
-        from .views_distributed import sharded_section
-
         steps.append((None, lambda r: sharded_section(r, sharded, ctx.line)))
     return steps
 

@@ -107,8 +107,10 @@ def day_axis(axis) -> None:
 
 
 def gib(value: float) -> str:
-    """Bytes for people: GiB from 1 GiB on, MiB below."""
-    return f"{value / GIB:,.3g} GiB" if value >= GIB else f"{value / 2**20:,.3g} MiB"
+    """Bytes for people: GiB from 1 GiB on, MiB below; three significant digits, whole numbers from 1,000 on
+    (2,080 GiB, not 2.08e+03)."""
+    scaled, unit = (value / GIB, "GiB") if value >= GIB else (value / 2**20, "MiB")
+    return f"{scaled:,.0f} {unit}" if scaled >= 1000 else f"{scaled:,.3g} {unit}"
 
 
 def gib_axis(axis) -> None:

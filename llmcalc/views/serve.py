@@ -1,11 +1,21 @@
-"""What `serve` shows, and the serving section of a planning report (`report --serve`)."""
+"""What `serve` shows: weights and paged KV cache per GPU as vLLM sizes them, concurrency at the max length,
+throughput and latency against concurrency."""
 
 from __future__ import annotations
 
-from ..analytic.serving import ServeEstimate
+from typing import TYPE_CHECKING
+
+from ..render.tables import Column, Document, Table
 from ..units import GIB, fmt_bytes, fmt_seconds
-from .tables import Column, Document, Table
-from .views_memory import _gib, serving_conventions
+from .infer import serving_conventions
+from .memory import _gib
+
+if TYPE_CHECKING:
+    from ..analytic.serving import ServeEstimate
+
+
+def document(est: ServeEstimate) -> Document:
+    return serve_document(est)
 
 
 def serve_document(est: ServeEstimate) -> Document:
@@ -103,43 +113,3 @@ def _throughput_table(est: ServeEstimate, throughput: list[dict]) -> Table:
          Column("decode_bound", "decode bound", align="left")],
         throughput, notes,
     )
-
-
-def smallest_serving_group(spec, gpu, max_model_len: int, kv_dtype: str) -> ServeEstimate | None:
-    """The fewest tensor-parallel GPUs (1, 2, 4, 8, 16) of `gpu` that hold one `max_model_len` request."""
-    from ..analytic.inference import check_tp, default_compute_dtype, resolve_dtypes
-    from ..errors import LlmcalcError
-
-    for tp in (1, 2, 4, 8, 16):
-        try:
-            check_tp(spec, tp)
-            weight, kv, compute = resolve_dtypes(gpu, "bf16", kv_dtype, default_compute_dtype("bf16", gpu))
-        except LlmcalcError:
-            continue
-        est = ServeEstimate(spec, gpu, tp, max_model_len, gpu_memory_utilization=0.9, weight_dtype=weight,
-                            kv_dtype=kv, compute_dtype=compute)
-        if est.max_concurrent_sequences >= 1:
-            return est
-    return None
-
-
-def serving_section(report, specs, scenario) -> None:
-    """`report --serve`: each decoder model served on the scenario's GPU at --seq-len tokens per request,
-    on the smallest tensor-parallel group that holds one request (bf16 weights, vLLM defaults)."""
-    from .document import safe_name
-
-    report.heading("Serving")
-    report.paragraph(f"Each model served with vLLM's defaults (gpu_memory_utilization 0.9, block 16, bf16 weights, "
-                     f"{scenario.kv_dtype} KV cache) on the fewest {scenario.gpu.key} GPUs (tensor parallel) that hold "
-                     f"one {scenario.seq_len:,}-token request; `llmcalc serve` gives the same tables for any setting.")
-    for spec in specs:
-        if spec.architecture != "decoder":
-            report.paragraph(f"{spec.name}: serving covers decoder-only models.")
-            continue
-        est = smallest_serving_group(spec, scenario.gpu, scenario.seq_len, scenario.kv_dtype)
-        if est is None:
-            report.paragraph(f"{spec.name}: no group of up to 16 {scenario.gpu.key} GPUs holds a "
-                             f"{scenario.seq_len:,}-token request.")
-            continue
-        report.heading(f"{spec.name} on {est.tp} x {scenario.gpu.key}", 3)
-        report.document(serve_document(est), f"serve-{safe_name(spec.name)}")

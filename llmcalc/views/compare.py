@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..analytic.summary import COLUMNS, Scenario
-from ..errors import LlmcalcError
+from ..analytic.summary import COLUMNS
+from ..render.tables import Column, Document, Table
 from ..units import GIB, fmt_bytes, fmt_count, fmt_flops, fmt_usd, plural
-from .tables import Column, Document, Table
+
+if TYPE_CHECKING:
+    from ..analytic.summary import Scenario
 
 FORMATTERS: dict[str, Callable[[Any], str]] = {
     "text": str, "count": fmt_count, "flops": fmt_flops, "pct": lambda v: f"{v * 100:.1f} %",
@@ -17,14 +19,8 @@ FORMATTERS: dict[str, Callable[[Any], str]] = {
 }
 
 
-def sort_records(records: list[dict], key: str | None, reverse: bool = False) -> list[dict]:
-    if key is None:
-        return records
-    if key not in COLUMNS:
-        raise LlmcalcError(f"cannot sort by {key!r}; columns: {', '.join(COLUMNS)}")
-    present = [r for r in records if r.get(key) is not None]
-    missing = [r for r in records if r.get(key) is None]
-    return sorted(present, key=lambda r: r[key], reverse=reverse) + missing
+def document(records: list[dict], scenario: Scenario) -> Document:
+    return compare_document(records, scenario)
 
 
 def compare_document(records: list[dict], scenario: Scenario) -> Document:

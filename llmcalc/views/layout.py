@@ -1,17 +1,15 @@
-"""What `train` adds for a layout (predicted step time, MFU, breakdown) and what `layout` shows."""
+"""What `layout` shows: the parallel layouts that fit, ranked by predicted throughput, and why the others lose."""
 
 from __future__ import annotations
 
-from ..analytic.steptime import GLOBAL_CONSTANTS, StepPrediction
-from ..units import GIB, si
-from .tables import Column, Document, Table
+from typing import TYPE_CHECKING
 
-BREAKDOWN_LABELS = {
-    "compute": "compute (matmuls, attention, elementwise, recomputation)",
-    "tp_comm": "exposed TP communication", "cp_comm": "exposed CP communication",
-    "ep_comm": "exposed EP all-to-all", "dp_comm": "exposed DP/ZeRO communication",
-    "pp_comm": "exposed PP send/recv", "pp_bubble": "pipeline bubble", "optimizer": "optimizer step",
-}
+from ..render.tables import Column, Document, Table
+from ..units import GIB, si
+
+if TYPE_CHECKING:
+    from ..analytic.steptime import LayoutSearch
+
 
 def overlap_rule(tp_overlap: bool = False) -> str:
     """The overlap rule the prediction used, in one line."""
@@ -26,29 +24,11 @@ def _pct(v: float) -> str:
     return f"{v * 100:.1f} %"
 
 
-def breakdown_table(pred: StepPrediction) -> Table:
-    rows = [{"part": k, "label": BREAKDOWN_LABELS[k], "seconds": v, "share": v / pred.step_seconds}
-            for k, v in pred.breakdown.items()]
-    lay = pred.layout
-    return Table(
-        f"predicted step: {pred.step_seconds:.4g} s, MFU {_pct(pred.mfu)}, HFU {_pct(pred.hfu)}",
-        [Column("part", "part", align="left", show=False), Column("label", "where the step time goes", align="left"),
-         Column("seconds", "time (s)", lambda v: f"{v:.4g}"), Column("share", "share (%)", _pct)],
-        rows,
-        [f"layout: tp {lay.tp} x cp {lay.cp} x pp {lay.pp} x dp {lay.dp} (ep {lay.ep}"
-         f"{f', etp {lay.expert_tp}' if lay.expert_tp != lay.tp else ''}), schedule {lay.schedule}"
-         f"{f' vpp {lay.vpp}' if lay.vpp > 1 else ''}, micro-batch {lay.micro_batch}, global batch "
-         f"{lay.global_batch} sequences = {lay.grad_accum} micro-batches per pipeline, ZeRO {lay.zero}, "
-         f"sequence parallel {'on' if lay.sequence_parallel else 'off'}"
-         f"{', TP overlap on' if lay.tp_overlap else ''}",
-         *pred.notes,
-         f"{pred.model_flops_per_gpu / 1e12:.1f} model TFLOP/s per GPU, {pred.hardware_flops_per_gpu / 1e12:.1f} "
-         f"hardware TFLOP/s per GPU, {si(pred.tokens_per_second).strip()} tokens/s",
-         "compute: roofline per matmul, MAMF x tile/wave quantization (NVIDIA Matrix Multiplication Background "
-         "guide); communication: alpha-beta with nccl-tests bus factors (`llmcalc.analytic.comm`)",
-         overlap_rule(lay.tp_overlap),
-         "global constants: " + "; ".join(GLOBAL_CONSTANTS)],
-    )
+def document(search: LayoutSearch, top: int = 10) -> Document:
+    """`layout`'s answer: the `top` layouts that fit and why the others lose."""
+    return layout_document(search.spec.name, search.gpu, search.n_gpus, search.seq_len,
+                           global_batch=search.global_batch, ranked=search.ranked, losers=search.losers,
+                           counts=search.counts, top=top)
 
 
 def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batch: int, ranked: list,

@@ -8,18 +8,14 @@ Every type refuses NaN, inf, zero where it makes no sense, and values beyond the
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import click
-from click.core import ParameterSource
 
-from .dtypes import DTYPES, canonical_dtype
-from .errors import LlmcalcError
-from .units import UnitError, parse_count, parse_length
-from .validate import MIN_UTILIZATION
-
-
-def _name(param) -> str:
-    return param.opts[0] if param is not None and param.opts else "value"
+from ..dtypes import DTYPES, canonical_dtype
+from ..errors import LlmcalcError
+from ..units import UnitError, parse_count, parse_length
+from ..validate import MIN_UTILIZATION
 
 
 class Count(click.ParamType):
@@ -28,10 +24,10 @@ class Count(click.ParamType):
 
     name = "count"
 
-    def __init__(self, minimum: float = 1, maximum: float = math.inf, whole: bool = False):
+    def __init__(self, minimum: float = 1, maximum: float = math.inf, whole: bool = False) -> None:
         self.minimum, self.maximum, self.whole = minimum, maximum, whole
 
-    def convert(self, value, param, ctx):
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             number = float(value)
         else:
@@ -55,10 +51,10 @@ class Length(click.ParamType):
 
     name = "length"
 
-    def __init__(self, maximum: int):
+    def __init__(self, maximum: int) -> None:
         self.maximum = maximum
 
-    def convert(self, value, param, ctx):
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, int) and not isinstance(value, bool):
             length = value
         else:
@@ -78,10 +74,10 @@ class Number(click.ParamType):
 
     name = "number"
 
-    def __init__(self, maximum: float = math.inf, zero: bool = False, minimum: float = 0.0):
+    def __init__(self, maximum: float = math.inf, zero: bool = False, minimum: float = 0.0) -> None:
         self.maximum, self.zero, self.minimum = maximum, zero, minimum
 
-    def convert(self, value, param, ctx):
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             number = float(value)
         else:
@@ -105,7 +101,7 @@ class Fraction(click.ParamType):
 
     name = "fraction"
 
-    def convert(self, value, param, ctx):
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         text = str(value).strip()
         scale = 1.0
         if text.endswith("%"):
@@ -125,10 +121,10 @@ class DType(click.ParamType):
 
     name = "dtype"
 
-    def __init__(self, allowed: tuple[str, ...] = DTYPES, extra: tuple[str, ...] = ()):
+    def __init__(self, allowed: tuple[str, ...] = DTYPES, extra: tuple[str, ...] = ()) -> None:
         self.allowed, self.extra = allowed, extra
 
-    def convert(self, value, param, ctx):
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if str(value).strip().lower() in self.extra:
             return str(value).strip().lower()
         try:
@@ -136,18 +132,18 @@ class DType(click.ParamType):
         except LlmcalcError as exc:
             self.fail(str(exc).removeprefix("dtype: "), param, ctx)
 
-    def get_metavar(self, param, ctx=None):
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
         return "[" + "|".join(self.extra + self.allowed) + "]"
 
 
 class Choice(click.Choice):
     """click.Choice, case-insensitive, with aliases (e.g. sdpa -> flash)."""
 
-    def __init__(self, choices, aliases: dict[str, str] | None = None):
+    def __init__(self, choices: list[str], aliases: dict[str, str] | None = None) -> None:
         super().__init__(choices, case_sensitive=False)
         self.aliases = aliases or {}
 
-    def convert(self, value, param, ctx):
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         key = str(value).strip().lower()
         return super().convert(self.aliases.get(key, key), param, ctx)
 
@@ -157,40 +153,7 @@ class Name(click.ParamType):
 
     name = "name"
 
-    def convert(self, value, param, ctx):
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if not str(value).strip():
             self.fail("is empty; give a preset name (`llmcalc presets` lists them)", param, ctx)
         return str(value)
-
-
-def given(ctx: click.Context, *names: str) -> list[str]:
-    """The options among `names` (parameter names) that the user typed, as their flags."""
-    flags = []
-    for param in ctx.command.params:
-        if param.name in names and ctx.get_parameter_source(param.name) in (ParameterSource.COMMANDLINE,
-                                                                            ParameterSource.ENVIRONMENT):
-            flags.append(param.opts[0])
-    return flags
-
-
-def refuse_unused(ctx: click.Context, names: tuple[str, ...], reason: str) -> None:
-    """One line when options that would be ignored were given: '--steps, --compile: <reason>'."""
-    flags = given(ctx, *names)
-    if flags:
-        raise click.UsageError(f"{', '.join(flags)} {'is' if len(flags) == 1 else 'are'} not used {reason}; "
-                               f"leave {'it' if len(flags) == 1 else 'them'} out")
-
-
-_WARNINGS: list[str] = []
-
-
-def warn(message: str) -> None:
-    """A warning for stderr, shown with the answer (never before a refusal, which stays one line)."""
-    _WARNINGS.append(f"llmcalc: warning: {message}")
-
-
-def flush_warnings(show: bool = True) -> None:
-    for line in _WARNINGS:
-        if show:
-            click.echo(line, err=True)
-    _WARNINGS.clear()

@@ -4,7 +4,7 @@ A command builds a ``Document``: a JSON-able ``data`` dict (the machine-readable
 and a list of ``Table``s for people. ``table`` and ``markdown`` render every table with its notes
 (the conventions it depends on); ``csv`` renders the document's main table (the first) with raw
 numbers; ``json`` renders ``data``. This module uses tabulate only: pandas stays out of the CLI's
-fast path (planning reports build DataFrames in ``report.document``).
+fast path (planning reports build DataFrames in ``llmcalc.report``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-FORMATS = ("table", "markdown", "csv", "json")
+from ..vocabulary import FORMATS
 
 
 @dataclass
@@ -52,7 +52,8 @@ class Document:
     preamble: list[str] = field(default_factory=list)  # lines under the title (source, inputs)
 
 
-def _tabulate(table: Table, fmt: str) -> str:
+def tabulate_table(table: Table, fmt: str) -> str:
+    """One table's cells through tabulate in its format (simple, github, pipe, html), its columns for people."""
     from tabulate import tabulate
 
     columns = [c for c in table.columns if c.show]
@@ -82,13 +83,13 @@ def render(doc: Document, fmt: str) -> str:
     if fmt == "markdown":
         parts = [f"## {doc.title}", *[f"{line}  " for line in doc.preamble]]
         for table in (t for t in doc.tables if t.for_people):
-            parts += ["", f"### {table.title}", "", _tabulate(table, "github")]
+            parts += ["", f"### {table.title}", "", tabulate_table(table, "github")]
             parts += [""] + [f"- {note}" for note in table.notes] if table.notes else []
         return "\n".join(parts).rstrip() + "\n"
     if fmt == "table":
         parts = [doc.title, *doc.preamble]
         for table in (t for t in doc.tables if t.for_people):
-            parts += ["", table.title, _tabulate(table, "simple")]
+            parts += ["", table.title, tabulate_table(table, "simple")]
             parts += [f"  {note}" for note in table.notes]
         return "\n".join(parts).rstrip() + "\n"
     raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")

@@ -1,0 +1,112 @@
+"""`llmcalc memory`: the request as given, checked and turned into one estimate with its notes.
+
+Full training: the fewest GPUs that hold the layout when --n-gpus is not given (tp x dp must hold ep x etp),
+``memory.training_memory`` on that layout, and, when it does not fit the device, the smallest ZeRO stage or
+GPU count that would (``memory.smallest_fit``). With --finetune: ``finetune.finetune_memory``, which models one
+GPU holding the whole frozen base, so the layout options are refused.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import LlmcalcError
+from ..hardware import Accelerator
+from ..spec import ModelSpec
+from ..units import GIB
+from ..validate import DEFAULT_SEQ_LEN, DEFAULT_ZERO
+from .finetune import FinetuneMemory, finetune_memory
+from .finetune_request import FinetuneRequest
+from .memory import MemoryEstimate, Optimizer, Parallel, custom_optimizer, smallest_fit, training_memory
+
+
+@dataclass(frozen=True)
+class MemoryRequest:
+    """What `memory` is asked (None: not given, the default applies)."""
+
+    batch: int = 1
+    seq_len: int = DEFAULT_SEQ_LEN
+    recipe: str = "bf16-mixed"
+    optimizer: str = "adamw"
+    optimizer_bytes: float | None = None  # instead of `optimizer`: state bytes per parameter
+    optimizer_impl: str = "fused"
+    recompute: str = "none"
+    attention: str = "flash"
+    dropout: bool = False
+    n_gpus: int | None = None  # default: the fewest that hold the layout
+    zero: int | None = None  # default DEFAULT_ZERO
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    etp: int | None = None  # default tp
+    sequence_parallel: bool = True
+    reserve_gib: float = 0.0
+    finetune: FinetuneRequest = field(default_factory=FinetuneRequest)
+
+    @property
+    def optimizer_or_bytes(self) -> str | Optimizer:
+        return custom_optimizer(self.optimizer_bytes) if self.optimizer_bytes is not None else self.optimizer
+
+    def parallel(self) -> Parallel:
+        """The layout: tp x dp must hold ep x etp, so without --n-gpus the fewest GPUs that do,
+        pp x lcm(tp, ep x etp)."""
+        etp = self.etp or self.tp
+        folded = math.lcm(self.tp, self.ep * etp)
+        zero = DEFAULT_ZERO if self.zero is None else self.zero
+        return Parallel(self.n_gpus or self.pp * folded, self.tp, self.pp, zero, self.sequence_parallel, ep=self.ep,
+                        etp=self.etp or 0)
+
+
+@dataclass
+class MemoryPlan:
+    """`memory`'s answer: the estimate (full training or fine-tuning), the device it is held against (or None)
+    with the memory kept free, the notes the layout adds, and how to make it fit where it does not."""
+
+    estimate: MemoryEstimate | FinetuneMemory
+    device: Accelerator | None = None
+    reserve: float = 0.0  # bytes kept free on the device
+    notes: list[str] = field(default_factory=list)
+    fit_advice: dict[str, Any] | None = None
+
+
+def plan_memory(spec: ModelSpec, request: MemoryRequest, device: Accelerator | None = None) -> MemoryPlan:
+    """`llmcalc memory`: training (or --finetune) memory per GPU of `spec`, held against `device`."""
+    reserve = request.reserve_gib * GIB
+    if device is not None and reserve >= device.memory_bytes:
+        raise LlmcalcError(f"--reserve-gib {request.reserve_gib:g} leaves nothing of {device.key}'s "
+                           f"{device.memory_bytes / GIB:g} GiB")
+    opt = request.optimizer_or_bytes
+    cfg = request.finetune.config()
+    if cfg is not None:
+        _refuse_with_finetune(request)
+        est = finetune_memory(spec, cfg, request.batch, request.seq_len, optimizer=opt, recompute=request.recompute,
+                              attention=request.attention, dropout=request.dropout)
+        return MemoryPlan(est, device, reserve)
+    parallel = request.parallel()
+    settings: dict[str, Any] = dict(batch=request.batch, seq_len=request.seq_len, recipe=request.recipe,
+                                    optimizer=opt, recompute=request.recompute, attention=request.attention,
+                                    dropout=request.dropout, optimizer_impl=request.optimizer_impl)
+    plan = MemoryPlan(training_memory(spec, parallel=parallel, **settings), device, reserve)
+    tp, kv_heads = request.tp, spec.n_kv_heads
+    if not spec.is_mla and tp > kv_heads:
+        plan.notes.append(f"tp {tp} > {kv_heads} key/value heads: each KV head's projection is replicated on "
+                          f"{tp // kv_heads} GPUs (Megatron-LM); its weights and activations are counted per GPU as "
+                          f"if split, a slight underestimate")
+    if device is not None and plan.estimate.peak > device.memory_bytes - reserve:
+        plan.fit_advice = smallest_fit(spec, parallel, device.memory_bytes - reserve, **settings)
+        plan.notes.append(plan.fit_advice["text"])
+    return plan
+
+
+def _refuse_with_finetune(request: MemoryRequest) -> None:
+    """The options fine-tuning memory does not model: one GPU holds the whole frozen base (its dtype is
+    --base-dtype, the adapters are fp32), so no layout, recipe or optimizer implementation applies."""
+    clash = [name for name, off in (("--tp", request.tp == 1), ("--pp", request.pp == 1), ("--ep", request.ep == 1),
+                                    ("--etp", request.etp is None), ("--zero", request.zero in (None, 0)),
+                                    ("--recipe", request.recipe == "bf16-mixed"),
+                                    ("--optimizer-impl", request.optimizer_impl == "fused")) if not off]
+    if clash:
+        raise LlmcalcError(f"{', '.join(clash)} not modelled with --finetune (each data-parallel GPU holds the "
+                           "whole frozen base; the base dtype is --base-dtype, adapters are fp32); drop them")

@@ -1,0 +1,79 @@
+"""What every command does around its one core call: load the models and accelerators it names (warning when
+a sequence runs past a model's trained positions), and print the answer on stdout with the warnings gathered
+on the way on stderr. Light at import: presets, formulas and views are imported by the calls that need them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import click
+
+if TYPE_CHECKING:
+    from ..fallback import FallbackModel
+    from ..hardware import Accelerator
+    from ..render.tables import Document
+    from ..spec import ModelSpec
+
+_WARNINGS: list[str] = []
+
+
+def warn(message: str) -> None:
+    """A warning for stderr, shown with the answer (never before a refusal, which stays one line)."""
+    _WARNINGS.append(f"llmcalc: warning: {message}")
+
+
+def flush_warnings(show: bool = True) -> None:
+    for line in _WARNINGS:
+        if show:
+            click.echo(line, err=True)
+    _WARNINGS.clear()
+
+
+def emit(doc: Document, fmt: str, warnings: Iterable[str] = ()) -> None:
+    """The answer on stdout; the warnings gathered on the way (and the estimate's `warnings`), on stderr (only
+    with an answer: a refusal stays one line)."""
+    from ..render.tables import render
+
+    for line in warnings:
+        warn(line)
+    text = render(doc, fmt)
+    flush_warnings()
+    click.echo(text, nl=False)
+
+
+def check_length(spec: ModelSpec, seq_len: int | None, what: str = "--seq-len") -> ModelSpec:
+    """`spec`, warning (stderr) when `seq_len` exceeds its max_position_embeddings."""
+    if seq_len is not None and spec.max_seq_len and seq_len > spec.max_seq_len:
+        warn(f"{what} {seq_len:,} exceeds {spec.name}'s max_position_embeddings ({spec.max_seq_len:,}); "
+             f"the figures assume the model could run that long")
+    return spec
+
+
+def load_model(name: str, seq_len: int | None = None) -> ModelSpec:
+    """The model MODEL names (a preset, a repo id, a config.json), checked against `seq_len`."""
+    from ..spec import load_model as load
+
+    return check_length(load(name), seq_len)
+
+
+def load_models(names: Iterable[str], seq_len: int | None = None) -> list[ModelSpec]:
+    """Every model named, each loaded and checked before any work."""
+    return [load_model(name, seq_len) for name in names]
+
+
+def load_counted(name: str, seq_len: int | None = None) -> ModelSpec | FallbackModel:
+    """The model by llmcalc's formula (checked against `seq_len`), or, for a model_type only transformers
+    knows, counted by transformers at `seq_len`."""
+    from ..fallback import FallbackModel
+    from ..fallback import load_counted as load
+
+    model = load(name, seq_len)
+    return model if isinstance(model, FallbackModel) else check_length(model, seq_len)
+
+
+def load_hardware(name: str) -> Accelerator:
+    from ..spec import load_hardware as load
+
+    return load(name)

@@ -1,0 +1,92 @@
+"""`compare` and `report`: several models under one scenario, side by side or as a report to hand on."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from .common import emit, load_hardware, load_models
+from .options import POSITIVE_INT, finetune_options, format_option, models_argument, scenario_options
+from .types import Choice
+
+if TYPE_CHECKING:
+    from ..analytic.finetune_request import FinetuneRequest
+    from ..analytic.summary import Scenario
+
+
+def make_scenario(seq_len: int, tokens: float, gpu: str, n_gpus: int, mfu: float, usd_per_gpu_hour: float | None,
+                  recipe: str, zero: int, tp: int, micro_batch: int, recompute: str, causal: bool) -> Scenario:
+    """The scenario options as the analytic Scenario, with the accelerator loaded."""
+    from ..analytic.summary import Scenario
+
+    return Scenario(seq_len, tokens, load_hardware(gpu), n_gpus, mfu=mfu, usd_per_gpu_hour=usd_per_gpu_hour,
+                    recipe=recipe, zero=zero, tp=tp, micro_batch=micro_batch, recompute=recompute, causal=causal)
+
+
+@click.command()
+@models_argument
+@scenario_options
+@click.option("--sort", "sort_key", default=None, help="Order the models by a column (e.g. gpu_hours).")
+@click.option("--reverse", is_flag=True, help="Sort descending.")
+@format_option
+def compare(models: tuple[str, ...], seq_len: int, tokens: float, gpu: str, n_gpus: int, mfu: float,
+            usd_per_gpu_hour: float | None, recipe: str, zero: int, tp: int, micro_batch: int, recompute: str,
+            causal: bool, sort_key: str | None, reverse: bool, fmt: str) -> None:
+    """MODELS side by side: size, FLOPs, KV cache, training time and cost, memory per GPU."""
+    from ..analytic.summary import compare_models
+    from ..views.compare import document
+
+    scenario = make_scenario(seq_len, tokens, gpu, n_gpus, mfu=mfu, usd_per_gpu_hour=usd_per_gpu_hour, recipe=recipe,
+                             zero=zero, tp=tp, micro_batch=micro_batch, recompute=recompute, causal=causal)
+    records = compare_models(load_models(models, seq_len), scenario, sort_key, reverse)
+    emit(document(records, scenario), fmt)
+
+
+@click.command()
+@models_argument
+@scenario_options
+@click.option("--out", type=click.Path(path_type=str), default=None,
+              help="Report directory (default: reports/<model names>).")
+@click.option("--force", is_flag=True,
+              help="Replace an earlier llmcalc report in --out (a folder holding its llmcalc-report.json; any "
+                   "other folder is refused).")
+@click.option("--profile", "profile_mode", type=Choice(["none", "virtual", "real"]), default="none",
+              show_default=True, help="Also profile each model and show formulas against measurements.")
+@click.option("--serve", "serving", is_flag=True,
+              help="Add serving figures: KV blocks, concurrency and throughput at --seq-len tokens per request.")
+@finetune_options
+@click.option("--sharded-profile", "sharded_world", type=POSITIVE_INT, default=None,
+              help="Add a virtual sharded profile at this world size (FSDP2 over dp x DTensor TP with --tp, fake "
+                   "process group): every rank's figures against the formulas. Slow (seconds to minutes).")
+@format_option
+@click.pass_context
+def report(ctx: click.Context, models: tuple[str, ...], seq_len: int, tokens: float, gpu: str, n_gpus: int,
+           mfu: float, usd_per_gpu_hour: float | None, recipe: str, zero: int, tp: int, micro_batch: int,
+           recompute: str, causal: bool, out: str | None, force: bool, profile_mode: str, serving: bool,
+           finetune: FinetuneRequest, sharded_world: int | None, fmt: str) -> None:
+    """A planning report for MODELS: report.md, self-contained report.html, figures (PNG), tables (CSV)."""
+    from ..profiling.run import ReportProfiles
+    from ..report.interrupts import signals_as_interrupts
+    from ..report.run import ReportRequest, run_report
+    from ..views.report import document
+
+    def announce(written: Path, files: list[str]) -> None:
+        click.echo(f"llmcalc: report written to {written}/ ({len(files)} files)", err=True)
+        emit(document(written, files, seq_len), fmt)
+
+    cfg = finetune.config()
+    with signals_as_interrupts():  # Ctrl-C: exit 130, SIGTERM: 143; the old report or the new one, whole
+        request = ReportRequest(models, out=out, force=force, serve=serving, finetune=cfg,
+                                argv=getattr(ctx.find_root().command, "argv", sys.argv[1:]))
+        scenario = make_scenario(seq_len, tokens, gpu, n_gpus, mfu=mfu, usd_per_gpu_hour=usd_per_gpu_hour,
+                                 recipe=recipe, zero=zero, tp=tp, micro_batch=micro_batch, recompute=recompute,
+                                 causal=causal)
+        profiler = ReportProfiles(profile_mode, sharded_world, tp=tp, micro_batch=micro_batch, seq_len=seq_len,
+                                  recompute=recompute)
+        run_report(request, load_models(models, seq_len), scenario, profiler, announce)
+
+
+COMMANDS = (compare, report)

@@ -1,0 +1,113 @@
+"""The `llmcalc` group: its commands in workflow order, and its one-line errors and exit codes.
+
+Data goes to stdout, messages to stderr. Bad input (an ``LlmcalcError`` or a click usage error) is one line
+on stderr and exit code 2, never a traceback; a bug is one line and exit code 70.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, NoReturn
+
+import click
+
+from ..errors import Interrupted, LlmcalcError
+from . import compare, memory, models, profile, serving, training
+from .common import flush_warnings
+
+EXIT_BAD_INPUT = 2
+EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in llmcalc, not in the input
+
+# Commands in the order a user needs them (`llmcalc` alone lists them so); new commands go last
+# unless placed here.
+WORKFLOW = ("presets", "params", "flops", "train", "plan", "memory", "infer", "serve", "layout", "compare",
+            "report", "profile", "calibrate")
+
+
+def one_line(text: str) -> str:
+    """A message as one line: click's usage errors carry the usage text and a hint line."""
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    return "; ".join(lines) if lines else "invalid input"
+
+
+def _exit(message: str, code: int) -> NoReturn:
+    click.echo(message, err=True)
+    sys.exit(code)
+
+
+class LlmcalcGroup(click.Group):
+    """A click group whose errors are one line on stderr with a non-zero exit."""
+
+    argv: list[str]
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        args = sys.argv[1:] if args is None else list(args)
+        self.argv = list(args)  # as typed: a report's provenance
+        flush_warnings(show=False)
+        if not args:  # bare `llmcalc`: the help, and success
+            with click.Context(self, info_name=prog_name or "llmcalc") as ctx:
+                click.echo(self.get_help(ctx))
+            sys.exit(0)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.ClickException as exc:
+            _exit(f"llmcalc: error: {one_line(exc.format_message())}",
+                  EXIT_BAD_INPUT if exc.exit_code in (1, 2) else exc.exit_code)
+        except click.exceptions.Abort as exc:
+            interrupted = isinstance(exc.__context__, KeyboardInterrupt)
+            _exit("llmcalc: interrupted" if interrupted else "llmcalc: aborted",
+                  130 if interrupted else 1)  # 128 + SIGINT, the shell convention
+        except LlmcalcError as exc:
+            _exit(f"llmcalc: error: {one_line(str(exc))}", EXIT_BAD_INPUT)
+        except Interrupted as exc:  # SIGINT/SIGTERM where a command asked for them (report)
+            _exit(f"llmcalc: {exc.message()}", exc.exit_code)
+        except OSError as exc:  # the disk or the system, not the input: ENOSPC, EACCES, EROFS ...
+            where = f" ({exc.filename})" if exc.filename else ""
+            _exit(f"llmcalc: error: {exc.strerror or exc.__class__.__name__}{where}", EXIT_BAD_INPUT)
+        except (OverflowError, RecursionError, MemoryError) as exc:
+            if os.environ.get("LLMCALC_DEBUG"):
+                raise
+            _exit(f"llmcalc: error: the numbers are too large to compute ({exc.__class__.__name__}); use smaller "
+                  f"sizes", EXIT_BAD_INPUT)
+        except Exception as exc:  # never a traceback for a user; LLMCALC_DEBUG=1 shows it
+            if os.environ.get("LLMCALC_DEBUG"):
+                raise
+            _exit(f"llmcalc: internal error: {exc.__class__.__name__}: {one_line(str(exc))} (a bug: please report "
+                  f"it with the command; LLMCALC_DEBUG=1 shows the traceback)", EXIT_INTERNAL)
+        if isinstance(rv, int) and rv:
+            sys.exit(rv)
+        return rv
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        order = {name: i for i, name in enumerate(WORKFLOW)}
+        return sorted(self.commands, key=lambda n: order.get(n, len(WORKFLOW)))
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Each command with its whole first sentence (click cuts summaries at 45 characters)."""
+        rows = [(name, self.commands[name].get_short_help_str(limit=200)) for name in self.list_commands(ctx)
+                if not self.commands[name].hidden]
+        if rows:
+            with formatter.section("Commands (in the order a plan needs them)"):
+                formatter.write_dl(rows, col_max=12)
+
+
+@click.group(cls=LlmcalcGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120})
+@click.version_option(package_name="llmcalc")
+def cli() -> None:
+    """How big is a Transformer, how many FLOPs, how much memory, how long and how much to train.
+
+    MODEL is a preset name (any case; `llmcalc presets` lists them), the Hugging Face repo id a preset
+    comes from (meta-llama/Meta-Llama-3-8B), a config.json, or a folder holding one. Counts take SI
+    suffixes (7B, 15T, 1k); sequence lengths binary ones (4k = 4,096).
+    """
+
+
+for module in (models, training, memory, serving, compare, profile):
+    for command in module.COMMANDS:
+        cli.add_command(command)
+
+
+def main() -> None:
+    cli(prog_name="llmcalc")

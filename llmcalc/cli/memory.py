@@ -1,0 +1,92 @@
+"""`memory`: training memory per GPU, and whether it fits."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+from ..vocabulary import OPTIMIZER_IMPLS, OPTIMIZER_NAMES
+from .common import emit, load_hardware, load_model
+from .options import (
+    attention_option,
+    expert_options,
+    finetune_options,
+    format_option,
+    given,
+    gpu_option,
+    micro_batch_option,
+    model_argument,
+    n_gpus_option,
+    pp_option,
+    recipe_option,
+    recompute_option,
+    refuse_unused,
+    seq_len_option,
+    sequence_parallel_option,
+    tp_option,
+    zero_option,
+)
+from .types import Choice, Number
+
+if TYPE_CHECKING:
+    from ..analytic.finetune_request import FinetuneRequest
+
+MOVED = ("memory --inference has moved: use `llmcalc serve MODEL --gpu G --n-gpus N --max-model-len L` (weights, KV "
+         "cache and blocks per GPU, concurrency)")
+
+
+@click.command()
+@model_argument
+@seq_len_option
+@micro_batch_option
+@recipe_option
+@click.option("--optimizer", type=Choice(list(OPTIMIZER_NAMES)), default="adamw", show_default=True,
+              help="Optimizer whose states are counted.")
+@click.option("--optimizer-bytes", type=Number(maximum=64),
+              help="Instead of --optimizer: optimizer-state bytes per parameter (e.g. 12 for fp32 Adam + master).")
+@click.option("--optimizer-impl", type=Choice(list(OPTIMIZER_IMPLS)), default="fused",
+              show_default=True, help="Optimizer-step scratch: fused none, torch foreach a copy of every state.")
+@recompute_option()
+@attention_option
+@click.option("--dropout", is_flag=True, help="Count dropout masks (GPT-3-style training; off for modern LLMs).")
+@gpu_option(help="Accelerator preset: say whether it fits, and the largest micro-batch that does.")
+@n_gpus_option(help="GPUs in all (default tp x pp): dp = n / (tp x pp).")
+@zero_option
+@tp_option
+@pp_option
+@expert_options
+@sequence_parallel_option
+@click.option("--reserve-gib", type=Number(zero=True, maximum=1e6), default=0.0, show_default=True,
+              help="With --gpu: memory to keep free on the GPU (CUDA context, fragmentation).")
+@click.option("--inference", is_flag=True, hidden=True, help="Moved: serving memory is `llmcalc serve`.")
+@click.option("--context", "--weight-dtype", "--kv-dtype", "--prefill-chunk", "moved_option", hidden=True,
+              help="Options of the moved --inference mode (kept so that old command lines reach its message).")
+@finetune_options
+@format_option
+@click.pass_context
+def memory(ctx: click.Context, model: str, seq_len: int, micro_batch: int, recipe: str, optimizer: str,
+           optimizer_bytes: float | None, optimizer_impl: str, recompute: str, attention: str, dropout: bool,
+           gpu: str | None, n_gpus: int | None, zero: int, tp: int, pp: int, ep: int, etp: int | None,
+           sequence_parallel: bool, reserve_gib: float, inference: bool, moved_option: str | None,
+           finetune: FinetuneRequest, fmt: str) -> None:
+    """Training memory per GPU of MODEL, and whether it fits (serving memory: `llmcalc serve`)."""
+    from ..analytic.memory_plan import MemoryRequest, plan_memory
+    from ..views.memory import document
+
+    if inference or moved_option is not None:
+        raise click.UsageError(MOVED)
+    device = load_hardware(gpu) if gpu else None
+    if device is None:
+        refuse_unused(ctx, ("reserve_gib",), "without --gpu")
+    if optimizer_bytes is not None:
+        refuse_unused(ctx, ("optimizer",), "with --optimizer-bytes (which replaces it)")
+    request = MemoryRequest(micro_batch, seq_len, recipe, optimizer, optimizer_bytes, optimizer_impl=optimizer_impl,
+                            recompute=recompute, attention=attention, dropout=dropout, n_gpus=n_gpus,
+                            zero=zero if given(ctx, "zero") else None, tp=tp,
+                            pp=pp, ep=ep, etp=etp, sequence_parallel=sequence_parallel, reserve_gib=reserve_gib,
+                            finetune=finetune)
+    emit(document(plan_memory(load_model(model, seq_len), request, device)), fmt)
+
+
+COMMANDS = (memory,)

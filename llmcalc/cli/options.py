@@ -1,0 +1,309 @@
+"""The options commands share, each defined once: one type, one default and one help text wherever it appears.
+
+Groups (decorators): ``sequence_options`` (--seq-len, --causal, --recompute), ``finetune_options`` (handed to
+the command as one ``FinetuneRequest``), ``expert_options`` (--ep, --etp), ``global_batch_options``,
+``step_options`` (train: the layout and what the step-time model needs; the command passes on only what was
+typed), ``serving_options`` (infer, serve) and ``scenario_options`` (compare, report). Single options are
+decorators (``format_option``, ``zero_option``, ``attention_option``, ...) or, where a command words its role,
+functions returning one (``gpu_option``, ``n_gpus_option``, ``recompute_option``). Where an option's default or
+help differs between commands its meaning does (tests/test_cli.py lists those, each with its reason).
+
+And the option-presence checks that need click's context: ``given`` and ``refuse_unused``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, cast
+
+import click
+from click.core import ParameterSource
+
+from ..validate import (
+    DEFAULT_SEQ_LEN,
+    DEFAULT_ZERO,
+    MAX_BATCH,
+    MAX_GPUS,
+    MAX_PARAMS,
+    MAX_SEQ_LEN,
+    MAX_TFLOPS,
+    MAX_TOKENS,
+    MAX_USD_PER_GPU_HOUR,
+)
+from ..vocabulary import (
+    BASE_DTYPES,
+    FINETUNE_METHODS,
+    FORMATS,
+    RECIPE_NAMES,
+    RECOMPUTE_MODES,
+    SCHEDULES,
+    STORAGE_DTYPES,
+)
+from .types import Choice, Count, DType, Fraction, Length, Name, Number
+
+F = TypeVar("F", bound=Callable[..., Any])
+Decorator = Callable[[F], F]
+
+LENGTH = Length(MAX_SEQ_LEN)
+POSITIVE_INT = Count(whole=True, maximum=MAX_BATCH)
+GPUS = Count(whole=True, maximum=MAX_GPUS)
+DEGREE = Count(whole=True, maximum=MAX_GPUS)
+TOKENS = Count(maximum=MAX_TOKENS)
+PARAMS = Count(maximum=MAX_PARAMS)
+QUANTITY = Count()
+MFU = Fraction()
+PRICE = Number(maximum=MAX_USD_PER_GPU_HOUR, minimum=1e-6)
+TFLOPS = Number(maximum=MAX_TFLOPS)
+NAME = Name()
+ATTENTION = Choice(["flash", "eager"], aliases={"sdpa": "flash"})
+
+SEQ_HELP = f"Tokens per training sequence (4k = 4,096); the same default, {DEFAULT_SEQ_LEN:,}, in every command."
+ATTENTION_HELP = "flash (sdpa: no S² buffers) or eager (keeps the B·H·S² softmax); sdpa is accepted for flash."
+CAUSAL_HELP = "Halve the attention S² terms (Megatron-LM/NeMo convention). Default: full S²."
+RECOMPUTE_HELP = "Activation recomputation: none, selective (attention) or full (one checkpoint per block)."
+MICRO_BATCH_HELP = "Sequences per GPU per micro-batch (--batch-size is the old name)."
+PRICE_HELP = "Price per GPU-hour (default: the preset's, if any)."
+TOKENS_HELP = "Training tokens (e.g. 2T, 15t)."
+
+
+def apply(func: F, decorators: Sequence[Decorator]) -> F:
+    """`decorators` applied so that the first one listed is the first option in --help."""
+    for decorator in reversed(decorators):
+        func = decorator(func)
+    return func
+
+
+# --- single options --------------------------------------------------------------------------------------
+
+
+def format_option(func: F) -> F:
+    return click.option(
+        "--format", "fmt", type=Choice(list(FORMATS)), default="table", show_default=True,
+        help="table for terminals; markdown, csv (the main table, raw numbers) or json (everything).",
+    )(func)
+
+
+def model_argument(func: F) -> F:
+    return click.argument("model", type=NAME)(func)
+
+
+def models_argument(func: F) -> F:
+    return click.argument("models", nargs=-1, required=True, type=NAME)(func)
+
+
+def _defaulted(default: Any) -> dict[str, Any]:
+    """click's default and show_default for a default that may be none (click 8.2+ takes an explicit
+    default=None as a value, and a required option with one as given)."""
+    return {} if default is None else {"default": default, "show_default": True}
+
+
+def gpu_option(help: str = "Accelerator preset (see `llmcalc presets`).", required: bool = False,
+               default: str | None = None) -> Decorator:
+    return click.option("--gpu", type=NAME, required=required, help=help, **_defaulted(default))
+
+
+def n_gpus_option(help: str = "GPUs in all (1k = 1,000).", required: bool = False,
+                  default: int | None = None) -> Decorator:
+    return click.option("--n-gpus", type=GPUS, required=required, help=help, **_defaulted(default))
+
+
+def seq_len_option(func: F) -> F:
+    return click.option("--seq-len", type=LENGTH, default=DEFAULT_SEQ_LEN, show_default=True, help=SEQ_HELP)(func)
+
+
+def causal_option(func: F) -> F:
+    return click.option("--causal", is_flag=True, help=CAUSAL_HELP)(func)
+
+
+def recompute_option(default: str | None = "none", help: str = RECOMPUTE_HELP,
+                     choices: tuple[str, ...] = RECOMPUTE_MODES) -> Decorator:
+    return click.option("--recompute", type=Choice(list(choices)), help=help, **_defaulted(default))
+
+
+def micro_batch_option(func: F) -> F:
+    return click.option("--micro-batch", "--batch-size", "micro_batch", type=POSITIVE_INT, default=1,
+                        show_default=True, help=MICRO_BATCH_HELP)(func)
+
+
+def attention_option(func: F) -> F:
+    return click.option("--attention", type=ATTENTION, default="flash", show_default=True, help=ATTENTION_HELP)(func)
+
+
+def recipe_option(func: F) -> F:
+    return click.option("--recipe", type=Choice(list(RECIPE_NAMES)), default="bf16-mixed", show_default=True,
+                        help="Precision recipe (weights, gradients, master copy, optimizer states, activations).")(func)
+
+
+def peak_dtype_option(func: F) -> F:
+    return click.option("--dtype", type=DType(), default="bf16", show_default=True,
+                        help="Which dense peak of the GPU to use (bf16, fp16, fp8, tf32, fp32; bfloat16 = bf16).")(func)
+
+
+def price_option(func: F) -> F:
+    return click.option("--usd-per-gpu-hour", type=PRICE, default=None, help=PRICE_HELP)(func)
+
+
+def zero_option(func: F) -> F:
+    return click.option("--zero", type=click.IntRange(0, 3), default=DEFAULT_ZERO, show_default=True,
+                        help="ZeRO stage over data parallelism: 0-3 (3 = FSDP).")(func)
+
+
+def tp_option(func: F) -> F:
+    return click.option("--tp", type=DEGREE, default=1, show_default=True, help="Tensor-parallel degree.")(func)
+
+
+def pp_option(func: F) -> F:
+    return click.option("--pp", type=DEGREE, default=1, show_default=True, help="Pipeline-parallel degree.")(func)
+
+
+def device_option(func: F) -> F:
+    return click.option("--device", type=Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+                        help="Where a real run executes: auto (cuda if present), cpu or cuda.")(func)
+
+
+def tp_overlap_option(func: F) -> F:
+    return click.option("--tp-overlap/--no-tp-overlap", default=False, show_default=True,
+                        help="Hide TP all-gather/reduce-scatter under the GEMMs (TransformerEngine, async TP).")(func)
+
+
+def global_batch_options(func: F) -> F:
+    return apply(func, [
+        click.option("--global-batch", type=POSITIVE_INT, default=None,
+                     help="Sequences per optimizer step: predicts step time and MFU."),
+        click.option("--global-batch-tokens", type=QUANTITY, default=None, help="Instead: tokens per step (e.g. 16M)."),
+    ])
+
+
+# --- groups ---------------------------------------------------------------------------------------------
+
+
+def sequence_options(func: F) -> F:
+    """--seq-len, --causal, --recompute: what one step's FLOPs depend on."""
+    return apply(func, [seq_len_option, causal_option, recompute_option()])
+
+
+def finetune_options(func: F) -> F:
+    """The LoRA/QLoRA options, handed to the command as one `finetune` (analytic.finetune.FinetuneRequest)."""
+
+    @functools.wraps(func)  # keeps what click reads: the name, the docstring, the options declared so far
+    def command(*args: Any, **kwargs: Any) -> Any:
+        from ..analytic.finetune_request import FinetuneRequest
+
+        kwargs["finetune"] = FinetuneRequest(kwargs.pop("finetune"), kwargs.pop("lora_rank"),
+                                             kwargs.pop("lora_targets"), kwargs.pop("base_dtype"),
+                                             kwargs.pop("double_quant"))
+        return func(*args, **kwargs)
+
+    return cast(F, apply(command, [
+        click.option("--finetune", type=click.Choice(list(FINETUNE_METHODS)), default=None,
+                     help="LoRA or QLoRA: frozen base, trainable low-rank adapters (default: full training)."),
+        click.option("--lora-rank", type=POSITIVE_INT, default=None, help="LoRA rank r (default 16)."),
+        click.option("--lora-targets", default=None,
+                     help="all-linear (default) or a comma list of q,k,v,o,gate,up,down."),
+        click.option("--base-dtype", type=click.Choice(list(BASE_DTYPES)), default=None,
+                     help="Frozen base weights (default: bf16 for lora, nf4 for qlora)."),
+        click.option("--double-quant/--no-double-quant", default=True, show_default=True,
+                     help="nf4/fp4: quantise the block scales again (bitsandbytes compress_statistics)."),
+    ]))
+
+
+def expert_options(func: F) -> F:
+    """--ep, --etp: routed experts split over GPUs (MoE parallel folding)."""
+    return apply(func, [
+        click.option("--ep", type=DEGREE, default=1, show_default=True,
+                     help="Expert-parallel degree (MoE): routed experts split over ep GPUs."),
+        click.option("--etp", type=DEGREE, default=None,
+                     help="Expert tensor-parallel degree (MoE; default = tp): each routed expert split over etp GPUs; "
+                          "ep x etp fold over the tp x dp GPUs."),
+    ])
+
+
+def sequence_parallel_option(func: F) -> F:
+    return click.option("--sequence-parallel/--no-sequence-parallel", default=True, show_default=True,
+                        help="With --tp > 1: shard the norm and dropout activations over the tensor-parallel "
+                             "group.")(func)
+
+
+def step_options(func: F) -> F:
+    """The parallel layout and what the step-time model needs (train): every option optional; the command
+    passes on only those typed (``typed``), the step model's defaults are the same."""
+    return apply(func, [
+        global_batch_options,
+        micro_batch_option,
+        tp_option,
+        click.option("--cp", type=DEGREE, default=1, show_default=True, help="Context-parallel degree."),
+        pp_option,
+        click.option("--vpp", type=DEGREE, default=1, show_default=True,
+                     help="Virtual stages (model chunks) per pipeline rank (interleaved)."),
+        expert_options,
+        click.option("--schedule", type=click.Choice(list(SCHEDULES)), default=None,
+                     help="Pipeline schedule (default 1f1b; interleaved with --vpp)."),
+        zero_option,
+        sequence_parallel_option,
+        click.option("--dp-overlap/--no-dp-overlap", default=True, show_default=True,
+                     help="Overlap DP reduction with backward."),
+        tp_overlap_option,
+        attention_option,
+        click.option("--tokens-per-second", type=QUANTITY, default=None,
+                     help="Cluster-wide throughput of a past run: its achieved MFU/HFU."),
+    ])
+
+
+def serving_options(func: F) -> F:
+    return apply(func, [
+        click.option("--weight-dtype", type=DType(STORAGE_DTYPES), default="bf16", show_default=True,
+                     help="bf16, fp16, fp8, int8, int4 (group-wise scales, group 128) or fp32."),
+        click.option("--kv-dtype", type=DType(STORAGE_DTYPES), default=None,
+                     help="KV cache dtype (default: the activation dtype, bf16 or fp16)."),
+        click.option("--compute-dtype", type=DType(), default=None,
+                     help="Which peak to use (default: fp8 for fp8 weights where the device has it, else bf16)."),
+        click.option("--n-gpus", type=DEGREE, default=1, show_default=True,
+                     help="GPUs serving one replica, tensor parallel (the total for that replica)."),
+    ])
+
+
+def scenario_options(func: F) -> F:
+    """The training run and per-GPU set-up that compare and report assume."""
+    return apply(func, [
+        seq_len_option,
+        click.option("--tokens", type=TOKENS, default="2T", show_default=True, help=TOKENS_HELP),
+        gpu_option(default="h100-sxm"),
+        n_gpus_option(default=256),
+        click.option("--mfu", type=MFU, default=0.4, show_default=True,
+                     help="Model FLOPs utilization assumed (0.4 or 40%)."),
+        price_option,
+        recipe_option,
+        zero_option,
+        tp_option,
+        micro_batch_option,
+        recompute_option(),
+        causal_option,
+    ])
+
+
+# --- option presence (click's context) ---------------------------------------------------------------------
+
+
+def given(ctx: click.Context, *names: str) -> list[str]:
+    """The options among `names` (parameter names) that the user typed, as their flags."""
+    flags = []
+    for param in ctx.command.params:
+        if param.name in names and ctx.get_parameter_source(param.name) in (ParameterSource.COMMANDLINE,
+                                                                            ParameterSource.ENVIRONMENT):
+            flags.append(param.opts[0])
+    return flags
+
+
+def typed(ctx: click.Context, values: dict[str, Any]) -> dict[str, Any]:
+    """Of `values` (parameter name -> value), those the user typed; the defaults of the others are the core's."""
+    sources = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+    return {name: value for name, value in values.items() if ctx.get_parameter_source(name) in sources}
+
+
+def refuse_unused(ctx: click.Context, names: tuple[str, ...], reason: str) -> None:
+    """One line when options that would be ignored were given: '--steps, --compile: <reason>'."""
+    flags = given(ctx, *names)
+    if flags:
+        raise click.UsageError(f"{', '.join(flags)} {'is' if len(flags) == 1 else 'are'} not used {reason}; "
+                               f"leave {'it' if len(flags) == 1 else 'them'} out")

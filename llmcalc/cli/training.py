@@ -1,0 +1,124 @@
+"""`train`, `plan` and `layout`: what a training run takes, what a budget buys, how to lay a model out."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from ..validate import MAX_COMPUTE, MAX_DAYS
+from .common import emit, load_counted, load_hardware, load_model
+from .options import (
+    MFU,
+    NAME,
+    PARAMS,
+    POSITIVE_INT,
+    TFLOPS,
+    TOKENS,
+    TOKENS_HELP,
+    causal_option,
+    finetune_options,
+    format_option,
+    global_batch_options,
+    gpu_option,
+    model_argument,
+    n_gpus_option,
+    peak_dtype_option,
+    price_option,
+    recompute_option,
+    refuse_unused,
+    seq_len_option,
+    sequence_options,
+    step_options,
+    tp_overlap_option,
+    typed,
+)
+from .types import Count, Number
+
+if TYPE_CHECKING:
+    from ..analytic.finetune_request import FinetuneRequest
+
+
+@click.command()
+@click.argument("model", type=NAME, required=False)
+@click.option("--params", "n_params", type=PARAMS, help="No model: a parameter count for 6·N·T (e.g. 7B).")
+@click.option("--tokens", type=TOKENS, required=True, help=TOKENS_HELP)
+@gpu_option(required=True)
+@n_gpus_option(default=1)
+@click.option("--mfu", type=MFU, help="Model FLOPs utilization in (0, 1]: 0.4 or 40%.")
+@click.option("--achieved-tflops", type=TFLOPS,
+              help="Instead of --mfu: achieved TFLOP/s per GPU (hardware FLOPs, recomputation included).")
+@price_option
+@peak_dtype_option
+@sequence_options
+@finetune_options
+@step_options
+@format_option
+@click.pass_context
+def train(ctx: click.Context, model: str | None, n_params: float | None, tokens: float, gpu: str, n_gpus: int,
+          mfu: float | None, achieved_tflops: float | None, usd_per_gpu_hour: float | None, dtype: str, seq_len: int,
+          causal: bool, recompute: str, finetune: FinetuneRequest, fmt: str, **step: Any) -> None:
+    """Training FLOPs, GPU-hours, wall-clock, cost and energy for TOKENS on N GPUs."""
+    from ..analytic.training import TrainRequest, plan_training
+    from ..views.train import document
+
+    request = TrainRequest(tokens, gpu, model=model, n_params=n_params, n_gpus=n_gpus, dtype=dtype, seq_len=seq_len,
+                           causal=causal, recompute=recompute, mfu=mfu, achieved_tflops=achieved_tflops,
+                           usd_per_gpu_hour=usd_per_gpu_hour, finetune=finetune, layout=typed(ctx, step))
+    accelerator = load_hardware(gpu)
+    if model is None:
+        refuse_unused(ctx, ("seq_len", "causal"), "with --params (6·N·T has no sequence length); give a MODEL")
+    plan = plan_training(request, None if model is None else load_counted(model, seq_len), accelerator)
+    emit(document(plan), fmt, plan.warnings)
+
+
+@click.command()
+@click.option("--compute", type=Count(maximum=MAX_COMPUTE), help="A compute budget in FLOPs (e.g. 1e24).")
+@gpu_option(help="Or: the cluster's accelerator preset ...")
+@n_gpus_option(help="... how many (1k = 1,000) ...")
+@click.option("--days", type=Number(maximum=MAX_DAYS), help="... for how long (days) ...")
+@click.option("--mfu", type=MFU, help="... at which model FLOPs utilization (0.4 or 40%).")
+@peak_dtype_option
+@format_option
+@click.pass_context
+def plan(ctx: click.Context, compute: float | None, gpu: str | None, n_gpus: int | None, days: float | None,
+         mfu: float | None, dtype: str, fmt: str) -> None:
+    """Compute-optimal model size and tokens for a FLOP budget, or for what a cluster delivers."""
+    from ..analytic.training import ComputeBudget, plan_budget
+    from ..views.plan import document
+
+    budget = ComputeBudget(compute=compute, gpu=gpu, n_gpus=n_gpus, days=days, mfu=mfu, dtype=dtype)
+    if compute is not None:
+        refuse_unused(ctx, ("dtype",), "with --compute (it picks the GPU peak of a cluster budget)")
+    emit(document(plan_budget(budget, None if gpu is None else load_hardware(gpu))), fmt)
+
+
+@click.command()
+@model_argument
+@gpu_option(help="Accelerator preset with a network block (see `llmcalc presets`).", required=True)
+@n_gpus_option(required=True)
+@seq_len_option
+@global_batch_options
+@recompute_option(default=None, help="Activation recomputation: none, selective (attention) or full (one checkpoint "
+                                     "per block). Default: the least that fits, per layout.")
+@causal_option
+@tp_overlap_option
+@click.option("--top", type=POSITIVE_INT, default=10, show_default=True, help="How many layouts to list.")
+@format_option
+def layout(model: str, gpu: str, n_gpus: int, seq_len: int, global_batch: int | None,
+           global_batch_tokens: float | None, recompute: str | None, causal: bool, tp_overlap: bool, top: int,
+           fmt: str) -> None:
+    """Rank the parallel layouts of MODEL on N GPUs that fit in memory, by predicted throughput."""
+    from ..analytic.steptime import rank_layouts
+    from ..render.progress import progress_bars
+    from ..views.layout import document
+
+    spec = load_model(model, seq_len)
+    with progress_bars("layouts") as progress:
+        search = rank_layouts(spec, gpu, n_gpus, seq_len, global_batch=global_batch,
+                              global_batch_tokens=global_batch_tokens, causal=causal, recompute=recompute,
+                              tp_overlap=tp_overlap, progress=progress)
+    emit(document(search, top), fmt)
+
+
+COMMANDS = (train, plan, layout)

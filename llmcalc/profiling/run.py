@@ -1,0 +1,269 @@
+"""`llmcalc profile` and the report's measured sections: which kind of run a request asks for, the refusals
+each kind needs first, and the run. Torch-free at import (the CLI imports it before checking torch is
+installed); the profiling modules are imported by the runs that need them.
+
+Four kinds: a sharded run (``--world-size`` virtual or ``--nproc`` real: ``launch.sharded_profile``), a virtual
+fine-tuning step (``lora.virtual_finetune_profile``), a virtual step (``measure.virtual_profile``) and a real
+one (``measure.real_profile``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import LlmcalcError
+from ..results import Calibration, ProfileResult
+from ..spec import ModelSpec
+from ..units import GIB
+from ..validate import DEFAULT_SEQ_LEN, MAX_PROFILE_LAYERS
+
+if TYPE_CHECKING:
+    from ..analytic.finetune import LoraConfig
+    from ..analytic.finetune_request import FinetuneRequest
+    from ..render.progress import Progress
+
+VIRTUAL_RECIPES = {"fp32": "fp32", "fp16": "fp16-mixed"}  # --dtype -> recipe of a virtual run (else bf16-mixed)
+REAL_RECIPES = {"fp32": "fp32", "bf16": "bf16-mixed", "fp16": "fp16-mixed"}
+
+
+def need_torch() -> None:
+    if importlib.util.find_spec("torch") is None:
+        raise LlmcalcError("profiling needs torch: pip install 'llmcalc[profile]' (on a CPU-only machine install "
+                           "torch==2.13.0 first)") from None
+
+
+def check_profile_size(specs: list[ModelSpec], batch: int, seq_len: int, virtual: bool, recipe: str = "fp32",
+                       device: str = "cpu") -> None:
+    """Refuse, with the estimate, a profile this machine cannot hold (real) or build in seconds (virtual)."""
+    from ..analytic.memory import training_memory
+
+    for spec in specs:
+        if spec.total_layers > MAX_PROFILE_LAYERS:
+            raise LlmcalcError(f"{spec.name} has {spec.total_layers:,} layers; a profile builds every one: use "
+                               f"--layers N (at most {MAX_PROFILE_LAYERS:,})")
+        if virtual or spec.architecture != "decoder":
+            continue
+        from .measure import available_memory
+
+        need = training_memory(spec, batch, seq_len, recipe, "adamw", optimizer_impl="for-loop").peak
+        have = available_memory(device)
+        if have is not None and need > 0.8 * have:
+            raise LlmcalcError(
+                f"a real {device} profile of {spec.name} at micro-batch {batch} x seq {seq_len:,} ({recipe}) needs "
+                f"about {need / GIB:,.1f} GiB, and this machine has {have / GIB:,.1f} GiB available: use "
+                f"--virtual, or fewer layers (--layers 2) or a shorter --seq-len")
+
+
+@dataclass(frozen=True)
+class ProfileRequest:
+    """What `profile` is asked; the option-presence refusals (--steps with --virtual, ...) are the CLI's."""
+
+    model: str  # as typed: a real sharded run's ranks load it again
+    virtual: bool = False
+    device: str = "auto"
+    dtype: str = "auto"
+    recipe: str | None = None
+    batch: int = 1
+    seq_len: int = DEFAULT_SEQ_LEN
+    steps: int = 10
+    warmup: int = 2
+    compile: bool = False
+    counter: str = "torch"
+    recompute: str = "none"
+    attention: str = "flash"
+    layers: int | None = None
+    peak_tflops: float | None = None
+    world_size: int | None = None
+    nproc: int | None = None
+    tp: int = 1
+    all_layers: bool = False
+    finetune: FinetuneRequest | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        if self.virtual and self.counter != "torch":
+            raise LlmcalcError("--counter: fvcore traces real tensors; with --virtual use --counter torch")
+
+    @property
+    def sharded(self) -> bool:
+        return self.world_size is not None or self.nproc is not None
+
+    @property
+    def internal_attention(self) -> str:
+        """The reference model's name for the kernel: sdpa (flash) or eager."""
+        return "sdpa" if self.attention == "flash" else "eager"
+
+
+def run_profile(spec: ModelSpec, request: ProfileRequest) -> ProfileResult | dict[str, Any]:
+    """`llmcalc profile`: the run the request asks for, each kind's refusals first; a sharded run's result is
+    its JSON (every rank's figures), the others a ProfileResult."""
+    need_torch()
+    from .model import check_buildable
+
+    check_buildable(spec)
+    base = spec
+    spec = _with_layers(spec, request.layers)
+    cfg = None if request.finetune is None else request.finetune.config()
+    if request.sharded:
+        return _sharded(base, request, cfg)
+    if request.tp != 1:
+        raise LlmcalcError("--tp needs a sharded run: add --virtual --world-size N or --nproc N")
+    if cfg is not None:
+        return _finetune(spec, request, cfg)
+    if request.virtual:
+        return _virtual(spec, request)
+    return _real(spec, request)
+
+
+def _with_layers(spec: ModelSpec, layers: int | None) -> ModelSpec:
+    """The model cut to its first `layers` blocks (to fit a real run), or as it is."""
+    if layers is None:
+        return spec
+    if layers > spec.n_layers:
+        raise LlmcalcError(f"--layers {layers} exceeds {spec.name}'s {spec.n_layers} layers")
+    return dataclasses.replace(spec, n_layers=layers, name=f"{spec.name} ({layers} layers)",
+                               n_dense_layers=min(spec.n_dense_layers, layers),
+                               moe_layers=None if spec.moe_layers is None
+                               else tuple(i for i in spec.moe_layers if i < layers),
+                               n_decoder_layers=layers if spec.n_decoder_layers else 0)
+
+
+def _sharded(spec: ModelSpec, request: ProfileRequest, cfg: LoraConfig | None) -> dict[str, Any]:
+    if cfg is not None:
+        raise LlmcalcError("sharded profiles train the full model; drop --finetune or --world-size/--nproc")
+    if request.recipe is not None or request.recompute != "none":
+        raise LlmcalcError("sharded profiles fix their precision with --dtype (bf16: FSDP2 mixed precision, or "
+                           "fp32) and do not recompute; drop --recipe/--recompute")
+    from .distributed import with_layers
+    from .launch import sharded_profile
+
+    layers = request.layers
+    if layers is not None:  # keeps n_kv_heads (ModelSpec.replace would derive MHA again)
+        spec = with_layers(spec, layers, name=f"{spec.name} ({layers} layers)")
+    return sharded_profile(spec, request.model, layers, request.virtual, request.world_size, nproc=request.nproc,
+                           tp=request.tp, device=request.device, dtype=request.dtype, batch=request.batch,
+                           seq=request.seq_len, steps=request.steps, warmup=request.warmup,
+                           attention=request.internal_attention, peak_tflops=request.peak_tflops,
+                           all_layers=request.all_layers)
+
+
+def _finetune(spec: ModelSpec, request: ProfileRequest, cfg: LoraConfig) -> ProfileResult:
+    if not request.virtual:
+        raise LlmcalcError("fine-tuning profiles run virtually: add --virtual")
+    from .lora import virtual_finetune_profile
+
+    return virtual_finetune_profile(spec, cfg, request.batch, request.seq_len, request.recompute)
+
+
+def _virtual(spec: ModelSpec, request: ProfileRequest) -> ProfileResult:
+    check_profile_size([spec], request.batch, request.seq_len, virtual=True)
+    from .measure import virtual_profile
+
+    recipe = request.recipe or VIRTUAL_RECIPES.get(request.dtype, "bf16-mixed")
+    return virtual_profile(spec, request.batch, request.seq_len, recipe, recompute=request.recompute,
+                           attention=request.internal_attention)
+
+
+def _real(spec: ModelSpec, request: ProfileRequest) -> ProfileResult:
+    from .measure import peak_for, real_profile, resolve_device
+
+    device = resolve_device(request.device)
+    dtype = ("bf16" if device == "cuda" else "fp32") if request.dtype == "auto" else request.dtype
+    recipe = request.recipe or REAL_RECIPES[dtype]
+    check_profile_size([spec], request.batch, request.seq_len, virtual=False, recipe=recipe, device=device)
+    compute_dtype = "fp32" if recipe == "fp32" else "fp16" if recipe == "fp16-mixed" else "bf16"
+    peak, source = peak_for(device, compute_dtype, request.peak_tflops)
+    return real_profile(spec, device, request.batch, request.seq_len, recipe=recipe, recompute=request.recompute,
+                        attention=request.internal_attention, steps=request.steps, warmup=request.warmup,
+                        compile=request.compile, counter=request.counter, peak_flops=peak, peak_source=source)
+
+
+# --- the report's measured sections (`report --profile virtual|real`, `--sharded-profile N`) ---------------
+
+
+@dataclass(frozen=True)
+class ReportProfiles:
+    """What `report` measures besides its formulas: a profile per model (`mode` virtual or real) and a virtual
+    sharded profile per model at `sharded_world` ranks; `report.run` calls these without importing profiling."""
+
+    mode: str = "none"  # none, virtual, real
+    sharded_world: int | None = None
+    tp: int = 1
+    micro_batch: int = 1
+    seq_len: int = DEFAULT_SEQ_LEN
+    recompute: str = "none"
+
+    def steps(self, n_models: int) -> int:
+        """Progress steps these add: one per model and kind."""
+        return (n_models if self.mode != "none" else 0) + (n_models if self.sharded_world else 0)
+
+    def check_size(self, specs: list[ModelSpec]) -> None:
+        if self.mode != "none":
+            check_profile_size(specs, self.micro_batch, self.seq_len, virtual=self.mode == "virtual")
+
+    def check_sharded(self, specs: list[ModelSpec]) -> None:
+        """Refuse, before any work, a sharded profile a model cannot take."""
+        if self.sharded_world is None:
+            return
+        need_torch()
+        from .distributed import check_layout
+        from .model import check_buildable
+
+        for spec in specs:
+            check_buildable(spec)
+            check_layout(spec, self.sharded_world, self.tp)
+
+    def profiles(self, specs: list[ModelSpec], recipe: str, progress: Progress) -> dict[str, ProfileResult] | None:
+        """Each model's profile: virtual in the report's recipe, or a real 3-step fp32 run on the CPU."""
+        if self.mode == "none":
+            return None
+        need_torch()
+        from .measure import peak_for, real_profile, virtual_profile
+
+        out = {}
+        for spec in specs:
+            progress.step(f"profiling {spec.name}")
+            if self.mode == "virtual":
+                out[spec.name] = virtual_profile(spec, self.micro_batch, self.seq_len, recipe,
+                                                 "full" if self.recompute == "full" else "none")
+            else:
+                peak, source = peak_for("cpu", "fp32")
+                out[spec.name] = real_profile(spec, "cpu", self.micro_batch, self.seq_len, "fp32", steps=3, warmup=1,
+                                              peak_flops=peak, peak_source=source)
+        return out
+
+    def sharded(self, specs: list[ModelSpec], progress: Progress) -> dict[str, dict[str, Any]] | None:
+        """Each model's virtual sharded profile (bf16 FSDP2 mixed precision), as `profile --virtual --world-size`."""
+        if not self.sharded_world:
+            return None
+        from .distributed import virtual_distributed_profile
+
+        out = {}
+        for spec in specs:
+            progress.step(f"sharded profile of {spec.name}")
+            out[spec.name] = virtual_distributed_profile(spec, self.sharded_world, self.tp, self.micro_batch,
+                                                         seq=self.seq_len, mixed=True, attention="sdpa").to_json()
+        return out
+
+
+# --- `llmcalc calibrate` ---------------------------------------------------------------------------------
+
+
+def run_calibration(device: str = "auto", dtype: str = "fp32", size: int | None = None,
+                    seconds: float = 2.0) -> Calibration:
+    """Time repeated square matmuls (`size`: 8192 on CUDA, 1024 on a CPU, by default) for `seconds`, and find
+    the datasheet peak of a CUDA device's preset."""
+    need_torch()
+    from ..spec import find_accelerator
+    from .measure import calibrate, device_name, resolve_device, torch_dtype
+
+    device = resolve_device(device)
+    size = size or (8192 if device == "cuda" else 1024)
+    flops = calibrate(device, torch_dtype(dtype), size, seconds)
+    catalog = None
+    acc = find_accelerator(device_name(device)) if device == "cuda" else None
+    if acc is not None and dtype in acc.peak_flops:
+        catalog = {"preset": acc.key, "peak_flops_per_s": acc.peak(dtype)}
+    return Calibration(device_name(device), dtype, size, flops, catalog)

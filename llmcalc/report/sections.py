@@ -1,0 +1,371 @@
+"""The planning report's sections beyond the core five (summary, parameters, FLOPs, time and cost, memory, in
+``planning``): predicted step time by layout, FP8 training, fine-tuning, serving and the sharded profile. Each
+section is one function ``build_report`` calls; its tables are the commands' Documents (``llmcalc.views``)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..analytic.finetune import FinetuneFlops, FinetuneMemory, LoraConfig, finetune
+from ..analytic.memory import MemoryEstimate
+from ..analytic.rules import six_n
+from ..analytic.serving import smallest_serving_group
+from ..analytic.steptime import search_layouts, steptime_presets
+from ..analytic.summary import Scenario
+from ..analytic.training import TrainingEstimate
+from ..errors import LlmcalcError
+from ..hardware import Accelerator
+from ..render.tables import Column, Document, Table
+from ..spec import ModelSpec
+from ..units import GIB, fmt_count, fmt_usd, si
+from ..views.layout import layout_document
+from ..views.memory import _gib
+from ..views.params import adapter_table, finetune_config
+from ..views.profile import distributed_document, long_table
+from ..views.serve import serve_document
+from ..views.train import FP8_NOTE
+from .document import Report, safe_name
+from .figures import breakdown_bars, memory_bars, rank_figure, scenario_line
+
+DEFAULT_TOKENS_PER_STEP = 4 * 2**20  # 4 Mi tokens per optimizer step when no global batch is given
+
+
+def steptime_section(report: Report, specs: list[ModelSpec], scenario: Scenario, global_batch: int | None = None,
+                     top: int = 6) -> None:
+    """The report's "Predicted step time by layout" section: for each decoder model, the best layouts
+    that fit on the scenario's cluster, their breakdown as stacked bars, and the run's time and cost
+    at the best layout's predicted MFU (beside the assumed one)."""
+
+    report.heading("Predicted step time by layout")
+    gpu = scenario.accelerator
+    if gpu.key not in steptime_presets():
+        report.paragraph(f"{gpu.key} has no network/matmul block, so no step-time prediction (presets with one: "
+                         f"{', '.join(steptime_presets())}).")
+        return
+    batch = global_batch or max(1, DEFAULT_TOKENS_PER_STEP // scenario.seq_len)
+    report.paragraph(f"Global batch {batch} sequences x {scenario.seq_len:,} tokens"
+                     + ("" if global_batch else " (4 Mi tokens per step; `llmcalc layout` takes any --global-batch)")
+                     + f" on {scenario.n_gpus:,} x {gpu.key}; layouts ranked by predicted throughput "
+                       "(`llmcalc layout`).")
+    for spec in specs:
+        if spec.architecture != "decoder":
+            report.paragraph(f"{spec.name}: the step-time model covers decoder-only models.")
+            continue
+        try:
+            ranked, losers, counts = search_layouts(spec, gpu.key, scenario.n_gpus, scenario.seq_len,
+                                                    global_batch=batch, causal=scenario.causal)
+        except LlmcalcError as exc:
+            report.paragraph(f"{spec.name}: {exc}")
+            continue
+        report.heading(spec.name, 3)
+        if not ranked:
+            report.paragraph(f"no layout fits in {gpu.memory_bytes / GIB:g} GiB per GPU "
+                             f"({counts['oom']} tried do not fit).")
+            continue
+        shown = [(f"tp{p.layout.tp} cp{p.layout.cp} pp{p.layout.pp} dp{p.layout.dp} mb{p.layout.micro_batch} "
+                  f"{p.recompute}", p) for p, _ in ranked[:top]]
+        worst = ranked[-1][0]
+        if len(ranked) > top:
+            shown.append((f"slowest: tp{worst.layout.tp} cp{worst.layout.cp} pp{worst.layout.pp} "
+                          f"dp{worst.layout.dp} mb{worst.layout.micro_batch} {worst.recompute}", worst))
+        name = f"steptime-{safe_name(spec.name)}"
+        report.figure(name, breakdown_bars(shown, f"{spec.name}: predicted step time by layout",
+                                           scenario_line(scenario, [spec.name])),
+                      "Where each layout's step goes (compute, exposed communication, pipeline bubble, optimizer), "
+                      "best layouts first and the slowest that fits last")
+        best = ranked[0][0]
+        est = TrainingEstimate(tokens=scenario.tokens, model_flops=best.model_flops / best.tokens_per_step *
+                               scenario.tokens, hardware_flops=best.hardware_flops / best.tokens_per_step *
+                               scenario.tokens, accelerator=gpu, dtype=scenario.dtype, n_gpus=scenario.n_gpus,
+                               mfu=best.mfu, usd_per_gpu_hour=scenario.usd_per_gpu_hour)
+        cost = "" if est.cost_usd is None else f", {fmt_usd(est.cost_usd)}"
+        report.bullets([f"best layout predicts MFU {best.mfu * 100:.1f} % (the report's other sections assume "
+                        f"{scenario.mfu * 100:.0f} %): {scenario.tokens:.3g} tokens take {est.wall_clock_days:,.1f} "
+                        f"days, {est.gpu_hours:,.0f} GPU-hours{cost}"])
+        report.document(layout_document(spec.name, gpu.key, scenario.n_gpus, scenario.seq_len, global_batch=batch,
+                                        ranked=ranked, losers=losers, counts=counts, top=top), name)
+
+
+# The report's FP8 section (`report --recipe fp8|fp8-current|fp8-torchao`).
+BASELINE = "bf16-mixed"
+FP8_RECIPES = ("fp8", "fp8-current", "fp8-torchao")
+
+
+def _recipe_label(recipe: str, plan: str) -> str:
+    return recipe + (" · plan" if recipe == plan else " (baseline)" if recipe == BASELINE else "")
+
+
+def fp8_memory_document(spec: ModelSpec, scenario: Scenario) -> tuple[Document, dict[str, MemoryEstimate]]:
+    """Memory per GPU by component (GiB) under bf16-mixed and each FP8 recipe, on the plan's layout."""
+    from dataclasses import replace
+
+    from ..analytic.memory import RECIPES
+    from ..analytic.summary import scenario_memory
+
+    ests = {_recipe_label(r, scenario.recipe): scenario_memory(spec, replace(scenario, recipe=r))
+            for r in (BASELINE, *FP8_RECIPES)}
+    keys = list(dict.fromkeys(k for est in ests.values() for k in est.components()))
+    rows = [{"name": k, **{est.recipe.name: est.components().get(k) for est in ests.values()}}
+            for k in keys if any(est.components().get(k) for est in ests.values())]
+    rows.append({"name": "peak per GPU", **{est.recipe.name: est.peak for est in ests.values()}})
+    cap = scenario.accelerator.memory_bytes
+    notes = [f"{r}: {RECIPES[r].description}" for r in (BASELINE, *FP8_RECIPES)]
+    notes += [f"{label}: peak at the {est.peak_phase}; {'fits' if est.peak <= cap else 'does NOT fit'} in "
+              f"{scenario.accelerator.key}'s {cap / GIB:g} GiB" for label, est in ests.items()]
+    notes += [f"the plan's layout for every recipe: ZeRO-{scenario.zero} over {scenario.n_gpus:,} GPUs, tp "
+              f"{scenario.tp}; memory in GiB (2^30 bytes)"]
+    table = Table(f"memory per GPU at micro-batch {scenario.micro_batch} x seq {scenario.seq_len:,}",
+                  [Column("name", "component", align="left")]
+                  + [Column(est.recipe.name, f"{label} (GiB)", _gib) for label, est in ests.items()], rows, notes)
+    data = {"model": spec.name, "recipes": {label: {"per_gpu_bytes": est.peak, "peak_phase": est.peak_phase,
+                                                    "components": est.components()} for label, est in ests.items()}}
+    return Document(f"{spec.name}: FP8 training memory", data, [table]), ests
+
+
+
+
+def both_peaks(acc: Accelerator, achieved: float) -> dict[str, float]:
+    """Achieved model FLOP/s per GPU as a share of the accelerator's dense bf16 and fp8 peaks (the plan has an MFU,
+    not a TrainingEstimate and its mfu_against)."""
+    return {dtype: achieved / acc.peak(dtype) for dtype in ("bf16", "fp8")}
+
+
+def fp8_mfu_table(scenario: Scenario) -> Table:
+    """The plan's achieved model FLOP/s per GPU (its MFU of the dense peak it names) against both peaks."""
+    acc = scenario.accelerator
+    achieved = scenario.mfu * acc.peak(scenario.dtype)
+    rows = [{"quantity": f"achieved model FLOP/s per GPU (plan: {scenario.mfu:.0%} of the dense {scenario.dtype} "
+                         "peak)", "value": f"{achieved / 1e12:,.4g} TFLOP/s"}]
+    notes = [FP8_NOTE]
+    if {"bf16", "fp8"} <= set(acc.peak_flops):
+        for dtype, share in both_peaks(acc, achieved).items():
+            rows.append({"quantity": f"MFU vs dense {dtype} peak ({acc.peak(dtype) / 1e12:,.4g} TFLOP/s)",
+                         "value": f"{share * 100:.1f} %"})
+        notes.append("the report's time and cost use the plan's MFU as given: an FP8 run that is faster shows as a "
+                     "higher MFU against the bf16 peak")
+    else:
+        notes.append(f"{acc.key} has no dense fp8 rate in its preset: its GEMMs cannot run in FP8, so only the "
+                     "memory figures apply")
+    return Table(f"MFU of the plan on {acc.key}, against both peaks",
+                 [Column("quantity", "quantity", align="left"), Column("value", "value", align="left")], rows, notes)
+
+
+def fp8_section(report: Report, specs: list[ModelSpec], scenario: Scenario, line: str) -> None:
+    """`report --recipe fp8*`: memory per GPU under bf16-mixed and the three FP8 recipes on the plan's
+    layout (one figure for all models), and the plan's MFU against the bf16 and the fp8 peak."""
+
+    report.heading("FP8 training")
+    report.paragraph(f"The plan trains with the {scenario.recipe} recipe; below, its memory beside bf16-mixed and the "
+                     "other FP8 recipes on the same layout, and its MFU against both dense peaks.")
+    report.table(fp8_mfu_table(scenario))
+    decoders = [s for s in specs if s.architecture == "decoder"]
+    for spec in specs:
+        if spec.architecture != "decoder":
+            report.paragraph(f"{spec.name}: FP8 memory needs the activation model, which covers decoder-only models.")
+    docs = {s.name: fp8_memory_document(s, scenario) for s in decoders}
+    if not docs:
+        return
+    bars = {(label if len(docs) == 1 else f"{name}: {label}"): est.peak_components()
+            for name, (_, ests) in docs.items() for label, est in ests.items()}
+    report.figure("fp8_memory", memory_bars(bars, scenario.accelerator.memory_bytes, scenario.accelerator.key,
+                                            "Memory per GPU: bf16-mixed against the FP8 recipes", line),
+                  f"Memory per GPU at the peak, by component group, for bf16-mixed and each FP8 recipe on the plan's "
+                  f"layout (ZeRO-{scenario.zero} over {scenario.n_gpus:,} GPUs, tp {scenario.tp}); the plan's recipe "
+                  f"marked 'plan'; dashed: {scenario.accelerator.key}'s capacity")
+    for name, (doc, _) in docs.items():
+        report.heading(name, 3)
+        report.document(doc, f"fp8-{safe_name(name)}")
+
+
+# The report's fine-tuning section (`report --finetune lora|qlora`): full / LoRA / QLoRA side by side.
+
+def _methods(cfg: LoraConfig) -> dict[str, LoraConfig | None]:
+    """Full training (None) and LoRA and QLoRA at the chosen rank and targets; the chosen method keeps its
+    --base-dtype, the other its default base (bf16 for LoRA, nf4 for QLoRA)."""
+    from dataclasses import replace
+
+    from ..analytic.finetune import lora_config
+
+    out: dict[str, LoraConfig | None] = {"full": None}
+    for method in ("lora", "qlora"):
+        out[method] = cfg if cfg.method == method else replace(lora_config(method, cfg.rank, cfg.targets),
+                                                                double_quant=cfg.double_quant)
+    return out
+
+
+def _label(method: str, cfg: LoraConfig | None, chosen: str) -> str:
+    if cfg is None:
+        return "full (bf16-mixed, unsharded)"
+    name = "LoRA" if method == "lora" else "QLoRA"
+    return f"{name} ({cfg.base_dtype} base)" + (" · plan" if method == chosen else "")
+
+
+Setups = dict[str, tuple[MemoryEstimate | FinetuneMemory, LoraConfig | None]]  # label -> (estimate, set-up)
+
+
+def finetune_setups(spec: ModelSpec, scenario: Scenario, cfg: LoraConfig) -> Setups:
+    """Label -> (memory estimate, LoraConfig or None) for full training and both methods, each GPU holding
+    the whole model (data parallel, no ZeRO or TP) at the plan's micro-batch, sequence and recompute."""
+    from ..analytic.finetune import finetune_memory
+    from ..analytic.memory import training_memory
+
+    out = {}
+    for method, c in _methods(cfg).items():
+        est: MemoryEstimate | FinetuneMemory
+        if c is None:
+            est = training_memory(spec, scenario.micro_batch, scenario.seq_len, "bf16-mixed",
+                                  optimizer=scenario.optimizer, recompute=scenario.recompute)
+        else:
+            est = finetune_memory(spec, c, scenario.micro_batch, scenario.seq_len, optimizer=scenario.optimizer,
+                                  recompute=scenario.recompute)
+        out[_label(method, c, cfg.method)] = (est, c)
+    return out
+
+
+def side_by_side_document(spec: ModelSpec, scenario: Scenario, setups: Setups) -> Document:
+    """Memory per GPU by component (GiB), one column per set-up; the peak and whether it fits below."""
+    keys = list(dict.fromkeys(k for est, _ in setups.values() for k in est.components()))
+    labels = list(setups)
+    ids = [cfg.method if cfg is not None else "full" for _, cfg in setups.values()]  # CSV headers
+    cols = [Column("name", "component", align="left")] + [
+        Column(ident, f"{label} (GiB)", _gib) for ident, label in zip(ids, labels, strict=True)]
+    rows = []
+    for key in keys:
+        values = [est.components().get(key) for est, _ in setups.values()]
+        if any(values):
+            rows.append({"name": key, **dict(zip(ids, values, strict=True))})
+    rows.append({"name": "peak per GPU", **dict(zip(ids, (est.peak for est, _ in setups.values()), strict=True))})
+    cap = scenario.accelerator.memory_bytes
+    adapter = next(est for est, c in setups.values() if isinstance(est, FinetuneMemory))
+    per_adapter = adapter.bytes_per_adapter_param["total"]
+    notes = [f"{label}: peak at the {est.peak_phase}; {'fits' if est.peak <= cap else 'does NOT fit'} in "
+             f"{scenario.accelerator.key}'s {cap / GIB:g} GiB" for label, (est, _) in setups.items()]
+    notes += ["each GPU holds the whole model (data parallel, no ZeRO or tensor parallelism): the plan's sharded "
+              "full training is in the Memory section", "full: bf16 weights and gradients, fp32 master weights and "
+              "AdamW states (2 + 2 + 4 + 8 = 16 B/param); LoRA/QLoRA: the frozen base in its dtype, fp32 adapters "
+              f"with their gradients and {adapter.optimizer.name} states ({per_adapter:g} B per adapter parameter)",
+              "a blank cell: the set-up has no such component; memory in GiB (2^30 bytes)"]
+    data = {"model": spec.name, "batch_size": scenario.micro_batch, "seq_len": scenario.seq_len,
+            "setups": {label: {"per_gpu_bytes": est.peak, "peak_phase": est.peak_phase,
+                               "components": est.components()} for label, (est, _) in setups.items()}}
+    return Document(f"{spec.name}: memory per GPU, full training against LoRA and QLoRA", data,
+                    [Table(f"memory per GPU at micro-batch {scenario.micro_batch} x seq {scenario.seq_len:,}, "
+                           f"recompute {scenario.recompute}", cols, rows, notes)])
+
+
+def flops_table(spec: ModelSpec, scenario: Scenario, setups: Setups) -> Table:
+    """Model FLOPs per token (exact per-op count at the plan's sequence length) and the rule beside it."""
+    from ..analytic.flops import step_flops
+    from ..analytic.params import count_params
+
+    step = step_flops(spec, 1, scenario.seq_len, scenario.causal, scenario.recompute)
+    count = count_params(spec)
+    n = count.active_per_token
+    rows, notes = [], []
+    for label, (_, cfg) in setups.items():
+        if cfg is None:
+            rows.append({"setup": label, "trainable": count.total, "exact": step.model_flops_per_token,
+                         "rule": float(six_n(n)), "rule_name": "6·N"})
+            continue
+        fl = FinetuneFlops(finetune(spec, cfg), step)
+        notes = fl.notes()
+        rows.append({"setup": label, "trainable": fl.ft.trainable, "exact": fl.model_flops_per_token,
+                     "rule": fl.rule(), "rule_name": "4·N_frozen + 6·N_adapter"})
+    return Table(f"training FLOPs per token at seq {scenario.seq_len:,} ({'causal' if scenario.causal else 'full S²'})",
+                 [Column("setup", "set-up", align="left"), Column("trainable", "trainable params (SI)", fmt_count),
+                  Column("exact", "model FLOPs per token (exact, FLOP)", lambda v: si(v).strip()),
+                  Column("rule", "rule (FLOP per token, no S²)", lambda v: si(v).strip()),
+                  Column("rule_name", "rule", align="left")],
+                 rows, notes + [
+                     "QLoRA's FLOPs equal LoRA's: dequantising the nf4 base is memory traffic, not matmul FLOPs",
+                     "full: forward 2·N, backward 4·N (6·N per token), plus the attention S² terms"])
+
+
+def finetune_section(report: Report, specs: list[ModelSpec], scenario: Scenario, cfg: LoraConfig, line: str) -> None:
+    """`report --finetune lora|qlora`: per decoder model, trainable against frozen parameters, memory per GPU
+    of full training, LoRA and QLoRA side by side (one figure for all), and FLOPs per token."""
+
+    report.heading("Fine-tuning (LoRA and QLoRA)")
+    scales = ", double-quantised scales" if cfg.base_dtype in ("nf4", "fp4") and cfg.double_quant else ""
+    report.paragraph(f"The plan's fine-tuning set-up: {cfg.method} rank {cfg.rank} on {cfg.target_label}, "
+                     f"{cfg.base_dtype} base{scales}, micro-batch {scenario.micro_batch} x seq {scenario.seq_len:,}, "
+                     f"recompute {scenario.recompute}, "
+                     f"{scenario.optimizer}; compared with full training and the other method at the same rank and "
+                     f"targets, each on one {scenario.accelerator.key} holding the whole model.")
+    decoders = [s for s in specs if s.architecture == "decoder"]
+    for spec in specs:
+        if spec.architecture != "decoder":
+            report.paragraph(f"{spec.name}: fine-tuning memory needs the activation model, which covers decoder-only "
+                             "models.")
+    all_setups = {s.name: finetune_setups(s, scenario, cfg) for s in decoders}
+    if not all_setups:
+        return
+    bars = {(label if len(all_setups) == 1 else f"{name}: {label}"): est.peak_components()
+            for name, setups in all_setups.items() for label, (est, _) in setups.items()}
+    report.figure("finetune_memory", memory_bars(bars, scenario.accelerator.memory_bytes, scenario.accelerator.key,
+                                                 "Memory per GPU: full training, LoRA and QLoRA (each GPU holds "
+                                                 "the whole model)", line),
+                  f"Memory per GPU at the peak, by component group: full training (bf16-mixed + "
+                  f"{scenario.optimizer}, no sharding) against {cfg.method} rank {cfg.rank} on {cfg.target_label} "
+                  f"and the other method at the same rank; the plan's set-up marked 'plan'; dashed: "
+                  f"{scenario.accelerator.key}'s capacity")
+    for spec in decoders:
+        setups = all_setups[spec.name]
+        ft = finetune(spec, cfg)
+        report.heading(spec.name, 3)
+        doc = side_by_side_document(spec, scenario, setups)
+        doc.tables += [adapter_table(ft), flops_table(spec, scenario, setups)]
+        doc.data.update({"finetune": finetune_config(ft), "trainable": ft.trainable, "frozen": ft.frozen,
+                         "trainable_components": ft.components})
+        report.document(doc, f"finetune-{safe_name(spec.name)}")
+
+
+# The report's serving section (`report --serve`).
+
+def serving_section(report: Report, specs: list[ModelSpec], scenario: Scenario) -> None:
+    """`report --serve`: each decoder model served on the scenario's GPU at --seq-len tokens per request,
+    on the smallest tensor-parallel group that holds one request (bf16 weights, vLLM defaults)."""
+
+    report.heading("Serving")
+    report.paragraph(f"Each model served with vLLM's defaults (gpu_memory_utilization 0.9, block 16, bf16 weights, "
+                     f"{scenario.kv_dtype} KV cache) on the fewest {scenario.accelerator.key} GPUs (tensor parallel) "
+                     f"that hold one {scenario.seq_len:,}-token request; `llmcalc serve` gives the same tables for any "
+                     "setting.")
+    for spec in specs:
+        if spec.architecture != "decoder":
+            report.paragraph(f"{spec.name}: serving covers decoder-only models.")
+            continue
+        est = smallest_serving_group(spec, scenario.accelerator, scenario.seq_len, scenario.kv_dtype)
+        if est is None:
+            report.paragraph(f"{spec.name}: no group of up to 16 {scenario.accelerator.key} GPUs holds a "
+                             f"{scenario.seq_len:,}-token request.")
+            continue
+        report.heading(f"{spec.name} on {est.tp} x {scenario.accelerator.key}", 3)
+        report.document(serve_document(est), f"serve-{safe_name(spec.name)}")
+
+
+# The report's sharded profile (`report --sharded-profile N`).
+
+def sharded_section(report: Report, results: dict[str, dict], line: str) -> None:
+    """`report --sharded-profile N`: each model's virtual sharded profile (FSDP2 over dp x DTensor TP on a fake
+    process group), every rank's figures beside the formulas, rank 0 as a figure."""
+
+    report.heading("Sharded profile (virtual)")
+    first = next(iter(results.values()))
+    report.paragraph(f"Each model built in PyTorch and trained for one step (forward, backward, AdamW) under "
+                     f"FakeTensorMode on a fake process group of {first['world_size']} ranks: FSDP2 fully_shard "
+                     f"over dp {first['mesh']['dp']} and DTensor tensor parallelism over tp {first['mesh']['tp']}, "
+                     f"{first['precision']}. Per rank, the sharded parameter, gradient and optimizer bytes, the "
+                     "peak and the bytes each collective sends, against the ZeRO-3/TP formulas and the parallel "
+                     "time model's communication volumes.")
+    for name, data in results.items():
+        report.heading(name, 3)
+        report.figure(f"sharded-{safe_name(name)}", rank_figure(data, line),
+                      "Rank 0's sharded state, peak and collective bytes: the formula (left bar) and the virtual "
+                      "profile (right bar), the relative error over each pair; every rank in the table below")
+        doc = distributed_document(data)
+        report.paragraph(doc.title + ".")
+        wide = doc.tables[0]  # one column per figure: the CSV keeps it, people read it long-form
+        doc.tables[0] = replace(wide, for_people=False)
+        doc.tables.insert(1, long_table(data, wide.title, wide.notes))
+        report.document(doc, f"sharded-{safe_name(name)}")

@@ -1,0 +1,114 @@
+"""What `infer` shows: prefill and decode on a roofline, and the conventions a serving estimate rests on
+(which `serve` shows too)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..analytic.inference import QUANTISATION_NOTES, expected_experts
+from ..render.tables import Column, Document, Table
+from ..units import fmt_bytes, fmt_flops, fmt_seconds
+
+if TYPE_CHECKING:
+    from ..analytic.inference import InferenceEstimate
+
+
+def serving_conventions(est: InferenceEstimate) -> list[str]:
+    """The conventions an inference roofline rests on, for this model and parallel layout."""
+    spec, tp = est.spec, est.n_gpus
+    kv_heads = spec.n_kv_heads
+    lines = []
+    if est.weight_dtype in QUANTISATION_NOTES:
+        lines.append(QUANTISATION_NOTES[est.weight_dtype] + "; embeddings, LM head, norms and router stay 16-bit")
+    if spec.is_moe:
+        E, k = spec.n_experts, spec.n_experts_per_token
+        lines.append(f"MoE decode reads only the experts the step's routed tokens hit: expected distinct experts per "
+                     f"layer E·(1 - (1 - k/E)^b) under uniform routing (E = {E}, k = {k}): "
+                     f"{expected_experts(spec, 1):g} at batch 1 (the active parameters)"
+                     + (f", {expected_experts(spec, est.batch):.2f} at batch {est.batch}" if est.batch != 1 else ""))
+    if (mla := spec.mla) is not None:
+        lines.append("MLA: decode in the absorbed form (DeepSeek-V2 sec. 2.1.2: W_UK folded into the query, W_UV into "
+                     "the output), attending over the cached latent it reads (kv_lora_rank + qk_rope_head_dim = "
+                     f"{mla.kv_lora_rank + mla.qk_rope_head_dim} per token and layer); prefill in the plain form")
+    if tp > 1:
+        if spec.is_mla:
+            lines.append(f"tensor parallel over {tp} GPUs: query heads split; the MLA latent cache is replicated on "
+                         "every rank (not split)")
+        elif tp > kv_heads:
+            lines.append(f"tensor parallel over {tp} GPUs: {kv_heads} "
+                         f"KV head{'s' if kv_heads > 1 else ''}"
+                         f" for {tp} ranks, so each rank keeps one KV head (replicated {tp // kv_heads}x), "
+                         "never split below one; KV cache and K/V weights per GPU follow")
+        else:
+            lines.append(f"tensor parallel over {tp} GPUs: {kv_heads // tp} of {kv_heads} KV heads per "
+                         "rank")
+    return lines
+
+
+def document(est: InferenceEstimate) -> Document:
+    pre = est.prefill
+    first = est.decode_step(est.prompt + 1)
+    last = est.decode_step(est.prompt + est.generate - 1)
+    with_kv = est.compute_bound_batch()
+    without_kv = est.compute_bound_batch(with_kv=False)
+    data = {
+        "model": est.spec.name, "device": est.accelerator.key, "n_gpus": est.n_gpus, "batch_size": est.batch,
+        "prompt": est.prompt, "generate": est.generate, "weight_dtype": est.weight_dtype, "kv_dtype": est.kv_dtype,
+        "compute_dtype": est.compute_dtype, "weights_bytes": est.weights, "weights_bytes_per_gpu": est.weights_per_gpu,
+        "kv_cache_bytes": est.kv_cache, "kv_cache_bytes_per_token": est.kv_per_token,
+        "kv_cache_bytes_per_token_per_gpu": est.kv_per_token_per_gpu,
+        "state_bytes_per_sequence_per_gpu": est.state_bytes_per_sequence,
+        "prefill_seconds": pre.seconds, "prefill_flops": pre.flops * est.n_gpus, "prefill_bytes_per_gpu": pre.bytes,
+        "prefill_bound": pre.bound, "time_to_first_token_seconds": pre.seconds,
+        "decode_seconds_per_token": est.decode_seconds_per_token, "decode_seconds": est.decode_seconds,
+        "decode_tokens_per_second": est.decode_tokens_per_second, "decode_bound_first": first.bound,
+        "decode_bound_last": last.bound, "decode_weight_bytes_per_gpu": est.weights_read(est.batch),
+        "total_seconds": est.total_seconds, "tokens_per_second": est.tokens_per_second,
+        "compute_bound_batch": with_kv, "compute_bound_batch_ignoring_kv": without_kv,
+    }
+    rows = [
+        {"phase": "prefill", "flops": pre.flops, "bytes": pre.bytes, "compute": pre.compute_seconds,
+         "memory": pre.memory_seconds, "time": pre.seconds, "bound": pre.bound},
+        {"phase": f"decode step (context {est.prompt + 1:,})", "flops": first.flops, "bytes": first.bytes,
+         "compute": first.compute_seconds, "memory": first.memory_seconds, "time": first.seconds, "bound": first.bound},
+        {"phase": f"decode step (context {est.prompt + est.generate - 1:,})", "flops": last.flops, "bytes": last.bytes,
+         "compute": last.compute_seconds, "memory": last.memory_seconds, "time": last.seconds, "bound": last.bound},
+    ]
+    bw = est.accelerator.memory_bandwidth / 1e12
+    per_gpu = " per GPU" if est.n_gpus > 1 else ""
+    notes = [
+        f"roofline{per_gpu}: time = max(FLOPs / {est.accelerator.peak(est.compute_dtype) / 1e12:,.4g} TFLOP/s "
+        f"dense {est.compute_dtype}, bytes / {bw:.3g} TB/s); an upper bound on speed",
+        f"prefill (causal): {fmt_seconds(pre.seconds)} to the first token; decode: "
+        f"{fmt_seconds(est.decode_seconds_per_token)} per step on "
+        f"average, {est.decode_tokens_per_second:,.0f} tokens/s "
+        f"for the batch of {est.batch} (a closed-form sum over the growing context)",
+        f"whole request: {fmt_seconds(est.total_seconds)}, {est.tokens_per_second:,.0f} generated tokens/s",
+        (f"decode turns compute-bound at batch {with_kv:,.0f} at context {est.prompt:,}" if with_kv else
+         f"decode stays memory-bound at any batch at context {est.prompt:,}: each sequence's KV-cache read takes "
+         f"longer than its FLOPs")
+        + (f"; ignoring the KV cache it would turn compute-bound at batch {without_kv:,.0f}" if without_kv else ""),
+    ] + serving_conventions(est)
+    table = Table(
+        "roofline" + (f" (one of {est.n_gpus} GPUs)" if est.n_gpus > 1 else ""),
+        [Column("phase", "phase", align="left"), Column("flops", "FLOPs", lambda v: fmt_flops(v)),
+         Column("bytes", "bytes moved", fmt_bytes), Column("compute", "compute time", fmt_seconds),
+         Column("memory", "memory time", fmt_seconds), Column("time", "time", fmt_seconds),
+         Column("bound", "bound", align="left")],
+        rows, notes,
+    )
+    title = (f"{est.spec.name} on {est.n_gpus} x {est.accelerator.key}: batch {est.batch}, prompt {est.prompt:,}, "
+             f"generate {est.generate:,}, weights {est.weight_dtype}, KV {est.kv_dtype}")
+    tokens = est.batch * (est.prompt + est.generate)
+    return Document(title, data, [table], [f"weights {fmt_bytes(est.weights)}"
+                                           + (f" ({fmt_bytes(est.weights_per_gpu)} per GPU)" if est.n_gpus > 1 else "")
+                                           + f"; KV cache at the end {fmt_bytes(est.kv_cache)} for {tokens:,} tokens"
+                                           + _state_note(est)])
+
+
+def _state_note(est: InferenceEstimate) -> str:
+    """Hybrid/state-space models: the recurrent state beside the KV cache (empty otherwise)."""
+    state = est.state_bytes_per_sequence
+    return (f"; recurrent state {fmt_bytes(state * est.batch)} (conv + SSM state of the Mamba/DeltaNet/conv "
+            f"layers, {fmt_bytes(state)} per sequence{' per GPU' if est.n_gpus > 1 else ''}), constant in context "
+            f"length" if state else "")

@@ -1,0 +1,43 @@
+"""What `presets` shows: every model and accelerator preset, one line each."""
+
+from __future__ import annotations
+
+from ..render.tables import Column, Document, Table
+from ..units import GIB, fmt_count
+
+
+def document() -> Document:
+    """Every model and hardware preset, one row each."""
+    from ..analytic.params import count_params
+    from ..spec import hardware_names, load_hardware, load_model, model_config, model_names
+
+    rows = []
+    for name in model_names():
+        spec = load_model(name)
+        count = count_params(spec)
+        rows.append({
+            "kind": "model", "name": name, "model_type": spec.model_type, "architecture": spec.architecture,
+            "params": count.total, "active_params": count.active_per_token,
+            "summary": spec.summary(), "source": model_config(name).get("_source", ""),
+        })
+    for name in hardware_names():
+        acc = load_hardware(name)
+        dtype = "bf16" if "bf16" in acc.peak_flops else "fp16"
+        rows.append({
+            "kind": "hardware", "name": name,
+            "summary": f"{acc.name}: {acc.peak(dtype) / 1e12:,.4g} TFLOP/s dense {dtype}, "
+                       f"{acc.memory_bytes / GIB:g} GiB, {acc.memory_bandwidth / 1e12:.3g} TB/s",
+            "peak_flops_per_s": acc.peak_flops, "memory_bytes": acc.memory_bytes, "source": acc.source,
+        })
+    table = Table(
+        "presets",
+        [
+            Column("kind", "kind", align="left"),
+            Column("name", "name", align="left"),
+            Column("params", "params (SI)", fmt_count),
+            Column("summary", "summary", align="left"),
+        ],
+        rows,
+        ["pass a name to any command; a path to a Hugging Face config.json works as a model too"],
+    )
+    return Document("llmcalc presets", {"presets": rows}, [table])

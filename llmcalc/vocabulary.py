@@ -1,0 +1,24 @@
+"""The names the command line offers for what the analytic tables hold: precision recipes, optimizers, how an
+optimizer step allocates scratch, pipeline schedules, fine-tuning methods and base dtypes, storage dtypes of
+served weights; and the output formats of ``llmcalc.render``.
+
+Tiny on purpose: the CLI builds its choices from these at start-up without importing the formulas. Each tuple
+lists the keys of its table in order (``analytic.memory.RECIPES``, ``OPTIMIZERS``, ``analytic.pipeline.SCHEDULES``,
+``analytic.finetune.METHODS``, ``BASE_DTYPES``); tests/test_cli.py holds them equal.
+"""
+
+from __future__ import annotations
+
+RECIPE_NAMES = ("fp32", "bf16-mixed", "bf16-mixed-fp32-grads", "fp16-mixed", "bf16", "amp", "fp8", "fp8-current",
+                "fp8-torchao")
+OPTIMIZER_NAMES = ("adamw", "adam", "sgd", "lion", "adam8bit")
+# How an optimizer step allocates scratch memory (AdamW's sqrt(v) denominator; for mixed precision
+# also the fp32 copy of a half-precision gradient): fused kernels none; torch's foreach path one
+# state-sized copy of every parameter at once; its for-loop path two for the largest tensor at a time.
+OPTIMIZER_IMPLS = ("fused", "foreach", "for-loop")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v")
+FINETUNE_METHODS = ("lora", "qlora")
+BASE_DTYPES = ("bf16", "fp16", "fp32", "int8", "nf4", "fp4")
+RECOMPUTE_MODES = ("none", "selective", "full")
+STORAGE_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8", "int4")  # served weights and KV cache
+FORMATS = ("table", "markdown", "csv", "json")  # what llmcalc.render.tables.render writes
