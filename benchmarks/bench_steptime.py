@@ -68,7 +68,8 @@ def tuned(spec: ModelSpec, dev, n: int, batch: int, tp: int, pp: int):
     """The fastest prediction over the settings Table 1 leaves open (see the module docstring):
     micro-batch 1/2/4/8, and for pp > 1 the interleaved schedule with every allowed number of virtual
     stages; settings whose most loaded stage does not fit the GPU are skipped."""
-    from llmcalc.analytic.memory import Parallel, training_memory
+    from llmcalc.analytic.memory import training_memory
+    from llmcalc.analytic.parallel import Parallel
 
     dp, per_stage = n // (tp * pp), spec.n_layers // pp
     best = None
@@ -78,7 +79,7 @@ def tuned(spec: ModelSpec, dev, n: int, batch: int, tp: int, pp: int):
         m = batch // (dp * mb)
         vpps = [v for v in range(2, per_stage + 1) if per_stage % v == 0 and m % pp == 0] if pp > 1 else [1]
         fits = training_memory(spec, mb, 2048, recipe="fp16-mixed", recompute="full", attention="eager", dropout=True,
-                               parallel=Parallel(n, tp, pp, zero=0, sequence_parallel=False)).peak
+                               parallel=Parallel.over(n, tp=tp, pp=pp, zero=0, sequence_parallel=False)).peak
         if fits > dev.accelerator.memory_bytes:
             continue
         for v in vpps:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .analytic.params import ParamCount, embedding_of, group_totals, total_of
+from .analytic.params import BreakdownTotals, ParamCount
 from .errors import LlmcalcError
 from .spec import ModelSpec, UnknownModelType
 
@@ -37,7 +37,7 @@ N_EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_nu
 
 
 @dataclass
-class FallbackModel:
+class FallbackModel(BreakdownTotals):
     """A model counted by transformers' modelling code; `counted` is hf_fallback.fallback_count's dict."""
 
     name: str
@@ -46,31 +46,14 @@ class FallbackModel:
     counted: dict
     flops: dict | None = None  # forward FLOPs of one sequence (hf_fallback._flops), when asked
     notes: list[str] = field(default_factory=list)
+    components: dict[str, int] = field(init=False)  # the counted breakdown ("group/part" -> count)
+
+    def __post_init__(self) -> None:
+        self.components = self.counted["components"]
 
     @property
     def cls(self) -> str:
         return self.counted["class"]
-
-    @property
-    def components(self) -> dict[str, int]:
-        return self.counted["components"]
-
-    @property
-    def total(self) -> int:
-        return total_of(self.components)
-
-    @property
-    def embedding(self) -> int:
-        """Token, position and token-type tables plus an untied LM head, as ParamCount.embedding."""
-        return embedding_of(self.components)
-
-    @property
-    def non_embedding(self) -> int:
-        """total - embedding (Kaplan et al. 2020), as ParamCount.non_embedding."""
-        return self.total - self.embedding
-
-    def groups(self) -> dict[str, int]:
-        return group_totals(self.components)
 
     @property
     def routing(self) -> tuple[int, int] | None:

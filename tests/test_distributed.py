@@ -118,10 +118,10 @@ def test_virtual_flops_per_rank_are_a_tp_share(virtual_tiny):
 
 
 @pytest.mark.parametrize("args,words", [
-    (("--virtual", "--world-size", 6, "--tp", 4), "not divisible by --tp 4"),
+    (("--virtual", "--world-size", 6, "--tp", 4), "= 4 does not divide --world-size/--nproc 6"),
     (("--virtual", "--world-size", 8, "--tp", 8), "does not divide the heads"),
     (("--virtual", "--nproc", 4), "--world-size"),
-    (("--nproc", 3, "--tp", 2, "--device", "cpu"), "not divisible"),
+    (("--nproc", 3, "--tp", 2, "--device", "cpu"), "does not divide --world-size/--nproc 3"),
     (("--tp", 2, "--device", "cpu"), "sharded run"),
 ])
 def test_bad_layouts(args, words):

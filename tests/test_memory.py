@@ -7,7 +7,8 @@ from click.testing import CliRunner
 
 from llmcalc.analytic.activations import activation_memory, layer_saved, scaled
 from llmcalc.analytic.inference import InferenceEstimate, kv_cache_bytes_per_token
-from llmcalc.analytic.memory import OPTIMIZERS, RECIPES, Parallel, training_memory
+from llmcalc.analytic.memory import OPTIMIZERS, RECIPES, training_memory
+from llmcalc.analytic.parallel import Parallel
 from llmcalc.analytic.params import count_params
 from llmcalc.cli import cli
 from llmcalc.spec import load_hardware, load_model, spec_of
@@ -75,7 +76,7 @@ def test_zero_paper_model_states():
     spec = load_model("llama-2-7b")
     n = count_params(spec).total
     for zero, figure in ((0, 120), (1, 31.4), (2, 16.6), (3, 1.9)):
-        est = training_memory(spec, 1, 1, "bf16-mixed", "adamw", parallel=Parallel(64, zero=zero))
+        est = training_memory(spec, 1, 1, "bf16-mixed", "adamw", parallel=Parallel.over(64, zero=zero))
         assert round(est.model_states / n * 7.5e9 / 1e9, 1) == figure
 
 
@@ -110,7 +111,7 @@ def test_peak_is_the_larger_phase():
 def test_largest_micro_batch_is_the_boundary():
     spec = load_model("llama-3-8b")
     capacity = load_hardware("h100-sxm").memory_bytes
-    par = Parallel(64, tp=8, zero=3)
+    par = Parallel.over(64, tp=8, zero=3)
     b = training_memory(spec, 1, 4096, parallel=par).largest_micro_batch(capacity)
     assert b >= 1
     assert training_memory(spec, b, 4096, parallel=par).peak <= capacity
@@ -122,7 +123,7 @@ def test_pipeline_first_stage_holds_p_micro_batches():
     whole = activation_memory(spec, 1, 2048, 2, head=False)
     first = activation_memory(spec, 1, 2048, 2, layers=range(8), in_flight=4, head=False)
     assert first.total == pytest.approx(whole.total)  # 4 in flight x 8 of 32 layers = all 32 layers' worth
-    est = training_memory(spec, 1, 2048, parallel=Parallel(4, pp=4))
+    est = training_memory(spec, 1, 2048, parallel=Parallel.over(4, pp=4))
     assert est.stage in ("first", "last") and est.params_on_gpu < count_params(spec).total / 3
 
 
@@ -164,7 +165,7 @@ def test_memory_cli_json():
     (["memory", "llama-3-8b", "--inference", "--context", "32k"], "memory --inference has moved: use `llmcalc serve"),
     (["memory", "llama-3-8b", "--recipe", "fp64"], "'--recipe': 'fp64' is not one of 'fp32', 'bf16-mixed'"),
     (["memory", "llama-3-8b", "--optimizer", "adagrad"], "'--optimizer': 'adagrad' is not one of 'adamw'"),
-    (["memory", "llama-3-8b", "--n-gpus", "12", "--tp", "8"], "must be a multiple of tp x pp"),
+    (["memory", "llama-3-8b", "--n-gpus", "12", "--tp", "8"], "= 8 does not divide --n-gpus 12"),
     (["memory", "t5-small"], "covers decoder-only models"),
     (["infer", "bert-base-uncased", "--gpu", "h100-sxm"], "is an encoder: it generates nothing"),
     (["infer", "llama-3-8b", "--gpu", "h100-sxm", "--weight-dtype", "int3"], "'--weight-dtype': unknown dtype 'int3'"),
@@ -225,5 +226,5 @@ def test_kv_activations_never_split_below_one_head():
     assert kv.per_rank(8, True) == kv.per_rank(16, True) == one_head
     assert kv.per_rank(4, True) == 2 * one_head
     assert q.per_rank(16, True) == 4096 * 64 * 128 * 2 / 16
-    est8, est16 = (training_memory(spec, 1, 4096, parallel=Parallel(tp, tp=tp)) for tp in (8, 16))
+    est8, est16 = (training_memory(spec, 1, 4096, parallel=Parallel.over(tp, tp=tp)) for tp in (8, 16))
     assert est16.activations.per_layer[kv.name] == est8.activations.per_layer[kv.name] == 80 * one_head

@@ -162,7 +162,7 @@ def test_report_extras_refuse_bad_input_before_any_work(tmp_path):
     one_line(run("report", "llama-3-8b", *SCENARIO, "--out", out, "--finetune", "qlora", "--base-dtype", "bf16"),
              "QLoRA quantises the base")
     one_line(run("report", "llama-3-8b", *SCENARIO, "--out", out, "--sharded-profile", "6", "--tp", "4"),
-             "not divisible by --tp 4")
+             "does not divide --world-size/--nproc 6")
     one_line(run("report", "mixtral-8x7b", *SCENARIO, "--out", out, "--sharded-profile", "4"), "no MoE")
     assert not out.exists()
 

@@ -413,7 +413,7 @@ def test_cli_given_mfu_says_which_layout_options_it_does_not_use():
 
 @pytest.mark.parametrize("args,needle", [
     (["--tp", 8, "--pp", 3, "--n-gpus", 64, "--global-batch", 64], "does not divide --n-gpus"),
-    (["--tp", 3, "--n-gpus", 3, "--global-batch", 6], "does not divide the 32 attention heads"),
+    (["--tp", 3, "--n-gpus", 3, "--global-batch", 6], "tp=3 does not divide the heads (32 query, 8 key/value)"),
     (["--tp", 8, "--n-gpus", 64, "--global-batch", 12], "not a multiple of dp x micro-batch"),
     (["--tp", 8, "--n-gpus", 64], "needs --global-batch"),
     (["--n-gpus", 64, "--global-batch", 64, "--global-batch-tokens", "1M"], "not both"),
@@ -548,17 +548,18 @@ def test_memory_etp_keeps_experts_whole_and_shards_their_states_over_the_expert_
     """Mixtral 8x7B, 64 GPUs, tp 8, ep 8, etp 1: each GPU holds one whole expert of each MoE layer and 1/8 of the
     dense part (bf16: 1.61 G / 8 + 45.10 G / 8); experts fold over tp x dp = 64 ranks, so each expert's
     states are ZeRO-sharded over 64 / (1 x 8) = 8 ranks, the dense part over dp = 8."""
-    from llmcalc.analytic.memory import Parallel, routed_expert_params, training_memory
+    from llmcalc.analytic.memory import routed_expert_params, training_memory
+    from llmcalc.analytic.parallel import Parallel
     from llmcalc.analytic.params import count_params
 
     spec = load_model("mixtral-8x7b")
     routed, total = routed_expert_params(spec), count_params(spec).total
-    est = training_memory(spec, 1, 4096, parallel=Parallel(64, tp=8, zero=1, ep=8, etp=1))
+    est = training_memory(spec, 1, 4096, parallel=Parallel.over(64, tp=8, zero=1, ep=8, etp=1))
     assert est.parallel.expert_dp == 8
     assert est.weights == pytest.approx(((total - routed) / 8 + routed / 8) * 2, rel=1e-3)
     assert est.master_weights == pytest.approx(((total - routed) / 8 / 8 + routed / 8 / 8) * 4, rel=1e-3)
-    same = training_memory(spec, 1, 4096, parallel=Parallel(64, tp=8, zero=1, ep=8, etp=8))  # etp = tp: as before
-    old = training_memory(spec, 1, 4096, parallel=Parallel(64, tp=8, zero=1, ep=8))
+    same = training_memory(spec, 1, 4096, parallel=Parallel.over(64, tp=8, zero=1, ep=8, etp=8))  # etp = tp: as before
+    old = training_memory(spec, 1, 4096, parallel=Parallel.over(64, tp=8, zero=1, ep=8))
     assert same.peak == old.peak and same.weights == pytest.approx(((total - routed) / 8 + routed / 64) * 2, rel=1e-3)
 
 

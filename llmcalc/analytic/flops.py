@@ -30,6 +30,12 @@ ATTENTION_CORE = ("scores", "values")  # the S² matmuls
 EMBED_PROJECTIONS = ("embedding/project_in", "head/project_out")  # OPT's word_embed_proj_dim
 
 
+def utilization(flops: float, seconds: float, n_gpus: float, peak: float) -> float:
+    """The share of the dense peak some work achieved: FLOPs / (seconds x GPUs) / peak (PaLM, Chowdhery et al.
+    2022, App. B). Model FLOPs give the MFU; hardware FLOPs, recomputation counted as work, the HFU."""
+    return flops / (seconds * n_gpus) / peak
+
+
 def _mm(tokens: int, k: int, n: int) -> int:
     """FLOPs of a (tokens x k) @ (k x n) matmul: 2·tokens·k·n."""
     return 2 * tokens * k * n

@@ -15,7 +15,7 @@ alive together; the peak is the larger of
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from ..errors import LlmcalcError
@@ -23,6 +23,7 @@ from ..spec import ModelSpec
 from ..validate import DEFAULT_SEQ_LEN, MAX_GPUS, positive_int
 from ..vocabulary import OPTIMIZER_IMPLS  # the names and their scratch rule (re-exported)
 from .activations import ActivationEstimate, activation_memory
+from .parallel import Parallel
 from .params import count_params, largest_tensor
 
 
@@ -153,80 +154,6 @@ def lookup(table: dict, kind: str, name: str):
         raise LlmcalcError(f"unknown {kind} {name!r}; known: {', '.join(table)}") from None
 
 
-class ExpertFold:
-    """Expert parallelism (ep) and expert tensor parallelism (etp, 0 = tp) folded over the tp x dp ranks, as
-    Megatron-Core's "MoE parallel folding" (Liu et al. 2025) lays them out; for Parallel and the step model's
-    Layout, which both have tp, dp, ep and etp."""
-
-    tp: int
-    ep: int
-    etp: int
-
-    @property
-    def dp(self) -> int:
-        raise NotImplementedError
-
-    @property
-    def expert_tp(self) -> int:
-        return self.etp or self.tp
-
-    @property
-    def expert_dp(self) -> int:
-        """Ranks holding the same routed-expert shard: tp x dp / (etp x ep)."""
-        return self.tp * self.dp // (self.expert_tp * self.ep)
-
-
-@dataclass(frozen=True)
-class Parallel(ExpertFold):
-    n_gpus: int = 1
-    tp: int = 1
-    pp: int = 1
-    zero: int = 0  # ZeRO stage over the data-parallel group
-    sequence_parallel: bool = True
-    ep: int = 1  # expert parallelism: routed experts split over ep ranks (Megatron-LM's expert-model-parallel)
-    etp: int = 0  # expert tensor parallelism: each routed expert split over etp ranks; 0 = tp (Megatron-LM's
-    #   default); their states are ZeRO-sharded over the expert data-parallel group (ExpertFold.expert_dp)
-
-    @property
-    def dp(self) -> int:
-        return self.n_gpus // (self.tp * self.pp)
-
-    def check(self, spec: ModelSpec) -> None:
-        for name in ("n_gpus", "tp", "pp"):
-            positive_int(name, getattr(self, name))
-        if self.zero not in (0, 1, 2, 3):
-            raise LlmcalcError(f"ZeRO stage must be 0, 1, 2 or 3, got {self.zero}")
-        kv_heads = spec.n_kv_heads
-        if spec.n_heads % self.tp or kv_heads % self.tp and self.tp % kv_heads:
-            raise LlmcalcError(
-                f"tp={self.tp} does not divide the heads ({spec.n_heads} query, {spec.n_kv_heads} key/value); "
-                f"use a tp that divides {spec.n_heads}"
-            )
-        if self.n_gpus % (self.tp * self.pp):
-            raise LlmcalcError(f"n_gpus ({self.n_gpus}) must be a multiple of tp x pp ({self.tp} x {self.pp})")
-        if spec.n_layers % self.pp:
-            raise LlmcalcError(f"pp={self.pp} does not divide {spec.n_layers} layers into equal stages")
-        positive_int("ep", self.ep)
-        if self.etp:
-            positive_int("etp", self.etp)
-        if self.ep > 1 or self.etp:
-            check_experts(spec, self.ep, self.expert_tp, self.tp * self.dp, "tp x dp")
-
-
-def check_experts(spec: ModelSpec, ep: int, etp: int, folded: int, folded_name: str) -> None:
-    """Expert parallelism (ep) and expert tensor parallelism (etp) over `folded` ranks (tp x dp): one line
-    naming the fix."""
-    if not spec.is_moe:
-        raise LlmcalcError(f"--ep/--etp need a mixture-of-experts model; {spec.name} is dense")
-    if spec.n_experts % ep:
-        raise LlmcalcError(f"--ep {ep} must divide the {spec.n_experts} routed experts")
-    if spec.d_ff_expert % etp:
-        raise LlmcalcError(f"--etp {etp} must divide the expert width ({spec.d_ff_expert})")
-    if folded % (ep * etp):
-        raise LlmcalcError(f"ep x etp = {ep} x {etp} must divide {folded_name} = {folded} (experts fold over those "
-                           f"ranks); use smaller --ep/--etp or more GPUs")
-
-
 BATCH_SCALED = ("activations", "recompute working set", "logits and loss")  # bytes proportional to the micro-batch
 
 
@@ -355,21 +282,11 @@ class MemoryEstimate(PhasedPeak):
         return self.autocast_cache if self.recipe.fp8 else 0.0
 
     def components(self) -> dict[str, float]:
+        """Every component in bytes, in the order printed; an FP8 recipe names its cached weight copies and
+        scaling state (Transformer Engine), any other recipe its autocast weight cache."""
         a = self.activations
-        if self.recipe.fp8:
-            return {
-                "weights": self.weights,
-                "gradients": self.gradients,
-                "master weights": self.master_weights,
-                "optimizer states": self.optimizer_states,
-                "activations": sum(a.per_layer.values()),
-                "recompute working set": a.recompute_working_set,
-                "logits and loss": a.logits_and_loss,
-                "FP8 weight copies": self.autocast_cache,
-                "FP8 scaling state": self.fp8_state,
-                "ZeRO-3 gathered layer": self.zero3_gathered,
-                "optimizer temporaries": self.optimizer_temporaries,
-            }
+        cache = {"FP8 weight copies": self.autocast_cache, "FP8 scaling state": self.fp8_state} if self.recipe.fp8 \
+            else {"autocast weight cache": self.autocast_cache}
         return {
             "weights": self.weights,
             "gradients": self.gradients,
@@ -378,7 +295,7 @@ class MemoryEstimate(PhasedPeak):
             "activations": sum(a.per_layer.values()),
             "recompute working set": a.recompute_working_set,
             "logits and loss": a.logits_and_loss,
-            "autocast weight cache": self.autocast_cache,
+            **cache,
             "ZeRO-3 gathered layer": self.zero3_gathered,
             "optimizer temporaries": self.optimizer_temporaries,
         }
@@ -452,13 +369,14 @@ def training_memory(spec: ModelSpec, batch: int = 1, seq_len: int = DEFAULT_SEQ_
                     parallel: Parallel | None = None, dropout: bool = False,
                     optimizer_impl: str = "fused") -> MemoryEstimate:
     """Per-GPU training memory of the most loaded pipeline stage (first or last)."""
-    parallel = parallel or Parallel()
+    parallel = parallel or Parallel(zero=0)
     if optimizer_impl not in OPTIMIZER_IMPLS:
         raise LlmcalcError(f"optimizer implementation must be one of {', '.join(OPTIMIZER_IMPLS)}; "
                            f"got {optimizer_impl!r}")
-    parallel.check(spec)
+    parallel.check(spec, equal_stages=True)
     positive_int("batch size", batch)
     positive_int("seq_len", seq_len)
+    seq_len //= parallel.cp  # context parallelism: each rank holds 1/cp of every sequence
     rec = lookup(RECIPES, "recipe", recipe)
     opt = optimizer if isinstance(optimizer, Optimizer) else lookup(OPTIMIZERS, "optimizer", optimizer)
     tp, pp, ep, etp = parallel.tp, parallel.pp, parallel.ep, parallel.expert_tp
@@ -501,8 +419,7 @@ def smallest_fit(spec: ModelSpec, parallel: Parallel, capacity: float, **setting
     this GPU count, else the smallest GPU count (a power-of-two multiple of tp x pp) under ZeRO-3.
     `settings` are training_memory's (batch, seq_len, recipe, ...). Returns {"zero", "n_gpus", "text"}."""
     def estimate(zero: int, n_gpus: int) -> MemoryEstimate:
-        trial = Parallel(n_gpus, parallel.tp, parallel.pp, zero, parallel.sequence_parallel, ep=parallel.ep,
-                         etp=parallel.etp)
+        trial = replace(parallel, zero=zero, dp=n_gpus // (parallel.tp * parallel.cp * parallel.pp))
         return training_memory(spec, parallel=trial, **settings)
 
     for zero in range(parallel.zero + 1, 4):
@@ -526,7 +443,5 @@ def smallest_fit(spec: ModelSpec, parallel: Parallel, capacity: float, **setting
 
 
 def _fp8_inputs(acts: ActivationEstimate, act_bytes: float) -> ActivationEstimate:
-    from dataclasses import replace
-
     per_layer = {k: v / act_bytes if k in FP8_SAVED else v for k, v in acts.per_layer.items()}
     return replace(acts, per_layer=per_layer)

@@ -19,7 +19,8 @@ from ..units import GIB
 from ..validate import DEFAULT_SEQ_LEN, DEFAULT_ZERO
 from .finetune import FinetuneMemory, finetune_memory
 from .finetune_request import FinetuneRequest
-from .memory import MemoryEstimate, Optimizer, Parallel, custom_optimizer, smallest_fit, training_memory
+from .memory import MemoryEstimate, Optimizer, custom_optimizer, smallest_fit, training_memory
+from .parallel import Parallel
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,8 @@ class MemoryRequest:
         etp = self.etp or self.tp
         folded = math.lcm(self.tp, self.ep * etp)
         zero = DEFAULT_ZERO if self.zero is None else self.zero
-        return Parallel(self.n_gpus or self.pp * folded, self.tp, self.pp, zero, self.sequence_parallel, ep=self.ep,
-                        etp=self.etp or 0)
+        return Parallel.over(self.n_gpus or self.pp * folded, tp=self.tp, pp=self.pp, zero=zero,
+                             sequence_parallel=self.sequence_parallel, ep=self.ep, etp=self.etp or 0)
 
 
 @dataclass

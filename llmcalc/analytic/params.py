@@ -194,25 +194,36 @@ def _order(key: str) -> tuple[int, int]:
     return _STACKS.index(stack + "." if stack else ""), _GROUPS.index(name)
 
 
-@dataclass(frozen=True)
-class ParamCount:
-    """A model's exact parameter breakdown and the totals computed from it."""
+class BreakdownTotals:
+    """The totals of a parameter breakdown ("group/part" -> count, `components`), for ParamCount and for a model
+    transformers counted (fallback.FallbackModel) alike."""
 
-    spec: ModelSpec
     components: dict[str, int]
 
     @property
     def total(self) -> int:
-        return total_of(self.components)
+        return sum(self.components.values())
 
     @property
     def embedding(self) -> int:
         """Token, position and token-type tables plus an untied LM head (Kaplan et al. 2020 sec. 2.1)."""
-        return embedding_of(self.components)
+        return sum(self.components.get(k, 0) for k in EMBEDDING_PARTS)
 
     @property
     def non_embedding(self) -> int:
         return self.total - self.embedding
+
+    def groups(self) -> dict[str, int]:
+        """Totals per group ('attention', 'mlp', 'decoder.cross_attention', ...), in model order."""
+        return group_totals(self.components)
+
+
+@dataclass(frozen=True)
+class ParamCount(BreakdownTotals):
+    """A model's exact parameter breakdown and the totals computed from it."""
+
+    spec: ModelSpec
+    components: dict[str, int]
 
     @property
     def inactive_per_token(self) -> int:
@@ -227,20 +238,6 @@ class ParamCount:
         """Parameters one token's forward pass touches (embeddings and head included, as Mixtral's 12.9B)."""
         return self.total - self.inactive_per_token
 
-    def groups(self) -> dict[str, int]:
-        """Totals per group ('attention', 'mlp', 'decoder.cross_attention', ...), in model order."""
-        return group_totals(self.components)
-
-
-def total_of(components: dict[str, int]) -> int:
-    """All parameters of a breakdown ("group/part" -> count): ParamCount's and a counted model's total."""
-    return sum(components.values())
-
-
-def embedding_of(components: dict[str, int]) -> int:
-    """The lookup tables (token, position, token-type) and an untied LM head of a breakdown (Kaplan et al. 2020
-    sec. 2.1): what non_embedding leaves out, for ParamCount and a counted model alike."""
-    return sum(components.get(k, 0) for k in EMBEDDING_PARTS)
 
 
 def group_totals(components: dict[str, int]) -> dict[str, int]:

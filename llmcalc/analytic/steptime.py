@@ -51,8 +51,9 @@ from ..units import GIB
 from ..validate import DEFAULT_ZERO
 from . import comm
 from .activations import ATTENTION_IMPLS
-from .flops import _attention, _ffn, _moe, step_flops
-from .memory import RECIPES, ExpertFold, check_experts, lookup, routed_expert_params
+from .flops import _attention, _ffn, _moe, step_flops, utilization
+from .memory import RECIPES, lookup, routed_expert_params
+from .parallel import Parallel, check_degrees, check_experts, check_heads, check_stages, check_zero
 from .pipeline import SCHEDULES, chunks_per_rank, simulate, stage_of
 
 # Fraction of the HBM bandwidth a streaming kernel reaches (BabelStream/nvbandwidth on A100 and H100
@@ -97,19 +98,13 @@ GLOBAL_CONSTANTS = {
 
 
 @dataclass(frozen=True)
-class Layout(ExpertFold):
-    tp: int = 1
-    cp: int = 1
-    pp: int = 1
-    vpp: int = 1
-    dp: int = 1
-    ep: int = 1
+class Layout(Parallel):
+    """A parallel layout (the degrees, ZeRO, sequence parallelism: ``parallel.Parallel``) with what one training
+    step of it runs: micro-batch and global batch, the pipeline schedule and the overlaps."""
+
     micro_batch: int = 1
     global_batch: int = 1  # sequences per step
-    etp: int = 0  # expert tensor parallelism; 0 = tp
     schedule: str = "1f1b"
-    zero: int = 1
-    sequence_parallel: bool = True
     dp_overlap: bool = True  # False: gradients reduced after the backward (Megatron-LM 2021)
     tp_overlap: bool = False  # True: TP collectives hidden behind the GEMMs next to them (see _tp_exposed)
 
@@ -117,21 +112,6 @@ class Layout(ExpertFold):
     def grad_accum(self) -> int:
         """Micro-batches each pipeline runs per step (= gradient-accumulation steps)."""
         return self.global_batch // (self.dp * self.micro_batch)
-
-    @property
-    def n_gpus(self) -> int:
-        return self.tp * self.cp * self.pp * self.dp
-
-    @property
-    def alltoall(self) -> bool:
-        """Routed tokens travel by all-to-all (Megatron-Core's alltoall token dispatcher) once experts have
-        a layout of their own; with ep 1 and etp = tp the MoE block is tensor-parallel like a dense MLP."""
-        return self.ep > 1 or self.expert_tp != self.tp
-
-    def fold_stride(self, inner: int) -> int:
-        """Rank distance between members of an expert-mesh group laid out after `inner` ranks (Megatron-Core's
-        MoE parallel folding: [etp, ep, expert dp] over the tp ranks, contiguous, then dp at stride tp x cp x pp)."""
-        return inner if inner < self.tp else inner // self.tp * self.tp * self.cp * self.pp
 
     def as_dict(self) -> dict:
         return {"tp": self.tp, "cp": self.cp, "pp": self.pp, "vpp": self.vpp, "dp": self.dp, "ep": self.ep,
@@ -208,42 +188,33 @@ def make_layout(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, t
                 vpp: int = 1, ep: int = 1, micro_batch: int = 1, schedule: str | None = None, zero: int = DEFAULT_ZERO,
                 sequence_parallel: bool = True, dp_overlap: bool = True, tp_overlap: bool = False,
                 etp: int | None = None) -> Layout:
-    """A checked layout: dp = n_gpus / (tp·cp·pp); every contradiction is one clear LlmcalcError."""
+    """A checked layout: dp = n_gpus / (tp·cp·pp); every contradiction is one clear LlmcalcError (the shared
+    checks of ``parallel``; the step model splits layers unevenly over the stages, as Llama 3 did)."""
     check_modelled(spec)
-    for name, value in (("--n-gpus", n_gpus), ("--tp", tp), ("--cp", cp), ("--pp", pp), ("--vpp", vpp), ("--ep", ep),
-                        ("--micro-batch", micro_batch), ("--global-batch", global_batch),
-                        *((("--etp", etp),) if etp is not None else ())):
-        if not isinstance(value, int) or value < 1:
-            raise LlmcalcError(f"{name} must be a whole number >= 1, got {value!r}")
+    check_degrees(**{"--vpp": vpp, "--ep": ep, "--micro-batch": micro_batch, "--global-batch": global_batch,
+                     **({"--etp": etp} if etp is not None else {})})
     schedule = schedule or ("interleaved" if vpp > 1 else "1f1b")
     if schedule not in SCHEDULES:
         raise LlmcalcError(f"unknown --schedule {schedule!r}; use one of {', '.join(SCHEDULES)}")
     if vpp > 1 and schedule != "interleaved":
         raise LlmcalcError(f"--vpp {vpp} needs --schedule interleaved (got {schedule})")
-    if n_gpus % (tp * cp * pp):
-        raise LlmcalcError(f"tp x cp x pp = {tp} x {cp} x {pp} = {tp * cp * pp} does not divide --n-gpus {n_gpus}")
-    dp = n_gpus // (tp * cp * pp)
-    if spec.n_heads % tp:
-        raise LlmcalcError(f"--tp {tp} does not divide the {spec.n_heads} attention heads; use a divisor of "
-                           f"{spec.n_heads}")
+    lay = Layout.over(n_gpus, tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp or 0, zero=zero,
+                      sequence_parallel=sequence_parallel, micro_batch=micro_batch, global_batch=global_batch,
+                      schedule=schedule, dp_overlap=dp_overlap, tp_overlap=tp_overlap)
+    check_heads(spec, tp)
     if seq_len % cp:
         raise LlmcalcError(f"--cp {cp} does not divide --seq-len {seq_len}")
-    if global_batch % (dp * micro_batch):
-        raise LlmcalcError(f"--global-batch {global_batch} is not a multiple of dp x micro-batch = {dp} x {micro_batch}"
-                           f" = {dp * micro_batch} sequences")
-    stages = pp * chunks_per_rank(schedule, vpp)
-    if stages > spec.n_layers:
-        raise LlmcalcError(f"{stages} pipeline stages (pp x chunks) exceed the model's {spec.n_layers} layers")
+    if global_batch % (lay.dp * micro_batch):
+        raise LlmcalcError(f"--global-batch {global_batch} is not a multiple of dp x micro-batch = {lay.dp} x "
+                           f"{micro_batch} = {lay.dp * micro_batch} sequences")
+    check_stages(spec, pp, chunks_per_rank(schedule, vpp))
     if ep > 1 or etp is not None:
-        check_experts(spec, ep, etp or tp, tp * dp, "tp x dp")
-    if zero not in (0, 1, 2, 3):
-        raise LlmcalcError(f"--zero must be 0, 1, 2 or 3, got {zero}")
+        check_experts(spec, ep, lay.expert_tp, tp * lay.dp)
+    check_zero(zero)
     if tp_overlap and not sequence_parallel:
         raise LlmcalcError("--tp-overlap splits the all-gather / reduce-scatter of sequence parallelism around the "
                            "GEMMs; it needs --sequence-parallel (drop --no-sequence-parallel)")
-    return Layout(tp, cp, pp, vpp, dp=dp, ep=ep, micro_batch=micro_batch, global_batch=global_batch,
-                  schedule=schedule, zero=zero, sequence_parallel=sequence_parallel, dp_overlap=dp_overlap,
-                  tp_overlap=tp_overlap, etp=etp or 0)
+    return lay
 
 
 def split_layers(n_layers: int, n_stages: int) -> list[int]:
@@ -534,11 +505,11 @@ class StepPrediction:
 
     @property
     def mfu(self) -> float:
-        return self.model_flops_per_gpu / self.device.peak
+        return utilization(self.model_flops, self.step_seconds, self.n_gpus, self.device.peak)
 
     @property
     def hfu(self) -> float:
-        return self.hardware_flops_per_gpu / self.device.peak
+        return utilization(self.hardware_flops, self.step_seconds, self.n_gpus, self.device.peak)
 
     def to_json(self) -> dict:
         return {"mfu": self.mfu, "hfu": self.hfu, "step_seconds": self.step_seconds,
@@ -698,8 +669,8 @@ def mfu_from_throughput(model_flops_per_token: float, hardware_flops_per_token: 
     """Achieved (MFU, HFU) of a run that processed `tokens_per_second` across `n_gpus` (PaLM App. B)."""
     if not (tokens_per_second > 0 and math.isfinite(tokens_per_second)):
         raise LlmcalcError(f"--tokens-per-second must be a positive number, got {tokens_per_second!r}")
-    cluster = n_gpus * peak
-    return model_flops_per_token * tokens_per_second / cluster, hardware_flops_per_token * tokens_per_second / cluster
+    return (utilization(model_flops_per_token * tokens_per_second, 1.0, n_gpus, peak),
+            utilization(hardware_flops_per_token * tokens_per_second, 1.0, n_gpus, peak))
 
 
 
@@ -823,16 +794,15 @@ def _least_that_fits(spec: ModelSpec, lay: Layout, seq_len: int, tries: list[str
     on every stage) fits `capacity`: ZeRO-1 with the least recomputation, else ZeRO-3 (FSDP: weights and
     gradients sharded too, at three weight/gradient transfers per micro-batch) where dp > 1;
     (None, last stage tried, its peak) when nothing fits."""
-    from .memory import Parallel, training_memory
+    from .memory import training_memory
 
     even = replace(spec, n_layers=math.ceil(spec.n_layers / lay.pp) * lay.pp)
     peak, zero = 0.0, 1
     for zero in (1, 3) if lay.dp > 1 else (1,):
         for rc in tries:
-            peak = training_memory(even, lay.micro_batch, seq_len // lay.cp, recipe="bf16-mixed", optimizer="adamw",
+            peak = training_memory(even, lay.micro_batch, seq_len, recipe="bf16-mixed", optimizer="adamw",
                                    recompute=rc, attention="flash",
-                                   parallel=Parallel(lay.n_gpus // lay.cp, lay.tp, lay.pp, zero, True,
-                                                     ep=lay.ep, etp=lay.etp)).peak
+                                   parallel=replace(lay, zero=zero, sequence_parallel=True)).peak
             if peak <= capacity:
                 return rc, zero, peak
     return None, zero, peak

@@ -15,7 +15,8 @@ from ..units import fmt_count, fmt_tokens
 from ..validate import DEFAULT_SEQ_LEN, DEFAULT_ZERO
 from .flops import flop_group, step_flops
 from .inference import kv_cache_bytes_per_token
-from .memory import Parallel, training_memory
+from .memory import training_memory
+from .parallel import Parallel
 from .params import count_params
 from .training import TrainingEstimate
 
@@ -63,7 +64,7 @@ class Scenario:
 
     @property
     def parallel(self) -> Parallel:
-        return Parallel(self.n_gpus, self.tp, 1, self.zero)
+        return Parallel.over(self.n_gpus, tp=self.tp, zero=self.zero)
 
     def to_dict(self) -> dict:
         data = asdict(self)

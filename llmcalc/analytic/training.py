@@ -21,6 +21,7 @@ from ..spec import ModelSpec
 from ..units import fmt_tokens
 from ..validate import DEFAULT_SEQ_LEN, MIN_UTILIZATION, fraction, positive_int, positive_number
 from .finetune_request import FinetuneRequest
+from .flops import utilization
 
 if TYPE_CHECKING:
     from .steptime import StepPrediction
@@ -72,12 +73,12 @@ class TrainingEstimate:
 
     @property
     def effective_mfu(self) -> float:
-        return self.model_flops / (self.gpu_seconds * self.peak)
+        return utilization(self.model_flops, self.gpu_seconds, 1, self.peak)
 
     @property
     def hfu(self) -> float:
         """Hardware FLOPs utilization: recomputation counted as useful work."""
-        return self.hardware_flops / (self.gpu_seconds * self.peak)
+        return utilization(self.hardware_flops, self.gpu_seconds, 1, self.peak)
 
     @property
     def wall_seconds(self) -> float:

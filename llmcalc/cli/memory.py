@@ -10,7 +10,6 @@ from ..vocabulary import OPTIMIZER_IMPLS, OPTIMIZER_NAMES
 from .common import emit, load_hardware, load_model
 from .options import (
     attention_option,
-    expert_options,
     finetune_options,
     format_option,
     given,
@@ -18,14 +17,11 @@ from .options import (
     micro_batch_option,
     model_argument,
     n_gpus_option,
-    pp_option,
+    parallel_options,
     recipe_option,
     recompute_option,
     refuse_unused,
     seq_len_option,
-    sequence_parallel_option,
-    tp_option,
-    zero_option,
 )
 from .types import Choice, Number
 
@@ -52,11 +48,7 @@ MOVED = ("memory --inference has moved: use `llmcalc serve MODEL --gpu G --n-gpu
 @click.option("--dropout", is_flag=True, help="Count dropout masks (GPT-3-style training; off for modern LLMs).")
 @gpu_option(help="Accelerator preset: say whether it fits, and the largest micro-batch that does.")
 @n_gpus_option(help="GPUs in all (default tp x pp): dp = n / (tp x pp).")
-@zero_option
-@tp_option
-@pp_option
-@expert_options
-@sequence_parallel_option
+@parallel_options
 @click.option("--reserve-gib", type=Number(zero=True, maximum=1e6), default=0.0, show_default=True,
               help="With --gpu: memory to keep free on the GPU (CUDA context, fragmentation).")
 @click.option("--inference", is_flag=True, hidden=True, help="Moved: serving memory is `llmcalc serve`.")

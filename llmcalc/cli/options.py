@@ -225,22 +225,24 @@ def sequence_parallel_option(func: F) -> F:
                              "group.")(func)
 
 
+def parallel_options(func: F) -> F:
+    """The layout degrees every training command shares (analytic.parallel.Parallel): --tp, --pp, --ep, --etp,
+    --zero and sequence parallelism, each with the one default of llmcalc."""
+    return apply(func, [tp_option, pp_option, expert_options, zero_option, sequence_parallel_option])
+
+
 def step_options(func: F) -> F:
     """The parallel layout and what the step-time model needs (train): every option optional; the command
     passes on only those typed (``typed``), the step model's defaults are the same."""
     return apply(func, [
         global_batch_options,
         micro_batch_option,
-        tp_option,
+        parallel_options,
         click.option("--cp", type=DEGREE, default=1, show_default=True, help="Context-parallel degree."),
-        pp_option,
         click.option("--vpp", type=DEGREE, default=1, show_default=True,
                      help="Virtual stages (model chunks) per pipeline rank (interleaved)."),
-        expert_options,
         click.option("--schedule", type=click.Choice(list(SCHEDULES)), default=None,
                      help="Pipeline schedule (default 1f1b; interleaved with --vpp)."),
-        zero_option,
-        sequence_parallel_option,
         click.option("--dp-overlap/--no-dp-overlap", default=True, show_default=True,
                      help="Overlap DP reduction with backward."),
         tp_overlap_option,

@@ -34,21 +34,12 @@ from torch.utils._pytree import tree_map
 
 from ..analytic.comm import Collective, dp_collectives, tp_collectives
 from ..analytic.flops import counted_step_flops, forward_ops
-from ..analytic.memory import Parallel, training_memory
+from ..analytic.memory import training_memory
+from ..analytic.parallel import Parallel
 from ..errors import LlmcalcError
 from ..spec import ModelSpec
 
 PG_TIMEOUT_S = 120  # every process group gets a timeout: a dead rank ends the run instead of hanging it
-
-
-@dataclass(frozen=True)
-class Layout:
-    world_size: int
-    tp: int
-
-    @property
-    def dp(self) -> int:
-        return self.world_size // self.tp
 
 
 def with_layers(spec: ModelSpec, n_layers: int, **changes: Any) -> ModelSpec:
@@ -56,13 +47,11 @@ def with_layers(spec: ModelSpec, n_layers: int, **changes: Any) -> ModelSpec:
     return replace(spec, n_layers=n_layers, **changes)
 
 
-def check_layout(spec: ModelSpec, world_size: int, tp: int) -> Layout:
-    """One clear error for a layout the sharded profiler cannot build."""
-    if world_size < 1 or tp < 1:
-        raise LlmcalcError(f"--world-size/--nproc and --tp must be >= 1, got {world_size} and {tp}")
-    if world_size % tp:
-        raise LlmcalcError(f"world size {world_size} is not divisible by --tp {tp}; use a tp that divides it "
-                           f"(dp = world size / tp)")
+def check_layout(spec: ModelSpec, world_size: int, tp: int) -> Parallel:
+    """The layout the sharded profiler builds (FSDP2 = ZeRO-3 over dp x DTensor TP, no sequence parallelism),
+    or one clear error where it cannot build it: the world must divide into tp (``Parallel.over``), and DTensor
+    splits whole heads, so tp must divide the key/value heads too (no replication, unlike ``check_heads``)."""
+    layout = Parallel.over(world_size, tp=tp, what="--world-size/--nproc", zero=3, sequence_parallel=False)
     if spec.architecture != "decoder" or spec.is_moe or spec.is_mla or spec.parallel_residual:
         raise LlmcalcError(f"{spec.name}: the sharded profiler builds dense decoder-only models with standard "
                            f"attention (no MoE, MLA or parallel blocks)")
@@ -74,7 +63,7 @@ def check_layout(spec: ModelSpec, world_size: int, tp: int) -> Layout:
     for name, dim in (("d_ff", spec.d_ff), ("vocab_size", spec.vocab_size)):
         if dim % tp:  # d_ff 0: no dense FFN to split
             raise LlmcalcError(f"--tp {tp} does not divide {name} {dim} of {spec.name}")
-    return Layout(world_size, tp)
+    return layout
 
 
 # --- building the sharded model ----------------------------------------------------------------
@@ -121,7 +110,7 @@ def parallelize(model, mesh, mixed: bool, reshard_after_forward: bool = True):
     return model
 
 
-def make_mesh(device_type: str, layout: Layout):
+def make_mesh(device_type: str, layout: Parallel):
     from torch.distributed.device_mesh import init_device_mesh
 
     return init_device_mesh(device_type, (layout.dp, layout.tp), mesh_dim_names=("dp", "tp"))
@@ -169,10 +158,10 @@ def param_layout(model) -> list[tuple[tuple, tuple, int]]:
     return out
 
 
-def rank_param_bytes(layout_rows, layout: Layout) -> list[float]:
+def rank_param_bytes(layout_rows, layout: Parallel) -> list[float]:
     """Parameter bytes of every global rank r = dp_index x tp + tp_index (init_device_mesh's row-major order)."""
     out = []
-    for rank in range(layout.world_size):
+    for rank in range(layout.n_gpus):
         coord = (rank // layout.tp, rank % layout.tp)
         out.append(float(sum(shard_numel(shape, pl, coord, (layout.dp, layout.tp)) * size
                              for shape, pl, size in layout_rows)))
@@ -292,12 +281,12 @@ class CollectiveRecorder(TorchDispatchMode):
 # --- the analytic side ---------------------------------------------------------------------------
 
 
-def analytic_figures(spec: ModelSpec, layout: Layout, batch: int, seq: int, mixed: bool) -> dict:
+def analytic_figures(spec: ModelSpec, layout: Parallel, batch: int, seq: int, mixed: bool) -> dict:
     """Per-rank figures of the formulas: ZeRO-3 + TP state (analytic/memory.py), collective volumes
     (analytic/comm.py), FLOPs per rank (the counted train-step FLOPs / tp)."""
     recipe = "amp" if mixed else "fp32"
     est = training_memory(spec, batch, seq, recipe, optimizer="adamw", recompute="none", attention="flash",
-                          parallel=Parallel(layout.world_size, layout.tp, 1, 3, sequence_parallel=False),
+                          parallel=layout,
                           optimizer_impl="fused")
     act = 2.0 if mixed else 4.0
     weight = 2.0 if mixed else 4.0  # FSDP2 all-gathers in param_dtype, reduces in reduce_dtype (fp32)
@@ -407,7 +396,7 @@ FULL_DEPTH_LAYERS = 8  # deeper models are measured at SAMPLE_DEPTHS blocks and 
 SAMPLE_DEPTHS = (2, 4)
 
 
-def _virtual_once(spec: ModelSpec, layout: Layout, batch: int, seq: int, mixed: bool, attention: str) -> dict:
+def _virtual_once(spec: ModelSpec, layout: Parallel, batch: int, seq: int, mixed: bool, attention: str) -> dict:
     """Rank 0's measured figures for one model depth (the fake process group is already up)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -511,7 +500,7 @@ def virtual_distributed_profile(spec: ModelSpec, world_size: int, tp: int = 1, b
     return result
 
 
-def _notes(analytic: dict, layout: Layout, mixed: bool) -> list[str]:
+def _notes(analytic: dict, layout: Parallel, mixed: bool) -> list[str]:
     return [
         f"analytic state: analytic/memory.py, recipe {analytic['recipe']} (4 + 4 + 8 bytes per parameter), ZeRO-3 "
         f"over dp={layout.dp}, tp={layout.tp} (Megatron: layer matrices, embedding and head / tp, norms replicated), "

@@ -7,8 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..analytic.steptime import StepPrediction
-from ..analytic.summary import Scenario
-from ..units import GIB, fmt_count
+from ..units import GIB
 from ..views.profile import FIGURES, _err
 from ..views.train import BREAKDOWN_LABELS
 
@@ -113,11 +112,3 @@ def rank_figure(data: dict, scenario: str = "") -> Figure:
     ax.grid(axis="y", alpha=0.3)
     plots.legend_outside(ax, "below", ncol=2)
     return fig
-
-
-def scenario_line(scenario: Scenario, names: list[str]) -> str:
-    """The line under every figure's title: which models, which run."""
-    models = ', '.join(names) if len(names) <= 3 else f'{len(names)} models'
-    return (f"{models} · {fmt_count(scenario.tokens)} tokens at seq {scenario.seq_len:,} · "
-            f"{scenario.n_gpus:,} x {scenario.accelerator.key} at {scenario.mfu:.0%} MFU · micro-batch "
-            f"{scenario.micro_batch}, ZeRO-{scenario.zero}, tp {scenario.tp}")

@@ -25,7 +25,7 @@ from ..views.profile import distributed_document, long_table
 from ..views.serve import serve_document
 from ..views.train import FP8_NOTE
 from .document import Report, safe_name
-from .figures import breakdown_bars, memory_bars, rank_figure, scenario_line
+from .figures import breakdown_bars, memory_bars, rank_figure
 
 DEFAULT_TOKENS_PER_STEP = 4 * 2**20  # 4 Mi tokens per optimizer step when no global batch is given
 
@@ -70,7 +70,7 @@ def steptime_section(report: Report, specs: list[ModelSpec], scenario: Scenario,
                           f"dp{worst.layout.dp} mb{worst.layout.micro_batch} {worst.recompute}", worst))
         name = f"steptime-{safe_name(spec.name)}"
         report.figure(name, breakdown_bars(shown, f"{spec.name}: predicted step time by layout",
-                                           scenario_line(scenario, [spec.name])),
+                                           scenario.line([spec.name])),
                       "Where each layout's step goes (compute, exposed communication, pipeline bubble, optimizer), "
                       "best layouts first and the slowest that fits last")
         best = ranked[0][0]

@@ -1,0 +1,130 @@
+"""One parallel layout for every model in llmcalc: training memory, the step-time model, the sharded profiler.
+
+``Parallel`` holds the degrees of a layout: tensor (tp), context (cp), pipeline (pp, with vpp virtual stages per
+rank), data (dp), expert (ep) and expert tensor (etp, 0 = tp) parallelism, the ZeRO stage over the data-parallel
+group and whether TP runs with sequence parallelism. GPUs = tp x cp x pp x dp; ranks are laid out TP innermost,
+then CP, PP, DP (Llama 3, arXiv 2407.21783 sec. 3.3.2: [TP, CP, PP, DP]). Routed experts fold their own mesh
+[etp, ep, expert dp] over the tp x dp ranks, contiguous over the tp ranks first (Megatron-Core's "MoE parallel
+folding", Liu et al. 2025, arXiv 2504.14960): a GPU holds 1/(etp x ep) of the routed experts, replicated over
+the expert data-parallel group of tp x dp / (etp x ep) ranks.
+
+The checks, one per purpose, each one ``LlmcalcError`` naming the fix: ``check_degrees`` (whole numbers >= 1),
+``over`` (the GPUs divide into tp x cp x pp), ``check_heads`` (the training TP rule), ``check_stages`` (pipeline
+stages against the layers), ``check_experts`` (ep and etp against the experts and tp x dp), ``check_zero``.
+A caller asks for those that apply to what it models (memory wants equal stages, the step model does not).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from ..errors import LlmcalcError
+from ..spec import ModelSpec
+from ..validate import DEFAULT_ZERO
+
+P = TypeVar("P", bound="Parallel")
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """The degrees of a parallel layout (see the module docstring); GPUs = tp x cp x pp x dp."""
+
+    tp: int = 1
+    cp: int = 1
+    pp: int = 1
+    dp: int = 1
+    ep: int = 1  # expert parallelism: routed experts split over ep ranks (Megatron-LM's expert-model-parallel)
+    etp: int = 0  # expert tensor parallelism: each routed expert split over etp ranks; 0 = tp (Megatron's default)
+    vpp: int = 1  # virtual pipeline stages (model chunks) per pipeline rank
+    zero: int = DEFAULT_ZERO  # ZeRO stage over the data-parallel group
+    sequence_parallel: bool = True  # TP shards the norm/dropout activations over the sequence (Korthikanti 2022)
+
+    @classmethod
+    def over(cls: type[P], n_gpus: int, *, tp: int = 1, cp: int = 1, pp: int = 1, what: str = "--n-gpus",
+             **degrees: Any) -> P:
+        """The layout of `n_gpus` GPUs with these degrees: dp = n_gpus / (tp x cp x pp), refused in one line when
+        it is not a whole number (`what`: the option that gave the GPU count)."""
+        check_degrees(**{what: n_gpus, "--tp": tp, "--cp": cp, "--pp": pp})
+        if n_gpus % (tp * cp * pp):
+            raise LlmcalcError(f"tp x cp x pp = {tp} x {cp} x {pp} = {tp * cp * pp} does not divide {what} {n_gpus}")
+        return cls(tp=tp, cp=cp, pp=pp, dp=n_gpus // (tp * cp * pp), **degrees)
+
+    @property
+    def n_gpus(self) -> int:
+        return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def expert_tp(self) -> int:
+        return self.etp or self.tp
+
+    @property
+    def expert_dp(self) -> int:
+        """Ranks holding the same routed-expert shard: tp x dp / (etp x ep)."""
+        return self.tp * self.dp // (self.expert_tp * self.ep)
+
+    @property
+    def alltoall(self) -> bool:
+        """Routed tokens travel by all-to-all (Megatron-Core's alltoall token dispatcher) once experts have
+        a layout of their own; with ep 1 and etp = tp the MoE block is tensor-parallel like a dense MLP."""
+        return self.ep > 1 or self.expert_tp != self.tp
+
+    def fold_stride(self, inner: int) -> int:
+        """Rank distance between members of an expert-mesh group laid out after `inner` ranks (Megatron-Core's
+        MoE parallel folding: [etp, ep, expert dp] over the tp ranks, contiguous, then dp at stride tp x cp x pp)."""
+        return inner if inner < self.tp else inner // self.tp * self.tp * self.cp * self.pp
+
+    def check(self, spec: ModelSpec, *, equal_stages: bool = False) -> None:
+        """The checks a training layout of `spec` needs (degrees, heads, stages, experts, ZeRO stage)."""
+        check_degrees(**{f"--{name}": getattr(self, name) for name in ("tp", "cp", "pp", "dp", "ep", "vpp")})
+        if self.etp:
+            check_degrees(**{"--etp": self.etp})
+        check_zero(self.zero)
+        check_heads(spec, self.tp)
+        check_stages(spec, self.pp, self.vpp, equal=equal_stages)
+        if self.ep > 1 or self.etp:
+            check_experts(spec, self.ep, self.expert_tp, self.tp * self.dp)
+
+
+def check_degrees(**named: object) -> None:
+    """Each value a whole number >= 1: '--tp must be a whole number >= 1, got 0'."""
+    for name, value in named.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise LlmcalcError(f"{name} must be a whole number >= 1, got {value!r}")
+
+
+def check_zero(zero: int) -> None:
+    if zero not in (0, 1, 2, 3):
+        raise LlmcalcError(f"--zero must be 0, 1, 2 or 3, got {zero}")
+
+
+def check_heads(spec: ModelSpec, tp: int) -> None:
+    """The training TP rule: tp divides the query heads, and the key/value heads either split evenly over the
+    tp ranks or each is replicated on tp / kv of them (tp a multiple of the KV heads; Megatron-LM)."""
+    kv = spec.n_kv_heads
+    if spec.n_heads % tp or kv % tp and tp % kv:
+        raise LlmcalcError(f"tp={tp} does not divide the heads ({spec.n_heads} query, {kv} key/value); "
+                           f"use a tp that divides {spec.n_heads}")
+
+
+def check_stages(spec: ModelSpec, pp: int, vpp: int = 1, *, equal: bool = False) -> None:
+    """Pipeline stages (pp x vpp) against the layers: no stage without a layer; `equal`: the layers split evenly
+    over the pp stages (what training memory models; the step model splits unevenly, as Llama 3 did)."""
+    if equal and spec.n_layers % pp:
+        raise LlmcalcError(f"pp={pp} does not divide {spec.n_layers} layers into equal stages")
+    if pp * vpp > spec.n_layers:
+        raise LlmcalcError(f"{pp * vpp} pipeline stages (pp x chunks) exceed the model's {spec.n_layers} layers")
+
+
+def check_experts(spec: ModelSpec, ep: int, etp: int, folded: int, folded_name: str = "tp x dp") -> None:
+    """Expert parallelism (ep) and expert tensor parallelism (etp) over `folded` ranks (tp x dp): one line
+    naming the fix."""
+    if not spec.is_moe or not spec.d_ff_expert:
+        raise LlmcalcError(f"--ep/--etp need a mixture-of-experts model; {spec.name} is dense")
+    if spec.n_experts % ep:
+        raise LlmcalcError(f"--ep {ep} must divide the {spec.n_experts} routed experts")
+    if spec.d_ff_expert % etp:
+        raise LlmcalcError(f"--etp {etp} must divide the expert width ({spec.d_ff_expert})")
+    if folded % (ep * etp):
+        raise LlmcalcError(f"ep x etp = {ep} x {etp} must divide {folded_name} = {folded} (experts fold over those "
+                           f"ranks); use smaller --ep/--etp or more GPUs")
