@@ -13,6 +13,7 @@ from typing import Any
 from ..validate import MAX_LAYERS, MAX_WIDTH
 from .draft import (
     ARCHITECTURES,
+    ATTENTION_SPANS,
     LAYER_FFNS,
     LAYER_MIXERS,
     MLPS,
@@ -71,6 +72,29 @@ def validate(spec: SpecDraft) -> None:
     _validate_block(spec)
     _validate_moe(spec)
     _validate_mla(spec)
+    _validate_spans(spec)
+
+
+def _validate_spans(spec: SpecDraft) -> None:
+    """Windowed attention: one span per decoder layer, each with its window or chunk size."""
+    for name in ("attention_window", "attention_chunk"):
+        if getattr(spec, name) < 0:
+            raise SpecError(f"{name} must be zero or positive, got {getattr(spec, name)}")
+    spans = spec.attention_spans
+    if spans is None:
+        return
+    if not isinstance(spans, tuple) or not all(isinstance(s, str) for s in spans):
+        raise SpecError(f"attention_spans must be a list of strings, got {spans!r:.80}")
+    if spec.architecture != "decoder":
+        raise SpecError("attention_spans (sliding-window and chunked layers) are supported in decoder-only models")
+    if len(spans) != spec.n_layers:
+        raise SpecError(f"attention_spans has {len(spans)} entries for n_layers={spec.n_layers}; give one per layer")
+    bad = sorted({s for s in spans if s not in ATTENTION_SPANS})
+    if bad:
+        raise SpecError(f"attention_spans may name {', '.join(ATTENTION_SPANS)}; got {', '.join(map(repr, bad))}")
+    for kind, size in (("sliding", "attention_window"), ("chunked", "attention_chunk")):
+        if kind in spans and getattr(spec, size) <= 0:
+            raise SpecError(f"{kind} layers need {size} > 0 (tokens), got {getattr(spec, size)}")
 
 
 def _ffn(spec: SpecDraft, index: int) -> str | None:

@@ -27,6 +27,7 @@ LAYER_MIXERS = ("attention", "mamba", "mamba2", "short_conv", "gated_deltanet", 
 LAYER_FFNS = ("mlp", "moe")
 POS_EMBS = ("rope", "learned", "sinusoidal", "alibi", "relative", "none")
 QK_NORMS = ("none", "head", "full")  # see SpecDraft.qk_norm
+ATTENTION_SPANS = ("full", "sliding", "chunked")  # see SpecDraft.attention_spans
 REQUIRED = ("n_layers", "d_model", "n_heads", "vocab_size")
 
 
@@ -116,6 +117,15 @@ class SpecDraft:
     qk_norm: str = "none"
     qk_norm_bias: bool = False  # the QK-norms carry a bias (Phi's LayerNorm(d_head))
     attention_sinks: bool = False  # one learned sink logit per head and layer (gpt-oss)
+    # Windowed attention: what each decoder layer's queries attend to. attention_spans has one entry per layer:
+    # "full" (the whole causal context), "sliding" (the last attention_window tokens, itself included: HF's
+    # sliding_window, as transformers' sliding-window mask has it) or "chunked" (the tokens of its own chunk of
+    # attention_chunk tokens: Llama 4's attention_chunk_size); None: every layer full. A mask in transformers'
+    # eager attention: no parameters, and the full S² matmuls torch's counter sees; a windowed kernel computes
+    # only the span, and a KV cache keeps only the span (``ModelSpec.span_tokens``).
+    attention_spans: tuple[str, ...] | None = None
+    attention_window: int = 0  # tokens a "sliding" layer attends (0: no sliding layer)
+    attention_chunk: int = 0  # tokens of a "chunked" layer's chunk (0: no chunked layer)
     lm_head_bias: bool = False  # the LM head carries a bias of vocab_size (GPT-J, Phi-2)
     d_embed: int | None = None  # token-embedding width when it differs from d_model (OPT's
     #   word_embed_proj_dim): project_in (d_embed -> D) and project_out (D -> d_embed), bias-free

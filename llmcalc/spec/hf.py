@@ -17,6 +17,7 @@ transformers' modelling code (``llmcalc.fallback``); commands that need a formul
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
@@ -646,10 +647,105 @@ FAMILIES.update({
 # Kimi-K2's published config says model_type "kimi_k2" and loads DeepseekV3 classes (auto_map).
 FAMILIES["kimi_k2"] = FAMILIES["deepseek_v3"]
 
-# Families with sliding-window or chunked attention layers (a mask in transformers' eager attention).
-WINDOWED = {"gpt_oss": "sliding_window", "gemma3_text": "sliding_window", "cohere2": "sliding_window",
-            "olmo3": "sliding_window", "exaone4": "sliding_window", "ministral": "sliding_window",
-            "llama4_text": "attention_chunk_size"}
+# Windowed attention per family, laid out as its transformers config class lays it out (configuration_<family>.py,
+# transformers 5): HF's own `layer_types` ("sliding_attention", "chunked_attention", "full_attention") where the
+# config gives it, else the class's rule below. Each entry: (size key, class default of that key, the rule
+# (layer index, merged config) -> span of that layer, with the class defaults of the keys it reads).
+def _every(pattern_key: str, default: int) -> Callable[[int, dict], str]:
+    """Sliding except every n-th layer (Gemma 2/3, Cohere2, OLMo 3, gpt-oss: (i + 1) % n != 0 -> sliding)."""
+    def rule(i: int, hf: dict) -> str:
+        n = hf.get(pattern_key) or default
+        if isinstance(n, str):  # EXAONE 4's "LLLG": L local, G global, repeated from layer 0
+            return "sliding" if n[i % len(n)] == "L" else "full"
+        return "sliding" if (i + 1) % n else "full"
+    return rule
+
+
+def _all_sliding(i: int, hf: dict) -> str:
+    return "sliding"
+
+
+def _qwen_sliding(i: int, hf: dict) -> str:
+    """Qwen2/Qwen3: with use_sliding_window, the layers from max_window_layers (default 28) on."""
+    return "sliding" if hf.get("use_sliding_window") and i >= hf.get("max_window_layers", 28) else "full"
+
+
+def _qwen2_moe_sliding(i: int, hf: dict) -> str:
+    """Qwen2-MoE: with use_sliding_window, every other layer below max_window_layers."""
+    return "sliding" if hf.get("use_sliding_window") and (i + 1) % 2 and i < hf.get("max_window_layers", 28) \
+        else "full"
+
+
+def _qwen3_moe_sliding(i: int, hf: dict) -> str:
+    return "sliding" if hf.get("use_sliding_window") else "full"
+
+
+def _smollm3_sliding(i: int, hf: dict) -> str:
+    """SmolLM3: with use_sliding_window, the NoPE layers (no_rope_layers[i] == 0; every 4th by default)."""
+    rope = hf.get("no_rope_layers")
+    has_rope = rope[i] if isinstance(rope, list) and i < len(rope) else int((i + 1) % hf.get(
+        "no_rope_layer_interval", 4) != 0)
+    return "sliding" if hf.get("use_sliding_window") and not has_rope else "full"
+
+
+def _llama4_chunked(i: int, hf: dict) -> str:
+    """Llama 4: the RoPE layers (no_rope_layers[i] == 1; all but every 4th by default) attend within chunks."""
+    rope = hf.get("no_rope_layers")
+    uses_rope = rope[i] if isinstance(rope, list) and i < len(rope) else int((i + 1) % hf.get(
+        "no_rope_layer_interval", 4) != 0)
+    return "chunked" if uses_rope else "full"
+
+
+def _gpt_neo_local(i: int, hf: dict) -> str:
+    """GPT-Neo: attention_types [[["global", "local"], 12]] expanded layer by layer; "local" = a window."""
+    types = hf.get("attention_types") or [[["global", "local"], 12]]
+    kinds = [kind for item in types for _ in range(item[1]) for kind in item[0]]
+    return "sliding" if i < len(kinds) and kinds[i] == "local" else "full"
+
+
+WINDOWED: dict[str, tuple[str, int | None, Callable[[int, dict], str]]] = {
+    "gpt_oss": ("sliding_window", 128, _every("_alternate", 2)),
+    "gemma2": ("sliding_window", 4096, _every("_alternate", 2)),
+    "gemma3_text": ("sliding_window", 4096, _every("sliding_window_pattern", 6)),
+    "cohere2": ("sliding_window", 4096, _every("sliding_window_pattern", 4)),
+    "olmo3": ("sliding_window", 4096, _every("_every_fourth", 4)),
+    "exaone4": ("sliding_window", 4096, _every("sliding_window_pattern", 4)),
+    "ministral": ("sliding_window", 4096, _all_sliding),
+    "mistral": ("sliding_window", 4096, _all_sliding),
+    "mixtral": ("sliding_window", None, _all_sliding),
+    "phi3": ("sliding_window", None, _all_sliding),
+    "starcoder2": ("sliding_window", None, _all_sliding),
+    "qwen2": ("sliding_window", 4096, _qwen_sliding),
+    "qwen3": ("sliding_window", 4096, _qwen_sliding),
+    "qwen2_moe": ("sliding_window", 4096, _qwen2_moe_sliding),
+    "qwen3_moe": ("sliding_window", 4096, _qwen3_moe_sliding),
+    "smollm3": ("sliding_window", None, _smollm3_sliding),
+    "llama4_text": ("attention_chunk_size", 8192, _llama4_chunked),
+    "gpt_neo": ("window_size", 256, _gpt_neo_local),
+}
+HF_SPANS = {"full_attention": "full", "sliding_attention": "sliding", "chunked_attention": "chunked"}
+
+
+def _attention_spans(model_type: str | None, hf: dict, n_layers: int) -> dict[str, Any]:
+    """attention_spans, attention_window, attention_chunk of a family with windowed layers (WINDOWED), or {}."""
+    rule = WINDOWED.get(model_type or "")
+    if rule is None:
+        return {}
+    key, default, span_of = rule
+    size = hf.get(key, default)  # the config's own value, null included, else the class default
+    if not size:  # the window switched off (sliding_window: null)
+        return {}
+    given = hf.get("layer_types")
+    if isinstance(given, list) and len(given) == n_layers and all(t in HF_SPANS for t in given):
+        spans = tuple(HF_SPANS[t] for t in given)
+    else:
+        spans = tuple(span_of(i, hf) for i in range(n_layers))
+    if all(s == "full" for s in spans):
+        return {}
+    out: dict[str, Any] = {"attention_spans": spans}
+    out["attention_chunk" if "chunked" in spans else "attention_window"] = size
+    return out
+
 
 # Multimodal checkpoints whose language model llmcalc counts from text_config (and its text model_type).
 MULTIMODAL_TEXT = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
@@ -768,14 +864,17 @@ def draft_from_hf(hf: dict, name: str = "custom") -> SpecDraft:  # long: HF key 
     # "linear_attention") means something else: a known family translates it in its derive step.
     hf_owned = ("name", "model_type") + (("layer_types",) if model_type in FAMILIES else ())
     kw.update({k: v for k, v in hf.items() if k in _SPEC_FIELDS and k not in hf_owned})
-    window_key = WINDOWED.get(model_type) if model_type else None
-    if window_key and merged.get(window_key):
-        kinds = merged.get("layer_types") or []
-        local = sum(1 for t in kinds if t != "full_attention")
-        notes += (f"{f'{local} of {len(kinds)} layers use' if kinds else 'some layers use'} "
-                  f"{'chunked' if window_key == 'attention_chunk_size' else 'sliding-window'} attention "
-                  f"({window_key} {merged[window_key]:,}): FLOPs count their S² terms in full, as the masked "
-                  f"eager attention (and torch's FlopCounterMode) does; a windowed kernel does less",)
+    if "attention_spans" not in kw and isinstance(kw.get("n_layers"), int):
+        kw.update(_attention_spans(model_type, hf, kw["n_layers"]))  # the config as given: null is not absent
+    spans = kw.get("attention_spans")
+    if spans is not None and any(t != "full" for t in spans):
+        chunked = "chunked" in spans
+        size = kw["attention_chunk" if chunked else "attention_window"]
+        local = sum(1 for t in spans if t != "full")
+        notes += (f"{local} of {len(spans)} layers use {'chunked' if chunked else 'sliding-window'} attention "
+                  f"({'chunks' if chunked else 'a window'} of {size:,} tokens): FLOPs count their S² terms in "
+                  f"full, as the masked eager attention (and torch's FlopCounterMode) does; a windowed kernel "
+                  f"does less",)
     mtp = merged.get("num_nextn_predict_layers")
     if isinstance(mtp, int) and mtp > 0:  # DeepSeek-V3, GLM-4.5, Kimi-K2, Nemotron-H: mtp.* weights not loaded
         notes += (f"num_nextn_predict_layers {mtp}: the multi-token-prediction layers are not part of the "

@@ -104,6 +104,9 @@ class ModelSpec:
     qk_norm: str = "none"
     qk_norm_bias: bool = False
     attention_sinks: bool = False
+    attention_spans: tuple[str, ...] | None = None  # None: every layer attends to the whole causal context
+    attention_window: int = 0
+    attention_chunk: int = 0
     lm_head_bias: bool = False
     d_embed: int = 0  # 0: tokens embedded at d_model (no project_in/out)
     router_bias: bool = False
@@ -180,6 +183,34 @@ class ModelSpec:
         return is_moe_layer(index, layer_types=self.layer_types, moe_layers=self.moe_layers,
                             n_experts=self.n_experts, n_dense_layers=self.n_dense_layers,
                             moe_layer_freq=self.moe_layer_freq)
+
+    # --- windowed attention ---
+    def attention_span(self, index: int) -> str:
+        """"full", "sliding" or "chunked": what decoder layer `index`'s queries attend to (attention_spans)."""
+        return "full" if self.attention_spans is None else self.attention_spans[index]
+
+    def span_tokens(self, index: int) -> int:
+        """Keys a query of decoder layer `index` attends at most (its sliding window or chunk); 0: unbounded."""
+        kind = self.attention_span(index)
+        return self.attention_window if kind == "sliding" else self.attention_chunk if kind == "chunked" else 0
+
+    def attended_pairs(self, index: int, seq: int) -> int:
+        """(query, key) pairs decoder layer `index` computes for one causal sequence of `seq` tokens, what a
+        block-sparse causal kernel (FlashAttention) does: full causal S(S+1)/2; a sliding window w
+        sum_i min(i+1, w) = w(w+1)/2 + (S - w)·w for S > w; chunks of c: c(c+1)/2 for each whole chunk plus
+        r(r+1)/2 for the rest r (Llama 4's chunked attention)."""
+        span, kind = self.span_tokens(index), self.attention_span(index)
+        if kind == "chunked":
+            whole, rest = divmod(seq, span)
+            return whole * span * (span + 1) // 2 + rest * (rest + 1) // 2
+        if kind == "sliding" and seq > span:
+            return span * (span + 1) // 2 + (seq - span) * span
+        return seq * (seq + 1) // 2
+
+    @property
+    def has_windows(self) -> bool:
+        """Some attention layer attends a bounded span (sliding window or chunk)."""
+        return self.attention_spans is not None and any(s != "full" for s in self.attention_spans)
 
     # --- hybrid / state-space views ---
     @property

@@ -54,6 +54,8 @@ def derive(draft: SpecDraft) -> SpecDraft:
         derived["ssm_out_bias"] = spec.ssm_proj_bias
     if isinstance(spec.layer_types, list):  # from JSON: keep the spec hashable and frozen
         derived["layer_types"] = tuple(spec.layer_types)
+    if isinstance(spec.attention_spans, list):
+        derived["attention_spans"] = tuple(spec.attention_spans)
     return dataclasses.replace(draft, **derived)
 
 
