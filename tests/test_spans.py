@@ -70,7 +70,8 @@ def test_class_rules_match_transformers(model_type, changes):
     config = {"model_type": model_type, "num_hidden_layers": 6, "hidden_size": 64, "num_attention_heads": 4,
               "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 96, "vocab_size": 128, **changes}
     if model_type == "qwen2_moe":
-        config.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48)
+        config.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                      shared_expert_intermediate_size=48)
     spec = spec_from_hf(config, model_type)
     spans, size = reference_spans(config)
     assert spec.attention_spans == spans
