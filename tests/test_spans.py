@@ -117,3 +117,43 @@ def test_spans_round_trip_through_to_dict():
     data = spec.to_dict()
     assert data["attention_spans"][:2] == ["sliding", "full"] or data["attention_spans"][:2] == ("sliding", "full")
     assert data["attention_window"] == 128
+
+
+def _cache_tokens(model, seq: int) -> list[int]:
+    import torch
+
+    with torch.no_grad():
+        out = model(torch.randint(0, 64, (1, seq)), use_cache=True)
+    return [layer.keys.shape[2] for layer in out.past_key_values.layers]
+
+
+@pytest.mark.parametrize("model_type,extra", [
+    ("gemma2", {"sliding_window": 8}),
+    ("llama4_text", {"attention_chunk_size": 8, "num_local_experts": 2, "interleave_moe_layer_step": 1,
+                     "intermediate_size_mlp": 64}),
+    ("gpt_oss", {"sliding_window": 6, "num_local_experts": 2, "num_experts_per_tok": 1}),
+])
+def test_kv_layers_hold_what_transformers_caches(model_type, extra):
+    """Per layer, the tokens of K/V transformers' DynamicCache holds after a forward of 5 and of 20 tokens (a
+    window caps them) are KvLayer.cached_tokens, and K and V bytes are 2 x KV heads x d_head x 4 B (fp32)."""
+    from llmcalc.analytic.inference import kv_layers
+
+    config = {"model_type": model_type, "num_hidden_layers": 4, "hidden_size": 32, "num_attention_heads": 2,
+              "num_key_value_heads": 1, "head_dim": 16, "intermediate_size": 64, "vocab_size": 64, **extra}
+    cls = transformers.AutoConfig.for_model(model_type, **{k: v for k, v in config.items() if k != "model_type"})
+    model = transformers.AutoModelForCausalLM.from_config(cls).eval()
+    layers = kv_layers(spec_from_hf(config, model_type), kv_dtype="fp32")
+    assert all(layer.bytes_per_token == 2 * 1 * 16 * 4 for layer in layers)
+    for seq in (5, 20):
+        assert _cache_tokens(model, seq) == [layer.cached_tokens(seq) for layer in layers]
+
+
+@pytest.mark.parametrize("name", [n for n in model_names() if n not in ("bert-base-uncased", "bert-large-uncased")])
+def test_kv_layers_sum_to_the_per_token_cache(name):
+    from llmcalc.analytic.inference import kv_cache_bytes_per_token_per_gpu, kv_layers, state_bytes_per_sequence
+    from llmcalc.spec import load_model
+
+    spec = load_model(name)
+    layers = kv_layers(spec)
+    assert sum(layer.bytes_per_token for layer in layers) == kv_cache_bytes_per_token_per_gpu(spec)
+    assert sum(layer.state_bytes for layer in layers) == pytest.approx(state_bytes_per_sequence(spec))

@@ -35,7 +35,7 @@ from ..spec import MLA, ModelSpec
 from ..validate import positive_int
 from .flops import forward_ops
 from .params import count_params
-from .ssm import recurrent_state_elements
+from .ssm import layer_state_elements, recurrent_state_elements
 
 # Group-wise int4 weight quantisation as GPTQ/AWQ checkpoints store it (and vLLM loads it): groups of
 # 128 input weights share one fp16 scale (2 B) and one packed 4-bit zero point (0.5 B).
@@ -104,6 +104,57 @@ def kv_cache_bytes_per_token_per_gpu(spec: ModelSpec, kv_dtype: str = "bf16", tp
     if spec.is_mla:
         return kv_cache_bytes_per_token(spec, kv_dtype)
     return 2 * _kv_layers(spec) * kv_heads_per_gpu(spec, tp) * spec.d_head * dtype_bytes(kv_dtype)
+
+
+@dataclass(frozen=True)
+class KvLayer:
+    """What one layer keeps for one sequence while it generates, on one of tp ranks: a KV cache of
+    `bytes_per_token` for each token it attends (all of them, or at most `span` for a sliding-window or
+    chunked layer), or a recurrent state of `state_bytes`, constant in the context length."""
+
+    index: int  # decoder layer
+    kind: str  # "full", "sliding", "chunked" (attention; ModelSpec.attention_span), "mla", or "state"
+    bytes_per_token: float = 0.0
+    span: int = 0  # keys a query attends at most: the sliding window or chunk (0: the whole context)
+    state_bytes: float = 0.0
+
+    def cached_tokens(self, context: int) -> int:
+        """Tokens the cache holds after `context` tokens: all of them, or span - 1 for a windowed layer, as
+        transformers' DynamicSlidingWindowLayer keeps them (the span's last key is the token being processed;
+        transformers caches a chunked layer the same way). vLLM's block allocation is serving.py's."""
+        return min(context, self.span - 1) if self.span else context
+
+    def bytes_for(self, context: int) -> float:
+        """This layer's bytes for one sequence of `context` tokens."""
+        return self.bytes_per_token * self.cached_tokens(context) + self.state_bytes
+
+
+def kv_layers(spec: ModelSpec, kv_dtype: str = "bf16", tp: int = 1, state_dtype: str = "bf16") -> list[KvLayer]:
+    """Every decoder layer's cache on one of tp ranks, layer by layer (a layer with attention and a recurrent
+    mixer in parallel, Falcon-H1's, gives one of each): attention keeps 2 (K and V) x its KV heads on the rank
+    (``kv_heads_per_gpu``) x d_head x bytes per token, for the tokens its span allows (``ModelSpec.span_tokens``:
+    a sliding window or chunk; transformers' sliding-window cache and vLLM's hybrid allocator keep only those);
+    MLA its latent plus RoPE key, whole on every rank; a state-space or short-conv mixer its conv window and
+    SSM state (analytic/ssm.py), split over tp with its channels. The per-token sum over layers is
+    ``kv_cache_bytes_per_token_per_gpu``; what differs per layer is the span."""
+    _kv_layers(spec)  # an encoder: one clear line
+    b, sb = dtype_bytes(kv_dtype), dtype_bytes(state_dtype)
+    out: list[KvLayer] = []
+    if spec.architecture == "encoder-decoder":
+        per = 2 * kv_heads_per_gpu(spec, tp) * spec.d_head * b
+        return [KvLayer(i, "full", per) for i in range(spec.n_decoder_layers)]
+    for i in range(spec.n_layers):
+        mixers = spec.layer_parts(i)[0]
+        if {"attention", "shared_block"} & set(mixers):
+            if spec.mla is not None:
+                out.append(KvLayer(i, "mla", (spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim) * b))
+            else:
+                out.append(KvLayer(i, spec.attention_span(i), 2 * kv_heads_per_gpu(spec, tp) * spec.d_head * b,
+                                   span=spec.span_tokens(i)))
+        state = layer_state_elements(spec, mixers)
+        if state:
+            out.append(KvLayer(i, "state", state_bytes=state * sb / tp))
+    return out
 
 
 def recurrent_state_bytes(spec: ModelSpec, state_dtype: str = "bf16") -> float:

@@ -155,3 +155,11 @@ def recurrent_state_elements(spec: ModelSpec) -> dict[str, int]:
                 if kind != "short_conv":  # LFM2's short conv keeps only its conv window
                     ssm += spec.ssm_d_inner * spec.ssm_d_state
     return {"conv state": conv, "SSM state": ssm}
+
+
+def layer_state_elements(spec: ModelSpec, mixers: tuple[str, ...]) -> int:
+    """Elements of recurrent state one sequence keeps in one layer with these mixers (its conv window, and
+    the SSM state but for LFM2's short conv); 0 for attention alone."""
+    return sum(conv_channels(spec, kind) * spec.ssm_conv_kernel
+               + (spec.ssm_d_inner * spec.ssm_d_state if kind != "short_conv" else 0)
+               for kind in mixers if kind in SSM_MIXERS)
