@@ -1,7 +1,7 @@
 """Accelerator: dense peak FLOP/s per dtype, memory, bandwidth, power, price.
 
 Preset files (presets/hardware/*.json) carry units in their key names (``dense_tflops``,
-``memory_gib``, ``memory_bandwidth_gb_per_s``, ``tdp_watts``, ``usd_per_hour``); an Accelerator
+``memory_gib``, ``cuda_visible_gib``, ``memory_bandwidth_gb_per_s``, ``tdp_watts``, ``usd_per_hour``); an Accelerator
 holds base units (FLOP/s, bytes, bytes/s, W, USD/h). Peaks are dense: no 2:4-sparsity figures.
 """
 
@@ -27,6 +27,15 @@ class Accelerator:
     usd_per_hour: float | None = None
     vendor: str = ""
     source: str = field(default="", compare=False)
+    cuda_visible_bytes: float = 0.0  # what the runtime reports (torch.cuda.get_device_properties().total_memory)
+    cuda_visible_source: str = field(default="", compare=False)
+
+    @property
+    def usable_bytes(self) -> float:
+        """Device memory a program can allocate against: the total the CUDA (ROCm, XLA) runtime reports, a
+        little below the nominal size (the driver keeps some: H100 80 GB reports 79.19 GiB); the nominal size
+        where a preset gives no such figure."""
+        return self.cuda_visible_bytes or self.memory_bytes
 
     def peak(self, dtype: str = "bf16") -> float:
         """Dense peak FLOP/s for `dtype`; a clear error when the device has no such rate."""
@@ -58,6 +67,8 @@ def accelerator_from_preset(key: str, data: dict) -> Accelerator:
             usd_per_hour=data.get("usd_per_hour"),
             vendor=data.get("vendor", ""),
             source=data.get("_source", ""),
+            cuda_visible_bytes=float(data.get("cuda_visible_gib") or 0) * GIB,
+            cuda_visible_source=data.get("cuda_visible_gib_source", ""),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise LlmcalcError(f"hardware preset {key!r} is malformed: {exc!r}") from None

@@ -169,3 +169,12 @@ def test_every_accelerator_is_consistent(name):
         assert peaks["fp8"] == pytest.approx(2 * half, rel=0.01)
     if "tf32" in peaks and acc.vendor == "NVIDIA":
         assert peaks["tf32"] == pytest.approx(half / 2, rel=0.01)  # NVIDIA tensor cores: TF32 = BF16 / 2
+
+
+@pytest.mark.parametrize("name", hardware_names())
+def test_every_accelerator_states_what_its_runtime_reports(name):
+    """The memory the CUDA (ROCm, XLA) runtime reports, with where the figure comes from: a little below the
+    nominal size (the driver keeps 0.4-1.3 GiB), never above it."""
+    acc = load_hardware(name)
+    assert acc.cuda_visible_source
+    assert 0.9 * acc.memory_bytes < acc.usable_bytes <= acc.memory_bytes
