@@ -4,7 +4,6 @@ import json
 import statistics
 import subprocess
 import sys
-from dataclasses import replace
 
 import pytest
 
@@ -60,8 +59,8 @@ CURRENT_GENERATION = {"qwen3-8b", "qwen3-32b", "qwen3-30b-a3b", "qwen3-235b-a22b
 def shrunk(spec: ModelSpec, layers: int = 2) -> ModelSpec:
     """`spec` cut to at most `layers` blocks per stack, with at most one dense-first layer so that MoE
     presets keep a MoE block: every per-component shape of the preset, in seconds instead of minutes."""
-    return replace(spec, n_layers=min(layers, spec.n_layers), n_dense_layers=min(spec.n_dense_layers, 1),
-                   n_decoder_layers=min(layers, spec.n_decoder_layers))
+    return spec.with_layers(min(layers, spec.n_layers), n_dense_layers=min(spec.n_dense_layers, 1),
+                            n_decoder_layers=min(layers, spec.n_decoder_layers))
 
 
 def check_virtual_flops(spec: ModelSpec, seq: int) -> None:

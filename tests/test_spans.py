@@ -157,3 +157,13 @@ def test_kv_layers_sum_to_the_per_token_cache(name):
     layers = kv_layers(spec)
     assert sum(layer.bytes_per_token for layer in layers) == kv_cache_bytes_per_token_per_gpu(spec)
     assert sum(layer.state_bytes for layer in layers) == pytest.approx(state_bytes_per_sequence(spec))
+
+
+def test_with_layers_keeps_the_pattern():
+    """Cut or extend a windowed model: the spans follow the layer pattern (gpt-oss: sliding, full, ...)."""
+    from llmcalc.spec import load_model
+
+    spec = load_model("gpt-oss-20b")
+    assert spec.with_layers(3).attention_spans == ("sliding", "full", "sliding")
+    longer = spec.with_layers(spec.n_layers + 2)
+    assert longer.attention_spans[-2:] == spec.attention_spans[:2] and longer.n_layers == spec.n_layers + 2

@@ -796,7 +796,7 @@ def _least_that_fits(spec: ModelSpec, lay: Layout, seq_len: int, tries: list[str
     (None, last stage tried, its peak) when nothing fits."""
     from .memory import training_memory
 
-    even = replace(spec, n_layers=math.ceil(spec.n_layers / lay.pp) * lay.pp)
+    even = spec.with_layers(math.ceil(spec.n_layers / lay.pp) * lay.pp)
     peak, zero = 0.0, 1
     for zero in (1, 3) if lay.dp > 1 else (1,):
         for rc in tries:

@@ -25,7 +25,7 @@ S x bus_factor(kind, n) bytes on the wire from each rank, the convention of ``Co
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -43,8 +43,8 @@ PG_TIMEOUT_S = 120  # every process group gets a timeout: a dead rank ends the r
 
 
 def with_layers(spec: ModelSpec, n_layers: int, **changes: Any) -> ModelSpec:
-    """The same model with `n_layers` blocks (dense decoders: nothing else depends on the depth)."""
-    return replace(spec, n_layers=n_layers, **changes)
+    """The same model with `n_layers` blocks (ModelSpec.with_layers)."""
+    return spec.with_layers(n_layers, **changes)
 
 
 def check_layout(spec: ModelSpec, world_size: int, tp: int) -> Parallel:

@@ -9,7 +9,6 @@ one (``measure.real_profile``).
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -123,11 +122,8 @@ def _with_layers(spec: ModelSpec, layers: int | None) -> ModelSpec:
         return spec
     if layers > spec.n_layers:
         raise LlmcalcError(f"--layers {layers} exceeds {spec.name}'s {spec.n_layers} layers")
-    return dataclasses.replace(spec, n_layers=layers, name=f"{spec.name} ({layers} layers)",
-                               n_dense_layers=min(spec.n_dense_layers, layers),
-                               moe_layers=None if spec.moe_layers is None
-                               else tuple(i for i in spec.moe_layers if i < layers),
-                               n_decoder_layers=layers if spec.n_decoder_layers else 0)
+    return spec.with_layers(layers, name=f"{spec.name} ({layers} layers)",
+                            n_decoder_layers=layers if spec.n_decoder_layers else 0)
 
 
 def _sharded(spec: ModelSpec, request: ProfileRequest, cfg: LoraConfig | None) -> dict[str, Any]:

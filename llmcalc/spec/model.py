@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 from .checks import check
 from .draft import GATED_MLPS, SpecDraft, SpecError, is_moe_layer, parse_layer
@@ -149,6 +150,20 @@ class ModelSpec:
             "qk_rope_head_dim": mla.qk_rope_head_dim, "qk_nope_head_dim": mla.qk_nope_head_dim,
             "v_head_dim": mla.v_head_dim})
         return SpecDraft(**values)
+
+    def with_layers(self, n_layers: int, **changes: Any) -> ModelSpec:
+        """The same model with `n_layers` layers in its (first) stack: the per-layer descriptions (layer_types,
+        attention_spans) cut to the first n_layers, or continued with their own pattern when n_layers is larger;
+        moe_layers keep the indices below n_layers, n_dense_layers at most n_layers. `changes` pass through to
+        dataclasses.replace (and win over these)."""
+        def fit(pattern: tuple[str, ...] | None) -> tuple[str, ...] | None:
+            return None if pattern is None else tuple(pattern[i % len(pattern)] for i in range(n_layers))
+
+        moe = None if self.moe_layers is None else tuple(i for i in self.moe_layers if i < n_layers)
+        resized: dict[str, Any] = dict(n_layers=n_layers, n_dense_layers=min(self.n_dense_layers, n_layers),
+                                       layer_types=fit(self.layer_types), attention_spans=fit(self.attention_spans),
+                                       moe_layers=moe)
+        return dataclasses.replace(self, **{**resized, **changes})
 
     def to_dict(self) -> dict:
         """The flat mapping of the draft's fields, in their order, null for what the model lacks
