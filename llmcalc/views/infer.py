@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..analytic.inference import QUANTISATION_NOTES, expected_experts
+from ..analytic.inference import expected_experts
+from ..analytic.quant import checkpoint_bytes, weight_format
 from ..render.tables import Column, Document, Table
 from ..units import fmt_bytes, fmt_flops, fmt_seconds
 
@@ -17,9 +18,7 @@ def serving_conventions(est: InferenceEstimate) -> list[str]:
     """The conventions an inference roofline rests on, for this model and parallel layout."""
     spec, tp = est.spec, est.n_gpus
     kv_heads = spec.n_kv_heads
-    lines = []
-    if est.weight_dtype in QUANTISATION_NOTES:
-        lines.append(QUANTISATION_NOTES[est.weight_dtype] + "; embeddings, LM head, norms and router stay 16-bit")
+    lines = [] if est.weight_format is not None else weight_format(spec, est.weight_dtype).notes()
     if spec.is_moe:
         E, k = spec.n_experts, spec.n_experts_per_token
         lines.append(f"MoE decode reads only the experts the step's routed tokens hit: expected distinct experts per "
@@ -46,6 +45,7 @@ def serving_conventions(est: InferenceEstimate) -> list[str]:
 
 
 def document(est: InferenceEstimate) -> Document:
+    fmt = est.weight_format or weight_format(est.spec, est.weight_dtype)
     pre = est.prefill
     first = est.decode_step(est.prompt + 1)
     last = est.decode_step(est.prompt + est.generate - 1)
@@ -100,7 +100,11 @@ def document(est: InferenceEstimate) -> Document:
     title = (f"{est.spec.name} on {est.n_gpus} x {est.accelerator.key}: batch {est.batch}, prompt {est.prompt:,}, "
              f"generate {est.generate:,}, weights {est.weight_dtype}, KV {est.kv_dtype}")
     tokens = est.batch * (est.prompt + est.generate)
-    return Document(title, data, [table], [f"weights {fmt_bytes(est.weights)}"
+    data["weight_format"] = fmt.describe()
+    data["checkpoint_bytes"] = shipped = checkpoint_bytes(est.spec, None if fmt.typed else fmt)
+    table.notes[4:4] = fmt.notes() if est.weight_format is not None else []
+    return Document(title, data, [table], [f"weights {fmt_bytes(est.weights)} ({fmt.describe()}; the checkpoint "
+                                           f"holds {fmt_bytes(shipped)})"
                                            + (f" ({fmt_bytes(est.weights_per_gpu)} per GPU)" if est.n_gpus > 1 else "")
                                            + f"; KV cache at the end {fmt_bytes(est.kv_cache)} for {tokens:,} tokens"
                                            + _state_note(est)])
