@@ -146,6 +146,13 @@ def batch_defaults(gpu: Accelerator, version: VllmVersion, max_model_len: int, t
 # vLLM 0.6.4 (row 1, "non_torch_memory=0.35GiB"; ptrblck, pytorch#109888: "around 400MB").
 NON_TORCH_ONE_GPU = 0.045 * GIB
 NON_TORCH_TP = 0.20 * GIB
+# V1 logs no non-torch line; what its single-GPU logs leave after weights and the profile's peak (requested - weights -
+# available KV - activation_peak) is 0.11 GiB (gpt-oss-120b H100, 0.10.1, row 7), 0.27 GiB (the same at util 0.95 and
+# 1,024 batched tokens, 0.11, row 8) and 0.55 GiB (gpt-oss-20b A100, 0.19, row 19): cuBLASLt and attention-backend
+# workspaces, torch.compile's. A fitted constant (no closed form known): their median, 0.27 GiB; refitted without
+# each row in turn (0.41, 0.33, 0.19 GiB) the KV predictions of rows 7, 8 and 19 move by -0.14, -0.06 and +0.36 GiB
+# (leave-one-out, benchmarks/bench_vllm_logs.py --loo).
+NON_TORCH_V1_ONE_GPU = 0.27 * GIB
 CUDA_CONTEXT_VLLM = 0.35 * GIB
 # CUDA-graph pool charged from 0.21: no closed form (vLLM captures ~67 batch sizes in two modes and extrapolates,
 # gpu_model_runner.py profile_cudagraph_memory). Fitted once per decoder layer on the one log of a known model that
@@ -154,7 +161,10 @@ CUDAGRAPH_BYTES_PER_LAYER = 0.48 * GIB / 28
 
 
 def non_torch_bytes(version: VllmVersion, tp: int) -> float:
-    base = NON_TORCH_TP if tp > 1 and version.charges_nccl else NON_TORCH_ONE_GPU
+    """Non-torch memory the version charges on one GPU: the fitted growth (V0 from its logged lines, V1 from what
+    its logs leave), NCCL under tensor parallelism while it was charged, the CUDA context where everything was."""
+    one = NON_TORCH_ONE_GPU if version.engine == "v0" else NON_TORCH_V1_ONE_GPU
+    base = max(one, NON_TORCH_TP) if tp > 1 and version.charges_nccl else one
     return base + (CUDA_CONTEXT_VLLM if version.charges_context else 0.0)
 
 
