@@ -40,7 +40,6 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..dtypes import canonical_dtype, dtype_bytes
@@ -158,7 +157,8 @@ def mtp_modules(spec: ModelSpec) -> list[Module]:
     for j in range(spec.n_mtp_layers):
         layer = f"model.layers.{L + j}"
         out += [Module(m.name.replace(f"model.layers.{L - 1}.", f"{layer}."), "mtp/" + m.key.split("/")[-1], m.d_in,
-                       m.d_out, m.count, m.kind, m.aliases) for m in _layer_modules(spec, L - 1, f"model.layers.{L - 1}")]
+                       m.d_out, count=m.count, kind=m.kind, aliases=m.aliases)
+                for m in _layer_modules(spec, L - 1, f"model.layers.{L - 1}")]
         out.append(Module(f"{layer}.eh_proj", "mtp/eh_proj", 2 * D, D))
         if spec.model_type in ("deepseek_v3", "kimi_k2"):
             out += [Module(f"{layer}.embed_tokens", "mtp/embed_tokens", spec.vocab_size, D, kind="embedding"),
@@ -562,5 +562,9 @@ def checkpoint_bytes(spec: ModelSpec, fmt: WeightFormat | None = None) -> float:
     return sum(stored.component_bytes(spec).values()) + stored.mtp_bytes(spec)
 
 
-def total_bytes(parts: Iterable[float]) -> float:
-    return float(sum(parts))
+def shipped_bytes(spec: ModelSpec) -> float | None:
+    """``checkpoint_bytes`` of the checkpoint as shipped, None when its format is one llmcalc does not know."""
+    try:
+        return checkpoint_bytes(spec)
+    except LlmcalcError:
+        return None

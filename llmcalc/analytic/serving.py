@@ -34,7 +34,7 @@ from .inference import (
     kv_layers,
     resolve_dtypes,
 )
-from .quant import WeightFormat, checkpoint_bytes, weight_format
+from .quant import WeightFormat, shipped_bytes, weight_format
 from .vllm import (
     CURRENT,
     KvGroup,
@@ -179,17 +179,18 @@ class ServeEstimate:
         out = []
         ranges = stage_layers(self.spec.n_layers, self.pp)
         for s, layers in enumerate(ranges):
-            weights = rank_weight_bytes(self.spec, self.weights, self.accelerator, self.tp, layers, self.ep, self.pp)
+            weights = rank_weight_bytes(self.spec, self.weights, self.accelerator, tp=self.tp, layers=layers,
+                                        ep=self.ep, pp=self.pp)
             act = activation_peak(self.spec, tokens, min(seqs, tokens) if self.version.engine == "v1" else seqs,
-                                  self.version, self.tp, self.act_bytes, last_stage=s == self.pp - 1,
+                                  self.version, tp=self.tp, act_bytes=self.act_bytes, last_stage=s == self.pp - 1,
                                   expert_parallel=self.expert_parallel)
             nt = non_torch_bytes(self.version, self.tp * self.pp * self.dp)
             graphs = cudagraph_bytes(self.spec, self.version, len(layers))
             mine = [layer for layer in all_layers if layer.index in layers]
             groups = kv_groups(mine, self.block, self.version.hybrid)
-            out.append(Stage(layers, weights, act, nt, graphs, tuple(groups),
-                             tuple(layer for layer in mine if layer.kind == "state"),
-                             requested - weights - act - nt - graphs))
+            out.append(Stage(layers, weights, act, non_torch=nt, cudagraphs=graphs, groups=tuple(groups),
+                             state_layers=tuple(layer for layer in mine if layer.kind == "state"),
+                             available=requested - weights - act - nt - graphs))
         return tuple(out)
 
     @property
@@ -229,9 +230,10 @@ class ServeEstimate:
         return self.tp * sum(s.weights for s in self.stages)
 
     @cached_property
-    def checkpoint_bytes(self) -> float:
-        """What the download holds: the checkpoint's tensors (quantization scales and MTP layers included)."""
-        return checkpoint_bytes(self.spec, None if self.weights.typed else self.weights)
+    def checkpoint_bytes(self) -> float | None:
+        """What the download holds: the checkpoint's tensors (quantization scales and MTP layers included); None for
+        a format llmcalc does not know (sized at a typed --weight-dtype)."""
+        return shipped_bytes(self.spec)
 
     # --- the KV cache ---
     @property
@@ -454,8 +456,8 @@ def plan_capacity(spec: ModelSpec, accelerator: Accelerator, max_model_len: int,
             if pp > spec.n_layers:
                 continue
             for ep in ((False, True) if spec.is_moe else (False,)):
-                best = _fewest_replicas(spec, accelerator, max_model_len, concurrency, ttft_seconds,
-                                        tokens_per_second, tp, pp, ep, settings)
+                best = _fewest_replicas(spec, accelerator, max_model_len, concurrency,
+                                        (ttft_seconds, tokens_per_second), layout=(tp, pp, ep), settings=settings)
                 if best is not None:
                     row, est = best
                     found.append(((row["n_gpus"], pp, -row["tokens_per_second"]), row, est))
@@ -467,9 +469,12 @@ def plan_capacity(spec: ModelSpec, accelerator: Accelerator, max_model_len: int,
     return CapacityPlan(concurrency, ttft_seconds, tokens_per_second, found[0][2], tuple(f[1] for f in found))
 
 
-def _fewest_replicas(spec: ModelSpec, gpu: Accelerator, length: int, concurrency: int, ttft: float | None,
-                     rate: float | None, tp: int, pp: int, ep: bool, settings: dict) -> tuple[dict, ServeEstimate] | None:
+def _fewest_replicas(spec: ModelSpec, gpu: Accelerator, length: int, concurrency: int,
+                     targets: tuple[float | None, float | None], layout: tuple[int, int, bool],
+                     settings: dict) -> tuple[dict, ServeEstimate] | None:
     """The fewest replicas (dp) of one tp x pp layout that meet the targets (doubling, then the least that does)."""
+    ttft, rate = targets
+    tp, pp, ep = layout
     def estimate(dp: int) -> ServeEstimate | None:
         try:
             return plan_serving(spec, gpu, tp, length, pp=pp, dp=dp, expert_parallel=ep, **settings)  # type: ignore[arg-type]

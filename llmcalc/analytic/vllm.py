@@ -61,21 +61,21 @@ class VllmVersion:
 
 SORT, TRITON = 38.0, 14.0  # sampler bytes per B x V element (research/serving/vllm_memory.md sec. 2.3)
 VERSIONS = (
-    VllmVersion("0.6.4", "v0", SORT, True, True, False, False, 0.9, "blocks",
-                "V0 engine: non-torch memory as measured after profiling, CUDA context included"),
-    VllmVersion("0.6.5", "v0", SORT, False, True, False, False, 0.9, "blocks",
-                "V0 engine with memory_profiling (#10511): only non-torch growth is charged"),
-    VllmVersion("0.8.0", "v1", SORT, True, True, False, False, 0.9, "blocks",
-                "V1 engine by default (#13726), the dummy sampler in the profile (#14508); the torch peak plus all "
+    VllmVersion("0.6.4", "v0", SORT, True, True, hybrid=False, cudagraphs=False, util=0.9, tokens="blocks",
+                what="V0 engine: non-torch memory as measured after profiling, CUDA context included"),
+    VllmVersion("0.6.5", "v0", SORT, False, True, hybrid=False, cudagraphs=False, util=0.9, tokens="blocks",
+                what="V0 engine with memory_profiling (#10511): only non-torch growth is charged"),
+    VllmVersion("0.8.0", "v1", SORT, True, True, hybrid=False, cudagraphs=False, util=0.9, tokens="blocks",
+                what="V1 engine by default (#13726), the dummy sampler in the profile (#14508); the torch peak plus all "
                 "non-torch memory on the GPU is charged"),
-    VllmVersion("0.9.1", "v1", SORT, False, True, True, False, 0.9, "groups",
-                "memory_profiling from the init snapshot (#19312) and the hybrid KV-cache manager (#17996)"),
-    VllmVersion("0.11.0", "v1", SORT, False, False, True, False, 0.9, "groups",
-                "the init snapshot after NCCL initialisation (#25359): NCCL buffers are no longer charged"),
-    VllmVersion("0.16.0", "v1", TRITON, False, False, True, False, 0.9, "groups",
-                "Triton top-k/top-p sampling (#33538): the sampler's peak falls from ~38 to ~14 B per element"),
-    VllmVersion("0.21.0", "v1", TRITON, False, False, True, True, 0.92, "concurrency",
-                "CUDA-graph memory charged by default and gpu_memory_utilization 0.92 (#38284); \"GPU KV cache "
+    VllmVersion("0.9.1", "v1", SORT, False, True, hybrid=True, cudagraphs=False, util=0.9, tokens="groups",
+                what="memory_profiling from the init snapshot (#19312) and the hybrid KV-cache manager (#17996)"),
+    VllmVersion("0.11.0", "v1", SORT, False, False, hybrid=True, cudagraphs=False, util=0.9, tokens="groups",
+                what="the init snapshot after NCCL initialisation (#25359): NCCL buffers are no longer charged"),
+    VllmVersion("0.16.0", "v1", TRITON, False, False, hybrid=True, cudagraphs=False, util=0.9, tokens="groups",
+                what="Triton top-k/top-p sampling (#33538): the sampler's peak falls from ~38 to ~14 B per element"),
+    VllmVersion("0.21.0", "v1", TRITON, False, False, hybrid=True, cudagraphs=True, util=0.92, tokens="concurrency",
+                what="CUDA-graph memory charged by default and gpu_memory_utilization 0.92 (#38284); \"GPU KV cache "
                 "size\" = int(concurrency x max_model_len) (#41069)"),
 )
 CURRENT = VERSIONS[-1]
@@ -272,7 +272,8 @@ def kv_groups(layers: list[KvLayer], block_size: int, hybrid: bool = True) -> li
         n_groups = -(-n // size)
         for g in range(n_groups):
             real = min(size, n - g * size)
-            out.append(KvGroup(k[0], real, size - real, k[1], k[2], page, blocks.get(k, block_size)))
+            out.append(KvGroup(k[0], real, size - real, span=k[1], bytes_per_token=k[2], page_bytes=page,
+                               block_size=blocks.get(k, block_size)))
     return out
 
 

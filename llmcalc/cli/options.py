@@ -279,8 +279,7 @@ def vllm_options(func: F) -> F:
         click.option("--block-size", type=POSITIVE_INT, default=None,
                      help="Tokens per paged-KV block (default: the attention backend's: 16; MLA 64 on Hopper, 128 "
                           "on Blackwell)."),
-        click.option("--pp", type=DEGREE, default=1, show_default=True,
-                     help="Pipeline-parallel stages per replica (vLLM --pipeline-parallel-size)."),
+        pp_option,
         click.option("--dp", type=DEGREE, default=1, show_default=True,
                      help="Data-parallel replicas (vLLM --data-parallel-size)."),
         click.option("--enable-expert-parallel", "expert_parallel", is_flag=True,
@@ -294,9 +293,9 @@ def vllm_options(func: F) -> F:
                           "(default: the current release, 0.21)."),
         click.option("--concurrency", type=POSITIVE_INT, default=None,
                      help="Concurrent max-length requests to serve: answers the fewest GPUs and the layout."),
-        click.option("--ttft", type=Number(maximum=1e6), default=None,
+        click.option("--max-ttft", "ttft", type=Number(maximum=1e6), default=None,
                      help="With --concurrency: seconds to the first token of a max-length prompt, at most."),
-        click.option("--tokens-per-second", type=QUANTITY, default=None,
+        click.option("--min-tokens-per-second", "tokens_per_second", type=QUANTITY, default=None,
                      help="With --concurrency: generated tokens per second of all sequences, at least."),
     ])
 

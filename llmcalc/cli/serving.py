@@ -66,7 +66,7 @@ def serve(ctx: click.Context, model: str, gpu: str, weight_dtype: str | None, kv
         return emit(document(est), fmt, est.warnings)
     refuse_unused(ctx, ("n_gpus", "pp", "dp", "enable_expert_parallel"), "with --concurrency (which answers them)")
     plan = plan_capacity(spec, device, vllm.pop("max_model_len") or spec.max_seq_len or 0, targets["concurrency"],
-                         targets["ttft"], targets["tokens_per_second"], **dtypes,
+                         ttft_seconds=targets["ttft"], tokens_per_second=targets["tokens_per_second"], **dtypes,
                          **{k: v for k, v in vllm.items() if k not in ("pp", "dp", "expert_parallel")})
     emit(capacity_document(plan), fmt, plan.best.warnings)
 

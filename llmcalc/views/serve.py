@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..render.tables import Column, Document, Table
 from ..units import GIB, fmt_bytes, fmt_seconds
-from .infer import serving_conventions
+from .infer import checkpoint_line, serving_conventions
 from .memory import _gib
 
 if TYPE_CHECKING:
@@ -73,8 +73,8 @@ def serve_document(est: ServeEstimate) -> Document:
                 + (f"per replica, {est.total_concurrent_sequences:,} over {est.dp} replicas " if est.dp > 1 else "")
                 + f"({est.kv_blocks:,} KV blocks per GPU; vLLM logs \"GPU KV cache size: {est.kv_cache_tokens:,} "
                 f"tokens\")",
-                f"weights {fmt_bytes(est.served_weights_bytes)} as served ({est.weights.describe()}); the checkpoint "
-                f"holds {fmt_bytes(est.checkpoint_bytes)}", spec.describe()]
+                f"weights {fmt_bytes(est.served_weights_bytes)} as served ({est.weights.describe()}); "
+                + checkpoint_line(est.spec, est.checkpoint_bytes), spec.describe()]
     tables = [_throughput_table(est, throughput), _memory_table(est)]
     if len(groups) > 1 or est.has_windows_kept:
         tables.append(_groups_table(est, groups))
