@@ -118,7 +118,8 @@ def _pct(v: float | None) -> str:
 
 def table(records: list[dict], ckpts: list[dict], summ: dict) -> str:
     lines = ["| log | model | GPU | vLLM | KV logged | KV predicted | error | concurrency logged | predicted | error | "
-             "weights logged (GiB) | predicted | error |", "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "weights logged (GiB) | predicted | error |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in records:
         kv = r.get("kv_key") or ""
         unit = {"kv_tokens": " tok", "kv_blocks": " blk", "kv_memory_gib": " GiB"}.get(kv, "")

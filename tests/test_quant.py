@@ -85,7 +85,7 @@ def test_mxfp4_bytes_are_transformers_gpt_oss_layout():
     cfg = GptOssConfig(hidden_size=64, intermediate_size=96, num_local_experts=4, num_experts_per_tok=2,
                        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=300)
     experts = Mxfp4GptOssExperts(cfg)
-    E, I, D = 4, 96, 64
+    E, I, D = 4, 96, 64  # noqa: E741 (the papers' names)
     packed = experts.gate_up_proj.numel() + experts.down_proj.numel()
     assert packed == E * 3 * I * D // 2
     blocks, scales = torch.zeros(E, 2 * I, D // 32, 16, dtype=torch.uint8), torch.full((E, 2 * I, D // 32), 127,

@@ -34,7 +34,6 @@ from ..hardware import Accelerator, canonical_dtype
 from ..spec import MLA, ModelSpec
 from ..validate import positive_int
 from .flops import forward_ops
-from .params import count_params
 from .quant import SHIPPED_NAMES, TYPED_BYTES, TYPED_NOTES, WeightFormat, weight_format
 from .ssm import layer_state_elements, recurrent_state_elements
 

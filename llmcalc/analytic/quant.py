@@ -264,9 +264,7 @@ class Quantization:
             return False
         if any(_matches(p, n) for p in self.skip for n in module.names()):
             return False
-        if self.only is not None and not any(_matches(p, n) for p in self.only for n in module.names()):
-            return False
-        return True
+        return self.only is None or any(_matches(p, n) for p in self.only for n in module.names())
 
 
 def _matches(pattern: str, name: str) -> bool:
@@ -436,7 +434,8 @@ def parse_quantization(qc: dict) -> Quantization:
         return _fp8(qc)
     if method == "fbgemm_fp8":
         fmt = Format("fp8 per-channel (fbgemm)", 8, "channel", scale_bytes=4,
-                     source="transformers integrations/fbgemm_fp8.py: weight fp8 [out, in] + weight_scale fp32 [out, 1]")
+                     source="transformers integrations/fbgemm_fp8.py: weight fp8 [out, in] + weight_scale fp32 "
+                            "[out, 1]")
         return Quantization(method, fmt, _skips(qc))
     if method == "awq":
         return _awq(qc)

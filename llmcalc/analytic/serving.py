@@ -477,7 +477,7 @@ def _fewest_replicas(spec: ModelSpec, gpu: Accelerator, length: int, concurrency
     tp, pp, ep = layout
     def estimate(dp: int) -> ServeEstimate | None:
         try:
-            return plan_serving(spec, gpu, tp, length, pp=pp, dp=dp, expert_parallel=ep, **settings)  # type: ignore[arg-type]
+            return plan_serving(spec, gpu, tp, length, pp=pp, dp=dp, expert_parallel=ep, **settings)
         except LlmcalcError:
             return None
 

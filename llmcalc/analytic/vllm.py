@@ -27,10 +27,10 @@ import math
 import re
 from dataclasses import dataclass
 
+from ..dtypes import dtype_bytes
 from ..errors import LlmcalcError
 from ..hardware import Accelerator
 from ..spec import ModelSpec
-from ..dtypes import dtype_bytes
 from ..units import GIB
 from .inference import KvLayer, kv_heads_per_gpu
 from .params import count_params
@@ -66,8 +66,8 @@ VERSIONS = (
     VllmVersion("0.6.5", "v0", SORT, False, True, hybrid=False, cudagraphs=False, util=0.9, tokens="blocks",
                 what="V0 engine with memory_profiling (#10511): only non-torch growth is charged"),
     VllmVersion("0.8.0", "v1", SORT, True, True, hybrid=False, cudagraphs=False, util=0.9, tokens="blocks",
-                what="V1 engine by default (#13726), the dummy sampler in the profile (#14508); the torch peak plus all "
-                "non-torch memory on the GPU is charged"),
+                what="V1 engine by default (#13726), the dummy sampler in the profile (#14508); the torch peak plus "
+                "all non-torch memory on the GPU is charged"),
     VllmVersion("0.9.1", "v1", SORT, False, True, hybrid=True, cudagraphs=False, util=0.9, tokens="groups",
                 what="memory_profiling from the init snapshot (#19312) and the hybrid KV-cache manager (#17996)"),
     VllmVersion("0.11.0", "v1", SORT, False, False, hybrid=True, cudagraphs=False, util=0.9, tokens="groups",
@@ -359,7 +359,7 @@ def rank_weight_bytes(spec: ModelSpec, fmt: WeightFormat, gpu: Accelerator, tp: 
     mxfp4 = fmt.quant is not None and fmt.quant.experts_only and not fmt.typed
     hidden_to, inner_to = mxfp4_padding(gpu)
     base = dtype_bytes(fmt.base)
-    total, matrices = 0.0, {}
+    total, matrices = 0.0, dict[str, int]()
     for m in modules(spec):
         matrices[m.key] = matrices.get(m.key, 0) + m.params
         layer = _layer_of(m.name)

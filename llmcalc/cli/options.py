@@ -42,7 +42,6 @@ from ..vocabulary import (
 )
 from .types import Choice, Count, DType, Fraction, Length, Name, Number
 
-
 F = TypeVar("F", bound=Callable[..., Any])
 Decorator = Callable[[F], F]
 

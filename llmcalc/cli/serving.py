@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import click
-
 from typing import Any
+
+import click
 
 from ..validate import MAX_GENERATE
 from .common import emit, load_hardware, load_model
@@ -58,7 +58,7 @@ def serve(ctx: click.Context, model: str, gpu: str, weight_dtype: str | None, kv
     from ..views.serve import capacity_document, document
 
     spec, device = load_model(model), load_hardware(gpu)
-    dtypes = dict(weight_dtype=weight_dtype, kv_dtype=kv_dtype, compute_dtype=compute_dtype)
+    dtypes: dict[str, Any] = dict(weight_dtype=weight_dtype, kv_dtype=kv_dtype, compute_dtype=compute_dtype)
     targets = {k: vllm.pop(k) for k in ("concurrency", "ttft", "tokens_per_second")}
     if targets["concurrency"] is None:
         refuse_unused(ctx, ("ttft", "tokens_per_second"), "without --concurrency (the targets of its search)")

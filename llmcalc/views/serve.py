@@ -12,7 +12,6 @@ from .memory import _gib
 
 if TYPE_CHECKING:
     from ..analytic.serving import CapacityPlan, ServeEstimate
-    from ..analytic.vllm import KvGroup
 
 
 def document(est: ServeEstimate) -> Document:
