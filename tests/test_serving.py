@@ -136,8 +136,9 @@ def test_qwen_serving_matches_vllm_22291():
     assert pytest.approx(0.164, abs=1e-3) == 3072 * 57_344 / GIB
     # vLLM 0.21's sizing, written out: ceil(0.92 x 79.19 GiB CUDA-visible); the bf16 weights (Qwen's published
     # 7,615,616,512 parameters) plus the rotary cos/sin cache 131,072 (its max_position_embeddings) x 128 x 2 B;
-    # the profiling run: the dummy sampler over 1,024 rows x 152,064 at 14 B (Triton top-k/top-p) plus the hidden states 8,192 x 3,584 x 2 B (the
-    # MLP's 8,192 x (3 x 18,944 + 3 x 3,584) x 2 B is smaller); non-torch 0.27 GiB; CUDA graphs 28 x 0.48/28 GiB.
+    # the profiling run: the dummy sampler over 1,024 rows x 152,064 at 14 B (Triton top-k/top-p) plus the hidden
+    # states 8,192 x 3,584 x 2 B (the MLP's 8,192 x (3 x 18,944 + 3 x 3,584) x 2 B is smaller); non-torch 0.27 GiB;
+    # CUDA graphs 28 x 0.48/28 GiB.
     requested = math.ceil(79.19 * GIB * 0.92)
     weights = 7_615_616_512 * 2 + 131_072 * 128 * 2
     act = max(8192 * (3 * 18944 + 3 * 3584) * 2, 1024 * 152_064 * 14 + 8192 * 3584 * 2)

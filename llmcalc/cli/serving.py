@@ -51,9 +51,11 @@ def infer(model: str, gpu: str, prompt: int, generate: int, batch_size: int, wei
 @click.pass_context
 def serve(ctx: click.Context, model: str, gpu: str, weight_dtype: str | None, kv_dtype: str | None,
           compute_dtype: str | None, n_gpus: int, fmt: str, **vllm: Any) -> None:
-    """Serving MODEL with vLLM: weights as the checkpoint ships them, the memory vLLM sees per GPU, its hybrid paged
-    KV cache, concurrent sequences at the max length, throughput against concurrency; with --concurrency, the fewest
-    GPUs and the layout that serve it."""
+    """Serving MODEL with vLLM: weights as shipped, memory per GPU, hybrid KV cache, concurrency, throughput.
+
+    Weights as the checkpoint ships them, the memory vLLM sees per GPU and its hybrid paged KV cache, concurrent
+    sequences at the max length, throughput against concurrency; with --concurrency, the fewest GPUs and the layout
+    that serve it."""
     from ..analytic.serving import plan_capacity, plan_serving
     from ..views.serve import capacity_document, document
 

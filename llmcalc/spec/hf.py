@@ -806,9 +806,9 @@ def draft_from_hf(hf: dict, name: str = "custom") -> SpecDraft:  # long: HF key 
     if quant is not None:
         if not isinstance(quant, dict):
             raise SpecError(f"quantization_config must be a JSON object, got {quant!r:.60}")
-        notes += (f"quantization_config ({quant.get('quant_method', 'unnamed')}): parameters are counted one each, "
-                  f"whatever their storage; serve, infer, memory --finetune, compare and report size the weights "
-                  f"as the checkpoint stores them",)
+        notes += (f"quantization_config ({quant.get('quant_method', 'unnamed')}): parameters are counted as in the "
+                  f"unquantized model (one each, whatever their storage); serve, infer, memory --finetune, compare and "
+                  f"report size the weights as the checkpoint stores them",)
     stored = hf.get("torch_dtype", hf.get("dtype"))
     model_type = hf.get("model_type")
     if isinstance(hf.get("text_config"), dict):  # a multimodal checkpoint: count its language model
