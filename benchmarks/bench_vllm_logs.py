@@ -1,14 +1,14 @@
 """`serve` held against real vLLM start-up logs and published checkpoint sizes.
 
-Run:  python benchmarks/bench_vllm_logs.py [--json] [--loo]
+Run:  python benchmarks/bench_vllm_logs.py [--json]
 
 Per log (benchmarks/vllm_logs/rows.json: the model, GPU, settings and version each log states, its verbatim
 lines), what vLLM logged and what `serve` predicts with the same settings: the KV cache ("GPU KV cache size" tokens,
 V0's "# GPU blocks", or "Available KV cache memory" where only that is logged), "Maximum concurrency", and "Model
 loading took" (the weights on one GPU, no --weight-dtype typed). Per published checkpoint, safetensors' total_size
 against quant.checkpoint_bytes. The summary is what issue 21 asks: median |error| and the share within 5 %
-(KV, concurrency), within 2 % (weights, checkpoints). --loo refits the fitted constants of analytic/vllm.py (the
-non-torch medians, the CUDA-graph bytes per layer) without the rows of each source and reports those errors.
+(KV, concurrency), within 2 % (weights, checkpoints). The fitted constants of analytic/vllm.py name the rows they
+come from and their leave-one-out errors beside them.
 """
 
 from __future__ import annotations

@@ -151,7 +151,7 @@ NON_TORCH_TP = 0.20 * GIB
 # 1,024 batched tokens, 0.11, row 8) and 0.55 GiB (gpt-oss-20b A100, 0.19, row 19): cuBLASLt and attention-backend
 # workspaces, torch.compile's. A fitted constant (no closed form known): their median, 0.27 GiB; refitted without
 # each row in turn (0.41, 0.33, 0.19 GiB) the KV predictions of rows 7, 8 and 19 move by -0.14, -0.06 and +0.36 GiB
-# (leave-one-out, benchmarks/bench_vllm_logs.py --loo).
+# (leave-one-out, by hand from the rows' logged figures).
 NON_TORCH_V1_ONE_GPU = 0.27 * GIB
 CUDA_CONTEXT_VLLM = 0.35 * GIB
 # CUDA-graph pool charged from 0.21: no closed form (vLLM captures ~67 batch sizes in two modes and extrapolates,
