@@ -25,6 +25,7 @@ from ..errors import LlmcalcError
 from ..results import Comparison, ProfileResult
 from ..spec import ModelSpec
 from ..validate import DEFAULT_SEQ_LEN
+from . import peak_cache
 from .counters import SdpaSpy, count_flops, fvcore_forward_flops, sdpa_backend_seen
 from .model import build_model, measured_breakdown
 from .step import batch_inputs, forward_only, make_optimizer, param_dtype, training_step
@@ -256,7 +257,26 @@ def peak_for(device: str, dtype: str, peak_tflops: float | None = None) -> tuple
     if acc is not None and dtype in acc.peak_flops:
         return acc.peak(dtype), f"{acc.key} datasheet, dense {dtype}"
     where = "this CPU" if device == "cpu" else f"{name} (not in the catalog)"
-    return calibrate(device, torch_dtype(dtype)), f"calibrated {dtype} matmul on {where}"
+    flops, entry = calibrated_peak(device, dtype)
+    return flops, f"calibrated {dtype} matmul on {where}, {peak_cache.describe(entry)}"
+
+
+CALIBRATION_SECONDS = 2.0  # timed once per device, dtype, size, threads and torch version (peak_cache)
+
+
+def calibrated_peak(device: str, dtype: str, size: int | None = None, seconds: float = CALIBRATION_SECONDS,
+                    refresh: bool = False) -> tuple[float, dict]:
+    """The achievable matmul FLOP/s of a device with no datasheet figure: measured once and cached with the
+    conditions it was measured under (``peak_cache``), so that every profile's MFU uses the same peak; `refresh`
+    (``llmcalc calibrate``) measures again and replaces the entry."""
+    size = size or (8192 if device == "cuda" else 1024)
+    name = peak_cache.cpu_model() if device == "cpu" else device_name(device)
+    threads = torch.get_num_threads()
+    entry_key = peak_cache.key(name, canonical_dtype(dtype), size, threads, torch.__version__)
+    entry = None if refresh else peak_cache.lookup(entry_key)
+    if entry is None:
+        entry = peak_cache.store(entry_key, calibrate(device, torch_dtype(dtype), size, seconds), seconds, threads)
+    return float(entry["flops_per_s"]), entry
 
 
 def calibrate(device: str = "cpu", dtype: torch.dtype = torch.float32, size: int | None = None,
@@ -338,6 +358,10 @@ def _record_speed(result: ProfileResult, spec: ModelSpec, times: list[float], ha
         result.peak_flops_per_s, result.peak_source = peak_flops, peak_source
         result.mfu = model_flops / median / peak_flops
         result.hfu = hardware_flops / median / peak_flops
+        if result.mfu > 1:  # faster than the peak: the peak is wrong, and a utilization above 1 means nothing
+            raise LlmcalcError(f"the step ran {model_flops / median / 1e12:.3g} model TFLOP/s, above the peak of "
+                               f"{peak_flops / 1e12:.3g} TFLOP/s ({peak_source}): MFU {result.mfu:.3g} > 1; give "
+                               f"this device's dense peak with --peak-tflops, or run `llmcalc calibrate` again")
 
 
 def _add_fvcore(result: ProfileResult, model, inputs) -> None:

@@ -105,8 +105,18 @@ def read_json(path: Path) -> dict:
     except ValueError as exc:  # e.g. an integer of more than 4,300 digits
         raise PresetError(f"{path}: unreadable JSON value: {exc}") from None
     if not isinstance(data, dict):
-        raise PresetError(f"{path}: expected a JSON object, got {type(data).__name__}")
+        raise PresetError(f"{path}: expected a JSON object ({{\"model_type\": ...}}), got {_json_kind(data)}")
     return data
+
+
+def _json_kind(value: object) -> str:
+    """What JSON calls a value's type: null, true/false, a number, a string, an array."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return ("a number" if isinstance(value, (int, float)) else "a string" if isinstance(value, str)
+            else "an array" if isinstance(value, list) else type(value).__name__)
 
 
 _HF_REPO = re.compile(r"huggingface\.co/([\w.-]+/[\w.-]+)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..analytic.inference import QUANTISATION_NOTES, expected_experts
+from ..analytic.inference import QUANTISATION_NOTES, expected_experts, memory_needed_per_gpu
 from ..render.tables import Column, Document, Table
 from ..units import fmt_bytes, fmt_flops, fmt_seconds
 
@@ -45,6 +45,13 @@ def serving_conventions(est: InferenceEstimate) -> list[str]:
     return lines
 
 
+VLLM_SHARE = 0.9  # vllm serve's default --gpu-memory-utilization (what `llmcalc serve` assumes)
+
+
+def gpu_bytes(est: InferenceEstimate) -> float:
+    return est.accelerator.memory_bytes
+
+
 def document(est: InferenceEstimate) -> Document:
     pre = est.prefill
     first = est.decode_step(est.prompt + 1)
@@ -65,6 +72,9 @@ def document(est: InferenceEstimate) -> Document:
         "decode_bound_last": last.bound, "decode_weight_bytes_per_gpu": est.weights_read(est.batch),
         "total_seconds": est.total_seconds, "tokens_per_second": est.tokens_per_second,
         "compute_bound_batch": with_kv, "compute_bound_batch_ignoring_kv": without_kv,
+        # plan_inference refused what does not fit at all; vLLM's default share (serve) may still not hold it
+        "memory_needed_bytes_per_gpu": memory_needed_per_gpu(est), "memory_bytes_per_gpu": est.accelerator.memory_bytes,
+        "fits": True, "fits_at_vllm_default_utilization": memory_needed_per_gpu(est) <= VLLM_SHARE * gpu_bytes(est),
     }
     rows = [
         {"phase": "prefill", "flops": pre.flops, "bytes": pre.bytes, "compute": pre.compute_seconds,
@@ -89,6 +99,10 @@ def document(est: InferenceEstimate) -> Document:
          f"longer than its FLOPs")
         + (f"; ignoring the KV cache it would turn compute-bound at batch {without_kv:,.0f}" if without_kv else ""),
     ] + serving_conventions(est)
+    if not data["fits_at_vllm_default_utilization"]:
+        notes.insert(0, f"fits in {est.accelerator.key}'s memory ({fmt_bytes(memory_needed_per_gpu(est))} per GPU at "
+                        f"the end), but not in vLLM's default {VLLM_SHARE:g} of it: `llmcalc serve` would say "
+                        f"does NOT fit at --gpu-memory-utilization {VLLM_SHARE:g}")
     table = Table(
         "roofline" + (f" (one of {est.n_gpus} GPUs)" if est.n_gpus > 1 else ""),
         [Column("phase", "phase", align="left"), Column("flops", "FLOPs", lambda v: fmt_flops(v)),

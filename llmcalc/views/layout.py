@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..render.tables import Column, Document, Table
-from ..units import GIB, si
+from ..units import GIB, plural, si
 
 if TYPE_CHECKING:
     from ..analytic.steptime import LayoutSearch
@@ -72,5 +72,5 @@ def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batc
                                                    lambda v: f"{v * 100:+.1f} %")], lose_rows)]
     data = {"model": model, "gpu": gpu, "n_gpus": n_gpus, "seq_len": seq_len, "global_batch": global_batch,
             "layouts": rows, "losers": lose_rows, "counts": counts}
-    return Document(f"{model}: layouts for {n_gpus:,} x {gpu}, seq {seq_len}, global batch {global_batch} sequences",
-                    data, tables)
+    return Document(f"{model}: layouts for {n_gpus:,} x {gpu}, seq {seq_len}, global batch "
+                    f"{plural(global_batch, 'sequence')}", data, tables)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..render.tables import Column, Document, Table
-from ..units import GIB, fmt_bytes, fmt_seconds
+from ..units import GIB, fmt_bytes, fmt_seconds, plural
 from .infer import serving_conventions
 from .memory import _gib
 
@@ -28,7 +28,10 @@ def serve_document(est: ServeEstimate) -> Document:
         "kv_dtype": est.kv_dtype, "compute_dtype": est.compute_dtype, "block_size": est.block_size,
         "memory_bytes_per_gpu": gpu.memory_bytes, "usable_bytes_per_gpu": est.usable_bytes,
         "weights_bytes_per_gpu": est.weights_bytes_per_gpu, "activation_peak_bytes_per_gpu": est.activation_bytes,
-        "kv_cache_memory_bytes_per_gpu": est.kv_cache_bytes,
+        # never negative bytes: what the weights and activations lack is its own key
+        "kv_cache_memory_bytes_per_gpu": max(est.kv_cache_bytes, 0.0),
+        "memory_deficit_bytes_per_gpu": max(-est.kv_cache_bytes, 0.0),
+        "fits": est.kv_cache_bytes > 0 and est.max_concurrent_sequences > 0,
         "kv_bytes_per_token": est.kv_bytes_per_token, "kv_bytes_per_token_per_gpu": est.kv_bytes_per_token_per_gpu,
         "kv_heads_per_gpu": est.kv_heads_per_gpu, "kv_replicated": est.kv_replicated,
         "state_bytes_per_sequence_per_gpu": est.state_bytes_per_sequence,
@@ -40,8 +43,9 @@ def serve_document(est: ServeEstimate) -> Document:
     }
     title = (f"{spec.name} served on {tp} x {gpu.key}: max length {est.max_model_len:,}, weights {est.weight_dtype}, "
              f"KV {est.kv_dtype}, block {est.block_size}")
-    preamble = [f"{est.max_concurrent_sequences:,} concurrent sequences of {est.max_model_len:,} tokens "
-                f"({est.kv_cache_tokens:,} KV tokens in {est.kv_blocks:,} blocks per GPU)", spec.describe()]
+    preamble = [f"{plural(est.max_concurrent_sequences, 'concurrent sequence')} of {est.max_model_len:,} tokens "
+                f"({plural(est.kv_cache_tokens, 'KV token')} in {plural(est.kv_blocks, 'block')} per GPU)",
+                spec.describe()]
     return Document(title, data, [_throughput_table(est, throughput), _memory_table(est)], preamble)
 
 
@@ -53,7 +57,7 @@ def _memory_table(est: ServeEstimate) -> Table:
          "bytes": est.usable_bytes},
         {"name": f"weights ({est.weight_dtype})", "bytes": est.weights_bytes_per_gpu},
         {"name": "activation peak (profiling run)", "bytes": est.activation_bytes},
-        {"name": f"KV cache ({est.kv_blocks:,} blocks of {est.block_size} tokens)",
+        {"name": f"KV cache ({plural(est.kv_blocks, 'block')} of {plural(est.block_size, 'token')})",
          "bytes": max(est.kv_cache_bytes, 0.0)},
     ]
     return Table(f"memory per GPU (one of {tp})" if tp > 1 else "memory per GPU",
@@ -79,7 +83,7 @@ def _memory_notes(est: ServeEstimate) -> list[str]:
         f"KV cache per token: {est.kv_bytes_per_token:,.0f} B for the whole model, "
         f"{est.kv_bytes_per_token_per_gpu:,.0f} B per GPU "
         f"({_kv_formula(est)}); a block holds {est.block_size} tokens = {est.kv_block_bytes:,.0f} B per GPU",
-        f"a {est.max_model_len:,}-token request needs {est.blocks_per_sequence:,} blocks "
+        f"a {est.max_model_len:,}-token request needs {plural(est.blocks_per_sequence, 'block')} "
         f"({fmt_bytes(est.blocks_per_sequence * est.kv_block_bytes)} per GPU); vLLM would log \"GPU KV cache size: "
         f"{est.kv_cache_tokens:,} tokens\" and \"Maximum concurrency for {est.max_model_len:,} tokens per request: "
         f"{est.vllm_max_concurrency:.2f}x\"",
