@@ -487,6 +487,9 @@ def memory_vs_batch(df, capacity: float, device: str, micro_batch: int, skipped:
         ax.set_title("not shown: " + "; ".join(f"{m} ({why})" for m, why in skipped.items()), fontsize=MIN_POINTS,
                      color="dimgrey", loc="left")
     legend_outside(ax, "below", ncol=2 if one else 3)
+    above = [(0, 3 + 13 * k, "center", "bottom") for k in range(5)]
+    for label in [t for t in ax.texts if t.get_gid() == "bar total"]:  # neighbours of one height stack up
+        place(ax, label, above, avoid_points=False)
     stacked = [(dx, -4 - 14 * k, ha, "top") for k in range(6) for dx, ha in ((6, "left"), (-6, "right"))]
     for label in [t for t in ax.texts if t.get_gid() == "off scale"]:  # models off scale at one micro-batch
         place(ax, label, stacked, avoid_points=False)
@@ -514,9 +517,10 @@ def _memory_bars(ax, df, cap: float, micro_batch: int) -> float:
         over = total > cap
         if over:
             ax.bar([xi], [total], width=0.7, fill=False, hatch="//", edgecolor=WARN, linewidth=0)
-        ax.annotate(f"{total:,.1f}" + ("\ndoes not fit" if over else ""), (xi, total), xytext=(0, 3),
+        digits = 2 if abs(total - cap) < 0.01 * cap else 1  # 79.99 fits, 80.01 does not: both shown apart
+        ax.annotate(f"{total:,.{digits}f}" + ("\ndoes not fit" if over else ""), (xi, total), xytext=(0, 3),
                     textcoords="offset points", ha="center", va="bottom", fontsize=MIN_POINTS,
-                    color=WARN if over else "black", fontweight="bold" if over else "normal")
+                    color=WARN if over else "black", fontweight="bold" if over else "normal", gid="bar total")
         if batch == micro_batch:
             ax.bar([xi], [total], width=0.78, fill=False, edgecolor="black", linewidth=2)
     labels = [f"{b}\n(plan)" if b == micro_batch else str(b) for b in pivot.index]
