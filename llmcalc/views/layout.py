@@ -60,9 +60,9 @@ def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batc
             Column("tokens_per_second", "tokens/s", lambda v: si(v).strip()),
             Column("biggest_loss", "biggest loss (share of step)", align="left")]
     tables = [Table(f"best layouts that fit, by predicted throughput (top {min(top, len(rows))} of "
-                    f"{counts['fit']} that fit)", cols, rows,
-                    [f"searched {counts['searched']} layouts: {counts['fit']} fit, {counts['oom']} do not fit in "
-                     f"memory, {counts['invalid']} contradict the model (heads, layers, batch)",
+                    f"{counts['fit']:,} that fit)", cols, rows,
+                    [f"searched {counts['searched']:,} layouts: {counts['fit']:,} fit, {counts['oom']:,} do not fit "
+                     f"in memory, {counts['invalid']:,} contradict the model (heads, layers, batch)",
                      "memory: `llmcalc memory`'s per-GPU model (bf16-mixed + AdamW, flash attention, sequence "
                      "parallel); " + (f"recompute {recompute} (given), with ZeRO-1, else ZeRO-3 (FSDP)" if recompute
                                       else "the least recomputation that fits is tried first with ZeRO-1, then with "
