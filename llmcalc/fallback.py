@@ -125,16 +125,12 @@ def fallback_count(config: dict, seq_len: int | None = None) -> dict:
             return json.loads(path.read_text())
         except (OSError, ValueError):
             pass
-    from .render.progress import Progress
+    from .render.progress import activity
 
-    progress = Progress(1, f"building {config.get('model_type')} with transformers")
-    try:
+    with activity(f"building {config.get('model_type')} with transformers (first time only; cached after)"):
         from .profiling.hf_fallback import fallback_count as count
 
         counted = count(config, seq_len)
-        progress.step()
-    finally:
-        progress.close()
     if path is not None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -67,6 +67,7 @@ def profile(ctx: click.Context, model: str, virtual: bool, device: str, dtype: s
             nproc: int | None, tp: int, all_layers: bool, finetune: FinetuneRequest, fmt: str) -> None:
     """Build MODEL in PyTorch, measure FLOPs, memory and speed, and hold every formula against them."""
     from ..profiling.run import ProfileRequest, run_profile
+    from ..render.progress import activity
     from ..views.profile import document
 
     if recipe is not None:
@@ -80,7 +81,19 @@ def profile(ctx: click.Context, model: str, virtual: bool, device: str, dtype: s
                              seq_len=seq_len, steps=steps, warmup=warmup, compile=compile_, counter=counter,
                              recompute=recompute, attention=attention, layers=layers, peak_tflops=peak_tflops,
                              world_size=world_size, nproc=nproc, tp=tp, all_layers=all_layers, finetune=finetune)
-    emit(document(run_profile(load_model(model, seq_len), request)), fmt)
+    spec = load_model(model, seq_len)
+    with activity(f"profiling {spec.name} {profile_kind(virtual, world_size, nproc, device)}"):
+        result = run_profile(spec, request)
+    emit(document(result), fmt)
+
+
+def profile_kind(virtual: bool, world_size: int | None, nproc: int | None, device: str) -> str:
+    """How the profile runs, for its progress line: 'virtually', '(2 ranks, torchrun)', 'on cpu'."""
+    if nproc:
+        return f"({nproc} ranks, torchrun)"
+    if virtual:
+        return f"virtually ({world_size} ranks)" if world_size else "virtually"
+    return "on the device" if device == "auto" else f"on {device}"
 
 
 @click.command()
@@ -95,9 +108,12 @@ def profile(ctx: click.Context, model: str, virtual: bool, device: str, dtype: s
 def calibrate(device: str, dtype: str, size: int | None, seconds: float, fmt: str) -> None:
     """Achievable matmul FLOP/s on this device: the peak `profile` uses for CPUs and unknown GPUs."""
     from ..profiling.run import run_calibration
+    from ..render.progress import activity
     from ..views.calibrate import document
 
-    emit(document(run_calibration(device, dtype, size, seconds)), fmt)
+    with activity(f"calibrating {device} {dtype} matmuls"):
+        result = run_calibration(device, dtype, size, seconds)
+    emit(document(result), fmt)
 
 
 COMMANDS = (profile, calibrate)
