@@ -122,3 +122,14 @@ def test_a_torchrun_launch_shows_progress_on_a_terminal(tmp_path):
     done, drawn = llmcalc(args, tmp_path, terminal=True)
     assert done.returncode == 0, drawn
     assert "profiling llmcalc-tiny (2 ranks, torchrun): " in drawn
+
+
+@pytest.mark.slow
+def test_a_long_layout_search_shows_its_bar_on_a_terminal(tmp_path):
+    args = ["layout", "llama-3.1-405b", "--gpu", "h100-sxm", "--n-gpus", 16384, "--global-batch", 2048,
+            "--seq-len", 8192, "--top", 1]
+    done, drawn = llmcalc(args, tmp_path, terminal=True)
+    assert done.returncode == 0, drawn
+    assert "layouts" in drawn
+    piped, stderr = llmcalc(args, tmp_path, terminal=False)
+    assert piped.returncode == 0 and stderr == "" and piped.stdout == done.stdout

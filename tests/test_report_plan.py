@@ -190,3 +190,53 @@ def test_the_issue_s_moe_report_agrees_everywhere(tmp_path):
 @pytest.mark.slow
 def test_tensor_parallel_and_zero_3_agree_everywhere(tmp_path):
     check_report(tmp_path, ["llama-3-70b"], 64, "--tp", 4, "--zero", 3, "--recompute", "full")
+
+
+# --- figures: no text collides, each subtitle true of its figure ----------------------------------------------
+
+def figures(tmp_path, monkeypatch, *args) -> tuple[dict, str, object]:
+    """Build a report and keep, per figure (by its title), what plots.collisions finds at save time and the
+    figure's solid data lines per axes label; with report.md and the output folder."""
+    from matplotlib.lines import Line2D
+
+    from llmcalc.report import plots
+
+    seen: dict = {}
+    original = plots.save
+
+    def inspect(fig, path):
+        title = fig._suptitle.get_text().splitlines()[0]
+        solid = {line.get_label(): max(line.get_xdata()) for line in fig.findobj(Line2D)
+                 if not line.get_label().startswith("_") and line.get_linestyle() != ":" and len(line.get_xdata())}
+        seen[title] = (plots.collisions(fig), solid)
+        original(fig, path)
+
+    monkeypatch.setattr(plots, "save", inspect)
+    out, _, _, md = build(tmp_path, *args)
+    return seen, md, out
+
+
+def test_figures_have_no_colliding_text_and_the_kv_subtitle_is_true(tmp_path, monkeypatch):
+    """Llama-3-8B's KV line runs past its 8,192 positions only faint and dotted (the subtitle says so); Mamba-2.8B
+    has no KV cache, so it has no line and the subtitle says why."""
+    seen, md, out = figures(tmp_path, monkeypatch, "llama-3-8b", "mamba-2.8b", "--n-gpus", 8, "--serve")
+    assert len(seen) >= 6
+    for title, (found, _) in seen.items():
+        assert found == [], (title, found)
+    _, solid = seen["Inference KV cache against context length (batch 1)"]
+    assert solid["llama-3-8b"] <= 8192 and "mamba-2.8b" not in solid
+    rows = list(csv.DictReader((out / "tables" / "kv_vs_context.csv").open()))
+    assert {r["model"] for r in rows} == {"llama-3-8b"}
+    assert any(r["past_max_positions"] == "True" for r in rows)
+    kv = subtitle(md, "kv_cache")
+    assert "solid up to each model's max_position_embeddings" in kv and "faint and dotted past it" in kv
+    assert "not shown: mamba-2.8b: no KV cache" in kv
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [["gpt-oss-120b", "qwen3-235b-a22b", "--serve", "--n-gpus", 1024],
+                                  ["mixtral-8x7b", "--tokens", "15T", "--n-gpus", 1024]])
+def test_the_issue_s_figures_have_no_colliding_text(tmp_path, monkeypatch, args):
+    seen, _, _ = figures(tmp_path, monkeypatch, *args)
+    for title, (found, _) in seen.items():
+        assert found == [], (title, found)

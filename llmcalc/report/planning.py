@@ -311,6 +311,8 @@ def _memory(report: Report, ctx: _Context) -> None:
         assert estimate is not None  # a decoder: the plan has its memory
         report.document(training_memory_document(estimate, gpu), f"memory-{safe_name(spec.name)}")
     kv_frame = sweeps.kv_vs_context(ctx.by_name, scenario.kv_dtype)
+    stateless = [s.name for s in ctx.specs if s.architecture != "encoder" and s.name not in set(kv_frame["model"])]
+    why = f"{', '.join(stateless)}: no KV cache (a recurrent state that does not grow with context)"
     if len(kv_frame):
         report.csv("kv_vs_context", kv_frame)
         past = bool(kv_frame["past_max_positions"].any())
@@ -318,8 +320,11 @@ def _memory(report: Report, ctx: _Context) -> None:
                                                       scenario.seq_len, ctx.plan.kv_line()),
                       f"Inference KV cache ({scenario.kv_dtype}) for one sequence against context length; dashed "
                       f"line: the plan's context ({scenario.seq_len:,} tokens)"
-                      + ("; each line ends at its model's max_position_embeddings, a hollow marker the last context "
-                         "it was trained for" if past else ""))
+                      + ("; solid up to each model's max_position_embeddings (a bar marks the last context it was "
+                         "trained for), faint and dotted past it" if past else "")
+                      + (f"; not shown: {why}" if stateless else ""))
+    elif stateless:
+        report.paragraph(f"No KV-cache figure: {why}.")
 
 
 def _compute_optimal(report: Report, ctx: _Context) -> None:

@@ -131,10 +131,12 @@ def memory_vs_batch(specs: dict[str, ModelSpec], scenario: Scenario) -> tuple[pd
 
 
 def kv_vs_context(specs: dict[str, ModelSpec], kv_dtype: str) -> pd.DataFrame:
-    """model, context, kv_cache_bytes, past_max_positions (the figure draws those rows faded)."""
+    """model, context, kv_cache_bytes, past_max_positions (the figure draws those rows faded); a model without a
+    KV cache (an encoder, a pure state-space model, whose state does not grow with context) has no rows."""
     rows = [{"model": model, "context": c, "kv_cache_bytes": c * kv_cache_bytes_per_token(spec, kv_dtype),
              "past_max_positions": past_positions(spec, c)}
-            for model, spec in specs.items() if spec.architecture != "encoder" for c in lengths(spec, CONTEXTS)]
+            for model, spec in specs.items() if spec.architecture != "encoder"
+            and kv_cache_bytes_per_token(spec, kv_dtype) > 0 for c in lengths(spec, CONTEXTS)]
     return pd.DataFrame(rows, columns=["model", "context", "kv_cache_bytes", "past_max_positions"])
 
 
