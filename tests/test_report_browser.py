@@ -56,10 +56,20 @@ def render(html_path, tmp_path):
 @pytest.mark.skipif(BROWSER is None, reason="no headless browser: install the Debian package 'chromium' "
                                             "(apt-get install -y chromium) to render the report")
 @pytest.mark.parametrize("models", [["llama-3-8b"], ["llama-3-8b", "mixtral-8x7b", "t5-base"]])
-def test_report_renders_in_chromium(tmp_path, models):
+def test_report_renders_in_chromium(tmp_path, monkeypatch, models):
+    from llmcalc.report import plots
+
+    collided, original = {}, plots.save
+
+    def save(fig, path):  # the 2x figure's text boxes as saved: nothing overlaps, runs off or sits on data
+        collided[fig._suptitle.get_text().splitlines()[0]] = plots.collisions(fig)
+        original(fig, path)
+
+    monkeypatch.setattr(plots, "save", save)
     out = tmp_path / "report"
     result = CliRunner().invoke(cli, ["report", *models, "--tokens", "15T", "--n-gpus", "1024", "--out", str(out)])
     assert result.exit_code == 0, result.output
+    assert len(collided) >= 6 and all(found == [] for found in collided.values()), collided
     data, console = render(out / "report.html", tmp_path)
     assert data["errors"] == [] and console == [], (data["errors"], console)
     figures = sorted((out / "figures").glob("*.png"))
