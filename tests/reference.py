@@ -107,6 +107,12 @@ _GROUP_RULES = [
     ("attention", re.compile(r"\.mixer\.[qkvo]_proj\.")),  # Nemotron-H: one mixer per layer
     ("mlp", re.compile(r"\.mixer\.(up|down)_proj\.")),
     ("mlp", re.compile(r"\.mixer\.(gate|experts|shared_experts)\.")),  # Nemotron-H's MoE mixer
+    # Issue 22's parts: DeepSeek-V4's hyper-connections (mHC), Gemma 4's per-layer inputs (the per-layer table
+    # and its projection are embedding; the projection's norm a norm).
+    ("hyper_connections", re.compile(r"\b(attn_hc|ffn_hc|hc_head)\.")),
+    ("attention", re.compile(r"self_attn\.(q_a_norm|kv_norm|compressor\.)")),  # DeepSeek-V4's attention norms
+    ("per_layer", re.compile(r"\.per_layer_(input_gate|projection)\.")),
+    ("embedding", re.compile(r"per_layer_model_projection")),
     ("norm", re.compile(r"norm|ln_|\bln\b", re.I)),
     ("head", re.compile(r"lm_head|embed_out|pooler")),
     ("embedding", re.compile(r"embed|wte|wpe|(^|\.)shared\.|word_embeddings|position_embeddings|token_type")),
@@ -143,7 +149,11 @@ def llmcalc_groups(components: dict[str, int]) -> dict[str, int]:
             group = "mlp"
         if group == "mamba2":
             group = "mamba"
-        if key == "embedding/norm":
+        if group in ("gated_deltanet", "kda"):  # transformers' linear_attn / self_attn; their output norm a norm
+            group = "norm" if part == "norm" else "attention"
+        if key == "head/hc_head":  # DeepSeek-V4's mHC head mix (hc_head)
+            group = "hyper_connections"
+        if key in ("embedding/norm", "embedding/per_layer_norm"):
             group = "norm"
         out[group] = out.get(group, 0) + value
     return out

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from reference import build_hf, trainable
+from reference import build_hf, language_params, trainable
 
 from llmcalc.analytic.flops import forward_ops
 from llmcalc.analytic.params import count_params
@@ -102,8 +102,8 @@ def hf_components(config: dict) -> tuple[int, dict[str, int]]:
     spec = spec_from_hf(config)
     model = build_hf(config)
     out: dict[str, int] = {}
-    for name, p in model.named_parameters():
-        key = hf_component(name, spec)
+    for name, p in language_params(model):  # a multimodal checkpoint (Qwen3.5): its language model and head
+        key = hf_component(name.replace("model.language_model.", "model."), spec)
         out[key] = out.get(key, 0) + p.numel()
     return trainable(model), out
 

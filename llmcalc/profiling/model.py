@@ -456,12 +456,19 @@ class Transformer(nn.Module):
 
 
 def check_buildable(spec: ModelSpec) -> None:
-    """The reference model has attention + FFN blocks only: refuse hybrid/state-space specs in one line."""
+    """The reference model has attention + FFN blocks only: refuse hybrid/state-space specs and issue 22's layer
+    parts (ModelSpec.layer_extras) in one line."""
     if spec.is_hybrid:
         raise LlmcalcError(
             f"{spec.name} has per-layer mixers ({spec.layer_mix()}); the profiler's reference model builds "
             f"attention + FFN blocks only, so it cannot profile it. Use params/flops/memory/infer (checked "
             f"against transformers' modelling code in tests/test_ssm.py)"
+        )
+    if spec.layer_extras():
+        raise LlmcalcError(
+            f"{spec.name} has {', '.join(spec.layer_extras())}; the profiler's reference model builds attention + "
+            f"FFN blocks only, so it cannot profile it. Use params/flops/memory/infer (checked against transformers' "
+            f"modelling code in tests/test_recent_families.py)"
         )
 
 

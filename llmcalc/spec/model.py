@@ -304,6 +304,18 @@ class ModelSpec:
         """Width of the low-rank query latent (MLA's q_lora_rank or DeepSeek-V4's), which the indexer reads; 0: none."""
         return self.mla.q_lora_rank if self.mla is not None else self.query_rank
 
+    def layer_extras(self) -> tuple[str, ...]:
+        """Issue 22's attention/layer parts this spec uses beyond attention + FFN blocks (the profiler's reference
+        model builds none of them): empty for every earlier family."""
+        parts = (("lightning indexer", self.index_n_heads), ("compressed KV", self.kv_compress is not None),
+                 ("hyper-connections", self.hc_mult), ("per-layer embeddings", self.per_layer_embed_dim),
+                 ("K = V projection", self.k_eq_v != "none"), ("KV-shared layers", self.kv_shared_layers),
+                 ("per-span head geometry", self.d_head_global or self.n_kv_heads_global),
+                 ("grouped low-rank output", self.o_groups), ("low-rank query without MLA", self.query_rank),
+                 ("key-only QK-norm", self.qk_norm == "key"), ("dense FFN beside the experts", self.moe_dense_parallel),
+                 ("scaled router", self.router_scales), ("router score-correction bias", self.router_score_bias))
+        return tuple(name for name, on in parts if on)
+
     @property
     def has_windows(self) -> bool:
         """Some attention layer attends a bounded span (sliding window or chunk)."""
