@@ -206,20 +206,29 @@ def _stack(spec: ModelSpec, stack: str, n_layers: int) -> dict[str, int]:
             _add(out, {"norm/layers": spec.norms_in_layer(i) * _norm(spec, spec.d_model)})
         out["norm/final"] = _norm(spec, spec.d_model)
         return out
+    # every block of a stack is one of a few kinds, each counted once: keyed by what can differ between layers
+    # (MoE or dense; Gemma 4's per-span geometry and KV-shared layers; GLM-5's indexer layers; DeepSeek-V4's
+    # compression), all else being the same in every layer
+    cross_attention = _attention(spec, f"{stack}cross_attention", cross=True) if cross else {}
+    blocks: dict[tuple[bool, str, bool, bool, str], tuple[dict[str, int], dict[str, int]]] = {}
     for i in range(n_layers):
-        _add(out, _attention(spec, f"{stack}attention", layer=i))
-        if cross:
-            _add(out, _attention(spec, f"{stack}cross_attention", cross=True))
+        moe = spec.is_moe_layer(i)
+        shape = (moe, spec.attention_span(i), spec.kv_shared(i), spec.has_indexer(i), spec.compression(i))
+        if shape not in blocks:
+            rest: dict[str, int] = {}
+            if moe:
+                _add(rest, _moe(spec, f"{stack}moe"))
+            if not moe or spec.moe_dense_parallel:  # Gemma 4 keeps its dense MLP beside the experts
+                _add(rest, _ffn(spec, spec.layer_d_ff(i), f"{stack}mlp"))
+            _add(rest, _per_layer_input(spec))
+            _add(rest, _hyper_connections(spec))
+            _add(rest, {f"{stack}norm/layers": layer_norms(spec, i, norms) * _norm(spec, spec.d_model)})
+            blocks[shape] = (_attention(spec, f"{stack}attention", layer=i), rest)
+        _add(out, blocks[shape][0])
+        _add(out, cross_attention)
         if spec.pos_emb == "relative" and i == 0:  # T5: one bias table per stack, in block 0
             out[f"{stack}attention/relative_position_bias"] = spec.rel_pos_buckets * spec.n_heads
-        moe = spec.is_moe_layer(i)
-        if moe:
-            _add(out, _moe(spec, f"{stack}moe"))
-        if not moe or spec.moe_dense_parallel:  # Gemma 4 keeps its dense MLP beside the experts
-            _add(out, _ffn(spec, spec.layer_d_ff(i), f"{stack}mlp"))
-        _add(out, _per_layer_input(spec))
-        _add(out, _hyper_connections(spec))
-        _add(out, {f"{stack}norm/layers": layer_norms(spec, i, norms) * _norm(spec, spec.d_model)})
+        _add(out, blocks[shape][1])
     if spec.final_norm:
         out[f"{stack}norm/final"] = _norm(spec, spec.d_model)
     return out

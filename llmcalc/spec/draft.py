@@ -218,5 +218,12 @@ class SpecDraft:
     kv_compress_csa: int | None = None
     kv_compress_hca: int | None = None
     hc_mult: int | None = None
+    # --- The checkpoint as it ships (storage, not shape: never in a parameter count) ---
+    # quantization_config: the config's own, as published (read by analytic/quant.py into bytes per module);
+    # checkpoint_dtype: what the unquantized tensors are stored as (HF torch_dtype / dtype); n_mtp_layers: layers
+    # the checkpoint stores that transformers does not build (DeepSeek-V3's num_nextn_predict_layers MTP module).
+    quantization_config: dict | None = field(default=None, compare=False)
+    checkpoint_dtype: str | None = field(default=None, compare=False)
+    n_mtp_layers: int = field(default=0, compare=False)
     name: str = field(default="custom", compare=False)
     model_type: str | None = field(default=None, compare=False)  # HF model_type it came from

@@ -157,6 +157,9 @@ class ModelSpec:
     kv_compress_csa: int = 0
     kv_compress_hca: int = 0
     hc_mult: int = 0  # 0: one residual stream, no hyper-connections
+    quantization_config: dict | None = field(default=None, compare=False)  # as published (analytic/quant.py)
+    checkpoint_dtype: str | None = field(default=None, compare=False)  # torch_dtype of the stored tensors
+    n_mtp_layers: int = field(default=0, compare=False)  # stored by the checkpoint, not built by transformers
     name: str = field(default="custom", compare=False)
     model_type: str | None = field(default=None, compare=False)
 
