@@ -47,7 +47,7 @@ from typing import NamedTuple
 from ..errors import LlmcalcError
 from ..hardware import Accelerator
 from ..spec import ModelSpec
-from ..units import GIB
+from ..units import GIB, plural
 from ..validate import DEFAULT_ZERO
 from . import comm
 from .activations import ATTENTION_IMPLS
@@ -685,8 +685,10 @@ def global_batch_sequences(global_batch: int | None, global_batch_tokens: float 
     if global_batch_tokens is None:
         return global_batch
     if global_batch_tokens <= 0 or global_batch_tokens % seq_len:
-        raise LlmcalcError(f"--global-batch-tokens {global_batch_tokens:g} is not a positive multiple of "
-                           f"--seq-len {seq_len}")
+        low = max(1, int(global_batch_tokens // seq_len))  # the multiples of seq_len on either side
+        nearest = " or ".join(f"{n * seq_len:,} ({plural(n, 'sequence')})" for n in dict.fromkeys((low, low + 1)))
+        raise LlmcalcError(f"--global-batch-tokens {global_batch_tokens:,.0f} is not a multiple of --seq-len "
+                           f"{seq_len:,}; the nearest: {nearest}, or give --global-batch in sequences")
     return int(global_batch_tokens // seq_len)
 
 
@@ -868,7 +870,7 @@ def rank_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_ba
                                             recompute=recompute, tp_overlap=tp_overlap, progress=progress)
     if not ranked:
         raise LlmcalcError(f"no layout of {spec.name} fits on {n_gpus:,} x {gpu} at seq {seq_len} with global batch "
-                           f"{batch} ({counts['oom']} do not fit in memory, {counts['invalid']} contradict the "
-                           f"model): use more GPUs or a larger --global-batch")
+                           f"{batch} (of the layouts tried, {counts['oom']:,} do not fit in memory and "
+                           f"{counts['invalid']:,} contradict the model): use more GPUs or a larger --global-batch")
     return LayoutSearch(spec=spec, gpu=gpu, n_gpus=n_gpus, seq_len=seq_len, global_batch=batch, ranked=ranked,
                         losers=losers, counts=counts)

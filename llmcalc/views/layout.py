@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..render.tables import Column, Document, Table
-from ..units import GIB, si
+from ..units import GIB, plural, si
 
 if TYPE_CHECKING:
     from ..analytic.steptime import LayoutSearch
@@ -24,15 +24,16 @@ def _pct(v: float) -> str:
     return f"{v * 100:.1f} %"
 
 
-def document(search: LayoutSearch, top: int = 10) -> Document:
-    """`layout`'s answer: the `top` layouts that fit and why the others lose."""
+def document(search: LayoutSearch, top: int = 10, recompute: str | None = None) -> Document:
+    """`layout`'s answer: the `top` layouts that fit and why the others lose (`recompute`: the one mode tried, if
+    given)."""
     return layout_document(search.spec.name, search.gpu, search.n_gpus, search.seq_len,
                            global_batch=search.global_batch, ranked=search.ranked, losers=search.losers,
-                           counts=search.counts, top=top)
+                           counts=search.counts, top=top, recompute=recompute)
 
 
 def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batch: int, ranked: list,
-                    losers: list, counts: dict, top: int) -> Document:
+                    losers: list, counts: dict, top: int, recompute: str | None = None) -> Document:
     rows = []
     for i, (pred, mem) in enumerate(ranked[:top], 1):
         lay = pred.layout
@@ -63,8 +64,9 @@ def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batc
                     [f"searched {counts['searched']} layouts: {counts['fit']} fit, {counts['oom']} do not fit in "
                      f"memory, {counts['invalid']} contradict the model (heads, layers, batch)",
                      "memory: `llmcalc memory`'s per-GPU model (bf16-mixed + AdamW, flash attention, sequence "
-                     "parallel); the least recomputation that fits is tried first with ZeRO-1, then with ZeRO-3 "
-                     "(FSDP)",
+                     "parallel); " + (f"recompute {recompute} (given), with ZeRO-1, else ZeRO-3 (FSDP)" if recompute
+                                      else "the least recomputation that fits is tried first with ZeRO-1, then with "
+                                           "ZeRO-3 (FSDP)"),
                      overlap_rule(any(p.layout.tp_overlap for p, _ in ranked))]),
               Table("why the others lose", [Column("layout", "layout", align="left"),
                                             Column("why", "why", align="left"),
@@ -72,5 +74,5 @@ def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batc
                                                    lambda v: f"{v * 100:+.1f} %")], lose_rows)]
     data = {"model": model, "gpu": gpu, "n_gpus": n_gpus, "seq_len": seq_len, "global_batch": global_batch,
             "layouts": rows, "losers": lose_rows, "counts": counts}
-    return Document(f"{model}: layouts for {n_gpus:,} x {gpu}, seq {seq_len}, global batch {global_batch} sequences",
-                    data, tables)
+    return Document(f"{model}: layouts for {n_gpus:,} x {gpu}, seq {seq_len}, global batch "
+                    f"{plural(global_batch, 'sequence')}", data, tables)

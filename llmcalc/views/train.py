@@ -134,7 +134,8 @@ def breakdown_table(pred: StepPrediction) -> Table:
         [f"layout: tp {lay.tp} x cp {lay.cp} x pp {lay.pp} x dp {lay.dp} (ep {lay.ep}"
          f"{f', etp {lay.expert_tp}' if lay.expert_tp != lay.tp else ''}), schedule {lay.schedule}"
          f"{f' vpp {lay.vpp}' if lay.vpp > 1 else ''}, micro-batch {lay.micro_batch}, global batch "
-         f"{lay.global_batch} sequences = {lay.grad_accum} micro-batches per pipeline, ZeRO {lay.zero}, "
+         f"{plural(lay.global_batch, 'sequence')} = {plural(lay.grad_accum, 'micro-batch', 'micro-batches')} per "
+         f"pipeline, ZeRO {lay.zero}, "
          f"sequence parallel {'on' if lay.sequence_parallel else 'off'}"
          f"{', TP overlap on' if lay.tp_overlap else ''}",
          *pred.notes,
@@ -143,7 +144,8 @@ def breakdown_table(pred: StepPrediction) -> Table:
          "compute: roofline per matmul, MAMF x tile/wave quantization (NVIDIA Matrix Multiplication Background "
          "guide); communication: alpha-beta with nccl-tests bus factors (`llmcalc.analytic.comm`)",
          overlap_rule(lay.tp_overlap),
-         "global constants: " + "; ".join(GLOBAL_CONSTANTS)],
+         "global constants: " + "; ".join(k for k in GLOBAL_CONSTANTS  # the attention kernel this step timed
+                                          if pred.attention == "eager" or not k.startswith('attention "eager"'))],
     )
 
 
