@@ -905,10 +905,6 @@ def draft_from_hf(hf: dict, name: str = "custom") -> SpecDraft:  # long: HF key 
                   f"report size the weights as the checkpoint stores them",)
     stored = hf.get("torch_dtype", hf.get("dtype"))
     model_type = hf.get("model_type")
-    text_family = FAMILIES.get(MULTIMODAL_TEXT.get(model_type or "", ""))
-    if hf.get("text_config") is None and text_family and "num_hidden_layers" in text_family.defaults:
-        hf = {**hf, "text_config": {}}  # the outer class builds its text config from the text class's defaults
-        #   (e.g. Gemma4Config.__post_init__); a text family without size defaults goes on to the fallback
     if isinstance(hf.get("text_config"), dict):  # a multimodal checkpoint: count its language model
         outer, hf = hf, {**hf["text_config"]}
         check_config_values(hf)
