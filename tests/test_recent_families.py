@@ -390,3 +390,15 @@ def test_lora_all_linear_matches_peft(model_type):
 
     check()
 
+
+
+def test_sparse_attention_says_what_a_step_reads():
+    """GLM-5's pattern "FSFS": 2 of 4 layers run their own indexer, the others reuse the previous top-k; the note
+    states the top-k a DSA kernel reads, beside the dense count the FLOPs give (the eager attention's mask)."""
+    config = dict(model_type="glm_moe_dsa", num_hidden_layers=4, hidden_size=32, num_attention_heads=2,
+                  q_lora_rank=8, kv_lora_rank=8, qk_rope_head_dim=4, qk_nope_head_dim=4, v_head_dim=4,
+                  index_n_heads=2, index_head_dim=8, index_topk=64, index_topk_pattern="FSFS", vocab_size=64,
+                  intermediate_size=16, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=8)
+    note = next(n for n in spec_from_hf(config).notes if n.startswith("DeepSeek Sparse Attention"))
+    assert "2 of 4 layers run a lightning indexer (2 heads of 8)" in note and "reuse the previous top-k" in note
+    assert "min(S, 64) keys per query" in note

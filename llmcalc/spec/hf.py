@@ -977,6 +977,7 @@ def draft_from_hf(hf: dict, name: str = "custom") -> SpecDraft:  # long: HF key 
                   f"({'chunks' if chunked else 'a window'} of {size:,} tokens): FLOPs count their S² terms in "
                   f"full, as the masked eager attention (and torch's FlopCounterMode) does; a windowed kernel "
                   f"does less",)
+    notes += _sparse_attention_notes(kw)
     mtp = merged.get("num_nextn_predict_layers")
     if isinstance(mtp, int) and mtp > 0:  # DeepSeek-V3, GLM-4.5, Kimi-K2, Nemotron-H: mtp.* weights not loaded
         notes += (f"num_nextn_predict_layers {mtp}: the multi-token-prediction layers are not part of the "
@@ -994,6 +995,32 @@ def draft_from_hf(hf: dict, name: str = "custom") -> SpecDraft:  # long: HF key 
     if isinstance(n_mtp, int) and not isinstance(n_mtp, bool) and n_mtp > 0:
         kw["n_mtp_layers"] = n_mtp
     return SpecDraft(**kw)
+
+
+def _sparse_attention_notes(kw: dict) -> tuple[str, ...]:
+    """What a sparse-attention step computes beside what the FLOPs count (the masked eager attention, as torch's
+    FlopCounterMode sees it): DeepSeek Sparse Attention's indexer and top-k (modeling_deepseek_v32.py,
+    modeling_glm_moe_dsa.py), DeepSeek-V4's compressed entries (modeling_deepseek_v4.py)."""
+    topk, compress = kw.get("index_topk"), kw.get("kv_compress")
+    if compress is not None:
+        csa, hca = compress.count("csa"), compress.count("hca")
+        return (f"DeepSeek-V4 attention: every layer attends its window of {kw['attention_window']:,} keys, and "
+                f"{csa} CSA layers (one entry per {kw.get('kv_compress_csa', 0)} tokens, a lightning indexer picks "
+                f"the {topk or 0:,} best) and {hca} HCA layers (one entry per {kw.get('kv_compress_hca', 0)} tokens, "
+                f"all read) add compressed keys; FLOPs count every query against the whole window mask and every "
+                f"compressed entry, as the masked eager attention (and torch's FlopCounterMode) does; a sparse "
+                f"kernel reads window + top-k (CSA) or window + S/{kw.get('kv_compress_hca', 0)} (HCA) keys per "
+                f"query",)
+    if topk:
+        layers = kw.get("index_layers")
+        n = len(layers) if layers is not None else kw["n_layers"]
+        return (f"DeepSeek Sparse Attention: {n} of {kw['n_layers']} layers run a lightning indexer "
+                f"({kw['index_n_heads']} heads of {kw['index_head_dim']}) over every earlier key"
+                f"{' (the others reuse the previous top-k)' if n < kw['n_layers'] else ''}; attention then reads the "
+                f"{topk:,} best keys per query. FLOPs count the indexer "
+                f"and the attention's S² terms in full, as the masked eager attention (and torch's "
+                f"FlopCounterMode) does; a DSA kernel's attention reads min(S, {topk:,}) keys per query",)
+    return ()
 
 
 # Hybrid and state-space model_types (Mamba, Mamba-2, Jamba, Bamba, Nemotron-H, ...): hf_ssm.py.
