@@ -17,7 +17,7 @@ import re
 import warnings
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from reference import build_hf, language_params
 
@@ -402,3 +402,22 @@ def test_sparse_attention_says_what_a_step_reads():
     note = next(n for n in spec_from_hf(config).notes if n.startswith("DeepSeek Sparse Attention"))
     assert "2 of 4 layers run a lightning indexer (2 heads of 8)" in note and "reuse the previous top-k" in note
     assert "min(S, 64) keys per query" in note
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", ["qwen3_5_text", "qwen3_5_moe_text", "kimi_linear"])
+def test_linear_attention_state_is_what_transformers_caches(model_type):
+    """Qwen3.5's Gated DeltaNet and Kimi-Linear's KDA layers: transformers' cache (fp32 model) holds per layer the
+    conv window and the fp32 recurrent state, constant in the context; the attention layers K and V (or MLA's
+    latent) per token; kv_layers gives the same bytes at two lengths (strategies: tests/test_ssm.py)."""
+    from test_ssm import ssm_config
+
+    @FLOPS
+    @given(ssm_config(model_type))
+    def check(config):
+        spec = spec_from_hf(config)
+        assume(spec.n_attention_layers > 0)  # transformers' cache needs an attention layer to measure its length
+        for seq in (9, 40):
+            assert [4 * n for n in cache_elements(config, seq)] == _layer_bytes(spec, seq), (config, seq)
+
+    check()
