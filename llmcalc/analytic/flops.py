@@ -128,28 +128,38 @@ def _add(total: dict[str, int], ops: dict[str, int]) -> None:
         total[key] = total.get(key, 0) + value
 
 
-def _stack(spec: ModelSpec, stack: str, n_layers: int, batch: int, seq: int, causal: bool,
-           enc_seq: int | None = None) -> dict[str, int]:
+def layer_ops(spec: ModelSpec, index: int, batch: int, seq: int, causal: bool, stack: str = "",
+              enc_seq: int | None = None) -> dict[str, int]:
+    """Forward FLOPs of layer `index` of a stack by op, "group/op" -> FLOPs (what ``forward_ops`` sums over the
+    layers): its mixers (attention, state-space, Zamba2's shared block) and its FFN (dense MLP or MoE); a
+    decoder layer of an encoder-decoder (`enc_seq`) adds cross-attention on the encoder's keys and values. The step
+    model times each op of a layer from this, so a new layer kind flows into it with its FLOPs."""
     out: dict[str, int] = {}
     tokens = batch * seq
     if spec.is_hybrid:  # layer by layer: attention or state-space mixers, an optional FFN
-        for i in range(n_layers):
-            mixers, ffn = spec.layer_parts(i)
-            for kind in mixers:
-                _add(out, _attention(spec, "attention", batch, seq, seq, causal=causal) if kind == "attention"
-                     else _shared_block(spec, batch, seq, causal) if kind == "shared_block"
-                     else mixer_ops(spec, kind, batch, seq))
-            if ffn is not None:
-                _add(out, _moe(spec, tokens, "moe") if ffn == "moe" else _ffn(spec, tokens, spec.d_ff, "mlp"))
+        mixers, ffn = spec.layer_parts(index)
+        for kind in mixers:
+            _add(out, _attention(spec, "attention", batch, seq, seq, causal=causal) if kind == "attention"
+                 else _shared_block(spec, batch, seq, causal) if kind == "shared_block"
+                 else mixer_ops(spec, kind, batch, seq))
+        if ffn is not None:
+            _add(out, _moe(spec, tokens, "moe") if ffn == "moe" else _ffn(spec, tokens, spec.d_ff, "mlp"))
         return out
+    _add(out, _attention(spec, f"{stack}attention", batch, seq, seq, causal=causal))
+    if enc_seq is not None:  # decoder of an encoder-decoder: queries here, keys/values from the encoder
+        _add(out, _attention(spec, f"{stack}cross_attention", batch, seq, enc_seq, causal=False, cross=True))
+    if spec.is_moe_layer(index):
+        _add(out, _moe(spec, tokens, f"{stack}moe"))
+    else:
+        _add(out, _ffn(spec, tokens, spec.d_ff, f"{stack}mlp"))
+    return out
+
+
+def _stack(spec: ModelSpec, stack: str, n_layers: int, batch: int, seq: int, causal: bool,
+           enc_seq: int | None = None) -> dict[str, int]:
+    out: dict[str, int] = {}
     for i in range(n_layers):
-        _add(out, _attention(spec, f"{stack}attention", batch, seq, seq, causal=causal))
-        if enc_seq is not None:  # decoder of an encoder-decoder: queries here, keys/values from the encoder
-            _add(out, _attention(spec, f"{stack}cross_attention", batch, seq, enc_seq, causal=False, cross=True))
-        if spec.is_moe_layer(i):
-            _add(out, _moe(spec, tokens, f"{stack}moe"))
-        else:
-            _add(out, _ffn(spec, tokens, spec.d_ff, f"{stack}mlp"))
+        _add(out, layer_ops(spec, i, batch, seq, causal, stack, enc_seq))
     return out
 
 
