@@ -301,9 +301,10 @@ def summary_markdown(result: dict) -> list[str]:
         lc, _ = _stats(sel, result["loso"]["constant"])
         p, _ = _stats(sel, result["per-precision"])
         lp, _ = _stats(sel, result["loso"]["per-precision"])
-        lines.append(f"| {name} | {len(sel)} | {m * 100:.1f} % | {s * 100:+.1f} % | {lm * 100:.1f} % | {c * 100:.1f} % | "
-                     f"{lc * 100:.1f} % | {p * 100:.1f} % | {lp * 100:.1f} % |")
-    lines += ["", "| source (held out) | n | model LOSO median | mean signed | constant MFU LOSO | per-precision LOSO |",
+        lines.append(f"| {name} | {len(sel)} | {m * 100:.1f} % | {s * 100:+.1f} % | {lm * 100:.1f} % | "
+                     f"{c * 100:.1f} % | {lc * 100:.1f} % | {p * 100:.1f} % | {lp * 100:.1f} % |")
+    lines += ["",
+              "| source (held out) | n | model LOSO median | mean signed | constant MFU LOSO | per-precision LOSO |",
               "|---|---:|---:|---:|---:|---:|"]
     for source in sorted({r.source for r in rows}):
         sel = [r for r in rows if r.source == source]
@@ -323,8 +324,9 @@ def rows_markdown(result: dict) -> list[str]:
         lo = result["loso"]["model"][r.id] / r.measured - 1
         c = result["constant"][r.id] / r.measured - 1
         p = result["per-precision"][r.id] / r.measured - 1
-        lines.append(f"| {r.id} | {r.source} | {', '.join(r.groups)} | {r.measured:,.1f} | {result['model'][r.id]:,.1f} "
-                     f"| {e * 100:+.1f} % | {lo * 100:+.1f} % | {c * 100:+.1f} % | {p * 100:+.1f} % |")
+        lines.append(f"| {r.id} | {r.source} | {', '.join(r.groups)} | {r.measured:,.1f} | "
+                     f"{result['model'][r.id]:,.1f} | {e * 100:+.1f} % | {lo * 100:+.1f} % | {c * 100:+.1f} % | "
+                     f"{p * 100:+.1f} % |")
     return lines
 
 

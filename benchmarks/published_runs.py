@@ -21,9 +21,9 @@ Each used row becomes one `Run` by the rules below, the same for every row (no p
   torch per-op SAC (torchtitan "op") re-runs every other matmul and the elementwise ops -> modules alternate_mm,
   layernorm, mlp_act; torchtitan layer SAC (every second block) -> full with half the layers; MaxText's
   minimal_flash (saves matmul and attention outputs) -> layernorm, mlp_act.
-- precision -> recipe: bf16 -> bf16-mixed; Transformer Engine delayed scaling -> fp8, current (tensorwise) -> fp8-current,
-  blockwise -> fp8-blockwise, MXFP8 -> mxfp8, NVFP4 -> nvfp4; torchao tensorwise float8 -> fp8-torchao; FP8 attention
-  only where stated.
+- precision -> recipe: bf16 -> bf16-mixed; Transformer Engine delayed scaling -> fp8,
+  current (tensorwise) -> fp8-current, blockwise -> fp8-blockwise, MXFP8 -> mxfp8, NVFP4 -> nvfp4; torchao
+  tensorwise float8 -> fp8-torchao; FP8 attention only where stated.
 - framework -> kernels and overlaps: torch SDPA, flash-attn and OLMo-core run FlashAttention-2 (SDPA's priority puts
   it first on Hopper: pytorch/pytorch#142132); Transformer Engine (Megatron-Core, MaxText's cudnn_flash_te) runs
   cuDNN; Megatron-LM/DeepSpeed of 2021-22 (BLOOM, MT-NLG) materialise the scores; torch eager (compile off) runs

@@ -32,6 +32,7 @@ isolated-kernel rates kept inside a step: clocks under sustained power load, lau
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import LlmcalcError
@@ -179,7 +180,7 @@ class Device:
         return h100 / (H100_BF16_PEAK * 1e12) * scale * peak * lift
 
 
-def _interp(xs: tuple[float, ...], ys: tuple[float, ...], x: float) -> float:
+def _interp(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
     """Piecewise linear in log(x) inside the table; below its first point a power law through the first two
     (short windows run shorter tiles), above its last flat."""
     lx = math.log(x)
@@ -196,7 +197,7 @@ def _interp(xs: tuple[float, ...], ys: tuple[float, ...], x: float) -> float:
     return ys[-1]
 
 
-def _by_head_dim(table: dict[int, tuple[float, ...]], head_dim: float, seq: float) -> float:
+def _by_head_dim(table: Mapping[int, Sequence[float]], head_dim: float, seq: float) -> float:
     dims = sorted(table)
     if head_dim <= dims[0]:
         return _interp(SEQS, table[dims[0]], seq)

@@ -403,7 +403,7 @@ def path_bound(schedule: str, p: int, m: int, f: list[float], b: list[float], w:
     for st in range(n - 1):
         pre.append(pre[-1] + f[st] + b[st])
         hop.append(hop[-1] + (home[st] != home[st + 1]))
-    for r, stages in firsts:
+    for _, stages in firsts:
         s0 = min(stages)
         busy = m * sum(f[st] + b[st] for st in stages)  # zero-bubble: a rank's weight gradients may trail its last B
         best = max(best, pre[s0] + busy + 2 * hop[s0] * p2p_time, busy + m * sum(ww[st] for st in stages))

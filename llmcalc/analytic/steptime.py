@@ -178,7 +178,8 @@ class Layout(Parallel):
         return _strides(self.order, sizes)
 
     def expert_strides(self) -> dict[str, int]:
-        """The same for the experts' mesh (Megatron-Core's expert RankGenerator: tp -> etp, cp -> 1, dp -> expert dp)."""
+        """The same for the experts' mesh (Megatron-Core's expert RankGenerator: tp -> etp, cp -> 1,
+        dp -> expert dp)."""
         sizes = {"tp": self.expert_tp, "cp": 1, "ep": self.ep, "dp": self.expert_dp, "pp": self.pp}
         return _strides(self.order, sizes)
 
@@ -430,15 +431,17 @@ class _Ctx:
     def gemm_bytes(self) -> float:
         return {"fp8": 1.0, "fp4": 0.5 + 1 / 16, "fp32": 4.0}.get(self.recipe.gemm_dtype, self.act)
 
-    def gemm(self, m: float, k: float, n: float, batch: float = 1) -> float:
+    def gemm(self, m: float, k: float, n: float, batch: float = 1) -> tuple[float, float, float]:
         """Forward + input-gradient + weight-gradient seconds of one linear (m tokens, k in, n out), as a triple
         (each its own shape: dX = dY·Wᵀ is m x n x k, dW = Xᵀ·dY is k x m x n) plus the quantization of its input
         (forward) and output gradient (backward) under FP8/FP4 recipes."""
-        args = dict(dev=self.dev, in_bytes=self.gemm_bytes, batch=batch, rate=self.gemm_rate, out_bytes=self.act,
-                    efficiency=self.eff)
-        fwd = gemm_seconds(m, k, n, **args)
-        dgrad = gemm_seconds(m, n, k, **args)
-        wgrad = gemm_seconds(k, m, n, **args)
+        in_bytes, rate = self.gemm_bytes, self.gemm_rate
+
+        def one(m: float, k: float, n: float) -> float:
+            return gemm_seconds(m, k, n, dev=self.dev, in_bytes=in_bytes, batch=batch, rate=rate, out_bytes=self.act,
+                                efficiency=self.eff)
+
+        fwd, dgrad, wgrad = one(m, k, n), one(m, n, k), one(k, m, n)
         if self.recipe.fp8:
             q = kernels.QUANT_BYTES[self.recipe.fp8]
             fwd += stream_seconds(batch * m * k * q, self.dev, self.eff)
@@ -536,10 +539,9 @@ def _layer_cost_uncached(ctx: _Ctx, i: int, rec: frozenset[str]) -> StageTimes: 
         fwd, dgrad, wgrad = fwd + f, dgrad + d, wgrad + w
         if part in ("q_b_proj", "kv_b_proj") and "mla_up_proj" in rec:
             redo += f
-    for (group, _), flops in fused.items():
-        f, d, w = ctx.gemm(T, D * (2 if group == "shared_block" else 1), flops / (2 * T * D * (2 if group ==
-                                                                                               "shared_block" else 1))
-                           / tp)
+    for (group, _), fused_flops in fused.items():
+        width = D * (2 if group == "shared_block" else 1)  # Zamba2's shared block reads [hidden, embeddings]
+        f, d, w = ctx.gemm(T, width, fused_flops / (2 * T * width) / tp)
         fwd, dgrad, wgrad = fwd + f, dgrad + d, wgrad + w
         if group == "mlp" and "mlp" in rec:
             redo += f
@@ -568,8 +570,8 @@ def _layer_cost_uncached(ctx: _Ctx, i: int, rec: frozenset[str]) -> StageTimes: 
     if "attention" in mixers:
         heads = (spec.n_heads + spec.n_kv_heads) / tp
         if spec.pos_emb == "rope":
-            width = (spec.n_heads + 1) * spec.mla.qk_rope_head_dim / tp if spec.mla else heads * spec.d_head
-            elem_fwd += 2 * T * width * act
+            rope_width = (spec.n_heads + 1) * spec.mla.qk_rope_head_dim / tp if spec.mla else heads * spec.d_head
+            elem_fwd += 2 * T * rope_width * act
         if spec.qk_norm != "none":
             elem_fwd += 2 * T * heads * spec.d_head * act
     if ffn == "mlp":
@@ -1269,9 +1271,10 @@ def _dp_colls(params: float, rec: Recipe, group: int, zero: int, stride: int, me
 
 def _optimizer_seconds(ctx: _Ctx, local: float, layer_params: list[float], shards: int, on_gpu: float) -> float:
     """The optimizer step over this GPU's `local` parameters: memory-bound (gradient, master weights and the
-    optimizer's states read and written, the new weights written: AdamW's two states), and for Muon (one momentum state, and MUON_NS_STEPS Newton-
-    Schulz iterations per weight matrix, 4·m²·n + 2·m³ FLOPs each for an m x n matrix, m <= n: X·Xᵀ, its square,
-    their product with X; each matrix on one of the `shards` data-parallel ranks, Moonlight's distributed Muon);
+    optimizer's states read and written, the new weights written: AdamW's two states), and for Muon (one momentum
+    state, and MUON_NS_STEPS Newton-Schulz iterations per weight matrix, 4·m²·n + 2·m³ FLOPs each for an m x n
+    matrix, m <= n: X·Xᵀ, its square, their product with X; each matrix on one of the `shards` data-parallel ranks,
+    Moonlight's distributed Muon);
     FP8/FP4 recipes then cast the `on_gpu` weights this GPU computes with (QUANT_BYTES per element; Transformer
     Engine casts them at the first micro-batch and keeps the casts for the rest)."""
     from .memory import OPTIMIZERS

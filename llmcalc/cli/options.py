@@ -271,7 +271,8 @@ def step_model_options(func: F) -> F:
         recipe_option,
         optimizer_option,
         click.option("--rank-order", "order", default="tp-cp-ep-dp-pp", show_default=True,
-                     help="How ranks are laid out, innermost first (Megatron-Core's default; Llama 3: tp-cp-ep-pp-dp)."),
+                     help="How ranks are laid out, innermost first "
+                          "(Megatron-Core's default; Llama 3: tp-cp-ep-pp-dp)."),
         click.option("--cp-comm", type=Choice(list(CP_COMMS)), default="p2p", show_default=True,
                      help="Context parallelism: p2p ring (overlapped), all-gather of K/V, or a2a over heads."),
         click.option("--ep-overlap/--no-ep-overlap", default=False, show_default=True,
