@@ -359,7 +359,7 @@ def test_scaling_trends(bench):
 
 @pytest.fixture(scope="module")
 def validation():
-    return bench_steptime.validate(with_old=False)
+    return bench_steptime.validate()
 
 
 def test_validation_set_beats_both_baselines(validation):
