@@ -5,7 +5,9 @@ everywhere (as do ``BF16``, ``torch.bfloat16`` and ``float16`` -> ``fp16``). Can
 the short ones the hardware catalog uses for its peaks (``dense_tflops``).
 
 Sizes are storage bytes per element: tf32 is stored as fp32 (4 bytes; it is a Tensor Core compute
-mode), int4 packs two values per byte (0.5). Quantisation scales and zero-points are not included.
+mode), int4 packs two values per byte (0.5), as do the 4-bit floats mxfp4 (OCP Microscaling e2m1, one e8m0
+scale per 32) and nvfp4 (NVIDIA NVFP4 e2m1, one fp8 e4m3 scale per 16). Quantisation scales and zero-points
+are not included (analytic/quant.py counts them per format).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from .errors import LlmcalcError
 
 # Canonical name -> bytes per element, widest first.
 DTYPE_BYTES: dict[str, float] = {"fp64": 8.0, "fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0,
-                                 "int8": 1.0, "int4": 0.5}
+                                 "int8": 1.0, "int4": 0.5, "mxfp4": 0.5, "nvfp4": 0.5}
 DTYPES = tuple(DTYPE_BYTES)
 
 # What people type -> canonical name (lower case; "torch." and surrounding spaces are stripped first).
@@ -28,6 +30,7 @@ DTYPE_ALIASES: dict[str, str] = {
     "float8": "fp8", "e4m3": "fp8", "e5m2": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8",
     "float8_e4m3fn": "fp8", "float8_e5m2": "fp8",
     "qint8": "int8",
+    "mx_fp4": "mxfp4", "nv_fp4": "nvfp4",
 }
 
 

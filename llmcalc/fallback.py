@@ -12,7 +12,6 @@ rebuild the model.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
@@ -104,6 +103,7 @@ def need_libraries() -> None:
 
 
 def _cache_path(config: dict, seq_len: int | None) -> Path | None:
+    import hashlib  # here, not at start-up: only a model transformers counts has a cache entry
     from importlib import metadata
 
     try:

@@ -188,3 +188,25 @@ def test_the_vocabulary_names_the_tables():
     assert tuple(pipeline.SCHEDULES) == vocabulary.SCHEDULES
     assert vocabulary.FINETUNE_METHODS == finetune.METHODS and vocabulary.BASE_DTYPES == finetune.BASE_DTYPES
     assert vocabulary.FORMATS == tables.FORMATS
+
+
+def test_version_is_the_installed_distributions():
+    """`--version` prints llmcalc.__version__ without asking importlib.metadata (start-up); it is the version
+    pip installed (pyproject.toml), which importlib.metadata reports."""
+    from importlib.metadata import version
+
+    assert ok("--version") == f"llmcalc, version {version('llmcalc')}\n"
+
+
+def test_every_command_module_is_registered():
+    """main.COMMAND_MODULES (what the group imports when a command runs) names every command of every module."""
+    import importlib
+    import pkgutil
+
+    main = importlib.import_module("llmcalc.cli.main")
+    found = {}
+    for info in pkgutil.iter_modules(importlib.import_module("llmcalc.cli").__path__):
+        module = importlib.import_module(f"llmcalc.cli.{info.name}")
+        found.update({command.name: info.name for command in getattr(module, "COMMANDS", ())})
+    assert found == main.COMMAND_MODULES and set(found) == set(main.WORKFLOW)
+    assert sorted(cli.commands) == sorted(found)

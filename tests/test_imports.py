@@ -75,8 +75,9 @@ def test_imports_flow_one_way():
         assert not {"report", "profiling", "cli"} & _relative_imports(path), path
     for path in (PACKAGE / "report").glob("*.py"):
         assert not {"profiling", "cli"} & _relative_imports(path), path
+    own = {p.stem for p in (PACKAGE / "render").glob("*.py")}  # render's modules importing each other
     for path in (PACKAGE / "render").glob("*.py"):
-        assert _relative_imports(path) <= {"", "vocabulary"}, path
+        assert _relative_imports(path) <= {"", "vocabulary"} | own, path
 
 
 
@@ -192,7 +193,7 @@ def test_every_module_imports(module):
 def test_cli_starts_with_click_and_the_tiny_modules_only():
     """llmcalc/cli/ imports at module level click, itself and the tiny modules; everything else inside the
     commands (`python -X importtime -m llmcalc params llama-3-8b` stays short)."""
-    tiny = {"units", "validate", "dtypes", "errors", "vocabulary"}
+    tiny = {"units", "validate", "dtypes", "errors", "vocabulary", ""}  # "": llmcalc itself (its API is lazy)
     for path in sorted((PACKAGE / "cli").glob("*.py")):
         tree = ast.parse(path.read_text())
         for node in tree.body:
@@ -205,3 +206,29 @@ def test_cli_starts_with_click_and_the_tiny_modules_only():
                 names = [node.module] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
                 outside = {n.split(".")[0] for n in names if n} - set(sys.stdlib_module_names) - {"click"}
                 assert not outside, f"{path.name} imports {outside} at start-up"
+
+
+def test_the_package_imports_its_api_on_first_use():
+    """`import llmcalc` runs none of its modules; each public name is there on first use, from its module."""
+    code = ("import sys, llmcalc\nbefore = sorted(m for m in sys.modules if m.startswith('llmcalc.'))\n"
+            "from llmcalc import ModelSpec, count_params\n"
+            "print(before, ModelSpec.__module__, count_params.__module__, sorted(llmcalc._API) == llmcalc.__all__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["[]", "llmcalc.spec.model", "llmcalc.analytic.params", "True"]
+    import llmcalc
+
+    assert all(getattr(llmcalc, name) is not None for name in llmcalc.__all__)
+    with pytest.raises(AttributeError):
+        llmcalc.no_such_name  # noqa: B018
+
+
+def test_a_command_imports_its_own_cli_module_only():
+    """`llmcalc params` builds the commands of llmcalc/cli/models.py, not the other five modules' (a fresh
+    process: what start-up imports is the point)."""
+    code = ("import sys\nfrom llmcalc.cli import cli\ntry:\n    cli.main(['params', 'gpt2', '--format', 'json'])\n"
+            "except SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith('llmcalc.cli.')), file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = done.stderr.strip().splitlines()[-1]
+    assert loaded == str(["llmcalc.cli.common", "llmcalc.cli.main", "llmcalc.cli.models", "llmcalc.cli.options",
+                          "llmcalc.cli.types"])

@@ -334,3 +334,88 @@ def test_compile_times_the_first_step_apart(monkeypatch):
     assert data["compile_seconds"] > max(data["step_times"])  # capturing graphs costs more than a step
     assert len(data["step_times"]) == 2 and data["forward_flops"]["rel_error"] == 0
     assert data["train_step_flops"]["rel_error"] == 0
+
+
+# --- a deep model measured on a few blocks (measure.sampling) -------------------------------------------
+
+SMALL = dict(d_model=32, n_heads=4, n_kv_heads=2, vocab_size=256, d_ff=64)
+SAMPLED = {  # name -> (spec, profile options): every kind of stack the sampling decomposes; sampled past 3 blocks
+    "uniform": (spec_of(n_layers=5, **SMALL), {}),
+    "recompute-eager-tied-fp16": (spec_of(n_layers=4, tie_embeddings=True, **SMALL),
+                                  {"recompute": "full", "attention": "eager", "recipe": "fp16-mixed"}),
+    "moe-after-dense": (spec_of(n_layers=6, n_experts=4, n_experts_per_token=2, n_shared_experts=1,
+                                d_ff_expert=16, n_dense_layers=1, **SMALL), {}),
+    "moe-every-other": (spec_of(n_layers=8, n_experts=4, n_experts_per_token=1, d_ff_expert=16,
+                                moe_layer_freq=2, **SMALL), {"recompute": "full"}),
+    "sliding-full-fp32": (spec_of(n_layers=8, attention_spans=("sliding", "full") * 4, attention_window=8, **SMALL),
+                          {"recipe": "fp32"}),
+    "encoder-pooler": (spec_of(n_layers=4, architecture="encoder", mlp="gelu", norm="layernorm", post_norm=True,
+                               pos_emb="learned", n_positions=64, lm_head=False, pooler=True, d_model=32, n_heads=4,
+                               vocab_size=256, d_ff=64), {}),
+}
+FAST_SAMPLED = ("recompute-eager-tied-fp16", "moe-after-dense", "sliding-full-fp32")  # the others: slow tier
+
+
+@pytest.fixture
+def shallow(monkeypatch):
+    """Sampling from 4 blocks on (the CLI's threshold is 9) where it measures fewer blocks than the model has,
+    so that the runs of every block stay short."""
+    monkeypatch.setattr(measure, "FULL_DEPTH_LAYERS", 3)
+
+
+def test_sampling_finds_the_repeating_blocks(shallow):
+    """A head of blocks of their own, then the shortest period repeated at least three times; None where
+    sampling saves nothing."""
+    plans = {name: measure.sampling(spec) for name, (spec, _) in SAMPLED.items()}
+    assert plans["uniform"] == measure.Sampling(head=0, period=1, repeats=5)
+    assert plans["moe-after-dense"] == measure.Sampling(head=1, period=1, repeats=5)
+    assert plans["moe-every-other"] == measure.Sampling(head=0, period=2, repeats=4)  # dense, MoE, dense, ...
+    assert plans["sliding-full-fp32"] == measure.Sampling(head=0, period=2, repeats=4)
+    assert measure.sampling(spec_of(n_layers=4, n_dense_layers=1, n_experts=4, n_experts_per_token=1,
+                                    d_ff_expert=16, **SMALL)) is None  # 2 + 3 blocks measured: no saving
+    assert measure.sampling(spec_of(n_layers=3, **SMALL)) is None  # as shallow as the threshold: every block
+    assert measure.sampling(load_model("t5-base")) is None  # two stacks
+    irregular = spec_of(n_layers=12, n_experts=4, n_experts_per_token=1, d_ff_expert=16, moe_layers=(1, 2, 7), **SMALL)
+    assert measure.sampling(irregular) is None
+
+
+def test_deep_presets_are_sampled():
+    assert measure.Sampling(0, 1, 126) == measure.sampling(load_model("llama-3.1-405b"))
+    assert measure.Sampling(3, 1, 58) == measure.sampling(load_model("deepseek-v3"))  # 3 dense, 58 MoE blocks
+    assert measure.Sampling(0, 2, 21) == measure.sampling(load_model("gemma-2-9b"))  # sliding, full, ...
+    assert measure.sampling(spec_of(n_layers=8, **SMALL)) is None  # the CLI measures 8 blocks and fewer whole
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in FAST_SAMPLED else pytest.mark.slow)
+                                  for n in sorted(SAMPLED)])
+def test_sampled_virtual_profile_equals_a_run_of_every_block(name, shallow):
+    """Every figure a virtual profile prints (parameters, FLOPs in total and per component, the peak memory and
+    its categories, the sdpa backend) is the same extrapolated from two depths as measured on every block."""
+    spec, options = SAMPLED[name]
+    sampled = virtual_profile(spec, 2, 16, **options)
+    full = virtual_profile(spec, 2, 16, all_layers=True, **options)
+    assert any(note.startswith("measured at ") for note in sampled.notes)
+    assert not any(note.startswith("measured at ") for note in full.notes)
+    a, b = sampled.to_json(), full.to_json()
+    assert a.pop("notes")[:-1] == b.pop("notes")
+    assert a == b and a["peak_memory_bytes"]["measured"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, seq, options", [
+    ("llama-3.2-1b", 2048, {}), ("llama-3.2-1b", 4096, {"recompute": "full"}), ("deepseek-v2-lite", 128, {}),
+    ("gemma-2-9b", 256, {})])
+def test_sampled_virtual_profile_of_a_mid_size_preset_equals_a_run_of_every_block(name, seq, options):
+    """The same at full width: Llama-3.2-1B (16 blocks; the profile the docs show), DeepSeek-V2-Lite (a dense
+    block, then 26 MoE blocks), Gemma-2-9B (42 blocks, sliding and full attention alternating)."""
+    spec = load_model(name)
+    sampled, full = virtual_profile(spec, 1, seq, **options), virtual_profile(spec, 1, seq, all_layers=True, **options)
+    a, b = sampled.to_json(), full.to_json()
+    assert a.pop("notes")[:-1] == b.pop("notes") and a == b
+
+
+def test_all_layers_applies_to_virtual_runs_only():
+    result = run("profile", "llmcalc-tiny", "--all-layers")
+    assert result.exit_code == 2 and "--all-layers is not used without --virtual" in result.stderr
+    result = run("profile", "llmcalc-tiny", "--virtual", "--finetune", "lora", "--all-layers")
+    assert result.exit_code == 2 and "--all-layers" in result.stderr

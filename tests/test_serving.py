@@ -134,19 +134,106 @@ def test_qwen_serving_matches_vllm_22291():
     data = cli_json("serve", "qwen2.5-7b", "--gpu", "h100-sxm", "--n-gpus", 1, "--max-model-len", 3072)
     assert data["kv_bytes_per_token"] == data["kv_bytes_per_token_per_gpu"] == 2 * 28 * 4 * 128 * 2 == 57_344
     assert pytest.approx(0.164, abs=1e-3) == 3072 * 57_344 / GIB
-    # vLLM's sizing, written out: 0.9 x 80 GiB, minus 7,615,616,512 bf16 weights (Qwen's published 7.61 B),
-    # minus the profiling run: 8,192 tokens x (3584 + 3 x 18944) x 2 B and 1,024 x 152,064 fp32 logits.
-    kv_memory = 0.9 * 80 * GIB - 7_615_616_512 * 2 - (8192 * (3584 + 3 * 18944) * 2 + 1024 * 152_064 * 4)
+    # vLLM 0.21's sizing, written out: ceil(0.92 x 79.19 GiB CUDA-visible); the bf16 weights (Qwen's published
+    # 7,615,616,512 parameters) plus the rotary cos/sin cache 131,072 (its max_position_embeddings) x 128 x 2 B;
+    # the profiling run: the dummy sampler over 1,024 rows x 152,064 at 14 B (Triton top-k/top-p) plus the hidden
+    # states 8,192 x 3,584 x 2 B (the MLP's 8,192 x (3 x 18,944 + 3 x 3,584) x 2 B is smaller); non-torch 0.27 GiB;
+    # CUDA graphs 28 x 0.48/28 GiB.
+    requested = math.ceil(79.19 * GIB * 0.92)
+    weights = 7_615_616_512 * 2 + 131_072 * 128 * 2
+    act = max(8192 * (3 * 18944 + 3 * 3584) * 2, 1024 * 152_064 * 14 + 8192 * 3584 * 2)
+    kv_memory = requested - weights - act - 0.27 * GIB - 0.48 * GIB
     blocks = math.floor(kv_memory / (16 * 57_344))
-    assert data["weights_bytes_per_gpu"] == 7_615_616_512 * 2
+    assert data["weights_bytes_per_gpu"] == weights
+    assert data["activation_peak_bytes_per_gpu"] == act
+    assert data["kv_cache_memory_bytes_per_gpu"] == pytest.approx(kv_memory)
     assert data["kv_block_bytes"] == 16 * 57_344 and data["kv_blocks"] == blocks
-    assert data["max_concurrent_sequences"] == blocks // 192 == math.floor(kv_memory / (3072 * 57_344))
+    assert data["max_concurrent_sequences"] == blocks // 192
     assert data["vllm_max_concurrency"] == pytest.approx(blocks / 192)
+    assert data["kv_cache_tokens"] == int(blocks / 192 * 3072)  # v0.21: int(concurrency x max_model_len)
     rows = data["throughput"]
     assert [r["concurrency"] for r in rows][:3] == [1, 2, 4] and rows[-1]["concurrency"] == blocks // 192
     for r in rows:
         assert r["tokens_per_second"] == pytest.approx(r["concurrency"] / r["decode_seconds_per_token"])
     assert rows[-1]["tokens_per_second"] > rows[0]["tokens_per_second"]
+
+
+def test_gpt_oss_120b_fits_one_h100_as_shipped():
+    """Issue 21's acceptance: nothing typed but the length, gpt-oss-120b's MXFP4 experts give 60-68 GiB of weights
+    (vLLM logs "Model loading took 65.9651 GiB" on an H100, #23278) and at least one 32k sequence fits."""
+    data = cli_json("serve", "gpt-oss-120b", "--gpu", "h100-sxm", "--max-model-len", "32k")
+    assert 60 * GIB <= data["weights_bytes_per_gpu"] <= 68 * GIB
+    assert data["weights_bytes_per_gpu"] == pytest.approx(65.9651 * GIB, rel=2e-3)
+    assert data["checkpoint_bytes"] == 65_248_815_744 and data["max_concurrent_sequences"] >= 1
+
+
+def test_gpt_oss_sliding_layers_keep_their_window():
+    """vLLM's hybrid allocator on gpt-oss-120b (18 sliding layers of 128 tokens, 18 full): two groups of 18, 16-token
+    pages of 16 x 8 x 64 x 2 x 2 = 32 KiB; a 131,072-token request with 8,192 batched tokens needs 8,192 full blocks
+    and cdiv(min(127 + 8192, 131072), 16) + 1 = 521 sliding ones (research: vllm_memory.md sec. 3.4)."""
+    data = cli_json("serve", "gpt-oss-120b", "--gpu", "h200", "--max-model-len", "128k")
+    groups = data["kv_groups"]
+    assert [(g["kind"], g["layers"], g["page_bytes"]) for g in groups] == [("sliding", 18, 32768), ("full", 18, 32768)]
+    assert [g["blocks_per_request"] for g in groups] == [521, 8192] and data["blocks_per_sequence"] == 8713
+    assert data["vllm_max_concurrency"] == pytest.approx(data["kv_blocks"] / 8713)
+    old = cli_json("serve", "gpt-oss-120b", "--gpu", "h200", "--max-model-len", "128k", "--vllm-version", "0.8.5")
+    assert len(old["kv_groups"]) == 1 and old["blocks_per_sequence"] == 8192  # no hybrid manager: full everywhere
+
+
+def test_gemma_3_groups_are_padded_to_one_size():
+    """Gemma-3-27B: 52 sliding (1,024) + 10 full layers: group size 10, 6 sliding groups (8 padding layers) + 1 full
+    (kv_cache_utils.py _get_kv_cache_groups_uniform_page_size; research sec. 3.3)."""
+    data = cli_json("serve", "gemma-3-27b", "--gpu", "h100-sxm", "--max-model-len", "16k")
+    groups = data["kv_groups"]
+    assert len(groups) == 7 and sum(g["padding_layers"] for g in groups) == 8
+    assert [g["kind"] for g in groups].count("sliding") == 6
+
+
+def test_mamba_state_pages_raise_the_attention_block():
+    """Nemotron-H 8B: 24 Mamba-2 layers keep one state page each; the 4 attention layers' block grows until their
+    page holds a state page (_align_hybrid_block_size); each group needs one state block per request."""
+    data = cli_json("serve", "nemotron-h-8b", "--gpu", "l40s", "--max-model-len", "8k")
+    state = [g for g in data["kv_groups"] if g["kind"] == "state"]
+    attn = [g for g in data["kv_groups"] if g["kind"] == "full"]
+    assert state and attn and all(g["blocks_per_request"] == 1 for g in state)
+    assert attn[0]["page_bytes"] >= state[0]["page_bytes"] and attn[0]["block_size"] % 16 == 0
+
+
+def test_logs_acceptance():
+    """benchmarks/bench_vllm_logs.py on its 18 logs and 11 checkpoints: issue 21's thresholds."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    import bench_vllm_logs as bench
+
+    rows = json.loads((bench.HERE / "rows.json").read_text())["rows"]
+    s = bench.summary(bench.evaluate(rows), bench.checkpoints())
+    assert s["kv"]["median_abs_error"] <= 0.05 and s["kv"]["within"] >= 0.7 * s["kv"]["rows"]
+    assert s["concurrency"]["median_abs_error"] <= 0.05
+    assert s["weights"]["within"] >= s["weights"]["rows"] - 1 and s["checkpoints"]["within"] == s["checkpoints"]["rows"]
+
+
+def test_pipeline_data_and_expert_parallel():
+    """--pp splits the layers (vLLM get_pp_indices), --dp multiplies replicas, --enable-expert-parallel puts whole
+    experts on tp x dp GPUs: per-GPU weights fall, the replica count multiplies sequences."""
+    one = cli_json("serve", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--max-model-len", "32k")
+    pp = cli_json("serve", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--max-model-len", "32k", "--pp", 2)
+    ep = cli_json("serve", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--max-model-len", "32k", "--n-gpus", 2, "--dp", 2,
+                  "--enable-expert-parallel")
+    assert pp["n_gpus_total"] == 2 and pp["weights_bytes_per_gpu"] < 0.6 * one["weights_bytes_per_gpu"]
+    assert ep["n_gpus_total"] == 4 and ep["total_concurrent_sequences"] == 2 * ep["max_concurrent_sequences"]
+    assert ep["weights_bytes_per_gpu"] < 0.3 * one["weights_bytes_per_gpu"]
+
+
+def test_fewest_gpus_for_a_concurrency():
+    """serve --concurrency C answers the layout with the fewest GPUs whose replicas hold C requests."""
+    data = cli_json("serve", "llama-3.1-70b", "--gpu", "h100-sxm", "--max-model-len", "32k", "--concurrency", 64)
+    assert data["layout"]["n_gpus"] == data["n_gpus_total"]
+    assert data["total_concurrent_sequences"] >= 64
+    assert all(c["n_gpus"] >= data["n_gpus_total"] for c in data["candidates"])
+    result = run("serve", "llama-3-8b", "--gpu", "h100-sxm", "--max-ttft", "1")
+    assert result.exit_code == 2 and "without --concurrency" in result.stderr
 
 
 def test_vllm_concurrency_log_line():

@@ -483,13 +483,17 @@ def test_serve_and_infer_json_report_the_state():
 
 
 def test_serving_a_pure_mamba_is_limited_by_its_state():
-    """No attention layer: no KV blocks; concurrency = usable memory left / state per sequence."""
+    """No attention layer: vLLM's hybrid allocator gives each Mamba layer one state page per request (MambaSpec), so
+    the blocks are state pages and the concurrency is their number (one per request per group)."""
     result = CliRunner().invoke(cli, ["serve", "mamba-2.8b", "--gpu", "h100-sxm", "--max-model-len", "8k",
                                       "--format", "json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     state = recurrent_state_bytes(load_model("mamba-2.8b"))
-    assert data["kv_blocks"] == 0 and data["state_bytes_per_sequence_per_gpu"] == state
+    assert data["state_bytes_per_sequence_per_gpu"] == state
+    assert [g["kind"] for g in data["kv_groups"]] == ["state"] and data["blocks_per_sequence"] == 1
+    assert data["kv_blocks"] == int(data["kv_cache_memory_bytes_per_gpu"] // state)
+    assert data["max_concurrent_sequences"] == data["kv_blocks"]
 
 
 # --- no None reaches arithmetic: every command on a model without a dense FFN or attention ---------

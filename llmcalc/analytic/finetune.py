@@ -97,6 +97,8 @@ class LoraConfig:
     targets: tuple[str, ...] = TARGETS
     base_dtype: str = "bf16"
     double_quant: bool = True
+    stored_base_bytes: float | None = None  # the frozen base as a pre-quantized checkpoint ships it (quant.py)
+    stored_label: str = ""
 
     @property
     def target_label(self) -> str:
@@ -295,6 +297,8 @@ class Finetune:
         """The frozen base as stored: block linears in the base dtype (with their quantisation state),
         every other parameter (embeddings, LM head, norms, biases) in bf16 — bitsandbytes quantises
         nn.Linear modules only, and transformers' quantizer skips the LM head (llm_int8_skip_modules)."""
+        if self.config.stored_base_bytes is not None:
+            return self.config.stored_base_bytes
         dtype, dq = self.config.base_dtype, self.config.double_quant
         linear = sum(lin.count * quantised_bytes(lin.d_in, lin.d_out, dtype, dq) for lin in self.linears)
         rest_bytes = 4.0 if dtype == "fp32" else 2.0
@@ -307,7 +311,10 @@ class Finetune:
         cfg = self.config
         lines = [f"{cfg.method} rank {cfg.rank} on {cfg.target_label}: r·(d_in + d_out) trainable parameters per "
                  "adapted linear per block, no bias; the LM head, embeddings and norms are not adapted"]
-        if cfg.base_dtype in ("nf4", "fp4"):
+        if cfg.stored_base_bytes is not None:
+            lines.append(f"frozen base as the checkpoint ships it: {cfg.stored_label} (quantization_config; "
+                         f"--base-dtype overrides); each matmul dequantises its weight to bf16 on the fly")
+        elif cfg.base_dtype in ("nf4", "fp4"):
             lines.append(f"frozen block linears in {cfg.base_dtype} (bitsandbytes Params4bit): 4 bits per weight + "
                          + ("a uint8 absmax per 64-block, double-quantised with an fp32 absmax per 256 blocks = "
                             "0.5 + 1/64 + 4/(64·256) bytes/param" if cfg.double_quant
@@ -459,7 +466,7 @@ class FinetuneMemory(PhasedPeak):
         n = self.ft.trainable
         a = self.activations
         dequant = 0.0
-        if self.ft.config.base_dtype in ("nf4", "fp4", "int8"):
+        if self.ft.config.base_dtype in ("nf4", "fp4", "int8") or self.ft.config.stored_base_bytes is not None:
             dequant = 2.0 * self.ft.largest_linear()  # bnb dequantises one weight to bf16 per matmul
         return {
             "weights": self.ft.base_weight_bytes(),

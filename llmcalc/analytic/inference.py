@@ -34,24 +34,10 @@ from ..hardware import Accelerator, canonical_dtype
 from ..spec import MLA, ModelSpec
 from ..validate import positive_int
 from .flops import forward_ops
-from .params import count_params
+from .quant import SHIPPED_NAMES, TYPED_BYTES, TYPED_NOTES, WeightFormat, weight_format
 from .ssm import layer_state_elements, recurrent_state_elements
 
-# Group-wise int4 weight quantisation as GPTQ/AWQ checkpoints store it (and vLLM loads it): groups of
-# 128 input weights share one fp16 scale (2 B) and one packed 4-bit zero point (0.5 B).
-INT4_GROUP_SIZE = 128
-INT4_GROUP_BYTES = 2.0 + 0.5
-WEIGHT_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8", "int4")
 KV_DTYPES = ("fp32", "bf16", "fp16", "fp8")  # what vLLM's --kv-cache-dtype can be (auto = the model dtype)
-QUANTISATION_NOTES = {
-    "int4": f"int4 weights with group-wise scales: groups of {INT4_GROUP_SIZE} weights share an fp16 scale (2 B) and "
-            f"a 4-bit zero point (0.5 B), {0.5 + INT4_GROUP_BYTES / INT4_GROUP_SIZE:g} B per weight (GPTQ/AWQ layout)",
-    "int8": "int8 weights (W8A8/W8A16): per-output-channel scales, under 0.1 % of the weights, not counted",
-    "fp8": "fp8 (e4m3) weights: per-tensor or per-channel scales, under 0.1 % of the weights, not counted",
-}
-# What a quantised checkpoint leaves in 16 bits: embeddings, LM head, norms, router, biases (vLLM
-# quantises the Linear layers inside the blocks only).
-UNQUANTISED = ("bias", "router", "q_a_norm", "kv_a_norm", "relative_position_bias")
 # Linear layers vLLM keeps whole on every rank: the router and MLA's down-projections (ReplicatedLinear).
 REPLICATED = ("router", "q_a_proj", "kv_a_proj")
 
@@ -180,22 +166,15 @@ def cross_kv_bytes_per_source_token(spec: ModelSpec, kv_dtype: str = "bf16") -> 
 
 # --- weights --------------------------------------------------------------------------------------
 
-def _base_dtype(weight_dtype: str) -> str:
-    """The dtype of what a quantised checkpoint leaves unquantised (fp16 with fp16, else bf16)."""
-    return weight_dtype if weight_dtype in ("fp32", "bf16", "fp16") else "bf16"
+QUANTISATION_NOTES = {k: v for k, v in TYPED_NOTES.items()}
 
 
 def bytes_per_weight(weight_dtype: str) -> float:
-    """Bytes per quantised matmul weight, group scales included (int4: 0.5 + 2.5/128)."""
-    if weight_dtype not in WEIGHT_DTYPES:
-        raise LlmcalcError(f"unknown weight dtype {weight_dtype!r}; use one of {', '.join(WEIGHT_DTYPES)}")
-    extra = INT4_GROUP_BYTES / INT4_GROUP_SIZE if weight_dtype == "int4" else 0.0
-    return dtype_bytes(weight_dtype) + extra
-
-
-def _is_quantised(key: str) -> bool:
-    group, name = key.split("/")
-    return group.split(".")[-1] in ("attention", "cross_attention", "mlp", "moe") and name not in UNQUANTISED
+    """Bytes per block-matmul weight at a typed --weight-dtype, group scales included (int4: 0.5 + 2.5/128); a
+    shipped format's name (nf4, int4 of an AWQ checkpoint, ...) is checked for being one llmcalc knows."""
+    if weight_dtype not in TYPED_BYTES and weight_dtype not in SHIPPED_NAMES:
+        raise LlmcalcError(f"unknown weight dtype {weight_dtype!r}; use one of {', '.join(TYPED_BYTES)}")
+    return TYPED_BYTES.get(weight_dtype, 0.5)
 
 
 @dataclass(frozen=True)
@@ -222,13 +201,14 @@ class WeightLayout:
         return dense + spec.n_moe_layers * expected_experts(spec, tokens) * self.expert_bytes / tp
 
 
-def weight_layout(spec: ModelSpec, weight_dtype: str = "bf16", tp: int = 1) -> WeightLayout:
-    q = bytes_per_weight(weight_dtype)
-    base = dtype_bytes(_base_dtype(weight_dtype))
+def weight_layout(spec: ModelSpec, weight_dtype: str = "bf16", tp: int = 1,
+                  fmt: WeightFormat | None = None) -> WeightLayout:
+    """Weight bytes whole and per tensor-parallel rank: each component at its format (``quant.WeightFormat``: as the
+    checkpoint ships it, or `weight_dtype` typed), split by tp but the replicated ones."""
+    fmt = fmt or weight_format(spec, weight_dtype)
     total = per_gpu = lookups = experts = 0.0
     kv_share = kv_heads_per_gpu(spec, tp) / spec.n_kv_heads
-    for key, n in count_params(spec).components.items():
-        nbytes = n * (q if _is_quantised(key) else base)
+    for key, nbytes in fmt.component_bytes(spec).items():
         name = key.split("/")[1]
         total += nbytes
         if key.startswith("norm") or name.endswith("norm") or name in REPLICATED:
@@ -247,9 +227,10 @@ def weight_layout(spec: ModelSpec, weight_dtype: str = "bf16", tp: int = 1) -> W
     return WeightLayout(total, per_gpu, lookups, experts, expert)
 
 
-def weight_bytes(spec: ModelSpec, weight_dtype: str = "bf16") -> float:
-    """All parameters: block matmuls at `weight_dtype` (int4 with its group scales), the rest in 16 bits."""
-    return weight_layout(spec, weight_dtype).total
+def weight_bytes(spec: ModelSpec, weight_dtype: str | None = "bf16") -> float:
+    """All parameters: block matmuls at `weight_dtype` (int4 with its group scales), the rest in 16 bits; None: as
+    the checkpoint ships them."""
+    return weight_layout(spec, fmt=weight_format(spec, weight_dtype)).total
 
 
 def expected_experts(spec: ModelSpec, tokens: int) -> float:
@@ -403,6 +384,7 @@ class InferenceEstimate:
     kv_dtype: str
     compute_dtype: str
     n_gpus: int = 1  # tensor-parallel GPUs
+    weight_format: WeightFormat | None = None  # None: weight_dtype as typed
 
     def __post_init__(self) -> None:
         if self.spec.architecture != "decoder":
@@ -413,7 +395,7 @@ class InferenceEstimate:
 
     @cached_property
     def layout(self) -> WeightLayout:
-        return weight_layout(self.spec, self.weight_dtype, self.n_gpus)
+        return weight_layout(self.spec, self.weight_dtype, self.n_gpus, self.weight_format)
 
     @cached_property
     def _slopes(self) -> tuple[int, int]:
@@ -533,11 +515,13 @@ def check_inference(batch: int, prompt: int, generate: int) -> None:
 
 
 def plan_inference(spec: ModelSpec, accelerator: Accelerator, batch: int, prompt: int, generate: int,
-                   weight_dtype: str = "bf16", kv_dtype: str | None = None, compute_dtype: str | None = None,
+                   weight_dtype: str | None = None, kv_dtype: str | None = None, compute_dtype: str | None = None,
                    n_gpus: int = 1) -> InferenceEstimate:
     """`llmcalc infer`: the roofline of `batch` sequences of `prompt` tokens generating `generate` more on
-    `n_gpus` (tensor parallel), with the dtypes checked against the device (``resolve_dtypes``)."""
+    `n_gpus` (tensor parallel), weights as the checkpoint ships them unless `weight_dtype` is typed, with the dtypes
+    checked against the device (``resolve_dtypes``)."""
     check_inference(batch, prompt, generate)
-    weight, kv, compute = resolve_dtypes(accelerator, weight_dtype, kv_dtype, compute_dtype)
+    fmt = weight_format(spec, weight_dtype)
+    weight, kv, compute = resolve_dtypes(accelerator, fmt.name, kv_dtype, compute_dtype)
     return InferenceEstimate(spec, accelerator, batch, prompt, generate=generate, weight_dtype=weight, kv_dtype=kv,
-                             compute_dtype=compute, n_gpus=n_gpus)
+                             compute_dtype=compute, n_gpus=n_gpus, weight_format=None if fmt.typed else fmt)

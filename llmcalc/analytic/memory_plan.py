@@ -9,7 +9,7 @@ GPU holding the whole frozen base, so the layout options are refused.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import LlmcalcError
@@ -17,7 +17,7 @@ from ..hardware import Accelerator
 from ..spec import ModelSpec
 from ..units import GIB
 from ..validate import DEFAULT_SEQ_LEN, DEFAULT_ZERO
-from .finetune import FinetuneMemory, finetune_memory
+from .finetune import FinetuneMemory, LoraConfig, finetune_memory
 from .finetune_request import FinetuneRequest
 from .memory import MemoryEstimate, Optimizer, custom_optimizer, smallest_fit, training_memory
 from .parallel import Parallel
@@ -70,6 +70,8 @@ class MemoryPlan:
     reserve: float = 0.0  # bytes kept free on the device
     notes: list[str] = field(default_factory=list)
     fit_advice: dict[str, Any] | None = None
+    fit: list[dict[str, Any]] | None = None  # --finetune with --gpu: the largest micro-batch and length per recompute
+    cuda_context: float = 0.0
 
 
 def plan_memory(spec: ModelSpec, request: MemoryRequest, device: Accelerator | None = None) -> MemoryPlan:
@@ -82,9 +84,14 @@ def plan_memory(spec: ModelSpec, request: MemoryRequest, device: Accelerator | N
     cfg = request.finetune.config()
     if cfg is not None:
         _refuse_with_finetune(request)
+        cfg = shipped_base(spec, cfg, typed=request.finetune.base_dtype is not None)
         est = finetune_memory(spec, cfg, request.batch, request.seq_len, optimizer=opt, recompute=request.recompute,
                               attention=request.attention, dropout=request.dropout)
-        return MemoryPlan(est, device, reserve)
+        if device is None:
+            return MemoryPlan(est, device, reserve)
+        context = cuda_context_bytes(device)
+        fit = finetune_fit(spec, cfg, request, device.usable_bytes - context - reserve)
+        return MemoryPlan(est, device, reserve + context, fit=fit, cuda_context=context)
     parallel = request.parallel()
     settings: dict[str, Any] = dict(batch=request.batch, seq_len=request.seq_len, recipe=request.recipe,
                                     optimizer=opt, recompute=request.recompute, attention=request.attention,
@@ -111,3 +118,67 @@ def _refuse_with_finetune(request: MemoryRequest) -> None:
     if clash:
         raise LlmcalcError(f"{', '.join(clash)} not modelled with --finetune (each data-parallel GPU holds the "
                            "whole frozen base; the base dtype is --base-dtype, adapters are fp32); drop them")
+
+
+def shipped_base(spec: ModelSpec, cfg: LoraConfig, typed: bool) -> LoraConfig:
+    """The frozen base of a pre-quantized checkpoint as it ships (a QLoRA of an unsloth *-bnb-4bit, a LoRA on
+    gpt-oss's MXFP4 or DeepSeek's FP8): bitsandbytes configs set the base dtype and double quantisation, other
+    formats their stored bytes (analytic/quant.py); a typed --base-dtype wins."""
+    if typed or spec.quantization_config is None:
+        return cfg
+    from .quant import weight_format
+
+    fmt = weight_format(spec)
+    q = fmt.quant
+    if q is None:
+        return cfg
+    if q.method == "bitsandbytes":
+        qc = spec.quantization_config
+        base = "int8" if q.format.per == "channel" else str(qc.get("bnb_4bit_quant_type", "fp4"))
+        return replace(cfg, base_dtype=base, double_quant=q.format.double_quant)
+    return replace(cfg, stored_base_bytes=sum(fmt.component_bytes(spec).values()), stored_label=fmt.describe())
+
+
+# The CUDA context (and cuBLASLt workspace) a training process holds before its first tensor, per GPU generation:
+# ~400 MB with lazy module loading (ptrblck, pytorch/pytorch#109888: "around 400MB if CUDA >= 11.7"), 256 MiB on an
+# RTX 3090 (invoke-ai/InvokeAI#9413: "256 MiB is the characteristic size of a bare CUDA context"), 426 MiB on an RTX
+# 6000 Ada (unslothai/unsloth-zoo PR #1053, torch.cuda.mem_get_info); plus PyTorch's cuBLASLt workspace, 32 MiB on
+# sm90 and later, 4 MiB on Ampere (pytorch/pytorch PR #120925). research/mechanisms/mechanisms.md sec. 7.
+CUDA_CONTEXT = {"ampere": 256 * 2**20 + 4 * 2**20, "ada": 426 * 2**20 + 4 * 2**20,
+                "hopper": 400e6 + 32 * 2**20, "blackwell": 400e6 + 32 * 2**20}
+CUDA_CONTEXT_DEFAULT = 400e6  # other generations: ptrblck's figure
+
+
+def cuda_context_bytes(device: Accelerator) -> float:
+    from .vllm import generation
+
+    return CUDA_CONTEXT.get(generation(device), CUDA_CONTEXT_DEFAULT)
+
+
+MAX_FIT_BATCH = 4096
+
+
+def finetune_fit(spec: ModelSpec, cfg: LoraConfig, request: MemoryRequest, capacity: float) -> list[dict[str, Any]]:
+    """Per recompute mode: the largest micro-batch at --seq-len, and the longest sequence at micro-batch 1 (a multiple
+    of 256, up to the model's max_position_embeddings or 1M), that fit in `capacity` bytes."""
+    opt = request.optimizer_or_bytes
+
+    def peak(batch: int, seq: int, recompute: str) -> float:
+        return finetune_memory(spec, cfg, batch, seq, optimizer=opt, recompute=recompute, attention=request.attention,
+                               dropout=request.dropout).peak
+
+    def largest(fits: Any, hi: int) -> int:
+        lo = 0
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+        return lo
+
+    rows = []
+    longest = spec.max_seq_len or 2**20
+    for recompute in ("none", "selective", "full"):
+        batch = largest(lambda b, r=recompute: peak(b, request.seq_len, r) <= capacity, MAX_FIT_BATCH)
+        units = largest(lambda u, r=recompute: peak(1, 256 * u, r) <= capacity, max(1, longest // 256))
+        rows.append({"recompute": recompute, "largest_micro_batch": batch, "seq_len": request.seq_len,
+                     "longest_seq_len": 256 * units})
+    return rows

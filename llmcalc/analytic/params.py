@@ -136,17 +136,21 @@ def _stack(spec: ModelSpec, stack: str, n_layers: int) -> dict[str, int]:
             _add(out, {"norm/layers": spec.norms_in_layer(i) * _norm(spec, spec.d_model)})
         out["norm/final"] = _norm(spec, spec.d_model)
         return out
+    # every block of a stack has the same parts (attention, an MoE or dense FFN, norms): each counted once
+    attention = _attention(spec, f"{stack}attention")
+    cross_attention = _attention(spec, f"{stack}cross_attention", cross=True) if cross else {}
+    ffns: dict[bool, dict[str, int]] = {}  # is_moe_layer -> that FFN's parts
+    layer_norms = {f"{stack}norm/layers": norms * _norm(spec, spec.d_model)}
     for i in range(n_layers):
-        _add(out, _attention(spec, f"{stack}attention"))
-        if cross:
-            _add(out, _attention(spec, f"{stack}cross_attention", cross=True))
+        _add(out, attention)
+        _add(out, cross_attention)
         if spec.pos_emb == "relative" and i == 0:  # T5: one bias table per stack, in block 0
             out[f"{stack}attention/relative_position_bias"] = spec.rel_pos_buckets * spec.n_heads
-        if spec.is_moe_layer(i):
-            _add(out, _moe(spec, f"{stack}moe"))
-        else:
-            _add(out, _ffn(spec, spec.d_ff, f"{stack}mlp"))
-        _add(out, {f"{stack}norm/layers": norms * _norm(spec, spec.d_model)})
+        moe = spec.is_moe_layer(i)
+        if moe not in ffns:
+            ffns[moe] = _moe(spec, f"{stack}moe") if moe else _ffn(spec, spec.d_ff, f"{stack}mlp")
+        _add(out, ffns[moe])
+        _add(out, layer_norms)
     if spec.final_norm:
         out[f"{stack}norm/final"] = _norm(spec, spec.d_model)
     return out

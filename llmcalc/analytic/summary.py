@@ -82,6 +82,7 @@ COLUMNS = {
     "training_flops_per_token": ("training FLOPs per token (fwd+bwd)", "flops"),
     "attention_share": ("attention S² share of FLOPs (%)", "pct"),
     "kv_cache_bytes_per_token": ("KV cache per token", "bytes"),
+    "weights_bytes": ("weights as shipped (GiB)", "gib"),
     "training_flops": ("training FLOPs (model)", "flops"),
     "gpu_hours": ("GPU-hours (h)", "hours"),
     "wall_clock_days": ("wall-clock (days)", "days"),
@@ -124,6 +125,7 @@ def model_record(spec: ModelSpec, scenario: Scenario) -> dict:
         "kv_cache_bytes_per_token": (kv_cache_bytes_per_token(spec, scenario.kv_dtype)
                                      if spec.architecture != "encoder" else None),
         "training_flops": step.model_flops_per_token * scenario.tokens,
+        "weights_bytes": shipped_weight_bytes(spec),
     }
     if scenario.gpu is not None:
         est = scenario_training(spec, scenario, step)
@@ -132,6 +134,18 @@ def model_record(spec: ModelSpec, scenario: Scenario) -> dict:
             mem = scenario_memory(spec, scenario)
             record.update(memory_per_gpu_bytes=mem.peak, fits=mem.peak <= scenario.gpu.memory_bytes)
     return record
+
+
+def shipped_weight_bytes(spec: ModelSpec) -> float | None:
+    """The weights as the checkpoint ships them (its quantization_config; quant.py), None for a format llmcalc does
+    not size."""
+    from .inference import weight_layout
+    from .quant import weight_format
+
+    try:
+        return weight_layout(spec, fmt=weight_format(spec)).total
+    except LlmcalcError:
+        return None
 
 
 def sort_records(records: list[dict], key: str | None, reverse: bool = False) -> list[dict]:

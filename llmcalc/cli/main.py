@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import MutableMapping
 from typing import Any, NoReturn
 
 import click
 
+from .. import __version__
 from ..errors import Interrupted, LlmcalcError
-from . import compare, memory, models, profile, serving, training
 from .common import flush_warnings
 
 EXIT_BAD_INPUT = 2
@@ -23,6 +24,12 @@ EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in llmcalc, not in the input
 # unless placed here.
 WORKFLOW = ("presets", "params", "flops", "train", "plan", "memory", "infer", "serve", "layout", "compare",
             "report", "profile", "calibrate")
+# The module of llmcalc.cli that defines each command (its COMMANDS): a command's module is imported when the
+# command runs, so `llmcalc params` builds the options of `params` and not of the twelve others.
+COMMAND_MODULES = {"presets": "models", "params": "models", "flops": "models", "train": "training",
+                   "plan": "training", "layout": "training", "memory": "memory", "infer": "serving",
+                   "serve": "serving", "compare": "compare", "report": "compare", "profile": "profile",
+                   "calibrate": "profile"}
 
 
 def one_line(text: str) -> str:
@@ -37,9 +44,32 @@ def _exit(message: str, code: int) -> NoReturn:
 
 
 class LlmcalcGroup(click.Group):
-    """A click group whose errors are one line on stderr with a non-zero exit."""
+    """A click group whose errors are one line on stderr with a non-zero exit, and whose commands are imported
+    when asked for (``COMMAND_MODULES``); ``commands`` imports them all."""
 
     argv: list[str]
+    _commands: dict[str, click.Command]
+
+    @property
+    def commands(self) -> MutableMapping[str, click.Command]:  # every command, all imported
+        for name in COMMAND_MODULES:
+            self.get_command(click.Context(self), name)
+        return self._commands
+
+    @commands.setter
+    def commands(self, value: MutableMapping[str, click.Command]) -> None:
+        self._commands = dict(value)
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        self._commands[name or cmd.name or ""] = cmd
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self._commands and cmd_name in COMMAND_MODULES:
+            from importlib import import_module
+
+            for command in import_module(f"{__package__}.{COMMAND_MODULES[cmd_name]}").COMMANDS:
+                self._commands.setdefault(command.name, command)
+        return self._commands.get(cmd_name)
 
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
              standalone_mode: bool = True, **extra: Any) -> Any:
@@ -82,19 +112,20 @@ class LlmcalcGroup(click.Group):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         order = {name: i for i, name in enumerate(WORKFLOW)}
-        return sorted(self.commands, key=lambda n: order.get(n, len(WORKFLOW)))
+        return sorted({*COMMAND_MODULES, *self._commands}, key=lambda n: order.get(n, len(WORKFLOW)))
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """Each command with its whole first sentence (click cuts summaries at 45 characters)."""
-        rows = [(name, self.commands[name].get_short_help_str(limit=200)) for name in self.list_commands(ctx)
-                if not self.commands[name].hidden]
+        commands = self.commands
+        rows = [(name, commands[name].get_short_help_str(limit=200)) for name in self.list_commands(ctx)
+                if not commands[name].hidden]
         if rows:
             with formatter.section("Commands (in the order a plan needs them)"):
                 formatter.write_dl(rows, col_max=12)
 
 
 @click.group(cls=LlmcalcGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120})
-@click.version_option(package_name="llmcalc")
+@click.version_option(__version__, prog_name="llmcalc")  # the package's own string: no importlib.metadata
 def cli() -> None:
     """How big is a Transformer, how many FLOPs, how much memory, how long and how much to train.
 
@@ -102,11 +133,6 @@ def cli() -> None:
     comes from (meta-llama/Meta-Llama-3-8B), a config.json, or a folder holding one. Counts take SI
     suffixes (7B, 15T, 1k); sequence lengths binary ones (4k = 4,096).
     """
-
-
-for module in (models, training, memory, serving, compare, profile):
-    for command in module.COMMANDS:
-        cli.add_command(command)
 
 
 def main() -> None:

@@ -296,14 +296,48 @@ def step_model_options(func: F) -> F:
 
 def serving_options(func: F) -> F:
     return apply(func, [
-        click.option("--weight-dtype", type=DType(STORAGE_DTYPES), default="bf16", show_default=True,
-                     help="bf16, fp16, fp8, int8, int4 (group-wise scales, group 128) or fp32."),
+        click.option("--weight-dtype", type=DType(STORAGE_DTYPES), default=None,
+                     help="Default: as the checkpoint ships them (its quantization_config: mxfp4, fp8 with scales, "
+                          "AWQ, GPTQ, bitsandbytes, ...). Given: bf16, fp16, fp8, int8, int4 (group 128), mxfp4, nvfp4 "
+                          "or fp32 for every block matmul, overriding the checkpoint."),
         click.option("--kv-dtype", type=DType(STORAGE_DTYPES), default=None,
                      help="KV cache dtype (default: the activation dtype, bf16 or fp16)."),
         click.option("--compute-dtype", type=DType(), default=None,
                      help="Which peak to use (default: fp8 for fp8 weights where the device has it, else bf16)."),
         click.option("--n-gpus", type=DEGREE, default=1, show_default=True,
                      help="GPUs serving one replica, tensor parallel (the total for that replica)."),
+    ])
+
+
+def vllm_options(func: F) -> F:
+    """`serve`: vLLM's own settings, spelled as vLLM spells them, and the targets of the inverse question."""
+    return apply(func, [
+        click.option("--max-model-len", type=LENGTH, default=None,
+                     help="Tokens per request the KV cache must hold (default: the model's max_position_embeddings)."),
+        click.option("--gpu-memory-utilization", type=MFU, default=None,
+                     help="Share of each GPU's CUDA-visible memory vLLM may use (default: the version's, 0.92 from "
+                          "v0.21, 0.9 before)."),
+        click.option("--block-size", type=POSITIVE_INT, default=None,
+                     help="Tokens per paged-KV block (default: the attention backend's: 16; MLA 64 on Hopper, 128 "
+                          "on Blackwell)."),
+        pp_option,
+        click.option("--dp", type=DEGREE, default=1, show_default=True,
+                     help="Data-parallel replicas (vLLM --data-parallel-size)."),
+        click.option("--enable-expert-parallel", "expert_parallel", is_flag=True,
+                     help="MoE: routed experts split whole over tp x dp GPUs instead of tensor parallel."),
+        click.option("--max-num-batched-tokens", type=POSITIVE_INT, default=None,
+                     help="Tokens per scheduler step, the profiling run's (default: vLLM's for this GPU)."),
+        click.option("--max-num-seqs", type=POSITIVE_INT, default=None,
+                     help="Sequences per step, the dummy sampler's rows (default: vLLM's for this GPU)."),
+        click.option("--vllm-version", "version", type=NAME, default=None,
+                     help="Whose memory accounting: a release (0.6.4 and later, e.g. 0.11.0) or v0 for the V0 engine "
+                          "(default: the current release, 0.21)."),
+        click.option("--concurrency", type=POSITIVE_INT, default=None,
+                     help="Concurrent max-length requests to serve: answers the fewest GPUs and the layout."),
+        click.option("--max-ttft", "ttft", type=Number(maximum=1e6), default=None,
+                     help="With --concurrency: seconds to the first token of a max-length prompt, at most."),
+        click.option("--min-tokens-per-second", "tokens_per_second", type=QUANTITY, default=None,
+                     help="With --concurrency: generated tokens per second of all sequences, at least."),
     ])
 
 

@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 @click.option("--tp", type=POSITIVE_INT, default=1, show_default=True,
               help="Sharded runs: tensor-parallel degree; dp = world size / tp.")
 @click.option("--all-layers", is_flag=True,
-              help="Virtual sharded runs: measure every block (default past 8: 2 and 4 blocks, extrapolated).")
+              help="Virtual runs: measure every block (default past 8: a few blocks, extrapolated exactly).")
 @finetune_options
 @format_option
 @click.pass_context
@@ -74,6 +74,8 @@ def profile(ctx: click.Context, model: str, virtual: bool, device: str, dtype: s
     if virtual:
         refuse_unused(ctx, ("steps", "warmup", "compile_", "peak_tflops", "device"),
                       "with --virtual (nothing runs on a device)")
+    else:
+        refuse_unused(ctx, ("all_layers",), "without --virtual (a real run measures every block)")
     request = ProfileRequest(model, virtual=virtual, device=device, dtype=dtype, recipe=recipe, batch=micro_batch,
                              seq_len=seq_len, steps=steps, warmup=warmup, compile=compile_, counter=counter,
                              recompute=recompute, attention=attention, layers=layers, peak_tflops=peak_tflops,

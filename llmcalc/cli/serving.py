@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from ..validate import MAX_GENERATE
 from .common import emit, load_hardware, load_model
-from .options import LENGTH, MFU, POSITIVE_INT, format_option, gpu_option, model_argument, serving_options
+from .options import (
+    LENGTH,
+    POSITIVE_INT,
+    format_option,
+    gpu_option,
+    model_argument,
+    refuse_unused,
+    serving_options,
+    vllm_options,
+)
 from .types import Count
 
 
@@ -19,7 +30,8 @@ from .types import Count
 @click.option("--batch-size", type=POSITIVE_INT, default=1, show_default=True, help="Concurrent sequences.")
 @serving_options
 @format_option
-def infer(model: str, gpu: str, prompt: int, generate: int, batch_size: int, weight_dtype: str, kv_dtype: str | None,
+def infer(model: str, gpu: str, prompt: int, generate: int, batch_size: int, weight_dtype: str | None,
+          kv_dtype: str | None,
           compute_dtype: str | None, n_gpus: int, fmt: str) -> None:
     """Prefill and decode time and tokens/s of MODEL on a GPU: a roofline, an upper bound on speed."""
     from ..analytic.inference import plan_inference
@@ -34,23 +46,31 @@ def infer(model: str, gpu: str, prompt: int, generate: int, batch_size: int, wei
 @model_argument
 @gpu_option(required=True)
 @serving_options
-@click.option("--max-model-len", type=LENGTH, default=None,
-              help="Tokens per request the KV cache must hold (default: the model's max_position_embeddings).")
-@click.option("--gpu-memory-utilization", type=MFU, default=0.9, show_default=True,
-              help="Share of each GPU's memory vLLM may use (weights, activations, KV cache).")
-@click.option("--block-size", type=POSITIVE_INT, default=16, show_default=True, help="Tokens per paged-KV block.")
+@vllm_options
 @format_option
-def serve(model: str, gpu: str, weight_dtype: str, kv_dtype: str | None, compute_dtype: str | None, n_gpus: int,
-          max_model_len: int | None, gpu_memory_utilization: float, block_size: int, fmt: str) -> None:
-    """Serving MODEL on N GPUs (tensor parallel), sized as vLLM sizes it: weights and paged KV cache per
-    GPU, concurrent sequences at the max length, throughput and latency against concurrency."""
-    from ..analytic.serving import plan_serving
-    from ..views.serve import document
+@click.pass_context
+def serve(ctx: click.Context, model: str, gpu: str, weight_dtype: str | None, kv_dtype: str | None,
+          compute_dtype: str | None, n_gpus: int, fmt: str, **vllm: Any) -> None:
+    """Serving MODEL with vLLM: weights as shipped, memory per GPU, hybrid KV cache, concurrency, throughput.
 
-    est = plan_serving(load_model(model), load_hardware(gpu), n_gpus, max_model_len,
-                       gpu_memory_utilization=gpu_memory_utilization, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                       compute_dtype=compute_dtype, block_size=block_size)
-    emit(document(est), fmt, est.warnings)
+    Weights as the checkpoint ships them, the memory vLLM sees per GPU and its hybrid paged KV cache, concurrent
+    sequences at the max length, throughput against concurrency; with --concurrency, the fewest GPUs and the layout
+    that serve it."""
+    from ..analytic.serving import plan_capacity, plan_serving
+    from ..views.serve import capacity_document, document
+
+    spec, device = load_model(model), load_hardware(gpu)
+    dtypes: dict[str, Any] = dict(weight_dtype=weight_dtype, kv_dtype=kv_dtype, compute_dtype=compute_dtype)
+    targets = {k: vllm.pop(k) for k in ("concurrency", "ttft", "tokens_per_second")}
+    if targets["concurrency"] is None:
+        refuse_unused(ctx, ("ttft", "tokens_per_second"), "without --concurrency (the targets of its search)")
+        est = plan_serving(spec, device, n_gpus, **dtypes, **vllm)
+        return emit(document(est), fmt, est.warnings)
+    refuse_unused(ctx, ("n_gpus", "pp", "dp", "enable_expert_parallel"), "with --concurrency (which answers them)")
+    plan = plan_capacity(spec, device, vllm.pop("max_model_len") or spec.max_seq_len or 0, targets["concurrency"],
+                         ttft_seconds=targets["ttft"], tokens_per_second=targets["tokens_per_second"], **dtypes,
+                         **{k: v for k, v in vllm.items() if k not in ("pp", "dp", "expert_parallel")})
+    emit(capacity_document(plan), fmt, plan.best.warnings)
 
 
 COMMANDS = (infer, serve)

@@ -11,8 +11,10 @@ Every measured figure is returned beside the formula that predicted it.
 
 from __future__ import annotations
 
+import re
 import statistics
 import time
+from dataclasses import dataclass
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -143,14 +145,146 @@ def _check(spec: ModelSpec, recompute: str, attention: str) -> None:
         raise LlmcalcError(f"attention must be sdpa or eager, got {attention!r}")
 
 
-def virtual_profile(spec: ModelSpec, batch: int = 1, seq: int = DEFAULT_SEQ_LEN, recipe: str = "bf16-mixed",
-                    recompute: str = "none", attention: str = "sdpa", track_memory: bool = True) -> ProfileResult:
-    """A training step on fake tensors: exact FLOP counts and MemTracker's peak, no real memory."""
-    _check(spec, recompute, attention)
+FULL_DEPTH_LAYERS = 8  # a deeper single-stack model is measured on a few blocks and extrapolated (`sampling`)
+
+
+def block_kinds(spec: ModelSpec) -> list[tuple]:
+    """What tells the reference model's blocks apart (profiling/model.py: Block, Stack): a routed-expert or a dense
+    FFN, and T5's relative-position table in block 0; each layer's attention span too, which the model does not
+    read today, so that a model that does is never extrapolated across spans."""
+    relative = spec.pos_emb == "relative"
+    return [(spec.is_moe_layer(i), spec.attention_span(i), spec.span_tokens(i), relative and i == 0)
+            for i in range(spec.n_layers)]
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """n_layers = head + period x repeats: `head` blocks of their own kinds, then one period of blocks repeated
+    (a uniform stack: head 0, period 1). Measured at one and two periods after the head (`depths`)."""
+
+    head: int
+    period: int
+    repeats: int
+
+    @property
+    def depths(self) -> tuple[int, int]:
+        return self.head + self.period, self.head + 2 * self.period
+
+
+def sampling(spec: ModelSpec) -> Sampling | None:
+    """How a virtual profile measures `spec`: sampled (the decomposition whose two sample depths hold the fewest
+    blocks), or None, every block (a model of at most FULL_DEPTH_LAYERS blocks, an encoder-decoder, a stack with
+    no period repeated three times after its head)."""
+    if spec.architecture == "encoder-decoder" or spec.n_layers <= FULL_DEPTH_LAYERS:
+        return None
+    kinds = block_kinds(spec)
+    n, best = len(kinds), None
+    for head in range(n):
+        if best is not None and 2 * head >= best[0]:
+            break
+        for period in range(1, (n - head) // 3 + 1):
+            if (n - head) % period == 0 and all(kinds[i] == kinds[head + (i - head) % period]
+                                                for i in range(head, n)):
+                cost = 2 * head + 3 * period  # blocks built at the two depths
+                if best is None or cost < best[0]:
+                    best = (cost, head, period)
+                break
+    if best is None or best[0] >= n:
+        return None
+    _, head, period = best
+    return Sampling(head, period, (n - head) // period)
+
+
+class Counted:
+    """What a profile reads of a FlopCount (total, per component, the recomputing attention), measured or
+    extrapolated."""
+
+    def __init__(self, total: int, by_op: dict[str, int], parts: dict[str, int], recomputing: set[str]):
+        self.total, self.by_op, self.parts, self.recomputing = total, by_op, parts, recomputing
+
+    @classmethod
+    def of(cls, count) -> Counted:
+        return cls(count.total, dict(count.by_op), count.components(), count.recomputing_components())
+
+    def components(self) -> dict[str, int]:
+        return dict(self.parts)
+
+    def recomputing_components(self) -> set[str]:
+        return set(self.recomputing)
+
+
+@dataclass
+class _Measured:
+    """One virtual step's figures: parameters, the forward's and the step's FLOPs, the sdpa backends seen, and
+    the memory peak as MemTracker's snapshot ({reference type: bytes}, its total included); `segments`: the
+    peak of each part of a sampled step (`_segment_tracker`)."""
+
+    params: int
+    forward: Counted
+    step: Counted
+    seen: set[str]
+    peak: dict | None
+    segments: dict | None = None
+
+
+_BLOCK = re.compile(r"[^.]+\.body\.layers\.(\d+)")
+
+
+def _segment_tracker(plan: Sampling, depth: int):
+    """MemTracker keeping the global peak and the peak of each segment of the step, so that a sampled profile
+    extrapolates each segment on its own: (phase, where), the phase told by training_step, `where` a head block,
+    a block of the first or of the last period (by its place in the period: inside one phase a block's memory is
+    affine in its index, so its peak over the blocks is at the first or the last period), the innermost other
+    module, or outside every module (the loss); the optimizer step is one segment."""
+    from torch.distributed._tools.mem_tracker import _TOTAL_KEY, MemTracker
+
+    repeats = (depth - plan.head) // plan.period
+
+    def block_keys(index: int) -> list:
+        if index < plan.head:
+            return [("head", index)]
+        rank, place = divmod(index - plan.head, plan.period)
+        return [(part, place) for part, at in (("first", 0), ("last", repeats - 1)) if rank == at]
+
+    class SegmentPeaks(global_peak(MemTracker)):  # type: ignore[misc]  # a class chosen at run time
+        def __init__(self) -> None:
+            super().__init__()
+            self.phase = "forward"
+            self.segments: dict[tuple, tuple[int, int, dict]] = {}
+            self.ops = 0
+
+        def where(self) -> list:
+            if self.phase == "optimizer":
+                return ["step"]
+            parents = [p for p in self._mod_tracker.parents if p != "Global"]
+            for name in parents:
+                match = _BLOCK.fullmatch(name)
+                if match:
+                    return block_keys(int(match.group(1)))
+            return [max(parents, key=len)] if parents else ["outside"]
+
+        def _update_peak_stats(self, peak_state) -> None:
+            super()._update_peak_stats(peak_state)
+            self.ops += 1
+            snaps = list(self._curr_mem_snap.values())
+            total = sum(snap[_TOTAL_KEY] for snap in snaps)
+            for where in self.where():
+                key = (self.phase, where)
+                if key not in self.segments or self.segments[key][0] < total:
+                    merged: dict = {}
+                    for snap in snaps:
+                        for kind, value in snap.items():
+                            merged[kind] = merged.get(kind, 0) + value
+                    self.segments[key] = (total, self.ops, merged)
+
+    return SegmentPeaks()
+
+
+def _measure_virtual(spec: ModelSpec, batch: int, seq: int, recipe: str, recompute: str, attention: str,
+                     track_memory: bool, plan: Sampling | None = None) -> _Measured:
+    """One virtual training step of `spec` (all its blocks), measured; `plan`: the sampling it is one depth of
+    (the memory tracker then keeps each segment's peak)."""
     dtype = param_dtype(recipe)
-    result = ProfileResult(spec.name, "virtual", "cpu (FakeTensorMode)", "fake tensors", recipe,
-                           batch_size=batch, seq_len=seq, recompute=recompute, attention=attention,
-                           sdpa_backend="", counter="torch")
     with FakeTensorMode(allow_non_fake_inputs=True):
         model = build_model(spec, dtype, "cpu", attention, routing="balanced")
         model.set_checkpointing(recompute == "full")
@@ -161,21 +295,117 @@ def virtual_profile(spec: ModelSpec, batch: int = 1, seq: int = DEFAULT_SEQ_LEN,
         with spy:
             forward = count_flops(lambda: forward_only(model, inputs, recipe, "cpu"))
         training_step(model, optimizer, inputs, recipe, "cpu")  # creates the optimizer states
-        peak = None
+        peak: dict | None = None
+        segments = None
         if track_memory:
-            tracker = _global_peak_tracker()
+            tracker = _global_peak_tracker() if plan is None else _segment_tracker(plan, spec.n_layers)
             tracker.track_external(model, *optimizer.tracked)
+
+            def phase(name: str) -> None:
+                tracker.phase = name
+
             with tracker:
-                training_step(model, optimizer, inputs, recipe, "cpu")
-            result.memory_measured = _memory_categories(tracker.get_tracker_snapshot("peak"))
-            peak = result.memory_measured.pop("total", None)
+                training_step(model, optimizer, inputs, recipe, "cpu", phase=phase)
+            summed: dict = {}
+            for stats in tracker.get_tracker_snapshot("peak").values():  # devices summed, as _memory_categories
+                for kind, value in stats.items():
+                    summed[kind] = summed.get(kind, 0) + value
+            peak = summed
+            segments = getattr(tracker, "segments", None)
         step = count_flops(lambda: training_step(model, optimizer, inputs, recipe, "cpu"))
-    result.sdpa_backend = sdpa_backend_seen(forward.by_op, spy.seen)
-    _compare(result, spec, batch, seq, recompute, params=params, forward=forward, step=step,
-             analytic_memory=_analytic_memory(spec, batch, seq, recipe, recompute, attention=attention),
+    return _Measured(params, Counted.of(forward), Counted.of(step), set(spy.seen), peak, segments)
+
+
+def _affine(a: int, b: int, k: int) -> int:
+    """The value `k` periods past b, a being one period before it (ints stay ints: exact)."""
+    return b + k * (b - a)
+
+
+def _affine_dict(a: dict, b: dict, k: int) -> dict:
+    return {key: _affine(a.get(key, 0), b.get(key, 0), k) for key in {**a, **b}}
+
+
+def _extrapolate(a: _Measured, b: _Measured, k: int, spec: ModelSpec) -> _Measured:
+    """The figures of the model `k` periods deeper than b, from a and b one period apart: every count is a sum
+    over blocks (affine in the periods), and so is each segment's memory peak; the model's peak is the highest
+    extrapolated segment (the earliest at b on a tie, as the tracker keeps the first)."""
+    if a.forward.recomputing != b.forward.recomputing or a.seen != b.seen or (
+            a.segments is not None and set(a.segments) != set(b.segments or {})):
+        raise LlmcalcError(f"internal: the sampled profiles of {spec.name} differ in kind; use --all-layers")
+
+    def counted(x: Counted, y: Counted) -> Counted:
+        return Counted(_affine(x.total, y.total, k), _affine_dict(x.by_op, y.by_op, k),
+                       _affine_dict(x.parts, y.parts, k), set(y.recomputing))
+
+    peak = None
+    if a.segments is not None and b.segments is not None:
+        best: tuple[int, int, dict] | None = None
+        for key, (total_b, when, categories_b) in b.segments.items():
+            total_a, _, categories_a = a.segments[key]
+            total = _affine(total_a, total_b, k)
+            if best is None or total > best[0] or (total == best[0] and when < best[1]):
+                best = (total, when, _affine_dict(categories_a, categories_b, k))
+        peak = best[2] if best is not None else None
+    return _Measured(_affine(a.params, b.params, k), counted(a.forward, b.forward), counted(a.step, b.step),
+                     set(b.seen), peak)
+
+
+def _check_segments(measured: _Measured, spec: ModelSpec) -> None:
+    """The segments cover the step: their highest peak is the tracker's global peak."""
+    from torch.distributed._tools.mem_tracker import _TOTAL_KEY
+
+    if measured.segments is None or measured.peak is None:
+        return
+    if max(total for total, _, _ in measured.segments.values()) != measured.peak[_TOTAL_KEY]:
+        raise LlmcalcError(f"internal: the segment peaks of {spec.name} miss the global peak; use --all-layers")
+
+
+def virtual_profile(spec: ModelSpec, batch: int = 1, seq: int = DEFAULT_SEQ_LEN, recipe: str = "bf16-mixed",
+                    recompute: str = "none", attention: str = "sdpa", track_memory: bool = True,
+                    all_layers: bool = False) -> ProfileResult:
+    """A training step on fake tensors: exact FLOP counts and MemTracker's peak, no real memory.
+
+    A model deeper than FULL_DEPTH_LAYERS whose blocks repeat (`sampling`: a head, then a period) is measured at
+    one and at two periods after its head and extrapolated to its depth: parameters and FLOPs are sums over
+    blocks, and the memory peak is the highest of the step's segments' peaks, each affine in the number of
+    periods (`_segment_tracker`); tests/test_profiling.py holds the result to a run of every block.
+    `all_layers` measures every block."""
+    _check(spec, recompute, attention)
+    result = ProfileResult(spec.name, "virtual", "cpu (FakeTensorMode)", "fake tensors", recipe,
+                           batch_size=batch, seq_len=seq, recompute=recompute, attention=attention,
+                           sdpa_backend="", counter="torch")
+    plan = None if all_layers else sampling(spec)
+    if plan is None:
+        measured = _measure_virtual(spec, batch, seq, recipe, recompute, attention, track_memory)
+    else:
+        samples = []
+        for depth in plan.depths:
+            sample = spec.with_layers(depth)
+            if block_kinds(sample) != block_kinds(spec)[:depth]:
+                raise LlmcalcError(f"internal: {spec.name} cut to {depth} blocks changes its blocks; use --all-layers")
+            samples.append(_measure_virtual(sample, batch, seq, recipe, recompute, attention, track_memory, plan))
+            _check_segments(samples[-1], spec)
+        measured = _extrapolate(samples[0], samples[1], plan.repeats - 2, spec)
+    peak = None
+    if measured.peak is not None:
+        result.memory_measured = _memory_categories({"cpu": measured.peak})
+        peak = result.memory_measured.pop("total", None)
+    result.sdpa_backend = sdpa_backend_seen(measured.forward.by_op, measured.seen)
+    _compare(result, spec, batch, seq, recompute, params=measured.params, forward=measured.forward,
+             step=measured.step, analytic_memory=_analytic_memory(spec, batch, seq, recipe, recompute,
+                                                                  attention=attention),
              measured_peak=peak, recipe=recipe)
     result.notes.append("MoE layers route tokens by a fixed balanced pattern on fake tensors (same FLOPs as "
                         "learned top-k routing)" if spec.is_moe else "virtual run: fake tensors, no memory allocated")
+    if plan is not None:
+        la, lb = plan.depths
+        alike = ("every block is alike" if plan.head == 0 and plan.period == 1 else
+                 f"after {plan.head} block{'s' if plan.head != 1 else ''} of their own, the blocks repeat every "
+                 f"{plan.period}")
+        result.notes.append(
+            f"measured at {la} and {lb} blocks and extrapolated to {spec.n_layers} ({alike}): parameters and FLOPs "
+            f"are sums over blocks, and the peak is the highest of the step's segment peaks (forward, backward, "
+            f"optimizer step; by block or module), each affine in depth; --all-layers measures every block")
     return result
 
 

@@ -148,6 +148,8 @@ def _sharded(spec: ModelSpec, request: ProfileRequest, cfg: LoraConfig | None) -
 def _finetune(spec: ModelSpec, request: ProfileRequest, cfg: LoraConfig) -> ProfileResult:
     if not request.virtual:
         raise LlmcalcError("fine-tuning profiles run virtually: add --virtual")
+    if request.all_layers:
+        raise LlmcalcError("--all-layers: a fine-tuning profile measures every block already; drop it")
     from .lora import virtual_finetune_profile
 
     return virtual_finetune_profile(spec, cfg, request.batch, request.seq_len, request.recompute)
@@ -159,7 +161,7 @@ def _virtual(spec: ModelSpec, request: ProfileRequest) -> ProfileResult:
 
     recipe = request.recipe or VIRTUAL_RECIPES.get(request.dtype, "bf16-mixed")
     return virtual_profile(spec, request.batch, request.seq_len, recipe, recompute=request.recompute,
-                           attention=request.internal_attention)
+                           attention=request.internal_attention, all_layers=request.all_layers)
 
 
 def _real(spec: ModelSpec, request: ProfileRequest) -> ProfileResult:

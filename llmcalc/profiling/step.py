@@ -101,11 +101,16 @@ def autocast_for(recipe: str, device) -> contextlib.AbstractContextManager:
     return contextlib.nullcontext()
 
 
-def training_step(model, optimizer, inputs: tuple, recipe: str, device) -> torch.Tensor:
-    """Forward, loss, backward, optimizer step, zero_grad(set_to_none=True)."""
+def training_step(model, optimizer, inputs: tuple, recipe: str, device, phase=None) -> torch.Tensor:
+    """Forward, loss, backward, optimizer step, zero_grad(set_to_none=True). `phase`, if given, is told each
+    part as it starts ("forward", "backward", "optimizer"; a memory tracker keeps a peak per part)."""
+    tell = phase or (lambda name: None)
+    tell("forward")
     with autocast_for(recipe, device):
         loss = loss_of(model, inputs)
+    tell("backward")
     loss.backward()
+    tell("optimizer")
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return loss.detach()

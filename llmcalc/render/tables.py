@@ -3,8 +3,8 @@
 A command builds a ``Document``: a JSON-able ``data`` dict (the machine-readable answer, complete)
 and a list of ``Table``s for people. ``table`` and ``markdown`` render every table with its notes
 (the conventions it depends on); ``csv`` renders the document's main table (the first) with raw
-numbers; ``json`` renders ``data``. This module uses tabulate only: pandas stays out of the CLI's
-fast path (planning reports build DataFrames in ``llmcalc.report``).
+numbers; ``json`` renders ``data``. The tables are drawn by ``tabular`` (tabulate's layouts, without importing
+tabulate); pandas stays out of the CLI's fast path (planning reports build DataFrames in ``llmcalc.report``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..vocabulary import FORMATS
+from .tabular import tabular
 
 
 @dataclass
@@ -53,18 +54,10 @@ class Document:
 
 
 def tabulate_table(table: Table, fmt: str) -> str:
-    """One table's cells through tabulate in its format (simple, github, pipe, html), its columns for people."""
-    from tabulate import tabulate
-
+    """One table's cells in tabulate's layout `fmt` (simple, github, pipe, html), its columns for people."""
     columns = [c for c in table.columns if c.show]
     body = [[table.cell(row, c) for c in columns] for row in table.rows]
-    return tabulate(
-        body,
-        headers=[c.label for c in columns],
-        tablefmt=fmt,
-        colalign=[c.align for c in columns],
-        disable_numparse=True,
-    )
+    return tabular(body, [c.label for c in columns], fmt, [c.align for c in columns])
 
 
 def render(doc: Document, fmt: str) -> str:

@@ -327,7 +327,8 @@ def serving_section(report: Report, specs: list[ModelSpec], scenario: Scenario) 
     on the smallest tensor-parallel group that holds one request (bf16 weights, vLLM defaults)."""
 
     report.heading("Serving")
-    report.paragraph(f"Each model served with vLLM's defaults (gpu_memory_utilization 0.9, block 16, bf16 weights, "
+    report.paragraph(f"Each model served with the current vLLM's defaults (gpu_memory_utilization 0.92, the "
+                     f"attention backend's block, weights as the checkpoint ships them, "
                      f"{scenario.kv_dtype} KV cache) on the fewest {scenario.accelerator.key} GPUs (tensor parallel) "
                      f"that hold one {scenario.seq_len:,}-token request; `llmcalc serve` gives the same tables for any "
                      "setting.")

@@ -51,6 +51,11 @@ def check_types(spec: SpecDraft) -> None:
         value = getattr(spec, name)
         if value is not None and not isinstance(value, bool):
             raise SpecError(f"{name} must be true or false, got {value!r}")
+    if spec.quantization_config is not None and not isinstance(spec.quantization_config, dict):
+        raise SpecError(f"quantization_config must be a JSON object, got {spec.quantization_config!r:.60}")
+    if spec.checkpoint_dtype is not None and not isinstance(spec.checkpoint_dtype, str):
+        raise SpecError(f"checkpoint_dtype must be a dtype name such as \"bfloat16\", got "
+                        f"{spec.checkpoint_dtype!r:.60}")
     for name, allowed in CHOICES:
         if getattr(spec, name) not in allowed:
             raise SpecError(f"{name} must be one of {', '.join(allowed)}; got {getattr(spec, name)!r}")

@@ -168,5 +168,12 @@ class SpecDraft:
     shared_blocks: int = 0
     shared_adapter_rank: int = 0
     shared_attention_adapters: bool = False
+    # --- The checkpoint as it ships (storage, not shape: never in a parameter count) ---
+    # quantization_config: the config's own, as published (read by analytic/quant.py into bytes per module);
+    # checkpoint_dtype: what the unquantized tensors are stored as (HF torch_dtype / dtype); n_mtp_layers: layers
+    # the checkpoint stores that transformers does not build (DeepSeek-V3's num_nextn_predict_layers MTP module).
+    quantization_config: dict | None = field(default=None, compare=False)
+    checkpoint_dtype: str | None = field(default=None, compare=False)
+    n_mtp_layers: int = field(default=0, compare=False)
     name: str = field(default="custom", compare=False)
     model_type: str | None = field(default=None, compare=False)  # HF model_type it came from

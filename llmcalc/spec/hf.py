@@ -802,11 +802,14 @@ def draft_from_hf(hf: dict, name: str = "custom") -> SpecDraft:  # long: HF key 
     """A SpecDraft from a Hugging Face config.json dict (unchanged, as published)."""
     check_config_values(hf)
     notes: tuple[str, ...] = ()
-    if hf.get("quantization_config") is not None:
-        method = (hf["quantization_config"] or {}).get("quant_method", "unnamed") if isinstance(
-            hf["quantization_config"], dict) else "unnamed"
-        notes += (f"quantization_config ({method}) ignored: the counts are of the unquantized model "
-                  f"(every weight one parameter, whatever its storage format)",)
+    quant = hf.get("quantization_config")
+    if quant is not None:
+        if not isinstance(quant, dict):
+            raise SpecError(f"quantization_config must be a JSON object, got {quant!r:.60}")
+        notes += (f"quantization_config ({quant.get('quant_method', 'unnamed')}): parameters are counted as in the "
+                  f"unquantized model (one each, whatever their storage); serve, infer, memory --finetune, compare and "
+                  f"report size the weights as the checkpoint stores them",)
+    stored = hf.get("torch_dtype", hf.get("dtype"))
     model_type = hf.get("model_type")
     if isinstance(hf.get("text_config"), dict):  # a multimodal checkpoint: count its language model
         outer, hf = hf, {**hf["text_config"]}
@@ -882,6 +885,15 @@ def draft_from_hf(hf: dict, name: str = "custom") -> SpecDraft:  # long: HF key 
     kw["name"] = name
     kw["model_type"] = model_type
     kw["notes"] = tuple(kw.get("notes", ())) + notes
+    # The checkpoint as stored (analytic/quant.py): its quantization_config, the dtype of what it leaves
+    # unquantized, and the MTP layers it holds beyond transformers' model (num_nextn_predict_layers: DeepSeek-V3,
+    # GLM-4.5; mtp_num_hidden_layers: Qwen3-Next).
+    kw["quantization_config"] = quant if quant is not None else hf.get("quantization_config")
+    if isinstance(stored, str):
+        kw["checkpoint_dtype"] = stored
+    n_mtp = merged.get("num_nextn_predict_layers", merged.get("mtp_num_hidden_layers"))
+    if isinstance(n_mtp, int) and not isinstance(n_mtp, bool) and n_mtp > 0:
+        kw["n_mtp_layers"] = n_mtp
     return SpecDraft(**kw)
 
 

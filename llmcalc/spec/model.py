@@ -132,6 +132,9 @@ class ModelSpec:
     shared_blocks: int = 0
     shared_adapter_rank: int = 0
     shared_attention_adapters: bool = False
+    quantization_config: dict | None = field(default=None, compare=False)  # as published (analytic/quant.py)
+    checkpoint_dtype: str | None = field(default=None, compare=False)  # torch_dtype of the stored tensors
+    n_mtp_layers: int = field(default=0, compare=False)  # stored by the checkpoint, not built by transformers
     name: str = field(default="custom", compare=False)
     model_type: str | None = field(default=None, compare=False)
 

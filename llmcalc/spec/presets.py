@@ -32,8 +32,9 @@ class PresetError(LlmcalcError):
     """An unknown preset name, a missing or unreadable file."""
 
 
+@cache
 def presets_dir() -> Path:
-    """The presets folder: inside the installed package, or at the top of a source checkout."""
+    """The presets folder: inside the installed package, or at the top of a source checkout (found once)."""
     here = Path(__file__).resolve().parent.parent  # llmcalc/, this module being llmcalc/spec/presets.py
     for candidate in (here / "_presets", here.parent / "presets"):
         if (candidate / "models").is_dir():
@@ -41,8 +42,13 @@ def presets_dir() -> Path:
     raise PresetError(f"presets folder not found next to {here}; reinstall llmcalc")
 
 
+@cache
+def _listed(kind: str) -> tuple[str, ...]:  # read once: `presets` resolves ~90 names, each against the list
+    return tuple(sorted(p.stem for p in (presets_dir() / kind).glob("*.json")))
+
+
 def _names(kind: str) -> list[str]:
-    return sorted(p.stem for p in (presets_dir() / kind).glob("*.json"))
+    return list(_listed(kind))
 
 
 def model_names() -> list[str]:

@@ -5,21 +5,30 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..analytic.inference import QUANTISATION_NOTES, expected_experts
+from ..analytic.inference import expected_experts
+from ..analytic.quant import shipped_bytes, weight_format
 from ..render.tables import Column, Document, Table
 from ..units import fmt_bytes, fmt_flops, fmt_seconds
 
 if TYPE_CHECKING:
     from ..analytic.inference import InferenceEstimate
+    from ..spec import ModelSpec
+
+
+def checkpoint_line(spec: ModelSpec, shipped: float | None) -> str:
+    """What the download holds (safetensors tensor bytes: scales and MTP layers included), or why it is not known."""
+    if shipped is None:
+        method = (spec.quantization_config or {}).get("quant_method")
+        return f"the checkpoint's size is not known (quant_method {method!r} is not a format llmcalc sizes)"
+    return f"the checkpoint holds {fmt_bytes(shipped)}" + (
+        f" ({spec.n_mtp_layers} MTP layer{'s' if spec.n_mtp_layers > 1 else ''} included)" if spec.n_mtp_layers else "")
 
 
 def serving_conventions(est: InferenceEstimate) -> list[str]:
     """The conventions an inference roofline rests on, for this model and parallel layout."""
     spec, tp = est.spec, est.n_gpus
     kv_heads = spec.n_kv_heads
-    lines = []
-    if est.weight_dtype in QUANTISATION_NOTES:
-        lines.append(QUANTISATION_NOTES[est.weight_dtype] + "; embeddings, LM head, norms and router stay 16-bit")
+    lines = [] if est.weight_format is not None else weight_format(spec, est.weight_dtype).notes()
     if spec.is_moe:
         E, k = spec.n_experts, spec.n_experts_per_token
         lines.append(f"MoE decode reads only the experts the step's routed tokens hit: expected distinct experts per "
@@ -46,6 +55,7 @@ def serving_conventions(est: InferenceEstimate) -> list[str]:
 
 
 def document(est: InferenceEstimate) -> Document:
+    fmt = est.weight_format or weight_format(est.spec, est.weight_dtype)
     pre = est.prefill
     first = est.decode_step(est.prompt + 1)
     last = est.decode_step(est.prompt + est.generate - 1)
@@ -74,9 +84,32 @@ def document(est: InferenceEstimate) -> Document:
         {"phase": f"decode step (context {est.prompt + est.generate - 1:,})", "flops": last.flops, "bytes": last.bytes,
          "compute": last.compute_seconds, "memory": last.memory_seconds, "time": last.seconds, "bound": last.bound},
     ]
+    table = Table(
+        "roofline" + (f" (one of {est.n_gpus} GPUs)" if est.n_gpus > 1 else ""),
+        [Column("phase", "phase", align="left"), Column("flops", "FLOPs", lambda v: fmt_flops(v)),
+         Column("bytes", "bytes moved", fmt_bytes), Column("compute", "compute time", fmt_seconds),
+         Column("memory", "memory time", fmt_seconds), Column("time", "time", fmt_seconds),
+         Column("bound", "bound", align="left")],
+        rows, _roofline_notes(est, with_kv, without_kv),
+    )
+    title = (f"{est.spec.name} on {est.n_gpus} x {est.accelerator.key}: batch {est.batch}, prompt {est.prompt:,}, "
+             f"generate {est.generate:,}, weights {est.weight_dtype}, KV {est.kv_dtype}")
+    tokens = est.batch * (est.prompt + est.generate)
+    data["weight_format"] = fmt.describe()
+    data["checkpoint_bytes"] = shipped = shipped_bytes(est.spec)
+    table.notes[4:4] = fmt.notes() if est.weight_format is not None else []
+    return Document(title, data, [table], [f"weights {fmt_bytes(est.weights)}"
+                                           + (f" ({fmt_bytes(est.weights_per_gpu)} per GPU)" if est.n_gpus > 1 else "")
+                                           + f", {fmt.describe()}; {checkpoint_line(est.spec, shipped)}"
+                                           + f"; KV cache at the end {fmt_bytes(est.kv_cache)} for {tokens:,} tokens"
+                                           + _state_note(est)])
+
+
+def _roofline_notes(est: InferenceEstimate, with_kv: float | None, without_kv: float | None) -> list[str]:
+    pre = est.prefill
     bw = est.accelerator.memory_bandwidth / 1e12
     per_gpu = " per GPU" if est.n_gpus > 1 else ""
-    notes = [
+    return [
         f"roofline{per_gpu}: time = max(FLOPs / {est.accelerator.peak(est.compute_dtype) / 1e12:,.4g} TFLOP/s "
         f"dense {est.compute_dtype}, bytes / {bw:.3g} TB/s); an upper bound on speed",
         f"prefill (causal): {fmt_seconds(pre.seconds)} to the first token; decode: "
@@ -89,21 +122,6 @@ def document(est: InferenceEstimate) -> Document:
          f"longer than its FLOPs")
         + (f"; ignoring the KV cache it would turn compute-bound at batch {without_kv:,.0f}" if without_kv else ""),
     ] + serving_conventions(est)
-    table = Table(
-        "roofline" + (f" (one of {est.n_gpus} GPUs)" if est.n_gpus > 1 else ""),
-        [Column("phase", "phase", align="left"), Column("flops", "FLOPs", lambda v: fmt_flops(v)),
-         Column("bytes", "bytes moved", fmt_bytes), Column("compute", "compute time", fmt_seconds),
-         Column("memory", "memory time", fmt_seconds), Column("time", "time", fmt_seconds),
-         Column("bound", "bound", align="left")],
-        rows, notes,
-    )
-    title = (f"{est.spec.name} on {est.n_gpus} x {est.accelerator.key}: batch {est.batch}, prompt {est.prompt:,}, "
-             f"generate {est.generate:,}, weights {est.weight_dtype}, KV {est.kv_dtype}")
-    tokens = est.batch * (est.prompt + est.generate)
-    return Document(title, data, [table], [f"weights {fmt_bytes(est.weights)}"
-                                           + (f" ({fmt_bytes(est.weights_per_gpu)} per GPU)" if est.n_gpus > 1 else "")
-                                           + f"; KV cache at the end {fmt_bytes(est.kv_cache)} for {tokens:,} tokens"
-                                           + _state_note(est)])
 
 
 def _state_note(est: InferenceEstimate) -> str:

@@ -39,7 +39,11 @@ def _fit_rows(per_gpu: float, gpu: Accelerator | None, reserve: float) -> tuple[
 def document(plan: MemoryPlan) -> Document:
     """`memory`'s answer: full training (with the notes its layout adds and how to make it fit), or --finetune."""
     if isinstance(plan.estimate, FinetuneMemory):
-        return finetune_memory_document(plan.estimate, plan.device, plan.reserve)
+        doc = finetune_memory_document(plan.estimate, plan.device, plan.reserve)
+        if plan.fit is not None and plan.device is not None:
+            doc.data.update(fit_on_gpu=plan.fit, cuda_context_bytes=plan.cuda_context)
+            doc.tables.append(_fit_table(plan, plan.device))
+        return doc
     doc = training_memory_document(plan.estimate, plan.device, plan.reserve)
     if plan.fit_advice is not None:
         doc.data["fit_advice"] = plan.fit_advice
@@ -189,3 +193,18 @@ def finetune_memory_document(est: FinetuneMemory, gpu: Accelerator | None, reser
     title = (f"{spec.name}: {ft.config.method} memory per GPU, rank {ft.config.rank} on {ft.config.target_label}, "
              f"batch {est.batch} x seq {est.seq_len}, recompute {est.recompute}")
     return Document(title, data, [table, adapter_table(ft)], [spec.describe()])
+
+
+def _fit_table(plan: MemoryPlan, gpu: Accelerator) -> Table:
+    """--finetune --gpu: what fits on one card, per recompute mode."""
+    rows = plan.fit or []
+    seq = rows[0]["seq_len"] if rows else 0
+    notes = [f"against {gpu.key}'s CUDA-visible {gpu.usable_bytes / GIB:.2f} GiB less the CUDA context and cuBLASLt "
+             f"workspace ({plan.cuda_context / GIB:.2f} GiB for its generation; pytorch#109888, PR #120925)"
+             + (f" and --reserve-gib {(plan.reserve - plan.cuda_context) / GIB:g}" if plan.reserve > plan.cuda_context
+                else "") + "; the longest sequence in steps of 256 tokens, up to max_position_embeddings"]
+    return Table(f"what fits on one {gpu.key}",
+                 [Column("recompute", "recompute", align="left"),
+                  Column("largest_micro_batch", f"largest micro-batch at seq {seq:,}"),
+                  Column("longest_seq_len", "longest sequence at micro-batch 1 (tokens)", lambda v: f"{v:,}")],
+                 rows, notes)

@@ -1,95 +1,158 @@
-"""What `serve` shows: weights and paged KV cache per GPU as vLLM sizes them, concurrency at the max length,
-throughput and latency against concurrency."""
+"""What `serve` shows: the weights as shipped, the memory vLLM sees per GPU, its KV groups, concurrency at the max
+length, throughput and latency against concurrency; and the layout search of `serve --concurrency`."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..render.tables import Column, Document, Table
 from ..units import GIB, fmt_bytes, fmt_seconds
-from .infer import serving_conventions
+from .infer import checkpoint_line, serving_conventions
 from .memory import _gib
 
 if TYPE_CHECKING:
-    from ..analytic.serving import ServeEstimate
+    from ..analytic.serving import CapacityPlan, ServeEstimate
 
 
 def document(est: ServeEstimate) -> Document:
     return serve_document(est)
 
 
+def _layout(est: ServeEstimate) -> str:
+    if est.pp == 1 and est.dp == 1:
+        return f"{est.tp} x {est.accelerator.key}"
+    return (f"tp {est.tp} x pp {est.pp} x dp {est.dp}" + (" (expert parallel)" if est.expert_parallel else "")
+            + f" = {est.n_gpus} x {est.accelerator.key}")
+
+
+def group_rows(est: ServeEstimate) -> list[dict[str, Any]]:
+    tokens = est.batch_defaults[0]
+    rows = []
+    for i, g in enumerate(est.groups):
+        need = g.blocks_per_request(est.max_model_len, tokens)
+        rows.append({"group": i, "kind": g.kind, "layers": g.layers, "padding_layers": g.padding, "span": g.span,
+                     "kv_bytes_per_token_per_layer": g.bytes_per_token, "block_size": g.block_size,
+                     "page_bytes": g.page_bytes, "blocks_per_request": need,
+                     "bytes_per_request": need * g.page_bytes * (g.layers + g.padding)})
+    return rows
+
+
 def serve_document(est: ServeEstimate) -> Document:
     spec, gpu, tp = est.spec, est.accelerator, est.tp
     tokens, seqs = est.batch_defaults
     throughput = est.throughput()
+    groups = group_rows(est)
     data = {
-        "model": spec.name, "device": gpu.key, "n_gpus": tp, "max_model_len": est.max_model_len,
-        "gpu_memory_utilization": est.gpu_memory_utilization, "weight_dtype": est.weight_dtype,
-        "kv_dtype": est.kv_dtype, "compute_dtype": est.compute_dtype, "block_size": est.block_size,
-        "memory_bytes_per_gpu": gpu.memory_bytes, "usable_bytes_per_gpu": est.usable_bytes,
-        "weights_bytes_per_gpu": est.weights_bytes_per_gpu, "activation_peak_bytes_per_gpu": est.activation_bytes,
+        "model": spec.name, "device": gpu.key, "n_gpus": tp, "pp": est.pp, "dp": est.dp,
+        "enable_expert_parallel": est.expert_parallel, "n_gpus_total": est.n_gpus,
+        "vllm_version": est.version.key, "max_model_len": est.max_model_len,
+        "gpu_memory_utilization": est.utilization, "weight_dtype": est.weight_dtype,
+        "weight_format": est.weights.describe(), "weight_dtype_typed": est.weights.typed,
+        "kv_dtype": est.kv_dtype, "compute_dtype": est.compute_dtype, "block_size": est.block,
+        "memory_bytes_per_gpu": gpu.memory_bytes, "cuda_visible_bytes_per_gpu": gpu.usable_bytes,
+        "usable_bytes_per_gpu": est.usable_bytes,
+        "weights_bytes_per_gpu": est.weights_bytes_per_gpu, "served_weights_bytes": est.served_weights_bytes,
+        "checkpoint_bytes": est.checkpoint_bytes, "activation_peak_bytes_per_gpu": est.activation_bytes,
+        "non_torch_bytes_per_gpu": est.non_torch_bytes, "cudagraph_bytes_per_gpu": est.cudagraph_bytes,
         "kv_cache_memory_bytes_per_gpu": est.kv_cache_bytes,
         "kv_bytes_per_token": est.kv_bytes_per_token, "kv_bytes_per_token_per_gpu": est.kv_bytes_per_token_per_gpu,
         "kv_heads_per_gpu": est.kv_heads_per_gpu, "kv_replicated": est.kv_replicated,
-        "state_bytes_per_sequence_per_gpu": est.state_bytes_per_sequence,
+        "state_bytes_per_sequence_per_gpu": est.state_bytes_per_sequence, "kv_groups": groups,
         "kv_block_bytes": est.kv_block_bytes, "kv_blocks": est.kv_blocks, "kv_cache_tokens": est.kv_cache_tokens,
         "blocks_per_sequence": est.blocks_per_sequence, "vllm_max_concurrency": est.vllm_max_concurrency,
-        "max_concurrent_sequences": est.max_concurrent_sequences, "decode_context": est.decode_context,
+        "max_concurrent_sequences": est.max_concurrent_sequences,
+        "total_concurrent_sequences": est.total_concurrent_sequences, "decode_context": est.decode_context,
+        "max_num_batched_tokens": tokens, "max_num_seqs": seqs,
         "profile_max_num_batched_tokens": tokens, "profile_max_num_seqs": seqs,
         "throughput": throughput,
     }
-    title = (f"{spec.name} served on {tp} x {gpu.key}: max length {est.max_model_len:,}, weights {est.weight_dtype}, "
-             f"KV {est.kv_dtype}, block {est.block_size}")
+    title = (f"{spec.name} served on {_layout(est)} ({est.version.label}): max length {est.max_model_len:,}, "
+             f"weights {est.weight_dtype}, KV {est.kv_dtype}, block {est.block}")
     preamble = [f"{est.max_concurrent_sequences:,} concurrent sequences of {est.max_model_len:,} tokens "
-                f"({est.kv_cache_tokens:,} KV tokens in {est.kv_blocks:,} blocks per GPU)", spec.describe()]
-    return Document(title, data, [_throughput_table(est, throughput), _memory_table(est)], preamble)
+                + (f"per replica, {est.total_concurrent_sequences:,} over {est.dp} replicas " if est.dp > 1 else "")
+                + f"({est.kv_blocks:,} KV blocks per GPU; vLLM logs \"GPU KV cache size: {est.kv_cache_tokens:,} "
+                f"tokens\")",
+                f"weights {fmt_bytes(est.served_weights_bytes)} as served ({est.weights.describe()}); "
+                + checkpoint_line(est.spec, est.checkpoint_bytes), spec.describe()]
+    tables = [_throughput_table(est, throughput), _memory_table(est)]
+    if len(groups) > 1 or est.has_windows_kept:
+        tables.append(_groups_table(est, groups))
+    return Document(title, data, tables, preamble)
 
 
 def _memory_table(est: ServeEstimate) -> Table:
-    """Per-GPU memory as vLLM divides it: usable, weights, activation peak, what is left for the KV cache."""
-    gpu, tp = est.accelerator, est.tp
+    """Per-GPU memory as vLLM divides it."""
+    gpu = est.accelerator
+    tokens, seqs = est.batch_defaults
     rows = [
-        {"name": f"usable ({est.gpu_memory_utilization:g} x {gpu.memory_bytes / GIB:g} GiB)",
-         "bytes": est.usable_bytes},
-        {"name": f"weights ({est.weight_dtype})", "bytes": est.weights_bytes_per_gpu},
-        {"name": "activation peak (profiling run)", "bytes": est.activation_bytes},
-        {"name": f"KV cache ({est.kv_blocks:,} blocks of {est.block_size} tokens)",
-         "bytes": max(est.kv_cache_bytes, 0.0)},
+        {"name": f"requested ({est.utilization:g} x {gpu.usable_bytes / GIB:.2f} GiB CUDA-visible of "
+                 f"{gpu.memory_bytes / GIB:g} GiB)", "bytes": est.usable_bytes},
+        {"name": f"weights ({est.weight_dtype}{', typed' if est.weights.typed else ', as shipped'})",
+         "bytes": est.weights_bytes_per_gpu},
+        {"name": f"activation peak (profiling run: {tokens:,} tokens, sampler over {min(tokens, seqs):,} x "
+                 f"{est.spec.vocab_size:,})", "bytes": est.activation_bytes},
+        {"name": "non-torch memory (cuBLAS, NCCL, context where charged)", "bytes": est.non_torch_bytes},
     ]
-    return Table(f"memory per GPU (one of {tp})" if tp > 1 else "memory per GPU",
+    if est.version.cudagraphs:
+        rows.append({"name": "CUDA graphs (estimated, charged since v0.21)", "bytes": est.cudagraph_bytes})
+    rows.append({"name": f"KV cache ({est.kv_blocks:,} blocks of {est.block} tokens)",
+                 "bytes": max(est.kv_cache_bytes, 0.0)})
+    n = est.n_gpus
+    return Table(f"memory per GPU (the tightest of {n})" if n > 1 else "memory per GPU",
                  [Column("name", "item", align="left"), Column("bytes", "memory (GiB)", _gib)], rows,
                  _memory_notes(est))
 
 
+def _groups_table(est: ServeEstimate, rows: list[dict[str, Any]]) -> Table:
+    notes = ["vLLM's hybrid KV-cache manager (kv_cache_utils.py get_kv_cache_groups): layers of one kind share a "
+             "block table; pages unified to the largest, groups of equal size (padding layers where a kind falls "
+             "short); a sliding-window layer needs cdiv(min(window - 1 + max_num_batched_tokens, L), block) + 1 "
+             "blocks per request, a chunked one cdiv(min(chunk + max_num_batched_tokens, L), block), a state "
+             "layer one page; num_blocks = available // (page x layers per group)"]
+    return Table("KV cache by layer group (one GPU)",
+                 [Column("group", "group"), Column("kind", "kind", align="left"), Column("layers", "layers"),
+                  Column("padding_layers", "padding layers"), Column("span", "window/chunk (tokens)"),
+                  Column("kv_bytes_per_token_per_layer", "KV per token per layer (B)", lambda v: f"{v:,.0f}"),
+                  Column("block_size", "block (tokens)"), Column("page_bytes", "page (B)", lambda v: f"{v:,.0f}"),
+                  Column("blocks_per_request", "blocks per request"),
+                  Column("bytes_per_request", "per request (GiB)", _gib)], rows, notes)
+
+
 def _kv_formula(est: ServeEstimate) -> str:
-    """The KV cache bytes per token per GPU, written out (MLA's latent, or K and V per KV head)."""
     spec = est.spec
     if spec.mla is not None:
         return (f"MLA latent: {spec.n_layers} layers x ({spec.mla.kv_lora_rank} + {spec.mla.qk_rope_head_dim}) x "
                 f"{est.kv_dtype} bytes, whole on every GPU")
-    return (f"2 (K, V) x {spec.n_attention_layers} {'attention ' if spec.is_hybrid else ''}layers x "
-            f"{est.kv_heads_per_gpu} KV head"
+    return (f"2 (K, V) x {spec.n_attention_layers} {'attention ' if spec.is_hybrid else ''}layers"
+            f"{f' / {est.pp} stages' if est.pp > 1 else ''} x {est.kv_heads_per_gpu} KV head"
             f"{'s' if est.kv_heads_per_gpu > 1 else ''} per GPU x {spec.d_head} x {est.kv_dtype} bytes")
 
 
 def _memory_notes(est: ServeEstimate) -> list[str]:
-    """How the KV cache is sized (vLLM v1's rule) and, first, whether a request fits at all."""
+    """How the KV cache is sized (the version's rule) and, first, whether a request fits at all."""
     tokens, seqs = est.batch_defaults
+    v = est.version
+    sampler = "~38 B per element (torch sort)" if v.sampler_bytes > 20 else "~14 B per element (Triton top-k/top-p)"
     notes = [
         f"KV cache per token: {est.kv_bytes_per_token:,.0f} B for the whole model, "
-        f"{est.kv_bytes_per_token_per_gpu:,.0f} B per GPU "
-        f"({_kv_formula(est)}); a block holds {est.block_size} tokens = {est.kv_block_bytes:,.0f} B per GPU",
-        f"a {est.max_model_len:,}-token request needs {est.blocks_per_sequence:,} blocks "
-        f"({fmt_bytes(est.blocks_per_sequence * est.kv_block_bytes)} per GPU); vLLM would log \"GPU KV cache size: "
+        f"{est.kv_bytes_per_token_per_gpu:,.0f} B per GPU ({_kv_formula(est)}); one block index across a group's "
+        f"layers = {est.kv_block_bytes:,.0f} B",
+        f"a {est.max_model_len:,}-token request needs {est.blocks_per_sequence:,} blocks over "
+        f"{len(est.groups)} group{'s' if len(est.groups) != 1 else ''}; vLLM would log \"GPU KV cache size: "
         f"{est.kv_cache_tokens:,} tokens\" and \"Maximum concurrency for {est.max_model_len:,} tokens per request: "
         f"{est.vllm_max_concurrency:.2f}x\"",
-        "mirrors vLLM v1: KV memory = total x gpu_memory_utilization - weights - activation peak of the profiling "
-        f"run ({tokens:,} batched tokens, {seqs:,} sampled sequences: vllm serve's defaults for this GPU); "
-        "KV blocks = floor(KV memory / block bytes); concurrency = KV blocks / ceil(max_model_len / block_size)",
-        "not modelled: non-torch memory (CUDA context, NCCL buffers) and CUDA graphs, so KV blocks are an upper bound",
-    ] + ([f"recurrent state: {fmt_bytes(est.state_bytes_per_sequence)} per sequence per GPU (conv + SSM state of the "
-          f"Mamba/DeltaNet/conv layers, bf16), constant in context length, held beside each sequence's KV blocks"]
-         if est.state_bytes_per_sequence else []) + serving_conventions(est.roofline(1, est.max_model_len))
+        f"mirrors {v.label} ({v.what}): KV memory = CUDA-visible total x gpu_memory_utilization - weights as loaded "
+        f"- the profiling run's activation peak (max of the forward over {tokens:,} batched tokens and the dummy "
+        f"sampler over {min(tokens, seqs) if v.engine == 'v1' else seqs:,} rows x the vocabulary at {sampler}, not "
+        f"split by tp) - non-torch memory" + (" - CUDA graphs" if v.cudagraphs else "")
+        + f"; max_num_batched_tokens {tokens:,} and max_num_seqs {seqs:,}"
+        + (" as typed" if est.max_num_batched_tokens or est.max_num_seqs else " (vllm serve's defaults for this GPU)"),
+    ] + est.weights.notes() + serving_conventions(est.roofline(1, est.max_model_len))
+    if est.pp > 1 or est.dp > 1 or est.expert_parallel:
+        notes.append(f"layout: {est.pp} pipeline stage{'s' if est.pp > 1 else ''} of tp {est.tp} (vLLM's "
+                     f"get_pp_indices; the last stage samples and holds the LM head; vLLM takes the fewest blocks of "
+                     f"any stage), {est.dp} replica{'s' if est.dp > 1 else ''}"
+                     + (f", routed experts whole over {est.ep} GPUs (expert parallel)" if est.expert_parallel else ""))
     if est.kv_cache_bytes <= 0:
         notes.insert(0, f"does NOT fit: the weights and activations need {fmt_bytes(-est.kv_cache_bytes)} more than "
                         f"the usable memory; add GPUs or quantise")
@@ -102,9 +165,11 @@ def _memory_notes(est: ServeEstimate) -> list[str]:
 def _throughput_table(est: ServeEstimate, throughput: list[dict]) -> Table:
     notes = [f"roofline per GPU on {est.accelerator.key}, dense {est.compute_dtype} peak; prefill: that many "
              f"{est.max_model_len:,}-token prompts at once (causal); decode: one step with every sequence at "
-             f"{est.decode_context:,} tokens of context, the KV limit's own case; an upper bound on speed"]
+             f"{est.decode_context:,} tokens of context, the KV limit's own case; an upper bound on speed"
+             + (f"; decode tokens/s pipelined over {est.pp} stages" if est.pp > 1 else "")
+             + (f"; tokens/s of all {est.dp} replicas" if est.dp > 1 else "")]
     return Table(
-        "throughput and latency against concurrent sequences",
+        "throughput and latency against concurrent sequences" + (" (per replica)" if est.dp > 1 else ""),
         [Column("concurrency", "sequences"),
          Column("prefill_seconds", "prefill (time to first token)", fmt_seconds),
          Column("prefill_tokens_per_second", "prefill (tokens/s)", lambda v: f"{v:,.0f}"),
@@ -113,3 +178,30 @@ def _throughput_table(est: ServeEstimate, throughput: list[dict]) -> Table:
          Column("decode_bound", "decode bound", align="left")],
         throughput, notes,
     )
+
+
+def capacity_document(plan: CapacityPlan) -> Document:
+    """`serve --concurrency`: the chosen layout first, then its serve document, then every layout tried."""
+    best = plan.best
+    doc = serve_document(best)
+    targets = [f"{plan.concurrency:,} concurrent {best.max_model_len:,}-token requests"]
+    if plan.ttft_seconds is not None:
+        targets.append(f"time to first token <= {fmt_seconds(plan.ttft_seconds)}")
+    if plan.tokens_per_second is not None:
+        targets.append(f">= {plan.tokens_per_second:,.0f} generated tokens/s")
+    doc.title = f"{best.spec.name}: the fewest {best.accelerator.key} GPUs for {', '.join(targets)}"
+    doc.preamble.insert(0, f"{best.n_gpus} GPUs: tp {best.tp} x pp {best.pp} x dp {best.dp}"
+                           + (" with expert parallelism" if best.expert_parallel else ""))
+    doc.data = {"concurrency_target": plan.concurrency, "ttft_target_seconds": plan.ttft_seconds,
+                "tokens_per_second_target": plan.tokens_per_second, "layout": plan.candidates[0],
+                "candidates": list(plan.candidates), **doc.data}
+    doc.tables.insert(0, Table(
+        "layouts that meet the targets (the fewest GPUs of each tp x pp x expert parallelism)",
+        [Column("n_gpus", "GPUs"), Column("tp", "tp"), Column("pp", "pp"), Column("dp", "dp"),
+         Column("enable_expert_parallel", "expert parallel", str, align="left"),
+         Column("concurrency_per_replica", "sequences per replica"),
+         Column("ttft_seconds", "time to first token", fmt_seconds),
+         Column("tokens_per_second", "decode (tokens/s)", lambda v: f"{v:,.0f}")],
+        list(plan.candidates), ["time to first token: one max-length prompt's prefill on a replica's roofline; "
+                                "decode tokens/s: all requested sequences at max_model_len context"]))
+    return doc

@@ -1,0 +1,180 @@
+"""Weights as shipped (analytic/quant.py): each format's bytes against the library that writes it, on tiny shapes
+(bitsandbytes on CPU, transformers' FP8 and MXFP4 layouts), published checkpoint sizes, and the CLI's handling."""
+
+import json
+import math
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from llmcalc.analytic.quant import checkpoint_bytes, modules, parse_quantization, weight_format
+from llmcalc.cli import cli
+from llmcalc.errors import LlmcalcError
+from llmcalc.spec import load_model
+from llmcalc.spec.hf import spec_from_hf
+
+SHAPES = [(64, 128), (300, 200), (1024, 384)]  # (d_out, d_in)
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def _tensor_bytes(state: dict) -> int:
+    return sum(v.numel() * v.element_size() for v in state.values() if isinstance(v, torch.Tensor))
+
+
+@pytest.mark.parametrize("double", [False, True])
+@pytest.mark.parametrize("quant_type", ["nf4", "fp4"])
+@pytest.mark.parametrize("d_out, d_in", SHAPES)
+def test_bitsandbytes_4bit_bytes_are_what_it_serializes(d_out, d_in, quant_type, double):
+    """bitsandbytes 0.50.2 on CPU: quantize_4bit (block 64) and QuantState.as_dict(packed=True), the tensors
+    transformers saves under weight.*; the JSON state's length varies with the shape and offset digits (~80/~170 B)."""
+    bnb = pytest.importorskip("bitsandbytes.functional")
+    w = torch.randn(d_out, d_in, dtype=torch.bfloat16)
+    packed, state = bnb.quantize_4bit(w, blocksize=64, quant_type=quant_type, compress_statistics=double)
+    stored = packed.numel() * packed.element_size() + _tensor_bytes(state.as_dict(packed=True))
+    fmt = parse_quantization({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": quant_type,
+                              "bnb_4bit_use_double_quant": double}).format
+    assert fmt.linear_bytes(d_in, d_out) == pytest.approx(stored, abs=24)
+
+
+@pytest.mark.parametrize("d_out, d_in", SHAPES)
+def test_bitsandbytes_int8_bytes_are_what_it_stores(d_out, d_in):
+    """LLM.int8: int8_vectorwise_quant gives CB int8 [out, in] and SCB fp32 [out] (Int8Params.CB / .SCB)."""
+    bnb = pytest.importorskip("bitsandbytes.functional")
+    cb, scb, _ = bnb.int8_vectorwise_quant(torch.randn(d_out, d_in, dtype=torch.float16))
+    fmt = parse_quantization({"quant_method": "bitsandbytes", "load_in_8bit": True}).format
+    assert fmt.linear_bytes(d_in, d_out) == cb.numel() * cb.element_size() + scb.numel() * scb.element_size()
+
+
+def _tiny_llama_config(**extra):
+    return {"model_type": "llama", "hidden_size": 256, "intermediate_size": 640, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "max_position_embeddings": 512,
+            "tie_word_embeddings": False, "torch_dtype": "bfloat16", **extra}
+
+
+@pytest.mark.parametrize("block", [(128, 128), (64, 96)])
+def test_fp8_block_bytes_are_transformers_fp8_linear(block):
+    """transformers' FineGrainedFP8 replacement of a tiny Llama (meta device): weight fp8 [out, in] and
+    weight_scale_inv fp32 [ceil(out/bn), ceil(in/bk)] per linear; embeddings, norms and the LM head stay bf16."""
+    from transformers import FineGrainedFP8Config, LlamaConfig, LlamaForCausalLM
+    from transformers.integrations.finegrained_fp8 import replace_with_fp8_linear
+
+    hf = _tiny_llama_config()
+    with torch.device("meta"):
+        model = LlamaForCausalLM(LlamaConfig(**{k: v for k, v in hf.items() if k != "torch_dtype"})).to(torch.bfloat16)
+    qc = FineGrainedFP8Config(weight_block_size=block)
+    model = replace_with_fp8_linear(model, modules_to_not_convert=["lm_head"], quantization_config=qc,
+                                    pre_quantized=True)
+    stored = sum(p.numel() * p.element_size() for p in model.parameters())
+    spec = spec_from_hf({**hf, "quantization_config": {"quant_method": "fp8", "activation_scheme": "dynamic",
+                                                       "weight_block_size": list(block)}})
+    assert checkpoint_bytes(spec) == stored
+
+
+def test_mxfp4_bytes_are_transformers_gpt_oss_layout():
+    """gpt-oss's MXFP4 experts as transformers holds them (Mxfp4GptOssExperts: gate_up_proj uint8 [E, 2I, D/2],
+    down_proj uint8 [E, D, I/2]: two e2m1 values a byte) plus the checkpoint's e8m0 scales, one uint8 per 32 values:
+    convert_moe_packed_tensors turns blocks [E, out, in/32, 16] and scales [E, out, in/32] into exactly the
+    [E, in, out] bf16 experts. Everything else (attention, router, embeddings, head) stays bf16."""
+    from transformers import GptOssConfig
+    from transformers.integrations.mxfp4 import Mxfp4GptOssExperts, convert_moe_packed_tensors
+
+    cfg = GptOssConfig(hidden_size=64, intermediate_size=96, num_local_experts=4, num_experts_per_tok=2,
+                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=300)
+    experts = Mxfp4GptOssExperts(cfg)
+    E, I, D = 4, 96, 64  # noqa: E741 (the papers' names)
+    packed = experts.gate_up_proj.numel() + experts.down_proj.numel()
+    assert packed == E * 3 * I * D // 2
+    blocks, scales = torch.zeros(E, 2 * I, D // 32, 16, dtype=torch.uint8), torch.full((E, 2 * I, D // 32), 127,
+                                                                                        dtype=torch.uint8)
+    assert convert_moe_packed_tensors(blocks, scales).shape == (E, D, 2 * I)
+    n = E * 3 * I * D
+    fmt = parse_quantization({"quant_method": "mxfp4"}).format
+    assert sum(fmt.linear_bytes(d_in, d_out) * E for d_in, d_out in ((D, I), (D, I), (I, D))) == n // 2 + n // 32
+    spec = load_model("gpt-oss-20b")
+    quant = parse_quantization(spec.quantization_config)
+    assert {m.kind for m in modules(spec) if quant.quantizes(m)} == {"expert"}
+
+
+def test_gpt_oss_checkpoints_to_the_byte():
+    """Published safetensors total_size: gpt-oss-20b 13,761,264,768 and gpt-oss-120b 65,248,815,744 (their
+    model.safetensors.index.json; research/serving/checkpoint_sizes.json)."""
+    assert checkpoint_bytes(load_model("gpt-oss-20b")) == 13_761_264_768
+    assert checkpoint_bytes(load_model("gpt-oss-120b")) == 65_248_815_744
+    assert checkpoint_bytes(load_model("llama-3.1-8b")) == 16_060_522_496  # bf16: 2 bytes a parameter
+
+
+def test_deepseek_v3_checkpoint_holds_fp8_scales_and_the_mtp_layer():
+    """DeepSeek-V3 as shipped: fp8 block 128 x 128 with fp32 weight_scale_inv, bf16 embeddings/head/norms/router, and
+    the MTP layer (num_nextn_predict_layers 1: one more MoE layer with eh_proj and its own embed/head copies, ~14 B
+    parameters, README). Its repository's weight files are 688,586,727,753 B, safetensors headers included."""
+    spec = load_model("deepseek-v3")
+    fmt = weight_format(spec)
+    assert fmt.name == "fp8" and not fmt.typed
+    assert checkpoint_bytes(spec) == pytest.approx(688_586_727_753, rel=5e-4)
+    assert 13e9 < fmt.mtp_bytes(spec) < 16e9
+    per = parse_quantization(spec.quantization_config).format.linear_bytes(7168, 2048)
+    assert per == 7168 * 2048 + 4 * math.ceil(2048 / 128) * math.ceil(7168 / 128)
+
+
+@pytest.mark.parametrize("qc, d_in, d_out, expected", [
+    # AWQ GEMM g128: qweight n/2 + qzeros (in/128)·out/2 + fp16 scales 2·(in/128)·out
+    ({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}, 4096, 4096,
+     4096 * 4096 // 2 + 32 * 4096 // 2 + 2 * 32 * 4096),
+    # GPTQ 4-bit g128: the same plus g_idx int32 [in]
+    ({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True}, 4096, 4096,
+     4096 * 4096 // 2 + 32 * 4096 // 2 + 2 * 32 * 4096 + 4 * 4096),
+    # compressed-tensors W4A16 symmetric g128: weight_packed n/2 + bf16 scales 2·out·in/128 + weight_shape 16 B
+    ({"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {"group_0": {
+        "targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group",
+                                           "group_size": 128}}}, "ignore": ["lm_head"]}, 4096, 4096,
+     4096 * 4096 // 2 + 2 * 4096 * 32 + 16),
+    # nvfp4: packed n/2 + fp8 scale per 16 + two fp32 global scales
+    ({"quant_method": "modelopt", "quant_algo": "NVFP4", "exclude_modules": ["lm_head"]}, 4096, 4096,
+     4096 * 4096 // 2 + 4096 * 4096 // 16 + 8),
+    # fp8 per-tensor with a static input scale
+    ({"quant_method": "fp8", "activation_scheme": "static"}, 4096, 1024, 4096 * 1024 + 4 + 4),
+])
+def test_formats_by_hand(qc, d_in, d_out, expected):
+    """vLLM's create_weights shapes for each method (quant_formats.md), written out."""
+    assert parse_quantization(qc).format.linear_bytes(d_in, d_out) == expected
+
+
+def test_skip_lists_match_as_the_libraries_match():
+    """gpt-oss's globs, compressed-tensors' "re:" regexes and the substrings of transformers/vLLM."""
+    spec = spec_from_hf(_tiny_llama_config(quantization_config={
+        "quant_method": "awq", "bits": 4, "group_size": 128, "modules_to_not_convert": ["layers.0.", "re:.*v_proj$"]}))
+    quant = parse_quantization(spec.quantization_config)
+    kept = {m.name for m in modules(spec) if not quant.quantizes(m)}
+    assert "model.layers.0.mlp.down_proj" in kept and "model.layers.1.self_attn.v_proj" in kept
+    assert "model.layers.1.mlp.down_proj" not in kept and {"model.embed_tokens", "lm_head"} <= kept
+
+
+def test_unknown_format_is_refused_in_one_line():
+    path_args = ["serve", "llmcalc-tiny", "--gpu", "h100-sxm"]
+    spec = spec_from_hf(_tiny_llama_config(quantization_config={"quant_method": "hqq"}))
+    with pytest.raises(LlmcalcError, match="quant_method 'hqq' is not a format llmcalc sizes"):
+        weight_format(spec)
+    assert weight_format(spec, "int4").typed  # --weight-dtype sizes it instead
+    assert run(*path_args).exit_code == 0
+
+
+def test_unknown_format_from_a_config_file(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(_tiny_llama_config(quantization_config={"quant_method": "quark"})))
+    result = run("serve", path, "--gpu", "h100-sxm")
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "quant_method 'quark' is not a format llmcalc sizes" in result.stderr
+    assert run("serve", path, "--gpu", "h100-sxm", "--weight-dtype", "int4").exit_code == 0
+    assert run("params", path).exit_code == 0  # counting parameters needs no storage format
+
+
+def test_weight_dtype_overrides_and_says_so():
+    shipped = json.loads(run("serve", "gpt-oss-120b", "--gpu", "h100-sxm", "--max-model-len", "32k", "--format",
+                             "json").stdout)
+    typed = run("serve", "gpt-oss-120b", "--gpu", "h100-sxm", "--max-model-len", "32k", "--weight-dtype", "bf16")
+    assert shipped["weight_dtype"] == "mxfp4" and not shipped["weight_dtype_typed"]
+    assert "bf16 as typed (--weight-dtype)" in typed.stdout and "does NOT fit" in typed.stdout
