@@ -1096,6 +1096,11 @@ def _check_recompute(spec: ModelSpec, lay: Layout, recompute: str, rec: Recipe, 
                            "--recompute full")
     if lay.recompute_layers < 0:
         raise LlmcalcError(f"--recompute-layers must be >= 0, got {lay.recompute_layers}")
+    per_chunk = math.ceil(spec.n_layers / (lay.pp * lay.vpp))
+    if lay.recompute_layers > per_chunk:
+        raise LlmcalcError(f"--recompute-layers {lay.recompute_layers} is more than the {per_chunk} layers of a "
+                           f"pipeline chunk ({spec.n_layers} layers over pp {lay.pp} x vpp {lay.vpp}); use at most "
+                           f"{per_chunk}")
     if lay.recompute_modules and recompute != "selective":
         raise LlmcalcError("--recompute-modules lists what a selective recomputation re-runs: it needs --recompute "
                            "selective")
@@ -1107,6 +1112,14 @@ def _check_recompute(spec: ModelSpec, lay: Layout, recompute: str, rec: Recipe, 
     if lay.fp8_attention and not rec.fp8:
         raise LlmcalcError("--fp8-attention runs the attention core in FP8 (Transformer Engine fp8_dpa): it needs an "
                            "FP8 or FP4 --recipe")
+    # FlashAttention-3 is written for Hopper (its README: "H100 / H800 GPU"; on Blackwell the FA4 kernels stand in,
+    # kernels.py); cuDNN is NVIDIA's: neither runs on Ampere (FA3) or on AMD's CDNA (both)
+    if lay.attention_kernel == "fa3" and dev.arch in ("ampere", "cdna3", "cdna4"):
+        raise LlmcalcError(f"--attention-kernel fa3 needs Hopper or Blackwell; {dev.accelerator.key} is {dev.arch}: "
+                           f"use --attention-kernel fa2 or auto")
+    if lay.attention_kernel == "cudnn" and dev.arch in ("cdna3", "cdna4"):
+        raise LlmcalcError(f"--attention-kernel cudnn is NVIDIA's; {dev.accelerator.key} is AMD {dev.arch}: use "
+                           f"--attention-kernel auto")
     if rec.gemm_dtype in ("fp8", "fp4"):
         dev.gemm_rate(rec.gemm_dtype)  # one line when the device has no such tensor cores
         if rec.gemm_dtype == "fp8" and "fp8" not in dev.accelerator.peak_flops:
@@ -1399,6 +1412,8 @@ def train_steptime(spec: ModelSpec | None, gpu: str, n_gpus: int, mfu: float | N
         raise LlmcalcError("predicting the step time needs a MODEL (its shapes), not --params")
     recipe = step.pop("recipe", "bf16-mixed")
     lay = make_layout(spec, n_gpus, seq_len, gb, **{**LAYOUT_DEFAULTS, **given}, **step)
+    if lay.cp_comm != "p2p" and lay.cp == 1:  # `layout` applies it to the layouts with cp > 1
+        raise LlmcalcError(f"--cp-comm {lay.cp_comm} picks how context-parallel ranks exchange K/V: it needs --cp > 1")
     pred = predict(spec, device_for(gpu, dtype), lay, seq_len, causal=causal, recompute=recompute,
                    recipe=recipe, attention=attention or "flash")
     return pred.mfu, pred, measured
