@@ -159,7 +159,7 @@ def _stack(spec: ModelSpec, stack: str, n_layers: int, batch: int, seq: int, cau
            enc_seq: int | None = None) -> dict[str, int]:
     out: dict[str, int] = {}
     for i in range(n_layers):
-        _add(out, layer_ops(spec, i, batch, seq, causal, stack, enc_seq))
+        _add(out, layer_ops(spec, i, batch, seq, causal, stack=stack, enc_seq=enc_seq))
     return out
 
 

@@ -229,7 +229,7 @@ def attention_seconds(dev: Device, kernel: str, flops: float, head_dim: float, s
     `efficiency`: the in-step share of isolated-kernel rates (steptime.KERNEL_EFFICIENCY)."""
     if flops <= 0:
         return 0.0
-    return flops / (dev.attention_rate(kernel, head_dim, seq, causal, backward, fp8) * efficiency)
+    return flops / (dev.attention_rate(kernel, head_dim, seq, causal, backward, fp8=fp8) * efficiency)
 
 
 # --- GEMMs ------------------------------------------------------------------------------------------------

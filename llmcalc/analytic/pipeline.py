@@ -364,7 +364,7 @@ def _simulate_greedy(schedule: str, p: int, m: int, f_time, b_time, w_time, v: i
 
 
 def path_bound(schedule: str, p: int, m: int, f: list[float], b: list[float], w: list[float] | None = None,
-               vpp: int = 1, p2p_time: float = 0.0) -> tuple[float, bool]:
+               vpp: int = 1, p2p_time: float = 0.0) -> tuple[float, bool]:  # long: the bound, then each closed form
     """(a lower bound of the makespan, whether it is the makespan) for stage times f, b (and w for the zero-bubble
     schedules), without simulating.
 

@@ -482,8 +482,8 @@ def _layer_times(spec: ModelSpec, layer: int, lay: Layout, seq_len: int, causal:
     """One layer's StageTimes (tests and callers outside predict; `causal` counts FLOPs only, the kernel runs what a
     decoder computes; `act_bytes` is the recipe's)."""
     rec = lookup(RECIPES, "recipe", recipe)
-    ctx = _Ctx(spec, dev or device_for("h100-sxm"), lay, seq_len, replace(rec, act_bytes=act_bytes), attention,
-               dropout, eff=KERNEL_EFFICIENCY)
+    ctx = _Ctx(spec, dev or device_for("h100-sxm"), lay, seq_len, replace(rec, act_bytes=act_bytes),
+               attention=attention, dropout=dropout, eff=KERNEL_EFFICIENCY)
     return _layer_cost(ctx, layer, _recomputes(lay, recompute, layer, 0))
 
 
@@ -645,7 +645,7 @@ def _attention_core(ctx: _Ctx, i: int, kind: str) -> tuple[float, float, float, 
     pairs = spec.attended_pairs(i, S) if kind == "attention" else S * (S + 1) / 2
     work = 2 * b * heads * pairs * (dqk + dv) / cp  # forward FLOPs on this rank (QKᵀ + PV)
     if ctx.attention == "eager":
-        fwd, bwd = eager_attention_seconds(spec, lay, S, dev, ctx.act, ctx.dropout, efficiency=ctx.eff)
+        fwd, bwd = eager_attention_seconds(spec, lay, S, dev, ctx.act, dropout=ctx.dropout, efficiency=ctx.eff)
         return fwd, bwd, *_cp_exposed(ctx, i, fwd, bwd)
     fp8 = lay.fp8_attention
     kernel = lay.attention_kernel
@@ -655,13 +655,20 @@ def _attention_core(ctx: _Ctx, i: int, kind: str) -> tuple[float, float, float, 
         first = 2 * b * heads * min(local * (local + 1) / 2, local * window) * (dqk + dv)
         rest = max(0.0, work - first)
         blk = min(window, local / 2) * math.sqrt(2)
-        fwd = (attention_seconds(dev, kernel, first, head_dim, min(local, window), True, False, fp8, ctx.eff)
-               + attention_seconds(dev, kernel, rest, head_dim, blk, False, False, fp8, ctx.eff))
-        bwd = (attention_seconds(dev, kernel, 2.5 * first, head_dim, min(local, window), True, True, fp8, ctx.eff)
-               + attention_seconds(dev, kernel, 2.5 * rest, head_dim, blk, False, True, fp8, ctx.eff))
+        near, eff = min(local, window), ctx.eff
+        fwd = (attention_seconds(dev, kernel, first, head_dim, near, causal=True, backward=False, fp8=fp8,
+                                 efficiency=eff)
+               + attention_seconds(dev, kernel, rest, head_dim, blk, causal=False, backward=False, fp8=fp8,
+                                   efficiency=eff))
+        bwd = (attention_seconds(dev, kernel, 2.5 * first, head_dim, near, causal=True, backward=True, fp8=fp8,
+                                 efficiency=eff)
+               + attention_seconds(dev, kernel, 2.5 * rest, head_dim, blk, causal=False, backward=True, fp8=fp8,
+                                   efficiency=eff))
     else:
-        fwd = attention_seconds(dev, kernel, work, head_dim, window, True, False, fp8, ctx.eff)
-        bwd = attention_seconds(dev, kernel, 2.5 * work, head_dim, window, True, True, fp8, ctx.eff)
+        fwd = attention_seconds(dev, kernel, work, head_dim, window, causal=True, backward=False, fp8=fp8,
+                                efficiency=ctx.eff)
+        bwd = attention_seconds(dev, kernel, 2.5 * work, head_dim, window, causal=True, backward=True, fp8=fp8,
+                                efficiency=ctx.eff)
     # the kernel also reads Q, K, V and writes O (and the backward their gradients): its memory floor
     qkvo = b * S / cp * (2 * heads * (dqk + dv) / 2 + 2 * max(1.0, spec.n_kv_heads / tp) * dqk) * ctx.act
     fwd = max(fwd, stream_seconds(qkvo, dev, ctx.eff))
@@ -715,9 +722,9 @@ def _scan_seconds(ctx: _Ctx, kind: str) -> tuple[float, float]:
     Q = 64 if kind == "gated_deltanet" else 128
     per = 2 * Q * (N + P) + 4 * N * P + (2 * Q * N if kind == "gated_deltanet" else 0)
     flops = T * H * per
-    f = max(attention_seconds(dev, "auto", flops, P, Q, True, False, efficiency=ctx.eff),
+    f = max(attention_seconds(dev, "auto", flops, P, Q, causal=True, backward=False, efficiency=ctx.eff),
             stream_seconds(nbytes, dev, ctx.eff))
-    b = max(attention_seconds(dev, "auto", 2 * flops, P, Q, True, True, efficiency=ctx.eff),
+    b = max(attention_seconds(dev, "auto", 2 * flops, P, Q, causal=True, backward=True, efficiency=ctx.eff),
             stream_seconds(2 * nbytes, dev, ctx.eff))
     return f, b
 
@@ -767,8 +774,8 @@ def _moe_cost(ctx: _Ctx, parts: dict[str, float], rec: frozenset[str]) -> dict[s
         colls = comm.ep_collectives(local_tokens * lay.moe_imbalance, k, D, act, ep=ep, stride=strides["ep"],
                                     passes=1, etp=etp)
         if lay.ep_dispatcher == "deepep":  # one copy per remote node, forwarded over NVLink; ETP collectives kept
-            one = 2 * comm.deepep_seconds(local_tokens * lay.moe_imbalance, k, E, D, act, ep, strides["ep"], net) \
-                + comm.total_seconds(colls[1:], net)
+            one = 2 * comm.deepep_seconds(local_tokens * lay.moe_imbalance, k, E, D, act, ep=ep, stride=strides["ep"],
+                                          net=net) + comm.total_seconds(colls[1:], net)
         else:
             one = comm.total_seconds(colls, net)  # dispatch + combine of one pass
         out["ep_fwd"], out["ep_bwd"] = one, one
@@ -907,7 +914,8 @@ def predict(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, causa
 
     attention: "flash" (fused, no S² matrix) or "eager" (materialised scores, `eager_attention_seconds`);
     dropout: attention dropout on the probabilities (eager only; flash fuses it)."""
-    return _finish(_prepare(spec, device, layout, seq_len, causal, recompute, recipe, attention, dropout))
+    return _finish(_prepare(spec, device, layout, seq_len, causal, recompute=recompute, recipe=recipe,
+                            attention=attention, dropout=dropout))
 
 
 @dataclass
@@ -942,8 +950,8 @@ def _prepare(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, caus
     rec = lookup(RECIPES, "recipe", recipe)
     lay = layout
     _check_recompute(spec, lay, recompute, rec, device)
-    ctx = _Ctx(spec, device, lay, seq_len, rec, attention, dropout, eff=KERNEL_EFFICIENCY,
-               cache=_layer_cache(spec, device, lay, seq_len, rec, attention, dropout))
+    ctx = _Ctx(spec, device, lay, seq_len, rec, attention=attention, dropout=dropout, eff=KERNEL_EFFICIENCY,
+               cache=_layer_cache(spec, device, lay, seq_len, rec, attention=attention, dropout=dropout))
     v = chunks_per_rank(lay.schedule, lay.vpp)
     n_stages = lay.pp * v
     split, starts, plan = _stage_plan(spec, n_stages, lay, recompute)
@@ -975,10 +983,12 @@ def _prepare(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, caus
     p2p = comm.total_seconds(comm.pp_collectives(ctx.tokens, spec.d_model, ctx.act, lay.tp,
                                                  sequence_parallel=lay.sequence_parallel,
                                                  stride=lay.strides()["pp"]), device.network) if lay.pp > 1 else 0.0
-    bound, exact = path_bound(lay.schedule, lay.pp, lay.grad_accum, fwd, bwd, wgt, lay.vpp, p2p)
-    plain = path_bound(lay.schedule, lay.pp, lay.grad_accum, fwd, bwd, wgt, lay.vpp, 0.0)[0] if p2p else bound
+    bound, exact = path_bound(lay.schedule, lay.pp, lay.grad_accum, fwd, bwd, w=wgt, vpp=lay.vpp, p2p_time=p2p)
+    plain = path_bound(lay.schedule, lay.pp, lay.grad_accum, fwd, bwd, w=wgt, vpp=lay.vpp, p2p_time=0.0)[0] if p2p \
+        else bound
     dp, opt = _dp_and_optimizer(ctx, stages, split, starts, v)
-    return _Prepared(ctx, causal, recompute, stages, split, fwd, bwd, wgt, p2p, bound, exact, dp, opt, plain)
+    return _Prepared(ctx, causal, recompute, stages, split, fwd=fwd, bwd=bwd, wgt=wgt, p2p=p2p, bound=bound,
+                     exact=exact, dp=dp, optimizer=opt, plain_bound=plain)
 
 
 def _stage_plan(spec: ModelSpec, n_stages: int, lay: Layout, recompute: str) -> tuple[list[int], list[int], list]:
@@ -1190,7 +1200,7 @@ def _dp_and_optimizer(ctx: _Ctx, stages: list[StageTimes], split: list[int], sta
     return worst_dp, worst_opt
 
 
-def _rank_dp(ctx: _Ctx, split: tuple[int, ...], v: int) -> list[tuple]:
+def _rank_dp(ctx: _Ctx, split: tuple[int, ...], v: int) -> list[tuple]:  # long: dense, experts, ZeRO-3
     """Per pipeline rank, what its data-parallel reductions and optimizer step cost, whatever the stage times:
     (layers, FSDP?, one FSDP unit's forward and backward transfer, total reduce and gather seconds per step, the
     last bucket's reduce and the first bucket's gather, optimizer seconds). Cached per layout degrees."""
@@ -1228,9 +1238,11 @@ def _rank_dp(ctx: _Ctx, split: tuple[int, ...], v: int) -> list[tuple]:
             dense = (params - experts) / lay.tp
             experts = experts / lay.expert_tp / lay.ep  # routed experts: split over ep, each over etp
             units = max(1, n_layers) + 1 if lay.zero == 3 else 0  # FSDP: one unit per layer, + embedding/head
-            allc = _dp_colls(dense, rec, dense_group, lay.zero, dense_stride, dense_members, m, units)
+            allc = _dp_colls(dense, rec, dense_group, lay.zero, dense_stride, members=dense_members, m=m,
+                             units=units)
             if experts:
-                allc += _dp_colls(experts, rec, lay.expert_dp, lay.zero, estrides["dp"], expert_members, m, units)
+                allc += _dp_colls(experts, rec, lay.expert_dp, lay.zero, estrides["dp"], members=expert_members, m=m,
+                                  units=units)
             if dense_group == 1 and lay.expert_dp == 1:
                 allc = []
             secs = [(c.kind, c.seconds(net), c.count) for c in allc]
@@ -1278,7 +1290,8 @@ def _dp_colls(params: float, rec: Recipe, group: int, zero: int, stride: int, me
     colls = comm.dp_collectives(params, rec.grad_bytes, min(rec.weight_bytes, 2.0), group, zero=zero, stride=stride,
                                 micro_batches=m)
     calls = units or max(1, math.ceil(params / max(DP_BUCKET_PARAMS, 1e6 * group)))
-    return [comm.Collective(c.name, c.kind, c.group, c.buffer_bytes / calls, c.count * calls, c.stride, members)
+    return [comm.Collective(c.name, c.kind, c.group, c.buffer_bytes / calls, c.count * calls, stride=c.stride,
+                            per_node=members)
             for c in colls]
 
 
@@ -1463,14 +1476,14 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
         except LlmcalcError:
             counts["invalid"] += 1
             continue
-        rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity, recipe, optimizer)
+        rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity, recipe=recipe, optimizer=optimizer)
         if rc is None:
             counts["oom"] += 1
             oom.append((lay, peak, tries[-1] + (" and ZeRO-3" if zero == 3 else "")))
             continue
         counts["fit"] += 1
-        prepared.append((_prepare(spec, dev, replace(lay, zero=zero), seq_len, causal, rc, recipe, "flash", False),
-                         peak))
+        prepared.append((_prepare(spec, dev, replace(lay, zero=zero), seq_len, causal, recompute=rc, recipe=recipe,
+                                  attention="flash", dropout=False), peak))
     prepared.sort(key=lambda pp: pp[0].step_bound)
     best: list[float] = []  # the `top` smallest exact steps so far, ascending
     ranked = []
@@ -1498,7 +1511,8 @@ def _least_that_fits(spec: ModelSpec, lay: Layout, seq_len: int, tries: list[str
     par = Parallel(tp=lay.tp, cp=lay.cp, pp=lay.pp, dp=lay.dp, ep=lay.ep, etp=lay.etp, sequence_parallel=True)
     for zero in (1, 3) if lay.dp > 1 else (1,):
         for rc in tries:
-            peak = training_peak(even, lay.micro_batch, seq_len, recipe, optimizer, rc, replace(par, zero=zero))
+            peak = training_peak(even, lay.micro_batch, seq_len, recipe, optimizer, recompute=rc,
+                                 parallel=replace(par, zero=zero))
             if peak <= capacity:
                 return rc, zero, peak
     return None, zero, peak
@@ -1510,7 +1524,8 @@ def training_peak(spec: ModelSpec, batch: int, seq_len: int, recipe: str, optimi
     piece once: the parameters per model, each layer kind's saved activations per (micro-batch, sequence, tp,
     recompute), then summed by count (tests hold it equal to training_memory)."""
     key = (spec, batch, seq_len, recipe, optimizer, recompute, parallel)
-    return _cached("counts", key, lambda: _training_peak(spec, batch, seq_len, recipe, optimizer, recompute, parallel))
+    return _cached("counts", key, lambda: _training_peak(spec, batch, seq_len, recipe, optimizer, recompute=recompute,
+                                                         parallel=parallel))
 
 
 def _training_peak(spec: ModelSpec, batch: int, seq_len: int, recipe: str, optimizer: str, recompute: str,
