@@ -917,3 +917,14 @@ def test_fast_search_returns_the_exact_searchs_best_layouts():
                                                   ("mixtral-8x7b", 64, 4096, 256), ("deepseek-v3", 2048, 4096, 4096)])
 def test_fast_search_returns_the_exact_searchs_best_layouts_on_the_benchmark_cases(model, n, seq, batch):
     _exact_search_agrees(model, n, seq, batch)
+
+
+def test_layout_applies_expert_settings_to_the_layouts_with_all_to_alls():
+    """layout --ep-overlap: the layouts without expert all-to-alls (ep 1) are still searched, without it; on a dense
+    model the option is refused in one line, not 'no layout fits'."""
+    base = ("layout", "mixtral-8x7b", "--gpu", "h100-sxm", "--n-gpus", 64, "--seq-len", 4096, "--global-batch", 256,
+            "--top", 1000, "--format", "json")
+    plain, overlap = mixtral_layouts(), json.loads(run(*base, "--ep-overlap").stdout)
+    assert len(overlap["layouts"]) == len(plain["layouts"])
+    r = run("layout", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", 16, "--global-batch", 64, "--ep-overlap")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1 and "dense" in r.stderr

@@ -1466,16 +1466,28 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     prepared, oom = [], []
     lookup(RECIPES, "recipe", recipe)
     optimizer = step.get("optimizer", "adamw")
+    moe_only = {"ep_overlap": False, "ep_dispatcher": "alltoall", "moe_imbalance": 1.0}
+    for key, off in moe_only.items():
+        if step.get(key, off) != off and not spec.is_moe:
+            raise LlmcalcError(f"{_flag(key)} needs a mixture-of-experts model; {spec.name} is dense")
+    # the expert all-to-all settings apply to the layouts that have all-to-alls (and micro-batches to overlap)
+    plain_step = {k: v for k, v in step.items() if k not in ("ep_overlap", "ep_dispatcher")}
     for tp, cp, pp, vpp, mb, ep, etp in candidates:
         counts["searched"] += 1
         if tick:
             tick()
+        shape: dict[str, Any] = dict(tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, micro_batch=mb, tp_overlap=tp_overlap,
+                                     etp=etp or None)
         try:
-            lay = make_layout(spec, n_gpus, seq_len, global_batch, tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, micro_batch=mb,
-                              tp_overlap=tp_overlap, etp=etp or None, **step)
+            lay = make_layout(spec, n_gpus, seq_len, global_batch, **shape, **step)
         except LlmcalcError:
-            counts["invalid"] += 1
-            continue
+            try:
+                if plain_step == step:
+                    raise
+                lay = make_layout(spec, n_gpus, seq_len, global_batch, **shape, **plain_step)
+            except LlmcalcError:
+                counts["invalid"] += 1
+                continue
         rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity, recipe=recipe, optimizer=optimizer)
         if rc is None:
             counts["oom"] += 1
