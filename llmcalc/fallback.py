@@ -74,7 +74,7 @@ class FallbackModel(BreakdownTotals):
         return self.total - self.components["moe/experts"] * (e - k) // e
 
     def describe(self) -> str:
-        return (f"{self.model_type}: counted by transformers {self.counted['transformers_version']} "
+        return (f"model_type {self.model_type}, counted by transformers {self.counted['transformers_version']} "
                 f"({self.cls}, no weights), not by a formula")
 
     def train_basis(self, request: TrainRequest) -> FlopsBasis:

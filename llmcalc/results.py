@@ -95,3 +95,4 @@ class Calibration:
     size: int  # of the square matrices
     flops_per_s: float
     catalog: dict | None = None
+    cached: str = ""  # how the measurement is kept for later profiles (peak_cache.describe), "" if not

@@ -37,14 +37,12 @@ class UnitError(LlmcalcError):
     """A quantity the user typed could not be understood."""
 
 
-def _split(text: str | float | int, what: str, suffixes: dict) -> tuple[float, float]:
+def _split(text: str | float | int, what: str, suffixes: dict, examples: str) -> tuple[float, float]:
     match = _QUANTITY.match(str(text))
     if not match or match.group(2) not in suffixes:
         known = ", ".join(s for s in suffixes if s)
-        raise UnitError(
-            f"cannot read {what} {text!r}: write a number with an optional suffix ({known}), "
-            f"e.g. 7B, 1.5T, 300k, 2e12"
-        )
+        raise UnitError(f"cannot read {what} {text!r}: write a number with an optional suffix ({known}), "
+                        f"e.g. {examples}")
     return float(match.group(1)), suffixes[match.group(2)]
 
 
@@ -52,7 +50,7 @@ def parse_count(text: str | float | int, what: str = "quantity") -> float:
     """Parse a count of things (parameters, tokens, FLOPs): '7B' -> 7e9, '1.5T' -> 1.5e12, '300k' -> 3e5."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         return float(text)
-    number, scale = _split(text, what, _COUNT_SUFFIXES)
+    number, scale = _split(text, what, _COUNT_SUFFIXES, "7B, 1.5T, 300k, 2e12")
     return number * scale
 
 
@@ -60,7 +58,7 @@ def parse_length(text: str | int, what: str = "length") -> int:
     """Parse a sequence length in tokens: '4k' -> 4096, '32k' -> 32768, '2048' -> 2048 (binary k)."""
     if isinstance(text, int) and not isinstance(text, bool):
         return text
-    number, scale = _split(text, what, _LENGTH_SUFFIXES)
+    number, scale = _split(text, what, _LENGTH_SUFFIXES, "2048, 4k (= 4,096), 32k, 1M (= 1,048,576)")
     value = number * scale
     if not math.isfinite(value):
         raise UnitError(f"{what} {text!r} is not a finite number of tokens")
@@ -128,9 +126,10 @@ def fmt_tokens(value: float, noun: str = "tokens") -> str:
     return f"{value:,.0f} {noun}"
 
 
-def plural(count: float, noun: str) -> str:
-    """'1 GPU', '1,024 GPUs': a count with thousands separators and the noun it agrees with."""
-    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
+def plural(count: float, noun: str, many: str | None = None) -> str:
+    """'1 GPU', '1,024 GPUs': a count with thousands separators and the noun it agrees with (`many`: an
+    irregular plural, 'micro-batches')."""
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {many or noun + 's'}"
 
 
 def fmt_int(value: int) -> str:

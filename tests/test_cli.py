@@ -115,8 +115,9 @@ def test_unknown_model_type(tmp_path):
 
 @pytest.mark.parametrize("changes, message", [
     ({"num_key_value_heads": 5}, "must be a multiple of n_kv_heads (5)"),
-    ({"hidden_size": 0}, "d_model must be a positive whole number, got 0"),
-    ({"num_hidden_layers": -4}, "n_layers must be a positive whole number, got -4"),
+    ({"hidden_size": 0}, "config key hidden_size (llmcalc's d_model) must be a positive whole number, got 0"),
+    ({"num_hidden_layers": -4},
+     "config key num_hidden_layers (llmcalc's n_layers) must be a positive whole number, got -4"),
 ])
 def test_impossible_shapes(tmp_path, changes, message):
     config = {**model_config("llama-2-7b"), **changes}

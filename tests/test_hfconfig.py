@@ -174,8 +174,8 @@ def test_unknown_model_type_with_explicit_keys_counts_like_its_twin():
 
 @pytest.mark.parametrize("changes, message", [
     (dict(num_key_value_heads=3), r"n_heads \(4\) must be a multiple of n_kv_heads \(3\)"),
-    (dict(hidden_size=0), r"d_model must be a positive whole number, got 0"),
-    (dict(num_hidden_layers=-1), r"n_layers must be a positive whole number, got -1"),
+    (dict(hidden_size=0), r"hidden_size \(llmcalc's d_model\) must be a positive whole number, got 0"),
+    (dict(num_hidden_layers=-1), r"num_hidden_layers \(llmcalc's n_layers\) must be a positive whole number, got -1"),
     (dict(hidden_size=None), r"config is missing d_model \(hidden_size/n_embd/n_embed/d_model\)"),
     (dict(hidden_act="tanh"), r"activation 'tanh' is not supported"),
 ])

@@ -265,7 +265,7 @@ def test_serve_without_room_says_so():
 
 
 def test_infer_keeps_its_keys():
-    data = cli_json("infer", "mixtral-8x7b", "--gpu", "h100-sxm", "--batch-size", 1, "--prompt", 512,
+    data = cli_json("infer", "mixtral-8x7b", "--gpu", "h100-sxm", "--n-gpus", 2, "--batch-size", 1, "--prompt", 512,
                     "--generate", 128)
     assert {"prefill_seconds", "decode_seconds_per_token", "tokens_per_second"} <= set(data)
 

@@ -54,7 +54,7 @@ def test_encoder_decoder_defaults_to_symmetric_stacks():
     (dict(d_model=0), r"d_model must be a positive whole number, got 0"),
     (dict(n_layers=-2), r"n_layers must be a positive whole number, got -2"),
     (dict(d_ff=-1), r"d_ff must be a positive whole number"),
-    (dict(d_ff=None), r"d_ff must be a positive whole number, got None"),
+    (dict(d_ff=None), r"d_ff must be a positive whole number; none is given"),
     (dict(vocab_size=1.5), r"vocab_size must be a whole number"),
     (dict(d_model=65), r"d_model \(65\) is not a multiple of n_heads \(4\); give d_head"),
     (dict(mlp="swishglu"), r"mlp must be one of swiglu, geglu"),

@@ -605,27 +605,33 @@ def test_report_section_has_stacked_bars_and_the_layout_table():
 
     from llmcalc.analytic.summary import Scenario
     from llmcalc.report.document import Report
+    from llmcalc.report.plan import make_plan
     from llmcalc.report.sections import steptime_section
 
     report = Report("t")
-    steptime_section(report, [load_model("llama-3-8b")],
-                     Scenario(seq_len=4096, tokens=1e12, gpu=load_hardware("h100-sxm"), n_gpus=16), global_batch=64)
+    # the plan's global batch: micro-batch 4 x 16 data-parallel ranks = 64 sequences
+    scenario = Scenario(seq_len=4096, tokens=1e12, gpu=load_hardware("h100-sxm"), n_gpus=16, micro_batch=4)
+    steptime_section(report, make_plan([load_model("llama-3-8b")], scenario))
     png = report.files["figures/steptime-llama-3-8b.png"]
     assert imread(io.BytesIO(png), format="png").shape[0] > 200
     rows = list(csv.DictReader(io.StringIO(report.files["tables/steptime-llama-3-8b.csv"].decode())))
+    # the report searches at the plan's recomputation (Scenario's default: none), as `layout --recompute none` does
     layout = json.loads(run("layout", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", 16, "--seq-len", 4096,
-                            "--global-batch", 64, "--top", 6, "--format", "json").stdout)
+                            "--global-batch", 64, "--recompute", "none", "--top", 6, "--format", "json").stdout)
     assert [float(r["tokens_per_second"]) for r in rows] == pytest.approx(
         [r["tokens_per_second"] for r in layout["layouts"]])
     text = " ".join(str(b) for b in report.blocks)
-    assert "best layout predicts MFU" in text
+    best = layout["layouts"][0]  # the section names the search's best layout with its predicted MFU
+    assert f"the best layout that fits (tp {best['tp']} cp {best['cp']} pp {best['pp']} dp {best['dp']}" in text
+    assert f"predicted MFU {100 * best['mfu']:.1f} %" in text
     # the report prints memory in GiB (the JSON's memory_gib is GiB, not bytes: it printed "42 B")
     shown = [b[1] for b in report.blocks if b[0] == "table" and b[1].title.startswith("best layouts")][0]
     column = [c for c in shown.columns if c.key == "memory_gib"][0]
     assert [shown.cell(r, column) for r in shown.rows] == [f"{r['memory_gib']:.2f} GiB" for r in layout["layouts"]]
     assert all(r["memory_gib"] > 1 for r in layout["layouts"])  # so GiB is the unit fmt_bytes picks
     no_net = Report("t")
-    steptime_section(no_net, [load_model("llama-3-8b")], Scenario(gpu=load_hardware("l4"), n_gpus=8))
+    l4 = Scenario(gpu=load_hardware("l4"), n_gpus=8)
+    steptime_section(no_net, make_plan([load_model("llama-3-8b")], l4))
     assert "no network/matmul block" in " ".join(str(b) for b in no_net.blocks)
 
 
@@ -928,3 +934,24 @@ def test_layout_applies_expert_settings_to_the_layouts_with_all_to_alls():
     assert len(overlap["layouts"]) == len(plain["layouts"])
     r = run("layout", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", 16, "--global-batch", 64, "--ep-overlap")
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1 and "dense" in r.stderr
+
+
+@pytest.mark.parametrize("model, recipe, recompute, tp, pp, ep, zero", [
+    ("llama-3-8b", "bf16-mixed", "none", 1, 1, 1, 1), ("llama-3-8b", "fp8", "selective", 2, 4, 1, 3),
+    ("mixtral-8x7b", "mxfp8", "full", 2, 2, 4, 1), ("nemotron-h-8b", "bf16-mixed", "full", 2, 2, 1, 3),
+    ("deepseek-v2-lite", "nvfp4", "none", 1, 3, 8, 1), ("gemma-2-9b", "bf16-mixed", "selective", 4, 1, 1, 1),
+])
+def test_search_memory_is_training_memorys(model, recipe, recompute, tp, pp, ep, zero):
+    """The search's training_peak (each layer kind's activations once, counted) equals memory.training_memory."""
+    from dataclasses import replace
+
+    from llmcalc.analytic.memory import training_memory
+    from llmcalc.analytic.parallel import Parallel
+    from llmcalc.analytic.steptime import training_peak
+
+    spec = load_model(model)
+    even = spec.with_layers(math.ceil(spec.n_layers / pp) * pp)
+    par = Parallel(tp=tp, pp=pp, dp=8, ep=ep, sequence_parallel=True, zero=zero)
+    want = training_memory(even, 2, 4096, recipe=recipe, optimizer="adamw", recompute=recompute, attention="flash",
+                           parallel=replace(par)).peak
+    assert training_peak(even, 2, 4096, recipe, "adamw", recompute=recompute, parallel=par) == pytest.approx(want)

@@ -242,6 +242,11 @@ class ActivationEstimate:
     per_layer: dict[str, float]  # saved tensor name -> bytes per GPU, summed over this GPU's layers
     recompute_working_set: float  # full recompute: one layer's activations rebuilt during backward
     logits_and_loss: float  # logits and the cross-entropy buffers (on the GPU that holds the head)
+    # For the phases of the backward (memory.MemoryEstimate.phase_components), per GPU, one micro-batch:
+    largest_layer: float = 0.0  # the largest block's tensors with nothing recomputed: a block in its backward
+    own_layer: float = 0.0  # that block's saved tensors under this recomputation (a checkpoint under full)
+    head_saved: float = 0.0  # the final norm's and LM head's saved inputs (freed before the blocks' backward)
+    in_flight: int = 1  # micro-batches whose activations are held at once (a 1F1B first stage: pp)
 
     @property
     def total(self) -> float:
@@ -266,29 +271,33 @@ def activation_memory(spec: ModelSpec, batch: int, seq: int, act_bytes: float, r
         raise LlmcalcError(f"activation memory covers decoder-only models; {spec.name} is {spec.architecture}")
     layers = range(spec.n_layers) if layers is None else layers
     per_layer: dict[str, float] = {}
-    largest = 0.0
+    largest = own = 0.0
     for i in layers:
         items = layer_saved(spec, i, batch, seq, act_bytes=act_bytes, attention=attention, dropout=dropout)
-        largest = max(largest, scaled(items, tp, sequence_parallel))
+        whole = scaled(items, tp, sequence_parallel)
         if recompute == "full":
             items = [Saved("block input (full recomputation checkpoint)", batch * seq * spec.d_model * act_bytes,
                            "sequence_parallel")]
         elif recompute == "selective":
             items = [s for s in items if s.scope != "attention_scores"]
+        if whole > largest:
+            largest, own = whole, scaled(items, tp, sequence_parallel)
         for s in items:
             value = s.per_rank(tp, sequence_parallel) * in_flight
             per_layer[s.name] = per_layer.get(s.name, 0.0) + value
     tokens = batch * seq
     final = _norm_saved(spec, "final", tokens, spec.d_model, act_bytes) + [
         Saved("LM-head input (final norm output)", tokens * spec.d_model * act_bytes, "sequence_parallel")]
-    logits = 0.0
+    logits = head_saved = 0.0
     if head:
         for s in final:
             per_layer[s.name] = s.nbytes / (tp if sequence_parallel else 1)
+            head_saved += per_layer[s.name]
         # Logits and cross-entropy in fp32. At the end of forward: the logits (act dtype), their fp32
         # copy and the fp32 log-probs cross-entropy saves (10 bytes per logit in bf16, 8 in fp32); at
         # the start of backward, the saved log-probs, their gradient and the logits' fp32 gradient
         # (12 bytes) -- the larger of the two, while every block's activations are still alive.
         forward_end = act_bytes + (FP32 if act_bytes != FP32 else 0) + FP32
         logits = tokens * spec.vocab_size * max(forward_end, 3 * FP32) / tp
-    return ActivationEstimate(per_layer, largest if recompute == "full" else 0.0, logits)
+    return ActivationEstimate(per_layer, largest if recompute == "full" else 0.0, logits, largest_layer=largest,
+                              own_layer=own, head_saved=head_saved, in_flight=in_flight)

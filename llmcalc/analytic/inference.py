@@ -523,5 +523,51 @@ def plan_inference(spec: ModelSpec, accelerator: Accelerator, batch: int, prompt
     check_inference(batch, prompt, generate)
     fmt = weight_format(spec, weight_dtype)
     weight, kv, compute = resolve_dtypes(accelerator, fmt.name, kv_dtype, compute_dtype)
-    return InferenceEstimate(spec, accelerator, batch, prompt, generate=generate, weight_dtype=weight, kv_dtype=kv,
+    est = InferenceEstimate(spec, accelerator, batch, prompt, generate=generate, weight_dtype=weight, kv_dtype=kv,
                              compute_dtype=compute, n_gpus=n_gpus, weight_format=None if fmt.typed else fmt)
+    check_fits(est)
+    return est
+
+
+def memory_needed_per_gpu(est: InferenceEstimate) -> float:
+    """Bytes one GPU holds at the end of the request: its weights, the KV cache of batch x (prompt + generate)
+    tokens and the recurrent state (a roofline of a model that does not fit answers nothing)."""
+    tokens = est.batch * (est.prompt + est.generate)
+    return est.weights_per_gpu + tokens * est.kv_per_token_per_gpu + est.batch * est.state_bytes_per_sequence
+
+
+def check_fits(est: InferenceEstimate) -> None:
+    """Refuse, with what would fit, a request whose weights (or weights and KV cache) exceed the GPU's memory."""
+    gpu, spec = est.accelerator, est.spec
+    capacity = gpu.memory_bytes
+    if memory_needed_per_gpu(est) <= capacity:
+        return
+    gib = 2**30
+    if est.weights_per_gpu > capacity:
+        what = f"{est.weight_dtype} weights ({est.weights_per_gpu / gib:,.2f} GiB per GPU) do not fit"
+    else:
+        tokens = est.batch * (est.prompt + est.generate)
+        what = (f"{est.weight_dtype} weights ({est.weights_per_gpu / gib:,.2f} GiB per GPU) and KV cache at the end "
+                f"({(memory_needed_per_gpu(est) - est.weights_per_gpu) / gib:,.2f} GiB for {tokens:,} tokens) do "
+                f"not fit together")
+    fits = next((n for n in (2, 4, 8, 16, 32, 64) if n > est.n_gpus and _tp_ok(spec, n)
+                 and memory_needed_per_gpu(replace_gpus(est, n)) <= capacity), None)
+    fix = (f"--n-gpus {fits} (tensor parallel) fits" if fits
+           else "no tensor-parallel degree up to 64 that its heads allow fits")
+    raise LlmcalcError(f"{spec.name}'s {what} in {gpu.key}'s {capacity / gib:g} GiB: {fix}; or a smaller "
+                       f"--weight-dtype (fp8, int8, int4)"
+                       + (", --batch-size or --prompt/--generate" if est.weights_per_gpu <= capacity else ""))
+
+
+def _tp_ok(spec: ModelSpec, tp: int) -> bool:
+    try:
+        check_tp(spec, tp)
+    except LlmcalcError:
+        return False
+    return True
+
+
+def replace_gpus(est: InferenceEstimate, n_gpus: int) -> InferenceEstimate:
+    from dataclasses import replace
+
+    return replace(est, n_gpus=n_gpus)

@@ -5,10 +5,12 @@ Bytes inside; GiB only on screen. Every byte-per-parameter figure comes from a n
 optimizer (printed with the result), never a hidden constant.
 
 Peak (steady state, after the first step has created the optimizer states): gradients are freed
-by zero_grad(set_to_none=True) before forward and activations during backward, so the two are not
-alive together; the peak is the larger of
+by zero_grad(set_to_none=True) before forward and activations during backward, so the two grow and
+shrink against each other; the peak is the largest of
 - end of forward:   weights + master + optimizer states + activations + logits/loss (+ gradients
-                    where the recipe keeps a persistent gradient buffer, as Megatron does), and
+                    where the recipe keeps a persistent gradient buffer, as Megatron does),
+- blocks' backward: the logits freed, one block in its backward held whole, and the gradients made so
+                    far, at whichever end of the backward holds more (``MemoryEstimate.phase_components``), and
 - optimizer step:   weights + master + optimizer states + gradients.
 """
 
@@ -242,6 +244,8 @@ class MemoryEstimate(PhasedPeak):
     largest_tensor: float = 0  # elements of the largest parameter tensor on this GPU (its 1/tp share)
     notes: list[str] = field(default_factory=list)
     expert_params_on_gpu: float = 0.0  # this GPU's routed-expert parameters: its E/ep experts' 1/etp shards
+    head_params_on_gpu: float = 0.0  # LM head + final norm here: their gradients exist before the blocks' backward
+    late_params_on_gpu: float = 0.0  # untied embedding tables here: their gradients come after the last block's
 
     @property
     def dp(self) -> int:
@@ -340,9 +344,15 @@ class MemoryEstimate(PhasedPeak):
         """The components alive in each phase of the step:
         - end of forward (the loss): states, every block's saved activations, the logits and loss buffers;
           gradients only where the recipe keeps them between steps; no block is being rebuilt yet;
-        - blocks' backward, under full recomputation only: the LM head's backward has consumed and freed the
-          logits and loss buffers before the first block is rebuilt, so the recompute working set replaces
-          them; with every gradient (an upper bound: they accumulate during the backward);
+        - blocks' backward, in every recomputation mode: the LM head's backward has consumed and freed the logits
+          and loss buffers (and the head's saved inputs) before the first block's backward, and a block in its
+          backward holds all its tensors (under full recomputation rebuilt from its checkpoint, under selective its
+          attention core recomputed): ``ActivationEstimate.largest_layer``. The phase is the larger of its two
+          ends, the sum being linear in the block reached: at its start the head's gradients and every block's
+          activations (the one in its backward whole); at its end every gradient but the embedding's (which
+          comes after the last block) and only the first block's tensors, besides the other micro-batches a
+          pipeline stage holds. Charging every mode alike keeps full recomputation from peaking above none (it
+          saves less at every point of the step);
         - optimizer step: states, gradients and the optimizer's temporaries.
         Holding the logits and the rebuilt block together overstated Llama-2-7B's shapes (2 blocks,
         micro-batch 8, seq 4096, recompute full) by 23 %: 26.36 GiB against the virtual profile's 21.41 GiB."""
@@ -350,14 +360,32 @@ class MemoryEstimate(PhasedPeak):
         phases = {"end of forward": {k: v for k, v in c.items()
                                      if k not in ("optimizer temporaries", "recompute working set")
                                      and (k != "gradients" or self.recipe.persistent_grads)}}
-        if self.activations.recompute_working_set:
-            phases["blocks' backward"] = {k: v for k, v in c.items()
-                                          if k not in ("optimizer temporaries", "logits and loss")}
+        if self.spec.n_layers:
+            phases["blocks' backward"] = self._backward(c)
         q = self.recipe.quant_label
         phases["optimizer step"] = {k: c[k] for k in ("weights", "gradients", "master weights", "optimizer states",
                                                       "optimizer temporaries", f"{q} weight copies",
                                                       f"{q} scaling state") if k in c}
         return phases
+
+    def _backward(self, c: dict[str, float]) -> dict[str, float]:
+        """The blocks' backward at whichever end holds more (see phase_components); components by name."""
+        a = self.activations
+        blocks = c["activations"] - a.head_saved  # every block's saved tensors, all micro-batches in flight
+        others = blocks * (a.in_flight - 1) / a.in_flight  # what the stage's other micro-batches keep
+        grads = self.gradients if self.recipe.persistent_grads else None  # a persistent buffer: all, always
+        head = self._dense_grads(self.head_params_on_gpu)
+        late = self._dense_grads(self.late_params_on_gpu)
+        start = {"gradients": head if grads is None else grads, "activations": blocks - a.own_layer}
+        end = {"gradients": self.gradients - (late if grads is None else 0.0), "activations": others}
+        states = {k: v for k, v in c.items() if k not in ("optimizer temporaries", "logits and loss", "gradients",
+                                                          "activations", "recompute working set")}
+        at = max((start, end), key=lambda e: e["gradients"] + e["activations"])
+        return {**states, **at, "recompute working set": a.largest_layer}
+
+    def _dense_grads(self, params: float) -> float:
+        """Gradient bytes of `params` dense (non-expert) parameters on this GPU, ZeRO-2/3 sharded over dp."""
+        return params / self._shard(2) * self.recipe.grad_bytes
 
     def activation_bytes_per_sample(self) -> float:
         """Bytes the end-of-forward phase grows by per extra sequence in the micro-batch."""
@@ -430,25 +458,30 @@ def training_memory(spec: ModelSpec, batch: int = 1, seq_len: int = DEFAULT_SEQ_
     # ZeRO-3/FSDP unshards one block at a time (and prefetches the next): two blocks' TP shards.
     gathered = (2 * (layer / tp + norms + (routed / (etp * ep) if own else 0.0)) * rec.weight_bytes
                 if parallel.zero == 3 and parallel.dp > 1 else 0.0)
-    stages = []
+    stages = []  # (stage, params, activations, head + final norm params, untied embedding params)
+    tied = spec.lm_head and spec.tie_embeddings  # the head's gradient is the token table's, made first
+    late = (emb - (comps.get("embedding/tokens", 0) if tied else 0)) / tp
     if pp == 1:
         params = emb / tp + blocks + final + (head / tp if not spec.tie_embeddings else 0)
-        stages.append(("only", params, activation_memory(**common)))
+        stages.append(("only", params, activation_memory(**common), head / tp + final, late))
     else:  # first stage: embedding + p micro-batches in flight; last: head, logits, one micro-batch
         stages.append(("first", emb / tp + blocks,
-                       activation_memory(**common, layers=range(per_stage), in_flight=pp, head=False)))
+                       activation_memory(**common, layers=range(per_stage), in_flight=pp, head=False), 0.0,
+                       emb / tp))
         stages.append(("last", blocks + final + head / tp,
-                       activation_memory(**common, layers=range(spec.n_layers - per_stage, spec.n_layers))))
+                       activation_memory(**common, layers=range(spec.n_layers - per_stage, spec.n_layers)),
+                       head / tp + final, 0.0))
     if rec.fp8_saved_inputs:  # Transformer Engine saves each linear's input as its FP8 (MXFP8, NVFP4) cast
-        stages = [(name, params, _fp8_inputs(acts, rec.act_bytes, rec.saved_input_bytes)) for name, params, acts
-                  in stages]
+        stages = [(name, params, _fp8_inputs(acts, rec.act_bytes, rec.saved_input_bytes), head_p, late_p)
+                  for name, params, acts, head_p, late_p in stages]
     biggest = largest_tensor(spec) / tp
     estimates = [MemoryEstimate(spec=spec, recipe=rec, optimizer=opt, parallel=parallel, batch=batch,
                                 seq_len=seq_len, recompute=recompute, attention=attention, params_on_gpu=params,
                                 activations=acts, stage=name, zero3_gathered=gathered,
                                 optimizer_impl=optimizer_impl, largest_tensor=biggest,
-                                expert_params_on_gpu=experts)
-                 for name, params, acts in stages]
+                                expert_params_on_gpu=experts, head_params_on_gpu=head_params,
+                                late_params_on_gpu=late_params)
+                 for name, params, acts, head_params, late_params in stages]
     return max(estimates, key=lambda e: e.peak)
 
 
@@ -482,4 +515,6 @@ def smallest_fit(spec: ModelSpec, parallel: Parallel, capacity: float, **setting
 
 def _fp8_inputs(acts: ActivationEstimate, act_bytes: float, saved_bytes: float = 1.0) -> ActivationEstimate:
     per_layer = {k: v / act_bytes * saved_bytes if k in FP8_SAVED else v for k, v in acts.per_layer.items()}
-    return replace(acts, per_layer=per_layer)
+    blocks = sum(acts.per_layer.values()) - acts.head_saved
+    share = (sum(per_layer.values()) - acts.head_saved) / blocks if blocks else 1.0  # a block's own tensors shrink
+    return replace(acts, per_layer=per_layer, own_layer=acts.own_layer * share)

@@ -59,7 +59,7 @@ from typing import Any, NamedTuple
 from ..errors import LlmcalcError
 from ..hardware import Accelerator
 from ..spec import ModelSpec
-from ..units import GIB
+from ..units import GIB, plural
 from ..validate import DEFAULT_ZERO
 from . import comm, kernels
 from .activations import ATTENTION_IMPLS
@@ -1356,8 +1356,10 @@ def global_batch_sequences(global_batch: int | None, global_batch_tokens: float 
     if global_batch_tokens is None:
         return global_batch
     if global_batch_tokens <= 0 or global_batch_tokens % seq_len:
-        raise LlmcalcError(f"--global-batch-tokens {global_batch_tokens:g} is not a positive multiple of "
-                           f"--seq-len {seq_len}")
+        low = max(1, int(global_batch_tokens // seq_len))  # the multiples of seq_len on either side
+        nearest = " or ".join(f"{n * seq_len:,} ({plural(n, 'sequence')})" for n in dict.fromkeys((low, low + 1)))
+        raise LlmcalcError(f"--global-batch-tokens {global_batch_tokens:,.0f} is not a multiple of --seq-len "
+                           f"{seq_len:,}; the nearest: {nearest}, or give --global-batch in sequences")
     return int(global_batch_tokens // seq_len)
 
 
@@ -1561,20 +1563,23 @@ def _training_peak(spec: ModelSpec, batch: int, seq_len: int, recipe: str, optim
     gathered = (2 * (layer / tp + norms + (routed / (etp * ep) if own else 0.0)) * rec.weight_bytes
                 if parallel.zero == 3 and parallel.dp > 1 else 0.0)
     common = (spec, batch, seq, rec.act_bytes, recompute, tp, parallel.sequence_parallel)
+    tied = spec.lm_head and spec.tie_embeddings  # the head's gradient is the token table's, made first
+    late = (emb - (comps.get("embedding/tokens", 0) if tied else 0)) / tp
     if pp == 1:
         stages = [("only", emb / tp + blocks + final + (head / tp if not spec.tie_embeddings else 0),
-                   _activations(*common, 0, spec.n_layers, 1, True))]
+                   _activations(*common, 0, spec.n_layers, 1, True), head / tp + final, late)]
     else:
-        stages = [("first", emb / tp + blocks, _activations(*common, 0, per_stage, pp, False)),
+        stages = [("first", emb / tp + blocks, _activations(*common, 0, per_stage, pp, False), 0.0, emb / tp),
                   ("last", blocks + final + head / tp,
-                   _activations(*common, spec.n_layers - per_stage, spec.n_layers, 1, True))]
+                   _activations(*common, spec.n_layers - per_stage, spec.n_layers, 1, True), head / tp + final, 0.0)]
     if rec.fp8_saved_inputs:
-        stages = [(name, params, _fp8_inputs(acts, rec.act_bytes, rec.saved_input_bytes)) for name, params, acts
-                  in stages]
+        stages = [(name, params, _fp8_inputs(acts, rec.act_bytes, rec.saved_input_bytes), head_p, late_p)
+                  for name, params, acts, head_p, late_p in stages]
     return max(MemoryEstimate(spec=spec, recipe=rec, optimizer=opt, parallel=parallel, batch=batch, seq_len=seq,
                               recompute=recompute, attention="flash", params_on_gpu=params, activations=acts,
                               stage=name, zero3_gathered=gathered, largest_tensor=biggest / tp,
-                              expert_params_on_gpu=experts).peak for name, params, acts in stages)
+                              expert_params_on_gpu=experts, head_params_on_gpu=head_p, late_params_on_gpu=late_p).peak
+               for name, params, acts, head_p, late_p in stages)
 
 
 def _activations(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recompute: str, tp: int, sp: bool,
@@ -1588,18 +1593,21 @@ def _activations(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recomp
         for i in range(start, stop):
             kinds.setdefault((spec.layer_parts(i), spec.is_moe_layer(i)), [i, 0])[1] += 1
         per_layer: dict[str, float] = {}
-        largest = 0.0
+        largest = biggest = own = 0.0  # as activation_memory: the first largest block (layer order) and its own
         for i, count in kinds.values():
             one = activation_memory(spec, batch, seq, act_bytes, recompute, tp=tp, sequence_parallel=sp,
                                     layers=range(i, i + 1), in_flight=in_flight, head=False)
             for name, value in one.per_layer.items():
                 per_layer[name] = per_layer.get(name, 0.0) + value * count
             largest = max(largest, one.recompute_working_set)
+            if one.largest_layer > biggest:
+                biggest, own = one.largest_layer, one.own_layer
         whole = activation_memory(spec, batch, seq, act_bytes, recompute, tp=tp, sequence_parallel=sp,
                                   layers=range(0), in_flight=in_flight, head=head)
         for name, value in whole.per_layer.items():
             per_layer[name] = per_layer.get(name, 0.0) + value
-        return ActivationEstimate(per_layer, largest, whole.logits_and_loss)
+        return ActivationEstimate(per_layer, largest, whole.logits_and_loss, largest_layer=biggest, own_layer=own,
+                                  head_saved=whole.head_saved, in_flight=in_flight)
     return _cached("acts", (spec, batch, seq, act_bytes, recompute, tp, sp, start, stop, in_flight, head), make)
 
 
@@ -1667,8 +1675,8 @@ def rank_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_ba
                                             **{k: v for k, v in step.items() if v is not None})
     if not ranked:
         raise LlmcalcError(f"no layout of {spec.name} fits on {n_gpus:,} x {gpu} at seq {seq_len} with global batch "
-                           f"{batch} ({counts['oom']} do not fit in memory, {counts['invalid']} contradict the "
-                           f"model): use more GPUs or a larger --global-batch")
+                           f"{batch} (of the layouts tried, {counts['oom']:,} do not fit in memory and "
+                           f"{counts['invalid']:,} contradict the model): use more GPUs or a larger --global-batch")
     return LayoutSearch(spec=spec, gpu=gpu, n_gpus=n_gpus, seq_len=seq_len, global_batch=batch, ranked=ranked,
                         losers=losers, counts=counts, recipe=step.get("recipe") or "bf16-mixed",
                         optimizer=step.get("optimizer") or "adamw")

@@ -308,6 +308,7 @@ class FlopsBasis:
 class CountedModel(Protocol):
     """A model llmcalc has no formula for, counted by transformers (llmcalc.fallback.FallbackModel)."""
 
+    name: str
     model_type: str
 
     def train_basis(self, request: TrainRequest) -> FlopsBasis: ...
@@ -398,7 +399,8 @@ def plan_training(request: TrainRequest, model: ModelSpec | CountedModel | None,
     est = TrainingEstimate(tokens=tokens, model_flops=basis.model_flops, hardware_flops=basis.hardware_flops,
                            accelerator=accelerator, dtype=request.dtype, n_gpus=request.n_gpus, mfu=mfu,
                            achieved_flops_per_s=achieved, usd_per_gpu_hour=request.usd_per_gpu_hour)
-    return TrainingPlan(estimate=est, inputs=_inputs(request, basis), six_n_t=six_n(basis.n) * tokens,
+    name = None if model is None else model.name  # canonical: "LLAMA-3-8B" and " llama-3-8b " answer as llama-3-8b
+    return TrainingPlan(estimate=est, inputs=_inputs(request, basis, name), six_n_t=six_n(basis.n) * tokens,
                         prediction=pred, measured=measured, warnings=_timing_only_warning(request, pred))
 
 
@@ -416,8 +418,8 @@ def _check_device_time(request: TrainRequest, model: ModelSpec | CountedModel | 
                            "counted by transformers: give --mfu, --achieved-tflops or --tokens-per-second")
 
 
-def _inputs(request: TrainRequest, basis: FlopsBasis) -> dict[str, Any]:
-    inputs: dict[str, Any] = {"model": request.label, "tokens": request.tokens,
+def _inputs(request: TrainRequest, basis: FlopsBasis, name: str | None = None) -> dict[str, Any]:
+    inputs: dict[str, Any] = {"model": name or request.label, "tokens": request.tokens,
                               "seq_len": None if request.model is None else request.seq_len,
                               "causal": request.causal, "recompute": request.recompute, "method": basis.method,
                               "flops_basis": basis.text}

@@ -27,6 +27,7 @@ from ..errors import LlmcalcError
 from ..results import Comparison, ProfileResult
 from ..spec import ModelSpec
 from ..validate import DEFAULT_SEQ_LEN
+from . import peak_cache
 from .counters import SdpaSpy, count_flops, fvcore_forward_flops, sdpa_backend_seen
 from .model import build_model, measured_breakdown
 from .step import batch_inputs, forward_only, make_optimizer, param_dtype, training_step
@@ -313,7 +314,7 @@ def _measure_virtual(spec: ModelSpec, batch: int, seq: int, recipe: str, recompu
             peak = summed
             segments = getattr(tracker, "segments", None)
         step = count_flops(lambda: training_step(model, optimizer, inputs, recipe, "cpu"))
-    return _Measured(params, Counted.of(forward), Counted.of(step), set(spy.seen), peak, segments)
+    return _Measured(params, Counted.of(forward), Counted.of(step), set(spy.seen), peak=peak, segments=segments)
 
 
 def _affine(a: int, b: int, k: int) -> int:
@@ -347,7 +348,7 @@ def _extrapolate(a: _Measured, b: _Measured, k: int, spec: ModelSpec) -> _Measur
                 best = (total, when, _affine_dict(categories_a, categories_b, k))
         peak = best[2] if best is not None else None
     return _Measured(_affine(a.params, b.params, k), counted(a.forward, b.forward), counted(a.step, b.step),
-                     set(b.seen), peak)
+                     set(b.seen), peak=peak)
 
 
 def _check_segments(measured: _Measured, spec: ModelSpec) -> None:
@@ -376,14 +377,16 @@ def virtual_profile(spec: ModelSpec, batch: int = 1, seq: int = DEFAULT_SEQ_LEN,
                            sdpa_backend="", counter="torch")
     plan = None if all_layers else sampling(spec)
     if plan is None:
-        measured = _measure_virtual(spec, batch, seq, recipe, recompute, attention, track_memory)
+        measured = _measure_virtual(spec, batch, seq, recipe, recompute=recompute, attention=attention,
+                                    track_memory=track_memory)
     else:
         samples = []
         for depth in plan.depths:
             sample = spec.with_layers(depth)
             if block_kinds(sample) != block_kinds(spec)[:depth]:
                 raise LlmcalcError(f"internal: {spec.name} cut to {depth} blocks changes its blocks; use --all-layers")
-            samples.append(_measure_virtual(sample, batch, seq, recipe, recompute, attention, track_memory, plan))
+            samples.append(_measure_virtual(sample, batch, seq, recipe, recompute=recompute, attention=attention,
+                                            track_memory=track_memory, plan=plan))
             _check_segments(samples[-1], spec)
         measured = _extrapolate(samples[0], samples[1], plan.repeats - 2, spec)
     peak = None
@@ -486,7 +489,26 @@ def peak_for(device: str, dtype: str, peak_tflops: float | None = None) -> tuple
     if acc is not None and dtype in acc.peak_flops:
         return acc.peak(dtype), f"{acc.key} datasheet, dense {dtype}"
     where = "this CPU" if device == "cpu" else f"{name} (not in the catalog)"
-    return calibrate(device, torch_dtype(dtype)), f"calibrated {dtype} matmul on {where}"
+    flops, entry = calibrated_peak(device, dtype)
+    return flops, f"calibrated {dtype} matmul on {where}, {peak_cache.describe(entry)}"
+
+
+CALIBRATION_SECONDS = 2.0  # timed once per device, dtype, size, threads and torch version (peak_cache)
+
+
+def calibrated_peak(device: str, dtype: str, size: int | None = None, seconds: float = CALIBRATION_SECONDS,
+                    refresh: bool = False) -> tuple[float, dict]:
+    """The achievable matmul FLOP/s of a device with no datasheet figure: measured once and cached with the
+    conditions it was measured under (``peak_cache``), so that every profile's MFU uses the same peak; `refresh`
+    (``llmcalc calibrate``) measures again and replaces the entry."""
+    size = size or (8192 if device == "cuda" else 1024)
+    name = peak_cache.cpu_model() if device == "cpu" else device_name(device)
+    threads = torch.get_num_threads()
+    entry_key = peak_cache.key(name, canonical_dtype(dtype), size, threads, torch.__version__)
+    entry = None if refresh else peak_cache.lookup(entry_key)
+    if entry is None:
+        entry = peak_cache.store(entry_key, calibrate(device, torch_dtype(dtype), size, seconds), seconds, threads)
+    return float(entry["flops_per_s"]), entry
 
 
 def calibrate(device: str = "cpu", dtype: torch.dtype = torch.float32, size: int | None = None,
@@ -568,6 +590,10 @@ def _record_speed(result: ProfileResult, spec: ModelSpec, times: list[float], ha
         result.peak_flops_per_s, result.peak_source = peak_flops, peak_source
         result.mfu = model_flops / median / peak_flops
         result.hfu = hardware_flops / median / peak_flops
+        if result.mfu > 1:  # faster than the peak: the peak is wrong, and a utilization above 1 means nothing
+            raise LlmcalcError(f"the step ran {model_flops / median / 1e12:.3g} model TFLOP/s, above the peak of "
+                               f"{peak_flops / 1e12:.3g} TFLOP/s ({peak_source}): MFU {result.mfu:.3g} > 1; give "
+                               f"this device's dense peak with --peak-tflops, or run `llmcalc calibrate` again")
 
 
 def _add_fvcore(result: ProfileResult, model, inputs) -> None:

@@ -252,16 +252,19 @@ class ReportProfiles:
 def run_calibration(device: str = "auto", dtype: str = "fp32", size: int | None = None,
                     seconds: float = 2.0) -> Calibration:
     """Time repeated square matmuls (`size`: 8192 on CUDA, 1024 on a CPU, by default) for `seconds`, and find
-    the datasheet peak of a CUDA device's preset."""
+    the datasheet peak of a CUDA device's preset; the measurement replaces the cached peak that profiles of a
+    device without a datasheet figure measure their MFU against (``peak_cache``)."""
     need_torch()
     from ..spec import find_accelerator
-    from .measure import calibrate, device_name, resolve_device, torch_dtype
+    from .measure import calibrated_peak, device_name, resolve_device
 
     device = resolve_device(device)
     size = size or (8192 if device == "cuda" else 1024)
-    flops = calibrate(device, torch_dtype(dtype), size, seconds)
+    flops, entry = calibrated_peak(device, dtype, size, seconds, refresh=True)  # the peak later profiles use
     catalog = None
     acc = find_accelerator(device_name(device)) if device == "cuda" else None
     if acc is not None and dtype in acc.peak_flops:
         catalog = {"preset": acc.key, "peak_flops_per_s": acc.peak(dtype)}
-    return Calibration(device_name(device), dtype, size, flops, catalog)
+    from .peak_cache import describe
+
+    return Calibration(device_name(device), dtype, size, flops, catalog, cached=describe(entry))

@@ -156,15 +156,32 @@ def _html(text: str) -> str:
     return _WARN_HTML.sub(_WARN_SPAN, html.escape(text))
 
 
+_OPTION = re.compile(r"(^|[\s`(])--[a-z]")  # a command-line option: --sort, `--causal`
+
+
+def _clauses(text: str) -> list[str]:
+    """`text` cut after each '; ' or ', ' outside parentheses (each clause keeps its separator), so that a
+    parenthesis is never split: "(bf16-mixed + AdamW, flash attention)" stays whole."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += ch == "("
+        depth -= ch == ")" and depth > 0
+        if ch in ";," and depth == 0 and text[i + 1:i + 2] == " ":
+            out.append(text[start:i + 2])
+            start = i + 2
+    return out + [text[start:]]
+
+
 def report_note(note: str) -> str:
-    """A table note as a report shows it: without the command-line hints the CLI prints (options such
-    as --sort or --causal, `llmcalc ...` commands in backticks), which mean nothing to a reader of the
-    report. A note that is only a hint is dropped ('')."""
+    """A table note as a report shows it: without the command-line hints the CLI prints (options such as
+    --sort or --causal and the clauses naming them), which mean nothing to a reader of the report; the
+    backticks of `llmcalc ...` names dropped, the rest of the sentence kept whole. A note that is only a hint
+    is dropped ('')."""
     if note.lstrip().startswith("--"):
         return ""
-    note = re.sub(r"\s*\([^()]*(`|--[a-z])[^()]*\)", "", note)
-    kept = [p for p in re.split(r"(?<=[;,]) ", note) if not re.search(r"(^|\s)--[a-z]|`", p)]
-    text = " ".join(kept).rstrip(";, ").replace("`", "")
+    note = re.sub(r"\s*\([^()]*--[a-z][^()]*\)", "", note)  # a parenthesis holding an option
+    kept = [c for c in _clauses(note) if not _OPTION.search(c)]
+    text = "".join(kept).rstrip(";, ").replace("`", "")
     return text + "." if text and note.endswith(".") and not text.endswith(".") else text
 
 

@@ -69,20 +69,24 @@ def breakdown_bars(predictions: list[tuple[str, StepPrediction]], title: str, sc
     """One horizontal stacked bar per layout: seconds of compute, exposed communication, bubble, optimizer."""
     from . import plots
 
-    fig, ax = plots.figure(title, scenario, width=9.0)
-    labels = [label for label, _ in predictions]
+    parts = [k for k in BREAKDOWN_LABELS if any(p.breakdown[k] for _, p in predictions)]
+    legend_rows = -(-len(parts) // 3)
+    fig, ax = plots.figure(title, scenario, width=10.8, height=2.0 + 0.42 * len(predictions) + 0.28 * legend_rows)
+    rows = list(range(len(predictions)))  # numeric rows: two layouts with one label stay two bars
     left = [0.0] * len(predictions)
     for i, part in enumerate(BREAKDOWN_LABELS):
         widths = [p.breakdown[part] for _, p in predictions]
         if not any(widths):
             continue
-        ax.barh(labels, widths, left=left, color=plots.colour(i), label=BREAKDOWN_LABELS[part])
+        ax.barh(rows, widths, left=left, color=plots.colour(i), label=BREAKDOWN_LABELS[part])
         left = [a + b for a, b in zip(left, widths, strict=True)]
+    ax.set_yticks(rows, [label for label, _ in predictions])
     for y, (_, p) in enumerate(predictions):
-        ax.text(left[y], y, f"  MFU {p.mfu * 100:.1f} %", va="center", fontsize=plots.MIN_POINTS)
+        ax.annotate(f"MFU {p.mfu * 100:.1f} %", (left[y], y), xytext=(4, 0), textcoords="offset points",
+                    va="center", fontsize=plots.MIN_POINTS)
     ax.invert_yaxis()
     ax.set_xlabel("predicted step time (s)")
-    ax.set_xlim(0, max(left) * 1.25 if left else 1)
+    ax.set_xlim(0, max(left) * 1.18 if left else 1)
     fig.legend(loc="outside lower center", ncols=3)
     ax.grid(axis="x", alpha=0.25)
     return fig

@@ -4,6 +4,7 @@ compute-optimal view, and (with profile results) formulas against measurements."
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Callable
@@ -13,7 +14,7 @@ from typing import Any
 from ..analytic.flops import step_flops
 from ..analytic.params import count_params
 from ..analytic.rules import six_n
-from ..analytic.summary import Scenario, model_record, scenario_memory, scenario_training
+from ..analytic.summary import Scenario
 from ..hardware import Accelerator
 from ..render.tables import Column, Table
 from ..results import ProfileResult
@@ -27,11 +28,17 @@ from ..views.profile import profile_document
 from ..views.train import train_document
 from . import plots, sweeps
 from .document import Report, safe_name
+from .plan import ModelPlan, ReportPlan, layout_label, make_plan
 from .plots import gib
 from .sections import finetune_section, fp8_section, serving_section, sharded_section, steptime_section
 
 
-def _summary_lines(spec: ModelSpec, scenario: Scenario, record: dict) -> list[str]:
+def _summary_lines(spec: ModelSpec, plan: ReportPlan) -> list[str]:
+    """The model's headline under the plan: size, compute, time at the assumed MFU (with the step model's
+    prediction beside it, labelled), cost, and the plan layout's memory with its one fit verdict."""
+    scenario = plan.scenario
+    m = plan.models[spec.name]
+    record = m.record
     count = count_params(spec)
     gpu = scenario.accelerator
     price = scenario.usd_per_gpu_hour if scenario.usd_per_gpu_hour is not None else gpu.usd_per_hour
@@ -40,23 +47,46 @@ def _summary_lines(spec: ModelSpec, scenario: Scenario, record: dict) -> list[st
         + (f", {fmt_count(count.active_per_token)} active per token" if spec.is_moe else "") + f"); {spec.summary()}.",
         f"Compute: {fmt_count(scenario.tokens)} tokens x {fmt_flops(record['training_flops_per_token'])} per token = "
         f"{fmt_flops(record['training_flops'])} (6·N·D: {fmt_flops(six_n(count) * scenario.tokens)}).",
-        f"Time: {record['wall_clock_days']:,.1f} days on {scenario.n_gpus:,} x {gpu.name} at {scenario.mfu:.0%} MFU "
-        f"({record['gpu_hours']:,.0f} GPU-hours).",
-        "Cost: " + (f"{fmt_usd(record['cost_usd'])} at {fmt_usd(price)} per GPU-hour ("
+        f"Time: {m.training.wall_clock_days:,.1f} days on {scenario.n_gpus:,} x {gpu.name} at the assumed "
+        f"{scenario.mfu:.0%} MFU ({m.training.gpu_hours:,.0f} GPU-hours; the headline's MFU)" + _predicted(m, plan),
+        "Cost: " + (f"{fmt_usd(m.training.cost_usd)} at {fmt_usd(price)} per GPU-hour ("
                     + ("given on the command line" if scenario.usd_per_gpu_hour is not None else
-                       f"{gpu.key} preset's dated list price") + ")."
-                    if record.get("cost_usd") is not None and price is not None
+                       f"{gpu.key} preset's dated list price") + "), at the assumed MFU."
+                    if m.training.cost_usd is not None and price is not None
                     else "no price known for this accelerator."),
     ]
-    if "memory_per_gpu_bytes" in record:
-        lines.append(f"Memory: {gib(record['memory_per_gpu_bytes'])} per GPU ({scenario.recipe} + "
-                     f"{scenario.optimizer}, ZeRO-{scenario.zero}, micro-batch {scenario.micro_batch} at seq "
-                     f"{scenario.seq_len:,}): {'fits' if record['fits'] else 'does NOT fit'} in {gpu.key}'s "
-                     f"{gpu.memory_bytes / GIB:g} GiB.")
+    if m.memory is not None:
+        lines.append(f"Memory: {gib(m.memory.peak)} per GPU on the plan's layout ({plan.layout_text}, "
+                     f"{scenario.recipe} + {scenario.optimizer}, seq {scenario.seq_len:,}): "
+                     f"{'fits' if m.fits else 'does NOT fit'} in {gpu.key}'s {gpu.memory_bytes / GIB:g} GiB"
+                     + _other_layouts(m) + ".")
     else:
         lines.append(f"Memory: not modelled for this {spec.architecture} model (the activation model covers "
                      "decoder-only models).")
     return lines
+
+
+def _predicted(m: ModelPlan, plan: ReportPlan) -> str:
+    """'; the step model predicts 23.9 % MFU for the best layout that fits (...): 3.6 days' (or why not)."""
+    chosen = m.predicted
+    if chosen is None:
+        return "." if not m.prediction_note else f"; no step-time prediction ({m.prediction_note})."
+    which, pred = chosen
+    days = m.at(pred, plan.scenario).wall_clock_days
+    where = "" if which == "the plan's layout" else f" ({layout_label(pred)}; {m.prediction_note})"
+    return (f"; the step model predicts {pred.mfu * 100:.1f} % MFU for {which}{where}: {days:,.1f} days at that "
+            f"MFU.")
+
+
+def _other_layouts(m: ModelPlan) -> str:
+    """Where the plan's layout does not fit: how many layouts of the same GPUs and batch do, and the best."""
+    if m.fits or m.counts is None:
+        return ""
+    if not m.ranked:
+        return f"; none of the {m.counts['searched']:,} other layouts of these GPUs and this batch fits either"
+    best_peak = m.ranked[0][1]
+    return (f"; {m.counts['fit']:,} other layouts of these GPUs and this batch fit (step-time section), the best "
+            f"{layout_label(m.ranked[0][0])} at {gib(best_peak)} per GPU")
 
 
 def price_source(gpu: Accelerator, given: float | None) -> tuple[float | None, str]:
@@ -75,9 +105,10 @@ def price_source(gpu: Accelerator, given: float | None) -> tuple[float | None, s
     return gpu.usd_per_hour, f"{gpu.key} preset: {what}" + (f" Source: {where}" if where else "")
 
 
-def plan_table(scenario: Scenario, names: list[str]) -> Table:
+def plan_table(plan: ReportPlan, names: list[str]) -> Table:
+    scenario = plan.scenario
     par = scenario.parallel
-    batch = scenario.micro_batch * par.dp
+    batch = plan.global_batch
     tokens_per_step = batch * scenario.seq_len
     steps = math.ceil(scenario.tokens / tokens_per_step)
     gpu = scenario.accelerator
@@ -93,7 +124,18 @@ def plan_table(scenario: Scenario, names: list[str]) -> Table:
         ("global batch", f"{batch:,} sequences = {fmt_count(tokens_per_step)} tokens ({tokens_per_step:,})"),
         ("tokens per step", f"{tokens_per_step:,}"),
         ("optimizer steps", f"{steps:,} (tokens / tokens per step, rounded up)"),
-        ("MFU assumed", f"{scenario.mfu:.0%} of the dense {scenario.dtype} peak"),
+        ("MFU assumed (the headline)", f"{scenario.mfu:.0%} of the dense {scenario.dtype} peak"),
+    ]
+    for name in names:
+        m = plan.models[name]
+        label = f"{name}: " if len(names) > 1 else ""
+        chosen = m.predicted
+        rows.append((f"{label}MFU predicted", "n/a: " + (m.prediction_note or "no prediction") if chosen is None else
+                     f"{chosen[1].mfu * 100:.1f} % for {chosen[0]} (step-time model)"))
+        if m.memory is not None:
+            rows.append((f"{label}memory per GPU", f"{gib(m.memory.peak)}: "
+                         f"{'fits' if m.fits else 'does NOT fit'} in {gpu.memory_bytes / GIB:g} GiB"))
+    rows += [
         ("precision and optimizer", f"{scenario.recipe} + {scenario.optimizer}, recompute {scenario.recompute}"),
         ("price", "no price" if price is None else
          f"{fmt_usd(price)} per GPU-hour (" + ("given on the command line" if scenario.usd_per_gpu_hour is not None
@@ -102,7 +144,8 @@ def plan_table(scenario: Scenario, names: list[str]) -> Table:
     return Table("the plan", [Column("quantity", "quantity", align="left"), Column("value", "value", align="left")],
                  [{"quantity": q, "value": v} for q, v in rows],
                  ["global batch = micro-batch x data-parallel ranks, no gradient accumulation; tensor-parallel ranks "
-                  "share a micro-batch"])
+                  "share a micro-batch; every section uses this layout, batch and fit verdict, and the assumed MFU for "
+                  "time and cost (the predicted MFU is shown beside it, not used)"])
 
 
 def accelerator_table(gpus: list[Accelerator], scenario: Scenario) -> Table:
@@ -121,24 +164,23 @@ def accelerator_table(gpus: list[Accelerator], scenario: Scenario) -> Table:
 
 @dataclass
 class _Context:
-    """What every step of a report reads: the models, the scenario, and each model's record."""
+    """What every step of a report reads: the models, the scenario, and the one plan (``report.plan``)."""
 
     specs: list[ModelSpec]
     sources: dict[str, str]
     scenario: Scenario
     load_hardware: Callable
+    plan: ReportPlan
     names: list[str] = field(init=False)
     by_name: dict[str, ModelSpec] = field(init=False)
     records: dict[str, dict] = field(init=False)
     gpus: list[Accelerator] = field(init=False)
-    line: str = field(init=False)
 
     def __post_init__(self):
         self.names = [s.name for s in self.specs]
         self.by_name = dict(zip(self.names, self.specs, strict=True))
-        self.records = {s.name: model_record(s, self.scenario) for s in self.specs}
+        self.records = {name: m.record for name, m in self.plan.models.items()}
         self.gpus = sweeps.accelerators_shown(self.by_name, self.scenario, self.load_hardware)
-        self.line = self.scenario.line(self.names)
 
 
 def _provenance(report: Report, ctx: _Context, meta: dict) -> None:
@@ -156,10 +198,10 @@ def _summary(report: Report, ctx: _Context) -> None:
     for spec in specs:
         if len(specs) > 1:
             report.paragraph(f"{spec.name}:")
-        report.bullets(_summary_lines(spec, scenario, ctx.records[spec.name]))
+        report.bullets(_summary_lines(spec, ctx.plan))
     if len(specs) > 1:
         report.document(compare_document(list(ctx.records.values()), scenario), "compare")
-    report.table(plan_table(scenario, ctx.names))
+    report.table(plan_table(ctx.plan, ctx.names))
     report.table(accelerator_table(ctx.gpus, scenario))
     report.heading("Inputs and conventions", 3)
     report.bullets([f"scenario: {scenario.describe()}"]
@@ -167,8 +209,9 @@ def _summary(report: Report, ctx: _Context) -> None:
                    + [f"accelerator: {gpu.name} ({gpu.key}), dense {scenario.dtype} peak "
                       f"{fmt_flops_rate(gpu.peak(scenario.dtype))}, {gpu.memory_bytes / GIB:g} GiB"]
                    + FLOP_CONVENTIONS
-                   + ["time assumes the given MFU at every GPU count (linear scaling); energy and cost count GPU "
-                      "time only", "memory in GiB (2^30 bytes), MiB below 1 GiB; counts and FLOPs with SI prefixes "
+                   + ["time and cost assume the given MFU at every GPU count (linear scaling); the step-time model's "
+                      "prediction is shown beside it; energy and cost count GPU time only",
+                      "memory in GiB (2^30 bytes), MiB below 1 GiB; counts and FLOPs with SI prefixes "
                       "(k = 10^3, M = 10^6, G = 10^9, T = 10^12, Z = 10^21)"])
 
 
@@ -176,7 +219,7 @@ def _parameters(report: Report, ctx: _Context) -> None:
     report.heading("Parameters")
     moe = any(s.is_moe for s in ctx.specs)
     counts = {n: count_params(s) for n, s in ctx.by_name.items()}
-    report.figure("params", plots.params_breakdown(sweeps.params_groups(counts), ctx.line),
+    report.figure("params", plots.params_breakdown(sweeps.params_groups(counts), ctx.plan.models_line()),
                   "Parameters by component group (exact counts); a dense MLP and MoE experts share the row "
                   "'MLP / experts'" + ("; MoE models' active parameters per token drawn dark inside the total"
                                        if moe else ""))
@@ -191,9 +234,12 @@ def _flops(report: Report, ctx: _Context) -> None:
     report.heading("FLOPs")
     flops_frame, crossovers = sweeps.flops_vs_seq(ctx.by_name, scenario.causal)
     report.csv("flops_vs_seq", flops_frame)
-    report.figure("flops_vs_seq", plots.flops_vs_seq(flops_frame, crossovers, scenario.seq_len, ctx.line),
+    past = bool(flops_frame["past_max_positions"].any())
+    report.figure("flops_vs_seq", plots.flops_vs_seq(flops_frame, crossovers, scenario.seq_len, ctx.plan.flops_line()),
                   f"Training FLOPs per token by component against sequence length; dashed line: the plan's sequence "
-                  f"length ({scenario.seq_len:,}); dotted: where attention's S² work overtakes the Q/K/V/O projections")
+                  f"length ({scenario.seq_len:,}); dotted: where attention's S² work overtakes the Q/K/V/O projections"
+                  + ("; faded, past a model's max_position_embeddings (what the shapes would cost; the model was not "
+                     "trained that long)" if past else ""))
     for spec in ctx.specs:
         report.heading(f"{spec.name} at seq {scenario.seq_len:,}", 3)
         doc = flops_document(step_flops(spec, 1, scenario.seq_len, scenario.causal, scenario.recompute),
@@ -202,24 +248,30 @@ def _flops(report: Report, ctx: _Context) -> None:
 
 
 def _time_figure(report: Report, ctx: _Context) -> None:
-    scenario, records = ctx.scenario, ctx.records
+    scenario, plan = ctx.scenario, ctx.plan
     time_frame = sweeps.time_vs_gpus(ctx.by_name, scenario, ctx.load_hardware)
     report.csv("time_vs_gpus", time_frame)
-    plan = {"n_gpus": scenario.n_gpus,
-            "series": {f"{n} on {scenario.accelerator.key}": (records[n]["wall_clock_days"], records[n]["cost_usd"],
-                                                              records[n].get("fits")) for n in ctx.names}}
+    stars = {"n_gpus": scenario.n_gpus,
+             "series": {f"{n} on {scenario.accelerator.key}": (plan.models[n].training.wall_clock_days,
+                                                               plan.models[n].training.cost_usd, plan.models[n].fits)
+                        for n in ctx.names}}
     prices = {}
     for series, device in dict(zip(time_frame["series"], time_frame["device"], strict=True)).items():
         gpu = next(g for g in ctx.gpus if g.key == device)
         price, _ = price_source(gpu, scenario.usd_per_gpu_hour if device == scenario.accelerator.key else None)
         prices[series] = "no price" if price is None else f"{fmt_usd(price)}/GPU-hour"
     infeasible = not time_frame["fits"].dropna().all()
-    report.figure("time_cost", plots.time_and_cost(time_frame, plan, prices, ctx.line),
-                  f"Wall-clock against GPU count at {scenario.mfu:.0%} MFU (left; the star is the plan: "
-                  f"{scenario.n_gpus:,} x {scenario.accelerator.key})"
-                  + ("; red crosses: the model does not fit in GPU memory at that count" if infeasible else "")
-                  + "; right: the cost of the run and the price per GPU-hour it assumes (prices and sources in the "
-                    "accelerator table above)")
+    never = [s for s, sub in time_frame.groupby("series", sort=False) if (sub["fits"] == False).all()]  # noqa: E712
+    report.figure("time_cost", plots.time_and_cost(time_frame, stars, prices, plan.training_line()),
+                  f"Wall-clock against GPU count at the assumed {scenario.mfu:.0%} MFU (left; the star is the plan: "
+                  f"{scenario.n_gpus:,} x {scenario.accelerator.key}, dp x tp {scenario.parallel.dp:,} x "
+                  f"{scenario.tp}, ZeRO-{scenario.zero}, micro-batch {scenario.micro_batch})"
+                  + ("; red crosses: the model does not fit in GPU memory at that count with this layout"
+                     if infeasible else "")
+                  + "; right: the cost of the run at that MFU and the price per GPU-hour it assumes (prices and "
+                    "sources in the accelerator table above)"
+                  + (f"; hatched: {', '.join(never)} fits at none of these GPU counts with this layout, so its cost "
+                     "prices a run that cannot start" if never else ""))
 
 
 def _time_and_cost(report: Report, ctx: _Context) -> None:
@@ -227,7 +279,7 @@ def _time_and_cost(report: Report, ctx: _Context) -> None:
     report.heading("Training time and cost")
     _time_figure(report, ctx)
     for spec in ctx.specs:
-        est = scenario_training(spec, scenario)
+        est = ctx.plan.models[spec.name].training
         inputs = {"model": spec.name, "tokens": scenario.tokens, "seq_len": scenario.seq_len,
                   "causal": scenario.causal, "recompute": scenario.recompute,
                   "flops_basis": f"training FLOPs = exact per-op count per token at seq {scenario.seq_len:,} x tokens"}
@@ -244,7 +296,8 @@ def _memory(report: Report, ctx: _Context) -> None:
     if len(memory_frame):
         report.csv("memory_vs_batch", memory_frame)
         report.figure("memory", plots.memory_vs_batch(memory_frame, gpu.memory_bytes, gpu.key,
-                                                      scenario.micro_batch, skipped=skipped, scenario=ctx.line),
+                                                      scenario.micro_batch, skipped=skipped,
+                                                      scenario=ctx.plan.memory_line()),
                       f"Training memory per GPU against micro-batch, every micro-batch up to the first that does not "
                       f"fit, at seq {scenario.seq_len:,} ({scenario.recipe}, ZeRO-{scenario.zero} over "
                       f"{scenario.n_gpus:,} GPUs); the plan's micro-batch ({scenario.micro_batch}) outlined"
@@ -254,15 +307,19 @@ def _memory(report: Report, ctx: _Context) -> None:
             report.paragraph(f"{spec.name}: the analytic activation model covers decoder-only models.")
             continue
         report.heading(spec.name, 3)
-        report.document(training_memory_document(scenario_memory(spec, scenario), gpu),
-                        f"memory-{safe_name(spec.name)}")
+        estimate = ctx.plan.models[spec.name].memory
+        assert estimate is not None  # a decoder: the plan has its memory
+        report.document(training_memory_document(estimate, gpu), f"memory-{safe_name(spec.name)}")
     kv_frame = sweeps.kv_vs_context(ctx.by_name, scenario.kv_dtype)
     if len(kv_frame):
         report.csv("kv_vs_context", kv_frame)
+        past = bool(kv_frame["past_max_positions"].any())
         report.figure("kv_cache", plots.kv_vs_context(kv_frame, gpu.memory_bytes, gpu.key,
-                                                      scenario.seq_len, ctx.line),
+                                                      scenario.seq_len, ctx.plan.kv_line()),
                       f"Inference KV cache ({scenario.kv_dtype}) for one sequence against context length; dashed "
-                      f"line: the plan's context ({scenario.seq_len:,} tokens)")
+                      f"line: the plan's context ({scenario.seq_len:,} tokens)"
+                      + ("; each line ends at its model's max_position_embeddings, a hollow marker the last context "
+                         "it was trained for" if past else ""))
 
 
 def _compute_optimal(report: Report, ctx: _Context) -> None:
@@ -275,7 +332,7 @@ def _compute_optimal(report: Report, ctx: _Context) -> None:
                                   "Hoffmann et al. 2022 Approach 3 fit (for comparison)"], strict=False))
     moe = any(s.is_moe for s in ctx.specs)
     report.figure("compute_optimal", plots.compute_optimal({labels.get(k, k): v for k, v in frontiers.items()}, points,
-                                                            ctx.line),
+                                                            ctx.plan.tokens_line()),
                   "Parameters against training tokens. The reference is the ~20 tokens per parameter rule (Hoffmann et "
                   "al. 2022, Approaches 1 and 2); Approach 3's parametric fit favours smaller models and is shown for "
                   "comparison only (Besiroglu et al. 2024 traced the gap to the fit)"
@@ -299,7 +356,7 @@ def _measurements(report: Report, ctx: _Context, profiles: dict[str, ProfileResu
             if first.mode == "virtual" else f"real profile on {first.device_name}, batch {first.batch_size} x "
             f"seq {first.seq_len}")
     sharded = ctx.scenario.n_gpus > 1
-    report.figure("parity", plots.parity(rows, mode, ctx.line),
+    report.figure("parity", plots.parity(rows, mode, ctx.plan.models_line(list(profiles))),
                   f"Analytic against measured FLOPs (left) and every comparison's relative error (right): a {mode}"
                   + (f"; the plan shards the model over {ctx.scenario.n_gpus:,} GPUs, which this profile does not "
                      "model (one device holds the whole model)" if sharded else ""))
@@ -328,13 +385,14 @@ def _steps(ctx: _Context, extras: Extras) -> list[tuple[str | None, Callable[[Re
         ("parameters", lambda r: _parameters(r, ctx)),
         ("FLOPs", lambda r: _flops(r, ctx)),
         ("time and cost", lambda r: _time_and_cost(r, ctx)),
-        (None, lambda r: steptime_section(r, ctx.specs, scenario)),  # issue 10: step time and MFU by layout
+        (None, lambda r: steptime_section(r, ctx.plan)),  # step time and MFU by layout, for the plan's batch
         ("memory", lambda r: _memory(r, ctx)),
     ]
     if scenario.recipe.startswith("fp8"):
-        steps.append((None, lambda r: fp8_section(r, ctx.specs, scenario, ctx.line)))
+        steps.append((None, lambda r: fp8_section(r, ctx.specs, scenario, ctx.plan.memory_line())))
     if extras.finetune is not None:
-        steps.append(("fine-tuning", lambda r: finetune_section(r, ctx.specs, scenario, extras.finetune, ctx.line)))
+        steps.append(("fine-tuning", lambda r: finetune_section(r, ctx.specs, scenario, extras.finetune,
+                                                                 ctx.plan.models_line())))
     if extras.serve:
         steps.append(("serving", lambda r: serving_section(r, ctx.specs, scenario)))
     steps.append(("compute-optimal", lambda r: _compute_optimal(r, ctx)))
@@ -342,15 +400,18 @@ def _steps(ctx: _Context, extras: Extras) -> list[tuple[str | None, Callable[[Re
     if profiles:
         steps.append((None, lambda r: _measurements(r, ctx, profiles)))
     if sharded:
-        steps.append((None, lambda r: sharded_section(r, sharded, ctx.line)))
+        steps.append((None, lambda r: sharded_section(r, sharded, ctx.plan.models_line(list(sharded)))))
     return steps
 
 
 def build_report(specs: list[ModelSpec], sources: dict[str, str], scenario: Scenario, load_hardware,
                  extras: Extras | None = None, progress=None, meta: dict | None = None) -> Report:
-    """The planning report: provenance, then each section of ``_steps`` in order."""
-    ctx = _Context(specs, sources, scenario, load_hardware)
+    """The planning report: the plan (``report.plan``, worked out once), provenance, then each section of
+    ``_steps`` in order; the figures its sections share go to plan.json (``ReportPlan.to_json``)."""
+    plan = make_plan(specs, scenario, tick=None if progress is None else progress.step)
+    ctx = _Context(specs, sources, scenario, load_hardware, plan)
     report = Report(f"Planning report: {', '.join(ctx.names)}")
+    report.files["plan.json"] = (json.dumps(plan.to_json(), indent=1) + "\n").encode()
     if meta:
         _provenance(report, ctx, meta)
     for label, step in _steps(ctx, extras or Extras()):

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import re
 import textwrap
+from collections.abc import Sequence
+from typing import Any
 
 import matplotlib
 
@@ -64,7 +66,19 @@ def legend_outside(ax, where: str = "right", **kwargs) -> None:
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, **kwargs)
     else:  # a figure legend under everything: constrained layout makes room for it
         handles, labels = ax.get_legend_handles_labels()
-        ax.figure.legend(handles, labels, loc="outside lower center", ncol=kwargs.pop("ncol", 2), **kwargs)
+        fig = ax.figure
+        ncol = kwargs.pop("ncol", 2)
+        legend = fig.legend(handles, labels, loc="outside lower center", ncol=ncol, **kwargs)
+        rend = renderer(fig)
+        while ncol > 1 and legend.get_window_extent(rend).width > fig.bbox.width * 0.98:  # too wide: fewer columns
+            legend.remove()
+            ncol -= 1
+            legend = fig.legend(handles, labels, loc="outside lower center", ncol=ncol, **kwargs)
+            rend = renderer(fig)
+        rows = -(-len(labels) // ncol)
+        if rows > 3:  # a tall legend: the figure grows by it rather than squeezing the axes
+            width, height = fig.get_size_inches()
+            fig.set_size_inches(width, height + 0.2 * (rows - 3))
 
 
 def mark_x(ax, x: float, label: str, colour_: str = "black", y: float = 0.97) -> None:
@@ -75,6 +89,36 @@ def mark_x(ax, x: float, label: str, colour_: str = "black", y: float = 0.97) ->
     ax.annotate(label, (x, y), xycoords=("data", "axes fraction"), xytext=(-4 if right_half else 4, 0),
                 textcoords="offset points", ha="right" if right_half else "left", va="top", color=colour_,
                 fontsize=MIN_POINTS, bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="none", alpha=0.85))
+
+
+def capacity_label(ax, y: float, text: str) -> None:
+    """A horizontal capacity line at `y` (data) with its label where no data marker and no other text is: above
+    or below the line, at its left or its right end."""
+    ax.axhline(y, color=WARN, linestyle="--", linewidth=1.2)
+    label = ax.annotate(text, (0.01, y), xycoords=("axes fraction", "data"), xytext=(0, 3),
+                        textcoords="offset points", color=WARN, fontsize=MIN_POINTS, va="bottom", ha="left",
+                        bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))
+    spots = []
+    for side in (0.01, 0.99, 0.5, 0.25, 0.75):
+        ha = "left" if side < 0.4 else "right" if side > 0.6 else "center"
+        spots += [((side, y), 0, 3, ha, "bottom"), ((side, y), 0, -3, ha, "top")]
+    rend = renderer(ax.figure)
+    label.set_gid("label")
+    others = [box for _, artist, box in _boxes(ax.figure, rend) if artist is not label]
+    points, frame = _data_points(ax), ax.get_window_extent(rend)
+    bars = [p.get_window_extent(rend) for p in ax.patches if p.get_visible() and p.get_width() and p.get_height()]
+    for xy, dx, dy, ha, va in spots:
+        label.xy, label.xyann = xy, (dx, dy)
+        label.set_ha(ha)
+        label.set_va(va)
+        box = label.get_window_extent(rend)
+        if (frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+                and not any(_overlap_area(box, o) > 0 for o in others + bars)
+                and not any(box.x0 < px < box.x1 and box.y0 < py < box.y1 for px, py in points)):
+            return
+    label.xy, label.xyann = spots[0][0], spots[0][1:3]
+    label.set_ha("left")
+    label.set_va("bottom")
 
 
 def bar_values(ax, bars, texts: list[str], horizontal: bool = True) -> None:
@@ -117,6 +161,123 @@ def gib_axis(axis) -> None:
     axis.set_major_formatter(FuncFormatter(lambda v, _: gib(v) if v > 0 else "0"))
 
 
+# --- text that never collides: placing labels, and the check the tests run on every figure --------------------
+
+def renderer(fig):
+    """The figure laid out (constrained layout runs on draw) and its renderer, for measuring text."""
+    fig.canvas.draw()
+    return fig.canvas.get_renderer()
+
+
+def _boxes(fig, rend) -> list[tuple[str, Any, Any]]:
+    """(label, artist, display bbox) of every visible text: a legend as one box, each other text its own."""
+    from matplotlib.legend import Legend
+    from matplotlib.text import Text
+
+    legends = [a for a in fig.findobj(Legend) if a.get_visible()]
+    inside = {id(t) for leg in legends for t in leg.findobj(Text)} | _undrawn_ticks(fig)
+    out = [(f"legend ({len(leg.get_texts())} entries)", leg, leg.get_window_extent(rend)) for leg in legends]
+    for text in fig.findobj(Text):
+        if id(text) in inside or not text.get_visible() or not text.get_text().strip():
+            continue
+        box = text.get_window_extent(rend)
+        if box.width > 0 and box.height > 0:
+            out.append((text.get_text().replace("\n", " ")[:50], text, box))
+    return out
+
+
+def _undrawn_ticks(fig) -> set[int]:
+    """Tick labels matplotlib keeps but does not draw: those of ticks outside the axis' view interval."""
+    out = set()
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            low, high = sorted(axis.get_view_interval())
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                loc = tick.get_loc()
+                if loc is None or not low - 1e-9 * abs(high - low) <= loc <= high + 1e-9 * abs(high - low):
+                    out |= {id(tick.label1), id(tick.label2)}
+    return out
+
+
+def _data_points(ax) -> list[tuple[float, float]]:
+    """Display coordinates of the markers drawn in `ax` (line markers and scatter points)."""
+    import numpy as np
+
+    points: list[tuple[float, float]] = []
+    for line in ax.get_lines():
+        if line.get_visible() and line.get_marker() not in (None, "None", "", " "):
+            xy = ax.transData.transform(np.column_stack(line.get_data()).astype(float))
+            points += [tuple(p) for p in xy if np.isfinite(p).all()]
+    for coll in ax.collections:
+        if coll.get_visible() and len(coll.get_offsets()):
+            xy = coll.get_offset_transform().transform(coll.get_offsets())
+            points += [tuple(p) for p in xy if np.isfinite(p).all()]
+    return points
+
+
+def collisions(fig, tolerance: float = 0.5) -> list[str]:
+    """What a reader would see as a smear: two texts (legends as one box) that overlap, a text that runs off the
+    figure, and a label placed inside the axes over a data marker. [] for a clean figure."""
+    rend = renderer(fig)
+    boxes = _boxes(fig, rend)
+    canvas = fig.bbox
+    found = []
+    for i, (name, _, box) in enumerate(boxes):
+        if (box.x0 < canvas.x0 - tolerance or box.y0 < canvas.y0 - tolerance or box.x1 > canvas.x1 + tolerance
+                or box.y1 > canvas.y1 + tolerance):
+            found.append(f"{name!r} runs off the figure")
+        for other, _, obox in boxes[i + 1:]:
+            if box.expanded(1, 1).overlaps(obox) and _overlap_area(box, obox) > tolerance ** 2:
+                found.append(f"{name!r} overlaps {other!r}")
+    for ax in fig.axes:
+        points = _data_points(ax)
+        frame = ax.get_window_extent(rend)
+        for name, artist, box in boxes:
+            if getattr(artist, "axes", None) is ax and getattr(artist, "get_gid", lambda: None)() == "label":
+                if any(box.x0 < p[0] < box.x1 and box.y0 < p[1] < box.y1 for p in points):
+                    found.append(f"{name!r} sits on a data point")
+                if (box.x0 < frame.x0 - tolerance or box.x1 > frame.x1 + tolerance or box.y0 < frame.y0 - tolerance
+                        or box.y1 > frame.y1 + tolerance):
+                    found.append(f"{name!r} runs out of its axes")
+    return found
+
+
+def _overlap_area(a, b) -> float:
+    w = min(a.x1, b.x1) - max(a.x0, b.x0)
+    h = min(a.y1, b.y1) - max(a.y0, b.y0)
+    return max(w, 0.0) * max(h, 0.0)
+
+
+def place(ax, annotation, offsets: Sequence[tuple[float, float, str, str]], avoid_points: bool = True) -> None:
+    """Move an annotation (text in offset points from its anchor) to the first of `offsets` ((dx, dy, ha, va))
+    where it stays inside the axes and touches no other text and no data marker; the first offset if none is
+    free. The label is tagged so that ``collisions`` checks it against the markers."""
+    rend = renderer(ax.figure)
+    annotation.set_gid("label")
+    others = [box for _, artist, box in _boxes(ax.figure, rend) if artist is not annotation]
+    points = _data_points(ax) if avoid_points else []
+    frame = ax.get_window_extent(rend)
+    for dx, dy, ha, va in offsets:
+        annotation.xyann = (dx, dy)
+        annotation.set_ha(ha)
+        annotation.set_va(va)
+        box = annotation.get_window_extent(rend)
+        if (frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+                and not any(_overlap_area(box, o) > 0 for o in others)
+                and not any(box.x0 < x < box.x1 and box.y0 < y < box.y1 for x, y in points)):
+            return
+    dx, dy, ha, va = offsets[0]
+    annotation.xyann = (dx, dy)
+    annotation.set_ha(ha)
+    annotation.set_va(va)
+
+
+LABEL_BOX = dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.8)  # a label readable over a line
+AROUND = [(6, 6, "left", "bottom"), (6, -6, "left", "top"), (-6, 6, "right", "bottom"), (-6, -6, "right", "top"),
+          (6, 18, "left", "bottom"), (6, -18, "left", "top"), (-6, 18, "right", "bottom"), (-6, -18, "right", "top"),
+          (0, 30, "center", "bottom"), (0, -30, "center", "top")]  # offsets around a point, nearest first
+
+
 def save(fig, path) -> None:
     for ax in fig.axes:  # log axes: labels on the decades only, never a crowd of 2x10^8, 3x10^8 ...
         for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
@@ -133,7 +294,7 @@ def params_breakdown(df, scenario: str = ""):
     models = list(dict.fromkeys(df["model"]))
     groups = list(dict.fromkeys(df["group"]))
     fig, ax = figure("Parameters by component (exact counts)", scenario,
-                     height=max(3.2, 1.6 + (0.32 if len(models) == 1 else 0.17) * len(groups) * len(models)))
+                     height=max(3.2, 1.6 + (0.32 if len(models) == 1 else 0.21) * len(groups) * len(models)))
     totals = df[df["group"] == "total"]["params"]
     log = totals.max() / totals.min() > 20  # sizes too far apart for one linear axis
     height = 0.8 / len(models)
@@ -163,6 +324,26 @@ def params_breakdown(df, scenario: str = ""):
     return fig
 
 
+def _past(ax, part, x: str, y: str, tint: str) -> None:
+    """The stretch of a line past its model's max_position_embeddings: faint and dotted, from the last trained
+    point on, with a bar marking where the trained positions end."""
+    if "past_max_positions" not in part or not part["past_max_positions"].any():
+        return
+    trained = part[~part["past_max_positions"]]  # the rows come in increasing length: trained ones first
+    joined = part.iloc[max(len(trained) - 1, 0):]  # from the last trained point on
+    ax.plot(joined[x], joined[y], color=tint, linestyle=":", linewidth=1.2, alpha=0.45, zorder=1)
+    if len(trained):
+        ax.plot(trained[x].iloc[-1:], trained[y].iloc[-1:], color=tint, marker="|", markersize=12,
+                markeredgewidth=2, linestyle="none", zorder=3)
+
+
+def _past_legend(ax, df) -> None:
+    """A legend entry for the faded stretches, where there are any."""
+    if "past_max_positions" in df and df["past_max_positions"].any():
+        ax.plot([], [], color="grey", linestyle=":", alpha=0.6, marker="|", markersize=10,
+                label="past max_position_embeddings (| = the last trained)")
+
+
 def flops_vs_seq(df, crossovers: dict[str, float], seq_len: int | None = None, scenario: str = ""):
     """FLOPs per training token by component against sequence length (log x). df: model, seq_len,
     component, flops_per_token. One model: a colour per component; several: a colour per model, total
@@ -186,11 +367,16 @@ def flops_vs_seq(df, crossovers: dict[str, float], seq_len: int | None = None, s
     styles = distinguish({k: list(v[0]["flops_per_token"]) for k, v in lines.items()})
     for label, (part, tint, dash) in lines.items():
         k, same = styles[label]
-        ax.plot(part["seq_len"], part["flops_per_token"], color=tint, linestyle=STYLES[k][0] if k else dash,
+        trained = part[~part["past_max_positions"]] if "past_max_positions" in part else part
+        ax.plot(trained["seq_len"], trained["flops_per_token"], color=tint, linestyle=STYLES[k][0] if k else dash,
                 marker=STYLES[k][1] if k else None, markersize=4, linewidth=2 if "total" in label else 1.5,
                 label=label + same)
+        _past(ax, part, "seq_len", "flops_per_token", tint)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    _past_legend(ax, df)
+    if seq_len:
+        mark_x(ax, seq_len, f"plan: seq {seq_len:,}")
     at: dict[float, list[str]] = {}  # models sharing a crossover get one line and one label
     for model, x in crossovers.items():
         at.setdefault(x, []).append(model)
@@ -199,15 +385,17 @@ def flops_vs_seq(df, crossovers: dict[str, float], seq_len: int | None = None, s
         ax.axvline(x, color=tint, linewidth=0.9, linestyle=":")
         who = "" if single else f" ({', '.join(names)})"
         ax.annotate(f"S² = projections at {x:,.0f}{who}", (x, 0.03 + 0.08 * k), xycoords=("data", "axes fraction"),
-                    xytext=(4, 0), textcoords="offset points", fontsize=MIN_POINTS, color=tint, va="bottom")
-    if seq_len:
-        mark_x(ax, seq_len, f"plan: seq {seq_len:,}")
+                    xytext=(4, 0), textcoords="offset points", fontsize=MIN_POINTS, color=tint, va="bottom",
+                    gid="crossover", bbox=LABEL_BOX)
     ax.xaxis.set_major_formatter(TOKENS)
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{si_tick(v)}FLOP" if v else "0"))
     ax.set_xlabel("sequence length (tokens, log scale)")
     ax.set_ylabel("FLOPs per token, fwd + bwd (log scale)")
-    legend_outside(ax)
+    legend_outside(ax, "below", ncol=2)  # under the axes: the full width is left for the lines and their labels
     ax.grid(which="both", alpha=0.25)
+    for label in [t for t in ax.texts if t.get_gid() == "crossover"]:
+        place(ax, label, [(dx, dy, ha, "bottom") for dy in (0, 14, 28, 42) for dx, ha in ((4, "left"), (-4, "right"))],
+              avoid_points=False)
     return fig
 
 
@@ -258,10 +446,23 @@ def time_and_cost(df, plan: dict, prices: dict[str, str], scenario: str = ""):
     left.set_ylabel("wall-clock (log scale)")
     left.grid(which="both", alpha=0.25)
     legend_outside(left, "below", ncol=2)
+    _cost_bars(right, df, order, prices)
+    return fig
+
+
+def _cost_bars(right, df, order: list[str], prices: dict[str, str]) -> None:
+    """The right panel of time_and_cost: each series' cost, hatched where the run fits at no GPU count shown."""
     costs = [df[df["series"] == s]["cost_usd"].iloc[0] for s in order]
     values = [c if c is not None and c == c else 0 for c in costs]
+    never = [bool((df[df["series"] == s]["fits"] == False).all()) for s in order]  # noqa: E712
     bars = right.barh(range(len(order)), values, color=[colour(i) for i in range(len(order))])
-    bar_values(right, bars, [fmt_usd(c) if c else "no price" for c in values])
+    for bar, no in zip(bars, never, strict=True):
+        if no:  # a run that cannot start at any GPU count shown: its cost is hypothetical
+            bar.set_alpha(0.35)
+            bar.set_hatch("//")
+            bar.set_edgecolor(WARN)
+    bar_values(right, bars, [(fmt_usd(c) if c else "no price") + ("\n(fits at no count)" if no else "")
+                             for c, no in zip(values, never, strict=True)])
     right.set_yticks(range(len(order)), [f"{s}\n{prices[s]}" for s in order])
     right.invert_yaxis()
     right.set_xlim(0, max(values + [1]) * 1.45)
@@ -269,7 +470,6 @@ def time_and_cost(df, plan: dict, prices: dict[str, str], scenario: str = ""):
     right.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"${si_tick(v)}"))
     right.set_xlabel("cost of the run (USD, any GPU count)")
     right.grid(axis="x", alpha=0.3)
-    return fig
 
 
 def memory_vs_batch(df, capacity: float, device: str, micro_batch: int, skipped: dict[str, str] | None = None,
@@ -284,12 +484,6 @@ def memory_vs_batch(df, capacity: float, device: str, micro_batch: int, skipped:
     cap = capacity / GIB
     one = len(models) == 1
     top = _memory_bars(ax, df, cap, micro_batch) if one else _memory_peak_lines(ax, df, models, cap, micro_batch)
-    ax.axhline(cap, color=WARN, linestyle="--", linewidth=1.2)
-    # bars grow to the right: the left end of the line is free; lines start at the left
-    ax.annotate(f"{device} capacity: {cap:g} GiB", (0.01 if one else 0.99, cap), xycoords=("axes fraction", "data"),
-                xytext=(0, 3), textcoords="offset points", color=WARN, fontsize=MIN_POINTS, va="bottom",
-                ha="left" if one else "right",
-                bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))
     ax.set_ylim(0, top * 1.22)
     ax.set_xlabel("micro-batch (sequences per GPU)")
     ax.set_ylabel("memory per GPU at the peak (GiB)")
@@ -298,6 +492,13 @@ def memory_vs_batch(df, capacity: float, device: str, micro_batch: int, skipped:
         ax.set_title("not shown: " + "; ".join(f"{m} ({why})" for m, why in skipped.items()), fontsize=MIN_POINTS,
                      color="dimgrey", loc="left")
     legend_outside(ax, "below", ncol=2 if one else 3)
+    above = [(0, 3 + 13 * k, "center", "bottom") for k in range(5)]
+    for label in [t for t in ax.texts if t.get_gid() == "bar total"]:  # neighbours of one height stack up
+        place(ax, label, above, avoid_points=False)
+    stacked = [(dx, -4 - 14 * k, ha, "top") for k in range(6) for dx, ha in ((6, "left"), (-6, "right"))]
+    for label in [t for t in ax.texts if t.get_gid() == "off scale"]:  # models off scale at one micro-batch
+        place(ax, label, stacked, avoid_points=False)
+    capacity_label(ax, cap, f"{device} capacity: {cap:g} GiB")  # last: it steers clear of every bar and label
     return fig
 
 
@@ -321,9 +522,10 @@ def _memory_bars(ax, df, cap: float, micro_batch: int) -> float:
         over = total > cap
         if over:
             ax.bar([xi], [total], width=0.7, fill=False, hatch="//", edgecolor=WARN, linewidth=0)
-        ax.annotate(f"{total:,.1f}" + ("\ndoes not fit" if over else ""), (xi, total), xytext=(0, 3),
+        digits = 2 if abs(total - cap) < 0.01 * cap else 1  # 79.99 fits, 80.01 does not: both shown apart
+        ax.annotate(f"{total:,.{digits}f}" + ("\ndoes not fit" if over else ""), (xi, total), xytext=(0, 3),
                     textcoords="offset points", ha="center", va="bottom", fontsize=MIN_POINTS,
-                    color=WARN if over else "black", fontweight="bold" if over else "normal")
+                    color=WARN if over else "black", fontweight="bold" if over else "normal", gid="bar total")
         if batch == micro_batch:
             ax.bar([xi], [total], width=0.78, fill=False, edgecolor="black", linewidth=2)
     labels = [f"{b}\n(plan)" if b == micro_batch else str(b) for b in pivot.index]
@@ -345,8 +547,12 @@ def _memory_peak_lines(ax, df, models: list[str], cap: float, micro_batch: int) 
         ax.scatter(sub["micro_batch"][over], shown[over], marker="x", s=40, color=WARN, zorder=4)
         for b, v in zip(sub["micro_batch"][values > top], values[values > top], strict=True):
             ax.annotate(f"{model}: {v:,.0f} GiB (off scale)", (b, top), xytext=(6, -4), textcoords="offset points",
-                        fontsize=MIN_POINTS, color=colour(i), va="top")
-    ax.xaxis.get_major_locator().set_params(integer=True)
+                        fontsize=MIN_POINTS, color=colour(i), va="top", gid="off scale")
+    batches = sorted(set(peaks["micro_batch"]))
+    if len(batches) <= 12:
+        ax.set_xticks(batches)
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlim(0.5, peaks["micro_batch"].max() + 0.5)
     mark_x(ax, micro_batch, f"plan: micro-batch {micro_batch}")
     return top
@@ -361,15 +567,15 @@ def kv_vs_context(df, capacity: float, device: str, context: int | None = None, 
     for i, model in enumerate(order):
         sub = df[df["model"] == model]
         k, same = styles[model]
-        ax.plot(sub["context"], sub["kv_cache_bytes"], marker=STYLES[k][1], markersize=4, linestyle=STYLES[k][0],
-                color=colour(i), label=model + same)
+        trained = sub[~sub["past_max_positions"]] if "past_max_positions" in sub else sub
+        ax.plot(trained["context"], trained["kv_cache_bytes"], marker=STYLES[k][1], markersize=4,
+                linestyle=STYLES[k][0], color=colour(i), label=model + same)
+        _past(ax, sub, "context", "kv_cache_bytes", colour(i))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
     top = max(df["kv_cache_bytes"].max(), capacity) * 2
     ax.set_ylim(df["kv_cache_bytes"].min() / 2, top)
-    ax.axhline(capacity, color=WARN, linestyle="--", linewidth=1.2)
-    ax.annotate(f"{device} capacity: {capacity / GIB:g} GiB", (0.01, capacity), xycoords=("axes fraction", "data"),
-                xytext=(0, 3), textcoords="offset points", color=WARN, fontsize=MIN_POINTS, va="bottom")
+    _past_legend(ax, df)
     if context:
         mark_x(ax, context, f"plan context: {context:,}", y=0.85)
     ax.xaxis.set_major_formatter(TOKENS)
@@ -377,7 +583,8 @@ def kv_vs_context(df, capacity: float, device: str, context: int | None = None, 
     ax.set_xlabel("context (tokens, log scale)")
     ax.set_ylabel("KV cache per sequence (log scale)")
     ax.grid(which="both", alpha=0.25)
-    legend_outside(ax)
+    legend_outside(ax, "below", ncol=2)
+    capacity_label(ax, capacity, f"{device} capacity: {capacity / GIB:g} GiB")  # once the legend has its room
     return fig
 
 
@@ -388,6 +595,7 @@ def compute_optimal(frontiers, points, scenario: str = ""):
     fig, ax = figure("Where the models sit against compute-optimal training", scenario,
                      height=4.6 + 0.2 * (len(points) + sum(p["active"] != p["params"] for p in points.values())))
     named = len(points) <= 3  # more: the legend names them, labels on the points would collide
+    labels = []
     for j, (method, (n, d)) in enumerate(frontiers.items()):
         ax.plot(n, d, color="grey", linestyle=["-", "--", ":"][j % 3], label=method)
     for i, (model, p) in enumerate(points.items()):
@@ -398,17 +606,21 @@ def compute_optimal(frontiers, points, scenario: str = ""):
                        label=f"{model}, total {si(p['params']).strip()}: "
                              f"{tokens / p['params']:,.0f} tokens/param (hollow)")
             if named:
-                ax.annotate(f"{model} (total)", (p["params"], tokens), xytext=(6, -12), textcoords="offset points",
-                            fontsize=MIN_POINTS, color=colour(i))
+                labels.append(ax.annotate(f"{model} (total)", (p["params"], tokens), xytext=(6, -12),
+                                          textcoords="offset points", fontsize=MIN_POINTS, color=colour(i),
+                                          bbox=LABEL_BOX))
         ax.scatter([p["active"]], [tokens], color=colour(i), s=50, zorder=3,
                    label=f"{model}" + (", active" if p["active"] != p["params"] else "")
                    + f" {si(p['active']).strip()}: {tokens / p['active']:,.0f} tokens/param"
                    + (" (filled)" if p["active"] != p["params"] else ""))
         if named:
-            ax.annotate(model + (" (active)" if p["active"] != p["params"] else ""), (p["active"], tokens),
-                        xytext=(6, 6), textcoords="offset points", fontsize=MIN_POINTS, color=colour(i))
+            labels.append(ax.annotate(model + (" (active)" if p["active"] != p["params"] else ""),
+                                      (p["active"], tokens), xytext=(6, 6), textcoords="offset points",
+                                      fontsize=MIN_POINTS, color=colour(i), bbox=LABEL_BOX))
     _log_log(ax, "parameters (log scale)", "training tokens (log scale)")
     legend_outside(ax, "below", ncol=1)
+    for label in labels:  # one at a time: each steers clear of the ones placed before it
+        place(ax, label, AROUND)
     return fig
 
 

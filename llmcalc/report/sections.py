@@ -10,10 +10,8 @@ from ..analytic.finetune import FinetuneFlops, FinetuneMemory, LoraConfig, finet
 from ..analytic.memory import MemoryEstimate
 from ..analytic.rules import six_n
 from ..analytic.serving import smallest_serving_group
-from ..analytic.steptime import search_layouts, steptime_presets
+from ..analytic.steptime import StepPrediction, steptime_presets
 from ..analytic.summary import Scenario
-from ..analytic.training import TrainingEstimate
-from ..errors import LlmcalcError
 from ..hardware import Accelerator
 from ..render.tables import Column, Document, Table
 from ..spec import ModelSpec
@@ -26,64 +24,91 @@ from ..views.serve import serve_document
 from ..views.train import FP8_NOTE
 from .document import Report, safe_name
 from .figures import breakdown_bars, memory_bars, rank_figure
+from .plan import ModelPlan, ReportPlan, layout_label, same_layout
+from .plots import gib
 
-DEFAULT_TOKENS_PER_STEP = 4 * 2**20  # 4 Mi tokens per optimizer step when no global batch is given
 
+def steptime_section(report: Report, plan: ReportPlan, top: int = 6) -> None:
+    """The report's "Predicted step time by layout" section, for the plan's GPUs, global batch and recomputation:
+    per decoder model, the plan's own layout as the step model times it (or why not), the best layouts that fit
+    (``ReportPlan``: the search `llmcalc layout` runs), their breakdown as stacked bars with the plan's layout
+    among them, and the run's time and cost at each predicted MFU beside the assumed one."""
 
-def steptime_section(report: Report, specs: list[ModelSpec], scenario: Scenario, global_batch: int | None = None,
-                     top: int = 6) -> None:
-    """The report's "Predicted step time by layout" section: for each decoder model, the best layouts
-    that fit on the scenario's cluster, their breakdown as stacked bars, and the run's time and cost
-    at the best layout's predicted MFU (beside the assumed one)."""
-
-    report.heading("Predicted step time by layout")
+    scenario = plan.scenario
     gpu = scenario.accelerator
+    report.heading("Predicted step time by layout")
     if gpu.key not in steptime_presets():
         report.paragraph(f"{gpu.key} has no network/matmul block, so no step-time prediction (presets with one: "
                          f"{', '.join(steptime_presets())}).")
         return
-    batch = global_batch or max(1, DEFAULT_TOKENS_PER_STEP // scenario.seq_len)
-    report.paragraph(f"Global batch {batch} sequences x {scenario.seq_len:,} tokens"
-                     + ("" if global_batch else " (4 Mi tokens per step; `llmcalc layout` takes any --global-batch)")
-                     + f" on {scenario.n_gpus:,} x {gpu.key}; layouts ranked by predicted throughput "
-                       "(`llmcalc layout`).")
-    for spec in specs:
-        if spec.architecture != "decoder":
-            report.paragraph(f"{spec.name}: the step-time model covers decoder-only models.")
+    report.paragraph(f"The plan's global batch, {plan.global_batch:,} sequences x {scenario.seq_len:,} tokens (micro-"
+                     f"batch {scenario.micro_batch} x {scenario.parallel.dp:,} data-parallel ranks), on "
+                     f"{scenario.n_gpus:,} x {gpu.key} with recompute {scenario.recompute} (the plan's): the plan's "
+                     f"own layout ({plan.layout_text}) as the step-time model times it, and every other layout of "
+                     f"these GPUs ranked by predicted throughput. Time and cost elsewhere in the report use the "
+                     f"assumed {scenario.mfu:.0%} MFU; the predictions below are set beside it.")
+    for name, m in plan.models.items():
+        if m.spec.architecture != "decoder":
+            report.paragraph(f"{name}: the step-time model covers decoder-only models.")
             continue
-        try:
-            ranked, losers, counts = search_layouts(spec, gpu.key, scenario.n_gpus, scenario.seq_len,
-                                                    global_batch=batch, causal=scenario.causal)
-        except LlmcalcError as exc:
-            report.paragraph(f"{spec.name}: {exc}")
+        report.heading(name, 3)
+        report.bullets(_steptime_bullets(m, plan))
+        if m.search_note:
+            report.paragraph(f"{name}: {m.search_note}")
             continue
-        report.heading(spec.name, 3)
-        if not ranked:
-            report.paragraph(f"no layout fits in {gpu.memory_bytes / GIB:g} GiB per GPU "
-                             f"({counts['oom']} tried do not fit).")
+        assert m.counts is not None  # searched
+        if not m.ranked:
+            report.paragraph(f"no layout fits in {gpu.memory_bytes / GIB:g} GiB per GPU with recompute "
+                             f"{scenario.recompute} ({m.counts['oom']:,} tried do not fit).")
             continue
-        shown = [(f"tp{p.layout.tp} cp{p.layout.cp} pp{p.layout.pp} dp{p.layout.dp} mb{p.layout.micro_batch} "
-                  f"{p.recompute}", p) for p, _ in ranked[:top]]
-        worst = ranked[-1][0]
-        if len(ranked) > top:
-            shown.append((f"slowest: tp{worst.layout.tp} cp{worst.layout.cp} pp{worst.layout.pp} "
-                          f"dp{worst.layout.dp} mb{worst.layout.micro_batch} {worst.recompute}", worst))
-        name = f"steptime-{safe_name(spec.name)}"
-        report.figure(name, breakdown_bars(shown, f"{spec.name}: predicted step time by layout",
-                                           scenario.line([spec.name])),
+        figure = f"steptime-{safe_name(name)}"
+        report.figure(figure, breakdown_bars(_bars(m, top), f"{name}: predicted step time by layout",
+                                             plan.steptime_line(name)),
                       "Where each layout's step goes (compute, exposed communication, pipeline bubble, optimizer), "
-                      "best layouts first and the slowest that fits last")
-        best = ranked[0][0]
-        est = TrainingEstimate(tokens=scenario.tokens, model_flops=best.model_flops / best.tokens_per_step *
-                               scenario.tokens, hardware_flops=best.hardware_flops / best.tokens_per_step *
-                               scenario.tokens, accelerator=gpu, dtype=scenario.dtype, n_gpus=scenario.n_gpus,
-                               mfu=best.mfu, usd_per_gpu_hour=scenario.usd_per_gpu_hour)
-        cost = "" if est.cost_usd is None else f", {fmt_usd(est.cost_usd)}"
-        report.bullets([f"best layout predicts MFU {best.mfu * 100:.1f} % (the report's other sections assume "
-                        f"{scenario.mfu * 100:.0f} %): {scenario.tokens:.3g} tokens take {est.wall_clock_days:,.1f} "
-                        f"days, {est.gpu_hours:,.0f} GPU-hours{cost}"])
-        report.document(layout_document(spec.name, gpu.key, scenario.n_gpus, scenario.seq_len, global_batch=batch,
-                                        ranked=ranked, losers=losers, counts=counts, top=top), name)
+                      "best layouts first" + (", then the plan's own layout" if m.prediction is not None else "")
+                      + " and the slowest that fits last; each bar's predicted MFU at its end")
+        report.document(layout_document(name, gpu.key, scenario.n_gpus, scenario.seq_len,
+                                        global_batch=plan.global_batch, ranked=m.ranked, losers=m.losers,
+                                        counts=m.counts, top=top, recompute=scenario.recompute), figure)
+
+
+def _bars(m: ModelPlan, top: int) -> list[tuple[str, StepPrediction]]:
+    """The bars of the breakdown figure: the best `top`, the plan's own layout, the slowest that fits."""
+    def label(p: StepPrediction) -> str:
+        lay = p.layout
+        return (f"tp{lay.tp} cp{lay.cp} pp{lay.pp}" + (f" vpp{lay.vpp}" if lay.vpp > 1 else "") + f" dp{lay.dp}"
+                + (f" ep{lay.ep}" if lay.ep > 1 else "") + (f" etp{lay.expert_tp}" if lay.expert_tp != lay.tp else "")
+                + f" mb{lay.micro_batch} ZeRO-{lay.zero}")
+
+    shown = [(label(p), p) for p, _ in m.ranked[:top]]
+    if m.prediction is not None:
+        shown.append((f"the plan: {label(m.prediction)}", m.prediction))
+    worst = m.ranked[-1][0]
+    if len(m.ranked) > top:
+        shown.append((f"slowest: {label(worst)}", worst))
+    return shown
+
+
+def _steptime_bullets(m: ModelPlan, plan: ReportPlan) -> list[str]:
+    """The plan's layout and the best one, each with its predicted MFU and what the run takes at it."""
+    scenario = plan.scenario
+    items = []
+    if m.prediction is not None:
+        est = m.at(m.prediction, scenario)
+        items.append(f"the plan's layout ({plan.layout_text}): predicted MFU {m.prediction.mfu * 100:.1f} % "
+                     f"(assumed {scenario.mfu:.0%}), {fmt_count(scenario.tokens)} tokens in "
+                     f"{est.wall_clock_days:,.1f} days, {est.gpu_hours:,.0f} GPU-hours"
+                     + ("" if est.cost_usd is None else f", {fmt_usd(est.cost_usd)}"))
+    else:
+        items.append(f"the plan's layout ({plan.layout_text}): {m.prediction_note}")
+    if m.best is not None and m.prediction is not None and same_layout(m.best, m.prediction):
+        items[-1] += "; the best layout of these GPUs and this batch"
+    elif m.best is not None:
+        est = m.at(m.best, scenario)
+        items.append(f"the best layout that fits ({layout_label(m.best)}, {gib(m.ranked[0][1])} per GPU): predicted "
+                     f"MFU {m.best.mfu * 100:.1f} %, {est.wall_clock_days:,.1f} days, {est.gpu_hours:,.0f} GPU-hours"
+                     + ("" if est.cost_usd is None else f", {fmt_usd(est.cost_usd)}"))
+    return items
 
 
 # The report's FP8 section (`report --recipe fp8|fp8-current|fp8-torchao`).

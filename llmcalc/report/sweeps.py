@@ -44,17 +44,32 @@ def params_groups(counts: dict[str, ParamCount]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["model", "group", "params", "active"])
 
 
+def lengths(spec: ModelSpec, grid: list[int]) -> list[int]:
+    """The grid, with the model's max_position_embeddings added where it falls between two points (so that a
+    line can end exactly there)."""
+    limit = spec.max_seq_len
+    extra = [limit] if limit and grid[0] < limit < grid[-1] and limit not in grid else []
+    return sorted(grid + extra)
+
+
+def past_positions(spec: ModelSpec, length: int) -> bool:
+    """Whether `length` tokens run past the model's max_position_embeddings (never, where it has none)."""
+    return spec.max_seq_len is not None and length > spec.max_seq_len
+
+
 def flops_vs_seq(specs: dict[str, ModelSpec], causal: bool) -> tuple[pd.DataFrame, dict[str, float]]:
+    """model, seq_len, component, flops_per_token, past_max_positions (the figure draws those rows faded)."""
     rows, crossovers = [], {}
     for model, spec in specs.items():
-        for seq in SEQ_LENGTHS:
+        for seq in lengths(spec, SEQ_LENGTHS):
             step = step_flops(spec, 1, seq, causal)
             groups = step.groups()
+            past = past_positions(spec, seq)
             for component in COMPONENTS:
                 rows.append({"model": model, "seq_len": seq, "component": component,
-                             "flops_per_token": 3 * groups.get(component, 0) / step.tokens})
+                             "flops_per_token": 3 * groups.get(component, 0) / step.tokens, "past_max_positions": past})
             rows.append({"model": model, "seq_len": seq, "component": "total",
-                         "flops_per_token": step.model_flops_per_token})
+                         "flops_per_token": step.model_flops_per_token, "past_max_positions": past})
         cross = crossover(spec, causal) if spec.architecture == "decoder" else None
         if cross is not None:
             crossovers[model] = cross.vs_projections
@@ -116,9 +131,11 @@ def memory_vs_batch(specs: dict[str, ModelSpec], scenario: Scenario) -> tuple[pd
 
 
 def kv_vs_context(specs: dict[str, ModelSpec], kv_dtype: str) -> pd.DataFrame:
-    rows = [{"model": model, "context": c, "kv_cache_bytes": c * kv_cache_bytes_per_token(spec, kv_dtype)}
-            for model, spec in specs.items() if spec.architecture != "encoder" for c in CONTEXTS]
-    return pd.DataFrame(rows, columns=["model", "context", "kv_cache_bytes"])
+    """model, context, kv_cache_bytes, past_max_positions (the figure draws those rows faded)."""
+    rows = [{"model": model, "context": c, "kv_cache_bytes": c * kv_cache_bytes_per_token(spec, kv_dtype),
+             "past_max_positions": past_positions(spec, c)}
+            for model, spec in specs.items() if spec.architecture != "encoder" for c in lengths(spec, CONTEXTS)]
+    return pd.DataFrame(rows, columns=["model", "context", "kv_cache_bytes", "past_max_positions"])
 
 
 def frontiers() -> dict[str, tuple[list[float], list[float]]]:

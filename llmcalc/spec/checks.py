@@ -64,7 +64,9 @@ def check_types(spec: SpecDraft) -> None:
 def positive(spec: SpecDraft, name: str) -> int:
     """The field `name` as a whole number >= 1, or the one SpecError that says it is not."""
     value: Any = getattr(spec, name)
-    if value is None or value <= 0:
+    if value is None:
+        raise SpecError(f"{name} must be a positive whole number; none is given")
+    if value <= 0:
         raise SpecError(f"{name} must be a positive whole number, got {value!r}")
     return int(value)
 

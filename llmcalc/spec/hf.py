@@ -794,8 +794,19 @@ def check_config_values(hf: dict) -> None:
 
 
 def spec_from_hf(hf: dict, name: str = "custom") -> ModelSpec:
-    """A ModelSpec from a Hugging Face config.json dict (unchanged, as published)."""
-    return resolve(draft_from_hf(hf, name))
+    """A ModelSpec from a Hugging Face config.json dict (unchanged, as published); a rule the resolved shapes
+    break names the config key it comes from (intermediate_size, not llmcalc's d_ff)."""
+    draft = draft_from_hf(hf, name)
+    try:
+        return resolve(draft)
+    except SpecError as exc:
+        field, _, rest = str(exc).partition(" ")
+        keys = HF_KEYS.get(field)
+        if keys and type(exc) is SpecError and rest.startswith("must be a positive whole number"):
+            key = next((k for k in keys if k in hf), keys[0])
+            rest = rest.replace("none is given", "the config has none" if key not in hf else "it is null")
+            raise SpecError(f"config key {key} (llmcalc's {field}) {rest}") from None
+        raise
 
 
 def draft_from_hf(hf: dict, name: str = "custom") -> SpecDraft:  # long: HF key mapping, read against config.json
@@ -832,15 +843,14 @@ def draft_from_hf(hf: dict, name: str = "custom") -> SpecDraft:  # long: HF key 
     if family is None:
         missing = [k for k in REQUIRED_FOR_UNKNOWN if k not in hf]
         if missing:
-            describe = (f"to describe it anyway add the llmcalc keys {', '.join(missing)} to the config "
-                        f"(e.g. \"mlp\": \"swiglu\", \"norm\": \"rmsnorm\", \"pos_emb\": \"rope\")")
-            known = f"(known: {', '.join(sorted(FAMILIES))})"
+            describe = (f"or add llmcalc's keys {', '.join(missing)} to the config (e.g. \"mlp\": \"swiglu\", "
+                        f"\"norm\": \"rmsnorm\", \"pos_emb\": \"rope\")")
+            known = f"not one of the {len(FAMILIES)} with a formula (README, 'What is covered')"
             if isinstance(model_type, str) and model_type:
                 raise UnknownModelType(
-                    f"unknown model_type {model_type!r} {known}: this command needs llmcalc's formula (its "
-                    f"shapes: activations, KV cache, the reference model); only `llmcalc params`, `flops` and "
-                    f"`train` count it, with transformers' modelling code; or {describe}", hf, name)
-            raise SpecError(f"unknown model_type {model_type!r} {known}; {describe}")
+                    f"unknown model_type {model_type!r}, {known}: this command needs its shapes; `llmcalc "
+                    f"params`, `flops` and `train` count it with transformers' code; {describe}", hf, name)
+            raise SpecError(f"unknown model_type {model_type!r}, {known}; {describe}")
         family = Family("explicit llmcalc keys", {}, {}, _attention_bias, gated=hf["mlp"] in ("swiglu", "geglu"))
     merged = {**family.defaults, **{k: v for k, v in hf.items() if v is not None or k in family.keep_null}}
     kw: dict = {}

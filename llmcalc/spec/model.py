@@ -272,14 +272,15 @@ class ModelSpec:
         parts = [self.architecture,
                  f"{self.n_layers}{'+' + str(self.n_decoder_layers) if self.n_decoder_layers else ''} layers"]
         heads = f"{self.attention_kind.upper()} {self.n_heads}/{self.n_kv_heads} heads"
-        if self.is_hybrid:  # 'decoder, 52 layers: 24 mamba2 + 4 attention (GQA 32/8), relu2, ...'
-            mixers: dict[str, int] = {}
+        if self.is_hybrid:  # 'decoder, 52 layers: 24 mamba2 + 24 mlp + 4 attention (GQA 32/8), relu2, ...'
+            kinds: dict[str, int] = {}  # each layer once, by what it holds (a Jamba layer: 'mamba+moe')
             for i in range(self.n_layers):
-                for kind in self.layer_parts(i)[0]:
-                    mixers[kind] = mixers.get(kind, 0) + 1
+                mixers, ffn = self.layer_parts(i)
+                kind = "+".join(mixers + ((ffn,) if ffn else ()))
+                kinds[kind] = kinds.get(kind, 0) + 1
             parts[-1] += ": " + " + ".join(
                 f"{n} {kind}" + (f" ({self.attention_kind.upper()} {self.n_heads}/{self.n_kv_heads})"
-                                 if kind == "attention" else "") for kind, n in mixers.items())
+                                 if "attention" in kind.split("+") else "") for kind, n in kinds.items())
         elif self.n_attention_layers:
             parts.append(heads)
         if not self.is_hybrid or any(self.layer_parts(i)[1] for i in range(self.n_layers)):

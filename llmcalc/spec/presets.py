@@ -1,7 +1,10 @@
 """Find and load presets: presets/models/*.json (HF config.json + "_source") and presets/hardware/*.json.
 
-Lookup ignores case, and a Hugging Face repo id (``meta-llama/Meta-Llama-3-8B``) finds the preset
-whose ``_source`` names it. An unknown name raises ``PresetError`` listing the closest names (difflib).
+Lookup ignores case, and a Hugging Face repo id finds its preset: the one whose ``_source`` names it
+(``meta-llama/Meta-Llama-3-8B``), or a published checkpoint of the same architecture listed in
+``presets/checkpoints.json`` (instruct, chat and base variants: ``meta-llama/Llama-3.1-8B-Instruct``), with the
+config keys that checkpoint changes applied. An unknown name raises ``PresetError`` listing the closest names
+(difflib); an unknown repo id says so and how to pass its config.json (the hub is never reached).
 A model argument that names a file (or a directory holding config.json) is read from disk: either
 a Hugging Face config.json or a native llmcalc spec (SpecDraft field names). Only regular files are
 read, at most ``MAX_CONFIG_BYTES``, in UTF-8 or UTF-16/32 (JSON's own encoding detection).
@@ -14,6 +17,7 @@ import json
 import os
 import re
 import stat
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -69,7 +73,10 @@ def _shown(text: str) -> str:
 def _unknown(kind: str, name: str, known: list[str]) -> PresetError:
     if not name.strip():
         return PresetError(f"give a {kind} preset name (`llmcalc presets` lists all {len(known)})")
-    close = difflib.get_close_matches(name.lower()[:100], known, n=4, cutoff=0.5)
+    key = name.strip().lower()[:100]
+    # names that start with what was typed come first (h100 -> h100-sxm, h100-nvl before h200), then difflib's
+    prefixed = [k for k in known if k.startswith(key)] if len(key) >= 2 else []
+    close = list(dict.fromkeys(prefixed + difflib.get_close_matches(key, known, n=4, cutoff=0.5)))[:4]
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     return PresetError(f"unknown {kind} preset {_shown(name)}{hint} (`llmcalc presets` lists all {len(known)})")
 
@@ -104,16 +111,68 @@ def read_json(path: Path) -> dict:
     except ValueError as exc:  # e.g. an integer of more than 4,300 digits
         raise PresetError(f"{path}: unreadable JSON value: {exc}") from None
     if not isinstance(data, dict):
-        raise PresetError(f"{path}: expected a JSON object, got {type(data).__name__}")
+        raise PresetError(f"{path}: expected a JSON object ({{\"model_type\": ...}}), got {_json_kind(data)}")
     return data
+
+
+def _json_kind(value: object) -> str:
+    """What JSON calls a value's type: null, true/false, a number, a string, an array."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return ("a number" if isinstance(value, (int, float)) else "a string" if isinstance(value, str)
+            else "an array" if isinstance(value, list) else type(value).__name__)
 
 
 _HF_REPO = re.compile(r"huggingface\.co/([\w.-]+/[\w.-]+)")
 
 
+_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # owner/name, as the hub spells repo ids
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A published checkpoint with a preset's architecture (presets/checkpoints.json): its repo id, the preset,
+    instruct/chat/base, the config.json keys whose values differ from the preset's, and why they match."""
+
+    repo: str
+    preset: str
+    variant: str
+    basis: str
+    config: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The preset's name where the shapes are the preset's own; else the repo's (lower case)."""
+        return self.preset if not self.config else self.repo.split("/")[1].lower()
+
+    def source(self, preset_source: str) -> str:
+        changed = ", ".join(f"{k} {'null' if v is None else f'{v:,}' if isinstance(v, int) else v}"
+                            for k, v in self.config.items())
+        return (f"{self.repo} ({self.variant}): the {self.preset} preset's config.json"
+                + (f" with {changed}" if changed else "") + f"; {self.basis}. Preset source: {preset_source}")
+
+
+@cache
+def checkpoints() -> dict[str, Checkpoint]:
+    """Lower-cased repo id -> Checkpoint, for every checkpoint presets/checkpoints.json lists."""
+    path = presets_dir() / "checkpoints.json"
+    table = read_json(path) if path.exists() else {}
+    out = {}
+    for preset, entries in table.items():
+        if preset.startswith("_"):
+            continue
+        for entry in entries:
+            ckpt = Checkpoint(entry["repo"], preset, entry["variant"], entry["basis"], dict(entry.get("config", {})))
+            out[ckpt.repo.lower()] = ckpt
+    return out
+
+
 @cache
 def _repo_ids() -> dict[str, str]:
-    """Lower-cased Hugging Face repo id (and its bare model name) -> model preset whose _source names it."""
+    """Lower-cased Hugging Face repo id (and its bare model name) -> model preset whose _source names it, or
+    whose architecture a listed checkpoint has (presets/checkpoints.json)."""
     ids: dict[str, str] = {}
     for name in model_names():
         match = _HF_REPO.search(str(read_json(presets_dir() / "models" / f"{name}.json").get("_source", "")))
@@ -121,7 +180,26 @@ def _repo_ids() -> dict[str, str]:
             repo = match.group(1).lower()
             ids[repo] = name
             ids.setdefault(repo.split("/")[1], name)
+    for repo, ckpt in checkpoints().items():
+        ids.setdefault(repo, ckpt.preset)
+        ids.setdefault(repo.split("/")[1], ckpt.preset)
     return ids
+
+
+def checkpoint_for(name: str) -> Checkpoint | None:
+    """The listed checkpoint a model name means (its repo id, or the bare name after the owner), or None."""
+    key = name.strip().lower()
+    if key in checkpoints():
+        return checkpoints()[key]
+    return next((c for repo, c in checkpoints().items() if repo.split("/")[1] == key
+                 and key not in (n.lower() for n in model_names())), None)
+
+
+def _unknown_repo(name: str) -> PresetError:
+    return PresetError(f"{_shown(name)} is neither a file nor a Hugging Face repo id llmcalc knows (`llmcalc "
+                       f"presets` lists the presets and the checkpoints each stands for); the hub is not reached: "
+                       f"download its config.json (https://huggingface.co/{name.strip()}/blob/main/config.json) and "
+                       f"pass the file's path")
 
 
 def resolve_name(kind: str, name: str) -> str:
@@ -146,8 +224,21 @@ def _preset_json(kind: str, name: str) -> dict:
 
 
 def model_config(name: str) -> dict:
-    """The raw preset dict (HF keys and "_source") of a model preset."""
-    return dict(_preset_json("models", name))
+    """The raw preset dict (HF keys and "_source") of a model preset; for a listed checkpoint, the preset's
+    with the keys that checkpoint changes, and a _source naming it."""
+    config = dict(_preset_json("models", name))
+    ckpt = checkpoint_for(name)
+    if ckpt is not None and resolve_name("models", name) == ckpt.preset:
+        config.update(ckpt.config)
+        config["_source"] = ckpt.source(str(config.get("_source", "")))
+    return config
+
+
+def model_name(name: str) -> str:
+    """The name a model answers under: the preset's, or a listed checkpoint's whose config differs."""
+    ckpt = checkpoint_for(name)
+    preset = resolve_name("models", name)
+    return ckpt.name if ckpt is not None and ckpt.preset == preset else preset
 
 
 def hardware_config(name: str) -> dict:
@@ -162,7 +253,8 @@ def looks_like_path(text: str) -> bool:
         return True
     try:
         if "/" in text:
-            return Path(text).exists() or text.lower() not in _repo_ids()
+            return Path(text).exists() or (text.strip().lower() not in _repo_ids()
+                                           and not _REPO_ID.fullmatch(text.strip()))
         return Path(text).is_dir()
     except OSError:  # a name too long to be a path
         return False
@@ -191,7 +283,9 @@ def load_model(name_or_path: str) -> ModelSpec:
         except SpecError as exc:
             exc.args = (f"{path}: {exc}",)  # keeps the type: UnknownModelType carries the config on
             raise
-    return spec_from_config(model_config(name_or_path), resolve_name("models", name_or_path))
+    if "/" in name_or_path and name_or_path.strip().lower() not in _repo_ids():
+        raise _unknown_repo(name_or_path)
+    return spec_from_config(model_config(name_or_path), model_name(name_or_path))
 
 
 def model_source(name_or_path: str) -> str:

@@ -24,5 +24,8 @@ def document(calibration: Calibration) -> Document:
                      "value": f"{flops_per_s / catalog['peak_flops_per_s'] * 100:.1f} %"})
     table = Table("calibration", [Column("quantity", "quantity", align="left"),
                                   Column("value", "value (with unit)", align="left")], rows,
-                  ["best of repeated timed matmuls; `profile` uses this as the peak for CPUs and unknown devices"])
+                  ["best of repeated timed matmuls; `profile` uses this as the peak for CPUs and unknown devices"]
+                  + ([f"peak {calibration.cached}"] if calibration.cached else []))
+    if calibration.cached:
+        data["cached"] = calibration.cached
     return Document(f"calibrate: {device}", data, [table])

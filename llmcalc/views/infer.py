@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..analytic.inference import expected_experts
+from ..analytic.inference import expected_experts, memory_needed_per_gpu
 from ..analytic.quant import shipped_bytes, weight_format
 from ..render.tables import Column, Document, Table
 from ..units import fmt_bytes, fmt_flops, fmt_seconds
@@ -54,6 +54,14 @@ def serving_conventions(est: InferenceEstimate) -> list[str]:
     return lines
 
 
+VLLM_SHARE = 0.9  # vllm serve's default --gpu-memory-utilization (what `llmcalc serve` assumes)
+
+
+def gpu_bytes(est: InferenceEstimate) -> float:
+    """What vLLM takes its share of: the memory the runtime reports (cudaMemGetInfo's total)."""
+    return est.accelerator.usable_bytes
+
+
 def document(est: InferenceEstimate) -> Document:
     fmt = est.weight_format or weight_format(est.spec, est.weight_dtype)
     pre = est.prefill
@@ -75,6 +83,9 @@ def document(est: InferenceEstimate) -> Document:
         "decode_bound_last": last.bound, "decode_weight_bytes_per_gpu": est.weights_read(est.batch),
         "total_seconds": est.total_seconds, "tokens_per_second": est.tokens_per_second,
         "compute_bound_batch": with_kv, "compute_bound_batch_ignoring_kv": without_kv,
+        # plan_inference refused what does not fit at all; vLLM's default share (serve) may still not hold it
+        "memory_needed_bytes_per_gpu": memory_needed_per_gpu(est), "memory_bytes_per_gpu": est.accelerator.memory_bytes,
+        "fits": True, "fits_at_vllm_default_utilization": memory_needed_per_gpu(est) <= VLLM_SHARE * gpu_bytes(est),
     }
     rows = [
         {"phase": "prefill", "flops": pre.flops, "bytes": pre.bytes, "compute": pre.compute_seconds,
@@ -84,20 +95,27 @@ def document(est: InferenceEstimate) -> Document:
         {"phase": f"decode step (context {est.prompt + est.generate - 1:,})", "flops": last.flops, "bytes": last.bytes,
          "compute": last.compute_seconds, "memory": last.memory_seconds, "time": last.seconds, "bound": last.bound},
     ]
+    notes = _roofline_notes(est, with_kv, without_kv)
+    if not data["fits_at_vllm_default_utilization"]:
+        notes.insert(0, f"fits in {est.accelerator.key}'s memory ({fmt_bytes(memory_needed_per_gpu(est))} per GPU at "
+                        f"the end), but not in vLLM's default {VLLM_SHARE:g} of the "
+                        f"{fmt_bytes(gpu_bytes(est))} it reports: `llmcalc serve` would say it does NOT fit at "
+                        f"--gpu-memory-utilization {VLLM_SHARE:g}")
     table = Table(
         "roofline" + (f" (one of {est.n_gpus} GPUs)" if est.n_gpus > 1 else ""),
         [Column("phase", "phase", align="left"), Column("flops", "FLOPs", lambda v: fmt_flops(v)),
          Column("bytes", "bytes moved", fmt_bytes), Column("compute", "compute time", fmt_seconds),
          Column("memory", "memory time", fmt_seconds), Column("time", "time", fmt_seconds),
          Column("bound", "bound", align="left")],
-        rows, _roofline_notes(est, with_kv, without_kv),
+        rows, notes,
     )
     title = (f"{est.spec.name} on {est.n_gpus} x {est.accelerator.key}: batch {est.batch}, prompt {est.prompt:,}, "
              f"generate {est.generate:,}, weights {est.weight_dtype}, KV {est.kv_dtype}")
     tokens = est.batch * (est.prompt + est.generate)
     data["weight_format"] = fmt.describe()
     data["checkpoint_bytes"] = shipped = shipped_bytes(est.spec)
-    table.notes[4:4] = fmt.notes() if est.weight_format is not None else []
+    at = 4 if data["fits_at_vllm_default_utilization"] else 5  # after the roofline's own four notes
+    table.notes[at:at] = fmt.notes() if est.weight_format is not None else []
     return Document(title, data, [table], [f"weights {fmt_bytes(est.weights)}"
                                            + (f" ({fmt_bytes(est.weights_per_gpu)} per GPU)" if est.n_gpus > 1 else "")
                                            + f", {fmt.describe()}; {checkpoint_line(est.spec, shipped)}"

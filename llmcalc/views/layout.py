@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..render.tables import Column, Document, Table
-from ..units import GIB, si
+from ..units import GIB, plural, si
 
 if TYPE_CHECKING:
     from ..analytic.steptime import Layout, LayoutSearch
@@ -31,15 +31,17 @@ def _pct(v: float) -> str:
     return f"{v * 100:.1f} %"
 
 
-def document(search: LayoutSearch, top: int = 10) -> Document:
-    """`layout`'s answer: the `top` layouts that fit and why the others lose."""
+def document(search: LayoutSearch, top: int = 10, recompute: str | None = None) -> Document:
+    """`layout`'s answer: the `top` layouts that fit and why the others lose (`recompute`: the one mode tried, if
+    given)."""
     return layout_document(search.spec.name, search.gpu, search.n_gpus, search.seq_len,
                            global_batch=search.global_batch, ranked=search.ranked, losers=search.losers,
-                           counts=search.counts, top=top, recipe=search.recipe, optimizer=search.optimizer)
+                           counts=search.counts, top=top, recompute=recompute, recipe=search.recipe,
+                           optimizer=search.optimizer)
 
 
 def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batch: int, ranked: list,
-                    losers: list, counts: dict, top: int, recipe: str = "bf16-mixed",
+                    losers: list, counts: dict, top: int, recompute: str | None = None, recipe: str = "bf16-mixed",
                     optimizer: str = "adamw") -> Document:
     rows = []
     for i, (pred, mem) in enumerate(ranked[:top], 1):
@@ -71,8 +73,9 @@ def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batc
                     [f"searched {counts['searched']} layouts: {counts['fit']} fit, {counts['oom']} do not fit in "
                      f"memory, {counts['invalid']} contradict the model (heads, layers, batch)",
                      f"memory: `llmcalc memory`'s per-GPU model ({recipe} + {optimizer}, flash attention, sequence "
-                     "parallel) against the memory the runtime reports; the least recomputation that fits is tried "
-                     "first with ZeRO-1, then with ZeRO-3 (FSDP)",
+                     "parallel) against the memory the runtime reports; "
+                     + (f"recompute {recompute} (given), with ZeRO-1, else ZeRO-3 (FSDP)" if recompute
+                        else "the least recomputation that fits is tried first with ZeRO-1, then with ZeRO-3 (FSDP)"),
                      overlap_rule(ranked[0][0].layout if ranked else None)]
                     + ([f"assumed: {ranked[0][0].notes[-1].removeprefix('assumed: ')}"] if ranked else [])),
               Table("why the others lose", [Column("layout", "layout", align="left"),
@@ -81,5 +84,5 @@ def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batc
                                                    lambda v: f"{v * 100:+.1f} %")], lose_rows)]
     data = {"model": model, "gpu": gpu, "n_gpus": n_gpus, "seq_len": seq_len, "global_batch": global_batch,
             "layouts": rows, "losers": lose_rows, "counts": counts}
-    return Document(f"{model}: layouts for {n_gpus:,} x {gpu}, seq {seq_len}, global batch {global_batch} sequences",
-                    data, tables)
+    return Document(f"{model}: layouts for {n_gpus:,} x {gpu}, seq {seq_len}, global batch "
+                    f"{plural(global_batch, 'sequence')}", data, tables)

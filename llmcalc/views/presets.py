@@ -1,4 +1,5 @@
-"""What `presets` shows: every model and accelerator preset, one line each."""
+"""What `presets` shows: every model and accelerator preset, one line each, and the published checkpoints (Hugging
+Face repo ids) each model preset stands for."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ def document() -> Document:
     """Every model and hardware preset, one row each."""
     from ..analytic.params import count_params
     from ..spec import hardware_names, load_hardware, load_model, model_config, model_names
+    from ..spec.presets import checkpoints
 
     rows = []
+    listed = list(checkpoints().values())
     for name in model_names():
         spec = load_model(name)
         count = count_params(spec)
@@ -19,6 +22,8 @@ def document() -> Document:
             "kind": "model", "name": name, "model_type": spec.model_type, "architecture": spec.architecture,
             "params": count.total, "active_params": count.active_per_token,
             "summary": spec.summary(), "source": model_config(name).get("_source", ""),
+            "checkpoints": [{"repo": c.repo, "variant": c.variant, "name": c.name, "config": c.config,
+                             "basis": c.basis} for c in listed if c.preset == name],
         })
     for name in hardware_names():
         acc = load_hardware(name)
@@ -40,4 +45,16 @@ def document() -> Document:
         rows,
         ["pass a name to any command; a path to a Hugging Face config.json works as a model too"],
     )
-    return Document("llmcalc presets", {"presets": rows}, [table])
+    ckpt_rows = [{"repo": c.repo, "preset": c.preset, "variant": c.variant,
+                  "differs": ", ".join(f"{k} {'null' if v is None else v}" for k, v in c.config.items())
+                  or "nothing (answers as the preset)"} for c in listed]
+    published = Table(
+        "published checkpoints with a preset's architecture (pass the repo id as MODEL)",
+        [Column("repo", "Hugging Face repo id", align="left"), Column("preset", "preset", align="left"),
+         Column("variant", "variant", align="left"), Column("differs", "config.json differs in", align="left")],
+        ckpt_rows,
+        ["each preset's own repo id (its _source) works too; a checkpoint whose config.json differs answers under "
+         "its repo's name with those values; any other repo id: pass its downloaded config.json (the hub is not "
+         "reached); presets/checkpoints.json says why each shares the architecture"],
+    )
+    return Document("llmcalc presets", {"presets": rows}, [table, published])

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..render.tables import Column, Document, Table
-from ..units import GIB, fmt_bytes, fmt_seconds
+from ..units import GIB, fmt_bytes, fmt_seconds, plural
 from .infer import checkpoint_line, serving_conventions
 from .memory import _gib
 
@@ -54,7 +54,10 @@ def serve_document(est: ServeEstimate) -> Document:
         "weights_bytes_per_gpu": est.weights_bytes_per_gpu, "served_weights_bytes": est.served_weights_bytes,
         "checkpoint_bytes": est.checkpoint_bytes, "activation_peak_bytes_per_gpu": est.activation_bytes,
         "non_torch_bytes_per_gpu": est.non_torch_bytes, "cudagraph_bytes_per_gpu": est.cudagraph_bytes,
-        "kv_cache_memory_bytes_per_gpu": est.kv_cache_bytes,
+        # never negative bytes: what the weights and activations lack is its own key
+        "kv_cache_memory_bytes_per_gpu": max(est.kv_cache_bytes, 0.0),
+        "memory_deficit_bytes_per_gpu": max(-est.kv_cache_bytes, 0.0),
+        "fits": est.kv_cache_bytes > 0 and est.max_concurrent_sequences > 0,
         "kv_bytes_per_token": est.kv_bytes_per_token, "kv_bytes_per_token_per_gpu": est.kv_bytes_per_token_per_gpu,
         "kv_heads_per_gpu": est.kv_heads_per_gpu, "kv_replicated": est.kv_replicated,
         "state_bytes_per_sequence_per_gpu": est.state_bytes_per_sequence, "kv_groups": groups,
@@ -68,7 +71,7 @@ def serve_document(est: ServeEstimate) -> Document:
     }
     title = (f"{spec.name} served on {_layout(est)} ({est.version.label}): max length {est.max_model_len:,}, "
              f"weights {est.weight_dtype}, KV {est.kv_dtype}, block {est.block}")
-    preamble = [f"{est.max_concurrent_sequences:,} concurrent sequences of {est.max_model_len:,} tokens "
+    preamble = [f"{plural(est.max_concurrent_sequences, 'concurrent sequence')} of {est.max_model_len:,} tokens "
                 + (f"per replica, {est.total_concurrent_sequences:,} over {est.dp} replicas " if est.dp > 1 else "")
                 + f"({est.kv_blocks:,} KV blocks per GPU; vLLM logs \"GPU KV cache size: {est.kv_cache_tokens:,} "
                 f"tokens\")",

@@ -134,7 +134,8 @@ def breakdown_table(pred: StepPrediction) -> Table:
         [f"layout: tp {lay.tp} x cp {lay.cp} x pp {lay.pp} x dp {lay.dp} (ep {lay.ep}"
          f"{f', etp {lay.expert_tp}' if lay.expert_tp != lay.tp else ''}), schedule {lay.schedule}"
          f"{f' vpp {lay.vpp}' if lay.vpp > 1 else ''}, micro-batch {lay.micro_batch}, global batch "
-         f"{lay.global_batch} sequences = {lay.grad_accum} micro-batches per pipeline, ZeRO {lay.zero}, "
+         f"{plural(lay.global_batch, 'sequence')} = {plural(lay.grad_accum, 'micro-batch', 'micro-batches')} per "
+         f"pipeline, ZeRO {lay.zero}, "
          f"sequence parallel {'on' if lay.sequence_parallel else 'off'}"
          f"{', TP overlap on' if lay.tp_overlap else ''}{', EP overlap on' if lay.ep_overlap else ''}, rank order "
          f"{lay.order}, recipe {pred.recipe}",
