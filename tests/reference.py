@@ -22,20 +22,20 @@ ENCODER_DECODER = {"t5", "marian"}
 ENCODER = {"bert"}
 
 
-TEXT_OF = {"gemma3": "gemma3_text", "llama4": "llama4_text"}  # multimodal -> its text model_type
 SAME_AS = {"kimi_k2": "deepseek_v3"}  # Kimi-K2's config loads DeepseekV3 classes (its auto_map)
+# The parts of a multimodal checkpoint class that are not its language model.
+VISION = re.compile(r"^(model\.)?(visual|vision_tower|vision_model|multi_modal_projector|embed_vision|audio_tower|"
+                    r"embed_audio|mm_projector|vision_embed)\b")
 
 
 def hf_values(config: dict) -> tuple[str, dict]:
-    """(model_type, config keys) of the transformers model to build. A multimodal checkpoint gives
-    its language model (text_config, tied as the top-level class ties it); Kimi-K2 is DeepSeek-V3."""
+    """(model_type, config keys) of the transformers model to build: the checkpoint's own, with the
+    quantization and remote-code keys dropped (a multimodal checkpoint keeps its text_config); Kimi-K2 is
+    DeepSeek-V3."""
     values = {k: v for k, v in config.items() if not k.startswith("_") and k != "quantization_config"}
     model_type = values.pop("model_type")
     if isinstance(values.get("text_config"), dict):
-        text = dict(values["text_config"])
-        if values.get("tie_word_embeddings") is not None:
-            text["tie_word_embeddings"] = values["tie_word_embeddings"]
-        model_type, values = text.pop("model_type", TEXT_OF.get(model_type)), text
+        values["text_config"] = {k: v for k, v in values["text_config"].items() if k != "quantization_config"}
     values.pop("auto_map", None)
     return SAME_AS.get(model_type, model_type), values
 
@@ -44,9 +44,17 @@ def build_hf(config: dict):
     """The transformers model for an HF config dict, on the meta device (no memory, no download).
 
     Decoders get their *ForCausalLM class (LM head included), encoders the bare AutoModel (BERT with
-    its pooler), encoder-decoders their *ForConditionalGeneration / MTModel.
+    its pooler), encoder-decoders their *ForConditionalGeneration / MTModel, and a multimodal checkpoint the
+    class its config names (AutoModelForImageTextToText: vision tower, language model and LM head, tied as that
+    class ties them), of which ``language_params`` keeps the language model and the head.
     """
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
+    from transformers import (
+        AutoConfig,
+        AutoModel,
+        AutoModelForCausalLM,
+        AutoModelForImageTextToText,
+        AutoModelForSeq2SeqLM,
+    )
 
     model_type, values = hf_values(config)
     with warnings.catch_warnings():
@@ -54,15 +62,24 @@ def build_hf(config: dict):
         cfg = AutoConfig.for_model(model_type, **values)
         auto = (
             AutoModelForSeq2SeqLM if model_type in ENCODER_DECODER
-            else AutoModel if model_type in ENCODER else AutoModelForCausalLM
+            else AutoModel if model_type in ENCODER
+            else AutoModelForImageTextToText if "text_config" in values else AutoModelForCausalLM
         )
         with torch.device("meta"):
             return auto.from_config(cfg)
 
 
+def language_params(model):
+    """(name, parameter) of the language model and its head: a multimodal class's vision tower, projector and
+    audio tower left out (as llmcalc counts text_config); every parameter of a text model."""
+    return [(n, p) for n, p in model.named_parameters() if not VISION.search(n)]
+
+
 def trainable(model) -> int:
-    """sum(p.numel()) over parameters that train (Marian stores its sinusoid as a frozen parameter)."""
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+    """sum(p.numel()) over the model's parameters, what transformers' num_parameters() counts (ERNIE-4.5's frozen
+    e_score_correction_bias included), but for a fixed table stored as a frozen parameter (Marian's sinusoidal
+    positions) and a multimodal class's vision tower."""
+    return sum(p.numel() for n, p in language_params(model) if p.requires_grad or "embed_positions" not in n)
 
 
 @cache
@@ -90,6 +107,12 @@ _GROUP_RULES = [
     ("attention", re.compile(r"\.mixer\.[qkvo]_proj\.")),  # Nemotron-H: one mixer per layer
     ("mlp", re.compile(r"\.mixer\.(up|down)_proj\.")),
     ("mlp", re.compile(r"\.mixer\.(gate|experts|shared_experts)\.")),  # Nemotron-H's MoE mixer
+    # Issue 22's parts: DeepSeek-V4's hyper-connections (mHC), Gemma 4's per-layer inputs (the per-layer table
+    # and its projection are embedding; the projection's norm a norm).
+    ("hyper_connections", re.compile(r"\b(attn_hc|ffn_hc|hc_head)\.")),
+    ("attention", re.compile(r"self_attn\.(q_a_norm|kv_norm|compressor\.)")),  # DeepSeek-V4's attention norms
+    ("per_layer", re.compile(r"\.per_layer_(input_gate|projection)\.")),
+    ("embedding", re.compile(r"per_layer_model_projection")),
     ("norm", re.compile(r"norm|ln_|\bln\b", re.I)),
     ("head", re.compile(r"lm_head|embed_out|pooler")),
     ("embedding", re.compile(r"embed|wte|wpe|(^|\.)shared\.|word_embeddings|position_embeddings|token_type")),
@@ -101,9 +124,10 @@ _GROUP_RULES = [
 
 def hf_groups(model) -> dict[str, int]:
     out: dict[str, int] = {}
-    for name, p in model.named_parameters():
-        if not p.requires_grad:
+    for name, p in language_params(model):
+        if not p.requires_grad and "embed_positions" in name:
             continue
+        name = re.sub(r"^model\.language_model\.", "model.", name)
         for group, pattern in _GROUP_RULES:
             if pattern.search(name):
                 out[group] = out.get(group, 0) + p.numel()
@@ -125,7 +149,11 @@ def llmcalc_groups(components: dict[str, int]) -> dict[str, int]:
             group = "mlp"
         if group == "mamba2":
             group = "mamba"
-        if key == "embedding/norm":
+        if group in ("gated_deltanet", "kda"):  # transformers' linear_attn / self_attn; their output norm a norm
+            group = "norm" if part == "norm" else "attention"
+        if key == "head/hc_head":  # DeepSeek-V4's mHC head mix (hc_head)
+            group = "hyper_connections"
+        if key in ("embedding/norm", "embedding/per_layer_norm"):
             group = "norm"
         out[group] = out.get(group, 0) + value
     return out
@@ -136,29 +164,48 @@ def _forward_flops_json(config_json: str, batch: int, seq: int, real: bool,
                         decoder_seq: int | None = None) -> tuple[int, tuple]:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.utils.flop_counter import FlopCounterMode
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
+    from transformers import (
+        AutoConfig,
+        AutoModel,
+        AutoModelForCausalLM,
+        AutoModelForImageTextToText,
+        AutoModelForSeq2SeqLM,
+    )
 
     model_type, values = hf_values(json.loads(config_json))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cfg = AutoConfig.for_model(model_type, **values)
-        cfg._attn_implementation = "eager"  # QKᵀ and AV as plain matmuls, which the counter sees
         # Routed experts (data-dependent shapes) run on real tiny tensors; everything else is fake.
         fake = FakeTensorMode(allow_non_fake_inputs=True) if not real else contextlib.nullcontext()
+        impl = {"attn_implementation": "eager"}  # QKᵀ and AV as plain matmuls, which the counter sees
         if real:
-            cfg._experts_implementation = "eager"  # the loop over the experts that tokens were routed to
+            impl["experts_implementation"] = "eager"  # the loop over the experts that tokens were routed to
+        for sub in (cfg, getattr(cfg, "text_config", None)):
+            if sub is not None:  # a multimodal checkpoint: its language model too
+                sub._attn_implementation = impl["attn_implementation"]
+                if real:
+                    sub._experts_implementation = "eager"
         torch.manual_seed(0)
+        auto = (AutoModelForSeq2SeqLM if model_type in ENCODER_DECODER
+                else AutoModel if model_type in ENCODER
+                else AutoModelForImageTextToText if "text_config" in values else AutoModelForCausalLM)
+        if real:
+            model = auto.from_config(cfg, **impl)
+        else:  # built on the meta device, then faked (DeepSeek-V4 casts modules in __init__, which fakes refuse)
+            with torch.device("meta"):
+                model = auto.from_config(cfg, **impl)
         with fake:
-            auto = (AutoModelForSeq2SeqLM if model_type in ENCODER_DECODER
-                    else AutoModel if model_type in ENCODER else AutoModelForCausalLM)
-            model = auto.from_config(cfg)
+            if not real:
+                model = model.to_empty(device="cpu")
             # No parameter needs a gradient: FlopCounterMode's module tracker then sets no backward
             # hooks (DBRX's experts hand out weight views, which those hooks cannot take under no_grad).
             model.requires_grad_(False)
-            ids = torch.randint(0, cfg.vocab_size, (batch, seq))  # varied tokens: varied expert routing
+            vocab = cfg.get_text_config().vocab_size
+            ids = torch.randint(0, vocab, (batch, seq))  # varied tokens: varied expert routing
             kwargs = {"input_ids": ids}
             if model_type in ENCODER_DECODER:
-                kwargs["decoder_input_ids"] = torch.randint(0, cfg.vocab_size, (batch, decoder_seq or seq))
+                kwargs["decoder_input_ids"] = torch.randint(0, vocab, (batch, decoder_seq or seq))
             if model_type not in ENCODER:
                 kwargs["use_cache"] = False
             with FlopCounterMode(display=False) as counter, torch.no_grad():

@@ -338,3 +338,25 @@ def test_train_step_time_prediction_needs_the_formula(tmp_path):
 def test_finetune_needs_the_formula(tmp_path):
     line = one_line_error("params", write(tmp_path, "codegen"), "--finetune", "lora")
     assert "--finetune" in line and "codegen" in line
+
+
+def test_a_model_that_converts_modules_in_init_is_built_on_meta_then_faked():
+    """DeepSeek-V4 casts modules in __init__, which FakeTensorMode refuses ("Couldn't swap
+    DeepseekV4RMSNorm.weight"): the fallback constructs on the meta device and fakes it for the forward. Its
+    counts equal the analytic formula's (deepseek_v4 has one; its forward against FlopCounterMode is held in
+    tests/test_recent_families.py), the routed experts run by batched_mm (k per token)."""
+    from llmcalc.analytic.flops import forward_ops
+    from llmcalc.analytic.params import count_params
+    from llmcalc.profiling.hf_fallback import fallback_count
+
+    config = dict(model_type="deepseek_v4", num_hidden_layers=2, hidden_size=32, num_attention_heads=2,
+                  num_key_value_heads=1, head_dim=16, q_lora_rank=8, o_groups=2, o_lora_rank=4, index_n_heads=1,
+                  index_head_dim=16, index_topk=2, moe_intermediate_size=8, n_routed_experts=4, num_experts_per_tok=2,
+                  sliding_window=8, hc_mult=2, qk_rope_head_dim=8, vocab_size=64, tie_word_embeddings=False,
+                  compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": 16},
+                  layer_types=["compressed_sparse_attention", "heavily_compressed_attention"],
+                  mlp_layer_types=["moe", "moe"], pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    counted = fallback_count(config, seq_len=24)
+    spec = spec_from_hf(config)
+    assert sum(counted["components"].values()) + counted["frozen"] == count_params(spec).total
+    assert counted["flops"]["forward"] == sum(forward_ops(spec, 1, 24).values())

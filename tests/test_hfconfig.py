@@ -140,10 +140,12 @@ def test_random_configs_match_transformers(strategy):
 
 def test_every_family_is_exercised():
     from test_families import FAMILIES_9  # issue 9's families: tests/test_families.py
+    from test_recent_families import RECENT  # issue 22's families: tests/test_recent_families.py
 
     from llmcalc.spec.hf_ssm import SSM_FAMILIES  # exercised by tests/test_ssm.py
 
-    exercised = set(DECODERS) | {"gpt2", "bert", "t5", "marian"} | set(FAMILIES_9) | {"kimi_k2"} | set(SSM_FAMILIES)
+    exercised = (set(DECODERS) | {"gpt2", "bert", "t5", "marian"} | set(FAMILIES_9) | {"kimi_k2"} | set(SSM_FAMILIES)
+                 | set(RECENT))
     assert exercised == set(FAMILIES)  # kimi_k2 is deepseek_v3's Family, exercised with it
 
 
@@ -189,3 +191,16 @@ def test_marian_with_asymmetric_stacks_is_refused():
         spec_from_hf(dict(model_type="marian", d_model=16, encoder_layers=1, decoder_layers=1,
                           encoder_attention_heads=2, decoder_attention_heads=4, encoder_ffn_dim=32,
                           decoder_ffn_dim=32, vocab_size=50))
+
+
+def test_ernie_moe_counts_its_frozen_score_correction_bias():
+    """ERNIE-4.5-21B-A3B's shape (baidu/ERNIE-4.5-21B-A3B-PT config.json: 28 layers, MoE from layer 1, 64 experts)
+    at a tiny width: Ernie4_5_MoeStatics keeps e_score_correction_bias as a frozen parameter of (1, 64) per MoE
+    layer, which transformers' num_parameters() counts: 27 x 64 = 1,728, what llmcalc used to miss."""
+    config = dict(model_type="ernie4_5_moe", num_hidden_layers=28, hidden_size=32, intermediate_size=48,
+                  num_attention_heads=4, num_key_value_heads=2, vocab_size=64, moe_num_experts=64, moe_k=6,
+                  moe_num_shared_experts=2, moe_intermediate_size=8, moe_layer_start_index=1, moe_layer_interval=1,
+                  tie_word_embeddings=True)
+    params = count_params(spec_from_hf(config))
+    assert params.total == hf_count(config)[0]
+    assert params.components["moe/router"] == 27 * (32 * 64 + 64)  # the gate (D x E) and the bias (E) per layer

@@ -26,8 +26,8 @@ from llmcalc.spec import ModelSpec, SpecError, load_model, model_names, spec_of 
 
 # The reference model builds attention + FFN blocks only; hybrid/state-space presets are refused
 # (test_hybrid_presets_are_refused_in_one_line) and checked against transformers in tests/test_ssm.py.
-PRESETS = [n for n in model_names() if not load_model(n).is_hybrid]
-HYBRID = [n for n in model_names() if load_model(n).is_hybrid]
+PRESETS = [n for n in model_names() if not (load_model(n).is_hybrid or load_model(n).layer_extras())]
+HYBRID = [n for n in model_names() if load_model(n).is_hybrid or load_model(n).layer_extras()]
 
 
 @pytest.mark.parametrize("name", PRESETS)

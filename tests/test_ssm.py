@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from reference import build_hf, trainable
+from reference import build_hf, language_params, trainable
 
 from llmcalc.analytic.flops import forward_ops
 from llmcalc.analytic.params import count_params
@@ -28,10 +28,19 @@ from llmcalc.spec import SpecError, spec_from_hf
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-SSM_TYPES = ["mamba", "mamba2", "jamba", "bamba", "nemotron_h", "falcon_h1", "lfm2", "qwen3_next", "zamba2"]
+SSM_TYPES = ["mamba", "mamba2", "jamba", "bamba", "nemotron_h", "falcon_h1", "lfm2", "qwen3_next", "zamba2",
+             "qwen3_5_text", "qwen3_5_moe_text", "kimi_linear"]
 IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
 SSM_PARTS = {"in_proj", "conv1d", "x_proj", "dt_proj", "A_log", "D", "dt_bias", "out_proj", "norm", "in_proj_qkvz",
              "in_proj_ba"}
+# Qwen3.5's Gated DeltaNet splits Qwen3-Next's fused projections (the same parameters), Kimi's KDA names its own.
+QWEN3_5_PARTS = {"in_proj_qkv": "in_proj_qkvz", "in_proj_z": "in_proj_qkvz", "in_proj_b": "in_proj_ba",
+                 "in_proj_a": "in_proj_ba"}
+KDA_PARTS = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj": "v_proj", "conv1d": "conv1d", "f_a_proj": "f_proj",
+             "f_b_proj": "f_proj", "dt_bias": "dt_bias", "A_log": "A_log", "b_proj": "b_proj", "g_a_proj": "g_proj",
+             "g_b_proj": "g_proj", "o_norm": "norm", "o_proj": "out_proj"}
+MLA_PARTS = {"kv_a_proj_with_mqa": "kv_a_proj", "kv_a_layernorm": "kv_a_norm", "kv_b_proj": "kv_b_proj",
+             "q_a_proj": "q_a_proj", "q_a_layernorm": "q_a_norm", "q_b_proj": "q_b_proj"}
 
 
 def hf_component(name: str, spec) -> str:
@@ -57,6 +66,12 @@ def hf_component(name: str, spec) -> str:
         rest = rest[1:]  # mamba_decoder.<input_layernorm | mamba.*>, as in a plain Zamba2 Mamba layer
     leaf = rest[-2] if rest[-1] in ("weight", "bias") else rest[-1]
     ssm = [m for m in mixers if m not in ("attention", "shared_block")]
+    if "kda" in mixers and rest[0] == "self_attn":
+        return f"kda/{KDA_PARTS[leaf]}"
+    if rest[0] == "linear_attn" and leaf in QWEN3_5_PARTS:
+        return f"gated_deltanet/{QWEN3_5_PARTS[leaf]}"
+    if leaf in MLA_PARTS and rest[0] == "self_attn":
+        return "attention/bias" if rest[-1] == "bias" else f"attention/{MLA_PARTS[leaf]}"
     if len(rest) == 2 and "norm" in rest[0]:
         return "norm/layers"  # input_layernorm, pre_ff_layernorm, NemotronH/Mamba block norm
     if leaf in ("dt_layernorm", "b_layernorm", "c_layernorm"):
@@ -87,8 +102,8 @@ def hf_components(config: dict) -> tuple[int, dict[str, int]]:
     spec = spec_from_hf(config)
     model = build_hf(config)
     out: dict[str, int] = {}
-    for name, p in model.named_parameters():
-        key = hf_component(name, spec)
+    for name, p in language_params(model):  # a multimodal checkpoint (Qwen3.5): its language model and head
+        key = hf_component(name.replace("model.language_model.", "model."), spec)
         out[key] = out.get(key, 0) + p.numel()
     return trainable(model), out
 
@@ -119,7 +134,8 @@ def hf_flops_by_op(config: dict, batch: int, seq: int) -> dict[str, int]:
 
 
 def torch_path_scan_bmm(spec, config: dict, batch: int, seq: int) -> int:
-    """The bmm FLOPs of transformers' torch scan paths (their arithmetic, not llmcalc's convention).
+    """The bmm FLOPs of transformers' torch scan paths (their arithmetic, not llmcalc's convention for Mamba;
+    llmcalc's own for the delta rule, which counts the chunked form these paths run).
 
     Mamba-1 (mamba_selective_scan's sequential loop): y_t = C_t·h_t per step, 2·B·S·E·N in all.
     Mamba-2 (torch_forward, chunked SSD with chunk Q over S padded to c·Q): per head, C·Bᵀ inside
@@ -143,6 +159,13 @@ def torch_path_scan_bmm(spec, config: dict, batch: int, seq: int) -> int:
             Q, H, dv = 64, spec.ssm_n_heads, E // spec.ssm_n_heads
             c = math.ceil(seq / Q)
             total += 2 * batch * H * c * (2 * Q * Q * N + 3 * Q * N * dv + Q * Q * dv)
+        if "kda" in mixers:
+            # chunk_kimi_delta_attention, chunk Q = 64: per head, attn·v_beta and attn·(k_beta·e^g) in each chunk
+            # (2·c·Q²·dv + 2·c·Q²·dk), then per chunk (q·e^g)·S, k_cumdecay·S and (k·decay)ᵀ·v_new (3 x 2·Q·dk·dv)
+            # and intra·v_new (2·Q²·dv); its decay-weighted q·kᵀ and k·kᵀ are elementwise sums, uncounted.
+            Q, H, dv = 64, spec.ssm_n_heads, E // spec.ssm_n_heads
+            c = math.ceil(seq / Q)
+            total += 2 * batch * H * c * (Q * Q * (N + 2 * dv) + 3 * Q * N * dv)
     return total
 
 
@@ -154,6 +177,9 @@ def check_flops(config: dict, batch: int = 2, seq: int = 12) -> None:
     linear = sum(v for k, v in ops.items() if not k.endswith(("/scores", "/values", "/scan")))
     assert counted.get("mm", 0) + counted.get("addmm", 0) + counted.get("convolution", 0) == linear
     assert counted.get("bmm", 0) == core + torch_path_scan_bmm(spec, config, batch, seq)
+    delta = sum(v for k, v in ops.items() if k.split("/")[0] in ("gated_deltanet", "kda") and k.endswith("/scan"))
+    if not spec.n_mixer_layers("mamba") and not spec.n_mixer_layers("mamba2"):  # the delta rule: llmcalc's scan
+        assert delta == torch_path_scan_bmm(spec, config, batch, seq)  # is what the counter sees
     assert set(counted) <= {"mm", "addmm", "convolution", "bmm"}
 
 
@@ -241,6 +267,35 @@ def ssm_config(draw, model_type: str) -> dict:
                  linear_key_head_dim=draw(st.sampled_from([4, 8])), linear_value_head_dim=draw(st.sampled_from([4, 8])),
                  linear_conv_kernel_dim=draw(st.integers(2, 4)),
                  full_attention_interval=draw(st.integers(1, 3)))
+    elif model_type in ("qwen3_5_text", "qwen3_5_moe_text"):
+        c.update(draw(attention_keys()))
+        k_heads = draw(st.sampled_from([1, 2]))
+        c.update(num_hidden_layers=layers, head_dim=draw(st.sampled_from([4, 8])), attention_bias=draw(st.booleans()),
+                 linear_num_key_heads=k_heads, linear_num_value_heads=k_heads * draw(st.sampled_from([1, 2])),
+                 linear_key_head_dim=draw(st.sampled_from([4, 8])), linear_value_head_dim=draw(st.sampled_from([4, 8])),
+                 linear_conv_kernel_dim=draw(st.integers(2, 4)), full_attention_interval=draw(st.integers(1, 3)))
+        if model_type == "qwen3_5_text":
+            c["intermediate_size"] = draw(st.integers(8, 48))
+        else:
+            c.update(num_experts=4, num_experts_per_tok=draw(st.integers(1, 2)),
+                     moe_intermediate_size=draw(st.integers(4, 24)),
+                     shared_expert_intermediate_size=draw(st.integers(4, 24)))
+    elif model_type == "kimi_linear":  # KDA + NoPE MLA layers; linear_attn_config's layer numbers are 1-indexed
+        heads = draw(st.sampled_from([2, 4]))
+        full = draw(st.lists(st.integers(1, layers), max_size=2, unique=True))
+        c.update(num_hidden_layers=layers, hidden_size=draw(st.sampled_from([16, 32])), num_attention_heads=heads,
+                 num_key_value_heads=heads, q_lora_rank=draw(st.none() | st.integers(4, 16)),
+                 kv_lora_rank=draw(st.integers(4, 16)), qk_rope_head_dim=draw(st.sampled_from([4, 8])),
+                 qk_nope_head_dim=draw(st.sampled_from([4, 8])), v_head_dim=draw(st.sampled_from([4, 8])),
+                 intermediate_size=draw(st.integers(8, 48)), moe_intermediate_size=draw(st.integers(4, 24)),
+                 num_experts=4, num_experts_per_token=draw(st.integers(1, 2)),
+                 num_shared_experts=draw(st.integers(1, 2)), first_k_dense_replace=draw(st.integers(0, layers)),
+                 attention_bias=draw(st.booleans()),
+                 linear_attn_config={"full_attn_layers": full,
+                                     "kda_layers": [i for i in range(1, layers + 1) if i not in full],
+                                     "num_heads": draw(st.sampled_from([1, 2])),
+                                     "head_dim": draw(st.sampled_from([4, 8])),
+                                     "short_conv_kernel_size": draw(st.integers(2, 4))})
     elif model_type == "zamba2":  # k/v adapters output 2D: transformers needs MHA when they are on
         c.update(draw(attention_keys()))
         D, adapters = c["hidden_size"], draw(st.booleans())
@@ -546,6 +601,8 @@ def _without_experts(config: dict) -> dict:
         c["num_experts"] = 0
     elif c["model_type"] == "nemotron_h":
         c["hybrid_override_pattern"] = c["hybrid_override_pattern"].replace("E", "-")
+    elif c["model_type"] == "kimi_linear":
+        c["first_k_dense_replace"] = c["num_hidden_layers"]
     return c
 
 
@@ -553,7 +610,8 @@ MAMBA_OUT_PROJ_REFUSED = {"falcon_h1", "mamba", "mamba2", "nemotron_h"}  # peft 
 LORA = settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-@pytest.mark.parametrize("model_type", [t for t in SSM_TYPES if t != "zamba2"])
+# Zamba2's shared blocks carry adapters of their own; Qwen3.5-MoE has routed experts (fused tensors) in every layer.
+@pytest.mark.parametrize("model_type", [t for t in SSM_TYPES if t not in ("zamba2", "qwen3_5_moe_text")])
 def test_lora_all_linear_on_hybrids_matches_peft(model_type):
     """llmcalc's all-linear adapts every nn.Linear of the transformers model (meta device) but the LM head:
     the Mamba/Mamba-2/DeltaNet/short-conv projections with the attention and MLP ones, r·(in + out) each,

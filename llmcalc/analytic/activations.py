@@ -53,10 +53,11 @@ def _norm_saved(spec: ModelSpec, what: str, tokens: int, width: int, act_bytes: 
 
 
 def _attention_saved(spec: ModelSpec, tokens: int, batch: int, seq: int, act_bytes: float, attention: str,
-                     dropout: bool) -> list[Saved]:
+                     dropout: bool, layer: int = 0) -> list[Saved]:
     H = spec.n_heads
     out: list[Saved] = []
     mla = spec.mla
+    keys = seq
     if mla is not None:
         qk = mla.qk_head_dim
         v_dim = mla.v_head_dim
@@ -71,20 +72,58 @@ def _attention_saved(spec: ModelSpec, tokens: int, batch: int, seq: int, act_byt
                 Saved("Q, K after RoPE, V (attention inputs)", tokens * H * (2 * qk + v_dim) * act_bytes,
                       "tensor_parallel")]
     else:
-        out += [Saved("Q after RoPE (attention input)", tokens * H * spec.d_head * act_bytes, "tensor_parallel"),
-                Saved("K after RoPE, V (attention inputs; GQA: unexpanded)",
-                      tokens * 2 * spec.n_kv_heads * spec.d_head * act_bytes, "tensor_parallel", spec.n_kv_heads)]
-        v_dim = spec.d_head
+        dh, kv = spec.layer_d_head(layer), spec.layer_kv_heads(layer)
+        v_dim = dh
+        if spec.query_rank:  # DeepSeek-V4's low-rank query: the latent before and after its norm
+            r = spec.query_rank
+            out += [Saved("q_a output (q_a_norm input)", tokens * r * act_bytes, "sequence_parallel"),
+                    Saved("q_a_norm statistics (fp32)", tokens * FP32, "sequence_parallel"),
+                    Saved("q_b input (normed q latent)", tokens * r * act_bytes, "sequence_parallel")]
+        out.append(Saved("Q after RoPE (attention input)", tokens * H * dh * act_bytes, "tensor_parallel"))
+        if not spec.kv_shared(layer):  # Gemma 4's KV-shared layers read tensors an earlier layer saved
+            # K and V apart, or DeepSeek-V4's one K = V tensor, which also carries the compressed entries
+            kv_tensors = 1 if spec.k_eq_v == "all" else 2
+            keys = seq + spec.compressed_entries(layer, seq)
+            out.append(Saved("K after RoPE, V (attention inputs; GQA: unexpanded)",
+                             batch * keys * kv_tensors * kv * dh * act_bytes, "tensor_parallel", kv))
+        if spec.compression(layer) != "none":  # the compressor's kv and gate projections and its softmax weights
+            width = dh * (2 if spec.compression(layer) == "csa" else 1)
+            out += [Saved("compressor kv and gate projections", tokens * 2 * width * act_bytes, "sequence_parallel"),
+                    Saved("compressor window weights (fp32 softmax)", tokens * width * FP32, "sequence_parallel")]
     if attention == "flash":  # sdpa flash/efficient: saves its output and fp32 logsumexp, no S²
         out += [Saved("attention output O (saved by sdpa)", tokens * H * v_dim * act_bytes, "tensor_parallel"),
                 Saved("attention logsumexp (fp32)", tokens * H * FP32, "tensor_parallel")]
     else:  # eager: softmax output P (B·H·S²), needed by softmax backward and by P @ V
-        scores = batch * H * seq * seq
+        scores = batch * H * seq * keys
         out.append(Saved("softmax output P (B·H·S²)", scores * act_bytes, "attention_scores"))
         if dropout:
             out += [Saved("attention-probs dropout mask (B·H·S², 1 byte)", scores, "attention_scores"),
                     Saved("dropout(P), the AV input (B·H·S²)", scores * act_bytes, "attention_scores")]
     out.append(Saved("O-projection input (heads merged)", tokens * H * v_dim * act_bytes, "tensor_parallel"))
+    if spec.o_groups and mla is None:  # DeepSeek-V4's grouped output: the g·o_lora_rank latent feeds o_b_proj
+        out.append(Saved("o_b input (grouped output latent)", tokens * spec.o_groups * spec.o_lora_rank * act_bytes,
+                         "tensor_parallel"))
+    return out
+
+
+def _extras_saved(spec: ModelSpec, tokens: int, act_bytes: float) -> list[Saved]:
+    """Gemma 4's per-layer input (the gate's output and its activation, the projection input) and DeepSeek-V4's
+    hyper-connections (per sublayer: the n streams, their fp32 normed copy and the (2+n)·n mixing weights, fp32;
+    the lightning indexer saves nothing, it has no backward)."""
+    out: list[Saved] = []
+    P, n, D = spec.per_layer_embed_dim, spec.hc_mult, spec.d_model
+    if P:
+        out += [Saved("per-layer input gate output (activation input)", tokens * P * act_bytes, "tensor_parallel"),
+                Saved("per-layer projection input (gated, times the per-layer embedding)", tokens * P * act_bytes,
+                      "tensor_parallel"),
+                Saved("per-layer input residual (post_per_layer_input_norm input)", tokens * D * act_bytes,
+                      "sequence_parallel")]
+    for where in ("attention", "FFN") if n else ():
+        out += [Saved(f"{where} hyper-connection input streams (n·D)", tokens * n * D * act_bytes, "sequence_parallel"),
+                Saved(f"{where} hyper-connection normed streams (fp32, n·D)", tokens * n * D * FP32,
+                      "sequence_parallel"),
+                Saved(f"{where} hyper-connection weights (fp32, (2+n)·n)", tokens * (2 + n) * n * FP32,
+                      "sequence_parallel")]
     return out
 
 
@@ -133,13 +172,20 @@ def layer_saved(spec: ModelSpec, layer: int, batch: int, seq: int, act_bytes: fl
         out += _norm_saved(spec, "post-attention", tokens, D, act_bytes)
         out += _norm_saved(spec, "post-FFN", tokens, D, act_bytes)
     out.append(Saved("attention input (norm output)", tokens * D * act_bytes, "sequence_parallel"))
-    out += _attention_saved(spec, tokens, batch, seq, act_bytes=act_bytes, attention=attention, dropout=dropout)
+    out += _attention_saved(spec, tokens, batch, seq, act_bytes=act_bytes, attention=attention, dropout=dropout,
+                            layer=layer)
     if not (spec.parallel_residual and spec.norms_per_layer == 1):  # one shared norm output otherwise
         out.append(Saved("MLP input (norm output)", tokens * D * act_bytes, "sequence_parallel"))
-    if spec.is_moe_layer(layer):
+    moe = spec.is_moe_layer(layer)
+    if moe:
         out += _moe_saved(spec, tokens, act_bytes)
-    else:
-        out += _mlp_saved(spec, tokens, spec.d_ff, act_bytes)
+    if not moe or spec.moe_dense_parallel:  # Gemma 4: the dense MLP beside the experts, its own norms
+        out += _mlp_saved(spec, tokens, spec.layer_d_ff(layer), act_bytes)
+    if moe and spec.moe_dense_parallel:
+        out += _norm_saved(spec, "expert pre-FFN", tokens, D, act_bytes)
+        out += _norm_saved(spec, "MLP post-FFN", tokens, D, act_bytes)
+        out += _norm_saved(spec, "expert post-FFN", tokens, D, act_bytes)
+    out += _extras_saved(spec, tokens, act_bytes)
     if dropout:
         out += [Saved("attention residual dropout mask (1 byte)", tokens * D, "sequence_parallel"),
                 Saved("MLP residual dropout mask (1 byte)", tokens * D, "sequence_parallel")]
@@ -161,6 +207,16 @@ def _mamba_saved(spec: ModelSpec, kind: str, batch: int, seq: int, act_bytes: fl
                 Saved("short-conv conv input B·x", T * D * act_bytes, "tensor_parallel"),
                 Saved("short-conv conv output", T * D * act_bytes, "tensor_parallel"),
                 Saved("short-conv out_proj input C·conv", T * D * act_bytes, "tensor_parallel")]
+    if kind == "kda":  # fla's chunk_kda keeps q, k, v (conv outputs), the per-channel decay g and beta
+        G, H = spec.ssm_n_groups, spec.ssm_n_heads
+        dv = E // H
+        return [Saved("KDA projections q, k, v (conv inputs)", T * (2 * G * N + E) * act_bytes, "tensor_parallel"),
+                Saved("KDA conv outputs q, k, v (kernel inputs)", T * (2 * G * N + E) * act_bytes, "tensor_parallel"),
+                Saved("KDA forget-gate and output-gate latents (rank d)", T * (N + dv) * act_bytes, "tensor_parallel"),
+                Saved("KDA per-channel decay g (fp32)", T * G * N * FP32, "tensor_parallel"),
+                Saved("KDA output gate (gated-norm gate)", T * E * act_bytes, "tensor_parallel"),
+                Saved("KDA output (gated-norm input)", T * E * act_bytes, "tensor_parallel"),
+                Saved("KDA gated-norm rstd (fp32)", T * H * FP32, "tensor_parallel")]
     if kind == "gated_deltanet":  # fla's chunk_gated_delta_rule keeps q, k, v (conv outputs), g and beta
         G, H = spec.ssm_n_groups, spec.ssm_n_heads
         return [Saved("Gated DeltaNet in_proj outputs (q, k, v, z, b, a)",
@@ -219,7 +275,7 @@ def _hybrid_layer_saved(spec: ModelSpec, layer: int, batch: int, seq: int, act_b
         out.append(Saved(f"{what} input (norm output)", tokens * D * act_bytes, "sequence_parallel"))
         for kind in mixers:
             out += (_attention_saved(spec, tokens, batch, seq, act_bytes=act_bytes, attention=attention,
-                                     dropout=dropout) if kind == "attention"
+                                     dropout=dropout, layer=layer) if kind == "attention"
                     else _mamba_saved(spec, kind, batch, seq, act_bytes))
     if ffn:
         out += _norm_saved(spec, "MLP", tokens, D, act_bytes)

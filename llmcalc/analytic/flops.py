@@ -48,8 +48,10 @@ def _core(batch: int, heads: int, q_len: int, kv_len: int, dim: int, causal: boo
 
 
 def _attention(spec: ModelSpec, prefix: str, batch: int, q_len: int, kv_len: int, causal: bool,
-               cross: bool = False) -> dict[str, int]:
-    D, H, dh = spec.d_model, spec.n_heads, spec.d_head
+               cross: bool = False, layer: int = 0) -> dict[str, int]:
+    """One attention block's forward FLOPs in decoder layer `layer` (its geometry, K/V of its own or not, its
+    compressed KV entries and lightning indexer), by op. `cross`: encoder-decoder cross-attention."""
+    D, H = spec.d_model, spec.n_heads
     Tq, Tkv = batch * q_len, batch * kv_len
     mla = spec.mla
     if mla is not None and not cross:
@@ -67,17 +69,74 @@ def _attention(spec: ModelSpec, prefix: str, batch: int, q_len: int, kv_len: int
         ops["scores"] = _core(batch, H, q_len, kv_len, dim=qk, causal=causal)
         ops["values"] = _core(batch, H, q_len, kv_len, dim=mla.v_head_dim, causal=causal)
         ops["o_proj"] = _mm(Tq, H * mla.v_head_dim, D)
-        return {f"{prefix}/{k}": v for k, v in ops.items()}
-    kv_heads = H if cross else spec.n_kv_heads
+        ops.update(_indexer(spec, layer, batch, q_len, causal))
+        return {f"{prefix}/{k}": v for k, v in ops.items() if v}
+    dh = spec.d_head if cross else spec.layer_d_head(layer)
+    kv_heads = H if cross else spec.layer_kv_heads(layer)
+    own_k = cross or not spec.kv_shared(layer)  # Gemma 4's KV-shared layers project no K/V of their own
+    own_v = cross or spec.has_v_proj(layer)
+    q_out = H * dh * (2 if spec.attn_output_gate and not cross else 1)
+    r = 0 if cross else spec.query_rank
+    # DeepSeek-V4 concatenates its compressed entries to the window's keys (K = V): every query scores them all
+    # in eager attention (the causality and the indexer's top-k are masks), 2·B·H·S·(S + Nc)·d_head each.
+    keys = kv_len + (0 if cross else spec.compressed_entries(layer, kv_len))
     ops = {
-        "q_proj": _mm(Tq, D, H * dh * (2 if spec.attn_output_gate and not cross else 1)),
-        "k_proj": _mm(Tkv, D, kv_heads * dh),  # GQA/MQA: fewer K/V heads, smaller projections
-        "v_proj": _mm(Tkv, D, kv_heads * dh),
-        "scores": _core(batch, H, q_len, kv_len, dim=dh, causal=causal),  # QKᵀ: every query head, all keys
-        "values": _core(batch, H, q_len, kv_len, dim=dh, causal=causal),  # AV
-        "o_proj": _mm(Tq, H * dh, D),
+        **({"q_a_proj": _mm(Tq, D, r), "q_b_proj": _mm(Tq, r, q_out)} if r else {"q_proj": _mm(Tq, D, q_out)}),
+        "k_proj": _mm(Tkv, D, kv_heads * dh) * own_k,  # GQA/MQA: fewer K/V heads, smaller projections
+        "v_proj": _mm(Tkv, D, kv_heads * dh) * own_v,
+        "scores": _core(batch, H, q_len, keys, dim=dh, causal=causal),  # QKᵀ: every query head, all keys
+        "values": _core(batch, H, q_len, keys, dim=dh, causal=causal),  # AV
+        # DeepSeek-V4's grouped output: g bmm blocks (H·d_head/g -> o_lora_rank), then g·o_lora_rank -> D
+        **({"o_a_proj": _mm(Tq, H * dh, spec.o_lora_rank), "o_b_proj": _mm(Tq, spec.o_groups * spec.o_lora_rank, D)}
+           if spec.o_groups and not cross else {"o_proj": _mm(Tq, H * dh, D)}),
     }
-    return {f"{prefix}/{k}": v for k, v in ops.items()}
+    if not cross:
+        ops["compressor"] = _compressor(spec, layer, Tq)
+        ops.update(_indexer(spec, layer, batch, q_len, causal))
+    return {f"{prefix}/{k}": v for k, v in ops.items() if v}
+
+
+def _compressor(spec: ModelSpec, layer: int, tokens: int) -> int:
+    """DeepSeek-V4's KV compressor projections (kv_proj and gate_proj from D: d_head wide in an HCA layer, 2·d_head
+    in a CSA layer); its softmax pooling of each window is elementwise."""
+    kind, D, dh = spec.compression(layer), spec.d_model, spec.d_head
+    return 2 * _mm(tokens, D, dh * (2 if kind == "csa" else 1)) if kind != "none" else 0
+
+
+def _indexer(spec: ModelSpec, layer: int, batch: int, seq: int, causal: bool) -> dict[str, int]:
+    """The lightning indexer of layer `layer` ({} where it has none), as transformers runs it:
+    - DeepSeek Sparse Attention (modeling_deepseek_v32.py DeepseekV32Indexer; GLM-5): wq_b on the query latent
+      (2·T·q·Hi·di), wk (2·T·D·di), weights_proj (2·T·D·Hi); then q·kᵀ against every key, 2·B·S·Hi·di·S, and the
+      head weighting weights·scores, 2·B·S·Hi·S (full S², as the counter sees it; --causal halves them);
+    - DeepSeek-V4's, in a CSA layer (DeepseekV4Indexer): its compressor's kv_proj and gate_proj (2 x 2·T·D·2·di),
+      q_b_proj, weights_proj, and q·kᵀ against the S/m compressed keys, 2·B·S·Hi·di·(S/m) (its weighting is
+      elementwise).
+    The indexer has no backward: transformers runs the DSA one under no_grad, and the top-k indices that
+    DeepSeek-V4's produces carry no gradient (``NO_BACKWARD``)."""
+    if not spec.has_indexer(layer):
+        return {}
+    D, Hi, di, q, T = spec.d_model, spec.index_n_heads, spec.index_head_dim, spec.q_latent, batch * seq
+    if spec.compression(layer) == "csa":
+        entries = spec.compressed_entries(layer, seq)
+        return {"indexer": 2 * _mm(T, D, 2 * di) + _mm(T, q, Hi * di) + _mm(T, D, Hi),
+                "indexer_scores": _core(batch, Hi, seq, entries, dim=di, causal=causal)}
+    return {"indexer": _mm(T, q, Hi * di) + _mm(T, D, di) + _mm(T, D, Hi),
+            "indexer_scores": _core(batch, Hi, seq, seq, dim=di, causal=causal)
+            + _core(batch, Hi, seq, seq, dim=1, causal=causal)}
+
+
+def _hyper_connections(spec: ModelSpec, tokens: int) -> dict[str, int]:
+    """DeepSeek-V4's hyper-connections around each sublayer (DeepseekV4HyperConnection, DeepseekV4DecoderLayer):
+    the stream projection fn (2·T·n·D·(2+n)·n) and the residual mix comb·streams (2·T·n·n·D), twice per layer."""
+    n, D = spec.hc_mult, spec.d_model
+    one = _mm(tokens, n * D, (2 + n) * n) + _mm(tokens, n * n, D)
+    return {"hyper_connections/attention": one, "hyper_connections/ffn": one} if n else {}
+
+
+def _per_layer_input(spec: ModelSpec, tokens: int) -> dict[str, int]:
+    """Gemma 4's per-layer input in a decoder layer: per_layer_input_gate D -> P, per_layer_projection P -> D."""
+    P, D = spec.per_layer_embed_dim, spec.d_model
+    return {"per_layer/gate": _mm(tokens, D, P), "per_layer/projection": _mm(tokens, P, D)} if P else {}
 
 
 def _shared_block(spec: ModelSpec, batch: int, seq: int, causal: bool) -> dict[str, int]:
@@ -128,47 +187,52 @@ def _add(total: dict[str, int], ops: dict[str, int]) -> None:
         total[key] = total.get(key, 0) + value
 
 
-def layer_ops(spec: ModelSpec, index: int, batch: int, seq: int, causal: bool, stack: str = "",
-              enc_seq: int | None = None) -> dict[str, int]:
-    """Forward FLOPs of layer `index` of a stack by op, "group/op" -> FLOPs (what ``forward_ops`` sums over the
-    layers): its mixers (attention, state-space, Zamba2's shared block) and its FFN (dense MLP or MoE); a
-    decoder layer of an encoder-decoder (`enc_seq`) adds cross-attention on the encoder's keys and values. The step
-    model times each op of a layer from this, so a new layer kind flows into it with its FLOPs."""
+def _stack(spec: ModelSpec, stack: str, n_layers: int, batch: int, seq: int, causal: bool,
+           enc_seq: int | None = None, recurrent: bool = False) -> dict[str, int]:
     out: dict[str, int] = {}
-    tokens = batch * seq
-    if spec.is_hybrid:  # layer by layer: attention or state-space mixers, an optional FFN
-        mixers, ffn = spec.layer_parts(index)
-        for kind in mixers:
-            _add(out, _attention(spec, "attention", batch, seq, seq, causal=causal) if kind == "attention"
-                 else _shared_block(spec, batch, seq, causal) if kind == "shared_block"
-                 else mixer_ops(spec, kind, batch, seq))
-        if ffn is not None:
-            _add(out, _moe(spec, tokens, "moe") if ffn == "moe" else _ffn(spec, tokens, spec.d_ff, "mlp"))
-        return out
-    _add(out, _attention(spec, f"{stack}attention", batch, seq, seq, causal=causal))
-    if enc_seq is not None:  # decoder of an encoder-decoder: queries here, keys/values from the encoder
-        _add(out, _attention(spec, f"{stack}cross_attention", batch, seq, enc_seq, causal=False, cross=True))
-    if spec.is_moe_layer(index):
-        _add(out, _moe(spec, tokens, f"{stack}moe"))
-    else:
-        _add(out, _ffn(spec, tokens, spec.d_ff, f"{stack}mlp"))
+    for i in range(n_layers):
+        _add(out, layer_ops(spec, i, batch, seq, causal, stack=stack, enc_seq=enc_seq, recurrent=recurrent))
     return out
 
 
-def _stack(spec: ModelSpec, stack: str, n_layers: int, batch: int, seq: int, causal: bool,
-           enc_seq: int | None = None) -> dict[str, int]:
+def layer_ops(spec: ModelSpec, layer: int, batch: int, seq: int, causal: bool = False, stack: str = "",
+              enc_seq: int | None = None, recurrent: bool = False) -> dict[str, int]:
+    """Forward matmul FLOPs of one decoder (or encoder) layer, by op: its mixers (attention of its own geometry,
+    MLA, state-space and linear-attention mixers, DeepSeek-V4's compressor and indexer), its FFN (dense, MoE, or
+    both beside each other), Gemma 4's per-layer input and DeepSeek-V4's hyper-connections. What the step-time
+    model times layer by layer; ``forward_ops`` sums it over the stack. `recurrent`: the delta-rule mixers' scan
+    in its token-by-token (decode) form."""
     out: dict[str, int] = {}
-    for i in range(n_layers):
-        _add(out, layer_ops(spec, i, batch, seq, causal, stack=stack, enc_seq=enc_seq))
+    tokens = batch * seq
+    if spec.is_hybrid:  # layer by layer: attention or state-space mixers, an optional FFN
+        mixers, ffn = spec.layer_parts(layer)
+        for kind in mixers:
+            _add(out, _attention(spec, "attention", batch, seq, seq, causal=causal, layer=layer)
+                 if kind == "attention" else _shared_block(spec, batch, seq, causal) if kind == "shared_block"
+                 else mixer_ops(spec, kind, batch, seq, recurrent=recurrent))
+        if ffn is not None:
+            _add(out, _moe(spec, tokens, "moe") if ffn == "moe" else _ffn(spec, tokens, spec.d_ff, "mlp"))
+        return out
+    _add(out, _attention(spec, f"{stack}attention", batch, seq, seq, causal=causal, layer=layer))
+    if enc_seq is not None:  # decoder of an encoder-decoder: queries here, keys/values from the encoder
+        _add(out, _attention(spec, f"{stack}cross_attention", batch, seq, enc_seq, causal=False, cross=True))
+    moe = spec.is_moe_layer(layer)
+    if moe:
+        _add(out, _moe(spec, tokens, f"{stack}moe"))
+    if not moe or spec.moe_dense_parallel:  # Gemma 4 runs its dense MLP beside the experts
+        _add(out, _ffn(spec, tokens, spec.layer_d_ff(layer), f"{stack}mlp"))
+    _add(out, _per_layer_input(spec, tokens))
+    _add(out, _hyper_connections(spec, tokens))
     return out
 
 
 def forward_ops(spec: ModelSpec, batch: int, seq_len: int, causal: bool = False,
-                decoder_seq_len: int | None = None) -> dict[str, int]:
+                decoder_seq_len: int | None = None, recurrent: bool = False) -> dict[str, int]:
     """Forward matmul FLOPs per op, "group/op" -> FLOPs, summed over layers, in model order.
 
     For an encoder-decoder, `seq_len` is the encoder input and `decoder_seq_len` (default the same)
     the decoder input; `causal` applies to decoder self-attention only (encoders are bidirectional).
+    `recurrent`: the delta-rule mixers' scan token by token, as a decode step runs it (``ssm.delta_rule_scan``).
     """
     for name, value in (("batch", batch), ("seq_len", seq_len), ("decoder_seq_len", decoder_seq_len)):
         if value is not None:
@@ -186,8 +250,13 @@ def forward_ops(spec: ModelSpec, batch: int, seq_len: int, causal: bool = False,
         out.update(_stack(spec, "", spec.n_layers, batch, seq_len, causal=False))
         head_tokens = batch * seq_len
     else:
-        out.update(_stack(spec, "", spec.n_layers, batch, seq_len, causal=causal))
+        if spec.per_layer_embed_dim:  # Gemma 4 (Gemma4TextModel.project_per_layer_inputs): D -> L·P, once
+            out["embedding/per_layer_projection"] = _mm(batch * seq_len, spec.d_model,
+                                                        spec.n_layers * spec.per_layer_embed_dim)
+        out.update(_stack(spec, "", spec.n_layers, batch, seq_len, causal=causal, recurrent=recurrent))
         head_tokens = batch * seq_len
+    if spec.hc_mult:  # DeepSeek-V4's DeepseekV4HyperHead: hc_fn over the n streams, 2·T·n·D·n
+        out["head/hc_head"] = _mm(head_tokens, spec.hc_mult * spec.d_model, spec.hc_mult)
     if spec.pooler:
         out["head/pooler"] = _mm(batch, spec.d_model, spec.d_model)  # [CLS] token only
     if spec.d_embed:
@@ -203,7 +272,16 @@ def is_attention_core(op: str) -> bool:
 
 def is_block_op(op: str) -> bool:
     """Ops inside the Transformer blocks (what full recomputation re-runs)."""
-    return op.split("/")[0].split(".")[-1] in ("attention", "cross_attention", "mlp", "moe", *SSM_GROUPS)
+    return op.split("/")[0].split(".")[-1] in ("attention", "cross_attention", "mlp", "moe", "per_layer",
+                                               "hyper_connections", *SSM_GROUPS)
+
+
+NO_BACKWARD = ("indexer", "indexer_scores")  # the lightning indexer's ops: no gradient flows through them
+
+
+def has_backward(op: str) -> bool:
+    """Whether an op runs in the backward pass: all but the lightning indexer's (``_indexer``)."""
+    return op.split("/")[-1] not in NO_BACKWARD
 
 
 class StepTotals:
@@ -249,7 +327,9 @@ class StepFlops(StepTotals):
 
     @property
     def backward(self) -> int:
-        return 2 * self.forward  # input gradient + weight gradient, each one forward's worth
+        """Input gradient + weight gradient, each one forward's worth, for every op but the lightning indexer's
+        (no gradient reaches it: ``has_backward``)."""
+        return 2 * sum(v for k, v in self.ops.items() if has_backward(k))
 
     @property
     def model_flops(self) -> int:
@@ -285,6 +365,10 @@ def flop_group(op: str) -> str:
         return "FFN"
     if group in SSM_GROUPS:
         return "SSM scan" if op.endswith("/scan") else "SSM/conv projections"
+    if group == "hyper_connections" or op == "head/hc_head":
+        return "hyper-connections"
+    if group == "per_layer" or op == "embedding/per_layer_projection":
+        return "per-layer inputs"
     if op == "head/lm_head":
         return "LM head"
     if op in EMBED_PROJECTIONS:
@@ -330,6 +414,10 @@ def component_flops(ops: dict[str, int]) -> dict[str, int]:
             key = "pooler"
         elif op in EMBED_PROJECTIONS:
             key = "embedding projections"
+        elif name == "hyper_connections" or op == "head/hc_head":
+            key = "hyper-connections"
+        elif name == "per_layer" or op == "embedding/per_layer_projection":
+            key = "per-layer inputs"
         else:
             continue  # the embedding lookup: 0 FLOPs
         out[key] = out.get(key, 0) + value
@@ -352,5 +440,5 @@ def counted_step_flops(ops: dict[str, int], recompute: str,
         extra = value if recompute == "full" and is_block_op(op) else 0
         if key in recomputing and op.endswith("/scores"):
             extra += value
-        out[key] = out.get(key, 0) + 3 * value + extra
+        out[key] = out.get(key, 0) + (3 if has_backward(op) else 1) * value + extra
     return out

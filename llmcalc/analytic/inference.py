@@ -35,7 +35,7 @@ from ..spec import MLA, ModelSpec
 from ..validate import positive_int
 from .flops import forward_ops
 from .quant import SHIPPED_NAMES, TYPED_BYTES, TYPED_NOTES, WeightFormat, weight_format
-from .ssm import layer_state_elements, recurrent_state_elements
+from .ssm import layer_state_parts
 
 KV_DTYPES = ("fp32", "bf16", "fp16", "fp8")  # what vLLM's --kv-cache-dtype can be (auto = the model dtype)
 # Linear layers vLLM keeps whole on every rank: the router and MLA's down-projections (ReplicatedLinear).
@@ -69,45 +69,46 @@ def _kv_layers(spec: ModelSpec) -> int:
 
 
 def kv_cache_bytes_per_token(spec: ModelSpec, kv_dtype: str = "bf16") -> float:
-    """Bytes of KV cache one token adds across all layers (the whole model, before any split).
+    """Bytes of KV cache one token adds across all layers (the whole model, before any split): the per-token sum
+    of ``kv_layers`` at tp 1 (no window cap; a compressed layer's entry bytes / its stride).
 
-    MHA/GQA/MQA: 2 (K and V) x layers x n_kv_heads x d_head x bytes. MLA (DeepSeek-V2 sec. 2.1.2):
-    the compressed latent plus the decoupled RoPE key, layers x (kv_lora_rank + qk_rope_head_dim)
-    x bytes, as DeepSeek serves it (the HF reference caches decompressed K and V instead).
-    Encoder-decoder: the decoder's self-attention cache (cross-attention K/V are per source token,
+    MHA/GQA/MQA: 2 (K and V) x layers x n_kv_heads x d_head x bytes (each layer at its own geometry). MLA
+    (DeepSeek-V2 sec. 2.1.2): the compressed latent plus the decoupled RoPE key, layers x (kv_lora_rank +
+    qk_rope_head_dim) x bytes, as DeepSeek serves it and transformers 5 caches it; a lightning indexer adds its
+    key. Encoder-decoder: the decoder's self-attention cache (cross-attention K/V are per source token,
     see ``cross_kv_bytes_per_source_token``).
     """
-    layers = _kv_layers(spec)
-    b = dtype_bytes(kv_dtype)
-    if spec.mla is not None:
-        return layers * (spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim) * b
-    return 2 * layers * spec.n_kv_heads * spec.d_head * b
+    return kv_cache_bytes_per_token_per_gpu(spec, kv_dtype, 1)
 
 
 def kv_cache_bytes_per_token_per_gpu(spec: ModelSpec, kv_dtype: str = "bf16", tp: int = 1) -> float:
     """One token's KV cache on one of tp ranks: KV heads split down to one per rank (replicated
-    beyond), MLA's latent whole on every rank."""
-    if spec.is_mla:
-        return kv_cache_bytes_per_token(spec, kv_dtype)
-    return 2 * _kv_layers(spec) * kv_heads_per_gpu(spec, tp) * spec.d_head * dtype_bytes(kv_dtype)
+    beyond), MLA's latent whole on every rank (the per-token sum of ``kv_layers``)."""
+    return sum(layer.bytes_per_token for layer in kv_layers(spec, kv_dtype, tp))
 
 
 @dataclass(frozen=True)
 class KvLayer:
     """What one layer keeps for one sequence while it generates, on one of tp ranks: a KV cache of
     `bytes_per_token` for each token it attends (all of them, or at most `span` for a sliding-window or
-    chunked layer), or a recurrent state of `state_bytes`, constant in the context length."""
+    chunked layer; one entry per `stride` tokens for a compressed one), or a recurrent state of `state_bytes`,
+    constant in the context length."""
 
     index: int  # decoder layer
-    kind: str  # "full", "sliding", "chunked" (attention; ModelSpec.attention_span), "mla", or "state"
-    bytes_per_token: float = 0.0
+    kind: str  # "full", "sliding", "chunked" (attention; ModelSpec.attention_span), "mla", "indexer" (a lightning
+    #   indexer's keys), "compressed" (DeepSeek-V4's compressed KV entries), or "state"
+    bytes_per_token: float = 0.0  # on average: a compressed layer's entry bytes / stride
     span: int = 0  # keys a query attends at most: the sliding window or chunk (0: the whole context)
     state_bytes: float = 0.0
+    stride: int = 1  # tokens per cached entry (DeepSeek-V4's compression rate; 1 otherwise)
 
     def cached_tokens(self, context: int) -> int:
         """Tokens the cache holds after `context` tokens: all of them, or span - 1 for a windowed layer, as
         transformers' DynamicSlidingWindowLayer keeps them (the span's last key is the token being processed;
-        transformers caches a chunked layer the same way). vLLM's block allocation is serving.py's."""
+        transformers caches a chunked layer the same way); a compressed layer holds an entry per whole window of
+        `stride` tokens (the partial window waits in its state). vLLM's block allocation is serving.py's."""
+        if self.stride > 1:
+            return context // self.stride * self.stride
         return min(context, self.span - 1) if self.span else context
 
     def bytes_for(self, context: int) -> float:
@@ -115,46 +116,88 @@ class KvLayer:
         return self.bytes_per_token * self.cached_tokens(context) + self.state_bytes
 
 
+# DeepSeek-V4's compressor state in vLLM's layout (an indexed vLLM-derived deepseek_v4 compressor file; research note
+# families/deepseek_v4.md sec. 4): fp32 rows of 2·coff·width floats, coff·ratio rows kept, coff = 2 for the
+# overlapping CSA windows and 1 for HCA.
+COMPRESSOR_STATE_BYTES = 4
+
+
+def _compressor_state(spec: ModelSpec, layer: int) -> float:
+    """Bytes of DeepSeek-V4's pending-window compressor state of one layer and sequence (main and, on a CSA layer,
+    its indexer's compressor), at vLLM's fp32 layout: coff·ratio rows of 2·coff·width floats."""
+    kind, ratio = spec.compression(layer), spec.compress_ratio(layer)
+    coff = 2 if kind == "csa" else 1
+    widths = spec.d_head + (spec.index_head_dim if kind == "csa" else 0)
+    return coff * ratio * 2 * coff * widths * COMPRESSOR_STATE_BYTES if kind != "none" else 0.0
+
+
+def _attention_layers(spec: ModelSpec, i: int, b: float, tp: int) -> list[KvLayer]:
+    """The cache of attention layer `i` (see ``kv_layers``)."""
+    if spec.mla is not None:
+        out = [KvLayer(i, "mla", (spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim) * b)]
+    elif spec.kv_shared(i):  # Gemma 4: it reads the K/V an earlier layer of its span cached (a DummyLayer)
+        return []
+    else:
+        # K and V per K/V head on this rank; DeepSeek-V4's one K = V tensor is cached once (its CSA/HCA caches,
+        # vLLM); Gemma 4's global K = V layers keep K and V apart (V is normalised, K roped)
+        heads = 1 if spec.k_eq_v == "all" else 2
+        kv = spec.layer_kv_heads(i)
+        per = heads * max(1, kv // tp) * spec.layer_d_head(i) * b
+        out = [KvLayer(i, spec.attention_span(i), per, span=spec.span_tokens(i))]
+    if spec.compression(i) != "none":  # DeepSeek-V4: compressed entries (K = V of d_head; CSA also indexer keys)
+        ratio = spec.compress_ratio(i)
+        entry = (spec.d_head + (spec.index_head_dim if spec.compression(i) == "csa" else 0)) * b
+        out.append(KvLayer(i, "compressed", entry / ratio, stride=ratio, state_bytes=_compressor_state(spec, i)))
+    elif spec.has_indexer(i):  # DSA: the indexer's key of every token (DynamicIndexedLayer.indexer_keys)
+        out.append(KvLayer(i, "indexer", spec.index_head_dim * b))
+    return out
+
+
 def kv_layers(spec: ModelSpec, kv_dtype: str = "bf16", tp: int = 1, state_dtype: str = "bf16") -> list[KvLayer]:
     """Every decoder layer's cache on one of tp ranks, layer by layer (a layer with attention and a recurrent
     mixer in parallel, Falcon-H1's, gives one of each): attention keeps 2 (K and V) x its KV heads on the rank
-    (``kv_heads_per_gpu``) x d_head x bytes per token, for the tokens its span allows (``ModelSpec.span_tokens``:
-    a sliding window or chunk; transformers' sliding-window cache and vLLM's hybrid allocator keep only those);
-    MLA its latent plus RoPE key, whole on every rank; a state-space or short-conv mixer its conv window and
-    SSM state (analytic/ssm.py), split over tp with its channels. The per-token sum over layers is
+    (``kv_heads_per_gpu``) x its head width x bytes per token, for the tokens its span allows
+    (``ModelSpec.span_tokens``: a sliding window or chunk; transformers' sliding-window cache and vLLM's hybrid
+    allocator keep only those); MLA its latent plus RoPE key, whole on every rank (transformers 5 caches the latent:
+    modeling_deepseek_v3.py cache.update(k_pass, k_rot)); a lightning indexer its key (DeepSeek-V3.2, GLM-5:
+    DynamicIndexedLayer); DeepSeek-V4 its window's one K = V head and an entry per compressed window (d_head, plus
+    the indexer's key on CSA layers: DeepseekV4CSACache / HCACache) with the pending-window state; Gemma 4's
+    KV-shared layers nothing; a state-space or delta-rule mixer its conv window at `state_dtype` and its SSM state
+    at the spec's ssm_state_dtype where it names one (transformers keeps delta-rule states in fp32; vLLM KDA's
+    always, Qwen3.5's by mamba_ssm_dtype), split over tp with its channels. The per-token sum over layers is
     ``kv_cache_bytes_per_token_per_gpu``; what differs per layer is the span."""
     _kv_layers(spec)  # an encoder: one clear line
     b, sb = dtype_bytes(kv_dtype), dtype_bytes(state_dtype)
+    ssm_b = dtype_bytes(spec.ssm_state_dtype) if spec.ssm_state_dtype else sb
     out: list[KvLayer] = []
     if spec.architecture == "encoder-decoder":
         per = 2 * kv_heads_per_gpu(spec, tp) * spec.d_head * b
         return [KvLayer(i, "full", per) for i in range(spec.n_decoder_layers)]
     for i in range(spec.n_layers):
         mixers = spec.layer_parts(i)[0]
-        if {"attention", "shared_block"} & set(mixers):
-            if spec.mla is not None:
-                out.append(KvLayer(i, "mla", (spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim) * b))
-            else:
-                out.append(KvLayer(i, spec.attention_span(i), 2 * kv_heads_per_gpu(spec, tp) * spec.d_head * b,
-                                   span=spec.span_tokens(i)))
-        state = layer_state_elements(spec, mixers)
-        if state:
-            out.append(KvLayer(i, "state", state_bytes=state * sb / tp))
+        if spec.is_attention_layer(i):
+            out += _attention_layers(spec, i, b, tp)
+        conv, ssm = layer_state_parts(spec, mixers)
+        if conv or ssm:
+            out.append(KvLayer(i, "state", state_bytes=(conv * sb + ssm * ssm_b) / tp))
     return out
 
 
 def recurrent_state_bytes(spec: ModelSpec, state_dtype: str = "bf16") -> float:
-    """Bytes of recurrent state ONE sequence keeps in the state-space/conv layers (Mamba, Mamba-2,
-    Gated DeltaNet, LFM2's short conv), whole model, constant in the context length: per layer a
-    conv window (conv channels x kernel) and an SSM state (E x N), see analytic/ssm.py. At the model
-    dtype by default, as transformers' cache and vLLM (mamba_ssm_cache_dtype "auto") keep it."""
-    return sum(recurrent_state_elements(spec).values()) * dtype_bytes(state_dtype)
+    """Bytes of recurrent state ONE sequence keeps, whole model, constant in the context length: per
+    state-space/conv layer (Mamba, Mamba-2, Gated DeltaNet, KDA, LFM2's short conv) a conv window (conv channels x
+    kernel) and an SSM state (E x N), see analytic/ssm.py, and DeepSeek-V4's pending-window compressor state. At
+    the model dtype by default, as transformers' cache and vLLM (mamba_ssm_cache_dtype "auto") keep it, but for an
+    SSM state the spec keeps in its own ssm_state_dtype (``kv_layers``)."""
+    return state_bytes_per_sequence(spec, 1, state_dtype)
 
 
 def state_bytes_per_sequence(spec: ModelSpec, tp: int = 1, state_dtype: str = "bf16") -> float:
-    """Constant per-sequence state on one rank, beside the per-token KV cache. Attention layers keep
-    none; recurrent layers keep ``recurrent_state_bytes``, split over tp with their heads/channels."""
-    return recurrent_state_bytes(spec, state_dtype) / tp
+    """Constant per-sequence state on one rank, beside the per-token KV cache (the state of ``kv_layers``). Attention
+    layers keep none; recurrent layers their state, split over tp with their heads/channels."""
+    if spec.architecture != "decoder":
+        return 0.0
+    return sum(layer.state_bytes for layer in kv_layers(spec, "bf16", tp, state_dtype))
 
 
 def cross_kv_bytes_per_source_token(spec: ModelSpec, kv_dtype: str = "bf16") -> float:
@@ -259,18 +302,21 @@ def decode_ops(spec: ModelSpec, batch: int, context: int) -> dict[str, int]:
     (its own included). MLA in the absorbed form."""
     if spec.architecture != "decoder":
         raise LlmcalcError(f"the decode roofline covers decoder-only models; {spec.name} is {spec.architecture}")
-    ops = forward_ops(spec, 1, 1)  # one token: at S = 1 the S² ops give their cost per key
+    ops = forward_ops(spec, 1, 1, recurrent=True)  # one token: at S = 1 the S² ops give their cost per key
     if spec.mla is not None:
         ops = _mla_absorbed(spec, spec.mla, ops)
     if spec.is_hybrid:  # a conv steps one output (causal_conv1d_update), not the S+K-1 = K padded ones
         ops = {k: v // spec.ssm_conv_kernel if k.endswith("/conv1d") else v for k, v in ops.items()}
-    return {k: v * batch * (context if k.endswith(("/scores", "/values")) else 1) for k, v in ops.items()}
+    return {k: v * batch * (context if k.endswith(PER_KEY) else 1) for k, v in ops.items()}
+
+
+PER_KEY = ("/scores", "/values", "/indexer_scores")  # decode ops whose work grows with the keys attended
 
 
 def _decode_slopes(spec: ModelSpec) -> tuple[int, int]:
     """(FLOPs per sequence independent of context, FLOPs per sequence per key) of a decode step."""
     per_key = decode_ops(spec, 1, 1)
-    core = sum(v for k, v in per_key.items() if k.endswith(("/scores", "/values")))
+    core = sum(v for k, v in per_key.items() if k.endswith(PER_KEY))
     return sum(per_key.values()) - core, core
 
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from ..spec import ModelSpec
 from .ssm import SSM_MIXERS, mixer_params
 
-EMBEDDING_PARTS = ("embedding/tokens", "embedding/positions", "embedding/token_types", "head/lm_head",
-                   "head/lm_head_bias")
+EMBEDDING_PARTS = ("embedding/tokens", "embedding/positions", "embedding/token_types", "embedding/per_layer_tokens",
+                   "head/lm_head", "head/lm_head_bias")
 
 
 def _norm(spec: ModelSpec, width: int) -> int:
@@ -27,10 +27,10 @@ def _norm(spec: ModelSpec, width: int) -> int:
     return width * (2 if spec.norm_bias else 1)
 
 
-def _attention(spec: ModelSpec, prefix: str, cross: bool = False) -> dict[str, int]:
-    """One attention block's parameters, by part. `cross`: encoder-decoder cross-attention."""
-    D, H, dh = spec.d_model, spec.n_heads, spec.d_head
-    kv = H if cross else spec.n_kv_heads  # cross-attention K/V come from the encoder, one per head
+def _attention(spec: ModelSpec, prefix: str, cross: bool = False, layer: int = 0) -> dict[str, int]:
+    """One attention block's parameters, by part, in decoder layer `layer` (its head width and K/V heads, whether it
+    has K/V projections of its own, its indexer and KV compressor). `cross`: encoder-decoder cross-attention."""
+    D, H = spec.d_model, spec.n_heads
     mla = spec.mla
     if mla is not None and not cross:
         # DeepSeek-V2 MLA (arXiv 2405.04434, sec. 2.1): low-rank Q (optional) and a shared KV latent
@@ -47,20 +47,77 @@ def _attention(spec: ModelSpec, prefix: str, cross: bool = False) -> dict[str, i
         parts["kv_a_norm"] = mla.kv_lora_rank
         parts["kv_b_proj"] = mla.kv_lora_rank * H * (mla.qk_nope_head_dim + mla.v_head_dim)
         parts["o_proj"] = H * mla.v_head_dim * D
+        # attention_bias (modeling_deepseek_v3.py DeepseekV3Attention): q_a_proj, kv_a_proj_with_mqa and o_proj
+        parts["bias"] = (mla.q_lora_rank + mla.kv_lora_rank + mla.qk_rope_head_dim) * spec.qkv_bias + D * spec.out_bias
+        parts["indexer"] = _indexer(spec, layer)
         return {f"{prefix}/{k}": v for k, v in parts.items()}
+    dh = spec.d_head if cross else spec.layer_d_head(layer)
+    kv = H if cross else spec.layer_kv_heads(layer)  # cross-attention K/V come from the encoder, one per head
+    own_k = cross or not spec.kv_shared(layer)  # Gemma 4's KV-shared layers read another layer's K and V
+    own_v = cross or spec.has_v_proj(layer)
     q = H * (2 if spec.attn_output_gate and not cross else 1)  # Qwen3-Next: queries and output gates
+    r = spec.query_rank
     parts = {
-        "q_proj": D * q * dh,
-        "k_proj": D * kv * dh,
-        "v_proj": D * kv * dh,
-        "o_proj": H * dh * D,
-        "bias": (q + 2 * kv) * dh * spec.qkv_bias + D * spec.out_bias,
-        # QK-norm (Qwen3/Gemma 3/LFM2: one d_head weight each for Q and K; OLMo-2/Cohere: per head).
-        "qk_norm": (2 * dh if spec.qk_norm == "head" else (H + kv) * dh if spec.qk_norm == "full" else 0)
-        * (2 if spec.qk_norm_bias else 1),
+        # DeepSeek-V4 (models/deepseek_v4/modeling_deepseek_v4.py DeepseekV4Attention): q_a_proj D->r, q_a_norm,
+        # q_b_proj r->H·d_head (its q_b_norm has no weight); else one q_proj.
+        **({"q_a_proj": D * r, "q_a_norm": r, "q_b_proj": r * q * dh} if r and not cross else {"q_proj": D * q * dh}),
+        "k_proj": D * kv * dh * own_k,
+        "v_proj": D * kv * dh * own_v,
+        # DeepSeek-V4's grouped low-rank output (DeepseekV4GroupedLinear): g blocks of (H·d_head/g -> o_lora_rank),
+        # then o_b_proj g·o_lora_rank -> D; else one o_proj.
+        **({"o_a_proj": spec.o_lora_rank * H * dh, "o_b_proj": spec.o_groups * spec.o_lora_rank * D}
+           if spec.o_groups and not cross else {"o_proj": H * dh * D}),
+        "bias": (q + kv * (own_k + own_v)) * dh * spec.qkv_bias + D * spec.out_bias,
+        # QK-norm (Qwen3/Gemma 3/LFM2: one d_head weight each for Q and K; OLMo-2/Cohere: per head; DeepSeek-V4: K).
+        "qk_norm": (dh * (1 + own_k) if spec.qk_norm == "head" else (H + kv * own_k) * dh if spec.qk_norm == "full"
+                    else dh if spec.qk_norm == "key" else 0) * (2 if spec.qk_norm_bias else 1),
         "sinks": H * spec.attention_sinks,  # gpt-oss: a learned logit per head joins the softmax
     }
+    if not cross:
+        parts["compressor"] = _compressor(spec, layer)
+        parts["indexer"] = _indexer(spec, layer)
     return {f"{prefix}/{k}": v for k, v in parts.items()}
+
+
+def _indexer(spec: ModelSpec, layer: int) -> int:
+    """The lightning indexer of layer `layer`, 0 where it has none. DeepSeek Sparse Attention (DeepSeek-V3.2,
+    models/deepseek_v32/modeling_deepseek_v32.py DeepseekV32Indexer; GLM-5's GlmMoeDsaIndexer): wq_b q_lora_rank ->
+    Hi·di, wk D -> di, k_norm LayerNorm(di) with bias, weights_proj D -> Hi. DeepSeek-V4's, in a CSA layer
+    (DeepseekV4Indexer): its own compressor at di (kv_proj and gate_proj D -> 2·di, position_bias m x 2·di,
+    kv_norm RMSNorm(di)), q_b_proj q_lora_rank -> Hi·di and the scorer's weights_proj D -> Hi."""
+    if not spec.has_indexer(layer):
+        return 0
+    D, Hi, di, q = spec.d_model, spec.index_n_heads, spec.index_head_dim, spec.q_latent
+    if spec.compression(layer) == "csa":
+        return 2 * D * 2 * di + spec.kv_compress_csa * 2 * di + di + q * Hi * di + D * Hi
+    return q * Hi * di + D * di + 2 * di + D * Hi
+
+
+def _compressor(spec: ModelSpec, layer: int) -> int:
+    """DeepSeek-V4's KV compressor of layer `layer` (models/deepseek_v4/modeling_deepseek_v4.py): HCA
+    (DeepseekV4HCACompressor) kv_proj and gate_proj D -> d_head, position_bias m' x d_head, kv_norm RMSNorm(d_head);
+    CSA (DeepseekV4CSACompressor) the same at 2·d_head (two overlapping series) with position_bias m x 2·d_head."""
+    kind, D, dh = spec.compression(layer), spec.d_model, spec.d_head
+    if kind == "hca":
+        return 2 * D * dh + spec.kv_compress_hca * dh + dh
+    if kind == "csa":
+        return 2 * D * 2 * dh + spec.kv_compress_csa * 2 * dh + dh
+    return 0
+
+
+def _hyper_connections(spec: ModelSpec) -> dict[str, int]:
+    """DeepSeek-V4's manifold-constrained hyper-connections around each sublayer (DeepseekV4HyperConnection, Xie et
+    al. 2026): fn ((2+n)·n x n·D), base ((2+n)·n) and scale (3), for attention and for the FFN (n = hc_mult)."""
+    n, D = spec.hc_mult, spec.d_model
+    one = (2 + n) * n * n * D + (2 + n) * n + 3
+    return {"hyper_connections/attention": one, "hyper_connections/ffn": one} if n else {}
+
+
+def _per_layer_input(spec: ModelSpec) -> dict[str, int]:
+    """Gemma 4's per-layer input in each decoder layer (models/gemma4/modeling_gemma4.py Gemma4TextDecoderLayer):
+    per_layer_input_gate D -> P and per_layer_projection P -> D, bias-free (its RMSNorm(D) is with the norms)."""
+    P, D = spec.per_layer_embed_dim, spec.d_model
+    return {"per_layer/gate": D * P, "per_layer/projection": P * D} if P else {}
 
 
 def _ffn(spec: ModelSpec, width: int, prefix: str, bias: bool | None = None) -> dict[str, int]:
@@ -82,8 +139,13 @@ def _moe(spec: ModelSpec, prefix: str) -> dict[str, int]:
     """One MoE FFN: a linear router over experts (biased in gpt-oss), routed experts, and the shared
     experts as one bias-free MLP of width d_ff_shared (plus Qwen2-MoE's sigmoid gate, Linear(D, 1))."""
     shared = sum(_ffn(spec, spec.d_ff_shared, "x", bias=False).values()) if spec.n_shared_experts else 0
+    # Gemma 4 (Gemma4TextRouter): proj D -> E, an input scale of D and a per-expert scale of E.
+    scales = (spec.d_model + spec.n_experts) * spec.router_scales
+    # ERNIE-4.5 (Ernie4_5_MoeStatics): e_score_correction_bias (1, E), a parameter with requires_grad=False,
+    # counted as transformers' num_parameters() counts it.
+    scales += spec.n_experts * spec.router_score_bias
     return {
-        f"{prefix}/router": (spec.d_model + spec.router_bias) * spec.n_experts,
+        f"{prefix}/router": (spec.d_model + spec.router_bias) * spec.n_experts + scales,
         f"{prefix}/experts": spec.n_experts * _expert(spec),
         f"{prefix}/shared_experts": shared + spec.d_model * spec.shared_expert_gate,
     }
@@ -111,6 +173,14 @@ def _shared_block(spec: ModelSpec, use: int) -> dict[str, int]:
     return {f"shared_block/{k}": v for k, v in parts.items()}
 
 
+def layer_norms(spec: ModelSpec, layer: int, norms: int) -> int:
+    """D-wide norms of a (non-hybrid) decoder layer with `norms` per block: Gemma 4 adds three in an MoE layer whose
+    dense FFN runs beside the experts (post_feedforward_layernorm_1/_2, pre_feedforward_layernorm_2) and one after
+    the per-layer input (post_per_layer_input_norm)."""
+    return (norms + 3 * (spec.moe_dense_parallel and spec.is_moe_layer(layer))
+            + bool(spec.per_layer_embed_dim))
+
+
 def _add(total: dict[str, int], parts: dict[str, int]) -> None:
     for key, value in parts.items():
         total[key] = total.get(key, 0) + value
@@ -130,27 +200,35 @@ def _stack(spec: ModelSpec, stack: str, n_layers: int) -> dict[str, int]:
                     _add(out, _shared_block(spec, uses))
                     uses += 1
                     continue
-                _add(out, _attention(spec, "attention") if kind == "attention" else mixer_params(spec, kind))
+                _add(out, _attention(spec, "attention", layer=i) if kind == "attention" else mixer_params(spec, kind))
             if ffn is not None:
                 _add(out, _moe(spec, "moe") if ffn == "moe" else _ffn(spec, spec.d_ff, "mlp"))
             _add(out, {"norm/layers": spec.norms_in_layer(i) * _norm(spec, spec.d_model)})
         out["norm/final"] = _norm(spec, spec.d_model)
         return out
-    # every block of a stack has the same parts (attention, an MoE or dense FFN, norms): each counted once
-    attention = _attention(spec, f"{stack}attention")
+    # every block of a stack is one of a few kinds, each counted once: keyed by what can differ between layers
+    # (MoE or dense; Gemma 4's per-span geometry and KV-shared layers; GLM-5's indexer layers; DeepSeek-V4's
+    # compression), all else being the same in every layer
     cross_attention = _attention(spec, f"{stack}cross_attention", cross=True) if cross else {}
-    ffns: dict[bool, dict[str, int]] = {}  # is_moe_layer -> that FFN's parts
-    layer_norms = {f"{stack}norm/layers": norms * _norm(spec, spec.d_model)}
+    blocks: dict[tuple[bool, str, bool, bool, str], tuple[dict[str, int], dict[str, int]]] = {}
     for i in range(n_layers):
-        _add(out, attention)
+        moe = spec.is_moe_layer(i)
+        shape = (moe, spec.attention_span(i), spec.kv_shared(i), spec.has_indexer(i), spec.compression(i))
+        if shape not in blocks:
+            rest: dict[str, int] = {}
+            if moe:
+                _add(rest, _moe(spec, f"{stack}moe"))
+            if not moe or spec.moe_dense_parallel:  # Gemma 4 keeps its dense MLP beside the experts
+                _add(rest, _ffn(spec, spec.layer_d_ff(i), f"{stack}mlp"))
+            _add(rest, _per_layer_input(spec))
+            _add(rest, _hyper_connections(spec))
+            _add(rest, {f"{stack}norm/layers": layer_norms(spec, i, norms) * _norm(spec, spec.d_model)})
+            blocks[shape] = (_attention(spec, f"{stack}attention", layer=i), rest)
+        _add(out, blocks[shape][0])
         _add(out, cross_attention)
         if spec.pos_emb == "relative" and i == 0:  # T5: one bias table per stack, in block 0
             out[f"{stack}attention/relative_position_bias"] = spec.rel_pos_buckets * spec.n_heads
-        moe = spec.is_moe_layer(i)
-        if moe not in ffns:
-            ffns[moe] = _moe(spec, f"{stack}moe") if moe else _ffn(spec, spec.d_ff, f"{stack}mlp")
-        _add(out, ffns[moe])
-        _add(out, layer_norms)
+        _add(out, blocks[shape][1])
     if spec.final_norm:
         out[f"{stack}norm/final"] = _norm(spec, spec.d_model)
     return out
@@ -169,11 +247,18 @@ def param_breakdown(spec: ModelSpec) -> dict[str, int]:
         out["embedding/token_types"] = spec.type_vocab_size * D
     if spec.embedding_norm:
         out["embedding/norm"] = _norm(spec, D)
+    if spec.per_layer_embed_dim:  # Gemma 4 (Gemma4TextModel): embed_tokens_per_layer, per_layer_model_projection
+        P, L = spec.per_layer_embed_dim, spec.n_layers
+        out["embedding/per_layer_tokens"] = spec.per_layer_embed_vocab * L * P
+        out["embedding/per_layer_projection"] = D * L * P
+        out["embedding/per_layer_norm"] = _norm(spec, P)
     if spec.architecture == "encoder-decoder":
         out.update(_stack(spec, "encoder.", spec.n_layers))
         out.update(_stack(spec, "decoder.", spec.n_decoder_layers))
     else:
         out.update(_stack(spec, "", spec.n_layers))
+    if spec.hc_mult:  # DeepSeek-V4's DeepseekV4HyperHead: hc_fn (n x n·D), hc_base (n), hc_scale (1)
+        out["head/hc_head"] = spec.hc_mult * spec.hc_mult * D + spec.hc_mult + 1
     if spec.pooler:
         out["head/pooler"] = D * D + D
     if spec.d_embed:
@@ -187,7 +272,8 @@ def param_breakdown(spec: ModelSpec) -> dict[str, int]:
 
 
 _STACKS = ("", "encoder.", "decoder.")
-_GROUPS = ("embedding", "attention", "cross_attention", "shared_block", *SSM_MIXERS, "mlp", "moe", "norm", "head")
+_GROUPS = ("embedding", "attention", "cross_attention", "shared_block", *SSM_MIXERS, "mlp", "moe", "per_layer",
+           "hyper_connections", "norm", "head")
 
 
 def _order(key: str) -> tuple[int, int]:
@@ -265,6 +351,10 @@ def largest_tensor(spec: ModelSpec) -> int:
         sizes += [spec.n_experts * spec.d_ff_expert * D, spec.d_ff_shared * D]
     if spec.mla is not None:
         sizes.append(spec.mla.kv_lora_rank * spec.n_heads * (spec.mla.qk_nope_head_dim + spec.mla.v_head_dim))
+    if spec.per_layer_embed_dim:  # Gemma 4's per-layer embedding table, Vp x L·P
+        sizes.append(spec.per_layer_embed_vocab * spec.n_layers * spec.per_layer_embed_dim)
+    if spec.d_head_global:
+        sizes.append(D * spec.n_heads * spec.d_head_global)
     return max(sizes)
 
 
@@ -375,7 +465,7 @@ def _hybrid_approximation(count: ParamCount, heads: int, emb_label: str) -> Appr
     )
 
 
-def reconcile(count: ParamCount) -> list[tuple[str, int]]:
+def reconcile(count: ParamCount) -> list[tuple[str, int]]:  # long: one row per named difference
     """Why 12·L·D² differs from the exact total: signed terms that add up from one to the other.
 
     The first row is 12·L·D²; every other row is a named difference; their sum is the exact total.
@@ -423,6 +513,11 @@ def reconcile(count: ParamCount) -> list[tuple[str, int]]:
         ("Zamba2 shared blocks, their per-use Linear(D, D) and LoRA adapters",
          sum(v for k, v in c.items() if k.startswith("shared_block/"))),
         ("relative position bias (T5)", sum(v for k, v in c.items() if "relative_position_bias" in k)),
+        ("DeepSeek-V4 hyper-connections (mHC) and their head", sum(v for k, v in c.items()
+                                                                  if k.startswith("hyper_connections/"))
+         + c.get("head/hc_head", 0)),
+        ("Gemma 4 per-layer inputs (table, projections, norm)", sum(v for k, v in c.items() if k.startswith(
+            ("per_layer/", "embedding/per_layer_")))),
         ("token embedding (V·D)", c.get("embedding/tokens", 0)),
         ("position embedding (learned)", c.get("embedding/positions", 0)),
         ("token-type embedding", c.get("embedding/token_types", 0)),

@@ -1,7 +1,7 @@
 """Count a model llmcalc has no formula for by building it with transformers' own modelling code.
 
-The model is built from its config dict (``AutoConfig.for_model``) on the meta device, or under
-``FakeTensorMode`` when its forward is counted: every
+The model is built from its config dict (``AutoConfig.for_model``) on the meta device, and faked
+(``to_empty`` under ``FakeTensorMode``) when its forward is counted: every
 parameter is a fake tensor (shape and dtype, no storage), so a 70B-class config costs no memory.
 Parameters are the unique ones of ``model.named_parameters()`` (a tied LM head is one tensor, counted
 once) that require grad, each filed under a component by the name of the module holding it
@@ -199,9 +199,11 @@ def fallback_count(hf: dict, seq_len: int | None) -> dict:
     _quiet()
     config = _config(hf)
     defaulted = _shapes(hf, config)
-    # Parameters alone need only shapes: the meta device (no FakeTensorMode, whose first use imports
-    # torch._dynamo, seconds). A forward needs fake tensors, which give the parameters as well.
-    with FakeTensorMode(allow_non_fake_inputs=True) if seq_len is not None else torch.device("meta"):
+    # The model is constructed on the meta device (shapes only, ties intact: the parameters are counted there), and
+    # only a forward fakes it (module.to_empty under FakeTensorMode, whose first use imports torch._dynamo, seconds):
+    # constructing inside FakeTensorMode fails for a model that converts its modules in __init__ (DeepSeek-V4:
+    # "_apply(): Couldn't swap DeepseekV4RMSNorm.weight").
+    with torch.device("meta"):
         try:
             model = _build(config)
         except LlmcalcError:
@@ -209,14 +211,20 @@ def fallback_count(hf: dict, seq_len: int | None) -> dict:
         except Exception as exc:
             raise LlmcalcError(f"transformers could not build {config.model_type!r} from this config: "
                                f"{_reason(exc)}") from None
-        model.eval()
-        out = {"class": type(model).__name__, "config_class": type(config).__name__,
-               "transformers_version": _version().split()[-1], "defaulted": defaulted,
-               "experts_implementation": getattr(model.config, "_experts_implementation", None),
-               "attn_implementation": getattr(model.config, "_attn_implementation", None)}
-        out.update(_params(model))
-        if seq_len is not None:
-            out["flops"] = _flops(model, config, seq_len)
+    model.eval()
+    out = {"class": type(model).__name__, "config_class": type(config).__name__,
+           "transformers_version": _version().split()[-1], "defaulted": defaulted,
+           "experts_implementation": getattr(model.config, "_experts_implementation", None),
+           "attn_implementation": getattr(model.config, "_attn_implementation", None)}
+    out.update(_params(model))
+    if seq_len is not None:
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            try:
+                faked = model.to_empty(device="cpu")
+            except Exception as exc:
+                raise LlmcalcError(f"transformers' {type(model).__name__} could not be faked for a forward: "
+                                   f"{_reason(exc)}") from None
+            out["flops"] = _flops(faked, config, seq_len)
     return out
 
 

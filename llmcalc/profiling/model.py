@@ -128,15 +128,16 @@ class Attention(nn.Module):
         if mla is not None:
             qk = mla.qk_head_dim
             if mla.q_lora_rank:
-                self.q_a_proj = nn.Linear(D, mla.q_lora_rank, bias=False)
+                # attention_bias: q_a_proj, kv_a_proj_with_mqa, o_proj (modeling_deepseek_v3.py DeepseekV3Attention)
+                self.q_a_proj = nn.Linear(D, mla.q_lora_rank, bias=spec.qkv_bias)
                 self.q_a_norm = RMSNorm(mla.q_lora_rank)
                 self.q_b_proj = nn.Linear(mla.q_lora_rank, H * qk, bias=False)
             else:
                 self.q_proj = nn.Linear(D, H * qk, bias=False)
-            self.kv_a_proj = nn.Linear(D, mla.kv_lora_rank + mla.qk_rope_head_dim, bias=False)
+            self.kv_a_proj = nn.Linear(D, mla.kv_lora_rank + mla.qk_rope_head_dim, bias=spec.qkv_bias)
             self.kv_a_norm = RMSNorm(mla.kv_lora_rank)
             self.kv_b_proj = nn.Linear(mla.kv_lora_rank, H * (mla.qk_nope_head_dim + mla.v_head_dim), bias=False)
-            self.o_proj = nn.Linear(H * mla.v_head_dim, D, bias=False)
+            self.o_proj = nn.Linear(H * mla.v_head_dim, D, bias=spec.out_bias)
         else:
             dh = spec.d_head
             self.q_proj = nn.Linear(D, H * dh, bias=spec.qkv_bias)
@@ -456,12 +457,19 @@ class Transformer(nn.Module):
 
 
 def check_buildable(spec: ModelSpec) -> None:
-    """The reference model has attention + FFN blocks only: refuse hybrid/state-space specs in one line."""
+    """The reference model has attention + FFN blocks only: refuse hybrid/state-space specs and issue 22's layer
+    parts (ModelSpec.layer_extras) in one line."""
     if spec.is_hybrid:
         raise LlmcalcError(
             f"{spec.name} has per-layer mixers ({spec.layer_mix()}); the profiler's reference model builds "
             f"attention + FFN blocks only, so it cannot profile it. Use params/flops/memory/infer (checked "
             f"against transformers' modelling code in tests/test_ssm.py)"
+        )
+    if spec.layer_extras():
+        raise LlmcalcError(
+            f"{spec.name} has {', '.join(spec.layer_extras())}; the profiler's reference model builds attention + "
+            f"FFN blocks only, so it cannot profile it. Use params/flops/memory/infer (checked against transformers' "
+            f"modelling code in tests/test_recent_families.py)"
         )
 
 

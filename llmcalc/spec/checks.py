@@ -10,10 +10,13 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
+from ..dtypes import DTYPES
 from ..validate import MAX_LAYERS, MAX_WIDTH
 from .draft import (
     ARCHITECTURES,
     ATTENTION_SPANS,
+    K_EQ_V,
+    KV_COMPRESS,
     LAYER_FFNS,
     LAYER_MIXERS,
     MLPS,
@@ -30,7 +33,7 @@ from .draft import (
 INT_FIELDS = tuple(f.name for f in fields(SpecDraft) if f.type in ("int", "int | None"))
 BOOL_FIELDS = tuple(f.name for f in fields(SpecDraft) if f.type in ("bool", "bool | None"))
 CHOICES = (("architecture", ARCHITECTURES), ("mlp", MLPS), ("norm", NORMS), ("pos_emb", POS_EMBS),
-           ("qk_norm", QK_NORMS))
+           ("qk_norm", QK_NORMS), ("k_eq_v", K_EQ_V))
 
 
 def check(draft: SpecDraft) -> None:
@@ -59,6 +62,8 @@ def check_types(spec: SpecDraft) -> None:
     for name, allowed in CHOICES:
         if getattr(spec, name) not in allowed:
             raise SpecError(f"{name} must be one of {', '.join(allowed)}; got {getattr(spec, name)!r}")
+    if spec.ssm_state_dtype is not None and spec.ssm_state_dtype not in DTYPES:
+        raise SpecError(f"ssm_state_dtype must be one of {', '.join(DTYPES)} (or null); got {spec.ssm_state_dtype!r}")
 
 
 def positive(spec: SpecDraft, name: str) -> int:
@@ -80,6 +85,7 @@ def validate(spec: SpecDraft) -> None:
     _validate_moe(spec)
     _validate_mla(spec)
     _validate_spans(spec)
+    _validate_attention_kinds(spec)
 
 
 def _validate_spans(spec: SpecDraft) -> None:
@@ -210,8 +216,9 @@ def _validate_mla(spec: SpecDraft) -> None:
             raise SpecError("with MLA every query head has its own key/value head: n_kv_heads = n_heads")
         if spec.qk_norm != "none" or spec.attention_sinks:
             raise SpecError("qk_norm and attention_sinks are not modelled with MLA")
-    elif spec.q_lora_rank is not None:
-        raise SpecError("q_lora_rank is only used with MLA (set kv_lora_rank too)")
+    elif spec.q_lora_rank is not None and spec.k_eq_v != "all":
+        raise SpecError("q_lora_rank is only used with MLA (set kv_lora_rank too) or with DeepSeek-V4's shared K=V "
+                        "head (k_eq_v \"all\")")
 
 
 def _validate_layers(spec: SpecDraft) -> None:
@@ -251,3 +258,84 @@ def _validate_layers(spec: SpecDraft) -> None:
                 f"Mamba-2/Gated DeltaNet: ssm_d_inner ({spec.ssm_d_inner}) must be a multiple of ssm_n_heads "
                 f"({spec.ssm_n_heads}), itself a multiple of ssm_n_groups ({spec.ssm_n_groups})"
             )
+
+
+def _indices(spec: SpecDraft, name: str) -> None:
+    value = getattr(spec, name)
+    if value is None:
+        return
+    if not isinstance(value, tuple) or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < spec.n_layers
+                                           for i in value):
+        raise SpecError(f"{name} must be layer indices in 0..{spec.n_layers - 1}, got {value!r:.80}")
+
+
+def _validate_attention_kinds(spec: SpecDraft) -> None:  # long: one rule per new field, read top to bottom
+    """Issue 22's attention kinds: per-span geometry, K = V, KV-shared layers, per-layer embeddings, the lightning
+    indexer, DeepSeek-V4's grouped output, compressed KV and hyper-connections; each needs its widths."""
+    for name in ("d_head_global", "n_kv_heads_global", "d_ff_kv_shared", "per_layer_embed_dim",
+                 "per_layer_embed_vocab", "o_groups", "o_lora_rank", "kv_compress_csa", "kv_compress_hca", "hc_mult"):
+        if getattr(spec, name) is not None:
+            positive(spec, name)
+    if spec.n_kv_heads_global is not None and spec.n_heads % spec.n_kv_heads_global:
+        raise SpecError(f"n_heads ({spec.n_heads}) must be a multiple of n_kv_heads_global ({spec.n_kv_heads_global})")
+    uniform = spec.architecture == "decoder" and spec.layer_types is None
+    given = (("d_head_global", spec.d_head_global), ("n_kv_heads_global", spec.n_kv_heads_global),
+             ("kv_shared_layers", spec.kv_shared_layers), ("kv_compress", spec.kv_compress), ("hc_mult", spec.hc_mult),
+             ("per_layer_embed_dim", spec.per_layer_embed_dim), ("k_eq_v", spec.k_eq_v != "none"),
+             ("o_groups", spec.o_groups))
+    extras = [name for name, on in given if on]
+    if extras and not uniform:
+        raise SpecError(f"{', '.join(extras)}: supported in decoder-only models whose layers are all attention + FFN "
+                        f"(no layer_types)")
+    if spec.kv_lora_rank is not None and extras:
+        raise SpecError(f"{', '.join(extras)} are not modelled with MLA")
+    if not 0 <= spec.kv_shared_layers < spec.n_layers:
+        raise SpecError(f"kv_shared_layers ({spec.kv_shared_layers}) must be between 0 and n_layers - 1 "
+                        f"({spec.n_layers - 1}): some layer must compute its own K/V")
+    if spec.kv_shared_layers:
+        spans = spec.attention_spans or ("full",) * spec.n_layers
+        first = spec.n_layers - spec.kv_shared_layers
+        missing = sorted(set(spans[first:]) - set(spans[:first]))
+        if missing:
+            raise SpecError(f"kv_shared_layers: the shared layers' spans {missing} have no earlier layer of the same "
+                            f"span to read K/V from")
+    if spec.moe_dense_parallel and not (spec.n_experts > 0 and spec.d_ff):
+        raise SpecError("moe_dense_parallel (a dense FFN beside the experts) needs n_experts > 0 and d_ff")
+    if (spec.router_scales or spec.router_score_bias) and not spec.n_experts > 0:
+        raise SpecError("router_scales/router_score_bias given but n_experts is 0")
+    _validate_indexer(spec)
+    _validate_v4(spec)
+
+
+def _validate_indexer(spec: SpecDraft) -> None:
+    given = [n for n in ("index_n_heads", "index_head_dim", "index_topk") if getattr(spec, n) is not None]
+    if given and len(given) < 3:
+        raise SpecError("the lightning indexer needs index_n_heads, index_head_dim and index_topk together")
+    _indices(spec, "index_layers")
+    if not given:
+        if spec.index_layers is not None:
+            raise SpecError("index_layers given but no indexer (index_n_heads, index_head_dim, index_topk)")
+        return
+    for name in given:
+        positive(spec, name)
+    if not (spec.q_lora_rank or 0) > 0:
+        raise SpecError("the lightning indexer reads the low-rank query latent: it needs q_lora_rank")
+
+
+def _validate_v4(spec: SpecDraft) -> None:
+    if (spec.o_groups is None) != (spec.o_lora_rank is None):
+        raise SpecError("a grouped low-rank output needs o_groups and o_lora_rank together")
+    if spec.o_groups is not None and (spec.n_heads * (spec.d_head or 0)) % spec.o_groups:
+        raise SpecError(f"o_groups ({spec.o_groups}) must divide n_heads x d_head ({spec.n_heads} x {spec.d_head})")
+    compress = spec.kv_compress
+    if compress is None:
+        return
+    if not isinstance(compress, tuple) or len(compress) != spec.n_layers or any(c not in KV_COMPRESS for c in compress):
+        raise SpecError(f"kv_compress must give one of {', '.join(KV_COMPRESS)} per layer ({spec.n_layers}); "
+                        f"got {compress!r:.80}")
+    for kind, rate in (("csa", "kv_compress_csa"), ("hca", "kv_compress_hca")):
+        if kind in compress:
+            positive(spec, rate)
+    if "csa" in compress and spec.index_n_heads is None:
+        raise SpecError("kv_compress \"csa\" layers pick their compressed entries with a lightning indexer: give "
+                        "index_n_heads, index_head_dim and index_topk")

@@ -23,10 +23,12 @@ PLAIN_MLPS = ("gelu", "relu", "silu",
 MLPS = GATED_MLPS + PLAIN_MLPS
 NORMS = ("rmsnorm", "layernorm")
 # what layer_types may name
-LAYER_MIXERS = ("attention", "mamba", "mamba2", "short_conv", "gated_deltanet", "shared_block")
+LAYER_MIXERS = ("attention", "mamba", "mamba2", "short_conv", "gated_deltanet", "kda", "shared_block")
 LAYER_FFNS = ("mlp", "moe")
 POS_EMBS = ("rope", "learned", "sinusoidal", "alibi", "relative", "none")
-QK_NORMS = ("none", "head", "full")  # see SpecDraft.qk_norm
+QK_NORMS = ("none", "head", "full", "key")  # see SpecDraft.qk_norm
+K_EQ_V = ("none", "global", "all")  # see SpecDraft.k_eq_v
+KV_COMPRESS = ("none", "csa", "hca")  # see SpecDraft.kv_compress
 ATTENTION_SPANS = ("full", "sliding", "chunked")  # see SpecDraft.attention_spans
 REQUIRED = ("n_layers", "d_model", "n_heads", "vocab_size")
 
@@ -113,7 +115,8 @@ class SpecDraft:
     # --- Current-generation decoder details (issue 9 part 1: Qwen3, Gemma 3, gpt-oss, OLMo-2, OPT, ...) ---
     # QK-norm: a norm on queries and keys before RoPE. "head": one weight of d_head shared by all heads
     # (Qwen3, Gemma 3, GLM-4.5, Phi); "full": a weight per head, H·d_head for Q and KV·d_head for K
-    # (OLMo-2 over the flat projection, Cohere's (H, d_head) weight, StableLM's per-head LayerNorms).
+    # (OLMo-2 over the flat projection, Cohere's (H, d_head) weight, StableLM's per-head LayerNorms);
+    # "key": a weight of d_head on the keys only, the queries' norm has none (DeepSeek-V4's kv_norm, q_b_norm).
     qk_norm: str = "none"
     qk_norm_bias: bool = False  # the QK-norms carry a bias (Phi's LayerNorm(d_head))
     attention_sinks: bool = False  # one learned sink logit per head and layer (gpt-oss)
@@ -168,6 +171,53 @@ class SpecDraft:
     shared_blocks: int = 0
     shared_adapter_rank: int = 0
     shared_attention_adapters: bool = False
+    # --- 2026's layer kinds (issue 22; formulas in analytic/params.py, flops.py, ssm.py, inference.py) ---
+    # Gated DeltaNet and KDA keep their recurrent state in ssm_state_dtype ("fp32": transformers'
+    # LinearAttentionLayer always, vLLM for KDA and where mamba_ssm_dtype says so); None: the serving state dtype.
+    # "kda" (Kimi Delta Attention, Kimi-Linear) reuses the Gated DeltaNet fields: ssm_n_heads = ssm_n_groups = H,
+    # ssm_d_state = head dim d, ssm_d_inner = H·d.
+    ssm_state_dtype: str | None = None
+    ssm_split_in_proj: bool = False  # Gated DeltaNet's in_proj as four linears (Qwen3.5's in_proj_qkv, in_proj_z,
+    #   in_proj_b, in_proj_a) rather than Qwen3-Next's two fused ones: the same weights and FLOPs, other LoRA targets
+    # Per-span attention geometry (Gemma 4): the full-span ("global") layers' head width and K/V heads where they
+    # differ from the sliding layers' d_head and n_kv_heads (global_head_dim, num_global_key_value_heads).
+    d_head_global: int | None = None
+    n_kv_heads_global: int | None = None
+    # k_eq_v: the key projection is also the value one (no v_proj): "global" in the full-span layers only (Gemma 4's
+    # attention_k_eq_v; the cache still holds K and V), "all" in every layer (DeepSeek-V4's single kv_proj, whose
+    # one tensor is both and is cached once).
+    k_eq_v: str = "none"
+    kv_shared_layers: int = 0  # the last k layers read the K/V of the last earlier layer of their span (Gemma 4
+    #   num_kv_shared_layers): no k/v projections, K norm or cache of their own
+    d_ff_kv_shared: int | None = None  # the dense FFN width of those layers (Gemma 4 use_double_wide_mlp: 2·d_ff)
+    per_layer_embed_dim: int | None = None  # Gemma 4's per-layer embeddings (hidden_size_per_layer_input P): a table
+    #   of per_layer_embed_vocab rows x L·P, a projection D -> L·P with an RMSNorm(P), and in every layer a gate
+    #   D -> P, a projection P -> D and an RMSNorm(D)
+    per_layer_embed_vocab: int | None = None  # default vocab_size
+    moe_dense_parallel: bool = False  # an MoE layer keeps its dense FFN (d_ff) beside the experts, each branch with
+    #   its own post-norm and the experts with a pre-norm (Gemma 4 enable_moe_block): 3 norms more
+    router_scales: bool = False  # the router scales its input per channel (D) and its top-k weights per expert (E)
+    router_score_bias: bool = False  # the router's per-expert score-correction bias (E) is a parameter, frozen
+    #   (requires_grad=False) and updated by aux-loss-free balancing rather than by gradients: ERNIE-4.5's
+    #   moe_statics.e_score_correction_bias; DeepSeek-V3 and GLM keep theirs as a buffer (not a parameter)
+    # DeepSeek Sparse Attention's lightning indexer (DeepSeek-V3.2, GLM-5; DeepSeek-V4's CSA layers, on compressed
+    # keys): index_n_heads heads of index_head_dim score every key, and the attention reads the index_topk best.
+    index_n_heads: int | None = None
+    index_head_dim: int | None = None
+    index_topk: int | None = None
+    index_layers: tuple[int, ...] | None = None  # layers with an indexer of their own (GLM-5's "shared" layers reuse
+    #   the previous one's top-k); None: every attention layer (DeepSeek-V4: its CSA layers)
+    # DeepSeek-V4's attention: a low-rank query (q_lora_rank without kv_lora_rank: q_a_proj, RMSNorm, q_b_proj),
+    # one K=V head (k_eq_v "all"), a grouped low-rank output (o_groups groups of H·d_head/g -> o_lora_rank each,
+    # then g·o_lora_rank -> D), and per layer a compressed KV (kv_compress: "none"; "csa": overlapping windows of
+    # kv_compress_csa tokens, two series of 2·d_head, with an indexer; "hca": windows of kv_compress_hca tokens)
+    # beside its sliding window; hc_mult residual streams mixed by hyper-connections (mHC) around each sublayer.
+    o_groups: int | None = None
+    o_lora_rank: int | None = None
+    kv_compress: tuple[str, ...] | None = None
+    kv_compress_csa: int | None = None
+    kv_compress_hca: int | None = None
+    hc_mult: int | None = None
     # --- The checkpoint as it ships (storage, not shape: never in a parameter count) ---
     # quantization_config: the config's own, as published (read by analytic/quant.py into bytes per module);
     # checkpoint_dtype: what the unquantized tensors are stored as (HF torch_dtype / dtype); n_mtp_layers: layers

@@ -22,7 +22,8 @@ from dataclasses import fields
 from typing import Any
 
 from .draft import SpecDraft, SpecError
-from .hf_family import Family, mlp_kind
+from .hf_2026 import RECENT_FAMILIES
+from .hf_family import Family, attention_bias, deepseek_mla, mlp_kind
 from .hf_ssm import SSM_FAMILIES
 from .model import ModelSpec
 from .resolve import resolve
@@ -68,10 +69,7 @@ class UnknownModelType(SpecError):
         self.config, self.name = config, name
 
 
-def _attention_bias(hf: dict, kw: dict) -> None:
-    # LlamaAttention & co.: one `attention_bias` flag on q/k/v/o; `mlp_bias` on the MLP.
-    bias = bool(hf.get("attention_bias", False))
-    kw.update(qkv_bias=bias, out_bias=bias, mlp_bias=bool(hf.get("mlp_bias", False)))
+_attention_bias = attention_bias
 
 
 def _falcon(hf: dict, kw: dict) -> None:
@@ -114,12 +112,7 @@ def _t5(hf: dict, kw: dict) -> None:
         kw["mlp"] = "relu" if act == "relu" else "gelu" if "gelu" in act else "silu"
 
 
-def _deepseek(hf: dict, kw: dict) -> None:
-    _attention_bias(hf, kw)
-    if hf.get("n_routed_experts") is None:  # a dense DeepSeek: no MoE fields at all
-        for key in ("n_experts", "n_experts_per_token", "n_shared_experts", "d_ff_expert", "n_dense_layers"):
-            kw.pop(key, None)
-    kw["n_kv_heads"] = kw["n_heads"]  # MLA: one latent serves per-head keys and values
+_deepseek = deepseek_mla
 
 
 def _marian(hf: dict, kw: dict) -> None:
@@ -397,7 +390,8 @@ def _ernie_moe(hf: dict, kw: dict) -> None:
     end = L - 1 if end == -1 else end
     step = hf.get("moe_layer_interval", 1)
     kw["moe_layers"] = tuple(i for i in range(L) if (i + 1) % step == 0 and start <= i <= end)
-    kw["n_shared_experts"] = hf.get("moe_num_shared_experts", 2)
+    kw["n_shared_experts"] = hf.get("moe_num_shared_experts", 2) or 0
+    kw["router_score_bias"] = bool(kw.get("n_experts"))  # Ernie4_5_MoeStatics: e_score_correction_bias, frozen
 
 
 def _seed_oss(hf: dict, kw: dict) -> None:
@@ -644,8 +638,66 @@ FAMILIES.update({
                    num_attention_heads=32, num_key_value_heads=8, tie_word_embeddings=False),
     ),
 })
-# Kimi-K2's published config says model_type "kimi_k2" and loads DeepseekV3 classes (auto_map).
+# Kimi-K2's published config says model_type "kimi_k2" and loads DeepseekV3 classes (auto_map); Kimi_K25Config's
+# __post_init__ reads a text_config "kimi_k2" as deepseek_v3 too (models/kimi_k25/configuration_kimi_k25.py).
 FAMILIES["kimi_k2"] = FAMILIES["deepseek_v3"]
+
+
+def _glm4v_moe_text(hf: dict, kw: dict) -> None:
+    # Glm4vMoeTextAttention (models/glm4v_moe/modeling_glm4v_moe.py): q/k/v bias = attention_bias (default True),
+    # o_proj bias-free, no QK-norm whatever use_qk_norm says; head_dim from the key when given, else D // H.
+    kw["qkv_bias"] = bool(hf.get("attention_bias", True))
+
+
+def _minimax_m2(hf: dict, kw: dict) -> None:
+    # MiniMaxM2Attention: q_norm = RMSNorm(H·d_head), k_norm = RMSNorm(KV·d_head), always built (use_qk_norm is
+    # not read); every layer MoE with experts of intermediate_size, no shared expert (shared_intermediate_size
+    # is not read); the router's e_score_correction_bias is a buffer.
+    _olmoe(hf, kw)
+
+
+# 2026's relabels: families whose layers an existing entry already describes, with their own config-class defaults
+# (configuration_<type>.py of transformers 5.24).
+FAMILIES.update({
+    "minimax_m2": Family(
+        "models/minimax_m2/modeling_minimax_m2.py: QK RMSNorm over all heads, every layer MoE with experts of "
+        "intermediate_size, untied (MTP modules not built)",
+        {}, _sizes(vocab_size=200064, hidden_size=3072, intermediate_size=1536, num_hidden_layers=62,
+                   num_attention_heads=48, num_key_value_heads=8, head_dim=128, tie_word_embeddings=False,
+                   num_local_experts=256, num_experts_per_tok=8), _minimax_m2,
+        aliases={"num_experts": "num_local_experts"},
+    ),
+    "ministral3": Family(
+        "models/ministral3/modeling_ministral3.py: Mistral's layers (its llama-4 query scale has no parameters), an "
+        "optional sliding window on every layer",
+        {}, _sizes(vocab_size=131072, hidden_size=4096, intermediate_size=14336, num_hidden_layers=34,
+                   num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=False),
+    ),
+    "qwen3_vl_text": Family(
+        "models/qwen3_vl/modeling_qwen3_vl.py (Qwen3VLTextModel): Qwen3's layers (per-head QK-norm, attention_bias "
+        "on q/k/v/o); M-RoPE and DeepStack have no text parameters",
+        {}, _sizes(vocab_size=151936, hidden_size=4096, intermediate_size=22016, num_hidden_layers=32,
+                   num_attention_heads=32, num_key_value_heads=32, head_dim=128, tie_word_embeddings=False),
+        _qk_norm_head,
+    ),
+    "qwen3_vl_moe_text": Family(
+        "models/qwen3_vl_moe/modeling_qwen3_vl_moe.py (Qwen3VLMoeTextModel): Qwen3-MoE's layers",
+        {}, _sizes(vocab_size=151936, hidden_size=2048, intermediate_size=5632, num_hidden_layers=24,
+                   num_attention_heads=16, num_key_value_heads=16, head_dim=128, tie_word_embeddings=False,
+                   num_experts=60, num_experts_per_tok=4, moe_intermediate_size=1408), _qwen3_moe,
+        aliases={"num_experts": "num_local_experts"},
+    ),
+    "glm4v_moe_text": Family(
+        "models/glm4v_moe/modeling_glm4v_moe.py (Glm4vMoeTextModel): GLM-4.5's MoE layers with q/k/v bias on by "
+        "default and no QK-norm",
+        {}, _sizes(vocab_size=151424, hidden_size=4096, intermediate_size=10944, num_hidden_layers=46,
+                   num_attention_heads=96, num_key_value_heads=8, tie_word_embeddings=False,
+                   moe_intermediate_size=1408, n_shared_experts=1, n_routed_experts=128, num_experts_per_tok=8,
+                   first_k_dense_replace=1), _glm4v_moe_text,
+        aliases={"num_local_experts": "n_routed_experts"},
+    ),
+})
+FAMILIES.update(RECENT_FAMILIES)
 
 # Windowed attention per family, laid out as its transformers config class lays it out (configuration_<family>.py,
 # transformers 5): HF's own `layer_types` ("sliding_attention", "chunked_attention", "full_attention") where the
@@ -712,6 +764,7 @@ WINDOWED: dict[str, tuple[str, int | None, Callable[[int, dict], str]]] = {
     "exaone4": ("sliding_window", 4096, _every("sliding_window_pattern", 4)),
     "ministral": ("sliding_window", 4096, _all_sliding),
     "mistral": ("sliding_window", 4096, _all_sliding),
+    "ministral3": ("sliding_window", None, _all_sliding),
     "mixtral": ("sliding_window", None, _all_sliding),
     "phi3": ("sliding_window", None, _all_sliding),
     "starcoder2": ("sliding_window", None, _all_sliding),
@@ -747,8 +800,38 @@ def _attention_spans(model_type: str | None, hf: dict, n_layers: int) -> dict[st
     return out
 
 
-# Multimodal checkpoints whose language model llmcalc counts from text_config (and its text model_type).
-MULTIMODAL_TEXT = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
+# Multimodal checkpoints whose language model llmcalc counts from text_config (and its text model_type when
+# text_config names none), and the outer config class's tie_word_embeddings default, which transformers 5 applies
+# when the outer config says nothing: the wrapper ties lm_head to the language model's embeddings iff the outer
+# config does (modeling_utils.py PreTrainedModel.get_expanded_tied_weights_keys reads self.config), whatever
+# text_config says. Sources: each configuration_<type>.py's class field.
+MULTIMODAL_TEXT = {"gemma3": "gemma3_text", "llama4": "llama4_text", "gemma4": "gemma4_text", "mistral3": "mistral",
+                   "qwen3_vl": "qwen3_vl_text", "qwen3_vl_moe": "qwen3_vl_moe_text", "glm4v_moe": "glm4v_moe_text",
+                   "qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text", "kimi_k25": "deepseek_v3"}
+OUTER_TIE = {"gemma3": True, "llama4": False, "gemma4": True, "mistral3": True, "qwen3_vl": False,
+             "qwen3_vl_moe": False, "glm4v_moe": False, "qwen3_5": False, "qwen3_5_moe": False, "kimi_k25": True}
+
+
+def _outer_tie(model_type: str | None, outer: dict, text: dict) -> tuple[bool | None, str | None]:
+    """(tie_word_embeddings of a multimodal checkpoint, a note when it comes from the outer class default): the outer
+    config's own value, else its class default (OUTER_TIE); Glm4vMoeConfig.__post_init__ also ties when text_config
+    says so (its backward-compatibility rule). None: a wrapper llmcalc does not know, text_config decides."""
+    given = outer.get("tie_word_embeddings")
+    if model_type == "glm4v_moe" and not given and text.get("tie_word_embeddings"):
+        return True, None
+    if given is not None:
+        return bool(given), None
+    default = OUTER_TIE.get(model_type or "")
+    if default is None:
+        return None, None
+    family = FAMILIES.get(text.get("model_type") or "")
+    text_tie = text.get("tie_word_embeddings", family.defaults.get("tie_word_embeddings") if family else None)
+    note = None
+    if default and text_tie is False:
+        note = (f"tie_word_embeddings is absent from the top level: transformers' {model_type} class then ties the LM "
+                f"head to the embeddings (its class default; text_config's untied value is not read), as counted "
+                f"here; a checkpoint that ships a separate lm_head has V·D more weights than transformers loads")
+    return default, note
 
 
 def _first(hf: dict, keys: tuple[str, ...]) -> Any:
@@ -826,8 +909,13 @@ def draft_from_hf(hf: dict, name: str = "custom") -> SpecDraft:  # long: HF key 
         outer, hf = hf, {**hf["text_config"]}
         check_config_values(hf)
         hf.setdefault("model_type", MULTIMODAL_TEXT.get(model_type, model_type) if model_type else model_type)
-        if outer.get("tie_word_embeddings") is not None:  # the top-level class ties the LM head
+        tie, tie_note = _outer_tie(model_type, outer, hf)
+        if tie is not None:  # the top-level class ties the LM head
+            hf["tie_word_embeddings"] = tie
+        elif outer.get("tie_word_embeddings") is not None:
             hf["tie_word_embeddings"] = outer["tie_word_embeddings"]
+        if tie_note:
+            notes += (tie_note,)
         if outer.get("quantization_config") is not None:
             hf["quantization_config"] = outer["quantization_config"]
         notes += (f"multimodal config ({model_type}): the language model from text_config is counted; "
@@ -852,6 +940,7 @@ def draft_from_hf(hf: dict, name: str = "custom") -> SpecDraft:  # long: HF key 
                     f"params`, `flops` and `train` count it with transformers' code; {describe}", hf, name)
             raise SpecError(f"unknown model_type {model_type!r}, {known}; {describe}")
         family = Family("explicit llmcalc keys", {}, {}, _attention_bias, gated=hf["mlp"] in ("swiglu", "geglu"))
+    hf = family.unalias(hf)
     merged = {**family.defaults, **{k: v for k, v in hf.items() if v is not None or k in family.keep_null}}
     kw: dict = {}
     present = {k: v for k, v in hf.items() if v is not None}
@@ -888,6 +977,7 @@ def draft_from_hf(hf: dict, name: str = "custom") -> SpecDraft:  # long: HF key 
                   f"({'chunks' if chunked else 'a window'} of {size:,} tokens): FLOPs count their S² terms in "
                   f"full, as the masked eager attention (and torch's FlopCounterMode) does; a windowed kernel "
                   f"does less",)
+    notes += _sparse_attention_notes(kw)
     mtp = merged.get("num_nextn_predict_layers")
     if isinstance(mtp, int) and mtp > 0:  # DeepSeek-V3, GLM-4.5, Kimi-K2, Nemotron-H: mtp.* weights not loaded
         notes += (f"num_nextn_predict_layers {mtp}: the multi-token-prediction layers are not part of the "
@@ -905,6 +995,32 @@ def draft_from_hf(hf: dict, name: str = "custom") -> SpecDraft:  # long: HF key 
     if isinstance(n_mtp, int) and not isinstance(n_mtp, bool) and n_mtp > 0:
         kw["n_mtp_layers"] = n_mtp
     return SpecDraft(**kw)
+
+
+def _sparse_attention_notes(kw: dict) -> tuple[str, ...]:
+    """What a sparse-attention step computes beside what the FLOPs count (the masked eager attention, as torch's
+    FlopCounterMode sees it): DeepSeek Sparse Attention's indexer and top-k (modeling_deepseek_v32.py,
+    modeling_glm_moe_dsa.py), DeepSeek-V4's compressed entries (modeling_deepseek_v4.py)."""
+    topk, compress = kw.get("index_topk"), kw.get("kv_compress")
+    if compress is not None:
+        csa, hca = compress.count("csa"), compress.count("hca")
+        return (f"DeepSeek-V4 attention: every layer attends its window of {kw['attention_window']:,} keys, and "
+                f"{csa} CSA layers (one entry per {kw.get('kv_compress_csa', 0)} tokens, a lightning indexer picks "
+                f"the {topk or 0:,} best) and {hca} HCA layers (one entry per {kw.get('kv_compress_hca', 0)} tokens, "
+                f"all read) add compressed keys; FLOPs count every query against the whole window mask and every "
+                f"compressed entry, as the masked eager attention (and torch's FlopCounterMode) does; a sparse "
+                f"kernel reads window + top-k (CSA) or window + S/{kw.get('kv_compress_hca', 0)} (HCA) keys per "
+                f"query",)
+    if topk:
+        layers = kw.get("index_layers")
+        n = len(layers) if layers is not None else kw["n_layers"]
+        return (f"DeepSeek Sparse Attention: {n} of {kw['n_layers']} layers run a lightning indexer "
+                f"({kw['index_n_heads']} heads of {kw['index_head_dim']}) over every earlier key"
+                f"{' (the others reuse the previous top-k)' if n < kw['n_layers'] else ''}; attention then reads the "
+                f"{topk:,} best keys per query. FLOPs count the indexer "
+                f"and the attention's S² terms in full, as the masked eager attention (and torch's "
+                f"FlopCounterMode) does; a DSA kernel's attention reads min(S, {topk:,}) keys per query",)
+    return ()
 
 
 # Hybrid and state-space model_types (Mamba, Mamba-2, Jamba, Bamba, Nemotron-H, ...): hf_ssm.py.

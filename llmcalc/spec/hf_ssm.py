@@ -232,6 +232,71 @@ def _qwen3_next(hf: dict, kw: dict) -> None:
     )
 
 
+def _qwen3_5(hf: dict, kw: dict, moe: bool) -> None:
+    # models/qwen3_5/modeling_qwen3_5.py, models/qwen3_5_moe/modeling_qwen3_5_moe.py: Qwen3-Next's Gated DeltaNet
+    # and gated attention layers (the same parameters: in_proj_qkv + in_proj_z = qwen3_next's in_proj_qkvz, in_proj_b
+    # + in_proj_a = in_proj_ba); Qwen3_5DecoderLayer always a dense SwiGLU MLP, Qwen3_5MoeDecoderLayer always the
+    # sparse MoE block (router, experts, one gated shared expert; no decoder_sparse_step, mlp_only_layers not read).
+    # The recurrent state: in fp32 where the checkpoint says mamba_ssm_dtype "float32" (vLLM's hook for Qwen3.5;
+    # transformers' LinearAttentionLayer keeps it in fp32 always).
+    values = {k: v for k, v in hf.items() if k not in ("decoder_sparse_step", "mlp_only_layers")}
+    values["num_experts"] = hf.get("num_experts", 256) if moe else 0
+    _qwen3_next(values, kw)
+    kw["ssm_split_in_proj"] = True  # in_proj_qkv, in_proj_z, in_proj_b, in_proj_a (Qwen3_5GatedDeltaNet)
+    if hf.get("mamba_ssm_dtype") in ("float32", "fp32"):
+        kw["ssm_state_dtype"] = "fp32"
+
+
+def _qwen3_5_dense(hf: dict, kw: dict) -> None:
+    _qwen3_5(hf, kw, moe=False)
+
+
+def _qwen3_5_moe(hf: dict, kw: dict) -> None:
+    _qwen3_5(hf, kw, moe=True)
+
+
+def _kimi_linear(hf: dict, kw: dict) -> None:
+    # models/kimi_linear/modeling_kimi_linear.py: per layer KDA (KimiLinearDeltaAttention) or MLA without RoPE
+    # (KimiLinearAttention: q_proj unless q_lora_rank, kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj), then
+    # a dense MLP (mlp_layer_types "dense") or DeepSeek-style MoE (router with a buffer bias, experts, shared experts
+    # of moe_intermediate_size x num_shared_experts). configuration_kimi_linear.py: layer_types from
+    # linear_attn_config's full_attn_layers / kda_layers, 1-indexed (absent: full when i and i % 4 == 0);
+    # mlp_layer_types: the first first_k_dense_replace (default 1) dense; head_dim = qk_rope_head_dim (the config's
+    # head_dim is not read); attribute_map num_experts, num_experts_per_token, num_shared_experts. Never tied
+    # (_tied_weights_keys is empty). KDA's recurrent state is fp32 (transformers, vLLM's kda_state_dtype).
+    L = kw["n_layers"]
+    linear = hf.get("linear_attn_config") or {}
+    if not isinstance(linear, dict):
+        raise SpecError("kimi_linear linear_attn_config must be an object (full_attn_layers, head_dim, num_heads, ...)")
+    full = linear.get("full_attn_layers")
+    if full is not None:
+        if not isinstance(full, list) or any(isinstance(i, bool) or not isinstance(i, int) or not 1 <= i <= L
+                                             for i in full):
+            raise SpecError(f"kimi_linear linear_attn_config.full_attn_layers must be layer numbers 1..{L} (1-indexed)")
+        attention = {i - 1 for i in full}
+    else:
+        attention = {i for i in range(L) if i and i % 4 == 0}
+    dense = hf.get("first_k_dense_replace", 1)
+    experts = hf.get("num_experts", 256)
+    ffns = ["mlp" if i < dense or not experts else "moe" for i in range(L)]
+    kw["layer_types"] = tuple(("attention" if i in attention else "kda") + "+" + f for i, f in enumerate(ffns))
+    heads, head_dim = linear.get("num_heads", 32), linear.get("head_dim", 128)
+    kw.update(ssm_n_heads=heads, ssm_n_groups=heads, ssm_d_state=head_dim, ssm_d_inner=heads * head_dim,
+              ssm_conv_kernel=linear.get("short_conv_kernel_size", 4), ssm_conv_bias=False, ssm_state_dtype="fp32",
+              n_kv_heads=kw["n_heads"], tie_embeddings=False, pos_emb="none", n_dense_layers=0)
+    if isinstance(hf.get("model_max_length"), int):
+        kw["max_seq_len"] = hf["model_max_length"]
+    kw.pop("d_head", None)  # MLA: qk_nope_head_dim + qk_rope_head_dim
+    if "moe" in ffns:
+        kw.update(n_experts=experts, n_experts_per_token=hf.get("num_experts_per_token", 8),
+                  d_ff_expert=hf.get("moe_intermediate_size", 1024), n_shared_experts=hf.get("num_shared_experts", 1))
+    else:
+        for key in ("n_experts", "n_experts_per_token", "n_shared_experts", "d_ff_expert"):
+            kw.pop(key, None)
+    bias = bool(hf.get("attention_bias", False))  # its MLA's q_a_proj, kv_a_proj_with_mqa and o_proj
+    kw.update(qkv_bias=bias, out_bias=bias)
+
+
 # configuration_zamba2.py: the default layers_block_type (54 layers, 9 hybrid) and the legacy name
 # "mamba" (remap_legacy_layer_types: "linear_attention").
 _ZAMBA2_DEFAULT_LAYERS = (["linear_attention"] + (["linear_attention"] * 5 + ["hybrid"]) * 7
@@ -305,6 +370,27 @@ SSM_FAMILIES: dict[str, Family] = {
         {}, {"tie_word_embeddings": False, "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5632,
              "num_hidden_layers": 48, "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256},
              _qwen3_next),
+    "qwen3_5_text": Family(
+        "models/qwen3_5/modeling_qwen3_5.py (Qwen3_5ForCausalLM): Qwen3-Next's Gated DeltaNet and gated attention "
+        "layers, each with a dense SwiGLU MLP (MTP layers not built)",
+        {}, {"tie_word_embeddings": False, "vocab_size": 248320, "hidden_size": 4096, "intermediate_size": 12288,
+             "num_hidden_layers": 32, "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 256},
+        _qwen3_5_dense),
+    "qwen3_5_moe_text": Family(
+        "models/qwen3_5_moe/modeling_qwen3_5_moe.py (Qwen3_5MoeForCausalLM): Qwen3-Next's layers, every one with "
+        "the sparse MoE block (MTP layers not built)",
+        {}, {"tie_word_embeddings": False, "vocab_size": 248320, "hidden_size": 2048, "num_hidden_layers": 40,
+             "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256, "num_experts_per_tok": 8,
+             "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512}, _qwen3_5_moe),
+    "kimi_linear": Family(
+        "models/kimi_linear/modeling_kimi_linear.py: KDA (Kimi Delta Attention) and NoPE MLA layers, DeepSeek-style "
+        "MoE after the first dense layer; never tied",
+        {}, {"tie_word_embeddings": False, "vocab_size": 163840, "hidden_size": 2304, "intermediate_size": 9216,
+             "num_hidden_layers": 27, "num_attention_heads": 32, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
+             "qk_nope_head_dim": 128, "v_head_dim": 128}, _kimi_linear,
+        aliases={"max_position_embeddings": "model_max_length", "norm_topk_prob": "moe_renormalize",
+                 "n_group": "num_expert_group", "num_local_experts": "num_experts",
+                 "num_experts_per_tok": "num_experts_per_token", "n_shared_experts": "num_shared_experts"}),
     "zamba2": Family(
         "models/zamba2/modeling_zamba2.py: Mamba-2 layers; every \"hybrid\" layer first runs one of "
         "num_mem_blocks shared attention + MLP blocks (on [hidden, embeddings]) with its own LoRA adapters "

@@ -36,7 +36,9 @@ from .draft import GATED_MLPS, SpecDraft, SpecError, is_moe_layer, parse_layer
 
 # Fields where the resolved spec says 0 and the draft (and to_dict) None: "this model has no such part".
 ZERO_IS_NONE = ("d_ff", "n_decoder_layers", "n_positions", "d_ff_expert", "d_embed", "d_ff_shared",
-                "ssm_d_inner", "ssm_d_state", "ssm_n_heads", "ssm_dt_rank")
+                "ssm_d_inner", "ssm_d_state", "ssm_n_heads", "ssm_dt_rank", "d_head_global", "n_kv_heads_global",
+                "d_ff_kv_shared", "per_layer_embed_dim", "per_layer_embed_vocab", "index_n_heads", "index_head_dim",
+                "index_topk", "o_groups", "o_lora_rank", "kv_compress_csa", "kv_compress_hca", "hc_mult")
 MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 
 
@@ -132,6 +134,29 @@ class ModelSpec:
     shared_blocks: int = 0
     shared_adapter_rank: int = 0
     shared_attention_adapters: bool = False
+    ssm_state_dtype: str | None = None  # None: the serving state dtype
+    ssm_split_in_proj: bool = False
+    d_head_global: int = 0  # 0: the full-span layers have d_head too
+    n_kv_heads_global: int = 0  # 0: n_kv_heads
+    k_eq_v: str = "none"
+    kv_shared_layers: int = 0
+    d_ff_kv_shared: int = 0  # 0: no KV-shared layer
+    per_layer_embed_dim: int = 0  # 0: no per-layer embeddings
+    per_layer_embed_vocab: int = 0
+    moe_dense_parallel: bool = False
+    router_scales: bool = False
+    router_score_bias: bool = False
+    index_n_heads: int = 0  # 0: no lightning indexer
+    index_head_dim: int = 0
+    index_topk: int = 0
+    index_layers: tuple[int, ...] | None = None
+    query_rank: int = 0  # the draft's q_lora_rank outside MLA (DeepSeek-V4's low-rank query); 0: a plain q_proj
+    o_groups: int = 0  # 0: a plain o_proj
+    o_lora_rank: int = 0
+    kv_compress: tuple[str, ...] | None = None  # None: no layer compresses its KV
+    kv_compress_csa: int = 0
+    kv_compress_hca: int = 0
+    hc_mult: int = 0  # 0: one residual stream, no hyper-connections
     quantization_config: dict | None = field(default=None, compare=False)  # as published (analytic/quant.py)
     checkpoint_dtype: str | None = field(default=None, compare=False)  # torch_dtype of the stored tensors
     n_mtp_layers: int = field(default=0, compare=False)  # stored by the checkpoint, not built by transformers
@@ -144,11 +169,12 @@ class ModelSpec:
     # --- the draft vocabulary ---
     def to_draft(self) -> SpecDraft:
         """The same model as a draft: 0 -> None for the parts it lacks, the MLA record flattened."""
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "mla"}
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                  if f.name not in ("mla", "query_rank")}
         for name in ZERO_IS_NONE:
             values[name] = values[name] or None
         mla = self.mla
-        values.update(dict.fromkeys(MLA_FIELDS) if mla is None else {
+        values.update({**dict.fromkeys(MLA_FIELDS), "q_lora_rank": self.query_rank or None} if mla is None else {
             "q_lora_rank": mla.q_lora_rank or None, "kv_lora_rank": mla.kv_lora_rank,
             "qk_rope_head_dim": mla.qk_rope_head_dim, "qk_nope_head_dim": mla.qk_nope_head_dim,
             "v_head_dim": mla.v_head_dim})
@@ -163,9 +189,12 @@ class ModelSpec:
             return None if pattern is None else tuple(pattern[i % len(pattern)] for i in range(n_layers))
 
         moe = None if self.moe_layers is None else tuple(i for i in self.moe_layers if i < n_layers)
+        index = None if self.index_layers is None else tuple(i for i in self.index_layers if i < n_layers)
         resized: dict[str, Any] = dict(n_layers=n_layers, n_dense_layers=min(self.n_dense_layers, n_layers),
                                        layer_types=fit(self.layer_types), attention_spans=fit(self.attention_spans),
-                                       moe_layers=moe)
+                                       kv_compress=fit(self.kv_compress), moe_layers=moe, index_layers=index,
+                                       kv_shared_layers=max(0, n_layers - (self.n_layers - self.kv_shared_layers))
+                                       if self.kv_shared_layers else 0)
         return dataclasses.replace(self, **{**resized, **changes})
 
     def to_dict(self) -> dict:
@@ -225,6 +254,71 @@ class ModelSpec:
             return span * (span + 1) // 2 + (seq - span) * span
         return seq * (seq + 1) // 2
 
+    # --- per-layer attention shapes (Gemma 4, DeepSeek-V3.2 / V4) ---
+    def layer_d_head(self, index: int) -> int:
+        """Head width of decoder layer `index`: d_head_global in a full-span layer where the spec gives one
+        (Gemma 4's global_head_dim), else d_head."""
+        return self.d_head_global if self.d_head_global and self.attention_span(index) == "full" else self.d_head
+
+    def layer_kv_heads(self, index: int) -> int:
+        """K/V heads of decoder layer `index`: n_kv_heads_global in a full-span layer where given, else n_kv_heads."""
+        return self.n_kv_heads_global if self.n_kv_heads_global and self.attention_span(index) == "full" \
+            else self.n_kv_heads
+
+    def kv_shared(self, index: int) -> bool:
+        """Layer `index` reads an earlier layer's K/V (one of the last kv_shared_layers): no k/v of its own."""
+        return bool(self.kv_shared_layers) and index >= self.n_layers - self.kv_shared_layers
+
+    def has_v_proj(self, index: int) -> bool:
+        """Layer `index` projects values apart from keys (k_eq_v says where it does not)."""
+        if self.kv_shared(index) or self.k_eq_v == "all":
+            return False
+        return not (self.k_eq_v == "global" and self.attention_span(index) == "full")
+
+    def layer_d_ff(self, index: int) -> int:
+        """The dense FFN width of layer `index`: d_ff_kv_shared in a KV-shared layer where given, else d_ff."""
+        return self.d_ff_kv_shared if self.d_ff_kv_shared and self.kv_shared(index) else self.d_ff
+
+    def compression(self, index: int) -> str:
+        """"none", "csa" or "hca": how layer `index` compresses its KV beside the window (DeepSeek-V4)."""
+        return "none" if self.kv_compress is None else self.kv_compress[index]
+
+    def compress_ratio(self, index: int) -> int:
+        """Tokens per compressed KV entry of layer `index`; 0 for a layer that keeps none."""
+        kind = self.compression(index)
+        return self.kv_compress_csa if kind == "csa" else self.kv_compress_hca if kind == "hca" else 0
+
+    def compressed_entries(self, index: int, seq: int) -> int:
+        """Compressed KV entries of layer `index` after `seq` tokens: one per whole window (the partial one waits)."""
+        ratio = self.compress_ratio(index)
+        return seq // ratio if ratio else 0
+
+    def has_indexer(self, index: int) -> bool:
+        """Layer `index` runs a lightning indexer of its own: every CSA layer of a compressed model, else the layers
+        index_layers names (all when None)."""
+        if not self.index_n_heads:
+            return False
+        if self.kv_compress is not None:
+            return self.compression(index) == "csa"
+        return self.index_layers is None or index in self.index_layers
+
+    @property
+    def q_latent(self) -> int:
+        """Width of the low-rank query latent (MLA's q_lora_rank or DeepSeek-V4's), which the indexer reads; 0: none."""
+        return self.mla.q_lora_rank if self.mla is not None else self.query_rank
+
+    def layer_extras(self) -> tuple[str, ...]:
+        """Issue 22's attention/layer parts this spec uses beyond attention + FFN blocks (the profiler's reference
+        model builds none of them): empty for every earlier family."""
+        parts = (("lightning indexer", self.index_n_heads), ("compressed KV", self.kv_compress is not None),
+                 ("hyper-connections", self.hc_mult), ("per-layer embeddings", self.per_layer_embed_dim),
+                 ("K = V projection", self.k_eq_v != "none"), ("KV-shared layers", self.kv_shared_layers),
+                 ("per-span head geometry", self.d_head_global or self.n_kv_heads_global),
+                 ("grouped low-rank output", self.o_groups), ("low-rank query without MLA", self.query_rank),
+                 ("key-only QK-norm", self.qk_norm == "key"), ("dense FFN beside the experts", self.moe_dense_parallel),
+                 ("scaled router", self.router_scales), ("router score-correction bias", self.router_score_bias))
+        return tuple(name for name, on in parts if on)
+
     @property
     def has_windows(self) -> bool:
         """Some attention layer attends a bounded span (sliding window or chunk)."""
@@ -255,6 +349,10 @@ class ModelSpec:
         if self.layer_types is None:
             return self.n_layers
         return sum(bool({"attention", "shared_block"} & set(self.layer_parts(i)[0])) for i in range(self.n_layers))
+
+    def is_attention_layer(self, index: int) -> bool:
+        """Layer `index` has an attention mixer (plain, MLA or Zamba2's shared block)."""
+        return bool({"attention", "shared_block"} & set(self.layer_parts(index)[0]))
 
     def n_mixer_layers(self, kind: str) -> int:
         return sum(kind in self.layer_parts(i)[0] for i in range(self.n_layers))

@@ -4,7 +4,8 @@ Derivations, each only where the draft says nothing (a given value is never over
 n_kv_heads = n_heads (MHA); d_head = d_model / n_heads (MLA: qk_nope_head_dim + qk_rope_head_dim);
 norm_bias = (norm is layernorm); n_decoder_layers = n_layers (encoder-decoder); n_positions =
 max_seq_len (learned positions); d_ff_expert = d_ff (MoE); d_ff_shared = n_shared_experts·d_ff_expert;
-ssm_out_bias = ssm_proj_bias; JSON lists become tuples. The checks (``checks.validate``) then refuse
+ssm_out_bias = ssm_proj_bias; d_ff_kv_shared = d_ff (KV-shared layers); per_layer_embed_vocab = vocab_size
+(per-layer embeddings); JSON lists become tuples. The checks (``checks.validate``) then refuse
 every contradiction with one ``SpecError``; what is still absent becomes 0 or ``mla=None`` (see
 ``llmcalc.spec.model``).
 """
@@ -56,6 +57,13 @@ def derive(draft: SpecDraft) -> SpecDraft:
         derived["layer_types"] = tuple(spec.layer_types)
     if isinstance(spec.attention_spans, list):
         derived["attention_spans"] = tuple(spec.attention_spans)
+    for name in ("kv_compress", "index_layers"):
+        if isinstance(getattr(spec, name), list):
+            derived[name] = tuple(getattr(spec, name))
+    if spec.kv_shared_layers and spec.d_ff_kv_shared is None:
+        derived["d_ff_kv_shared"] = spec.d_ff
+    if spec.per_layer_embed_dim and spec.per_layer_embed_vocab is None:
+        derived["per_layer_embed_vocab"] = spec.vocab_size
     return dataclasses.replace(draft, **derived)
 
 
@@ -70,7 +78,9 @@ def resolve(draft: SpecDraft) -> ModelSpec:
     for name in ZERO_IS_NONE:
         if values[name] is None:
             values[name] = 0
-    if filled.kv_lora_rank is not None:
+    if filled.kv_lora_rank is None:
+        values["query_rank"] = filled.q_lora_rank or 0
+    else:
         values["mla"] = MLA(kv_lora_rank=filled.kv_lora_rank, qk_rope_head_dim=positive(filled, "qk_rope_head_dim"),
                             qk_nope_head_dim=positive(filled, "qk_nope_head_dim"),
                             v_head_dim=positive(filled, "v_head_dim"), q_lora_rank=filled.q_lora_rank or 0)
