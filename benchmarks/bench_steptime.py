@@ -1,46 +1,55 @@
-"""Step-time model against published runs: Narayanan et al. 2021 Table 1 and Llama 3 Table 4.
+"""Step-time model against published runs: a validation set from sources the model was not built on, and the
+13 rows it was first built on (Narayanan et al. 2021 Table 1, Llama 3 Table 4).
 
-    python benchmarks/bench_steptime.py            # the per-row table (Markdown) and the summary
-    python benchmarks/bench_steptime.py --loo      # also leave-one-out errors (refits the one fitted constant)
+    python benchmarks/bench_steptime.py            # the README tables (Markdown) and the summaries
+    python benchmarks/bench_steptime.py --rows     # also every validation row (docs/steptime-validation.md)
+    python benchmarks/bench_steptime.py --fit      # refit KERNEL_EFFICIENCY on every row (and print it)
 
-Rows, with their sources:
+The validation set (benchmarks/published_runs.py, its rules and its exclusions): torchtitan, torchao, llm-foundry,
+KempnerForge, OLMo-core, MaxText, Megatron-MoE-ModelZoo, BLOOM, MT-NLG and MLPerf Training v5.0/v5.1/v6.0, each row
+with the layout its source states; compared by tokens/s per GPU (what every convention agrees on). Two baselines:
+one constant MFU for every row, and one per GEMM precision (bf16, fp8, fp4), each fitted (least squares in log
+space) to the same rows. Leave-one-source-out (LOSO): the one fitted constant of each method refitted without
+the source's rows, the error taken on them. KERNEL_EFFICIENCY is fitted once on every row (validation + the 13)
+by the same least squares.
+
+The 13 rows (the README's earlier table):
 - Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM",
   arXiv 2104.04473, Table 1 (weak scaling, GPT, V = 51,200, S = 2048, A100 80GB on Selene, mixed precision,
   activation recomputation; achieved TFLOP/s per GPU counts recomputation: their eq. 3). Sec. 5.1: "we use
   the interleaved pipeline schedule with the scatter/gather optimization enabled".
   Settings not in the table, taken from Megatron-LM of the time (examples/pretrain_gpt3_175B.sh, 2021: --fp16,
   --checkpoint-activations; argument defaults): no sequence parallelism (2022); fp16 gradients all-reduced
-  after the backward (local DDP: no overlap; gradients reduced in fp32 only with
-  --accumulate-allreduce-grads-in-fp32 or bf16); attention with the S² scores materialised (strided batched
+  after the backward (local DDP: no overlap); attention with the S² scores materialised (strided batched
   GEMMs + fused scale-mask-softmax, sec. 4.2; FlashAttention came in 2022) and attention dropout 0.1 (the
-  --attention-dropout default).
+  --attention-dropout default); Megatron's rank order (tp, dp, pp).
   The micro-batch size and the layers per virtual stage are not stated; sec. 5.5 says the best micro-batch
   is model-dependent and was tuned. Each row takes the setting the model itself ranks fastest among those
   Megatron-LM accepted and that fit in 80 GB (`tuned`): micro-batch 1, 2, 4 or 8 (sec. 5.5's range), virtual
   stages any divisor > 1 of the layers per stage with the micro-batches a multiple of pp (the interleaved
   schedule's condition in Megatron-LM 2021). The choice never looks at the measured figure.
 - Llama Team 2024, "The Llama 3 Herd of Models", arXiv 2407.21783, Table 4 (405B on H100, BF16 MFU 43/41/38 %,
-  430/400/380 TFLOP/s per GPU). Layout stated in sec. 3.3.2: [TP, CP, PP, DP] order, interleaved schedule,
-  one layer fewer in the first and last stages (126 layers), no activation checkpointing at 8K, FSDP that
-  shards optimizer states and gradients (ZeRO-2 here). Not stated, assumed: micro-batch 1, vpp 4, causal
-  attention FLOPs in the MFU.
-The baseline: one constant MFU (fraction of peak) fitted to the same 13 rows (least squares in log space).
+  430/400/380 TFLOP/s per GPU). Layout stated in sec. 3.3.2: [TP, CP, PP, DP] order, all-gather CP ("the
+  all-gather communication latency is exposed in the critical path"), interleaved schedule, one layer fewer in
+  the first and last stages (126 layers), no activation checkpointing at 8K, FSDP that shards optimizer states
+  and gradients (ZeRO-2 here). Not stated, assumed: micro-batch 1, vpp 4, causal attention FLOPs in the MFU.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import published_runs  # noqa: E402
 
 from llmcalc.analytic import steptime  # noqa: E402
-from llmcalc.spec import (  # noqa: E402
-    ModelSpec,
-    load_model,  # noqa: E402
-    spec_of,
-)
+from llmcalc.analytic.flops import step_flops  # noqa: E402
+from llmcalc.spec import ModelSpec, load_model, spec_of  # noqa: E402
 
 # (params B, heads, hidden, layers, tp, pp, GPUs, batch, achieved TFLOP/s per GPU)
 NARAYANAN_TABLE_1 = [
@@ -55,6 +64,8 @@ LLAMA3_TABLE_4 = [
     (8192, 8, 1, 16, 64, 8192, 32, 430), (16384, 8, 1, 16, 128, 8192, 16, 400),
     (16384, 8, 16, 16, 8, 131072, 16, 380),
 ]
+GRID = [round(0.60 + 0.02 * i, 2) for i in range(21)]  # KERNEL_EFFICIENCY values the fits interpolate between
+GROUPS = ("FP8/FP4", "MoE", ">= 32k context", "Blackwell", "dense BF16 H100")
 
 
 def gpt(layers: int, hidden: int, heads: int) -> ModelSpec:
@@ -109,7 +120,8 @@ def rows():
     spec = load_model("llama-3.1-405b")
     for n, tp, cp, pp, dp, s, per_dp, tflops in LLAMA3_TABLE_4:
         def run(n=n, tp=tp, cp=cp, pp=pp, dp=dp, s=s, per_dp=per_dp):
-            lay = steptime.make_layout(spec, n, s, per_dp * dp, tp=tp, cp=cp, pp=pp, vpp=4, micro_batch=1, zero=2)
+            lay = steptime.make_layout(spec, n, s, per_dp * dp, tp=tp, cp=cp, pp=pp, vpp=4, micro_batch=1, zero=2,
+                                       order="tp-cp-ep-pp-dp", cp_comm="all-gather")
             pred = steptime.predict(spec, h100, lay, s, True, "none")
             return pred.model_flops_per_gpu / 1e12, pred
         out.append((f"Llama 3 T4 405B, {n} H100, tp {tp} cp {cp} pp {pp} dp {dp}, seq {s}", tflops, h100.peak, run))
@@ -132,31 +144,8 @@ def evaluate() -> dict:
             "constant_mfu": mfu}
 
 
-def leave_one_out(grid=None) -> list[tuple[float, float]]:
-    """Refit KERNEL_EFFICIENCY (model) and the MFU (baseline) without each row; errors on the held-out row."""
-    grid = grid or [round(0.70 + 0.01 * i, 2) for i in range(26)]
-    table = rows()
-    measured = [m for _, m, _, _ in table]
-    peaks = [p for _, _, p, _ in table]
-    saved = steptime.KERNEL_EFFICIENCY
-    by_eta = {}
-    try:
-        for eta in grid:
-            steptime.KERNEL_EFFICIENCY = eta
-            by_eta[eta] = [run()[0] for _, _, _, run in table]
-    finally:
-        steptime.KERNEL_EFFICIENCY = saved
-    out = []
-    for i in range(len(table)):
-        keep = [j for j in range(len(table)) if j != i]
-        eta = min(grid, key=lambda e: sum(math.log(by_eta[e][j] / measured[j]) ** 2 for j in keep))
-        mfu = constant_mfu([measured[j] for j in keep], [peaks[j] for j in keep])
-        out.append((by_eta[eta][i] / measured[i] - 1, mfu * peaks[i] / 1e12 / measured[i] - 1))
-    return out
-
-
 def markdown(result: dict, loo: list | None = None) -> list[str]:
-    """The per-row table and the summary line, as the README shows them."""
+    """The 13 rows' table and summary line, as the README shows them."""
     lines = ["| run (paper's layout) | measured TFLOP/s/GPU | predicted | error | constant MFU "
              f"{result['constant_mfu'] * 100:.1f} % | error |" + (" LOO model | LOO constant |" if loo else ""),
              "|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if loo else "")]
@@ -173,13 +162,186 @@ def markdown(result: dict, loo: list | None = None) -> list[str]:
     return lines
 
 
+# --- the validation set ------------------------------------------------------------------------------------
+
+
+class Row:
+    """One validation point: the run, its measured and (by KERNEL_EFFICIENCY on GRID) predicted tokens/s/GPU."""
+
+    def __init__(self, run: published_runs.Run):
+        self.run = run
+        self.id, self.source, self.groups, self.measured = run.id, run.source, run.groups, run.measured
+        dev = steptime.device_for(run.gpu, "bf16")
+        flops = step_flops(run.spec, 1, run.seq_len, causal=True)
+        self.mfu = run.measured * flops.model_flops_per_token / dev.accelerator.peak("bf16")  # against bf16
+        self.precision = steptime.RECIPES[run.recipe].gemm_dtype
+        self.by_eta: dict[float, float] = {}
+
+    def predicted(self, eta: float) -> float:
+        """Predicted tokens/s/GPU at KERNEL_EFFICIENCY = eta (log-linear between GRID points)."""
+        if eta in self.by_eta:
+            return self.by_eta[eta]
+        lo = max(g for g in GRID if g <= eta) if eta >= GRID[0] else GRID[0]
+        hi = min(g for g in GRID if g >= eta) if eta <= GRID[-1] else GRID[-1]
+        a, b = self.at(lo), self.at(hi)
+        if hi == lo:
+            return a
+        w = (eta - lo) / (hi - lo)
+        return math.exp((1 - w) * math.log(a) + w * math.log(b))
+
+    def at(self, eta: float) -> float:
+        if eta not in self.by_eta:
+            self.by_eta[eta] = self.run.predicted_tokens_per_gpu(eta)
+        return self.by_eta[eta]
+
+
+class OldRow(Row):
+    """One of the 13 rows the model was first built on, as a validation point (its paper's TFLOP/s convention)."""
+
+    def __init__(self, label: str, measured: float, peak: float, run):
+        self.run, self.id, self.measured, self.groups = run, label, measured, ()
+        self.source = "Narayanan 2021" if label.startswith("Narayanan") else "Llama 3"
+        self.mfu = measured * 1e12 / peak
+        self.precision = "fp16" if self.source.startswith("Narayanan") else "bf16"
+        self.by_eta = {}
+
+    def at(self, eta: float) -> float:
+        if eta not in self.by_eta:
+            saved = steptime.KERNEL_EFFICIENCY
+            steptime.KERNEL_EFFICIENCY = eta
+            try:
+                self.by_eta[eta] = self.run()[0]
+            finally:
+                steptime.KERNEL_EFFICIENCY = saved
+        return self.by_eta[eta]
+
+
+def validation_rows() -> list[Row]:
+    return [Row(r) for r in published_runs.runs()]
+
+
+def old_rows() -> list[Row]:
+    return [OldRow(label, m, peak, run) for label, m, peak, run in rows()]
+
+
+def _log_fit(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def fit_eta(rows: list[Row], old: list[tuple[float, float]] | None = None) -> float:
+    """KERNEL_EFFICIENCY minimising the sum of log² errors over `rows` (golden section on GRID's span)."""
+    def loss(eta: float) -> float:
+        return sum(math.log(r.predicted(eta) / r.measured) ** 2 for r in rows)
+    lo, hi = GRID[0], GRID[-1]
+    g = (math.sqrt(5) - 1) / 2
+    a, b = hi - g * (hi - lo), lo + g * (hi - lo)
+    for _ in range(30):
+        if loss(a) < loss(b):
+            hi = b
+        else:
+            lo = a
+        a, b = hi - g * (hi - lo), lo + g * (hi - lo)
+    return round((lo + hi) / 2, 3)
+
+
+def baselines(rows: list[Row], fit_on: list[Row]) -> dict[str, dict[str, float]]:
+    """Predicted tokens/s/GPU of each row under one constant MFU and under one MFU per GEMM precision, fitted on
+    `fit_on` (least squares in log space)."""
+    one = _log_fit([r.mfu for r in fit_on])
+    per = {p: _log_fit([r.mfu for r in fit_on if r.precision == p] or [one]) for p in ("bf16", "fp16", "fp8", "fp4")}
+    out: dict[str, dict[str, float]] = {"constant": {}, "per-precision": {}}
+    for r in rows:
+        out["constant"][r.id] = r.measured * one / r.mfu
+        out["per-precision"][r.id] = r.measured * per.get(r.precision, one) / r.mfu
+    return out
+
+
+def validate(eta: float | None = None, with_old: bool = True) -> dict:
+    """Errors of the model and both baselines on every validation row, fitted and leave-one-source-out (each
+    method's constant refitted on every other source's rows, the 13 old rows included when `with_old`)."""
+    rows = validation_rows()
+    extra = old_rows() if with_old else []
+    eta = steptime.KERNEL_EFFICIENCY if eta is None else eta
+    base = baselines(rows, rows + extra)
+    out = {"eta": eta, "rows": rows, "model": {}, "constant": base["constant"], "per-precision": base["per-precision"],
+           "loso": {"model": {}, "constant": {}, "per-precision": {}}}
+    for r in rows:
+        out["model"][r.id] = r.predicted(eta)
+    everything = rows + extra
+    for source in sorted({r.source for r in rows}):
+        keep = [r for r in everything if r.source != source]
+        held = [r for r in rows if r.source == source]
+        e = fit_eta(keep)
+        b = baselines(held, keep)
+        for r in held:
+            out["loso"]["model"][r.id] = r.predicted(e)
+            out["loso"]["constant"][r.id] = b["constant"][r.id]
+            out["loso"]["per-precision"][r.id] = b["per-precision"][r.id]
+    return out
+
+
+def _stats(rows: list[Row], pred: dict[str, float]) -> tuple[float, float]:
+    errs = [pred[r.id] / r.measured - 1 for r in rows]
+    return statistics.median(abs(e) for e in errs), sum(errs) / len(errs)
+
+
+def summary_markdown(result: dict) -> list[str]:
+    """The README's validation table: median |error| and mean signed error by group, model and baselines, fitted
+    and leave-one-source-out."""
+    rows = result["rows"]
+    groups = [("all rows", rows)] + [(g, [r for r in rows if g in r.groups]) for g in GROUPS]
+    lines = ["| rows | n | model: median abs. error | mean signed | LOSO median | constant MFU | LOSO | "
+             "per-precision MFU | LOSO |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, sel in groups:
+        if not sel:
+            continue
+        m, s = _stats(sel, result["model"])
+        lm, _ = _stats(sel, result["loso"]["model"])
+        c, _ = _stats(sel, result["constant"])
+        lc, _ = _stats(sel, result["loso"]["constant"])
+        p, _ = _stats(sel, result["per-precision"])
+        lp, _ = _stats(sel, result["loso"]["per-precision"])
+        lines.append(f"| {name} | {len(sel)} | {m * 100:.1f} % | {s * 100:+.1f} % | {lm * 100:.1f} % | "
+                     f"{c * 100:.1f} % | {lc * 100:.1f} % | {p * 100:.1f} % | {lp * 100:.1f} % |")
+    lines += ["",
+              "| source (held out) | n | model LOSO median | mean signed | constant MFU LOSO | per-precision LOSO |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for source in sorted({r.source for r in rows}):
+        sel = [r for r in rows if r.source == source]
+        lm, ls = _stats(sel, result["loso"]["model"])
+        lc, _ = _stats(sel, result["loso"]["constant"])
+        lp, _ = _stats(sel, result["loso"]["per-precision"])
+        lines.append(f"| {source} | {len(sel)} | {lm * 100:.1f} % | {ls * 100:+.1f} % | {lc * 100:.1f} % | "
+                     f"{lp * 100:.1f} % |")
+    return lines
+
+
+def rows_markdown(result: dict) -> list[str]:
+    lines = ["| row | source | groups | measured tokens/s/GPU | predicted | error | LOSO | constant MFU | "
+             "per-precision |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in result["rows"]:
+        e = result["model"][r.id] / r.measured - 1
+        lo = result["loso"]["model"][r.id] / r.measured - 1
+        c = result["constant"][r.id] / r.measured - 1
+        p = result["per-precision"][r.id] / r.measured - 1
+        lines.append(f"| {r.id} | {r.source} | {', '.join(r.groups)} | {r.measured:,.1f} | "
+                     f"{result['model'][r.id]:,.1f} | {e * 100:+.1f} % | {lo * 100:+.1f} % | {c * 100:+.1f} % | "
+                     f"{p * 100:+.1f} % |")
+    return lines
+
+
 def main() -> None:
-    result = evaluate()
-    loo = leave_one_out() if "--loo" in sys.argv else None
-    print("\n".join(markdown(result, loo)))
-    if loo:
-        print(f"leave-one-out mean |error|: model {sum(abs(a) for a, _ in loo) / len(loo) * 100:.1f} %, constant MFU "
-              f"{sum(abs(b) for _, b in loo) / len(loo) * 100:.1f} %")
+    if "--fit" in sys.argv:
+        points = validation_rows() + old_rows()
+        print(f"KERNEL_EFFICIENCY fitted on all {len(points)} rows (validation + the 13): {fit_eta(points)}")
+        return
+    result = validate()
+    print("\n".join(summary_markdown(result)))
+    if "--rows" in sys.argv:
+        print()
+        print("\n".join(rows_markdown(result)))
+    print()
+    print("\n".join(markdown(evaluate())))
 
 
 if __name__ == "__main__":

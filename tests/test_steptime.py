@@ -3,6 +3,7 @@ arithmetic, the published runs (Narayanan et al. 2021 Table 1, Llama 3 Table 4),
 
 import functools
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -172,7 +173,8 @@ def test_alpha_beta_time_and_tiers():
 
 
 def test_ring_across_nodes_uses_every_nic_of_its_ranks():
-    """A ring with g ranks per node crosses nodes through g NICs (NCCL: one NIC per channel)."""
+    """A ring with g ranks per node crosses nodes through g NICs (NCCL: one NIC per channel); an all-to-all sends
+    the share bound for other nodes through its own NIC and its node's share over NVLink, at once."""
     net = comm.Network(8, 300e9, 25e9, 2e-6, 5e-6)
     eff, link = comm.NCCL_NET_EFFICIENCY, comm.NCCL_BUS_EFFICIENCY
     tp1 = comm.Collective("x", "all_reduce", 32, 1e9, stride=1)  # dp 32 at tp 1: 8 ranks per node, 8 NICs
@@ -181,27 +183,90 @@ def test_ring_across_nodes_uses_every_nic_of_its_ranks():
     assert tp4.seconds(net) == pytest.approx(31 * 5e-6 + 1e9 * 31 / 32 / (2 * 25e9 * eff))
     fast_nic = comm.Network(8, 300e9, 50e9, 2e-6, 5e-6)  # 8 x 50 GB/s > NVLink: NVLink caps the ring
     assert tp1.seconds(fast_nic) == pytest.approx(62 * 5e-6 + 1e9 * 2 * 31 / 32 / (300e9 * link))
-    a2a = comm.Collective("x", "all_to_all", 32, 1e9, stride=1)  # each rank sends through its own NIC
-    assert a2a.seconds(net) == pytest.approx(31 * 5e-6 + 1e9 * 31 / 32 / (25e9 * eff))
+    a2a = comm.Collective("x", "all_to_all", 32, 1e9, stride=1)  # 24 of 32 shares leave the node, 7 stay
+    off, on = 1e9 * 24 / 32 / (25e9 * eff), 1e9 * 7 / 32 / (300e9 * link)
+    assert a2a.seconds(net) == pytest.approx(4 * 5 * 5e-6 + max(off, on))  # 4·log2(32) latency steps
+    # MI300X's xGMI mesh: a group of g GPUs gets g - 1 links of 64 GB/s (RCCL: 47.7 GB/s busbw on 2 GPUs)
+    mesh = comm.Network(8, 448e9, 50e9, 5e-6, 7e-6, topology="mesh", link_bandwidth=64e9)
+    two = comm.Collective("x", "all_reduce", 2, 1e9, stride=1)
+    assert two.seconds(mesh) == pytest.approx(2 * 5e-6 + 1e9 / (64e9 * comm.MESH_EFFICIENCY))
+    # NVLink SHARP: an all-reduce of 8 H100 runs at 480 of 450 GB/s, an all-gather at the ring's share
+    h100 = device_for("h100-sxm").network
+    ar8, ag8 = (comm.Collective("x", k, 8, 1e9) for k in ("all_reduce", "all_gather"))
+    assert ar8.seconds(h100) == pytest.approx(14 * 5e-6 + 1e9 * 2 * 7 / 8 / 480e9)
+    assert ag8.seconds(h100) == pytest.approx(7 * 5e-6 + 1e9 * 7 / 8 / (450e9 * link))
+
+
+def test_deepep_sends_a_token_once_per_remote_node():
+    """DeepEP / HybridEP: a token's top-k experts on other nodes cost one RDMA copy per node they sit on (expected
+    remote nodes (n - 1)(1 - C(E - E/n, k)/C(E, k))); NVLink carries the copies to the experts' GPUs."""
+    assert comm.expected_remote_nodes(128, 8, 4) == pytest.approx(3 * (1 - math.comb(96, 8) / math.comb(128, 8)))
+    assert comm.expected_remote_nodes(8, 2, 1) == 0.0
+    net = device_for("h100-sxm").network
+    tokens, D = 2048, 4096
+    t = comm.deepep_seconds(tokens, 8, 128, D, 2, ep=32, stride=1, net=net)
+    off = tokens * comm.expected_remote_nodes(128, 8, 4) * D * 2 / (50e9 * comm.NCCL_NET_EFFICIENCY)
+    on = tokens * 8 * D * 2 * 7 / 8 / (450e9 * comm.NCCL_BUS_EFFICIENCY)
+    assert t == pytest.approx(4 * 5 * 7e-6 + max(off, on))
+    nccl = comm.Collective("x", "all_to_all", 32, tokens * 8 * D * 2).seconds(net)
+    assert t < nccl / 1.8  # Qwen3's top-8 of 128 over 4 nodes: 2.5 of 6 remote copies per token
 
 
 def test_quantization_curve():
     assert tile_wave_efficiency(256 * 132, 128, 132) == 1.0  # exactly one full wave of 256x128 tiles
     assert tile_wave_efficiency(8192, 8192, 132) > 0.95
-    assert tile_wave_efficiency(128, 128, 132) == pytest.approx(1 / 132)  # one tile on 132 SMs
+    assert tile_wave_efficiency(128, 128, 132) == pytest.approx(2 / 132)  # two 64x128 tiles on 132 SMs
+    assert tile_wave_efficiency(64, 128, 132) == pytest.approx(1 / 132)
     # a batched GEMM runs all its matrices' tiles in the same waves: 96 heads x one 128x128 tile = 96 of 108 SMs
     assert tile_wave_efficiency(128, 128, 108, batch=96) == pytest.approx(96 / 108)
 
 
+def test_gemm_shape_model_holds_to_deepgemm_table():
+    """The smooth roofline with tile/wave quantization and the epilogue, fitted once to DeepGEMM's published H800 FP8
+    table (README @989c9e3): within 6.5 % rms over its shapes with 256 rows or more (dense M = 4096 and the grouped
+    layouts of 256-8192 rows per expert), at DeepGEMM's own best rate (1,500 TFLOP/s) as the ceiling."""
+    from llmcalc.analytic.kernels import Device
+
+    h800 = device_for("h100-sxm")
+    dev = Device(h800.accelerator, "bf16", 1500e12, 132, h800.network, arch="hopper")
+    rows = [(1, 4096, 2112, 7168, 1127), (1, 4096, 24576, 1536, 1212), (1, 4096, 32768, 512, 775),
+            (1, 4096, 7168, 16384, 1520), (1, 4096, 4096, 7168, 1410), (1, 4096, 7168, 2048, 1168),
+            (4, 8192, 4096, 7168, 1346), (4, 8192, 7168, 2048, 1214), (8, 4096, 4096, 7168, 1346),
+            (8, 4096, 7168, 2048, 1214), (1, 1024, 4096, 7168, 1233), (1, 1024, 7168, 2048, 925),
+            (2, 512, 4096, 7168, 1040), (2, 512, 7168, 2048, 916), (4, 256, 4096, 7168, 932),
+            (4, 256, 7168, 2048, 815)]  # (groups, M per group, N, K, TFLOP/s)
+    errs = []
+    for g, m, n, k, tflops in rows:
+        t = gemm_seconds(m, k, n, dev, 1, batch=g, out_bytes=2)
+        errs.append(math.log(2 * g * m * n * k / t / 1e12 / tflops))
+    assert math.sqrt(sum(e * e for e in errs) / len(errs)) < 0.065
+
+
+def test_attention_rates_are_the_fa3_paper_tables_on_h100():
+    """H100 SXM5, cuDNN, head dim 128: forward 595 TFLOP/s without a mask and 539 causal at 16k, 315 causal at 512;
+    the backward 516 (Shah et al. 2024 figures); head dim 192 lies between 128 and 256; FP8 at the FP8 peak's share."""
+    dev = device_for("h100-sxm")
+    rate = dev.attention_rate
+    assert rate("cudnn", 128, 16384, False, False) == pytest.approx(595e12)
+    assert rate("cudnn", 128, 16384, True, False) == pytest.approx(539e12)
+    assert rate("cudnn", 128, 512, True, False) == pytest.approx(315e12)
+    assert rate("cudnn", 128, 16384, False, True) == pytest.approx(516e12)
+    assert rate("fa2", 128, 4096, True, False) == pytest.approx(319e12)
+    assert 539e12 > rate("cudnn", 192, 16384, True, False) > 509e12  # between 128 (539) and 256 (509)
+    assert rate("cudnn", 128, 8192, True, False, fp8=True) == pytest.approx(529e12 * 1978.9 / 989.4)
+    assert rate("auto", 128, 8192, True, False) == rate("cudnn", 128, 8192, True, False)
+    assert device_for("a100-80gb-sxm").attention_rate("auto", 128, 16384, False, False) == pytest.approx(0.73 * 312e12)
+
+
 def test_eager_attention_hand_arithmetic():
-    """Materialised scores (Megatron-LM 2021): GPT 1.7B layer (24 heads, d_head 96, S 2048) on an A100, tp 1.
-    QKᵀ and PV write/read the S² matrix: 96 FLOP per byte of it, under the A100's ridge, so both are HBM-bound."""
+    """Materialised scores (Megatron-LM 2021): GPT 1.7B layer (24 heads, d_head 96, S 2048) on an A100, tp 1: QKᵀ
+    and PV as batched GEMMs on the roofline, then the softmax and dropout passes over the S² matrix."""
     spec = bench_gpt(24, 2304, 24)
     dev = device_for("a100-80gb-sxm")
     lay = make_layout(spec, 8, 2048, 8)
     hbm = dev.hbm
     heads, s, dh = 24, 2048, 96
-    mm = 2 * heads * 2 * (s * dh + dh * s + s * s) / hbm  # QKᵀ (S x dh x S) and PV (S x S x dh), bf16 operands
+    mm = gemm_seconds(s, dh, s, dev, 2, batch=heads) + gemm_seconds(s, s, dh, dev, 2, batch=heads)
     assert 2 * s * dh * s / (2 * (2 * s * dh + s * s)) < dev.mamf * 0.82 / hbm  # arithmetic intensity < ridge
     elements = heads * s * s
     fwd, bwd = eager_attention_seconds(spec, lay, 2048, dev, 2, dropout=True)
@@ -215,20 +280,25 @@ def test_eager_attention_hand_arithmetic():
 
 def test_fused_qkv_and_fc1_gemms():
     """One GEMM for Q, K, V together and one for gate + up (Megatron-LM's query_key_value / linear_fc1): a layer's
-    forward matmul time (= its weight-gradient time) is four GEMMs, not six."""
+    weight-gradient time is four GEMMs (dW = Xᵀ·dY: k x m x n), not six."""
+    from llmcalc.analytic import steptime
+
     spec = load_model("llama-3-8b")  # GQA: 32 query heads, 8 K/V heads of 128; d_ff 14336
     dev = device_for("h100-sxm")
     lay = make_layout(spec, 8, 8192, 8, tp=8)
     t = _layer_times(spec, 0, lay, 8192, causal=True, recompute="none", dev=dev, act_bytes=2)
-    D, tok = 4096, 8192
-    expected = (gemm_seconds(tok, D, (32 + 2 * 8) * 128 / 8, dev, 2) + gemm_seconds(tok, 32 * 128 / 8, D, dev, 2)
-                + gemm_seconds(tok, D, 2 * 14336 / 8, dev, 2) + gemm_seconds(tok, 14336 / 8, D, dev, 2))
+    D, tok, eff = 4096, 8192, steptime.KERNEL_EFFICIENCY
+
+    def wgrad(k, n):
+        return gemm_seconds(k, tok, n, dev, 2, efficiency=eff)
+
+    expected = wgrad(D, (32 + 2 * 8) * 128 / 8) + wgrad(32 * 128 / 8, D) + wgrad(D, 2 * 14336 / 8) + wgrad(14336 / 8, D)
     assert t.bwd_weight == pytest.approx(expected)
 
 
 def test_tp_overlap_exposes_only_the_excess_over_the_gemms():
     """--tp-overlap: each pass's TP all-gathers and reduce-scatters run under that pass's projection GEMMs (forward:
-    the forward GEMMs; backward: twice that), so a layer exposes max(0, comm - GEMMs) per pass."""
+    the forward GEMMs), so a forward exposes max(0, comm - GEMMs)."""
     spec = load_model("llama-3-8b")
     dev = device_for("h100-sxm")
     for tokens, recompute in ((8192, "none"), (512, "full")):
@@ -237,8 +307,8 @@ def test_tp_overlap_exposes_only_the_excess_over_the_gemms():
         hidden = _layer_times(spec, 0, make_layout(spec, 8, tokens, 8, tp=8, tp_overlap=True), tokens, causal=True,
                               recompute=recompute, dev=dev, act_bytes=2)
         passes = 3 if recompute == "full" else 2
-        per_pass, gemm = plain.tp / passes, plain.bwd_weight  # bwd_weight = one forward's GEMMs
-        assert hidden.tp == pytest.approx((passes - 1) * max(0, per_pass - gemm) + max(0, per_pass - 2 * gemm))
+        per_pass = plain.tp / passes
+        assert hidden.comm_fwd == pytest.approx(max(0.0, per_pass - plain.gemm_fwd))
         assert hidden.tp < plain.tp and hidden.compute == pytest.approx(plain.compute)
     assert hidden.tp > 0  # 512 tokens: the collectives' latency outlasts the small GEMMs
     big = predict(spec, dev, make_layout(spec, 64, 8192, 64, tp=8, tp_overlap=True), 8192, causal=True)
@@ -261,14 +331,14 @@ def bench():
     return bench_steptime.evaluate()
 
 
-def test_published_rows_within_tolerance_and_better_than_constant_mfu(bench):
+def test_the_thirteen_rows_restated(bench):
+    """The 13 rows the model was first built on (Narayanan et al. 2021 Table 1, Llama 3 Table 4) are no longer what it
+    is fitted to: KERNEL_EFFICIENCY is fitted once on all 112 rows. README.md restates their errors and says why they
+    grew (the GEMM epilogue on the short-K GEMMs of the small GPTs; Llama 3's all-gather CP, exposed at 128k)."""
     errors = [pred / m - 1 for _, m, pred, _, _ in bench["rows"]]
-    const = [c / m - 1 for _, m, _, c, _ in bench["rows"]]
     assert len(errors) == 13
-    assert max(abs(e) for e in errors) < 0.08
-    assert sum(abs(e) for e in errors) / 13 < 0.035
-    assert sum(abs(e) for e in errors) < sum(abs(c) for c in const)  # beats one fitted MFU
-    assert sum(e * e for e in errors) < sum(c * c for c in const)
+    assert max(abs(e) for e in errors) < 0.25
+    assert sum(abs(e) for e in errors) / 13 < 0.13
 
 
 def test_scaling_trends(bench):
@@ -279,28 +349,36 @@ def test_scaling_trends(bench):
     assert meg[-1] / meg[3] > 1.15  # 18.4 B -> 1 T rises (135 -> 163, +21 %)
     for i in range(9):
         model_step, paper_step = meg[i + 1] / meg[i] - 1, paper[i + 1] / paper[i] - 1
-        assert abs(model_step - paper_step) < 0.07, i  # each change within 7 points of the paper's
+        assert abs(model_step - paper_step) < 0.08, i  # each change within 8 points of the paper's
         if abs(paper[i + 1] - paper[i]) >= 2:  # a move beyond the table's whole-TFLOP/s precision: same way
             assert model_step * paper_step > 0, (i, model_step, paper_step)
-        else:  # 137 -> 138 and 163 -> 163: flat in the paper, flat in the model
-            assert abs(model_step) < 0.015, (i, model_step)
+        else:  # 137 -> 138 and 163 -> 163: flat in the paper, nearly flat in the model
+            assert abs(model_step) < 0.025, (i, model_step)
     assert llama[0] > llama[1] > llama[2]  # 430 > 400 > 380
 
 
-def test_readme_table_is_the_benchmarks_output(bench):
+@pytest.fixture(scope="module")
+def validation():
+    return bench_steptime.validate()
+
+
+def test_validation_set_beats_both_baselines(validation):
+    """On the 99 published rows the model was not built on: median |error| below a constant MFU's and a per-precision
+    MFU's, fitted on the same rows, and leave-one-source-out too; the mean signed error within +-5 %."""
+    rows = validation["rows"]
+    assert len(rows) == 99
+    model, mean = bench_steptime._stats(rows, validation["model"])
+    loso, _ = bench_steptime._stats(rows, validation["loso"]["model"])
+    for baseline in ("constant", "per-precision"):
+        assert model < bench_steptime._stats(rows, validation[baseline])[0] / 2
+        assert loso < bench_steptime._stats(rows, validation["loso"][baseline])[0] / 2
+    assert model < 0.12 and loso < 0.12 and abs(mean) < 0.05
+
+
+def test_readme_tables_are_the_benchmarks_output(bench, validation):
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text().splitlines()
-    for line in bench_steptime.markdown(bench):
-        assert line in readme, f"README.md's step-time table is stale (python benchmarks/bench_steptime.py): {line}"
-
-
-@pytest.mark.slow
-def test_readme_leave_one_out_line_is_current():
-    loo = bench_steptime.leave_one_out()
-    model = sum(abs(a) for a, _ in loo) / len(loo) * 100
-    const = sum(abs(b) for _, b in loo) / len(loo) * 100
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    assert f"model {model:.1f} %,\nconstant MFU {const:.1f} %" in readme
-    assert model < const  # the model beats one fitted MFU on held-out rows too
+    for line in bench_steptime.markdown(bench) + bench_steptime.summary_markdown(validation):
+        assert line in readme, f"README.md's step-time tables are stale (python benchmarks/bench_steptime.py): {line}"
 
 
 def test_table1_settings_follow_the_paper(bench):
@@ -468,7 +546,8 @@ def test_layout_searches_expert_parallelism_with_its_memory():
     memory is `memory --ep`'s for that layout."""
     rows = [row for row in mixtral_layouts()["layouts"] if row["etp"] == row["tp"]]
     assert {row["ep"] for row in rows if row["dp"] >= 8} == {1, 4, 8}
-    assert {row["ep"] for row in rows if row["dp"] == 4} == {1, 2, 4}
+    # experts fold over tp x cp x dp (Megatron-Core): dp 4 with cp 2 takes ep 8 as well
+    assert {row["ep"] for row in rows if row["dp"] == 4 and row["cp"] == 1} == {1, 2, 4}
     ep8 = [row for row in rows if (row["tp"], row["cp"], row["pp"], row["ep"], row["zero"]) == (1, 1, 1, 8, 1)]
     assert ep8
     for row in ep8:
@@ -484,16 +563,36 @@ def test_layout_nothing_fits_is_one_line():
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1 and "no layout" in r.stderr
 
 
-@pytest.mark.parametrize("model, says", [("nemotron-h-8b", "24 mamba2, 24 mlp, 4 attention"),
-                                         ("mamba-2.8b", "64 mamba"), ("t5-small", "encoder-decoder")])
 @pytest.mark.parametrize("command", ["layout", "train"])
-def test_models_the_step_time_model_does_not_cover_are_refused_by_name(model, says, command):
-    """Its GEMM shapes and collectives are attention + MLP/MoE layers': a Mamba mixer was timed as
-    attention (or crashed: mamba-2.8b, an internal TypeError), and t5 was 'no layout fits'."""
+def test_encoders_are_refused_by_name(command):
+    """The step model times decoder layers; t5 was 'no layout fits'."""
     extra = ("--tokens", "1T") if command == "train" else ()
-    r = run(command, model, "--gpu", "h100-sxm", "--n-gpus", 64, "--global-batch", 512, *extra)
+    r = run(command, "t5-small", "--gpu", "h100-sxm", "--n-gpus", 64, "--global-batch", 512, *extra)
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1
-    assert says in r.stderr and "--mfu" in r.stderr
+    assert "encoder-decoder" in r.stderr and "--mfu" in r.stderr
+
+
+@pytest.mark.parametrize("model", ["nemotron-h-8b", "mamba-2.8b"])
+def test_hybrid_and_state_space_models_are_timed_from_their_layer_ops(model):
+    """Mamba / Mamba-2 mixers: their projections as GEMMs, the conv as a memory pass, the chunked scan at the tensor
+    cores; an attention layer of the same width costs more at long context than a Mamba-2 layer."""
+    from llmcalc.analytic.memory import RECIPES
+    from llmcalc.analytic.steptime import _Ctx, _layer_cost_uncached
+
+    spec = load_model(model)
+    dev = device_for("h100-sxm")
+    tp = 2 if model == "nemotron-h-8b" else 1  # Mamba-2.8B has no attention heads to split
+    pred = predict(spec, dev, make_layout(spec, 8, 4096, 8, tp=tp), 4096, causal=True)
+    assert pred.step_seconds > 0 and 0.05 < pred.mfu < 1
+    if model == "nemotron-h-8b":
+        kinds = {spec.layer_parts(i)[0]: i for i in range(spec.n_layers)}
+        for seq in (4096, 65536):
+            lay = make_layout(spec, 8, seq, 8, tp=2)
+            ctx = _Ctx(spec, dev, lay, seq, RECIPES["bf16-mixed"])
+            mamba = _layer_cost_uncached(ctx, kinds[("mamba2",)], frozenset())
+            attn = _layer_cost_uncached(ctx, kinds[("attention",)], frozenset())
+            assert mamba.compute > 0 and attn.compute > 0
+        assert attn.compute > mamba.compute  # 64k tokens: the S² core outgrows the scan
 
 
 def test_report_section_has_stacked_bars_and_the_layout_table():
@@ -571,7 +670,7 @@ def test_memory_etp_keeps_experts_whole_and_shards_their_states_over_the_expert_
 
 @pytest.mark.parametrize("args, needle", [
     (["mixtral-8x7b", "--tp", 8, "--ep", 8, "--etp", 3], "must divide the expert width"),
-    (["mixtral-8x7b", "--n-gpus", 16, "--tp", 8, "--ep", 8, "--etp", 4], "must divide tp x dp = 16"),
+    (["mixtral-8x7b", "--n-gpus", 16, "--tp", 8, "--ep", 8, "--etp", 4], "must divide tp x cp x dp = 16"),
     (["llama-3-8b", "--etp", 2], "mixture-of-experts"),
 ])
 def test_memory_etp_contradictions_are_one_line(args, needle):
@@ -580,28 +679,25 @@ def test_memory_etp_contradictions_are_one_line(args, needle):
 
 
 def test_folded_experts_all_to_all_stays_on_nvlink_and_expert_gemms_keep_their_work():
-    """tp 8, ep 8, etp 1 on 8-GPU nodes: the EP group is the node's 8 GPUs (stride etp = 1), each rank
-    sending its own 1/tp of the tokens' top-k copies; the expert GEMMs do the same work per GPU as with
-    etp = tp (tokens·k·F/tp), in one whole expert instead of 1/8 of each."""
+    """tp 8, ep 8, etp 1 on 8-GPU nodes: in Megatron-Core's rank order the EP group is the node's 8 GPUs
+    (stride etp = 1), each rank sending its own 1/tp of the tokens' top-k copies; with ep placed outside dp
+    ("tp-cp-dp-ep-pp") the group's members sit expert-dp = 8 ranks apart and cross nodes."""
     spec = load_model("mixtral-8x7b")
     dev = device_for("h100-sxm")
-    tokens, D, k, E, F = 4096, 4096, 2, 8, 14336
+    tokens, D, k = 4096, 4096, 2
     lay = make_layout(spec, 64, tokens, 64, tp=8, ep=8, etp=1)
-    assert (lay.expert_tp, lay.expert_dp, lay.fold_stride(1), lay.as_dict()["etp"]) == (1, 8, 1, 1)
+    assert (lay.expert_tp, lay.expert_dp, lay.expert_strides()["ep"], lay.as_dict()["etp"]) == (1, 8, 1, 1)
     t = _layer_times(spec, 0, lay, tokens, causal=True, recompute="none", dev=dev, act_bytes=2)
     (a2a,) = comm.ep_collectives(tokens / 8, k, D, 2, ep=8, stride=1, passes=2)
     assert a2a.intra_node(dev.network) and a2a.bytes_per_rank == tokens / 8 * k * D * 2 * 7 / 8
     assert t.ep == pytest.approx(a2a.seconds(dev.network) * 4)  # dispatch + combine, forward and backward
-    m_e = tokens / 8 * k * 8 / E  # this rank's tokens' copies, spread over its ep group's experts
-    expert = gemm_seconds(m_e, D, 2 * F, dev, 2) + gemm_seconds(m_e, F, D, dev, 2)  # gate+up, then down
+    across = make_layout(spec, 64, tokens, 64, tp=8, ep=8, etp=1, order="tp-cp-dp-ep-pp")
+    assert across.expert_strides()["ep"] == 8
+    t_across = _layer_times(spec, 0, across, tokens, causal=True, recompute="none", dev=dev, act_bytes=2)
+    assert t_across.ep > 2 * t.ep
     dense_like = make_layout(spec, 64, tokens, 64, tp=8)
     t8 = _layer_times(spec, 0, dense_like, tokens, causal=True, recompute="none", dev=dev, act_bytes=2)
-    router = gemm_seconds(tokens / 8, D, E, dev, 2)
-    attention = t8.bwd_weight - gemm_seconds(tokens, D, E, dev, 2) - E * (
-        gemm_seconds(tokens * k / E, D, 2 * F / 8, dev, 2) + gemm_seconds(tokens * k / E, F / 8, D, dev, 2))
-    assert t.bwd_weight == pytest.approx(attention + router + expert)
-    # no TP collectives around the MoE block (attention's half only), and no expert-tensor ones with etp 1
-    assert t.tp == pytest.approx(t8.tp / 2)
+    assert t.tp == pytest.approx(t8.tp / 2)  # no TP collectives around the MoE block, attention's only
 
 
 def test_etp_collectives_hand_arithmetic():
@@ -634,4 +730,228 @@ def test_cli_train_etp():
     assert d["layout"]["etp"] == 1 and d["layout"]["ep"] == 8 and d["breakdown_seconds"]["ep_comm"] > 0
     assert json.loads(run(*base, "--ep", 8, "--etp", 2).stdout)["layout"]["etp"] == 2  # 8 x 2 divides tp x dp = 64
     r = run(*base, "--ep", 8, "--etp", 16)
-    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1 and "must divide tp x dp = 64" in r.stderr
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1 and "must divide tp x cp x dp = 64" in r.stderr
+
+
+# --- issue 20: the options published recipes use, the counting convention, assumptions ---------------------------
+
+TRAIN_8B = ("train", "llama-3-8b", "--tokens", "1T", "--gpu", "h100-sxm", "--n-gpus", 64, "--global-batch", 512)
+
+
+def train_json(*args, base=TRAIN_8B) -> dict:
+    r = run(*base, *args, "--format", "json")
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def test_causal_changes_the_counting_not_the_step_time():
+    """The kernels run causal attention whichever convention the MFU is quoted in (issue 20: 12.23 s vs 11.70 s):
+    --causal only moves the model FLOPs, so MFU scales with them and step_seconds stays."""
+    full, causal = train_json("--seq-len", 8192), train_json("--seq-len", 8192, "--causal")
+    assert causal["step_seconds"] == full["step_seconds"]
+    assert causal["total_flops"] < full["total_flops"]  # half the S² attention FLOPs counted
+    assert causal["mfu"] / full["mfu"] == pytest.approx(causal["total_flops"] / full["total_flops"])
+    assert full["hardware_tflops_per_gpu"] > 0 and causal["hardware_tflops_per_gpu"] > 0  # both printed
+
+
+def test_every_prediction_says_what_it_assumed():
+    d = train_json("--tp", 2, "--tp-overlap")
+    a = d["assumptions"]
+    for key in ("kernel_efficiency", "gemm_dtype", "attention_kernel", "rank_order", "tp_overlap", "dp_overlap",
+                "optimizer"):
+        assert key in a, key
+    assert a["rank_order"] == "tp-cp-ep-dp-pp" and a["gemm_dtype"] == "bf16" and a["attention_kernel"] == "cudnn"
+    assert any(n.startswith("assumed: kernel_efficiency") for n in d["prediction_notes"])
+    moe = train_json("--ep", 8, "--moe-imbalance", 1.5,
+                     base=("train", "mixtral-8x7b", "--tokens", "1T", "--gpu", "h100-sxm", "--n-gpus", 64,
+                           "--global-batch", 256))
+    assert any("1.5" in str(v) for v in moe["assumptions"].values())  # the imbalance it was told
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--fp8-attention"], "needs an FP8 or FP4 --recipe"),
+    (["--ep-overlap"], "needs an MoE model"),
+    (["--ep-dispatcher", "deepep"], "needs an MoE model"),
+    (["--moe-imbalance", 1.5], "needs a mixture-of-experts model"),
+    (["--moe-imbalance", 0.5], "must be at least 1"),
+    (["--mtp-layers", 1, "--mfu", 0.4], "drop it"),
+    (["--recipe", "fp8", "--mfu", 0.4], "drop it"),
+    (["--recompute-layers", 4], "needs --recompute full"),
+    (["--recompute", "full", "--recompute-layers", 99], "more than the 32 layers of a pipeline chunk"),
+    (["--recompute-modules", "mlp"], "needs --recompute selective"),
+    (["--recompute", "selective", "--recompute-modules", "moe"], "need an MoE model"),
+    (["--recompute", "selective", "--recompute-modules", "mla_up_proj"], "multi-head latent attention"),
+    (["--recompute", "selective", "--recompute-modules", "foo"], "unknown foo"),
+    (["--rank-order", "tp-dp-cp"], "must list tp, cp, ep, dp and pp once each"),
+    (["--cp-comm", "all-gather"], "needs --cp > 1"),
+    (["--recipe", "nvfp4"], "no FP4 tensor cores"),
+    (["--gpu", "a100-80gb-sxm", "--recipe", "fp8"], "no published dense fp8 peak"),
+    (["--gpu", "a100-80gb-sxm", "--attention-kernel", "fa3"], "needs Hopper or Blackwell"),
+    (["--gpu", "mi300x", "--attention-kernel", "cudnn"], "NVIDIA's"),
+])
+def test_step_options_refuse_in_one_line_where_they_do_not_apply(args, needle):
+    r = run(*TRAIN_8B, *args)
+    assert r.exit_code == 2, r.output
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr, r.stderr
+
+
+def test_layout_refuses_partial_recompute_in_one_line():
+    r = run("layout", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", 16, "--global-batch", 64,
+            "--recompute-layers", 4)
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1 and "llmcalc train" in r.stderr
+
+
+def test_partial_recompute_lies_between_none_and_full():
+    """--recompute-layers k re-runs the forward of k layers per chunk: k = all is full recomputation, and each
+    layer recomputed adds the same forward time (every layer of Llama-3-8B is the same kind): 8 more from 8 to 16,
+    16 more from 16 to 32."""
+    step = {k: train_json("--recompute", "full", "--recompute-layers", k)["step_seconds"] for k in (8, 16, 32)}
+    none = train_json()["step_seconds"]
+    full = train_json("--recompute", "full")["step_seconds"]
+    assert none < step[8] < step[16] < step[32] == pytest.approx(full)
+    assert 2 * (step[16] - step[8]) == pytest.approx(step[32] - step[16], rel=1e-6)
+    sel = {m: train_json("--recompute", "selective", "--recompute-modules", m)["step_seconds"]
+           for m in ("layernorm", "mlp")}
+    assert none < sel["layernorm"] < sel["mlp"] < full  # a norm re-runs less than the MLP's GEMMs
+
+
+def test_mtp_layers_add_work_to_the_last_stage():
+    base = ("train", "deepseek-v3", "--tokens", "1T", "--gpu", "h100-sxm", "--n-gpus", 1024, "--global-batch", 1024,
+            "--seq-len", 4096, "--pp", 16, "--ep", 64)
+    none, one = train_json(base=base), train_json("--mtp-layers", 1, base=base)
+    assert one["step_seconds"] > none["step_seconds"]
+    assert one["layout"] == none["layout"]
+
+
+def test_muon_step_adds_newton_schulz_matmuls():
+    """Muon (one momentum state) reads and writes less than AdamW (two), but runs MUON_NS_STEPS Newton-Schulz
+    iterations per matrix: 5 x (4·m²·n + 2·m³) for m x n = 4096 x 4096 is 2.1 TFLOP per matrix at the tensor cores."""
+    from llmcalc.analytic.steptime import MUON_NS_STEPS
+
+    assert MUON_NS_STEPS == 5
+    assert pytest.approx(2.06e12, rel=0.01) == 5 * (4 * 4096 ** 3 + 2 * 4096 ** 3)
+    adam = train_json()["breakdown_seconds"]["optimizer"]
+    muon = train_json("--optimizer", "muon")["breakdown_seconds"]["optimizer"]
+    assert muon > adam
+
+
+@pytest.mark.parametrize("recipe", ["fp8", "fp8-current", "fp8-blockwise", "mxfp8", "nvfp4"])
+def test_low_precision_recipes_speed_up_less_than_their_peak_ratio(recipe):
+    """FP8 on B200 (fp8 MAMF below 2x bf16, attention kept in BF16, quantization passes): the published gain over
+    BF16 is ~1.3-1.5x (issue 20), never the 2x of the peaks; NVFP4 runs faster than FP8 but under 4x BF16."""
+    base = ("train", "llama-3.1-70b", "--tokens", "1T", "--gpu", "b200", "--n-gpus", 64, "--global-batch", 128,
+            "--seq-len", 8192, "--tp", 4, "--pp", 2, "--recompute", "full")
+    bf16 = train_json(base=base)["step_seconds"]
+    low = train_json("--recipe", recipe, base=base)["step_seconds"]
+    speedup = bf16 / low
+    assert 1.1 < speedup < (2.2 if recipe == "nvfp4" else 1.7), speedup
+
+
+def test_low_precision_recipes_in_memory():
+    """memory --recipe takes the block-scaled recipes: the weight copies they cache are 2 x (1 + 1/32) B (MXFP8: row-
+    and column-wise, E8M0 per 32) and 2 x (0.5 + 1/16) B (NVFP4: E4M3 per 16) per parameter."""
+    from llmcalc.analytic.memory import RECIPES
+
+    assert RECIPES["mxfp8"].autocast_cache_bytes == pytest.approx(2.0625)
+    assert RECIPES["nvfp4"].autocast_cache_bytes == pytest.approx(1.125)
+    assert RECIPES["fp8-blockwise"].saved_input_bytes == pytest.approx(1 + 4 / 128)
+    for recipe in ("fp8-blockwise", "mxfp8", "nvfp4"):
+        r = run("memory", "llama-3-8b", "--recipe", recipe, "--format", "json")
+        assert r.exit_code == 0, r.output
+
+
+# --- issue 24: the fast search against the exact search, the closed forms against the simulator ------------------
+
+@pytest.mark.parametrize("schedule, p, m, v, f, b, c", [
+    ("1f1b", 4, 8, 1, [1.0] * 4, [2.0] * 4, 0.0),
+    ("1f1b", 4, 8, 1, [1.0] * 4, [2.0] * 4, 0.05),
+    ("1f1b", 8, 16, 1, [0.7] * 8, [1.5] * 8, 0.02),
+    ("interleaved", 4, 8, 2, [1.0] * 8, [2.0] * 8, 0.0),
+    ("interleaved", 4, 8, 2, [1.0] * 8, [2.0] * 8, 0.05),
+    ("gpipe", 4, 8, 1, [1.0] * 4, [2.0] * 4, 0.0),
+    ("1f1b", 4, 8, 1, [0.8] + [1.0] * 2 + [1.4], [1.7] + [2.0] * 2 + [2.9], 0.0),  # embedding / LM head
+    ("1f1b", 1, 8, 1, [1.0], [2.0], 0.0),
+])
+def test_path_bound_is_the_simulators_makespan_where_the_timeline_is_known(schedule, p, m, v, f, b, c):
+    from llmcalc.analytic.pipeline import path_bound
+
+    bound, exact = path_bound(schedule, p, m, f, b, None, v, c)
+    sim = simulate(schedule, p, m, f.__getitem__, b_time=b.__getitem__, vpp=v, p2p_time=c).makespan
+    assert exact and bound == pytest.approx(sim, rel=1e-9)
+    if f == [1.0] * len(f) and b == [2.0] * len(b):  # Narayanan et al. 2021 sec. 2.2: (v·m + p - 1)(F + B)
+        hops = 2 * (p * v - 1) if schedule == "interleaved" else 2 * (p - 2) + 2 * m * (p - 1) / p
+        assert bound == pytest.approx((v * m + p - 1) * 3.0 + hops * c)
+
+
+@pytest.mark.parametrize("schedule, p, m, v, f, b, w", [
+    ("1f1b", 4, 8, 1, [1.0, 1.0, 1.6, 1.0], [2.0, 2.0, 3.1, 2.0], None),  # a heavier middle stage
+    ("interleaved", 4, 8, 2, [1.0, 1.3] * 4, [2.0, 2.2] * 4, None),
+    ("zb-h1", 4, 8, 1, [1.0] * 4, [1.0] * 4, [1.0] * 4),
+])
+def test_path_bound_never_exceeds_the_simulated_makespan(schedule, p, m, v, f, b, w):
+    from llmcalc.analytic.pipeline import path_bound
+
+    bound, exact = path_bound(schedule, p, m, f, b, w, v, 0.01)
+    sim = simulate(schedule, p, m, f.__getitem__, b_time=b.__getitem__, w_time=w.__getitem__ if w else None, vpp=v,
+                   p2p_time=0.01).makespan
+    assert bound <= sim * (1 + 1e-12)
+    if exact:
+        assert bound == pytest.approx(sim, rel=1e-9)
+
+
+def _exact_search_agrees(model, n, seq, batch):
+    from llmcalc.analytic import steptime
+
+    spec = load_model(model)
+    fast, _, _ = steptime.search_layouts(spec, "h100-sxm", n, seq, global_batch=batch)
+    exact, _, _ = steptime.search_layouts(spec, "h100-sxm", n, seq, global_batch=batch, top=10 ** 9)
+    key = lambda pm: (steptime._describe(pm[0].layout, pm[0].recompute), pm[0].step_seconds)  # noqa: E731
+    assert [key(pm) for pm in fast[:10]] == [key(pm) for pm in exact[:10]]
+    assert all(pm[0].step_seconds >= exact[9][0].step_seconds * (1 - 1e-12) for pm in fast[10:])
+
+
+def test_fast_search_returns_the_exact_searchs_best_layouts():
+    """search_layouts simulates a pipeline only where its lower bound can still beat the 10th best exact step; with
+    top = everything, every layout is simulated (the exact search): the same ten best, in the same order."""
+    _exact_search_agrees("llama-3-8b", 64, 8192, 512)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model, n, seq, batch", [("llama-3-8b", 1024, 8192, 2048),
+                                                  ("llama-3.1-405b", 16384, 8192, 2048),
+                                                  ("mixtral-8x7b", 64, 4096, 256), ("deepseek-v3", 2048, 4096, 4096)])
+def test_fast_search_returns_the_exact_searchs_best_layouts_on_the_benchmark_cases(model, n, seq, batch):
+    _exact_search_agrees(model, n, seq, batch)
+
+
+def test_layout_applies_expert_settings_to_the_layouts_with_all_to_alls():
+    """layout --ep-overlap: the layouts without expert all-to-alls (ep 1) are still searched, without it; on a dense
+    model the option is refused in one line, not 'no layout fits'."""
+    base = ("layout", "mixtral-8x7b", "--gpu", "h100-sxm", "--n-gpus", 64, "--seq-len", 4096, "--global-batch", 256,
+            "--top", 1000, "--format", "json")
+    plain, overlap = mixtral_layouts(), json.loads(run(*base, "--ep-overlap").stdout)
+    assert len(overlap["layouts"]) == len(plain["layouts"])
+    r = run("layout", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", 16, "--global-batch", 64, "--ep-overlap")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1 and "dense" in r.stderr
+
+
+@pytest.mark.parametrize("model, recipe, recompute, tp, pp, ep, zero", [
+    ("llama-3-8b", "bf16-mixed", "none", 1, 1, 1, 1), ("llama-3-8b", "fp8", "selective", 2, 4, 1, 3),
+    ("mixtral-8x7b", "mxfp8", "full", 2, 2, 4, 1), ("nemotron-h-8b", "bf16-mixed", "full", 2, 2, 1, 3),
+    ("deepseek-v2-lite", "nvfp4", "none", 1, 3, 8, 1), ("gemma-2-9b", "bf16-mixed", "selective", 4, 1, 1, 1),
+])
+def test_search_memory_is_training_memorys(model, recipe, recompute, tp, pp, ep, zero):
+    """The search's training_peak (each layer kind's activations once, counted) equals memory.training_memory."""
+    from dataclasses import replace
+
+    from llmcalc.analytic.memory import training_memory
+    from llmcalc.analytic.parallel import Parallel
+    from llmcalc.analytic.steptime import training_peak
+
+    spec = load_model(model)
+    even = spec.with_layers(math.ceil(spec.n_layers / pp) * pp)
+    par = Parallel(tp=tp, pp=pp, dp=8, ep=ep, sequence_parallel=True, zero=zero)
+    want = training_memory(even, 2, 4096, recipe=recipe, optimizer="adamw", recompute=recompute, attention="flash",
+                           parallel=replace(par)).peak
+    assert training_peak(even, 2, 4096, recipe, "adamw", recompute=recompute, parallel=par) == pytest.approx(want)

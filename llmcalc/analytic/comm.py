@@ -11,21 +11,36 @@ These are the "bus bandwidth" factors of nccl-tests: busbw = algbw x factor, so 
 busbw. A measured run (torch profiler, FSDP2/DTensor traces) can be held against them collective by
 collective: ``Collective.bytes_per_rank`` is what a rank puts on the wire.
 
-Time (alpha-beta, Hockney 1994): t = steps x alpha + bytes_per_rank / bandwidth, the bandwidth of the tier
-times the share NCCL reaches on it (NCCL_BUS_EFFICIENCY on NVLink, NCCL_NET_EFFICIENCY across nodes),
-with steps = 2(n-1) for a ring all-reduce, n-1 for the others, 1 for p2p. A group whose n ranks sit in
-one node (stride x n <= GPUs per node) uses the scale-up link (NVLink/NVSwitch), otherwise the
-scale-out network, one NIC per GPU. A ring collective (all-reduce, all-gather, reduce-scatter) whose
-group has g = GPUs per node / stride members in each node crosses the network through all g of their
-NICs: NCCL builds each ring through a node's GPUs on NVLink, leaving it once, and spreads its channels
-(rings) over the node's NICs, so each NIC carries 1/g of the ring's bytes and the scale-out bandwidth per
-rank is g x the per-GPU NIC share (capped by the scale-up link). Data parallelism at tp = 1 on DGX A100
-(8 HDR NICs) thus sees 8 x 25 GB/s; at stride >= GPUs per node (g = 1) each rank has only its own NIC.
-All-to-all and p2p send each rank's bytes through its own NIC (g = 1).
+Time (alpha-beta, Hockney 1994): t = steps x alpha + bytes_per_rank / bandwidth, with the plateau bus bandwidth
+of the tier NCCL reaches for the collective (measured nccl-tests curves, S. Bekman ml-engineering
+network/README.md "Real network throughput"):
+- ring all-gather / reduce-scatter / all-to-all on NVLink: NCCL_BUS_EFFICIENCY of the link (H200 361-363 of 450,
+  H100 "370GB/s" of 450 per the NCCL maintainer, A100 all-reduce ring 235 of 300, B200 ring 682 of 900);
+- all-reduce of >= NVLS_MIN_GPUS GPUs on an NVSwitch with NVLink SHARP (Hopper, Blackwell): NVLS_EFFICIENCY of
+  the link (H200 480 of 450, B200 838 of 900, GB200 NVL72 ~850 of 900); NVLS does nothing else;
+- a fully connected mesh (AMD xGMI, ``Network.topology == "mesh"``): a group of g GPUs in a node moves its data
+  over the g-1 direct links of each member, MESH_EFFICIENCY of their rate (RCCL all-reduce 312.9 GB/s on 8
+  MI300X of 7 x 64 = 448, 47.7 on 2 of 64);
+- across nodes: NCCL_NET_EFFICIENCY of the NICs (below).
+alpha (per ring step) is fitted once to the same curves from 4 MiB to 1 GiB with the plateau free: 4.25 us (H200
+8 GPUs), 5.25 (A100), 6.5 (B200) on NVLink, 7.0 us on 4 B200 nodes over EFA; the presets carry 5 and 7 us.
+steps = 2(n-1) for a ring all-reduce, n-1 for all-gather / reduce-scatter, 1 for p2p; an all-to-all sends to all
+peers at once: 4·log2(n) steps, DeepEP's low-latency dispatch at EP 8-256 taking 77-194 us, ~28 us x log2(n).
+A group whose n ranks sit in one node (stride x n <= GPUs per node: the NVLink domain, 72 on GB200/GB300 NVL72)
+uses the scale-up link, otherwise the scale-out network, one NIC per GPU. A ring collective (all-reduce,
+all-gather, reduce-scatter) whose group has g = GPUs per node / stride members in each node crosses the network
+through all g of their NICs: NCCL builds each ring through a node's GPUs on NVLink, leaving it once, and spreads
+its channels (rings) over the node's NICs, so each NIC carries 1/g of the ring's bytes and the scale-out
+bandwidth per rank is g x the per-GPU NIC share (capped by the scale-up link). Data parallelism at tp = 1 on DGX
+A100 (8 HDR NICs) thus sees 8 x 25 GB/s; at stride >= GPUs per node (g = 1) each rank has only its own NIC.
+An all-to-all cannot aggregate NICs ("Alltoall cannot aggregate the bandwidth of multiple NICs", NCCL maintainer,
+NVIDIA/nccl-tests#267): of the (n-1)/n of its buffer a rank sends, the (n-g)/n to other nodes leave through its
+own NIC while the (g-1)/n to its node's peers take NVLink, at the same time.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..errors import LlmcalcError
@@ -37,6 +52,14 @@ KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
 # (NVIDIA's published DGX A100 figure: 230 GB/s), i.e. ~0.78 of the link; the same ratio is used for
 # the scale-up link of every accelerator preset.
 NCCL_BUS_EFFICIENCY = 0.78
+# NVLink SHARP all-reduce (NVLS) on NVSwitch systems, from NVLS_MIN_GPUS GPUs on (nccl-tests: H200 ring at 4 GPUs,
+# NVLS from 5; B200 NVLS from 6): 480 of 450 GB/s on H100/H200 ("On 8 GPUs, you should reach a peak busBw of
+# ~480GB/s", NVIDIA/nccl-tests#212), 838 of 900 on B200, ~850 of 900 on GB200 NVL72 (ml-engineering).
+NVLS_EFFICIENCY = {"hopper": 480 / 450, "blackwell": 838 / 900, "blackwell-ultra": 838 / 900}
+NVLS_MIN_GPUS = 6
+# AMD xGMI: "reduce the usable bandwidth to approximately 48 GB/s per link. This represents about 75% of the
+# theoretical peak" (AMD ROCm blog, mi300x-rccl-xgmi); RCCL all-reduce 312.9 of 448 GB/s on 8 MI300X: 0.70.
+MESH_EFFICIENCY = 0.72
 # The same share across nodes, over InfiniBand/RoCE NICs: reported all_reduce_perf runs between A100 nodes reach
 # 84.8-96 GB/s busbw of 100 GB/s line rate with 4 HDR NICs (NVIDIA/nccl-tests#119), 91 of 100 (nccl-tests#100),
 # 86 of 96 (NVIDIA/nccl#1048): ~0.9. The NIC path is a DMA engine streaming over PCIe; NVLink rings lose more
@@ -58,11 +81,14 @@ def bus_factor(kind: str, n: int) -> float:
 
 
 def latency_steps(kind: str, n: int) -> int:
-    """Sequential message steps of the ring algorithm (the alpha term's multiplier)."""
+    """Sequential message steps (the alpha term's multiplier): a ring's 2(n-1) or n-1, an all-to-all's
+    4·log2(n) (see the module docstring), a send's 1."""
     if kind == "p2p":
         return 1
     if n == 1:
         return 0
+    if kind == "all_to_all":
+        return 4 * math.ceil(math.log2(n))
     return 2 * (n - 1) if kind == "all_reduce" else n - 1
 
 
@@ -76,6 +102,18 @@ class Network:
     scale_up_latency: float
     scale_out_latency: float
     source: str = ""
+    topology: str = "switch"  # "switch" (NVSwitch/NVLink: any group at the full link rate) or "mesh" (xGMI)
+    link_bandwidth: float = 0.0  # mesh: one peer link, per direction
+    nvls: str = ""  # the NVLS generation ("hopper", "blackwell", ...) where all-reduce runs NVLink SHARP; "" none
+
+    def scale_up_rate(self, members: int, kind: str, group: int) -> float:
+        """Bus bandwidth a collective of `group` ranks with `members` of them in this node reaches on the scale-up
+        link (see the module docstring)."""
+        if self.topology == "mesh":
+            return max(1, members - 1) * self.link_bandwidth * MESH_EFFICIENCY
+        if kind == "all_reduce" and self.nvls and members >= NVLS_MIN_GPUS:
+            return self.scale_up_bandwidth * NVLS_EFFICIENCY[self.nvls]
+        return self.scale_up_bandwidth * NCCL_BUS_EFFICIENCY
 
 
 def network_from_preset(key: str, data: dict) -> Network | None:
@@ -84,9 +122,14 @@ def network_from_preset(key: str, data: dict) -> Network | None:
     if block is None:
         return None
     try:
+        topology = block.get("topology", "switch")
+        if topology not in ("switch", "mesh"):
+            raise ValueError(f"topology {topology!r} is not switch or mesh")
         return Network(int(block["gpus_per_node"]), float(block["scale_up_gb_per_s"]) * 1e9,
                        float(block["scale_out_gb_per_s"]) * 1e9, float(block["scale_up_latency_us"]) * 1e-6,
-                       scale_out_latency=float(block["scale_out_latency_us"]) * 1e-6, source=block.get("_source", ""))
+                       scale_out_latency=float(block["scale_out_latency_us"]) * 1e-6, source=block.get("_source", ""),
+                       topology=topology, link_bandwidth=float(block.get("link_gb_per_s", 0)) * 1e9,
+                       nvls=str(block.get("nvls", "")))
     except (KeyError, TypeError, ValueError) as exc:
         raise LlmcalcError(f"hardware preset {key!r} has a malformed network block: {exc!r}") from None
 
@@ -101,6 +144,7 @@ class Collective:
     buffer_bytes: float  # S: the unsharded tensor (for p2p: the message)
     count: float = 1.0  # how many per step
     stride: int = 1  # rank distance between group members (TP 1, then CP, PP, DP outward)
+    per_node: int = 0  # members in one node when the group spans several dimensions (0: from the stride)
 
     @property
     def bytes_per_rank(self) -> float:
@@ -112,26 +156,40 @@ class Collective:
         return self.bytes_per_rank * self.count
 
     def intra_node(self, net: Network) -> bool:
+        if self.per_node and self.kind != "p2p":
+            return self.per_node >= self.group
         span = self.stride * (self.group if self.kind != "p2p" else 2)
         return span <= net.gpus_per_node
+
+    def members_per_node(self, net: Network) -> int:
+        """Members of the group in one node: GPUs per node / stride, at most the group (or ``per_node``)."""
+        if self.per_node:
+            return min(self.group, self.per_node)
+        return max(1, min(self.group, net.gpus_per_node // self.stride))
 
     def nics_per_node(self, net: Network) -> int:
         """NICs a ring collective of this group spreads its inter-node bytes over (see the module docstring)."""
         if self.kind in ("all_to_all", "p2p"):
             return 1
-        return max(1, min(self.group, net.gpus_per_node // self.stride))
+        return self.members_per_node(net)
 
     def seconds(self, net: Network) -> float:
         """Alpha-beta time of one call."""
         if self.kind != "p2p" and self.group == 1:
             return 0.0
-        up = net.scale_up_bandwidth * NCCL_BUS_EFFICIENCY
+        steps = latency_steps(self.kind, self.group)
+        members = self.members_per_node(net) if self.kind != "p2p" else (2 if self.intra_node(net) else 1)
+        up = net.scale_up_rate(members, self.kind, self.group)
         if self.intra_node(net):
-            bw, alpha = up, net.scale_up_latency
-        else:
-            bw = min(up, self.nics_per_node(net) * net.scale_out_bandwidth * NCCL_NET_EFFICIENCY)
-            alpha = net.scale_out_latency
-        return latency_steps(self.kind, self.group) * alpha + self.bytes_per_rank / bw
+            return steps * net.scale_up_latency + self.bytes_per_rank / up
+        nic = net.scale_out_bandwidth * NCCL_NET_EFFICIENCY
+        if self.kind == "all_to_all":  # off-node share through its own NIC, on-node share over NVLink, together
+            g, n = members, self.group
+            off = self.buffer_bytes * (n - g) / n / nic
+            on = self.buffer_bytes * (g - 1) / n / up if g > 1 else 0.0
+            return steps * net.scale_out_latency + max(off, on)
+        bw = min(up, self.nics_per_node(net) * nic)
+        return steps * net.scale_out_latency + self.bytes_per_rank / bw
 
 
 # --- what each parallelism sends: the general volume functions ------------------------------------
@@ -178,6 +236,38 @@ def ep_collectives(tokens: float, top_k: int, d_model: int, act_bytes: float, ep
         out += [Collective("ETP all-gather of routed tokens", "all_gather", etp, etp * s, count=passes),
                 Collective("ETP reduce-scatter of expert outputs", "reduce_scatter", etp, etp * s, count=passes)]
     return out
+
+
+def expected_remote_nodes(n_experts: int, top_k: int, nodes: int) -> float:
+    """Other nodes a token's top-k experts land on, experts spread evenly over `nodes` nodes and chosen uniformly
+    (what balanced routing gives): (nodes - 1) x (1 - C(E - E/nodes, k) / C(E, k))."""
+    if nodes <= 1:
+        return 0.0
+    per = n_experts / nodes
+    miss = 1.0
+    for j in range(top_k):  # C(E - per, k) / C(E, k) as a product
+        miss *= max(0.0, (n_experts - per - j) / (n_experts - j))
+    return (nodes - 1) * (1 - miss)
+
+
+def deepep_seconds(tokens: float, top_k: int, n_experts: int, d_model: int, act_bytes: float, ep: int, stride: int,
+                   net: Network) -> float:
+    """One dispatch (or combine) of DeepEP's normal kernels / Megatron-Core's flex (HybridEP) dispatcher for `tokens`
+    tokens of this rank: a token crosses to each other node holding one of its experts once, over RDMA to the
+    same-index GPU, which forwards it over NVLink to the experts' GPUs ("the results are logical bandwidth",
+    DeepEP README: 43-58 GB/s logical RDMA on a 50 GB/s NIC at EP 16-64, 153-158 GB/s of H800's ~160 GB/s NVLink
+    within a node). Off-node bytes: tokens x expected_remote_nodes x d_model; on-node: every copy that is not this
+    GPU's (tokens x top_k x (1 - 1/g)) over NVLink; the two at once."""
+    g = max(1, min(ep, net.gpus_per_node // stride))
+    nodes = max(1, ep // g)
+    width = d_model * act_bytes
+    off = tokens * expected_remote_nodes(n_experts, top_k, nodes) * width
+    on = tokens * top_k * width * (1 - 1 / g)
+    up = net.scale_up_rate(g, "all_to_all", ep)
+    steps = latency_steps("all_to_all", ep)
+    if nodes > 1:
+        return steps * net.scale_out_latency + max(off / (net.scale_out_bandwidth * NCCL_NET_EFFICIENCY), on / up)
+    return steps * net.scale_up_latency + on / up
 
 
 def pp_collectives(tokens: float, d_model: int, act_bytes: float, tp: int, sequence_parallel: bool,

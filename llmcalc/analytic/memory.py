@@ -47,8 +47,15 @@ class Recipe:
     description: str
     persistent_grads: bool = False  # a gradient buffer that lives through forward (Megatron)
     autocast_cache_bytes: float = 0.0  # torch.autocast caches a low-precision copy of each weight in forward
-    fp8: str = ""  # FP8 GEMMs: "te-delayed", "te-current" or "torchao" (see FP8_NOTES)
+    fp8: str = ""  # low-precision GEMMs: the quantization scheme, a key of FP8_NOTES ("te-delayed", ...); "" none
     fp8_saved_inputs: bool = False  # linears save their input in FP8 (Transformer Engine), not bf16
+    saved_input_bytes: float = 1.0  # with fp8_saved_inputs: bytes per saved element, block scales included
+    gemm_dtype: str = "bf16"  # what the linear GEMMs' inputs are: bf16, fp16, fp32, fp8 or fp4 (the step model's rate)
+
+    @property
+    def quant_label(self) -> str:
+        """How memory names this recipe's cached low-precision weights and state: FP8, MXFP8 or NVFP4."""
+        return {"te-mxfp8": "MXFP8", "te-nvfp4": "NVFP4"}.get(self.fp8, "FP8")
 
 
 # FP8 figures read from the sources at NVIDIA/TransformerEngine@d0067d0da6cb01811b8072a7d304f0e00344ce2b (TE),
@@ -64,7 +71,8 @@ class Recipe:
 # allocates the state of 3 more under FP8 autocast even without fp8_dpa (attention/dot_product_attention/
 # dot_product_attention.py: prepare_forward_ctx(num_gemms=3) L1665, state for num_gemms [3] L1243, the
 # delayed recipe reused as is). torchao's float8 training scales dynamically: no state (float8/float8_linear.py).
-FP8_STATE_BYTES_PER_LAYER = {"te-delayed": (4 + 3) * 5 * (1024 + 1) * 4, "te-current": 0, "torchao": 0}
+FP8_STATE_BYTES_PER_LAYER = {"te-delayed": (4 + 3) * 5 * (1024 + 1) * 4, "te-current": 0, "torchao": 0,
+                             "te-blockwise": 0, "te-mxfp8": 0, "te-nvfp4": 0}
 # Saved tensors that are linear-layer inputs: Transformer Engine keeps its FP8 cast of them for the weight-gradient
 # GEMM, column-wise only (module/linear.py L600-616: "Discard row-wise data since it is not needed in backward";
 # LayerNormLinear's ln_out, Linear's inputmat, LayerNormMLP's fc2 input act_out); LayerNormMLP keeps fc1's output
@@ -88,12 +96,25 @@ FP8_NOTES = {
                "cast to FP8 per GEMM and not kept: torchao's float8 linear saves its high-precision input (bf16 "
                "under autocast) and weight for backward (torchao/float8/float8_linear.py "
                "ctx.save_for_backward(input_hp, weight_hp_t)), so activations stay bf16; no scaling state",
+    "te-blockwise": "Transformer Engine Float8BlockScaling under Megatron-LM (DeepSeek-V3's fine-grained FP8, arXiv "
+                    "2412.19437 sec. 3.3.2): activations and gradients scaled per 1x128 tile, weights per 128x128 "
+                    "block, fp32 scales; 18 B/param as fp8-current, FP8 weight copy and transpose (2 B/param), linear "
+                    "inputs saved in FP8 with one fp32 scale per 128 elements (1.03 B); no scaling state",
+    "te-mxfp8": "Transformer Engine MXFP8BlockScaling (OCP Microscaling: 32-element blocks sharing an 8-bit E8M0 "
+                "scale; Blackwell tensor cores) under Megatron-LM: 18 B/param as fp8-current; weights cached row- "
+                "and column-wise (the block runs along K, so each GEMM layout needs its own quantization): 2 x "
+                "(1 + 1/32) = 2.06 B/param; linear inputs saved column-wise for the weight gradient (1.03 B); no "
+                "scaling state",
+    "te-nvfp4": "Transformer Engine NVFP4BlockScaling (4-bit E2M1 values, one E4M3 scale per 16 elements and an "
+                "fp32 scale per tensor; Blackwell) under Megatron-LM for the linear GEMMs: 18 B/param as "
+                "fp8-current; weights cached row- and column-wise, 2 x (0.5 + 1/16) = 1.125 B/param; linear inputs "
+                "saved as NVFP4 for the weight gradient (0.5625 B); no scaling state",
 }
 
 
 RECIPES = {r.name: r for r in (
     Recipe("fp32", 4, 4, 0, state_bytes=4, act_bytes=4,
-           description="fp32 weights, gradients, optimizer states and activations"),
+           description="fp32 weights, gradients, optimizer states and activations", gemm_dtype="fp32"),
     Recipe("bf16-mixed", 2, 2, 4, state_bytes=4, act_bytes=2,
            description="bf16 weights/grads/activations, fp32 master weights and optimizer states "
            "(ZeRO paper, Rajbhandari et al. 2020: 2 + 2 + 12 = 16 bytes/param with Adam)"),
@@ -101,7 +122,7 @@ RECIPES = {r.name: r for r in (
            description="bf16-mixed with fp32 main gradients in a persistent buffer, as Megatron-LM keeps them "
            "(18 bytes/param with Adam)", persistent_grads=True),
     Recipe("fp16-mixed", 2, 2, 4, state_bytes=4, act_bytes=2,
-           description="fp16 weights/grads/activations, fp32 master and optimizer states"),
+           description="fp16 weights/grads/activations, fp32 master and optimizer states", gemm_dtype="fp16"),
     Recipe("bf16", 2, 2, 0, state_bytes=2, act_bytes=2,
            description="pure bf16: weights, gradients, optimizer states and activations"),
     Recipe("amp", 4, 4, 0, state_bytes=4, act_bytes=2,
@@ -110,11 +131,21 @@ RECIPES = {r.name: r for r in (
            "autocast caches a bf16 copy of each weight during forward", autocast_cache_bytes=2),
     Recipe("fp8", 2, 4, 4, state_bytes=4, act_bytes=2, description=FP8_NOTES["te-delayed"], persistent_grads=True,
            autocast_cache_bytes=2,
-           fp8="te-delayed", fp8_saved_inputs=True),
+           fp8="te-delayed", fp8_saved_inputs=True, gemm_dtype="fp8"),
     Recipe("fp8-current", 2, 4, 4, state_bytes=4, act_bytes=2, description=FP8_NOTES["te-current"],
            persistent_grads=True, autocast_cache_bytes=2,
-           fp8="te-current", fp8_saved_inputs=True),
-    Recipe("fp8-torchao", 4, 4, 0, state_bytes=4, act_bytes=2, description=FP8_NOTES["torchao"], fp8="torchao"),
+           fp8="te-current", fp8_saved_inputs=True, gemm_dtype="fp8"),
+    Recipe("fp8-torchao", 4, 4, 0, state_bytes=4, act_bytes=2, description=FP8_NOTES["torchao"], fp8="torchao",
+           gemm_dtype="fp8"),
+    Recipe("fp8-blockwise", 2, 4, 4, state_bytes=4, act_bytes=2, description=FP8_NOTES["te-blockwise"],
+           persistent_grads=True, autocast_cache_bytes=2, fp8="te-blockwise", fp8_saved_inputs=True,
+           saved_input_bytes=1 + 4 / 128, gemm_dtype="fp8"),
+    Recipe("mxfp8", 2, 4, 4, state_bytes=4, act_bytes=2, description=FP8_NOTES["te-mxfp8"], persistent_grads=True,
+           autocast_cache_bytes=2 * (1 + 1 / 32), fp8="te-mxfp8", fp8_saved_inputs=True, saved_input_bytes=1 + 1 / 32,
+           gemm_dtype="fp8"),
+    Recipe("nvfp4", 2, 4, 4, state_bytes=4, act_bytes=2, description=FP8_NOTES["te-nvfp4"], persistent_grads=True,
+           autocast_cache_bytes=2 * (0.5 + 1 / 16), fp8="te-nvfp4", fp8_saved_inputs=True,
+           saved_input_bytes=0.5 + 1 / 16, gemm_dtype="fp4"),
 )}
 
 
@@ -140,6 +171,10 @@ OPTIMIZERS = {o.name: o for o in (
     # absmax per block and state (Dettmers et al. 2022).
     Optimizer("adam8bit", 2, fixed_state_bytes=1.0, extra_bytes=2 * 4 / 2048,
               source="Dettmers et al. 2022 (bitsandbytes): 2 x 1 byte + fp32 absmax per 2048-block"),
+    # Muon (Jordan et al. 2024; Moonlight, arXiv 2502.16982): one momentum buffer, orthogonalised by Newton-Schulz
+    # iterations; counted for every parameter (in practice embeddings, head and norms take AdamW's two states: a
+    # few per cent more for a large model).
+    Optimizer("muon", 1, source="Jordan et al. 2024 (Muon): one momentum buffer"),
 )}
 
 
@@ -221,7 +256,7 @@ class MemoryEstimate(PhasedPeak):
 
     def _per_gpu(self, bytes_per_param: float, stage_needed: int) -> float:
         """Bytes of one per-parameter state: the dense part ZeRO-sharded over dp, the routed experts over
-        their own data-parallel group, tp x dp / (etp x ep) ranks (dp / ep when etp = tp)."""
+        their own data-parallel group, tp x cp x dp / (etp x ep) ranks (dp / ep when etp = tp, cp = 1)."""
         expert_shard = self.parallel.expert_dp if self.parallel.zero >= stage_needed else 1
         return (self.params_on_gpu / self._shard(stage_needed)
                 + self.expert_params_on_gpu / expert_shard) * bytes_per_param
@@ -289,7 +324,8 @@ class MemoryEstimate(PhasedPeak):
         """Every component in bytes, in the order printed; an FP8 recipe names its cached weight copies and
         scaling state (Transformer Engine), any other recipe its autocast weight cache."""
         a = self.activations
-        cache = {"FP8 weight copies": self.autocast_cache, "FP8 scaling state": self.fp8_state} if self.recipe.fp8 \
+        q = self.recipe.quant_label
+        cache = {f"{q} weight copies": self.autocast_cache, f"{q} scaling state": self.fp8_state} if self.recipe.fp8 \
             else {"autocast weight cache": self.autocast_cache}
         return {
             "weights": self.weights,
@@ -326,9 +362,10 @@ class MemoryEstimate(PhasedPeak):
                                      and (k != "gradients" or self.recipe.persistent_grads)}}
         if self.spec.n_layers:
             phases["blocks' backward"] = self._backward(c)
+        q = self.recipe.quant_label
         phases["optimizer step"] = {k: c[k] for k in ("weights", "gradients", "master weights", "optimizer states",
-                                                      "optimizer temporaries", "FP8 weight copies",
-                                                      "FP8 scaling state") if k in c}
+                                                      "optimizer temporaries", f"{q} weight copies",
+                                                      f"{q} scaling state") if k in c}
         return phases
 
     def _backward(self, c: dict[str, float]) -> dict[str, float]:
@@ -434,8 +471,8 @@ def training_memory(spec: ModelSpec, batch: int = 1, seq_len: int = DEFAULT_SEQ_
         stages.append(("last", blocks + final + head / tp,
                        activation_memory(**common, layers=range(spec.n_layers - per_stage, spec.n_layers)),
                        head / tp + final, 0.0))
-    if rec.fp8_saved_inputs:  # Transformer Engine saves each linear's input as its 1-byte FP8 cast
-        stages = [(name, params, _fp8_inputs(acts, rec.act_bytes), head_p, late_p)
+    if rec.fp8_saved_inputs:  # Transformer Engine saves each linear's input as its FP8 (MXFP8, NVFP4) cast
+        stages = [(name, params, _fp8_inputs(acts, rec.act_bytes, rec.saved_input_bytes), head_p, late_p)
                   for name, params, acts, head_p, late_p in stages]
     biggest = largest_tensor(spec) / tp
     estimates = [MemoryEstimate(spec=spec, recipe=rec, optimizer=opt, parallel=parallel, batch=batch,
@@ -476,8 +513,8 @@ def smallest_fit(spec: ModelSpec, parallel: Parallel, capacity: float, **setting
                     "--micro-batch/--seq-len"}
 
 
-def _fp8_inputs(acts: ActivationEstimate, act_bytes: float) -> ActivationEstimate:
-    per_layer = {k: v / act_bytes if k in FP8_SAVED else v for k, v in acts.per_layer.items()}
+def _fp8_inputs(acts: ActivationEstimate, act_bytes: float, saved_bytes: float = 1.0) -> ActivationEstimate:
+    per_layer = {k: v / act_bytes * saved_bytes if k in FP8_SAVED else v for k, v in acts.per_layer.items()}
     blocks = sum(acts.per_layer.values()) - acts.head_saved
     share = (sum(per_layer.values()) - acts.head_saved) / blocks if blocks else 1.0  # a block's own tensors shrink
     return replace(acts, per_layer=per_layer, own_layer=acts.own_layer * share)

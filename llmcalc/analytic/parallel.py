@@ -3,14 +3,15 @@
 ``Parallel`` holds the degrees of a layout: tensor (tp), context (cp), pipeline (pp, with vpp virtual stages per
 rank), data (dp), expert (ep) and expert tensor (etp, 0 = tp) parallelism, the ZeRO stage over the data-parallel
 group and whether TP runs with sequence parallelism. GPUs = tp x cp x pp x dp; ranks are laid out TP innermost,
-then CP, PP, DP (Llama 3, arXiv 2407.21783 sec. 3.3.2: [TP, CP, PP, DP]). Routed experts fold their own mesh
-[etp, ep, expert dp] over the tp x dp ranks, contiguous over the tp ranks first (Megatron-Core's "MoE parallel
-folding", Liu et al. 2025, arXiv 2504.14960): a GPU holds 1/(etp x ep) of the routed experts, replicated over
-the expert data-parallel group of tp x dp / (etp x ep) ranks.
+then CP, PP, DP for memory (which depends on the degrees, not on where the ranks sit; the step model places them in
+Megatron-Core's order, steptime.Layout.order). Routed experts fold their own mesh [etp, ep, expert dp] over the
+tp x cp x dp ranks (Megatron-Core's "MoE parallel folding", Liu et al. 2025, arXiv 2504.14960; its expert data
+parallel group is world / (etp x ep x pp)): a GPU holds 1/(etp x ep) of the routed experts, replicated over the
+expert data-parallel group of tp x cp x dp / (etp x ep) ranks.
 
 The checks, one per purpose, each one ``LlmcalcError`` naming the fix: ``check_degrees`` (whole numbers >= 1),
 ``over`` (the GPUs divide into tp x cp x pp), ``check_heads`` (the training TP rule), ``check_stages`` (pipeline
-stages against the layers), ``check_experts`` (ep and etp against the experts and tp x dp), ``check_zero``.
+stages against the layers), ``check_experts`` (ep and etp against the experts and tp x cp x dp), ``check_zero``.
 A caller asks for those that apply to what it models (memory wants equal stages, the step model does not).
 """
 
@@ -60,19 +61,14 @@ class Parallel:
 
     @property
     def expert_dp(self) -> int:
-        """Ranks holding the same routed-expert shard: tp x dp / (etp x ep)."""
-        return self.tp * self.dp // (self.expert_tp * self.ep)
+        """Ranks holding the same routed-expert shard: tp x cp x dp / (etp x ep)."""
+        return self.tp * self.cp * self.dp // (self.expert_tp * self.ep)
 
     @property
     def alltoall(self) -> bool:
         """Routed tokens travel by all-to-all (Megatron-Core's alltoall token dispatcher) once experts have
         a layout of their own; with ep 1 and etp = tp the MoE block is tensor-parallel like a dense MLP."""
         return self.ep > 1 or self.expert_tp != self.tp
-
-    def fold_stride(self, inner: int) -> int:
-        """Rank distance between members of an expert-mesh group laid out after `inner` ranks (Megatron-Core's
-        MoE parallel folding: [etp, ep, expert dp] over the tp ranks, contiguous, then dp at stride tp x cp x pp)."""
-        return inner if inner < self.tp else inner // self.tp * self.tp * self.cp * self.pp
 
     def check(self, spec: ModelSpec, *, equal_stages: bool = False) -> None:
         """The checks a training layout of `spec` needs (degrees, heads, stages, experts, ZeRO stage)."""
@@ -83,7 +79,7 @@ class Parallel:
         check_heads(spec, self.tp)
         check_stages(spec, self.pp, self.vpp, equal=equal_stages)
         if self.ep > 1 or self.etp:
-            check_experts(spec, self.ep, self.expert_tp, self.tp * self.dp)
+            check_experts(spec, self.ep, self.expert_tp, self.tp * self.cp * self.dp)
 
 
 def check_degrees(**named: object) -> None:
@@ -116,8 +112,8 @@ def check_stages(spec: ModelSpec, pp: int, vpp: int = 1, *, equal: bool = False)
         raise LlmcalcError(f"{pp * vpp} pipeline stages (pp x chunks) exceed the model's {spec.n_layers} layers")
 
 
-def check_experts(spec: ModelSpec, ep: int, etp: int, folded: int, folded_name: str = "tp x dp") -> None:
-    """Expert parallelism (ep) and expert tensor parallelism (etp) over `folded` ranks (tp x dp): one line
+def check_experts(spec: ModelSpec, ep: int, etp: int, folded: int, folded_name: str = "tp x cp x dp") -> None:
+    """Expert parallelism (ep) and expert tensor parallelism (etp) over `folded` ranks (tp x cp x dp): one line
     naming the fix."""
     if not spec.is_moe or not spec.d_ff_expert:
         raise LlmcalcError(f"--ep/--etp need a mixture-of-experts model; {spec.name} is dense")

@@ -361,3 +361,69 @@ def _simulate_greedy(schedule: str, p: int, m: int, f_time, b_time, w_time, v: i
     first = tuple([finish[(kind, stage, j)] for j in range(m)] for kind, stage in (("F", 0), ("F", n_stages - 1),
                                                                                   ("B", 0)))
     return PipelineResult(schedule, p, v, m, makespan=max(clock), busy=tuple(busy)), first
+
+
+def path_bound(schedule: str, p: int, m: int, f: list[float], b: list[float], w: list[float] | None = None,
+               vpp: int = 1, p2p_time: float = 0.0) -> tuple[float, bool]:  # long: the bound, then each closed form
+    """(a lower bound of the makespan, whether it is the makespan) for stage times f, b (and w for the zero-bubble
+    schedules), without simulating.
+
+    The bound is the longest of p paths through the schedule's dependency graph, one per rank r: the first micro-
+    batch's forward through the stages before r's first chunk (each hop between ranks paying `p2p_time`), all of
+    r's own work back to back, then the last micro-batch's backward from r's first chunk down to stage 0. Every
+    path is a chain of dependencies, so no schedule finishes sooner; the simulator's makespan is the longest path
+    of all.
+
+    It is the makespan, exactly (tests hold it to the simulator), where the timeline is known in closed form:
+    - one rank: m x (F + B + W);
+    - gpipe / 1f1b / interleaved with equal stages and transfers shorter than a tenth of a stage's forward:
+      interleaved (v·m + p - 1)(T_F + T_B) + 2(p·v - 1)·c (Narayanan et al. 2021 sec. 2.2.2 with each of the
+      first forward's and last backward's p·v - 1 hops paying c); 1f1b with m a multiple of p
+      (m + p - 1)(T_F + T_B) + (2(p - 2) + 2m(p - 1)/p)·c (the steady state cannot hide the transfers: each
+      micro-batch's cycle pays 2c(p - 1)/p on average);
+    - 1f1b and interleaved whose stages are equal but for a lighter first and a heavier last stage (the embedding
+      and the LM head), without transfer time, and 1f1b with it where the last stage's extra work is at least two
+      transfers: the last rank paces and never waits, so the bound through it is the makespan.
+    Elsewhere (a heavier middle stage, zero-bubble schedules, ...) only a bound: simulate() gives the makespan."""
+    v = chunks_per_rank(schedule, vpp)
+    n = p * v
+    zb = schedule.startswith("zb")
+    ww = w if (zb and w is not None) else [0.0] * n
+    if p == 1 and v == 1:
+        return m * (f[0] + b[0] + ww[0]), True
+    home = [0] * n
+    firsts = []
+    for r in range(p):
+        stages = [stage_of(schedule, r, c, p) for c in range(v)]
+        for st in stages:
+            home[st] = r
+        firsts.append((r, stages))
+    best = 0.0
+    pre, hop = [0.0], [0]  # prefix sums of f + b, and of the rank changes along the stages
+    for st in range(n - 1):
+        pre.append(pre[-1] + f[st] + b[st])
+        hop.append(hop[-1] + (home[st] != home[st + 1]))
+    for _, stages in firsts:
+        s0 = min(stages)
+        busy = m * sum(f[st] + b[st] for st in stages)  # zero-bubble: a rank's weight gradients may trail its last B
+        best = max(best, pre[s0] + busy + 2 * hop[s0] * p2p_time, busy + m * sum(ww[st] for st in stages))
+    if zb or schedule == "gpipe" and p2p_time:
+        return best, False
+    f0, b0 = f[min(1, n - 1)], b[min(1, n - 1)]
+    tol_f, tol_b = 1e-12 * abs(f0), 1e-12 * abs(b0)
+    same = lambda x, y: abs(x - y) <= 1e-12 * max(abs(x), abs(y), 1e-30)  # noqa: E731
+    middle = all(abs(f[s] - f0) <= tol_f and abs(b[s] - b0) <= tol_b for s in range(1, n - 1))
+    uniform = middle and same(f[0], f0) and same(b[0], b0) and same(f[-1], f0) and same(b[-1], b0)
+    small = p2p_time <= 0.1 * min(f)
+    if uniform and small:
+        T = f0 + b0
+        if schedule == "interleaved":
+            return (v * m + p - 1) * T + (2 * (n - 1) * p2p_time if p > 1 else 0.0), True
+        if schedule in ("1f1b", "gpipe") and m % p == 0 and (schedule == "1f1b" or not p2p_time):
+            extra = (2 * (p - 2) + 2 * m * (p - 1) / p) * p2p_time if schedule == "1f1b" else 0.0
+            return (m + p - 1) * T + extra, True
+    ends = middle and f[0] <= f0 and b[0] <= b0 and f[-1] >= f0 and b[-1] >= b0
+    slack = f[-1] + b[-1] - f0 - b0 >= 2 * p2p_time  # the last stage's extra work absorbs the transfers
+    if ends and schedule in ("1f1b", "interleaved") and (not p2p_time or schedule == "1f1b" and slack):
+        return best, True
+    return best, False

@@ -1,122 +1,208 @@
 """Step time and MFU predicted from the parallel layout: TP x CP x PP x DP (x EP), per GPU.
 
-The model, one micro-batch on one pipeline stage at a time, then the pipeline, then the step:
+The model, one micro-batch on one pipeline stage at a time, then the pipeline, then the step. Each term is a
+mechanism with a published measurement of it (llmcalc.analytic.kernels for the kernels, comm for the
+collectives); one constant is fitted to whole training steps, KERNEL_EFFICIENCY. Every prediction lists what
+it assumed (``StepPrediction.assumptions``, JSON ``assumptions``).
 
-1. Compute. Every matmul of a layer (llmcalc.analytic.flops, split over tp and cp) runs on a roofline:
-   time = max(FLOPs / (MAMF x q(m, n)), bytes / (HBM x HBM_EFFICIENCY)). MAMF is the accelerator's
-   measured maximum achievable matmul FLOP/s (preset "matmul" block, S. Bekman's mamf-finder table);
-   q is the tile and wave quantization efficiency of NVIDIA's "Matrix Multiplication Background
-   User's Guide" (GEMM output in 256x128 or 128x128 tiles, one tile per SM per wave; the better of
-   the two tilings is taken, as cuBLAS's heuristics pick). Small matmuls after TP splitting lose to
-   both terms. Attention's S² core runs at ATTENTION_EFFICIENCY x MAMF (FlashAttention-2's fwd+bwd
-   rate relative to the GEMM ceiling); its backward does 2.5 x the forward's matmul work (it
-   recomputes QKᵀ); with attention="eager" (materialised S² scores, Megatron-LM before FlashAttention) the
-   core is strided batched GEMMs on the roofline plus softmax/dropout passes over the S² matrix
-   (`eager_attention_seconds`). Norms, residual adds, the MLP activation and rotary embeddings are memory-bound:
-   their bytes (read + write, backward twice the forward) over the achievable HBM bandwidth.
-   Backward matmuls = 2 x forward (input and weight gradients, same shapes); full recomputation
-   re-runs each block's forward, selective the attention core.
-2. Communication (llmcalc.analytic.comm: nccl-tests bus factors, alpha-beta, NVLink inside a node,
-   the scale-out network across nodes; ranks ordered TP, CP, PP, DP from the inside out as Llama 3
-   does; routed experts fold their [etp, ep, expert dp] mesh over the tp x dp ranks, Megatron-Core's MoE
-   parallel folding, and move tokens as its alltoall dispatcher does, see `Layout.alltoall`). Overlap rule:
-   - TP (all-reduce, or all-gather + reduce-scatter with sequence parallelism) and EP all-to-alls
-     sit on the critical path: fully exposed; with tp_overlap (sequence parallelism only) each pass's
-     TP collectives run under that pass's projection GEMMs, exposed = max(0, comm - GEMMs);
-   - CP K/V exchange overlaps with the layer's attention core: exposed = max(0, comm - attention);
-   - PP sends delay the dependent action on the next rank (in the pipeline simulation);
-   - DP gradient reduction overlaps with the backward of the last micro-batch, the weight all-gather
-     with the forward of the first (bucketed, as Megatron-LM's --overlap-grad-reduce and FSDP do):
-     exposed = max(0, comm - that compute); ZeRO-3 per micro-batch against that micro-batch's compute.
-3. Pipeline: llmcalc.analytic.pipeline simulates every rank's action list with the stage times above;
-   layers are split over pp·vpp stages as evenly as possible, taking any shortfall from the first and
-   last stages (which also hold the embedding and the LM head), as Llama 3 did.
-4. Optimizer step: memory-bound AdamW over this GPU's shard of the parameters.
+1. Compute, per layer, from the flops module's per-layer ops (``flops.layer_ops``: a new layer kind arrives with
+   its FLOPs) split over tp and cp:
+   - projections as GEMMs on the smooth roofline at the recipe's GEMM rate (``kernels.gemm_seconds``; bf16, FP8,
+     MXFP8, NVFP4), fused as Megatron-Core builds them (QKV, gate+up); forward, then the backward's input- and
+     weight-gradient GEMMs with their own shapes; MoE experts as one grouped GEMM of the rows each local expert
+     receives (times MoE_IMBALANCE on the slowest rank);
+   - FP8/FP4 recipes quantize each GEMM input (activations forward, output gradients backward) in
+     memory-bound passes (``kernels.QUANT_BYTES``) and their weights once per step;
+   - the attention core at the kernel's measured rate for its head dim, length and mask, on the pairs it
+     computes (causal for a decoder whatever ``causal`` counts, the window of sliding layers, the chunks of
+     chunked attention), BF16 under FP8 recipes unless ``fp8_attention``; eager attention (materialised S²,
+     Megatron-LM before FlashAttention) as batched GEMMs and softmax passes (``eager_attention_seconds``);
+   - state-space scans (Mamba-2 SSD, Gated DeltaNet) in their chunked tensor-core form, conv1d and
+     elementwise work (norms, rotary, activation, residual adds, MoE permute/unpermute) as bytes at the HBM
+     bandwidth, fused as Transformer Engine / torch.compile run them (``fused_elementwise``; eager PyTorch
+     makes twice the passes);
+   - recomputation re-runs what it recomputes: full (all layers, or the first ``recompute_layers`` of each stage
+     chunk, Megatron's block method), selective (the attention core), or a list of modules
+     (``RECOMPUTE_MODULES``: core_attn, layernorm, mla_up_proj, moe_act, mlp, moe, shared_experts).
+2. Communication (llmcalc.analytic.comm), ranks placed by the framework's order (``order``, default
+   Megatron-Core's "tp-cp-ep-dp-pp"; "tp-cp-ep-pp-dp" is Llama 3's [TP, CP, PP, DP]); the routed experts' mesh
+   [etp, ep, expert dp] folds over the tp x cp x dp ranks (Megatron-Core's MoE parallel folding):
+   - TP all-gather / reduce-scatter (or all-reduce) around each sub-block: exposed; with ``tp_overlap`` under
+     that pass's GEMMs (only the excess exposed);
+   - CP: p2p ring chunk by chunk (each step's K/V transfer under the previous step's attention block, load-
+     balanced chunks: ``cp_comm="p2p"``, Megatron's default), all-gather of K/V before the kernel (Llama 3:
+     exposed), or all-to-all of Q, K, V and O over heads (Ulysses; exposed);
+   - EP dispatch / combine all-to-alls: exposed, or with ``ep_overlap`` under the other micro-batch's compute
+     (Megatron's 1F1B A2A overlap, DualPipe) at the cost of the SMs the communication kernels hold;
+   - PP sends delay the dependent action on the next rank (pipeline.py);
+   - DP (over dp x cp ranks: CP ranks hold the same weights): gradient reduce-scatter under the last
+     micro-batch's backward and weight all-gather under the first forward (Megatron's overlapped distributed
+     optimizer; the last bucket exposed); ZeRO-3 per layer and micro-batch, each layer's transfer under the
+     previous layer's compute (FSDP prefetch).
+3. Pipeline: llmcalc.analytic.pipeline (closed form where the schedule's timeline is exact, else simulated);
+   layers split over pp·vpp stages as evenly as possible, any shortfall from the first and last stages (which
+   also hold the embedding and the LM head, and the MTP layers), as Llama 3 did.
+4. Optimizer step: memory-bound AdamW (or Muon, whose Newton-Schulz iterations are GEMMs) over this GPU's
+   shard, and the FP8/FP4 recipes' weight casts.
 
-Step time = pipeline makespan + exposed DP + optimizer. MFU = model FLOPs / (step x GPUs x peak)
-(PaLM App. B); HFU counts recomputation. Global constants (no per-row fitting) are listed in
-GLOBAL_CONSTANTS with their sources.
+Step time = pipeline makespan + exposed DP + optimizer. MFU = model FLOPs / (step x GPUs x peak) (PaLM App. B);
+HFU counts recomputation. ``causal`` changes only how FLOPs are counted, never the time.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ..errors import LlmcalcError
 from ..hardware import Accelerator
 from ..spec import ModelSpec
 from ..units import GIB, plural
 from ..validate import DEFAULT_ZERO
-from . import comm
+from . import comm, kernels
 from .activations import ATTENTION_IMPLS
-from .flops import _attention, _ffn, _moe, step_flops, utilization
-from .memory import RECIPES, lookup, routed_expert_params
+from .flops import layer_ops, step_flops, utilization
+from .kernels import (  # noqa: F401  (re-exported: the step model's public names)
+    ATTENTION_KERNELS,
+    Device,
+    attention_seconds,
+    device_for,
+    gemm_seconds,
+    steptime_presets,
+    stream_seconds,
+    tile_wave_efficiency,
+)
+from .memory import RECIPES, Recipe, lookup, routed_expert_params
 from .parallel import Parallel, check_degrees, check_experts, check_heads, check_stages, check_zero
-from .pipeline import SCHEDULES, chunks_per_rank, simulate, stage_of
+from .pipeline import SCHEDULES, chunks_per_rank, path_bound, simulate, stage_of
 
-# Fraction of the HBM bandwidth a streaming kernel reaches (BabelStream/nvbandwidth on A100 and H100
-# reach ~90 % of the datasheet figure).
-HBM_EFFICIENCY = 0.9
-# FlashAttention-2 fwd+bwd reaches 225 TFLOP/s on A100 (Dao 2023, sec. 4.1, "up to 72 % of peak") against
-# the A100's 271 TFLOP/s MAMF: the attention core runs at 225/271 of the GEMM ceiling.
-ATTENTION_EFFICIENCY = 225.0 / 271.2
-TILES = ((256, 128), (128, 128))
-# Projections that read the same input run as one GEMM with their output columns concatenated, as
-# Megatron-LM builds them: one ColumnParallelLinear "query_key_value" (3h, or h + 2·kv for GQA) and one
-# "linear_fc1" holding gate and up for gated MLPs (megatron/model/transformer.py, megatron/core
-# transformer/mlp.py). Split into three GEMMs, a GQA model's K and V projections after TP splitting are a
-# few hundred columns wide and would fill a fraction of one wave.
+# The one constant fitted to whole training steps: the share of the isolated-kernel rates (MAMF, the attention
+# tables, streaming HBM) that kernels keep inside a real training step (clocks under sustained power load,
+# launch gaps, synchronisation). Fitted once, globally, to the validation set of benchmarks/bench_steptime.py
+# (least squares in log space over all rows); the benchmark reports its leave-one-source-out errors.
+KERNEL_EFFICIENCY = 0.75
+# Load imbalance of routed experts under dropless routing with an auxiliary balance loss: tokens on the most
+# loaded EP rank / the mean. 1.0 = forced balance (Megatron-Core's --moe-router-force-load-balancing, what MoE
+# benchmarks run); published runs with real routing pass their own (--moe-imbalance).
+MOE_IMBALANCE = 1.0
+# SMs the expert-parallel communication kernels hold while they overlap compute: "only 20 SMs are sufficient to
+# fully utilize the bandwidths of IB and NVLink" (DeepSeek-V3 report, arXiv 2412.19437 sec. 3.2.2).
+EP_OVERLAP_SMS = 20
+# The share of the expert all-to-alls that 1F1B A2A overlap (Megatron-Core --overlap-moe-expert-parallel-comm)
+# hides behind the other micro-batch's compute: calibrated once on the one published pair that isolates it,
+# Megatron-MoE-ModelZoo's Qwen3-235B on 256 H100 with EP 32 across nodes, 19.7 s per step without and 17.6 s with
+# it (the same layout; bench_steptime.fit_ep_overlap). The rest stays exposed: the dispatch -> experts -> combine
+# chain of one micro-batch can hide only behind the parts of the other's layer that are independent of it.
+EP_OVERLAP_SHARE = 0.4
+# Megatron's distributed-optimizer bucket: max(40 M, 1 M x dp) parameters (megatron/core/distributed/
+# distributed_data_parallel_config.py bucket_size default); the last bucket's reduction cannot overlap.
+DP_BUCKET_PARAMS = 40e6
+ORDER = "tp-cp-ep-dp-pp"  # Megatron-Core's default rank order (innermost first)
+ORDER_DIMS = ("tp", "cp", "ep", "dp", "pp")
+CP_COMMS = ("p2p", "all-gather", "a2a")
+# What a selective recomputation can re-run: Megatron-Core's --recompute-modules (core_attn, layernorm,
+# mla_up_proj, moe_act, mlp, moe, shared_experts), and two torch/JAX policies: mlp_act (the dense MLP's activation,
+# which MaxText's and torch's SAC policies re-run) and alternate_mm (torch per-op SAC, torchtitan's "op" policy:
+# every other matmul of the block is recomputed, the others' outputs saved).
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp", "moe", "shared_experts", "mlp_act",
+                     "alternate_mm")
+MUON_NS_STEPS = 5  # Newton-Schulz iterations per step (Jordan et al. 2024, Moonlight arXiv 2502.16982)
+# Projections that read the same input run as one GEMM with their output columns concatenated, as Megatron-Core
+# builds them: linear_qkv (q, k, v) and linear_fc1 (gate and up).
 FUSED_GEMMS = {"q_proj": "qkv", "k_proj": "qkv", "v_proj": "qkv", "gate_proj": "fc1", "up_proj": "fc1"}
-# The one constant fitted to measurements: the fraction of the isolated-kernel rates (MAMF, FlashAttention,
-# streaming HBM) that kernels keep inside a real training step (launch gaps, synchronisation, clocks under
-# sustained load). Fitted once, globally, to the 13 rows of benchmarks/bench_steptime.py (Narayanan et al.
-# 2021 Table 1 and Llama 3 Table 4); the benchmark also reports leave-one-out errors.
-KERNEL_EFFICIENCY = 0.77
+ROW_PARALLEL = ("o_proj", "down_proj", "out_proj", "x_proj")  # input dimension split over tp
+REPLICATED = ("q_a_proj", "kv_a_proj")  # MLA's down-projections: every TP rank runs them whole (Megatron-Core)
+STREAMED = ("conv1d",)  # depthwise convolutions: memory-bound
 
 GLOBAL_CONSTANTS = {
-    "MAMF (per accelerator preset)": "measured max achievable bf16 matmul FLOP/s, S. Bekman ml-engineering table",
-    "tile/wave quantization": "NVIDIA Deep Learning Performance Guide, Matrix Multiplication Background: "
-                              "256x128 / 128x128 tiles, one per SM per wave",
-    "HBM_EFFICIENCY = 0.9": "BabelStream/nvbandwidth: ~90 % of datasheet HBM bandwidth",
-    "ATTENTION_EFFICIENCY = 0.83": "FlashAttention-2 fwd+bwd 225 TFLOP/s on A100 (Dao 2023) / A100 MAMF 271.2",
-    f"KERNEL_EFFICIENCY = {KERNEL_EFFICIENCY}": "fitted once to all 13 benchmark rows (one global number, as the "
-                                                "constant-MFU baseline it is compared with); leave-one-out errors in "
-                                                "benchmarks/bench_steptime.py",
-    f"NCCL_BUS_EFFICIENCY = {comm.NCCL_BUS_EFFICIENCY}": "nccl-tests all_reduce busbw ~230-240 GB/s of 300 GB/s "
-                                                         "NVLink on DGX A100",
-    f"NCCL_NET_EFFICIENCY = {comm.NCCL_NET_EFFICIENCY}": "nccl-tests all_reduce across A100 nodes: 85-96 GB/s busbw of "
-                                                         "100 GB/s (4 HDR NICs) in reported runs",
-    "network tier (per accelerator preset)": "GPUs per node, NVLink and per-GPU NIC bandwidth, latency per step; a "
-                                             "ring collective with g ranks per node crosses nodes on g NICs (NCCL "
-                                             "rings, one NIC per channel)",
-    "fused GEMMs": "QKV and gate+up (fc1) as one GEMM each, as Megatron-LM builds them",
-    "attention \"eager\"": "materialised S² scores: batched GEMMs + fused softmax (+ dropout), Megatron-LM before "
-                          "FlashAttention (Narayanan et al. 2021 sec. 4.2)",
+    "MAMF (per accelerator preset and dtype)": "measured max achievable bf16 and fp8 matmul FLOP/s, S. Bekman "
+                                               "ml-engineering table",
+    "GEMM shape model": "tile/wave quantization (256x128, 128x256, 128x128, 64x128), a 256-step epilogue, smooth "
+                        "roofline p = 1.5: fitted once to DeepGEMM's H800 table (6 % rms)",
+    "attention kernels": "FlashAttention-3 paper H100 tables (FA2, cuDNN, FA3) by head dim, length, mask; scaled per "
+                         "generation (FA2 paper on A100, FA4 paper on B200)",
+    f"HBM_EFFICIENCY = {kernels.HBM_EFFICIENCY}": "STREAM triad 92 % of datasheet HBM on H100",
+    "FP8/FP4 quantization": "TE gemm_profiling autocast vs pre-quantized: 5.2-8.2 effective bytes per quantized "
+                            "element by recipe",
+    f"KERNEL_EFFICIENCY = {KERNEL_EFFICIENCY}": "fitted once to every validation row (benchmarks/bench_steptime.py, "
+                                                "leave-one-source-out errors there)",
+    f"NCCL_BUS_EFFICIENCY = {comm.NCCL_BUS_EFFICIENCY}": "nccl-tests ring busbw 76-82 % of NVLink (A100-B200)",
+    f"NCCL_NET_EFFICIENCY = {comm.NCCL_NET_EFFICIENCY}": "nccl-tests across nodes: 85-96 GB/s of 100 GB/s",
+    "NVLS all-reduce": "nccl-tests NVLink SHARP: 480 of 450 GB/s on H200, 838 of 900 on B200",
+    "collective latency": "alpha per ring step fitted to nccl-tests curves: 5 us NVLink, 7 us across nodes",
 }
+
+
+def _order_dims(order: str) -> tuple[str, ...]:
+    dims = tuple(order.split("-"))
+    if sorted(dims) != sorted(ORDER_DIMS):
+        raise LlmcalcError(f"--rank-order {order!r} must list tp, cp, ep, dp and pp once each, innermost first "
+                           f"(Megatron-Core's default {ORDER}; Llama 3's tp-cp-ep-pp-dp)")
+    return dims
 
 
 @dataclass(frozen=True)
 class Layout(Parallel):
     """A parallel layout (the degrees, ZeRO, sequence parallelism: ``parallel.Parallel``) with what one training
-    step of it runs: micro-batch and global batch, the pipeline schedule and the overlaps."""
+    step of it runs: micro-batch and global batch, the pipeline schedule, rank order, overlaps and the settings
+    of the kernels (module docstring)."""
 
     micro_batch: int = 1
     global_batch: int = 1  # sequences per step
     schedule: str = "1f1b"
     dp_overlap: bool = True  # False: gradients reduced after the backward (Megatron-LM 2021)
     tp_overlap: bool = False  # True: TP collectives hidden behind the GEMMs next to them (see _tp_exposed)
+    ep_overlap: bool = False  # True: expert all-to-alls under the other micro-batch's compute
+    order: str = ORDER
+    cp_comm: str = "p2p"
+    recompute_layers: int = 0  # with recompute "full": layers of each stage chunk that recompute (0: all)
+    recompute_modules: tuple[str, ...] = ()  # with recompute "selective": what is recomputed (default core_attn)
+    mtp_layers: int = 0  # multi-token prediction layers (DeepSeek-V3) on the last stage
+    attention_kernel: str = "auto"
+    fp8_attention: bool = False
+    moe_imbalance: float = MOE_IMBALANCE
+    ep_dispatcher: str = "alltoall"
+    fused_elementwise: bool = True
+    optimizer: str = "adamw"
 
     @property
     def grad_accum(self) -> int:
         """Micro-batches each pipeline runs per step (= gradient-accumulation steps)."""
         return self.global_batch // (self.dp * self.micro_batch)
 
+    def strides(self) -> dict[str, int]:
+        """Rank distance between neighbours of each dense dimension (tp, cp, dp, pp) in this rank order."""
+        sizes = {"tp": self.tp, "cp": self.cp, "ep": 1, "dp": self.dp, "pp": self.pp}
+        return _strides(self.order, sizes)
+
+    def expert_strides(self) -> dict[str, int]:
+        """The same for the experts' mesh (Megatron-Core's expert RankGenerator: tp -> etp, cp -> 1,
+        dp -> expert dp)."""
+        sizes = {"tp": self.expert_tp, "cp": 1, "ep": self.ep, "dp": self.expert_dp, "pp": self.pp}
+        return _strides(self.order, sizes)
+
     def as_dict(self) -> dict:
         return {"tp": self.tp, "cp": self.cp, "pp": self.pp, "vpp": self.vpp, "dp": self.dp, "ep": self.ep,
                 "etp": self.expert_tp,
                 "micro_batch": self.micro_batch, "global_batch": self.global_batch, "grad_accum": self.grad_accum}
+
+
+def _strides(order: str, sizes: dict[str, int]) -> dict[str, int]:
+    out, stride = {}, 1
+    for dim in _order_dims(order):
+        out[dim] = stride
+        stride *= sizes[dim]
+    return out
+
+
+def _group_per_node(dims: list[tuple[int, int]], per_node: int) -> int:
+    """Members of a group made of dimensions (size, stride) that sit in one node of `per_node` consecutive ranks."""
+    members = 1
+    for size, stride in dims:
+        members *= max(1, min(size, per_node // stride)) if stride < per_node else 1
+    return members
 
 
 class _Candidate(NamedTuple):
@@ -131,18 +217,17 @@ class _Candidate(NamedTuple):
     etp: int = 0
 
 
-def _expert_degrees(spec: ModelSpec, tp: int, dp: int) -> list[tuple[int, int]]:
+def _expert_degrees(spec: ModelSpec, tp: int, cp: int, dp: int) -> list[tuple[int, int]]:
     """(ep, etp) tried for an MoE model (etp 0 = tp): with etp = tp, ep 1 and the two largest powers of two
-    (up to 64) dividing the experts and dp (EP carved out of data parallelism); with tp > 1 also etp 1, each
-    expert whole on its GPU, ep the two largest powers of two dividing the experts and tp x dp
-    (Megatron-Core's MoE parallel folding)."""
+    (up to 64) dividing the experts and cp x dp; with tp > 1 also etp 1, each expert whole on its GPU, ep the two
+    largest powers of two dividing the experts and tp x cp x dp (Megatron-Core's MoE parallel folding)."""
     if not spec.is_moe:
         return [(1, 0)]
     powers = (2, 4, 8, 16, 32, 64)
-    fits = [e for e in powers if spec.n_experts % e == 0 and dp % e == 0]
+    fits = [e for e in powers if spec.n_experts % e == 0 and cp * dp % e == 0]
     out = [(1, 0)] + [(e, 0) for e in fits[-2:]]
     if tp > 1:
-        folded = [e for e in powers if spec.n_experts % e == 0 and tp * dp % e == 0]
+        folded = [e for e in powers if spec.n_experts % e == 0 and tp * cp * dp % e == 0]
         out += [(e, 1) for e in folded[-2:]]
     return out
 
@@ -167,30 +252,41 @@ def _candidates(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, p
                     m = global_batch // (dp * mb)
                     vpps = [1] + ([2, 4] if pp > 1 and m % pp == 0 else [])
                     candidates += [_Candidate(tp, cp, pp, v, mb, ep=ep, etp=etp) for v in vpps
-                                   if pp * v <= spec.n_layers for ep, etp in _expert_degrees(spec, tp, dp)]
+                                   if pp * v <= spec.n_layers for ep, etp in _expert_degrees(spec, tp, cp, dp)]
     return candidates
 
 
 def check_modelled(spec: ModelSpec) -> None:
-    """The step-time model times attention + MLP/MoE decoder layers (its GEMM shapes, TP/CP/EP
-    collectives and memory-bound terms are theirs); refuse the rest in one line rather than time a
-    Mamba or DeltaNet mixer as if it were attention."""
-    if spec.is_hybrid:
-        raise LlmcalcError(f"the step-time model (layout, train --global-batch) covers attention + MLP/MoE decoder "
-                           f"layers; {spec.name} has per-layer mixers ({spec.layer_mix()}). Give its time with "
-                           f"`llmcalc train {spec.name} --mfu ...` (FLOPs and memory are exact for it)")
+    """The step-time model times decoder layers from their per-layer ops: attention (full, sliding, chunked;
+    GQA, MLA), Mamba / Mamba-2 / Gated DeltaNet / short-conv mixers, Zamba2's shared blocks, dense MLPs and MoE;
+    an encoder or encoder-decoder is refused in one line."""
     if spec.architecture != "decoder":
         raise LlmcalcError(f"the step-time model (layout, train --global-batch) covers decoder-only models; "
                            f"{spec.name} is {spec.architecture}. Give its time with `llmcalc train --mfu ...`")
 
 
+STEP_DEFAULTS = {"ep_overlap": False, "order": ORDER, "cp_comm": "p2p", "recompute_layers": 0,
+                 "recompute_modules": (), "mtp_layers": 0, "attention_kernel": "auto", "fp8_attention": False,
+                 "moe_imbalance": MOE_IMBALANCE, "ep_dispatcher": "alltoall", "fused_elementwise": True,
+                 "optimizer": "adamw"}
+EP_DISPATCHERS = ("alltoall", "deepep")
+
+
 def make_layout(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, tp: int = 1, cp: int = 1, pp: int = 1,
                 vpp: int = 1, ep: int = 1, micro_batch: int = 1, schedule: str | None = None, zero: int = DEFAULT_ZERO,
                 sequence_parallel: bool = True, dp_overlap: bool = True, tp_overlap: bool = False,
-                etp: int | None = None) -> Layout:
+                etp: int | None = None, **step: Any) -> Layout:
     """A checked layout: dp = n_gpus / (tp·cp·pp); every contradiction is one clear LlmcalcError (the shared
-    checks of ``parallel``; the step model splits layers unevenly over the stages, as Llama 3 did)."""
+    checks of ``parallel``; the step model splits layers unevenly over the stages, as Llama 3 did). `step`:
+    the kernel and overlap settings of STEP_DEFAULTS."""
     check_modelled(spec)
+    unknown = sorted(set(step) - set(STEP_DEFAULTS))
+    if unknown:
+        raise LlmcalcError(f"unknown step settings {', '.join(unknown)}")
+    settings = {**STEP_DEFAULTS, **step}
+    if isinstance(settings["recompute_modules"], str):  # "layernorm,moe_act" as typed
+        settings["recompute_modules"] = tuple(m.strip() for m in settings["recompute_modules"].split(",")
+                                              if m.strip())
     check_degrees(**{"--vpp": vpp, "--ep": ep, "--micro-batch": micro_batch, "--global-batch": global_batch,
                      **({"--etp": etp} if etp is not None else {})})
     schedule = schedule or ("interleaved" if vpp > 1 else "1f1b")
@@ -200,21 +296,59 @@ def make_layout(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, t
         raise LlmcalcError(f"--vpp {vpp} needs --schedule interleaved (got {schedule})")
     lay = Layout.over(n_gpus, tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp or 0, zero=zero,
                       sequence_parallel=sequence_parallel, micro_batch=micro_batch, global_batch=global_batch,
-                      schedule=schedule, dp_overlap=dp_overlap, tp_overlap=tp_overlap)
+                      schedule=schedule, dp_overlap=dp_overlap, tp_overlap=tp_overlap, **settings)
     check_heads(spec, tp)
     if seq_len % cp:
         raise LlmcalcError(f"--cp {cp} does not divide --seq-len {seq_len}")
     if global_batch % (lay.dp * micro_batch):
         raise LlmcalcError(f"--global-batch {global_batch} is not a multiple of dp x micro-batch = {lay.dp} x "
                            f"{micro_batch} = {lay.dp * micro_batch} sequences")
-    check_stages(spec, pp, chunks_per_rank(schedule, vpp))
+    if pp * chunks_per_rank(schedule, vpp) > spec.n_layers + 2:  # the embedding and the loss may take a stage each
+        check_stages(spec, pp, chunks_per_rank(schedule, vpp))
     if ep > 1 or etp is not None:
-        check_experts(spec, ep, lay.expert_tp, tp * lay.dp)
+        check_experts(spec, ep, lay.expert_tp, tp * cp * lay.dp, "tp x cp x dp")
     check_zero(zero)
     if tp_overlap and not sequence_parallel:
         raise LlmcalcError("--tp-overlap splits the all-gather / reduce-scatter of sequence parallelism around the "
                            "GEMMs; it needs --sequence-parallel (drop --no-sequence-parallel)")
+    _check_step_settings(spec, lay)
     return lay
+
+
+def _check_step_settings(spec: ModelSpec, lay: Layout) -> None:
+    """The kernel and overlap settings against the model and layout, one line each."""
+    _order_dims(lay.order)
+    if lay.cp_comm not in CP_COMMS:
+        raise LlmcalcError(f"--cp-comm must be one of {', '.join(CP_COMMS)}; got {lay.cp_comm!r}")
+    if lay.cp_comm == "a2a" and lay.cp > 1 and (spec.n_heads // lay.tp) % lay.cp:
+        raise LlmcalcError(f"--cp-comm a2a splits the heads over cp: {spec.n_heads} heads / tp {lay.tp} is not a "
+                           f"multiple of cp {lay.cp}; use --cp-comm p2p")
+    if lay.ep_overlap and not (spec.is_moe and lay.alltoall):
+        raise LlmcalcError("--ep-overlap hides expert all-to-alls: it needs an MoE model with --ep > 1 (or --etp "
+                           "other than --tp)")
+    if lay.ep_overlap and lay.grad_accum < 2:
+        raise LlmcalcError("--ep-overlap overlaps one micro-batch's all-to-alls with another's compute: it needs 2 "
+                           "or more micro-batches per pipeline (raise --global-batch or lower --micro-batch)")
+    if lay.mtp_layers < 0:
+        raise LlmcalcError(f"--mtp-layers must be >= 0, got {lay.mtp_layers}")
+    if lay.attention_kernel not in ATTENTION_KERNELS:
+        raise LlmcalcError(f"--attention-kernel must be one of {', '.join(ATTENTION_KERNELS)}")
+    if not (lay.moe_imbalance >= 1 and math.isfinite(lay.moe_imbalance)):
+        raise LlmcalcError(f"--moe-imbalance is the most loaded EP rank's tokens over the mean, >= 1; got "
+                           f"{lay.moe_imbalance}")
+    if lay.ep_dispatcher not in EP_DISPATCHERS:
+        raise LlmcalcError(f"--ep-dispatcher must be one of {', '.join(EP_DISPATCHERS)}; got {lay.ep_dispatcher!r}")
+    if lay.ep_dispatcher != "alltoall" and not (spec.is_moe and lay.alltoall):
+        raise LlmcalcError("--ep-dispatcher picks how routed tokens travel between EP ranks: it needs an MoE model "
+                           "with --ep > 1 (or --etp other than --tp)")
+    if lay.moe_imbalance != 1 and not spec.is_moe:
+        raise LlmcalcError(f"--moe-imbalance needs a mixture-of-experts model; {spec.name} is dense")
+    bad = [m for m in lay.recompute_modules if m not in RECOMPUTE_MODULES]
+    if bad:
+        raise LlmcalcError(f"--recompute-modules: unknown {', '.join(bad)}; use {', '.join(RECOMPUTE_MODULES)}")
+    from .memory import OPTIMIZERS
+
+    lookup(OPTIMIZERS, "optimizer", lay.optimizer)
 
 
 def split_layers(n_layers: int, n_stages: int) -> list[int]:
@@ -236,94 +370,7 @@ def split_layers(n_layers: int, n_stages: int) -> list[int]:
     return counts
 
 
-# --- compute ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Device:
-    """What the step model needs of an accelerator: peak, matmul ceiling, SMs, HBM, network."""
-
-    accelerator: Accelerator
-    dtype: str
-    mamf: float  # FLOP/s
-    sm_count: int
-    network: comm.Network
-
-    @property
-    def peak(self) -> float:
-        return self.accelerator.peak(self.dtype)
-
-    @property
-    def hbm(self) -> float:
-        return self.accelerator.memory_bandwidth * HBM_EFFICIENCY * KERNEL_EFFICIENCY
-
-
-def device_for(key: str, dtype: str = "bf16") -> Device:
-    """The accelerator preset plus its "matmul" and "network" blocks; one clear error when absent."""
-    from ..spec import hardware_config, load_hardware
-
-    acc = load_hardware(key)
-    data = hardware_config(key)
-    net = comm.network_from_preset(key, data)
-    mm = data.get("matmul")
-    if net is None or mm is None:
-        raise LlmcalcError(f"{key} has no network/matmul block for the step-time model (presets with one: "
-                           f"{', '.join(steptime_presets())}); pass --mfu or --achieved-tflops instead")
-    mamf = float(mm["mamf_bf16_tflops"]) * 1e12 * acc.peak(dtype) / acc.peak("bf16")
-    return Device(acc, dtype, mamf, int(mm["sm_count"]), net)
-
-
-def steptime_presets() -> list[str]:
-    from ..spec import hardware_config, hardware_names
-
-    return [k for k in hardware_names() if "network" in hardware_config(k)]
-
-
-def tile_wave_efficiency(m: float, n: float, sms: int, batch: float = 1) -> float:
-    """Useful fraction of the GEMM work after tile and wave quantization (NVIDIA Matrix Multiplication
-    Background guide): output tiles rounded up, tiles run in waves of one per SM; a strided batched GEMM
-    of `batch` matrices runs all their tiles in the same waves."""
-    best = 0.0
-    for tm, tn in TILES:
-        tiles = batch * math.ceil(m / tm) * math.ceil(n / tn)
-        waves = math.ceil(tiles / sms)
-        best = max(best, (batch * m * n) / (tiles * tm * tn) * tiles / (waves * sms))
-    return best
-
-
-def gemm_seconds(m: float, k: float, n: float, dev: Device, act_bytes: float, batch: float = 1) -> float:
-    """`batch` (m x k) @ (k x n) matmuls (one strided batched GEMM) on the roofline with the quantization
-    curve: the longer of FLOPs at the matmul ceiling and operand + result bytes at the HBM bandwidth."""
-    if m <= 0 or k <= 0 or n <= 0:
-        return 0.0
-    flops = 2 * m * k * n * batch
-    compute = flops / (dev.mamf * KERNEL_EFFICIENCY * tile_wave_efficiency(m, n, dev.sm_count, batch))
-    memory = batch * act_bytes * (m * k + k * n + m * n) / dev.hbm
-    return max(compute, memory)
-
-
-def eager_attention_seconds(spec: ModelSpec, lay: Layout, seq_len: int, dev: Device, act_bytes: float,
-                            dropout: bool) -> tuple[float, float]:
-    """(forward, backward) seconds of one layer's attention core when the B·H·S² scores are materialised,
-    as Megatron-LM did before FlashAttention (Narayanan et al. 2021 sec. 4.2: strided batched GEMMs for QKᵀ
-    and PV, one fused scale-mask-softmax kernel; attention dropout on the probabilities, Megatron-LM's
-    default --attention-dropout 0.1). Per head on this GPU (H/tp heads, S/cp queries against S keys):
-    forward QKᵀ (S/cp x dh x S) and PV (S/cp x S x dv); backward dP = dO Vᵀ, dV = Pᵀ dO, dS K, dSᵀ Q
-    (twice the forward's matmuls), each a batched GEMM on the roofline; with small dh these are bound by
-    writing/reading the S² matrix, not by FLOPs. Elementwise passes over the S² matrix (act_bytes each per
-    element, read or write): softmax read + write (2), its backward reads P and dP and writes dS (3);
-    dropout reads, writes and stores a 1-byte mask (2 + mask), its backward the same."""
-    heads = lay.micro_batch * spec.n_heads / lay.tp
-    q, kv = seq_len / lay.cp, seq_len
-    dqk = spec.mla.qk_head_dim if spec.mla is not None else spec.d_head
-    dv = spec.mla.v_head_dim if spec.mla is not None else spec.d_head
-    mm_fwd = gemm_seconds(q, dqk, kv, dev, act_bytes, batch=heads) + gemm_seconds(q, kv, dv, dev, act_bytes,
-                                                                                 batch=heads)
-    elements = heads * q * kv
-    drop = (2 * act_bytes + 1) if dropout else 0.0
-    fwd = mm_fwd + elements * (2 * act_bytes + drop) / dev.hbm
-    bwd = 2 * mm_fwd + elements * (3 * act_bytes + drop) / dev.hbm
-    return fwd, bwd
+# --- one layer, one micro-batch -----------------------------------------------------------------------------
 
 
 @dataclass
@@ -337,6 +384,7 @@ class StageTimes:
     cp: float = 0.0
     ep: float = 0.0
     comm_fwd: float = 0.0  # the part of tp + cp + ep exposed in the forward pass
+    gemm_fwd: float = 0.0  # forward GEMMs (what TP overlap hides behind)
 
     @property
     def compute(self) -> float:
@@ -346,122 +394,454 @@ class StageTimes:
     def total(self) -> float:
         return self.compute + self.tp + self.cp + self.ep
 
+    def add(self, other: StageTimes, times: float = 1.0) -> None:
+        for f in ("fwd", "bwd_input", "bwd_weight", "tp", "cp", "ep", "comm_fwd", "gemm_fwd"):
+            setattr(self, f, getattr(self, f) + times * getattr(other, f))
 
-def _layer_times(spec: ModelSpec, layer: int, lay: Layout, seq_len: int, causal: bool, recompute: str,
-                 dev: Device, act_bytes: float, attention: str = "flash",
-                 dropout: bool = False) -> StageTimes:  # long: one layer's terms, one per source line
-    b, s, tp, cp = lay.micro_batch, seq_len, lay.tp, lay.cp
-    tokens = b * s / cp  # tokens this GPU processes in the layer
+
+@dataclass
+class _Ctx:
+    """One prediction's fixed inputs, the rates they imply, and the per-layer-kind cache."""
+
+    spec: ModelSpec
+    dev: Device
+    lay: Layout
+    seq: int
+    recipe: Recipe
+    attention: str = "flash"
+    dropout: bool = False
+    eff: float = KERNEL_EFFICIENCY
+    cache: dict = field(default_factory=dict)
+
+    @property
+    def act(self) -> float:
+        return self.recipe.act_bytes
+
+    @property
+    def tokens(self) -> float:
+        """Tokens of one micro-batch on this rank's sequence shard (b·S/cp)."""
+        return self.lay.micro_batch * self.seq / self.lay.cp
+
+    @property
+    def gemm_rate(self) -> float:
+        rate = self.dev.gemm_rate(self.recipe.gemm_dtype)
+        return rate * kernels.BLOCK_SCALED.get(self.recipe.name, 1.0)
+
+    @property
+    def gemm_bytes(self) -> float:
+        return {"fp8": 1.0, "fp4": 0.5 + 1 / 16, "fp32": 4.0}.get(self.recipe.gemm_dtype, self.act)
+
+    def gemm(self, m: float, k: float, n: float, batch: float = 1) -> tuple[float, float, float]:
+        """Forward + input-gradient + weight-gradient seconds of one linear (m tokens, k in, n out), as a triple
+        (each its own shape: dX = dY·Wᵀ is m x n x k, dW = Xᵀ·dY is k x m x n) plus the quantization of its input
+        (forward) and output gradient (backward) under FP8/FP4 recipes."""
+        in_bytes, rate = self.gemm_bytes, self.gemm_rate
+
+        def one(m: float, k: float, n: float) -> float:
+            return gemm_seconds(m, k, n, dev=self.dev, in_bytes=in_bytes, batch=batch, rate=rate, out_bytes=self.act,
+                                efficiency=self.eff)
+
+        fwd, dgrad, wgrad = one(m, k, n), one(m, n, k), one(k, m, n)
+        if self.recipe.fp8:
+            q = kernels.QUANT_BYTES[self.recipe.fp8]
+            fwd += stream_seconds(batch * m * k * q, self.dev, self.eff)
+            dgrad = dgrad * kernels.QUANT_DGRAD_SLOWDOWN + stream_seconds(batch * m * n * q, self.dev, self.eff)
+        return fwd, dgrad, wgrad
+
+    def stream(self, nbytes: float) -> float:
+        return stream_seconds(nbytes * (1 if self.lay.fused_elementwise else 2), self.dev, self.eff)
+
+
+def _part_shape(spec: ModelSpec, group: str, part: str, flops: float, tokens: float) -> tuple[float, float, str]:
+    """(k, n, style) of op `group/part` whose forward FLOPs over `tokens` tokens are `flops`: the input width k,
+    the output width n, and how tensor parallelism splits it: "column" (n), "row" (k) or "replicated"."""
     D = spec.d_model
-    ops = _attention(spec, "attention", b, s, s, causal=causal)
-    moe = spec.is_moe_layer(layer)
-    ops.update(_moe(spec, b * s, "moe") if moe else _ffn(spec, b * s, spec.d_ff, "mlp"))
-    fwd = attn_core = 0.0
-    fused: dict[str, float] = {}  # fused group -> output columns on this GPU
-    for name, flops in ops.items():
-        part = name.split("/")[1]
-        f_gpu = flops / (tp * cp)
-        if part in ("scores", "values"):
-            if attention == "flash":
-                attn_core += f_gpu / (dev.mamf * KERNEL_EFFICIENCY * ATTENTION_EFFICIENCY)
-            continue
-        if part == "router":  # on the gathered tokens (TP like a dense MLP) or this rank's 1/tp (all-to-all)
-            seconds = gemm_seconds(tokens / tp if lay.alltoall else tokens, D, spec.n_experts, dev, act_bytes)
-        elif part == "experts":  # balanced routing: each local expert gets tokens·etp/tp·top_k·ep/E tokens
-            etp = lay.expert_tp
-            m_e = tokens * etp / tp * spec.n_experts_per_token * lay.ep / spec.n_experts
-            seconds = spec.n_experts / lay.ep * _mlp_seconds(spec, m_e, spec.d_ff_expert / etp, dev, act_bytes)
-        elif part == "shared_experts":
-            seconds = spec.n_shared_experts * _mlp_seconds(spec, tokens, spec.d_ff_expert / tp, dev, act_bytes)
-        elif part in FUSED_GEMMS:  # column-parallel on the layer input: one GEMM per fused group
-            fused[FUSED_GEMMS[part]] = fused.get(FUSED_GEMMS[part], 0.0) + flops / (2 * b * s * D) / tp
-            continue
-        else:
-            full_k = D
-            k: float
-            n: float
-            if part in ("o_proj", "down_proj"):  # row-parallel: the input dimension is split
-                k = flops / (2 * b * s * D) / tp
-                n = D
-            else:  # column-parallel: the output dimension is split
-                if part == "q_b_proj" and spec.mla is not None:
-                    full_k = spec.mla.q_lora_rank
-                elif part == "kv_b_proj" and spec.mla is not None:
-                    full_k = spec.mla.kv_lora_rank
-                k = full_k
-                n = flops / (2 * b * s * full_k) / tp
-            seconds = gemm_seconds(tokens, k, n, dev, act_bytes)
-        fwd += seconds
-    fwd += sum(gemm_seconds(tokens, D, n, dev, act_bytes) for n in fused.values())
-    # memory-bound elementwise work, bytes per token (read + write), forward; backward twice that
-    sp_div = tp if lay.sequence_parallel else 1
-    width = spec.d_ff_expert * spec.n_experts_per_token if moe else spec.d_ff
-    d_terms = (spec.norms_per_layer * 2 + 2 * 3) * D / sp_div
-    f_terms = (3 if spec.gated else 2) * width / tp
-    rope = 2 * (spec.n_heads + spec.n_kv_heads) * spec.d_head / tp if spec.pos_emb == "rope" else 0
-    elem = b * s / cp * (d_terms + f_terms + rope) * act_bytes / dev.hbm
-    if attention == "flash":  # flash backward recomputes QKᵀ: 2.5 x the forward's matmul work
-        attn_bwd = 2.5 * attn_core
-    else:
-        attn_core, attn_bwd = eager_attention_seconds(spec, lay, seq_len, dev, act_bytes, dropout=dropout)
-    t = StageTimes()
-    t.fwd = fwd + attn_core + elem
-    t.bwd_weight = fwd  # weight-gradient matmuls: one forward's worth
-    t.bwd_input = fwd + attn_bwd + 2 * elem  # input gradients
+    if part in ROW_PARALLEL:
+        return flops / (2 * tokens * D), D, "row"
+    k: float = D
+    if group == "shared_block" and part in ("q_proj", "k_proj", "v_proj"):
+        k = 2 * D  # Zamba2's shared block reads [hidden, embeddings]
+    elif part == "q_b_proj" and spec.mla is not None:
+        k = spec.mla.q_lora_rank
+    elif part == "kv_b_proj" and spec.mla is not None:
+        k = spec.mla.kv_lora_rank
+    elif part == "dt_proj":
+        k = spec.ssm_dt_rank
+    return k, flops / (2 * tokens * k), "replicated" if part in REPLICATED else "column"
+
+
+def _layer_kind(spec: ModelSpec, i: int) -> tuple:
+    """What makes two layers cost the same: their mixers, FFN and attention span."""
+    mixers, ffn = spec.layer_parts(i)
+    return mixers, ffn, spec.attention_span(i) if "attention" in mixers else ""
+
+
+def _layer_times(spec: ModelSpec, layer: int, lay: Layout, seq_len: int, causal: bool = True, recompute: str = "none",
+                 dev: Device | None = None, act_bytes: float = 2, attention: str = "flash", dropout: bool = False,
+                 recipe: str = "bf16-mixed") -> StageTimes:
+    """One layer's StageTimes (tests and callers outside predict; `causal` counts FLOPs only, the kernel runs what a
+    decoder computes; `act_bytes` is the recipe's)."""
+    rec = lookup(RECIPES, "recipe", recipe)
+    ctx = _Ctx(spec, dev or device_for("h100-sxm"), lay, seq_len, replace(rec, act_bytes=act_bytes),
+               attention=attention, dropout=dropout, eff=KERNEL_EFFICIENCY)
+    return _layer_cost(ctx, layer, _recomputes(lay, recompute, layer, 0))
+
+
+def _recomputes(lay: Layout, recompute: str, layer: int, first_in_chunk: int) -> frozenset[str]:
+    """What layer `layer` (the chunk starting at `first_in_chunk`) re-runs in its backward: "block" (full), or
+    module names."""
     if recompute == "full":
+        if lay.recompute_layers and layer - first_in_chunk >= lay.recompute_layers:
+            return frozenset()
+        return frozenset({"block"})
+    if recompute == "selective":
+        return frozenset(lay.recompute_modules or ("core_attn",))
+    return frozenset()
+
+
+def _layer_cost(ctx: _Ctx, i: int, rec: frozenset[str]) -> StageTimes:
+    key = (_layer_kind(ctx.spec, i), rec)
+    cached = ctx.cache.get(key)
+    if cached is None:
+        cached = ctx.cache[key] = _layer_cost_uncached(ctx, i, rec)
+    return cached
+
+
+def _layer_cost_uncached(ctx: _Ctx, i: int, rec: frozenset[str]) -> StageTimes:  # long: one layer's terms in order
+    spec, lay, dev = ctx.spec, ctx.lay, ctx.dev
+    tp, T, D, act = lay.tp, ctx.tokens, spec.d_model, ctx.act
+    sp = tp if lay.sequence_parallel else 1
+    mixers, ffn = spec.layer_parts(i)
+    moe = ffn == "moe"
+    ops = layer_ops(spec, i, 1, int(round(T)) or 1, causal=True)  # FLOPs of this rank's tokens (before tp)
+    t = StageTimes()
+    fwd = dgrad = wgrad = 0.0  # GEMMs
+    redo = 0.0  # forward work recomputation repeats
+    fused: dict[tuple[str, str], float] = {}
+    moe_parts: dict[str, float] = {}
+    elem_fwd = 0.0  # bytes
+    for name, flops in ops.items():
+        group, part = name.split("/")
+        if part in ("scores", "values") or part == "scan":
+            continue  # the attention core and the scans: below
+        if group == "moe" and part in ("router", "experts", "shared_experts"):
+            moe_parts[part] = flops
+            continue
+        if part in STREAMED:  # depthwise conv over its channels: read + write
+            elem_fwd += 2 * T * (flops / (2 * T * spec.ssm_conv_kernel)) / tp * act
+            continue
+        if part in FUSED_GEMMS:
+            key = (group, FUSED_GEMMS[part])
+            fused[key] = fused.get(key, 0.0) + flops
+            continue
+        k, n, style = _part_shape(spec, group, part, flops, T)
+        f, d, w = ctx.gemm(T, k / tp if style == "row" else k, n / tp if style == "column" else n)
+        fwd, dgrad, wgrad = fwd + f, dgrad + d, wgrad + w
+        if part in ("q_b_proj", "kv_b_proj") and "mla_up_proj" in rec:
+            redo += f
+    for (group, _), fused_flops in fused.items():
+        width = D * (2 if group == "shared_block" else 1)  # Zamba2's shared block reads [hidden, embeddings]
+        f, d, w = ctx.gemm(T, width, fused_flops / (2 * T * width) / tp)
+        fwd, dgrad, wgrad = fwd + f, dgrad + d, wgrad + w
+        if group == "mlp" and "mlp" in rec:
+            redo += f
+    # attention cores and scans
+    attn_f = attn_b = cp_f = cp_b = 0.0
+    for kind in mixers:
+        if kind in ("attention", "shared_block"):
+            a = _attention_core(ctx, i, kind)
+            attn_f, attn_b, cp_f, cp_b = attn_f + a[0], attn_b + a[1], cp_f + a[2], cp_b + a[3]
+        elif kind in ("mamba2", "gated_deltanet", "mamba"):
+            s_f, s_b = _scan_seconds(ctx, kind)
+            attn_f, attn_b = attn_f + s_f, attn_b + s_b
+    # MoE
+    ep_fwd = ep_bwd = 0.0
+    if moe:
+        m = _moe_cost(ctx, moe_parts, rec)
+        fwd, dgrad, wgrad = fwd + m["fwd"], dgrad + m["dgrad"], wgrad + m["wgrad"]
+        elem_fwd += m["elem"]
+        ep_fwd, ep_bwd = m["ep_fwd"], m["ep_bwd"]
+        redo += m["redo"]
+    # memory-bound elementwise work, bytes per layer forward (backward twice that)
+    norms = spec.norms_in_layer(i) if spec.is_hybrid else spec.norms_per_layer
+    blocks = len(mixers) + (ffn is not None)
+    elem_norm = norms * 2 * T * D / sp * act
+    elem_fwd += elem_norm + blocks * 3 * T * D / sp * act
+    if "attention" in mixers:
+        heads = (spec.n_heads + spec.n_kv_heads) / tp
+        if spec.pos_emb == "rope":
+            rope_width = (spec.n_heads + 1) * spec.mla.qk_rope_head_dim / tp if spec.mla else heads * spec.d_head
+            elem_fwd += 2 * T * rope_width * act
+        if spec.qk_norm != "none":
+            elem_fwd += 2 * T * heads * spec.d_head * act
+    if ffn == "mlp":
+        act_mlp = (3 if spec.gated else 2) * T * spec.d_ff / tp * act
+        elem_fwd += act_mlp
+        if rec & {"mlp_act", "mlp"}:
+            redo += ctx.stream(act_mlp)
+    for kind in mixers:
+        if kind in ("mamba", "mamba2", "gated_deltanet"):
+            elem_fwd += 3 * T * spec.ssm_d_inner / tp * act  # gated norm: read y and z, write
+    elem = ctx.stream(elem_fwd)
+    if rec & {"layernorm"}:
+        redo += ctx.stream(elem_norm)
+    if "core_attn" in rec:
+        redo += attn_f
+    if "alternate_mm" in rec:
+        redo += fwd / 2
+    t.fwd = fwd + attn_f + elem
+    t.gemm_fwd = fwd
+    t.bwd_weight = wgrad
+    t.bwd_input = dgrad + attn_b + 2 * elem
+    passes = 2
+    if "block" in rec:
         t.bwd_input += t.fwd
-    elif recompute == "selective":
-        t.bwd_input += attn_core
-    passes = 3 if recompute == "full" else 2
+        passes = 3
+    else:
+        t.bwd_input += redo
+    # TP collectives: an all-gather before and a reduce-scatter after each sub-block (all-reduce without SP)
     net = dev.network
     if tp > 1:
-        colls = comm.tp_collectives(tokens, D, act_bytes, tp, sequence_parallel=lay.sequence_parallel, passes=passes)
-        if moe and lay.alltoall and not spec.n_shared_experts:  # only attention's half stays on the tp group
-            colls = [replace(c, count=c.count / 2) for c in colls]
-        t.tp = comm.total_seconds(colls, net)
+        tp_blocks = len(mixers) + (ffn == "mlp") + (moe and (not lay.alltoall or spec.n_shared_experts > 0))
+        colls = [replace(c, count=c.count / 2 * tp_blocks) for c in
+                 comm.tp_collectives(T, D, act, tp, sequence_parallel=lay.sequence_parallel, passes=passes)]
+        tpt = comm.total_seconds(colls, net)
         if lay.tp_overlap:
-            per_pass = t.tp / passes
-            t.tp = _tp_exposed(per_pass, fwd, passes - 1) + _tp_exposed(per_pass, 2 * fwd, 1)
+            per_pass = tpt / passes
+            t.tp = _tp_exposed(per_pass, fwd, passes - 1) + _tp_exposed(per_pass, dgrad + wgrad, 1)
             t.comm_fwd += _tp_exposed(per_pass, fwd, 1)
         else:
-            t.comm_fwd += t.tp / passes
-    if cp > 1:
-        kv_width = (spec.n_kv_heads * spec.d_head) / min(tp, spec.n_kv_heads) if spec.mla is None else \
-            (spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim)
-        fwd_c, bwd_c = comm.cp_collectives(tokens, kv_width, act_bytes, cp, tp)
-        t.cp = max(0.0, fwd_c.seconds(net) - attn_core) + max(0.0, bwd_c.seconds(net) - attn_bwd)
-        t.comm_fwd += max(0.0, fwd_c.seconds(net) - attn_core)
+            t.tp = tpt
+            t.comm_fwd += tpt / passes
+    t.cp = cp_f + cp_b
+    t.comm_fwd += cp_f
     if moe and lay.alltoall:
-        t.ep = comm.total_seconds(comm.ep_collectives(tokens / tp, spec.n_experts_per_token, D, act_bytes, ep=lay.ep,
-                                                      stride=lay.fold_stride(lay.expert_tp), passes=passes,
-                                                      etp=lay.expert_tp), net)
-        t.comm_fwd += t.ep / passes
+        if "block" in rec or "moe" in rec:
+            ep_bwd += ep_fwd  # the recomputed forward dispatches and combines again
+        if lay.ep_overlap:  # under the other micro-batch's compute; the SMs it holds slow that compute
+            sms = EP_OVERLAP_SMS / dev.sm_count
+            hidden = min(ep_fwd + ep_bwd, t.compute) * EP_OVERLAP_SHARE
+            exposed = ep_fwd + ep_bwd - hidden + hidden * sms
+            t.ep = exposed
+            t.comm_fwd += exposed * ep_fwd / max(ep_fwd + ep_bwd, 1e-30)
+        else:
+            t.ep = ep_fwd + ep_bwd
+            t.comm_fwd += ep_fwd
     return t
+
+
+def _attention_core(ctx: _Ctx, i: int, kind: str) -> tuple[float, float, float, float]:
+    """(forward, backward, exposed CP forward, exposed CP backward) seconds of one layer's attention core on this
+    rank: the pairs the kernel computes (``ModelSpec.attended_pairs``: causal, windowed, chunked), split over the
+    heads of tp and the sequence of cp, at the kernel's rate for the shape (``kernels.attention_seconds``)."""
+    spec, lay, dev = ctx.spec, ctx.lay, ctx.dev
+    b, S, tp, cp = lay.micro_batch, ctx.seq, lay.tp, lay.cp
+    mla = spec.mla
+    dqk = mla.qk_head_dim if mla is not None and kind == "attention" else spec.d_head
+    dv = mla.v_head_dim if mla is not None and kind == "attention" else spec.d_head
+    head_dim = (dqk + dv) / 2
+    heads = spec.n_heads / tp
+    span = spec.span_tokens(i) if kind == "attention" else 0
+    pairs = spec.attended_pairs(i, S) if kind == "attention" else S * (S + 1) / 2
+    work = 2 * b * heads * pairs * (dqk + dv) / cp  # forward FLOPs on this rank (QKᵀ + PV)
+    if ctx.attention == "eager":
+        fwd, bwd = eager_attention_seconds(spec, lay, S, dev, ctx.act, dropout=ctx.dropout, efficiency=ctx.eff)
+        return fwd, bwd, *_cp_exposed(ctx, i, fwd, bwd)
+    fp8 = lay.fp8_attention
+    kernel = lay.attention_kernel
+    window = span if span else S
+    if cp > 1 and lay.cp_comm == "p2p":  # step 0 causal on the local chunks, then cp-1 unmasked blocks
+        local = S / cp
+        first = 2 * b * heads * min(local * (local + 1) / 2, local * window) * (dqk + dv)
+        rest = max(0.0, work - first)
+        blk = min(window, local / 2) * math.sqrt(2)
+        near, eff = min(local, window), ctx.eff
+        fwd = (attention_seconds(dev, kernel, first, head_dim, near, causal=True, backward=False, fp8=fp8,
+                                 efficiency=eff)
+               + attention_seconds(dev, kernel, rest, head_dim, blk, causal=False, backward=False, fp8=fp8,
+                                   efficiency=eff))
+        bwd = (attention_seconds(dev, kernel, 2.5 * first, head_dim, near, causal=True, backward=True, fp8=fp8,
+                                 efficiency=eff)
+               + attention_seconds(dev, kernel, 2.5 * rest, head_dim, blk, causal=False, backward=True, fp8=fp8,
+                                   efficiency=eff))
+    else:
+        fwd = attention_seconds(dev, kernel, work, head_dim, window, causal=True, backward=False, fp8=fp8,
+                                efficiency=ctx.eff)
+        bwd = attention_seconds(dev, kernel, 2.5 * work, head_dim, window, causal=True, backward=True, fp8=fp8,
+                                efficiency=ctx.eff)
+    # the kernel also reads Q, K, V and writes O (and the backward their gradients): its memory floor
+    qkvo = b * S / cp * (2 * heads * (dqk + dv) / 2 + 2 * max(1.0, spec.n_kv_heads / tp) * dqk) * ctx.act
+    fwd = max(fwd, stream_seconds(qkvo, dev, ctx.eff))
+    bwd = max(bwd, stream_seconds(2.5 * qkvo, dev, ctx.eff))
+    return fwd, bwd, *_cp_exposed(ctx, i, fwd, bwd)
+
+
+def _cp_exposed(ctx: _Ctx, i: int, fwd: float, bwd: float) -> tuple[float, float]:
+    """Exposed context-parallel communication of one layer (forward, backward), by ``Layout.cp_comm``."""
+    spec, lay, net = ctx.spec, ctx.lay, ctx.dev.network
+    cp, tp = lay.cp, lay.tp
+    if cp == 1:
+        return 0.0, 0.0
+    T = ctx.tokens
+    mla = spec.mla
+    if mla is not None:
+        kv_width = spec.n_heads / tp * (mla.qk_head_dim + mla.v_head_dim) / 2
+    else:
+        kv_width = max(1.0, spec.n_kv_heads / tp) * spec.d_head
+    strides = lay.strides()
+    if lay.cp_comm == "p2p":  # ring: each of cp-1 steps sends this rank's K and V to the next under the last block
+        send = comm.Collective("CP K/V ring step", "p2p", 2, 2 * T * kv_width * ctx.act, stride=strides["cp"])
+        step_f, step_b = send.seconds(net), 2 * send.seconds(net)  # backward: K, V and dK, dV
+        span = spec.span_tokens(i)
+        steps = cp - 1 if not span else min(cp - 1, math.ceil(span / (ctx.seq / cp)))
+        return (steps * max(0.0, step_f - fwd / cp), steps * max(0.0, step_b - bwd / cp))
+    if lay.cp_comm == "all-gather":  # Llama 3: K and V gathered before the kernel, exposed on the critical path
+        fwd_c, bwd_c = comm.cp_collectives(T, kv_width, ctx.act, cp, strides["cp"])
+        return fwd_c.seconds(net), bwd_c.seconds(net)
+    # a2a (Ulysses): Q, K, V in and O out over heads, forward; their gradients backward; all exposed
+    width = spec.n_heads / tp * spec.d_head * 2 + 2 * kv_width
+    a2a = comm.Collective("CP all-to-all (Q, K, V, O)", "all_to_all", cp, T * width * ctx.act, stride=strides["cp"])
+    return a2a.seconds(net), a2a.seconds(net)
+
+
+def _scan_seconds(ctx: _Ctx, kind: str) -> tuple[float, float]:
+    """(forward, backward) seconds of a state-space mixer's scan on this rank. Mamba-2's SSD and Gated DeltaNet run
+    chunked: per token and head 2·Q·(N + P) + 4·N·P tensor-core FLOPs for chunk length Q (Dao & Gu 2024 sec. 6;
+    Gated DeltaNet's chunked delta rule adds 2·Q·N for its WY transform, Yang et al. 2024), at the attention
+    kernel's rate for a causal block of length Q and head dim P (an assumption: no published SSD kernel table),
+    floored by reading x, B, C, dt and writing y; Mamba-1's selective scan is memory-bound on those tensors."""
+    spec, lay, dev = ctx.spec, ctx.lay, ctx.dev
+    T, tp = ctx.tokens, lay.tp
+    E, N, G = spec.ssm_d_inner / tp, spec.ssm_d_state, spec.ssm_n_groups
+    H = max(1.0, spec.ssm_n_heads / tp)
+    P = E / H
+    nbytes = T * (2 * E + 2 * G * N + H) * ctx.act
+    if kind == "mamba":
+        f = stream_seconds(nbytes + T * E * 2 * ctx.act, dev, ctx.eff)
+        return f, 2 * f
+    Q = 64 if kind == "gated_deltanet" else 128
+    per = 2 * Q * (N + P) + 4 * N * P + (2 * Q * N if kind == "gated_deltanet" else 0)
+    flops = T * H * per
+    f = max(attention_seconds(dev, "auto", flops, P, Q, causal=True, backward=False, efficiency=ctx.eff),
+            stream_seconds(nbytes, dev, ctx.eff))
+    b = max(attention_seconds(dev, "auto", 2 * flops, P, Q, causal=True, backward=True, efficiency=ctx.eff),
+            stream_seconds(2 * nbytes, dev, ctx.eff))
+    return f, b
+
+
+def _moe_cost(ctx: _Ctx, parts: dict[str, float], rec: frozenset[str]) -> dict[str, float]:
+    """One MoE layer on this rank: router, the local experts as one grouped GEMM of the rows each receives
+    (balanced routing times ``moe_imbalance`` on the most loaded rank), shared experts like a dense MLP,
+    permute/unpermute and the activation as memory-bound passes, and the dispatch/combine all-to-alls (Megatron-
+    Core's alltoall / flex dispatcher; with ep 1 and etp = tp the block is tensor-parallel like a dense MLP)."""
+    spec, lay = ctx.spec, ctx.lay
+    T, D, tp, act = ctx.tokens, ctx.spec.d_model, lay.tp, ctx.act
+    etp, ep, E, k = lay.expert_tp, lay.ep, spec.n_experts, spec.n_experts_per_token
+    out = {"fwd": 0.0, "dgrad": 0.0, "wgrad": 0.0, "elem": 0.0, "ep_fwd": 0.0, "ep_bwd": 0.0, "redo": 0.0}
+
+    def add(f: float, d: float, w: float) -> None:
+        out["fwd"] += f
+        out["dgrad"] += d
+        out["wgrad"] += w
+
+    local_tokens = T / tp if lay.alltoall and lay.sequence_parallel else T  # tokens this rank routes
+    add(*ctx.gemm(local_tokens, D, E))  # router (replicated)
+    rows = T * etp / tp * k * ep / E * lay.moe_imbalance if lay.alltoall else T * k / E  # rows per local expert
+    F = spec.d_ff_expert / etp
+    up = (2 if spec.gated else 1) * F
+    groups = E / ep
+    f1, d1, w1 = ctx.gemm(rows, D, up, batch=groups)
+    f2, d2, w2 = ctx.gemm(rows, F, D, batch=groups)
+    add(f1 + f2, d1 + d2, w1 + w2)
+    act_bytes = groups * rows * (3 if spec.gated else 2) * F * act
+    out["elem"] += act_bytes
+    if "moe" in rec:
+        out["redo"] += f1 + f2 + ctx.stream(act_bytes)
+    elif "moe_act" in rec:
+        out["redo"] += ctx.stream(act_bytes)
+    if spec.n_shared_experts and parts.get("shared_experts"):
+        width = parts["shared_experts"] / (2 * T * D * (3 if spec.gated else 2)) / tp
+        f, d, w = ctx.gemm(T, D, (2 if spec.gated else 1) * width)
+        f2, d2, w2 = ctx.gemm(T, width, D)
+        add(f + f2, d + d2, w + w2)
+        out["elem"] += (3 if spec.gated else 2) * T * width * act
+        if rec & {"shared_experts", "moe"}:
+            out["redo"] += f + f2
+    if lay.alltoall:  # permute (gather into expert order) and unpermute (scatter back, times the router's probs)
+        out["elem"] += 2 * local_tokens * D * act + 2 * local_tokens * k * D * act * lay.moe_imbalance
+        net = ctx.dev.network
+        strides = lay.expert_strides()
+        colls = comm.ep_collectives(local_tokens * lay.moe_imbalance, k, D, act, ep=ep, stride=strides["ep"],
+                                    passes=1, etp=etp)
+        if lay.ep_dispatcher == "deepep":  # one copy per remote node, forwarded over NVLink; ETP collectives kept
+            one = 2 * comm.deepep_seconds(local_tokens * lay.moe_imbalance, k, E, D, act, ep=ep, stride=strides["ep"],
+                                          net=net) + comm.total_seconds(colls[1:], net)
+        else:
+            one = comm.total_seconds(colls, net)  # dispatch + combine of one pass
+        out["ep_fwd"], out["ep_bwd"] = one, one
+    return out
 
 
 def _tp_exposed(comm_per_pass: float, gemm_per_pass: float, passes: int) -> float:
     """Exposed TP time of `passes` passes when each pass's all-gathers and reduce-scatters run under its own
     projection GEMMs (TransformerEngine's userbuffer overlap, Megatron-LM --tp-comm-overlap; torchtitan's async
     TP): the GEMMs are split into tp chunks and each chunk's exchange hides behind the previous chunk's matmul,
-    so only the excess of communication over matmul stays on the critical path. The forward pass has the
-    forward GEMMs, the backward twice that (input and weight gradients). The SMs and copy engines the overlap
-    borrows are not charged (TE's ring-exchange mode moves data with copy engines)."""
+    so only the excess of communication over matmul stays on the critical path. The SMs and copy engines the
+    overlap borrows are not charged (TE's ring-exchange mode moves data with copy engines)."""
     return passes * max(0.0, comm_per_pass - gemm_per_pass)
 
 
-def _mlp_seconds(spec: ModelSpec, tokens: float, width: float, dev: Device, act_bytes: float) -> float:
-    """One (expert) MLP of `width` columns on this GPU: the fused gate+up (or fc1) GEMM, then down."""
-    up = (2 if spec.gated else 1) * width
-    return gemm_seconds(tokens, spec.d_model, up, dev, act_bytes) + gemm_seconds(tokens, width, spec.d_model, dev,
-                                                                                  act_bytes)
+def eager_attention_seconds(spec: ModelSpec, lay: Layout, seq_len: int, dev: Device, act_bytes: float,
+                            dropout: bool, efficiency: float = 1.0) -> tuple[float, float]:
+    """(forward, backward) seconds of one layer's attention core when the B·H·S² scores are materialised,
+    as Megatron-LM did before FlashAttention (Narayanan et al. 2021 sec. 4.2: strided batched GEMMs for QKᵀ
+    and PV, one fused scale-mask-softmax kernel; attention dropout on the probabilities, Megatron-LM's
+    default --attention-dropout 0.1). Per head on this GPU (H/tp heads, S/cp queries against S keys):
+    forward QKᵀ (S/cp x dh x S) and PV (S/cp x S x dv); backward dP = dO Vᵀ, dV = Pᵀ dO, dS K, dSᵀ Q
+    (twice the forward's matmuls), each a batched GEMM on the roofline; with small dh these are bound by
+    writing/reading the S² matrix, not by FLOPs. Elementwise passes over the S² matrix (act_bytes each per
+    element, read or write): softmax read + write (2), its backward reads P and dP and writes dS (3);
+    dropout reads, writes and stores a 1-byte mask (2 + mask), its backward the same."""
+    heads = lay.micro_batch * spec.n_heads / lay.tp
+    q, kv = seq_len / lay.cp, seq_len
+    dqk = spec.mla.qk_head_dim if spec.mla is not None else spec.d_head
+    dv = spec.mla.v_head_dim if spec.mla is not None else spec.d_head
+    mm_fwd = (gemm_seconds(q, dqk, kv, dev, act_bytes, batch=heads, efficiency=efficiency)
+              + gemm_seconds(q, kv, dv, dev, act_bytes, batch=heads, efficiency=efficiency))
+    elements = heads * q * kv
+    drop = (2 * act_bytes + 1) if dropout else 0.0
+    fwd = mm_fwd + elements * (2 * act_bytes + drop) / (dev.hbm * efficiency)
+    bwd = 2 * mm_fwd + elements * (3 * act_bytes + drop) / (dev.hbm * efficiency)
+    return fwd, bwd
 
 
-def _head_times(spec: ModelSpec, lay: Layout, seq_len: int, dev: Device, act_bytes: float) -> StageTimes:
-    """LM head matmul (vocab split over tp) and the softmax/cross-entropy over the logits."""
-    tokens = lay.micro_batch * seq_len / lay.cp
-    mm = gemm_seconds(tokens, spec.d_model, spec.vocab_size / lay.tp, dev, act_bytes)
-    loss = tokens * spec.vocab_size / lay.tp * 4 * 3 / dev.hbm  # fp32 logits: write, read, write grad
-    return StageTimes(fwd=mm + loss, bwd_input=mm, bwd_weight=mm)
+def _head_times(ctx: _Ctx) -> StageTimes:
+    """LM head matmul (vocab split over tp) and the softmax/cross-entropy over the logits (fp32: written, read,
+    gradient written), and the embedding lookup's gather and scatter-add."""
+    spec, lay = ctx.spec, ctx.lay
+    T = ctx.tokens
+    f, d, w = ctx.gemm(T, spec.d_model, spec.vocab_size / lay.tp)
+    loss = stream_seconds(T * spec.vocab_size / lay.tp * 4 * 3, ctx.dev, ctx.eff)
+    return StageTimes(fwd=f + loss, bwd_input=d, bwd_weight=w, gemm_fwd=f)
+
+
+def _embedding_times(ctx: _Ctx) -> StageTimes:
+    T = ctx.tokens
+    nbytes = T * ctx.spec.d_model * ctx.act
+    return StageTimes(fwd=stream_seconds(nbytes, ctx.dev, ctx.eff), bwd_weight=stream_seconds(3 * nbytes, ctx.dev,
+                                                                                              ctx.eff))
+
+
+def _mtp_times(ctx: _Ctx, recompute: str) -> StageTimes:
+    """One multi-token-prediction module (DeepSeek-V3 sec. 2.2, Megatron-Core's MTP on the last stage): two norms,
+    the projection of [h; emb] (2D -> D), one decoder layer like the model's last, the shared LM head again."""
+    spec = ctx.spec
+    t = StageTimes()
+    t.add(_layer_cost(ctx, spec.n_layers - 1, _recomputes(ctx.lay, recompute, spec.n_layers - 1, spec.n_layers - 1)))
+    f, d, w = ctx.gemm(ctx.tokens, 2 * spec.d_model, spec.d_model)
+    t.add(StageTimes(fwd=f, bwd_input=d, bwd_weight=w, gemm_fwd=f))
+    t.add(_head_times(ctx))
+    return t
 
 
 # --- the step -----------------------------------------------------------------------------------
@@ -482,6 +862,8 @@ class StepPrediction:
     layers_per_stage: list[int]
     notes: list[str] = field(default_factory=list)
     attention: str = "flash"  # the attention kernel timed: "flash" or "eager"
+    recipe: str = "bf16-mixed"
+    assumptions: dict[str, Any] = field(default_factory=dict)
 
     @property
     def n_gpus(self) -> int:
@@ -512,143 +894,433 @@ class StepPrediction:
         return utilization(self.hardware_flops, self.step_seconds, self.n_gpus, self.device.peak)
 
     def to_json(self) -> dict:
+        lay = self.layout
         return {"mfu": self.mfu, "hfu": self.hfu, "step_seconds": self.step_seconds,
                 "model_tflops_per_gpu": self.model_flops_per_gpu / 1e12,
                 "hardware_tflops_per_gpu": self.hardware_flops_per_gpu / 1e12,
                 "tokens_per_second": self.tokens_per_second, "breakdown_seconds": dict(self.breakdown),
-                "layout": {**self.layout.as_dict(), "schedule": self.layout.schedule, "zero": self.layout.zero,
-                           "sequence_parallel": self.layout.sequence_parallel,
-                           "tp_overlap": self.layout.tp_overlap},
-                "layers_per_stage": self.layers_per_stage, "attention": self.attention,
-                "prediction_notes": list(self.notes)}
-
-
-def _stage_params(spec: ModelSpec, layers: range, first: bool, last: bool) -> float:
-    from .memory import _layer_params
-
-    layer, norms, emb, head, final = _layer_params(spec)
-    params = len(layers) * (layer + norms)
-    if first:
-        params += emb
-    if last:
-        params += final + (head if not (spec.tie_embeddings and first) else 0)  # pp > 1 keeps a tied copy
-    return params
+                "layout": {**lay.as_dict(), "schedule": lay.schedule, "zero": lay.zero,
+                           "sequence_parallel": lay.sequence_parallel, "tp_overlap": lay.tp_overlap,
+                           "ep_overlap": lay.ep_overlap, "rank_order": lay.order, "cp_comm": lay.cp_comm},
+                "recipe": self.recipe, "layers_per_stage": self.layers_per_stage, "attention": self.attention,
+                "prediction_notes": list(self.notes), "assumptions": dict(self.assumptions)}
 
 
 def predict(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, causal: bool = False,
             recompute: str = "none", recipe: str = "bf16-mixed", attention: str = "flash",
-            dropout: bool = False) -> StepPrediction:  # long: docstring's terms in order
-    """Predicted step time of `layout` (see the module docstring for the model and its overlap rule).
+            dropout: bool = False) -> StepPrediction:
+    """Predicted step time of `layout` (see the module docstring for the model and its overlap rule). `causal`
+    changes how the FLOPs (model and hardware) are counted, never the time: the kernel runs what it runs.
 
     attention: "flash" (fused, no S² matrix) or "eager" (materialised scores, `eager_attention_seconds`);
     dropout: attention dropout on the probabilities (eager only; flash fuses it)."""
+    return _finish(_prepare(spec, device, layout, seq_len, causal, recompute=recompute, recipe=recipe,
+                            attention=attention, dropout=dropout))
+
+
+@dataclass
+class _Prepared:
+    """Everything of one prediction but the pipeline's makespan: the stages, their lower-bound makespan, DP,
+    optimizer and FLOPs (what a layout search computes for every layout before it simulates the few that can win)."""
+
+    ctx: _Ctx
+    causal: bool
+    recompute: str
+    stages: list[StageTimes]
+    split: list[int]
+    fwd: list[float]
+    bwd: list[float]
+    wgt: list[float] | None
+    p2p: float
+    bound: float  # a lower bound of the makespan (pipeline.path_bound), exact where `exact`
+    exact: bool
+    dp: float
+    optimizer: float
+    plain_bound: float = 0.0  # the bound without transfer times (its pp_comm share is bound - plain_bound)
+
+    @property
+    def step_bound(self) -> float:
+        return self.bound + self.dp + self.optimizer
+
+
+def _prepare(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, causal: bool, recompute: str,
+             recipe: str, attention: str, dropout: bool) -> _Prepared:
     if attention not in ATTENTION_IMPLS:
         raise LlmcalcError(f"unknown attention {attention!r}; use one of {', '.join(ATTENTION_IMPLS)}")
     rec = lookup(RECIPES, "recipe", recipe)
-    act_bytes = rec.act_bytes
     lay = layout
+    _check_recompute(spec, lay, recompute, rec, device)
+    ctx = _Ctx(spec, device, lay, seq_len, rec, attention=attention, dropout=dropout, eff=KERNEL_EFFICIENCY,
+               cache=_layer_cache(spec, device, lay, seq_len, rec, attention=attention, dropout=dropout))
     v = chunks_per_rank(lay.schedule, lay.vpp)
     n_stages = lay.pp * v
-    split = split_layers(spec.n_layers, n_stages)
-    starts = [sum(split[:i]) for i in range(n_stages)]
-    cache: dict[bool, StageTimes] = {}
+    split, starts, plan = _stage_plan(spec, n_stages, lay, recompute)
+    distinct: dict[tuple, StageTimes] = {}  # stages made of the same layers (and ends) cost the same: once each
     stages: list[StageTimes] = []
     for k in range(n_stages):
-        total = StageTimes()
-        for i in range(starts[k], starts[k] + split[k]):
-            moe = spec.is_moe_layer(i)
-            if moe not in cache:
-                cache[moe] = _layer_times(spec, i, lay, seq_len, causal=causal, recompute=recompute, dev=device,
-                                          act_bytes=act_bytes, attention=attention, dropout=dropout)
-            lt = cache[moe]
-            for f in ("fwd", "bwd_input", "bwd_weight", "tp", "cp", "ep", "comm_fwd"):
-                setattr(total, f, getattr(total, f) + getattr(lt, f))
-        if k == n_stages - 1:
-            ht = _head_times(spec, lay, seq_len, device, act_bytes)
-            total.fwd += ht.fwd
-            total.bwd_input += ht.bwd_input
-            total.bwd_weight += ht.bwd_weight
-        stages.append(total)
-
-    zb = lay.schedule.startswith("zb")
-    m = lay.grad_accum
-    f_t = lambda st: stages[st].fwd + stages[st].comm_fwd  # noqa: E731
-    bwd_comm = lambda st: stages[st].tp + stages[st].cp + stages[st].ep - stages[st].comm_fwd  # noqa: E731
-    if zb:  # the weight-gradient half (W) is split off the backward
-        b_t = lambda st: stages[st].bwd_input + bwd_comm(st)  # noqa: E731
-        w_t = lambda st: stages[st].bwd_weight  # noqa: E731
+        key = plan[k]
+        if key not in distinct:
+            total = StageTimes()
+            for i, rc, count in key[0]:
+                total.add(_layer_cost(ctx, i, rc), count)
+            if key[1]:
+                total.add(_embedding_times(ctx))
+            if key[2]:
+                total.add(_head_times(ctx))
+                for _ in range(lay.mtp_layers):
+                    total.add(_mtp_times(ctx, recompute))
+            distinct[key] = total
+        stages.append(distinct[key])
+    fwd = [s.fwd + s.comm_fwd for s in stages]
+    bwd_comm = [s.tp + s.cp + s.ep - s.comm_fwd for s in stages]
+    wgt: list[float] | None
+    if lay.schedule.startswith("zb"):  # the weight-gradient half (W) is split off the backward
+        bwd = [s.bwd_input + c for s, c in zip(stages, bwd_comm, strict=True)]
+        wgt = [s.bwd_weight for s in stages]
     else:
-        b_t = lambda st: stages[st].bwd_input + stages[st].bwd_weight + bwd_comm(st)  # noqa: E731
-        w_t = None
-    p2p = comm.pp_collectives(lay.micro_batch * seq_len / lay.cp, spec.d_model, act_bytes, lay.tp,
-                              sequence_parallel=lay.sequence_parallel, stride=lay.tp * lay.cp)
-    p2p_s = comm.total_seconds(p2p, device.network) if lay.pp > 1 else 0.0
-    plain = simulate(lay.schedule, lay.pp, m, f_t, b_time=b_t, w_time=w_t, vpp=lay.vpp)
-    with_p2p = simulate(lay.schedule, lay.pp, m, f_t, b_time=b_t, w_time=w_t, vpp=lay.vpp,
-                        p2p_time=p2p_s) if p2p_s else plain
-    # the pacing rank: the busiest one
+        bwd = [s.bwd_input + s.bwd_weight + c for s, c in zip(stages, bwd_comm, strict=True)]
+        wgt = None
+    p2p = comm.total_seconds(comm.pp_collectives(ctx.tokens, spec.d_model, ctx.act, lay.tp,
+                                                 sequence_parallel=lay.sequence_parallel,
+                                                 stride=lay.strides()["pp"]), device.network) if lay.pp > 1 else 0.0
+    bound, exact = path_bound(lay.schedule, lay.pp, lay.grad_accum, fwd, bwd, w=wgt, vpp=lay.vpp, p2p_time=p2p)
+    plain = path_bound(lay.schedule, lay.pp, lay.grad_accum, fwd, bwd, w=wgt, vpp=lay.vpp, p2p_time=0.0)[0] if p2p \
+        else bound
+    dp, opt = _dp_and_optimizer(ctx, stages, split, starts, v)
+    return _Prepared(ctx, causal, recompute, stages, split, fwd=fwd, bwd=bwd, wgt=wgt, p2p=p2p, bound=bound,
+                     exact=exact, dp=dp, optimizer=opt, plain_bound=plain)
+
+
+def _stage_plan(spec: ModelSpec, n_stages: int, lay: Layout, recompute: str) -> tuple[list[int], list[int], list]:
+    """(layers per stage, first layer of each, each stage's composition): the runs of (a representative layer of
+    one kind, what it recomputes, how many) and whether the stage holds the embedding / the LM head; cached per
+    model, stage count and recomputation."""
+    key = (spec, n_stages, recompute, lay.recompute_layers, lay.recompute_modules)
+
+    def make() -> tuple[list[int], list[int], list]:
+        split = split_layers(spec.n_layers, n_stages)
+        starts = [sum(split[:i]) for i in range(n_stages)]
+        plan = []
+        for k in range(n_stages):
+            runs: dict[tuple, list] = {}  # layers of the same kind and recomputation: one cost times their count
+            for i in range(starts[k], starts[k] + split[k]):
+                runs.setdefault((_layer_kind(spec, i), _recomputes(lay, recompute, i, starts[k])), [i, 0])[1] += 1
+            plan.append((tuple((i, rc, count) for (_, rc), (i, count) in runs.items()), k == 0, k == n_stages - 1))
+        return split, starts, plan
+    return _cached("params", key, make)
+
+
+def _finish(prep: _Prepared, simulated: bool = True) -> StepPrediction:
+    """The prediction of a prepared layout: the pipeline simulated (or its exact closed form), or with `simulated`
+    False its lower bound (a layout search's for layouts that cannot win)."""
+    ctx, lay, spec = prep.ctx, prep.ctx.lay, prep.ctx.spec
+    v = chunks_per_rank(lay.schedule, lay.vpp)
+    m = lay.grad_accum
     rank_stages = [[stage_of(lay.schedule, r, c, lay.pp) for c in range(v)] for r in range(lay.pp)]
-    pace = max(range(lay.pp), key=lambda r: plain.busy[r])
-    mine = [stages[st] for st in rank_stages[pace]]
+    busy = [m * sum(prep.fwd[st] + prep.bwd[st] + (prep.wgt[st] if prep.wgt else 0.0) for st in rank_stages[r])
+            for r in range(lay.pp)]
+    if prep.exact or not simulated:
+        makespan, plain_makespan = prep.bound, prep.plain_bound
+        how = "closed form (exact)" if prep.exact else "lower bound (not simulated: this layout cannot win)"
+    else:
+        w_time: Callable[[int], float] | None = None if prep.wgt is None else prep.wgt.__getitem__
+        plain = simulate(lay.schedule, lay.pp, m, prep.fwd.__getitem__, b_time=prep.bwd.__getitem__, w_time=w_time,
+                         vpp=lay.vpp)
+        makespan = simulate(lay.schedule, lay.pp, m, prep.fwd.__getitem__, b_time=prep.bwd.__getitem__,
+                            w_time=w_time, vpp=lay.vpp, p2p_time=prep.p2p).makespan if prep.p2p else plain.makespan
+        plain_makespan = plain.makespan
+        busy = list(plain.busy)
+        how = "simulated rank by rank"
+    pace = max(range(lay.pp), key=lambda r: busy[r])
+    mine = [prep.stages[st] for st in rank_stages[pace]]
     breakdown = {
         "compute": m * sum(s.compute for s in mine),
         "tp_comm": m * sum(s.tp for s in mine),
         "cp_comm": m * sum(s.cp for s in mine),
         "ep_comm": m * sum(s.ep for s in mine),
-        "dp_comm": 0.0,
-        "pp_comm": with_p2p.makespan - plain.makespan,
-        "pp_bubble": plain.makespan - plain.busy[pace],
-        "optimizer": 0.0,
+        "dp_comm": prep.dp,
+        "pp_comm": makespan - plain_makespan,
+        "pp_bubble": max(0.0, plain_makespan - busy[pace]),
+        "optimizer": prep.optimizer,
     }
-    # data parallelism and the optimizer, for the rank holding the most parameters
-    worst_dp = worst_opt = 0.0
-    experts_per_layer = routed_expert_params(spec) / spec.n_moe_layers if spec.n_moe_layers else 0.0
-    for r in range(lay.pp):
-        params = experts = 0.0
-        for st in rank_stages[r]:
-            rng = range(starts[st], starts[st] + split[st])
-            params += _stage_params(spec, rng, st == 0, st == n_stages - 1)
-            experts += experts_per_layer * sum(spec.is_moe_layer(i) for i in rng)
-        dense = (params - experts) / lay.tp
-        experts = experts / lay.expert_tp / lay.ep  # routed experts: split over ep, each over etp
-        mbs = [stages[st] for st in rank_stages[r]]
-        fwd_one = sum(s.fwd for s in mbs)
-        bwd_one = sum(s.bwd_input + s.bwd_weight for s in mbs)
-        outer = lay.tp * lay.cp * lay.pp
-        colls = comm.dp_collectives(dense, rec.grad_bytes, rec.weight_bytes, lay.dp, zero=lay.zero, stride=outer,
-                                    micro_batches=m)
-        if experts:  # expert weights are replicated over the expert data-parallel group only
-            colls += comm.dp_collectives(experts, rec.grad_bytes, rec.weight_bytes, lay.expert_dp, zero=lay.zero,
-                                         stride=lay.fold_stride(lay.expert_tp * lay.ep), micro_batches=m)
-        if lay.dp > 1 or lay.expert_dp > 1:
-            if lay.zero == 3:
-                per_mb = sum(c.seconds(device.network) * c.count for c in colls) / m
-                exposed = m * max(0.0, per_mb - fwd_one - bwd_one)
-            else:
-                reduce = sum(c.seconds(device.network) for c in colls if c.kind in ("all_reduce", "reduce_scatter"))
-                gather = sum(c.seconds(device.network) for c in colls if c.kind == "all_gather")
-                exposed = max(0.0, reduce - bwd_one) + max(0.0, gather - fwd_one) if lay.dp_overlap else reduce + gather
-        else:
-            exposed = 0.0
-        shard = lay.dp if lay.zero >= 1 else 1
-        expert_shard = lay.expert_dp if lay.zero >= 1 else 1
-        local = dense / shard + experts / expert_shard
-        opt_bytes = local * (rec.grad_bytes + 2 * (rec.master_bytes + 2 * rec.state_bytes) + rec.weight_bytes)
-        worst_dp = max(worst_dp, exposed)
-        worst_opt = max(worst_opt, opt_bytes / device.hbm)
-    breakdown["dp_comm"] = worst_dp
-    breakdown["optimizer"] = worst_opt
-    step = with_p2p.makespan + worst_dp + worst_opt
-    flops = step_flops(spec, lay.global_batch, seq_len, causal, recompute)
-    notes = [f"layers per pipeline stage ({n_stages} stages = pp {lay.pp} x {v} chunk{'s' if v > 1 else ''}): "
-             + _describe_split(split)]
-    if attention == "eager":
+    step = makespan + prep.dp + prep.optimizer
+    recompute = prep.recompute
+    counted = "full" if recompute == "full" else "selective" if recompute == "selective" and "core_attn" in (
+        lay.recompute_modules or ("core_attn",)) else "none"
+    flops = _step_flops(spec, lay.global_batch, ctx.seq, prep.causal, counted)
+    notes = [f"layers per pipeline stage ({len(prep.stages)} stages = pp {lay.pp} x {v} chunk{'s' if v > 1 else ''}): "
+             + _describe_split(prep.split)]
+    if ctx.attention == "eager":
         notes.append("attention core with the B·H·S² scores materialised (batched GEMMs + softmax"
-                     + (" + dropout" if dropout else "") + "), as before FlashAttention")
-    return StepPrediction(spec, device, lay, seq_len, causal=causal, recompute=recompute, step_seconds=step,
+                     + (" + dropout" if ctx.dropout else "") + "), as before FlashAttention")
+    assumptions = _assumptions(ctx, recompute)
+    if lay.pp > 1:
+        assumptions["pipeline"] = how
+    notes.append("assumed: " + "; ".join(f"{k} {v}" for k, v in assumptions.items()))
+    return StepPrediction(spec, ctx.dev, lay, ctx.seq, causal=prep.causal, recompute=recompute, step_seconds=step,
                           breakdown=breakdown, model_flops=float(flops.model_flops),
-                          hardware_flops=float(flops.hardware_flops), layers_per_stage=split, notes=notes,
-                          attention=attention)
+                          hardware_flops=float(flops.hardware_flops), layers_per_stage=prep.split, notes=notes,
+                          attention=ctx.attention, recipe=ctx.recipe.name, assumptions=assumptions)
+
+
+_CACHES: dict[str, dict] = {"layers": {}, "flops": {}, "params": {}, "acts": {}, "counts": {}}
+
+
+def clear_caches() -> None:
+    """Forget what earlier predictions cached (benchmarks time a cold search)."""
+    for cache in _CACHES.values():
+        cache.clear()
+
+
+def _cached(name: str, key: Any, make: Callable[[], Any]) -> Any:
+    cache = _CACHES[name]
+    if key not in cache:
+        if len(cache) > 200_000:
+            cache.clear()
+        cache[key] = make()
+    return cache[key]
+
+
+def _layer_cache(spec: ModelSpec, dev: Device, lay: Layout, seq: int, rec: Recipe, attention: str,
+                 dropout: bool) -> dict:
+    """The per-layer-kind cost cache shared by every layout whose layer costs are the same: same device, recipe,
+    sequence, and the layout fields a layer's cost reads (tp, cp, micro-batch, the expert mesh, the kernels and
+    overlaps, and the strides its collectives take)."""
+    net = dev.network
+    key = (spec, dev.accelerator.key, dev.mamf, dev.mamf_fp8, dev.sm_count, dev.arch, dev.fp4_peak, net, seq,
+           rec.name, rec.act_bytes, attention, dropout, KERNEL_EFFICIENCY, lay.tp, lay.cp, lay.micro_batch, lay.ep,
+           lay.expert_tp, lay.sequence_parallel, lay.tp_overlap, lay.ep_overlap, lay.cp_comm, lay.ep_dispatcher,
+           lay.moe_imbalance, lay.attention_kernel, lay.fp8_attention, lay.fused_elementwise, lay.recompute_modules,
+           lay.strides()["cp"], lay.expert_strides()["ep"], lay.grad_accum > 1)
+    return _cached("layers", key, dict)
+
+
+def _step_flops(spec: ModelSpec, batch: int, seq: int, causal: bool, recompute: str) -> Any:
+    return _cached("flops", (spec, batch, seq, causal, recompute), lambda: step_flops(spec, batch, seq, causal,
+                                                                                      recompute))
+
+
+def _check_recompute(spec: ModelSpec, lay: Layout, recompute: str, rec: Recipe, dev: Device) -> None:
+    if lay.recompute_layers and recompute != "full":
+        raise LlmcalcError("--recompute-layers picks how many layers of each stage recompute fully: it needs "
+                           "--recompute full")
+    if lay.recompute_layers < 0:
+        raise LlmcalcError(f"--recompute-layers must be >= 0, got {lay.recompute_layers}")
+    per_chunk = math.ceil(spec.n_layers / (lay.pp * lay.vpp))
+    if lay.recompute_layers > per_chunk:
+        raise LlmcalcError(f"--recompute-layers {lay.recompute_layers} is more than the {per_chunk} layers of a "
+                           f"pipeline chunk ({spec.n_layers} layers over pp {lay.pp} x vpp {lay.vpp}); use at most "
+                           f"{per_chunk}")
+    if lay.recompute_modules and recompute != "selective":
+        raise LlmcalcError("--recompute-modules lists what a selective recomputation re-runs: it needs --recompute "
+                           "selective")
+    if "mla_up_proj" in lay.recompute_modules and spec.mla is None:
+        raise LlmcalcError(f"--recompute-modules mla_up_proj needs multi-head latent attention; {spec.name} has none")
+    if {"moe", "moe_act", "shared_experts"} & set(lay.recompute_modules) and not spec.is_moe:
+        raise LlmcalcError(f"--recompute-modules moe, moe_act and shared_experts need an MoE model; {spec.name} is "
+                           f"dense")
+    if lay.fp8_attention and not rec.fp8:
+        raise LlmcalcError("--fp8-attention runs the attention core in FP8 (Transformer Engine fp8_dpa): it needs an "
+                           "FP8 or FP4 --recipe")
+    # FlashAttention-3 is written for Hopper (its README: "H100 / H800 GPU"; on Blackwell the FA4 kernels stand in,
+    # kernels.py); cuDNN is NVIDIA's: neither runs on Ampere (FA3) or on AMD's CDNA (both)
+    if lay.attention_kernel == "fa3" and dev.arch in ("ampere", "cdna3", "cdna4"):
+        raise LlmcalcError(f"--attention-kernel fa3 needs Hopper or Blackwell; {dev.accelerator.key} is {dev.arch}: "
+                           f"use --attention-kernel fa2 or auto")
+    if lay.attention_kernel == "cudnn" and dev.arch in ("cdna3", "cdna4"):
+        raise LlmcalcError(f"--attention-kernel cudnn is NVIDIA's; {dev.accelerator.key} is AMD {dev.arch}: use "
+                           f"--attention-kernel auto")
+    if rec.gemm_dtype in ("fp8", "fp4"):
+        dev.gemm_rate(rec.gemm_dtype)  # one line when the device has no such tensor cores
+        if rec.gemm_dtype == "fp8" and "fp8" not in dev.accelerator.peak_flops:
+            raise LlmcalcError(f"{dev.accelerator.key} has no FP8 tensor cores (no dense fp8 peak): --recipe "
+                               f"{rec.name} needs Hopper, Blackwell or CDNA 3+")
+
+
+def _assumptions(ctx: _Ctx, recompute: str) -> dict[str, Any]:
+    """What this prediction assumed, for its notes and JSON ``assumptions``."""
+    lay, dev, rec = ctx.lay, ctx.dev, ctx.recipe
+    kernel = kernels.DEFAULT_KERNEL[dev.arch] if lay.attention_kernel == "auto" else lay.attention_kernel
+    out: dict[str, Any] = {
+        "kernel_efficiency": KERNEL_EFFICIENCY,
+        "gemm_dtype": rec.gemm_dtype,
+        "gemm_tflops_ceiling": round(ctx.gemm_rate / 1e12, 1),
+        "attention_kernel": kernel if ctx.attention == "flash" else "eager (materialised scores)",
+        "attention_dtype": "fp8" if lay.fp8_attention else "bf16",
+        "hbm_gb_per_s": round(dev.hbm / 1e9),
+        "rank_order": lay.order,
+        "elementwise": "fused" if lay.fused_elementwise else "eager (unfused: twice the passes)",
+        "tp_overlap": "GEMM-overlapped, excess exposed" if lay.tp_overlap else "exposed",
+        "dp_overlap": "reduce-scatter under the last backward, all-gather under the first forward; last bucket "
+                      "exposed" if lay.dp_overlap else "exposed after the backward",
+        "optimizer": lay.optimizer,
+    }
+    if rec.fp8:
+        out["quantization_bytes_per_element"] = kernels.QUANT_BYTES[rec.fp8]
+    if lay.cp > 1:
+        out["cp_comm"] = {"p2p": "ring, each step under the previous block", "all-gather": "K/V all-gathered, exposed",
+                          "a2a": "all-to-all over heads, exposed"}[lay.cp_comm]
+    if ctx.spec.is_moe:
+        out["moe_imbalance"] = lay.moe_imbalance
+        out["ep_overlap"] = (f"under the other micro-batch's compute, {EP_OVERLAP_SMS} SMs held"
+                             if lay.ep_overlap else "exposed")
+    if recompute != "none":
+        out["recompute"] = (f"full, {'all layers' if not lay.recompute_layers else f'{lay.recompute_layers} per chunk'}"
+                            if recompute == "full" else "selective: " + ", ".join(lay.recompute_modules or
+                                                                                  ("core_attn",)))
+    if lay.mtp_layers:
+        out["mtp_layers"] = lay.mtp_layers
+    return out
+
+
+def _dp_and_optimizer(ctx: _Ctx, stages: list[StageTimes], split: list[int], starts: list[int],
+                      v: int) -> tuple[float, float]:
+    """(exposed DP communication, optimizer seconds) of the rank holding the most parameters: each rank's
+    collectives and optimizer step (``_rank_dp``, the same for every layout of these degrees) against its own
+    forward and backward of one micro-batch."""
+    lay = ctx.lay
+    rank_stages = [[stage_of(lay.schedule, r, c, lay.pp) for c in range(v)] for r in range(lay.pp)]
+    worst_dp = worst_opt = 0.0
+    for r, info in enumerate(_rank_dp(ctx, tuple(split), v)):
+        n_layers, zero3, per_f, per_b, reduce, gather, last, first, opt = info
+        fwd_one = sum(stages[st].fwd for st in rank_stages[r])
+        bwd_one = sum(stages[st].bwd_input + stages[st].bwd_weight for st in rank_stages[r])
+        m = lay.grad_accum
+        if zero3:  # FSDP: each layer's transfers under the previous layer's compute (prefetch)
+            layer_f, layer_b = fwd_one / n_layers, bwd_one / n_layers
+            exposed = m * (n_layers * (max(0.0, per_f - layer_f) + max(0.0, per_b - layer_b)) + per_f + per_b)
+            if not lay.dp_overlap:
+                exposed = reduce + gather
+        elif lay.dp_overlap:  # the last bucket's reduction and the first bucket's gather stay exposed
+            exposed = max(last, reduce - bwd_one) + max(first, gather - fwd_one) if reduce or gather else 0.0
+        else:
+            exposed = reduce + gather
+        worst_dp = max(worst_dp, exposed)
+        worst_opt = max(worst_opt, opt)
+    return worst_dp, worst_opt
+
+
+def _rank_dp(ctx: _Ctx, split: tuple[int, ...], v: int) -> list[tuple]:  # long: dense, experts, ZeRO-3
+    """Per pipeline rank, what its data-parallel reductions and optimizer step cost, whatever the stage times:
+    (layers, FSDP?, one FSDP unit's forward and backward transfer, total reduce and gather seconds per step, the
+    last bucket's reduce and the first bucket's gather, optimizer seconds). Cached per layout degrees."""
+    spec, lay, dev, rec = ctx.spec, ctx.lay, ctx.dev, ctx.recipe
+    key = (spec, dev.accelerator.key, dev.network, dev.mamf, rec.name, KERNEL_EFFICIENCY, lay.tp, lay.cp, lay.pp,
+           lay.dp, lay.ep, lay.expert_tp, lay.zero, lay.order, lay.grad_accum, lay.schedule, lay.optimizer, split, v)
+
+    def make() -> list[tuple]:
+        per_layer, emb, head, final, experts_per_layer, moe_before = _param_summary(spec)
+        n_stages = len(split)
+        starts = [sum(split[:i]) for i in range(n_stages)]
+        strides, estrides, per_node = lay.strides(), lay.expert_strides(), dev.network.gpus_per_node
+        dense_group = lay.dp * lay.cp  # CP ranks hold the same weights: gradients reduce over dp x cp
+        dense_members = _group_per_node([(lay.cp, strides["cp"]), (lay.dp, strides["dp"])], per_node)
+        dense_stride = strides["cp"] if lay.cp > 1 else strides["dp"]
+        expert_members = _group_per_node([(lay.expert_dp, estrides["dp"])], per_node)
+        m = lay.grad_accum
+        net = dev.network
+        out = []
+        seen: dict[tuple, tuple] = {}  # ranks holding the same parameters cost the same
+        for r in range(lay.pp):
+            params = experts = 0.0
+            n_layers = 0
+            for c in range(v):
+                st = stage_of(lay.schedule, r, c, lay.pp)
+                lo, hi = starts[st], starts[st] + split[st]
+                n_layers += hi - lo
+                params += (hi - lo) * per_layer + (emb if st == 0 else 0.0)
+                if st == n_stages - 1:
+                    params += final + (head if not (spec.tie_embeddings and st == 0) else 0)  # pp > 1: a tied copy
+                experts += experts_per_layer * (moe_before[hi] - moe_before[lo])
+            if (params, experts, n_layers) in seen:
+                out.append(seen[(params, experts, n_layers)])
+                continue
+            dense = (params - experts) / lay.tp
+            experts = experts / lay.expert_tp / lay.ep  # routed experts: split over ep, each over etp
+            units = max(1, n_layers) + 1 if lay.zero == 3 else 0  # FSDP: one unit per layer, + embedding/head
+            allc = _dp_colls(dense, rec, dense_group, lay.zero, dense_stride, members=dense_members, m=m,
+                             units=units)
+            if experts:
+                allc += _dp_colls(experts, rec, lay.expert_dp, lay.zero, estrides["dp"], members=expert_members, m=m,
+                                  units=units)
+            if dense_group == 1 and lay.expert_dp == 1:
+                allc = []
+            secs = [(c.kind, c.seconds(net), c.count) for c in allc]
+            reduce = sum(t * n for k, t, n in secs if k in ("all_reduce", "reduce_scatter"))
+            gather = sum(t * n for k, t, n in secs if k == "all_gather")
+            last = max((t for k, t, _ in secs if k in ("all_reduce", "reduce_scatter")), default=0.0)
+            first = max((t for k, t, _ in secs if k == "all_gather"), default=0.0)
+            per_f = gather / m / 2 / (max(1, n_layers) + 1)  # one FSDP unit's forward all-gather
+            per_b = (gather / m / 2 + reduce / m) / (max(1, n_layers) + 1)
+            shard = dense_group if lay.zero >= 1 else 1
+            expert_shard = lay.expert_dp if lay.zero >= 1 else 1
+            local = dense / shard + experts / expert_shard
+            opt = _optimizer_seconds(ctx, local, [per_layer] * n_layers, dense_group if lay.zero >= 1 else 1,
+                                     dense + experts)
+            seen[(params, experts * lay.expert_tp * lay.ep, n_layers)] = info = (
+                max(1, n_layers), lay.zero == 3, per_f, per_b, reduce, gather, last, first, opt)
+            out.append(info)
+        return out
+    return _cached("params", key, make)
+
+
+def _param_summary(spec: ModelSpec) -> tuple[float, float, float, float, float, list[int]]:
+    """Per spec, once: parameters of one layer (its sharded part and norms, memory._layer_params' average), the
+    embedding, the LM head, the final norm, the routed experts of one MoE layer, and how many MoE layers come
+    before each layer index (prefix sums)."""
+    def make() -> tuple[float, float, float, float, float, list[int]]:
+        from .memory import _layer_params
+        from .params import count_params
+
+        comps = count_params(spec).components
+        layer, norms, emb, head, final = _layer_params(spec, comps)
+        experts = routed_expert_params(spec, comps) / spec.n_moe_layers if spec.n_moe_layers else 0.0
+        before = [0]
+        for i in range(spec.n_layers):
+            before.append(before[-1] + spec.is_moe_layer(i))
+        return layer + norms, emb, head, final, experts, before
+    return _cached("params", spec, make)
+
+
+def _dp_colls(params: float, rec: Recipe, group: int, zero: int, stride: int, members: int, m: int,
+              units: int = 0) -> list[comm.Collective]:
+    """The DP collectives of `params` parameters, one call per bucket: Megatron's distributed optimizer buckets
+    max(DP_BUCKET_PARAMS, 1 M x dp) parameters; ZeRO-3 (FSDP) one unit per layer (`units`). Each call pays its
+    ring latency ((n-1) steps), which across hundreds of ranks outweighs the bytes of a small bucket."""
+    colls = comm.dp_collectives(params, rec.grad_bytes, min(rec.weight_bytes, 2.0), group, zero=zero, stride=stride,
+                                micro_batches=m)
+    calls = units or max(1, math.ceil(params / max(DP_BUCKET_PARAMS, 1e6 * group)))
+    return [comm.Collective(c.name, c.kind, c.group, c.buffer_bytes / calls, c.count * calls, stride=c.stride,
+                            per_node=members)
+            for c in colls]
+
+
+def _optimizer_seconds(ctx: _Ctx, local: float, layer_params: list[float], shards: int, on_gpu: float) -> float:
+    """The optimizer step over this GPU's `local` parameters: memory-bound (gradient, master weights and the
+    optimizer's states read and written, the new weights written: AdamW's two states), and for Muon (one momentum
+    state, and MUON_NS_STEPS Newton-Schulz iterations per weight matrix, 4·m²·n + 2·m³ FLOPs each for an m x n
+    matrix, m <= n: X·Xᵀ, its square, their product with X; each matrix on one of the `shards` data-parallel ranks,
+    Moonlight's distributed Muon);
+    FP8/FP4 recipes then cast the `on_gpu` weights this GPU computes with (QUANT_BYTES per element; Transformer
+    Engine casts them at the first micro-batch and keeps the casts for the rest)."""
+    from .memory import OPTIMIZERS
+
+    rec, dev = ctx.recipe, ctx.dev
+    opt = OPTIMIZERS[ctx.lay.optimizer]
+    nbytes = local * (rec.grad_bytes + 2 * (rec.master_bytes + opt.bytes_per_param(rec)) + rec.weight_bytes)
+    seconds = stream_seconds(nbytes, dev, ctx.eff)
+    if ctx.lay.optimizer == "muon":
+        spec = ctx.spec
+        D = spec.d_model
+        flops = 0.0
+        for p in layer_params:  # the layer's matrices, as D x (p / D) blocks of this rank's TP shard
+            n = p / ctx.lay.tp / D
+            lo, hi = min(D, n), max(D, n)
+            flops += MUON_NS_STEPS * (4 * lo * lo * hi + 2 * lo ** 3)
+        seconds += flops / shards / (dev.mamf * ctx.eff)
+    if rec.fp8:
+        seconds += stream_seconds(on_gpu * kernels.QUANT_BYTES[rec.fp8], dev, ctx.eff)
+    return seconds
 
 
 def _describe_split(split: list[int]) -> str:
@@ -673,7 +1345,6 @@ def mfu_from_throughput(model_flops_per_token: float, hardware_flops_per_token: 
             utilization(hardware_flops_per_token * tokens_per_second, 1.0, n_gpus, peak))
 
 
-
 def global_batch_sequences(global_batch: int | None, global_batch_tokens: float | None, seq_len: int,
                            required: bool = False) -> int | None:
     """Sequences per optimizer step, from --global-batch or --global-batch-tokens (a whole multiple of
@@ -694,19 +1365,30 @@ def global_batch_sequences(global_batch: int | None, global_batch_tokens: float 
 
 LAYOUT_DEFAULTS = {"micro_batch": 1, "tp": 1, "cp": 1, "pp": 1, "vpp": 1, "ep": 1, "schedule": None,
                    "zero": DEFAULT_ZERO, "sequence_parallel": True, "dp_overlap": True, "tp_overlap": False}
+# The step settings as `train` and `layout` name them (the keys their options pass): predict's recipe, and the
+# Layout fields of STEP_DEFAULTS.
+PREDICT_OPTIONS = ("recipe",)
+STEP_OPTIONS = tuple(STEP_DEFAULTS) + PREDICT_OPTIONS
+
+
+def _flag(key: str) -> str:
+    return "--" + {"order": "rank-order"}.get(key, key).replace("_", "-")
 
 
 def train_steptime(spec: ModelSpec | None, gpu: str, n_gpus: int, mfu: float | None, achieved_tflops: float | None,
                    dtype: str, seq_len: int, causal: bool, recompute: str, model_flops_per_token: float,
-                   hardware_flops_per_token: float, accelerator: Accelerator, options: dict):
+                   hardware_flops_per_token: float, accelerator: Accelerator,
+                   options: dict) -> tuple[float | None, StepPrediction | None, dict | None]:
     """What `train` uses for device time: (mfu, prediction or None, measured dict or None).
 
     --mfu / --achieved-tflops win (mfu_source "given"); --tokens-per-second turns a past run's throughput
     into its MFU (also "given"); otherwise a layout with --global-batch(-tokens) is predicted ("predicted").
     """
+    options = dict(options)
     tps = options.pop("tokens_per_second", None)
     attention = options.pop("attention", None)
     gb = global_batch_sequences(options.pop("global_batch", None), options.pop("global_batch_tokens", None), seq_len)
+    step = {k: options.pop(k) for k in STEP_OPTIONS if options.get(k) is not None}
     given = {k: v for k, v in options.items() if v is not None}
     if sum(x is not None for x in (mfu, achieved_tflops, tps)) > 1:
         raise LlmcalcError("give exactly one of an MFU (--mfu), --achieved-tflops or --tokens-per-second")
@@ -723,6 +1405,10 @@ def train_steptime(spec: ModelSpec | None, gpu: str, n_gpus: int, mfu: float | N
         if attention is not None:
             raise LlmcalcError("--attention picks the kernel the step-time model times; with a given MFU, achieved "
                                "TFLOP/s or throughput nothing is timed: drop it, or drop those to predict")
+        if step:
+            raise LlmcalcError(f"{', '.join(_flag(k) for k in step)} shape{'s' if len(step) == 1 else ''} the "
+                               f"predicted step; with a given MFU, achieved TFLOP/s or throughput nothing is timed: "
+                               f"drop {'it' if len(step) == 1 else 'them'}, or drop those to predict")
         if given and gb is None:
             raise LlmcalcError(f"layout options ({', '.join('--' + k.replace('_', '-') for k in given)}) need "
                                f"--global-batch to predict a step; or drop them")
@@ -732,82 +1418,197 @@ def train_steptime(spec: ModelSpec | None, gpu: str, n_gpus: int, mfu: float | N
             measured = {**(measured or {}), "layout": lay}
         return mfu, None, measured
     if gb is None:
-        if given or attention is not None:
+        if given or attention is not None or step:
             raise LlmcalcError("a layout needs --global-batch (sequences) or --global-batch-tokens to predict the "
                                "step time; or give --mfu")
         raise LlmcalcError("give exactly one of an MFU (--mfu 0.4), --achieved-tflops or --tokens-per-second, or a "
                            "layout with --global-batch (sequences per step) to predict the MFU")
     if spec is None:
         raise LlmcalcError("predicting the step time needs a MODEL (its shapes), not --params")
-    settings = {**LAYOUT_DEFAULTS, **given}
-    lay = make_layout(spec, n_gpus, seq_len, gb, **settings)
+    recipe = step.pop("recipe", "bf16-mixed")
+    lay = make_layout(spec, n_gpus, seq_len, gb, **{**LAYOUT_DEFAULTS, **given}, **step)
+    if lay.cp_comm != "p2p" and lay.cp == 1:  # `layout` applies it to the layouts with cp > 1
+        raise LlmcalcError(f"--cp-comm {lay.cp_comm} picks how context-parallel ranks exchange K/V: it needs --cp > 1")
     pred = predict(spec, device_for(gpu, dtype), lay, seq_len, causal=causal, recompute=recompute,
-                   attention=attention or "flash")
+                   recipe=recipe, attention=attention or "flash")
     return pred.mfu, pred, measured
 
 
 def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_batch: int, causal: bool = False,
-                   recompute: str | None = None, dtype: str = "bf16", progress=None, tp_overlap: bool = False):
+                   recompute: str | None = None, dtype: str = "bf16", progress: Callable[[int], Callable[[], None]]
+                   | None = None, tp_overlap: bool = False, recipe: str = "bf16-mixed", top: int = 10,
+                   **step: Any) -> tuple[list, list, dict]:  # long: the search's phases in order
     """Every layout tp x cp x pp (x vpp, micro-batch, recomputation) of `n_gpus`, checked against the memory
     model and ranked by predicted throughput. Returns (ranked [(prediction, peak bytes)], losers, counts).
 
     tp runs over the divisors of GPUs per node (TP stays on NVLink), pp up to 64 (memory checked for the
     most loaded stage, ceil(L/pp) layers), cp over powers of two up to 16 keeping >= 1k tokens per rank;
     ZeRO-1 with the least of none, selective, full recomputation that fits (only `recompute` if given), else
-    ZeRO-3 (FSDP) the same way.
+    ZeRO-3 (FSDP) the same way. `recipe` and `step` (STEP_DEFAULTS' settings) apply to every layout.
     `progress(total)` (optional) returns a function called once per layout tried; `tp_overlap` times every
     layout with its TP collectives under the GEMMs (`_tp_exposed`).
-    """
+
+    Each distinct piece is evaluated once (per-layer-kind costs per (tp, cp, micro-batch, recompute, ...), the
+    FLOPs per recomputation, memory per layout but vpp, the parameters per model), and the pipeline is simulated
+    only where it can change the ranking: every layout first gets pipeline.path_bound (its exact makespan where
+    the timeline is known in closed form, else a lower bound); in order of that bound the layouts are then
+    simulated until the next bound cannot beat the `top`-th exact step. The `top` best are therefore exactly the
+    exact search's; the others keep their bound (say so in their assumptions)."""
     check_modelled(spec)
+    if step.get("recompute_layers") or step.get("recompute_modules"):
+        raise LlmcalcError("layout checks memory with --recompute none, selective or full; time a partial "
+                           "recomputation (--recompute-layers, --recompute-modules) with `llmcalc train`")
     dev = device_for(gpu, dtype)
-    capacity = dev.accelerator.memory_bytes
+    capacity = dev.accelerator.usable_bytes
     per_node = dev.network.gpus_per_node
     tries = [recompute] if recompute else ["none", "selective", "full"]
     counts = {"searched": 0, "fit": 0, "oom": 0, "invalid": 0}
     candidates = _candidates(spec, n_gpus, seq_len, global_batch, per_node)
-    step = progress(len(candidates)) if progress else None
-    ranked, oom = [], []
+    tick = progress(len(candidates)) if progress else None
+    prepared, oom = [], []
+    lookup(RECIPES, "recipe", recipe)
+    optimizer = step.get("optimizer", "adamw")
+    moe_only = {"ep_overlap": False, "ep_dispatcher": "alltoall", "moe_imbalance": 1.0}
+    for key, off in moe_only.items():
+        if step.get(key, off) != off and not spec.is_moe:
+            raise LlmcalcError(f"{_flag(key)} needs a mixture-of-experts model; {spec.name} is dense")
+    # the expert all-to-all settings apply to the layouts that have all-to-alls (and micro-batches to overlap)
+    plain_step = {k: v for k, v in step.items() if k not in ("ep_overlap", "ep_dispatcher")}
     for tp, cp, pp, vpp, mb, ep, etp in candidates:
         counts["searched"] += 1
-        if step:
-            step()
+        if tick:
+            tick()
+        shape: dict[str, Any] = dict(tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, micro_batch=mb, tp_overlap=tp_overlap,
+                                     etp=etp or None)
         try:
-            lay = make_layout(spec, n_gpus, seq_len, global_batch, tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, micro_batch=mb,
-                              tp_overlap=tp_overlap, etp=etp or None)
+            lay = make_layout(spec, n_gpus, seq_len, global_batch, **shape, **step)
         except LlmcalcError:
-            counts["invalid"] += 1
-            continue
-        rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity)
+            try:
+                if plain_step == step:
+                    raise
+                lay = make_layout(spec, n_gpus, seq_len, global_batch, **shape, **plain_step)
+            except LlmcalcError:
+                counts["invalid"] += 1
+                continue
+        rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity, recipe=recipe, optimizer=optimizer)
         if rc is None:
             counts["oom"] += 1
             oom.append((lay, peak, tries[-1] + (" and ZeRO-3" if zero == 3 else "")))
             continue
         counts["fit"] += 1
-        lay = replace(lay, zero=zero)
-        ranked.append((predict(spec, dev, lay, seq_len, causal=causal, recompute=rc), peak))
+        prepared.append((_prepare(spec, dev, replace(lay, zero=zero), seq_len, causal, recompute=rc, recipe=recipe,
+                                  attention="flash", dropout=False), peak))
+    prepared.sort(key=lambda pp: pp[0].step_bound)
+    best: list[float] = []  # the `top` smallest exact steps so far, ascending
+    ranked = []
+    for prep, peak in prepared:
+        can_win = len(best) < top or prep.step_bound < best[-1]
+        pred = _finish(prep, simulated=can_win)
+        if can_win:
+            best = sorted(best + [pred.step_seconds])[:top]
+        ranked.append((pred, peak))
     ranked.sort(key=lambda pm: -pm[0].tokens_per_second)
     losers = _why_they_lose(ranked, oom, capacity)
     return ranked, losers, counts
 
 
-def _least_that_fits(spec: ModelSpec, lay: Layout, seq_len: int, tries: list[str],
-                     capacity: float) -> tuple[str | None, int, float]:
+def _least_that_fits(spec: ModelSpec, lay: Layout, seq_len: int, tries: list[str], capacity: float,
+                     recipe: str = "bf16-mixed", optimizer: str = "adamw") -> tuple[str | None, int, float]:
     """(recompute, ZeRO stage, peak bytes) of the cheapest setting whose most loaded stage (ceil(L / pp) layers
     on every stage) fits `capacity`: ZeRO-1 with the least recomputation, else ZeRO-3 (FSDP: weights and
     gradients sharded too, at three weight/gradient transfers per micro-batch) where dp > 1;
-    (None, last stage tried, its peak) when nothing fits."""
-    from .memory import training_memory
-
-    even = spec.with_layers(math.ceil(spec.n_layers / lay.pp) * lay.pp)
+    (None, last stage tried, its peak) when nothing fits. Memory is `memory.training_memory`'s, computed through
+    `training_peak` (the same arithmetic, each distinct layer kind's activations once)."""
+    even = _cached("params", ("even", spec, lay.pp),
+                   lambda: spec.with_layers(math.ceil(spec.n_layers / lay.pp) * lay.pp))
     peak, zero = 0.0, 1
+    par = Parallel(tp=lay.tp, cp=lay.cp, pp=lay.pp, dp=lay.dp, ep=lay.ep, etp=lay.etp, sequence_parallel=True)
     for zero in (1, 3) if lay.dp > 1 else (1,):
         for rc in tries:
-            peak = training_memory(even, lay.micro_batch, seq_len, recipe="bf16-mixed", optimizer="adamw",
-                                   recompute=rc, attention="flash",
-                                   parallel=replace(lay, zero=zero, sequence_parallel=True)).peak
+            peak = training_peak(even, lay.micro_batch, seq_len, recipe, optimizer, recompute=rc,
+                                 parallel=replace(par, zero=zero))
             if peak <= capacity:
                 return rc, zero, peak
     return None, zero, peak
+
+
+def training_peak(spec: ModelSpec, batch: int, seq_len: int, recipe: str, optimizer: str, recompute: str,
+                  parallel: Parallel) -> float:
+    """`memory.training_memory(...).peak` (flash attention, no dropout, fused optimizer), evaluated with each distinct
+    piece once: the parameters per model, each layer kind's saved activations per (micro-batch, sequence, tp,
+    recompute), then summed by count (tests hold it equal to training_memory)."""
+    key = (spec, batch, seq_len, recipe, optimizer, recompute, parallel)
+    return _cached("counts", key, lambda: _training_peak(spec, batch, seq_len, recipe, optimizer, recompute=recompute,
+                                                         parallel=parallel))
+
+
+def _training_peak(spec: ModelSpec, batch: int, seq_len: int, recipe: str, optimizer: str, recompute: str,
+                   parallel: Parallel) -> float:  # long: memory.training_memory's assembly, step by step
+    from .memory import OPTIMIZERS, MemoryEstimate, _fp8_inputs, _layer_params
+    from .params import count_params, largest_tensor
+
+    seq = seq_len // parallel.cp
+    rec = RECIPES[recipe]
+    opt = OPTIMIZERS[optimizer]
+    tp, pp, ep, etp = parallel.tp, parallel.pp, parallel.ep, parallel.expert_tp
+    comps, biggest = _cached("params", ("comps", spec), lambda: (count_params(spec).components,
+                                                                 largest_tensor(spec)))
+    layer, norms, emb, head, final = _layer_params(spec, comps)
+    per_stage = spec.n_layers // pp
+    routed = routed_expert_params(spec, comps) / spec.n_layers
+    own = ep > 1 or etp != tp
+    layer -= routed if own else 0.0
+    experts = per_stage * routed / (etp * ep) if own else 0.0
+    blocks = per_stage * (layer / tp + norms)
+    gathered = (2 * (layer / tp + norms + (routed / (etp * ep) if own else 0.0)) * rec.weight_bytes
+                if parallel.zero == 3 and parallel.dp > 1 else 0.0)
+    common = (spec, batch, seq, rec.act_bytes, recompute, tp, parallel.sequence_parallel)
+    tied = spec.lm_head and spec.tie_embeddings  # the head's gradient is the token table's, made first
+    late = (emb - (comps.get("embedding/tokens", 0) if tied else 0)) / tp
+    if pp == 1:
+        stages = [("only", emb / tp + blocks + final + (head / tp if not spec.tie_embeddings else 0),
+                   _activations(*common, 0, spec.n_layers, 1, True), head / tp + final, late)]
+    else:
+        stages = [("first", emb / tp + blocks, _activations(*common, 0, per_stage, pp, False), 0.0, emb / tp),
+                  ("last", blocks + final + head / tp,
+                   _activations(*common, spec.n_layers - per_stage, spec.n_layers, 1, True), head / tp + final, 0.0)]
+    if rec.fp8_saved_inputs:
+        stages = [(name, params, _fp8_inputs(acts, rec.act_bytes, rec.saved_input_bytes), head_p, late_p)
+                  for name, params, acts, head_p, late_p in stages]
+    return max(MemoryEstimate(spec=spec, recipe=rec, optimizer=opt, parallel=parallel, batch=batch, seq_len=seq,
+                              recompute=recompute, attention="flash", params_on_gpu=params, activations=acts,
+                              stage=name, zero3_gathered=gathered, largest_tensor=biggest / tp,
+                              expert_params_on_gpu=experts, head_params_on_gpu=head_p, late_params_on_gpu=late_p).peak
+               for name, params, acts, head_p, late_p in stages)
+
+
+def _activations(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recompute: str, tp: int, sp: bool,
+                 start: int, stop: int, in_flight: int, head: bool) -> Any:
+    """activations.activation_memory over layers start..stop, each distinct layer kind (layer_parts, MoE or not)
+    computed on one layer and counted (activation_memory sums the same per-layer tensors)."""
+    def make() -> Any:
+        from .activations import ActivationEstimate, activation_memory
+
+        kinds: dict[tuple, list[int]] = {}
+        for i in range(start, stop):
+            kinds.setdefault((spec.layer_parts(i), spec.is_moe_layer(i)), [i, 0])[1] += 1
+        per_layer: dict[str, float] = {}
+        largest = biggest = own = 0.0  # as activation_memory: the first largest block (layer order) and its own
+        for i, count in kinds.values():
+            one = activation_memory(spec, batch, seq, act_bytes, recompute, tp=tp, sequence_parallel=sp,
+                                    layers=range(i, i + 1), in_flight=in_flight, head=False)
+            for name, value in one.per_layer.items():
+                per_layer[name] = per_layer.get(name, 0.0) + value * count
+            largest = max(largest, one.recompute_working_set)
+            if one.largest_layer > biggest:
+                biggest, own = one.largest_layer, one.own_layer
+        whole = activation_memory(spec, batch, seq, act_bytes, recompute, tp=tp, sequence_parallel=sp,
+                                  layers=range(0), in_flight=in_flight, head=head)
+        for name, value in whole.per_layer.items():
+            per_layer[name] = per_layer.get(name, 0.0) + value
+        return ActivationEstimate(per_layer, largest, whole.logits_and_loss, largest_layer=biggest, own_layer=own,
+                                  head_saved=whole.head_saved, in_flight=in_flight)
+    return _cached("acts", (spec, batch, seq, act_bytes, recompute, tp, sp, start, stop, in_flight, head), make)
 
 
 def _describe(lay: Layout, rc: str | None = None) -> str:
@@ -857,20 +1658,26 @@ class LayoutSearch:
     ranked: list  # [(StepPrediction, peak bytes per GPU)], fastest first
     losers: list  # [(reason, StepPrediction or None, layout text)]
     counts: dict  # searched, fit, oom, invalid
+    recipe: str = "bf16-mixed"
+    optimizer: str = "adamw"
 
 
 def rank_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_batch: int | None = None,
                  global_batch_tokens: float | None = None, causal: bool = False, recompute: str | None = None,
-                 tp_overlap: bool = False, progress=None) -> LayoutSearch:
+                 tp_overlap: bool = False, progress: Callable[[int], Callable[[], None]] | None = None,
+                 **step: Any) -> LayoutSearch:
     """`llmcalc layout`: search_layouts for the global batch given in sequences or tokens; no layout that fits
-    is an error naming what to change."""
+    is an error naming what to change. `step`: the recipe and STEP_DEFAULTS' settings, for every layout."""
     batch = global_batch_sequences(global_batch, global_batch_tokens, seq_len, required=True)
     assert batch is not None  # required: exactly one of the two was given
     ranked, losers, counts = search_layouts(spec, gpu, n_gpus, seq_len, global_batch=batch, causal=causal,
-                                            recompute=recompute, tp_overlap=tp_overlap, progress=progress)
+                                            recompute=recompute, tp_overlap=tp_overlap, progress=progress,
+                                            **{k: v for k, v in step.items() if v is not None})
     if not ranked:
         raise LlmcalcError(f"no layout of {spec.name} fits on {n_gpus:,} x {gpu} at seq {seq_len} with global batch "
                            f"{batch} (of the layouts tried, {counts['oom']:,} do not fit in memory and "
                            f"{counts['invalid']:,} contradict the model): use more GPUs or a larger --global-batch")
     return LayoutSearch(spec=spec, gpu=gpu, n_gpus=n_gpus, seq_len=seq_len, global_batch=batch, ranked=ranked,
-                        losers=losers, counts=counts)
+                        losers=losers, counts=counts, recipe=step.get("recipe") or "bf16-mixed",
+                        optimizer=step.get("optimizer") or "adamw")
+

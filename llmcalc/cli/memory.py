@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..vocabulary import OPTIMIZER_IMPLS, OPTIMIZER_NAMES
+from ..vocabulary import OPTIMIZER_IMPLS
 from .common import emit, load_hardware, load_model
 from .options import (
     attention_option,
@@ -17,6 +17,7 @@ from .options import (
     micro_batch_option,
     model_argument,
     n_gpus_option,
+    optimizer_option,
     parallel_options,
     recipe_option,
     recompute_option,
@@ -37,8 +38,7 @@ MOVED = ("memory --inference has moved: use `llmcalc serve MODEL --gpu G --n-gpu
 @seq_len_option
 @micro_batch_option
 @recipe_option
-@click.option("--optimizer", type=Choice(list(OPTIMIZER_NAMES)), default="adamw", show_default=True,
-              help="Optimizer whose states are counted.")
+@optimizer_option
 @click.option("--optimizer-bytes", type=Number(maximum=64),
               help="Instead of --optimizer: optimizer-state bytes per parameter (e.g. 12 for fp32 Adam + master).")
 @click.option("--optimizer-impl", type=Choice(list(OPTIMIZER_IMPLS)), default="fused",

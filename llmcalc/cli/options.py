@@ -32,11 +32,16 @@ from ..validate import (
     MAX_USD_PER_GPU_HOUR,
 )
 from ..vocabulary import (
+    ATTENTION_KERNELS,
     BASE_DTYPES,
+    CP_COMMS,
+    EP_DISPATCHERS,
     FINETUNE_METHODS,
     FORMATS,
+    OPTIMIZER_NAMES,
     RECIPE_NAMES,
     RECOMPUTE_MODES,
+    RECOMPUTE_MODULES,
     SCHEDULES,
     STORAGE_DTYPES,
 )
@@ -132,7 +137,13 @@ def attention_option(func: F) -> F:
 
 def recipe_option(func: F) -> F:
     return click.option("--recipe", type=Choice(list(RECIPE_NAMES)), default="bf16-mixed", show_default=True,
-                        help="Precision recipe (weights, gradients, master copy, optimizer states, activations).")(func)
+                        help="Precision recipe (weights, gradients, master copy, optimizer states, activations; the "
+                             "step model's GEMM dtype: fp8*, mxfp8 FP8, nvfp4 FP4).")(func)
+
+
+def optimizer_option(func: F) -> F:
+    return click.option("--optimizer", type=Choice(list(OPTIMIZER_NAMES)), default="adamw", show_default=True,
+                        help="Optimizer whose states are counted (and whose step the step model times).")(func)
 
 
 def peak_dtype_option(func: F) -> F:
@@ -247,8 +258,39 @@ def step_options(func: F) -> F:
                      help="Overlap DP reduction with backward."),
         tp_overlap_option,
         attention_option,
+        step_model_options,
         click.option("--tokens-per-second", type=QUANTITY, default=None,
                      help="Cluster-wide throughput of a past run: its achieved MFU/HFU."),
+    ])
+
+
+def step_model_options(func: F) -> F:
+    """What the step-time model runs besides the layout (train with --global-batch, layout): the recipe and the
+    optimizer, rank order, CP and EP communication, partial recomputation, MTP layers, the attention kernel."""
+    return apply(func, [
+        recipe_option,
+        optimizer_option,
+        click.option("--rank-order", "order", default="tp-cp-ep-dp-pp", show_default=True,
+                     help="How ranks are laid out, innermost first "
+                          "(Megatron-Core's default; Llama 3: tp-cp-ep-pp-dp)."),
+        click.option("--cp-comm", type=Choice(list(CP_COMMS)), default="p2p", show_default=True,
+                     help="Context parallelism: p2p ring (overlapped), all-gather of K/V, or a2a over heads."),
+        click.option("--ep-overlap/--no-ep-overlap", default=False, show_default=True,
+                     help="Hide expert all-to-alls under another micro-batch's compute (1F1B A2A overlap)."),
+        click.option("--ep-dispatcher", type=Choice(list(EP_DISPATCHERS)), default="alltoall", show_default=True,
+                     help="MoE token dispatch: alltoall (NCCL) or deepep (one copy per node, NVLink forwarding)."),
+        click.option("--moe-imbalance", type=Number(maximum=64, minimum=1), default=1.0, show_default=True,
+                     help="Tokens on the busiest EP rank over the mean (1 = balanced routing)."),
+        click.option("--mtp-layers", type=Count(whole=True, maximum=64), default=None,
+                     help="Multi-token-prediction layers on the last stage (DeepSeek-V3: 1)."),
+        click.option("--attention-kernel", type=Choice(list(ATTENTION_KERNELS)), default="auto", show_default=True,
+                     help="Attention kernel timed: auto (cuDNN on Hopper/Blackwell, FlashAttention-2 on Ampere)."),
+        click.option("--fp8-attention", is_flag=True, help="Run the attention core in FP8 (TE fp8_dpa; FP8/FP4 "
+                                                           "recipes)."),
+        click.option("--recompute-layers", type=POSITIVE_INT, default=None,
+                     help="With --recompute full: how many layers of each pipeline stage recompute (default all)."),
+        click.option("--recompute-modules", default=None,
+                     help="With --recompute selective: a comma list of " + ", ".join(RECOMPUTE_MODULES) + "."),
     ])
 
 

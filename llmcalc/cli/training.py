@@ -29,6 +29,7 @@ from .options import (
     refuse_unused,
     seq_len_option,
     sequence_options,
+    step_model_options,
     step_options,
     tp_overlap_option,
     typed,
@@ -103,11 +104,13 @@ def plan(ctx: click.Context, compute: float | None, gpu: str | None, n_gpus: int
                                      "per block). Default: the least that fits, per layout.")
 @causal_option
 @tp_overlap_option
+@step_model_options
 @click.option("--top", type=POSITIVE_INT, default=10, show_default=True, help="How many layouts to list.")
 @format_option
-def layout(model: str, gpu: str, n_gpus: int, seq_len: int, global_batch: int | None,
+@click.pass_context
+def layout(ctx: click.Context, model: str, gpu: str, n_gpus: int, seq_len: int, global_batch: int | None,
            global_batch_tokens: float | None, recompute: str | None, causal: bool, tp_overlap: bool, top: int,
-           fmt: str) -> None:
+           fmt: str, **step: Any) -> None:
     """Rank the parallel layouts of MODEL on N GPUs that fit in memory, by predicted throughput."""
     from ..analytic.steptime import rank_layouts
     from ..render.progress import progress_bars
@@ -117,7 +120,7 @@ def layout(model: str, gpu: str, n_gpus: int, seq_len: int, global_batch: int | 
     with progress_bars("layouts") as progress:
         search = rank_layouts(spec, gpu, n_gpus, seq_len, global_batch=global_batch,
                               global_batch_tokens=global_batch_tokens, causal=causal, recompute=recompute,
-                              tp_overlap=tp_overlap, progress=progress)
+                              tp_overlap=tp_overlap, progress=progress, **typed(ctx, step))
     emit(document(search, top, recompute), fmt)
 
 

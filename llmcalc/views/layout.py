@@ -8,16 +8,23 @@ from ..render.tables import Column, Document, Table
 from ..units import GIB, plural, si
 
 if TYPE_CHECKING:
-    from ..analytic.steptime import LayoutSearch
+    from ..analytic.steptime import Layout, LayoutSearch
 
 
-def overlap_rule(tp_overlap: bool = False) -> str:
-    """The overlap rule the prediction used, in one line."""
-    tp = ("TP all-gather/reduce-scatter under each pass's GEMMs (--tp-overlap), only their excess exposed; EP "
-          "all-to-alls exposed") if tp_overlap else "TP and EP collectives exposed"
-    return (f"overlap rule: {tp}; CP K/V exchange hidden behind the layer's attention; PP sends delay the next "
-            "stage; DP reduction hidden behind the last micro-batch's backward, the weight all-gather behind the "
-            "first forward (unless --no-dp-overlap)")
+def overlap_rule(lay: Layout | None = None) -> str:
+    """The overlap rule the prediction used, in one line (`lay`: the layout's settings; None: the defaults)."""
+    tp_overlap = lay is not None and lay.tp_overlap
+    ep_overlap = lay is not None and lay.ep_overlap
+    cp_comm = "p2p" if lay is None else lay.cp_comm
+    tp = ("TP all-gather/reduce-scatter under each pass's GEMMs (--tp-overlap), only their excess exposed"
+          if tp_overlap else "TP collectives exposed")
+    ep = ("EP all-to-alls partly under another micro-batch's compute (--ep-overlap)" if ep_overlap
+          else "EP all-to-alls exposed")
+    cp = {"p2p": "CP K/V ring steps each under the previous step's attention block",
+          "all-gather": "CP K/V all-gather exposed", "a2a": "CP all-to-alls exposed"}[cp_comm]
+    dp = ("DP reduction hidden behind the last micro-batch's backward, the weight all-gather behind the first "
+          "forward, the last bucket exposed" if lay is None or lay.dp_overlap else "DP reduction after the backward")
+    return f"overlap rule: {tp}; {ep}; {cp}; PP sends delay the next stage; {dp}"
 
 
 def _pct(v: float) -> str:
@@ -29,11 +36,13 @@ def document(search: LayoutSearch, top: int = 10, recompute: str | None = None) 
     given)."""
     return layout_document(search.spec.name, search.gpu, search.n_gpus, search.seq_len,
                            global_batch=search.global_batch, ranked=search.ranked, losers=search.losers,
-                           counts=search.counts, top=top, recompute=recompute)
+                           counts=search.counts, top=top, recompute=recompute, recipe=search.recipe,
+                           optimizer=search.optimizer)
 
 
 def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batch: int, ranked: list,
-                    losers: list, counts: dict, top: int, recompute: str | None = None) -> Document:
+                    losers: list, counts: dict, top: int, recompute: str | None = None, recipe: str = "bf16-mixed",
+                    optimizer: str = "adamw") -> Document:
     rows = []
     for i, (pred, mem) in enumerate(ranked[:top], 1):
         lay = pred.layout
@@ -44,7 +53,7 @@ def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batc
                      "schedule": lay.schedule, "memory_gib": mem / GIB, "step_seconds": pred.step_seconds,
                      "mfu": pred.mfu, "tokens_per_second": pred.tokens_per_second,
                      "biggest_loss": f"{worst[0]} {_pct(worst[1] / pred.step_seconds)}",
-                     "breakdown_seconds": dict(pred.breakdown)})
+                     "breakdown_seconds": dict(pred.breakdown), "assumptions": dict(pred.assumptions)})
     best = ranked[0][0].tokens_per_second if ranked else None
     lose_rows = []
     for reason, pred, detail in losers:
@@ -63,11 +72,12 @@ def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batc
                     f"{counts['fit']:,} that fit)", cols, rows,
                     [f"searched {counts['searched']:,} layouts: {counts['fit']:,} fit, {counts['oom']:,} do not fit "
                      f"in memory, {counts['invalid']:,} contradict the model (heads, layers, batch)",
-                     "memory: `llmcalc memory`'s per-GPU model (bf16-mixed + AdamW, flash attention, sequence "
-                     "parallel); " + (f"recompute {recompute} (given), with ZeRO-1, else ZeRO-3 (FSDP)" if recompute
-                                      else "the least recomputation that fits is tried first with ZeRO-1, then with "
-                                           "ZeRO-3 (FSDP)"),
-                     overlap_rule(any(p.layout.tp_overlap for p, _ in ranked))]),
+                     f"memory: `llmcalc memory`'s per-GPU model ({recipe} + {optimizer}, flash attention, sequence "
+                     "parallel) against the memory the runtime reports; "
+                     + (f"recompute {recompute} (given), with ZeRO-1, else ZeRO-3 (FSDP)" if recompute
+                        else "the least recomputation that fits is tried first with ZeRO-1, then with ZeRO-3 (FSDP)"),
+                     overlap_rule(ranked[0][0].layout if ranked else None)]
+                    + ([f"assumed: {ranked[0][0].notes[-1].removeprefix('assumed: ')}"] if ranked else [])),
               Table("why the others lose", [Column("layout", "layout", align="left"),
                                             Column("why", "why", align="left"),
                                             Column("vs_best", "throughput vs best (%)",

@@ -139,8 +139,8 @@ def _activations_table(est: MemoryEstimate) -> Table:
         [{"name": k, "bytes": v} for k, v in sorted(est.activations.per_layer.items(), key=lambda kv: -kv[1])],
         [f"attention {est.attention}; recompute {est.recompute}; activations at {rec.act_bytes:g} bytes/element; "
          "tensor names follow Korthikanti et al. 2022 sec. 4.1"]
-        + (["FP8 (Transformer Engine): the inputs of the linear layers are saved as their 1-byte FP8 casts"]
-           if rec.fp8_saved_inputs else []),
+        + ([f"{rec.quant_label} (Transformer Engine): the inputs of the linear layers are saved as their "
+            f"{rec.saved_input_bytes:.3g}-byte {rec.quant_label} casts"] if rec.fp8_saved_inputs else []),
     )
 
 

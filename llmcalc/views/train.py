@@ -137,15 +137,16 @@ def breakdown_table(pred: StepPrediction) -> Table:
          f"{plural(lay.global_batch, 'sequence')} = {plural(lay.grad_accum, 'micro-batch', 'micro-batches')} per "
          f"pipeline, ZeRO {lay.zero}, "
          f"sequence parallel {'on' if lay.sequence_parallel else 'off'}"
-         f"{', TP overlap on' if lay.tp_overlap else ''}",
+         f"{', TP overlap on' if lay.tp_overlap else ''}{', EP overlap on' if lay.ep_overlap else ''}, rank order "
+         f"{lay.order}, recipe {pred.recipe}",
          *pred.notes,
          f"{pred.model_flops_per_gpu / 1e12:.1f} model TFLOP/s per GPU, {pred.hardware_flops_per_gpu / 1e12:.1f} "
          f"hardware TFLOP/s per GPU, {si(pred.tokens_per_second).strip()} tokens/s",
-         "compute: roofline per matmul, MAMF x tile/wave quantization (NVIDIA Matrix Multiplication Background "
-         "guide); communication: alpha-beta with nccl-tests bus factors (`llmcalc.analytic.comm`)",
-         overlap_rule(lay.tp_overlap),
-         "global constants: " + "; ".join(k for k in GLOBAL_CONSTANTS  # the attention kernel this step timed
-                                          if pred.attention == "eager" or not k.startswith('attention "eager"'))],
+         "compute: smooth roofline per matmul at the GEMM dtype's MAMF x tile/wave quantization, attention at its "
+         "kernel's measured rate for the pairs it computes (`llmcalc.analytic.kernels`); communication: alpha-beta on "
+         "nccl-tests curves (`llmcalc.analytic.comm`)",
+         overlap_rule(lay),
+         "global constants: " + "; ".join(GLOBAL_CONSTANTS)],
     )
 
 

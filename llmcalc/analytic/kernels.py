@@ -1,0 +1,305 @@
+"""What one kernel of a training step costs on one accelerator: GEMMs, attention, memory-bound passes.
+
+Every rate is a published measurement of that kernel (the source beside each constant), never a fit to
+training runs. The one constant fitted to whole training steps, ``KERNEL_EFFICIENCY`` (the share of these
+isolated-kernel rates kept inside a step: clocks under sustained power load, launch gaps), lives in
+``steptime`` with its leave-one-source-out error.
+
+- GEMM (``gemm_seconds``): a smooth roofline t = (t_c^p + t_m^p)^(1/p) of the compute time at the accelerator's
+  maximum achievable matmul rate for the GEMM dtype (MAMF, preset "matmul" block: S. Bekman's mamf-finder
+  table, bf16 and fp8 separately: fp8 MAMF is below 2 x bf16's) and the operand + result bytes at the
+  achievable HBM bandwidth. The compute time carries tile and wave quantization (NVIDIA "Matrix
+  Multiplication Background User's Guide": output tiles rounded up, one tile per SM per wave; the best of
+  four tilings 256x128, 128x256, 128x128, 64x128, as cuBLAS and CUTLASS heuristics pick) and an epilogue
+  worth ``GEMM_EPILOGUE_K`` extra steps of the K loop. p = ``ROOFLINE_P``, the epilogue and the tiling set are
+  fitted once to DeepGEMM's published H800 FP8 table (dense M = 64..4096 and grouped 256..8192 rows per
+  expert, deepseek-ai/DeepGEMM README @989c9e3): 6 % rms over the shapes with >= 256 rows, against the 29 % of
+  a sharp roofline with 256x128/128x128 tiles only. A grouped GEMM (MoE experts) is the same model with all
+  groups' tiles in one set of waves (DeepGEMM's contiguous layout, Megatron-Core's grouped GEMM).
+- FP8 / FP4 GEMMs: the rate of the recipe's GEMM dtype (``gemm_rate``); block-scaled variants at their
+  measured share of it (``BLOCK_SCALED``); the quantization of each GEMM input (activations in the forward,
+  output gradients in the backward, row- and column-wise) as memory-bound passes of ``QUANT_BYTES`` bytes per
+  element, the effective bytes TE's own profiling measured between autocast and pre-quantized runs.
+- Attention (``attention_seconds``): the kernel's measured TFLOP/s by head dimension, sequence length and mask
+  (FlashAttention-3 paper, Shah et al. 2024, H100 SXM5 figures: FlashAttention-2, cuDNN and FlashAttention-3
+  forward by head dim 64/128/256, causal and not, and backward by head dim 64/128), scaled to other
+  generations by their measured ratios (``ATTENTION_SCALE``). The work is what the kernel runs: causal pairs for
+  a decoder, the window for sliding layers, chunks for chunked attention (``ModelSpec.attended_pairs``);
+  attention stays BF16 under FP8 recipes (Transformer Engine's default, fp8_dpa off) unless asked.
+- Memory-bound passes (``stream_seconds``): bytes over the achievable HBM bandwidth (``HBM_EFFICIENCY``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ..errors import LlmcalcError
+from ..hardware import Accelerator
+from . import comm
+
+# Streaming kernels reach ~90 % of the datasheet HBM bandwidth: H100 STREAM triad 3,089 and device copy 3,024 GB/s
+# of 3,350 (92 % / 90 %; a published JSON benchmark record, see the mechanisms notes), and "within roughly
+# 85-90 % of your card's theoretical maximum" (pantheongpu.com HBM write test).
+HBM_EFFICIENCY = 0.9
+# GEMM shape model, fitted once to DeepGEMM's H800 FP8 table (module docstring).
+TILES = ((256, 128), (128, 256), (128, 128), (64, 128))
+GEMM_EPILOGUE_K = 256
+ROOFLINE_P = 1.5
+# Block-scaled GEMMs at their measured share of the per-tensor FP8 rate: TE gemm_profiling (docs/examples/
+# gemm_profiling/gemm_profiling.rst @d0067d0) on H200 NVL, per-layer Fprop 6.503 ms (FP8 current, autocast) vs
+# 7.425 ms (FP8 block), the same quantization passes: the block-scaled GEMMs take 0.85 x the rate; on B300
+# MXFP8 kernel-only runs 1.83 x BF16 against an FP8 MAMF of 1.90 x BF16 MAMF (3,353 / 1,769): 0.965.
+BLOCK_SCALED = {"fp8-blockwise": 0.85, "mxfp8": 0.965}
+# NVFP4 GEMMs: TE gemm_profiling on B300, kernel-only (pre-quantized) NVFP4 runs 3.48 x BF16 and MXFP8 1.83 x on the
+# same shapes: NVFP4 = 1.90 x the MXFP8 kernel, 1.835 x the per-tensor FP8 rate (MXFP8 = 0.965 x FP8, above). The
+# lift is below the 3:1 FP4:FP8 peak ratio of Blackwell Ultra (what binds is not the tensor cores), and within
+# B200's / GB200's 2:1; it is applied on every FP4 part, capped at its FP4:FP8 peak ratio.
+NVFP4_OVER_FP8 = 3.48 / 1.83 * 0.965
+# Backward input-gradient GEMMs of quantized recipes run slower than their forward: "While BF16 Dgrad is within 2% of
+# Fprop, quantized formats show 5--13% slower Dgrad sums" (TE gemm_profiling, B300 and H200 NVL): the middle, 9 %.
+QUANT_DGRAD_SLOWDOWN = 1.09
+# Effective bytes per quantized element (read + writes + amax passes, at HBM_EFFICIENCY), from TE gemm_profiling's
+# autocast-minus-pre-quantized gap over the elements each recipe quantizes (M = 15,872 tokens, hidden 4,096, FFN
+# 16,384: 454 M activation and 201 M weight elements per layer Fprop): FP8 current scaling ~17 % of 6.503 ms on
+# H200 NVL (4.8 TB/s) -> 7.3 B; delayed scaling (amax fused into the cast, 6.188 ms, same GEMMs) -> 5.2 B; MXFP8
+# on B300 (2.848 ms autocast vs 4.197 / 1.83 kernel-only, 8 TB/s) -> 6.2 B; NVFP4 (1.932 vs 4.197 / 3.48) ->
+# 8.2 B. Blockwise FP8 scales per 1x128 / 128x128 block in the cast kernel, no global amax pass: as delayed.
+# torchao's tensorwise dynamic scaling takes an amax pass and a cast per tensor: as current scaling.
+QUANT_BYTES = {"te-delayed": 5.2, "te-current": 7.3, "torchao": 7.3, "te-blockwise": 5.2, "te-mxfp8": 6.2,
+               "te-nvfp4": 8.2}
+
+# --- attention kernels -----------------------------------------------------------------------------------
+
+# Sequence lengths of the FlashAttention-3 paper's figures (batch x seq = 16k tokens, 2,048 hidden).
+SEQS = (512, 1024, 2048, 4096, 8192, 16384)
+# H100 SXM5 forward TFLOP/s (BF16), {kernel: {head dim: (non-causal, causal)}}; Shah et al. 2024 (arXiv 2407.08608)
+# Figures 5-6 as transcribed in the mechanisms notes (causal TFLOP/s count the causal half of the work).
+FORWARD = {
+    "fa2": {64: ((282, 306, 318, 321, 322, 324), (180, 229, 262, 284, 295, 299)),
+            128: ((309, 350, 362, 368, 370, 370), (191, 260, 298, 319, 333, 335)),
+            256: ((275, 313, 321, 323, 324, 326), (208, 251, 278, 293, 297, 298))},
+    "cudnn": {64: ((335, 373, 395, 408, 412, 413), (225, 288, 334, 363, 379, 388)),
+              128: ((497, 574, 617, 609, 600, 595), (315, 410, 484, 518, 529, 539)),
+              256: ((470, 546, 580, 581, 580, 581), (308, 391, 450, 483, 497, 509))},
+    "fa3": {64: ((333, 392, 460, 476, 496, 497), (197, 265, 371, 420, 460, 473)),
+            128: ((467, 565, 625, 638, 646, 648), (292, 423, 521, 579, 602, 616)),
+            256: ((482, 639, 707, 736, 746, 756), (286, 427, 537, 612, 628, 642))},
+}
+# H100 SXM5 backward TFLOP/s (BF16, without a mask; the paper gives head dim 64 and 128); causal backward takes
+# the forward's causal/non-causal ratio at the same length, head dim 256 the 128 figures.
+BACKWARD = {
+    "fa2": {64: (198, 238, 264, 279, 287, 291), 128: (214, 260, 291, 310, 318, 322)},
+    "cudnn": {64: (266, 348, 395, 417, 432, 433), 128: (305, 408, 465, 499, 518, 516)},
+    "fa3": {64: (272, 363, 422, 453, 472, 474), 128: (316, 424, 501, 542, 559, 561)},
+}
+H100_BF16_PEAK = 989.4  # TFLOP/s, the figures' device
+# Each generation's attention rate as a share of its own dense BF16 peak, relative to the H100 figures above:
+# - Ampere (A100): FlashAttention-2 "reaching 50-73 % of the theoretical maximum FLOPs/s on A100" (Dao 2023,
+#   abstract): the H100 FA2 curve's shape, its best point (370 TFLOP/s, 37 % of H100's peak) set to 73 %;
+# - Hopper: the H100 figures;
+# - Blackwell (B200, GB200, B300, GB300): FlashAttention-4 "up to 1.3x speedup over cuDNN 9.13 ... reaching up
+#   to 1613 TFLOPs/s (71 % utilization)" on B200 (FlashAttention-4 paper, arXiv 2603.05451, abstract): cuDNN at
+#   1,241 TFLOP/s = 55 %
+#   of B200's peak against cuDNN's best 617 = 62 % on H100 -> 0.884; FA3 (Hopper-only) maps to FA4 at 1.3 x;
+# - CDNA (MI300X, MI355X): no published attention kernel table; the Hopper shares scaled by the ratio of matmul
+#   efficiencies (MAMF / peak: MI300X 51.4 %, MI355X 62.2 % against H100's 80.3 %) - an assumption, stated.
+ATTENTION_SCALE = {"ampere": 0.73 / (370 / H100_BF16_PEAK), "hopper": 1.0, "blackwell": 1241.0 / 2250 / (617 / 989.4),
+                   "blackwell-ultra": 1241.0 / 2250 / (617 / 989.4), "cdna3": 0.514 / 0.803, "cdna4": 0.622 / 0.803}
+# Blackwell Ultra (B300, GB300) doubles the special-function units' exponent throughput ("Attention acceleration
+# (SFU EX2) 10.7 TeraExponentials/s" against 5 on B200/GB200, verda.com GB300 NVL72 architecture table), which bounds
+# B200's forward ("the forward pass isn't compute-bound at all on B200 - it's bottlenecked by exponential
+# calculations in softmax", FA4 summary); with the bound lifted, the forward reaches what FlashAttention-4 gets by
+# emulating exponentials on B200 (1613 / 1241 TFLOP/s). The backward is bound by shared-memory traffic: unchanged.
+FORWARD_LIFT = {"blackwell-ultra": 1613.0 / 1241.0}
+# The kernel frameworks run by default (what "flash" means per generation): Transformer Engine's cuDNN fused
+# attention on Hopper and Blackwell (Megatron-Core; NVIDIA's recipes set NVTE_FUSED_ATTN), FlashAttention-2 on
+# Ampere (cuDNN is slower there: transformers PR #48163 measured 0.82x on A100), the CK/aiter kernels on CDNA.
+DEFAULT_KERNEL = {"ampere": "fa2", "hopper": "cudnn", "blackwell": "cudnn", "blackwell-ultra": "cudnn",
+                  "cdna3": "cudnn", "cdna4": "cudnn"}
+ATTENTION_KERNELS = ("auto", "cudnn", "fa2", "fa3")
+# FP8 attention (TE fp8_dpa): cuDNN "can achieve up to 1.2 PFLOPS in FP8" on H200 (NVIDIA blog "Accelerating
+# Transformers with NVIDIA cuDNN 9"), 61 % of the FP8 peak, as its BF16 kernel's 617 is 62 % of the BF16 peak:
+# FP8 attention runs at the BF16 shares of the FP8 peak.
+GENERATIONS = tuple(ATTENTION_SCALE)
+
+
+@dataclass(frozen=True)
+class Device:
+    """What the step model needs of an accelerator: peaks, matmul ceilings per dtype, SMs, HBM, network."""
+
+    accelerator: Accelerator
+    dtype: str  # the dense peak MFU is quoted against
+    mamf: float  # bf16 maximum achievable matmul FLOP/s
+    sm_count: int
+    network: comm.Network
+    mamf_fp8: float = 0.0  # 0: not measured (scaled from bf16 by the peak ratio, see gemm_rate)
+    arch: str = "hopper"
+    fp4_peak: float = 0.0  # dense FP4 FLOP/s (0: no FP4 tensor cores)
+
+    @property
+    def peak(self) -> float:
+        return self.accelerator.peak(self.dtype)
+
+    @property
+    def hbm(self) -> float:
+        """Achievable HBM bandwidth, bytes/s."""
+        return self.accelerator.memory_bandwidth * HBM_EFFICIENCY
+
+    def gemm_rate(self, dtype: str) -> float:
+        """MAMF for GEMMs whose inputs are `dtype` ("bf16", "fp16", "fp8", "fp4", "fp32"): measured where the preset
+        has it; fp8 without a measurement at the bf16 MAMF's share of the fp8 peak; fp4 from NVFP4_OVER_FP8."""
+        acc = self.accelerator
+        if dtype in ("bf16", "fp16"):
+            return self.mamf
+        if dtype == "fp32":
+            return self.mamf * acc.peak("tf32") / acc.peak("bf16") if "tf32" in acc.peak_flops else self.mamf / 8
+        fp8 = self.mamf_fp8 or self.mamf * acc.peak("fp8") / acc.peak("bf16")
+        if dtype == "fp8":
+            return fp8
+        if dtype == "fp4":
+            if not self.fp4_peak:
+                raise LlmcalcError(f"{acc.key} has no FP4 tensor cores (no dense fp4 peak): NVFP4 recipes need "
+                                   f"Blackwell (b200, gb200, b300, gb300)")
+            return fp8 * min(NVFP4_OVER_FP8, self.fp4_peak / acc.peak("fp8"))
+        raise LlmcalcError(f"no GEMM rate for dtype {dtype!r}")
+
+    def attention_rate(self, kernel: str, head_dim: float, seq: float, causal: bool, backward: bool,
+                       fp8: bool = False) -> float:
+        """FLOP/s of the attention kernel at this shape (module docstring: the H100 tables scaled by generation)."""
+        kernel = DEFAULT_KERNEL[self.arch] if kernel == "auto" else kernel
+        if self.arch.startswith("blackwell") and kernel == "fa3":
+            scale = ATTENTION_SCALE[self.arch] * 1.3 * 617 / 648  # FlashAttention-4: 1.3 x cuDNN 9.13
+            kernel = "cudnn"
+        else:
+            scale = ATTENTION_SCALE[self.arch]
+        h100 = _table_rate(kernel, head_dim, seq, causal, backward)
+        peak = self.accelerator.peak("fp8" if fp8 else "bf16")
+        lift = 1.0 if backward else FORWARD_LIFT.get(self.arch, 1.0)
+        return h100 / (H100_BF16_PEAK * 1e12) * scale * peak * lift
+
+
+def _interp(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
+    """Piecewise linear in log(x) inside the table; below its first point a power law through the first two
+    (short windows run shorter tiles), above its last flat."""
+    lx = math.log(x)
+    logs = [math.log(v) for v in xs]
+    if lx <= logs[0]:
+        slope = math.log(ys[1] / ys[0]) / (logs[1] - logs[0])
+        return ys[0] * math.exp(slope * (lx - logs[0]))
+    if lx >= logs[-1]:
+        return ys[-1]
+    for i in range(len(xs) - 1):
+        if lx <= logs[i + 1]:
+            w = (lx - logs[i]) / (logs[i + 1] - logs[i])
+            return ys[i] + w * (ys[i + 1] - ys[i])
+    return ys[-1]
+
+
+def _by_head_dim(table: Mapping[int, Sequence[float]], head_dim: float, seq: float) -> float:
+    dims = sorted(table)
+    if head_dim <= dims[0]:
+        return _interp(SEQS, table[dims[0]], seq)
+    if head_dim >= dims[-1]:
+        return _interp(SEQS, table[dims[-1]], seq)
+    for lo, hi in zip(dims, dims[1:], strict=False):
+        if head_dim <= hi:
+            w = (head_dim - lo) / (hi - lo)
+            return (1 - w) * _interp(SEQS, table[lo], seq) + w * _interp(SEQS, table[hi], seq)
+    return _interp(SEQS, table[dims[-1]], seq)
+
+
+def _table_rate(kernel: str, head_dim: float, seq: float, causal: bool, backward: bool) -> float:
+    """H100 TFLOP/s of `kernel` (FORWARD / BACKWARD tables) at this head dim, length and mask."""
+    if kernel not in FORWARD:
+        raise LlmcalcError(f"unknown attention kernel {kernel!r}; use one of {', '.join(ATTENTION_KERNELS)}")
+    fwd = FORWARD[kernel]
+    plain = _by_head_dim({d: v[0] for d, v in fwd.items()}, head_dim, seq)
+    masked = _by_head_dim({d: v[1] for d, v in fwd.items()}, head_dim, seq)
+    if not backward:
+        return (masked if causal else plain) * 1e12
+    bwd = _by_head_dim(BACKWARD[kernel], head_dim, seq)
+    return (bwd * masked / plain if causal else bwd) * 1e12
+
+
+def attention_seconds(dev: Device, kernel: str, flops: float, head_dim: float, seq: float, causal: bool,
+                      backward: bool, fp8: bool = False, efficiency: float = 1.0) -> float:
+    """Seconds of `flops` of attention-kernel work (the pairs it computes) at the kernel's rate for this shape;
+    `efficiency`: the in-step share of isolated-kernel rates (steptime.KERNEL_EFFICIENCY)."""
+    if flops <= 0:
+        return 0.0
+    return flops / (dev.attention_rate(kernel, head_dim, seq, causal, backward, fp8=fp8) * efficiency)
+
+
+# --- GEMMs ------------------------------------------------------------------------------------------------
+
+
+def tile_wave_efficiency(m: float, n: float, sms: int, batch: float = 1) -> float:
+    """Useful fraction of the GEMM work after tile and wave quantization (NVIDIA Matrix Multiplication
+    Background guide): output tiles rounded up, tiles run in waves of one per SM; a strided batched or grouped
+    GEMM of `batch` matrices runs all their tiles in the same waves; the best of the TILES tilings."""
+    best = 0.0
+    for tm, tn in TILES:
+        tiles = batch * math.ceil(m / tm) * math.ceil(n / tn)
+        waves = math.ceil(tiles / sms)
+        best = max(best, (batch * m * n) / (waves * sms * tm * tn))
+    return best
+
+
+def gemm_seconds(m: float, k: float, n: float, dev: Device, in_bytes: float, batch: float = 1,
+                 rate: float | None = None, out_bytes: float | None = None, efficiency: float = 1.0) -> float:
+    """`batch` (m x k) @ (k x n) matmuls (one batched or grouped GEMM) on the smooth roofline (module docstring):
+    compute at `rate` (default the bf16 MAMF) x tile/wave quantization x `efficiency`, with the epilogue's
+    GEMM_EPILOGUE_K; memory: operands of `in_bytes` per element and the result of `out_bytes` (default
+    in_bytes) at the achievable HBM bandwidth."""
+    if m <= 0 or k <= 0 or n <= 0:
+        return 0.0
+    rate = dev.mamf if rate is None else rate
+    out = in_bytes if out_bytes is None else out_bytes
+    compute = 2 * m * n * (k + GEMM_EPILOGUE_K) * batch / (rate * efficiency * tile_wave_efficiency(m, n, dev.sm_count,
+                                                                                                   batch))
+    memory = batch * (in_bytes * (m * k + k * n) + out * m * n) / (dev.hbm * efficiency)
+    return (compute ** ROOFLINE_P + memory ** ROOFLINE_P) ** (1 / ROOFLINE_P)
+
+
+def stream_seconds(nbytes: float, dev: Device, efficiency: float = 1.0) -> float:
+    """A memory-bound pass over `nbytes` (reads + writes) at the achievable HBM bandwidth."""
+    return nbytes / (dev.hbm * efficiency)
+
+
+# --- the accelerator presets ---------------------------------------------------------------------------------
+
+
+def device_for(key: str, dtype: str = "bf16", gpus_per_node: int | None = None) -> Device:
+    """The accelerator preset plus its "matmul" and "network" blocks; one clear error when absent.
+    `dtype`: the dense peak MFU is quoted against; `gpus_per_node`: a scale-up domain other than the preset's
+    (a cluster built with 4-GPU nodes)."""
+    from ..spec import hardware_config, load_hardware
+
+    acc = load_hardware(key)
+    data = hardware_config(key)
+    net = comm.network_from_preset(key, data)
+    mm = data.get("matmul")
+    if net is None or mm is None:
+        raise LlmcalcError(f"{key} has no network/matmul block for the step-time model (presets with one: "
+                           f"{', '.join(steptime_presets())}); pass --mfu or --achieved-tflops instead")
+    acc.peak(dtype)  # one clear line when the device has no such peak
+    if gpus_per_node is not None:
+        if gpus_per_node < 1:
+            raise LlmcalcError(f"GPUs per node must be >= 1, got {gpus_per_node}")
+        from dataclasses import replace
+
+        net = replace(net, gpus_per_node=gpus_per_node)
+    arch = mm.get("arch", "hopper")
+    if arch not in GENERATIONS:
+        raise LlmcalcError(f"hardware preset {key!r}: matmul.arch {arch!r} is not one of {', '.join(GENERATIONS)}")
+    fp4 = data.get("dense_tflops", {}).get("fp4") or 0
+    return Device(acc, dtype, float(mm["mamf_bf16_tflops"]) * 1e12, int(mm["sm_count"]), net,
+                  mamf_fp8=float(mm.get("mamf_fp8_tflops") or 0) * 1e12, arch=arch, fp4_peak=float(fp4) * 1e12)
+
+
+def steptime_presets() -> list[str]:
+    from ..spec import hardware_config, hardware_names
+
+    return [k for k in hardware_names() if "network" in hardware_config(k) and "matmul" in hardware_config(k)]
