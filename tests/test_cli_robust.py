@@ -359,3 +359,15 @@ def test_formatting():
     many = ok("train", "gpt2", "--tokens", "15T", "--gpu", "h100-sxm", "--mfu", "0.4", "--n-gpus", "2048").stdout
     assert "on 2,048 GPUs" in many
     assert "seq 8,192" in ok("memory", "llama-3-8b", "--seq-len", "8k").stdout.splitlines()[0]
+
+
+def test_an_option_given_twice_is_refused():
+    """click keeps the last of a repeated option and checks only that value: `--micro-batch 0 --batch-size 1m`
+    answered for a micro-batch of a million. Given twice, under one name or both, it is refused in one line."""
+    bad("memory", "llama-3-8b", "--micro-batch", "0", "--batch-size", "1m",
+        naming="--micro-batch is given 2 times (as --micro-batch and --batch-size)")
+    bad("flops", "llama-3-8b", "--seq-len", "2k", "--seq-len=4k", naming="--seq-len is given 2 times: give it once")
+    # a flag given twice says the same thing twice: not refused
+    assert run("train", "llama-3-8b", "--tokens", "1T", "--gpu", "h100-sxm", "--mfu", "0.4", "--causal",
+               "--causal").exit_code == 0
+    assert run("memory", "llama-3-8b", "--micro-batch", "2").exit_code == 0

@@ -43,6 +43,24 @@ def _exit(message: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
+def refuse_repeated_options(command: click.Command, args: list[str]) -> None:
+    """A single-value option given twice (or under both its names: --micro-batch and --batch-size) is refused:
+    click would keep the last one silently, and only check that one's value."""
+    names = {opt: param for param in command.params if isinstance(param, click.Option)
+             and not (param.multiple or param.count or param.is_flag) for opt in param.opts + param.secondary_opts}
+    used: dict[str, list[str]] = {}
+    for arg in args:
+        if arg == "--":
+            break
+        flag = str(arg).split("=", 1)[0]
+        if flag in names:
+            used.setdefault(names[flag].name or flag, []).append(flag)
+    for typed in used.values():
+        if len(typed) > 1:
+            also = f" (as {' and '.join(dict.fromkeys(typed))})" if len(set(typed)) > 1 else ""
+            raise click.UsageError(f"{typed[0]} is given {len(typed)} times{also}: give it once")
+
+
 class LlmcalcGroup(click.Group):
     """A click group whose errors are one line on stderr with a non-zero exit, and whose commands are imported
     when asked for (``COMMAND_MODULES``); ``commands`` imports them all."""
@@ -70,6 +88,13 @@ class LlmcalcGroup(click.Group):
             for command in import_module(f"{__package__}.{COMMAND_MODULES[cmd_name]}").COMMANDS:
                 self._commands.setdefault(command.name, command)
         return self._commands.get(cmd_name)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
+                                                                            list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        if command is not None:
+            refuse_repeated_options(command, rest)
+        return name, command, rest
 
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
              standalone_mode: bool = True, **extra: Any) -> Any:
