@@ -115,7 +115,10 @@ def recent_config(draw, model_type):  # long: one strategy per family, read agai
                  head_dim=draw(st.sampled_from([8, 16])), global_head_dim=draw(st.sampled_from([16, 32])),
                  attention_k_eq_v=k_eq_v, sliding_window=draw(st.sampled_from([4, 8])), layer_types=types,
                  num_kv_shared_layers=shared, use_double_wide_mlp=draw(B), attention_bias=draw(B),
-                 hidden_size_per_layer_input=draw(st.sampled_from([0, 4, 8])),
+                 # transformers 5.24 slices per_layer_inputs before KV-shared layers without checking it exists
+                 # (modeling_gemma4.py, the logits_to_keep optimisation): KV sharing is drawn with per-layer inputs,
+                 # as the published E-models have them
+                 hidden_size_per_layer_input=draw(st.sampled_from([4, 8] if shared else [0, 4, 8])),
                  vocab_size_per_layer_input=c["vocab_size"],
                  enable_moe_block=draw(B), tie_word_embeddings=draw(B))
         if k_eq_v:
