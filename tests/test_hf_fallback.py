@@ -10,12 +10,12 @@ import importlib.util
 import json
 
 import pytest
-from click.testing import CliRunner
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from llmcalc.cli import cli  # noqa: E402
+from clirun import one_line_error, run  # noqa: E402
+
 from llmcalc.fallback import FallbackModel, load_counted  # noqa: E402
 from llmcalc.profiling.hf_fallback import classify  # noqa: E402
 from llmcalc.spec import UnknownModelType, spec_from_hf  # noqa: E402
@@ -44,19 +44,6 @@ def write(tmp_path, model_type, **changes):
     path = tmp_path / f"{model_type}.json"
     path.write_text(json.dumps({"model_type": model_type, **CONFIGS.get(model_type, {}), **changes}))
     return path
-
-
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
-
-
-def one_line_error(*args) -> str:
-    result = run(*args)
-    assert result.exit_code == 2, result.output
-    assert result.stdout == "" and "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("llmcalc: error: "), result.stderr
-    return lines[0]
 
 
 def json_out(*args) -> dict:

@@ -6,30 +6,9 @@ import json
 import warnings
 
 import pytest
-from click.testing import CliRunner
-
-from llmcalc.cli import cli
+from clirun import cli_json, one_line_error, run
 
 GIB = 2**30
-
-
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
-
-
-def cli_json(*args):
-    result = run(*args, "--format", "json")
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
-
-
-def one_line_error(*args) -> str:
-    result = run(*args)
-    assert result.exit_code == 2, result.output
-    assert result.stdout == "" and "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("llmcalc: error: "), result.stderr
-    return lines[0]
 
 
 # --- QLoRA on Nemotron-H-8B: positive weights, the adapters peft would make -----------------------------------

@@ -10,10 +10,9 @@ import pytest
 pytest.importorskip("matplotlib")
 pytest.importorskip("pandas")
 
-from click.testing import CliRunner  # noqa: E402
+from clirun import cli_json, run  # noqa: E402
 from matplotlib.image import imread  # noqa: E402
 
-from llmcalc.cli import cli  # noqa: E402
 from llmcalc.render.progress import Progress  # noqa: E402
 from llmcalc.report import plots  # noqa: E402
 
@@ -24,16 +23,6 @@ def messages(stderr: str) -> list[str]:
     """stderr's lines less warnings (e.g. a --seq-len beyond a model's max_position_embeddings, which
     the reports in these tests use on purpose): the outcome is the rest, and must be one line."""
     return [line for line in stderr.strip().splitlines() if not line.startswith("llmcalc: warning:")]
-
-
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
-
-
-def cli_json(*args):
-    result = run(*args, "--format", "json")
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
 
 
 def read_csv(path):
