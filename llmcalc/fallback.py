@@ -8,6 +8,12 @@ FLOPs from torch's FlopCounterMode), imported only here and only then, so the an
 imports torch. Results are cached on disk per (config, seq_len, transformers, torch, hf_fallback
 source) under ``$LLMCALC_CACHE_DIR`` (default ``~/.cache/llmcalc``), so a repeated call does not
 rebuild the model.
+
+``load_measured`` returns, for such a model, a ``MeasuredModel`` (analytic/measured.py) of what `memory`
+needs, measured by ``llmcalc.profiling.hf_measure`` on the model transformers built, cached the same way.
+
+``LLMCALC_FORCE_TRANSFORMERS=1`` in the environment sends every model, those with a formula too, through
+transformers (to hold the two paths against each other, or to time the fallback on a config llmcalc knows).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from .spec import ModelSpec, UnknownModelType
 if TYPE_CHECKING:
     from .analytic.finetune import Finetune, FinetuneFlops, LoraConfig
     from .analytic.flops import StepFlops
+    from .analytic.measured import MeasuredModel
     from .analytic.training import FlopsBasis, TrainRequest
 
 METHOD_ANALYTIC, METHOD_TRANSFORMERS = "analytic", "transformers"
@@ -102,7 +109,7 @@ def need_libraries() -> None:
                            f"modelling code needs {' and '.join(missing)}: {INSTALL}")
 
 
-def _cache_path(config: dict, seq_len: int | None) -> Path | None:
+def _cache_path(config: dict, seq_len: int | None, measured: bool = False) -> Path | None:
     import hashlib  # here, not at start-up: only a model transformers counts has a cache entry
     from importlib import metadata
 
@@ -110,16 +117,17 @@ def _cache_path(config: dict, seq_len: int | None) -> Path | None:
         versions = [metadata.version("transformers"), metadata.version("torch")]
     except metadata.PackageNotFoundError:
         return None
-    source = Path(__file__).resolve().parent / "profiling" / "hf_fallback.py"
-    key = json.dumps([config, seq_len, versions, hashlib.sha256(source.read_bytes()).hexdigest()], sort_keys=True)
+    sources = [Path(__file__).resolve().parent / "profiling" / f"{name}.py" for name in ("hf_fallback", "hf_measure")]
+    digest = [hashlib.sha256(source.read_bytes()).hexdigest() for source in sources]
+    key = json.dumps([config, seq_len, versions, digest] + (["measured"] if measured else []), sort_keys=True)
     root = Path(os.environ.get("LLMCALC_CACHE_DIR") or Path.home() / ".cache" / "llmcalc")
     return root / "hf_fallback" / f"{hashlib.sha256(key.encode()).hexdigest()}.json"
 
 
-def fallback_count(config: dict, seq_len: int | None = None) -> dict:
+def fallback_count(config: dict, seq_len: int | None = None, measured: bool = False) -> dict:
     """hf_fallback.fallback_count, cached on disk (a damaged or unwritable cache is ignored)."""
     need_libraries()
-    path = _cache_path(config, seq_len)
+    path = _cache_path(config, seq_len, measured)
     if path is not None and path.is_file():
         try:
             return json.loads(path.read_text())
@@ -130,7 +138,7 @@ def fallback_count(config: dict, seq_len: int | None = None) -> dict:
     with activity(f"building {config.get('model_type')} with transformers (first time only; cached after)"):
         from .profiling.hf_fallback import fallback_count as count
 
-        counted = count(config, seq_len)
+        counted = count(config, seq_len, measured)
     if path is not None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -152,14 +160,48 @@ def fallback_model(exc: UnknownModelType, seq_len: int | None = None) -> Fallbac
     return model
 
 
+FORCE_ENV = "LLMCALC_FORCE_TRANSFORMERS"
+
+
+def forced() -> bool:
+    """Whether $LLMCALC_FORCE_TRANSFORMERS asks for transformers on every model (1, true or yes)."""
+    return os.environ.get(FORCE_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def _load(name_or_path: str) -> ModelSpec:
+    """load_model, or under $LLMCALC_FORCE_TRANSFORMERS the UnknownModelType of any config (carrying it)."""
+    from .spec import load_model, model_config, read_json
+    from .spec.presets import looks_like_path, model_name
+
+    if not forced():
+        return load_model(name_or_path)
+    if looks_like_path(name_or_path):
+        path = Path(name_or_path)
+        path = path / "config.json" if path.is_dir() else path
+        config, name = read_json(path), (path.parent.name if path.name == "config.json" else path.stem)
+    else:
+        config, name = model_config(name_or_path), model_name(name_or_path)
+    raise UnknownModelType(f"{FORCE_ENV} is set", config, name or "config")
+
+
 def load_counted(name_or_path: str, seq_len: int | None = None):
     """A ModelSpec (analytic), or a FallbackModel for a model_type only transformers knows."""
-    from .spec import load_model
-
     try:
-        return load_model(name_or_path)
+        return _load(name_or_path)
     except UnknownModelType as exc:
         return fallback_model(exc, seq_len)
+
+
+def load_measured(name_or_path: str, seq_len: int) -> ModelSpec | MeasuredModel:
+    """A ModelSpec (analytic), or for a model_type only transformers knows what it measured at `seq_len`."""
+    from .analytic.measured import MeasuredModel
+
+    try:
+        return _load(name_or_path)
+    except UnknownModelType as exc:
+        config = {k: v for k, v in exc.config.items() if not k.startswith("_")}
+        counted = fallback_count(config, seq_len, measured=True)
+        return MeasuredModel.from_counted(exc.name, str(config.get("model_type")), counted)
 
 
 def step_flops(model: FallbackModel, batch: int, causal: bool, recompute: str) -> dict:

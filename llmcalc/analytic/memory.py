@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import LlmcalcError
 from ..spec import ModelSpec
@@ -27,6 +27,9 @@ from ..vocabulary import OPTIMIZER_IMPLS  # the names and their scratch rule (re
 from .activations import ActivationEstimate, activation_memory
 from .parallel import Parallel
 from .params import count_params, largest_tensor
+
+if TYPE_CHECKING:
+    from .measured import MeasuredModel
 
 
 class StateBytes(Protocol):
@@ -226,9 +229,10 @@ class PhasedPeak:
 
 @dataclass(frozen=True)
 class MemoryEstimate(PhasedPeak):
-    """Per-GPU training memory of the most loaded pipeline stage, by component, in bytes."""
+    """Per-GPU training memory of the most loaded pipeline stage, by component, in bytes (of a model by llmcalc's
+    formula, or one transformers measured: ``measured.measured_training_memory``)."""
 
-    spec: ModelSpec
+    spec: ModelSpec | MeasuredModel
     recipe: Recipe
     optimizer: Optimizer
     parallel: Parallel

@@ -19,6 +19,7 @@ from ..units import GIB
 from ..validate import DEFAULT_SEQ_LEN, DEFAULT_ZERO
 from .finetune import FinetuneMemory, LoraConfig, finetune_memory
 from .finetune_request import FinetuneRequest
+from .measured import MeasuredModel, measured_training_memory
 from .memory import MemoryEstimate, Optimizer, custom_optimizer, smallest_fit, training_memory
 from .parallel import Parallel
 
@@ -74,13 +75,23 @@ class MemoryPlan:
     cuda_context: float = 0.0
 
 
-def plan_memory(spec: ModelSpec, request: MemoryRequest, device: Accelerator | None = None) -> MemoryPlan:
-    """`llmcalc memory`: training (or --finetune) memory per GPU of `spec`, held against `device`."""
+def plan_memory(spec: ModelSpec | MeasuredModel, request: MemoryRequest,
+                device: Accelerator | None = None) -> MemoryPlan:
+    """`llmcalc memory`: training (or --finetune) memory per GPU of `spec`, held against `device`; a model
+    transformers measured (``measured.MeasuredModel``) takes ``measured_training_memory``."""
     reserve = request.reserve_gib * GIB
     if device is not None and reserve >= device.memory_bytes:
         raise LlmcalcError(f"--reserve-gib {request.reserve_gib:g} leaves nothing of {device.key}'s "
                            f"{device.memory_bytes / GIB:g} GiB")
     opt = request.optimizer_or_bytes
+    if isinstance(spec, MeasuredModel):
+        if request.finetune.config() is not None:
+            raise LlmcalcError(f"--finetune needs llmcalc's formula for the layers it adapts; {spec.model_type} is "
+                               "measured by transformers' modelling code")
+        est = measured_training_memory(spec, request.batch, request.seq_len, request.recipe, opt, request.recompute,
+                                       request.attention, request.dropout, request.parallel(),
+                                       request.optimizer_impl)
+        return MemoryPlan(est, device, reserve)
     cfg = request.finetune.config()
     if cfg is not None:
         _refuse_with_finetune(request)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
+    from ..analytic.measured import MeasuredModel
     from ..fallback import FallbackModel
     from ..hardware import Accelerator
     from ..render.tables import Document
@@ -71,6 +72,16 @@ def load_counted(name: str, seq_len: int | None = None) -> ModelSpec | FallbackM
 
     model = load(name, seq_len)
     return model if isinstance(model, FallbackModel) else check_length(model, seq_len)
+
+
+def load_measured(name: str, seq_len: int) -> ModelSpec | MeasuredModel:
+    """The model by llmcalc's formula (checked against `seq_len`), or, for a model_type only transformers
+    knows, what transformers measured at `seq_len` (fallback.load_measured)."""
+    from ..fallback import load_measured as load
+    from ..spec import ModelSpec
+
+    model = load(name, seq_len)
+    return check_length(model, seq_len) if isinstance(model, ModelSpec) else model
 
 
 def load_hardware(name: str) -> Accelerator:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..vocabulary import OPTIMIZER_IMPLS
-from .common import emit, load_hardware, load_model
+from .common import emit, load_hardware, load_measured
 from .options import (
     attention_option,
     finetune_options,
@@ -78,7 +78,7 @@ def memory(ctx: click.Context, model: str, seq_len: int, micro_batch: int, recip
                             zero=zero if given(ctx, "zero") else None, tp=tp,
                             pp=pp, ep=ep, etp=etp, sequence_parallel=sequence_parallel, reserve_gib=reserve_gib,
                             finetune=finetune)
-    emit(document(plan_memory(load_model(model, seq_len), request, device)), fmt)
+    emit(document(plan_memory(load_measured(model, seq_len), request, device)), fmt)
 
 
 COMMANDS = (memory,)

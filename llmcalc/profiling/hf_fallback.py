@@ -189,8 +189,9 @@ def _quiet():
     warnings.filterwarnings("ignore", module="transformers")
 
 
-def fallback_count(hf: dict, seq_len: int | None) -> dict:
-    """Parameters by component (always) and, with `seq_len`, the forward FLOPs of one sequence.
+def fallback_count(hf: dict, seq_len: int | None, measured: bool = False) -> dict:
+    """Parameters by component (always) and, with `seq_len`, the forward FLOPs of one sequence; with `measured`
+    too, what `memory` needs (``hf_measure.measure``: tensors and their parallel plans, KV cache, activations).
 
     Returns a JSON-able dict: class, params {total, trainable components, frozen}, experts info, and
     flops {forward, by component, attention core} for batch 1 x seq_len."""
@@ -217,6 +218,8 @@ def fallback_count(hf: dict, seq_len: int | None) -> dict:
            "experts_implementation": getattr(model.config, "_experts_implementation", None),
            "attn_implementation": getattr(model.config, "_attn_implementation", None)}
     out.update(_params(model))
+    if measured:  # a bf16 run's activations and cache (FLOPs do not depend on the dtype); cast on meta, not faked
+        model = model.to(torch.bfloat16)
     if seq_len is not None:
         with FakeTensorMode(allow_non_fake_inputs=True):
             try:
@@ -225,6 +228,10 @@ def fallback_count(hf: dict, seq_len: int | None) -> dict:
                 raise LlmcalcError(f"transformers' {type(model).__name__} could not be faked for a forward: "
                                    f"{_reason(exc)}") from None
             out["flops"] = _flops(faked, config, seq_len)
+        if measured:
+            from .hf_measure import measure
+
+            out["measured"] = measure(faked, config, seq_len)
     return out
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..analytic.finetune import ADAPTER_BYTES, FinetuneMemory, nf4_bytes_per_param
+from ..analytic.measured import MeasuredModel
 from ..render.tables import Column, Document, Table
 from ..units import GIB
 from .params import adapter_table, finetune_config
@@ -74,7 +75,10 @@ def training_memory_document(est: MemoryEstimate, gpu: Accelerator | None, reser
     }
     rows = [{"kind": "component", "name": k, "bytes": v, "share": v / peak} for k, v in components.items() if v]
     rows.append({"kind": "total", "name": f"peak per GPU ({est.peak_phase})", "bytes": peak, "share": 1.0})
-    notes = _recipe_notes(est) + _layout_notes(est) + fit_lines
+    measured = isinstance(spec, MeasuredModel)
+    notes = _recipe_notes(est) + (_measured_notes(est) if measured else _layout_notes(est)) + fit_lines
+    if measured:
+        data.update(method="transformers", measured_from=_measured_from(est))
     if largest is not None:
         notes.append(f"largest micro-batch that fits at seq {est.seq_len:,}: {largest:,}")
     table = Table(
@@ -86,7 +90,38 @@ def training_memory_document(est: MemoryEstimate, gpu: Accelerator | None, reser
     title = (f"{spec.name}: training memory per GPU, micro-batch {est.batch:,} x seq "
              f"{est.seq_len:,}, {rec.name} + {opt.name}, "
              f"recompute {est.recompute}")
-    return Document(title, data, [table, _activations_table(est)], [spec.describe()])
+    return Document(title, data, [table] if measured else [table, _activations_table(est)], [spec.describe()])
+
+
+def _measured_from(est: MemoryEstimate) -> dict[str, str]:
+    """What each figure of a model transformers measured comes from (the JSON's `measured_from`)."""
+    model = est.spec
+    assert isinstance(model, MeasuredModel)
+    runs = model.activation_runs
+    per_token, per_token2 = model.activation_terms()
+    return {
+        "parameters": f"{model.total:,} trainable parameters of the {len(model.tensors)} tensors of {model.cls} "
+                      f"built by transformers {model.transformers_version} (meta device), sharded per rank by its "
+                      "tensor-parallel plan (model.tp_plan)",
+        "weights, gradients, master weights, optimizer states": "the parameters on this GPU x the recipe's and "
+                                                                  "optimizer's bytes per parameter",
+        "activations": "bytes autograd saved (saved_tensors_hooks, one count per storage, parameters excluded) in "
+                       "transformers' training forward with the loss on fake bf16 tensors, batch 1: "
+                       + ", ".join(f"{r['bytes']:,} B at seq {r['seq_len']:,}" for r in runs)
+                       + f" (= {per_token:,.0f} B/token + {per_token2:,.2f} B/token²), x micro-batch"
+                       + (f", / tp {est.parallel.tp} (sequence parallelism)" if est.parallel.tp > 1 else ""),
+    }
+
+
+def _measured_notes(est: MemoryEstimate) -> list[str]:
+    par = est.parallel
+    notes = [f"measured by transformers: {line}" for line in _measured_from(est).values()]
+    notes.append("the activations include the logits and the loss's fp32 upcast, and transformers' eager norms' "
+                 "fp32 copies (what its modelling code saves, not a fused kernel); the blocks' backward holds one "
+                 "block's share (1/layers of them) rebuilt, as llmcalc's phases do")
+    if par.n_gpus > 1:
+        notes.append(f"{par.n_gpus:,} GPUs = dp {par.dp:,} x tp {par.tp}; ZeRO-{par.zero} shards over dp")
+    return notes
 
 
 def _recipe_notes(est: MemoryEstimate) -> list[str]:
@@ -110,6 +145,7 @@ def _recipe_notes(est: MemoryEstimate) -> list[str]:
 def _layout_notes(est: MemoryEstimate) -> list[str]:
     """How the model is split over the GPUs (parallel degrees, experts, KV heads under tensor parallelism)."""
     spec, par = est.spec, est.parallel
+    assert not isinstance(spec, MeasuredModel), "a measured model has _measured_notes"
     kv_heads = spec.n_kv_heads
     notes = []
     if par.n_gpus > 1:

@@ -1,0 +1,213 @@
+"""A model llmcalc has no formula for, as transformers built and ran it: the measured-model record.
+
+``MeasuredModel`` is torch-free and JSON-cachable: it reads what ``llmcalc.profiling.hf_measure`` measured on the
+model transformers built (every parameter tensor with the model's own tensor- and expert-parallel plans, the KV
+cache its ``Cache`` class allocated, the bytes autograd saved in a training forward) and answers what `memory`
+needs beside a ``ModelSpec``. ``measured_training_memory`` is ``memory.training_memory`` for such a model: the
+same ``MemoryEstimate`` (recipes, optimizers, ZeRO sharding over dp, the phases of the step and their peak), fed
+with the counted parameters and the measured activations instead of llmcalc's formulas.
+
+Tensor parallelism follows transformers' plan styles (``transformers/integrations/tensor_parallel.py``):
+``colwise`` (and ``colwise_gather_output``, ``packed_colwise``, ``local_colwise``) splits a weight's output
+dimension (dim -2; a 1-D bias along its only one), ``rowwise`` (``local_rowwise``) its input dimension (dim -1; the
+bias is replicated), ``embedding_rowwise`` the vocabulary rows; ``replicated*`` and tensors the plan does not name
+are whole on every rank. A colwise / rowwise projection of an attention module splits whole heads: its sharded
+dimension over the module's ``head_dim`` must divide by tp.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import LlmcalcError
+
+COLWISE = ("colwise", "colwise_gather_output", "packed_colwise", "local_colwise")
+ROWWISE = ("rowwise", "local_rowwise")
+EMBEDDING = ("embedding_rowwise",)
+REPLICATED = ("replicated_with_grad_allreduce", "replicated", "local", "sequence_parallel", "isolated")
+
+
+ROLES = ("embedding", "head", "norm/final", "layer", "other")
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One parameter tensor of every layer that holds it (``count`` of them), as built, with its plan styles."""
+
+    name: str  # "model.layers.*.self_attn.q_proj.weight"
+    shape: tuple[int, ...]
+    count: int
+    trainable: bool
+    tp: str | None  # the tensor-parallel plan's style for it (None: not in the plan, replicated)
+    ep: str | None  # the expert-parallel plan's style
+    head_dim: int | None  # the head_dim of the attention module holding its projection
+    role: str  # "embedding", "head" (transformers' input / output embeddings), "norm/final", "layer" or "other"
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    def split_dim(self) -> int | None:
+        """The dimension tensor parallelism splits (negative index), None where it stays whole."""
+        if self.tp in COLWISE:
+            return -2 if len(self.shape) >= 2 else -1
+        if self.tp in ROWWISE:
+            return -1 if len(self.shape) >= 2 else None
+        if self.tp in EMBEDDING:
+            return -2
+        return None
+
+    def check_tp(self, tp: int) -> None:
+        if tp == 1 or self.tp is None or self.tp in REPLICATED:
+            return
+        dim = self.split_dim()
+        if self.tp not in COLWISE + ROWWISE + EMBEDDING:
+            raise LlmcalcError(f"--tp {tp}: transformers' tensor-parallel plan shards {self.name} as {self.tp!r}, "
+                               "which llmcalc does not model for a model it measures; use --tp 1")
+        if dim is None:
+            return
+        size = self.shape[dim]
+        if self.head_dim and self.role == "layer" and size % self.head_dim == 0:
+            heads = size // self.head_dim
+            if heads % tp:
+                raise LlmcalcError(f"--tp {tp} does not divide the {heads} heads of {self.name} ({size} = {heads} "
+                                   f"x head_dim {self.head_dim}, as transformers built it); use a tp that divides "
+                                   f"{heads}")
+        if size % tp:
+            raise LlmcalcError(f"--tp {tp} does not divide dimension {size} of {self.name} (shape "
+                               f"{list(self.shape)}, {self.tp} in transformers' plan)")
+
+    def per_rank(self, tp: int) -> float:
+        """Elements of one layer's tensor on one tensor-parallel rank."""
+        return self.numel / tp if self.split_dim() is not None else float(self.numel)
+
+
+@dataclass(frozen=True)
+class KvLayerMeasured:
+    """One layer of the cache transformers allocated: elements per token, the window it stops at, fixed state."""
+
+    layer: int
+    cache_class: str  # transformers' cache layer class (DynamicLayer, DynamicSlidingWindowLayer, ...)
+    elements_per_token: int
+    cap_tokens: int | None  # a sliding layer keeps at most this many tokens
+    state_elements: int  # a linear-attention / SSM layer's conv and recurrent state (per sequence)
+    element_bytes: float  # as allocated by the bf16 model (a state may mix bf16 and fp32)
+
+
+@dataclass
+class MeasuredModel:
+    """What transformers built and ran, for `memory`; built by ``from_counted`` from hf_fallback's dict."""
+
+    name: str
+    model_type: str
+    cls: str
+    transformers_version: str
+    seq_len: int
+    total: int  # parameters counted (the FallbackModel's total)
+    tensors: list[Tensor]
+    kv: list[KvLayerMeasured]
+    activation_runs: list[dict]  # [{"seq_len", "bytes", "bytes_by_element"}] at seq_len // 2 and seq_len
+    notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_counted(cls, name: str, model_type: str, counted: dict) -> MeasuredModel:
+        m = counted["measured"]
+        tensors = [Tensor(t["name"], tuple(t["shape"]), t["count"], t["trainable"], t["tp"], t["ep"], t["head_dim"],
+                          t["role"]) for t in m["tensors"]]
+        kv = [KvLayerMeasured(k["layer"], k["class"], k["elements_per_token"], k["cap_tokens"], k["state_elements"],
+                              k["element_bytes"]) for k in m["kv"]["layers"]]
+        total = sum(t.numel * t.count for t in tensors if t.trainable)
+        return cls(name, model_type, counted["class"], counted["transformers_version"],
+                   m["activations"]["runs"][-1]["seq_len"], total, tensors, kv, m["activations"]["runs"])
+
+    @property
+    def n_layers(self) -> int:
+        """Layers of the stack (the most layers any per-layer tensor is in)."""
+        return max((t.count for t in self.tensors if t.role == "layer"), default=0)
+
+    def describe(self) -> str:
+        return (f"model_type {self.model_type}: {self.cls} built and run by transformers {self.transformers_version} "
+                "on fake tensors, not by a formula")
+
+    def check_tp(self, tp: int) -> None:
+        for t in self.tensors:
+            t.check_tp(tp)
+
+    def params_on_rank(self, tp: int, roles: tuple[str, ...] = ROLES) -> float:
+        return sum(t.per_rank(tp) * t.count for t in self.tensors if t.trainable and t.role in roles)
+
+    def largest_tensor(self, tp: int) -> float:
+        return max((t.per_rank(tp) for t in self.tensors if t.trainable), default=0.0)
+
+    @property
+    def tied(self) -> bool:
+        return not any(t.role == "head" for t in self.tensors)
+
+    def activation_terms(self) -> tuple[float, float]:
+        """(bytes per token, bytes per token²) of batch 1 solving the two measured lengths: bytes(s) = a·s + b·s²."""
+        (s1, y1), (s2, y2) = ((r["seq_len"], r["bytes"]) for r in self.activation_runs)
+        if s1 == s2:
+            return y2 / s2, 0.0
+        b = (y2 / s2 - y1 / s1) / (s2 - s1)
+        b = 0.0 if abs(b) < 1e-6 else b  # float noise of a purely linear count
+        return y1 / s1 - b * s1, b
+
+    def activation_bytes(self, act_bytes: float) -> float:
+        """Saved bytes of one sequence at the measured seq_len; `act_bytes` 4 (fp32 activations) doubles the
+        measured 2-byte (bf16) tensors, the fp32 ones stay."""
+        run = self.activation_runs[-1]
+        two = run["bytes_by_element"].get("2", 0)
+        return run["bytes"] + two * (act_bytes / 2 - 1)
+
+
+def measured_training_memory(model: MeasuredModel, batch: int, seq_len: int, recipe: str, optimizer,
+                             recompute: str, attention: str, dropout: bool, parallel, optimizer_impl: str):
+    """`memory.training_memory` for a measured model: the same MemoryEstimate, its parameters counted per rank from
+    the tensors transformers built (tensor-parallel shards by its plan) and its activations the bytes autograd
+    saved in transformers' training forward at this seq_len, times the micro-batch, split tp ways under sequence
+    parallelism (Korthikanti et al. 2022 sec. 4.2.2: with tensor and sequence parallelism every saved tensor of
+    a block is 1/t per rank). Options whose effect only llmcalc's per-tensor formula knows are refused."""
+    from .activations import ActivationEstimate
+    from .memory import OPTIMIZER_IMPLS, OPTIMIZERS, RECIPES, MemoryEstimate, Optimizer, lookup
+
+    if seq_len != model.seq_len:
+        raise LlmcalcError(f"{model.model_type}: measured at seq {model.seq_len}, asked for {seq_len}")
+    refuse = [(recompute != "none", f"--recompute {recompute}"), (attention != "flash", f"--attention {attention}"),
+              (dropout, "--dropout"), (parallel.pp > 1, f"--pp {parallel.pp}"),
+              (parallel.ep > 1, f"--ep {parallel.ep}"),
+              (parallel.expert_tp != parallel.tp, f"--etp {parallel.expert_tp}"),
+              (parallel.cp > 1, f"--cp {parallel.cp}"),
+              (parallel.tp > 1 and not parallel.sequence_parallel, "--no-sequence-parallel")]
+    clash = [name for bad, name in refuse if bad]
+    if clash:
+        raise LlmcalcError(f"{', '.join(clash)}: {model.model_type} is measured by transformers (one training "
+                           "forward, its own attention, every layer on one pipeline stage); llmcalc's per-tensor "
+                           "formula models these options and has none for it; drop them")
+    rec = lookup(RECIPES, "recipe", recipe)
+    if rec.fp8:
+        raise LlmcalcError(f"--recipe {recipe}: its saved FP8 casts are by llmcalc's tensor names, which a model "
+                           f"transformers measures does not have; use a bf16/fp16/fp32 recipe")
+    if optimizer_impl not in OPTIMIZER_IMPLS:
+        raise LlmcalcError(f"optimizer implementation must be one of {', '.join(OPTIMIZER_IMPLS)}")
+    opt = optimizer if isinstance(optimizer, Optimizer) else lookup(OPTIMIZERS, "optimizer", optimizer)
+    tp = parallel.tp
+    model.check_tp(tp)
+    params = model.params_on_rank(tp)
+    head = model.params_on_rank(tp, ("head", "norm/final")) if not model.tied else \
+        model.params_on_rank(tp, ("embedding", "norm/final"))
+    late = model.params_on_rank(tp, ("embedding",)) if not model.tied else 0.0
+    layers = model.n_layers or 1
+    saved = model.activation_bytes(rec.act_bytes) * batch / tp
+    per_block = saved / layers  # one block's share (the measured forward is not split by block)
+    acts = ActivationEstimate(per_layer={"saved for backward (measured)": saved}, recompute_working_set=0.0,
+                              logits_and_loss=0.0, largest_layer=per_block, own_layer=per_block)
+    gathered = (2 * model.params_on_rank(tp, ("layer",)) / layers * rec.weight_bytes
+                if parallel.zero == 3 and parallel.dp > 1 else 0.0)
+    return MemoryEstimate(spec=model, recipe=rec, optimizer=opt, parallel=parallel, batch=batch, seq_len=seq_len,
+                          recompute=recompute, attention=attention, params_on_gpu=params, activations=acts,
+                          stage="only", zero3_gathered=gathered, optimizer_impl=optimizer_impl,
+                          largest_tensor=model.largest_tensor(tp), head_params_on_gpu=head, late_params_on_gpu=late)
+

@@ -1,0 +1,190 @@
+"""What `memory` needs of a model llmcalc has no formula for, measured on transformers' own objects.
+
+``measure(model, config, seq_len)`` takes the model ``hf_fallback`` built on the meta device and returns a
+JSON-able dict (``llmcalc.analytic.measured.MeasuredModel`` reads it, torch-free):
+
+- ``tensors``: every parameter tensor (layer indices folded to ``*``), its shape, how many layers hold it, and
+  how the model's own tensor-parallel plan shards it (``model.tp_plan``: ``config.base_model_tp_plan`` under the
+  base model's prefix plus the class's ``_tp_plan``; colwise / rowwise / embedding / replicated...) and the
+  expert-parallel plan (``model.ep_plan``); for the projections of an attention module, its ``head_dim``
+  attribute (how many heads a colwise shard cuts);
+- ``kv``: the cache transformers allocates (``use_cache=True``, the model's own ``Cache`` class): each cache
+  layer's tensors after a prefill of two short lengths (the elements per token, and the state that does not grow:
+  a linear-attention or SSM layer's conv and recurrent state) and of one long one (a sliding layer stops growing:
+  its window cap);
+- ``activations``: the bytes autograd saves in one forward with the loss (batch 1, bf16 model) at seq_len / 2 and
+  seq_len, counted by ``torch.autograd.graph.saved_tensors_hooks`` on fake tensors (one count per storage,
+  parameters excluded): a per-token and an s² term solve the two.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from typing import Any
+
+import torch
+
+from ..errors import LlmcalcError
+
+LAYER_INDEX = re.compile(r"\.\d+(?=\.|$)")
+# the short prefill lengths (below any sliding window) and the most the long one runs to
+KV_SHORT, KV_LONG = (8, 16), 65536
+
+
+def measure(model, config, seq_len: int) -> dict:
+    """`model` faked (its parameters fake tensors, called inside hf_fallback's FakeTensorMode) in bf16 (cast on the
+    meta device: a bf16 training or serving run's activations and cache), `seq_len` the training length."""
+    out: dict[str, Any] = {"tensors": _tensors(model)}
+    out["kv"] = _kv(model, config)
+    out["activations"] = _activations(model, config, seq_len)
+    return out
+
+
+def _reason(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+def _plan_style(plan: dict[str, str], module: str) -> str | None:
+    """The plan's style for `module` (a pattern's `*` stands for a layer index), the most specific entry first."""
+    for pattern in sorted(plan, key=len, reverse=True):
+        if re.fullmatch(re.escape(pattern).replace(r"\*", r"\d+"), module):
+            return plan[pattern]
+    return None
+
+
+def _role(model, name: str, module: str, layered: bool) -> str:
+    """"embedding" / "head" (what transformers calls the model's input / output embeddings, else hf_fallback's
+    classify), "norm/final", "layer" (inside the layer stack) or "other"."""
+    from .hf_fallback import _experts_parents, classify
+
+    if layered:
+        return "layer"
+    modules = dict(model.named_modules())
+    if modules.get(module) is model.get_input_embeddings():
+        return "embedding"
+    if modules.get(module) is model.get_output_embeddings():
+        return "head"
+    component = classify(module.split(".") if module else [], _experts_parents(model))
+    return next((role for role in ("embedding", "head") if component.startswith(role + "/")),
+                "norm/final" if component == "norm/final" else "other")
+
+
+def _tensors(model) -> list[dict]:
+    tp_plan = dict(getattr(model, "tp_plan", None) or {})
+    ep_plan = dict(getattr(model, "ep_plan", None) or {})
+    modules = dict(model.named_modules())
+    groups: dict[str, dict] = {}
+    for name, p in model.named_parameters():  # remove_duplicate: a tied head is the embedding's tensor
+        module = name.rsplit(".", 1)[0] if "." in name else ""
+        pattern = LAYER_INDEX.sub(".*", name)
+        entry = groups.get(pattern)
+        if entry is None:
+            parent = modules.get(module.rsplit(".", 1)[0]) if "." in module else None
+            head_dim = getattr(parent, "head_dim", None)
+            mod = modules.get(module)
+            entry = groups[pattern] = {
+                "name": pattern, "shape": list(p.shape), "count": 0, "trainable": bool(p.requires_grad),
+                "module_class": type(mod).__name__ if mod is not None else "",
+                "tp": _plan_style(tp_plan, name) or _plan_style(tp_plan, module),
+                "ep": _plan_style(ep_plan, name) or _plan_style(ep_plan, module),
+                "head_dim": head_dim if isinstance(head_dim, int) else None,
+                "role": _role(model, name, module, pattern != name)}
+        entry["count"] += 1
+    return list(groups.values())
+
+
+def _state_tensors(obj, seen: set[int], depth: int = 0) -> list[torch.Tensor]:
+    """The tensors a cache layer holds (attributes, lists and dicts of them), each once."""
+    if isinstance(obj, torch.Tensor):
+        return [] if id(obj) in seen or seen.add(id(obj)) else [obj]  # type: ignore[func-returns-value]
+    if depth > 3:
+        return []
+    if isinstance(obj, (list, tuple)):
+        return [t for item in obj for t in _state_tensors(item, seen, depth + 1)]
+    if isinstance(obj, dict):
+        return [t for item in obj.values() for t in _state_tensors(item, seen, depth + 1)]
+    if depth == 0 and hasattr(obj, "__dict__"):
+        return [t for k, v in vars(obj).items() if not k.startswith("_") for t in _state_tensors(v, seen, 1)]
+    return []
+
+
+def _cache_layers(model, config, seq: int) -> list[tuple[str, int, int, int]]:
+    """(cache layer class, elements, bytes, its largest whole-number attribute) per cache layer after a batch-1
+    prefill of `seq` tokens."""
+    ids = torch.zeros(1, seq, dtype=torch.long)
+    try:
+        with torch.no_grad():
+            out = model(input_ids=ids, use_cache=True)
+    except Exception as exc:
+        raise LlmcalcError(f"transformers' forward of {type(model).__name__} with a cache failed at seq {seq}: "
+                           f"{_reason(exc)}") from None
+    cache = getattr(out, "past_key_values", None)
+    layers = getattr(cache, "layers", None)
+    if cache is None or layers is None:
+        raise LlmcalcError(f"{type(model).__name__}'s forward returned no transformers Cache to measure "
+                           f"(got {type(cache).__name__})")
+    rows = []
+    for layer in layers:
+        tensors = _state_tensors(layer, set())
+        ints = [v for v in vars(layer).values() if isinstance(v, int) and not isinstance(v, bool)]
+        rows.append((type(layer).__name__, sum(t.numel() for t in tensors),
+                     sum(t.numel() * t.element_size() for t in tensors), max(ints, default=0)))
+    return rows
+
+
+def _kv(model, config) -> dict:
+    """Per cache layer: elements per token (the slope between the two short prefills), the elements that do not
+    grow (a recurrent or conv state), and the tokens it stops at (a window) where the long prefill holds fewer
+    than the slope says; bytes per element as allocated (the bf16 model). The long prefill runs past the
+    largest whole number a cache layer object holds after the short ones (a sliding layer's window; the
+    prefill's own length counts are below it), at least 4x the second short length, at most KV_LONG."""
+    s1, s2 = KV_SHORT
+    a, b = (_cache_layers(model, config, s) for s in (s1, s2))
+    long = min(KV_LONG, max(4 * s2, max(row[3] for row in a + b) + s2))
+    c = _cache_layers(model, config, long)
+    layers = []
+    for i, ((cls, e1, b1, _), (_, e2, _b2, _), (_, e3, _b3, _)) in enumerate(zip(a, b, c, strict=True)):
+        per_token = (e2 - e1) // (s2 - s1)
+        fixed = e1 - per_token * s1
+        grown = e3 - fixed
+        cap = grown // per_token if per_token and grown < per_token * long else None
+        layers.append({"layer": i, "class": cls, "elements_per_token": per_token, "state_elements": fixed,
+                       "cap_tokens": cap, "element_bytes": b1 / e1 if e1 else 2.0})
+    return {"lengths": [s1, s2, long], "cache_class": "", "layers": layers}
+
+
+def _activations(model, config, seq_len: int) -> dict:
+    """Bytes saved for backward in a forward with the loss (labels = the ids), batch 1, at seq_len // 2 and
+    seq_len; `bytes_by_element` splits them by element size (2: bf16 activations, 4: fp32 statistics and the
+    loss's upcast logits, 8: int64 indices)."""
+    model.train()
+    params = {p.untyped_storage()._cdata for p in model.parameters()}
+    runs = []
+    for seq in (max(1, seq_len // 2), seq_len):
+        saved: dict[int, tuple[int, int]] = {}
+
+        def pack(t, saved=saved):
+            st = t.untyped_storage()
+            if st._cdata not in params:
+                saved[st._cdata] = (st.nbytes(), t.element_size())
+            return t
+
+        ids = torch.zeros(1, seq, dtype=torch.long)
+        kwargs: dict[str, Any] = {"input_ids": ids, "labels": ids}
+        if "use_cache" in model.forward.__code__.co_varnames:
+            kwargs["use_cache"] = False
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                model(**kwargs)
+        except Exception as exc:
+            raise LlmcalcError(f"transformers' training forward of {type(model).__name__} failed at seq {seq}: "
+                               f"{_reason(exc)}") from None
+        by_size: dict[int, int] = defaultdict(int)
+        for nbytes, size in saved.values():
+            by_size[size] += nbytes
+        runs.append({"seq_len": seq, "bytes": sum(by_size.values()),
+                     "bytes_by_element": {str(k): v for k, v in sorted(by_size.items())}, "tensors": len(saved)})
+    model.eval()
+    return {"runs": runs}
