@@ -151,8 +151,7 @@ class MeasuredModel:
         (s1, y1), (s2, y2) = ((r["seq_len"], r["bytes"]) for r in self.activation_runs)
         if s1 == s2:
             return y2 / s2, 0.0
-        b = (y2 / s2 - y1 / s1) / (s2 - s1)
-        b = 0.0 if abs(b) < 1e-6 else b  # float noise of a purely linear count
+        b = (y2 * s1 - y1 * s2) / (s1 * s2 * (s2 - s1))  # whole-number numerator: exactly 0 for a linear count
         return y1 / s1 - b * s1, b
 
     def activation_bytes(self, act_bytes: float) -> float:

@@ -227,11 +227,12 @@ def fallback_count(hf: dict, seq_len: int | None, measured: bool = False) -> dic
             except Exception as exc:
                 raise LlmcalcError(f"transformers' {type(model).__name__} could not be faked for a forward: "
                                    f"{_reason(exc)}") from None
-            out["flops"] = _flops(faked, config, seq_len)
-        if measured:
-            from .hf_measure import measure
+            if not measured:  # `memory` needs no FLOPs
+                out["flops"] = _flops(faked, config, seq_len)
+            else:
+                from .hf_measure import measure
 
-            out["measured"] = measure(faked, config, seq_len)
+                out["measured"] = measure(faked, config, seq_len)
     return out
 
 

@@ -37,6 +37,11 @@ def measure(model, config, seq_len: int) -> dict:
     meta device: a bf16 training or serving run's activations and cache), `seq_len` the training length."""
     out: dict[str, Any] = {"tensors": _tensors(model)}
     out["kv"] = _kv(model, config)
+    if getattr(model.config, "_experts_implementation", None) == "batched_mm":
+        # batched_mm gathers every token's k experts' weights (saved for backward: terabytes at a 1T MoE's shapes);
+        # training runs grouped_mm, which saves the tokens' activations only
+        model.set_experts_implementation("grouped_mm")
+    out["experts_implementation"] = getattr(model.config, "_experts_implementation", None)
     out["activations"] = _activations(model, config, seq_len)
     return out
 
