@@ -218,8 +218,11 @@ def fallback_count(hf: dict, seq_len: int | None, measured: bool = False) -> dic
            "experts_implementation": getattr(model.config, "_experts_implementation", None),
            "attn_implementation": getattr(model.config, "_attn_implementation", None)}
     out.update(_params(model))
-    if measured:  # a bf16 run's activations and cache (FLOPs do not depend on the dtype); cast on meta, not faked
+    if measured:  # a bf16 run's activations and cache; cast on meta (a faked model cannot be cast)
+        from .hf_measure import measure_meta
+
         model = model.to(torch.bfloat16)
+        out["measured"] = measure_meta(model, config)
     if seq_len is not None:
         with FakeTensorMode(allow_non_fake_inputs=True):
             try:
@@ -230,9 +233,9 @@ def fallback_count(hf: dict, seq_len: int | None, measured: bool = False) -> dic
             if not measured:  # `memory` needs no FLOPs
                 out["flops"] = _flops(faked, config, seq_len)
             else:
-                from .hf_measure import measure
+                from .hf_measure import measure_fake
 
-                out["measured"] = measure(faked, config, seq_len)
+                measure_fake(faked, config, seq_len, out["measured"])
     return out
 
 

@@ -32,11 +32,27 @@ LAYER_INDEX = re.compile(r"\.\d+(?=\.|$)")
 KV_SHORT, KV_LONG = (8, 16), 65536
 
 
-def measure(model, config, seq_len: int) -> dict:
-    """`model` faked (its parameters fake tensors, called inside hf_fallback's FakeTensorMode) in bf16 (cast on the
-    meta device: a bf16 training or serving run's activations and cache), `seq_len` the training length."""
+def measure_meta(model, config) -> dict:
+    """`model` on the meta device in bf16 (cast there: a bf16 serving run's cache): its tensors with their plans,
+    and the KV cache of prefills run on the meta device (shapes only; a model whose forward needs values, a
+    `.item()`, is run on fake tensors by ``measure_fake`` instead)."""
     out: dict[str, Any] = {"tensors": _tensors(model)}
-    out["kv"] = _kv(model, config)
+    try:
+        with torch.device("meta"):
+            out["kv"] = _kv(model, config)
+        out["kv"]["device"] = "meta"
+    except LlmcalcError:
+        pass  # measure_fake measures it on fake tensors
+    return out
+
+
+def measure_fake(model, config, seq_len: int, out: dict) -> dict:
+    """`model` faked (its parameters fake tensors, called inside hf_fallback's FakeTensorMode) in bf16: the
+    activations (sdpa takes the kernel it takes on CPU, flash, as a GPU's does; on the meta device it would
+    take the math kernel and save the S² scores) and, where the meta device could not run it, the KV cache."""
+    if "kv" not in out:
+        out["kv"] = _kv(model, config)
+        out["kv"]["device"] = "fake"
     if getattr(model.config, "_experts_implementation", None) == "batched_mm":
         # batched_mm gathers every token's k experts' weights (saved for backward: terabytes at a 1T MoE's shapes);
         # training runs grouped_mm, which saves the tokens' activations only
@@ -118,7 +134,7 @@ def _state_tensors(obj, seen: set[int], depth: int = 0) -> list[torch.Tensor]:
 def _cache_layers(model, config, seq: int) -> list[tuple[str, int, int, int]]:
     """(cache layer class, elements, bytes, its largest whole-number attribute) per cache layer after a batch-1
     prefill of `seq` tokens."""
-    ids = torch.zeros(1, seq, dtype=torch.long)
+    ids = torch.zeros(1, seq, dtype=torch.long)  # on the meta device under measure_meta's torch.device
     try:
         with torch.no_grad():
             out = model(input_ids=ids, use_cache=True)
@@ -144,20 +160,22 @@ def _kv(model, config) -> dict:
     grow (a recurrent or conv state), and the tokens it stops at (a window) where the long prefill holds fewer
     than the slope says; bytes per element as allocated (the bf16 model). The long prefill runs past the
     largest whole number a cache layer object holds after the short ones (a sliding layer's window; the
-    prefill's own length counts are below it), at least 4x the second short length, at most KV_LONG."""
+    prefill's own length counts are below it), at most KV_LONG; where no layer holds one, there is no long
+    prefill."""
     s1, s2 = KV_SHORT
     a, b = (_cache_layers(model, config, s) for s in (s1, s2))
-    long = min(KV_LONG, max(4 * s2, max(row[3] for row in a + b) + s2))
-    c = _cache_layers(model, config, long)
+    window = max(row[3] for row in a + b)  # the prefills' own token counts are s1 and s2: a larger one is a window
+    long = min(KV_LONG, window + s2) if window > s2 else s2  # no window: nothing to stop at, no long prefill
+    c = _cache_layers(model, config, long) if long > s2 else b
     layers = []
     for i, ((cls, e1, b1, _), (_, e2, _b2, _), (_, e3, _b3, _)) in enumerate(zip(a, b, c, strict=True)):
         per_token = (e2 - e1) // (s2 - s1)
         fixed = e1 - per_token * s1
         grown = e3 - fixed
-        cap = grown // per_token if per_token and grown < per_token * long else None
+        cap = grown // per_token if per_token and long > s2 and grown < per_token * long else None
         layers.append({"layer": i, "class": cls, "elements_per_token": per_token, "state_elements": fixed,
                        "cap_tokens": cap, "element_bytes": b1 / e1 if e1 else 2.0})
-    return {"lengths": [s1, s2, long], "cache_class": "", "layers": layers}
+    return {"lengths": [s1, s2] + ([long] if long > s2 else []), "layers": layers}
 
 
 def _activations(model, config, seq_len: int) -> dict:

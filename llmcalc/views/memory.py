@@ -119,6 +119,12 @@ def _measured_notes(est: MemoryEstimate) -> list[str]:
     notes.append("the activations include the logits and the loss's fp32 upcast, and transformers' eager norms' "
                  "fp32 copies (what its modelling code saves, not a fused kernel); the blocks' backward holds one "
                  "block's share (1/layers of them) rebuilt, as llmcalc's phases do")
+    model = est.spec
+    assert isinstance(model, MeasuredModel)
+    if model.activation_terms()[1] > 0:
+        notes.append("the saved bytes grow with s²: the sdpa kernel transformers' attention took on fake CPU tensors "
+                     "saved its scores (the CPU flash kernel needs equal query/key and value head dims; a GPU's "
+                     "memory-efficient kernel does not), so this overstates a GPU run's activations")
     if par.n_gpus > 1:
         notes.append(f"{par.n_gpus:,} GPUs = dp {par.dp:,} x tp {par.tp}; ZeRO-{par.zero} shards over dp")
     return notes
