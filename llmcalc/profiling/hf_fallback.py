@@ -222,7 +222,8 @@ def fallback_count(hf: dict, seq_len: int | None, measured: bool = False) -> dic
         from .hf_measure import measure_meta
 
         model = model.to(torch.bfloat16)
-        out["measured"] = measure_meta(model, config)
+        kept = measure_meta(model, config)
+        out["measured"] = kept
     if seq_len is not None:
         with FakeTensorMode(allow_non_fake_inputs=True):
             try:
@@ -235,7 +236,7 @@ def fallback_count(hf: dict, seq_len: int | None, measured: bool = False) -> dic
             else:
                 from .hf_measure import measure_fake
 
-                measure_fake(faked, config, seq_len, out["measured"])
+                measure_fake(faked, config, seq_len, kept)
     return out
 
 
