@@ -115,13 +115,16 @@ class MeasuredModel:
     @classmethod
     def from_counted(cls, name: str, model_type: str, counted: dict) -> MeasuredModel:
         m = counted["measured"]
-        tensors = [Tensor(t["name"], tuple(t["shape"]), t["count"], t["trainable"], t["tp"], t["ep"], t["head_dim"],
-                          t["role"]) for t in m["tensors"]]
-        kv = [KvLayerMeasured(k["layer"], k["class"], k["elements_per_token"], k["cap_tokens"], k["state_elements"],
-                              k["element_bytes"]) for k in m["kv"]["layers"]]
+        tensors = [Tensor(name=t["name"], shape=tuple(t["shape"]), count=t["count"], trainable=t["trainable"],
+                          tp=t["tp"], ep=t["ep"], head_dim=t["head_dim"], role=t["role"]) for t in m["tensors"]]
+        kv = [KvLayerMeasured(layer=k["layer"], cache_class=k["class"], elements_per_token=k["elements_per_token"],
+                              cap_tokens=k["cap_tokens"], state_elements=k["state_elements"],
+                              element_bytes=k["element_bytes"]) for k in m["kv"]["layers"]]
         total = sum(t.numel * t.count for t in tensors if t.trainable)
-        return cls(name, model_type, counted["class"], counted["transformers_version"],
-                   m["activations"]["runs"][-1]["seq_len"], total, tensors, kv, m["activations"]["runs"])
+        return cls(name=name, model_type=model_type, cls=counted["class"],
+                   transformers_version=counted["transformers_version"],
+                   seq_len=m["activations"]["runs"][-1]["seq_len"], total=total, tensors=tensors, kv=kv,
+                   activation_runs=m["activations"]["runs"])
 
     @property
     def n_layers(self) -> int:
@@ -162,7 +165,7 @@ class MeasuredModel:
         return run["bytes"] + two * (act_bytes / 2 - 1)
 
 
-def measured_training_memory(model: MeasuredModel, batch: int, seq_len: int, recipe: str, optimizer,
+def measured_training_memory(model: MeasuredModel, batch: int, seq_len: int, *, recipe: str, optimizer,
                              recompute: str, attention: str, dropout: bool, parallel, optimizer_impl: str):
     """`memory.training_memory` for a measured model: the same MemoryEstimate, its parameters counted per rank from
     the tensors transformers built (tensor-parallel shards by its plan) and its activations the bytes autograd

@@ -88,9 +88,10 @@ def plan_memory(spec: ModelSpec | MeasuredModel, request: MemoryRequest,
         if request.finetune.config() is not None:
             raise LlmcalcError(f"--finetune needs llmcalc's formula for the layers it adapts; {spec.model_type} is "
                                "measured by transformers' modelling code")
-        est = measured_training_memory(spec, request.batch, request.seq_len, request.recipe, opt, request.recompute,
-                                       request.attention, request.dropout, request.parallel(),
-                                       request.optimizer_impl)
+        est = measured_training_memory(spec, request.batch, request.seq_len, recipe=request.recipe, optimizer=opt,
+                                       recompute=request.recompute, attention=request.attention,
+                                       dropout=request.dropout, parallel=request.parallel(),
+                                       optimizer_impl=request.optimizer_impl)
         return MemoryPlan(est, device, reserve)
     cfg = request.finetune.config()
     if cfg is not None:

@@ -222,7 +222,7 @@ def fallback_count(hf: dict, seq_len: int | None, measured: bool = False) -> dic
         from .hf_measure import measure_meta
 
         model = model.to(torch.bfloat16)
-        kept = measure_meta(model, config)
+        kept = measure_meta(model, config, tensor_roles(model))
         out["measured"] = kept
     if seq_len is not None:
         with FakeTensorMode(allow_non_fake_inputs=True):
@@ -237,6 +237,25 @@ def fallback_count(hf: dict, seq_len: int | None, measured: bool = False) -> dic
                 from .hf_measure import measure_fake
 
                 measure_fake(faked, config, seq_len, kept)
+    return out
+
+
+def tensor_roles(model) -> dict[str, str]:
+    """Each parameter outside the layer stack: "embedding" / "head" (what transformers calls the model's input /
+    output embeddings, else by ``classify``), "norm/final" or "other"."""
+    parents = _experts_parents(model)
+    modules = dict(model.named_modules())
+    out = {}
+    for name, _ in model.named_parameters():
+        module = name.rsplit(".", 1)[0] if "." in name else ""
+        if modules.get(module) is model.get_input_embeddings():
+            out[name] = "embedding"
+        elif modules.get(module) is model.get_output_embeddings():
+            out[name] = "head"
+        else:
+            component = classify(module.split(".") if module else [], parents)
+            out[name] = next((r for r in ("embedding", "head") if component.startswith(r + "/")),
+                             "norm/final" if component == "norm/final" else "other")
     return out
 
 

@@ -32,11 +32,11 @@ LAYER_INDEX = re.compile(r"\.\d+(?=\.|$)")
 KV_SHORT, KV_LONG = (8, 16), 65536
 
 
-def measure_meta(model, config) -> dict:
+def measure_meta(model, config, roles: dict[str, str]) -> dict:
     """`model` on the meta device in bf16 (cast there: a bf16 serving run's cache): its tensors with their plans,
     and the KV cache of prefills run on the meta device (shapes only; a model whose forward needs values, a
-    `.item()`, is run on fake tensors by ``measure_fake`` instead)."""
-    out: dict[str, Any] = {"tensors": _tensors(model)}
+    `.item()`, is run on fake tensors by ``measure_fake`` instead); `roles`: hf_fallback.tensor_roles."""
+    out: dict[str, Any] = {"tensors": _tensors(model, roles)}
     try:
         with torch.device("meta"):
             out["kv"] = _kv(model, config)
@@ -75,24 +75,7 @@ def _plan_style(plan: dict[str, str], module: str) -> str | None:
     return None
 
 
-def _role(model, name: str, module: str, layered: bool) -> str:
-    """"embedding" / "head" (what transformers calls the model's input / output embeddings, else hf_fallback's
-    classify), "norm/final", "layer" (inside the layer stack) or "other"."""
-    from .hf_fallback import _experts_parents, classify
-
-    if layered:
-        return "layer"
-    modules = dict(model.named_modules())
-    if modules.get(module) is model.get_input_embeddings():
-        return "embedding"
-    if modules.get(module) is model.get_output_embeddings():
-        return "head"
-    component = classify(module.split(".") if module else [], _experts_parents(model))
-    return next((role for role in ("embedding", "head") if component.startswith(role + "/")),
-                "norm/final" if component == "norm/final" else "other")
-
-
-def _tensors(model) -> list[dict]:
+def _tensors(model, roles: dict[str, str]) -> list[dict]:
     tp_plan = dict(getattr(model, "tp_plan", None) or {})
     ep_plan = dict(getattr(model, "ep_plan", None) or {})
     modules = dict(model.named_modules())
@@ -111,7 +94,7 @@ def _tensors(model) -> list[dict]:
                 "tp": _plan_style(tp_plan, name) or _plan_style(tp_plan, module),
                 "ep": _plan_style(ep_plan, name) or _plan_style(ep_plan, module),
                 "head_dim": head_dim if isinstance(head_dim, int) else None,
-                "role": _role(model, name, module, pattern != name)}
+                "role": "layer" if pattern != name else roles.get(name, "other")}
         entry["count"] += 1
     return list(groups.values())
 
