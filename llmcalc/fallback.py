@@ -192,8 +192,9 @@ def load_counted(name_or_path: str, seq_len: int | None = None):
         return fallback_model(exc, seq_len)
 
 
-def load_measured(name_or_path: str, seq_len: int) -> ModelSpec | MeasuredModel:
-    """A ModelSpec (analytic), or for a model_type only transformers knows what it measured at `seq_len`."""
+def load_measured(name_or_path: str, seq_len: int | None) -> ModelSpec | MeasuredModel:
+    """A ModelSpec (analytic), or for a model_type only transformers knows what it measured (with `seq_len`, the
+    activations of a training forward of that length too)."""
     from .analytic.measured import MeasuredModel
 
     try:
@@ -201,7 +202,11 @@ def load_measured(name_or_path: str, seq_len: int) -> ModelSpec | MeasuredModel:
     except UnknownModelType as exc:
         config = {k: v for k, v in exc.config.items() if not k.startswith("_")}
         counted = fallback_count(config, seq_len, measured=True)
-        return MeasuredModel.from_counted(exc.name, str(config.get("model_type")), counted)
+        k = next((config[key] for key in TOP_K_KEYS if isinstance(config.get(key), int)), None)
+        longest = config.get("max_position_embeddings")
+        return MeasuredModel.from_counted(exc.name, str(config.get("model_type")), counted, experts_per_token=k,
+                                          max_seq_len=longest if isinstance(longest, int) else None,
+                                          quantized=config.get("quantization_config") is not None)
 
 
 def step_flops(model: FallbackModel, batch: int, causal: bool, recompute: str) -> dict:

@@ -175,7 +175,7 @@ def test_train_uses_the_counted_flops(tmp_path):
     assert "CodeGenForCausalLM" in train["flops_basis"]
 
 
-@pytest.mark.parametrize("argv", [["infer", "--gpu", "h100-sxm"], ["profile", "--virtual"],
+@pytest.mark.parametrize("argv", [["profile", "--virtual"],
                                   ["serve", "--gpu", "h100-sxm"],
                                   ["layout", "--gpu", "h100-sxm", "--n-gpus", "8", "--global-batch", "8"],
                                   ["compare"], ["flops", "--recompute", "selective"]])

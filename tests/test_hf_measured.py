@@ -73,9 +73,9 @@ def test_llama_forced_through_transformers_matches_the_formula(tmp_path, monkeyp
 def test_gemma3_sliding_layers_stop_at_their_window(tmp_path, monkeypatch):
     measured, spec = forced(tmp_path, monkeypatch, GEMMA3)
     # transformers' DynamicSlidingWindowLayer keeps sliding_window - 1 = 31 past tokens (the new token completes
-    # the window); llmcalc's span is vLLM's 32 (it counts the token being decoded)
+    # the window of 32), as llmcalc's KvLayer.cached_tokens says
     assert [k.cap_tokens for k in measured.kv] == [31, 31, None]
-    assert [layer.span for layer in kv_layers(spec)] == [32, 32, 0]
+    assert [layer.cached_tokens(10**6) if layer.span else None for layer in kv_layers(spec)] == [31, 31, None]
     assert [k.elements_per_token * 2 for k in measured.kv] == [layer.bytes_per_token for layer in kv_layers(spec)]
 
 
@@ -129,3 +129,58 @@ def test_second_call_is_read_from_the_cache(tmp_path, monkeypatch):
     first = cli_json("memory", str(CONFIGS / "codegen-tiny.json"), "--seq-len", "128")
     monkeypatch.setattr(hf, "fallback_count", lambda *a, **k: pytest.fail("rebuilt despite the cache"))
     assert cli_json("memory", str(CONFIGS / "codegen-tiny.json"), "--seq-len", "128") == first
+
+
+# --- infer ---------------------------------------------------------------------------------------------------------
+
+LLAMA_INFER = {**LLAMA, "max_position_embeddings": 4096}
+QWEN3_MOE = dict(model_type="qwen3_moe", num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=16, intermediate_size=128, moe_intermediate_size=32, num_experts=8,
+                 num_experts_per_tok=2, vocab_size=1000, max_position_embeddings=4096)
+INFER = ("--gpu", "h100-sxm", "--prompt", "512", "--generate", "64", "--batch-size", "4")
+
+
+@pytest.mark.parametrize("hf", [LLAMA_INFER, QWEN3_MOE], ids=["llama", "qwen3_moe"])
+def test_infer_forced_through_transformers_matches_the_formula(tmp_path, monkeypatch, hf):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(hf))
+    analytic = cli_json("infer", str(path), *INFER)
+    monkeypatch.setenv(FORCE_ENV, "1")
+    measured = cli_json("infer", str(path), *INFER)
+    assert measured["method"] == "transformers" and "decode_flops" in measured["measured_from"]
+    for key in ("weights_bytes", "kv_cache_bytes_per_token", "state_bytes_per_sequence_per_gpu", "decode_seconds"):
+        assert measured[key.removesuffix("_per_gpu")] == analytic[key], key
+    # the MoE's weights read: the routed experts 4 tokens hit, E·(1 - (1 - k/E)^4), as the formula reads them
+    assert measured["decode_weight_bytes"] == analytic["decode_weight_bytes_per_gpu"]
+    # prefill: the sum of the counted decode steps attends P(P+1)/2 (query, key) pairs per head (transformers' causal
+    # mask keeps the diagonal); llmcalc's causal halves the S² scores, P²/2: the gap is per_key x P/2 per sequence
+    # per key: layers x 2 (QKᵀ, PV) x 2 (multiply-add) x heads x head_dim
+    per_key = {"llama": 4 * 2 * 2 * 4 * 64, "qwen3_moe": 2 * 2 * 2 * 4 * 16}[hf["model_type"]]
+    assert measured["prefill_flops"] - analytic["prefill_flops"] == 4 * per_key * 512 / 2
+
+
+@pytest.mark.parametrize("name", ["codegen-tiny", "nemotron-tiny"])
+def test_infer_of_a_model_without_a_formula_end_to_end(name):
+    data = cli_json("infer", str(CONFIGS / f"{name}.json"), "--gpu", "h100-sxm", "--prompt", "128", "--generate", "16")
+    assert data["method"] == "transformers"
+    hf = {k: v for k, v in json.loads((CONFIGS / f"{name}.json").read_text()).items() if not k.startswith("_")}
+    model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**hf))
+    assert data["weights_bytes"] == 2 * sum(p.numel() for p in model.parameters())
+    # 2 layers x (K and V) x (codegen: 4 heads x 16; nemotron: 2 KV heads x 16) elements x 2 bytes (bf16)
+    width = 4 * 16 if name.startswith("codegen") else 2 * 16
+    assert data["kv_cache_bytes_per_token"] == 2 * 2 * width * 2
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--gpu", "h100-sxm", "--n-gpus", "2"], "--n-gpus 2: nemotron is measured by transformers on one GPU"),
+    (["--gpu", "a100-80gb-sxm", "--kv-dtype", "fp8"], "a100-80gb-sxm has no fp8 support"),
+])
+def test_infer_bad_input_is_one_line(argv, words):
+    assert words in one_line_error("infer", str(CONFIGS / "nemotron-tiny.json"), *argv)
+
+
+def test_infer_refuses_a_shipped_quantization_without_a_weight_dtype(tmp_path):
+    hf = json.loads((CONFIGS / "nemotron-tiny.json").read_text())
+    path = tmp_path / "q.json"
+    path.write_text(json.dumps({**hf, "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}))
+    assert "pass --weight-dtype" in one_line_error("infer", str(path), "--gpu", "h100-sxm")

@@ -488,11 +488,18 @@ class InferenceEstimate:
         """Weight bytes one GPU reads in a step over `tokens` tokens (MoE: the experts they hit)."""
         return self.layout.read_per_gpu(self.spec, tokens, self.n_gpus)
 
+    def prefill_flops(self) -> float:
+        """FLOPs of the prompt's forward, causal as serving kernels run it."""
+        return sum(forward_ops(self.spec, self.batch, self.prompt, causal=True).values())
+
     @cached_property
     def prefill(self) -> Roofline:
         tokens = self.batch * self.prompt
-        ops = forward_ops(self.spec, self.batch, self.prompt, causal=True)  # causal, as serving kernels run
-        return self._roof(sum(ops.values()), self.weights_read(tokens) + tokens * self.kv_per_token_per_gpu)
+        return self._roof(self.prefill_flops(), self.weights_read(tokens) + tokens * self.kv_per_token_per_gpu)
+
+    def tp_fits(self, tp: int) -> bool:
+        """Whether `tp` GPUs can split this model (its heads)."""
+        return _tp_ok(self.spec, tp)
 
     def _decode_lines(self) -> tuple[float, float, float, float]:
         """A decode step at context c takes max(a1 + b1·c, a2 + b2·c) seconds: (a1, b1, a2, b2)."""
@@ -500,7 +507,7 @@ class InferenceEstimate:
         peak = self.accelerator.peak(self.compute_dtype) * self.n_gpus
         bw = self.accelerator.memory_bandwidth
         b = self.batch
-        state = b * state_bytes_per_sequence(self.spec, self.n_gpus)
+        state = b * self.state_bytes_per_sequence
         return (b * f0 / peak, b * f1 / peak, (self.weights_read(b) + state) / bw,
                 b * self.kv_per_token_per_gpu / bw)
 
@@ -508,7 +515,7 @@ class InferenceEstimate:
         """One new token per sequence attending to `context` keys: read the weights its tokens use
         and context - 1 cached tokens, write one."""
         f0, f1 = self._slopes
-        nbytes = (self.weights_read(self.batch) + self.batch * state_bytes_per_sequence(self.spec, self.n_gpus)
+        nbytes = (self.weights_read(self.batch) + self.batch * self.state_bytes_per_sequence
                   + self.batch * context * self.kv_per_token_per_gpu)
         return self._roof(self.batch * (f0 + f1 * context), nbytes)
 
@@ -596,7 +603,7 @@ def check_fits(est: InferenceEstimate) -> None:
         what = (f"{est.weight_dtype} weights ({est.weights_per_gpu / gib:,.2f} GiB per GPU) and KV cache at the end "
                 f"({(memory_needed_per_gpu(est) - est.weights_per_gpu) / gib:,.2f} GiB for {tokens:,} tokens) do "
                 f"not fit together")
-    fits = next((n for n in (2, 4, 8, 16, 32, 64) if n > est.n_gpus and _tp_ok(spec, n)
+    fits = next((n for n in (2, 4, 8, 16, 32, 64) if n > est.n_gpus and est.tp_fits(n)
                  and memory_needed_per_gpu(replace_gpus(est, n)) <= capacity), None)
     fix = (f"--n-gpus {fits} (tensor parallel) fits" if fits
            else "no tensor-parallel degree up to 64 that its heads allow fits")

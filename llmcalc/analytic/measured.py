@@ -105,15 +105,20 @@ class MeasuredModel:
     model_type: str
     cls: str
     transformers_version: str
-    seq_len: int
+    seq_len: int  # the training forward's length (0: measured for `infer`, no activations)
     total: int  # parameters counted (the FallbackModel's total)
     tensors: list[Tensor]
     kv: list[KvLayerMeasured]
     activation_runs: list[dict]  # [{"seq_len", "bytes", "bytes_by_element"}] at seq_len // 2 and seq_len
+    decode: dict  # hf_measure._decode: {"per_sequence", "per_key", "contexts", "flops"} of one decode step
+    experts_per_token: int | None = None  # k of the config's top-k routing (fallback.TOP_K_KEYS), if a MoE
+    max_seq_len: int | None = None  # the config's max_position_embeddings, if it gives one
+    quantized: bool = False  # the config has a quantization_config
     notes: list[str] = field(default_factory=list)
 
     @classmethod
-    def from_counted(cls, name: str, model_type: str, counted: dict) -> MeasuredModel:
+    def from_counted(cls, name: str, model_type: str, counted: dict, experts_per_token: int | None = None,
+                     max_seq_len: int | None = None, quantized: bool = False) -> MeasuredModel:
         m = counted["measured"]
         tensors = [Tensor(name=t["name"], shape=tuple(t["shape"]), count=t["count"], trainable=t["trainable"],
                           tp=t["tp"], ep=t["ep"], head_dim=t["head_dim"], role=t["role"]) for t in m["tensors"]]
@@ -121,10 +126,12 @@ class MeasuredModel:
                               cap_tokens=k["cap_tokens"], state_elements=k["state_elements"],
                               element_bytes=k["element_bytes"]) for k in m["kv"]["layers"]]
         total = sum(t.numel * t.count for t in tensors if t.trainable)
+        runs = m.get("activations", {}).get("runs", [])  # none when measured for `infer`
         return cls(name=name, model_type=model_type, cls=counted["class"],
                    transformers_version=counted["transformers_version"],
-                   seq_len=m["activations"]["runs"][-1]["seq_len"], total=total, tensors=tensors, kv=kv,
-                   activation_runs=m["activations"]["runs"])
+                   seq_len=runs[-1]["seq_len"] if runs else 0, total=total, tensors=tensors, kv=kv,
+                   activation_runs=runs, decode=m["decode"], experts_per_token=experts_per_token,
+                   max_seq_len=max_seq_len, quantized=quantized)
 
     @property
     def n_layers(self) -> int:

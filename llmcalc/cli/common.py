@@ -74,7 +74,7 @@ def load_counted(name: str, seq_len: int | None = None) -> ModelSpec | FallbackM
     return model if isinstance(model, FallbackModel) else check_length(model, seq_len)
 
 
-def load_measured(name: str, seq_len: int) -> ModelSpec | MeasuredModel:
+def load_measured(name: str, seq_len: int | None = None) -> ModelSpec | MeasuredModel:
     """The model by llmcalc's formula (checked against `seq_len`), or, for a model_type only transformers
     knows, what transformers measured at `seq_len` (fallback.load_measured)."""
     from ..fallback import load_measured as load

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from ..validate import MAX_GENERATE
-from .common import emit, load_hardware, load_model
+from .common import emit, load_hardware, load_measured, load_model
 from .options import (
     LENGTH,
     POSITIVE_INT,
@@ -34,10 +34,10 @@ def infer(model: str, gpu: str, prompt: int, generate: int, batch_size: int, wei
           kv_dtype: str | None,
           compute_dtype: str | None, n_gpus: int, fmt: str) -> None:
     """Prefill and decode time and tokens/s of MODEL on a GPU: a roofline, an upper bound on speed."""
-    from ..analytic.inference import plan_inference
+    from ..analytic.measured_inference import plan_inference
     from ..views.infer import document
 
-    est = plan_inference(load_model(model), load_hardware(gpu), batch_size, prompt, generate,
+    est = plan_inference(load_measured(model), load_hardware(gpu), batch_size, prompt, generate,
                          weight_dtype=weight_dtype, kv_dtype=kv_dtype, compute_dtype=compute_dtype, n_gpus=n_gpus)
     emit(document(est), fmt, est.warnings)
 

@@ -191,7 +191,8 @@ def _quiet():
 
 def fallback_count(hf: dict, seq_len: int | None, measured: bool = False) -> dict:
     """Parameters by component (always) and, with `seq_len`, the forward FLOPs of one sequence; with `measured`
-    too, what `memory` needs (``hf_measure.measure``: tensors and their parallel plans, KV cache, activations).
+    too, what `memory` and `infer` need (``hf_measure``: tensors and their parallel plans, KV cache, decode FLOPs;
+    with `seq_len`, the activations of a training forward).
 
     Returns a JSON-able dict: class, params {total, trainable components, frozen}, experts info, and
     flops {forward, by component, attention core} for batch 1 x seq_len."""
@@ -224,14 +225,15 @@ def fallback_count(hf: dict, seq_len: int | None, measured: bool = False) -> dic
         model = model.to(torch.bfloat16)
         kept = measure_meta(model, config, tensor_roles(model))
         out["measured"] = kept
-    if seq_len is not None:
+    if seq_len is not None or measured and "kv" not in kept:  # a forward to count, or what meta could not run
         with FakeTensorMode(allow_non_fake_inputs=True):
             try:
                 faked = model.to_empty(device="cpu")
             except Exception as exc:
                 raise LlmcalcError(f"transformers' {type(model).__name__} could not be faked for a forward: "
                                    f"{_reason(exc)}") from None
-            if not measured:  # `memory` needs no FLOPs
+            if not measured:  # `memory` and `infer` need no FLOPs of a training forward
+                assert seq_len is not None
                 out["flops"] = _flops(faked, config, seq_len)
             else:
                 from .hf_measure import measure_fake

@@ -40,25 +40,56 @@ def measure_meta(model, config, roles: dict[str, str]) -> dict:
     try:
         with torch.device("meta"):
             out["kv"] = _kv(model, config)
+            out["decode"] = _decode(model)
         out["kv"]["device"] = "meta"
     except LlmcalcError:
-        pass  # measure_fake measures it on fake tensors
+        pass  # measure_fake measures them on fake tensors
     return out
 
 
-def measure_fake(model, config, seq_len: int, out: dict) -> dict:
+DECODE_CONTEXTS = (8, 16)  # prefilled tokens before the counted decode step (below any sliding window)
+
+
+def _decode(model) -> dict:
+    """FLOPs of one decode step (one new token attending to its cache and itself), counted by FlopCounterMode after
+    prefills of the two DECODE_CONTEXTS: flops = per_sequence + per_key x keys (keys = the prefill + 1, the
+    token's own, inference.py's convention) solves the two."""
+    import inspect
+
+    from .counters import count_flops
+
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    counted = []
+    for context in DECODE_CONTEXTS:
+        try:
+            with torch.no_grad():
+                cache = model(input_ids=torch.zeros(1, context, dtype=torch.long), use_cache=True).past_key_values
+                step = {"input_ids": torch.zeros(1, 1, dtype=torch.long), name: cache, "use_cache": True}
+                counted.append(count_flops(lambda step=step: model(**step)).total)
+        except Exception as exc:
+            raise LlmcalcError(f"transformers' decode step of {type(model).__name__} failed after {context} tokens: "
+                               f"{_reason(exc)}") from None
+    (c1, c2), (f1, f2) = DECODE_CONTEXTS, counted
+    per_key = (f2 - f1) // (c2 - c1)
+    return {"contexts": list(DECODE_CONTEXTS), "flops": counted, "per_sequence": f1 - per_key * (c1 + 1),
+            "per_key": per_key}
+
+
+def measure_fake(model, config, seq_len: int | None, out: dict) -> dict:
     """`model` faked (its parameters fake tensors, called inside hf_fallback's FakeTensorMode) in bf16: the
     activations (sdpa takes the kernel it takes on CPU, flash, as a GPU's does; on the meta device it would
     take the math kernel and save the S² scores) and, where the meta device could not run it, the KV cache."""
     if "kv" not in out:
         out["kv"] = _kv(model, config)
         out["kv"]["device"] = "fake"
+        out["decode"] = _decode(model)
     if getattr(model.config, "_experts_implementation", None) == "batched_mm":
         # batched_mm gathers every token's k experts' weights (saved for backward: terabytes at a 1T MoE's shapes);
         # training runs grouped_mm, which saves the tokens' activations only
         model.set_experts_implementation("grouped_mm")
     out["experts_implementation"] = getattr(model.config, "_experts_implementation", None)
-    out["activations"] = _activations(model, config, seq_len)
+    if seq_len is not None:
+        out["activations"] = _activations(model, config, seq_len)
     return out
 
 

@@ -12,6 +12,7 @@ from ..units import fmt_bytes, fmt_flops, fmt_seconds
 
 if TYPE_CHECKING:
     from ..analytic.inference import InferenceEstimate
+    from ..analytic.measured_inference import MeasuredInference
     from ..spec import ModelSpec
 
 
@@ -63,6 +64,10 @@ def gpu_bytes(est: InferenceEstimate) -> float:
 
 
 def document(est: InferenceEstimate) -> Document:
+    from ..analytic.measured_inference import MeasuredInference
+
+    if isinstance(est, MeasuredInference):
+        return measured_document(est)
     fmt = est.weight_format or weight_format(est.spec, est.weight_dtype)
     pre = est.prefill
     first = est.decode_step(est.prompt + 1)
@@ -87,28 +92,13 @@ def document(est: InferenceEstimate) -> Document:
         "memory_needed_bytes_per_gpu": memory_needed_per_gpu(est), "memory_bytes_per_gpu": est.accelerator.memory_bytes,
         "fits": True, "fits_at_vllm_default_utilization": memory_needed_per_gpu(est) <= VLLM_SHARE * gpu_bytes(est),
     }
-    rows = [
-        {"phase": "prefill", "flops": pre.flops, "bytes": pre.bytes, "compute": pre.compute_seconds,
-         "memory": pre.memory_seconds, "time": pre.seconds, "bound": pre.bound},
-        {"phase": f"decode step (context {est.prompt + 1:,})", "flops": first.flops, "bytes": first.bytes,
-         "compute": first.compute_seconds, "memory": first.memory_seconds, "time": first.seconds, "bound": first.bound},
-        {"phase": f"decode step (context {est.prompt + est.generate - 1:,})", "flops": last.flops, "bytes": last.bytes,
-         "compute": last.compute_seconds, "memory": last.memory_seconds, "time": last.seconds, "bound": last.bound},
-    ]
     notes = _roofline_notes(est, with_kv, without_kv)
     if not data["fits_at_vllm_default_utilization"]:
         notes.insert(0, f"fits in {est.accelerator.key}'s memory ({fmt_bytes(memory_needed_per_gpu(est))} per GPU at "
                         f"the end), but not in vLLM's default {VLLM_SHARE:g} of the "
                         f"{fmt_bytes(gpu_bytes(est))} it reports: `llmcalc serve` would say it does NOT fit at "
                         f"--gpu-memory-utilization {VLLM_SHARE:g}")
-    table = Table(
-        "roofline" + (f" (one of {est.n_gpus} GPUs)" if est.n_gpus > 1 else ""),
-        [Column("phase", "phase", align="left"), Column("flops", "FLOPs", lambda v: fmt_flops(v)),
-         Column("bytes", "bytes moved", fmt_bytes), Column("compute", "compute time", fmt_seconds),
-         Column("memory", "memory time", fmt_seconds), Column("time", "time", fmt_seconds),
-         Column("bound", "bound", align="left")],
-        rows, notes,
-    )
+    table = roofline_table(est, notes)
     title = (f"{est.spec.name} on {est.n_gpus} x {est.accelerator.key}: batch {est.batch}, prompt {est.prompt:,}, "
              f"generate {est.generate:,}, weights {est.weight_dtype}, KV {est.kv_dtype}")
     tokens = est.batch * (est.prompt + est.generate)
@@ -123,7 +113,31 @@ def document(est: InferenceEstimate) -> Document:
                                            + _state_note(est)])
 
 
-def _roofline_notes(est: InferenceEstimate, with_kv: float | None, without_kv: float | None) -> list[str]:
+def roofline_table(est: InferenceEstimate, notes: list[str]) -> Table:
+    """The prefill step and the first and last decode steps on the roofline."""
+    pre = est.prefill
+    first = est.decode_step(est.prompt + 1)
+    last = est.decode_step(est.prompt + est.generate - 1)
+    rows = [
+        {"phase": "prefill", "flops": pre.flops, "bytes": pre.bytes, "compute": pre.compute_seconds,
+         "memory": pre.memory_seconds, "time": pre.seconds, "bound": pre.bound},
+        {"phase": f"decode step (context {est.prompt + 1:,})", "flops": first.flops, "bytes": first.bytes,
+         "compute": first.compute_seconds, "memory": first.memory_seconds, "time": first.seconds, "bound": first.bound},
+        {"phase": f"decode step (context {est.prompt + est.generate - 1:,})", "flops": last.flops, "bytes": last.bytes,
+         "compute": last.compute_seconds, "memory": last.memory_seconds, "time": last.seconds, "bound": last.bound},
+    ]
+    return Table(
+        "roofline" + (f" (one of {est.n_gpus} GPUs)" if est.n_gpus > 1 else ""),
+        [Column("phase", "phase", align="left"), Column("flops", "FLOPs", lambda v: fmt_flops(v)),
+         Column("bytes", "bytes moved", fmt_bytes), Column("compute", "compute time", fmt_seconds),
+         Column("memory", "memory time", fmt_seconds), Column("time", "time", fmt_seconds),
+         Column("bound", "bound", align="left")],
+        rows, notes,
+    )
+
+
+def _roofline_notes(est: InferenceEstimate, with_kv: float | None, without_kv: float | None,
+                    conventions: bool = True) -> list[str]:
     pre = est.prefill
     bw = est.accelerator.memory_bandwidth / 1e12
     per_gpu = " per GPU" if est.n_gpus > 1 else ""
@@ -139,7 +153,7 @@ def _roofline_notes(est: InferenceEstimate, with_kv: float | None, without_kv: f
          f"decode stays memory-bound at any batch at context {est.prompt:,}: each sequence's KV-cache read takes "
          f"longer than its FLOPs")
         + (f"; ignoring the KV cache it would turn compute-bound at batch {without_kv:,.0f}" if without_kv else ""),
-    ] + serving_conventions(est)
+    ] + (serving_conventions(est) if conventions else [])
 
 
 def _state_note(est: InferenceEstimate) -> str:
@@ -148,3 +162,57 @@ def _state_note(est: InferenceEstimate) -> str:
     return (f"; recurrent state {fmt_bytes(state * est.batch)} (conv + SSM state of the Mamba/DeltaNet/conv "
             f"layers, {fmt_bytes(state)} per sequence{' per GPU' if est.n_gpus > 1 else ''}), constant in context "
             f"length" if state else "")
+
+
+def measured_document(est: MeasuredInference) -> Document:
+    """`infer` of a model transformers measured: the same roofline, the model's figures from the record."""
+    model = est.model
+    pre = est.prefill
+    first = est.decode_step(est.prompt + 1)
+    last = est.decode_step(est.prompt + est.generate - 1)
+    with_kv = est.compute_bound_batch()
+    without_kv = est.compute_bound_batch(with_kv=False)
+    decode = model.decode
+    measured_from = {
+        "weights": f"{model.total:,} parameters of the {len(model.tensors)} tensors of {model.cls} built by "
+                   f"transformers {model.transformers_version}: the layer stack's matrices at {est.weight_dtype}, "
+                   "embeddings, head, norms and biases at 16 bits",
+        "kv_cache": f"the elements per token of each of the {len(model.kv)} layers of the cache transformers "
+                    f"allocated ({', '.join(sorted({k.cache_class for k in model.kv}))}; prefills of 8 and 16 tokens) "
+                    f"at {est.kv_dtype}, no window cap (the roofline reads every cached token)",
+        "state": "each layer's conv / recurrent state per sequence, at the bytes transformers allocated it",
+        "decode_flops": f"FlopCounterMode over one decode step after {decode['contexts'][0]} and "
+                        f"{decode['contexts'][1]} prefilled tokens ({decode['flops'][0]:,} and "
+                        f"{decode['flops'][1]:,}): {decode['per_sequence']:,} per sequence + {decode['per_key']:,} "
+                        "per key attended",
+        "prefill_flops": "the causal sum of the decode steps over the prompt: P x per sequence + per key x P(P+1)/2",
+    }
+    if est.layout.experts_per_gpu:
+        measured_from["experts"] = (f"{est._n_experts} routed experts in {est._moe_layers} layers (the tensors of the "
+                                    f"model's expert-parallel plan), k = {model.experts_per_token} from the config: a "
+                                    "step reads E·(1 - (1 - k/E)^tokens) of them (uniform routing)")
+    data = {
+        "model": model.name, "method": "transformers", "device": est.accelerator.key, "n_gpus": est.n_gpus,
+        "batch_size": est.batch, "prompt": est.prompt, "generate": est.generate, "weight_dtype": est.weight_dtype,
+        "kv_dtype": est.kv_dtype, "compute_dtype": est.compute_dtype, "weights_bytes": est.weights,
+        "kv_cache_bytes": est.kv_cache, "kv_cache_bytes_per_token": est.kv_per_token,
+        "state_bytes_per_sequence": est.state_bytes_per_sequence,
+        "prefill_seconds": pre.seconds, "prefill_flops": pre.flops, "prefill_bytes": pre.bytes,
+        "prefill_bound": pre.bound, "time_to_first_token_seconds": pre.seconds,
+        "decode_seconds_per_token": est.decode_seconds_per_token, "decode_seconds": est.decode_seconds,
+        "decode_tokens_per_second": est.decode_tokens_per_second, "decode_bound_first": first.bound,
+        "decode_bound_last": last.bound, "decode_weight_bytes": est.weights_read(est.batch),
+        "total_seconds": est.total_seconds, "tokens_per_second": est.tokens_per_second,
+        "compute_bound_batch": with_kv, "compute_bound_batch_ignoring_kv": without_kv,
+        "memory_needed_bytes_per_gpu": memory_needed_per_gpu(est), "memory_bytes_per_gpu": est.accelerator.memory_bytes,
+        "fits": True, "measured_from": measured_from,
+    }
+    notes = _roofline_notes(est, with_kv, without_kv, conventions=False)
+    notes += [f"measured by transformers: {k.replace('_', ' ')}: {v}" for k, v in measured_from.items()]
+    table = roofline_table(est, notes)
+    title = (f"{model.name} on 1 x {est.accelerator.key}: batch {est.batch}, prompt {est.prompt:,}, "
+             f"generate {est.generate:,}, weights {est.weight_dtype}, KV {est.kv_dtype}")
+    tokens = est.batch * (est.prompt + est.generate)
+    return Document(title, data, [table], [model.describe(), f"weights {fmt_bytes(est.weights)} at "
+                                           f"{est.weight_dtype}; KV cache at the end {fmt_bytes(est.kv_cache)} for "
+                                           f"{tokens:,} tokens" + _state_note(est)])
