@@ -184,3 +184,27 @@ def test_infer_refuses_a_shipped_quantization_without_a_weight_dtype(tmp_path):
     path = tmp_path / "q.json"
     path.write_text(json.dumps({**hf, "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}))
     assert "pass --weight-dtype" in one_line_error("infer", str(path), "--gpu", "h100-sxm")
+
+
+# --- a multimodal checkpoint's text model: the LM head as the checkpoint stores it --------------------------------
+
+QWEN25_VL_TEXT = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                      intermediate_size=128, vocab_size=1000)
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_text_model_without_a_causal_lm_class_gets_the_checkpoints_head(tmp_path, tied):
+    # qwen2_5_vl_text has no causal-LM class in transformers 5.24: its head lives in Qwen2_5_VLForConditionalGeneration
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "qwen2_5_vl_text", **QWEN25_VL_TEXT, "tie_word_embeddings": tied}))
+    data = cli_json("params", str(path))
+    cfg = transformers.Qwen2_5_VLConfig(text_config={**QWEN25_VL_TEXT, "tie_word_embeddings": tied},
+                                        vision_config=dict(depth=1, hidden_size=32, out_hidden_size=64, num_heads=2,
+                                                           intermediate_size=64), tie_word_embeddings=tied)
+    with torch.device("meta"):
+        outer = transformers.Qwen2_5_VLForConditionalGeneration(cfg)
+    text = sum(p.numel() for p in outer.model.language_model.parameters())
+    head = 0 if tied else outer.lm_head.weight.numel()
+    assert outer.lm_head.bias is None
+    assert data["total"] == text + head
+    assert data["components"].get("head/lm_head", 0) == head and data["tied_embeddings"] is tied

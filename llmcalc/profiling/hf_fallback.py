@@ -176,10 +176,63 @@ def _build(config):
         if getattr(cls, "_can_set_experts_implementation", lambda: False)():
             kwargs["experts_implementation"] = "batched_mm"
         try:
-            return auto.from_config(config, attn_implementation="sdpa", **kwargs)
+            model = auto.from_config(config, attn_implementation="sdpa", **kwargs)
         except (ValueError, ImportError):  # no sdpa in this modelling file: its own (eager) attention
-            return auto.from_config(config, attn_implementation="eager", **kwargs)
+            model = auto.from_config(config, attn_implementation="eager", **kwargs)
+        outer = _multimodal_parent(config) if auto is base else None
+        return TextModelWithHead(model, config, outer) if outer is not None else model
     raise LlmcalcError(f"transformers has no causal-LM, seq2seq or base model class for {config.model_type!r}")
+
+
+def _multimodal_parent(config) -> str | None:
+    """The model_type of the multimodal config whose `text_config` is this config's class (Qwen2.5-VL's text model:
+    qwen2_5_vl), or None: a text model transformers builds only inside a multimodal one, without a causal-LM class."""
+    from transformers import CONFIG_MAPPING
+
+    for model_type, cls in CONFIG_MAPPING.items():
+        try:
+            subs = getattr(cls, "sub_configs", None) or {}
+        except Exception:  # a lazily imported family that fails to import: not this one
+            continue
+        if subs.get("text_config") is type(config):
+            return model_type
+    return None
+
+
+class TextModelWithHead(torch.nn.Module):
+    """A multimodal checkpoint's text model with the LM head its ...ForConditionalGeneration class stores: a
+    bias-free Linear(hidden_size, vocab_size) beside the text model (Qwen2.5-VL, GLM-4.5V: ``lm_head``), tied to
+    the token embedding when the config's ``tie_word_embeddings`` says so; its forward is the text model's, then
+    the head, and the causal-LM loss (shifted cross-entropy) when labels are given."""
+
+    def __init__(self, model, config, outer: str):
+        super().__init__()
+        self.model, self.config, self.outer = model, config, outer
+        self.lm_head = torch.nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if getattr(config, "tie_word_embeddings", False):
+            self.lm_head.weight = model.get_input_embeddings().weight
+        self.tp_plan = {"lm_head": "colwise_gather_output",
+                        **{f"model.{k}": v for k, v in (getattr(model, "tp_plan", None) or {}).items()}}
+        self.ep_plan = {f"model.{k}": v for k, v in (getattr(model, "ep_plan", None) or {}).items()}
+
+    def get_input_embeddings(self):
+        return self.model.get_input_embeddings()
+
+    def get_output_embeddings(self):
+        return self.lm_head
+
+    def set_experts_implementation(self, name: str) -> None:
+        self.model.set_experts_implementation(name)
+
+    def forward(self, input_ids=None, labels=None, use_cache=None, past_key_values=None):
+        from transformers.modeling_outputs import CausalLMOutputWithPast
+
+        out = self.model(input_ids=input_ids, use_cache=use_cache, past_key_values=past_key_values)
+        logits = self.lm_head(out.last_hidden_state)
+        loss = None
+        if labels is not None:
+            loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten())
+        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=out.past_key_values)
 
 
 def _quiet():
@@ -214,7 +267,9 @@ def fallback_count(hf: dict, seq_len: int | None, measured: bool = False) -> dic
             raise LlmcalcError(f"transformers could not build {config.model_type!r} from this config: "
                                f"{_reason(exc)}") from None
     model.eval()
-    out = {"class": type(model).__name__, "config_class": type(config).__name__,
+    name = type(model).__name__ if not isinstance(model, TextModelWithHead) else \
+        f"{type(model.model).__name__} + lm_head (as {model.outer}'s checkpoint stores it)"
+    out = {"class": name, "config_class": type(config).__name__,
            "transformers_version": _version().split()[-1], "defaulted": defaulted,
            "experts_implementation": getattr(model.config, "_experts_implementation", None),
            "attn_implementation": getattr(model.config, "_attn_implementation", None)}
