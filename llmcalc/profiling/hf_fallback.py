@@ -17,6 +17,7 @@ data-dependent shapes that fake tensors cannot follow; they get one clear error,
 
 from __future__ import annotations
 
+import logging
 import re
 import warnings
 from collections import defaultdict
@@ -240,6 +241,9 @@ def _quiet():
 
     hf_logging.set_verbosity_error()
     warnings.filterwarnings("ignore", module="transformers")
+    # a forward that fails on fake tensors is one LlmcalcError line; torch's fake-tensor logger would print its
+    # traceback on stderr first
+    logging.getLogger("torch._subclasses.fake_tensor").setLevel(logging.CRITICAL)
 
 
 def fallback_count(hf: dict, seq_len: int | None, measured: bool = False) -> dict:
