@@ -28,8 +28,8 @@ CONFIGS = {
                    vocab_size=1000),
     "persimmon": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128,
                       vocab_size=1000),
-    "nemotron": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
-                     intermediate_size=128, vocab_size=1000),
+    "arcee": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                  intermediate_size=128, vocab_size=1000),
     "minimax": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                     intermediate_size=32, vocab_size=1000, num_local_experts=4, num_experts_per_tok=2),
 }
@@ -200,9 +200,9 @@ def test_model_type_unknown_to_transformers_too(tmp_path):
 
 
 def test_config_transformers_cannot_build_is_one_line(tmp_path):
-    # NemotronAttention divides by num_key_value_heads, which this config leaves null
-    line = one_line_error("params", write(tmp_path, "nemotron", num_key_value_heads=None))
-    assert "transformers could not build 'nemotron'" in line
+    # ArceeMLP looks its activation up in transformers' ACT2FN, which has no "nope"
+    line = one_line_error("params", write(tmp_path, "arcee", hidden_act="nope"))
+    assert "transformers could not build 'arcee'" in line
 
 
 def test_data_dependent_expert_loop_has_params_but_no_flops(tmp_path):
@@ -244,14 +244,14 @@ def test_classify_module_names():
 
 @pytest.mark.slow
 def test_a_70b_class_config_counts_on_fake_tensors(tmp_path):
-    # Nemotron-4-style dense model, 80 layers, D 8192, GQA 64/8, squared-ReLU MLP (no gate), untied
+    # Arcee (AFM) dense model at 70B-class width: 80 layers, D 8192, GQA 64/8, squared-ReLU MLP (no gate), untied
     L, D, H, KV, F, V = 80, 8192, 64, 8, 28672, 128256
     path = tmp_path / "big.json"
-    path.write_text(json.dumps({"model_type": "nemotron", "num_hidden_layers": L, "hidden_size": D,
+    path.write_text(json.dumps({"model_type": "arcee", "num_hidden_layers": L, "hidden_size": D,
                                 "num_attention_heads": H, "num_key_value_heads": KV, "intermediate_size": F,
-                                "vocab_size": V}))
+                                "vocab_size": V, "tie_word_embeddings": False}))
     dh = D // H
-    norm = 2 * D  # NemotronLayerNorm1P: weight and bias
+    norm = D  # ArceeRMSNorm: weight only
     expected = 2 * V * D + L * (D * H * dh + 2 * D * KV * dh + H * dh * D + 2 * D * F + 2 * norm) + norm
     assert json_out("params", path)["total"] == expected
     S = 4096

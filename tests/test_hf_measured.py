@@ -2,7 +2,7 @@
 
 The fallback is forced (LLMCALC_FORCE_TRANSFORMERS=1) on model types llmcalc has a formula for, and what
 transformers measured is compared with llmcalc's analytic figures, written out where they differ for a known
-reason; two real model types without a formula (codegen, nemotron; tiny configs under tests/configs/fallback/)
+reason; two real model types without a formula (codegen, arcee; tiny configs under tests/configs/fallback/)
 run end to end through the CLI, bad input included.
 """
 
@@ -89,7 +89,7 @@ def test_hybrid_linear_attention_state_is_per_sequence(tmp_path, monkeypatch):
     assert {t.ep for t in measured.tensors if ".experts." in t.name} == {"grouped_gemm"}
 
 
-@pytest.mark.parametrize("name", ["codegen-tiny", "nemotron-tiny"])
+@pytest.mark.parametrize("name", ["codegen-tiny", "arcee-tiny"])
 def test_memory_of_a_model_without_a_formula_end_to_end(name):
     data = cli_json("memory", str(CONFIGS / f"{name}.json"), "--seq-len", "256")
     assert data["method"] == "transformers" and set(data["measured_from"]) >= {"parameters", "activations"}
@@ -102,11 +102,11 @@ def test_memory_of_a_model_without_a_formula_end_to_end(name):
 
 
 def test_tensor_parallel_shards_by_transformers_plan():
-    one = cli_json("memory", str(CONFIGS / "nemotron-tiny.json"), "--seq-len", "256")
-    two = cli_json("memory", str(CONFIGS / "nemotron-tiny.json"), "--seq-len", "256", "--tp", "2")
-    # nemotron's plan: q/k/v/up colwise, o/down rowwise, embedding rowwise (vocab), lm_head colwise; the norms
-    # (LayerNorm1P weight and bias, 2 per layer + final, 64 wide each) replicated
-    norms = (2 * 2 + 1) * 2 * 64
+    one = cli_json("memory", str(CONFIGS / "arcee-tiny.json"), "--seq-len", "256")
+    two = cli_json("memory", str(CONFIGS / "arcee-tiny.json"), "--seq-len", "256", "--tp", "2")
+    # arcee's plan: q/k/v/up colwise, o/down rowwise, embedding rowwise (vocab), lm_head colwise; the RMSNorms
+    # (2 per layer + the final one, 64 wide each) replicated
+    norms = (2 * 2 + 1) * 64
     assert two["params_on_gpu"] == (one["params_on_gpu"] - norms) / 2 + norms
     assert two["components"]["activations"] == one["components"]["activations"] / 2
 
@@ -120,7 +120,7 @@ def test_tensor_parallel_shards_by_transformers_plan():
     (["--finetune", "lora"], "--finetune"),
 ])
 def test_bad_input_is_one_line(argv, words):
-    assert words in one_line_error("memory", str(CONFIGS / "nemotron-tiny.json"), "--seq-len", "256", *argv)
+    assert words in one_line_error("memory", str(CONFIGS / "arcee-tiny.json"), "--seq-len", "256", *argv)
 
 
 def test_second_call_is_read_from_the_cache(tmp_path, monkeypatch):
@@ -159,28 +159,28 @@ def test_infer_forced_through_transformers_matches_the_formula(tmp_path, monkeyp
     assert measured["prefill_flops"] - analytic["prefill_flops"] == 4 * per_key * 512 / 2
 
 
-@pytest.mark.parametrize("name", ["codegen-tiny", "nemotron-tiny"])
+@pytest.mark.parametrize("name", ["codegen-tiny", "arcee-tiny"])
 def test_infer_of_a_model_without_a_formula_end_to_end(name):
     data = cli_json("infer", str(CONFIGS / f"{name}.json"), "--gpu", "h100-sxm", "--prompt", "128", "--generate", "16")
     assert data["method"] == "transformers"
     hf = {k: v for k, v in json.loads((CONFIGS / f"{name}.json").read_text()).items() if not k.startswith("_")}
     model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**hf))
     assert data["weights_bytes"] == 2 * sum(p.numel() for p in model.parameters())
-    # 2 layers x (K and V) x (codegen: 4 heads x 16; nemotron: 2 KV heads x 16) elements x 2 bytes (bf16)
+    # 2 layers x (K and V) x (codegen: 4 heads x 16; arcee: 2 KV heads x 16) elements x 2 bytes (bf16)
     width = 4 * 16 if name.startswith("codegen") else 2 * 16
     assert data["kv_cache_bytes_per_token"] == 2 * 2 * width * 2
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["--gpu", "h100-sxm", "--n-gpus", "2"], "--n-gpus 2: nemotron is measured by transformers on one GPU"),
+    (["--gpu", "h100-sxm", "--n-gpus", "2"], "--n-gpus 2: arcee is measured by transformers on one GPU"),
     (["--gpu", "a100-80gb-sxm", "--kv-dtype", "fp8"], "a100-80gb-sxm has no fp8 support"),
 ])
 def test_infer_bad_input_is_one_line(argv, words):
-    assert words in one_line_error("infer", str(CONFIGS / "nemotron-tiny.json"), *argv)
+    assert words in one_line_error("infer", str(CONFIGS / "arcee-tiny.json"), *argv)
 
 
 def test_infer_refuses_a_shipped_quantization_without_a_weight_dtype(tmp_path):
-    hf = json.loads((CONFIGS / "nemotron-tiny.json").read_text())
+    hf = json.loads((CONFIGS / "arcee-tiny.json").read_text())
     path = tmp_path / "q.json"
     path.write_text(json.dumps({**hf, "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}))
     assert "pass --weight-dtype" in one_line_error("infer", str(path), "--gpu", "h100-sxm")
