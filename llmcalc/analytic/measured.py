@@ -110,7 +110,8 @@ class MeasuredModel:
     tensors: list[Tensor]
     kv: list[KvLayerMeasured]
     activation_runs: list[dict]  # [{"seq_len", "bytes", "bytes_by_element"}] at seq_len // 2 and seq_len
-    decode: dict  # hf_measure._decode: {"per_sequence", "per_key", "contexts", "flops"} of one decode step
+    decode: dict  # hf_measure._decode: {"per_sequence", "per_key", "contexts", "flops"} of one decode step ({}:
+    #   measured for `memory`, which needs none)
     experts_per_token: int | None = None  # k of the config's top-k routing (fallback.TOP_K_KEYS), if a MoE
     max_seq_len: int | None = None  # the config's max_position_embeddings, if it gives one
     quantized: bool = False  # the config has a quantization_config
@@ -130,7 +131,7 @@ class MeasuredModel:
         return cls(name=name, model_type=model_type, cls=counted["class"],
                    transformers_version=counted["transformers_version"],
                    seq_len=runs[-1]["seq_len"] if runs else 0, total=total, tensors=tensors, kv=kv,
-                   activation_runs=runs, decode=m["decode"], experts_per_token=experts_per_token,
+                   activation_runs=runs, decode=m.get("decode", {}), experts_per_token=experts_per_token,
                    max_seq_len=max_seq_len, quantized=quantized)
 
     @property

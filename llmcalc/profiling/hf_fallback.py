@@ -282,7 +282,7 @@ def fallback_count(hf: dict, seq_len: int | None, measured: bool = False) -> dic
         from .hf_measure import measure_meta
 
         model = model.to(torch.bfloat16)
-        kept = measure_meta(model, config, tensor_roles(model))
+        kept = measure_meta(model, config, tensor_roles(model), decode=seq_len is None)
         out["measured"] = kept
     if seq_len is not None or measured and "kv" not in kept:  # a forward to count, or what meta could not run
         with FakeTensorMode(allow_non_fake_inputs=True):

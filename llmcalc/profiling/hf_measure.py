@@ -32,15 +32,17 @@ LAYER_INDEX = re.compile(r"\.\d+(?=\.|$)")
 KV_SHORT, KV_LONG = (8, 16), 65536
 
 
-def measure_meta(model, config, roles: dict[str, str]) -> dict:
+def measure_meta(model, config, roles: dict[str, str], decode: bool = True) -> dict:
     """`model` on the meta device in bf16 (cast there: a bf16 serving run's cache): its tensors with their plans,
     and the KV cache of prefills run on the meta device (shapes only; a model whose forward needs values, a
-    `.item()`, is run on fake tensors by ``measure_fake`` instead); `roles`: hf_fallback.tensor_roles."""
+    `.item()`, is run on fake tensors by ``measure_fake`` instead); `roles`: hf_fallback.tensor_roles; with
+    `decode`, the FLOPs of a decode step (``_decode``, for `infer`)."""
     out: dict[str, Any] = {"tensors": _tensors(model, roles)}
     try:
         with torch.device("meta"):
             out["kv"] = _kv(model, config)
-            out["decode"] = _decode(model)
+            if decode:  # `infer`'s decode FLOPs (`memory` needs none)
+                out["decode"] = _decode(model)
         out["kv"]["device"] = "meta"
     except LlmcalcError:
         pass  # measure_fake measures them on fake tensors
@@ -82,7 +84,8 @@ def measure_fake(model, config, seq_len: int | None, out: dict) -> dict:
     if "kv" not in out:
         out["kv"] = _kv(model, config)
         out["kv"]["device"] = "fake"
-        out["decode"] = _decode(model)
+        if seq_len is None:  # `infer`
+            out["decode"] = _decode(model)
     if getattr(model.config, "_experts_implementation", None) == "batched_mm":
         # batched_mm gathers every token's k experts' weights (saved for backward: terabytes at a 1T MoE's shapes);
         # training runs grouped_mm, which saves the tokens' activations only
