@@ -958,3 +958,32 @@ def test_search_memory_is_training_memorys(model, recipe, recompute, tp, pp, ep,
     want = training_memory(even, 2, 4096, recipe=recipe, optimizer="adamw", recompute=recompute, attention="flash",
                            parallel=replace(par)).peak
     assert training_peak(even, 2, 4096, recipe, "adamw", recompute=recompute, parallel=par) == pytest.approx(want)
+
+
+def test_lightning_indexer_is_forward_only_attention_like_work():
+    """DSA (DeepSeek-V3.2): the indexer's scores are a score matrix over query-key pairs, each CP rank's S/cp
+    queries against all S keys (half of them under the causal mask), so their time halves with cp 2 where a GEMM
+    over the rank's S/cp tokens alone would quarter; the indexer has no backward (its ops are NO_BACKWARD), so
+    removing it (index_n_heads 0) takes away forward time and no backward GEMM time."""
+    import dataclasses
+
+    from llmcalc.analytic import steptime
+
+    spec = load_model("deepseek-v3.2")
+    dev = steptime.device_for("h100-sxm")
+    seq = 32768
+
+    def ctx(cp: int, s=spec):
+        lay = make_layout(s, 64 * cp, seq, 8 * cp, tp=8, cp=cp, pp=8, micro_batch=1)
+        return steptime._Ctx(s, dev, lay, seq, steptime.RECIPES["bf16-mixed"])
+    one, two = steptime._indexer_scores_seconds(ctx(1), 0), steptime._indexer_scores_seconds(ctx(2), 0)
+    assert two == pytest.approx(one / 2, rel=1e-9)
+    # 2·S·S/2·Hi·(di + 1) FLOPs over the 8 TP ranks (QKᵀ over 64 heads of 128, then the head weighting)
+    hand = 2 * seq * seq / 2 * 64 * (128 + 1) / 8
+    assert one == pytest.approx(hand / dev.attention_rate("auto", 128, seq, True, False) / steptime.KERNEL_EFFICIENCY,
+                                rel=1e-6)
+    plain = dataclasses.replace(spec, index_n_heads=0, index_head_dim=0, index_topk=0)
+    with_idx = steptime._layer_cost_uncached(ctx(1), 3, frozenset())
+    without = steptime._layer_cost_uncached(ctx(1, plain), 3, frozenset())
+    assert with_idx.fwd > without.fwd + 0.9 * one
+    assert with_idx.bwd_weight == pytest.approx(without.bwd_weight, rel=1e-12)

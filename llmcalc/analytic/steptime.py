@@ -63,7 +63,7 @@ from ..units import GIB, plural
 from ..validate import DEFAULT_ZERO
 from . import comm, kernels
 from .activations import ATTENTION_IMPLS
-from .flops import layer_ops, step_flops, utilization
+from .flops import has_backward, indexer_ops, layer_ops, step_flops, utilization
 from .kernels import (  # noqa: F401  (re-exported: the step model's public names)
     ATTENTION_KERNELS,
     Device,
@@ -522,8 +522,8 @@ def _layer_cost_uncached(ctx: _Ctx, i: int, rec: frozenset[str]) -> StageTimes: 
     elem_fwd = 0.0  # bytes
     for name, flops in ops.items():
         group, part = name.split("/")
-        if part in ("scores", "values") or part == "scan":
-            continue  # the attention core and the scans: below
+        if part in ("scores", "values", "indexer_scores") or part == "scan":
+            continue  # the attention core, the lightning indexer's scores and the scans: below
         if group == "moe" and part in ("router", "experts", "shared_experts"):
             moe_parts[part] = flops
             continue
@@ -536,6 +536,8 @@ def _layer_cost_uncached(ctx: _Ctx, i: int, rec: frozenset[str]) -> StageTimes: 
             continue
         k, n, style = _part_shape(spec, group, part, flops, T)
         f, d, w = ctx.gemm(T, k / tp if style == "row" else k, n / tp if style == "column" else n)
+        if not has_backward(name):  # the lightning indexer's projections: forward only (flops.NO_BACKWARD)
+            d = w = 0.0
         fwd, dgrad, wgrad = fwd + f, dgrad + d, wgrad + w
         if part in ("q_b_proj", "kv_b_proj") and "mla_up_proj" in rec:
             redo += f
@@ -551,6 +553,8 @@ def _layer_cost_uncached(ctx: _Ctx, i: int, rec: frozenset[str]) -> StageTimes: 
         if kind in ("attention", "shared_block"):
             a = _attention_core(ctx, i, kind)
             attn_f, attn_b, cp_f, cp_b = attn_f + a[0], attn_b + a[1], cp_f + a[2], cp_b + a[3]
+            if kind == "attention" and spec.has_indexer(i):
+                attn_f += _indexer_scores_seconds(ctx, i)
         elif kind in ("mamba2", "gated_deltanet", "mamba"):
             s_f, s_b = _scan_seconds(ctx, kind)
             attn_f, attn_b = attn_f + s_f, attn_b + s_b
@@ -674,6 +678,21 @@ def _attention_core(ctx: _Ctx, i: int, kind: str) -> tuple[float, float, float, 
     fwd = max(fwd, stream_seconds(qkvo, dev, ctx.eff))
     bwd = max(bwd, stream_seconds(2.5 * qkvo, dev, ctx.eff))
     return fwd, bwd, *_cp_exposed(ctx, i, fwd, bwd)
+
+
+def _indexer_scores_seconds(ctx: _Ctx, i: int) -> float:
+    """Forward seconds of layer `i`'s lightning-indexer scores on this rank (DeepSeek Sparse Attention:
+    DeepSeek-V3.2, GLM-5; DeepSeek-V4's CSA layers): q·kᵀ of the index_n_heads indexer heads of index_head_dim
+    against every key (or the compressed entries), and their head weighting (``flops.indexer_ops``), for the whole
+    micro-batch sequence split over the heads of tp and the queries of cp. It is attention-like work, a
+    score matrix over query-key pairs (DeepGEMM's mqa_logits kernel), timed at the attention kernel's causal
+    forward rate for that head dim and length (an assumption: no published indexer kernel table); it has no
+    backward (``flops.NO_BACKWARD``), and its full recomputation repeats it with the layer's forward."""
+    spec, lay = ctx.spec, ctx.lay
+    flops = indexer_ops(spec, i, lay.micro_batch, ctx.seq, causal=True)["indexer_scores"] / (lay.tp * lay.cp)
+    span = ctx.seq if spec.compression(i) != "csa" else spec.compressed_entries(i, ctx.seq)
+    return attention_seconds(ctx.dev, lay.attention_kernel, flops, spec.index_head_dim, span, causal=True,
+                             backward=False, fp8=lay.fp8_attention, efficiency=ctx.eff)
 
 
 def _cp_exposed(ctx: _Ctx, i: int, fwd: float, bwd: float) -> tuple[float, float]:
