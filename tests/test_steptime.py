@@ -243,19 +243,43 @@ def test_gemm_shape_model_holds_to_deepgemm_table():
 
 
 def test_attention_rates_are_the_fa3_paper_tables_on_h100():
-    """H100 SXM5, cuDNN, head dim 128: forward 595 TFLOP/s without a mask and 539 causal at 16k, 315 causal at 512;
-    the backward 516 (Shah et al. 2024 figures); head dim 192 lies between 128 and 256; FP8 at the FP8 peak's share."""
+    """H100 SXM5, the FlashAttention-3 paper's cuDNN ("cudnn-2024"), head dim 128: forward 595 TFLOP/s without a mask
+    and 539 causal at 16k, 315 causal at 512; the backward 516 (Shah et al. 2024 figures); head dim 192 lies between
+    128 and 256; FP8 at the FP8 peak's share."""
     dev = device_for("h100-sxm")
     rate = dev.attention_rate
-    assert rate("cudnn", 128, 16384, False, False) == pytest.approx(595e12)
-    assert rate("cudnn", 128, 16384, True, False) == pytest.approx(539e12)
-    assert rate("cudnn", 128, 512, True, False) == pytest.approx(315e12)
-    assert rate("cudnn", 128, 16384, False, True) == pytest.approx(516e12)
+    assert rate("cudnn-2024", 128, 16384, False, False) == pytest.approx(595e12)
+    assert rate("cudnn-2024", 128, 16384, True, False) == pytest.approx(539e12)
+    assert rate("cudnn-2024", 128, 512, True, False) == pytest.approx(315e12)
+    assert rate("cudnn-2024", 128, 16384, False, True) == pytest.approx(516e12)
     assert rate("fa2", 128, 4096, True, False) == pytest.approx(319e12)
-    assert 539e12 > rate("cudnn", 192, 16384, True, False) > 509e12  # between 128 (539) and 256 (509)
-    assert rate("cudnn", 128, 8192, True, False, fp8=True) == pytest.approx(529e12 * 1978.9 / 989.4)
-    assert rate("auto", 128, 8192, True, False) == rate("cudnn", 128, 8192, True, False)
+    assert 539e12 > rate("cudnn-2024", 192, 16384, True, False) > 509e12  # between 128 (539) and 256 (509)
+    assert rate("cudnn-2024", 128, 8192, True, False, fp8=True) == pytest.approx(529e12 * 1978.9 / 989.4)
     assert device_for("a100-80gb-sxm").attention_rate("auto", 128, 16384, False, False) == pytest.approx(0.73 * 312e12)
+
+
+def test_todays_cudnn_rates_are_the_cudnn_frontend_benchmark():
+    """cudnn-frontend's SDPA training benchmark: H200 cuDNN 9.19.1, Llama 3.1 shape (head dim 128), causal 16k: 673
+    TFLOP/s forward, 579 backward; 32k non-causal 693 / 572 (the H100 SXM shares its SMs, clocks and peak). GB200
+    cuDNN 9.22 causal 16k: 1,708 / 1,328 of a 2,500 peak; the B200 at that share of its 2,250; DeepSeek-V3's head dims
+    192/128 (160 here) 1,678 forward; beyond 32k the 32k rate; a window of 128 (gpt_oss, head dim 64) 167 / 188 on
+    GB200 and 1,024 on H200 355 / 303."""
+    h100, gb200, b200 = device_for("h100-sxm"), device_for("gb200"), device_for("b200")
+    assert h100.attention_rate("cudnn", 128, 16384, True, False) == pytest.approx(673e12)
+    assert h100.attention_rate("cudnn", 128, 16384, True, True) == pytest.approx(579e12)
+    assert h100.attention_rate("cudnn", 128, 32768, False, False) == pytest.approx(693e12)
+    assert h100.attention_rate("cudnn", 128, 32768, False, True) == pytest.approx(572e12)
+    assert h100.attention_rate("cudnn", 128, 131072, True, False) == pytest.approx(688e12)
+    assert h100.attention_rate("auto", 128, 8192, True, False) == pytest.approx(644e12)
+    assert gb200.attention_rate("cudnn", 128, 16384, True, False) == pytest.approx(1708e12)
+    assert gb200.attention_rate("cudnn", 128, 16384, True, True) == pytest.approx(1328e12)
+    assert b200.attention_rate("cudnn", 128, 16384, True, False) == pytest.approx(1708e12 / 2500 * 2250)
+    assert gb200.attention_rate("cudnn", 160, 16384, True, False) == pytest.approx(1678e12)
+    assert gb200.attention_rate("cudnn", 64, 128, True, False, windowed=True) == pytest.approx(167e12)
+    assert gb200.attention_rate("cudnn", 64, 128, True, True, windowed=True) == pytest.approx(188e12)
+    assert h100.attention_rate("cudnn", 64, 1024, True, False, windowed=True) == pytest.approx(355e12)
+    # below 2k the 2024 curve's length dependence: at 1k the measured 2k rate x 410 / 484
+    assert h100.attention_rate("cudnn", 128, 1024, True, False) == pytest.approx(484e12 * 410 / 484)
 
 
 def test_eager_attention_hand_arithmetic():

@@ -121,8 +121,9 @@ GLOBAL_CONSTANTS = {
                                                "ml-engineering table",
     "GEMM shape model": "tile/wave quantization (256x128, 128x256, 128x128, 64x128), a 256-step epilogue, smooth "
                         "roofline p = 1.5: fitted once to DeepGEMM's H800 table (6 % rms)",
-    "attention kernels": "FlashAttention-3 paper H100 tables (FA2, cuDNN, FA3) by head dim, length, mask; scaled per "
-                         "generation (FA2 paper on A100, FA4 paper on B200)",
+    "attention kernels": "cuDNN 9.19/9.22 on H200, GB200, GB300 (cudnn-frontend SDPA benchmark); FlashAttention-3 "
+                         "paper H100 tables (FA2, 2024 cuDNN, FA3) by head dim, length, mask, scaled per generation "
+                         "(FA2 paper on A100, FA4 paper on B200)",
     f"HBM_EFFICIENCY = {kernels.HBM_EFFICIENCY}": "STREAM triad 92 % of datasheet HBM on H100",
     "FP8/FP4 quantization": "TE gemm_profiling autocast vs pre-quantized: 5.2-8.2 effective bytes per quantized "
                             "element by recipe",
@@ -669,10 +670,11 @@ def _attention_core(ctx: _Ctx, i: int, kind: str) -> tuple[float, float, float, 
                + attention_seconds(dev, kernel, 2.5 * rest, head_dim, blk, causal=False, backward=True, fp8=fp8,
                                    efficiency=eff))
     else:
+        sliding = window < S  # a window over a longer sequence (kernels.CUDNN_WINDOWED), not a short sequence
         fwd = attention_seconds(dev, kernel, work, head_dim, window, causal=True, backward=False, fp8=fp8,
-                                efficiency=ctx.eff)
+                                efficiency=ctx.eff, windowed=sliding)
         bwd = attention_seconds(dev, kernel, 2.5 * work, head_dim, window, causal=True, backward=True, fp8=fp8,
-                                efficiency=ctx.eff)
+                                efficiency=ctx.eff, windowed=sliding)
     # the kernel also reads Q, K, V and writes O (and the backward their gradients): its memory floor
     qkvo = b * S / cp * (2 * heads * (dqk + dv) / 2 + 2 * max(1.0, spec.n_kv_heads / tp) * dqk) * ctx.act
     fwd = max(fwd, stream_seconds(qkvo, dev, ctx.eff))
@@ -1146,9 +1148,9 @@ def _check_recompute(spec: ModelSpec, lay: Layout, recompute: str, rec: Recipe, 
     if lay.attention_kernel == "fa3" and dev.arch in ("ampere", "cdna3", "cdna4"):
         raise LlmcalcError(f"--attention-kernel fa3 needs Hopper or Blackwell; {dev.accelerator.key} is {dev.arch}: "
                            f"use --attention-kernel fa2 or auto")
-    if lay.attention_kernel == "cudnn" and dev.arch in ("cdna3", "cdna4"):
-        raise LlmcalcError(f"--attention-kernel cudnn is NVIDIA's; {dev.accelerator.key} is AMD {dev.arch}: use "
-                           f"--attention-kernel auto")
+    if lay.attention_kernel in ("cudnn", "cudnn-2024") and dev.arch in ("cdna3", "cdna4"):
+        raise LlmcalcError(f"--attention-kernel {lay.attention_kernel} is NVIDIA's; {dev.accelerator.key} is AMD "
+                           f"{dev.arch}: use --attention-kernel auto")
     if rec.gemm_dtype in ("fp8", "fp4"):
         dev.gemm_rate(rec.gemm_dtype)  # one line when the device has no such tensor cores
         if rec.gemm_dtype == "fp8" and "fp8" not in dev.accelerator.peak_flops:
