@@ -294,12 +294,37 @@ def test_eager_attention_hand_arithmetic():
     assert 2 * s * dh * s / (2 * (2 * s * dh + s * s)) < dev.mamf * 0.82 / hbm  # arithmetic intensity < ridge
     elements = heads * s * s
     fwd, bwd = eager_attention_seconds(spec, lay, 2048, dev, 2, dropout=True)
-    assert fwd == pytest.approx(mm + elements * (2 * 2 + 2 * 2 + 1) / hbm)  # softmax r+w, dropout r+w+mask
-    assert bwd == pytest.approx(2 * mm + elements * (3 * 2 + 2 * 2 + 1) / hbm)  # softmax bwd r P, r dP, w dS
+    # Megatron's causal fused softmax: reads the lower triangle, writes every row whole; dropout r + w + 1-byte mask
+    assert fwd == pytest.approx(mm + elements * (1.5 * 2 + 2 * 2 + 1) / hbm)
+    assert bwd == pytest.approx(2 * mm + elements * (2 * 2 + 2 * 2 + 1) / hbm)  # softmax bwd: r P, dP (half), w dS
     no_drop = eager_attention_seconds(spec, lay, 2048, dev, 2, dropout=False)
-    assert no_drop[0] == pytest.approx(mm + elements * 4 / hbm)
+    assert no_drop[0] == pytest.approx(mm + elements * 3 / hbm)
     with pytest.raises(LlmcalcError, match="unknown attention"):
         predict(spec, dev, lay, 2048, attention="sdpa-ish")
+
+
+def test_gemm_epilogue_scales_with_flops_per_byte():
+    """The epilogue (each output tile's store) costs GEMM_EPILOGUE_K K-steps on the fit's device, H800 FP8 (the H100
+    SXM's FP8 MAMF 1,402.6 TFLOP/s over 0.9 x 3,350 GB/s); a store takes the same bytes at the same bandwidth
+    whatever the MMA rate, so at the A100's FP16 MAMF (271.2 TFLOP/s over 0.9 x 2,039 GB/s) it is worth
+    256 x 147.8 / 465.2 = 81 K-steps: a compute-bound GEMM of K = 96 (Megatron 2021's QKᵀ) takes (96 + 81) / 96
+    of its K loop, not (96 + 256) / 96."""
+    from llmcalc.analytic import kernels
+
+    a100 = device_for("a100-80gb-sxm")
+    k_epi = 256 * (271.2e12 / (0.9 * 2039e9)) / (1402.6e12 / (0.9 * 3350e9))
+    assert 80 < k_epi < 82
+    m = n = 8192
+    k = 96
+    compute = 2 * m * n * (k + k_epi) / (a100.mamf * kernels.tile_wave_efficiency(m, n, a100.sm_count))
+    memory = 2 * (m * k + k * n + m * n) / a100.hbm
+    assert gemm_seconds(m, k, n, a100, 2) == pytest.approx((compute ** 1.5 + memory ** 1.5) ** (1 / 1.5), rel=1e-9)
+    h100 = device_for("h100-sxm")  # the fit's device and dtype: the fitted 256
+    rate = h100.gemm_rate("fp8")
+    compute = 2 * m * n * (4096 + 256) / (rate * kernels.tile_wave_efficiency(m, n, h100.sm_count))
+    memory = (m * 4096 + 4096 * n + 2 * m * n) / h100.hbm
+    assert gemm_seconds(m, 4096, n, h100, 1, rate=rate, out_bytes=2) == pytest.approx(
+        (compute ** 1.5 + memory ** 1.5) ** (1 / 1.5), rel=1e-9)
 
 
 def test_fused_qkv_and_fc1_gemms():

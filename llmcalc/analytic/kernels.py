@@ -48,6 +48,12 @@ HBM_EFFICIENCY = 0.9
 # GEMM shape model, fitted once to DeepGEMM's H800 FP8 table (module docstring).
 TILES = ((256, 128), (128, 256), (128, 128), (64, 128))
 GEMM_EPILOGUE_K = 256
+# The epilogue stores each output tile: a bandwidth-bound pass whose length in K-steps is its store time over one
+# K-step's MMA time, so it scales with the GEMM's FLOP/s over the HBM bandwidth. GEMM_EPILOGUE_K is the fit's device,
+# H800 FP8 (the H100 SXM's MAMF 1,402.6 TFLOP/s over its achievable 0.9 x 3,350 GB/s); a BF16 GEMM on H100 stores
+# in ~145 K-steps' time, FP16 on A100 in ~80: Megatron 2021's attention bmm with K = d_head 96 was charged 2.7 x its
+# K loop in epilogue before.
+EPILOGUE_FLOP_PER_BYTE = 1402.6e12 / (3350e9 * 0.9)
 ROOFLINE_P = 1.5
 # Block-scaled GEMMs at their measured share of the per-tensor FP8 rate: TE gemm_profiling (docs/examples/
 # gemm_profiling/gemm_profiling.rst @d0067d0) on H200 NVL, per-layer Fprop 6.503 ms (FP8 current, autocast) vs
@@ -333,8 +339,8 @@ def gemm_seconds(m: float, k: float, n: float, dev: Device, in_bytes: float, bat
         return 0.0
     rate = dev.mamf if rate is None else rate
     out = in_bytes if out_bytes is None else out_bytes
-    compute = 2 * m * n * (k + GEMM_EPILOGUE_K) * batch / (rate * efficiency * tile_wave_efficiency(m, n, dev.sm_count,
-                                                                                                   batch))
+    epilogue = GEMM_EPILOGUE_K * rate / dev.hbm / EPILOGUE_FLOP_PER_BYTE
+    compute = 2 * m * n * (k + epilogue) * batch / (rate * efficiency * tile_wave_efficiency(m, n, dev.sm_count, batch))
     memory = batch * (in_bytes * (m * k + k * n) + out * m * n) / (dev.hbm * efficiency)
     return (compute ** ROOFLINE_P + memory ** ROOFLINE_P) ** (1 / ROOFLINE_P)
 

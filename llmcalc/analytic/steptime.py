@@ -821,8 +821,10 @@ def eager_attention_seconds(spec: ModelSpec, lay: Layout, seq_len: int, dev: Dev
     forward QKᵀ (S/cp x dh x S) and PV (S/cp x S x dv); backward dP = dO Vᵀ, dV = Pᵀ dO, dS K, dSᵀ Q
     (twice the forward's matmuls), each a batched GEMM on the roofline; with small dh these are bound by
     writing/reading the S² matrix, not by FLOPs. Elementwise passes over the S² matrix (act_bytes each per
-    element, read or write): softmax read + write (2), its backward reads P and dP and writes dS (3);
-    dropout reads, writes and stores a 1-byte mask (2 + mask), its backward the same."""
+    element, read or write): Megatron's causal fused softmax (scaled_upper_triang_masked_softmax.h: each row loads
+    only its first i + 1 scores, stores the whole row, zeros above the diagonal) reads half and writes all (1.5),
+    its backward reads P and dP in the lower triangle and writes all of dS (2); dropout reads, writes and stores a
+    1-byte mask (2 + mask), its backward the same."""
     heads = lay.micro_batch * spec.n_heads / lay.tp
     q, kv = seq_len / lay.cp, seq_len
     dqk = spec.mla.qk_head_dim if spec.mla is not None else spec.d_head
@@ -831,8 +833,8 @@ def eager_attention_seconds(spec: ModelSpec, lay: Layout, seq_len: int, dev: Dev
               + gemm_seconds(q, kv, dv, dev, act_bytes, batch=heads, efficiency=efficiency))
     elements = heads * q * kv
     drop = (2 * act_bytes + 1) if dropout else 0.0
-    fwd = mm_fwd + elements * (2 * act_bytes + drop) / (dev.hbm * efficiency)
-    bwd = 2 * mm_fwd + elements * (3 * act_bytes + drop) / (dev.hbm * efficiency)
+    fwd = mm_fwd + elements * (1.5 * act_bytes + drop) / (dev.hbm * efficiency)
+    bwd = 2 * mm_fwd + elements * (2 * act_bytes + drop) / (dev.hbm * efficiency)
     return fwd, bwd
 
 
