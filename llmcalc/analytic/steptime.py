@@ -82,7 +82,7 @@ from .pipeline import SCHEDULES, chunks_per_rank, path_bound, simulate, stage_of
 # tables, streaming HBM) that kernels keep inside a real training step (clocks under sustained power load,
 # launch gaps, synchronisation). Fitted once, globally, to the validation set of benchmarks/bench_steptime.py
 # (least squares in log space over all rows); the benchmark reports its leave-one-source-out errors.
-KERNEL_EFFICIENCY = 0.75
+KERNEL_EFFICIENCY = 0.73
 # Load imbalance of routed experts under dropless routing with an auxiliary balance loss: tokens on the most
 # loaded EP rank / the mean. 1.0 = forced balance (Megatron-Core's --moe-router-force-load-balancing, what MoE
 # benchmarks run); published runs with real routing pass their own (--moe-imbalance).
