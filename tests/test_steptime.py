@@ -837,6 +837,7 @@ def test_every_prediction_says_what_it_assumed():
     (["--gpu", "a100-80gb-sxm", "--recipe", "fp8"], "no published dense fp8 peak"),
     (["--gpu", "a100-80gb-sxm", "--attention-kernel", "fa3"], "needs Hopper or Blackwell"),
     (["--gpu", "mi300x", "--attention-kernel", "cudnn"], "NVIDIA's"),
+    (["--gpu", "mi355x", "--attention-kernel", "cudnn-2024"], "NVIDIA's"),
 ])
 def test_step_options_refuse_in_one_line_where_they_do_not_apply(args, needle):
     base = list(TRAIN_8B)
