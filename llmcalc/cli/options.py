@@ -259,6 +259,13 @@ def step_options(func: F) -> F:
         tp_overlap_option,
         attention_option,
         step_model_options,
+        click.option("--first-stage-layers", type=POSITIVE_INT, default=None,
+                     help="Layers on the first pipeline rank, over its --vpp chunks (Megatron's "
+                          "--decoder-first-pipeline-num-layers; the rest split evenly)."),
+        click.option("--last-stage-layers", type=POSITIVE_INT, default=None,
+                     help="Layers on the last pipeline rank (Megatron's --decoder-last-pipeline-num-layers)."),
+        click.option("--fp8-param-gather", is_flag=True, default=None,
+                     help="ZeRO / FSDP all-gather the FP8 weights, 1 byte each (Megatron's --fp8-param-gather)."),
         click.option("--tokens-per-second", type=QUANTITY, default=None,
                      help="Cluster-wide throughput of a past run: its achieved MFU/HFU."),
     ])
