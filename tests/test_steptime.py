@@ -829,6 +829,9 @@ def test_every_prediction_says_what_it_assumed():
     (["--pp", 4, "--vpp", 2, "--last-stage-layers", 5], "multiple of the 2 model chunks per rank"),
     (["--pp", 2, "--first-stage-layers", 16, "--last-stage-layers", 8], "leave 8 of 32 layers for 0 other"),
     (["--fp8-param-gather"], "needs an FP8 or FP4 --recipe"),
+    (["--cp", 4, "--cp-comm", "a2a+p2p"], "needs --cp-a2a-size"),
+    (["--cp", 4, "--cp-a2a-size", 2], "needs --cp-comm a2a+p2p"),
+    (["--cp", 4, "--cp-comm", "a2a+p2p", "--cp-a2a-size", 4], "into 2 or more ring steps"),
     (["--recipe", "fp8", "--zero", 0, "--fp8-param-gather"], "--zero 1 or more"),
     (["--recipe", "fp8", "--mfu", 0.4], "drop it"),
     (["--recompute-layers", 4], "needs --recompute full"),
@@ -1077,3 +1080,19 @@ def test_fp8_param_gather_halves_the_weight_all_gather_only():
     d = train_json("--recipe", "fp8", "--fp8-param-gather")
     assert d["breakdown_seconds"]["dp_comm"] <= base["breakdown_seconds"]["dp_comm"]
     assert d["assumptions"]["param_gather_bytes_per_parameter"] == 1.0
+
+
+def test_hierarchical_cp_all_to_all_exposed_and_ring_hidden_at_1m():
+    """--cp-comm a2a+p2p (Megatron-Core's --hierarchical-context-parallel-sizes A P): an all-to-all of Q, K, V and O
+    over the A ranks, exposed, then the K/V ring over cp / A groups under each block. At 1M tokens the ring steps
+    hide under their blocks, so the exposed CP time is the all-to-all's, written out: llama-3.1-405b, tp 8,
+    cp 32 (A = 2), T = 2^20 / 32 tokens per rank, width 2 x 16 heads x 128 + 2 x 1 KV head x 128 at 2 bytes, forward
+    and backward, for each of the busiest stage's 32 layers and the 8 micro-batches."""
+    spec, dev, S = load_model("llama-3.1-405b"), device_for("h100-sxm", "bf16"), 1 << 20
+    lay = make_layout(spec, 1024, S, 8, tp=8, cp=32, pp=4, cp_comm="a2a+p2p", cp_a2a_size=2)
+    pred = predict(spec, dev, lay, S, causal=False, recompute="none", recipe="bf16-mixed")
+    a2a = comm.Collective("CP all-to-all", "all_to_all", 2, S / 32 * (2 * 16 * 128 + 2 * 1 * 128) * 2, stride=8)
+    assert pred.breakdown["cp_comm"] == pytest.approx(2 * a2a.seconds(dev.network) * 32 * 8)
+    ring = predict(spec, dev, make_layout(spec, 1024, S, 8, tp=8, cp=32, pp=4), S, causal=False, recompute="none",
+                   recipe="bf16-mixed")
+    assert ring.breakdown["cp_comm"] < pred.breakdown["cp_comm"]  # the plain ring hides entirely at 1M

@@ -101,7 +101,7 @@ EP_OVERLAP_SHARE = 0.4
 DP_BUCKET_PARAMS = 40e6
 ORDER = "tp-cp-ep-dp-pp"  # Megatron-Core's default rank order (innermost first)
 ORDER_DIMS = ("tp", "cp", "ep", "dp", "pp")
-CP_COMMS = ("p2p", "all-gather", "a2a")
+CP_COMMS = ("p2p", "all-gather", "a2a", "a2a+p2p")
 # What a selective recomputation can re-run: Megatron-Core's --recompute-modules (core_attn, layernorm,
 # mla_up_proj, moe_act, mlp, moe, shared_experts), and two torch/JAX policies: mlp_act (the dense MLP's activation,
 # which MaxText's and torch's SAC policies re-run) and alternate_mm (torch per-op SAC, torchtitan's "op" policy:
@@ -158,6 +158,7 @@ class Layout(Parallel):
     ep_overlap: bool = False  # True: expert all-to-alls under the other micro-batch's compute
     order: str = ORDER
     cp_comm: str = "p2p"
+    cp_a2a_size: int = 0  # cp_comm "a2a+p2p": the inner (all-to-all) level's size; the ring runs over cp / it
     recompute_layers: int = 0  # with recompute "full": layers of each stage chunk that recompute (0: all)
     recompute_modules: tuple[str, ...] = ()  # with recompute "selective": what is recomputed (default core_attn)
     mtp_layers: int = 0  # multi-token prediction layers (DeepSeek-V3) on the last stage
@@ -269,7 +270,8 @@ def check_modelled(spec: ModelSpec) -> None:
                            f"{spec.name} is {spec.architecture}. Give its time with `llmcalc train --mfu ...`")
 
 
-STEP_DEFAULTS = {"ep_overlap": False, "order": ORDER, "cp_comm": "p2p", "recompute_layers": 0,
+STEP_DEFAULTS = {"ep_overlap": False, "order": ORDER, "cp_comm": "p2p", "cp_a2a_size": 0,
+                 "recompute_layers": 0,
                  "recompute_modules": (), "mtp_layers": 0, "first_stage_layers": 0,
                  "last_stage_layers": 0, "fp8_param_gather": False, "attention_kernel": "auto", "fp8_attention": False,
                  "moe_imbalance": MOE_IMBALANCE, "ep_dispatcher": "alltoall", "fused_elementwise": True,
@@ -325,6 +327,20 @@ def _check_step_settings(spec: ModelSpec, lay: Layout) -> None:
     _order_dims(lay.order)
     if lay.cp_comm not in CP_COMMS:
         raise LlmcalcError(f"--cp-comm must be one of {', '.join(CP_COMMS)}; got {lay.cp_comm!r}")
+    if lay.cp_a2a_size and lay.cp_comm != "a2a+p2p":
+        raise LlmcalcError("--cp-a2a-size sizes the all-to-all level of hierarchical context parallelism: it needs "
+                           "--cp-comm a2a+p2p")
+    if lay.cp_comm == "a2a+p2p":
+        a = lay.cp_a2a_size
+        if not a:
+            raise LlmcalcError("--cp-comm a2a+p2p needs --cp-a2a-size (Megatron's "
+                               "--hierarchical-context-parallel-sizes A P: the all-to-all level A)")
+        if a < 2 or lay.cp % a or a == lay.cp:
+            raise LlmcalcError(f"--cp-a2a-size {a} must divide --cp {lay.cp} into 2 or more ring steps and be at "
+                               f"least 2 (a = cp is --cp-comm a2a)")
+        if (spec.n_heads // lay.tp) % a:
+            raise LlmcalcError(f"--cp-a2a-size {a} splits the heads: {spec.n_heads} heads / tp {lay.tp} is not a "
+                               f"multiple of {a}")
     if lay.cp_comm == "a2a" and lay.cp > 1 and (spec.n_heads // lay.tp) % lay.cp:
         raise LlmcalcError(f"--cp-comm a2a splits the heads over cp: {spec.n_heads} heads / tp {lay.tp} is not a "
                            f"multiple of cp {lay.cp}; use --cp-comm p2p")
@@ -704,9 +720,10 @@ def _attention_core(ctx: _Ctx, i: int, kind: str) -> tuple[float, float, float, 
     fp8 = lay.fp8_attention
     kernel = lay.attention_kernel
     window = span if span else S
-    if cp > 1 and lay.cp_comm == "p2p":  # step 0 causal on the local chunks, then cp-1 unmasked blocks
-        local = S / cp
-        first = 2 * b * heads * min(local * (local + 1) / 2, local * window) * (dqk + dv)
+    ring = cp // lay.cp_a2a_size if lay.cp_comm == "a2a+p2p" else cp  # a2a+p2p: the ring over cp / a groups
+    if ring > 1 and lay.cp_comm in ("p2p", "a2a+p2p"):  # step 0 causal on the local chunks, then unmasked blocks
+        local = S / ring  # a2a+p2p: after the all-to-all, heads / a over the a-group's S / ring tokens
+        first = 2 * b * heads * ring / cp * min(local * (local + 1) / 2, local * window) * (dqk + dv)
         rest = max(0.0, work - first)
         blk = min(window, local / 2) * math.sqrt(2)
         near, eff = min(local, window), ctx.eff
@@ -765,6 +782,22 @@ def _cp_exposed(ctx: _Ctx, i: int, fwd: float, bwd: float) -> tuple[float, float
         span = spec.span_tokens(i)
         steps = cp - 1 if not span else min(cp - 1, math.ceil(span / (ctx.seq / cp)))
         return (steps * max(0.0, step_f - fwd / cp), steps * max(0.0, step_b - bwd / cp))
+    if lay.cp_comm == "a2a+p2p":  # Megatron-Core's hierarchical CP (TE attention "a2a+p2p"): an all-to-all over
+        # heads inside each group of a ranks, then the p2p ring over the cp / a groups, each step under its block
+        a = lay.cp_a2a_size
+        ring = cp // a
+        width = spec.n_heads / tp * spec.d_head * 2 + 2 * kv_width
+        a2a = comm.Collective("CP all-to-all (Q, K, V, O)", "all_to_all", a, T * width * ctx.act,
+                              stride=strides["cp"])
+        # the ring carries the a-group's T x a tokens of K/V for heads / a (GQA: kv heads replicated below one)
+        ring_width = kv_width * a if mla is not None else max(1.0, spec.n_kv_heads / tp / a) * spec.d_head * a
+        send = comm.Collective("CP K/V ring step", "p2p", 2, 2 * T * ring_width * ctx.act,
+                               stride=strides["cp"] * a)
+        step_f, step_b = send.seconds(net), 2 * send.seconds(net)
+        span = spec.span_tokens(i)
+        steps = ring - 1 if not span else min(ring - 1, math.ceil(span / (ctx.seq / ring)))
+        return (a2a.seconds(net) + steps * max(0.0, step_f - fwd / ring),
+                a2a.seconds(net) + steps * max(0.0, step_b - bwd / ring))
     if lay.cp_comm == "all-gather":  # Llama 3: K and V gathered before the kernel, exposed on the critical path
         fwd_c, bwd_c = comm.cp_collectives(T, kv_width, ctx.act, cp, strides["cp"])
         return fwd_c.seconds(net), bwd_c.seconds(net)
@@ -1240,7 +1273,9 @@ def _assumptions(ctx: _Ctx, recompute: str) -> dict[str, Any]:
         out["quantization_bytes_per_element"] = kernels.QUANT_BYTES[rec.fp8]
     if lay.cp > 1:
         out["cp_comm"] = {"p2p": "ring, each step under the previous block", "all-gather": "K/V all-gathered, exposed",
-                          "a2a": "all-to-all over heads, exposed"}[lay.cp_comm]
+                          "a2a": "all-to-all over heads, exposed",
+                          "a2a+p2p": f"all-to-all over heads in groups of {lay.cp_a2a_size} (exposed), then the "
+                                     f"ring over {lay.cp // max(1, lay.cp_a2a_size)} groups"}[lay.cp_comm]
     if ctx.spec.is_moe:
         out["moe_imbalance"] = lay.moe_imbalance
         out["ep_overlap"] = (f"under the other micro-batch's compute, {EP_OVERLAP_SMS} SMs held"
@@ -1757,6 +1792,9 @@ def rank_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_ba
     is an error naming what to change. `step`: the recipe and STEP_DEFAULTS' settings, for every layout."""
     batch = global_batch_sequences(global_batch, global_batch_tokens, seq_len, required=True)
     assert batch is not None  # required: exactly one of the two was given
+    if step.get("cp_comm") == "a2a+p2p":
+        raise LlmcalcError("--cp-comm a2a+p2p needs its all-to-all size for one cp degree (train --cp-a2a-size); "
+                           "layout tries many: use p2p, all-gather or a2a here")
     ranked, losers, counts = search_layouts(spec, gpu, n_gpus, seq_len, global_batch=batch, causal=causal,
                                             recompute=recompute, tp_overlap=tp_overlap, progress=progress,
                                             **{k: v for k, v in step.items() if v is not None})
