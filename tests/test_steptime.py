@@ -1096,3 +1096,8 @@ def test_hierarchical_cp_all_to_all_exposed_and_ring_hidden_at_1m():
     ring = predict(spec, dev, make_layout(spec, 1024, S, 8, tp=8, cp=32, pp=4), S, causal=False, recompute="none",
                    recipe="bf16-mixed")
     assert ring.breakdown["cp_comm"] < pred.breakdown["cp_comm"]  # the plain ring hides entirely at 1M
+
+
+def test_layout_refuses_hierarchical_cp_in_one_line():
+    r = run("layout", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", 64, "--global-batch", 64, "--cp-comm", "a2a+p2p")
+    assert r.exit_code == 2 and "train --cp-a2a-size" in r.stderr and len(r.stderr.strip().splitlines()) == 1
