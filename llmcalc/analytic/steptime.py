@@ -960,18 +960,7 @@ def _prepare(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, caus
     v = chunks_per_rank(lay.schedule, lay.vpp)
     n_stages = lay.pp * v
     split, starts, ids, kinds, groups = _stage_plan(spec, n_stages, lay, recompute)
-    distinct: list[StageTimes] = []  # stages made of the same layers (and ends) cost the same: once each
-    for runs, embedding, head in kinds:
-        total = StageTimes()
-        for i, rc, count in runs:
-            total.add(_layer_cost(ctx, i, rc), count)
-        if embedding:
-            total.add(_embedding_times(ctx))
-        if head:
-            total.add(_head_times(ctx))
-            for _ in range(lay.mtp_layers):
-                total.add(_mtp_times(ctx, recompute))
-        distinct.append(total)
+    distinct = [_stage_cost(ctx, composition, recompute) for composition in kinds]
     stages = [distinct[j] for j in ids]
     fwd_d = [s.fwd + s.comm_fwd for s in distinct]
     bwd_comm = [s.tp + s.cp + s.ep - s.comm_fwd for s in distinct]
@@ -989,6 +978,27 @@ def _prepare(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, caus
     dp, opt = _dp_and_optimizer(ctx, stages, split, starts, v, rank_groups)
     return _Prepared(ctx, causal, recompute, stages, split, fwd=fwd, bwd=bwd, wgt=wgt, p2p=p2p, bound=bound,
                      exact=exact, dp=dp, optimizer=opt, plain_bound=plain, groups=rank_groups)
+
+
+def _stage_cost(ctx: _Ctx, composition: tuple, recompute: str) -> StageTimes:
+    """One stage's StageTimes from its composition (_stage_plan's): its layers' costs times their counts, the
+    embedding and the LM head (and MTP layers) where it holds them. Stages made of the same layers cost the same,
+    in this layout and in every other with the same layer costs (kept in the layers' cost cache)."""
+    key = ("stage", composition, recompute, ctx.lay.mtp_layers)
+    total = ctx.cache.get(key)
+    if total is None:
+        runs, embedding, head = composition
+        total = StageTimes()
+        for i, rc, count in runs:
+            total.add(_layer_cost(ctx, i, rc), count)
+        if embedding:
+            total.add(_embedding_times(ctx))
+        if head:
+            total.add(_head_times(ctx))
+            for _ in range(ctx.lay.mtp_layers):
+                total.add(_mtp_times(ctx, recompute))
+        ctx.cache[key] = total
+    return total
 
 
 def _p2p_seconds(ctx: _Ctx) -> float:
@@ -1226,7 +1236,7 @@ def _dp_and_optimizer(ctx: _Ctx, stages: list[StageTimes], split: list[int], sta
     _stage_plan's: they hold the same layers and parameters)."""
     lay = ctx.lay
     worst_dp = worst_opt = 0.0
-    infos = _rank_dp(ctx, tuple(split), v)
+    infos = _rank_dp(ctx, tuple(split), v, [r for r, _ in groups])
     for r, rank_stages in groups:
         n_layers, zero3, per_f, per_b, reduce, gather, last, first, opt = infos[r]
         fwd_one = sum(stages[st].fwd for st in rank_stages)
@@ -1246,72 +1256,71 @@ def _dp_and_optimizer(ctx: _Ctx, stages: list[StageTimes], split: list[int], sta
     return worst_dp, worst_opt
 
 
-def _rank_dp(ctx: _Ctx, split: tuple[int, ...], v: int) -> list[tuple]:  # long: dense, experts, ZeRO-3
-    """Per pipeline rank, what its data-parallel reductions and optimizer step cost, whatever the stage times:
-    (layers, FSDP?, one FSDP unit's forward and backward transfer, total reduce and gather seconds per step, the
-    last bucket's reduce and the first bucket's gather, optimizer seconds). Cached per layout degrees."""
+def _rank_dp(ctx: _Ctx, split: tuple[int, ...], v: int, ranks: list[int]) -> dict[int, tuple]:
+    """For pipeline ranks `ranks`, what each one's data-parallel reductions and optimizer step cost, whatever the
+    stage times: (layers, FSDP?, one FSDP unit's forward and backward transfer, total reduce and gather seconds per
+    step, the last bucket's reduce and the first bucket's gather, optimizer seconds). Cached per layout degrees and
+    the rank's parameters (ranks holding the same parameters cost the same, in this layout or another)."""
     spec, lay, dev, rec = ctx.spec, ctx.lay, ctx.dev, ctx.recipe
     key = (_token(spec), dev.accelerator.key, _token(dev.network), dev.mamf, rec.name, KERNEL_EFFICIENCY, lay.tp,
            lay.cp, lay.pp, lay.dp, lay.ep, lay.expert_tp, lay.zero, lay.order,
            lay.grad_accum if lay.zero == 3 else 0,  # the micro-batch count matters to ZeRO-3's transfers only
-           lay.schedule, lay.optimizer, split, v)
+           lay.optimizer)
+    per_layer, emb, head, final, experts_per_layer, moe_before = _param_summary(spec)
+    n_stages = len(split)
+    starts = _cached("params", ("starts", split), lambda: [sum(split[:i]) for i in range(n_stages)])
+    out = {}
+    for r in ranks:
+        params = experts = 0.0
+        n_layers = 0
+        for c in range(v):
+            st = stage_of(lay.schedule, r, c, lay.pp)
+            lo, hi = starts[st], starts[st] + split[st]
+            n_layers += hi - lo
+            params += (hi - lo) * per_layer + (emb if st == 0 else 0.0)
+            if st == n_stages - 1:
+                params += final + (head if not (spec.tie_embeddings and st == 0) else 0)  # pp > 1: a tied copy
+            experts += experts_per_layer * (moe_before[hi] - moe_before[lo])
+        out[r] = _cached("params", ("rank dp", *key, params, experts, n_layers),
+                         lambda: _one_rank_dp(ctx, params, experts, n_layers))  # noqa: B023 (called at once)
+    return out
 
-    def make() -> list[tuple]:
-        per_layer, emb, head, final, experts_per_layer, moe_before = _param_summary(spec)
-        n_stages = len(split)
-        starts = [sum(split[:i]) for i in range(n_stages)]
-        strides, estrides, per_node = lay.strides(), lay.expert_strides(), dev.network.gpus_per_node
-        dense_group = lay.dp * lay.cp  # CP ranks hold the same weights: gradients reduce over dp x cp
-        dense_members = _group_per_node([(lay.cp, strides["cp"]), (lay.dp, strides["dp"])], per_node)
-        dense_stride = strides["cp"] if lay.cp > 1 else strides["dp"]
-        expert_members = _group_per_node([(lay.expert_dp, estrides["dp"])], per_node)
-        m = lay.grad_accum
-        net = dev.network
-        out = []
-        seen: dict[tuple, tuple] = {}  # ranks holding the same parameters cost the same
-        for r in range(lay.pp):
-            params = experts = 0.0
-            n_layers = 0
-            for c in range(v):
-                st = stage_of(lay.schedule, r, c, lay.pp)
-                lo, hi = starts[st], starts[st] + split[st]
-                n_layers += hi - lo
-                params += (hi - lo) * per_layer + (emb if st == 0 else 0.0)
-                if st == n_stages - 1:
-                    params += final + (head if not (spec.tie_embeddings and st == 0) else 0)  # pp > 1: a tied copy
-                experts += experts_per_layer * (moe_before[hi] - moe_before[lo])
-            if (params, experts, n_layers) in seen:
-                out.append(seen[(params, experts, n_layers)])
-                continue
-            dense = (params - experts) / lay.tp
-            experts = experts / lay.expert_tp / lay.ep  # routed experts: split over ep, each over etp
-            units = max(1, n_layers) + 1 if lay.zero == 3 else 0  # FSDP: one unit per layer, + embedding/head
-            allc = _dp_colls(dense, rec, dense_group, lay.zero, dense_stride, members=dense_members, m=m,
-                             units=units)
-            if experts:
-                allc += _dp_colls(experts, rec, lay.expert_dp, lay.zero, estrides["dp"], members=expert_members, m=m,
-                                  units=units)
-            if dense_group == 1 and lay.expert_dp == 1:
-                allc = []
-            secs = [(c.kind, c.seconds(net), c.count) for c in allc]
-            reduce = sum(t * n for k, t, n in secs if k in ("all_reduce", "reduce_scatter"))
-            gather = sum(t * n for k, t, n in secs if k == "all_gather")
-            last = max((t for k, t, _ in secs if k in ("all_reduce", "reduce_scatter")), default=0.0)
-            first = max((t for k, t, _ in secs if k == "all_gather"), default=0.0)
-            per_f = per_b = 0.0  # one FSDP unit's forward and backward transfers (ZeRO-3 only)
-            if lay.zero == 3:
-                per_f = gather / m / 2 / (max(1, n_layers) + 1)
-                per_b = (gather / m / 2 + reduce / m) / (max(1, n_layers) + 1)
-            shard = dense_group if lay.zero >= 1 else 1
-            expert_shard = lay.expert_dp if lay.zero >= 1 else 1
-            local = dense / shard + experts / expert_shard
-            opt = _optimizer_seconds(ctx, local, [per_layer] * n_layers, dense_group if lay.zero >= 1 else 1,
-                                     dense + experts)
-            seen[(params, experts * lay.expert_tp * lay.ep, n_layers)] = info = (
-                max(1, n_layers), lay.zero == 3, per_f, per_b, reduce, gather, last, first, opt)
-            out.append(info)
-        return out
-    return _cached("params", key, make)
+
+def _one_rank_dp(ctx: _Ctx, params: float, experts: float, n_layers: int) -> tuple:
+    """_rank_dp for one rank holding `params` parameters (`experts` of them routed experts) in `n_layers` layers."""
+    spec, lay, dev, rec = ctx.spec, ctx.lay, ctx.dev, ctx.recipe
+    per_layer = _param_summary(spec)[0]
+    strides, estrides, per_node = lay.strides(), lay.expert_strides(), dev.network.gpus_per_node
+    dense_group = lay.dp * lay.cp  # CP ranks hold the same weights: gradients reduce over dp x cp
+    dense_members = _group_per_node([(lay.cp, strides["cp"]), (lay.dp, strides["dp"])], per_node)
+    dense_stride = strides["cp"] if lay.cp > 1 else strides["dp"]
+    expert_members = _group_per_node([(lay.expert_dp, estrides["dp"])], per_node)
+    m = lay.grad_accum
+    net = dev.network
+    dense = (params - experts) / lay.tp
+    experts = experts / lay.expert_tp / lay.ep  # routed experts: split over ep, each over etp
+    units = max(1, n_layers) + 1 if lay.zero == 3 else 0  # FSDP: one unit per layer, + embedding/head
+    allc = _dp_colls(dense, rec, dense_group, lay.zero, dense_stride, members=dense_members, m=m, units=units)
+    if experts:
+        allc += _dp_colls(experts, rec, lay.expert_dp, lay.zero, estrides["dp"], members=expert_members, m=m,
+                          units=units)
+    if dense_group == 1 and lay.expert_dp == 1:
+        allc = []
+    secs = [(c.kind, c.seconds(net), c.count) for c in allc]
+    reduce = sum(t * n for k, t, n in secs if k in ("all_reduce", "reduce_scatter"))
+    gather = sum(t * n for k, t, n in secs if k == "all_gather")
+    last = max((t for k, t, _ in secs if k in ("all_reduce", "reduce_scatter")), default=0.0)
+    first = max((t for k, t, _ in secs if k == "all_gather"), default=0.0)
+    per_f = per_b = 0.0  # one FSDP unit's forward and backward transfers (ZeRO-3 only)
+    if lay.zero == 3:
+        per_f = gather / m / 2 / (max(1, n_layers) + 1)
+        per_b = (gather / m / 2 + reduce / m) / (max(1, n_layers) + 1)
+    shard = dense_group if lay.zero >= 1 else 1
+    expert_shard = lay.expert_dp if lay.zero >= 1 else 1
+    local = dense / shard + experts / expert_shard
+    opt = _optimizer_seconds(ctx, local, [per_layer] * n_layers, dense_group if lay.zero >= 1 else 1,
+                             dense + experts)
+    return max(1, n_layers), lay.zero == 3, per_f, per_b, reduce, gather, last, first, opt
 
 
 def _param_summary(spec: ModelSpec) -> tuple[float, float, float, float, float, list[int]]:
@@ -1546,8 +1555,9 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             oom.append((lay, peak, tries[-1] + (" and ZeRO-3" if zero == 3 else "")))
             continue
         counts["fit"] += 1
-        prepared.append((_prepare(spec, dev, replace(lay, zero=zero), seq_len, causal, recompute=rc, recipe=recipe,
-                                  attention="flash", dropout=False), peak))
+        lay = lay if zero == lay.zero else replace(lay, zero=zero)
+        prepared.append((_prepare(spec, dev, lay, seq_len, causal, recompute=rc, recipe=recipe, attention="flash",
+                                  dropout=False), peak))
     prepared.sort(key=lambda pp: pp[0].step_bound)
     best: list[float] = []  # the `top` smallest exact steps so far, ascending
     ranked = []
@@ -1572,11 +1582,11 @@ def _least_that_fits(spec: ModelSpec, lay: Layout, seq_len: int, tries: list[str
     even = _cached("params", ("even", _token(spec), lay.pp),
                    lambda: spec.with_layers(math.ceil(spec.n_layers / lay.pp) * lay.pp))
     peak, zero = 0.0, 1
-    par = Parallel(tp=lay.tp, cp=lay.cp, pp=lay.pp, dp=lay.dp, ep=lay.ep, etp=lay.etp, sequence_parallel=True)
     for zero in (1, 3) if lay.dp > 1 else (1,):
+        par = Parallel(tp=lay.tp, cp=lay.cp, pp=lay.pp, dp=lay.dp, ep=lay.ep, etp=lay.etp, sequence_parallel=True,
+                       zero=zero)
         for rc in tries:
-            peak = training_peak(even, lay.micro_batch, seq_len, recipe, optimizer, recompute=rc,
-                                 parallel=replace(par, zero=zero))
+            peak = training_peak(even, lay.micro_batch, seq_len, recipe, optimizer, recompute=rc, parallel=par)
             if peak <= capacity:
                 return rc, zero, peak
     return None, zero, peak
@@ -1628,7 +1638,8 @@ def _training_peak(spec: ModelSpec, batch: int, seq_len: int, recipe: str, optim
     return max(MemoryEstimate(spec=spec, recipe=rec, optimizer=opt, parallel=parallel, batch=batch, seq_len=seq,
                               recompute=recompute, attention="flash", params_on_gpu=params, activations=acts,
                               stage=name, zero3_gathered=gathered, largest_tensor=biggest / tp,
-                              expert_params_on_gpu=experts, head_params_on_gpu=head_p, late_params_on_gpu=late_p).peak
+                              expert_params_on_gpu=experts, head_params_on_gpu=head_p,
+                              late_params_on_gpu=late_p).phase_peak()
                for name, params, acts, head_p, late_p in stages)
 
 
@@ -1637,14 +1648,19 @@ def _activations(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recomp
     """activations.activation_memory over layers start..stop, each distinct layer kind (layer_parts, MoE or not)
     computed on one layer and counted (activation_memory sums the same per-layer tensors)."""
     def make() -> Any:
-        from .activations import ActivationEstimate, activation_memory
+        from .activations import ActivationEstimate, activation_memory, layer_terms
 
-        def layers(i: int, n: int, with_head: bool) -> Any:  # one layer (n = 1) or the head alone (n = 0), once
-            return _cached("acts", ("layers", token, batch, seq, act_bytes, recompute, tp, sp, i, n, in_flight,
-                                    with_head),
-                           lambda: activation_memory(spec, batch, seq, act_bytes, recompute, tp=tp,
-                                                     sequence_parallel=sp, layers=range(i, i + n),
-                                                     in_flight=in_flight, head=with_head))
+        def one_layer(i: int) -> tuple[dict[str, float], float, float, float]:
+            """activation_memory over layer i alone: (per_layer, recompute working set, largest layer, own layer);
+            its terms once whatever the micro-batches in flight, then summed as activation_memory sums them."""
+            terms, whole, kept = _cached("acts", ("terms", token, batch, seq, act_bytes, recompute, tp, sp, i),
+                                         lambda: layer_terms(spec, i, batch, seq, act_bytes, recompute, "flash",
+                                                             False, tp, sp))
+            one: dict[str, float] = {}
+            for name, value in terms:
+                one[name] = one.get(name, 0.0) + value * in_flight
+            largest, own = (whole, kept) if whole > 0.0 else (0.0, 0.0)
+            return one, largest if recompute == "full" else 0.0, largest, own
 
         def group() -> list:  # each distinct layer kind of start..stop: its first layer and how many
             kinds: dict[tuple, list[int]] = {}
@@ -1655,13 +1671,16 @@ def _activations(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recomp
         per_layer: dict[str, float] = {}
         largest = biggest = own = 0.0  # as activation_memory: the first largest block (layer order) and its own
         for i, count in _cached("acts", ("kinds", token, start, stop), group):
-            one = layers(i, 1, False)
-            for name, value in one.per_layer.items():
+            one, working_set, largest_layer, own_layer = one_layer(i)
+            for name, value in one.items():
                 per_layer[name] = per_layer.get(name, 0.0) + value * count
-            largest = max(largest, one.recompute_working_set)
-            if one.largest_layer > biggest:
-                biggest, own = one.largest_layer, one.own_layer
-        whole = layers(0, 0, head)
+            largest = max(largest, working_set)
+            if largest_layer > biggest:
+                biggest, own = largest_layer, own_layer
+        # the final norm, LM head and loss: the same whatever the micro-batches in flight
+        whole = _cached("acts", ("head", token, batch, seq, act_bytes, recompute, tp, sp, head),
+                        lambda: activation_memory(spec, batch, seq, act_bytes, recompute, tp=tp, sequence_parallel=sp,
+                                                  layers=range(0), head=head))
         for name, value in whole.per_layer.items():
             per_layer[name] = per_layer.get(name, 0.0) + value
         return ActivationEstimate(per_layer, largest, whole.logits_and_loss, largest_layer=biggest, own_layer=own,
