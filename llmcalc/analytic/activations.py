@@ -344,8 +344,8 @@ def activation_memory(spec: ModelSpec, batch: int, seq: int, act_bytes: float, r
     per_layer: dict[str, float] = {}
     largest = own = 0.0
     for i in layers:
-        terms, whole, kept = layer_terms(spec, i, batch, seq, act_bytes, recompute, attention, dropout, tp,
-                                         sequence_parallel)
+        terms, whole, kept = layer_terms(spec, i, batch, seq, act_bytes, recompute=recompute, attention=attention,
+                                         dropout=dropout, tp=tp, sequence_parallel=sequence_parallel)
         if whole > largest:
             largest, own = whole, kept
         for name, value in terms:

@@ -386,7 +386,7 @@ def path_bound(schedule: str, p: int, m: int, f: list[float], b: list[float], w:
       and the LM head), without transfer time, and 1f1b with it where the last stage's extra work is at least two
       transfers: the last rank paces and never waits, so the bound through it is the makespan.
     Elsewhere (a heavier middle stage, zero-bubble schedules, ...) only a bound: simulate() gives the makespan."""
-    bound, exact, _ = path_bounds(schedule, p, m, f, b, w, vpp, p2p_time)
+    bound, exact, _ = path_bounds(schedule, p, m, f, b, w=w, vpp=vpp, p2p_time=p2p_time)
     return bound, exact
 
 
@@ -431,10 +431,10 @@ def path_bounds(schedule: str, p: int, m: int, f: list[float], b: list[float], w
         plain = max(plain, through + 2 * hop[s0] * 0.0, own)
     if zb:
         return best, False, plain
-    plain = _closed_form(schedule, p, m, f, b, v, 0.0, plain)[1]
+    plain = _closed_form(schedule, p, m, f, b, v=v, p2p_time=0.0, best=plain)[1]
     if schedule == "gpipe" and p2p_time:
         return best, False, plain
-    exact, best = _closed_form(schedule, p, m, f, b, v, p2p_time, best)
+    exact, best = _closed_form(schedule, p, m, f, b, v=v, p2p_time=p2p_time, best=best)
     return best, exact, plain
 
 

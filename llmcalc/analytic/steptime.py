@@ -975,7 +975,7 @@ def _prepare(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, caus
     p2p = _p2p_seconds(ctx) if lay.pp > 1 else 0.0
     bound, exact, plain = path_bounds(lay.schedule, lay.pp, lay.grad_accum, fwd, bwd, w=wgt, vpp=lay.vpp, p2p_time=p2p)
     rank_groups = groups(lay.schedule, lay.pp)
-    dp, opt = _dp_and_optimizer(ctx, stages, split, starts, v, rank_groups)
+    dp, opt = _dp_and_optimizer(ctx, stages, split, starts, v, groups=rank_groups)
     return _Prepared(ctx, causal, recompute, stages, split, fwd=fwd, bwd=bwd, wgt=wgt, p2p=p2p, bound=bound,
                      exact=exact, dp=dp, optimizer=opt, plain_bound=plain, groups=rank_groups)
 
@@ -1300,13 +1300,13 @@ def _one_rank_dp(ctx: _Ctx, params: float, experts: float, n_layers: int) -> tup
     dense = (params - experts) / lay.tp
     experts = experts / lay.expert_tp / lay.ep  # routed experts: split over ep, each over etp
     units = max(1, n_layers) + 1 if lay.zero == 3 else 0  # FSDP: one unit per layer, + embedding/head
-    allc = _dp_colls(dense, rec, dense_group, lay.zero, dense_stride, members=dense_members, m=m, units=units)
+    secs = list(_dp_seconds(dense, rec, dense_group, lay.zero, dense_stride, members=dense_members, m=m, units=units,
+                            net=net))
     if experts:
-        allc += _dp_colls(experts, rec, lay.expert_dp, lay.zero, estrides["dp"], members=expert_members, m=m,
-                          units=units)
+        secs += _dp_seconds(experts, rec, lay.expert_dp, lay.zero, estrides["dp"], members=expert_members, m=m,
+                            units=units, net=net)
     if dense_group == 1 and lay.expert_dp == 1:
-        allc = []
-    secs = [(c.kind, c.seconds(net), c.count) for c in allc]
+        secs = []
     reduce = sum(t * n for k, t, n in secs if k in ("all_reduce", "reduce_scatter"))
     gather = sum(t * n for k, t, n in secs if k == "all_gather")
     last = max((t for k, t, _ in secs if k in ("all_reduce", "reduce_scatter")), default=0.0)
@@ -1339,6 +1339,15 @@ def _param_summary(spec: ModelSpec) -> tuple[float, float, float, float, float, 
             before.append(before[-1] + spec.is_moe_layer(i))
         return layer + norms, emb, head, final, experts, before
     return _cached("params", ("summary", _token(spec)), make)
+
+
+def _dp_seconds(params: float, rec: Recipe, group: int, zero: int, stride: int, members: int, m: int, units: int,
+                net: Any) -> tuple[tuple[str, float, int], ...]:
+    """(kind, seconds of one call, calls) of each of _dp_colls' collectives, once per size and group (the dense
+    parameters of a rank are the same whatever its expert mesh)."""
+    key = ("dp seconds", params, rec.name, group, zero, stride, members, m if zero == 3 else 0, units, _token(net))
+    return _cached("params", key, lambda: tuple((c.kind, c.seconds(net), c.count) for c in _dp_colls(
+        params, rec, group, zero, stride, members=members, m=m, units=units)))
 
 
 def _dp_colls(params: float, rec: Recipe, group: int, zero: int, stride: int, members: int, m: int,
@@ -1654,8 +1663,9 @@ def _activations(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recomp
             """activation_memory over layer i alone: (per_layer, recompute working set, largest layer, own layer);
             its terms once whatever the micro-batches in flight, then summed as activation_memory sums them."""
             terms, whole, kept = _cached("acts", ("terms", token, batch, seq, act_bytes, recompute, tp, sp, i),
-                                         lambda: layer_terms(spec, i, batch, seq, act_bytes, recompute, "flash",
-                                                             False, tp, sp))
+                                         lambda: layer_terms(spec, i, batch, seq, act_bytes, recompute=recompute,
+                                                             attention="flash", dropout=False, tp=tp,
+                                                             sequence_parallel=sp))
             one: dict[str, float] = {}
             for name, value in terms:
                 one[name] = one.get(name, 0.0) + value * in_flight
