@@ -1110,3 +1110,13 @@ def test_fast_search_has_the_per_layout_paths_figures_bit_for_bit(model, n, seq,
                                                   ("mixtral-8x7b", 64, 4096, 256), ("deepseek-v3", 2048, 4096, 4096)])
 def test_fast_search_has_the_per_layout_paths_figures_on_the_benchmark_cases(model, n, seq, batch):
     _search_is_the_per_layout_path(model, n, seq, batch)
+
+
+def test_every_listed_layout_is_exact_whatever_top():
+    """`layout --top N` lists N layouts, each with its pipeline simulated or in closed form, never a bound (the
+    search learns N: it simulates until the next bound cannot beat the N-th step)."""
+    data = json.loads(run("layout", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", 64, "--global-batch", 512,
+                          "--top", 25, "--format", "json").stdout)
+    pipelines = [row["assumptions"].get("pipeline", "one stage") for row in data["layouts"]]
+    assert len(pipelines) == 25 and not [p for p in pipelines if p.startswith("lower bound")], pipelines
+    assert sum(p == "simulated rank by rank" for p in pipelines) > 10  # beyond the ten a search used to simulate
