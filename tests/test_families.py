@@ -62,6 +62,9 @@ def family_config(draw, model_type):
     elif t == "cohere":
         c = draw(llama_like(head_dim=False))
         c.update(attention_bias=draw(B), use_qk_norm=draw(B))
+    elif t == "nemotron":  # Nemotron-4: relu2 up/down MLP, LayerNorm1P, partial rotary
+        c = draw(llama_like())
+        c.update(attention_bias=draw(B), mlp_bias=draw(B), partial_rotary_factor=0.5)
     elif t in ("glm", "glm4"):
         c = draw(llama_like())
         c["attention_bias"] = draw(B)
@@ -171,7 +174,7 @@ FAMILIES_9 = ["qwen3", "qwen3_moe", "qwen2_moe", "gemma3_text", "llama4_text", "
               "olmoe", "granite", "granitemoe", "granitemoeshared", "phi", "phimoe", "gptj", "gpt_neo", "opt",
               "bloom", "gpt_bigcode", "starcoder2", "stablelm", "cohere", "cohere2", "mpt", "dbrx", "glm", "glm4",
               "glm4_moe", "ernie4_5", "ernie4_5_moe", "exaone4", "smollm3", "seed_oss", "hunyuan_v1_dense",
-              "hunyuan_v1_moe", "ministral"]
+              "hunyuan_v1_moe", "ministral", "nemotron"]
 PARAMS = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FLOPS = settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -241,6 +244,19 @@ PUBLISHED = {
     "gemma-3-27b": (27 * G, 0.5 * G, None, 0, "Gemma 3 report: 27B (text); the vision tower is left out"),
     "glm-4.5": (355 * G, 0.02 * 355 * G, None, 0, "model card: 355B total (incl. its MTP layer, ~4B, not built)"),
 }
+
+
+
+def test_nemotron_4_presets_match_their_papers():
+    """Nemotron-4 340B (arXiv 2406.11704, Table 1): 9.4B embedding and 331.6B non-embedding parameters; Nemotron-4
+    15B (arXiv 2402.16819, Table 1): 12.5B non-embedding, and "3.2B" embedding, which is 2 x 256,000 x 6,144 =
+    3.146B (input table plus untied output layer, as the papers count it) rounded twice (3.146 -> 3.15 -> 3.2)."""
+    for name, embedding, non_embedding in (("nemotron-4-15b", 3.15 * G, 12.5 * G),
+                                           ("nemotron-4-340b", 9.4 * G, 331.6 * G)):
+        count = count_params(load_model(name))
+        assert abs(count.total - count.non_embedding - embedding) <= 0.05 * G, name
+        assert abs(count.non_embedding - non_embedding) <= 0.05 * G, name
+    assert count_params(load_model("nemotron-4-15b")).components["embedding/tokens"] == 256_000 * 6_144
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))

@@ -288,6 +288,12 @@ def test_context_beyond_the_positions_is_a_warning():
      "v100-sxm has no fp8 support"),
     (["serve", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", 3], "--n-gpus 3 does not divide the 32 attention heads"),
     (["infer", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", 5], "--n-gpus 5 does not divide the 32 attention heads"),
+    # attention-free and hybrid models: vLLM's MambaMixer shards 2 x intermediate_size (mamba-2.8b: expand 2 x
+    # d_model 2,560 = 5,120), MambaMixer2 asserts tp | num_heads and tp | n_groups (nemotron-h-8b: 8 groups)
+    (["serve", "mamba-2.8b", "--gpu", "h100-sxm", "--n-gpus", 3, "--max-model-len", 2048],
+     "--n-gpus 3 does not divide the 5,120 Mamba intermediate width of mamba-2.8b"),
+    (["serve", "nemotron-h-8b", "--gpu", "h100-sxm", "--n-gpus", 16],
+     "--n-gpus 16 does not divide the 8 Mamba-2 groups of nemotron-h-8b"),
     (["serve", "llama-3-8b", "--gpu", "h100-sxm", "--gpu-memory-utilization", 1.5], "must be in (0, 1]"),
     (["serve", "falcon-7b", "--gpu", "h100-sxm"], "gives no max_position_embeddings; pass --max-model-len"),
     (["serve", "t5-small", "--gpu", "h100-sxm"], "serve covers decoder-only models"),
@@ -299,3 +305,11 @@ def test_bad_serving_input(args, message):
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+def test_attention_free_models_split_over_their_mixers():
+    """An attention-free model is not held to a placeholder head count: mamba-2.8b's 5,120-wide mixer splits 8
+    ways (vLLM mamba_mixer.py), where the old rule refused it for its "1 attention head"."""
+    result = run("serve", "mamba-2.8b", "--gpu", "h100-sxm", "--n-gpus", 8, "--max-model-len", 2048)
+    assert result.exit_code == 0, result.output
+    assert "served on 8 x h100-sxm" in result.stdout

@@ -43,9 +43,22 @@ REPLICATED = ("router", "q_a_proj", "kv_a_proj")
 
 
 def check_tp(spec: ModelSpec, tp: int) -> None:
-    """vLLM's rule: tp divides the attention heads, and the KV heads divide tp or tp divides them."""
+    """vLLM's rules: tp divides the attention heads, and the KV heads divide tp or tp divides them (attention
+    layers); tp divides a Mamba-2 mixer's heads, and its groups unless there is one group (vLLM
+    model_executor/layers/mamba/mamba_mixer2.py, MambaMixer2.__init__'s asserts); tp divides a Mamba-1 mixer's
+    intermediate width (mamba_mixer.py: in_proj is a MergedColumnParallelLinear of 2 x intermediate_size)."""
     if not isinstance(tp, int) or tp < 1:
         raise LlmcalcError(f"tensor parallelism must be a whole number >= 1, got {tp!r}")
+    kinds = {kind for i in range(spec.n_layers) for kind in spec.layer_parts(i)[0]} if spec.is_hybrid else set()
+    if "mamba2" in kinds:
+        _check_mixer_tp(spec, tp, spec.ssm_n_heads, "Mamba-2 heads")
+        if spec.ssm_n_groups % tp and spec.ssm_n_groups != 1:
+            raise LlmcalcError(f"--n-gpus {tp} does not divide the {spec.ssm_n_groups} Mamba-2 groups of {spec.name} "
+                               f"(vLLM needs it unless there is one group); use a tp that divides {spec.ssm_n_groups}")
+    if "mamba" in kinds:
+        _check_mixer_tp(spec, tp, spec.ssm_d_inner, "Mamba intermediate width")
+    if spec.n_attention_layers == 0:
+        return
     if spec.n_heads % tp:
         divisors = [d for d in (1, 2, 4, 8, 16, 32, 64) if spec.n_heads % d == 0]
         raise LlmcalcError(f"--n-gpus {tp} does not divide the {spec.n_heads} attention heads of {spec.name}; "
@@ -53,6 +66,13 @@ def check_tp(spec: ModelSpec, tp: int) -> None:
     kv = spec.n_kv_heads
     if not spec.is_mla and kv % tp and tp % kv:
         raise LlmcalcError(f"--n-gpus {tp} neither divides nor is a multiple of the {kv} KV heads of {spec.name}")
+
+
+def _check_mixer_tp(spec: ModelSpec, tp: int, width: int, what: str) -> None:
+    if width % tp:
+        divisors = [d for d in (1, 2, 4, 8, 16, 32, 64) if width % d == 0]
+        raise LlmcalcError(f"--n-gpus {tp} does not divide the {width:,} {what} of {spec.name}; "
+                           f"use one of {', '.join(map(str, divisors))}")
 
 
 def kv_heads_per_gpu(spec: ModelSpec, tp: int = 1) -> int:

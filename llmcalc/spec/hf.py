@@ -637,6 +637,13 @@ FAMILIES.update({
         {}, _sizes(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                    num_attention_heads=32, num_key_value_heads=8, tie_word_embeddings=False),
     ),
+    "nemotron": Family(
+        "models/nemotron/modeling_nemotron.py: Nemotron-4, LayerNorm1P (weight and bias), a plain relu2 MLP "
+        "(up/down), partial rotary, untied head",
+        {"norm": "layernorm"}, _sizes(vocab_size=256000, hidden_size=6144, intermediate_size=24576,
+                                      num_hidden_layers=32, num_attention_heads=48, hidden_act="relu2",
+                                      tie_word_embeddings=False), _attention_bias, gated=False,
+    ),
 })
 # Kimi-K2's published config says model_type "kimi_k2" and loads DeepseekV3 classes (auto_map); Kimi_K25Config's
 # __post_init__ reads a text_config "kimi_k2" as deepseek_v3 too (models/kimi_k25/configuration_kimi_k25.py).
