@@ -1756,12 +1756,13 @@ def rank_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_ba
                  top: int = 10, **step: Any) -> LayoutSearch:
     """`llmcalc layout`: search_layouts for the global batch given in sequences or tokens; no layout that fits
     is an error naming what to change. `step`: the recipe and STEP_DEFAULTS' settings, for every layout; `top`:
-    how many layouts are listed, each of them exact (search_layouts)."""
+    how many layouts are listed, each of them exact (search_layouts; at least the ten best are, whose figures the
+    losers' table compares)."""
     batch = global_batch_sequences(global_batch, global_batch_tokens, seq_len, required=True)
     assert batch is not None  # required: exactly one of the two was given
     ranked, losers, counts = search_layouts(spec, gpu, n_gpus, seq_len, global_batch=batch, causal=causal,
                                             recompute=recompute, tp_overlap=tp_overlap, progress=progress,
-                                            top=top, **{k: v for k, v in step.items() if v is not None})
+                                            top=max(top, 10), **{k: v for k, v in step.items() if v is not None})
     if not ranked:
         raise LlmcalcError(f"no layout of {spec.name} fits on {n_gpus:,} x {gpu} at seq {seq_len} with global batch "
                            f"{batch} (of the layouts tried, {counts['oom']:,} do not fit in memory and "
