@@ -4,6 +4,7 @@
     python benchmarks/bench_steptime.py            # the README tables (Markdown) and the summaries
     python benchmarks/bench_steptime.py --rows     # also every validation row (docs/steptime-validation.md)
     python benchmarks/bench_steptime.py --fit      # refit KERNEL_EFFICIENCY on every row (and print it)
+    python benchmarks/bench_steptime.py --fit-imbalance  # refit MOE_DROPLESS_IMBALANCE, with its held-out errors
 
 The validation set (benchmarks/published_runs.py, its rules and its exclusions): torchtitan, torchao, llm-foundry,
 KempnerForge, OLMo-core, MaxText, Megatron-MoE-ModelZoo, BLOOM, MT-NLG and MLPerf Training v5.0/v5.1/v6.0, each row
@@ -330,7 +331,68 @@ def rows_markdown(result: dict) -> list[str]:
     return lines
 
 
+def dropless_pairs() -> list[tuple[published_runs.Run, float]]:
+    """The rows that publish forced-balance and dropless TFLOP/s of the same run (Megatron-MoE-ModelZoo's Qwen3-235B
+    long-context table): (the forced-balance run, dropless / forced)."""
+    out = []
+    for r in published_runs.runs():
+        v = r.row.get("value")
+        if isinstance(v, dict) and "tflops_per_gpu_dropless" in v:
+            out.append((r, v["tflops_per_gpu_dropless"] / v["tflops_per_gpu_forced_balance"]))
+    return out
+
+
+def fit_imbalance(pairs: list[tuple[published_runs.Run, float]]) -> float:
+    """MOE_DROPLESS_IMBALANCE: the busiest EP rank's tokens over the mean that turns each pair's forced-balance
+    prediction into its dropless one (least squares on log(predicted ratio / published ratio), golden section on
+    1..3); the model's own error on the forced-balance run cancels in the ratio."""
+    import dataclasses
+
+    base = {r.id: r.predicted_tokens_per_gpu() for r, _ in pairs}
+    cache: dict[float, float] = {}
+
+    def loss(f: float) -> float:
+        if f not in cache:
+            total = 0.0
+            for r, ratio in pairs:
+                run = dataclasses.replace(r, layout={**r.layout, "moe_imbalance": f})
+                total += math.log(run.predicted_tokens_per_gpu() / base[r.id] / ratio) ** 2
+            cache[f] = total
+        return cache[f]
+    lo, hi = 1.0, 3.0
+    g = (math.sqrt(5) - 1) / 2
+    for _ in range(25):
+        a, b = hi - g * (hi - lo), lo + g * (hi - lo)
+        if loss(a) < loss(b):
+            hi = b
+        else:
+            lo = a
+    return round((lo + hi) / 2, 2)
+
+
+def imbalance_report() -> list[str]:
+    """MOE_DROPLESS_IMBALANCE fitted on every pair and leaving each pair out, and the rows it is applied to (MLPerf
+    v6.0's MoE rows, a source the fit never sees: its leave-one-source-out error) with it and without it."""
+    import dataclasses
+
+    pairs = dropless_pairs()
+    lines = [f"MOE_DROPLESS_IMBALANCE fitted on {len(pairs)} Megatron-MoE-ModelZoo forced/dropless pairs: "
+             f"{fit_imbalance(pairs)}"]
+    for i, (r, _) in enumerate(pairs):
+        lines.append(f"  leaving out {r.id}: {fit_imbalance(pairs[:i] + pairs[i + 1:])}")
+    used = [r for r in published_runs.runs() if r.layout.get("moe_imbalance")]
+    for r in used:
+        with_f = r.predicted_tokens_per_gpu() / r.measured - 1
+        flat = dataclasses.replace(r, layout={**r.layout, "moe_imbalance": 1.0}).predicted_tokens_per_gpu()
+        lines.append(f"  {r.id}: error {with_f * 100:+.1f} % with {published_runs.MOE_DROPLESS_IMBALANCE}, "
+                     f"{(flat / r.measured - 1) * 100:+.1f} % balanced")
+    return lines
+
+
 def main() -> None:
+    if "--fit-imbalance" in sys.argv:
+        print("\n".join(imbalance_report()))
+        return
     if "--fit" in sys.argv:
         points = validation_rows() + old_rows()
         print(f"KERNEL_EFFICIENCY fitted on all {len(points)} rows (validation + the 13): {fit_eta(points)}")

@@ -24,7 +24,7 @@ STORAGE_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8", "int4", "mxfp4", "nvfp4
 FORMATS = ("table", "markdown", "csv", "json")  # what llmcalc.render.tables.render writes
 # The step-time model's kernel and communication choices (analytic.kernels.ATTENTION_KERNELS, analytic.steptime's
 # CP_COMMS, EP_DISPATCHERS and RECOMPUTE_MODULES; tests hold them equal).
-ATTENTION_KERNELS = ("auto", "cudnn", "fa2", "fa3")
+ATTENTION_KERNELS = ("auto", "cudnn", "cudnn-2024", "fa2", "fa3")
 CP_COMMS = ("p2p", "all-gather", "a2a")
 EP_DISPATCHERS = ("alltoall", "deepep")
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp", "moe", "shared_experts", "mlp_act",

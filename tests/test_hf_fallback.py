@@ -28,8 +28,6 @@ CONFIGS = {
                    vocab_size=1000),
     "persimmon": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128,
                       vocab_size=1000),
-    "nemotron": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
-                     intermediate_size=128, vocab_size=1000),
     "minimax": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                     intermediate_size=32, vocab_size=1000, num_local_experts=4, num_experts_per_tok=2),
 }
@@ -200,9 +198,9 @@ def test_model_type_unknown_to_transformers_too(tmp_path):
 
 
 def test_config_transformers_cannot_build_is_one_line(tmp_path):
-    # NemotronAttention divides by num_key_value_heads, which this config leaves null
-    line = one_line_error("params", write(tmp_path, "nemotron", num_key_value_heads=None))
-    assert "transformers could not build 'nemotron'" in line
+    # PersimmonAttention refuses a hidden_size its heads do not divide (64 / 5)
+    line = one_line_error("params", write(tmp_path, "persimmon", num_attention_heads=5))
+    assert "transformers could not build 'persimmon'" in line and "divisible by num_heads" in line
 
 
 def test_data_dependent_expert_loop_has_params_but_no_flops(tmp_path):
@@ -244,20 +242,21 @@ def test_classify_module_names():
 
 @pytest.mark.slow
 def test_a_70b_class_config_counts_on_fake_tensors(tmp_path):
-    # Nemotron-4-style dense model, 80 layers, D 8192, GQA 64/8, squared-ReLU MLP (no gate), untied
-    L, D, H, KV, F, V = 80, 8192, 64, 8, 28672, 128256
+    # Persimmon-style dense model at 70B scale (no llmcalc formula): 80 layers, D 8192, 64 heads, fused biased
+    # query_key_value, biased dense / MLP linears (modeling_persimmon.py), squared-ReLU MLP (no gate), two
+    # LayerNorms (weight and bias) per block and a final one, untied head; qk_layernorm off
+    L, D, H, F, V = 80, 8192, 64, 28672, 128256
     path = tmp_path / "big.json"
-    path.write_text(json.dumps({"model_type": "nemotron", "num_hidden_layers": L, "hidden_size": D,
-                                "num_attention_heads": H, "num_key_value_heads": KV, "intermediate_size": F,
-                                "vocab_size": V}))
-    dh = D // H
-    norm = 2 * D  # NemotronLayerNorm1P: weight and bias
-    expected = 2 * V * D + L * (D * H * dh + 2 * D * KV * dh + H * dh * D + 2 * D * F + 2 * norm) + norm
-    assert json_out("params", path)["total"] == expected
+    path.write_text(json.dumps({"model_type": "persimmon", "num_hidden_layers": L, "hidden_size": D,
+                                "num_attention_heads": H, "intermediate_size": F, "vocab_size": V,
+                                "qk_layernorm": False}))
+    norm = 2 * D
+    block = (D * 3 * D + 3 * D) + (D * D + D) + (D * F + F) + (F * D + D) + 2 * norm
+    assert json_out("params", path)["total"] == 2 * V * D + L * block + norm
     S = 4096
     data = json_out("flops", path, "--seq-len", S)
-    projections = 2 * S * (D * H * dh + 2 * D * KV * dh + H * dh * D)
-    assert data["forward_flops"] == L * (projections + 4 * S * S * H * dh + 2 * S * 2 * D * F) + 2 * S * D * V
+    projections = 2 * S * (3 * D * D + D * D)  # FlopCounterMode counts addmm's 2mnk, not the bias add
+    assert data["forward_flops"] == L * (projections + 4 * S * S * D + 2 * S * 2 * D * F) + 2 * S * D * V
 
 
 def test_the_fallback_modules_import_nothing_heavy_until_used():

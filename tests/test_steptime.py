@@ -243,19 +243,43 @@ def test_gemm_shape_model_holds_to_deepgemm_table():
 
 
 def test_attention_rates_are_the_fa3_paper_tables_on_h100():
-    """H100 SXM5, cuDNN, head dim 128: forward 595 TFLOP/s without a mask and 539 causal at 16k, 315 causal at 512;
-    the backward 516 (Shah et al. 2024 figures); head dim 192 lies between 128 and 256; FP8 at the FP8 peak's share."""
+    """H100 SXM5, the FlashAttention-3 paper's cuDNN ("cudnn-2024"), head dim 128: forward 595 TFLOP/s without a mask
+    and 539 causal at 16k, 315 causal at 512; the backward 516 (Shah et al. 2024 figures); head dim 192 lies between
+    128 and 256; FP8 at the FP8 peak's share."""
     dev = device_for("h100-sxm")
     rate = dev.attention_rate
-    assert rate("cudnn", 128, 16384, False, False) == pytest.approx(595e12)
-    assert rate("cudnn", 128, 16384, True, False) == pytest.approx(539e12)
-    assert rate("cudnn", 128, 512, True, False) == pytest.approx(315e12)
-    assert rate("cudnn", 128, 16384, False, True) == pytest.approx(516e12)
+    assert rate("cudnn-2024", 128, 16384, False, False) == pytest.approx(595e12)
+    assert rate("cudnn-2024", 128, 16384, True, False) == pytest.approx(539e12)
+    assert rate("cudnn-2024", 128, 512, True, False) == pytest.approx(315e12)
+    assert rate("cudnn-2024", 128, 16384, False, True) == pytest.approx(516e12)
     assert rate("fa2", 128, 4096, True, False) == pytest.approx(319e12)
-    assert 539e12 > rate("cudnn", 192, 16384, True, False) > 509e12  # between 128 (539) and 256 (509)
-    assert rate("cudnn", 128, 8192, True, False, fp8=True) == pytest.approx(529e12 * 1978.9 / 989.4)
-    assert rate("auto", 128, 8192, True, False) == rate("cudnn", 128, 8192, True, False)
+    assert 539e12 > rate("cudnn-2024", 192, 16384, True, False) > 509e12  # between 128 (539) and 256 (509)
+    assert rate("cudnn-2024", 128, 8192, True, False, fp8=True) == pytest.approx(529e12 * 1978.9 / 989.4)
     assert device_for("a100-80gb-sxm").attention_rate("auto", 128, 16384, False, False) == pytest.approx(0.73 * 312e12)
+
+
+def test_todays_cudnn_rates_are_the_cudnn_frontend_benchmark():
+    """cudnn-frontend's SDPA training benchmark: H200 cuDNN 9.19.1, Llama 3.1 shape (head dim 128), causal 16k: 673
+    TFLOP/s forward, 579 backward; 32k non-causal 693 / 572 (the H100 SXM shares its SMs, clocks and peak). GB200
+    cuDNN 9.22 causal 16k: 1,708 / 1,328 of a 2,500 peak; the B200 at that share of its 2,250; DeepSeek-V3's head dims
+    192/128 (160 here) 1,678 forward; beyond 32k the 32k rate; a window of 128 (gpt_oss, head dim 64) 167 / 188 on
+    GB200 and 1,024 on H200 355 / 303."""
+    h100, gb200, b200 = device_for("h100-sxm"), device_for("gb200"), device_for("b200")
+    assert h100.attention_rate("cudnn", 128, 16384, True, False) == pytest.approx(673e12)
+    assert h100.attention_rate("cudnn", 128, 16384, True, True) == pytest.approx(579e12)
+    assert h100.attention_rate("cudnn", 128, 32768, False, False) == pytest.approx(693e12)
+    assert h100.attention_rate("cudnn", 128, 32768, False, True) == pytest.approx(572e12)
+    assert h100.attention_rate("cudnn", 128, 131072, True, False) == pytest.approx(688e12)
+    assert h100.attention_rate("auto", 128, 8192, True, False) == pytest.approx(644e12)
+    assert gb200.attention_rate("cudnn", 128, 16384, True, False) == pytest.approx(1708e12)
+    assert gb200.attention_rate("cudnn", 128, 16384, True, True) == pytest.approx(1328e12)
+    assert b200.attention_rate("cudnn", 128, 16384, True, False) == pytest.approx(1708e12 / 2500 * 2250)
+    assert gb200.attention_rate("cudnn", 160, 16384, True, False) == pytest.approx(1678e12)
+    assert gb200.attention_rate("cudnn", 64, 128, True, False, windowed=True) == pytest.approx(167e12)
+    assert gb200.attention_rate("cudnn", 64, 128, True, True, windowed=True) == pytest.approx(188e12)
+    assert h100.attention_rate("cudnn", 64, 1024, True, False, windowed=True) == pytest.approx(355e12)
+    # below 2k the 2024 curve's length dependence: at 1k the measured 2k rate x 410 / 484
+    assert h100.attention_rate("cudnn", 128, 1024, True, False) == pytest.approx(484e12 * 410 / 484)
 
 
 def test_eager_attention_hand_arithmetic():
@@ -270,12 +294,37 @@ def test_eager_attention_hand_arithmetic():
     assert 2 * s * dh * s / (2 * (2 * s * dh + s * s)) < dev.mamf * 0.82 / hbm  # arithmetic intensity < ridge
     elements = heads * s * s
     fwd, bwd = eager_attention_seconds(spec, lay, 2048, dev, 2, dropout=True)
-    assert fwd == pytest.approx(mm + elements * (2 * 2 + 2 * 2 + 1) / hbm)  # softmax r+w, dropout r+w+mask
-    assert bwd == pytest.approx(2 * mm + elements * (3 * 2 + 2 * 2 + 1) / hbm)  # softmax bwd r P, r dP, w dS
+    # Megatron's causal fused softmax: reads the lower triangle, writes every row whole; dropout r + w + 1-byte mask
+    assert fwd == pytest.approx(mm + elements * (1.5 * 2 + 2 * 2 + 1) / hbm)
+    assert bwd == pytest.approx(2 * mm + elements * (2 * 2 + 2 * 2 + 1) / hbm)  # softmax bwd: r P, dP (half), w dS
     no_drop = eager_attention_seconds(spec, lay, 2048, dev, 2, dropout=False)
-    assert no_drop[0] == pytest.approx(mm + elements * 4 / hbm)
+    assert no_drop[0] == pytest.approx(mm + elements * 3 / hbm)
     with pytest.raises(LlmcalcError, match="unknown attention"):
         predict(spec, dev, lay, 2048, attention="sdpa-ish")
+
+
+def test_gemm_epilogue_scales_with_flops_per_byte():
+    """The epilogue (each output tile's store) costs GEMM_EPILOGUE_K K-steps on the fit's device, H800 FP8 (the H100
+    SXM's FP8 MAMF 1,402.6 TFLOP/s over 0.9 x 3,350 GB/s); a store takes the same bytes at the same bandwidth
+    whatever the MMA rate, so at the A100's FP16 MAMF (271.2 TFLOP/s over 0.9 x 2,039 GB/s) it is worth
+    256 x 147.8 / 465.2 = 81 K-steps: a compute-bound GEMM of K = 96 (Megatron 2021's QKᵀ) takes (96 + 81) / 96
+    of its K loop, not (96 + 256) / 96."""
+    from llmcalc.analytic import kernels
+
+    a100 = device_for("a100-80gb-sxm")
+    k_epi = 256 * (271.2e12 / (0.9 * 2039e9)) / (1402.6e12 / (0.9 * 3350e9))
+    assert 80 < k_epi < 82
+    m = n = 8192
+    k = 96
+    compute = 2 * m * n * (k + k_epi) / (a100.mamf * kernels.tile_wave_efficiency(m, n, a100.sm_count))
+    memory = 2 * (m * k + k * n + m * n) / a100.hbm
+    assert gemm_seconds(m, k, n, a100, 2) == pytest.approx((compute ** 1.5 + memory ** 1.5) ** (1 / 1.5), rel=1e-9)
+    h100 = device_for("h100-sxm")  # the fit's device and dtype: the fitted 256
+    rate = h100.gemm_rate("fp8")
+    compute = 2 * m * n * (4096 + 256) / (rate * kernels.tile_wave_efficiency(m, n, h100.sm_count))
+    memory = (m * 4096 + 4096 * n + 2 * m * n) / h100.hbm
+    assert gemm_seconds(m, 4096, n, h100, 1, rate=rate, out_bytes=2) == pytest.approx(
+        (compute ** 1.5 + memory ** 1.5) ** (1 / 1.5), rel=1e-9)
 
 
 def test_fused_qkv_and_fc1_gemms():
@@ -788,6 +837,7 @@ def test_every_prediction_says_what_it_assumed():
     (["--gpu", "a100-80gb-sxm", "--recipe", "fp8"], "no published dense fp8 peak"),
     (["--gpu", "a100-80gb-sxm", "--attention-kernel", "fa3"], "needs Hopper or Blackwell"),
     (["--gpu", "mi300x", "--attention-kernel", "cudnn"], "NVIDIA's"),
+    (["--gpu", "mi355x", "--attention-kernel", "cudnn-2024"], "NVIDIA's"),
 ])
 def test_step_options_refuse_in_one_line_where_they_do_not_apply(args, needle):
     base = list(TRAIN_8B)
@@ -1120,3 +1170,32 @@ def test_every_listed_layout_is_exact_whatever_top():
     pipelines = [row["assumptions"].get("pipeline", "one stage") for row in data["layouts"]]
     assert len(pipelines) == 25 and not [p for p in pipelines if p.startswith("lower bound")], pipelines
     assert sum(p == "simulated rank by rank" for p in pipelines) > 10  # beyond the ten a search used to simulate
+
+
+def test_lightning_indexer_is_forward_only_attention_like_work():
+    """DSA (DeepSeek-V3.2): the indexer's scores are a score matrix over query-key pairs, each CP rank's S/cp
+    queries against all S keys (half of them under the causal mask), so their time halves with cp 2 where a GEMM
+    over the rank's S/cp tokens alone would quarter; the indexer has no backward (its ops are NO_BACKWARD), so
+    removing it (index_n_heads 0) takes away forward time and no backward GEMM time."""
+    import dataclasses
+
+    from llmcalc.analytic import steptime
+
+    spec = load_model("deepseek-v3.2")
+    dev = steptime.device_for("h100-sxm")
+    seq = 32768
+
+    def ctx(cp: int, s=spec):
+        lay = make_layout(s, 64 * cp, seq, 8 * cp, tp=8, cp=cp, pp=8, micro_batch=1)
+        return steptime._Ctx(s, dev, lay, seq, steptime.RECIPES["bf16-mixed"])
+    one, two = steptime._indexer_scores_seconds(ctx(1), 0), steptime._indexer_scores_seconds(ctx(2), 0)
+    assert two == pytest.approx(one / 2, rel=1e-9)
+    # 2·S·S/2·Hi·(di + 1) FLOPs over the 8 TP ranks (QKᵀ over 64 heads of 128, then the head weighting)
+    hand = 2 * seq * seq / 2 * 64 * (128 + 1) / 8
+    assert one == pytest.approx(hand / dev.attention_rate("auto", 128, seq, True, False) / steptime.KERNEL_EFFICIENCY,
+                                rel=1e-6)
+    plain = dataclasses.replace(spec, index_n_heads=0, index_head_dim=0, index_topk=0)
+    with_idx = steptime._layer_cost_uncached(ctx(1), 3, frozenset())
+    without = steptime._layer_cost_uncached(ctx(1, plain), 3, frozenset())
+    assert with_idx.fwd > without.fwd + 0.9 * one
+    assert with_idx.bwd_weight == pytest.approx(without.bwd_weight, rel=1e-12)

@@ -69,7 +69,7 @@ def _attention(spec: ModelSpec, prefix: str, batch: int, q_len: int, kv_len: int
         ops["scores"] = _core(batch, H, q_len, kv_len, dim=qk, causal=causal)
         ops["values"] = _core(batch, H, q_len, kv_len, dim=mla.v_head_dim, causal=causal)
         ops["o_proj"] = _mm(Tq, H * mla.v_head_dim, D)
-        ops.update(_indexer(spec, layer, batch, q_len, causal))
+        ops.update(indexer_ops(spec, layer, batch, q_len, causal))
         return {f"{prefix}/{k}": v for k, v in ops.items() if v}
     dh = spec.d_head if cross else spec.layer_d_head(layer)
     kv_heads = H if cross else spec.layer_kv_heads(layer)
@@ -92,7 +92,7 @@ def _attention(spec: ModelSpec, prefix: str, batch: int, q_len: int, kv_len: int
     }
     if not cross:
         ops["compressor"] = _compressor(spec, layer, Tq)
-        ops.update(_indexer(spec, layer, batch, q_len, causal))
+        ops.update(indexer_ops(spec, layer, batch, q_len, causal))
     return {f"{prefix}/{k}": v for k, v in ops.items() if v}
 
 
@@ -103,7 +103,7 @@ def _compressor(spec: ModelSpec, layer: int, tokens: int) -> int:
     return 2 * _mm(tokens, D, dh * (2 if kind == "csa" else 1)) if kind != "none" else 0
 
 
-def _indexer(spec: ModelSpec, layer: int, batch: int, seq: int, causal: bool) -> dict[str, int]:
+def indexer_ops(spec: ModelSpec, layer: int, batch: int, seq: int, causal: bool) -> dict[str, int]:
     """The lightning indexer of layer `layer` ({} where it has none), as transformers runs it:
     - DeepSeek Sparse Attention (modeling_deepseek_v32.py DeepseekV32Indexer; GLM-5): wq_b on the query latent
       (2·T·q·Hi·di), wk (2·T·D·di), weights_proj (2·T·D·Hi); then q·kᵀ against every key, 2·B·S·Hi·di·S, and the
@@ -280,7 +280,7 @@ NO_BACKWARD = ("indexer", "indexer_scores")  # the lightning indexer's ops: no g
 
 
 def has_backward(op: str) -> bool:
-    """Whether an op runs in the backward pass: all but the lightning indexer's (``_indexer``)."""
+    """Whether an op runs in the backward pass: all but the lightning indexer's (``indexer_ops``)."""
     return op.split("/")[-1] not in NO_BACKWARD
 
 

@@ -20,10 +20,12 @@ isolated-kernel rates kept inside a step: clocks under sustained power load, lau
   measured share of it (``BLOCK_SCALED``); the quantization of each GEMM input (activations in the forward,
   output gradients in the backward, row- and column-wise) as memory-bound passes of ``QUANT_BYTES`` bytes per
   element, the effective bytes TE's own profiling measured between autocast and pre-quantized runs.
-- Attention (``attention_seconds``): the kernel's measured TFLOP/s by head dimension, sequence length and mask
-  (FlashAttention-3 paper, Shah et al. 2024, H100 SXM5 figures: FlashAttention-2, cuDNN and FlashAttention-3
-  forward by head dim 64/128/256, causal and not, and backward by head dim 64/128), scaled to other
-  generations by their measured ratios (``ATTENTION_SCALE``). The work is what the kernel runs: causal pairs for
+- Attention (``attention_seconds``): the kernel's measured TFLOP/s by head dimension, sequence length and mask:
+  today's cuDNN (Transformer Engine's default) from NVIDIA's cudnn-frontend SDPA training benchmark on H200, GB200
+  and GB300 (``CUDNN_MEASURED``, 2k-32k, causal and not, forward and backward); FlashAttention-2, FlashAttention-3
+  and the 2024 cuDNN ("cudnn-2024") from the FlashAttention-3 paper (Shah et al. 2024, H100 SXM5 figures: forward
+  by head dim 64/128/256, causal and not, and backward by head dim 64/128), scaled to other generations by their
+  measured ratios (``ATTENTION_SCALE``). The work is what the kernel runs: causal pairs for
   a decoder, the window for sliding layers, chunks for chunked attention (``ModelSpec.attended_pairs``);
   attention stays BF16 under FP8 recipes (Transformer Engine's default, fp8_dpa off) unless asked.
 - Memory-bound passes (``stream_seconds``): bytes over the achievable HBM bandwidth (``HBM_EFFICIENCY``).
@@ -46,6 +48,12 @@ HBM_EFFICIENCY = 0.9
 # GEMM shape model, fitted once to DeepGEMM's H800 FP8 table (module docstring).
 TILES = ((256, 128), (128, 256), (128, 128), (64, 128))
 GEMM_EPILOGUE_K = 256
+# The epilogue stores each output tile: a bandwidth-bound pass whose length in K-steps is its store time over one
+# K-step's MMA time, so it scales with the GEMM's FLOP/s over the HBM bandwidth. GEMM_EPILOGUE_K is the fit's device,
+# H800 FP8 (the H100 SXM's MAMF 1,402.6 TFLOP/s over its achievable 0.9 x 3,350 GB/s); a BF16 GEMM on H100 stores
+# in ~145 K-steps' time, FP16 on A100 in ~80: Megatron 2021's attention bmm with K = d_head 96 was charged 2.7 x its
+# K loop in epilogue before.
+EPILOGUE_FLOP_PER_BYTE = 1402.6e12 / (3350e9 * 0.9)
 ROOFLINE_P = 1.5
 # Block-scaled GEMMs at their measured share of the per-tensor FP8 rate: TE gemm_profiling (docs/examples/
 # gemm_profiling/gemm_profiling.rst @d0067d0) on H200 NVL, per-layer Fprop 6.503 ms (FP8 current, autocast) vs
@@ -80,7 +88,7 @@ FORWARD = {
     "fa2": {64: ((282, 306, 318, 321, 322, 324), (180, 229, 262, 284, 295, 299)),
             128: ((309, 350, 362, 368, 370, 370), (191, 260, 298, 319, 333, 335)),
             256: ((275, 313, 321, 323, 324, 326), (208, 251, 278, 293, 297, 298))},
-    "cudnn": {64: ((335, 373, 395, 408, 412, 413), (225, 288, 334, 363, 379, 388)),
+    "cudnn-2024": {64: ((335, 373, 395, 408, 412, 413), (225, 288, 334, 363, 379, 388)),
               128: ((497, 574, 617, 609, 600, 595), (315, 410, 484, 518, 529, 539)),
               256: ((470, 546, 580, 581, 580, 581), (308, 391, 450, 483, 497, 509))},
     "fa3": {64: ((333, 392, 460, 476, 496, 497), (197, 265, 371, 420, 460, 473)),
@@ -91,10 +99,47 @@ FORWARD = {
 # the forward's causal/non-causal ratio at the same length, head dim 256 the 128 figures.
 BACKWARD = {
     "fa2": {64: (198, 238, 264, 279, 287, 291), 128: (214, 260, 291, 310, 318, 322)},
-    "cudnn": {64: (266, 348, 395, 417, 432, 433), 128: (305, 408, 465, 499, 518, 516)},
+    "cudnn-2024": {64: (266, 348, 395, 417, 432, 433), 128: (305, 408, 465, 499, 518, 516)},
     "fa3": {64: (272, 363, 422, 453, 472, 474), 128: (316, 424, 501, 542, 559, 561)},
 }
 H100_BF16_PEAK = 989.4  # TFLOP/s, the figures' device
+# cuDNN as Transformer Engine runs it today ("cudnn", the default on Hopper and Blackwell), measured by NVIDIA's
+# cudnn-frontend SDPA training benchmark (benchmark/sdpa_benchmark_training, results @3929da2; TFLOP/s of the
+# pairs computed, the causal half under the causal mask: benchmark_single_sdpa.py flops()), BF16, at 2k..32k:
+# - Hopper: H200, cuDNN 9.19.1 (results/h200_919_only_cudnn/llama3.1_20260227_034703.csv): the Llama 3.1 shape, 64
+#   query / 8 KV heads, head dim 128, batch 1. The H200 has the H100 SXM's SMs, clocks, 700 W and 989.4 TFLOP/s
+#   BF16 peak; attention is compute-bound, so the rates are H100's. Against the FlashAttention-3 paper's cuDNN curve
+#   ("cudnn-2024", above) they agree at 2k (484 causal forward both) and pull ahead with length (673 against 539
+#   at 16k): the later cuDNN releases' long-sequence kernels.
+# - Blackwell (B200, GB200): GB200, cuDNN 9.22 (results/llama3.1/gb200/llama3.1_20260424_100750.csv, head dim 128,
+#   batch 2; results/dsv3/gb200/dsv3_20260424_101009.csv, DeepSeek-V3's MLA shape, 128 heads, head dims 192/128:
+#   head dim 160 here, as the step model averages Q·K and P·V widths); Blackwell Ultra (B300, GB300): the same
+#   files for gb300. Each is a share of the measured GPU's dense BF16 peak (GB200 and GB300: 2,500 TFLOP/s),
+#   applied to the device's own peak.
+# Sliding-window layers (the same benchmark's gpt_oss config: head dim 64, causal with a window, TFLOP/s of the
+# window's pairs): H200 cuDNN 9.19, window 1,024 (results/h200_919_only_cudnn/gpt_oss_20260227_034819.csv): 355
+# forward, 303 backward at 16k; GB200 / GB300 cuDNN 9.22, window 128 (results/gpt_oss/{gb200,gb300}/...): 167 / 188
+# and 173 / 200 at 16k (the rate is the same from 2k to 16k: a windowed kernel's work per query does not grow with
+# the length). A window of 128 runs at a fraction of a causal kernel over 128 tokens: every 128-query tile visits
+# the diagonal key tile and the one before it, half of it masked, for the tile's fixed loads and rescaling. Other
+# windows and head dims take the 2024 cuDNN curve's causal ratio from the measured point (window as the length).
+CUDNN_WINDOWED = {"hopper": (1024, 355.0, 303.0), "blackwell": (128, 167.0, 188.0),
+                  "blackwell-ultra": (128, 173.0, 200.0)}  # {arch: (window, forward, backward TFLOP/s)}, head dim 64
+# Head dims outside the measured ones take the FlashAttention-3 paper's cuDNN ratio between head dims at the same
+# length; lengths below 2k its cuDNN length dependence; lengths above 32k the 32k rate.
+CUDNN_SEQS = (2048, 4096, 8192, 16384, 32768)
+CUDNN_MEASURED = {  # {arch: (measured GPU's BF16 peak, {head dim: {pass: (non-causal, causal) TFLOP/s by CUDNN_SEQS}})}
+    "hopper": (989.4, {128: {"fwd": ((633, 671, 691, 702, 693), (484, 591, 644, 673, 688)),
+                             "bwd": ((504, 560, 594, 612, 572), (370, 474, 541, 579, 581))}}),
+    "blackwell": (2500.0, {128: {"fwd": ((1433, 1599, 1771, 1697, 1634), (1097, 1408, 1574, 1708, 1622)),
+                                 "bwd": ((1124, 1350, 1404, 1374, 1262), (885, 1148, 1332, 1328, 1226))},
+                           160: {"fwd": ((1492, 1666, 1759, 1812, 1584), (1072, 1406, 1585, 1678, 1743)),
+                                 "bwd": ((1048, 1175, 1125, 1088, 1086), (846, 1057, 1193, 1134, 1076))}}),
+    "blackwell-ultra": (2500.0, {128: {"fwd": ((1805, 1900, 2017, 2014, 1836), (1373, 1703, 1856, 1915, 1953)),
+                                       "bwd": ((1213, 1429, 1531, 1536, 1427), (967, 1248, 1435, 1507, 1490))},
+                                 160: {"fwd": ((1770, 1937, 2021, 2032, 1917), (1285, 1590, 1825, 1967, 1991)),
+                                       "bwd": ((1117, 1267, 1301, 1254, 1246), (914, 1143, 1291, 1302, 1289))}}),
+}
 # Each generation's attention rate as a share of its own dense BF16 peak, relative to the H100 figures above:
 # - Ampere (A100): FlashAttention-2 "reaching 50-73 % of the theoretical maximum FLOPs/s on A100" (Dao 2023,
 #   abstract): the H100 FA2 curve's shape, its best point (370 TFLOP/s, 37 % of H100's peak) set to 73 %;
@@ -115,10 +160,11 @@ ATTENTION_SCALE = {"ampere": 0.73 / (370 / H100_BF16_PEAK), "hopper": 1.0, "blac
 FORWARD_LIFT = {"blackwell-ultra": 1613.0 / 1241.0}
 # The kernel frameworks run by default (what "flash" means per generation): Transformer Engine's cuDNN fused
 # attention on Hopper and Blackwell (Megatron-Core; NVIDIA's recipes set NVTE_FUSED_ATTN), FlashAttention-2 on
-# Ampere (cuDNN is slower there: transformers PR #48163 measured 0.82x on A100), the CK/aiter kernels on CDNA.
+# Ampere (cuDNN is slower there: transformers PR #48163 measured 0.82x on A100), the CK/aiter kernels on CDNA (timed
+# as the 2024 cuDNN curve at CDNA's share, ATTENTION_SCALE; so is "cudnn" on Ampere, which CUDNN_MEASURED lacks).
 DEFAULT_KERNEL = {"ampere": "fa2", "hopper": "cudnn", "blackwell": "cudnn", "blackwell-ultra": "cudnn",
                   "cdna3": "cudnn", "cdna4": "cudnn"}
-ATTENTION_KERNELS = ("auto", "cudnn", "fa2", "fa3")
+ATTENTION_KERNELS = ("auto", "cudnn", "cudnn-2024", "fa2", "fa3")
 # FP8 attention (TE fp8_dpa): cuDNN "can achieve up to 1.2 PFLOPS in FP8" on H200 (NVIDIA blog "Accelerating
 # Transformers with NVIDIA cuDNN 9"), 61 % of the FP8 peak, as its BF16 kernel's 617 is 62 % of the BF16 peak:
 # FP8 attention runs at the BF16 shares of the FP8 peak.
@@ -166,16 +212,26 @@ class Device:
         raise LlmcalcError(f"no GEMM rate for dtype {dtype!r}")
 
     def attention_rate(self, kernel: str, head_dim: float, seq: float, causal: bool, backward: bool,
-                       fp8: bool = False) -> float:
-        """FLOP/s of the attention kernel at this shape (module docstring: the H100 tables scaled by generation)."""
+                       fp8: bool = False, windowed: bool = False) -> float:
+        """FLOP/s of the attention kernel at this shape (module docstring: the measured cuDNN tables, the H100 tables
+        scaled by generation); `windowed`: a sliding window of `seq` keys over a longer sequence."""
         kernel = DEFAULT_KERNEL[self.arch] if kernel == "auto" else kernel
+        peak = self.accelerator.peak("fp8" if fp8 else "bf16")
+        if kernel == "cudnn" and windowed and self.arch in CUDNN_WINDOWED:
+            window, fwd, bwd = CUDNN_WINDOWED[self.arch]
+            shape = (_table_rate("cudnn-2024", head_dim, seq, True, backward)
+                     / _table_rate("cudnn-2024", 64, window, True, backward))
+            return (bwd if backward else fwd) / CUDNN_MEASURED[self.arch][0] * shape * peak
+        if kernel == "cudnn" and self.arch in CUDNN_MEASURED:
+            return _cudnn_share(self.arch, head_dim, seq, causal, backward) * peak
+        if kernel == "cudnn":
+            kernel = "cudnn-2024"
         if self.arch.startswith("blackwell") and kernel == "fa3":
             scale = ATTENTION_SCALE[self.arch] * 1.3 * 617 / 648  # FlashAttention-4: 1.3 x cuDNN 9.13
-            kernel = "cudnn"
+            kernel = "cudnn-2024"
         else:
             scale = ATTENTION_SCALE[self.arch]
         h100 = _table_rate(kernel, head_dim, seq, causal, backward)
-        peak = self.accelerator.peak("fp8" if fp8 else "bf16")
         lift = 1.0 if backward else FORWARD_LIFT.get(self.arch, 1.0)
         return h100 / (H100_BF16_PEAK * 1e12) * scale * peak * lift
 
@@ -223,13 +279,39 @@ def _table_rate(kernel: str, head_dim: float, seq: float, causal: bool, backward
     return (bwd * masked / plain if causal else bwd) * 1e12
 
 
+def _cudnn_share(arch: str, head_dim: float, seq: float, causal: bool, backward: bool) -> float:
+    """Today's cuDNN rate as a share of the BF16 peak (CUDNN_MEASURED): the measured curve at the nearest measured
+    head dims (linear between them), the 2024 curve's head-dim ratio outside them and its length dependence below
+    2k."""
+    peak, table = CUDNN_MEASURED[arch]
+    dims = sorted(table)
+    ref = min(max(head_dim, dims[0]), dims[-1])
+    at = min(max(seq, CUDNN_SEQS[0]), CUDNN_SEQS[-1])
+
+    def measured(d: int) -> float:
+        return _interp(CUDNN_SEQS, table[d]["bwd" if backward else "fwd"][1 if causal else 0], at)
+    lo = max(d for d in dims if d <= ref)
+    hi = min(d for d in dims if d >= ref)
+    rate = measured(lo) if hi == lo else measured(lo) + (ref - lo) / (hi - lo) * (measured(hi) - measured(lo))
+    if seq < CUDNN_SEQS[0]:
+        rate *= _table_rate("cudnn-2024", ref, seq, causal, backward) / _table_rate("cudnn-2024", ref, at, causal,
+                                                                                     backward)
+    if head_dim != ref:
+        near = min(seq, SEQS[-1])
+        rate *= _table_rate("cudnn-2024", head_dim, near, causal, backward) / _table_rate("cudnn-2024", ref, near,
+                                                                                           causal, backward)
+    return rate / peak
+
+
 def attention_seconds(dev: Device, kernel: str, flops: float, head_dim: float, seq: float, causal: bool,
-                      backward: bool, fp8: bool = False, efficiency: float = 1.0) -> float:
+                      backward: bool, fp8: bool = False, efficiency: float = 1.0, windowed: bool = False) -> float:
     """Seconds of `flops` of attention-kernel work (the pairs it computes) at the kernel's rate for this shape;
-    `efficiency`: the in-step share of isolated-kernel rates (steptime.KERNEL_EFFICIENCY)."""
+    `efficiency`: the in-step share of isolated-kernel rates (steptime.KERNEL_EFFICIENCY); `windowed`: `seq` is a
+    sliding window over a longer sequence."""
     if flops <= 0:
         return 0.0
-    return flops / (dev.attention_rate(kernel, head_dim, seq, causal, backward, fp8=fp8) * efficiency)
+    return flops / (dev.attention_rate(kernel, head_dim, seq, causal, backward, fp8=fp8, windowed=windowed)
+                    * efficiency)
 
 
 # --- GEMMs ------------------------------------------------------------------------------------------------
@@ -257,8 +339,8 @@ def gemm_seconds(m: float, k: float, n: float, dev: Device, in_bytes: float, bat
         return 0.0
     rate = dev.mamf if rate is None else rate
     out = in_bytes if out_bytes is None else out_bytes
-    compute = 2 * m * n * (k + GEMM_EPILOGUE_K) * batch / (rate * efficiency * tile_wave_efficiency(m, n, dev.sm_count,
-                                                                                                   batch))
+    epilogue = GEMM_EPILOGUE_K * rate / dev.hbm / EPILOGUE_FLOP_PER_BYTE
+    compute = 2 * m * n * (k + epilogue) * batch / (rate * efficiency * tile_wave_efficiency(m, n, dev.sm_count, batch))
     memory = batch * (in_bytes * (m * k + k * n) + out * m * n) / (dev.hbm * efficiency)
     return (compute ** ROOFLINE_P + memory ** ROOFLINE_P) ** (1 / ROOFLINE_P)
 

@@ -63,7 +63,7 @@ from ..units import GIB, plural
 from ..validate import DEFAULT_ZERO
 from . import comm, kernels
 from .activations import ATTENTION_IMPLS
-from .flops import layer_ops, step_flops, utilization
+from .flops import has_backward, indexer_ops, layer_ops, step_flops, utilization
 from .kernels import (  # noqa: F401  (re-exported: the step model's public names)
     ATTENTION_KERNELS,
     Device,
@@ -82,7 +82,7 @@ from .pipeline import SCHEDULES, chunks_per_rank, path_bounds, simulate, stage_o
 # tables, streaming HBM) that kernels keep inside a real training step (clocks under sustained power load,
 # launch gaps, synchronisation). Fitted once, globally, to the validation set of benchmarks/bench_steptime.py
 # (least squares in log space over all rows); the benchmark reports its leave-one-source-out errors.
-KERNEL_EFFICIENCY = 0.75
+KERNEL_EFFICIENCY = 0.73
 # Load imbalance of routed experts under dropless routing with an auxiliary balance loss: tokens on the most
 # loaded EP rank / the mean. 1.0 = forced balance (Megatron-Core's --moe-router-force-load-balancing, what MoE
 # benchmarks run); published runs with real routing pass their own (--moe-imbalance).
@@ -121,8 +121,9 @@ GLOBAL_CONSTANTS = {
                                                "ml-engineering table",
     "GEMM shape model": "tile/wave quantization (256x128, 128x256, 128x128, 64x128), a 256-step epilogue, smooth "
                         "roofline p = 1.5: fitted once to DeepGEMM's H800 table (6 % rms)",
-    "attention kernels": "FlashAttention-3 paper H100 tables (FA2, cuDNN, FA3) by head dim, length, mask; scaled per "
-                         "generation (FA2 paper on A100, FA4 paper on B200)",
+    "attention kernels": "cuDNN 9.19/9.22 on H200, GB200, GB300 (cudnn-frontend SDPA benchmark); FlashAttention-3 "
+                         "paper H100 tables (FA2, 2024 cuDNN, FA3) by head dim, length, mask, scaled per generation "
+                         "(FA2 paper on A100, FA4 paper on B200)",
     f"HBM_EFFICIENCY = {kernels.HBM_EFFICIENCY}": "STREAM triad 92 % of datasheet HBM on H100",
     "FP8/FP4 quantization": "TE gemm_profiling autocast vs pre-quantized: 5.2-8.2 effective bytes per quantized "
                             "element by recipe",
@@ -525,8 +526,8 @@ def _layer_cost_uncached(ctx: _Ctx, i: int, rec: frozenset[str]) -> StageTimes: 
     elem_fwd = 0.0  # bytes
     for name, flops in ops.items():
         group, part = name.split("/")
-        if part in ("scores", "values") or part == "scan":
-            continue  # the attention core and the scans: below
+        if part in ("scores", "values", "indexer_scores") or part == "scan":
+            continue  # the attention core, the lightning indexer's scores and the scans: below
         if group == "moe" and part in ("router", "experts", "shared_experts"):
             moe_parts[part] = flops
             continue
@@ -539,6 +540,8 @@ def _layer_cost_uncached(ctx: _Ctx, i: int, rec: frozenset[str]) -> StageTimes: 
             continue
         k, n, style = _part_shape(spec, group, part, flops, T)
         f, d, w = ctx.gemm(T, k / tp if style == "row" else k, n / tp if style == "column" else n)
+        if not has_backward(name):  # the lightning indexer's projections: forward only (flops.NO_BACKWARD)
+            d = w = 0.0
         fwd, dgrad, wgrad = fwd + f, dgrad + d, wgrad + w
         if part in ("q_b_proj", "kv_b_proj") and "mla_up_proj" in rec:
             redo += f
@@ -554,6 +557,8 @@ def _layer_cost_uncached(ctx: _Ctx, i: int, rec: frozenset[str]) -> StageTimes: 
         if kind in ("attention", "shared_block"):
             a = _attention_core(ctx, i, kind)
             attn_f, attn_b, cp_f, cp_b = attn_f + a[0], attn_b + a[1], cp_f + a[2], cp_b + a[3]
+            if kind == "attention" and spec.has_indexer(i):
+                attn_f += _indexer_scores_seconds(ctx, i)
         elif kind in ("mamba2", "gated_deltanet", "mamba"):
             s_f, s_b = _scan_seconds(ctx, kind)
             attn_f, attn_b = attn_f + s_f, attn_b + s_b
@@ -668,15 +673,31 @@ def _attention_core(ctx: _Ctx, i: int, kind: str) -> tuple[float, float, float, 
                + attention_seconds(dev, kernel, 2.5 * rest, head_dim, blk, causal=False, backward=True, fp8=fp8,
                                    efficiency=eff))
     else:
+        sliding = window < S  # a window over a longer sequence (kernels.CUDNN_WINDOWED), not a short sequence
         fwd = attention_seconds(dev, kernel, work, head_dim, window, causal=True, backward=False, fp8=fp8,
-                                efficiency=ctx.eff)
+                                efficiency=ctx.eff, windowed=sliding)
         bwd = attention_seconds(dev, kernel, 2.5 * work, head_dim, window, causal=True, backward=True, fp8=fp8,
-                                efficiency=ctx.eff)
+                                efficiency=ctx.eff, windowed=sliding)
     # the kernel also reads Q, K, V and writes O (and the backward their gradients): its memory floor
     qkvo = b * S / cp * (2 * heads * (dqk + dv) / 2 + 2 * max(1.0, spec.n_kv_heads / tp) * dqk) * ctx.act
     fwd = max(fwd, stream_seconds(qkvo, dev, ctx.eff))
     bwd = max(bwd, stream_seconds(2.5 * qkvo, dev, ctx.eff))
     return fwd, bwd, *_cp_exposed(ctx, i, fwd, bwd)
+
+
+def _indexer_scores_seconds(ctx: _Ctx, i: int) -> float:
+    """Forward seconds of layer `i`'s lightning-indexer scores on this rank (DeepSeek Sparse Attention:
+    DeepSeek-V3.2, GLM-5; DeepSeek-V4's CSA layers): q·kᵀ of the index_n_heads indexer heads of index_head_dim
+    against every key (or the compressed entries), and their head weighting (``flops.indexer_ops``), for the whole
+    micro-batch sequence split over the heads of tp and the queries of cp. It is attention-like work, a
+    score matrix over query-key pairs (DeepGEMM's mqa_logits kernel), timed at the attention kernel's causal
+    forward rate for that head dim and length (an assumption: no published indexer kernel table); it has no
+    backward (``flops.NO_BACKWARD``), and its full recomputation repeats it with the layer's forward."""
+    spec, lay = ctx.spec, ctx.lay
+    flops = indexer_ops(spec, i, lay.micro_batch, ctx.seq, causal=True)["indexer_scores"] / (lay.tp * lay.cp)
+    span = ctx.seq if spec.compression(i) != "csa" else spec.compressed_entries(i, ctx.seq)
+    return attention_seconds(ctx.dev, lay.attention_kernel, flops, spec.index_head_dim, span, causal=True,
+                             backward=False, fp8=lay.fp8_attention, efficiency=ctx.eff)
 
 
 def _cp_exposed(ctx: _Ctx, i: int, fwd: float, bwd: float) -> tuple[float, float]:
@@ -803,8 +824,10 @@ def eager_attention_seconds(spec: ModelSpec, lay: Layout, seq_len: int, dev: Dev
     forward QKᵀ (S/cp x dh x S) and PV (S/cp x S x dv); backward dP = dO Vᵀ, dV = Pᵀ dO, dS K, dSᵀ Q
     (twice the forward's matmuls), each a batched GEMM on the roofline; with small dh these are bound by
     writing/reading the S² matrix, not by FLOPs. Elementwise passes over the S² matrix (act_bytes each per
-    element, read or write): softmax read + write (2), its backward reads P and dP and writes dS (3);
-    dropout reads, writes and stores a 1-byte mask (2 + mask), its backward the same."""
+    element, read or write): Megatron's causal fused softmax (scaled_upper_triang_masked_softmax.h: each row loads
+    only its first i + 1 scores, stores the whole row, zeros above the diagonal) reads half and writes all (1.5),
+    its backward reads P and dP in the lower triangle and writes all of dS (2); dropout reads, writes and stores a
+    1-byte mask (2 + mask), its backward the same."""
     heads = lay.micro_batch * spec.n_heads / lay.tp
     q, kv = seq_len / lay.cp, seq_len
     dqk = spec.mla.qk_head_dim if spec.mla is not None else spec.d_head
@@ -813,8 +836,8 @@ def eager_attention_seconds(spec: ModelSpec, lay: Layout, seq_len: int, dev: Dev
               + gemm_seconds(q, kv, dv, dev, act_bytes, batch=heads, efficiency=efficiency))
     elements = heads * q * kv
     drop = (2 * act_bytes + 1) if dropout else 0.0
-    fwd = mm_fwd + elements * (2 * act_bytes + drop) / (dev.hbm * efficiency)
-    bwd = 2 * mm_fwd + elements * (3 * act_bytes + drop) / (dev.hbm * efficiency)
+    fwd = mm_fwd + elements * (1.5 * act_bytes + drop) / (dev.hbm * efficiency)
+    bwd = 2 * mm_fwd + elements * (2 * act_bytes + drop) / (dev.hbm * efficiency)
     return fwd, bwd
 
 
@@ -1182,9 +1205,9 @@ def _check_recompute(spec: ModelSpec, lay: Layout, recompute: str, rec: Recipe, 
     if lay.attention_kernel == "fa3" and dev.arch in ("ampere", "cdna3", "cdna4"):
         raise LlmcalcError(f"--attention-kernel fa3 needs Hopper or Blackwell; {dev.accelerator.key} is {dev.arch}: "
                            f"use --attention-kernel fa2 or auto")
-    if lay.attention_kernel == "cudnn" and dev.arch in ("cdna3", "cdna4"):
-        raise LlmcalcError(f"--attention-kernel cudnn is NVIDIA's; {dev.accelerator.key} is AMD {dev.arch}: use "
-                           f"--attention-kernel auto")
+    if lay.attention_kernel in ("cudnn", "cudnn-2024") and dev.arch in ("cdna3", "cdna4"):
+        raise LlmcalcError(f"--attention-kernel {lay.attention_kernel} is NVIDIA's; {dev.accelerator.key} is AMD "
+                           f"{dev.arch}: use --attention-kernel auto")
     if rec.gemm_dtype in ("fp8", "fp4"):
         dev.gemm_rate(rec.gemm_dtype)  # one line when the device has no such tensor cores
         if rec.gemm_dtype == "fp8" and "fp8" not in dev.accelerator.peak_flops:

@@ -284,7 +284,8 @@ def step_model_options(func: F) -> F:
         click.option("--mtp-layers", type=Count(whole=True, maximum=64), default=None,
                      help="Multi-token-prediction layers on the last stage (DeepSeek-V3: 1)."),
         click.option("--attention-kernel", type=Choice(list(ATTENTION_KERNELS)), default="auto", show_default=True,
-                     help="Attention kernel timed: auto (cuDNN on Hopper/Blackwell, FlashAttention-2 on Ampere)."),
+                     help="Attention kernel timed: auto (today's cuDNN on Hopper/Blackwell, FlashAttention-2 on "
+                          "Ampere); cudnn-2024: the FlashAttention-3 paper's cuDNN curve."),
         click.option("--fp8-attention", is_flag=True, help="Run the attention core in FP8 (TE fp8_dpa; FP8/FP4 "
                                                            "recipes)."),
         click.option("--recompute-layers", type=POSITIVE_INT, default=None,
