@@ -25,7 +25,7 @@ FORMATS = ("table", "markdown", "csv", "json")  # what llmcalc.render.tables.ren
 # The step-time model's kernel and communication choices (analytic.kernels.ATTENTION_KERNELS, analytic.steptime's
 # CP_COMMS, EP_DISPATCHERS and RECOMPUTE_MODULES; tests hold them equal).
 ATTENTION_KERNELS = ("auto", "cudnn", "cudnn-2024", "fa2", "fa3")
-CP_COMMS = ("p2p", "all-gather", "a2a")
+CP_COMMS = ("p2p", "all-gather", "a2a", "a2a+p2p")
 EP_DISPATCHERS = ("alltoall", "deepep")
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp", "moe", "shared_experts", "mlp_act",
                      "alternate_mm")

@@ -824,6 +824,15 @@ def test_every_prediction_says_what_it_assumed():
     (["--moe-imbalance", 1.5], "needs a mixture-of-experts model"),
     (["--moe-imbalance", 0.5], "must be at least 1"),
     (["--mtp-layers", 1, "--mfu", 0.4], "drop it"),
+    (["--first-stage-layers", 4], "need --pp 2 or more"),
+    (["--pp", 4, "--first-stage-layers", 7], "leaves 25 of 32 layers for 3 other pipeline ranks x 1 chunks"),
+    (["--pp", 4, "--vpp", 2, "--last-stage-layers", 5], "multiple of the 2 model chunks per rank"),
+    (["--pp", 2, "--first-stage-layers", 16, "--last-stage-layers", 8], "leave 8 of 32 layers for 0 other"),
+    (["--fp8-param-gather"], "needs an FP8 or FP4 --recipe"),
+    (["--cp", 4, "--cp-comm", "a2a+p2p"], "needs --cp-a2a-size"),
+    (["--cp", 4, "--cp-a2a-size", 2], "needs --cp-comm a2a+p2p"),
+    (["--cp", 4, "--cp-comm", "a2a+p2p", "--cp-a2a-size", 4], "into 2 or more ring steps"),
+    (["--recipe", "fp8", "--zero", 0, "--fp8-param-gather"], "--zero 1 or more"),
     (["--recipe", "fp8", "--mfu", 0.4], "drop it"),
     (["--recompute-layers", 4], "needs --recompute full"),
     (["--recompute", "full", "--recompute-layers", 99], "more than the 32 layers of a pipeline chunk"),
@@ -1199,3 +1208,58 @@ def test_lightning_indexer_is_forward_only_attention_like_work():
     without = steptime._layer_cost_uncached(ctx(1, plain), 3, frozenset())
     assert with_idx.fwd > without.fwd + 0.9 * one
     assert with_idx.bwd_weight == pytest.approx(without.bwd_weight, rel=1e-12)
+
+
+def test_first_and_last_stage_layers_follow_megatron_core_offsets():
+    """Megatron-Core's get_transformer_layer_offset with num_layers_in_first/last_pipeline_stage: the first and last
+    ranks hold what they are given, split evenly over their vpp chunks; the other ranks share the rest evenly."""
+    from llmcalc.analytic.steptime import stage_split
+
+    spec = load_model("deepseek-v3")
+    lay = make_layout(spec, 1024, 4096, 8192, tp=2, etp=1, ep=64, pp=8, first_stage_layers=7, last_stage_layers=6)
+    assert stage_split(61, lay, 8) == [7] + [8] * 6 + [6]  # (61 - 7 - 6) / 6 middle ranks = 8
+    lay = make_layout(load_model("llama-3-8b"), 8, 4096, 16, pp=4, vpp=2, first_stage_layers=6, last_stage_layers=6)
+    # 20 middle layers over 2 ranks x 2 chunks = 5; ranks 0 and 3: 6 / 2 chunks = 3; stage = chunk x pp + rank
+    assert stage_split(32, lay, 8) == [3, 5, 5, 3, 3, 5, 5, 3]
+    even = make_layout(load_model("llama-3-8b"), 8, 4096, 16, pp=4, vpp=2)
+    assert stage_split(32, even, 8) == split_layers(32, 8)  # unset: the default split
+    d = train_json("--pp", 4, "--first-stage-layers", 6, "--last-stage-layers", 6)
+    assert d["layers_per_stage"] == [6, 10, 10, 6] and d["assumptions"]["stage_layers"] == {"first": 6, "last": 6}
+
+
+def test_fp8_param_gather_halves_the_weight_all_gather_only():
+    """Megatron's --fp8-param-gather all-gathers the FP8 weights (1 byte per parameter) instead of the BF16 copy
+    (2 bytes); the gradient reduce-scatter keeps its bytes (grad_bytes of the recipe)."""
+    from llmcalc.analytic.memory import RECIPES
+    from llmcalc.analytic.steptime import _dp_colls
+
+    rec = RECIPES["fp8"]
+    plain = {c.kind: c.buffer_bytes * c.count for c in _dp_colls(1e9, rec, 64, 1, 8, members=1, m=4)}
+    fp8 = {c.kind: c.buffer_bytes * c.count for c in _dp_colls(1e9, rec, 64, 1, 8, members=1, m=4, gather_bytes=1.0)}
+    assert plain["all_gather"] == pytest.approx(2e9) and fp8["all_gather"] == pytest.approx(1e9)
+    assert fp8["reduce_scatter"] == plain["reduce_scatter"] == pytest.approx(1e9 * rec.grad_bytes)
+    base = train_json("--recipe", "fp8")
+    d = train_json("--recipe", "fp8", "--fp8-param-gather")
+    assert d["breakdown_seconds"]["dp_comm"] <= base["breakdown_seconds"]["dp_comm"]
+    assert d["assumptions"]["param_gather_bytes_per_parameter"] == 1.0
+
+
+def test_hierarchical_cp_all_to_all_exposed_and_ring_hidden_at_1m():
+    """--cp-comm a2a+p2p (Megatron-Core's --hierarchical-context-parallel-sizes A P): an all-to-all of Q, K, V and O
+    over the A ranks, exposed, then the K/V ring over cp / A groups under each block. At 1M tokens the ring steps
+    hide under their blocks, so the exposed CP time is the all-to-all's, written out: llama-3.1-405b, tp 8,
+    cp 32 (A = 2), T = 2^20 / 32 tokens per rank, width 2 x 16 heads x 128 + 2 x 1 KV head x 128 at 2 bytes, forward
+    and backward, for each of the busiest stage's 32 layers and the 8 micro-batches."""
+    spec, dev, S = load_model("llama-3.1-405b"), device_for("h100-sxm", "bf16"), 1 << 20
+    lay = make_layout(spec, 1024, S, 8, tp=8, cp=32, pp=4, cp_comm="a2a+p2p", cp_a2a_size=2)
+    pred = predict(spec, dev, lay, S, causal=False, recompute="none", recipe="bf16-mixed")
+    a2a = comm.Collective("CP all-to-all", "all_to_all", 2, S / 32 * (2 * 16 * 128 + 2 * 1 * 128) * 2, stride=8)
+    assert pred.breakdown["cp_comm"] == pytest.approx(2 * a2a.seconds(dev.network) * 32 * 8)
+    ring = predict(spec, dev, make_layout(spec, 1024, S, 8, tp=8, cp=32, pp=4), S, causal=False, recompute="none",
+                   recipe="bf16-mixed")
+    assert ring.breakdown["cp_comm"] < pred.breakdown["cp_comm"]  # the plain ring hides entirely at 1M
+
+
+def test_layout_refuses_hierarchical_cp_in_one_line():
+    r = run("layout", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", 64, "--global-batch", 64, "--cp-comm", "a2a+p2p")
+    assert r.exit_code == 2 and "train --cp-a2a-size" in r.stderr and len(r.stderr.strip().splitlines()) == 1

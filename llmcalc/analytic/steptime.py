@@ -101,7 +101,7 @@ EP_OVERLAP_SHARE = 0.4
 DP_BUCKET_PARAMS = 40e6
 ORDER = "tp-cp-ep-dp-pp"  # Megatron-Core's default rank order (innermost first)
 ORDER_DIMS = ("tp", "cp", "ep", "dp", "pp")
-CP_COMMS = ("p2p", "all-gather", "a2a")
+CP_COMMS = ("p2p", "all-gather", "a2a", "a2a+p2p")
 # What a selective recomputation can re-run: Megatron-Core's --recompute-modules (core_attn, layernorm,
 # mla_up_proj, moe_act, mlp, moe, shared_experts), and two torch/JAX policies: mlp_act (the dense MLP's activation,
 # which MaxText's and torch's SAC policies re-run) and alternate_mm (torch per-op SAC, torchtitan's "op" policy:
@@ -158,9 +158,13 @@ class Layout(Parallel):
     ep_overlap: bool = False  # True: expert all-to-alls under the other micro-batch's compute
     order: str = ORDER
     cp_comm: str = "p2p"
+    cp_a2a_size: int = 0  # cp_comm "a2a+p2p": the inner (all-to-all) level's size; the ring runs over cp / it
     recompute_layers: int = 0  # with recompute "full": layers of each stage chunk that recompute (0: all)
     recompute_modules: tuple[str, ...] = ()  # with recompute "selective": what is recomputed (default core_attn)
     mtp_layers: int = 0  # multi-token prediction layers (DeepSeek-V3) on the last stage
+    first_stage_layers: int = 0  # layers of the first pipeline rank, all its chunks (0: the even split)
+    last_stage_layers: int = 0  # layers of the last pipeline rank (Megatron's num_layers_in_last_pipeline_stage)
+    fp8_param_gather: bool = False  # ZeRO / FSDP all-gather the FP8 copy of the weights (1 byte, not 2)
     attention_kernel: str = "auto"
     fp8_attention: bool = False
     moe_imbalance: float = MOE_IMBALANCE
@@ -266,8 +270,10 @@ def check_modelled(spec: ModelSpec) -> None:
                            f"{spec.name} is {spec.architecture}. Give its time with `llmcalc train --mfu ...`")
 
 
-STEP_DEFAULTS = {"ep_overlap": False, "order": ORDER, "cp_comm": "p2p", "recompute_layers": 0,
-                 "recompute_modules": (), "mtp_layers": 0, "attention_kernel": "auto", "fp8_attention": False,
+STEP_DEFAULTS = {"ep_overlap": False, "order": ORDER, "cp_comm": "p2p", "cp_a2a_size": 0,
+                 "recompute_layers": 0,
+                 "recompute_modules": (), "mtp_layers": 0, "first_stage_layers": 0,
+                 "last_stage_layers": 0, "fp8_param_gather": False, "attention_kernel": "auto", "fp8_attention": False,
                  "moe_imbalance": MOE_IMBALANCE, "ep_dispatcher": "alltoall", "fused_elementwise": True,
                  "optimizer": "adamw"}
 EP_DISPATCHERS = ("alltoall", "deepep")
@@ -321,6 +327,20 @@ def _check_step_settings(spec: ModelSpec, lay: Layout) -> None:
     _order_dims(lay.order)
     if lay.cp_comm not in CP_COMMS:
         raise LlmcalcError(f"--cp-comm must be one of {', '.join(CP_COMMS)}; got {lay.cp_comm!r}")
+    if lay.cp_a2a_size and lay.cp_comm != "a2a+p2p":
+        raise LlmcalcError("--cp-a2a-size sizes the all-to-all level of hierarchical context parallelism: it needs "
+                           "--cp-comm a2a+p2p")
+    if lay.cp_comm == "a2a+p2p":
+        a = lay.cp_a2a_size
+        if not a:
+            raise LlmcalcError("--cp-comm a2a+p2p needs --cp-a2a-size (Megatron's "
+                               "--hierarchical-context-parallel-sizes A P: the all-to-all level A)")
+        if a < 2 or lay.cp % a or a == lay.cp:
+            raise LlmcalcError(f"--cp-a2a-size {a} must divide --cp {lay.cp} into 2 or more ring steps and be at "
+                               f"least 2 (a = cp is --cp-comm a2a)")
+        if (spec.n_heads // lay.tp) % a:
+            raise LlmcalcError(f"--cp-a2a-size {a} splits the heads: {spec.n_heads} heads / tp {lay.tp} is not a "
+                               f"multiple of {a}")
     if lay.cp_comm == "a2a" and lay.cp > 1 and (spec.n_heads // lay.tp) % lay.cp:
         raise LlmcalcError(f"--cp-comm a2a splits the heads over cp: {spec.n_heads} heads / tp {lay.tp} is not a "
                            f"multiple of cp {lay.cp}; use --cp-comm p2p")
@@ -330,6 +350,7 @@ def _check_step_settings(spec: ModelSpec, lay: Layout) -> None:
     if lay.ep_overlap and lay.grad_accum < 2:
         raise LlmcalcError("--ep-overlap overlaps one micro-batch's all-to-alls with another's compute: it needs 2 "
                            "or more micro-batches per pipeline (raise --global-batch or lower --micro-batch)")
+    _check_stage_layers(spec, lay)
     if lay.mtp_layers < 0:
         raise LlmcalcError(f"--mtp-layers must be >= 0, got {lay.mtp_layers}")
     if lay.attention_kernel not in ATTENTION_KERNELS:
@@ -350,6 +371,50 @@ def _check_step_settings(spec: ModelSpec, lay: Layout) -> None:
     from .memory import OPTIMIZERS
 
     lookup(OPTIMIZERS, "optimizer", lay.optimizer)
+
+
+def stage_split(n_layers: int, lay: Layout, n_stages: int) -> list[int]:
+    """Layers per model stage: `split_layers` unless the layout fixes the first or last pipeline rank's layers.
+    Then Megatron-Core's get_transformer_layer_offset (transformer_block.py, num_layers_in_first/last_pipeline_stage
+    = --decoder-first/last-pipeline-num-layers): the first rank holds `first_stage_layers`, the last
+    `last_stage_layers`, each split evenly over its vpp chunks; the other ranks share the rest evenly (every
+    division exact, as Megatron asserts)."""
+    first, last = lay.first_stage_layers, lay.last_stage_layers
+    if not (first or last):
+        return split_layers(n_layers, n_stages)
+    v = n_stages // lay.pp
+    middle_ranks = lay.pp - bool(first) - bool(last)
+    middle = n_layers - first - last
+    per_rank = [first if r == 0 and first else last if r == lay.pp - 1 and last else
+                (middle // middle_ranks if middle_ranks else 0) for r in range(lay.pp)]
+    counts = [0] * n_stages
+    for r in range(lay.pp):
+        for c in range(v):
+            counts[stage_of(lay.schedule, r, c, lay.pp)] = per_rank[r] // v
+    return counts
+
+
+def _check_stage_layers(spec: ModelSpec, lay: Layout) -> None:
+    """--first-stage-layers / --last-stage-layers against the pipeline, one line each (Megatron's asserts)."""
+    first, last = lay.first_stage_layers, lay.last_stage_layers
+    if not (first or last):
+        return
+    if first < 0 or last < 0:
+        raise LlmcalcError("--first-stage-layers / --last-stage-layers must be >= 1")
+    if lay.pp < 2:
+        raise LlmcalcError("--first-stage-layers / --last-stage-layers set the first and last pipeline ranks' "
+                           "layers: they need --pp 2 or more")
+    v = chunks_per_rank(lay.schedule, lay.vpp)
+    for name, n in (("--first-stage-layers", first), ("--last-stage-layers", last)):
+        if n and n % v:
+            raise LlmcalcError(f"{name} {n} must be a multiple of the {v} model chunks per rank (--vpp)")
+    middle_ranks = lay.pp - bool(first) - bool(last)
+    middle = spec.n_layers - first - last
+    if middle < 0 or (middle_ranks == 0 and middle) or (middle_ranks and (middle <= 0 or middle % (middle_ranks * v))):
+        given = " and ".join(f"{name} {n}" for name, n in (("--first-stage-layers", first),
+                                                            ("--last-stage-layers", last)) if n)
+        raise LlmcalcError(f"{given} leave{'s' if not (first and last) else ''} {middle} of {spec.n_layers} layers "
+                           f"for {middle_ranks} other pipeline ranks x {v} chunks: they must divide evenly")
 
 
 def split_layers(n_layers: int, n_stages: int) -> list[int]:
@@ -658,9 +723,10 @@ def _attention_core(ctx: _Ctx, i: int, kind: str) -> tuple[float, float, float, 
     fp8 = lay.fp8_attention
     kernel = lay.attention_kernel
     window = span if span else S
-    if cp > 1 and lay.cp_comm == "p2p":  # step 0 causal on the local chunks, then cp-1 unmasked blocks
-        local = S / cp
-        first = 2 * b * heads * min(local * (local + 1) / 2, local * window) * (dqk + dv)
+    ring = cp // lay.cp_a2a_size if lay.cp_comm == "a2a+p2p" else cp  # a2a+p2p: the ring over cp / a groups
+    if ring > 1 and lay.cp_comm in ("p2p", "a2a+p2p"):  # step 0 causal on the local chunks, then unmasked blocks
+        local = S / ring  # a2a+p2p: after the all-to-all, heads / a over the a-group's S / ring tokens
+        first = 2 * b * heads * ring / cp * min(local * (local + 1) / 2, local * window) * (dqk + dv)
         rest = max(0.0, work - first)
         blk = min(window, local / 2) * math.sqrt(2)
         near, eff = min(local, window), ctx.eff
@@ -719,6 +785,22 @@ def _cp_exposed(ctx: _Ctx, i: int, fwd: float, bwd: float) -> tuple[float, float
         span = spec.span_tokens(i)
         steps = cp - 1 if not span else min(cp - 1, math.ceil(span / (ctx.seq / cp)))
         return (steps * max(0.0, step_f - fwd / cp), steps * max(0.0, step_b - bwd / cp))
+    if lay.cp_comm == "a2a+p2p":  # Megatron-Core's hierarchical CP (TE attention "a2a+p2p"): an all-to-all over
+        # heads inside each group of a ranks, then the p2p ring over the cp / a groups, each step under its block
+        a = lay.cp_a2a_size
+        ring = cp // a
+        width = spec.n_heads / tp * spec.d_head * 2 + 2 * kv_width
+        a2a = comm.Collective("CP all-to-all (Q, K, V, O)", "all_to_all", a, T * width * ctx.act,
+                              stride=strides["cp"])
+        # the ring carries the a-group's T x a tokens of K/V for heads / a (GQA: kv heads replicated below one)
+        ring_width = kv_width * a if mla is not None else max(1.0, spec.n_kv_heads / tp / a) * spec.d_head * a
+        send = comm.Collective("CP K/V ring step", "p2p", 2, 2 * T * ring_width * ctx.act,
+                               stride=strides["cp"] * a)
+        step_f, step_b = send.seconds(net), 2 * send.seconds(net)
+        span = spec.span_tokens(i)
+        steps = ring - 1 if not span else min(ring - 1, math.ceil(span / (ctx.seq / ring)))
+        return (a2a.seconds(net) + steps * max(0.0, step_f - fwd / ring),
+                a2a.seconds(net) + steps * max(0.0, step_b - bwd / ring))
     if lay.cp_comm == "all-gather":  # Llama 3: K and V gathered before the kernel, exposed on the critical path
         fwd_c, bwd_c = comm.cp_collectives(T, kv_width, ctx.act, cp, strides["cp"])
         return fwd_c.seconds(net), bwd_c.seconds(net)
@@ -1042,10 +1124,11 @@ def _stage_plan(spec: ModelSpec, n_stages: int, lay: Layout,
     lists the pipeline ranks whose chunks have the same compositions once, each as (its first rank, that rank's
     stages), in rank order (such ranks cost the same in every respect). Cached per model, stage count and
     recomputation."""
-    key = (_token(spec), n_stages, recompute, lay.recompute_layers, lay.recompute_modules)
+    key = (_token(spec), n_stages, recompute, lay.recompute_layers, lay.recompute_modules, lay.first_stage_layers,
+           lay.last_stage_layers, lay.pp, lay.schedule)
 
     def make() -> tuple[list[int], list[int], list[int], list, Callable[[str, int], list]]:
-        split = split_layers(spec.n_layers, n_stages)
+        split = stage_split(spec.n_layers, lay, n_stages)
         starts = [sum(split[:i]) for i in range(n_stages)]
         kinds = [_layer_kind(spec, i) for i in range(spec.n_layers)]
         first: dict[tuple, int] = {}  # each kind's representative, the same in every stage: its first layer
@@ -1166,7 +1249,7 @@ def _layer_cache(spec: ModelSpec, dev: Device, lay: Layout, seq: int, rec: Recip
     ep, etp and the all-to-all settings)."""
     dense = (_token(spec), dev.accelerator.key, dev.mamf, dev.mamf_fp8, dev.sm_count, dev.arch, dev.fp4_peak,
              _token(dev.network), seq, rec.name, rec.act_bytes, attention, dropout, KERNEL_EFFICIENCY, lay.tp, lay.cp,
-             lay.micro_batch, lay.sequence_parallel, lay.tp_overlap, lay.cp_comm, lay.attention_kernel,
+             lay.micro_batch, lay.sequence_parallel, lay.tp_overlap, lay.cp_comm, lay.cp_a2a_size, lay.attention_kernel,
              lay.fp8_attention, lay.fused_elementwise, lay.recompute_modules, lay.strides()["cp"])
     experts = (lay.ep, lay.expert_tp, lay.ep_overlap, lay.ep_dispatcher, lay.moe_imbalance,
                lay.expert_strides()["ep"], lay.grad_accum > 1)
@@ -1197,6 +1280,10 @@ def _check_recompute(spec: ModelSpec, lay: Layout, recompute: str, rec: Recipe, 
     if {"moe", "moe_act", "shared_experts"} & set(lay.recompute_modules) and not spec.is_moe:
         raise LlmcalcError(f"--recompute-modules moe, moe_act and shared_experts need an MoE model; {spec.name} is "
                            f"dense")
+    if lay.fp8_param_gather and not (rec.fp8 and lay.dp * lay.cp > 1 and lay.zero >= 1):
+        raise LlmcalcError("--fp8-param-gather all-gathers the FP8 copy of the weights (Megatron's "
+                           "--fp8-param-gather): it needs an FP8 or FP4 --recipe, data parallelism (dp x cp > 1) and "
+                           "--zero 1 or more")
     if lay.fp8_attention and not rec.fp8:
         raise LlmcalcError("--fp8-attention runs the attention core in FP8 (Transformer Engine fp8_dpa): it needs an "
                            "FP8 or FP4 --recipe")
@@ -1233,11 +1320,17 @@ def _assumptions(ctx: _Ctx, recompute: str) -> dict[str, Any]:
                       "exposed" if lay.dp_overlap else "exposed after the backward",
         "optimizer": lay.optimizer,
     }
+    if lay.fp8_param_gather:
+        out["param_gather_bytes_per_parameter"] = 1.0
+    if lay.first_stage_layers or lay.last_stage_layers:
+        out["stage_layers"] = {"first": lay.first_stage_layers or None, "last": lay.last_stage_layers or None}
     if rec.fp8:
         out["quantization_bytes_per_element"] = kernels.QUANT_BYTES[rec.fp8]
     if lay.cp > 1:
         out["cp_comm"] = {"p2p": "ring, each step under the previous block", "all-gather": "K/V all-gathered, exposed",
-                          "a2a": "all-to-all over heads, exposed"}[lay.cp_comm]
+                          "a2a": "all-to-all over heads, exposed",
+                          "a2a+p2p": f"all-to-all over heads in groups of {lay.cp_a2a_size} (exposed), then the "
+                                     f"ring over {lay.cp // max(1, lay.cp_a2a_size)} groups"}[lay.cp_comm]
     if ctx.spec.is_moe:
         out["moe_imbalance"] = lay.moe_imbalance
         out["ep_overlap"] = (f"under the other micro-batch's compute, {EP_OVERLAP_SMS} SMs held"
@@ -1288,7 +1381,7 @@ def _rank_dp(ctx: _Ctx, split: tuple[int, ...], v: int, ranks: list[int]) -> dic
     key = (_token(spec), dev.accelerator.key, _token(dev.network), dev.mamf, rec.name, KERNEL_EFFICIENCY, lay.tp,
            lay.cp, lay.pp, lay.dp, lay.ep, lay.expert_tp, lay.zero, lay.order,
            lay.grad_accum if lay.zero == 3 else 0,  # the micro-batch count matters to ZeRO-3's transfers only
-           lay.optimizer)
+           lay.optimizer, lay.fp8_param_gather)
     per_layer, emb, head, final, experts_per_layer, moe_before = _param_summary(spec)
     n_stages = len(split)
     starts = _cached("params", ("starts", split), lambda: [sum(split[:i]) for i in range(n_stages)])
@@ -1323,11 +1416,12 @@ def _one_rank_dp(ctx: _Ctx, params: float, experts: float, n_layers: int) -> tup
     dense = (params - experts) / lay.tp
     experts = experts / lay.expert_tp / lay.ep  # routed experts: split over ep, each over etp
     units = max(1, n_layers) + 1 if lay.zero == 3 else 0  # FSDP: one unit per layer, + embedding/head
+    gather_bytes = 1.0 if lay.fp8_param_gather else None
     secs = list(_dp_seconds(dense, rec, dense_group, lay.zero, dense_stride, members=dense_members, m=m, units=units,
-                            net=net))
+                            net=net, gather_bytes=gather_bytes))
     if experts:
         secs += _dp_seconds(experts, rec, lay.expert_dp, lay.zero, estrides["dp"], members=expert_members, m=m,
-                            units=units, net=net)
+                            units=units, net=net, gather_bytes=gather_bytes)
     if dense_group == 1 and lay.expert_dp == 1:
         secs = []
     reduce = sum(t * n for k, t, n in secs if k in ("all_reduce", "reduce_scatter"))
@@ -1365,20 +1459,25 @@ def _param_summary(spec: ModelSpec) -> tuple[float, float, float, float, float, 
 
 
 def _dp_seconds(params: float, rec: Recipe, group: int, zero: int, stride: int, members: int, m: int, units: int,
-                net: Any) -> tuple[tuple[str, float, int], ...]:
+                net: Any, gather_bytes: float | None = None) -> tuple[tuple[str, float, int], ...]:
     """(kind, seconds of one call, calls) of each of _dp_colls' collectives, once per size and group (the dense
     parameters of a rank are the same whatever its expert mesh)."""
-    key = ("dp seconds", params, rec.name, group, zero, stride, members, m if zero == 3 else 0, units, _token(net))
+    key = ("dp seconds", params, rec.name, group, zero, stride, members, m if zero == 3 else 0, units, _token(net),
+           gather_bytes)
     return _cached("params", key, lambda: tuple((c.kind, c.seconds(net), c.count) for c in _dp_colls(
-        params, rec, group, zero, stride, members=members, m=m, units=units)))
+        params, rec, group, zero, stride, members=members, m=m, units=units, gather_bytes=gather_bytes)))
 
 
 def _dp_colls(params: float, rec: Recipe, group: int, zero: int, stride: int, members: int, m: int,
-              units: int = 0) -> list[comm.Collective]:
+              units: int = 0, gather_bytes: float | None = None) -> list[comm.Collective]:
     """The DP collectives of `params` parameters, one call per bucket: Megatron's distributed optimizer buckets
     max(DP_BUCKET_PARAMS, 1 M x dp) parameters; ZeRO-3 (FSDP) one unit per layer (`units`). Each call pays its
-    ring latency ((n-1) steps), which across hundreds of ranks outweighs the bytes of a small bucket."""
-    colls = comm.dp_collectives(params, rec.grad_bytes, min(rec.weight_bytes, 2.0), group, zero=zero, stride=stride,
+    ring latency ((n-1) steps), which across hundreds of ranks outweighs the bytes of a small bucket.
+    `gather_bytes`: bytes per parameter of the weight all-gather (default the weights', at most 2 bytes: the BF16
+    copy); 1 with Megatron's --fp8-param-gather (arguments.py: "Keep the compute param in fp8 ... and perform the
+    param all-gather in fp8"; with the distributed optimizer or FSDP)."""
+    weight = min(rec.weight_bytes, 2.0) if gather_bytes is None else gather_bytes
+    colls = comm.dp_collectives(params, rec.grad_bytes, weight, group, zero=zero, stride=stride,
                                 micro_batches=m)
     calls = units or max(1, math.ceil(params / max(DP_BUCKET_PARAMS, 1e6 * group)))
     return [comm.Collective(c.name, c.kind, c.group, c.buffer_bytes / calls, c.count * calls, stride=c.stride,
@@ -1783,6 +1882,9 @@ def rank_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_ba
     losers' table compares)."""
     batch = global_batch_sequences(global_batch, global_batch_tokens, seq_len, required=True)
     assert batch is not None  # required: exactly one of the two was given
+    if step.get("cp_comm") == "a2a+p2p":
+        raise LlmcalcError("--cp-comm a2a+p2p needs its all-to-all size for one cp degree (train --cp-a2a-size); "
+                           "layout tries many: use p2p, all-gather or a2a here")
     ranked, losers, counts = search_layouts(spec, gpu, n_gpus, seq_len, global_batch=batch, causal=causal,
                                             recompute=recompute, tp_overlap=tp_overlap, progress=progress,
                                             top=max(top, 10), **{k: v for k, v in step.items() if v is not None})

@@ -259,6 +259,16 @@ def step_options(func: F) -> F:
         tp_overlap_option,
         attention_option,
         step_model_options,
+        click.option("--first-stage-layers", type=POSITIVE_INT, default=None,
+                     help="Layers on the first pipeline rank, over its --vpp chunks (Megatron's "
+                          "--decoder-first-pipeline-num-layers; the rest split evenly)."),
+        click.option("--last-stage-layers", type=POSITIVE_INT, default=None,
+                     help="Layers on the last pipeline rank (Megatron's --decoder-last-pipeline-num-layers)."),
+        click.option("--cp-a2a-size", type=POSITIVE_INT, default=None,
+                     help="With --cp-comm a2a+p2p: ranks of the inner all-to-all level (Megatron's "
+                          "--hierarchical-context-parallel-sizes A P); the ring runs over cp / A."),
+        click.option("--fp8-param-gather", is_flag=True, default=None,
+                     help="ZeRO / FSDP all-gather the FP8 weights, 1 byte each (Megatron's --fp8-param-gather)."),
         click.option("--tokens-per-second", type=QUANTITY, default=None,
                      help="Cluster-wide throughput of a past run: its achieved MFU/HFU."),
     ])
@@ -274,7 +284,8 @@ def step_model_options(func: F) -> F:
                      help="How ranks are laid out, innermost first "
                           "(Megatron-Core's default; Llama 3: tp-cp-ep-pp-dp)."),
         click.option("--cp-comm", type=Choice(list(CP_COMMS)), default="p2p", show_default=True,
-                     help="Context parallelism: p2p ring (overlapped), all-gather of K/V, or a2a over heads."),
+                     help="Context parallelism: p2p ring (overlapped), all-gather of K/V, a2a over heads, or "
+                          "a2a+p2p (hierarchical, with --cp-a2a-size)."),
         click.option("--ep-overlap/--no-ep-overlap", default=False, show_default=True,
                      help="Hide expert all-to-alls under another micro-batch's compute (1F1B A2A overlap)."),
         click.option("--ep-dispatcher", type=Choice(list(EP_DISPATCHERS)), default="alltoall", show_default=True,

@@ -21,7 +21,8 @@ def overlap_rule(lay: Layout | None = None) -> str:
     ep = ("EP all-to-alls partly under another micro-batch's compute (--ep-overlap)" if ep_overlap
           else "EP all-to-alls exposed")
     cp = {"p2p": "CP K/V ring steps each under the previous step's attention block",
-          "all-gather": "CP K/V all-gather exposed", "a2a": "CP all-to-alls exposed"}[cp_comm]
+          "all-gather": "CP K/V all-gather exposed", "a2a": "CP all-to-alls exposed",
+          "a2a+p2p": "CP all-to-alls exposed, then K/V ring steps each under the previous step's block"}[cp_comm]
     dp = ("DP reduction hidden behind the last micro-batch's backward, the weight all-gather behind the first "
           "forward, the last bucket exposed" if lay is None or lay.dp_overlap else "DP reduction after the backward")
     return f"overlap rule: {tp}; {ep}; {cp}; PP sends delay the next stage; {dp}"
