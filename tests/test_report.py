@@ -40,6 +40,19 @@ def make_report(tmp_path, *models, extra=()):
     return out
 
 
+@pytest.fixture(scope="module")
+def existing_report(tmp_path_factory):
+    """`existing_report(tmp_path)`: tmp_path/report holding a whole qwen2.5-0.5b report (make_report's, checked
+    there), built once per module and copied: the starting state of the tests of what a later run does to it."""
+    import shutil
+
+    built = make_report(tmp_path_factory.mktemp("built"), "qwen2.5-0.5b")
+
+    def copy(tmp_path):
+        return shutil.copytree(built, tmp_path / "report")
+    return copy
+
+
 def check_files(out, n_models):
     md = (out / "report.md").read_text()
     html = (out / "report.html").read_text()
@@ -173,8 +186,8 @@ def test_report_with_a_sharded_profile(tmp_path):
     assert float(rows[0]["peak_memory_bytes_m"]) == pytest.approx(rank0["peak_memory_bytes"]["measured"])
 
 
-def test_existing_report_needs_force_and_survives_a_failure(tmp_path, monkeypatch):
-    out = make_report(tmp_path, "qwen2.5-0.5b")
+def test_existing_report_needs_force_and_survives_a_failure(tmp_path, monkeypatch, existing_report):
+    out = existing_report(tmp_path)
     before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     result = run("report", "qwen2.5-0.5b", *SCENARIO, "--out", out)
     assert result.exit_code == 2 and "pass --force" in result.stderr
@@ -353,12 +366,12 @@ SIGNAL_MATRIX = [pytest.param(signame, stage, marks=() if (signame, stage) in FA
 
 
 @pytest.mark.parametrize("signame, stage", SIGNAL_MATRIX)
-def test_a_signal_at_any_stage_leaves_one_whole_report(tmp_path, monkeypatch, stage, signame):
+def test_a_signal_at_any_stage_leaves_one_whole_report(tmp_path, monkeypatch, stage, signame, existing_report):
     import importlib
     import signal
 
     sig = getattr(signal, signame)
-    out = make_report(tmp_path, "qwen2.5-0.5b")
+    out = existing_report(tmp_path)
     old = files_of(out)
     target, nth = STAGES[stage]
     module_name, attr = target.rsplit(".", 1)
@@ -402,7 +415,7 @@ def test_a_signal_at_any_stage_leaves_one_whole_report(tmp_path, monkeypatch, st
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # handlers restored
 
 
-def test_an_error_raised_while_a_signal_unwinds_is_the_interrupt(tmp_path, monkeypatch):
+def test_an_error_raised_while_a_signal_unwinds_is_the_interrupt(tmp_path, monkeypatch, existing_report):
     """A signal that lands inside matplotlib can surface as matplotlib's own error ("Invalid bounding box" from
     clean-up code the interrupt ran through; found by the real-process test below at 95 % of a run). It is the
     interrupt's doing: exit 143 and the one 'interrupted' line, the old report left as it was; not an internal
@@ -411,7 +424,7 @@ def test_an_error_raised_while_a_signal_unwinds_is_the_interrupt(tmp_path, monke
 
     import llmcalc.report.plots as plots
 
-    out = make_report(tmp_path, "qwen2.5-0.5b")
+    out = existing_report(tmp_path)
     old = files_of(out)
 
     def drawing_fails_as_the_signal_unwinds(*args, **kwargs):
@@ -569,13 +582,13 @@ def test_coinciding_lines_are_told_apart():
     assert labels == {"a on h100": (0, ""), "a on h200": (1, " (same as a on h100)"), "a on b200": (0, "")}
 
 
-def test_a_signal_inside_a_finaliser_still_interrupts(tmp_path, monkeypatch):
+def test_a_signal_inside_a_finaliser_still_interrupts(tmp_path, monkeypatch, existing_report):
     """Python drops an exception raised while a __del__ runs ("Exception ignored in ..."): the report is
     still not committed, and the one message is the interrupt."""
     import gc
     import signal
 
-    out = make_report(tmp_path, "qwen2.5-0.5b")
+    out = existing_report(tmp_path)
     old = files_of(out)
     original = plots.compute_optimal
 

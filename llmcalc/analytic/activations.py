@@ -309,6 +309,21 @@ class ActivationEstimate:
         return sum(self.per_layer.values()) + self.recompute_working_set + self.logits_and_loss
 
 
+def layer_terms(spec: ModelSpec, layer: int, batch: int, seq: int, act_bytes: float, recompute: str, attention: str,
+                dropout: bool, tp: int, sequence_parallel: bool) -> tuple[list[tuple[str, float]], float, float]:
+    """One block's part of activation_memory, per GPU and micro-batch: the (name, bytes) of what it keeps under
+    `recompute` ("full": its input, the checkpoint; "selective": all but the S² buffers), its whole saved size with
+    nothing recomputed (what it holds in its backward), and the size of what it keeps."""
+    items = layer_saved(spec, layer, batch, seq, act_bytes=act_bytes, attention=attention, dropout=dropout)
+    whole = scaled(items, tp, sequence_parallel)
+    if recompute == "full":
+        items = [Saved("block input (full recomputation checkpoint)", batch * seq * spec.d_model * act_bytes,
+                       "sequence_parallel")]
+    elif recompute == "selective":
+        items = [s for s in items if s.scope != "attention_scores"]
+    return [(s.name, s.per_rank(tp, sequence_parallel)) for s in items], whole, scaled(items, tp, sequence_parallel)
+
+
 def activation_memory(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recompute: str = "none",
                       attention: str = "flash", dropout: bool = False, tp: int = 1, sequence_parallel: bool = True,
                       layers: range | None = None, in_flight: int = 1, head: bool = True) -> ActivationEstimate:
@@ -329,18 +344,12 @@ def activation_memory(spec: ModelSpec, batch: int, seq: int, act_bytes: float, r
     per_layer: dict[str, float] = {}
     largest = own = 0.0
     for i in layers:
-        items = layer_saved(spec, i, batch, seq, act_bytes=act_bytes, attention=attention, dropout=dropout)
-        whole = scaled(items, tp, sequence_parallel)
-        if recompute == "full":
-            items = [Saved("block input (full recomputation checkpoint)", batch * seq * spec.d_model * act_bytes,
-                           "sequence_parallel")]
-        elif recompute == "selective":
-            items = [s for s in items if s.scope != "attention_scores"]
+        terms, whole, kept = layer_terms(spec, i, batch, seq, act_bytes, recompute=recompute, attention=attention,
+                                         dropout=dropout, tp=tp, sequence_parallel=sequence_parallel)
         if whole > largest:
-            largest, own = whole, scaled(items, tp, sequence_parallel)
-        for s in items:
-            value = s.per_rank(tp, sequence_parallel) * in_flight
-            per_layer[s.name] = per_layer.get(s.name, 0.0) + value
+            largest, own = whole, kept
+        for name, value in terms:
+            per_layer[name] = per_layer.get(name, 0.0) + value * in_flight
     tokens = batch * seq
     final = _norm_saved(spec, "final", tokens, spec.d_model, act_bytes) + [
         Saved("LM-head input (final norm output)", tokens * spec.d_model * act_bytes, "sequence_parallel")]

@@ -387,6 +387,30 @@ class MemoryEstimate(PhasedPeak):
         at = max((start, end), key=lambda e: e["gradients"] + e["activations"])
         return {**states, **at, "recompute working set": a.largest_layer}
 
+    def phase_peak(self) -> float:
+        """``peak`` without building the phases' dicts (a layout search evaluates thousands): phase_components' terms
+        summed in the same order, hence the same float (tests hold the two equal)."""
+        a, rec = self.activations, self.recipe
+        w, g, master, states = self.weights, self.gradients, self.master_weights, self.optimizer_states
+        acts = sum(a.per_layer.values())
+        cache = (self.autocast_cache, self.fp8_state) if rec.fp8 else (self.autocast_cache,)
+        gathered = self.zero3_gathered
+        forward = sum((w, g, master, states, acts, a.logits_and_loss, *cache, gathered) if rec.persistent_grads
+                      else (w, master, states, acts, a.logits_and_loss, *cache, gathered))
+        step = sum((w, g, master, states, self.optimizer_temporaries, *(cache if rec.fp8 else ())))
+        if not self.spec.n_layers:
+            return max(forward, step)
+        blocks = acts - a.head_saved  # _backward's two ends
+        others = blocks * (a.in_flight - 1) / a.in_flight
+        grads = g if rec.persistent_grads else None
+        head = self._dense_grads(self.head_params_on_gpu)
+        late = self._dense_grads(self.late_params_on_gpu)
+        start = (head if grads is None else grads, blocks - a.own_layer)
+        end = (g - (late if grads is None else 0.0), others)
+        at = end if end[0] + end[1] > start[0] + start[1] else start
+        backward = sum((w, master, states, *cache, gathered, *at, a.largest_layer))
+        return max(forward, backward, step)
+
     def _dense_grads(self, params: float) -> float:
         """Gradient bytes of `params` dense (non-expert) parameters on this GPU, ZeRO-2/3 sharded over dp."""
         return params / self._shard(2) * self.recipe.grad_bytes

@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import heapq
 from dataclasses import dataclass
+from itertools import accumulate, chain
 
 from ..errors import LlmcalcError
 
@@ -364,7 +365,7 @@ def _simulate_greedy(schedule: str, p: int, m: int, f_time, b_time, w_time, v: i
 
 
 def path_bound(schedule: str, p: int, m: int, f: list[float], b: list[float], w: list[float] | None = None,
-               vpp: int = 1, p2p_time: float = 0.0) -> tuple[float, bool]:  # long: the bound, then each closed form
+               vpp: int = 1, p2p_time: float = 0.0) -> tuple[float, bool]:
     """(a lower bound of the makespan, whether it is the makespan) for stage times f, b (and w for the zero-bubble
     schedules), without simulating.
 
@@ -385,45 +386,81 @@ def path_bound(schedule: str, p: int, m: int, f: list[float], b: list[float], w:
       and the LM head), without transfer time, and 1f1b with it where the last stage's extra work is at least two
       transfers: the last rank paces and never waits, so the bound through it is the makespan.
     Elsewhere (a heavier middle stage, zero-bubble schedules, ...) only a bound: simulate() gives the makespan."""
+    bound, exact, _ = path_bounds(schedule, p, m, f, b, w=w, vpp=vpp, p2p_time=p2p_time)
+    return bound, exact
+
+
+@functools.lru_cache(maxsize=256)
+def _path_plan(schedule: str, p: int, v: int) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...], tuple[int, ...]]:
+    """Per rank its stages and its first stage, and the prefix counts of rank changes along the stages (path_bound's
+    structure, which depends on the schedule's shape only)."""
+    n = p * v
+    home = [0] * n
+    ranks = []
+    for r in range(p):
+        stages = tuple(stage_of(schedule, r, c, p) for c in range(v))
+        for st in stages:
+            home[st] = r
+        ranks.append(stages)
+    hop = [0]
+    for st in range(n - 1):
+        hop.append(hop[-1] + (home[st] != home[st + 1]))
+    return tuple(ranks), tuple(min(stages) for stages in ranks), tuple(hop)
+
+
+def path_bounds(schedule: str, p: int, m: int, f: list[float], b: list[float], w: list[float] | None = None,
+                vpp: int = 1, p2p_time: float = 0.0) -> tuple[float, bool, float]:  # long: the bound, then each form
+    """path_bound with `p2p_time` and without it, in one pass: (bound, whether it is the makespan, the bound with
+    no transfer time), each the float path_bound(...) returns."""
     v = chunks_per_rank(schedule, vpp)
     n = p * v
     zb = schedule.startswith("zb")
-    ww = w if (zb and w is not None) else [0.0] * n
+    ww = w if (zb and w is not None) else None
     if p == 1 and v == 1:
-        return m * (f[0] + b[0] + ww[0]), True
-    home = [0] * n
-    firsts = []
-    for r in range(p):
-        stages = [stage_of(schedule, r, c, p) for c in range(v)]
-        for st in stages:
-            home[st] = r
-        firsts.append((r, stages))
-    best = 0.0
-    pre, hop = [0.0], [0]  # prefix sums of f + b, and of the rank changes along the stages
-    for st in range(n - 1):
-        pre.append(pre[-1] + f[st] + b[st])
-        hop.append(hop[-1] + (home[st] != home[st + 1]))
-    for _, stages in firsts:
-        s0 = min(stages)
+        one = m * (f[0] + b[0] + (ww[0] if ww is not None else 0.0))
+        return one, True, one
+    ranks, firsts, hop = _path_plan(schedule, p, v)
+    # prefix sums of f + b, added one term at a time: ((pre + f) + b), as a running total of the interleaved terms
+    pre = list(accumulate(chain.from_iterable(zip(f[:n - 1], b[:n - 1], strict=True)), initial=0.0))[::2]
+    best = plain = 0.0
+    for stages, s0 in zip(ranks, firsts, strict=True):
         busy = m * sum(f[st] + b[st] for st in stages)  # zero-bubble: a rank's weight gradients may trail its last B
-        best = max(best, pre[s0] + busy + 2 * hop[s0] * p2p_time, busy + m * sum(ww[st] for st in stages))
-    if zb or schedule == "gpipe" and p2p_time:
-        return best, False
+        own = busy + m * (sum(ww[st] for st in stages) if ww is not None else 0)
+        through = pre[s0] + busy
+        best = max(best, through + 2 * hop[s0] * p2p_time, own)
+        plain = max(plain, through + 2 * hop[s0] * 0.0, own)
+    if zb:
+        return best, False, plain
+    plain = _closed_form(schedule, p, m, f, b, v=v, p2p_time=0.0, best=plain)[1]
+    if schedule == "gpipe" and p2p_time:
+        return best, False, plain
+    exact, best = _closed_form(schedule, p, m, f, b, v=v, p2p_time=p2p_time, best=best)
+    return best, exact, plain
+
+
+def _closed_form(schedule: str, p: int, m: int, f: list[float], b: list[float], v: int, p2p_time: float,
+                 best: float) -> tuple[bool, float]:
+    """(whether the makespan is known, the makespan or `best`) for path_bounds: the closed forms of path_bound."""
+    n = p * v
     f0, b0 = f[min(1, n - 1)], b[min(1, n - 1)]
     tol_f, tol_b = 1e-12 * abs(f0), 1e-12 * abs(b0)
     same = lambda x, y: abs(x - y) <= 1e-12 * max(abs(x), abs(y), 1e-30)  # noqa: E731
-    middle = all(abs(f[s] - f0) <= tol_f and abs(b[s] - b0) <= tol_b for s in range(1, n - 1))
+    # every middle stage within the tolerance of stage 1: |x - f0| is largest at the largest and the smallest x
+    # (rounding is monotone), so the extremes decide for all
+    fm, bm = f[1:n - 1], b[1:n - 1]
+    middle = not fm or (max(fm) - f0 <= tol_f and f0 - min(fm) <= tol_f and max(bm) - b0 <= tol_b
+                        and b0 - min(bm) <= tol_b)
     uniform = middle and same(f[0], f0) and same(b[0], b0) and same(f[-1], f0) and same(b[-1], b0)
     small = p2p_time <= 0.1 * min(f)
     if uniform and small:
         T = f0 + b0
         if schedule == "interleaved":
-            return (v * m + p - 1) * T + (2 * (n - 1) * p2p_time if p > 1 else 0.0), True
+            return True, (v * m + p - 1) * T + (2 * (n - 1) * p2p_time if p > 1 else 0.0)
         if schedule in ("1f1b", "gpipe") and m % p == 0 and (schedule == "1f1b" or not p2p_time):
             extra = (2 * (p - 2) + 2 * m * (p - 1) / p) * p2p_time if schedule == "1f1b" else 0.0
-            return (m + p - 1) * T + extra, True
+            return True, (m + p - 1) * T + extra
     ends = middle and f[0] <= f0 and b[0] <= b0 and f[-1] >= f0 and b[-1] >= b0
     slack = f[-1] + b[-1] - f0 - b0 >= 2 * p2p_time  # the last stage's extra work absorbs the transfers
     if ends and schedule in ("1f1b", "interleaved") and (not p2p_time or schedule == "1f1b" and slack):
-        return best, True
-    return best, False
+        return True, best
+    return False, best

@@ -76,7 +76,7 @@ from .kernels import (  # noqa: F401  (re-exported: the step model's public name
 )
 from .memory import RECIPES, Recipe, lookup, routed_expert_params
 from .parallel import Parallel, check_degrees, check_experts, check_heads, check_stages, check_zero
-from .pipeline import SCHEDULES, chunks_per_rank, path_bound, simulate, stage_of
+from .pipeline import SCHEDULES, chunks_per_rank, path_bounds, simulate, stage_of
 
 # The one constant fitted to whole training steps: the share of the isolated-kernel rates (MAMF, the attention
 # tables, streaming HBM) that kernels keep inside a real training step (clocks under sustained power load,
@@ -478,6 +478,7 @@ class _Ctx:
     dropout: bool = False
     eff: float = KERNEL_EFFICIENCY
     cache: dict = field(default_factory=dict)
+    dense_cache: dict = field(default_factory=dict)  # the layers without routed experts: fewer fields in their key
 
     @property
     def act(self) -> float:
@@ -566,10 +567,12 @@ def _recomputes(lay: Layout, recompute: str, layer: int, first_in_chunk: int) ->
 
 
 def _layer_cost(ctx: _Ctx, i: int, rec: frozenset[str]) -> StageTimes:
-    key = (_layer_kind(ctx.spec, i), rec)
-    cached = ctx.cache.get(key)
+    kind = _layer_kind(ctx.spec, i)
+    cache = ctx.cache if kind[1] == "moe" else ctx.dense_cache  # a dense layer's cost reads no expert setting
+    key = (kind, rec)
+    cached = cache.get(key)
     if cached is None:
-        cached = ctx.cache[key] = _layer_cost_uncached(ctx, i, rec)
+        cached = cache[key] = _layer_cost_uncached(ctx, i, rec)
     return cached
 
 
@@ -1042,6 +1045,7 @@ class _Prepared:
     dp: float
     optimizer: float
     plain_bound: float = 0.0  # the bound without transfer times (its pp_comm share is bound - plain_bound)
+    groups: list = field(default_factory=list)  # the ranks of distinct chunks: (first rank, its stages) (_stage_plan)
 
     @property
     def step_bound(self) -> float:
@@ -1055,64 +1059,99 @@ def _prepare(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, caus
     rec = lookup(RECIPES, "recipe", recipe)
     lay = layout
     _check_recompute(spec, lay, recompute, rec, device)
+    cache, dense_cache = _layer_cache(spec, device, lay, seq_len, rec, attention=attention, dropout=dropout)
     ctx = _Ctx(spec, device, lay, seq_len, rec, attention=attention, dropout=dropout, eff=KERNEL_EFFICIENCY,
-               cache=_layer_cache(spec, device, lay, seq_len, rec, attention=attention, dropout=dropout))
+               cache=cache, dense_cache=dense_cache)
     v = chunks_per_rank(lay.schedule, lay.vpp)
     n_stages = lay.pp * v
-    split, starts, plan = _stage_plan(spec, n_stages, lay, recompute)
-    distinct: dict[tuple, StageTimes] = {}  # stages made of the same layers (and ends) cost the same: once each
-    stages: list[StageTimes] = []
-    for k in range(n_stages):
-        key = plan[k]
-        if key not in distinct:
-            total = StageTimes()
-            for i, rc, count in key[0]:
-                total.add(_layer_cost(ctx, i, rc), count)
-            if key[1]:
-                total.add(_embedding_times(ctx))
-            if key[2]:
-                total.add(_head_times(ctx))
-                for _ in range(lay.mtp_layers):
-                    total.add(_mtp_times(ctx, recompute))
-            distinct[key] = total
-        stages.append(distinct[key])
-    fwd = [s.fwd + s.comm_fwd for s in stages]
-    bwd_comm = [s.tp + s.cp + s.ep - s.comm_fwd for s in stages]
+    split, starts, ids, kinds, groups = _stage_plan(spec, n_stages, lay, recompute)
+    distinct = [_stage_cost(ctx, composition, recompute) for composition in kinds]
+    stages = [distinct[j] for j in ids]
+    fwd_d = [s.fwd + s.comm_fwd for s in distinct]
+    bwd_comm = [s.tp + s.cp + s.ep - s.comm_fwd for s in distinct]
     wgt: list[float] | None
     if lay.schedule.startswith("zb"):  # the weight-gradient half (W) is split off the backward
-        bwd = [s.bwd_input + c for s, c in zip(stages, bwd_comm, strict=True)]
-        wgt = [s.bwd_weight for s in stages]
+        bwd_d = [s.bwd_input + c for s, c in zip(distinct, bwd_comm, strict=True)]
+        wgt = [distinct[j].bwd_weight for j in ids]
     else:
-        bwd = [s.bwd_input + s.bwd_weight + c for s, c in zip(stages, bwd_comm, strict=True)]
+        bwd_d = [s.bwd_input + s.bwd_weight + c for s, c in zip(distinct, bwd_comm, strict=True)]
         wgt = None
-    p2p = comm.total_seconds(comm.pp_collectives(ctx.tokens, spec.d_model, ctx.act, lay.tp,
-                                                 sequence_parallel=lay.sequence_parallel,
-                                                 stride=lay.strides()["pp"]), device.network) if lay.pp > 1 else 0.0
-    bound, exact = path_bound(lay.schedule, lay.pp, lay.grad_accum, fwd, bwd, w=wgt, vpp=lay.vpp, p2p_time=p2p)
-    plain = path_bound(lay.schedule, lay.pp, lay.grad_accum, fwd, bwd, w=wgt, vpp=lay.vpp, p2p_time=0.0)[0] if p2p \
-        else bound
-    dp, opt = _dp_and_optimizer(ctx, stages, split, starts, v)
+    fwd, bwd = [fwd_d[j] for j in ids], [bwd_d[j] for j in ids]
+    p2p = _p2p_seconds(ctx) if lay.pp > 1 else 0.0
+    bound, exact, plain = path_bounds(lay.schedule, lay.pp, lay.grad_accum, fwd, bwd, w=wgt, vpp=lay.vpp, p2p_time=p2p)
+    rank_groups = groups(lay.schedule, lay.pp)
+    dp, opt = _dp_and_optimizer(ctx, stages, split, starts, v, groups=rank_groups)
     return _Prepared(ctx, causal, recompute, stages, split, fwd=fwd, bwd=bwd, wgt=wgt, p2p=p2p, bound=bound,
-                     exact=exact, dp=dp, optimizer=opt, plain_bound=plain)
+                     exact=exact, dp=dp, optimizer=opt, plain_bound=plain, groups=rank_groups)
 
 
-def _stage_plan(spec: ModelSpec, n_stages: int, lay: Layout, recompute: str) -> tuple[list[int], list[int], list]:
-    """(layers per stage, first layer of each, each stage's composition): the runs of (a representative layer of
-    one kind, what it recomputes, how many) and whether the stage holds the embedding / the LM head; cached per
-    model, stage count and recomputation."""
-    key = (spec, n_stages, recompute, lay.recompute_layers, lay.recompute_modules, lay.first_stage_layers,
+def _stage_cost(ctx: _Ctx, composition: tuple, recompute: str) -> StageTimes:
+    """One stage's StageTimes from its composition (_stage_plan's): its layers' costs times their counts, the
+    embedding and the LM head (and MTP layers) where it holds them. Stages made of the same layers cost the same,
+    in this layout and in every other with the same layer costs (kept in the layers' cost cache)."""
+    key = ("stage", composition, recompute, ctx.lay.mtp_layers)
+    total = ctx.cache.get(key)
+    if total is None:
+        runs, embedding, head = composition
+        total = StageTimes()
+        for i, rc, count in runs:
+            total.add(_layer_cost(ctx, i, rc), count)
+        if embedding:
+            total.add(_embedding_times(ctx))
+        if head:
+            total.add(_head_times(ctx))
+            for _ in range(ctx.lay.mtp_layers):
+                total.add(_mtp_times(ctx, recompute))
+        ctx.cache[key] = total
+    return total
+
+
+def _p2p_seconds(ctx: _Ctx) -> float:
+    """Seconds of one micro-batch's activation sent to the next pipeline rank (``comm.pp_collectives``), once per
+    shape."""
+    spec, lay, net = ctx.spec, ctx.lay, ctx.dev.network
+    stride = lay.strides()["pp"]
+    key = ("p2p", ctx.tokens, spec.d_model, ctx.act, lay.tp, lay.sequence_parallel, stride, _token(net))
+    return _cached("params", key, lambda: comm.total_seconds(comm.pp_collectives(
+        ctx.tokens, spec.d_model, ctx.act, lay.tp, sequence_parallel=lay.sequence_parallel, stride=stride), net))
+
+
+def _stage_plan(spec: ModelSpec, n_stages: int, lay: Layout,
+                recompute: str) -> tuple[list[int], list[int], list[int], list, Callable[[str, int], list]]:
+    """(layers per stage, first layer of each, each stage's composition as an index into the distinct compositions,
+    the distinct compositions, the rank groups): a composition is the runs of (a representative layer of one kind,
+    what it recomputes, how many) and whether the stage holds the embedding / the LM head; `groups(schedule, pp)`
+    lists the pipeline ranks whose chunks have the same compositions once, each as (its first rank, that rank's
+    stages), in rank order (such ranks cost the same in every respect). Cached per model, stage count and
+    recomputation."""
+    key = (_token(spec), n_stages, recompute, lay.recompute_layers, lay.recompute_modules, lay.first_stage_layers,
            lay.last_stage_layers, lay.pp, lay.schedule)
 
-    def make() -> tuple[list[int], list[int], list]:
+    def make() -> tuple[list[int], list[int], list[int], list, Callable[[str, int], list]]:
         split = stage_split(spec.n_layers, lay, n_stages)
         starts = [sum(split[:i]) for i in range(n_stages)]
+        kinds = [_layer_kind(spec, i) for i in range(spec.n_layers)]
+        first: dict[tuple, int] = {}  # each kind's representative, the same in every stage: its first layer
+        for i, kind in enumerate(kinds):
+            first.setdefault(kind, i)
         plan = []
         for k in range(n_stages):
             runs: dict[tuple, list] = {}  # layers of the same kind and recomputation: one cost times their count
             for i in range(starts[k], starts[k] + split[k]):
-                runs.setdefault((_layer_kind(spec, i), _recomputes(lay, recompute, i, starts[k])), [i, 0])[1] += 1
+                runs.setdefault((kinds[i], _recomputes(lay, recompute, i, starts[k])), [first[kinds[i]], 0])[1] += 1
             plan.append((tuple((i, rc, count) for (_, rc), (i, count) in runs.items()), k == 0, k == n_stages - 1))
-        return split, starts, plan
+        index: dict[tuple, int] = {}
+        ids = [index.setdefault(composition, len(index)) for composition in plan]
+
+        def groups(schedule: str, pp: int) -> list:
+            def make_groups() -> list:
+                seen: dict[tuple, tuple[int, tuple[int, ...]]] = {}
+                for r in range(pp):
+                    stages = tuple(stage_of(schedule, r, c, pp) for c in range(n_stages // pp))
+                    seen.setdefault(tuple(ids[st] for st in stages), (r, stages))
+                return list(seen.values())
+            return _cached("params", ("groups", *key, schedule, pp), make_groups)
+        return split, starts, ids, list(index), groups
     return _cached("params", key, make)
 
 
@@ -1122,9 +1161,10 @@ def _finish(prep: _Prepared, simulated: bool = True) -> StepPrediction:
     ctx, lay, spec = prep.ctx, prep.ctx.lay, prep.ctx.spec
     v = chunks_per_rank(lay.schedule, lay.vpp)
     m = lay.grad_accum
-    rank_stages = [[stage_of(lay.schedule, r, c, lay.pp) for c in range(v)] for r in range(lay.pp)]
-    busy = [m * sum(prep.fwd[st] + prep.bwd[st] + (prep.wgt[st] if prep.wgt else 0.0) for st in rank_stages[r])
-            for r in range(lay.pp)]
+    # each group of identical ranks once (their busy time is the same): the first rank of the busiest paces
+    busy = {r: m * sum(prep.fwd[st] + prep.bwd[st] + (prep.wgt[st] if prep.wgt else 0.0) for st in stages)
+            for r, stages in prep.groups}
+    rank_stages = dict(prep.groups)
     if prep.exact or not simulated:
         makespan, plain_makespan = prep.bound, prep.plain_bound
         how = "closed form (exact)" if prep.exact else "lower bound (not simulated: this layout cannot win)"
@@ -1135,9 +1175,10 @@ def _finish(prep: _Prepared, simulated: bool = True) -> StepPrediction:
         makespan = simulate(lay.schedule, lay.pp, m, prep.fwd.__getitem__, b_time=prep.bwd.__getitem__,
                             w_time=w_time, vpp=lay.vpp, p2p_time=prep.p2p).makespan if prep.p2p else plain.makespan
         plain_makespan = plain.makespan
-        busy = list(plain.busy)
+        busy = dict(enumerate(plain.busy))
+        rank_stages = {r: [stage_of(lay.schedule, r, c, lay.pp) for c in range(v)] for r in range(lay.pp)}
         how = "simulated rank by rank"
-    pace = max(range(lay.pp), key=lambda r: busy[r])
+    pace = max(busy, key=lambda r: busy[r])  # the first of the busiest (groups come in rank order)
     mine = [prep.stages[st] for st in rank_stages[pace]]
     breakdown = {
         "compute": m * sum(s.compute for s in mine),
@@ -1169,13 +1210,25 @@ def _finish(prep: _Prepared, simulated: bool = True) -> StepPrediction:
                           attention=ctx.attention, recipe=ctx.recipe.name, assumptions=assumptions)
 
 
-_CACHES: dict[str, dict] = {"layers": {}, "flops": {}, "params": {}, "acts": {}, "counts": {}}
+_CACHES: dict[str, dict] = {"layers": {}, "flops": {}, "params": {}, "acts": {}, "counts": {}, "tokens": {}}
 
 
 def clear_caches() -> None:
     """Forget what earlier predictions cached (benchmarks time a cold search)."""
     for cache in _CACHES.values():
         cache.clear()
+
+
+def _token(obj: Any) -> int:
+    """A small int standing for `obj` (a ModelSpec, a Network) in cache keys: hashing a spec's ~60 fields takes 12 us,
+    and a layout search builds keys with it thousands of times. The object is kept with its token, so its id is
+    not reused while the token stands; an equal object built anew gets its own token (a cache miss, never a wrong
+    hit)."""
+    tokens = _CACHES["tokens"]
+    entry = tokens.get(id(obj))
+    if entry is None:
+        entry = tokens[id(obj)] = (obj, len(tokens))
+    return entry[1]
 
 
 def _cached(name: str, key: Any, make: Callable[[], Any]) -> Any:
@@ -1188,21 +1241,23 @@ def _cached(name: str, key: Any, make: Callable[[], Any]) -> Any:
 
 
 def _layer_cache(spec: ModelSpec, dev: Device, lay: Layout, seq: int, rec: Recipe, attention: str,
-                 dropout: bool) -> dict:
-    """The per-layer-kind cost cache shared by every layout whose layer costs are the same: same device, recipe,
-    sequence, and the layout fields a layer's cost reads (tp, cp, micro-batch, the expert mesh, the kernels and
-    overlaps, and the strides its collectives take)."""
-    net = dev.network
-    key = (spec, dev.accelerator.key, dev.mamf, dev.mamf_fp8, dev.sm_count, dev.arch, dev.fp4_peak, net, seq,
-           rec.name, rec.act_bytes, attention, dropout, KERNEL_EFFICIENCY, lay.tp, lay.cp, lay.micro_batch, lay.ep,
-           lay.expert_tp, lay.sequence_parallel, lay.tp_overlap, lay.ep_overlap, lay.cp_comm, lay.ep_dispatcher,
-           lay.moe_imbalance, lay.attention_kernel, lay.fp8_attention, lay.fused_elementwise, lay.recompute_modules,
-           lay.strides()["cp"], lay.expert_strides()["ep"], lay.grad_accum > 1)
-    return _cached("layers", key, dict)
+                 dropout: bool) -> tuple[dict, dict]:
+    """The per-layer-kind cost caches shared by every layout whose layer costs are the same: same device, recipe,
+    sequence, and the layout fields a layer's cost reads (tp, cp, micro-batch, the kernels and overlaps, the
+    strides its collectives take, and for the MoE layers the expert mesh and its settings). Two caches: the MoE
+    layers', and the other layers', whose key leaves out the expert fields (dense layers cost the same whatever
+    ep, etp and the all-to-all settings)."""
+    dense = (_token(spec), dev.accelerator.key, dev.mamf, dev.mamf_fp8, dev.sm_count, dev.arch, dev.fp4_peak,
+             _token(dev.network), seq, rec.name, rec.act_bytes, attention, dropout, KERNEL_EFFICIENCY, lay.tp, lay.cp,
+             lay.micro_batch, lay.sequence_parallel, lay.tp_overlap, lay.cp_comm, lay.cp_a2a_size, lay.attention_kernel,
+             lay.fp8_attention, lay.fused_elementwise, lay.recompute_modules, lay.strides()["cp"])
+    experts = (lay.ep, lay.expert_tp, lay.ep_overlap, lay.ep_dispatcher, lay.moe_imbalance,
+               lay.expert_strides()["ep"], lay.grad_accum > 1)
+    return _cached("layers", dense + experts, dict), _cached("layers", dense, dict)
 
 
 def _step_flops(spec: ModelSpec, batch: int, seq: int, causal: bool, recompute: str) -> Any:
-    return _cached("flops", (spec, batch, seq, causal, recompute), lambda: step_flops(spec, batch, seq, causal,
+    return _cached("flops", (_token(spec), batch, seq, causal, recompute), lambda: step_flops(spec, batch, seq, causal,
                                                                                       recompute))
 
 
@@ -1290,17 +1345,18 @@ def _assumptions(ctx: _Ctx, recompute: str) -> dict[str, Any]:
 
 
 def _dp_and_optimizer(ctx: _Ctx, stages: list[StageTimes], split: list[int], starts: list[int],
-                      v: int) -> tuple[float, float]:
+                      v: int, groups: list) -> tuple[float, float]:
     """(exposed DP communication, optimizer seconds) of the rank holding the most parameters: each rank's
     collectives and optimizer step (``_rank_dp``, the same for every layout of these degrees) against its own
-    forward and backward of one micro-batch."""
+    forward and backward of one micro-batch; once per group of ranks whose chunks are the same (`groups`,
+    _stage_plan's: they hold the same layers and parameters)."""
     lay = ctx.lay
-    rank_stages = [[stage_of(lay.schedule, r, c, lay.pp) for c in range(v)] for r in range(lay.pp)]
     worst_dp = worst_opt = 0.0
-    for r, info in enumerate(_rank_dp(ctx, tuple(split), v)):
-        n_layers, zero3, per_f, per_b, reduce, gather, last, first, opt = info
-        fwd_one = sum(stages[st].fwd for st in rank_stages[r])
-        bwd_one = sum(stages[st].bwd_input + stages[st].bwd_weight for st in rank_stages[r])
+    infos = _rank_dp(ctx, tuple(split), v, [r for r, _ in groups])
+    for r, rank_stages in groups:
+        n_layers, zero3, per_f, per_b, reduce, gather, last, first, opt = infos[r]
+        fwd_one = sum(stages[st].fwd for st in rank_stages)
+        bwd_one = sum(stages[st].bwd_input + stages[st].bwd_weight for st in rank_stages)
         m = lay.grad_accum
         if zero3:  # FSDP: each layer's transfers under the previous layer's compute (prefetch)
             layer_f, layer_b = fwd_one / n_layers, bwd_one / n_layers
@@ -1316,70 +1372,72 @@ def _dp_and_optimizer(ctx: _Ctx, stages: list[StageTimes], split: list[int], sta
     return worst_dp, worst_opt
 
 
-def _rank_dp(ctx: _Ctx, split: tuple[int, ...], v: int) -> list[tuple]:  # long: dense, experts, ZeRO-3
-    """Per pipeline rank, what its data-parallel reductions and optimizer step cost, whatever the stage times:
-    (layers, FSDP?, one FSDP unit's forward and backward transfer, total reduce and gather seconds per step, the
-    last bucket's reduce and the first bucket's gather, optimizer seconds). Cached per layout degrees."""
+def _rank_dp(ctx: _Ctx, split: tuple[int, ...], v: int, ranks: list[int]) -> dict[int, tuple]:
+    """For pipeline ranks `ranks`, what each one's data-parallel reductions and optimizer step cost, whatever the
+    stage times: (layers, FSDP?, one FSDP unit's forward and backward transfer, total reduce and gather seconds per
+    step, the last bucket's reduce and the first bucket's gather, optimizer seconds). Cached per layout degrees and
+    the rank's parameters (ranks holding the same parameters cost the same, in this layout or another)."""
     spec, lay, dev, rec = ctx.spec, ctx.lay, ctx.dev, ctx.recipe
-    key = (spec, dev.accelerator.key, dev.network, dev.mamf, rec.name, KERNEL_EFFICIENCY, lay.tp, lay.cp, lay.pp,
-           lay.dp, lay.ep, lay.expert_tp, lay.zero, lay.order, lay.grad_accum, lay.schedule, lay.optimizer, split, v,
-           lay.fp8_param_gather)
+    key = (_token(spec), dev.accelerator.key, _token(dev.network), dev.mamf, rec.name, KERNEL_EFFICIENCY, lay.tp,
+           lay.cp, lay.pp, lay.dp, lay.ep, lay.expert_tp, lay.zero, lay.order,
+           lay.grad_accum if lay.zero == 3 else 0,  # the micro-batch count matters to ZeRO-3's transfers only
+           lay.optimizer, lay.fp8_param_gather)
+    per_layer, emb, head, final, experts_per_layer, moe_before = _param_summary(spec)
+    n_stages = len(split)
+    starts = _cached("params", ("starts", split), lambda: [sum(split[:i]) for i in range(n_stages)])
+    out = {}
+    for r in ranks:
+        params = experts = 0.0
+        n_layers = 0
+        for c in range(v):
+            st = stage_of(lay.schedule, r, c, lay.pp)
+            lo, hi = starts[st], starts[st] + split[st]
+            n_layers += hi - lo
+            params += (hi - lo) * per_layer + (emb if st == 0 else 0.0)
+            if st == n_stages - 1:
+                params += final + (head if not (spec.tie_embeddings and st == 0) else 0)  # pp > 1: a tied copy
+            experts += experts_per_layer * (moe_before[hi] - moe_before[lo])
+        out[r] = _cached("params", ("rank dp", *key, params, experts, n_layers),
+                         lambda: _one_rank_dp(ctx, params, experts, n_layers))  # noqa: B023 (called at once)
+    return out
 
-    def make() -> list[tuple]:
-        per_layer, emb, head, final, experts_per_layer, moe_before = _param_summary(spec)
-        n_stages = len(split)
-        starts = [sum(split[:i]) for i in range(n_stages)]
-        strides, estrides, per_node = lay.strides(), lay.expert_strides(), dev.network.gpus_per_node
-        dense_group = lay.dp * lay.cp  # CP ranks hold the same weights: gradients reduce over dp x cp
-        dense_members = _group_per_node([(lay.cp, strides["cp"]), (lay.dp, strides["dp"])], per_node)
-        dense_stride = strides["cp"] if lay.cp > 1 else strides["dp"]
-        expert_members = _group_per_node([(lay.expert_dp, estrides["dp"])], per_node)
-        m = lay.grad_accum
-        net = dev.network
-        out = []
-        seen: dict[tuple, tuple] = {}  # ranks holding the same parameters cost the same
-        for r in range(lay.pp):
-            params = experts = 0.0
-            n_layers = 0
-            for c in range(v):
-                st = stage_of(lay.schedule, r, c, lay.pp)
-                lo, hi = starts[st], starts[st] + split[st]
-                n_layers += hi - lo
-                params += (hi - lo) * per_layer + (emb if st == 0 else 0.0)
-                if st == n_stages - 1:
-                    params += final + (head if not (spec.tie_embeddings and st == 0) else 0)  # pp > 1: a tied copy
-                experts += experts_per_layer * (moe_before[hi] - moe_before[lo])
-            if (params, experts, n_layers) in seen:
-                out.append(seen[(params, experts, n_layers)])
-                continue
-            dense = (params - experts) / lay.tp
-            experts = experts / lay.expert_tp / lay.ep  # routed experts: split over ep, each over etp
-            units = max(1, n_layers) + 1 if lay.zero == 3 else 0  # FSDP: one unit per layer, + embedding/head
-            gather_bytes = 1.0 if lay.fp8_param_gather else None
-            allc = _dp_colls(dense, rec, dense_group, lay.zero, dense_stride, members=dense_members, m=m,
-                             units=units, gather_bytes=gather_bytes)
-            if experts:
-                allc += _dp_colls(experts, rec, lay.expert_dp, lay.zero, estrides["dp"], members=expert_members, m=m,
-                                  units=units, gather_bytes=gather_bytes)
-            if dense_group == 1 and lay.expert_dp == 1:
-                allc = []
-            secs = [(c.kind, c.seconds(net), c.count) for c in allc]
-            reduce = sum(t * n for k, t, n in secs if k in ("all_reduce", "reduce_scatter"))
-            gather = sum(t * n for k, t, n in secs if k == "all_gather")
-            last = max((t for k, t, _ in secs if k in ("all_reduce", "reduce_scatter")), default=0.0)
-            first = max((t for k, t, _ in secs if k == "all_gather"), default=0.0)
-            per_f = gather / m / 2 / (max(1, n_layers) + 1)  # one FSDP unit's forward all-gather
-            per_b = (gather / m / 2 + reduce / m) / (max(1, n_layers) + 1)
-            shard = dense_group if lay.zero >= 1 else 1
-            expert_shard = lay.expert_dp if lay.zero >= 1 else 1
-            local = dense / shard + experts / expert_shard
-            opt = _optimizer_seconds(ctx, local, [per_layer] * n_layers, dense_group if lay.zero >= 1 else 1,
-                                     dense + experts)
-            seen[(params, experts * lay.expert_tp * lay.ep, n_layers)] = info = (
-                max(1, n_layers), lay.zero == 3, per_f, per_b, reduce, gather, last, first, opt)
-            out.append(info)
-        return out
-    return _cached("params", key, make)
+
+def _one_rank_dp(ctx: _Ctx, params: float, experts: float, n_layers: int) -> tuple:
+    """_rank_dp for one rank holding `params` parameters (`experts` of them routed experts) in `n_layers` layers."""
+    spec, lay, dev, rec = ctx.spec, ctx.lay, ctx.dev, ctx.recipe
+    per_layer = _param_summary(spec)[0]
+    strides, estrides, per_node = lay.strides(), lay.expert_strides(), dev.network.gpus_per_node
+    dense_group = lay.dp * lay.cp  # CP ranks hold the same weights: gradients reduce over dp x cp
+    dense_members = _group_per_node([(lay.cp, strides["cp"]), (lay.dp, strides["dp"])], per_node)
+    dense_stride = strides["cp"] if lay.cp > 1 else strides["dp"]
+    expert_members = _group_per_node([(lay.expert_dp, estrides["dp"])], per_node)
+    m = lay.grad_accum
+    net = dev.network
+    dense = (params - experts) / lay.tp
+    experts = experts / lay.expert_tp / lay.ep  # routed experts: split over ep, each over etp
+    units = max(1, n_layers) + 1 if lay.zero == 3 else 0  # FSDP: one unit per layer, + embedding/head
+    gather_bytes = 1.0 if lay.fp8_param_gather else None
+    secs = list(_dp_seconds(dense, rec, dense_group, lay.zero, dense_stride, members=dense_members, m=m, units=units,
+                            net=net, gather_bytes=gather_bytes))
+    if experts:
+        secs += _dp_seconds(experts, rec, lay.expert_dp, lay.zero, estrides["dp"], members=expert_members, m=m,
+                            units=units, net=net, gather_bytes=gather_bytes)
+    if dense_group == 1 and lay.expert_dp == 1:
+        secs = []
+    reduce = sum(t * n for k, t, n in secs if k in ("all_reduce", "reduce_scatter"))
+    gather = sum(t * n for k, t, n in secs if k == "all_gather")
+    last = max((t for k, t, _ in secs if k in ("all_reduce", "reduce_scatter")), default=0.0)
+    first = max((t for k, t, _ in secs if k == "all_gather"), default=0.0)
+    per_f = per_b = 0.0  # one FSDP unit's forward and backward transfers (ZeRO-3 only)
+    if lay.zero == 3:
+        per_f = gather / m / 2 / (max(1, n_layers) + 1)
+        per_b = (gather / m / 2 + reduce / m) / (max(1, n_layers) + 1)
+    shard = dense_group if lay.zero >= 1 else 1
+    expert_shard = lay.expert_dp if lay.zero >= 1 else 1
+    local = dense / shard + experts / expert_shard
+    opt = _optimizer_seconds(ctx, local, [per_layer] * n_layers, dense_group if lay.zero >= 1 else 1,
+                             dense + experts)
+    return max(1, n_layers), lay.zero == 3, per_f, per_b, reduce, gather, last, first, opt
 
 
 def _param_summary(spec: ModelSpec) -> tuple[float, float, float, float, float, list[int]]:
@@ -1397,7 +1455,17 @@ def _param_summary(spec: ModelSpec) -> tuple[float, float, float, float, float, 
         for i in range(spec.n_layers):
             before.append(before[-1] + spec.is_moe_layer(i))
         return layer + norms, emb, head, final, experts, before
-    return _cached("params", spec, make)
+    return _cached("params", ("summary", _token(spec)), make)
+
+
+def _dp_seconds(params: float, rec: Recipe, group: int, zero: int, stride: int, members: int, m: int, units: int,
+                net: Any, gather_bytes: float | None = None) -> tuple[tuple[str, float, int], ...]:
+    """(kind, seconds of one call, calls) of each of _dp_colls' collectives, once per size and group (the dense
+    parameters of a rank are the same whatever its expert mesh)."""
+    key = ("dp seconds", params, rec.name, group, zero, stride, members, m if zero == 3 else 0, units, _token(net),
+           gather_bytes)
+    return _cached("params", key, lambda: tuple((c.kind, c.seconds(net), c.count) for c in _dp_colls(
+        params, rec, group, zero, stride, members=members, m=m, units=units, gather_bytes=gather_bytes)))
 
 
 def _dp_colls(params: float, rec: Recipe, group: int, zero: int, stride: int, members: int, m: int,
@@ -1618,8 +1686,9 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             oom.append((lay, peak, tries[-1] + (" and ZeRO-3" if zero == 3 else "")))
             continue
         counts["fit"] += 1
-        prepared.append((_prepare(spec, dev, replace(lay, zero=zero), seq_len, causal, recompute=rc, recipe=recipe,
-                                  attention="flash", dropout=False), peak))
+        lay = lay if zero == lay.zero else replace(lay, zero=zero)
+        prepared.append((_prepare(spec, dev, lay, seq_len, causal, recompute=rc, recipe=recipe, attention="flash",
+                                  dropout=False), peak))
     prepared.sort(key=lambda pp: pp[0].step_bound)
     best: list[float] = []  # the `top` smallest exact steps so far, ascending
     ranked = []
@@ -1641,14 +1710,14 @@ def _least_that_fits(spec: ModelSpec, lay: Layout, seq_len: int, tries: list[str
     gradients sharded too, at three weight/gradient transfers per micro-batch) where dp > 1;
     (None, last stage tried, its peak) when nothing fits. Memory is `memory.training_memory`'s, computed through
     `training_peak` (the same arithmetic, each distinct layer kind's activations once)."""
-    even = _cached("params", ("even", spec, lay.pp),
+    even = _cached("params", ("even", _token(spec), lay.pp),
                    lambda: spec.with_layers(math.ceil(spec.n_layers / lay.pp) * lay.pp))
     peak, zero = 0.0, 1
-    par = Parallel(tp=lay.tp, cp=lay.cp, pp=lay.pp, dp=lay.dp, ep=lay.ep, etp=lay.etp, sequence_parallel=True)
     for zero in (1, 3) if lay.dp > 1 else (1,):
+        par = Parallel(tp=lay.tp, cp=lay.cp, pp=lay.pp, dp=lay.dp, ep=lay.ep, etp=lay.etp, sequence_parallel=True,
+                       zero=zero)
         for rc in tries:
-            peak = training_peak(even, lay.micro_batch, seq_len, recipe, optimizer, recompute=rc,
-                                 parallel=replace(par, zero=zero))
+            peak = training_peak(even, lay.micro_batch, seq_len, recipe, optimizer, recompute=rc, parallel=par)
             if peak <= capacity:
                 return rc, zero, peak
     return None, zero, peak
@@ -1659,7 +1728,7 @@ def training_peak(spec: ModelSpec, batch: int, seq_len: int, recipe: str, optimi
     """`memory.training_memory(...).peak` (flash attention, no dropout, fused optimizer), evaluated with each distinct
     piece once: the parameters per model, each layer kind's saved activations per (micro-batch, sequence, tp,
     recompute), then summed by count (tests hold it equal to training_memory)."""
-    key = (spec, batch, seq_len, recipe, optimizer, recompute, parallel)
+    key = (_token(spec), batch, seq_len, recipe, optimizer, recompute, parallel)
     return _cached("counts", key, lambda: _training_peak(spec, batch, seq_len, recipe, optimizer, recompute=recompute,
                                                          parallel=parallel))
 
@@ -1673,7 +1742,7 @@ def _training_peak(spec: ModelSpec, batch: int, seq_len: int, recipe: str, optim
     rec = RECIPES[recipe]
     opt = OPTIMIZERS[optimizer]
     tp, pp, ep, etp = parallel.tp, parallel.pp, parallel.ep, parallel.expert_tp
-    comps, biggest = _cached("params", ("comps", spec), lambda: (count_params(spec).components,
+    comps, biggest = _cached("params", ("comps", _token(spec)), lambda: (count_params(spec).components,
                                                                  largest_tensor(spec)))
     layer, norms, emb, head, final = _layer_params(spec, comps)
     per_stage = spec.n_layers // pp
@@ -1700,7 +1769,8 @@ def _training_peak(spec: ModelSpec, batch: int, seq_len: int, recipe: str, optim
     return max(MemoryEstimate(spec=spec, recipe=rec, optimizer=opt, parallel=parallel, batch=batch, seq_len=seq,
                               recompute=recompute, attention="flash", params_on_gpu=params, activations=acts,
                               stage=name, zero3_gathered=gathered, largest_tensor=biggest / tp,
-                              expert_params_on_gpu=experts, head_params_on_gpu=head_p, late_params_on_gpu=late_p).peak
+                              expert_params_on_gpu=experts, head_params_on_gpu=head_p,
+                              late_params_on_gpu=late_p).phase_peak()
                for name, params, acts, head_p, late_p in stages)
 
 
@@ -1709,28 +1779,46 @@ def _activations(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recomp
     """activations.activation_memory over layers start..stop, each distinct layer kind (layer_parts, MoE or not)
     computed on one layer and counted (activation_memory sums the same per-layer tensors)."""
     def make() -> Any:
-        from .activations import ActivationEstimate, activation_memory
+        from .activations import ActivationEstimate, activation_memory, layer_terms
 
-        kinds: dict[tuple, list[int]] = {}
-        for i in range(start, stop):
-            kinds.setdefault((spec.layer_parts(i), spec.is_moe_layer(i)), [i, 0])[1] += 1
+        def one_layer(i: int) -> tuple[dict[str, float], float, float, float]:
+            """activation_memory over layer i alone: (per_layer, recompute working set, largest layer, own layer);
+            its terms once whatever the micro-batches in flight, then summed as activation_memory sums them."""
+            terms, whole, kept = _cached("acts", ("terms", token, batch, seq, act_bytes, recompute, tp, sp, i),
+                                         lambda: layer_terms(spec, i, batch, seq, act_bytes, recompute=recompute,
+                                                             attention="flash", dropout=False, tp=tp,
+                                                             sequence_parallel=sp))
+            one: dict[str, float] = {}
+            for name, value in terms:
+                one[name] = one.get(name, 0.0) + value * in_flight
+            largest, own = (whole, kept) if whole > 0.0 else (0.0, 0.0)
+            return one, largest if recompute == "full" else 0.0, largest, own
+
+        def group() -> list:  # each distinct layer kind of start..stop: its first layer and how many
+            kinds: dict[tuple, list[int]] = {}
+            for i in range(start, stop):
+                kinds.setdefault((spec.layer_parts(i), spec.is_moe_layer(i)), [i, 0])[1] += 1
+            return list(kinds.values())
+
         per_layer: dict[str, float] = {}
         largest = biggest = own = 0.0  # as activation_memory: the first largest block (layer order) and its own
-        for i, count in kinds.values():
-            one = activation_memory(spec, batch, seq, act_bytes, recompute, tp=tp, sequence_parallel=sp,
-                                    layers=range(i, i + 1), in_flight=in_flight, head=False)
-            for name, value in one.per_layer.items():
+        for i, count in _cached("acts", ("kinds", token, start, stop), group):
+            one, working_set, largest_layer, own_layer = one_layer(i)
+            for name, value in one.items():
                 per_layer[name] = per_layer.get(name, 0.0) + value * count
-            largest = max(largest, one.recompute_working_set)
-            if one.largest_layer > biggest:
-                biggest, own = one.largest_layer, one.own_layer
-        whole = activation_memory(spec, batch, seq, act_bytes, recompute, tp=tp, sequence_parallel=sp,
-                                  layers=range(0), in_flight=in_flight, head=head)
+            largest = max(largest, working_set)
+            if largest_layer > biggest:
+                biggest, own = largest_layer, own_layer
+        # the final norm, LM head and loss: the same whatever the micro-batches in flight
+        whole = _cached("acts", ("head", token, batch, seq, act_bytes, recompute, tp, sp, head),
+                        lambda: activation_memory(spec, batch, seq, act_bytes, recompute, tp=tp, sequence_parallel=sp,
+                                                  layers=range(0), head=head))
         for name, value in whole.per_layer.items():
             per_layer[name] = per_layer.get(name, 0.0) + value
         return ActivationEstimate(per_layer, largest, whole.logits_and_loss, largest_layer=biggest, own_layer=own,
                                   head_saved=whole.head_saved, in_flight=in_flight)
-    return _cached("acts", (spec, batch, seq, act_bytes, recompute, tp, sp, start, stop, in_flight, head), make)
+    token = _token(spec)
+    return _cached("acts", (token, batch, seq, act_bytes, recompute, tp, sp, start, stop, in_flight, head), make)
 
 
 def _describe(lay: Layout, rc: str | None = None) -> str:
@@ -1787,9 +1875,11 @@ class LayoutSearch:
 def rank_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_batch: int | None = None,
                  global_batch_tokens: float | None = None, causal: bool = False, recompute: str | None = None,
                  tp_overlap: bool = False, progress: Callable[[int], Callable[[], None]] | None = None,
-                 **step: Any) -> LayoutSearch:
+                 top: int = 10, **step: Any) -> LayoutSearch:
     """`llmcalc layout`: search_layouts for the global batch given in sequences or tokens; no layout that fits
-    is an error naming what to change. `step`: the recipe and STEP_DEFAULTS' settings, for every layout."""
+    is an error naming what to change. `step`: the recipe and STEP_DEFAULTS' settings, for every layout; `top`:
+    how many layouts are listed, each of them exact (search_layouts; at least the ten best are, whose figures the
+    losers' table compares)."""
     batch = global_batch_sequences(global_batch, global_batch_tokens, seq_len, required=True)
     assert batch is not None  # required: exactly one of the two was given
     if step.get("cp_comm") == "a2a+p2p":
@@ -1797,7 +1887,7 @@ def rank_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_ba
                            "layout tries many: use p2p, all-gather or a2a here")
     ranked, losers, counts = search_layouts(spec, gpu, n_gpus, seq_len, global_batch=batch, causal=causal,
                                             recompute=recompute, tp_overlap=tp_overlap, progress=progress,
-                                            **{k: v for k, v in step.items() if v is not None})
+                                            top=max(top, 10), **{k: v for k, v in step.items() if v is not None})
     if not ranked:
         raise LlmcalcError(f"no layout of {spec.name} fits on {n_gpus:,} x {gpu} at seq {seq_len} with global batch "
                            f"{batch} (of the layouts tried, {counts['oom']:,} do not fit in memory and "

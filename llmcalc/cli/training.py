@@ -120,7 +120,7 @@ def layout(ctx: click.Context, model: str, gpu: str, n_gpus: int, seq_len: int, 
     with progress_bars("layouts") as progress:
         search = rank_layouts(spec, gpu, n_gpus, seq_len, global_batch=global_batch,
                               global_batch_tokens=global_batch_tokens, causal=causal, recompute=recompute,
-                              tp_overlap=tp_overlap, progress=progress, **typed(ctx, step))
+                              tp_overlap=tp_overlap, progress=progress, top=top, **typed(ctx, step))
     emit(document(search, top, recompute), fmt)
 
 
