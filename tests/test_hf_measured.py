@@ -19,6 +19,7 @@ from clirun import cli_json, one_line_error  # noqa: E402
 from llmcalc.analytic.inference import kv_layers  # noqa: E402
 from llmcalc.analytic.memory import training_memory  # noqa: E402
 from llmcalc.analytic.params import count_params  # noqa: E402
+from llmcalc.analytic.vllm import kv_groups  # noqa: E402
 from llmcalc.fallback import FORCE_ENV, load_measured  # noqa: E402
 from llmcalc.spec import spec_from_hf  # noqa: E402
 
@@ -79,6 +80,18 @@ def test_gemma3_sliding_layers_stop_at_their_window(tmp_path, monkeypatch):
     assert [k.elements_per_token * 2 for k in measured.kv] == [layer.bytes_per_token for layer in kv_layers(spec)]
 
 
+@pytest.mark.parametrize("hf", [LLAMA, GEMMA3], ids=["llama", "gemma3"])
+def test_measured_cache_gives_vllm_the_formulas_kv_layers(tmp_path, monkeypatch, hf):
+    """MeasuredModel.kv_layers: the records vLLM's hybrid allocator groups, from the cache transformers allocated,
+    equal inference.kv_layers' from the config (llama: 4 full layers of 2·2·64 x 2 B = 512 B per token; gemma3: two
+    sliding layers of span 32 (31 tokens kept + the new one) and one full layer of 2·2·16 x 2 B = 128 B), and so
+    do the groups vLLM makes of them."""
+    measured, spec = forced(tmp_path, monkeypatch, hf)
+    assert measured.kv_layers("bf16") == kv_layers(spec, "bf16")
+    assert measured.kv_layers("fp8") == kv_layers(spec, "fp8")
+    assert kv_groups(measured.kv_layers(), 16) == kv_groups(kv_layers(spec), 16)
+
+
 def test_hybrid_linear_attention_state_is_per_sequence(tmp_path, monkeypatch):
     measured, spec = forced(tmp_path, monkeypatch, QWEN3_NEXT)
     assert measured.total == count_params(spec).total
@@ -87,6 +100,12 @@ def test_hybrid_linear_attention_state_is_per_sequence(tmp_path, monkeypatch):
     assert [k.state_elements for k in measured.kv] == [layer.state_bytes / 2 for layer in analytic]
     assert [k.elements_per_token for k in measured.kv[3:]] == [analytic[3].bytes_per_token / 2]
     assert {t.ep for t in measured.tensors if ".experts." in t.name} == {"grouped_gemm"}
+    # as vLLM's allocator records: conv window (2·2·16 + 4·16 = 128 channels x kernel 4 = 512 elements) at bf16 and
+    # recurrent state (4 value heads x 16 x 16 = 1,024) at fp32 = 1,024 + 4,096 B, where llmcalc's formula has all
+    # 1,536 at bf16 (3,072 B); the full-attention layer's record is the formula's
+    mine = measured.kv_layers()
+    assert [layer.state_bytes for layer in mine[:3]] == [512 * 2 + 1024 * 4] * 3
+    assert mine[3] == analytic[3]
 
 
 @pytest.mark.parametrize("name", ["codegen-tiny", "arcee-tiny"])

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import LlmcalcError
+from .inference import KvLayer
 
 COLWISE = ("colwise", "colwise_gather_output", "packed_colwise", "local_colwise")
 ROWWISE = ("rowwise", "local_rowwise")
@@ -152,6 +153,26 @@ class MeasuredModel:
 
     def largest_tensor(self, tp: int) -> float:
         return max((t.per_rank(tp) for t in self.tensors if t.trainable), default=0.0)
+
+    def kv_layers(self, kv_dtype: str = "bf16") -> list[KvLayer]:
+        """The measured cache as ``inference.kv_layers``' records (what vLLM's hybrid allocator, vllm.kv_groups,
+        groups), one rank: a layer whose cache grows keeps `elements_per_token` at the KV dtype per token, a
+        "sliding" layer where the cache stopped at `cap_tokens` (span = cap + 1: transformers'
+        DynamicSlidingWindowLayer keeps window - 1 past tokens, ``KvLayer.cached_tokens``; a chunked layer is
+        cached the same way and cannot be told apart from the measurement), "full" otherwise; a layer with
+        elements that do not grow adds a "state" record of those elements at the bytes transformers allocated
+        them (after its attention record, as ``inference.kv_layers`` orders a parallel mixer's)."""
+        from ..dtypes import dtype_bytes
+
+        b = dtype_bytes(kv_dtype)
+        out: list[KvLayer] = []
+        for k in self.kv:
+            if k.elements_per_token:
+                kind, span = ("sliding", k.cap_tokens + 1) if k.cap_tokens is not None else ("full", 0)
+                out.append(KvLayer(k.layer, kind, k.elements_per_token * b, span=span))
+            if k.state_elements:
+                out.append(KvLayer(k.layer, "state", state_bytes=k.state_elements * k.element_bytes))
+        return out
 
     @property
     def tied(self) -> bool:
