@@ -227,3 +227,74 @@ def test_text_model_without_a_causal_lm_class_gets_the_checkpoints_head(tmp_path
     assert outer.lm_head.bias is None
     assert data["total"] == text + head
     assert data["components"].get("head/lm_head", 0) == head and data["tied_embeddings"] is tied
+
+
+# --- serve --------------------------------------------------------------------------------------------------------
+
+SERVE = dict(max_model_len=4096)
+
+
+@pytest.mark.parametrize("hf", [LLAMA, GEMMA3], ids=["llama", "gemma3"])
+def test_serve_forced_through_transformers_matches_the_formula(tmp_path, monkeypatch, hf):
+    """vLLM's accounting fed from the measured record against the formula path's on the same config. Equal: the
+    activation peak (the MLP width from the tp_plan), the KV groups. The weights differ by exactly vLLM's rotary
+    cos/sin cache (max_position_embeddings x head_dim x 2 B, a buffer, not a parameter), which the measured path
+    does not count; so its KV memory is that much larger, its blocks that many block bytes more."""
+    from llmcalc.analytic.measured_serving import measured_serving
+    from llmcalc.analytic.serving import plan_serving
+    from llmcalc.spec import load_hardware
+
+    measured, spec = forced(tmp_path, monkeypatch, {**hf, "max_position_embeddings": 8192}, seq=None)
+    gpu = load_hardware("h100-sxm")
+    mine, ref = measured_serving(measured, gpu, **SERVE), plan_serving(spec, gpu, **SERVE)
+    rotary = 8192 * {"llama": 64, "gemma3_text": 16}[hf["model_type"]] * 2  # positions x head_dim x 2 B
+    assert ref.weights_bytes_per_gpu - mine.weights_bytes_per_gpu == rotary
+    assert mine.activation_bytes == ref.activation_bytes
+    assert mine.groups == ref.groups and mine.kv_bytes_per_token == ref.kv_bytes_per_token
+    assert mine.kv_cache_bytes - ref.kv_cache_bytes == rotary
+    block = ref.kv_block_bytes  # llama: 16 tokens x 512 B x 4 layers; gemma3: 16 x 128 B x 2 (the group size)
+    assert mine.kv_blocks - ref.kv_blocks in (rotary // block, -(-rotary // block))
+    # concurrency: blocks / blocks a 4,096-token request needs over all groups, the same in both
+    assert mine.blocks_per_sequence == ref.blocks_per_sequence
+    assert mine.vllm_max_concurrency == mine.kv_blocks / mine.blocks_per_sequence
+
+
+@pytest.mark.parametrize("name", ["codegen-tiny", "arcee-tiny"])
+def test_serve_of_a_model_without_a_formula_end_to_end(name):
+    data = cli_json("serve", str(CONFIGS / f"{name}.json"), "--gpu", "h100-sxm", "--max-model-len", "4096")
+    assert data["method"] == "transformers"
+    assert set(data["measured_from"]) == {"weights", "kv_cache", "activation_peak", "throughput"}
+    hf = {k: v for k, v in json.loads((CONFIGS / f"{name}.json").read_text()).items() if not k.startswith("_")}
+    model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**hf))
+    n = sum(p.numel() for p in model.parameters())
+    # bf16, the 1,000 vocabulary rows of embedding and (untied) head padded to 1,024 (x 64 wide, codegen's head
+    # bias 1,000 -> 1,024 too)
+    pad = 24 * 64 * 2 + (24 if name.startswith("codegen") else 0)
+    assert data["weights_bytes_per_gpu"] == 2 * (n + pad)
+    width = 4 * 16 if name.startswith("codegen") else 2 * 16  # K and V elements per layer: heads x 16
+    assert data["kv_bytes_per_token"] == 2 * 2 * width * 2  # 2 layers x (K, V) x width x 2 B
+    # profiling run: 8,192 tokens x (MLP: codegen fc_in + fc_out 2 x 256, arcee up + down 2 x 128, + 3 x 64) x 2 B
+    # against the sampler over 1,024 rows x 1,000 x 14 B + 8,192 x 64 x 2 B
+    mlp = 2 * 256 if name.startswith("codegen") else 2 * 128
+    assert data["activation_peak_bytes_per_gpu"] == max(8192 * (mlp + 3 * 64) * 2, 1024 * 1000 * 14 + 8192 * 64 * 2)
+    assert data["kv_blocks"] == data["kv_cache_memory_bytes_per_gpu"] // (16 * data["kv_bytes_per_token"])
+    assert data["max_concurrent_sequences"] == data["kv_blocks"] // (4096 // 16)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--n-gpus", "2"], "--n-gpus 2: arcee is measured by transformers on one GPU"),
+    (["--concurrency", "4"], "--concurrency: arcee is measured by transformers on one GPU"),
+    (["--gpu-memory-utilization", "0"], "--gpu-memory-utilization"),
+])
+def test_serve_bad_input_is_one_line(argv, words):
+    assert words in one_line_error("serve", str(CONFIGS / "arcee-tiny.json"), "--gpu", "h100-sxm", *argv)
+
+
+def test_serve_without_a_length_or_of_a_moe_is_one_line(tmp_path, monkeypatch):
+    assert "gives no max_position_embeddings; pass --max-model-len" in one_line_error(
+        "serve", str(CONFIGS / "codegen-tiny.json"), "--gpu", "h100-sxm")
+    path = tmp_path / "qwen3_next.json"
+    path.write_text(json.dumps(QWEN3_NEXT))
+    monkeypatch.setenv(FORCE_ENV, "1")
+    assert "vLLM's fused-MoE workspace" in one_line_error("serve", str(path), "--gpu", "h100-sxm", "--max-model-len",
+                                                          "4096")

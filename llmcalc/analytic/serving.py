@@ -162,6 +162,11 @@ class ServeEstimate:
                               self.max_num_seqs)
 
     @property
+    def vocab_size(self) -> int:
+        """Rows of the dummy sampler's logits (the vocabulary)."""
+        return self.spec.vocab_size
+
+    @property
     def act_bytes(self) -> float:
         return 4.0 if self.compute_dtype == "fp32" else 2.0
 

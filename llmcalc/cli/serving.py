@@ -6,8 +6,9 @@ from typing import Any
 
 import click
 
+from ..errors import LlmcalcError
 from ..validate import MAX_GENERATE
-from .common import emit, load_hardware, load_measured, load_model
+from .common import emit, load_hardware, load_measured
 from .options import (
     LENGTH,
     POSITIVE_INT,
@@ -56,12 +57,22 @@ def serve(ctx: click.Context, model: str, gpu: str, weight_dtype: str | None, kv
     Weights as the checkpoint ships them, the memory vLLM sees per GPU and its hybrid paged KV cache, concurrent
     sequences at the max length, throughput against concurrency; with --concurrency, the fewest GPUs and the layout
     that serve it."""
+    from ..analytic.measured import MeasuredModel
     from ..analytic.serving import plan_capacity, plan_serving
     from ..views.serve import capacity_document, document
 
-    spec, device = load_model(model), load_hardware(gpu)
+    spec, device = load_measured(model), load_hardware(gpu)
     dtypes: dict[str, Any] = dict(weight_dtype=weight_dtype, kv_dtype=kv_dtype, compute_dtype=compute_dtype)
     targets = {k: vllm.pop(k) for k in ("concurrency", "ttft", "tokens_per_second")}
+    if isinstance(spec, MeasuredModel):
+        from ..analytic.measured_serving import measured_serving
+
+        if targets["concurrency"] is not None:
+            raise LlmcalcError(f"--concurrency: {spec.model_type} is measured by transformers on one GPU (its layout "
+                               "search over tp, pp and dp is not measured); drop --concurrency")
+        refuse_unused(ctx, ("ttft", "tokens_per_second"), "without --concurrency (the targets of its search)")
+        measured = measured_serving(spec, device, n_gpus, **dtypes, **vllm)
+        return emit(document(measured), fmt, measured.warnings)
     if targets["concurrency"] is None:
         refuse_unused(ctx, ("ttft", "tokens_per_second"), "without --concurrency (the targets of its search)")
         est = plan_serving(spec, device, n_gpus, **dtypes, **vllm)

@@ -37,7 +37,33 @@ def group_rows(est: ServeEstimate) -> list[dict[str, Any]]:
     return rows
 
 
+def _measured_from(est: ServeEstimate) -> dict[str, str]:
+    """What each figure of a model transformers measured comes from (the JSON's `measured_from`)."""
+    from ..analytic.measured_serving import MeasuredServe, mlp_width
+
+    assert isinstance(est, MeasuredServe)
+    model = est.model
+    return {
+        "weights": f"the {len(model.tensors)} parameter tensors of {model.cls} built by transformers "
+                   f"{model.transformers_version}: the layer stack's matrices at {est.weight_dtype}, embeddings, head, "
+                   "norms and biases at 16 bits, vocabulary rows padded to 64 (vLLM's VocabParallelEmbedding); the "
+                   "rotary cos/sin cache vLLM makes at load is a buffer the record does not hold, not counted",
+        "kv_cache": f"the elements per token of each of the {len(model.kv)} layers of the cache transformers "
+                    f"allocated ({', '.join(sorted({k.cache_class for k in model.kv}))}) at {est.kv_dtype}; a layer "
+                    "that stopped growing is a sliding window of its cap + 1 tokens (vLLM's hybrid allocator groups "
+                    "these records)",
+        "activation_peak": f"the profiling forward's MLP transient from transformers' tensor-parallel plan: "
+                           f"{mlp_width(model):,} (colwise output rows + rowwise input columns per layer) + 3 x "
+                           f"{est.d_model:,} (the embedding's width) per token; the sampler over the LM head's "
+                           f"{est.vocab_size:,} rows",
+        "throughput": "the roofline of `infer`'s measured model (FlopCounterMode's decode step)",
+    }
+
+
 def serve_document(est: ServeEstimate) -> Document:
+    from ..analytic.measured_serving import MeasuredServe
+
+    measured = isinstance(est, MeasuredServe)
     spec, gpu, tp = est.spec, est.accelerator, est.tp
     tokens, seqs = est.batch_defaults
     throughput = est.throughput()
@@ -75,8 +101,10 @@ def serve_document(est: ServeEstimate) -> Document:
                 + (f"per replica, {est.total_concurrent_sequences:,} over {est.dp} replicas " if est.dp > 1 else "")
                 + f"({est.kv_blocks:,} KV blocks per GPU; vLLM logs \"GPU KV cache size: {est.kv_cache_tokens:,} "
                 f"tokens\")",
-                f"weights {fmt_bytes(est.served_weights_bytes)} as served ({est.weights.describe()}); "
-                + checkpoint_line(est.spec, est.checkpoint_bytes), spec.describe()]
+                f"weights {fmt_bytes(est.served_weights_bytes)} as served ({est.weights.describe()})"
+                + ("" if measured else "; " + checkpoint_line(est.spec, est.checkpoint_bytes)), spec.describe()]
+    if measured:
+        data = {"model": data.pop("model"), "method": "transformers", **data, "measured_from": _measured_from(est)}
     tables = [_throughput_table(est, throughput), _memory_table(est)]
     if len(groups) > 1 or est.has_windows_kept:
         tables.append(_groups_table(est, groups))
@@ -93,7 +121,7 @@ def _memory_table(est: ServeEstimate) -> Table:
         {"name": f"weights ({est.weight_dtype}{', typed' if est.weights.typed else ', as shipped'})",
          "bytes": est.weights_bytes_per_gpu},
         {"name": f"activation peak (profiling run: {tokens:,} tokens, sampler over {min(tokens, seqs):,} x "
-                 f"{est.spec.vocab_size:,})", "bytes": est.activation_bytes},
+                 f"{est.vocab_size:,})", "bytes": est.activation_bytes},
         {"name": "non-torch memory (cuBLAS, NCCL, context where charged)", "bytes": est.non_torch_bytes},
     ]
     if est.version.cudagraphs:
@@ -122,6 +150,10 @@ def _groups_table(est: ServeEstimate, rows: list[dict[str, Any]]) -> Table:
 
 
 def _kv_formula(est: ServeEstimate) -> str:
+    from ..analytic.measured_serving import MeasuredServe
+
+    if isinstance(est, MeasuredServe):
+        return f"the cache transformers allocated, per layer, at {est.kv_dtype}"
     spec = est.spec
     if spec.mla is not None:
         return (f"MLA latent: {spec.n_layers} layers x ({spec.mla.kv_lora_rank} + {spec.mla.qk_rope_head_dim}) x "
@@ -150,7 +182,13 @@ def _memory_notes(est: ServeEstimate) -> list[str]:
         f"split by tp) - non-torch memory" + (" - CUDA graphs" if v.cudagraphs else "")
         + f"; max_num_batched_tokens {tokens:,} and max_num_seqs {seqs:,}"
         + (" as typed" if est.max_num_batched_tokens or est.max_num_seqs else " (vllm serve's defaults for this GPU)"),
-    ] + est.weights.notes() + serving_conventions(est.roofline(1, est.max_model_len))
+    ] + est.weights.notes()
+    from ..analytic.measured_serving import MeasuredServe
+
+    if isinstance(est, MeasuredServe):
+        notes += [f"measured by transformers: {k.replace('_', ' ')}: {v}" for k, v in _measured_from(est).items()]
+    else:
+        notes += serving_conventions(est.roofline(1, est.max_model_len))
     if est.pp > 1 or est.dp > 1 or est.expert_parallel:
         notes.append(f"layout: {est.pp} pipeline stage{'s' if est.pp > 1 else ''} of tp {est.tp} (vLLM's "
                      f"get_pp_indices; the last stage samples and holds the LM head; vLLM takes the fewest blocks of "

@@ -1,0 +1,191 @@
+"""`serve` of a model transformers measured: ``serving.ServeEstimate``'s vLLM accounting, fed from the record.
+
+``MeasuredServe`` keeps every line of vLLM's arithmetic (requested memory, non-torch and CUDA-graph charges, the hybrid
+allocator's groups and blocks, concurrency, the roofline throughput) and takes what it knows of the model from
+``measured.MeasuredModel``:
+
+- weights as vLLM loads them: every parameter tensor transformers built, the layer stack's matrices (2-D and wider)
+  at the weight dtype, the rest at 16 bits (``measured_inference``'s convention); the embedding and LM-head rows
+  padded to a multiple of 64 as vLLM's VocabParallelEmbedding / ParallelLMHead pad them (vllm.VOCAB_PADDING). Not
+  counted: the rotary cos/sin cache vLLM makes at load (max_position_embeddings x rotary dim x 2 B,
+  vllm.rotary_cache_bytes), a buffer the record of parameters does not hold; a config with a quantization_config is
+  refused (its shipped formats are described per llmcalc component, which a measured model has not);
+- the KV cache: ``MeasuredModel.kv_layers``, the records vLLM's hybrid allocator groups (vllm.kv_groups), from the
+  cache transformers allocated (a layer that stopped growing is a sliding window of cap + 1 tokens);
+- the profiling run's activation peak (vllm.activation_peak): the forward's largest transient, T·(C + R + 3D)·a,
+  where C + R is the MLP's width from transformers' tensor-parallel plan: the output rows of the colwise and the
+  input columns of the rowwise 2-D weights outside the attention modules (gated: gate + up + down = 3F; plain:
+  fc_in + fc_out = 2F, as vllm.forward_peak's 3F / 2F), D the embedding's width; the dummy sampler over the LM
+  head's rows (the vocabulary). A MoE (tensors in the expert-parallel plan) is refused: vLLM's fused-MoE workspace
+  needs the expert width per routed token, which the plan does not single out;
+- one GPU, one stage, one replica: how transformers' cache splits over tensor-parallel ranks is not measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from ..errors import LlmcalcError
+from ..hardware import Accelerator
+from .inference import KvLayer, bytes_per_weight, resolve_dtypes
+from .measured import COLWISE, ROWWISE, MeasuredModel
+from .measured_inference import SIXTEEN_BITS, MeasuredInference
+from .quant import WeightFormat
+from .serving import ServeEstimate, Stage
+from .vllm import (
+    VOCAB_PADDING,
+    cudagraph_bytes,
+    kv_groups,
+    non_torch_bytes,
+    round_up,
+    sampler_peak,
+    vllm_version,
+)
+
+
+def mlp_width(model: MeasuredModel) -> int:
+    """Per layer: the output rows of the colwise and the input columns of the rowwise 2-D weights of the layer stack
+    outside the attention modules (transformers' tp_plan), in every layer alike."""
+    mlp = [t for t in model.tensors if t.role == "layer" and len(t.shape) == 2 and t.head_dim is None
+           and (t.tp in COLWISE or t.tp in ROWWISE)]
+    if not mlp:
+        raise LlmcalcError(f"serve: {model.model_type}'s tensor-parallel plan names no MLP projection, so the MLP "
+                           "width vLLM's profiling run holds (its activation peak) cannot be measured")
+    if {t.count for t in mlp} != {model.n_layers}:
+        raise LlmcalcError(f"serve: {model.model_type}'s layers differ in their MLP projections, so the activation "
+                           "peak of vLLM's profiling run cannot be measured as one layer's")
+    return sum(t.shape[0] if t.tp in COLWISE else t.shape[1] for t in mlp)
+
+
+@dataclass(frozen=True)
+class MeasuredServe(ServeEstimate):
+    """``spec`` holds the MeasuredModel; every member of ServeEstimate that reads a ModelSpec is overridden."""
+
+    @property
+    def model(self) -> MeasuredModel:
+        model = self.spec
+        assert isinstance(model, MeasuredModel), "MeasuredServe without its record"
+        return model
+
+    def __post_init__(self) -> None:
+        util = self.gpu_memory_utilization
+        if util is not None and not 0 < util <= 1:
+            raise LlmcalcError(f"--gpu-memory-utilization must be in (0, 1], got {util:g}")
+        if not isinstance(self.max_model_len, int) or self.max_model_len < 1:
+            raise LlmcalcError(f"--max-model-len must be a whole number >= 1, got {self.max_model_len!r}")
+        clash = [name for bad, name in ((self.tp > 1, f"--n-gpus {self.tp}"), (self.pp > 1, f"--pp {self.pp}"),
+                                        (self.dp > 1, f"--dp {self.dp}"),
+                                        (self.expert_parallel, "--enable-expert-parallel")) if bad]
+        if clash:
+            raise LlmcalcError(f"{', '.join(clash)}: {self.model.model_type} is measured by transformers on one GPU "
+                               "(how its cache and experts split over ranks is not measured); serve it on one GPU")
+        if any(t.ep for t in self.model.tensors):
+            raise LlmcalcError(f"serve: {self.model.model_type} is a MoE measured by transformers; vLLM's fused-MoE "
+                               "workspace in its profiling run needs the expert width per routed token, which is not "
+                               "measured")
+
+    @property
+    def block(self) -> int:
+        return self.block_size or 16  # FlashAttention's (vllm.default_block_size; MLA is not told from the cache)
+
+    @property
+    def warnings(self) -> list[str]:
+        longest = self.model.max_seq_len
+        if longest is not None and self.max_model_len > longest:
+            return [f"{self.max_model_len:,} tokens exceed {self.model.name}'s max_position_embeddings "
+                    f"({longest:,}); the figures are computed anyway"]
+        return []
+
+    def _bytes(self, t) -> float:
+        wide = t.role == "layer" and len(t.shape) >= 2
+        per = bytes_per_weight(self.weight_dtype) if wide else SIXTEEN_BITS
+        rows = round_up(t.shape[0], VOCAB_PADDING) / t.shape[0] if t.role in ("embedding", "head") else 1.0
+        return t.numel * t.count * per * rows
+
+    @cached_property
+    def d_model(self) -> int:
+        return next(t.shape[-1] for t in self.model.tensors if t.role == "embedding")
+
+    @property
+    def vocab_size(self) -> int:
+        role = "embedding" if self.model.tied else "head"
+        return next(t.shape[0] for t in self.model.tensors if t.role == role and len(t.shape) == 2)
+
+    def forward_peak(self, tokens: int) -> float:
+        """vllm.forward_peak's dense transient over `tokens`: T·(C + R + 3D)·a (``mlp_width``)."""
+        return tokens * (mlp_width(self.model) + 3 * self.d_model) * self.act_bytes
+
+    @cached_property
+    def stages(self) -> tuple[Stage, ...]:
+        import math
+        from types import SimpleNamespace
+
+        tokens, seqs = self.batch_defaults
+        rows = min(seqs, tokens) if self.version.engine == "v1" else seqs
+        sampler = sampler_peak(SimpleNamespace(vocab_size=self.vocab_size), rows, self.version)  # type: ignore[arg-type]
+        act = max(self.forward_peak(tokens), sampler + tokens * self.d_model * self.act_bytes)
+        weights = sum(self._bytes(t) for t in self.model.tensors if t.trainable)
+        requested = math.ceil(self.accelerator.usable_bytes * self.utilization)
+        layers = range(self.model.n_layers)
+        nt = non_torch_bytes(self.version, 1)
+        graphs = cudagraph_bytes(self.spec, self.version, len(layers))
+        mine = self.model.kv_layers(self.kv_dtype)
+        groups = kv_groups(mine, self.block, self.version.hybrid)
+        return (Stage(layers, weights, act, non_torch=nt, cudagraphs=graphs, groups=tuple(groups),
+                      state_layers=tuple(layer for layer in mine if layer.kind == "state"),
+                      available=requested - weights - act - nt - graphs),)
+
+    @cached_property
+    def checkpoint_bytes(self) -> float | None:
+        return None
+
+    @property
+    def kv_layers(self) -> list[KvLayer]:
+        return self.model.kv_layers(self.kv_dtype)
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        return sum(layer.bytes_per_token for layer in self.kv_layers)
+
+    @property
+    def kv_bytes_per_token_per_gpu(self) -> float:
+        return self.kv_bytes_per_token
+
+    @property
+    def kv_heads_per_gpu(self) -> int:
+        return 0  # not measured: the cache's elements per token, not its heads
+
+    @property
+    def kv_replicated(self) -> bool:
+        return False
+
+    def roofline(self, concurrency: int, prompt: int, generate: int = 2) -> MeasuredInference:
+        return MeasuredInference(self.model, self.accelerator, concurrency, prompt,  # type: ignore[arg-type]
+                                 generate=generate, weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype,
+                                 compute_dtype=self.compute_dtype, n_gpus=1)
+
+
+def measured_serving(model: MeasuredModel, accelerator: Accelerator, tp: int = 1, max_model_len: int | None = None,
+                     gpu_memory_utilization: float | None = None, weight_dtype: str | None = None,
+                     kv_dtype: str | None = None, compute_dtype: str | None = None, block_size: int | None = None,
+                     pp: int = 1, dp: int = 1, expert_parallel: bool = False, version: str | None = None,
+                     max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None) -> MeasuredServe:
+    """`llmcalc serve` of a measured model (``serving.plan_serving``'s settings)."""
+    if model.quantized and weight_dtype is None:
+        raise LlmcalcError(f"{model.model_type}'s config has a quantization_config: llmcalc describes shipped formats "
+                           "per component of its formula, which this model has not; pass --weight-dtype")
+    if max_model_len is None:
+        if model.max_seq_len is None:
+            raise LlmcalcError(f"{model.name}'s config gives no max_position_embeddings; pass --max-model-len")
+        max_model_len = model.max_seq_len
+    weight, kv, compute = resolve_dtypes(accelerator, weight_dtype or "bf16", kv_dtype, compute_dtype)
+    fmt = WeightFormat(weight, weight if weight in ("fp32", "bf16", "fp16") else "bf16",
+                       typed=weight_dtype is not None)
+    est = MeasuredServe(model, accelerator, tp, max_model_len,  # type: ignore[arg-type]
+                        gpu_memory_utilization=gpu_memory_utilization, weight_dtype=weight, kv_dtype=kv,
+                        compute_dtype=compute, block_size=block_size, pp=pp, dp=dp, expert_parallel=expert_parallel,
+                        version=vllm_version(version), max_num_batched_tokens=max_num_batched_tokens,
+                        max_num_seqs=max_num_seqs, weights_format=fmt)
+    mlp_width(model)  # the activation peak's one clear line before any figure
+    return est
