@@ -109,7 +109,7 @@ def test_invalid_json(tmp_path):
 def test_unknown_model_type(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"model_type": "codegen", "n_embd": 64}))
-    line = bad("serve", path, "--gpu", "h100-sxm")  # memory and infer measure it with transformers
+    line = bad("layout", path, "--gpu", "h100-sxm", "--n-gpus", "8")  # memory, infer, serve measure it
     assert "unknown model_type 'codegen'" in line and "mlp, norm, pos_emb" in line
 
 
