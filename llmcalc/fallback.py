@@ -206,7 +206,9 @@ def load_measured(name_or_path: str, seq_len: int | None) -> ModelSpec | Measure
         longest = config.get("max_position_embeddings")
         return MeasuredModel.from_counted(exc.name, str(config.get("model_type")), counted, experts_per_token=k,
                                           max_seq_len=longest if isinstance(longest, int) else None,
-                                          quantized=config.get("quantization_config") is not None)
+                                          quantized=config.get("quantization_config") is not None,
+                                          quantization_config=qc if isinstance(qc := config.get("quantization_config"),
+                                                                               dict) else None)
 
 
 def step_flops(model: FallbackModel, batch: int, causal: bool, recompute: str) -> dict:

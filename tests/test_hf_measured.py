@@ -298,3 +298,27 @@ def test_serve_without_a_length_or_of_a_moe_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv(FORCE_ENV, "1")
     assert "vLLM's fused-MoE workspace" in one_line_error("serve", str(path), "--gpu", "h100-sxm", "--max-model-len",
                                                           "4096")
+
+
+FP8_BLOCK = {"quant_method": "fp8", "weight_block_size": [128, 128]}
+
+
+def test_serve_sizes_a_shipped_quantization_by_module_name(tmp_path, monkeypatch):
+    """A quantization_config through quant.py per measured tensor equals the formula path's weights (less its rotary
+    cache, 8192 x 64 x 2 B); by hand: llama's block matrices at 1 B per weight plus one fp32 scale per 128 x 128
+    block (q, o: 256 x 256 -> 4 blocks; k, v: 128 x 256 -> 2; gate, up: 512 x 256 -> 8; down: 256 x 512 -> 8), the
+    lm_head left 16-bit (fine-grained FP8 quantizes the block linears), the rest 16-bit."""
+    from llmcalc.analytic.measured_serving import measured_serving
+    from llmcalc.analytic.serving import plan_serving
+    from llmcalc.spec import load_hardware
+
+    hf = {**LLAMA, "max_position_embeddings": 8192, "quantization_config": FP8_BLOCK}
+    measured, spec = forced(tmp_path, monkeypatch, hf, seq=None)
+    gpu = load_hardware("h100-sxm")
+    mine, ref = measured_serving(measured, gpu, **SERVE), plan_serving(spec, gpu, **SERVE)
+    assert mine.weight_dtype == ref.weight_dtype == "fp8"
+    assert ref.weights_bytes_per_gpu - mine.weights_bytes_per_gpu == 8192 * 64 * 2
+    matrices = 2 * 256 * 256 + 2 * 128 * 256 + 3 * 512 * 256
+    scales = (2 * 4 + 2 * 2 + 3 * 8) * 4
+    rest = 2 * 256 * 256 + 9 * 256  # embedding and head (256 rows, no padding), 9 norms, at 2 B
+    assert mine.weights_bytes_per_gpu == 4 * (matrices + scales) + rest * 2

@@ -117,10 +117,12 @@ class MeasuredModel:
     max_seq_len: int | None = None  # the config's max_position_embeddings, if it gives one
     quantized: bool = False  # the config has a quantization_config
     notes: list[str] = field(default_factory=list)
+    quantization_config: dict | None = None  # the config's, as published (serve sizes the shipped formats by it)
 
     @classmethod
     def from_counted(cls, name: str, model_type: str, counted: dict, experts_per_token: int | None = None,
-                     max_seq_len: int | None = None, quantized: bool = False) -> MeasuredModel:
+                     max_seq_len: int | None = None, quantized: bool = False,
+                     quantization_config: dict | None = None) -> MeasuredModel:
         m = counted["measured"]
         tensors = [Tensor(name=t["name"], shape=tuple(t["shape"]), count=t["count"], trainable=t["trainable"],
                           tp=t["tp"], ep=t["ep"], head_dim=t["head_dim"], role=t["role"]) for t in m["tensors"]]
@@ -133,7 +135,7 @@ class MeasuredModel:
                    transformers_version=counted["transformers_version"],
                    seq_len=runs[-1]["seq_len"] if runs else 0, total=total, tensors=tensors, kv=kv,
                    activation_runs=runs, decode=m.get("decode", {}), experts_per_token=experts_per_token,
-                   max_seq_len=max_seq_len, quantized=quantized)
+                   max_seq_len=max_seq_len, quantized=quantized, quantization_config=quantization_config)
 
     @property
     def n_layers(self) -> int:

@@ -8,8 +8,10 @@ allocator's groups and blocks, concurrency, the roofline throughput) and takes w
   at the weight dtype, the rest at 16 bits (``measured_inference``'s convention); the embedding and LM-head rows
   padded to a multiple of 64 as vLLM's VocabParallelEmbedding / ParallelLMHead pad them (vllm.VOCAB_PADDING). Not
   counted: the rotary cos/sin cache vLLM makes at load (max_position_embeddings x rotary dim x 2 B,
-  vllm.rotary_cache_bytes), a buffer the record of parameters does not hold; a config with a quantization_config is
-  refused (its shipped formats are described per llmcalc component, which a measured model has not);
+  vllm.rotary_cache_bytes), a buffer the record of parameters does not hold. A config's quantization_config is read
+  by quant.py (``format_of``) and applied per tensor by its module name (``Quantization.quantizes``' skip lists);
+  the layers are measured as one pattern per name (``model.layers.*.``), so a skip entry naming one layer's index
+  does not match (the unquantized rest at 16 bits);
 - the KV cache: ``MeasuredModel.kv_layers``, the records vLLM's hybrid allocator groups (vllm.kv_groups), from the
   cache transformers allocated (a layer that stopped growing is a sliding window of cap + 1 tokens);
 - the profiling run's activation peak (vllm.activation_peak): the forward's largest transient, T·(C + R + 3D)·a,
@@ -31,7 +33,7 @@ from ..hardware import Accelerator
 from .inference import KvLayer, bytes_per_weight, resolve_dtypes
 from .measured import COLWISE, ROWWISE, MeasuredModel
 from .measured_inference import SIXTEEN_BITS, MeasuredInference
-from .quant import WeightFormat
+from .quant import Module, format_of
 from .serving import ServeEstimate, Stage
 from .vllm import (
     VOCAB_PADDING,
@@ -98,9 +100,19 @@ class MeasuredServe(ServeEstimate):
         return []
 
     def _bytes(self, t) -> float:
-        wide = t.role == "layer" and len(t.shape) >= 2
-        per = bytes_per_weight(self.weight_dtype) if wide else SIXTEEN_BITS
         rows = round_up(t.shape[0], VOCAB_PADDING) / t.shape[0] if t.role in ("embedding", "head") else 1.0
+        quant = self.weights.quant
+        if quant is not None and len(t.shape) >= 2 and t.role in ("layer", "head"):
+            # the shipped format by the tensor's module name (quant.py Quantization.quantizes: skip lists as the
+            # libraries match them); a fused [E, out, in] expert tensor is E matrices
+            m = Module(t.name.removesuffix(".weight"), "", d_in=t.shape[-1], d_out=t.shape[-2],
+                       count=t.shape[0] if len(t.shape) == 3 else 1,
+                       kind="expert" if t.ep else "head" if t.role == "head" else "linear")
+            if quant.quantizes(m):
+                return t.count * m.count * quant.format.linear_bytes(m.d_in, m.d_out) * rows
+            return t.numel * t.count * SIXTEEN_BITS * rows
+        wide = t.role == "layer" and len(t.shape) >= 2 and self.weights.typed
+        per = bytes_per_weight(self.weight_dtype) if wide else SIXTEEN_BITS
         return t.numel * t.count * per * rows
 
     @cached_property
@@ -172,16 +184,12 @@ def measured_serving(model: MeasuredModel, accelerator: Accelerator, tp: int = 1
                      pp: int = 1, dp: int = 1, expert_parallel: bool = False, version: str | None = None,
                      max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None) -> MeasuredServe:
     """`llmcalc serve` of a measured model (``serving.plan_serving``'s settings)."""
-    if model.quantized and weight_dtype is None:
-        raise LlmcalcError(f"{model.model_type}'s config has a quantization_config: llmcalc describes shipped formats "
-                           "per component of its formula, which this model has not; pass --weight-dtype")
     if max_model_len is None:
         if model.max_seq_len is None:
             raise LlmcalcError(f"{model.name}'s config gives no max_position_embeddings; pass --max-model-len")
         max_model_len = model.max_seq_len
-    weight, kv, compute = resolve_dtypes(accelerator, weight_dtype or "bf16", kv_dtype, compute_dtype)
-    fmt = WeightFormat(weight, weight if weight in ("fp32", "bf16", "fp16") else "bf16",
-                       typed=weight_dtype is not None)
+    fmt = format_of(model.quantization_config, "bf16", weight_dtype)
+    weight, kv, compute = resolve_dtypes(accelerator, fmt.name, kv_dtype, compute_dtype)
     est = MeasuredServe(model, accelerator, tp, max_model_len,  # type: ignore[arg-type]
                         gpu_memory_utilization=gpu_memory_utilization, weight_dtype=weight, kv_dtype=kv,
                         compute_dtype=compute, block_size=block_size, pp=pp, dp=dp, expert_parallel=expert_parallel,

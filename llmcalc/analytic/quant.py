@@ -534,14 +534,17 @@ SSM_GROUPS = ("mamba", "mamba2", "short_conv", "gated_deltanet")  # typed dtypes
 
 def weight_format(spec: ModelSpec, weight_dtype: str | None = None) -> WeightFormat:
     """The weights of `spec` as its checkpoint ships them, or at `weight_dtype` when one is typed."""
-    base = stored_dtype(spec)
+    return format_of(spec.quantization_config, stored_dtype(spec), weight_dtype)
+
+
+def format_of(qc: dict | None, base: str, weight_dtype: str | None = None) -> WeightFormat:
+    """``weight_format`` from a config's quantization_config and the dtype of its unquantized tensors."""
     served_base = base if base in ("bf16", "fp16") else "bf16"  # vLLM serves an fp32 checkpoint in 16 bits
     if weight_dtype is not None:
         name = str(weight_dtype).lower()
         if name not in TYPED_BYTES:
             raise LlmcalcError(f"unknown weight dtype {weight_dtype!r}; use one of {', '.join(WEIGHT_DTYPES)}")
         return WeightFormat(name, name if name in ("fp32", "bf16", "fp16") else "bf16", typed=True)
-    qc = spec.quantization_config
     if qc is None:
         return WeightFormat(served_base, served_base)
     quant = parse_quantization(qc)

@@ -45,9 +45,11 @@ def _measured_from(est: ServeEstimate) -> dict[str, str]:
     model = est.model
     return {
         "weights": f"the {len(model.tensors)} parameter tensors of {model.cls} built by transformers "
-                   f"{model.transformers_version}: the layer stack's matrices at {est.weight_dtype}, embeddings, head, "
-                   "norms and biases at 16 bits, vocabulary rows padded to 64 (vLLM's VocabParallelEmbedding); the "
-                   "rotary cos/sin cache vLLM makes at load is a buffer the record does not hold, not counted",
+                   f"{model.transformers_version}: the layer stack's matrices at {est.weight_dtype}"
+                   + (" (the quantization_config by each tensor's module name)" if est.weights.quant else "")
+                   + ", embeddings, head, norms and biases at 16 bits, vocabulary rows padded to 64 (vLLM's "
+                   "VocabParallelEmbedding); the rotary cos/sin cache vLLM makes at load is a buffer the record "
+                   "does not hold, not counted",
         "kv_cache": f"the elements per token of each of the {len(model.kv)} layers of the cache transformers "
                     f"allocated ({', '.join(sorted({k.cache_class for k in model.kv}))}) at {est.kv_dtype}; a layer "
                     "that stopped growing is a sliding window of its cap + 1 tokens (vLLM's hybrid allocator groups "
