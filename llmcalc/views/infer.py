@@ -11,7 +11,7 @@ from ..render.tables import Column, Document, Table
 from ..units import fmt_bytes, fmt_flops, fmt_seconds
 
 if TYPE_CHECKING:
-    from ..analytic.inference import InferenceEstimate
+    from ..analytic.inference import InferenceEstimate, Roofline
     from ..analytic.measured_inference import MeasuredInference
     from ..spec import ModelSpec
 
@@ -63,19 +63,11 @@ def gpu_bytes(est: InferenceEstimate) -> float:
     return est.accelerator.usable_bytes
 
 
-def document(est: InferenceEstimate) -> Document:
-    from ..analytic.measured_inference import MeasuredInference
-
-    if isinstance(est, MeasuredInference):
-        return measured_document(est)
-    fmt = est.weight_format or weight_format(est.spec, est.weight_dtype)
-    pre = est.prefill
-    first = est.decode_step(est.prompt + 1)
-    last = est.decode_step(est.prompt + est.generate - 1)
-    with_kv = est.compute_bound_batch()
-    without_kv = est.compute_bound_batch(with_kv=False)
-    data = {
-        "model": est.spec.name, "device": est.accelerator.key, "n_gpus": est.n_gpus, "batch_size": est.batch,
+def _roofline_data(est: InferenceEstimate, pre: Roofline, first: Roofline, last: Roofline, *,
+                   with_kv: float | None, without_kv: float | None) -> dict:
+    """The JSON keys every `infer` answer carries, formula or measured model alike (one contract for tools)."""
+    return {
+        "device": est.accelerator.key, "n_gpus": est.n_gpus, "batch_size": est.batch,
         "prompt": est.prompt, "generate": est.generate, "weight_dtype": est.weight_dtype, "kv_dtype": est.kv_dtype,
         "compute_dtype": est.compute_dtype, "weights_bytes": est.weights, "weights_bytes_per_gpu": est.weights_per_gpu,
         "kv_cache_bytes": est.kv_cache, "kv_cache_bytes_per_token": est.kv_per_token,
@@ -88,10 +80,25 @@ def document(est: InferenceEstimate) -> Document:
         "decode_bound_last": last.bound, "decode_weight_bytes_per_gpu": est.weights_read(est.batch),
         "total_seconds": est.total_seconds, "tokens_per_second": est.tokens_per_second,
         "compute_bound_batch": with_kv, "compute_bound_batch_ignoring_kv": without_kv,
-        # plan_inference refused what does not fit at all; vLLM's default share (serve) may still not hold it
         "memory_needed_bytes_per_gpu": memory_needed_per_gpu(est), "memory_bytes_per_gpu": est.accelerator.memory_bytes,
-        "fits": True, "fits_at_vllm_default_utilization": memory_needed_per_gpu(est) <= VLLM_SHARE * gpu_bytes(est),
+        "fits": True,
     }
+
+
+def document(est: InferenceEstimate) -> Document:
+    from ..analytic.measured_inference import MeasuredInference
+
+    if isinstance(est, MeasuredInference):
+        return measured_document(est)
+    fmt = est.weight_format or weight_format(est.spec, est.weight_dtype)
+    pre = est.prefill
+    first = est.decode_step(est.prompt + 1)
+    last = est.decode_step(est.prompt + est.generate - 1)
+    with_kv = est.compute_bound_batch()
+    without_kv = est.compute_bound_batch(with_kv=False)
+    data = {"model": est.spec.name, **_roofline_data(est, pre, first, last, with_kv=with_kv, without_kv=without_kv),
+            # plan_inference refused what does not fit at all; vLLM's default share (serve) may still not hold it
+            "fits_at_vllm_default_utilization": memory_needed_per_gpu(est) <= VLLM_SHARE * gpu_bytes(est)}
     notes = _roofline_notes(est, with_kv, without_kv)
     if not data["fits_at_vllm_default_utilization"]:
         notes.insert(0, f"fits in {est.accelerator.key}'s memory ({fmt_bytes(memory_needed_per_gpu(est))} per GPU at "
@@ -191,22 +198,9 @@ def measured_document(est: MeasuredInference) -> Document:
         measured_from["experts"] = (f"{est._n_experts} routed experts in {est._moe_layers} layers (the tensors of the "
                                     f"model's expert-parallel plan), k = {model.experts_per_token} from the config: a "
                                     "step reads E·(1 - (1 - k/E)^tokens) of them (uniform routing)")
-    data = {
-        "model": model.name, "method": "transformers", "device": est.accelerator.key, "n_gpus": est.n_gpus,
-        "batch_size": est.batch, "prompt": est.prompt, "generate": est.generate, "weight_dtype": est.weight_dtype,
-        "kv_dtype": est.kv_dtype, "compute_dtype": est.compute_dtype, "weights_bytes": est.weights,
-        "kv_cache_bytes": est.kv_cache, "kv_cache_bytes_per_token": est.kv_per_token,
-        "state_bytes_per_sequence": est.state_bytes_per_sequence,
-        "prefill_seconds": pre.seconds, "prefill_flops": pre.flops, "prefill_bytes": pre.bytes,
-        "prefill_bound": pre.bound, "time_to_first_token_seconds": pre.seconds,
-        "decode_seconds_per_token": est.decode_seconds_per_token, "decode_seconds": est.decode_seconds,
-        "decode_tokens_per_second": est.decode_tokens_per_second, "decode_bound_first": first.bound,
-        "decode_bound_last": last.bound, "decode_weight_bytes": est.weights_read(est.batch),
-        "total_seconds": est.total_seconds, "tokens_per_second": est.tokens_per_second,
-        "compute_bound_batch": with_kv, "compute_bound_batch_ignoring_kv": without_kv,
-        "memory_needed_bytes_per_gpu": memory_needed_per_gpu(est), "memory_bytes_per_gpu": est.accelerator.memory_bytes,
-        "fits": True, "measured_from": measured_from,
-    }
+    data = {"model": model.name, "method": "transformers",
+            **_roofline_data(est, pre, first, last, with_kv=with_kv, without_kv=without_kv),
+            "measured_from": measured_from}
     notes = _roofline_notes(est, with_kv, without_kv, conventions=False)
     notes += [f"measured by transformers: {k.replace('_', ' ')}: {v}" for k, v in measured_from.items()]
     table = roofline_table(est, notes)
