@@ -5,14 +5,10 @@ import io
 import json
 
 import pytest
-from click.testing import CliRunner
+from clirun import run  # noqa: E402
 
 from llmcalc.cli import cli
 from llmcalc.spec import model_config, model_names
-
-
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
 
 
 def ok(*args):

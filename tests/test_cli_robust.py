@@ -10,16 +10,12 @@ import os
 import re
 
 import pytest
-from click.testing import CliRunner
+from clirun import run  # noqa: E402
 
 from llmcalc.cli import cli
 
 BASE = json.loads((__import__("pathlib").Path(__file__).resolve().parent.parent
                    / "presets/models/llmcalc-tiny.json").read_text())
-
-
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
 
 
 def ok(*args):

@@ -3,14 +3,13 @@
 import json
 
 import pytest
-from click.testing import CliRunner
+from clirun import run  # noqa: E402
 
 from llmcalc.analytic.activations import activation_memory, layer_saved, scaled
 from llmcalc.analytic.inference import InferenceEstimate, kv_cache_bytes_per_token
 from llmcalc.analytic.memory import OPTIMIZERS, RECIPES, training_memory
 from llmcalc.analytic.parallel import Parallel
 from llmcalc.analytic.params import count_params
-from llmcalc.cli import cli
 from llmcalc.spec import load_hardware, load_model, spec_of
 
 GIB = 2**30
@@ -136,10 +135,6 @@ def test_decode_is_memory_bound_at_batch_1():
     # With no KV cache to read, decode turns compute-bound near peak / bandwidth x bytes per param / 2:
     # 989.4e12 / 3.35e12 x 2 / 2 = 295 sequences.
     assert est.compute_bound_batch(with_kv=False) == pytest.approx(989.4 / 3.35, rel=0.02)
-
-
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
 
 
 def test_memory_cli_json():

@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from click.testing import CliRunner  # noqa: E402
+from clirun import run  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
@@ -17,7 +17,6 @@ from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from llmcalc.analytic.flops import step_flops  # noqa: E402
 from llmcalc.analytic.params import param_breakdown  # noqa: E402
-from llmcalc.cli import cli  # noqa: E402
 from llmcalc.profiling import measure  # noqa: E402
 from llmcalc.profiling.counters import count_flops, register_cpu_sdpa  # noqa: E402
 from llmcalc.profiling.measure import virtual_profile  # noqa: E402
@@ -220,10 +219,6 @@ def test_property_reference_model_matches_the_formulas(spec, batch, seq):
         ids = torch.zeros(batch, seq, dtype=torch.long)
         counted = count_flops(lambda: model(ids))
     assert counted.total == step_flops(spec, batch, seq).forward
-
-
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
 
 
 def test_profile_json_has_the_promised_keys():

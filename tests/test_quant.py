@@ -6,19 +6,14 @@ import math
 
 import pytest
 import torch
-from click.testing import CliRunner
+from clirun import run  # noqa: E402
 
 from llmcalc.analytic.quant import checkpoint_bytes, modules, parse_quantization, weight_format
-from llmcalc.cli import cli
 from llmcalc.errors import LlmcalcError
 from llmcalc.spec import load_model
 from llmcalc.spec.hf import spec_from_hf
 
 SHAPES = [(64, 128), (300, 200), (1024, 384)]  # (d_out, d_in)
-
-
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
 
 
 def _tensor_bytes(state: dict) -> int:

@@ -12,22 +12,10 @@ import pytest
 pytest.importorskip("matplotlib")
 pytest.importorskip("pandas")
 
-from click.testing import CliRunner  # noqa: E402
-
-from llmcalc.cli import cli  # noqa: E402
+from clirun import cli_json, run  # noqa: E402
 
 GIB = 2**30
 CAPACITY = 80 * GIB  # h100-sxm
-
-
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
-
-
-def cli_json(*args):
-    result = run(*args, "--format", "json")
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
 
 
 def build(tmp_path, *args):

@@ -5,7 +5,7 @@ import json
 import math
 
 import pytest
-from click.testing import CliRunner
+from clirun import cli_json, run  # noqa: E402
 
 from llmcalc.analytic.flops import step_flops
 from llmcalc.analytic.inference import (
@@ -20,21 +20,10 @@ from llmcalc.analytic.inference import (
 from llmcalc.analytic.params import count_params
 from llmcalc.analytic.rules import palm
 from llmcalc.analytic.serving import vllm_max_concurrency
-from llmcalc.cli import cli
 from llmcalc.spec import load_hardware, load_model
 
 GIB = 2**30
 H100 = load_hardware("h100-sxm")
-
-
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
-
-
-def cli_json(*args):
-    result = run(*args, "--format", "json")
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
 
 
 def test_moe_decode_at_batch_1_reads_the_active_parameters():

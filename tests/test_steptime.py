@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from llmcalc.analytic import comm
 from llmcalc.analytic.pipeline import closed_form_bubble_fraction, simulate
@@ -23,13 +22,13 @@ from llmcalc.analytic.steptime import (
     split_layers,
     tile_wave_efficiency,
 )
-from llmcalc.cli import cli
 from llmcalc.errors import LlmcalcError
 from llmcalc.spec import load_hardware, load_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import bench_steptime  # noqa: E402
 from bench_steptime import gpt as bench_gpt  # noqa: E402
+from clirun import run  # noqa: E402
 
 # --- pipeline schedules --------------------------------------------------------------------------
 
@@ -460,10 +459,6 @@ def test_palm_mfu_from_tokens_per_second():
     per_token = 6 * n + 12 * L * H * Q * T
     mfu, hfu = mfu_from_throughput(per_token, per_token, 238.3e3, 6144, load_hardware("tpu-v4").peak("bf16"))
     assert round(mfu * 100, 1) == 46.2
-
-
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
 
 
 @functools.cache
