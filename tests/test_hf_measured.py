@@ -290,14 +290,62 @@ def test_serve_bad_input_is_one_line(argv, words):
     assert words in one_line_error("serve", str(CONFIGS / "arcee-tiny.json"), "--gpu", "h100-sxm", *argv)
 
 
-def test_serve_without_a_length_or_of_a_moe_is_one_line(tmp_path, monkeypatch):
+def test_serve_without_a_length_is_one_line():
     assert "gives no max_position_embeddings; pass --max-model-len" in one_line_error(
         "serve", str(CONFIGS / "codegen-tiny.json"), "--gpu", "h100-sxm")
-    path = tmp_path / "qwen3_next.json"
-    path.write_text(json.dumps(QWEN3_NEXT))
-    monkeypatch.setenv(FORCE_ENV, "1")
-    assert "vLLM's fused-MoE workspace" in one_line_error("serve", str(path), "--gpu", "h100-sxm", "--max-model-len",
-                                                          "4096")
+
+
+def test_serve_of_a_moe_forced_through_transformers_matches_the_formula(tmp_path, monkeypatch):
+    """A MoE's profiling transient from the experts transformers built and routed: k from the top_k_index its router
+    handed the fused experts module in the prefills, N and I from the fused [E, 2I, D] / [E, D, I] tensors. By hand
+    (qwen3_moe tiny, 8,192 batched tokens, bf16): vLLM's fused-MoE workspaces T·k·(max(2I, D) + I)·2 B =
+    8192·2·(64 + 32)·2 plus 3·T·D·2 B; the formula's forward_peak adds a dense MLP of intermediate_size (128) that
+    no qwen3_moe layer has (mlp_only_layers [] and decoder_sparse_step 1: every layer is sparse), T·(3·128 + 3·64)·2
+    B, larger; the activation peak is the sampler's in both (1,024 rows x 1,000 x 14 B + T·D·2 B). KV blocks differ
+    by the rotary cos/sin cache the measured weights do not count (4,096 x 16 x 2 B), as on the dense models."""
+    from llmcalc.analytic.measured_serving import measured_serving
+    from llmcalc.analytic.serving import plan_serving
+    from llmcalc.analytic.vllm import forward_peak
+    from llmcalc.spec import load_hardware
+
+    measured, spec = forced(tmp_path, monkeypatch, QWEN3_MOE, seq=None)
+    assert [(f.dense_width, f.moe.top_k, f.moe.n_experts, f.moe.up_width, f.moe.inner, f.moe.shared_width)
+            for f in measured.ffn] == [(0, 2, 8, 64, 32, 0)] * 2
+    gpu = load_hardware("h100-sxm")
+    mine, ref = measured_serving(measured, gpu, **SERVE), plan_serving(spec, gpu, **SERVE)
+    T = 8192
+    assert mine.forward_peak(T) == T * 2 * (64 + 32) * 2 + 3 * T * 64 * 2
+    assert forward_peak(spec, T, 1, 2) == T * (3 * 128 + 3 * 64) * 2 > mine.forward_peak(T)
+    assert mine.activation_bytes == ref.activation_bytes == 1024 * 1000 * 14 + T * 64 * 2
+    rotary = 4096 * 16 * 2
+    assert ref.weights_bytes_per_gpu - mine.weights_bytes_per_gpu == rotary
+    assert mine.groups == ref.groups and mine.blocks_per_sequence == ref.blocks_per_sequence
+    assert mine.kv_blocks - ref.kv_blocks in (rotary // ref.kv_block_bytes, -(-rotary // ref.kv_block_bytes))
+    assert mine.max_concurrent_sequences == ref.max_concurrent_sequences
+
+
+DEEPSEEK_V3 = dict(model_type="deepseek_v3", num_hidden_layers=3, hidden_size=64, num_attention_heads=4,
+                   num_key_value_heads=4, intermediate_size=160, moe_intermediate_size=32, n_routed_experts=8,
+                   num_experts_per_tok=2, n_shared_experts=2, first_k_dense_replace=1, n_group=1, topk_group=1,
+                   q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16,
+                   vocab_size=1000, max_position_embeddings=4096)
+
+
+def test_serve_measures_dense_and_shared_expert_widths_per_layer(tmp_path, monkeypatch):
+    """DeepSeek-V3's first layer dense (first_k_dense_replace 1: gate + up + down = 3 x 160), the others MoE with
+    two shared experts (one MLP of 2 x 32: 3 x 64) beside the routed ones; the measured forward peak equals the
+    formula's (vllm.forward_peak: max(dense, MoE + shared)), at tp 1 and split over tp 2."""
+    from llmcalc.analytic.measured_serving import measured_serving
+    from llmcalc.analytic.vllm import forward_peak
+    from llmcalc.spec import load_hardware
+
+    measured, spec = forced(tmp_path, monkeypatch, DEEPSEEK_V3, seq=None)
+    assert [f.dense_width for f in measured.ffn] == [3 * 160, 0, 0]
+    assert [(f.moe.top_k, f.moe.up_width, f.moe.inner, f.moe.shared_width) for f in measured.ffn[1:]] == \
+        [(2, 64, 32, 3 * 64)] * 2
+    mine = measured_serving(measured, load_hardware("h100-sxm"), **SERVE)
+    for T in (8192, 256):
+        assert mine.forward_peak(T) == forward_peak(spec, T, 1, 2)
 
 
 FP8_BLOCK = {"quant_method": "fp8", "weight_block_size": [128, 128]}

@@ -98,6 +98,28 @@ class KvLayerMeasured:
     element_bytes: float  # as allocated by the bf16 model (a state may mix bf16 and fp32)
 
 
+@dataclass(frozen=True)
+class MoeMeasured:
+    """A MoE layer's routed experts as transformers built and called them (hf_measure._ffn)."""
+
+    experts_module: str  # "model.layers.*.mlp.experts"
+    n_experts: int  # E: the fused experts tensors' first dimension (0: not fused, one module per expert)
+    up_width: int  # the colwise experts' width other than the hidden size (gate + up: 2I gated)
+    inner: int  # the rowwise experts' input width (I)
+    shared_width: int  # the shared experts' colwise output rows + rowwise input columns (3F gated)
+    top_k: int | None  # k: the last dimension of the top_k_index the router produced (None: not seen)
+    styles: tuple[str | None, ...]  # the experts tensors' tp styles
+
+
+@dataclass(frozen=True)
+class FfnLayer:
+    """One decoder layer's feed-forward widths (what vLLM's profiling transient needs, hf_measure._ffn)."""
+
+    layer: int
+    dense_width: int  # the dense MLP's colwise output rows + rowwise input columns (gated 3F, plain 2F; 0: none)
+    moe: MoeMeasured | None
+
+
 @dataclass
 class MeasuredModel:
     """What transformers built and ran, for `memory`; built by ``from_counted`` from hf_fallback's dict."""
@@ -118,6 +140,7 @@ class MeasuredModel:
     quantized: bool = False  # the config has a quantization_config
     notes: list[str] = field(default_factory=list)
     quantization_config: dict | None = None  # the config's, as published (serve sizes the shipped formats by it)
+    ffn: list[FfnLayer] = field(default_factory=list)  # per decoder layer, as transformers built and routed it
 
     @classmethod
     def from_counted(cls, name: str, model_type: str, counted: dict, experts_per_token: int | None = None,
@@ -130,12 +153,15 @@ class MeasuredModel:
                               cap_tokens=k["cap_tokens"], state_elements=k["state_elements"],
                               element_bytes=k["element_bytes"]) for k in m["kv"]["layers"]]
         total = sum(t.numel * t.count for t in tensors if t.trainable)
+        ffn = [FfnLayer(f["layer"], f["dense_width"],
+                        MoeMeasured(**{**f["moe"], "styles": tuple(f["moe"]["styles"])}) if f["moe"] else None)
+               for f in m.get("ffn", [])]
         runs = m.get("activations", {}).get("runs", [])  # none when measured for `infer`
         return cls(name=name, model_type=model_type, cls=counted["class"],
                    transformers_version=counted["transformers_version"],
                    seq_len=runs[-1]["seq_len"] if runs else 0, total=total, tensors=tensors, kv=kv,
                    activation_runs=runs, decode=m.get("decode", {}), experts_per_token=experts_per_token,
-                   max_seq_len=max_seq_len, quantized=quantized, quantization_config=quantization_config)
+                   max_seq_len=max_seq_len, quantized=quantized, quantization_config=quantization_config, ffn=ffn)
 
     @property
     def n_layers(self) -> int:

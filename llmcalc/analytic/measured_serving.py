@@ -14,12 +14,14 @@ allocator's groups and blocks, concurrency, the roofline throughput) and takes w
   does not match (the unquantized rest at 16 bits);
 - the KV cache: ``MeasuredModel.kv_layers``, the records vLLM's hybrid allocator groups (vllm.kv_groups), from the
   cache transformers allocated (a layer that stopped growing is a sliding window of cap + 1 tokens);
-- the profiling run's activation peak (vllm.activation_peak): the forward's largest transient, T·(C + R + 3D)·a,
-  where C + R is the MLP's width from transformers' tensor-parallel plan: the output rows of the colwise and the
-  input columns of the rowwise 2-D weights outside the attention modules (gated: gate + up + down = 3F; plain:
-  fc_in + fc_out = 2F, as vllm.forward_peak's 3F / 2F), D the embedding's width; the dummy sampler over the LM
-  head's rows (the vocabulary). A MoE (tensors in the expert-parallel plan) is refused: vLLM's fused-MoE workspace
-  needs the expert width per routed token, which the plan does not single out;
+- the profiling run's activation peak (vllm.activation_peak): the forward's largest transient over the layers
+  (``MeasuredModel.ffn``, hf_measure._ffn): a dense MLP's T·(C + R + 3D)·a (vllm.dense_peak), C + R its width from
+  transformers' tensor-parallel plan: the output rows of the colwise and the input columns of the rowwise 2-D
+  weights outside the attention modules (gated: gate + up + down = 3F; plain: fc_in + fc_out = 2F, as
+  vllm.forward_peak's 3F / 2F); a MoE layer's fused-MoE workspaces T·k·(max(N, D) + I)·a + 3·T·D·a and its shared
+  experts' T·(C + R)·a (vllm.moe_peak), with N and I the fused experts tensors' colwise and rowwise widths and k
+  the last dimension of the top_k_index transformers' router handed the experts module in the prefills; D the
+  embedding's width; the dummy sampler over the LM head's rows (the vocabulary);
 - one GPU, one stage, one replica: how transformers' cache splits over tensor-parallel ranks is not measured.
 """
 
@@ -31,14 +33,16 @@ from functools import cached_property
 from ..errors import LlmcalcError
 from ..hardware import Accelerator
 from .inference import KvLayer, bytes_per_weight, resolve_dtypes
-from .measured import COLWISE, ROWWISE, MeasuredModel
+from .measured import FfnLayer, MeasuredModel
 from .measured_inference import SIXTEEN_BITS, MeasuredInference
 from .quant import Module, format_of
 from .serving import ServeEstimate, Stage
 from .vllm import (
     VOCAB_PADDING,
     cudagraph_bytes,
+    dense_peak,
     kv_groups,
+    moe_peak,
     non_torch_bytes,
     round_up,
     sampler_peak,
@@ -46,18 +50,28 @@ from .vllm import (
 )
 
 
-def mlp_width(model: MeasuredModel) -> int:
-    """Per layer: the output rows of the colwise and the input columns of the rowwise 2-D weights of the layer stack
-    outside the attention modules (transformers' tp_plan), in every layer alike."""
-    mlp = [t for t in model.tensors if t.role == "layer" and len(t.shape) == 2 and t.head_dim is None
-           and (t.tp in COLWISE or t.tp in ROWWISE)]
-    if not mlp:
+def ffn_layers(model: MeasuredModel) -> list[FfnLayer]:
+    """The measured feed-forward widths of every layer (MeasuredModel.ffn), checked: one clear line where
+    transformers' plan names no MLP projection, or a MoE layer's experts were not measured whole (fused
+    [E, ...] tensors split by colwise / rowwise styles, called with a top_k_index)."""
+    layers = [f for f in model.ffn if f.dense_width or f.moe]
+    if not layers:
         raise LlmcalcError(f"serve: {model.model_type}'s tensor-parallel plan names no MLP projection, so the MLP "
                            "width vLLM's profiling run holds (its activation peak) cannot be measured")
-    if {t.count for t in mlp} != {model.n_layers}:
-        raise LlmcalcError(f"serve: {model.model_type}'s layers differ in their MLP projections, so the activation "
-                           "peak of vLLM's profiling run cannot be measured as one layer's")
-    return sum(t.shape[0] if t.tp in COLWISE else t.shape[1] for t in mlp)
+    for f in layers:
+        moe = f.moe
+        if moe is None:
+            continue
+        if not (moe.n_experts and moe.up_width and moe.inner):
+            raise LlmcalcError(f"serve: {model.model_type}'s experts ({moe.experts_module or 'layer ' + str(f.layer)}, "
+                               f"tp styles {', '.join(map(str, moe.styles)) or 'none'}) are not fused [E, out, in] "
+                               "tensors split colwise / rowwise, so the expert width vLLM's fused-MoE workspace holds "
+                               "cannot be measured")
+        if moe.top_k is None:
+            raise LlmcalcError(f"serve: {model.model_type}'s experts module {moe.experts_module} was not called with "
+                               "a top_k_index in transformers' forward, so the routed experts per token vLLM's "
+                               "fused-MoE workspace holds cannot be measured")
+    return layers
 
 
 @dataclass(frozen=True)
@@ -82,10 +96,6 @@ class MeasuredServe(ServeEstimate):
         if clash:
             raise LlmcalcError(f"{', '.join(clash)}: {self.model.model_type} is measured by transformers on one GPU "
                                "(how its cache and experts split over ranks is not measured); serve it on one GPU")
-        if any(t.ep for t in self.model.tensors):
-            raise LlmcalcError(f"serve: {self.model.model_type} is a MoE measured by transformers; vLLM's fused-MoE "
-                               "workspace in its profiling run needs the expert width per routed token, which is not "
-                               "measured")
 
     @property
     def block(self) -> int:
@@ -125,8 +135,19 @@ class MeasuredServe(ServeEstimate):
         return next(t.shape[0] for t in self.model.tensors if t.role == role and len(t.shape) == 2)
 
     def forward_peak(self, tokens: int) -> float:
-        """vllm.forward_peak's dense transient over `tokens`: T·(C + R + 3D)·a (``mlp_width``)."""
-        return tokens * (mlp_width(self.model) + 3 * self.d_model) * self.act_bytes
+        """vllm.forward_peak over `tokens` from the measured widths (``ffn_layers``), the largest layer's: a dense
+        MLP's T·(C + R + 3D)·a (vllm.dense_peak), a MoE layer's fused-MoE workspaces T·k·(max(N, D) + I)·a + 3·T·D·a
+        with the shared experts' T·(C + R)·a (vllm.moe_peak), each width split over the tp ranks."""
+        D, a, tp = self.d_model, self.act_bytes, self.tp
+        peak = 0.0
+        for f in ffn_layers(self.model):
+            if f.dense_width:
+                peak = max(peak, dense_peak(tokens, f.dense_width / tp, D, a))
+            if f.moe is not None:
+                m = f.moe
+                assert m.top_k is not None  # ffn_layers checked it
+                peak = max(peak, moe_peak(tokens, m.top_k, m.up_width / tp, m.inner / tp, D, m.shared_width / tp, a))
+        return peak
 
     @cached_property
     def stages(self) -> tuple[Stage, ...]:
@@ -195,5 +216,5 @@ def measured_serving(model: MeasuredModel, accelerator: Accelerator, tp: int = 1
                         compute_dtype=compute, block_size=block_size, pp=pp, dp=dp, expert_parallel=expert_parallel,
                         version=vllm_version(version), max_num_batched_tokens=max_num_batched_tokens,
                         max_num_seqs=max_num_seqs, weights_format=fmt)
-    mlp_width(model)  # the activation peak's one clear line before any figure
+    ffn_layers(model)  # the activation peak's one clear line before any figure
     return est

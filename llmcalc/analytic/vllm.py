@@ -181,14 +181,30 @@ def forward_peak(spec: ModelSpec, tokens: int, tp: int, act_bytes: float, expert
     plain T·(2F/tp + 3D)·a; vLLM's fused MoE workspaces M·k·max(2I/tp, D) and M·k·I/tp (fused_moe.py cache13 and
     cache2; whole experts under expert parallelism) plus 3·T·D."""
     D = spec.d_model
-    dense = tokens * ((3 if spec.gated else 2) * spec.d_ff / tp + 3 * D) * act_bytes if spec.d_ff else 0.0
+    dense = dense_peak(tokens, (3 if spec.gated else 2) * spec.d_ff / tp, D, act_bytes) if spec.d_ff else 0.0
     if not spec.is_moe:
         return dense
     k, inner = spec.n_experts_per_token, spec.d_ff_expert / (1 if expert_parallel else tp)
-    moe = tokens * k * (max((2 if spec.gated else 1) * inner, D) + inner) * act_bytes + 3 * tokens * D * act_bytes
-    if spec.d_ff_shared:
-        moe += tokens * 3 * spec.d_ff_shared / tp * act_bytes
+    moe = moe_peak(tokens, k, (2 if spec.gated else 1) * inner, inner, D, 3 * spec.d_ff_shared / tp, act_bytes)
     return max(dense, moe)
+
+
+def dense_peak(tokens: int, width: float, d_model: int, act_bytes: float) -> float:
+    """A dense MLP block's transient on one rank: T·(C + R + 3D)·a, C + R the MLP's column- and row-parallel widths
+    on the rank (gate_up [T, 2F/tp] and its product [T, F/tp]: 3F/tp gated, 2F/tp plain) beside the residual,
+    normed input and output [T, D]."""
+    return tokens * (width + 3 * d_model) * act_bytes
+
+
+def moe_peak(tokens: int, k: int, up_width: float, inner: float, d_model: int, shared_width: float,
+             act_bytes: float) -> float:
+    """A fused-MoE block's transient on one rank (fused_moe.py): the workspaces cache13, M·k·max(N, D) (N the
+    gate_up width on the rank, 2I/tp gated), and cache2, M·k·I/tp, plus 3·T·D, plus a shared expert's T·(C + R)
+    (3F/tp gated)."""
+    moe = tokens * k * (max(up_width, d_model) + inner) * act_bytes + 3 * tokens * d_model * act_bytes
+    if shared_width:
+        moe += tokens * shared_width * act_bytes
+    return moe
 
 
 def sampler_peak(spec: ModelSpec, rows: int, version: VllmVersion) -> float:

@@ -14,13 +14,18 @@ JSON-able dict (``llmcalc.analytic.measured.MeasuredModel`` reads it, torch-free
   its window cap);
 - ``activations``: the bytes autograd saves in one forward with the loss (batch 1, bf16 model) at seq_len / 2 and
   seq_len, counted by ``torch.autograd.graph.saved_tensors_hooks`` on fake tensors (one count per storage,
-  parameters excluded): a per-token and an s² term solve the two.
+  parameters excluded): a per-token and an s² term solve the two;
+- ``ffn``: per decoder layer, the widths vLLM's profiling transient needs (``_ffn``): its dense MLP's colwise output
+  rows + rowwise input columns, and for a MoE layer its experts' (E, the colwise experts' rows, the rowwise experts'
+  inner width, the shared experts' MLP width) with the top-k its router produced in the prefills (the
+  ``top_k_index`` the experts module is called with, ``_routed``).
 """
 
 from __future__ import annotations
 
 import re
 from collections import defaultdict
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -40,9 +45,11 @@ def measure_meta(model, config, roles: dict[str, str], decode: bool = True) -> d
     out: dict[str, Any] = {"tensors": _tensors(model, roles)}
     try:
         with torch.device("meta"):
-            out["kv"] = _kv(model, config)
+            with _routed(model) as routed:
+                out["kv"] = _kv(model, config)
             if decode:  # `infer`'s decode FLOPs (`memory` needs none)
                 out["decode"] = _decode(model)
+        out["ffn"] = _ffn(model, routed)
         out["kv"]["device"] = "meta"
     except LlmcalcError:
         pass  # measure_fake measures them on fake tensors
@@ -82,7 +89,9 @@ def measure_fake(model, config, seq_len: int | None, out: dict) -> dict:
     activations (sdpa takes the kernel it takes on CPU, flash, as a GPU's does; on the meta device it would
     take the math kernel and save the S² scores) and, where the meta device could not run it, the KV cache."""
     if "kv" not in out:
-        out["kv"] = _kv(model, config)
+        with _routed(model) as routed:
+            out["kv"] = _kv(model, config)
+        out["ffn"] = _ffn(model, routed)
         out["kv"]["device"] = "fake"
         if seq_len is None:  # `infer`
             out["decode"] = _decode(model)
@@ -131,6 +140,108 @@ def _tensors(model, roles: dict[str, str]) -> list[dict]:
                 "role": "layer" if pattern != name else roles.get(name, "other")}
         entry["count"] += 1
     return list(groups.values())
+
+
+def _experts_modules(model) -> set[str]:
+    """The modules holding tensors of the model's expert-parallel plan (a fused experts module, or one expert)."""
+    ep_plan = dict(getattr(model, "ep_plan", None) or {})
+    out = set()
+    for name, _ in model.named_parameters():
+        module = name.rsplit(".", 1)[0] if "." in name else ""
+        if _plan_style(ep_plan, name) or _plan_style(ep_plan, module):
+            out.add(module)
+    return out
+
+
+@contextmanager
+def _routed(model):
+    """Forward pre-hooks on every experts module: the top-k of the routing each is called with (transformers' fused
+    experts take ``(hidden_states, top_k_index, top_k_weights)``, ``integrations/moe.py``: k = top_k_index's last
+    dimension, as the router produced it); yields {experts module: {k seen}}."""
+    seen: dict[str, set[int]] = defaultdict(set)
+    modules = dict(model.named_modules())
+
+    def hook(module, args, kwargs, name):
+        index = kwargs.get("top_k_index", args[1] if len(args) > 1 else None)
+        if isinstance(index, torch.Tensor) and index.dim() == 2 and not index.dtype.is_floating_point:
+            seen[name].add(int(index.shape[-1]))
+
+    handles = [modules[name].register_forward_pre_hook(lambda m, a, k, name=name: hook(m, a, k, name),
+                                                       with_kwargs=True)
+               for name in _experts_modules(model) if name in modules]
+    try:
+        yield seen
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+FIRST_INDEX = re.compile(r"\.(\d+)\.")
+
+
+# what marks a token mixer's module (its projections are not the MLP's): attention's head_dim, a gated DeltaNet's
+# head_k_dim / head_v_dim, a Mamba mixer's num_heads
+MIXER_HEADS = ("head_dim", "head_k_dim", "head_v_dim", "num_heads")
+
+
+def _moe_record() -> dict:
+    return {"experts_module": "", "n_experts": 0, "up_width": 0, "inner": 0, "shared_width": 0, "top_k": None,
+            "styles": []}
+
+
+def _ffn(model, routed: dict[str, set[int]]) -> list[dict]:
+    """Per decoder layer (the first index in a parameter's name): `dense_width`, the output rows of the colwise
+    and the input columns of the rowwise 2-D weights outside the token mixers (a mixer's module has an int
+    attribute of MIXER_HEADS) and outside the MoE block (gated: gate + up + down = 3F, plain 2F); for a MoE layer
+    (tensors in the expert-parallel plan), `moe`: E (the experts tensors' first dimension), `up_width` (the
+    colwise experts' width other than the hidden size: gate + up = 2I gated), `inner` (the rowwise experts': I),
+    `shared_width` (the colwise / rowwise 2-D weights under the experts module's parent: a shared expert's
+    3F), `top_k` (``_routed``; None where the experts module was not called with a top_k_index) and `styles`
+    (the tp styles of the experts' tensors)."""
+    from ..analytic.measured import COLWISE, ROWWISE
+
+    tp_plan = dict(getattr(model, "tp_plan", None) or {})
+    modules = dict(model.named_modules())
+    experts = _experts_modules(model)
+    embedding = model.get_input_embeddings()
+    hidden = int(embedding.weight.shape[-1]) if embedding is not None else 0
+    layers: dict[int, dict] = {}
+    blocks = {name: name.rsplit(".", 1)[0] for name in experts}  # the MoE block holding the experts module
+    for name, p in model.named_parameters():
+        found = FIRST_INDEX.search(name)
+        if found is None:
+            continue
+        layer = layers.setdefault(int(found.group(1)), {"layer": int(found.group(1)), "dense_width": 0, "moe": None})
+        module = name.rsplit(".", 1)[0]
+        style = _plan_style(tp_plan, name) or _plan_style(tp_plan, module)
+        holder = next((e for e in experts if module == e or module.startswith(e + ".")), None)
+        if holder is not None:
+            moe = layer["moe"] = layer["moe"] or _moe_record()
+            moe["experts_module"] = LAYER_INDEX.sub(".*", holder)
+            ks = routed.get(holder, set())
+            moe["top_k"] = next(iter(ks)) if len(ks) == 1 else moe["top_k"]
+            if p.dim() == 3:  # a fused [E, out, in] (or [E, in, out]) experts tensor
+                width = int(p.shape[-2] if p.shape[-1] == hidden else p.shape[-1])
+                moe["n_experts"] = int(p.shape[0])
+                moe["styles"].append(style)
+                if style in COLWISE:
+                    moe["up_width"] += width
+                elif style in ROWWISE:
+                    moe["inner"] = width
+            continue
+        if p.dim() != 2 or style not in COLWISE + ROWWISE:
+            continue
+        parent = modules.get(module.rsplit(".", 1)[0]) if "." in module else None
+        if any(isinstance(getattr(parent, key, None), int) for key in MIXER_HEADS):
+            continue  # a projection of an attention or linear-attention mixer
+        width = int(p.shape[0] if style in COLWISE else p.shape[1])
+        block = next((b for e, b in blocks.items() if module.startswith(b + ".")), None)
+        if block is not None:
+            moe = layer["moe"] = layer["moe"] or _moe_record()
+            moe["shared_width"] += width
+        else:
+            layer["dense_width"] += width
+    return [layers[i] for i in sorted(layers)]
 
 
 def _state_tensors(obj, seen: set[int], depth: int = 0) -> list[torch.Tensor]:

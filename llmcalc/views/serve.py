@@ -37,9 +37,24 @@ def group_rows(est: ServeEstimate) -> list[dict[str, Any]]:
     return rows
 
 
+def _peak_source(layers, d_model: int, vocab: int) -> str:
+    """The profiling run's transient as measured: the dense MLP and MoE widths of the layers (hf_measure._ffn)."""
+    dense = sorted({f.dense_width for f in layers if f.dense_width})
+    moe = sorted({(m.top_k, m.n_experts, m.up_width, m.inner, m.shared_width) for f in layers if (m := f.moe)})
+    parts = []
+    if dense:
+        parts.append(f"dense MLP width {' / '.join(f'{w:,}' for w in dense)} (colwise output rows + rowwise input "
+                     "columns per layer, transformers' tensor-parallel plan)")
+    for k, e, up, inner, shared in moe:
+        parts.append(f"MoE: {k} of {e} experts per token (the router's top_k_index), fused-MoE widths {up:,} (colwise "
+                     f"experts) and {inner:,} (rowwise)" + (f", shared experts {shared:,}" if shared else ""))
+    return (f"the profiling forward's largest block transient: {'; '.join(parts)}; + 3 x {d_model:,} (the "
+            f"embedding's width) per token; the sampler over the LM head's {vocab:,} rows")
+
+
 def _measured_from(est: ServeEstimate) -> dict[str, str]:
     """What each figure of a model transformers measured comes from (the JSON's `measured_from`)."""
-    from ..analytic.measured_serving import MeasuredServe, mlp_width
+    from ..analytic.measured_serving import MeasuredServe, ffn_layers
 
     assert isinstance(est, MeasuredServe)
     model = est.model
@@ -54,10 +69,7 @@ def _measured_from(est: ServeEstimate) -> dict[str, str]:
                     f"allocated ({', '.join(sorted({k.cache_class for k in model.kv}))}) at {est.kv_dtype}; a layer "
                     "that stopped growing is a sliding window of its cap + 1 tokens (vLLM's hybrid allocator groups "
                     "these records)",
-        "activation_peak": f"the profiling forward's MLP transient from transformers' tensor-parallel plan: "
-                           f"{mlp_width(model):,} (colwise output rows + rowwise input columns per layer) + 3 x "
-                           f"{est.d_model:,} (the embedding's width) per token; the sampler over the LM head's "
-                           f"{est.vocab_size:,} rows",
+        "activation_peak": _peak_source(ffn_layers(model), est.d_model, est.vocab_size),
         "throughput": "the roofline of `infer`'s measured model (FlopCounterMode's decode step)",
     }
 
