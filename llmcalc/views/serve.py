@@ -11,6 +11,7 @@ from .infer import checkpoint_line, serving_conventions
 from .memory import _gib
 
 if TYPE_CHECKING:
+    from ..analytic.measured import FfnLayer
     from ..analytic.serving import CapacityPlan, ServeEstimate
 
 
@@ -37,7 +38,7 @@ def group_rows(est: ServeEstimate) -> list[dict[str, Any]]:
     return rows
 
 
-def _peak_source(layers, d_model: int, vocab: int) -> str:
+def _peak_source(layers: list[FfnLayer], d_model: int, vocab: int) -> str:
     """The profiling run's transient as measured: the dense MLP and MoE widths of the layers (hf_measure._ffn)."""
     dense = sorted({f.dense_width for f in layers if f.dense_width})
     moe = sorted({(m.top_k, m.n_experts, m.up_width, m.inner, m.shared_width) for f in layers if (m := f.moe)})
