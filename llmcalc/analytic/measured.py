@@ -61,24 +61,24 @@ class Tensor:
             return -2
         return None
 
-    def check_tp(self, tp: int) -> None:
+    def check_tp(self, tp: int, option: str = "--tp") -> None:
         if tp == 1 or self.tp is None or self.tp in REPLICATED:
             return
         dim = self.split_dim()
         if self.tp not in COLWISE + ROWWISE + EMBEDDING:
-            raise LlmcalcError(f"--tp {tp}: transformers' tensor-parallel plan shards {self.name} as {self.tp!r}, "
-                               "which llmcalc does not model for a model it measures; use --tp 1")
+            raise LlmcalcError(f"{option} {tp}: transformers' tensor-parallel plan shards {self.name} as {self.tp!r}, "
+                               f"which llmcalc does not model for a model it measures; use {option} 1")
         if dim is None:
             return
         size = self.shape[dim]
         if self.head_dim and self.role == "layer" and size % self.head_dim == 0:
             heads = size // self.head_dim
             if heads % tp:
-                raise LlmcalcError(f"--tp {tp} does not divide the {heads} heads of {self.name} ({size} = {heads} "
+                raise LlmcalcError(f"{option} {tp} does not divide the {heads} heads of {self.name} ({size} = {heads} "
                                    f"x head_dim {self.head_dim}, as transformers built it); use a tp that divides "
                                    f"{heads}")
         if size % tp:
-            raise LlmcalcError(f"--tp {tp} does not divide dimension {size} of {self.name} (shape "
+            raise LlmcalcError(f"{option} {tp} does not divide dimension {size} of {self.name} (shape "
                                f"{list(self.shape)}, {self.tp} in transformers' plan)")
 
     def per_rank(self, tp: int) -> float:
@@ -141,6 +141,7 @@ class MeasuredModel:
     notes: list[str] = field(default_factory=list)
     quantization_config: dict | None = None  # the config's, as published (serve sizes the shipped formats by it)
     ffn: list[FfnLayer] = field(default_factory=list)  # per decoder layer, as transformers built and routed it
+    kv_heads: list[int | None] = field(default_factory=list)  # per cache layer, the K/V heads allocated (None: state)
 
     @classmethod
     def from_counted(cls, name: str, model_type: str, counted: dict, experts_per_token: int | None = None,
@@ -161,7 +162,8 @@ class MeasuredModel:
                    transformers_version=counted["transformers_version"],
                    seq_len=runs[-1]["seq_len"] if runs else 0, total=total, tensors=tensors, kv=kv,
                    activation_runs=runs, decode=m.get("decode", {}), experts_per_token=experts_per_token,
-                   max_seq_len=max_seq_len, quantized=quantized, quantization_config=quantization_config, ffn=ffn)
+                   max_seq_len=max_seq_len, quantized=quantized, quantization_config=quantization_config, ffn=ffn,
+                   kv_heads=list(m.get("kv_heads", [])))
 
     @property
     def n_layers(self) -> int:
@@ -182,14 +184,17 @@ class MeasuredModel:
     def largest_tensor(self, tp: int) -> float:
         return max((t.per_rank(tp) for t in self.tensors if t.trainable), default=0.0)
 
-    def kv_layers(self, kv_dtype: str = "bf16") -> list[KvLayer]:
+    def kv_layers(self, kv_dtype: str = "bf16", tp: int = 1) -> list[KvLayer]:
         """The measured cache as ``inference.kv_layers``' records (what vLLM's hybrid allocator, vllm.kv_groups,
-        groups), one rank: a layer whose cache grows keeps `elements_per_token` at the KV dtype per token, a
-        "sliding" layer where the cache stopped at `cap_tokens` (span = cap + 1: transformers'
+        groups), on one of `tp` ranks: a layer whose cache grows keeps `elements_per_token` at the KV dtype per
+        token, a "sliding" layer where the cache stopped at `cap_tokens` (span = cap + 1: transformers'
         DynamicSlidingWindowLayer keeps window - 1 past tokens, ``KvLayer.cached_tokens``; a chunked layer is
         cached the same way and cannot be told apart from the measurement), "full" otherwise; a layer with
         elements that do not grow adds a "state" record of those elements at the bytes transformers allocated
-        them (after its attention record, as ``inference.kv_layers`` orders a parallel mixer's)."""
+        them (after its attention record, as ``inference.kv_layers`` orders a parallel mixer's). Over tp ranks
+        (``check_vllm_tp``) an attention layer keeps max(1, heads // tp) of the heads its K and V were allocated
+        with (vLLM's QKVParallelLinear: replicated where tp > the KV heads; one latent head, MLA's, whole on every
+        rank), a state its 1/tp share (split with its channels, as ``inference.kv_layers``)."""
         from ..dtypes import dtype_bytes
 
         b = dtype_bytes(kv_dtype)
@@ -197,10 +202,69 @@ class MeasuredModel:
         for k in self.kv:
             if k.elements_per_token:
                 kind, span = ("sliding", k.cap_tokens + 1) if k.cap_tokens is not None else ("full", 0)
-                out.append(KvLayer(k.layer, kind, k.elements_per_token * b, span=span))
+                per = k.elements_per_token * b
+                if tp > 1:
+                    heads = self._heads_of(k.layer, tp)
+                    per = k.elements_per_token // heads * max(1, heads // tp) * b
+                out.append(KvLayer(k.layer, kind, per, span=span))
             if k.state_elements:
-                out.append(KvLayer(k.layer, "state", state_bytes=k.state_elements * k.element_bytes))
+                out.append(KvLayer(k.layer, "state", state_bytes=k.state_elements * k.element_bytes / tp))
         return out
+
+    def _heads_of(self, layer: int, tp: int) -> int:
+        heads = self.kv_heads[layer] if layer < len(self.kv_heads) else None
+        if not heads:
+            raise LlmcalcError(f"--n-gpus {tp}: the heads of {self.model_type}'s cache layer {layer} were not measured "
+                               "(its tensors are not [batch, heads, tokens, width] alike), so how vLLM splits it over "
+                               "ranks is unknown; use one GPU")
+        return heads
+
+    @property
+    def kv_head_count(self) -> int | None:
+        """The K/V heads every attention cache layer was allocated with, where they agree."""
+        found = {h for h in self.kv_heads if h}
+        return next(iter(found)) if len(found) == 1 else None
+
+    def _heads(self, t: Tensor) -> int | None:
+        """A colwise attention projection's heads: its split dimension over the module's head_dim."""
+        if t.tp not in COLWISE or not t.head_dim or t.role != "layer" or len(t.shape) not in (1, 2):
+            return None
+        size = t.shape[0]  # a weight's output rows, a bias's length
+        return size // t.head_dim if size % t.head_dim == 0 else None
+
+    def is_kv_projection(self, t: Tensor) -> bool:
+        """A colwise attention projection with as many heads as the cache's K and V and fewer than the module's
+        widest projection (the queries'): a K or V projection (vLLM's QKVParallelLinear keeps max(1, KV heads //
+        tp) of its heads per rank)."""
+        kv, heads = self.kv_head_count, self._heads(t)
+        widest = max((h for u in self.tensors if (h := self._heads(u))), default=0)
+        return bool(kv) and heads == kv and kv < widest
+
+    def check_vllm_tp(self, tp: int, option: str = "--n-gpus") -> None:
+        """`check_tp` as vLLM shards: K/V projections with fewer heads than tp are replicated (tp must then be a
+        multiple of them, as vLLM's QKVParallelLinear asserts), every other tensor split by its plan style."""
+        kv = self.kv_head_count
+        for t in self.tensors:
+            if kv and tp > kv and self.is_kv_projection(t):
+                if tp % kv:
+                    raise LlmcalcError(f"{option} {tp} is not a multiple of the {kv} KV heads of {self.name} (vLLM "
+                                       "replicates K/V heads only when tp is); use a tp that divides or is a multiple "
+                                       f"of {kv}")
+                continue
+            t.check_tp(tp, option)
+
+    def vllm_share(self, t: Tensor, tp: int) -> float:
+        """The share of `t` one of `tp` vLLM ranks holds: the embedding and LM head by vocabulary rows
+        (VocabParallelEmbedding, ParallelLMHead), a K/V projection max(1, KV heads // tp) of its heads, every other
+        tensor as its plan style splits it (``Tensor.per_rank``)."""
+        if tp == 1:
+            return 1.0
+        if t.role in ("embedding", "head") and len(t.shape) == 2:
+            return 1.0 / tp
+        kv = self.kv_head_count
+        if kv and self.is_kv_projection(t):
+            return max(1, kv // tp) / kv
+        return t.per_rank(tp) / t.numel
 
     @property
     def tied(self) -> bool:

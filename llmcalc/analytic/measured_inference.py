@@ -16,7 +16,10 @@ compute-bound batch, the fit check) and takes what it knows of the model from ``
   prefill FLOPs: the causal sum of those steps over the prompt, P·per_sequence + per_key·P(P+1)/2 (token t attends
   t keys), which is the counted forward's linear and attention work when each token's cost is its decode step's.
 
-One GPU only: how transformers' cache splits over tensor-parallel ranks is not measured (--n-gpus > 1 refused).
+Tensor parallelism (--n-gpus) as vLLM shards (``MeasuredModel.vllm_share``): every tensor by its style in
+transformers' plan, the embedding and head by vocabulary rows, a K/V projection max(1, KV heads // tp) of its heads;
+the cache per rank the same heads (``MeasuredModel.kv_layers(tp=)``), a state 1/tp; FLOPs split tp ways. No TP
+all-reduce time, as the formula path's roofline (inference.InferenceEstimate) has none.
 """
 
 from __future__ import annotations
@@ -44,9 +47,7 @@ class MeasuredInference(InferenceEstimate):
         return model
 
     def __post_init__(self) -> None:
-        if self.n_gpus != 1:
-            raise LlmcalcError(f"--n-gpus {self.n_gpus}: {self.model.model_type} is measured by transformers on one "
-                               "GPU (how its cache splits over tensor-parallel ranks is not measured); use --n-gpus 1")
+        self.model.check_vllm_tp(self.n_gpus)
 
     def _bytes(self, t) -> float:
         wide = t.role == "layer" and len(t.shape) >= 2
@@ -55,10 +56,15 @@ class MeasuredInference(InferenceEstimate):
     @cached_property
     def layout(self) -> WeightLayout:
         tensors = [t for t in self.model.tensors if t.trainable]
+        tp = self.n_gpus
         total = sum(self._bytes(t) for t in tensors)
-        lookups = 0.0 if self.model.tied else sum(self._bytes(t) for t in tensors if t.role == "embedding")
+        per_gpu = sum(self._bytes(t) * self.model.vllm_share(t, tp) for t in tensors)
+        lookups = 0.0 if self.model.tied else sum(self._bytes(t) * self.model.vllm_share(t, tp) for t in tensors
+                                                  if t.role == "embedding")
         experts = sum(self._bytes(t) for t in tensors if t.ep)
-        return WeightLayout(total, total, lookups, experts, experts / max(1, self._moe_layers * self._n_experts))
+        experts_per_gpu = sum(self._bytes(t) * self.model.vllm_share(t, tp) for t in tensors if t.ep)
+        return WeightLayout(total, per_gpu, lookups, experts_per_gpu,
+                            experts / max(1, self._moe_layers * self._n_experts))
 
     @cached_property
     def _n_experts(self) -> int:
@@ -76,7 +82,8 @@ class MeasuredInference(InferenceEstimate):
         E, k = self._n_experts, self.model.experts_per_token
         if not k or k > E:
             return dense + lay.experts_per_gpu  # no top-k in the config: every expert counted as read
-        return dense + self._moe_layers * E * (1 - (1 - k / E) ** tokens) * lay.expert_bytes
+        share = lay.experts_per_gpu / (self._moe_layers * E * lay.expert_bytes)  # 1/tp: experts split by tp
+        return dense + self._moe_layers * E * (1 - (1 - k / E) ** tokens) * lay.expert_bytes * share
 
     @cached_property
     def _slopes(self) -> tuple[int, int]:
@@ -88,11 +95,17 @@ class MeasuredInference(InferenceEstimate):
         return self.batch * (p * f0 + f1 * p * (p + 1) / 2)
 
     def tp_fits(self, tp: int) -> bool:
-        return tp == 1
+        try:
+            self.model.check_vllm_tp(tp)
+            self.model.kv_layers(self.kv_dtype, tp)
+        except LlmcalcError:
+            return False
+        return True
 
     @property
     def state_bytes_per_sequence(self) -> float:
-        return sum(k.state_elements * k.element_bytes for k in self.model.kv)
+        """Per GPU: the state split over the tp ranks with its channels (``MeasuredModel.kv_layers``)."""
+        return sum(k.state_elements * k.element_bytes for k in self.model.kv) / self.n_gpus
 
     @property
     def kv_per_token(self) -> float:
@@ -102,7 +115,7 @@ class MeasuredInference(InferenceEstimate):
 
     @property
     def kv_per_token_per_gpu(self) -> float:
-        return self.kv_per_token
+        return sum(layer.bytes_per_token for layer in self.model.kv_layers(self.kv_dtype, self.n_gpus))
 
     @property
     def warnings(self) -> list[str]:

@@ -22,7 +22,11 @@ allocator's groups and blocks, concurrency, the roofline throughput) and takes w
   experts' T·(C + R)·a (vllm.moe_peak), with N and I the fused experts tensors' colwise and rowwise widths and k
   the last dimension of the top_k_index transformers' router handed the experts module in the prefills; D the
   embedding's width; the dummy sampler over the LM head's rows (the vocabulary);
-- one GPU, one stage, one replica: how transformers' cache splits over tensor-parallel ranks is not measured.
+- tensor parallelism as vLLM shards (``MeasuredModel.vllm_share``, ``check_vllm_tp``): every tensor by its style in
+  transformers' plan, the embedding and LM head by vocabulary rows, a K/V projection max(1, KV heads // tp) of its
+  heads (the heads the cache's K and V were allocated with); the cache per rank likewise (``kv_layers(tp=)``), the
+  MLP and expert widths of the profiling transient 1/tp; one stage, one replica, experts split by tp (no
+  --enable-expert-parallel).
 """
 
 from __future__ import annotations
@@ -90,12 +94,13 @@ class MeasuredServe(ServeEstimate):
             raise LlmcalcError(f"--gpu-memory-utilization must be in (0, 1], got {util:g}")
         if not isinstance(self.max_model_len, int) or self.max_model_len < 1:
             raise LlmcalcError(f"--max-model-len must be a whole number >= 1, got {self.max_model_len!r}")
-        clash = [name for bad, name in ((self.tp > 1, f"--n-gpus {self.tp}"), (self.pp > 1, f"--pp {self.pp}"),
-                                        (self.dp > 1, f"--dp {self.dp}"),
+        clash = [name for bad, name in ((self.pp > 1, f"--pp {self.pp}"), (self.dp > 1, f"--dp {self.dp}"),
                                         (self.expert_parallel, "--enable-expert-parallel")) if bad]
         if clash:
-            raise LlmcalcError(f"{', '.join(clash)}: {self.model.model_type} is measured by transformers on one GPU "
-                               "(how its cache and experts split over ranks is not measured); serve it on one GPU")
+            raise LlmcalcError(f"{', '.join(clash)}: {self.model.model_type} is measured by transformers as one "
+                               "tensor-parallel group (a stage split, replicas and whole experts per rank are not "
+                               "measured); use --n-gpus alone")
+        self.model.check_vllm_tp(self.tp)
 
     @property
     def block(self) -> int:
@@ -110,6 +115,10 @@ class MeasuredServe(ServeEstimate):
         return []
 
     def _bytes(self, t) -> float:
+        """Bytes of tensor `t` (all its layers) on one of the tp ranks (``MeasuredModel.vllm_share``)."""
+        return self._whole_bytes(t) * self.model.vllm_share(t, self.tp)
+
+    def _whole_bytes(self, t) -> float:
         rows = round_up(t.shape[0], VOCAB_PADDING) / t.shape[0] if t.role in ("embedding", "head") else 1.0
         quant = self.weights.quant
         if quant is not None and len(t.shape) >= 2 and t.role in ("layer", "head"):
@@ -161,9 +170,9 @@ class MeasuredServe(ServeEstimate):
         weights = sum(self._bytes(t) for t in self.model.tensors if t.trainable)
         requested = math.ceil(self.accelerator.usable_bytes * self.utilization)
         layers = range(self.model.n_layers)
-        nt = non_torch_bytes(self.version, 1)
+        nt = non_torch_bytes(self.version, self.tp)
         graphs = cudagraph_bytes(self.spec, self.version, len(layers))
-        mine = self.model.kv_layers(self.kv_dtype)
+        mine = self.model.kv_layers(self.kv_dtype, self.tp)
         groups = kv_groups(mine, self.block, self.version.hybrid)
         return (Stage(layers, weights, act, non_torch=nt, cudagraphs=graphs, groups=tuple(groups),
                       state_layers=tuple(layer for layer in mine if layer.kind == "state"),
@@ -175,28 +184,31 @@ class MeasuredServe(ServeEstimate):
 
     @property
     def kv_layers(self) -> list[KvLayer]:
-        return self.model.kv_layers(self.kv_dtype)
+        return self.model.kv_layers(self.kv_dtype, self.tp)
 
     @property
     def kv_bytes_per_token(self) -> float:
-        return sum(layer.bytes_per_token for layer in self.kv_layers)
+        return sum(layer.bytes_per_token for layer in self.model.kv_layers(self.kv_dtype))
 
     @property
     def kv_bytes_per_token_per_gpu(self) -> float:
-        return self.kv_bytes_per_token
+        return sum(layer.bytes_per_token for layer in self.kv_layers)
 
     @property
     def kv_heads_per_gpu(self) -> int:
-        return 0  # not measured: the cache's elements per token, not its heads
+        """The K/V heads one rank keeps of those the cache was allocated with (0: they differ by layer)."""
+        heads = self.model.kv_head_count
+        return max(1, heads // self.tp) if heads else 0
 
     @property
     def kv_replicated(self) -> bool:
-        return False
+        heads = self.model.kv_head_count
+        return bool(heads) and self.tp > 1 and self.tp > heads  # type: ignore[operator]
 
     def roofline(self, concurrency: int, prompt: int, generate: int = 2) -> MeasuredInference:
         return MeasuredInference(self.model, self.accelerator, concurrency, prompt,  # type: ignore[arg-type]
                                  generate=generate, weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype,
-                                 compute_dtype=self.compute_dtype, n_gpus=1)
+                                 compute_dtype=self.compute_dtype, n_gpus=self.tp)
 
 
 def measured_serving(model: MeasuredModel, accelerator: Accelerator, tp: int = 1, max_model_len: int | None = None,

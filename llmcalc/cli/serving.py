@@ -68,8 +68,9 @@ def serve(ctx: click.Context, model: str, gpu: str, weight_dtype: str | None, kv
         from ..analytic.measured_serving import measured_serving
 
         if targets["concurrency"] is not None:
-            raise LlmcalcError(f"--concurrency: {spec.model_type} is measured by transformers on one GPU (its layout "
-                               "search over tp, pp and dp is not measured); drop --concurrency")
+            raise LlmcalcError(f"--concurrency: {spec.model_type} is measured by transformers (the layout search "
+                               "over tp, pp and dp runs on llmcalc's formula, which it has none of); drop "
+                               "--concurrency and pass --n-gpus")
         refuse_unused(ctx, ("ttft", "tokens_per_second"), "without --concurrency (the targets of its search)")
         measured = measured_serving(spec, device, n_gpus, **dtypes, **vllm)
         return emit(document(measured), fmt, measured.warnings)

@@ -18,7 +18,9 @@ JSON-able dict (``llmcalc.analytic.measured.MeasuredModel`` reads it, torch-free
 - ``ffn``: per decoder layer, the widths vLLM's profiling transient needs (``_ffn``): its dense MLP's colwise output
   rows + rowwise input columns, and for a MoE layer its experts' (E, the colwise experts' rows, the rowwise experts'
   inner width, the shared experts' MLP width) with the top-k its router produced in the prefills (the
-  ``top_k_index`` the experts module is called with, ``_routed``).
+  ``top_k_index`` the experts module is called with, ``_routed``);
+- ``kv_heads``: per cache layer, the heads of its K and V tensors as allocated (``_cache_heads``; None for a state
+  layer): how vLLM splits the cache over tensor-parallel ranks.
 """
 
 from __future__ import annotations
@@ -45,11 +47,12 @@ def measure_meta(model, config, roles: dict[str, str], decode: bool = True) -> d
     out: dict[str, Any] = {"tensors": _tensors(model, roles)}
     try:
         with torch.device("meta"):
-            with _routed(model) as routed:
+            with _routed(model) as routed, _cache_heads(model) as heads:
                 out["kv"] = _kv(model, config)
             if decode:  # `infer`'s decode FLOPs (`memory` needs none)
                 out["decode"] = _decode(model)
         out["ffn"] = _ffn(model, routed)
+        out["kv_heads"] = heads
         out["kv"]["device"] = "meta"
     except LlmcalcError:
         pass  # measure_fake measures them on fake tensors
@@ -89,9 +92,10 @@ def measure_fake(model, config, seq_len: int | None, out: dict) -> dict:
     activations (sdpa takes the kernel it takes on CPU, flash, as a GPU's does; on the meta device it would
     take the math kernel and save the S² scores) and, where the meta device could not run it, the KV cache."""
     if "kv" not in out:
-        with _routed(model) as routed:
+        with _routed(model) as routed, _cache_heads(model) as heads:
             out["kv"] = _kv(model, config)
         out["ffn"] = _ffn(model, routed)
+        out["kv_heads"] = heads
         out["kv"]["device"] = "fake"
         if seq_len is None:  # `infer`
             out["decode"] = _decode(model)
@@ -174,6 +178,29 @@ def _routed(model):
     finally:
         for handle in handles:
             handle.remove()
+
+
+@contextmanager
+def _cache_heads(model):
+    """A forward hook on the model: per layer of the first Cache its forward returns, the heads its tensors hold
+    (their common dimension 1 where every tensor is [batch, heads, tokens, width], an attention layer's K and V;
+    None otherwise: a recurrent or conv state, or K and V of different head counts); yields the list it fills."""
+    heads: list[int | None] = []
+
+    def hook(module, args, output):
+        layers = getattr(getattr(output, "past_key_values", None), "layers", None)
+        if heads or not layers:
+            return
+        for layer in layers:
+            tensors = _state_tensors(layer, set())
+            dims = {int(t.shape[1]) for t in tensors if t.dim() == 4}
+            heads.append(next(iter(dims)) if len(dims) == 1 and all(t.dim() == 4 for t in tensors) else None)
+
+    handle = model.register_forward_hook(hook)
+    try:
+        yield heads
+    finally:
+        handle.remove()
 
 
 FIRST_INDEX = re.compile(r"\.(\d+)\.")

@@ -183,10 +183,15 @@ def measured_document(est: MeasuredInference) -> Document:
     measured_from = {
         "weights": f"{model.total:,} parameters of the {len(model.tensors)} tensors of {model.cls} built by "
                    f"transformers {model.transformers_version}: the layer stack's matrices at {est.weight_dtype}, "
-                   "embeddings, head, norms and biases at 16 bits",
+                   "embeddings, head, norms and biases at 16 bits"
+                   + (f"; per GPU split by transformers' tensor-parallel plan over {est.n_gpus} ranks, the "
+                      "embedding and head by vocabulary rows, K/V projections by their KV heads (replicated past them)"
+                      if est.n_gpus > 1 else ""),
         "kv_cache": f"the elements per token of each of the {len(model.kv)} layers of the cache transformers "
                     f"allocated ({', '.join(sorted({k.cache_class for k in model.kv}))}; prefills of 8 and 16 tokens) "
-                    f"at {est.kv_dtype}, no window cap (the roofline reads every cached token)",
+                    f"at {est.kv_dtype}, no window cap (the roofline reads every cached token)"
+                    + (f"; per GPU max(1, KV heads // {est.n_gpus}) of the heads its K and V were allocated with"
+                       if est.n_gpus > 1 else ""),
         "state": "each layer's conv / recurrent state per sequence, at the bytes transformers allocated it",
         "decode_flops": f"FlopCounterMode over one decode step after {decode['contexts'][0]} and "
                         f"{decode['contexts'][1]} prefilled tokens ({decode['flops'][0]:,} and "
@@ -204,9 +209,10 @@ def measured_document(est: MeasuredInference) -> Document:
     notes = _roofline_notes(est, with_kv, without_kv, conventions=False)
     notes += [f"measured by transformers: {k.replace('_', ' ')}: {v}" for k, v in measured_from.items()]
     table = roofline_table(est, notes)
-    title = (f"{model.name} on 1 x {est.accelerator.key}: batch {est.batch}, prompt {est.prompt:,}, "
+    title = (f"{model.name} on {est.n_gpus} x {est.accelerator.key}: batch {est.batch}, prompt {est.prompt:,}, "
              f"generate {est.generate:,}, weights {est.weight_dtype}, KV {est.kv_dtype}")
     tokens = est.batch * (est.prompt + est.generate)
-    return Document(title, data, [table], [model.describe(), f"weights {fmt_bytes(est.weights)} at "
+    per_gpu = f" ({fmt_bytes(est.weights_per_gpu)} per GPU)" if est.n_gpus > 1 else ""
+    return Document(title, data, [table], [model.describe(), f"weights {fmt_bytes(est.weights)}{per_gpu} at "
                                            f"{est.weight_dtype}; KV cache at the end {fmt_bytes(est.kv_cache)} for "
                                            f"{tokens:,} tokens" + _state_note(est)])

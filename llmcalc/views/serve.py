@@ -65,7 +65,10 @@ def _measured_from(est: ServeEstimate) -> dict[str, str]:
                    + (" (the quantization_config by each tensor's module name)" if est.weights.quant else "")
                    + ", embeddings, head, norms and biases at 16 bits, vocabulary rows padded to 64 (vLLM's "
                    "VocabParallelEmbedding); the rotary cos/sin cache vLLM makes at load is a buffer the record "
-                   "does not hold, not counted",
+                   "does not hold, not counted"
+                   + (f"; per GPU split over {est.tp} ranks by transformers' tensor-parallel plan, the embedding and "
+                      "head by vocabulary rows, K/V projections by their KV heads (vLLM's QKVParallelLinear, "
+                      "replicated past them)" if est.tp > 1 else ""),
         "kv_cache": f"the elements per token of each of the {len(model.kv)} layers of the cache transformers "
                     f"allocated ({', '.join(sorted({k.cache_class for k in model.kv}))}) at {est.kv_dtype}; a layer "
                     "that stopped growing is a sliding window of its cap + 1 tokens (vLLM's hybrid allocator groups "
@@ -168,7 +171,10 @@ def _kv_formula(est: ServeEstimate) -> str:
     from ..analytic.measured_serving import MeasuredServe
 
     if isinstance(est, MeasuredServe):
-        return f"the cache transformers allocated, per layer, at {est.kv_dtype}"
+        heads = est.model.kv_head_count
+        split = (f"; per GPU {est.kv_heads_per_gpu} of the {heads} K/V heads it was allocated with"
+                 + (" (replicated)" if est.kv_replicated else "") if est.tp > 1 and heads else "")
+        return f"the cache transformers allocated, per layer, at {est.kv_dtype}{split}"
     spec = est.spec
     if spec.mla is not None:
         return (f"MLA latent: {spec.n_layers} layers x ({spec.mla.kv_lora_rank} + {spec.mla.qk_rope_head_dim}) x "
