@@ -238,7 +238,7 @@ class MeasuredModel:
         tp) of its heads per rank)."""
         kv, heads = self.kv_head_count, self._heads(t)
         widest = max((h for u in self.tensors if (h := self._heads(u))), default=0)
-        return bool(kv) and heads == kv and kv < widest
+        return kv is not None and heads == kv and kv < widest
 
     def check_vllm_tp(self, tp: int, option: str = "--n-gpus") -> None:
         """`check_tp` as vLLM shards: K/V projections with fewer heads than tp are replicated (tp must then be a

@@ -203,7 +203,7 @@ class MeasuredServe(ServeEstimate):
     @property
     def kv_replicated(self) -> bool:
         heads = self.model.kv_head_count
-        return bool(heads) and self.tp > 1 and self.tp > heads  # type: ignore[operator]
+        return heads is not None and self.tp > 1 and self.tp > heads
 
     def roofline(self, concurrency: int, prompt: int, generate: int = 2) -> MeasuredInference:
         return MeasuredInference(self.model, self.accelerator, concurrency, prompt,  # type: ignore[arg-type]
