@@ -199,11 +199,26 @@ def test_infer_bad_input_is_one_line(argv, words):
     assert words in one_line_error("infer", str(CONFIGS / "arcee-tiny.json"), *argv)
 
 
-def test_infer_refuses_a_shipped_quantization_without_a_weight_dtype(tmp_path):
-    hf = json.loads((CONFIGS / "arcee-tiny.json").read_text())
-    path = tmp_path / "q.json"
-    path.write_text(json.dumps({**hf, "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}))
-    assert "pass --weight-dtype" in one_line_error("infer", str(path), "--gpu", "h100-sxm")
+def test_infer_sizes_a_shipped_quantization_by_module_name(tmp_path, monkeypatch):
+    """infer of a measured model reads the config's quantization_config per tensor (quant.format_of, as serve):
+    llama's fp8 block config equals the formula path's weights, and by hand: the block matrices at 1 B per weight
+    plus one fp32 scale per 128 x 128 block (q, o: 4 blocks; k, v: 2; gate, up, down: 8 each), the embedding, the
+    lm_head (fine-grained FP8 leaves it) and 9 norms at 2 B; at one GPU and split over two (each rank one KV head,
+    half of every other matrix and of the vocabulary rows, the norms whole)."""
+    hf = {**LLAMA_INFER, "quantization_config": FP8_BLOCK}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(hf))
+    analytic = {n: cli_json("infer", str(path), *INFER, "--n-gpus", n) for n in ("1", "2")}
+    monkeypatch.setenv(FORCE_ENV, "1")
+    for n in ("1", "2"):
+        measured = cli_json("infer", str(path), *INFER, "--n-gpus", n)
+        assert measured["method"] == "transformers" and measured["weight_dtype"] == "fp8"
+        for key in ("weights_bytes", "weights_bytes_per_gpu", "decode_weight_bytes_per_gpu", "decode_seconds"):
+            assert measured[key] == analytic[n][key], (n, key)
+    matrices = 2 * 256 * 256 + 2 * 128 * 256 + 3 * 512 * 256
+    scales = (2 * 4 + 2 * 2 + 3 * 8) * 4
+    rest = 2 * 256 * 256 + 9 * 256
+    assert measured["weights_bytes"] == 4 * (matrices + scales) + rest * 2
 
 
 # --- a multimodal checkpoint's text model: the LM head as the checkpoint stores it --------------------------------

@@ -5,8 +5,8 @@ compute-bound batch, the fit check) and takes what it knows of the model from ``
 
 - weights: every parameter tensor transformers built, the matrices of the layer stack (2-D and wider: linears,
   fused experts) at the weight dtype, the rest (embeddings, head, norms, biases) at 16 bits, as llmcalc's typed
-  formats do (``quant.TYPED_BYTES``); a config with a ``quantization_config`` is refused (its shipped formats are
-  described per llmcalc component: pass --weight-dtype);
+  formats do (``quant.TYPED_BYTES``); a config's ``quantization_config`` read by quant.py (``format_of``) and applied
+  per tensor by its module name (``tensor_bytes``, as measured serve does), unless --weight-dtype is typed;
 - MoE: the tensors the model's expert-parallel plan names (``model.ep_plan``) are the routed experts, E the
   first dimension, k the config's top-k; a step over t tokens reads E·(1 - (1 - k/E)^t) of them per layer
   (``inference.expected_experts``' uniform routing);
@@ -30,9 +30,28 @@ from functools import cached_property
 from ..errors import LlmcalcError
 from ..hardware import Accelerator
 from .inference import InferenceEstimate, WeightLayout, bytes_per_weight, check_inference, resolve_dtypes
-from .measured import MeasuredModel
+from .measured import MeasuredModel, Tensor
+from .quant import Module, WeightFormat, format_of
 
 SIXTEEN_BITS = 2.0
+
+
+def tensor_bytes(t: Tensor, fmt: WeightFormat | None, weight_dtype: str) -> float:
+    """Bytes of measured tensor `t` in all its layers, whole: under a shipped quantization_config (`fmt` with a
+    quant, quant.format_of) a matrix of the layer stack or the head at its format where ``Quantization.quantizes``
+    takes it by its module name (the skip lists as the libraries match them; a fused [E, out, in] experts tensor
+    is E matrices), else 16 bits; at a typed --weight-dtype (`fmt` None or typed) the layer stack's matrices at it;
+    the rest (embeddings, head, norms, biases) at 16 bits."""
+    quant = fmt.quant if fmt is not None else None
+    if quant is not None and len(t.shape) >= 2 and t.role in ("layer", "head"):
+        m = Module(t.name.removesuffix(".weight"), "", d_in=t.shape[-1], d_out=t.shape[-2],
+                   count=t.shape[0] if len(t.shape) == 3 else 1,
+                   kind="expert" if t.ep else "head" if t.role == "head" else "linear")
+        if quant.quantizes(m):
+            return t.count * m.count * quant.format.linear_bytes(m.d_in, m.d_out)
+        return t.numel * t.count * SIXTEEN_BITS
+    wide = t.role == "layer" and len(t.shape) >= 2 and (fmt is None or fmt.typed)
+    return t.numel * t.count * (bytes_per_weight(weight_dtype) if wide else SIXTEEN_BITS)
 
 
 @dataclass(frozen=True)
@@ -50,8 +69,7 @@ class MeasuredInference(InferenceEstimate):
         self.model.check_vllm_tp(self.n_gpus)
 
     def _bytes(self, t) -> float:
-        wide = t.role == "layer" and len(t.shape) >= 2
-        return t.numel * t.count * (bytes_per_weight(self.weight_dtype) if wide else SIXTEEN_BITS)
+        return tensor_bytes(t, self.weight_format, self.weight_dtype)
 
     @cached_property
     def layout(self) -> WeightLayout:
@@ -133,12 +151,11 @@ def measured_inference(model: MeasuredModel, accelerator: Accelerator, batch: in
     from .inference import check_fits
 
     check_inference(batch, prompt, generate)
-    if model.quantized and weight_dtype is None:
-        raise LlmcalcError(f"{model.model_type}'s config has a quantization_config: llmcalc describes shipped formats "
-                           "per component of its formula, which this model has not; pass --weight-dtype")
-    weight, kv, compute = resolve_dtypes(accelerator, weight_dtype or "bf16", kv_dtype, compute_dtype)
+    fmt = format_of(model.quantization_config, "bf16", weight_dtype)
+    weight, kv, compute = resolve_dtypes(accelerator, fmt.name, kv_dtype, compute_dtype)
     est = MeasuredInference(model, accelerator, batch, prompt, generate=generate,  # type: ignore[arg-type]
-                            weight_dtype=weight, kv_dtype=kv, compute_dtype=compute, n_gpus=n_gpus)
+                            weight_dtype=weight, kv_dtype=kv, compute_dtype=compute, n_gpus=n_gpus,
+                            weight_format=None if fmt.typed else fmt)
     check_fits(est)
     return est
 

@@ -36,10 +36,10 @@ from functools import cached_property
 
 from ..errors import LlmcalcError
 from ..hardware import Accelerator
-from .inference import KvLayer, bytes_per_weight, resolve_dtypes
+from .inference import KvLayer, resolve_dtypes
 from .measured import FfnLayer, MeasuredModel
-from .measured_inference import SIXTEEN_BITS, MeasuredInference
-from .quant import Module, format_of
+from .measured_inference import MeasuredInference, tensor_bytes
+from .quant import format_of
 from .serving import ServeEstimate, Stage
 from .vllm import (
     VOCAB_PADDING,
@@ -119,20 +119,9 @@ class MeasuredServe(ServeEstimate):
         return self._whole_bytes(t) * self.model.vllm_share(t, self.tp)
 
     def _whole_bytes(self, t) -> float:
+        """``measured_inference.tensor_bytes``, the embedding and LM-head rows padded to a multiple of 64."""
         rows = round_up(t.shape[0], VOCAB_PADDING) / t.shape[0] if t.role in ("embedding", "head") else 1.0
-        quant = self.weights.quant
-        if quant is not None and len(t.shape) >= 2 and t.role in ("layer", "head"):
-            # the shipped format by the tensor's module name (quant.py Quantization.quantizes: skip lists as the
-            # libraries match them); a fused [E, out, in] expert tensor is E matrices
-            m = Module(t.name.removesuffix(".weight"), "", d_in=t.shape[-1], d_out=t.shape[-2],
-                       count=t.shape[0] if len(t.shape) == 3 else 1,
-                       kind="expert" if t.ep else "head" if t.role == "head" else "linear")
-            if quant.quantizes(m):
-                return t.count * m.count * quant.format.linear_bytes(m.d_in, m.d_out) * rows
-            return t.numel * t.count * SIXTEEN_BITS * rows
-        wide = t.role == "layer" and len(t.shape) >= 2 and self.weights.typed
-        per = bytes_per_weight(self.weight_dtype) if wide else SIXTEEN_BITS
-        return t.numel * t.count * per * rows
+        return tensor_bytes(t, self.weights, self.weight_dtype) * rows
 
     @cached_property
     def d_model(self) -> int:

@@ -182,8 +182,10 @@ def measured_document(est: MeasuredInference) -> Document:
     decode = model.decode
     measured_from = {
         "weights": f"{model.total:,} parameters of the {len(model.tensors)} tensors of {model.cls} built by "
-                   f"transformers {model.transformers_version}: the layer stack's matrices at {est.weight_dtype}, "
-                   "embeddings, head, norms and biases at 16 bits"
+                   f"transformers {model.transformers_version}: the layer stack's matrices at {est.weight_dtype}"
+                   + (" (the quantization_config by each tensor's module name)"
+                      if est.weight_format is not None and est.weight_format.quant else "")
+                   + ", embeddings, head, norms and biases at 16 bits"
                    + (f"; per GPU split by transformers' tensor-parallel plan over {est.n_gpus} ranks, the "
                       "embedding and head by vocabulary rows, K/V projections by their KV heads (replicated past them)"
                       if est.n_gpus > 1 else ""),
