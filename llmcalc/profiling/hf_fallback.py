@@ -372,8 +372,11 @@ def _flops(model, config, seq_len: int) -> dict:
         with torch.no_grad():
             model(**kwargs)
 
+    from .hf_shorten import shortened
+
     try:
-        counted = count_flops(forward)
+        with shortened(model, config) as short:  # the stack cut to one prefix of its layer kinds, scaled back
+            counted = short.scale_flops(count_flops(forward), type(model).__name__)
     except Exception as exc:  # fake tensors cannot follow data-dependent shapes (expert loops over hits)
         data_dependent = "data-dependent" in str(exc) or "DynamicOutputShape" in type(exc).__name__ \
             or "DataDependent" in type(exc).__name__

@@ -20,12 +20,16 @@ JSON-able dict (``llmcalc.analytic.measured.MeasuredModel`` reads it, torch-free
   inner width, the shared experts' MLP width) with the top-k its router produced in the prefills (the
   ``top_k_index`` the experts module is called with, ``_routed``);
 - ``kv_heads``: per cache layer, the heads of its K and V tensors as allocated (``_cache_heads``; None for a state
-  layer): how vLLM splits the cache over tensor-parallel ranks.
+  layer): how vLLM splits the cache over tensor-parallel ranks;
+- ``shortened``: where the forwards ran on a prefix of the layer stack (``hf_shorten``: one prefix holding two of
+  each layer kind, the counts scaled to every layer), the stack's layers, the prefix run and each prefix layer's
+  multiplicity.
 """
 
 from __future__ import annotations
 
 import re
+import weakref
 from collections import defaultdict
 from contextlib import contextmanager
 from typing import Any
@@ -47,22 +51,43 @@ def measure_meta(model, config, roles: dict[str, str], decode: bool = True) -> d
     out: dict[str, Any] = {"tensors": _tensors(model, roles)}
     try:
         with torch.device("meta"):
-            with _routed(model) as routed, _cache_heads(model) as heads:
-                out["kv"] = _kv(model, config)
-            if decode:  # `infer`'s decode FLOPs (`memory` needs none)
-                out["decode"] = _decode(model)
-        out["ffn"] = _ffn(model, routed)
-        out["kv_heads"] = heads
-        out["kv"]["device"] = "meta"
+            out.update(_forwards(model, config, decode, "meta"))
     except LlmcalcError:
         pass  # measure_fake measures them on fake tensors
     return out
 
 
+def _forwards(model, config, decode: bool, device: str, shorten: bool = True) -> dict:
+    """The cache (``_kv``, with the routing ``_routed`` and heads ``_cache_heads`` its prefills show) and, with
+    `decode`, a decode step's FLOPs, run on the stack shortened to one prefix of its layer kinds
+    (``hf_shorten.shortened``) and scaled to the whole stack; run whole where the cache's layers do not follow the
+    stack's."""
+    from contextlib import nullcontext
+
+    from .hf_shorten import Short, shortened
+
+    with shortened(model, config) if shorten else nullcontext(Short(0, 0, [])) as short:
+        with _routed(model) as routed, _cache_heads(model) as heads:
+            kv = _kv(model, config)
+        found: dict[str, Any] = {"kv": kv}
+        if decode:  # `infer`'s decode FLOPs (`memory` needs none)
+            found["decode"] = _decode(model, short)
+    try:
+        kv["layers"] = short.extend(kv["layers"])
+        found["kv_heads"] = short.extend_list(heads)
+    except ValueError:  # a cache not one layer per decoder layer: the whole stack
+        return _forwards(model, config, decode, device, shorten=False)
+    found["ffn"] = _ffn(model, short.extend_names(routed))
+    kv["device"] = device
+    if short.active:
+        found["shortened"] = {"layers": short.n, "run": short.prefix, "multiplicity": short.multiplicity}
+    return found
+
+
 DECODE_CONTEXTS = (8, 16)  # prefilled tokens before the counted decode step (below any sliding window)
 
 
-def _decode(model) -> dict:
+def _decode(model, short) -> dict:
     """FLOPs of one decode step (one new token attending to its cache and itself), counted by FlopCounterMode after
     prefills of the two DECODE_CONTEXTS: flops = per_sequence + per_key x keys (keys = the prefill + 1, the
     token's own, inference.py's convention) solves the two."""
@@ -77,7 +102,8 @@ def _decode(model) -> dict:
             with torch.no_grad():
                 cache = model(input_ids=torch.zeros(1, context, dtype=torch.long), use_cache=True).past_key_values
                 step = {"input_ids": torch.zeros(1, 1, dtype=torch.long), name: cache, "use_cache": True}
-                counted.append(count_flops(lambda step=step: model(**step)).total)
+                counted.append(short.scale_flops(count_flops(lambda step=step: model(**step)),
+                                                 type(model).__name__).total)
         except Exception as exc:
             raise LlmcalcError(f"transformers' decode step of {type(model).__name__} failed after {context} tokens: "
                                f"{_reason(exc)}") from None
@@ -92,20 +118,17 @@ def measure_fake(model, config, seq_len: int | None, out: dict) -> dict:
     activations (sdpa takes the kernel it takes on CPU, flash, as a GPU's does; on the meta device it would
     take the math kernel and save the S² scores) and, where the meta device could not run it, the KV cache."""
     if "kv" not in out:
-        with _routed(model) as routed, _cache_heads(model) as heads:
-            out["kv"] = _kv(model, config)
-        out["ffn"] = _ffn(model, routed)
-        out["kv_heads"] = heads
-        out["kv"]["device"] = "fake"
-        if seq_len is None:  # `infer`
-            out["decode"] = _decode(model)
+        out.update(_forwards(model, config, seq_len is None, "fake"))
     if getattr(model.config, "_experts_implementation", None) == "batched_mm":
         # batched_mm gathers every token's k experts' weights (saved for backward: terabytes at a 1T MoE's shapes);
         # training runs grouped_mm, which saves the tokens' activations only
         model.set_experts_implementation("grouped_mm")
     out["experts_implementation"] = getattr(model.config, "_experts_implementation", None)
     if seq_len is not None:
-        out["activations"] = _activations(model, config, seq_len)
+        from .hf_shorten import shortened
+
+        with shortened(model, config) as short:
+            out["activations"] = _activations(model, config, seq_len, short)
     return out
 
 
@@ -333,36 +356,65 @@ def _kv(model, config) -> dict:
     return {"lengths": [s1, s2] + ([long] if long > s2 else []), "layers": layers}
 
 
-def _activations(model, config, seq_len: int) -> dict:
+def _activations(model, config, seq_len: int, short=None) -> dict:
     """Bytes saved for backward in a forward with the loss (labels = the ids), batch 1, at seq_len // 2 and
     seq_len; `bytes_by_element` splits them by element size (2: bf16 activations, 4: fp32 statistics and the
-    loss's upcast logits, 8: int64 indices)."""
+    loss's upcast logits, 8: int64 indices). Counted: the storages the graph still holds when the forward
+    returns (weak references to the saved tensors; a branch the loss does not reach is freed, and its storage's
+    address may be reused, which a count by address alone would merge). On a shortened stack (`short`,
+    hf_shorten.Short) each storage is attributed to the layer that saved it (forward hooks on the layers) and
+    counted times that layer's multiplicity; one saved by several layers (the rotary cos/sin, a mask) or outside
+    them counts once."""
     model.train()
     params = {p.untyped_storage()._cdata for p in model.parameters()}
+    layers = list(model.get_submodule(short.name)) if short is not None and short.active else []
+    current: list[int | None] = [None]
+    handles = []
+    for i, layer in enumerate(layers):
+        handles.append(layer.register_forward_pre_hook(lambda m, a, i=i: current.__setitem__(0, i)))
+        handles.append(layer.register_forward_hook(lambda m, a, o: current.__setitem__(0, None)))
     runs = []
-    for seq in (max(1, seq_len // 2), seq_len):
-        saved: dict[int, tuple[int, int]] = {}
+    try:
+        for seq in (max(1, seq_len // 2), seq_len):
+            saved: dict[int, list] = {}  # storage -> [bytes, element size, layer, weak references to its tensors]
 
-        def pack(t, saved=saved):
-            st = t.untyped_storage()
-            if st._cdata not in params:
-                saved[st._cdata] = (st.nbytes(), t.element_size())
-            return t
+            def pack(t, saved=saved):
+                st = t.untyped_storage()
+                key = st._cdata
+                if key not in params:
+                    entry = saved.get(key)
+                    if entry is None or not any(ref() is not None for ref in entry[3]):
+                        # new, or a dead one's address reused (its graph branch freed: not held for backward)
+                        saved[key] = [st.nbytes(), t.element_size(), current[0], [weakref.ref(t)]]
+                    else:
+                        entry[3].append(weakref.ref(t))
+                        if entry[2] != current[0]:
+                            entry[2] = None  # saved by several layers (or outside them): counted once
+                return t
 
-        ids = torch.zeros(1, seq, dtype=torch.long)
-        kwargs: dict[str, Any] = {"input_ids": ids, "labels": ids}
-        if "use_cache" in model.forward.__code__.co_varnames:
-            kwargs["use_cache"] = False
-        try:
-            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                model(**kwargs)
-        except Exception as exc:
-            raise LlmcalcError(f"transformers' training forward of {type(model).__name__} failed at seq {seq}: "
-                               f"{_reason(exc)}") from None
-        by_size: dict[int, int] = defaultdict(int)
-        for nbytes, size in saved.values():
-            by_size[size] += nbytes
-        runs.append({"seq_len": seq, "bytes": sum(by_size.values()),
-                     "bytes_by_element": {str(k): v for k, v in sorted(by_size.items())}, "tensors": len(saved)})
+            ids = torch.zeros(1, seq, dtype=torch.long)
+            kwargs: dict[str, Any] = {"input_ids": ids, "labels": ids}
+            if "use_cache" in model.forward.__code__.co_varnames:
+                kwargs["use_cache"] = False
+            try:
+                with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                    result = model(**kwargs)
+            except Exception as exc:
+                raise LlmcalcError(f"transformers' training forward of {type(model).__name__} failed at seq {seq}: "
+                                   f"{_reason(exc)}") from None
+            # what the graph still holds with the loss alive: a branch the loss does not reach was freed
+            held = [e[:3] for e in saved.values() if any(ref() is not None for ref in e[3])]
+            del result
+            by_size: dict[int, int] = defaultdict(int)
+            count = 0
+            for nbytes, size, layer in held:
+                times = short.multiplicity[layer] if layer is not None and layers else 1
+                by_size[size] += nbytes * times
+                count += times
+            runs.append({"seq_len": seq, "bytes": sum(by_size.values()),
+                         "bytes_by_element": {str(k): v for k, v in sorted(by_size.items())}, "tensors": count})
+    finally:
+        for handle in handles:
+            handle.remove()
     model.eval()
     return {"runs": runs}
