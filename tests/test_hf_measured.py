@@ -253,9 +253,12 @@ SERVE = dict(max_model_len=4096)
 @pytest.mark.parametrize("hf", [LLAMA, GEMMA3], ids=["llama", "gemma3"])
 def test_serve_forced_through_transformers_matches_the_formula(tmp_path, monkeypatch, hf):
     """vLLM's accounting fed from the measured record against the formula path's on the same config. Equal: the
-    activation peak (the MLP width from the tp_plan), the KV groups. The weights differ by exactly vLLM's rotary
-    cos/sin cache (max_position_embeddings x head_dim x 2 B, a buffer, not a parameter), which the measured path
-    does not count; so its KV memory is that much larger, its blocks that many block bytes more."""
+    activation peak (the MLP width from the tp_plan), the KV groups, and on llama the weights with vLLM's rotary
+    cos/sin cache (8,192 positions x the rotary dim, 2 x the 32 frequencies of transformers' inv_freq buffer, x 2 B),
+    so the KV memory and blocks. Gemma 3: transformers builds two rotary tables (sliding_attention_inv_freq and
+    full_attention_inv_freq, rope_parameters of bases 10,000 and 1,000,000), of which vLLM's get_rope makes two
+    cos/sin caches; the formula path counts one (8,192 x 16 x 2 B), so the measured weights are one table more and
+    its KV memory that much less."""
     from llmcalc.analytic.measured_serving import measured_serving
     from llmcalc.analytic.serving import plan_serving
     from llmcalc.spec import load_hardware
@@ -263,13 +266,15 @@ def test_serve_forced_through_transformers_matches_the_formula(tmp_path, monkeyp
     measured, spec = forced(tmp_path, monkeypatch, {**hf, "max_position_embeddings": 8192}, seq=None)
     gpu = load_hardware("h100-sxm")
     mine, ref = measured_serving(measured, gpu, **SERVE), plan_serving(spec, gpu, **SERVE)
-    rotary = 8192 * {"llama": 64, "gemma3_text": 16}[hf["model_type"]] * 2  # positions x head_dim x 2 B
-    assert ref.weights_bytes_per_gpu - mine.weights_bytes_per_gpu == rotary
+    table = 8192 * {"llama": 64, "gemma3_text": 16}[hf["model_type"]] * 2  # positions x rotary dim x 2 B
+    extra = {"llama": 0, "gemma3_text": table}[hf["model_type"]]
+    assert measured.rotary_tables() == [(8192, table // (8192 * 2))] * (2 if extra else 1)
+    assert mine.weights_bytes_per_gpu - ref.weights_bytes_per_gpu == extra
     assert mine.activation_bytes == ref.activation_bytes
     assert mine.groups == ref.groups and mine.kv_bytes_per_token == ref.kv_bytes_per_token
-    assert mine.kv_cache_bytes - ref.kv_cache_bytes == rotary
+    assert ref.kv_cache_bytes - mine.kv_cache_bytes == extra
     block = ref.kv_block_bytes  # llama: 16 tokens x 512 B x 4 layers; gemma3: 16 x 128 B x 2 (the group size)
-    assert mine.kv_blocks - ref.kv_blocks in (rotary // block, -(-rotary // block))
+    assert ref.kv_blocks - mine.kv_blocks in (extra // block, -(-extra // block))
     # concurrency: blocks / blocks a 4,096-token request needs over all groups, the same in both
     assert mine.blocks_per_sequence == ref.blocks_per_sequence
     assert mine.vllm_max_concurrency == mine.kv_blocks / mine.blocks_per_sequence
@@ -284,9 +289,12 @@ def test_serve_of_a_model_without_a_formula_end_to_end(name):
     model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**hf))
     n = sum(p.numel() for p in model.parameters())
     # bf16, the 1,000 vocabulary rows of embedding and (untied) head padded to 1,024 (x 64 wide, codegen's head
-    # bias 1,000 -> 1,024 too)
+    # bias 1,000 -> 1,024 too); arcee's rotary cos/sin cache: its 512 positions x rotary dim 16 (the rotary
+    # module's inv_freq holds 8 frequencies); codegen keeps a sinusoidal embed_positions table, no inv_freq
     pad = 24 * 64 * 2 + (24 if name.startswith("codegen") else 0)
-    assert data["weights_bytes_per_gpu"] == 2 * (n + pad)
+    rotary = 0 if name.startswith("codegen") else 512 * 16
+    assert [b.numel() for n_, b in model.named_buffers() if n_.endswith(".inv_freq")] == ([] if not rotary else [8])
+    assert data["weights_bytes_per_gpu"] == 2 * (n + pad + rotary)
     width = 4 * 16 if name.startswith("codegen") else 2 * 16  # K and V elements per layer: heads x 16
     assert data["kv_bytes_per_token"] == 2 * 2 * width * 2  # 2 layers x (K, V) x width x 2 B
     # profiling run: 8,192 tokens x (MLP: codegen fc_in + fc_out 2 x 256, arcee up + down 2 x 128, + 3 x 64) x 2 B
@@ -318,8 +326,8 @@ def test_serve_of_a_moe_forced_through_transformers_matches_the_formula(tmp_path
     (qwen3_moe tiny, 8,192 batched tokens, bf16): vLLM's fused-MoE workspaces T·k·(max(2I, D) + I)·2 B =
     8192·2·(64 + 32)·2 plus 3·T·D·2 B; the formula's forward_peak adds a dense MLP of intermediate_size (128) that
     no qwen3_moe layer has (mlp_only_layers [] and decoder_sparse_step 1: every layer is sparse), T·(3·128 + 3·64)·2
-    B, larger; the activation peak is the sampler's in both (1,024 rows x 1,000 x 14 B + T·D·2 B). KV blocks differ
-    by the rotary cos/sin cache the measured weights do not count (4,096 x 16 x 2 B), as on the dense models."""
+    B, larger; the activation peak is the sampler's in both (1,024 rows x 1,000 x 14 B + T·D·2 B). Weights (the
+    rotary cache of 4,096 x 16 x 2 B in both), KV blocks and concurrency equal."""
     from llmcalc.analytic.measured_serving import measured_serving
     from llmcalc.analytic.serving import plan_serving
     from llmcalc.analytic.vllm import forward_peak
@@ -334,11 +342,9 @@ def test_serve_of_a_moe_forced_through_transformers_matches_the_formula(tmp_path
     assert mine.forward_peak(T) == T * 2 * (64 + 32) * 2 + 3 * T * 64 * 2
     assert forward_peak(spec, T, 1, 2) == T * (3 * 128 + 3 * 64) * 2 > mine.forward_peak(T)
     assert mine.activation_bytes == ref.activation_bytes == 1024 * 1000 * 14 + T * 64 * 2
-    rotary = 4096 * 16 * 2
-    assert ref.weights_bytes_per_gpu - mine.weights_bytes_per_gpu == rotary
+    assert mine.weights_bytes_per_gpu == ref.weights_bytes_per_gpu
     assert mine.groups == ref.groups and mine.blocks_per_sequence == ref.blocks_per_sequence
-    assert mine.kv_blocks - ref.kv_blocks in (rotary // ref.kv_block_bytes, -(-rotary // ref.kv_block_bytes))
-    assert mine.max_concurrent_sequences == ref.max_concurrent_sequences
+    assert mine.kv_blocks == ref.kv_blocks and mine.max_concurrent_sequences == ref.max_concurrent_sequences
 
 
 DEEPSEEK_V3 = dict(model_type="deepseek_v3", num_hidden_layers=3, hidden_size=64, num_attention_heads=4,
@@ -369,10 +375,11 @@ FP8_BLOCK = {"quant_method": "fp8", "weight_block_size": [128, 128]}
 
 
 def test_serve_sizes_a_shipped_quantization_by_module_name(tmp_path, monkeypatch):
-    """A quantization_config through quant.py per measured tensor equals the formula path's weights (less its rotary
-    cache, 8192 x 64 x 2 B); by hand: llama's block matrices at 1 B per weight plus one fp32 scale per 128 x 128
-    block (q, o: 256 x 256 -> 4 blocks; k, v: 128 x 256 -> 2; gate, up: 512 x 256 -> 8; down: 256 x 512 -> 8), the
-    lm_head left 16-bit (fine-grained FP8 quantizes the block linears), the rest 16-bit."""
+    """A quantization_config through quant.py per measured tensor equals the formula path's weights (the rotary
+    cache, 8192 x 64 x 2 B, in both); by hand: llama's block matrices at 1 B per weight plus one fp32 scale per
+    128 x 128 block (q, o: 256 x 256 -> 4 blocks; k, v: 128 x 256 -> 2; gate, up: 512 x 256 -> 8; down: 256 x
+    512 -> 8), the lm_head left 16-bit (fine-grained FP8 quantizes the block linears), the rest 16-bit, and the
+    rotary cache."""
     from llmcalc.analytic.measured_serving import measured_serving
     from llmcalc.analytic.serving import plan_serving
     from llmcalc.spec import load_hardware
@@ -382,11 +389,11 @@ def test_serve_sizes_a_shipped_quantization_by_module_name(tmp_path, monkeypatch
     gpu = load_hardware("h100-sxm")
     mine, ref = measured_serving(measured, gpu, **SERVE), plan_serving(spec, gpu, **SERVE)
     assert mine.weight_dtype == ref.weight_dtype == "fp8"
-    assert ref.weights_bytes_per_gpu - mine.weights_bytes_per_gpu == 8192 * 64 * 2
+    assert mine.weights_bytes_per_gpu == ref.weights_bytes_per_gpu
     matrices = 2 * 256 * 256 + 2 * 128 * 256 + 3 * 512 * 256
     scales = (2 * 4 + 2 * 2 + 3 * 8) * 4
     rest = 2 * 256 * 256 + 9 * 256  # embedding and head (256 rows, no padding), 9 norms, at 2 B
-    assert mine.weights_bytes_per_gpu == 4 * (matrices + scales) + rest * 2
+    assert mine.weights_bytes_per_gpu == 4 * (matrices + scales) + rest * 2 + 8192 * 64 * 2
 
 
 # --- tensor parallelism (serve and infer) -----------------------------------------------------------------------
@@ -397,8 +404,8 @@ def test_serve_over_tp_ranks_matches_the_formula(tmp_path, monkeypatch, tp):
     """llama tiny (4 query heads, 2 KV heads of 64) split as vLLM shards: at tp 2 each rank keeps one KV head, at
     tp 4 (> the 2 KV heads) the K/V heads are replicated, one per rank, and so is the cache's. Equal to the formula
     path: the activation peak (MLP widths / tp), the KV per token per GPU (4 layers x 2 x 1 head x 64 x 2 B), the
-    groups and the blocks a request needs; the weights per GPU less by the rotary cache (8,192 x 64 x 2 B, whole on
-    every rank), which the measured record does not hold. By hand at tp 4: q and o 256 x 256 / 4, k and v one head
+    groups and the blocks a request needs, the weights per GPU with the rotary cache (8,192 x 64 x 2 B, whole on
+    every rank) and so the blocks. By hand at tp 4: q and o 256 x 256 / 4, k and v one head
     of 64 x 256, gate/up/down 3 x 512 x 256 / 4, embedding and head 256 x 256 / 4 each, 9 norms of 256 whole."""
     from llmcalc.analytic.measured_serving import measured_serving
     from llmcalc.analytic.serving import plan_serving
@@ -408,15 +415,15 @@ def test_serve_over_tp_ranks_matches_the_formula(tmp_path, monkeypatch, tp):
     gpu = load_hardware("h100-sxm")
     mine, ref = measured_serving(measured, gpu, tp=tp, **SERVE), plan_serving(spec, gpu, tp=tp, **SERVE)
     rotary = 8192 * 64 * 2
-    assert ref.weights_bytes_per_gpu - mine.weights_bytes_per_gpu == rotary
+    assert mine.weights_bytes_per_gpu == ref.weights_bytes_per_gpu
     assert mine.activation_bytes == ref.activation_bytes
     assert mine.kv_bytes_per_token_per_gpu == ref.kv_bytes_per_token_per_gpu == 4 * 2 * 1 * 64 * 2
     assert (mine.kv_heads_per_gpu, mine.kv_replicated) == (ref.kv_heads_per_gpu, ref.kv_replicated) == (1, tp > 2)
     assert mine.groups == ref.groups and mine.blocks_per_sequence == ref.blocks_per_sequence
-    assert mine.kv_blocks - ref.kv_blocks in (rotary // ref.kv_block_bytes, -(-rotary // ref.kv_block_bytes))
+    assert mine.kv_blocks == ref.kv_blocks
     if tp == 4:
         layer = 2 * 256 * 256 // 4 + 2 * 64 * 256 + 3 * 512 * 256 // 4 + 2 * 256
-        assert mine.weights_bytes_per_gpu == 2 * (4 * layer + 2 * 256 * 256 // 4 + 256)
+        assert mine.weights_bytes_per_gpu == 2 * (4 * layer + 2 * 256 * 256 // 4 + 256) + rotary
 
 
 @pytest.mark.parametrize("hf", [LLAMA_INFER, QWEN3_MOE], ids=["llama", "qwen3_moe"])

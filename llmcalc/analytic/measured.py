@@ -142,6 +142,7 @@ class MeasuredModel:
     quantization_config: dict | None = None  # the config's, as published (serve sizes the shipped formats by it)
     ffn: list[FfnLayer] = field(default_factory=list)  # per decoder layer, as transformers built and routed it
     kv_heads: list[int | None] = field(default_factory=list)  # per cache layer, the K/V heads allocated (None: state)
+    rotary: list[dict] = field(default_factory=list)  # hf_measure._rotary: the rotary tables transformers built
 
     @classmethod
     def from_counted(cls, name: str, model_type: str, counted: dict, experts_per_token: int | None = None,
@@ -163,7 +164,7 @@ class MeasuredModel:
                    seq_len=runs[-1]["seq_len"] if runs else 0, total=total, tensors=tensors, kv=kv,
                    activation_runs=runs, decode=m.get("decode", {}), experts_per_token=experts_per_token,
                    max_seq_len=max_seq_len, quantized=quantized, quantization_config=quantization_config, ffn=ffn,
-                   kv_heads=list(m.get("kv_heads", [])))
+                   kv_heads=list(m.get("kv_heads", [])), rotary=list(m.get("rotary", [])))
 
     @property
     def n_layers(self) -> int:
@@ -265,6 +266,27 @@ class MeasuredModel:
         if kv and self.is_kv_projection(t):
             return max(1, kv // tp) / kv
         return t.per_rank(tp) / t.numel
+
+    def rotary_tables(self) -> list[tuple[int, int]]:
+        """(positions, rotary dim) of each cos/sin cache vLLM makes at load: one per distinct rotary table transformers
+        built (dimension, positions cached, rope parameters: vLLM's get_rope shares a cache between equal ones, and
+        makes Gemma 3's sliding and global tables, of different bases, two), positions the module's
+        max_seq_len_cached or, where it has none, the config's max_position_embeddings."""
+        import json
+
+        seen: dict[str, tuple[int, int]] = {}
+        for r in self.rotary:
+            positions = r.get("max_positions") or self.max_seq_len
+            if not positions:
+                continue
+            key = json.dumps([r["rotary_dim"], positions, r.get("rope")], sort_keys=True)
+            seen.setdefault(key, (positions, r["rotary_dim"]))
+        return list(seen.values())
+
+    def rotary_cache_bytes(self, act_bytes: float) -> float:
+        """vllm.rotary_cache_bytes for the measured tables: positions x rotary dim x the model dtype's bytes each
+        (RotaryEmbedding's cos_sin_cache: cos and sin of rotary dim / 2 frequencies per position)."""
+        return sum(positions * dim * act_bytes for positions, dim in self.rotary_tables())
 
     @property
     def tied(self) -> bool:

@@ -6,9 +6,10 @@ allocator's groups and blocks, concurrency, the roofline throughput) and takes w
 
 - weights as vLLM loads them: every parameter tensor transformers built, the layer stack's matrices (2-D and wider)
   at the weight dtype, the rest at 16 bits (``measured_inference``'s convention); the embedding and LM-head rows
-  padded to a multiple of 64 as vLLM's VocabParallelEmbedding / ParallelLMHead pad them (vllm.VOCAB_PADDING). Not
-  counted: the rotary cos/sin cache vLLM makes at load (max_position_embeddings x rotary dim x 2 B,
-  vllm.rotary_cache_bytes), a buffer the record of parameters does not hold. A config's quantization_config is read
+  padded to a multiple of 64 as vLLM's VocabParallelEmbedding / ParallelLMHead pad them (vllm.VOCAB_PADDING); the
+  rotary cos/sin cache vLLM makes at load on every rank, positions x rotary dim x the model dtype's bytes per
+  distinct rotary table transformers built (``MeasuredModel.rotary_cache_bytes``, vllm.rotary_cache_bytes' rule on
+  the measured tables: a partial rotary's dimension, Gemma 3's two tables). A config's quantization_config is read
   by quant.py (``format_of``) and applied per tensor by its module name (``Quantization.quantizes``' skip lists);
   the layers are measured as one pattern per name (``model.layers.*.``), so a skip entry naming one layer's index
   does not match (the unquantized rest at 16 bits);
@@ -34,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from ..dtypes import dtype_bytes
 from ..errors import LlmcalcError
 from ..hardware import Accelerator
 from .inference import KvLayer, resolve_dtypes
@@ -156,7 +158,8 @@ class MeasuredServe(ServeEstimate):
         rows = min(seqs, tokens) if self.version.engine == "v1" else seqs
         sampler = sampler_peak(SimpleNamespace(vocab_size=self.vocab_size), rows, self.version)  # type: ignore[arg-type]
         act = max(self.forward_peak(tokens), sampler + tokens * self.d_model * self.act_bytes)
-        weights = sum(self._bytes(t) for t in self.model.tensors if t.trainable)
+        weights = sum(self._bytes(t) for t in self.model.tensors if t.trainable) + \
+            self.model.rotary_cache_bytes(dtype_bytes(self.weights.base))
         requested = math.ceil(self.accelerator.usable_bytes * self.utilization)
         layers = range(self.model.n_layers)
         nt = non_torch_bytes(self.version, self.tp)

@@ -21,6 +21,8 @@ JSON-able dict (``llmcalc.analytic.measured.MeasuredModel`` reads it, torch-free
   ``top_k_index`` the experts module is called with, ``_routed``);
 - ``kv_heads``: per cache layer, the heads of its K and V tensors as allocated (``_cache_heads``; None for a state
   layer): how vLLM splits the cache over tensor-parallel ranks;
+- ``rotary``: every rotary table's buffer, its rotary dimension, positions and rope parameters (``_rotary``): the
+  cos/sin caches vLLM makes at load;
 - ``shortened``: where the forwards ran on a prefix of the layer stack (``hf_shorten``: one prefix holding two of
   each layer kind, the counts scaled to every layer), the stack's layers, the prefix run and each prefix layer's
   multiplicity.
@@ -28,6 +30,7 @@ JSON-able dict (``llmcalc.analytic.measured.MeasuredModel`` reads it, torch-free
 
 from __future__ import annotations
 
+import json
 import re
 import weakref
 from collections import defaultdict
@@ -48,7 +51,7 @@ def measure_meta(model, config, roles: dict[str, str], decode: bool = True) -> d
     and the KV cache of prefills run on the meta device (shapes only; a model whose forward needs values, a
     `.item()`, is run on fake tensors by ``measure_fake`` instead); `roles`: hf_fallback.tensor_roles; with
     `decode`, the FLOPs of a decode step (``_decode``, for `infer`)."""
-    out: dict[str, Any] = {"tensors": _tensors(model, roles)}
+    out: dict[str, Any] = {"tensors": _tensors(model, roles), "rotary": _rotary(model)}
     try:
         with torch.device("meta"):
             out.update(_forwards(model, config, decode, "meta"))
@@ -167,6 +170,32 @@ def _tensors(model, roles: dict[str, str]) -> list[dict]:
                 "role": "layer" if pattern != name else roles.get(name, "other")}
         entry["count"] += 1
     return list(groups.values())
+
+
+def _rotary(model) -> list[dict]:
+    """The rotary tables transformers builds: every ``inv_freq`` buffer (not ``original_inv_freq``), its rotary
+    dimension (2 x its frequencies: a partial rotary's too), the positions its module caches (``max_seq_len_cached``)
+    and the rope parameters it was made from (the config's ``rope_parameters`` entry of its layer type where the
+    buffer is named for one, Gemma 3's ``sliding_attention_inv_freq``): what vLLM's get_rope makes one cos/sin cache
+    of per distinct set."""
+    config = getattr(model, "config", None)
+    params = getattr(config, "rope_parameters", None)
+    params = params if isinstance(params, dict) else {}
+    modules = dict(model.named_modules())
+    out = []
+    for name, buffer in model.named_buffers():
+        leaf = name.rsplit(".", 1)[-1]
+        if not leaf.endswith("inv_freq") or leaf.endswith("original_inv_freq"):
+            continue
+        module = modules.get(name.rsplit(".", 1)[0] if "." in name else "")
+        positions = getattr(module, "max_seq_len_cached", None)
+        kind = leaf.removesuffix("inv_freq").rstrip("_")
+        rope = params.get(kind) if kind and isinstance(params.get(kind), dict) else \
+            {k: v for k, v in params.items() if not isinstance(v, dict)}
+        out.append({"buffer": name, "rotary_dim": 2 * buffer.numel(),
+                    "max_positions": positions if isinstance(positions, int) else None,
+                    "rope": json.loads(json.dumps(rope, default=str))})
+    return out
 
 
 def _experts_modules(model) -> set[str]:

@@ -64,8 +64,9 @@ def _measured_from(est: ServeEstimate) -> dict[str, str]:
                    f"{model.transformers_version}: the layer stack's matrices at {est.weight_dtype}"
                    + (" (the quantization_config by each tensor's module name)" if est.weights.quant else "")
                    + ", embeddings, head, norms and biases at 16 bits, vocabulary rows padded to 64 (vLLM's "
-                   "VocabParallelEmbedding); the rotary cos/sin cache vLLM makes at load is a buffer the record "
-                   "does not hold, not counted"
+                   "VocabParallelEmbedding); the rotary cos/sin cache vLLM makes at load: "
+                   + (", ".join(f"{p:,} positions x {d}" for p, d in model.rotary_tables()) or "no rotary table")
+                   + f" x {est.weights.base} bytes (the rotary tables transformers built)"
                    + (f"; per GPU split over {est.tp} ranks by transformers' tensor-parallel plan, the embedding and "
                       "head by vocabulary rows, K/V projections by their KV heads (vLLM's QKVParallelLinear, "
                       "replicated past them)" if est.tp > 1 else ""),
