@@ -254,6 +254,31 @@ class MeasuredModel:
                 continue
             t.check_tp(tp, option)
 
+    def unplanned(self) -> list[Tensor]:
+        """Matrices of the layer stack that transformers' tensor-parallel plan gives no style (whole on every rank
+        here), a MoE block's router excepted (vLLM replicates it too): DeepSeek-V3's MLA projections, whose plan
+        transformers 5.24 leaves out, though vLLM splits q_b_proj, kv_b_proj and o_proj."""
+        blocks = {f.moe.experts_module.rsplit(".", 1)[0] for f in self.ffn if f.moe and f.moe.experts_module}
+        out = []
+        for t in self.tensors:
+            if t.role != "layer" or len(t.shape) < 2 or t.tp is not None or t.ep is not None:
+                continue
+            module = t.name.rsplit(".", 1)[0]
+            if module.rsplit(".", 1)[0] in blocks:
+                continue  # the router beside the experts
+            out.append(t)
+        return out
+
+    def unplanned_warning(self, tp: int, per_weight: float) -> list[str]:
+        """One line where tp > 1 leaves unplanned matrices whole on every rank (``unplanned``)."""
+        whole = self.unplanned()
+        if tp == 1 or not whole:
+            return []
+        nbytes = sum(t.numel * t.count for t in whole) * per_weight
+        names = ", ".join(t.name for t in whole[:4]) + (f" and {len(whole) - 4} more" if len(whole) > 4 else "")
+        return [f"--n-gpus {tp}: {names} have no style in transformers' tensor-parallel plan and are counted whole "
+                f"on every GPU ({nbytes / 1e9:,.2f} GB per GPU); vLLM may split them"]
+
     def vllm_share(self, t: Tensor, tp: int) -> float:
         """The share of `t` one of `tp` vLLM ranks holds: the embedding and LM head by vocabulary rows
         (VocabParallelEmbedding, ParallelLMHead), a K/V projection max(1, KV heads // tp) of its heads, every other

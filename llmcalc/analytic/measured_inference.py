@@ -138,10 +138,11 @@ class MeasuredInference(InferenceEstimate):
     @property
     def warnings(self) -> list[str]:
         longest, tokens = self.model.max_seq_len, self.prompt + self.generate
+        out = self.model.unplanned_warning(self.n_gpus, bytes_per_weight(self.weight_dtype))
         if longest is not None and tokens > longest:
-            return [f"{tokens:,} tokens exceed {self.model.name}'s max_position_embeddings ({longest:,}); the figures "
-                    "are computed anyway"]
-        return []
+            out.append(f"{tokens:,} tokens exceed {self.model.name}'s max_position_embeddings ({longest:,}); the "
+                       "figures are computed anyway")
+        return out
 
 
 def measured_inference(model: MeasuredModel, accelerator: Accelerator, batch: int, prompt: int, generate: int, *,

@@ -110,11 +110,14 @@ class MeasuredServe(ServeEstimate):
 
     @property
     def warnings(self) -> list[str]:
+        from .inference import bytes_per_weight
+
         longest = self.model.max_seq_len
+        out = self.model.unplanned_warning(self.tp, bytes_per_weight(self.weight_dtype))
         if longest is not None and self.max_model_len > longest:
-            return [f"{self.max_model_len:,} tokens exceed {self.model.name}'s max_position_embeddings "
-                    f"({longest:,}); the figures are computed anyway"]
-        return []
+            out.append(f"{self.max_model_len:,} tokens exceed {self.model.name}'s max_position_embeddings "
+                       f"({longest:,}); the figures are computed anyway")
+        return out
 
     def _bytes(self, t) -> float:
         """Bytes of tensor `t` (all its layers) on one of the tp ranks (``MeasuredModel.vllm_share``)."""
