@@ -443,3 +443,20 @@ def test_infer_over_tp_ranks_matches_the_formula(tmp_path, monkeypatch, hf, n_gp
     for key in ("weights_bytes_per_gpu", "kv_cache_bytes_per_token_per_gpu", "state_bytes_per_sequence_per_gpu",
                 "decode_weight_bytes_per_gpu", "decode_seconds"):
         assert measured[key] == analytic[key], key
+
+
+def test_tp_warns_of_matrices_outside_the_plan(tmp_path, monkeypatch):
+    """DeepSeek-V3's MLA projections have no style in transformers 5.24's tensor-parallel plan: over 2 GPUs they are
+    counted whole on each, said in one warning naming them; the MoE router (mlp.gate, replicated by vLLM too) and
+    the planned MLP and experts are not named; one GPU warns of nothing."""
+    from llmcalc.analytic.measured_inference import measured_inference
+    from llmcalc.spec import load_hardware
+
+    measured, _ = forced(tmp_path, monkeypatch, DEEPSEEK_V3, seq=None)
+    names = [t.name.split(".")[-2] for t in measured.unplanned()]
+    assert names == ["q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"]
+    args = dict(weight_dtype=None, kv_dtype=None, compute_dtype=None)
+    gpu = load_hardware("h100-sxm")
+    assert measured_inference(measured, gpu, 1, 128, 16, n_gpus=1, **args).warnings == []
+    (line,) = measured_inference(measured, gpu, 1, 128, 16, n_gpus=2, **args).warnings
+    assert line.startswith("--n-gpus 2: model.layers.*.self_attn.q_a_proj.weight") and "mlp.gate" not in line
