@@ -149,7 +149,8 @@ class MeasuredServe(ServeEstimate):
             if f.moe is not None:
                 m = f.moe
                 assert m.top_k is not None  # ffn_layers checked it
-                peak = max(peak, moe_peak(tokens, m.top_k, m.up_width / tp, m.inner / tp, D, m.shared_width / tp, a))
+                peak = max(peak, moe_peak(tokens, m.top_k, m.up_width / tp, m.inner / tp, d_model=D,
+                                          shared_width=m.shared_width / tp, act_bytes=a))
         return peak
 
     @cached_property

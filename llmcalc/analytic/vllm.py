@@ -185,7 +185,8 @@ def forward_peak(spec: ModelSpec, tokens: int, tp: int, act_bytes: float, expert
     if not spec.is_moe:
         return dense
     k, inner = spec.n_experts_per_token, spec.d_ff_expert / (1 if expert_parallel else tp)
-    moe = moe_peak(tokens, k, (2 if spec.gated else 1) * inner, inner, D, 3 * spec.d_ff_shared / tp, act_bytes)
+    moe = moe_peak(tokens, k, (2 if spec.gated else 1) * inner, inner, d_model=D,
+                   shared_width=3 * spec.d_ff_shared / tp, act_bytes=act_bytes)
     return max(dense, moe)
 
 

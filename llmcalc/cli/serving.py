@@ -69,8 +69,7 @@ def serve(ctx: click.Context, model: str, gpu: str, weight_dtype: str | None, kv
 
         if targets["concurrency"] is not None:
             raise LlmcalcError(f"--concurrency: {spec.model_type} is measured by transformers (the layout search "
-                               "over tp, pp and dp runs on llmcalc's formula, which it has none of); drop "
-                               "--concurrency and pass --n-gpus")
+                               "runs on llmcalc's formula); drop --concurrency and pass --n-gpus")
         refuse_unused(ctx, ("ttft", "tokens_per_second"), "without --concurrency (the targets of its search)")
         measured = measured_serving(spec, device, n_gpus, **dtypes, **vllm)
         return emit(document(measured), fmt, measured.warnings)

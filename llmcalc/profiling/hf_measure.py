@@ -385,6 +385,19 @@ def _kv(model, config) -> dict:
     return {"lengths": [s1, s2] + ([long] if long > s2 else []), "layers": layers}
 
 
+def _saved_run(seq: int, held: list, multiplicity: list[int] | None) -> dict:
+    """One length's count: bytes by element size and storages, each storage times its saving layer's multiplicity
+    (a shortened stack) or once."""
+    by_size: dict[int, int] = defaultdict(int)
+    count = 0
+    for nbytes, size, layer in held:
+        times = multiplicity[layer] if layer is not None and multiplicity else 1
+        by_size[size] += nbytes * times
+        count += times
+    return {"seq_len": seq, "bytes": sum(by_size.values()),
+            "bytes_by_element": {str(k): v for k, v in sorted(by_size.items())}, "tensors": count}
+
+
 def _activations(model, config, seq_len: int, short=None) -> dict:
     """Bytes saved for backward in a forward with the loss (labels = the ids), batch 1, at seq_len // 2 and
     seq_len; `bytes_by_element` splits them by element size (2: bf16 activations, 4: fp32 statistics and the
@@ -434,14 +447,7 @@ def _activations(model, config, seq_len: int, short=None) -> dict:
             # what the graph still holds with the loss alive: a branch the loss does not reach was freed
             held = [e[:3] for e in saved.values() if any(ref() is not None for ref in e[3])]
             del result
-            by_size: dict[int, int] = defaultdict(int)
-            count = 0
-            for nbytes, size, layer in held:
-                times = short.multiplicity[layer] if layer is not None and layers else 1
-                by_size[size] += nbytes * times
-                count += times
-            runs.append({"seq_len": seq, "bytes": sum(by_size.values()),
-                         "bytes_by_element": {str(k): v for k, v in sorted(by_size.items())}, "tensors": count})
+            runs.append(_saved_run(seq, held, short.multiplicity if layers else None))
     finally:
         for handle in handles:
             handle.remove()
