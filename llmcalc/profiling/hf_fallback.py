@@ -286,8 +286,11 @@ def fallback_count(hf: dict, seq_len: int | None, measured: bool = False) -> dic
         out["measured"] = kept
     if seq_len is not None or measured and "kv" not in kept:  # a forward to count, or what meta could not run
         with FakeTensorMode(allow_non_fake_inputs=True):
+            from .hf_shorten import shortened
+
             try:
-                faked = model.to_empty(device="cpu")
+                with shortened(model, config):  # the layers the forwards run (hf_shorten); the rest stay on meta
+                    faked = model.to_empty(device="cpu")
             except Exception as exc:
                 raise LlmcalcError(f"transformers' {type(model).__name__} could not be faked for a forward: "
                                    f"{_reason(exc)}") from None

@@ -79,6 +79,8 @@ def _forwards(model, config, decode: bool, device: str, shorten: bool = True) ->
         kv["layers"] = short.extend(kv["layers"])
         found["kv_heads"] = short.extend_list(heads)
     except ValueError:  # a cache not one layer per decoder layer: the whole stack
+        if device == "fake":
+            model.to_empty(device="cpu")  # hf_fallback faked the shortened stack's layers only
         return _forwards(model, config, decode, device, shorten=False)
     found["ffn"] = _ffn(model, short.extend_names(routed))
     kv["device"] = device
