@@ -5,9 +5,10 @@ Cold: an empty cache (torch and transformers imported, the model built, measured
 Cases: a tiny CodeGen and a 70B-class CodeGen (`params`, `flops`), and a 1T-parameter MoE, Kimi-K2's published
 config (benchmarks/kimi_k2_as_deepseek_v3.json: DeepSeek-V3's architecture, as its "architectures" names, under
 model_type deepseek_v3), sent through transformers by LLMCALC_FORCE_TRANSFORMERS=1 (`params`, `flops`, `memory`).
-Its forwards run on 3 of its 61 layers (profiling/hf_shorten.py: one dense layer and two MoE ones, scaled to all):
-CPU seconds per cold call before -> after, at load ~6 on 2 CPUs: params 5.1-5.3 -> 5.0-5.4 (imports and
-construction), flops 8.5-9.7 -> 6.1-7.0, memory 13.2-13.8 -> 6.8-6.9.
+Its forwards run on 3 of its 61 layers (profiling/hf_shorten.py: one dense layer and two MoE ones, scaled to all).
+Cold calls before (9f9819e) and after, alternated at the same load (~5.5 on 2 CPUs), CPU (user + sys) and wall
+seconds: memory 12.6-13.9 / 18.9-20.8 -> 6.2-7.1 / 9.5-10.6; flops 9.3-10.3 / 13.8-15.8 -> 6.0-6.6 / 9.1-9.9;
+params 6.1-7.0 / 9.2-10.6 -> 5.8-6.0 / 8.6-9.1 (what is left is mostly importing torch and transformers).
 Targets (wall, an idle machine; the child's CPU time is printed beside it, the figure that does not depend on
 neighbours): a cold call under 10 s, a warm call under 1 s.
 """
