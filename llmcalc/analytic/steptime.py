@@ -76,7 +76,7 @@ from .kernels import (  # noqa: F401  (re-exported: the step model's public name
 )
 from .memory import RECIPES, Recipe, lookup, routed_expert_params
 from .parallel import Parallel, check_degrees, check_experts, check_heads, check_stages, check_zero
-from .pipeline import SCHEDULES, chunks_per_rank, path_bounds, simulate, stage_of
+from .pipeline import SCHEDULES, chunks_per_rank, path_bounds, simulate_pair, stage_of
 
 # The one constant fitted to whole training steps: the share of the isolated-kernel rates (MAMF, the attention
 # tables, streaming HBM) that kernels keep inside a real training step (clocks under sustained power load,
@@ -1170,11 +1170,9 @@ def _finish(prep: _Prepared, simulated: bool = True) -> StepPrediction:
         how = "closed form (exact)" if prep.exact else "lower bound (not simulated: this layout cannot win)"
     else:
         w_time: Callable[[int], float] | None = None if prep.wgt is None else prep.wgt.__getitem__
-        plain = simulate(lay.schedule, lay.pp, m, prep.fwd.__getitem__, b_time=prep.bwd.__getitem__, w_time=w_time,
-                         vpp=lay.vpp)
-        makespan = simulate(lay.schedule, lay.pp, m, prep.fwd.__getitem__, b_time=prep.bwd.__getitem__,
-                            w_time=w_time, vpp=lay.vpp, p2p_time=prep.p2p).makespan if prep.p2p else plain.makespan
-        plain_makespan = plain.makespan
+        plain, sent = simulate_pair(lay.schedule, lay.pp, m, prep.fwd.__getitem__, b_time=prep.bwd.__getitem__,
+                                    w_time=w_time, vpp=lay.vpp, p2p_time=prep.p2p, pair=bool(prep.p2p))
+        makespan, plain_makespan = sent.makespan, plain.makespan
         busy = dict(enumerate(plain.busy))
         rank_stages = {r: [stage_of(lay.schedule, r, c, lay.pp) for c in range(v)] for r in range(lay.pp)}
         how = "simulated rank by rank"
@@ -1783,9 +1781,11 @@ def _activations(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recomp
 
         def one_layer(i: int) -> tuple[dict[str, float], float, float, float]:
             """activation_memory over layer i alone: (per_layer, recompute working set, largest layer, own layer);
-            its terms once whatever the micro-batches in flight, then summed as activation_memory sums them."""
-            terms, whole, kept = _cached("acts", ("terms", token, batch, seq, act_bytes, recompute, tp, sp, i),
-                                         lambda: layer_terms(spec, i, batch, seq, act_bytes, recompute=recompute,
+            its terms once whatever the micro-batches in flight, then summed as activation_memory sums them; once
+            per layer signature (_layer_rep: layers that read the same per-layer fields have the same terms)."""
+            rep = _layer_rep(spec, seq)[i]
+            terms, whole, kept = _cached("acts", ("terms", token, batch, seq, act_bytes, recompute, tp, sp, rep),
+                                         lambda: layer_terms(spec, rep, batch, seq, act_bytes, recompute=recompute,
                                                              attention="flash", dropout=False, tp=tp,
                                                              sequence_parallel=sp))
             one: dict[str, float] = {}
@@ -1819,6 +1819,23 @@ def _activations(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recomp
                                   head_saved=whole.head_saved, in_flight=in_flight)
     token = _token(spec)
     return _cached("acts", (token, batch, seq, act_bytes, recompute, tp, sp, start, stop, in_flight, head), make)
+
+
+def _layer_rep(spec: ModelSpec, seq: int) -> list[int]:
+    """For each layer, the first layer with its signature: every per-layer field activations.layer_saved reads
+    (mixers and FFN, routed experts, head width, K/V heads, K/V sharing, KV compression and its entries at `seq`,
+    dense FFN width, norms). Layers of one signature save the same tensors, so one's terms stand for all, float for
+    float."""
+    def make() -> list[int]:
+        first: dict[tuple, int] = {}
+        reps = []
+        for i in range(spec.n_layers):
+            sig = (spec.layer_parts(i), spec.is_moe_layer(i), spec.layer_d_head(i), spec.layer_kv_heads(i),
+                   spec.kv_shared(i), spec.compression(i), spec.compressed_entries(i, seq), spec.layer_d_ff(i),
+                   spec.norms_in_layer(i) if spec.is_hybrid else 0)
+            reps.append(first.setdefault(sig, i))
+        return reps
+    return _cached("params", ("reps", _token(spec), seq), make)
 
 
 def _describe(lay: Layout, rc: str | None = None) -> str:
