@@ -503,10 +503,17 @@ class _Ctx:
         (each its own shape: dX = dY·Wᵀ is m x n x k, dW = Xᵀ·dY is k x m x n) plus the quantization of its input
         (forward) and output gradient (backward) under FP8/FP4 recipes."""
         in_bytes, rate = self.gemm_bytes, self.gemm_rate
+        cache, common = _CACHES["kernels"], (_token(self.dev), in_bytes, batch, rate, self.act, self.eff)
 
-        def one(m: float, k: float, n: float) -> float:
-            return gemm_seconds(m, k, n, dev=self.dev, in_bytes=in_bytes, batch=batch, rate=rate, out_bytes=self.act,
-                                efficiency=self.eff)
+        def one(m: float, k: float, n: float) -> float:  # a pure function of its shape: once per shape and device
+            key = (m, k, n, common)
+            seconds = cache.get(key)
+            if seconds is None:
+                if len(cache) > 200_000:
+                    cache.clear()
+                seconds = cache[key] = gemm_seconds(m, k, n, dev=self.dev, in_bytes=in_bytes, batch=batch, rate=rate,
+                                                    out_bytes=self.act, efficiency=self.eff)
+            return seconds
 
         fwd, dgrad, wgrad = one(m, k, n), one(m, n, k), one(k, m, n)
         if self.recipe.fp8:
@@ -730,25 +737,34 @@ def _attention_core(ctx: _Ctx, i: int, kind: str) -> tuple[float, float, float, 
         rest = max(0.0, work - first)
         blk = min(window, local / 2) * math.sqrt(2)
         near, eff = min(local, window), ctx.eff
-        fwd = (attention_seconds(dev, kernel, first, head_dim, near, causal=True, backward=False, fp8=fp8,
+        fwd = (_attention_seconds(dev, kernel, first, head_dim, near, causal=True, backward=False, fp8=fp8,
                                  efficiency=eff)
-               + attention_seconds(dev, kernel, rest, head_dim, blk, causal=False, backward=False, fp8=fp8,
+               + _attention_seconds(dev, kernel, rest, head_dim, blk, causal=False, backward=False, fp8=fp8,
                                    efficiency=eff))
-        bwd = (attention_seconds(dev, kernel, 2.5 * first, head_dim, near, causal=True, backward=True, fp8=fp8,
+        bwd = (_attention_seconds(dev, kernel, 2.5 * first, head_dim, near, causal=True, backward=True, fp8=fp8,
                                  efficiency=eff)
-               + attention_seconds(dev, kernel, 2.5 * rest, head_dim, blk, causal=False, backward=True, fp8=fp8,
+               + _attention_seconds(dev, kernel, 2.5 * rest, head_dim, blk, causal=False, backward=True, fp8=fp8,
                                    efficiency=eff))
     else:
         sliding = window < S  # a window over a longer sequence (kernels.CUDNN_WINDOWED), not a short sequence
-        fwd = attention_seconds(dev, kernel, work, head_dim, window, causal=True, backward=False, fp8=fp8,
+        fwd = _attention_seconds(dev, kernel, work, head_dim, window, causal=True, backward=False, fp8=fp8,
                                 efficiency=ctx.eff, windowed=sliding)
-        bwd = attention_seconds(dev, kernel, 2.5 * work, head_dim, window, causal=True, backward=True, fp8=fp8,
+        bwd = _attention_seconds(dev, kernel, 2.5 * work, head_dim, window, causal=True, backward=True, fp8=fp8,
                                 efficiency=ctx.eff, windowed=sliding)
     # the kernel also reads Q, K, V and writes O (and the backward their gradients): its memory floor
     qkvo = b * S / cp * (2 * heads * (dqk + dv) / 2 + 2 * max(1.0, spec.n_kv_heads / tp) * dqk) * ctx.act
     fwd = max(fwd, stream_seconds(qkvo, dev, ctx.eff))
     bwd = max(bwd, stream_seconds(2.5 * qkvo, dev, ctx.eff))
     return fwd, bwd, *_cp_exposed(ctx, i, fwd, bwd)
+
+
+def _attention_seconds(dev: Device, kernel: str, flops: float, head_dim: float, seq: float, causal: bool,
+                       backward: bool, fp8: bool = False, efficiency: float = 1.0, windowed: bool = False) -> float:
+    """kernels.attention_seconds, a pure function of its arguments, once per arguments and device."""
+    key = ("attention", _token(dev), kernel, flops, head_dim, seq, causal, backward, fp8, efficiency, windowed)
+    return _cached("kernels", key, lambda: attention_seconds(dev, kernel, flops, head_dim, seq, causal=causal,
+                                                             backward=backward, fp8=fp8, efficiency=efficiency,
+                                                             windowed=windowed))
 
 
 def _indexer_scores_seconds(ctx: _Ctx, i: int) -> float:
@@ -762,7 +778,7 @@ def _indexer_scores_seconds(ctx: _Ctx, i: int) -> float:
     spec, lay = ctx.spec, ctx.lay
     flops = indexer_ops(spec, i, lay.micro_batch, ctx.seq, causal=True)["indexer_scores"] / (lay.tp * lay.cp)
     span = ctx.seq if spec.compression(i) != "csa" else spec.compressed_entries(i, ctx.seq)
-    return attention_seconds(ctx.dev, lay.attention_kernel, flops, spec.index_head_dim, span, causal=True,
+    return _attention_seconds(ctx.dev, lay.attention_kernel, flops, spec.index_head_dim, span, causal=True,
                              backward=False, fp8=lay.fp8_attention, efficiency=ctx.eff)
 
 
@@ -1208,7 +1224,8 @@ def _finish(prep: _Prepared, simulated: bool = True) -> StepPrediction:
                           attention=ctx.attention, recipe=ctx.recipe.name, assumptions=assumptions)
 
 
-_CACHES: dict[str, dict] = {"layers": {}, "flops": {}, "params": {}, "acts": {}, "counts": {}, "tokens": {}}
+_CACHES: dict[str, dict] = {"layers": {}, "flops": {}, "params": {}, "acts": {}, "counts": {}, "tokens": {},
+                            "kernels": {}}
 
 
 def clear_caches() -> None:
@@ -1711,10 +1728,15 @@ def _least_that_fits(spec: ModelSpec, lay: Layout, seq_len: int, tries: list[str
     even = _cached("params", ("even", _token(spec), lay.pp),
                    lambda: spec.with_layers(math.ceil(spec.n_layers / lay.pp) * lay.pp))
     peak, zero = 0.0, 1
-    for zero in (1, 3) if lay.dp > 1 else (1,):
+    zeros = (1, 3) if lay.dp > 1 else (1,)
+    for zero in zeros:
         par = Parallel(tp=lay.tp, cp=lay.cp, pp=lay.pp, dp=lay.dp, ep=lay.ep, etp=lay.etp, sequence_parallel=True,
                        zero=zero)
-        for rc in tries:
+        # every phase_peak is at least its optimizer step's sum, the same for every micro-batch and recomputation:
+        # above the capacity no recomputation fits (the last try of the last stage is still computed: its peak is
+        # the one reported)
+        hopeless = max(s.step for s in _stage_states(even, recipe, optimizer, par)) > capacity
+        for rc in (tries[-1:] if zero == zeros[-1] else []) if hopeless else tries:
             peak = training_peak(even, lay.micro_batch, seq_len, recipe, optimizer, recompute=rc, parallel=par)
             if peak <= capacity:
                 return rc, zero, peak
@@ -1732,11 +1754,38 @@ def training_peak(spec: ModelSpec, batch: int, seq_len: int, recipe: str, optimi
 
 
 def _training_peak(spec: ModelSpec, batch: int, seq_len: int, recipe: str, optimizer: str, recompute: str,
-                   parallel: Parallel) -> float:  # long: memory.training_memory's assembly, step by step
-    from .memory import OPTIMIZERS, MemoryEstimate, _fp8_inputs, _layer_params
-    from .params import count_params, largest_tensor
+                   parallel: Parallel) -> float:
+    from .memory import _fp8_inputs, peak_of
 
     seq = seq_len // parallel.cp
+    rec = RECIPES[recipe]
+    common = (spec, batch, seq, rec.act_bytes, recompute, parallel.tp, parallel.sequence_parallel)
+    pp = parallel.pp
+    per_stage = spec.n_layers // pp
+    if pp == 1:
+        acts = [_activations(*common, 0, spec.n_layers, 1, True)]
+    else:
+        acts = [_activations(*common, 0, per_stage, pp, False),
+                _activations(*common, spec.n_layers - per_stage, spec.n_layers, 1, True)]
+    if rec.fp8_saved_inputs:
+        acts = [_fp8_inputs(a, rec.act_bytes, rec.saved_input_bytes) for a in acts]
+    return max(peak_of(s, a) for s, a in zip(_stage_states(spec, recipe, optimizer, parallel), acts, strict=True))
+
+
+def _stage_states(spec: ModelSpec, recipe: str, optimizer: str, parallel: Parallel) -> list:
+    """memory.training_memory's most loaded stages (pp 1: the only one; else the first and the last), each as the
+    MemoryEstimate.state_terms of its parameters: the same whatever the micro-batch and recomputation, so once per
+    model, recipe, optimizer and degrees."""
+    return _cached("params", ("states", _token(spec), recipe, optimizer, parallel),
+                   lambda: _stage_states_uncached(spec, recipe, optimizer, parallel))
+
+
+def _stage_states_uncached(spec: ModelSpec, recipe: str, optimizer: str,
+                           parallel: Parallel) -> list:  # long: memory.training_memory's assembly, step by step
+    from .activations import ActivationEstimate
+    from .memory import OPTIMIZERS, MemoryEstimate, _layer_params
+    from .params import count_params, largest_tensor
+
     rec = RECIPES[recipe]
     opt = OPTIMIZERS[optimizer]
     tp, pp, ep, etp = parallel.tp, parallel.pp, parallel.ep, parallel.expert_tp
@@ -1751,25 +1800,20 @@ def _training_peak(spec: ModelSpec, batch: int, seq_len: int, recipe: str, optim
     blocks = per_stage * (layer / tp + norms)
     gathered = (2 * (layer / tp + norms + (routed / (etp * ep) if own else 0.0)) * rec.weight_bytes
                 if parallel.zero == 3 and parallel.dp > 1 else 0.0)
-    common = (spec, batch, seq, rec.act_bytes, recompute, tp, parallel.sequence_parallel)
     tied = spec.lm_head and spec.tie_embeddings  # the head's gradient is the token table's, made first
     late = (emb - (comps.get("embedding/tokens", 0) if tied else 0)) / tp
     if pp == 1:
         stages = [("only", emb / tp + blocks + final + (head / tp if not spec.tie_embeddings else 0),
-                   _activations(*common, 0, spec.n_layers, 1, True), head / tp + final, late)]
+                   head / tp + final, late)]
     else:
-        stages = [("first", emb / tp + blocks, _activations(*common, 0, per_stage, pp, False), 0.0, emb / tp),
-                  ("last", blocks + final + head / tp,
-                   _activations(*common, spec.n_layers - per_stage, spec.n_layers, 1, True), head / tp + final, 0.0)]
-    if rec.fp8_saved_inputs:
-        stages = [(name, params, _fp8_inputs(acts, rec.act_bytes, rec.saved_input_bytes), head_p, late_p)
-                  for name, params, acts, head_p, late_p in stages]
-    return max(MemoryEstimate(spec=spec, recipe=rec, optimizer=opt, parallel=parallel, batch=batch, seq_len=seq,
-                              recompute=recompute, attention="flash", params_on_gpu=params, activations=acts,
-                              stage=name, zero3_gathered=gathered, largest_tensor=biggest / tp,
-                              expert_params_on_gpu=experts, head_params_on_gpu=head_p,
-                              late_params_on_gpu=late_p).phase_peak()
-               for name, params, acts, head_p, late_p in stages)
+        stages = [("first", emb / tp + blocks, 0.0, emb / tp), ("last", blocks + final + head / tp, head / tp + final,
+                                                                 0.0)]
+    none = ActivationEstimate({}, 0.0, 0.0)  # the state terms read no activation
+    return [MemoryEstimate(spec=spec, recipe=rec, optimizer=opt, parallel=parallel, batch=1, seq_len=1,
+                           recompute="none", attention="flash", params_on_gpu=params, activations=none, stage=name,
+                           zero3_gathered=gathered, largest_tensor=biggest / tp, expert_params_on_gpu=experts,
+                           head_params_on_gpu=head_p, late_params_on_gpu=late_p).state_terms()
+            for name, params, head_p, late_p in stages]
 
 
 def _activations(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recompute: str, tp: int, sp: bool,
