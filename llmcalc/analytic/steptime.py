@@ -195,11 +195,21 @@ class Layout(Parallel):
 
 
 def _strides(order: str, sizes: dict[str, int]) -> dict[str, int]:
-    out, stride = {}, 1
-    for dim in _order_dims(order):
-        out[dim] = stride
-        stride *= sizes[dim]
-    return out
+    key = (order, *sizes.values())
+    out = _STRIDES.get(key)
+    if out is None:
+        out, stride = {}, 1
+        for dim in _order_dims(order):
+            out[dim] = stride
+            stride *= sizes[dim]
+        if len(_STRIDES) > 100_000:
+            _STRIDES.clear()
+        _STRIDES[key] = out
+    return dict(out)
+
+
+_STRIDES: dict[tuple, dict[str, int]] = {}  # per rank order and sizes (in tp, cp, ep, dp, pp order): a layout
+# search asks each layout's several times
 
 
 def _group_per_node(dims: list[tuple[int, int]], per_node: int) -> int:
@@ -1208,7 +1218,7 @@ def _finish(prep: _Prepared, simulated: bool = True) -> StepPrediction:
     recompute = prep.recompute
     counted = "full" if recompute == "full" else "selective" if recompute == "selective" and "core_attn" in (
         lay.recompute_modules or ("core_attn",)) else "none"
-    flops = _step_flops(spec, lay.global_batch, ctx.seq, prep.causal, counted)
+    model_flops, hardware_flops = _step_flops(spec, lay.global_batch, ctx.seq, prep.causal, counted)
     notes = [f"layers per pipeline stage ({len(prep.stages)} stages = pp {lay.pp} x {v} chunk{'s' if v > 1 else ''}): "
              + _describe_split(prep.split)]
     if ctx.attention == "eager":
@@ -1219,13 +1229,13 @@ def _finish(prep: _Prepared, simulated: bool = True) -> StepPrediction:
         assumptions["pipeline"] = how
     notes.append("assumed: " + "; ".join(f"{k} {v}" for k, v in assumptions.items()))
     return StepPrediction(spec, ctx.dev, lay, ctx.seq, causal=prep.causal, recompute=recompute, step_seconds=step,
-                          breakdown=breakdown, model_flops=float(flops.model_flops),
-                          hardware_flops=float(flops.hardware_flops), layers_per_stage=prep.split, notes=notes,
+                          breakdown=breakdown, model_flops=model_flops,
+                          hardware_flops=hardware_flops, layers_per_stage=prep.split, notes=notes,
                           attention=ctx.attention, recipe=ctx.recipe.name, assumptions=assumptions)
 
 
 _CACHES: dict[str, dict] = {"layers": {}, "flops": {}, "params": {}, "acts": {}, "counts": {}, "tokens": {},
-                            "kernels": {}}
+                            "kernels": {}, "family": {}}
 
 
 def clear_caches() -> None:
@@ -1271,9 +1281,12 @@ def _layer_cache(spec: ModelSpec, dev: Device, lay: Layout, seq: int, rec: Recip
     return _cached("layers", dense + experts, dict), _cached("layers", dense, dict)
 
 
-def _step_flops(spec: ModelSpec, batch: int, seq: int, causal: bool, recompute: str) -> Any:
-    return _cached("flops", (_token(spec), batch, seq, causal, recompute), lambda: step_flops(spec, batch, seq, causal,
-                                                                                      recompute))
+def _step_flops(spec: ModelSpec, batch: int, seq: int, causal: bool, recompute: str) -> tuple[float, float]:
+    """(model FLOPs, hardware FLOPs) of one step (``flops.step_flops``), once per model, batch and recomputation."""
+    def make() -> tuple[float, float]:
+        flops = step_flops(spec, batch, seq, causal, recompute)
+        return float(flops.model_flops), float(flops.hardware_flops)
+    return _cached("flops", (_token(spec), batch, seq, causal, recompute), make)
 
 
 def _check_recompute(spec: ModelSpec, lay: Layout, recompute: str, rec: Recipe, dev: Device) -> None:
@@ -1725,8 +1738,8 @@ def _least_that_fits(spec: ModelSpec, lay: Layout, seq_len: int, tries: list[str
     gradients sharded too, at three weight/gradient transfers per micro-batch) where dp > 1;
     (None, last stage tried, its peak) when nothing fits. Memory is `memory.training_memory`'s, computed through
     `training_peak` (the same arithmetic, each distinct layer kind's activations once)."""
-    even = _cached("params", ("even", _token(spec), lay.pp),
-                   lambda: spec.with_layers(math.ceil(spec.n_layers / lay.pp) * lay.pp))
+    even = _cached("params", ("even", _token(spec), lay.pp), lambda: _resized(spec, math.ceil(spec.n_layers / lay.pp)
+                                                                              * lay.pp))
     peak, zero = 0.0, 1
     zeros = (1, 3) if lay.dp > 1 else (1,)
     for zero in zeros:
@@ -1741,6 +1754,15 @@ def _least_that_fits(spec: ModelSpec, lay: Layout, seq_len: int, tries: list[str
             if peak <= capacity:
                 return rc, zero, peak
     return None, zero, peak
+
+
+def _resized(spec: ModelSpec, n_layers: int) -> ModelSpec:
+    """spec.with_layers(n_layers), of `spec`'s family: the activation caches share their per-layer terms
+    (_layer_signature) and the head's."""
+    out = spec.with_layers(n_layers)
+    base = _token(spec)
+    _CACHES["family"][_token(out)] = _CACHES["family"].get(base, base)
+    return out
 
 
 def training_peak(spec: ModelSpec, batch: int, seq_len: int, recipe: str, optimizer: str, recompute: str,
@@ -1826,10 +1848,11 @@ def _activations(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recomp
         def one_layer(i: int) -> tuple[dict[str, float], float, float, float]:
             """activation_memory over layer i alone: (per_layer, recompute working set, largest layer, own layer);
             its terms once whatever the micro-batches in flight, then summed as activation_memory sums them; once
-            per layer signature (_layer_rep: layers that read the same per-layer fields have the same terms)."""
-            rep = _layer_rep(spec, seq)[i]
-            terms, whole, kept = _cached("acts", ("terms", token, batch, seq, act_bytes, recompute, tp, sp, rep),
-                                         lambda: layer_terms(spec, rep, batch, seq, act_bytes, recompute=recompute,
+            per layer signature and model family (_layer_signature: layers that read the same per-layer fields of
+            models that differ only in their layer count have the same terms)."""
+            key = ("terms", family, batch, seq, act_bytes, recompute, tp, sp, _layer_signature(spec, i, seq))
+            terms, whole, kept = _cached("acts", key,
+                                         lambda: layer_terms(spec, i, batch, seq, act_bytes, recompute=recompute,
                                                              attention="flash", dropout=False, tp=tp,
                                                              sequence_parallel=sp))
             one: dict[str, float] = {}
@@ -1854,7 +1877,7 @@ def _activations(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recomp
             if largest_layer > biggest:
                 biggest, own = largest_layer, own_layer
         # the final norm, LM head and loss: the same whatever the micro-batches in flight
-        whole = _cached("acts", ("head", token, batch, seq, act_bytes, recompute, tp, sp, head),
+        whole = _cached("acts", ("head", family, batch, seq, act_bytes, recompute, tp, sp, head),
                         lambda: activation_memory(spec, batch, seq, act_bytes, recompute, tp=tp, sequence_parallel=sp,
                                                   layers=range(0), head=head))
         for name, value in whole.per_layer.items():
@@ -1862,24 +1885,18 @@ def _activations(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recomp
         return ActivationEstimate(per_layer, largest, whole.logits_and_loss, largest_layer=biggest, own_layer=own,
                                   head_saved=whole.head_saved, in_flight=in_flight)
     token = _token(spec)
+    family = _CACHES["family"].get(token, token)
     return _cached("acts", (token, batch, seq, act_bytes, recompute, tp, sp, start, stop, in_flight, head), make)
 
 
-def _layer_rep(spec: ModelSpec, seq: int) -> list[int]:
-    """For each layer, the first layer with its signature: every per-layer field activations.layer_saved reads
-    (mixers and FFN, routed experts, head width, K/V heads, K/V sharing, KV compression and its entries at `seq`,
-    dense FFN width, norms). Layers of one signature save the same tensors, so one's terms stand for all, float for
-    float."""
-    def make() -> list[int]:
-        first: dict[tuple, int] = {}
-        reps = []
-        for i in range(spec.n_layers):
-            sig = (spec.layer_parts(i), spec.is_moe_layer(i), spec.layer_d_head(i), spec.layer_kv_heads(i),
-                   spec.kv_shared(i), spec.compression(i), spec.compressed_entries(i, seq), spec.layer_d_ff(i),
-                   spec.norms_in_layer(i) if spec.is_hybrid else 0)
-            reps.append(first.setdefault(sig, i))
-        return reps
-    return _cached("params", ("reps", _token(spec), seq), make)
+def _layer_signature(spec: ModelSpec, i: int, seq: int) -> tuple:
+    """Every per-layer field activations.layer_saved reads of layer i (mixers and FFN, routed experts, head width,
+    K/V heads, K/V sharing, KV compression and its entries at `seq`, dense FFN width, norms): layers of one
+    signature save the same tensors, float for float, in a model and in the same model cut or extended to another
+    layer count (ModelSpec.with_layers changes nothing else that layer_saved reads)."""
+    return (spec.layer_parts(i), spec.is_moe_layer(i), spec.layer_d_head(i), spec.layer_kv_heads(i), spec.kv_shared(i),
+            spec.compression(i), spec.compressed_entries(i, seq), spec.layer_d_ff(i),
+            spec.norms_in_layer(i) if spec.is_hybrid else 0)
 
 
 def _describe(lay: Layout, rc: str | None = None) -> str:
