@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import heapq
 from dataclasses import dataclass
+from collections.abc import Sequence
 from itertools import accumulate, chain
 
 from ..errors import LlmcalcError
@@ -465,9 +466,16 @@ def _path_plan(schedule: str, p: int, v: int) -> tuple[tuple[tuple[int, ...], ..
 
 
 def path_bounds(schedule: str, p: int, m: int, f: list[float], b: list[float], w: list[float] | None = None,
-                vpp: int = 1, p2p_time: float = 0.0) -> tuple[float, bool, float]:  # long: the bound, then each form
+                vpp: int = 1, p2p_time: float = 0.0,
+                ranks: Sequence[int] | None = None) -> tuple[float, bool, float]:  # long: the bound, then each form
     """path_bound with `p2p_time` and without it, in one pass: (bound, whether it is the makespan, the bound with
-    no transfer time), each the float path_bound(...) returns."""
+    no transfer time), each the float path_bound(...) returns.
+
+    `ranks`: the ranks whose paths are taken (default all): a caller whose ranks come in groups with the same stage
+    times chunk by chunk names the last of each group. That rank's path dominates the group's, float for float:
+    its own work is the same sum, and the first forward reaching it has passed through at least the stages and the
+    hops before any other's (prefix sums of non-negative times are non-decreasing, in floating point too), so the
+    maxima are the same floats. With a negative time or transfer (never a real one) every rank is taken."""
     v = chunks_per_rank(schedule, vpp)
     n = p * v
     zb = schedule.startswith("zb")
@@ -475,11 +483,14 @@ def path_bounds(schedule: str, p: int, m: int, f: list[float], b: list[float], w
     if p == 1 and v == 1:
         one = m * (f[0] + b[0] + (ww[0] if ww is not None else 0.0))
         return one, True, one
-    ranks, firsts, hop = _path_plan(schedule, p, v)
+    plan, firsts, hop = _path_plan(schedule, p, v)
     # prefix sums of f + b, added one term at a time: ((pre + f) + b), as a running total of the interleaved terms
     pre = list(accumulate(chain.from_iterable(zip(f[:n - 1], b[:n - 1], strict=True)), initial=0.0))[::2]
     best = plain = 0.0
-    for stages, s0 in zip(ranks, firsts, strict=True):
+    paths = zip(plan, firsts, strict=True)
+    if ranks is not None and p2p_time >= 0.0 and min(f) >= 0.0 and min(b) >= 0.0:
+        paths = ((plan[r], firsts[r]) for r in ranks)  # type: ignore[assignment]  # the same pairs, fewer
+    for stages, s0 in paths:
         busy = m * sum(f[st] + b[st] for st in stages)  # zero-bubble: a rank's weight gradients may trail its last B
         own = busy + m * (sum(ww[st] for st in stages) if ww is not None else 0)
         through = pre[s0] + busy

@@ -1104,8 +1104,9 @@ def _prepare(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, caus
         wgt = None
     fwd, bwd = [fwd_d[j] for j in ids], [bwd_d[j] for j in ids]
     p2p = _p2p_seconds(ctx) if lay.pp > 1 else 0.0
-    bound, exact, plain = path_bounds(lay.schedule, lay.pp, lay.grad_accum, fwd, bwd, w=wgt, vpp=lay.vpp, p2p_time=p2p)
-    rank_groups = groups(lay.schedule, lay.pp)
+    rank_groups, lasts = groups(lay.schedule, lay.pp)
+    bound, exact, plain = path_bounds(lay.schedule, lay.pp, lay.grad_accum, fwd, bwd, w=wgt, vpp=lay.vpp, p2p_time=p2p,
+                                      ranks=lasts)
     dp, opt = _dp_and_optimizer(ctx, stages, split, starts, v, groups=rank_groups)
     return _Prepared(ctx, causal, recompute, stages, split, fwd=fwd, bwd=bwd, wgt=wgt, p2p=p2p, bound=bound,
                      exact=exact, dp=dp, optimizer=opt, plain_bound=plain, groups=rank_groups)
@@ -1143,17 +1144,17 @@ def _p2p_seconds(ctx: _Ctx) -> float:
 
 
 def _stage_plan(spec: ModelSpec, n_stages: int, lay: Layout,
-                recompute: str) -> tuple[list[int], list[int], list[int], list, Callable[[str, int], list]]:
+                recompute: str) -> tuple[list[int], list[int], list[int], list, Callable[[str, int], tuple]]:
     """(layers per stage, first layer of each, each stage's composition as an index into the distinct compositions,
     the distinct compositions, the rank groups): a composition is the runs of (a representative layer of one kind,
     what it recomputes, how many) and whether the stage holds the embedding / the LM head; `groups(schedule, pp)`
     lists the pipeline ranks whose chunks have the same compositions once, each as (its first rank, that rank's
-    stages), in rank order (such ranks cost the same in every respect). Cached per model, stage count and
-    recomputation."""
+    stages), in rank order (such ranks cost the same in every respect), and the last rank of each such group (whose
+    path dominates the group's in pipeline.path_bounds). Cached per model, stage count and recomputation."""
     key = (_token(spec), n_stages, recompute, lay.recompute_layers, lay.recompute_modules, lay.first_stage_layers,
            lay.last_stage_layers, lay.pp, lay.schedule)
 
-    def make() -> tuple[list[int], list[int], list[int], list, Callable[[str, int], list]]:
+    def make() -> tuple[list[int], list[int], list[int], list, Callable[[str, int], tuple]]:
         split = stage_split(spec.n_layers, lay, n_stages)
         starts = [sum(split[:i]) for i in range(n_stages)]
         kinds = [_layer_kind(spec, i) for i in range(spec.n_layers)]
@@ -1169,13 +1170,15 @@ def _stage_plan(spec: ModelSpec, n_stages: int, lay: Layout,
         index: dict[tuple, int] = {}
         ids = [index.setdefault(composition, len(index)) for composition in plan]
 
-        def groups(schedule: str, pp: int) -> list:
-            def make_groups() -> list:
+        def groups(schedule: str, pp: int) -> tuple[list, list[int]]:
+            def make_groups() -> tuple[list, list[int]]:
                 seen: dict[tuple, tuple[int, tuple[int, ...]]] = {}
+                last: dict[tuple, int] = {}
                 for r in range(pp):
                     stages = tuple(stage_of(schedule, r, c, pp) for c in range(n_stages // pp))
                     seen.setdefault(tuple(ids[st] for st in stages), (r, stages))
-                return list(seen.values())
+                    last[tuple(ids[st] for st in stages)] = r
+                return list(seen.values()), sorted(last.values())
             return _cached("params", ("groups", *key, schedule, pp), make_groups)
         return split, starts, ids, list(index), groups
     return _cached("params", key, make)
@@ -1410,6 +1413,13 @@ def _rank_dp(ctx: _Ctx, split: tuple[int, ...], v: int, ranks: list[int]) -> dic
            lay.cp, lay.pp, lay.dp, lay.ep, lay.expert_tp, lay.zero, lay.order,
            lay.grad_accum if lay.zero == 3 else 0,  # the micro-batch count matters to ZeRO-3's transfers only
            lay.optimizer, lay.fp8_param_gather)
+    return _cached("params", ("rank dps", *key, split, v, lay.schedule, tuple(ranks)),
+                   lambda: _ranks_dp(ctx, key, split, v, ranks))
+
+
+def _ranks_dp(ctx: _Ctx, key: tuple, split: tuple[int, ...], v: int, ranks: list[int]) -> dict[int, tuple]:
+    """_rank_dp for these ranks, one by one (`key`: the degrees' part of the cache key)."""
+    spec, lay = ctx.spec, ctx.lay
     per_layer, emb, head, final, experts_per_layer, moe_before = _param_summary(spec)
     n_stages = len(split)
     starts = _cached("params", ("starts", split), lambda: [sum(split[:i]) for i in range(n_stages)])
