@@ -399,9 +399,10 @@ class MemoryEstimate(PhasedPeak):
         w, g, master, states = self.weights, self.gradients, self.master_weights, self.optimizer_states
         cache = (self.autocast_cache, self.fp8_state) if rec.fp8 else (self.autocast_cache,)
         step = sum((w, g, master, states, self.optimizer_temporaries, *(cache if rec.fp8 else ())))
-        return StateTerms(w, g, master, states, cache, self.zero3_gathered, step, bool(self.spec.n_layers),
-                          rec.persistent_grads, self._dense_grads(self.head_params_on_gpu),
-                          self._dense_grads(self.late_params_on_gpu))
+        return StateTerms(weights=w, gradients=g, master=master, states=states, cache=cache,
+                          gathered=self.zero3_gathered, step=step, blocks=bool(self.spec.n_layers),
+                          persistent_grads=rec.persistent_grads, head_grads=self._dense_grads(self.head_params_on_gpu),
+                          late_grads=self._dense_grads(self.late_params_on_gpu))
 
     def _dense_grads(self, params: float) -> float:
         """Gradient bytes of `params` dense (non-expert) parameters on this GPU, ZeRO-2/3 sharded over dp."""

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import functools
 import heapq
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import accumulate, chain
 
 from ..errors import LlmcalcError
@@ -177,12 +177,10 @@ def simulate_pair(schedule: str, p: int, m: int, f_time, b_time, w_time=None, vp
     n = max(8 * period, 8 * p, EXACT_ACTIONS // (p * v))  # several periods past the warm-up (< 2p·v)
     n -= n % period
     times = (0.0, p2p_time) if pair else (p2p_time,)
-    runs = _simulate_exact(schedule, p, min(m, n), f_time, b_time, w_time=w_time, v=v, p2p_time=times)
-    if m > n:
-        runs = [_extend(schedule, p, m, n, period, run, firsts) for run, firsts in runs]
-    else:
-        runs = [run for run, _ in runs]
-    return (runs[0], runs[-1])
+    timed = _simulate_exact(schedule, p, min(m, n), f_time, b_time, w_time=w_time, v=v, p2p_time=times)
+    runs = [_extend(schedule, p, m, n, period=period, run=run, firsts=firsts) if m > n else run
+            for run, firsts in timed]
+    return runs[0], runs[-1]
 
 
 def _extend(schedule: str, p: int, m: int, n: int, period: int, run: PipelineResult,

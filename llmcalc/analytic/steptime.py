@@ -1766,6 +1766,11 @@ def _least_that_fits(spec: ModelSpec, lay: Layout, seq_len: int, tries: list[str
     return None, zero, peak
 
 
+def _degrees(par: Parallel) -> tuple:
+    """A Parallel's fields as a plain tuple, for cache keys (hashing and comparing the dataclass takes longer)."""
+    return par.tp, par.cp, par.pp, par.dp, par.ep, par.etp, par.vpp, par.zero, par.sequence_parallel
+
+
 def _resized(spec: ModelSpec, n_layers: int) -> ModelSpec:
     """spec.with_layers(n_layers), of `spec`'s family: the activation caches share their per-layer terms
     (_layer_signature) and the head's."""
@@ -1780,7 +1785,7 @@ def training_peak(spec: ModelSpec, batch: int, seq_len: int, recipe: str, optimi
     """`memory.training_memory(...).peak` (flash attention, no dropout, fused optimizer), evaluated with each distinct
     piece once: the parameters per model, each layer kind's saved activations per (micro-batch, sequence, tp,
     recompute), then summed by count (tests hold it equal to training_memory)."""
-    key = (_token(spec), batch, seq_len, recipe, optimizer, recompute, parallel)
+    key = (_token(spec), batch, seq_len, recipe, optimizer, recompute, *_degrees(parallel))
     return _cached("counts", key, lambda: _training_peak(spec, batch, seq_len, recipe, optimizer, recompute=recompute,
                                                          parallel=parallel))
 
@@ -1808,7 +1813,7 @@ def _stage_states(spec: ModelSpec, recipe: str, optimizer: str, parallel: Parall
     """memory.training_memory's most loaded stages (pp 1: the only one; else the first and the last), each as the
     MemoryEstimate.state_terms of its parameters: the same whatever the micro-batch and recomputation, so once per
     model, recipe, optimizer and degrees."""
-    return _cached("params", ("states", _token(spec), recipe, optimizer, parallel),
+    return _cached("params", ("states", _token(spec), recipe, optimizer, *_degrees(parallel)),
                    lambda: _stage_states_uncached(spec, recipe, optimizer, parallel))
 
 
