@@ -471,8 +471,15 @@ class StageTimes:
         return self.compute + self.tp + self.cp + self.ep
 
     def add(self, other: StageTimes, times: float = 1.0) -> None:
-        for f in ("fwd", "bwd_input", "bwd_weight", "tp", "cp", "ep", "comm_fwd", "gemm_fwd"):
-            setattr(self, f, getattr(self, f) + times * getattr(other, f))
+        """Add `times` x `other`, part by part."""
+        self.fwd += times * other.fwd
+        self.bwd_input += times * other.bwd_input
+        self.bwd_weight += times * other.bwd_weight
+        self.tp += times * other.tp
+        self.cp += times * other.cp
+        self.ep += times * other.ep
+        self.comm_fwd += times * other.comm_fwd
+        self.gemm_fwd += times * other.gemm_fwd
 
 
 @dataclass
@@ -1123,14 +1130,21 @@ def _stage_cost(ctx: _Ctx, composition: tuple, recompute: str) -> StageTimes:
         total = StageTimes()
         for i, rc, count in runs:
             total.add(_layer_cost(ctx, i, rc), count)
-        if embedding:
-            total.add(_embedding_times(ctx))
+        if embedding:  # the same for every stage plan of these layer costs (cached with the dense layers')
+            total.add(_cached_in(ctx.dense_cache, ("embedding",), lambda: _embedding_times(ctx)))
         if head:
-            total.add(_head_times(ctx))
+            total.add(_cached_in(ctx.dense_cache, ("head",), lambda: _head_times(ctx)))
             for _ in range(ctx.lay.mtp_layers):
                 total.add(_mtp_times(ctx, recompute))
         ctx.cache[key] = total
     return total
+
+
+def _cached_in(cache: dict, key: Any, make: Callable[[], Any]) -> Any:
+    value = cache.get(key)
+    if value is None:
+        value = cache[key] = make()
+    return value
 
 
 def _p2p_seconds(ctx: _Ctx) -> float:
@@ -1227,7 +1241,7 @@ def _finish(prep: _Prepared, simulated: bool = True) -> StepPrediction:
     if ctx.attention == "eager":
         notes.append("attention core with the B·H·S² scores materialised (batched GEMMs + softmax"
                      + (" + dropout" if ctx.dropout else "") + "), as before FlashAttention")
-    assumptions = _assumptions(ctx, recompute)
+    assumptions = _assumptions_of(ctx, recompute)
     if lay.pp > 1:
         assumptions["pipeline"] = how
     notes.append("assumed: " + "; ".join(f"{k} {v}" for k, v in assumptions.items()))
@@ -1331,6 +1345,17 @@ def _check_recompute(spec: ModelSpec, lay: Layout, recompute: str, rec: Recipe, 
         if rec.gemm_dtype == "fp8" and "fp8" not in dev.accelerator.peak_flops:
             raise LlmcalcError(f"{dev.accelerator.key} has no FP8 tensor cores (no dense fp8 peak): --recipe "
                                f"{rec.name} needs Hopper, Blackwell or CDNA 3+")
+
+
+def _assumptions_of(ctx: _Ctx, recompute: str) -> dict[str, Any]:
+    """_assumptions, once per combination of what it reads (a fresh dict each time: the caller adds to it)."""
+    lay, rec = ctx.lay, ctx.recipe
+    key = ("assumptions", _token(ctx.dev), rec.name, rec.gemm_dtype, rec.fp8, ctx.attention, ctx.spec.is_moe, recompute,
+           KERNEL_EFFICIENCY, EP_OVERLAP_SMS, lay.attention_kernel, lay.fp8_attention, lay.order, lay.fused_elementwise,
+           lay.tp_overlap, lay.dp_overlap, lay.optimizer, lay.fp8_param_gather, lay.first_stage_layers,
+           lay.last_stage_layers, lay.cp, lay.cp_comm, lay.cp_a2a_size, lay.moe_imbalance, lay.ep_overlap,
+           lay.recompute_layers, lay.recompute_modules, lay.mtp_layers)
+    return dict(_cached("params", key, lambda: _assumptions(ctx, recompute)))
 
 
 def _assumptions(ctx: _Ctx, recompute: str) -> dict[str, Any]:
