@@ -1241,10 +1241,11 @@ def _finish(prep: _Prepared, simulated: bool = True) -> StepPrediction:
     if ctx.attention == "eager":
         notes.append("attention core with the B·H·S² scores materialised (batched GEMMs + softmax"
                      + (" + dropout" if ctx.dropout else "") + "), as before FlashAttention")
-    assumptions = _assumptions_of(ctx, recompute)
-    if lay.pp > 1:
+    assumptions, assumed = _assumptions_of(ctx, recompute)
+    if lay.pp > 1:  # the last item (_assumptions has no "pipeline"): the joined text gains it at its end
         assumptions["pipeline"] = how
-    notes.append("assumed: " + "; ".join(f"{k} {v}" for k, v in assumptions.items()))
+        assumed += f"; pipeline {how}"
+    notes.append(assumed)
     return StepPrediction(spec, ctx.dev, lay, ctx.seq, causal=prep.causal, recompute=recompute, step_seconds=step,
                           breakdown=breakdown, model_flops=model_flops,
                           hardware_flops=hardware_flops, layers_per_stage=prep.split, notes=notes,
@@ -1347,15 +1348,20 @@ def _check_recompute(spec: ModelSpec, lay: Layout, recompute: str, rec: Recipe, 
                                f"{rec.name} needs Hopper, Blackwell or CDNA 3+")
 
 
-def _assumptions_of(ctx: _Ctx, recompute: str) -> dict[str, Any]:
-    """_assumptions, once per combination of what it reads (a fresh dict each time: the caller adds to it)."""
+def _assumptions_of(ctx: _Ctx, recompute: str) -> tuple[dict[str, Any], str]:
+    """(_assumptions, its note "assumed: k v; ..."), once per combination of what it reads (a fresh dict each time:
+    the caller adds to it)."""
     lay, rec = ctx.lay, ctx.recipe
     key = ("assumptions", _token(ctx.dev), rec.name, rec.gemm_dtype, rec.fp8, ctx.attention, ctx.spec.is_moe, recompute,
            KERNEL_EFFICIENCY, EP_OVERLAP_SMS, lay.attention_kernel, lay.fp8_attention, lay.order, lay.fused_elementwise,
            lay.tp_overlap, lay.dp_overlap, lay.optimizer, lay.fp8_param_gather, lay.first_stage_layers,
            lay.last_stage_layers, lay.cp, lay.cp_comm, lay.cp_a2a_size, lay.moe_imbalance, lay.ep_overlap,
            lay.recompute_layers, lay.recompute_modules, lay.mtp_layers)
-    return dict(_cached("params", key, lambda: _assumptions(ctx, recompute)))
+    def make() -> tuple[dict[str, Any], str]:
+        out = _assumptions(ctx, recompute)
+        return out, "assumed: " + "; ".join(f"{k} {v}" for k, v in out.items())
+    assumptions, assumed = _cached("params", key, make)
+    return dict(assumptions), assumed
 
 
 def _assumptions(ctx: _Ctx, recompute: str) -> dict[str, Any]:
@@ -1577,6 +1583,10 @@ def _optimizer_seconds(ctx: _Ctx, local: float, layer_params: list[float], shard
 
 
 def _describe_split(split: list[int]) -> str:
+    return _cached("params", ("split text", tuple(split)), lambda: _split_text(split))
+
+
+def _split_text(split: list[int]) -> str:
     if len(set(split)) == 1:
         return f"{split[0]} each"
     runs: list[list[int]] = []
