@@ -1267,6 +1267,26 @@ def test_least_that_fits_is_every_try_in_turn():
     assert (None, 3) in seen and ("full", 3) in seen  # the skip ran and layouts still fit
 
 
+@pytest.mark.parametrize("model", ["llama-3-8b", "gemma-3-27b", "deepseek-v2-lite", "nemotron-h-8b",
+                                   "gemma-4-26b-a4b-it"])
+def test_selective_recomputation_saves_no_memory_under_flash_attention(model):
+    """Selective recomputation drops the attention S² buffers (Korthikanti sec. 5), which flash attention never
+    keeps: the memory model gives it none's bytes exactly (what lets _least_that_fits skip selective after none),
+    and under eager attention less than none's."""
+    from llmcalc.analytic import steptime
+    from llmcalc.analytic.memory import training_memory
+    from llmcalc.analytic.parallel import Parallel
+
+    spec = load_model(model).with_layers(8)
+    par = Parallel(tp=2, pp=2, dp=4, sequence_parallel=True, zero=1)
+    peaks = {rc: steptime.training_peak(spec, 2, 4096, "bf16-mixed", "adamw", recompute=rc, parallel=par)
+             for rc in ("none", "selective")}
+    assert peaks["selective"] == peaks["none"]
+    eager = {rc: training_memory(spec, 2, 4096, recompute=rc, attention="eager", parallel=par).peak
+             for rc in ("none", "selective")}
+    assert eager["selective"] < eager["none"]
+
+
 @pytest.mark.parametrize("model", ["llama-3-8b", "mixtral-8x7b", "nemotron-h-8b", "deepseek-v2-lite"])
 def test_phase_peak_is_the_phases_largest_sum_bit_for_bit(model):
     """MemoryEstimate.phase_peak (what the layout search reads) is exactly max(sum of each phase_components phase),

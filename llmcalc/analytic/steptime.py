@@ -1794,10 +1794,17 @@ def _least_that_fits(spec: ModelSpec, lay: Layout, seq_len: int, tries: list[str
         # above the capacity no recomputation fits (the last try of the last stage is still computed: its peak is
         # the one reported)
         hopeless = max(s.step for s in _stage_states(even, recipe, optimizer, par)) > capacity
+        none_peak = None
         for rc in (tries[-1:] if zero == zeros[-1] else []) if hopeless else tries:
+            if rc == "selective" and none_peak is not None:
+                # flash attention keeps no S² buffer, the only tensors selective recomputation drops
+                # (activations.layer_terms): the same bytes as none, which did not fit
+                peak = none_peak
+                continue
             peak = training_peak(even, lay.micro_batch, seq_len, recipe, optimizer, recompute=rc, parallel=par)
             if peak <= capacity:
                 return rc, zero, peak
+            none_peak = peak if rc == "none" else None
     return None, zero, peak
 
 
@@ -1900,7 +1907,8 @@ def _activations(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recomp
             its terms once whatever the micro-batches in flight, then summed as activation_memory sums them; once
             per layer signature and model family (_layer_signature: layers that read the same per-layer fields of
             models that differ only in their layer count have the same terms)."""
-            key = ("terms", family, batch, seq, act_bytes, recompute, tp, sp, _layer_signature(spec, i, seq))
+            signature = _cached("params", ("signature", token, i, seq), lambda: _layer_signature(spec, i, seq))
+            key = ("terms", family, batch, seq, act_bytes, recompute, tp, sp, signature)
             terms, whole, kept = _cached("acts", key,
                                          lambda: layer_terms(spec, i, batch, seq, act_bytes, recompute=recompute,
                                                              attention="flash", dropout=False, tp=tp,
@@ -1921,8 +1929,11 @@ def _activations(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recomp
         largest = biggest = own = 0.0  # as activation_memory: the first largest block (layer order) and its own
         for i, count in _cached("acts", ("kinds", token, start, stop), group):
             one, working_set, largest_layer, own_layer = one_layer(i)
-            for name, value in one.items():
-                per_layer[name] = per_layer.get(name, 0.0) + value * count
+            if per_layer:
+                for name, value in one.items():
+                    per_layer[name] = per_layer.get(name, 0.0) + value * count
+            else:  # the first kind: each name's 0.0 + its bytes, as the loop above adds them
+                per_layer = {name: 0.0 + value * count for name, value in one.items()}
             largest = max(largest, working_set)
             if largest_layer > biggest:
                 biggest, own = largest_layer, own_layer
