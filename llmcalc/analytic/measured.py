@@ -118,6 +118,7 @@ class MeasuredModel:
     quantized: bool = False  # the config has a quantization_config
     notes: list[str] = field(default_factory=list)
     quantization_config: dict | None = None  # the config's, as published (serve sizes the shipped formats by it)
+    step: dict = field(default_factory=dict)  # hf_measure.measure_step (`train`'s step model; {}: not measured)
 
     @classmethod
     def from_counted(cls, name: str, model_type: str, counted: dict, experts_per_token: int | None = None,
@@ -135,7 +136,8 @@ class MeasuredModel:
                    transformers_version=counted["transformers_version"],
                    seq_len=runs[-1]["seq_len"] if runs else 0, total=total, tensors=tensors, kv=kv,
                    activation_runs=runs, decode=m.get("decode", {}), experts_per_token=experts_per_token,
-                   max_seq_len=max_seq_len, quantized=quantized, quantization_config=quantization_config)
+                   max_seq_len=max_seq_len, quantized=quantized, quantization_config=quantization_config,
+                   step=m.get("step", {}))
 
     @property
     def n_layers(self) -> int:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..validate import MAX_COMPUTE, MAX_DAYS
-from .common import emit, load_counted, load_hardware, load_model
+from .common import emit, load_counted, load_hardware, load_measured, load_model
 from .options import (
     MFU,
     NAME,
@@ -61,6 +61,7 @@ def train(ctx: click.Context, model: str | None, n_params: float | None, tokens:
           causal: bool, recompute: str, finetune: FinetuneRequest, fmt: str, **step: Any) -> None:
     """Training FLOPs, GPU-hours, wall-clock, cost and energy for TOKENS on N GPUs."""
     from ..analytic.training import TrainRequest, plan_training
+    from ..spec import ModelSpec
     from ..views.train import document
 
     request = TrainRequest(tokens, gpu, model=model, n_params=n_params, n_gpus=n_gpus, dtype=dtype, seq_len=seq_len,
@@ -69,7 +70,12 @@ def train(ctx: click.Context, model: str | None, n_params: float | None, tokens:
     accelerator = load_hardware(gpu)
     if model is None:
         refuse_unused(ctx, ("seq_len", "causal"), "with --params (6·N·T has no sequence length); give a MODEL")
-    plan = plan_training(request, None if model is None else load_counted(model, seq_len), accelerator)
+    counted = None if model is None else load_counted(model, seq_len)
+    steps = None
+    if model is not None and not isinstance(counted, ModelSpec) and request.predicts_step:
+        measured = load_measured(model, seq_len)  # what train's step model times of a model without a formula
+        steps = None if isinstance(measured, ModelSpec) else measured
+    plan = plan_training(request, counted, accelerator, steps)
     emit(document(plan), fmt, plan.warnings)
 
 
