@@ -313,12 +313,14 @@ def test_encoder_decoder_is_built_as_seq2seq_with_stacks_apart(tmp_path):
     assert causal["groups"]["encoder.attention S²"] == g["encoder.attention S²"]
 
 
-def test_train_step_time_prediction_needs_the_formula(tmp_path):
+def test_train_step_time_is_predicted_from_what_transformers_measured(tmp_path):
     path = write(tmp_path, "codegen")
-    line = one_line_error("train", path, "--tokens", "1e9", "--gpu", "h100-sxm", "--global-batch", 64)
-    assert "codegen is counted by transformers" in line and "--mfu" in line
+    predicted = json_out("train", path, "--tokens", "1e9", "--gpu", "h100-sxm", "--global-batch", 64)
+    assert predicted["method"] == "transformers" and predicted["mfu_source"] == "predicted"  # test_measured_step.py
     given = json_out("train", path, "--tokens", "1e9", "--gpu", "h100-sxm", "--mfu", 0.4, "--global-batch", 64)
     assert given["method"] == "transformers" and given["mfu"] == 0.4
+    line = one_line_error("train", path, "--tokens", "1e9", "--gpu", "h100-sxm")
+    assert "--mfu" in line
 
 
 def test_finetune_needs_the_formula(tmp_path):
