@@ -36,10 +36,18 @@ QWEN3_MOE = dict(model_type="qwen3_moe", num_hidden_layers=2, hidden_size=64, nu
 MID = dict(model_type="llama", num_hidden_layers=8, hidden_size=2048, num_attention_heads=16, num_key_value_heads=8,
            intermediate_size=5632, vocab_size=32000, max_position_embeddings=4096)
 # The two paths' step times differ by the elementwise traffic only (module docstring): measured 1.0 % (llama tiny,
-# 512 tokens), 3.0 % (qwen3_moe tiny: widths of 64, where elementwise passes are a large share) and 0.7 % (MID) apart
+# 512 tokens), 3.0 % (qwen3_moe and gemma3 tiny: widths of 64, where elementwise passes are a large share) and 0.7 %
+# (MID) apart
 STEP_TOLERANCE = 0.05
-CASES = [(LLAMA, 512), (QWEN3_MOE, 512), (MID, 1024)]
-IDS = ["llama", "qwen3_moe", "mid-llama"]
+GEMMA3 = dict(model_type="gemma3_text", num_hidden_layers=3, hidden_size=64, num_attention_heads=4,
+              num_key_value_heads=2, head_dim=16, intermediate_size=128, vocab_size=1000, sliding_window=32,
+              layer_types=["sliding_attention", "sliding_attention", "full_attention"])
+QWEN3_NEXT = dict(model_type="qwen3_next", num_hidden_layers=4, hidden_size=64, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16, intermediate_size=128, vocab_size=1000, num_experts=4,
+                  num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=32,
+                  linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=16, linear_value_head_dim=16)
+CASES = [(LLAMA, 512), (QWEN3_MOE, 512), (MID, 1024), (GEMMA3, 256)]
+IDS = ["llama", "qwen3_moe", "mid-llama", "gemma3"]
 
 
 @pytest.fixture(autouse=True)
@@ -161,3 +169,23 @@ def test_train_global_batch_bad_input_is_one_line(argv, words):
     line = one_line_error("train", str(CONFIGS / "arcee-tiny.json"), "--tokens", "1e9", "--gpu", "h100-sxm",
                           "--n-gpus", "8", "--global-batch", "16", "--seq-len", "256", *argv)
     assert words in line
+
+
+def test_sliding_layers_attend_their_window(tmp_path, monkeypatch):
+    """gemma3's sliding layers: the measured cache stops at 31 past tokens (DynamicSlidingWindowLayer keeps
+    window - 1), so the kernel computes the window-32 pairs the formula computes: 32·33/2 + (256 - 32)·32."""
+    _, step, spec = forced(tmp_path, monkeypatch, GEMMA3, 256)
+    assert step.windows == {0: 32, 1: 32}
+    assert [step.attended_pairs(i, 256) for i in range(3)] == [32 * 33 / 2 + 224 * 32] * 2 + [256 * 257 / 2]
+    assert [step.attended_pairs(i, 256) for i in range(3)] == [spec.attended_pairs(i, 256) for i in range(3)]
+
+
+def test_a_mixer_without_a_kernel_is_refused_in_one_line(tmp_path, monkeypatch):
+    """qwen3_next's Gated DeltaNet layers hold a depthwise conv1d (called as a tensor, not a Linear) and keep a
+    recurrent state: the step model has no kernel for them."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(QWEN3_NEXT))
+    monkeypatch.setenv(FORCE_ENV, "1")
+    line = one_line_error("train", str(path), "--tokens", "1e9", "--gpu", "h100-sxm", "--global-batch", "8",
+                          "--seq-len", "256")
+    assert "linear_attn.conv1d.weight" in line and "--mfu" in line

@@ -146,6 +146,17 @@ class MeasuredStep:
                 out.expert_width = max(g.k for g in gemms if g.split == "row")
         if out.head is None:
             raise LlmcalcError(f"{model.model_type}: transformers names no output embedding (LM head) to time")
+        timed = {name for gs in out.layer_gemms.values() for g in gs for name in g.tensors} | set(out.head.tensors)
+        for t in model.tensors:
+            if t.role == "layer" and t.trainable and len(t.shape) >= 2 and t.name not in timed:
+                raise LlmcalcError(f"{t.name} (shape {list(t.shape)}) is not the weight of a linear or experts module "
+                                   "transformers' forward called (a convolution, a mixer's own kernel): the step "
+                                   "model has no kernel for it; give this model's time with train --mfu")
+        for kv in model.kv:
+            if kv.state_elements:
+                raise LlmcalcError(f"{model.model_type}: layer {kv.layer} keeps a recurrent state in its cache "
+                                   f"({kv.state_elements:,} elements that do not grow with the tokens): the step "
+                                   "model has no kernel for its scan; give this model's time with train --mfu")
         (s1, s2), (c1, c2) = rec["lengths"], rec["attention"]["core_flops"]
         for i, y1, y2 in zip(rec["attention"]["layers"], c1, c2, strict=True):
             quad = (y2 * s1 - y1 * s2) / (s1 * s2 * (s2 - s1))  # flops(s) = a·s + b·s²: b, per (query, key) pair
