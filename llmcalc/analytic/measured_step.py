@@ -513,11 +513,10 @@ def predict_measured(step: MeasuredStep, device: Device, lay: Layout, seq_len: i
     assumptions = _assumptions(ctx, recompute)
     if lay.pp > 1:
         assumptions["pipeline"] = how
-    notes = [f"layers per pipeline stage ({n_stages} stages = pp {lay.pp} x {v} chunk{'s' if v > 1 else ''}): "
-             + _describe_split(split),
-             "assumed: " + "; ".join(f"{k} {val}" for k, val in assumptions.items())]
     sources = measured_from(step)
-    notes += [f"measured by transformers, {k}: {text}" for k, text in sources.items()]
+    notes = [f"layers per pipeline stage ({n_stages} stages = pp {lay.pp} x {v} chunk{'s' if v > 1 else ''}): "
+             + _describe_split(split), *(f"measured by transformers, {k}: {text}" for k, text in sources.items()),
+             "assumed: " + "; ".join(f"{k} {val}" for k, val in assumptions.items())]
     return MeasuredPrediction(cast(Any, step.model), device, lay, seq_len, causal=causal, recompute=recompute,
                               step_seconds=seconds, breakdown=breakdown, model_flops=model_flops,
                               hardware_flops=hardware_flops, layers_per_stage=split, notes=notes, attention="flash",
@@ -572,3 +571,141 @@ def train_measured_steptime(model: MeasuredModel, gpu: str, n_gpus: int, dtype: 
     return predict_measured(measured, device_for(gpu, dtype), lay, seq_len, recompute=recompute, recipe=recipe,
                             model_flops=model_flops_per_token * tokens,
                             hardware_flops=hardware_flops_per_token * tokens, causal=causal)
+
+
+# --- `layout` ---------------------------------------------------------------------------------------------------
+
+
+def measured_stage_peak(step: MeasuredStep, lay: Layout, seq_len: int, recipe: str, optimizer: str) -> float:
+    """Peak bytes per GPU of the most loaded pipeline stage for the layouts `layout` tries (no recomputation): with
+    one stage ``measured.measured_training_memory``'s estimate (`memory`'s for this model); with pp > 1, the same
+    MemoryEstimate for the first stage (the embedding and ceil(L / pp) layers, the activations of pp micro-batches
+    in flight under 1F1B, as the formula path's ``steptime._training_peak``) and for the last (its layers, the final
+    norm and the LM head, one micro-batch and the loss's fp32 logits), each layer's tensors split by the tp plan
+    and its activations the measured bytes per layer (the saved bytes less the logits, over the layers) / tp
+    (sequence parallelism)."""
+    import math
+
+    from .activations import ActivationEstimate
+    from .measured import measured_training_memory
+    from .memory import OPTIMIZERS, MemoryEstimate
+    from .parallel import Parallel
+
+    model, tp = step.model, lay.tp
+    par = Parallel(tp=tp, pp=lay.pp, dp=lay.dp, zero=lay.zero, sequence_parallel=lay.sequence_parallel)
+    if lay.pp == 1:
+        return measured_training_memory(model, lay.micro_batch, seq_len, recipe=recipe, optimizer=optimizer,
+                                        recompute="none", attention="flash", dropout=False, parallel=par,
+                                        optimizer_impl="fused").phase_peak()
+    rec, opt = RECIPES[recipe], OPTIMIZERS[optimizer]
+    assert step.head is not None  # MeasuredStep.of
+    L, n = step.n_layers, math.ceil(step.n_layers / lay.pp)
+    saved = model.activation_bytes(rec.act_bytes) * lay.micro_batch / tp
+    logits = min(saved, 4 * step.head.n * seq_len * lay.micro_batch / tp)
+    per_block = (saved - logits) / L
+    emb = model.params_on_rank(tp, ("embedding",))
+    head = model.params_on_rank(tp, ("head",)) if not step.tie_embeddings else emb  # pp > 1: the tied copy
+    final = model.params_on_rank(tp, ("norm/final",))
+    gathered_layer = max((sum(t.per_rank(tp) for t in ts if t.trainable) for ts in step.layer_tensors.values()),
+                         default=0.0)
+    peaks = []
+    for which, layers in (("first", range(n)), ("last", range(L - n, L))):
+        blocks = sum(t.per_rank(tp) for i in layers for t in step.layer_tensors.get(i, []) if t.trainable)
+        first = which == "first"
+        in_flight = lay.pp if first else 1
+        acts = ActivationEstimate(per_layer={"saved for backward (measured)": per_block * n * in_flight
+                                             + (0.0 if first else logits)},
+                                  recompute_working_set=0.0, logits_and_loss=0.0, largest_layer=per_block,
+                                  own_layer=per_block, head_saved=0.0 if first else logits, in_flight=in_flight)
+        est = MemoryEstimate(spec=model, recipe=rec, optimizer=opt, parallel=par, batch=lay.micro_batch,
+                             seq_len=seq_len, recompute="none", attention="flash",
+                             params_on_gpu=emb + blocks if first else blocks + final + head, activations=acts,
+                             stage=which, zero3_gathered=2 * gathered_layer * rec.weight_bytes
+                             if lay.zero == 3 and lay.dp > 1 else 0.0, largest_tensor=model.largest_tensor(tp),
+                             head_params_on_gpu=0.0 if first else head + final,
+                             late_params_on_gpu=emb if first else 0.0)
+        peaks.append(est.phase_peak())
+    return max(peaks)
+
+
+def rank_measured_layouts(model: MeasuredModel, gpu: str, n_gpus: int, seq_len: int, global_batch: int | None,
+                          global_batch_tokens: float | None, *, model_flops_per_token: float,
+                          hardware_flops_per_token: float, causal: bool = False, recompute: str | None = None,
+                          tp_overlap: bool = False, top: int = 10,
+                          progress: Any = None, **options: Any) -> Any:  # steptime.LayoutSearch
+    """`layout` for a measured model: tp over the divisors of GPUs per node that transformers' plan can split,
+    pp dividing the GPUs (up to the layers, 64 at most), micro-batch 1, 2 or 4, vpp 2 or 4 where the micro-batches
+    are a multiple of pp, as ``steptime._candidates``; ZeRO-1, else ZeRO-3 where dp > 1, whichever first fits
+    (``measured_stage_peak``, no recomputation: the measured activations are of a forward that recomputes
+    nothing); each fitting layout predicted exactly (``predict_measured``) and ranked by throughput."""
+    from .kernels import device_for
+    from .steptime import LayoutSearch, _why_they_lose, global_batch_sequences
+
+    batch = global_batch_sequences(global_batch, global_batch_tokens, seq_len, required=True)
+    assert batch is not None
+    if recompute not in (None, "none"):
+        raise LlmcalcError(f"--recompute {recompute}: {model.model_type} is measured by transformers, whose saved "
+                           "activations are of a forward that recomputes nothing; layout checks its memory with "
+                           "--recompute none (time full recomputation with train --recompute full)")
+    settings = {k: v for k, v in options.items() if v is not None}
+    recipe = settings.pop("recipe", "bf16-mixed")
+    optimizer = settings.get("optimizer", "adamw")
+    measured = MeasuredStep.of(model)
+    dev = device_for(gpu, "bf16")
+    capacity, per_node = dev.accelerator.usable_bytes, dev.network.gpus_per_node
+    tps = []
+    for t in (1, 2, 4, 8, 16):
+        if t <= per_node and per_node % t == 0:
+            try:
+                model.check_tp(t)
+            except LlmcalcError:
+                continue
+            tps.append(t)
+    candidates = []
+    for tp in tps:
+        for pp in (p for p in range(1, min(measured.n_layers, 64) + 1) if n_gpus % p == 0):
+            if n_gpus % (tp * pp):
+                continue
+            dp = n_gpus // (tp * pp)
+            for mb in (1, 2, 4):
+                if batch % (dp * mb):
+                    continue
+                m = batch // (dp * mb)
+                candidates += [(tp, pp, v, mb) for v in [1] + ([2, 4] if pp > 1 and m % pp == 0 else [])
+                               if pp * v <= measured.n_layers]
+    tick = progress(len(candidates)) if progress else None
+    counts = {"searched": 0, "fit": 0, "oom": 0, "invalid": 0}
+    ranked, oom = [], []
+    for tp, pp, vpp, mb in candidates:
+        counts["searched"] += 1
+        if tick:
+            tick()
+        try:
+            lay = measured_layout(measured, n_gpus, seq_len, batch, tp=tp, pp=pp, vpp=vpp, micro_batch=mb,
+                                  tp_overlap=tp_overlap, **settings)
+        except LlmcalcError:
+            counts["invalid"] += 1
+            continue
+        peak = 0.0
+        for zero in (1, 3) if lay.dp > 1 else (1,):
+            lay = replace(lay, zero=zero)
+            peak = measured_stage_peak(measured, lay, seq_len, recipe, optimizer)
+            if peak <= capacity:
+                break
+        if peak > capacity:
+            counts["oom"] += 1
+            oom.append((lay, peak, "none" + (" and ZeRO-3" if lay.zero == 3 else "")))
+            continue
+        counts["fit"] += 1
+        tokens = batch * seq_len
+        ranked.append((predict_measured(measured, dev, lay, seq_len, recompute="none", recipe=recipe,
+                                        model_flops=model_flops_per_token * tokens,
+                                        hardware_flops=hardware_flops_per_token * tokens, causal=causal), peak))
+    ranked.sort(key=lambda pm: -pm[0].tokens_per_second)
+    if not ranked:
+        raise LlmcalcError(f"no layout of {model.name} fits on {n_gpus:,} x {gpu} at seq {seq_len} with global batch "
+                           f"{batch} (of the layouts tried, {counts['oom']:,} do not fit in memory and "
+                           f"{counts['invalid']:,} contradict the model): use more GPUs or a larger --global-batch")
+    return LayoutSearch(spec=cast(Any, model), gpu=gpu, n_gpus=n_gpus, seq_len=seq_len, global_batch=batch,
+                        ranked=ranked, losers=_why_they_lose(ranked, oom, capacity), counts=counts, recipe=recipe,
+                        optimizer=optimizer)

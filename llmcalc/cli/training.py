@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..validate import MAX_COMPUTE, MAX_DAYS
-from .common import emit, load_counted, load_hardware, load_measured, load_model
+from .common import emit, load_counted, load_hardware, load_measured
 from .options import (
     MFU,
     NAME,
@@ -118,11 +118,28 @@ def layout(ctx: click.Context, model: str, gpu: str, n_gpus: int, seq_len: int, 
            global_batch_tokens: float | None, recompute: str | None, causal: bool, tp_overlap: bool, top: int,
            fmt: str, **step: Any) -> None:
     """Rank the parallel layouts of MODEL on N GPUs that fit in memory, by predicted throughput."""
-    from ..analytic.steptime import rank_layouts
+    from ..analytic.steptime import global_batch_sequences, rank_layouts
     from ..render.progress import progress_bars
+    from ..spec import ModelSpec
     from ..views.layout import document
 
-    spec = load_model(model, seq_len)
+    global_batch_sequences(global_batch, global_batch_tokens, seq_len, required=True)  # before any model is built
+    spec = load_measured(model, seq_len)
+    if not isinstance(spec, ModelSpec):  # a model_type without a formula: what transformers measured of it
+        from ..analytic.measured_step import rank_measured_layouts
+        from ..fallback import FallbackModel, step_flops
+
+        counted = load_counted(model, seq_len)
+        assert isinstance(counted, FallbackModel)  # the same config: no formula either
+        flops = step_flops(counted, 1, causal, "none")
+        with progress_bars("layouts") as progress:
+            search = rank_measured_layouts(spec, gpu, n_gpus, seq_len, global_batch, global_batch_tokens,
+                                           model_flops_per_token=flops["flops_per_token"],
+                                           hardware_flops_per_token=flops["hardware_flops_per_token"],
+                                           causal=causal, recompute=recompute, tp_overlap=tp_overlap,
+                                           progress=progress, top=top, **typed(ctx, step))
+        emit(document(search, top, recompute), fmt)
+        return
     with progress_bars("layouts") as progress:
         search = rank_layouts(spec, gpu, n_gpus, seq_len, global_batch=global_batch,
                               global_batch_tokens=global_batch_tokens, causal=causal, recompute=recompute,
