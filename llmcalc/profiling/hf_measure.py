@@ -255,8 +255,7 @@ def measure_step(model) -> dict:
     - ``head_module``: the module transformers calls the output embeddings (the LM head, tied or not);
     - ``attention``: per layer, the FLOPs of the attention core (sdpa kernels, an eager attention's bmm) that
       the counter saw in the layer's direct children at each length."""
-    from .counters import count_flops
-    from .hf_fallback import CORE_OPS
+    from .counters import CORE_OPS, count_flops
 
     s1, s2 = STEP_LENGTHS
     # every module holding a parameter, a tied head's too (it holds the embedding's tensor)
