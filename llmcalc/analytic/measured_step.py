@@ -110,7 +110,7 @@ class MeasuredStep:
         return self.top_k is not None
 
     @classmethod
-    def of(cls, model: MeasuredModel) -> MeasuredStep:
+    def of(cls, model: MeasuredModel) -> MeasuredStep:  # long: each record read and checked in turn
         rec = model.step
         if not rec or not model.activation_runs:
             raise LlmcalcError(f"{model.model_type}: transformers' measurement holds no step record; measure it with "
@@ -334,7 +334,7 @@ class _SpecView:
         return None
 
 
-def _layer_cost(ctx: _Ctx, step: MeasuredStep, i: int, full_recompute: bool) -> StageTimes:
+def _layer_cost(ctx: _Ctx, step: MeasuredStep, i: int, full_recompute: bool) -> StageTimes:  # long: in order
     """One layer's ``steptime.StageTimes`` on this rank for one micro-batch (``steptime._layer_cost_uncached``'s
     terms, fed by the measured GEMMs, core and elementwise bytes)."""
     lay, dev = ctx.lay, ctx.dev
@@ -451,7 +451,7 @@ class MeasuredPrediction(StepPrediction):
 
 
 def predict_measured(step: MeasuredStep, device: Device, lay: Layout, seq_len: int, *, recompute: str, recipe: str,
-                     model_flops: float, hardware_flops: float, causal: bool) -> MeasuredPrediction:
+                     model_flops: float, hardware_flops: float, causal: bool) -> MeasuredPrediction:  # long: steps
     """The predicted step of `lay` for a measured model: per layer ``_layer_cost``, the stages as
     ``steptime.stage_split`` splits the layers (embedding on the first, LM head on the last), the pipeline, DP and
     optimizer by ``steptime.pipeline_step`` / ``_dp_and_optimizer``. `model_flops` / `hardware_flops`: the step's,
@@ -506,7 +506,7 @@ def predict_measured(step: MeasuredStep, device: Device, lay: Layout, seq_len: i
             if st == n_stages - 1:
                 params += final + (emb if step.tie_embeddings and st != 0 else 0.0)  # pp > 1: the tied copy
         infos[r] = _one_rank_dp(ctx, params, experts, n_layers, per_layer=params / max(1, n_layers))
-    dp, opt = _dp_and_optimizer(ctx, stages, split, starts, v, groups, infos=infos)
+    dp, opt = _dp_and_optimizer(ctx, stages, split, starts, v=v, groups=groups, infos=infos)
     prep = _Prepared(ctx, causal, recompute, stages, split, fwd=fwd, bwd=bwd, wgt=wgt, p2p=p2p, bound=bound,
                      exact=exact, dp=dp, optimizer=opt, plain_bound=plain, groups=groups)
     seconds, breakdown, how = pipeline_step(prep)
@@ -628,11 +628,11 @@ def measured_stage_peak(step: MeasuredStep, lay: Layout, seq_len: int, recipe: s
     return max(peaks)
 
 
-def rank_measured_layouts(model: MeasuredModel, gpu: str, n_gpus: int, seq_len: int, global_batch: int | None,
-                          global_batch_tokens: float | None, *, model_flops_per_token: float,
+def rank_measured_layouts(model: MeasuredModel, gpu: str, n_gpus: int, seq_len: int, global_batch: int | None = None,
+                          global_batch_tokens: float | None = None, *, model_flops_per_token: float,
                           hardware_flops_per_token: float, causal: bool = False, recompute: str | None = None,
                           tp_overlap: bool = False, top: int = 10,
-                          progress: Any = None, **options: Any) -> Any:  # steptime.LayoutSearch
+                          progress: Any = None, **options: Any) -> Any:  # long: the search's phases in order
     """`layout` for a measured model: tp over the divisors of GPUs per node that transformers' plan can split,
     pp dividing the GPUs (up to the layers, 64 at most), micro-batch 1, 2 or 4, vpp 2 or 4 where the micro-batches
     are a multiple of pp, as ``steptime._candidates``; ZeRO-1, else ZeRO-3 where dp > 1, whichever first fits

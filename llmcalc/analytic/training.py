@@ -402,9 +402,11 @@ def plan_training(request: TrainRequest, model: ModelSpec | CountedModel | None,
     if steps is not None and request.predicts_step:
         from .measured_step import train_measured_steptime
 
-        pred = train_measured_steptime(steps, request.gpu, request.n_gpus, request.dtype, request.seq_len,
-                                       request.causal, request.recompute, basis.model_flops / tokens,
-                                       basis.hardware_flops / tokens, dict(request.layout))
+        pred = train_measured_steptime(steps, request.gpu, request.n_gpus, dtype=request.dtype,
+                                       seq_len=request.seq_len, causal=request.causal, recompute=request.recompute,
+                                       model_flops_per_token=basis.model_flops / tokens,
+                                       hardware_flops_per_token=basis.hardware_flops / tokens,
+                                       options=dict(request.layout))
         mfu, measured = pred.mfu, None
     else:
         _check_device_time(request, model, basis, accelerator)

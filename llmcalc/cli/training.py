@@ -38,6 +38,7 @@ from .types import Count, Number
 
 if TYPE_CHECKING:
     from ..analytic.finetune_request import FinetuneRequest
+    from ..analytic.measured import MeasuredModel
 
 
 @click.command()
@@ -125,26 +126,26 @@ def layout(ctx: click.Context, model: str, gpu: str, n_gpus: int, seq_len: int, 
 
     global_batch_sequences(global_batch, global_batch_tokens, seq_len, required=True)  # before any model is built
     spec = load_measured(model, seq_len)
-    if not isinstance(spec, ModelSpec):  # a model_type without a formula: what transformers measured of it
-        from ..analytic.measured_step import rank_measured_layouts
-        from ..fallback import FallbackModel, step_flops
-
-        counted = load_counted(model, seq_len)
-        assert isinstance(counted, FallbackModel)  # the same config: no formula either
-        flops = step_flops(counted, 1, causal, "none")
-        with progress_bars("layouts") as progress:
-            search = rank_measured_layouts(spec, gpu, n_gpus, seq_len, global_batch, global_batch_tokens,
-                                           model_flops_per_token=flops["flops_per_token"],
-                                           hardware_flops_per_token=flops["hardware_flops_per_token"],
-                                           causal=causal, recompute=recompute, tp_overlap=tp_overlap,
-                                           progress=progress, top=top, **typed(ctx, step))
-        emit(document(search, top, recompute), fmt)
-        return
+    search_args = dict(global_batch=global_batch, global_batch_tokens=global_batch_tokens, causal=causal,
+                       recompute=recompute, tp_overlap=tp_overlap, top=top, **typed(ctx, step))
     with progress_bars("layouts") as progress:
-        search = rank_layouts(spec, gpu, n_gpus, seq_len, global_batch=global_batch,
-                              global_batch_tokens=global_batch_tokens, causal=causal, recompute=recompute,
-                              tp_overlap=tp_overlap, progress=progress, top=top, **typed(ctx, step))
+        if isinstance(spec, ModelSpec):
+            search = rank_layouts(spec, gpu, n_gpus, seq_len, progress=progress, **search_args)
+        else:  # a model_type without a formula: what transformers measured of it
+            search = _measured_layouts(model, spec, gpu, n_gpus, seq_len, progress=progress, **search_args)
     emit(document(search, top, recompute), fmt)
+
+
+def _measured_layouts(model: str, measured: MeasuredModel, gpu: str, n_gpus: int, seq_len: int, **search: Any) -> Any:
+    """`layout`'s search for a model transformers measured, MFU's FLOPs from its counted forward (fallback)."""
+    from ..analytic.measured_step import rank_measured_layouts
+    from ..fallback import FallbackModel, step_flops
+
+    counted = load_counted(model, seq_len)
+    assert isinstance(counted, FallbackModel)  # the same config: no formula either
+    flops = step_flops(counted, 1, search["causal"], "none")
+    return rank_measured_layouts(measured, gpu, n_gpus, seq_len, model_flops_per_token=flops["flops_per_token"],
+                                 hardware_flops_per_token=flops["hardware_flops_per_token"], **search)
 
 
 COMMANDS = (train, plan, layout)

@@ -240,7 +240,7 @@ def _activations(model, config, seq_len: int) -> dict:
 STEP_LENGTHS = (16, 32)  # the forwards measure_step counts (batch 1; the s² term solves the two)
 
 
-def measure_step(model) -> dict:
+def measure_step(model) -> dict:  # long: the hooked forward, then the counted ones
     """What `train`'s step model (analytic/measured_step.py) times, from one batch-1 forward of STEP_LENGTHS[0]
     tokens with a forward pre-hook on every module that holds a parameter, and FlopCounterMode over forwards at
     both STEP_LENGTHS:
