@@ -195,11 +195,11 @@ def load_counted(name_or_path: str, seq_len: int | None = None):
 def load_measured(name_or_path: str, seq_len: int | None) -> ModelSpec | MeasuredModel:
     """A ModelSpec (analytic), or for a model_type only transformers knows what it measured (with `seq_len`, the
     activations of a training forward of that length too)."""
-    from .analytic.measured import MeasuredModel
-
     try:
         return _load(name_or_path)
     except UnknownModelType as exc:
+        from .analytic.measured import MeasuredModel
+
         config = {k: v for k, v in exc.config.items() if not k.startswith("_")}
         counted = fallback_count(config, seq_len, measured=True)
         k = next((config[key] for key in TOP_K_KEYS if isinstance(config.get(key), int)), None)

@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import LlmcalcError
 from ..hardware import Accelerator
 from ..spec import ModelSpec
 from ..units import GIB
 from ..validate import DEFAULT_SEQ_LEN, DEFAULT_ZERO
-from .finetune import FinetuneMemory, LoraConfig, finetune_memory
 from .finetune_request import FinetuneRequest
-from .measured import MeasuredModel, measured_training_memory
 from .memory import MemoryEstimate, Optimizer, custom_optimizer, smallest_fit, training_memory
 from .parallel import Parallel
+
+if TYPE_CHECKING:  # imported where used: `memory` on a preset without --finetune loads neither
+    from .finetune import FinetuneMemory, LoraConfig
+    from .measured import MeasuredModel
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,9 @@ def plan_memory(spec: ModelSpec | MeasuredModel, request: MemoryRequest,
         raise LlmcalcError(f"--reserve-gib {request.reserve_gib:g} leaves nothing of {device.key}'s "
                            f"{device.memory_bytes / GIB:g} GiB")
     opt = request.optimizer_or_bytes
-    if isinstance(spec, MeasuredModel):
+    if not isinstance(spec, ModelSpec):  # a MeasuredModel
+        from .measured import measured_training_memory
+
         if request.finetune.config() is not None:
             raise LlmcalcError(f"--finetune needs llmcalc's formula for the layers it adapts; {spec.model_type} is "
                                "measured by transformers' modelling code")
@@ -95,6 +99,8 @@ def plan_memory(spec: ModelSpec | MeasuredModel, request: MemoryRequest,
         return MemoryPlan(est, device, reserve)
     cfg = request.finetune.config()
     if cfg is not None:
+        from .finetune import finetune_memory
+
         _refuse_with_finetune(request)
         cfg = shipped_base(spec, cfg, typed=request.finetune.base_dtype is not None)
         est = finetune_memory(spec, cfg, request.batch, request.seq_len, optimizer=opt, recompute=request.recompute,
@@ -173,6 +179,8 @@ MAX_FIT_BATCH = 4096
 def finetune_fit(spec: ModelSpec, cfg: LoraConfig, request: MemoryRequest, capacity: float) -> list[dict[str, Any]]:
     """Per recompute mode: the largest micro-batch at --seq-len, and the longest sequence at micro-batch 1 (a multiple
     of 256, up to the model's max_position_embeddings or 1M), that fit in `capacity` bytes."""
+    from .finetune import finetune_memory
+
     opt = request.optimizer_or_bytes
 
     def peak(batch: int, seq: int, recompute: str) -> float:

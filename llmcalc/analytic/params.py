@@ -181,9 +181,9 @@ def layer_norms(spec: ModelSpec, layer: int, norms: int) -> int:
             + bool(spec.per_layer_embed_dim))
 
 
-def _add(total: dict[str, int], parts: dict[str, int]) -> None:
+def _add(total: dict[str, int], parts: dict[str, int], times: int = 1) -> None:
     for key, value in parts.items():
-        total[key] = total.get(key, 0) + value
+        total[key] = total.get(key, 0) + value * times
 
 
 def _stack(spec: ModelSpec, stack: str, n_layers: int) -> dict[str, int]:
@@ -211,9 +211,11 @@ def _stack(spec: ModelSpec, stack: str, n_layers: int) -> dict[str, int]:
     # compression), all else being the same in every layer
     cross_attention = _attention(spec, f"{stack}cross_attention", cross=True) if cross else {}
     blocks: dict[tuple[bool, str, bool, bool, str], tuple[dict[str, int], dict[str, int]]] = {}
+    counts: dict[tuple[bool, str, bool, bool, str], int] = {}  # blocks of each kind, in order of first appearance
     for i in range(n_layers):
         moe = spec.is_moe_layer(i)
         shape = (moe, spec.attention_span(i), spec.kv_shared(i), spec.has_indexer(i), spec.compression(i))
+        counts[shape] = counts.get(shape, 0) + 1
         if shape not in blocks:
             rest: dict[str, int] = {}
             if moe:
@@ -224,11 +226,12 @@ def _stack(spec: ModelSpec, stack: str, n_layers: int) -> dict[str, int]:
             _add(rest, _hyper_connections(spec))
             _add(rest, {f"{stack}norm/layers": layer_norms(spec, i, norms) * _norm(spec, spec.d_model)})
             blocks[shape] = (_attention(spec, f"{stack}attention", layer=i), rest)
-        _add(out, blocks[shape][0])
-        _add(out, cross_attention)
-        if spec.pos_emb == "relative" and i == 0:  # T5: one bias table per stack, in block 0
+    for kind, (shape, n) in enumerate(counts.items()):  # each kind's count x its blocks, keys in model order
+        _add(out, blocks[shape][0], n)
+        _add(out, cross_attention, n)
+        if spec.pos_emb == "relative" and kind == 0:  # T5: one bias table per stack, in block 0
             out[f"{stack}attention/relative_position_bias"] = spec.rel_pos_buckets * spec.n_heads
-        _add(out, blocks[shape][1])
+        _add(out, blocks[shape][1], n)
     if spec.final_norm:
         out[f"{stack}norm/final"] = _norm(spec, spec.d_model)
     return out

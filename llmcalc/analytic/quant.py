@@ -45,7 +45,6 @@ from dataclasses import dataclass, field
 from ..dtypes import canonical_dtype, dtype_bytes
 from ..errors import LlmcalcError
 from ..spec import ModelSpec
-from .finetune import _attention_linears, _ffn_linears, _mixer_linears
 from .params import count_params
 
 # Bytes per weight of a block matmul when --weight-dtype is typed (the old single-dtype sizing, kept as the
@@ -95,6 +94,8 @@ _MIXER_ALIASES = ("mixer", "mamba", "linear_attn", "conv")  # Nemotron-H/Bamba, 
 
 def _layer_modules(spec: ModelSpec, i: int, layer: str, stack: str = "", cross: bool = False) -> list[Module]:
     """The weight matrices of decoder layer `i` (HF name prefix `layer`, component prefix `stack`)."""
+    from .finetune import _attention_linears, _ffn_linears, _mixer_linears  # here: `infer` / `serve` start lighter
+
     out: list[Module] = []
     mixers, ffn = spec.layer_parts(i)
     for kind in mixers:

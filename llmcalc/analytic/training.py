@@ -326,7 +326,6 @@ class CountedModel(Protocol):
 def analytic_basis(spec: ModelSpec, request: TrainRequest) -> FlopsBasis:
     """Exact per-op FLOPs per token at the request's sequence length x tokens (with --finetune: frozen weights,
     activation gradients only, and the adapters)."""
-    from .finetune import FinetuneFlops, finetune
     from .flops import step_flops
     from .params import count_params
 
@@ -339,6 +338,8 @@ def analytic_basis(spec: ModelSpec, request: TrainRequest) -> FlopsBasis:
     if cfg is None:
         return FlopsBasis(step.model_flops_per_token * tokens, step.hardware_flops_per_token * tokens, n, text,
                           shapes=spec)
+    from .finetune import FinetuneFlops, finetune  # only with --finetune: keeps `train`'s start-up lighter
+
     ft = finetune(spec, cfg)
     fl = FinetuneFlops(ft, step)
     text = (f"{cfg.method} r{cfg.rank} on {cfg.target_label}: training FLOPs = exact per-op count per token at seq "

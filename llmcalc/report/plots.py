@@ -164,8 +164,11 @@ def gib_axis(axis) -> None:
 # --- text that never collides: placing labels, and the check the tests run on every figure --------------------
 
 def renderer(fig):
-    """The figure laid out (constrained layout runs on draw) and its renderer, for measuring text."""
-    fig.canvas.draw()
+    """The figure laid out (constrained layout runs on draw) and its renderer, for measuring text. The draw lays
+    out and measures every artist but paints no pixel (matplotlib's draw_without_rendering: the renderer's drawing
+    calls are disabled), so placing labels costs a layout, not a raster; the Agg renderer it measures with is the
+    one the figure is saved with (same dpi), so the boxes are the saved figure's."""
+    fig.draw_without_rendering()
     return fig.canvas.get_renderer()
 
 

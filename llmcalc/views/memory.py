@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..analytic.finetune import ADAPTER_BYTES, FinetuneMemory, nf4_bytes_per_param
-from ..analytic.measured import MeasuredModel
+from ..analytic.memory import MemoryEstimate
 from ..render.tables import Column, Document, Table
+from ..spec import ModelSpec
 from ..units import GIB
 from .params import adapter_table, finetune_config
 
 if TYPE_CHECKING:
-    from ..analytic.memory import MemoryEstimate
+    from ..analytic.finetune import FinetuneMemory
     from ..analytic.memory_plan import MemoryPlan
     from ..hardware import Accelerator
 
@@ -39,7 +39,7 @@ def _fit_rows(per_gpu: float, gpu: Accelerator | None, reserve: float) -> tuple[
 
 def document(plan: MemoryPlan) -> Document:
     """`memory`'s answer: full training (with the notes its layout adds and how to make it fit), or --finetune."""
-    if isinstance(plan.estimate, FinetuneMemory):
+    if not isinstance(plan.estimate, MemoryEstimate):  # --finetune: a FinetuneMemory
         doc = finetune_memory_document(plan.estimate, plan.device, plan.reserve)
         if plan.fit is not None and plan.device is not None:
             doc.data.update(fit_on_gpu=plan.fit, cuda_context_bytes=plan.cuda_context)
@@ -75,7 +75,7 @@ def training_memory_document(est: MemoryEstimate, gpu: Accelerator | None, reser
     }
     rows = [{"kind": "component", "name": k, "bytes": v, "share": v / peak} for k, v in components.items() if v]
     rows.append({"kind": "total", "name": f"peak per GPU ({est.peak_phase})", "bytes": peak, "share": 1.0})
-    measured = isinstance(spec, MeasuredModel)
+    measured = not isinstance(spec, ModelSpec)  # a MeasuredModel: transformers measured it
     notes = _recipe_notes(est) + (_measured_notes(est) if measured else _layout_notes(est)) + fit_lines
     if measured:
         data.update(method="transformers", measured_from=_measured_from(est))
@@ -95,6 +95,8 @@ def training_memory_document(est: MemoryEstimate, gpu: Accelerator | None, reser
 
 def _measured_from(est: MemoryEstimate) -> dict[str, str]:
     """What each figure of a model transformers measured comes from (the JSON's `measured_from`)."""
+    from ..analytic.measured import MeasuredModel
+
     model = est.spec
     assert isinstance(model, MeasuredModel)
     runs = model.activation_runs
@@ -119,6 +121,8 @@ def _measured_notes(est: MemoryEstimate) -> list[str]:
     notes.append("the activations include the logits and the loss's fp32 upcast, and transformers' eager norms' "
                  "fp32 copies (what its modelling code saves, not a fused kernel); the blocks' backward holds one "
                  "block's share (1/layers of them) rebuilt, as llmcalc's phases do")
+    from ..analytic.measured import MeasuredModel
+
     model = est.spec
     assert isinstance(model, MeasuredModel)
     if model.activation_terms()[1] > 0:
@@ -151,7 +155,7 @@ def _recipe_notes(est: MemoryEstimate) -> list[str]:
 def _layout_notes(est: MemoryEstimate) -> list[str]:
     """How the model is split over the GPUs (parallel degrees, experts, KV heads under tensor parallelism)."""
     spec, par = est.spec, est.parallel
-    assert not isinstance(spec, MeasuredModel), "a measured model has _measured_notes"
+    assert isinstance(spec, ModelSpec), "a measured model has _measured_notes"
     kv_heads = spec.n_kv_heads
     notes = []
     if par.n_gpus > 1:
@@ -189,6 +193,8 @@ def _activations_table(est: MemoryEstimate) -> Table:
 # --- --finetune lora|qlora: the frozen base and its adapters --------------------------------------------
 
 def finetune_memory_document(est: FinetuneMemory, gpu: Accelerator | None, reserve: float = 0.0) -> Document:
+
+    from ..analytic.finetune import ADAPTER_BYTES, nf4_bytes_per_param
 
     ft, spec = est.ft, est.ft.spec
     components = est.components()
