@@ -226,10 +226,10 @@ def _stack(spec: ModelSpec, stack: str, n_layers: int) -> dict[str, int]:
             _add(rest, _hyper_connections(spec))
             _add(rest, {f"{stack}norm/layers": layer_norms(spec, i, norms) * _norm(spec, spec.d_model)})
             blocks[shape] = (_attention(spec, f"{stack}attention", layer=i), rest)
-    for kind, (shape, n) in enumerate(counts.items()):  # each kind's count x its blocks, keys in model order
+    for first, (shape, n) in enumerate(counts.items()):  # each kind's count x its blocks, keys in model order
         _add(out, blocks[shape][0], n)
         _add(out, cross_attention, n)
-        if spec.pos_emb == "relative" and kind == 0:  # T5: one bias table per stack, in block 0
+        if spec.pos_emb == "relative" and first == 0:  # T5: one bias table per stack, in block 0
             out[f"{stack}attention/relative_position_bias"] = spec.rel_pos_buckets * spec.n_heads
         _add(out, blocks[shape][1], n)
     if spec.final_norm:
