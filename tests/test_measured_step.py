@@ -121,17 +121,19 @@ def test_step_seconds_agree_with_the_formula(tmp_path, monkeypatch, hf, seq, lay
     assert measured["mfu"] == pytest.approx(step_flops / (measured["step_seconds"] * 8 * 989.4e12), rel=1e-9)
 
 
-def test_experts_split_over_ep_as_the_formula(tmp_path, monkeypatch):
+@pytest.mark.parametrize("overlap", [[], ["--ep-overlap"]], ids=["exposed", "ep-overlap"])
+def test_experts_split_over_ep_as_the_formula(tmp_path, monkeypatch, overlap):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(QWEN3_MOE))
     argv = ("train", str(path), "--tokens", "1e9", "--gpu", "h100-sxm", "--n-gpus", "8", "--global-batch", "64",
-            "--seq-len", "512", "--tp", "2", "--ep", "4")
+            "--seq-len", "512", "--tp", "2", "--ep", "4", *overlap)
     analytic = cli_json(*argv)
     monkeypatch.setenv(FORCE_ENV, "1")
     measured = cli_json(*argv)
-    # the dispatch / combine all-to-alls of top-2 routed tokens: the same collectives
+    # the dispatch / combine all-to-alls of top-2 routed tokens: the same collectives (with --ep-overlap, the
+    # hidden share is of each path's own compute, which differs by the elementwise traffic)
     assert measured["breakdown_seconds"]["ep_comm"] == pytest.approx(analytic["breakdown_seconds"]["ep_comm"],
-                                                                     rel=1e-9)
+                                                                     rel=1e-9 if not overlap else STEP_TOLERANCE)
     assert measured["step_seconds"] == pytest.approx(analytic["step_seconds"], rel=STEP_TOLERANCE)
 
 

@@ -62,7 +62,7 @@ from .steptime import (
 )
 
 # the step options a measured model's step is timed with (their STEP_DEFAULTS otherwise); the rest are refused
-SUPPORTED_STEP = ("order", "attention_kernel", "fused_elementwise", "moe_imbalance", "optimizer", "recipe")
+SUPPORTED_STEP = ("order", "attention_kernel", "fused_elementwise", "moe_imbalance", "ep_overlap", "optimizer", "recipe")
 
 
 @dataclass(frozen=True)
@@ -186,6 +186,12 @@ class MeasuredStep:
             return w * (w + 1) / 2 + (seq - w) * w
         return seq * (seq + 1) / 2
 
+    def kind(self, layer: int) -> tuple:
+        """What makes two layers cost the same: their GEMMs, attention core, window, head_dim and cache width."""
+        kv = next((k.elements_per_token for k in self.model.kv if k.layer == layer), 0)
+        return (tuple(self.layer_gemms.get(layer, [])), self.core.get(layer), self.windows.get(layer),
+                self.head_dims.get(layer), kv)
+
     def params(self, layers: range) -> tuple[float, float]:
         """(parameters, of them routed experts) of the layers `layers` (whole, before any split)."""
         total = experts = 0.0
@@ -216,20 +222,22 @@ def _split(t: Tensor, dim: int) -> str:
 
 def _module_gemms(mod: dict, tensors: list[Tensor]) -> list[Gemm]:
     """The GEMMs of one module (measure_step's record of it and its tensors); 1-D tensors are elementwise (norms,
-    biases), anything else is refused in one line."""
+    biases), anything else is refused in one line. A module called more than once per layer runs its GEMMs as many
+    times (its rows per token counted that often)."""
     out = []
+    calls = mod["calls"] / max(1, len(mod["layers"]))
     for t in tensors:
         if len(t.shape) == 1 or not t.trainable:
             continue
         if mod["top_k"] and len(t.shape) == 3:  # an experts module: (E, out, in), or (E, in, out) if transposed
             n, k = (t.shape[2], t.shape[1]) if mod["is_transposed"] else (t.shape[1], t.shape[2])
             dim = -1 if mod["is_transposed"] else -2
-            out.append(Gemm((t.name,), k, n, _split(t, dim), mod["top_k"], experts=t.shape[0],
+            out.append(Gemm((t.name,), k, n, _split(t, dim), mod["top_k"] * calls, experts=t.shape[0],
                             expert_parallel=t.ep is not None, reads=mod["reads"]))
         elif len(t.shape) == 2:
             k, n = _contracted(t, mod["in_width"])
             dim = -2 if t.shape[-1] == k else -1
-            out.append(Gemm((t.name,), k, n, _split(t, dim), mod["rows_per_token"], reads=mod["reads"]))
+            out.append(Gemm((t.name,), k, n, _split(t, dim), mod["rows_per_token"] * calls, reads=mod["reads"]))
         else:
             raise LlmcalcError(f"{t.name} ({mod['class']}, shape {list(t.shape)}) is neither a linear nor an experts "
                                "tensor: the step model has no kernel for it; give this model's time with train --mfu")
@@ -358,15 +366,16 @@ def _layer_cost(ctx: _Ctx, step: MeasuredStep, i: int, full_recompute: bool) -> 
             tp_inputs.add(g.reads)
     ep_fwd = ep_bwd = 0.0
     if routed:  # steptime._moe_cost: each local expert's rows, as one grouped GEMM
-        E, k, etp, ep = step.n_experts, step.top_k or 1, lay.expert_tp, lay.ep
-        rows = T * etp / tp * k * ep / E * lay.moe_imbalance if lay.alltoall else T * k / E
-        widths = 0.0
-        for g in routed:
+        k, etp, ep = step.top_k or 1, lay.expert_tp, lay.ep
+        for g in routed:  # rows per local expert: tokens x top-k / E (x ep / etp share routed to this rank)
+            E = g.experts
+            rows = (T * etp / tp * g.rows_per_token * ep / E * lay.moe_imbalance if lay.alltoall
+                    else T * g.rows_per_token / E)
             kk, nn = (g.k / etp if g.split == "row" else g.k), (g.n / etp if g.split == "column" else g.n)
             f, d, w = ctx.gemm(rows, kk, nn, batch=E / ep)
             fwd, dgrad, wgrad = fwd + f, dgrad + d, wgrad + w
-            widths += nn if g.split == "column" else kk  # the activation reads gate/up's output, writes down's input
-        elem_fwd += E / ep * rows * widths * act
+            # the activation between them reads gate/up's output and writes down's input
+            elem_fwd += E / ep * rows * (nn if g.split == "column" else kk) * act
         if lay.alltoall:
             local = T / tp if lay.sequence_parallel else T
             elem_fwd += 2 * local * D * act + 2 * local * k * D * act * lay.moe_imbalance
@@ -466,14 +475,15 @@ def predict_measured(step: MeasuredStep, device: Device, lay: Layout, seq_len: i
     split = stage_split(step.n_layers, lay, n_stages)
     starts = [sum(split[:k]) for k in range(n_stages)]
     head, embedding = _head_and_embedding(ctx, step)
-    costs: dict[int, StageTimes] = {}
+    costs: dict[tuple, StageTimes] = {}  # per layer kind: layers that cost the same are timed once
     stages = []
     for k in range(n_stages):
         total = StageTimes()
         for i in range(starts[k], starts[k] + split[k]):
-            if i not in costs:
-                costs[i] = _layer_cost(ctx, step, i, recompute == "full")
-            total.add(costs[i])
+            kind = step.kind(i)
+            if kind not in costs:
+                costs[kind] = _layer_cost(ctx, step, i, recompute == "full")
+            total.add(costs[kind])
         if k == 0:
             total.add(embedding)
         if k == n_stages - 1:
