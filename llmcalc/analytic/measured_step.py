@@ -374,8 +374,7 @@ def _layer_cost(ctx: _Ctx, step: MeasuredStep, i: int, full_recompute: bool) -> 
             kk, nn = (g.k / etp if g.split == "row" else g.k), (g.n / etp if g.split == "column" else g.n)
             f, d, w = ctx.gemm(rows, kk, nn, batch=E / ep)
             fwd, dgrad, wgrad = fwd + f, dgrad + d, wgrad + w
-            # the activation between them reads gate/up's output and writes down's input
-            elem_fwd += E / ep * rows * (nn if g.split == "column" else kk) * act
+            # (the activation between them is in the measured saved bytes, as a dense MLP's is)
         if lay.alltoall:
             local = T / tp if lay.sequence_parallel else T
             elem_fwd += 2 * local * D * act + 2 * local * k * D * act * lay.moe_imbalance
