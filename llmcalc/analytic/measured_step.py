@@ -62,7 +62,8 @@ from .steptime import (
 )
 
 # the step options a measured model's step is timed with (their STEP_DEFAULTS otherwise); the rest are refused
-SUPPORTED_STEP = ("order", "attention_kernel", "fused_elementwise", "moe_imbalance", "ep_overlap", "optimizer", "recipe")
+SUPPORTED_STEP = ("order", "attention_kernel", "fused_elementwise", "moe_imbalance", "ep_overlap", "optimizer",
+                  "recipe")
 
 
 @dataclass(frozen=True)
