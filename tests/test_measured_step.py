@@ -238,3 +238,19 @@ def test_layout_refuses_recomputation_in_one_line():
     line = one_line_error("layout", str(CONFIGS / "arcee-tiny.json"), "--gpu", "h100-sxm", "--n-gpus", "8",
                           "--global-batch", "64", "--seq-len", "256", "--recompute", "full")
     assert "--recompute full" in line and "arcee" in line
+
+
+def test_a_forward_the_step_model_cannot_measure_leaves_memory_working(monkeypatch):
+    """measure_step failing (a forward the hooks cannot follow) costs `memory` nothing; train says why in one line."""
+    import llmcalc.profiling.hf_measure as hf_measure
+    from llmcalc.errors import LlmcalcError
+
+    def fail(model):
+        raise LlmcalcError("transformers' forward of X failed at seq 16: RuntimeError: no")
+
+    monkeypatch.setattr(hf_measure, "measure_step", fail)
+    config = str(CONFIGS / "arcee-tiny.json")
+    assert cli_json("memory", config, "--seq-len", "128")["method"] == "transformers"
+    line = one_line_error("train", config, "--tokens", "1e9", "--gpu", "h100-sxm", "--global-batch", "8",
+                          "--seq-len", "128")
+    assert "the step model's measurement failed" in line and "RuntimeError: no" in line

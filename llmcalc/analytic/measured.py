@@ -137,7 +137,7 @@ class MeasuredModel:
                    seq_len=runs[-1]["seq_len"] if runs else 0, total=total, tensors=tensors, kv=kv,
                    activation_runs=runs, decode=m.get("decode", {}), experts_per_token=experts_per_token,
                    max_seq_len=max_seq_len, quantized=quantized, quantization_config=quantization_config,
-                   step=m.get("step", {}))
+                   step=m.get("step") or ({"error": m["step_error"]} if "step_error" in m else {}))
 
     @property
     def n_layers(self) -> int:

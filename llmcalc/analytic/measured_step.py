@@ -113,6 +113,9 @@ class MeasuredStep:
     @classmethod
     def of(cls, model: MeasuredModel) -> MeasuredStep:  # long: each record read and checked in turn
         rec = model.step
+        if "error" in rec:
+            raise LlmcalcError(f"{model.model_type}: the step model's measurement failed ({rec['error']}); give this "
+                               "model's time with train --mfu")
         if not rec or not model.activation_runs:
             raise LlmcalcError(f"{model.model_type}: transformers' measurement holds no step record; measure it with "
                                "a --seq-len (train does)")
@@ -608,6 +611,9 @@ def measured_stage_peak(step: MeasuredStep, lay: Layout, seq_len: int, recipe: s
                                         recompute="none", attention="flash", dropout=False, parallel=par,
                                         optimizer_impl="fused").phase_peak()
     rec, opt = RECIPES[recipe], OPTIMIZERS[optimizer]
+    if rec.fp8:  # as measured_training_memory refuses it
+        raise LlmcalcError(f"--recipe {recipe}: its saved FP8 casts are by llmcalc's tensor names, which a model "
+                           "transformers measures does not have; use a bf16/fp16/fp32 recipe")
     assert step.head is not None  # MeasuredStep.of
     L, n = step.n_layers, math.ceil(step.n_layers / lay.pp)
     saved = model.activation_bytes(rec.act_bytes) * lay.micro_batch / tp

@@ -46,12 +46,22 @@ def measure_meta(model, config, roles: dict[str, str], decode: bool = True) -> d
             out["kv"] = _kv(model, config)
             if decode:  # `infer`'s decode FLOPs (`memory` needs none)
                 out["decode"] = _decode(model)
-            else:  # `train`'s step model: the GEMMs each module runs and the attention cores' work
-                out["step"] = measure_step(model)
         out["kv"]["device"] = "meta"
     except LlmcalcError:
         pass  # measure_fake measures them on fake tensors
+    if not decode and "kv" in out:  # `train`'s step model: the GEMMs each module runs and the attention cores' work
+        with torch.device("meta"):
+            _step_or_reason(model, out)
     return out
+
+
+def _step_or_reason(model, out: dict) -> None:
+    """``measure_step`` into out["step"], or where transformers' forward cannot be measured so, the reason into
+    out["step_error"] (`memory` needs no step record; `train --global-batch` says why it has none)."""
+    try:
+        out["step"] = measure_step(model)
+    except LlmcalcError as exc:
+        out["step_error"] = str(exc)
 
 
 DECODE_CONTEXTS = (8, 16)  # prefilled tokens before the counted decode step (below any sliding window)
@@ -92,7 +102,7 @@ def measure_fake(model, config, seq_len: int | None, out: dict) -> dict:
         if seq_len is None:  # `infer`
             out["decode"] = _decode(model)
         else:
-            out["step"] = measure_step(model)
+            _step_or_reason(model, out)
     if getattr(model.config, "_experts_implementation", None) == "batched_mm":
         # batched_mm gathers every token's k experts' weights (saved for backward: terabytes at a 1T MoE's shapes);
         # training runs grouped_mm, which saves the tokens' activations only
