@@ -102,7 +102,6 @@ class MeasuredStep:
     layer_tensors: dict[int, list[Tensor]] = field(default_factory=dict)
     top_k: int | None = None
     n_experts: int = 0
-    expert_width: int = 0  # the routed experts' hidden width (the rowwise expert GEMM's k)
     elementwise_per_token: float = 0.0  # bytes per token per layer (2-byte activations)
     tie_embeddings: bool = False
 
@@ -146,8 +145,8 @@ class MeasuredStep:
                     if t.head_dim:
                         out.head_dims.setdefault(i, t.head_dim)
             if mod["top_k"]:
-                out.top_k, out.n_experts = mod["top_k"], mod["num_experts"] or tensors[0].shape[0]
-                out.expert_width = max(g.k for g in gemms if g.split == "row")
+                out.top_k = mod["top_k"]
+                out.n_experts = mod["num_experts"] or next((g.experts for g in gemms if g.experts > 1), 0)
         if out.head is None:
             raise LlmcalcError(f"{model.model_type}: transformers names no output embedding (LM head) to time")
         timed = {name for gs in out.layer_gemms.values() for g in gs for name in g.tensors} | set(out.head.tensors)
