@@ -1093,6 +1093,200 @@ def test_one_pass_path_bounds_equal_the_straightforward_bound_bit_for_bit(schedu
                     assert path_bounds(schedule, p, m, f, b, w, vpp, c) == (*want, plain), (p, m, c, f, b)
 
 
+def _straightforward_sweep(schedule, p, m, f, b, w, v, p2p_time):
+    """pipeline._simulate_static as first written (the ranks swept in turn, each running ahead until it needs an
+    action another rank has not reached, finishes kept per kind, stage and micro-batch): the reference the flat
+    action program of simulate_pair must equal, float for float. Returns (makespan, busy)."""
+    from llmcalc.analytic.pipeline import action_lists, stage_of
+
+    zero_bubble = schedule.startswith("zb")
+    n_stages = p * v
+    lists = action_lists(schedule, p, m, v)
+    home = [0] * n_stages
+    for r in range(p):
+        for c in range(v):
+            home[stage_of(schedule, r, c, p)] = r
+    stage_at = [[stage_of(schedule, r, c, p) for c in range(v)] for r in range(p)]
+    done_f = [[None] * m for _ in range(n_stages)]
+    done_b = [[None] * m for _ in range(n_stages)]
+    pending = [[] for _ in range(p)]
+    pos, clock, busy = [0] * p, [0.0] * p, [0.0] * p
+    last = n_stages - 1
+    progress = True
+    while progress:
+        progress = False
+        for r in range(p):
+            actions, i, t = lists[r], pos[r], clock[r]
+            while i < len(actions):
+                kind, chunk, j = actions[i]
+                st = stage_at[r][chunk]
+                if kind == "F":
+                    ready = t
+                    if st:
+                        ready = done_f[st - 1][j]
+                        if ready is None:
+                            break
+                        if home[st - 1] != r:
+                            ready += p2p_time
+                    t = max(t, ready) + f[st]
+                    done_f[st][j] = t
+                    busy[r] += f[st]
+                else:
+                    ready = done_f[st][j] if st == last else done_b[st + 1][j]
+                    if ready is None:
+                        break
+                    if st != last and home[st + 1] != r:
+                        ready += p2p_time
+                    t = max(t, ready) + b[st]
+                    done_b[st][j] = t
+                    busy[r] += b[st]
+                    if zero_bubble:
+                        pending[r].append(st)
+                        while len(pending[r]) > r:
+                            t += w[pending[r][0]]
+                            busy[r] += w[pending[r].pop(0)]
+                i += 1
+            if i != pos[r]:
+                pos[r], clock[r], progress = i, t, True
+    for r in range(p):
+        for st in pending[r]:
+            clock[r] += w[st]
+            busy[r] += w[st]
+    return max(clock), tuple(busy)
+
+
+@pytest.mark.parametrize("schedule, vpp", [("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("interleaved", 4),
+                                           ("zb-h1", 1), ("zb-v", 1)])
+def test_simulate_pair_is_the_straightforward_sweep_bit_for_bit(schedule, vpp):
+    """simulate_pair (one flat action program, both timelines, with and without transfers, in one pass) returns the
+    floats of the rank-by-rank sweep as first written, for each transfer time, on many random stage-time vectors
+    (equal stages, a lighter first and heavier last, a heavy middle, every stage different), pipeline degrees and
+    micro-batch counts; zb-v (chosen on the fly, not a fixed list) is two simulate() runs."""
+    import random
+
+    from llmcalc.analytic.pipeline import chunks_per_rank, simulate_pair
+
+    rng = random.Random(2024)
+    for p in (2, 4, 8):
+        v = chunks_per_rank(schedule, vpp)
+        n = p * v
+        for m in ((p, 2 * p, 4 * p) if schedule == "interleaved" else (1, p - 1, p, 2 * p + 1)):
+            for c in (0.0, 1e-4, 0.05, 0.7):
+                patterns = [[0.7] * n, [0.6] + [0.7] * (n - 2) + [0.9],
+                            [0.7] * (n // 2) + [1.3] + [0.7] * (n - n // 2 - 1)]
+                patterns += [[rng.uniform(0.2, 1.5) for _ in range(n)] for _ in range(3)]
+                for f in patterns:
+                    b = [x * rng.uniform(1.5, 2.5) for x in f]
+                    w = [x / 3 for x in b] if schedule.startswith("zb") else None
+                    plain, sent = simulate_pair(schedule, p, m, f.__getitem__, b.__getitem__,
+                                                w.__getitem__ if w else None, vpp=vpp, p2p_time=c)
+                    for got, t in ((plain, 0.0), (sent, c)):
+                        if schedule == "zb-v":
+                            want = simulate(schedule, p, m, f.__getitem__, b.__getitem__, w.__getitem__, vpp=vpp,
+                                            p2p_time=t)
+                            want = want.makespan, want.busy
+                        else:
+                            want = _straightforward_sweep(schedule, p, m, f, b, w, v, t)
+                        assert (got.makespan, got.busy) == want, (p, m, c, t, f)
+
+
+@pytest.mark.parametrize("schedule, vpp", [("1f1b", 1), ("interleaved", 2), ("interleaved", 4), ("zb-h1", 1),
+                                           ("zb-v", 1)])
+def test_simulate_pair_extends_long_pipelines_as_simulate_does(monkeypatch, schedule, vpp):
+    """Past EXACT_ACTIONS both timelines of simulate_pair are the shorter run extended at its steady pace, the same
+    floats as simulate() with each transfer time."""
+    import llmcalc.analytic.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "EXACT_ACTIONS", 256)
+    p = 4
+    n = p * pipeline.chunks_per_rank(schedule, vpp)
+    f = [1.0 + 0.01 * (s % 3) for s in range(n - 1)] + [1.3]
+    b, w = [2 * x for x in f], [0.9 * x for x in f]
+    plain, sent = pipeline.simulate_pair(schedule, p, 40 * p, f.__getitem__, b.__getitem__, w.__getitem__, vpp=vpp,
+                                         p2p_time=0.05)
+    for got, c in ((plain, 0.0), (sent, 0.05)):
+        want = simulate(schedule, p, 40 * p, f.__getitem__, b.__getitem__, w.__getitem__, vpp=vpp, p2p_time=c)
+        assert got == want
+
+
+@pytest.mark.parametrize("schedule, vpp", [("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("interleaved", 4),
+                                           ("zb-h1", 1), ("zb-v", 1)])
+def test_path_bounds_over_each_groups_last_rank_are_the_bounds_over_all_bit_for_bit(schedule, vpp):
+    """path_bounds(ranks=...) with the last rank of each group of ranks whose chunks have the same stage times (what
+    the layout search passes) returns exactly the floats of path_bounds over every rank, on stage patterns made of
+    a few kinds of stage (a first and a last apart, the middle ones equal or in two kinds), random times each."""
+    import random
+
+    from llmcalc.analytic.pipeline import chunks_per_rank, path_bounds, stage_of
+
+    rng = random.Random(7)
+    for p in (2, 3, 4, 8, 16):
+        v = chunks_per_rank(schedule, vpp)
+        n = p * v
+        for m in (p, 2 * p, 4 * p):
+            for c in (0.0, 1e-3, 0.2):
+                for kinds in ([0] + [1] * (n - 2) + [2], [0] + [1 + s % 2 for s in range(n - 2)] + [3], [0] * n):
+                    fk = [rng.uniform(0.3, 1.2) for _ in range(4)]
+                    bk = [x * rng.uniform(1.5, 2.5) for x in fk]
+                    f, b = [fk[k] for k in kinds], [bk[k] for k in kinds]
+                    w = [x / 3 for x in b] if schedule.startswith("zb") else None
+                    last = {tuple(kinds[stage_of(schedule, r, ch, p)] for ch in range(v)): r for r in range(p)}
+                    ranks = sorted(last.values())
+                    assert path_bounds(schedule, p, m, f, b, w, vpp, c, ranks=ranks) == \
+                        path_bounds(schedule, p, m, f, b, w, vpp, c), (p, m, c, kinds)
+
+
+def test_least_that_fits_is_every_try_in_turn():
+    """_least_that_fits skips a ZeRO stage whose optimizer-step memory alone exceeds the GPU (every phase's peak is
+    at least that sum); on the layouts of a 405B model on 128 GPUs (most hopeless at ZeRO-1, many at ZeRO-3 too;
+    memory does not depend on vpp) it returns what trying each recomputation in turn from cold caches returns: the
+    same setting and peak, float for float, and for a layout that fits nowhere the last try's peak."""
+    from llmcalc.analytic import steptime
+    from llmcalc.analytic.parallel import Parallel
+
+    spec = load_model("llama-3.1-405b")
+    capacity = device_for("h100-sxm").accelerator.usable_bytes
+    tries = ["none", "selective", "full"]
+    seen = set()
+    for tp, cp, pp, vpp, mb, _, _ in steptime._candidates(spec, 128, 8192, 128, 8):
+        if vpp > 1:
+            continue
+        lay = make_layout(spec, 128, 8192, 128, tp=tp, cp=cp, pp=pp, micro_batch=mb)
+        got = steptime._least_that_fits(spec, lay, 8192, tries, capacity)
+        steptime.clear_caches()
+        even = spec.with_layers(math.ceil(spec.n_layers / pp) * pp)
+        want = None
+        for zero in (1, 3) if lay.dp > 1 else (1,):
+            for rc in tries:
+                peak = steptime.training_peak(even, mb, 8192, "bf16-mixed", "adamw", recompute=rc, parallel=Parallel(
+                    tp=tp, cp=cp, pp=pp, dp=lay.dp, sequence_parallel=True, zero=zero))
+                if want is None and peak <= capacity:
+                    want = (rc, zero, peak)
+        assert got == (want or (None, zero, peak)), (tp, cp, pp, mb)
+        seen.add(got[:2])
+    assert (None, 3) in seen and ("full", 3) in seen  # the skip ran and layouts still fit
+
+
+@pytest.mark.parametrize("model", ["llama-3-8b", "gemma-3-27b", "deepseek-v2-lite", "nemotron-h-8b",
+                                   "gemma-4-26b-a4b-it"])
+def test_selective_recomputation_saves_no_memory_under_flash_attention(model):
+    """Selective recomputation drops the attention S² buffers (Korthikanti sec. 5), which flash attention never
+    keeps: the memory model gives it none's bytes exactly (what lets _least_that_fits skip selective after none),
+    and under eager attention less than none's."""
+    from llmcalc.analytic import steptime
+    from llmcalc.analytic.memory import training_memory
+    from llmcalc.analytic.parallel import Parallel
+
+    spec = load_model(model).with_layers(8)
+    par = Parallel(tp=2, pp=2, dp=4, sequence_parallel=True, zero=1)
+    peaks = {rc: steptime.training_peak(spec, 2, 4096, "bf16-mixed", "adamw", recompute=rc, parallel=par)
+             for rc in ("none", "selective")}
+    assert peaks["selective"] == peaks["none"]
+    eager = {rc: training_memory(spec, 2, 4096, recompute=rc, attention="eager", parallel=par).peak
+             for rc in ("none", "selective")}
+    assert eager["selective"] < eager["none"]
+
+
 @pytest.mark.parametrize("model", ["llama-3-8b", "mixtral-8x7b", "nemotron-h-8b", "deepseek-v2-lite"])
 def test_phase_peak_is_the_phases_largest_sum_bit_for_bit(model):
     """MemoryEstimate.phase_peak (what the layout search reads) is exactly max(sum of each phase_components phase),

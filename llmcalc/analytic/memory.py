@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from ..errors import LlmcalcError
 from ..spec import ModelSpec
@@ -390,26 +390,19 @@ class MemoryEstimate(PhasedPeak):
     def phase_peak(self) -> float:
         """``peak`` without building the phases' dicts (a layout search evaluates thousands): phase_components' terms
         summed in the same order, hence the same float (tests hold the two equal)."""
-        a, rec = self.activations, self.recipe
+        return peak_of(self.state_terms(), self.activations)
+
+    def state_terms(self) -> StateTerms:
+        """What phase_peak reads of this estimate besides its activations (the same for every micro-batch and
+        recomputation of these degrees: a layout search computes them once and pairs them with each)."""
+        rec = self.recipe
         w, g, master, states = self.weights, self.gradients, self.master_weights, self.optimizer_states
-        acts = sum(a.per_layer.values())
         cache = (self.autocast_cache, self.fp8_state) if rec.fp8 else (self.autocast_cache,)
-        gathered = self.zero3_gathered
-        forward = sum((w, g, master, states, acts, a.logits_and_loss, *cache, gathered) if rec.persistent_grads
-                      else (w, master, states, acts, a.logits_and_loss, *cache, gathered))
         step = sum((w, g, master, states, self.optimizer_temporaries, *(cache if rec.fp8 else ())))
-        if not self.spec.n_layers:
-            return max(forward, step)
-        blocks = acts - a.head_saved  # _backward's two ends
-        others = blocks * (a.in_flight - 1) / a.in_flight
-        grads = g if rec.persistent_grads else None
-        head = self._dense_grads(self.head_params_on_gpu)
-        late = self._dense_grads(self.late_params_on_gpu)
-        start = (head if grads is None else grads, blocks - a.own_layer)
-        end = (g - (late if grads is None else 0.0), others)
-        at = end if end[0] + end[1] > start[0] + start[1] else start
-        backward = sum((w, master, states, *cache, gathered, *at, a.largest_layer))
-        return max(forward, backward, step)
+        return StateTerms(weights=w, gradients=g, master=master, states=states, cache=cache,
+                          gathered=self.zero3_gathered, step=step, blocks=bool(self.spec.n_layers),
+                          persistent_grads=rec.persistent_grads, head_grads=self._dense_grads(self.head_params_on_gpu),
+                          late_grads=self._dense_grads(self.late_params_on_gpu))
 
     def _dense_grads(self, params: float) -> float:
         """Gradient bytes of `params` dense (non-expert) parameters on this GPU, ZeRO-2/3 sharded over dp."""
@@ -435,6 +428,43 @@ class MemoryEstimate(PhasedPeak):
                 fits = math.floor((capacity - fixed) / per_sample)
                 largest = fits if largest is None else min(largest, fits)
         return max(0, largest) if largest is not None else 0
+
+
+class StateTerms(NamedTuple):
+    """MemoryEstimate.state_terms: weights, gradients, master weights, optimizer states, the weight caches, the
+    ZeRO-3 gathered layer, the optimizer step's sum, whether there are blocks, whether gradients persist, and the
+    head's and the late embedding's dense gradients, bytes per GPU."""
+
+    weights: float
+    gradients: float
+    master: float
+    states: float
+    cache: tuple[float, ...]
+    gathered: float
+    step: float
+    blocks: bool
+    persistent_grads: bool
+    head_grads: float
+    late_grads: float
+
+
+def peak_of(s: StateTerms, a: ActivationEstimate) -> float:
+    """MemoryEstimate.phase_peak from its state terms and activations: the largest of the end of forward, the
+    blocks' backward at its larger end and the optimizer step (phase_components' terms, summed in their order)."""
+    w, g, master, states, cache, gathered = s.weights, s.gradients, s.master, s.states, s.cache, s.gathered
+    acts = sum(a.per_layer.values())
+    forward = sum((w, g, master, states, acts, a.logits_and_loss, *cache, gathered) if s.persistent_grads
+                  else (w, master, states, acts, a.logits_and_loss, *cache, gathered))
+    if not s.blocks:
+        return max(forward, s.step)
+    blocks = acts - a.head_saved  # _backward's two ends
+    others = blocks * (a.in_flight - 1) / a.in_flight
+    grads = g if s.persistent_grads else None
+    start = (s.head_grads if grads is None else grads, blocks - a.own_layer)
+    end = (g - (s.late_grads if grads is None else 0.0), others)
+    at = end if end[0] + end[1] > start[0] + start[1] else start
+    backward = sum((w, master, states, *cache, gathered, *at, a.largest_layer))
+    return max(forward, backward, s.step)
 
 
 def _layer_params(spec: ModelSpec, comps: dict[str, int] | None = None) -> tuple[float, float, float, float, float]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate, chain
 
@@ -150,6 +151,15 @@ def simulate(schedule: str, p: int, m: int, f_time, b_time, w_time=None, vpp: in
     micro-batches. Tests hold the extension against the full run. This keeps a 1M-sequence global
     batch as cheap as a small one.
     """
+    return simulate_pair(schedule, p, m, f_time, b_time, w_time=w_time, vpp=vpp, p2p_time=p2p_time, pair=False)[1]
+
+
+def simulate_pair(schedule: str, p: int, m: int, f_time, b_time, w_time=None, vpp: int = 1, p2p_time: float = 0.0,
+                  pair: bool = True) -> tuple[PipelineResult, PipelineResult]:
+    """(simulate(...) without transfer time, simulate(...) with `p2p_time`), in one sweep over the action lists
+    where they are fixed (every schedule but zb-v): the same floats as two simulate() calls, since each action's
+    finish is the same arithmetic on each timeline (a step's pp_comm is the difference of the two). With `pair`
+    False only the second is run (the first is returned as the same object)."""
     for name, value in (("pipeline degree", p), ("micro-batches", m), ("virtual stages", vpp)):
         if not isinstance(value, int) or value < 1:
             raise LlmcalcError(f"{name} must be a whole number >= 1, got {value!r}")
@@ -161,40 +171,50 @@ def simulate(schedule: str, p: int, m: int, f_time, b_time, w_time=None, vpp: in
     v = chunks_per_rank(schedule, vpp)
     if p == 1 and v == 1:  # one rank: its actions back to back, nothing to wait for
         work = f_time(0) + b_time(0) + (w_time(0) if schedule.startswith("zb") else 0.0)
-        return PipelineResult(schedule, p, v, m, makespan=m * work, busy=(m * work,))
+        one = PipelineResult(schedule, p, v, m, makespan=m * work, busy=(m * work,))
+        return one, one
     period = p if schedule == "interleaved" else 1
     n = max(8 * period, 8 * p, EXACT_ACTIONS // (p * v))  # several periods past the warm-up (< 2p·v)
     n -= n % period
-    if m <= n:
-        return _simulate_exact(schedule, p, m, f_time, b_time, w_time=w_time, v=v, p2p_time=p2p_time)[0]
-    run, (first_f, last_f, first_b) = _simulate_exact(schedule, p, n, f_time, b_time, w_time=w_time, v=v,
-                                                      p2p_time=p2p_time)
+    times = (0.0, p2p_time) if pair else (p2p_time,)
+    timed = _simulate_exact(schedule, p, min(m, n), f_time, b_time, w_time=w_time, v=v, p2p_time=times)
+    runs = [_extend(schedule, p, m, n, period=period, run=run, firsts=firsts) if m > n else run
+            for run, firsts in timed]
+    return runs[0], runs[-1]
+
+
+def _extend(schedule: str, p: int, m: int, n: int, period: int, run: PipelineResult,
+            firsts: tuple[list, ...]) -> PipelineResult:
+    """simulate()'s run of n micro-batches extended to m at its steady pace (see simulate)."""
+    first_f, last_f, first_b = firsts
     j1, j2 = n // 4 - (n // 4) % period, n - n // 4 - (n - n // 4) % period  # the middle half, whole periods
     if schedule == "gpipe":  # all forwards, then all backwards: the two phases' paces add
         slope = (last_f[j2] - last_f[j1] + first_b[j2] - first_b[j1]) / (j2 - j1)
     else:
         slope = (first_f[j2] - first_f[j1]) / (j2 - j1)  # the first stage's steady pace
     slope = max(slope, max(run.busy) / n)  # never slower than the busiest rank's own work per micro-batch
-    return PipelineResult(schedule, p, v, m, makespan=run.makespan + slope * (m - n),
+    return PipelineResult(schedule, p, run.v, m, makespan=run.makespan + slope * (m - n),
                           busy=tuple(b * m / n for b in run.busy))
 
 
 def _simulate_exact(schedule: str, p: int, m: int, f_time, b_time, w_time, v: int,
-                    p2p_time: float) -> tuple[PipelineResult, tuple[list, ...]]:
-    """simulate() for every micro-batch, action by action (arguments checked by simulate); also
-    returns when each micro-batch's forward finished on the first and the last stage and its backward on
-    the first."""
+                    p2p_time: tuple[float, ...]) -> list[tuple[PipelineResult, tuple[list, ...]]]:
+    """simulate() for every micro-batch, action by action (arguments checked by simulate), once per transfer time
+    in `p2p_time`; each run also returns when each micro-batch's forward finished on the first and the last stage
+    and its backward on the first."""
     if schedule == "zb-v":
-        return _simulate_greedy(schedule, p, m, f_time, b_time, w_time=w_time, v=v, p2p_time=p2p_time)
+        return [_simulate_greedy(schedule, p, m, f_time, b_time, w_time=w_time, v=v, p2p_time=c) for c in p2p_time]
     return _simulate_static(schedule, p, m, f_time, b_time, w_time=w_time, v=v, p2p_time=p2p_time)
 
 
-def _simulate_static(schedule: str, p: int, m: int, f_time, b_time, w_time, v: int,
-                     p2p_time: float) -> tuple[PipelineResult, tuple[list, ...]]:  # long: one sweep over the lists
-    """The fixed action lists (every schedule but zb-v). An action finishes at max(its rank's clock, its
-    dependency's finish + the transfer when that ran on another rank) + its duration, whatever order
-    the ranks are advanced in, so each rank runs ahead until it needs an action another rank has not
-    reached yet; a sweep that advances no rank is a deadlock."""
+@functools.lru_cache(maxsize=64)
+def _static_program(schedule: str, p: int, m: int, v: int) -> tuple[tuple[int, int, int, int, bool, int], ...]:
+    """The fixed action lists as one sequence in an order every action's dependency precedes: (rank, kind 0 F /
+    1 B / 2 W, stage, the index of the finish it waits for or -1, whether that ran on another rank, the index its
+    own finish is kept at or -1). Finishes are kept in one list: F of (stage, micro-batch) at stage·m + j, B at
+    (p·v + stage)·m + j. The order is the sweep's of _simulate_static as first written: each rank runs ahead until
+    it needs an action another rank has not reached (which actions are ready does not depend on the times); the
+    zero-bubble weight gradients come where zb-h1 computes them (a rank keeps at most r pending), the rest last."""
     zero_bubble = schedule.startswith("zb")
     n_stages = p * v
     lists = _static_lists(schedule, p, m, v)
@@ -203,60 +223,95 @@ def _simulate_static(schedule: str, p: int, m: int, f_time, b_time, w_time, v: i
         for c in range(v):
             home[stage_of(schedule, r, c, p)] = r
     stage_at = [[stage_of(schedule, r, c, p) for c in range(v)] for r in range(p)]
-    t_f = [f_time(st) for st in range(n_stages)]
-    t_b = [b_time(st) for st in range(n_stages)]
-    t_w = [w_time(st) for st in range(n_stages)] if zero_bubble else []
-    done_f: list[list] = [[None] * m for _ in range(n_stages)]
-    done_b: list[list] = [[None] * m for _ in range(n_stages)]
-    w_limit = [r if zero_bubble else 0 for r in range(p)]  # zb-h1's pending weight gradients (see below)
+    done = [False] * (2 * n_stages * m)
     pending: list[list[int]] = [[] for _ in range(p)]
-    pos, clock, busy = [0] * p, [0.0] * p, [0.0] * p
+    pos = [0] * p
     last = n_stages - 1
+    out: list[tuple[int, int, int, int, bool, int]] = []
     progress = True
     while progress:
         progress = False
         for r in range(p):
-            actions, i, t = lists[r], pos[r], clock[r]
+            actions, i = lists[r], pos[r]
             while i < len(actions):
                 kind, chunk, j = actions[i]
                 st = stage_at[r][chunk]
                 if kind == "F":
-                    ready = t
-                    if st:
-                        ready = done_f[st - 1][j]
-                        if ready is None:
-                            break
-                        if home[st - 1] != r:
-                            ready += p2p_time
-                    t = max(t, ready) + t_f[st]
-                    done_f[st][j] = t
-                    busy[r] += t_f[st]
+                    (dep, cross), own = ((st - 1) * m + j, home[st - 1] != r) if st else (-1, False), st * m + j
                 else:
-                    ready = done_f[st][j] if st == last else done_b[st + 1][j]
-                    if ready is None:
-                        break
-                    if st != last and home[st + 1] != r:
-                        ready += p2p_time
-                    t = max(t, ready) + t_b[st]
-                    done_b[st][j] = t
-                    busy[r] += t_b[st]
-                    if zero_bubble:
-                        pending[r].append(st)
-                        while len(pending[r]) > w_limit[r]:
-                            w = t_w[pending[r].pop(0)]
-                            t += w
-                            busy[r] += w
+                    dep, cross = ((st * m + j, False) if st == last
+                                  else ((n_stages + st + 1) * m + j, home[st + 1] != r))
+                    own = (n_stages + st) * m + j
+                if dep >= 0 and not done[dep]:
+                    break
+                done[own] = True
+                out.append((r, 0 if kind == "F" else 1, st, dep, cross, own))
+                if kind == "B" and zero_bubble:
+                    pending[r].append(st)
+                    while len(pending[r]) > r:
+                        out.append((r, 2, pending[r].pop(0), -1, False, -1))
                 i += 1
             if i != pos[r]:
-                pos[r], clock[r], progress = i, t, True
+                pos[r], progress = i, True
     if any(pos[r] < len(lists[r]) for r in range(p)):
         raise LlmcalcError(f"pipeline schedule {schedule} deadlocked for p={p}, m={m}, v={v} (a bug: please report)")
-    for r in range(p):  # the weight gradients still pending
-        for st in pending[r]:
-            clock[r] += t_w[st]
-            busy[r] += t_w[st]
-    result = PipelineResult(schedule, p, v, m, makespan=max(clock), busy=tuple(busy))
-    return result, (done_f[0], done_f[last], done_b[0])
+    out += [(r, 2, st, -1, False, -1) for r in range(p) for st in pending[r]]  # the weight gradients still pending
+    return tuple(out)
+
+
+def _simulate_static(schedule: str, p: int, m: int, f_time, b_time, w_time, v: int,
+                     p2p_time: tuple[float, ...]) -> list[tuple[PipelineResult, tuple[list, ...]]]:
+    """The fixed action lists (every schedule but zb-v), once per transfer time: an action finishes at max(its
+    rank's clock, its dependency's finish + the transfer when that ran on another rank) + its duration, whatever
+    order the ranks are advanced in; _static_program gives one such order. Two transfer times share the sweep."""
+    n_stages = p * v
+    prog = _static_program(schedule, p, m, v)
+    durations = ([f_time(st) for st in range(n_stages)], [b_time(st) for st in range(n_stages)],
+                 [w_time(st) for st in range(n_stages)] if schedule.startswith("zb") else [])
+    busy = [0.0] * p
+    runs = []
+    if len(p2p_time) == 2:
+        (clock, done), (clock2, done2) = runs = [([0.0] * p, [0.0] * (2 * n_stages * m)) for _ in range(2)]
+        c, c2 = p2p_time
+        for r, kind, st, dep, cross, own in prog:
+            d = durations[kind][st]
+            t, t2 = clock[r], clock2[r]
+            if dep >= 0:
+                ready, ready2 = done[dep], done2[dep]
+                if cross:
+                    ready += c
+                    ready2 += c2
+                if ready > t:
+                    t = ready
+                if ready2 > t2:
+                    t2 = ready2
+            t += d
+            t2 += d
+            clock[r], clock2[r] = t, t2
+            busy[r] += d
+            if own >= 0:
+                done[own], done2[own] = t, t2
+    else:
+        clock, done = [0.0] * p, [0.0] * (2 * n_stages * m)
+        runs.append((clock, done))
+        c = p2p_time[0]
+        for r, kind, st, dep, cross, own in prog:
+            d = durations[kind][st]
+            t = clock[r]
+            if dep >= 0:
+                ready = done[dep]
+                if cross:
+                    ready += c
+                if ready > t:
+                    t = ready
+            t += d
+            clock[r] = t
+            busy[r] += d
+            if own >= 0:
+                done[own] = t
+    last = n_stages - 1
+    return [(PipelineResult(schedule, p, v, m, makespan=max(clock), busy=tuple(busy)),
+             (done[:m], done[last * m:(last + 1) * m], done[n_stages * m:(n_stages + 1) * m])) for clock, done in runs]
 
 
 def _simulate_greedy(schedule: str, p: int, m: int, f_time, b_time, w_time, v: int,
@@ -409,9 +464,16 @@ def _path_plan(schedule: str, p: int, v: int) -> tuple[tuple[tuple[int, ...], ..
 
 
 def path_bounds(schedule: str, p: int, m: int, f: list[float], b: list[float], w: list[float] | None = None,
-                vpp: int = 1, p2p_time: float = 0.0) -> tuple[float, bool, float]:  # long: the bound, then each form
+                vpp: int = 1, p2p_time: float = 0.0,
+                ranks: Sequence[int] | None = None) -> tuple[float, bool, float]:  # long: the bound, then each form
     """path_bound with `p2p_time` and without it, in one pass: (bound, whether it is the makespan, the bound with
-    no transfer time), each the float path_bound(...) returns."""
+    no transfer time), each the float path_bound(...) returns.
+
+    `ranks`: the ranks whose paths are taken (default all): a caller whose ranks come in groups with the same stage
+    times chunk by chunk names the last of each group. That rank's path dominates the group's, float for float:
+    its own work is the same sum, and the first forward reaching it has passed through at least the stages and the
+    hops before any other's (prefix sums of non-negative times are non-decreasing, in floating point too), so the
+    maxima are the same floats. With a negative time or transfer (never a real one) every rank is taken."""
     v = chunks_per_rank(schedule, vpp)
     n = p * v
     zb = schedule.startswith("zb")
@@ -419,11 +481,14 @@ def path_bounds(schedule: str, p: int, m: int, f: list[float], b: list[float], w
     if p == 1 and v == 1:
         one = m * (f[0] + b[0] + (ww[0] if ww is not None else 0.0))
         return one, True, one
-    ranks, firsts, hop = _path_plan(schedule, p, v)
+    plan, firsts, hop = _path_plan(schedule, p, v)
     # prefix sums of f + b, added one term at a time: ((pre + f) + b), as a running total of the interleaved terms
     pre = list(accumulate(chain.from_iterable(zip(f[:n - 1], b[:n - 1], strict=True)), initial=0.0))[::2]
     best = plain = 0.0
-    for stages, s0 in zip(ranks, firsts, strict=True):
+    paths = zip(plan, firsts, strict=True)
+    if ranks is not None and p2p_time >= 0.0 and min(f) >= 0.0 and min(b) >= 0.0:
+        paths = ((plan[r], firsts[r]) for r in ranks)  # type: ignore[assignment]  # the same pairs, fewer
+    for stages, s0 in paths:
         busy = m * sum(f[st] + b[st] for st in stages)  # zero-bubble: a rank's weight gradients may trail its last B
         own = busy + m * (sum(ww[st] for st in stages) if ww is not None else 0)
         through = pre[s0] + busy

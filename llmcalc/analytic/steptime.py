@@ -76,7 +76,7 @@ from .kernels import (  # noqa: F401  (re-exported: the step model's public name
 )
 from .memory import RECIPES, Recipe, lookup, routed_expert_params
 from .parallel import Parallel, check_degrees, check_experts, check_heads, check_stages, check_zero
-from .pipeline import SCHEDULES, chunks_per_rank, path_bounds, simulate, stage_of
+from .pipeline import SCHEDULES, chunks_per_rank, path_bounds, simulate_pair, stage_of
 
 # The one constant fitted to whole training steps: the share of the isolated-kernel rates (MAMF, the attention
 # tables, streaming HBM) that kernels keep inside a real training step (clocks under sustained power load,
@@ -195,11 +195,21 @@ class Layout(Parallel):
 
 
 def _strides(order: str, sizes: dict[str, int]) -> dict[str, int]:
-    out, stride = {}, 1
-    for dim in _order_dims(order):
-        out[dim] = stride
-        stride *= sizes[dim]
-    return out
+    key = (order, *sizes.values())
+    out = _STRIDES.get(key)
+    if out is None:
+        out, stride = {}, 1
+        for dim in _order_dims(order):
+            out[dim] = stride
+            stride *= sizes[dim]
+        if len(_STRIDES) > 100_000:
+            _STRIDES.clear()
+        _STRIDES[key] = out
+    return dict(out)
+
+
+_STRIDES: dict[tuple, dict[str, int]] = {}  # per rank order and sizes (in tp, cp, ep, dp, pp order): a layout
+# search asks each layout's several times
 
 
 def _group_per_node(dims: list[tuple[int, int]], per_node: int) -> int:
@@ -461,8 +471,15 @@ class StageTimes:
         return self.compute + self.tp + self.cp + self.ep
 
     def add(self, other: StageTimes, times: float = 1.0) -> None:
-        for f in ("fwd", "bwd_input", "bwd_weight", "tp", "cp", "ep", "comm_fwd", "gemm_fwd"):
-            setattr(self, f, getattr(self, f) + times * getattr(other, f))
+        """Add `times` x `other`, part by part."""
+        self.fwd += times * other.fwd
+        self.bwd_input += times * other.bwd_input
+        self.bwd_weight += times * other.bwd_weight
+        self.tp += times * other.tp
+        self.cp += times * other.cp
+        self.ep += times * other.ep
+        self.comm_fwd += times * other.comm_fwd
+        self.gemm_fwd += times * other.gemm_fwd
 
 
 @dataclass
@@ -503,10 +520,17 @@ class _Ctx:
         (each its own shape: dX = dY·Wᵀ is m x n x k, dW = Xᵀ·dY is k x m x n) plus the quantization of its input
         (forward) and output gradient (backward) under FP8/FP4 recipes."""
         in_bytes, rate = self.gemm_bytes, self.gemm_rate
+        cache, common = _CACHES["kernels"], (_token(self.dev), in_bytes, batch, rate, self.act, self.eff)
 
-        def one(m: float, k: float, n: float) -> float:
-            return gemm_seconds(m, k, n, dev=self.dev, in_bytes=in_bytes, batch=batch, rate=rate, out_bytes=self.act,
-                                efficiency=self.eff)
+        def one(m: float, k: float, n: float) -> float:  # a pure function of its shape: once per shape and device
+            key = (m, k, n, common)
+            seconds = cache.get(key)
+            if seconds is None:
+                if len(cache) > 200_000:
+                    cache.clear()
+                seconds = cache[key] = gemm_seconds(m, k, n, dev=self.dev, in_bytes=in_bytes, batch=batch, rate=rate,
+                                                    out_bytes=self.act, efficiency=self.eff)
+            return seconds
 
         fwd, dgrad, wgrad = one(m, k, n), one(m, n, k), one(k, m, n)
         if self.recipe.fp8:
@@ -730,25 +754,34 @@ def _attention_core(ctx: _Ctx, i: int, kind: str) -> tuple[float, float, float, 
         rest = max(0.0, work - first)
         blk = min(window, local / 2) * math.sqrt(2)
         near, eff = min(local, window), ctx.eff
-        fwd = (attention_seconds(dev, kernel, first, head_dim, near, causal=True, backward=False, fp8=fp8,
+        fwd = (_attention_seconds(dev, kernel, first, head_dim, near, causal=True, backward=False, fp8=fp8,
                                  efficiency=eff)
-               + attention_seconds(dev, kernel, rest, head_dim, blk, causal=False, backward=False, fp8=fp8,
+               + _attention_seconds(dev, kernel, rest, head_dim, blk, causal=False, backward=False, fp8=fp8,
                                    efficiency=eff))
-        bwd = (attention_seconds(dev, kernel, 2.5 * first, head_dim, near, causal=True, backward=True, fp8=fp8,
+        bwd = (_attention_seconds(dev, kernel, 2.5 * first, head_dim, near, causal=True, backward=True, fp8=fp8,
                                  efficiency=eff)
-               + attention_seconds(dev, kernel, 2.5 * rest, head_dim, blk, causal=False, backward=True, fp8=fp8,
+               + _attention_seconds(dev, kernel, 2.5 * rest, head_dim, blk, causal=False, backward=True, fp8=fp8,
                                    efficiency=eff))
     else:
         sliding = window < S  # a window over a longer sequence (kernels.CUDNN_WINDOWED), not a short sequence
-        fwd = attention_seconds(dev, kernel, work, head_dim, window, causal=True, backward=False, fp8=fp8,
+        fwd = _attention_seconds(dev, kernel, work, head_dim, window, causal=True, backward=False, fp8=fp8,
                                 efficiency=ctx.eff, windowed=sliding)
-        bwd = attention_seconds(dev, kernel, 2.5 * work, head_dim, window, causal=True, backward=True, fp8=fp8,
+        bwd = _attention_seconds(dev, kernel, 2.5 * work, head_dim, window, causal=True, backward=True, fp8=fp8,
                                 efficiency=ctx.eff, windowed=sliding)
     # the kernel also reads Q, K, V and writes O (and the backward their gradients): its memory floor
     qkvo = b * S / cp * (2 * heads * (dqk + dv) / 2 + 2 * max(1.0, spec.n_kv_heads / tp) * dqk) * ctx.act
     fwd = max(fwd, stream_seconds(qkvo, dev, ctx.eff))
     bwd = max(bwd, stream_seconds(2.5 * qkvo, dev, ctx.eff))
     return fwd, bwd, *_cp_exposed(ctx, i, fwd, bwd)
+
+
+def _attention_seconds(dev: Device, kernel: str, flops: float, head_dim: float, seq: float, causal: bool,
+                       backward: bool, fp8: bool = False, efficiency: float = 1.0, windowed: bool = False) -> float:
+    """kernels.attention_seconds, a pure function of its arguments, once per arguments and device."""
+    key = ("attention", _token(dev), kernel, flops, head_dim, seq, causal, backward, fp8, efficiency, windowed)
+    return _cached("kernels", key, lambda: attention_seconds(dev, kernel, flops, head_dim, seq, causal=causal,
+                                                             backward=backward, fp8=fp8, efficiency=efficiency,
+                                                             windowed=windowed))
 
 
 def _indexer_scores_seconds(ctx: _Ctx, i: int) -> float:
@@ -762,7 +795,7 @@ def _indexer_scores_seconds(ctx: _Ctx, i: int) -> float:
     spec, lay = ctx.spec, ctx.lay
     flops = indexer_ops(spec, i, lay.micro_batch, ctx.seq, causal=True)["indexer_scores"] / (lay.tp * lay.cp)
     span = ctx.seq if spec.compression(i) != "csa" else spec.compressed_entries(i, ctx.seq)
-    return attention_seconds(ctx.dev, lay.attention_kernel, flops, spec.index_head_dim, span, causal=True,
+    return _attention_seconds(ctx.dev, lay.attention_kernel, flops, spec.index_head_dim, span, causal=True,
                              backward=False, fp8=lay.fp8_attention, efficiency=ctx.eff)
 
 
@@ -1078,8 +1111,9 @@ def _prepare(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, caus
         wgt = None
     fwd, bwd = [fwd_d[j] for j in ids], [bwd_d[j] for j in ids]
     p2p = _p2p_seconds(ctx) if lay.pp > 1 else 0.0
-    bound, exact, plain = path_bounds(lay.schedule, lay.pp, lay.grad_accum, fwd, bwd, w=wgt, vpp=lay.vpp, p2p_time=p2p)
-    rank_groups = groups(lay.schedule, lay.pp)
+    rank_groups, lasts = groups(lay.schedule, lay.pp)
+    bound, exact, plain = path_bounds(lay.schedule, lay.pp, lay.grad_accum, fwd, bwd, w=wgt, vpp=lay.vpp, p2p_time=p2p,
+                                      ranks=lasts)
     dp, opt = _dp_and_optimizer(ctx, stages, split, starts, v, groups=rank_groups)
     return _Prepared(ctx, causal, recompute, stages, split, fwd=fwd, bwd=bwd, wgt=wgt, p2p=p2p, bound=bound,
                      exact=exact, dp=dp, optimizer=opt, plain_bound=plain, groups=rank_groups)
@@ -1096,14 +1130,21 @@ def _stage_cost(ctx: _Ctx, composition: tuple, recompute: str) -> StageTimes:
         total = StageTimes()
         for i, rc, count in runs:
             total.add(_layer_cost(ctx, i, rc), count)
-        if embedding:
-            total.add(_embedding_times(ctx))
+        if embedding:  # the same for every stage plan of these layer costs (cached with the dense layers')
+            total.add(_cached_in(ctx.dense_cache, ("embedding",), lambda: _embedding_times(ctx)))
         if head:
-            total.add(_head_times(ctx))
+            total.add(_cached_in(ctx.dense_cache, ("head",), lambda: _head_times(ctx)))
             for _ in range(ctx.lay.mtp_layers):
                 total.add(_mtp_times(ctx, recompute))
         ctx.cache[key] = total
     return total
+
+
+def _cached_in(cache: dict, key: Any, make: Callable[[], Any]) -> Any:
+    value = cache.get(key)
+    if value is None:
+        value = cache[key] = make()
+    return value
 
 
 def _p2p_seconds(ctx: _Ctx) -> float:
@@ -1117,17 +1158,17 @@ def _p2p_seconds(ctx: _Ctx) -> float:
 
 
 def _stage_plan(spec: ModelSpec, n_stages: int, lay: Layout,
-                recompute: str) -> tuple[list[int], list[int], list[int], list, Callable[[str, int], list]]:
+                recompute: str) -> tuple[list[int], list[int], list[int], list, Callable[[str, int], tuple]]:
     """(layers per stage, first layer of each, each stage's composition as an index into the distinct compositions,
     the distinct compositions, the rank groups): a composition is the runs of (a representative layer of one kind,
     what it recomputes, how many) and whether the stage holds the embedding / the LM head; `groups(schedule, pp)`
     lists the pipeline ranks whose chunks have the same compositions once, each as (its first rank, that rank's
-    stages), in rank order (such ranks cost the same in every respect). Cached per model, stage count and
-    recomputation."""
+    stages), in rank order (such ranks cost the same in every respect), and the last rank of each such group (whose
+    path dominates the group's in pipeline.path_bounds). Cached per model, stage count and recomputation."""
     key = (_token(spec), n_stages, recompute, lay.recompute_layers, lay.recompute_modules, lay.first_stage_layers,
            lay.last_stage_layers, lay.pp, lay.schedule)
 
-    def make() -> tuple[list[int], list[int], list[int], list, Callable[[str, int], list]]:
+    def make() -> tuple[list[int], list[int], list[int], list, Callable[[str, int], tuple]]:
         split = stage_split(spec.n_layers, lay, n_stages)
         starts = [sum(split[:i]) for i in range(n_stages)]
         kinds = [_layer_kind(spec, i) for i in range(spec.n_layers)]
@@ -1143,13 +1184,15 @@ def _stage_plan(spec: ModelSpec, n_stages: int, lay: Layout,
         index: dict[tuple, int] = {}
         ids = [index.setdefault(composition, len(index)) for composition in plan]
 
-        def groups(schedule: str, pp: int) -> list:
-            def make_groups() -> list:
+        def groups(schedule: str, pp: int) -> tuple[list, list[int]]:
+            def make_groups() -> tuple[list, list[int]]:
                 seen: dict[tuple, tuple[int, tuple[int, ...]]] = {}
+                last: dict[tuple, int] = {}
                 for r in range(pp):
                     stages = tuple(stage_of(schedule, r, c, pp) for c in range(n_stages // pp))
                     seen.setdefault(tuple(ids[st] for st in stages), (r, stages))
-                return list(seen.values())
+                    last[tuple(ids[st] for st in stages)] = r
+                return list(seen.values()), sorted(last.values())
             return _cached("params", ("groups", *key, schedule, pp), make_groups)
         return split, starts, ids, list(index), groups
     return _cached("params", key, make)
@@ -1164,19 +1207,20 @@ def _finish(prep: _Prepared, simulated: bool = True) -> StepPrediction:
     recompute = prep.recompute
     counted = "full" if recompute == "full" else "selective" if recompute == "selective" and "core_attn" in (
         lay.recompute_modules or ("core_attn",)) else "none"
-    flops = _step_flops(spec, lay.global_batch, ctx.seq, prep.causal, counted)
+    model_flops, hardware_flops = _step_flops(spec, lay.global_batch, ctx.seq, prep.causal, counted)
     notes = [f"layers per pipeline stage ({len(prep.stages)} stages = pp {lay.pp} x {v} chunk{'s' if v > 1 else ''}): "
              + _describe_split(prep.split)]
     if ctx.attention == "eager":
         notes.append("attention core with the B·H·S² scores materialised (batched GEMMs + softmax"
                      + (" + dropout" if ctx.dropout else "") + "), as before FlashAttention")
-    assumptions = _assumptions(ctx, recompute)
-    if lay.pp > 1:
+    assumptions, assumed = _assumptions_of(ctx, recompute)
+    if lay.pp > 1:  # the last item (_assumptions has no "pipeline"): the joined text gains it at its end
         assumptions["pipeline"] = how
-    notes.append("assumed: " + "; ".join(f"{k} {v}" for k, v in assumptions.items()))
+        assumed += f"; pipeline {how}"
+    notes.append(assumed)
     return StepPrediction(spec, ctx.dev, lay, ctx.seq, causal=prep.causal, recompute=recompute, step_seconds=step,
-                          breakdown=breakdown, model_flops=float(flops.model_flops),
-                          hardware_flops=float(flops.hardware_flops), layers_per_stage=prep.split, notes=notes,
+                          breakdown=breakdown, model_flops=model_flops,
+                          hardware_flops=hardware_flops, layers_per_stage=prep.split, notes=notes,
                           attention=ctx.attention, recipe=ctx.recipe.name, assumptions=assumptions)
 
 
@@ -1196,11 +1240,9 @@ def pipeline_step(prep: _Prepared, simulated: bool = True) -> tuple[float, dict[
         how = "closed form (exact)" if prep.exact else "lower bound (not simulated: this layout cannot win)"
     else:
         w_time: Callable[[int], float] | None = None if prep.wgt is None else prep.wgt.__getitem__
-        plain = simulate(lay.schedule, lay.pp, m, prep.fwd.__getitem__, b_time=prep.bwd.__getitem__, w_time=w_time,
-                         vpp=lay.vpp)
-        makespan = simulate(lay.schedule, lay.pp, m, prep.fwd.__getitem__, b_time=prep.bwd.__getitem__,
-                            w_time=w_time, vpp=lay.vpp, p2p_time=prep.p2p).makespan if prep.p2p else plain.makespan
-        plain_makespan = plain.makespan
+        plain, sent = simulate_pair(lay.schedule, lay.pp, m, prep.fwd.__getitem__, b_time=prep.bwd.__getitem__,
+                                    w_time=w_time, vpp=lay.vpp, p2p_time=prep.p2p, pair=bool(prep.p2p))
+        makespan, plain_makespan = sent.makespan, plain.makespan
         busy = dict(enumerate(plain.busy))
         rank_stages = {r: [stage_of(lay.schedule, r, c, lay.pp) for c in range(v)] for r in range(lay.pp)}
         how = "simulated rank by rank"
@@ -1219,7 +1261,8 @@ def pipeline_step(prep: _Prepared, simulated: bool = True) -> tuple[float, dict[
     return makespan + prep.dp + prep.optimizer, breakdown, how
 
 
-_CACHES: dict[str, dict] = {"layers": {}, "flops": {}, "params": {}, "acts": {}, "counts": {}, "tokens": {}}
+_CACHES: dict[str, dict] = {"layers": {}, "flops": {}, "params": {}, "acts": {}, "counts": {}, "tokens": {},
+                            "kernels": {}, "family": {}}
 
 
 def clear_caches() -> None:
@@ -1265,9 +1308,12 @@ def _layer_cache(spec: ModelSpec, dev: Device, lay: Layout, seq: int, rec: Recip
     return _cached("layers", dense + experts, dict), _cached("layers", dense, dict)
 
 
-def _step_flops(spec: ModelSpec, batch: int, seq: int, causal: bool, recompute: str) -> Any:
-    return _cached("flops", (_token(spec), batch, seq, causal, recompute), lambda: step_flops(spec, batch, seq, causal,
-                                                                                      recompute))
+def _step_flops(spec: ModelSpec, batch: int, seq: int, causal: bool, recompute: str) -> tuple[float, float]:
+    """(model FLOPs, hardware FLOPs) of one step (``flops.step_flops``), once per model, batch and recomputation."""
+    def make() -> tuple[float, float]:
+        flops = step_flops(spec, batch, seq, causal, recompute)
+        return float(flops.model_flops), float(flops.hardware_flops)
+    return _cached("flops", (_token(spec), batch, seq, causal, recompute), make)
 
 
 def _check_recompute(spec: ModelSpec, lay: Layout, recompute: str, rec: Recipe, dev: Device) -> None:
@@ -1309,6 +1355,22 @@ def _check_recompute(spec: ModelSpec, lay: Layout, recompute: str, rec: Recipe, 
         if rec.gemm_dtype == "fp8" and "fp8" not in dev.accelerator.peak_flops:
             raise LlmcalcError(f"{dev.accelerator.key} has no FP8 tensor cores (no dense fp8 peak): --recipe "
                                f"{rec.name} needs Hopper, Blackwell or CDNA 3+")
+
+
+def _assumptions_of(ctx: _Ctx, recompute: str) -> tuple[dict[str, Any], str]:
+    """(_assumptions, its note "assumed: k v; ..."), once per combination of what it reads (a fresh dict each time:
+    the caller adds to it)."""
+    lay, rec = ctx.lay, ctx.recipe
+    key = ("assumptions", _token(ctx.dev), rec.name, rec.gemm_dtype, rec.fp8, ctx.attention, ctx.spec.is_moe, recompute,
+           KERNEL_EFFICIENCY, EP_OVERLAP_SMS, lay.attention_kernel, lay.fp8_attention, lay.order, lay.fused_elementwise,
+           lay.tp_overlap, lay.dp_overlap, lay.optimizer, lay.fp8_param_gather, lay.first_stage_layers,
+           lay.last_stage_layers, lay.cp, lay.cp_comm, lay.cp_a2a_size, lay.moe_imbalance, lay.ep_overlap,
+           lay.recompute_layers, lay.recompute_modules, lay.mtp_layers)
+    def make() -> tuple[dict[str, Any], str]:
+        out = _assumptions(ctx, recompute)
+        return out, "assumed: " + "; ".join(f"{k} {v}" for k, v in out.items())
+    assumptions, assumed = _cached("params", key, make)
+    return dict(assumptions), assumed
 
 
 def _assumptions(ctx: _Ctx, recompute: str) -> dict[str, Any]:
@@ -1393,6 +1455,13 @@ def _rank_dp(ctx: _Ctx, split: tuple[int, ...], v: int, ranks: list[int]) -> dic
            lay.cp, lay.pp, lay.dp, lay.ep, lay.expert_tp, lay.zero, lay.order,
            lay.grad_accum if lay.zero == 3 else 0,  # the micro-batch count matters to ZeRO-3's transfers only
            lay.optimizer, lay.fp8_param_gather)
+    return _cached("params", ("rank dps", *key, split, v, lay.schedule, tuple(ranks)),
+                   lambda: _ranks_dp(ctx, key, split, v, ranks))
+
+
+def _ranks_dp(ctx: _Ctx, key: tuple, split: tuple[int, ...], v: int, ranks: list[int]) -> dict[int, tuple]:
+    """_rank_dp for these ranks, one by one (`key`: the degrees' part of the cache key)."""
+    spec, lay = ctx.spec, ctx.lay
     per_layer, emb, head, final, experts_per_layer, moe_before = _param_summary(spec)
     n_stages = len(split)
     starts = _cached("params", ("starts", split), lambda: [sum(split[:i]) for i in range(n_stages)])
@@ -1526,6 +1595,10 @@ def _optimizer_seconds(ctx: _Ctx, local: float, layer_params: list[float], shard
 
 
 def _describe_split(split: list[int]) -> str:
+    return _cached("params", ("split text", tuple(split)), lambda: _split_text(split))
+
+
+def _split_text(split: list[int]) -> str:
     if len(set(split)) == 1:
         return f"{split[0]} each"
     runs: list[list[int]] = []
@@ -1722,17 +1795,43 @@ def _least_that_fits(spec: ModelSpec, lay: Layout, seq_len: int, tries: list[str
     gradients sharded too, at three weight/gradient transfers per micro-batch) where dp > 1;
     (None, last stage tried, its peak) when nothing fits. Memory is `memory.training_memory`'s, computed through
     `training_peak` (the same arithmetic, each distinct layer kind's activations once)."""
-    even = _cached("params", ("even", _token(spec), lay.pp),
-                   lambda: spec.with_layers(math.ceil(spec.n_layers / lay.pp) * lay.pp))
+    even = _cached("params", ("even", _token(spec), lay.pp), lambda: _resized(spec, math.ceil(spec.n_layers / lay.pp)
+                                                                              * lay.pp))
     peak, zero = 0.0, 1
-    for zero in (1, 3) if lay.dp > 1 else (1,):
+    zeros = (1, 3) if lay.dp > 1 else (1,)
+    for zero in zeros:
         par = Parallel(tp=lay.tp, cp=lay.cp, pp=lay.pp, dp=lay.dp, ep=lay.ep, etp=lay.etp, sequence_parallel=True,
                        zero=zero)
-        for rc in tries:
+        # every phase_peak is at least its optimizer step's sum, the same for every micro-batch and recomputation:
+        # above the capacity no recomputation fits (the last try of the last stage is still computed: its peak is
+        # the one reported)
+        hopeless = max(s.step for s in _stage_states(even, recipe, optimizer, par)) > capacity
+        none_peak = None
+        for rc in (tries[-1:] if zero == zeros[-1] else []) if hopeless else tries:
+            if rc == "selective" and none_peak is not None:
+                # flash attention keeps no S² buffer, the only tensors selective recomputation drops
+                # (activations.layer_terms): the same bytes as none, which did not fit
+                peak = none_peak
+                continue
             peak = training_peak(even, lay.micro_batch, seq_len, recipe, optimizer, recompute=rc, parallel=par)
             if peak <= capacity:
                 return rc, zero, peak
+            none_peak = peak if rc == "none" else None
     return None, zero, peak
+
+
+def _degrees(par: Parallel) -> tuple:
+    """A Parallel's fields as a plain tuple, for cache keys (hashing and comparing the dataclass takes longer)."""
+    return par.tp, par.cp, par.pp, par.dp, par.ep, par.etp, par.vpp, par.zero, par.sequence_parallel
+
+
+def _resized(spec: ModelSpec, n_layers: int) -> ModelSpec:
+    """spec.with_layers(n_layers), of `spec`'s family: the activation caches share their per-layer terms
+    (_layer_signature) and the head's."""
+    out = spec.with_layers(n_layers)
+    base = _token(spec)
+    _CACHES["family"][_token(out)] = _CACHES["family"].get(base, base)
+    return out
 
 
 def training_peak(spec: ModelSpec, batch: int, seq_len: int, recipe: str, optimizer: str, recompute: str,
@@ -1740,17 +1839,44 @@ def training_peak(spec: ModelSpec, batch: int, seq_len: int, recipe: str, optimi
     """`memory.training_memory(...).peak` (flash attention, no dropout, fused optimizer), evaluated with each distinct
     piece once: the parameters per model, each layer kind's saved activations per (micro-batch, sequence, tp,
     recompute), then summed by count (tests hold it equal to training_memory)."""
-    key = (_token(spec), batch, seq_len, recipe, optimizer, recompute, parallel)
+    key = (_token(spec), batch, seq_len, recipe, optimizer, recompute, *_degrees(parallel))
     return _cached("counts", key, lambda: _training_peak(spec, batch, seq_len, recipe, optimizer, recompute=recompute,
                                                          parallel=parallel))
 
 
 def _training_peak(spec: ModelSpec, batch: int, seq_len: int, recipe: str, optimizer: str, recompute: str,
-                   parallel: Parallel) -> float:  # long: memory.training_memory's assembly, step by step
-    from .memory import OPTIMIZERS, MemoryEstimate, _fp8_inputs, _layer_params
-    from .params import count_params, largest_tensor
+                   parallel: Parallel) -> float:
+    from .memory import _fp8_inputs, peak_of
 
     seq = seq_len // parallel.cp
+    rec = RECIPES[recipe]
+    common = (spec, batch, seq, rec.act_bytes, recompute, parallel.tp, parallel.sequence_parallel)
+    pp = parallel.pp
+    per_stage = spec.n_layers // pp
+    if pp == 1:
+        acts = [_activations(*common, 0, spec.n_layers, 1, True)]
+    else:
+        acts = [_activations(*common, 0, per_stage, pp, False),
+                _activations(*common, spec.n_layers - per_stage, spec.n_layers, 1, True)]
+    if rec.fp8_saved_inputs:
+        acts = [_fp8_inputs(a, rec.act_bytes, rec.saved_input_bytes) for a in acts]
+    return max(peak_of(s, a) for s, a in zip(_stage_states(spec, recipe, optimizer, parallel), acts, strict=True))
+
+
+def _stage_states(spec: ModelSpec, recipe: str, optimizer: str, parallel: Parallel) -> list:
+    """memory.training_memory's most loaded stages (pp 1: the only one; else the first and the last), each as the
+    MemoryEstimate.state_terms of its parameters: the same whatever the micro-batch and recomputation, so once per
+    model, recipe, optimizer and degrees."""
+    return _cached("params", ("states", _token(spec), recipe, optimizer, *_degrees(parallel)),
+                   lambda: _stage_states_uncached(spec, recipe, optimizer, parallel))
+
+
+def _stage_states_uncached(spec: ModelSpec, recipe: str, optimizer: str,
+                           parallel: Parallel) -> list:  # long: memory.training_memory's assembly, step by step
+    from .activations import ActivationEstimate
+    from .memory import OPTIMIZERS, MemoryEstimate, _layer_params
+    from .params import count_params, largest_tensor
+
     rec = RECIPES[recipe]
     opt = OPTIMIZERS[optimizer]
     tp, pp, ep, etp = parallel.tp, parallel.pp, parallel.ep, parallel.expert_tp
@@ -1765,25 +1891,20 @@ def _training_peak(spec: ModelSpec, batch: int, seq_len: int, recipe: str, optim
     blocks = per_stage * (layer / tp + norms)
     gathered = (2 * (layer / tp + norms + (routed / (etp * ep) if own else 0.0)) * rec.weight_bytes
                 if parallel.zero == 3 and parallel.dp > 1 else 0.0)
-    common = (spec, batch, seq, rec.act_bytes, recompute, tp, parallel.sequence_parallel)
     tied = spec.lm_head and spec.tie_embeddings  # the head's gradient is the token table's, made first
     late = (emb - (comps.get("embedding/tokens", 0) if tied else 0)) / tp
     if pp == 1:
         stages = [("only", emb / tp + blocks + final + (head / tp if not spec.tie_embeddings else 0),
-                   _activations(*common, 0, spec.n_layers, 1, True), head / tp + final, late)]
+                   head / tp + final, late)]
     else:
-        stages = [("first", emb / tp + blocks, _activations(*common, 0, per_stage, pp, False), 0.0, emb / tp),
-                  ("last", blocks + final + head / tp,
-                   _activations(*common, spec.n_layers - per_stage, spec.n_layers, 1, True), head / tp + final, 0.0)]
-    if rec.fp8_saved_inputs:
-        stages = [(name, params, _fp8_inputs(acts, rec.act_bytes, rec.saved_input_bytes), head_p, late_p)
-                  for name, params, acts, head_p, late_p in stages]
-    return max(MemoryEstimate(spec=spec, recipe=rec, optimizer=opt, parallel=parallel, batch=batch, seq_len=seq,
-                              recompute=recompute, attention="flash", params_on_gpu=params, activations=acts,
-                              stage=name, zero3_gathered=gathered, largest_tensor=biggest / tp,
-                              expert_params_on_gpu=experts, head_params_on_gpu=head_p,
-                              late_params_on_gpu=late_p).phase_peak()
-               for name, params, acts, head_p, late_p in stages)
+        stages = [("first", emb / tp + blocks, 0.0, emb / tp), ("last", blocks + final + head / tp, head / tp + final,
+                                                                 0.0)]
+    none = ActivationEstimate({}, 0.0, 0.0)  # the state terms read no activation
+    return [MemoryEstimate(spec=spec, recipe=rec, optimizer=opt, parallel=parallel, batch=1, seq_len=1,
+                           recompute="none", attention="flash", params_on_gpu=params, activations=none, stage=name,
+                           zero3_gathered=gathered, largest_tensor=biggest / tp, expert_params_on_gpu=experts,
+                           head_params_on_gpu=head_p, late_params_on_gpu=late_p).state_terms()
+            for name, params, head_p, late_p in stages]
 
 
 def _activations(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recompute: str, tp: int, sp: bool,
@@ -1795,8 +1916,12 @@ def _activations(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recomp
 
         def one_layer(i: int) -> tuple[dict[str, float], float, float, float]:
             """activation_memory over layer i alone: (per_layer, recompute working set, largest layer, own layer);
-            its terms once whatever the micro-batches in flight, then summed as activation_memory sums them."""
-            terms, whole, kept = _cached("acts", ("terms", token, batch, seq, act_bytes, recompute, tp, sp, i),
+            its terms once whatever the micro-batches in flight, then summed as activation_memory sums them; once
+            per layer signature and model family (_layer_signature: layers that read the same per-layer fields of
+            models that differ only in their layer count have the same terms)."""
+            signature = _cached("params", ("signature", token, i, seq), lambda: _layer_signature(spec, i, seq))
+            key = ("terms", family, batch, seq, act_bytes, recompute, tp, sp, signature)
+            terms, whole, kept = _cached("acts", key,
                                          lambda: layer_terms(spec, i, batch, seq, act_bytes, recompute=recompute,
                                                              attention="flash", dropout=False, tp=tp,
                                                              sequence_parallel=sp))
@@ -1816,13 +1941,16 @@ def _activations(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recomp
         largest = biggest = own = 0.0  # as activation_memory: the first largest block (layer order) and its own
         for i, count in _cached("acts", ("kinds", token, start, stop), group):
             one, working_set, largest_layer, own_layer = one_layer(i)
-            for name, value in one.items():
-                per_layer[name] = per_layer.get(name, 0.0) + value * count
+            if per_layer:
+                for name, value in one.items():
+                    per_layer[name] = per_layer.get(name, 0.0) + value * count
+            else:  # the first kind: each name's 0.0 + its bytes, as the loop above adds them
+                per_layer = {name: 0.0 + value * count for name, value in one.items()}
             largest = max(largest, working_set)
             if largest_layer > biggest:
                 biggest, own = largest_layer, own_layer
         # the final norm, LM head and loss: the same whatever the micro-batches in flight
-        whole = _cached("acts", ("head", token, batch, seq, act_bytes, recompute, tp, sp, head),
+        whole = _cached("acts", ("head", family, batch, seq, act_bytes, recompute, tp, sp, head),
                         lambda: activation_memory(spec, batch, seq, act_bytes, recompute, tp=tp, sequence_parallel=sp,
                                                   layers=range(0), head=head))
         for name, value in whole.per_layer.items():
@@ -1830,7 +1958,18 @@ def _activations(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recomp
         return ActivationEstimate(per_layer, largest, whole.logits_and_loss, largest_layer=biggest, own_layer=own,
                                   head_saved=whole.head_saved, in_flight=in_flight)
     token = _token(spec)
+    family = _CACHES["family"].get(token, token)
     return _cached("acts", (token, batch, seq, act_bytes, recompute, tp, sp, start, stop, in_flight, head), make)
+
+
+def _layer_signature(spec: ModelSpec, i: int, seq: int) -> tuple:
+    """Every per-layer field activations.layer_saved reads of layer i (mixers and FFN, routed experts, head width,
+    K/V heads, K/V sharing, KV compression and its entries at `seq`, dense FFN width, norms): layers of one
+    signature save the same tensors, float for float, in a model and in the same model cut or extended to another
+    layer count (ModelSpec.with_layers changes nothing else that layer_saved reads)."""
+    return (spec.layer_parts(i), spec.is_moe_layer(i), spec.layer_d_head(i), spec.layer_kv_heads(i), spec.kv_shared(i),
+            spec.compression(i), spec.compressed_entries(i, seq), spec.layer_d_ff(i),
+            spec.norms_in_layer(i) if spec.is_hybrid else 0)
 
 
 def _describe(lay: Layout, rc: str | None = None) -> str:
