@@ -175,7 +175,6 @@ def test_train_uses_the_counted_flops(tmp_path):
 
 @pytest.mark.parametrize("argv", [["profile", "--virtual"],
                                   ["serve", "--gpu", "h100-sxm"],
-                                  ["layout", "--gpu", "h100-sxm", "--n-gpus", "8", "--global-batch", "8"],
                                   ["compare"], ["flops", "--recompute", "selective"]])
 def test_commands_that_need_a_formula_refuse_in_one_line(tmp_path, argv):
     line = one_line_error(argv[0], write(tmp_path, "codegen"), *argv[1:])
@@ -313,12 +312,14 @@ def test_encoder_decoder_is_built_as_seq2seq_with_stacks_apart(tmp_path):
     assert causal["groups"]["encoder.attention S²"] == g["encoder.attention S²"]
 
 
-def test_train_step_time_prediction_needs_the_formula(tmp_path):
+def test_train_step_time_is_predicted_from_what_transformers_measured(tmp_path):
     path = write(tmp_path, "codegen")
-    line = one_line_error("train", path, "--tokens", "1e9", "--gpu", "h100-sxm", "--global-batch", 64)
-    assert "codegen is counted by transformers" in line and "--mfu" in line
+    predicted = json_out("train", path, "--tokens", "1e9", "--gpu", "h100-sxm", "--global-batch", 64)
+    assert predicted["method"] == "transformers" and predicted["mfu_source"] == "predicted"  # test_measured_step.py
     given = json_out("train", path, "--tokens", "1e9", "--gpu", "h100-sxm", "--mfu", 0.4, "--global-batch", 64)
     assert given["method"] == "transformers" and given["mfu"] == 0.4
+    line = one_line_error("train", path, "--tokens", "1e9", "--gpu", "h100-sxm")
+    assert "--mfu" in line
 
 
 def test_finetune_needs_the_formula(tmp_path):

@@ -143,6 +143,7 @@ class MeasuredModel:
     ffn: list[FfnLayer] = field(default_factory=list)  # per decoder layer, as transformers built and routed it
     kv_heads: list[int | None] = field(default_factory=list)  # per cache layer, the K/V heads allocated (None: state)
     rotary: list[dict] = field(default_factory=list)  # hf_measure._rotary: the rotary tables transformers built
+    step: dict = field(default_factory=dict)  # hf_measure.measure_step (`train`'s step model; {}: not measured)
 
     @classmethod
     def from_counted(cls, name: str, model_type: str, counted: dict, experts_per_token: int | None = None,
@@ -164,7 +165,8 @@ class MeasuredModel:
                    seq_len=runs[-1]["seq_len"] if runs else 0, total=total, tensors=tensors, kv=kv,
                    activation_runs=runs, decode=m.get("decode", {}), experts_per_token=experts_per_token,
                    max_seq_len=max_seq_len, quantized=quantized, quantization_config=quantization_config, ffn=ffn,
-                   kv_heads=list(m.get("kv_heads", [])), rotary=list(m.get("rotary", [])))
+                   kv_heads=list(m.get("kv_heads", [])), rotary=list(m.get("rotary", [])),
+                   step=m.get("step") or ({"error": m["step_error"]} if "step_error" in m else {}))
 
     @property
     def n_layers(self) -> int:

@@ -1203,6 +1203,33 @@ def _finish(prep: _Prepared, simulated: bool = True) -> StepPrediction:
     False its lower bound (a layout search's for layouts that cannot win)."""
     ctx, lay, spec = prep.ctx, prep.ctx.lay, prep.ctx.spec
     v = chunks_per_rank(lay.schedule, lay.vpp)
+    step, breakdown, how = pipeline_step(prep, simulated)
+    recompute = prep.recompute
+    counted = "full" if recompute == "full" else "selective" if recompute == "selective" and "core_attn" in (
+        lay.recompute_modules or ("core_attn",)) else "none"
+    model_flops, hardware_flops = _step_flops(spec, lay.global_batch, ctx.seq, prep.causal, counted)
+    notes = [f"layers per pipeline stage ({len(prep.stages)} stages = pp {lay.pp} x {v} chunk{'s' if v > 1 else ''}): "
+             + _describe_split(prep.split)]
+    if ctx.attention == "eager":
+        notes.append("attention core with the B·H·S² scores materialised (batched GEMMs + softmax"
+                     + (" + dropout" if ctx.dropout else "") + "), as before FlashAttention")
+    assumptions, assumed = _assumptions_of(ctx, recompute)
+    if lay.pp > 1:  # the last item (_assumptions has no "pipeline"): the joined text gains it at its end
+        assumptions["pipeline"] = how
+        assumed += f"; pipeline {how}"
+    notes.append(assumed)
+    return StepPrediction(spec, ctx.dev, lay, ctx.seq, causal=prep.causal, recompute=recompute, step_seconds=step,
+                          breakdown=breakdown, model_flops=model_flops,
+                          hardware_flops=hardware_flops, layers_per_stage=prep.split, notes=notes,
+                          attention=ctx.attention, recipe=ctx.recipe.name, assumptions=assumptions)
+
+
+def pipeline_step(prep: _Prepared, simulated: bool = True) -> tuple[float, dict[str, float], str]:
+    """(step seconds, breakdown, how the pipeline was timed) of a prepared layout: the pipeline simulated (or its
+    exact closed form; its lower bound where `simulated` is False), plus exposed DP and the optimizer; the
+    breakdown is the pacing rank's (the first of the busiest)."""
+    lay = prep.ctx.lay
+    v = chunks_per_rank(lay.schedule, lay.vpp)
     m = lay.grad_accum
     # each group of identical ranks once (their busy time is the same): the first rank of the busiest paces
     busy = {r: m * sum(prep.fwd[st] + prep.bwd[st] + (prep.wgt[st] if prep.wgt else 0.0) for st in stages)
@@ -1231,25 +1258,7 @@ def _finish(prep: _Prepared, simulated: bool = True) -> StepPrediction:
         "pp_bubble": max(0.0, plain_makespan - busy[pace]),
         "optimizer": prep.optimizer,
     }
-    step = makespan + prep.dp + prep.optimizer
-    recompute = prep.recompute
-    counted = "full" if recompute == "full" else "selective" if recompute == "selective" and "core_attn" in (
-        lay.recompute_modules or ("core_attn",)) else "none"
-    model_flops, hardware_flops = _step_flops(spec, lay.global_batch, ctx.seq, prep.causal, counted)
-    notes = [f"layers per pipeline stage ({len(prep.stages)} stages = pp {lay.pp} x {v} chunk{'s' if v > 1 else ''}): "
-             + _describe_split(prep.split)]
-    if ctx.attention == "eager":
-        notes.append("attention core with the B·H·S² scores materialised (batched GEMMs + softmax"
-                     + (" + dropout" if ctx.dropout else "") + "), as before FlashAttention")
-    assumptions, assumed = _assumptions_of(ctx, recompute)
-    if lay.pp > 1:  # the last item (_assumptions has no "pipeline"): the joined text gains it at its end
-        assumptions["pipeline"] = how
-        assumed += f"; pipeline {how}"
-    notes.append(assumed)
-    return StepPrediction(spec, ctx.dev, lay, ctx.seq, causal=prep.causal, recompute=recompute, step_seconds=step,
-                          breakdown=breakdown, model_flops=model_flops,
-                          hardware_flops=hardware_flops, layers_per_stage=prep.split, notes=notes,
-                          attention=ctx.attention, recipe=ctx.recipe.name, assumptions=assumptions)
+    return makespan + prep.dp + prep.optimizer, breakdown, how
 
 
 _CACHES: dict[str, dict] = {"layers": {}, "flops": {}, "params": {}, "acts": {}, "counts": {}, "tokens": {},
@@ -1407,14 +1416,16 @@ def _assumptions(ctx: _Ctx, recompute: str) -> dict[str, Any]:
 
 
 def _dp_and_optimizer(ctx: _Ctx, stages: list[StageTimes], split: list[int], starts: list[int],
-                      v: int, groups: list) -> tuple[float, float]:
+                      v: int, groups: list, infos: dict[int, tuple] | None = None) -> tuple[float, float]:
     """(exposed DP communication, optimizer seconds) of the rank holding the most parameters: each rank's
     collectives and optimizer step (``_rank_dp``, the same for every layout of these degrees) against its own
     forward and backward of one micro-batch; once per group of ranks whose chunks are the same (`groups`,
-    _stage_plan's: they hold the same layers and parameters)."""
+    _stage_plan's: they hold the same layers and parameters); `infos`: each rank's ``_one_rank_dp`` where the caller
+    counted its parameters (a model transformers measured), else ``_rank_dp``'s."""
     lay = ctx.lay
     worst_dp = worst_opt = 0.0
-    infos = _rank_dp(ctx, tuple(split), v, [r for r, _ in groups])
+    if infos is None:
+        infos = _rank_dp(ctx, tuple(split), v, [r for r, _ in groups])
     for r, rank_stages in groups:
         n_layers, zero3, per_f, per_b, reduce, gather, last, first, opt = infos[r]
         fwd_one = sum(stages[st].fwd for st in rank_stages)
@@ -1471,10 +1482,11 @@ def _ranks_dp(ctx: _Ctx, key: tuple, split: tuple[int, ...], v: int, ranks: list
     return out
 
 
-def _one_rank_dp(ctx: _Ctx, params: float, experts: float, n_layers: int) -> tuple:
-    """_rank_dp for one rank holding `params` parameters (`experts` of them routed experts) in `n_layers` layers."""
+def _one_rank_dp(ctx: _Ctx, params: float, experts: float, n_layers: int, per_layer: float | None = None) -> tuple:
+    """_rank_dp for one rank holding `params` parameters (`experts` of them routed experts) in `n_layers` layers
+    (`per_layer`: one layer's parameters, for Muon's matrices; default the spec's)."""
     spec, lay, dev, rec = ctx.spec, ctx.lay, ctx.dev, ctx.recipe
-    per_layer = _param_summary(spec)[0]
+    per_layer = _param_summary(spec)[0] if per_layer is None else per_layer
     strides, estrides, per_node = lay.strides(), lay.expert_strides(), dev.network.gpus_per_node
     dense_group = lay.dp * lay.cp  # CP ranks hold the same weights: gradients reduce over dp x cp
     dense_members = _group_per_node([(lay.cp, strides["cp"]), (lay.dp, strides["dp"])], per_node)

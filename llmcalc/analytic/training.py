@@ -24,6 +24,7 @@ from .finetune_request import FinetuneRequest
 from .flops import utilization
 
 if TYPE_CHECKING:
+    from .measured import MeasuredModel
     from .steptime import StepPrediction
 
 SECONDS_PER_HOUR = 3600.0
@@ -291,6 +292,14 @@ class TrainRequest:
     def _s2(self) -> str:
         return "causal" if self.causal else "full S²"
 
+    @property
+    def predicts_step(self) -> bool:
+        """Whether the step is predicted from the layout: a global batch, and no MFU, achieved TFLOP/s or
+        throughput given."""
+        layout = self.layout
+        return (self.mfu is None and self.achieved_tflops is None and layout.get("tokens_per_second") is None
+                and (layout.get("global_batch") is not None or layout.get("global_batch_tokens") is not None))
+
 
 @dataclass(frozen=True)
 class FlopsBasis:
@@ -373,10 +382,11 @@ class TrainingPlan:
 
 
 def plan_training(request: TrainRequest, model: ModelSpec | CountedModel | None,
-                  accelerator: Accelerator) -> TrainingPlan:
+                  accelerator: Accelerator, steps: MeasuredModel | None = None) -> TrainingPlan:
     """`llmcalc train`: FLOPs by the model's formula (or transformers' count, or 6·N·T), device time from the
-    given MFU, achieved TFLOP/s or throughput, or from the step predicted for a layout; every combination the
-    figures cannot honour is refused with one line."""
+    given MFU, achieved TFLOP/s or throughput, or from the step predicted for a layout (for a counted model,
+    `steps`: what transformers measured of it, timed by measured_step.py); every combination the figures cannot
+    honour is refused with one line."""
     from .rules import six_n
     from .steptime import train_steptime
 
@@ -386,14 +396,28 @@ def plan_training(request: TrainRequest, model: ModelSpec | CountedModel | None,
         basis = analytic_basis(model, request)
     else:
         basis = model.train_basis(request)
-    _check_device_time(request, model, basis, accelerator)
     tokens = request.tokens
-    mfu, pred, measured = train_steptime(basis.shapes, request.gpu, request.n_gpus, request.mfu,
-                                         achieved_tflops=request.achieved_tflops, dtype=request.dtype,
-                                         seq_len=request.seq_len, causal=request.causal, recompute=request.recompute,
-                                         model_flops_per_token=basis.model_flops / tokens,
-                                         hardware_flops_per_token=basis.hardware_flops / tokens,
-                                         accelerator=accelerator, options=dict(request.layout))
+    pred: StepPrediction | None
+    mfu: float | None
+    measured: dict[str, Any] | None
+    if steps is not None and request.predicts_step:
+        from .measured_step import train_measured_steptime
+
+        pred = train_measured_steptime(steps, request.gpu, request.n_gpus, dtype=request.dtype,
+                                       seq_len=request.seq_len, causal=request.causal, recompute=request.recompute,
+                                       model_flops_per_token=basis.model_flops / tokens,
+                                       hardware_flops_per_token=basis.hardware_flops / tokens,
+                                       options=dict(request.layout))
+        mfu, measured = pred.mfu, None
+    else:
+        _check_device_time(request, model, basis, accelerator)
+        mfu, pred, measured = train_steptime(basis.shapes, request.gpu, request.n_gpus, request.mfu,
+                                             achieved_tflops=request.achieved_tflops, dtype=request.dtype,
+                                             seq_len=request.seq_len, causal=request.causal,
+                                             recompute=request.recompute,
+                                             model_flops_per_token=basis.model_flops / tokens,
+                                             hardware_flops_per_token=basis.hardware_flops / tokens,
+                                             accelerator=accelerator, options=dict(request.layout))
     if mfu is None and request.achieved_tflops is None:
         raise LlmcalcError(MFU_MISSING)
     achieved = None if request.achieved_tflops is None else request.achieved_tflops * 1e12
@@ -407,16 +431,12 @@ def plan_training(request: TrainRequest, model: ModelSpec | CountedModel | None,
 
 def _check_device_time(request: TrainRequest, model: ModelSpec | CountedModel | None, basis: FlopsBasis,
                        accelerator: Accelerator) -> None:
-    """An achieved TFLOP/s that reads as a typo, and a counted model with nothing to time its step by."""
+    """An achieved TFLOP/s that reads as a typo (a counted model's step is timed by measured_step.py)."""
     peak = accelerator.peak(request.dtype)
     achieved = request.achieved_tflops
     if achieved is not None and achieved * 1e12 < MIN_UTILIZATION * peak:
         raise LlmcalcError(f"--achieved-tflops {achieved:g} is below {MIN_UTILIZATION:.2%} of {accelerator.key}'s "
                            f"dense {request.dtype} peak ({peak / 1e12:,.4g} TFLOP/s); is it a typo?")
-    if model is not None and not isinstance(model, ModelSpec) and request.mfu is None and achieved is None \
-            and request.layout.get("tokens_per_second") is None:
-        raise LlmcalcError(f"predicting the step time needs llmcalc's formula for the shapes; {model.model_type} is "
-                           "counted by transformers: give --mfu, --achieved-tflops or --tokens-per-second")
 
 
 def _inputs(request: TrainRequest, basis: FlopsBasis, name: str | None = None) -> dict[str, Any]:

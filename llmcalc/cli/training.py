@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..validate import MAX_COMPUTE, MAX_DAYS
-from .common import emit, load_counted, load_hardware, load_model
+from .common import emit, load_counted, load_hardware, load_measured
 from .options import (
     MFU,
     NAME,
@@ -38,6 +38,7 @@ from .types import Count, Number
 
 if TYPE_CHECKING:
     from ..analytic.finetune_request import FinetuneRequest
+    from ..analytic.measured import MeasuredModel
 
 
 @click.command()
@@ -61,6 +62,7 @@ def train(ctx: click.Context, model: str | None, n_params: float | None, tokens:
           causal: bool, recompute: str, finetune: FinetuneRequest, fmt: str, **step: Any) -> None:
     """Training FLOPs, GPU-hours, wall-clock, cost and energy for TOKENS on N GPUs."""
     from ..analytic.training import TrainRequest, plan_training
+    from ..spec import ModelSpec
     from ..views.train import document
 
     request = TrainRequest(tokens, gpu, model=model, n_params=n_params, n_gpus=n_gpus, dtype=dtype, seq_len=seq_len,
@@ -69,7 +71,12 @@ def train(ctx: click.Context, model: str | None, n_params: float | None, tokens:
     accelerator = load_hardware(gpu)
     if model is None:
         refuse_unused(ctx, ("seq_len", "causal"), "with --params (6·N·T has no sequence length); give a MODEL")
-    plan = plan_training(request, None if model is None else load_counted(model, seq_len), accelerator)
+    counted = None if model is None else load_counted(model, seq_len)
+    steps = None
+    if model is not None and not isinstance(counted, ModelSpec) and request.predicts_step:
+        measured = load_measured(model, seq_len)  # what train's step model times of a model without a formula
+        steps = None if isinstance(measured, ModelSpec) else measured
+    plan = plan_training(request, counted, accelerator, steps)
     emit(document(plan), fmt, plan.warnings)
 
 
@@ -112,16 +119,33 @@ def layout(ctx: click.Context, model: str, gpu: str, n_gpus: int, seq_len: int, 
            global_batch_tokens: float | None, recompute: str | None, causal: bool, tp_overlap: bool, top: int,
            fmt: str, **step: Any) -> None:
     """Rank the parallel layouts of MODEL on N GPUs that fit in memory, by predicted throughput."""
-    from ..analytic.steptime import rank_layouts
+    from ..analytic.steptime import global_batch_sequences, rank_layouts
     from ..render.progress import progress_bars
+    from ..spec import ModelSpec
     from ..views.layout import document
 
-    spec = load_model(model, seq_len)
+    global_batch_sequences(global_batch, global_batch_tokens, seq_len, required=True)  # before any model is built
+    spec = load_measured(model, seq_len)
+    search_args = dict(global_batch=global_batch, global_batch_tokens=global_batch_tokens, causal=causal,
+                       recompute=recompute, tp_overlap=tp_overlap, top=top, **typed(ctx, step))
     with progress_bars("layouts") as progress:
-        search = rank_layouts(spec, gpu, n_gpus, seq_len, global_batch=global_batch,
-                              global_batch_tokens=global_batch_tokens, causal=causal, recompute=recompute,
-                              tp_overlap=tp_overlap, progress=progress, top=top, **typed(ctx, step))
+        if isinstance(spec, ModelSpec):
+            search = rank_layouts(spec, gpu, n_gpus, seq_len, progress=progress, **search_args)
+        else:  # a model_type without a formula: what transformers measured of it
+            search = _measured_layouts(model, spec, gpu, n_gpus, seq_len, progress=progress, **search_args)
     emit(document(search, top, recompute), fmt)
+
+
+def _measured_layouts(model: str, measured: MeasuredModel, gpu: str, n_gpus: int, seq_len: int, **search: Any) -> Any:
+    """`layout`'s search for a model transformers measured, MFU's FLOPs from its counted forward (fallback)."""
+    from ..analytic.measured_step import rank_measured_layouts
+    from ..fallback import FallbackModel, step_flops
+
+    counted = load_counted(model, seq_len)
+    assert isinstance(counted, FallbackModel)  # the same config: no formula either
+    flops = step_flops(counted, 1, search["causal"], "none")
+    return rank_measured_layouts(measured, gpu, n_gpus, seq_len, model_flops_per_token=flops["flops_per_token"],
+                                 hardware_flops_per_token=flops["hardware_flops_per_token"], **search)
 
 
 COMMANDS = (train, plan, layout)

@@ -26,6 +26,9 @@ SDPA_OPS = {  # aten op name -> the sdpa backend it stands for
     "_scaled_dot_product_cudnn_attention": "cudnn",
     "_scaled_dot_product_fused_attention_overrideable": "fused (overrideable)",
 }
+# Ops that are the attention core (QKᵀ and AV, or a linear attention's state products) rather than a
+# projection: sdpa kernels, or the batched matmuls of an eager attention.
+CORE_OPS = set(SDPA_OPS) | {"bmm", "baddbmm"}
 # sdpa backends whose backward recomputes QKᵀ (the measured backward is 2.5x the forward's matmuls)
 RECOMPUTING_BACKENDS = {"flash", "flash (cpu)", "memory-efficient", "cudnn"}
 

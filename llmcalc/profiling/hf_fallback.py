@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from ..errors import LlmcalcError
-from .counters import SDPA_OPS, count_flops
+from .counters import CORE_OPS, count_flops
 
 ATTENTION = re.compile(r"attn|attention")
 CROSS = re.compile(r"encoder_attn|cross|encdec", re.IGNORECASE)
@@ -40,9 +40,6 @@ HEAD = re.compile(r"(^|_)lm_head$|^embed_out$|^output_layer$")
 ROUTER = re.compile(r"^(gate|router)$")
 EMBED_PARTS = {"tokens": "tokens", "wte": "tokens", "tok": "tokens", "word": "tokens", "wpe": "positions",
                "position": "positions", "positions": "positions", "token_type": "token_types"}
-# Ops that are the attention core (QKᵀ and AV, or a linear attention's state products) rather than a
-# projection: sdpa kernels, or the batched matmuls of an eager attention.
-CORE_OPS = set(SDPA_OPS) | {"bmm", "baddbmm"}
 
 
 def classify(path: list[str], experts_parents: set[str]) -> str:

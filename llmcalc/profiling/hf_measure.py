@@ -12,6 +12,9 @@ JSON-able dict (``llmcalc.analytic.measured.MeasuredModel`` reads it, torch-free
   layer's tensors after a prefill of two short lengths (the elements per token, and the state that does not grow:
   a linear-attention or SSM layer's conv and recurrent state) and of one long one (a sliding layer stops growing:
   its window cap);
+- ``step`` (``measure_step``, for `train`'s step model): the GEMMs each parameter-holding module runs in one
+  forward (rows per token, input width, which modules read the same input tensor, the routed top-k an experts
+  module receives) and the attention core's FLOPs per layer at two lengths;
 - ``activations``: the bytes autograd saves in one forward with the loss (batch 1, bf16 model) at seq_len / 2 and
   seq_len, counted by ``torch.autograd.graph.saved_tensors_hooks`` on fake tensors (one count per storage,
   parameters excluded): a per-token and an s² term solve the two;
@@ -57,6 +60,9 @@ def measure_meta(model, config, roles: dict[str, str], decode: bool = True) -> d
             out.update(_forwards(model, config, decode, "meta"))
     except LlmcalcError:
         pass  # measure_fake measures them on fake tensors
+    if not decode and "kv" in out:  # `train`'s step model: the GEMMs each module runs and the attention cores' work
+        with torch.device("meta"):
+            _step_or_reason(model, out)
     return out
 
 
@@ -87,6 +93,15 @@ def _forwards(model, config, decode: bool, device: str, shorten: bool = True) ->
     if short.active:
         found["shortened"] = {"layers": short.n, "run": short.prefix, "multiplicity": short.multiplicity}
     return found
+
+
+def _step_or_reason(model, out: dict) -> None:
+    """``measure_step`` into out["step"], or where transformers' forward cannot be measured so, the reason into
+    out["step_error"] (`memory` needs no step record; `train --global-batch` says why it has none)."""
+    try:
+        out["step"] = measure_step(model)
+    except LlmcalcError as exc:
+        out["step_error"] = str(exc)
 
 
 DECODE_CONTEXTS = (8, 16)  # prefilled tokens before the counted decode step (below any sliding window)
@@ -124,6 +139,9 @@ def measure_fake(model, config, seq_len: int | None, out: dict) -> dict:
     take the math kernel and save the S² scores) and, where the meta device could not run it, the KV cache."""
     if "kv" not in out:
         out.update(_forwards(model, config, seq_len is None, "fake"))
+        if seq_len is not None:  # `train`'s step model: its forwards run every layer, so the whole stack is faked
+            model.to_empty(device="cpu")  # (the forwards above faked the shortened stack's layers only)
+            _step_or_reason(model, out)
     if getattr(model.config, "_experts_implementation", None) == "batched_mm":
         # batched_mm gathers every token's k experts' weights (saved for backward: terabytes at a 1T MoE's shapes);
         # training runs grouped_mm, which saves the tokens' activations only
@@ -455,3 +473,107 @@ def _activations(model, config, seq_len: int, short=None) -> dict:
             handle.remove()
     model.eval()
     return {"runs": runs}
+
+
+STEP_LENGTHS = (16, 32)  # the forwards measure_step counts (batch 1; the s² term solves the two)
+
+
+def measure_step(model) -> dict:  # long: the hooked forward, then the counted ones
+    """What `train`'s step model (analytic/measured_step.py) times, from one batch-1 forward of STEP_LENGTHS[0]
+    tokens with a forward pre-hook on every module that holds a parameter, and FlopCounterMode over forwards at
+    both STEP_LENGTHS:
+
+    - ``modules``: per module (layer indices folded to ``*``) the layers it runs in, its calls per forward, the
+      rows of its input per token (a dense module's 1; an experts module's tokens), the input's width (which of a
+      weight's dimensions it contracts), the input's place among the distinct input tensors of its layer (modules
+      reading the same tensor, a Linear's q/k/v or gate/up, can run as one GEMM), whether the input holds token
+      ids (an embedding lookup, no GEMM), and for a module handed 2-D integer routing indices (transformers'
+      experts modules: ``top_k_index``) that tensor's last dimension, the routed experts per token, with the
+      module's ``num_experts`` and ``is_transposed``;
+    - ``head_module``: the module transformers calls the output embeddings (the LM head, tied or not);
+    - ``attention``: per layer, the FLOPs of the attention core (sdpa kernels, an eager attention's bmm) that
+      the counter saw in the layer's direct children at each length."""
+    from .counters import CORE_OPS, count_flops
+
+    s1, s2 = STEP_LENGTHS
+    # every module holding a parameter, a tied head's too (it holds the embedding's tensor)
+    holders = {name.rsplit(".", 1)[0] if "." in name else "" for name, _ in model.named_parameters(
+        remove_duplicate=False)}
+    head = model.get_output_embeddings()
+    head_name = next((name for name, m in model.named_modules() if head is not None and m is head), None)
+    kept: list[torch.Tensor] = []  # the inputs seen, alive until the forward ends (their ids stay unique)
+    calls: list[tuple[str, torch.Tensor, int | None]] = []
+
+    def hook(name):
+        def pre(module, args, kwargs):
+            tensors = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
+            if not tensors:
+                return
+            routing = [t for t in tensors[1:] if not t.is_floating_point() and t.dim() == 2]
+            kept.append(tensors[0])
+            calls.append((name, tensors[0], routing[0].shape[-1] if routing else None))
+        return pre
+
+    modules = dict(model.named_modules())
+    handles = [modules[name].register_forward_pre_hook(hook(name), with_kwargs=True) for name in holders
+               if name in modules]
+    kwargs: dict[str, Any] = {"input_ids": torch.zeros(1, s1, dtype=torch.long)}
+    if "use_cache" in model.forward.__code__.co_varnames:
+        kwargs["use_cache"] = False
+    try:
+        with torch.no_grad():
+            model(**kwargs)
+    except Exception as exc:
+        raise LlmcalcError(f"transformers' forward of {type(model).__name__} failed at seq {s1}: "
+                           f"{_reason(exc)}") from None
+    finally:
+        for h in handles:
+            h.remove()
+    groups: dict[str, dict] = {}
+    inputs: dict[str, list[int]] = defaultdict(list)  # per layer (or outside: ""), the distinct input tensors
+    for name, x, top_k in calls:
+        pattern = LAYER_INDEX.sub(".*", name)
+        digits = LAYER_INDEX.findall(name)
+        layer_key = name[:name.index(digits[0]) + len(digits[0])] if digits else ""
+        seen = inputs[layer_key]
+        if id(x) not in seen:
+            seen.append(id(x))
+        entry = groups.get(pattern)
+        if entry is None:
+            mod = modules[name]
+            entry = groups[pattern] = {
+                "name": pattern, "class": type(mod).__name__, "layers": [], "calls": 0,
+                "rows_per_token": (x.numel() // x.shape[-1] if x.dim() else 1) / s1,
+                "in_width": x.shape[-1] if x.dim() else 1, "reads": seen.index(id(x)),
+                "token_ids": not x.is_floating_point(), "top_k": top_k,
+                "num_experts": getattr(mod, "num_experts", None) if top_k else None,
+                "is_transposed": bool(getattr(mod, "is_transposed", False))}
+        entry["calls"] += 1
+        index = int(digits[-1][1:]) if digits else None
+        if index is not None and index not in entry["layers"]:
+            entry["layers"].append(index)
+    kept.clear()
+    prefix = type(model).__name__ + "."
+    per_length = []
+    for seq in STEP_LENGTHS:
+        ids = torch.zeros(1, seq, dtype=torch.long)
+
+        def forward(ids=ids):
+            with torch.no_grad():
+                model(**{**kwargs, "input_ids": ids})
+
+        try:
+            counted = count_flops(forward)
+        except Exception as exc:
+            raise LlmcalcError(f"transformers' forward of {type(model).__name__} failed at seq {seq}: "
+                               f"{_reason(exc)}") from None
+        core: dict[int, int] = defaultdict(int)
+        for name, ops in counted.by_module.items():
+            path = name[len(prefix):].split(".") if name.startswith(prefix) else []
+            layer = next((i for i, seg in enumerate(path) if seg.isdigit()), None)
+            if layer is not None and len(path) == layer + 2:  # a layer's direct children (counts are inclusive)
+                core[int(path[layer])] += sum(v for op, v in ops.items() if op in CORE_OPS)
+        per_length.append(core)
+    layers = sorted(set(per_length[0]) | set(per_length[1]))
+    return {"lengths": list(STEP_LENGTHS), "modules": list(groups.values()), "head_module": head_name,
+            "attention": {"core_flops": [[c.get(i, 0) for i in layers] for c in per_length], "layers": layers}}

@@ -943,8 +943,8 @@ def draft_from_hf(hf: dict, name: str = "custom") -> SpecDraft:  # long: HF key 
             known = f"not one of the {len(FAMILIES)} with a formula (README, 'What is covered')"
             if isinstance(model_type, str) and model_type:
                 raise UnknownModelType(
-                    f"unknown model_type {model_type!r}, {known}: this command needs its shapes (`params`, `flops`, "
-                    f"`train`, `memory`, `infer`, `serve` use transformers); {describe}", hf, name)
+                    f"unknown model_type {model_type!r}, {known}: this command needs its shapes (`compare`, "
+                    f"`profile`, `report` do; the others use transformers); {describe}", hf, name)
             raise SpecError(f"unknown model_type {model_type!r}, {known}; {describe}")
         family = Family("explicit llmcalc keys", {}, {}, _attention_bias, gated=hf["mlp"] in ("swiglu", "geglu"))
     hf = family.unalias(hf)

@@ -35,10 +35,19 @@ def _pct(v: float) -> str:
 def document(search: LayoutSearch, top: int = 10, recompute: str | None = None) -> Document:
     """`layout`'s answer: the `top` layouts that fit and why the others lose (`recompute`: the one mode tried, if
     given)."""
-    return layout_document(search.spec.name, search.gpu, search.n_gpus, search.seq_len,
-                           global_batch=search.global_batch, ranked=search.ranked, losers=search.losers,
-                           counts=search.counts, top=top, recompute=recompute, recipe=search.recipe,
-                           optimizer=search.optimizer)
+    doc = layout_document(search.spec.name, search.gpu, search.n_gpus, search.seq_len,
+                          global_batch=search.global_batch, ranked=search.ranked, losers=search.losers,
+                          counts=search.counts, top=top, recompute=recompute, recipe=search.recipe,
+                          optimizer=search.optimizer)
+    sources = getattr(search.ranked[0][0], "measured_from", None) if search.ranked else None
+    if sources is not None:  # a model transformers measured (analytic/measured_step.py)
+        doc.data.update(method="transformers", measured_from=dict(sources))
+        notes = doc.tables[0].notes
+        notes[1] = (f"memory: `llmcalc memory`'s per-GPU model of what transformers measured ({search.recipe} + "
+                    f"{search.optimizer}; per pipeline stage its layers' tensors and saved activations), no "
+                    "recomputation (the measured forward recomputes nothing), with ZeRO-1, else ZeRO-3 (FSDP)")
+        notes[3:3] = [f"measured by transformers, {k}: {text}" for k, text in sources.items()]
+    return doc
 
 
 def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batch: int, ranked: list,
