@@ -62,7 +62,7 @@ def measure_meta(model, config, roles: dict[str, str], decode: bool = True) -> d
         pass  # measure_fake measures them on fake tensors
     if not decode and "kv" in out:  # `train`'s step model: the GEMMs each module runs and the attention cores' work
         with torch.device("meta"):
-            _step_or_reason(model, out)
+            _step_or_reason(model, config, out)
     return out
 
 
@@ -95,13 +95,42 @@ def _forwards(model, config, decode: bool, device: str, shorten: bool = True) ->
     return found
 
 
-def _step_or_reason(model, out: dict) -> None:
-    """``measure_step`` into out["step"], or where transformers' forward cannot be measured so, the reason into
-    out["step_error"] (`memory` needs no step record; `train --global-batch` says why it has none)."""
+def _step_or_reason(model, config, out: dict) -> None:
+    """``measure_step`` into out["step"], run on the shortened stack (``hf_shorten``) and extended to every layer
+    (``_extend_step``), or where transformers' forward cannot be measured so, the reason into out["step_error"]
+    (`memory` needs no step record; `train --global-batch` says why it has none)."""
+    from .hf_shorten import shortened
+
     try:
-        out["step"] = measure_step(model)
+        with shortened(model, config) as short:
+            out["step"] = _extend_step(measure_step(model), short)
     except LlmcalcError as exc:
         out["step_error"] = str(exc)
+
+
+def _extend_step(step: dict, short) -> dict:
+    """measure_step's record of a shortened stack as the whole stack's: a module runs in every layer its prefix
+    layers stand for (``Short.rep``), its calls per forward grown in proportion (the step model reads calls per
+    layer), and each layer's attention-core FLOPs are its representative's."""
+    if not short.active:
+        return step
+
+    def every(layers: list[int]) -> list[int]:
+        ran = set(layers)
+        return [r for r in range(short.n) if short.rep[r] in ran]
+
+    for mod in step["modules"]:
+        if mod["layers"]:
+            layers = every(mod["layers"])
+            calls = mod["calls"] * len(layers) / len(mod["layers"])
+            mod["calls"] = int(calls) if calls == int(calls) else calls
+            mod["layers"] = layers
+    att = step["attention"]
+    at = {layer: j for j, layer in enumerate(att["layers"])}
+    layers = every(att["layers"])
+    att["core_flops"] = [[c[at[short.rep[r]]] for r in layers] for c in att["core_flops"]]
+    att["layers"] = layers
+    return step
 
 
 DECODE_CONTEXTS = (8, 16)  # prefilled tokens before the counted decode step (below any sliding window)
@@ -139,9 +168,8 @@ def measure_fake(model, config, seq_len: int | None, out: dict) -> dict:
     take the math kernel and save the S² scores) and, where the meta device could not run it, the KV cache."""
     if "kv" not in out:
         out.update(_forwards(model, config, seq_len is None, "fake"))
-        if seq_len is not None:  # `train`'s step model: its forwards run every layer, so the whole stack is faked
-            model.to_empty(device="cpu")  # (the forwards above faked the shortened stack's layers only)
-            _step_or_reason(model, out)
+        if seq_len is not None:  # `train`'s step model
+            _step_or_reason(model, config, out)
     if getattr(model.config, "_experts_implementation", None) == "batched_mm":
         # batched_mm gathers every token's k experts' weights (saved for backward: terabytes at a 1T MoE's shapes);
         # training runs grouped_mm, which saves the tokens' activations only
