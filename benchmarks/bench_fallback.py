@@ -9,6 +9,8 @@ Its forwards run on 3 of its 61 layers (profiling/hf_shorten.py: one dense layer
 Cold calls before (9f9819e) and after, alternated at the same load (~5.5 on 2 CPUs), CPU (user + sys) and wall
 seconds: memory 12.6-13.9 / 18.9-20.8 -> 6.2-7.1 / 9.5-10.6; flops 9.3-10.3 / 13.8-15.8 -> 6.0-6.6 / 9.1-9.9;
 params 6.1-7.0 / 9.2-10.6 -> 5.8-6.0 / 8.6-9.1 (what is left is mostly importing torch and transformers).
+With the step model's record (measured on the same shortened stack), at load ~1: memory 8.0 s CPU / 8.1 s wall,
+flops 6.2 / 6.1-6.8, params 5.9 / 5.8; warm 0.14-0.24 s.
 Targets (wall, an idle machine; the child's CPU time is printed beside it, the figure that does not depend on
 neighbours): a cold call under 10 s, a warm call under 1 s.
 """
