@@ -181,7 +181,11 @@ def forward_peak(spec: ModelSpec, tokens: int, tp: int, act_bytes: float, expert
     plain T·(2F/tp + 3D)·a; vLLM's fused MoE workspaces M·k·max(2I/tp, D) and M·k·I/tp (fused_moe.py cache13 and
     cache2; whole experts under expert parallelism) plus 3·T·D."""
     D = spec.d_model
-    dense = dense_peak(tokens, (3 if spec.gated else 2) * spec.d_ff / tp, D, act_bytes) if spec.d_ff else 0.0
+    # a dense MLP's transient where some layer runs one: a dense layer, or Gemma 4's MLP beside the experts (a model
+    # whose every FFN is routed, qwen3_moe, has no dense MLP whatever its config's intermediate_size says)
+    has_dense = not spec.is_moe or spec.moe_dense_parallel or spec.n_moe_layers < spec.n_layers
+    dense = dense_peak(tokens, (3 if spec.gated else 2) * spec.d_ff / tp, D, act_bytes) if spec.d_ff and has_dense \
+        else 0.0
     if not spec.is_moe:
         return dense
     k, inner = spec.n_experts_per_token, spec.d_ff_expert / (1 if expert_parallel else tp)
