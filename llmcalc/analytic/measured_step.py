@@ -41,8 +41,6 @@ from .memory import RECIPES, lookup
 from .parallel import check_degrees, check_zero
 from .pipeline import SCHEDULES, chunks_per_rank, path_bounds, stage_of
 from .steptime import (
-    EP_OVERLAP_SHARE,
-    EP_OVERLAP_SMS,
     KERNEL_EFFICIENCY,
     STEP_DEFAULTS,
     Layout,
@@ -56,7 +54,8 @@ from .steptime import (
     _flag,
     _one_rank_dp,
     _Prepared,
-    _tp_exposed,
+    add_ep_comm,
+    add_tp_comm,
     pipeline_step,
     stage_split,
 )
@@ -412,27 +411,11 @@ def _layer_cost(ctx: _Ctx, step: MeasuredStep, i: int, full_recompute: bool) -> 
         t.bwd_input += t.fwd
         passes = 3
     if tp > 1 and tp_inputs:
-        colls = [replace(c, count=c.count / 2 * len(tp_inputs)) for c in
-                 comm.tp_collectives(T, D, act, tp, sequence_parallel=lay.sequence_parallel, passes=passes)]
-        tpt = comm.total_seconds(colls, dev.network)
-        if lay.tp_overlap:
-            per_pass = tpt / passes
-            t.tp = _tp_exposed(per_pass, fwd, passes - 1) + _tp_exposed(per_pass, dgrad + wgrad, 1)
-            t.comm_fwd += _tp_exposed(per_pass, fwd, 1)
-        else:
-            t.tp = tpt
-            t.comm_fwd += tpt / passes
+        add_tp_comm(t, ctx, D, len(tp_inputs), passes, fwd=fwd, bwd=dgrad + wgrad)
     if routed and lay.alltoall:
         if full_recompute:
             ep_bwd += ep_fwd
-        if lay.ep_overlap:
-            sms = EP_OVERLAP_SMS / dev.sm_count
-            hidden = min(ep_fwd + ep_bwd, t.compute) * EP_OVERLAP_SHARE
-            t.ep = ep_fwd + ep_bwd - hidden + hidden * sms
-            t.comm_fwd += t.ep * ep_fwd / max(ep_fwd + ep_bwd, 1e-30)
-        else:
-            t.ep = ep_fwd + ep_bwd
-            t.comm_fwd += ep_fwd
+        add_ep_comm(t, ctx, ep_fwd, ep_bwd)
     return t
 
 

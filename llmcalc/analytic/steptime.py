@@ -601,7 +601,7 @@ def _layer_cost(ctx: _Ctx, i: int, rec: frozenset[str]) -> StageTimes:
 
 
 def _layer_cost_uncached(ctx: _Ctx, i: int, rec: frozenset[str]) -> StageTimes:  # long: one layer's terms in order
-    spec, lay, dev = ctx.spec, ctx.lay, ctx.dev
+    spec, lay = ctx.spec, ctx.lay
     tp, T, D, act = lay.tp, ctx.tokens, spec.d_model, ctx.act
     sp = tp if lay.sequence_parallel else 1
     mixers, ffn = spec.layer_parts(i)
@@ -697,34 +697,52 @@ def _layer_cost_uncached(ctx: _Ctx, i: int, rec: frozenset[str]) -> StageTimes: 
     else:
         t.bwd_input += redo
     # TP collectives: an all-gather before and a reduce-scatter after each sub-block (all-reduce without SP)
-    net = dev.network
     if tp > 1:
         tp_blocks = len(mixers) + (ffn == "mlp") + (moe and (not lay.alltoall or spec.n_shared_experts > 0))
-        colls = [replace(c, count=c.count / 2 * tp_blocks) for c in
-                 comm.tp_collectives(T, D, act, tp, sequence_parallel=lay.sequence_parallel, passes=passes)]
-        tpt = comm.total_seconds(colls, net)
-        if lay.tp_overlap:
-            per_pass = tpt / passes
-            t.tp = _tp_exposed(per_pass, fwd, passes - 1) + _tp_exposed(per_pass, dgrad + wgrad, 1)
-            t.comm_fwd += _tp_exposed(per_pass, fwd, 1)
-        else:
-            t.tp = tpt
-            t.comm_fwd += tpt / passes
+        add_tp_comm(t, ctx, D, tp_blocks, passes, fwd=fwd, bwd=dgrad + wgrad)
     t.cp = cp_f + cp_b
     t.comm_fwd += cp_f
     if moe and lay.alltoall:
         if "block" in rec or "moe" in rec:
             ep_bwd += ep_fwd  # the recomputed forward dispatches and combines again
-        if lay.ep_overlap:  # under the other micro-batch's compute; the SMs it holds slow that compute
-            sms = EP_OVERLAP_SMS / dev.sm_count
-            hidden = min(ep_fwd + ep_bwd, t.compute) * EP_OVERLAP_SHARE
-            exposed = ep_fwd + ep_bwd - hidden + hidden * sms
-            t.ep = exposed
-            t.comm_fwd += exposed * ep_fwd / max(ep_fwd + ep_bwd, 1e-30)
-        else:
-            t.ep = ep_fwd + ep_bwd
-            t.comm_fwd += ep_fwd
+        add_ep_comm(t, ctx, ep_fwd, ep_bwd)
     return t
+
+
+def add_tp_comm(t: StageTimes, ctx: _Ctx, d_model: int, blocks: float, passes: int, fwd: float, bwd: float) -> None:
+    """A layer's TP collectives into `t`: an all-gather before and a reduce-scatter after each of its `blocks`
+    tensor-parallel sub-blocks (all-reduce without SP), in each of `passes` passes (forward, backward, the
+    recomputed forward); with --tp-overlap each pass's share under its GEMMs (`fwd`, `bwd`: the forward's and the
+    backward's GEMM seconds, ``_tp_exposed``), else all exposed. The formula path and the measured step model
+    (analytic/measured_step.py) both time them here."""
+    lay = ctx.lay
+    colls = [replace(c, count=c.count / 2 * blocks) for c in
+             comm.tp_collectives(ctx.tokens, d_model, ctx.act, lay.tp, sequence_parallel=lay.sequence_parallel,
+                                 passes=passes)]
+    tpt = comm.total_seconds(colls, ctx.dev.network)
+    if lay.tp_overlap:
+        per_pass = tpt / passes
+        t.tp = _tp_exposed(per_pass, fwd, passes - 1) + _tp_exposed(per_pass, bwd, 1)
+        t.comm_fwd += _tp_exposed(per_pass, fwd, 1)
+    else:
+        t.tp = tpt
+        t.comm_fwd += tpt / passes
+
+
+def add_ep_comm(t: StageTimes, ctx: _Ctx, ep_fwd: float, ep_bwd: float) -> None:
+    """A MoE layer's dispatch / combine all-to-alls (`ep_fwd`, `ep_bwd` seconds, a recomputed forward's included)
+    into `t`: exposed, or with --ep-overlap EP_OVERLAP_SHARE of them under the other micro-batch's compute, whose
+    SMs they hold slowing that compute by EP_OVERLAP_SMS / the device's SMs. Shared by the formula path and the
+    measured step model."""
+    if ctx.lay.ep_overlap:
+        sms = EP_OVERLAP_SMS / ctx.dev.sm_count
+        hidden = min(ep_fwd + ep_bwd, t.compute) * EP_OVERLAP_SHARE
+        exposed = ep_fwd + ep_bwd - hidden + hidden * sms
+        t.ep = exposed
+        t.comm_fwd += exposed * ep_fwd / max(ep_fwd + ep_bwd, 1e-30)
+    else:
+        t.ep = ep_fwd + ep_bwd
+        t.comm_fwd += ep_fwd
 
 
 def _attention_core(ctx: _Ctx, i: int, kind: str) -> tuple[float, float, float, float]:
