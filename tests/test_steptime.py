@@ -27,6 +27,7 @@ from llmcalc.spec import load_hardware, load_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import bench_steptime  # noqa: E402
+from bench_layout import CASES as LAYOUT_CASES  # noqa: E402  (bench_layout.py's five cases)
 from bench_steptime import gpt as bench_gpt  # noqa: E402
 from clirun import run  # noqa: E402
 
@@ -975,9 +976,7 @@ def test_fast_search_returns_the_exact_searchs_best_layouts():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model, n, seq, batch", [("llama-3-8b", 1024, 8192, 2048),
-                                                  ("llama-3.1-405b", 16384, 8192, 2048),
-                                                  ("mixtral-8x7b", 64, 4096, 256), ("deepseek-v3", 2048, 4096, 4096)])
+@pytest.mark.parametrize("model, n, seq, batch", LAYOUT_CASES[1:])  # the first is in the fast tier
 def test_fast_search_returns_the_exact_searchs_best_layouts_on_the_benchmark_cases(model, n, seq, batch):
     _exact_search_agrees(model, n, seq, batch)
 
@@ -1353,9 +1352,7 @@ def test_fast_search_has_the_per_layout_paths_figures_bit_for_bit(model, n, seq,
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model, n, seq, batch", [("llama-3-8b", 1024, 8192, 2048),
-                                                  ("llama-3.1-405b", 16384, 8192, 2048),
-                                                  ("mixtral-8x7b", 64, 4096, 256), ("deepseek-v3", 2048, 4096, 4096)])
+@pytest.mark.parametrize("model, n, seq, batch", LAYOUT_CASES[1:])  # the first is in the fast tier
 def test_fast_search_has_the_per_layout_paths_figures_on_the_benchmark_cases(model, n, seq, batch):
     _search_is_the_per_layout_path(model, n, seq, batch)
 
