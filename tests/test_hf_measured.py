@@ -7,7 +7,6 @@ run end to end through the CLI, bad input included.
 """
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -15,6 +14,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from clirun import cli_json, one_line_error  # noqa: E402
+from tinyhf import CONFIGS, GEMMA3, LLAMA, QWEN3_MOE, QWEN3_NEXT, both_paths, write_config  # noqa: E402
 
 from llmcalc.analytic.inference import kv_layers  # noqa: E402
 from llmcalc.analytic.memory import training_memory  # noqa: E402
@@ -23,17 +23,6 @@ from llmcalc.analytic.vllm import kv_groups  # noqa: E402
 from llmcalc.fallback import FORCE_ENV, load_measured  # noqa: E402
 from llmcalc.spec import spec_from_hf  # noqa: E402
 
-CONFIGS = Path(__file__).parent / "configs" / "fallback"
-LLAMA = dict(model_type="llama", num_hidden_layers=4, hidden_size=256, num_attention_heads=4, num_key_value_heads=2,
-             intermediate_size=512, vocab_size=256)
-GEMMA3 = dict(model_type="gemma3_text", num_hidden_layers=3, hidden_size=64, num_attention_heads=4,
-              num_key_value_heads=2, head_dim=16, intermediate_size=128, vocab_size=1000, sliding_window=32,
-              layer_types=["sliding_attention", "sliding_attention", "full_attention"])
-QWEN3_NEXT = dict(model_type="qwen3_next", num_hidden_layers=4, hidden_size=64, num_attention_heads=4,
-                  num_key_value_heads=2, head_dim=16, intermediate_size=128, vocab_size=1000, num_experts=4,
-                  num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=32,
-                  linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=16, linear_value_head_dim=16)
-
 
 @pytest.fixture(autouse=True)
 def _cache(tmp_path, monkeypatch):
@@ -41,8 +30,7 @@ def _cache(tmp_path, monkeypatch):
 
 
 def forced(tmp_path, monkeypatch, hf, seq=256):
-    path = tmp_path / f"{hf['model_type']}.json"
-    path.write_text(json.dumps(hf))
+    path = write_config(tmp_path, hf, f"{hf['model_type']}.json")
     monkeypatch.setenv(FORCE_ENV, "1")
     return load_measured(str(path), seq), spec_from_hf(hf, "ref")
 
@@ -153,19 +141,12 @@ def test_second_call_is_read_from_the_cache(tmp_path, monkeypatch):
 # --- infer ---------------------------------------------------------------------------------------------------------
 
 LLAMA_INFER = {**LLAMA, "max_position_embeddings": 4096}
-QWEN3_MOE = dict(model_type="qwen3_moe", num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
-                 num_key_value_heads=2, head_dim=16, intermediate_size=128, moe_intermediate_size=32, num_experts=8,
-                 num_experts_per_tok=2, vocab_size=1000, max_position_embeddings=4096)
 INFER = ("--gpu", "h100-sxm", "--prompt", "512", "--generate", "64", "--batch-size", "4")
 
 
 @pytest.mark.parametrize("hf", [LLAMA_INFER, QWEN3_MOE], ids=["llama", "qwen3_moe"])
 def test_infer_forced_through_transformers_matches_the_formula(tmp_path, monkeypatch, hf):
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(hf))
-    analytic = cli_json("infer", str(path), *INFER)
-    monkeypatch.setenv(FORCE_ENV, "1")
-    measured = cli_json("infer", str(path), *INFER)
+    analytic, measured = both_paths(tmp_path, monkeypatch, hf, "infer", *INFER)
     assert measured["method"] == "transformers" and "decode_flops" in measured["measured_from"]
     for key in ("weights_bytes", "kv_cache_bytes_per_token", "state_bytes_per_sequence_per_gpu", "decode_seconds"):
         assert measured[key] == analytic[key], key
@@ -206,8 +187,7 @@ def test_infer_sizes_a_shipped_quantization_by_module_name(tmp_path, monkeypatch
     lm_head (fine-grained FP8 leaves it) and 9 norms at 2 B; at one GPU and split over two (each rank one KV head,
     half of every other matrix and of the vocabulary rows, the norms whole)."""
     hf = {**LLAMA_INFER, "quantization_config": FP8_BLOCK}
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(hf))
+    path = write_config(tmp_path, hf)
     analytic = {n: cli_json("infer", str(path), *INFER, "--n-gpus", n) for n in ("1", "2")}
     monkeypatch.setenv(FORCE_ENV, "1")
     for n in ("1", "2"):
@@ -230,8 +210,7 @@ QWEN25_VL_TEXT = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4
 @pytest.mark.parametrize("tied", [False, True])
 def test_text_model_without_a_causal_lm_class_gets_the_checkpoints_head(tmp_path, tied):
     # qwen2_5_vl_text has no causal-LM class in transformers 5.24: its head lives in Qwen2_5_VLForConditionalGeneration
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps({"model_type": "qwen2_5_vl_text", **QWEN25_VL_TEXT, "tie_word_embeddings": tied}))
+    path = write_config(tmp_path, {"model_type": "qwen2_5_vl_text", **QWEN25_VL_TEXT, "tie_word_embeddings": tied})
     data = cli_json("params", str(path))
     cfg = transformers.Qwen2_5_VLConfig(text_config={**QWEN25_VL_TEXT, "tie_word_embeddings": tied},
                                         vision_config=dict(depth=1, hidden_size=32, out_hidden_size=64, num_heads=2,
@@ -433,12 +412,7 @@ def test_infer_over_tp_ranks_matches_the_formula(tmp_path, monkeypatch, hf, n_gp
     (K/V heads kept per rank, replicated past them), the experts' read per GPU (split by tp), the decode time (the
     formula path times no TP all-reduce, nor does the measured one); the prefill FLOPs differ as at one GPU (the
     causal diagonal, test_infer_forced_through_transformers_matches_the_formula)."""
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(hf))
-    argv = (*INFER, "--n-gpus", n_gpus)
-    analytic = cli_json("infer", str(path), *argv)
-    monkeypatch.setenv(FORCE_ENV, "1")
-    measured = cli_json("infer", str(path), *argv)
+    analytic, measured = both_paths(tmp_path, monkeypatch, hf, "infer", *INFER, "--n-gpus", n_gpus)
     assert measured["method"] == "transformers" and measured["n_gpus"] == int(n_gpus)
     for key in ("weights_bytes_per_gpu", "kv_cache_bytes_per_token_per_gpu", "state_bytes_per_sequence_per_gpu",
                 "decode_weight_bytes_per_gpu", "decode_seconds"):

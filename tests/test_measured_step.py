@@ -8,8 +8,6 @@ and the measured path takes from the bytes transformers' eager modelling code sa
 norm copies), so they agree within STEP_TOLERANCE. Two model types without a formula (codegen, arcee) run end to end.
 """
 
-import json
-from pathlib import Path
 
 import pytest
 
@@ -17,6 +15,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from clirun import cli_json, one_line_error  # noqa: E402
+from tinyhf import CONFIGS, GEMMA3, LLAMA, QWEN3_MOE, QWEN3_NEXT, both_paths, write_config  # noqa: E402
 
 from llmcalc.analytic.flops import layer_ops  # noqa: E402
 from llmcalc.analytic.kernels import device_for  # noqa: E402
@@ -26,12 +25,6 @@ from llmcalc.analytic.steptime import KERNEL_EFFICIENCY, _Ctx, _layer_cost_uncac
 from llmcalc.fallback import FORCE_ENV, load_measured  # noqa: E402
 from llmcalc.spec import spec_from_hf  # noqa: E402
 
-CONFIGS = Path(__file__).parent / "configs" / "fallback"
-LLAMA = dict(model_type="llama", num_hidden_layers=4, hidden_size=256, num_attention_heads=4, num_key_value_heads=2,
-             intermediate_size=512, vocab_size=256)
-QWEN3_MOE = dict(model_type="qwen3_moe", num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
-                 num_key_value_heads=2, head_dim=16, intermediate_size=128, moe_intermediate_size=32, num_experts=8,
-                 num_experts_per_tok=2, vocab_size=1000, max_position_embeddings=4096)
 # llama-like at a size where the GEMMs dominate (a 0.5B-class model: TinyLlama's widths, 8 layers)
 MID = dict(model_type="llama", num_hidden_layers=8, hidden_size=2048, num_attention_heads=16, num_key_value_heads=8,
            intermediate_size=5632, vocab_size=32000, max_position_embeddings=4096)
@@ -40,13 +33,6 @@ MID = dict(model_type="llama", num_hidden_layers=8, hidden_size=2048, num_attent
 # and 0.7 % (MID) apart; on the published configs 0.5 % (llama-3-8b) and 2.9 % (qwen3-30b-a3b, whose saved bytes hold
 # every routed token's copies and expert activations)
 STEP_TOLERANCE = 0.05
-GEMMA3 = dict(model_type="gemma3_text", num_hidden_layers=3, hidden_size=64, num_attention_heads=4,
-              num_key_value_heads=2, head_dim=16, intermediate_size=128, vocab_size=1000, sliding_window=32,
-              layer_types=["sliding_attention", "sliding_attention", "full_attention"])
-QWEN3_NEXT = dict(model_type="qwen3_next", num_hidden_layers=4, hidden_size=64, num_attention_heads=4,
-                  num_key_value_heads=2, head_dim=16, intermediate_size=128, vocab_size=1000, num_experts=4,
-                  num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=32,
-                  linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=16, linear_value_head_dim=16)
 CASES = [(LLAMA, 512), (QWEN3_MOE, 512), (MID, 1024), (GEMMA3, 256)]
 IDS = ["llama", "qwen3_moe", "mid-llama", "gemma3"]
 
@@ -57,8 +43,7 @@ def _cache(tmp_path, monkeypatch):
 
 
 def forced(tmp_path, monkeypatch, hf, seq):
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(hf))
+    path = write_config(tmp_path, hf)
     monkeypatch.setenv(FORCE_ENV, "1")
     return path, MeasuredStep.of(load_measured(str(path), seq)), spec_from_hf(hf, "ref")
 
@@ -104,13 +89,8 @@ LAYOUTS = [[], ["--tp", "2", "--pp", "2"], ["--tp", "2", "--zero", "3", "--recom
 @pytest.mark.parametrize("hf, seq", CASES, ids=IDS)
 @pytest.mark.parametrize("layout", LAYOUTS, ids=["dp", "tp-pp", "fsdp-full"])
 def test_step_seconds_agree_with_the_formula(tmp_path, monkeypatch, hf, seq, layout):
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(hf))
-    argv = ("train", str(path), "--tokens", "1e9", "--gpu", "h100-sxm", "--n-gpus", "8", "--global-batch", "64",
-            "--seq-len", str(seq), *layout)
-    analytic = cli_json(*argv)
-    monkeypatch.setenv(FORCE_ENV, "1")
-    measured = cli_json(*argv)
+    analytic, measured = both_paths(tmp_path, monkeypatch, hf, "train", "--tokens", "1e9", "--gpu", "h100-sxm",
+                                    "--n-gpus", "8", "--global-batch", "64", "--seq-len", str(seq), *layout)
     assert measured["method"] == "transformers" and analytic["method"] == "analytic"
     assert {"gemms", "attention", "elementwise", "step_flops"} <= set(measured["measured_from"])
     assert measured["step_seconds"] == pytest.approx(analytic["step_seconds"], rel=STEP_TOLERANCE)
@@ -124,13 +104,9 @@ def test_step_seconds_agree_with_the_formula(tmp_path, monkeypatch, hf, seq, lay
 
 @pytest.mark.parametrize("overlap", [[], ["--ep-overlap"]], ids=["exposed", "ep-overlap"])
 def test_experts_split_over_ep_as_the_formula(tmp_path, monkeypatch, overlap):
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(QWEN3_MOE))
-    argv = ("train", str(path), "--tokens", "1e9", "--gpu", "h100-sxm", "--n-gpus", "8", "--global-batch", "64",
-            "--seq-len", "512", "--tp", "2", "--ep", "4", *overlap)
-    analytic = cli_json(*argv)
-    monkeypatch.setenv(FORCE_ENV, "1")
-    measured = cli_json(*argv)
+    analytic, measured = both_paths(tmp_path, monkeypatch, QWEN3_MOE, "train", "--tokens", "1e9", "--gpu", "h100-sxm",
+                                    "--n-gpus", "8", "--global-batch", "64", "--seq-len", "512", "--tp", "2", "--ep",
+                                    "4", *overlap)
     # the dispatch / combine all-to-alls of top-2 routed tokens: the same collectives (with --ep-overlap, the
     # hidden share is of each path's own compute, which differs by the elementwise traffic)
     assert measured["breakdown_seconds"]["ep_comm"] == pytest.approx(analytic["breakdown_seconds"]["ep_comm"],
@@ -186,8 +162,7 @@ def test_sliding_layers_attend_their_window(tmp_path, monkeypatch):
 def test_a_mixer_without_a_kernel_is_refused_in_one_line(tmp_path, monkeypatch):
     """qwen3_next's Gated DeltaNet layers hold a depthwise conv1d (called as a tensor, not a Linear) and keep a
     recurrent state: the step model has no kernel for them."""
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(QWEN3_NEXT))
+    path = write_config(tmp_path, QWEN3_NEXT)
     monkeypatch.setenv(FORCE_ENV, "1")
     line = one_line_error("train", str(path), "--tokens", "1e9", "--gpu", "h100-sxm", "--global-batch", "8",
                           "--seq-len", "256")
