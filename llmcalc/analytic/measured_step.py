@@ -53,10 +53,12 @@ from .steptime import (
     _dp_and_optimizer,
     _flag,
     _one_rank_dp,
+    _p2p_seconds,
     _Prepared,
     add_ep_comm,
     add_tp_comm,
     pipeline_step,
+    stage_passes,
     stage_split,
 )
 
@@ -332,6 +334,10 @@ class _SpecView:
         return self.step.name
 
     @property
+    def d_model(self) -> int:
+        return self.step.d_model
+
+    @property
     def n_layers(self) -> int:
         return self.step.n_layers
 
@@ -474,17 +480,8 @@ def predict_measured(step: MeasuredStep, device: Device, lay: Layout, seq_len: i
         if k == n_stages - 1:
             total.add(head)
         stages.append(total)
-    fwd = [s.fwd + s.comm_fwd for s in stages]
-    bwd = [s.bwd_input + s.bwd_weight + s.tp + s.cp + s.ep - s.comm_fwd for s in stages]
-    wgt = None
-    if lay.schedule.startswith("zb"):
-        bwd = [s.bwd_input + s.tp + s.cp + s.ep - s.comm_fwd for s in stages]
-        wgt = [s.bwd_weight for s in stages]
-    p2p = 0.0
-    if lay.pp > 1:
-        p2p = comm.total_seconds(comm.pp_collectives(ctx.tokens, step.d_model, ctx.act, lay.tp,
-                                                     sequence_parallel=lay.sequence_parallel,
-                                                     stride=lay.strides()["pp"]), device.network)
+    fwd, bwd, wgt = stage_passes(stages, range(n_stages), lay.schedule)
+    p2p = _p2p_seconds(ctx) if lay.pp > 1 else 0.0
     bound, exact, plain = path_bounds(lay.schedule, lay.pp, lay.grad_accum, fwd, bwd, w=wgt, vpp=lay.vpp,
                                       p2p_time=p2p)
     groups = [(r, tuple(stage_of(lay.schedule, r, c, lay.pp) for c in range(v))) for r in range(lay.pp)]

@@ -52,7 +52,7 @@ HFU counts recomputation. ``causal`` changes only how FLOPs are counted, never t
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -1118,16 +1118,7 @@ def _prepare(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, caus
     split, starts, ids, kinds, groups = _stage_plan(spec, n_stages, lay, recompute)
     distinct = [_stage_cost(ctx, composition, recompute) for composition in kinds]
     stages = [distinct[j] for j in ids]
-    fwd_d = [s.fwd + s.comm_fwd for s in distinct]
-    bwd_comm = [s.tp + s.cp + s.ep - s.comm_fwd for s in distinct]
-    wgt: list[float] | None
-    if lay.schedule.startswith("zb"):  # the weight-gradient half (W) is split off the backward
-        bwd_d = [s.bwd_input + c for s, c in zip(distinct, bwd_comm, strict=True)]
-        wgt = [distinct[j].bwd_weight for j in ids]
-    else:
-        bwd_d = [s.bwd_input + s.bwd_weight + c for s, c in zip(distinct, bwd_comm, strict=True)]
-        wgt = None
-    fwd, bwd = [fwd_d[j] for j in ids], [bwd_d[j] for j in ids]
+    fwd, bwd, wgt = stage_passes(distinct, ids, lay.schedule)
     p2p = _p2p_seconds(ctx) if lay.pp > 1 else 0.0
     rank_groups, lasts = groups(lay.schedule, lay.pp)
     bound, exact, plain = path_bounds(lay.schedule, lay.pp, lay.grad_accum, fwd, bwd, w=wgt, vpp=lay.vpp, p2p_time=p2p,
@@ -1135,6 +1126,24 @@ def _prepare(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, caus
     dp, opt = _dp_and_optimizer(ctx, stages, split, starts, v, groups=rank_groups)
     return _Prepared(ctx, causal, recompute, stages, split, fwd=fwd, bwd=bwd, wgt=wgt, p2p=p2p, bound=bound,
                      exact=exact, dp=dp, optimizer=opt, plain_bound=plain, groups=rank_groups)
+
+
+def stage_passes(distinct: list[StageTimes], ids: Sequence[int], schedule: str
+                 ) -> tuple[list[float], list[float], list[float] | None]:
+    """(forward, backward, weight-gradient) seconds of each pipeline stage (stage k is distinct[ids[k]]) for the
+    schedule's simulator: the forward with its exposed communication, the backward with the rest; a zero-bubble
+    schedule splits the weight-gradient half (W) off the backward (else None). The formula path and the measured
+    step model both build the pipeline's inputs here."""
+    fwd_d = [s.fwd + s.comm_fwd for s in distinct]
+    bwd_comm = [s.tp + s.cp + s.ep - s.comm_fwd for s in distinct]
+    wgt: list[float] | None
+    if schedule.startswith("zb"):  # the weight-gradient half (W) is split off the backward
+        bwd_d = [s.bwd_input + c for s, c in zip(distinct, bwd_comm, strict=True)]
+        wgt = [distinct[j].bwd_weight for j in ids]
+    else:
+        bwd_d = [s.bwd_input + s.bwd_weight + c for s, c in zip(distinct, bwd_comm, strict=True)]
+        wgt = None
+    return [fwd_d[j] for j in ids], [bwd_d[j] for j in ids], wgt
 
 
 def _stage_cost(ctx: _Ctx, composition: tuple, recompute: str) -> StageTimes:
