@@ -24,7 +24,6 @@ import functools
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import accumulate, chain
 
 from ..errors import LlmcalcError
 
@@ -83,12 +82,6 @@ def _one_f_one_b(warmup: int, m: int, chunks_f: list, chunks_b: list) -> list:
         b += 1
     out += [("B",) + chunks_b[i] for i in range(b, total)]
     return out
-
-
-@functools.lru_cache(maxsize=64)
-def _static_lists(schedule: str, p: int, m: int, v: int) -> tuple[tuple[tuple[str, int, int], ...], ...]:
-    """action_lists, frozen and kept: a layout search simulates the same (schedule, p, m, v) many times."""
-    return tuple(tuple(actions) for actions in action_lists(schedule, p, m, v))
 
 
 def action_lists(schedule: str, p: int, m: int, v: int) -> list[list[tuple[str, int, int]]]:
@@ -208,110 +201,159 @@ def _simulate_exact(schedule: str, p: int, m: int, f_time, b_time, w_time, v: in
 
 
 @functools.lru_cache(maxsize=64)
-def _static_program(schedule: str, p: int, m: int, v: int) -> tuple[tuple[int, int, int, int, bool, int], ...]:
-    """The fixed action lists as one sequence in an order every action's dependency precedes: (rank, kind 0 F /
-    1 B / 2 W, stage, the index of the finish it waits for or -1, whether that ran on another rank, the index its
-    own finish is kept at or -1). Finishes are kept in one list: F of (stage, micro-batch) at stage·m + j, B at
-    (p·v + stage)·m + j. The order is the sweep's of _simulate_static as first written: each rank runs ahead until
-    it needs an action another rank has not reached (which actions are ready does not depend on the times); the
-    zero-bubble weight gradients come where zb-h1 computes them (a rank keeps at most r pending), the rest last."""
-    zero_bubble = schedule.startswith("zb")
-    n_stages = p * v
-    lists = _static_lists(schedule, p, m, v)
-    home = [0] * n_stages
+def _static_program(schedule: str, p: int, m: int, v: int) -> tuple[tuple[int, int, int, bool, int], ...]:
+    """The fixed action lists (action_lists, every schedule but zb-v) compiled for _simulate_static: one sequence
+    of (rank, duration index, the slot of the finish it waits for, whether that ran on another rank, the slot its
+    own finish is kept at), in an order every action's dependency precedes. Durations are indexed F of stage s at
+    s, B at p·v + s, W at 2·p·v + s; finishes are kept in one list: F of (stage, micro-batch) at stage·m + j, B at
+    (p·v + stage)·m + j, then two spare slots: one never written (0.0, what an action with no dependency waits for)
+    and one for the finishes nobody reads (W's). Each rank's actions come in its list's order (_rank_actions), the
+    zero-bubble weight gradients where zb-h1 computes them (a rank keeps at most r pending, the rest last); the
+    order across ranks is the sweep of _simulate_static as first written: each rank runs ahead until it needs an
+    action another rank has not reached (which actions are ready does not depend on the times), so a rank's
+    actions come in runs of consecutive ones."""
+    if schedule not in ("gpipe", "1f1b", "interleaved", "zb-h1"):
+        raise LlmcalcError(f"no fixed action lists for pipeline schedule {schedule!r}")
+    n = p * v
+    home = [0] * n
     for r in range(p):
         for c in range(v):
             home[stage_of(schedule, r, c, p)] = r
-    stage_at = [[stage_of(schedule, r, c, p) for c in range(v)] for r in range(p)]
-    done = [False] * (2 * n_stages * m)
-    pending: list[list[int]] = [[] for _ in range(p)]
+    none, trash = 2 * n * m, 2 * n * m + 1  # the slot read by actions without a dependency, the slot W writes
+    per_rank = [_rank_actions(schedule, p, m, v, r, home=home) for r in range(p)]
+    deps = [[a[2] for a in acts] for acts in per_rank]
+    owns = [[a[4] for a in acts] for acts in per_rank]
+    done = bytearray(2 * n * m + 2)
+    done[none] = 1
     pos = [0] * p
-    last = n_stages - 1
-    out: list[tuple[int, int, int, int, bool, int]] = []
+    out: list[tuple[int, int, int, bool, int]] = []
     progress = True
     while progress:
         progress = False
         for r in range(p):
-            actions, i = lists[r], pos[r]
-            while i < len(actions):
-                kind, chunk, j = actions[i]
-                st = stage_at[r][chunk]
-                if kind == "F":
-                    (dep, cross), own = ((st - 1) * m + j, home[st - 1] != r) if st else (-1, False), st * m + j
-                else:
-                    dep, cross = ((st * m + j, False) if st == last
-                                  else ((n_stages + st + 1) * m + j, home[st + 1] != r))
-                    own = (n_stages + st) * m + j
-                if dep >= 0 and not done[dep]:
-                    break
-                done[own] = True
-                out.append((r, 0 if kind == "F" else 1, st, dep, cross, own))
-                if kind == "B" and zero_bubble:
-                    pending[r].append(st)
-                    while len(pending[r]) > r:
-                        out.append((r, 2, pending[r].pop(0), -1, False, -1))
+            dep, own, i = deps[r], owns[r], pos[r]
+            start, end = i, len(dep)
+            while i < end and done[dep[i]]:
+                done[own[i]] = 1
                 i += 1
-            if i != pos[r]:
+            if i != start:
+                out += per_rank[r][start:i]
                 pos[r], progress = i, True
-    if any(pos[r] < len(lists[r]) for r in range(p)):
+    done[trash] = 0
+    if any(pos[r] < len(deps[r]) for r in range(p)):
         raise LlmcalcError(f"pipeline schedule {schedule} deadlocked for p={p}, m={m}, v={v} (a bug: please report)")
-    out += [(r, 2, st, -1, False, -1) for r in range(p) for st in pending[r]]  # the weight gradients still pending
     return tuple(out)
 
 
+def _rank_actions(schedule: str, p: int, m: int, v: int, r: int,
+                  home: list[int]) -> list[tuple[int, int, int, bool, int]]:
+    """Rank r's actions as _static_program keeps them, in the order of its action_lists list (each chunk's F and B
+    of every micro-batch built from its stage's constants, then picked in _chunk_order's order and interleaved as
+    _one_f_one_b does), the zero-bubble weight gradients inserted."""
+    n = p * v
+    last, none, trash = n - 1, 2 * n * m, 2 * n * m + 1
+    fs: list = []
+    bs: list = []
+    for c in range(v):
+        st = stage_of(schedule, r, c, p)
+        x, o = bool(st) and home[st - 1] != r, st * m
+        fs += ([(r, st, none, x, o + j) for j in range(m)] if not st else
+               [(r, st, o - m + j, x, o + j) for j in range(m)])
+        d, x, o = st * m if st == last else (n + st + 1) * m, st != last and home[st + 1] != r, (n + st) * m
+        bs += [(r, n + st, d + j, x, o + j) for j in range(m)]
+    fwd, bwd = _chunk_order(schedule, p, m, v)
+    fs, bs = list(map(fs.__getitem__, fwd)), list(map(bs.__getitem__, bwd))
+    warmup = min((p - r - 1) * 2 + (v - 1) * p if schedule == "interleaved" else m if schedule == "gpipe"
+                 else p - r - 1, len(fs))
+    # _one_f_one_b: the warm-up forwards, then one forward and one backward in turn, then the remaining backwards
+    steady: list = [None] * (2 * (len(fs) - warmup))
+    steady[0::2], steady[1::2] = fs[warmup:], bs[:len(fs) - warmup]
+    acts = fs[:warmup] + steady + bs[len(fs) - warmup:]
+    if not schedule.startswith("zb"):
+        return acts
+    out: list[tuple[int, int, int, bool, int]] = []
+    pending: list[int] = []
+    for a in acts:
+        out.append(a)
+        if a[1] >= n:  # a backward: its weight gradient waits until more than r are pending
+            pending.append(a[1] - n)
+            while len(pending) > r:
+                out.append((r, 2 * n + pending.pop(0), none, False, trash))
+    return out + [(r, 2 * n + st, none, False, trash) for st in pending]  # the weight gradients still pending
+
+
+@functools.lru_cache(maxsize=64)
+def _chunk_order(schedule: str, p: int, m: int, v: int) -> tuple[list[int], list[int]]:
+    """The order of a rank's forwards and of its backwards in action_lists, as indices chunk·m + micro-batch (the
+    same on every rank): interleaved Megatron-LM's groups of p micro-batches through chunk 0, 1, ..., v-1 (the
+    backwards from chunk v-1 down), else micro-batch by micro-batch."""
+    if schedule != "interleaved":
+        return list(range(m)), list(range(m))
+    fwd = [((k // p) % v) * m + (k // (p * v)) * p + k % p for k in range(m * v)]
+    return fwd, [(v - 1 - i // m) * m + i % m for i in fwd]
+
+
 def _simulate_static(schedule: str, p: int, m: int, f_time, b_time, w_time, v: int,
-                     p2p_time: tuple[float, ...]) -> list[tuple[PipelineResult, tuple[list, ...]]]:
+                     p2p_time: tuple[float, ...]) -> list[tuple[PipelineResult, tuple[list, ...]]]:  # long: 2 sweeps
     """The fixed action lists (every schedule but zb-v), once per transfer time: an action finishes at max(its
     rank's clock, its dependency's finish + the transfer when that ran on another rank) + its duration, whatever
-    order the ranks are advanced in; _static_program gives one such order. Two transfer times share the sweep."""
-    n_stages = p * v
+    order the ranks are advanced in; _static_program gives one such order. The swept rank's clock and busy time
+    are kept in locals through a run of its actions. Without transfers and with (simulate_pair) share one sweep, the
+    first skipping the addition of its zero transfer time (x + 0.0 is x); a rank's busy time is its durations added
+    one after the other in its own order, as the sweep as first written added them."""
+    n = p * v
     prog = _static_program(schedule, p, m, v)
-    durations = ([f_time(st) for st in range(n_stages)], [b_time(st) for st in range(n_stages)],
-                 [w_time(st) for st in range(n_stages)] if schedule.startswith("zb") else [])
-    busy = [0.0] * p
-    runs = []
-    if len(p2p_time) == 2:
-        (clock, done), (clock2, done2) = runs = [([0.0] * p, [0.0] * (2 * n_stages * m)) for _ in range(2)]
-        c, c2 = p2p_time
-        for r, kind, st, dep, cross, own in prog:
-            d = durations[kind][st]
-            t, t2 = clock[r], clock2[r]
-            if dep >= 0:
-                ready, ready2 = done[dep], done2[dep]
-                if cross:
-                    ready += c
-                    ready2 += c2
-                if ready > t:
-                    t = ready
-                if ready2 > t2:
-                    t2 = ready2
+    table = [f_time(st) for st in range(n)] + [b_time(st) for st in range(n)]
+    if schedule.startswith("zb"):
+        table += [w_time(st) for st in range(n)]
+    size = 2 * n * m + 2
+    timelines = []
+    if len(p2p_time) == 2 and not p2p_time[0]:  # without transfers and with, in one sweep
+        c = p2p_time[1]
+        clock, clock2, done, done2, busy = [0.0] * p, [0.0] * p, [0.0] * size, [0.0] * size, [0.0] * p
+        cur, t, t2, u = 0, 0.0, 0.0, 0.0  # the rank swept, its clock on each timeline, its busy time so far
+        for r, k, dep, cross, own in prog:
+            if r != cur:
+                clock[cur], clock2[cur], busy[cur] = t, t2, u
+                cur, t, t2, u = r, clock[r], clock2[r], busy[r]
+            d = table[k]
+            u += d
+            ready = done[dep]
+            if ready > t:
+                t = ready
+            ready = done2[dep]
+            if cross:
+                ready += c
+            if ready > t2:
+                t2 = ready
             t += d
             t2 += d
-            clock[r], clock2[r] = t, t2
-            busy[r] += d
-            if own >= 0:
-                done[own], done2[own] = t, t2
+            done[own] = t
+            done2[own] = t2
+        clock[cur], clock2[cur], busy[cur] = t, t2, u
+        timelines = [(clock, done), (clock2, done2)]
     else:
-        clock, done = [0.0] * p, [0.0] * (2 * n_stages * m)
-        runs.append((clock, done))
-        c = p2p_time[0]
-        for r, kind, st, dep, cross, own in prog:
-            d = durations[kind][st]
-            t = clock[r]
-            if dep >= 0:
+        for c in p2p_time:
+            clock, done, busy = [0.0] * p, [0.0] * size, [0.0] * p  # (the same busy times on each timeline)
+            cur, t, u = 0, 0.0, 0.0
+            for r, k, dep, cross, own in prog:
+                if r != cur:
+                    clock[cur], busy[cur] = t, u
+                    cur, t, u = r, clock[r], busy[r]
+                d = table[k]
+                u += d
                 ready = done[dep]
                 if cross:
                     ready += c
                 if ready > t:
                     t = ready
-            t += d
-            clock[r] = t
-            busy[r] += d
-            if own >= 0:
+                t += d
                 done[own] = t
-    last = n_stages - 1
+            clock[cur], busy[cur] = t, u
+            timelines.append((clock, done))
+    last = n - 1
     return [(PipelineResult(schedule, p, v, m, makespan=max(clock), busy=tuple(busy)),
-             (done[:m], done[last * m:(last + 1) * m], done[n_stages * m:(n_stages + 1) * m])) for clock, done in runs]
+             (done[:m], done[last * m:(last + 1) * m], done[n * m:(n + 1) * m])) for clock, done in timelines]
 
 
 def _simulate_greedy(schedule: str, p: int, m: int, f_time, b_time, w_time, v: int,
@@ -473,59 +515,77 @@ def path_bounds(schedule: str, p: int, m: int, f: list[float], b: list[float], w
     times chunk by chunk names the last of each group. That rank's path dominates the group's, float for float:
     its own work is the same sum, and the first forward reaching it has passed through at least the stages and the
     hops before any other's (prefix sums of non-negative times are non-decreasing, in floating point too), so the
-    maxima are the same floats. With a negative time or transfer (never a real one) every rank is taken."""
-    v = chunks_per_rank(schedule, vpp)
-    n = p * v
+    maxima are the same floats. With a negative time or transfer (never a real one) every rank is taken.
+
+    The arithmetic is path_bound's as first written, term for term: the prefix sums only as far as the furthest
+    first stage taken, each added one term at a time ((pre + f) + b), and the closed forms' checks of the stage
+    times (_stage_shape) once for both transfer times."""
+    v = 2 if schedule == "zb-v" else vpp if schedule == "interleaved" else 1  # chunks_per_rank
     zb = schedule.startswith("zb")
     ww = w if (zb and w is not None) else None
     if p == 1 and v == 1:
         one = m * (f[0] + b[0] + (ww[0] if ww is not None else 0.0))
         return one, True, one
     plan, firsts, hop = _path_plan(schedule, p, v)
-    # prefix sums of f + b, added one term at a time: ((pre + f) + b), as a running total of the interleaved terms
-    pre = list(accumulate(chain.from_iterable(zip(f[:n - 1], b[:n - 1], strict=True)), initial=0.0))[::2]
+    f_min = min(f)
+    taken = range(p) if ranks is None or p2p_time < 0.0 or f_min < 0.0 or min(b) < 0.0 else ranks
+    # prefix sums of f + b up to the furthest first stage taken, a running total: ((pre + f) + b)
+    reach = max((firsts[r] for r in taken), default=0)
+    pre = [0.0] * (reach + 1)
+    total = 0.0
+    for st in range(reach):
+        total = total + f[st] + b[st]
+        pre[st + 1] = total
     best = plain = 0.0
-    paths = zip(plan, firsts, strict=True)
-    if ranks is not None and p2p_time >= 0.0 and min(f) >= 0.0 and min(b) >= 0.0:
-        paths = ((plan[r], firsts[r]) for r in ranks)  # type: ignore[assignment]  # the same pairs, fewer
-    for stages, s0 in paths:
-        busy = m * sum(f[st] + b[st] for st in stages)  # zero-bubble: a rank's weight gradients may trail its last B
-        own = busy + m * (sum(ww[st] for st in stages) if ww is not None else 0)
+    for r in taken:
+        stages, s0 = plan[r], firsts[r]
+        # one chunk: sum() of one term is the term (0 + x is x)
+        busy = m * (f[s0] + b[s0]) if v == 1 else m * sum(f[st] + b[st] for st in stages)
+        own = busy + m * (sum(ww[st] for st in stages) if ww is not None else 0)  # zb: weight gradients may trail
         through = pre[s0] + busy
-        best = max(best, through + 2 * hop[s0] * p2p_time, own)
+        hops = 2 * hop[s0] * p2p_time
+        best = max(best, through + hops, own)
         plain = max(plain, through + 2 * hop[s0] * 0.0, own)
     if zb:
         return best, False, plain
-    plain = _closed_form(schedule, p, m, f, b, v=v, p2p_time=0.0, best=plain)[1]
+    shape = _stage_shape(f, b, p * v)
+    plain = _closed_form(schedule, p, m, shape, f_min, v=v, p2p_time=0.0, best=plain)[1]
     if schedule == "gpipe" and p2p_time:
         return best, False, plain
-    exact, best = _closed_form(schedule, p, m, f, b, v=v, p2p_time=p2p_time, best=best)
+    exact, best = _closed_form(schedule, p, m, shape, f_min, v=v, p2p_time=p2p_time, best=best)
     return best, exact, plain
 
 
-def _closed_form(schedule: str, p: int, m: int, f: list[float], b: list[float], v: int, p2p_time: float,
-                 best: float) -> tuple[bool, float]:
-    """(whether the makespan is known, the makespan or `best`) for path_bounds: the closed forms of path_bound."""
-    n = p * v
+def _stage_shape(f: list[float], b: list[float], n: int) -> tuple[float, float, bool, bool, bool, float]:
+    """(T_F, T_B of stage 1, whether every middle stage has them, whether every stage does, whether the first stage
+    is no heavier and the last no lighter, the last stage's extra work f + b over stage 1's) for _closed_form: the
+    middle stages within a relative 1e-12 of stage 1 (|x - f0| is largest at the largest and the smallest x,
+    rounding being monotone, so the extremes decide for all), the ends the same or within 1e-12 of each other."""
     f0, b0 = f[min(1, n - 1)], b[min(1, n - 1)]
     tol_f, tol_b = 1e-12 * abs(f0), 1e-12 * abs(b0)
     same = lambda x, y: abs(x - y) <= 1e-12 * max(abs(x), abs(y), 1e-30)  # noqa: E731
-    # every middle stage within the tolerance of stage 1: |x - f0| is largest at the largest and the smallest x
-    # (rounding is monotone), so the extremes decide for all
     fm, bm = f[1:n - 1], b[1:n - 1]
     middle = not fm or (max(fm) - f0 <= tol_f and f0 - min(fm) <= tol_f and max(bm) - b0 <= tol_b
                         and b0 - min(bm) <= tol_b)
     uniform = middle and same(f[0], f0) and same(b[0], b0) and same(f[-1], f0) and same(b[-1], b0)
-    small = p2p_time <= 0.1 * min(f)
-    if uniform and small:
+    ends = middle and f[0] <= f0 and b[0] <= b0 and f[-1] >= f0 and b[-1] >= b0
+    return f0, b0, middle, uniform, ends, f[-1] + b[-1] - f0 - b0
+
+
+def _closed_form(schedule: str, p: int, m: int, shape: tuple[float, float, bool, bool, bool, float], f_min: float,
+                 v: int, p2p_time: float, best: float) -> tuple[bool, float]:
+    """(whether the makespan is known, the makespan or `best`) for path_bounds: the closed forms of path_bound, from
+    the stage times' _stage_shape and their least forward `f_min`."""
+    n = p * v
+    f0, b0, _, uniform, ends, extra = shape
+    if uniform and p2p_time <= 0.1 * f_min:
         T = f0 + b0
         if schedule == "interleaved":
             return True, (v * m + p - 1) * T + (2 * (n - 1) * p2p_time if p > 1 else 0.0)
         if schedule in ("1f1b", "gpipe") and m % p == 0 and (schedule == "1f1b" or not p2p_time):
-            extra = (2 * (p - 2) + 2 * m * (p - 1) / p) * p2p_time if schedule == "1f1b" else 0.0
-            return True, (m + p - 1) * T + extra
-    ends = middle and f[0] <= f0 and b[0] <= b0 and f[-1] >= f0 and b[-1] >= b0
-    slack = f[-1] + b[-1] - f0 - b0 >= 2 * p2p_time  # the last stage's extra work absorbs the transfers
+            extra_c = (2 * (p - 2) + 2 * m * (p - 1) / p) * p2p_time if schedule == "1f1b" else 0.0
+            return True, (m + p - 1) * T + extra_c
+    slack = extra >= 2 * p2p_time  # the last stage's extra work absorbs the transfers
     if ends and schedule in ("1f1b", "interleaved") and (not p2p_time or schedule == "1f1b" and slack):
         return True, best
     return False, best

@@ -1,0 +1,129 @@
+"""Pipeline simulator (issue 24): the compiled action program and the one-pass bounds held to the straightforward
+references of tests/test_steptime.py (the rank-by-rank sweep and path_bound as first written), float for float, on
+many random stage-time vectors shaped like the ones the layout search meets (equal stages; a lighter or heavier
+first and last stage around equal middle ones, the embedding and the LM head; a heavy middle stage; every stage
+different), with and without transfer time."""
+
+import random
+
+import pytest
+from test_steptime import _straightforward_path_bound, _straightforward_sweep
+
+from llmcalc.analytic import pipeline
+from llmcalc.analytic.pipeline import action_lists, chunks_per_rank, path_bounds, simulate_pair, stage_of
+
+STATIC = [("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("interleaved", 4), ("zb-h1", 1)]
+
+
+def _stage_times(rng: random.Random, n: int, pattern: str) -> list[float]:
+    """Forward seconds of n stages: equal, light/heavy ends (first and last) around equal middle stages, one heavy
+    middle stage, or every stage drawn."""
+    x = rng.uniform(0.05, 2.0)
+    f = [x] * n
+    if pattern == "random":
+        return [rng.uniform(0.05, 2.0) for _ in range(n)]
+    if pattern == "middle" and n > 2:
+        f[n // 2] = x * rng.uniform(1.05, 2.0)
+    elif pattern in ("LL", "LH", "HL", "HH") and n > 1:
+        f[0] = x * (rng.uniform(0.3, 0.97) if pattern[0] == "L" else rng.uniform(1.03, 2.5))
+        f[-1] = x * (rng.uniform(0.3, 0.97) if pattern[1] == "L" else rng.uniform(1.03, 2.5))
+    return f
+
+
+def _draws(schedule: str, vpp: int, count: int, seed: int):
+    """(p, m, f, b, w, c) drawn with a fixed seed: pipeline degrees 2-16, micro-batch counts around p (whole rounds
+    for interleaved), transfer times from none to a third of a stage's forward."""
+    rng = random.Random(seed)
+    v = chunks_per_rank(schedule, vpp)
+    for _ in range(count):
+        p = rng.choice([2, 3, 4, 8, 16])
+        m = p * rng.choice([1, 2, 4]) if schedule == "interleaved" else rng.choice([1, p - 1, p, 2 * p, 3 * p + 1])
+        n = p * v
+        f = _stage_times(rng, n, rng.choice(["equal", "LL", "LH", "HL", "HH", "middle", "random"]))
+        b = [x * rng.uniform(1.5, 2.5) for x in f]
+        w = [x * rng.uniform(0.3, 0.6) for x in b] if schedule.startswith("zb") else None
+        c = rng.choice([0.0, 1e-4 * f[1 % n], 0.02 * f[1 % n], 0.3 * f[1 % n]])
+        yield p, m, f, b, w, c
+
+
+@pytest.mark.parametrize("schedule, vpp", STATIC)
+def test_simulate_pair_is_the_straightforward_sweep_on_random_vectors(schedule, vpp):
+    """Both timelines of simulate_pair (and simulate_pair(pair=False), simulate's path) are the rank-by-rank sweep as
+    first written, to the last bit: the same additions and comparisons in each rank's order."""
+    v = chunks_per_rank(schedule, vpp)
+    for p, m, f, b, w, c in _draws(schedule, vpp, count=60, seed=33):
+        wt = w.__getitem__ if w else None
+        plain, sent = simulate_pair(schedule, p, m, f.__getitem__, b.__getitem__, wt, vpp=vpp, p2p_time=c)
+        alone = simulate_pair(schedule, p, m, f.__getitem__, b.__getitem__, wt, vpp=vpp, p2p_time=c, pair=False)[1]
+        want_plain = _straightforward_sweep(schedule, p, m, f, b, w, v, 0.0)
+        want_sent = _straightforward_sweep(schedule, p, m, f, b, w, v, c)
+        assert (plain.makespan, plain.busy) == want_plain, (p, m, c, f)
+        assert (sent.makespan, sent.busy) == (alone.makespan, alone.busy) == want_sent, (p, m, c, f)
+
+
+@pytest.mark.parametrize("schedule, vpp", STATIC)
+def test_the_compiled_program_is_each_ranks_action_list_in_a_dependency_order(schedule, vpp):
+    """_static_program's actions, read back as (rank, kind, stage, micro-batch), are each rank's action_lists list
+    in order (zero-bubble: each B followed by the weight gradients zb-h1 computes then, a rank keeping at most r
+    pending, the rest at its end), and every action's dependency (F: the same micro-batch one stage earlier, B: one
+    stage later, or the last stage's F) comes earlier in the sequence."""
+    v = chunks_per_rank(schedule, vpp)
+    for p in (1, 2, 3, 4, 8):
+        for m in (p, 2 * p, 3 * p) if schedule == "interleaved" else (1, p, 2 * p + 1):
+            n = p * v
+            prog = pipeline._static_program(schedule, p, m, v)
+            got: list[list] = [[] for _ in range(p)]
+            seen = set()
+            for r, k, dep, cross, own in prog:
+                kind, st = "FBW"[k // n], k % n
+                j = own % m if kind != "W" else None
+                if kind == "F":
+                    need = ("F", st - 1, j) if st else None
+                else:
+                    need = None if kind == "W" else ("F", st, j) if st == n - 1 else ("B", st + 1, j)
+                assert need is None or need in seen, (r, kind, st, j)
+                assert cross == (need is not None and _home(schedule, p, v, need[1]) != r)  # a transfer
+                seen.add((kind, st, j))
+                got[r].append((kind, st) if kind == "W" else (kind, st, j))
+            for r in range(p):
+                want, pending = [], []
+                for kind, chunk, j in action_lists(schedule, p, m, v)[r]:
+                    st = stage_of(schedule, r, chunk, p)
+                    want.append((kind, st, j))
+                    if kind == "B" and schedule.startswith("zb"):
+                        pending.append(st)
+                        while len(pending) > r:
+                            want.append(("W", pending.pop(0)))
+                want += [("W", st) for st in pending]
+                assert got[r] == want, (p, m, r)
+
+
+def _home(schedule: str, p: int, v: int, stage: int) -> int:
+    return next(r for r in range(p) for c in range(v) if stage_of(schedule, r, c, p) == stage)
+
+
+@pytest.mark.parametrize("schedule, vpp", STATIC + [("zb-v", 1)])
+def test_path_bounds_are_the_straightforward_bound_on_random_vectors(schedule, vpp):
+    """path_bounds (prefix sums only as far as the furthest first stage taken, the closed forms' checks once for
+    both transfer times) returns the floats of path_bound as first written, with and without transfers, over every
+    rank and over the last rank of each group of identical ranks (what the layout search passes)."""
+    v = chunks_per_rank(schedule, vpp)
+    for p, m, f, b, w, c in _draws(schedule, vpp, count=80, seed=24):
+        want = _straightforward_path_bound(schedule, p, m, f, b, w, vpp, c)
+        plain = _straightforward_path_bound(schedule, p, m, f, b, w, vpp, 0.0)[0]
+        assert path_bounds(schedule, p, m, f, b, w, vpp, c) == (*want, plain), (p, m, c, f)
+        last = {tuple((f[st], b[st]) for st in (stage_of(schedule, r, ch, p) for ch in range(v))): r for r in range(p)}
+        assert path_bounds(schedule, p, m, f, b, w, vpp, c, ranks=sorted(last.values())) == (*want, plain)
+
+
+@pytest.mark.parametrize("schedule, vpp", STATIC + [("zb-v", 1)])
+def test_path_bounds_never_exceed_the_simulated_makespan(schedule, vpp):
+    """The bound is a lower bound of the simulated makespan on every draw (and the makespan itself where it says
+    so, to a relative 1e-9: the closed forms sum in their own order)."""
+    for p, m, f, b, w, c in _draws(schedule, vpp, count=40, seed=7):
+        bound, exact, plain_bound = path_bounds(schedule, p, m, f, b, w, vpp, c)
+        plain, sent = simulate_pair(schedule, p, m, f.__getitem__, b.__getitem__, w.__getitem__ if w else None,
+                                    vpp=vpp, p2p_time=c)
+        assert bound <= sent.makespan * (1 + 1e-12) and plain_bound <= plain.makespan * (1 + 1e-12), (p, m, c, f)
+        if exact:
+            assert bound == pytest.approx(sent.makespan, rel=1e-9), (p, m, c, f)
