@@ -66,7 +66,8 @@ def test_the_compiled_program_is_each_ranks_action_list_in_a_dependency_order(sc
     """_static_program's actions, read back as (rank, kind, stage, micro-batch), are each rank's action_lists list
     in order (zero-bubble: each B followed by the weight gradients zb-h1 computes then, a rank keeping at most r
     pending, the rest at its end), and every action's dependency (F: the same micro-batch one stage earlier, B: one
-    stage later, or the last stage's F) comes earlier in the sequence."""
+    stage later, or the last stage's F) comes earlier in the sequence, read from its slot, with a transfer where it
+    ran on another rank."""
     v = chunks_per_rank(schedule, vpp)
     for p in (1, 2, 3, 4, 8):
         for m in (p, 2 * p, 3 * p) if schedule == "interleaved" else (1, p, 2 * p + 1):
@@ -82,6 +83,8 @@ def test_the_compiled_program_is_each_ranks_action_list_in_a_dependency_order(sc
                 else:
                     need = None if kind == "W" else ("F", st, j) if st == n - 1 else ("B", st + 1, j)
                 assert need is None or need in seen, (r, kind, st, j)
+                slot = 2 * n * m if need is None else (need[1] + (n if need[0] == "B" else 0)) * m + need[2]
+                assert dep == slot, (r, kind, st, j)  # where the finish waited for is kept
                 assert cross == (need is not None and _home(schedule, p, v, need[1]) != r)  # a transfer
                 seen.add((kind, st, j))
                 got[r].append((kind, st) if kind == "W" else (kind, st, j))
