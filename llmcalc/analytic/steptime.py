@@ -51,6 +51,7 @@ HFU counts recomputation. ``causal`` changes only how FLOPs are counted, never t
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -1739,7 +1740,7 @@ def train_steptime(spec: ModelSpec | None, gpu: str, n_gpus: int, mfu: float | N
 def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_batch: int, causal: bool = False,
                    recompute: str | None = None, dtype: str = "bf16", progress: Callable[[int], Callable[[], None]]
                    | None = None, tp_overlap: bool = False, recipe: str = "bf16-mixed", top: int = 10,
-                   **step: Any) -> tuple[list, list, dict]:  # long: the search's phases in order
+                   exhaustive: bool = False, **step: Any) -> tuple[list, list, dict]:  # long: the search's phases
     """Every layout tp x cp x pp (x vpp, micro-batch, recomputation) of `n_gpus`, checked against the memory
     model and ranked by predicted throughput. Returns (ranked [(prediction, peak bytes)], losers, counts).
 
@@ -1750,12 +1751,19 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     `progress(total)` (optional) returns a function called once per layout tried; `tp_overlap` times every
     layout with its TP collectives under the GEMMs (`_tp_exposed`).
 
+    Pruned (the default): every valid layout first gets `_step_floor`, a lower bound of its step whatever
+    recomputation and ZeRO stage it would get; in order of that floor the layouts are evaluated in full (memory,
+    stages, DP, optimizer) until the next floor cannot beat the `top`-th exact step; the rest are counted
+    `bounded` and never evaluated (nor checked for memory). `exhaustive` evaluates every layout (the ranked list,
+    losers and counts then read all of them; `bounded` is 0). Either way the `top` best are exactly the exhaustive
+    search's, in order: a layout among them has a floor at most its step, at most the `top`-th step.
+
     Each distinct piece is evaluated once (per-layer-kind costs per (tp, cp, micro-batch, recompute, ...), the
     FLOPs per recomputation, memory per layout but vpp, the parameters per model), and the pipeline is simulated
-    only where it can change the ranking: every layout first gets pipeline.path_bound (its exact makespan where
-    the timeline is known in closed form, else a lower bound); in order of that bound the layouts are then
-    simulated until the next bound cannot beat the `top`-th exact step. The `top` best are therefore exactly the
-    exact search's; the others keep their bound (say so in their assumptions)."""
+    only where it can change the ranking: every evaluated layout first gets pipeline.path_bound (its exact
+    makespan where the timeline is known in closed form, else a lower bound); the layouts are then simulated only
+    while that bound can beat the `top`-th exact step. The others keep their bound (say so in their
+    assumptions)."""
     check_modelled(spec)
     if step.get("recompute_layers") or step.get("recompute_modules"):
         raise LlmcalcError("layout checks memory with --recompute none, selective or full; time a partial "
@@ -1764,11 +1772,11 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     capacity = dev.accelerator.usable_bytes
     per_node = dev.network.gpus_per_node
     tries = [recompute] if recompute else ["none", "selective", "full"]
-    counts = {"searched": 0, "fit": 0, "oom": 0, "invalid": 0}
+    counts = {"searched": 0, "fit": 0, "oom": 0, "invalid": 0, "bounded": 0}
     candidates = _candidates(spec, n_gpus, seq_len, global_batch, per_node)
     tick = progress(len(candidates)) if progress else None
-    prepared, oom = [], []
-    lookup(RECIPES, "recipe", recipe)
+    oom: list = []
+    rec = lookup(RECIPES, "recipe", recipe)
     optimizer = step.get("optimizer", "adamw")
     moe_only = {"ep_overlap": False, "ep_dispatcher": "alltoall", "moe_imbalance": 1.0}
     for key, off in moe_only.items():
@@ -1776,7 +1784,8 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             raise LlmcalcError(f"{_flag(key)} needs a mixture-of-experts model; {spec.name} is dense")
     # the expert all-to-all settings apply to the layouts that have all-to-alls (and micro-batches to overlap)
     plain_step = {k: v for k, v in step.items() if k not in ("ep_overlap", "ep_dispatcher")}
-    for tp, cp, pp, vpp, mb, ep, etp in candidates:
+    layouts: list = []  # (floor, candidate index, tier, layout, what adds the optimizer) of the valid layouts
+    for index, (tp, cp, pp, vpp, mb, ep, etp) in enumerate(candidates):
         counts["searched"] += 1
         if tick:
             tick()
@@ -1792,27 +1801,191 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             except LlmcalcError:
                 counts["invalid"] += 1
                 continue
-        rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity, recipe=recipe, optimizer=optimizer)
-        if rc is None:
-            counts["oom"] += 1
-            oom.append((lay, peak, tries[-1] + (" and ZeRO-3" if zero == 3 else "")))
-            continue
-        counts["fit"] += 1
-        lay = lay if zero == lay.zero else replace(lay, zero=zero)
-        prepared.append((_prepare(spec, dev, lay, seq_len, causal, recompute=rc, recipe=recipe, attention="flash",
-                                  dropout=False), peak))
-    prepared.sort(key=lambda pp: pp[0].step_bound)
+        if exhaustive:
+            layouts.append((0.0, index, _MEMORY, lay, None))
+        else:
+            floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, "none")
+            layouts.append((floor, index, _OPTIMIZER, lay, (ctx, paths)))
+    # best first: the least floor is taken and made tighter (its optimizer step; then its memory: the recomputation
+    # and ZeRO stage that fit, their stage times and DP floor; then its stages, DP and path bound: _prepare), or
+    # once it is a prepared layout's, that layout is timed; once the least floor left cannot beat the `top`-th exact
+    # step, neither can any other layout (their steps are at least their floors): those left are `bounded`
+    heapq.heapify(layouts)
+    prepared = []
     best: list[float] = []  # the `top` smallest exact steps so far, ascending
-    ranked = []
-    for prep, peak in prepared:
+    while layouts:
+        floor, index, tier, lay, more = heapq.heappop(layouts)
+        if len(best) >= top and floor > best[-1]:
+            heapq.heappush(layouts, (floor, index, tier, lay, more))
+            break
+        if tier == _OPTIMIZER:
+            ctx, paths = more
+            floor += _optimizer_floor(ctx, paths)[0] * (1 - FLOOR_MARGIN)
+            heapq.heappush(layouts, (floor, index, _MEMORY, lay, more))
+            continue
+        if tier == _MEMORY:
+            rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity, recipe=recipe,
+                                              optimizer=optimizer)
+            if rc is None:
+                counts["oom"] += 1
+                oom.append((lay, peak, tries[-1] + (" and ZeRO-3" if zero == 3 else "")))
+                continue
+            lay = lay if zero == lay.zero else replace(lay, zero=zero)
+            if not exhaustive:  # the floor of the recomputation and ZeRO stage that fit
+                floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, rc)
+                opt, dp = _optimizer_floor(ctx, paths)
+                floor += (opt + dp) * (1 - FLOOR_MARGIN)
+            heapq.heappush(layouts, (floor, index, _PREPARE, lay, (rc, peak)))
+            continue
+        if tier == _PREPARE:
+            rc, peak = more
+            counts["fit"] += 1
+            prep = _prepare(spec, dev, lay, seq_len, causal, recompute=rc, recipe=recipe, attention="flash",
+                            dropout=False)
+            if exhaustive:  # simulated below, in order of the pipeline bounds
+                prepared.append((prep, peak, index, None))
+            else:
+                heapq.heappush(layouts, (prep.step_bound, index, _TIME, lay, (prep, peak)))
+            continue
+        prep, peak = more  # a prepared layout's turn: simulated while it can still be among the `top`
         can_win = len(best) < top or prep.step_bound < best[-1]
         pred = _finish(prep, simulated=can_win)
         if can_win:
             best = sorted(best + [pred.step_seconds])[:top]
+        prepared.append((prep, peak, index, pred))
+    for floor, index, tier, lay, more in layouts:  # what the search stopped before
+        if tier == _TIME:  # prepared: it fits, with its bound as its step
+            prep, peak = more
+            prepared.append((prep, peak, index, _finish(prep, simulated=False)))
+        else:
+            counts["bounded"] += 1
+    # in order of the pipeline bounds (ties in candidate order), as the exhaustive search simulates them: equal
+    # steps keep this order in the ranking whichever layouts were evaluated
+    prepared.sort(key=lambda pp: (pp[0].step_bound, pp[2]))
+    ranked = []
+    for prep, peak, _, pred in prepared:
+        if pred is None:
+            can_win = len(best) < top or prep.step_bound < best[-1]
+            pred = _finish(prep, simulated=can_win)
+            if can_win:
+                best = sorted(best + [pred.step_seconds])[:top]
         ranked.append((pred, peak))
     ranked.sort(key=lambda pm: -pm[0].tokens_per_second)
     losers = _why_they_lose(ranked, oom, capacity)
     return ranked, losers, counts
+
+
+_OPTIMIZER, _MEMORY, _PREPARE, _TIME = range(4)  # what search_layouts does next to a layout taken off its heap
+FLOOR_MARGIN = 1e-9  # _step_floor's relative margin below its path sums: no rounding lifts it above a step
+
+
+def _step_floor(spec: ModelSpec, dev: Device, lay: Layout, seq_len: int, rec: Recipe,
+                recompute: str) -> tuple[float, _Ctx, tuple]:
+    """(a lower bound of the makespan of `lay`'s pipeline (flash attention) at recomputation `recompute` or more,
+    whatever its ZeRO stage; the context and the stage structure _optimizer_floor reads). The bound is the longest
+    of the dependency paths of pipeline.path_bound, one per group of identical pipeline ranks: the first micro-batch's
+    forward and the last one's backward through the stages before the rank's first chunk, each hop paying the
+    activation send twice, plus all of the rank's own work (or only its own work, weight gradients included); each
+    stage's times at `recompute`. Why it is a floor of the step search_layouts predicts:
+    - every path is a chain of dependencies, so no simulated schedule finishes sooner, and path_bounds' closed
+      forms are makespans; a layout the search does not simulate keeps path_bounds' own bound, the longest of the
+      same paths at its own stage times;
+    - recomputation only adds work (none < selective < full: a forward re-run inside the backward), so each
+      stage's forward, backward and weight-gradient times at `recompute` are at most those at more recomputation,
+      and a path's sum of them is non-decreasing in each;
+    - the layer costs do not read the ZeRO stage (_layer_cache's key), and DP and the optimizer add to the
+      makespan (_optimizer_floor: at least what they add);
+    - the sums are taken FLOOR_MARGIN below, against rounding in another order than path_bounds'.
+    tests/test_layout_prune.py holds it at or below the full evaluation of every candidate of several searches."""
+    cache, dense_cache = _layer_cache(spec, dev, lay, seq_len, rec, attention="flash", dropout=False)
+    ctx = _Ctx(spec, dev, lay, seq_len, rec, attention="flash", dropout=False, eff=KERNEL_EFFICIENCY, cache=cache,
+               dense_cache=dense_cache)
+    v = chunks_per_rank(lay.schedule, lay.vpp)
+    n_stages = lay.pp * v
+    key = ("floor", recompute, n_stages, lay.pp, lay.schedule, lay.first_stage_layers, lay.last_stage_layers,
+           lay.mtp_layers)
+    paths = cache.get(key)
+    if paths is None:
+        paths = cache[key] = _floor_paths(ctx, n_stages, v, recompute)
+    m = lay.grad_accum
+    p2p = _p2p_seconds(ctx) if lay.pp > 1 else 0.0
+    floor = 0.0
+    for before, busy, own, hops in paths[0]:
+        floor = max(floor, before + m * busy + hops * p2p, m * own)
+    return floor * (1 - FLOOR_MARGIN), ctx, paths
+
+
+def _floor_paths(ctx: _Ctx, n_stages: int, v: int, recompute: str) -> tuple:
+    """_step_floor's paths of one layer-cost cache and stage plan, whatever the micro-batch count: per group of
+    identical ranks (its last rank: pipeline.path_bounds' `ranks`) the forward and backward of the stages before its
+    first chunk, its own forward + backward of one micro-batch, the same with its weight gradients, and its number of
+    send/receive pairs (2 per hop between ranks); then the stage split and each group's first rank (_rank_dp's).
+    Each sum is of the distinct stage compositions' times, each times its count (_floor_ranks)."""
+    lay = ctx.lay
+    plan = _stage_plan(ctx.spec, n_stages, lay, recompute)
+    kinds = plan[3]
+    fwd, bwd, wgt = stage_passes([_stage_cost(ctx, composition, recompute) for composition in kinds],
+                                 range(len(kinds)), lay.schedule)
+    pass_ = [f + b for f, b in zip(fwd, bwd, strict=True)]
+    ranks, split, firsts = _floor_ranks(plan, lay.schedule, lay.pp, v)
+    out = []
+    for before, mine, hops in ranks:
+        busy = sum(pass_[j] * n for j, n in mine)
+        own = busy + (sum(wgt[j] * n for j, n in mine) if wgt is not None else 0.0)
+        out.append((sum(pass_[j] * n for j, n in before), busy, own, hops))
+    return tuple(out), split, firsts
+
+
+def _floor_ranks(plan: tuple, schedule: str, pp: int, v: int) -> tuple:
+    """The shape of _floor_paths' paths for one stage plan (_stage_plan's) and schedule: per group of identical ranks
+    (its last rank) the distinct compositions before its first chunk and its own, each as (index, count), and its
+    send/receive count; the stage split; each group's first rank. Cached with the plan."""
+    def make() -> tuple:
+        split, _, ids, _, groups = plan
+        rank_groups, lasts = groups(schedule, pp)
+        n_stages = len(split)
+        home = [0] * n_stages  # each stage's rank
+        for r in range(pp):
+            for c in range(v):
+                home[stage_of(schedule, r, c, pp)] = r
+
+        def counted(stages: Sequence[int]) -> tuple:
+            out: dict[int, int] = {}
+            for st in stages:
+                out[ids[st]] = out.get(ids[st], 0) + 1
+            return tuple(out.items())
+        ranks = []
+        for r in lasts:
+            stages = [stage_of(schedule, r, c, pp) for c in range(v)]
+            s0 = min(stages)
+            hops = sum(home[st] != home[st + 1] for st in range(s0))
+            ranks.append((counted(range(s0)), counted(stages), 2 * hops))
+        return tuple(ranks), tuple(split), [r for r, _ in rank_groups], plan  # the plan: its id stays its own
+    return _cached("params", ("floor ranks", id(plan), schedule, pp, v), make)[:3]
+
+
+def _optimizer_floor(ctx: _Ctx, paths: tuple) -> tuple[float, float]:
+    """(the optimizer step of the layout in `ctx`, at least its exposed DP communication), each the most loaded
+    rank's as _dp_and_optimizer takes them. The optimizer step is the same with ZeRO-1 and ZeRO-3 (_one_rank_dp
+    shards it over dp x cp either way), so ZeRO-1's is taken whatever the layout's stage; the DP floor is the
+    layout's own stage's: the last bucket's reduction and the first's gather (overlapped ZeRO-1/2), one FSDP unit's
+    transfers per micro-batch (ZeRO-3), every collective (not overlapped), the parts _dp_and_optimizer's exposed
+    time is at least whatever the stage times."""
+    lay = ctx.lay
+    _, split, firsts = paths
+    v = chunks_per_rank(lay.schedule, lay.vpp)
+    ones = _rank_dp(ctx if lay.zero == 1 else replace(ctx, lay=replace(lay, zero=1)), split, v, firsts)
+    opt = max(info[8] for info in ones.values())
+    dp = 0.0
+    for n_layers, zero3, per_f, per_b, reduce, gather, last, first, _ in _rank_dp(ctx, split, v, firsts).values():
+        if zero3 and lay.dp_overlap:
+            exposed = lay.grad_accum * (per_f + per_b)
+        elif lay.dp_overlap and not zero3:
+            exposed = last + first if reduce or gather else 0.0
+        else:
+            exposed = reduce + gather
+        dp = max(dp, exposed)
+    return opt, dp
 
 
 def _least_that_fits(spec: ModelSpec, lay: Layout, seq_len: int, tries: list[str], capacity: float,
