@@ -1811,7 +1811,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     # once it is a prepared layout's, that layout is timed; once the least floor left cannot beat the `top`-th exact
     # step, neither can any other layout (their steps are at least their floors): those left are `bounded`
     heapq.heapify(layouts)
-    prepared = []
+    prepared: list[tuple[_Prepared, float, int, StepPrediction | None]] = []
     best: list[float] = []  # the `top` smallest exact steps so far, ascending
     while layouts:
         floor, index, tier, lay, more = heapq.heappop(layouts)
@@ -1853,7 +1853,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
         if can_win:
             best = sorted(best + [pred.step_seconds])[:top]
         prepared.append((prep, peak, index, pred))
-    for floor, index, tier, lay, more in layouts:  # what the search stopped before
+    for _, index, tier, _, more in layouts:  # what the search stopped before
         if tier == _TIME:  # prepared: it fits, with its bound as its step
             prep, peak = more
             prepared.append((prep, peak, index, _finish(prep, simulated=False)))
@@ -1863,7 +1863,8 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     # steps keep this order in the ranking whichever layouts were evaluated
     prepared.sort(key=lambda pp: (pp[0].step_bound, pp[2]))
     ranked = []
-    for prep, peak, _, pred in prepared:
+    for prep, peak, _, done in prepared:
+        pred = done
         if pred is None:
             can_win = len(best) < top or prep.step_bound < best[-1]
             pred = _finish(prep, simulated=can_win)
@@ -1977,7 +1978,7 @@ def _optimizer_floor(ctx: _Ctx, paths: tuple) -> tuple[float, float]:
     ones = _rank_dp(ctx if lay.zero == 1 else replace(ctx, lay=replace(lay, zero=1)), split, v, firsts)
     opt = max(info[8] for info in ones.values())
     dp = 0.0
-    for n_layers, zero3, per_f, per_b, reduce, gather, last, first, _ in _rank_dp(ctx, split, v, firsts).values():
+    for _, zero3, per_f, per_b, reduce, gather, last, first, _ in _rank_dp(ctx, split, v, firsts).values():
         if zero3 and lay.dp_overlap:
             exposed = lay.grad_accum * (per_f + per_b)
         elif lay.dp_overlap and not zero3:
