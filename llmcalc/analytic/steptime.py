@@ -1864,13 +1864,12 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     prepared.sort(key=lambda pp: (pp[0].step_bound, pp[2]))
     ranked = []
     for prep, peak, _, done in prepared:
-        pred = done
-        if pred is None:
+        if done is None:
             can_win = len(best) < top or prep.step_bound < best[-1]
-            pred = _finish(prep, simulated=can_win)
+            done = _finish(prep, simulated=can_win)
             if can_win:
-                best = sorted(best + [pred.step_seconds])[:top]
-        ranked.append((pred, peak))
+                best = sorted(best + [done.step_seconds])[:top]
+        ranked.append((done, peak))
     ranked.sort(key=lambda pm: -pm[0].tokens_per_second)
     losers = _why_they_lose(ranked, oom, capacity)
     return ranked, losers, counts
