@@ -1853,12 +1853,30 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
         if can_win:
             best = sorted(best + [pred.step_seconds])[:top]
         prepared.append((prep, peak, index, pred))
-    for _, index, tier, _, more in layouts:  # what the search stopped before
-        if tier == _TIME:  # prepared: it fits, with its bound as its step
+    # what the search stopped before: the prepared layouts fit (their bound is their step), a few extremes are
+    # evaluated for the losers' table (_extremes; none can win, so each keeps its bound), the rest are bounded
+    extremes = _extremes([(index, lay) for _, index, tier, lay, _ in layouts if tier < _TIME])
+    for _, index, tier, lay, more in layouts:
+        if tier == _TIME:
             prep, peak = more
-            prepared.append((prep, peak, index, _finish(prep, simulated=False)))
+        elif index in extremes:
+            if tier == _PREPARE:
+                rc, peak = more
+            else:
+                rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity, recipe=recipe,
+                                                  optimizer=optimizer)
+                if rc is None:
+                    counts["oom"] += 1
+                    oom.append((lay, peak, tries[-1] + (" and ZeRO-3" if zero == 3 else "")))
+                    continue
+                lay = lay if zero == lay.zero else replace(lay, zero=zero)
+            counts["fit"] += 1
+            prep = _prepare(spec, dev, lay, seq_len, causal, recompute=rc, recipe=recipe, attention="flash",
+                            dropout=False)
         else:
             counts["bounded"] += 1
+            continue
+        prepared.append((prep, peak, index, _finish(prep, simulated=False)))
     # in order of the pipeline bounds (ties in candidate order), as the exhaustive search simulates them: equal
     # steps keep this order in the ranking whichever layouts were evaluated
     prepared.sort(key=lambda pp: (pp[0].step_bound, pp[2]))
@@ -1873,6 +1891,22 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     ranked.sort(key=lambda pm: -pm[0].tokens_per_second)
     losers = _why_they_lose(ranked, oom, capacity)
     return ranked, losers, counts
+
+
+def _extremes(left: list[tuple[int, Layout]]) -> set[int]:
+    """The layouts a pruned search evaluates beyond those that can win, so that `layout`'s "why the others lose"
+    shows each kind of loss at its strongest: of the layouts it stopped before (`left`: candidate index, layout), the
+    one with the largest closed-form bubble fraction (pp - 1) / (vpp x micro-batches) (the pipeline bubble), the
+    largest tp then cp (TP communication: the least work per rank beside it), the largest cp then tp (CP
+    communication), the largest dp (DP communication) and pp x vpp (PP sends), the first in candidate order on
+    ties."""
+    if not left:
+        return set()
+    picks: tuple[Callable[[Layout], Any], ...] = (
+        lambda lay: (lay.pp - 1) / (lay.vpp * lay.grad_accum), lambda lay: (lay.tp, lay.cp),
+        lambda lay: (lay.cp, lay.tp), lambda lay: lay.dp, lambda lay: lay.pp * lay.vpp)
+    ordered = sorted(left)
+    return {max(ordered, key=lambda il: pick(il[1]))[0] for pick in picks}  # noqa: B023 (called at once)
 
 
 _OPTIMIZER, _MEMORY, _PREPARE, _TIME = range(4)  # what search_layouts does next to a layout taken off its heap
@@ -2218,7 +2252,7 @@ class LayoutSearch:
     global_batch: int
     ranked: list  # [(StepPrediction, peak bytes per GPU)], fastest first
     losers: list  # [(reason, StepPrediction or None, layout text)]
-    counts: dict  # searched, fit, oom, invalid
+    counts: dict  # searched, fit, oom, invalid, bounded (search_layouts)
     recipe: str = "bf16-mixed"
     optimizer: str = "adamw"
 
@@ -2226,11 +2260,11 @@ class LayoutSearch:
 def rank_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_batch: int | None = None,
                  global_batch_tokens: float | None = None, causal: bool = False, recompute: str | None = None,
                  tp_overlap: bool = False, progress: Callable[[int], Callable[[], None]] | None = None,
-                 top: int = 10, **step: Any) -> LayoutSearch:
+                 top: int = 10, exhaustive: bool = False, **step: Any) -> LayoutSearch:
     """`llmcalc layout`: search_layouts for the global batch given in sequences or tokens; no layout that fits
     is an error naming what to change. `step`: the recipe and STEP_DEFAULTS' settings, for every layout; `top`:
     how many layouts are listed, each of them exact (search_layouts; at least the ten best are, whose figures the
-    losers' table compares)."""
+    losers' table compares); `exhaustive`: evaluate every layout (search_layouts)."""
     batch = global_batch_sequences(global_batch, global_batch_tokens, seq_len, required=True)
     assert batch is not None  # required: exactly one of the two was given
     if step.get("cp_comm") == "a2a+p2p":
@@ -2238,7 +2272,8 @@ def rank_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_ba
                            "layout tries many: use p2p, all-gather or a2a here")
     ranked, losers, counts = search_layouts(spec, gpu, n_gpus, seq_len, global_batch=batch, causal=causal,
                                             recompute=recompute, tp_overlap=tp_overlap, progress=progress,
-                                            top=max(top, 10), **{k: v for k, v in step.items() if v is not None})
+                                            top=max(top, 10), exhaustive=exhaustive,
+                                            **{k: v for k, v in step.items() if v is not None})
     if not ranked:
         raise LlmcalcError(f"no layout of {spec.name} fits on {n_gpus:,} x {gpu} at seq {seq_len} with global batch "
                            f"{batch} (of the layouts tried, {counts['oom']:,} do not fit in memory and "
