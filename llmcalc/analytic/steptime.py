@@ -1804,7 +1804,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
         if exhaustive:
             layouts.append((0.0, index, _MEMORY, lay, None))
         else:
-            floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, "none")
+            floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, recompute="none")
             layouts.append((floor, index, _OPTIMIZER, lay, (ctx, paths)))
     # best first: the least floor is taken and made tighter (its optimizer step; then its memory: the recomputation
     # and ZeRO stage that fit, their stage times and DP floor; then its stages, DP and path bound: _prepare), or
@@ -1832,7 +1832,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
                 continue
             lay = lay if zero == lay.zero else replace(lay, zero=zero)
             if not exhaustive:  # the floor of the recomputation and ZeRO stage that fit
-                floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, rc)
+                floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, recompute=rc)
                 opt, dp = _optimizer_floor(ctx, paths)
                 floor += (opt + dp) * (1 - FLOOR_MARGIN)
             heapq.heappush(layouts, (floor, index, _PREPARE, lay, (rc, peak)))
@@ -1854,29 +1854,39 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             best = sorted(best + [pred.step_seconds])[:top]
         prepared.append((prep, peak, index, pred))
     # what the search stopped before: the prepared layouts fit (their bound is their step), a few extremes are
-    # evaluated for the losers' table (_extremes; none can win, so each keeps its bound), the rest are bounded
-    extremes = _extremes([(index, lay) for _, index, tier, lay, _ in layouts if tier < _TIME])
+    # evaluated for the losers' table (_extremes: for each kind of loss the most extreme that fits, of the first
+    # EXTREME_TRIES; none can win, so each keeps its bound), the rest are bounded
+    left = {}
     for _, index, tier, lay, more in layouts:
         if tier == _TIME:
             prep, peak = more
-        elif index in extremes:
-            if tier == _PREPARE:
-                rc, peak = more
-            else:
-                rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity, recipe=recipe,
-                                                  optimizer=optimizer)
+            prepared.append((prep, peak, index, _finish(prep, simulated=False)))
+        else:
+            left[index] = (tier, lay, more)
+    fits: dict[int, bool] = {}
+    for order in _extremes([(index, lay) for index, (_, lay, _) in left.items()]):
+        for index in order[:EXTREME_TRIES]:
+            if index not in fits:
+                tier, lay, more = left[index]
+                if tier == _PREPARE:
+                    rc, peak = more
+                else:
+                    rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity, recipe=recipe,
+                                                      optimizer=optimizer)
+                    if rc is not None:
+                        lay = lay if zero == lay.zero else replace(lay, zero=zero)
+                fits[index] = rc is not None
                 if rc is None:
                     counts["oom"] += 1
                     oom.append((lay, peak, tries[-1] + (" and ZeRO-3" if zero == 3 else "")))
-                    continue
-                lay = lay if zero == lay.zero else replace(lay, zero=zero)
-            counts["fit"] += 1
-            prep = _prepare(spec, dev, lay, seq_len, causal, recompute=rc, recipe=recipe, attention="flash",
-                            dropout=False)
-        else:
-            counts["bounded"] += 1
-            continue
-        prepared.append((prep, peak, index, _finish(prep, simulated=False)))
+                else:
+                    counts["fit"] += 1
+                    prep = _prepare(spec, dev, lay, seq_len, causal, recompute=rc, recipe=recipe,
+                                    attention="flash", dropout=False)
+                    prepared.append((prep, peak, index, _finish(prep, simulated=False)))
+            if fits[index]:
+                break
+    counts["bounded"] = len(left) - len(fits)
     # in order of the pipeline bounds (ties in candidate order), as the exhaustive search simulates them: equal
     # steps keep this order in the ranking whichever layouts were evaluated
     prepared.sort(key=lambda pp: (pp[0].step_bound, pp[2]))
@@ -1893,20 +1903,22 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     return ranked, losers, counts
 
 
-def _extremes(left: list[tuple[int, Layout]]) -> set[int]:
+EXTREME_TRIES = 3  # how many of the most extreme layouts of a kind _extremes' caller tries for one that fits
+
+
+def _extremes(left: list[tuple[int, Layout]]) -> list[list[int]]:
     """The layouts a pruned search evaluates beyond those that can win, so that `layout`'s "why the others lose"
-    shows each kind of loss at its strongest: of the layouts it stopped before (`left`: candidate index, layout), the
-    one with the largest closed-form bubble fraction (pp - 1) / (vpp x micro-batches) (the pipeline bubble), the
-    largest tp then cp (TP communication: the least work per rank beside it), the largest cp then tp (CP
-    communication), the largest dp (DP communication) and pp x vpp (PP sends), the first in candidate order on
-    ties."""
-    if not left:
-        return set()
+    shows each kind of loss at its strongest: of the layouts it stopped before (`left`: candidate index, layout),
+    per kind of loss their indices, most extreme first: the largest closed-form bubble fraction (pp - 1) / (vpp x
+    micro-batches) (the pipeline bubble), the largest tp then cp (TP communication: the least work per rank beside
+    it), the largest cp then tp (CP communication), the largest dp (DP communication), the largest pp x vpp (PP
+    sends); candidate order on ties."""
     picks: tuple[Callable[[Layout], Any], ...] = (
         lambda lay: (lay.pp - 1) / (lay.vpp * lay.grad_accum), lambda lay: (lay.tp, lay.cp),
         lambda lay: (lay.cp, lay.tp), lambda lay: lay.dp, lambda lay: lay.pp * lay.vpp)
     ordered = sorted(left)
-    return {max(ordered, key=lambda il: pick(il[1]))[0] for pick in picks}  # noqa: B023 (called at once)
+    return [[index for index, _ in sorted(ordered, key=lambda il: pick(il[1]), reverse=True)[:EXTREME_TRIES]]
+            for pick in picks]
 
 
 _OPTIMIZER, _MEMORY, _PREPARE, _TIME = range(4)  # what search_layouts does next to a layout taken off its heap

@@ -101,9 +101,9 @@ def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batc
                                             Column("vs_best", "throughput vs best (%)",
                                                    lambda v: f"{v * 100:+.1f} %")], lose_rows,
                     [f"of the {counts['fit'] + counts['oom']:,} layouts evaluated: those that can win, and for each "
-                     "kind of loss the layout left that suffers it most by its shape (largest bubble fraction "
-                     "(pp - 1) / (vpp x micro-batches), largest tp, cp, dp, pp x vpp); the bounded ones are not "
-                     "read (--exhaustive: every layout)"] if bounded else [])]
+                     "kind of loss the first that fits of the layouts left whose shape makes it largest (largest "
+                     "bubble fraction (pp - 1) / (vpp x micro-batches), tp, cp, dp, pp x vpp); the bounded ones are "
+                     "not read (--exhaustive: every layout)"] if bounded else [])]
     data = {"model": model, "gpu": gpu, "n_gpus": n_gpus, "seq_len": seq_len, "global_batch": global_batch,
             "layouts": rows, "losers": lose_rows, "counts": counts}
     return Document(f"{model}: layouts for {n_gpus:,} x {gpu}, seq {seq_len}, global batch "
