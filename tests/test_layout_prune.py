@@ -26,8 +26,8 @@ SMALL = [("llama-3.2-1b", 16, 4096, 64),  # dense: pp, vpp, ZeRO-3, every recomp
 
 
 def _floors_hold(model: str, n: int, seq: int, batch: int) -> int:
-    """For every valid candidate of the search and every recomputation and ZeRO stage it could get: the first floor
-    (recompute none, + the optimizer step) <= the floor of that setting (+ its DP floor) <= both its step with the
+    """For every valid candidate of the search and every recomputation and ZeRO stage it could get: the work floor
+    (every rank's average work) <= the path floor at recompute none; that + the optimizer step <= the floor of that setting (+ its DP floor) <= both its step with the
     pipeline's bound (what the search keeps for a layout it does not simulate) and its simulated step (predict,
     what `train --global-batch` prints). Returns how many settings were checked."""
     spec = load_model(model)
@@ -41,7 +41,9 @@ def _floors_hold(model: str, n: int, seq: int, batch: int) -> int:
                                        micro_batch=c.micro_batch, etp=c.etp or None)
         except LlmcalcError:
             continue
+        work = steptime._work_floor(steptime._floor_context(spec, dev, lay, seq, rec))
         first, ctx, paths = steptime._step_floor(spec, dev, lay, seq, rec, recompute="none")
+        assert work <= first, steptime._describe(lay)
         first += steptime._optimizer_floor(ctx, paths)[0] * margin
         for rc in ("none", "selective", "full"):
             for zero in (1, 3) if lay.dp > 1 else (1,):

@@ -1804,10 +1804,11 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
         if exhaustive:
             layouts.append((0.0, index, _MEMORY, lay, None))
         else:
-            floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, recompute="none")
-            layouts.append((floor, index, _OPTIMIZER, lay, (ctx, paths)))
-    # best first: the least floor is taken and made tighter (its optimizer step; then its memory: the recomputation
-    # and ZeRO stage that fit, their stage times and DP floor; then its stages, DP and path bound: _prepare), or
+            ctx = _floor_context(spec, dev, lay, seq_len, rec)
+            layouts.append((_work_floor(ctx), index, _PATHS, lay, ctx))
+    # best first: the least floor is taken and made tighter (its pipeline's paths; its optimizer step; then its
+    # memory: the recomputation and ZeRO stage that fit, their stage times and DP floor; then its stages, DP and
+    # path bound: _prepare), or
     # once it is a prepared layout's, that layout is timed; once the least floor left cannot beat the `top`-th exact
     # step, neither can any other layout (their steps are at least their floors): those left are `bounded`
     heapq.heapify(layouts)
@@ -1818,6 +1819,10 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
         if len(best) >= top and floor > best[-1]:
             heapq.heappush(layouts, (floor, index, tier, lay, more))
             break
+        if tier == _PATHS:
+            floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, recompute="none", ctx=more)
+            heapq.heappush(layouts, (floor, index, _OPTIMIZER, lay, (ctx, paths)))
+            continue
         if tier == _OPTIMIZER:
             ctx, paths = more
             floor += _optimizer_floor(ctx, paths)[0] * (1 - FLOOR_MARGIN)
@@ -1921,12 +1926,43 @@ def _extremes(left: list[tuple[int, Layout]]) -> list[list[int]]:
             for pick in picks]
 
 
-_OPTIMIZER, _MEMORY, _PREPARE, _TIME = range(4)  # what search_layouts does next to a layout taken off its heap
+_PATHS, _OPTIMIZER, _MEMORY, _PREPARE, _TIME = range(5)  # what search_layouts does next to a layout taken off its heap
 FLOOR_MARGIN = 1e-9  # _step_floor's relative margin below its path sums: no rounding lifts it above a step
 
 
+def _floor_context(spec: ModelSpec, dev: Device, lay: Layout, seq_len: int, rec: Recipe) -> _Ctx:
+    """The prediction context of `lay` (flash attention) with its layer-cost caches, as _prepare builds it."""
+    cache, dense_cache = _layer_cache(spec, dev, lay, seq_len, rec, attention="flash", dropout=False)
+    return _Ctx(spec, dev, lay, seq_len, rec, attention="flash", dropout=False, eff=KERNEL_EFFICIENCY, cache=cache,
+                dense_cache=dense_cache)
+
+
+def _work_floor(ctx: _Ctx) -> float:
+    """The first, cheapest floor of a layout's step (search_layouts orders every layout by it): its micro-batches'
+    work at recompute none spread evenly over the pipeline ranks, m x (every layer's forward, backward and weight
+    gradient + the embedding, LM head and MTP layers) / pp. The busiest rank does at least the average of all ranks'
+    work, and no rank finishes before its own work is done, so it is at most _step_floor's bound (whose paths
+    include each rank's own work); FLOOR_MARGIN below, the sums being in another order. The whole model's work is
+    one stage composition's (one cost per layer kind x its count), cached with the layer costs."""
+    lay = ctx.lay
+    key = ("work", lay.mtp_layers, lay.schedule)
+    work = ctx.cache.get(key)
+    if work is None:
+        spec = ctx.spec
+
+        def whole() -> tuple:  # the whole model as one stage's composition (_stage_plan's form)
+            runs: dict[tuple, list[int]] = {}
+            for i in range(spec.n_layers):
+                runs.setdefault(_layer_kind(spec, i), [i, 0])[1] += 1
+            return tuple((i, frozenset(), count) for i, count in runs.values()), True, True
+        composition = _cached("params", ("whole", _token(spec)), whole)
+        fwd, bwd, wgt = stage_passes([_stage_cost(ctx, composition, "none")], [0], lay.schedule)
+        work = ctx.cache[key] = fwd[0] + bwd[0] + (wgt[0] if wgt is not None else 0.0)
+    return lay.grad_accum * work / lay.pp * (1 - FLOOR_MARGIN)
+
+
 def _step_floor(spec: ModelSpec, dev: Device, lay: Layout, seq_len: int, rec: Recipe,
-                recompute: str) -> tuple[float, _Ctx, tuple]:
+                recompute: str, ctx: _Ctx | None = None) -> tuple[float, _Ctx, tuple]:
     """(a lower bound of the makespan of `lay`'s pipeline (flash attention) at recomputation `recompute` or more,
     whatever its ZeRO stage; the context and the stage structure _optimizer_floor reads). The bound is the longest
     of the dependency paths of pipeline.path_bound, one per group of identical pipeline ranks: the first micro-batch's
@@ -1942,10 +1978,11 @@ def _step_floor(spec: ModelSpec, dev: Device, lay: Layout, seq_len: int, rec: Re
     - the layer costs do not read the ZeRO stage (_layer_cache's key), and DP and the optimizer add to the
       makespan (_optimizer_floor: at least what they add);
     - the sums are taken FLOOR_MARGIN below, against rounding in another order than path_bounds'.
-    tests/test_layout_prune.py holds it at or below the full evaluation of every candidate of several searches."""
-    cache, dense_cache = _layer_cache(spec, dev, lay, seq_len, rec, attention="flash", dropout=False)
-    ctx = _Ctx(spec, dev, lay, seq_len, rec, attention="flash", dropout=False, eff=KERNEL_EFFICIENCY, cache=cache,
-               dense_cache=dense_cache)
+    tests/test_layout_prune.py holds it at or below the full evaluation of every candidate of several searches.
+    `ctx`: `lay`'s _floor_context, where the caller has it."""
+    if ctx is None or ctx.lay is not lay:
+        ctx = _floor_context(spec, dev, lay, seq_len, rec)
+    cache = ctx.cache
     v = chunks_per_rank(lay.schedule, lay.vpp)
     n_stages = lay.pp * v
     key = ("floor", recompute, n_stages, lay.pp, lay.schedule, lay.first_stage_layers, lay.last_stage_layers,
