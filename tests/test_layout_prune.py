@@ -27,9 +27,10 @@ SMALL = [("llama-3.2-1b", 16, 4096, 64),  # dense: pp, vpp, ZeRO-3, every recomp
 
 def _floors_hold(model: str, n: int, seq: int, batch: int) -> int:
     """For every valid candidate of the search and every recomputation and ZeRO stage it could get: the work floor
-    (every rank's average work) <= the path floor at recompute none; that + the optimizer step <= the floor of that setting (+ its DP floor) <= both its step with the
-    pipeline's bound (what the search keeps for a layout it does not simulate) and its simulated step (predict,
-    what `train --global-batch` prints). Returns how many settings were checked."""
+    (every rank's average work) <= the path floor at recompute none; that + the optimizer step <= the floor of that
+    setting (+ its DP floor) <= both its step with the pipeline's bound (what the search keeps for a layout it does
+    not simulate) and its simulated step (predict, what `train --global-batch` prints). Returns how many settings
+    were checked."""
     spec = load_model(model)
     dev = steptime.device_for("h100-sxm")
     rec = RECIPES["bf16-mixed"]
