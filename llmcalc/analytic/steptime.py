@@ -1478,36 +1478,47 @@ def _rank_dp(ctx: _Ctx, split: tuple[int, ...], v: int, ranks: list[int]) -> dic
     stage times: (layers, FSDP?, one FSDP unit's forward and backward transfer, total reduce and gather seconds per
     step, the last bucket's reduce and the first bucket's gather, optimizer seconds). Cached per layout degrees and
     the rank's parameters (ranks holding the same parameters cost the same, in this layout or another)."""
-    spec, lay, dev, rec = ctx.spec, ctx.lay, ctx.dev, ctx.recipe
-    key = (_token(spec), dev.accelerator.key, _token(dev.network), dev.mamf, rec.name, KERNEL_EFFICIENCY, lay.tp,
-           lay.cp, lay.pp, lay.dp, lay.ep, lay.expert_tp, lay.zero, lay.order,
-           lay.grad_accum if lay.zero == 3 else 0,  # the micro-batch count matters to ZeRO-3's transfers only
-           lay.optimizer, lay.fp8_param_gather)
-    return _cached("params", ("rank dps", *key, split, v, lay.schedule, tuple(ranks)),
+    key = _dp_key(ctx)
+    return _cached("params", ("rank dps", *key, split, v, ctx.lay.schedule, tuple(ranks)),
                    lambda: _ranks_dp(ctx, key, split, v, ranks))
+
+
+def _dp_key(ctx: _Ctx) -> tuple:
+    """What a rank's DP collectives and optimizer step read besides its parameters (_rank_dp's cache key)."""
+    spec, lay, dev, rec = ctx.spec, ctx.lay, ctx.dev, ctx.recipe
+    return (_token(spec), dev.accelerator.key, _token(dev.network), dev.mamf, rec.name, KERNEL_EFFICIENCY, lay.tp,
+            lay.cp, lay.pp, lay.dp, lay.ep, lay.expert_tp, lay.zero, lay.order,
+            lay.grad_accum if lay.zero == 3 else 0,  # the micro-batch count matters to ZeRO-3's transfers only
+            lay.optimizer, lay.fp8_param_gather)
 
 
 def _ranks_dp(ctx: _Ctx, key: tuple, split: tuple[int, ...], v: int, ranks: list[int]) -> dict[int, tuple]:
     """_rank_dp for these ranks, one by one (`key`: the degrees' part of the cache key)."""
+    out = {}
+    for r in ranks:
+        params, experts, n_layers = _rank_holdings(ctx, split, v, r)
+        out[r] = _cached("params", ("rank dp", *key, params, experts, n_layers),
+                         lambda: _one_rank_dp(ctx, params, experts, n_layers))  # noqa: B023 (called at once)
+    return out
+
+
+def _rank_holdings(ctx: _Ctx, split: tuple[int, ...], v: int, r: int) -> tuple[float, float, int]:
+    """(parameters, routed-expert parameters, layers) pipeline rank `r` holds over its chunks (stage split `split`)."""
     spec, lay = ctx.spec, ctx.lay
     per_layer, emb, head, final, experts_per_layer, moe_before = _param_summary(spec)
     n_stages = len(split)
     starts = _cached("params", ("starts", split), lambda: [sum(split[:i]) for i in range(n_stages)])
-    out = {}
-    for r in ranks:
-        params = experts = 0.0
-        n_layers = 0
-        for c in range(v):
-            st = stage_of(lay.schedule, r, c, lay.pp)
-            lo, hi = starts[st], starts[st] + split[st]
-            n_layers += hi - lo
-            params += (hi - lo) * per_layer + (emb if st == 0 else 0.0)
-            if st == n_stages - 1:
-                params += final + (head if not (spec.tie_embeddings and st == 0) else 0)  # pp > 1: a tied copy
-            experts += experts_per_layer * (moe_before[hi] - moe_before[lo])
-        out[r] = _cached("params", ("rank dp", *key, params, experts, n_layers),
-                         lambda: _one_rank_dp(ctx, params, experts, n_layers))  # noqa: B023 (called at once)
-    return out
+    params = experts = 0.0
+    n_layers = 0
+    for c in range(v):
+        st = stage_of(lay.schedule, r, c, lay.pp)
+        lo, hi = starts[st], starts[st] + split[st]
+        n_layers += hi - lo
+        params += (hi - lo) * per_layer + (emb if st == 0 else 0.0)
+        if st == n_stages - 1:
+            params += final + (head if not (spec.tie_embeddings and st == 0) else 0)  # pp > 1: a tied copy
+        experts += experts_per_layer * (moe_before[hi] - moe_before[lo])
+    return params, experts, n_layers
 
 
 def _one_rank_dp(ctx: _Ctx, params: float, experts: float, n_layers: int, per_layer: float | None = None) -> tuple:
@@ -1515,6 +1526,7 @@ def _one_rank_dp(ctx: _Ctx, params: float, experts: float, n_layers: int, per_la
     (`per_layer`: one layer's parameters, for Muon's matrices; default the spec's)."""
     spec, lay, dev, rec = ctx.spec, ctx.lay, ctx.dev, ctx.recipe
     per_layer = _param_summary(spec)[0] if per_layer is None else per_layer
+    experts_given = experts
     strides, estrides, per_node = lay.strides(), lay.expert_strides(), dev.network.gpus_per_node
     dense_group = lay.dp * lay.cp  # CP ranks hold the same weights: gradients reduce over dp x cp
     dense_members = _group_per_node([(lay.cp, strides["cp"]), (lay.dp, strides["dp"])], per_node)
@@ -1541,12 +1553,22 @@ def _one_rank_dp(ctx: _Ctx, params: float, experts: float, n_layers: int, per_la
     if lay.zero == 3:
         per_f = gather / m / 2 / (max(1, n_layers) + 1)
         per_b = (gather / m / 2 + reduce / m) / (max(1, n_layers) + 1)
+    opt = _rank_optimizer(ctx, params, experts_given, n_layers, per_layer)
+    return max(1, n_layers), lay.zero == 3, per_f, per_b, reduce, gather, last, first, opt
+
+
+def _rank_optimizer(ctx: _Ctx, params: float, experts: float, n_layers: int, per_layer: float) -> float:
+    """_one_rank_dp's optimizer step: the rank's dense and routed-expert shards (`params`, `experts` of them routed,
+    in `n_layers` layers of `per_layer` parameters), each ZeRO-sharded over its data-parallel group (ZeRO >= 1)."""
+    lay = ctx.lay
+    dense_group = lay.dp * lay.cp
+    dense = (params - experts) / lay.tp
+    experts = experts / lay.expert_tp / lay.ep
     shard = dense_group if lay.zero >= 1 else 1
     expert_shard = lay.expert_dp if lay.zero >= 1 else 1
     local = dense / shard + experts / expert_shard
-    opt = _optimizer_seconds(ctx, local, [per_layer] * n_layers, dense_group if lay.zero >= 1 else 1,
-                             dense + experts)
-    return max(1, n_layers), lay.zero == 3, per_f, per_b, reduce, gather, last, first, opt
+    return _optimizer_seconds(ctx, local, [per_layer] * n_layers, dense_group if lay.zero >= 1 else 1,
+                              dense + experts)
 
 
 def _param_summary(spec: ModelSpec) -> tuple[float, float, float, float, float, list[int]]:
@@ -1825,7 +1847,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             continue
         if tier == _OPTIMIZER:
             ctx, paths = more
-            floor += _optimizer_floor(ctx, paths)[0] * (1 - FLOOR_MARGIN)
+            floor += _optimizer_floor(ctx, paths, with_dp=False)[0] * (1 - FLOOR_MARGIN)
             heapq.heappush(layouts, (floor, index, _MEMORY, lay, more))
             continue
         if tier == _MEMORY:
@@ -2047,18 +2069,26 @@ def _floor_ranks(plan: tuple, schedule: str, pp: int, v: int) -> tuple:
     return _cached("params", ("floor ranks", id(plan), schedule, pp, v), make)[:3]
 
 
-def _optimizer_floor(ctx: _Ctx, paths: tuple) -> tuple[float, float]:
+def _optimizer_floor(ctx: _Ctx, paths: tuple, with_dp: bool = True) -> tuple[float, float]:
     """(the optimizer step of the layout in `ctx`, at least its exposed DP communication), each the most loaded
     rank's as _dp_and_optimizer takes them. The optimizer step is the same with ZeRO-1 and ZeRO-3 (_one_rank_dp
     shards it over dp x cp either way), so ZeRO-1's is taken whatever the layout's stage; the DP floor is the
     layout's own stage's: the last bucket's reduction and the first's gather (overlapped ZeRO-1/2), one FSDP unit's
     transfers per micro-batch (ZeRO-3), every collective (not overlapped), the parts _dp_and_optimizer's exposed
-    time is at least whatever the stage times."""
+    time is at least whatever the stage times. `with_dp` False: the optimizer alone (`_rank_optimizer`, without the
+    collectives _rank_dp prices), DP floor 0."""
     lay = ctx.lay
     _, split, firsts = paths
     v = chunks_per_rank(lay.schedule, lay.vpp)
-    ones = _rank_dp(ctx if lay.zero == 1 else replace(ctx, lay=replace(lay, zero=1)), split, v, firsts)
-    opt = max(info[8] for info in ones.values())
+    one = ctx if lay.zero == 1 else replace(ctx, lay=replace(lay, zero=1))
+    key, per_layer = _dp_key(one), _param_summary(ctx.spec)[0]
+    opt = 0.0
+    for r in firsts:
+        held = _rank_holdings(one, split, v, r)
+        opt = max(opt, _cached("params", ("rank optimizer", *key, *held),
+                               lambda: _rank_optimizer(one, *held, per_layer)))  # noqa: B023 (called at once)
+    if not with_dp:
+        return opt, 0.0
     dp = 0.0
     for _, zero3, per_f, per_b, reduce, gather, last, first, _ in _rank_dp(ctx, split, v, firsts).values():
         if zero3 and lay.dp_overlap:
