@@ -92,8 +92,10 @@ def check_report(tmp_path, models, n_gpus, *extra, serve=False):
         assert ("**does NOT fit**" in memory_line) == (not mine["fits"])
         memory_section = model_part(section(md, "Memory"), model)
         assert ("**does NOT fit** on h100-sxm" in memory_section) == (not mine["fits"])
-        # the layouts that fit are those `layout` finds for the plan's batch and recompute
-        found = cli_json("layout", model, *layout_args, "--global-batch", batch, "--recompute", lay["recompute"])
+        # the layouts that fit are those `layout --exhaustive` finds for the plan's batch and recompute (the report
+        # evaluates every layout)
+        found = cli_json("layout", model, *layout_args, "--global-batch", batch, "--recompute", lay["recompute"],
+                         "--exhaustive")
         assert (mine["layouts_that_fit"], mine["layouts_searched"]) == (found["counts"]["fit"],
                                                                         found["counts"]["searched"])
         mine_steps = model_part(steps, model)

@@ -669,7 +669,7 @@ def rank_measured_layouts(model: MeasuredModel, gpu: str, n_gpus: int, seq_len: 
                 candidates += [(tp, pp, v, mb) for v in [1] + ([2, 4] if pp > 1 and m % pp == 0 else [])
                                if pp * v <= measured.n_layers]
     tick = progress(len(candidates)) if progress else None
-    counts = {"searched": 0, "fit": 0, "oom": 0, "invalid": 0}
+    counts = {"searched": 0, "fit": 0, "oom": 0, "invalid": 0, "bounded": 0}  # every layout evaluated
     ranked, oom = [], []
     for tp, pp, vpp, mb in candidates:
         counts["searched"] += 1

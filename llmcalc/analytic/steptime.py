@@ -51,6 +51,7 @@ HFU counts recomputation. ``causal`` changes only how FLOPs are counted, never t
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -1477,36 +1478,47 @@ def _rank_dp(ctx: _Ctx, split: tuple[int, ...], v: int, ranks: list[int]) -> dic
     stage times: (layers, FSDP?, one FSDP unit's forward and backward transfer, total reduce and gather seconds per
     step, the last bucket's reduce and the first bucket's gather, optimizer seconds). Cached per layout degrees and
     the rank's parameters (ranks holding the same parameters cost the same, in this layout or another)."""
-    spec, lay, dev, rec = ctx.spec, ctx.lay, ctx.dev, ctx.recipe
-    key = (_token(spec), dev.accelerator.key, _token(dev.network), dev.mamf, rec.name, KERNEL_EFFICIENCY, lay.tp,
-           lay.cp, lay.pp, lay.dp, lay.ep, lay.expert_tp, lay.zero, lay.order,
-           lay.grad_accum if lay.zero == 3 else 0,  # the micro-batch count matters to ZeRO-3's transfers only
-           lay.optimizer, lay.fp8_param_gather)
-    return _cached("params", ("rank dps", *key, split, v, lay.schedule, tuple(ranks)),
+    key = _dp_key(ctx)
+    return _cached("params", ("rank dps", *key, split, v, ctx.lay.schedule, tuple(ranks)),
                    lambda: _ranks_dp(ctx, key, split, v, ranks))
+
+
+def _dp_key(ctx: _Ctx) -> tuple:
+    """What a rank's DP collectives and optimizer step read besides its parameters (_rank_dp's cache key)."""
+    spec, lay, dev, rec = ctx.spec, ctx.lay, ctx.dev, ctx.recipe
+    return (_token(spec), dev.accelerator.key, _token(dev.network), dev.mamf, rec.name, KERNEL_EFFICIENCY, lay.tp,
+            lay.cp, lay.pp, lay.dp, lay.ep, lay.expert_tp, lay.zero, lay.order,
+            lay.grad_accum if lay.zero == 3 else 0,  # the micro-batch count matters to ZeRO-3's transfers only
+            lay.optimizer, lay.fp8_param_gather)
 
 
 def _ranks_dp(ctx: _Ctx, key: tuple, split: tuple[int, ...], v: int, ranks: list[int]) -> dict[int, tuple]:
     """_rank_dp for these ranks, one by one (`key`: the degrees' part of the cache key)."""
+    out = {}
+    for r in ranks:
+        params, experts, n_layers = _rank_holdings(ctx, split, v, r)
+        out[r] = _cached("params", ("rank dp", *key, params, experts, n_layers),
+                         lambda: _one_rank_dp(ctx, params, experts, n_layers))  # noqa: B023 (called at once)
+    return out
+
+
+def _rank_holdings(ctx: _Ctx, split: tuple[int, ...], v: int, r: int) -> tuple[float, float, int]:
+    """(parameters, routed-expert parameters, layers) pipeline rank `r` holds over its chunks (stage split `split`)."""
     spec, lay = ctx.spec, ctx.lay
     per_layer, emb, head, final, experts_per_layer, moe_before = _param_summary(spec)
     n_stages = len(split)
     starts = _cached("params", ("starts", split), lambda: [sum(split[:i]) for i in range(n_stages)])
-    out = {}
-    for r in ranks:
-        params = experts = 0.0
-        n_layers = 0
-        for c in range(v):
-            st = stage_of(lay.schedule, r, c, lay.pp)
-            lo, hi = starts[st], starts[st] + split[st]
-            n_layers += hi - lo
-            params += (hi - lo) * per_layer + (emb if st == 0 else 0.0)
-            if st == n_stages - 1:
-                params += final + (head if not (spec.tie_embeddings and st == 0) else 0)  # pp > 1: a tied copy
-            experts += experts_per_layer * (moe_before[hi] - moe_before[lo])
-        out[r] = _cached("params", ("rank dp", *key, params, experts, n_layers),
-                         lambda: _one_rank_dp(ctx, params, experts, n_layers))  # noqa: B023 (called at once)
-    return out
+    params = experts = 0.0
+    n_layers = 0
+    for c in range(v):
+        st = stage_of(lay.schedule, r, c, lay.pp)
+        lo, hi = starts[st], starts[st] + split[st]
+        n_layers += hi - lo
+        params += (hi - lo) * per_layer + (emb if st == 0 else 0.0)
+        if st == n_stages - 1:
+            params += final + (head if not (spec.tie_embeddings and st == 0) else 0)  # pp > 1: a tied copy
+        experts += experts_per_layer * (moe_before[hi] - moe_before[lo])
+    return params, experts, n_layers
 
 
 def _one_rank_dp(ctx: _Ctx, params: float, experts: float, n_layers: int, per_layer: float | None = None) -> tuple:
@@ -1514,6 +1526,7 @@ def _one_rank_dp(ctx: _Ctx, params: float, experts: float, n_layers: int, per_la
     (`per_layer`: one layer's parameters, for Muon's matrices; default the spec's)."""
     spec, lay, dev, rec = ctx.spec, ctx.lay, ctx.dev, ctx.recipe
     per_layer = _param_summary(spec)[0] if per_layer is None else per_layer
+    experts_given = experts
     strides, estrides, per_node = lay.strides(), lay.expert_strides(), dev.network.gpus_per_node
     dense_group = lay.dp * lay.cp  # CP ranks hold the same weights: gradients reduce over dp x cp
     dense_members = _group_per_node([(lay.cp, strides["cp"]), (lay.dp, strides["dp"])], per_node)
@@ -1540,12 +1553,22 @@ def _one_rank_dp(ctx: _Ctx, params: float, experts: float, n_layers: int, per_la
     if lay.zero == 3:
         per_f = gather / m / 2 / (max(1, n_layers) + 1)
         per_b = (gather / m / 2 + reduce / m) / (max(1, n_layers) + 1)
+    opt = _rank_optimizer(ctx, params, experts_given, n_layers, per_layer)
+    return max(1, n_layers), lay.zero == 3, per_f, per_b, reduce, gather, last, first, opt
+
+
+def _rank_optimizer(ctx: _Ctx, params: float, experts: float, n_layers: int, per_layer: float) -> float:
+    """_one_rank_dp's optimizer step: the rank's dense and routed-expert shards (`params`, `experts` of them routed,
+    in `n_layers` layers of `per_layer` parameters), each ZeRO-sharded over its data-parallel group (ZeRO >= 1)."""
+    lay = ctx.lay
+    dense_group = lay.dp * lay.cp
+    dense = (params - experts) / lay.tp
+    experts = experts / lay.expert_tp / lay.ep
     shard = dense_group if lay.zero >= 1 else 1
     expert_shard = lay.expert_dp if lay.zero >= 1 else 1
     local = dense / shard + experts / expert_shard
-    opt = _optimizer_seconds(ctx, local, [per_layer] * n_layers, dense_group if lay.zero >= 1 else 1,
-                             dense + experts)
-    return max(1, n_layers), lay.zero == 3, per_f, per_b, reduce, gather, last, first, opt
+    return _optimizer_seconds(ctx, local, [per_layer] * n_layers, dense_group if lay.zero >= 1 else 1,
+                              dense + experts)
 
 
 def _param_summary(spec: ModelSpec) -> tuple[float, float, float, float, float, list[int]]:
@@ -1739,7 +1762,7 @@ def train_steptime(spec: ModelSpec | None, gpu: str, n_gpus: int, mfu: float | N
 def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_batch: int, causal: bool = False,
                    recompute: str | None = None, dtype: str = "bf16", progress: Callable[[int], Callable[[], None]]
                    | None = None, tp_overlap: bool = False, recipe: str = "bf16-mixed", top: int = 10,
-                   **step: Any) -> tuple[list, list, dict]:  # long: the search's phases in order
+                   exhaustive: bool = False, **step: Any) -> tuple[list, list, dict]:  # long: the search's phases
     """Every layout tp x cp x pp (x vpp, micro-batch, recomputation) of `n_gpus`, checked against the memory
     model and ranked by predicted throughput. Returns (ranked [(prediction, peak bytes)], losers, counts).
 
@@ -1750,12 +1773,19 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     `progress(total)` (optional) returns a function called once per layout tried; `tp_overlap` times every
     layout with its TP collectives under the GEMMs (`_tp_exposed`).
 
+    Pruned (the default): every valid layout first gets `_step_floor`, a lower bound of its step whatever
+    recomputation and ZeRO stage it would get; in order of that floor the layouts are evaluated in full (memory,
+    stages, DP, optimizer) until the next floor cannot beat the `top`-th exact step; the rest are counted
+    `bounded` and never evaluated (nor checked for memory). `exhaustive` evaluates every layout (the ranked list,
+    losers and counts then read all of them; `bounded` is 0). Either way the `top` best are exactly the exhaustive
+    search's, in order: a layout among them has a floor at most its step, at most the `top`-th step.
+
     Each distinct piece is evaluated once (per-layer-kind costs per (tp, cp, micro-batch, recompute, ...), the
     FLOPs per recomputation, memory per layout but vpp, the parameters per model), and the pipeline is simulated
-    only where it can change the ranking: every layout first gets pipeline.path_bound (its exact makespan where
-    the timeline is known in closed form, else a lower bound); in order of that bound the layouts are then
-    simulated until the next bound cannot beat the `top`-th exact step. The `top` best are therefore exactly the
-    exact search's; the others keep their bound (say so in their assumptions)."""
+    only where it can change the ranking: every evaluated layout first gets pipeline.path_bound (its exact
+    makespan where the timeline is known in closed form, else a lower bound); the layouts are then simulated only
+    while that bound can beat the `top`-th exact step. The others keep their bound (say so in their
+    assumptions)."""
     check_modelled(spec)
     if step.get("recompute_layers") or step.get("recompute_modules"):
         raise LlmcalcError("layout checks memory with --recompute none, selective or full; time a partial "
@@ -1764,11 +1794,11 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     capacity = dev.accelerator.usable_bytes
     per_node = dev.network.gpus_per_node
     tries = [recompute] if recompute else ["none", "selective", "full"]
-    counts = {"searched": 0, "fit": 0, "oom": 0, "invalid": 0}
+    counts = {"searched": 0, "fit": 0, "oom": 0, "invalid": 0, "bounded": 0}
     candidates = _candidates(spec, n_gpus, seq_len, global_batch, per_node)
     tick = progress(len(candidates)) if progress else None
-    prepared, oom = [], []
-    lookup(RECIPES, "recipe", recipe)
+    oom: list = []
+    rec = lookup(RECIPES, "recipe", recipe)
     optimizer = step.get("optimizer", "adamw")
     moe_only = {"ep_overlap": False, "ep_dispatcher": "alltoall", "moe_imbalance": 1.0}
     for key, off in moe_only.items():
@@ -1776,7 +1806,8 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             raise LlmcalcError(f"{_flag(key)} needs a mixture-of-experts model; {spec.name} is dense")
     # the expert all-to-all settings apply to the layouts that have all-to-alls (and micro-batches to overlap)
     plain_step = {k: v for k, v in step.items() if k not in ("ep_overlap", "ep_dispatcher")}
-    for tp, cp, pp, vpp, mb, ep, etp in candidates:
+    layouts: list = []  # (floor, candidate index, tier, layout, what adds the optimizer) of the valid layouts
+    for index, (tp, cp, pp, vpp, mb, ep, etp) in enumerate(candidates):
         counts["searched"] += 1
         if tick:
             tick()
@@ -1792,27 +1823,282 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             except LlmcalcError:
                 counts["invalid"] += 1
                 continue
-        rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity, recipe=recipe, optimizer=optimizer)
-        if rc is None:
-            counts["oom"] += 1
-            oom.append((lay, peak, tries[-1] + (" and ZeRO-3" if zero == 3 else "")))
-            continue
-        counts["fit"] += 1
-        lay = lay if zero == lay.zero else replace(lay, zero=zero)
-        prepared.append((_prepare(spec, dev, lay, seq_len, causal, recompute=rc, recipe=recipe, attention="flash",
-                                  dropout=False), peak))
-    prepared.sort(key=lambda pp: pp[0].step_bound)
+        if exhaustive:
+            layouts.append((0.0, index, _MEMORY, lay, None))
+        else:
+            ctx = _floor_context(spec, dev, lay, seq_len, rec)
+            layouts.append((_work_floor(ctx), index, _PATHS, lay, ctx))
+    # best first: the least floor is taken and made tighter (its pipeline's paths; its optimizer step; then its
+    # memory: the recomputation and ZeRO stage that fit, their stage times and DP floor; then its stages, DP and
+    # path bound: _prepare), or
+    # once it is a prepared layout's, that layout is timed; once the least floor left cannot beat the `top`-th exact
+    # step, neither can any other layout (their steps are at least their floors): those left are `bounded`
+    heapq.heapify(layouts)
+    prepared: list[tuple[_Prepared, float, int, StepPrediction | None]] = []
     best: list[float] = []  # the `top` smallest exact steps so far, ascending
-    ranked = []
-    for prep, peak in prepared:
+    while layouts:
+        floor, index, tier, lay, more = heapq.heappop(layouts)
+        if len(best) >= top and floor > best[-1]:
+            heapq.heappush(layouts, (floor, index, tier, lay, more))
+            break
+        if tier == _PATHS:
+            floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, recompute="none", ctx=more)
+            heapq.heappush(layouts, (floor, index, _OPTIMIZER, lay, (ctx, paths)))
+            continue
+        if tier == _OPTIMIZER:
+            ctx, paths = more
+            floor += _optimizer_floor(ctx, paths, with_dp=False)[0] * (1 - FLOOR_MARGIN)
+            heapq.heappush(layouts, (floor, index, _MEMORY, lay, more))
+            continue
+        if tier == _MEMORY:
+            rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity, recipe=recipe,
+                                              optimizer=optimizer)
+            if rc is None:
+                counts["oom"] += 1
+                oom.append((lay, peak, tries[-1] + (" and ZeRO-3" if zero == 3 else "")))
+                continue
+            lay = lay if zero == lay.zero else replace(lay, zero=zero)
+            if not exhaustive:  # the floor of the recomputation and ZeRO stage that fit
+                floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, recompute=rc)
+                opt, dp = _optimizer_floor(ctx, paths)
+                floor += (opt + dp) * (1 - FLOOR_MARGIN)
+            heapq.heappush(layouts, (floor, index, _PREPARE, lay, (rc, peak)))
+            continue
+        if tier == _PREPARE:
+            rc, peak = more
+            counts["fit"] += 1
+            prep = _prepare(spec, dev, lay, seq_len, causal, recompute=rc, recipe=recipe, attention="flash",
+                            dropout=False)
+            if exhaustive:  # simulated below, in order of the pipeline bounds
+                prepared.append((prep, peak, index, None))
+            else:
+                heapq.heappush(layouts, (prep.step_bound, index, _TIME, lay, (prep, peak)))
+            continue
+        prep, peak = more  # a prepared layout's turn: simulated while it can still be among the `top`
         can_win = len(best) < top or prep.step_bound < best[-1]
         pred = _finish(prep, simulated=can_win)
         if can_win:
             best = sorted(best + [pred.step_seconds])[:top]
-        ranked.append((pred, peak))
+        prepared.append((prep, peak, index, pred))
+    # what the search stopped before: the prepared layouts fit (their bound is their step), a few extremes are
+    # evaluated for the losers' table (_extremes: for each kind of loss the most extreme that fits, of the first
+    # EXTREME_TRIES; none can win, so each keeps its bound), the rest are bounded
+    left = {}
+    for _, index, tier, lay, more in layouts:
+        if tier == _TIME:
+            prep, peak = more
+            prepared.append((prep, peak, index, _finish(prep, simulated=False)))
+        else:
+            left[index] = (tier, lay, more)
+    fits: dict[int, bool] = {}
+    for order in _extremes([(index, lay) for index, (_, lay, _) in left.items()]):
+        for index in order[:EXTREME_TRIES]:
+            if index not in fits:
+                tier, lay, more = left[index]
+                if tier == _PREPARE:
+                    rc, peak = more
+                else:
+                    rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity, recipe=recipe,
+                                                      optimizer=optimizer)
+                    if rc is not None:
+                        lay = lay if zero == lay.zero else replace(lay, zero=zero)
+                fits[index] = rc is not None
+                if rc is None:
+                    counts["oom"] += 1
+                    oom.append((lay, peak, tries[-1] + (" and ZeRO-3" if zero == 3 else "")))
+                else:
+                    counts["fit"] += 1
+                    prep = _prepare(spec, dev, lay, seq_len, causal, recompute=rc, recipe=recipe,
+                                    attention="flash", dropout=False)
+                    prepared.append((prep, peak, index, _finish(prep, simulated=False)))
+            if fits[index]:
+                break
+    counts["bounded"] = len(left) - len(fits)
+    # in order of the pipeline bounds (ties in candidate order), as the exhaustive search simulates them: equal
+    # steps keep this order in the ranking whichever layouts were evaluated
+    prepared.sort(key=lambda pp: (pp[0].step_bound, pp[2]))
+    ranked = []
+    for prep, peak, _, done in prepared:
+        if done is None:
+            can_win = len(best) < top or prep.step_bound < best[-1]
+            done = _finish(prep, simulated=can_win)
+            if can_win:
+                best = sorted(best + [done.step_seconds])[:top]
+        ranked.append((done, peak))
     ranked.sort(key=lambda pm: -pm[0].tokens_per_second)
     losers = _why_they_lose(ranked, oom, capacity)
     return ranked, losers, counts
+
+
+EXTREME_TRIES = 3  # how many of the most extreme layouts of a kind _extremes' caller tries for one that fits
+
+
+def _extremes(left: list[tuple[int, Layout]]) -> list[list[int]]:
+    """The layouts a pruned search evaluates beyond those that can win, so that `layout`'s "why the others lose"
+    shows each kind of loss at its strongest: of the layouts it stopped before (`left`: candidate index, layout),
+    per kind of loss their indices, most extreme first: the largest closed-form bubble fraction (pp - 1) / (vpp x
+    micro-batches) (the pipeline bubble), the largest tp then cp (TP communication: the least work per rank beside
+    it), the largest cp then tp (CP communication), the largest dp (DP communication), the largest pp x vpp (PP
+    sends); candidate order on ties."""
+    picks: tuple[Callable[[Layout], Any], ...] = (
+        lambda lay: (lay.pp - 1) / (lay.vpp * lay.grad_accum), lambda lay: (lay.tp, lay.cp),
+        lambda lay: (lay.cp, lay.tp), lambda lay: lay.dp, lambda lay: lay.pp * lay.vpp)
+    ordered = sorted(left)
+    return [[index for index, _ in sorted(ordered, key=lambda il: pick(il[1]), reverse=True)[:EXTREME_TRIES]]
+            for pick in picks]
+
+
+_PATHS, _OPTIMIZER, _MEMORY, _PREPARE, _TIME = range(5)  # what search_layouts does next to a layout taken off its heap
+FLOOR_MARGIN = 1e-9  # _step_floor's relative margin below its path sums: no rounding lifts it above a step
+
+
+def _floor_context(spec: ModelSpec, dev: Device, lay: Layout, seq_len: int, rec: Recipe) -> _Ctx:
+    """The prediction context of `lay` (flash attention) with its layer-cost caches, as _prepare builds it."""
+    cache, dense_cache = _layer_cache(spec, dev, lay, seq_len, rec, attention="flash", dropout=False)
+    return _Ctx(spec, dev, lay, seq_len, rec, attention="flash", dropout=False, eff=KERNEL_EFFICIENCY, cache=cache,
+                dense_cache=dense_cache)
+
+
+def _work_floor(ctx: _Ctx) -> float:
+    """The first, cheapest floor of a layout's step (search_layouts orders every layout by it): its micro-batches'
+    work at recompute none spread evenly over the pipeline ranks, m x (every layer's forward, backward and weight
+    gradient + the embedding, LM head and MTP layers) / pp. The busiest rank does at least the average of all ranks'
+    work, and no rank finishes before its own work is done, so it is at most _step_floor's bound (whose paths
+    include each rank's own work); FLOOR_MARGIN below, the sums being in another order. The whole model's work is
+    one stage composition's (one cost per layer kind x its count), cached with the layer costs."""
+    lay = ctx.lay
+    key = ("work", lay.mtp_layers, lay.schedule)
+    work = ctx.cache.get(key)
+    if work is None:
+        spec = ctx.spec
+
+        def whole() -> tuple:  # the whole model as one stage's composition (_stage_plan's form)
+            runs: dict[tuple, list[int]] = {}
+            for i in range(spec.n_layers):
+                runs.setdefault(_layer_kind(spec, i), [i, 0])[1] += 1
+            return tuple((i, frozenset(), count) for i, count in runs.values()), True, True
+        composition = _cached("params", ("whole", _token(spec)), whole)
+        fwd, bwd, wgt = stage_passes([_stage_cost(ctx, composition, "none")], [0], lay.schedule)
+        work = ctx.cache[key] = fwd[0] + bwd[0] + (wgt[0] if wgt is not None else 0.0)
+    return lay.grad_accum * work / lay.pp * (1 - FLOOR_MARGIN)
+
+
+def _step_floor(spec: ModelSpec, dev: Device, lay: Layout, seq_len: int, rec: Recipe,
+                recompute: str, ctx: _Ctx | None = None) -> tuple[float, _Ctx, tuple]:
+    """(a lower bound of the makespan of `lay`'s pipeline (flash attention) at recomputation `recompute` or more,
+    whatever its ZeRO stage; the context and the stage structure _optimizer_floor reads). The bound is the longest
+    of the dependency paths of pipeline.path_bound, one per group of identical pipeline ranks: the first micro-batch's
+    forward and the last one's backward through the stages before the rank's first chunk, each hop paying the
+    activation send twice, plus all of the rank's own work (or only its own work, weight gradients included); each
+    stage's times at `recompute`. Why it is a floor of the step search_layouts predicts:
+    - every path is a chain of dependencies, so no simulated schedule finishes sooner, and path_bounds' closed
+      forms are makespans; a layout the search does not simulate keeps path_bounds' own bound, the longest of the
+      same paths at its own stage times;
+    - recomputation only adds work (none < selective < full: a forward re-run inside the backward), so each
+      stage's forward, backward and weight-gradient times at `recompute` are at most those at more recomputation,
+      and a path's sum of them is non-decreasing in each;
+    - the layer costs do not read the ZeRO stage (_layer_cache's key), and DP and the optimizer add to the
+      makespan (_optimizer_floor: at least what they add);
+    - the sums are taken FLOOR_MARGIN below, against rounding in another order than path_bounds'.
+    tests/test_layout_prune.py holds it at or below the full evaluation of every candidate of several searches.
+    `ctx`: `lay`'s _floor_context, where the caller has it."""
+    if ctx is None or ctx.lay is not lay:
+        ctx = _floor_context(spec, dev, lay, seq_len, rec)
+    cache = ctx.cache
+    v = chunks_per_rank(lay.schedule, lay.vpp)
+    n_stages = lay.pp * v
+    key = ("floor", recompute, n_stages, lay.pp, lay.schedule, lay.first_stage_layers, lay.last_stage_layers,
+           lay.mtp_layers)
+    paths = cache.get(key)
+    if paths is None:
+        paths = cache[key] = _floor_paths(ctx, n_stages, v, recompute)
+    m = lay.grad_accum
+    p2p = _p2p_seconds(ctx) if lay.pp > 1 else 0.0
+    floor = 0.0
+    for before, busy, own, hops in paths[0]:
+        floor = max(floor, before + m * busy + hops * p2p, m * own)
+    return floor * (1 - FLOOR_MARGIN), ctx, paths
+
+
+def _floor_paths(ctx: _Ctx, n_stages: int, v: int, recompute: str) -> tuple:
+    """_step_floor's paths of one layer-cost cache and stage plan, whatever the micro-batch count: per group of
+    identical ranks (its last rank: pipeline.path_bounds' `ranks`) the forward and backward of the stages before its
+    first chunk, its own forward + backward of one micro-batch, the same with its weight gradients, and its number of
+    send/receive pairs (2 per hop between ranks); then the stage split and each group's first rank (_rank_dp's).
+    Each sum is of the distinct stage compositions' times, each times its count (_floor_ranks)."""
+    lay = ctx.lay
+    plan = _stage_plan(ctx.spec, n_stages, lay, recompute)
+    kinds = plan[3]
+    fwd, bwd, wgt = stage_passes([_stage_cost(ctx, composition, recompute) for composition in kinds],
+                                 range(len(kinds)), lay.schedule)
+    pass_ = [f + b for f, b in zip(fwd, bwd, strict=True)]
+    ranks, split, firsts = _floor_ranks(plan, lay.schedule, lay.pp, v)
+    out = []
+    for before, mine, hops in ranks:
+        busy = sum(pass_[j] * n for j, n in mine)
+        own = busy + (sum(wgt[j] * n for j, n in mine) if wgt is not None else 0.0)
+        out.append((sum(pass_[j] * n for j, n in before), busy, own, hops))
+    return tuple(out), split, firsts
+
+
+def _floor_ranks(plan: tuple, schedule: str, pp: int, v: int) -> tuple:
+    """The shape of _floor_paths' paths for one stage plan (_stage_plan's) and schedule: per group of identical ranks
+    (its last rank) the distinct compositions before its first chunk and its own, each as (index, count), and its
+    send/receive count; the stage split; each group's first rank. Cached with the plan."""
+    def make() -> tuple:
+        split, _, ids, _, groups = plan
+        rank_groups, lasts = groups(schedule, pp)
+        n_stages = len(split)
+        home = [0] * n_stages  # each stage's rank
+        for r in range(pp):
+            for c in range(v):
+                home[stage_of(schedule, r, c, pp)] = r
+
+        def counted(stages: Sequence[int]) -> tuple:
+            out: dict[int, int] = {}
+            for st in stages:
+                out[ids[st]] = out.get(ids[st], 0) + 1
+            return tuple(out.items())
+        ranks = []
+        for r in lasts:
+            stages = [stage_of(schedule, r, c, pp) for c in range(v)]
+            s0 = min(stages)
+            hops = sum(home[st] != home[st + 1] for st in range(s0))
+            ranks.append((counted(range(s0)), counted(stages), 2 * hops))
+        return tuple(ranks), tuple(split), [r for r, _ in rank_groups], plan  # the plan: its id stays its own
+    return _cached("params", ("floor ranks", id(plan), schedule, pp, v), make)[:3]
+
+
+def _optimizer_floor(ctx: _Ctx, paths: tuple, with_dp: bool = True) -> tuple[float, float]:
+    """(the optimizer step of the layout in `ctx`, at least its exposed DP communication), each the most loaded
+    rank's as _dp_and_optimizer takes them. The optimizer step is the same with ZeRO-1 and ZeRO-3 (_one_rank_dp
+    shards it over dp x cp either way), so ZeRO-1's is taken whatever the layout's stage; the DP floor is the
+    layout's own stage's: the last bucket's reduction and the first's gather (overlapped ZeRO-1/2), one FSDP unit's
+    transfers per micro-batch (ZeRO-3), every collective (not overlapped), the parts _dp_and_optimizer's exposed
+    time is at least whatever the stage times. `with_dp` False: the optimizer alone (`_rank_optimizer`, without the
+    collectives _rank_dp prices), DP floor 0."""
+    lay = ctx.lay
+    _, split, firsts = paths
+    v = chunks_per_rank(lay.schedule, lay.vpp)
+    one = ctx if lay.zero == 1 else replace(ctx, lay=replace(lay, zero=1))
+    key, per_layer = _dp_key(one), _param_summary(ctx.spec)[0]
+    opt = 0.0
+    for r in firsts:
+        held = _rank_holdings(one, split, v, r)
+        opt = max(opt, _cached("params", ("rank optimizer", *key, *held),
+                               lambda: _rank_optimizer(one, *held, per_layer)))  # noqa: B023 (called at once)
+    if not with_dp:
+        return opt, 0.0
+    dp = 0.0
+    for _, zero3, per_f, per_b, reduce, gather, last, first, _ in _rank_dp(ctx, split, v, firsts).values():
+        if zero3 and lay.dp_overlap:
+            exposed = lay.grad_accum * (per_f + per_b)
+        elif lay.dp_overlap and not zero3:
+            exposed = last + first if reduce or gather else 0.0
+        else:
+            exposed = reduce + gather
+        dp = max(dp, exposed)
+    return opt, dp
 
 
 def _least_that_fits(spec: ModelSpec, lay: Layout, seq_len: int, tries: list[str], capacity: float,
@@ -2045,7 +2331,7 @@ class LayoutSearch:
     global_batch: int
     ranked: list  # [(StepPrediction, peak bytes per GPU)], fastest first
     losers: list  # [(reason, StepPrediction or None, layout text)]
-    counts: dict  # searched, fit, oom, invalid
+    counts: dict  # searched, fit, oom, invalid, bounded (search_layouts)
     recipe: str = "bf16-mixed"
     optimizer: str = "adamw"
 
@@ -2053,11 +2339,11 @@ class LayoutSearch:
 def rank_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_batch: int | None = None,
                  global_batch_tokens: float | None = None, causal: bool = False, recompute: str | None = None,
                  tp_overlap: bool = False, progress: Callable[[int], Callable[[], None]] | None = None,
-                 top: int = 10, **step: Any) -> LayoutSearch:
+                 top: int = 10, exhaustive: bool = False, **step: Any) -> LayoutSearch:
     """`llmcalc layout`: search_layouts for the global batch given in sequences or tokens; no layout that fits
     is an error naming what to change. `step`: the recipe and STEP_DEFAULTS' settings, for every layout; `top`:
     how many layouts are listed, each of them exact (search_layouts; at least the ten best are, whose figures the
-    losers' table compares)."""
+    losers' table compares); `exhaustive`: evaluate every layout (search_layouts)."""
     batch = global_batch_sequences(global_batch, global_batch_tokens, seq_len, required=True)
     assert batch is not None  # required: exactly one of the two was given
     if step.get("cp_comm") == "a2a+p2p":
@@ -2065,7 +2351,8 @@ def rank_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_ba
                            "layout tries many: use p2p, all-gather or a2a here")
     ranked, losers, counts = search_layouts(spec, gpu, n_gpus, seq_len, global_batch=batch, causal=causal,
                                             recompute=recompute, tp_overlap=tp_overlap, progress=progress,
-                                            top=max(top, 10), **{k: v for k, v in step.items() if v is not None})
+                                            top=max(top, 10), exhaustive=exhaustive,
+                                            **{k: v for k, v in step.items() if v is not None})
     if not ranked:
         raise LlmcalcError(f"no layout of {spec.name} fits on {n_gpus:,} x {gpu} at seq {seq_len} with global batch "
                            f"{batch} (of the layouts tried, {counts['oom']:,} do not fit in memory and "

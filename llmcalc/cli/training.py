@@ -113,11 +113,14 @@ def plan(ctx: click.Context, compute: float | None, gpu: str | None, n_gpus: int
 @tp_overlap_option
 @step_model_options
 @click.option("--top", type=POSITIVE_INT, default=10, show_default=True, help="How many layouts to list.")
+@click.option("--exhaustive", is_flag=True, help="Evaluate every layout (memory, stages, DP) instead of only those "
+                                                 "whose lower bound can beat the best: the counts and the losers' "
+                                                 "table then read them all.")
 @format_option
 @click.pass_context
 def layout(ctx: click.Context, model: str, gpu: str, n_gpus: int, seq_len: int, global_batch: int | None,
            global_batch_tokens: float | None, recompute: str | None, causal: bool, tp_overlap: bool, top: int,
-           fmt: str, **step: Any) -> None:
+           exhaustive: bool, fmt: str, **step: Any) -> None:
     """Rank the parallel layouts of MODEL on N GPUs that fit in memory, by predicted throughput."""
     from ..analytic.steptime import global_batch_sequences, rank_layouts
     from ..render.progress import progress_bars
@@ -130,7 +133,8 @@ def layout(ctx: click.Context, model: str, gpu: str, n_gpus: int, seq_len: int, 
                        recompute=recompute, tp_overlap=tp_overlap, top=top, **typed(ctx, step))
     with progress_bars("layouts") as progress:
         if isinstance(spec, ModelSpec):
-            search = rank_layouts(spec, gpu, n_gpus, seq_len, progress=progress, **search_args)
+            search = rank_layouts(spec, gpu, n_gpus, seq_len, progress=progress, exhaustive=exhaustive,
+                                  **search_args)
         else:  # a model_type without a formula: what transformers measured of it
             search = _measured_layouts(model, spec, gpu, n_gpus, seq_len, progress=progress, **search_args)
     emit(document(search, top, recompute), fmt)

@@ -208,7 +208,7 @@ def plan_model(spec: ModelSpec, scenario: Scenario, global_batch: int) -> ModelP
     try:
         plan.ranked, plan.losers, plan.counts = search_layouts(
             spec, gpu.key, scenario.n_gpus, scenario.seq_len, global_batch=global_batch, causal=scenario.causal,
-            recompute=scenario.recompute, dtype=scenario.dtype)
+            recompute=scenario.recompute, dtype=scenario.dtype, exhaustive=True)  # its slowest bar reads all
     except LlmcalcError as exc:
         plan.search_note = str(exc)
     return plan

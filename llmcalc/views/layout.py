@@ -78,10 +78,18 @@ def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batc
             Column("step_seconds", "step (s)", lambda v: f"{v:.4g}"), Column("mfu", "MFU (%)", _pct),
             Column("tokens_per_second", "tokens/s", lambda v: si(v).strip()),
             Column("biggest_loss", "biggest loss (share of step)", align="left")]
+    bounded = counts.get("bounded", 0)
+    evaluated = " evaluated" if bounded else ""
+    searched = (f"searched {counts['searched']:,} layouts: {counts['fit']:,} fit, {counts['oom']:,} do not fit in "
+                f"memory, {counts['invalid']:,} contradict the model (heads, layers, batch)")
+    if bounded:  # a pruned search (steptime.search_layouts): the counts are of the layouts it evaluated
+        searched = (f"searched {counts['searched']:,} layouts: {counts['fit'] + counts['oom']:,} evaluated "
+                    f"({counts['fit']:,} fit, {counts['oom']:,} do not fit in memory), {bounded:,} bounded (not "
+                    f"evaluated: a lower bound of their step cannot beat the {max(top, 10)}th best; --exhaustive "
+                    f"evaluates them), {counts['invalid']:,} contradict the model (heads, layers, batch)")
     tables = [Table(f"best layouts that fit, by predicted throughput (top {min(top, len(rows))} of "
-                    f"{counts['fit']:,} that fit)", cols, rows,
-                    [f"searched {counts['searched']:,} layouts: {counts['fit']:,} fit, {counts['oom']:,} do not fit "
-                     f"in memory, {counts['invalid']:,} contradict the model (heads, layers, batch)",
+                    f"{counts['fit']:,}{evaluated} that fit)", cols, rows,
+                    [searched,
                      f"memory: `llmcalc memory`'s per-GPU model ({recipe} + {optimizer}, flash attention, sequence "
                      "parallel) against the memory the runtime reports; "
                      + (f"recompute {recompute} (given), with ZeRO-1, else ZeRO-3 (FSDP)" if recompute
@@ -91,7 +99,11 @@ def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batc
               Table("why the others lose", [Column("layout", "layout", align="left"),
                                             Column("why", "why", align="left"),
                                             Column("vs_best", "throughput vs best (%)",
-                                                   lambda v: f"{v * 100:+.1f} %")], lose_rows)]
+                                                   lambda v: f"{v * 100:+.1f} %")], lose_rows,
+                    [f"of the {counts['fit'] + counts['oom']:,} layouts evaluated: those that can win, and for each "
+                     "kind of loss the first that fits of the layouts left whose shape makes it largest (largest "
+                     "bubble fraction (pp - 1) / (vpp x micro-batches), tp, cp, dp, pp x vpp); the bounded ones are "
+                     "not read (--exhaustive: every layout)"] if bounded else [])]
     data = {"model": model, "gpu": gpu, "n_gpus": n_gpus, "seq_len": seq_len, "global_batch": global_batch,
             "layouts": rows, "losers": lose_rows, "counts": counts}
     return Document(f"{model}: layouts for {n_gpus:,} x {gpu}, seq {seq_len}, global batch "

@@ -1,0 +1,130 @@
+"""The pruned layout search (steptime.search_layouts): each layout's floor is at most its full evaluation, whatever
+recomputation and ZeRO stage the search gives it; the pruned search's ten best are the exhaustive search's, in
+order and bit for bit; its counts add up with the layouts it bounded; `layout` says what it evaluated."""
+
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from llmcalc.analytic import steptime
+from llmcalc.analytic.memory import RECIPES
+from llmcalc.errors import LlmcalcError
+from llmcalc.spec import load_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_layout import CASES as LAYOUT_CASES  # noqa: E402  (bench_layout.py's five cases)
+from clirun import run  # noqa: E402
+
+SMALL = [("llama-3.2-1b", 16, 4096, 64),  # dense: pp, vpp, ZeRO-3, every recomputation
+         ("deepseek-v2-lite", 32, 4096, 256),  # MoE: MLA, a dense first layer, ep and folded etp
+         ("llama-3-8b", 32, 16384, 64)]  # cp up to 16 beside tp, pp and vpp
+
+
+def _floors_hold(model: str, n: int, seq: int, batch: int) -> int:
+    """For every valid candidate of the search and every recomputation and ZeRO stage it could get: the work floor
+    (every rank's average work) <= the path floor at recompute none; that + the optimizer step <= the floor of that
+    setting (+ its DP floor) <= both its step with the pipeline's bound (what the search keeps for a layout it does
+    not simulate) and its simulated step (predict, what `train --global-batch` prints). Returns how many settings
+    were checked."""
+    spec = load_model(model)
+    dev = steptime.device_for("h100-sxm")
+    rec = RECIPES["bf16-mixed"]
+    margin = 1 - steptime.FLOOR_MARGIN
+    checked = 0
+    for c in steptime._candidates(spec, n, seq, batch, dev.network.gpus_per_node):
+        try:
+            lay = steptime.make_layout(spec, n, seq, batch, tp=c.tp, cp=c.cp, pp=c.pp, vpp=c.vpp, ep=c.ep,
+                                       micro_batch=c.micro_batch, etp=c.etp or None)
+        except LlmcalcError:
+            continue
+        work = steptime._work_floor(steptime._floor_context(spec, dev, lay, seq, rec))
+        first, ctx, paths = steptime._step_floor(spec, dev, lay, seq, rec, recompute="none")
+        assert work <= first, steptime._describe(lay)
+        first += steptime._optimizer_floor(ctx, paths)[0] * margin
+        for rc in ("none", "selective", "full"):
+            for zero in (1, 3) if lay.dp > 1 else (1,):
+                z = replace(lay, zero=zero)
+                try:
+                    prep = steptime._prepare(spec, dev, z, seq, False, recompute=rc, recipe="bf16-mixed",
+                                             attention="flash", dropout=False)
+                except LlmcalcError:
+                    continue
+                bound = steptime._finish(prep, simulated=False).step_seconds
+                step = steptime.predict(spec, dev, z, seq, recompute=rc).step_seconds
+                floor, ctx, paths = steptime._step_floor(spec, dev, z, seq, rec, recompute=rc)
+                opt, dp = steptime._optimizer_floor(ctx, paths)
+                tight = floor + (opt + dp) * margin
+                what = (steptime._describe(z, rc), first, tight, bound, step)
+                assert first <= tight <= min(bound, step), what
+                assert bound <= step * (1 + 1e-12), what  # path_bounds' sums may round an ulp above the simulator
+                checked += 1
+    steptime.clear_caches()
+    return checked
+
+
+@pytest.mark.parametrize("model, n, seq, batch", SMALL[:2])
+def test_floor_is_at_most_every_full_evaluation(model, n, seq, batch):
+    assert _floors_hold(model, n, seq, batch) > 100
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model, n, seq, batch", SMALL[2:] + LAYOUT_CASES[:1] + LAYOUT_CASES[3:4])
+def test_floor_is_at_most_every_full_evaluation_on_larger_searches(model, n, seq, batch):
+    assert _floors_hold(model, n, seq, batch) > 100
+
+
+def _same_top(model: str, n: int, seq: int, batch: int, top: int = 10, **step) -> None:
+    spec = load_model(model)
+    pruned, _, counts = steptime.search_layouts(spec, "h100-sxm", n, seq, global_batch=batch, top=top, **step)
+    steptime.clear_caches()
+    whole, _, all_counts = steptime.search_layouts(spec, "h100-sxm", n, seq, global_batch=batch, top=top,
+                                                   exhaustive=True, **step)
+    steptime.clear_caches()
+    assert pruned[:top] == whole[:top]  # the predictions (steps, breakdowns, assumptions) and peaks, in order
+    assert counts["fit"] + counts["oom"] + counts["invalid"] + counts["bounded"] == counts["searched"]
+    assert len(pruned) == counts["fit"] and counts["bounded"] > 0
+    assert all_counts["bounded"] == 0 and len(whole) == all_counts["fit"]
+    assert all_counts["searched"] == counts["searched"] and all_counts["invalid"] == counts["invalid"]
+    assert counts["fit"] <= all_counts["fit"] and counts["oom"] <= all_counts["oom"]
+    # what was not bounded is what the exhaustive search has, with the same memory; layouts it did not simulate
+    # keep their bound
+    both = {steptime._describe(p.layout, p.recompute): peak for p, peak in whole}
+    assert all(both[steptime._describe(p.layout, p.recompute)] == peak for p, peak in pruned)
+
+
+@pytest.mark.parametrize("model, n, seq, batch, top, step", [
+    ("llama-3.2-1b", 16, 4096, 64, 10, {}),
+    ("deepseek-v2-lite", 32, 4096, 256, 10, {}),
+    ("llama-3-8b", 32, 16384, 64, 25, {}),  # cp and vpp layouts among the best; a longer list
+    ("mixtral-8x7b", 64, 4096, 256, 10, {"ep_overlap": True}),  # MoE, ZeRO-3 among the best
+])
+def test_pruned_search_has_the_exhaustive_searchs_best(model, n, seq, batch, top, step):
+    _same_top(model, n, seq, batch, top, **step)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model, n, seq, batch", LAYOUT_CASES)
+def test_pruned_search_has_the_exhaustive_searchs_best_on_the_benchmark_cases(model, n, seq, batch):
+    _same_top(model, n, seq, batch)
+
+
+def test_layout_says_what_it_evaluated():
+    """The text names the bounded layouts and the losers' scope; --exhaustive prints today's counts line (no
+    bounded) over every layout; the JSON's counts keep their keys and add `bounded`."""
+    base = ("layout", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", 64, "--seq-len", 8192, "--global-batch", 512)
+    pruned, whole = run(*base), run(*base, "--exhaustive")
+    assert pruned.exit_code == 0 and whole.exit_code == 0
+    assert "bounded (not evaluated" in pruned.stdout and "layouts evaluated:" in pruned.stdout
+    assert "searched 435 layouts: 435 fit, 0 do not fit in memory, 0 contradict" in whole.stdout
+    assert "bounded" not in whole.stdout and "(top 10 of 435 that fit)" in whole.stdout
+    data = json.loads(run(*base, "--format", "json").stdout)
+    counts = data["counts"]
+    assert set(counts) == {"searched", "fit", "oom", "invalid", "bounded"} and counts["searched"] == 435
+    assert counts["fit"] + counts["oom"] + counts["invalid"] + counts["bounded"] == 435
+    full = json.loads(run(*base, "--exhaustive", "--format", "json").stdout)
+    assert full["layouts"] == data["layouts"] and full["counts"]["bounded"] == 0
