@@ -45,15 +45,21 @@ def make_report(tmp_path, *models, extra=()):
 
 
 @pytest.fixture(scope="module")
-def existing_report(tmp_path_factory):
+def existing_report(tmp_path_factory, built_once):
     """`existing_report(tmp_path)`: tmp_path/report holding a whole qwen2.5-0.5b report (make_report's, checked
-    there), built once per module and copied: the starting state of the tests of what a later run does to it."""
-    import shutil
-
-    built = make_report(tmp_path_factory.mktemp("built"), "qwen2.5-0.5b")
+    there), built once per session (conftest's built_once: not once per worker) and written out again: the starting
+    state of the tests of what a later run does to it."""
+    def build():
+        built = make_report(tmp_path_factory.mktemp("built"), "qwen2.5-0.5b")
+        return {str(p.relative_to(built)): p.read_bytes() for p in built.rglob("*") if p.is_file()}
+    files = built_once("existing-report-qwen2.5-0.5b", build)
 
     def copy(tmp_path):
-        return shutil.copytree(built, tmp_path / "report")
+        out = tmp_path / "report"
+        for name, content in files.items():
+            (out / name).parent.mkdir(parents=True, exist_ok=True)
+            (out / name).write_bytes(content)
+        return out
     return copy
 
 
