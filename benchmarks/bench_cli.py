@@ -12,7 +12,9 @@ wall time does) is reported as the median of `--runs` calls, twice over:
   turned off; the standard library and the dependencies keep their own bytecode).
 
 Targets (bytecode present): `params llama-3-8b` <= 0.10 s, every other analytic command <= 0.12 s.
-`layout` is shown but not held to them: its search is work, not start-up.
+`layout` is shown but not held to them: its search is work, not start-up. The floor rows come first: the
+interpreter alone (`python -c pass`), `import click`, and `import llmcalc.cli` (the group, before any command's
+module); a command's figure less the last of them is what the command itself imports and does.
 
 --baseline DIR runs the same calls against another checkout (e.g. `git archive main | tar -x -C DIR`)
 through PYTHONPATH, interleaved call by call with this one, so that both see the same load.
@@ -71,14 +73,20 @@ def set_bytecode(package: Path, present: bool) -> None:
                        stdout=subprocess.DEVNULL)
 
 
-def cpu_seconds(argv: list[str], env: dict[str, str], cwd: str) -> float:
-    """User + system CPU seconds of one `python -m llmcalc ARGV` child, started in `cwd` (an empty folder:
-    `-m` puts the working folder first on sys.path, before PYTHONPATH)."""
+# The floor under every command: the interpreter alone, click, and the CLI's own modules before any command runs.
+FLOOR = [("python -c pass", ["-c", "pass"]), ("python -c 'import click'", ["-c", "import click"]),
+         ("python -c 'import llmcalc.cli'", ["-c", "import llmcalc.cli"])]
+
+
+def cpu_seconds(argv: list[str], env: dict[str, str], cwd: str, python_args: list[str] | None = None) -> float:
+    """User + system CPU seconds of one `python -m llmcalc ARGV` child (or `python PYTHON_ARGS`), started in `cwd`
+    (an empty folder: `-m` puts the working folder first on sys.path, before PYTHONPATH)."""
+    args = python_args if python_args is not None else ["-m", "llmcalc", *argv]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run([sys.executable, "-m", "llmcalc", *argv], env=env, cwd=cwd, capture_output=True)
+    done = subprocess.run([sys.executable, *args], env=env, cwd=cwd, capture_output=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode:
-        raise SystemExit(f"llmcalc {' '.join(argv)} failed ({done.returncode}): {done.stderr.decode()[-500:]}")
+        raise SystemExit(f"python {' '.join(args)} failed ({done.returncode}): {done.stderr.decode()[-500:]}")
     return after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
 
 
@@ -93,7 +101,7 @@ def environments(baseline: str | None, bytecode: bool) -> dict[str, dict[str, st
 
 
 def measure(commands: list[tuple[list[str], float | None]], runs: int, baseline: str | None,
-            bytecode: bool) -> bool:
+            bytecode: bool, floor: bool = True) -> bool:
     """Print the medians; True when every targeted command of this checkout meets its target."""
     envs = environments(baseline, bytecode)
     for name in envs:
@@ -101,13 +109,21 @@ def measure(commands: list[tuple[list[str], float | None]], runs: int, baseline:
     print(f"\n{'with' if bytecode else 'without'} bytecode: CPU seconds (user + system) per call, median of {runs}")
     print(f"{'command':62s} " + " ".join(f"{name:>9s}" for name in envs) + "  target")
     ok = True
-    for argv, target in commands:
+
+    def medians_of(argv: list[str], python_args: list[str] | None = None) -> dict[str, float]:
         times: dict[str, list[float]] = {name: [] for name in envs}
         with tempfile.TemporaryDirectory() as cwd:
             for _ in range(runs):
                 for name, env in envs.items():  # interleaved: both see the same neighbours
-                    times[name].append(cpu_seconds(argv, env, cwd))
-        medians = {name: statistics.median(t) for name, t in times.items()}
+                    times[name].append(cpu_seconds(argv, env, cwd, python_args))
+        return {name: statistics.median(t) for name, t in times.items()}
+
+    if floor:
+        for label, python_args in FLOOR:
+            print(f"{label:62s} " + " ".join(f"{m:9.3f}" for m in medians_of([], python_args).values())
+                  + "  (floor)")
+    for argv, target in commands:
+        medians = medians_of(argv)
         verdict = "" if target is None else ("  ok" if medians["this"] <= target else "  OVER")
         ok &= target is None or medians["this"] <= target
         label = " ".join(argv)
@@ -123,12 +139,13 @@ def main() -> int:
     parser.add_argument("--baseline", help="another checkout's root, run through PYTHONPATH beside this one")
     parser.add_argument("--only", help="only the commands whose line contains this text")
     parser.add_argument("--no-source", action="store_true", help="skip the runs without bytecode")
+    parser.add_argument("--no-floor", action="store_true", help="skip the floor rows (python, click, llmcalc.cli)")
     args = parser.parse_args()
     commands = [(a, t) for a, t in COMMANDS if not args.only or args.only in " ".join(a)]
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs before the runs")
-    ok = measure(commands, args.runs, args.baseline, bytecode=True)
+    ok = measure(commands, args.runs, args.baseline, bytecode=True, floor=not args.no_floor)
     if not args.no_source:
-        measure(commands, args.runs, args.baseline, bytecode=False)
+        measure(commands, args.runs, args.baseline, bytecode=False, floor=not args.no_floor)
         for env in environments(args.baseline, True).values():  # leave bytecode in place, as pip would
             set_bytecode(package_dir(env.get("PYTHONPATH")), True)
     print(f"load average {os.getloadavg()[0]:.2f} after the runs")

@@ -116,6 +116,11 @@ def fmt_bytes(value: float, unit: str | None = None) -> str:
     return f"{value:.0f} B"
 
 
+def fmt_gib(value: float) -> str:
+    """Bytes in GiB, two decimals, for a column whose label carries the unit: 2.25 * 2**30 -> '2.25'."""
+    return f"{value / GIB:,.2f}"
+
+
 def fmt_tokens(value: float, noun: str = "tokens") -> str:
     """A token (or parameter) count as people say it, trailing zeros dropped: 1.5e13 -> '15 T tokens',
     1.5e10 -> '15 B tokens', 7e9 -> '7 B params' (B = billion = SI G, as model and dataset sizes are named)."""

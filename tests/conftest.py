@@ -1,8 +1,33 @@
 """Test-session set-up: the calibrated peaks of `profile` (llmcalc.profiling.peak_cache) go to a folder of this
 session, never to the user's cache, so that a test neither reads a peak another machine state measured nor leaves
-one behind."""
+one behind; `built_once` shares a costly fixture's value between the xdist workers of one session."""
 
 import os
+import pickle
 import tempfile
 
+import pytest
+
 os.environ["LLMCALC_CACHE_DIR"] = tempfile.mkdtemp(prefix="llmcalc-test-cache-")
+
+
+@pytest.fixture(scope="session")
+def built_once(tmp_path_factory, worker_id):
+    """`built_once(key, build)`: build() run once in the whole session, its value pickled into the folder the
+    session's workers share (pytest-xdist's documented pattern for a session fixture run once, under a file lock),
+    so that a fixture whose tests land on both workers is not built twice. Without xdist: build()."""
+    if worker_id == "master":
+        return lambda key, build: build()
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp().parent  # the parent of every worker's own base folder
+
+    def get(key, build):
+        path = shared / f"built-once-{key}.pickle"
+        with FileLock(f"{path}.lock"):
+            if path.is_file():
+                return pickle.loads(path.read_bytes())
+            value = build()
+            path.write_bytes(pickle.dumps(value))
+            return value
+    return get

@@ -75,11 +75,13 @@ def test_sharding_rule_matches_torch_shards_on_every_rank():
 
 
 @pytest.fixture(scope="module")
-def virtual_tiny():
-    result = run("profile", "llmcalc-tiny", "--virtual", "--world-size", 8, "--tp", 2, "--seq-len", 64,
-                 "--format", "json")
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
+def virtual_tiny(built_once):
+    def profile():
+        result = run("profile", "llmcalc-tiny", "--virtual", "--world-size", 8, "--tp", 2, "--seq-len", 64,
+                     "--format", "json")
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+    return built_once("virtual-tiny-world-8", profile)  # once, not once per worker
 
 
 def test_virtual_contract_and_exact_sharded_state(virtual_tiny):

@@ -183,7 +183,8 @@ def test_the_cycle_check_sees_cycles(tmp_path):
     assert sorted(import_cycles(graph)) == [["llmcalc.a", "llmcalc.b"], ["llmcalc.d", "llmcalc.sub.c"]]
 
 
-@pytest.mark.parametrize("module", sorted(m for m in import_graph(PACKAGE.parent) if not m.endswith("__main__")))
+@pytest.mark.parametrize("module", sorted(m for m in (_module_name(PACKAGE.parent, p) for p in PACKAGE.rglob("*.py"))
+                                           if not m.endswith("__main__")))  # the graph's modules, not parsed
 def test_every_module_imports(module):
     if module.startswith("llmcalc.profiling"):
         pytest.importorskip("torch")
@@ -232,3 +233,21 @@ def test_a_command_imports_its_own_cli_module_only():
     loaded = done.stderr.strip().splitlines()[-1]
     assert loaded == str(["llmcalc.cli.common", "llmcalc.cli.main", "llmcalc.cli.models", "llmcalc.cli.options",
                           "llmcalc.cli.types"])
+
+
+@pytest.mark.parametrize(("argv", "unused"), [
+    (["train", "llama-3-8b", "--tokens", "1T", "--gpu", "h100-sxm", "--mfu", "0.4"],
+     ["llmcalc.analytic.steptime", "llmcalc.analytic.pipeline", "llmcalc.analytic.memory"]),
+    (["serve", "qwen2.5-7b", "--gpu", "h100-sxm", "--max-model-len", "3072"],
+     ["llmcalc.analytic.measured", "llmcalc.analytic.measured_serving", "llmcalc.views.memory",
+      "llmcalc.analytic.finetune", "llmcalc.analytic.memory", "llmcalc.analytic.activations"]),
+    (["infer", "llama-3-8b", "--gpu", "h100-sxm"], ["llmcalc.analytic.finetune", "llmcalc.analytic.memory"]),
+])
+def test_a_command_leaves_out_the_models_its_answer_does_not_use(argv, unused):
+    """`train --mfu` times nothing (no step model); `serve` and `infer` of a formula model read nothing
+    transformers measured, no fine-tuning and no training memory (a fresh process: what start-up imports is the
+    point)."""
+    code = (f"import sys\nfrom llmcalc.cli import cli\ntry:\n    cli.main({argv!r})\nexcept SystemExit as exc:\n"
+            f"    assert not exc.code, exc.code\nprint(sorted(set({unused!r}) & set(sys.modules)), file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stderr.strip().splitlines()[-1] == "[]"

@@ -407,8 +407,8 @@ def test_scaling_trends(bench):
 
 
 @pytest.fixture(scope="module")
-def validation():
-    return bench_steptime.validate()
+def validation(built_once):
+    return built_once("steptime-validation", bench_steptime.validate)  # 7 s of CPU: once, not once per worker
 
 
 def test_validation_set_beats_both_baselines(validation):

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from ..dtypes import canonical_dtype, dtype_bytes
 from ..errors import LlmcalcError
 from ..spec import ModelSpec
+from .linears import attention_linears, ffn_linears, mixer_linears
 from .params import count_params
 
 # Bytes per weight of a block matmul when --weight-dtype is typed (the old single-dtype sizing, kept as the
@@ -94,38 +95,37 @@ _MIXER_ALIASES = ("mixer", "mamba", "linear_attn", "conv")  # Nemotron-H/Bamba, 
 
 def _layer_modules(spec: ModelSpec, i: int, layer: str, stack: str = "", cross: bool = False) -> list[Module]:
     """The weight matrices of decoder layer `i` (HF name prefix `layer`, component prefix `stack`)."""
-    from .finetune import _attention_linears, _ffn_linears, _mixer_linears  # here: `infer` / `serve` start lighter
 
     out: list[Module] = []
     mixers, ffn = spec.layer_parts(i)
     for kind in mixers:
         if kind == "attention":
-            for key, _, d_in, d_out in _attention_linears(spec, f"{stack}attention"):
+            for key, _, d_in, d_out in attention_linears(spec, f"{stack}attention"):
                 proj = key.split("/")[1]
                 out.append(Module(f"{layer}.self_attn.{_ATTN_NAMES.get(proj, proj)}", key, d_in, d_out))
         elif kind != "shared_block":
-            for key, _, d_in, d_out in _mixer_linears(spec, kind):
+            for key, _, d_in, d_out in mixer_linears(spec, kind):
                 proj = key.split("/")[1]
                 out.append(Module(f"{layer}.mixer.{proj}", key, d_in, d_out,
                                   aliases=tuple(f"{layer}.{a}.{proj}" for a in _MIXER_ALIASES[1:])))
     if cross:
-        for key, _, d_in, d_out in _attention_linears(spec, f"{stack}cross_attention", cross=True):
+        for key, _, d_in, d_out in attention_linears(spec, f"{stack}cross_attention", cross=True):
             out.append(Module(f"{layer}.cross_attn.{key.split('/')[1]}", key, d_in, d_out))
     if ffn == "moe":
         E = spec.n_experts
         out.append(Module(f"{layer}.mlp.gate", f"{stack}moe/router", spec.d_model, E, kind="router",
                           aliases=(f"{layer}.mlp.router", f"{layer}.block_sparse_moe.gate")))
-        for key, _, d_in, d_out in _ffn_linears(spec, "x", spec.d_ff_expert):
+        for key, _, d_in, d_out in ffn_linears(spec, "x", spec.d_ff_expert):
             proj = key.split("/")[1]
             out.append(Module(f"{layer}.mlp.experts.{proj}", f"{stack}moe/experts", d_in, d_out, count=E,
                               kind="expert", aliases=(f"{layer}.block_sparse_moe.experts.{proj}",)))
         if spec.n_shared_experts:
-            for key, _, d_in, d_out in _ffn_linears(spec, "x", spec.d_ff_shared):
+            for key, _, d_in, d_out in ffn_linears(spec, "x", spec.d_ff_shared):
                 proj = key.split("/")[1]
                 out.append(Module(f"{layer}.mlp.shared_experts.{proj}", f"{stack}moe/shared_experts", d_in, d_out,
                                   aliases=(f"{layer}.mlp.shared_expert.{proj}",)))
     elif ffn == "mlp":
-        for key, _, d_in, d_out in _ffn_linears(spec, f"{stack}mlp", spec.d_ff):
+        for key, _, d_in, d_out in ffn_linears(spec, f"{stack}mlp", spec.d_ff):
             out.append(Module(f"{layer}.mlp.{key.split('/')[1]}", key, d_in, d_out))
     return out
 

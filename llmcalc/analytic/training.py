@@ -388,7 +388,6 @@ def plan_training(request: TrainRequest, model: ModelSpec | CountedModel | None,
     `steps`: what transformers measured of it, timed by measured_step.py); every combination the figures cannot
     honour is refused with one line."""
     from .rules import six_n
-    from .steptime import train_steptime
 
     if model is None:
         basis = six_n_basis(request)
@@ -409,7 +408,15 @@ def plan_training(request: TrainRequest, model: ModelSpec | CountedModel | None,
                                        hardware_flops_per_token=basis.hardware_flops / tokens,
                                        options=dict(request.layout))
         mfu, measured = pred.mfu, None
+    elif (request.mfu is None) != (request.achieved_tflops is None) and not any(
+            v is not None for v in request.layout.values()):
+        # a given MFU or TFLOP/s and no layout option: nothing to time or check, as train_steptime answers it
+        # (mfu, None, None); the step model is not imported (train's start-up)
+        _check_device_time(request, model, basis, accelerator)
+        mfu, pred, measured = request.mfu, None, None
     else:
+        from .steptime import train_steptime
+
         _check_device_time(request, model, basis, accelerator)
         mfu, pred, measured = train_steptime(basis.shapes, request.gpu, request.n_gpus, request.mfu,
                                              achieved_tflops=request.achieved_tflops, dtype=request.dtype,

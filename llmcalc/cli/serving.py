@@ -57,14 +57,14 @@ def serve(ctx: click.Context, model: str, gpu: str, weight_dtype: str | None, kv
     Weights as the checkpoint ships them, the memory vLLM sees per GPU and its hybrid paged KV cache, concurrent
     sequences at the max length, throughput against concurrency; with --concurrency, the fewest GPUs and the layout
     that serve it."""
-    from ..analytic.measured import MeasuredModel
     from ..analytic.serving import plan_capacity, plan_serving
+    from ..spec import ModelSpec
     from ..views.serve import capacity_document, document
 
     spec, device = load_measured(model), load_hardware(gpu)
     dtypes: dict[str, Any] = dict(weight_dtype=weight_dtype, kv_dtype=kv_dtype, compute_dtype=compute_dtype)
     targets = {k: vllm.pop(k) for k in ("concurrency", "ttft", "tokens_per_second")}
-    if isinstance(spec, MeasuredModel):
+    if not isinstance(spec, ModelSpec):  # what transformers measured (analytic.measured is not imported otherwise)
         from ..analytic.measured_serving import measured_serving
 
         if targets["concurrency"] is not None:

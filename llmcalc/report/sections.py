@@ -15,9 +15,8 @@ from ..analytic.summary import Scenario
 from ..hardware import Accelerator
 from ..render.tables import Column, Document, Table
 from ..spec import ModelSpec
-from ..units import GIB, fmt_count, fmt_usd, si
+from ..units import GIB, fmt_count, fmt_gib, fmt_usd, si
 from ..views.layout import layout_document
-from ..views.memory import _gib
 from ..views.params import adapter_table, finetune_config
 from ..views.profile import distributed_document, long_table
 from ..views.serve import serve_document
@@ -141,7 +140,7 @@ def fp8_memory_document(spec: ModelSpec, scenario: Scenario) -> tuple[Document, 
               f"{scenario.tp}; memory in GiB (2^30 bytes)"]
     table = Table(f"memory per GPU at micro-batch {scenario.micro_batch} x seq {scenario.seq_len:,}",
                   [Column("name", "component", align="left")]
-                  + [Column(est.recipe.name, f"{label} (GiB)", _gib) for label, est in ests.items()], rows, notes)
+                  + [Column(est.recipe.name, f"{label} (GiB)", fmt_gib) for label, est in ests.items()], rows, notes)
     data = {"model": spec.name, "recipes": {label: {"per_gpu_bytes": est.peak, "peak_phase": est.peak_phase,
                                                     "components": est.components()} for label, est in ests.items()}}
     return Document(f"{spec.name}: FP8 training memory", data, [table]), ests
@@ -253,7 +252,7 @@ def side_by_side_document(spec: ModelSpec, scenario: Scenario, setups: Setups) -
     labels = list(setups)
     ids = [cfg.method if cfg is not None else "full" for _, cfg in setups.values()]  # CSV headers
     cols = [Column("name", "component", align="left")] + [
-        Column(ident, f"{label} (GiB)", _gib) for ident, label in zip(ids, labels, strict=True)]
+        Column(ident, f"{label} (GiB)", fmt_gib) for ident, label in zip(ids, labels, strict=True)]
     rows = []
     for key in keys:
         values = [est.components().get(key) for est, _ in setups.values()]

@@ -8,17 +8,13 @@ from typing import TYPE_CHECKING
 from ..analytic.memory import MemoryEstimate
 from ..render.tables import Column, Document, Table
 from ..spec import ModelSpec
-from ..units import GIB
+from ..units import GIB, fmt_gib
 from .params import adapter_table, finetune_config
 
 if TYPE_CHECKING:
     from ..analytic.finetune import FinetuneMemory
     from ..analytic.memory_plan import MemoryPlan
     from ..hardware import Accelerator
-
-
-def _gib(value: float) -> str:
-    return f"{value / GIB:,.2f}"
 
 
 def _share(value: float) -> str:
@@ -84,7 +80,7 @@ def training_memory_document(est: MemoryEstimate, gpu: Accelerator | None, reser
     table = Table(
         "memory per GPU",
         [Column("kind", "kind", align="left", show=False), Column("name", "component", align="left"),
-         Column("bytes", "memory (GiB)", _gib), Column("share", "share of peak (%)", _share)],
+         Column("bytes", "memory (GiB)", fmt_gib), Column("share", "share of peak (%)", _share)],
         rows, notes,
     )
     title = (f"{spec.name}: training memory per GPU, micro-batch {est.batch:,} x seq "
@@ -181,7 +177,7 @@ def _activations_table(est: MemoryEstimate) -> Table:
     rec = est.recipe
     return Table(
         "activations by saved tensor (all layers on this GPU)",
-        [Column("name", "saved tensor", align="left"), Column("bytes", "memory (GiB)", _gib)],
+        [Column("name", "saved tensor", align="left"), Column("bytes", "memory (GiB)", fmt_gib)],
         [{"name": k, "bytes": v} for k, v in sorted(est.activations.per_layer.items(), key=lambda kv: -kv[1])],
         [f"attention {est.attention}; recompute {est.recompute}; activations at {rec.act_bytes:g} bytes/element; "
          "tensor names follow Korthikanti et al. 2022 sec. 4.1"]
@@ -234,7 +230,7 @@ def finetune_memory_document(est: FinetuneMemory, gpu: Accelerator | None, reser
     notes += fit_lines
     table = Table(
         "memory per GPU",
-        [Column("name", "component", align="left"), Column("bytes", "memory (GiB)", _gib),
+        [Column("name", "component", align="left"), Column("bytes", "memory (GiB)", fmt_gib),
          Column("share", "share of peak (%)", _share)],
         rows, notes,
     )

@@ -3,16 +3,24 @@ length, throughput and latency against concurrency; and the layout search of `se
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import sys
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from ..render.tables import Column, Document, Table
-from ..units import GIB, fmt_bytes, fmt_seconds, plural
+from ..units import GIB, fmt_bytes, fmt_gib, fmt_seconds, plural
 from .infer import checkpoint_line, serving_conventions
-from .memory import _gib
 
 if TYPE_CHECKING:
     from ..analytic.measured import FfnLayer
+    from ..analytic.measured_serving import MeasuredServe
     from ..analytic.serving import CapacityPlan, ServeEstimate
+
+
+def _is_measured(est: ServeEstimate) -> TypeGuard[MeasuredServe]:
+    """Whether `est` is what transformers measured. A MeasuredServe exists only once its module is imported, so a
+    formula model's `serve` does not import it (start-up)."""
+    module = sys.modules.get("llmcalc.analytic.measured_serving")
+    return module is not None and isinstance(est, module.MeasuredServe)
 
 
 def document(est: ServeEstimate) -> Document:
@@ -80,9 +88,7 @@ def _measured_from(est: ServeEstimate) -> dict[str, str]:
 
 
 def serve_document(est: ServeEstimate) -> Document:
-    from ..analytic.measured_serving import MeasuredServe
-
-    measured = isinstance(est, MeasuredServe)
+    measured = _is_measured(est)
     spec, gpu, tp = est.spec, est.accelerator, est.tp
     tokens, seqs = est.batch_defaults
     throughput = est.throughput()
@@ -149,7 +155,7 @@ def _memory_table(est: ServeEstimate) -> Table:
                  "bytes": max(est.kv_cache_bytes, 0.0)})
     n = est.n_gpus
     return Table(f"memory per GPU (the tightest of {n})" if n > 1 else "memory per GPU",
-                 [Column("name", "item", align="left"), Column("bytes", "memory (GiB)", _gib)], rows,
+                 [Column("name", "item", align="left"), Column("bytes", "memory (GiB)", fmt_gib)], rows,
                  _memory_notes(est))
 
 
@@ -165,13 +171,11 @@ def _groups_table(est: ServeEstimate, rows: list[dict[str, Any]]) -> Table:
                   Column("kv_bytes_per_token_per_layer", "KV per token per layer (B)", lambda v: f"{v:,.0f}"),
                   Column("block_size", "block (tokens)"), Column("page_bytes", "page (B)", lambda v: f"{v:,.0f}"),
                   Column("blocks_per_request", "blocks per request"),
-                  Column("bytes_per_request", "per request (GiB)", _gib)], rows, notes)
+                  Column("bytes_per_request", "per request (GiB)", fmt_gib)], rows, notes)
 
 
 def _kv_formula(est: ServeEstimate) -> str:
-    from ..analytic.measured_serving import MeasuredServe
-
-    if isinstance(est, MeasuredServe):
+    if _is_measured(est):
         heads = est.model.kv_head_count
         split = (f"; per GPU {est.kv_heads_per_gpu} of the {heads} K/V heads it was allocated with"
                  + (" (replicated)" if est.kv_replicated else "") if est.tp > 1 and heads else "")
@@ -205,9 +209,7 @@ def _memory_notes(est: ServeEstimate) -> list[str]:
         + f"; max_num_batched_tokens {tokens:,} and max_num_seqs {seqs:,}"
         + (" as typed" if est.max_num_batched_tokens or est.max_num_seqs else " (vllm serve's defaults for this GPU)"),
     ] + est.weights.notes()
-    from ..analytic.measured_serving import MeasuredServe
-
-    if isinstance(est, MeasuredServe):
+    if _is_measured(est):
         notes += [f"measured by transformers: {k.replace('_', ' ')}: {v}" for k, v in _measured_from(est).items()]
     else:
         notes += serving_conventions(est.roofline(1, est.max_model_len))

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..analytic.steptime import GLOBAL_CONSTANTS
 from ..render.tables import Column, Document, Table
 from ..units import GIB, fmt_flops, fmt_flops_rate, fmt_tokens, fmt_usd, plural, si
 from .layout import overlap_rule
@@ -123,6 +122,8 @@ def _train_notes(est: TrainingEstimate, inputs: dict) -> list[str]:
 
 
 def breakdown_table(pred: StepPrediction) -> Table:
+    from ..analytic.steptime import GLOBAL_CONSTANTS  # only with a step prediction: `train --mfu` needs no step model
+
     rows = [{"part": k, "label": BREAKDOWN_LABELS[k], "seconds": v, "share": v / pred.step_seconds}
             for k, v in pred.breakdown.items()]
     lay = pred.layout
