@@ -128,3 +128,17 @@ def test_layout_says_what_it_evaluated():
     assert counts["fit"] + counts["oom"] + counts["invalid"] + counts["bounded"] == 435
     full = json.loads(run(*base, "--exhaustive", "--format", "json").stdout)
     assert full["layouts"] == data["layouts"] and full["counts"]["bounded"] == 0
+
+
+def test_nothing_to_compare_is_said_in_one_line_not_an_empty_table():
+    """3 GPUs and a global batch of 7 sequences leave llama-3-8b one layout (pp 3: 7 is prime, tp and cp need
+    head and sequence divisors that 3 does not give here): no losers' table with a header and no rows, a note."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from clirun import cli_json, run
+
+    args = ("layout", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", "3", "--global-batch", "7")
+    data = cli_json(*args)
+    assert data["counts"]["fit"] == 1 and data["losers"] == []
+    text = run(*args).stdout
+    assert "why the others lose: no other layout fits" in text
+    assert "\nwhy the others lose\n" not in text and "searched 1 layout:" in text

@@ -80,8 +80,8 @@ def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batc
             Column("biggest_loss", "biggest loss (share of step)", align="left")]
     bounded = counts.get("bounded", 0)
     evaluated = " evaluated" if bounded else ""
-    searched = (f"searched {counts['searched']:,} layouts: {counts['fit']:,} fit, {counts['oom']:,} do not fit in "
-                f"memory, {counts['invalid']:,} contradict the model (heads, layers, batch)")
+    searched = (f"searched {plural(counts['searched'], 'layout')}: {counts['fit']:,} fit, {counts['oom']:,} do not "
+                f"fit in memory, {counts['invalid']:,} contradict the model (heads, layers, batch)")
     if bounded:  # a pruned search (steptime.search_layouts): the counts are of the layouts it evaluated
         searched = (f"searched {counts['searched']:,} layouts: {counts['fit'] + counts['oom']:,} evaluated "
                     f"({counts['fit']:,} fit, {counts['oom']:,} do not fit in memory), {bounded:,} bounded (not "
@@ -104,6 +104,11 @@ def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batc
                      "kind of loss the first that fits of the layouts left whose shape makes it largest (largest "
                      "bubble fraction (pp - 1) / (vpp x micro-batches), tp, cp, dp, pp x vpp); the bounded ones are "
                      "not read (--exhaustive: every layout)"] if bounded else [])]
+    if not lose_rows:  # nothing to tabulate: say why in one line rather than print an empty table
+        tables[1].for_people = False
+        tables[0].notes.append("why the others lose: " + (
+            "no other layout fits" if counts["fit"] <= 1 else "no other layout loses more than 5 % of its step to "
+            "a kind of loss the best does not suffer, nor to recomputation"))
     data = {"model": model, "gpu": gpu, "n_gpus": n_gpus, "seq_len": seq_len, "global_batch": global_batch,
             "layouts": rows, "losers": lose_rows, "counts": counts}
     return Document(f"{model}: layouts for {n_gpus:,} x {gpu}, seq {seq_len}, global batch "
