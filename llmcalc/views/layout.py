@@ -32,6 +32,15 @@ def _pct(v: float) -> str:
     return f"{v * 100:.1f} %"
 
 
+def _say_no_losers(tables: list[Table], fit: int) -> None:
+    """Nothing to tabulate in the losers' table: say why in one note under the first table, not a header with no
+    rows."""
+    tables[1].for_people = False
+    tables[0].notes.append("why the others lose: " + (
+        "no other layout fits" if fit <= 1 else "no other layout loses more than 5 % of its step to a kind of loss "
+        "the best does not suffer, nor to recomputation"))
+
+
 def document(search: LayoutSearch, top: int = 10, recompute: str | None = None) -> Document:
     """`layout`'s answer: the `top` layouts that fit and why the others lose (`recompute`: the one mode tried, if
     given)."""
@@ -104,11 +113,8 @@ def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batc
                      "kind of loss the first that fits of the layouts left whose shape makes it largest (largest "
                      "bubble fraction (pp - 1) / (vpp x micro-batches), tp, cp, dp, pp x vpp); the bounded ones are "
                      "not read (--exhaustive: every layout)"] if bounded else [])]
-    if not lose_rows:  # nothing to tabulate: say why in one line rather than print an empty table
-        tables[1].for_people = False
-        tables[0].notes.append("why the others lose: " + (
-            "no other layout fits" if counts["fit"] <= 1 else "no other layout loses more than 5 % of its step to "
-            "a kind of loss the best does not suffer, nor to recomputation"))
+    if not lose_rows:
+        _say_no_losers(tables, counts["fit"])
     data = {"model": model, "gpu": gpu, "n_gpus": n_gpus, "seq_len": seq_len, "global_batch": global_batch,
             "layouts": rows, "losers": lose_rows, "counts": counts}
     return Document(f"{model}: layouts for {n_gpus:,} x {gpu}, seq {seq_len}, global batch "
