@@ -42,7 +42,7 @@ def _floors_hold(model: str, n: int, seq: int, batch: int) -> int:
                                        micro_batch=c.micro_batch, etp=c.etp or None)
         except LlmcalcError:
             continue
-        work = steptime._work_floor(steptime._floor_context(spec, dev, lay, seq, rec))
+        work = steptime._work_floor(steptime._context(spec, dev, lay, seq, rec))
         first, ctx, paths = steptime._step_floor(spec, dev, lay, seq, rec, recompute="none")
         assert work <= first, steptime._describe(lay)
         first += steptime._optimizer_floor(ctx, paths)[0] * margin

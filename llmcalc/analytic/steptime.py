@@ -1111,9 +1111,7 @@ def _prepare(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, caus
     rec = lookup(RECIPES, "recipe", recipe)
     lay = layout
     _check_recompute(spec, lay, recompute, rec, device)
-    cache, dense_cache = _layer_cache(spec, device, lay, seq_len, rec, attention=attention, dropout=dropout)
-    ctx = _Ctx(spec, device, lay, seq_len, rec, attention=attention, dropout=dropout, eff=KERNEL_EFFICIENCY,
-               cache=cache, dense_cache=dense_cache)
+    ctx = _context(spec, device, lay, seq_len, rec, attention=attention, dropout=dropout)
     v = chunks_per_rank(lay.schedule, lay.vpp)
     n_stages = lay.pp * v
     split, starts, ids, kinds, groups = _stage_plan(spec, n_stages, lay, recompute)
@@ -1826,7 +1824,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
         if exhaustive:
             layouts.append((0.0, index, _MEMORY, lay, None))
         else:
-            ctx = _floor_context(spec, dev, lay, seq_len, rec)
+            ctx = _context(spec, dev, lay, seq_len, rec)
             layouts.append((_work_floor(ctx), index, _PATHS, lay, ctx))
     # best first: the least floor is taken and made tighter (its pipeline's paths; its optimizer step; then its
     # memory: the recomputation and ZeRO stage that fit, their stage times and DP floor; then its stages, DP and
@@ -1834,6 +1832,15 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     # once it is a prepared layout's, that layout is timed; once the least floor left cannot beat the `top`-th exact
     # step, neither can any other layout (their steps are at least their floors): those left are `bounded`
     heapq.heapify(layouts)
+
+    def no_fit(lay: Layout, peak: float, zero: int) -> None:  # an evaluated layout that does not fit
+        counts["oom"] += 1
+        oom.append((lay, peak, tries[-1] + (" and ZeRO-3" if zero == 3 else "")))
+
+    def fit(lay: Layout, rc: str) -> _Prepared:  # an evaluated layout that fits, with its stages, DP and bound
+        counts["fit"] += 1
+        return _prepare(spec, dev, lay, seq_len, causal, recompute=rc, recipe=recipe, attention="flash",
+                        dropout=False)
     prepared: list[tuple[_Prepared, float, int, StepPrediction | None]] = []
     best: list[float] = []  # the `top` smallest exact steps so far, ascending
     while layouts:
@@ -1854,8 +1861,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity, recipe=recipe,
                                               optimizer=optimizer)
             if rc is None:
-                counts["oom"] += 1
-                oom.append((lay, peak, tries[-1] + (" and ZeRO-3" if zero == 3 else "")))
+                no_fit(lay, peak, zero)
                 continue
             lay = lay if zero == lay.zero else replace(lay, zero=zero)
             if not exhaustive:  # the floor of the recomputation and ZeRO stage that fit
@@ -1866,9 +1872,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             continue
         if tier == _PREPARE:
             rc, peak = more
-            counts["fit"] += 1
-            prep = _prepare(spec, dev, lay, seq_len, causal, recompute=rc, recipe=recipe, attention="flash",
-                            dropout=False)
+            prep = fit(lay, rc)
             if exhaustive:  # simulated below, in order of the pipeline bounds
                 prepared.append((prep, peak, index, None))
             else:
@@ -1904,12 +1908,9 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
                         lay = lay if zero == lay.zero else replace(lay, zero=zero)
                 fits[index] = rc is not None
                 if rc is None:
-                    counts["oom"] += 1
-                    oom.append((lay, peak, tries[-1] + (" and ZeRO-3" if zero == 3 else "")))
+                    no_fit(lay, peak, zero)
                 else:
-                    counts["fit"] += 1
-                    prep = _prepare(spec, dev, lay, seq_len, causal, recompute=rc, recipe=recipe,
-                                    attention="flash", dropout=False)
+                    prep = fit(lay, rc)
                     prepared.append((prep, peak, index, _finish(prep, simulated=False)))
             if fits[index]:
                 break
@@ -1952,10 +1953,12 @@ _PATHS, _OPTIMIZER, _MEMORY, _PREPARE, _TIME = range(5)  # what search_layouts d
 FLOOR_MARGIN = 1e-9  # _step_floor's relative margin below its path sums: no rounding lifts it above a step
 
 
-def _floor_context(spec: ModelSpec, dev: Device, lay: Layout, seq_len: int, rec: Recipe) -> _Ctx:
-    """The prediction context of `lay` (flash attention) with its layer-cost caches, as _prepare builds it."""
-    cache, dense_cache = _layer_cache(spec, dev, lay, seq_len, rec, attention="flash", dropout=False)
-    return _Ctx(spec, dev, lay, seq_len, rec, attention="flash", dropout=False, eff=KERNEL_EFFICIENCY, cache=cache,
+def _context(spec: ModelSpec, dev: Device, lay: Layout, seq_len: int, rec: Recipe, attention: str = "flash",
+             dropout: bool = False) -> _Ctx:
+    """The prediction context of `lay` with its layer-cost caches (_prepare's; the search's floors read the same,
+    with flash attention and no dropout)."""
+    cache, dense_cache = _layer_cache(spec, dev, lay, seq_len, rec, attention=attention, dropout=dropout)
+    return _Ctx(spec, dev, lay, seq_len, rec, attention=attention, dropout=dropout, eff=KERNEL_EFFICIENCY, cache=cache,
                 dense_cache=dense_cache)
 
 
@@ -2001,9 +2004,9 @@ def _step_floor(spec: ModelSpec, dev: Device, lay: Layout, seq_len: int, rec: Re
       makespan (_optimizer_floor: at least what they add);
     - the sums are taken FLOOR_MARGIN below, against rounding in another order than path_bounds'.
     tests/test_layout_prune.py holds it at or below the full evaluation of every candidate of several searches.
-    `ctx`: `lay`'s _floor_context, where the caller has it."""
+    `ctx`: `lay`'s _context, where the caller has it."""
     if ctx is None or ctx.lay is not lay:
-        ctx = _floor_context(spec, dev, lay, seq_len, rec)
+        ctx = _context(spec, dev, lay, seq_len, rec)
     cache = ctx.cache
     v = chunks_per_rank(lay.schedule, lay.vpp)
     n_stages = lay.pp * v
