@@ -607,51 +607,13 @@ def _layer_cost_uncached(ctx: _Ctx, i: int, rec: frozenset[str]) -> StageTimes: 
     sp = tp if lay.sequence_parallel else 1
     mixers, ffn = spec.layer_parts(i)
     moe = ffn == "moe"
-    ops = layer_ops(spec, i, 1, int(round(T)) or 1, causal=True)  # FLOPs of this rank's tokens (before tp)
+    # the terms before the MoE block read no expert setting: once per dense key for all the expert meshes (the same
+    # floats, summed on in the same order below)
+    redone = ("mla_up_proj" in rec, "mlp" in rec)  # all the prefix reads of `rec`
+    prefix = _cached_in(ctx.dense_cache, ("prefix", _layer_kind(spec, i), redone),
+                        lambda: _layer_prefix(ctx, i, rec))
+    fwd, dgrad, wgrad, redo, moe_parts, elem_fwd, attn_f, attn_b, cp_f, cp_b = prefix
     t = StageTimes()
-    fwd = dgrad = wgrad = 0.0  # GEMMs
-    redo = 0.0  # forward work recomputation repeats
-    fused: dict[tuple[str, str], float] = {}
-    moe_parts: dict[str, float] = {}
-    elem_fwd = 0.0  # bytes
-    for name, flops in ops.items():
-        group, part = name.split("/")
-        if part in ("scores", "values", "indexer_scores") or part == "scan":
-            continue  # the attention core, the lightning indexer's scores and the scans: below
-        if group == "moe" and part in ("router", "experts", "shared_experts"):
-            moe_parts[part] = flops
-            continue
-        if part in STREAMED:  # depthwise conv over its channels: read + write
-            elem_fwd += 2 * T * (flops / (2 * T * spec.ssm_conv_kernel)) / tp * act
-            continue
-        if part in FUSED_GEMMS:
-            key = (group, FUSED_GEMMS[part])
-            fused[key] = fused.get(key, 0.0) + flops
-            continue
-        k, n, style = _part_shape(spec, group, part, flops, T)
-        f, d, w = ctx.gemm(T, k / tp if style == "row" else k, n / tp if style == "column" else n)
-        if not has_backward(name):  # the lightning indexer's projections: forward only (flops.NO_BACKWARD)
-            d = w = 0.0
-        fwd, dgrad, wgrad = fwd + f, dgrad + d, wgrad + w
-        if part in ("q_b_proj", "kv_b_proj") and "mla_up_proj" in rec:
-            redo += f
-    for (group, _), fused_flops in fused.items():
-        width = D * (2 if group == "shared_block" else 1)  # Zamba2's shared block reads [hidden, embeddings]
-        f, d, w = ctx.gemm(T, width, fused_flops / (2 * T * width) / tp)
-        fwd, dgrad, wgrad = fwd + f, dgrad + d, wgrad + w
-        if group == "mlp" and "mlp" in rec:
-            redo += f
-    # attention cores and scans
-    attn_f = attn_b = cp_f = cp_b = 0.0
-    for kind in mixers:
-        if kind in ("attention", "shared_block"):
-            a = _attention_core(ctx, i, kind)
-            attn_f, attn_b, cp_f, cp_b = attn_f + a[0], attn_b + a[1], cp_f + a[2], cp_b + a[3]
-            if kind == "attention" and spec.has_indexer(i):
-                attn_f += _indexer_scores_seconds(ctx, i)
-        elif kind in ("mamba2", "gated_deltanet", "mamba"):
-            s_f, s_b = _scan_seconds(ctx, kind)
-            attn_f, attn_b = attn_f + s_f, attn_b + s_b
     # MoE
     ep_fwd = ep_bwd = 0.0
     if moe:
@@ -708,6 +670,61 @@ def _layer_cost_uncached(ctx: _Ctx, i: int, rec: frozenset[str]) -> StageTimes: 
             ep_bwd += ep_fwd  # the recomputed forward dispatches and combines again
         add_ep_comm(t, ctx, ep_fwd, ep_bwd)
     return t
+
+
+def _layer_prefix(ctx: _Ctx, i: int, rec: frozenset[str]) -> tuple:
+    """_layer_cost_uncached's terms up to the MoE block: (forward, input-gradient and weight-gradient GEMM seconds,
+    recomputed forward seconds, the MoE block's FLOPs by part, elementwise forward bytes, attention-core and scan
+    forward and backward seconds, exposed CP forward and backward), all read from the layout's dense fields; of `rec`
+    only whether it holds mla_up_proj and mlp."""
+    spec, lay = ctx.spec, ctx.lay
+    tp, T, D, act = lay.tp, ctx.tokens, spec.d_model, ctx.act
+    mixers, _ = spec.layer_parts(i)
+    ops = layer_ops(spec, i, 1, int(round(T)) or 1, causal=True)  # FLOPs of this rank's tokens (before tp)
+    fwd = dgrad = wgrad = 0.0  # GEMMs
+    redo = 0.0  # forward work recomputation repeats
+    fused: dict[tuple[str, str], float] = {}
+    moe_parts: dict[str, float] = {}
+    elem_fwd = 0.0  # bytes
+    for name, flops in ops.items():
+        group, part = name.split("/")
+        if part in ("scores", "values", "indexer_scores") or part == "scan":
+            continue  # the attention core, the lightning indexer's scores and the scans: below
+        if group == "moe" and part in ("router", "experts", "shared_experts"):
+            moe_parts[part] = flops
+            continue
+        if part in STREAMED:  # depthwise conv over its channels: read + write
+            elem_fwd += 2 * T * (flops / (2 * T * spec.ssm_conv_kernel)) / tp * act
+            continue
+        if part in FUSED_GEMMS:
+            key = (group, FUSED_GEMMS[part])
+            fused[key] = fused.get(key, 0.0) + flops
+            continue
+        k, n, style = _part_shape(spec, group, part, flops, T)
+        f, d, w = ctx.gemm(T, k / tp if style == "row" else k, n / tp if style == "column" else n)
+        if not has_backward(name):  # the lightning indexer's projections: forward only (flops.NO_BACKWARD)
+            d = w = 0.0
+        fwd, dgrad, wgrad = fwd + f, dgrad + d, wgrad + w
+        if part in ("q_b_proj", "kv_b_proj") and "mla_up_proj" in rec:
+            redo += f
+    for (group, _), fused_flops in fused.items():
+        width = D * (2 if group == "shared_block" else 1)  # Zamba2's shared block reads [hidden, embeddings]
+        f, d, w = ctx.gemm(T, width, fused_flops / (2 * T * width) / tp)
+        fwd, dgrad, wgrad = fwd + f, dgrad + d, wgrad + w
+        if group == "mlp" and "mlp" in rec:
+            redo += f
+    # attention cores and scans
+    attn_f = attn_b = cp_f = cp_b = 0.0
+    for kind in mixers:
+        if kind in ("attention", "shared_block"):
+            a = _attention_core(ctx, i, kind)
+            attn_f, attn_b, cp_f, cp_b = attn_f + a[0], attn_b + a[1], cp_f + a[2], cp_b + a[3]
+            if kind == "attention" and spec.has_indexer(i):
+                attn_f += _indexer_scores_seconds(ctx, i)
+        elif kind in ("mamba2", "gated_deltanet", "mamba"):
+            s_f, s_b = _scan_seconds(ctx, kind)
+            attn_f, attn_b = attn_f + s_f, attn_b + s_b
+    return fwd, dgrad, wgrad, redo, moe_parts, elem_fwd, attn_f, attn_b, cp_f, cp_b
 
 
 def add_tp_comm(t: StageTimes, ctx: _Ctx, d_model: int, blocks: float, passes: int, fwd: float, bwd: float) -> None:
@@ -1197,15 +1214,15 @@ def _stage_plan(spec: ModelSpec, n_stages: int, lay: Layout,
     def make() -> tuple[list[int], list[int], list[int], list, Callable[[str, int], tuple]]:
         split = stage_split(spec.n_layers, lay, n_stages)
         starts = [sum(split[:i]) for i in range(n_stages)]
-        kinds = [_layer_kind(spec, i) for i in range(spec.n_layers)]
-        first: dict[tuple, int] = {}  # each kind's representative, the same in every stage: its first layer
-        for i, kind in enumerate(kinds):
-            first.setdefault(kind, i)
+        kinds, first = _cached("params", ("kinds", _token(spec)), lambda: _kinds_of(spec))
+        # what each layer recomputes: the same for all but a partial full recomputation (_recomputes)
+        same = None if recompute == "full" and lay.recompute_layers else _recomputes(lay, recompute, 0, 0)
         plan = []
         for k in range(n_stages):
             runs: dict[tuple, list] = {}  # layers of the same kind and recomputation: one cost times their count
             for i in range(starts[k], starts[k] + split[k]):
-                runs.setdefault((kinds[i], _recomputes(lay, recompute, i, starts[k])), [first[kinds[i]], 0])[1] += 1
+                rc = same if same is not None else _recomputes(lay, recompute, i, starts[k])
+                runs.setdefault((kinds[i], rc), [first[kinds[i]], 0])[1] += 1
             plan.append((tuple((i, rc, count) for (_, rc), (i, count) in runs.items()), k == 0, k == n_stages - 1))
         index: dict[tuple, int] = {}
         ids = [index.setdefault(composition, len(index)) for composition in plan]
@@ -1222,6 +1239,15 @@ def _stage_plan(spec: ModelSpec, n_stages: int, lay: Layout,
             return _cached("params", ("groups", *key, schedule, pp), make_groups)
         return split, starts, ids, list(index), groups
     return _cached("params", key, make)
+
+
+def _kinds_of(spec: ModelSpec) -> tuple[list[tuple], dict[tuple, int]]:
+    """Each layer's _layer_kind, and each kind's representative: its first layer."""
+    kinds = [_layer_kind(spec, i) for i in range(spec.n_layers)]
+    first: dict[tuple, int] = {}
+    for i, kind in enumerate(kinds):
+        first.setdefault(kind, i)
+    return kinds, first
 
 
 def _finish(prep: _Prepared, simulated: bool = True) -> StepPrediction:
@@ -1311,11 +1337,15 @@ def _token(obj: Any) -> int:
 
 def _cached(name: str, key: Any, make: Callable[[], Any]) -> Any:
     cache = _CACHES[name]
-    if key not in cache:
+    value = cache.get(key, _MISSING)  # one lookup: hashing a long key twice costs a layout search ~5 %
+    if value is _MISSING:
         if len(cache) > 200_000:
             cache.clear()
-        cache[key] = make()
-    return cache[key]
+        value = cache[key] = make()
+    return value
+
+
+_MISSING = object()  # _cached's "not cached" (None is a value some caches hold)
 
 
 def _layer_cache(spec: ModelSpec, dev: Device, lay: Layout, seq: int, rec: Recipe, attention: str,
@@ -1330,7 +1360,7 @@ def _layer_cache(spec: ModelSpec, dev: Device, lay: Layout, seq: int, rec: Recip
              lay.micro_batch, lay.sequence_parallel, lay.tp_overlap, lay.cp_comm, lay.cp_a2a_size, lay.attention_kernel,
              lay.fp8_attention, lay.fused_elementwise, lay.recompute_modules, lay.strides()["cp"])
     experts = (lay.ep, lay.expert_tp, lay.ep_overlap, lay.ep_dispatcher, lay.moe_imbalance,
-               lay.expert_strides()["ep"], lay.grad_accum > 1)
+               lay.expert_strides()["ep"])
     return _cached("layers", dense + experts, dict), _cached("layers", dense, dict)
 
 
@@ -1481,12 +1511,14 @@ def _rank_dp(ctx: _Ctx, split: tuple[int, ...], v: int, ranks: list[int]) -> dic
                    lambda: _ranks_dp(ctx, key, split, v, ranks))
 
 
-def _dp_key(ctx: _Ctx) -> tuple:
-    """What a rank's DP collectives and optimizer step read besides its parameters (_rank_dp's cache key)."""
+def _dp_key(ctx: _Ctx, zero: int | None = None) -> tuple:
+    """What a rank's DP collectives and optimizer step read besides its parameters (_rank_dp's cache key); `zero`:
+    that of the layout with this ZeRO stage instead of its own."""
     spec, lay, dev, rec = ctx.spec, ctx.lay, ctx.dev, ctx.recipe
+    zero = lay.zero if zero is None else zero
     return (_token(spec), dev.accelerator.key, _token(dev.network), dev.mamf, rec.name, KERNEL_EFFICIENCY, lay.tp,
-            lay.cp, lay.pp, lay.dp, lay.ep, lay.expert_tp, lay.zero, lay.order,
-            lay.grad_accum if lay.zero == 3 else 0,  # the micro-batch count matters to ZeRO-3's transfers only
+            lay.cp, lay.pp, lay.dp, lay.ep, lay.expert_tp, zero, lay.order,
+            lay.grad_accum if zero == 3 else 0,  # the micro-batch count matters to ZeRO-3's transfers only
             lay.optimizer, lay.fp8_param_gather)
 
 
@@ -1981,8 +2013,8 @@ def _work_floor(ctx: _Ctx) -> float:
                 runs.setdefault(_layer_kind(spec, i), [i, 0])[1] += 1
             return tuple((i, frozenset(), count) for i, count in runs.values()), True, True
         composition = _cached("params", ("whole", _token(spec)), whole)
-        fwd, bwd, wgt = stage_passes([_stage_cost(ctx, composition, "none")], [0], lay.schedule)
-        work = ctx.cache[key] = fwd[0] + bwd[0] + (wgt[0] if wgt is not None else 0.0)
+        pass_, wgt = _composition_passes(ctx, composition, "none", lay.schedule.startswith("zb"))
+        work = ctx.cache[key] = pass_ + (wgt if wgt is not None else 0.0)
     return lay.grad_accum * work / lay.pp * (1 - FLOOR_MARGIN)
 
 
@@ -2031,17 +2063,31 @@ def _floor_paths(ctx: _Ctx, n_stages: int, v: int, recompute: str) -> tuple:
     Each sum is of the distinct stage compositions' times, each times its count (_floor_ranks)."""
     lay = ctx.lay
     plan = _stage_plan(ctx.spec, n_stages, lay, recompute)
-    kinds = plan[3]
-    fwd, bwd, wgt = stage_passes([_stage_cost(ctx, composition, recompute) for composition in kinds],
-                                 range(len(kinds)), lay.schedule)
-    pass_ = [f + b for f, b in zip(fwd, bwd, strict=True)]
+    zb = lay.schedule.startswith("zb")
+    passes = [_composition_passes(ctx, composition, recompute, zb) for composition in plan[3]]
+    pass_ = [p for p, _ in passes]
+    wgt = [w for _, w in passes] if zb else None
     ranks, split, firsts = _floor_ranks(plan, lay.schedule, lay.pp, v)
     out = []
-    for before, mine, hops in ranks:
-        busy = sum(pass_[j] * n for j, n in mine)
-        own = busy + (sum(wgt[j] * n for j, n in mine) if wgt is not None else 0.0)
-        out.append((sum(pass_[j] * n for j, n in before), busy, own, hops))
+    for before, mine, hops in ranks:  # (sums of lists: the same additions, in the same order, as of generators)
+        busy = sum([pass_[j] * n for j, n in mine])
+        own = busy + (sum([wgt[j] * n for j, n in mine]) if wgt is not None else 0.0)
+        out.append((sum([pass_[j] * n for j, n in before]), busy, own, hops))
     return tuple(out), split, firsts
+
+
+def _composition_passes(ctx: _Ctx, composition: tuple, recompute: str, zb: bool) -> tuple[float, Any]:
+    """(forward + backward, weight gradient or None) of one micro-batch on a stage of this composition, as
+    stage_passes adds them up for a schedule that splits the weight gradients off (`zb`) or not; cached with the
+    stage's cost."""
+    key = ("passes", composition, recompute, ctx.lay.mtp_layers, zb)
+    out = ctx.cache.get(key)
+    if out is None:
+        s = _stage_cost(ctx, composition, recompute)
+        f, c = s.fwd + s.comm_fwd, s.tp + s.cp + s.ep - s.comm_fwd  # stage_passes' terms, in its order
+        out = ctx.cache[key] = (f + (s.bwd_input + c), s.bwd_weight) if zb else (f + (s.bwd_input + s.bwd_weight + c),
+                                                                                  None)
+    return out
 
 
 def _floor_ranks(plan: tuple, schedule: str, pp: int, v: int) -> tuple:
@@ -2083,13 +2129,18 @@ def _optimizer_floor(ctx: _Ctx, paths: tuple, with_dp: bool = True) -> tuple[flo
     lay = ctx.lay
     _, split, firsts = paths
     v = chunks_per_rank(lay.schedule, lay.vpp)
-    one = ctx if lay.zero == 1 else replace(ctx, lay=replace(lay, zero=1))
-    key, per_layer = _dp_key(one), _param_summary(ctx.spec)[0]
-    opt = 0.0
-    for r in firsts:
-        held = _rank_holdings(one, split, v, r)
-        opt = max(opt, _cached("params", ("rank optimizer", *key, *held),
-                               lambda: _rank_optimizer(one, *held, per_layer)))  # noqa: B023 (called at once)
+    key = _dp_key(ctx, zero=1)
+
+    def most() -> float:  # the most loaded first rank's, once per degrees and stage split (whatever the micro-batch)
+        one = ctx if lay.zero == 1 else replace(ctx, lay=replace(lay, zero=1))
+        per_layer = _param_summary(ctx.spec)[0]
+        opt = 0.0
+        for r in firsts:
+            held = _rank_holdings(one, split, v, r)
+            opt = max(opt, _cached("params", ("rank optimizer", *key, *held),
+                                   lambda: _rank_optimizer(one, *held, per_layer)))  # noqa: B023 (called at once)
+        return opt
+    opt = _cached("params", ("optimizer floor", *key, split, v, lay.schedule, *firsts), most)
     if not with_dp:
         return opt, 0.0
     dp = 0.0
