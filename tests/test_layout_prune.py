@@ -142,3 +142,46 @@ def test_nothing_to_compare_is_said_in_one_line_not_an_empty_table():
     text = run(*args).stdout
     assert "why the others lose: no other layout fits" in text
     assert "\nwhy the others lose\n" not in text and "searched 1 layout:" in text
+
+
+def test_layout_defaults_are_the_step_defaults():
+    """make_layout passes Layout only the step settings given (the rest are Layout's defaults, which must be
+    STEP_DEFAULTS'): all of them given gives the same layout as none."""
+    spec = load_model("deepseek-v2-lite")
+    shape = dict(tp=2, pp=2, vpp=2, ep=4, micro_batch=1)
+    given = steptime.make_layout(spec, 32, 4096, 256, **shape, **steptime.STEP_DEFAULTS)
+    assert steptime.make_layout(spec, 32, 4096, 256, **shape) == given
+    assert {k: getattr(given, k) for k in steptime.STEP_DEFAULTS} == steptime.STEP_DEFAULTS
+
+
+@pytest.mark.parametrize("model, n, seq, batch", [("deepseek-v2-lite", 32, 4096, 256), ("llama-3-8b", 32, 16384, 64)])
+def test_shared_layer_costs_are_each_layouts_own(model, n, seq, batch):
+    """The layer-cost caches a search shares between layouts (the MoE layers' key leaves out the micro-batch count;
+    a layer's terms before its MoE block are shared by every expert mesh and recomputation of a dense key): after a
+    whole search has filled them, every candidate's layer costs, stage passes and work floor are those of a context
+    with empty caches, float for float."""
+    spec = load_model(model)
+    dev = steptime.device_for("h100-sxm")
+    rec = RECIPES["bf16-mixed"]
+    steptime.clear_caches()
+    steptime.search_layouts(spec, "h100-sxm", n, seq, global_batch=batch, exhaustive=True)
+    checked = 0
+    for c in steptime._candidates(spec, n, seq, batch, dev.network.gpus_per_node):
+        try:
+            lay = steptime.make_layout(spec, n, seq, batch, tp=c.tp, cp=c.cp, pp=c.pp, vpp=c.vpp, ep=c.ep,
+                                       micro_batch=c.micro_batch, etp=c.etp or None)
+        except LlmcalcError:
+            continue
+        shared = steptime._context(spec, dev, lay, seq, rec)
+        own = steptime._Ctx(spec, dev, lay, seq, rec)  # its own empty caches
+        for rc in ("none", "selective", "full"):
+            plan = steptime._stage_plan(spec, lay.pp * steptime.chunks_per_rank(lay.schedule, lay.vpp), lay, rc)
+            for composition in plan[3]:
+                for i, layer_rc, _ in composition[0]:
+                    assert steptime._layer_cost(shared, i, layer_rc) == steptime._layer_cost_uncached(own, i, layer_rc)
+                assert steptime._composition_passes(shared, composition, rc, False) == \
+                    steptime._composition_passes(own, composition, rc, False)
+        assert steptime._work_floor(shared) == steptime._work_floor(own)
+        checked += 1
+    steptime.clear_caches()
+    assert checked > 50

@@ -301,8 +301,8 @@ def make_layout(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, t
     unknown = sorted(set(step) - set(STEP_DEFAULTS))
     if unknown:
         raise LlmcalcError(f"unknown step settings {', '.join(unknown)}")
-    settings = {**STEP_DEFAULTS, **step}
-    if isinstance(settings["recompute_modules"], str):  # "layernorm,moe_act" as typed
+    settings = dict(step)  # the given ones: Layout's defaults are STEP_DEFAULTS' (fewer keywords build it faster)
+    if isinstance(settings.get("recompute_modules"), str):  # "layernorm,moe_act" as typed
         settings["recompute_modules"] = tuple(m.strip() for m in settings["recompute_modules"].split(",")
                                               if m.strip())
     check_degrees(**{"--vpp": vpp, "--ep": ep, "--micro-batch": micro_batch, "--global-batch": global_batch,
@@ -592,7 +592,8 @@ def _recomputes(lay: Layout, recompute: str, layer: int, first_in_chunk: int) ->
 
 
 def _layer_cost(ctx: _Ctx, i: int, rec: frozenset[str]) -> StageTimes:
-    kind = _layer_kind(ctx.spec, i)
+    spec = ctx.spec
+    kind = _cached("params", ("kinds", _token(spec)), lambda: _kinds_of(spec))[0][i]  # _layer_kind(spec, i)
     cache = ctx.cache if kind[1] == "moe" else ctx.dense_cache  # a dense layer's cost reads no expert setting
     key = (kind, rec)
     cached = cache.get(key)
@@ -733,11 +734,11 @@ def add_tp_comm(t: StageTimes, ctx: _Ctx, d_model: int, blocks: float, passes: i
     recomputed forward); with --tp-overlap each pass's share under its GEMMs (`fwd`, `bwd`: the forward's and the
     backward's GEMM seconds, ``_tp_exposed``), else all exposed. The formula path and the measured step model
     (analytic/measured_step.py) both time them here."""
-    lay = ctx.lay
-    colls = [replace(c, count=c.count / 2 * blocks) for c in
-             comm.tp_collectives(ctx.tokens, d_model, ctx.act, lay.tp, sequence_parallel=lay.sequence_parallel,
-                                 passes=passes)]
-    tpt = comm.total_seconds(colls, ctx.dev.network)
+    lay, net = ctx.lay, ctx.dev.network
+    key = ("tp comm", ctx.tokens, d_model, ctx.act, lay.tp, lay.sequence_parallel, passes, blocks, _token(net))
+    tpt = _cached("params", key, lambda: comm.total_seconds(
+        [replace(c, count=c.count / 2 * blocks) for c in comm.tp_collectives(
+            ctx.tokens, d_model, ctx.act, lay.tp, sequence_parallel=lay.sequence_parallel, passes=passes)], net))
     if lay.tp_overlap:
         per_pass = tpt / passes
         t.tp = _tp_exposed(per_pass, fwd, passes - 1) + _tp_exposed(per_pass, bwd, 1)
@@ -945,14 +946,17 @@ def _moe_cost(ctx: _Ctx, parts: dict[str, float], rec: frozenset[str]) -> dict[s
     if lay.alltoall:  # permute (gather into expert order) and unpermute (scatter back, times the router's probs)
         out["elem"] += 2 * local_tokens * D * act + 2 * local_tokens * k * D * act * lay.moe_imbalance
         net = ctx.dev.network
-        strides = lay.expert_strides()
-        colls = comm.ep_collectives(local_tokens * lay.moe_imbalance, k, D, act, ep=ep, stride=strides["ep"],
-                                    passes=1, etp=etp)
-        if lay.ep_dispatcher == "deepep":  # one copy per remote node, forwarded over NVLink; ETP collectives kept
-            one = 2 * comm.deepep_seconds(local_tokens * lay.moe_imbalance, k, E, D, act, ep=ep, stride=strides["ep"],
-                                          net=net) + comm.total_seconds(colls[1:], net)
-        else:
-            one = comm.total_seconds(colls, net)  # dispatch + combine of one pass
+        stride = lay.expert_strides()["ep"]
+
+        def dispatch() -> float:  # dispatch + combine of one pass (once per shape and network)
+            colls = comm.ep_collectives(local_tokens * lay.moe_imbalance, k, D, act, ep=ep, stride=stride,
+                                        passes=1, etp=etp)
+            if lay.ep_dispatcher == "deepep":  # one copy per remote node, forwarded over NVLink; ETP collectives kept
+                return 2 * comm.deepep_seconds(local_tokens * lay.moe_imbalance, k, E, D, act, ep=ep, stride=stride,
+                                               net=net) + comm.total_seconds(colls[1:], net)
+            return comm.total_seconds(colls, net)
+        one = _cached("params", ("ep comm", local_tokens, lay.moe_imbalance, k, E, D, act, ep, stride, etp,
+                                 lay.ep_dispatcher, _token(net)), dispatch)
         out["ep_fwd"], out["ep_bwd"] = one, one
     return out
 
