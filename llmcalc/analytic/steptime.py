@@ -63,7 +63,7 @@ from ..spec import ModelSpec
 from ..units import GIB, plural
 from ..validate import DEFAULT_ZERO
 from . import comm, kernels
-from .activations import ATTENTION_IMPLS
+from .activations import ATTENTION_IMPLS, ActivationEstimate, activation_memory, layer_terms
 from .flops import has_backward, indexer_ops, layer_ops, step_flops, utilization
 from .kernels import (  # noqa: F401  (re-exported: the step model's public names)
     ATTENTION_KERNELS,
@@ -75,8 +75,19 @@ from .kernels import (  # noqa: F401  (re-exported: the step model's public name
     stream_seconds,
     tile_wave_efficiency,
 )
-from .memory import RECIPES, Recipe, lookup, routed_expert_params
+from .memory import (
+    OPTIMIZERS,
+    RECIPES,
+    MemoryEstimate,
+    Recipe,
+    _fp8_inputs,
+    _layer_params,
+    lookup,
+    peak_of,
+    routed_expert_params,
+)
 from .parallel import Parallel, check_degrees, check_experts, check_heads, check_stages, check_zero
+from .params import count_params, largest_tensor
 from .pipeline import SCHEDULES, chunks_per_rank, path_bounds, simulate_pair, stage_of
 
 # The one constant fitted to whole training steps: the share of the isolated-kernel rates (MAMF, the attention
@@ -138,11 +149,17 @@ GLOBAL_CONSTANTS = {
 
 
 def _order_dims(order: str) -> tuple[str, ...]:
-    dims = tuple(order.split("-"))
-    if sorted(dims) != sorted(ORDER_DIMS):
-        raise LlmcalcError(f"--rank-order {order!r} must list tp, cp, ep, dp and pp once each, innermost first "
-                           f"(Megatron-Core's default {ORDER}; Llama 3's tp-cp-ep-pp-dp)")
+    dims = _ORDERS.get(order)
+    if dims is None:
+        dims = tuple(order.split("-"))
+        if sorted(dims) != sorted(ORDER_DIMS):
+            raise LlmcalcError(f"--rank-order {order!r} must list tp, cp, ep, dp and pp once each, innermost first "
+                               f"(Megatron-Core's default {ORDER}; Llama 3's tp-cp-ep-pp-dp)")
+        _ORDERS[order] = dims
     return dims
+
+
+_ORDERS: dict[str, tuple[str, ...]] = {}  # the valid rank orders met, as their dimensions
 
 
 @dataclass(frozen=True)
@@ -379,8 +396,6 @@ def _check_step_settings(spec: ModelSpec, lay: Layout) -> None:
     bad = [m for m in lay.recompute_modules if m not in RECOMPUTE_MODULES]
     if bad:
         raise LlmcalcError(f"--recompute-modules: unknown {', '.join(bad)}; use {', '.join(RECOMPUTE_MODULES)}")
-    from .memory import OPTIMIZERS
-
     lookup(OPTIMIZERS, "optimizer", lay.optimizer)
 
 
@@ -1610,9 +1625,6 @@ def _param_summary(spec: ModelSpec) -> tuple[float, float, float, float, float, 
     embedding, the LM head, the final norm, the routed experts of one MoE layer, and how many MoE layers come
     before each layer index (prefix sums)."""
     def make() -> tuple[float, float, float, float, float, list[int]]:
-        from .memory import _layer_params
-        from .params import count_params
-
         comps = count_params(spec).components
         layer, norms, emb, head, final = _layer_params(spec, comps)
         experts = routed_expert_params(spec, comps) / spec.n_moe_layers if spec.n_moe_layers else 0.0
@@ -1658,8 +1670,6 @@ def _optimizer_seconds(ctx: _Ctx, local: float, layer_params: list[float], shard
     Moonlight's distributed Muon);
     FP8/FP4 recipes then cast the `on_gpu` weights this GPU computes with (QUANT_BYTES per element; Transformer
     Engine casts them at the first micro-batch and keeps the casts for the rest)."""
-    from .memory import OPTIMIZERS
-
     rec, dev = ctx.recipe, ctx.dev
     opt = OPTIMIZERS[ctx.lay.optimizer]
     nbytes = local * (rec.grad_bytes + 2 * (rec.master_bytes + opt.bytes_per_param(rec)) + rec.weight_bytes)
@@ -1863,8 +1873,8 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             ctx = _context(spec, dev, lay, seq_len, rec)
             layouts.append((_work_floor(ctx), index, _PATHS, lay, ctx))
     # best first: the least floor is taken and made tighter (its pipeline's paths; its optimizer step; then its
-    # memory: the recomputation and ZeRO stage that fit, their stage times and DP floor; then its stages, DP and
-    # path bound: _prepare), or
+    # memory: the recomputation and ZeRO stage that fit and their stage times; their DP floor; then its stages, DP
+    # and path bound: _prepare), or
     # once it is a prepared layout's, that layout is timed; once the least floor left cannot beat the `top`-th exact
     # step, neither can any other layout (their steps are at least their floors): those left are `bounded`
     heapq.heapify(layouts)
@@ -1900,11 +1910,18 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
                 no_fit(lay, peak, zero)
                 continue
             lay = lay if zero == lay.zero else replace(lay, zero=zero)
-            if not exhaustive:  # the floor of the recomputation and ZeRO stage that fit
+            if exhaustive:
+                heapq.heappush(layouts, (floor, index, _PREPARE, lay, (rc, peak)))
+            else:  # the floor of the recomputation and ZeRO stage that fit, its DP floor next
                 floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, recompute=rc)
-                opt, dp = _optimizer_floor(ctx, paths)
-                floor += (opt + dp) * (1 - FLOOR_MARGIN)
-            heapq.heappush(layouts, (floor, index, _PREPARE, lay, (rc, peak)))
+                opt = _optimizer_floor(ctx, paths, with_dp=False)[0]
+                heapq.heappush(layouts, (floor + opt * (1 - FLOOR_MARGIN), index, _DP, lay, (rc, peak, floor, ctx,
+                                                                                            paths)))
+            continue
+        if tier == _DP:  # the same floor as with its DP floor at once, at or above the one it was taken at
+            rc, peak, floor, ctx, paths = more
+            opt, dp = _optimizer_floor(ctx, paths)
+            heapq.heappush(layouts, (floor + (opt + dp) * (1 - FLOOR_MARGIN), index, _PREPARE, lay, (rc, peak)))
             continue
         if tier == _PREPARE:
             rc, peak = more
@@ -1935,8 +1952,8 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
         for index in order[:EXTREME_TRIES]:
             if index not in fits:
                 tier, lay, more = left[index]
-                if tier == _PREPARE:
-                    rc, peak = more
+                if tier in (_DP, _PREPARE):  # its memory checked
+                    rc, peak = more[:2]
                 else:
                     rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity, recipe=recipe,
                                                       optimizer=optimizer)
@@ -1980,12 +1997,12 @@ def _extremes(left: list[tuple[int, Layout]]) -> list[list[int]]:
     picks: tuple[Callable[[Layout], Any], ...] = (
         lambda lay: (lay.pp - 1) / (lay.vpp * lay.grad_accum), lambda lay: (lay.tp, lay.cp),
         lambda lay: (lay.cp, lay.tp), lambda lay: lay.dp, lambda lay: lay.pp * lay.vpp)
-    ordered = sorted(left)
-    return [[index for index, _ in sorted(ordered, key=lambda il: pick(il[1]), reverse=True)[:EXTREME_TRIES]]
+    ordered = sorted(left)  # heapq.nlargest: sorted(..., reverse=True)[:n], equal keys in their order (its docs)
+    return [[index for index, _ in heapq.nlargest(EXTREME_TRIES, ordered, key=lambda il: pick(il[1]))]
             for pick in picks]
 
 
-_PATHS, _OPTIMIZER, _MEMORY, _PREPARE, _TIME = range(5)  # what search_layouts does next to a layout taken off its heap
+_PATHS, _OPTIMIZER, _MEMORY, _DP, _PREPARE, _TIME = range(6)  # what search_layouts does next to a layout off its heap
 FLOOR_MARGIN = 1e-9  # _step_floor's relative margin below its path sums: no rounding lifts it above a step
 
 
@@ -2217,8 +2234,6 @@ def training_peak(spec: ModelSpec, batch: int, seq_len: int, recipe: str, optimi
 
 def _training_peak(spec: ModelSpec, batch: int, seq_len: int, recipe: str, optimizer: str, recompute: str,
                    parallel: Parallel) -> float:
-    from .memory import _fp8_inputs, peak_of
-
     seq = seq_len // parallel.cp
     rec = RECIPES[recipe]
     common = (spec, batch, seq, rec.act_bytes, recompute, parallel.tp, parallel.sequence_parallel)
@@ -2244,10 +2259,6 @@ def _stage_states(spec: ModelSpec, recipe: str, optimizer: str, parallel: Parall
 
 def _stage_states_uncached(spec: ModelSpec, recipe: str, optimizer: str,
                            parallel: Parallel) -> list:  # long: memory.training_memory's assembly, step by step
-    from .activations import ActivationEstimate
-    from .memory import OPTIMIZERS, MemoryEstimate, _layer_params
-    from .params import count_params, largest_tensor
-
     rec = RECIPES[recipe]
     opt = OPTIMIZERS[optimizer]
     tp, pp, ep, etp = parallel.tp, parallel.pp, parallel.ep, parallel.expert_tp
@@ -2283,8 +2294,6 @@ def _activations(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recomp
     """activations.activation_memory over layers start..stop, each distinct layer kind (layer_parts, MoE or not)
     computed on one layer and counted (activation_memory sums the same per-layer tensors)."""
     def make() -> Any:
-        from .activations import ActivationEstimate, activation_memory, layer_terms
-
         def one_layer(i: int) -> tuple[dict[str, float], float, float, float]:
             """activation_memory over layer i alone: (per_layer, recompute working set, largest layer, own layer);
             its terms once whatever the micro-batches in flight, then summed as activation_memory sums them; once
