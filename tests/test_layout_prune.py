@@ -185,3 +185,19 @@ def test_shared_layer_costs_are_each_layouts_own(model, n, seq, batch):
         checked += 1
     steptime.clear_caches()
     assert checked > 50
+
+
+def test_layouts_built_without_init_are_the_constructors():
+    """Parallel.over builds its instance field by field without the dataclass __init__ (parallel._build): the same
+    fields in the same order as the constructor's, equal, with the same hash, and refusing an unknown field."""
+    from llmcalc.analytic.parallel import Parallel
+
+    for cls, degrees in ((Parallel, dict(tp=2, pp=4, zero=3)),
+                         (steptime.Layout, dict(tp=8, cp=2, pp=16, vpp=4, ep=4, micro_batch=2, global_batch=2048,
+                                                schedule="interleaved", cp_comm="a2a", recompute_modules=("mlp",)))):
+        built = cls.over(2048, **degrees)
+        made = cls(dp=2048 // (degrees["tp"] * degrees.get("cp", 1) * degrees["pp"]), **degrees)
+        assert type(built) is cls and list(vars(built).items()) == list(vars(made).items())
+        assert built == made and hash(built) == hash(made) and replace(built, zero=1) == replace(made, zero=1)
+        with pytest.raises(TypeError):
+            cls.over(64, tp=2, bogus=1)
