@@ -201,3 +201,22 @@ def test_layouts_built_without_init_are_the_constructors():
         assert built == made and hash(built) == hash(made) and replace(built, zero=1) == replace(made, zero=1)
         with pytest.raises(TypeError):
             cls.over(64, tp=2, bogus=1)
+
+
+def test_attention_rates_cached_per_shape_give_attention_seconds():
+    """steptime._attention_seconds caches the kernel's rate per shape (not per FLOPs): the seconds are
+    kernels.attention_seconds', float for float, whatever FLOPs share a cached rate."""
+    from llmcalc.analytic.kernels import attention_seconds
+
+    steptime.clear_caches()
+    for gpu in ("h100-sxm", "b200"):
+        dev = steptime.device_for(gpu)
+        for kernel in ("auto", "cudnn", "fa2"):
+            for head_dim, seq in ((64, 512), (128, 4096), (192, 8192), (100, 3000)):
+                for causal, backward, fp8, windowed in ((True, False, False, False), (True, True, False, True),
+                                                        (False, True, True, False), (False, False, True, True)):
+                    shape = dict(head_dim=head_dim, seq=seq, causal=causal, backward=backward, fp8=fp8,
+                                 efficiency=0.73, windowed=windowed)
+                    for flops in (0.0, 3e9, 7.123e12, 1e15):
+                        assert steptime._attention_seconds(dev, kernel, flops, **shape) == \
+                            attention_seconds(dev, kernel, flops, **shape)

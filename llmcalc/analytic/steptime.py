@@ -829,11 +829,14 @@ def _attention_core(ctx: _Ctx, i: int, kind: str) -> tuple[float, float, float, 
 
 def _attention_seconds(dev: Device, kernel: str, flops: float, head_dim: float, seq: float, causal: bool,
                        backward: bool, fp8: bool = False, efficiency: float = 1.0, windowed: bool = False) -> float:
-    """kernels.attention_seconds, a pure function of its arguments, once per arguments and device."""
-    key = ("attention", _token(dev), kernel, flops, head_dim, seq, causal, backward, fp8, efficiency, windowed)
-    return _cached("kernels", key, lambda: attention_seconds(dev, kernel, flops, head_dim, seq, causal=causal,
-                                                             backward=backward, fp8=fp8, efficiency=efficiency,
-                                                             windowed=windowed))
+    """kernels.attention_seconds: its rate, which reads no FLOPs, once per shape and device (the layouts of a search
+    ask it for many FLOPs at the same head dim and length), then its arithmetic, flops / (rate x efficiency)."""
+    if flops <= 0:
+        return 0.0
+    key = ("attention rate", _token(dev), kernel, head_dim, seq, causal, backward, fp8, windowed)
+    rate = _cached("kernels", key, lambda: dev.attention_rate(kernel, head_dim, seq, causal, backward, fp8=fp8,
+                                                              windowed=windowed))
+    return flops / (rate * efficiency)
 
 
 def _indexer_scores_seconds(ctx: _Ctx, i: int) -> float:
