@@ -142,3 +142,81 @@ def test_nothing_to_compare_is_said_in_one_line_not_an_empty_table():
     text = run(*args).stdout
     assert "why the others lose: no other layout fits" in text
     assert "\nwhy the others lose\n" not in text and "searched 1 layout:" in text
+
+
+def test_layout_defaults_are_the_step_defaults():
+    """make_layout passes Layout only the step settings given (the rest are Layout's defaults, which must be
+    STEP_DEFAULTS'): all of them given gives the same layout as none."""
+    spec = load_model("deepseek-v2-lite")
+    shape = dict(tp=2, pp=2, vpp=2, ep=4, micro_batch=1)
+    given = steptime.make_layout(spec, 32, 4096, 256, **shape, **steptime.STEP_DEFAULTS)
+    assert steptime.make_layout(spec, 32, 4096, 256, **shape) == given
+    assert {k: getattr(given, k) for k in steptime.STEP_DEFAULTS} == steptime.STEP_DEFAULTS
+
+
+@pytest.mark.parametrize("model, n, seq, batch", [("deepseek-v2-lite", 32, 4096, 256), ("llama-3-8b", 32, 16384, 64)])
+def test_shared_layer_costs_are_each_layouts_own(model, n, seq, batch):
+    """The layer-cost caches a search shares between layouts (the MoE layers' key leaves out the micro-batch count;
+    a layer's terms before its MoE block are shared by every expert mesh and recomputation of a dense key): after a
+    whole search has filled them, every candidate's layer costs, stage passes and work floor are those of a context
+    with empty caches, float for float."""
+    spec = load_model(model)
+    dev = steptime.device_for("h100-sxm")
+    rec = RECIPES["bf16-mixed"]
+    steptime.clear_caches()
+    steptime.search_layouts(spec, "h100-sxm", n, seq, global_batch=batch, exhaustive=True)
+    checked = 0
+    for c in steptime._candidates(spec, n, seq, batch, dev.network.gpus_per_node):
+        try:
+            lay = steptime.make_layout(spec, n, seq, batch, tp=c.tp, cp=c.cp, pp=c.pp, vpp=c.vpp, ep=c.ep,
+                                       micro_batch=c.micro_batch, etp=c.etp or None)
+        except LlmcalcError:
+            continue
+        shared = steptime._context(spec, dev, lay, seq, rec)
+        own = steptime._Ctx(spec, dev, lay, seq, rec)  # its own empty caches
+        for rc in ("none", "selective", "full"):
+            plan = steptime._stage_plan(spec, lay.pp * steptime.chunks_per_rank(lay.schedule, lay.vpp), lay, rc)
+            for composition in plan[3]:
+                for i, layer_rc, _ in composition[0]:
+                    assert steptime._layer_cost(shared, i, layer_rc) == steptime._layer_cost_uncached(own, i, layer_rc)
+                assert steptime._composition_passes(shared, composition, rc, False) == \
+                    steptime._composition_passes(own, composition, rc, False)
+        assert steptime._work_floor(shared) == steptime._work_floor(own)
+        checked += 1
+    steptime.clear_caches()
+    assert checked > 50
+
+
+def test_layouts_built_without_init_are_the_constructors():
+    """Parallel.over builds its instance field by field without the dataclass __init__ (parallel._build): the same
+    fields in the same order as the constructor's, equal, with the same hash, and refusing an unknown field."""
+    from llmcalc.analytic.parallel import Parallel
+
+    for cls, degrees in ((Parallel, dict(tp=2, pp=4, zero=3)),
+                         (steptime.Layout, dict(tp=8, cp=2, pp=16, vpp=4, ep=4, micro_batch=2, global_batch=2048,
+                                                schedule="interleaved", cp_comm="a2a", recompute_modules=("mlp",)))):
+        built = cls.over(2048, **degrees)
+        made = cls(dp=2048 // (degrees["tp"] * degrees.get("cp", 1) * degrees["pp"]), **degrees)
+        assert type(built) is cls and list(vars(built).items()) == list(vars(made).items())
+        assert built == made and hash(built) == hash(made) and replace(built, zero=1) == replace(made, zero=1)
+        with pytest.raises(TypeError):
+            cls.over(64, tp=2, bogus=1)
+
+
+def test_attention_rates_cached_per_shape_give_attention_seconds():
+    """steptime._attention_seconds caches the kernel's rate per shape (not per FLOPs): the seconds are
+    kernels.attention_seconds', float for float, whatever FLOPs share a cached rate."""
+    from llmcalc.analytic.kernels import attention_seconds
+
+    steptime.clear_caches()
+    for gpu in ("h100-sxm", "b200"):
+        dev = steptime.device_for(gpu)
+        for kernel in ("auto", "cudnn", "fa2"):
+            for head_dim, seq in ((64, 512), (128, 4096), (192, 8192), (100, 3000)):
+                for causal, backward, fp8, windowed in ((True, False, False, False), (True, True, False, True),
+                                                        (False, True, True, False), (False, False, True, True)):
+                    shape = dict(head_dim=head_dim, seq=seq, causal=causal, backward=backward, fp8=fp8,
+                                 efficiency=0.73, windowed=windowed)
+                    for flops in (0.0, 3e9, 7.123e12, 1e15):
+                        assert steptime._attention_seconds(dev, kernel, flops, **shape) == \
+                            attention_seconds(dev, kernel, flops, **shape)

@@ -17,6 +17,7 @@ A caller asks for those that apply to what it models (memory wants equal stages,
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -49,7 +50,7 @@ class Parallel:
         check_degrees(**{what: n_gpus, "--tp": tp, "--cp": cp, "--pp": pp})
         if n_gpus % (tp * cp * pp):
             raise LlmcalcError(f"tp x cp x pp = {tp} x {cp} x {pp} = {tp * cp * pp} does not divide {what} {n_gpus}")
-        return cls(tp=tp, cp=cp, pp=pp, dp=n_gpus // (tp * cp * pp), **degrees)
+        return _build(cls, tp=tp, cp=cp, pp=pp, dp=n_gpus // (tp * cp * pp), **degrees)
 
     @property
     def n_gpus(self) -> int:
@@ -80,6 +81,28 @@ class Parallel:
         check_stages(spec, self.pp, self.vpp, equal=equal_stages)
         if self.ep > 1 or self.etp:
             check_experts(spec, self.ep, self.expert_tp, self.tp * self.cp * self.dp)
+
+
+def _build(cls: type[P], **values: Any) -> P:
+    """cls(**values) for a frozen dataclass whose fields all have plain defaults and that has no __post_init__ (a
+    Parallel, a steptime.Layout): the same instance, its fields in the same order, without __init__'s
+    object.__setattr__ per field (a Layout has 32: a layout search builds thousands)."""
+    defaults = _DEFAULTS.get(cls)
+    if defaults is None:
+        fields = dataclasses.fields(cls)
+        if any(f.default is dataclasses.MISSING for f in fields) or hasattr(cls, "__post_init__"):
+            return cls(**values)
+        defaults = _DEFAULTS[cls] = {f.name: f.default for f in fields}
+    unknown = values.keys() - defaults.keys()
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no field {', '.join(sorted(unknown))}")
+    out = object.__new__(cls)
+    out.__dict__.update(defaults)
+    out.__dict__.update(values)
+    return out
+
+
+_DEFAULTS: dict[type, dict[str, Any]] = {}  # _build's defaults per class
 
 
 def check_degrees(**named: object) -> None:

@@ -63,7 +63,7 @@ from ..spec import ModelSpec
 from ..units import GIB, plural
 from ..validate import DEFAULT_ZERO
 from . import comm, kernels
-from .activations import ATTENTION_IMPLS
+from .activations import ATTENTION_IMPLS, ActivationEstimate, activation_memory, layer_terms
 from .flops import has_backward, indexer_ops, layer_ops, step_flops, utilization
 from .kernels import (  # noqa: F401  (re-exported: the step model's public names)
     ATTENTION_KERNELS,
@@ -75,8 +75,19 @@ from .kernels import (  # noqa: F401  (re-exported: the step model's public name
     stream_seconds,
     tile_wave_efficiency,
 )
-from .memory import RECIPES, Recipe, lookup, routed_expert_params
+from .memory import (
+    OPTIMIZERS,
+    RECIPES,
+    MemoryEstimate,
+    Recipe,
+    _fp8_inputs,
+    _layer_params,
+    lookup,
+    peak_of,
+    routed_expert_params,
+)
 from .parallel import Parallel, check_degrees, check_experts, check_heads, check_stages, check_zero
+from .params import count_params, largest_tensor
 from .pipeline import SCHEDULES, chunks_per_rank, path_bounds, simulate_pair, stage_of
 
 # The one constant fitted to whole training steps: the share of the isolated-kernel rates (MAMF, the attention
@@ -138,11 +149,17 @@ GLOBAL_CONSTANTS = {
 
 
 def _order_dims(order: str) -> tuple[str, ...]:
-    dims = tuple(order.split("-"))
-    if sorted(dims) != sorted(ORDER_DIMS):
-        raise LlmcalcError(f"--rank-order {order!r} must list tp, cp, ep, dp and pp once each, innermost first "
-                           f"(Megatron-Core's default {ORDER}; Llama 3's tp-cp-ep-pp-dp)")
+    dims = _ORDERS.get(order)
+    if dims is None:
+        dims = tuple(order.split("-"))
+        if sorted(dims) != sorted(ORDER_DIMS):
+            raise LlmcalcError(f"--rank-order {order!r} must list tp, cp, ep, dp and pp once each, innermost first "
+                               f"(Megatron-Core's default {ORDER}; Llama 3's tp-cp-ep-pp-dp)")
+        _ORDERS[order] = dims
     return dims
+
+
+_ORDERS: dict[str, tuple[str, ...]] = {}  # the valid rank orders met, as their dimensions
 
 
 @dataclass(frozen=True)
@@ -301,8 +318,8 @@ def make_layout(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, t
     unknown = sorted(set(step) - set(STEP_DEFAULTS))
     if unknown:
         raise LlmcalcError(f"unknown step settings {', '.join(unknown)}")
-    settings = {**STEP_DEFAULTS, **step}
-    if isinstance(settings["recompute_modules"], str):  # "layernorm,moe_act" as typed
+    settings = dict(step)  # the given ones: Layout's defaults are STEP_DEFAULTS' (fewer keywords build it faster)
+    if isinstance(settings.get("recompute_modules"), str):  # "layernorm,moe_act" as typed
         settings["recompute_modules"] = tuple(m.strip() for m in settings["recompute_modules"].split(",")
                                               if m.strip())
     check_degrees(**{"--vpp": vpp, "--ep": ep, "--micro-batch": micro_batch, "--global-batch": global_batch,
@@ -379,8 +396,6 @@ def _check_step_settings(spec: ModelSpec, lay: Layout) -> None:
     bad = [m for m in lay.recompute_modules if m not in RECOMPUTE_MODULES]
     if bad:
         raise LlmcalcError(f"--recompute-modules: unknown {', '.join(bad)}; use {', '.join(RECOMPUTE_MODULES)}")
-    from .memory import OPTIMIZERS
-
     lookup(OPTIMIZERS, "optimizer", lay.optimizer)
 
 
@@ -592,7 +607,8 @@ def _recomputes(lay: Layout, recompute: str, layer: int, first_in_chunk: int) ->
 
 
 def _layer_cost(ctx: _Ctx, i: int, rec: frozenset[str]) -> StageTimes:
-    kind = _layer_kind(ctx.spec, i)
+    spec = ctx.spec
+    kind = _cached("params", ("kinds", _token(spec)), lambda: _kinds_of(spec))[0][i]  # _layer_kind(spec, i)
     cache = ctx.cache if kind[1] == "moe" else ctx.dense_cache  # a dense layer's cost reads no expert setting
     key = (kind, rec)
     cached = cache.get(key)
@@ -607,51 +623,13 @@ def _layer_cost_uncached(ctx: _Ctx, i: int, rec: frozenset[str]) -> StageTimes: 
     sp = tp if lay.sequence_parallel else 1
     mixers, ffn = spec.layer_parts(i)
     moe = ffn == "moe"
-    ops = layer_ops(spec, i, 1, int(round(T)) or 1, causal=True)  # FLOPs of this rank's tokens (before tp)
+    # the terms before the MoE block read no expert setting: once per dense key for all the expert meshes (the same
+    # floats, summed on in the same order below)
+    redone = ("mla_up_proj" in rec, "mlp" in rec)  # all the prefix reads of `rec`
+    prefix = _cached_in(ctx.dense_cache, ("prefix", _layer_kind(spec, i), redone),
+                        lambda: _layer_prefix(ctx, i, rec))
+    fwd, dgrad, wgrad, redo, moe_parts, elem_fwd, attn_f, attn_b, cp_f, cp_b = prefix
     t = StageTimes()
-    fwd = dgrad = wgrad = 0.0  # GEMMs
-    redo = 0.0  # forward work recomputation repeats
-    fused: dict[tuple[str, str], float] = {}
-    moe_parts: dict[str, float] = {}
-    elem_fwd = 0.0  # bytes
-    for name, flops in ops.items():
-        group, part = name.split("/")
-        if part in ("scores", "values", "indexer_scores") or part == "scan":
-            continue  # the attention core, the lightning indexer's scores and the scans: below
-        if group == "moe" and part in ("router", "experts", "shared_experts"):
-            moe_parts[part] = flops
-            continue
-        if part in STREAMED:  # depthwise conv over its channels: read + write
-            elem_fwd += 2 * T * (flops / (2 * T * spec.ssm_conv_kernel)) / tp * act
-            continue
-        if part in FUSED_GEMMS:
-            key = (group, FUSED_GEMMS[part])
-            fused[key] = fused.get(key, 0.0) + flops
-            continue
-        k, n, style = _part_shape(spec, group, part, flops, T)
-        f, d, w = ctx.gemm(T, k / tp if style == "row" else k, n / tp if style == "column" else n)
-        if not has_backward(name):  # the lightning indexer's projections: forward only (flops.NO_BACKWARD)
-            d = w = 0.0
-        fwd, dgrad, wgrad = fwd + f, dgrad + d, wgrad + w
-        if part in ("q_b_proj", "kv_b_proj") and "mla_up_proj" in rec:
-            redo += f
-    for (group, _), fused_flops in fused.items():
-        width = D * (2 if group == "shared_block" else 1)  # Zamba2's shared block reads [hidden, embeddings]
-        f, d, w = ctx.gemm(T, width, fused_flops / (2 * T * width) / tp)
-        fwd, dgrad, wgrad = fwd + f, dgrad + d, wgrad + w
-        if group == "mlp" and "mlp" in rec:
-            redo += f
-    # attention cores and scans
-    attn_f = attn_b = cp_f = cp_b = 0.0
-    for kind in mixers:
-        if kind in ("attention", "shared_block"):
-            a = _attention_core(ctx, i, kind)
-            attn_f, attn_b, cp_f, cp_b = attn_f + a[0], attn_b + a[1], cp_f + a[2], cp_b + a[3]
-            if kind == "attention" and spec.has_indexer(i):
-                attn_f += _indexer_scores_seconds(ctx, i)
-        elif kind in ("mamba2", "gated_deltanet", "mamba"):
-            s_f, s_b = _scan_seconds(ctx, kind)
-            attn_f, attn_b = attn_f + s_f, attn_b + s_b
     # MoE
     ep_fwd = ep_bwd = 0.0
     if moe:
@@ -710,17 +688,72 @@ def _layer_cost_uncached(ctx: _Ctx, i: int, rec: frozenset[str]) -> StageTimes: 
     return t
 
 
+def _layer_prefix(ctx: _Ctx, i: int, rec: frozenset[str]) -> tuple:
+    """_layer_cost_uncached's terms up to the MoE block: (forward, input-gradient and weight-gradient GEMM seconds,
+    recomputed forward seconds, the MoE block's FLOPs by part, elementwise forward bytes, attention-core and scan
+    forward and backward seconds, exposed CP forward and backward), all read from the layout's dense fields; of `rec`
+    only whether it holds mla_up_proj and mlp."""
+    spec, lay = ctx.spec, ctx.lay
+    tp, T, D, act = lay.tp, ctx.tokens, spec.d_model, ctx.act
+    mixers, _ = spec.layer_parts(i)
+    ops = layer_ops(spec, i, 1, int(round(T)) or 1, causal=True)  # FLOPs of this rank's tokens (before tp)
+    fwd = dgrad = wgrad = 0.0  # GEMMs
+    redo = 0.0  # forward work recomputation repeats
+    fused: dict[tuple[str, str], float] = {}
+    moe_parts: dict[str, float] = {}
+    elem_fwd = 0.0  # bytes
+    for name, flops in ops.items():
+        group, part = name.split("/")
+        if part in ("scores", "values", "indexer_scores") or part == "scan":
+            continue  # the attention core, the lightning indexer's scores and the scans: below
+        if group == "moe" and part in ("router", "experts", "shared_experts"):
+            moe_parts[part] = flops
+            continue
+        if part in STREAMED:  # depthwise conv over its channels: read + write
+            elem_fwd += 2 * T * (flops / (2 * T * spec.ssm_conv_kernel)) / tp * act
+            continue
+        if part in FUSED_GEMMS:
+            key = (group, FUSED_GEMMS[part])
+            fused[key] = fused.get(key, 0.0) + flops
+            continue
+        k, n, style = _part_shape(spec, group, part, flops, T)
+        f, d, w = ctx.gemm(T, k / tp if style == "row" else k, n / tp if style == "column" else n)
+        if not has_backward(name):  # the lightning indexer's projections: forward only (flops.NO_BACKWARD)
+            d = w = 0.0
+        fwd, dgrad, wgrad = fwd + f, dgrad + d, wgrad + w
+        if part in ("q_b_proj", "kv_b_proj") and "mla_up_proj" in rec:
+            redo += f
+    for (group, _), fused_flops in fused.items():
+        width = D * (2 if group == "shared_block" else 1)  # Zamba2's shared block reads [hidden, embeddings]
+        f, d, w = ctx.gemm(T, width, fused_flops / (2 * T * width) / tp)
+        fwd, dgrad, wgrad = fwd + f, dgrad + d, wgrad + w
+        if group == "mlp" and "mlp" in rec:
+            redo += f
+    # attention cores and scans
+    attn_f = attn_b = cp_f = cp_b = 0.0
+    for kind in mixers:
+        if kind in ("attention", "shared_block"):
+            a = _attention_core(ctx, i, kind)
+            attn_f, attn_b, cp_f, cp_b = attn_f + a[0], attn_b + a[1], cp_f + a[2], cp_b + a[3]
+            if kind == "attention" and spec.has_indexer(i):
+                attn_f += _indexer_scores_seconds(ctx, i)
+        elif kind in ("mamba2", "gated_deltanet", "mamba"):
+            s_f, s_b = _scan_seconds(ctx, kind)
+            attn_f, attn_b = attn_f + s_f, attn_b + s_b
+    return fwd, dgrad, wgrad, redo, moe_parts, elem_fwd, attn_f, attn_b, cp_f, cp_b
+
+
 def add_tp_comm(t: StageTimes, ctx: _Ctx, d_model: int, blocks: float, passes: int, fwd: float, bwd: float) -> None:
     """A layer's TP collectives into `t`: an all-gather before and a reduce-scatter after each of its `blocks`
     tensor-parallel sub-blocks (all-reduce without SP), in each of `passes` passes (forward, backward, the
     recomputed forward); with --tp-overlap each pass's share under its GEMMs (`fwd`, `bwd`: the forward's and the
     backward's GEMM seconds, ``_tp_exposed``), else all exposed. The formula path and the measured step model
     (analytic/measured_step.py) both time them here."""
-    lay = ctx.lay
-    colls = [replace(c, count=c.count / 2 * blocks) for c in
-             comm.tp_collectives(ctx.tokens, d_model, ctx.act, lay.tp, sequence_parallel=lay.sequence_parallel,
-                                 passes=passes)]
-    tpt = comm.total_seconds(colls, ctx.dev.network)
+    lay, net = ctx.lay, ctx.dev.network
+    key = ("tp comm", ctx.tokens, d_model, ctx.act, lay.tp, lay.sequence_parallel, passes, blocks, _token(net))
+    tpt = _cached("params", key, lambda: comm.total_seconds(
+        [replace(c, count=c.count / 2 * blocks) for c in comm.tp_collectives(
+            ctx.tokens, d_model, ctx.act, lay.tp, sequence_parallel=lay.sequence_parallel, passes=passes)], net))
     if lay.tp_overlap:
         per_pass = tpt / passes
         t.tp = _tp_exposed(per_pass, fwd, passes - 1) + _tp_exposed(per_pass, bwd, 1)
@@ -796,11 +829,14 @@ def _attention_core(ctx: _Ctx, i: int, kind: str) -> tuple[float, float, float, 
 
 def _attention_seconds(dev: Device, kernel: str, flops: float, head_dim: float, seq: float, causal: bool,
                        backward: bool, fp8: bool = False, efficiency: float = 1.0, windowed: bool = False) -> float:
-    """kernels.attention_seconds, a pure function of its arguments, once per arguments and device."""
-    key = ("attention", _token(dev), kernel, flops, head_dim, seq, causal, backward, fp8, efficiency, windowed)
-    return _cached("kernels", key, lambda: attention_seconds(dev, kernel, flops, head_dim, seq, causal=causal,
-                                                             backward=backward, fp8=fp8, efficiency=efficiency,
-                                                             windowed=windowed))
+    """kernels.attention_seconds: its rate, which reads no FLOPs, once per shape and device (the layouts of a search
+    ask it for many FLOPs at the same head dim and length), then its arithmetic, flops / (rate x efficiency)."""
+    if flops <= 0:
+        return 0.0
+    key = ("attention rate", _token(dev), kernel, head_dim, seq, causal, backward, fp8, windowed)
+    rate = _cached("kernels", key, lambda: dev.attention_rate(kernel, head_dim, seq, causal, backward, fp8=fp8,
+                                                              windowed=windowed))
+    return flops / (rate * efficiency)
 
 
 def _indexer_scores_seconds(ctx: _Ctx, i: int) -> float:
@@ -928,14 +964,17 @@ def _moe_cost(ctx: _Ctx, parts: dict[str, float], rec: frozenset[str]) -> dict[s
     if lay.alltoall:  # permute (gather into expert order) and unpermute (scatter back, times the router's probs)
         out["elem"] += 2 * local_tokens * D * act + 2 * local_tokens * k * D * act * lay.moe_imbalance
         net = ctx.dev.network
-        strides = lay.expert_strides()
-        colls = comm.ep_collectives(local_tokens * lay.moe_imbalance, k, D, act, ep=ep, stride=strides["ep"],
-                                    passes=1, etp=etp)
-        if lay.ep_dispatcher == "deepep":  # one copy per remote node, forwarded over NVLink; ETP collectives kept
-            one = 2 * comm.deepep_seconds(local_tokens * lay.moe_imbalance, k, E, D, act, ep=ep, stride=strides["ep"],
-                                          net=net) + comm.total_seconds(colls[1:], net)
-        else:
-            one = comm.total_seconds(colls, net)  # dispatch + combine of one pass
+        stride = lay.expert_strides()["ep"]
+
+        def dispatch() -> float:  # dispatch + combine of one pass (once per shape and network)
+            colls = comm.ep_collectives(local_tokens * lay.moe_imbalance, k, D, act, ep=ep, stride=stride,
+                                        passes=1, etp=etp)
+            if lay.ep_dispatcher == "deepep":  # one copy per remote node, forwarded over NVLink; ETP collectives kept
+                return 2 * comm.deepep_seconds(local_tokens * lay.moe_imbalance, k, E, D, act, ep=ep, stride=stride,
+                                               net=net) + comm.total_seconds(colls[1:], net)
+            return comm.total_seconds(colls, net)
+        one = _cached("params", ("ep comm", local_tokens, lay.moe_imbalance, k, E, D, act, ep, stride, etp,
+                                 lay.ep_dispatcher, _token(net)), dispatch)
         out["ep_fwd"], out["ep_bwd"] = one, one
     return out
 
@@ -1197,15 +1236,15 @@ def _stage_plan(spec: ModelSpec, n_stages: int, lay: Layout,
     def make() -> tuple[list[int], list[int], list[int], list, Callable[[str, int], tuple]]:
         split = stage_split(spec.n_layers, lay, n_stages)
         starts = [sum(split[:i]) for i in range(n_stages)]
-        kinds = [_layer_kind(spec, i) for i in range(spec.n_layers)]
-        first: dict[tuple, int] = {}  # each kind's representative, the same in every stage: its first layer
-        for i, kind in enumerate(kinds):
-            first.setdefault(kind, i)
+        kinds, first = _cached("params", ("kinds", _token(spec)), lambda: _kinds_of(spec))
+        # what each layer recomputes: the same for all but a partial full recomputation (_recomputes)
+        same = None if recompute == "full" and lay.recompute_layers else _recomputes(lay, recompute, 0, 0)
         plan = []
         for k in range(n_stages):
             runs: dict[tuple, list] = {}  # layers of the same kind and recomputation: one cost times their count
             for i in range(starts[k], starts[k] + split[k]):
-                runs.setdefault((kinds[i], _recomputes(lay, recompute, i, starts[k])), [first[kinds[i]], 0])[1] += 1
+                rc = same if same is not None else _recomputes(lay, recompute, i, starts[k])
+                runs.setdefault((kinds[i], rc), [first[kinds[i]], 0])[1] += 1
             plan.append((tuple((i, rc, count) for (_, rc), (i, count) in runs.items()), k == 0, k == n_stages - 1))
         index: dict[tuple, int] = {}
         ids = [index.setdefault(composition, len(index)) for composition in plan]
@@ -1222,6 +1261,15 @@ def _stage_plan(spec: ModelSpec, n_stages: int, lay: Layout,
             return _cached("params", ("groups", *key, schedule, pp), make_groups)
         return split, starts, ids, list(index), groups
     return _cached("params", key, make)
+
+
+def _kinds_of(spec: ModelSpec) -> tuple[list[tuple], dict[tuple, int]]:
+    """Each layer's _layer_kind, and each kind's representative: its first layer."""
+    kinds = [_layer_kind(spec, i) for i in range(spec.n_layers)]
+    first: dict[tuple, int] = {}
+    for i, kind in enumerate(kinds):
+        first.setdefault(kind, i)
+    return kinds, first
 
 
 def _finish(prep: _Prepared, simulated: bool = True) -> StepPrediction:
@@ -1311,11 +1359,15 @@ def _token(obj: Any) -> int:
 
 def _cached(name: str, key: Any, make: Callable[[], Any]) -> Any:
     cache = _CACHES[name]
-    if key not in cache:
+    value = cache.get(key, _MISSING)  # one lookup: hashing a long key twice costs a layout search ~5 %
+    if value is _MISSING:
         if len(cache) > 200_000:
             cache.clear()
-        cache[key] = make()
-    return cache[key]
+        value = cache[key] = make()
+    return value
+
+
+_MISSING = object()  # _cached's "not cached" (None is a value some caches hold)
 
 
 def _layer_cache(spec: ModelSpec, dev: Device, lay: Layout, seq: int, rec: Recipe, attention: str,
@@ -1330,7 +1382,7 @@ def _layer_cache(spec: ModelSpec, dev: Device, lay: Layout, seq: int, rec: Recip
              lay.micro_batch, lay.sequence_parallel, lay.tp_overlap, lay.cp_comm, lay.cp_a2a_size, lay.attention_kernel,
              lay.fp8_attention, lay.fused_elementwise, lay.recompute_modules, lay.strides()["cp"])
     experts = (lay.ep, lay.expert_tp, lay.ep_overlap, lay.ep_dispatcher, lay.moe_imbalance,
-               lay.expert_strides()["ep"], lay.grad_accum > 1)
+               lay.expert_strides()["ep"])
     return _cached("layers", dense + experts, dict), _cached("layers", dense, dict)
 
 
@@ -1481,12 +1533,14 @@ def _rank_dp(ctx: _Ctx, split: tuple[int, ...], v: int, ranks: list[int]) -> dic
                    lambda: _ranks_dp(ctx, key, split, v, ranks))
 
 
-def _dp_key(ctx: _Ctx) -> tuple:
-    """What a rank's DP collectives and optimizer step read besides its parameters (_rank_dp's cache key)."""
+def _dp_key(ctx: _Ctx, zero: int | None = None) -> tuple:
+    """What a rank's DP collectives and optimizer step read besides its parameters (_rank_dp's cache key); `zero`:
+    that of the layout with this ZeRO stage instead of its own."""
     spec, lay, dev, rec = ctx.spec, ctx.lay, ctx.dev, ctx.recipe
+    zero = lay.zero if zero is None else zero
     return (_token(spec), dev.accelerator.key, _token(dev.network), dev.mamf, rec.name, KERNEL_EFFICIENCY, lay.tp,
-            lay.cp, lay.pp, lay.dp, lay.ep, lay.expert_tp, lay.zero, lay.order,
-            lay.grad_accum if lay.zero == 3 else 0,  # the micro-batch count matters to ZeRO-3's transfers only
+            lay.cp, lay.pp, lay.dp, lay.ep, lay.expert_tp, zero, lay.order,
+            lay.grad_accum if zero == 3 else 0,  # the micro-batch count matters to ZeRO-3's transfers only
             lay.optimizer, lay.fp8_param_gather)
 
 
@@ -1574,9 +1628,6 @@ def _param_summary(spec: ModelSpec) -> tuple[float, float, float, float, float, 
     embedding, the LM head, the final norm, the routed experts of one MoE layer, and how many MoE layers come
     before each layer index (prefix sums)."""
     def make() -> tuple[float, float, float, float, float, list[int]]:
-        from .memory import _layer_params
-        from .params import count_params
-
         comps = count_params(spec).components
         layer, norms, emb, head, final = _layer_params(spec, comps)
         experts = routed_expert_params(spec, comps) / spec.n_moe_layers if spec.n_moe_layers else 0.0
@@ -1622,8 +1673,6 @@ def _optimizer_seconds(ctx: _Ctx, local: float, layer_params: list[float], shard
     Moonlight's distributed Muon);
     FP8/FP4 recipes then cast the `on_gpu` weights this GPU computes with (QUANT_BYTES per element; Transformer
     Engine casts them at the first micro-batch and keeps the casts for the rest)."""
-    from .memory import OPTIMIZERS
-
     rec, dev = ctx.recipe, ctx.dev
     opt = OPTIMIZERS[ctx.lay.optimizer]
     nbytes = local * (rec.grad_bytes + 2 * (rec.master_bytes + opt.bytes_per_param(rec)) + rec.weight_bytes)
@@ -1827,8 +1876,8 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             ctx = _context(spec, dev, lay, seq_len, rec)
             layouts.append((_work_floor(ctx), index, _PATHS, lay, ctx))
     # best first: the least floor is taken and made tighter (its pipeline's paths; its optimizer step; then its
-    # memory: the recomputation and ZeRO stage that fit, their stage times and DP floor; then its stages, DP and
-    # path bound: _prepare), or
+    # memory: the recomputation and ZeRO stage that fit and their stage times; their DP floor; then its stages, DP
+    # and path bound: _prepare), or
     # once it is a prepared layout's, that layout is timed; once the least floor left cannot beat the `top`-th exact
     # step, neither can any other layout (their steps are at least their floors): those left are `bounded`
     heapq.heapify(layouts)
@@ -1864,11 +1913,18 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
                 no_fit(lay, peak, zero)
                 continue
             lay = lay if zero == lay.zero else replace(lay, zero=zero)
-            if not exhaustive:  # the floor of the recomputation and ZeRO stage that fit
+            if exhaustive:
+                heapq.heappush(layouts, (floor, index, _PREPARE, lay, (rc, peak)))
+            else:  # the floor of the recomputation and ZeRO stage that fit, its DP floor next
                 floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, recompute=rc)
-                opt, dp = _optimizer_floor(ctx, paths)
-                floor += (opt + dp) * (1 - FLOOR_MARGIN)
-            heapq.heappush(layouts, (floor, index, _PREPARE, lay, (rc, peak)))
+                opt = _optimizer_floor(ctx, paths, with_dp=False)[0]
+                heapq.heappush(layouts, (floor + opt * (1 - FLOOR_MARGIN), index, _DP, lay, (rc, peak, floor, ctx,
+                                                                                            paths)))
+            continue
+        if tier == _DP:  # the same floor as with its DP floor at once, at or above the one it was taken at
+            rc, peak, floor, ctx, paths = more
+            opt, dp = _optimizer_floor(ctx, paths)
+            heapq.heappush(layouts, (floor + (opt + dp) * (1 - FLOOR_MARGIN), index, _PREPARE, lay, (rc, peak)))
             continue
         if tier == _PREPARE:
             rc, peak = more
@@ -1899,8 +1955,8 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
         for index in order[:EXTREME_TRIES]:
             if index not in fits:
                 tier, lay, more = left[index]
-                if tier == _PREPARE:
-                    rc, peak = more
+                if tier in (_DP, _PREPARE):  # its memory checked
+                    rc, peak = more[:2]
                 else:
                     rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity, recipe=recipe,
                                                       optimizer=optimizer)
@@ -1944,12 +2000,12 @@ def _extremes(left: list[tuple[int, Layout]]) -> list[list[int]]:
     picks: tuple[Callable[[Layout], Any], ...] = (
         lambda lay: (lay.pp - 1) / (lay.vpp * lay.grad_accum), lambda lay: (lay.tp, lay.cp),
         lambda lay: (lay.cp, lay.tp), lambda lay: lay.dp, lambda lay: lay.pp * lay.vpp)
-    ordered = sorted(left)
-    return [[index for index, _ in sorted(ordered, key=lambda il: pick(il[1]), reverse=True)[:EXTREME_TRIES]]
+    ordered = sorted(left)  # heapq.nlargest: sorted(..., reverse=True)[:n], equal keys in their order (its docs)
+    return [[index for index, _ in heapq.nlargest(EXTREME_TRIES, ordered, key=lambda il: pick(il[1]))]
             for pick in picks]
 
 
-_PATHS, _OPTIMIZER, _MEMORY, _PREPARE, _TIME = range(5)  # what search_layouts does next to a layout taken off its heap
+_PATHS, _OPTIMIZER, _MEMORY, _DP, _PREPARE, _TIME = range(6)  # what search_layouts does next to a layout off its heap
 FLOOR_MARGIN = 1e-9  # _step_floor's relative margin below its path sums: no rounding lifts it above a step
 
 
@@ -1981,8 +2037,8 @@ def _work_floor(ctx: _Ctx) -> float:
                 runs.setdefault(_layer_kind(spec, i), [i, 0])[1] += 1
             return tuple((i, frozenset(), count) for i, count in runs.values()), True, True
         composition = _cached("params", ("whole", _token(spec)), whole)
-        fwd, bwd, wgt = stage_passes([_stage_cost(ctx, composition, "none")], [0], lay.schedule)
-        work = ctx.cache[key] = fwd[0] + bwd[0] + (wgt[0] if wgt is not None else 0.0)
+        pass_, wgt = _composition_passes(ctx, composition, "none", lay.schedule.startswith("zb"))
+        work = ctx.cache[key] = pass_ + (wgt if wgt is not None else 0.0)
     return lay.grad_accum * work / lay.pp * (1 - FLOOR_MARGIN)
 
 
@@ -2031,17 +2087,31 @@ def _floor_paths(ctx: _Ctx, n_stages: int, v: int, recompute: str) -> tuple:
     Each sum is of the distinct stage compositions' times, each times its count (_floor_ranks)."""
     lay = ctx.lay
     plan = _stage_plan(ctx.spec, n_stages, lay, recompute)
-    kinds = plan[3]
-    fwd, bwd, wgt = stage_passes([_stage_cost(ctx, composition, recompute) for composition in kinds],
-                                 range(len(kinds)), lay.schedule)
-    pass_ = [f + b for f, b in zip(fwd, bwd, strict=True)]
+    zb = lay.schedule.startswith("zb")
+    passes = [_composition_passes(ctx, composition, recompute, zb) for composition in plan[3]]
+    pass_ = [p for p, _ in passes]
+    wgt = [w for _, w in passes] if zb else None
     ranks, split, firsts = _floor_ranks(plan, lay.schedule, lay.pp, v)
     out = []
-    for before, mine, hops in ranks:
-        busy = sum(pass_[j] * n for j, n in mine)
-        own = busy + (sum(wgt[j] * n for j, n in mine) if wgt is not None else 0.0)
-        out.append((sum(pass_[j] * n for j, n in before), busy, own, hops))
+    for before, mine, hops in ranks:  # (sums of lists: the same additions, in the same order, as of generators)
+        busy = sum([pass_[j] * n for j, n in mine])
+        own = busy + (sum([wgt[j] * n for j, n in mine]) if wgt is not None else 0.0)
+        out.append((sum([pass_[j] * n for j, n in before]), busy, own, hops))
     return tuple(out), split, firsts
+
+
+def _composition_passes(ctx: _Ctx, composition: tuple, recompute: str, zb: bool) -> tuple[float, Any]:
+    """(forward + backward, weight gradient or None) of one micro-batch on a stage of this composition, as
+    stage_passes adds them up for a schedule that splits the weight gradients off (`zb`) or not; cached with the
+    stage's cost."""
+    key = ("passes", composition, recompute, ctx.lay.mtp_layers, zb)
+    out = ctx.cache.get(key)
+    if out is None:
+        s = _stage_cost(ctx, composition, recompute)
+        f, c = s.fwd + s.comm_fwd, s.tp + s.cp + s.ep - s.comm_fwd  # stage_passes' terms, in its order
+        out = ctx.cache[key] = (f + (s.bwd_input + c), s.bwd_weight) if zb else (f + (s.bwd_input + s.bwd_weight + c),
+                                                                                  None)
+    return out
 
 
 def _floor_ranks(plan: tuple, schedule: str, pp: int, v: int) -> tuple:
@@ -2083,13 +2153,18 @@ def _optimizer_floor(ctx: _Ctx, paths: tuple, with_dp: bool = True) -> tuple[flo
     lay = ctx.lay
     _, split, firsts = paths
     v = chunks_per_rank(lay.schedule, lay.vpp)
-    one = ctx if lay.zero == 1 else replace(ctx, lay=replace(lay, zero=1))
-    key, per_layer = _dp_key(one), _param_summary(ctx.spec)[0]
-    opt = 0.0
-    for r in firsts:
-        held = _rank_holdings(one, split, v, r)
-        opt = max(opt, _cached("params", ("rank optimizer", *key, *held),
-                               lambda: _rank_optimizer(one, *held, per_layer)))  # noqa: B023 (called at once)
+    key = _dp_key(ctx, zero=1)
+
+    def most() -> float:  # the most loaded first rank's, once per degrees and stage split (whatever the micro-batch)
+        one = ctx if lay.zero == 1 else replace(ctx, lay=replace(lay, zero=1))
+        per_layer = _param_summary(ctx.spec)[0]
+        opt = 0.0
+        for r in firsts:
+            held = _rank_holdings(one, split, v, r)
+            opt = max(opt, _cached("params", ("rank optimizer", *key, *held),
+                                   lambda: _rank_optimizer(one, *held, per_layer)))  # noqa: B023 (called at once)
+        return opt
+    opt = _cached("params", ("optimizer floor", *key, split, v, lay.schedule, *firsts), most)
     if not with_dp:
         return opt, 0.0
     dp = 0.0
@@ -2162,8 +2237,6 @@ def training_peak(spec: ModelSpec, batch: int, seq_len: int, recipe: str, optimi
 
 def _training_peak(spec: ModelSpec, batch: int, seq_len: int, recipe: str, optimizer: str, recompute: str,
                    parallel: Parallel) -> float:
-    from .memory import _fp8_inputs, peak_of
-
     seq = seq_len // parallel.cp
     rec = RECIPES[recipe]
     common = (spec, batch, seq, rec.act_bytes, recompute, parallel.tp, parallel.sequence_parallel)
@@ -2189,10 +2262,6 @@ def _stage_states(spec: ModelSpec, recipe: str, optimizer: str, parallel: Parall
 
 def _stage_states_uncached(spec: ModelSpec, recipe: str, optimizer: str,
                            parallel: Parallel) -> list:  # long: memory.training_memory's assembly, step by step
-    from .activations import ActivationEstimate
-    from .memory import OPTIMIZERS, MemoryEstimate, _layer_params
-    from .params import count_params, largest_tensor
-
     rec = RECIPES[recipe]
     opt = OPTIMIZERS[optimizer]
     tp, pp, ep, etp = parallel.tp, parallel.pp, parallel.ep, parallel.expert_tp
@@ -2228,8 +2297,6 @@ def _activations(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recomp
     """activations.activation_memory over layers start..stop, each distinct layer kind (layer_parts, MoE or not)
     computed on one layer and counted (activation_memory sums the same per-layer tensors)."""
     def make() -> Any:
-        from .activations import ActivationEstimate, activation_memory, layer_terms
-
         def one_layer(i: int) -> tuple[dict[str, float], float, float, float]:
             """activation_memory over layer i alone: (per_layer, recompute working set, largest layer, own layer);
             its terms once whatever the micro-batches in flight, then summed as activation_memory sums them; once
