@@ -9,7 +9,6 @@ tabulate); pandas stays out of the CLI's fast path (planning reports build DataF
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 from collections.abc import Callable
@@ -65,6 +64,8 @@ def render(doc: Document, fmt: str) -> str:
     if fmt == "json":
         return json.dumps(doc.data, indent=2, ensure_ascii=False) + "\n"
     if fmt == "csv":
+        import csv  # imported by the one format that writes it
+
         main = doc.tables[0]
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
