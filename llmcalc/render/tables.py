@@ -12,9 +12,10 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from ..records import dataclass
 from ..vocabulary import FORMATS
 from .tabular import tabular
 

@@ -29,9 +29,10 @@ vocabulary (null for what is absent).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import InitVar, dataclass, field
+from dataclasses import InitVar, field
 from typing import Any
 
+from ..records import dataclass
 from .checks import check
 from .draft import GATED_MLPS, SpecDraft, SpecError, is_moe_layer, parse_layer
 

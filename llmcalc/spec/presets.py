@@ -16,12 +16,13 @@ import json
 import os
 import re
 import stat
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import LlmcalcError
+from ..records import dataclass
 from .draft import SpecError
 from .hf import spec_from_hf
 from .model import ModelSpec
