@@ -252,3 +252,13 @@ def test_a_command_leaves_out_the_models_its_answer_does_not_use(argv, unused):
             f"    assert not exc.code, exc.code\nprint(sorted(set({unused!r}) & set(sys.modules)), file=sys.stderr)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stderr.strip().splitlines()[-1] == "[]"
+
+
+def test_the_program_freezes_what_start_up_imported():
+    """`llmcalc` (cli.main) moves the start-up objects out of the cyclic collector's reach (gc.freeze) before the
+    command runs; importing llmcalc.cli alone (a library user, the tests) leaves the collector as it was."""
+    code = ("import gc, sys\nfrom llmcalc.cli import main\nbefore = gc.get_freeze_count()\nsys.argv = ['llmcalc', "
+            "'--version']\ntry:\n    main()\nexcept SystemExit:\n    pass\nprint(before, gc.get_freeze_count() > 1000, "
+            "file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stderr.strip().splitlines()[-1] == "0 True"
