@@ -21,12 +21,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .analytic.params import BreakdownTotals, ParamCount
 from .errors import LlmcalcError
+from .records import dataclass
 from .spec import ModelSpec, UnknownModelType
 
 if TYPE_CHECKING:

@@ -7,10 +7,11 @@ holds base units (FLOP/s, bytes, bytes/s, W, USD/h). Peaks are dense: no 2:4-spa
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from .dtypes import DTYPE_ALIASES, canonical_dtype
 from .errors import LlmcalcError
+from .records import dataclass
 from .units import GIB
 from .validate import positive_number
 

@@ -6,7 +6,9 @@ is everything one ``llmcalc profile`` run found; its ``to_json`` is the command'
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
+
+from .records import dataclass
 
 
 @dataclass

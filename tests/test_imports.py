@@ -48,7 +48,8 @@ def test_analytic_is_standard_library_only():
 
 
 def test_core_modules_are_standard_library_only():
-    names = ["units.py", "errors.py", "__init__.py"] + [f"spec/{p.name}" for p in (PACKAGE / "spec").glob("*.py")]
+    names = ["units.py", "errors.py", "records.py", "__init__.py"]
+    names += [f"spec/{p.name}" for p in (PACKAGE / "spec").glob("*.py")]
     for name in names:
         outside = {n for n in _imports(PACKAGE / name) if n not in sys.stdlib_module_names}
         assert not outside, f"{name} imports {outside}"
@@ -68,7 +69,7 @@ def test_torch_only_in_profiling():
 
 def test_imports_flow_one_way():
     """analytic never imports views/report/profiling/cli; views never report/profiling/cli; report never
-    profiling or cli; render only the vocabulary (docs/architecture.md)."""
+    profiling or cli; render only the vocabulary and records (docs/architecture.md)."""
     for path in (PACKAGE / "analytic").glob("*.py"):
         assert not {"report", "profiling", "cli", "views", "render", "fallback"} & _relative_imports(path), path
     for path in (PACKAGE / "views").glob("*.py"):
@@ -77,7 +78,7 @@ def test_imports_flow_one_way():
         assert not {"profiling", "cli"} & _relative_imports(path), path
     own = {p.stem for p in (PACKAGE / "render").glob("*.py")}  # render's modules importing each other
     for path in (PACKAGE / "render").glob("*.py"):
-        assert _relative_imports(path) <= {"", "vocabulary"} | own, path
+        assert _relative_imports(path) <= {"", "vocabulary", "records"} | own, path
 
 
 
@@ -251,3 +252,13 @@ def test_a_command_leaves_out_the_models_its_answer_does_not_use(argv, unused):
             f"    assert not exc.code, exc.code\nprint(sorted(set({unused!r}) & set(sys.modules)), file=sys.stderr)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stderr.strip().splitlines()[-1] == "[]"
+
+
+def test_the_program_freezes_what_start_up_imported():
+    """`llmcalc` (cli.main) moves the start-up objects out of the cyclic collector's reach (gc.freeze) before the
+    command runs; importing llmcalc.cli alone (a library user, the tests) leaves the collector as it was."""
+    code = ("import gc, sys\nfrom llmcalc.cli import main\nbefore = gc.get_freeze_count()\nsys.argv = ['llmcalc', "
+            "'--version']\ntry:\n    main()\nexcept SystemExit:\n    pass\nprint(before, gc.get_freeze_count() > 1000, "
+            "file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stderr.strip().splitlines()[-1] == "0 True"

@@ -20,9 +20,8 @@ Conventions:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..errors import LlmcalcError
+from ..records import dataclass
 from ..spec import ModelSpec
 
 ATTENTION_IMPLS = ("flash", "eager")

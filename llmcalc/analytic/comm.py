@@ -41,9 +41,9 @@ own NIC while the (g-1)/n to its node's peers take NVLink, at the same time.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from ..errors import LlmcalcError
+from ..records import dataclass
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
 

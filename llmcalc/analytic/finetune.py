@@ -36,9 +36,10 @@ Conventions (printed with every result that uses them):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from ..errors import LlmcalcError
+from ..records import dataclass
 from ..spec import ModelSpec
 from .activations import ActivationEstimate
 from .flops import StepFlops, StepTotals

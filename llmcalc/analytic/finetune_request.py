@@ -6,10 +6,10 @@ imports the FLOP and memory models) are imported only when a method is given.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import LlmcalcError
+from ..records import dataclass
 
 if TYPE_CHECKING:
     from .finetune import LoraConfig

@@ -17,9 +17,9 @@ Conventions (printed under every table that uses them):
 from __future__ import annotations
 
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
 
 from ..errors import LlmcalcError
+from ..records import dataclass
 from ..spec import ModelSpec
 from ..validate import DEFAULT_SEQ_LEN, positive_int
 from .ssm import SSM_MIXERS as SSM_GROUPS

@@ -25,12 +25,12 @@ Conventions (printed with the results):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from functools import cached_property
 
 from ..dtypes import dtype_bytes
 from ..errors import LlmcalcError
 from ..hardware import Accelerator, canonical_dtype
+from ..records import dataclass
 from ..spec import MLA, ModelSpec
 from ..validate import positive_int
 from .flops import forward_ops

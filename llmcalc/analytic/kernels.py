@@ -35,10 +35,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from ..errors import LlmcalcError
 from ..hardware import Accelerator
+from ..records import dataclass
 from . import comm
 
 # Streaming kernels reach ~90 % of the datasheet HBM bandwidth: H100 STREAM triad 3,089 and device copy 3,024 GB/s

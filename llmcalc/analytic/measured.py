@@ -17,9 +17,10 @@ dimension over the module's ``head_dim`` must divide by tp.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from ..errors import LlmcalcError
+from ..records import dataclass
 from .inference import KvLayer
 
 COLWISE = ("colwise", "colwise_gather_output", "packed_colwise", "local_colwise")

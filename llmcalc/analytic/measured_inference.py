@@ -24,11 +24,11 @@ all-reduce time, as the formula path's roofline (inference.InferenceEstimate) ha
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cached_property
 
 from ..errors import LlmcalcError
 from ..hardware import Accelerator
+from ..records import dataclass
 from .inference import InferenceEstimate, WeightLayout, bytes_per_weight, check_inference, resolve_dtypes
 from .measured import MeasuredModel, Tensor
 from .quant import Module, WeightFormat, format_of

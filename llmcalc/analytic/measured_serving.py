@@ -32,12 +32,12 @@ allocator's groups and blocks, concurrency, the roofline throughput) and takes w
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cached_property
 
 from ..dtypes import dtype_bytes
 from ..errors import LlmcalcError
 from ..hardware import Accelerator
+from ..records import dataclass
 from .inference import KvLayer, resolve_dtypes
 from .measured import FfnLayer, MeasuredModel
 from .measured_inference import MeasuredInference, tensor_bytes

@@ -29,10 +29,11 @@ where the ep plan names expert tensors; every other step option is refused in on
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any, cast
 
 from ..errors import LlmcalcError
+from ..records import dataclass
 from ..validate import DEFAULT_ZERO
 from . import comm
 from .kernels import Device, attention_seconds, stream_seconds

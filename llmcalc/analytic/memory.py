@@ -17,10 +17,11 @@ shrink against each other; the peak is the largest of
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from ..errors import LlmcalcError
+from ..records import dataclass
 from ..spec import ModelSpec
 from ..validate import DEFAULT_SEQ_LEN, MAX_GPUS, positive_int
 from ..vocabulary import OPTIMIZER_IMPLS  # the names and their scratch rule (re-exported)

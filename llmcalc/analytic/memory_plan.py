@@ -9,11 +9,12 @@ GPU holding the whole frozen base, so the layout options are refused.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LlmcalcError
 from ..hardware import Accelerator
+from ..records import dataclass
 from ..spec import ModelSpec
 from ..units import GIB
 from ..validate import DEFAULT_SEQ_LEN, DEFAULT_ZERO

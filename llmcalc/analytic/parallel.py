@@ -18,10 +18,10 @@ A caller asks for those that apply to what it models (memory wants equal stages,
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..errors import LlmcalcError
+from ..records import dataclass
 from ..spec import ModelSpec
 from ..validate import DEFAULT_ZERO
 

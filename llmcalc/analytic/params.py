@@ -11,8 +11,8 @@ table (stored as a parameter with requires_grad=False) are not counted.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
+from ..records import dataclass
 from ..spec import ModelSpec
 from .ssm import SSM_MIXERS, mixer_params
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 import functools
 import heapq
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from ..errors import LlmcalcError
+from ..records import dataclass
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v")
 EXACT_ACTIONS = 8192  # p·v·m above which simulate() extends a shorter run at its steady slope (see there)

@@ -40,10 +40,11 @@ from __future__ import annotations
 import functools
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from ..dtypes import canonical_dtype, dtype_bytes
 from ..errors import LlmcalcError
+from ..records import dataclass
 from ..spec import ModelSpec
 from .linears import attention_linears, ffn_linears, mixer_linears
 from .params import count_params

@@ -8,8 +8,7 @@ rough estimate of the non-matmul (elementwise) work that matmul counts leave out
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from ..records import dataclass
 from ..spec import ModelSpec
 from .flops import StepFlops, forward_ops, is_attention_core, step_flops
 from .params import ParamCount

@@ -16,11 +16,12 @@ holds 1/pp of the weights and KV; with pp micro-batches in flight a token leaves
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property
 
 from ..errors import LlmcalcError
 from ..hardware import Accelerator
+from ..records import dataclass
 from ..spec import ModelSpec
 from .inference import (
     InferenceEstimate,

@@ -54,11 +54,12 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any, NamedTuple
 
 from ..errors import LlmcalcError
 from ..hardware import Accelerator
+from ..records import dataclass
 from ..spec import ModelSpec
 from ..units import GIB, plural
 from ..validate import DEFAULT_ZERO

@@ -6,10 +6,11 @@ Everything here composes the other analytic modules; the settings it needs are e
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 from ..errors import LlmcalcError
 from ..hardware import Accelerator
+from ..records import dataclass
 from ..spec import ModelSpec
 from ..units import fmt_count, fmt_tokens
 from ..validate import DEFAULT_SEQ_LEN, DEFAULT_ZERO

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import LlmcalcError
 from ..hardware import Accelerator
+from ..records import dataclass
 from ..spec import ModelSpec
 from ..units import fmt_tokens
 from ..validate import DEFAULT_SEQ_LEN, MIN_UTILIZATION, fraction, positive_int, positive_number

@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 
 from ..dtypes import dtype_bytes
 from ..errors import LlmcalcError
 from ..hardware import Accelerator
+from ..records import dataclass
 from ..spec import ModelSpec
 from ..units import GIB
 from .inference import KvLayer, kv_heads_per_gpu

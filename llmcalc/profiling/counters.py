@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import torch
 from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
+
+from ..records import dataclass
 
 aten = torch.ops.aten
 

@@ -25,7 +25,7 @@ S x bus_factor(kind, n) bytes on the wire from each rank, the convention of ``Co
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import torch
@@ -37,6 +37,7 @@ from ..analytic.flops import counted_step_flops, forward_ops
 from ..analytic.memory import training_memory
 from ..analytic.parallel import Parallel
 from ..errors import LlmcalcError
+from ..records import dataclass
 from ..spec import ModelSpec
 
 PG_TIMEOUT_S = 120  # every process group gets a timeout: a dead rank ends the run instead of hanging it

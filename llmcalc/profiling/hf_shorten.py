@@ -20,9 +20,11 @@ of distinct kinds, or that is not one ModuleList as long as the config's layer c
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import torch
+
+from ..records import dataclass
 
 PLAIN = (int, float, str, bool, type(None))
 SKIP_ATTRS = ("training", "layer_idx", "layer_id", "layer_index", "layer_number")

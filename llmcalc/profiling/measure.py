@@ -14,7 +14,6 @@ from __future__ import annotations
 import re
 import statistics
 import time
-from dataclasses import dataclass
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -24,6 +23,7 @@ from ..analytic.memory import training_memory
 from ..analytic.params import count_params
 from ..dtypes import canonical_dtype
 from ..errors import LlmcalcError
+from ..records import dataclass
 from ..results import Comparison, ProfileResult
 from ..spec import ModelSpec
 from ..validate import DEFAULT_SEQ_LEN

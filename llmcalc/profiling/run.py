@@ -10,10 +10,11 @@ one (``measure.real_profile``).
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LlmcalcError
+from ..records import dataclass
 from ..results import Calibration, ProfileResult
 from ..spec import ModelSpec
 from ..units import GIB

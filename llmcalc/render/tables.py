@@ -9,13 +9,13 @@ tabulate); pandas stays out of the CLI's fast path (planning reports build DataF
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from ..records import dataclass
 from ..vocabulary import FORMATS
 from .tabular import tabular
 
@@ -65,6 +65,8 @@ def render(doc: Document, fmt: str) -> str:
     if fmt == "json":
         return json.dumps(doc.data, indent=2, ensure_ascii=False) + "\n"
     if fmt == "csv":
+        import csv  # imported by the one format that writes it
+
         main = doc.tables[0]
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")

@@ -22,11 +22,12 @@ import os
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import LlmcalcError
+from ..records import dataclass
 from ..render.tables import Document, Table, render, tabulate_table
 from ..units import GIB, fmt_bytes
 from .interrupts import Interrupted, checkpoint, signals_deferred

@@ -15,7 +15,7 @@ ranked layouts of the same GPUs, global batch and recomputation (``search_layout
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from ..analytic.memory import MemoryEstimate
@@ -23,6 +23,7 @@ from ..analytic.steptime import StepPrediction, search_layouts, steptime_presets
 from ..analytic.summary import Scenario, model_record, scenario_memory, scenario_training
 from ..analytic.training import TrainingEstimate
 from ..errors import LlmcalcError
+from ..records import dataclass
 from ..spec import ModelSpec
 from ..units import GIB, fmt_count
 

@@ -8,7 +8,7 @@ import json
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from ..analytic.flops import step_flops
@@ -16,6 +16,7 @@ from ..analytic.params import count_params
 from ..analytic.rules import six_n
 from ..analytic.summary import Scenario
 from ..hardware import Accelerator
+from ..records import dataclass
 from ..render.tables import Column, Table
 from ..results import ProfileResult
 from ..spec import ModelSpec

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import Interrupted, LlmcalcError
+from ..records import dataclass
 from ..spec import ModelSpec
 
 if TYPE_CHECKING:

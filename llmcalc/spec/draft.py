@@ -12,9 +12,10 @@ norm kinds, per-layer mixers) and ``parse_layer``, which reads one ``layer_types
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from ..errors import LlmcalcError
+from ..records import dataclass
 
 ARCHITECTURES = ("decoder", "encoder", "encoder-decoder")
 GATED_MLPS = ("swiglu", "geglu")  # three matrices: gate, up, down (Shazeer 2020)

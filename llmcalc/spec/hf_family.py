@@ -5,8 +5,9 @@ an activation name means. Neither imports the other's tables from here, so there
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from ..records import dataclass
 from .draft import SpecError
 
 

@@ -19,18 +19,20 @@ arithmetic on is a plain ``int`` or ``bool``. A part a model may lack is typed o
 state; compared, never multiplied), ``model_type``, and ``layer_types`` / ``moe_layers`` (None: "the uniform
 rule", read through ``layer_parts`` and ``is_moe_layer``).
 
-Every construction is checked (``__post_init__``), so ``dataclasses.replace`` on a resolved spec changes
-exactly the fields given and still refuses a contradiction (a ``layer_types`` of the wrong length); it
-derives nothing again: a caller that changes ``n_layers`` adjusts ``n_decoder_layers``, ``moe_layers``,
-``n_dense_layers`` itself. ``to_dict`` answers in the draft's flat vocabulary (null for what is absent).
+Every construction is checked (``__post_init__``; ``resolve``, which has just checked the same draft, says so), so
+``dataclasses.replace`` on a resolved spec changes exactly the fields given and still refuses a contradiction (a
+``layer_types`` of the wrong length); it derives nothing again: a caller that changes ``n_layers`` adjusts
+``n_decoder_layers``, ``moe_layers``, ``n_dense_layers`` itself. ``to_dict`` answers in the draft's flat
+vocabulary (null for what is absent).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import InitVar, field
 from typing import Any
 
+from ..records import dataclass
 from .checks import check
 from .draft import GATED_MLPS, SpecDraft, SpecError, is_moe_layer, parse_layer
 
@@ -162,9 +164,13 @@ class ModelSpec:
     n_mtp_layers: int = field(default=0, compare=False)  # stored by the checkpoint, not built by transformers
     name: str = field(default="custom", compare=False)
     model_type: str | None = field(default=None, compare=False)
+    # True only from resolve(), which has just checked the very draft that to_draft() gives back (resolve.round_trips):
+    # the check below would repeat it. Every other construction, dataclasses.replace included, checks.
+    _checked: InitVar[bool] = False
 
-    def __post_init__(self) -> None:
-        check(self.to_draft())
+    def __post_init__(self, _checked: bool) -> None:
+        if not _checked:
+            check(self.to_draft())
 
     # --- the draft vocabulary ---
     def to_draft(self) -> SpecDraft:

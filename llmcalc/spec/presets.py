@@ -12,17 +12,17 @@ read, at most ``MAX_CONFIG_BYTES``, in UTF-8 or UTF-16/32 (JSON's own encoding d
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import re
 import stat
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import LlmcalcError
+from ..records import dataclass
 from .draft import SpecError
 from .hf import spec_from_hf
 from .model import ModelSpec
@@ -75,6 +75,8 @@ def _unknown(kind: str, name: str, known: list[str]) -> PresetError:
         return PresetError(f"give a {kind} preset name (`llmcalc presets` lists all {len(known)})")
     key = name.strip().lower()[:100]
     # names that start with what was typed come first (h100 -> h100-sxm, h100-nvl before h200), then difflib's
+    import difflib  # only for a name that is not known: not at every start-up
+
     prefixed = [k for k in known if k.startswith(key)] if len(key) >= 2 else []
     close = list(dict.fromkeys(prefixed + difflib.get_close_matches(key, known, n=4, cutoff=0.5)))[:4]
     hint = f"; did you mean {', '.join(close)}?" if close else ""
@@ -186,13 +188,23 @@ def _repo_ids() -> dict[str, str]:
     return ids
 
 
+@cache
+def _by_bare_name() -> dict[str, Checkpoint]:
+    """Bare model name (after the owner) -> the first listed checkpoint of that name, unless a preset has the name
+    (any case): then the name means the preset."""
+    presets = {n.lower() for n in model_names()}
+    out: dict[str, Checkpoint] = {}
+    for repo, ckpt in checkpoints().items():
+        bare = repo.split("/")[1]
+        if bare not in presets:
+            out.setdefault(bare, ckpt)
+    return out
+
+
 def checkpoint_for(name: str) -> Checkpoint | None:
     """The listed checkpoint a model name means (its repo id, or the bare name after the owner), or None."""
     key = name.strip().lower()
-    if key in checkpoints():
-        return checkpoints()[key]
-    return next((c for repo, c in checkpoints().items() if repo.split("/")[1] == key
-                 and key not in (n.lower() for n in model_names())), None)
+    return checkpoints().get(key) or _by_bare_name().get(key)
 
 
 def _unknown_repo(name: str) -> PresetError:

@@ -84,7 +84,17 @@ def resolve(draft: SpecDraft) -> ModelSpec:
         values["mla"] = MLA(kv_lora_rank=filled.kv_lora_rank, qk_rope_head_dim=positive(filled, "qk_rope_head_dim"),
                             qk_nope_head_dim=positive(filled, "qk_nope_head_dim"),
                             v_head_dim=positive(filled, "v_head_dim"), q_lora_rank=filled.q_lora_rank or 0)
-    return ModelSpec(**values)
+    return ModelSpec(**values, _checked=round_trips(filled))
+
+
+def round_trips(filled: SpecDraft) -> bool:
+    """Whether the ModelSpec resolve makes of `filled` (checked) gives `filled` back as its to_draft(), every field
+    the same, so that the spec's own check would check `filled` again. It does unless the draft says 0 where the
+    spec's 0 reads back as None (ZERO_IS_NONE, and q_lora_rank, kept as the MLA's or query_rank's 0), or gives MLA
+    widths without kv_lora_rank (the spec keeps no MLA record then); every other value is copied as it is."""
+    return (all(getattr(filled, name) != 0 for name in ZERO_IS_NONE) and filled.q_lora_rank != 0
+            and (filled.kv_lora_rank is not None
+                 or all(getattr(filled, name) is None for name in MLA_FIELDS if name != "q_lora_rank")))
 
 
 def spec_of(**fields: Any) -> ModelSpec:

@@ -1,0 +1,100 @@
+"""``dataclass`` for llmcalc's own records: ``dataclasses.dataclass`` with the same methods, made cheaper to create.
+
+Why: on CPython 3.11 ``dataclasses.dataclass`` compiles source text for six methods of every frozen class
+(``__init__``, ``__repr__``, ``__eq__``, ``__hash__``, ``__setattr__``, ``__delattr__``); with some 30 records a
+command and ~100 fields in the spec's two, that compiling was more than half of a command's start-up beyond click
+(issue 24). Here ``dataclasses.dataclass`` still makes the class, its fields and the methods that must be compiled
+(``__init__``, and for a frozen class ``__setattr__`` and ``__delattr__``); ``__repr__``, ``__eq__`` and
+``__hash__`` are instead closures over the field names, nothing compiled.
+
+Why it is exact: each closure computes what the generated method does, from the same fields, in the same cases:
+``__eq__`` compares the tuples of the compared fields (``f.compare``) when both operands are of the very same class
+and answers NotImplemented otherwise; ``__hash__`` follows dataclasses' table (frozen with eq: the hash of the tuple
+of the hashed fields, ``f.hash`` or else ``f.compare``; eq without frozen: ``None``, unhashable; a ``__hash__`` the
+class defines is kept); ``__repr__`` is ``Name(field=repr, ...)`` over ``f.repr`` fields with the class's
+``__qualname__``, guarded against recursion as dataclasses guards it; a method the class body defines is never
+replaced. ``order``, ``unsafe_hash`` and ``slots`` go to ``dataclasses.dataclass`` unchanged. tests/test_records.py
+holds each behaviour against ``dataclasses.dataclass``'s. For type checkers this *is* ``dataclasses.dataclass``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import reprlib
+from collections.abc import Callable
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any
+
+
+def _tuple_of(names: tuple[str, ...]) -> Callable[[Any], tuple]:
+    """obj -> (obj.a, obj.b, ...): always a tuple, as the generated methods build one (a 1-tuple too)."""
+    if len(names) == 1:
+        one = attrgetter(names[0])
+        return lambda obj: (one(obj),)
+    if not names:
+        return lambda obj: ()
+    return attrgetter(*names)
+
+
+def _methods(cls: Any, own: set[str], *, frozen: bool, repr: bool, eq: bool, explicit_hash: bool) -> None:
+    fields = dataclasses.fields(cls)
+    if repr and "__repr__" not in own:
+        shown = tuple(f.name for f in fields if f.repr)
+
+        def __repr__(self: Any) -> str:
+            return f"{self.__class__.__qualname__}(" + ", ".join(f"{n}={getattr(self, n)!r}" for n in shown) + ")"
+
+        __repr__.__qualname__ = f"{cls.__qualname__}.__repr__"
+        cls.__repr__ = reprlib.recursive_repr()(__repr__)
+    if not eq:
+        return
+    if "__eq__" not in own:
+        compared = _tuple_of(tuple(f.name for f in fields if f.compare))
+
+        def __eq__(self: Any, other: object) -> Any:
+            if other.__class__ is self.__class__:
+                return compared(self) == compared(other)
+            return NotImplemented
+
+        __eq__.__qualname__ = f"{cls.__qualname__}.__eq__"
+        cls.__eq__ = __eq__
+    if explicit_hash:
+        return
+    if not frozen:
+        cls.__hash__ = None
+        return
+    hashed = _tuple_of(tuple(f.name for f in fields if (f.compare if f.hash is None else f.hash)))
+
+    def __hash__(self: Any) -> int:
+        return hash(hashed(self))
+
+    __hash__.__qualname__ = f"{cls.__qualname__}.__hash__"
+    cls.__hash__ = __hash__
+
+
+def record(cls: type | None = None, /, *, init: bool = True, repr: bool = True, eq: bool = True, order: bool = False,
+           unsafe_hash: bool = False, frozen: bool = False, match_args: bool = True, kw_only: bool = False,
+           slots: bool = False) -> Any:
+    """``dataclasses.dataclass``, used the same way (``@dataclass``, ``@dataclass(frozen=True)``)."""
+    def wrap(cls: type) -> type:
+        if order or unsafe_hash or slots:  # none of llmcalc's records: left to dataclasses entirely
+            return dataclasses.dataclass(cls, init=init, repr=repr, eq=eq, order=order, unsafe_hash=unsafe_hash,
+                                         frozen=frozen, match_args=match_args, kw_only=kw_only, slots=slots)
+        own = set(cls.__dict__)
+        own_hash = cls.__dict__.get("__hash__", dataclasses.MISSING)
+        # dataclasses' test: a class body with __eq__ and no __hash__ has __hash__ None, which is not explicit
+        explicit_hash = not (own_hash is dataclasses.MISSING or (own_hash is None and "__eq__" in own))
+        made: type = dataclasses.dataclass(cls, init=init, repr=False, eq=False, frozen=frozen, match_args=match_args,
+                                     kw_only=kw_only)
+        _methods(made, own, frozen=frozen, repr=repr, eq=eq, explicit_hash=explicit_hash)
+        return made
+
+    return wrap if cls is None else wrap(cls)
+
+
+if TYPE_CHECKING:
+    from dataclasses import dataclass
+else:
+    dataclass = record
+
+__all__ = ["dataclass", "record"]

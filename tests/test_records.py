@@ -1,0 +1,170 @@
+"""llmcalc.records.dataclass against dataclasses.dataclass: the same class behaviour, method for method."""
+
+import ast
+import dataclasses
+import math
+import re
+from dataclasses import InitVar, field
+from pathlib import Path
+
+import pytest
+
+from llmcalc.records import record
+
+PACKAGE = Path(__file__).resolve().parent.parent / "llmcalc"
+
+
+def _classes(decorate):
+    """The same class bodies decorated by `decorate` (dataclasses.dataclass or records.record)."""
+
+    @decorate(frozen=True)
+    class Point:
+        x: int
+        y: float = 0.0
+        label: str = field(default="", compare=False)
+        secret: str = field(default="", repr=False)
+        tag: str = field(default="", hash=False)
+        extra: int = field(default=0, compare=False, hash=True)
+        items: tuple = field(default_factory=tuple)
+
+    @decorate(frozen=True)
+    class Point3(Point):  # a subclass: its own fields, its own methods
+        z: int = 0
+
+    @decorate
+    class Box:  # not frozen: equal by fields, unhashable
+        things: list = field(default_factory=list)
+        name: str = "box"
+
+    @decorate(frozen=True)
+    class OwnEq:  # its own __eq__ is kept; dataclasses still adds the field hash
+        a: int
+
+        def __eq__(self, other):
+            return isinstance(other, OwnEq)
+
+    @decorate(frozen=True)
+    class OwnHashRepr:  # its own __hash__ and __repr__ are kept
+        a: int
+
+        def __hash__(self):
+            return 7
+
+        def __repr__(self):
+            return "own"
+
+    @decorate(frozen=True, kw_only=True)
+    class KwOnly:
+        a: int
+        b: int = 2
+        seen: list = field(default_factory=list, compare=False)
+        scale: InitVar[int] = 1
+
+        def __post_init__(self, scale):
+            self.seen.append(scale)
+
+    @decorate(frozen=True)
+    class One:
+        a: float
+
+    @decorate(frozen=True)
+    class Empty:
+        pass
+
+    @decorate(eq=False)
+    class NoEq:
+        a: int = 0
+
+    @decorate(repr=False, frozen=True)
+    class NoRepr:
+        a: int = 0
+
+    return Point, Point3, Box, OwnEq, OwnHashRepr, KwOnly, One, Empty, NoEq, NoRepr
+
+
+def _instances(classes):
+    Point, Point3, Box, OwnEq, OwnHashRepr, KwOnly, One, Empty, NoEq, NoRepr = classes
+    nan = math.nan
+    return [
+        Point(1), Point(1, 2.0), Point(1, 2.0, "l"), Point(1, 2.0, secret="s"), Point(1, tag="t"),
+        Point(1, extra=3), Point(1, items=(1, 2)), Point(1, nan), Point(1, math.nan), Point3(1), Point3(1, z=2),
+        Box(), Box([1]), Box(name="b"), OwnEq(1), OwnEq(2), OwnHashRepr(1), KwOnly(a=1), KwOnly(a=1, b=3, scale=5),
+        One(1.0), One(nan), Empty(), NoEq(), NoEq(1), NoRepr(), NoRepr(2),
+    ], nan
+
+
+def _outcome(fn):
+    try:
+        return ("ok", fn())
+    except Exception as exc:  # the same exception type and message
+        return (type(exc).__name__, str(exc))
+
+
+def _behaviour(classes):
+    instances, _ = _instances(classes)
+    out = []
+    for i, a in enumerate(instances):
+        shown = re.sub(r" at 0x[0-9a-f]+", "", repr(a)).replace(type(a).__qualname__, type(a).__name__)
+        out.append(("repr", shown))
+        out.append(("hash", _outcome(lambda a=a: hash(a) if type(a).__hash__ is not object.__hash__ else "identity")))
+        for j, b in enumerate(instances):
+            out.append(("eq", i, j, a == b, a != b))
+    box = classes[2]()
+    box.things.append(box)  # a record inside itself: the repr's recursion guard
+    out.append(("recursive", repr(box).replace(type(box).__qualname__, "Box")))
+    out.append(("kw", classes[5](a=1, scale=4).seen, _outcome(lambda: classes[5](1))))
+    out.append(("frozen", _outcome(lambda: setattr(instances[0], "x", 2))))
+    out.append(("fields", [[(f.name, f.compare, f.hash, f.repr) for f in dataclasses.fields(c)] for c in classes]))
+    out.append(("replace", repr(dataclasses.replace(instances[1], y=5.0)).replace("_classes.<locals>.", "")))
+    out.append(("asdict", dataclasses.asdict(instances[6])))
+    return out
+
+
+def test_records_behave_as_dataclasses():
+    assert _behaviour(_classes(record)) == _behaviour(_classes(dataclasses.dataclass))
+
+
+def test_the_comparison_sees_a_difference():
+    """The check above fails for a record that compares one field too few (a repr or hash left out likewise)."""
+
+    def careless(cls=None, /, **kw):
+        def wrap(cls):
+            made = record(cls, **kw)
+            if "y" in {f.name for f in dataclasses.fields(made)}:
+                made.__eq__ = lambda self, other: self.x == other.x if type(other) is type(self) else NotImplemented
+            return made
+
+        return wrap if cls is None else wrap(cls)
+
+    assert _behaviour(_classes(careless)) != _behaviour(_classes(dataclasses.dataclass))
+
+
+def test_nan_fields_compare_as_the_generated_tuples_do():
+    """Tuples compare members by identity first: one NaN object equals itself in a record, two NaNs do not."""
+    One = _classes(record)[6]
+    nan = math.nan
+    assert One(nan) == One(nan) and One(float("nan")) != One(float("nan"))
+
+
+def test_llmcalc_records_come_from_llmcalc_records():
+    """Every dataclass in llmcalc is made by llmcalc.records.dataclass (start-up cost, issue 24)."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "dataclasses" and path.name != "records.py":
+                assert "dataclass" not in {a.name for a in node.names}, f"{path}: from dataclasses import dataclass"
+            if isinstance(node, ast.Attribute) and node.attr == "dataclass":
+                assert path.name == "records.py", f"{path}: dataclasses.dataclass"
+
+
+@pytest.mark.parametrize("kwargs", [dict(order=True), dict(unsafe_hash=True), dict(slots=True)])
+def test_what_records_do_not_handle_goes_to_dataclasses(kwargs):
+    def body():
+        class A:
+            a: int = 0
+
+        return A
+
+    made, reference = record(body(), **kwargs), dataclasses.dataclass(body(), **kwargs)
+    assert made.__dataclass_params__.__repr__() == reference.__dataclass_params__.__repr__()
+    assert (hasattr(made, "__slots__"), made.__hash__ is None) == (hasattr(reference, "__slots__"),
+                                                                   reference.__hash__ is None)
