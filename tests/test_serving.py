@@ -302,3 +302,24 @@ def test_attention_free_models_split_over_their_mixers():
     result = run("serve", "mamba-2.8b", "--gpu", "h100-sxm", "--n-gpus", 8, "--max-model-len", 2048)
     assert result.exit_code == 0, result.output
     assert "served on 8 x h100-sxm" in result.stdout
+
+
+@pytest.mark.parametrize("model, tp, length", [("qwen2.5-7b", 1, 3072), ("mixtral-8x7b", 2, 4096),
+                                                ("deepseek-v3", 8, 8192), ("gpt-oss-120b", 1, 8192),
+                                                ("qwen3.5-4b", 2, 4096)])
+def test_a_replicas_rooflines_share_what_no_batch_changes(model, tp, length):
+    """serve's rooflines (one per concurrency level) are handed the weight layout, decode slopes, KV bytes per token
+    and state per sequence once computed for the replica: each is what an InferenceEstimate built afresh for that
+    batch computes, and so are the throughput rows' prefill and decode figures."""
+    from llmcalc.analytic.serving import plan_serving
+
+    est = plan_serving(load_model(model), H100, tp=tp, max_model_len=length)
+    for b in (1, 3, 64):
+        shared = est.roofline(b, length)
+        fresh = InferenceEstimate(est.spec, H100, b, length, 2, est.weight_dtype, est.kv_dtype, est.compute_dtype,
+                                  n_gpus=tp, weight_format=est.weights)
+        assert "layout" in shared.__dict__  # handed over, not computed
+        assert (shared.layout, shared._slopes, shared.kv_per_token_per_gpu, shared.state_bytes_per_sequence) == (
+            fresh.layout, fresh._slopes, fresh.kv_per_token_per_gpu, fresh.state_bytes_per_sequence)
+        assert shared.prefill.seconds == fresh.prefill.seconds
+        assert shared.decode_step(length).seconds == fresh.decode_step(length).seconds

@@ -479,7 +479,7 @@ class InferenceEstimate:
     def weights_per_gpu(self) -> float:
         return self.layout.per_gpu
 
-    @property
+    @cached_property
     def state_bytes_per_sequence(self) -> float:
         """Recurrent state of one sequence per GPU (conv + SSM state of the Mamba/DeltaNet/conv layers), constant
         in context length (``state_bytes_per_sequence``)."""
@@ -495,7 +495,7 @@ class InferenceEstimate:
     def kv_per_token(self) -> float:
         return kv_cache_bytes_per_token(self.spec, self.kv_dtype)
 
-    @property
+    @cached_property
     def kv_per_token_per_gpu(self) -> float:
         return kv_cache_bytes_per_token_per_gpu(self.spec, self.kv_dtype, self.n_gpus)
 

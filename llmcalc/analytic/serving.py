@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import field
 from functools import cached_property
+from typing import Any
 
 from ..errors import LlmcalcError
 from ..hardware import Accelerator
@@ -332,9 +333,23 @@ class ServeEstimate:
 
     # --- throughput ---
     def roofline(self, concurrency: int, prompt: int, generate: int = 2) -> InferenceEstimate:
-        return InferenceEstimate(self.spec, self.accelerator, concurrency, prompt, generate=generate,
-                                 weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype,
-                                 compute_dtype=self.compute_dtype, n_gpus=self.tp, weight_format=self.weights)
+        est = InferenceEstimate(self.spec, self.accelerator, concurrency, prompt, generate=generate,
+                                weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype,
+                                compute_dtype=self.compute_dtype, n_gpus=self.tp, weight_format=self.weights)
+        est.__dict__.update(self._per_replica)  # (cached_property values: est computes nothing it already has)
+        return est
+
+    @cached_property
+    def _per_replica(self) -> dict[str, Any]:
+        """What every roofline of this replica shares whatever its batch, prompt and generation (they read only the
+        spec, the dtypes and tp): its weight layout, decode slopes, KV bytes per token and state per sequence, as
+        InferenceEstimate's cached properties hold them; `throughput` builds one roofline per concurrency level and
+        would compute each again."""
+        one = InferenceEstimate(self.spec, self.accelerator, 1, 1, generate=2, weight_dtype=self.weight_dtype,
+                                kv_dtype=self.kv_dtype, compute_dtype=self.compute_dtype, n_gpus=self.tp,
+                                weight_format=self.weights)
+        return {"layout": one.layout, "_slopes": one._slopes, "kv_per_token_per_gpu": one.kv_per_token_per_gpu,
+                "state_bytes_per_sequence": one.state_bytes_per_sequence}
 
     @property
     def concurrency_levels(self) -> list[int]:
