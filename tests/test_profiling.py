@@ -1,5 +1,6 @@
 """The profiler: the reference model against the formulas, counted by torch itself."""
 
+import dataclasses
 import json
 import statistics
 import subprocess
@@ -75,7 +76,37 @@ def check_virtual_flops(spec: ModelSpec, seq: int) -> None:
                        else "forward FLOPs / encoder.attention S²").measured > 0
 
 
-@pytest.mark.parametrize("name", [n for n in PRESETS if n not in CURRENT_GENERATION])
+def structure(value):
+    """A spec with its sizes left out: every flag and kind as it is, every count as 0, 1 or 2 (2: more than one),
+    nested settings (MLA) likewise; with how keys and values share the heads (MHA, GQA, MQA) and whether the heads
+    span d_model. Two shrunk presets alike here build the same modules in the same order and differ only in the
+    widths that the formulas take as numbers."""
+    if dataclasses.is_dataclass(value):
+        parts = tuple((f.name, structure(getattr(value, f.name))) for f in dataclasses.fields(value)
+                      if f.name not in ("name", "notes"))
+        if isinstance(value, ModelSpec):
+            kv = "mha" if value.n_kv_heads == value.n_heads else "mqa" if value.n_kv_heads == 1 else "gqa"
+            parts += (("kv", kv), ("heads span d_model", value.n_heads * value.d_head == value.d_model))
+        return parts
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True)
+    return min(value, 2) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def one_per_structure(names):
+    """Each name, the later ones of a structure (same `structure` shrunk) marked slow: in the fast tier the first
+    preset of each structure holds what the others would (sizes are the formulas' inputs); the slow tier runs
+    them all, here and at full size (test_virtual_flops_match_the_formulas)."""
+    seen = set()
+    params = []
+    for name in names:
+        key = structure(shrunk(load_model(name)))
+        params.append(pytest.param(name, marks=pytest.mark.slow if key in seen else ()))
+        seen.add(key)
+    return params
+
+
+@pytest.mark.parametrize("name", one_per_structure([n for n in PRESETS if n not in CURRENT_GENERATION]))
 def test_virtual_flops_match_the_formulas_on_two_layers(name):
     check_virtual_flops(shrunk(load_model(name)), 128)
 

@@ -17,10 +17,12 @@ from llmcalc.render.progress import Progress  # noqa: E402
 from llmcalc.report import plots  # noqa: E402
 
 SCENARIO = ["--tokens", "15T", "--gpu", "h100-sxm", "--n-gpus", "1024", "--mfu", "0.4", "--seq-len", "4096"]
-# The report that replaces existing_report's qwen2.5-0.5b one in the tests of what a later run does to it: another
-# small dense model, so that every file has its counterpart; its report builds in about half the CPU time of
-# llmcalc-tiny's (3.1 s against 5.9 s in-process, measured here)
-NEW = "llama-3.2-1b"
+# The tests of what a run does to an earlier report (--force, failures, signals, staging folders) do not depend on the
+# model: OLD is existing_report's, NEW the one that replaces it, two encoders of the same kind, so that every file
+# has its counterpart; their reports build in half the CPU time of qwen2.5-0.5b's and llama-3.2-1b's, which these
+# tests used (1.6 s against 3.5 s in-process, measured here): no memory or step-time sections to compute and draw.
+OLD = "bert-base-uncased"
+NEW = "bert-large-uncased"
 
 
 def messages(stderr: str) -> list[str]:
@@ -46,13 +48,15 @@ def make_report(tmp_path, *models, extra=()):
 
 @pytest.fixture(scope="module")
 def existing_report(tmp_path_factory, built_once):
-    """`existing_report(tmp_path)`: tmp_path/report holding a whole qwen2.5-0.5b report (make_report's, checked
+    """`existing_report(tmp_path)`: tmp_path/report holding a whole OLD report (make_report's, checked
     there), built once per session (conftest's built_once: not once per worker) and written out again: the starting
     state of the tests of what a later run does to it."""
     def build():
-        built = make_report(tmp_path_factory.mktemp("built"), "qwen2.5-0.5b")
+        folder = tmp_path_factory.mktemp("built")
+        (folder / "report").mkdir()  # an empty folder is fine (test_force_replaces_only_an_llmcalc_report)
+        built = make_report(folder, OLD)
         return {str(p.relative_to(built)): p.read_bytes() for p in built.rglob("*") if p.is_file()}
-    files = built_once("existing-report-qwen2.5-0.5b", build)
+    files = built_once(f"existing-report-{OLD}", build)
 
     def copy(tmp_path):
         out = tmp_path / "report"
@@ -199,7 +203,7 @@ def test_report_with_a_sharded_profile(tmp_path):
 def test_existing_report_needs_force_and_survives_a_failure(tmp_path, monkeypatch, existing_report):
     out = existing_report(tmp_path)
     before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    result = run("report", "qwen2.5-0.5b", *SCENARIO, "--out", out)
+    result = run("report", OLD, *SCENARIO, "--out", out)
     assert result.exit_code == 2 and "pass --force" in result.stderr
     # a run that fails while building (a figure raising, or an interrupt) leaves the earlier report as it was:
     # the report is built in memory and written only once whole, so the first figure failing is as good a test as
@@ -209,7 +213,7 @@ def test_existing_report_needs_force_and_survives_a_failure(tmp_path, monkeypatc
             raise error
 
         monkeypatch.setattr(plots, "params_breakdown", explode)
-        run("report", "qwen2.5-0.5b", *SCENARIO, "--out", out, "--force")
+        run("report", OLD, *SCENARIO, "--out", out, "--force")
         assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
         assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]  # no partial directories left
     monkeypatch.undo()
@@ -230,14 +234,14 @@ def test_bad_input_writes_nothing(tmp_path, monkeypatch):
     one_line(run("report", "llama-3-8b", "llama-9b", *SCENARIO, "--out", out), "unknown model preset 'llama-9b'")
     afile = tmp_path / "afile"
     afile.write_text("x")
-    one_line(run("report", "qwen2.5-0.5b", *SCENARIO, "--out", afile), "is a file")
-    one_line(run("report", "qwen2.5-0.5b", *SCENARIO, "--out", afile / "sub"), "cannot write the report")
+    one_line(run("report", OLD, *SCENARIO, "--out", afile), "is a file")
+    one_line(run("report", OLD, *SCENARIO, "--out", afile / "sub"), "cannot write the report")
 
     def denied(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr("llmcalc.report.document.tempfile.mkdtemp", denied)
-    one_line(run("report", "qwen2.5-0.5b", *SCENARIO, "--out", out), "Permission denied")
+    one_line(run("report", OLD, *SCENARIO, "--out", out), "Permission denied")
     monkeypatch.undo()
     one_line(run("compare", "qwen2.5-0.5b", "gpt-5", *SCENARIO), "unknown model preset 'gpt-5'")
     one_line(run("compare", "qwen2.5-0.5b", "llama-2-7b", "--sort", "speed"), "cannot sort by 'speed'")
@@ -293,25 +297,23 @@ def files_of(folder):
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def test_force_replaces_only_an_llmcalc_report(tmp_path):
+def test_force_replaces_only_an_llmcalc_report(tmp_path, existing_report):
     thesis = tmp_path / "thesis"
     (thesis / "data").mkdir(parents=True)
     (thesis / "thesis.tex").write_text("\\chapter{Results}")
     (thesis / "data" / "runs.csv").write_text("a,b\n1,2\n")
     before = files_of(thesis)
     for extra in ([], ["--force"]):
-        result = run("report", "qwen2.5-0.5b", *SCENARIO, "--out", thesis, *extra)
+        result = run("report", OLD, *SCENARIO, "--out", thesis, *extra)
         one_line(result, "holds no llmcalc report")
         assert "already holds" not in result.stderr  # it is not a report: the error must not say so
         assert files_of(thesis) == before and sorted(p.name for p in tmp_path.iterdir()) == ["thesis"]
-    # an empty folder is fine; a report is replaced with --force only
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    assert run("report", "qwen2.5-0.5b", *SCENARIO, "--out", empty).exit_code == 0
-    marker = json.loads((empty / "llmcalc-report.json").read_text())
-    assert marker["llmcalc_version"] and marker["command"].startswith("llmcalc report qwen2.5-0.5b")
-    one_line(run("report", "qwen2.5-0.5b", *SCENARIO, "--out", empty), "already holds an llmcalc report; pass --force")
-    one_line(run("report", "qwen2.5-0.5b", *SCENARIO, "--out", ""), "--out is empty")
+    # an empty folder is fine (existing_report is built into one); a report is replaced with --force only
+    report = existing_report(tmp_path)
+    marker = json.loads((report / "llmcalc-report.json").read_text())
+    assert marker["llmcalc_version"] and marker["command"].startswith(f"llmcalc report {OLD}")
+    one_line(run("report", OLD, *SCENARIO, "--out", report), "already holds an llmcalc report; pass --force")
+    one_line(run("report", OLD, *SCENARIO, "--out", ""), "--out is empty")
 
 
 @pytest.mark.slow
@@ -334,24 +336,34 @@ def test_report_folders_follow_the_umask(tmp_path, umask, folder_mode, file_mode
             assert mode == (folder_mode if path.is_dir() else file_mode), (path, oct(mode))
 
 
-def test_stale_staging_folders_are_swept(tmp_path):
+def test_stale_staging_folders_are_swept(tmp_path, existing_report):
+    """What killed runs left beside the report is swept before any work (check_destination, which a run that is
+    then refused runs as one that builds does): staging folders removed, an old report whose run died mid-swap put
+    back where the report is missing; another report's folders and a live run's are not touched."""
     import subprocess
     import sys
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True).stdout.strip()  # a pid that has exited
+    out = existing_report(tmp_path)
+    old = files_of(out)
     for name in (f".report.partial-{dead}-abc", f".report.old-{dead}-def", ".report.partial-legacy1"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "report.md").write_text("half")
     (tmp_path / ".other.partial-1-x").mkdir()  # another report's: not ours to touch
-    make_report(tmp_path, "qwen2.5-0.5b")
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.partial-1-x", "report"]
-    # a run killed between moving the old report aside and moving the new one in: the old one comes back
-    shutil_move = tmp_path / "report"
-    shutil_move.rename(tmp_path / f".report.old-{dead}-zz")
-    result = run("report", "qwen2.5-0.5b", *SCENARIO, "--out", tmp_path / "report")
+    (tmp_path / ".report.partial-1-live").mkdir()  # pid 1 is alive: its run's own
+    kept = [".other.partial-1-x", "report", ".report.partial-1-live"]
+    result = run("report", OLD, *SCENARIO, "--out", out)
     assert result.exit_code == 2 and "already holds an llmcalc report" in result.stderr
-    assert (tmp_path / "report" / "llmcalc-report.json").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept) and files_of(out) == old
+    # a run killed between moving the old report aside and moving the new one in: the old one comes back (not
+    # an aside folder without the marker file, which is removed)
+    out.rename(tmp_path / f".report.old-{dead}-zz")
+    (tmp_path / f".report.old-{dead}-def").mkdir()
+    (tmp_path / f".report.old-{dead}-def" / "report.md").write_text("half")
+    result = run("report", OLD, *SCENARIO, "--out", out)
+    assert result.exit_code == 2 and "already holds an llmcalc report" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept) and files_of(out) == old
 
 
 def _send(sig):
@@ -423,7 +435,7 @@ def test_a_signal_at_any_stage_leaves_one_whole_report(tmp_path, monkeypatch, st
         assert "left as it was" in lines[0]
     else:  # the new report, whole: every file of a complete report, marker included
         assert NEW in now["report.md"].decode() and "is complete" in lines[0]
-        assert set(now) == {name.replace("qwen2.5-0.5b", NEW) for name in old}
+        assert set(now) == {name.replace(OLD, NEW) for name in old}
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # handlers restored
 
 
