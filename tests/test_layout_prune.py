@@ -25,6 +25,16 @@ SMALL = [("llama-3.2-1b", 16, 4096, 64),  # dense: pp, vpp, ZeRO-3, every recomp
          ("llama-3-8b", 32, 16384, 64)]  # cp up to 16 beside tp, pp and vpp
 
 
+
+def valid_layouts(spec, n, seq, batch, dev):
+    """The search's candidates that make a valid layout (make_layout refuses the rest), as Layouts."""
+    for c in steptime._candidates(spec, n, seq, batch, dev.network.gpus_per_node):
+        try:
+            yield steptime.make_layout(spec, n, seq, batch, tp=c.tp, cp=c.cp, pp=c.pp, vpp=c.vpp, ep=c.ep,
+                                       micro_batch=c.micro_batch, etp=c.etp or None)
+        except LlmcalcError:
+            continue
+
 def _floors_hold(model: str, n: int, seq: int, batch: int) -> int:
     """For every valid candidate of the search and every recomputation and ZeRO stage it could get: the work floor
     (every rank's average work) <= the path floor at recompute none; that + the optimizer step <= the floor of that
@@ -36,12 +46,7 @@ def _floors_hold(model: str, n: int, seq: int, batch: int) -> int:
     rec = RECIPES["bf16-mixed"]
     margin = 1 - steptime.FLOOR_MARGIN
     checked = 0
-    for c in steptime._candidates(spec, n, seq, batch, dev.network.gpus_per_node):
-        try:
-            lay = steptime.make_layout(spec, n, seq, batch, tp=c.tp, cp=c.cp, pp=c.pp, vpp=c.vpp, ep=c.ep,
-                                       micro_batch=c.micro_batch, etp=c.etp or None)
-        except LlmcalcError:
-            continue
+    for lay in valid_layouts(spec, n, seq, batch, dev):
         work = steptime._work_floor(steptime._context(spec, dev, lay, seq, rec))
         first, ctx, paths = steptime._step_floor(spec, dev, lay, seq, rec, recompute="none")
         assert work <= first, steptime._describe(lay)
@@ -166,12 +171,7 @@ def test_shared_layer_costs_are_each_layouts_own(model, n, seq, batch):
     steptime.clear_caches()
     steptime.search_layouts(spec, "h100-sxm", n, seq, global_batch=batch, exhaustive=True)
     checked = 0
-    for c in steptime._candidates(spec, n, seq, batch, dev.network.gpus_per_node):
-        try:
-            lay = steptime.make_layout(spec, n, seq, batch, tp=c.tp, cp=c.cp, pp=c.pp, vpp=c.vpp, ep=c.ep,
-                                       micro_batch=c.micro_batch, etp=c.etp or None)
-        except LlmcalcError:
-            continue
+    for lay in valid_layouts(spec, n, seq, batch, dev):
         shared = steptime._context(spec, dev, lay, seq, rec)
         own = steptime._Ctx(spec, dev, lay, seq, rec)  # its own empty caches
         for rc in ("none", "selective", "full"):
