@@ -179,8 +179,8 @@ def test_shared_layer_costs_are_each_layouts_own(model, n, seq, batch):
             for composition in plan[3]:
                 for i, layer_rc, _ in composition[0]:
                     assert steptime._layer_cost(shared, i, layer_rc) == steptime._layer_cost_uncached(own, i, layer_rc)
-                assert steptime._composition_passes(shared, composition, rc, False) == \
-                    steptime._composition_passes(own, composition, rc, False)
+                assert steptime._composition_passes(shared, composition, rc) == \
+                    steptime._composition_passes(own, composition, rc)
         assert steptime._work_floor(shared) == steptime._work_floor(own)
         checked += 1
     steptime.clear_caches()

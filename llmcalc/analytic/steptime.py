@@ -2038,7 +2038,7 @@ def _work_floor(ctx: _Ctx) -> float:
                 runs.setdefault(_layer_kind(spec, i), [i, 0])[1] += 1
             return tuple((i, frozenset(), count) for i, count in runs.values()), True, True
         composition = _cached("params", ("whole", _token(spec)), whole)
-        pass_, wgt = _composition_passes(ctx, composition, "none", lay.schedule.startswith("zb"))
+        pass_, wgt = _composition_passes(ctx, composition, "none")
         work = ctx.cache[key] = pass_ + (wgt if wgt is not None else 0.0)
     return lay.grad_accum * work / lay.pp * (1 - FLOOR_MARGIN)
 
@@ -2088,10 +2088,9 @@ def _floor_paths(ctx: _Ctx, n_stages: int, v: int, recompute: str) -> tuple:
     Each sum is of the distinct stage compositions' times, each times its count (_floor_ranks)."""
     lay = ctx.lay
     plan = _stage_plan(ctx.spec, n_stages, lay, recompute)
-    zb = lay.schedule.startswith("zb")
-    passes = [_composition_passes(ctx, composition, recompute, zb) for composition in plan[3]]
+    passes = [_composition_passes(ctx, composition, recompute) for composition in plan[3]]
     pass_ = [p for p, _ in passes]
-    wgt = [w for _, w in passes] if zb else None
+    wgt = [w for _, w in passes] if lay.schedule.startswith("zb") else None
     ranks, split, firsts = _floor_ranks(plan, lay.schedule, lay.pp, v)
     out = []
     for before, mine, hops in ranks:  # (sums of lists: the same additions, in the same order, as of generators)
@@ -2101,17 +2100,16 @@ def _floor_paths(ctx: _Ctx, n_stages: int, v: int, recompute: str) -> tuple:
     return tuple(out), split, firsts
 
 
-def _composition_passes(ctx: _Ctx, composition: tuple, recompute: str, zb: bool) -> tuple[float, Any]:
+def _composition_passes(ctx: _Ctx, composition: tuple, recompute: str) -> tuple[float, Any]:
     """(forward + backward, weight gradient or None) of one micro-batch on a stage of this composition, as
-    stage_passes adds them up for a schedule that splits the weight gradients off (`zb`) or not; cached with the
-    stage's cost."""
-    key = ("passes", composition, recompute, ctx.lay.mtp_layers, zb)
+    stage_passes gives them for the layout's schedule (the weight gradient split off by a zero-bubble one, else
+    None); cached with the stage's cost."""
+    schedule = ctx.lay.schedule
+    key = ("passes", composition, recompute, ctx.lay.mtp_layers, schedule.startswith("zb"))
     out = ctx.cache.get(key)
     if out is None:
-        s = _stage_cost(ctx, composition, recompute)
-        f, c = s.fwd + s.comm_fwd, s.tp + s.cp + s.ep - s.comm_fwd  # stage_passes' terms, in its order
-        out = ctx.cache[key] = (f + (s.bwd_input + c), s.bwd_weight) if zb else (f + (s.bwd_input + s.bwd_weight + c),
-                                                                                  None)
+        fwd, bwd, wgt = stage_passes([_stage_cost(ctx, composition, recompute)], [0], schedule)
+        out = ctx.cache[key] = (fwd[0] + bwd[0], wgt[0] if wgt is not None else None)
     return out
 
 
