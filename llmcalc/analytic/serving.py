@@ -333,11 +333,14 @@ class ServeEstimate:
 
     # --- throughput ---
     def roofline(self, concurrency: int, prompt: int, generate: int = 2) -> InferenceEstimate:
-        est = InferenceEstimate(self.spec, self.accelerator, concurrency, prompt, generate=generate,
-                                weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype,
-                                compute_dtype=self.compute_dtype, n_gpus=self.tp, weight_format=self.weights)
+        est = self._estimate(concurrency, prompt, generate)
         est.__dict__.update(self._per_replica)  # (cached_property values: est computes nothing it already has)
         return est
+
+    def _estimate(self, concurrency: int, prompt: int, generate: int) -> InferenceEstimate:
+        return InferenceEstimate(self.spec, self.accelerator, concurrency, prompt, generate=generate,
+                                 weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype,
+                                 compute_dtype=self.compute_dtype, n_gpus=self.tp, weight_format=self.weights)
 
     @cached_property
     def _per_replica(self) -> dict[str, Any]:
@@ -345,9 +348,7 @@ class ServeEstimate:
         spec, the dtypes and tp): its weight layout, decode slopes, KV bytes per token and state per sequence, as
         InferenceEstimate's cached properties hold them; `throughput` builds one roofline per concurrency level and
         would compute each again."""
-        one = InferenceEstimate(self.spec, self.accelerator, 1, 1, generate=2, weight_dtype=self.weight_dtype,
-                                kv_dtype=self.kv_dtype, compute_dtype=self.compute_dtype, n_gpus=self.tp,
-                                weight_format=self.weights)
+        one = self._estimate(1, 1, 2)
         return {"layout": one.layout, "_slopes": one._slopes, "kv_per_token_per_gpu": one.kv_per_token_per_gpu,
                 "state_bytes_per_sequence": one.state_bytes_per_sequence}
 
