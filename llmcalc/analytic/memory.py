@@ -452,19 +452,26 @@ class StateTerms(NamedTuple):
 def peak_of(s: StateTerms, a: ActivationEstimate) -> float:
     """MemoryEstimate.phase_peak from its state terms and activations: the largest of the end of forward, the
     blocks' backward at its larger end and the optimizer step (phase_components' terms, summed in their order)."""
+    return peak_from(s, (sum(a.per_layer.values()), a.logits_and_loss, a.head_saved, a.in_flight, a.own_layer,
+                         a.largest_layer))
+
+
+def peak_from(s: StateTerms, a: tuple[float, float, float, int, float, float]) -> float:
+    """peak_of from the activations' sums: `a` is (the sum of per_layer's values in their order, logits_and_loss,
+    head_saved, in_flight, own_layer, largest_layer), what a layout search keeps of an ActivationEstimate."""
     w, g, master, states, cache, gathered = s.weights, s.gradients, s.master, s.states, s.cache, s.gathered
-    acts = sum(a.per_layer.values())
-    forward = sum((w, g, master, states, acts, a.logits_and_loss, *cache, gathered) if s.persistent_grads
-                  else (w, master, states, acts, a.logits_and_loss, *cache, gathered))
+    acts, logits, head_saved, in_flight, own_layer, largest_layer = a
+    forward = sum((w, g, master, states, acts, logits, *cache, gathered) if s.persistent_grads
+                  else (w, master, states, acts, logits, *cache, gathered))
     if not s.blocks:
         return max(forward, s.step)
-    blocks = acts - a.head_saved  # _backward's two ends
-    others = blocks * (a.in_flight - 1) / a.in_flight
+    blocks = acts - head_saved  # _backward's two ends
+    others = blocks * (in_flight - 1) / in_flight
     grads = g if s.persistent_grads else None
-    start = (s.head_grads if grads is None else grads, blocks - a.own_layer)
+    start = (s.head_grads if grads is None else grads, blocks - own_layer)
     end = (g - (s.late_grads if grads is None else 0.0), others)
     at = end if end[0] + end[1] > start[0] + start[1] else start
-    backward = sum((w, master, states, *cache, gathered, *at, a.largest_layer))
+    backward = sum((w, master, states, *cache, gathered, *at, largest_layer))
     return max(forward, backward, s.step)
 
 

@@ -65,7 +65,7 @@ from ..units import GIB, plural
 from ..validate import DEFAULT_ZERO
 from . import comm, kernels
 from .activations import ATTENTION_IMPLS, ActivationEstimate, activation_memory, layer_terms
-from .flops import has_backward, indexer_ops, layer_ops, step_flops, utilization
+from .flops import RECOMPUTE, StepFlops, forward_ops, has_backward, indexer_ops, layer_ops, step_flops, utilization
 from .kernels import (  # noqa: F401  (re-exported: the step model's public names)
     ATTENTION_KERNELS,
     Device,
@@ -84,6 +84,7 @@ from .memory import (
     _fp8_inputs,
     _layer_params,
     lookup,
+    peak_from,
     peak_of,
     routed_expert_params,
 )
@@ -1390,7 +1391,12 @@ def _layer_cache(spec: ModelSpec, dev: Device, lay: Layout, seq: int, rec: Recip
 def _step_flops(spec: ModelSpec, batch: int, seq: int, causal: bool, recompute: str) -> tuple[float, float]:
     """(model FLOPs, hardware FLOPs) of one step (``flops.step_flops``), once per model, batch and recomputation."""
     def make() -> tuple[float, float]:
-        flops = step_flops(spec, batch, seq, causal, recompute)
+        if recompute not in RECOMPUTE:
+            step_flops(spec, batch, seq, causal, recompute)  # its error
+        # step_flops' StepFlops, its forward ops (which read no recomputation) once for every recomputation
+        ops = _cached("flops", ("forward", _token(spec), batch, seq, causal),
+                      lambda: forward_ops(spec, batch, seq, causal))
+        flops = StepFlops(spec=spec, batch=batch, seq_len=seq, causal=causal, recompute=recompute, ops=ops)
         return float(flops.model_flops), float(flops.hardware_flops)
     return _cached("flops", (_token(spec), batch, seq, causal, recompute), make)
 
@@ -2184,9 +2190,18 @@ def _least_that_fits(spec: ModelSpec, lay: Layout, seq_len: int, tries: list[str
     on every stage) fits `capacity`: ZeRO-1 with the least recomputation, else ZeRO-3 (FSDP: weights and
     gradients sharded too, at three weight/gradient transfers per micro-batch) where dp > 1;
     (None, last stage tried, its peak) when nothing fits. Memory is `memory.training_memory`'s, computed through
-    `training_peak` (the same arithmetic, each distinct layer kind's activations once)."""
-    even = _cached("params", ("even", _token(spec), lay.pp), lambda: _resized(spec, math.ceil(spec.n_layers / lay.pp)
-                                                                              * lay.pp))
+    `training_peak` (the same arithmetic, each distinct layer kind's activations once). Once per model, degrees,
+    micro-batch and settings: what it reads of `lay` (the layouts that differ in vpp alone, say, share it)."""
+    key = ("fits", _token(spec), lay.tp, lay.cp, lay.pp, lay.dp, lay.ep, lay.etp, lay.micro_batch, seq_len,
+           tuple(tries), capacity, recipe, optimizer)
+    return _cached("counts", key, lambda: _least_that_fits_uncached(spec, lay, seq_len, tries, capacity,
+                                                                    recipe=recipe, optimizer=optimizer))
+
+
+def _least_that_fits_uncached(spec: ModelSpec, lay: Layout, seq_len: int, tries: list[str], capacity: float,
+                              recipe: str, optimizer: str) -> tuple[str | None, int, float]:
+    layers = math.ceil(spec.n_layers / lay.pp) * lay.pp  # pp values with the same count share the resized spec
+    even = _cached("params", ("even", _token(spec), layers), lambda: _resized(spec, layers))
     peak, zero = 0.0, 1
     zeros = (1, 3) if lay.dp > 1 else (1,)
     for zero in zeros:
@@ -2241,14 +2256,13 @@ def _training_peak(spec: ModelSpec, batch: int, seq_len: int, recipe: str, optim
     common = (spec, batch, seq, rec.act_bytes, recompute, parallel.tp, parallel.sequence_parallel)
     pp = parallel.pp
     per_stage = spec.n_layers // pp
-    if pp == 1:
-        acts = [_activations(*common, 0, spec.n_layers, 1, True)]
-    else:
-        acts = [_activations(*common, 0, per_stage, pp, False),
-                _activations(*common, spec.n_layers - per_stage, spec.n_layers, 1, True)]
+    ranges = [(0, spec.n_layers, 1, True)] if pp == 1 else [(0, per_stage, pp, False),
+                                                             (spec.n_layers - per_stage, spec.n_layers, 1, True)]
+    states = _stage_states(spec, recipe, optimizer, parallel)
     if rec.fp8_saved_inputs:
-        acts = [_fp8_inputs(a, rec.act_bytes, rec.saved_input_bytes) for a in acts]
-    return max(peak_of(s, a) for s, a in zip(_stage_states(spec, recipe, optimizer, parallel), acts, strict=True))
+        acts = [_fp8_inputs(_activations(*common, *r), rec.act_bytes, rec.saved_input_bytes) for r in ranges]
+        return max(peak_of(s, a) for s, a in zip(states, acts, strict=True))
+    return max(peak_from(s, _activation_sums(*common, *r)) for s, r in zip(states, ranges, strict=True))
 
 
 def _stage_states(spec: ModelSpec, recipe: str, optimizer: str, parallel: Parallel) -> list:
@@ -2292,56 +2306,101 @@ def _stage_states_uncached(spec: ModelSpec, recipe: str, optimizer: str,
 
 
 def _activations(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recompute: str, tp: int, sp: bool,
-                 start: int, stop: int, in_flight: int, head: bool) -> Any:
+                 start: int, stop: int, in_flight: int, head: bool) -> ActivationEstimate:
     """activations.activation_memory over layers start..stop, each distinct layer kind (layer_parts, MoE or not)
-    computed on one layer and counted (activation_memory sums the same per-layer tensors)."""
-    def make() -> Any:
-        def one_layer(i: int) -> tuple[dict[str, float], float, float, float]:
-            """activation_memory over layer i alone: (per_layer, recompute working set, largest layer, own layer);
-            its terms once whatever the micro-batches in flight, then summed as activation_memory sums them; once
-            per layer signature and model family (_layer_signature: layers that read the same per-layer fields of
-            models that differ only in their layer count have the same terms)."""
-            signature = _cached("params", ("signature", token, i, seq), lambda: _layer_signature(spec, i, seq))
-            key = ("terms", family, batch, seq, act_bytes, recompute, tp, sp, signature)
-            terms, whole, kept = _cached("acts", key,
-                                         lambda: layer_terms(spec, i, batch, seq, act_bytes, recompute=recompute,
-                                                             attention="flash", dropout=False, tp=tp,
-                                                             sequence_parallel=sp))
-            one: dict[str, float] = {}
-            for name, value in terms:
-                one[name] = one.get(name, 0.0) + value * in_flight
-            largest, own = (whole, kept) if whole > 0.0 else (0.0, 0.0)
-            return one, largest if recompute == "full" else 0.0, largest, own
+    computed on one layer and counted (activation_memory sums the same per-layer tensors): _stage_acts' parts as an
+    ActivationEstimate."""
+    parts = _stage_acts(spec, batch, seq, act_bytes, recompute, tp=tp, sp=sp, start=start, stop=stop,
+                        in_flight=in_flight, head=head)
+    names, values, working, logits, largest, own, head_saved = parts
+    return ActivationEstimate(dict(zip(names, values, strict=True)), working, logits, largest_layer=largest,
+                              own_layer=own, head_saved=head_saved, in_flight=in_flight)
 
-        def group() -> list:  # each distinct layer kind of start..stop: its first layer and how many
-            kinds: dict[tuple, list[int]] = {}
-            for i in range(start, stop):
-                kinds.setdefault((spec.layer_parts(i), spec.is_moe_layer(i)), [i, 0])[1] += 1
-            return list(kinds.values())
 
-        per_layer: dict[str, float] = {}
-        largest = biggest = own = 0.0  # as activation_memory: the first largest block (layer order) and its own
-        for i, count in _cached("acts", ("kinds", token, start, stop), group):
-            one, working_set, largest_layer, own_layer = one_layer(i)
-            if per_layer:
-                for name, value in one.items():
-                    per_layer[name] = per_layer.get(name, 0.0) + value * count
-            else:  # the first kind: each name's 0.0 + its bytes, as the loop above adds them
-                per_layer = {name: 0.0 + value * count for name, value in one.items()}
-            largest = max(largest, working_set)
-            if largest_layer > biggest:
-                biggest, own = largest_layer, own_layer
-        # the final norm, LM head and loss: the same whatever the micro-batches in flight
-        whole = _cached("acts", ("head", family, batch, seq, act_bytes, recompute, tp, sp, head),
-                        lambda: activation_memory(spec, batch, seq, act_bytes, recompute, tp=tp, sequence_parallel=sp,
-                                                  layers=range(0), head=head))
-        for name, value in whole.per_layer.items():
-            per_layer[name] = per_layer.get(name, 0.0) + value
-        return ActivationEstimate(per_layer, largest, whole.logits_and_loss, largest_layer=biggest, own_layer=own,
-                                  head_saved=whole.head_saved, in_flight=in_flight)
+def _activation_sums(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recompute: str, tp: int, sp: bool,
+                     start: int, stop: int, in_flight: int, head: bool) -> tuple[float, float, float, int, float,
+                                                                                 float]:
+    """What memory.peak_from reads of _activations(...): (the sum of its per_layer values in their order,
+    logits_and_loss, head_saved, in_flight, own_layer, largest_layer), once per argument set."""
+    key = ("sums", _token(spec), batch, seq, act_bytes, recompute, tp, sp, start, stop, in_flight, head)
+
+    def make() -> tuple[float, float, float, int, float, float]:
+        _, values, _, logits, largest, own, head_saved = _stage_acts(spec, batch, seq, act_bytes, recompute, tp=tp,
+                                                                     sp=sp, start=start, stop=stop,
+                                                                     in_flight=in_flight, head=head)
+        return sum(values), logits, head_saved, in_flight, own, largest
+    return _cached("acts", key, make)
+
+
+def _stage_acts(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recompute: str, tp: int, sp: bool,
+                start: int, stop: int, in_flight: int, head: bool) -> tuple:  # long: one loop per layer kind
+    """_activations' parts: (per_layer's names and values in its order, recompute working set, logits and loss,
+    largest layer, own layer, head saved). Each layer kind's terms once per (micro-batch, sequence, tp,
+    recomputation) and model family, times the micro-batches in flight once per such count (_kind_terms), then
+    summed by count; a stage of one layer kind whose names are distinct from the head's takes them as lists (the
+    same floats as the dicts: each name's 0.0 + its bytes)."""
     token = _token(spec)
     family = _CACHES["family"].get(token, token)
-    return _cached("acts", (token, batch, seq, act_bytes, recompute, tp, sp, start, stop, in_flight, head), make)
+    common = (family, batch, seq, act_bytes, recompute, tp, sp)
+
+    def group() -> list:  # each distinct layer kind of start..stop: its first layer and how many
+        kinds: dict[tuple, list[int]] = {}
+        for i in range(start, stop):
+            kinds.setdefault((spec.layer_parts(i), spec.is_moe_layer(i)), [i, 0])[1] += 1
+        return list(kinds.values())
+
+    # the final norm, LM head and loss: the same whatever the micro-batches in flight
+    whole = _cached("acts", ("head", *common, head),
+                    lambda: activation_memory(spec, batch, seq, act_bytes, recompute, tp=tp, sequence_parallel=sp,
+                                              layers=range(0), head=head))
+    kinds = _cached("acts", ("kinds", token, start, stop), group)
+    if len(kinds) == 1:
+        i, count = kinds[0]
+        names, one, working_set, largest_layer, own_layer = _kind_terms(spec, i, common, in_flight)
+        if whole.per_layer.keys().isdisjoint(names):  # each name's 0.0 + its bytes, as the dicts below add them
+            values = [0.0 + value * count for value in one]
+            values += [0.0 + value for value in whole.per_layer.values()]
+            biggest, own = (largest_layer, own_layer) if largest_layer > 0.0 else (0.0, 0.0)
+            return (names + tuple(whole.per_layer), values, max(0.0, working_set), whole.logits_and_loss, biggest,
+                    own, whole.head_saved)
+    per_layer: dict[str, float] = {}
+    largest = biggest = own = 0.0  # as activation_memory: the first largest block (layer order) and its own
+    for i, count in kinds:
+        names, one, working_set, largest_layer, own_layer = _kind_terms(spec, i, common, in_flight)
+        if per_layer:
+            for name, value in zip(names, one, strict=True):
+                per_layer[name] = per_layer.get(name, 0.0) + value * count
+        else:  # the first kind: each name's 0.0 + its bytes, as the loop above adds them
+            per_layer = {name: 0.0 + value * count for name, value in zip(names, one, strict=True)}
+        largest = max(largest, working_set)
+        if largest_layer > biggest:
+            biggest, own = largest_layer, own_layer
+    for name, value in whole.per_layer.items():
+        per_layer[name] = per_layer.get(name, 0.0) + value
+    return tuple(per_layer), list(per_layer.values()), largest, whole.logits_and_loss, biggest, own, whole.head_saved
+
+
+def _kind_terms(spec: ModelSpec, i: int, common: tuple, in_flight: int) -> tuple:
+    """activation_memory over layer i alone, `common` = (model family, micro-batch, sequence, activation bytes,
+    recomputation, tp, sequence parallel): (its names, in order, once each; their bytes times the micro-batches in
+    flight; the recompute working set; the largest layer; its own layer). The layer's terms once whatever the
+    micro-batches in flight (a name that repeats adds up as activation_memory adds it); once per layer signature
+    and model family (_layer_signature: layers that read the same per-layer fields of models that differ only in
+    their layer count have the same terms)."""
+    family, batch, seq, act_bytes, recompute, tp, sp = common
+    signature = _cached("params", ("signature", _token(spec), i, seq), lambda: _layer_signature(spec, i, seq))
+    key = ("terms", *common, signature)
+
+    def make() -> tuple:
+        terms, whole, kept = _cached("acts", key, lambda: layer_terms(spec, i, batch, seq, act_bytes,
+                                                                      recompute=recompute, attention="flash",
+                                                                      dropout=False, tp=tp, sequence_parallel=sp))
+        one: dict[str, float] = {}
+        for name, value in terms:
+            one[name] = one.get(name, 0.0) + value * in_flight
+        largest, own = (whole, kept) if whole > 0.0 else (0.0, 0.0)
+        return tuple(one), list(one.values()), largest if recompute == "full" else 0.0, largest, own
+    return _cached("acts", (key, in_flight), make)
 
 
 def _layer_signature(spec: ModelSpec, i: int, seq: int) -> tuple:
