@@ -396,14 +396,25 @@ class MemoryEstimate(PhasedPeak):
     def state_terms(self) -> StateTerms:
         """What phase_peak reads of this estimate besides its activations (the same for every micro-batch and
         recomputation of these degrees: a layout search computes them once and pairs them with each)."""
-        rec = self.recipe
-        w, g, master, states = self.weights, self.gradients, self.master_weights, self.optimizer_states
-        cache = (self.autocast_cache, self.fp8_state) if rec.fp8 else (self.autocast_cache,)
+        rec, par = self.recipe, self.parallel
+        # the properties' _per_gpu and _dense_grads with each shard read once: the same divisions and products
+        zero, dp, params, experts = par.zero, par.dp, self.params_on_gpu, self.expert_params_on_gpu
+        expert_dp = par.expert_dp if zero >= 1 else 1
+        # per ZeRO stage needed (1, 2, 3): this GPU's parameters that take a state (_per_gpu before its bytes)
+        held = {k: params / (dp if zero >= k else 1) + experts / (expert_dp if zero >= k else 1) for k in (1, 2, 3)}
+        w = held[3] * rec.weight_bytes
+        g = held[2] * rec.grad_bytes
+        master = held[1] * rec.master_bytes
+        states = held[1] * self.optimizer.bytes_per_param(rec)
+        autocast = held[3] * rec.autocast_cache_bytes
+        cache = (autocast, self.fp8_state) if rec.fp8 else (autocast,)
         step = sum((w, g, master, states, self.optimizer_temporaries, *(cache if rec.fp8 else ())))
+        grad_shard = dp if zero >= 2 else 1
         return StateTerms(weights=w, gradients=g, master=master, states=states, cache=cache,
                           gathered=self.zero3_gathered, step=step, blocks=bool(self.spec.n_layers),
-                          persistent_grads=rec.persistent_grads, head_grads=self._dense_grads(self.head_params_on_gpu),
-                          late_grads=self._dense_grads(self.late_params_on_gpu))
+                          persistent_grads=rec.persistent_grads,
+                          head_grads=self.head_params_on_gpu / grad_shard * rec.grad_bytes,
+                          late_grads=self.late_params_on_gpu / grad_shard * rec.grad_bytes)
 
     def _dense_grads(self, params: float) -> float:
         """Gradient bytes of `params` dense (non-expert) parameters on this GPU, ZeRO-2/3 sharded over dp."""

@@ -2278,11 +2278,13 @@ def _stage_states_uncached(spec: ModelSpec, recipe: str, optimizer: str,
     rec = RECIPES[recipe]
     opt = OPTIMIZERS[optimizer]
     tp, pp, ep, etp = parallel.tp, parallel.pp, parallel.ep, parallel.expert_tp
-    comps, biggest = _cached("params", ("comps", _token(spec)), lambda: (count_params(spec).components,
-                                                                 largest_tensor(spec)))
-    layer, norms, emb, head, final = _layer_params(spec, comps)
+    def params() -> tuple:  # once per model: its components, largest tensor, per-layer split and routed experts
+        comps = count_params(spec).components
+        return comps, largest_tensor(spec), _layer_params(spec, comps), routed_expert_params(spec, comps)
+    comps, biggest, split, routed = _cached("params", ("comps", _token(spec)), params)
+    layer, norms, emb, head, final = split
     per_stage = spec.n_layers // pp
-    routed = routed_expert_params(spec, comps) / spec.n_layers
+    routed = routed / spec.n_layers
     own = ep > 1 or etp != tp
     layer -= routed if own else 0.0
     experts = per_stage * routed / (etp * ep) if own else 0.0
@@ -2321,15 +2323,65 @@ def _activation_sums(spec: ModelSpec, batch: int, seq: int, act_bytes: float, re
                      start: int, stop: int, in_flight: int, head: bool) -> tuple[float, float, float, int, float,
                                                                                  float]:
     """What memory.peak_from reads of _activations(...): (the sum of its per_layer values in their order,
-    logits_and_loss, head_saved, in_flight, own_layer, largest_layer), once per argument set."""
-    key = ("sums", _token(spec), batch, seq, act_bytes, recompute, tp, sp, start, stop, in_flight, head)
-
-    def make() -> tuple[float, float, float, int, float, float]:
+    logits_and_loss, head_saved, in_flight, own_layer, largest_layer), once per argument set. A stage of one layer
+    kind whose term names are distinct (from each other and from the head's) is summed from _sums_plan's constants:
+    each name's 0.0 + (0.0 + bytes x in flight) x count, then each head name's 0.0 + its bytes, in per_layer's order
+    (the floats _stage_acts' dicts hold); any other stage through _stage_acts."""
+    token = _token(spec)
+    key = ("sums", token, batch, seq, act_bytes, recompute, tp, sp, start, stop, in_flight, head)
+    cache = _CACHES["acts"]
+    out = cache.get(key)
+    if out is not None:
+        return out
+    kinds = _cached("acts", ("kinds", token, start, stop), lambda: _kinds_between(spec, start, stop))
+    plan = None
+    if len(kinds) == 1:
+        i, count = kinds[0]
+        family = _CACHES["family"].get(token, token)
+        signature = _cached("params", ("signature", token, i, seq), lambda: _layer_signature(spec, i, seq))
+        common = (family, batch, seq, act_bytes, recompute, tp, sp)
+        plan = _cached("acts", ("plan", *common, signature, head),
+                       lambda: _sums_plan(spec, i, common, head))
+    if plan is None or plan[0] is None:
         _, values, _, logits, largest, own, head_saved = _stage_acts(spec, batch, seq, act_bytes, recompute, tp=tp,
                                                                      sp=sp, start=start, stop=stop,
                                                                      in_flight=in_flight, head=head)
-        return sum(values), logits, head_saved, in_flight, own, largest
-    return _cached("acts", key, make)
+        out = (sum(values), logits, head_saved, in_flight, own, largest)
+    else:
+        terms, tail, logits, head_saved, largest, own = plan
+        values = [0.0 + (0.0 + value * in_flight) * count for value in terms]
+        out = (sum(values + tail), logits, head_saved, in_flight, own, largest)
+    if len(cache) > 200_000:
+        cache.clear()
+    cache[key] = out
+    return out
+
+
+def _sums_plan(spec: ModelSpec, i: int, common: tuple, head: bool) -> tuple:
+    """_activation_sums' constants of a stage made of layer i's kind (`common` as _kind_terms'): (the layer's term
+    bytes in order, or None where a name repeats or is the head's; the head's 0.0 + bytes per name; logits and
+    loss; head saved; the largest layer and its own, as _stage_acts takes them)."""
+    family, batch, seq, act_bytes, recompute, tp, sp = common
+    whole = _cached("acts", ("head", *common, head),
+                    lambda: activation_memory(spec, batch, seq, act_bytes, recompute, tp=tp, sequence_parallel=sp,
+                                              layers=range(0), head=head))
+    signature = _cached("params", ("signature", _token(spec), i, seq), lambda: _layer_signature(spec, i, seq))
+    terms, full, kept = _cached("acts", ("terms", *common, signature),
+                                lambda: layer_terms(spec, i, batch, seq, act_bytes, recompute=recompute,
+                                                    attention="flash", dropout=False, tp=tp, sequence_parallel=sp))
+    names = [name for name, _ in terms]
+    distinct = len(set(names)) == len(names) and whole.per_layer.keys().isdisjoint(names)
+    largest, own = (full, kept) if full > 0.0 else (0.0, 0.0)
+    return (tuple(value for _, value in terms) if distinct else None, [0.0 + value for value in
+            whole.per_layer.values()], whole.logits_and_loss, whole.head_saved, largest, own)
+
+
+def _kinds_between(spec: ModelSpec, start: int, stop: int) -> list:
+    """Each distinct layer kind of layers start..stop (layer_parts, MoE or not): its first layer and how many."""
+    kinds: dict[tuple, list[int]] = {}
+    for i in range(start, stop):
+        kinds.setdefault((spec.layer_parts(i), spec.is_moe_layer(i)), [i, 0])[1] += 1
+    return list(kinds.values())
 
 
 def _stage_acts(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recompute: str, tp: int, sp: bool,
@@ -2343,17 +2395,11 @@ def _stage_acts(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recompu
     family = _CACHES["family"].get(token, token)
     common = (family, batch, seq, act_bytes, recompute, tp, sp)
 
-    def group() -> list:  # each distinct layer kind of start..stop: its first layer and how many
-        kinds: dict[tuple, list[int]] = {}
-        for i in range(start, stop):
-            kinds.setdefault((spec.layer_parts(i), spec.is_moe_layer(i)), [i, 0])[1] += 1
-        return list(kinds.values())
-
     # the final norm, LM head and loss: the same whatever the micro-batches in flight
     whole = _cached("acts", ("head", *common, head),
                     lambda: activation_memory(spec, batch, seq, act_bytes, recompute, tp=tp, sequence_parallel=sp,
                                               layers=range(0), head=head))
-    kinds = _cached("acts", ("kinds", token, start, stop), group)
+    kinds = _cached("acts", ("kinds", token, start, stop), lambda: _kinds_between(spec, start, stop))
     if len(kinds) == 1:
         i, count = kinds[0]
         names, one, working_set, largest_layer, own_layer = _kind_terms(spec, i, common, in_flight)
