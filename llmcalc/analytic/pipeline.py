@@ -396,9 +396,8 @@ def _sweep_runs(schedule: str, p: int, m: int, v: int, table: list[float],
             for k, dep, own in acts:
                 d = table[k]
                 u += d
-                ready = done[dep]
-                if ready > t:
-                    t = ready
+                if done[dep] > t:  # (read again only where it is later than the clock)
+                    t = done[dep]
                 ready = done2[dep] + c
                 if ready > t2:
                     t2 = ready
