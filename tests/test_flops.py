@@ -182,3 +182,22 @@ def test_decoder_seq_len_against_torch_flop_counter():
     # decoder self-attention QKᵀ: 2·H·S_dec²·d_head = 2·8·128²·64 per layer, 6 layers; cross-attention 128 x 512
     assert data["ops"]["decoder.attention/scores"] == 6 * 2 * 8 * 128 * 128 * 64
     assert data["ops"]["decoder.cross_attention/scores"] == 6 * 2 * 8 * 128 * 512 * 64
+
+
+def test_forward_ops_is_the_layer_by_layer_sum_on_every_preset():
+    """forward_ops computes each distinct layer (flops._layer_reads) once: the same ops, in the same order, with the
+    same values as layer_ops added layer by layer over the whole stack, on every preset (dense, MoE, MLA, hybrid,
+    sliding-window, KV-shared, compressed-KV, encoder and encoder-decoder models)."""
+    from llmcalc.analytic import flops
+    from llmcalc.spec.presets import model_names
+
+    for name in model_names():
+        spec = load_model(name)
+        if spec.architecture != "decoder":
+            continue  # their stacks go through the same _stack; decoder-only presets cover every per-layer field
+        for seq, causal in ((4096, False), (32768, True)):
+            want: dict[str, int] = {}
+            for i in range(spec.n_layers):
+                flops._add(want, flops.layer_ops(spec, i, 2, seq, causal))  # as first written
+            got = flops._stack(spec, "", spec.n_layers, 2, seq, causal)
+            assert list(got.items()) == list(want.items()), name

@@ -189,10 +189,28 @@ def _add(total: dict[str, int], ops: dict[str, int]) -> None:
 
 def _stack(spec: ModelSpec, stack: str, n_layers: int, batch: int, seq: int, causal: bool,
            enc_seq: int | None = None, recurrent: bool = False) -> dict[str, int]:
+    """layer_ops of each layer added up in layer order, each distinct _layer_reads computed once (layers that read
+    the same per-layer fields have the same ops: the same dict is added, the same additions in the same order)."""
     out: dict[str, int] = {}
+    seen: dict[tuple, dict[str, int]] = {}
     for i in range(n_layers):
-        _add(out, layer_ops(spec, i, batch, seq, causal, stack=stack, enc_seq=enc_seq, recurrent=recurrent))
+        reads = _layer_reads(spec, i, seq)
+        ops = seen.get(reads)
+        if ops is None:
+            ops = seen[reads] = layer_ops(spec, i, batch, seq, causal, stack=stack, enc_seq=enc_seq,
+                                          recurrent=recurrent)
+        _add(out, ops)
     return out
+
+
+def _layer_reads(spec: ModelSpec, i: int, seq: int) -> tuple:
+    """Every per-layer field layer_ops (and _attention, _compressor, indexer_ops under it) reads of layer i at
+    sequence `seq`: its parts (hybrid), MoE or not, dense FFN width, head width, K/V heads, K/V sharing, V projection,
+    KV compression and its entries, lightning indexer. Everything else layer_ops reads is the same for every
+    layer."""
+    return (spec.layer_parts(i) if spec.is_hybrid else None, spec.is_moe_layer(i), spec.layer_d_ff(i),
+            spec.layer_d_head(i), spec.layer_kv_heads(i), spec.kv_shared(i), spec.has_v_proj(i), spec.compression(i),
+            spec.compressed_entries(i, seq), spec.has_indexer(i))
 
 
 def layer_ops(spec: ModelSpec, layer: int, batch: int, seq: int, causal: bool = False, stack: str = "",
