@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import heapq
-import math
 from collections.abc import Sequence
 
 from ..errors import LlmcalcError
@@ -301,18 +300,15 @@ def _simulate_static(schedule: str, p: int, m: int, f_time, b_time, w_time, v: i
     order the ranks are advanced in; _static_program gives one such order. The swept rank's clock and busy time
     are kept in locals through a run of its actions. Without transfers and with (simulate_pair) share one sweep, the
     first skipping the addition of its zero transfer time (x + 0.0 is x); a rank's busy time is its durations added
-    one after the other in its own order, as the sweep as first written added them. Durations all >= 0 (every real
-    one) take _sweep_runs instead, the same floats with less work per action."""
+    one after the other in its own order, as the sweep as first written added them."""
     n = p * v
     prog = _static_program(schedule, p, m, v)
     table = [f_time(st) for st in range(n)] + [b_time(st) for st in range(n)]
     if schedule.startswith("zb"):
         table += [w_time(st) for st in range(n)]
     size = 2 * n * m + 2
-    timelines: list[tuple[list, list]] = []
-    if all(d >= 0.0 for d in table):  # (a negative or NaN time: the sweep below, which assumes nothing of them)
-        timelines, busy = _sweep_runs(schedule, p, m, v, table, p2p_time=p2p_time)
-    elif len(p2p_time) == 2 and not p2p_time[0]:  # without transfers and with, in one sweep
+    timelines = []
+    if len(p2p_time) == 2 and not p2p_time[0]:  # without transfers and with, in one sweep
         c = p2p_time[1]
         clock, clock2, done, done2, busy = [0.0] * p, [0.0] * p, [0.0] * size, [0.0] * size, [0.0] * p
         cur, t, t2, u = 0, 0.0, 0.0, 0.0  # the rank swept, its clock on each timeline, its busy time so far
@@ -322,9 +318,8 @@ def _simulate_static(schedule: str, p: int, m: int, f_time, b_time, w_time, v: i
                 cur, t, t2, u = r, clock[r], clock2[r], busy[r]
             d = table[k]
             u += d
-            ready = done[dep]
-            if ready > t:
-                t = ready
+            if done[dep] > t:  # (read again only where it is later than the clock)
+                t = done[dep]
             ready = done2[dep]
             if cross:
                 ready += c
@@ -358,72 +353,6 @@ def _simulate_static(schedule: str, p: int, m: int, f_time, b_time, w_time, v: i
     last = n - 1
     return [(PipelineResult(schedule, p, v, m, makespan=max(clock), busy=tuple(busy)),
              (done[:m], done[last * m:(last + 1) * m], done[n * m:(n + 1) * m])) for clock, done in timelines]
-
-
-@functools.lru_cache(maxsize=64)
-def _static_runs(schedule: str, p: int, m: int, v: int) -> tuple[tuple[int, tuple[tuple[int, int, int], ...]], ...]:
-    """_static_program regrouped for _sweep_runs: its runs of one rank's consecutive actions, each (rank, its actions
-    as (duration index, the slot of the finish it waits for, the slot its own finish is kept at)), an action whose
-    dependency ran on its own rank, or that has none, waiting for slot 2·p·v·m + 2 instead (never written: -inf)."""
-    sentinel = 2 * p * v * m + 2
-    runs: list[tuple[int, list]] = []
-    for r, k, dep, cross, own in _static_program(schedule, p, m, v):
-        if not runs or runs[-1][0] != r:
-            runs.append((r, []))
-        runs[-1][1].append((k, dep if cross else sentinel, own))
-    return tuple((r, tuple(acts)) for r, acts in runs)
-
-
-def _sweep_runs(schedule: str, p: int, m: int, v: int, table: list[float],
-                p2p_time: tuple[float, ...]) -> tuple[list[tuple[list, list]], list[float]]:
-    """_simulate_static's sweep for durations that are all >= 0 (every real one): ([(clocks, finishes)] per transfer
-    time, busy times), the same floats. With no negative duration a rank's clock never goes back, so a dependency
-    that ran on the same rank (or none: 0.0) never finishes after the rank's clock: its max() is a no-op, and
-    _static_runs points it at a slot kept at -inf (max(t, -inf) is t; -inf + c is -inf), which leaves no
-    per-action test of whether the dependency crossed ranks. Each run of one rank's consecutive actions keeps the
-    rank's clocks and busy time in locals; a rank's busy time is its durations added one after the other in its
-    own order, as the sweep adds them."""
-    runs = _static_runs(schedule, p, m, v)
-    size = 2 * p * v * m + 3
-    timelines = []
-    busy = [0.0] * p
-    if len(p2p_time) == 2 and not p2p_time[0]:  # without transfers and with, in one sweep
-        c = p2p_time[1]
-        clock, clock2, done, done2 = [0.0] * p, [0.0] * p, [0.0] * size, [0.0] * size
-        done[-1] = done2[-1] = -math.inf
-        for r, acts in runs:
-            t, t2, u = clock[r], clock2[r], busy[r]
-            for k, dep, own in acts:
-                d = table[k]
-                u += d
-                if done[dep] > t:  # (read again only where it is later than the clock)
-                    t = done[dep]
-                ready = done2[dep] + c
-                if ready > t2:
-                    t2 = ready
-                t += d
-                t2 += d
-                done[own] = t
-                done2[own] = t2
-            clock[r], clock2[r], busy[r] = t, t2, u
-        timelines = [(clock, done), (clock2, done2)]
-    else:
-        for c in p2p_time:
-            clock, done, busy = [0.0] * p, [0.0] * size, [0.0] * p  # (the same busy times on each timeline)
-            done[-1] = -math.inf
-            for r, acts in runs:
-                t, u = clock[r], busy[r]
-                for k, dep, own in acts:
-                    d = table[k]
-                    u += d
-                    ready = done[dep] + c
-                    if ready > t:
-                        t = ready
-                    t += d
-                    done[own] = t
-                clock[r], busy[r] = t, u
-            timelines.append((clock, done))
-    return timelines, busy
 
 
 def _simulate_greedy(schedule: str, p: int, m: int, f_time, b_time, w_time, v: int,
