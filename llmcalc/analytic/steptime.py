@@ -88,7 +88,7 @@ from .memory import (
     peak_of,
     routed_expert_params,
 )
-from .parallel import Parallel, check_degrees, check_experts, check_heads, check_stages, check_zero
+from .parallel import Parallel, _build, check_degrees, check_experts, check_heads, check_stages, check_zero
 from .params import count_params, largest_tensor
 from .pipeline import SCHEDULES, chunks_per_rank, path_bounds, simulate_pair, stage_of
 
@@ -2205,8 +2205,8 @@ def _least_that_fits_uncached(spec: ModelSpec, lay: Layout, seq_len: int, tries:
     peak, zero = 0.0, 1
     zeros = (1, 3) if lay.dp > 1 else (1,)
     for zero in zeros:
-        par = Parallel(tp=lay.tp, cp=lay.cp, pp=lay.pp, dp=lay.dp, ep=lay.ep, etp=lay.etp, sequence_parallel=True,
-                       zero=zero)
+        par = _build(Parallel, tp=lay.tp, cp=lay.cp, pp=lay.pp, dp=lay.dp, ep=lay.ep, etp=lay.etp,
+                     sequence_parallel=True, zero=zero)  # Parallel(...), without __init__'s per-field setattr
         # every phase_peak is at least its optimizer step's sum, the same for every micro-batch and recomputation:
         # above the capacity no recomputation fits (the last try of the last stage is still computed: its peak is
         # the one reported)
@@ -2218,7 +2218,8 @@ def _least_that_fits_uncached(spec: ModelSpec, lay: Layout, seq_len: int, tries:
                 # (activations.layer_terms): the same bytes as none, which did not fit
                 peak = none_peak
                 continue
-            peak = training_peak(even, lay.micro_batch, seq_len, recipe, optimizer, recompute=rc, parallel=par)
+            # training_peak without its cache: no other layout's check asks for these degrees and micro-batch
+            peak = _training_peak(even, lay.micro_batch, seq_len, recipe, optimizer, recompute=rc, parallel=par)
             if peak <= capacity:
                 return rc, zero, peak
             none_peak = peak if rc == "none" else None
