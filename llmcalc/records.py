@@ -3,9 +3,11 @@
 Why: on CPython 3.11 ``dataclasses.dataclass`` compiles source text for six methods of every frozen class
 (``__init__``, ``__repr__``, ``__eq__``, ``__hash__``, ``__setattr__``, ``__delattr__``); with some 30 records a
 command and ~100 fields in the spec's two, that compiling was more than half of a command's start-up beyond click
-(issue 24). Here ``dataclasses.dataclass`` still makes the class, its fields and the methods that must be compiled
-(``__init__``, and for a frozen class ``__setattr__`` and ``__delattr__``); ``__repr__``, ``__eq__`` and
-``__hash__`` are instead closures over the field names, nothing compiled.
+(issue 24). Here ``dataclasses.dataclass`` still makes the class, its fields and the one method that must be compiled
+(``__init__``); ``__repr__``, ``__eq__`` and ``__hash__`` are instead closures over the field names, and so are a
+frozen class's ``__setattr__`` and ``__delattr__`` (on CPython 3.10-3.12, whose ``dataclasses`` builds them in
+``_frozen_get_del_attr(cls, fields, globals)``: ``record`` has it make the closures while it makes the class;
+3.13 compiles all methods in one go and is left alone). Nothing else is compiled.
 
 Why it is exact: each closure computes what the generated method does, from the same fields, in the same cases:
 ``__eq__`` compares the tuples of the compared fields (``f.compare``) when both operands are of the very same class
@@ -13,7 +15,10 @@ and answers NotImplemented otherwise; ``__hash__`` follows dataclasses' table (f
 of the hashed fields, ``f.hash`` or else ``f.compare``; eq without frozen: ``None``, unhashable; a ``__hash__`` the
 class defines is kept); ``__repr__`` is ``Name(field=repr, ...)`` over ``f.repr`` fields with the class's
 ``__qualname__``, guarded against recursion as dataclasses guards it; a method the class body defines is never
-replaced. ``order``, ``unsafe_hash`` and ``slots`` go to ``dataclasses.dataclass`` unchanged. tests/test_records.py
+replaced; a frozen class's ``__setattr__``/``__delattr__`` raise ``FrozenInstanceError("cannot assign to field
+'x'")`` (``delete``) for any name on an instance of the class itself and for a field name on a subclass's, and
+otherwise defer to ``super(cls, self)``, as the generated ones do. ``order``, ``unsafe_hash`` and ``slots`` go to
+``dataclasses.dataclass`` unchanged. tests/test_records.py
 holds each behaviour against ``dataclasses.dataclass``'s. For type checkers this *is* ``dataclasses.dataclass``.
 """
 
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import reprlib
+import sys
 from collections.abc import Callable
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
@@ -72,6 +78,40 @@ def _methods(cls: Any, own: set[str], *, frozen: bool, repr: bool, eq: bool, exp
     cls.__hash__ = __hash__
 
 
+def _frozen_get_del_attr(cls: Any, fields: list, globals: dict) -> tuple[Callable, Callable]:
+    """What ``dataclasses._frozen_get_del_attr`` returns (the same checks, messages and fallbacks), as closures."""
+    names = tuple(f.name for f in fields)
+    FrozenInstanceError = dataclasses.FrozenInstanceError
+
+    def __setattr__(self: Any, name: str, value: Any) -> None:
+        if type(self) is cls or name in names:
+            raise FrozenInstanceError(f"cannot assign to field {name!r}")
+        super(cls, self).__setattr__(name, value)
+
+    def __delattr__(self: Any, name: str) -> None:
+        if type(self) is cls or name in names:
+            raise FrozenInstanceError(f"cannot delete field {name!r}")
+        super(cls, self).__delattr__(name)
+
+    return __setattr__, __delattr__
+
+
+# CPython 3.10-3.12 compile the frozen methods one by one in this helper; 3.13 batches every method in one compile
+_FROZEN_HOOK = sys.version_info < (3, 13) and hasattr(dataclasses, "_frozen_get_del_attr")
+
+
+def _dataclass(cls: type, **kwargs: Any) -> type:
+    """``dataclasses.dataclass(cls, **kwargs)``, a frozen class's __setattr__/__delattr__ made as closures."""
+    if not (kwargs["frozen"] and _FROZEN_HOOK):
+        return dataclasses.dataclass(cls, **kwargs)
+    compiled = dataclasses._frozen_get_del_attr  # type: ignore[attr-defined]
+    dataclasses._frozen_get_del_attr = _frozen_get_del_attr  # type: ignore[attr-defined]
+    try:
+        return dataclasses.dataclass(cls, **kwargs)
+    finally:
+        dataclasses._frozen_get_del_attr = compiled  # type: ignore[attr-defined]
+
+
 def record(cls: type | None = None, /, *, init: bool = True, repr: bool = True, eq: bool = True, order: bool = False,
            unsafe_hash: bool = False, frozen: bool = False, match_args: bool = True, kw_only: bool = False,
            slots: bool = False) -> Any:
@@ -84,8 +124,7 @@ def record(cls: type | None = None, /, *, init: bool = True, repr: bool = True, 
         own_hash = cls.__dict__.get("__hash__", dataclasses.MISSING)
         # dataclasses' test: a class body with __eq__ and no __hash__ has __hash__ None, which is not explicit
         explicit_hash = not (own_hash is dataclasses.MISSING or (own_hash is None and "__eq__" in own))
-        made: type = dataclasses.dataclass(cls, init=init, repr=False, eq=False, frozen=frozen, match_args=match_args,
-                                     kw_only=kw_only)
+        made = _dataclass(cls, init=init, repr=False, eq=False, frozen=frozen, match_args=match_args, kw_only=kw_only)
         _methods(made, own, frozen=frozen, repr=repr, eq=eq, explicit_hash=explicit_hash)
         return made
 

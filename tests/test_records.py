@@ -114,6 +114,13 @@ def _behaviour(classes):
     out.append(("recursive", repr(box).replace(type(box).__qualname__, "Box")))
     out.append(("kw", classes[5](a=1, scale=4).seen, _outcome(lambda: classes[5](1))))
     out.append(("frozen", _outcome(lambda: setattr(instances[0], "x", 2))))
+    out.append(("frozen", _outcome(lambda: setattr(instances[0], "other", 2)),
+                _outcome(lambda: delattr(instances[0], "x"))))
+    plain = type("Plain", (classes[0],), {})(1)  # a subclass that is no dataclass: its own attributes may be set
+    out.append(("subclass", _outcome(lambda: setattr(plain, "other", 2)), _outcome(lambda: delattr(plain, "other")),
+                _outcome(lambda: setattr(plain, "x", 2)), _outcome(lambda: delattr(plain, "y")), vars(plain)))
+    out.append(("methods", [(c.__setattr__.__name__, c.__setattr__.__qualname__.split(".<locals>.")[-1],
+                             c.__delattr__.__qualname__.split(".<locals>.")[-1]) for c in classes]))
     out.append(("fields", [[(f.name, f.compare, f.hash, f.repr) for f in dataclasses.fields(c)] for c in classes]))
     out.append(("replace", repr(dataclasses.replace(instances[1], y=5.0)).replace("_classes.<locals>.", "")))
     out.append(("asdict", dataclasses.asdict(instances[6])))
