@@ -7,7 +7,10 @@ command and ~100 fields in the spec's two, that compiling was more than half of 
 (``__init__``); ``__repr__``, ``__eq__`` and ``__hash__`` are instead closures over the field names, and so are a
 frozen class's ``__setattr__`` and ``__delattr__`` (on CPython 3.10-3.12, whose ``dataclasses`` builds them in
 ``_frozen_get_del_attr(cls, fields, globals)``: ``record`` has it make the closures while it makes the class;
-3.13 compiles all methods in one go and is left alone). Nothing else is compiled.
+3.13 compiles all methods in one go and is left alone). The ``__init__`` text is compiled once per machine: its
+code object is kept in ``$LLMCALC_CACHE_DIR/records`` (default ``~/.cache/llmcalc/records``) and read back by later
+processes, as Python keeps a module's bytecode in __pycache__ (``compiled``; the spec's two ~95-argument
+``__init__``s were some 10 % of a command's instructions).
 
 Why it is exact: each closure computes what the generated method does, from the same fields, in the same cases:
 ``__eq__`` compares the tuples of the compared fields (``f.compare``) when both operands are of the very same class
@@ -17,18 +20,25 @@ class defines is kept); ``__repr__`` is ``Name(field=repr, ...)`` over ``f.repr`
 ``__qualname__``, guarded against recursion as dataclasses guards it; a method the class body defines is never
 replaced; a frozen class's ``__setattr__``/``__delattr__`` raise ``FrozenInstanceError("cannot assign to field
 'x'")`` (``delete``) for any name on an instance of the class itself and for a field name on a subclass's, and
-otherwise defer to ``super(cls, self)``, as the generated ones do. ``order``, ``unsafe_hash`` and ``slots`` go to
+otherwise defer to ``super(cls, self)``, as the generated ones do; a cached ``__init__`` is the code object that
+compiling its text makes (the same text, under the same interpreter: both are in the file and checked) and is run
+as dataclasses runs it. ``order``, ``unsafe_hash`` and ``slots`` go to
 ``dataclasses.dataclass`` unchanged. tests/test_records.py
 holds each behaviour against ``dataclasses.dataclass``'s. For type checkers this *is* ``dataclasses.dataclass``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import marshal
+import os
 import reprlib
 import sys
+import zlib
 from collections.abc import Callable
 from operator import attrgetter
+from types import CodeType
 from typing import TYPE_CHECKING, Any
 
 
@@ -98,18 +108,72 @@ def _frozen_get_del_attr(cls: Any, fields: list, globals: dict) -> tuple[Callabl
 
 # CPython 3.10-3.12 compile the frozen methods one by one in this helper; 3.13 batches every method in one compile
 _FROZEN_HOOK = sys.version_info < (3, 13) and hasattr(dataclasses, "_frozen_get_del_attr")
+_UNSET = object()
+
+
+def _cache_dir() -> str | None:
+    """Where compiled __init__ code is kept: ``$LLMCALC_CACHE_DIR/records`` (default ``$XDG_CACHE_HOME/llmcalc`` or
+    ``~/.cache/llmcalc``, as the calibrated peaks); None where no home is known."""
+    root = os.environ.get("LLMCALC_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "llmcalc")
+    return None if root.startswith("~") else os.path.join(root, "records")
+
+
+def compiled(source: str) -> CodeType:
+    """``compile(source, "<string>", "exec")`` as ``exec(source)`` does it in dataclasses (no inherited future flags),
+    or the same code object read back from the cache where an earlier process compiled this very text under this very
+    interpreter: the file holds the interpreter's version, the text and the code (marshal), and is used only when
+    both match (else compiled and rewritten). An unreadable, foreign or corrupt file is compiled over; a cache that
+    cannot be written (read-only, no space; or ``sys.dont_write_bytecode``, as for bytecode) is only not written."""
+    folder = _cache_dir()
+    path = folder and os.path.join(folder, f"{zlib.crc32(source.encode()):08x}-{len(source)}.{_TAG}")
+    if path:
+        try:
+            with open(path, "rb") as handle:
+                version, text, code = marshal.loads(handle.read())
+            if version == sys.version and text == source and isinstance(code, CodeType):
+                return code
+        except Exception:  # missing, unreadable, truncated or foreign: compile instead
+            pass
+    code = compile(source, "<string>", "exec", dont_inherit=True)
+    if path and folder and not sys.dont_write_bytecode:
+        temporary = f"{path}.{os.getpid()}.tmp"
+        try:
+            os.makedirs(folder, exist_ok=True)
+            with open(temporary, "wb") as handle:
+                handle.write(marshal.dumps((sys.version, source, code)))
+            os.replace(temporary, path)  # whole or not at all, whoever else writes it
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+    return code
+
+
+_TAG = sys.implementation.cache_tag or "python"
+
+
+def _exec(source: Any, globals: dict | None = None, locals: dict | None = None) -> None:
+    """``exec`` for dataclasses while ``record`` makes a class: the text's code object from ``compiled``."""
+    exec(compiled(source) if isinstance(source, str) else source, globals, locals)
 
 
 def _dataclass(cls: type, **kwargs: Any) -> type:
-    """``dataclasses.dataclass(cls, **kwargs)``, a frozen class's __setattr__/__delattr__ made as closures."""
-    if not (kwargs["frozen"] and _FROZEN_HOOK):
-        return dataclasses.dataclass(cls, **kwargs)
-    compiled = dataclasses._frozen_get_del_attr  # type: ignore[attr-defined]
-    dataclasses._frozen_get_del_attr = _frozen_get_del_attr  # type: ignore[attr-defined]
+    """``dataclasses.dataclass(cls, **kwargs)``, a frozen class's __setattr__/__delattr__ made as closures and the
+    generated __init__'s text compiled through the cache (``compiled``): dataclasses' own ``exec`` and, on 3.10-3.12,
+    its ``_frozen_get_del_attr`` swapped while it makes the class, and put back."""
+    hooks = {"exec": _exec, **({"_frozen_get_del_attr": _frozen_get_del_attr} if kwargs["frozen"] and _FROZEN_HOOK
+                               else {})}
+    module = vars(dataclasses)
+    saved = {name: module.get(name, _UNSET) for name in hooks}
+    module.update(hooks)
     try:
         return dataclasses.dataclass(cls, **kwargs)
     finally:
-        dataclasses._frozen_get_del_attr = compiled  # type: ignore[attr-defined]
+        for name, value in saved.items():
+            if value is _UNSET:
+                del module[name]
+            else:
+                module[name] = value
 
 
 def record(cls: type | None = None, /, *, init: bool = True, repr: bool = True, eq: bool = True, order: bool = False,

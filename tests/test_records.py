@@ -2,8 +2,10 @@
 
 import ast
 import dataclasses
+import inspect
 import math
 import re
+import sys
 from dataclasses import InitVar, field
 from pathlib import Path
 
@@ -175,3 +177,44 @@ def test_what_records_do_not_handle_goes_to_dataclasses(kwargs):
     assert made.__dataclass_params__.__repr__() == reference.__dataclass_params__.__repr__()
     assert (hasattr(made, "__slots__"), made.__hash__ is None) == (hasattr(reference, "__slots__"),
                                                                    reference.__hash__ is None)
+
+
+def _init_of(cls):
+    init = cls.__init__
+    code = init.__code__
+    return (code.co_code, code.co_consts, code.co_names, code.co_varnames, code.co_freevars, code.co_filename,
+            code.co_qualname, init.__qualname__, init.__defaults__, init.__kwdefaults__, repr(init.__annotations__),
+            str(inspect.signature(init)))
+
+
+def test_init_is_dataclasses_own_from_the_cache_or_not(tmp_path, monkeypatch):
+    """The generated __init__ is dataclasses' to the byte: compiled (cold cache) and read back (warm), its defaults,
+    annotations and signature too; a corrupt cache file is compiled over and rewritten."""
+    from llmcalc import records
+
+    monkeypatch.setenv("LLMCALC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    reference = [_init_of(c) for c in _classes(dataclasses.dataclass)]
+    assert [_init_of(c) for c in _classes(record)] == reference  # cold: compiled and written
+    files = sorted((tmp_path / "records").iterdir())
+    assert files
+    compiles = []
+    monkeypatch.setattr(records, "compile", lambda *a, **k: compiles.append(a) or compile(*a, **k), raising=False)
+    assert [_init_of(c) for c in _classes(record)] == reference and not compiles  # warm: read back, none compiled
+    for path in files:
+        path.write_bytes(b"not marshal")
+    assert [_init_of(c) for c in _classes(record)] == reference and compiles
+    assert all(path.read_bytes() != b"not marshal" for path in files)
+    assert _behaviour(_classes(record)) == _behaviour(_classes(dataclasses.dataclass))
+
+
+def test_an_unwritable_or_switched_off_cache_is_only_not_written(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("LLMCALC_CACHE_DIR", str(blocker / "below"))  # a folder that cannot be made
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    assert [_init_of(c) for c in _classes(record)] == [_init_of(c) for c in _classes(dataclasses.dataclass)]
+    monkeypatch.setenv("LLMCALC_CACHE_DIR", str(tmp_path / "off"))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # PYTHONDONTWRITEBYTECODE: as for bytecode
+    _classes(record)
+    assert not (tmp_path / "off").exists()
