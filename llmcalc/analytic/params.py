@@ -212,6 +212,8 @@ def _stack(spec: ModelSpec, stack: str, n_layers: int) -> dict[str, int]:
     norms = spec.norms_per_layer + (1 if cross else 0)  # a decoder block adds a cross-attention norm
     if spec.is_hybrid:  # layer by layer: mixers (attention, Mamba), an optional FFN, a pre-norm per part
         uses = 0  # Zamba2 shared-block uses so far
+        # a state-space mixer's and an FFN's parts read no layer index: made once per kind, added at each layer
+        per_kind: dict[str, dict[str, int]] = {}
         for i in range(n_layers):
             mixers, ffn = spec.layer_parts(i)
             for kind in mixers:
@@ -219,9 +221,16 @@ def _stack(spec: ModelSpec, stack: str, n_layers: int) -> dict[str, int]:
                     _add(out, _shared_block(spec, uses))
                     uses += 1
                     continue
-                _add(out, _attention(spec, "attention", layer=i) if kind == "attention" else mixer_params(spec, kind))
+                if kind == "attention":
+                    _add(out, _attention(spec, "attention", layer=i))
+                    continue
+                if kind not in per_kind:
+                    per_kind[kind] = mixer_params(spec, kind)
+                _add(out, per_kind[kind])
             if ffn is not None:
-                _add(out, _moe(spec, "moe") if ffn == "moe" else _ffn(spec, spec.d_ff, "mlp"))
+                if ffn not in per_kind:
+                    per_kind[ffn] = _moe(spec, "moe") if ffn == "moe" else _ffn(spec, spec.d_ff, "mlp")
+                _add(out, per_kind[ffn])
             _add(out, {"norm/layers": spec.norms_in_layer(i) * _norm(spec, spec.d_model)})
         out["norm/final"] = _norm(spec, spec.d_model)
         return out
