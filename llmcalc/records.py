@@ -195,9 +195,52 @@ def record(cls: type | None = None, /, *, init: bool = True, repr: bool = True, 
     return wrap if cls is None else wrap(cls)
 
 
+_Plan = tuple[dict[str, Any], frozenset[str], tuple[tuple[str, Any], ...]]
+_PLANS: dict[type, _Plan | None] = {}
+
+
+def _plan(cls: Any) -> _Plan | None:
+    """(each stored field's name -> default, in field order; the required names; each InitVar's name and default) of
+    a record whose __init__ is the generated one and only stores its arguments; None for any other class."""
+    if cls not in _PLANS:
+        fields = list(getattr(cls, "__dataclass_fields__", {}).values())
+        init = vars(cls).get("__init__")
+        generated = getattr(getattr(init, "__code__", None), "co_filename", None) == "<string>"
+        plain = generated and cls.__new__ is object.__new__ and all(
+            f.init and f.default_factory is dataclasses.MISSING for f in fields)
+        stored = [f for f in fields if f._field_type is dataclasses._FIELD]  # type: ignore[attr-defined]
+        initvars = [f for f in fields if f._field_type is dataclasses._FIELD_INITVAR]  # type: ignore[attr-defined]
+        _PLANS[cls] = (({f.name: f.default for f in stored},
+                        frozenset(f.name for f in stored + initvars if f.default is dataclasses.MISSING),
+                        tuple((f.name, f.default) for f in initvars)) if plain else None)
+    return _PLANS[cls]
+
+
+def construct(cls: Any, values: dict[str, Any], **initvars: Any) -> Any:
+    """``cls(**values, **initvars)``, the same instance made without running the generated ``__init__``'s one call per
+    field (the spec's two records have ~95): each field's value as given, else its default, stored in field order, then
+    ``__post_init__`` with the InitVars (given, else their defaults), as that __init__ does. A class that is not such a
+    record (its own __init__ or __new__, a default factory, an init=False field), and arguments that are not exactly
+    its fields and InitVars with every required one given, go to ``cls(...)`` itself (which raises as it does)."""
+    plan = _plan(cls)
+    if plan is None:
+        return cls(**values, **initvars)
+    stored, required, initvar_fields = plan
+    if not (values.keys() <= stored.keys() and initvars.keys() <= {name for name, _ in initvar_fields}
+            and required <= values.keys() | initvars.keys()):
+        return cls(**values, **initvars)
+    made = object.__new__(cls)
+    state = made.__dict__
+    state.update(stored)  # every field, in field order (a required one's MISSING is given just below)
+    state.update(values)
+    if hasattr(cls, "__post_init__"):
+        made.__post_init__(*(initvars.get(name, default) for name, default in initvar_fields))
+    return made
+
+
 if TYPE_CHECKING:
     from dataclasses import dataclass
 else:
     dataclass = record
 
-__all__ = ["dataclass", "record"]
+__all__ = ["construct", "dataclass", "record"]

@@ -218,3 +218,31 @@ def test_an_unwritable_or_switched_off_cache_is_only_not_written(tmp_path, monke
     monkeypatch.setattr(sys, "dont_write_bytecode", True)  # PYTHONDONTWRITEBYTECODE: as for bytecode
     _classes(record)
     assert not (tmp_path / "off").exists()
+
+
+def test_construct_makes_what_the_class_makes():
+    """records.construct(cls, values, **initvars) is cls(**values, **initvars): the same fields in the same order, the
+    same __post_init__, and the same TypeError for what is not a field or leaves a required one out."""
+    from llmcalc.records import construct
+
+    Point, Point3, Box, OwnEq, OwnHashRepr, KwOnly, One, Empty, NoEq, NoRepr = _classes(record)
+
+    class Custom(NoEq):
+        def __init__(self, a=5):
+            self.a = a * 2
+
+    cases = [(Point, {"x": 1}, {}), (Point, {"x": 1, "tag": "t", "y": 3.0}, {}), (Point3, {"z": 2, "x": 1}, {}),
+             (KwOnly, {"a": 1}, {}), (KwOnly, {"a": 1, "b": 3}, {"scale": 5}), (KwOnly, {"b": 3}, {"scale": 5}),
+             (Box, {"name": "b"}, {}), (One, {"a": 1.0}, {}), (Empty, {}, {}), (NoEq, {}, {}), (Custom, {"a": 1}, {}),
+             (Point, {}, {}), (Point, {"x": 1, "nope": 2}, {}), (KwOnly, {"a": 1}, {"nope": 1}), (One, {}, {"a": 1})]
+    for cls, values, initvars in cases:
+        made = _outcome(lambda cls=cls, values=values, initvars=initvars: construct(cls, dict(values), **initvars))
+        reference = _outcome(lambda cls=cls, values=values, initvars=initvars: cls(**values, **initvars))
+        assert made[0] == reference[0], (cls, values)
+        if made[0] == "ok":
+            assert type(made[1]) is cls and list(vars(made[1]).items()) == list(vars(reference[1]).items())
+            assert repr(made[1]) == repr(reference[1]) and made[1] == reference[1] or cls is NoEq or cls is Custom
+        else:
+            assert made[1].replace("construct", "") == reference[1].replace("construct", ""), (made, reference)
+    assert construct(KwOnly, {"a": 1}, scale=9).seen == [9]  # __post_init__ ran, with the InitVar
+    assert construct(Box, {}).things == [] and construct(Box, {}).things is not construct(Box, {}).things

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..records import construct
 from .checks import check_types, positive, validate
 from .draft import REQUIRED, SpecDraft, SpecError
 from .model import MLA, MLA_FIELDS, ZERO_IS_NONE, ModelSpec
@@ -103,7 +104,7 @@ def resolve(draft: SpecDraft) -> ModelSpec:
         values["mla"] = MLA(kv_lora_rank=filled.kv_lora_rank, qk_rope_head_dim=positive(filled, "qk_rope_head_dim"),
                             qk_nope_head_dim=positive(filled, "qk_nope_head_dim"),
                             v_head_dim=positive(filled, "v_head_dim"), q_lora_rank=filled.q_lora_rank or 0)
-    return ModelSpec(**values, _checked=round_trips(filled))
+    return construct(ModelSpec, values, _checked=round_trips(filled))  # ModelSpec(**values, _checked=...)
 
 
 def round_trips(filled: SpecDraft) -> bool:
