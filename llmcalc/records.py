@@ -10,7 +10,9 @@ frozen class's ``__setattr__`` and ``__delattr__`` (on CPython 3.10-3.12, whose 
 3.13 compiles all methods in one go and is left alone). The ``__init__`` text is compiled once per machine: its
 code object is kept in ``$LLMCALC_CACHE_DIR/records`` (default ``~/.cache/llmcalc/records``) and read back by later
 processes, as Python keeps a module's bytecode in __pycache__ (``compiled``; the spec's two ~95-argument
-``__init__``s were some 10 % of a command's instructions).
+``__init__``s were some 10 % of a command's instructions). ``construct(cls, values)`` makes what ``cls(**values)``
+makes without running that __init__ (the field values stored in field order, then ``__post_init__``): the spec's
+two records are built so, a preset at a time.
 
 Why it is exact: each closure computes what the generated method does, from the same fields, in the same cases:
 ``__eq__`` compares the tuples of the compared fields (``f.compare``) when both operands are of the very same class
