@@ -9,15 +9,18 @@ wall time does) is reported as the median of `--runs` calls, twice over:
 - with bytecode: llmcalc's modules compiled first (what an installed package has);
 - without bytecode: llmcalc's __pycache__ folders removed and PYTHONDONTWRITEBYTECODE=1 (-B), so every
   one of its modules is compiled from source in every call (a source checkout with bytecode writes
-  turned off; the standard library and the dependencies keep their own bytecode).
+  turned off; the standard library and the dependencies keep their own bytecode), and so is every record's
+  __init__ (LLMCALC_CACHE_DIR an empty folder: llmcalc.records keeps them there as bytecode is kept).
 
 Targets (bytecode present): `params llama-3-8b` <= 0.10 s, every other analytic command <= 0.12 s.
 `layout` is shown but not held to them: its search is work, not start-up. The floor rows come first: the
 interpreter alone (`python -c pass`), `import click`, and `import llmcalc.cli` (the group, before any command's
 module); a command's figure less the last of them is what the command itself imports and does.
 
---baseline DIR runs the same calls against another checkout (e.g. `git archive main | tar -x -C DIR`)
-through PYTHONPATH, interleaved call by call with this one, so that both see the same load.
+"This" is the checkout the script lives in (its root goes first on the children's PYTHONPATH, so an editable
+install of another checkout is not what is timed). --baseline DIR runs the same calls against another checkout
+(e.g. `git archive main | tar -x -C DIR`) through PYTHONPATH, interleaved call by call with this one, so that
+both see the same load.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+THIS = str(Path(__file__).resolve().parents[1])  # this checkout's root
 PARAMS_TARGET = 0.10
 TARGET = 0.12
 COMMANDS: list[tuple[list[str], float | None]] = [
@@ -94,7 +98,8 @@ def environments(baseline: str | None, bytecode: bool) -> dict[str, dict[str, st
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")}
     if not bytecode:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
-    envs = {"this": env}
+        env["LLMCALC_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-cli-")  # empty, and not written to
+    envs = {"this": {**env, "PYTHONPATH": THIS}}
     if baseline:
         envs["baseline"] = {**env, "PYTHONPATH": baseline}
     return envs

@@ -370,3 +370,21 @@ def test_an_option_given_twice_is_refused():
     assert run("train", "llama-3-8b", "--tokens", "1T", "--gpu", "h100-sxm", "--mfu", "0.4", "--causal",
                "--causal").exit_code == 0
     assert run("memory", "llama-3-8b", "--micro-batch", "2").exit_code == 0
+
+
+def test_a_config_is_read_whole_whatever_its_stat_size_says(tmp_path, monkeypatch):
+    """read_json reads what os.stat says plus one byte, then the rest of a file that grew (or says 0, as /proc files
+    do) up to the limit: the same text, and the same refusal past MAX_CONFIG_BYTES, as one read of the limit."""
+    from llmcalc.spec import presets
+
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "llama", "hidden_size": 64}')
+    real_stat = os.stat
+    for size in (0, 5, path.stat().st_size):
+        monkeypatch.setattr(presets.os, "stat", lambda p, size=size: os.stat_result((*real_stat(p)[:6], size,
+                                                                                      *real_stat(p)[7:])))
+        assert presets.read_json(path) == {"model_type": "llama", "hidden_size": 64}
+    monkeypatch.setattr(presets, "MAX_CONFIG_BYTES", 10)
+    monkeypatch.setattr(presets.os, "stat", lambda p: os.stat_result((*real_stat(p)[:6], 0, *real_stat(p)[7:])))
+    with pytest.raises(presets.PresetError, match="is over 10 bytes"):
+        presets.read_json(path)

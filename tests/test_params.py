@@ -134,3 +134,22 @@ def test_encoder_decoder_2017_transformer():
     assert "head/lm_head" not in count.components
     assert round(count.total / 1e6, 1) == 63.1
     assert count.components["decoder.cross_attention/q_proj"] == 6 * 512 * 512
+
+
+def test_layer_shapes_are_what_the_per_layer_methods_say():
+    """params._layer_shapes asks a per-layer method only where the spec varies by layer (issue 24); every answer is the
+    method's, for every non-hybrid preset's stacks."""
+    from llmcalc.analytic.params import _layer_shapes
+    from llmcalc.spec import load_model, model_names
+
+    varied = set()
+    for name in model_names():
+        spec = load_model(name)
+        if spec.is_hybrid:
+            continue
+        for n in {spec.n_layers, spec.n_decoder_layers} - {0}:
+            shapes = [(spec.is_moe_layer(i), spec.attention_span(i), spec.kv_shared(i), spec.has_indexer(i),
+                       spec.compression(i)) for i in range(n)]
+            assert _layer_shapes(spec, n) == shapes, name
+            varied |= {k for k in range(5) if len({s[k] for s in shapes}) > 1}
+    assert varied == {0, 1, 2, 3, 4}  # the presets vary every part somewhere

@@ -2,8 +2,10 @@
 
 import ast
 import dataclasses
+import inspect
 import math
 import re
+import sys
 from dataclasses import InitVar, field
 from pathlib import Path
 
@@ -114,6 +116,13 @@ def _behaviour(classes):
     out.append(("recursive", repr(box).replace(type(box).__qualname__, "Box")))
     out.append(("kw", classes[5](a=1, scale=4).seen, _outcome(lambda: classes[5](1))))
     out.append(("frozen", _outcome(lambda: setattr(instances[0], "x", 2))))
+    out.append(("frozen", _outcome(lambda: setattr(instances[0], "other", 2)),
+                _outcome(lambda: delattr(instances[0], "x"))))
+    plain = type("Plain", (classes[0],), {})(1)  # a subclass that is no dataclass: its own attributes may be set
+    out.append(("subclass", _outcome(lambda: setattr(plain, "other", 2)), _outcome(lambda: delattr(plain, "other")),
+                _outcome(lambda: setattr(plain, "x", 2)), _outcome(lambda: delattr(plain, "y")), vars(plain)))
+    out.append(("methods", [(c.__setattr__.__name__, c.__setattr__.__qualname__.split(".<locals>.")[-1],
+                             c.__delattr__.__qualname__.split(".<locals>.")[-1]) for c in classes]))
     out.append(("fields", [[(f.name, f.compare, f.hash, f.repr) for f in dataclasses.fields(c)] for c in classes]))
     out.append(("replace", repr(dataclasses.replace(instances[1], y=5.0)).replace("_classes.<locals>.", "")))
     out.append(("asdict", dataclasses.asdict(instances[6])))
@@ -168,3 +177,72 @@ def test_what_records_do_not_handle_goes_to_dataclasses(kwargs):
     assert made.__dataclass_params__.__repr__() == reference.__dataclass_params__.__repr__()
     assert (hasattr(made, "__slots__"), made.__hash__ is None) == (hasattr(reference, "__slots__"),
                                                                    reference.__hash__ is None)
+
+
+def _init_of(cls):
+    init = cls.__init__
+    code = init.__code__
+    return (code.co_code, code.co_consts, code.co_names, code.co_varnames, code.co_freevars, code.co_filename,
+            code.co_qualname, init.__qualname__, init.__defaults__, init.__kwdefaults__, repr(init.__annotations__),
+            str(inspect.signature(init)))
+
+
+def test_init_is_dataclasses_own_from_the_cache_or_not(tmp_path, monkeypatch):
+    """The generated __init__ is dataclasses' to the byte: compiled (cold cache) and read back (warm), its defaults,
+    annotations and signature too; a corrupt cache file is compiled over and rewritten."""
+    from llmcalc import records
+
+    monkeypatch.setenv("LLMCALC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    reference = [_init_of(c) for c in _classes(dataclasses.dataclass)]
+    assert [_init_of(c) for c in _classes(record)] == reference  # cold: compiled and written
+    files = sorted((tmp_path / "records").iterdir())
+    assert files
+    compiles = []
+    monkeypatch.setattr(records, "compile", lambda *a, **k: compiles.append(a) or compile(*a, **k), raising=False)
+    assert [_init_of(c) for c in _classes(record)] == reference and not compiles  # warm: read back, none compiled
+    for path in files:
+        path.write_bytes(b"not marshal")
+    assert [_init_of(c) for c in _classes(record)] == reference and compiles
+    assert all(path.read_bytes() != b"not marshal" for path in files)
+    assert _behaviour(_classes(record)) == _behaviour(_classes(dataclasses.dataclass))
+
+
+def test_an_unwritable_or_switched_off_cache_is_only_not_written(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("LLMCALC_CACHE_DIR", str(blocker / "below"))  # a folder that cannot be made
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    assert [_init_of(c) for c in _classes(record)] == [_init_of(c) for c in _classes(dataclasses.dataclass)]
+    monkeypatch.setenv("LLMCALC_CACHE_DIR", str(tmp_path / "off"))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # PYTHONDONTWRITEBYTECODE: as for bytecode
+    _classes(record)
+    assert not (tmp_path / "off").exists()
+
+
+def test_construct_makes_what_the_class_makes():
+    """records.construct(cls, values, **initvars) is cls(**values, **initvars): the same fields in the same order, the
+    same __post_init__, and the same TypeError for what is not a field or leaves a required one out."""
+    from llmcalc.records import construct
+
+    Point, Point3, Box, OwnEq, OwnHashRepr, KwOnly, One, Empty, NoEq, NoRepr = _classes(record)
+
+    class Custom(NoEq):
+        def __init__(self, a=5):
+            self.a = a * 2
+
+    cases = [(Point, {"x": 1}, {}), (Point, {"x": 1, "tag": "t", "y": 3.0}, {}), (Point3, {"z": 2, "x": 1}, {}),
+             (KwOnly, {"a": 1}, {}), (KwOnly, {"a": 1, "b": 3}, {"scale": 5}), (KwOnly, {"b": 3}, {"scale": 5}),
+             (Box, {"name": "b"}, {}), (One, {"a": 1.0}, {}), (Empty, {}, {}), (NoEq, {}, {}), (Custom, {"a": 1}, {}),
+             (Point, {}, {}), (Point, {"x": 1, "nope": 2}, {}), (KwOnly, {"a": 1}, {"nope": 1}), (One, {}, {"a": 1})]
+    for cls, values, initvars in cases:
+        made = _outcome(lambda cls=cls, values=values, initvars=initvars: construct(cls, dict(values), **initvars))
+        reference = _outcome(lambda cls=cls, values=values, initvars=initvars: cls(**values, **initvars))
+        assert made[0] == reference[0], (cls, values)
+        if made[0] == "ok":
+            assert type(made[1]) is cls and list(vars(made[1]).items()) == list(vars(reference[1]).items())
+            assert repr(made[1]) == repr(reference[1]) and made[1] == reference[1] or cls is NoEq or cls is Custom
+        else:
+            assert made[1].replace("construct", "") == reference[1].replace("construct", ""), (made, reference)
+    assert construct(KwOnly, {"a": 1}, scale=9).seen == [9]  # __post_init__ ran, with the InitVar
+    assert construct(Box, {}).things == [] and construct(Box, {}).things is not construct(Box, {}).things

@@ -168,3 +168,27 @@ def test_presets_resolve_with_one_check_where_their_draft_round_trips():
         assert round_trips(filled) == (_all_values(resolve(filled).to_draft()) == _all_values(filled)), name
         skipped += [name] if round_trips(filled) else []
     assert "llama-3-8b" in skipped and "deepseek-v3" in skipped and len(skipped) > len(model_names()) // 2
+
+
+def test_derive_copies_the_draft_as_dataclasses_replace_would():
+    """resolve's derive copies a draft's values (issue 24: not SpecDraft's __init__ again); the copy is what
+    dataclasses.replace makes, field for field and in order, for every model preset, and the original is untouched."""
+    import sys
+
+    from llmcalc.spec import model_config, model_names
+    from llmcalc.spec.hf import draft_from_hf
+
+    module = sys.modules["llmcalc.spec.resolve"]
+    assert module._PLAIN_DRAFT
+    seen = 0
+    for name in model_names():
+        draft = draft_from_hf(model_config(name), name)
+        before = dict(vars(draft))
+        changes = {"n_kv_heads": 3, "notes": ("x",)} if draft.n_kv_heads is None else {"d_head": 7}
+        made, reference = module._replace(draft, changes), dataclasses.replace(draft, **changes)
+        assert type(made) is SpecDraft and list(vars(made).items()) == list(vars(reference).items())
+        assert made == reference and hash(made) == hash(reference) and repr(made) == repr(reference)
+        assert vars(draft) == before
+        filled = module.derive(draft)
+        seen += filled != draft
+    assert seen  # derive fills something in for some preset

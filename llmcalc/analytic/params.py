@@ -11,6 +11,8 @@ table (stored as a parameter with requires_grad=False) are not counted.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import Any
 
 from ..records import dataclass
 from ..spec import ModelSpec
@@ -186,6 +188,23 @@ def _add(total: dict[str, int], parts: dict[str, int], times: int = 1) -> None:
         total[key] = total.get(key, 0) + value * times
 
 
+def _layer_shapes(spec: ModelSpec, n_layers: int) -> list[tuple[bool, str, bool, bool, str]]:
+    """Each layer's (MoE, attention span, KV-shared, own indexer, compression), as ModelSpec's per-layer methods give
+    them (is_moe_layer, attention_span, kv_shared, has_indexer, compression); a part the spec does not vary by layer
+    (no experts nor layer_types, no attention_spans, no KV-shared layers, no indexer, no kv_compress: most models) is
+    the one answer its method gives for every layer then, not asked layer by layer."""
+    layers = range(n_layers)
+
+    def each(varies: bool, of_layer: Callable[[int], Any], always: Any) -> list:
+        return [of_layer(i) for i in layers] if varies else [always] * n_layers
+
+    return list(zip(each(spec.n_experts > 0 or spec.layer_types is not None, spec.is_moe_layer, False),
+                    each(spec.attention_spans is not None, spec.attention_span, "full"),
+                    each(bool(spec.kv_shared_layers), spec.kv_shared, False),
+                    each(bool(spec.index_n_heads), spec.has_indexer, False),
+                    each(spec.kv_compress is not None, spec.compression, "none"), strict=True))
+
+
 def _stack(spec: ModelSpec, stack: str, n_layers: int) -> dict[str, int]:
     """Parameters of one stack of blocks. `stack`: '' (decoder-only/encoder), 'encoder.', 'decoder.'."""
     out: dict[str, int] = {}
@@ -193,6 +212,8 @@ def _stack(spec: ModelSpec, stack: str, n_layers: int) -> dict[str, int]:
     norms = spec.norms_per_layer + (1 if cross else 0)  # a decoder block adds a cross-attention norm
     if spec.is_hybrid:  # layer by layer: mixers (attention, Mamba), an optional FFN, a pre-norm per part
         uses = 0  # Zamba2 shared-block uses so far
+        # a state-space mixer's and an FFN's parts read no layer index: made once per kind, added at each layer
+        per_kind: dict[str, dict[str, int]] = {}
         for i in range(n_layers):
             mixers, ffn = spec.layer_parts(i)
             for kind in mixers:
@@ -200,9 +221,16 @@ def _stack(spec: ModelSpec, stack: str, n_layers: int) -> dict[str, int]:
                     _add(out, _shared_block(spec, uses))
                     uses += 1
                     continue
-                _add(out, _attention(spec, "attention", layer=i) if kind == "attention" else mixer_params(spec, kind))
+                if kind == "attention":
+                    _add(out, _attention(spec, "attention", layer=i))
+                    continue
+                if kind not in per_kind:
+                    per_kind[kind] = mixer_params(spec, kind)
+                _add(out, per_kind[kind])
             if ffn is not None:
-                _add(out, _moe(spec, "moe") if ffn == "moe" else _ffn(spec, spec.d_ff, "mlp"))
+                if ffn not in per_kind:
+                    per_kind[ffn] = _moe(spec, "moe") if ffn == "moe" else _ffn(spec, spec.d_ff, "mlp")
+                _add(out, per_kind[ffn])
             _add(out, {"norm/layers": spec.norms_in_layer(i) * _norm(spec, spec.d_model)})
         out["norm/final"] = _norm(spec, spec.d_model)
         return out
@@ -212,9 +240,8 @@ def _stack(spec: ModelSpec, stack: str, n_layers: int) -> dict[str, int]:
     cross_attention = _attention(spec, f"{stack}cross_attention", cross=True) if cross else {}
     blocks: dict[tuple[bool, str, bool, bool, str], tuple[dict[str, int], dict[str, int]]] = {}
     counts: dict[tuple[bool, str, bool, bool, str], int] = {}  # blocks of each kind, in order of first appearance
-    for i in range(n_layers):
-        moe = spec.is_moe_layer(i)
-        shape = (moe, spec.attention_span(i), spec.kv_shared(i), spec.has_indexer(i), spec.compression(i))
+    for i, shape in enumerate(_layer_shapes(spec, n_layers)):
+        moe = shape[0]
         counts[shape] = counts.get(shape, 0) + 1
         if shape not in blocks:
             rest: dict[str, int] = {}

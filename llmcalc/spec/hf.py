@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
+from ..records import construct
 from .draft import SpecDraft, SpecError
 from .hf_2026 import RECENT_FAMILIES
 from .hf_family import Family, attention_bias, deepseek_mla, mlp_kind
@@ -1001,7 +1002,7 @@ def draft_from_hf(hf: dict, name: str = "custom") -> SpecDraft:  # long: HF key 
     n_mtp = merged.get("num_nextn_predict_layers", merged.get("mtp_num_hidden_layers"))
     if isinstance(n_mtp, int) and not isinstance(n_mtp, bool) and n_mtp > 0:
         kw["n_mtp_layers"] = n_mtp
-    return SpecDraft(**kw)
+    return construct(SpecDraft, kw)  # SpecDraft(**kw), without its 97-argument __init__
 
 
 def _sparse_attention_notes(kw: dict) -> tuple[str, ...]:

@@ -32,7 +32,7 @@ import dataclasses
 from dataclasses import InitVar, field
 from typing import Any
 
-from ..records import dataclass
+from ..records import construct, dataclass
 from .checks import check
 from .draft import GATED_MLPS, SpecDraft, SpecError, is_moe_layer, parse_layer
 
@@ -184,7 +184,7 @@ class ModelSpec:
             "q_lora_rank": mla.q_lora_rank or None, "kv_lora_rank": mla.kv_lora_rank,
             "qk_rope_head_dim": mla.qk_rope_head_dim, "qk_nope_head_dim": mla.qk_nope_head_dim,
             "v_head_dim": mla.v_head_dim})
-        return SpecDraft(**values)
+        return construct(SpecDraft, values)  # SpecDraft(**values)
 
     def with_layers(self, n_layers: int, **changes: Any) -> ModelSpec:
         """The same model with `n_layers` layers in its (first) stack: the per-layer descriptions (layer_types,

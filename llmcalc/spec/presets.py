@@ -95,7 +95,11 @@ def read_json(path: Path) -> dict:
             raise PresetError(f"{_shown(str(path))} is {info.st_size:,} bytes; a config.json is at most "
                               f"{MAX_CONFIG_BYTES:,}")
         with open(path, "rb") as handle:
-            raw = handle.read(MAX_CONFIG_BYTES + 1)
+            # what the size says, and one byte more to see a file that grew since: read(MAX + 1) at once would
+            # allocate 16 MiB for every few-KiB preset (`presets` reads ~110 of them)
+            raw = handle.read(min(info.st_size, MAX_CONFIG_BYTES) + 1)
+            if len(raw) > info.st_size:  # it grew (or says 0, as /proc files do): the rest, up to MAX + 1 in all
+                raw += handle.read(MAX_CONFIG_BYTES + 1 - len(raw))
     except FileNotFoundError:
         raise PresetError(f"no such file: {_shown(str(path))}") from None
     except OSError as exc:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..records import construct
 from .checks import check_types, positive, validate
 from .draft import REQUIRED, SpecDraft, SpecError
 from .model import MLA, MLA_FIELDS, ZERO_IS_NONE, ModelSpec
@@ -64,7 +65,27 @@ def derive(draft: SpecDraft) -> SpecDraft:
         derived["d_ff_kv_shared"] = spec.d_ff
     if spec.per_layer_embed_dim and spec.per_layer_embed_vocab is None:
         derived["per_layer_embed_vocab"] = spec.vocab_size
-    return dataclasses.replace(draft, **derived)
+    return _replace(draft, derived)
+
+
+def _replace(draft: SpecDraft, changes: dict[str, Any]) -> SpecDraft:
+    """``dataclasses.replace(draft, **changes)`` without running SpecDraft's 97-argument ``__init__`` again: a SpecDraft
+    is nothing but its fields' values (no ``__post_init__``, InitVar, factory or init=False field; checked here, else
+    dataclasses.replace), so the copy is the same values in the same order with `changes` in (one per field name)."""
+    if _PLAIN_DRAFT and type(draft) is SpecDraft:
+        made = object.__new__(SpecDraft)
+        made.__dict__.update(draft.__dict__)
+        made.__dict__.update(changes)
+        return made
+    return dataclasses.replace(draft, **changes)
+
+
+# SpecDraft's fields are exactly what its __init__ stores: the shortcut of _replace is dataclasses.replace
+_PLAIN_DRAFT = not hasattr(SpecDraft, "__post_init__") and all(
+    f.init and f.default_factory is dataclasses.MISSING and f._field_type is dataclasses._FIELD  # type: ignore[attr-defined]
+    for f in SpecDraft.__dataclass_fields__.values())
+# the draft's fields that the ModelSpec keeps as they are (the MLA ones become its MLA record), in field order
+_KEPT = tuple(f.name for f in dataclasses.fields(SpecDraft) if f.name not in MLA_FIELDS)
 
 
 def resolve(draft: SpecDraft) -> ModelSpec:
@@ -73,8 +94,7 @@ def resolve(draft: SpecDraft) -> ModelSpec:
     positive(draft, "n_heads")  # before d_model // n_heads
     filled = derive(draft)
     validate(filled)
-    values: dict[str, Any] = {f.name: getattr(filled, f.name) for f in dataclasses.fields(filled)
-                              if f.name not in MLA_FIELDS}
+    values: dict[str, Any] = {name: getattr(filled, name) for name in _KEPT}
     for name in ZERO_IS_NONE:
         if values[name] is None:
             values[name] = 0
@@ -84,7 +104,7 @@ def resolve(draft: SpecDraft) -> ModelSpec:
         values["mla"] = MLA(kv_lora_rank=filled.kv_lora_rank, qk_rope_head_dim=positive(filled, "qk_rope_head_dim"),
                             qk_nope_head_dim=positive(filled, "qk_nope_head_dim"),
                             v_head_dim=positive(filled, "v_head_dim"), q_lora_rank=filled.q_lora_rank or 0)
-    return ModelSpec(**values, _checked=round_trips(filled))
+    return construct(ModelSpec, values, _checked=round_trips(filled))  # ModelSpec(**values, _checked=...)
 
 
 def round_trips(filled: SpecDraft) -> bool:
