@@ -657,14 +657,16 @@ def _layer_cost_uncached(ctx: _Ctx, i: int, rec: frozenset[str]) -> StageTimes: 
     # the terms before the MoE block read no expert setting: once per dense key for all the expert meshes (the same
     # floats, summed on in the same order below)
     redone = ("mla_up_proj" in rec, "mlp" in rec)  # all the prefix reads of `rec`
-    prefix = _cached_in(ctx.dense_cache, ("prefix", _layer_kind(spec, i), redone),
-                        lambda: _layer_prefix(ctx, i, rec))
+    layer_kind = _layer_kind(spec, i)
+    prefix = _cached_in(ctx.dense_cache, ("prefix", layer_kind, redone), lambda: _layer_prefix(ctx, i, rec))
     fwd, dgrad, wgrad, redo, moe_parts, elem_fwd, attn_f, attn_b, cp_f, cp_b = prefix
     t = StageTimes()
     # MoE
     ep_fwd = ep_bwd = 0.0
     if moe:
-        m = _moe_cost(ctx, moe_parts, rec)
+        # once per kind and what of `rec` it reads: the same for no and full recomputation
+        m = _cached_in(ctx.cache, ("moe", layer_kind, "moe" in rec, "moe_act" in rec, "shared_experts" in rec),
+                       lambda: _moe_cost(ctx, moe_parts, rec))
         fwd, dgrad, wgrad = fwd + m["fwd"], dgrad + m["dgrad"], wgrad + m["wgrad"]
         elem_fwd += m["elem"]
         ep_fwd, ep_bwd = m["ep_fwd"], m["ep_bwd"]
@@ -1411,10 +1413,21 @@ def _layer_cache(spec: ModelSpec, dev: Device, lay: Layout, seq: int, rec: Recip
     dense = (_token(spec), dev.accelerator.key, dev.mamf, dev.mamf_fp8, dev.sm_count, dev.arch, dev.fp4_peak,
              _token(dev.network), seq, rec.name, rec.act_bytes, attention, dropout, KERNEL_EFFICIENCY, lay.tp, lay.cp,
              lay.micro_batch, lay.sequence_parallel, lay.tp_overlap, lay.cp_comm, lay.cp_a2a_size, lay.attention_kernel,
-             lay.fp8_attention, lay.fused_elementwise, lay.recompute_modules, lay.strides()["cp"])
-    experts = (lay.ep, lay.expert_tp, lay.ep_overlap, lay.ep_dispatcher, lay.moe_imbalance,
-               lay.expert_strides()["ep"])
+             lay.fp8_attention, lay.fused_elementwise, lay.recompute_modules, _stride(lay, "cp"))
+    experts = (lay.ep, lay.expert_tp, lay.ep_overlap, lay.ep_dispatcher, lay.moe_imbalance, _stride(lay, "ep", True))
     return _cached("layers", dense + experts, dict), _cached("layers", dense, dict)
+
+
+def _stride(lay: Layout, dim: str, experts: bool = False) -> int:
+    """lay.strides()[dim] (lay.expert_strides()[dim] with `experts`), read from _strides' cache without building
+    the sizes or copying the strides where they are cached (its key: the order, then the sizes in tp, cp, ep, dp, pp
+    order)."""
+    key = (lay.order, lay.expert_tp, 1, lay.ep, lay.expert_dp, lay.pp) if experts else \
+        (lay.order, lay.tp, lay.cp, 1, lay.dp, lay.pp)
+    out = _STRIDES.get(key)
+    if out is None:
+        return (lay.expert_strides() if experts else lay.strides())[dim]
+    return out[dim]
 
 
 def _step_flops(spec: ModelSpec, batch: int, seq: int, causal: bool, recompute: str) -> tuple[float, float]:
@@ -2146,12 +2159,9 @@ def _rank_floor(ctx: _Ctx) -> float:
     m = lay.grad_accum
     floor = 0.0
     for before, mine in ranks:
-        busy = own = 0.0
-        for k, n in mine:
-            p, w = passes[k]
-            busy += n * p
-            own += n * w
-        floor = max(floor, sum([passes[k][0] * n for k, n in before]) + m * busy, m * (busy + own))
+        busy = sum([passes[k][0] * n for k, n in mine])
+        own = busy + sum([passes[k][1] * n for k, n in mine]) if zb else busy
+        floor = max(floor, sum([passes[k][0] * n for k, n in before]) + m * busy, m * own)
     return floor * (1 - 2 * FLOOR_MARGIN)
 
 
@@ -2177,9 +2187,8 @@ def _rank_pieces(spec: ModelSpec, n_stages: int, lay: Layout, v: int) -> tuple:
     """_floor_ranks' paths at recompute none as counts of pieces: per group of identical ranks (its last rank) the
     pieces of the stages before its first chunk and its own, each as (index, count); the pieces: a layer's
     (representative layer, what it recomputes), ("embedding",), ("head",), ("mtp",). Cached per stage plan."""
-    plan = _stage_plan(spec, n_stages, lay, "none")
-
     def make() -> tuple:
+        plan = _stage_plan(spec, n_stages, lay, "none")
         ranks = _floor_ranks(plan, lay.schedule, lay.pp, v)[0]
         index: dict[tuple, int] = {}
         compositions = plan[3]
@@ -2195,8 +2204,10 @@ def _rank_pieces(spec: ModelSpec, n_stages: int, lay: Layout, v: int) -> tuple:
                     k = index.setdefault(piece, len(index))
                     out[k] = out.get(k, 0) + n * count
             return tuple(out.items())
-        return tuple((counted(before), counted(mine)) for before, mine, _ in ranks), tuple(index), plan
-    return _cached("params", ("rank pieces", id(plan), lay.schedule, lay.pp, v, lay.mtp_layers), make)[:2]
+        return tuple((counted(before), counted(mine)) for before, mine, _ in ranks), tuple(index)
+    # what the plan at recompute none reads (its recompute_layers and _modules change nothing without recomputation)
+    return _cached("params", ("rank pieces", _token(spec), n_stages, lay.pp, lay.schedule, lay.first_stage_layers,
+                              lay.last_stage_layers, v, lay.mtp_layers), make)[:2]
 
 
 def _floor_paths(ctx: _Ctx, n_stages: int, v: int, recompute: str) -> tuple:
