@@ -212,6 +212,7 @@ def test_layouts_built_without_init_are_the_constructors():
                                  tp_overlap=True, global_batch=4096, schedule="interleaved", sequence_parallel=True,
                                  **{**step, "recompute_modules": ("mlp", "moe_act")})
     assert list(vars(made).items()) == list(vars(built).items())
+    assert list(vars(steptime._with_zero(made, 1)).items()) == list(vars(replace(made, zero=1)).items())
     for bad in (dict(vpp=True), dict(tp=0), dict(pp=3), dict(ep=5), dict(etp=0), dict(micro_batch=2.0)):
         with pytest.raises(LlmcalcError):
             steptime.make_layout(spec, 2048, 4096, 4096, **{"tp": 4, **bad})

@@ -1966,11 +1966,15 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             if rc is None:
                 no_fit(lay, peak, zero)
                 continue
-            lay = lay if zero == lay.zero else replace(lay, zero=zero)
+            lay = lay if zero == lay.zero else _with_zero(lay, zero)
             if exhaustive:
                 heapq.heappush(layouts, (floor, index, _PREPARE, lay, (rc, peak)))
             else:  # the floor of the recomputation and ZeRO stage that fit, its DP floor next
-                floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, recompute=rc)
+                ctx = more[0]
+                if ctx.lay is not lay:  # the same layer-cost caches (their key reads no ZeRO stage): _context's
+                    ctx = _Ctx(spec, dev, lay, seq_len, rec, attention=ctx.attention, dropout=ctx.dropout, eff=ctx.eff,
+                               cache=ctx.cache, dense_cache=ctx.dense_cache)
+                floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, recompute=rc, ctx=ctx)
                 opt = _optimizer_floor(ctx, paths, with_dp=False)[0]
                 heapq.heappush(layouts, (floor + opt * (1 - FLOOR_MARGIN), index, _DP, lay, (rc, peak, floor, ctx,
                                                                                             paths)))
@@ -2015,7 +2019,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
                     rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity, recipe=recipe,
                                                       optimizer=optimizer)
                     if rc is not None:
-                        lay = lay if zero == lay.zero else replace(lay, zero=zero)
+                        lay = lay if zero == lay.zero else _with_zero(lay, zero)
                 fits[index] = rc is not None
                 if rc is None:
                     no_fit(lay, peak, zero)
@@ -2039,6 +2043,12 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     ranked.sort(key=lambda pm: -pm[0].tokens_per_second)
     losers = _why_they_lose(ranked, oom, capacity)
     return ranked, losers, counts
+
+
+def _with_zero(lay: Layout, zero: int) -> Layout:
+    """replace(lay, zero=zero): the same fields in the same order, built without __init__ (parallel._built; a
+    Layout's __dict__ is its fields)."""
+    return _built(Layout, {**vars(lay), "zero": zero})
 
 
 EXTREME_TRIES = 3  # how many of the most extreme layouts of a kind _extremes' caller tries for one that fits
