@@ -1906,12 +1906,15 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
         except LlmcalcError:  # refuses every layout
             makers.append(None)
     layouts: list = []  # (floor, candidate index, tier, layout, what adds the optimizer) of the valid layouts
+    # _context's layer-cost caches per maker and degrees but vpp (what else their key reads is the search's own)
+    caches: dict[tuple, tuple[dict, dict]] = {}
     for index, (tp, cp, pp, vpp, mb, ep, etp) in enumerate(candidates):
         counts["searched"] += 1
         if tick:
             tick()
-        lay = None
-        for make in makers:
+        lay, which = None, 0
+        for which in range(len(makers)):
+            make = makers[which]
             if make is not None:
                 try:
                     lay = make((tp, cp, pp, vpp, mb, ep, etp or None))
@@ -1924,7 +1927,12 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
         if exhaustive:
             layouts.append((0.0, index, _MEMORY, lay, None))
         else:
-            ctx = _context(spec, dev, lay, seq_len, rec)
+            both = caches.get((which, tp, cp, pp, mb, ep, etp))
+            if both is None:
+                both = caches[which, tp, cp, pp, mb, ep, etp] = _layer_cache(spec, dev, lay, seq_len, rec, "flash",
+                                                                             False)
+            ctx = _Ctx(spec, dev, lay, seq_len, rec, attention="flash", dropout=False, eff=KERNEL_EFFICIENCY,
+                       cache=both[0], dense_cache=both[1])  # _context(spec, dev, lay, seq_len, rec)
             layouts.append((_work_floor(ctx), index, _RANKS, lay, ctx))
     # best first: the least floor is taken and made tighter (its pipeline's paths; its optimizer step; then its
     # memory: the recomputation and ZeRO stage that fit and their stage times; their DP floor; then its stages, DP
