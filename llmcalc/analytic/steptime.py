@@ -317,7 +317,8 @@ def make_layout(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, t
     the kernel and overlap settings of STEP_DEFAULTS."""
     options = dict(schedule=schedule, zero=zero, sequence_parallel=sequence_parallel, dp_overlap=dp_overlap,
                    tp_overlap=tp_overlap)
-    return _layout_maker(spec, n_gpus, seq_len, global_batch, options, step)((tp, cp, pp, vpp, micro_batch, ep, etp))
+    make = _layout_maker(spec, n_gpus, seq_len, global_batch, options=options, step=step)
+    return make((tp, cp, pp, vpp, micro_batch, ep, etp))
 
 
 def _layout_maker(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, options: dict[str, Any],
@@ -1902,7 +1903,8 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     makers: list[Callable[[tuple], Layout] | None] = []
     for given in [step] + ([plain_step] if plain_step != step else []):
         try:
-            makers.append(_layout_maker(spec, n_gpus, seq_len, global_batch, options, given))
+            makers.append(_layout_maker(spec, n_gpus, seq_len, global_batch, options=options,
+                                            step=given))
         except LlmcalcError:  # refuses every layout
             makers.append(None)
     layouts: list = []  # (floor, candidate index, tier, layout, what adds the optimizer) of the valid layouts
@@ -1929,8 +1931,8 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
         else:
             both = caches.get((which, tp, cp, pp, mb, ep, etp))
             if both is None:
-                both = caches[which, tp, cp, pp, mb, ep, etp] = _layer_cache(spec, dev, lay, seq_len, rec, "flash",
-                                                                             False)
+                both = caches[which, tp, cp, pp, mb, ep, etp] = _layer_cache(spec, dev, lay, seq_len, rec,
+                                                                             attention="flash", dropout=False)
             ctx = _Ctx(spec, dev, lay, seq_len, rec, attention="flash", dropout=False, eff=KERNEL_EFFICIENCY,
                        cache=both[0], dense_cache=both[1])  # _context(spec, dev, lay, seq_len, rec)
             layouts.append((_work_floor(ctx), index, _RANKS, lay, ctx))
