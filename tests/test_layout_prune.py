@@ -183,6 +183,10 @@ def test_shared_layer_costs_are_each_layouts_own(model, n, seq, batch):
                     assert steptime._layer_cost(shared, i, layer_rc) == steptime._layer_cost_uncached(own, i, layer_rc)
                 assert steptime._composition_passes(shared, composition, rc) == \
                     steptime._composition_passes(own, composition, rc)
+                for schedule in (lay.schedule, "zb-h1"):  # stage_passes' sums, each schedule's
+                    fwd, bwd, wgt = steptime.stage_passes([steptime._stage_cost(own, composition, rc)], [0], schedule)
+                    assert steptime._composition_passes(replace(own, lay=replace(lay, schedule=schedule)),
+                                                        composition, rc) == (fwd[0] + bwd[0], wgt[0] if wgt else None)
         assert steptime._work_floor(shared) == steptime._work_floor(own)
         checked += 1
     steptime.clear_caches()

@@ -2257,9 +2257,13 @@ def _composition_passes(ctx: _Ctx, composition: tuple, recompute: str) -> tuple[
     schedule = ctx.lay.schedule
     key = ("passes", composition, recompute, ctx.lay.mtp_layers, schedule.startswith("zb"))
     out = ctx.cache.get(key)
-    if out is None:
-        fwd, bwd, wgt = stage_passes([_stage_cost(ctx, composition, recompute)], [0], schedule)
-        out = ctx.cache[key] = (fwd[0] + bwd[0], wgt[0] if wgt is not None else None)
+    if out is None:  # stage_passes([stage], [0], schedule)'s sums, inline
+        s = _stage_cost(ctx, composition, recompute)
+        comm = s.tp + s.cp + s.ep - s.comm_fwd
+        if schedule.startswith("zb"):
+            out = ctx.cache[key] = (s.fwd + s.comm_fwd + (s.bwd_input + comm), s.bwd_weight)
+        else:
+            out = ctx.cache[key] = (s.fwd + s.comm_fwd + (s.bwd_input + s.bwd_weight + comm), None)
     return out
 
 
