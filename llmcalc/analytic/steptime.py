@@ -280,13 +280,14 @@ def _candidates(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, p
                 if n_gpus % (tp * cp * pp):
                     continue
                 dp = n_gpus // (tp * cp * pp)
+                experts = _expert_degrees(spec, tp, cp, dp)
                 for mb in (1, 2, 4):
                     if global_batch % (dp * mb):
                         continue
                     m = global_batch // (dp * mb)
                     vpps = [1] + ([2, 4] if pp > 1 and m % pp == 0 else [])
                     candidates += [_Candidate(tp, cp, pp, v, mb, ep=ep, etp=etp) for v in vpps
-                                   if pp * v <= spec.n_layers for ep, etp in _expert_degrees(spec, tp, cp, dp)]
+                                   if pp * v <= spec.n_layers for ep, etp in experts]
     return candidates
 
 
