@@ -37,7 +37,8 @@ def valid_layouts(spec, n, seq, batch, dev):
 
 def _floors_hold(model: str, n: int, seq: int, batch: int) -> int:
     """For every valid candidate of the search and every recomputation and ZeRO stage it could get: the work floor
-    (every rank's average work) <= the path floor at recompute none; that + the optimizer step <= the floor of that
+    (every rank's average work, up to rounding) <= the rank floor (the paths without their sends, piece by piece) <=
+    the path floor at recompute none; that + the optimizer step <= the floor of that
     setting (+ its DP floor) <= both its step with the pipeline's bound (what the search keeps for a layout it does
     not simulate) and its simulated step (predict, what `train --global-batch` prints). Returns how many settings
     were checked."""
@@ -47,9 +48,10 @@ def _floors_hold(model: str, n: int, seq: int, batch: int) -> int:
     margin = 1 - steptime.FLOOR_MARGIN
     checked = 0
     for lay in valid_layouts(spec, n, seq, batch, dev):
-        work = steptime._work_floor(steptime._context(spec, dev, lay, seq, rec))
+        shared = steptime._context(spec, dev, lay, seq, rec)
+        work, ranks = steptime._work_floor(shared), steptime._rank_floor(shared)
         first, ctx, paths = steptime._step_floor(spec, dev, lay, seq, rec, recompute="none")
-        assert work <= first, steptime._describe(lay)
+        assert work * (1 - 2e-9) <= ranks <= first, steptime._describe(lay)
         first += steptime._optimizer_floor(ctx, paths)[0] * margin
         for rc in ("none", "selective", "full"):
             for zero in (1, 3) if lay.dp > 1 else (1,):
@@ -181,6 +183,10 @@ def test_shared_layer_costs_are_each_layouts_own(model, n, seq, batch):
                     assert steptime._layer_cost(shared, i, layer_rc) == steptime._layer_cost_uncached(own, i, layer_rc)
                 assert steptime._composition_passes(shared, composition, rc) == \
                     steptime._composition_passes(own, composition, rc)
+                for schedule in (lay.schedule, "zb-h1"):  # stage_passes' sums, each schedule's
+                    fwd, bwd, wgt = steptime.stage_passes([steptime._stage_cost(own, composition, rc)], [0], schedule)
+                    assert steptime._composition_passes(replace(own, lay=replace(lay, schedule=schedule)),
+                                                        composition, rc) == (fwd[0] + bwd[0], wgt[0] if wgt else None)
         assert steptime._work_floor(shared) == steptime._work_floor(own)
         checked += 1
     steptime.clear_caches()
@@ -201,6 +207,19 @@ def test_layouts_built_without_init_are_the_constructors():
         assert built == made and hash(built) == hash(made) and replace(built, zero=1) == replace(made, zero=1)
         with pytest.raises(TypeError):
             cls.over(64, tp=2, bogus=1)
+    # make_layout builds its Layout from a template of the fields (steptime._layout_maker): Layout.over's
+    spec = load_model("deepseek-v3")
+    step = dict(cp_comm="a2a", recompute_modules="mlp, moe_act", optimizer="muon")
+    made = steptime.make_layout(spec, 2048, 4096, 4096, tp=4, cp=2, pp=8, vpp=2, ep=8, etp=1, micro_batch=2,
+                                zero=3, dp_overlap=False, tp_overlap=True, **step)
+    built = steptime.Layout.over(2048, tp=4, cp=2, pp=8, vpp=2, ep=8, etp=1, micro_batch=2, zero=3, dp_overlap=False,
+                                 tp_overlap=True, global_batch=4096, schedule="interleaved", sequence_parallel=True,
+                                 **{**step, "recompute_modules": ("mlp", "moe_act")})
+    assert list(vars(made).items()) == list(vars(built).items())
+    assert list(vars(steptime._with_zero(made, 1)).items()) == list(vars(replace(made, zero=1)).items())
+    for bad in (dict(vpp=True), dict(tp=0), dict(pp=3), dict(ep=5), dict(etp=0), dict(micro_batch=2.0)):
+        with pytest.raises(LlmcalcError):
+            steptime.make_layout(spec, 2048, 4096, 4096, **{"tp": 4, **bad})
 
 
 def test_attention_rates_cached_per_shape_give_attention_seconds():

@@ -87,18 +87,34 @@ def _build(cls: type[P], **values: Any) -> P:
     """cls(**values) for a frozen dataclass whose fields all have plain defaults and that has no __post_init__ (a
     Parallel, a steptime.Layout): the same instance, its fields in the same order, without __init__'s
     object.__setattr__ per field (a Layout has 32: a layout search builds thousands)."""
-    defaults = _DEFAULTS.get(cls)
+    defaults = _defaults(cls)
     if defaults is None:
-        fields = dataclasses.fields(cls)
-        if any(f.default is dataclasses.MISSING for f in fields) or hasattr(cls, "__post_init__"):
-            return cls(**values)
-        defaults = _DEFAULTS[cls] = {f.name: f.default for f in fields}
+        return cls(**values)
     unknown = values.keys() - defaults.keys()
     if unknown:
         raise TypeError(f"{cls.__name__} has no field {', '.join(sorted(unknown))}")
     out = object.__new__(cls)
     out.__dict__.update(defaults)
     out.__dict__.update(values)
+    return out
+
+
+def _defaults(cls: type) -> dict[str, Any] | None:
+    """Each field's default, in field order, of a class _build can build without __init__ (else None)."""
+    defaults = _DEFAULTS.get(cls)
+    if defaults is None:
+        fields = dataclasses.fields(cls)
+        if any(f.default is dataclasses.MISSING for f in fields) or hasattr(cls, "__post_init__"):
+            return None
+        defaults = _DEFAULTS[cls] = {f.name: f.default for f in fields}
+    return defaults
+
+
+def _built(cls: type[P], fields: dict[str, Any]) -> P:
+    """_build(cls, **fields) where `fields` is already every field's value in field order (_defaults(cls) updated
+    with known fields only): the same instance, for a caller that builds many from one template."""
+    out = object.__new__(cls)
+    out.__dict__.update(fields)
     return out
 
 

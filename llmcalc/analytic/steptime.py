@@ -88,7 +88,17 @@ from .memory import (
     peak_of,
     routed_expert_params,
 )
-from .parallel import Parallel, _build, check_degrees, check_experts, check_heads, check_stages, check_zero
+from .parallel import (
+    Parallel,
+    _build,
+    _built,
+    _defaults,
+    check_degrees,
+    check_experts,
+    check_heads,
+    check_stages,
+    check_zero,
+)
 from .params import count_params, largest_tensor
 from .pipeline import SCHEDULES, chunks_per_rank, path_bounds, simulate_pair, stage_of
 
@@ -281,13 +291,14 @@ def _candidates(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, p
                 if n_gpus % (tp * cp * pp):
                     continue
                 dp = n_gpus // (tp * cp * pp)
+                experts = _expert_degrees(spec, tp, cp, dp)
                 for mb in (1, 2, 4):
                     if global_batch % (dp * mb):
                         continue
                     m = global_batch // (dp * mb)
                     vpps = [1] + ([2, 4] if pp > 1 and m % pp == 0 else [])
                     candidates += [_Candidate(tp, cp, pp, v, mb, ep=ep, etp=etp) for v in vpps
-                                   if pp * v <= spec.n_layers for ep, etp in _expert_degrees(spec, tp, cp, dp)]
+                                   if pp * v <= spec.n_layers for ep, etp in experts]
     return candidates
 
 
@@ -316,6 +327,18 @@ def make_layout(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, t
     """A checked layout: dp = n_gpus / (tp·cp·pp); every contradiction is one clear LlmcalcError (the shared
     checks of ``parallel``; the step model splits layers unevenly over the stages, as Llama 3 did). `step`:
     the kernel and overlap settings of STEP_DEFAULTS."""
+    options = dict(schedule=schedule, zero=zero, sequence_parallel=sequence_parallel, dp_overlap=dp_overlap,
+                   tp_overlap=tp_overlap)
+    make = _layout_maker(spec, n_gpus, seq_len, global_batch, options=options, step=step)
+    return make((tp, cp, pp, vpp, micro_batch, ep, etp))
+
+
+def _layout_maker(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, options: dict[str, Any],
+                  step: dict[str, Any]) -> Callable[[tuple], Layout]:
+    """make_layout in two parts: its checks of the model and the step settings at once, then a function of the
+    degrees (tp, cp, pp, vpp, micro-batch, ep, etp or None) that runs the rest, in make_layout's order, and builds
+    the layout (the same Layout as Layout.over's, from one template of its fields: a layout search builds
+    thousands). `options`: make_layout's schedule, zero, sequence_parallel, dp_overlap and tp_overlap."""
     check_modelled(spec)
     unknown = sorted(set(step) - set(STEP_DEFAULTS))
     if unknown:
@@ -324,32 +347,51 @@ def make_layout(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, t
     if isinstance(settings.get("recompute_modules"), str):  # "layernorm,moe_act" as typed
         settings["recompute_modules"] = tuple(m.strip() for m in settings["recompute_modules"].split(",")
                                               if m.strip())
-    check_degrees(**{"--vpp": vpp, "--ep": ep, "--micro-batch": micro_batch, "--global-batch": global_batch,
-                     **({"--etp": etp} if etp is not None else {})})
-    schedule = schedule or ("interleaved" if vpp > 1 else "1f1b")
-    if schedule not in SCHEDULES:
-        raise LlmcalcError(f"unknown --schedule {schedule!r}; use one of {', '.join(SCHEDULES)}")
-    if vpp > 1 and schedule != "interleaved":
-        raise LlmcalcError(f"--vpp {vpp} needs --schedule interleaved (got {schedule})")
-    lay = Layout.over(n_gpus, tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp or 0, zero=zero,
-                      sequence_parallel=sequence_parallel, micro_batch=micro_batch, global_batch=global_batch,
-                      schedule=schedule, dp_overlap=dp_overlap, tp_overlap=tp_overlap, **settings)
-    check_heads(spec, tp)
-    if seq_len % cp:
-        raise LlmcalcError(f"--cp {cp} does not divide --seq-len {seq_len}")
-    if global_batch % (lay.dp * micro_batch):
-        raise LlmcalcError(f"--global-batch {global_batch} is not a multiple of dp x micro-batch = {lay.dp} x "
-                           f"{micro_batch} = {lay.dp * micro_batch} sequences")
-    if pp * chunks_per_rank(schedule, vpp) > spec.n_layers + 2:  # the embedding and the loss may take a stage each
-        check_stages(spec, pp, chunks_per_rank(schedule, vpp))
-    if ep > 1 or etp is not None:
-        check_experts(spec, ep, lay.expert_tp, tp * cp * lay.dp, "tp x cp x dp")
-    check_zero(zero)
-    if tp_overlap and not sequence_parallel:
-        raise LlmcalcError("--tp-overlap splits the all-gather / reduce-scatter of sequence parallelism around the "
-                           "GEMMs; it needs --sequence-parallel (drop --no-sequence-parallel)")
-    _check_step_settings(spec, lay)
-    return lay
+    given_schedule, zero, sequence_parallel = options["schedule"], options["zero"], options["sequence_parallel"]
+    tp_overlap = options["tp_overlap"]
+    defaults = _defaults(Layout)
+    assert defaults is not None  # every Layout field has a plain default
+    template = {**defaults, **settings, "zero": zero, "sequence_parallel": sequence_parallel,
+                "global_batch": global_batch, "dp_overlap": options["dp_overlap"], "tp_overlap": tp_overlap}
+
+    def degrees_ok(*values: Any) -> bool:  # check_degrees' test, without building its keywords when all pass
+        return all(type(value) is int and value >= 1 for value in values)
+
+    def make(degrees: tuple) -> Layout:
+        tp, cp, pp, vpp, micro_batch, ep, etp = degrees
+        if not degrees_ok(vpp, ep, micro_batch, global_batch, 1 if etp is None else etp):
+            check_degrees(**{"--vpp": vpp, "--ep": ep, "--micro-batch": micro_batch, "--global-batch": global_batch,
+                             **({"--etp": etp} if etp is not None else {})})
+        schedule = given_schedule or ("interleaved" if vpp > 1 else "1f1b")
+        if schedule not in SCHEDULES:
+            raise LlmcalcError(f"unknown --schedule {schedule!r}; use one of {', '.join(SCHEDULES)}")
+        if vpp > 1 and schedule != "interleaved":
+            raise LlmcalcError(f"--vpp {vpp} needs --schedule interleaved (got {schedule})")
+        # Layout.over: its checks, then its fields over the template's
+        if not degrees_ok(n_gpus, tp, cp, pp):
+            check_degrees(**{"--n-gpus": n_gpus, "--tp": tp, "--cp": cp, "--pp": pp})
+        if n_gpus % (tp * cp * pp):
+            raise LlmcalcError(f"tp x cp x pp = {tp} x {cp} x {pp} = {tp * cp * pp} does not divide --n-gpus "
+                               f"{n_gpus}")
+        lay = _built(Layout, {**template, "tp": tp, "cp": cp, "pp": pp, "dp": n_gpus // (tp * cp * pp), "vpp": vpp,
+                              "ep": ep, "etp": etp or 0, "micro_batch": micro_batch, "schedule": schedule})
+        check_heads(spec, tp)
+        if seq_len % cp:
+            raise LlmcalcError(f"--cp {cp} does not divide --seq-len {seq_len}")
+        if global_batch % (lay.dp * micro_batch):
+            raise LlmcalcError(f"--global-batch {global_batch} is not a multiple of dp x micro-batch = {lay.dp} x "
+                               f"{micro_batch} = {lay.dp * micro_batch} sequences")
+        if pp * chunks_per_rank(schedule, vpp) > spec.n_layers + 2:  # the embedding and the loss may take a stage each
+            check_stages(spec, pp, chunks_per_rank(schedule, vpp))
+        if ep > 1 or etp is not None:
+            check_experts(spec, ep, lay.expert_tp, tp * cp * lay.dp, "tp x cp x dp")
+        check_zero(zero)
+        if tp_overlap and not sequence_parallel:
+            raise LlmcalcError("--tp-overlap splits the all-gather / reduce-scatter of sequence parallelism around "
+                               "the GEMMs; it needs --sequence-parallel (drop --no-sequence-parallel)")
+        _check_step_settings(spec, lay)
+        return lay
+    return make
 
 
 def _check_step_settings(spec: ModelSpec, lay: Layout) -> None:
@@ -628,14 +670,16 @@ def _layer_cost_uncached(ctx: _Ctx, i: int, rec: frozenset[str]) -> StageTimes: 
     # the terms before the MoE block read no expert setting: once per dense key for all the expert meshes (the same
     # floats, summed on in the same order below)
     redone = ("mla_up_proj" in rec, "mlp" in rec)  # all the prefix reads of `rec`
-    prefix = _cached_in(ctx.dense_cache, ("prefix", _layer_kind(spec, i), redone),
-                        lambda: _layer_prefix(ctx, i, rec))
+    layer_kind = _layer_kind(spec, i)
+    prefix = _cached_in(ctx.dense_cache, ("prefix", layer_kind, redone), lambda: _layer_prefix(ctx, i, rec))
     fwd, dgrad, wgrad, redo, moe_parts, elem_fwd, attn_f, attn_b, cp_f, cp_b = prefix
     t = StageTimes()
     # MoE
     ep_fwd = ep_bwd = 0.0
     if moe:
-        m = _moe_cost(ctx, moe_parts, rec)
+        # once per kind and what of `rec` it reads: the same for no and full recomputation
+        m = _cached_in(ctx.cache, ("moe", layer_kind, "moe" in rec, "moe_act" in rec, "shared_experts" in rec),
+                       lambda: _moe_cost(ctx, moe_parts, rec))
         fwd, dgrad, wgrad = fwd + m["fwd"], dgrad + m["dgrad"], wgrad + m["wgrad"]
         elem_fwd += m["elem"]
         ep_fwd, ep_bwd = m["ep_fwd"], m["ep_bwd"]
@@ -1382,10 +1426,21 @@ def _layer_cache(spec: ModelSpec, dev: Device, lay: Layout, seq: int, rec: Recip
     dense = (_token(spec), dev.accelerator.key, dev.mamf, dev.mamf_fp8, dev.sm_count, dev.arch, dev.fp4_peak,
              _token(dev.network), seq, rec.name, rec.act_bytes, attention, dropout, KERNEL_EFFICIENCY, lay.tp, lay.cp,
              lay.micro_batch, lay.sequence_parallel, lay.tp_overlap, lay.cp_comm, lay.cp_a2a_size, lay.attention_kernel,
-             lay.fp8_attention, lay.fused_elementwise, lay.recompute_modules, lay.strides()["cp"])
-    experts = (lay.ep, lay.expert_tp, lay.ep_overlap, lay.ep_dispatcher, lay.moe_imbalance,
-               lay.expert_strides()["ep"])
+             lay.fp8_attention, lay.fused_elementwise, lay.recompute_modules, _stride(lay, "cp"))
+    experts = (lay.ep, lay.expert_tp, lay.ep_overlap, lay.ep_dispatcher, lay.moe_imbalance, _stride(lay, "ep", True))
     return _cached("layers", dense + experts, dict), _cached("layers", dense, dict)
+
+
+def _stride(lay: Layout, dim: str, experts: bool = False) -> int:
+    """lay.strides()[dim] (lay.expert_strides()[dim] with `experts`), read from _strides' cache without building
+    the sizes or copying the strides where they are cached (its key: the order, then the sizes in tp, cp, ep, dp, pp
+    order)."""
+    key = (lay.order, lay.expert_tp, 1, lay.ep, lay.expert_dp, lay.pp) if experts else \
+        (lay.order, lay.tp, lay.cp, 1, lay.dp, lay.pp)
+    out = _STRIDES.get(key)
+    if out is None:
+        return (lay.expert_strides() if experts else lay.strides())[dim]
+    return out[dim]
 
 
 def _step_flops(spec: ModelSpec, batch: int, seq: int, causal: bool, recompute: str) -> tuple[float, float]:
@@ -1860,28 +1915,44 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             raise LlmcalcError(f"{_flag(key)} needs a mixture-of-experts model; {spec.name} is dense")
     # the expert all-to-all settings apply to the layouts that have all-to-alls (and micro-batches to overlap)
     plain_step = {k: v for k, v in step.items() if k not in ("ep_overlap", "ep_dispatcher")}
+    # make_layout of each candidate with the step settings, else (where they differ) without the all-to-all ones
+    options = dict(schedule=None, zero=DEFAULT_ZERO, sequence_parallel=True, dp_overlap=True, tp_overlap=tp_overlap)
+    makers: list[Callable[[tuple], Layout] | None] = []
+    for given in [step] + ([plain_step] if plain_step != step else []):
+        try:
+            makers.append(_layout_maker(spec, n_gpus, seq_len, global_batch, options=options,
+                                            step=given))
+        except LlmcalcError:  # refuses every layout
+            makers.append(None)
     layouts: list = []  # (floor, candidate index, tier, layout, what adds the optimizer) of the valid layouts
+    # _context's layer-cost caches per maker and degrees but vpp (what else their key reads is the search's own)
+    caches: dict[tuple, tuple[dict, dict]] = {}
     for index, (tp, cp, pp, vpp, mb, ep, etp) in enumerate(candidates):
         counts["searched"] += 1
         if tick:
             tick()
-        shape: dict[str, Any] = dict(tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, micro_batch=mb, tp_overlap=tp_overlap,
-                                     etp=etp or None)
-        try:
-            lay = make_layout(spec, n_gpus, seq_len, global_batch, **shape, **step)
-        except LlmcalcError:
-            try:
-                if plain_step == step:
-                    raise
-                lay = make_layout(spec, n_gpus, seq_len, global_batch, **shape, **plain_step)
-            except LlmcalcError:
-                counts["invalid"] += 1
-                continue
+        lay, which = None, 0
+        for which in range(len(makers)):
+            make = makers[which]
+            if make is not None:
+                try:
+                    lay = make((tp, cp, pp, vpp, mb, ep, etp or None))
+                    break
+                except LlmcalcError:
+                    continue
+        if lay is None:
+            counts["invalid"] += 1
+            continue
         if exhaustive:
             layouts.append((0.0, index, _MEMORY, lay, None))
         else:
-            ctx = _context(spec, dev, lay, seq_len, rec)
-            layouts.append((_work_floor(ctx), index, _PATHS, lay, ctx))
+            both = caches.get((which, tp, cp, pp, mb, ep, etp))
+            if both is None:
+                both = caches[which, tp, cp, pp, mb, ep, etp] = _layer_cache(spec, dev, lay, seq_len, rec,
+                                                                             attention="flash", dropout=False)
+            ctx = _Ctx(spec, dev, lay, seq_len, rec, attention="flash", dropout=False, eff=KERNEL_EFFICIENCY,
+                       cache=both[0], dense_cache=both[1])  # _context(spec, dev, lay, seq_len, rec)
+            layouts.append((_work_floor(ctx), index, _RANKS, lay, ctx))
     # best first: the least floor is taken and made tighter (its pipeline's paths; its optimizer step; then its
     # memory: the recomputation and ZeRO stage that fit and their stage times; their DP floor; then its stages, DP
     # and path bound: _prepare), or
@@ -1904,6 +1975,9 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
         if len(best) >= top and floor > best[-1]:
             heapq.heappush(layouts, (floor, index, tier, lay, more))
             break
+        if tier == _RANKS:  # at most its path floor, at a fraction of its cost: most layouts stop here
+            heapq.heappush(layouts, (max(floor, _rank_floor(more)), index, _PATHS, lay, more))
+            continue
         if tier == _PATHS:
             floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, recompute="none", ctx=more)
             heapq.heappush(layouts, (floor, index, _OPTIMIZER, lay, (ctx, paths)))
@@ -1919,11 +1993,15 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             if rc is None:
                 no_fit(lay, peak, zero)
                 continue
-            lay = lay if zero == lay.zero else replace(lay, zero=zero)
+            lay = lay if zero == lay.zero else _with_zero(lay, zero)
             if exhaustive:
                 heapq.heappush(layouts, (floor, index, _PREPARE, lay, (rc, peak)))
             else:  # the floor of the recomputation and ZeRO stage that fit, its DP floor next
-                floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, recompute=rc)
+                ctx = more[0]
+                if ctx.lay is not lay:  # the same layer-cost caches (their key reads no ZeRO stage): _context's
+                    ctx = _Ctx(spec, dev, lay, seq_len, rec, attention=ctx.attention, dropout=ctx.dropout, eff=ctx.eff,
+                               cache=ctx.cache, dense_cache=ctx.dense_cache)
+                floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, recompute=rc, ctx=ctx)
                 opt = _optimizer_floor(ctx, paths, with_dp=False)[0]
                 heapq.heappush(layouts, (floor + opt * (1 - FLOOR_MARGIN), index, _DP, lay, (rc, peak, floor, ctx,
                                                                                             paths)))
@@ -1968,7 +2046,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
                     rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity, recipe=recipe,
                                                       optimizer=optimizer)
                     if rc is not None:
-                        lay = lay if zero == lay.zero else replace(lay, zero=zero)
+                        lay = lay if zero == lay.zero else _with_zero(lay, zero)
                 fits[index] = rc is not None
                 if rc is None:
                     no_fit(lay, peak, zero)
@@ -1994,6 +2072,12 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     return ranked, losers, counts
 
 
+def _with_zero(lay: Layout, zero: int) -> Layout:
+    """replace(lay, zero=zero): the same fields in the same order, built without __init__ (parallel._built; a
+    Layout's __dict__ is its fields)."""
+    return _built(Layout, {**vars(lay), "zero": zero})
+
+
 EXTREME_TRIES = 3  # how many of the most extreme layouts of a kind _extremes' caller tries for one that fits
 
 
@@ -2012,7 +2096,8 @@ def _extremes(left: list[tuple[int, Layout]]) -> list[list[int]]:
             for pick in picks]
 
 
-_PATHS, _OPTIMIZER, _MEMORY, _DP, _PREPARE, _TIME = range(6)  # what search_layouts does next to a layout off its heap
+_RANKS, _PATHS, _OPTIMIZER, _MEMORY, _DP, _PREPARE, _TIME = range(7)  # what search_layouts does next to a layout off
+# its heap
 FLOOR_MARGIN = 1e-9  # _step_floor's relative margin below its path sums: no rounding lifts it above a step
 
 
@@ -2086,6 +2171,82 @@ def _step_floor(spec: ModelSpec, dev: Device, lay: Layout, seq_len: int, rec: Re
     return floor * (1 - FLOOR_MARGIN), ctx, paths
 
 
+def _rank_floor(ctx: _Ctx) -> float:
+    """A floor of `ctx`'s layout's step between _work_floor's and _step_floor's at recompute none, far cheaper than
+    the latter (search_layouts takes it second): _step_floor's paths without their activation sends (p2p >= 0), each
+    stage's passes summed piece by piece (a layer kind with its recomputation, the embedding, the LM head, an MTP
+    layer: each piece's passes once per layer-cost cache, times its count on the stage, _rank_pieces) instead of per
+    distinct stage composition. The same sums of the same terms (every StageTimes field >= 0, comm_fwd at most
+    tp + cp + ep) in another order: 2 x FLOOR_MARGIN below, against the rounding of both. Also at least the work
+    floor (the busiest rank's own work is at least the average) up to that rounding."""
+    lay = ctx.lay
+    v = chunks_per_rank(lay.schedule, lay.vpp)
+    zb = lay.schedule.startswith("zb")
+    ranks, pieces = _rank_pieces(ctx.spec, lay.pp * v, lay, v)
+    key = ("piece passes", zb)
+    known = ctx.cache.get(key)
+    if known is None:
+        known = ctx.cache[key] = {}
+    passes = []
+    for piece in pieces:
+        done = known.get(piece)
+        if done is None:
+            done = known[piece] = _piece_passes(ctx, piece, zb)
+        passes.append(done)
+    m = lay.grad_accum
+    floor = 0.0
+    for before, mine in ranks:
+        busy = sum([passes[k][0] * n for k, n in mine])
+        own = busy + sum([passes[k][1] * n for k, n in mine]) if zb else busy
+        floor = max(floor, sum([passes[k][0] * n for k, n in before]) + m * busy, m * own)
+    return floor * (1 - 2 * FLOOR_MARGIN)
+
+
+def _piece_passes(ctx: _Ctx, piece: tuple, zb: bool) -> tuple[float, float]:
+    """(forward + backward, weight gradient: 0 unless `zb` splits it off) of one micro-batch of one piece of a stage
+    (_rank_pieces'), stage_passes' sums of its StageTimes."""
+    what = piece[0]
+    if what == "embedding":
+        s = _cached_in(ctx.dense_cache, ("embedding",), lambda: _embedding_times(ctx))
+    elif what == "head":
+        s = _cached_in(ctx.dense_cache, ("head",), lambda: _head_times(ctx))
+    elif what == "mtp":
+        s = _mtp_times(ctx, "none")
+    else:
+        s = _layer_cost(ctx, what, piece[1])
+    comm = s.tp + s.cp + s.ep - s.comm_fwd
+    if zb:
+        return s.fwd + s.comm_fwd + (s.bwd_input + comm), s.bwd_weight
+    return s.fwd + s.comm_fwd + (s.bwd_input + s.bwd_weight + comm), 0.0
+
+
+def _rank_pieces(spec: ModelSpec, n_stages: int, lay: Layout, v: int) -> tuple:
+    """_floor_ranks' paths at recompute none as counts of pieces: per group of identical ranks (its last rank) the
+    pieces of the stages before its first chunk and its own, each as (index, count); the pieces: a layer's
+    (representative layer, what it recomputes), ("embedding",), ("head",), ("mtp",). Cached per stage plan."""
+    def make() -> tuple:
+        plan = _stage_plan(spec, n_stages, lay, "none")
+        ranks = _floor_ranks(plan, lay.schedule, lay.pp, v)[0]
+        index: dict[tuple, int] = {}
+        compositions = plan[3]
+
+        def counted(stages: tuple) -> tuple:
+            out: dict[int, int] = {}
+            for j, n in stages:
+                runs, embedding, head = compositions[j]
+                found: list[tuple[tuple, int]] = [((i, rc), count) for i, rc, count in runs]
+                found += [(("embedding",), 1)] * embedding + [(("head",), 1)] * head
+                found += [(("mtp",), lay.mtp_layers)] * (head and lay.mtp_layers > 0)
+                for piece, count in found:
+                    k = index.setdefault(piece, len(index))
+                    out[k] = out.get(k, 0) + n * count
+            return tuple(out.items())
+        return tuple((counted(before), counted(mine)) for before, mine, _ in ranks), tuple(index)
+    # what the plan at recompute none reads (its recompute_layers and _modules change nothing without recomputation)
+    return _cached("params", ("rank pieces", _token(spec), n_stages, lay.pp, lay.schedule, lay.first_stage_layers,
+                              lay.last_stage_layers, v, lay.mtp_layers), make)[:2]
+
+
 def _floor_paths(ctx: _Ctx, n_stages: int, v: int, recompute: str) -> tuple:
     """_step_floor's paths of one layer-cost cache and stage plan, whatever the micro-batch count: per group of
     identical ranks (its last rank: pipeline.path_bounds' `ranks`) the forward and backward of the stages before its
@@ -2113,9 +2274,13 @@ def _composition_passes(ctx: _Ctx, composition: tuple, recompute: str) -> tuple[
     schedule = ctx.lay.schedule
     key = ("passes", composition, recompute, ctx.lay.mtp_layers, schedule.startswith("zb"))
     out = ctx.cache.get(key)
-    if out is None:
-        fwd, bwd, wgt = stage_passes([_stage_cost(ctx, composition, recompute)], [0], schedule)
-        out = ctx.cache[key] = (fwd[0] + bwd[0], wgt[0] if wgt is not None else None)
+    if out is None:  # stage_passes([stage], [0], schedule)'s sums, inline
+        s = _stage_cost(ctx, composition, recompute)
+        comm = s.tp + s.cp + s.ep - s.comm_fwd
+        if schedule.startswith("zb"):
+            out = ctx.cache[key] = (s.fwd + s.comm_fwd + (s.bwd_input + comm), s.bwd_weight)
+        else:
+            out = ctx.cache[key] = (s.fwd + s.comm_fwd + (s.bwd_input + s.bwd_weight + comm), None)
     return out
 
 
