@@ -229,7 +229,7 @@ def construct(cls: Any, values: dict[str, Any], **initvars: Any) -> Any:
         return cls(**values, **initvars)
     stored, required, initvar_fields = plan
     if not (values.keys() <= stored.keys() and initvars.keys() <= {name for name, _ in initvar_fields}
-            and required <= values.keys() | initvars.keys()):
+            and required - values.keys() <= initvars.keys()):  # (the required ones not in values: a few at most)
         return cls(**values, **initvars)
     made = object.__new__(cls)
     state = made.__dict__
@@ -240,9 +240,25 @@ def construct(cls: Any, values: dict[str, Any], **initvars: Any) -> Any:
     return made
 
 
+
+def replaced(obj: Any, changes: dict[str, Any]) -> Any:
+    """``dataclasses.replace(obj, **changes)``, made without running the generated ``__init__`` again where the record
+    is nothing but its fields' values (construct's kind of record, without InitVars or ``__post_init__``): its values
+    copied in field order with `changes` over them. Any other class, or a name that is not one of its fields, goes to
+    ``dataclasses.replace`` (which raises as it does)."""
+    cls = type(obj)
+    plan = _plan(cls)
+    if plan is None or plan[2] or hasattr(cls, "__post_init__") or not changes.keys() <= plan[0].keys():
+        return dataclasses.replace(obj, **changes)
+    made = object.__new__(cls)
+    state = made.__dict__
+    state.update(obj.__dict__)
+    state.update(changes)
+    return made
+
 if TYPE_CHECKING:
     from dataclasses import dataclass
 else:
     dataclass = record
 
-__all__ = ["construct", "dataclass", "record"]
+__all__ = ["construct", "dataclass", "record", "replaced"]

@@ -246,3 +246,26 @@ def test_construct_makes_what_the_class_makes():
             assert made[1].replace("construct", "") == reference[1].replace("construct", ""), (made, reference)
     assert construct(KwOnly, {"a": 1}, scale=9).seen == [9]  # __post_init__ ran, with the InitVar
     assert construct(Box, {}).things == [] and construct(Box, {}).things is not construct(Box, {}).things
+
+
+def test_replaced_makes_what_dataclasses_replace_makes():
+    """records.replaced(obj, changes) is dataclasses.replace(obj, **changes): the same fields in the same order, the
+    original untouched; a record with InitVars or __post_init__, a default factory, its own __init__, and a name that
+    is not a field go to dataclasses.replace (the same instance or the same TypeError)."""
+    from llmcalc.records import replaced
+
+    Point, Point3, Box, OwnEq, OwnHashRepr, KwOnly, One, Empty, NoEq, NoRepr = _classes(record)
+    cases = [(Point(1), {"y": 2.0}), (Point(1, tag="t"), {}), (Point3(1, z=3), {"x": 4}), (One(1.0), {"a": 2.0}),
+             (Box("b"), {"name": "c"}), (KwOnly(a=1, scale=5), {"b": 2, "scale": 7}), (Point(1), {"nope": 2}),
+             (Empty(), {})]
+    for obj, changes in cases:
+        before = list(vars(obj).items())
+        made = _outcome(lambda obj=obj, changes=changes: replaced(obj, dict(changes)))
+        reference = _outcome(lambda obj=obj, changes=changes: dataclasses.replace(obj, **changes))
+        assert made[0] == reference[0], (obj, changes)
+        if made[0] == "ok":
+            assert type(made[1]) is type(obj) and list(vars(made[1]).items()) == list(vars(reference[1]).items())
+            assert made[1] == reference[1] and repr(made[1]) == repr(reference[1])
+        else:
+            assert made[1] == reference[1], (made, reference)
+        assert list(vars(obj).items()) == before

@@ -175,17 +175,19 @@ def test_derive_copies_the_draft_as_dataclasses_replace_would():
     dataclasses.replace makes, field for field and in order, for every model preset, and the original is untouched."""
     import sys
 
+    from llmcalc import records
     from llmcalc.spec import model_config, model_names
     from llmcalc.spec.hf import draft_from_hf
 
     module = sys.modules["llmcalc.spec.resolve"]
-    assert module._PLAIN_DRAFT
+    plan = records._plan(SpecDraft)
+    assert plan is not None and not plan[2] and not hasattr(SpecDraft, "__post_init__")  # replaced's own copy
     seen = 0
     for name in model_names():
         draft = draft_from_hf(model_config(name), name)
         before = dict(vars(draft))
         changes = {"n_kv_heads": 3, "notes": ("x",)} if draft.n_kv_heads is None else {"d_head": 7}
-        made, reference = module._replace(draft, changes), dataclasses.replace(draft, **changes)
+        made, reference = records.replaced(draft, changes), dataclasses.replace(draft, **changes)
         assert type(made) is SpecDraft and list(vars(made).items()) == list(vars(reference).items())
         assert made == reference and hash(made) == hash(reference) and repr(made) == repr(reference)
         assert vars(draft) == before

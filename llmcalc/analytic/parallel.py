@@ -47,10 +47,7 @@ class Parallel:
              **degrees: Any) -> P:
         """The layout of `n_gpus` GPUs with these degrees: dp = n_gpus / (tp x cp x pp), refused in one line when
         it is not a whole number (`what`: the option that gave the GPU count)."""
-        check_degrees(**{what: n_gpus, "--tp": tp, "--cp": cp, "--pp": pp})
-        if n_gpus % (tp * cp * pp):
-            raise LlmcalcError(f"tp x cp x pp = {tp} x {cp} x {pp} = {tp * cp * pp} does not divide {what} {n_gpus}")
-        return _build(cls, tp=tp, cp=cp, pp=pp, dp=n_gpus // (tp * cp * pp), **degrees)
+        return _build(cls, tp=tp, cp=cp, pp=pp, dp=data_parallel(n_gpus, tp, cp, pp, what), **degrees)
 
     @property
     def n_gpus(self) -> int:
@@ -81,6 +78,22 @@ class Parallel:
         check_stages(spec, self.pp, self.vpp, equal=equal_stages)
         if self.ep > 1 or self.etp:
             check_experts(spec, self.ep, self.expert_tp, self.tp * self.cp * self.dp)
+
+
+def whole(*values: Any) -> bool:
+    """Whether every value passes check_degrees (a plain int >= 1; anything else goes to check_degrees itself), without
+    building its keywords: the layout search asks it of every candidate."""
+    return all(type(value) is int and value >= 1 for value in values)
+
+
+def data_parallel(n_gpus: int, tp: int, cp: int, pp: int, what: str = "--n-gpus") -> int:
+    """dp = n_gpus / (tp x cp x pp), each a whole number >= 1 (check_degrees) and refused in one line when the
+    quotient is not one (`what`: the option that gave the GPU count)."""
+    if not whole(n_gpus, tp, cp, pp):
+        check_degrees(**{what: n_gpus, "--tp": tp, "--cp": cp, "--pp": pp})
+    if n_gpus % (tp * cp * pp):
+        raise LlmcalcError(f"tp x cp x pp = {tp} x {cp} x {pp} = {tp * cp * pp} does not divide {what} {n_gpus}")
+    return n_gpus // (tp * cp * pp)
 
 
 def _build(cls: type[P], **values: Any) -> P:

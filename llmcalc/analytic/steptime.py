@@ -59,7 +59,7 @@ from typing import Any, NamedTuple
 
 from ..errors import LlmcalcError
 from ..hardware import Accelerator
-from ..records import dataclass
+from ..records import dataclass, replaced
 from ..spec import ModelSpec
 from ..units import GIB, plural
 from ..validate import DEFAULT_ZERO
@@ -98,6 +98,8 @@ from .parallel import (
     check_heads,
     check_stages,
     check_zero,
+    data_parallel,
+    whole,
 )
 from .params import count_params, largest_tensor
 from .pipeline import SCHEDULES, chunks_per_rank, path_bounds, simulate_pair, stage_of
@@ -354,12 +356,9 @@ def _layout_maker(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int,
     template = {**defaults, **settings, "zero": zero, "sequence_parallel": sequence_parallel,
                 "global_batch": global_batch, "dp_overlap": options["dp_overlap"], "tp_overlap": tp_overlap}
 
-    def degrees_ok(*values: Any) -> bool:  # check_degrees' test, without building its keywords when all pass
-        return all(type(value) is int and value >= 1 for value in values)
-
     def make(degrees: tuple) -> Layout:
         tp, cp, pp, vpp, micro_batch, ep, etp = degrees
-        if not degrees_ok(vpp, ep, micro_batch, global_batch, 1 if etp is None else etp):
+        if not whole(vpp, ep, micro_batch, global_batch, 1 if etp is None else etp):
             check_degrees(**{"--vpp": vpp, "--ep": ep, "--micro-batch": micro_batch, "--global-batch": global_batch,
                              **({"--etp": etp} if etp is not None else {})})
         schedule = given_schedule or ("interleaved" if vpp > 1 else "1f1b")
@@ -367,14 +366,10 @@ def _layout_maker(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int,
             raise LlmcalcError(f"unknown --schedule {schedule!r}; use one of {', '.join(SCHEDULES)}")
         if vpp > 1 and schedule != "interleaved":
             raise LlmcalcError(f"--vpp {vpp} needs --schedule interleaved (got {schedule})")
-        # Layout.over: its checks, then its fields over the template's
-        if not degrees_ok(n_gpus, tp, cp, pp):
-            check_degrees(**{"--n-gpus": n_gpus, "--tp": tp, "--cp": cp, "--pp": pp})
-        if n_gpus % (tp * cp * pp):
-            raise LlmcalcError(f"tp x cp x pp = {tp} x {cp} x {pp} = {tp * cp * pp} does not divide --n-gpus "
-                               f"{n_gpus}")
-        lay = _built(Layout, {**template, "tp": tp, "cp": cp, "pp": pp, "dp": n_gpus // (tp * cp * pp), "vpp": vpp,
-                              "ep": ep, "etp": etp or 0, "micro_batch": micro_batch, "schedule": schedule})
+        # Layout.over: its checks (data_parallel), then its fields over the template's
+        dp = data_parallel(n_gpus, tp, cp, pp)
+        lay = _built(Layout, {**template, "tp": tp, "cp": cp, "pp": pp, "dp": dp, "vpp": vpp, "ep": ep,
+                              "etp": etp or 0, "micro_batch": micro_batch, "schedule": schedule})
         check_heads(spec, tp)
         if seq_len % cp:
             raise LlmcalcError(f"--cp {cp} does not divide --seq-len {seq_len}")
@@ -2073,9 +2068,8 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
 
 
 def _with_zero(lay: Layout, zero: int) -> Layout:
-    """replace(lay, zero=zero): the same fields in the same order, built without __init__ (parallel._built; a
-    Layout's __dict__ is its fields)."""
-    return _built(Layout, {**vars(lay), "zero": zero})
+    """replace(lay, zero=zero): the same fields in the same order, built without __init__ (records.replaced)."""
+    return replaced(lay, {"zero": zero})
 
 
 EXTREME_TRIES = 3  # how many of the most extreme layouts of a kind _extremes' caller tries for one that fits

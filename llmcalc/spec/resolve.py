@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..records import construct
+from ..records import construct, replaced
 from .checks import check_types, positive, validate
 from .draft import REQUIRED, SpecDraft, SpecError
 from .model import MLA, MLA_FIELDS, ZERO_IS_NONE, ModelSpec
@@ -65,25 +65,9 @@ def derive(draft: SpecDraft) -> SpecDraft:
         derived["d_ff_kv_shared"] = spec.d_ff
     if spec.per_layer_embed_dim and spec.per_layer_embed_vocab is None:
         derived["per_layer_embed_vocab"] = spec.vocab_size
-    return _replace(draft, derived)
+    return replaced(draft, derived)  # dataclasses.replace(draft, **derived), without SpecDraft's 97-argument __init__
 
 
-def _replace(draft: SpecDraft, changes: dict[str, Any]) -> SpecDraft:
-    """``dataclasses.replace(draft, **changes)`` without running SpecDraft's 97-argument ``__init__`` again: a SpecDraft
-    is nothing but its fields' values (no ``__post_init__``, InitVar, factory or init=False field; checked here, else
-    dataclasses.replace), so the copy is the same values in the same order with `changes` in (one per field name)."""
-    if _PLAIN_DRAFT and type(draft) is SpecDraft:
-        made = object.__new__(SpecDraft)
-        made.__dict__.update(draft.__dict__)
-        made.__dict__.update(changes)
-        return made
-    return dataclasses.replace(draft, **changes)
-
-
-# SpecDraft's fields are exactly what its __init__ stores: the shortcut of _replace is dataclasses.replace
-_PLAIN_DRAFT = not hasattr(SpecDraft, "__post_init__") and all(
-    f.init and f.default_factory is dataclasses.MISSING and f._field_type is dataclasses._FIELD  # type: ignore[attr-defined]
-    for f in SpecDraft.__dataclass_fields__.values())
 # the draft's fields that the ModelSpec keeps as they are (the MLA ones become its MLA record), in field order
 _KEPT = tuple(f.name for f in dataclasses.fields(SpecDraft) if f.name not in MLA_FIELDS)
 
