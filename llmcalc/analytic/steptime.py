@@ -2198,7 +2198,7 @@ def _rank_floor(ctx: _Ctx) -> float:
 
 def _piece_passes(ctx: _Ctx, piece: tuple, zb: bool) -> tuple[float, float]:
     """(forward + backward, weight gradient: 0 unless `zb` splits it off) of one micro-batch of one piece of a stage
-    (_rank_pieces'), stage_passes' sums of its StageTimes."""
+    (_rank_pieces'), stage_passes' sums of its StageTimes (_passes)."""
     what = piece[0]
     if what == "embedding":
         s = _cached_in(ctx.dense_cache, ("embedding",), lambda: _embedding_times(ctx))
@@ -2208,10 +2208,8 @@ def _piece_passes(ctx: _Ctx, piece: tuple, zb: bool) -> tuple[float, float]:
         s = _mtp_times(ctx, "none")
     else:
         s = _layer_cost(ctx, what, piece[1])
-    comm = s.tp + s.cp + s.ep - s.comm_fwd
-    if zb:
-        return s.fwd + s.comm_fwd + (s.bwd_input + comm), s.bwd_weight
-    return s.fwd + s.comm_fwd + (s.bwd_input + s.bwd_weight + comm), 0.0
+    both, weight = _passes(s, zb)
+    return both, 0.0 if weight is None else weight
 
 
 def _rank_pieces(spec: ModelSpec, n_stages: int, lay: Layout, v: int) -> tuple:
@@ -2268,14 +2266,18 @@ def _composition_passes(ctx: _Ctx, composition: tuple, recompute: str) -> tuple[
     schedule = ctx.lay.schedule
     key = ("passes", composition, recompute, ctx.lay.mtp_layers, schedule.startswith("zb"))
     out = ctx.cache.get(key)
-    if out is None:  # stage_passes([stage], [0], schedule)'s sums, inline
-        s = _stage_cost(ctx, composition, recompute)
-        comm = s.tp + s.cp + s.ep - s.comm_fwd
-        if schedule.startswith("zb"):
-            out = ctx.cache[key] = (s.fwd + s.comm_fwd + (s.bwd_input + comm), s.bwd_weight)
-        else:
-            out = ctx.cache[key] = (s.fwd + s.comm_fwd + (s.bwd_input + s.bwd_weight + comm), None)
+    if out is None:
+        out = ctx.cache[key] = _passes(_stage_cost(ctx, composition, recompute), schedule.startswith("zb"))
     return out
+
+
+def _passes(s: StageTimes, zb: bool) -> tuple[float, float | None]:
+    """stage_passes([s], [0], schedule)'s sums of one stage: its forward + backward, and its weight gradient where a
+    zero-bubble schedule (`zb`) splits it off (else None); the same additions in the same order."""
+    comm = s.tp + s.cp + s.ep - s.comm_fwd
+    if zb:
+        return s.fwd + s.comm_fwd + (s.bwd_input + comm), s.bwd_weight
+    return s.fwd + s.comm_fwd + (s.bwd_input + s.bwd_weight + comm), None
 
 
 def _floor_ranks(plan: tuple, schedule: str, pp: int, v: int) -> tuple:
