@@ -66,28 +66,48 @@ def test_the_compiled_program_is_each_ranks_action_list_in_a_dependency_order(sc
     """_static_program's actions, read back as (rank, kind, stage, micro-batch), are each rank's action_lists list
     in order (zero-bubble: each B followed by the weight gradients zb-h1 computes then, a rank keeping at most r
     pending, the rest at its end), and every action's dependency (F: the same micro-batch one stage earlier, B: one
-    stage later, or the last stage's F) comes earlier in the sequence, read from its slot, with a transfer where it
-    ran on another rank."""
+    stage later, or the last stage's F) comes earlier in the sequence, read from its slot where it ran on another
+    rank, else from FREE (a dependency on the same rank, or none). A run of one rank's actions starts from the slot
+    of that rank's previous finish (ZERO before its first), the others continue the run before them; `lasts` are
+    each rank's last finish slot; the busy-time pieces give each rank's durations in its order."""
     v = chunks_per_rank(schedule, vpp)
+    rng = random.Random(5)
     for p in (1, 2, 3, 4, 8):
         for m in (p, 2 * p, 3 * p) if schedule == "interleaved" else (1, p, 2 * p + 1):
             n = p * v
-            prog = pipeline._static_program(schedule, p, m, v)
+            kinds = 3 if schedule.startswith("zb") else 2
+            free, zero = kinds * n * m, kinds * n * m + 1
+            actions, lasts, kinded, whole = pipeline._static_program(schedule, p, m, v)
             got: list[list] = [[] for _ in range(p)]
+            durations: list[list] = [[] for _ in range(p)]
             seen = set()
-            for r, k, dep, cross, own in prog:
+            last: list = [zero] * p
+            cur = None
+            for k, dep, own, prev in actions:
                 kind, st = "FBW"[k // n], k % n
-                j = own % m if kind != "W" else None
+                j = own % m
+                r = _home(schedule, p, v, st)
+                assert own // m == k, (kind, st, j)  # F of (s, j) at s·m + j, B at (n + s)·m + j, W at (2n + s)·m + j
+                if prev is None:
+                    assert r == cur, (r, kind, st, j)  # the run goes on
+                else:
+                    assert prev == last[r], (r, kind, st, j)  # a run starts from the rank's clock
+                    cur = r
                 if kind == "F":
                     need = ("F", st - 1, j) if st else None
                 else:
                     need = None if kind == "W" else ("F", st, j) if st == n - 1 else ("B", st + 1, j)
                 assert need is None or need in seen, (r, kind, st, j)
-                slot = 2 * n * m if need is None else (need[1] + (n if need[0] == "B" else 0)) * m + need[2]
-                assert dep == slot, (r, kind, st, j)  # where the finish waited for is kept
-                assert cross == (need is not None and _home(schedule, p, v, need[1]) != r)  # a transfer
+                slot = (need[1] + (n if need[0] == "B" else 0)) * m + need[2] if need else None
+                cross = need is not None and _home(schedule, p, v, need[1]) != r
+                assert dep == (slot if cross else free), (r, kind, st, j)  # where the finish waited for is kept
+                if not cross:
+                    assert pipeline._awaited(k, own, n, m, zero) == (zero if slot is None else slot)
                 seen.add((kind, st, j))
                 got[r].append((kind, st) if kind == "W" else (kind, st, j))
+                durations[r].append(k)
+                last[r] = own
+            assert list(lasts) == last
             for r in range(p):
                 want, pending = [], []
                 for kind, chunk, j in action_lists(schedule, p, m, v)[r]:
@@ -99,6 +119,58 @@ def test_the_compiled_program_is_each_ranks_action_list_in_a_dependency_order(sc
                             want.append(("W", pending.pop(0)))
                 want += [("W", st) for st in pending]
                 assert got[r] == want, (p, m, r)
+            # the busy-time pieces: each rank's durations in turn, from the whole table and from the stage kinds
+            table = [rng.uniform(0.1, 1.0) for _ in range(kinds * n)]
+            for kind in range(kinds if n > 2 else 0):  # equal middle stages, as _stage_kinds wants them
+                table[kind * n + 1:kind * n + n - 1] = [table[kind * n + 1]] * (n - 2)
+            values = pipeline._stage_kinds(table, n)
+            assert (values is None) == (n == 1)  # (one stage: simulate_pair does not sweep it)
+            for r in range(p):
+                want_d = [table[k] for k in durations[r]]
+                assert [x for pick, count in whole[r] for x in pick(table) * count] == want_d
+                if values is not None:
+                    assert [x for pick, count in kinded[r] for x in pick(values) * count] == want_d
+
+
+def test_pieces_and_sums_in_turn():
+    """_pieces' (getter, count) pieces repeat back to the indices they were made from (runs of one index and of two
+    alternating ones, whatever comes between), and _sum_in_turn (sum() where it adds in turn, else reduce) is the
+    running total `u += x` on this interpreter, to the last bit."""
+    rng = random.Random(9)
+    table = [rng.uniform(0.001, 3.0) for _ in range(12)]
+    for _ in range(300):
+        ks: list[int] = []
+        while len(ks) < rng.randrange(1, 60):
+            shape = rng.choice(["one", "two", "any"])
+            a, b = rng.randrange(12), rng.randrange(12)
+            ks += [a] * rng.randrange(1, 6) if shape == "one" else [a, b] * rng.randrange(1, 6) if shape == "two" \
+                else [rng.randrange(12) for _ in range(rng.randrange(1, 4))]
+        pieces = pipeline._pieces(ks)
+        assert [x for pick, count in pieces for x in pick(table) * count] == [table[k] for k in ks]
+        u = 0.0
+        for k in ks:
+            u += table[k]
+        got = 0.0
+        for pick, count in pieces:
+            got = pipeline._sum_in_turn(pick(table) * count, got)
+        assert got == u
+        assert pipeline._sum_in_turn([table[k] for k in ks], 0.0) == u
+
+
+@pytest.mark.parametrize("schedule, vpp", STATIC)
+def test_simulate_pair_with_a_negative_duration_is_the_straightforward_sweep(schedule, vpp):
+    """A negative duration (never a real one) lets a rank's clock go back, so a dependency on the same rank can bind:
+    simulate_pair then reads every awaited finish from its own slot (_awaited) and is still the sweep as first
+    written (where no clock drops below zero: the reference waits for nothing where there is no dependency)."""
+    v = chunks_per_rank(schedule, vpp)
+    for p, m, f, b, w, c in _draws(schedule, vpp, count=30, seed=41):
+        n = p * v
+        f = [x + 10.0 for x in f]  # clocks start high enough that one negative duration keeps them above zero
+        f[n // 2] = -0.5 * min(f)
+        wt = w.__getitem__ if w else None
+        plain, sent = simulate_pair(schedule, p, m, f.__getitem__, b.__getitem__, wt, vpp=vpp, p2p_time=c)
+        assert (plain.makespan, plain.busy) == _straightforward_sweep(schedule, p, m, f, b, w, v, 0.0), (p, m, c)
+        assert (sent.makespan, sent.busy) == _straightforward_sweep(schedule, p, m, f, b, w, v, c), (p, m, c)
 
 
 def _home(schedule: str, p: int, v: int, stage: int) -> int:

@@ -22,7 +22,11 @@ from __future__ import annotations
 
 import functools
 import heapq
-from collections.abc import Sequence
+import math
+import operator
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..errors import LlmcalcError
 from ..records import dataclass
@@ -201,17 +205,23 @@ def _simulate_exact(schedule: str, p: int, m: int, f_time, b_time, w_time, v: in
 
 
 @functools.lru_cache(maxsize=64)
-def _static_program(schedule: str, p: int, m: int, v: int) -> tuple[tuple[int, int, int, bool, int], ...]:
-    """The fixed action lists (action_lists, every schedule but zb-v) compiled for _simulate_static: one sequence
-    of (rank, duration index, the slot of the finish it waits for, whether that ran on another rank, the slot its
-    own finish is kept at), in an order every action's dependency precedes. Durations are indexed F of stage s at
-    s, B at p·v + s, W at 2·p·v + s; finishes are kept in one list: F of (stage, micro-batch) at stage·m + j, B at
-    (p·v + stage)·m + j, then two spare slots: one never written (0.0, what an action with no dependency waits for)
-    and one for the finishes nobody reads (W's). Each rank's actions come in its list's order (_rank_actions), the
-    zero-bubble weight gradients where zb-h1 computes them (a rank keeps at most r pending, the rest last); the
-    order across ranks is the sweep of _simulate_static as first written: each rank runs ahead until it needs an
-    action another rank has not reached (which actions are ready does not depend on the times), so a rank's
-    actions come in runs of consecutive ones."""
+def _static_program(schedule: str, p: int, m: int, v: int) -> _Program:  # long: the lists, then their sweep order
+    """The fixed action lists (action_lists, every schedule but zb-v) compiled for _simulate_static: (actions,
+    lasts, kinded, whole). Finishes are kept in one list, F of (stage s, micro-batch j) at s·m + j, B at
+    (p·v + s)·m + j, W at (2·p·v + s)·m + j, then two spare slots never written: FREE (held at -inf) and ZERO (0.0);
+    durations are indexed F of stage s at s, B at p·v + s, W at 2·p·v + s. `actions`: one sequence of (duration
+    index, the slot of the finish it waits for, the slot its own finish is kept at, where a run of one rank's
+    consecutive actions starts: the slot of the rank's previous finish, its clock then (ZERO before its first),
+    else None), in an order every action's dependency precedes. The awaited slot is FREE where the dependency ran
+    on the same rank or where there is none (F of stage 0, W): a rank's clock never goes back (durations >= 0), so
+    those never bind (_simulate_static's sweep for negative durations reads them from their own slots: _awaited).
+    `lasts`: each rank's last finish slot (its clock at the end). `kinded`, `whole`: each rank's durations in its
+    own order as (getter, count) pieces (_pieces), from _stage_kinds' values and from the whole table. Each rank's
+    actions come in its list's order (_rank_actions), the zero-bubble weight gradients where zb-h1 computes them (a
+    rank keeps at most r pending, the rest last); the order across ranks is a sweep in which each rank runs ahead
+    until it needs an action another rank has not reached (which actions are ready does not depend on the times),
+    the ranks taken 0 to p-1, then p-1 down to 0, and so on (the backwards' dependencies run down the ranks: fewer,
+    longer runs than always upwards)."""
     if schedule not in ("gpipe", "1f1b", "interleaved", "zb-h1"):
         raise LlmcalcError(f"no fixed action lists for pipeline schedule {schedule!r}")
     n = p * v
@@ -219,67 +229,154 @@ def _static_program(schedule: str, p: int, m: int, v: int) -> tuple[tuple[int, i
     for r in range(p):
         for c in range(v):
             home[stage_of(schedule, r, c, p)] = r
-    none, trash = 2 * n * m, 2 * n * m + 1  # the slot read by actions without a dependency, the slot W writes
-    per_rank = [_rank_actions(schedule, p, m, v, r, home=home) for r in range(p)]
-    deps = [[a[2] for a in acts] for acts in per_rank]
-    owns = [[a[4] for a in acts] for acts in per_rank]
-    done = bytearray(2 * n * m + 2)
-    done[none] = 1
+    kinds = 3 if schedule.startswith("zb") else 2
+    free = kinds * n * m
+    zero = free + 1
+    lists = [_rank_actions(schedule, p, m, v, r, home=home) for r in range(p)]
+    done = bytearray(zero + 1)
+    done[free] = 1  # (ZERO is never done: it ends every rank's list of awaited slots)
+    deps = [acts[1] + [zero] for acts in lists]
     pos = [0] * p
-    out: list[tuple[int, int, int, bool, int]] = []
-    progress = True
+    spans: list[tuple[int, int, int]] = []
+    progress, ahead, back = True, range(p), range(p - 1, -1, -1)
     while progress:
         progress = False
-        for r in range(p):
-            dep, own, i = deps[r], owns[r], pos[r]
-            start, end = i, len(dep)
-            while i < end and done[dep[i]]:
+        for r in ahead:
+            dep, own, i = deps[r], lists[r][2], pos[r]
+            start = i
+            while done[dep[i]]:
                 done[own[i]] = 1
                 i += 1
             if i != start:
-                out += per_rank[r][start:i]
+                spans.append((r, start, i))
                 pos[r], progress = i, True
-    done[trash] = 0
-    if any(pos[r] < len(deps[r]) for r in range(p)):
+        ahead, back = back, ahead
+    if any(pos[r] < len(lists[r][0]) for r in range(p)):
         raise LlmcalcError(f"pipeline schedule {schedule} deadlocked for p={p}, m={m}, v={v} (a bug: please report)")
-    return tuple(out)
+    starts: list[list[int | None]] = [[None] * len(acts[0]) for acts in lists]
+    for r, start, _ in spans:
+        starts[r][start] = lists[r][2][start - 1] if start else zero
+    ranked = [tuple(zip(*acts, starts[r], strict=True)) for r, acts in enumerate(lists)]
+    actions: list[tuple[int, int, int, int | None]] = []
+    for r, start, i in spans:
+        actions += ranked[r][start:i]
+    ends = [1] * (kinds * n)  # each duration index's place among _stage_kinds' values
+    for kind in range(kinds):
+        ends[kind * n], ends[kind * n + n - 1] = 3 * kind, 3 * kind + 2
+        ends[kind * n + 1:kind * n + n - 1] = [3 * kind + 1] * (n - 2)
+    kinded = tuple(_pieces(list(map(ends.__getitem__, acts[0]))) for acts in lists)
+    whole = tuple(((operator.itemgetter(*acts[0]), 1),) for acts in lists)
+    return tuple(actions), tuple(acts[2][-1] for acts in lists), kinded, whole
+
+
+_Pick = Callable[[list[float]], Any]  # a duration pattern out of the table (a list or a tuple of floats)
+_Sums = tuple[tuple[tuple[_Pick, int], ...], ...]  # per rank, (getter, count) pieces of its durations
+_Program = tuple[tuple[tuple[int, int, int, int | None], ...], tuple[int, ...], _Sums, _Sums]
 
 
 def _rank_actions(schedule: str, p: int, m: int, v: int, r: int,
-                  home: list[int]) -> list[tuple[int, int, int, bool, int]]:
-    """Rank r's actions as _static_program keeps them, in the order of its action_lists list (each chunk's F and B
-    of every micro-batch built from its stage's constants, then picked in _chunk_order's order and interleaved as
-    _one_f_one_b does), the zero-bubble weight gradients inserted."""
+                  home: list[int]) -> tuple[list[int], list[int], list[int]]:
+    """Rank r's actions as _static_program keeps them (duration indices, awaited slots, own slots: three lists), in
+    the order of its action_lists list (each chunk's F and B of every micro-batch built from its stage's constants,
+    then picked in _chunk_order's order and interleaved as _one_f_one_b does), the zero-bubble weight gradients
+    inserted."""
     n = p * v
-    last, none, trash = n - 1, 2 * n * m, 2 * n * m + 1
-    fs: list = []
-    bs: list = []
+    last = n - 1
+    free = (3 if schedule.startswith("zb") else 2) * n * m
+    frees = [free] * m
+    fk: list[int] = []
+    fd: list[int] = []
+    fo: list[int] = []
+    bk: list[int] = []
+    bd: list[int] = []
+    bo: list[int] = []
     for c in range(v):
         st = stage_of(schedule, r, c, p)
-        x, o = bool(st) and home[st - 1] != r, st * m
-        fs += ([(r, st, none, x, o + j) for j in range(m)] if not st else
-               [(r, st, o - m + j, x, o + j) for j in range(m)])
-        d, x, o = st * m if st == last else (n + st + 1) * m, st != last and home[st + 1] != r, (n + st) * m
-        bs += [(r, n + st, d + j, x, o + j) for j in range(m)]
+        fk += [st] * m
+        fd += range((st - 1) * m, st * m) if st and home[st - 1] != r else frees
+        fo += range(st * m, (st + 1) * m)
+        bk += [n + st] * m
+        bd += range((n + st + 1) * m, (n + st + 2) * m) if st != last and home[st + 1] != r else frees
+        bo += range((n + st) * m, (n + st + 1) * m)
     fwd, bwd = _chunk_order(schedule, p, m, v)
-    fs, bs = list(map(fs.__getitem__, fwd)), list(map(bs.__getitem__, bwd))
+    if schedule == "interleaved" and v > 1:
+        pick_f, pick_b = operator.itemgetter(*fwd), operator.itemgetter(*bwd)
+        fk, fd, fo = list(pick_f(fk)), list(pick_f(fd)), list(pick_f(fo))
+        bk, bd, bo = list(pick_b(bk)), list(pick_b(bd)), list(pick_b(bo))
+    total = len(fk)
     warmup = min((p - r - 1) * 2 + (v - 1) * p if schedule == "interleaved" else m if schedule == "gpipe"
-                 else p - r - 1, len(fs))
+                 else p - r - 1, total)
     # _one_f_one_b: the warm-up forwards, then one forward and one backward in turn, then the remaining backwards
-    steady: list = [None] * (2 * (len(fs) - warmup))
-    steady[0::2], steady[1::2] = fs[warmup:], bs[:len(fs) - warmup]
-    acts = fs[:warmup] + steady + bs[len(fs) - warmup:]
+    out = []
+    for fl, bl in ((fk, bk), (fd, bd), (fo, bo)):
+        steady: list = [0] * (2 * (total - warmup))
+        steady[0::2], steady[1::2] = fl[warmup:], bl[:total - warmup]
+        out.append(fl[:warmup] + steady + bl[total - warmup:])
+    ks, ds, os_ = out
     if not schedule.startswith("zb"):
-        return acts
-    out: list[tuple[int, int, int, bool, int]] = []
-    pending: list[int] = []
-    for a in acts:
-        out.append(a)
-        if a[1] >= n:  # a backward: its weight gradient waits until more than r are pending
-            pending.append(a[1] - n)
+        return ks, ds, os_
+    return _with_weight_gradients(ks, ds, os_, r, n=n, m=m)
+
+
+def _with_weight_gradients(ks: list[int], ds: list[int], os_: list[int], r: int, n: int,
+                           m: int) -> tuple[list[int], list[int], list[int]]:
+    """zb-h1: rank r's actions (_rank_actions' three lists) with each backward's weight gradient inserted where the
+    rank has more than r pending (the oldest first), the rest at its end; a W of (stage s, micro-batch j) waits for
+    nothing (FREE: its B ran before it on the same rank) and keeps its finish at (2n + s)·m + j."""
+    free = 3 * n * m
+    wk: list[int] = []
+    wd: list[int] = []
+    wo: list[int] = []
+    pending: list[int] = []  # own slots of the backwards whose weight gradients are pending
+    for k, d, o in zip(ks, ds, os_, strict=True):
+        wk.append(k)
+        wd.append(d)
+        wo.append(o)
+        if k >= n:  # a backward: its weight gradient waits until more than r are pending
+            pending.append(o)
             while len(pending) > r:
-                out.append((r, 2 * n + pending.pop(0), none, False, trash))
-    return out + [(r, 2 * n + st, none, False, trash) for st in pending]  # the weight gradients still pending
+                b = pending.pop(0)
+                wk.append(b // m + n)
+                wd.append(free)
+                wo.append(b + n * m)
+    for b in pending:  # the weight gradients still pending
+        wk.append(b // m + n)
+        wd.append(free)
+        wo.append(b + n * m)
+    return wk, wd, wo
+
+
+def _pieces(ks: list[int]) -> tuple[tuple[_Pick, int], ...]:
+    """A rank's duration indices `ks` as (getter, count) pieces: getter(table) * count, piece after piece, are the
+    durations table[k] for k in ks in turn; each piece one index repeated or two alternating (so a rank's few
+    hundred durations come in a few dozen pieces)."""
+    out: list[tuple[_Pick, int]] = []
+    i, end = 0, len(ks)
+    while i < end:
+        a = ks[i]
+        j = i + 1
+        while j < end and ks[j] == a:
+            j += 1
+        if j - i > 1 or j + 1 >= end:
+            out.append((operator.itemgetter(slice(a, a + 1)), j - i))
+            i = j
+            continue
+        b = ks[j]
+        j += 1
+        while j + 1 < end and ks[j] == a and ks[j + 1] == b:
+            j += 2
+        out.append((operator.itemgetter(a, b), (j - i) // 2))
+        i = j
+    return tuple(out)
+
+
+# sum() of floats adds them one after the other, as `u += d` does, on CPython before 3.12 (3.12 compensates)
+_SUM_IN_TURN = sys.implementation.name == "cpython" and sys.version_info < (3, 12)
+
+
+def _sum_in_turn(values: Sequence[float], start: float) -> float:
+    """((start + values[0]) + values[1]) + ...: sum() where it adds so, else functools.reduce."""
+    return sum(values, start) if _SUM_IN_TURN else functools.reduce(operator.add, values, start)
 
 
 @functools.lru_cache(maxsize=64)
@@ -293,66 +390,114 @@ def _chunk_order(schedule: str, p: int, m: int, v: int) -> tuple[list[int], list
     return fwd, [(v - 1 - i // m) * m + i % m for i in fwd]
 
 
+def _stage_kinds(table: list[float], n: int) -> list[float] | None:
+    """Per kind of action (F, B, W), the durations of the first, a middle and the last stage, where every middle
+    stage's are the same float (the layout search's stages: the embedding, equal layers, the LM head), else None."""
+    out: list[float] = []
+    for lo in range(0, len(table), n):
+        mid = table[lo + 1] if n > 2 else 0.0
+        if table[lo + 1:lo + n - 1].count(mid) != n - 2:
+            return None
+        out += (table[lo], mid, table[lo + n - 1])
+    return out
+
+
+_SCRATCH: list[list[float]] = []  # finish lists kept for the next sweep (see _simulate_static)
+_SCRATCH_SLOTS = 1 << 16  # the longest kept
+
+
 def _simulate_static(schedule: str, p: int, m: int, f_time, b_time, w_time, v: int,
-                     p2p_time: tuple[float, ...]) -> list[tuple[PipelineResult, tuple[list, ...]]]:  # long: 2 sweeps
+                     p2p_time: tuple[float, ...]) -> list[tuple[PipelineResult, tuple[list, ...]]]:  # long: 3 sweeps
     """The fixed action lists (every schedule but zb-v), once per transfer time: an action finishes at max(its
     rank's clock, its dependency's finish + the transfer when that ran on another rank) + its duration, whatever
-    order the ranks are advanced in; _static_program gives one such order. The swept rank's clock and busy time
-    are kept in locals through a run of its actions. Without transfers and with (simulate_pair) share one sweep, the
-    first skipping the addition of its zero transfer time (x + 0.0 is x); a rank's busy time is its durations added
-    one after the other in its own order, as the sweep as first written added them."""
+    order the ranks are advanced in; _static_program gives one such order, the swept rank's clock kept in a local
+    through a run of its actions (read from its previous finish where a run starts). With every duration >= 0 the
+    awaited finish of a same-rank or absent dependency is the FREE slot (-inf: it never binds, as the rank's own
+    earlier finish or 0.0 would not), so every action is the same arithmetic, with no test for a transfer. Without
+    transfers and with (simulate_pair) share one sweep, the first skipping the addition of its zero transfer time
+    (x + 0.0 is x). A rank's busy time is its durations added one after the other in its own order, as the sweep as
+    first written added them, outside the sweep (sum() over _static_program's pieces where it adds in turn). The
+    finish lists are kept for the next call (_SCRATCH): a sweep reads only slots it has written first, and the
+    floats it overwrites go back to the allocator's free list for the next ones."""
     n = p * v
-    prog = _static_program(schedule, p, m, v)
-    table = [f_time(st) for st in range(n)] + [b_time(st) for st in range(n)]
+    actions, lasts, kinded, whole = _static_program(schedule, p, m, v)
+    table = list(map(f_time, range(n))) + list(map(b_time, range(n)))
     if schedule.startswith("zb"):
-        table += [w_time(st) for st in range(n)]
-    size = 2 * n * m + 2
-    timelines = []
-    if len(p2p_time) == 2 and not p2p_time[0]:  # without transfers and with, in one sweep
-        c = p2p_time[1]
-        clock, clock2, done, done2, busy = [0.0] * p, [0.0] * p, [0.0] * size, [0.0] * size, [0.0] * p
-        cur, t, t2, u = 0, 0.0, 0.0, 0.0  # the rank swept, its clock on each timeline, its busy time so far
-        for r, k, dep, cross, own in prog:
-            if r != cur:
-                clock[cur], clock2[cur], busy[cur] = t, t2, u
-                cur, t, t2, u = r, clock[r], clock2[r], busy[r]
-            d = table[k]
-            u += d
-            if done[dep] > t:  # (read again only where it is later than the clock)
-                t = done[dep]
-            ready = done2[dep]
-            if cross:
-                ready += c
-            if ready > t2:
-                t2 = ready
-            t += d
-            t2 += d
-            done[own] = t
-            done2[own] = t2
-        clock[cur], clock2[cur], busy[cur] = t, t2, u
-        timelines = [(clock, done), (clock2, done2)]
-    else:
-        for c in p2p_time:
-            clock, done, busy = [0.0] * p, [0.0] * size, [0.0] * p  # (the same busy times on each timeline)
-            cur, t, u = 0, 0.0, 0.0
-            for r, k, dep, cross, own in prog:
-                if r != cur:
-                    clock[cur], busy[cur] = t, u
-                    cur, t, u = r, clock[r], busy[r]
-                d = table[k]
-                u += d
-                ready = done[dep]
-                if cross:
-                    ready += c
+        table += map(w_time, range(n))
+    values = _stage_kinds(table, n)
+    sums, values = (kinded, values) if values else (whole, table)
+    add = sum if _SUM_IN_TURN else _sum_in_turn
+    busy = []
+    for pieces in sums:
+        u = 0.0
+        for pick, count in pieces:
+            u = add(pick(values) * count, u)
+        busy.append(u)
+    free = (3 if schedule.startswith("zb") else 2) * n * m
+    zero = free + 1
+    kept = min(table) >= 0.0
+    if not kept:  # a negative duration (never a real one): every dependency read from its own slot
+        lists = [[0.0] * (zero + 1) for _ in p2p_time]
+        for c, done in zip(p2p_time, lists, strict=True):
+            t = 0.0
+            for k, dep, own, prev in actions:
+                if prev is not None:
+                    t = done[prev]
+                ready = done[_awaited(k, own, n, m, zero)] if dep == free else done[dep] + c
                 if ready > t:
                     t = ready
+                t += table[k]
+                done[own] = t
+    else:
+        lists = [_SCRATCH.pop() if _SCRATCH else [] for _ in p2p_time]
+        for done in lists:
+            if len(done) <= zero:
+                done += [0.0] * (zero + 1 - len(done))
+            done[free], done[zero] = -math.inf, 0.0
+        if len(p2p_time) == 2 and not p2p_time[0]:  # without transfers and with, in one sweep
+            c = p2p_time[1]
+            done, done2 = lists
+            t = t2 = 0.0
+            for k, dep, own, prev in actions:
+                if prev is not None:
+                    t = done[prev]
+                    t2 = done2[prev]
+                if done[dep] > t:  # (read again only where it is later than the clock)
+                    t = done[dep]
+                if done2[dep] + c > t2:
+                    t2 = done2[dep] + c
+                d = table[k]
                 t += d
                 done[own] = t
-            clock[cur], busy[cur] = t, u
-            timelines.append((clock, done))
+                t2 += d
+                done2[own] = t2
+        else:
+            for c, done in zip(p2p_time, lists, strict=True):
+                t = 0.0
+                for k, dep, own, prev in actions:
+                    if prev is not None:
+                        t = done[prev]
+                    if done[dep] + c > t:
+                        t = done[dep] + c
+                    t += table[k]
+                    done[own] = t
     last = n - 1
-    return [(PipelineResult(schedule, p, v, m, makespan=max(clock), busy=tuple(busy)),
-             (done[:m], done[last * m:(last + 1) * m], done[n * m:(n + 1) * m])) for clock, done in timelines]
+    out: list[tuple[PipelineResult, tuple[list, ...]]] = [
+        (PipelineResult(schedule, p, v, m, makespan=max([done[s] for s in lasts]), busy=tuple(busy)),
+         (done[:m], done[last * m:(last + 1) * m], done[n * m:(n + 1) * m])) for done in lists]
+    if kept:
+        _SCRATCH.extend(done for done in lists if len(done) <= _SCRATCH_SLOTS)
+    return out
+
+
+def _awaited(k: int, own: int, n: int, m: int, zero: int) -> int:
+    """The slot of the finish an action (duration index k, own slot) waits for on its own rank, or ZERO where it
+    waits for none (F of stage 0, W): F of stage s > 0 waits for F of s - 1, B of the last stage for its F, B of s
+    for B of s + 1 (the slots of _static_program)."""
+    kind, st = divmod(k, n)
+    if kind == 2 or (kind == 0 and st == 0):
+        return zero
+    return own - m if kind == 0 else own - n * m if st == n - 1 else own + m
 
 
 def _simulate_greedy(schedule: str, p: int, m: int, f_time, b_time, w_time, v: int,
