@@ -64,7 +64,7 @@ from ..spec import ModelSpec
 from ..units import GIB, plural
 from ..validate import DEFAULT_ZERO
 from . import comm, kernels
-from .activations import ATTENTION_IMPLS, ActivationEstimate, activation_memory, layer_terms
+from .activations import ATTENTION_IMPLS, ActivationEstimate, activation_memory, kept_terms, layer_saved
 from .flops import RECOMPUTE, StepFlops, forward_ops, has_backward, indexer_ops, layer_ops, step_flops, utilization
 from .kernels import (  # noqa: F401  (re-exported: the step model's public names)
     ATTENTION_KERNELS,
@@ -79,14 +79,15 @@ from .kernels import (  # noqa: F401  (re-exported: the step model's public name
 from .memory import (
     OPTIMIZERS,
     RECIPES,
-    MemoryEstimate,
     Recipe,
     _fp8_inputs,
     _layer_params,
+    fp8_state_bytes,
     lookup,
     peak_from,
     peak_of,
     routed_expert_params,
+    state_terms_of,
 )
 from .parallel import (
     Parallel,
@@ -101,7 +102,7 @@ from .parallel import (
     data_parallel,
     whole,
 )
-from .params import count_params, largest_tensor
+from .params import count_params
 from .pipeline import SCHEDULES, chunks_per_rank, path_bounds, simulate_pair, stage_of
 
 # The one constant fitted to whole training steps: the share of the isolated-kernel rates (MAMF, the attention
@@ -2363,15 +2364,17 @@ def _least_that_fits_uncached(spec: ModelSpec, lay: Layout, seq_len: int, tries:
                               recipe: str, optimizer: str) -> tuple[str | None, int, float]:
     layers = math.ceil(spec.n_layers / lay.pp) * lay.pp  # pp values with the same count share the resized spec
     even = _cached("params", ("even", _token(spec), layers), lambda: _resized(spec, layers))
+    rec = RECIPES[recipe]
     peak, zero = 0.0, 1
     zeros = (1, 3) if lay.dp > 1 else (1,)
+    sums: dict[str, list] = {}  # each recomputation's stage activations (_stage_sums): the same at either ZeRO stage
     for zero in zeros:
-        par = _build(Parallel, tp=lay.tp, cp=lay.cp, pp=lay.pp, dp=lay.dp, ep=lay.ep, etp=lay.etp,
-                     sequence_parallel=True, zero=zero)  # Parallel(...), without __init__'s per-field setattr
+        # _training_peak's terms, without its cache: no other layout's check asks for these degrees and micro-batch
+        states = _stage_states(even, recipe, optimizer, (lay.tp, lay.cp, lay.pp, lay.dp, lay.ep, lay.etp, zero))
         # every phase_peak is at least its optimizer step's sum, the same for every micro-batch and recomputation:
         # above the capacity no recomputation fits (the last try of the last stage is still computed: its peak is
         # the one reported)
-        hopeless = max(s.step for s in _stage_states(even, recipe, optimizer, par)) > capacity
+        hopeless = max(s.step for s in states) > capacity
         none_peak = None
         for rc in (tries[-1:] if zero == zeros[-1] else []) if hopeless else tries:
             if rc == "selective" and none_peak is not None:
@@ -2379,8 +2382,16 @@ def _least_that_fits_uncached(spec: ModelSpec, lay: Layout, seq_len: int, tries:
                 # (activations.layer_terms): the same bytes as none, which did not fit
                 peak = none_peak
                 continue
-            # training_peak without its cache: no other layout's check asks for these degrees and micro-batch
-            peak = _training_peak(even, lay.micro_batch, seq_len, recipe, optimizer, recompute=rc, parallel=par)
+            if rec.fp8_saved_inputs:
+                par = _build(Parallel, tp=lay.tp, cp=lay.cp, pp=lay.pp, dp=lay.dp, ep=lay.ep, etp=lay.etp,
+                             sequence_parallel=True, zero=zero)  # Parallel(...), without __init__'s setattr
+                peak = _training_peak(even, lay.micro_batch, seq_len, recipe, optimizer, recompute=rc, parallel=par)
+            else:
+                acts = sums.get(rc)
+                if acts is None:
+                    acts = sums[rc] = _stage_sums(even, lay.micro_batch, seq_len // lay.cp, rec.act_bytes, rc,
+                                                  (lay.tp, True, lay.pp))
+                peak = max([peak_from(s, a) for s, a in zip(states, acts, strict=True)])
             if peak <= capacity:
                 return rc, zero, peak
             none_peak = peak if rc == "none" else None
@@ -2415,35 +2426,53 @@ def _training_peak(spec: ModelSpec, batch: int, seq_len: int, recipe: str, optim
                    parallel: Parallel) -> float:
     seq = seq_len // parallel.cp
     rec = RECIPES[recipe]
-    common = (spec, batch, seq, rec.act_bytes, recompute, parallel.tp, parallel.sequence_parallel)
-    pp = parallel.pp
-    per_stage = spec.n_layers // pp
-    ranges = [(0, spec.n_layers, 1, True)] if pp == 1 else [(0, per_stage, pp, False),
-                                                             (spec.n_layers - per_stage, spec.n_layers, 1, True)]
-    states = _stage_states(spec, recipe, optimizer, parallel)
+    tp, pp, sp = parallel.tp, parallel.pp, parallel.sequence_parallel
+    states = _stage_states(spec, recipe, optimizer, (tp, parallel.cp, pp, parallel.dp, parallel.ep, parallel.etp,
+                                                     parallel.zero))
     if rec.fp8_saved_inputs:
-        acts = [_fp8_inputs(_activations(*common, *r), rec.act_bytes, rec.saved_input_bytes) for r in ranges]
+        common = (spec, batch, seq, rec.act_bytes, recompute, tp, sp)
+        acts = [_fp8_inputs(_activations(*common, *r), rec.act_bytes, rec.saved_input_bytes)
+                for r in _stage_ranges(spec.n_layers, pp)]
         return max(peak_of(s, a) for s, a in zip(states, acts, strict=True))
-    return max(peak_from(s, _activation_sums(*common, *r)) for s, r in zip(states, ranges, strict=True))
+    sums = _stage_sums(spec, batch, seq, rec.act_bytes, recompute, (tp, sp, pp))
+    return max([peak_from(s, a) for s, a in zip(states, sums, strict=True)])
 
 
-def _stage_states(spec: ModelSpec, recipe: str, optimizer: str, parallel: Parallel) -> list:
+def _stage_ranges(n_layers: int, pp: int) -> list[tuple[int, int, int, bool]]:
+    """memory.training_memory's most loaded stages as (first layer, stop, micro-batches in flight, head?): pp 1 the
+    only stage; else the first (pp in flight, 1F1B) and the last (the head)."""
+    if pp == 1:
+        return [(0, n_layers, 1, True)]
+    per_stage = n_layers // pp
+    return [(0, per_stage, pp, False), (n_layers - per_stage, n_layers, 1, True)]
+
+
+def _stage_sums(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recompute: str, mesh: tuple) -> list:
+    """_activation_sums of each of _stage_ranges' stages, `mesh` = (tp, sequence parallel, pp)."""
+    tp, sp, pp = mesh
+    return [_activation_sums(spec, batch, seq, act_bytes, recompute, tp, sp, *r) for r in _stage_ranges(spec.n_layers,
+                                                                                                        pp)]
+
+
+def _stage_states(spec: ModelSpec, recipe: str, optimizer: str, degrees: tuple) -> list:
     """memory.training_memory's most loaded stages (pp 1: the only one; else the first and the last), each as the
     MemoryEstimate.state_terms of its parameters: the same whatever the micro-batch and recomputation, so once per
-    model, recipe, optimizer and degrees."""
-    return _cached("params", ("states", _token(spec), recipe, optimizer, *_degrees(parallel)),
-                   lambda: _stage_states_uncached(spec, recipe, optimizer, parallel))
+    model, recipe, optimizer and `degrees` = (tp, cp, pp, dp, ep, etp, ZeRO stage) (what they read of a Parallel)."""
+    return _cached("params", ("states", _token(spec), recipe, optimizer, *degrees),
+                   lambda: _stage_states_uncached(spec, recipe, optimizer, degrees))
 
 
 def _stage_states_uncached(spec: ModelSpec, recipe: str, optimizer: str,
-                           parallel: Parallel) -> list:  # long: memory.training_memory's assembly, step by step
+                           degrees: tuple) -> list:  # long: memory.training_memory's assembly, step by step
     rec = RECIPES[recipe]
     opt = OPTIMIZERS[optimizer]
-    tp, pp, ep, etp = parallel.tp, parallel.pp, parallel.ep, parallel.expert_tp
-    def params() -> tuple:  # once per model: its components, largest tensor, per-layer split and routed experts
+    tp, cp, pp, dp, ep, etp, zero = degrees
+    etp = etp or tp  # Parallel.expert_tp
+
+    def make() -> tuple:  # once per model: its components, per-layer split and routed experts
         comps = count_params(spec).components
-        return comps, largest_tensor(spec), _layer_params(spec, comps), routed_expert_params(spec, comps)
-    comps, biggest, split, routed = _cached("params", ("comps", _token(spec)), params)
+        return comps, _layer_params(spec, comps), routed_expert_params(spec, comps)
+    comps, split, routed = _cached("params", ("comps", _token(spec)), make)
     layer, norms, emb, head, final = split
     per_stage = spec.n_layers // pp
     routed = routed / spec.n_layers
@@ -2452,21 +2481,19 @@ def _stage_states_uncached(spec: ModelSpec, recipe: str, optimizer: str,
     experts = per_stage * routed / (etp * ep) if own else 0.0
     blocks = per_stage * (layer / tp + norms)
     gathered = (2 * (layer / tp + norms + (routed / (etp * ep) if own else 0.0)) * rec.weight_bytes
-                if parallel.zero == 3 and parallel.dp > 1 else 0.0)
+                if zero == 3 and dp > 1 else 0.0)
     tied = spec.lm_head and spec.tie_embeddings  # the head's gradient is the token table's, made first
     late = (emb - (comps.get("embedding/tokens", 0) if tied else 0)) / tp
     if pp == 1:
-        stages = [("only", emb / tp + blocks + final + (head / tp if not spec.tie_embeddings else 0),
-                   head / tp + final, late)]
+        stages = [(emb / tp + blocks + final + (head / tp if not spec.tie_embeddings else 0), head / tp + final, late)]
     else:
-        stages = [("first", emb / tp + blocks, 0.0, emb / tp), ("last", blocks + final + head / tp, head / tp + final,
-                                                                 0.0)]
-    none = ActivationEstimate({}, 0.0, 0.0)  # the state terms read no activation
-    return [MemoryEstimate(spec=spec, recipe=rec, optimizer=opt, parallel=parallel, batch=1, seq_len=1,
-                           recompute="none", attention="flash", params_on_gpu=params, activations=none, stage=name,
-                           zero3_gathered=gathered, largest_tensor=biggest / tp, expert_params_on_gpu=experts,
-                           head_params_on_gpu=head_p, late_params_on_gpu=late_p).state_terms()
-            for name, params, head_p, late_p in stages]
+        stages = [(emb / tp + blocks, 0.0, emb / tp), (blocks + final + head / tp, head / tp + final, 0.0)]
+    # MemoryEstimate(...).state_terms() of each stage, without the estimate: a fused optimizer (no temporaries)
+    fp8_state = fp8_state_bytes(rec, spec.n_layers, pp)
+    return [state_terms_of(rec, opt, zero=zero, dp=dp, expert_dp=tp * cp * dp // (etp * ep), params=params,
+                           experts=experts, gathered=gathered, temporaries=0.0, fp8_state=fp8_state,
+                           blocks=bool(spec.n_layers), head=head_p, late=late_p)
+            for params, head_p, late_p in stages]
 
 
 def _activations(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recompute: str, tp: int, sp: bool,
@@ -2523,14 +2550,10 @@ def _sums_plan(spec: ModelSpec, i: int, common: tuple, head: bool) -> tuple:
     """_activation_sums' constants of a stage made of layer i's kind (`common` as _kind_terms'): (the layer's term
     bytes in order, or None where a name repeats or is the head's; the head's 0.0 + bytes per name; logits and
     loss; head saved; the largest layer and its own, as _stage_acts takes them)."""
-    family, batch, seq, act_bytes, recompute, tp, sp = common
-    whole = _cached("acts", ("head", *common, head),
-                    lambda: activation_memory(spec, batch, seq, act_bytes, recompute, tp=tp, sequence_parallel=sp,
-                                              layers=range(0), head=head))
+    whole = _head_acts(spec, common, head)
+    seq = common[2]
     signature = _cached("params", ("signature", _token(spec), i, seq), lambda: _layer_signature(spec, i, seq))
-    terms, full, kept = _cached("acts", ("terms", *common, signature),
-                                lambda: layer_terms(spec, i, batch, seq, act_bytes, recompute=recompute,
-                                                    attention="flash", dropout=False, tp=tp, sequence_parallel=sp))
+    terms, full, kept = _layer_kept(spec, i, common, signature)
     names = [name for name, _ in terms]
     distinct = len(set(names)) == len(names) and whole.per_layer.keys().isdisjoint(names)
     largest, own = (full, kept) if full > 0.0 else (0.0, 0.0)
@@ -2558,9 +2581,7 @@ def _stage_acts(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recompu
     common = (family, batch, seq, act_bytes, recompute, tp, sp)
 
     # the final norm, LM head and loss: the same whatever the micro-batches in flight
-    whole = _cached("acts", ("head", *common, head),
-                    lambda: activation_memory(spec, batch, seq, act_bytes, recompute, tp=tp, sequence_parallel=sp,
-                                              layers=range(0), head=head))
+    whole = _head_acts(spec, common, head)
     kinds = _cached("acts", ("kinds", token, start, stop), lambda: _kinds_between(spec, start, stop))
     if len(kinds) == 1:
         i, count = kinds[0]
@@ -2595,20 +2616,41 @@ def _kind_terms(spec: ModelSpec, i: int, common: tuple, in_flight: int) -> tuple
     micro-batches in flight (a name that repeats adds up as activation_memory adds it); once per layer signature
     and model family (_layer_signature: layers that read the same per-layer fields of models that differ only in
     their layer count have the same terms)."""
-    family, batch, seq, act_bytes, recompute, tp, sp = common
+    recompute, seq = common[4], common[2]
     signature = _cached("params", ("signature", _token(spec), i, seq), lambda: _layer_signature(spec, i, seq))
-    key = ("terms", *common, signature)
 
     def make() -> tuple:
-        terms, whole, kept = _cached("acts", key, lambda: layer_terms(spec, i, batch, seq, act_bytes,
-                                                                      recompute=recompute, attention="flash",
-                                                                      dropout=False, tp=tp, sequence_parallel=sp))
+        terms, whole, kept = _layer_kept(spec, i, common, signature)
         one: dict[str, float] = {}
         for name, value in terms:
             one[name] = one.get(name, 0.0) + value * in_flight
         largest, own = (whole, kept) if whole > 0.0 else (0.0, 0.0)
         return tuple(one), list(one.values()), largest if recompute == "full" else 0.0, largest, own
-    return _cached("acts", (key, in_flight), make)
+    return _cached("acts", ("kind terms", *common, signature, in_flight), make)
+
+
+def _layer_kept(spec: ModelSpec, i: int, common: tuple, signature: tuple) -> tuple:
+    """activations.layer_terms of layer i (flash attention, no dropout; `common` as _kind_terms'), once per
+    `common` and layer signature; the layer's saved tensors (layer_saved) once per model family, micro-batch,
+    sequence and activation bytes: they are the same whatever the recomputation and tp (kept_terms)."""
+    family, batch, seq, act_bytes, recompute, tp, sp = common
+
+    def make() -> tuple:
+        items = _cached("acts", ("saved", family, batch, seq, act_bytes, signature),
+                        lambda: layer_saved(spec, i, batch, seq, act_bytes=act_bytes, attention="flash",
+                                            dropout=False))
+        return kept_terms(spec, items, batch * seq, act_bytes, recompute=recompute, tp=tp, sequence_parallel=sp)
+    return _cached("acts", ("terms", *common, signature), make)
+
+
+def _head_acts(spec: ModelSpec, common: tuple, head: bool) -> ActivationEstimate:
+    """activation_memory over no layer (the final norm, LM head and loss when `head`; `common` as _kind_terms'),
+    once per model family, micro-batch, sequence, activation bytes and tp: without layers the recomputation
+    changes nothing (no working set, no largest layer)."""
+    family, batch, seq, act_bytes, recompute, tp, sp = common
+    return _cached("acts", ("head", family, batch, seq, act_bytes, tp, sp, head),
+                   lambda: activation_memory(spec, batch, seq, act_bytes, recompute, tp=tp, sequence_parallel=sp,
+                                             layers=range(0), head=head))
 
 
 def _layer_signature(spec: ModelSpec, i: int, seq: int) -> tuple:
