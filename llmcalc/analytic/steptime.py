@@ -1605,11 +1605,21 @@ def _dp_key(ctx: _Ctx, zero: int | None = None) -> tuple:
 def _ranks_dp(ctx: _Ctx, key: tuple, split: tuple[int, ...], v: int, ranks: list[int]) -> dict[int, tuple]:
     """_rank_dp for these ranks, one by one (`key`: the degrees' part of the cache key)."""
     out = {}
+    holdings = _holdings(ctx, split, v)
     for r in ranks:
-        params, experts, n_layers = _rank_holdings(ctx, split, v, r)
-        out[r] = _cached("params", ("rank dp", *key, params, experts, n_layers),
-                         lambda: _one_rank_dp(ctx, params, experts, n_layers))  # noqa: B023 (called at once)
+        held = holdings.get(r)
+        if held is None:
+            held = holdings[r] = _rank_holdings(ctx, split, v, r)
+        out[r] = _cached("params", ("rank dp", *key, *held),
+                         lambda: _one_rank_dp(ctx, *held))  # noqa: B023 (called at once)
     return out
+
+
+def _holdings(ctx: _Ctx, split: tuple[int, ...], v: int) -> dict[int, tuple[float, float, int]]:
+    """The table of _rank_holdings per pipeline rank of `ctx`'s model, stage split, chunks per rank and schedule
+    (what _rank_holdings reads besides the rank), filled by its callers as they ask for ranks: one key built per
+    caller, not per rank."""
+    return _cached("params", ("holdings", _token(ctx.spec), split, v, ctx.lay.schedule), dict)
 
 
 def _rank_holdings(ctx: _Ctx, split: tuple[int, ...], v: int, r: int) -> tuple[float, float, int]:
@@ -1637,13 +1647,9 @@ def _one_rank_dp(ctx: _Ctx, params: float, experts: float, n_layers: int, per_la
     spec, lay, dev, rec = ctx.spec, ctx.lay, ctx.dev, ctx.recipe
     per_layer = _param_summary(spec)[0] if per_layer is None else per_layer
     experts_given = experts
-    strides, estrides, per_node = lay.strides(), lay.expert_strides(), dev.network.gpus_per_node
-    dense_group = lay.dp * lay.cp  # CP ranks hold the same weights: gradients reduce over dp x cp
-    dense_members = _group_per_node([(lay.cp, strides["cp"]), (lay.dp, strides["dp"])], per_node)
-    dense_stride = strides["cp"] if lay.cp > 1 else strides["dp"]
-    expert_members = _group_per_node([(lay.expert_dp, estrides["dp"])], per_node)
-    m = lay.grad_accum
     net = dev.network
+    dense_group, dense_members, dense_stride, expert_stride, expert_members = _dp_mesh(lay, net.gpus_per_node)
+    m = lay.grad_accum
     dense = (params - experts) / lay.tp
     experts = experts / lay.expert_tp / lay.ep  # routed experts: split over ep, each over etp
     units = max(1, n_layers) + 1 if lay.zero == 3 else 0  # FSDP: one unit per layer, + embedding/head
@@ -1651,7 +1657,7 @@ def _one_rank_dp(ctx: _Ctx, params: float, experts: float, n_layers: int, per_la
     secs = list(_dp_seconds(dense, rec, dense_group, lay.zero, dense_stride, members=dense_members, m=m, units=units,
                             net=net, gather_bytes=gather_bytes))
     if experts:
-        secs += _dp_seconds(experts, rec, lay.expert_dp, lay.zero, estrides["dp"], members=expert_members, m=m,
+        secs += _dp_seconds(experts, rec, lay.expert_dp, lay.zero, expert_stride, members=expert_members, m=m,
                             units=units, net=net, gather_bytes=gather_bytes)
     if dense_group == 1 and lay.expert_dp == 1:
         secs = []
@@ -1667,6 +1673,19 @@ def _one_rank_dp(ctx: _Ctx, params: float, experts: float, n_layers: int, per_la
     return max(1, n_layers), lay.zero == 3, per_f, per_b, reduce, gather, last, first, opt
 
 
+def _dp_mesh(lay: Layout, per_node: int) -> tuple[int, int, int, int, int]:
+    """_one_rank_dp's groups, once per degrees, rank order and node size: (the dense gradients' group, dp x cp:
+    CP ranks hold the same weights; its members per node; its stride; the routed experts' data-parallel stride;
+    its members per node)."""
+    def make() -> tuple[int, int, int, int, int]:
+        strides, estrides = lay.strides(), lay.expert_strides()
+        dense_members = _group_per_node([(lay.cp, strides["cp"]), (lay.dp, strides["dp"])], per_node)
+        dense_stride = strides["cp"] if lay.cp > 1 else strides["dp"]
+        expert_members = _group_per_node([(lay.expert_dp, estrides["dp"])], per_node)
+        return lay.dp * lay.cp, dense_members, dense_stride, estrides["dp"], expert_members
+    return _cached("params", ("dp mesh", lay.order, lay.tp, lay.cp, lay.pp, lay.dp, lay.ep, lay.etp, per_node), make)
+
+
 def _rank_optimizer(ctx: _Ctx, params: float, experts: float, n_layers: int, per_layer: float) -> float:
     """_one_rank_dp's optimizer step: the rank's dense and routed-expert shards (`params`, `experts` of them routed,
     in `n_layers` layers of `per_layer` parameters), each ZeRO-sharded over its data-parallel group (ZeRO >= 1)."""
@@ -1677,7 +1696,7 @@ def _rank_optimizer(ctx: _Ctx, params: float, experts: float, n_layers: int, per
     shard = dense_group if lay.zero >= 1 else 1
     expert_shard = lay.expert_dp if lay.zero >= 1 else 1
     local = dense / shard + experts / expert_shard
-    return _optimizer_seconds(ctx, local, [per_layer] * n_layers, dense_group if lay.zero >= 1 else 1,
+    return _optimizer_seconds(ctx, local, (per_layer, n_layers), dense_group if lay.zero >= 1 else 1,
                               dense + experts)
 
 
@@ -1699,11 +1718,13 @@ def _param_summary(spec: ModelSpec) -> tuple[float, float, float, float, float, 
 def _dp_seconds(params: float, rec: Recipe, group: int, zero: int, stride: int, members: int, m: int, units: int,
                 net: Any, gather_bytes: float | None = None) -> tuple[tuple[str, float, int], ...]:
     """(kind, seconds of one call, calls) of each of _dp_colls' collectives, once per size and group (the dense
-    parameters of a rank are the same whatever its expert mesh)."""
-    key = ("dp seconds", params, rec.name, group, zero, stride, members, m if zero == 3 else 0, units, _token(net),
-           gather_bytes)
-    return _cached("params", key, lambda: tuple((c.kind, c.seconds(net), c.count) for c in _dp_colls(
-        params, rec, group, zero, stride, members=members, m=m, units=units, gather_bytes=gather_bytes)))
+    parameters of a rank are the same whatever its expert mesh) and whatever the micro-batches (a call's seconds
+    do not read its count)."""
+    key = ("dp seconds", params, rec.name, group, zero, stride, members, units, _token(net), gather_bytes)
+    once = _cached("params", key, lambda: tuple((c.kind, c.seconds(net), c.count) for c in _dp_colls(
+        params, rec, group, zero, stride, members=members, m=1, units=units, gather_bytes=gather_bytes)))
+    # ZeRO-3's collectives run once per micro-batch (dp_collectives' count): the same calls, m times as many
+    return tuple((kind, seconds, count * m) for kind, seconds, count in once) if zero == 3 else once
 
 
 def _dp_colls(params: float, rec: Recipe, group: int, zero: int, stride: int, members: int, m: int,
@@ -1723,12 +1744,12 @@ def _dp_colls(params: float, rec: Recipe, group: int, zero: int, stride: int, me
             for c in colls]
 
 
-def _optimizer_seconds(ctx: _Ctx, local: float, layer_params: list[float], shards: int, on_gpu: float) -> float:
+def _optimizer_seconds(ctx: _Ctx, local: float, layers: tuple[float, int], shards: int, on_gpu: float) -> float:
     """The optimizer step over this GPU's `local` parameters: memory-bound (gradient, master weights and the
     optimizer's states read and written, the new weights written: AdamW's two states), and for Muon (one momentum
     state, and MUON_NS_STEPS Newton-Schulz iterations per weight matrix, 4·m²·n + 2·m³ FLOPs each for an m x n
     matrix, m <= n: X·Xᵀ, its square, their product with X; each matrix on one of the `shards` data-parallel ranks,
-    Moonlight's distributed Muon);
+    Moonlight's distributed Muon; `layers`: (one layer's parameters, the layers));
     FP8/FP4 recipes then cast the `on_gpu` weights this GPU computes with (QUANT_BYTES per element; Transformer
     Engine casts them at the first micro-batch and keeps the casts for the rest)."""
     rec, dev = ctx.recipe, ctx.dev
@@ -1739,10 +1760,12 @@ def _optimizer_seconds(ctx: _Ctx, local: float, layer_params: list[float], shard
         spec = ctx.spec
         D = spec.d_model
         flops = 0.0
-        for p in layer_params:  # the layer's matrices, as D x (p / D) blocks of this rank's TP shard
-            n = p / ctx.lay.tp / D
-            lo, hi = min(D, n), max(D, n)
-            flops += MUON_NS_STEPS * (4 * lo * lo * hi + 2 * lo ** 3)
+        p, count = layers
+        n = p / ctx.lay.tp / D  # the layer's matrices, as D x (p / D) blocks of this rank's TP shard
+        lo, hi = min(D, n), max(D, n)
+        per = MUON_NS_STEPS * (4 * lo * lo * hi + 2 * lo ** 3)
+        for _ in range(count):  # added layer by layer, as a sum over the layers' list
+            flops += per
         seconds += flops / shards / (dev.mamf * ctx.eff)
     if rec.fp8:
         seconds += stream_seconds(on_gpu * kernels.QUANT_BYTES[rec.fp8], dev, ctx.eff)
@@ -2325,9 +2348,12 @@ def _optimizer_floor(ctx: _Ctx, paths: tuple, with_dp: bool = True) -> tuple[flo
     def most() -> float:  # the most loaded first rank's, once per degrees and stage split (whatever the micro-batch)
         one = ctx if lay.zero == 1 else replace(ctx, lay=replace(lay, zero=1))
         per_layer = _param_summary(ctx.spec)[0]
+        holdings = _holdings(ctx, split, v)
         opt = 0.0
         for r in firsts:
-            held = _rank_holdings(one, split, v, r)
+            held = holdings.get(r)
+            if held is None:
+                held = holdings[r] = _rank_holdings(ctx, split, v, r)
             opt = max(opt, _cached("params", ("rank optimizer", *key, *held),
                                    lambda: _rank_optimizer(one, *held, per_layer)))  # noqa: B023 (called at once)
         return opt
