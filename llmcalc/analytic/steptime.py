@@ -2538,53 +2538,91 @@ def _activation_sums(spec: ModelSpec, batch: int, seq: int, act_bytes: float, re
                      start: int, stop: int, in_flight: int, head: bool) -> tuple[float, float, float, int, float,
                                                                                  float]:
     """What memory.peak_from reads of _activations(...): (the sum of its per_layer values in their order,
-    logits_and_loss, head_saved, in_flight, own_layer, largest_layer), once per argument set. A stage of one layer
-    kind whose term names are distinct (from each other and from the head's) is summed from _sums_plan's constants:
-    each name's 0.0 + (0.0 + bytes x in flight) x count, then each head name's 0.0 + its bytes, in per_layer's order
-    (the floats _stage_acts' dicts hold); any other stage through _stage_acts."""
+    logits_and_loss, head_saved, in_flight, own_layer, largest_layer), once per argument set, summed from
+    _sums_plan's constants (once per model family, micro-batch, sequence, tp, recomputation and the stage's layer
+    kinds, whatever their counts and the micro-batches in flight) as _stage_acts' dicts add them up (see
+    _sums_plan)."""
     token = _token(spec)
     key = ("sums", token, batch, seq, act_bytes, recompute, tp, sp, start, stop, in_flight, head)
     cache = _CACHES["acts"]
     out = cache.get(key)
     if out is not None:
         return out
-    kinds = _cached("acts", ("kinds", token, start, stop), lambda: _kinds_between(spec, start, stop))
-    plan = None
-    if len(kinds) == 1:
-        i, count = kinds[0]
-        family = _CACHES["family"].get(token, token)
-        signature = _cached("params", ("signature", token, i, seq), lambda: _layer_signature(spec, i, seq))
-        common = (family, batch, seq, act_bytes, recompute, tp, sp)
-        plan = _cached("acts", ("plan", *common, signature, head),
-                       lambda: _sums_plan(spec, i, common, head))
-    if plan is None or plan[0] is None:
-        _, values, _, logits, largest, own, head_saved = _stage_acts(spec, batch, seq, act_bytes, recompute, tp=tp,
-                                                                     sp=sp, start=start, stop=stop,
-                                                                     in_flight=in_flight, head=head)
-        out = (sum(values), logits, head_saved, in_flight, own, largest)
+    kinds, signatures = _cached("acts", ("kinds", token, start, stop, seq), lambda: _kinds_signed(spec, start, stop,
+                                                                                                  seq))
+    family = _CACHES["family"].get(token, token)
+    common = (family, batch, seq, act_bytes, recompute, tp, sp)
+    simple, slots, tail, logits, head_saved, largest, own = _cached(
+        "acts", ("plan", *common, signatures, head), lambda: _sums_plan(spec, kinds, common, head))
+    if simple is not None:  # one kind, each name once and not the head's
+        count = kinds[0][1]
+        values = [0.0 + (0.0 + value * in_flight) * count for value in simple]
     else:
-        terms, tail, logits, head_saved, largest, own = plan
-        values = [0.0 + (0.0 + value * in_flight) * count for value in terms]
-        out = (sum(values + tail), logits, head_saved, in_flight, own, largest)
+        counts = [count for _, count in kinds]
+        values = []
+        for slot in slots:
+            acc = 0.0
+            for j, terms in slot:
+                if j < 0:  # the head's bytes
+                    acc = acc + terms
+                    continue
+                one = 0.0
+                for value in terms:  # _kind_terms' one[name]: the name's terms of one layer, x in flight
+                    one = one + value * in_flight
+                acc = acc + one * counts[j]
+            values.append(acc)
+    out = (sum(values + tail), logits, head_saved, in_flight, own, largest)
     if len(cache) > 200_000:
         cache.clear()
     cache[key] = out
     return out
 
 
-def _sums_plan(spec: ModelSpec, i: int, common: tuple, head: bool) -> tuple:
-    """_activation_sums' constants of a stage made of layer i's kind (`common` as _kind_terms'): (the layer's term
-    bytes in order, or None where a name repeats or is the head's; the head's 0.0 + bytes per name; logits and
-    loss; head saved; the largest layer and its own, as _stage_acts takes them)."""
+def _kinds_signed(spec: ModelSpec, start: int, stop: int, seq: int) -> tuple[list, tuple]:
+    """(_kinds_between(spec, start, stop), each kind's _layer_signature at `seq`)."""
+    kinds = _cached("acts", ("kinds", _token(spec), start, stop), lambda: _kinds_between(spec, start, stop))
+    return kinds, tuple([_signature(spec, _token(spec), i, seq) for i, _ in kinds])
+
+
+def _signature(spec: ModelSpec, token: int, i: int, seq: int) -> tuple:
+    """_layer_signature(spec, i, seq), once per model (`token`), layer and sequence."""
+    return _cached("params", ("signature", token, i, seq), lambda: _layer_signature(spec, i, seq))
+
+
+def _sums_plan(spec: ModelSpec, kinds: list, common: tuple, head: bool) -> tuple:
+    """_activation_sums' constants of a stage of these layer kinds ([first layer, count] each, in layer order;
+    `common` as _kind_terms'), whatever their counts and the micro-batches in flight: (the one kind's term bytes in
+    order where the stage has one kind and each name once, not the head's, else None; else per_layer's names in
+    their order (_stage_acts': each kind's names in turn, then the head's), each as its (kind, that kind's bytes of
+    the name in order) in kind order, and (-1, bytes) for the head's; the head's 0.0 + bytes per name where simple,
+    else []; logits and loss; head saved; the first largest layer and its own, as _stage_acts takes them). Each name
+    sums to _stage_acts' float: 0.0, + per kind (0.0 + each of its bytes x in flight, in order) x its count, + the
+    head's bytes (0.0 + x is x: the dicts' get(name, 0.0) + x whether or not the name is there yet)."""
     whole = _head_acts(spec, common, head)
-    seq = common[2]
-    signature = _cached("params", ("signature", _token(spec), i, seq), lambda: _layer_signature(spec, i, seq))
-    terms, full, kept = _layer_kept(spec, i, common, signature)
-    names = [name for name, _ in terms]
-    distinct = len(set(names)) == len(names) and whole.per_layer.keys().isdisjoint(names)
-    largest, own = (full, kept) if full > 0.0 else (0.0, 0.0)
-    return (tuple(value for _, value in terms) if distinct else None, [0.0 + value for value in
-            whole.per_layer.values()], whole.logits_and_loss, whole.head_saved, largest, own)
+    token, seq = _token(spec), common[2]
+    heads = whole.per_layer
+    if len(kinds) == 1:  # the usual stage: its names once each and not the head's
+        terms, full, kept = _layer_kept(spec, kinds[0][0], common, _signature(spec, token, kinds[0][0], seq))
+        names = [name for name, _ in terms]
+        if len(set(names)) == len(names) and heads.keys().isdisjoint(names):
+            largest, own = (full, kept) if full > 0.0 else (0.0, 0.0)
+            return (tuple([value for _, value in terms]), (), [0.0 + value for value in heads.values()],
+                    whole.logits_and_loss, whole.head_saved, largest, own)
+    slots: dict[str, list] = {}
+    largest = own = 0.0
+    for j, (i, _) in enumerate(kinds):
+        terms, full, kept = _layer_kept(spec, i, common, _signature(spec, token, i, seq))
+        per_name: dict[str, list[float]] = {}
+        for name, value in terms:
+            per_name.setdefault(name, []).append(value)
+        for name, values in per_name.items():
+            slots.setdefault(name, []).append((j, tuple(values)))
+        if full > largest:  # (full, kept) if full > 0.0, as _kind_terms takes them; the first largest kind
+            largest, own = full, kept
+    for name, value in heads.items():
+        slots.setdefault(name, []).append((-1, value))
+    return (None, tuple(tuple(slot) for slot in slots.values()), [], whole.logits_and_loss, whole.head_saved,
+            largest, own)
 
 
 def _kinds_between(spec: ModelSpec, start: int, stop: int) -> list:
