@@ -2416,7 +2416,7 @@ def _least_that_fits_uncached(spec: ModelSpec, lay: Layout, seq_len: int, tries:
                 acts = sums.get(rc)
                 if acts is None:
                     acts = sums[rc] = _stage_sums(even, lay.micro_batch, seq_len // lay.cp, rec.act_bytes, rc,
-                                                  (lay.tp, True, lay.pp))
+                                                  mesh=(lay.tp, True, lay.pp))
                 peak = max([peak_from(s, a) for s, a in zip(states, acts, strict=True)])
             if peak <= capacity:
                 return rc, zero, peak
@@ -2460,7 +2460,7 @@ def _training_peak(spec: ModelSpec, batch: int, seq_len: int, recipe: str, optim
         acts = [_fp8_inputs(_activations(*common, *r), rec.act_bytes, rec.saved_input_bytes)
                 for r in _stage_ranges(spec.n_layers, pp)]
         return max(peak_of(s, a) for s, a in zip(states, acts, strict=True))
-    sums = _stage_sums(spec, batch, seq, rec.act_bytes, recompute, (tp, sp, pp))
+    sums = _stage_sums(spec, batch, seq, rec.act_bytes, recompute, mesh=(tp, sp, pp))
     return max([peak_from(s, a) for s, a in zip(states, sums, strict=True)])
 
 
@@ -2476,8 +2476,8 @@ def _stage_ranges(n_layers: int, pp: int) -> list[tuple[int, int, int, bool]]:
 def _stage_sums(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recompute: str, mesh: tuple) -> list:
     """_activation_sums of each of _stage_ranges' stages, `mesh` = (tp, sequence parallel, pp)."""
     tp, sp, pp = mesh
-    return [_activation_sums(spec, batch, seq, act_bytes, recompute, tp, sp, *r) for r in _stage_ranges(spec.n_layers,
-                                                                                                        pp)]
+    common = (spec, batch, seq, act_bytes, recompute, tp, sp)
+    return [_activation_sums(*common, *r) for r in _stage_ranges(spec.n_layers, pp)]
 
 
 def _stage_states(spec: ModelSpec, recipe: str, optimizer: str, degrees: tuple) -> list:
