@@ -314,13 +314,26 @@ def layer_terms(spec: ModelSpec, layer: int, batch: int, seq: int, act_bytes: fl
     `recompute` ("full": its input, the checkpoint; "selective": all but the S² buffers), its whole saved size with
     nothing recomputed (what it holds in its backward), and the size of what it keeps."""
     items = layer_saved(spec, layer, batch, seq, act_bytes=act_bytes, attention=attention, dropout=dropout)
-    whole = scaled(items, tp, sequence_parallel)
+    return kept_terms(spec, items, batch * seq, act_bytes, recompute=recompute, tp=tp,
+                      sequence_parallel=sequence_parallel)
+
+
+def kept_terms(spec: ModelSpec, items: list[Saved], tokens: int, act_bytes: float, *, recompute: str, tp: int,
+               sequence_parallel: bool) -> tuple[list[tuple[str, float]], float, float]:
+    """layer_terms from the block's layer_saved `items` (of `tokens` = batch x seq tokens): the saved tensors are
+    the same whatever the recomputation and tp, so a caller may list them once and keep them for each. Each
+    item's per-rank bytes are taken once: `scaled` sums the same values in the same order."""
+    ranks = [s.per_rank(tp, sequence_parallel) for s in items]
+    whole = sum(ranks)
     if recompute == "full":
-        items = [Saved("block input (full recomputation checkpoint)", batch * seq * spec.d_model * act_bytes,
-                       "sequence_parallel")]
+        checkpoint = Saved("block input (full recomputation checkpoint)", tokens * spec.d_model * act_bytes,
+                           "sequence_parallel")
+        kept = [(checkpoint.name, checkpoint.per_rank(tp, sequence_parallel))]
     elif recompute == "selective":
-        items = [s for s in items if s.scope != "attention_scores"]
-    return [(s.name, s.per_rank(tp, sequence_parallel)) for s in items], whole, scaled(items, tp, sequence_parallel)
+        kept = [(s.name, r) for s, r in zip(items, ranks, strict=True) if s.scope != "attention_scores"]
+    else:
+        kept = [(s.name, r) for s, r in zip(items, ranks, strict=True)]
+    return kept, whole, sum([r for _, r in kept])
 
 
 def activation_memory(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recompute: str = "none",

@@ -316,9 +316,7 @@ class MemoryEstimate(PhasedPeak):
     @property
     def fp8_state(self) -> float:
         """FP8 scaling state (scales and amax histories) of this GPU's blocks (FP8_STATE_BYTES_PER_LAYER)."""
-        if not self.recipe.fp8:
-            return 0.0
-        return self.spec.n_layers // self.parallel.pp * FP8_STATE_BYTES_PER_LAYER[self.recipe.fp8]
+        return fp8_state_bytes(self.recipe, self.spec.n_layers, self.parallel.pp)
 
     @property
     def persistent_fp8_copies(self) -> float:
@@ -395,26 +393,14 @@ class MemoryEstimate(PhasedPeak):
 
     def state_terms(self) -> StateTerms:
         """What phase_peak reads of this estimate besides its activations (the same for every micro-batch and
-        recomputation of these degrees: a layout search computes them once and pairs them with each)."""
-        rec, par = self.recipe, self.parallel
-        # the properties' _per_gpu and _dense_grads with each shard read once: the same divisions and products
-        zero, dp, params, experts = par.zero, par.dp, self.params_on_gpu, self.expert_params_on_gpu
-        expert_dp = par.expert_dp if zero >= 1 else 1
-        # per ZeRO stage needed (1, 2, 3): this GPU's parameters that take a state (_per_gpu before its bytes)
-        held = {k: params / (dp if zero >= k else 1) + experts / (expert_dp if zero >= k else 1) for k in (1, 2, 3)}
-        w = held[3] * rec.weight_bytes
-        g = held[2] * rec.grad_bytes
-        master = held[1] * rec.master_bytes
-        states = held[1] * self.optimizer.bytes_per_param(rec)
-        autocast = held[3] * rec.autocast_cache_bytes
-        cache = (autocast, self.fp8_state) if rec.fp8 else (autocast,)
-        step = sum((w, g, master, states, self.optimizer_temporaries, *(cache if rec.fp8 else ())))
-        grad_shard = dp if zero >= 2 else 1
-        return StateTerms(weights=w, gradients=g, master=master, states=states, cache=cache,
-                          gathered=self.zero3_gathered, step=step, blocks=bool(self.spec.n_layers),
-                          persistent_grads=rec.persistent_grads,
-                          head_grads=self.head_params_on_gpu / grad_shard * rec.grad_bytes,
-                          late_grads=self.late_params_on_gpu / grad_shard * rec.grad_bytes)
+        recomputation of these degrees: a layout search computes them once and pairs them with each):
+        ``state_terms_of`` this estimate's fields."""
+        par = self.parallel
+        return state_terms_of(self.recipe, self.optimizer, zero=par.zero, dp=par.dp, expert_dp=par.expert_dp,
+                              params=self.params_on_gpu, experts=self.expert_params_on_gpu,
+                              gathered=self.zero3_gathered, temporaries=self.optimizer_temporaries,
+                              fp8_state=self.fp8_state, blocks=bool(self.spec.n_layers),
+                              head=self.head_params_on_gpu, late=self.late_params_on_gpu)
 
     def _dense_grads(self, params: float) -> float:
         """Gradient bytes of `params` dense (non-expert) parameters on this GPU, ZeRO-2/3 sharded over dp."""
@@ -458,6 +444,39 @@ class StateTerms(NamedTuple):
     persistent_grads: bool
     head_grads: float
     late_grads: float
+
+
+def state_terms_of(rec: Recipe, opt: Optimizer, *, zero: int, dp: int, expert_dp: int, params: float,
+                   experts: float, gathered: float, temporaries: float, fp8_state: float, blocks: bool, head: float,
+                   late: float) -> StateTerms:
+    """MemoryEstimate.state_terms from the numbers it reads (a layout search builds no estimate): the ZeRO stage,
+    dp and the expert data-parallel group, this GPU's dense and routed-expert parameters, the ZeRO-3 gathered
+    layer, the optimizer temporaries and FP8 scaling state (the properties' bytes), whether the stage has blocks,
+    and its head and late embedding parameters. The properties' _per_gpu and _dense_grads with each shard read
+    once: the same divisions and products, hence the same floats."""
+    expert_dp = expert_dp if zero >= 1 else 1
+    # per ZeRO stage needed (1, 2, 3): this GPU's parameters that take a state (_per_gpu before its bytes)
+    held1 = params / (dp if zero >= 1 else 1) + experts / (expert_dp if zero >= 1 else 1)
+    held2 = params / (dp if zero >= 2 else 1) + experts / (expert_dp if zero >= 2 else 1)
+    held3 = params / (dp if zero >= 3 else 1) + experts / (expert_dp if zero >= 3 else 1)
+    w = held3 * rec.weight_bytes
+    g = held2 * rec.grad_bytes
+    master = held1 * rec.master_bytes
+    states = held1 * opt.bytes_per_param(rec)
+    autocast = held3 * rec.autocast_cache_bytes
+    cache = (autocast, fp8_state) if rec.fp8 else (autocast,)
+    step = sum((w, g, master, states, temporaries, *(cache if rec.fp8 else ())))
+    grad_shard = dp if zero >= 2 else 1
+    return StateTerms(weights=w, gradients=g, master=master, states=states, cache=cache, gathered=gathered, step=step,
+                      blocks=blocks, persistent_grads=rec.persistent_grads,
+                      head_grads=head / grad_shard * rec.grad_bytes, late_grads=late / grad_shard * rec.grad_bytes)
+
+
+def fp8_state_bytes(rec: Recipe, n_layers: int, pp: int) -> float:
+    """MemoryEstimate.fp8_state of a stage of n_layers // pp blocks (0 without an FP8 recipe)."""
+    if not rec.fp8:
+        return 0.0
+    return n_layers // pp * FP8_STATE_BYTES_PER_LAYER[rec.fp8]
 
 
 def peak_of(s: StateTerms, a: ActivationEstimate) -> float:

@@ -64,7 +64,7 @@ from ..spec import ModelSpec
 from ..units import GIB, plural
 from ..validate import DEFAULT_ZERO
 from . import comm, kernels
-from .activations import ATTENTION_IMPLS, ActivationEstimate, activation_memory, layer_terms
+from .activations import ATTENTION_IMPLS, ActivationEstimate, activation_memory, kept_terms, layer_saved
 from .flops import RECOMPUTE, StepFlops, forward_ops, has_backward, indexer_ops, layer_ops, step_flops, utilization
 from .kernels import (  # noqa: F401  (re-exported: the step model's public names)
     ATTENTION_KERNELS,
@@ -79,14 +79,15 @@ from .kernels import (  # noqa: F401  (re-exported: the step model's public name
 from .memory import (
     OPTIMIZERS,
     RECIPES,
-    MemoryEstimate,
     Recipe,
     _fp8_inputs,
     _layer_params,
+    fp8_state_bytes,
     lookup,
     peak_from,
     peak_of,
     routed_expert_params,
+    state_terms_of,
 )
 from .parallel import (
     Parallel,
@@ -101,7 +102,7 @@ from .parallel import (
     data_parallel,
     whole,
 )
-from .params import count_params, largest_tensor
+from .params import count_params
 from .pipeline import SCHEDULES, chunks_per_rank, path_bounds, simulate_pair, stage_of
 
 # The one constant fitted to whole training steps: the share of the isolated-kernel rates (MAMF, the attention
@@ -1604,11 +1605,21 @@ def _dp_key(ctx: _Ctx, zero: int | None = None) -> tuple:
 def _ranks_dp(ctx: _Ctx, key: tuple, split: tuple[int, ...], v: int, ranks: list[int]) -> dict[int, tuple]:
     """_rank_dp for these ranks, one by one (`key`: the degrees' part of the cache key)."""
     out = {}
+    holdings = _holdings(ctx, split, v)
     for r in ranks:
-        params, experts, n_layers = _rank_holdings(ctx, split, v, r)
-        out[r] = _cached("params", ("rank dp", *key, params, experts, n_layers),
-                         lambda: _one_rank_dp(ctx, params, experts, n_layers))  # noqa: B023 (called at once)
+        held = holdings.get(r)
+        if held is None:
+            held = holdings[r] = _rank_holdings(ctx, split, v, r)
+        out[r] = _cached("params", ("rank dp", *key, *held),
+                         lambda: _one_rank_dp(ctx, *held))  # noqa: B023 (called at once)
     return out
+
+
+def _holdings(ctx: _Ctx, split: tuple[int, ...], v: int) -> dict[int, tuple[float, float, int]]:
+    """The table of _rank_holdings per pipeline rank of `ctx`'s model, stage split, chunks per rank and schedule
+    (what _rank_holdings reads besides the rank), filled by its callers as they ask for ranks: one key built per
+    caller, not per rank."""
+    return _cached("params", ("holdings", _token(ctx.spec), split, v, ctx.lay.schedule), dict)
 
 
 def _rank_holdings(ctx: _Ctx, split: tuple[int, ...], v: int, r: int) -> tuple[float, float, int]:
@@ -1636,13 +1647,9 @@ def _one_rank_dp(ctx: _Ctx, params: float, experts: float, n_layers: int, per_la
     spec, lay, dev, rec = ctx.spec, ctx.lay, ctx.dev, ctx.recipe
     per_layer = _param_summary(spec)[0] if per_layer is None else per_layer
     experts_given = experts
-    strides, estrides, per_node = lay.strides(), lay.expert_strides(), dev.network.gpus_per_node
-    dense_group = lay.dp * lay.cp  # CP ranks hold the same weights: gradients reduce over dp x cp
-    dense_members = _group_per_node([(lay.cp, strides["cp"]), (lay.dp, strides["dp"])], per_node)
-    dense_stride = strides["cp"] if lay.cp > 1 else strides["dp"]
-    expert_members = _group_per_node([(lay.expert_dp, estrides["dp"])], per_node)
-    m = lay.grad_accum
     net = dev.network
+    dense_group, dense_members, dense_stride, expert_stride, expert_members = _dp_mesh(lay, net.gpus_per_node)
+    m = lay.grad_accum
     dense = (params - experts) / lay.tp
     experts = experts / lay.expert_tp / lay.ep  # routed experts: split over ep, each over etp
     units = max(1, n_layers) + 1 if lay.zero == 3 else 0  # FSDP: one unit per layer, + embedding/head
@@ -1650,7 +1657,7 @@ def _one_rank_dp(ctx: _Ctx, params: float, experts: float, n_layers: int, per_la
     secs = list(_dp_seconds(dense, rec, dense_group, lay.zero, dense_stride, members=dense_members, m=m, units=units,
                             net=net, gather_bytes=gather_bytes))
     if experts:
-        secs += _dp_seconds(experts, rec, lay.expert_dp, lay.zero, estrides["dp"], members=expert_members, m=m,
+        secs += _dp_seconds(experts, rec, lay.expert_dp, lay.zero, expert_stride, members=expert_members, m=m,
                             units=units, net=net, gather_bytes=gather_bytes)
     if dense_group == 1 and lay.expert_dp == 1:
         secs = []
@@ -1666,6 +1673,19 @@ def _one_rank_dp(ctx: _Ctx, params: float, experts: float, n_layers: int, per_la
     return max(1, n_layers), lay.zero == 3, per_f, per_b, reduce, gather, last, first, opt
 
 
+def _dp_mesh(lay: Layout, per_node: int) -> tuple[int, int, int, int, int]:
+    """_one_rank_dp's groups, once per degrees, rank order and node size: (the dense gradients' group, dp x cp:
+    CP ranks hold the same weights; its members per node; its stride; the routed experts' data-parallel stride;
+    its members per node)."""
+    def make() -> tuple[int, int, int, int, int]:
+        strides, estrides = lay.strides(), lay.expert_strides()
+        dense_members = _group_per_node([(lay.cp, strides["cp"]), (lay.dp, strides["dp"])], per_node)
+        dense_stride = strides["cp"] if lay.cp > 1 else strides["dp"]
+        expert_members = _group_per_node([(lay.expert_dp, estrides["dp"])], per_node)
+        return lay.dp * lay.cp, dense_members, dense_stride, estrides["dp"], expert_members
+    return _cached("params", ("dp mesh", lay.order, lay.tp, lay.cp, lay.pp, lay.dp, lay.ep, lay.etp, per_node), make)
+
+
 def _rank_optimizer(ctx: _Ctx, params: float, experts: float, n_layers: int, per_layer: float) -> float:
     """_one_rank_dp's optimizer step: the rank's dense and routed-expert shards (`params`, `experts` of them routed,
     in `n_layers` layers of `per_layer` parameters), each ZeRO-sharded over its data-parallel group (ZeRO >= 1)."""
@@ -1676,7 +1696,7 @@ def _rank_optimizer(ctx: _Ctx, params: float, experts: float, n_layers: int, per
     shard = dense_group if lay.zero >= 1 else 1
     expert_shard = lay.expert_dp if lay.zero >= 1 else 1
     local = dense / shard + experts / expert_shard
-    return _optimizer_seconds(ctx, local, [per_layer] * n_layers, dense_group if lay.zero >= 1 else 1,
+    return _optimizer_seconds(ctx, local, (per_layer, n_layers), dense_group if lay.zero >= 1 else 1,
                               dense + experts)
 
 
@@ -1698,11 +1718,13 @@ def _param_summary(spec: ModelSpec) -> tuple[float, float, float, float, float, 
 def _dp_seconds(params: float, rec: Recipe, group: int, zero: int, stride: int, members: int, m: int, units: int,
                 net: Any, gather_bytes: float | None = None) -> tuple[tuple[str, float, int], ...]:
     """(kind, seconds of one call, calls) of each of _dp_colls' collectives, once per size and group (the dense
-    parameters of a rank are the same whatever its expert mesh)."""
-    key = ("dp seconds", params, rec.name, group, zero, stride, members, m if zero == 3 else 0, units, _token(net),
-           gather_bytes)
-    return _cached("params", key, lambda: tuple((c.kind, c.seconds(net), c.count) for c in _dp_colls(
-        params, rec, group, zero, stride, members=members, m=m, units=units, gather_bytes=gather_bytes)))
+    parameters of a rank are the same whatever its expert mesh) and whatever the micro-batches (a call's seconds
+    do not read its count)."""
+    key = ("dp seconds", params, rec.name, group, zero, stride, members, units, _token(net), gather_bytes)
+    once = _cached("params", key, lambda: tuple((c.kind, c.seconds(net), c.count) for c in _dp_colls(
+        params, rec, group, zero, stride, members=members, m=1, units=units, gather_bytes=gather_bytes)))
+    # ZeRO-3's collectives run once per micro-batch (dp_collectives' count): the same calls, m times as many
+    return tuple((kind, seconds, count * m) for kind, seconds, count in once) if zero == 3 else once
 
 
 def _dp_colls(params: float, rec: Recipe, group: int, zero: int, stride: int, members: int, m: int,
@@ -1722,12 +1744,12 @@ def _dp_colls(params: float, rec: Recipe, group: int, zero: int, stride: int, me
             for c in colls]
 
 
-def _optimizer_seconds(ctx: _Ctx, local: float, layer_params: list[float], shards: int, on_gpu: float) -> float:
+def _optimizer_seconds(ctx: _Ctx, local: float, layers: tuple[float, int], shards: int, on_gpu: float) -> float:
     """The optimizer step over this GPU's `local` parameters: memory-bound (gradient, master weights and the
     optimizer's states read and written, the new weights written: AdamW's two states), and for Muon (one momentum
     state, and MUON_NS_STEPS Newton-Schulz iterations per weight matrix, 4·m²·n + 2·m³ FLOPs each for an m x n
     matrix, m <= n: X·Xᵀ, its square, their product with X; each matrix on one of the `shards` data-parallel ranks,
-    Moonlight's distributed Muon);
+    Moonlight's distributed Muon; `layers`: (one layer's parameters, the layers));
     FP8/FP4 recipes then cast the `on_gpu` weights this GPU computes with (QUANT_BYTES per element; Transformer
     Engine casts them at the first micro-batch and keeps the casts for the rest)."""
     rec, dev = ctx.recipe, ctx.dev
@@ -1738,10 +1760,12 @@ def _optimizer_seconds(ctx: _Ctx, local: float, layer_params: list[float], shard
         spec = ctx.spec
         D = spec.d_model
         flops = 0.0
-        for p in layer_params:  # the layer's matrices, as D x (p / D) blocks of this rank's TP shard
-            n = p / ctx.lay.tp / D
-            lo, hi = min(D, n), max(D, n)
-            flops += MUON_NS_STEPS * (4 * lo * lo * hi + 2 * lo ** 3)
+        p, count = layers
+        n = p / ctx.lay.tp / D  # the layer's matrices, as D x (p / D) blocks of this rank's TP shard
+        lo, hi = min(D, n), max(D, n)
+        per = MUON_NS_STEPS * (4 * lo * lo * hi + 2 * lo ** 3)
+        for _ in range(count):  # added layer by layer, as a sum over the layers' list
+            flops += per
         seconds += flops / shards / (dev.mamf * ctx.eff)
     if rec.fp8:
         seconds += stream_seconds(on_gpu * kernels.QUANT_BYTES[rec.fp8], dev, ctx.eff)
@@ -2324,9 +2348,12 @@ def _optimizer_floor(ctx: _Ctx, paths: tuple, with_dp: bool = True) -> tuple[flo
     def most() -> float:  # the most loaded first rank's, once per degrees and stage split (whatever the micro-batch)
         one = ctx if lay.zero == 1 else replace(ctx, lay=replace(lay, zero=1))
         per_layer = _param_summary(ctx.spec)[0]
+        holdings = _holdings(ctx, split, v)
         opt = 0.0
         for r in firsts:
-            held = _rank_holdings(one, split, v, r)
+            held = holdings.get(r)
+            if held is None:
+                held = holdings[r] = _rank_holdings(ctx, split, v, r)
             opt = max(opt, _cached("params", ("rank optimizer", *key, *held),
                                    lambda: _rank_optimizer(one, *held, per_layer)))  # noqa: B023 (called at once)
         return opt
@@ -2363,15 +2390,17 @@ def _least_that_fits_uncached(spec: ModelSpec, lay: Layout, seq_len: int, tries:
                               recipe: str, optimizer: str) -> tuple[str | None, int, float]:
     layers = math.ceil(spec.n_layers / lay.pp) * lay.pp  # pp values with the same count share the resized spec
     even = _cached("params", ("even", _token(spec), layers), lambda: _resized(spec, layers))
+    rec = RECIPES[recipe]
     peak, zero = 0.0, 1
     zeros = (1, 3) if lay.dp > 1 else (1,)
+    sums: dict[str, list] = {}  # each recomputation's stage activations (_stage_sums): the same at either ZeRO stage
     for zero in zeros:
-        par = _build(Parallel, tp=lay.tp, cp=lay.cp, pp=lay.pp, dp=lay.dp, ep=lay.ep, etp=lay.etp,
-                     sequence_parallel=True, zero=zero)  # Parallel(...), without __init__'s per-field setattr
+        # _training_peak's terms, without its cache: no other layout's check asks for these degrees and micro-batch
+        states = _stage_states(even, recipe, optimizer, (lay.tp, lay.cp, lay.pp, lay.dp, lay.ep, lay.etp, zero))
         # every phase_peak is at least its optimizer step's sum, the same for every micro-batch and recomputation:
         # above the capacity no recomputation fits (the last try of the last stage is still computed: its peak is
         # the one reported)
-        hopeless = max(s.step for s in _stage_states(even, recipe, optimizer, par)) > capacity
+        hopeless = max(s.step for s in states) > capacity
         none_peak = None
         for rc in (tries[-1:] if zero == zeros[-1] else []) if hopeless else tries:
             if rc == "selective" and none_peak is not None:
@@ -2379,8 +2408,16 @@ def _least_that_fits_uncached(spec: ModelSpec, lay: Layout, seq_len: int, tries:
                 # (activations.layer_terms): the same bytes as none, which did not fit
                 peak = none_peak
                 continue
-            # training_peak without its cache: no other layout's check asks for these degrees and micro-batch
-            peak = _training_peak(even, lay.micro_batch, seq_len, recipe, optimizer, recompute=rc, parallel=par)
+            if rec.fp8_saved_inputs:
+                par = _build(Parallel, tp=lay.tp, cp=lay.cp, pp=lay.pp, dp=lay.dp, ep=lay.ep, etp=lay.etp,
+                             sequence_parallel=True, zero=zero)  # Parallel(...), without __init__'s setattr
+                peak = _training_peak(even, lay.micro_batch, seq_len, recipe, optimizer, recompute=rc, parallel=par)
+            else:
+                acts = sums.get(rc)
+                if acts is None:
+                    acts = sums[rc] = _stage_sums(even, lay.micro_batch, seq_len // lay.cp, rec.act_bytes, rc,
+                                                  mesh=(lay.tp, True, lay.pp))
+                peak = max([peak_from(s, a) for s, a in zip(states, acts, strict=True)])
             if peak <= capacity:
                 return rc, zero, peak
             none_peak = peak if rc == "none" else None
@@ -2415,35 +2452,53 @@ def _training_peak(spec: ModelSpec, batch: int, seq_len: int, recipe: str, optim
                    parallel: Parallel) -> float:
     seq = seq_len // parallel.cp
     rec = RECIPES[recipe]
-    common = (spec, batch, seq, rec.act_bytes, recompute, parallel.tp, parallel.sequence_parallel)
-    pp = parallel.pp
-    per_stage = spec.n_layers // pp
-    ranges = [(0, spec.n_layers, 1, True)] if pp == 1 else [(0, per_stage, pp, False),
-                                                             (spec.n_layers - per_stage, spec.n_layers, 1, True)]
-    states = _stage_states(spec, recipe, optimizer, parallel)
+    tp, pp, sp = parallel.tp, parallel.pp, parallel.sequence_parallel
+    states = _stage_states(spec, recipe, optimizer, (tp, parallel.cp, pp, parallel.dp, parallel.ep, parallel.etp,
+                                                     parallel.zero))
     if rec.fp8_saved_inputs:
-        acts = [_fp8_inputs(_activations(*common, *r), rec.act_bytes, rec.saved_input_bytes) for r in ranges]
+        common = (spec, batch, seq, rec.act_bytes, recompute, tp, sp)
+        acts = [_fp8_inputs(_activations(*common, *r), rec.act_bytes, rec.saved_input_bytes)
+                for r in _stage_ranges(spec.n_layers, pp)]
         return max(peak_of(s, a) for s, a in zip(states, acts, strict=True))
-    return max(peak_from(s, _activation_sums(*common, *r)) for s, r in zip(states, ranges, strict=True))
+    sums = _stage_sums(spec, batch, seq, rec.act_bytes, recompute, mesh=(tp, sp, pp))
+    return max([peak_from(s, a) for s, a in zip(states, sums, strict=True)])
 
 
-def _stage_states(spec: ModelSpec, recipe: str, optimizer: str, parallel: Parallel) -> list:
+def _stage_ranges(n_layers: int, pp: int) -> list[tuple[int, int, int, bool]]:
+    """memory.training_memory's most loaded stages as (first layer, stop, micro-batches in flight, head?): pp 1 the
+    only stage; else the first (pp in flight, 1F1B) and the last (the head)."""
+    if pp == 1:
+        return [(0, n_layers, 1, True)]
+    per_stage = n_layers // pp
+    return [(0, per_stage, pp, False), (n_layers - per_stage, n_layers, 1, True)]
+
+
+def _stage_sums(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recompute: str, mesh: tuple) -> list:
+    """_activation_sums of each of _stage_ranges' stages, `mesh` = (tp, sequence parallel, pp)."""
+    tp, sp, pp = mesh
+    common = (spec, batch, seq, act_bytes, recompute, tp, sp)
+    return [_activation_sums(*common, *r) for r in _stage_ranges(spec.n_layers, pp)]
+
+
+def _stage_states(spec: ModelSpec, recipe: str, optimizer: str, degrees: tuple) -> list:
     """memory.training_memory's most loaded stages (pp 1: the only one; else the first and the last), each as the
     MemoryEstimate.state_terms of its parameters: the same whatever the micro-batch and recomputation, so once per
-    model, recipe, optimizer and degrees."""
-    return _cached("params", ("states", _token(spec), recipe, optimizer, *_degrees(parallel)),
-                   lambda: _stage_states_uncached(spec, recipe, optimizer, parallel))
+    model, recipe, optimizer and `degrees` = (tp, cp, pp, dp, ep, etp, ZeRO stage) (what they read of a Parallel)."""
+    return _cached("params", ("states", _token(spec), recipe, optimizer, *degrees),
+                   lambda: _stage_states_uncached(spec, recipe, optimizer, degrees))
 
 
 def _stage_states_uncached(spec: ModelSpec, recipe: str, optimizer: str,
-                           parallel: Parallel) -> list:  # long: memory.training_memory's assembly, step by step
+                           degrees: tuple) -> list:  # long: memory.training_memory's assembly, step by step
     rec = RECIPES[recipe]
     opt = OPTIMIZERS[optimizer]
-    tp, pp, ep, etp = parallel.tp, parallel.pp, parallel.ep, parallel.expert_tp
-    def params() -> tuple:  # once per model: its components, largest tensor, per-layer split and routed experts
+    tp, cp, pp, dp, ep, etp, zero = degrees
+    etp = etp or tp  # Parallel.expert_tp
+
+    def make() -> tuple:  # once per model: its components, per-layer split and routed experts
         comps = count_params(spec).components
-        return comps, largest_tensor(spec), _layer_params(spec, comps), routed_expert_params(spec, comps)
-    comps, biggest, split, routed = _cached("params", ("comps", _token(spec)), params)
+        return comps, _layer_params(spec, comps), routed_expert_params(spec, comps)
+    comps, split, routed = _cached("params", ("comps", _token(spec)), make)
     layer, norms, emb, head, final = split
     per_stage = spec.n_layers // pp
     routed = routed / spec.n_layers
@@ -2452,21 +2507,19 @@ def _stage_states_uncached(spec: ModelSpec, recipe: str, optimizer: str,
     experts = per_stage * routed / (etp * ep) if own else 0.0
     blocks = per_stage * (layer / tp + norms)
     gathered = (2 * (layer / tp + norms + (routed / (etp * ep) if own else 0.0)) * rec.weight_bytes
-                if parallel.zero == 3 and parallel.dp > 1 else 0.0)
+                if zero == 3 and dp > 1 else 0.0)
     tied = spec.lm_head and spec.tie_embeddings  # the head's gradient is the token table's, made first
     late = (emb - (comps.get("embedding/tokens", 0) if tied else 0)) / tp
     if pp == 1:
-        stages = [("only", emb / tp + blocks + final + (head / tp if not spec.tie_embeddings else 0),
-                   head / tp + final, late)]
+        stages = [(emb / tp + blocks + final + (head / tp if not spec.tie_embeddings else 0), head / tp + final, late)]
     else:
-        stages = [("first", emb / tp + blocks, 0.0, emb / tp), ("last", blocks + final + head / tp, head / tp + final,
-                                                                 0.0)]
-    none = ActivationEstimate({}, 0.0, 0.0)  # the state terms read no activation
-    return [MemoryEstimate(spec=spec, recipe=rec, optimizer=opt, parallel=parallel, batch=1, seq_len=1,
-                           recompute="none", attention="flash", params_on_gpu=params, activations=none, stage=name,
-                           zero3_gathered=gathered, largest_tensor=biggest / tp, expert_params_on_gpu=experts,
-                           head_params_on_gpu=head_p, late_params_on_gpu=late_p).state_terms()
-            for name, params, head_p, late_p in stages]
+        stages = [(emb / tp + blocks, 0.0, emb / tp), (blocks + final + head / tp, head / tp + final, 0.0)]
+    # MemoryEstimate(...).state_terms() of each stage, without the estimate: a fused optimizer (no temporaries)
+    fp8_state = fp8_state_bytes(rec, spec.n_layers, pp)
+    return [state_terms_of(rec, opt, zero=zero, dp=dp, expert_dp=tp * cp * dp // (etp * ep), params=params,
+                           experts=experts, gathered=gathered, temporaries=0.0, fp8_state=fp8_state,
+                           blocks=bool(spec.n_layers), head=head_p, late=late_p)
+            for params, head_p, late_p in stages]
 
 
 def _activations(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recompute: str, tp: int, sp: bool,
@@ -2485,57 +2538,91 @@ def _activation_sums(spec: ModelSpec, batch: int, seq: int, act_bytes: float, re
                      start: int, stop: int, in_flight: int, head: bool) -> tuple[float, float, float, int, float,
                                                                                  float]:
     """What memory.peak_from reads of _activations(...): (the sum of its per_layer values in their order,
-    logits_and_loss, head_saved, in_flight, own_layer, largest_layer), once per argument set. A stage of one layer
-    kind whose term names are distinct (from each other and from the head's) is summed from _sums_plan's constants:
-    each name's 0.0 + (0.0 + bytes x in flight) x count, then each head name's 0.0 + its bytes, in per_layer's order
-    (the floats _stage_acts' dicts hold); any other stage through _stage_acts."""
+    logits_and_loss, head_saved, in_flight, own_layer, largest_layer), once per argument set, summed from
+    _sums_plan's constants (once per model family, micro-batch, sequence, tp, recomputation and the stage's layer
+    kinds, whatever their counts and the micro-batches in flight) as _stage_acts' dicts add them up (see
+    _sums_plan)."""
     token = _token(spec)
     key = ("sums", token, batch, seq, act_bytes, recompute, tp, sp, start, stop, in_flight, head)
     cache = _CACHES["acts"]
     out = cache.get(key)
     if out is not None:
         return out
-    kinds = _cached("acts", ("kinds", token, start, stop), lambda: _kinds_between(spec, start, stop))
-    plan = None
-    if len(kinds) == 1:
-        i, count = kinds[0]
-        family = _CACHES["family"].get(token, token)
-        signature = _cached("params", ("signature", token, i, seq), lambda: _layer_signature(spec, i, seq))
-        common = (family, batch, seq, act_bytes, recompute, tp, sp)
-        plan = _cached("acts", ("plan", *common, signature, head),
-                       lambda: _sums_plan(spec, i, common, head))
-    if plan is None or plan[0] is None:
-        _, values, _, logits, largest, own, head_saved = _stage_acts(spec, batch, seq, act_bytes, recompute, tp=tp,
-                                                                     sp=sp, start=start, stop=stop,
-                                                                     in_flight=in_flight, head=head)
-        out = (sum(values), logits, head_saved, in_flight, own, largest)
+    kinds, signatures = _cached("acts", ("kinds", token, start, stop, seq), lambda: _kinds_signed(spec, start, stop,
+                                                                                                  seq))
+    family = _CACHES["family"].get(token, token)
+    common = (family, batch, seq, act_bytes, recompute, tp, sp)
+    simple, slots, tail, logits, head_saved, largest, own = _cached(
+        "acts", ("plan", *common, signatures, head), lambda: _sums_plan(spec, kinds, common, head))
+    if simple is not None:  # one kind, each name once and not the head's
+        count = kinds[0][1]
+        values = [0.0 + (0.0 + value * in_flight) * count for value in simple]
     else:
-        terms, tail, logits, head_saved, largest, own = plan
-        values = [0.0 + (0.0 + value * in_flight) * count for value in terms]
-        out = (sum(values + tail), logits, head_saved, in_flight, own, largest)
+        counts = [count for _, count in kinds]
+        values = []
+        for slot in slots:
+            acc = 0.0
+            for j, terms in slot:
+                if j < 0:  # the head's bytes
+                    acc = acc + terms
+                    continue
+                one = 0.0
+                for value in terms:  # _kind_terms' one[name]: the name's terms of one layer, x in flight
+                    one = one + value * in_flight
+                acc = acc + one * counts[j]
+            values.append(acc)
+    out = (sum(values + tail), logits, head_saved, in_flight, own, largest)
     if len(cache) > 200_000:
         cache.clear()
     cache[key] = out
     return out
 
 
-def _sums_plan(spec: ModelSpec, i: int, common: tuple, head: bool) -> tuple:
-    """_activation_sums' constants of a stage made of layer i's kind (`common` as _kind_terms'): (the layer's term
-    bytes in order, or None where a name repeats or is the head's; the head's 0.0 + bytes per name; logits and
-    loss; head saved; the largest layer and its own, as _stage_acts takes them)."""
-    family, batch, seq, act_bytes, recompute, tp, sp = common
-    whole = _cached("acts", ("head", *common, head),
-                    lambda: activation_memory(spec, batch, seq, act_bytes, recompute, tp=tp, sequence_parallel=sp,
-                                              layers=range(0), head=head))
-    signature = _cached("params", ("signature", _token(spec), i, seq), lambda: _layer_signature(spec, i, seq))
-    terms, full, kept = _cached("acts", ("terms", *common, signature),
-                                lambda: layer_terms(spec, i, batch, seq, act_bytes, recompute=recompute,
-                                                    attention="flash", dropout=False, tp=tp, sequence_parallel=sp))
-    names = [name for name, _ in terms]
-    distinct = len(set(names)) == len(names) and whole.per_layer.keys().isdisjoint(names)
-    largest, own = (full, kept) if full > 0.0 else (0.0, 0.0)
-    return (tuple(value for _, value in terms) if distinct else None, [0.0 + value for value in
-            whole.per_layer.values()], whole.logits_and_loss, whole.head_saved, largest, own)
+def _kinds_signed(spec: ModelSpec, start: int, stop: int, seq: int) -> tuple[list, tuple]:
+    """(_kinds_between(spec, start, stop), each kind's _layer_signature at `seq`)."""
+    kinds = _cached("acts", ("kinds", _token(spec), start, stop), lambda: _kinds_between(spec, start, stop))
+    return kinds, tuple([_signature(spec, _token(spec), i, seq) for i, _ in kinds])
+
+
+def _signature(spec: ModelSpec, token: int, i: int, seq: int) -> tuple:
+    """_layer_signature(spec, i, seq), once per model (`token`), layer and sequence."""
+    return _cached("params", ("signature", token, i, seq), lambda: _layer_signature(spec, i, seq))
+
+
+def _sums_plan(spec: ModelSpec, kinds: list, common: tuple, head: bool) -> tuple:
+    """_activation_sums' constants of a stage of these layer kinds ([first layer, count] each, in layer order;
+    `common` as _kind_terms'), whatever their counts and the micro-batches in flight: (the one kind's term bytes in
+    order where the stage has one kind and each name once, not the head's, else None; else per_layer's names in
+    their order (_stage_acts': each kind's names in turn, then the head's), each as its (kind, that kind's bytes of
+    the name in order) in kind order, and (-1, bytes) for the head's; the head's 0.0 + bytes per name where simple,
+    else []; logits and loss; head saved; the first largest layer and its own, as _stage_acts takes them). Each name
+    sums to _stage_acts' float: 0.0, + per kind (0.0 + each of its bytes x in flight, in order) x its count, + the
+    head's bytes (0.0 + x is x: the dicts' get(name, 0.0) + x whether or not the name is there yet)."""
+    whole = _head_acts(spec, common, head)
+    token, seq = _token(spec), common[2]
+    heads = whole.per_layer
+    if len(kinds) == 1:  # the usual stage: its names once each and not the head's
+        terms, full, kept = _layer_kept(spec, kinds[0][0], common, _signature(spec, token, kinds[0][0], seq))
+        names = [name for name, _ in terms]
+        if len(set(names)) == len(names) and heads.keys().isdisjoint(names):
+            largest, own = (full, kept) if full > 0.0 else (0.0, 0.0)
+            return (tuple([value for _, value in terms]), (), [0.0 + value for value in heads.values()],
+                    whole.logits_and_loss, whole.head_saved, largest, own)
+    slots: dict[str, list] = {}
+    largest = own = 0.0
+    for j, (i, _) in enumerate(kinds):
+        terms, full, kept = _layer_kept(spec, i, common, _signature(spec, token, i, seq))
+        per_name: dict[str, list[float]] = {}
+        for name, value in terms:
+            per_name.setdefault(name, []).append(value)
+        for name, values in per_name.items():
+            slots.setdefault(name, []).append((j, tuple(values)))
+        if full > largest:  # (full, kept) if full > 0.0, as _kind_terms takes them; the first largest kind
+            largest, own = full, kept
+    for name, value in heads.items():
+        slots.setdefault(name, []).append((-1, value))
+    return (None, tuple(tuple(slot) for slot in slots.values()), [], whole.logits_and_loss, whole.head_saved,
+            largest, own)
 
 
 def _kinds_between(spec: ModelSpec, start: int, stop: int) -> list:
@@ -2558,9 +2645,7 @@ def _stage_acts(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recompu
     common = (family, batch, seq, act_bytes, recompute, tp, sp)
 
     # the final norm, LM head and loss: the same whatever the micro-batches in flight
-    whole = _cached("acts", ("head", *common, head),
-                    lambda: activation_memory(spec, batch, seq, act_bytes, recompute, tp=tp, sequence_parallel=sp,
-                                              layers=range(0), head=head))
+    whole = _head_acts(spec, common, head)
     kinds = _cached("acts", ("kinds", token, start, stop), lambda: _kinds_between(spec, start, stop))
     if len(kinds) == 1:
         i, count = kinds[0]
@@ -2595,20 +2680,41 @@ def _kind_terms(spec: ModelSpec, i: int, common: tuple, in_flight: int) -> tuple
     micro-batches in flight (a name that repeats adds up as activation_memory adds it); once per layer signature
     and model family (_layer_signature: layers that read the same per-layer fields of models that differ only in
     their layer count have the same terms)."""
-    family, batch, seq, act_bytes, recompute, tp, sp = common
+    recompute, seq = common[4], common[2]
     signature = _cached("params", ("signature", _token(spec), i, seq), lambda: _layer_signature(spec, i, seq))
-    key = ("terms", *common, signature)
 
     def make() -> tuple:
-        terms, whole, kept = _cached("acts", key, lambda: layer_terms(spec, i, batch, seq, act_bytes,
-                                                                      recompute=recompute, attention="flash",
-                                                                      dropout=False, tp=tp, sequence_parallel=sp))
+        terms, whole, kept = _layer_kept(spec, i, common, signature)
         one: dict[str, float] = {}
         for name, value in terms:
             one[name] = one.get(name, 0.0) + value * in_flight
         largest, own = (whole, kept) if whole > 0.0 else (0.0, 0.0)
         return tuple(one), list(one.values()), largest if recompute == "full" else 0.0, largest, own
-    return _cached("acts", (key, in_flight), make)
+    return _cached("acts", ("kind terms", *common, signature, in_flight), make)
+
+
+def _layer_kept(spec: ModelSpec, i: int, common: tuple, signature: tuple) -> tuple:
+    """activations.layer_terms of layer i (flash attention, no dropout; `common` as _kind_terms'), once per
+    `common` and layer signature; the layer's saved tensors (layer_saved) once per model family, micro-batch,
+    sequence and activation bytes: they are the same whatever the recomputation and tp (kept_terms)."""
+    family, batch, seq, act_bytes, recompute, tp, sp = common
+
+    def make() -> tuple:
+        items = _cached("acts", ("saved", family, batch, seq, act_bytes, signature),
+                        lambda: layer_saved(spec, i, batch, seq, act_bytes=act_bytes, attention="flash",
+                                            dropout=False))
+        return kept_terms(spec, items, batch * seq, act_bytes, recompute=recompute, tp=tp, sequence_parallel=sp)
+    return _cached("acts", ("terms", *common, signature), make)
+
+
+def _head_acts(spec: ModelSpec, common: tuple, head: bool) -> ActivationEstimate:
+    """activation_memory over no layer (the final norm, LM head and loss when `head`; `common` as _kind_terms'),
+    once per model family, micro-batch, sequence, activation bytes and tp: without layers the recomputation
+    changes nothing (no working set, no largest layer)."""
+    family, batch, seq, act_bytes, recompute, tp, sp = common
+    return _cached("acts", ("head", family, batch, seq, act_bytes, tp, sp, head),
+                   lambda: activation_memory(spec, batch, seq, act_bytes, recompute, tp=tp, sequence_parallel=sp,
+                                             layers=range(0), head=head))
 
 
 def _layer_signature(spec: ModelSpec, i: int, seq: int) -> tuple:

@@ -1,0 +1,122 @@
+"""Issue 24: the layout search's memory check and DP/optimizer pieces against the straightforward path, bit for bit."""
+
+import itertools
+
+import pytest
+
+from llmcalc.analytic import steptime
+from llmcalc.analytic.activations import ActivationEstimate, Saved, kept_terms, layer_saved, layer_terms, scaled
+from llmcalc.analytic.memory import OPTIMIZERS, RECIPES, MemoryEstimate, _layer_params, routed_expert_params
+from llmcalc.analytic.parallel import Parallel
+from llmcalc.analytic.params import count_params, largest_tensor
+from llmcalc.spec import load_model, model_names
+
+
+def _decoders():
+    for name in model_names():
+        try:
+            spec = load_model(name)
+            steptime.check_modelled(spec)
+        except Exception:  # not a model the step model covers
+            continue
+        if spec.architecture == "decoder":
+            yield name, spec
+
+
+def test_activation_sums_are_the_stage_dicts_sums_on_every_preset():
+    """_activation_sums (its plan: each kind's terms once, counted, summed as the dicts add them) is the sum of
+    _stage_acts' per_layer values and its other parts, float for float, on every decoder preset (hybrids with
+    repeated names, MoE models with dense first layers), each stage shape, recomputation, tp and micro-batch."""
+    checked = 0
+    for name, spec in _decoders():
+        n = spec.n_layers
+        for pp in (1, 2, 3, 4):
+            per = n // pp
+            if per == 0:
+                continue
+            ranges = [(0, n, 1, True)] if pp == 1 else [(0, per, pp, False), (n - per, n, 1, True),
+                                                        (per, 2 * per, 3, True)]
+            for (start, stop, in_flight, head), rc, tp, mb, sp in itertools.product(
+                    ranges, ("none", "selective", "full"), (1, 2, 8), (1, 2), (True, False)):
+                got = steptime._activation_sums(spec, mb, 2048, 2, rc, tp, sp, start, stop, in_flight, head)
+                _, values, _, logits, largest, own, head_saved = steptime._stage_acts(
+                    spec, mb, 2048, 2, rc, tp=tp, sp=sp, start=start, stop=stop, in_flight=in_flight, head=head)
+                assert got == (sum(values), logits, head_saved, in_flight, own, largest), (name, start, stop, rc)
+                checked += 1
+    assert checked > 10_000
+
+
+def test_kept_terms_are_layer_terms_as_first_written():
+    """activations.kept_terms (each item's per-rank bytes once) is layer_terms as first written: scaled() twice."""
+    for name in ("llama-3-8b", "deepseek-v3", "nemotron-h-8b", "gemma-2-9b", "mixtral-8x7b"):
+        spec = load_model(name)
+        for layer, rc, tp, sp, attention in itertools.product(range(min(spec.n_layers, 6)),
+                                                              ("none", "selective", "full"), (1, 3, 8),
+                                                              (True, False), ("flash", "eager")):
+            items = layer_saved(spec, layer, 2, 4096, 2, attention=attention, dropout=attention == "eager")
+            whole = scaled(items, tp, sp)
+            if rc == "full":
+                kept = [Saved("block input (full recomputation checkpoint)", 2 * 4096 * spec.d_model * 2,
+                              "sequence_parallel")]
+            else:
+                kept = [s for s in items if rc == "none" or s.scope != "attention_scores"]
+            want = [(s.name, s.per_rank(tp, sp)) for s in kept], whole, scaled(kept, tp, sp)
+            assert kept_terms(spec, items, 2 * 4096, 2, recompute=rc, tp=tp, sequence_parallel=sp) == want
+            assert layer_terms(spec, layer, 2, 4096, 2, recompute=rc, attention=attention,
+                               dropout=attention == "eager", tp=tp, sequence_parallel=sp) == want
+
+
+@pytest.mark.parametrize("model, recipe, optimizer", [
+    ("llama-3-8b", "bf16-mixed", "adamw"), ("llama-3-8b", "fp8", "muon"), ("mixtral-8x7b", "mxfp8", "adam8bit"),
+    ("deepseek-v3", "fp8-blockwise", "adamw"), ("gemma-2-9b", "fp32", "sgd"), ("nemotron-h-8b", "bf16", "lion"),
+])
+def test_stage_states_are_the_estimates_state_terms(model, recipe, optimizer):
+    """_stage_states (no MemoryEstimate built: memory.state_terms_of) are MemoryEstimate(...).state_terms() of the
+    stages training_memory builds, as the search first built them, for every degree set tried."""
+    spec = load_model(model)
+    rec, opt = RECIPES[recipe], OPTIMIZERS[optimizer]
+    comps = count_params(spec).components
+    layer0, norms, emb, head, final = _layer_params(spec, comps)
+    for tp, cp, pp, dp, ep, etp, zero in itertools.product((1, 2, 8), (1, 2), (1, 4), (1, 16), (1, 8), (0, 1),
+                                                           (1, 3)):
+        par = Parallel(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=etp, sequence_parallel=True, zero=zero)
+        if par.expert_dp < 1 or spec.n_layers % pp:  # not a layout the search checks
+            continue
+        etp_ = par.expert_tp
+        per_stage = spec.n_layers // pp
+        routed = routed_expert_params(spec, comps) / spec.n_layers
+        own = ep > 1 or etp_ != tp
+        layer = layer0 - (routed if own else 0.0)
+        experts = per_stage * routed / (etp_ * ep) if own else 0.0
+        blocks = per_stage * (layer / tp + norms)
+        gathered = (2 * (layer / tp + norms + (routed / (etp_ * ep) if own else 0.0)) * rec.weight_bytes
+                    if zero == 3 and dp > 1 else 0.0)
+        tied = spec.lm_head and spec.tie_embeddings
+        late = (emb - (comps.get("embedding/tokens", 0) if tied else 0)) / tp
+        if pp == 1:
+            stages = [("only", emb / tp + blocks + final + (head / tp if not spec.tie_embeddings else 0),
+                       head / tp + final, late)]
+        else:
+            stages = [("first", emb / tp + blocks, 0.0, emb / tp),
+                      ("last", blocks + final + head / tp, head / tp + final, 0.0)]
+        none = ActivationEstimate({}, 0.0, 0.0)
+        want = [MemoryEstimate(spec=spec, recipe=rec, optimizer=opt, parallel=par, batch=1, seq_len=1,
+                               recompute="none", attention="flash", params_on_gpu=params, activations=none, stage=n,
+                               zero3_gathered=gathered, largest_tensor=largest_tensor(spec) / tp,
+                               expert_params_on_gpu=experts, head_params_on_gpu=head_p,
+                               late_params_on_gpu=late_p).state_terms()
+                for n, params, head_p, late_p in stages]
+        assert steptime._stage_states(spec, recipe, optimizer, (tp, cp, pp, dp, ep, etp, zero)) == want
+
+
+def test_dp_seconds_scale_zero3_counts_by_micro_batches():
+    """_dp_seconds keeps ZeRO-3's per-call seconds once whatever the micro-batches: the same (kind, seconds,
+    calls) as its collectives built for those micro-batches."""
+    net = steptime.device_for("h100-sxm").network
+    rec = RECIPES["bf16-mixed"]
+    for params, group, zero, stride, members, m, units in itertools.product(
+            (3e8, 7.5e9), (8, 64), (1, 3), (1, 8), (1, 8), (1, 3, 16), (0, 17)):
+        want = tuple((c.kind, c.seconds(net), c.count) for c in steptime._dp_colls(
+            params, rec, group, zero, stride, members=members, m=m, units=units))
+        assert steptime._dp_seconds(params, rec, group, zero, stride, members=members, m=m, units=units,
+                                    net=net) == want
