@@ -52,6 +52,7 @@ HFU counts recomputation. ``causal`` changes only how FLOPs are counted, never t
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import field, replace
@@ -336,11 +337,14 @@ def make_layout(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, t
 
 
 def _layout_maker(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, options: dict[str, Any],
-                  step: dict[str, Any]) -> Callable[[tuple], Layout]:
+                  step: dict[str, Any]) -> Callable[[tuple], Layout]:  # long: make_layout's checks, in order
     """make_layout in two parts: its checks of the model and the step settings at once, then a function of the
     degrees (tp, cp, pp, vpp, micro-batch, ep, etp or None) that runs the rest, in make_layout's order, and builds
     the layout (the same Layout as Layout.over's, from one template of its fields: a layout search builds
-    thousands). `options`: make_layout's schedule, zero, sequence_parallel, dp_overlap and tp_overlap."""
+    thousands). The checks that read no degree (the ZeRO stage, --tp-overlap without SP, and _check_step_settings
+    where _settings_inert finds that it passes every layout of the template) are decided once and make skips those
+    that pass: the same layouts and the same first error. `options`: make_layout's schedule, zero,
+    sequence_parallel, dp_overlap and tp_overlap."""
     check_modelled(spec)
     unknown = sorted(set(step) - set(STEP_DEFAULTS))
     if unknown:
@@ -355,6 +359,11 @@ def _layout_maker(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int,
     assert defaults is not None  # every Layout field has a plain default
     template = {**defaults, **settings, "zero": zero, "sequence_parallel": sequence_parallel,
                 "global_batch": global_batch, "dp_overlap": options["dp_overlap"], "tp_overlap": tp_overlap}
+    # what make checks that reads no degree, once: whether it passes (make then skips it; else it checks in order)
+    zero_ok = zero in (0, 1, 2, 3)  # check_zero's test
+    overlap_ok = not (tp_overlap and not sequence_parallel)
+    inert = _settings_inert(spec, template)
+    new = object.__new__
 
     def make(degrees: tuple) -> Layout:
         tp, cp, pp, vpp, micro_batch, ep, etp = degrees
@@ -366,27 +375,56 @@ def _layout_maker(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int,
             raise LlmcalcError(f"unknown --schedule {schedule!r}; use one of {', '.join(SCHEDULES)}")
         if vpp > 1 and schedule != "interleaved":
             raise LlmcalcError(f"--vpp {vpp} needs --schedule interleaved (got {schedule})")
-        # Layout.over: its checks (data_parallel), then its fields over the template's
+        # Layout.over: its checks (data_parallel), then its fields over the template's (parallel._built's instance,
+        # the template's fields in its order, each degree set in place)
         dp = data_parallel(n_gpus, tp, cp, pp)
-        lay = _built(Layout, {**template, "tp": tp, "cp": cp, "pp": pp, "dp": dp, "vpp": vpp, "ep": ep,
-                              "etp": etp or 0, "micro_batch": micro_batch, "schedule": schedule})
+        lay = new(Layout)
+        fields = lay.__dict__
+        fields.update(template)
+        fields["tp"] = tp
+        fields["cp"] = cp
+        fields["pp"] = pp
+        fields["dp"] = dp
+        fields["vpp"] = vpp
+        fields["ep"] = ep
+        fields["etp"] = etp or 0
+        fields["micro_batch"] = micro_batch
+        fields["schedule"] = schedule
         check_heads(spec, tp)
         if seq_len % cp:
             raise LlmcalcError(f"--cp {cp} does not divide --seq-len {seq_len}")
-        if global_batch % (lay.dp * micro_batch):
-            raise LlmcalcError(f"--global-batch {global_batch} is not a multiple of dp x micro-batch = {lay.dp} x "
-                               f"{micro_batch} = {lay.dp * micro_batch} sequences")
+        if global_batch % (dp * micro_batch):
+            raise LlmcalcError(f"--global-batch {global_batch} is not a multiple of dp x micro-batch = {dp} x "
+                               f"{micro_batch} = {dp * micro_batch} sequences")
         if pp * chunks_per_rank(schedule, vpp) > spec.n_layers + 2:  # the embedding and the loss may take a stage each
             check_stages(spec, pp, chunks_per_rank(schedule, vpp))
         if ep > 1 or etp is not None:
-            check_experts(spec, ep, lay.expert_tp, tp * cp * lay.dp, "tp x cp x dp")
-        check_zero(zero)
-        if tp_overlap and not sequence_parallel:
+            check_experts(spec, ep, lay.expert_tp, tp * cp * dp, "tp x cp x dp")
+        if not zero_ok:
+            check_zero(zero)
+        if not overlap_ok:
             raise LlmcalcError("--tp-overlap splits the all-gather / reduce-scatter of sequence parallelism around "
                                "the GEMMs; it needs --sequence-parallel (drop --no-sequence-parallel)")
-        _check_step_settings(spec, lay)
+        if not inert:
+            _check_step_settings(spec, lay)
         return lay
     return make
+
+
+def _settings_inert(spec: ModelSpec, template: dict[str, Any]) -> bool:
+    """Whether _check_step_settings passes every layout built from `template` (_layout_maker's), whatever its
+    degrees: none of the settings whose checks read a degree is set (cp_comm a2a or a2a+p2p: the heads over tp and
+    cp; ep_overlap: the expert mesh and micro-batches; first / last stage layers: pp and the chunks; an ep_dispatcher
+    other than alltoall: the expert mesh), and the rest, which read only the template and the model, pass on the
+    template's own layout."""
+    if template["cp_comm"] not in ("p2p", "all-gather") or template["ep_overlap"] or template["first_stage_layers"] \
+            or template["last_stage_layers"] or template["ep_dispatcher"] != "alltoall":
+        return False
+    try:
+        _check_step_settings(spec, _built(Layout, dict(template)))
+    except LlmcalcError:
+        return False
+    return True
 
 
 def _check_step_settings(spec: ModelSpec, lay: Layout) -> None:
@@ -1377,7 +1415,7 @@ def pipeline_step(prep: _Prepared, simulated: bool = True) -> tuple[float, dict[
 
 
 _CACHES: dict[str, dict] = {"layers": {}, "flops": {}, "params": {}, "acts": {}, "counts": {}, "tokens": {},
-                            "kernels": {}, "family": {}}
+                            "kernels": {}, "family": {}, "interned": {}}
 
 
 def clear_caches() -> None:
@@ -1396,6 +1434,23 @@ def _token(obj: Any) -> int:
     if entry is None:
         entry = tokens[id(obj)] = (obj, len(tokens))
     return entry[1]
+
+
+def _interned(value: Any) -> int:
+    """A small int standing for `value` (hashable: a stage plan's composition, a tuple of pieces) in cache keys, the
+    same for equal values: a key holding it hashes an int instead of nested tuples and frozensets. Drawn from a
+    counter that never repeats, so an id is never reused for another value, even after the table is cleared (then
+    an equal value gets a new id: a cache miss, never a wrong hit)."""
+    table = _CACHES["interned"]
+    found = table.get(value)
+    if found is None:
+        if len(table) > 200_000:
+            table.clear()
+        found = table[value] = next(_IDS)
+    return found
+
+
+_IDS = itertools.count()  # _interned's ids
 
 
 def _cached(name: str, key: Any, make: Callable[[], Any]) -> Any:
@@ -1922,8 +1977,10 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     layouts: list = []  # (floor, candidate index, tier, layout, what adds the optimizer) of the valid layouts
     # _context's layer-cost caches per maker and degrees but vpp (what else their key reads is the search's own)
     caches: dict[tuple, tuple[dict, dict]] = {}
+    shapes: dict[tuple, tuple] = {}  # _floor_shape per pp, vpp and schedule (what else it reads is the search's own)
+    inputs = (spec, dev, seq_len, rec)
+    counts["searched"] = len(candidates)
     for index, (tp, cp, pp, vpp, mb, ep, etp) in enumerate(candidates):
-        counts["searched"] += 1
         if tick:
             tick()
         lay, which = None, 0
@@ -1940,14 +1997,15 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             continue
         if exhaustive:
             layouts.append((0.0, index, _MEMORY, lay, None))
-        else:
+        else:  # its work floor (_first_floors)
             both = caches.get((which, tp, cp, pp, mb, ep, etp))
             if both is None:
                 both = caches[which, tp, cp, pp, mb, ep, etp] = _layer_cache(spec, dev, lay, seq_len, rec,
                                                                              attention="flash", dropout=False)
-            ctx = _Ctx(spec, dev, lay, seq_len, rec, attention="flash", dropout=False, eff=KERNEL_EFFICIENCY,
-                       cache=both[0], dense_cache=both[1])  # _context(spec, dev, lay, seq_len, rec)
-            layouts.append((_work_floor(ctx), index, _RANKS, lay, ctx))
+            shape = shapes.get((pp, vpp, lay.schedule))
+            if shape is None:
+                shape = shapes[pp, vpp, lay.schedule] = _floor_shape(spec, lay)
+            layouts.append((_first_floors(inputs, lay, both, shape), index, _RANKS, lay, (both, shape)))
     # best first: the least floor is taken and made tighter (its pipeline's paths; its optimizer step; then its
     # memory: the recomputation and ZeRO stage that fit and their stage times; their DP floor; then its stages, DP
     # and path bound: _prepare), or
@@ -1971,10 +2029,13 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             heapq.heappush(layouts, (floor, index, tier, lay, more))
             break
         if tier == _RANKS:  # at most its path floor, at a fraction of its cost: most layouts stop here
-            heapq.heappush(layouts, (max(floor, _rank_floor(more)), index, _PATHS, lay, more))
+            ranks = _first_floors(inputs, lay, more[0], more[1], ranks=True)
+            heapq.heappush(layouts, (max(floor, ranks), index, _PATHS, lay, more[0]))
             continue
-        if tier == _PATHS:
-            floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, recompute="none", ctx=more)
+        if tier == _PATHS:  # its context (_context's, with the layer-cost caches it was given) and path floor
+            ctx = _Ctx(spec, dev, lay, seq_len, rec, attention="flash", dropout=False, eff=KERNEL_EFFICIENCY,
+                       cache=more[0], dense_cache=more[1])
+            floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, recompute="none", ctx=ctx)
             heapq.heappush(layouts, (floor, index, _OPTIMIZER, lay, (ctx, paths)))
             continue
         if tier == _OPTIMIZER:
@@ -2167,33 +2228,75 @@ def _step_floor(spec: ModelSpec, dev: Device, lay: Layout, seq_len: int, rec: Re
 
 def _rank_floor(ctx: _Ctx) -> float:
     """A floor of `ctx`'s layout's step between _work_floor's and _step_floor's at recompute none, far cheaper than
-    the latter (search_layouts takes it second): _step_floor's paths without their activation sends (p2p >= 0), each
-    stage's passes summed piece by piece (a layer kind with its recomputation, the embedding, the LM head, an MTP
-    layer: each piece's passes once per layer-cost cache, times its count on the stage, _rank_pieces) instead of per
-    distinct stage composition. The same sums of the same terms (every StageTimes field >= 0, comm_fwd at most
-    tp + cp + ep) in another order: 2 x FLOOR_MARGIN below, against the rounding of both. Also at least the work
-    floor (the busiest rank's own work is at least the average) up to that rounding."""
-    lay = ctx.lay
+    the latter: _step_floor's paths without their activation sends (p2p >= 0), each stage's passes summed piece by
+    piece (a layer kind with its recomputation, the embedding, the LM head, an MTP layer: each piece's passes once
+    per layer-cost cache, times its count on the stage, _rank_pieces) instead of per distinct stage composition. The
+    same sums of the same terms (every StageTimes field >= 0, comm_fwd at most tp + cp + ep) in another order:
+    2 x FLOOR_MARGIN below, against the rounding of both. Also at least the work floor (the busiest rank's own work
+    is at least the average) up to that rounding. (search_layouts takes max(work floor, rank floor) of every layout
+    from its layer-cost caches: _first_floors.)"""
+    shape = _floor_shape(ctx.spec, ctx.lay)
+    return _ranks_floor(shape[1], _piece_list(ctx, shape), shape[4], ctx.lay.grad_accum)
+
+
+def _floor_shape(spec: ModelSpec, lay: Layout) -> tuple:
+    """What the work and rank floors of `lay` read beside its layer-cost caches and micro-batch count: (the work
+    floor's key in the caches, _rank_pieces' ranks and pieces, the key of those pieces' passes in the caches
+    (_piece_list), whether the schedule splits off the weight gradients). The same for every layout of one search
+    with the same pp, vpp and schedule."""
     v = chunks_per_rank(lay.schedule, lay.vpp)
     zb = lay.schedule.startswith("zb")
-    ranks, pieces = _rank_pieces(ctx.spec, lay.pp * v, lay, v)
-    key = ("piece passes", zb)
-    known = ctx.cache.get(key)
-    if known is None:
-        known = ctx.cache[key] = {}
-    passes = []
-    for piece in pieces:
-        done = known.get(piece)
-        if done is None:
-            done = known[piece] = _piece_passes(ctx, piece, zb)
-        passes.append(done)
-    m = lay.grad_accum
+    ranks, pieces, pid = _rank_pieces(spec, lay.pp * v, lay, v)
+    return ("work", lay.mtp_layers, lay.schedule), ranks, pieces, ("piece list", pid, zb), zb
+
+
+def _first_floors(inputs: tuple, lay: Layout, caches: tuple[dict, dict], shape: tuple,
+                  ranks: bool = False) -> float:
+    """_work_floor of `lay` (the floor search_layouts orders every layout by first), or with `ranks` its _rank_floor
+    (taken second), from its layer-cost caches (`caches`: _layer_cache's) and _floor_shape (`shape`), the same
+    floats; its _Ctx is built only where the caches lack the whole model's work or the pieces' passes. `inputs`:
+    _context's (spec, device, sequence, recipe)."""
+    cache = caches[0]
+    work_key, rank_list, _, list_key, zb = shape
+    found = cache.get(list_key if ranks else work_key)
+    if found is None:
+        spec, dev, seq, rec = inputs
+        ctx = _Ctx(spec, dev, lay, seq, rec, attention="flash", dropout=False, eff=KERNEL_EFFICIENCY, cache=cache,
+                   dense_cache=caches[1])
+        return _ranks_floor(rank_list, _piece_list(ctx, shape), zb, lay.grad_accum) if ranks else _work_floor(ctx)
+    if ranks:
+        return _ranks_floor(rank_list, found, zb, lay.grad_accum)
+    return lay.grad_accum * found / lay.pp * (1 - FLOOR_MARGIN)
+
+
+def _ranks_floor(ranks: tuple, passes: list, zb: bool, m: int) -> float:
+    """_rank_floor's bound from its ranks (_rank_pieces'), the pieces' passes (_piece_list) and the micro-batch
+    count `m`."""
     floor = 0.0
     for before, mine in ranks:
         busy = sum([passes[k][0] * n for k, n in mine])
         own = busy + sum([passes[k][1] * n for k, n in mine]) if zb else busy
         floor = max(floor, sum([passes[k][0] * n for k, n in before]) + m * busy, m * own)
     return floor * (1 - 2 * FLOOR_MARGIN)
+
+
+def _piece_list(ctx: _Ctx, shape: tuple) -> list[tuple[float, float]]:
+    """The passes of _floor_shape's pieces (_piece_passes) in `ctx`'s layer-cost cache, in their order: a list per
+    distinct tuple of pieces, each piece's once per cache."""
+    _, _, pieces, list_key, zb = shape
+    passes = ctx.cache.get(list_key)
+    if passes is None:
+        known = ctx.cache.get(("piece passes", zb))
+        if known is None:
+            known = ctx.cache[("piece passes", zb)] = {}
+        passes = []
+        for piece in pieces:
+            done = known.get(piece)
+            if done is None:
+                done = known[piece] = _piece_passes(ctx, piece, zb)
+            passes.append(done)
+        ctx.cache[list_key] = passes
+    return passes
 
 
 def _piece_passes(ctx: _Ctx, piece: tuple, zb: bool) -> tuple[float, float]:
@@ -2215,7 +2318,8 @@ def _piece_passes(ctx: _Ctx, piece: tuple, zb: bool) -> tuple[float, float]:
 def _rank_pieces(spec: ModelSpec, n_stages: int, lay: Layout, v: int) -> tuple:
     """_floor_ranks' paths at recompute none as counts of pieces: per group of identical ranks (its last rank) the
     pieces of the stages before its first chunk and its own, each as (index, count); the pieces: a layer's
-    (representative layer, what it recomputes), ("embedding",), ("head",), ("mtp",). Cached per stage plan."""
+    (representative layer, what it recomputes), ("embedding",), ("head",), ("mtp",); and a small int standing for
+    those pieces (_interned). Cached per stage plan."""
     def make() -> tuple:
         plan = _stage_plan(spec, n_stages, lay, "none")
         ranks = _floor_ranks(plan, lay.schedule, lay.pp, v)[0]
@@ -2233,10 +2337,11 @@ def _rank_pieces(spec: ModelSpec, n_stages: int, lay: Layout, v: int) -> tuple:
                     k = index.setdefault(piece, len(index))
                     out[k] = out.get(k, 0) + n * count
             return tuple(out.items())
-        return tuple((counted(before), counted(mine)) for before, mine, _ in ranks), tuple(index)
+        ranks = tuple((counted(before), counted(mine)) for before, mine, _ in ranks)
+        return ranks, tuple(index), _interned(tuple(index))
     # what the plan at recompute none reads (its recompute_layers and _modules change nothing without recomputation)
     return _cached("params", ("rank pieces", _token(spec), n_stages, lay.pp, lay.schedule, lay.first_stage_layers,
-                              lay.last_stage_layers, v, lay.mtp_layers), make)[:2]
+                              lay.last_stage_layers, v, lay.mtp_layers), make)
 
 
 def _floor_paths(ctx: _Ctx, n_stages: int, v: int, recompute: str) -> tuple:
