@@ -527,10 +527,7 @@ def split_layers(n_layers: int, n_stages: int) -> list[int]:
     counts = [per] * n_stages
     short = per * n_stages - n_layers
     order = [i for pair in zip(range(n_stages), reversed(range(n_stages)), strict=True) for i in pair]
-    seen = []
-    for i in order:
-        if i not in seen:
-            seen.append(i)
+    seen = list(dict.fromkeys(order))  # each stage once, at its first place in `order`
     k = 0
     while short:
         counts[seen[k % n_stages]] -= 1
@@ -612,25 +609,35 @@ class _Ctx:
         """Forward + input-gradient + weight-gradient seconds of one linear (m tokens, k in, n out), as a triple
         (each its own shape: dX = dY·Wᵀ is m x n x k, dW = Xᵀ·dY is k x m x n) plus the quantization of its input
         (forward) and output gradient (backward) under FP8/FP4 recipes."""
-        in_bytes, rate = self.gemm_bytes, self.gemm_rate
+        inputs = self.__dict__.get("_gemm_inputs")  # (input bytes, rate): what the recipe and device give, once
+        if inputs is None:
+            inputs = self.__dict__["_gemm_inputs"] = (self.gemm_bytes, self.gemm_rate)
+        in_bytes, rate = inputs
         cache, common = _CACHES["kernels"], (_token(self.dev), in_bytes, batch, rate, self.act, self.eff)
-
-        def one(m: float, k: float, n: float) -> float:  # a pure function of its shape: once per shape and device
-            key = (m, k, n, common)
-            seconds = cache.get(key)
-            if seconds is None:
-                if len(cache) > 200_000:
-                    cache.clear()
-                seconds = cache[key] = gemm_seconds(m, k, n, dev=self.dev, in_bytes=in_bytes, batch=batch, rate=rate,
-                                                    out_bytes=self.act, efficiency=self.eff)
-            return seconds
-
-        fwd, dgrad, wgrad = one(m, k, n), one(m, n, k), one(k, m, n)
+        # each a pure function of its shape: once per shape and device
+        fwd = cache.get((m, k, n, common))
+        if fwd is None:
+            fwd = self._gemm_seconds(cache, (m, k, n, common))
+        dgrad = cache.get((m, n, k, common))
+        if dgrad is None:
+            dgrad = self._gemm_seconds(cache, (m, n, k, common))
+        wgrad = cache.get((k, m, n, common))
+        if wgrad is None:
+            wgrad = self._gemm_seconds(cache, (k, m, n, common))
         if self.recipe.fp8:
             q = kernels.QUANT_BYTES[self.recipe.fp8]
             fwd += stream_seconds(batch * m * k * q, self.dev, self.eff)
             dgrad = dgrad * kernels.QUANT_DGRAD_SLOWDOWN + stream_seconds(batch * m * n * q, self.dev, self.eff)
         return fwd, dgrad, wgrad
+
+    def _gemm_seconds(self, cache: dict, key: tuple) -> float:
+        """gemm_seconds of one shape (`key`: m, k, n and gemm's inputs), kept in `cache`."""
+        if len(cache) > 200_000:
+            cache.clear()
+        m, k, n, (_, in_bytes, batch, rate, _, _) = key
+        seconds = cache[key] = gemm_seconds(m, k, n, dev=self.dev, in_bytes=in_bytes, batch=batch, rate=rate,
+                                            out_bytes=self.act, efficiency=self.eff)
+        return seconds
 
     def stream(self, nbytes: float) -> float:
         return stream_seconds(nbytes * (1 if self.lay.fused_elementwise else 2), self.dev, self.eff)
@@ -771,43 +778,31 @@ def _layer_prefix(ctx: _Ctx, i: int, rec: frozenset[str]) -> tuple:
     """_layer_cost_uncached's terms up to the MoE block: (forward, input-gradient and weight-gradient GEMM seconds,
     recomputed forward seconds, the MoE block's FLOPs by part, elementwise forward bytes, attention-core and scan
     forward and backward seconds, exposed CP forward and backward), all read from the layout's dense fields; of `rec`
-    only whether it holds mla_up_proj and mlp."""
+    only whether it holds mla_up_proj and mlp. The ops' shapes come from _layer_ops_plan (once per layer kind and
+    tokens, whatever tp), each GEMM timed and summed in the ops' order."""
     spec, lay = ctx.spec, ctx.lay
-    tp, T, D, act = lay.tp, ctx.tokens, spec.d_model, ctx.act
+    tp, T = lay.tp, ctx.tokens
     mixers, _ = spec.layer_parts(i)
-    ops = layer_ops(spec, i, 1, int(round(T)) or 1, causal=True)  # FLOPs of this rank's tokens (before tp)
+    gemms, streamed, moe_parts = _cached("flops", ("layer plan", _token(spec), i, T),
+                                         lambda: _layer_ops_plan(spec, i, T))
     fwd = dgrad = wgrad = 0.0  # GEMMs
     redo = 0.0  # forward work recomputation repeats
-    fused: dict[tuple[str, str], float] = {}
-    moe_parts: dict[str, float] = {}
-    elem_fwd = 0.0  # bytes
-    for name, flops in ops.items():
-        group, part = name.split("/")
-        if part in ("scores", "values", "indexer_scores") or part == "scan":
-            continue  # the attention core, the lightning indexer's scores and the scans: below
-        if group == "moe" and part in ("router", "experts", "shared_experts"):
-            moe_parts[part] = flops
-            continue
-        if part in STREAMED:  # depthwise conv over its channels: read + write
-            elem_fwd += 2 * T * (flops / (2 * T * spec.ssm_conv_kernel)) / tp * act
-            continue
-        if part in FUSED_GEMMS:
-            key = (group, FUSED_GEMMS[part])
-            fused[key] = fused.get(key, 0.0) + flops
-            continue
-        k, n, style = _part_shape(spec, group, part, flops, T)
-        f, d, w = ctx.gemm(T, k / tp if style == "row" else k, n / tp if style == "column" else n)
-        if not has_backward(name):  # the lightning indexer's projections: forward only (flops.NO_BACKWARD)
+    mla_up, mlp = "mla_up_proj" in rec, "mlp" in rec
+    for style, k, n, backward, redone in gemms:
+        if style == "column":
+            f, d, w = ctx.gemm(T, k, n / tp)
+        elif style == "row":
+            f, d, w = ctx.gemm(T, k / tp, n)
+        else:
+            f, d, w = ctx.gemm(T, k, n)
+        if not backward:  # the lightning indexer's projections: forward only (flops.NO_BACKWARD)
             d = w = 0.0
         fwd, dgrad, wgrad = fwd + f, dgrad + d, wgrad + w
-        if part in ("q_b_proj", "kv_b_proj") and "mla_up_proj" in rec:
+        if redone == "mla_up_proj" and mla_up or redone == "mlp" and mlp:
             redo += f
-    for (group, _), fused_flops in fused.items():
-        width = D * (2 if group == "shared_block" else 1)  # Zamba2's shared block reads [hidden, embeddings]
-        f, d, w = ctx.gemm(T, width, fused_flops / (2 * T * width) / tp)
-        fwd, dgrad, wgrad = fwd + f, dgrad + d, wgrad + w
-        if group == "mlp" and "mlp" in rec:
-            redo += f
+    elem_fwd = 0.0  # bytes
+    for nbytes in streamed:  # depthwise conv over its channels: read + write
+        elem_fwd += nbytes / tp * ctx.act
     # attention cores and scans
     attn_f = attn_b = cp_f = cp_b = 0.0
     for kind in mixers:
@@ -819,7 +814,41 @@ def _layer_prefix(ctx: _Ctx, i: int, rec: frozenset[str]) -> tuple:
         elif kind in ("mamba2", "gated_deltanet", "mamba"):
             s_f, s_b = _scan_seconds(ctx, kind)
             attn_f, attn_b = attn_f + s_f, attn_b + s_b
-    return fwd, dgrad, wgrad, redo, moe_parts, elem_fwd, attn_f, attn_b, cp_f, cp_b
+    return fwd, dgrad, wgrad, redo, dict(moe_parts), elem_fwd, attn_f, attn_b, cp_f, cp_b
+
+
+def _layer_ops_plan(spec: ModelSpec, i: int, T: float) -> tuple:
+    """Layer `i`'s ops (``flops.layer_ops`` over `T` tokens) as _layer_prefix times them, whatever tp: the GEMMs in
+    its order, each (how tp splits it, k, n before that split, whether it has a backward, what recomputation of
+    `rec` repeats its forward: "mla_up_proj", "mlp" or None), the separate GEMMs in the ops' order then the fused
+    ones (QKV, gate+up) in the order they first appear; the depthwise convolutions' bytes (2·T·channels, before tp
+    and the activation bytes); the MoE block's FLOPs by part."""
+    D = spec.d_model
+    ops = layer_ops(spec, i, 1, int(round(T)) or 1, causal=True)  # FLOPs of this rank's tokens (before tp)
+    gemms: list[tuple] = []
+    streamed: list[float] = []
+    fused: dict[tuple[str, str], float] = {}
+    moe_parts: dict[str, float] = {}
+    for name, flops in ops.items():
+        group, part = name.split("/")
+        if part in ("scores", "values", "indexer_scores") or part == "scan":
+            continue  # the attention core, the lightning indexer's scores and the scans: _layer_prefix's own
+        if group == "moe" and part in ("router", "experts", "shared_experts"):
+            moe_parts[part] = flops
+            continue
+        if part in STREAMED:  # depthwise conv over its channels: read + write
+            streamed.append(2 * T * (flops / (2 * T * spec.ssm_conv_kernel)))
+            continue
+        if part in FUSED_GEMMS:
+            key = (group, FUSED_GEMMS[part])
+            fused[key] = fused.get(key, 0.0) + flops
+            continue
+        k, n, style = _part_shape(spec, group, part, flops, T)
+        gemms.append((style, k, n, has_backward(name), "mla_up_proj" if part in ("q_b_proj", "kv_b_proj") else None))
+    for (group, _), fused_flops in fused.items():
+        width = D * (2 if group == "shared_block" else 1)  # Zamba2's shared block reads [hidden, embeddings]
+        gemms.append(("column", width, fused_flops / (2 * T * width), True, "mlp" if group == "mlp" else None))
+    return tuple(gemms), tuple(streamed), moe_parts
 
 
 def add_tp_comm(t: StageTimes, ctx: _Ctx, d_model: int, blocks: float, passes: int, fwd: float, bwd: float) -> None:
@@ -1314,16 +1343,26 @@ def _stage_plan(spec: ModelSpec, n_stages: int, lay: Layout,
 
     def make() -> tuple[list[int], list[int], list[int], list, Callable[[str, int], tuple]]:
         split = stage_split(spec.n_layers, lay, n_stages)
-        starts = [sum(split[:i]) for i in range(n_stages)]
-        kinds, first = _cached("params", ("kinds", _token(spec)), lambda: _kinds_of(spec))
+        starts = list(itertools.accumulate(split[:-1], initial=0))  # sum(split[:k]) of each stage k
+        kinds, first, segments = _cached("params", ("kinds", _token(spec)), lambda: _kinds_of(spec))
         # what each layer recomputes: the same for all but a partial full recomputation (_recomputes)
         same = None if recompute == "full" and lay.recompute_layers else _recomputes(lay, recompute, 0, 0)
         plan = []
+        j = 0  # the first run of one kind (_kinds_of's segments) not before this stage
         for k in range(n_stages):
             runs: dict[tuple, list] = {}  # layers of the same kind and recomputation: one cost times their count
-            for i in range(starts[k], starts[k] + split[k]):
-                rc = same if same is not None else _recomputes(lay, recompute, i, starts[k])
-                runs.setdefault((kinds[i], rc), [first[kinds[i]], 0])[1] += 1
+            a, b = starts[k], starts[k] + split[k]
+            if same is None:
+                for i in range(a, b):
+                    rc = _recomputes(lay, recompute, i, a)
+                    runs.setdefault((kinds[i], rc), [first[kinds[i]], 0])[1] += 1
+            elif b > a:  # the same counts, in the same order, as layer by layer: each run's layers in [a, b) at once
+                while j < len(segments) and segments[j][1] <= a:
+                    j += 1
+                for start, stop, kind in segments[j:]:
+                    if start >= b:
+                        break
+                    runs.setdefault((kind, same), [first[kind], 0])[1] += min(b, stop) - max(a, start)
             plan.append((tuple((i, rc, count) for (_, rc), (i, count) in runs.items()), k == 0, k == n_stages - 1))
         index: dict[tuple, int] = {}
         ids = [index.setdefault(composition, len(index)) for composition in plan]
@@ -1342,13 +1381,19 @@ def _stage_plan(spec: ModelSpec, n_stages: int, lay: Layout,
     return _cached("params", key, make)
 
 
-def _kinds_of(spec: ModelSpec) -> tuple[list[tuple], dict[tuple, int]]:
-    """Each layer's _layer_kind, and each kind's representative: its first layer."""
+def _kinds_of(spec: ModelSpec) -> tuple[list[tuple], dict[tuple, int], list[tuple[int, int, tuple]]]:
+    """Each layer's _layer_kind, each kind's representative (its first layer), and the maximal runs of consecutive
+    layers of one kind as (first layer, end, kind), in layer order."""
     kinds = [_layer_kind(spec, i) for i in range(spec.n_layers)]
     first: dict[tuple, int] = {}
+    segments: list[tuple[int, int, tuple]] = []
     for i, kind in enumerate(kinds):
         first.setdefault(kind, i)
-    return kinds, first
+        if segments and segments[-1][2] == kind:
+            segments[-1] = (segments[-1][0], i + 1, kind)
+        else:
+            segments.append((i, i + 1, kind))
+    return kinds, first, segments
 
 
 def _finish(prep: _Prepared, simulated: bool = True) -> StepPrediction:
