@@ -422,7 +422,7 @@ def _settings_inert(spec: ModelSpec, template: dict[str, Any]) -> bool:
         return False
     try:
         _check_step_settings(spec, _built(Layout, dict(template)))
-    except LlmcalcError:
+    except Exception:  # noqa: BLE001 (make checks them in order, raising as it does)
         return False
     return True
 
@@ -691,14 +691,20 @@ def _recomputes(lay: Layout, recompute: str, layer: int, first_in_chunk: int) ->
 
 
 def _layer_cost(ctx: _Ctx, i: int, rec: frozenset[str]) -> StageTimes:
-    spec = ctx.spec
-    kind = _cached("params", ("kinds", _token(spec)), lambda: _kinds_of(spec))[0][i]  # _layer_kind(spec, i)
+    kinds = ctx.dense_cache.get(_KINDS)  # the model's _kinds_of, kept in the dense cache (whose key holds the model)
+    if kinds is None:
+        spec = ctx.spec
+        kinds = ctx.dense_cache[_KINDS] = _cached("params", ("kinds", _token(spec)), lambda: _kinds_of(spec))[0]
+    kind = kinds[i]  # _layer_kind(spec, i)
     cache = ctx.cache if kind[1] == "moe" else ctx.dense_cache  # a dense layer's cost reads no expert setting
     key = (kind, rec)
     cached = cache.get(key)
     if cached is None:
         cached = cache[key] = _layer_cost_uncached(ctx, i, rec)
     return cached
+
+
+_KINDS = ("kinds",)  # _layer_cost's key of the layers' kinds in a dense cache
 
 
 def _layer_cost_uncached(ctx: _Ctx, i: int, rec: frozenset[str]) -> StageTimes:  # long: one layer's terms in order
@@ -1261,8 +1267,8 @@ def _prepare(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, caus
     ctx = _context(spec, device, lay, seq_len, rec, attention=attention, dropout=dropout)
     v = chunks_per_rank(lay.schedule, lay.vpp)
     n_stages = lay.pp * v
-    split, starts, ids, kinds, groups = _stage_plan(spec, n_stages, lay, recompute)
-    distinct = [_stage_cost(ctx, composition, recompute) for composition in kinds]
+    split, starts, ids, kinds, groups, cids = _stage_plan(spec, n_stages, lay, recompute)
+    distinct = [_stage_cost(ctx, composition, recompute, cid) for composition, cid in zip(kinds, cids, strict=True)]
     stages = [distinct[j] for j in ids]
     fwd, bwd, wgt = stage_passes(distinct, ids, lay.schedule)
     p2p = _p2p_seconds(ctx) if lay.pp > 1 else 0.0
@@ -1292,11 +1298,12 @@ def stage_passes(distinct: list[StageTimes], ids: Sequence[int], schedule: str
     return [fwd_d[j] for j in ids], [bwd_d[j] for j in ids], wgt
 
 
-def _stage_cost(ctx: _Ctx, composition: tuple, recompute: str) -> StageTimes:
+def _stage_cost(ctx: _Ctx, composition: tuple, recompute: str, cid: int | None = None) -> StageTimes:
     """One stage's StageTimes from its composition (_stage_plan's): its layers' costs times their counts, the
     embedding and the LM head (and MTP layers) where it holds them. Stages made of the same layers cost the same,
-    in this layout and in every other with the same layer costs (kept in the layers' cost cache)."""
-    key = ("stage", composition, recompute, ctx.lay.mtp_layers)
+    in this layout and in every other with the same layer costs (kept in the layers' cost cache, under the
+    composition's _interned id: `cid` where the caller has it, _stage_plan's)."""
+    key = ("stage", _interned(composition) if cid is None else cid, recompute, ctx.lay.mtp_layers)
     total = ctx.cache.get(key)
     if total is None:
         runs, embedding, head = composition
@@ -1324,24 +1331,27 @@ def _p2p_seconds(ctx: _Ctx) -> float:
     """Seconds of one micro-batch's activation sent to the next pipeline rank (``comm.pp_collectives``), once per
     shape."""
     spec, lay, net = ctx.spec, ctx.lay, ctx.dev.network
-    stride = lay.strides()["pp"]
+    stride = _stride(lay, "pp")
     key = ("p2p", ctx.tokens, spec.d_model, ctx.act, lay.tp, lay.sequence_parallel, stride, _token(net))
     return _cached("params", key, lambda: comm.total_seconds(comm.pp_collectives(
         ctx.tokens, spec.d_model, ctx.act, lay.tp, sequence_parallel=lay.sequence_parallel, stride=stride), net))
 
 
 def _stage_plan(spec: ModelSpec, n_stages: int, lay: Layout,
-                recompute: str) -> tuple[list[int], list[int], list[int], list, Callable[[str, int], tuple]]:
+                recompute: str) -> tuple[list[int], list[int], list[int], list, Callable[[str, int], tuple], tuple]:
     """(layers per stage, first layer of each, each stage's composition as an index into the distinct compositions,
-    the distinct compositions, the rank groups): a composition is the runs of (a representative layer of one kind,
-    what it recomputes, how many) and whether the stage holds the embedding / the LM head; `groups(schedule, pp)`
-    lists the pipeline ranks whose chunks have the same compositions once, each as (its first rank, that rank's
-    stages), in rank order (such ranks cost the same in every respect), and the last rank of each such group (whose
-    path dominates the group's in pipeline.path_bounds). Cached per model, stage count and recomputation."""
+    the distinct compositions, the rank groups, each distinct composition's _interned id): a composition is the runs
+    of (a representative layer of one kind, what it recomputes, how many) and whether the stage holds the embedding /
+    the LM head; `groups(schedule, pp)` lists the pipeline ranks whose chunks have the same compositions once, each as
+    (its first rank, that rank's stages), in rank order (such ranks cost the same in every respect), and the last rank
+    of each such group (whose path dominates the group's in pipeline.path_bounds). Cached per model, stage count and
+    recomputation (and pp and schedule where the first or last stage's layers are set: stage_split reads them only
+    then)."""
+    fixed = lay.first_stage_layers or lay.last_stage_layers
     key = (_token(spec), n_stages, recompute, lay.recompute_layers, lay.recompute_modules, lay.first_stage_layers,
-           lay.last_stage_layers, lay.pp, lay.schedule)
+           lay.last_stage_layers, lay.pp if fixed else 0, lay.schedule if fixed else "")
 
-    def make() -> tuple[list[int], list[int], list[int], list, Callable[[str, int], tuple]]:
+    def make() -> tuple[list[int], list[int], list[int], list, Callable[[str, int], tuple], tuple]:
         split = stage_split(spec.n_layers, lay, n_stages)
         starts = list(itertools.accumulate(split[:-1], initial=0))  # sum(split[:k]) of each stage k
         kinds, first, segments = _cached("params", ("kinds", _token(spec)), lambda: _kinds_of(spec))
@@ -1377,7 +1387,7 @@ def _stage_plan(spec: ModelSpec, n_stages: int, lay: Layout,
                     last[tuple(ids[st] for st in stages)] = r
                 return list(seen.values()), sorted(last.values())
             return _cached("params", ("groups", *key, schedule, pp), make_groups)
-        return split, starts, ids, list(index), groups
+        return split, starts, ids, list(index), groups, tuple(_interned(composition) for composition in index)
     return _cached("params", key, make)
 
 
@@ -2020,8 +2030,10 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
         except LlmcalcError:  # refuses every layout
             makers.append(None)
     layouts: list = []  # (floor, candidate index, tier, layout, what adds the optimizer) of the valid layouts
-    # _context's layer-cost caches per maker and degrees but vpp (what else their key reads is the search's own)
+    # _context's layer-cost caches per maker and degrees but vpp (what else their key reads is the search's own), and
+    # but pp where the rank order puts cp and ep inside dp and pp (their strides then read neither: _layer_cache)
     caches: dict[tuple, tuple[dict, dict]] = {}
+    pp_free = _strides_pp_free(step.get("order", ORDER))
     shapes: dict[tuple, tuple] = {}  # _floor_shape per pp, vpp and schedule (what else it reads is the search's own)
     inputs = (spec, dev, seq_len, rec)
     counts["searched"] = len(candidates)
@@ -2043,10 +2055,10 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
         if exhaustive:
             layouts.append((0.0, index, _MEMORY, lay, None))
         else:  # its work floor (_first_floors)
-            both = caches.get((which, tp, cp, pp, mb, ep, etp))
+            degrees = (which, tp, cp, 0 if pp_free else pp, mb, ep, etp)
+            both = caches.get(degrees)
             if both is None:
-                both = caches[which, tp, cp, pp, mb, ep, etp] = _layer_cache(spec, dev, lay, seq_len, rec,
-                                                                             attention="flash", dropout=False)
+                both = caches[degrees] = _layer_cache(spec, dev, lay, seq_len, rec, attention="flash", dropout=False)
             shape = shapes.get((pp, vpp, lay.schedule))
             if shape is None:
                 shape = shapes[pp, vpp, lay.schedule] = _floor_shape(spec, lay)
@@ -2171,6 +2183,18 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     ranked.sort(key=lambda pm: -pm[0].tokens_per_second)
     losers = _why_they_lose(ranked, oom, capacity)
     return ranked, losers, counts
+
+
+def _strides_pp_free(order: Any) -> bool:
+    """Whether rank order `order` puts cp and ep inside dp and pp: the cp stride (tp, cp, ep, dp, pp sizes) and the
+    experts' ep stride (etp, 1, ep, expert dp, pp) are then products of the sizes before them, neither dp nor pp (so
+    _layer_cache's key reads no pp of a search's layouts, whose dp follows from pp). False for an order make_layout
+    refuses."""
+    try:
+        dims = _order_dims(order)
+    except Exception:  # noqa: BLE001 (refused by every layout: nothing to share)
+        return False
+    return max(dims.index("cp"), dims.index("ep")) < min(dims.index("dp"), dims.index("pp"))
 
 
 def _with_zero(lay: Layout, zero: int) -> Layout:
@@ -2397,7 +2421,8 @@ def _floor_paths(ctx: _Ctx, n_stages: int, v: int, recompute: str) -> tuple:
     Each sum is of the distinct stage compositions' times, each times its count (_floor_ranks)."""
     lay = ctx.lay
     plan = _stage_plan(ctx.spec, n_stages, lay, recompute)
-    passes = [_composition_passes(ctx, composition, recompute) for composition in plan[3]]
+    passes = [_composition_passes(ctx, composition, recompute, cid)
+              for composition, cid in zip(plan[3], plan[5], strict=True)]
     pass_ = [p for p, _ in passes]
     wgt = [w for _, w in passes] if lay.schedule.startswith("zb") else None
     ranks, split, firsts = _floor_ranks(plan, lay.schedule, lay.pp, v)
@@ -2409,15 +2434,17 @@ def _floor_paths(ctx: _Ctx, n_stages: int, v: int, recompute: str) -> tuple:
     return tuple(out), split, firsts
 
 
-def _composition_passes(ctx: _Ctx, composition: tuple, recompute: str) -> tuple[float, Any]:
+def _composition_passes(ctx: _Ctx, composition: tuple, recompute: str, cid: int | None = None) -> tuple[float, Any]:
     """(forward + backward, weight gradient or None) of one micro-batch on a stage of this composition, as
     stage_passes gives them for the layout's schedule (the weight gradient split off by a zero-bubble one, else
-    None); cached with the stage's cost."""
-    schedule = ctx.lay.schedule
-    key = ("passes", composition, recompute, ctx.lay.mtp_layers, schedule.startswith("zb"))
+    None); cached with the stage's cost (`cid`: the composition's _interned id, where the caller has it)."""
+    zb = ctx.lay.schedule.startswith("zb")
+    if cid is None:
+        cid = _interned(composition)
+    key = ("passes", cid, recompute, ctx.lay.mtp_layers, zb)
     out = ctx.cache.get(key)
     if out is None:
-        out = ctx.cache[key] = _passes(_stage_cost(ctx, composition, recompute), schedule.startswith("zb"))
+        out = ctx.cache[key] = _passes(_stage_cost(ctx, composition, recompute, cid), zb)
     return out
 
 
@@ -2435,7 +2462,7 @@ def _floor_ranks(plan: tuple, schedule: str, pp: int, v: int) -> tuple:
     (its last rank) the distinct compositions before its first chunk and its own, each as (index, count), and its
     send/receive count; the stage split; each group's first rank. Cached with the plan."""
     def make() -> tuple:
-        split, _, ids, _, groups = plan
+        split, _, ids, _, groups, _ = plan
         rank_groups, lasts = groups(schedule, pp)
         n_stages = len(split)
         home = [0] * n_stages  # each stage's rank
