@@ -288,6 +288,7 @@ def _candidates(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, p
     pps = [p for p in range(1, min(spec.n_layers, 64) + 1) if n_gpus % p == 0]
     cps = [c for c in (1, 2, 4, 8, 16) if seq_len % c == 0 and seq_len // c >= 1024 or c == 1]
     candidates: list[_Candidate] = []
+    new = tuple.__new__
     for tp in tps:
         for cp in cps:
             for pp in pps:
@@ -300,7 +301,7 @@ def _candidates(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, p
                         continue
                     m = global_batch // (dp * mb)
                     vpps = [1] + ([2, 4] if pp > 1 and m % pp == 0 else [])
-                    candidates += [_Candidate(tp, cp, pp, v, mb, ep=ep, etp=etp) for v in vpps
+                    candidates += [new(_Candidate, (tp, cp, pp, v, mb, ep, etp)) for v in vpps  # _Candidate(...)
                                    if pp * v <= spec.n_layers for ep, etp in experts]
     return candidates
 
@@ -980,10 +981,11 @@ def _cp_exposed(ctx: _Ctx, i: int, fwd: float, bwd: float) -> tuple[float, float
         kv_width = spec.n_heads / tp * (mla.qk_head_dim + mla.v_head_dim) / 2
     else:
         kv_width = max(1.0, spec.n_kv_heads / tp) * spec.d_head
-    strides = lay.strides()
+    stride = _stride(lay, "cp")
     if lay.cp_comm == "p2p":  # ring: each of cp-1 steps sends this rank's K and V to the next under the last block
-        send = comm.Collective("CP K/V ring step", "p2p", 2, 2 * T * kv_width * ctx.act, stride=strides["cp"])
-        step_f, step_b = send.seconds(net), 2 * send.seconds(net)  # backward: K, V and dK, dV
+        send = comm.Collective("CP K/V ring step", "p2p", 2, 2 * T * kv_width * ctx.act, stride=stride)
+        step_f = send.seconds(net)
+        step_b = 2 * step_f  # backward: K, V and dK, dV
         span = spec.span_tokens(i)
         steps = cp - 1 if not span else min(cp - 1, math.ceil(span / (ctx.seq / cp)))
         return (steps * max(0.0, step_f - fwd / cp), steps * max(0.0, step_b - bwd / cp))
@@ -992,24 +994,25 @@ def _cp_exposed(ctx: _Ctx, i: int, fwd: float, bwd: float) -> tuple[float, float
         a = lay.cp_a2a_size
         ring = cp // a
         width = spec.n_heads / tp * spec.d_head * 2 + 2 * kv_width
-        a2a = comm.Collective("CP all-to-all (Q, K, V, O)", "all_to_all", a, T * width * ctx.act,
-                              stride=strides["cp"])
+        a2a = comm.Collective("CP all-to-all (Q, K, V, O)", "all_to_all", a, T * width * ctx.act, stride=stride)
         # the ring carries the a-group's T x a tokens of K/V for heads / a (GQA: kv heads replicated below one)
         ring_width = kv_width * a if mla is not None else max(1.0, spec.n_kv_heads / tp / a) * spec.d_head * a
         send = comm.Collective("CP K/V ring step", "p2p", 2, 2 * T * ring_width * ctx.act,
-                               stride=strides["cp"] * a)
-        step_f, step_b = send.seconds(net), 2 * send.seconds(net)
+                               stride=stride * a)
+        step_f = send.seconds(net)
+        step_b = 2 * step_f
         span = spec.span_tokens(i)
         steps = ring - 1 if not span else min(ring - 1, math.ceil(span / (ctx.seq / ring)))
         return (a2a.seconds(net) + steps * max(0.0, step_f - fwd / ring),
                 a2a.seconds(net) + steps * max(0.0, step_b - bwd / ring))
     if lay.cp_comm == "all-gather":  # Llama 3: K and V gathered before the kernel, exposed on the critical path
-        fwd_c, bwd_c = comm.cp_collectives(T, kv_width, ctx.act, cp, strides["cp"])
+        fwd_c, bwd_c = comm.cp_collectives(T, kv_width, ctx.act, cp, stride)
         return fwd_c.seconds(net), bwd_c.seconds(net)
     # a2a (Ulysses): Q, K, V in and O out over heads, forward; their gradients backward; all exposed
     width = spec.n_heads / tp * spec.d_head * 2 + 2 * kv_width
-    a2a = comm.Collective("CP all-to-all (Q, K, V, O)", "all_to_all", cp, T * width * ctx.act, stride=strides["cp"])
-    return a2a.seconds(net), a2a.seconds(net)
+    a2a = comm.Collective("CP all-to-all (Q, K, V, O)", "all_to_all", cp, T * width * ctx.act, stride=stride)
+    both = a2a.seconds(net)
+    return both, both
 
 
 def _scan_seconds(ctx: _Ctx, kind: str) -> tuple[float, float]:
@@ -1474,9 +1477,10 @@ _CACHES: dict[str, dict] = {"layers": {}, "flops": {}, "params": {}, "acts": {},
 
 
 def clear_caches() -> None:
-    """Forget what earlier predictions cached (benchmarks time a cold search)."""
+    """Forget what earlier predictions cached (benchmarks time a cold search), kernels' tile and wave shares too."""
     for cache in _CACHES.values():
         cache.clear()
+    kernels._WAVES.clear()
 
 
 def _token(obj: Any) -> int:
@@ -2216,8 +2220,11 @@ def _extremes(left: list[tuple[int, Layout]]) -> list[list[int]]:
         lambda lay: (lay.pp - 1) / (lay.vpp * lay.grad_accum), lambda lay: (lay.tp, lay.cp),
         lambda lay: (lay.cp, lay.tp), lambda lay: lay.dp, lambda lay: lay.pp * lay.vpp)
     ordered = sorted(left)  # heapq.nlargest: sorted(..., reverse=True)[:n], equal keys in their order (its docs)
-    return [[index for index, _ in heapq.nlargest(EXTREME_TRIES, ordered, key=lambda il: pick(il[1]))]
-            for pick in picks]
+    out = []
+    for pick in picks:  # each key once per layout, then nlargest over the positions (equal keys in their order)
+        keys = list(map(pick, [lay for _, lay in ordered]))
+        out.append([ordered[at][0] for at in heapq.nlargest(EXTREME_TRIES, range(len(ordered)), key=keys.__getitem__)])
+    return out
 
 
 _RANKS, _PATHS, _OPTIMIZER, _MEMORY, _DP, _PREPARE, _TIME = range(7)  # what search_layouts does next to a layout off
