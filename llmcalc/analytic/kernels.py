@@ -320,13 +320,23 @@ def attention_seconds(dev: Device, kernel: str, flops: float, head_dim: float, s
 def tile_wave_efficiency(m: float, n: float, sms: int, batch: float = 1) -> float:
     """Useful fraction of the GEMM work after tile and wave quantization (NVIDIA Matrix Multiplication
     Background guide): output tiles rounded up, tiles run in waves of one per SM; a strided batched or grouped
-    GEMM of `batch` matrices runs all their tiles in the same waves; the best of the TILES tilings."""
-    best = 0.0
-    for tm, tn in TILES:
-        tiles = batch * math.ceil(m / tm) * math.ceil(n / tn)
-        waves = math.ceil(tiles / sms)
-        best = max(best, (batch * m * n) / (waves * sms * tm * tn))
+    GEMM of `batch` matrices runs all their tiles in the same waves; the best of the TILES tilings. Kept per shape
+    (a layout search's three GEMMs of each linear share their output shapes with others')."""
+    key = (m, n, sms, batch, type(m), type(n), type(batch))  # (an int and its float are equal keys, not sums)
+    best = _WAVES.get(key)
+    if best is None:
+        best = 0.0
+        for tm, tn in TILES:
+            tiles = batch * math.ceil(m / tm) * math.ceil(n / tn)
+            waves = math.ceil(tiles / sms)
+            best = max(best, (batch * m * n) / (waves * sms * tm * tn))
+        if len(_WAVES) > 100_000:
+            _WAVES.clear()
+        _WAVES[key] = best
     return best
+
+
+_WAVES: dict[tuple, float] = {}  # tile_wave_efficiency per (m, n, SMs, batch) and their types: a pure function
 
 
 def gemm_seconds(m: float, k: float, n: float, dev: Device, in_bytes: float, batch: float = 1,

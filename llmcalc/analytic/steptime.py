@@ -52,6 +52,7 @@ HFU counts recomputation. ``causal`` changes only how FLOPs are counted, never t
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import field, replace
@@ -288,6 +289,7 @@ def _candidates(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, p
     pps = [p for p in range(1, min(spec.n_layers, 64) + 1) if n_gpus % p == 0]
     cps = [c for c in (1, 2, 4, 8, 16) if seq_len % c == 0 and seq_len // c >= 1024 or c == 1]
     candidates: list[_Candidate] = []
+    new = tuple.__new__
     for tp in tps:
         for cp in cps:
             for pp in pps:
@@ -300,7 +302,7 @@ def _candidates(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, p
                         continue
                     m = global_batch // (dp * mb)
                     vpps = [1] + ([2, 4] if pp > 1 and m % pp == 0 else [])
-                    candidates += [_Candidate(tp, cp, pp, v, mb, ep=ep, etp=etp) for v in vpps
+                    candidates += [new(_Candidate, (tp, cp, pp, v, mb, ep, etp)) for v in vpps  # _Candidate(...)
                                    if pp * v <= spec.n_layers for ep, etp in experts]
     return candidates
 
@@ -337,11 +339,14 @@ def make_layout(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, t
 
 
 def _layout_maker(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, options: dict[str, Any],
-                  step: dict[str, Any]) -> Callable[[tuple], Layout]:
+                  step: dict[str, Any]) -> Callable[[tuple], Layout]:  # long: make_layout's checks, in order
     """make_layout in two parts: its checks of the model and the step settings at once, then a function of the
     degrees (tp, cp, pp, vpp, micro-batch, ep, etp or None) that runs the rest, in make_layout's order, and builds
     the layout (the same Layout as Layout.over's, from one template of its fields: a layout search builds
-    thousands). `options`: make_layout's schedule, zero, sequence_parallel, dp_overlap and tp_overlap."""
+    thousands). The checks that read no degree (the ZeRO stage, --tp-overlap without SP, and _check_step_settings
+    where _settings_inert finds that it passes every layout of the template) are decided once and make skips those
+    that pass: the same layouts and the same first error. `options`: make_layout's schedule, zero,
+    sequence_parallel, dp_overlap and tp_overlap."""
     check_modelled(spec)
     unknown = sorted(set(step) - set(STEP_DEFAULTS))
     if unknown:
@@ -356,6 +361,11 @@ def _layout_maker(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int,
     assert defaults is not None  # every Layout field has a plain default
     template = {**defaults, **settings, "zero": zero, "sequence_parallel": sequence_parallel,
                 "global_batch": global_batch, "dp_overlap": options["dp_overlap"], "tp_overlap": tp_overlap}
+    # what make checks that reads no degree, once: whether it passes (make then skips it; else it checks in order)
+    zero_ok = zero in (0, 1, 2, 3)  # check_zero's test
+    overlap_ok = not (tp_overlap and not sequence_parallel)
+    inert = _settings_inert(spec, template)
+    new = object.__new__
 
     def make(degrees: tuple) -> Layout:
         tp, cp, pp, vpp, micro_batch, ep, etp = degrees
@@ -367,27 +377,56 @@ def _layout_maker(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int,
             raise LlmcalcError(f"unknown --schedule {schedule!r}; use one of {', '.join(SCHEDULES)}")
         if vpp > 1 and schedule != "interleaved":
             raise LlmcalcError(f"--vpp {vpp} needs --schedule interleaved (got {schedule})")
-        # Layout.over: its checks (data_parallel), then its fields over the template's
+        # Layout.over: its checks (data_parallel), then its fields over the template's (parallel._built's instance,
+        # the template's fields in its order, each degree set in place)
         dp = data_parallel(n_gpus, tp, cp, pp)
-        lay = _built(Layout, {**template, "tp": tp, "cp": cp, "pp": pp, "dp": dp, "vpp": vpp, "ep": ep,
-                              "etp": etp or 0, "micro_batch": micro_batch, "schedule": schedule})
+        lay = new(Layout)
+        fields = lay.__dict__
+        fields.update(template)
+        fields["tp"] = tp
+        fields["cp"] = cp
+        fields["pp"] = pp
+        fields["dp"] = dp
+        fields["vpp"] = vpp
+        fields["ep"] = ep
+        fields["etp"] = etp or 0
+        fields["micro_batch"] = micro_batch
+        fields["schedule"] = schedule
         check_heads(spec, tp)
         if seq_len % cp:
             raise LlmcalcError(f"--cp {cp} does not divide --seq-len {seq_len}")
-        if global_batch % (lay.dp * micro_batch):
-            raise LlmcalcError(f"--global-batch {global_batch} is not a multiple of dp x micro-batch = {lay.dp} x "
-                               f"{micro_batch} = {lay.dp * micro_batch} sequences")
+        if global_batch % (dp * micro_batch):
+            raise LlmcalcError(f"--global-batch {global_batch} is not a multiple of dp x micro-batch = {dp} x "
+                               f"{micro_batch} = {dp * micro_batch} sequences")
         if pp * chunks_per_rank(schedule, vpp) > spec.n_layers + 2:  # the embedding and the loss may take a stage each
             check_stages(spec, pp, chunks_per_rank(schedule, vpp))
         if ep > 1 or etp is not None:
-            check_experts(spec, ep, lay.expert_tp, tp * cp * lay.dp, "tp x cp x dp")
-        check_zero(zero)
-        if tp_overlap and not sequence_parallel:
+            check_experts(spec, ep, lay.expert_tp, tp * cp * dp, "tp x cp x dp")
+        if not zero_ok:
+            check_zero(zero)
+        if not overlap_ok:
             raise LlmcalcError("--tp-overlap splits the all-gather / reduce-scatter of sequence parallelism around "
                                "the GEMMs; it needs --sequence-parallel (drop --no-sequence-parallel)")
-        _check_step_settings(spec, lay)
+        if not inert:
+            _check_step_settings(spec, lay)
         return lay
     return make
+
+
+def _settings_inert(spec: ModelSpec, template: dict[str, Any]) -> bool:
+    """Whether _check_step_settings passes every layout built from `template` (_layout_maker's), whatever its
+    degrees: none of the settings whose checks read a degree is set (cp_comm a2a or a2a+p2p: the heads over tp and
+    cp; ep_overlap: the expert mesh and micro-batches; first / last stage layers: pp and the chunks; an ep_dispatcher
+    other than alltoall: the expert mesh), and the rest, which read only the template and the model, pass on the
+    template's own layout."""
+    if template["cp_comm"] not in ("p2p", "all-gather") or template["ep_overlap"] or template["first_stage_layers"] \
+            or template["last_stage_layers"] or template["ep_dispatcher"] != "alltoall":
+        return False
+    try:
+        _check_step_settings(spec, _built(Layout, dict(template)))
+    except Exception:  # noqa: BLE001 (make checks them in order, raising as it does)
+        return False
+    return True
 
 
 def _check_step_settings(spec: ModelSpec, lay: Layout) -> None:
@@ -490,10 +529,7 @@ def split_layers(n_layers: int, n_stages: int) -> list[int]:
     counts = [per] * n_stages
     short = per * n_stages - n_layers
     order = [i for pair in zip(range(n_stages), reversed(range(n_stages)), strict=True) for i in pair]
-    seen = []
-    for i in order:
-        if i not in seen:
-            seen.append(i)
+    seen = list(dict.fromkeys(order))  # each stage once, at its first place in `order`
     k = 0
     while short:
         counts[seen[k % n_stages]] -= 1
@@ -575,25 +611,35 @@ class _Ctx:
         """Forward + input-gradient + weight-gradient seconds of one linear (m tokens, k in, n out), as a triple
         (each its own shape: dX = dY·Wᵀ is m x n x k, dW = Xᵀ·dY is k x m x n) plus the quantization of its input
         (forward) and output gradient (backward) under FP8/FP4 recipes."""
-        in_bytes, rate = self.gemm_bytes, self.gemm_rate
+        inputs = self.__dict__.get("_gemm_inputs")  # (input bytes, rate): what the recipe and device give, once
+        if inputs is None:
+            inputs = self.__dict__["_gemm_inputs"] = (self.gemm_bytes, self.gemm_rate)
+        in_bytes, rate = inputs
         cache, common = _CACHES["kernels"], (_token(self.dev), in_bytes, batch, rate, self.act, self.eff)
-
-        def one(m: float, k: float, n: float) -> float:  # a pure function of its shape: once per shape and device
-            key = (m, k, n, common)
-            seconds = cache.get(key)
-            if seconds is None:
-                if len(cache) > 200_000:
-                    cache.clear()
-                seconds = cache[key] = gemm_seconds(m, k, n, dev=self.dev, in_bytes=in_bytes, batch=batch, rate=rate,
-                                                    out_bytes=self.act, efficiency=self.eff)
-            return seconds
-
-        fwd, dgrad, wgrad = one(m, k, n), one(m, n, k), one(k, m, n)
+        # each a pure function of its shape: once per shape and device
+        fwd = cache.get((m, k, n, common))
+        if fwd is None:
+            fwd = self._gemm_seconds(cache, (m, k, n, common))
+        dgrad = cache.get((m, n, k, common))
+        if dgrad is None:
+            dgrad = self._gemm_seconds(cache, (m, n, k, common))
+        wgrad = cache.get((k, m, n, common))
+        if wgrad is None:
+            wgrad = self._gemm_seconds(cache, (k, m, n, common))
         if self.recipe.fp8:
             q = kernels.QUANT_BYTES[self.recipe.fp8]
             fwd += stream_seconds(batch * m * k * q, self.dev, self.eff)
             dgrad = dgrad * kernels.QUANT_DGRAD_SLOWDOWN + stream_seconds(batch * m * n * q, self.dev, self.eff)
         return fwd, dgrad, wgrad
+
+    def _gemm_seconds(self, cache: dict, key: tuple) -> float:
+        """gemm_seconds of one shape (`key`: m, k, n and gemm's inputs), kept in `cache`."""
+        if len(cache) > 200_000:
+            cache.clear()
+        m, k, n, (_, in_bytes, batch, rate, _, _) = key
+        seconds = cache[key] = gemm_seconds(m, k, n, dev=self.dev, in_bytes=in_bytes, batch=batch, rate=rate,
+                                            out_bytes=self.act, efficiency=self.eff)
+        return seconds
 
     def stream(self, nbytes: float) -> float:
         return stream_seconds(nbytes * (1 if self.lay.fused_elementwise else 2), self.dev, self.eff)
@@ -647,14 +693,20 @@ def _recomputes(lay: Layout, recompute: str, layer: int, first_in_chunk: int) ->
 
 
 def _layer_cost(ctx: _Ctx, i: int, rec: frozenset[str]) -> StageTimes:
-    spec = ctx.spec
-    kind = _cached("params", ("kinds", _token(spec)), lambda: _kinds_of(spec))[0][i]  # _layer_kind(spec, i)
+    kinds = ctx.dense_cache.get(_KINDS)  # the model's _kinds_of, kept in the dense cache (whose key holds the model)
+    if kinds is None:
+        spec = ctx.spec
+        kinds = ctx.dense_cache[_KINDS] = _cached("params", ("kinds", _token(spec)), lambda: _kinds_of(spec))[0]
+    kind = kinds[i]  # _layer_kind(spec, i)
     cache = ctx.cache if kind[1] == "moe" else ctx.dense_cache  # a dense layer's cost reads no expert setting
     key = (kind, rec)
     cached = cache.get(key)
     if cached is None:
         cached = cache[key] = _layer_cost_uncached(ctx, i, rec)
     return cached
+
+
+_KINDS = ("kinds",)  # _layer_cost's key of the layers' kinds in a dense cache
 
 
 def _layer_cost_uncached(ctx: _Ctx, i: int, rec: frozenset[str]) -> StageTimes:  # long: one layer's terms in order
@@ -734,43 +786,31 @@ def _layer_prefix(ctx: _Ctx, i: int, rec: frozenset[str]) -> tuple:
     """_layer_cost_uncached's terms up to the MoE block: (forward, input-gradient and weight-gradient GEMM seconds,
     recomputed forward seconds, the MoE block's FLOPs by part, elementwise forward bytes, attention-core and scan
     forward and backward seconds, exposed CP forward and backward), all read from the layout's dense fields; of `rec`
-    only whether it holds mla_up_proj and mlp."""
+    only whether it holds mla_up_proj and mlp. The ops' shapes come from _layer_ops_plan (once per layer kind and
+    tokens, whatever tp), each GEMM timed and summed in the ops' order."""
     spec, lay = ctx.spec, ctx.lay
-    tp, T, D, act = lay.tp, ctx.tokens, spec.d_model, ctx.act
+    tp, T = lay.tp, ctx.tokens
     mixers, _ = spec.layer_parts(i)
-    ops = layer_ops(spec, i, 1, int(round(T)) or 1, causal=True)  # FLOPs of this rank's tokens (before tp)
+    gemms, streamed, moe_parts = _cached("flops", ("layer plan", _token(spec), i, T),
+                                         lambda: _layer_ops_plan(spec, i, T))
     fwd = dgrad = wgrad = 0.0  # GEMMs
     redo = 0.0  # forward work recomputation repeats
-    fused: dict[tuple[str, str], float] = {}
-    moe_parts: dict[str, float] = {}
-    elem_fwd = 0.0  # bytes
-    for name, flops in ops.items():
-        group, part = name.split("/")
-        if part in ("scores", "values", "indexer_scores") or part == "scan":
-            continue  # the attention core, the lightning indexer's scores and the scans: below
-        if group == "moe" and part in ("router", "experts", "shared_experts"):
-            moe_parts[part] = flops
-            continue
-        if part in STREAMED:  # depthwise conv over its channels: read + write
-            elem_fwd += 2 * T * (flops / (2 * T * spec.ssm_conv_kernel)) / tp * act
-            continue
-        if part in FUSED_GEMMS:
-            key = (group, FUSED_GEMMS[part])
-            fused[key] = fused.get(key, 0.0) + flops
-            continue
-        k, n, style = _part_shape(spec, group, part, flops, T)
-        f, d, w = ctx.gemm(T, k / tp if style == "row" else k, n / tp if style == "column" else n)
-        if not has_backward(name):  # the lightning indexer's projections: forward only (flops.NO_BACKWARD)
+    mla_up, mlp = "mla_up_proj" in rec, "mlp" in rec
+    for style, k, n, backward, redone in gemms:
+        if style == "column":
+            f, d, w = ctx.gemm(T, k, n / tp)
+        elif style == "row":
+            f, d, w = ctx.gemm(T, k / tp, n)
+        else:
+            f, d, w = ctx.gemm(T, k, n)
+        if not backward:  # the lightning indexer's projections: forward only (flops.NO_BACKWARD)
             d = w = 0.0
         fwd, dgrad, wgrad = fwd + f, dgrad + d, wgrad + w
-        if part in ("q_b_proj", "kv_b_proj") and "mla_up_proj" in rec:
+        if redone == "mla_up_proj" and mla_up or redone == "mlp" and mlp:
             redo += f
-    for (group, _), fused_flops in fused.items():
-        width = D * (2 if group == "shared_block" else 1)  # Zamba2's shared block reads [hidden, embeddings]
-        f, d, w = ctx.gemm(T, width, fused_flops / (2 * T * width) / tp)
-        fwd, dgrad, wgrad = fwd + f, dgrad + d, wgrad + w
-        if group == "mlp" and "mlp" in rec:
-            redo += f
+    elem_fwd = 0.0  # bytes
+    for nbytes in streamed:  # depthwise conv over its channels: read + write
+        elem_fwd += nbytes / tp * ctx.act
     # attention cores and scans
     attn_f = attn_b = cp_f = cp_b = 0.0
     for kind in mixers:
@@ -782,7 +822,41 @@ def _layer_prefix(ctx: _Ctx, i: int, rec: frozenset[str]) -> tuple:
         elif kind in ("mamba2", "gated_deltanet", "mamba"):
             s_f, s_b = _scan_seconds(ctx, kind)
             attn_f, attn_b = attn_f + s_f, attn_b + s_b
-    return fwd, dgrad, wgrad, redo, moe_parts, elem_fwd, attn_f, attn_b, cp_f, cp_b
+    return fwd, dgrad, wgrad, redo, dict(moe_parts), elem_fwd, attn_f, attn_b, cp_f, cp_b
+
+
+def _layer_ops_plan(spec: ModelSpec, i: int, T: float) -> tuple:
+    """Layer `i`'s ops (``flops.layer_ops`` over `T` tokens) as _layer_prefix times them, whatever tp: the GEMMs in
+    its order, each (how tp splits it, k, n before that split, whether it has a backward, what recomputation of
+    `rec` repeats its forward: "mla_up_proj", "mlp" or None), the separate GEMMs in the ops' order then the fused
+    ones (QKV, gate+up) in the order they first appear; the depthwise convolutions' bytes (2·T·channels, before tp
+    and the activation bytes); the MoE block's FLOPs by part."""
+    D = spec.d_model
+    ops = layer_ops(spec, i, 1, int(round(T)) or 1, causal=True)  # FLOPs of this rank's tokens (before tp)
+    gemms: list[tuple] = []
+    streamed: list[float] = []
+    fused: dict[tuple[str, str], float] = {}
+    moe_parts: dict[str, float] = {}
+    for name, flops in ops.items():
+        group, part = name.split("/")
+        if part in ("scores", "values", "indexer_scores") or part == "scan":
+            continue  # the attention core, the lightning indexer's scores and the scans: _layer_prefix's own
+        if group == "moe" and part in ("router", "experts", "shared_experts"):
+            moe_parts[part] = flops
+            continue
+        if part in STREAMED:  # depthwise conv over its channels: read + write
+            streamed.append(2 * T * (flops / (2 * T * spec.ssm_conv_kernel)))
+            continue
+        if part in FUSED_GEMMS:
+            key = (group, FUSED_GEMMS[part])
+            fused[key] = fused.get(key, 0.0) + flops
+            continue
+        k, n, style = _part_shape(spec, group, part, flops, T)
+        gemms.append((style, k, n, has_backward(name), "mla_up_proj" if part in ("q_b_proj", "kv_b_proj") else None))
+    for (group, _), fused_flops in fused.items():
+        width = D * (2 if group == "shared_block" else 1)  # Zamba2's shared block reads [hidden, embeddings]
+        gemms.append(("column", width, fused_flops / (2 * T * width), True, "mlp" if group == "mlp" else None))
+    return tuple(gemms), tuple(streamed), moe_parts
 
 
 def add_tp_comm(t: StageTimes, ctx: _Ctx, d_model: int, blocks: float, passes: int, fwd: float, bwd: float) -> None:
@@ -908,10 +982,11 @@ def _cp_exposed(ctx: _Ctx, i: int, fwd: float, bwd: float) -> tuple[float, float
         kv_width = spec.n_heads / tp * (mla.qk_head_dim + mla.v_head_dim) / 2
     else:
         kv_width = max(1.0, spec.n_kv_heads / tp) * spec.d_head
-    strides = lay.strides()
+    stride = _stride(lay, "cp")
     if lay.cp_comm == "p2p":  # ring: each of cp-1 steps sends this rank's K and V to the next under the last block
-        send = comm.Collective("CP K/V ring step", "p2p", 2, 2 * T * kv_width * ctx.act, stride=strides["cp"])
-        step_f, step_b = send.seconds(net), 2 * send.seconds(net)  # backward: K, V and dK, dV
+        send = comm.Collective("CP K/V ring step", "p2p", 2, 2 * T * kv_width * ctx.act, stride=stride)
+        step_f = send.seconds(net)
+        step_b = 2 * step_f  # backward: K, V and dK, dV
         span = spec.span_tokens(i)
         steps = cp - 1 if not span else min(cp - 1, math.ceil(span / (ctx.seq / cp)))
         return (steps * max(0.0, step_f - fwd / cp), steps * max(0.0, step_b - bwd / cp))
@@ -920,24 +995,25 @@ def _cp_exposed(ctx: _Ctx, i: int, fwd: float, bwd: float) -> tuple[float, float
         a = lay.cp_a2a_size
         ring = cp // a
         width = spec.n_heads / tp * spec.d_head * 2 + 2 * kv_width
-        a2a = comm.Collective("CP all-to-all (Q, K, V, O)", "all_to_all", a, T * width * ctx.act,
-                              stride=strides["cp"])
+        a2a = comm.Collective("CP all-to-all (Q, K, V, O)", "all_to_all", a, T * width * ctx.act, stride=stride)
         # the ring carries the a-group's T x a tokens of K/V for heads / a (GQA: kv heads replicated below one)
         ring_width = kv_width * a if mla is not None else max(1.0, spec.n_kv_heads / tp / a) * spec.d_head * a
         send = comm.Collective("CP K/V ring step", "p2p", 2, 2 * T * ring_width * ctx.act,
-                               stride=strides["cp"] * a)
-        step_f, step_b = send.seconds(net), 2 * send.seconds(net)
+                               stride=stride * a)
+        step_f = send.seconds(net)
+        step_b = 2 * step_f
         span = spec.span_tokens(i)
         steps = ring - 1 if not span else min(ring - 1, math.ceil(span / (ctx.seq / ring)))
         return (a2a.seconds(net) + steps * max(0.0, step_f - fwd / ring),
                 a2a.seconds(net) + steps * max(0.0, step_b - bwd / ring))
     if lay.cp_comm == "all-gather":  # Llama 3: K and V gathered before the kernel, exposed on the critical path
-        fwd_c, bwd_c = comm.cp_collectives(T, kv_width, ctx.act, cp, strides["cp"])
+        fwd_c, bwd_c = comm.cp_collectives(T, kv_width, ctx.act, cp, stride)
         return fwd_c.seconds(net), bwd_c.seconds(net)
     # a2a (Ulysses): Q, K, V in and O out over heads, forward; their gradients backward; all exposed
     width = spec.n_heads / tp * spec.d_head * 2 + 2 * kv_width
-    a2a = comm.Collective("CP all-to-all (Q, K, V, O)", "all_to_all", cp, T * width * ctx.act, stride=strides["cp"])
-    return a2a.seconds(net), a2a.seconds(net)
+    a2a = comm.Collective("CP all-to-all (Q, K, V, O)", "all_to_all", cp, T * width * ctx.act, stride=stride)
+    both = a2a.seconds(net)
+    return both, both
 
 
 def _scan_seconds(ctx: _Ctx, kind: str) -> tuple[float, float]:
@@ -1195,8 +1271,8 @@ def _prepare(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, caus
     ctx = _context(spec, device, lay, seq_len, rec, attention=attention, dropout=dropout)
     v = chunks_per_rank(lay.schedule, lay.vpp)
     n_stages = lay.pp * v
-    split, starts, ids, kinds, groups = _stage_plan(spec, n_stages, lay, recompute)
-    distinct = [_stage_cost(ctx, composition, recompute) for composition in kinds]
+    split, starts, ids, kinds, groups, cids = _stage_plan(spec, n_stages, lay, recompute)
+    distinct = [_stage_cost(ctx, composition, recompute, cid) for composition, cid in zip(kinds, cids, strict=True)]
     stages = [distinct[j] for j in ids]
     fwd, bwd, wgt = stage_passes(distinct, ids, lay.schedule)
     p2p = _p2p_seconds(ctx) if lay.pp > 1 else 0.0
@@ -1226,11 +1302,12 @@ def stage_passes(distinct: list[StageTimes], ids: Sequence[int], schedule: str
     return [fwd_d[j] for j in ids], [bwd_d[j] for j in ids], wgt
 
 
-def _stage_cost(ctx: _Ctx, composition: tuple, recompute: str) -> StageTimes:
+def _stage_cost(ctx: _Ctx, composition: tuple, recompute: str, cid: int | None = None) -> StageTimes:
     """One stage's StageTimes from its composition (_stage_plan's): its layers' costs times their counts, the
     embedding and the LM head (and MTP layers) where it holds them. Stages made of the same layers cost the same,
-    in this layout and in every other with the same layer costs (kept in the layers' cost cache)."""
-    key = ("stage", composition, recompute, ctx.lay.mtp_layers)
+    in this layout and in every other with the same layer costs (kept in the layers' cost cache, under the
+    composition's _interned id: `cid` where the caller has it, _stage_plan's)."""
+    key = ("stage", _interned(composition) if cid is None else cid, recompute, ctx.lay.mtp_layers)
     total = ctx.cache.get(key)
     if total is None:
         runs, embedding, head = composition
@@ -1258,35 +1335,48 @@ def _p2p_seconds(ctx: _Ctx) -> float:
     """Seconds of one micro-batch's activation sent to the next pipeline rank (``comm.pp_collectives``), once per
     shape."""
     spec, lay, net = ctx.spec, ctx.lay, ctx.dev.network
-    stride = lay.strides()["pp"]
+    stride = _stride(lay, "pp")
     key = ("p2p", ctx.tokens, spec.d_model, ctx.act, lay.tp, lay.sequence_parallel, stride, _token(net))
     return _cached("params", key, lambda: comm.total_seconds(comm.pp_collectives(
         ctx.tokens, spec.d_model, ctx.act, lay.tp, sequence_parallel=lay.sequence_parallel, stride=stride), net))
 
 
 def _stage_plan(spec: ModelSpec, n_stages: int, lay: Layout,
-                recompute: str) -> tuple[list[int], list[int], list[int], list, Callable[[str, int], tuple]]:
+                recompute: str) -> tuple[list[int], list[int], list[int], list, Callable[[str, int], tuple], tuple]:
     """(layers per stage, first layer of each, each stage's composition as an index into the distinct compositions,
-    the distinct compositions, the rank groups): a composition is the runs of (a representative layer of one kind,
-    what it recomputes, how many) and whether the stage holds the embedding / the LM head; `groups(schedule, pp)`
-    lists the pipeline ranks whose chunks have the same compositions once, each as (its first rank, that rank's
-    stages), in rank order (such ranks cost the same in every respect), and the last rank of each such group (whose
-    path dominates the group's in pipeline.path_bounds). Cached per model, stage count and recomputation."""
+    the distinct compositions, the rank groups, each distinct composition's _interned id): a composition is the runs
+    of (a representative layer of one kind, what it recomputes, how many) and whether the stage holds the embedding /
+    the LM head; `groups(schedule, pp)` lists the pipeline ranks whose chunks have the same compositions once, each as
+    (its first rank, that rank's stages), in rank order (such ranks cost the same in every respect), and the last rank
+    of each such group (whose path dominates the group's in pipeline.path_bounds). Cached per model, stage count and
+    recomputation (and pp and schedule where the first or last stage's layers are set: stage_split reads them only
+    then)."""
+    fixed = lay.first_stage_layers or lay.last_stage_layers
     key = (_token(spec), n_stages, recompute, lay.recompute_layers, lay.recompute_modules, lay.first_stage_layers,
-           lay.last_stage_layers, lay.pp, lay.schedule)
+           lay.last_stage_layers, lay.pp if fixed else 0, lay.schedule if fixed else "")
 
-    def make() -> tuple[list[int], list[int], list[int], list, Callable[[str, int], tuple]]:
+    def make() -> tuple[list[int], list[int], list[int], list, Callable[[str, int], tuple], tuple]:
         split = stage_split(spec.n_layers, lay, n_stages)
-        starts = [sum(split[:i]) for i in range(n_stages)]
-        kinds, first = _cached("params", ("kinds", _token(spec)), lambda: _kinds_of(spec))
+        starts = list(itertools.accumulate(split[:-1], initial=0))  # sum(split[:k]) of each stage k
+        kinds, first, segments = _cached("params", ("kinds", _token(spec)), lambda: _kinds_of(spec))
         # what each layer recomputes: the same for all but a partial full recomputation (_recomputes)
         same = None if recompute == "full" and lay.recompute_layers else _recomputes(lay, recompute, 0, 0)
         plan = []
+        j = 0  # the first run of one kind (_kinds_of's segments) not before this stage
         for k in range(n_stages):
             runs: dict[tuple, list] = {}  # layers of the same kind and recomputation: one cost times their count
-            for i in range(starts[k], starts[k] + split[k]):
-                rc = same if same is not None else _recomputes(lay, recompute, i, starts[k])
-                runs.setdefault((kinds[i], rc), [first[kinds[i]], 0])[1] += 1
+            a, b = starts[k], starts[k] + split[k]
+            if same is None:
+                for i in range(a, b):
+                    rc = _recomputes(lay, recompute, i, a)
+                    runs.setdefault((kinds[i], rc), [first[kinds[i]], 0])[1] += 1
+            elif b > a:  # the same counts, in the same order, as layer by layer: each run's layers in [a, b) at once
+                while j < len(segments) and segments[j][1] <= a:
+                    j += 1
+                for start, stop, kind in segments[j:]:
+                    if start >= b:
+                        break
+                    runs.setdefault((kind, same), [first[kind], 0])[1] += min(b, stop) - max(a, start)
             plan.append((tuple((i, rc, count) for (_, rc), (i, count) in runs.items()), k == 0, k == n_stages - 1))
         index: dict[tuple, int] = {}
         ids = [index.setdefault(composition, len(index)) for composition in plan]
@@ -1301,17 +1391,23 @@ def _stage_plan(spec: ModelSpec, n_stages: int, lay: Layout,
                     last[tuple(ids[st] for st in stages)] = r
                 return list(seen.values()), sorted(last.values())
             return _cached("params", ("groups", *key, schedule, pp), make_groups)
-        return split, starts, ids, list(index), groups
+        return split, starts, ids, list(index), groups, tuple(_interned(composition) for composition in index)
     return _cached("params", key, make)
 
 
-def _kinds_of(spec: ModelSpec) -> tuple[list[tuple], dict[tuple, int]]:
-    """Each layer's _layer_kind, and each kind's representative: its first layer."""
+def _kinds_of(spec: ModelSpec) -> tuple[list[tuple], dict[tuple, int], list[tuple[int, int, tuple]]]:
+    """Each layer's _layer_kind, each kind's representative (its first layer), and the maximal runs of consecutive
+    layers of one kind as (first layer, end, kind), in layer order."""
     kinds = [_layer_kind(spec, i) for i in range(spec.n_layers)]
     first: dict[tuple, int] = {}
+    segments: list[tuple[int, int, tuple]] = []
     for i, kind in enumerate(kinds):
         first.setdefault(kind, i)
-    return kinds, first
+        if segments and segments[-1][2] == kind:
+            segments[-1] = (segments[-1][0], i + 1, kind)
+        else:
+            segments.append((i, i + 1, kind))
+    return kinds, first, segments
 
 
 def _finish(prep: _Prepared, simulated: bool = True) -> StepPrediction:
@@ -1378,13 +1474,14 @@ def pipeline_step(prep: _Prepared, simulated: bool = True) -> tuple[float, dict[
 
 
 _CACHES: dict[str, dict] = {"layers": {}, "flops": {}, "params": {}, "acts": {}, "counts": {}, "tokens": {},
-                            "kernels": {}, "family": {}}
+                            "kernels": {}, "family": {}, "interned": {}}
 
 
 def clear_caches() -> None:
-    """Forget what earlier predictions cached (benchmarks time a cold search)."""
+    """Forget what earlier predictions cached (benchmarks time a cold search), kernels' tile and wave shares too."""
     for cache in _CACHES.values():
         cache.clear()
+    kernels._WAVES.clear()
 
 
 def _token(obj: Any) -> int:
@@ -1397,6 +1494,23 @@ def _token(obj: Any) -> int:
     if entry is None:
         entry = tokens[id(obj)] = (obj, len(tokens))
     return entry[1]
+
+
+def _interned(value: Any) -> int:
+    """A small int standing for `value` (hashable: a stage plan's composition, a tuple of pieces) in cache keys, the
+    same for equal values: a key holding it hashes an int instead of nested tuples and frozensets. Drawn from a
+    counter that never repeats, so an id is never reused for another value, even after the table is cleared (then
+    an equal value gets a new id: a cache miss, never a wrong hit)."""
+    table = _CACHES["interned"]
+    found = table.get(value)
+    if found is None:
+        if len(table) > 200_000:
+            table.clear()
+        found = table[value] = next(_IDS)
+    return found
+
+
+_IDS = itertools.count()  # _interned's ids
 
 
 def _cached(name: str, key: Any, make: Callable[[], Any]) -> Any:
@@ -1944,10 +2058,14 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
         except LlmcalcError:  # refuses every layout
             makers.append(None)
     layouts: list = []  # (floor, candidate index, tier, layout, what adds the optimizer) of the valid layouts
-    # _context's layer-cost caches per maker and degrees but vpp (what else their key reads is the search's own)
+    # _context's layer-cost caches per maker and degrees but vpp (what else their key reads is the search's own), and
+    # but pp where the rank order puts cp and ep inside dp and pp (their strides then read neither: _layer_cache)
     caches: dict[tuple, tuple[dict, dict]] = {}
+    pp_free = _strides_pp_free(step.get("order", ORDER))
+    shapes: dict[tuple, tuple] = {}  # _floor_shape per pp, vpp and schedule (what else it reads is the search's own)
+    inputs = (spec, dev, seq_len, rec)
+    counts["searched"] = len(candidates)
     for index, (tp, cp, pp, vpp, mb, ep, etp) in enumerate(candidates):
-        counts["searched"] += 1
         if tick:
             tick()
         lay, which = None, 0
@@ -1964,14 +2082,15 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             continue
         if exhaustive:
             layouts.append((0.0, index, _MEMORY, lay, None))
-        else:
-            both = caches.get((which, tp, cp, pp, mb, ep, etp))
+        else:  # its work floor (_first_floors)
+            degrees = (which, tp, cp, 0 if pp_free else pp, mb, ep, etp)
+            both = caches.get(degrees)
             if both is None:
-                both = caches[which, tp, cp, pp, mb, ep, etp] = _layer_cache(spec, dev, lay, seq_len, rec,
-                                                                             attention="flash", dropout=False)
-            ctx = _Ctx(spec, dev, lay, seq_len, rec, attention="flash", dropout=False, eff=KERNEL_EFFICIENCY,
-                       cache=both[0], dense_cache=both[1])  # _context(spec, dev, lay, seq_len, rec)
-            layouts.append((_work_floor(ctx), index, _RANKS, lay, ctx))
+                both = caches[degrees] = _layer_cache(spec, dev, lay, seq_len, rec, attention="flash", dropout=False)
+            shape = shapes.get((pp, vpp, lay.schedule))
+            if shape is None:
+                shape = shapes[pp, vpp, lay.schedule] = _floor_shape(spec, lay)
+            layouts.append((_first_floors(inputs, lay, both, shape), index, _RANKS, lay, (both, shape)))
     # best first: the least floor is taken and made tighter (its pipeline's paths; its optimizer step; then its
     # memory: the recomputation and ZeRO stage that fit and their stage times; their DP floor; then its stages, DP
     # and path bound: _prepare), or
@@ -1995,10 +2114,13 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             heapq.heappush(layouts, (floor, index, tier, lay, more))
             break
         if tier == _RANKS:  # at most its path floor, at a fraction of its cost: most layouts stop here
-            heapq.heappush(layouts, (max(floor, _rank_floor(more)), index, _PATHS, lay, more))
+            ranks = _first_floors(inputs, lay, more[0], more[1], ranks=True)
+            heapq.heappush(layouts, (max(floor, ranks), index, _PATHS, lay, more[0]))
             continue
-        if tier == _PATHS:
-            floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, recompute="none", ctx=more)
+        if tier == _PATHS:  # its context (_context's, with the layer-cost caches it was given) and path floor
+            ctx = _Ctx(spec, dev, lay, seq_len, rec, attention="flash", dropout=False, eff=KERNEL_EFFICIENCY,
+                       cache=more[0], dense_cache=more[1])
+            floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, recompute="none", ctx=ctx)
             heapq.heappush(layouts, (floor, index, _OPTIMIZER, lay, (ctx, paths)))
             continue
         if tier == _OPTIMIZER:
@@ -2091,6 +2213,18 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     return ranked, losers, counts
 
 
+def _strides_pp_free(order: Any) -> bool:
+    """Whether rank order `order` puts cp and ep inside dp and pp: the cp stride (tp, cp, ep, dp, pp sizes) and the
+    experts' ep stride (etp, 1, ep, expert dp, pp) are then products of the sizes before them, neither dp nor pp (so
+    _layer_cache's key reads no pp of a search's layouts, whose dp follows from pp). False for an order make_layout
+    refuses."""
+    try:
+        dims = _order_dims(order)
+    except Exception:  # noqa: BLE001 (refused by every layout: nothing to share)
+        return False
+    return max(dims.index("cp"), dims.index("ep")) < min(dims.index("dp"), dims.index("pp"))
+
+
 def _with_zero(lay: Layout, zero: int) -> Layout:
     """replace(lay, zero=zero): the same fields in the same order, built without __init__ (records.replaced)."""
     return replaced(lay, {"zero": zero})
@@ -2110,8 +2244,11 @@ def _extremes(left: list[tuple[int, Layout]]) -> list[list[int]]:
         lambda lay: (lay.pp - 1) / (lay.vpp * lay.grad_accum), lambda lay: (lay.tp, lay.cp),
         lambda lay: (lay.cp, lay.tp), lambda lay: lay.dp, lambda lay: lay.pp * lay.vpp)
     ordered = sorted(left)  # heapq.nlargest: sorted(..., reverse=True)[:n], equal keys in their order (its docs)
-    return [[index for index, _ in heapq.nlargest(EXTREME_TRIES, ordered, key=lambda il: pick(il[1]))]
-            for pick in picks]
+    out = []
+    for pick in picks:  # each key once per layout, then nlargest over the positions (equal keys in their order)
+        keys = list(map(pick, [lay for _, lay in ordered]))
+        out.append([ordered[at][0] for at in heapq.nlargest(EXTREME_TRIES, range(len(ordered)), key=keys.__getitem__)])
+    return out
 
 
 _RANKS, _PATHS, _OPTIMIZER, _MEMORY, _DP, _PREPARE, _TIME = range(7)  # what search_layouts does next to a layout off
@@ -2191,33 +2328,75 @@ def _step_floor(spec: ModelSpec, dev: Device, lay: Layout, seq_len: int, rec: Re
 
 def _rank_floor(ctx: _Ctx) -> float:
     """A floor of `ctx`'s layout's step between _work_floor's and _step_floor's at recompute none, far cheaper than
-    the latter (search_layouts takes it second): _step_floor's paths without their activation sends (p2p >= 0), each
-    stage's passes summed piece by piece (a layer kind with its recomputation, the embedding, the LM head, an MTP
-    layer: each piece's passes once per layer-cost cache, times its count on the stage, _rank_pieces) instead of per
-    distinct stage composition. The same sums of the same terms (every StageTimes field >= 0, comm_fwd at most
-    tp + cp + ep) in another order: 2 x FLOOR_MARGIN below, against the rounding of both. Also at least the work
-    floor (the busiest rank's own work is at least the average) up to that rounding."""
-    lay = ctx.lay
+    the latter: _step_floor's paths without their activation sends (p2p >= 0), each stage's passes summed piece by
+    piece (a layer kind with its recomputation, the embedding, the LM head, an MTP layer: each piece's passes once
+    per layer-cost cache, times its count on the stage, _rank_pieces) instead of per distinct stage composition. The
+    same sums of the same terms (every StageTimes field >= 0, comm_fwd at most tp + cp + ep) in another order:
+    2 x FLOOR_MARGIN below, against the rounding of both. Also at least the work floor (the busiest rank's own work
+    is at least the average) up to that rounding. (search_layouts takes max(work floor, rank floor) of every layout
+    from its layer-cost caches: _first_floors.)"""
+    shape = _floor_shape(ctx.spec, ctx.lay)
+    return _ranks_floor(shape[1], _piece_list(ctx, shape), shape[4], ctx.lay.grad_accum)
+
+
+def _floor_shape(spec: ModelSpec, lay: Layout) -> tuple:
+    """What the work and rank floors of `lay` read beside its layer-cost caches and micro-batch count: (the work
+    floor's key in the caches, _rank_pieces' ranks and pieces, the key of those pieces' passes in the caches
+    (_piece_list), whether the schedule splits off the weight gradients). The same for every layout of one search
+    with the same pp, vpp and schedule."""
     v = chunks_per_rank(lay.schedule, lay.vpp)
     zb = lay.schedule.startswith("zb")
-    ranks, pieces = _rank_pieces(ctx.spec, lay.pp * v, lay, v)
-    key = ("piece passes", zb)
-    known = ctx.cache.get(key)
-    if known is None:
-        known = ctx.cache[key] = {}
-    passes = []
-    for piece in pieces:
-        done = known.get(piece)
-        if done is None:
-            done = known[piece] = _piece_passes(ctx, piece, zb)
-        passes.append(done)
-    m = lay.grad_accum
+    ranks, pieces, pid = _rank_pieces(spec, lay.pp * v, lay, v)
+    return ("work", lay.mtp_layers, lay.schedule), ranks, pieces, ("piece list", pid, zb), zb
+
+
+def _first_floors(inputs: tuple, lay: Layout, caches: tuple[dict, dict], shape: tuple,
+                  ranks: bool = False) -> float:
+    """_work_floor of `lay` (the floor search_layouts orders every layout by first), or with `ranks` its _rank_floor
+    (taken second), from its layer-cost caches (`caches`: _layer_cache's) and _floor_shape (`shape`), the same
+    floats; its _Ctx is built only where the caches lack the whole model's work or the pieces' passes. `inputs`:
+    _context's (spec, device, sequence, recipe)."""
+    cache = caches[0]
+    work_key, rank_list, _, list_key, zb = shape
+    found = cache.get(list_key if ranks else work_key)
+    if found is None:
+        spec, dev, seq, rec = inputs
+        ctx = _Ctx(spec, dev, lay, seq, rec, attention="flash", dropout=False, eff=KERNEL_EFFICIENCY, cache=cache,
+                   dense_cache=caches[1])
+        return _ranks_floor(rank_list, _piece_list(ctx, shape), zb, lay.grad_accum) if ranks else _work_floor(ctx)
+    if ranks:
+        return _ranks_floor(rank_list, found, zb, lay.grad_accum)
+    return lay.grad_accum * found / lay.pp * (1 - FLOOR_MARGIN)
+
+
+def _ranks_floor(ranks: tuple, passes: list, zb: bool, m: int) -> float:
+    """_rank_floor's bound from its ranks (_rank_pieces'), the pieces' passes (_piece_list) and the micro-batch
+    count `m`."""
     floor = 0.0
     for before, mine in ranks:
         busy = sum([passes[k][0] * n for k, n in mine])
         own = busy + sum([passes[k][1] * n for k, n in mine]) if zb else busy
         floor = max(floor, sum([passes[k][0] * n for k, n in before]) + m * busy, m * own)
     return floor * (1 - 2 * FLOOR_MARGIN)
+
+
+def _piece_list(ctx: _Ctx, shape: tuple) -> list[tuple[float, float]]:
+    """The passes of _floor_shape's pieces (_piece_passes) in `ctx`'s layer-cost cache, in their order: a list per
+    distinct tuple of pieces, each piece's once per cache."""
+    _, _, pieces, list_key, zb = shape
+    passes = ctx.cache.get(list_key)
+    if passes is None:
+        known = ctx.cache.get(("piece passes", zb))
+        if known is None:
+            known = ctx.cache[("piece passes", zb)] = {}
+        passes = []
+        for piece in pieces:
+            done = known.get(piece)
+            if done is None:
+                done = known[piece] = _piece_passes(ctx, piece, zb)
+            passes.append(done)
+        ctx.cache[list_key] = passes
+    return passes
 
 
 def _piece_passes(ctx: _Ctx, piece: tuple, zb: bool) -> tuple[float, float]:
@@ -2239,7 +2418,8 @@ def _piece_passes(ctx: _Ctx, piece: tuple, zb: bool) -> tuple[float, float]:
 def _rank_pieces(spec: ModelSpec, n_stages: int, lay: Layout, v: int) -> tuple:
     """_floor_ranks' paths at recompute none as counts of pieces: per group of identical ranks (its last rank) the
     pieces of the stages before its first chunk and its own, each as (index, count); the pieces: a layer's
-    (representative layer, what it recomputes), ("embedding",), ("head",), ("mtp",). Cached per stage plan."""
+    (representative layer, what it recomputes), ("embedding",), ("head",), ("mtp",); and a small int standing for
+    those pieces (_interned). Cached per stage plan."""
     def make() -> tuple:
         plan = _stage_plan(spec, n_stages, lay, "none")
         ranks = _floor_ranks(plan, lay.schedule, lay.pp, v)[0]
@@ -2257,10 +2437,11 @@ def _rank_pieces(spec: ModelSpec, n_stages: int, lay: Layout, v: int) -> tuple:
                     k = index.setdefault(piece, len(index))
                     out[k] = out.get(k, 0) + n * count
             return tuple(out.items())
-        return tuple((counted(before), counted(mine)) for before, mine, _ in ranks), tuple(index)
+        ranks = tuple((counted(before), counted(mine)) for before, mine, _ in ranks)
+        return ranks, tuple(index), _interned(tuple(index))
     # what the plan at recompute none reads (its recompute_layers and _modules change nothing without recomputation)
     return _cached("params", ("rank pieces", _token(spec), n_stages, lay.pp, lay.schedule, lay.first_stage_layers,
-                              lay.last_stage_layers, v, lay.mtp_layers), make)[:2]
+                              lay.last_stage_layers, v, lay.mtp_layers), make)
 
 
 def _floor_paths(ctx: _Ctx, n_stages: int, v: int, recompute: str) -> tuple:
@@ -2271,7 +2452,8 @@ def _floor_paths(ctx: _Ctx, n_stages: int, v: int, recompute: str) -> tuple:
     Each sum is of the distinct stage compositions' times, each times its count (_floor_ranks)."""
     lay = ctx.lay
     plan = _stage_plan(ctx.spec, n_stages, lay, recompute)
-    passes = [_composition_passes(ctx, composition, recompute) for composition in plan[3]]
+    passes = [_composition_passes(ctx, composition, recompute, cid)
+              for composition, cid in zip(plan[3], plan[5], strict=True)]
     pass_ = [p for p, _ in passes]
     wgt = [w for _, w in passes] if lay.schedule.startswith("zb") else None
     ranks, split, firsts = _floor_ranks(plan, lay.schedule, lay.pp, v)
@@ -2283,15 +2465,17 @@ def _floor_paths(ctx: _Ctx, n_stages: int, v: int, recompute: str) -> tuple:
     return tuple(out), split, firsts
 
 
-def _composition_passes(ctx: _Ctx, composition: tuple, recompute: str) -> tuple[float, Any]:
+def _composition_passes(ctx: _Ctx, composition: tuple, recompute: str, cid: int | None = None) -> tuple[float, Any]:
     """(forward + backward, weight gradient or None) of one micro-batch on a stage of this composition, as
     stage_passes gives them for the layout's schedule (the weight gradient split off by a zero-bubble one, else
-    None); cached with the stage's cost."""
-    schedule = ctx.lay.schedule
-    key = ("passes", composition, recompute, ctx.lay.mtp_layers, schedule.startswith("zb"))
+    None); cached with the stage's cost (`cid`: the composition's _interned id, where the caller has it)."""
+    zb = ctx.lay.schedule.startswith("zb")
+    if cid is None:
+        cid = _interned(composition)
+    key = ("passes", cid, recompute, ctx.lay.mtp_layers, zb)
     out = ctx.cache.get(key)
     if out is None:
-        out = ctx.cache[key] = _passes(_stage_cost(ctx, composition, recompute), schedule.startswith("zb"))
+        out = ctx.cache[key] = _passes(_stage_cost(ctx, composition, recompute, cid), zb)
     return out
 
 
@@ -2309,7 +2493,7 @@ def _floor_ranks(plan: tuple, schedule: str, pp: int, v: int) -> tuple:
     (its last rank) the distinct compositions before its first chunk and its own, each as (index, count), and its
     send/receive count; the stage split; each group's first rank. Cached with the plan."""
     def make() -> tuple:
-        split, _, ids, _, groups = plan
+        split, _, ids, _, groups, _ = plan
         rank_groups, lasts = groups(schedule, pp)
         n_stages = len(split)
         home = [0] * n_stages  # each stage's rank
