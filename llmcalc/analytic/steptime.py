@@ -2865,7 +2865,7 @@ def _kind_terms(spec: ModelSpec, i: int, common: tuple, in_flight: int) -> tuple
     and model family (_layer_signature: layers that read the same per-layer fields of models that differ only in
     their layer count have the same terms)."""
     recompute, seq = common[4], common[2]
-    signature = _cached("params", ("signature", _token(spec), i, seq), lambda: _layer_signature(spec, i, seq))
+    signature = _signature(spec, _token(spec), i, seq)
 
     def make() -> tuple:
         terms, whole, kept = _layer_kept(spec, i, common, signature)
