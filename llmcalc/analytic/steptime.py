@@ -2347,6 +2347,8 @@ def _floor_shape(spec: ModelSpec, lay: Layout) -> tuple:
     v = chunks_per_rank(lay.schedule, lay.vpp)
     zb = lay.schedule.startswith("zb")
     ranks, pieces, pid = _rank_pieces(spec, lay.pp * v, lay, v)
+    # the counts as floats: x * n is x * float(n) (the int converted exactly), without the mixed-type multiply
+    ranks = tuple(tuple(tuple((k, float(n)) for k, n in part) for part in rank) for rank in ranks)
     return ("work", lay.mtp_layers, lay.schedule), ranks, pieces, ("piece list", pid, zb), zb
 
 
@@ -2371,12 +2373,28 @@ def _first_floors(inputs: tuple, lay: Layout, caches: tuple[dict, dict], shape: 
 
 def _ranks_floor(ranks: tuple, passes: list, zb: bool, m: int) -> float:
     """_rank_floor's bound from its ranks (_rank_pieces'), the pieces' passes (_piece_list) and the micro-batch
-    count `m`."""
+    count `m`. Each sum is sum()'s of a list, added in turn from 0.0 (a few terms: loops, not list comprehensions,
+    which cost a function call each on CPython 3.11); the max is max()'s (a later value only where greater)."""
     floor = 0.0
     for before, mine in ranks:
-        busy = sum([passes[k][0] * n for k, n in mine])
-        own = busy + sum([passes[k][1] * n for k, n in mine]) if zb else busy
-        floor = max(floor, sum([passes[k][0] * n for k, n in before]) + m * busy, m * own)
+        busy = 0.0
+        for k, n in mine:
+            busy += passes[k][0] * n
+        own = busy
+        if zb:
+            weight = 0.0
+            for k, n in mine:
+                weight += passes[k][1] * n
+            own = busy + weight
+        path = 0.0
+        for k, n in before:
+            path += passes[k][0] * n
+        path += m * busy
+        if path > floor:
+            floor = path
+        own *= m
+        if own > floor:
+            floor = own
     return floor * (1 - 2 * FLOOR_MARGIN)
 
 
