@@ -1443,23 +1443,24 @@ def pipeline_step(prep: _Prepared, simulated: bool = True) -> tuple[float, dict[
     lay = prep.ctx.lay
     v = chunks_per_rank(lay.schedule, lay.vpp)
     m = lay.grad_accum
-    # each group of identical ranks once (their busy time is the same): the first rank of the busiest paces
-    busy = {r: m * sum(prep.fwd[st] + prep.bwd[st] + (prep.wgt[st] if prep.wgt else 0.0) for st in stages)
-            for r, stages in prep.groups}
-    rank_stages = dict(prep.groups)
     if prep.exact or not simulated:
         makespan, plain_makespan = prep.bound, prep.plain_bound
         how = "closed form (exact)" if prep.exact else "lower bound (not simulated: this layout cannot win)"
+        # each group of identical ranks once (their busy time is the same): the first rank of the busiest paces
+        busy = {r: m * sum(prep.fwd[st] + prep.bwd[st] + (prep.wgt[st] if prep.wgt else 0.0) for st in stages)
+                for r, stages in prep.groups}
+        pace = max(busy, key=busy.__getitem__)  # the first of the busiest (groups come in rank order)
+        paced = dict(prep.groups)[pace]
     else:
         w_time: Callable[[int], float] | None = None if prep.wgt is None else prep.wgt.__getitem__
         plain, sent = simulate_pair(lay.schedule, lay.pp, m, prep.fwd.__getitem__, b_time=prep.bwd.__getitem__,
                                     w_time=w_time, vpp=lay.vpp, p2p_time=prep.p2p, pair=bool(prep.p2p))
         makespan, plain_makespan = sent.makespan, plain.makespan
         busy = dict(enumerate(plain.busy))
-        rank_stages = {r: [stage_of(lay.schedule, r, c, lay.pp) for c in range(v)] for r in range(lay.pp)}
+        pace = max(busy, key=busy.__getitem__)  # the first of the busiest
+        paced = [stage_of(lay.schedule, pace, c, lay.pp) for c in range(v)]
         how = "simulated rank by rank"
-    pace = max(busy, key=lambda r: busy[r])  # the first of the busiest (groups come in rank order)
-    mine = [prep.stages[st] for st in rank_stages[pace]]
+    mine = [prep.stages[st] for st in paced]
     breakdown = {
         "compute": m * sum(s.compute for s in mine),
         "tp_comm": m * sum(s.tp for s in mine),
@@ -2240,15 +2241,18 @@ def _extremes(left: list[tuple[int, Layout]]) -> list[list[int]]:
     micro-batches) (the pipeline bubble), the largest tp then cp (TP communication: the least work per rank beside
     it), the largest cp then tp (CP communication), the largest dp (DP communication), the largest pp x vpp (PP
     sends); candidate order on ties."""
-    picks: tuple[Callable[[Layout], Any], ...] = (
-        lambda lay: (lay.pp - 1) / (lay.vpp * lay.grad_accum), lambda lay: (lay.tp, lay.cp),
-        lambda lay: (lay.cp, lay.tp), lambda lay: lay.dp, lambda lay: lay.pp * lay.vpp)
     ordered = sorted(left)  # heapq.nlargest: sorted(..., reverse=True)[:n], equal keys in their order (its docs)
-    out = []
-    for pick in picks:  # each key once per layout, then nlargest over the positions (equal keys in their order)
-        keys = list(map(pick, [lay for _, lay in ordered]))
-        out.append([ordered[at][0] for at in heapq.nlargest(EXTREME_TRIES, range(len(ordered)), key=keys.__getitem__)])
-    return out
+    picks: tuple[list[Any], ...] = ([], [], [], [], [])
+    bubble, tp_cp, cp_tp, dp, sends = picks
+    for _, lay in ordered:  # the five keys of each layout, in one pass
+        tp, cp, pp, vpp = lay.tp, lay.cp, lay.pp, lay.vpp
+        bubble.append((pp - 1) / (vpp * lay.grad_accum))
+        tp_cp.append((tp, cp))
+        cp_tp.append((cp, tp))
+        dp.append(lay.dp)
+        sends.append(pp * vpp)
+    at = range(len(ordered))  # nlargest over the positions (equal keys in their order)
+    return [[ordered[i][0] for i in heapq.nlargest(EXTREME_TRIES, at, key=keys.__getitem__)] for keys in picks]
 
 
 _RANKS, _PATHS, _OPTIMIZER, _MEMORY, _DP, _PREPARE, _TIME = range(7)  # what search_layouts does next to a layout off
@@ -2321,8 +2325,13 @@ def _step_floor(spec: ModelSpec, dev: Device, lay: Layout, seq_len: int, rec: Re
     m = lay.grad_accum
     p2p = _p2p_seconds(ctx) if lay.pp > 1 else 0.0
     floor = 0.0
-    for before, busy, own, hops in paths[0]:
-        floor = max(floor, before + m * busy + hops * p2p, m * own)
+    for before, busy, own, hops in paths[0]:  # max(floor, path, own): a later value only where greater
+        path = before + m * busy + hops * p2p
+        if path > floor:
+            floor = path
+        own *= m
+        if own > floor:
+            floor = own
     return floor * (1 - FLOOR_MARGIN), ctx, paths
 
 
@@ -2470,16 +2479,26 @@ def _floor_paths(ctx: _Ctx, n_stages: int, v: int, recompute: str) -> tuple:
     Each sum is of the distinct stage compositions' times, each times its count (_floor_ranks)."""
     lay = ctx.lay
     plan = _stage_plan(ctx.spec, n_stages, lay, recompute)
-    passes = [_composition_passes(ctx, composition, recompute, cid)
-              for composition, cid in zip(plan[3], plan[5], strict=True)]
-    pass_ = [p for p, _ in passes]
-    wgt = [w for _, w in passes] if lay.schedule.startswith("zb") else None
+    passes = []
+    for composition, cid in zip(plan[3], plan[5], strict=True):
+        passes.append(_composition_passes(ctx, composition, recompute, cid))
+    zb = lay.schedule.startswith("zb")
     ranks, split, firsts = _floor_ranks(plan, lay.schedule, lay.pp, v)
     out = []
-    for before, mine, hops in ranks:  # (sums of lists: the same additions, in the same order, as of generators)
-        busy = sum([pass_[j] * n for j, n in mine])
-        own = busy + (sum([wgt[j] * n for j, n in mine]) if wgt is not None else 0.0)
-        out.append((sum([pass_[j] * n for j, n in before]), busy, own, hops))
+    for before, mine, hops in ranks:  # each sum added in turn from 0.0, as sum() adds (loops: no call per sum)
+        busy = 0.0
+        for j, n in mine:
+            busy += passes[j][0] * n
+        own = busy  # (busy + 0.0 without weight gradients)
+        if zb:
+            weight = 0.0
+            for j, n in mine:
+                weight += passes[j][1] * n
+            own = busy + weight
+        path = 0.0
+        for j, n in before:
+            path += passes[j][0] * n
+        out.append((path, busy, own, hops))
     return tuple(out), split, firsts
 
 
