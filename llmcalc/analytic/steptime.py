@@ -54,6 +54,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import field, replace
 from typing import Any, NamedTuple
@@ -2241,7 +2242,7 @@ def _extremes(left: list[tuple[int, Layout]]) -> list[list[int]]:
     micro-batches) (the pipeline bubble), the largest tp then cp (TP communication: the least work per rank beside
     it), the largest cp then tp (CP communication), the largest dp (DP communication), the largest pp x vpp (PP
     sends); candidate order on ties."""
-    ordered = sorted(left)  # heapq.nlargest: sorted(..., reverse=True)[:n], equal keys in their order (its docs)
+    ordered = sorted(left, key=operator.itemgetter(0))  # (distinct indices: sorted(left)'s order)
     picks: tuple[list[Any], ...] = ([], [], [], [], [])
     bubble, tp_cp, cp_tp, dp, sends = picks
     for _, lay in ordered:  # the five keys of each layout, in one pass
@@ -2251,8 +2252,10 @@ def _extremes(left: list[tuple[int, Layout]]) -> list[list[int]]:
         cp_tp.append((cp, tp))
         dp.append(lay.dp)
         sends.append(pp * vpp)
-    at = range(len(ordered))  # nlargest over the positions (equal keys in their order)
-    return [[ordered[i][0] for i in heapq.nlargest(EXTREME_TRIES, at, key=keys.__getitem__)] for keys in picks]
+    # the positions, largest key first, equal keys in their order (a stable sort, reversed: heapq.nlargest's result,
+    # its docs, sorted in C instead of a Python loop)
+    at = range(len(ordered))
+    return [[ordered[i][0] for i in sorted(at, key=keys.__getitem__, reverse=True)[:EXTREME_TRIES]] for keys in picks]
 
 
 _RANKS, _PATHS, _OPTIMIZER, _MEMORY, _DP, _PREPARE, _TIME = range(7)  # what search_layouts does next to a layout off
