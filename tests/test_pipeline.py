@@ -191,6 +191,31 @@ def test_path_bounds_are_the_straightforward_bound_on_random_vectors(schedule, v
         assert path_bounds(schedule, p, m, f, b, w, vpp, c, ranks=sorted(last.values())) == (*want, plain)
 
 
+def test_stage_shape_middle_test_is_the_extremes_test():
+    """_stage_shape's middle-stage test (a count of stage 1's finite times first) says what the extremes' test alone
+    says (max and min of the middle stages within 1e-12 of stage 1), on equal middles (one float object or equal
+    ones), middles 1 ulp apart, signed zeros, NaN and infinities."""
+    import math
+
+    def extremes(f, b, n):
+        f0, b0 = f[min(1, n - 1)], b[min(1, n - 1)]
+        tol_f, tol_b = 1e-12 * abs(f0), 1e-12 * abs(b0)
+        fm, bm = f[1:n - 1], b[1:n - 1]
+        return not fm or (max(fm) - f0 <= tol_f and f0 - min(fm) <= tol_f and max(bm) - b0 <= tol_b
+                          and b0 - min(bm) <= tol_b)
+    rng = random.Random(3)
+    odd = [0.0, -0.0, math.nan, math.inf, -math.inf, 5e-324, 1.0, math.nextafter(1.0, 2.0)]
+    for _ in range(3000):
+        n = rng.choice([1, 2, 3, 4, 7, 16])
+        x = rng.choice(odd + [rng.uniform(0.01, 2.0)])
+        f = [x] * n if rng.random() < 0.5 else [float(str(x)) for _ in range(n)]  # one object, or equal copies
+        b = [2 * x] * n
+        for _ in range(rng.choice([0, 0, 1, 2])):
+            (f if rng.random() < 0.5 else b)[rng.randrange(n)] = rng.choice(odd + [x * (1 + 1e-13), x * 1.5])
+        got = pipeline._stage_shape(f, b, n)[2]
+        assert got == extremes(f, b, n), (f, b)
+
+
 @pytest.mark.parametrize("schedule, vpp", STATIC + [("zb-v", 1)])
 def test_path_bounds_never_exceed_the_simulated_makespan(schedule, vpp):
     """The bound is a lower bound of the simulated makespan on every draw (and the makespan itself where it says

@@ -674,22 +674,45 @@ def path_bounds(schedule: str, p: int, m: int, f: list[float], b: list[float], w
     f_min = min(f)
     taken = range(p) if ranks is None or p2p_time < 0.0 or f_min < 0.0 or min(b) < 0.0 else ranks
     # prefix sums of f + b up to the furthest first stage taken, a running total: ((pre + f) + b)
-    reach = max((firsts[r] for r in taken), default=0)
+    reach = 0
+    for r in taken:
+        if firsts[r] > reach:
+            reach = firsts[r]
     pre = [0.0] * (reach + 1)
     total = 0.0
     for st in range(reach):
         total = total + f[st] + b[st]
         pre[st + 1] = total
+    # each rank's sums added in turn from 0.0 as sum() adds them (one chunk: the term itself, 0 + x is x), the maxima
+    # max()'s (a later value only where greater)
     best = plain = 0.0
     for r in taken:
         stages, s0 = plan[r], firsts[r]
-        # one chunk: sum() of one term is the term (0 + x is x)
-        busy = m * (f[s0] + b[s0]) if v == 1 else m * sum(f[st] + b[st] for st in stages)
-        own = busy + m * (sum(ww[st] for st in stages) if ww is not None else 0)  # zb: weight gradients may trail
+        if v == 1:
+            busy = m * (f[s0] + b[s0])
+        else:
+            work = 0.0
+            for st in stages:
+                work += f[st] + b[st]
+            busy = m * work
+        if ww is not None:  # zb: weight gradients may trail
+            work = 0.0
+            for st in stages:
+                work += ww[st]
+            own = busy + m * work
+        else:
+            own = busy + 0.0
         through = pre[s0] + busy
-        hops = 2 * hop[s0] * p2p_time
-        best = max(best, through + hops, own)
-        plain = max(plain, through + 2 * hop[s0] * 0.0, own)
+        sent = through + 2 * hop[s0] * p2p_time
+        if sent > best:
+            best = sent
+        if own > best:
+            best = own
+        sent = through + 2 * hop[s0] * 0.0
+        if sent > plain:
+            plain = sent
+        if own > plain:
+            plain = own
     if zb:
         return best, False, plain
     shape = _stage_shape(f, b, p * v)
@@ -709,8 +732,9 @@ def _stage_shape(f: list[float], b: list[float], n: int) -> tuple[float, float, 
     tol_f, tol_b = 1e-12 * abs(f0), 1e-12 * abs(b0)
     same = lambda x, y: abs(x - y) <= 1e-12 * max(abs(x), abs(y), 1e-30)  # noqa: E731
     fm, bm = f[1:n - 1], b[1:n - 1]
-    middle = not fm or (max(fm) - f0 <= tol_f and f0 - min(fm) <= tol_f and max(bm) - b0 <= tol_b
-                        and b0 - min(bm) <= tol_b)
+    # every middle stage's times equal to stage 1's finite ones (count: one pass in C) passes the tests below
+    middle = (fm.count(f0) == len(fm) and bm.count(b0) == len(bm) and math.isfinite(f0) and math.isfinite(b0)) or (
+        not fm or (max(fm) - f0 <= tol_f and f0 - min(fm) <= tol_f and max(bm) - b0 <= tol_b and b0 - min(bm) <= tol_b))
     uniform = middle and same(f[0], f0) and same(b[0], b0) and same(f[-1], f0) and same(b[-1], b0)
     ends = middle and f[0] <= f0 and b[0] <= b0 and f[-1] >= f0 and b[-1] >= b0
     return f0, b0, middle, uniform, ends, f[-1] + b[-1] - f0 - b0
