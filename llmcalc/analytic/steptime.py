@@ -2243,19 +2243,23 @@ def _extremes(left: list[tuple[int, Layout]]) -> list[list[int]]:
     it), the largest cp then tp (CP communication), the largest dp (DP communication), the largest pp x vpp (PP
     sends); candidate order on ties."""
     ordered = sorted(left, key=operator.itemgetter(0))  # (distinct indices: sorted(left)'s order)
-    picks: tuple[list[Any], ...] = ([], [], [], [], [])
-    bubble, tp_cp, cp_tp, dp, sends = picks
-    for _, lay in ordered:  # the five keys of each layout, in one pass
-        tp, cp, pp, vpp = lay.tp, lay.cp, lay.pp, lay.vpp
-        bubble.append((pp - 1) / (vpp * lay.grad_accum))
-        tp_cp.append((tp, cp))
-        cp_tp.append((cp, tp))
-        dp.append(lay.dp)
-        sends.append(pp * vpp)
-    # the positions, largest key first, equal keys in their order (a stable sort, reversed: heapq.nlargest's result,
-    # its docs, sorted in C instead of a Python loop)
-    at = range(len(ordered))
-    return [[ordered[i][0] for i in sorted(at, key=keys.__getitem__, reverse=True)[:EXTREME_TRIES]] for keys in picks]
+    lays = [lay for _, lay in ordered]
+    picks: tuple[list[Any], ...] = (
+        [(lay.pp - 1) / (lay.vpp * lay.grad_accum) for lay in lays], [(lay.tp, lay.cp) for lay in lays],
+             [(lay.cp, lay.tp) for lay in lays], [lay.dp for lay in lays], [lay.pp * lay.vpp for lay in lays])
+    out = []
+    # per key the positions by key, largest first, equal keys in their order (heapq.nlargest with the key, its docs'
+    # sorted(..., reverse=True)[:n]): the largest keys alone (nlargest, no key call per layout), each found at its
+    # first position, a repeated one at the next
+    for keys in picks:
+        found: list[int] = []
+        last, at = None, -1
+        for value in heapq.nlargest(EXTREME_TRIES, keys):
+            at = keys.index(value, at + 1 if value == last else 0)
+            found.append(ordered[at][0])
+            last = value
+        out.append(found)
+    return out
 
 
 _RANKS, _PATHS, _OPTIMIZER, _MEMORY, _DP, _PREPARE, _TIME = range(7)  # what search_layouts does next to a layout off
