@@ -2246,7 +2246,7 @@ def _extremes(left: list[tuple[int, Layout]]) -> list[list[int]]:
     lays = [lay for _, lay in ordered]
     picks: tuple[list[Any], ...] = (
         [(lay.pp - 1) / (lay.vpp * lay.grad_accum) for lay in lays], [(lay.tp, lay.cp) for lay in lays],
-             [(lay.cp, lay.tp) for lay in lays], [lay.dp for lay in lays], [lay.pp * lay.vpp for lay in lays])
+        [(lay.cp, lay.tp) for lay in lays], [lay.dp for lay in lays], [lay.pp * lay.vpp for lay in lays])
     out = []
     # per key the positions by key, largest first, equal keys in their order (heapq.nlargest with the key, its docs'
     # sorted(..., reverse=True)[:n]): the largest keys alone (nlargest, no key call per layout), each found at its
@@ -2357,9 +2357,9 @@ def _rank_floor(ctx: _Ctx) -> float:
 
 def _floor_shape(spec: ModelSpec, lay: Layout) -> tuple:
     """What the work and rank floors of `lay` read beside its layer-cost caches and micro-batch count: (the work
-    floor's key in the caches, _rank_pieces' ranks and pieces, the key of those pieces' passes in the caches
-    (_piece_list), whether the schedule splits off the weight gradients). The same for every layout of one search
-    with the same pp, vpp and schedule."""
+    floor's key in the caches, _rank_pieces' ranks (their counts as floats) and pieces, the key of those pieces' passes
+    in the caches (_piece_list), whether the schedule splits off the weight gradients). The same for every layout of
+    one search with the same pp, vpp and schedule."""
     v = chunks_per_rank(lay.schedule, lay.vpp)
     zb = lay.schedule.startswith("zb")
     ranks, pieces, pid = _rank_pieces(spec, lay.pp * v, lay, v)
