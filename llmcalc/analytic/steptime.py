@@ -611,32 +611,41 @@ class _Ctx:
         """Forward + input-gradient + weight-gradient seconds of one linear (m tokens, k in, n out), as a triple
         (each its own shape: dX = dY·Wᵀ is m x n x k, dW = Xᵀ·dY is k x m x n) plus the quantization of its input
         (forward) and output gradient (backward) under FP8/FP4 recipes."""
-        inputs = self.__dict__.get("_gemm_inputs")  # (input bytes, rate): what the recipe and device give, once
+        memo = self.__dict__.get("_gemm_memo")  # per batch: what the recipe and device give, once per context
+        if memo is None:
+            memo = self.__dict__["_gemm_memo"] = {}
+        inputs = memo.get(batch)
         if inputs is None:
-            inputs = self.__dict__["_gemm_inputs"] = (self.gemm_bytes, self.gemm_rate)
-        in_bytes, rate = inputs
-        cache, common = _CACHES["kernels"], (_token(self.dev), in_bytes, batch, rate, self.act, self.eff)
+            inputs = memo[batch] = self._gemm_inputs(batch)
+        cid, in_bytes, rate = inputs
+        cache = _CACHES["kernels"]
         # each a pure function of its shape: once per shape and device
-        fwd = cache.get((m, k, n, common))
+        fwd = cache.get((m, k, n, cid))
         if fwd is None:
-            fwd = self._gemm_seconds(cache, (m, k, n, common))
-        dgrad = cache.get((m, n, k, common))
+            fwd = self._gemm_seconds(cache, (m, k, n, cid), in_bytes, batch, rate)
+        dgrad = cache.get((m, n, k, cid))
         if dgrad is None:
-            dgrad = self._gemm_seconds(cache, (m, n, k, common))
-        wgrad = cache.get((k, m, n, common))
+            dgrad = self._gemm_seconds(cache, (m, n, k, cid), in_bytes, batch, rate)
+        wgrad = cache.get((k, m, n, cid))
         if wgrad is None:
-            wgrad = self._gemm_seconds(cache, (k, m, n, common))
+            wgrad = self._gemm_seconds(cache, (k, m, n, cid), in_bytes, batch, rate)
         if self.recipe.fp8:
             q = kernels.QUANT_BYTES[self.recipe.fp8]
             fwd += stream_seconds(batch * m * k * q, self.dev, self.eff)
             dgrad = dgrad * kernels.QUANT_DGRAD_SLOWDOWN + stream_seconds(batch * m * n * q, self.dev, self.eff)
         return fwd, dgrad, wgrad
 
-    def _gemm_seconds(self, cache: dict, key: tuple) -> float:
-        """gemm_seconds of one shape (`key`: m, k, n and gemm's inputs), kept in `cache`."""
+    def _gemm_inputs(self, batch: float) -> tuple[int, float, float]:
+        """(the _interned id of what gemm_seconds reads beside the shape: the device, input bytes, `batch`, rate,
+        output bytes and efficiency; the input bytes; the rate): gemm's part of its cache keys, once per batch."""
+        in_bytes, rate = self.gemm_bytes, self.gemm_rate
+        return _interned((_token(self.dev), in_bytes, batch, rate, self.act, self.eff)), in_bytes, rate
+
+    def _gemm_seconds(self, cache: dict, key: tuple, in_bytes: float, batch: float, rate: float) -> float:
+        """gemm_seconds of one shape (`key`: m, k, n and gemm's _gemm_inputs id), kept in `cache`."""
         if len(cache) > 200_000:
             cache.clear()
-        m, k, n, (_, in_bytes, batch, rate, _, _) = key
+        m, k, n, _ = key
         seconds = cache[key] = gemm_seconds(m, k, n, dev=self.dev, in_bytes=in_bytes, batch=batch, rate=rate,
                                             out_bytes=self.act, efficiency=self.eff)
         return seconds
