@@ -877,7 +877,7 @@ def add_tp_comm(t: StageTimes, ctx: _Ctx, d_model: int, blocks: float, passes: i
     lay, net = ctx.lay, ctx.dev.network
     key = ("tp comm", ctx.tokens, d_model, ctx.act, lay.tp, lay.sequence_parallel, passes, blocks, _token(net))
     tpt = _cached("params", key, lambda: comm.total_seconds(
-        [replace(c, count=c.count / 2 * blocks) for c in comm.tp_collectives(
+        [replaced(c, {"count": c.count / 2 * blocks}) for c in comm.tp_collectives(
             ctx.tokens, d_model, ctx.act, lay.tp, sequence_parallel=lay.sequence_parallel, passes=passes)], net))
     if lay.tp_overlap:
         per_pass = tpt / passes
@@ -1394,10 +1394,14 @@ def _stage_plan(spec: ModelSpec, n_stages: int, lay: Layout,
             def make_groups() -> tuple[list, list[int]]:
                 seen: dict[tuple, tuple[int, tuple[int, ...]]] = {}
                 last: dict[tuple, int] = {}
+                v = n_stages // pp
                 for r in range(pp):
-                    stages = tuple(stage_of(schedule, r, c, pp) for c in range(n_stages // pp))
-                    seen.setdefault(tuple(ids[st] for st in stages), (r, stages))
-                    last[tuple(ids[st] for st in stages)] = r
+                    # stage_of(schedule, r, c, pp) of each chunk c: c x pp + r but for zb-v
+                    stages = tuple(range(r, v * pp, pp)) if schedule != "zb-v" else \
+                        tuple([stage_of(schedule, r, c, pp) for c in range(v)])
+                    held = tuple(map(ids.__getitem__, stages))
+                    seen.setdefault(held, (r, stages))
+                    last[held] = r
                 return list(seen.values()), sorted(last.values())
             return _cached("params", ("groups", *key, schedule, pp), make_groups)
         return split, starts, ids, list(index), groups, tuple(_interned(composition) for composition in index)
@@ -2117,35 +2121,38 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
                         dropout=False)
     prepared: list[tuple[_Prepared, float, int, StepPrediction | None]] = []
     best: list[float] = []  # the `top` smallest exact steps so far, ascending
+    replace_least = heapq.heapreplace
     while layouts:
-        floor, index, tier, lay, more = heapq.heappop(layouts)
+        # the least floor, left on the heap: a next tier replaces it there (heapreplace, one sift instead of a pop's
+        # and a push's; the entries' (floor, candidate index) are all distinct, so they come off in the same order)
+        floor, index, tier, lay, more = layouts[0]
         if len(best) >= top and floor > best[-1]:
-            heapq.heappush(layouts, (floor, index, tier, lay, more))
             break
         if tier == _RANKS:  # at most its path floor, at a fraction of its cost: most layouts stop here
             ranks = _first_floors(inputs, lay, more[0], more[1], ranks=True)
-            heapq.heappush(layouts, (max(floor, ranks), index, _PATHS, lay, more[0]))
+            replace_least(layouts, (max(floor, ranks), index, _PATHS, lay, more[0]))
             continue
         if tier == _PATHS:  # its context (_context's, with the layer-cost caches it was given) and path floor
             ctx = _Ctx(spec, dev, lay, seq_len, rec, attention="flash", dropout=False, eff=KERNEL_EFFICIENCY,
                        cache=more[0], dense_cache=more[1])
             floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, recompute="none", ctx=ctx)
-            heapq.heappush(layouts, (floor, index, _OPTIMIZER, lay, (ctx, paths)))
+            replace_least(layouts, (floor, index, _OPTIMIZER, lay, (ctx, paths)))
             continue
         if tier == _OPTIMIZER:
             ctx, paths = more
             floor += _optimizer_floor(ctx, paths, with_dp=False)[0] * (1 - FLOOR_MARGIN)
-            heapq.heappush(layouts, (floor, index, _MEMORY, lay, more))
+            replace_least(layouts, (floor, index, _MEMORY, lay, more))
             continue
         if tier == _MEMORY:
             rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity, recipe=recipe,
                                               optimizer=optimizer)
             if rc is None:
+                heapq.heappop(layouts)
                 no_fit(lay, peak, zero)
                 continue
             lay = lay if zero == lay.zero else _with_zero(lay, zero)
             if exhaustive:
-                heapq.heappush(layouts, (floor, index, _PREPARE, lay, (rc, peak)))
+                replace_least(layouts, (floor, index, _PREPARE, lay, (rc, peak)))
             else:  # the floor of the recomputation and ZeRO stage that fit, its DP floor next
                 ctx = more[0]
                 if ctx.lay is not lay:  # the same layer-cost caches (their key reads no ZeRO stage): _context's
@@ -2153,22 +2160,24 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
                                cache=ctx.cache, dense_cache=ctx.dense_cache)
                 floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, recompute=rc, ctx=ctx)
                 opt = _optimizer_floor(ctx, paths, with_dp=False)[0]
-                heapq.heappush(layouts, (floor + opt * (1 - FLOOR_MARGIN), index, _DP, lay, (rc, peak, floor, ctx,
-                                                                                            paths)))
+                replace_least(layouts, (floor + opt * (1 - FLOOR_MARGIN), index, _DP, lay,
+                                        (rc, peak, floor, ctx, paths)))
             continue
         if tier == _DP:  # the same floor as with its DP floor at once, at or above the one it was taken at
             rc, peak, floor, ctx, paths = more
             opt, dp = _optimizer_floor(ctx, paths)
-            heapq.heappush(layouts, (floor + (opt + dp) * (1 - FLOOR_MARGIN), index, _PREPARE, lay, (rc, peak)))
+            replace_least(layouts, (floor + (opt + dp) * (1 - FLOOR_MARGIN), index, _PREPARE, lay, (rc, peak)))
             continue
         if tier == _PREPARE:
             rc, peak = more
             prep = fit(lay, rc)
             if exhaustive:  # simulated below, in order of the pipeline bounds
+                heapq.heappop(layouts)
                 prepared.append((prep, peak, index, None))
             else:
-                heapq.heappush(layouts, (prep.step_bound, index, _TIME, lay, (prep, peak)))
+                replace_least(layouts, (prep.step_bound, index, _TIME, lay, (prep, peak)))
             continue
+        heapq.heappop(layouts)
         prep, peak = more  # a prepared layout's turn: simulated while it can still be among the `top`
         can_win = len(best) < top or prep.step_bound < best[-1]
         pred = _finish(prep, simulated=can_win)
