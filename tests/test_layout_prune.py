@@ -222,6 +222,32 @@ def test_layouts_built_without_init_are_the_constructors():
             steptime.make_layout(spec, 2048, 4096, 4096, **{"tp": 4, **bad})
 
 
+@pytest.mark.parametrize("model, n, seq, batch", SMALL + [("deepseek-v3", 2048, 4096, 4096),
+                                                      ("llama-3.1-405b", 16384, 8192, 2048)])
+def test_unchecked_make_is_the_checked_make_on_the_candidates(model, n, seq, batch):
+    """search_layouts builds its candidates with _layout_maker's make(degrees, checked=False), which skips the checks
+    _candidates' degrees pass and memoises check_heads / check_experts: the same layouts (fields in the same order)
+    and the same errors as make_layout's checked make, candidate by candidate (refused ones included)."""
+    from llmcalc.validate import DEFAULT_ZERO
+
+    spec = load_model(model)
+    dev = steptime.device_for("h100-sxm")
+    options = dict(schedule=None, zero=DEFAULT_ZERO, sequence_parallel=True, dp_overlap=True, tp_overlap=False)
+    for step in ({}, {"cp_comm": "a2a"}):
+        fast = steptime._layout_maker(spec, n, seq, batch, options=options, step=step)
+        for c in steptime._candidates(spec, n, seq, batch, dev.network.gpus_per_node):
+            degrees = (c.tp, c.cp, c.pp, c.vpp, c.micro_batch, c.ep, c.etp or None)
+            slow = steptime._layout_maker(spec, n, seq, batch, options=options, step=step)  # nothing memoised yet
+            try:
+                want = slow(degrees)
+            except LlmcalcError as exc:
+                with pytest.raises(LlmcalcError) as got:
+                    fast(degrees, False)
+                assert str(got.value) == str(exc)
+                continue
+            assert list(vars(fast(degrees, False)).items()) == list(vars(want).items())
+
+
 def test_attention_rates_cached_per_shape_give_attention_seconds():
     """steptime._attention_seconds caches the kernel's rate per shape (not per FLOPs): the seconds are
     kernels.attention_seconds', float for float, whatever FLOPs share a cached rate."""

@@ -335,17 +335,20 @@ def make_layout(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, t
     options = dict(schedule=schedule, zero=zero, sequence_parallel=sequence_parallel, dp_overlap=dp_overlap,
                    tp_overlap=tp_overlap)
     make = _layout_maker(spec, n_gpus, seq_len, global_batch, options=options, step=step)
-    return make((tp, cp, pp, vpp, micro_batch, ep, etp))
+    return make((tp, cp, pp, vpp, micro_batch, ep, etp), True)
 
 
 def _layout_maker(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, options: dict[str, Any],
-                  step: dict[str, Any]) -> Callable[[tuple], Layout]:  # long: make_layout's checks, in order
+                  step: dict[str, Any]) -> Callable[[tuple, bool], Layout]:  # long: make_layout's checks, in order
     """make_layout in two parts: its checks of the model and the step settings at once, then a function of the
     degrees (tp, cp, pp, vpp, micro-batch, ep, etp or None) that runs the rest, in make_layout's order, and builds
     the layout (the same Layout as Layout.over's, from one template of its fields: a layout search builds
     thousands). The checks that read no degree (the ZeRO stage, --tp-overlap without SP, and _check_step_settings
     where _settings_inert finds that it passes every layout of the template) are decided once and make skips those
-    that pass: the same layouts and the same first error. `options`: make_layout's schedule, zero,
+    that pass: the same layouts and the same first error; so are check_heads per tp and check_experts per expert
+    mesh once they passed (each reached with whole numbers only). `make(degrees, checked=False)` (search_layouts')
+    skips the checks that _candidates' degrees pass whenever the GPU count and the global batch are whole numbers:
+    whole-number degrees, tp x cp x pp dividing the GPUs. `options`: make_layout's schedule, zero,
     sequence_parallel, dp_overlap and tp_overlap."""
     check_modelled(spec)
     unknown = sorted(set(step) - set(STEP_DEFAULTS))
@@ -365,11 +368,15 @@ def _layout_maker(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int,
     zero_ok = zero in (0, 1, 2, 3)  # check_zero's test
     overlap_ok = not (tp_overlap and not sequence_parallel)
     inert = _settings_inert(spec, template)
+    trusted = whole(n_gpus, global_batch)  # checked=False may skip the checks of whole-number degrees
+    heads_ok: set[int] = set()  # the tp values check_heads passed
+    experts_ok: set[tuple[int, int, int]] = set()  # the (ep, etp, tp x cp x dp) check_experts passed
     new = object.__new__
 
-    def make(degrees: tuple) -> Layout:
+    def make(degrees: tuple, checked: bool = True) -> Layout:
         tp, cp, pp, vpp, micro_batch, ep, etp = degrees
-        if not whole(vpp, ep, micro_batch, global_batch, 1 if etp is None else etp):
+        checked = checked or not trusted
+        if checked and not whole(vpp, ep, micro_batch, global_batch, 1 if etp is None else etp):
             check_degrees(**{"--vpp": vpp, "--ep": ep, "--micro-batch": micro_batch, "--global-batch": global_batch,
                              **({"--etp": etp} if etp is not None else {})})
         schedule = given_schedule or ("interleaved" if vpp > 1 else "1f1b")
@@ -379,7 +386,7 @@ def _layout_maker(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int,
             raise LlmcalcError(f"--vpp {vpp} needs --schedule interleaved (got {schedule})")
         # Layout.over: its checks (data_parallel), then its fields over the template's (parallel._built's instance,
         # the template's fields in its order, each degree set in place)
-        dp = data_parallel(n_gpus, tp, cp, pp)
+        dp = data_parallel(n_gpus, tp, cp, pp) if checked else n_gpus // (tp * cp * pp)
         lay = new(Layout)
         fields = lay.__dict__
         fields.update(template)
@@ -392,7 +399,9 @@ def _layout_maker(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int,
         fields["etp"] = etp or 0
         fields["micro_batch"] = micro_batch
         fields["schedule"] = schedule
-        check_heads(spec, tp)
+        if tp not in heads_ok:
+            check_heads(spec, tp)
+            heads_ok.add(tp)
         if seq_len % cp:
             raise LlmcalcError(f"--cp {cp} does not divide --seq-len {seq_len}")
         if global_batch % (dp * micro_batch):
@@ -401,7 +410,10 @@ def _layout_maker(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int,
         if pp * chunks_per_rank(schedule, vpp) > spec.n_layers + 2:  # the embedding and the loss may take a stage each
             check_stages(spec, pp, chunks_per_rank(schedule, vpp))
         if ep > 1 or etp is not None:
-            check_experts(spec, ep, lay.expert_tp, tp * cp * dp, "tp x cp x dp")
+            mesh = (ep, etp or tp, tp * cp * dp)  # (lay.expert_tp: etp or tp)
+            if mesh not in experts_ok:
+                check_experts(spec, *mesh, "tp x cp x dp")
+                experts_ok.add(mesh)
         if not zero_ok:
             check_zero(zero)
         if not overlap_ok:
@@ -1363,6 +1375,9 @@ def _stage_plan(spec: ModelSpec, n_stages: int, lay: Layout,
     fixed = lay.first_stage_layers or lay.last_stage_layers
     key = (_token(spec), n_stages, recompute, lay.recompute_layers, lay.recompute_modules, lay.first_stage_layers,
            lay.last_stage_layers, lay.pp if fixed else 0, lay.schedule if fixed else "")
+    found = _CACHES["params"].get(key)  # (a hit makes no closures)
+    if found is not None:
+        return found
 
     def make() -> tuple[list[int], list[int], list[int], list, Callable[[str, int], tuple], tuple]:
         split = stage_split(spec.n_layers, lay, n_stages)
@@ -2063,7 +2078,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     plain_step = {k: v for k, v in step.items() if k not in ("ep_overlap", "ep_dispatcher")}
     # make_layout of each candidate with the step settings, else (where they differ) without the all-to-all ones
     options = dict(schedule=None, zero=DEFAULT_ZERO, sequence_parallel=True, dp_overlap=True, tp_overlap=tp_overlap)
-    makers: list[Callable[[tuple], Layout] | None] = []
+    makers: list[Callable[[tuple, bool], Layout] | None] = []
     for given in [step] + ([plain_step] if plain_step != step else []):
         try:
             makers.append(_layout_maker(spec, n_gpus, seq_len, global_batch, options=options,
@@ -2086,7 +2101,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             make = makers[which]
             if make is not None:
                 try:
-                    lay = make((tp, cp, pp, vpp, mb, ep, etp or None))
+                    lay = make((tp, cp, pp, vpp, mb, ep, etp or None), False)  # (_candidates' degrees)
                     break
                 except LlmcalcError:
                     continue
