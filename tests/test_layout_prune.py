@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from llmcalc.analytic import steptime
+from llmcalc.analytic import comm, steptime
 from llmcalc.analytic.memory import RECIPES
 from llmcalc.errors import LlmcalcError
 from llmcalc.spec import load_model
@@ -188,9 +188,41 @@ def test_shared_layer_costs_are_each_layouts_own(model, n, seq, batch):
                     assert steptime._composition_passes(replace(own, lay=replace(lay, schedule=schedule)),
                                                         composition, rc) == (fwd[0] + bwd[0], wgt[0] if wgt else None)
         assert steptime._work_floor(shared) == steptime._work_floor(own)
+        if lay.pp > 1:  # kept per pp stride in the shared dense cache: comm's own figure
+            assert steptime._p2p_seconds(shared) == comm.total_seconds(comm.pp_collectives(
+                own.tokens, spec.d_model, own.act, lay.tp, sequence_parallel=lay.sequence_parallel,
+                stride=lay.strides()["pp"]), dev.network)
         checked += 1
     steptime.clear_caches()
     assert checked > 50
+
+
+@pytest.mark.parametrize("gpu, recipe", [("h100-sxm", "bf16-mixed"), ("a100-80gb-sxm", "bf16-mixed"),
+                                         ("h100-sxm", "fp8")])
+def test_context_gemm_is_gemm_seconds(gpu, recipe):
+    """_Ctx.gemm keys its shapes by the _interned id of its per-batch inputs: each of its three GEMMs is
+    kernels.gemm_seconds of its own shape, float for float, whatever shapes and batches came before (1 and 1.0
+    alike)."""
+    from llmcalc.analytic import kernels
+
+    spec = load_model("llama-3-8b")
+    dev = steptime.device_for(gpu)
+    rec = RECIPES[recipe]
+    lay = steptime.make_layout(spec, 8, 4096, 64, tp=2)
+    steptime.clear_caches()
+    ctx = steptime._Ctx(spec, dev, lay, 4096, rec)
+    shapes = ((4096, 4096, 6144.0, 1), (4096.0, 4096, 6144, 1.0), (512, 1024, 2048, 8), (4096, 4096, 6144.0, 1.0))
+    for m, k, n, batch in shapes:
+        fwd, dgrad, wgrad = (kernels.gemm_seconds(*shape, dev=dev, in_bytes=ctx.gemm_bytes, batch=batch,
+                                                  rate=ctx.gemm_rate, out_bytes=ctx.act, efficiency=ctx.eff)
+                             for shape in ((m, k, n), (m, n, k), (k, m, n)))
+        if rec.fp8:
+            q = kernels.QUANT_BYTES[rec.fp8]
+            fwd += kernels.stream_seconds(batch * m * k * q, dev, ctx.eff)
+            dgrad = dgrad * kernels.QUANT_DGRAD_SLOWDOWN + kernels.stream_seconds(batch * m * n * q, dev, ctx.eff)
+        assert ctx.gemm(m, k, n, batch) == (fwd, dgrad, wgrad)
+        assert steptime._Ctx(spec, dev, lay, 4096, rec).gemm(m, k, n, batch) == (fwd, dgrad, wgrad)  # a new context
+    steptime.clear_caches()
 
 
 def test_layouts_built_without_init_are_the_constructors():

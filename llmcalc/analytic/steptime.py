@@ -1354,12 +1354,18 @@ def _cached_in(cache: dict, key: Any, make: Callable[[], Any]) -> Any:
 
 def _p2p_seconds(ctx: _Ctx) -> float:
     """Seconds of one micro-batch's activation sent to the next pipeline rank (``comm.pp_collectives``), once per
-    shape."""
-    spec, lay, net = ctx.spec, ctx.lay, ctx.dev.network
+    shape; kept per pp stride in the layer costs' dense cache too, whose key holds all else it reads (the model,
+    network, tokens, activation bytes, tp and sequence parallelism)."""
+    lay = ctx.lay
     stride = _stride(lay, "pp")
-    key = ("p2p", ctx.tokens, spec.d_model, ctx.act, lay.tp, lay.sequence_parallel, stride, _token(net))
-    return _cached("params", key, lambda: comm.total_seconds(comm.pp_collectives(
-        ctx.tokens, spec.d_model, ctx.act, lay.tp, sequence_parallel=lay.sequence_parallel, stride=stride), net))
+    seconds = ctx.dense_cache.get(("p2p", stride))
+    if seconds is None:
+        spec, net = ctx.spec, ctx.dev.network
+        key = ("p2p", ctx.tokens, spec.d_model, ctx.act, lay.tp, lay.sequence_parallel, stride, _token(net))
+        seconds = ctx.dense_cache["p2p", stride] = _cached("params", key, lambda: comm.total_seconds(
+            comm.pp_collectives(ctx.tokens, spec.d_model, ctx.act, lay.tp, sequence_parallel=lay.sequence_parallel,
+                                stride=stride), net))
+    return seconds
 
 
 def _stage_plan(spec: ModelSpec, n_stages: int, lay: Layout,
@@ -1517,11 +1523,13 @@ def _token(obj: Any) -> int:
     and a layout search builds keys with it thousands of times. The object is kept with its token, so its id is
     not reused while the token stands; an equal object built anew gets its own token (a cache miss, never a wrong
     hit)."""
-    tokens = _CACHES["tokens"]
-    entry = tokens.get(id(obj))
+    entry = _TOKENS.get(id(obj))
     if entry is None:
-        entry = tokens[id(obj)] = (obj, len(tokens))
+        entry = _TOKENS[id(obj)] = (obj, len(_TOKENS))
     return entry[1]
+
+
+_TOKENS = _CACHES["tokens"]  # _token's table (clear_caches empties it in place)
 
 
 def _interned(value: Any) -> int:
