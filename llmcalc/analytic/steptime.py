@@ -1070,40 +1070,37 @@ def _moe_cost(ctx: _Ctx, parts: dict[str, float], rec: frozenset[str]) -> dict[s
     spec, lay = ctx.spec, ctx.lay
     T, D, tp, act = ctx.tokens, ctx.spec.d_model, lay.tp, ctx.act
     etp, ep, E, k = lay.expert_tp, lay.ep, spec.n_experts, spec.n_experts_per_token
-    out = {"fwd": 0.0, "dgrad": 0.0, "wgrad": 0.0, "elem": 0.0, "ep_fwd": 0.0, "ep_bwd": 0.0, "redo": 0.0}
-
-    def add(f: float, d: float, w: float) -> None:
-        out["fwd"] += f
-        out["dgrad"] += d
-        out["wgrad"] += w
-
-    local_tokens = T / tp if lay.alltoall and lay.sequence_parallel else T  # tokens this rank routes
-    add(*ctx.gemm(local_tokens, D, E))  # router (replicated)
-    rows = T * etp / tp * k * ep / E * lay.moe_imbalance if lay.alltoall else T * k / E  # rows per local expert
+    alltoall = lay.alltoall
+    fwd = dgrad = wgrad = elem = redo = 0.0  # summed in this order (the first term added to 0.0)
+    local_tokens = T / tp if alltoall and lay.sequence_parallel else T  # tokens this rank routes
+    f, d, w = ctx.gemm(local_tokens, D, E)  # router (replicated)
+    fwd, dgrad, wgrad = fwd + f, dgrad + d, wgrad + w
+    rows = T * etp / tp * k * ep / E * lay.moe_imbalance if alltoall else T * k / E  # rows per local expert
     F = spec.d_ff_expert / etp
     up = (2 if spec.gated else 1) * F
     groups = E / ep
     f1, d1, w1 = ctx.gemm(rows, D, up, batch=groups)
     f2, d2, w2 = ctx.gemm(rows, F, D, batch=groups)
-    add(f1 + f2, d1 + d2, w1 + w2)
+    fwd, dgrad, wgrad = fwd + (f1 + f2), dgrad + (d1 + d2), wgrad + (w1 + w2)
     act_bytes = groups * rows * (3 if spec.gated else 2) * F * act
-    out["elem"] += act_bytes
+    elem += act_bytes
     if "moe" in rec:
-        out["redo"] += f1 + f2 + ctx.stream(act_bytes)
+        redo += f1 + f2 + ctx.stream(act_bytes)
     elif "moe_act" in rec:
-        out["redo"] += ctx.stream(act_bytes)
+        redo += ctx.stream(act_bytes)
     if spec.n_shared_experts and parts.get("shared_experts"):
         width = parts["shared_experts"] / (2 * T * D * (3 if spec.gated else 2)) / tp
         f, d, w = ctx.gemm(T, D, (2 if spec.gated else 1) * width)
         f2, d2, w2 = ctx.gemm(T, width, D)
-        add(f + f2, d + d2, w + w2)
-        out["elem"] += (3 if spec.gated else 2) * T * width * act
+        fwd, dgrad, wgrad = fwd + (f + f2), dgrad + (d + d2), wgrad + (w + w2)
+        elem += (3 if spec.gated else 2) * T * width * act
         if rec & {"shared_experts", "moe"}:
-            out["redo"] += f + f2
-    if lay.alltoall:  # permute (gather into expert order) and unpermute (scatter back, times the router's probs)
-        out["elem"] += 2 * local_tokens * D * act + 2 * local_tokens * k * D * act * lay.moe_imbalance
+            redo += f + f2
+    one = 0.0  # dispatch + combine of one pass
+    if alltoall:  # permute (gather into expert order) and unpermute (scatter back, times the router's probs)
+        elem += 2 * local_tokens * D * act + 2 * local_tokens * k * D * act * lay.moe_imbalance
         net = ctx.dev.network
-        stride = lay.expert_strides()["ep"]
+        stride = _stride(lay, "ep", True)  # lay.expert_strides()["ep"]
 
         def dispatch() -> float:  # dispatch + combine of one pass (once per shape and network)
             colls = comm.ep_collectives(local_tokens * lay.moe_imbalance, k, D, act, ep=ep, stride=stride,
@@ -1114,8 +1111,7 @@ def _moe_cost(ctx: _Ctx, parts: dict[str, float], rec: frozenset[str]) -> dict[s
             return comm.total_seconds(colls, net)
         one = _cached("params", ("ep comm", local_tokens, lay.moe_imbalance, k, E, D, act, ep, stride, etp,
                                  lay.ep_dispatcher, _token(net)), dispatch)
-        out["ep_fwd"], out["ep_bwd"] = one, one
-    return out
+    return {"fwd": fwd, "dgrad": dgrad, "wgrad": wgrad, "elem": elem, "ep_fwd": one, "ep_bwd": one, "redo": redo}
 
 
 def _tp_exposed(comm_per_pass: float, gemm_per_pass: float, passes: int) -> float:
