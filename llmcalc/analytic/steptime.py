@@ -2140,29 +2140,26 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
                         dropout=False)
     prepared: list[tuple[_Prepared, float, int, StepPrediction | None]] = []
     best: list[float] = []  # the `top` smallest exact steps so far, ascending
-    replace_least = heapq.heapreplace
     while layouts:
-        # the least floor, left on the heap: a next tier replaces it there (heapreplace, one sift instead of a pop's
-        # and a push's; the entries' (floor, candidate index) are all distinct, so they come off in the same order)
+        # the least floor, left on the heap: a next tier takes its place there (at the root where it is still the
+        # least, else heapreplace: one sift instead of a pop's and a push's); the entries' (floor, candidate index)
+        # are all distinct, so they come off in the same order
         floor, index, tier, lay, more = layouts[0]
         if len(best) >= top and floor > best[-1]:
             break
         if tier == _RANKS:  # at most its path floor, at a fraction of its cost: most layouts stop here
             ranks = _first_floors(inputs, lay, more[0], more[1], ranks=True)
-            replace_least(layouts, (max(floor, ranks), index, _PATHS, lay, more[0]))
-            continue
-        if tier == _PATHS:  # its context (_context's, with the layer-cost caches it was given) and path floor
+            entry = (max(floor, ranks), index, _PATHS, lay, more[0])
+        elif tier == _PATHS:  # its context (_context's, with the layer-cost caches it was given) and path floor
             ctx = _Ctx(spec, dev, lay, seq_len, rec, attention="flash", dropout=False, eff=KERNEL_EFFICIENCY,
                        cache=more[0], dense_cache=more[1])
             floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, recompute="none", ctx=ctx)
-            replace_least(layouts, (floor, index, _OPTIMIZER, lay, (ctx, paths)))
-            continue
-        if tier == _OPTIMIZER:
+            entry = (floor, index, _OPTIMIZER, lay, (ctx, paths))
+        elif tier == _OPTIMIZER:
             ctx, paths = more
             floor += _optimizer_floor(ctx, paths, with_dp=False)[0] * (1 - FLOOR_MARGIN)
-            replace_least(layouts, (floor, index, _MEMORY, lay, more))
-            continue
-        if tier == _MEMORY:
+            entry = (floor, index, _MEMORY, lay, more)
+        elif tier == _MEMORY:
             rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity, recipe=recipe,
                                               optimizer=optimizer)
             if rc is None:
@@ -2171,7 +2168,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
                 continue
             lay = lay if zero == lay.zero else _with_zero(lay, zero)
             if exhaustive:
-                replace_least(layouts, (floor, index, _PREPARE, lay, (rc, peak)))
+                entry = (floor, index, _PREPARE, lay, (rc, peak))
             else:  # the floor of the recomputation and ZeRO stage that fit, its DP floor next
                 ctx = more[0]
                 if ctx.lay is not lay:  # the same layer-cost caches (their key reads no ZeRO stage): _context's
@@ -2179,30 +2176,33 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
                                cache=ctx.cache, dense_cache=ctx.dense_cache)
                 floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, recompute=rc, ctx=ctx)
                 opt = _optimizer_floor(ctx, paths, with_dp=False)[0]
-                replace_least(layouts, (floor + opt * (1 - FLOOR_MARGIN), index, _DP, lay,
-                                        (rc, peak, floor, ctx, paths)))
-            continue
-        if tier == _DP:  # the same floor as with its DP floor at once, at or above the one it was taken at
+                entry = (floor + opt * (1 - FLOOR_MARGIN), index, _DP, lay, (rc, peak, floor, ctx, paths))
+        elif tier == _DP:  # the same floor as with its DP floor at once, at or above the one it was taken at
             rc, peak, floor, ctx, paths = more
             opt, dp = _optimizer_floor(ctx, paths)
-            replace_least(layouts, (floor + (opt + dp) * (1 - FLOOR_MARGIN), index, _PREPARE, lay, (rc, peak)))
-            continue
-        if tier == _PREPARE:
+            entry = (floor + (opt + dp) * (1 - FLOOR_MARGIN), index, _PREPARE, lay, (rc, peak))
+        elif tier == _PREPARE:
             rc, peak = more
             prep = fit(lay, rc)
             if exhaustive:  # simulated below, in order of the pipeline bounds
                 heapq.heappop(layouts)
                 prepared.append((prep, peak, index, None))
-            else:
-                replace_least(layouts, (prep.step_bound, index, _TIME, lay, (prep, peak)))
+                continue
+            entry = (prep.step_bound, index, _TIME, lay, (prep, peak))
+        else:
+            heapq.heappop(layouts)
+            prep, peak = more  # a prepared layout's turn: simulated while it can still be among the `top`
+            can_win = len(best) < top or prep.step_bound < best[-1]
+            pred = _finish(prep, simulated=can_win)
+            if can_win:
+                best = sorted(best + [pred.step_seconds])[:top]
+            prepared.append((prep, peak, index, pred))
             continue
-        heapq.heappop(layouts)
-        prep, peak = more  # a prepared layout's turn: simulated while it can still be among the `top`
-        can_win = len(best) < top or prep.step_bound < best[-1]
-        pred = _finish(prep, simulated=can_win)
-        if can_win:
-            best = sorted(best + [pred.step_seconds])[:top]
-        prepared.append((prep, peak, index, pred))
+        n = len(layouts)
+        if (n < 2 or entry < layouts[1]) and (n < 3 or entry < layouts[2]):  # below the root's children: its root
+            layouts[0] = entry
+        else:
+            heapq.heapreplace(layouts, entry)
     # what the search stopped before: the prepared layouts fit (their bound is their step), a few extremes are
     # evaluated for the losers' table (_extremes: for each kind of loss the most extreme that fits, of the first
     # EXTREME_TRIES; none can win, so each keeps its bound), the rest are bounded
