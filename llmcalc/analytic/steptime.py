@@ -1577,8 +1577,11 @@ def _stride(lay: Layout, dim: str, experts: bool = False) -> int:
     """lay.strides()[dim] (lay.expert_strides()[dim] with `experts`), read from _strides' cache without building
     the sizes or copying the strides where they are cached (its key: the order, then the sizes in tp, cp, ep, dp, pp
     order)."""
-    key = (lay.order, lay.expert_tp, 1, lay.ep, lay.expert_dp, lay.pp) if experts else \
-        (lay.order, lay.tp, lay.cp, 1, lay.dp, lay.pp)
+    if experts:
+        etp = lay.etp or lay.tp  # lay.expert_tp; its expert_dp: tp x cp x dp / (etp x ep)
+        key = (lay.order, etp, 1, lay.ep, lay.tp * lay.cp * lay.dp // (etp * lay.ep), lay.pp)
+    else:
+        key = (lay.order, lay.tp, lay.cp, 1, lay.dp, lay.pp)
     out = _STRIDES.get(key)
     if out is None:
         return (lay.expert_strides() if experts else lay.strides())[dim]
