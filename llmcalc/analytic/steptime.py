@@ -1564,13 +1564,15 @@ def _layer_cache(spec: ModelSpec, dev: Device, lay: Layout, seq: int, rec: Recip
     sequence, and the layout fields a layer's cost reads (tp, cp, micro-batch, the kernels and overlaps, the
     strides its collectives take, and for the MoE layers the expert mesh and its settings). Two caches: the MoE
     layers', and the other layers', whose key leaves out the expert fields (dense layers cost the same whatever
-    ep, etp and the all-to-all settings)."""
+    ep, etp and the all-to-all settings); the MoE layers' is kept in the other's, under the expert fields."""
     dense = (_token(spec), dev.accelerator.key, dev.mamf, dev.mamf_fp8, dev.sm_count, dev.arch, dev.fp4_peak,
              _token(dev.network), seq, rec.name, rec.act_bytes, attention, dropout, KERNEL_EFFICIENCY, lay.tp, lay.cp,
              lay.micro_batch, lay.sequence_parallel, lay.tp_overlap, lay.cp_comm, lay.cp_a2a_size, lay.attention_kernel,
              lay.fp8_attention, lay.fused_elementwise, lay.recompute_modules, _stride(lay, "cp"))
-    experts = (lay.ep, lay.expert_tp, lay.ep_overlap, lay.ep_dispatcher, lay.moe_imbalance, _stride(lay, "ep", True))
-    return _cached("layers", dense + experts, dict), _cached("layers", dense, dict)
+    dense_cache = _cached("layers", dense, dict)
+    experts = ("experts", lay.ep, lay.expert_tp, lay.ep_overlap, lay.ep_dispatcher, lay.moe_imbalance,
+               _stride(lay, "ep", True))
+    return _cached_in(dense_cache, experts, dict), dense_cache
 
 
 def _stride(lay: Layout, dim: str, experts: bool = False) -> int:
