@@ -971,8 +971,10 @@ def _attention_seconds(dev: Device, kernel: str, flops: float, head_dim: float, 
     if flops <= 0:
         return 0.0
     key = ("attention rate", _token(dev), kernel, head_dim, seq, causal, backward, fp8, windowed)
-    rate = _cached("kernels", key, lambda: dev.attention_rate(kernel, head_dim, seq, causal, backward, fp8=fp8,
-                                                              windowed=windowed))
+    rate = _CACHES["kernels"].get(key)  # (a hit makes no closure)
+    if rate is None:
+        rate = _cached("kernels", key, lambda: dev.attention_rate(kernel, head_dim, seq, causal, backward, fp8=fp8,
+                                                                  windowed=windowed))
     return flops / (rate * efficiency)
 
 
