@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from llmcalc.analytic import steptime
+from llmcalc.analytic import comm, steptime
 from llmcalc.analytic.memory import RECIPES
 from llmcalc.errors import LlmcalcError
 from llmcalc.spec import load_model
@@ -188,9 +188,41 @@ def test_shared_layer_costs_are_each_layouts_own(model, n, seq, batch):
                     assert steptime._composition_passes(replace(own, lay=replace(lay, schedule=schedule)),
                                                         composition, rc) == (fwd[0] + bwd[0], wgt[0] if wgt else None)
         assert steptime._work_floor(shared) == steptime._work_floor(own)
+        if lay.pp > 1:  # kept per pp stride in the shared dense cache: comm's own figure
+            assert steptime._p2p_seconds(shared) == comm.total_seconds(comm.pp_collectives(
+                own.tokens, spec.d_model, own.act, lay.tp, sequence_parallel=lay.sequence_parallel,
+                stride=lay.strides()["pp"]), dev.network)
         checked += 1
     steptime.clear_caches()
     assert checked > 50
+
+
+@pytest.mark.parametrize("gpu, recipe", [("h100-sxm", "bf16-mixed"), ("a100-80gb-sxm", "bf16-mixed"),
+                                         ("h100-sxm", "fp8")])
+def test_context_gemm_is_gemm_seconds(gpu, recipe):
+    """_Ctx.gemm keys its shapes by the _interned id of its per-batch inputs: each of its three GEMMs is
+    kernels.gemm_seconds of its own shape, float for float, whatever shapes and batches came before (1 and 1.0
+    alike)."""
+    from llmcalc.analytic import kernels
+
+    spec = load_model("llama-3-8b")
+    dev = steptime.device_for(gpu)
+    rec = RECIPES[recipe]
+    lay = steptime.make_layout(spec, 8, 4096, 64, tp=2)
+    steptime.clear_caches()
+    ctx = steptime._Ctx(spec, dev, lay, 4096, rec)
+    shapes = ((4096, 4096, 6144.0, 1), (4096.0, 4096, 6144, 1.0), (512, 1024, 2048, 8), (4096, 4096, 6144.0, 1.0))
+    for m, k, n, batch in shapes:
+        fwd, dgrad, wgrad = (kernels.gemm_seconds(*shape, dev=dev, in_bytes=ctx.gemm_bytes, batch=batch,
+                                                  rate=ctx.gemm_rate, out_bytes=ctx.act, efficiency=ctx.eff)
+                             for shape in ((m, k, n), (m, n, k), (k, m, n)))
+        if rec.fp8:
+            q = kernels.QUANT_BYTES[rec.fp8]
+            fwd += kernels.stream_seconds(batch * m * k * q, dev, ctx.eff)
+            dgrad = dgrad * kernels.QUANT_DGRAD_SLOWDOWN + kernels.stream_seconds(batch * m * n * q, dev, ctx.eff)
+        assert ctx.gemm(m, k, n, batch) == (fwd, dgrad, wgrad)
+        assert steptime._Ctx(spec, dev, lay, 4096, rec).gemm(m, k, n, batch) == (fwd, dgrad, wgrad)  # a new context
+    steptime.clear_caches()
 
 
 def test_layouts_built_without_init_are_the_constructors():
@@ -220,6 +252,32 @@ def test_layouts_built_without_init_are_the_constructors():
     for bad in (dict(vpp=True), dict(tp=0), dict(pp=3), dict(ep=5), dict(etp=0), dict(micro_batch=2.0)):
         with pytest.raises(LlmcalcError):
             steptime.make_layout(spec, 2048, 4096, 4096, **{"tp": 4, **bad})
+
+
+@pytest.mark.parametrize("model, n, seq, batch", SMALL + [("deepseek-v3", 2048, 4096, 4096),
+                                                      ("llama-3.1-405b", 16384, 8192, 2048)])
+def test_unchecked_make_is_the_checked_make_on_the_candidates(model, n, seq, batch):
+    """search_layouts builds its candidates with _layout_maker's make(degrees, checked=False), which skips the checks
+    _candidates' degrees pass and memoises check_heads / check_experts: the same layouts (fields in the same order)
+    and the same errors as make_layout's checked make, candidate by candidate (refused ones included)."""
+    from llmcalc.validate import DEFAULT_ZERO
+
+    spec = load_model(model)
+    dev = steptime.device_for("h100-sxm")
+    options = dict(schedule=None, zero=DEFAULT_ZERO, sequence_parallel=True, dp_overlap=True, tp_overlap=False)
+    for step in ({}, {"cp_comm": "a2a"}):
+        fast = steptime._layout_maker(spec, n, seq, batch, options=options, step=step)
+        for c in steptime._candidates(spec, n, seq, batch, dev.network.gpus_per_node):
+            degrees = (c.tp, c.cp, c.pp, c.vpp, c.micro_batch, c.ep, c.etp or None)
+            slow = steptime._layout_maker(spec, n, seq, batch, options=options, step=step)  # nothing memoised yet
+            try:
+                want = slow(degrees)
+            except LlmcalcError as exc:
+                with pytest.raises(LlmcalcError) as got:
+                    fast(degrees, False)
+                assert str(got.value) == str(exc)
+                continue
+            assert list(vars(fast(degrees, False)).items()) == list(vars(want).items())
 
 
 def test_attention_rates_cached_per_shape_give_attention_seconds():

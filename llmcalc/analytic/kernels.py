@@ -326,10 +326,13 @@ def tile_wave_efficiency(m: float, n: float, sms: int, batch: float = 1) -> floa
     best = _WAVES.get(key)
     if best is None:
         best = 0.0
+        work = batch * m * n
+        ceil = math.ceil
         for tm, tn in TILES:
-            tiles = batch * math.ceil(m / tm) * math.ceil(n / tn)
-            waves = math.ceil(tiles / sms)
-            best = max(best, (batch * m * n) / (waves * sms * tm * tn))
+            waves = ceil(batch * ceil(m / tm) * ceil(n / tn) / sms)
+            share = work / (waves * sms * tm * tn)
+            if share > best:  # max(best, share)
+                best = share
         if len(_WAVES) > 100_000:
             _WAVES.clear()
         _WAVES[key] = best
@@ -349,9 +352,10 @@ def gemm_seconds(m: float, k: float, n: float, dev: Device, in_bytes: float, bat
         return 0.0
     rate = dev.mamf if rate is None else rate
     out = in_bytes if out_bytes is None else out_bytes
-    epilogue = GEMM_EPILOGUE_K * rate / dev.hbm / EPILOGUE_FLOP_PER_BYTE
+    hbm = dev.hbm
+    epilogue = GEMM_EPILOGUE_K * rate / hbm / EPILOGUE_FLOP_PER_BYTE
     compute = 2 * m * n * (k + epilogue) * batch / (rate * efficiency * tile_wave_efficiency(m, n, dev.sm_count, batch))
-    memory = batch * (in_bytes * (m * k + k * n) + out * m * n) / (dev.hbm * efficiency)
+    memory = batch * (in_bytes * (m * k + k * n) + out * m * n) / (hbm * efficiency)
     return (compute ** ROOFLINE_P + memory ** ROOFLINE_P) ** (1 / ROOFLINE_P)
 
 

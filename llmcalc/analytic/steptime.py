@@ -336,17 +336,20 @@ def make_layout(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, t
     options = dict(schedule=schedule, zero=zero, sequence_parallel=sequence_parallel, dp_overlap=dp_overlap,
                    tp_overlap=tp_overlap)
     make = _layout_maker(spec, n_gpus, seq_len, global_batch, options=options, step=step)
-    return make((tp, cp, pp, vpp, micro_batch, ep, etp))
+    return make((tp, cp, pp, vpp, micro_batch, ep, etp), True)
 
 
 def _layout_maker(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, options: dict[str, Any],
-                  step: dict[str, Any]) -> Callable[[tuple], Layout]:  # long: make_layout's checks, in order
+                  step: dict[str, Any]) -> Callable[[tuple, bool], Layout]:  # long: make_layout's checks, in order
     """make_layout in two parts: its checks of the model and the step settings at once, then a function of the
     degrees (tp, cp, pp, vpp, micro-batch, ep, etp or None) that runs the rest, in make_layout's order, and builds
     the layout (the same Layout as Layout.over's, from one template of its fields: a layout search builds
     thousands). The checks that read no degree (the ZeRO stage, --tp-overlap without SP, and _check_step_settings
     where _settings_inert finds that it passes every layout of the template) are decided once and make skips those
-    that pass: the same layouts and the same first error. `options`: make_layout's schedule, zero,
+    that pass: the same layouts and the same first error; so are check_heads per tp and check_experts per expert
+    mesh once they passed (each reached with whole numbers only). `make(degrees, checked=False)` (search_layouts')
+    skips the checks that _candidates' degrees pass whenever the GPU count and the global batch are whole numbers:
+    whole-number degrees, tp x cp x pp dividing the GPUs. `options`: make_layout's schedule, zero,
     sequence_parallel, dp_overlap and tp_overlap."""
     check_modelled(spec)
     unknown = sorted(set(step) - set(STEP_DEFAULTS))
@@ -366,11 +369,15 @@ def _layout_maker(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int,
     zero_ok = zero in (0, 1, 2, 3)  # check_zero's test
     overlap_ok = not (tp_overlap and not sequence_parallel)
     inert = _settings_inert(spec, template)
+    trusted = whole(n_gpus, global_batch)  # checked=False may skip the checks of whole-number degrees
+    heads_ok: set[int] = set()  # the tp values check_heads passed
+    experts_ok: set[tuple[int, int, int]] = set()  # the (ep, etp, tp x cp x dp) check_experts passed
     new = object.__new__
 
-    def make(degrees: tuple) -> Layout:
+    def make(degrees: tuple, checked: bool = True) -> Layout:
         tp, cp, pp, vpp, micro_batch, ep, etp = degrees
-        if not whole(vpp, ep, micro_batch, global_batch, 1 if etp is None else etp):
+        checked = checked or not trusted
+        if checked and not whole(vpp, ep, micro_batch, global_batch, 1 if etp is None else etp):
             check_degrees(**{"--vpp": vpp, "--ep": ep, "--micro-batch": micro_batch, "--global-batch": global_batch,
                              **({"--etp": etp} if etp is not None else {})})
         schedule = given_schedule or ("interleaved" if vpp > 1 else "1f1b")
@@ -380,7 +387,7 @@ def _layout_maker(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int,
             raise LlmcalcError(f"--vpp {vpp} needs --schedule interleaved (got {schedule})")
         # Layout.over: its checks (data_parallel), then its fields over the template's (parallel._built's instance,
         # the template's fields in its order, each degree set in place)
-        dp = data_parallel(n_gpus, tp, cp, pp)
+        dp = data_parallel(n_gpus, tp, cp, pp) if checked else n_gpus // (tp * cp * pp)
         lay = new(Layout)
         fields = lay.__dict__
         fields.update(template)
@@ -393,7 +400,9 @@ def _layout_maker(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int,
         fields["etp"] = etp or 0
         fields["micro_batch"] = micro_batch
         fields["schedule"] = schedule
-        check_heads(spec, tp)
+        if tp not in heads_ok:
+            check_heads(spec, tp)
+            heads_ok.add(tp)
         if seq_len % cp:
             raise LlmcalcError(f"--cp {cp} does not divide --seq-len {seq_len}")
         if global_batch % (dp * micro_batch):
@@ -402,7 +411,10 @@ def _layout_maker(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int,
         if pp * chunks_per_rank(schedule, vpp) > spec.n_layers + 2:  # the embedding and the loss may take a stage each
             check_stages(spec, pp, chunks_per_rank(schedule, vpp))
         if ep > 1 or etp is not None:
-            check_experts(spec, ep, lay.expert_tp, tp * cp * dp, "tp x cp x dp")
+            mesh = (ep, etp or tp, tp * cp * dp)  # (lay.expert_tp: etp or tp)
+            if mesh not in experts_ok:
+                check_experts(spec, *mesh, "tp x cp x dp")
+                experts_ok.add(mesh)
         if not zero_ok:
             check_zero(zero)
         if not overlap_ok:
@@ -612,32 +624,41 @@ class _Ctx:
         """Forward + input-gradient + weight-gradient seconds of one linear (m tokens, k in, n out), as a triple
         (each its own shape: dX = dY·Wᵀ is m x n x k, dW = Xᵀ·dY is k x m x n) plus the quantization of its input
         (forward) and output gradient (backward) under FP8/FP4 recipes."""
-        inputs = self.__dict__.get("_gemm_inputs")  # (input bytes, rate): what the recipe and device give, once
+        memo = self.__dict__.get("_gemm_memo")  # per batch: what the recipe and device give, once per context
+        if memo is None:
+            memo = self.__dict__["_gemm_memo"] = {}
+        inputs = memo.get(batch)
         if inputs is None:
-            inputs = self.__dict__["_gemm_inputs"] = (self.gemm_bytes, self.gemm_rate)
-        in_bytes, rate = inputs
-        cache, common = _CACHES["kernels"], (_token(self.dev), in_bytes, batch, rate, self.act, self.eff)
+            inputs = memo[batch] = self._gemm_inputs(batch)
+        cid, in_bytes, rate = inputs
+        cache = _CACHES["kernels"]
         # each a pure function of its shape: once per shape and device
-        fwd = cache.get((m, k, n, common))
+        fwd = cache.get((m, k, n, cid))
         if fwd is None:
-            fwd = self._gemm_seconds(cache, (m, k, n, common))
-        dgrad = cache.get((m, n, k, common))
+            fwd = self._gemm_seconds(cache, (m, k, n, cid), in_bytes, batch, rate)
+        dgrad = cache.get((m, n, k, cid))
         if dgrad is None:
-            dgrad = self._gemm_seconds(cache, (m, n, k, common))
-        wgrad = cache.get((k, m, n, common))
+            dgrad = self._gemm_seconds(cache, (m, n, k, cid), in_bytes, batch, rate)
+        wgrad = cache.get((k, m, n, cid))
         if wgrad is None:
-            wgrad = self._gemm_seconds(cache, (k, m, n, common))
+            wgrad = self._gemm_seconds(cache, (k, m, n, cid), in_bytes, batch, rate)
         if self.recipe.fp8:
             q = kernels.QUANT_BYTES[self.recipe.fp8]
             fwd += stream_seconds(batch * m * k * q, self.dev, self.eff)
             dgrad = dgrad * kernels.QUANT_DGRAD_SLOWDOWN + stream_seconds(batch * m * n * q, self.dev, self.eff)
         return fwd, dgrad, wgrad
 
-    def _gemm_seconds(self, cache: dict, key: tuple) -> float:
-        """gemm_seconds of one shape (`key`: m, k, n and gemm's inputs), kept in `cache`."""
+    def _gemm_inputs(self, batch: float) -> tuple[int, float, float]:
+        """(the _interned id of what gemm_seconds reads beside the shape: the device, input bytes, `batch`, rate,
+        output bytes and efficiency; the input bytes; the rate): gemm's part of its cache keys, once per batch."""
+        in_bytes, rate = self.gemm_bytes, self.gemm_rate
+        return _interned((_token(self.dev), in_bytes, batch, rate, self.act, self.eff)), in_bytes, rate
+
+    def _gemm_seconds(self, cache: dict, key: tuple, in_bytes: float, batch: float, rate: float) -> float:
+        """gemm_seconds of one shape (`key`: m, k, n and gemm's _gemm_inputs id), kept in `cache`."""
         if len(cache) > 200_000:
             cache.clear()
-        m, k, n, (_, in_bytes, batch, rate, _, _) = key
+        m, k, n, _ = key
         seconds = cache[key] = gemm_seconds(m, k, n, dev=self.dev, in_bytes=in_bytes, batch=batch, rate=rate,
                                             out_bytes=self.act, efficiency=self.eff)
         return seconds
@@ -869,7 +890,7 @@ def add_tp_comm(t: StageTimes, ctx: _Ctx, d_model: int, blocks: float, passes: i
     lay, net = ctx.lay, ctx.dev.network
     key = ("tp comm", ctx.tokens, d_model, ctx.act, lay.tp, lay.sequence_parallel, passes, blocks, _token(net))
     tpt = _cached("params", key, lambda: comm.total_seconds(
-        [replace(c, count=c.count / 2 * blocks) for c in comm.tp_collectives(
+        [replaced(c, {"count": c.count / 2 * blocks}) for c in comm.tp_collectives(
             ctx.tokens, d_model, ctx.act, lay.tp, sequence_parallel=lay.sequence_parallel, passes=passes)], net))
     if lay.tp_overlap:
         per_pass = tpt / passes
@@ -951,8 +972,10 @@ def _attention_seconds(dev: Device, kernel: str, flops: float, head_dim: float, 
     if flops <= 0:
         return 0.0
     key = ("attention rate", _token(dev), kernel, head_dim, seq, causal, backward, fp8, windowed)
-    rate = _cached("kernels", key, lambda: dev.attention_rate(kernel, head_dim, seq, causal, backward, fp8=fp8,
-                                                              windowed=windowed))
+    rate = _CACHES["kernels"].get(key)  # (a hit makes no closure)
+    if rate is None:
+        rate = _cached("kernels", key, lambda: dev.attention_rate(kernel, head_dim, seq, causal, backward, fp8=fp8,
+                                                                  windowed=windowed))
     return flops / (rate * efficiency)
 
 
@@ -1050,40 +1073,37 @@ def _moe_cost(ctx: _Ctx, parts: dict[str, float], rec: frozenset[str]) -> dict[s
     spec, lay = ctx.spec, ctx.lay
     T, D, tp, act = ctx.tokens, ctx.spec.d_model, lay.tp, ctx.act
     etp, ep, E, k = lay.expert_tp, lay.ep, spec.n_experts, spec.n_experts_per_token
-    out = {"fwd": 0.0, "dgrad": 0.0, "wgrad": 0.0, "elem": 0.0, "ep_fwd": 0.0, "ep_bwd": 0.0, "redo": 0.0}
-
-    def add(f: float, d: float, w: float) -> None:
-        out["fwd"] += f
-        out["dgrad"] += d
-        out["wgrad"] += w
-
-    local_tokens = T / tp if lay.alltoall and lay.sequence_parallel else T  # tokens this rank routes
-    add(*ctx.gemm(local_tokens, D, E))  # router (replicated)
-    rows = T * etp / tp * k * ep / E * lay.moe_imbalance if lay.alltoall else T * k / E  # rows per local expert
+    alltoall = lay.alltoall
+    fwd = dgrad = wgrad = elem = redo = 0.0  # summed in this order (the first term added to 0.0)
+    local_tokens = T / tp if alltoall and lay.sequence_parallel else T  # tokens this rank routes
+    f, d, w = ctx.gemm(local_tokens, D, E)  # router (replicated)
+    fwd, dgrad, wgrad = fwd + f, dgrad + d, wgrad + w
+    rows = T * etp / tp * k * ep / E * lay.moe_imbalance if alltoall else T * k / E  # rows per local expert
     F = spec.d_ff_expert / etp
     up = (2 if spec.gated else 1) * F
     groups = E / ep
     f1, d1, w1 = ctx.gemm(rows, D, up, batch=groups)
     f2, d2, w2 = ctx.gemm(rows, F, D, batch=groups)
-    add(f1 + f2, d1 + d2, w1 + w2)
+    fwd, dgrad, wgrad = fwd + (f1 + f2), dgrad + (d1 + d2), wgrad + (w1 + w2)
     act_bytes = groups * rows * (3 if spec.gated else 2) * F * act
-    out["elem"] += act_bytes
+    elem += act_bytes
     if "moe" in rec:
-        out["redo"] += f1 + f2 + ctx.stream(act_bytes)
+        redo += f1 + f2 + ctx.stream(act_bytes)
     elif "moe_act" in rec:
-        out["redo"] += ctx.stream(act_bytes)
+        redo += ctx.stream(act_bytes)
     if spec.n_shared_experts and parts.get("shared_experts"):
         width = parts["shared_experts"] / (2 * T * D * (3 if spec.gated else 2)) / tp
         f, d, w = ctx.gemm(T, D, (2 if spec.gated else 1) * width)
         f2, d2, w2 = ctx.gemm(T, width, D)
-        add(f + f2, d + d2, w + w2)
-        out["elem"] += (3 if spec.gated else 2) * T * width * act
+        fwd, dgrad, wgrad = fwd + (f + f2), dgrad + (d + d2), wgrad + (w + w2)
+        elem += (3 if spec.gated else 2) * T * width * act
         if rec & {"shared_experts", "moe"}:
-            out["redo"] += f + f2
-    if lay.alltoall:  # permute (gather into expert order) and unpermute (scatter back, times the router's probs)
-        out["elem"] += 2 * local_tokens * D * act + 2 * local_tokens * k * D * act * lay.moe_imbalance
+            redo += f + f2
+    one = 0.0  # dispatch + combine of one pass
+    if alltoall:  # permute (gather into expert order) and unpermute (scatter back, times the router's probs)
+        elem += 2 * local_tokens * D * act + 2 * local_tokens * k * D * act * lay.moe_imbalance
         net = ctx.dev.network
-        stride = lay.expert_strides()["ep"]
+        stride = _stride(lay, "ep", True)  # lay.expert_strides()["ep"]
 
         def dispatch() -> float:  # dispatch + combine of one pass (once per shape and network)
             colls = comm.ep_collectives(local_tokens * lay.moe_imbalance, k, D, act, ep=ep, stride=stride,
@@ -1094,8 +1114,7 @@ def _moe_cost(ctx: _Ctx, parts: dict[str, float], rec: frozenset[str]) -> dict[s
             return comm.total_seconds(colls, net)
         one = _cached("params", ("ep comm", local_tokens, lay.moe_imbalance, k, E, D, act, ep, stride, etp,
                                  lay.ep_dispatcher, _token(net)), dispatch)
-        out["ep_fwd"], out["ep_bwd"] = one, one
-    return out
+    return {"fwd": fwd, "dgrad": dgrad, "wgrad": wgrad, "elem": elem, "ep_fwd": one, "ep_bwd": one, "redo": redo}
 
 
 def _tp_exposed(comm_per_pass: float, gemm_per_pass: float, passes: int) -> float:
@@ -1334,12 +1353,18 @@ def _cached_in(cache: dict, key: Any, make: Callable[[], Any]) -> Any:
 
 def _p2p_seconds(ctx: _Ctx) -> float:
     """Seconds of one micro-batch's activation sent to the next pipeline rank (``comm.pp_collectives``), once per
-    shape."""
-    spec, lay, net = ctx.spec, ctx.lay, ctx.dev.network
+    shape; kept per pp stride in the layer costs' dense cache too, whose key holds all else it reads (the model,
+    network, tokens, activation bytes, tp and sequence parallelism)."""
+    lay = ctx.lay
     stride = _stride(lay, "pp")
-    key = ("p2p", ctx.tokens, spec.d_model, ctx.act, lay.tp, lay.sequence_parallel, stride, _token(net))
-    return _cached("params", key, lambda: comm.total_seconds(comm.pp_collectives(
-        ctx.tokens, spec.d_model, ctx.act, lay.tp, sequence_parallel=lay.sequence_parallel, stride=stride), net))
+    seconds = ctx.dense_cache.get(("p2p", stride))
+    if seconds is None:
+        spec, net = ctx.spec, ctx.dev.network
+        key = ("p2p", ctx.tokens, spec.d_model, ctx.act, lay.tp, lay.sequence_parallel, stride, _token(net))
+        seconds = ctx.dense_cache["p2p", stride] = _cached("params", key, lambda: comm.total_seconds(
+            comm.pp_collectives(ctx.tokens, spec.d_model, ctx.act, lay.tp, sequence_parallel=lay.sequence_parallel,
+                                stride=stride), net))
+    return seconds
 
 
 def _stage_plan(spec: ModelSpec, n_stages: int, lay: Layout,
@@ -1355,6 +1380,9 @@ def _stage_plan(spec: ModelSpec, n_stages: int, lay: Layout,
     fixed = lay.first_stage_layers or lay.last_stage_layers
     key = (_token(spec), n_stages, recompute, lay.recompute_layers, lay.recompute_modules, lay.first_stage_layers,
            lay.last_stage_layers, lay.pp if fixed else 0, lay.schedule if fixed else "")
+    found = _CACHES["params"].get(key)  # (a hit makes no closures)
+    if found is not None:
+        return found
 
     def make() -> tuple[list[int], list[int], list[int], list, Callable[[str, int], tuple], tuple]:
         split = stage_split(spec.n_layers, lay, n_stages)
@@ -1386,10 +1414,14 @@ def _stage_plan(spec: ModelSpec, n_stages: int, lay: Layout,
             def make_groups() -> tuple[list, list[int]]:
                 seen: dict[tuple, tuple[int, tuple[int, ...]]] = {}
                 last: dict[tuple, int] = {}
+                v = n_stages // pp
                 for r in range(pp):
-                    stages = tuple(stage_of(schedule, r, c, pp) for c in range(n_stages // pp))
-                    seen.setdefault(tuple(ids[st] for st in stages), (r, stages))
-                    last[tuple(ids[st] for st in stages)] = r
+                    # stage_of(schedule, r, c, pp) of each chunk c: c x pp + r but for zb-v
+                    stages = tuple(range(r, v * pp, pp)) if schedule != "zb-v" else \
+                        tuple([stage_of(schedule, r, c, pp) for c in range(v)])
+                    held = tuple(map(ids.__getitem__, stages))
+                    seen.setdefault(held, (r, stages))
+                    last[held] = r
                 return list(seen.values()), sorted(last.values())
             return _cached("params", ("groups", *key, schedule, pp), make_groups)
         return split, starts, ids, list(index), groups, tuple(_interned(composition) for composition in index)
@@ -1491,11 +1523,13 @@ def _token(obj: Any) -> int:
     and a layout search builds keys with it thousands of times. The object is kept with its token, so its id is
     not reused while the token stands; an equal object built anew gets its own token (a cache miss, never a wrong
     hit)."""
-    tokens = _CACHES["tokens"]
-    entry = tokens.get(id(obj))
+    entry = _TOKENS.get(id(obj))
     if entry is None:
-        entry = tokens[id(obj)] = (obj, len(tokens))
+        entry = _TOKENS[id(obj)] = (obj, len(_TOKENS))
     return entry[1]
+
+
+_TOKENS = _CACHES["tokens"]  # _token's table (clear_caches empties it in place)
 
 
 def _interned(value: Any) -> int:
@@ -1534,21 +1568,26 @@ def _layer_cache(spec: ModelSpec, dev: Device, lay: Layout, seq: int, rec: Recip
     sequence, and the layout fields a layer's cost reads (tp, cp, micro-batch, the kernels and overlaps, the
     strides its collectives take, and for the MoE layers the expert mesh and its settings). Two caches: the MoE
     layers', and the other layers', whose key leaves out the expert fields (dense layers cost the same whatever
-    ep, etp and the all-to-all settings)."""
+    ep, etp and the all-to-all settings); the MoE layers' is kept in the other's, under the expert fields."""
     dense = (_token(spec), dev.accelerator.key, dev.mamf, dev.mamf_fp8, dev.sm_count, dev.arch, dev.fp4_peak,
              _token(dev.network), seq, rec.name, rec.act_bytes, attention, dropout, KERNEL_EFFICIENCY, lay.tp, lay.cp,
              lay.micro_batch, lay.sequence_parallel, lay.tp_overlap, lay.cp_comm, lay.cp_a2a_size, lay.attention_kernel,
              lay.fp8_attention, lay.fused_elementwise, lay.recompute_modules, _stride(lay, "cp"))
-    experts = (lay.ep, lay.expert_tp, lay.ep_overlap, lay.ep_dispatcher, lay.moe_imbalance, _stride(lay, "ep", True))
-    return _cached("layers", dense + experts, dict), _cached("layers", dense, dict)
+    dense_cache = _cached("layers", dense, dict)
+    experts = ("experts", lay.ep, lay.expert_tp, lay.ep_overlap, lay.ep_dispatcher, lay.moe_imbalance,
+               _stride(lay, "ep", True))
+    return _cached_in(dense_cache, experts, dict), dense_cache
 
 
 def _stride(lay: Layout, dim: str, experts: bool = False) -> int:
     """lay.strides()[dim] (lay.expert_strides()[dim] with `experts`), read from _strides' cache without building
     the sizes or copying the strides where they are cached (its key: the order, then the sizes in tp, cp, ep, dp, pp
     order)."""
-    key = (lay.order, lay.expert_tp, 1, lay.ep, lay.expert_dp, lay.pp) if experts else \
-        (lay.order, lay.tp, lay.cp, 1, lay.dp, lay.pp)
+    if experts:
+        etp = lay.etp or lay.tp  # lay.expert_tp; its expert_dp: tp x cp x dp / (etp x ep)
+        key = (lay.order, etp, 1, lay.ep, lay.tp * lay.cp * lay.dp // (etp * lay.ep), lay.pp)
+    else:
+        key = (lay.order, lay.tp, lay.cp, 1, lay.dp, lay.pp)
     out = _STRIDES.get(key)
     if out is None:
         return (lay.expert_strides() if experts else lay.strides())[dim]
@@ -2052,7 +2091,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     plain_step = {k: v for k, v in step.items() if k not in ("ep_overlap", "ep_dispatcher")}
     # make_layout of each candidate with the step settings, else (where they differ) without the all-to-all ones
     options = dict(schedule=None, zero=DEFAULT_ZERO, sequence_parallel=True, dp_overlap=True, tp_overlap=tp_overlap)
-    makers: list[Callable[[tuple], Layout] | None] = []
+    makers: list[Callable[[tuple, bool], Layout] | None] = []
     for given in [step] + ([plain_step] if plain_step != step else []):
         try:
             makers.append(_layout_maker(spec, n_gpus, seq_len, global_batch, options=options,
@@ -2075,7 +2114,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             make = makers[which]
             if make is not None:
                 try:
-                    lay = make((tp, cp, pp, vpp, mb, ep, etp or None))
+                    lay = make((tp, cp, pp, vpp, mb, ep, etp or None), False)  # (_candidates' degrees)
                     break
                 except LlmcalcError:
                     continue
@@ -2111,34 +2150,34 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     prepared: list[tuple[_Prepared, float, int, StepPrediction | None]] = []
     best: list[float] = []  # the `top` smallest exact steps so far, ascending
     while layouts:
-        floor, index, tier, lay, more = heapq.heappop(layouts)
+        # the least floor, left on the heap: a next tier takes its place there (at the root where it is still the
+        # least, else heapreplace: one sift instead of a pop's and a push's); the entries' (floor, candidate index)
+        # are all distinct, so they come off in the same order
+        floor, index, tier, lay, more = layouts[0]
         if len(best) >= top and floor > best[-1]:
-            heapq.heappush(layouts, (floor, index, tier, lay, more))
             break
         if tier == _RANKS:  # at most its path floor, at a fraction of its cost: most layouts stop here
             ranks = _first_floors(inputs, lay, more[0], more[1], ranks=True)
-            heapq.heappush(layouts, (max(floor, ranks), index, _PATHS, lay, more[0]))
-            continue
-        if tier == _PATHS:  # its context (_context's, with the layer-cost caches it was given) and path floor
+            entry = (max(floor, ranks), index, _PATHS, lay, more[0])
+        elif tier == _PATHS:  # its context (_context's, with the layer-cost caches it was given) and path floor
             ctx = _Ctx(spec, dev, lay, seq_len, rec, attention="flash", dropout=False, eff=KERNEL_EFFICIENCY,
                        cache=more[0], dense_cache=more[1])
             floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, recompute="none", ctx=ctx)
-            heapq.heappush(layouts, (floor, index, _OPTIMIZER, lay, (ctx, paths)))
-            continue
-        if tier == _OPTIMIZER:
+            entry = (floor, index, _OPTIMIZER, lay, (ctx, paths))
+        elif tier == _OPTIMIZER:
             ctx, paths = more
             floor += _optimizer_floor(ctx, paths, with_dp=False)[0] * (1 - FLOOR_MARGIN)
-            heapq.heappush(layouts, (floor, index, _MEMORY, lay, more))
-            continue
-        if tier == _MEMORY:
+            entry = (floor, index, _MEMORY, lay, more)
+        elif tier == _MEMORY:
             rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity, recipe=recipe,
                                               optimizer=optimizer)
             if rc is None:
+                heapq.heappop(layouts)
                 no_fit(lay, peak, zero)
                 continue
             lay = lay if zero == lay.zero else _with_zero(lay, zero)
             if exhaustive:
-                heapq.heappush(layouts, (floor, index, _PREPARE, lay, (rc, peak)))
+                entry = (floor, index, _PREPARE, lay, (rc, peak))
             else:  # the floor of the recomputation and ZeRO stage that fit, its DP floor next
                 ctx = more[0]
                 if ctx.lay is not lay:  # the same layer-cost caches (their key reads no ZeRO stage): _context's
@@ -2146,28 +2185,33 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
                                cache=ctx.cache, dense_cache=ctx.dense_cache)
                 floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, recompute=rc, ctx=ctx)
                 opt = _optimizer_floor(ctx, paths, with_dp=False)[0]
-                heapq.heappush(layouts, (floor + opt * (1 - FLOOR_MARGIN), index, _DP, lay, (rc, peak, floor, ctx,
-                                                                                            paths)))
-            continue
-        if tier == _DP:  # the same floor as with its DP floor at once, at or above the one it was taken at
+                entry = (floor + opt * (1 - FLOOR_MARGIN), index, _DP, lay, (rc, peak, floor, ctx, paths))
+        elif tier == _DP:  # the same floor as with its DP floor at once, at or above the one it was taken at
             rc, peak, floor, ctx, paths = more
             opt, dp = _optimizer_floor(ctx, paths)
-            heapq.heappush(layouts, (floor + (opt + dp) * (1 - FLOOR_MARGIN), index, _PREPARE, lay, (rc, peak)))
-            continue
-        if tier == _PREPARE:
+            entry = (floor + (opt + dp) * (1 - FLOOR_MARGIN), index, _PREPARE, lay, (rc, peak))
+        elif tier == _PREPARE:
             rc, peak = more
             prep = fit(lay, rc)
             if exhaustive:  # simulated below, in order of the pipeline bounds
+                heapq.heappop(layouts)
                 prepared.append((prep, peak, index, None))
-            else:
-                heapq.heappush(layouts, (prep.step_bound, index, _TIME, lay, (prep, peak)))
+                continue
+            entry = (prep.step_bound, index, _TIME, lay, (prep, peak))
+        else:
+            heapq.heappop(layouts)
+            prep, peak = more  # a prepared layout's turn: simulated while it can still be among the `top`
+            can_win = len(best) < top or prep.step_bound < best[-1]
+            pred = _finish(prep, simulated=can_win)
+            if can_win:
+                best = sorted(best + [pred.step_seconds])[:top]
+            prepared.append((prep, peak, index, pred))
             continue
-        prep, peak = more  # a prepared layout's turn: simulated while it can still be among the `top`
-        can_win = len(best) < top or prep.step_bound < best[-1]
-        pred = _finish(prep, simulated=can_win)
-        if can_win:
-            best = sorted(best + [pred.step_seconds])[:top]
-        prepared.append((prep, peak, index, pred))
+        n = len(layouts)
+        if (n < 2 or entry < layouts[1]) and (n < 3 or entry < layouts[2]):  # below the root's children: its root
+            layouts[0] = entry
+        else:
+            heapq.heapreplace(layouts, entry)
     # what the search stopped before: the prepared layouts fit (their bound is their step), a few extremes are
     # evaluated for the losers' table (_extremes: for each kind of loss the most extreme that fits, of the first
     # EXTREME_TRIES; none can win, so each keeps its bound), the rest are bounded
