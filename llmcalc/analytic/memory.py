@@ -489,20 +489,22 @@ def peak_of(s: StateTerms, a: ActivationEstimate) -> float:
 def peak_from(s: StateTerms, a: tuple[float, float, float, int, float, float]) -> float:
     """peak_of from the activations' sums: `a` is (the sum of per_layer's values in their order, logits_and_loss,
     head_saved, in_flight, own_layer, largest_layer), what a layout search keeps of an ActivationEstimate."""
-    w, g, master, states, cache, gathered = s.weights, s.gradients, s.master, s.states, s.cache, s.gathered
+    w, g, master, states, cache, gathered, step, blocks, persistent, head_grads, late_grads = s
     acts, logits, head_saved, in_flight, own_layer, largest_layer = a
-    forward = sum((w, g, master, states, acts, logits, *cache, gathered) if s.persistent_grads
+    forward = sum((w, g, master, states, acts, logits, *cache, gathered) if persistent
                   else (w, master, states, acts, logits, *cache, gathered))
-    if not s.blocks:
-        return max(forward, s.step)
-    blocks = acts - head_saved  # _backward's two ends
-    others = blocks * (in_flight - 1) / in_flight
-    grads = g if s.persistent_grads else None
-    start = (s.head_grads if grads is None else grads, blocks - own_layer)
-    end = (g - (s.late_grads if grads is None else 0.0), others)
-    at = end if end[0] + end[1] > start[0] + start[1] else start
-    backward = sum((w, master, states, *cache, gathered, *at, largest_layer))
-    return max(forward, backward, s.step)
+    if not blocks:
+        return max(forward, step)
+    held = acts - head_saved  # _backward's two ends: (gradients, activations) at its start and at its end
+    if persistent:
+        grads, activations, end_grads = g, held - own_layer, g - 0.0
+    else:
+        grads, activations, end_grads = head_grads, held - own_layer, g - late_grads
+    others = held * (in_flight - 1) / in_flight
+    if end_grads + others > grads + activations:
+        grads, activations = end_grads, others
+    backward = sum((w, master, states, *cache, gathered, grads, activations, largest_layer))
+    return max(forward, backward, step)
 
 
 def _layer_params(spec: ModelSpec, comps: dict[str, int] | None = None) -> tuple[float, float, float, float, float]:

@@ -2658,10 +2658,26 @@ def _stage_ranges(n_layers: int, pp: int) -> list[tuple[int, int, int, bool]]:
 
 
 def _stage_sums(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recompute: str, mesh: tuple) -> list:
-    """_activation_sums of each of _stage_ranges' stages, `mesh` = (tp, sequence parallel, pp)."""
+    """_activation_sums of each of _stage_ranges' stages, `mesh` = (tp, sequence parallel, pp): the stages' layer kinds
+    and interned signatures once per model, pp and sequence (_stages_signed), then each stage's plan by one key."""
     tp, sp, pp = mesh
-    common = (spec, batch, seq, act_bytes, recompute, tp, sp)
-    return [_activation_sums(*common, *r) for r in _stage_ranges(spec.n_layers, pp)]
+    token = _token(spec)
+    cache = _CACHES["acts"]
+    stages = cache.get(("stages", token, pp, seq))
+    if stages is None:
+        stages = cache[("stages", token, pp, seq)] = _stages_signed(spec, pp, seq)
+    common = (_CACHES["family"].get(token, token), batch, seq, act_bytes, recompute, tp, sp)
+    return [_summed(spec, common, kinds, signed, in_flight, head) for kinds, signed, in_flight, head in stages]
+
+
+def _stages_signed(spec: ModelSpec, pp: int, seq: int) -> list[tuple[list, int, int, bool]]:
+    """Per stage of _stage_ranges: its layer kinds and their signatures (_kinds_signed, the signatures _interned),
+    the micro-batches in flight and whether it holds the head."""
+    out = []
+    for start, stop, in_flight, head in _stage_ranges(spec.n_layers, pp):
+        kinds, signatures = _kinds_signed(spec, start, stop, seq)
+        out.append((kinds, _interned(signatures), in_flight, head))
+    return out
 
 
 def _stage_states(spec: ModelSpec, recipe: str, optimizer: str, degrees: tuple) -> list:
@@ -2722,44 +2738,46 @@ def _activation_sums(spec: ModelSpec, batch: int, seq: int, act_bytes: float, re
                      start: int, stop: int, in_flight: int, head: bool) -> tuple[float, float, float, int, float,
                                                                                  float]:
     """What memory.peak_from reads of _activations(...): (the sum of its per_layer values in their order,
-    logits_and_loss, head_saved, in_flight, own_layer, largest_layer), once per argument set, summed from
-    _sums_plan's constants (once per model family, micro-batch, sequence, tp, recomputation and the stage's layer
-    kinds, whatever their counts and the micro-batches in flight) as _stage_acts' dicts add them up (see
-    _sums_plan)."""
+    logits_and_loss, head_saved, in_flight, own_layer, largest_layer), summed from _sums_plan's constants (once per
+    model family, micro-batch, sequence, tp, recomputation and the stage's layer kinds, whatever their counts and the
+    micro-batches in flight) as _stage_acts' dicts add them up (see _sums_plan; _summed). Not cached: a layout
+    search asks for each stage once (_stage_sums, per memory check)."""
     token = _token(spec)
-    key = ("sums", token, batch, seq, act_bytes, recompute, tp, sp, start, stop, in_flight, head)
+    kinds, signatures = _kinds_signed(spec, start, stop, seq)
+    common = (_CACHES["family"].get(token, token), batch, seq, act_bytes, recompute, tp, sp)
+    return _summed(spec, common, kinds, _interned(signatures), in_flight, head)
+
+
+def _summed(spec: ModelSpec, common: tuple, kinds: list, signed: int, in_flight: int,
+            head: bool) -> tuple[float, float, float, int, float, float]:
+    """_activation_sums of a stage of these layer kinds (`signed`: their signatures _interned; `common` as
+    _kind_terms'), from its plan (_sums_plan, once per `common`, signatures and head)."""
     cache = _CACHES["acts"]
-    out = cache.get(key)
-    if out is not None:
-        return out
-    kinds, signatures = _cached("acts", ("kinds", token, start, stop, seq), lambda: _kinds_signed(spec, start, stop,
-                                                                                                  seq))
-    family = _CACHES["family"].get(token, token)
-    common = (family, batch, seq, act_bytes, recompute, tp, sp)
-    simple, slots, tail, logits, head_saved, largest, own = _cached(
-        "acts", ("plan", *common, signatures, head), lambda: _sums_plan(spec, kinds, common, head))
+    key = ("plan", *common, signed, head)
+    plan = cache.get(key)
+    if plan is None:
+        if len(cache) > 200_000:
+            cache.clear()
+        plan = cache[key] = _sums_plan(spec, kinds, common, head)
+    simple, slots, tail, logits, head_saved, largest, own = plan
     if simple is not None:  # one kind, each name once and not the head's
         count = kinds[0][1]
         values = [0.0 + (0.0 + value * in_flight) * count for value in simple]
-    else:
-        counts = [count for _, count in kinds]
-        values = []
-        for slot in slots:
-            acc = 0.0
-            for j, terms in slot:
-                if j < 0:  # the head's bytes
-                    acc = acc + terms
-                    continue
-                one = 0.0
-                for value in terms:  # _kind_terms' one[name]: the name's terms of one layer, x in flight
-                    one = one + value * in_flight
-                acc = acc + one * counts[j]
-            values.append(acc)
-    out = (sum(values + tail), logits, head_saved, in_flight, own, largest)
-    if len(cache) > 200_000:
-        cache.clear()
-    cache[key] = out
-    return out
+        return sum(values + tail), logits, head_saved, in_flight, own, largest
+    counts = [count for _, count in kinds]
+    sums = []
+    for slot in slots:
+        acc = 0.0
+        for j, terms in slot:
+            if j < 0:  # the head's bytes
+                acc = acc + terms
+                continue
+            one = 0.0
+            for value in terms:  # _kind_terms' one[name]: the name's terms of one layer, x in flight
+                one = one + value * in_flight
+            acc = acc + one * counts[j]
+        sums.append(acc)
+    return sum(sums + tail), logits, head_saved, in_flight, own, largest
 
 
 def _kinds_signed(spec: ModelSpec, start: int, stop: int, seq: int) -> tuple[list, tuple]:
@@ -2810,11 +2828,36 @@ def _sums_plan(spec: ModelSpec, kinds: list, common: tuple, head: bool) -> tuple
 
 
 def _kinds_between(spec: ModelSpec, start: int, stop: int) -> list:
-    """Each distinct layer kind of layers start..stop (layer_parts, MoE or not): its first layer and how many."""
+    """Each distinct layer kind of layers start..stop (layer_parts, MoE or not): its first layer and how many, in
+    order of first layers (read off the model's runs of one kind, _layer_runs)."""
     kinds: dict[tuple, list[int]] = {}
-    for i in range(start, stop):
-        kinds.setdefault((spec.layer_parts(i), spec.is_moe_layer(i)), [i, 0])[1] += 1
+    for lo, hi, kind in _layer_runs(spec):
+        if hi <= start:
+            continue
+        if lo >= stop:
+            break
+        lo, hi = max(lo, start), min(hi, stop)
+        entry = kinds.get(kind)
+        if entry is None:
+            kinds[kind] = [lo, hi - lo]
+        else:
+            entry[1] += hi - lo
     return list(kinds.values())
+
+
+def _layer_runs(spec: ModelSpec) -> list[tuple[int, int, tuple]]:
+    """The maximal runs of consecutive layers of one kind (layer_parts, MoE or not) as (first layer, end, kind), in
+    layer order, once per model: each layer's parts read once whatever the stages asked for."""
+    def make() -> list[tuple[int, int, tuple]]:
+        runs: list[tuple[int, int, tuple]] = []
+        for i in range(spec.n_layers):
+            kind = (spec.layer_parts(i), spec.is_moe_layer(i))
+            if runs and runs[-1][2] == kind:
+                runs[-1] = (runs[-1][0], i + 1, kind)
+            else:
+                runs.append((i, i + 1, kind))
+        return runs
+    return _cached("acts", ("runs", _token(spec)), make)
 
 
 def _stage_acts(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recompute: str, tp: int, sp: bool,
