@@ -1800,17 +1800,20 @@ def _dp_mesh(lay: Layout, per_node: int) -> tuple[int, int, int, int, int]:
     return _cached("params", ("dp mesh", lay.order, lay.tp, lay.cp, lay.pp, lay.dp, lay.ep, lay.etp, per_node), make)
 
 
-def _rank_optimizer(ctx: _Ctx, params: float, experts: float, n_layers: int, per_layer: float) -> float:
+def _rank_optimizer(ctx: _Ctx, params: float, experts: float, n_layers: int, per_layer: float,
+                    zero: int | None = None) -> float:
     """_one_rank_dp's optimizer step: the rank's dense and routed-expert shards (`params`, `experts` of them routed,
-    in `n_layers` layers of `per_layer` parameters), each ZeRO-sharded over its data-parallel group (ZeRO >= 1)."""
+    in `n_layers` layers of `per_layer` parameters), each ZeRO-sharded over its data-parallel group (ZeRO >= 1);
+    `zero`: that of the layout with this ZeRO stage instead of its own (nothing else here reads the stage)."""
     lay = ctx.lay
+    zero = lay.zero if zero is None else zero
     dense_group = lay.dp * lay.cp
     dense = (params - experts) / lay.tp
     experts = experts / lay.expert_tp / lay.ep
-    shard = dense_group if lay.zero >= 1 else 1
-    expert_shard = lay.expert_dp if lay.zero >= 1 else 1
+    shard = dense_group if zero >= 1 else 1
+    expert_shard = lay.expert_dp if zero >= 1 else 1
     local = dense / shard + experts / expert_shard
-    return _optimizer_seconds(ctx, local, (per_layer, n_layers), dense_group if lay.zero >= 1 else 1,
+    return _optimizer_seconds(ctx, local, (per_layer, n_layers), dense_group if zero >= 1 else 1,
                               dense + experts)
 
 
@@ -2530,7 +2533,6 @@ def _optimizer_floor(ctx: _Ctx, paths: tuple, with_dp: bool = True) -> tuple[flo
     key = _dp_key(ctx, zero=1)
 
     def most() -> float:  # the most loaded first rank's, once per degrees and stage split (whatever the micro-batch)
-        one = ctx if lay.zero == 1 else replace(ctx, lay=replace(lay, zero=1))
         per_layer = _param_summary(ctx.spec)[0]
         holdings = _holdings(ctx, split, v)
         opt = 0.0
@@ -2538,8 +2540,8 @@ def _optimizer_floor(ctx: _Ctx, paths: tuple, with_dp: bool = True) -> tuple[flo
             held = holdings.get(r)
             if held is None:
                 held = holdings[r] = _rank_holdings(ctx, split, v, r)
-            opt = max(opt, _cached("params", ("rank optimizer", *key, *held),
-                                   lambda: _rank_optimizer(one, *held, per_layer)))  # noqa: B023 (called at once)
+            opt = max(opt, _cached("params", ("rank optimizer", *key, *held),  # ZeRO-1's, whatever the layout's
+                                   lambda: _rank_optimizer(ctx, *held, per_layer, zero=1)))  # noqa: B023 (at once)
         return opt
     opt = _cached("params", ("optimizer floor", *key, split, v, lay.schedule, *firsts), most)
     if not with_dp:
@@ -2577,7 +2579,10 @@ def _least_that_fits_uncached(spec: ModelSpec, lay: Layout, seq_len: int, tries:
     rec = RECIPES[recipe]
     peak, zero = 0.0, 1
     zeros = (1, 3) if lay.dp > 1 else (1,)
-    sums: dict[str, list] = {}  # each recomputation's stage activations (_stage_sums): the same at either ZeRO stage
+    # each recomputation's stage activations (_stage_sums): the same at either ZeRO stage, and for the layouts that
+    # differ in ep or etp alone
+    sums = _cached("acts", ("check sums", _token(even), lay.micro_batch, seq_len, rec.act_bytes, lay.tp, lay.cp,
+                            lay.pp), dict)
     for zero in zeros:
         # _training_peak's terms, without its cache: no other layout's check asks for these degrees and micro-batch
         states = _stage_states(even, recipe, optimizer, (lay.tp, lay.cp, lay.pp, lay.dp, lay.ep, lay.etp, zero))
