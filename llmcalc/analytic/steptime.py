@@ -2764,13 +2764,20 @@ def _summed(spec: ModelSpec, common: tuple, kinds: list, signed: int, in_flight:
         if len(cache) > 200_000:
             cache.clear()
         plan = cache[key] = _sums_plan(spec, kinds, common, head)
-    simple, slots, tail, logits, head_saved, largest, own = plan
+    simple, flat, slots, tail, logits, head_saved, largest, own = plan
     if simple is not None:  # one kind, each name once and not the head's
         count = kinds[0][1]
         values = [0.0 + (0.0 + value * in_flight) * count for value in simple]
         return sum(values + tail), logits, head_saved, in_flight, own, largest
     counts = [count for _, count in kinds]
     sums = []
+    if flat:  # each name once in a layer: the loop below with each kind's one term
+        for slot in slots:
+            acc = 0.0
+            for j, value in slot:
+                acc = acc + (value if j < 0 else (0.0 + value * in_flight) * counts[j])
+            sums.append(acc)
+        return sum(sums + tail), logits, head_saved, in_flight, own, largest
     for slot in slots:
         acc = 0.0
         for j, terms in slot:
@@ -2799,10 +2806,11 @@ def _signature(spec: ModelSpec, token: int, i: int, seq: int) -> tuple:
 def _sums_plan(spec: ModelSpec, kinds: list, common: tuple, head: bool) -> tuple:
     """_activation_sums' constants of a stage of these layer kinds ([first layer, count] each, in layer order;
     `common` as _kind_terms'), whatever their counts and the micro-batches in flight: (the one kind's term bytes in
-    order where the stage has one kind and each name once, not the head's, else None; else per_layer's names in
-    their order (_stage_acts': each kind's names in turn, then the head's), each as its (kind, that kind's bytes of
-    the name in order) in kind order, and (-1, bytes) for the head's; the head's 0.0 + bytes per name where simple,
-    else []; logits and loss; head saved; the first largest layer and its own, as _stage_acts takes them). Each name
+    order where the stage has one kind and each name once, not the head's, else None; whether each kind saves each
+    of its names once (flat); else per_layer's names in their order (_stage_acts': each kind's names in turn, then
+    the head's), each as its (kind, that kind's bytes of the name: the one float where flat, else their tuple in
+    order) in kind order, and (-1, bytes) for the head's; the head's 0.0 + bytes per name where simple, else [];
+    logits and loss; head saved; the first largest layer and its own, as _stage_acts takes them). Each name
     sums to _stage_acts' float: 0.0, + per kind (0.0 + each of its bytes x in flight, in order) x its count, + the
     head's bytes (0.0 + x is x: the dicts' get(name, 0.0) + x whether or not the name is there yet)."""
     whole = _head_acts(spec, common, head)
@@ -2813,22 +2821,31 @@ def _sums_plan(spec: ModelSpec, kinds: list, common: tuple, head: bool) -> tuple
         names = [name for name, _ in terms]
         if len(set(names)) == len(names) and heads.keys().isdisjoint(names):
             largest, own = (full, kept) if full > 0.0 else (0.0, 0.0)
-            return (tuple([value for _, value in terms]), (), [0.0 + value for value in heads.values()],
+            return (tuple([value for _, value in terms]), True, (), [0.0 + value for value in heads.values()],
                     whole.logits_and_loss, whole.head_saved, largest, own)
     slots: dict[str, list] = {}
     largest = own = 0.0
+    flat = True  # each layer's names once each: a kind's bytes of a name are one float, not a tuple
     for j, (i, _) in enumerate(kinds):
         terms, full, kept = _layer_kept(spec, i, common, _signature(spec, token, i, seq))
-        per_name: dict[str, list[float]] = {}
-        for name, value in terms:
-            per_name.setdefault(name, []).append(value)
-        for name, values in per_name.items():
-            slots.setdefault(name, []).append((j, tuple(values)))
+        if flat and len({name for name, _ in terms}) < len(terms):
+            flat = False
+            slots = {name: [(k, (value,)) if k >= 0 else (k, value) for k, value in slot]
+                     for name, slot in slots.items()}
+        if flat:
+            for name, value in terms:
+                slots.setdefault(name, []).append((j, value))
+        else:
+            per_name: dict[str, list[float]] = {}
+            for name, value in terms:
+                per_name.setdefault(name, []).append(value)
+            for name, values in per_name.items():
+                slots.setdefault(name, []).append((j, tuple(values)))
         if full > largest:  # (full, kept) if full > 0.0, as _kind_terms takes them; the first largest kind
             largest, own = full, kept
     for name, value in heads.items():
         slots.setdefault(name, []).append((-1, value))
-    return (None, tuple(tuple(slot) for slot in slots.values()), [], whole.logits_and_loss, whole.head_saved,
+    return (None, flat, tuple(tuple(slot) for slot in slots.values()), [], whole.logits_and_loss, whole.head_saved,
             largest, own)
 
 
