@@ -142,3 +142,16 @@ def test_dp_seconds_scale_zero3_counts_by_micro_batches():
             params, rec, group, zero, stride, members=members, m=m, units=units))
         assert steptime._dp_seconds(params, rec, group, zero, stride, members=members, m=m, units=units,
                                     net=net) == want
+
+
+def test_resized_at_its_own_layer_count_is_the_model():
+    """_resized keeps the model itself at its own layer count: with_layers would build an equal copy (every preset),
+    and the copy checks the same memory as the model."""
+    for name in model_names():
+        try:
+            spec = load_model(name)
+        except Exception:  # a preset that does not load alone
+            continue
+        steptime.clear_caches()
+        assert steptime._resized(spec, spec.n_layers) is spec
+        assert spec.with_layers(spec.n_layers) == spec, name

@@ -2620,8 +2620,12 @@ def _degrees(par: Parallel) -> tuple:
 
 def _resized(spec: ModelSpec, n_layers: int) -> ModelSpec:
     """spec.with_layers(n_layers), of `spec`'s family: the activation caches share their per-layer terms
-    (_layer_signature) and the head's."""
-    out = spec.with_layers(n_layers)
+    (_layer_signature) and the head's. `spec` itself at its own layer count where with_layers would change no field
+    (its per-layer lists are validated to n_layers entries; tests hold it on every preset): building and validating
+    the copy is most of a memory check's cost."""
+    same = n_layers == spec.n_layers and spec.n_dense_layers <= n_layers and \
+        all(i < n_layers for i in (*(spec.moe_layers or ()), *(spec.index_layers or ())))
+    out = spec if same else spec.with_layers(n_layers)
     base = _token(spec)
     _CACHES["family"][_token(out)] = _CACHES["family"].get(base, base)
     return out
