@@ -2774,14 +2774,16 @@ def _summed(spec: ModelSpec, common: tuple, kinds: list, signed: int, in_flight:
         values = [0.0 + (0.0 + value * in_flight) * count for value in simple]
         return sum(values + tail), logits, head_saved, in_flight, own, largest
     counts = [count for _, count in kinds]
-    sums = []
-    if flat:  # each name once in a layer: the loop below with each kind's one term
-        for slot in slots:
-            acc = 0.0
-            for j, value in slot:
-                acc = acc + (value if j < 0 else (0.0 + value * in_flight) * counts[j])
-            sums.append(acc)
+    if flat is not None:  # each layer's names once each: the loop below, kind by kind over every name
+        columns, heads = flat
+        sums = [0.0] * len(columns[0])
+        for column, count in zip(columns, counts, strict=True):
+            sums = [acc if value is None else acc + (0.0 + value * in_flight) * count
+                    for acc, value in zip(sums, column, strict=True)]
+        if heads is not None:
+            sums = [acc if value is None else acc + value for acc, value in zip(sums, heads, strict=True)]
         return sum(sums + tail), logits, head_saved, in_flight, own, largest
+    sums = []
     for slot in slots:
         acc = 0.0
         for j, terms in slot:
@@ -2810,9 +2812,10 @@ def _signature(spec: ModelSpec, token: int, i: int, seq: int) -> tuple:
 def _sums_plan(spec: ModelSpec, kinds: list, common: tuple, head: bool) -> tuple:
     """_activation_sums' constants of a stage of these layer kinds ([first layer, count] each, in layer order;
     `common` as _kind_terms'), whatever their counts and the micro-batches in flight: (the one kind's term bytes in
-    order where the stage has one kind and each name once, not the head's, else None; whether each kind saves each
-    of its names once (flat); else per_layer's names in their order (_stage_acts': each kind's names in turn, then
-    the head's), each as its (kind, that kind's bytes of the name: the one float where flat, else their tuple in
+    order where the stage has one kind and each name once, not the head's, else None; where each kind's layer saves
+    each of its names once, (per kind, its bytes of each of per_layer's names in their order (_stage_acts': each
+    kind's names in turn, then the head's) or None where it has none; the head's the same way, or None without a
+    head), else None; else per_layer's names in their order, each as its (kind, that kind's bytes of the name in
     order) in kind order, and (-1, bytes) for the head's; the head's 0.0 + bytes per name where simple, else [];
     logits and loss; head saved; the first largest layer and its own, as _stage_acts takes them). Each name
     sums to _stage_acts' float: 0.0, + per kind (0.0 + each of its bytes x in flight, in order) x its count, + the
@@ -2827,29 +2830,37 @@ def _sums_plan(spec: ModelSpec, kinds: list, common: tuple, head: bool) -> tuple
             largest, own = (full, kept) if full > 0.0 else (0.0, 0.0)
             return (tuple([value for _, value in terms]), True, (), [0.0 + value for value in heads.values()],
                     whole.logits_and_loss, whole.head_saved, largest, own)
-    slots: dict[str, list] = {}
-    largest = own = 0.0
-    flat = True  # each layer's names once each: a kind's bytes of a name are one float, not a tuple
-    for j, (i, _) in enumerate(kinds):
+    kept_of, largest, own = [], 0.0, 0.0
+    for i, _ in kinds:
         terms, full, kept = _layer_kept(spec, i, common, _signature(spec, token, i, seq))
-        if flat and len({name for name, _ in terms}) < len(terms):
-            flat = False
-            slots = {name: [(k, (value,)) if k >= 0 else (k, value) for k, value in slot]
-                     for name, slot in slots.items()}
-        if flat:
-            for name, value in terms:
-                slots.setdefault(name, []).append((j, value))
-        else:
-            per_name: dict[str, list[float]] = {}
-            for name, value in terms:
-                per_name.setdefault(name, []).append(value)
-            for name, values in per_name.items():
-                slots.setdefault(name, []).append((j, tuple(values)))
+        kept_of.append(terms)
         if full > largest:  # (full, kept) if full > 0.0, as _kind_terms takes them; the first largest kind
             largest, own = full, kept
+    if all(len({name for name, _ in terms}) == len(terms) for terms in kept_of):  # each layer's names once each
+        index: dict[str, int] = {}
+        for terms in kept_of:
+            for name, _ in terms:
+                index.setdefault(name, len(index))
+        for name in heads:
+            index.setdefault(name, len(index))
+        columns = []  # per kind, then the head's: its bytes of each name in per_layer's order, None where it has none
+        for terms in [*kept_of, list(heads.items())] if heads else kept_of:
+            column: list[float | None] = [None] * len(index)
+            for name, value in terms:
+                column[index[name]] = value
+            columns.append(tuple(column))
+        flat = (tuple(columns[:len(kinds)]), columns[len(kinds)] if heads else None)
+        return None, flat, (), [], whole.logits_and_loss, whole.head_saved, largest, own
+    slots: dict[str, list] = {}
+    for j, terms in enumerate(kept_of):
+        per_name: dict[str, list[float]] = {}
+        for name, value in terms:
+            per_name.setdefault(name, []).append(value)
+        for name, values in per_name.items():
+            slots.setdefault(name, []).append((j, tuple(values)))
     for name, value in heads.items():
         slots.setdefault(name, []).append((-1, value))
-    return (None, flat, tuple(tuple(slot) for slot in slots.values()), [], whole.logits_and_loss, whole.head_saved,
+    return (None, None, tuple(tuple(slot) for slot in slots.values()), [], whole.logits_and_loss, whole.head_saved,
             largest, own)
 
 
