@@ -155,3 +155,16 @@ def test_resized_at_its_own_layer_count_is_the_model():
         steptime.clear_caches()
         assert steptime._resized(spec, spec.n_layers) is spec
         assert spec.with_layers(spec.n_layers) == spec, name
+
+
+def test_head_acts_are_activation_memory_without_layers():
+    """_head_acts (nothing at all without the head, not computed) is activation_memory over no layer, with and
+    without the head."""
+    from llmcalc.analytic.activations import activation_memory
+
+    for name in ("llama-3.1-405b", "deepseek-v3", "nemotron-h-8b", "gemma-2-9b"):
+        spec = load_model(name)
+        for head, rc, tp, sp in itertools.product((True, False), ("none", "full"), (1, 8), (True, False)):
+            common = (steptime._token(spec), 2, 4096, 2, rc, tp, sp)
+            assert steptime._head_acts(spec, common, head) == activation_memory(
+                spec, 2, 4096, 2, rc, tp=tp, sequence_parallel=sp, layers=range(0), head=head)

@@ -2974,11 +2974,13 @@ def _layer_kept(spec: ModelSpec, i: int, common: tuple, signature: tuple) -> tup
 def _head_acts(spec: ModelSpec, common: tuple, head: bool) -> ActivationEstimate:
     """activation_memory over no layer (the final norm, LM head and loss when `head`; `common` as _kind_terms'),
     once per model family, micro-batch, sequence, activation bytes and tp: without layers the recomputation
-    changes nothing (no working set, no largest layer)."""
+    changes nothing (no working set, no largest layer); without the head, nothing at all (its estimate: no bytes)."""
+    if not head:
+        return ActivationEstimate({}, 0.0, 0.0)
     family, batch, seq, act_bytes, recompute, tp, sp = common
-    return _cached("acts", ("head", family, batch, seq, act_bytes, tp, sp, head),
+    return _cached("acts", ("head", family, batch, seq, act_bytes, tp, sp),
                    lambda: activation_memory(spec, batch, seq, act_bytes, recompute, tp=tp, sequence_parallel=sp,
-                                             layers=range(0), head=head))
+                                             layers=range(0), head=True))
 
 
 def _layer_signature(spec: ModelSpec, i: int, seq: int) -> tuple:
