@@ -454,22 +454,26 @@ def state_terms_of(rec: Recipe, opt: Optimizer, *, zero: int, dp: int, expert_dp
     layer, the optimizer temporaries and FP8 scaling state (the properties' bytes), whether the stage has blocks,
     and its head and late embedding parameters. The properties' _per_gpu and _dense_grads with each shard read
     once: the same divisions and products, hence the same floats."""
-    expert_dp = expert_dp if zero >= 1 else 1
-    # per ZeRO stage needed (1, 2, 3): this GPU's parameters that take a state (_per_gpu before its bytes)
-    held1 = params / (dp if zero >= 1 else 1) + experts / (expert_dp if zero >= 1 else 1)
-    held2 = params / (dp if zero >= 2 else 1) + experts / (expert_dp if zero >= 2 else 1)
-    held3 = params / (dp if zero >= 3 else 1) + experts / (expert_dp if zero >= 3 else 1)
+    # per ZeRO stage needed (1, 2, 3): this GPU's parameters that take a state (_per_gpu before its bytes), sharded
+    # from that stage on, whole (over 1) before it
+    whole = params / 1 + experts / 1 if zero < 3 else 0.0
+    sharded = params / dp + experts / expert_dp if zero >= 1 else whole
+    held2 = sharded if zero >= 2 else whole
+    held3 = sharded if zero >= 3 else whole
     w = held3 * rec.weight_bytes
     g = held2 * rec.grad_bytes
-    master = held1 * rec.master_bytes
-    states = held1 * opt.bytes_per_param(rec)
+    master = sharded * rec.master_bytes
+    states = sharded * opt.bytes_per_param(rec)
     autocast = held3 * rec.autocast_cache_bytes
-    cache = (autocast, fp8_state) if rec.fp8 else (autocast,)
-    step = sum((w, g, master, states, temporaries, *(cache if rec.fp8 else ())))
+    if rec.fp8:
+        cache: tuple[float, ...] = (autocast, fp8_state)
+        step = sum((w, g, master, states, temporaries, autocast, fp8_state))
+    else:
+        cache = (autocast,)
+        step = sum((w, g, master, states, temporaries))
     grad_shard = dp if zero >= 2 else 1
-    return StateTerms(weights=w, gradients=g, master=master, states=states, cache=cache, gathered=gathered, step=step,
-                      blocks=blocks, persistent_grads=rec.persistent_grads,
-                      head_grads=head / grad_shard * rec.grad_bytes, late_grads=late / grad_shard * rec.grad_bytes)
+    return StateTerms(w, g, master, states, cache, gathered, step, blocks, rec.persistent_grads,
+                      head / grad_shard * rec.grad_bytes, late / grad_shard * rec.grad_bytes)
 
 
 def fp8_state_bytes(rec: Recipe, n_layers: int, pp: int) -> float:
