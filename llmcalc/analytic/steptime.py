@@ -2606,7 +2606,7 @@ def _least_that_fits_uncached(spec: ModelSpec, lay: Layout, seq_len: int, tries:
                 if acts is None:
                     acts = sums[rc] = _stage_sums(even, lay.micro_batch, seq_len // lay.cp, rec.act_bytes, rc,
                                                   mesh=(lay.tp, True, lay.pp))
-                peak = max([peak_from(s, a) for s, a in zip(states, acts, strict=True)])
+                peak = max(map(peak_from, states, acts))  # the stages pair up (_stage_ranges)
             if peak <= capacity:
                 return rc, zero, peak
             none_peak = peak if rc == "none" else None
