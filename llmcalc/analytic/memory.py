@@ -472,8 +472,8 @@ def state_terms_of(rec: Recipe, opt: Optimizer, *, zero: int, dp: int, expert_dp
         cache = (autocast,)
         step = sum((w, g, master, states, temporaries))
     grad_shard = dp if zero >= 2 else 1
-    return StateTerms(w, g, master, states, cache, gathered, step, blocks, rec.persistent_grads,
-                      head / grad_shard * rec.grad_bytes, late / grad_shard * rec.grad_bytes)
+    return StateTerms._make((w, g, master, states, cache, gathered, step, blocks, rec.persistent_grads,
+                             head / grad_shard * rec.grad_bytes, late / grad_shard * rec.grad_bytes))  # field order
 
 
 def fp8_state_bytes(rec: Recipe, n_layers: int, pp: int) -> float:

@@ -2676,7 +2676,7 @@ def _stage_sums(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recompu
     if stages is None:
         stages = cache[("stages", token, pp, seq)] = _stages_signed(spec, pp, seq)
     common = (_CACHES["family"].get(token, token), batch, seq, act_bytes, recompute, tp, sp)
-    return [_summed(spec, common, kinds, signed, in_flight, head) for kinds, signed, in_flight, head in stages]
+    return [_summed(spec, common, kinds, signed, in_flight, head=head) for kinds, signed, in_flight, head in stages]
 
 
 def _stages_signed(spec: ModelSpec, pp: int, seq: int) -> list[tuple[list, int, int, bool]]:
@@ -2754,7 +2754,7 @@ def _activation_sums(spec: ModelSpec, batch: int, seq: int, act_bytes: float, re
     token = _token(spec)
     kinds, signatures = _kinds_signed(spec, start, stop, seq)
     common = (_CACHES["family"].get(token, token), batch, seq, act_bytes, recompute, tp, sp)
-    return _summed(spec, common, kinds, _interned(signatures), in_flight, head)
+    return _summed(spec, common, kinds, _interned(signatures), in_flight, head=head)
 
 
 def _summed(spec: ModelSpec, common: tuple, kinds: list, signed: int, in_flight: int,
@@ -2960,14 +2960,18 @@ def _kind_terms(spec: ModelSpec, i: int, common: tuple, in_flight: int) -> tuple
 def _layer_kept(spec: ModelSpec, i: int, common: tuple, signature: tuple) -> tuple:
     """activations.layer_terms of layer i (flash attention, no dropout; `common` as _kind_terms'), once per
     `common` and layer signature; the layer's saved tensors (layer_saved) once per model family, micro-batch,
-    sequence and activation bytes: they are the same whatever the recomputation and tp (kept_terms)."""
+    sequence and activation bytes: they are the same whatever the recomputation and tp (kept_terms), and their
+    per-rank bytes once per tp and sequence parallelism besides: the same whatever the recomputation."""
     family, batch, seq, act_bytes, recompute, tp, sp = common
 
     def make() -> tuple:
         items = _cached("acts", ("saved", family, batch, seq, act_bytes, signature),
                         lambda: layer_saved(spec, i, batch, seq, act_bytes=act_bytes, attention="flash",
                                             dropout=False))
-        return kept_terms(spec, items, batch * seq, act_bytes, recompute=recompute, tp=tp, sequence_parallel=sp)
+        ranks = _cached("acts", ("ranks", family, batch, seq, act_bytes, tp, sp, signature),
+                        lambda: [s.per_rank(tp, sp) for s in items])  # the same for every recomputation
+        return kept_terms(spec, items, batch * seq, act_bytes, recompute=recompute, tp=tp, sequence_parallel=sp,
+                          ranks=ranks)
     return _cached("acts", ("terms", *common, signature), make)
 
 
