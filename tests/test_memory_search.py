@@ -46,6 +46,28 @@ def test_activation_sums_are_the_stage_dicts_sums_on_every_preset():
     assert checked > 10_000
 
 
+def test_activation_sums_with_a_name_twice_in_a_layer():
+    """_activation_sums' plans where a layer saves a name twice (no preset does: attention beside Zamba2's shared
+    block, whose attention saves the same names), alone, after and before layers that save each name once: the
+    stage dicts' sums, float for float."""
+    import dataclasses
+
+    spec = load_model("nemotron-h-8b")
+    types = list(spec.layer_types)
+    for i in (3, 9, 20):
+        types[i] = "attention|shared_block+mlp"
+    spec = dataclasses.replace(spec, layer_types=tuple(types), shared_adapter_rank=8, shared_blocks=1)
+    steptime.check_modelled(spec)
+    n = spec.n_layers
+    for (start, stop, in_flight, head), rc, tp in itertools.product(
+            [(0, n, 1, True), (0, n // 2, 2, False), (n // 2, n, 1, True), (2, 6, 3, True), (3, 4, 2, False),
+             (1, 12, 4, True)], ("none", "selective", "full"), (1, 2)):
+        got = steptime._activation_sums(spec, 2, 2048, 2, rc, tp, True, start, stop, in_flight, head)
+        _, values, _, logits, largest, own, head_saved = steptime._stage_acts(
+            spec, 2, 2048, 2, rc, tp=tp, sp=True, start=start, stop=stop, in_flight=in_flight, head=head)
+        assert got == (sum(values), logits, head_saved, in_flight, own, largest), (start, stop, rc, tp)
+
+
 def test_kept_terms_are_layer_terms_as_first_written():
     """activations.kept_terms (each item's per-rank bytes once) is layer_terms as first written: scaled() twice."""
     for name in ("llama-3-8b", "deepseek-v3", "nemotron-h-8b", "gemma-2-9b", "mixtral-8x7b"):
@@ -120,3 +142,29 @@ def test_dp_seconds_scale_zero3_counts_by_micro_batches():
             params, rec, group, zero, stride, members=members, m=m, units=units))
         assert steptime._dp_seconds(params, rec, group, zero, stride, members=members, m=m, units=units,
                                     net=net) == want
+
+
+def test_resized_at_its_own_layer_count_is_the_model():
+    """_resized keeps the model itself at its own layer count: with_layers would build an equal copy (every preset),
+    and the copy checks the same memory as the model."""
+    for name in model_names():
+        try:
+            spec = load_model(name)
+        except Exception:  # a preset that does not load alone
+            continue
+        steptime.clear_caches()
+        assert steptime._resized(spec, spec.n_layers) is spec
+        assert spec.with_layers(spec.n_layers) == spec, name
+
+
+def test_head_acts_are_activation_memory_without_layers():
+    """_head_acts (nothing at all without the head, not computed) is activation_memory over no layer, with and
+    without the head."""
+    from llmcalc.analytic.activations import activation_memory
+
+    for name in ("llama-3.1-405b", "deepseek-v3", "nemotron-h-8b", "gemma-2-9b"):
+        spec = load_model(name)
+        for head, rc, tp, sp in itertools.product((True, False), ("none", "full"), (1, 8), (True, False)):
+            common = (steptime._token(spec), 2, 4096, 2, rc, tp, sp)
+            assert steptime._head_acts(spec, common, head) == activation_memory(
+                spec, 2, 4096, 2, rc, tp=tp, sequence_parallel=sp, layers=range(0), head=head)

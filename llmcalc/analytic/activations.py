@@ -319,11 +319,13 @@ def layer_terms(spec: ModelSpec, layer: int, batch: int, seq: int, act_bytes: fl
 
 
 def kept_terms(spec: ModelSpec, items: list[Saved], tokens: int, act_bytes: float, *, recompute: str, tp: int,
-               sequence_parallel: bool) -> tuple[list[tuple[str, float]], float, float]:
+               sequence_parallel: bool, ranks: list[float] | None = None) -> tuple[list[tuple[str, float]], float,
+                                                                                    float]:
     """layer_terms from the block's layer_saved `items` (of `tokens` = batch x seq tokens): the saved tensors are
     the same whatever the recomputation and tp, so a caller may list them once and keep them for each. Each
-    item's per-rank bytes are taken once: `scaled` sums the same values in the same order."""
-    ranks = [s.per_rank(tp, sequence_parallel) for s in items]
+    item's per-rank bytes are taken once (`ranks`, given: the same whatever the recomputation, so a caller may keep
+    them for each): `scaled` sums the same values in the same order."""
+    ranks = [s.per_rank(tp, sequence_parallel) for s in items] if ranks is None else ranks
     whole = sum(ranks)
     if recompute == "full":
         checkpoint = Saved("block input (full recomputation checkpoint)", tokens * spec.d_model * act_bytes,

@@ -454,22 +454,26 @@ def state_terms_of(rec: Recipe, opt: Optimizer, *, zero: int, dp: int, expert_dp
     layer, the optimizer temporaries and FP8 scaling state (the properties' bytes), whether the stage has blocks,
     and its head and late embedding parameters. The properties' _per_gpu and _dense_grads with each shard read
     once: the same divisions and products, hence the same floats."""
-    expert_dp = expert_dp if zero >= 1 else 1
-    # per ZeRO stage needed (1, 2, 3): this GPU's parameters that take a state (_per_gpu before its bytes)
-    held1 = params / (dp if zero >= 1 else 1) + experts / (expert_dp if zero >= 1 else 1)
-    held2 = params / (dp if zero >= 2 else 1) + experts / (expert_dp if zero >= 2 else 1)
-    held3 = params / (dp if zero >= 3 else 1) + experts / (expert_dp if zero >= 3 else 1)
+    # per ZeRO stage needed (1, 2, 3): this GPU's parameters that take a state (_per_gpu before its bytes), sharded
+    # from that stage on, whole (over 1) before it
+    whole = params / 1 + experts / 1 if zero < 3 else 0.0
+    sharded = params / dp + experts / expert_dp if zero >= 1 else whole
+    held2 = sharded if zero >= 2 else whole
+    held3 = sharded if zero >= 3 else whole
     w = held3 * rec.weight_bytes
     g = held2 * rec.grad_bytes
-    master = held1 * rec.master_bytes
-    states = held1 * opt.bytes_per_param(rec)
+    master = sharded * rec.master_bytes
+    states = sharded * opt.bytes_per_param(rec)
     autocast = held3 * rec.autocast_cache_bytes
-    cache = (autocast, fp8_state) if rec.fp8 else (autocast,)
-    step = sum((w, g, master, states, temporaries, *(cache if rec.fp8 else ())))
+    if rec.fp8:
+        cache: tuple[float, ...] = (autocast, fp8_state)
+        step = sum((w, g, master, states, temporaries, autocast, fp8_state))
+    else:
+        cache = (autocast,)
+        step = sum((w, g, master, states, temporaries))
     grad_shard = dp if zero >= 2 else 1
-    return StateTerms(weights=w, gradients=g, master=master, states=states, cache=cache, gathered=gathered, step=step,
-                      blocks=blocks, persistent_grads=rec.persistent_grads,
-                      head_grads=head / grad_shard * rec.grad_bytes, late_grads=late / grad_shard * rec.grad_bytes)
+    return StateTerms._make((w, g, master, states, cache, gathered, step, blocks, rec.persistent_grads,
+                             head / grad_shard * rec.grad_bytes, late / grad_shard * rec.grad_bytes))  # field order
 
 
 def fp8_state_bytes(rec: Recipe, n_layers: int, pp: int) -> float:
@@ -489,20 +493,22 @@ def peak_of(s: StateTerms, a: ActivationEstimate) -> float:
 def peak_from(s: StateTerms, a: tuple[float, float, float, int, float, float]) -> float:
     """peak_of from the activations' sums: `a` is (the sum of per_layer's values in their order, logits_and_loss,
     head_saved, in_flight, own_layer, largest_layer), what a layout search keeps of an ActivationEstimate."""
-    w, g, master, states, cache, gathered = s.weights, s.gradients, s.master, s.states, s.cache, s.gathered
+    w, g, master, states, cache, gathered, step, blocks, persistent, head_grads, late_grads = s
     acts, logits, head_saved, in_flight, own_layer, largest_layer = a
-    forward = sum((w, g, master, states, acts, logits, *cache, gathered) if s.persistent_grads
+    forward = sum((w, g, master, states, acts, logits, *cache, gathered) if persistent
                   else (w, master, states, acts, logits, *cache, gathered))
-    if not s.blocks:
-        return max(forward, s.step)
-    blocks = acts - head_saved  # _backward's two ends
-    others = blocks * (in_flight - 1) / in_flight
-    grads = g if s.persistent_grads else None
-    start = (s.head_grads if grads is None else grads, blocks - own_layer)
-    end = (g - (s.late_grads if grads is None else 0.0), others)
-    at = end if end[0] + end[1] > start[0] + start[1] else start
-    backward = sum((w, master, states, *cache, gathered, *at, largest_layer))
-    return max(forward, backward, s.step)
+    if not blocks:
+        return max(forward, step)
+    held = acts - head_saved  # _backward's two ends: (gradients, activations) at its start and at its end
+    if persistent:
+        grads, activations, end_grads = g, held - own_layer, g - 0.0
+    else:
+        grads, activations, end_grads = head_grads, held - own_layer, g - late_grads
+    others = held * (in_flight - 1) / in_flight
+    if end_grads + others > grads + activations:
+        grads, activations = end_grads, others
+    backward = sum((w, master, states, *cache, gathered, grads, activations, largest_layer))
+    return max(forward, backward, step)
 
 
 def _layer_params(spec: ModelSpec, comps: dict[str, int] | None = None) -> tuple[float, float, float, float, float]:

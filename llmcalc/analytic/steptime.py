@@ -1841,17 +1841,20 @@ def _dp_mesh(lay: Layout, per_node: int) -> tuple[int, int, int, int, int]:
     return _cached("params", ("dp mesh", lay.order, lay.tp, lay.cp, lay.pp, lay.dp, lay.ep, lay.etp, per_node), make)
 
 
-def _rank_optimizer(ctx: _Ctx, params: float, experts: float, n_layers: int, per_layer: float) -> float:
+def _rank_optimizer(ctx: _Ctx, params: float, experts: float, n_layers: int, per_layer: float,
+                    zero: int | None = None) -> float:
     """_one_rank_dp's optimizer step: the rank's dense and routed-expert shards (`params`, `experts` of them routed,
-    in `n_layers` layers of `per_layer` parameters), each ZeRO-sharded over its data-parallel group (ZeRO >= 1)."""
+    in `n_layers` layers of `per_layer` parameters), each ZeRO-sharded over its data-parallel group (ZeRO >= 1);
+    `zero`: that of the layout with this ZeRO stage instead of its own (nothing else here reads the stage)."""
     lay = ctx.lay
+    zero = lay.zero if zero is None else zero
     dense_group = lay.dp * lay.cp
     dense = (params - experts) / lay.tp
     experts = experts / lay.expert_tp / lay.ep
-    shard = dense_group if lay.zero >= 1 else 1
-    expert_shard = lay.expert_dp if lay.zero >= 1 else 1
+    shard = dense_group if zero >= 1 else 1
+    expert_shard = lay.expert_dp if zero >= 1 else 1
     local = dense / shard + experts / expert_shard
-    return _optimizer_seconds(ctx, local, (per_layer, n_layers), dense_group if lay.zero >= 1 else 1,
+    return _optimizer_seconds(ctx, local, (per_layer, n_layers), dense_group if zero >= 1 else 1,
                               dense + experts)
 
 
@@ -2618,7 +2621,6 @@ def _optimizer_floor(ctx: _Ctx, paths: tuple, with_dp: bool = True) -> tuple[flo
     key = _dp_key(ctx, zero=1)
 
     def most() -> float:  # the most loaded first rank's, once per degrees and stage split (whatever the micro-batch)
-        one = ctx if lay.zero == 1 else replace(ctx, lay=replace(lay, zero=1))
         per_layer = _param_summary(ctx.spec)[0]
         holdings = _holdings(ctx, split, v)
         opt = 0.0
@@ -2626,8 +2628,8 @@ def _optimizer_floor(ctx: _Ctx, paths: tuple, with_dp: bool = True) -> tuple[flo
             held = holdings.get(r)
             if held is None:
                 held = holdings[r] = _rank_holdings(ctx, split, v, r)
-            opt = max(opt, _cached("params", ("rank optimizer", *key, *held),
-                                   lambda: _rank_optimizer(one, *held, per_layer)))  # noqa: B023 (called at once)
+            opt = max(opt, _cached("params", ("rank optimizer", *key, *held),  # ZeRO-1's, whatever the layout's
+                                   lambda: _rank_optimizer(ctx, *held, per_layer, zero=1)))  # noqa: B023 (at once)
         return opt
     opt = _cached("params", ("optimizer floor", *key, split, v, lay.schedule, *firsts), most)
     if not with_dp:
@@ -2665,7 +2667,10 @@ def _least_that_fits_uncached(spec: ModelSpec, lay: Layout, seq_len: int, tries:
     rec = RECIPES[recipe]
     peak, zero = 0.0, 1
     zeros = (1, 3) if lay.dp > 1 else (1,)
-    sums: dict[str, list] = {}  # each recomputation's stage activations (_stage_sums): the same at either ZeRO stage
+    # each recomputation's stage activations (_stage_sums): the same at either ZeRO stage, and for the layouts that
+    # differ in ep or etp alone
+    sums = _cached("acts", ("check sums", _token(even), lay.micro_batch, seq_len, rec.act_bytes, lay.tp, lay.cp,
+                            lay.pp), dict)
     for zero in zeros:
         # _training_peak's terms, without its cache: no other layout's check asks for these degrees and micro-batch
         states = _stage_states(even, recipe, optimizer, (lay.tp, lay.cp, lay.pp, lay.dp, lay.ep, lay.etp, zero))
@@ -2689,7 +2694,7 @@ def _least_that_fits_uncached(spec: ModelSpec, lay: Layout, seq_len: int, tries:
                 if acts is None:
                     acts = sums[rc] = _stage_sums(even, lay.micro_batch, seq_len // lay.cp, rec.act_bytes, rc,
                                                   mesh=(lay.tp, True, lay.pp))
-                peak = max([peak_from(s, a) for s, a in zip(states, acts, strict=True)])
+                peak = max(map(peak_from, states, acts))  # the stages pair up (_stage_ranges)
             if peak <= capacity:
                 return rc, zero, peak
             none_peak = peak if rc == "none" else None
@@ -2703,8 +2708,12 @@ def _degrees(par: Parallel) -> tuple:
 
 def _resized(spec: ModelSpec, n_layers: int) -> ModelSpec:
     """spec.with_layers(n_layers), of `spec`'s family: the activation caches share their per-layer terms
-    (_layer_signature) and the head's."""
-    out = spec.with_layers(n_layers)
+    (_layer_signature) and the head's. `spec` itself at its own layer count where with_layers would change no field
+    (its per-layer lists are validated to n_layers entries; tests hold it on every preset): building and validating
+    the copy is most of a memory check's cost."""
+    same = n_layers == spec.n_layers and spec.n_dense_layers <= n_layers and \
+        all(i < n_layers for i in (*(spec.moe_layers or ()), *(spec.index_layers or ())))
+    out = spec if same else spec.with_layers(n_layers)
     base = _token(spec)
     _CACHES["family"][_token(out)] = _CACHES["family"].get(base, base)
     return out
@@ -2746,10 +2755,26 @@ def _stage_ranges(n_layers: int, pp: int) -> list[tuple[int, int, int, bool]]:
 
 
 def _stage_sums(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recompute: str, mesh: tuple) -> list:
-    """_activation_sums of each of _stage_ranges' stages, `mesh` = (tp, sequence parallel, pp)."""
+    """_activation_sums of each of _stage_ranges' stages, `mesh` = (tp, sequence parallel, pp): the stages' layer kinds
+    and interned signatures once per model, pp and sequence (_stages_signed), then each stage's plan by one key."""
     tp, sp, pp = mesh
-    common = (spec, batch, seq, act_bytes, recompute, tp, sp)
-    return [_activation_sums(*common, *r) for r in _stage_ranges(spec.n_layers, pp)]
+    token = _token(spec)
+    cache = _CACHES["acts"]
+    stages = cache.get(("stages", token, pp, seq))
+    if stages is None:
+        stages = cache[("stages", token, pp, seq)] = _stages_signed(spec, pp, seq)
+    common = (_CACHES["family"].get(token, token), batch, seq, act_bytes, recompute, tp, sp)
+    return [_summed(spec, common, kinds, signed, in_flight, head=head) for kinds, signed, in_flight, head in stages]
+
+
+def _stages_signed(spec: ModelSpec, pp: int, seq: int) -> list[tuple[list, int, int, bool]]:
+    """Per stage of _stage_ranges: its layer kinds and their signatures (_kinds_signed, the signatures _interned),
+    the micro-batches in flight and whether it holds the head."""
+    out = []
+    for start, stop, in_flight, head in _stage_ranges(spec.n_layers, pp):
+        kinds, signatures = _kinds_signed(spec, start, stop, seq)
+        out.append((kinds, _interned(signatures), in_flight, head))
+    return out
 
 
 def _stage_states(spec: ModelSpec, recipe: str, optimizer: str, degrees: tuple) -> list:
@@ -2810,44 +2835,55 @@ def _activation_sums(spec: ModelSpec, batch: int, seq: int, act_bytes: float, re
                      start: int, stop: int, in_flight: int, head: bool) -> tuple[float, float, float, int, float,
                                                                                  float]:
     """What memory.peak_from reads of _activations(...): (the sum of its per_layer values in their order,
-    logits_and_loss, head_saved, in_flight, own_layer, largest_layer), once per argument set, summed from
-    _sums_plan's constants (once per model family, micro-batch, sequence, tp, recomputation and the stage's layer
-    kinds, whatever their counts and the micro-batches in flight) as _stage_acts' dicts add them up (see
-    _sums_plan)."""
+    logits_and_loss, head_saved, in_flight, own_layer, largest_layer), summed from _sums_plan's constants (once per
+    model family, micro-batch, sequence, tp, recomputation and the stage's layer kinds, whatever their counts and the
+    micro-batches in flight) as _stage_acts' dicts add them up (see _sums_plan; _summed). Not cached: a layout
+    search asks for each stage once (_stage_sums, per memory check)."""
     token = _token(spec)
-    key = ("sums", token, batch, seq, act_bytes, recompute, tp, sp, start, stop, in_flight, head)
+    kinds, signatures = _kinds_signed(spec, start, stop, seq)
+    common = (_CACHES["family"].get(token, token), batch, seq, act_bytes, recompute, tp, sp)
+    return _summed(spec, common, kinds, _interned(signatures), in_flight, head=head)
+
+
+def _summed(spec: ModelSpec, common: tuple, kinds: list, signed: int, in_flight: int,
+            head: bool) -> tuple[float, float, float, int, float, float]:
+    """_activation_sums of a stage of these layer kinds (`signed`: their signatures _interned; `common` as
+    _kind_terms'), from its plan (_sums_plan, once per `common`, signatures and head)."""
     cache = _CACHES["acts"]
-    out = cache.get(key)
-    if out is not None:
-        return out
-    kinds, signatures = _cached("acts", ("kinds", token, start, stop, seq), lambda: _kinds_signed(spec, start, stop,
-                                                                                                  seq))
-    family = _CACHES["family"].get(token, token)
-    common = (family, batch, seq, act_bytes, recompute, tp, sp)
-    simple, slots, tail, logits, head_saved, largest, own = _cached(
-        "acts", ("plan", *common, signatures, head), lambda: _sums_plan(spec, kinds, common, head))
+    key = ("plan", *common, signed, head)
+    plan = cache.get(key)
+    if plan is None:
+        if len(cache) > 200_000:
+            cache.clear()
+        plan = cache[key] = _sums_plan(spec, kinds, common, head)
+    simple, flat, slots, tail, logits, head_saved, largest, own = plan
     if simple is not None:  # one kind, each name once and not the head's
         count = kinds[0][1]
         values = [0.0 + (0.0 + value * in_flight) * count for value in simple]
-    else:
-        counts = [count for _, count in kinds]
-        values = []
-        for slot in slots:
-            acc = 0.0
-            for j, terms in slot:
-                if j < 0:  # the head's bytes
-                    acc = acc + terms
-                    continue
-                one = 0.0
-                for value in terms:  # _kind_terms' one[name]: the name's terms of one layer, x in flight
-                    one = one + value * in_flight
-                acc = acc + one * counts[j]
-            values.append(acc)
-    out = (sum(values + tail), logits, head_saved, in_flight, own, largest)
-    if len(cache) > 200_000:
-        cache.clear()
-    cache[key] = out
-    return out
+        return sum(values + tail), logits, head_saved, in_flight, own, largest
+    counts = [count for _, count in kinds]
+    if flat is not None:  # each layer's names once each: the loop below, kind by kind over every name
+        columns, heads = flat
+        sums = [0.0] * len(columns[0])
+        for column, count in zip(columns, counts, strict=True):
+            sums = [acc if value is None else acc + (0.0 + value * in_flight) * count
+                    for acc, value in zip(sums, column, strict=True)]
+        if heads is not None:
+            sums = [acc if value is None else acc + value for acc, value in zip(sums, heads, strict=True)]
+        return sum(sums + tail), logits, head_saved, in_flight, own, largest
+    sums = []
+    for slot in slots:
+        acc = 0.0
+        for j, terms in slot:
+            if j < 0:  # the head's bytes
+                acc = acc + terms
+                continue
+            one = 0.0
+            for value in terms:  # _kind_terms' one[name]: the name's terms of one layer, x in flight
+                one = one + value * in_flight
+            acc = acc + one * counts[j]
+        sums.append(acc)
+    return sum(sums + tail), logits, head_saved, in_flight, own, largest
 
 
 def _kinds_signed(spec: ModelSpec, start: int, stop: int, seq: int) -> tuple[list, tuple]:
@@ -2864,10 +2900,12 @@ def _signature(spec: ModelSpec, token: int, i: int, seq: int) -> tuple:
 def _sums_plan(spec: ModelSpec, kinds: list, common: tuple, head: bool) -> tuple:
     """_activation_sums' constants of a stage of these layer kinds ([first layer, count] each, in layer order;
     `common` as _kind_terms'), whatever their counts and the micro-batches in flight: (the one kind's term bytes in
-    order where the stage has one kind and each name once, not the head's, else None; else per_layer's names in
-    their order (_stage_acts': each kind's names in turn, then the head's), each as its (kind, that kind's bytes of
-    the name in order) in kind order, and (-1, bytes) for the head's; the head's 0.0 + bytes per name where simple,
-    else []; logits and loss; head saved; the first largest layer and its own, as _stage_acts takes them). Each name
+    order where the stage has one kind and each name once, not the head's, else None; where each kind's layer saves
+    each of its names once, (per kind, its bytes of each of per_layer's names in their order (_stage_acts': each
+    kind's names in turn, then the head's) or None where it has none; the head's the same way, or None without a
+    head), else None; else per_layer's names in their order, each as its (kind, that kind's bytes of the name in
+    order) in kind order, and (-1, bytes) for the head's; the head's 0.0 + bytes per name where simple, else [];
+    logits and loss; head saved; the first largest layer and its own, as _stage_acts takes them). Each name
     sums to _stage_acts' float: 0.0, + per kind (0.0 + each of its bytes x in flight, in order) x its count, + the
     head's bytes (0.0 + x is x: the dicts' get(name, 0.0) + x whether or not the name is there yet)."""
     whole = _head_acts(spec, common, head)
@@ -2878,31 +2916,73 @@ def _sums_plan(spec: ModelSpec, kinds: list, common: tuple, head: bool) -> tuple
         names = [name for name, _ in terms]
         if len(set(names)) == len(names) and heads.keys().isdisjoint(names):
             largest, own = (full, kept) if full > 0.0 else (0.0, 0.0)
-            return (tuple([value for _, value in terms]), (), [0.0 + value for value in heads.values()],
+            return (tuple([value for _, value in terms]), True, (), [0.0 + value for value in heads.values()],
                     whole.logits_and_loss, whole.head_saved, largest, own)
-    slots: dict[str, list] = {}
-    largest = own = 0.0
-    for j, (i, _) in enumerate(kinds):
+    kept_of, largest, own = [], 0.0, 0.0
+    for i, _ in kinds:
         terms, full, kept = _layer_kept(spec, i, common, _signature(spec, token, i, seq))
+        kept_of.append(terms)
+        if full > largest:  # (full, kept) if full > 0.0, as _kind_terms takes them; the first largest kind
+            largest, own = full, kept
+    if all(len({name for name, _ in terms}) == len(terms) for terms in kept_of):  # each layer's names once each
+        index: dict[str, int] = {}
+        for terms in kept_of:
+            for name, _ in terms:
+                index.setdefault(name, len(index))
+        for name in heads:
+            index.setdefault(name, len(index))
+        columns = []  # per kind, then the head's: its bytes of each name in per_layer's order, None where it has none
+        for terms in [*kept_of, list(heads.items())] if heads else kept_of:
+            column: list[float | None] = [None] * len(index)
+            for name, value in terms:
+                column[index[name]] = value
+            columns.append(tuple(column))
+        flat = (tuple(columns[:len(kinds)]), columns[len(kinds)] if heads else None)
+        return None, flat, (), [], whole.logits_and_loss, whole.head_saved, largest, own
+    slots: dict[str, list] = {}
+    for j, terms in enumerate(kept_of):
         per_name: dict[str, list[float]] = {}
         for name, value in terms:
             per_name.setdefault(name, []).append(value)
         for name, values in per_name.items():
             slots.setdefault(name, []).append((j, tuple(values)))
-        if full > largest:  # (full, kept) if full > 0.0, as _kind_terms takes them; the first largest kind
-            largest, own = full, kept
     for name, value in heads.items():
         slots.setdefault(name, []).append((-1, value))
-    return (None, tuple(tuple(slot) for slot in slots.values()), [], whole.logits_and_loss, whole.head_saved,
+    return (None, None, tuple(tuple(slot) for slot in slots.values()), [], whole.logits_and_loss, whole.head_saved,
             largest, own)
 
 
 def _kinds_between(spec: ModelSpec, start: int, stop: int) -> list:
-    """Each distinct layer kind of layers start..stop (layer_parts, MoE or not): its first layer and how many."""
+    """Each distinct layer kind of layers start..stop (layer_parts, MoE or not): its first layer and how many, in
+    order of first layers (read off the model's runs of one kind, _layer_runs)."""
     kinds: dict[tuple, list[int]] = {}
-    for i in range(start, stop):
-        kinds.setdefault((spec.layer_parts(i), spec.is_moe_layer(i)), [i, 0])[1] += 1
+    for lo, hi, kind in _layer_runs(spec):
+        if hi <= start:
+            continue
+        if lo >= stop:
+            break
+        lo, hi = max(lo, start), min(hi, stop)
+        entry = kinds.get(kind)
+        if entry is None:
+            kinds[kind] = [lo, hi - lo]
+        else:
+            entry[1] += hi - lo
     return list(kinds.values())
+
+
+def _layer_runs(spec: ModelSpec) -> list[tuple[int, int, tuple]]:
+    """The maximal runs of consecutive layers of one kind (layer_parts, MoE or not) as (first layer, end, kind), in
+    layer order, once per model: each layer's parts read once whatever the stages asked for."""
+    def make() -> list[tuple[int, int, tuple]]:
+        runs: list[tuple[int, int, tuple]] = []
+        for i in range(spec.n_layers):
+            kind = (spec.layer_parts(i), spec.is_moe_layer(i))
+            if runs and runs[-1][2] == kind:
+                runs[-1] = (runs[-1][0], i + 1, kind)
+            else:
+                runs.append((i, i + 1, kind))
+        return runs
+    return _cached("acts", ("runs", _token(spec)), make)
 
 
 def _stage_acts(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recompute: str, tp: int, sp: bool,
@@ -2968,25 +3048,31 @@ def _kind_terms(spec: ModelSpec, i: int, common: tuple, in_flight: int) -> tuple
 def _layer_kept(spec: ModelSpec, i: int, common: tuple, signature: tuple) -> tuple:
     """activations.layer_terms of layer i (flash attention, no dropout; `common` as _kind_terms'), once per
     `common` and layer signature; the layer's saved tensors (layer_saved) once per model family, micro-batch,
-    sequence and activation bytes: they are the same whatever the recomputation and tp (kept_terms)."""
+    sequence and activation bytes: they are the same whatever the recomputation and tp (kept_terms), and their
+    per-rank bytes once per tp and sequence parallelism besides: the same whatever the recomputation."""
     family, batch, seq, act_bytes, recompute, tp, sp = common
 
     def make() -> tuple:
         items = _cached("acts", ("saved", family, batch, seq, act_bytes, signature),
                         lambda: layer_saved(spec, i, batch, seq, act_bytes=act_bytes, attention="flash",
                                             dropout=False))
-        return kept_terms(spec, items, batch * seq, act_bytes, recompute=recompute, tp=tp, sequence_parallel=sp)
+        ranks = _cached("acts", ("ranks", family, batch, seq, act_bytes, tp, sp, signature),
+                        lambda: [s.per_rank(tp, sp) for s in items])  # the same for every recomputation
+        return kept_terms(spec, items, batch * seq, act_bytes, recompute=recompute, tp=tp, sequence_parallel=sp,
+                          ranks=ranks)
     return _cached("acts", ("terms", *common, signature), make)
 
 
 def _head_acts(spec: ModelSpec, common: tuple, head: bool) -> ActivationEstimate:
     """activation_memory over no layer (the final norm, LM head and loss when `head`; `common` as _kind_terms'),
     once per model family, micro-batch, sequence, activation bytes and tp: without layers the recomputation
-    changes nothing (no working set, no largest layer)."""
+    changes nothing (no working set, no largest layer); without the head, nothing at all (its estimate: no bytes)."""
+    if not head:
+        return ActivationEstimate({}, 0.0, 0.0)
     family, batch, seq, act_bytes, recompute, tp, sp = common
-    return _cached("acts", ("head", family, batch, seq, act_bytes, tp, sp, head),
+    return _cached("acts", ("head", family, batch, seq, act_bytes, tp, sp),
                    lambda: activation_memory(spec, batch, seq, act_bytes, recompute, tp=tp, sequence_parallel=sp,
-                                             layers=range(0), head=head))
+                                             layers=range(0), head=True))
 
 
 def _layer_signature(spec: ModelSpec, i: int, seq: int) -> tuple:
