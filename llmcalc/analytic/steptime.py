@@ -2534,8 +2534,9 @@ def _passes(s: StageTimes, zb: bool) -> tuple[float, float | None]:
 
 def _floor_ranks(plan: tuple, schedule: str, pp: int, v: int) -> tuple:
     """The shape of _floor_paths' paths for one stage plan (_stage_plan's) and schedule: per group of identical ranks
-    (its last rank) the distinct compositions before its first chunk and its own, each as (index, count), and its
-    send/receive count; the stage split; each group's first rank. Cached with the plan."""
+    (its last rank) the distinct compositions before its first chunk and its own, each as (index, count: a float,
+    so that _floor_paths' products are float ones), and its send/receive count; the stage split; each group's first
+    rank. Cached with the plan."""
     def make() -> tuple:
         split, _, ids, _, groups, _ = plan
         rank_groups, lasts = groups(schedule, pp)
@@ -2545,10 +2546,10 @@ def _floor_ranks(plan: tuple, schedule: str, pp: int, v: int) -> tuple:
             for c in range(v):
                 home[stage_of(schedule, r, c, pp)] = r
 
-        def counted(stages: Sequence[int]) -> tuple:
-            out: dict[int, int] = {}
+        def counted(stages: Sequence[int]) -> tuple:  # the counts as floats: x * n is x * float(n) (exact)
+            out: dict[int, float] = {}
             for st in stages:
-                out[ids[st]] = out.get(ids[st], 0) + 1
+                out[ids[st]] = out.get(ids[st], 0.0) + 1.0
             return tuple(out.items())
         ranks = []
         for r in lasts:
