@@ -2581,30 +2581,41 @@ def _passes(s: StageTimes, zb: bool) -> tuple[float, float | None]:
 
 def _floor_ranks(plan: tuple, schedule: str, pp: int, v: int) -> tuple:
     """The shape of _floor_paths' paths for one stage plan (_stage_plan's) and schedule: per group of identical ranks
-    (its last rank) the distinct compositions before its first chunk and its own, each as (index, count), and its
-    send/receive count; the stage split; each group's first rank. Cached with the plan."""
-    def make() -> tuple:
-        split, _, ids, _, groups, _ = plan
-        rank_groups, lasts = groups(schedule, pp)
-        n_stages = len(split)
-        home = [0] * n_stages  # each stage's rank
-        for r in range(pp):
-            for c in range(v):
-                home[stage_of(schedule, r, c, pp)] = r
+    (its last rank) the distinct compositions before its first chunk and its own, each as (index, count: a float,
+    so that _floor_paths' products are float ones), and its send/receive count; the stage split; each group's first
+    rank. Cached with the plan (kept with it, so that its id stays its own), _cached's way without a closure per
+    call."""
+    cache = _CACHES["params"]
+    key = ("floor ranks", id(plan), schedule, pp, v)
+    found = cache.get(key)
+    if found is None:
+        if len(cache) > 200_000:
+            cache.clear()
+        found = cache[key] = (_floor_ranks_uncached(plan, schedule, pp, v), plan)
+    return found[0]
 
-        def counted(stages: Sequence[int]) -> tuple:
-            out: dict[int, int] = {}
-            for st in stages:
-                out[ids[st]] = out.get(ids[st], 0) + 1
-            return tuple(out.items())
-        ranks = []
-        for r in lasts:
-            stages = [stage_of(schedule, r, c, pp) for c in range(v)]
-            s0 = min(stages)
-            hops = sum(home[st] != home[st + 1] for st in range(s0))
-            ranks.append((counted(range(s0)), counted(stages), 2 * hops))
-        return tuple(ranks), tuple(split), [r for r, _ in rank_groups], plan  # the plan: its id stays its own
-    return _cached("params", ("floor ranks", id(plan), schedule, pp, v), make)[:3]
+
+def _floor_ranks_uncached(plan: tuple, schedule: str, pp: int, v: int) -> tuple:
+    split, _, ids, _, groups, _ = plan
+    rank_groups, lasts = groups(schedule, pp)
+    n_stages = len(split)
+    home = [0] * n_stages  # each stage's rank
+    for r in range(pp):
+        for c in range(v):
+            home[stage_of(schedule, r, c, pp)] = r
+
+    def counted(stages: Sequence[int]) -> tuple:  # the counts as floats: x * n is x * float(n) (exact)
+        out: dict[int, float] = {}
+        for st in stages:
+            out[ids[st]] = out.get(ids[st], 0.0) + 1.0
+        return tuple(out.items())
+    ranks = []
+    for r in lasts:
+        stages = [stage_of(schedule, r, c, pp) for c in range(v)]
+        s0 = min(stages)
+        hops = sum(home[st] != home[st + 1] for st in range(s0))
+        ranks.append((counted(range(s0)), counted(stages), 2 * hops))
+    return tuple(ranks), tuple(split), [r for r, _ in rank_groups]
 
 
 def _optimizer_floor(ctx: _Ctx, paths: tuple, with_dp: bool = True) -> tuple[float, float]:
