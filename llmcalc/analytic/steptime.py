@@ -2409,9 +2409,7 @@ def _floor_shape(spec: ModelSpec, lay: Layout) -> tuple:
     one search with the same pp, vpp and schedule."""
     v = chunks_per_rank(lay.schedule, lay.vpp)
     zb = lay.schedule.startswith("zb")
-    ranks, pieces, pid = _rank_pieces(spec, lay.pp * v, lay, v)
-    # the counts as floats: x * n is x * float(n) (the int converted exactly), without the mixed-type multiply
-    ranks = tuple(tuple(tuple((k, float(n)) for k, n in part) for part in rank) for rank in ranks)
+    ranks, pieces, pid = _rank_pieces(spec, lay.pp * v, lay, v)  # (its counts are floats: _floor_ranks' are)
     return ("work", lay.mtp_layers, lay.schedule), ranks, pieces, ("piece list", pid, zb), zb
 
 
