@@ -1736,12 +1736,14 @@ def _dp_and_optimizer(ctx: _Ctx, stages: list[StageTimes], split: list[int], sta
     return worst_dp, worst_opt
 
 
-def _rank_dp(ctx: _Ctx, split: tuple[int, ...], v: int, ranks: list[int]) -> dict[int, tuple]:
+def _rank_dp(ctx: _Ctx, split: tuple[int, ...], v: int, ranks: list[int],
+             key: tuple | None = None) -> dict[int, tuple]:
     """For pipeline ranks `ranks`, what each one's data-parallel reductions and optimizer step cost, whatever the
     stage times: (layers, FSDP?, one FSDP unit's forward and backward transfer, total reduce and gather seconds per
     step, the last bucket's reduce and the first bucket's gather, optimizer seconds). Cached per layout degrees and
-    the rank's parameters (ranks holding the same parameters cost the same, in this layout or another)."""
-    key = _dp_key(ctx)
+    the rank's parameters (ranks holding the same parameters cost the same, in this layout or another). `key`:
+    _dp_key(ctx) where the caller has it already."""
+    key = _dp_key(ctx) if key is None else key
     return _cached("params", ("rank dps", *key, split, v, ctx.lay.schedule, tuple(ranks)),
                    lambda: _ranks_dp(ctx, key, split, v, ranks))
 
@@ -1816,10 +1818,16 @@ def _one_rank_dp(ctx: _Ctx, params: float, experts: float, n_layers: int, per_la
                             units=units, net=net, gather_bytes=gather_bytes)
     if dense_group == 1 and lay.expert_dp == 1:
         secs = []
-    reduce = sum(t * n for k, t, n in secs if k in ("all_reduce", "reduce_scatter"))
-    gather = sum(t * n for k, t, n in secs if k == "all_gather")
-    last = max((t for k, t, _ in secs if k in ("all_reduce", "reduce_scatter")), default=0.0)
-    first = max((t for k, t, _ in secs if k == "all_gather"), default=0.0)
+    reduces, gathers = [], []  # each kind's calls (seconds of one, calls), in their order
+    for k, t, n in secs:
+        if k == "all_gather":
+            gathers.append((t, n))
+        elif k in ("all_reduce", "reduce_scatter"):
+            reduces.append((t, n))
+    reduce = sum([t * n for t, n in reduces])
+    gather = sum([t * n for t, n in gathers])
+    last = max([t for t, _ in reduces], default=0.0)
+    first = max([t for t, _ in gathers], default=0.0)
     per_f = per_b = 0.0  # one FSDP unit's forward and backward transfers (ZeRO-3 only)
     if lay.zero == 3:
         per_f = gather / m / 2 / (max(1, n_layers) + 1)
@@ -1892,13 +1900,15 @@ def _dp_colls(params: float, rec: Recipe, group: int, zero: int, stride: int, me
     ring latency ((n-1) steps), which across hundreds of ranks outweighs the bytes of a small bucket.
     `gather_bytes`: bytes per parameter of the weight all-gather (default the weights', at most 2 bytes: the BF16
     copy); 1 with Megatron's --fp8-param-gather (arguments.py: "Keep the compute param in fp8 ... and perform the
-    param all-gather in fp8"; with the distributed optimizer or FSDP)."""
+    param all-gather in fp8"; with the distributed optimizer or FSDP). Each call's Collective is built as its
+    __init__ builds it (its fields in field order; it has no __post_init__), without the setattr per field."""
     weight = min(rec.weight_bytes, 2.0) if gather_bytes is None else gather_bytes
     colls = comm.dp_collectives(params, rec.grad_bytes, weight, group, zero=zero, stride=stride,
                                 micro_batches=m)
     calls = units or max(1, math.ceil(params / max(DP_BUCKET_PARAMS, 1e6 * group)))
-    return [comm.Collective(c.name, c.kind, c.group, c.buffer_bytes / calls, c.count * calls, stride=c.stride,
-                            per_node=members)
+    return [_built(comm.Collective, {"name": c.name, "kind": c.kind, "group": c.group,
+                                     "buffer_bytes": c.buffer_bytes / calls, "count": c.count * calls,
+                                     "stride": c.stride, "per_node": members})
             for c in colls]
 
 
@@ -2644,7 +2654,9 @@ def _optimizer_floor(ctx: _Ctx, paths: tuple, with_dp: bool = True) -> tuple[flo
     if not with_dp:
         return opt, 0.0
     dp = 0.0
-    for _, zero3, per_f, per_b, reduce, gather, last, first, _ in _rank_dp(ctx, split, v, firsts).values():
+    # ZeRO-1's key is the layout's own where its stage is 1 (_dp_key reads the micro-batches for ZeRO-3 alone)
+    own = _rank_dp(ctx, split, v, firsts, key if lay.zero == 1 else None)
+    for _, zero3, per_f, per_b, reduce, gather, last, first, _ in own.values():
         if zero3 and lay.dp_overlap:
             exposed = lay.grad_accum * (per_f + per_b)
         elif lay.dp_overlap and not zero3:
