@@ -2878,16 +2878,19 @@ def _summed(spec: ModelSpec, common: tuple, kinds: list, signed: int, in_flight:
             cache.clear()
         plan = cache[key] = _sums_plan(spec, kinds, common, head)
     simple, flat, slots, tail, logits, head_saved, largest, own = plan
+    # _stage_acts' 0.0 + x per name and per kind (the dicts' get(name, 0.0) + x) is left out below: it is x, but
+    # for a -0.0 made 0.0, and what takes these values (the sum from 0, an accumulator from 0.0, never -0.0) adds
+    # either zero alike
     if simple is not None:  # one kind, each name once and not the head's
         count = kinds[0][1]
-        values = [0.0 + (0.0 + value * in_flight) * count for value in simple]
+        values = [value * in_flight * count for value in simple]
         return sum(values + tail), logits, head_saved, in_flight, own, largest
     counts = [count for _, count in kinds]
     if flat is not None:  # each layer's names once each: the loop below, kind by kind over every name
         columns, heads = flat
         sums = [0.0] * len(columns[0])
         for column, count in zip(columns, counts, strict=True):
-            sums = [acc if value is None else acc + (0.0 + value * in_flight) * count
+            sums = [acc if value is None else acc + value * in_flight * count
                     for acc, value in zip(sums, column, strict=True)]
         if heads is not None:
             sums = [acc if value is None else acc + value for acc, value in zip(sums, heads, strict=True)]
