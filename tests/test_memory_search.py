@@ -1,6 +1,7 @@
 """Issue 24: the layout search's memory check and DP/optimizer pieces against the straightforward path, bit for bit."""
 
 import itertools
+import math
 
 import pytest
 
@@ -142,6 +143,28 @@ def test_dp_seconds_scale_zero3_counts_by_micro_batches():
             params, rec, group, zero, stride, members=members, m=m, units=units))
         assert steptime._dp_seconds(params, rec, group, zero, stride, members=members, m=m, units=units,
                                     net=net) == want
+
+
+def test_dp_colls_are_the_collectives_init_builds():
+    """_dp_colls builds its per-bucket Collectives without __init__ (parallel._built): each is the Collective that
+    comm.Collective(...) builds from the same fields (equal, the same fields in the same order, the same seconds)."""
+    from llmcalc.analytic import comm
+    net = steptime.device_for("h100-sxm").network
+    for recipe in ("bf16-mixed", "fp8"):
+        rec = RECIPES[recipe]
+        for params, group, zero, stride, members, m, units, gather in itertools.product(
+                (3e8, 7.5e9), (1, 8, 64), (0, 1, 3), (1, 8), (1, 8), (1, 16), (0, 17), (None, 1.0)):
+            got = steptime._dp_colls(params, rec, group, zero, stride, members=members, m=m, units=units,
+                                     gather_bytes=gather)
+            weight = min(rec.weight_bytes, 2.0) if gather is None else gather
+            calls = units or max(1, math.ceil(params / max(steptime.DP_BUCKET_PARAMS, 1e6 * group)))
+            want = [comm.Collective(c.name, c.kind, c.group, c.buffer_bytes / calls, c.count * calls, stride=c.stride,
+                                    per_node=members)
+                    for c in comm.dp_collectives(params, rec.grad_bytes, weight, group, zero=zero, stride=stride,
+                                                 micro_batches=m)]
+            assert got == want
+            assert [list(vars(c).items()) for c in got] == [list(vars(c).items()) for c in want]
+            assert [c.seconds(net) for c in got] == [c.seconds(net) for c in want]
 
 
 def test_resized_at_its_own_layer_count_is_the_model():

@@ -26,6 +26,7 @@ from ..spec import ModelSpec
 from ..validate import DEFAULT_ZERO
 
 P = TypeVar("P", bound="Parallel")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -126,9 +127,10 @@ def _defaults(cls: type) -> dict[str, Any] | None:
     return defaults
 
 
-def _built(cls: type[P], fields: dict[str, Any]) -> P:
+def _built(cls: type[R], fields: dict[str, Any]) -> R:
     """_build(cls, **fields) where `fields` is already every field's value in field order (_defaults(cls) updated
-    with known fields only): the same instance, for a caller that builds many from one template."""
+    with known fields only): the same instance, for a caller that builds many from one template (or, of any frozen
+    record without __post_init__, such as comm.Collective, every field given in field order)."""
     out = object.__new__(cls)
     out.__dict__.update(fields)
     return out
