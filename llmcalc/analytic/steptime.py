@@ -587,6 +587,9 @@ class StageTimes:
         self.gemm_fwd += times * other.gemm_fwd
 
 
+_GEMM_BYTES = {"fp8": 1.0, "fp4": 0.5 + 1 / 16, "fp32": 4.0}  # bytes per GEMM input element by GEMM dtype (else act)
+
+
 @dataclass
 class _Ctx:
     """One prediction's fixed inputs, the rates they imply, and the per-layer-kind cache."""
@@ -618,7 +621,7 @@ class _Ctx:
 
     @property
     def gemm_bytes(self) -> float:
-        return {"fp8": 1.0, "fp4": 0.5 + 1 / 16, "fp32": 4.0}.get(self.recipe.gemm_dtype, self.act)
+        return _GEMM_BYTES.get(self.recipe.gemm_dtype, self.act)
 
     def gemm(self, m: float, k: float, n: float, batch: float = 1) -> tuple[float, float, float]:
         """Forward + input-gradient + weight-gradient seconds of one linear (m tokens, k in, n out), as a triple
@@ -650,10 +653,19 @@ class _Ctx:
 
     def _gemm_inputs(self, batch: float) -> tuple[int, Callable[[float, float, float], float]]:
         """(the _interned id of what gemm_seconds reads beside the shape: the device, input bytes, `batch`, rate,
-        output bytes and efficiency; kernels.gemm_timer of those): gemm's part of its cache keys, once per batch."""
-        in_bytes, rate = self.gemm_bytes, self.gemm_rate
-        timer = kernels.gemm_timer(self.dev, in_bytes, batch=batch, rate=rate, out_bytes=self.act, efficiency=self.eff)
-        return _interned((_token(self.dev), in_bytes, batch, rate, self.act, self.eff)), timer
+        output bytes and efficiency; kernels.gemm_timer of those): gemm's part of its cache keys, once per batch
+        and per what gemm_bytes and gemm_rate read (the device, the recipe's GEMM dtype and name, the activation
+        bytes), which the contexts of a search share."""
+        recipe = self.recipe
+        key = ("gemm inputs", _token(self.dev), recipe.gemm_dtype, recipe.name, self.act, self.eff, batch)
+        cache = _CACHES["kernels"]
+        inputs = cache.get(key)
+        if inputs is None:
+            in_bytes, rate = self.gemm_bytes, self.gemm_rate
+            cid = _interned((_token(self.dev), in_bytes, batch, rate, self.act, self.eff))
+            inputs = cache[key] = cid, kernels.gemm_timer(self.dev, in_bytes, batch=batch, rate=rate,
+                                                          out_bytes=self.act, efficiency=self.eff)
+        return inputs
 
     @staticmethod
     def _gemm_seconds(cache: dict, key: tuple, timer: Callable[[float, float, float], float]) -> float:
