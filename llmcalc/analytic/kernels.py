@@ -276,13 +276,17 @@ def _table_rate(kernel: str, head_dim: float, seq: float, causal: bool, backward
     """H100 TFLOP/s of `kernel` (FORWARD / BACKWARD tables) at this head dim, length and mask."""
     if kernel not in FORWARD:
         raise LlmcalcError(f"unknown attention kernel {kernel!r}; use one of {', '.join(ATTENTION_KERNELS)}")
-    fwd = FORWARD[kernel]
-    plain = _by_head_dim({d: v[0] for d, v in fwd.items()}, head_dim, seq)
-    masked = _by_head_dim({d: v[1] for d, v in fwd.items()}, head_dim, seq)
+    plain_table, masked_table = _FORWARD_BY_MASK[kernel]
+    plain = _by_head_dim(plain_table, head_dim, seq)
+    masked = _by_head_dim(masked_table, head_dim, seq)
     if not backward:
         return (masked if causal else plain) * 1e12
     bwd = _by_head_dim(BACKWARD[kernel], head_dim, seq)
     return (bwd * masked / plain if causal else bwd) * 1e12
+
+
+_FORWARD_BY_MASK = {kernel: ({d: v[0] for d, v in fwd.items()}, {d: v[1] for d, v in fwd.items()})
+                    for kernel, fwd in FORWARD.items()}  # FORWARD's (non-causal, causal) tables of each kernel
 
 
 def _cudnn_share(arch: str, head_dim: float, seq: float, causal: bool, backward: bool) -> float:
