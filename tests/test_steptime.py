@@ -1451,3 +1451,104 @@ def test_hierarchical_cp_all_to_all_exposed_and_ring_hidden_at_1m():
 def test_layout_refuses_hierarchical_cp_in_one_line():
     r = run("layout", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", 64, "--global-batch", 64, "--cp-comm", "a2a+p2p")
     assert r.exit_code == 2 and "train --cp-a2a-size" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def _collective_seconds_by_helpers(c: comm.Collective, net: comm.Network) -> float:
+    """Collective.seconds as it read before it wrote its helpers out: members_per_node, intra_node, nics_per_node,
+    bytes_per_rank, min and max."""
+    if c.kind != "p2p" and c.group == 1:
+        return 0.0
+    steps = comm.latency_steps(c.kind, c.group)
+    members = c.members_per_node(net) if c.kind != "p2p" else (2 if c.intra_node(net) else 1)
+    up = net.scale_up_rate(members, c.kind, c.group)
+    if c.intra_node(net):
+        return steps * net.scale_up_latency + c.bytes_per_rank / up
+    nic = net.scale_out_bandwidth * comm.NCCL_NET_EFFICIENCY
+    if c.kind == "all_to_all":
+        g, n = members, c.group
+        off = c.buffer_bytes * (n - g) / n / nic
+        on = c.buffer_bytes * (g - 1) / n / up if g > 1 else 0.0
+        return steps * net.scale_out_latency + max(off, on)
+    bw = min(up, c.nics_per_node(net) * nic)
+    return steps * net.scale_out_latency + c.bytes_per_rank / bw
+
+
+@pytest.mark.parametrize("gpu", ["h100-sxm", "a100-80gb-sxm", "gb200", "mi300x", "b200"])
+def test_collective_seconds_is_its_helpers(gpu):
+    """Collective.seconds (its helpers written out) is what members_per_node, intra_node, nics_per_node and
+    bytes_per_rank give, float for float, on every kind, group, stride and per-node count (switch and mesh, NVLS
+    and not, 8- and 72-GPU nodes)."""
+    from dataclasses import replace
+
+    from llmcalc.analytic import steptime
+
+    net = steptime.device_for(gpu).network
+    checked = 0
+    for nodes in (net, replace(net, gpus_per_node=4)):
+        for kind in comm.KINDS:
+            for group in (1, 2, 3, 4, 6, 8, 16, 32, 72, 144):
+                for stride in (1, 2, 4, 8, 16, 64):
+                    for per_node in (0, 1, 2, 4, 8):
+                        c = comm.Collective("x", kind, group, 3.5e8 * group, stride=stride, per_node=per_node)
+                        assert c.seconds(nodes) == _collective_seconds_by_helpers(c, nodes), c
+                        checked += 1
+    assert checked > 2000
+
+
+def test_interp_keeps_each_tables_logs():
+    """kernels._interp's logarithms of a table's lengths, kept per table (_LOGS), are those it computed on every call:
+    the same rates at every length, below, inside and above the table, before and after the cache is filled."""
+    from llmcalc.analytic import kernels
+
+    def fresh(xs, ys, x):
+        lx, logs = math.log(x), [math.log(v) for v in xs]
+        if lx <= logs[0]:
+            return ys[0] * math.exp(math.log(ys[1] / ys[0]) / (logs[1] - logs[0]) * (lx - logs[0]))
+        if lx >= logs[-1]:
+            return ys[-1]
+        i = next(i for i in range(len(xs) - 1) if lx <= logs[i + 1])
+        return ys[i] + (lx - logs[i]) / (logs[i + 1] - logs[i]) * (ys[i + 1] - ys[i])
+
+    tables = [(kernels.SEQS, kernels.FORWARD["fa3"][128][1]), (kernels.SEQS, kernels.BACKWARD["fa2"][64]),
+              (kernels.CUDNN_SEQS, kernels.CUDNN_MEASURED["hopper"][1][128]["bwd"][0])]
+    for _ in range(2):
+        kernels._LOGS.clear()
+        for xs, ys in tables:
+            for x in (100, 512, 700.5, 1024, 2048, 3000, 8192, 9000.25, 16384, 32768, 65536, 1e6):
+                assert kernels._interp(xs, ys, x) == fresh(xs, ys, x)
+        assert set(kernels._LOGS) == {kernels.SEQS, kernels.CUDNN_SEQS}
+
+
+def test_context_gemm_inputs_shared_across_devices_and_recipes():
+    """_Ctx._gemm_inputs' (id, gemm_timer), kept per device, recipe GEMM dtype and name, activation bytes, efficiency
+    and batch and shared by contexts: each context's GEMMs are kernels.gemm_seconds of its own inputs, float for float,
+    whatever devices and recipes came before in the same caches."""
+    from llmcalc.analytic import kernels, steptime
+    from llmcalc.analytic.memory import RECIPES
+
+    spec = load_model("llama-3-8b")
+    lay = steptime.make_layout(spec, 8, 4096, 64, tp=2)
+    steptime.clear_caches()
+    for _ in range(2):
+        for gpu in ("h100-sxm", "a100-80gb-sxm", "b200", "mi300x"):
+            dev = steptime.device_for(gpu)
+            for recipe in ("bf16-mixed", "fp8", "fp8-blockwise", "fp16-mixed", "fp32"):
+                rec = RECIPES[recipe]
+                if rec.gemm_dtype == "fp8" and "fp8" not in dev.accelerator.peak_flops:
+                    continue
+                for eff in (steptime.KERNEL_EFFICIENCY, 1.0):
+                    ctx = steptime._Ctx(spec, dev, lay, 4096, rec, eff=eff)
+                    for m, k, n, batch in ((4096, 4096, 6144.0, 1), (512, 1024, 2048, 8), (8192, 1024, 512, 1.0)):
+                        expect = tuple(kernels.gemm_seconds(*shape, dev=dev, in_bytes=ctx.gemm_bytes, batch=batch,
+                                                            rate=ctx.gemm_rate, out_bytes=ctx.act, efficiency=eff)
+                                       for shape in ((m, k, n), (m, n, k), (k, m, n)))
+                        fwd, dgrad, wgrad = ctx.gemm(m, k, n, batch)
+                        if rec.fp8:
+                            q = kernels.QUANT_BYTES[rec.fp8]
+                            exp_f = expect[0] + kernels.stream_seconds(batch * m * k * q, dev, eff)
+                            exp_d = (expect[1] * kernels.QUANT_DGRAD_SLOWDOWN
+                                     + kernels.stream_seconds(batch * m * n * q, dev, eff))
+                            assert (fwd, dgrad, wgrad) == (exp_f, exp_d, expect[2])
+                        else:
+                            assert (fwd, dgrad, wgrad) == expect
+    steptime.clear_caches()

@@ -174,22 +174,37 @@ class Collective:
         return self.members_per_node(net)
 
     def seconds(self, net: Network) -> float:
-        """Alpha-beta time of one call."""
-        if self.kind != "p2p" and self.group == 1:
-            return 0.0
-        steps = latency_steps(self.kind, self.group)
-        members = self.members_per_node(net) if self.kind != "p2p" else (2 if self.intra_node(net) else 1)
-        up = net.scale_up_rate(members, self.kind, self.group)
-        if self.intra_node(net):
-            return steps * net.scale_up_latency + self.bytes_per_rank / up
+        """Alpha-beta time of one call: members_per_node, intra_node and nics_per_node written out (a layout search
+        times each of its collectives once; their calls were most of this one's cost)."""
+        kind, n, stride, per_node = self.kind, self.group, self.stride, self.per_node
+        if kind == "p2p":
+            steps = 1
+            intra = stride * 2 <= net.gpus_per_node
+            members = nics = 2 if intra else 1
+        else:
+            if n == 1:
+                return 0.0
+            steps = latency_steps(kind, n)
+            if per_node:
+                intra = per_node >= n
+                members = n if n <= per_node else per_node
+            else:
+                intra = stride * n <= net.gpus_per_node
+                members = net.gpus_per_node // stride
+                members = 1 if members < 1 else n if n <= members else members
+            nics = 1 if kind == "all_to_all" else members
+        up = net.scale_up_rate(members, kind, n)
+        if intra:
+            return steps * net.scale_up_latency + self.buffer_bytes * bus_factor(kind, n) / up
         nic = net.scale_out_bandwidth * NCCL_NET_EFFICIENCY
-        if self.kind == "all_to_all":  # off-node share through its own NIC, on-node share over NVLink, together
-            g, n = members, self.group
+        if kind == "all_to_all":  # off-node share through its own NIC, on-node share over NVLink, together
+            g = members
             off = self.buffer_bytes * (n - g) / n / nic
             on = self.buffer_bytes * (g - 1) / n / up if g > 1 else 0.0
-            return steps * net.scale_out_latency + max(off, on)
-        bw = min(up, self.nics_per_node(net) * nic)
-        return steps * net.scale_out_latency + self.bytes_per_rank / bw
+            return steps * net.scale_out_latency + (off if off >= on else on)
+        bw = nics * nic
+        bw = up if up <= bw else bw
+        return steps * net.scale_out_latency + self.buffer_bytes * bus_factor(kind, n) / bw
 
 
 # --- what each parallelism sends: the general volume functions ------------------------------------

@@ -34,7 +34,7 @@ isolated-kernel rates kept inside a step: clocks under sustained power load, lau
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from ..errors import LlmcalcError
 from ..hardware import Accelerator
@@ -240,7 +240,9 @@ def _interp(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
     """Piecewise linear in log(x) inside the table; below its first point a power law through the first two
     (short windows run shorter tiles), above its last flat."""
     lx = math.log(x)
-    logs = [math.log(v) for v in xs]
+    logs = _LOGS.get(xs)
+    if logs is None:
+        logs = _LOGS[xs] = [math.log(v) for v in xs]
     if lx <= logs[0]:
         slope = math.log(ys[1] / ys[0]) / (logs[1] - logs[0])
         return ys[0] * math.exp(slope * (lx - logs[0]))
@@ -251,6 +253,10 @@ def _interp(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
             w = (lx - logs[i]) / (logs[i + 1] - logs[i])
             return ys[i] + w * (ys[i + 1] - ys[i])
     return ys[-1]
+
+
+_LOGS: dict[Sequence[float], list[float]] = {}  # _interp's log(x) of each table's lengths (SEQS, CUDNN_SEQS): a pure
+# function of the (tuple) lengths
 
 
 def _by_head_dim(table: Mapping[int, Sequence[float]], head_dim: float, seq: float) -> float:
@@ -270,13 +276,17 @@ def _table_rate(kernel: str, head_dim: float, seq: float, causal: bool, backward
     """H100 TFLOP/s of `kernel` (FORWARD / BACKWARD tables) at this head dim, length and mask."""
     if kernel not in FORWARD:
         raise LlmcalcError(f"unknown attention kernel {kernel!r}; use one of {', '.join(ATTENTION_KERNELS)}")
-    fwd = FORWARD[kernel]
-    plain = _by_head_dim({d: v[0] for d, v in fwd.items()}, head_dim, seq)
-    masked = _by_head_dim({d: v[1] for d, v in fwd.items()}, head_dim, seq)
+    plain_table, masked_table = _FORWARD_BY_MASK[kernel]
+    plain = _by_head_dim(plain_table, head_dim, seq)
+    masked = _by_head_dim(masked_table, head_dim, seq)
     if not backward:
         return (masked if causal else plain) * 1e12
     bwd = _by_head_dim(BACKWARD[kernel], head_dim, seq)
     return (bwd * masked / plain if causal else bwd) * 1e12
+
+
+_FORWARD_BY_MASK = {kernel: ({d: v[0] for d, v in fwd.items()}, {d: v[1] for d, v in fwd.items()})
+                    for kernel, fwd in FORWARD.items()}  # FORWARD's (non-causal, causal) tables of each kernel
 
 
 def _cudnn_share(arch: str, head_dim: float, seq: float, causal: bool, backward: bool) -> float:
@@ -348,15 +358,26 @@ def gemm_seconds(m: float, k: float, n: float, dev: Device, in_bytes: float, bat
     compute at `rate` (default the bf16 MAMF) x tile/wave quantization x `efficiency`, with the epilogue's
     GEMM_EPILOGUE_K; memory: operands of `in_bytes` per element and the result of `out_bytes` (default
     in_bytes) at the achievable HBM bandwidth."""
-    if m <= 0 or k <= 0 or n <= 0:
-        return 0.0
+    return gemm_timer(dev, in_bytes, batch=batch, rate=rate, out_bytes=out_bytes, efficiency=efficiency)(m, k, n)
+
+
+def gemm_timer(dev: Device, in_bytes: float, batch: float = 1, rate: float | None = None,
+               out_bytes: float | None = None, efficiency: float = 1.0) -> Callable[[float, float, float], float]:
+    """gemm_seconds with these arguments as a function of the shape (m, k, n): what reads no shape (the rates, the
+    epilogue's K-steps) worked out once, for a caller that times many shapes (steptime._Ctx.gemm)."""
     rate = dev.mamf if rate is None else rate
     out = in_bytes if out_bytes is None else out_bytes
     hbm = dev.hbm
     epilogue = GEMM_EPILOGUE_K * rate / hbm / EPILOGUE_FLOP_PER_BYTE
-    compute = 2 * m * n * (k + epilogue) * batch / (rate * efficiency * tile_wave_efficiency(m, n, dev.sm_count, batch))
-    memory = batch * (in_bytes * (m * k + k * n) + out * m * n) / (hbm * efficiency)
-    return (compute ** ROOFLINE_P + memory ** ROOFLINE_P) ** (1 / ROOFLINE_P)
+    flop_rate, byte_rate, sms = rate * efficiency, hbm * efficiency, dev.sm_count
+
+    def seconds(m: float, k: float, n: float) -> float:
+        if m <= 0 or k <= 0 or n <= 0:
+            return 0.0
+        compute = 2 * m * n * (k + epilogue) * batch / (flop_rate * tile_wave_efficiency(m, n, sms, batch))
+        memory = batch * (in_bytes * (m * k + k * n) + out * m * n) / byte_rate
+        return (compute ** ROOFLINE_P + memory ** ROOFLINE_P) ** (1 / ROOFLINE_P)
+    return seconds
 
 
 def stream_seconds(nbytes: float, dev: Device, efficiency: float = 1.0) -> float:

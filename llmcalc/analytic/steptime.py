@@ -587,6 +587,9 @@ class StageTimes:
         self.gemm_fwd += times * other.gemm_fwd
 
 
+_GEMM_BYTES = {"fp8": 1.0, "fp4": 0.5 + 1 / 16, "fp32": 4.0}  # bytes per GEMM input element by GEMM dtype (else act)
+
+
 @dataclass
 class _Ctx:
     """One prediction's fixed inputs, the rates they imply, and the per-layer-kind cache."""
@@ -618,7 +621,7 @@ class _Ctx:
 
     @property
     def gemm_bytes(self) -> float:
-        return {"fp8": 1.0, "fp4": 0.5 + 1 / 16, "fp32": 4.0}.get(self.recipe.gemm_dtype, self.act)
+        return _GEMM_BYTES.get(self.recipe.gemm_dtype, self.act)
 
     def gemm(self, m: float, k: float, n: float, batch: float = 1) -> tuple[float, float, float]:
         """Forward + input-gradient + weight-gradient seconds of one linear (m tokens, k in, n out), as a triple
@@ -630,37 +633,48 @@ class _Ctx:
         inputs = memo.get(batch)
         if inputs is None:
             inputs = memo[batch] = self._gemm_inputs(batch)
-        cid, in_bytes, rate = inputs
+        cid, timer = inputs
         cache = _CACHES["kernels"]
         # each a pure function of its shape: once per shape and device
         fwd = cache.get((m, k, n, cid))
         if fwd is None:
-            fwd = self._gemm_seconds(cache, (m, k, n, cid), in_bytes, batch, rate)
+            fwd = self._gemm_seconds(cache, (m, k, n, cid), timer)
         dgrad = cache.get((m, n, k, cid))
         if dgrad is None:
-            dgrad = self._gemm_seconds(cache, (m, n, k, cid), in_bytes, batch, rate)
+            dgrad = self._gemm_seconds(cache, (m, n, k, cid), timer)
         wgrad = cache.get((k, m, n, cid))
         if wgrad is None:
-            wgrad = self._gemm_seconds(cache, (k, m, n, cid), in_bytes, batch, rate)
+            wgrad = self._gemm_seconds(cache, (k, m, n, cid), timer)
         if self.recipe.fp8:
             q = kernels.QUANT_BYTES[self.recipe.fp8]
             fwd += stream_seconds(batch * m * k * q, self.dev, self.eff)
             dgrad = dgrad * kernels.QUANT_DGRAD_SLOWDOWN + stream_seconds(batch * m * n * q, self.dev, self.eff)
         return fwd, dgrad, wgrad
 
-    def _gemm_inputs(self, batch: float) -> tuple[int, float, float]:
+    def _gemm_inputs(self, batch: float) -> tuple[int, Callable[[float, float, float], float]]:
         """(the _interned id of what gemm_seconds reads beside the shape: the device, input bytes, `batch`, rate,
-        output bytes and efficiency; the input bytes; the rate): gemm's part of its cache keys, once per batch."""
-        in_bytes, rate = self.gemm_bytes, self.gemm_rate
-        return _interned((_token(self.dev), in_bytes, batch, rate, self.act, self.eff)), in_bytes, rate
+        output bytes and efficiency; kernels.gemm_timer of those): gemm's part of its cache keys, once per batch
+        and per what gemm_bytes and gemm_rate read (the device, the recipe's GEMM dtype and name, the activation
+        bytes), which the contexts of a search share."""
+        recipe = self.recipe
+        key = ("gemm inputs", _token(self.dev), recipe.gemm_dtype, recipe.name, self.act, self.eff, batch)
+        cache = _CACHES["kernels"]
+        inputs = cache.get(key)
+        if inputs is None:
+            in_bytes, rate = self.gemm_bytes, self.gemm_rate
+            cid = _interned((_token(self.dev), in_bytes, batch, rate, self.act, self.eff))
+            inputs = cache[key] = cid, kernels.gemm_timer(self.dev, in_bytes, batch=batch, rate=rate,
+                                                          out_bytes=self.act, efficiency=self.eff)
+        return inputs
 
-    def _gemm_seconds(self, cache: dict, key: tuple, in_bytes: float, batch: float, rate: float) -> float:
-        """gemm_seconds of one shape (`key`: m, k, n and gemm's _gemm_inputs id), kept in `cache`."""
+    @staticmethod
+    def _gemm_seconds(cache: dict, key: tuple, timer: Callable[[float, float, float], float]) -> float:
+        """gemm_seconds of one shape (`key`: m, k, n and gemm's _gemm_inputs id; `timer`: its gemm_timer), kept in
+        `cache`."""
         if len(cache) > 200_000:
             cache.clear()
         m, k, n, _ = key
-        seconds = cache[key] = gemm_seconds(m, k, n, dev=self.dev, in_bytes=in_bytes, batch=batch, rate=rate,
-                                            out_bytes=self.act, efficiency=self.eff)
+        seconds = cache[key] = timer(m, k, n)
         return seconds
 
     def stream(self, nbytes: float) -> float:
