@@ -1454,14 +1454,22 @@ def test_layout_refuses_hierarchical_cp_in_one_line():
 
 
 def _collective_seconds_by_helpers(c: comm.Collective, net: comm.Network) -> float:
-    """Collective.seconds as it read before it wrote its helpers out: members_per_node, intra_node, nics_per_node,
-    bytes_per_rank, min and max."""
+    """Collective.seconds as it read before _placement: members_per_node, intra_node and nics_per_node as they were
+    written (min and max), bytes_per_rank, min and max."""
+    whole_node = max(1, min(c.group, net.gpus_per_node // c.stride))
+    members_per_node = min(c.group, c.per_node) if c.per_node else whole_node
+    if c.per_node and c.kind != "p2p":
+        intra = c.per_node >= c.group
+    else:
+        intra = c.stride * (c.group if c.kind != "p2p" else 2) <= net.gpus_per_node
+    nics = 1 if c.kind in ("all_to_all", "p2p") else members_per_node
+    assert (c.intra_node(net), c.members_per_node(net), c.nics_per_node(net)) == (intra, members_per_node, nics)
     if c.kind != "p2p" and c.group == 1:
         return 0.0
     steps = comm.latency_steps(c.kind, c.group)
-    members = c.members_per_node(net) if c.kind != "p2p" else (2 if c.intra_node(net) else 1)
+    members = members_per_node if c.kind != "p2p" else (2 if intra else 1)
     up = net.scale_up_rate(members, c.kind, c.group)
-    if c.intra_node(net):
+    if intra:
         return steps * net.scale_up_latency + c.bytes_per_rank / up
     nic = net.scale_out_bandwidth * comm.NCCL_NET_EFFICIENCY
     if c.kind == "all_to_all":
@@ -1469,15 +1477,15 @@ def _collective_seconds_by_helpers(c: comm.Collective, net: comm.Network) -> flo
         off = c.buffer_bytes * (n - g) / n / nic
         on = c.buffer_bytes * (g - 1) / n / up if g > 1 else 0.0
         return steps * net.scale_out_latency + max(off, on)
-    bw = min(up, c.nics_per_node(net) * nic)
+    bw = min(up, nics * nic)
     return steps * net.scale_out_latency + c.bytes_per_rank / bw
 
 
 @pytest.mark.parametrize("gpu", ["h100-sxm", "a100-80gb-sxm", "gb200", "mi300x", "b200"])
 def test_collective_seconds_is_its_helpers(gpu):
-    """Collective.seconds (its helpers written out) is what members_per_node, intra_node, nics_per_node and
-    bytes_per_rank give, float for float, on every kind, group, stride and per-node count (switch and mesh, NVLS
-    and not, 8- and 72-GPU nodes)."""
+    """Collective.seconds (through _placement) is what members_per_node, intra_node, nics_per_node and
+    bytes_per_rank as they were written give, float for float (and so are those three), on every kind, group,
+    stride and per-node count (switch and mesh, NVLS and not, 8- and 72-GPU nodes)."""
     from dataclasses import replace
 
     from llmcalc.analytic import steptime

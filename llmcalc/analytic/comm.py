@@ -156,55 +156,55 @@ class Collective:
         return self.bytes_per_rank * self.count
 
     def intra_node(self, net: Network) -> bool:
-        if self.per_node and self.kind != "p2p":
-            return self.per_node >= self.group
-        span = self.stride * (self.group if self.kind != "p2p" else 2)
-        return span <= net.gpus_per_node
+        return self._placement(net)[0]
 
     def members_per_node(self, net: Network) -> int:
         """Members of the group in one node: GPUs per node / stride, at most the group (or ``per_node``)."""
-        if self.per_node:
-            return min(self.group, self.per_node)
-        return max(1, min(self.group, net.gpus_per_node // self.stride))
+        return self._placement(net)[1]
 
     def nics_per_node(self, net: Network) -> int:
         """NICs a ring collective of this group spreads its inter-node bytes over (see the module docstring)."""
         if self.kind in ("all_to_all", "p2p"):
             return 1
-        return self.members_per_node(net)
+        return self._placement(net)[1]
+
+    def _placement(self, net: Network) -> tuple[bool, int]:
+        """(intra_node, members_per_node) in one pass, the minima and maxima as comparisons: seconds reads both on
+        every call, and a layout search times each of its collectives once. Within one node: the group's members
+        (``per_node`` of them, but a send spans two strides) fit in its GPUs; members: min(group, per_node), else
+        max(1, min(group, GPUs per node // stride))."""
+        n, stride, per_node = self.group, self.stride, self.per_node
+        if per_node:
+            members = n if n <= per_node else per_node
+            if self.kind != "p2p":
+                return per_node >= n, members
+        else:
+            members = net.gpus_per_node // stride
+            members = 1 if members < 1 else n if n <= members else members
+        return stride * (n if self.kind != "p2p" else 2) <= net.gpus_per_node, members
 
     def seconds(self, net: Network) -> float:
-        """Alpha-beta time of one call: members_per_node, intra_node and nics_per_node written out (a layout search
-        times each of its collectives once; their calls were most of this one's cost)."""
-        kind, n, stride, per_node = self.kind, self.group, self.stride, self.per_node
+        """Alpha-beta time of one call (_placement's members and span; a send has two members within one node, else
+        one; a ring spreads its inter-node bytes over the members' NICs, an all-to-all and a send over one)."""
+        kind, n = self.kind, self.group
+        if kind != "p2p" and n == 1:
+            return 0.0
+        steps = latency_steps(kind, n)
+        intra, members = self._placement(net)
         if kind == "p2p":
-            steps = 1
-            intra = stride * 2 <= net.gpus_per_node
-            members = nics = 2 if intra else 1
-        else:
-            if n == 1:
-                return 0.0
-            steps = latency_steps(kind, n)
-            if per_node:
-                intra = per_node >= n
-                members = n if n <= per_node else per_node
-            else:
-                intra = stride * n <= net.gpus_per_node
-                members = net.gpus_per_node // stride
-                members = 1 if members < 1 else n if n <= members else members
-            nics = 1 if kind == "all_to_all" else members
+            members = 2 if intra else 1
         up = net.scale_up_rate(members, kind, n)
         if intra:
-            return steps * net.scale_up_latency + self.buffer_bytes * bus_factor(kind, n) / up
+            return steps * net.scale_up_latency + self.bytes_per_rank / up
         nic = net.scale_out_bandwidth * NCCL_NET_EFFICIENCY
         if kind == "all_to_all":  # off-node share through its own NIC, on-node share over NVLink, together
             g = members
             off = self.buffer_bytes * (n - g) / n / nic
             on = self.buffer_bytes * (g - 1) / n / up if g > 1 else 0.0
-            return steps * net.scale_out_latency + (off if off >= on else on)
-        bw = nics * nic
-        bw = up if up <= bw else bw
-        return steps * net.scale_out_latency + self.buffer_bytes * bus_factor(kind, n) / bw
+            return steps * net.scale_out_latency + (off if off >= on else on)  # max(off, on)
+        bw = (1 if kind == "p2p" else members) * nic  # nics_per_node x the NIC
+        bw = up if up <= bw else bw  # min(up, bw)
+        return steps * net.scale_out_latency + self.bytes_per_rank / bw
 
 
 # --- what each parallelism sends: the general volume functions ------------------------------------
