@@ -2458,22 +2458,10 @@ def _first_floors(inputs: tuple, lay: Layout, caches: tuple[dict, dict], shape: 
 
 def _ranks_floor(ranks: tuple, passes: list, zb: bool, m: int) -> float:
     """_rank_floor's bound from its ranks (_rank_pieces'), the pieces' passes (_piece_list) and the micro-batch
-    count `m`. Each sum is sum()'s of a list, added in turn from 0.0 (a few terms: loops, not list comprehensions,
-    which cost a function call each on CPython 3.11); the max is max()'s (a later value only where greater)."""
+    count `m`: each rank's sums by _rank_sums; the max is max()'s (a later value only where greater)."""
     floor = 0.0
     for before, mine in ranks:
-        busy = 0.0
-        for k, n in mine:
-            busy += passes[k][0] * n
-        own = busy
-        if zb:
-            weight = 0.0
-            for k, n in mine:
-                weight += passes[k][1] * n
-            own = busy + weight
-        path = 0.0
-        for k, n in before:
-            path += passes[k][0] * n
+        path, busy, own = _rank_sums(before, mine, passes, zb)
         path += m * busy
         if path > floor:
             floor = path
@@ -2561,21 +2549,32 @@ def _floor_paths(ctx: _Ctx, n_stages: int, v: int, recompute: str) -> tuple:
     zb = lay.schedule.startswith("zb")
     ranks, split, firsts = _floor_ranks(plan, lay.schedule, lay.pp, v)
     out = []
-    for before, mine, hops in ranks:  # each sum added in turn from 0.0, as sum() adds (loops: no call per sum)
-        busy = 0.0
-        for j, n in mine:
-            busy += passes[j][0] * n
-        own = busy  # (busy + 0.0 without weight gradients)
-        if zb:
-            weight = 0.0
-            for j, n in mine:
-                weight += passes[j][1] * n
-            own = busy + weight
-        path = 0.0
-        for j, n in before:
-            path += passes[j][0] * n
+    for before, mine, hops in ranks:
+        path, busy, own = _rank_sums(before, mine, passes, zb)
         out.append((path, busy, own, hops))
     return tuple(out), split, firsts
+
+
+def _rank_sums(before: Sequence[tuple[int, float]], mine: Sequence[tuple[int, float]], passes: Sequence[tuple],
+               zb: bool) -> tuple[float, float, float]:
+    """One pipeline rank's sums of (index, count) terms over `passes` ((forward + backward, weight gradient) per
+    index: _floor_paths' compositions, _ranks_floor's pieces): (the forward + backward of the stages before its first
+    chunk, its own forward + backward, the same with its weight gradients where `zb`, else that forward + backward).
+    Each sum is sum()'s of its terms, added in turn from 0.0 (loops: a generator or list comprehension costs a call
+    each on CPython 3.11)."""
+    busy = 0.0
+    for k, n in mine:
+        busy += passes[k][0] * n
+    own = busy  # (busy + 0.0 without weight gradients)
+    if zb:
+        weight = 0.0
+        for k, n in mine:
+            weight += passes[k][1] * n
+        own = busy + weight
+    path = 0.0
+    for k, n in before:
+        path += passes[k][0] * n
+    return path, busy, own
 
 
 def _composition_passes(ctx: _Ctx, composition: tuple, recompute: str, cid: int | None = None) -> tuple[float, Any]:
