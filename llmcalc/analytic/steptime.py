@@ -411,7 +411,7 @@ def _layout_maker(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int,
         if pp * chunks_per_rank(schedule, vpp) > spec.n_layers + 2:  # the embedding and the loss may take a stage each
             check_stages(spec, pp, chunks_per_rank(schedule, vpp))
         if ep > 1 or etp is not None:
-            mesh = (ep, etp or tp, tp * cp * dp)  # (lay.expert_tp: etp or tp)
+            mesh = (ep, lay.expert_tp, tp * cp * dp)
             if mesh not in experts_ok:
                 check_experts(spec, *mesh, "tp x cp x dp")
                 experts_ok.add(mesh)
@@ -1597,11 +1597,8 @@ def _stride(lay: Layout, dim: str, experts: bool = False) -> int:
     """lay.strides()[dim] (lay.expert_strides()[dim] with `experts`), read from _strides' cache without building
     the sizes or copying the strides where they are cached (its key: the order, then the sizes in tp, cp, ep, dp, pp
     order)."""
-    if experts:
-        etp = lay.etp or lay.tp  # lay.expert_tp; its expert_dp: tp x cp x dp / (etp x ep)
-        key = (lay.order, etp, 1, lay.ep, lay.tp * lay.cp * lay.dp // (etp * lay.ep), lay.pp)
-    else:
-        key = (lay.order, lay.tp, lay.cp, 1, lay.dp, lay.pp)
+    key = (lay.order, lay.expert_tp, 1, lay.ep, lay.expert_dp, lay.pp) if experts else \
+        (lay.order, lay.tp, lay.cp, 1, lay.dp, lay.pp)
     out = _STRIDES.get(key)
     if out is None:
         return (lay.expert_strides() if experts else lay.strides())[dim]
