@@ -2352,7 +2352,7 @@ def _work_floor(ctx: _Ctx) -> float:
     include each rank's own work); FLOOR_MARGIN below, the sums being in another order. The whole model's work is
     one stage composition's (one cost per layer kind x its count), cached with the layer costs."""
     lay = ctx.lay
-    key = ("work", lay.mtp_layers, lay.schedule)
+    key = _work_key(lay)
     work = ctx.cache.get(key)
     if work is None:
         spec = ctx.spec
@@ -2365,6 +2365,16 @@ def _work_floor(ctx: _Ctx) -> float:
         composition = _cached("params", ("whole", _token(spec)), whole)
         pass_, wgt = _composition_passes(ctx, composition, "none")
         work = ctx.cache[key] = pass_ + (wgt if wgt is not None else 0.0)
+    return _spread_work(lay, work)
+
+
+def _work_key(lay: Layout) -> tuple:
+    """The key of the whole model's work (_work_floor's) in a layer-cost cache: what it reads beside the cache's key."""
+    return ("work", lay.mtp_layers, lay.schedule)
+
+
+def _spread_work(lay: Layout, work: float) -> float:
+    """_work_floor from the whole model's work of one micro-batch: m x work / pp, FLOOR_MARGIN below."""
     return lay.grad_accum * work / lay.pp * (1 - FLOOR_MARGIN)
 
 
@@ -2431,7 +2441,7 @@ def _floor_shape(spec: ModelSpec, lay: Layout) -> tuple:
     v = chunks_per_rank(lay.schedule, lay.vpp)
     zb = lay.schedule.startswith("zb")
     ranks, pieces, pid = _rank_pieces(spec, lay.pp * v, lay, v)  # (its counts are floats: _floor_ranks' are)
-    return ("work", lay.mtp_layers, lay.schedule), ranks, pieces, ("piece list", pid, zb), zb
+    return _work_key(lay), ranks, pieces, ("piece list", pid, zb), zb
 
 
 def _first_floors(inputs: tuple, lay: Layout, caches: tuple[dict, dict], shape: tuple,
@@ -2450,7 +2460,7 @@ def _first_floors(inputs: tuple, lay: Layout, caches: tuple[dict, dict], shape: 
         return _ranks_floor(rank_list, _piece_list(ctx, shape), zb, lay.grad_accum) if ranks else _work_floor(ctx)
     if ranks:
         return _ranks_floor(rank_list, found, zb, lay.grad_accum)
-    return lay.grad_accum * found / lay.pp * (1 - FLOOR_MARGIN)
+    return _spread_work(lay, found)
 
 
 def _ranks_floor(ranks: tuple, passes: list, zb: bool, m: int) -> float:
