@@ -2184,8 +2184,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             ranks = _first_floors(inputs, lay, more[0], more[1], ranks=True)
             entry = (max(floor, ranks), index, _PATHS, lay, more[0])
         elif tier == _PATHS:  # its context (_context's, with the layer-cost caches it was given) and path floor
-            ctx = _Ctx(spec, dev, lay, seq_len, rec, attention="flash", dropout=False, eff=KERNEL_EFFICIENCY,
-                       cache=more[0], dense_cache=more[1])
+            ctx = _context_in(inputs, lay, more)
             floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, recompute="none", ctx=ctx)
             entry = (floor, index, _OPTIMIZER, lay, (ctx, paths))
         elif tier == _OPTIMIZER:
@@ -2339,9 +2338,17 @@ def _context(spec: ModelSpec, dev: Device, lay: Layout, seq_len: int, rec: Recip
              dropout: bool = False) -> _Ctx:
     """The prediction context of `lay` with its layer-cost caches (_prepare's; the search's floors read the same,
     with flash attention and no dropout)."""
-    cache, dense_cache = _layer_cache(spec, dev, lay, seq_len, rec, attention=attention, dropout=dropout)
-    return _Ctx(spec, dev, lay, seq_len, rec, attention=attention, dropout=dropout, eff=KERNEL_EFFICIENCY, cache=cache,
-                dense_cache=dense_cache)
+    caches = _layer_cache(spec, dev, lay, seq_len, rec, attention=attention, dropout=dropout)
+    return _context_in((spec, dev, seq_len, rec), lay, caches, attention=attention, dropout=dropout)
+
+
+def _context_in(inputs: tuple, lay: Layout, caches: tuple[dict, dict], attention: str = "flash",
+                dropout: bool = False) -> _Ctx:
+    """_context of `lay` with the layer-cost caches it was given (`caches`: _layer_cache's; `inputs`: (spec, device,
+    sequence, recipe)), as the layout search builds each layout's."""
+    spec, dev, seq_len, rec = inputs
+    return _Ctx(spec, dev, lay, seq_len, rec, attention=attention, dropout=dropout, eff=KERNEL_EFFICIENCY,
+                cache=caches[0], dense_cache=caches[1])
 
 
 def _work_floor(ctx: _Ctx) -> float:
@@ -2454,9 +2461,7 @@ def _first_floors(inputs: tuple, lay: Layout, caches: tuple[dict, dict], shape: 
     work_key, rank_list, _, list_key, zb = shape
     found = cache.get(list_key if ranks else work_key)
     if found is None:
-        spec, dev, seq, rec = inputs
-        ctx = _Ctx(spec, dev, lay, seq, rec, attention="flash", dropout=False, eff=KERNEL_EFFICIENCY, cache=cache,
-                   dense_cache=caches[1])
+        ctx = _context_in(inputs, lay, caches)
         return _ranks_floor(rank_list, _piece_list(ctx, shape), zb, lay.grad_accum) if ranks else _work_floor(ctx)
     if ranks:
         return _ranks_floor(rank_list, found, zb, lay.grad_accum)
