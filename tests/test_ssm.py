@@ -128,6 +128,11 @@ def hf_flops_by_op(config: dict, batch: int, seq: int) -> dict[str, int]:
         cfg._experts_implementation = "eager"  # a loop over experts: each runs on its routed tokens
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(cfg)
+        # An inference forward: no parameter asks for a gradient (as tests/reference.py). The conv kernels run
+        # inside the `kernels` hub layer (transformers >= 5.25; on CPU its torch fallback, kept here); with
+        # parameters requiring grad under no_grad, FlopCounterMode's ModuleTracker fails on the weight views
+        # that layer receives ("Expected gradient function to be set"), not the model.
+        model.requires_grad_(False)
         with torch.no_grad(), FlopCounterMode(display=False) as counter:
             model(input_ids=torch.randint(3, config["vocab_size"], (batch, seq)), use_cache=False)
     return {str(op).split(".")[-1]: v for op, v in counter.get_flop_counts()["Global"].items()}
@@ -175,8 +180,13 @@ def check_flops(config: dict, batch: int = 2, seq: int = 12) -> None:
     counted = hf_flops_by_op(config, batch, seq)
     core = sum(v for k, v in ops.items() if k.endswith(("/scores", "/values")))
     linear = sum(v for k, v in ops.items() if not k.endswith(("/scores", "/values", "/scan")))
-    assert counted.get("mm", 0) + counted.get("addmm", 0) + counted.get("convolution", 0) == linear
-    assert counted.get("bmm", 0) == core + torch_path_scan_bmm(spec, config, batch, seq)
+    scan = torch_path_scan_bmm(spec, config, batch, seq)
+    # What the forward costs, op for op: every projection, conv and the LM head (llmcalc's linear terms), attention's
+    # core and the torch path's scan. Which aten op a projection runs as is transformers' choice: up to 5.24 every
+    # one was an mm / addmm; 5.25's Mamba path runs x_proj, dt_proj and out_proj on 3-D views, as bmm.
+    assert sum(counted.values()) == linear + core + scan
+    assert counted.get("mm", 0) + counted.get("addmm", 0) + counted.get("convolution", 0) <= linear
+    assert counted.get("bmm", 0) >= core + scan
     delta = sum(v for k, v in ops.items() if k.split("/")[0] in ("gated_deltanet", "kda") and k.endswith("/scan"))
     if not spec.n_mixer_layers("mamba") and not spec.n_mixer_layers("mamba2"):  # the delta rule: llmcalc's scan
         assert delta == torch_path_scan_bmm(spec, config, batch, seq)  # is what the counter sees

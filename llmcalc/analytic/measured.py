@@ -26,7 +26,10 @@ from .inference import KvLayer
 COLWISE = ("colwise", "colwise_gather_output", "packed_colwise", "local_colwise")
 ROWWISE = ("rowwise", "local_rowwise")
 EMBEDDING = ("embedding_rowwise",)
-REPLICATED = ("replicated_with_grad_allreduce", "replicated", "local", "sequence_parallel", "isolated")
+# mla_kv_a_proj (transformers >= 5.25): MLA's kv_a_proj_with_mqa kept whole on every rank, its gradient averaged
+# (tensor_parallel.py, MlaKvAProjParallel), as vLLM keeps it (ReplicatedLinear)
+REPLICATED = ("replicated_with_grad_allreduce", "replicated", "replicate", "local", "sequence_parallel", "isolated",
+              "mla_kv_a_proj")
 
 
 ROLES = ("embedding", "head", "norm/final", "layer", "other")
@@ -259,8 +262,9 @@ class MeasuredModel:
 
     def unplanned(self) -> list[Tensor]:
         """Matrices of the layer stack that transformers' tensor-parallel plan gives no style (whole on every rank
-        here), a MoE block's router excepted (vLLM replicates it too): DeepSeek-V3's MLA projections, whose plan
-        transformers 5.24 leaves out, though vLLM splits q_b_proj, kv_b_proj and o_proj."""
+        here), a MoE block's router excepted (vLLM replicates it too): DeepSeek-V3's MLA projections that the
+        installed transformers' plan leaves out (5.24: all five, though vLLM splits q_b_proj, kv_b_proj and o_proj;
+        5.25: q_a_proj, which vLLM keeps whole too)."""
         blocks = {f.moe.experts_module.rsplit(".", 1)[0] for f in self.ffn if f.moe and f.moe.experts_module}
         out = []
         for t in self.tensors:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import field
 
 import torch
@@ -116,6 +118,29 @@ class FlopCount:
                     SDPA_OPS.get(op) in RECOMPUTING_BACKENDS for op in ops):
                 out.add(f"{part[0]}{_attention_label(part[1])} S²")
         return out
+
+
+@contextmanager
+def inference_forward(model: torch.nn.Module) -> Iterator[None]:
+    """A forward as an inference engine runs it: no autograd graph (``torch.no_grad``) and, for its duration, no
+    parameter asking for one (``requires_grad`` restored after).
+
+    Why the parameters too: under no_grad, a view of a parameter that requires grad has ``requires_grad`` set and
+    no ``grad_fn``; torch's ModuleTracker (inside FlopCounterMode and mem_tracker) registers a backward hook on
+    every such tensor a module receives and fails on these ("Expected gradient function to be set"). Since
+    transformers 5.25 the state-space and gated-DeltaNet conv kernels run inside the ``kernels`` hub layer's
+    function modules (``use_kernel_func_from_hub``), which receive ``conv1d.weight.squeeze(1)``: with the
+    parameters frozen the same kernels run (the hub layer is kept, on CPU its torch fallback) and the counts are
+    those of the forward."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        for p in params:
+            p.requires_grad_(True)
 
 
 def count_flops(fn) -> FlopCount:

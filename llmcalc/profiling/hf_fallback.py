@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from ..errors import LlmcalcError
-from .counters import CORE_OPS, count_flops
+from .counters import CORE_OPS, count_flops, inference_forward
 
 ATTENTION = re.compile(r"attn|attention")
 CROSS = re.compile(r"encoder_attn|cross|encdec", re.IGNORECASE)
@@ -369,7 +369,7 @@ def _flops(model, config, seq_len: int) -> dict:
         kwargs["use_cache"] = False
 
     def forward():
-        with torch.no_grad():
+        with inference_forward(model):
             model(**kwargs)
 
     from .hf_shorten import shortened

@@ -43,6 +43,7 @@ from typing import Any
 import torch
 
 from ..errors import LlmcalcError
+from .counters import inference_forward
 
 LAYER_INDEX = re.compile(r"\.\d+(?=\.|$)")
 # the short prefill lengths (below any sliding window) and the most the long one runs to
@@ -148,7 +149,7 @@ def _decode(model, short) -> dict:
     counted = []
     for context in DECODE_CONTEXTS:
         try:
-            with torch.no_grad():
+            with inference_forward(model):
                 cache = model(input_ids=torch.zeros(1, context, dtype=torch.long), use_cache=True).past_key_values
                 step = {"input_ids": torch.zeros(1, 1, dtype=torch.long), name: cache, "use_cache": True}
                 counted.append(short.scale_flops(count_flops(lambda step=step: model(**step)),
@@ -196,8 +197,33 @@ def _plan_style(plan: dict[str, str], module: str) -> str | None:
     return None
 
 
+# vLLM's FusedMoE splits every expert's intermediate width over the tensor-parallel ranks: w13 (gate and up) by its
+# output rows, w2 (down) by its input columns (vllm/model_executor/layers/fused_moe/layer.py, weight_loader). The
+# plans of transformers <= 5.24 styled the fused experts so ("packed_colwise" / "rowwise"); from 5.25 on they leave
+# them to expert parallelism (``ep_plan``) alone.
+EXPERTS_TP = {"gate_up_proj": "packed_colwise", "up_proj": "colwise", "down_proj": "rowwise"}
+
+
+def _tp_plan(model) -> dict[str, str]:
+    """The model's tensor-parallel plan (``model.tp_plan``) and, where it leaves them out, vLLM's split of fused
+    experts (EXPERTS_TP) for every experts module built on transformers' experts interface
+    (``integrations/moe.py``, ``use_experts_implementation``: [E, out, in] tensors named ``gate_up_proj`` or
+    ``up_proj`` and ``down_proj``; a transposed [E, in, out] layout, ``is_transposed``, is left unstyled)."""
+    plan = dict(getattr(model, "tp_plan", None) or {})
+    modules = dict(model.named_modules())
+    for name in sorted(_experts_modules(model)):
+        module = modules.get(name)
+        if module is None or getattr(module, "is_transposed", True) is not False:
+            continue
+        for attr, style in EXPERTS_TP.items():
+            tensor = getattr(module, attr, None)
+            if isinstance(tensor, torch.Tensor) and tensor.dim() == 3 and _plan_style(plan, f"{name}.{attr}") is None:
+                plan[LAYER_INDEX.sub(".*", f"{name}.{attr}")] = style
+    return plan
+
+
 def _tensors(model, roles: dict[str, str]) -> list[dict]:
-    tp_plan = dict(getattr(model, "tp_plan", None) or {})
+    tp_plan = _tp_plan(model)
     ep_plan = dict(getattr(model, "ep_plan", None) or {})
     modules = dict(model.named_modules())
     groups: dict[str, dict] = {}
@@ -327,7 +353,7 @@ def _ffn(model, routed: dict[str, set[int]]) -> list[dict]:
     (the tp styles of the experts' tensors)."""
     from ..analytic.measured import COLWISE, ROWWISE
 
-    tp_plan = dict(getattr(model, "tp_plan", None) or {})
+    tp_plan = _tp_plan(model)
     modules = dict(model.named_modules())
     experts = _experts_modules(model)
     embedding = model.get_input_embeddings()
@@ -372,8 +398,12 @@ def _ffn(model, routed: dict[str, set[int]]) -> list[dict]:
 
 
 def _state_tensors(obj, seen: set[int], depth: int = 0) -> list[torch.Tensor]:
-    """The tensors a cache layer holds (attributes, lists and dicts of them), each once."""
+    """The tensors a cache layer holds (attributes, lists and dicts of them), each once; a 0-d tensor is the layer's
+    bookkeeping (transformers 5.25's ``cumulative_length_linear``: tokens seen), not a sequence's state, which has
+    a batch dimension."""
     if isinstance(obj, torch.Tensor):
+        if obj.dim() == 0:
+            return []
         return [] if id(obj) in seen or seen.add(id(obj)) else [obj]  # type: ignore[func-returns-value]
     if depth > 3:
         return []
@@ -391,7 +421,7 @@ def _cache_layers(model, config, seq: int) -> list[tuple[str, int, int, int]]:
     prefill of `seq` tokens."""
     ids = torch.zeros(1, seq, dtype=torch.long)  # on the meta device under measure_meta's torch.device
     try:
-        with torch.no_grad():
+        with inference_forward(model):
             out = model(input_ids=ids, use_cache=True)
     except Exception as exc:
         raise LlmcalcError(f"transformers' forward of {type(model).__name__} with a cache failed at seq {seq}: "
@@ -549,7 +579,7 @@ def measure_step(model) -> dict:  # long: the hooked forward, then the counted o
     if "use_cache" in model.forward.__code__.co_varnames:
         kwargs["use_cache"] = False
     try:
-        with torch.no_grad():
+        with inference_forward(model):
             model(**kwargs)
     except Exception as exc:
         raise LlmcalcError(f"transformers' forward of {type(model).__name__} failed at seq {s1}: "
@@ -587,7 +617,7 @@ def measure_step(model) -> dict:  # long: the hooked forward, then the counted o
         ids = torch.zeros(1, seq, dtype=torch.long)
 
         def forward(ids=ids):
-            with torch.no_grad():
+            with inference_forward(model):
                 model(**{**kwargs, "input_ids": ids})
 
         try:
