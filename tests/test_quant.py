@@ -279,3 +279,26 @@ def test_params_json_holds_no_bare_nan(tmp_path):
     path = _config_file(tmp_path, {**FP8, "weight_block_size": [float("nan"), 128]})
     result = run("params", path, "--format", "json")
     assert result.exit_code == 2 and "NaN" not in result.stdout
+
+
+def test_typed_int8_sizes_a_state_space_model_s_linears_at_one_byte():
+    """`infer mamba-2.8b --weight-dtype int8` printed the bf16 bytes labelled "int8 as typed": the Mamba mixers'
+    linears were left 16-bit. The reference is transformers' own model (meta device): every nn.Linear weight but the
+    LM head at 1 byte (as the note says: embeddings, LM head, norms and router stay 16-bit), every other parameter
+    (embeddings, conv1d, A_log, D, dt_proj's bias, norms) at 2 bytes."""
+    from transformers import MambaConfig, MambaForCausalLM
+
+    from llmcalc.spec import model_config
+
+    hf = {k: v for k, v in model_config("mamba-2.8b").items() if not k.startswith("_")}
+    with torch.device("meta"):
+        model = MambaForCausalLM(MambaConfig(**hf))
+    linear = {id(m.weight) for name, m in model.named_modules() if isinstance(m, torch.nn.Linear) and name != "lm_head"}
+    params = list(model.parameters())  # unique: the tied LM head once, as the embedding
+    int8 = sum(p.numel() for p in params if id(p) in linear)
+    rest = sum(p.numel() for p in params if id(p) not in linear)
+    assert int8 > 0.9 * (int8 + rest)
+    out = json.loads(run("infer", "mamba-2.8b", "--gpu", "h100-sxm", "--weight-dtype", "int8", "--format",
+                         "json").stdout)
+    assert out["weight_format"] == "int8 as typed (--weight-dtype)"
+    assert out["weights_bytes"] == int8 * 1 + rest * 2

@@ -202,8 +202,9 @@ class WeightFormat:
     def module_bytes(self, m: Module) -> float:
         if self.typed:
             q = TYPED_BYTES[self.name]
-            quantized = m.kind in ("linear", "expert") and not m.key.split("/")[0].endswith(SSM_GROUPS)
-            return m.params * (q if quantized else dtype_bytes(self.base))
+            # every block linear at the typed dtype, a state-space mixer's too (its in/x/dt/out projections are
+            # nn.Linear, quantized as any other); what stays 16-bit is what notes() says stays 16-bit
+            return m.params * (q if m.kind in ("linear", "expert") else dtype_bytes(self.base))
         if self.quant is not None and self.quant.quantizes(m):
             return m.count * self.quant.format.linear_bytes(m.d_in, m.d_out)
         return m.params * dtype_bytes(self.base)
@@ -251,9 +252,6 @@ class WeightFormat:
         if q.skip:
             line += f"; left at {self.base}: {', '.join(q.skip[:6])}{' ...' if len(q.skip) > 6 else ''}"
         return [line + f"; embeddings and norms at {self.base}; --weight-dtype overrides"]
-
-
-SSM_GROUPS = ("mamba", "mamba2", "short_conv", "gated_deltanet")  # typed dtypes leave these 16-bit (as before)
 
 
 def weight_format(spec: ModelSpec, weight_dtype: str | None = None) -> WeightFormat:
