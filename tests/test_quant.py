@@ -302,3 +302,21 @@ def test_typed_int8_sizes_a_state_space_model_s_linears_at_one_byte():
                          "json").stdout)
     assert out["weight_format"] == "int8 as typed (--weight-dtype)"
     assert out["weights_bytes"] == int8 * 1 + rest * 2
+
+
+# The block of a published QLoRA checkpoint (llama-2-13b-computer-engineering-bnb4's config.json), as transformers
+# serializes BitsAndBytesConfig
+BNB4 = {"_load_in_4bit": True, "_load_in_8bit": False, "bnb_4bit_compute_dtype": "float16",
+        "bnb_4bit_quant_storage": "uint8", "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": True,
+        "llm_int8_enable_fp32_cpu_offload": False, "llm_int8_has_fp16_weight": False, "llm_int8_skip_modules": None,
+        "llm_int8_threshold": 6.0, "load_in_4bit": True, "load_in_8bit": False, "quant_method": "bitsandbytes"}
+
+
+def test_qlora_of_a_bitsandbytes_checkpoint_reads_the_block_as_checked(tmp_path):
+    """memory --finetune read bnb_4bit_quant_type again, past the check: a null one (absent: BitsAndBytesConfig's
+    default fp4) printed "frozen base in None". The frozen base's dtype is now the one the config was read with."""
+    shipped = run("memory", _config_file(tmp_path, BNB4, "nf4.json"), "--finetune", "qlora")
+    null = run("memory", _config_file(tmp_path, {**BNB4, "bnb_4bit_quant_type": None}), "--finetune", "qlora")
+    assert shipped.exit_code == null.exit_code == 0, null.output
+    assert "frozen block linears in nf4" in shipped.stdout
+    assert "frozen block linears in fp4" in null.stdout and "None" not in null.stdout

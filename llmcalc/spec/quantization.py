@@ -126,6 +126,7 @@ class Quantization:
     quantize_head: bool = False
     quantize_router: bool = False
     notes: tuple[str, ...] = field(default=())
+    storage: str = ""  # bitsandbytes: nf4, fp4 or int8 (memory --finetune's frozen base dtype)
 
     @property
     def label(self) -> str:
@@ -323,8 +324,8 @@ def _bnb(qc: dict) -> Quantization:
     src = "bitsandbytes 0.50.2 quantize_4bit / int8_vectorwise_quant, serialized by QuantState.as_dict(packed=True)"
     if four and eight:  # BitsAndBytesConfig: "load_in_4bit and load_in_8bit are both True"
         raise SpecError("quantization_config bitsandbytes sets both load_in_4bit and load_in_8bit; keep one")
+    kind = _name(qc, "bnb_4bit_quant_type", "fp4")  # BitsAndBytesConfig's default
     if four:
-        kind = _name(qc, "bnb_4bit_quant_type", "fp4")
         if kind not in ("nf4", "fp4"):
             raise _refuse("bnb_4bit_quant_type", "nf4 or fp4", kind)
         dq = _flag(qc, "bnb_4bit_use_double_quant", False)
@@ -334,7 +335,7 @@ def _bnb(qc: dict) -> Quantization:
         fmt = Format("bitsandbytes int8", 8, "channel", scale_bytes=4, source=src)
     else:
         raise SpecError("quantization_config bitsandbytes sets neither load_in_4bit nor load_in_8bit to true")
-    return Quantization("bitsandbytes", fmt, skips, quantize_router=True)
+    return Quantization("bitsandbytes", fmt, skips, quantize_router=True, storage=kind if four else "int8")
 
 
 NVFP4 = Format("nvfp4", 4, "group", group=16, scale_bytes=1, extra=8,
