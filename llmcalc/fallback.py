@@ -173,6 +173,7 @@ def _load(name_or_path: str) -> ModelSpec:
     """load_model, or under $LLMCALC_FORCE_TRANSFORMERS the UnknownModelType of any config (carrying it)."""
     from .spec import load_model, model_config, read_json
     from .spec.presets import looks_like_path, model_name
+    from .spec.quantization import check_quantization_config
 
     if not forced():
         return load_model(name_or_path)
@@ -182,6 +183,8 @@ def _load(name_or_path: str) -> ModelSpec:
         config, name = read_json(path), (path.parent.name if path.name == "config.json" else path.stem)
     else:
         config, name = model_config(name_or_path), model_name(name_or_path)
+    if isinstance(config, dict):  # the config as read: its quantization_config checked as draft_from_hf checks it
+        check_quantization_config(config.get("quantization_config"))
     raise UnknownModelType(f"{FORCE_ENV} is set", config, name or "config")
 
 

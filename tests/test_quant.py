@@ -173,3 +173,150 @@ def test_weight_dtype_overrides_and_says_so():
     typed = run("serve", "gpt-oss-120b", "--gpu", "h100-sxm", "--max-model-len", "32k", "--weight-dtype", "bf16")
     assert shipped["weight_dtype"] == "mxfp4" and not shipped["weight_dtype_typed"]
     assert "bf16 as typed (--weight-dtype)" in typed.stdout and "does NOT fit" in typed.stdout
+
+
+# --- issue 40: a quantization_config is checked once, where the config is read --------------------------------
+
+GPTQ = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True}
+AWQ = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}
+CT_FP8_BLOCK = {"quant_method": "compressed-tensors", "format": "float-quantized", "config_groups": {"group_0": {
+    "targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "block",
+                                       "block_structure": [128, 128]}}}, "ignore": ["lm_head"]}
+FP8 = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+
+
+def _ct_weights(**weights):
+    group = CT_FP8_BLOCK["config_groups"]["group_0"]
+    return {**CT_FP8_BLOCK, "config_groups": {"group_0": {**group, "weights": {**group["weights"], **weights}}}}
+
+
+MALFORMED = [  # (quantization_config, what the one line says)
+    (_ct_weights(block_structure=[0, 128]), "weights.block_structure must be two whole numbers >= 1"),  # 1
+    ({**CT_FP8_BLOCK, "config_groups": {"group_0": {"targets": ["Linear"], "weights": [4]}}},
+     "config_groups.group_0.weights must be a JSON object, got [4]"),  # 1
+    ({**GPTQ, "group_size": 0}, "group_size must be a whole number >= 1 (or -1, one group per column), got 0"),  # 2
+    ({**GPTQ, "group_size": -8}, "group_size must be a whole number >= 1"),  # 2
+    ({**GPTQ, "group_size": 64.5}, "group_size must be a whole number >= 1"),  # 2
+    (_ct_weights(block_structure="128"), "block_structure must be two whole numbers >= 1"),  # 3
+    (_ct_weights(block_structure=None), "block_structure is missing"),  # 3: the block strategy has no default
+    ({**GPTQ, "bits": 0}, "bits must be a bit width gptq defines (2, 3, 4, 8), got 0"),  # 4
+    ({**GPTQ, "bits": -4}, "bits must be a bit width gptq defines (2, 3, 4, 8), got -4"),  # 4
+    ({**GPTQ, "bits": 10**6}, "bits must be a bit width gptq defines (2, 3, 4, 8), got 1000000"),  # 4
+    ({k: v for k, v in GPTQ.items() if k != "bits"}, "gptq has no bits"),  # 4: GPTQConfig(bits) has no default
+    ({**AWQ, "bits": 8}, "bits must be a bit width awq defines (4), got 8"),  # 4
+    ({**AWQ, "zero_point": "false"}, "zero_point must be true or false (a JSON boolean), got 'false'"),  # 5
+    ({**GPTQ, "desc_act": "true"}, "desc_act must be true or false"),  # 5
+    ({**FP8, "weight_block_size": [float("nan"), 128]}, "weight_block_size must be two whole numbers >= 1"),  # 13
+    ({**FP8, "weight_block_size": [128.0, 128]}, "weight_block_size must be two whole numbers >= 1"),  # 13
+    ({**FP8, "weight_block_size": [128, 128, 128]}, "weight_block_size must be two whole numbers >= 1"),
+    ({**FP8, "activation_scheme": 1}, "activation_scheme must be a string"),
+    ({**FP8, "quant_method": 8}, "quant_method must be a method name such as \"gptq\", got 8"),
+    ({"bits": 4, "group_size": 128}, "quantization_config has no quant_method"),
+    ({**AWQ, "modules_to_not_convert": 5}, "modules_to_not_convert must be a list of module names"),
+    ({**AWQ, "modules_to_not_convert": ["lm_head", 5]}, "modules_to_not_convert must be a list of module names"),
+    ({**GPTQ, "dynamic": ["-:lm_head"]}, "dynamic must be a JSON object"),
+    ({"quant_method": "bitsandbytes", "load_in_4bit": "true"}, "load_in_4bit must be true or false"),
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True, "load_in_8bit": True}, "sets both load_in_4bit"),
+    (_ct_weights(type="fp"), "weights.type must be int or float"),
+    (_ct_weights(strategy="tensor", num_bits=True), "weights.num_bits must be a whole number"),
+    (_ct_weights(strategy="group", block_structure=None), "weights.group_size must be a whole number >= 1 for "
+                                                          "strategy group"),
+]
+
+
+def _config_file(tmp_path, quantization_config, name="config.json"):
+    """A real config: the llama-3.2-1b preset (Meta's config.json) with a quantization_config block."""
+    from llmcalc.spec import model_config
+
+    path = tmp_path / name
+    path.write_text(json.dumps({**model_config("llama-3.2-1b"), "quantization_config": quantization_config}))
+    return path
+
+
+@pytest.mark.parametrize("qc, says", MALFORMED)
+def test_a_malformed_block_is_refused_where_the_config_is_read(tmp_path, qc, says):
+    """Issue 40: a ZeroDivisionError and an AttributeError, a g0 and an int0 format, "128x128" read as 1x2, a string
+    "false" read as true, a NaN echoed into JSON; now each is one line, the same one from every command (params
+    too: the block is checked where the config is read, not where each command sizes it)."""
+    from clirun import one_line_error
+
+    path = _config_file(tmp_path, qc)
+    commands = (["params", path, "--format", "json"], ["serve", path, "--gpu", "h100-sxm"],
+                ["infer", path, "--gpu", "h100-sxm"], ["memory", path, "--finetune", "qlora"],
+                ["compare", path, "llmcalc-tiny"])
+    lines = {one_line_error(*args) for args in commands}
+    assert len(lines) == 1, lines
+    line = lines.pop()
+    assert f"{path}: quantization_config " in line and says in line, line
+
+
+def test_a_missing_group_size_is_the_libraries_default(tmp_path):
+    """GPTQConfig, AwqConfig and AutoRoundConfig default group_size to 128 (transformers utils/quantization_config.py),
+    and -1 is one group per column: both are sized, to the byte of the explicit block."""
+    spec = spec_from_hf(_tiny_llama_config(quantization_config={k: v for k, v in GPTQ.items() if k != "group_size"}))
+    explicit = spec_from_hf(_tiny_llama_config(quantization_config=GPTQ))
+    assert weight_format(spec).describe() == weight_format(explicit).describe() == "gptq int4 g128, the rest bf16"
+    assert checkpoint_bytes(spec) == checkpoint_bytes(explicit)
+    awq = spec_from_hf(_tiny_llama_config(quantization_config={"quant_method": "awq", "bits": 4}))
+    assert weight_format(awq).describe().startswith("awq int4 g128")
+    per_column = parse_quantization({**GPTQ, "group_size": -1}).format
+    assert per_column.linear_bytes(256, 640) == 256 * 640 / 2 + 640 / 2 + 2 * 640 + 4 * 256  # one group of 256 inputs
+
+
+def test_compressed_tensors_older_block_string_is_read_as_the_library_reads_it(tmp_path):
+    """compressed-tensors QuantizationArgs.validate_block_structure still reads its older "128x128" string as
+    [128, 128] ("for backward compatibility"): sized as the list is, not as the characters "1", "2"."""
+    path = _config_file(tmp_path, _ct_weights(block_structure="128x128"))
+    listed = _config_file(tmp_path, CT_FP8_BLOCK, "listed.json")
+    shipped = json.loads(run("serve", path, "--gpu", "h100-sxm", "--format", "json").stdout)
+    reference = json.loads(run("serve", listed, "--gpu", "h100-sxm", "--format", "json").stdout)
+    assert "block 128x128" in run("serve", path, "--gpu", "h100-sxm").stdout
+    assert shipped["weights_bytes_per_gpu"] == reference["weights_bytes_per_gpu"]
+
+
+def test_params_json_holds_no_bare_nan(tmp_path):
+    """A NaN weight_block_size was echoed into `params --format json` as a bare NaN (not JSON); now refused."""
+    path = _config_file(tmp_path, {**FP8, "weight_block_size": [float("nan"), 128]})
+    result = run("params", path, "--format", "json")
+    assert result.exit_code == 2 and "NaN" not in result.stdout
+
+
+def test_typed_int8_sizes_a_state_space_model_s_linears_at_one_byte():
+    """`infer mamba-2.8b --weight-dtype int8` printed the bf16 bytes labelled "int8 as typed": the Mamba mixers'
+    linears were left 16-bit. The reference is transformers' own model (meta device): every nn.Linear weight but the
+    LM head at 1 byte (as the note says: embeddings, LM head, norms and router stay 16-bit), every other parameter
+    (embeddings, conv1d, A_log, D, dt_proj's bias, norms) at 2 bytes."""
+    from transformers import MambaConfig, MambaForCausalLM
+
+    from llmcalc.spec import model_config
+
+    hf = {k: v for k, v in model_config("mamba-2.8b").items() if not k.startswith("_")}
+    with torch.device("meta"):
+        model = MambaForCausalLM(MambaConfig(**hf))
+    linear = {id(m.weight) for name, m in model.named_modules() if isinstance(m, torch.nn.Linear) and name != "lm_head"}
+    params = list(model.parameters())  # unique: the tied LM head once, as the embedding
+    int8 = sum(p.numel() for p in params if id(p) in linear)
+    rest = sum(p.numel() for p in params if id(p) not in linear)
+    assert int8 > 0.9 * (int8 + rest)
+    out = json.loads(run("infer", "mamba-2.8b", "--gpu", "h100-sxm", "--weight-dtype", "int8", "--format",
+                         "json").stdout)
+    assert out["weight_format"] == "int8 as typed (--weight-dtype)"
+    assert out["weights_bytes"] == int8 * 1 + rest * 2
+
+
+# The block of a published QLoRA checkpoint (llama-2-13b-computer-engineering-bnb4's config.json), as transformers
+# serializes BitsAndBytesConfig
+BNB4 = {"_load_in_4bit": True, "_load_in_8bit": False, "bnb_4bit_compute_dtype": "float16",
+        "bnb_4bit_quant_storage": "uint8", "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": True,
+        "llm_int8_enable_fp32_cpu_offload": False, "llm_int8_has_fp16_weight": False, "llm_int8_skip_modules": None,
+        "llm_int8_threshold": 6.0, "load_in_4bit": True, "load_in_8bit": False, "quant_method": "bitsandbytes"}
+
+
+def test_qlora_of_a_bitsandbytes_checkpoint_reads_the_block_as_checked(tmp_path):
+    """memory --finetune read bnb_4bit_quant_type again, past the check: a null one (absent: BitsAndBytesConfig's
+    default fp4) printed "frozen base in None". The frozen base's dtype is now the one the config was read with."""
+    shipped = run("memory", _config_file(tmp_path, BNB4, "nf4.json"), "--finetune", "qlora")
+    null = run("memory", _config_file(tmp_path, {**BNB4, "bnb_4bit_quant_type": None}), "--finetune", "qlora")
+    assert shipped.exit_code == null.exit_code == 0, null.output
+    assert "frozen block linears in nf4" in shipped.stdout
+    assert "frozen block linears in fp4" in null.stdout and "None" not in null.stdout

@@ -151,10 +151,8 @@ def shipped_base(spec: ModelSpec, cfg: LoraConfig, typed: bool) -> LoraConfig:
     q = fmt.quant
     if q is None:
         return cfg
-    if q.method == "bitsandbytes":
-        qc = spec.quantization_config
-        base = "int8" if q.format.per == "channel" else str(qc.get("bnb_4bit_quant_type", "fp4"))
-        return replace(cfg, base_dtype=base, double_quant=q.format.double_quant)
+    if q.method == "bitsandbytes":  # the dtype as the config was read (spec/quantization.py), not read again
+        return replace(cfg, base_dtype=q.storage, double_quant=q.format.double_quant)
     return replace(cfg, stored_base_bytes=sum(fmt.component_bytes(spec).values()), stored_label=fmt.describe())
 
 

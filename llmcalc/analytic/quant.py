@@ -33,19 +33,20 @@ embedding (quantizers/base.py get_keys_to_not_convert) for every method but GPTQ
 compressed-tensors or ModelOpt export that does not ignore it; MoE routers stay in the model dtype (vLLM builds them
 ``ReplicatedLinear(..., quant_config=None)``; DeepSeek's router is no nn.Linear) except under bitsandbytes.
 A quant_method llmcalc does not know is refused in one line naming it (``--weight-dtype`` sizes it instead).
+
+The block itself is read, and a malformed one refused, where the config is read (``spec/quantization.py``:
+``Format``, ``Quantization``, ``parse_quantization``, what each format allows); this module sizes what it read.
 """
 
 from __future__ import annotations
 
 import functools
-import math
-import re
-from dataclasses import field
 
 from ..dtypes import canonical_dtype, dtype_bytes
 from ..errors import LlmcalcError
 from ..records import dataclass
 from ..spec import ModelSpec
+from ..spec.quantization import NVFP4, Quantization, UnsizedFormat, parse_quantization
 from .linears import attention_linears, ffn_linears, mixer_linears
 from .params import count_params
 
@@ -64,8 +65,6 @@ TYPED_NOTES = {
     "nvfp4": "nvfp4 weights: two e2m1 values a byte and one fp8 scale per 16 (NVIDIA NVFP4), 0.5625 B per weight",
 }
 SHIPPED_NAMES = WEIGHT_DTYPES + ("nf4", "int2", "int3")  # what weight_format names a shipped format
-KNOWN_METHODS = ("mxfp4", "fp8", "fbgemm_fp8", "awq", "gptq", "auto-round", "compressed-tensors", "modelopt",
-                 "bitsandbytes")
 
 
 @dataclass(frozen=True)
@@ -179,283 +178,6 @@ def _mtp_other_params(spec: ModelSpec) -> int:
     return spec.n_mtp_layers * (layer + 3 * spec.d_model)
 
 
-# --- formats --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Format:
-    """How one quantized d_out x d_in linear is stored: `bits` per weight, scales (`per` tensor, channel, group of
-    `group` inputs, block `block`, bnb4 64-blocks) of `scale_bytes` each, optional zero points at `bits` per group,
-    act-order g_idx (4 B per input), and `extra` bytes per linear (global/input scales, shape tensors)."""
-
-    label: str
-    bits: float
-    per: str = "tensor"  # tensor | channel | group | block | bnb4
-    group: int = 0
-    block: tuple[int, int] = (0, 0)
-    scale_bytes: float = 4.0
-    zero_points: bool = False
-    g_idx: bool = False
-    double_quant: bool = False
-    extra: float = 0.0
-    source: str = ""
-
-    def scales(self, d_in: int, d_out: int) -> int:
-        if self.per == "tensor":
-            return 1
-        if self.per == "channel":
-            return d_out
-        if self.per == "group":
-            return d_out * math.ceil(d_in / (self.group if self.group > 0 else d_in))
-        if self.per == "block":
-            return math.ceil(d_out / self.block[0]) * math.ceil(d_in / self.block[1])
-        raise ValueError(self.per)
-
-    def linear_bytes(self, d_in: int, d_out: int) -> float:
-        """Bytes of one linear as stored (the formulas of the module docstring)."""
-        n = d_in * d_out
-        if self.per == "bnb4":  # bitsandbytes functional.quantize_4bit, QuantState.as_dict(packed=True)
-            blocks = math.ceil(n / 64)
-            if not self.double_quant:  # uint8 codes + fp32 absmax per 64 + 16-entry fp32 code + JSON (~80 B)
-                return math.ceil(n / 2) + 4 * blocks + 64 + 80
-            # uint8 absmax per 64, fp32 absmax per 256 of them, 256-entry fp32 nested code, the code, JSON (~170 B)
-            return math.ceil(n / 2) + blocks + 4 * math.ceil(blocks / 256) + 1024 + 64 + 170
-        groups = self.scales(d_in, d_out)
-        zeros = groups * self.bits / 8 if self.zero_points else 0.0
-        return n * self.bits / 8 + groups * self.scale_bytes + zeros + (4 * d_in if self.g_idx else 0) + self.extra
-
-    def bytes_per_weight(self, d_in: int = 4096, d_out: int = 4096) -> float:
-        return self.linear_bytes(d_in, d_out) / (d_in * d_out)
-
-
-def _int(qc: dict, key: str, default: int) -> int:
-    value = qc.get(key, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise LlmcalcError(f"quantization_config {key} must be a whole number, got {value!r:.40}")
-    return value
-
-
-@dataclass(frozen=True)
-class Quantization:
-    """A config's quantization_config, read: the method, how its linears are stored, which modules it leaves
-    alone (`skip`: substring, glob or "re:" regex patterns) or alone quantizes (`only`), and what else it says."""
-
-    method: str
-    format: Format
-    skip: tuple[str, ...] = ()
-    only: tuple[str, ...] | None = None  # allow-list (GPTQ modules_in_block_to_quantize, CT name targets)
-    experts_only: bool = False  # mxfp4: transformers converts GptOssExperts only
-    quantize_head: bool = False
-    quantize_router: bool = False
-    notes: tuple[str, ...] = field(default=())
-
-    @property
-    def label(self) -> str:
-        return self.format.label
-
-    def quantizes(self, module: Module) -> bool:
-        if module.kind == "embedding":
-            return False
-        if self.experts_only and module.kind != "expert":
-            return False
-        if module.kind == "head" and not self.quantize_head:
-            return False
-        if module.kind == "router" and not self.quantize_router:
-            return False
-        if any(_matches(p, n) for p in self.skip for n in module.names()):
-            return False
-        return self.only is None or any(_matches(p, n) for p in self.only for n in module.names())
-
-
-def _matches(pattern: str, name: str) -> bool:
-    """How the libraries match a skip entry: "re:<regex>" (compressed-tensors) by re.match; a glob with "*"
-    (gpt-oss's "model.layers.*.self_attn") on the name or a prefix of it; anything else as a substring of the name
-    (transformers should_convert_module, vLLM is_layer_skipped: `key in name`)."""
-    if pattern.startswith("re:"):
-        return re.match(pattern[3:], name) is not None
-    if "*" in pattern:
-        regex = re.escape(pattern).replace(r"\*", r"[^.]*")
-        return re.match(regex + r"(\.|$)", name) is not None
-    return pattern in name
-
-
-def _patterns(value: object, key: str) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        return (value,)
-    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-        return tuple(value)
-    if isinstance(value, (list, tuple)):  # GPTQ modules_in_block_to_quantize: a list of lists of names
-        return tuple(str(v) for item in value for v in (item if isinstance(item, (list, tuple)) else [item]))
-    raise LlmcalcError(f"quantization_config {key} must be a list of module names, got {value!r:.60}")
-
-
-def _skips(qc: dict) -> tuple[str, ...]:
-    out: tuple[str, ...] = ()
-    for key in ("modules_to_not_convert", "ignore", "ignored_layers", "exclude_modules", "llm_int8_skip_modules",
-                "modules_to_not_quantize"):
-        out += _patterns(qc.get(key), key)
-    return out
-
-
-FP8_SOURCE = ("transformers FineGrainedFP8Config (weight_block_size, modules_to_not_convert), integrations/"
-              "finegrained_fp8.py FP8Linear: weight fp8 [out, in] + weight_scale_inv fp32 [ceil(out/bn), ceil(in/bk)]; "
-              "vLLM fp8.py Fp8LinearMethod.create_weights")
-
-
-def _fp8(qc: dict) -> Quantization:
-    block = qc.get("weight_block_size")
-    static = qc.get("activation_scheme") == "static"
-    if block is not None:
-        if not (isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block)):
-            raise LlmcalcError(f"quantization_config weight_block_size must be two whole numbers, got {block!r:.40}")
-        fmt = Format(f"fp8 block {block[0]}x{block[1]}", 8, "block", block=(block[0], block[1]), scale_bytes=4,
-                     extra=4.0 * static, source=FP8_SOURCE)
-    else:
-        fmt = Format("fp8 per-tensor", 8, "tensor", scale_bytes=4, extra=4.0 * static, source=FP8_SOURCE)
-    return Quantization("fp8", fmt, _skips(qc))
-
-
-def _awq(qc: dict, method: str = "awq") -> Quantization:
-    bits, g = _int(qc, "bits", _int(qc, "w_bit", 4)), _int(qc, "group_size", _int(qc, "q_group_size", 128))
-    zero = qc.get("zero_point", True) is not False
-    version = str(qc.get("version", "gemm")).lower()
-    if version not in ("gemm", "gemv", "gemv_fast", "marlin", "exllama", "ipex"):
-        raise LlmcalcError(f"quantization_config awq version {version!r} is not one llmcalc sizes (gemm, gemv)")
-    fmt = Format(f"awq int{bits} g{g}", bits, "group", group=g, scale_bytes=2, zero_points=zero,
-                 source="vLLM awq.py AWQLinearMethod.create_weights: qweight int32 [in, out·b/32], qzeros int32 "
-                        "[in/g, out·b/32], scales fp16 [in/g, out]")
-    return Quantization(method, fmt, _skips(qc))
-
-
-def _gptq(qc: dict, method: str = "gptq") -> Quantization:
-    bits, g = _int(qc, "bits", 4), _int(qc, "group_size", 128)
-    desc = qc.get("desc_act") is True
-    fmt = Format(f"gptq int{bits} g{g}" + (" act-order" if desc else ""), bits, "group", group=g, scale_bytes=2,
-                 zero_points=True, g_idx=True,
-                 source="vLLM gptq create_weights: qweight int32 [in·b/32, out], qzeros int32 [groups, out·b/32], "
-                        "scales fp16 [groups, out], g_idx int32 [in]")
-    only = _patterns(qc.get("modules_in_block_to_quantize"), "modules_in_block_to_quantize") or None
-    skips = _skips(qc)
-    dynamic = qc.get("dynamic")
-    if isinstance(dynamic, dict):
-        for key in dynamic:
-            if not str(key).startswith("-:"):
-                raise LlmcalcError(f"quantization_config dynamic override {key!r:.40} changes the format of some "
-                                   f"modules, which llmcalc does not size; pass --weight-dtype")
-            skips += ("re:" + str(key)[2:],)
-    return Quantization(method, fmt, skips, only=only, quantize_head=qc.get("lm_head") is True)
-
-
-def _bnb(qc: dict) -> Quantization:
-    four = qc.get("load_in_4bit") is True or qc.get("_load_in_4bit") is True
-    eight = qc.get("load_in_8bit") is True or qc.get("_load_in_8bit") is True
-    skips = _skips(qc) + ("lm_head",)  # transformers adds the output embedding (get_keys_to_not_convert)
-    src = "bitsandbytes 0.50.2 quantize_4bit / int8_vectorwise_quant, serialized by QuantState.as_dict(packed=True)"
-    if four:
-        kind = str(qc.get("bnb_4bit_quant_type", "fp4"))
-        if kind not in ("nf4", "fp4"):
-            raise LlmcalcError(f"quantization_config bnb_4bit_quant_type {kind!r:.20} is not nf4 or fp4")
-        dq = qc.get("bnb_4bit_use_double_quant") is True
-        fmt = Format(f"bitsandbytes {kind}" + (" double-quant" if dq else ""), 4, "bnb4", double_quant=dq,
-                     source=src)
-    elif eight:
-        fmt = Format("bitsandbytes int8", 8, "channel", scale_bytes=4, source=src)
-    else:
-        raise LlmcalcError("quantization_config bitsandbytes sets neither load_in_4bit nor load_in_8bit")
-    return Quantization("bitsandbytes", fmt, skips, quantize_router=True)
-
-
-NVFP4 = Format("nvfp4", 4, "group", group=16, scale_bytes=1, extra=8,
-               source="ModelOpt / compressed-tensors nvfp4: weight uint8 [out, in/2] + weight_scale fp8 [out, in/16] "
-                      "+ weight_scale_2 / global scale fp32 + input scale fp32")
-
-
-def _modelopt(qc: dict) -> Quantization:
-    algo = str(qc.get("quant_algo", qc.get("quantization", {}).get("quant_algo", "")) if isinstance(
-        qc.get("quantization", {}), dict) else qc.get("quant_algo", "")).upper()
-    skips = _skips(qc) + _skips(qc.get("quantization", {}) if isinstance(qc.get("quantization"), dict) else {})
-    if algo == "NVFP4":
-        return Quantization("modelopt", NVFP4, skips, quantize_head="lm_head" not in " ".join(skips))
-    if algo == "FP8":
-        fmt = Format("fp8 per-tensor (ModelOpt)", 8, "tensor", scale_bytes=4, extra=4,
-                     source="vLLM modelopt.py ModelOptFp8LinearMethod: weight fp8 + weight_scale fp32 + input_scale")
-        return Quantization("modelopt", fmt, skips, quantize_head="lm_head" not in " ".join(skips))
-    raise LlmcalcError(f"quantization_config modelopt quant_algo {algo or 'missing'!r} is not one llmcalc sizes "
-                       f"(NVFP4, FP8); pass --weight-dtype")
-
-
-def _compressed_tensors(qc: dict) -> Quantization:
-    groups = qc.get("config_groups")
-    fmt_name = str(qc.get("format", ""))
-    if not isinstance(groups, dict) or not groups:
-        raise LlmcalcError("quantization_config compressed-tensors has no config_groups to size")
-    if len(groups) > 1:
-        raise LlmcalcError(f"quantization_config compressed-tensors has {len(groups)} config_groups (mixed formats); "
-                           f"llmcalc sizes one; pass --weight-dtype")
-    group = next(iter(groups.values()))
-    w = group.get("weights") or {}
-    bits, kind, strategy = _int(w, "num_bits", 8), str(w.get("type", "int")), str(w.get("strategy", "tensor"))
-    g = _int(w, "group_size", 0)
-    targets = _patterns(group.get("targets", ["Linear"]), "targets")
-    only = None if "Linear" in targets else targets
-    src = ("vLLM compressed_tensors schemes (wNa16 weight_packed/weight_scale/weight_zero_point/weight_g_idx, "
-           "w8a8_fp8, w4a4_nvfp4); scales in the model dtype")
-    if fmt_name == "nvfp4-pack-quantized" or (kind == "float" and bits == 4):
-        return Quantization("compressed-tensors", NVFP4, _skips(qc), only=only, quantize_head=True)
-    if strategy == "block":
-        block = w.get("block_structure") or [128, 128]
-        fmt = Format(f"compressed-tensors {kind}{bits} block {block[0]}x{block[1]}", bits, "block",
-                     block=(int(block[0]), int(block[1])), scale_bytes=2, source=src)
-    elif strategy in ("group", "tensor_group"):
-        asym = w.get("symmetric") is False
-        act = str(w.get("actorder")) == "group"
-        packed = fmt_name in ("pack-quantized", "marlin-24") or bits < 8
-        fmt = Format(f"compressed-tensors {kind}{bits} g{g}", bits if packed else 8, "group", group=g, scale_bytes=2,
-                     zero_points=asym, g_idx=act, extra=16.0 * packed, source=src)
-    elif strategy in ("channel", "tensor"):
-        fmt = Format(f"compressed-tensors {kind}{bits} per-{strategy}", bits, strategy, scale_bytes=2, source=src)
-    else:
-        raise LlmcalcError(f"quantization_config compressed-tensors strategy {strategy!r:.20} is not one llmcalc sizes")
-    return Quantization("compressed-tensors", fmt, _skips(qc), only=only, quantize_head=True)
-
-
-def parse_quantization(qc: dict) -> Quantization:
-    """A quantization_config (as published) read into a Quantization, or one LlmcalcError naming what llmcalc
-    does not know."""
-    method = str(qc.get("quant_method", "")).lower()
-    if method == "mxfp4":
-        fmt = Format("mxfp4", 4, "group", group=32, scale_bytes=1,
-                     source="transformers integrations/mxfp4.py: *_blocks uint8 [E, out, in/32, 16] + *_scales uint8 "
-                            "(E8M0) [E, out, in/32]")
-        return Quantization("mxfp4", fmt, _skips(qc), experts_only=True)
-    if method == "fp8":
-        return _fp8(qc)
-    if method == "fbgemm_fp8":
-        fmt = Format("fp8 per-channel (fbgemm)", 8, "channel", scale_bytes=4,
-                     source="transformers integrations/fbgemm_fp8.py: weight fp8 [out, in] + weight_scale fp32 "
-                            "[out, 1]")
-        return Quantization(method, fmt, _skips(qc))
-    if method == "awq":
-        return _awq(qc)
-    if method in ("gptq",):
-        return _gptq(qc)
-    if method == "auto-round":
-        packing = str(qc.get("packing_format", "auto_gptq"))
-        return _awq(qc, method) if "awq" in packing else _gptq({**qc, "desc_act": False}, method)
-    if method == "compressed-tensors":
-        return _compressed_tensors(qc)
-    if method == "modelopt":
-        return _modelopt(qc)
-    if method == "bitsandbytes" or (not method and ("load_in_4bit" in qc or "load_in_8bit" in qc)):
-        return _bnb(qc)
-    raise LlmcalcError(f"quantization_config quant_method {method or 'missing'!r} is not a format llmcalc sizes "
-                       f"(it knows {', '.join(KNOWN_METHODS)}); pass --weight-dtype to size the weights yourself")
-
-
 # --- the weights of a model in one format -----------------------------------------------------------------
 
 
@@ -480,8 +202,9 @@ class WeightFormat:
     def module_bytes(self, m: Module) -> float:
         if self.typed:
             q = TYPED_BYTES[self.name]
-            quantized = m.kind in ("linear", "expert") and not m.key.split("/")[0].endswith(SSM_GROUPS)
-            return m.params * (q if quantized else dtype_bytes(self.base))
+            # every block linear at the typed dtype, a state-space mixer's too (its in/x/dt/out projections are
+            # nn.Linear, quantized as any other); what stays 16-bit is what notes() says stays 16-bit
+            return m.params * (q if m.kind in ("linear", "expert") else dtype_bytes(self.base))
         if self.quant is not None and self.quant.quantizes(m):
             return m.count * self.quant.format.linear_bytes(m.d_in, m.d_out)
         return m.params * dtype_bytes(self.base)
@@ -531,9 +254,6 @@ class WeightFormat:
         return [line + f"; embeddings and norms at {self.base}; --weight-dtype overrides"]
 
 
-SSM_GROUPS = ("mamba", "mamba2", "short_conv", "gated_deltanet")  # typed dtypes leave these 16-bit (as before)
-
-
 def weight_format(spec: ModelSpec, weight_dtype: str | None = None) -> WeightFormat:
     """The weights of `spec` as its checkpoint ships them, or at `weight_dtype` when one is typed."""
     return format_of(spec.quantization_config, stored_dtype(spec), weight_dtype)
@@ -570,5 +290,5 @@ def shipped_bytes(spec: ModelSpec) -> float | None:
     """``checkpoint_bytes`` of the checkpoint as shipped, None when its format is one llmcalc does not know."""
     try:
         return checkpoint_bytes(spec)
-    except LlmcalcError:
+    except UnsizedFormat:
         return None

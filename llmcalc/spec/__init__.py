@@ -1,10 +1,10 @@
 """The description of a model: what a file says (``SpecDraft``), what the formulas read (``ModelSpec``,
 resolved: plain ints), and where both come from (Hugging Face config.json, presets).
 
-Modules, each importing only those above it: ``draft`` (the vocabulary and ``SpecDraft``), ``checks``
-(every rule, on a draft), ``model`` (``ModelSpec``, ``MLA``), ``resolve`` (derivations, ``resolve``,
-``spec_of``, native spec dicts), ``hf_family`` / ``hf_ssm`` / ``hf`` (config.json -> draft), ``presets``
-(files under ``presets/``). Standard library only.
+Modules, each importing only those above it: ``draft`` (the vocabulary and ``SpecDraft``), ``quantization``
+(a config's quantization_config read and checked, once), ``checks`` (every rule, on a draft), ``model``
+(``ModelSpec``, ``MLA``), ``resolve`` (derivations, ``resolve``, ``spec_of``, native spec dicts), ``hf_family`` /
+``hf_ssm`` / ``hf`` (config.json -> draft), ``presets`` (files under ``presets/``). Standard library only.
 """
 
 from .draft import (

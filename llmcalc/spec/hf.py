@@ -27,6 +27,7 @@ from .hf_2026 import RECENT_FAMILIES
 from .hf_family import Family, attention_bias, deepseek_mla, mlp_kind
 from .hf_ssm import SSM_FAMILIES
 from .model import ModelSpec
+from .quantization import check_quantization_config
 from .resolve import resolve
 
 # spec field -> HF keys, first present (and not null) wins.
@@ -905,9 +906,10 @@ def draft_from_hf(hf: dict, name: str = "custom") -> SpecDraft:  # long: HF key 
     check_config_values(hf)
     notes: tuple[str, ...] = ()
     quant = hf.get("quantization_config")
+    check_quantization_config(quant)  # refused here, once, for every command (params included)
+    if isinstance(hf.get("text_config"), dict):
+        check_quantization_config(hf["text_config"].get("quantization_config"))
     if quant is not None:
-        if not isinstance(quant, dict):
-            raise SpecError(f"quantization_config must be a JSON object, got {quant!r:.60}")
         notes += (f"quantization_config ({quant.get('quant_method', 'unnamed')}): parameters are counted as in the "
                   f"unquantized model (one each, whatever their storage); serve, infer, memory --finetune, compare and "
                   f"report size the weights as the checkpoint stores them",)

@@ -19,6 +19,7 @@ from ..records import construct, replaced
 from .checks import check_types, positive, validate
 from .draft import REQUIRED, SpecDraft, SpecError
 from .model import MLA, MLA_FIELDS, ZERO_IS_NONE, ModelSpec
+from .quantization import check_quantization_config
 
 
 def derive(draft: SpecDraft) -> SpecDraft:
@@ -116,6 +117,7 @@ def draft_from_dict(values: dict, name: str = "custom") -> SpecDraft:
     missing = [k for k in REQUIRED if k not in values]
     if missing:
         raise SpecError(f"spec is missing {', '.join(missing)}")
+    check_quantization_config(values.get("quantization_config"))
     kwargs = {k: v for k, v in values.items() if k in known}
     kwargs.setdefault("name", name)
     return SpecDraft(**kwargs)
