@@ -62,7 +62,8 @@ MAX_COMPUTE = 1e40  # FLOPs
 MAX_DAYS = 36_525.0  # a century
 MAX_USD_PER_GPU_HOUR = 1e4
 MAX_TFLOPS = 1e6  # per device
-MAX_BATCH = 2**20
+MAX_BATCH = 2**20  # sequences per step (--global-batch, --micro-batch, ...)
+MAX_BATCH_TOKENS = MAX_BATCH * MAX_SEQ_LEN  # --global-batch-tokens: 2**45, about 3.5e13 (and <= MAX_BATCH sequences)
 MAX_GENERATE = 2**17  # decode steps the roofline sums one by one
 MAX_PROFILE_STEPS = 1000
 MAX_PROFILE_LAYERS = 1024  # modules a profile builds (even FakeTensorMode builds every layer)

@@ -388,3 +388,26 @@ def test_a_config_is_read_whole_whatever_its_stat_size_says(tmp_path, monkeypatc
     monkeypatch.setattr(presets.os, "stat", lambda p: os.stat_result((*real_stat(p)[:6], 0, *real_stat(p)[7:])))
     with pytest.raises(presets.PresetError, match="is over 10 bytes"):
         presets.read_json(path)
+
+
+# --- issue 40 --------------------------------------------------------------------------------------------
+
+GLOBAL_BATCH_COMMANDS = {
+    "train": ("train", "llama-3-8b", "--tokens", "1T", "--gpu", "h100-sxm", "--n-gpus", "64"),
+    "layout": ("layout", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", "64"),
+}
+
+
+@pytest.mark.parametrize("command", sorted(GLOBAL_BATCH_COMMANDS))
+@pytest.mark.parametrize("tokens", ["1e30", "1e308", "1e13", str(2**20 * 4096 + 4096)])
+def test_global_batch_tokens_is_bounded_like_global_batch(command, tokens):
+    """`layout --global-batch-tokens 1e30` answered for a 27-digit global batch and `train ... 1e308` said
+    "(OverflowError)": tokens per step are bounded as --global-batch is, 2**20 sequences of --seq-len (and never
+    more than that at the longest --seq-len), in every command taking them."""
+    line = bad(*GLOBAL_BATCH_COMMANDS[command], "--global-batch-tokens", tokens, naming="--global-batch-tokens")
+    assert "at most" in line
+
+
+def test_global_batch_tokens_at_the_bound_is_answered():
+    result = ok(*GLOBAL_BATCH_COMMANDS["layout"], "--global-batch-tokens", str(2**20 * 4096), "--top", "1")
+    assert "global batch 1,048,576 sequences" in result.stdout.splitlines()[0]

@@ -64,7 +64,7 @@ from ..hardware import Accelerator
 from ..records import dataclass, replaced
 from ..spec import ModelSpec
 from ..units import GIB, plural
-from ..validate import DEFAULT_ZERO
+from ..validate import DEFAULT_ZERO, MAX_BATCH
 from . import comm, kernels
 from .activations import ATTENTION_IMPLS, ActivationEstimate, activation_memory, kept_terms, layer_saved
 from .flops import RECOMPUTE, StepFlops, forward_ops, has_backward, indexer_ops, layer_ops, step_flops, utilization
@@ -1987,6 +1987,9 @@ def global_batch_sequences(global_batch: int | None, global_batch_tokens: float 
         raise LlmcalcError("give --global-batch (sequences) or --global-batch-tokens, not both")
     if global_batch_tokens is None:
         return global_batch
+    if global_batch_tokens > MAX_BATCH * seq_len:  # --global-batch's bound, in tokens
+        raise LlmcalcError(f"--global-batch-tokens must be at most {MAX_BATCH * seq_len:,} ({MAX_BATCH:,} sequences "
+                           f"of --seq-len {seq_len:,}), got {global_batch_tokens:,.0f}")
     if global_batch_tokens <= 0 or global_batch_tokens % seq_len:
         low = max(1, int(global_batch_tokens // seq_len))  # the multiples of seq_len on either side
         nearest = " or ".join(f"{n * seq_len:,} ({plural(n, 'sequence')})" for n in dict.fromkeys((low, low + 1)))

@@ -24,6 +24,7 @@ from ..validate import (
     DEFAULT_SEQ_LEN,
     DEFAULT_ZERO,
     MAX_BATCH,
+    MAX_BATCH_TOKENS,
     MAX_GPUS,
     MAX_PARAMS,
     MAX_SEQ_LEN,
@@ -182,7 +183,8 @@ def global_batch_options(func: F) -> F:
     return apply(func, [
         click.option("--global-batch", type=POSITIVE_INT, default=None,
                      help="Sequences per optimizer step: predicts step time and MFU."),
-        click.option("--global-batch-tokens", type=QUANTITY, default=None, help="Instead: tokens per step (e.g. 16M)."),
+        click.option("--global-batch-tokens", type=Count(maximum=MAX_BATCH_TOKENS), default=None,
+                     help=f"Instead: tokens per step (e.g. 16M; at most {MAX_BATCH:,} sequences)."),
     ])
 
 
