@@ -411,3 +411,16 @@ def test_global_batch_tokens_is_bounded_like_global_batch(command, tokens):
 def test_global_batch_tokens_at_the_bound_is_answered():
     result = ok(*GLOBAL_BATCH_COMMANDS["layout"], "--global-batch-tokens", str(2**20 * 4096), "--top", "1")
     assert "global batch 1,048,576 sequences" in result.stdout.splitlines()[0]
+
+
+@pytest.mark.parametrize("argv", [("--enable-expert-parallel",), ("--n-gpus", "2"), ("--pp", "2"), ("--dp", "2"),
+                                  ("--pp", "2", "--enable-expert-parallel")])
+def test_serve_concurrency_refuses_the_layout_it_answers(argv):
+    """`serve --concurrency 16 --enable-expert-parallel` ignored the flag silently (the refusal named a parameter
+    the command does not have): the search answers the GPUs and the layout, expert parallelism included, so each
+    of them given is refused, named, in one line."""
+    line = bad("serve", "mixtral-8x7b", "--gpu", "h100-sxm", "--concurrency", "16", *argv)
+    for flag in argv:
+        if flag.startswith("--"):
+            assert flag in line, line
+    assert "--concurrency" in line and "leave" in line

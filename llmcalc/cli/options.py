@@ -378,7 +378,12 @@ def scenario_options(func: F) -> F:
 
 
 def given(ctx: click.Context, *names: str) -> list[str]:
-    """The options among `names` (parameter names) that the user typed, as their flags."""
+    """The options among `names` (parameter names) that the user typed, as their flags. A name the command has no
+    parameter of is a mistake in the command (it would never be found given): a TypeError, which tests meet."""
+    unknown = set(names) - {param.name for param in ctx.command.params}
+    if unknown:
+        raise TypeError(f"{ctx.command.name} has no parameter {', '.join(sorted(unknown))} (its parameter names, not "
+                        f"its flags)")
     flags = []
     for param in ctx.command.params:
         if param.name in names and ctx.get_parameter_source(param.name) in (ParameterSource.COMMANDLINE,
