@@ -424,3 +424,19 @@ def test_serve_concurrency_refuses_the_layout_it_answers(argv):
         if flag.startswith("--"):
             assert flag in line, line
     assert "--concurrency" in line and "leave" in line
+
+
+@pytest.mark.parametrize("order", ["bogus", "tp-dp-cp", "tp-cp-ep-dp-pp-pp", "tp-cp-ep-dp-xx"])
+def test_rank_order_is_refused_alike_by_train_and_layout(order):
+    """`layout --rank-order bogus` answered "no layout fits ... 201 contradict the model" where `train` refused the
+    order: both refuse it in the same one line, before any model is built (and layout's search, called directly,
+    refuses it too)."""
+    from llmcalc.analytic.steptime import rank_layouts
+    from llmcalc.errors import LlmcalcError
+    from llmcalc.spec import load_model
+
+    lines = {command: bad(*argv, "--global-batch", "512", "--rank-order", order, naming="--rank-order")
+             for command, argv in GLOBAL_BATCH_COMMANDS.items()}
+    assert lines["train"] == lines["layout"] and "must list tp, cp, ep, dp and pp once each" in lines["train"]
+    with pytest.raises(LlmcalcError, match="--rank-order .* must list tp, cp, ep, dp and pp once each"):
+        rank_layouts(load_model("llama-3-8b"), "h100-sxm", 64, 4096, global_batch=512, order=order)

@@ -64,7 +64,7 @@ from ..hardware import Accelerator
 from ..records import dataclass, replaced
 from ..spec import ModelSpec
 from ..units import GIB, plural
-from ..validate import DEFAULT_ZERO, MAX_BATCH
+from ..validate import DEFAULT_ZERO, MAX_BATCH, RANK_ORDER, RANK_ORDER_DIMS, rank_order
 from . import comm, kernels
 from .activations import ATTENTION_IMPLS, ActivationEstimate, activation_memory, kept_terms, layer_saved
 from .flops import RECOMPUTE, StepFlops, forward_ops, has_backward, indexer_ops, layer_ops, step_flops, utilization
@@ -128,8 +128,8 @@ EP_OVERLAP_SHARE = 0.4
 # Megatron's distributed-optimizer bucket: max(40 M, 1 M x dp) parameters (megatron/core/distributed/
 # distributed_data_parallel_config.py bucket_size default); the last bucket's reduction cannot overlap.
 DP_BUCKET_PARAMS = 40e6
-ORDER = "tp-cp-ep-dp-pp"  # Megatron-Core's default rank order (innermost first)
-ORDER_DIMS = ("tp", "cp", "ep", "dp", "pp")
+ORDER = RANK_ORDER  # Megatron-Core's default rank order (innermost first)
+ORDER_DIMS = RANK_ORDER_DIMS
 CP_COMMS = ("p2p", "all-gather", "a2a", "a2a+p2p")
 # What a selective recomputation can re-run: Megatron-Core's --recompute-modules (core_attn, layernorm,
 # mla_up_proj, moe_act, mlp, moe, shared_experts), and two torch/JAX policies: mlp_act (the dense MLP's activation,
@@ -168,11 +168,7 @@ GLOBAL_CONSTANTS = {
 def _order_dims(order: str) -> tuple[str, ...]:
     dims = _ORDERS.get(order)
     if dims is None:
-        dims = tuple(order.split("-"))
-        if sorted(dims) != sorted(ORDER_DIMS):
-            raise LlmcalcError(f"--rank-order {order!r} must list tp, cp, ep, dp and pp once each, innermost first "
-                               f"(Megatron-Core's default {ORDER}; Llama 3's tp-cp-ep-pp-dp)")
-        _ORDERS[order] = dims
+        dims = _ORDERS[order] = rank_order(order)
     return dims
 
 
@@ -2097,6 +2093,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     while that bound can beat the `top`-th exact step. The others keep their bound (say so in their
     assumptions)."""
     check_modelled(spec)
+    _order_dims(step.get("order", ORDER))  # refused once, as train refuses it, not layout by layout
     if step.get("recompute_layers") or step.get("recompute_modules"):
         raise LlmcalcError("layout checks memory with --recompute none, selective or full; time a partial "
                            "recomputation (--recompute-layers, --recompute-modules) with `llmcalc train`")

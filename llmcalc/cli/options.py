@@ -31,6 +31,7 @@ from ..validate import (
     MAX_TFLOPS,
     MAX_TOKENS,
     MAX_USD_PER_GPU_HOUR,
+    RANK_ORDER,
 )
 from ..vocabulary import (
     ATTENTION_KERNELS,
@@ -46,7 +47,7 @@ from ..vocabulary import (
     SCHEDULES,
     STORAGE_DTYPES,
 )
-from .types import Choice, Count, DType, Fraction, Length, Name, Number
+from .types import Choice, Count, DType, Fraction, Length, Name, Number, RankOrder
 
 F = TypeVar("F", bound=Callable[..., Any])
 Decorator = Callable[[F], F]
@@ -282,7 +283,7 @@ def step_model_options(func: F) -> F:
     return apply(func, [
         recipe_option,
         optimizer_option,
-        click.option("--rank-order", "order", default="tp-cp-ep-dp-pp", show_default=True,
+        click.option("--rank-order", "order", type=RankOrder(), default=RANK_ORDER, show_default=True,
                      help="How ranks are laid out, innermost first "
                           "(Megatron-Core's default; Llama 3: tp-cp-ep-pp-dp)."),
         click.option("--cp-comm", type=Choice(list(CP_COMMS)), default="p2p", show_default=True,
