@@ -2091,7 +2091,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     only where it can change the ranking: every evaluated layout first gets pipeline.path_bound (its exact
     makespan where the timeline is known in closed form, else a lower bound); the layouts are then simulated only
     while that bound can beat the `top`-th exact step. The others keep their bound (say so in their
-    assumptions)."""
+    assumptions), but for the few losers shown (_why_they_lose), simulated: their figures are train's."""
     check_modelled(spec)
     _order_dims(step.get("order", ORDER))  # refused once, as train refuses it, not layout by layout
     if step.get("recompute_layers") or step.get("recompute_modules"):
@@ -2173,6 +2173,13 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
                         dropout=False)
     prepared: list[tuple[_Prepared, float, int, StepPrediction | None]] = []
     best: list[float] = []  # the `top` smallest exact steps so far, ascending
+    bounds: dict[int, _Prepared] = {}  # the predictions that are their pipeline's lower bound (by id): their layout
+
+    def finish(prep: _Prepared, simulated: bool) -> StepPrediction:  # _finish, its lower bounds kept in `bounds`
+        pred = _finish(prep, simulated=simulated)
+        if not (simulated or prep.exact):
+            bounds[id(pred)] = prep
+        return pred
     while layouts:
         # the least floor, left on the heap: a next tier takes its place there (at the root where it is still the
         # least, else heapreplace: one sift instead of a pop's and a push's); the entries' (floor, candidate index)
@@ -2225,7 +2232,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             heapq.heappop(layouts)
             prep, peak = more  # a prepared layout's turn: simulated while it can still be among the `top`
             can_win = len(best) < top or prep.step_bound < best[-1]
-            pred = _finish(prep, simulated=can_win)
+            pred = finish(prep, simulated=can_win)
             if can_win:
                 best = sorted(best + [pred.step_seconds])[:top]
             prepared.append((prep, peak, index, pred))
@@ -2242,7 +2249,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     for _, index, tier, lay, more in layouts:
         if tier == _TIME:
             prep, peak = more
-            prepared.append((prep, peak, index, _finish(prep, simulated=False)))
+            prepared.append((prep, peak, index, finish(prep, simulated=False)))
         else:
             left[index] = (tier, lay, more)
     fits: dict[int, bool] = {}
@@ -2262,7 +2269,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
                     no_fit(lay, peak, zero)
                 else:
                     prep = fit(lay, rc)
-                    prepared.append((prep, peak, index, _finish(prep, simulated=False)))
+                    prepared.append((prep, peak, index, finish(prep, simulated=False)))
             if fits[index]:
                 break
     counts["bounded"] = len(left) - len(fits)
@@ -2273,12 +2280,20 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     for prep, peak, _, done in prepared:
         if done is None:
             can_win = len(best) < top or prep.step_bound < best[-1]
-            done = _finish(prep, simulated=can_win)
+            done = finish(prep, simulated=can_win)
             if can_win:
                 best = sorted(best + [done.step_seconds])[:top]
         ranked.append((done, peak))
     ranked.sort(key=lambda pm: -pm[0].tokens_per_second)
-    losers = _why_they_lose(ranked, oom, capacity)
+    exact: dict[int, StepPrediction] = {}  # the losers shown, simulated: their figures are what train predicts
+
+    def simulated(pred: StepPrediction) -> StepPrediction:
+        if id(pred) not in bounds:
+            return pred
+        if id(pred) not in exact:
+            exact[id(pred)] = _finish(bounds[id(pred)])
+        return exact[id(pred)]
+    losers = _why_they_lose(ranked, oom, capacity, simulated)
     return ranked, losers, counts
 
 
@@ -3140,10 +3155,14 @@ def _describe(lay: Layout, rc: str | None = None) -> str:
     return text + f" mb {lay.micro_batch}" + (f" recompute {rc}" if rc else "") + (" ZeRO-3" if lay.zero == 3 else "")
 
 
-def _why_they_lose(ranked: list, oom: list, capacity: float) -> list:
+def _why_they_lose(ranked: list, oom: list, capacity: float,
+                   exact: Callable[[StepPrediction], StepPrediction] | None = None) -> list:
     """A few representative losers: for each kind of loss the layout that suffers it most, and what did
-    not fit (the one closest to fitting, which would otherwise have been a candidate)."""
-    out = []
+    not fit (the one closest to fitting, which would otherwise have been a candidate). `exact`: a ranked
+    prediction as simulated (where the search kept a layout's pipeline at its lower bound), so that each loser shown
+    has the figures `train` gives it; it is chosen by the figures ranked."""
+    out: list[tuple[str, StepPrediction | None, str]] = []
+    shown = exact or (lambda pred: pred)
     if ranked:
         best = ranked[0][0]
         for key, label in (("pp_bubble", "pipeline bubble"), ("tp_comm", "exposed TP communication"),
@@ -3152,12 +3171,14 @@ def _why_they_lose(ranked: list, oom: list, capacity: float) -> list:
             worst = max(ranked[1:], key=lambda pm: pm[0].breakdown[key] / pm[0].step_seconds, default=None)
             if worst is None or worst[0].breakdown[key] <= best.breakdown[key] * 1.05 + 1e-9:
                 continue
-            p = worst[0]
+            p = shown(worst[0])
+            if p.breakdown[key] <= best.breakdown[key] * 1.05 + 1e-9:
+                continue
             out.append((f"{label}: {p.breakdown[key] / p.step_seconds * 100:.1f} % of its step (best: "
                         f"{best.breakdown[key] / best.step_seconds * 100:.1f} %)", p, _describe(p.layout, p.recompute)))
         slow = [pm for pm in ranked[1:] if pm[0].recompute != best.recompute]
         if slow:
-            p = slow[0][0]
+            p = shown(slow[0][0])
             out.append((f"recompute {p.recompute} re-runs work (HFU {p.hfu * 100:.1f} % vs MFU {p.mfu * 100:.1f} %)",
                         p, _describe(p.layout, p.recompute)))
     if oom:
