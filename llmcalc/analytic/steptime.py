@@ -90,6 +90,7 @@ from .memory import (
     peak_of,
     routed_expert_params,
     state_terms_of,
+    zero3_gathered,
 )
 from .parallel import (
     Parallel,
@@ -104,7 +105,7 @@ from .parallel import (
     data_parallel,
     whole,
 )
-from .params import count_params
+from .params import count_params, layer_blocks
 from .pipeline import SCHEDULES, chunks_per_rank, path_bounds, simulate_pair, stage_of
 
 # The one constant fitted to whole training steps: the share of the isolated-kernel rates (MAMF, the attention
@@ -2853,10 +2854,10 @@ def _stage_states_uncached(spec: ModelSpec, recipe: str, optimizer: str,
     tp, cp, pp, dp, ep, etp, zero = degrees
     etp = etp or tp  # Parallel.expert_tp
 
-    def make() -> tuple:  # once per model: its components, per-layer split and routed experts
+    def make() -> tuple:  # once per model: its components, per-layer split, routed experts and blocks
         comps = count_params(spec).components
-        return comps, _layer_params(spec, comps), routed_expert_params(spec, comps)
-    comps, split, routed = _cached("params", ("comps", _token(spec)), make)
+        return comps, _layer_params(spec, comps), routed_expert_params(spec, comps), layer_blocks(spec)
+    comps, split, routed, each_block = _cached("params", ("comps", _token(spec)), make)
     layer, norms, emb, head, final = split
     per_stage = spec.n_layers // pp
     routed = routed / spec.n_layers
@@ -2864,8 +2865,8 @@ def _stage_states_uncached(spec: ModelSpec, recipe: str, optimizer: str,
     layer -= routed if own else 0.0
     experts = per_stage * routed / (etp * ep) if own else 0.0
     blocks = per_stage * (layer / tp + norms)
-    gathered = (2 * (layer / tp + norms + (routed / (etp * ep) if own else 0.0)) * rec.weight_bytes
-                if zero == 3 and dp > 1 else 0.0)
+    gathered = zero3_gathered(each_block, tp, etp * ep if own else None, rec.weight_bytes) if zero == 3 and dp > 1 \
+        else 0.0
     tied = spec.lm_head and spec.tie_embeddings  # the head's gradient is the token table's, made first
     late = (emb - (comps.get("embedding/tokens", 0) if tied else 0)) / tp
     if pp == 1:
