@@ -42,6 +42,19 @@ def non_negative_number(what: str, value, maximum: float | None = None) -> float
     return positive_number(what, value, maximum)
 
 
+RANK_ORDER = "tp-cp-ep-dp-pp"  # Megatron-Core's default rank order, innermost first
+RANK_ORDER_DIMS = ("tp", "cp", "ep", "dp", "pp")
+
+
+def rank_order(order: str, what: str = "--rank-order") -> tuple[str, ...]:
+    """The dimensions of a rank order ("tp-cp-ep-dp-pp", innermost first): each of RANK_ORDER_DIMS once."""
+    dims = tuple(order.split("-")) if isinstance(order, str) else ()
+    if sorted(dims) != sorted(RANK_ORDER_DIMS):
+        raise LlmcalcError(f"{what} {order!r} must list tp, cp, ep, dp and pp once each, innermost first "
+                           f"(Megatron-Core's default {RANK_ORDER}; Llama 3's tp-cp-ep-pp-dp)")
+    return dims
+
+
 def fraction(what: str, value) -> float:
     """A utilization (MFU, HFU) in (0, 1]: 0.45 means 45 % of peak."""
     number = positive_number(what, value)
@@ -62,7 +75,8 @@ MAX_COMPUTE = 1e40  # FLOPs
 MAX_DAYS = 36_525.0  # a century
 MAX_USD_PER_GPU_HOUR = 1e4
 MAX_TFLOPS = 1e6  # per device
-MAX_BATCH = 2**20
+MAX_BATCH = 2**20  # sequences per step (--global-batch, --micro-batch, ...)
+MAX_BATCH_TOKENS = MAX_BATCH * MAX_SEQ_LEN  # --global-batch-tokens: 2**45, about 3.5e13 (and <= MAX_BATCH sequences)
 MAX_GENERATE = 2**17  # decode steps the roofline sums one by one
 MAX_PROFILE_STEPS = 1000
 MAX_PROFILE_LAYERS = 1024  # modules a profile builds (even FakeTensorMode builds every layer)

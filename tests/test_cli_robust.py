@@ -388,3 +388,81 @@ def test_a_config_is_read_whole_whatever_its_stat_size_says(tmp_path, monkeypatc
     monkeypatch.setattr(presets.os, "stat", lambda p: os.stat_result((*real_stat(p)[:6], 0, *real_stat(p)[7:])))
     with pytest.raises(presets.PresetError, match="is over 10 bytes"):
         presets.read_json(path)
+
+
+# --- issue 40 --------------------------------------------------------------------------------------------
+
+GLOBAL_BATCH_COMMANDS = {
+    "train": ("train", "llama-3-8b", "--tokens", "1T", "--gpu", "h100-sxm", "--n-gpus", "64"),
+    "layout": ("layout", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", "64"),
+}
+
+
+@pytest.mark.parametrize("command", sorted(GLOBAL_BATCH_COMMANDS))
+@pytest.mark.parametrize("tokens", ["1e30", "1e308", "1e13", str(2**20 * 4096 + 4096)])
+def test_global_batch_tokens_is_bounded_like_global_batch(command, tokens):
+    """`layout --global-batch-tokens 1e30` answered for a 27-digit global batch and `train ... 1e308` said
+    "(OverflowError)": tokens per step are bounded as --global-batch is, 2**20 sequences of --seq-len (and never
+    more than that at the longest --seq-len), in every command taking them."""
+    line = bad(*GLOBAL_BATCH_COMMANDS[command], "--global-batch-tokens", tokens, naming="--global-batch-tokens")
+    assert "at most" in line
+
+
+def test_global_batch_tokens_at_the_bound_is_answered():
+    result = ok(*GLOBAL_BATCH_COMMANDS["layout"], "--global-batch-tokens", str(2**20 * 4096), "--top", "1")
+    assert "global batch 1,048,576 sequences" in result.stdout.splitlines()[0]
+
+
+@pytest.mark.parametrize("argv", [("--enable-expert-parallel",), ("--n-gpus", "2"), ("--pp", "2"), ("--dp", "2"),
+                                  ("--pp", "2", "--enable-expert-parallel")])
+def test_serve_concurrency_refuses_the_layout_it_answers(argv):
+    """`serve --concurrency 16 --enable-expert-parallel` ignored the flag silently (the refusal named a parameter
+    the command does not have): the search answers the GPUs and the layout, expert parallelism included, so each
+    of them given is refused, named, in one line."""
+    line = bad("serve", "mixtral-8x7b", "--gpu", "h100-sxm", "--concurrency", "16", *argv)
+    for flag in argv:
+        if flag.startswith("--"):
+            assert flag in line, line
+    assert "--concurrency" in line and "leave" in line
+
+
+@pytest.mark.parametrize("order", ["bogus", "tp-dp-cp", "tp-cp-ep-dp-pp-pp", "tp-cp-ep-dp-xx"])
+def test_rank_order_is_refused_alike_by_train_and_layout(order):
+    """`layout --rank-order bogus` answered "no layout fits ... 201 contradict the model" where `train` refused the
+    order: both refuse it in the same one line, before any model is built (and layout's search, called directly,
+    refuses it too)."""
+    from llmcalc.analytic.steptime import rank_layouts
+    from llmcalc.errors import LlmcalcError
+    from llmcalc.spec import load_model
+
+    lines = {command: bad(*argv, "--global-batch", "512", "--rank-order", order, naming="--rank-order")
+             for command, argv in GLOBAL_BATCH_COMMANDS.items()}
+    assert lines["train"] == lines["layout"] and "must list tp, cp, ep, dp and pp once each" in lines["train"]
+    with pytest.raises(LlmcalcError, match="--rank-order .* must list tp, cp, ep, dp and pp once each"):
+        rank_layouts(load_model("llama-3-8b"), "h100-sxm", 64, 4096, global_batch=512, order=order)
+
+
+def _train_argv(described: str) -> list[str]:
+    """`train`'s options for a layout as `layout` describes it ("tp 1 cp 1 pp 8 dp 8 vpp 4 mb 1 recompute none")."""
+    words = described.split()
+    zero = ["--zero", "3"] if words[-1] == "ZeRO-3" else []
+    words = words[:-1] if zero else words
+    named = dict(zip(words[0::2], words[1::2], strict=True))
+    return ["--tp", named["tp"], "--cp", named["cp"], "--pp", named["pp"], "--vpp", named.get("vpp", "1"),
+            "--micro-batch", named["mb"], "--recompute", named["recompute"], *zero]
+
+
+def test_layout_losers_show_the_figures_train_gives():
+    """`layout`'s "why the others lose" printed a layout's pipeline lower bound as its throughput (-31.3 % where
+    `train` of that layout gives -32.0 %): each loser shown now has the throughput `train` predicts for it. Here the
+    interleaved pp 8 loser is one whose pipeline the search kept at its bound."""
+    from clirun import cli_json
+
+    common = ("--gpu", "h100-sxm", "--n-gpus", "64", "--global-batch", "512")
+    search = cli_json("layout", "llama-3-8b", *common)
+    best = search["layouts"][0]["tokens_per_second"]
+    losers = [loser for loser in search["losers"] if not loser["why"].startswith("does not fit")]
+    assert any(" vpp " in loser["layout"] for loser in losers)
+    for loser in losers:
+        train = cli_json("train", "llama-3-8b", "--tokens", "1T", *common, *_train_argv(loser["layout"]))
+        assert loser["vs_best"] == pytest.approx(train["tokens_per_second"] / best - 1, rel=1e-12), loser

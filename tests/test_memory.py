@@ -223,3 +223,55 @@ def test_kv_activations_never_split_below_one_head():
     assert q.per_rank(16, True) == 4096 * 64 * 128 * 2 / 16
     est8, est16 = (training_memory(spec, 1, 4096, parallel=Parallel.over(tp, tp=tp)) for tp in (8, 16))
     assert est16.activations.per_layer[kv.name] == est8.activations.per_layer[kv.name] == 80 * one_head
+
+
+def _hf_layer_params(config: dict) -> list[int]:
+    """Each decoder layer's parameters in the transformers model for `config`, built on the meta device: the
+    numel of every parameter under model.layers.<i>. (the independent reference)."""
+    import re
+
+    from reference import build_hf
+
+    sizes: dict[int, int] = {}
+    for name, p in build_hf(config).named_parameters():
+        found = re.match(r"model\.layers\.(\d+)\.", name)
+        if found:
+            sizes[int(found[1])] = sizes.get(int(found[1]), 0) + p.numel()
+    return [sizes[i] for i in sorted(sizes)]
+
+
+HEAVY_DENSE_FIRST = {"model_type": "deepseek_v2", "hidden_size": 64, "intermediate_size": 1024,
+                     "moe_intermediate_size": 16, "n_routed_experts": 4, "n_shared_experts": 1,
+                     "num_experts_per_tok": 2, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+                     "num_hidden_layers": 4, "num_attention_heads": 4,
+                     "num_key_value_heads": 4, "kv_lora_rank": 16, "q_lora_rank": None, "qk_nope_head_dim": 16,
+                     "qk_rope_head_dim": 8, "v_head_dim": 16, "vocab_size": 256, "tie_word_embeddings": False,
+                     "topk_method": "greedy", "n_group": 1, "topk_group": 1}
+
+
+@pytest.mark.parametrize("model", ["deepseek-v2-lite", "heavy-dense-first"])
+def test_zero3_gathered_layer_is_the_two_largest_real_blocks(tmp_path, model):
+    """Issue 40 F: the ZeRO-3 gathered layer was two MEAN blocks (2,264,748,411.26 B on DeepSeek-V2-Lite, a
+    fraction of a byte); FSDP holds the block it computes and the next one, real blocks: at most the two largest
+    (there 2,339,391,488 B: two MoE layers, heavier than the dense first one). Held to the per-layer parameters of
+    the transformers model on the meta device, at bf16 (2 bytes), in `memory` and in `layout`'s memory check (the
+    same state terms: test_memory_search), for the published config and for one whose dense first layer is the
+    heaviest."""
+    from pathlib import Path
+
+    if model == "heavy-dense-first":
+        config = HEAVY_DENSE_FIRST
+        arg = tmp_path / "config.json"
+        arg.write_text(json.dumps(config))
+    else:
+        arg = model
+        config = json.loads((Path(__file__).resolve().parent.parent / f"presets/models/{model}.json").read_text())
+    layers = sorted(_hf_layer_params(config))
+    if model == "heavy-dense-first":
+        assert layers[-1] != layers[-2]  # the dense layer and an MoE one: not two of one kind
+    result = run("memory", arg, "--zero", "3", "--n-gpus", 8, "--format", "json")
+    assert result.exit_code == 0, result.output
+    gathered = json.loads(result.stdout)["components"]["ZeRO-3 gathered layer"]
+    assert gathered == 2 * (layers[-1] + layers[-2])
+    if model == "deepseek-v2-lite":
+        assert gathered == 2_339_391_488

@@ -7,9 +7,16 @@ import pytest
 
 from llmcalc.analytic import steptime
 from llmcalc.analytic.activations import ActivationEstimate, Saved, kept_terms, layer_saved, layer_terms, scaled
-from llmcalc.analytic.memory import OPTIMIZERS, RECIPES, MemoryEstimate, _layer_params, routed_expert_params
+from llmcalc.analytic.memory import (
+    OPTIMIZERS,
+    RECIPES,
+    MemoryEstimate,
+    _layer_params,
+    routed_expert_params,
+    zero3_gathered,
+)
 from llmcalc.analytic.parallel import Parallel
-from llmcalc.analytic.params import count_params, largest_tensor
+from llmcalc.analytic.params import count_params, largest_tensor, layer_blocks
 from llmcalc.spec import load_model, model_names
 
 
@@ -112,8 +119,8 @@ def test_stage_states_are_the_estimates_state_terms(model, recipe, optimizer):
         layer = layer0 - (routed if own else 0.0)
         experts = per_stage * routed / (etp_ * ep) if own else 0.0
         blocks = per_stage * (layer / tp + norms)
-        gathered = (2 * (layer / tp + norms + (routed / (etp_ * ep) if own else 0.0)) * rec.weight_bytes
-                    if zero == 3 and dp > 1 else 0.0)
+        gathered = (zero3_gathered(layer_blocks(spec), tp, etp_ * ep if own else None, rec.weight_bytes)
+                    if zero == 3 and dp > 1 else 0.0)  # training_memory's (tests/test_memory.py: its blocks)
         tied = spec.lm_head and spec.tie_embeddings
         late = (emb - (comps.get("embedding/tokens", 0) if tied else 0)) / tp
         if pp == 1:

@@ -27,7 +27,7 @@ from ..validate import DEFAULT_SEQ_LEN, MAX_GPUS, positive_int
 from ..vocabulary import OPTIMIZER_IMPLS  # the names and their scratch rule (re-exported)
 from .activations import ActivationEstimate, activation_memory
 from .parallel import Parallel
-from .params import count_params, largest_tensor
+from .params import count_params, largest_tensor, layer_blocks
 
 if TYPE_CHECKING:
     from .measured import MeasuredModel
@@ -525,6 +525,21 @@ def _layer_params(spec: ModelSpec, comps: dict[str, int] | None = None) -> tuple
     return layer, norms, emb, head, final
 
 
+def zero3_gathered(blocks: list[dict[str, int]], tp: int, experts_over: int | None, weight_bytes: float) -> float:
+    """Bytes of unsharded weights ZeRO-3/FSDP holds while it computes a layer: that block and the next, prefetched
+    (FSDP's default), at most the model's two largest blocks (`blocks`: params.layer_blocks; an MoE block outweighs
+    a dense one), each as this GPU's TP shard: its layer norms whole, its routed experts over `experts_over` ranks
+    (etp x ep) where they have their own layout (else None: split as the rest, by tp); a shard's params whole (the
+    last rank's share rounded up)."""
+    shards = []
+    for block in blocks:
+        norms = sum(v for k, v in block.items() if k.endswith("norm/layers"))
+        routed = sum(v for k, v in block.items() if k.endswith("moe/experts")) if experts_over else 0
+        rest = sum(block.values()) - norms - routed
+        shards.append(-(-rest // tp) + norms + (-(-routed // experts_over) if experts_over else 0))
+    return sum(sorted(shards)[-2:]) * weight_bytes
+
+
 def routed_expert_params(spec: ModelSpec, comps: dict[str, int] | None = None) -> float:
     """Every routed expert of the model, all MoE layers (what expert parallelism splits); 0 if dense.
     MoE layers are decoder-only, so their component is the unprefixed `moe/experts`."""
@@ -557,8 +572,8 @@ def training_memory(spec: ModelSpec, batch: int = 1, seq_len: int = DEFAULT_SEQ_
     blocks = per_stage * (layer / tp + norms)
     common = dict(spec=spec, batch=batch, seq=seq_len, act_bytes=rec.act_bytes, recompute=recompute,
                   attention=attention, dropout=dropout, tp=tp, sequence_parallel=parallel.sequence_parallel)
-    # ZeRO-3/FSDP unshards one block at a time (and prefetches the next): two blocks' TP shards.
-    gathered = (2 * (layer / tp + norms + (routed / (etp * ep) if own else 0.0)) * rec.weight_bytes
+    # ZeRO-3/FSDP unshards one block at a time (and prefetches the next): the two largest blocks' TP shards.
+    gathered = (zero3_gathered(layer_blocks(spec), tp, etp * ep if own else None, rec.weight_bytes)
                 if parallel.zero == 3 and parallel.dp > 1 else 0.0)
     stages = []  # (stage, params, activations, head + final norm params, untied embedding params)
     tied = spec.lm_head and spec.tie_embeddings  # the head's gradient is the token table's, made first

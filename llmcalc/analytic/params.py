@@ -205,45 +205,55 @@ def _layer_shapes(spec: ModelSpec, n_layers: int) -> list[tuple[bool, str, bool,
                     each(spec.kv_compress is not None, spec.compression, "none"), strict=True))
 
 
-def _stack(spec: ModelSpec, stack: str, n_layers: int) -> dict[str, int]:
-    """Parameters of one stack of blocks. `stack`: '' (decoder-only/encoder), 'encoder.', 'decoder.'."""
-    out: dict[str, int] = {}
+def _hybrid_layers(spec: ModelSpec, n_layers: int) -> list[dict[str, int]]:
+    """A hybrid stack's layers, each its parameters by part: mixers (attention, Mamba, Zamba2's shared block with
+    what its use adds), an optional FFN, a pre-norm per part."""
+    out = []
+    uses = 0  # Zamba2 shared-block uses so far
+    # a state-space mixer's and an FFN's parts read no layer index: made once per kind, added at each layer
+    per_kind: dict[str, dict[str, int]] = {}
+    for i in range(n_layers):
+        layer: dict[str, int] = {}
+        mixers, ffn = spec.layer_parts(i)
+        for kind in mixers:
+            if kind == "shared_block":
+                _add(layer, _shared_block(spec, uses))
+                uses += 1
+                continue
+            if kind == "attention":
+                _add(layer, _attention(spec, "attention", layer=i))
+                continue
+            if kind not in per_kind:
+                per_kind[kind] = mixer_params(spec, kind)
+            _add(layer, per_kind[kind])
+        if ffn is not None:
+            if ffn not in per_kind:
+                per_kind[ffn] = _moe(spec, "moe") if ffn == "moe" else _ffn(spec, spec.d_ff, "mlp")
+            _add(layer, per_kind[ffn])
+        _add(layer, {"norm/layers": spec.norms_in_layer(i) * _norm(spec, spec.d_model)})
+        out.append(layer)
+    return out
+
+
+Shape = tuple[bool, str, bool, bool, str]
+
+
+def _kinds(spec: ModelSpec, stack: str, n_layers: int) -> tuple[list[Shape], dict[Shape, tuple[dict[str, int],
+                                                                                         dict[str, int]]],
+                                                                 dict[str, int]]:
+    """A (non-hybrid) stack's layer kinds: each layer's shape (_layer_shapes), each shape's (attention, the rest of
+    its block) by part, and the cross-attention every block of a decoder stack adds. Every block of a stack is one of
+    a few kinds, each made once: keyed by what can differ between layers (MoE or dense; Gemma 4's per-span geometry
+    and KV-shared layers; GLM-5's indexer layers; DeepSeek-V4's compression), all else being the same in every
+    layer."""
     cross = stack == "decoder."
     norms = spec.norms_per_layer + (1 if cross else 0)  # a decoder block adds a cross-attention norm
-    if spec.is_hybrid:  # layer by layer: mixers (attention, Mamba), an optional FFN, a pre-norm per part
-        uses = 0  # Zamba2 shared-block uses so far
-        # a state-space mixer's and an FFN's parts read no layer index: made once per kind, added at each layer
-        per_kind: dict[str, dict[str, int]] = {}
-        for i in range(n_layers):
-            mixers, ffn = spec.layer_parts(i)
-            for kind in mixers:
-                if kind == "shared_block":
-                    _add(out, _shared_block(spec, uses))
-                    uses += 1
-                    continue
-                if kind == "attention":
-                    _add(out, _attention(spec, "attention", layer=i))
-                    continue
-                if kind not in per_kind:
-                    per_kind[kind] = mixer_params(spec, kind)
-                _add(out, per_kind[kind])
-            if ffn is not None:
-                if ffn not in per_kind:
-                    per_kind[ffn] = _moe(spec, "moe") if ffn == "moe" else _ffn(spec, spec.d_ff, "mlp")
-                _add(out, per_kind[ffn])
-            _add(out, {"norm/layers": spec.norms_in_layer(i) * _norm(spec, spec.d_model)})
-        out["norm/final"] = _norm(spec, spec.d_model)
-        return out
-    # every block of a stack is one of a few kinds, each counted once: keyed by what can differ between layers
-    # (MoE or dense; Gemma 4's per-span geometry and KV-shared layers; GLM-5's indexer layers; DeepSeek-V4's
-    # compression), all else being the same in every layer
     cross_attention = _attention(spec, f"{stack}cross_attention", cross=True) if cross else {}
-    blocks: dict[tuple[bool, str, bool, bool, str], tuple[dict[str, int], dict[str, int]]] = {}
-    counts: dict[tuple[bool, str, bool, bool, str], int] = {}  # blocks of each kind, in order of first appearance
-    for i, shape in enumerate(_layer_shapes(spec, n_layers)):
-        moe = shape[0]
-        counts[shape] = counts.get(shape, 0) + 1
+    shapes = _layer_shapes(spec, n_layers)
+    blocks: dict[Shape, tuple[dict[str, int], dict[str, int]]] = {}
+    for i, shape in enumerate(shapes):
         if shape not in blocks:
+            moe = shape[0]
             rest: dict[str, int] = {}
             if moe:
                 _add(rest, _moe(spec, f"{stack}moe"))
@@ -253,6 +263,43 @@ def _stack(spec: ModelSpec, stack: str, n_layers: int) -> dict[str, int]:
             _add(rest, _hyper_connections(spec))
             _add(rest, {f"{stack}norm/layers": layer_norms(spec, i, norms) * _norm(spec, spec.d_model)})
             blocks[shape] = (_attention(spec, f"{stack}attention", layer=i), rest)
+    return shapes, blocks, cross_attention
+
+
+def layer_blocks(spec: ModelSpec) -> list[dict[str, int]]:
+    """Each block's parameters by part ("group/part" -> count, as param_breakdown names them), layer by layer: the
+    encoder's, then the decoder's; the stacks' blocks sum to param_breakdown's less the embedding, the head and the
+    final norms (T5's relative-position table is in the first block of its stack, as transformers holds it)."""
+    if spec.is_hybrid:
+        return _hybrid_layers(spec, spec.n_layers)
+    stacks = ([("encoder.", spec.n_layers), ("decoder.", spec.n_decoder_layers)]
+              if spec.architecture == "encoder-decoder" else [("", spec.n_layers)])
+    out = []
+    for stack, n_layers in stacks:
+        shapes, blocks, cross_attention = _kinds(spec, stack, n_layers)
+        for i, shape in enumerate(shapes):
+            layer: dict[str, int] = {}
+            _add(layer, blocks[shape][0])
+            _add(layer, cross_attention)
+            if spec.pos_emb == "relative" and i == 0:
+                layer[f"{stack}attention/relative_position_bias"] = spec.rel_pos_buckets * spec.n_heads
+            _add(layer, blocks[shape][1])
+            out.append(layer)
+    return out
+
+
+def _stack(spec: ModelSpec, stack: str, n_layers: int) -> dict[str, int]:
+    """Parameters of one stack of blocks. `stack`: '' (decoder-only/encoder), 'encoder.', 'decoder.'."""
+    out: dict[str, int] = {}
+    if spec.is_hybrid:  # layer by layer: mixers (attention, Mamba), an optional FFN, a pre-norm per part
+        for layer in _hybrid_layers(spec, n_layers):
+            _add(out, layer)
+        out["norm/final"] = _norm(spec, spec.d_model)
+        return out
+    shapes, blocks, cross_attention = _kinds(spec, stack, n_layers)
+    counts: dict[tuple[bool, str, bool, bool, str], int] = {}  # blocks of each kind, in order of first appearance
+    for shape in shapes:
+        counts[shape] = counts.get(shape, 0) + 1
     for first, (shape, n) in enumerate(counts.items()):  # each kind's count x its blocks, keys in model order
         _add(out, blocks[shape][0], n)
         _add(out, cross_attention, n)

@@ -153,10 +153,12 @@ def simulate(schedule: str, p: int, m: int, f_time, b_time, w_time=None, vpp: in
 
 def simulate_pair(schedule: str, p: int, m: int, f_time, b_time, w_time=None, vpp: int = 1, p2p_time: float = 0.0,
                   pair: bool = True) -> tuple[PipelineResult, PipelineResult]:
-    """(simulate(...) without transfer time, simulate(...) with `p2p_time`), in one sweep over the action lists
-    where they are fixed (every schedule but zb-v): the same floats as two simulate() calls, since each action's
-    finish is the same arithmetic on each timeline (a step's pp_comm is the difference of the two). With `pair`
-    False only the second is run (the first is returned as the same object)."""
+    """(the schedule without transfer time, simulate(...) with `p2p_time`): a step's pp_comm is the difference of the
+    two, its bubble the first's idle time. Where the action lists are fixed (every schedule but zb-v) both in one
+    sweep over them, the same floats as two simulate() calls, since each action's finish is the same arithmetic on
+    each timeline. zb-v chooses its order on the fly, and not monotonically in the transfer time: its first is the
+    second less the delay the transfers cause to the order chosen with them (_zb_v_pair), never later than the
+    second. With `pair` False only the second is run (the first is returned as the same object)."""
     for name, value in (("pipeline degree", p), ("micro-batches", m), ("virtual stages", vpp)):
         if not isinstance(value, int) or value < 1:
             raise LlmcalcError(f"{name} must be a whole number >= 1, got {value!r}")
@@ -174,23 +176,55 @@ def simulate_pair(schedule: str, p: int, m: int, f_time, b_time, w_time=None, vp
     n = max(8 * period, 8 * p, EXACT_ACTIONS // (p * v))  # several periods past the warm-up (< 2p·v)
     n -= n % period
     times = (0.0, p2p_time) if pair else (p2p_time,)
+    if schedule == "zb-v" and pair:
+        return _zb_v_pair(p, m, n, f_time, b_time, w_time, p2p_time)
     timed = _simulate_exact(schedule, p, min(m, n), f_time, b_time, w_time=w_time, v=v, p2p_time=times)
-    runs = [_extend(schedule, p, m, n, period=period, run=run, firsts=firsts) if m > n else run
+    runs = [_extend(schedule, p, m, n, run, _pace(schedule, n, period, run, firsts)) if m > n else run
             for run, firsts in timed]
     return runs[0], runs[-1]
 
 
-def _extend(schedule: str, p: int, m: int, n: int, period: int, run: PipelineResult,
-            firsts: tuple[list, ...]) -> PipelineResult:
-    """simulate()'s run of n micro-batches extended to m at its steady pace (see simulate)."""
+def _zb_v_pair(p: int, m: int, n: int, f_time, b_time, w_time, p2p_time: float) -> tuple[PipelineResult,
+                                                                                        PipelineResult]:
+    """simulate_pair for zb-v: (its run without the transfers' delay, simulate()'s run with `p2p_time`).
+
+    zb-v's order is chosen on the fly, and not monotonically in the transfer time: run again without transfers the
+    loop may choose an order that finishes later than the one it chose with them, so the difference of the two runs
+    (a step's exposed PP send/recv) could be negative. The delay the transfers cause is that of the order chosen
+    with them: that order (_simulate_greedy's) timed with `p2p_time` and without (_replay), the second no later in
+    every finish. The run without that delay is simulate()'s less it: the same work, never later than simulate()'s
+    and never sooner than that order without transfers (the loop starts no action sooner than its own order
+    timed with the transfer would: the rest is the loop's idle time, the bubble's). Long pipelines extend each of the
+    three runs at its steady pace (simulate), where a run that finishes no action later than the next cannot keep a
+    slower pace than it in the long run (each measured over a half that need not be one period of the greedy order)."""
+    timed = _simulate_greedy("zb-v", p, min(m, n), f_time, b_time, w_time, v=2, p2p_time=p2p_time,
+                             replay=(0.0, p2p_time))
+    if m > n:
+        paces = [_pace("zb-v", n, 1, run, firsts) for run, firsts in timed]
+        paces[1] = min(paces[1], paces[2])
+        paces[0] = min(paces[0], paces[1])
+        runs = [_extend("zb-v", p, m, n, run, pace) for (run, _), pace in zip(timed, paces, strict=True)]
+    else:
+        runs = [run for run, _ in timed]
+    free, fixed, sent = runs
+    plain = PipelineResult("zb-v", p, 2, m, makespan=sent.makespan - (fixed.makespan - free.makespan), busy=sent.busy)
+    return plain, sent
+
+
+def _pace(schedule: str, n: int, period: int, run: PipelineResult, firsts: tuple[list, ...]) -> float:
+    """Seconds per micro-batch of simulate()'s run of n micro-batches in its steady state (see simulate)."""
     first_f, last_f, first_b = firsts
     j1, j2 = n // 4 - (n // 4) % period, n - n // 4 - (n - n // 4) % period  # the middle half, whole periods
     if schedule == "gpipe":  # all forwards, then all backwards: the two phases' paces add
         slope = (last_f[j2] - last_f[j1] + first_b[j2] - first_b[j1]) / (j2 - j1)
     else:
         slope = (first_f[j2] - first_f[j1]) / (j2 - j1)  # the first stage's steady pace
-    slope = max(slope, max(run.busy) / n)  # never slower than the busiest rank's own work per micro-batch
-    return PipelineResult(schedule, p, run.v, m, makespan=run.makespan + slope * (m - n),
+    return max(slope, max(run.busy) / n)  # never slower than the busiest rank's own work per micro-batch
+
+
+def _extend(schedule: str, p: int, m: int, n: int, run: PipelineResult, pace: float) -> PipelineResult:
+    """simulate()'s run of n micro-batches extended to m at `pace` (_pace's, see simulate)."""
+    return PipelineResult(schedule, p, run.v, m, makespan=run.makespan + pace * (m - n),
                           busy=tuple(b * m / n for b in run.busy))
 
 
@@ -200,7 +234,7 @@ def _simulate_exact(schedule: str, p: int, m: int, f_time, b_time, w_time, v: in
     in `p2p_time`; each run also returns when each micro-batch's forward finished on the first and the last stage
     and its backward on the first."""
     if schedule == "zb-v":
-        return [_simulate_greedy(schedule, p, m, f_time, b_time, w_time=w_time, v=v, p2p_time=c) for c in p2p_time]
+        return [_simulate_greedy(schedule, p, m, f_time, b_time, w_time=w_time, v=v, p2p_time=c)[-1] for c in p2p_time]
     return _simulate_static(schedule, p, m, f_time, b_time, w_time=w_time, v=v, p2p_time=p2p_time)
 
 
@@ -500,9 +534,15 @@ def _awaited(k: int, own: int, n: int, m: int, zero: int) -> int:
     return own - m if kind == 0 else own - n * m if st == n - 1 else own + m
 
 
-def _simulate_greedy(schedule: str, p: int, m: int, f_time, b_time, w_time, v: int,
-                     p2p_time: float) -> tuple[PipelineResult, tuple[list, ...]]:  # long: one event loop
-    """zb-v, whose next action depends on what is ready: an event loop over the ranks' clocks."""
+def _simulate_greedy(schedule: str, p: int, m: int, f_time, b_time, w_time, v: int, p2p_time: float,
+                     replay: tuple[float, ...] = ()) -> list[tuple[PipelineResult, tuple[list, ...]]]:  # long: a loop
+    """zb-v, whose next action depends on what is ready: an event loop over the ranks' clocks, with `p2p_time`.
+
+    Returns its run last, after one run per transfer time in `replay`: the order the loop chose, each rank's actions
+    in turn, timed again with that transfer time (_replay; see _zb_v_pair). The greedy choice is not monotone in
+    the transfer time (a transfer can delay one action so that a better order follows), so the loop run again
+    without transfers may finish later than with them; the same order with less transfer time never does (every
+    start is a maximum of finishes that are no later)."""
     zero_bubble = schedule.startswith("zb")
     n_stages = p * v
     lists = action_lists(schedule, p, m, v)
@@ -542,10 +582,13 @@ def _simulate_greedy(schedule: str, p: int, m: int, f_time, b_time, w_time, v: i
     nxt = [{("F", 0): 0, ("F", 1): 0, ("B", 0): 0, ("B", 1): 0} for _ in range(p)]  # zb-v: next micro-batch
     cap = [2 * p - 1] * p  # zb-v: chunk-0 forwards in flight at most (bounds activation memory like 1f1b)
 
+    order: list[tuple[int, str, int, int]] = []  # (rank, kind, stage, micro-batch) in the order they ran
+
     def run(r, kind, stage, j, start):
         end = start + duration(kind, stage)
         finish[(kind, stage, j)] = end
         where[(kind, stage, j)] = r
+        order.append((r, kind, stage, j))
         busy[r] += end - start
         clock[r] = end
         for other in waiting.pop((kind, stage, j), []):
@@ -602,6 +645,29 @@ def _simulate_greedy(schedule: str, p: int, m: int, f_time, b_time, w_time, v: i
         raise LlmcalcError(f"pipeline schedule {schedule} deadlocked for p={p}, m={m}, v={v} (a bug: please report)")
     first = tuple([finish[(kind, stage, j)] for j in range(m)] for kind, stage in (("F", 0), ("F", n_stages - 1),
                                                                                   ("B", 0)))
+    runs = [_replay(schedule, p, v, m, order, dep, duration, where, c) for c in replay]
+    return runs + [(PipelineResult(schedule, p, v, m, makespan=max(clock), busy=tuple(busy)), first)]
+
+
+def _replay(schedule: str, p: int, v: int, m: int, order: list[tuple[int, str, int, int]], dep, duration,
+            where: dict, p2p_time: float) -> tuple[PipelineResult, tuple[list, ...]]:
+    """The actions of `order` (each rank's in turn, every dependency before what waits for it) timed with
+    `p2p_time`: each starts when its rank is free and its dependency has finished, plus the transfer where that ran
+    on another rank (where[]); with the loop's own transfer time no action starts later than the loop started it."""
+    finish: dict = {}
+    clock = [0.0] * p
+    busy = [0.0] * p
+    for r, kind, stage, j in order:
+        start = clock[r]
+        need = dep(kind, stage, j)
+        if need is not None:
+            ready = finish[need] + (p2p_time if where[need] != r else 0.0)
+            if ready > start:
+                start = ready
+        end = finish[(kind, stage, j)] = clock[r] = start + duration(kind, stage)
+        busy[r] += end - start  # as the loop adds it
+    last = p * v - 1
+    first = tuple([finish[(kind, stage, j)] for j in range(m)] for kind, stage in (("F", 0), ("F", last), ("B", 0)))
     return PipelineResult(schedule, p, v, m, makespan=max(clock), busy=tuple(busy)), first
 
 

@@ -64,7 +64,7 @@ from ..hardware import Accelerator
 from ..records import dataclass, replaced
 from ..spec import ModelSpec
 from ..units import GIB, plural
-from ..validate import DEFAULT_ZERO
+from ..validate import DEFAULT_ZERO, MAX_BATCH, RANK_ORDER, RANK_ORDER_DIMS, rank_order
 from . import comm, kernels
 from .activations import ATTENTION_IMPLS, ActivationEstimate, activation_memory, kept_terms, layer_saved
 from .flops import RECOMPUTE, StepFlops, forward_ops, has_backward, indexer_ops, layer_ops, step_flops, utilization
@@ -90,6 +90,7 @@ from .memory import (
     peak_of,
     routed_expert_params,
     state_terms_of,
+    zero3_gathered,
 )
 from .parallel import (
     Parallel,
@@ -104,7 +105,7 @@ from .parallel import (
     data_parallel,
     whole,
 )
-from .params import count_params
+from .params import count_params, layer_blocks
 from .pipeline import SCHEDULES, chunks_per_rank, path_bounds, simulate_pair, stage_of
 
 # The one constant fitted to whole training steps: the share of the isolated-kernel rates (MAMF, the attention
@@ -128,8 +129,8 @@ EP_OVERLAP_SHARE = 0.4
 # Megatron's distributed-optimizer bucket: max(40 M, 1 M x dp) parameters (megatron/core/distributed/
 # distributed_data_parallel_config.py bucket_size default); the last bucket's reduction cannot overlap.
 DP_BUCKET_PARAMS = 40e6
-ORDER = "tp-cp-ep-dp-pp"  # Megatron-Core's default rank order (innermost first)
-ORDER_DIMS = ("tp", "cp", "ep", "dp", "pp")
+ORDER = RANK_ORDER  # Megatron-Core's default rank order (innermost first)
+ORDER_DIMS = RANK_ORDER_DIMS
 CP_COMMS = ("p2p", "all-gather", "a2a", "a2a+p2p")
 # What a selective recomputation can re-run: Megatron-Core's --recompute-modules (core_attn, layernorm,
 # mla_up_proj, moe_act, mlp, moe, shared_experts), and two torch/JAX policies: mlp_act (the dense MLP's activation,
@@ -168,11 +169,7 @@ GLOBAL_CONSTANTS = {
 def _order_dims(order: str) -> tuple[str, ...]:
     dims = _ORDERS.get(order)
     if dims is None:
-        dims = tuple(order.split("-"))
-        if sorted(dims) != sorted(ORDER_DIMS):
-            raise LlmcalcError(f"--rank-order {order!r} must list tp, cp, ep, dp and pp once each, innermost first "
-                               f"(Megatron-Core's default {ORDER}; Llama 3's tp-cp-ep-pp-dp)")
-        _ORDERS[order] = dims
+        dims = _ORDERS[order] = rank_order(order)
     return dims
 
 
@@ -1987,6 +1984,9 @@ def global_batch_sequences(global_batch: int | None, global_batch_tokens: float 
         raise LlmcalcError("give --global-batch (sequences) or --global-batch-tokens, not both")
     if global_batch_tokens is None:
         return global_batch
+    if global_batch_tokens > MAX_BATCH * seq_len:  # --global-batch's bound, in tokens
+        raise LlmcalcError(f"--global-batch-tokens must be at most {MAX_BATCH * seq_len:,} ({MAX_BATCH:,} sequences "
+                           f"of --seq-len {seq_len:,}), got {global_batch_tokens:,.0f}")
     if global_batch_tokens <= 0 or global_batch_tokens % seq_len:
         low = max(1, int(global_batch_tokens // seq_len))  # the multiples of seq_len on either side
         nearest = " or ".join(f"{n * seq_len:,} ({plural(n, 'sequence')})" for n in dict.fromkeys((low, low + 1)))
@@ -2092,8 +2092,9 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     only where it can change the ranking: every evaluated layout first gets pipeline.path_bound (its exact
     makespan where the timeline is known in closed form, else a lower bound); the layouts are then simulated only
     while that bound can beat the `top`-th exact step. The others keep their bound (say so in their
-    assumptions)."""
+    assumptions), but for the few losers shown (_why_they_lose), simulated: their figures are train's."""
     check_modelled(spec)
+    _order_dims(step.get("order", ORDER))  # refused once, as train refuses it, not layout by layout
     if step.get("recompute_layers") or step.get("recompute_modules"):
         raise LlmcalcError("layout checks memory with --recompute none, selective or full; time a partial "
                            "recomputation (--recompute-layers, --recompute-modules) with `llmcalc train`")
@@ -2173,6 +2174,13 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
                         dropout=False)
     prepared: list[tuple[_Prepared, float, int, StepPrediction | None]] = []
     best: list[float] = []  # the `top` smallest exact steps so far, ascending
+    bounds: dict[int, _Prepared] = {}  # the predictions that are their pipeline's lower bound (by id): their layout
+
+    def finish(prep: _Prepared, simulated: bool) -> StepPrediction:  # _finish, its lower bounds kept in `bounds`
+        pred = _finish(prep, simulated=simulated)
+        if not (simulated or prep.exact):
+            bounds[id(pred)] = prep
+        return pred
     while layouts:
         # the least floor, left on the heap: a next tier takes its place there (at the root where it is still the
         # least, else heapreplace: one sift instead of a pop's and a push's); the entries' (floor, candidate index)
@@ -2225,7 +2233,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             heapq.heappop(layouts)
             prep, peak = more  # a prepared layout's turn: simulated while it can still be among the `top`
             can_win = len(best) < top or prep.step_bound < best[-1]
-            pred = _finish(prep, simulated=can_win)
+            pred = finish(prep, simulated=can_win)
             if can_win:
                 best = sorted(best + [pred.step_seconds])[:top]
             prepared.append((prep, peak, index, pred))
@@ -2242,7 +2250,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     for _, index, tier, lay, more in layouts:
         if tier == _TIME:
             prep, peak = more
-            prepared.append((prep, peak, index, _finish(prep, simulated=False)))
+            prepared.append((prep, peak, index, finish(prep, simulated=False)))
         else:
             left[index] = (tier, lay, more)
     fits: dict[int, bool] = {}
@@ -2262,7 +2270,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
                     no_fit(lay, peak, zero)
                 else:
                     prep = fit(lay, rc)
-                    prepared.append((prep, peak, index, _finish(prep, simulated=False)))
+                    prepared.append((prep, peak, index, finish(prep, simulated=False)))
             if fits[index]:
                 break
     counts["bounded"] = len(left) - len(fits)
@@ -2273,12 +2281,20 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     for prep, peak, _, done in prepared:
         if done is None:
             can_win = len(best) < top or prep.step_bound < best[-1]
-            done = _finish(prep, simulated=can_win)
+            done = finish(prep, simulated=can_win)
             if can_win:
                 best = sorted(best + [done.step_seconds])[:top]
         ranked.append((done, peak))
     ranked.sort(key=lambda pm: -pm[0].tokens_per_second)
-    losers = _why_they_lose(ranked, oom, capacity)
+    exact: dict[int, StepPrediction] = {}  # the losers shown, simulated: their figures are what train predicts
+
+    def simulated(pred: StepPrediction) -> StepPrediction:
+        if id(pred) not in bounds:
+            return pred
+        if id(pred) not in exact:
+            exact[id(pred)] = _finish(bounds[id(pred)])
+        return exact[id(pred)]
+    losers = _why_they_lose(ranked, oom, capacity, simulated)
     return ranked, losers, counts
 
 
@@ -2838,10 +2854,10 @@ def _stage_states_uncached(spec: ModelSpec, recipe: str, optimizer: str,
     tp, cp, pp, dp, ep, etp, zero = degrees
     etp = etp or tp  # Parallel.expert_tp
 
-    def make() -> tuple:  # once per model: its components, per-layer split and routed experts
+    def make() -> tuple:  # once per model: its components, per-layer split, routed experts and blocks
         comps = count_params(spec).components
-        return comps, _layer_params(spec, comps), routed_expert_params(spec, comps)
-    comps, split, routed = _cached("params", ("comps", _token(spec)), make)
+        return comps, _layer_params(spec, comps), routed_expert_params(spec, comps), layer_blocks(spec)
+    comps, split, routed, each_block = _cached("params", ("comps", _token(spec)), make)
     layer, norms, emb, head, final = split
     per_stage = spec.n_layers // pp
     routed = routed / spec.n_layers
@@ -2849,8 +2865,8 @@ def _stage_states_uncached(spec: ModelSpec, recipe: str, optimizer: str,
     layer -= routed if own else 0.0
     experts = per_stage * routed / (etp * ep) if own else 0.0
     blocks = per_stage * (layer / tp + norms)
-    gathered = (2 * (layer / tp + norms + (routed / (etp * ep) if own else 0.0)) * rec.weight_bytes
-                if zero == 3 and dp > 1 else 0.0)
+    gathered = zero3_gathered(each_block, tp, etp * ep if own else None, rec.weight_bytes) if zero == 3 and dp > 1 \
+        else 0.0
     tied = spec.lm_head and spec.tie_embeddings  # the head's gradient is the token table's, made first
     late = (emb - (comps.get("embedding/tokens", 0) if tied else 0)) / tp
     if pp == 1:
@@ -3140,10 +3156,14 @@ def _describe(lay: Layout, rc: str | None = None) -> str:
     return text + f" mb {lay.micro_batch}" + (f" recompute {rc}" if rc else "") + (" ZeRO-3" if lay.zero == 3 else "")
 
 
-def _why_they_lose(ranked: list, oom: list, capacity: float) -> list:
+def _why_they_lose(ranked: list, oom: list, capacity: float,
+                   exact: Callable[[StepPrediction], StepPrediction] | None = None) -> list:
     """A few representative losers: for each kind of loss the layout that suffers it most, and what did
-    not fit (the one closest to fitting, which would otherwise have been a candidate)."""
-    out = []
+    not fit (the one closest to fitting, which would otherwise have been a candidate). `exact`: a ranked
+    prediction as simulated (where the search kept a layout's pipeline at its lower bound), so that each loser shown
+    has the figures `train` gives it; it is chosen by the figures ranked."""
+    out: list[tuple[str, StepPrediction | None, str]] = []
+    shown = exact or (lambda pred: pred)
     if ranked:
         best = ranked[0][0]
         for key, label in (("pp_bubble", "pipeline bubble"), ("tp_comm", "exposed TP communication"),
@@ -3152,12 +3172,14 @@ def _why_they_lose(ranked: list, oom: list, capacity: float) -> list:
             worst = max(ranked[1:], key=lambda pm: pm[0].breakdown[key] / pm[0].step_seconds, default=None)
             if worst is None or worst[0].breakdown[key] <= best.breakdown[key] * 1.05 + 1e-9:
                 continue
-            p = worst[0]
+            p = shown(worst[0])
+            if p.breakdown[key] <= best.breakdown[key] * 1.05 + 1e-9:
+                continue
             out.append((f"{label}: {p.breakdown[key] / p.step_seconds * 100:.1f} % of its step (best: "
                         f"{best.breakdown[key] / best.step_seconds * 100:.1f} %)", p, _describe(p.layout, p.recompute)))
         slow = [pm for pm in ranked[1:] if pm[0].recompute != best.recompute]
         if slow:
-            p = slow[0][0]
+            p = shown(slow[0][0])
             out.append((f"recompute {p.recompute} re-runs work (HFU {p.hfu * 100:.1f} % vs MFU {p.mfu * 100:.1f} %)",
                         p, _describe(p.layout, p.recompute)))
     if oom:

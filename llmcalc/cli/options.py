@@ -24,12 +24,14 @@ from ..validate import (
     DEFAULT_SEQ_LEN,
     DEFAULT_ZERO,
     MAX_BATCH,
+    MAX_BATCH_TOKENS,
     MAX_GPUS,
     MAX_PARAMS,
     MAX_SEQ_LEN,
     MAX_TFLOPS,
     MAX_TOKENS,
     MAX_USD_PER_GPU_HOUR,
+    RANK_ORDER,
 )
 from ..vocabulary import (
     ATTENTION_KERNELS,
@@ -45,7 +47,7 @@ from ..vocabulary import (
     SCHEDULES,
     STORAGE_DTYPES,
 )
-from .types import Choice, Count, DType, Fraction, Length, Name, Number
+from .types import Choice, Count, DType, Fraction, Length, Name, Number, RankOrder
 
 F = TypeVar("F", bound=Callable[..., Any])
 Decorator = Callable[[F], F]
@@ -182,7 +184,8 @@ def global_batch_options(func: F) -> F:
     return apply(func, [
         click.option("--global-batch", type=POSITIVE_INT, default=None,
                      help="Sequences per optimizer step: predicts step time and MFU."),
-        click.option("--global-batch-tokens", type=QUANTITY, default=None, help="Instead: tokens per step (e.g. 16M)."),
+        click.option("--global-batch-tokens", type=Count(maximum=MAX_BATCH_TOKENS), default=None,
+                     help=f"Instead: tokens per step (e.g. 16M; at most {MAX_BATCH:,} sequences)."),
     ])
 
 
@@ -280,7 +283,7 @@ def step_model_options(func: F) -> F:
     return apply(func, [
         recipe_option,
         optimizer_option,
-        click.option("--rank-order", "order", default="tp-cp-ep-dp-pp", show_default=True,
+        click.option("--rank-order", "order", type=RankOrder(), default=RANK_ORDER, show_default=True,
                      help="How ranks are laid out, innermost first "
                           "(Megatron-Core's default; Llama 3: tp-cp-ep-pp-dp)."),
         click.option("--cp-comm", type=Choice(list(CP_COMMS)), default="p2p", show_default=True,
@@ -376,7 +379,12 @@ def scenario_options(func: F) -> F:
 
 
 def given(ctx: click.Context, *names: str) -> list[str]:
-    """The options among `names` (parameter names) that the user typed, as their flags."""
+    """The options among `names` (parameter names) that the user typed, as their flags. A name the command has no
+    parameter of is a mistake in the command (it would never be found given): a TypeError, which tests meet."""
+    unknown = set(names) - {param.name for param in ctx.command.params}
+    if unknown:
+        raise TypeError(f"{ctx.command.name} has no parameter {', '.join(sorted(unknown))} (its parameter names, not "
+                        f"its flags)")
     flags = []
     for param in ctx.command.params:
         if param.name in names and ctx.get_parameter_source(param.name) in (ParameterSource.COMMANDLINE,

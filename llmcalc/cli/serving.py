@@ -77,7 +77,8 @@ def serve(ctx: click.Context, model: str, gpu: str, weight_dtype: str | None, kv
         refuse_unused(ctx, ("ttft", "tokens_per_second"), "without --concurrency (the targets of its search)")
         est = plan_serving(spec, device, n_gpus, **dtypes, **vllm)
         return emit(document(est), fmt, est.warnings)
-    refuse_unused(ctx, ("n_gpus", "pp", "dp", "enable_expert_parallel"), "with --concurrency (which answers them)")
+    refuse_unused(ctx, ("n_gpus", "pp", "dp", "expert_parallel"),
+                  "with --concurrency (its search answers the GPUs and the layout)")
     plan = plan_capacity(spec, device, vllm.pop("max_model_len") or spec.max_seq_len or 0, targets["concurrency"],
                          ttft_seconds=targets["ttft"], tokens_per_second=targets["tokens_per_second"], **dtypes,
                          **{k: v for k, v in vllm.items() if k not in ("pp", "dp", "expert_parallel")})

@@ -15,7 +15,7 @@ import click
 from ..dtypes import DTYPES, canonical_dtype
 from ..errors import LlmcalcError
 from ..units import UnitError, parse_count, parse_length
-from ..validate import MIN_UTILIZATION
+from ..validate import MIN_UTILIZATION, rank_order
 
 
 class Count(click.ParamType):
@@ -157,3 +157,17 @@ class Name(click.ParamType):
         if not str(value).strip():
             self.fail("is empty; give a preset name (`llmcalc presets` lists them)", param, ctx)
         return str(value)
+
+
+class RankOrder(click.ParamType):
+    """A rank order, innermost first: tp, cp, ep, dp and pp once each, joined by '-' (validate.rank_order)."""
+
+    name = "order"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        order = str(value).strip().lower()
+        try:
+            rank_order(order)
+        except LlmcalcError as exc:
+            self.fail(str(exc).removeprefix("--rank-order "), param, ctx)
+        return order
