@@ -126,7 +126,11 @@ def _cache_path(config: dict, seq_len: int | None, measured: bool = False) -> Pa
 
 
 def fallback_count(config: dict, seq_len: int | None = None, measured: bool = False) -> dict:
-    """hf_fallback.fallback_count, cached on disk (a damaged or unwritable cache is ignored)."""
+    """hf_fallback.fallback_count, cached on disk (a damaged or unwritable cache is ignored); a config beyond the
+    formula path's sane maxima is refused first, as the formula path refuses it (nothing is built)."""
+    from .spec import check_sizes
+
+    check_sizes(config)
     need_libraries()
     path = _cache_path(config, seq_len, measured)
     if path is not None and path.is_file():
@@ -171,7 +175,7 @@ def forced() -> bool:
 
 def _load(name_or_path: str) -> ModelSpec:
     """load_model, or under $LLMCALC_FORCE_TRANSFORMERS the UnknownModelType of any config (carrying it)."""
-    from .spec import load_model, model_config, read_json
+    from .spec import SpecError, check_sizes, load_model, model_config, read_json
     from .spec.presets import looks_like_path, model_name
 
     if not forced():
@@ -180,6 +184,10 @@ def _load(name_or_path: str) -> ModelSpec:
         path = Path(name_or_path)
         path = path / "config.json" if path.is_dir() else path
         config, name = read_json(path), (path.parent.name if path.name == "config.json" else path.stem)
+        try:
+            check_sizes(config)
+        except SpecError as exc:  # as load_model words it
+            raise SpecError(f"{path}: {exc}") from None
     else:
         config, name = model_config(name_or_path), model_name(name_or_path)
     raise UnknownModelType(f"{FORCE_ENV} is set", config, name or "config")

@@ -347,3 +347,39 @@ def test_a_model_that_converts_modules_in_init_is_built_on_meta_then_faked():
     spec = spec_from_hf(config)
     assert sum(counted["components"].values()) + counted["frozen"] == count_params(spec).total
     assert counted["flops"]["forward"] == sum(forward_ops(spec, 1, 24).values())
+
+
+def _never_built(monkeypatch):
+    """Make building a model with transformers fail the test: a refusal must come before it."""
+    import llmcalc.profiling.hf_fallback as hf_fallback
+
+    def built(*args, **kwargs):
+        raise AssertionError("the fallback built a model")
+    monkeypatch.setattr(hf_fallback, "fallback_count", built)
+
+
+@pytest.mark.parametrize("command", [["params"], ["flops"], ["memory"]])
+@pytest.mark.parametrize("key, value, line", [
+    ("num_hidden_layers", 20_000, "n_layers (20,000) is beyond the sane maximum of 10,000"),
+    ("hidden_size", 2**25, "d_model (33,554,432) is beyond the sane maximum of 16,777,216"),
+    ("intermediate_size", 2**25, "d_ff (33,554,432) is beyond the sane maximum of 16,777,216"),
+    ("num_attention_heads", 2**25, "n_heads (33,554,432) is beyond the sane maximum of 16,777,216"),
+    ("vocab_size", 2**25, "vocab_size (33,554,432) is beyond the sane maximum of 16,777,216"),
+])
+def test_the_fallback_refuses_what_the_formula_refuses_before_building(tmp_path, monkeypatch, command, key, value,
+                                                                       line):
+    """Issue 40 #7: a 20,000-layer config took 21-56 s and 1.1 GiB through transformers; the formula path refuses
+    it at once. The same one line, before anything is built, for a fallback model_type, in text_config too, and
+    under LLMCALC_FORCE_TRANSFORMERS."""
+    _never_built(monkeypatch)
+    shape = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, head_dim=16, intermediate_size=128,
+                 vocab_size=1000)
+    formula = tmp_path / "llama.json"
+    formula.write_text(json.dumps({"model_type": "llama", **shape, key: value}))
+    assert one_line_error(*command, formula) == f"llmcalc: error: {formula}: {line}"
+    fallback = write(tmp_path, "persimmon", **{key: value})
+    assert one_line_error(*command, fallback) == f"llmcalc: error: {fallback}: {line}"
+    nested = write(tmp_path, "persimmon", text_config={**shape, key: value})
+    assert one_line_error(*command, nested) == f"llmcalc: error: {nested}: {line}"
+    monkeypatch.setenv("LLMCALC_FORCE_TRANSFORMERS", "1")
+    assert one_line_error(*command, formula) == f"llmcalc: error: {formula}: {line}"

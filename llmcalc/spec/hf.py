@@ -22,6 +22,7 @@ from dataclasses import fields
 from typing import Any
 
 from ..records import construct
+from .checks import check_maximum
 from .draft import SpecDraft, SpecError
 from .hf_2026 import RECENT_FAMILIES
 from .hf_family import Family, attention_bias, deepseek_mla, mlp_kind
@@ -884,6 +885,21 @@ def check_config_values(hf: dict) -> None:
         raise SpecError(f"feed_forward_proj must be one of {', '.join(T5_PROJECTIONS)}; got {proj!r:.60}")
 
 
+def check_sizes(hf: dict) -> None:
+    """The formula path's sane maxima (10,000 layers, 2**24 for any width: checks.check_maximum) on a config's own
+    shape keys (HF_KEYS, every alias) and on those of its sub-configs (text_config, vision_config, ...), for a config
+    transformers is about to build: the same one line as the formula path, before anything is built. A value that
+    is not a whole number is left to check_config_values and transformers."""
+    for spec_field, keys in HF_KEYS.items():
+        for key in keys:
+            value = hf.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                check_maximum(spec_field, value)
+    for key, value in hf.items():
+        if isinstance(value, dict) and key.endswith("_config") and key != "quantization_config":
+            check_sizes(value)
+
+
 def spec_from_hf(hf: dict, name: str = "custom") -> ModelSpec:
     """A ModelSpec from a Hugging Face config.json dict (unchanged, as published); a rule the resolved shapes
     break names the config key it comes from (intermediate_size, not llmcalc's d_ff)."""
@@ -903,6 +919,7 @@ def spec_from_hf(hf: dict, name: str = "custom") -> ModelSpec:
 def draft_from_hf(hf: dict, name: str = "custom") -> SpecDraft:  # long: HF key mapping, read against config.json
     """A SpecDraft from a Hugging Face config.json dict (unchanged, as published)."""
     check_config_values(hf)
+    given = hf  # the config as given (text_config and all)
     notes: tuple[str, ...] = ()
     quant = hf.get("quantization_config")
     if quant is not None:
@@ -943,6 +960,7 @@ def draft_from_hf(hf: dict, name: str = "custom") -> SpecDraft:  # long: HF key 
                         f"\"norm\": \"rmsnorm\", \"pos_emb\": \"rope\")")
             known = f"not one of the {len(FAMILIES)} with a formula (README, 'What is covered')"
             if isinstance(model_type, str) and model_type:
+                check_sizes(given)  # the fallback builds the model: the formula path's limits first
                 raise UnknownModelType(
                     f"unknown model_type {model_type!r}, {known}: this command needs its shapes (`compare`, "
                     f"`profile`, `report` do; the others use transformers); {describe}", hf, name)
