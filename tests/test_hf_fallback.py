@@ -383,3 +383,45 @@ def test_the_fallback_refuses_what_the_formula_refuses_before_building(tmp_path,
     assert one_line_error(*command, nested) == f"llmcalc: error: {nested}: {line}"
     monkeypatch.setenv("LLMCALC_FORCE_TRANSFORMERS", "1")
     assert one_line_error(*command, formula) == f"llmcalc: error: {formula}: {line}"
+
+
+SMALL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
+NOT_LANGUAGE_MODELS = {  # model_type -> (config, what the one line names)
+    "vit": (dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+                 image_size=224, patch_size=16), "ViTModel reads pixel_values, not token ids"),
+    "clip_vision_model": (dict(SMALL, image_size=32, patch_size=16), "CLIPVisionModel reads pixel_values"),
+    "wav2vec2": (dict(SMALL, vocab_size=32), "Wav2Vec2Model reads input_values"),
+    "whisper": (dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                     decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, vocab_size=1000,
+                     num_mel_bins=16, max_source_positions=32, max_target_positions=32, pad_token_id=0,
+                     bos_token_id=1, eos_token_id=2, decoder_start_token_id=1),
+                "WhisperModel reads input_features"),  # was counted as WhisperForCausalLM: the decoder only
+    "clip": (dict(text_config=dict(SMALL, vocab_size=1000), vision_config=dict(SMALL, image_size=32, patch_size=16)),
+             "CLIPModel has no token embedding"),  # was an internal error (NotImplementedError, exit 70)
+}
+
+
+@pytest.mark.parametrize("command", [["params"], ["flops", "--seq-len", "16"], ["memory", "--seq-len", "16"]])
+@pytest.mark.parametrize("model_type", sorted(NOT_LANGUAGE_MODELS))
+def test_a_model_that_is_not_a_language_model_is_refused_in_one_line(tmp_path, model_type, command):
+    """Issue 40 #11: a ViT config ended in "AttributeError: 'NoneType' object has no attribute 'dtype'" (its forward
+    was handed token ids); a vision, audio or dual-encoder model is refused by name instead."""
+    config, named = NOT_LANGUAGE_MODELS[model_type]
+    path = tmp_path / f"{model_type}.json"
+    path.write_text(json.dumps({"model_type": model_type, **config}))
+    line = one_line_error(command[0], path, *command[1:])
+    assert f"model_type '{model_type}' is not a language model: transformers' {named}" in line, line
+
+
+def test_a_text_encoder_of_a_contrastive_model_gets_no_lm_head(tmp_path):
+    """CLIP's text tower is a text model transformers builds with no causal-LM class, like Qwen2.5-VL's; but CLIP
+    generates no text and stores no LM head, so none is added: its count is CLIPTextModel's."""
+    config = dict(SMALL, vocab_size=1000)
+    path = tmp_path / "clip_text.json"
+    path.write_text(json.dumps({"model_type": "clip_text_model", **config}))
+    with torch.device("meta"):
+        model = transformers.CLIPTextModel(transformers.CLIPTextConfig(**config))
+    data = json_out("params", path)
+    assert data["transformers_class"] == "CLIPTextModel"
+    assert data["total"] == sum(p.numel() for p in model.parameters())
+    assert json_out("flops", path, "--seq-len", 16)["forward_flops"] > 0
