@@ -155,10 +155,31 @@ def fallback_count(config: dict, seq_len: int | None = None, measured: bool = Fa
     return counted
 
 
+def _fallback_config(exc: UnknownModelType) -> tuple[dict, str | None]:
+    """The config transformers is to build ("_source" and notes dropped), and a note when its text_config is ignored:
+    the language model read from text_config (a multimodal checkpoint), unless transformers' config class of the
+    model_type as given has no text_config sub-config; then the top-level keys are the model, as transformers builds
+    it (a persimmon config carrying a text_config key is a persimmon model)."""
+    chosen, note = exc.config, None
+    if exc.outer is not None:
+        need_libraries()
+        from .profiling.hf_fallback import has_text_config
+
+        model_type = exc.outer.get("model_type")
+        if has_text_config(model_type) is False:  # built without it: transformers 5.25 would read the dict as the
+            # text config when it sets up generation ('dict' object has no attribute 'to_dict'), nothing else
+            chosen = {k: v for k, v in exc.outer.items() if k != "text_config"}
+            note = (f"text_config ignored: transformers' {model_type} config has no text_config sub-config, so the "
+                    f"top-level keys are the model, as its modelling code builds it")
+    return {k: v for k, v in chosen.items() if not k.startswith("_")}, note
+
+
 def fallback_model(exc: UnknownModelType, seq_len: int | None = None) -> FallbackModel:
-    config = {k: v for k, v in exc.config.items() if not k.startswith("_")}  # "_source" and notes
+    config, note = _fallback_config(exc)
     counted = fallback_count(config, seq_len)
-    model = FallbackModel(exc.name, str(exc.config.get("model_type")), config, counted, counted.get("flops"))
+    model = FallbackModel(exc.name, str(config.get("model_type")), config, counted, counted.get("flops"))
+    if note:
+        model.notes.append(note)
     if model.components.get("moe/experts") and model.active_per_token is None:
         model.notes.append("active_per_token not derived: the config names no top-k and expert count "
                            f"({'/'.join(TOP_K_KEYS[:2])}, {'/'.join(N_EXPERT_KEYS[:2])})")
@@ -209,7 +230,7 @@ def load_measured(name_or_path: str, seq_len: int | None) -> ModelSpec | Measure
     except UnknownModelType as exc:
         from .analytic.measured import MeasuredModel
 
-        config = {k: v for k, v in exc.config.items() if not k.startswith("_")}
+        config, _ = _fallback_config(exc)
         counted = fallback_count(config, seq_len, measured=True)
         k = next((config[key] for key in TOP_K_KEYS if isinstance(config.get(key), int)), None)
         longest = config.get("max_position_embeddings")

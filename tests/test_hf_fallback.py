@@ -425,3 +425,42 @@ def test_a_text_encoder_of_a_contrastive_model_gets_no_lm_head(tmp_path):
     assert data["transformers_class"] == "CLIPTextModel"
     assert data["total"] == sum(p.numel() for p in model.parameters())
     assert json_out("flops", path, "--seq-len", 16)["forward_flops"] > 0
+
+
+def _built_with_text_config_key(monkeypatch, model_type, config):
+    """The parameters of transformers' causal LM of `model_type` built on meta from the config as given, text_config
+    key and all. transformers 5.25 builds its modules from the top-level keys but then fails setting up generation
+    (get_text_config returns the stray dict: 'dict' object has no attribute 'to_dict'), which is skipped here."""
+    monkeypatch.setattr(transformers.GenerationConfig, "from_model_config", classmethod(lambda cls, _: cls()))
+    hf_config = transformers.AutoConfig.for_model(model_type, **config)
+    assert isinstance(hf_config.text_config, dict)  # kept as a plain attribute: no sub-config reads it
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(hf_config)
+    return sum(p.numel() for p in model.parameters())
+
+
+TOP = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, vocab_size=1000)
+STRAY_TEXT = dict(hidden_size=128, num_hidden_layers=6, num_attention_heads=8, intermediate_size=256, vocab_size=2000)
+
+
+@pytest.mark.parametrize("model_type", ["llama", "persimmon"])  # a formula family; one only transformers counts
+def test_a_text_config_key_of_a_model_without_sub_configs_is_not_the_model(tmp_path, monkeypatch, model_type):
+    """Issue 40 #12: a llama config carrying a text_config key was counted from its text_config, as a multimodal
+    wrapper; LlamaConfig has no sub-configs, so transformers builds the top-level keys and so does llmcalc now (and
+    says that text_config is ignored)."""
+    config = dict(TOP, text_config=STRAY_TEXT)
+    path = tmp_path / f"{model_type}.json"
+    path.write_text(json.dumps({"model_type": model_type, **config}))
+    expected = _built_with_text_config_key(monkeypatch, model_type, config)
+    data = json_out("params", path)
+    assert data["total"] == expected
+    table = run("params", path).stdout
+    assert f"text_config ignored: transformers' {model_type} config has no" in table
+
+
+def test_a_vision_config_key_of_a_formula_family_is_not_a_multimodal_wrapper(tmp_path):
+    path = tmp_path / "llama.json"
+    path.write_text(json.dumps({"model_type": "llama", **TOP, "vision_config": {"hidden_size": 8}}))
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps({"model_type": "llama", **TOP}))
+    assert json_out("params", path)["total"] == json_out("params", plain)["total"]

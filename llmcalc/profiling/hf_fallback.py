@@ -123,6 +123,21 @@ def _config(hf: dict):
         raise LlmcalcError(f"transformers rejects this {model_type} config: {_reason(exc)}") from None
 
 
+def has_text_config(model_type) -> bool | None:
+    """Whether transformers' config class of `model_type` holds a text_config sub-config (a multimodal wrapper:
+    qwen2_5_vl, llava) or not (persimmon: a text_config key is then not the model); None where transformers does not
+    know the model_type."""
+    from transformers import CONFIG_MAPPING
+
+    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
+        return None
+    try:
+        subs = CONFIG_MAPPING[model_type].sub_configs or {}
+    except Exception:  # a lazily imported family that fails to import
+        return None
+    return "text_config" in subs
+
+
 SHAPE_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
 
 

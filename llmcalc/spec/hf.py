@@ -64,11 +64,12 @@ _SPEC_FIELDS = {f.name for f in fields(SpecDraft)}
 
 
 class UnknownModelType(SpecError):
-    """A model_type with no analytic family and no llmcalc keys; carries the config for the fallback."""
+    """A model_type with no analytic family and no llmcalc keys; carries the config for the fallback, and `outer`, the
+    config as given when `config` is its text_config (for the fallback to hold against transformers' config class)."""
 
-    def __init__(self, message: str, config: dict, name: str):
+    def __init__(self, message: str, config: dict, name: str, outer: dict | None = None):
         super().__init__(message)
-        self.config, self.name = config, name
+        self.config, self.name, self.outer = config, name, outer
 
 
 _attention_bias = attention_bias
@@ -930,7 +931,12 @@ def draft_from_hf(hf: dict, name: str = "custom") -> SpecDraft:  # long: HF key 
                   f"report size the weights as the checkpoint stores them",)
     stored = hf.get("torch_dtype", hf.get("dtype"))
     model_type = hf.get("model_type")
-    if isinstance(hf.get("text_config"), dict):  # a multimodal checkpoint: count its language model
+    outer: dict | None = None
+    single = [k for k in ("text_config", "vision_config", "audio_config") if isinstance(hf.get(k), dict)]
+    if model_type in FAMILIES and single:  # one text model (no formula family has sub-configs): the top-level keys
+        notes += (f"{' and '.join(single)} ignored: transformers' {model_type} config has no text, vision or audio "
+                  f"sub-config, so the top-level keys are the model, as its modelling code builds it",)
+    elif isinstance(hf.get("text_config"), dict):  # a multimodal checkpoint: count its language model
         outer, hf = hf, {**hf["text_config"]}
         check_config_values(hf)
         hf.setdefault("model_type", MULTIMODAL_TEXT.get(model_type, model_type) if model_type else model_type)
@@ -963,7 +969,7 @@ def draft_from_hf(hf: dict, name: str = "custom") -> SpecDraft:  # long: HF key 
                 check_sizes(given)  # the fallback builds the model: the formula path's limits first
                 raise UnknownModelType(
                     f"unknown model_type {model_type!r}, {known}: this command needs its shapes (`compare`, "
-                    f"`profile`, `report` do; the others use transformers); {describe}", hf, name)
+                    f"`profile`, `report` do; the others use transformers); {describe}", hf, name, outer)
             raise SpecError(f"unknown model_type {model_type!r}, {known}; {describe}")
         family = Family("explicit llmcalc keys", {}, {}, _attention_bias, gated=hf["mlp"] in ("swiglu", "geglu"))
     hf = family.unalias(hf)
