@@ -126,7 +126,11 @@ def _cache_path(config: dict, seq_len: int | None, measured: bool = False) -> Pa
 
 
 def fallback_count(config: dict, seq_len: int | None = None, measured: bool = False) -> dict:
-    """hf_fallback.fallback_count, cached on disk (a damaged or unwritable cache is ignored)."""
+    """hf_fallback.fallback_count, cached on disk (a damaged or unwritable cache is ignored); a config beyond the
+    formula path's sane maxima is refused first, as the formula path refuses it (nothing is built)."""
+    from .spec import check_sizes
+
+    check_sizes(config)
     need_libraries()
     path = _cache_path(config, seq_len, measured)
     if path is not None and path.is_file():
@@ -151,10 +155,31 @@ def fallback_count(config: dict, seq_len: int | None = None, measured: bool = Fa
     return counted
 
 
+def _fallback_config(exc: UnknownModelType) -> tuple[dict, str | None]:
+    """The config transformers is to build ("_source" and notes dropped), and a note when its text_config is ignored:
+    the language model read from text_config (a multimodal checkpoint), unless transformers' config class of the
+    model_type as given has no text_config sub-config; then the top-level keys are the model, as transformers builds
+    it (a persimmon config carrying a text_config key is a persimmon model)."""
+    chosen, note = exc.config, None
+    if exc.outer is not None:
+        need_libraries()
+        from .profiling.hf_fallback import has_text_config
+
+        model_type = exc.outer.get("model_type")
+        if has_text_config(model_type) is False:  # built without it: transformers 5.25 would read the dict as the
+            # text config when it sets up generation ('dict' object has no attribute 'to_dict'), nothing else
+            chosen = {k: v for k, v in exc.outer.items() if k != "text_config"}
+            note = (f"text_config ignored: transformers' {model_type} config has no text_config sub-config, so the "
+                    f"top-level keys are the model, as its modelling code builds it")
+    return {k: v for k, v in chosen.items() if not k.startswith("_")}, note
+
+
 def fallback_model(exc: UnknownModelType, seq_len: int | None = None) -> FallbackModel:
-    config = {k: v for k, v in exc.config.items() if not k.startswith("_")}  # "_source" and notes
+    config, note = _fallback_config(exc)
     counted = fallback_count(config, seq_len)
-    model = FallbackModel(exc.name, str(exc.config.get("model_type")), config, counted, counted.get("flops"))
+    model = FallbackModel(exc.name, str(config.get("model_type")), config, counted, counted.get("flops"))
+    if note:
+        model.notes.append(note)
     if model.components.get("moe/experts") and model.active_per_token is None:
         model.notes.append("active_per_token not derived: the config names no top-k and expert count "
                            f"({'/'.join(TOP_K_KEYS[:2])}, {'/'.join(N_EXPERT_KEYS[:2])})")
@@ -171,7 +196,7 @@ def forced() -> bool:
 
 def _load(name_or_path: str) -> ModelSpec:
     """load_model, or under $LLMCALC_FORCE_TRANSFORMERS the UnknownModelType of any config (carrying it)."""
-    from .spec import load_model, model_config, read_json
+    from .spec import SpecError, check_sizes, load_model, model_config, read_json
     from .spec.presets import looks_like_path, model_name
     from .spec.quantization import check_quantization_config
 
@@ -181,6 +206,10 @@ def _load(name_or_path: str) -> ModelSpec:
         path = Path(name_or_path)
         path = path / "config.json" if path.is_dir() else path
         config, name = read_json(path), (path.parent.name if path.name == "config.json" else path.stem)
+        try:
+            check_sizes(config)
+        except SpecError as exc:  # as load_model words it
+            raise SpecError(f"{path}: {exc}") from None
     else:
         config, name = model_config(name_or_path), model_name(name_or_path)
     if isinstance(config, dict):  # the config as read: its quantization_config checked as draft_from_hf checks it
@@ -204,7 +233,7 @@ def load_measured(name_or_path: str, seq_len: int | None) -> ModelSpec | Measure
     except UnknownModelType as exc:
         from .analytic.measured import MeasuredModel
 
-        config = {k: v for k, v in exc.config.items() if not k.startswith("_")}
+        config, _ = _fallback_config(exc)
         counted = fallback_count(config, seq_len, measured=True)
         k = next((config[key] for key in TOP_K_KEYS if isinstance(config.get(key), int)), None)
         longest = config.get("max_position_embeddings")

@@ -347,3 +347,120 @@ def test_a_model_that_converts_modules_in_init_is_built_on_meta_then_faked():
     spec = spec_from_hf(config)
     assert sum(counted["components"].values()) + counted["frozen"] == count_params(spec).total
     assert counted["flops"]["forward"] == sum(forward_ops(spec, 1, 24).values())
+
+
+def _never_built(monkeypatch):
+    """Make building a model with transformers fail the test: a refusal must come before it."""
+    import llmcalc.profiling.hf_fallback as hf_fallback
+
+    def built(*args, **kwargs):
+        raise AssertionError("the fallback built a model")
+    monkeypatch.setattr(hf_fallback, "fallback_count", built)
+
+
+@pytest.mark.parametrize("command", [["params"], ["flops"], ["memory"]])
+@pytest.mark.parametrize("key, value, line", [
+    ("num_hidden_layers", 20_000, "n_layers (20,000) is beyond the sane maximum of 10,000"),
+    ("hidden_size", 2**25, "d_model (33,554,432) is beyond the sane maximum of 16,777,216"),
+    ("intermediate_size", 2**25, "d_ff (33,554,432) is beyond the sane maximum of 16,777,216"),
+    ("num_attention_heads", 2**25, "n_heads (33,554,432) is beyond the sane maximum of 16,777,216"),
+    ("vocab_size", 2**25, "vocab_size (33,554,432) is beyond the sane maximum of 16,777,216"),
+])
+def test_the_fallback_refuses_what_the_formula_refuses_before_building(tmp_path, monkeypatch, command, key, value,
+                                                                       line):
+    """Issue 40 #7: a 20,000-layer config took 21-56 s and 1.1 GiB through transformers; the formula path refuses
+    it at once. The same one line, before anything is built, for a fallback model_type, in text_config too, and
+    under LLMCALC_FORCE_TRANSFORMERS."""
+    _never_built(monkeypatch)
+    shape = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, head_dim=16, intermediate_size=128,
+                 vocab_size=1000)
+    formula = tmp_path / "llama.json"
+    formula.write_text(json.dumps({"model_type": "llama", **shape, key: value}))
+    assert one_line_error(*command, formula) == f"llmcalc: error: {formula}: {line}"
+    fallback = write(tmp_path, "persimmon", **{key: value})
+    assert one_line_error(*command, fallback) == f"llmcalc: error: {fallback}: {line}"
+    nested = write(tmp_path, "persimmon", text_config={**shape, key: value})
+    assert one_line_error(*command, nested) == f"llmcalc: error: {nested}: {line}"
+    monkeypatch.setenv("LLMCALC_FORCE_TRANSFORMERS", "1")
+    assert one_line_error(*command, formula) == f"llmcalc: error: {formula}: {line}"
+
+
+SMALL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
+NOT_LANGUAGE_MODELS = {  # model_type -> (config, what the one line names)
+    "vit": (dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+                 image_size=224, patch_size=16), "ViTModel reads pixel_values, not token ids"),
+    "clip_vision_model": (dict(SMALL, image_size=32, patch_size=16), "CLIPVisionModel reads pixel_values"),
+    "wav2vec2": (dict(SMALL, vocab_size=32), "Wav2Vec2Model reads input_values"),
+    "whisper": (dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                     decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, vocab_size=1000,
+                     num_mel_bins=16, max_source_positions=32, max_target_positions=32, pad_token_id=0,
+                     bos_token_id=1, eos_token_id=2, decoder_start_token_id=1),
+                "WhisperModel reads input_features"),  # was counted as WhisperForCausalLM: the decoder only
+    "clip": (dict(text_config=dict(SMALL, vocab_size=1000), vision_config=dict(SMALL, image_size=32, patch_size=16)),
+             "CLIPModel has no token embedding"),  # was an internal error (NotImplementedError, exit 70)
+}
+
+
+@pytest.mark.parametrize("command", [["params"], ["flops", "--seq-len", "16"], ["memory", "--seq-len", "16"]])
+@pytest.mark.parametrize("model_type", sorted(NOT_LANGUAGE_MODELS))
+def test_a_model_that_is_not_a_language_model_is_refused_in_one_line(tmp_path, model_type, command):
+    """Issue 40 #11: a ViT config ended in "AttributeError: 'NoneType' object has no attribute 'dtype'" (its forward
+    was handed token ids); a vision, audio or dual-encoder model is refused by name instead."""
+    config, named = NOT_LANGUAGE_MODELS[model_type]
+    path = tmp_path / f"{model_type}.json"
+    path.write_text(json.dumps({"model_type": model_type, **config}))
+    line = one_line_error(command[0], path, *command[1:])
+    assert f"model_type '{model_type}' is not a language model: transformers' {named}" in line, line
+
+
+def test_a_text_encoder_of_a_contrastive_model_gets_no_lm_head(tmp_path):
+    """CLIP's text tower is a text model transformers builds with no causal-LM class, like Qwen2.5-VL's; but CLIP
+    generates no text and stores no LM head, so none is added: its count is CLIPTextModel's."""
+    config = dict(SMALL, vocab_size=1000)
+    path = tmp_path / "clip_text.json"
+    path.write_text(json.dumps({"model_type": "clip_text_model", **config}))
+    with torch.device("meta"):
+        model = transformers.CLIPTextModel(transformers.CLIPTextConfig(**config))
+    data = json_out("params", path)
+    assert data["transformers_class"] == "CLIPTextModel"
+    assert data["total"] == sum(p.numel() for p in model.parameters())
+    assert json_out("flops", path, "--seq-len", 16)["forward_flops"] > 0
+
+
+def _built_with_text_config_key(monkeypatch, model_type, config):
+    """The parameters of transformers' causal LM of `model_type` built on meta from the config as given, text_config
+    key and all. transformers 5.25 builds its modules from the top-level keys but then fails setting up generation
+    (get_text_config returns the stray dict: 'dict' object has no attribute 'to_dict'), which is skipped here."""
+    monkeypatch.setattr(transformers.GenerationConfig, "from_model_config", classmethod(lambda cls, _: cls()))
+    hf_config = transformers.AutoConfig.for_model(model_type, **config)
+    assert isinstance(hf_config.text_config, dict)  # kept as a plain attribute: no sub-config reads it
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(hf_config)
+    return sum(p.numel() for p in model.parameters())
+
+
+TOP = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, vocab_size=1000)
+STRAY_TEXT = dict(hidden_size=128, num_hidden_layers=6, num_attention_heads=8, intermediate_size=256, vocab_size=2000)
+
+
+@pytest.mark.parametrize("model_type", ["llama", "persimmon"])  # a formula family; one only transformers counts
+def test_a_text_config_key_of_a_model_without_sub_configs_is_not_the_model(tmp_path, monkeypatch, model_type):
+    """Issue 40 #12: a llama config carrying a text_config key was counted from its text_config, as a multimodal
+    wrapper; LlamaConfig has no sub-configs, so transformers builds the top-level keys and so does llmcalc now (and
+    says that text_config is ignored)."""
+    config = dict(TOP, text_config=STRAY_TEXT)
+    path = tmp_path / f"{model_type}.json"
+    path.write_text(json.dumps({"model_type": model_type, **config}))
+    expected = _built_with_text_config_key(monkeypatch, model_type, config)
+    data = json_out("params", path)
+    assert data["total"] == expected
+    table = run("params", path).stdout
+    assert f"text_config ignored: transformers' {model_type} config has no" in table
+
+
+def test_a_vision_config_key_of_a_formula_family_is_not_a_multimodal_wrapper(tmp_path):
+    path = tmp_path / "llama.json"
+    path.write_text(json.dumps({"model_type": "llama", **TOP, "vision_config": {"hidden_size": 8}}))
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps({"model_type": "llama", **TOP}))
+    assert json_out("params", path)["total"] == json_out("params", plain)["total"]

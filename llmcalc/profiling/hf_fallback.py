@@ -123,6 +123,21 @@ def _config(hf: dict):
         raise LlmcalcError(f"transformers rejects this {model_type} config: {_reason(exc)}") from None
 
 
+def has_text_config(model_type) -> bool | None:
+    """Whether transformers' config class of `model_type` holds a text_config sub-config (a multimodal wrapper:
+    qwen2_5_vl, llava) or not (persimmon: a text_config key is then not the model); None where transformers does not
+    know the model_type."""
+    from transformers import CONFIG_MAPPING
+
+    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
+        return None
+    try:
+        subs = CONFIG_MAPPING[model_type].sub_configs or {}
+    except Exception:  # a lazily imported family that fails to import
+        return None
+    return "text_config" in subs
+
+
 SHAPE_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
 
 
@@ -171,6 +186,7 @@ def _build(config):
             continue
         kwargs = {}
         cls = auto._model_mapping[type(config)]
+        _reads_tokens(config, cls)
         if getattr(cls, "_can_set_experts_implementation", lambda: False)():
             kwargs["experts_implementation"] = "batched_mm"
         try:
@@ -182,12 +198,46 @@ def _build(config):
     raise LlmcalcError(f"transformers has no causal-LM, seq2seq or base model class for {config.model_type!r}")
 
 
+NOT_LM = "is not a language model"
+
+
+def _reads_tokens(config, cls) -> None:
+    """Refuse, before anything is built, a model that is not a language model: the class it would be built as, or the
+    base model of its config (Whisper's, whose encoder reads audio, when only its decoder has a causal-LM class),
+    reads something other than token ids (ViT's pixel_values, Whisper's input_features, Wav2Vec2's input_values)."""
+    base = _auto_classes()[2]._model_mapping
+    classes = [cls] + ([base[type(config)]] if type(config) in base else [])
+    other = next((c for c in classes if getattr(c, "main_input_name", "input_ids") != "input_ids"), None)
+    if other is not None:
+        raise LlmcalcError(f"model_type {config.model_type!r} {NOT_LM}: transformers' {other.__name__} reads "
+                           f"{other.main_input_name}, not token ids; llmcalc counts models that read token ids")
+
+
+def _token_embedding(model, config) -> None:
+    """Refuse a built model that names no token embedding (CLIP's dual encoder: get_input_embeddings is not
+    implemented): it is not a language model, and nothing llmcalc reports has a vocabulary to stand on."""
+    try:
+        embedding = model.get_input_embeddings()
+    except NotImplementedError:
+        embedding = None
+    if embedding is None:
+        raise LlmcalcError(f"model_type {config.model_type!r} {NOT_LM}: transformers' {type(model).__name__} has no "
+                           f"token embedding (get_input_embeddings); llmcalc counts models that read token ids")
+
+
 def _multimodal_parent(config) -> str | None:
     """The model_type of the multimodal config whose `text_config` is this config's class (Qwen2.5-VL's text model:
-    qwen2_5_vl), or None: a text model transformers builds only inside a multimodal one, without a causal-LM class."""
+    qwen2_5_vl), or None: a text model transformers builds only inside a multimodal one, without a causal-LM class.
+    Only a parent that generates text (an image-text-to-text or multimodal LM class: its checkpoint stores an LM head)
+    counts; CLIP's text encoder (clip_text_model) is no LM and gets no head."""
     from transformers import CONFIG_MAPPING
+    from transformers.models.auto import modeling_auto
 
+    mappings = ("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES", "MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES")
+    generative = {name for mapping in mappings for name in getattr(modeling_auto, mapping, {})}
     for model_type, cls in CONFIG_MAPPING.items():
+        if model_type not in generative:
+            continue
         try:
             subs = getattr(cls, "sub_configs", None) or {}
         except Exception:  # a lazily imported family that fails to import: not this one
@@ -267,6 +317,7 @@ def fallback_count(hf: dict, seq_len: int | None, measured: bool = False) -> dic
         except Exception as exc:
             raise LlmcalcError(f"transformers could not build {config.model_type!r} from this config: "
                                f"{_reason(exc)}") from None
+    _token_embedding(model, config)
     model.eval()
     name = type(model).__name__ if not isinstance(model, TextModelWithHead) else \
         f"{type(model.model).__name__} + lm_head (as {model.outer}'s checkpoint stores it)"

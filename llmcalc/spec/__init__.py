@@ -20,7 +20,15 @@ from .draft import (
     SpecDraft,
     SpecError,
 )
-from .hf import FAMILIES, HF_KEYS, UnknownModelType, check_config_values, draft_from_hf, spec_from_hf
+from .hf import (
+    FAMILIES,
+    HF_KEYS,
+    UnknownModelType,
+    check_config_values,
+    check_sizes,
+    draft_from_hf,
+    spec_from_hf,
+)
 from .model import MLA, ModelSpec
 from .presets import (
     PresetError,
@@ -39,7 +47,7 @@ from .resolve import draft_from_dict, resolve, spec_from_dict, spec_of
 __all__ = [
     "ARCHITECTURES", "FAMILIES", "GATED_MLPS", "HF_KEYS", "LAYER_FFNS", "LAYER_MIXERS", "MLA", "MLPS", "NORMS",
     "PLAIN_MLPS", "POS_EMBS", "QK_NORMS", "ModelSpec", "PresetError", "SpecDraft", "SpecError", "UnknownModelType",
-    "check_config_values", "draft_from_dict", "draft_from_hf", "find_accelerator", "hardware_config",
+    "check_config_values", "check_sizes", "draft_from_dict", "draft_from_hf", "find_accelerator", "hardware_config",
     "hardware_names", "load_hardware", "load_model", "model_config", "model_names", "model_source", "read_json",
     "resolve", "spec_from_dict", "spec_from_hf", "spec_of",
 ]

@@ -122,16 +122,21 @@ def _is_moe_layer(spec: SpecDraft, index: int) -> bool:
                         n_dense_layers=spec.n_dense_layers, moe_layer_freq=spec.moe_layer_freq)
 
 
+def check_maximum(name: str, value: int) -> None:
+    """The sane maximum of the whole-number field `name` (layer counts: MAX_LAYERS, any other size: MAX_WIDTH), or
+    the one SpecError that names it; the transformers fallback holds a config's keys to it too (hf.check_sizes)."""
+    limit = MAX_LAYERS if name in ("n_layers", "n_decoder_layers", "n_dense_layers") else MAX_WIDTH
+    if value > limit:
+        shown = f"{value:,}" if value < 10**15 else f"a {len(str(value))}-digit number"
+        raise SpecError(f"{name} ({shown}) is beyond the sane maximum of {limit:,}")
+
+
 def _validate_ranges(spec: SpecDraft) -> None:
     """Required sizes positive, optional ones positive when given, counts non-negative, all below sane maxima."""
     for name in ("n_layers", "d_model", "n_heads", "vocab_size", "n_kv_heads", "d_head"):
         positive(spec, name)
     for name in INT_FIELDS:  # sane maxima: short loops, finite sums
-        limit = MAX_LAYERS if name in ("n_layers", "n_decoder_layers", "n_dense_layers") else MAX_WIDTH
-        value = getattr(spec, name) or 0
-        if value > limit:
-            shown = f"{value:,}" if value < 10**15 else f"a {len(str(value))}-digit number"
-            raise SpecError(f"{name} ({shown}) is beyond the sane maximum of {limit:,}")
+        check_maximum(name, getattr(spec, name) or 0)
     for name in ("d_ff", "max_seq_len", "n_decoder_layers", "n_positions", "q_lora_rank", "d_embed", "d_ff_shared"):
         if getattr(spec, name) is not None:
             positive(spec, name)

@@ -22,6 +22,7 @@ from dataclasses import fields
 from typing import Any
 
 from ..records import construct
+from .checks import check_maximum
 from .draft import SpecDraft, SpecError
 from .hf_2026 import RECENT_FAMILIES
 from .hf_family import Family, attention_bias, deepseek_mla, mlp_kind
@@ -64,11 +65,12 @@ _SPEC_FIELDS = {f.name for f in fields(SpecDraft)}
 
 
 class UnknownModelType(SpecError):
-    """A model_type with no analytic family and no llmcalc keys; carries the config for the fallback."""
+    """A model_type with no analytic family and no llmcalc keys; carries the config for the fallback, and `outer`, the
+    config as given when `config` is its text_config (for the fallback to hold against transformers' config class)."""
 
-    def __init__(self, message: str, config: dict, name: str):
+    def __init__(self, message: str, config: dict, name: str, outer: dict | None = None):
         super().__init__(message)
-        self.config, self.name = config, name
+        self.config, self.name, self.outer = config, name, outer
 
 
 _attention_bias = attention_bias
@@ -885,6 +887,21 @@ def check_config_values(hf: dict) -> None:
         raise SpecError(f"feed_forward_proj must be one of {', '.join(T5_PROJECTIONS)}; got {proj!r:.60}")
 
 
+def check_sizes(hf: dict) -> None:
+    """The formula path's sane maxima (10,000 layers, 2**24 for any width: checks.check_maximum) on a config's own
+    shape keys (HF_KEYS, every alias) and on those of its sub-configs (text_config, vision_config, ...), for a config
+    transformers is about to build: the same one line as the formula path, before anything is built. A value that
+    is not a whole number is left to check_config_values and transformers."""
+    for spec_field, keys in HF_KEYS.items():
+        for key in keys:
+            value = hf.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                check_maximum(spec_field, value)
+    for key, value in hf.items():
+        if isinstance(value, dict) and key.endswith("_config") and key != "quantization_config":
+            check_sizes(value)
+
+
 def spec_from_hf(hf: dict, name: str = "custom") -> ModelSpec:
     """A ModelSpec from a Hugging Face config.json dict (unchanged, as published); a rule the resolved shapes
     break names the config key it comes from (intermediate_size, not llmcalc's d_ff)."""
@@ -904,6 +921,7 @@ def spec_from_hf(hf: dict, name: str = "custom") -> ModelSpec:
 def draft_from_hf(hf: dict, name: str = "custom") -> SpecDraft:  # long: HF key mapping, read against config.json
     """A SpecDraft from a Hugging Face config.json dict (unchanged, as published)."""
     check_config_values(hf)
+    given = hf  # the config as given (text_config and all)
     notes: tuple[str, ...] = ()
     quant = hf.get("quantization_config")
     check_quantization_config(quant)  # refused here, once, for every command (params included)
@@ -915,7 +933,12 @@ def draft_from_hf(hf: dict, name: str = "custom") -> SpecDraft:  # long: HF key 
                   f"report size the weights as the checkpoint stores them",)
     stored = hf.get("torch_dtype", hf.get("dtype"))
     model_type = hf.get("model_type")
-    if isinstance(hf.get("text_config"), dict):  # a multimodal checkpoint: count its language model
+    outer: dict | None = None
+    single = [k for k in ("text_config", "vision_config", "audio_config") if isinstance(hf.get(k), dict)]
+    if model_type in FAMILIES and single:  # one text model (no formula family has sub-configs): the top-level keys
+        notes += (f"{' and '.join(single)} ignored: transformers' {model_type} config has no text, vision or audio "
+                  f"sub-config, so the top-level keys are the model, as its modelling code builds it",)
+    elif isinstance(hf.get("text_config"), dict):  # a multimodal checkpoint: count its language model
         outer, hf = hf, {**hf["text_config"]}
         check_config_values(hf)
         hf.setdefault("model_type", MULTIMODAL_TEXT.get(model_type, model_type) if model_type else model_type)
@@ -945,9 +968,10 @@ def draft_from_hf(hf: dict, name: str = "custom") -> SpecDraft:  # long: HF key 
                         f"\"norm\": \"rmsnorm\", \"pos_emb\": \"rope\")")
             known = f"not one of the {len(FAMILIES)} with a formula (README, 'What is covered')"
             if isinstance(model_type, str) and model_type:
+                check_sizes(given)  # the fallback builds the model: the formula path's limits first
                 raise UnknownModelType(
                     f"unknown model_type {model_type!r}, {known}: this command needs its shapes (`compare`, "
-                    f"`profile`, `report` do; the others use transformers); {describe}", hf, name)
+                    f"`profile`, `report` do; the others use transformers); {describe}", hf, name, outer)
             raise SpecError(f"unknown model_type {model_type!r}, {known}; {describe}")
         family = Family("explicit llmcalc keys", {}, {}, _attention_bias, gated=hf["mlp"] in ("swiglu", "geglu"))
     hf = family.unalias(hf)
