@@ -177,9 +177,9 @@ def simulate_pair(schedule: str, p: int, m: int, f_time, b_time, w_time=None, vp
     n -= n % period
     times = (0.0, p2p_time) if pair else (p2p_time,)
     if schedule == "zb-v" and pair:
-        return _zb_v_pair(p, m, n, f_time, b_time, w_time, p2p_time)
+        return _zb_v_pair(p, m, n, f_time, b_time, w_time=w_time, p2p_time=p2p_time)
     timed = _simulate_exact(schedule, p, min(m, n), f_time, b_time, w_time=w_time, v=v, p2p_time=times)
-    runs = [_extend(schedule, p, m, n, run, _pace(schedule, n, period, run, firsts)) if m > n else run
+    runs = [_extend(schedule, p, m, n, run=run, pace=_pace(schedule, n, period, run, firsts)) if m > n else run
             for run, firsts in timed]
     return runs[0], runs[-1]
 
@@ -197,13 +197,13 @@ def _zb_v_pair(p: int, m: int, n: int, f_time, b_time, w_time, p2p_time: float) 
     timed with the transfer would: the rest is the loop's idle time, the bubble's). Long pipelines extend each of the
     three runs at its steady pace (simulate), where a run that finishes no action later than the next cannot keep a
     slower pace than it in the long run (each measured over a half that need not be one period of the greedy order)."""
-    timed = _simulate_greedy("zb-v", p, min(m, n), f_time, b_time, w_time, v=2, p2p_time=p2p_time,
+    timed = _simulate_greedy("zb-v", p, min(m, n), f_time, b_time, w_time=w_time, v=2, p2p_time=p2p_time,
                              replay=(0.0, p2p_time))
     if m > n:
         paces = [_pace("zb-v", n, 1, run, firsts) for run, firsts in timed]
         paces[1] = min(paces[1], paces[2])
         paces[0] = min(paces[0], paces[1])
-        runs = [_extend("zb-v", p, m, n, run, pace) for (run, _), pace in zip(timed, paces, strict=True)]
+        runs = [_extend("zb-v", p, m, n, run=run, pace=pace) for (run, _), pace in zip(timed, paces, strict=True)]
     else:
         runs = [run for run, _ in timed]
     free, fixed, sent = runs
@@ -645,7 +645,8 @@ def _simulate_greedy(schedule: str, p: int, m: int, f_time, b_time, w_time, v: i
         raise LlmcalcError(f"pipeline schedule {schedule} deadlocked for p={p}, m={m}, v={v} (a bug: please report)")
     first = tuple([finish[(kind, stage, j)] for j in range(m)] for kind, stage in (("F", 0), ("F", n_stages - 1),
                                                                                   ("B", 0)))
-    runs = [_replay(schedule, p, v, m, order, dep, duration, where, c) for c in replay]
+    runs = [_replay(schedule, p, v, m, order=order, dep=dep, duration=duration, where=where, p2p_time=c)
+            for c in replay]
     return runs + [(PipelineResult(schedule, p, v, m, makespan=max(clock), busy=tuple(busy)), first)]
 
 

@@ -64,21 +64,20 @@ def serve(ctx: click.Context, model: str, gpu: str, weight_dtype: str | None, kv
     spec, device = load_measured(model), load_hardware(gpu)
     dtypes: dict[str, Any] = dict(weight_dtype=weight_dtype, kv_dtype=kv_dtype, compute_dtype=compute_dtype)
     targets = {k: vllm.pop(k) for k in ("concurrency", "ttft", "tokens_per_second")}
+    if not isinstance(spec, ModelSpec) and targets["concurrency"] is not None:
+        raise LlmcalcError(f"--concurrency: {spec.model_type} is measured by transformers (the layout search "
+                           "runs on llmcalc's formula); drop --concurrency and pass --n-gpus")
+    if targets["concurrency"] is None:
+        refuse_unused(ctx, ("ttft", "tokens_per_second"), "without --concurrency (the targets of its search)")
     if not isinstance(spec, ModelSpec):  # what transformers measured (analytic.measured is not imported otherwise)
         from ..analytic.measured_serving import measured_serving
 
-        if targets["concurrency"] is not None:
-            raise LlmcalcError(f"--concurrency: {spec.model_type} is measured by transformers (the layout search "
-                               "runs on llmcalc's formula); drop --concurrency and pass --n-gpus")
-        refuse_unused(ctx, ("ttft", "tokens_per_second"), "without --concurrency (the targets of its search)")
         measured = measured_serving(spec, device, n_gpus, **dtypes, **vllm)
         return emit(document(measured), fmt, measured.warnings)
     if targets["concurrency"] is None:
-        refuse_unused(ctx, ("ttft", "tokens_per_second"), "without --concurrency (the targets of its search)")
         est = plan_serving(spec, device, n_gpus, **dtypes, **vllm)
         return emit(document(est), fmt, est.warnings)
-    refuse_unused(ctx, ("n_gpus", "pp", "dp", "expert_parallel"),
-                  "with --concurrency (its search answers the GPUs and the layout)")
+    refuse_unused(ctx, ("n_gpus", "pp", "dp", "expert_parallel"), "with --concurrency (its search answers them)")
     plan = plan_capacity(spec, device, vllm.pop("max_model_len") or spec.max_seq_len or 0, targets["concurrency"],
                          ttft_seconds=targets["ttft"], tokens_per_second=targets["tokens_per_second"], **dtypes,
                          **{k: v for k, v in vllm.items() if k not in ("pp", "dp", "expert_parallel")})
