@@ -1,7 +1,9 @@
 """Independent references for the tests: `transformers` models built on the meta device, offline.
 
 Nothing here is llmcalc code: these helpers only build the Hugging Face model from a config dict
-and count its parameters the way PyTorch users do.
+and count its parameters the way PyTorch users do. They compare what a user sees (parameters, FLOPs, the bytes a
+cache allocates), not transformers' internals; checked against transformers 5.24.0 and 5.25.0 (constraints.txt
+pins the version the tests run with; benchmarks/newest_deps.py runs them on the newest release).
 """
 
 from __future__ import annotations
