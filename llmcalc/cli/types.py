@@ -42,7 +42,8 @@ class Count(click.ParamType):
         if number < self.minimum:
             self.fail(f"must be at least {self.minimum:g}, got {value}", param, ctx)
         if number > self.maximum:
-            self.fail(f"must be at most {self.maximum:,.6g}, got {value}", param, ctx)
+            exact = float(self.maximum).is_integer() and self.maximum < 1e16
+            self.fail(f"must be at most {int(self.maximum) if exact else self.maximum:,}, got {value}", param, ctx)
         return int(number) if self.whole else number
 
 
