@@ -167,6 +167,10 @@ def _pct(x: float | None) -> str:
     return "" if x is None else f"{x * 100:+.1f} %"
 
 
+def _abs(x: float | None) -> str:
+    return "" if x is None else f"{x * 100:.1f} %"
+
+
 def _num(x: float) -> str:
     return f"{x:,.4g}" if abs(x) < 1 else f"{x:,.1f}"
 
@@ -202,8 +206,8 @@ def main(argv: list[str] | None = None) -> None:
             a, b = s["llmcalc"], s["constant_fraction_loso"]
             if not a["n"]:
                 continue
-            w(f"{(g + ': ' + k)[:28]:28} {a['n']:>4} {_pct(a['median_abs_error']):>19} {_pct(a['mean_signed_error']):>12} "
-              f"{_pct(b.get('median_abs_error')):>26} {_pct(b.get('mean_signed_error')):>12}\n")
+            w(f"{(g + ': ' + k)[:28]:28} {a['n']:>4} {_abs(a['median_abs_error']):>19} {_pct(a['mean_signed_error']):>12} "
+              f"{_abs(b.get('median_abs_error')):>26} {_pct(b.get('mean_signed_error')):>12}\n")
     w(f"\nnot expressible ({len(bad)} rows):\n")
     for b in bad:
         w(f"  {b['id']}: {b['reason']}\n")
