@@ -191,13 +191,14 @@ def main(argv: list[str] | None = None) -> None:
         print()
         return
     w = sys.stdout.write
-    w(f"{counts['rows']} rows from {len({r['source_key'] for r in rows})} sources; {counts['rows_expressed']} expressed, "
+    n_sources = len({r["source_key"] for r in rows})
+    w(f"{counts['rows']} rows from {n_sources} sources; {counts['rows_expressed']} expressed, "
       f"{counts['comparisons']} comparisons. error = predicted speed / measured speed - 1 (+ = llmcalc faster).\n\n")
     if args.rows:
         w(f"{'row':52} {'family':10} {'regime':11} {'measured':>12} {'roofline':>12} {'error':>10} {'baseline':>10}\n")
         for c in comps:
-            w(f"{c['id'][:52]:52} {c['family']:10} {c['regime']:11} {_num(c['measured']):>12} {_num(c['predicted']):>12} "
-              f"{_pct(c['error']):>10} {_pct(c['baseline_error']):>10}\n")
+            w(f"{c['id'][:52]:52} {c['family']:10} {c['regime']:11} {_num(c['measured']):>12} "
+              f"{_num(c['predicted']):>12} {_pct(c['error']):>10} {_pct(c['baseline_error']):>10}\n")
         w("\n")
     w(f"{'group':28} {'n':>4} {'roofline |err| med':>19} {'signed mean':>12} {'const-frac LOSO |err| med':>26} "
       f"{'signed mean':>12}\n")
@@ -206,8 +207,8 @@ def main(argv: list[str] | None = None) -> None:
             a, b = s["llmcalc"], s["constant_fraction_loso"]
             if not a["n"]:
                 continue
-            w(f"{(g + ': ' + k)[:28]:28} {a['n']:>4} {_abs(a['median_abs_error']):>19} {_pct(a['mean_signed_error']):>12} "
-              f"{_abs(b.get('median_abs_error')):>26} {_pct(b.get('mean_signed_error')):>12}\n")
+            w(f"{(g + ': ' + k)[:28]:28} {a['n']:>4} {_abs(a['median_abs_error']):>19} "
+              f"{_pct(a['mean_signed_error']):>12} {_abs(b.get('median_abs_error')):>26} {_pct(b.get('mean_signed_error')):>12}\n")
     w(f"\nnot expressible ({len(bad)} rows):\n")
     for b in bad:
         w(f"  {b['id']}: {b['reason']}\n")
