@@ -208,7 +208,8 @@ def main(argv: list[str] | None = None) -> None:
             if not a["n"]:
                 continue
             w(f"{(g + ': ' + k)[:28]:28} {a['n']:>4} {_abs(a['median_abs_error']):>19} "
-              f"{_pct(a['mean_signed_error']):>12} {_abs(b.get('median_abs_error')):>26} {_pct(b.get('mean_signed_error')):>12}\n")
+              f"{_pct(a['mean_signed_error']):>12} {_abs(b.get('median_abs_error')):>26} "
+              f"{_pct(b.get('mean_signed_error')):>12}\n")
     w(f"\nnot expressible ({len(bad)} rows):\n")
     for b in bad:
         w(f"  {b['id']}: {b['reason']}\n")
