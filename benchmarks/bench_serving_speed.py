@@ -1,0 +1,221 @@
+"""llmcalc's serving-speed figures against published serving benchmarks (issue 36's validation set).
+
+`serving_validation.json` holds published measurements, each quoting its source (docs/serving-validation.md lists
+the sources and the rules). This script predicts every row with llmcalc's current Python API, the roofline that
+`llmcalc infer` and `llmcalc serve` print, and reports how far it lands:
+
+- static batch (`batch` B): ``plan_inference`` at batch B, the row's prompt and generation, the row's TP degree, as
+  `llmcalc infer` runs it: TTFT = the prefill, TPOT/ITL = decode_seconds_per_token, output tokens/s =
+  tokens_per_second (prefill included), e2e = total_seconds.
+- closed loop at concurrency C (`max_concurrency`): the same at batch C, the nearest equivalent `infer` has (a
+  closed loop keeps about C requests in flight, but staggered: some prefill while others decode; the static batch
+  prefills them all together).
+- offline (`max_concurrency` null, all requests at once): `llmcalc serve`'s throughput table (``plan_serving`` with
+  max_model_len = prompt + generation) at its largest concurrency level, capped at the benchmark's request count;
+  TTFT is not predicted there (under an all-at-once burst it is queueing, which neither command models).
+
+Errors are in speed terms, so they read alike for throughputs and latencies: error = predicted speed / measured
+speed - 1, speed being the throughput, or 1 / the latency. Positive = llmcalc says faster than measured (a roofline
+is an upper bound, so positive is expected). One comparison per row and metric family (throughput: output tokens/s,
+else total tokens/s, else requests/s; TTFT: median, else mean; TPOT: TPOT median, else TPOT mean, else ITL median;
+e2e: mean); tail percentiles (p99) are not compared.
+
+Baseline: a constant fraction of the roofline per family, fitted leave-one-source-out: for each source, the median
+of measured speed / roofline speed over every other source's comparisons of that family, applied to the held-out
+source's roofline.
+
+    python benchmarks/bench_serving_speed.py [--format json] [--rows]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from llmcalc.analytic.inference import plan_inference
+from llmcalc.analytic.quant import weight_format
+from llmcalc.analytic.serving import plan_serving
+from llmcalc.errors import LlmcalcError
+from llmcalc.spec import load_hardware, load_model
+
+DATA = Path(__file__).resolve().parent / "serving_validation.json"
+
+FAMILIES = {  # family -> (metric keys in order of preference, is a latency)
+    "throughput": (("output_tokens_per_second", "total_tokens_per_second", "requests_per_second"), False),
+    "ttft": (("ttft_seconds_median", "ttft_seconds_mean"), True),
+    "tpot": (("tpot_seconds_median", "tpot_seconds_mean", "itl_seconds_median"), True),
+    "e2e": (("e2e_seconds_mean",), True),
+}
+UNCOMPARED = ("ttft_seconds_p99",)  # tail percentiles: a roofline has no tail
+
+
+def regime(row: dict) -> str:
+    if row["mode"] == "offline":
+        return ">64/offline"
+    c = row["batch"] or row["max_concurrency"]
+    return "1-8" if c <= 8 else "9-64" if c <= 64 else ">64/offline"
+
+
+def _weight_dtype(spec, row: dict) -> str | None:
+    """The row's weight dtype, typed only where it differs from what the preset's checkpoint ships."""
+    wd = row.get("weight_dtype")
+    return None if wd is None or wd == weight_format(spec).name else wd
+
+
+def predict(row: dict) -> tuple[dict[str, float], dict[str, str]]:
+    """(roofline metric -> value, metric -> why it is not predicted) for one row; raises LlmcalcError when the row
+    cannot be expressed at all."""
+    if not row.get("model"):
+        raise LlmcalcError(row.get("model_note") or "no llmcalc preset for the model")
+    if not row.get("n_gpus"):
+        raise LlmcalcError("the source does not state the tensor-parallel degree")
+    spec, gpu = load_model(row["model"]), load_hardware(row["gpu"])
+    prompt, generate = max(1, round(row["input_len"])), max(2, round(row["output_len"]))
+    dtypes = dict(weight_dtype=_weight_dtype(spec, row), kv_dtype=row.get("kv_dtype"))
+    skipped = {k: "tail percentile" for k in UNCOMPARED if k in row["metrics"]}
+    if row["mode"] in ("static", "closed"):
+        b = row["batch"] or row["max_concurrency"]
+        est = plan_inference(spec, gpu, b, prompt, generate, n_gpus=row["n_gpus"], **dtypes)
+        total = est.total_seconds
+        out = {"output_tokens_per_second": est.tokens_per_second,
+               "total_tokens_per_second": b * (prompt + generate) / total, "requests_per_second": b / total,
+               "e2e_seconds_mean": total}
+        for k in ("ttft_seconds_median", "ttft_seconds_mean"):
+            out[k] = est.prefill.seconds
+        for k in ("tpot_seconds_median", "tpot_seconds_mean", "itl_seconds_median"):
+            out[k] = est.decode_seconds_per_token
+        return out, skipped
+    est = plan_serving(spec, gpu, row["n_gpus"], max_model_len=prompt + generate, **dtypes)
+    levels = est.throughput()
+    if not levels:
+        raise LlmcalcError("serve holds no request of this length")
+    cap = row.get("n_prompts") or math.inf
+    level = max((lv for lv in levels if lv["concurrency"] <= cap), key=lambda lv: lv["concurrency"], default=levels[0])
+    tps = level["tokens_per_second"]
+    out = {"output_tokens_per_second": tps, "total_tokens_per_second": tps * (prompt + generate) / generate,
+           "requests_per_second": tps / generate}
+    for k in ("tpot_seconds_median", "tpot_seconds_mean", "itl_seconds_median"):
+        out[k] = level["decode_seconds_per_token"]
+    for k in ("ttft_seconds_median", "ttft_seconds_mean", "e2e_seconds_mean"):
+        if k in row["metrics"]:
+            skipped[k] = "offline burst: queueing, which serve does not model"
+    return out, skipped
+
+
+def compare(rows: list[dict]) -> tuple[list[dict], list[dict], dict[str, int]]:
+    """(comparisons, unexpressible rows, metrics not compared by reason)."""
+    comps, bad, skipped_metrics = [], [], {}
+    for row in rows:
+        try:
+            pred, skipped = predict(row)
+        except LlmcalcError as exc:
+            bad.append({"id": row["id"], "source": row["source_key"], "reason": str(exc).split("\n")[0]})
+            continue
+        for why in skipped.values():
+            skipped_metrics[why] = skipped_metrics.get(why, 0) + 1
+        for fam, (keys, latency) in FAMILIES.items():
+            key = next((k for k in keys if k in row["metrics"] and k in pred and k not in skipped), None)
+            if key is None:
+                continue
+            meas, roof = row["metrics"][key], pred[key]
+            speed_ratio = meas / roof if latency else roof / meas  # roofline speed / measured speed
+            comps.append({"id": row["id"], "source": row["source_key"], "family": fam, "metric": key,
+                          "regime": regime(row), "gpu": row["gpu"], "n_gpus": row["n_gpus"], "engine": row["engine"],
+                          "measured": meas, "predicted": roof, "error": speed_ratio - 1.0})
+    for c in comps:  # measured fraction of the roofline's speed, for the baseline
+        c["fraction"] = 1.0 / (1.0 + c["error"])
+    for c in comps:
+        train = [o["fraction"] for o in comps if o["family"] == c["family"] and o["source"] != c["source"]]
+        if train:
+            f = statistics.median(train)
+            c["baseline_fraction"] = f
+            c["baseline_error"] = f * (1.0 + c["error"]) - 1.0
+        else:
+            c["baseline_fraction"] = c["baseline_error"] = None
+    return comps, bad, skipped_metrics
+
+
+def _stats(cs: list[dict], key: str) -> dict[str, Any]:
+    vals = [c[key] for c in cs if c.get(key) is not None]
+    if not vals:
+        return {"n": 0}
+    return {"n": len(vals), "median_abs_error": statistics.median(abs(v) for v in vals),
+            "mean_signed_error": statistics.fmean(vals)}
+
+
+def summary(comps: list[dict]) -> dict[str, Any]:
+    groups: dict[str, dict[str, list[dict]]] = {
+        "overall": {"all": comps},
+        "family": {}, "regime": {}, "source": {}, "gpu": {}, "tp": {}, "engine": {}}
+    for c in comps:
+        groups["family"].setdefault(c["family"], []).append(c)
+        groups["regime"].setdefault(c["regime"], []).append(c)
+        groups["source"].setdefault(c["source"], []).append(c)
+        groups["gpu"].setdefault(c["gpu"], []).append(c)
+        groups["tp"].setdefault(f"tp{c['n_gpus']}", []).append(c)
+        groups["engine"].setdefault(c["engine"], []).append(c)
+    return {g: {k: {"llmcalc": _stats(v, "error"), "constant_fraction_loso": _stats(v, "baseline_error")}
+                for k, v in sorted(d.items())} for g, d in groups.items()}
+
+
+def _pct(x: float | None) -> str:
+    return "" if x is None else f"{x * 100:+.1f} %"
+
+
+def _abs(x: float | None) -> str:
+    return "" if x is None else f"{x * 100:.1f} %"
+
+
+def _num(x: float) -> str:
+    return f"{x:,.4g}" if abs(x) < 1 else f"{x:,.1f}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--format", choices=("table", "json"), default="table")
+    ap.add_argument("--rows", action="store_true", help="print every comparison (the table format)")
+    args = ap.parse_args(argv)
+    data = json.loads(DATA.read_text())
+    rows = data["rows"]
+    comps, bad, skipped = compare(rows)
+    summ = summary(comps)
+    counts = {"rows": len(rows), "rows_expressed": len(rows) - len(bad), "comparisons": len(comps)}
+    if args.format == "json":
+        json.dump({"counts": counts, "summary": summ, "not_expressible": bad, "metrics_not_compared": skipped,
+                   "comparisons": comps}, sys.stdout, indent=1)
+        print()
+        return
+    w = sys.stdout.write
+    n_sources = len({r["source_key"] for r in rows})
+    w(f"{counts['rows']} rows from {n_sources} sources; {counts['rows_expressed']} expressed, "
+      f"{counts['comparisons']} comparisons. error = predicted speed / measured speed - 1 (+ = llmcalc faster).\n\n")
+    if args.rows:
+        w(f"{'row':52} {'family':10} {'regime':11} {'measured':>12} {'roofline':>12} {'error':>10} {'baseline':>10}\n")
+        for c in comps:
+            w(f"{c['id'][:52]:52} {c['family']:10} {c['regime']:11} {_num(c['measured']):>12} "
+              f"{_num(c['predicted']):>12} {_pct(c['error']):>10} {_pct(c['baseline_error']):>10}\n")
+        w("\n")
+    w(f"{'group':28} {'n':>4} {'roofline |err| med':>19} {'signed mean':>12} {'const-frac LOSO |err| med':>26} "
+      f"{'signed mean':>12}\n")
+    for g in ("overall", "family", "regime", "source", "gpu", "tp", "engine"):
+        for k, s in summ[g].items():
+            a, b = s["llmcalc"], s["constant_fraction_loso"]
+            if not a["n"]:
+                continue
+            w(f"{(g + ': ' + k)[:28]:28} {a['n']:>4} {_abs(a['median_abs_error']):>19} "
+              f"{_pct(a['mean_signed_error']):>12} {_abs(b.get('median_abs_error')):>26} "
+              f"{_pct(b.get('mean_signed_error')):>12}\n")
+    w(f"\nnot expressible ({len(bad)} rows):\n")
+    for b in bad:
+        w(f"  {b['id']}: {b['reason']}\n")
+    if skipped:
+        w("metrics not compared: " + "; ".join(f"{n} x {why}" for why, n in skipped.items()) + "\n")
+
+
+if __name__ == "__main__":
+    main()

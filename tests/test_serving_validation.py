@@ -1,0 +1,43 @@
+"""benchmarks/serving_validation.json is well formed and bench_serving_speed.py predicts every expressible row."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+import bench_serving_speed  # noqa: E402
+
+from llmcalc.spec import load_hardware, load_model  # noqa: E402
+
+ROWS = json.loads(bench_serving_speed.DATA.read_text())["rows"]
+METRICS = {"output_tokens_per_second", "total_tokens_per_second", "requests_per_second", "ttft_seconds_mean",
+           "ttft_seconds_median", "ttft_seconds_p99", "tpot_seconds_mean", "tpot_seconds_median",
+           "itl_seconds_median", "e2e_seconds_mean"}
+
+
+def test_rows_quote_their_source_and_name_presets():
+    ids = [r["id"] for r in ROWS]
+    assert len(ids) == len(set(ids))
+    for r in ROWS:
+        assert r["source"] and r["quote"], r["id"]
+        assert r["mode"] in ("static", "closed", "offline"), r["id"]
+        assert (r["mode"] == "static") == (r["batch"] is not None), r["id"]
+        assert (r["mode"] == "closed") == (r["max_concurrency"] is not None), r["id"]
+        assert r["metrics"] and set(r["metrics"]) <= METRICS, r["id"]
+        assert all(v > 0 for v in r["metrics"].values()), r["id"]
+        load_hardware(r["gpu"])
+        if r["model"]:
+            load_model(r["model"])
+        else:
+            assert r.get("model_note"), r["id"]
+
+
+def test_bench_predicts_every_expressible_row():
+    comps, bad, _ = bench_serving_speed.compare(ROWS)
+    assert {b["id"] for b in bad} == {r["id"] for r in ROWS if not r["model"]}
+    assert {c["id"] for c in comps} == {r["id"] for r in ROWS if r["model"]}
+    for c in comps:
+        assert c["predicted"] > 0 and c["baseline_error"] is not None
