@@ -66,10 +66,14 @@ def _system(gpu: str) -> str:
     return name
 
 
-@cache
 def table(gpu: str) -> dict[str, Any]:
     """The whole table file of one GPU (aiconfigurator system name or llmcalc preset name), loaded once."""
-    with gzip.open(DATA / f"{_system(gpu)}.json.gz", "rt", encoding="utf-8") as f:
+    return _load(_system(gpu))
+
+
+@cache
+def _load(system: str) -> dict[str, Any]:
+    with gzip.open(DATA / f"{system}.json.gz", "rt", encoding="utf-8") as f:
         doc: dict[str, Any] = json.load(f)
     return doc
 
@@ -281,7 +285,7 @@ def prefill_attention_ms(gpu: str, batch: int, seq: int, heads: int, kv_heads: i
 def prefill_attention_seconds(gpu: str, batch: int, seq: int, heads: int, kv_heads: int, head_dim: int = 128,
                               kv_dtype: str = "bf16") -> float:
     """Seconds of one layer's prefill attention (``prefill_attention_ms``)."""
-    return prefill_attention_ms(gpu, batch, seq, heads, kv_heads, head_dim, kv_dtype) / 1e3
+    return prefill_attention_ms(gpu, batch, seq, heads, kv_heads=kv_heads, head_dim=head_dim, kv_dtype=kv_dtype) / 1e3
 
 
 def decode_attention_ms(gpu: str, batch: int, context: int, heads: int, kv_heads: int, head_dim: int = 128,
@@ -308,7 +312,8 @@ def decode_attention_ms(gpu: str, batch: int, context: int, heads: int, kv_heads
 def decode_attention_seconds(gpu: str, batch: int, context: int, heads: int, kv_heads: int, head_dim: int = 128,
                              kv_dtype: str = "bf16", smooth: bool = True) -> float:
     """Seconds of one layer's decode attention step (``decode_attention_ms``)."""
-    return decode_attention_ms(gpu, batch, context, heads, kv_heads, head_dim, kv_dtype, smooth) / 1e3
+    return decode_attention_ms(gpu, batch, context, heads, kv_heads=kv_heads, head_dim=head_dim, kv_dtype=kv_dtype,
+                               smooth=smooth) / 1e3
 
 
 # --- tensor-parallel all-reduce -------------------------------------------------------------------------
