@@ -19,11 +19,10 @@ import json
 import sys
 from pathlib import Path
 
+import aiconfigurator_core
 import pandas as pd
 import yaml
 from aiconfigurator_core.sdk.perf_database import _version_sort_tuple
-
-import aiconfigurator_core
 
 SYSTEMS = Path(aiconfigurator_core.__file__).parent / "systems"
 OUT = Path(__file__).resolve().parent.parent / "llmcalc" / "data" / "kernels"
@@ -104,7 +103,8 @@ def comm(root: Path, spec: dict) -> dict:
         if "backend" in df:
             keep &= ~df.backend.str.endswith("_eager")
         df = df[keep].drop_duplicates(["num_gpus", "message_size"]).sort_values(["num_gpus", "message_size"])
-        out["custom_allreduce"] = {"version": version, "dtype": "bf16", "kernel_source": sorted(df.kernel_source.unique()),
+        out["custom_allreduce"] = {"version": version, "dtype": "bf16",
+                                   "kernel_source": sorted(df.kernel_source.unique()),
                                    "curves": {str(g): [[int(s) for s in r.message_size], [r5(v) for v in r.latency]]
                                               for g, r in df.groupby("num_gpus")}}
     nccl_version = str(spec.get("misc", {}).get("nccl_version", ""))

@@ -31,7 +31,8 @@ from aiconfigurator_core.sdk.operations.communication import CustomAllReduce
 for system in ("h100_sxm", "h200_sxm"):
     db = perf_database.get_database(system, "vllm", "0.24.0")
     for dt, q in (("bf16", common.GEMMQuantMode.bfloat16), ("fp8", common.GEMMQuantMode.fp8)):
-        for m, n, k in ((100, 4096, 4096), (3000, 5120, 5120), (777, 14336, 4096), (1000, 4000, 4000), (96, 3000, 7000)):
+        for m, n, k in ((100, 4096, 4096), (3000, 5120, 5120), (777, 14336, 4096), (1000, 4000, 4000),
+                        (96, 3000, 7000)):
             r = _evaluate_single_op(db, GEMM("g", 1, n, k, q), is_context=True, batch_size=1, s=m, x=m)
             print("gemm", system, dt, m, n, k, float(r))
     for kvd, kq in (("bf16", common.KVCacheQuantMode.bfloat16), ("fp8", common.KVCacheQuantMode.fp8)):
@@ -120,7 +121,7 @@ def _raw(gpu):
 def test_grid_points_read_back_as_stored():
     raw = _raw("h100_sxm")
     ms, lats = raw["gemm"]["bf16"]["sites"]["4096,4096"]
-    for m, lat in list(zip(ms, lats))[::7]:
+    for m, lat in list(zip(ms, lats, strict=True))[::7]:
         assert kt.gemm_ms("h100-sxm", m, 4096, 4096) == lat  # no point here is below its SOL
     ctx = raw["context_attention"]["grids"]["bf16/8/128"]["32"]
     for seq, by_batch in list(ctx.items())[::3]:

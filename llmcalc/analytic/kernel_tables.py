@@ -31,6 +31,7 @@ table file): GEMM max(2mnk / tc_flops, bytes·(mn + mk + nk) / mem_bw); attentio
 from __future__ import annotations
 
 import bisect
+import contextlib
 import gzip
 import json
 import math
@@ -61,8 +62,8 @@ def available_gpus() -> list[str]:
 def _system(gpu: str) -> str:
     name = ALIASES.get(gpu.lower(), gpu.lower().replace("-", "_"))
     if not (DATA / f"{name}.json.gz").exists():
-        raise KernelTableError(f"no measured kernel table for GPU {gpu!r}; tables exist for {', '.join(available_gpus())}"
-                               f" (and the llmcalc names {', '.join(sorted(ALIASES))})")
+        raise KernelTableError(f"no measured kernel table for GPU {gpu!r}; tables exist for "
+                               f"{', '.join(available_gpus())} (and the llmcalc names {', '.join(sorted(ALIASES))})")
     return name
 
 
@@ -132,7 +133,7 @@ def _gemm_sites(gpu: str, dtype: str) -> dict[tuple[int, int], tuple[list[int], 
     sites = {}
     for key, (ms, lats) in _part(gpu, "gemm", dtype)["sites"].items():
         n, k = (int(v) for v in key.split(","))
-        clamped = [max(lat, gemm_sol_ms(gpu, m, n, k, dtype)) for m, lat in zip(ms, lats)]
+        clamped = [max(lat, gemm_sol_ms(gpu, m, n, k, dtype)) for m, lat in zip(ms, lats, strict=True)]
         sites[(n, k)] = (ms, clamped)
     return sites
 
@@ -165,8 +166,8 @@ def gemm_ms(gpu: str, m: float, n: float, k: float, dtype: str = "bf16") -> floa
             ranked.append((math.dist(q, (math.log2(site[0]), math.log2(site[1]))), site))
     ranked = sorted(r for r in ranked if r[0] <= GEMM_MAX_OCTAVES)[:GEMM_NN_SITES]
     if not ranked:
-        raise KernelTableError(f"{_system(gpu)} {dtype} GEMM: no measured (n, k) within {GEMM_MAX_OCTAVES:g} octaves of "
-                               f"({n:g}, {k:g}) covering m = {m:g}")
+        raise KernelTableError(f"{_system(gpu)} {dtype} GEMM: no measured (n, k) within {GEMM_MAX_OCTAVES:g} octaves "
+                               f"of ({n:g}, {k:g}) covering m = {m:g}")
     wsum = util = 0.0
     for d, site in ranked:
         w = 1.0 / (d * d + 1e-12)
@@ -208,8 +209,8 @@ def _interior(node: dict[int, Any], c: list[float], depth: int, sqrt_axis: int |
     if depth == len(c):
         return float(node)  # type: ignore[arg-type]
     x = c[depth]
-    if x in node:
-        return _interior(node[x], c, depth + 1, sqrt_axis, sol)
+    if x == int(x) and int(x) in node:  # an exact key collapses this axis
+        return _interior(node[int(x)], c, depth + 1, sqrt_axis, sol)
     keys = sorted(node)
     if x < keys[0] or x > keys[-1]:
         raise _OutOfRange
@@ -217,10 +218,8 @@ def _interior(node: dict[int, Any], c: list[float], depth: int, sqrt_axis: int |
     lo, hi = keys[i - 1], keys[i]
     got = {}
     for key in (lo, hi):
-        try:
+        with contextlib.suppress(_OutOfRange):
             got[key] = _interior(node[key], c, depth + 1, sqrt_axis, sol)
-        except _OutOfRange:
-            pass
     if not got:
         raise _OutOfRange
     if len(got) == 1:  # ragged: hold the survivor's util across this axis
@@ -253,7 +252,7 @@ def _hold(node: dict[int, Any], c: list[float], sol: Any) -> float:
                for d, _, _ in picked]
     if sum(weights) <= 0:
         weights = [1.0] * len(picked)
-    util = sum(w * sol(list(p)) / lat for w, (_, p, lat) in zip(weights, picked)) / sum(weights)
+    util = sum(w * sol(list(p)) / lat for w, (_, p, lat) in zip(weights, picked, strict=True)) / sum(weights)
     return float(sol(c) / util)
 
 
