@@ -1,0 +1,156 @@
+"""Extract llmcalc's measured kernel tables (llmcalc/data/kernels/<gpu>.json.gz) from NVIDIA aiconfigurator.
+
+Run in a separate environment that has aiconfigurator installed (never a dependency of llmcalc):
+
+    python3 -m venv /work/venv-aic && /work/venv-aic/bin/pip install aiconfigurator==0.12.0
+    /work/venv-aic/bin/python benchmarks/extract_aiconfigurator.py
+
+Reads the parquet tables aiconfigurator-core ships under aiconfigurator_core/systems/data/<system>/<family>/vllm/
+<latest version>/ and keeps, per GPU, the rows aiconfigurator's engine itself loads for a vLLM query (see
+llmcalc/data/kernels/NOTICE): GEMM bf16 and per-tensor fp8, context and generation attention (window 0), vLLM's
+custom all-reduce (CUDA-graph rows; "_eager" rows dropped as the engine does) and NCCL all_reduce at the system's
+nccl_version. Latencies stay in milliseconds, rounded to 5 significant digits.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from pathlib import Path
+
+import aiconfigurator_core
+import pandas as pd
+import yaml
+from aiconfigurator_core.sdk.perf_database import _version_sort_tuple
+
+SYSTEMS = Path(aiconfigurator_core.__file__).parent / "systems"
+OUT = Path(__file__).resolve().parent.parent / "llmcalc" / "data" / "kernels"
+GPUS = ("h100_sxm", "h200_sxm", "b200_sxm", "a100_sxm")  # l40s has tables too: left out for size
+BACKEND = "vllm"
+
+
+def r5(x: float) -> float:
+    return float(f"{x:.5g}")
+
+
+def latest(path: Path) -> Path | None:
+    if not path.is_dir():
+        return None
+    versions = [p for p in path.iterdir() if p.is_dir()]
+    return max(versions, key=lambda p: _version_sort_tuple(p.name)) if versions else None
+
+
+def table(root: Path, family: str, name: str) -> tuple[pd.DataFrame, str] | None:
+    found = latest(root / family / BACKEND)
+    if found is None or not (found / name).exists():
+        return None
+    return pd.read_parquet(found / name), found.name
+
+
+def gemm(root: Path) -> dict:
+    got = table(root, "gemm", "gemm_perf.parquet")
+    if got is None:
+        return {}
+    df, version = got
+    out = {"version": version}
+    for ours, theirs in (("bf16", "bfloat16"), ("fp8", "fp8")):
+        part = df[df.gemm_dtype == theirs].drop_duplicates(["m", "n", "k"], keep="first")  # the engine: first wins
+        if part.empty:
+            continue
+        sites: dict[str, list] = {}
+        for (n, k), rows in part.groupby(["n", "k"], sort=True):
+            rows = rows.sort_values("m")
+            sites[f"{n},{k}"] = [[int(m) for m in rows.m], [r5(v) for v in rows.latency]]
+        out[ours] = {"kernel_source": sorted(part.kernel_source.unique()), "sites": sites}
+    return out
+
+
+def kv_lookup(n: int, n_kv: int) -> int:
+    return 0 if n == n_kv else n_kv  # aiconfigurator's MHA sentinel (attention.rs normalize_kv)
+
+
+def attention(root: Path, name: str, context: bool) -> dict:
+    got = table(root, "attention", name)
+    if got is None:
+        return {}
+    df, version = got
+    if "window_size" in df:
+        df = df[df.window_size == 0]
+    if context and "attn_dtype" in df:
+        df = df[df.attn_dtype == "bfloat16"]
+    out: dict = {"version": version, "kernel_source": sorted(df.kernel_source.unique()), "grids": {}}
+    seq = df.isl if context else df.isl + df.step  # generation: the KV length the step attends over
+    df = df.assign(seq=seq)
+    df = df.drop_duplicates(["kv_cache_dtype", "num_heads", "num_key_value_heads", "head_dim", "seq", "batch_size"])
+    for (kv, n, n_kv, head), rows in df.groupby(["kv_cache_dtype", "num_heads", "num_key_value_heads", "head_dim"]):
+        kvd = "bf16" if kv == "bfloat16" else kv
+        key = f"{kvd}/{kv_lookup(n, n_kv)}/{head}"
+        grid = out["grids"].setdefault(key, {})
+        by_n = grid.setdefault(str(n), {})
+        for row in rows.itertuples():
+            outer, inner = (row.seq, row.batch_size) if context else (row.batch_size, row.seq)
+            by_n.setdefault(str(outer), {})[str(inner)] = r5(row.latency)
+    return out
+
+
+def comm(root: Path, spec: dict) -> dict:
+    out: dict = {}
+    got = table(root, "comm", "custom_allreduce_perf.parquet")
+    if got is not None:
+        df, version = got
+        keep = ~df.kernel_source.str.endswith("_eager")
+        if "backend" in df:
+            keep &= ~df.backend.str.endswith("_eager")
+        df = df[keep].drop_duplicates(["num_gpus", "message_size"]).sort_values(["num_gpus", "message_size"])
+        out["custom_allreduce"] = {"version": version, "dtype": "bf16",
+                                   "kernel_source": sorted(df.kernel_source.unique()),
+                                   "curves": {str(g): [[int(s) for s in r.message_size], [r5(v) for v in r.latency]]
+                                              for g, r in df.groupby("num_gpus")}}
+    nccl_version = str(spec.get("misc", {}).get("nccl_version", ""))
+    path = root / "comm" / "nccl" / nccl_version / "nccl_perf.parquet"
+    if path.exists():
+        df = pd.read_parquet(path)
+        df = df[(df.op_name == "all_reduce") & (df.nccl_dtype == "half")]
+        df = df.drop_duplicates(["num_gpus", "message_size"]).sort_values(["num_gpus", "message_size"])
+        out["nccl_all_reduce"] = {"version": nccl_version, "dtype": "fp16",
+                                  "curves": {str(g): [[int(s) for s in r.message_size], [r5(v) for v in r.latency]]
+                                             for g, r in df.groupby("num_gpus")}}
+    return out
+
+
+def extract(gpu: str) -> dict | None:
+    spec = yaml.safe_load((SYSTEMS / f"{gpu}.yaml").read_text())
+    root = SYSTEMS / spec["data_dir"]
+    g = spec["gpu"]
+    doc = {
+        "gpu": gpu, "backend": BACKEND, "aiconfigurator_core": aiconfigurator_core.__version__
+        if hasattr(aiconfigurator_core, "__version__") else "0.12.0",
+        "units": {"latency": "ms", "message_size": "elements", "mem_bw": "B/s", "tc_flops": "FLOP/s"},
+        "spec": {"mem_bw": g["mem_bw"], "bf16_tc_flops": g["bfloat16_tc_flops"], "fp8_tc_flops": g.get("fp8_tc_flops"),
+                 "num_gpus_per_node": spec["node"]["num_gpus_per_node"]},
+        "gemm": gemm(root),
+        "context_attention": attention(root, "context_attention_perf.parquet", True),
+        "generation_attention": attention(root, "generation_attention_perf.parquet", False),
+    }
+    doc.update(comm(root, spec))
+    if not doc["gemm"]:
+        return None
+    return doc
+
+
+def main() -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    for gpu in sys.argv[1:] or GPUS:
+        doc = extract(gpu)
+        if doc is None:
+            print(gpu, "no vLLM GEMM table: skipped")
+            continue
+        raw = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+        path = OUT / f"{gpu}.json.gz"
+        path.write_bytes(gzip.compress(raw, compresslevel=9, mtime=0))
+        print(gpu, len(raw), "bytes JSON,", path.stat().st_size, "gzipped")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,349 @@
+"""Measured kernel latencies for serving (issue 36): NVIDIA aiconfigurator's per-kernel tables, read with the
+standard library and interpolated as aiconfigurator's engine does.
+
+Source: aiconfigurator-core 0.12.0 (Apache-2.0, github.com/ai-dynamo/aiconfigurator), tables measured inside vLLM
+(latest vLLM version per table in that release, e.g. 0.24.0 on H100/H200), shipped here as
+``llmcalc/data/kernels/<gpu>.json.gz`` by ``benchmarks/extract_aiconfigurator.py`` (``llmcalc/data/kernels/NOTICE``
+says what was kept). Each file is read on the first question about its GPU, never at start-up.
+
+How a value between grid points is found, ported from the engine's Rust source
+(aic-core/rust/aiconfigurator-core/src/perf_database/perf_interp.rs, gemm.rs, attention.rs, communication.rs @095f58a):
+
+- an exact grid point is returned as measured;
+- GEMM (``ScatteredSites``): each collected (n, k) owns a curve in m, blended linearly in m (raw latency); past the
+  curve's ends the median utilisation (SOL / latency) of the 3 end points is held and latency = SOL(query) / util;
+  an (n, k) not collected borrows the utilisation of the 4 nearest collected (n, k) whose curve covers m, weighted
+  1/d² with d the distance in log2(n), log2(k), none further than 2 octaves (no such site: ``KernelTableError``);
+  every stored point is first raised to its SOL (the engine's ``clamp_gemm_grids_to_sol``);
+- attention (``Grid``): axis by axis, bracket and blend linearly in the coordinate; prefill blends sqrt(latency)
+  along the sequence axis (its ~s² curvature) and raw latency along heads and batch, decode raw everywhere; a
+  bracket side missing (ragged table) keeps the other scaled by the SOL ratio; past the grid, the utilisation of
+  the 4 nearest points in joint log2 space (modified-Shepard weights ((R - d) / (R d))², R the 5th distance) is held;
+- collectives: one curve per GPU count, linear in message size; past its ends latency scales with size from the
+  end point (the engine's linear SOL proxy, k_tail 1).
+
+Interpolation is linear in the coordinates, not in log space: log2 distances only choose and weight neighbours.
+SOL (speed of light, ms) is the engine's own roofline from the system file's datasheet peaks (``spec`` in each
+table file): GEMM max(2mnk / tc_flops, bytes·(mn + mk + nk) / mem_bw); attention as ``context_attention_sol`` and
+``generation_attention_sol``. Every public function answers in seconds.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import gzip
+import json
+import math
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from ..errors import LlmcalcError
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "kernels"
+# llmcalc preset names (presets/hardware/) -> aiconfigurator system names.
+ALIASES = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "h200-sxm": "h200_sxm", "b200": "b200_sxm",
+           "a100-80gb-sxm": "a100_sxm", "a100-sxm": "a100_sxm"}
+DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0}
+GEMM_NN_SITES, GEMM_MAX_OCTAVES, GEMM_K_TAIL = 4, 2.0, 3
+GRID_NN_LEAVES = 4
+
+
+class KernelTableError(LlmcalcError):
+    """No measured table answers this question (GPU, dtype, shape)."""
+
+
+def available_gpus() -> list[str]:
+    """The aiconfigurator system names with a shipped table."""
+    return sorted(p.name.removesuffix(".json.gz") for p in DATA.glob("*.json.gz"))
+
+
+def _system(gpu: str) -> str:
+    name = ALIASES.get(gpu.lower(), gpu.lower().replace("-", "_"))
+    if not (DATA / f"{name}.json.gz").exists():
+        raise KernelTableError(f"no measured kernel table for GPU {gpu!r}; tables exist for "
+                               f"{', '.join(available_gpus())} (and the llmcalc names {', '.join(sorted(ALIASES))})")
+    return name
+
+
+def table(gpu: str) -> dict[str, Any]:
+    """The whole table file of one GPU (aiconfigurator system name or llmcalc preset name), loaded once."""
+    return _load(_system(gpu))
+
+
+@cache
+def _load(system: str) -> dict[str, Any]:
+    with gzip.open(DATA / f"{system}.json.gz", "rt", encoding="utf-8") as f:
+        doc: dict[str, Any] = json.load(f)
+    return doc
+
+
+def _part(gpu: str, name: str, key: str) -> Any:
+    part = table(gpu).get(name, {})
+    if key not in part:
+        have = sorted(k for k in part if k not in ("version", "kernel_source"))
+        raise KernelTableError(f"{_system(gpu)} has no measured {name} table for {key!r} (has {have or 'none'})")
+    return part[key]
+
+
+# --- speed of light (ms), the engine's rooflines -------------------------------------------------------
+
+
+def _tc_flops(gpu: str, dtype: str) -> float:
+    spec = table(gpu)["spec"]
+    flops = spec.get(f"{dtype}_tc_flops")
+    if not flops:
+        raise KernelTableError(f"{_system(gpu)} lists no {dtype} tensor-core peak")
+    return float(flops)
+
+
+def gemm_sol_ms(gpu: str, m: float, n: float, k: float, dtype: str) -> float:
+    """aiconfigurator gemm.rs gemm_sol_with_flops: max(2mnk / tc_flops, bytes·(mn + mk + nk) / mem_bw), in ms."""
+    math_ms = 2.0 * m * n * k / _tc_flops(gpu, dtype) * 1e3
+    mem_ms = DTYPE_BYTES[dtype] * (m * n + m * k + n * k) / table(gpu)["spec"]["mem_bw"] * 1e3
+    return max(math_ms, mem_ms)
+
+
+def _context_sol(gpu: str, n_kv: int, head: int, kv_bytes: float, c: list[float]) -> float:
+    """attention.rs context_attention_sol at prefix 0 (causal: half the s² pairs), c = [heads, seq, batch]."""
+    n, s, b = c
+    kv = n if n_kv == 0 else n_kv
+    ops = 2.0 * b * s * s * n * head * 2.0 / 2.0
+    mem = 2.0 * b * (2.0 * n * s * head) + kv_bytes * b * (2.0 * kv * s * head)
+    return max(ops / _tc_flops(gpu, "bf16"), mem / table(gpu)["spec"]["mem_bw"]) * 1e3
+
+
+def _generation_sol(gpu: str, n_kv: int, head: int, kv_bytes: float, c: list[float]) -> float:
+    """attention.rs generation_attention_sol (flops at the bf16 peak, or fp8's for an fp8 cache), c = [heads, batch,
+    kv length]."""
+    n, b, s = c
+    kv = n if n_kv == 0 else n_kv
+    ops = 2.0 * b * n * head * 2.0 * (s - 1.0)
+    mem = b * (n * head * 2.0 + 2.0 * kv * (s - 1.0) * head * kv_bytes + n * head * 2.0)
+    flops = _tc_flops(gpu, "fp8" if kv_bytes == 1.0 else "bf16")
+    return max(ops / flops, mem / table(gpu)["spec"]["mem_bw"]) * 1e3
+
+
+# --- GEMM: scattered (n, k) sites, each a curve in m --------------------------------------------------
+
+
+@cache
+def _gemm_sites(gpu: str, dtype: str) -> dict[tuple[int, int], tuple[list[int], list[float]]]:
+    sites = {}
+    for key, (ms, lats) in _part(gpu, "gemm", dtype)["sites"].items():
+        n, k = (int(v) for v in key.split(","))
+        clamped = [max(lat, gemm_sol_ms(gpu, m, n, k, dtype)) for m, lat in zip(ms, lats, strict=True)]
+        sites[(n, k)] = (ms, clamped)
+    return sites
+
+
+def _curve_ms(gpu: str, dtype: str, site: tuple[int, int], m: float) -> float:
+    ms, lats = _gemm_sites(gpu, dtype)[site]
+    i = bisect.bisect_left(ms, m)
+    if i < len(ms) and ms[i] == m:
+        return lats[i]
+    if m < ms[0] or m > ms[-1] or len(ms) < 2:  # beyond the sweep: hold the median util of the 3 end points
+        tail = range(min(GEMM_K_TAIL, len(ms))) if m < ms[0] else range(max(len(ms) - GEMM_K_TAIL, 0), len(ms))
+        utils = sorted(gemm_sol_ms(gpu, ms[j], *site, dtype) / lats[j] for j in tail)
+        half = len(utils) // 2
+        util = utils[half] if len(utils) % 2 else (utils[half - 1] + utils[half]) / 2
+        return gemm_sol_ms(gpu, m, *site, dtype) / util
+    w = (m - ms[i - 1]) / (ms[i] - ms[i - 1])
+    return lats[i - 1] + (lats[i] - lats[i - 1]) * w
+
+
+def gemm_ms(gpu: str, m: float, n: float, k: float, dtype: str = "bf16") -> float:
+    """Latency in ms of one (m x k) @ (k x n) GEMM as vLLM runs it (bf16: torch.nn.functional.linear; fp8: per-tensor
+    scaled CUTLASS), aiconfigurator's ScatteredSites resolution (module docstring)."""
+    sites = _gemm_sites(gpu, dtype)
+    if (n, k) in sites:
+        return _curve_ms(gpu, dtype, (int(n), int(k)), m)
+    q = (math.log2(n), math.log2(k))
+    ranked = []
+    for site, (ms, _) in sites.items():
+        if ms[0] <= m <= ms[-1]:
+            ranked.append((math.dist(q, (math.log2(site[0]), math.log2(site[1]))), site))
+    ranked = sorted(r for r in ranked if r[0] <= GEMM_MAX_OCTAVES)[:GEMM_NN_SITES]
+    if not ranked:
+        raise KernelTableError(f"{_system(gpu)} {dtype} GEMM: no measured (n, k) within {GEMM_MAX_OCTAVES:g} octaves "
+                               f"of ({n:g}, {k:g}) covering m = {m:g}")
+    wsum = util = 0.0
+    for d, site in ranked:
+        w = 1.0 / (d * d + 1e-12)
+        util += w * gemm_sol_ms(gpu, m, *site, dtype) / _curve_ms(gpu, dtype, site, m)
+        wsum += w
+    return gemm_sol_ms(gpu, m, n, k, dtype) / (util / wsum)
+
+
+def gemm_seconds(gpu: str, m: float, n: float, k: float, dtype: str = "bf16") -> float:
+    """Seconds of one (m x k) @ (k x n) GEMM on `gpu` (m tokens, n output and k input features), measured in vLLM
+    (aiconfigurator-core 0.12.0); dtype "bf16" or "fp8" (per-tensor scaled)."""
+    return gemm_ms(gpu, m, n, k, dtype) / 1e3
+
+
+# --- attention: nested grids ---------------------------------------------------------------------------
+
+
+def _grid(gpu: str, name: str, key: str) -> dict[int, Any]:
+    return _int_grid(gpu, name, key)
+
+
+@cache
+def _int_grid(gpu: str, name: str, key: str) -> dict[int, Any]:
+    def convert(node: Any) -> Any:
+        return {int(k): convert(v) for k, v in node.items()} if isinstance(node, dict) else node
+    grids = table(gpu).get(name, {}).get("grids", {})
+    if key not in grids:
+        raise KernelTableError(f"{_system(gpu)} has no measured {name} for (kv dtype/kv heads/head dim) {key!r} "
+                               f"(kv heads 0 = as many as query heads); has {sorted(grids)}")
+    converted: dict[int, Any] = convert(grids[key])
+    return converted
+
+
+class _OutOfRange(Exception):
+    pass
+
+
+def _interior(node: dict[int, Any], c: list[float], depth: int, sqrt_axis: int | None, sol: Any) -> float:
+    if depth == len(c):
+        return float(node)  # type: ignore[arg-type]
+    x = c[depth]
+    if x == int(x) and int(x) in node:  # an exact key collapses this axis
+        return _interior(node[int(x)], c, depth + 1, sqrt_axis, sol)
+    keys = sorted(node)
+    if x < keys[0] or x > keys[-1]:
+        raise _OutOfRange
+    i = bisect.bisect_left(keys, x)
+    lo, hi = keys[i - 1], keys[i]
+    got = {}
+    for key in (lo, hi):
+        with contextlib.suppress(_OutOfRange):
+            got[key] = _interior(node[key], c, depth + 1, sqrt_axis, sol)
+    if not got:
+        raise _OutOfRange
+    if len(got) == 1:  # ragged: hold the survivor's util across this axis
+        key, lat = next(iter(got.items()))
+        snapped = list(c)
+        snapped[depth] = key
+        return lat * sol(c) / sol(snapped)
+    w = (x - lo) / (hi - lo)
+    if depth == sqrt_axis:
+        return (math.sqrt(got[lo]) + (math.sqrt(got[hi]) - math.sqrt(got[lo])) * w) ** 2
+    return got[lo] + (got[hi] - got[lo]) * w
+
+
+def _leaves(node: dict[int, Any], path: tuple[int, ...] = ()) -> Any:
+    for key, child in node.items():
+        if isinstance(child, dict):
+            yield from _leaves(child, path + (key,))
+        else:
+            yield path + (key,), child
+
+
+def _hold(node: dict[int, Any], c: list[float], sol: Any) -> float:
+    """perf_interp.rs grid_hold: util of the 4 nearest points in joint log2 space, modified-Shepard weights."""
+    q = [math.log2(max(v, 1e-12)) for v in c]
+    ranked = sorted((math.dist(q, [math.log2(max(v, 1e-12)) for v in p]), p, lat) for p, lat in _leaves(node))
+    picked = [(d, p, lat) for d, p, lat in ranked if lat > 0][:GRID_NN_LEAVES + 1]
+    radius = picked[GRID_NN_LEAVES][0] if len(picked) > GRID_NN_LEAVES else math.inf
+    picked = picked[:GRID_NN_LEAVES]
+    weights = [1.0 / (d * d + 1e-12) if math.isinf(radius) else (max(radius - d, 0.0) / (radius * d + 1e-12)) ** 2
+               for d, _, _ in picked]
+    if sum(weights) <= 0:
+        weights = [1.0] * len(picked)
+    util = sum(w * sol(list(p)) / lat for w, (_, p, lat) in zip(weights, picked, strict=True)) / sum(weights)
+    return float(sol(c) / util)
+
+
+def _resolve(node: dict[int, Any], c: list[float], sqrt_axis: int | None, sol: Any) -> float:
+    try:
+        return _interior(node, c, 0, sqrt_axis, sol)
+    except _OutOfRange:
+        return _hold(node, c, sol)
+
+
+def _kv_key(heads: int, kv_heads: int, head_dim: int, kv_dtype: str) -> tuple[str, int]:
+    n_kv = 0 if kv_heads == heads else kv_heads  # aiconfigurator's MHA sentinel
+    if kv_dtype not in DTYPE_BYTES:
+        raise KernelTableError(f"kv dtype {kv_dtype!r}: tables hold {sorted(DTYPE_BYTES)}")
+    return f"{kv_dtype}/{n_kv}/{head_dim}", n_kv
+
+
+def prefill_attention_ms(gpu: str, batch: int, seq: int, heads: int, kv_heads: int, head_dim: int = 128,
+                         kv_dtype: str = "bf16") -> float:
+    """Latency in ms of one layer's causal prefill attention (vLLM FlashAttention, bf16 compute, no prefix, no sliding
+    window) over `batch` sequences of `seq` tokens with `heads` query and `kv_heads` KV heads per GPU; the raw table
+    value, without the fused extras aiconfigurator's op adds (qk-norm, rope, KV writes)."""
+    key, n_kv = _kv_key(heads, kv_heads, head_dim, kv_dtype)
+    grid = _grid(gpu, "context_attention", key)
+    kv_bytes = DTYPE_BYTES[kv_dtype]
+    return _resolve(grid, [heads, seq, batch], 1, lambda c: _context_sol(gpu, n_kv, head_dim, kv_bytes, c))
+
+
+def prefill_attention_seconds(gpu: str, batch: int, seq: int, heads: int, kv_heads: int, head_dim: int = 128,
+                              kv_dtype: str = "bf16") -> float:
+    """Seconds of one layer's prefill attention (``prefill_attention_ms``)."""
+    return prefill_attention_ms(gpu, batch, seq, heads, kv_heads=kv_heads, head_dim=head_dim, kv_dtype=kv_dtype) / 1e3
+
+
+def decode_attention_ms(gpu: str, batch: int, context: int, heads: int, kv_heads: int, head_dim: int = 128,
+                        kv_dtype: str = "bf16", smooth: bool = True) -> float:
+    """Latency in ms of one layer's decode attention step: `batch` sequences each attending over `context` cached
+    tokens (the table's isl + step), `heads` / `kv_heads` per GPU, KV cache in `kv_dtype` ("bf16" or "fp8").
+    `smooth` averages 5 context lengths over ±10 % as aiconfigurator's query_generation does (a request's context
+    drifts while it decodes); smooth=False is the table's own interpolation."""
+    key, n_kv = _kv_key(heads, kv_heads, head_dim, kv_dtype)
+    grid = _grid(gpu, "generation_attention", key)
+    kv_bytes = DTYPE_BYTES[kv_dtype]
+
+    def sol(c: list[float]) -> float:
+        return _generation_sol(gpu, n_kv, head_dim, kv_bytes, c)
+
+    if not smooth:
+        return _resolve(grid, [heads, batch, context], None, sol)
+    lo = max(1, int(context * 0.9))
+    hi = max(lo, int(context * 1.1))
+    samples = [lo + (hi - lo) * i // 4 for i in range(5)]
+    return sum(_resolve(grid, [heads, batch, s], None, sol) for s in samples) / 5
+
+
+def decode_attention_seconds(gpu: str, batch: int, context: int, heads: int, kv_heads: int, head_dim: int = 128,
+                             kv_dtype: str = "bf16", smooth: bool = True) -> float:
+    """Seconds of one layer's decode attention step (``decode_attention_ms``)."""
+    return decode_attention_ms(gpu, batch, context, heads, kv_heads=kv_heads, head_dim=head_dim, kv_dtype=kv_dtype,
+                               smooth=smooth) / 1e3
+
+
+# --- tensor-parallel all-reduce -------------------------------------------------------------------------
+
+
+def allreduce_ms(gpu: str, nbytes: float, n_gpus: int, kind: str = "custom") -> float:
+    """Latency in ms of an all-reduce of `nbytes` (bf16/fp16 payload, 2 bytes an element) over `n_gpus` GPUs of one
+    node: kind "custom" is vLLM's custom all-reduce (CUDA-graph captured), "nccl" NCCL's all_reduce (nccl-tests
+    style, at the system's NCCL version). Linear in size between measured sizes; beyond them, proportional to size
+    from the end point (the engine's k_tail 1 util hold with a linear SOL)."""
+    if n_gpus <= 1:
+        return 0.0
+    name = {"custom": "custom_allreduce", "nccl": "nccl_all_reduce"}.get(kind)
+    if name is None:
+        raise KernelTableError(f"all-reduce kind {kind!r}: 'custom' or 'nccl'")
+    curves = _part(gpu, name, "curves")
+    if str(n_gpus) not in curves:
+        raise KernelTableError(f"{_system(gpu)} {name}: measured for {sorted(curves, key=int)} GPUs, not {n_gpus}")
+    sizes, lats = curves[str(n_gpus)]
+    x = nbytes / 2.0  # the tables' message_size counts 16-bit elements
+    i = bisect.bisect_left(sizes, x)
+    if i < len(sizes) and sizes[i] == x:
+        return float(lats[i])
+    if x < sizes[0]:
+        return float(lats[0] * x / sizes[0])
+    if x > sizes[-1]:
+        return float(lats[-1] * x / sizes[-1])
+    w = (x - sizes[i - 1]) / (sizes[i] - sizes[i - 1])
+    return float(lats[i - 1] + (lats[i] - lats[i - 1]) * w)
+
+
+def allreduce_seconds(gpu: str, nbytes: float, n_gpus: int, kind: str = "custom") -> float:
+    """Seconds of an all-reduce of `nbytes` over `n_gpus` GPUs (``allreduce_ms``)."""
+    return allreduce_ms(gpu, nbytes, n_gpus, kind) / 1e3

@@ -1,0 +1,191 @@
+"""llmcalc/analytic/kernel_tables.py: the measured kernel tables from NVIDIA aiconfigurator, read back and
+interpolated as aiconfigurator's engine does.
+
+The references below are aiconfigurator's own answers (aiconfigurator 0.12.0, its compiled engine, vLLM 0.24.0
+tables), produced outside llmcalc by
+
+    python3 -m venv /work/venv-aic && /work/venv-aic/bin/pip install aiconfigurator==0.12.0
+    /work/venv-aic/bin/python -c "$AIC_REFERENCE"   (AIC_REFERENCE: the script below)
+
+Off-grid points include (n, k) that were never measured (4000 x 4000, 3000 x 7000: the log2-IDW utilisation
+transfer), m between grid points and beyond, decode context lengths averaged over +-10 %.
+"""
+
+import gzip
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from llmcalc.analytic import kernel_tables as kt
+
+AIC_REFERENCE = '''
+import logging; logging.disable(logging.WARNING)
+from aiconfigurator_core.sdk import perf_database, common
+from aiconfigurator_core.sdk.engine import _evaluate_single_op
+from aiconfigurator_core.sdk.operations.gemm import GEMM
+from aiconfigurator_core.sdk.operations.attention import GenerationAttention
+from aiconfigurator_core.sdk.operations.communication import CustomAllReduce
+for system in ("h100_sxm", "h200_sxm"):
+    db = perf_database.get_database(system, "vllm", "0.24.0")
+    for dt, q in (("bf16", common.GEMMQuantMode.bfloat16), ("fp8", common.GEMMQuantMode.fp8)):
+        for m, n, k in ((100, 4096, 4096), (3000, 5120, 5120), (777, 14336, 4096), (1000, 4000, 4000),
+                        (96, 3000, 7000)):
+            r = _evaluate_single_op(db, GEMM("g", 1, n, k, q), is_context=True, batch_size=1, s=m, x=m)
+            print("gemm", system, dt, m, n, k, float(r))
+    for kvd, kq in (("bf16", common.KVCacheQuantMode.bfloat16), ("fp8", common.KVCacheQuantMode.fp8)):
+        for b, s, n, nkv in ((16, 4096, 32, 8), (24, 3000, 32, 8), (48, 10000, 64, 8)):
+            r = _evaluate_single_op(db, GenerationAttention("a", 1, n, nkv, kq, head_size=128),
+                                    is_context=False, batch_size=b, s=s)
+            print("decode", system, kvd, b, s, n, nkv, float(r))
+    for tokens, h, tp in ((1, 4096, 2), (100, 4096, 8), (3000, 8192, 4)):
+        r = _evaluate_single_op(db, CustomAllReduce("ar", 1, h, tp), is_context=True, batch_size=1, s=tokens, x=tokens)
+        print("allreduce", system, tokens * h * 2, tp, float(r))
+'''
+
+# (gpu, dtype, m, n, k, aiconfigurator ms)
+GEMM_REFERENCE = [
+    ("h100_sxm", "bf16", 100, 4096, 4096, 0.015039288666513231),
+    ("h100_sxm", "bf16", 3000, 5120, 5120, 0.19951509369744194),
+    ("h100_sxm", "bf16", 777, 14336, 4096, 0.1182768388690039),
+    ("h100_sxm", "bf16", 1000, 4000, 4000, 0.04044125457500386),
+    ("h100_sxm", "bf16", 96, 3000, 7000, 0.020410054504785804),
+    ("h100_sxm", "fp8", 100, 4096, 4096, 0.014570310711860657),
+    ("h100_sxm", "fp8", 3000, 5120, 5120, 0.17805805315379222),
+    ("h100_sxm", "fp8", 777, 14336, 4096, 0.13644726695456097),
+    ("h100_sxm", "fp8", 1000, 4000, 4000, 0.038433862969479385),
+    ("h100_sxm", "fp8", 96, 3000, 7000, 0.019014538587667832),
+    ("h200_sxm", "bf16", 100, 4096, 4096, 0.01319591138097975),
+    ("h200_sxm", "bf16", 3000, 5120, 5120, 0.20196506151186874),
+    ("h200_sxm", "bf16", 777, 14336, 4096, 0.11833962392539121),
+    ("h200_sxm", "bf16", 1000, 4000, 4000, 0.04124747164177544),
+    ("h200_sxm", "bf16", 96, 3000, 7000, 0.017097140379607183),
+    ("h200_sxm", "fp8", 100, 4096, 4096, 0.013821155329545339),
+    ("h200_sxm", "fp8", 3000, 5120, 5120, 0.16958265039655895),
+    ("h200_sxm", "fp8", 777, 14336, 4096, 0.1230950005588515),
+    ("h200_sxm", "fp8", 1000, 4000, 4000, 0.037031413271940344),
+    ("h200_sxm", "fp8", 96, 3000, 7000, 0.018211904032739985),
+]
+# (gpu, kv dtype, batch, context, heads, kv heads, aiconfigurator ms); head dim 128
+DECODE_REFERENCE = [
+    ("h100_sxm", "bf16", 16, 4096, 32, 8, 0.11296090897909986),
+    ("h100_sxm", "bf16", 24, 3000, 32, 8, 0.1118346135772299),
+    ("h100_sxm", "bf16", 48, 10000, 64, 8, 0.6461867876842128),
+    ("h100_sxm", "fp8", 16, 4096, 32, 8, 0.06467429340215555),
+    ("h100_sxm", "fp8", 24, 3000, 32, 8, 0.07136350095970556),
+    ("h100_sxm", "fp8", 48, 10000, 64, 8, 0.37414120280022334),
+    ("h200_sxm", "bf16", 16, 4096, 32, 8, 0.08224410268012436),
+    ("h200_sxm", "bf16", 24, 3000, 32, 8, 0.08416111432597972),
+    ("h200_sxm", "bf16", 48, 10000, 64, 8, 0.48278028320373806),
+    ("h200_sxm", "fp8", 16, 4096, 32, 8, 0.059261977483644535),
+    ("h200_sxm", "fp8", 24, 3000, 32, 8, 0.06562215801386628),
+    ("h200_sxm", "fp8", 48, 10000, 64, 8, 0.3408058855213942),
+]
+# (gpu, bytes, GPUs, aiconfigurator ms): vLLM custom all-reduce
+ALLREDUCE_REFERENCE = [
+    ("h100_sxm", 8192, 2, 0.004375999867916107),
+    ("h100_sxm", 819200, 8, 0.013667019903659821),
+    ("h100_sxm", 49152000, 4, 0.2557104181498289),
+    ("h200_sxm", 8192, 2, 0.004639680087566376),
+    ("h200_sxm", 819200, 8, 0.012792179957032204),
+    ("h200_sxm", 49152000, 4, 0.24493137650191782),
+]
+# The shipped values carry 5 significant digits.
+REL = 2e-4
+
+
+@pytest.mark.parametrize(("gpu", "dtype", "m", "n", "k", "ms"), GEMM_REFERENCE)
+def test_gemm_matches_aiconfigurator(gpu, dtype, m, n, k, ms):
+    assert kt.gemm_ms(gpu, m, n, k, dtype) == pytest.approx(ms, rel=REL)
+    assert kt.gemm_seconds(gpu, m, n, k, dtype) == pytest.approx(ms / 1e3, rel=REL)
+
+
+@pytest.mark.parametrize(("gpu", "kv", "batch", "context", "heads", "kv_heads", "ms"), DECODE_REFERENCE)
+def test_decode_attention_matches_aiconfigurator(gpu, kv, batch, context, heads, kv_heads, ms):
+    got = kt.decode_attention_seconds(gpu, batch, context, heads, kv_heads=kv_heads, kv_dtype=kv)
+    assert got == pytest.approx(ms / 1e3, rel=REL)
+
+
+@pytest.mark.parametrize(("gpu", "nbytes", "n_gpus", "ms"), ALLREDUCE_REFERENCE)
+def test_allreduce_matches_aiconfigurator(gpu, nbytes, n_gpus, ms):
+    assert kt.allreduce_seconds(gpu, nbytes, n_gpus) == pytest.approx(ms / 1e3, rel=REL)
+
+
+def _raw(gpu):
+    with gzip.open(kt.DATA / f"{gpu}.json.gz", "rt") as f:
+        return json.load(f)
+
+
+def test_grid_points_read_back_as_stored():
+    raw = _raw("h100_sxm")
+    ms, lats = raw["gemm"]["bf16"]["sites"]["4096,4096"]
+    for m, lat in list(zip(ms, lats, strict=True))[::7]:
+        assert kt.gemm_ms("h100-sxm", m, 4096, 4096) == lat  # no point here is below its SOL
+    ctx = raw["context_attention"]["grids"]["bf16/8/128"]["32"]
+    for seq, by_batch in list(ctx.items())[::3]:
+        for batch, lat in by_batch.items():
+            assert kt.prefill_attention_ms("h100_sxm", int(batch), int(seq), 32, 8) == lat
+    gen = raw["generation_attention"]["grids"]["fp8/8/128"]["32"]
+    for batch, by_seq in list(gen.items())[::3]:
+        for seq, lat in by_seq.items():
+            assert kt.decode_attention_ms("h100_sxm", int(batch), int(seq), 32, 8, kv_dtype="fp8", smooth=False) == lat
+    sizes, ar = raw["custom_allreduce"]["curves"]["8"]
+    assert [kt.allreduce_ms("h100_sxm", 2 * s, 8) for s in sizes] == ar
+    sizes, ar = _raw("h200_sxm")["nccl_all_reduce"]["curves"]["4"]
+    assert [kt.allreduce_ms("h200", 2 * s, 4, kind="nccl") for s in sizes] == ar
+
+
+def test_prefill_blends_sqrt_latency_along_the_sequence():
+    """Between two measured lengths the engine blends sqrt(latency) (perf_interp.rs, grid_sqrt_axis on seq)."""
+    grid = _raw("h100_sxm")["context_attention"]["grids"]["bf16/8/128"]["32"]
+    lo, hi = grid["2048"]["4"], grid["3072"]["4"]
+    expected = ((math.sqrt(lo) + math.sqrt(hi)) / 2) ** 2
+    assert kt.prefill_attention_ms("h100_sxm", 4, 2560, 32, 8) == pytest.approx(expected, rel=1e-12)
+    # raw (linear) blend along the batch axis
+    expected = grid["2048"]["4"] + (grid["2048"]["8"] - grid["2048"]["4"]) * 0.5
+    assert kt.prefill_attention_ms("h100_sxm", 6, 2048, 32, 8) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("gpu", ["h100_sxm", "h200_sxm"])
+def test_more_work_takes_longer(gpu):
+    gemm = [kt.gemm_seconds(gpu, m, 8192, 8192) for m in (64, 512, 4096, 32768, 100_000)]
+    assert gemm == sorted(gemm) and gemm[-1] > 10 * gemm[1]
+    prefill = [kt.prefill_attention_seconds(gpu, 1, s, 32, 8) for s in (1024, 4096, 16384, 65536)]
+    assert prefill == sorted(prefill)
+    decode = [kt.decode_attention_seconds(gpu, 64, c, 32, 8) for c in (1024, 8192, 32768, 131072)]
+    assert decode == sorted(decode)
+    ar = [kt.allreduce_seconds(gpu, b, 8) for b in (1 << 16, 1 << 22, 1 << 28, 1 << 31)]
+    assert ar == sorted(ar)
+    assert kt.allreduce_seconds(gpu, 1 << 20, 1) == 0.0
+
+
+def test_a_question_without_a_table_says_so():
+    with pytest.raises(kt.KernelTableError, match="no measured kernel table for GPU 'mi300x'"):
+        kt.gemm_seconds("mi300x", 128, 4096, 4096)
+    with pytest.raises(kt.KernelTableError, match="no measured gemm table for 'fp8'"):
+        kt.gemm_seconds("a100_sxm", 128, 4096, 4096, "fp8")
+    with pytest.raises(kt.KernelTableError, match="within 2 octaves"):
+        kt.gemm_seconds("h100_sxm", 128, 4, 4)
+    with pytest.raises(kt.KernelTableError, match="no measured context_attention"):
+        kt.prefill_attention_seconds("h100_sxm", 1, 1024, 32, 8, head_dim=96)
+    with pytest.raises(kt.KernelTableError, match="measured for"):
+        kt.allreduce_seconds("h100_sxm", 1024, 3)
+
+
+def test_loading_is_lazy_and_standard_library_only():
+    """Importing the reader reads no table; a question reads one GPU's table and imports nothing heavy."""
+    code = ("import sys\nfrom llmcalc.analytic import kernel_tables as kt\nbefore = kt._load.cache_info().currsize\n"
+            "kt.gemm_seconds('h100-sxm', 128, 4096, 4096)\nheavy = {'numpy', 'torch', 'pandas', 'pyarrow'} & "
+            "{m.split('.')[0] for m in sys.modules}\nprint(before, kt._load.cache_info().currsize, sorted(heavy))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["0", "1", "[]"]
+
+
+def test_the_tables_ship_with_their_license_and_notice():
+    names = {p.name for p in kt.DATA.iterdir()}
+    assert {"LICENSE", "NOTICE", "h100_sxm.json.gz", "h200_sxm.json.gz"} <= names
+    assert "Apache License" in (kt.DATA / "LICENSE").read_text()
+    assert "aiconfigurator-core 0.12.0" in (kt.DATA / "NOTICE").read_text()
+    assert sum(p.stat().st_size for p in kt.DATA.glob("*.json.gz")) < 2_000_000
