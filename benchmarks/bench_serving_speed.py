@@ -40,6 +40,7 @@ from typing import Any
 from llmcalc.analytic.inference import plan_inference
 from llmcalc.analytic.quant import weight_format
 from llmcalc.analytic.serving import plan_serving
+from llmcalc.analytic.serving_speed import Workload, plan_workload
 from llmcalc.errors import LlmcalcError
 from llmcalc.spec import load_hardware, load_model
 
@@ -107,6 +108,30 @@ def predict(row: dict) -> tuple[dict[str, float], dict[str, str]]:
     return out, skipped
 
 
+def predict_workload(row: dict) -> dict[str, float]:
+    """The workload model's figures (`serve --input-len --output-len [--max-concurrency]`, analytic/serving_speed.py)
+    for one row: a static batch of B is B requests sent at once; a closed loop at C, C clients; offline, every
+    request at once."""
+    spec, gpu = load_model(row["model"]), load_hardware(row["gpu"])
+    prompt, generate = max(1, round(row["input_len"])), max(1, round(row["output_len"]))
+    dtypes = dict(weight_dtype=_weight_dtype(spec, row), kv_dtype=row.get("kv_dtype"))
+    est = plan_serving(spec, gpu, row["n_gpus"], max_model_len=max(prompt + generate, 2048), **dtypes)
+    if row["mode"] == "static":
+        work = Workload(prompt, generate, num_prompts=row["batch"], served=False)
+    elif row["mode"] == "closed":
+        work = Workload(prompt, generate, max_concurrency=row["max_concurrency"],
+                        num_prompts=row.get("n_prompts") or 1000)
+    else:
+        work = Workload(prompt, generate, num_prompts=row.get("n_prompts") or 1000)
+    perf = plan_workload(est, work)
+    run = perf.run
+    out = {"output_tokens_per_second": perf.output_tokens_per_second,
+           "total_tokens_per_second": perf.total_tokens_per_second, "requests_per_second": perf.requests_per_second,
+           "e2e_seconds_mean": run.e2e[0], "ttft_seconds_mean": run.ttft[0], "ttft_seconds_median": run.ttft[1],
+           "tpot_seconds_mean": run.tpot[0], "tpot_seconds_median": run.tpot[1], "itl_seconds_median": run.itl[1]}
+    return out
+
+
 def compare(rows: list[dict]) -> tuple[list[dict], list[dict], dict[str, int]]:
     """(comparisons, unexpressible rows, metrics not compared by reason)."""
     comps, bad, skipped_metrics = [], [], {}
@@ -126,7 +151,7 @@ def compare(rows: list[dict]) -> tuple[list[dict], list[dict], dict[str, int]]:
             speed_ratio = meas / roof if latency else roof / meas  # roofline speed / measured speed
             comps.append({"id": row["id"], "source": row["source_key"], "family": fam, "metric": key,
                           "regime": regime(row), "gpu": row["gpu"], "n_gpus": row["n_gpus"], "engine": row["engine"],
-                          "measured": meas, "predicted": roof, "error": speed_ratio - 1.0})
+                          "measured": meas, "predicted": roof, "error": speed_ratio - 1.0, "row": row})
     for c in comps:  # measured fraction of the roofline's speed, for the baseline
         c["fraction"] = 1.0 / (1.0 + c["error"])
     for c in comps:

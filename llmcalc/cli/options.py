@@ -47,7 +47,7 @@ from ..vocabulary import (
     SCHEDULES,
     STORAGE_DTYPES,
 )
-from .types import Choice, Count, DType, Fraction, Length, Name, Number, RankOrder
+from .types import Choice, Count, CountList, DType, Fraction, Length, Name, Number, RankOrder
 
 F = TypeVar("F", bound=Callable[..., Any])
 Decorator = Callable[[F], F]
@@ -353,6 +353,28 @@ def vllm_options(func: F) -> F:
                      help="With --concurrency: seconds to the first token of a max-length prompt, at most."),
         click.option("--min-tokens-per-second", "tokens_per_second", type=QUANTITY, default=None,
                      help="With --concurrency: generated tokens per second of all sequences, at least."),
+    ])
+
+
+def workload_options(func: F) -> F:
+    """`serve`'s workload mode, spelled as `vllm bench serve` spells it."""
+    return apply(func, [
+        click.option("--input-len", type=LENGTH, default=None,
+                     help="Prompt tokens per request: with --output-len, predicts throughput, TTFT, TPOT and "
+                          "latency for this workload (`vllm bench serve --random-input-len`)."),
+        click.option("--output-len", type=LENGTH, default=None, help="Generated tokens per request."),
+        click.option("--max-concurrency", type=CountList(MAX_BATCH), default=None,
+                     help="Clients in a closed loop (one count, or a comma list for the throughput-latency curve: "
+                          "1,8,64,256). Default: offline, every request at once."),
+        click.option("--request-rate", type=Number(minimum=1e-6, maximum=1e6), default=None,
+                     help="Requests per second, Poisson arrivals (vllm bench serve's); with or without "
+                          "--max-concurrency. Default: all at once."),
+        click.option("--num-prompts", type=POSITIVE_INT, default=1000, show_default=True,
+                     help="Requests in the benchmark run (vllm bench serve's default)."),
+        click.option("--engine", type=Choice(["vllm", "sglang", "trtllm"]), default="vllm", show_default=True,
+                     help="Serving engine whose step overheads are modelled (vllm only, today)."),
+        click.option("--engine-version", type=NAME, default=None,
+                     help="The engine's release (vLLM: the same as --vllm-version; default: the current one)."),
     ])
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import click
 
@@ -18,8 +18,12 @@ from .options import (
     refuse_unused,
     serving_options,
     vllm_options,
+    workload_options,
 )
 from .types import Count
+
+if TYPE_CHECKING:
+    from ..spec import ModelSpec as ModelSpec
 
 
 @click.command()
@@ -43,11 +47,15 @@ def infer(model: str, gpu: str, prompt: int, generate: int, batch_size: int, wei
     emit(document(est), fmt, est.warnings)
 
 
+WORKLOAD = ("input_len", "output_len", "max_concurrency", "request_rate", "num_prompts", "engine", "engine_version")
+
+
 @click.command()
 @model_argument
 @gpu_option(required=True)
 @serving_options
 @vllm_options
+@workload_options
 @format_option
 @click.pass_context
 def serve(ctx: click.Context, model: str, gpu: str, weight_dtype: str | None, kv_dtype: str | None,
@@ -55,25 +63,23 @@ def serve(ctx: click.Context, model: str, gpu: str, weight_dtype: str | None, kv
     """Serving MODEL with vLLM: weights as shipped, memory per GPU, hybrid KV cache, concurrency, throughput.
 
     Weights as the checkpoint ships them, the memory vLLM sees per GPU and its hybrid paged KV cache, concurrent
-    sequences at the max length, throughput against concurrency; with --concurrency, the fewest GPUs and the layout
-    that serve it."""
+    sequences at the max length, throughput against concurrency; with --input-len and --output-len, the throughput,
+    TTFT, TPOT and latency of that workload (closed loop, request rate or offline); with --concurrency, the fewest
+    GPUs and the layout that serve it."""
     from ..analytic.serving import plan_capacity, plan_serving
-    from ..spec import ModelSpec
     from ..views.serve import capacity_document, document
 
     spec, device = load_measured(model), load_hardware(gpu)
     dtypes: dict[str, Any] = dict(weight_dtype=weight_dtype, kv_dtype=kv_dtype, compute_dtype=compute_dtype)
     targets = {k: vllm.pop(k) for k in ("concurrency", "ttft", "tokens_per_second")}
-    if not isinstance(spec, ModelSpec) and targets["concurrency"] is not None:
-        raise LlmcalcError(f"--concurrency: {spec.model_type} is measured by transformers (the layout search "
-                           "runs on llmcalc's formula); drop --concurrency and pass --n-gpus")
+    work = {k: vllm.pop(k) for k in WORKLOAD}
+    if work["input_len"] is not None or work["output_len"] is not None:
+        return _workload(ctx, spec, device, n_gpus, fmt, dtypes, vllm, work)
+    refuse_unused(ctx, WORKLOAD[2:], "without --input-len and --output-len (the workload they describe)")
     if targets["concurrency"] is None:
         refuse_unused(ctx, ("ttft", "tokens_per_second"), "without --concurrency (the targets of its search)")
-    if not isinstance(spec, ModelSpec):  # what transformers measured (analytic.measured is not imported otherwise)
-        from ..analytic.measured_serving import measured_serving
-
-        measured = measured_serving(spec, device, n_gpus, **dtypes, **vllm)
-        return emit(document(measured), fmt, measured.warnings)
+    if not _is_formula(spec, targets["concurrency"] and "--concurrency"):
+        return _measured(spec, device, n_gpus, fmt, dtypes, vllm)
     if targets["concurrency"] is None:
         est = plan_serving(spec, device, n_gpus, **dtypes, **vllm)
         return emit(document(est), fmt, est.warnings)
@@ -82,6 +88,50 @@ def serve(ctx: click.Context, model: str, gpu: str, weight_dtype: str | None, kv
                          ttft_seconds=targets["ttft"], tokens_per_second=targets["tokens_per_second"], **dtypes,
                          **{k: v for k, v in vllm.items() if k not in ("pp", "dp", "expert_parallel")})
     emit(capacity_document(plan), fmt, plan.best.warnings)
+
+
+def _is_formula(spec: Any, refused: str | None) -> TypeGuard[ModelSpec]:
+    """Whether llmcalc's formulas describe `spec` (else transformers measured it); `refused`: an option that needs
+    the formulas, refused in one line for a measured model."""
+    from ..spec import ModelSpec
+
+    if isinstance(spec, ModelSpec):
+        return True
+    if refused:
+        raise LlmcalcError(f"{refused}: {spec.model_type} is measured by transformers (this answer runs on "
+                           f"llmcalc's formulas); drop {refused} and pass --n-gpus")
+    return False
+
+
+def _measured(spec: Any, device: Any, n_gpus: int, fmt: str, dtypes: dict[str, Any], vllm: dict[str, Any]) -> None:
+    """`serve` of a model transformers measured (analytic.measured is not imported otherwise)."""
+    from ..analytic.measured_serving import measured_serving
+    from ..views.serve import document
+
+    measured = measured_serving(spec, device, n_gpus, **dtypes, **vllm)
+    emit(document(measured), fmt, measured.warnings)
+
+
+def _workload(ctx: click.Context, spec: Any, device: Any, n_gpus: int, fmt: str, dtypes: dict[str, Any],
+              vllm: dict[str, Any], work: dict[str, Any]) -> None:
+    """`serve --input-len --output-len`: the workload's speed on one replica (analytic/serving_speed.py)."""
+    from ..analytic.serving import plan_serving
+    from ..analytic.serving_speed import plan_workloads
+    from ..views.serve import workload_document
+
+    if work["input_len"] is None or work["output_len"] is None:
+        raise click.UsageError("--input-len and --output-len go together: the workload's prompt and generated "
+                               "tokens per request")
+    refuse_unused(ctx, ("concurrency", "ttft", "tokens_per_second"),
+                  "with --input-len (--max-concurrency or --request-rate set the workload)")
+    _is_formula(spec, "--input-len")
+    version = work.pop("engine_version")
+    if version and vllm["version"] and version != vllm["version"]:
+        raise click.UsageError(f"--engine-version {version} and --vllm-version {vllm['version']} disagree; give one")
+    vllm["version"] = vllm["version"] or version
+    est = plan_serving(spec, device, n_gpus, **dtypes, **vllm)
+    plan = plan_workloads(est, **work)
+    emit(workload_document(plan), fmt, est.warnings)
 
 
 COMMANDS = (infer, serve)

@@ -47,6 +47,26 @@ class Count(click.ParamType):
         return int(number) if self.whole else number
 
 
+class CountList(click.ParamType):
+    """One count or a comma list of them: 1,8,64,256 (each as `Count(whole=True)` reads it), distinct, in order."""
+
+    name = "count[,count...]"
+
+    def __init__(self, maximum: float) -> None:
+        self.item = Count(whole=True, maximum=maximum)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, tuple):
+            return value
+        parts = [p.strip() for p in str(value).split(",")]
+        if not all(parts):
+            self.fail(f"must be a count or a comma list of counts (1,8,64), got {value!r}", param, ctx)
+        counts = [self.item.convert(p, param, ctx) for p in parts]
+        if len(set(counts)) != len(counts):
+            self.fail(f"lists a count twice: {value}", param, ctx)
+        return tuple(counts)
+
+
 class Length(click.ParamType):
     """A sequence length in tokens: 2048, 4k (= 4,096), 32k, 1m (= 1,048,576)."""
 

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from ..analytic.measured import FfnLayer
     from ..analytic.measured_serving import MeasuredServe
     from ..analytic.serving import CapacityPlan, ServeEstimate
+    from ..analytic.serving_speed import Performance, WorkloadPlan
 
 
 def _is_measured(est: ServeEstimate) -> TypeGuard[MeasuredServe]:
@@ -270,3 +271,75 @@ def capacity_document(plan: CapacityPlan) -> Document:
         list(plan.candidates), ["time to first token: one max-length prompt's prefill on a replica's roofline; "
                                 "decode tokens/s: all requested sequences at max_model_len context"]))
     return doc
+
+
+def _ms(seconds: float) -> str:
+    return "n/a" if seconds != seconds or seconds == float("inf") else f"{seconds * 1e3:,.1f}"
+
+
+def workload_document(plan: WorkloadPlan) -> Document:
+    """`serve --input-len --output-len`: the speed of each workload asked, then serve's own figures."""
+    est = plan.serve
+    base = serve_document(est)
+    perf = plan.performance
+    first = perf[0]
+    w = first.work
+    records = [p.record() for p in perf]
+    data = {**base.data, "fits": plan.fits and base.data["fits"],
+            "performance": records[0] if len(records) == 1 else records}
+    arrivals = (f"{w.request_rate:g} requests/s (Poisson)" if w.request_rate else "")
+    clients = ("concurrency " + ",".join(str(p.work.max_concurrency) for p in perf)
+               if w.max_concurrency else "")
+    mode = " and ".join(x for x in (clients, arrivals) if x) or "offline (all requests at once)"
+    title = (("does NOT fit: " if not plan.fits else "")
+             + f"{est.spec.name} serving {w.input_len:,} in / {w.output_len:,} out on {_layout(est)} "
+             f"({first.engine} {first.engine_version}), {mode}, {w.num_prompts:,} requests")
+    preamble = [f"predicted as `vllm bench serve` measures it, per replica: the engine's steps timed from kernels "
+                f"({'measured tables for ' + est.accelerator.key if _measured_tables(est) else 'the smooth roofline'}"
+                f") and its continuous batching simulated"]
+    if not plan.fits:
+        preamble.insert(0, f"no request of {w.input_len + w.output_len:,} tokens fits in the KV cache: "
+                           f"{base.data['kv_cache_tokens']:,} tokens held; add GPUs, quantise or shorten the request")
+    rows = [{"max_concurrency": p.work.max_concurrency or "offline", "running": p.run.mean_running,
+             "output": p.output_tokens_per_second, "total": p.total_tokens_per_second,
+             "requests": p.requests_per_second, "ttft_mean": p.run.ttft[0], "ttft_median": p.run.ttft[1],
+             "ttft_p99": p.run.ttft[2], "tpot_mean": p.run.tpot[0], "itl_median": p.run.itl[1],
+             "e2e_mean": p.run.e2e[0], "roofline_output": p.record()["roofline"]["output_tokens_per_second"]}
+            for p in perf]
+    per_s = lambda v: f"{v:,.1f}"  # noqa: E731
+    table = Table(
+        "workload speed per replica",
+        [Column("max_concurrency", "clients"), Column("running", "running (seqs)", per_s),
+         Column("output", "output (tok/s)", per_s), Column("total", "total (tok/s)", per_s, show=False),
+         Column("requests", "requests/s", lambda v: f"{v:,.2f}"), Column("ttft_mean", "TTFT mean (ms)", _ms),
+         Column("ttft_median", "TTFT median (ms)", _ms, show=False), Column("ttft_p99", "TTFT p99 (ms)", _ms),
+         Column("tpot_mean", "TPOT (ms)", _ms), Column("itl_median", "ITL median (ms)", _ms, show=False),
+         Column("e2e_mean", "latency (ms)", _ms), Column("roofline_output", "roofline (tok/s)", per_s)],
+        rows, _workload_notes(first))
+    return Document(title, data, [table, *base.tables], preamble + base.preamble)
+
+
+def _measured_tables(est: ServeEstimate) -> bool:
+    from ..analytic import kernel_tables
+
+    try:
+        kernel_tables.table(est.accelerator.key)
+    except kernel_tables.KernelTableError:
+        return False
+    return True
+
+
+def _workload_notes(p: Performance) -> list[str]:
+    a = p.record()["assumptions"]
+    return [
+        f"engine: {a['scheduler']}; {a['admission']}; arrivals: {a['arrivals']}; max_num_seqs {a['max_num_seqs']:,}, "
+        f"max_num_batched_tokens {a['max_num_batched_tokens']:,}; the KV cache holds {a['kv_cache_requests']:,} "
+        "such requests at once",
+        "step time: GEMMs on kernels' smooth roofline (MAMF, row tiles, weight bytes read; MoE: the experts hit), LM "
+        "head and sampler, decode attention and tensor-parallel all-reduces from measured tables where the GPU has "
+        "them (aiconfigurator's, measured inside vLLM), prefill attention at FlashAttention's measured rate, plus "
+        f"{a['engine_step_seconds'] * 1e3:g} ms per step and {a['layer_floor_seconds'] * 1e6:g} us per layer per step "
+        "(fitted, benchmarks/bench_serving_speed.py)",
+        "TTFT, TPOT (latency - TTFT over output_len - 1), ITL and latency as vllm bench serve defines them; "
+        "roofline: every sequence's decode step at the mean context on the peak and bandwidth (an upper bound)",
+    ]

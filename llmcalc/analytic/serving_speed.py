@@ -1,0 +1,560 @@
+"""Serving speed for a workload: a replica's engine steps timed from mechanisms, and vLLM's continuous batching
+simulated over them, as `vllm bench serve` measures it.
+
+A workload is `vllm bench serve`'s: requests of `input_len` prompt tokens generating `output_len` tokens, sent by
+`max_concurrency` clients in a closed loop, or arriving at `request_rate` per second (Poisson), or all at once
+(offline maximum throughput); `num_prompts` of them.
+
+The step (``StepCost``): one forward of the scheduled tokens on one replica of tp GPUs, the sum of
+- the layer stack's GEMMs on those tokens (``linear_seconds``): kernels.gemm_timer's smooth roofline of the MAMF at
+  the weights' GEMM dtype with tile and wave quantization (small-m decode GEMMs included) against the weight bytes
+  the tokens read (a MoE step reads the experts its tokens hit, ``inference.expected_experts``);
+- the LM head on the rows that sample and the sampler (``head_seconds``);
+- paged decode attention (``decode_attention_seconds``): the KV bytes of every decoding sequence's context, a
+  memory-bound pass at the achievable HBM bandwidth (kernels.HBM_EFFICIENCY);
+- prefill attention (``prefill_attention_seconds``): the causal pairs' FLOPs at the measured FlashAttention rate
+  for the head dimension and length (kernels.Device.attention_rate; FA3 on Hopper, FA2 on Ampere);
+- tensor parallelism's all-reduces, two per layer of the tokens' activations (``allreduce_seconds``): vLLM's
+  custom all-reduce (one shot, each rank reading every peer's buffer over NVLink) up to its 8 MiB limit, NCCL's ring
+  (comm.Collective) past it;
+- what no kernel accounts for, fitted once (``ENGINE_STEP_SECONDS``, ``LAYER_FLOOR_SECONDS``, see there).
+
+The engine (``simulate``): vLLM V1's scheduler each step gives every running request its next token (a decode) or
+its next prefill chunk, then admits waiting requests first come first served while max_num_seqs, the token budget
+(max_num_batched_tokens, chunked prefill) and the KV cache allow; a request's first token comes with the step that
+ends its prefill, each later one with a decode step. TTFT, TPOT (e2e - TTFT over output_len - 1), ITL and e2e are
+`vllm bench serve`'s definitions, its throughput the tokens over the benchmark's duration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+
+from ..errors import LlmcalcError
+from ..records import dataclass
+from . import comm, kernel_tables
+from .flops import forward_ops
+from .inference import InferenceEstimate, expected_experts
+from .kernels import ROOFLINE_P, TILES, Device, device_for, gemm_timer
+from .serving import ServeEstimate
+
+# --- fitted constants (no mechanism known) -------------------------------------------------------------------
+# Host-side work per engine step that CUDA graphs do not hide (vLLM V1: scheduling, input preparation, sampling's
+# host side, detokenization), and a floor per layer per step for the ~10 kernels each layer launches (each runs for
+# a few microseconds however little it does). Fitted once to the serving validation set (benchmarks/
+# bench_serving_speed.py, see its docstring for the leave-one-source-out error).
+ENGINE_STEP_SECONDS = 1.0e-3
+LAYER_FLOOR_SECONDS = 12e-6
+# What each tensor-parallel all-reduce waits beyond the kernel's own measured time: the ranks reach it at different
+# moments (launch jitter, uneven kernel times), and the collective ends with the slowest. Fitted with the others.
+TP_SYNC_SECONDS = 0.0
+# What a request served over the OpenAI-compatible API spends outside the engine's steps before its first token
+# reaches the client (HTTP, tokenization, the engine-core round trip, detokenizing and streaming the token back);
+# none for LLM.generate's offline batches. Fitted with the two above.
+REQUEST_SECONDS = 0.0
+
+# vLLM's custom all-reduce (csrc/custom_all_reduce.cuh): buffers up to 8 MiB on fully NVLink-connected GPUs
+# (vllm/distributed/device_communicators/custom_all_reduce.py max_size = 8192 * 1024), one shot: each rank reads
+# its tp - 1 peers' buffers and reduces locally; past the limit (or across nodes) NCCL.
+CUSTOM_ALLREDUCE_MAX_BYTES = 8 * 1024 * 1024
+# the flag synchronisation of one custom all-reduce (a barrier through peer memory), seconds
+CUSTOM_ALLREDUCE_LATENCY = 6e-6
+
+SERVING_ATTENTION = {"ampere": "fa2", "hopper": "fa3"}  # vLLM's FlashAttention backend by generation; else cuDNN
+
+
+@dataclass(frozen=True)
+class Workload:
+    """`vllm bench serve`'s random dataset with fixed lengths."""
+
+    input_len: int
+    output_len: int
+    max_concurrency: int | None = None  # None: as many as the engine admits
+    request_rate: float | None = None  # None: all requests at once (vllm bench's inf)
+    num_prompts: int = 1000
+    served: bool = True  # through the API server (`vllm bench serve`); False: LLM.generate's offline batch
+
+    def __post_init__(self) -> None:
+        for name in ("input_len", "output_len", "num_prompts"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise LlmcalcError(f"--{name.replace('_', '-')} must be a whole number >= 1, got "
+                                   f"{getattr(self, name)!r}")
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise LlmcalcError(f"--max-concurrency must be >= 1, got {self.max_concurrency}; leave it out for the "
+                               "offline maximum throughput")
+        if self.request_rate is not None and not (self.request_rate > 0 and math.isfinite(self.request_rate)):
+            raise LlmcalcError(f"--request-rate must be a positive number of requests per second, got "
+                               f"{self.request_rate}")
+
+
+def row_tile_efficiency(rows: float) -> float:
+    """The useful share of a GEMM's row tiles: `rows` padded to whole tiles of 64, 128 or 256 rows (kernels.TILES'
+    row sizes; the best of them), as cuBLAS and CUTLASS pick. Wave quantization over the output columns is left out:
+    a layer's GEMMs together span far more tiles than there are SMs, and small-m decode GEMMs split K (split-K /
+    stream-K) to fill them."""
+    return max(rows / (tile * math.ceil(rows / tile)) for tile in sorted({tm for tm, _ in TILES}))
+
+
+def expert_row_efficiency(rows: float) -> float:
+    """The useful share of the fused-MoE kernel's row blocks for an expert receiving `rows` tokens: vLLM's Triton
+    fused_moe (fused_moe.py get_default_config) runs BLOCK_SIZE_M = 16 for small batches, 64 past them, each
+    expert's rows padded to whole blocks (moe_align_block_size)."""
+    block = 16 if rows <= 64 else 64
+    return rows / (block * math.ceil(rows / block))
+
+
+class StepCost:
+    """Seconds of one engine step on one replica (module docstring), from a replica's serving estimate."""
+
+    def __init__(self, est: InferenceEstimate, dev: Device, tp: int) -> None:
+        spec = est.spec
+        self.spec, self.est, self.dev, self.tp = spec, est, dev, tp
+        f0, self.key_flops = est._slopes
+        self.head_flops = 2 * spec.d_model * spec.vocab_size if spec.lm_head else 0
+        self.expert_flops = forward_ops(spec, 1, 1).get("moe/experts", 0) if spec.is_moe else 0
+        # every matmul of the stack (and the small ops beside) but the routed experts'
+        self.stack_flops_per_token = f0 - self.head_flops - self.expert_flops
+        # weight-only formats (int8/int4, W4A16) dequantize into 16-bit GEMMs; fp8 / fp4 weights run their own
+        self.rate = dev.gemm_rate(est.compute_dtype if est.compute_dtype in ("fp8", "fp4") else "bf16")
+        self.act_bytes = 2.0
+        self._head = gemm_timer(dev, 2.0, rate=dev.gemm_rate("bf16"))
+        self.kernel = SERVING_ATTENTION.get(dev.arch, "cudnn")
+        self.gpu = est.accelerator.key
+        try:  # measured kernel tables (kernel_tables: aiconfigurator's, measured inside vLLM) where this GPU has them
+            kernel_tables.table(self.gpu)
+            self.measured = True
+        except kernel_tables.KernelTableError:
+            self.measured = False
+        # one layer's measured decode attention by (sequences, mean context to 3 significant figures): a simulation
+        # asks for the same few thousand points again and again
+        self._decode_kernel: dict[tuple[int, float], float] = {}
+        # decode attention from the table for plain full attention (no MLA, windows or recurrent layers)
+        self.table_attention = self.measured and spec.mla is None and not spec.is_hybrid and \
+            not spec.has_windows and spec.n_heads % tp == 0
+
+    # each term: seconds for one step
+    def linear_seconds(self, tokens: float) -> float:
+        """The layer stack's GEMMs over `tokens` rows: compute (their FLOPs at the MAMF of the GEMM dtype, the rows
+        padded to whole tiles, ``row_tile_efficiency``) and the weight bytes these tokens read (MoE: the experts they
+        hit) with the activations in and out, on kernels' smooth roofline t = (t_c^p + t_m^p)^(1/p)."""
+        if tokens <= 0:
+            return 0.0
+        compute = tokens * self.stack_flops_per_token / self.tp / (self.rate * row_tile_efficiency(tokens))
+        if self.expert_flops:  # the fused-MoE kernel pads each expert's rows to its block
+            hit = expected_experts(self.spec, math.ceil(tokens))
+            rows = tokens * self.spec.n_experts_per_token / hit
+            compute += tokens * self.expert_flops / self.tp / (self.rate * expert_row_efficiency(rows))
+        memory = (self.est.weights_read(math.ceil(tokens)) + 2 * tokens * self.spec.d_model * self.act_bytes
+                  * self.spec.n_layers) / self.dev.hbm
+        return (compute ** ROOFLINE_P + memory ** ROOFLINE_P) ** (1 / ROOFLINE_P)
+
+    def head_seconds(self, rows: float) -> float:
+        """The LM head over the rows that sample (vLLM computes logits only for a request's last token), its
+        vocabulary split over tp (ParallelLMHead), and the sampler's pass over the logits (fp32, read twice)."""
+        if rows <= 0 or not self.head_flops:
+            return 0.0
+        vocab = self.spec.vocab_size / self.tp
+        return self._head(rows, self.spec.d_model, vocab) + rows * self.spec.vocab_size * 4 * 2 / self.dev.hbm
+
+    def decode_attention_seconds(self, kv_tokens: float, sequences: float) -> float:
+        """Paged attention of the decoding sequences: the measured kernel (kernel_tables.decode_attention_seconds,
+        by batch, mean context, heads and KV heads per GPU, head dimension and KV dtype) in every attention layer
+        where the GPU has a table and the attention is plain; else their cached tokens' K and V per GPU (and a
+        recurrent layer's state per sequence) read once at the achievable HBM bandwidth."""
+        if sequences <= 0:
+            return 0.0
+        spec = self.spec
+        if self.table_attention and self.est.kv_dtype in ("bf16", "fp16", "fp8"):
+            key = (max(1, round(sequences)), float(f"{max(1.0, kv_tokens / sequences):.3g}"))
+            one = self._decode_kernel.get(key)
+            if one is None:
+                with contextlib.suppress(kernel_tables.KernelTableError):
+                    kv_dtype = "fp8" if self.est.kv_dtype == "fp8" else "bf16"
+                    one = self._decode_kernel[key] = kernel_tables.decode_attention_seconds(
+                        self.gpu, key[0], round(key[1]), spec.n_heads // self.tp,
+                        max(1, spec.n_kv_heads // self.tp), spec.d_head, kv_dtype)
+            if one is not None:
+                return one * spec.n_attention_layers
+        nbytes = kv_tokens * self.est.kv_per_token_per_gpu + sequences * self.est.state_bytes_per_sequence
+        memory = nbytes / self.dev.hbm
+        # the scores and values over every cached key (MLA's absorbed form: over the latent, all heads), at the MAMF
+        # (FlashMLA: "up to 660 TFLOPS in compute-bound configuration on H800 SXM5", deepseek-ai/FlashMLA README)
+        compute = kv_tokens * self.key_flops / self.tp / self.dev.mamf
+        return (compute ** ROOFLINE_P + memory ** ROOFLINE_P) ** (1 / ROOFLINE_P)
+
+    def prefill_attention_seconds(self, pairs: float, length: float) -> float:
+        """Causal attention of the prefill chunks: 4 FLOPs per (query, key) pair per head dimension (QKᵀ and AV) over
+        the attention layers' heads per GPU, at the FlashAttention forward rate for the head dimension and length."""
+        spec = self.spec
+        if pairs <= 0 or not spec.n_attention_layers:
+            return 0.0
+        heads = spec.n_heads / self.tp
+        flops = 4 * pairs * heads * spec.d_head * spec.n_attention_layers
+        rate = self.dev.attention_rate(self.kernel, spec.d_head, max(length, 128), causal=True, backward=False)
+        return flops / rate
+
+    def allreduce_seconds(self, tokens: float) -> float:
+        """Tensor parallelism's all-reduces: after attention and after the MLP in every layer (Megatron's row-
+        parallel outputs, vLLM's RowParallelLinear), of the tokens' activations, d_model x 2 bytes each."""
+        if self.tp == 1 or tokens <= 0:
+            return 0.0
+        nbytes = tokens * self.spec.d_model * self.act_bytes
+        net = self.dev.network
+        custom = nbytes <= CUSTOM_ALLREDUCE_MAX_BYTES and self.tp <= net.gpus_per_node
+        if self.measured:  # vLLM's custom all-reduce and NCCL's, measured (kernel_tables.allreduce_seconds)
+            with contextlib.suppress(kernel_tables.KernelTableError):
+                one = kernel_tables.allreduce_seconds(self.gpu, nbytes, self.tp, "custom" if custom else "nccl")
+                return 2 * self.spec.n_layers * (one + TP_SYNC_SECONDS)
+        if custom:
+            one = CUSTOM_ALLREDUCE_LATENCY + nbytes * (self.tp - 1) / self.tp / net.scale_up_rate(
+                self.tp, "all_gather", self.tp)
+        else:
+            one = comm.Collective("tp", "all_reduce", self.tp, nbytes).seconds(net)
+        return 2 * self.spec.n_layers * (one + TP_SYNC_SECONDS)
+
+    def overhead_seconds(self) -> float:
+        """The fitted per-step constants (ENGINE_STEP_SECONDS + LAYER_FLOOR_SECONDS per layer)."""
+        return ENGINE_STEP_SECONDS + LAYER_FLOOR_SECONDS * self.spec.n_layers
+
+    def seconds(self, tokens: float, rows: float, kv_tokens: float, decodes: float, pairs: float,
+                length: float) -> float:
+        return (self.linear_seconds(tokens) + self.head_seconds(rows)
+                + self.decode_attention_seconds(kv_tokens, decodes) + self.prefill_attention_seconds(pairs, length)
+                + self.allreduce_seconds(tokens) + self.overhead_seconds())
+
+
+
+# --- the engine ----------------------------------------------------------------------------------------------
+
+
+class _Group:
+    """Requests in the same state (admitted together, alike in length): `n` of them."""
+
+    __slots__ = ("n", "arrival", "prefilled", "generated", "first", "chunk")
+
+    def __init__(self, n: int, arrival: float) -> None:
+        self.n, self.arrival, self.prefilled, self.generated, self.first, self.chunk = n, arrival, 0, 0, 0.0, 0
+
+    def split(self, n: int) -> _Group:
+        """The first `n` of the group as a group of their own (this one keeps the rest)."""
+        other = _Group(n, self.arrival)
+        other.prefilled, other.generated, other.first = self.prefilled, self.generated, self.first
+        self.n -= n
+        return other
+
+
+@dataclass(frozen=True)
+class Simulated:
+    """What `vllm bench serve` reports of one run (seconds, tokens/s, requests/s), per replica."""
+
+    duration: float
+    completed: int
+    ttft: tuple[float, float, float]  # mean, median, p99
+    tpot: tuple[float, float]  # mean, median
+    itl: tuple[float, float]
+    e2e: tuple[float, float]
+    mean_running: float  # sequences in the average step, time-weighted
+    output_tokens: int
+    input_tokens: int
+    steps: int
+
+
+def _weighted(samples: list[tuple[float, float]], q: float) -> float:
+    """The q-quantile of (value, weight) samples."""
+    samples = sorted(samples)
+    total = sum(w for _, w in samples)
+    seen = 0.0
+    for value, weight in samples:
+        seen += weight
+        if seen >= q * total:
+            return value
+    return samples[-1][0]
+
+
+def _stats(samples: list[tuple[float, float]]) -> tuple[float, float, float]:
+    total = sum(w for _, w in samples)
+    return (sum(v * w for v, w in samples) / total, _weighted(samples, 0.5), _weighted(samples, 0.99))
+
+
+def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: int, kv_requests: int,
+             simulated_prompts: int | None = None) -> Simulated:
+    """vLLM V1's scheduler over `work` on one replica (module docstring): running requests first (a decode token
+    each, or the next chunk of a prefill), then waiting ones first come first served while `max_num_seqs`,
+    `token_budget` and `kv_requests` (requests of input_len + output_len tokens the KV cache holds at once) allow.
+    Steps that only decode, with nothing to admit, are advanced together up to the next request that finishes (or
+    arrives): their times grow linearly with the contexts, summed in closed form."""
+    n_in, n_out = work.input_len, work.output_len
+    api = REQUEST_SECONDS if work.served else 0.0  # a client sees it, the engine's clock does not
+    prompts = simulated_prompts or work.num_prompts
+    limit = min(max_num_seqs, kv_requests, work.max_concurrency or max_num_seqs)
+    if limit < 1:
+        raise LlmcalcError("no request fits")
+    arrivals: list[float] = []
+    if work.request_rate is not None:
+        rng = random.Random(0)  # vllm bench serve's Poisson arrivals, seeded
+        t = 0.0
+        for _ in range(prompts):
+            arrivals.append(t)
+            t += rng.expovariate(work.request_rate)
+    clients = work.max_concurrency if work.max_concurrency is not None else prompts
+    waiting: list[_Group] = []
+    if work.request_rate is None:
+        waiting.append(_Group(min(clients, prompts), 0.0))
+        sent = min(clients, prompts)
+    else:
+        sent = 0
+    in_flight = sum(g.n for g in waiting)  # sent by a client and not finished (a closed loop caps it)
+    running: list[_Group] = []
+    ttft: list[tuple[float, float]] = []
+    tpot: list[tuple[float, float]] = []
+    itl: list[tuple[float, float]] = []
+    e2e: list[tuple[float, float]] = []
+    t, busy_seq_time, steps, done = 0.0, 0.0, 0, 0
+    next_arrival = 0
+
+    while done < prompts:
+        while work.request_rate is not None and next_arrival < prompts and arrivals[next_arrival] <= t \
+                and in_flight < clients:
+            waiting.append(_Group(1, arrivals[next_arrival]))
+            next_arrival += 1
+            in_flight += 1
+        budget = token_budget
+        scheduled: list[_Group] = []
+        # running first: decodes take a token each, prefills their next chunk
+        for g in list(running):
+            if budget <= 0:
+                break
+            need = 1 if g.prefilled >= n_in else n_in - g.prefilled
+            full = budget // need
+            if full >= g.n:
+                g.chunk, budget = need, budget - need * g.n
+                scheduled.append(g)
+                continue
+            if full:
+                part = g.split(full)
+                running.insert(running.index(g), part)
+                part.chunk, budget = need, budget - need * full
+                scheduled.append(part)
+            if budget and need > 1:  # one more request takes a partial chunk
+                part = g.split(1) if g.n > 1 else g
+                if part is not g:
+                    running.insert(running.index(g), part)
+                part.chunk, budget = budget, 0
+                scheduled.append(part)
+            break
+        # then admit waiting requests, each with its first chunk: whole prompts while the budget lasts, then one part
+        admitted = sum(g.n for g in running)
+        while waiting and budget > 0 and admitted < limit:
+            g = waiting[0]
+            take, chunk = min(g.n, limit - admitted), n_in
+            if budget // n_in < take:
+                take, chunk = (budget // n_in, n_in) if budget >= n_in else (1, budget)
+            part = g.split(take) if take < g.n else waiting.pop(0)
+            part.chunk, budget = chunk, budget - chunk * take
+            running.append(part)
+            scheduled.append(part)
+            admitted += take
+        if not scheduled:  # idle until the next arrival
+            if work.request_rate is not None and next_arrival < prompts:
+                t = max(t, arrivals[next_arrival])
+                continue
+            raise LlmcalcError("the engine could schedule nothing (a bug: please report)")
+        prefilling = [g for g in scheduled if g.prefilled < n_in]
+        decoding = [g for g in scheduled if g.prefilled >= n_in]
+        tokens = sum(g.n * g.chunk for g in scheduled)
+        finishing_prefill = sum(g.n for g in prefilling if g.prefilled + g.chunk >= n_in)
+        dec = sum(g.n for g in decoding)
+        kv = sum(g.n * (n_in + g.generated) for g in decoding)
+        pairs = sum(g.n * (g.chunk * g.prefilled + g.chunk * (g.chunk + 1) / 2) for g in prefilling)
+        # steps that only decode and admit nothing: advance to the next finish (or arrival) at once
+        jump = 1
+        if not prefilling and not (waiting and admitted < limit):
+            jump = min(n_out - g.generated for g in decoding)
+        base = cost.seconds(tokens, dec + finishing_prefill, kv, dec, pairs, n_in)
+        if work.request_rate is not None and next_arrival < prompts and jump > 1:
+            gap = arrivals[next_arrival] - t
+            jump = max(1, min(jump, math.ceil(gap / base)))
+        dt = base
+        if jump > 1:  # every step one more cached token per sequence: the mean of the first and last step's time
+            last = base + cost.decode_attention_seconds(kv + dec * (jump - 1), dec) - \
+                cost.decode_attention_seconds(kv, dec)
+            dt = jump * (base + last) / 2
+        t += dt
+        steps += jump
+        busy_seq_time += dt * admitted
+        for g in prefilling:
+            g.prefilled += g.chunk
+            if g.prefilled >= n_in:
+                g.generated, g.first = 1, t
+                ttft.append((t - g.arrival + api, g.n))
+        if decoding:
+            itl.append((dt / jump, dec * jump))
+        for g in decoding:
+            g.generated += jump
+        for g in [g for g in running if g.prefilled >= n_in and g.generated >= n_out]:
+            running.remove(g)
+            done += g.n
+            in_flight -= g.n
+            e2e.append((t - g.arrival + api, g.n))
+            if n_out > 1:
+                tpot.append(((t - g.first) / (n_out - 1), g.n))
+            if work.request_rate is None and work.max_concurrency is not None and sent < prompts:
+                more = min(g.n, prompts - sent)
+                waiting.append(_Group(more, t))
+                sent += more
+                in_flight += more
+        # merge groups now alike (admitted apart, they stay apart otherwise)
+        merged: list[_Group] = []
+        for g in running:
+            if merged and (merged[-1].prefilled, merged[-1].generated, merged[-1].first, merged[-1].arrival) == \
+                    (g.prefilled, g.generated, g.first, g.arrival):
+                merged[-1].n += g.n
+            else:
+                merged.append(g)
+        running = merged
+    if not tpot:
+        tpot = [(0.0, 1.0)]
+    if not itl:
+        itl = [(0.0, 1.0)]
+    return Simulated(duration=t, completed=done, ttft=_stats(ttft), tpot=_stats(tpot)[:2], itl=_stats(itl)[:2],
+                     e2e=_stats(e2e)[:2], mean_running=busy_seq_time / t if t else 0.0, output_tokens=done * n_out,
+                     input_tokens=done * n_in, steps=steps)
+
+
+# --- the answer --------------------------------------------------------------------------------------------------
+
+ENGINES = ("vllm",)  # engines whose step overheads are fitted (sglang and trtllm: no measurements of our own yet)
+
+
+@dataclass(frozen=True)
+class Performance:
+    """A workload's predicted speed on one replica (`vllm bench serve`'s figures), with its roofline and what it
+    assumed; ``record()`` is the JSON's "performance"."""
+
+    engine: str
+    engine_version: str
+    work: Workload
+    kv_requests: int  # requests of input_len + output_len tokens the KV cache holds at once
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    run: Simulated
+    roofline_ttft: float  # one prompt's prefill alone, the roofline's
+    roofline_tpot: float  # a decode step of the mean running sequences at the mean context, the roofline's
+
+    @property
+    def fits(self) -> bool:
+        return self.kv_requests >= 1
+
+    @property
+    def output_tokens_per_second(self) -> float:
+        return self.run.output_tokens / self.run.duration
+
+    @property
+    def total_tokens_per_second(self) -> float:
+        return (self.run.output_tokens + self.run.input_tokens) / self.run.duration
+
+    @property
+    def requests_per_second(self) -> float:
+        return self.run.completed / self.run.duration
+
+    def record(self) -> dict:
+        w, r = self.work, self.run
+        running = max(r.mean_running, 1.0)
+        return {
+            "engine": self.engine, "engine_version": self.engine_version, "input_len": w.input_len,
+            "output_len": w.output_len, "max_concurrency": w.max_concurrency, "request_rate": w.request_rate,
+            "num_prompts": w.num_prompts, "mean_running_sequences": r.mean_running,
+            "output_tokens_per_second": self.output_tokens_per_second,
+            "total_tokens_per_second": self.total_tokens_per_second, "requests_per_second": self.requests_per_second,
+            "ttft_seconds": dict(zip(("mean", "median", "p99"), r.ttft, strict=True)),
+            "tpot_seconds": dict(zip(("mean", "median"), r.tpot, strict=True)),
+            "itl_seconds": dict(zip(("mean", "median"), r.itl, strict=True)),
+            "e2e_seconds": dict(zip(("mean", "median"), r.e2e, strict=True)),
+            "roofline": {"ttft_seconds": self.roofline_ttft, "tpot_seconds": self.roofline_tpot,
+                         "output_tokens_per_second": running / self.roofline_tpot},
+            "assumptions": {
+                "scheduler": "vLLM V1: running requests first (a decode token each, or the next prefill chunk), then "
+                             "waiting ones first come first served; chunked prefill within max_num_batched_tokens",
+                "admission": "a request is admitted when the KV cache holds its input_len + output_len tokens "
+                             "(no preemption)",
+                "arrivals": ("closed loop of max_concurrency clients" if w.max_concurrency and not w.request_rate
+                             else f"Poisson at {w.request_rate:g} requests/s, seeded" if w.request_rate
+                             else "all requests at once (offline)"),
+                "max_num_seqs": self.max_num_seqs, "max_num_batched_tokens": self.max_num_batched_tokens,
+                "kv_cache_requests": self.kv_requests,
+                "engine_step_seconds": ENGINE_STEP_SECONDS, "layer_floor_seconds": LAYER_FLOOR_SECONDS,
+                "tp_sync_seconds": TP_SYNC_SECONDS, "request_seconds": REQUEST_SECONDS,
+            },
+        }
+
+
+def kv_requests(est: ServeEstimate, length: int) -> int:
+    """Requests of `length` tokens the replica's KV cache holds at once: its blocks over the blocks one request needs
+    in every group (vLLM's kv_cache_utils, the least over the pipeline stages)."""
+    tokens = est.batch_defaults[0]
+    need = [sum(g.blocks_per_request(length, tokens) for g in s.groups) for s in est.stages if s.groups]
+    if not need:  # no KV at all (a pure state-space model): the state per sequence bounds it
+        return est.batch_defaults[1]
+    return max(0, est.kv_blocks // max(need))
+
+
+def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm") -> Performance:
+    """`serve --input-len I --output-len O [--max-concurrency C | --request-rate R]`: one replica of `est` (a
+    ServeEstimate: its layout, dtypes, KV blocks and engine defaults) serving `work`."""
+    if engine not in ENGINES:
+        raise LlmcalcError(f"--engine {engine}: llmcalc predicts vLLM's speed only (its step overheads are fitted to "
+                           "vLLM measurements); use --engine vllm")
+    if est.pp > 1 or est.expert_parallel:
+        raise LlmcalcError("--input-len/--output-len: the workload's speed is modelled for tensor-parallel replicas "
+                           "(--n-gpus, --dp); leave out --pp and --enable-expert-parallel")
+    length = work.input_len + work.output_len
+    if length > est.max_model_len:
+        raise LlmcalcError(f"--input-len {work.input_len:,} + --output-len {work.output_len:,} = {length:,} tokens "
+                           f"exceed --max-model-len {est.max_model_len:,}, which vLLM refuses per request; raise "
+                           "--max-model-len or shorten the request")
+    dev = device_for(est.accelerator.key)
+    inference = est.roofline(1, work.input_len)
+    cost = StepCost(inference, dev, est.tp)
+    tokens, seqs = est.batch_defaults
+    held = kv_requests(est, length)
+    clients = work.max_concurrency
+    if held < 1:
+        run = Simulated(duration=math.inf, completed=0, ttft=(math.inf,) * 3, tpot=(math.inf,) * 2,
+                        itl=(math.inf,) * 2, e2e=(math.inf,) * 2, mean_running=0.0, output_tokens=0, input_tokens=0,
+                        steps=0)
+    else:
+        run = simulate(cost, work, seqs, tokens, held)
+    running = max(1.0, min(run.mean_running, held, seqs, clients or seqs))
+    context = work.input_len + work.output_len // 2
+    roof = est.roofline(max(1, round(running)), work.input_len)
+    return Performance(engine=engine, engine_version=est.version.key, work=work, kv_requests=held,
+                       max_num_seqs=seqs, max_num_batched_tokens=tokens, run=run,
+                       roofline_ttft=est.roofline(1, work.input_len).prefill.seconds,
+                       roofline_tpot=roof.decode_step(context).seconds)
+
+
+@dataclass(frozen=True)
+class WorkloadPlan:
+    """`serve --input-len --output-len`: the replica as vLLM sizes it and its speed at each workload asked."""
+
+    serve: ServeEstimate
+    performance: tuple[Performance, ...]
+
+    @property
+    def fits(self) -> bool:
+        return all(p.fits for p in self.performance)
+
+    @property
+    def warnings(self) -> list[str]:
+        return self.serve.warnings
+
+
+def plan_workloads(est: ServeEstimate, input_len: int, output_len: int, max_concurrency: tuple[int, ...] | None = None,
+                   request_rate: float | None = None, num_prompts: int = 1000, engine: str = "vllm") -> WorkloadPlan:
+    """One Performance per --max-concurrency value (or one for the rate / offline run) on one replica of `est`."""
+    levels: tuple[int | None, ...] = max_concurrency or (None,)
+    return WorkloadPlan(est, tuple(plan_workload(est, Workload(input_len, output_len, max_concurrency=c,
+                                                               request_rate=request_rate, num_prompts=num_prompts),
+                                                 engine) for c in levels))

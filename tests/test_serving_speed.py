@@ -1,0 +1,127 @@
+"""`serve --input-len --output-len`: a workload's speed (analytic/serving_speed.py), held to laws a run obeys, to
+published measurements, and to its JSON contract (issue 36)."""
+
+import json
+from pathlib import Path
+
+import pytest
+from clirun import cli_json, one_line_error
+
+from llmcalc.analytic.serving import plan_serving
+from llmcalc.analytic.serving_speed import Workload, plan_workload
+from llmcalc.spec import load_hardware, load_model
+
+ROWS = {r["id"]: r for r in json.loads((Path(__file__).parent.parent / "benchmarks" / "serving_validation.json")
+                                       .read_text())["rows"]}
+
+
+def perf(model="llama-3-8b", gpu="h100-sxm", tp=1, **work):
+    est = plan_serving(load_model(model), load_hardware(gpu), tp, max_model_len=8192)
+    return plan_workload(est, Workload(**{"input_len": 1024, "output_len": 256, **work}))
+
+
+@pytest.mark.parametrize("clients", [1, 8, 64])
+def test_a_closed_loop_obeys_littles_law(clients):
+    """Little's law: requests in the system = arrival rate x time in it. A closed loop of C clients keeps C in
+    flight, so requests/s x mean latency = C (within the start and end of the run, when fewer are in flight)."""
+    p = perf(max_concurrency=clients, num_prompts=20 * clients)
+    assert p.requests_per_second * p.run.e2e[0] == pytest.approx(clients, rel=0.08)
+
+
+def test_latency_is_ttft_plus_the_decode_steps():
+    """vllm bench serve's definitions: TPOT = (latency - TTFT) / (output_len - 1), for every request alike here."""
+    p = perf(max_concurrency=4, num_prompts=40)
+    ttft, tpot, e2e = p.run.ttft[0], p.run.tpot[0], p.run.e2e[0]
+    assert e2e == pytest.approx(ttft + 255 * tpot, rel=1e-9)
+
+
+def test_throughput_grows_with_clients_and_latency_with_it():
+    runs = [perf(max_concurrency=c, num_prompts=8 * c) for c in (1, 4, 16, 64)]
+    tps = [p.output_tokens_per_second for p in runs]
+    tpot = [p.run.tpot[0] for p in runs]
+    assert tps == sorted(tps) and tpot == sorted(tpot)
+    assert all(p.output_tokens_per_second < p.record()["roofline"]["output_tokens_per_second"] for p in runs)
+
+
+def test_the_kv_cache_caps_the_running_sequences():
+    """Offline: every request at once, but the engine runs only as many as the KV cache holds (or max_num_seqs)."""
+    p = perf(model="llama-3.1-70b", gpu="h100-sxm", tp=4, input_len=4096, output_len=4096, num_prompts=2000)
+    assert p.kv_requests < 1024  # the KV cache, not max_num_seqs, binds
+    assert p.run.mean_running <= p.kv_requests + 1e-9
+    assert p.run.mean_running > 0.8 * p.kv_requests
+
+
+@pytest.mark.parametrize("row_id, metric, tolerance", [
+    # one GPU, small batch: the weights' read and the per-layer kernels
+    ("lmdeploy-a100-llama2-7b-tp1-b1-128-128", "itl_seconds_median", 0.15),
+    ("lmdeploy-a100-llama2-13b-tp1-b32-128-128", "itl_seconds_median", 0.15),
+    ("gpustack-qwen3-8b-h100-tp1-vllm-sharegpt-c1", "tpot_seconds_median", 0.15),
+    # four GPUs: the all-reduces of every layer
+    ("lmdeploy-a100-llama2-70b-tp4-b1-128-128", "itl_seconds_median", 0.25),
+])
+def test_published_decode_speeds(row_id, metric, tolerance):
+    """A few rows of benchmarks/serving_validation.json (each quoting its source), predicted as the benchmark ran."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+    from bench_serving_speed import predict_workload
+
+    row = ROWS[row_id]
+    measured = row["metrics"][metric]
+    assert predict_workload(row)[metric] == pytest.approx(measured, rel=tolerance)
+
+
+def test_json_contract():
+    data = cli_json("serve", "llama-3-8b", "--gpu", "h100-sxm", "--input-len", "1k", "--output-len", "256",
+                    "--max-concurrency", "16", "--num-prompts", "64")
+    p = data["performance"]
+    assert set(p) >= {"engine", "engine_version", "input_len", "output_len", "max_concurrency", "request_rate",
+                      "mean_running_sequences", "output_tokens_per_second", "total_tokens_per_second",
+                      "requests_per_second", "ttft_seconds", "tpot_seconds", "itl_seconds", "e2e_seconds",
+                      "roofline", "assumptions"}
+    assert set(p["ttft_seconds"]) == {"mean", "median", "p99"}
+    assert set(p["tpot_seconds"]) == set(p["itl_seconds"]) == set(p["e2e_seconds"]) == {"mean", "median"}
+    assert (p["engine"], p["input_len"], p["output_len"], p["max_concurrency"]) == ("vllm", 1024, 256, 16)
+    assert data["fits"] is True
+
+
+def test_a_list_of_concurrencies_is_the_curve():
+    data = cli_json("serve", "llama-3-8b", "--gpu", "h100-sxm", "--input-len", "512", "--output-len", "128",
+                    "--max-concurrency", "1,8,32", "--num-prompts", "64")
+    assert [p["max_concurrency"] for p in data["performance"]] == [1, 8, 32]
+
+
+def test_a_rate_is_poisson_arrivals_and_offline_is_every_request_at_once():
+    rate = cli_json("serve", "llama-3-8b", "--gpu", "h100-sxm", "--input-len", "512", "--output-len", "128",
+                    "--request-rate", "2", "--num-prompts", "50")["performance"]
+    assert rate["requests_per_second"] == pytest.approx(2, rel=0.35)  # the arrivals, not the engine, set the pace
+    offline = cli_json("serve", "llama-3-8b", "--gpu", "h100-sxm", "--input-len", "512", "--output-len", "128",
+                       "--num-prompts", "50")["performance"]
+    assert offline["requests_per_second"] > 5 * rate["requests_per_second"]
+
+
+def test_a_workload_that_does_not_fit_says_so_first():
+    from clirun import run
+
+    out = run("serve", "llama-3.1-70b", "--gpu", "h100-sxm", "--n-gpus", "2", "--max-model-len", "200k",
+              "--input-len", "100k", "--output-len", "100k", "--max-concurrency", "1")
+    assert out.stdout.splitlines()[0].startswith("does NOT fit")
+    data = cli_json("serve", "llama-3.1-70b", "--gpu", "h100-sxm", "--n-gpus", "2", "--max-model-len", "200k",
+                    "--input-len", "100k", "--output-len", "100k", "--max-concurrency", "1")
+    assert data["fits"] is False
+
+
+@pytest.mark.parametrize("args, names", [
+    (["--input-len", "1k", "--output-len", "1k", "--max-concurrency", "0"], "--max-concurrency"),
+    (["--input-len", "1k", "--output-len", "1k", "--request-rate", "-1"], "--request-rate"),
+    (["--input-len", "1k", "--output-len", "1k", "--max-concurrency", "1,,2"], "--max-concurrency"),
+    (["--input-len", "1k"], "--output-len"),
+    (["--input-len", "6k", "--output-len", "4k"], "--max-model-len"),
+    (["--max-concurrency", "8"], "--max-concurrency"),
+    (["--input-len", "1k", "--output-len", "1k", "--engine", "sglang"], "--engine"),
+    (["--input-len", "1k", "--output-len", "1k", "--concurrency", "8"], "--concurrency"),
+    (["--input-len", "1k", "--output-len", "1k", "--pp", "2"], "--pp"),
+])
+def test_bad_workloads_are_refused_in_one_line(args, names):
+    line = one_line_error("serve", "llama-3-8b", "--gpu", "h100-sxm", *args)
+    assert names in line
