@@ -53,6 +53,7 @@ class FallbackModel(BreakdownTotals):
     counted: dict
     flops: dict | None = None  # forward FLOPs of one sequence (hf_fallback._flops), when asked
     notes: list[str] = field(default_factory=list)
+    no_formula: str | None = None  # a known model_type with a part no formula covers: what (UnknownModelType.note)
     components: dict[str, int] = field(init=False)  # the counted breakdown ("group/part" -> count)
 
     def __post_init__(self) -> None:
@@ -96,8 +97,9 @@ class FallbackModel(BreakdownTotals):
         if n is None:
             raise LlmcalcError(f"{self.model_type}: the config names no top-k and expert count, so the active "
                                "parameters per token (N of 6·N·T) are unknown")
+        why = self.no_formula or f"no llmcalc formula for {self.model_type}"
         text = (f"training FLOPs = 3 x forward FLOPs per token counted by torch's FlopCounterMode on transformers' "
-                f"{self.cls} at seq {request.seq_len} ({request._s2()}; no llmcalc formula for {self.model_type}) x "
+                f"{self.cls} at seq {request.seq_len} ({request._s2()}; {why}) x "
                 f"tokens; 6·N·T with N = {n:,} {'active ' if n != self.total else ''}params counted on the same model")
         return FlopsBasis(step["flops_per_token"] * request.tokens, step["hardware_flops_per_token"] * request.tokens,
                           n, text, method=METHOD_TRANSFORMERS)
@@ -163,7 +165,7 @@ def _fallback_config(exc: UnknownModelType) -> tuple[dict, str | None]:
     chosen, note = exc.config, None
     if exc.outer is not None:
         need_libraries()
-        from .profiling.hf_fallback import has_text_config
+        from .profiling.hf_fallback import has_text_config, text_model_type
 
         model_type = exc.outer.get("model_type")
         if has_text_config(model_type) is False:  # built without it: transformers 5.25 would read the dict as the
@@ -171,15 +173,19 @@ def _fallback_config(exc: UnknownModelType) -> tuple[dict, str | None]:
             chosen = {k: v for k, v in exc.outer.items() if k != "text_config"}
             note = (f"text_config ignored: transformers' {model_type} config has no text_config sub-config, so the "
                     f"top-level keys are the model, as its modelling code builds it")
+        elif chosen.get("model_type") == model_type and (text := text_model_type(model_type)) is not None:
+            # a text_config that names no model_type (MiniMax-M3's) is the wrapper's text config class, not the
+            # wrapper: built as the outer class, its keys would be ignored for the class defaults
+            chosen = {**chosen, "model_type": text}
     return {k: v for k, v in chosen.items() if not k.startswith("_")}, note
 
 
 def fallback_model(exc: UnknownModelType, seq_len: int | None = None) -> FallbackModel:
     config, note = _fallback_config(exc)
     counted = fallback_count(config, seq_len)
-    model = FallbackModel(exc.name, str(config.get("model_type")), config, counted, counted.get("flops"))
-    if note:
-        model.notes.append(note)
+    model = FallbackModel(exc.name, str(config.get("model_type")), config, counted, counted.get("flops"),
+                          no_formula=exc.note)
+    model.notes.extend(n for n in (exc.note, note) if n)
     if model.components.get("moe/experts") and model.active_per_token is None:
         model.notes.append("active_per_token not derived: the config names no top-k and expert count "
                            f"({'/'.join(TOP_K_KEYS[:2])}, {'/'.join(N_EXPERT_KEYS[:2])})")
@@ -237,11 +243,14 @@ def load_measured(name_or_path: str, seq_len: int | None) -> ModelSpec | Measure
         counted = fallback_count(config, seq_len, measured=True)
         k = next((config[key] for key in TOP_K_KEYS if isinstance(config.get(key), int)), None)
         longest = config.get("max_position_embeddings")
-        return MeasuredModel.from_counted(exc.name, str(config.get("model_type")), counted, experts_per_token=k,
-                                          max_seq_len=longest if isinstance(longest, int) else None,
-                                          quantized=config.get("quantization_config") is not None,
-                                          quantization_config=qc if isinstance(qc := config.get("quantization_config"),
-                                                                               dict) else None)
+        measured = MeasuredModel.from_counted(exc.name, str(config.get("model_type")), counted, experts_per_token=k,
+                                              max_seq_len=longest if isinstance(longest, int) else None,
+                                              quantized=config.get("quantization_config") is not None,
+                                              quantization_config=qc if isinstance(
+                                                  qc := config.get("quantization_config"), dict) else None)
+        if exc.note:  # a known model_type with a part no formula covers: said once, under every answer
+            measured.notes.append(exc.note)
+        return measured
 
 
 def step_flops(model: FallbackModel, batch: int, causal: bool, recompute: str) -> dict:

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 from reference import hf_count, llmcalc_groups
 
 from llmcalc.analytic.params import count_params
-from llmcalc.spec import FAMILIES, SpecError, spec_from_hf
+from llmcalc.spec import FAMILIES, SpecError, UnknownModelType, spec_from_hf
 
 IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
 
@@ -179,15 +179,16 @@ def test_unknown_model_type_with_explicit_keys_counts_like_its_twin():
     (dict(hidden_size=0), r"hidden_size \(llmcalc's d_model\) must be a positive whole number, got 0"),
     (dict(num_hidden_layers=-1), r"num_hidden_layers \(llmcalc's n_layers\) must be a positive whole number, got -1"),
     (dict(hidden_size=None), r"config is missing d_model \(hidden_size/n_embd/n_embed/d_model\)"),
-    (dict(hidden_act="tanh"), r"activation 'tanh' is not supported"),
+    (dict(hidden_act="tanh"), r"activation 'tanh' in a gated \(gate/up/down\) MLP: no formula"),
 ])
 def test_bad_configs(changes, message):
     with pytest.raises(SpecError, match=message):
         spec_from_hf({**LLAMA, **changes})
 
 
-def test_marian_with_asymmetric_stacks_is_refused():
-    with pytest.raises(SpecError, match="symmetric"):
+def test_marian_with_asymmetric_stacks_has_no_formula():
+    """Issue 39: no longer refused for every command; counted by transformers (test_no_formula.py)."""
+    with pytest.raises(UnknownModelType, match="no formula for asymmetric encoder and decoder stacks"):
         spec_from_hf(dict(model_type="marian", d_model=16, encoder_layers=1, decoder_layers=1,
                           encoder_attention_heads=2, decoder_attention_heads=4, encoder_ffn_dim=32,
                           decoder_ffn_dim=32, vocab_size=50))

@@ -138,6 +138,22 @@ def has_text_config(model_type) -> bool | None:
     return "text_config" in subs
 
 
+def text_model_type(model_type) -> str | None:
+    """The model_type of the text_config sub-config class of transformers' `model_type` config (MiniMax-M3's
+    minimax_m3_vl: minimax_m3_vl_text), or None where it has none of its own (llava's AutoConfig: the text_config
+    names its model_type) or transformers does not know the model_type."""
+    from transformers import CONFIG_MAPPING
+
+    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING or model_type not in _generative():
+        return None  # CLIP's text_config is a text encoder beside a vision one: the wrapper is built (and refused)
+    try:
+        text = (CONFIG_MAPPING[model_type].sub_configs or {}).get("text_config")
+    except Exception:  # a lazily imported family that fails to import
+        return None
+    name = getattr(text, "model_type", None)
+    return name if isinstance(name, str) and name and name in CONFIG_MAPPING else None
+
+
 SHAPE_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
 
 
@@ -225,16 +241,22 @@ def _token_embedding(model, config) -> None:
                            f"token embedding (get_input_embeddings); llmcalc counts models that read token ids")
 
 
+def _generative() -> set[str]:
+    """The multimodal model_types that generate text (an image-text-to-text or multimodal LM class)."""
+    from transformers.models.auto import modeling_auto
+
+    mappings = ("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES", "MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES")
+    return {name for mapping in mappings for name in getattr(modeling_auto, mapping, {})}
+
+
 def _multimodal_parent(config) -> str | None:
     """The model_type of the multimodal config whose `text_config` is this config's class (Qwen2.5-VL's text model:
     qwen2_5_vl), or None: a text model transformers builds only inside a multimodal one, without a causal-LM class.
     Only a parent that generates text (an image-text-to-text or multimodal LM class: its checkpoint stores an LM head)
     counts; CLIP's text encoder (clip_text_model) is no LM and gets no head."""
     from transformers import CONFIG_MAPPING
-    from transformers.models.auto import modeling_auto
 
-    mappings = ("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES", "MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES")
-    generative = {name for mapping in mappings for name in getattr(modeling_auto, mapping, {})}
+    generative = _generative()
     for model_type, cls in CONFIG_MAPPING.items():
         if model_type not in generative:
             continue

@@ -25,7 +25,7 @@ from ..records import construct
 from .checks import check_maximum
 from .draft import SpecDraft, SpecError
 from .hf_2026 import RECENT_FAMILIES
-from .hf_family import Family, attention_bias, deepseek_mla, mlp_kind
+from .hf_family import Family, NoFormula, attention_bias, deepseek_mla, mlp_kind
 from .hf_ssm import SSM_FAMILIES
 from .model import ModelSpec
 from .quantization import check_quantization_config
@@ -68,9 +68,10 @@ class UnknownModelType(SpecError):
     """A model_type with no analytic family and no llmcalc keys; carries the config for the fallback, and `outer`, the
     config as given when `config` is its text_config (for the fallback to hold against transformers' config class)."""
 
-    def __init__(self, message: str, config: dict, name: str, outer: dict | None = None):
+    def __init__(self, message: str, config: dict, name: str, outer: dict | None = None, note: str | None = None):
         super().__init__(message)
         self.config, self.name, self.outer = config, name, outer
+        self.note = note  # a known model_type with a part no formula covers: what, for the counted model's notes
 
 
 _attention_bias = attention_bias
@@ -123,11 +124,12 @@ def _marian(hf: dict, kw: dict) -> None:
     # MarianConfig has separate encoder_*/decoder_* sizes; llmcalc models symmetric stacks.
     for enc, dec in (("encoder_ffn_dim", "decoder_ffn_dim"), ("encoder_attention_heads", "decoder_attention_heads")):
         if hf.get(dec) is not None and hf.get(enc) is not None and hf[dec] != hf[enc]:
-            raise SpecError(f"{enc} ({hf[enc]}) differs from {dec} ({hf[dec]}); llmcalc needs symmetric stacks")
+            raise NoFormula(f"marian with {enc} {hf[enc]} and {dec} {hf[dec]}: no formula for asymmetric "
+                            f"encoder and decoder stacks (llmcalc's are symmetric)")
     if hf.get("decoder_vocab_size") not in (None, hf.get("vocab_size")) or not hf.get(
         "share_encoder_decoder_embeddings", True
     ):
-        raise SpecError("separate encoder and decoder vocabularies are not supported; share the embeddings")
+        raise NoFormula("marian with separate encoder and decoder vocabularies: no formula for unshared embeddings")
 
 
 
@@ -404,11 +406,13 @@ def _seed_oss(hf: dict, kw: dict) -> None:
 
 
 def _per_layer(hf: dict, key: str, default: Any) -> Any:
-    """Hunyuan-MoE keys may be one value or one per layer; llmcalc needs them equal across layers."""
+    """Hunyuan-MoE keys may be one value or one per layer (HunYuanMoEV1Moe reads config.moe_topk[layer_idx]); the
+    formula models one MoE shape, so a list whose entries differ has none (NoFormula)."""
     value = hf.get(key, default)
     if isinstance(value, list):
         if len(set(value)) != 1:
-            raise SpecError(f"{key} differs between layers ({sorted(set(value))}); llmcalc models one MoE shape")
+            raise NoFormula(f"hunyuan_v1_moe with {key} differing between layers ({sorted(set(value))}): no formula "
+                            f"for MoE layers of different shapes")
         value = value[0]
     return value
 
@@ -635,6 +639,7 @@ FAMILIES.update({
         "models/hunyuan_v1_moe/modeling_hunyuan_v1_moe.py: per-head QK-norm, experts plus one shared MLP",
         {}, _sizes(vocab_size=290943, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                    num_attention_heads=32, tie_word_embeddings=False), _hunyuan_moe,
+        per_layer=("num_experts", "moe_topk"),
     ),
     "ministral": Family(
         "models/ministral/modeling_ministral.py: Mistral with sliding-window layers, no biases",
@@ -797,6 +802,8 @@ def _attention_spans(model_type: str | None, hf: dict, n_layers: int) -> dict[st
         return {}
     key, default, span_of = rule
     size = hf.get(key, default)  # the config's own value, null included, else the class default
+    if isinstance(size, list):
+        raise NoFormula(f"{model_type} with {key} given per layer {_shown(size)}: no formula for a window per layer")
     if not size:  # the window switched off (sliding_window: null)
         return {}
     given = hf.get("layer_types")
@@ -877,8 +884,12 @@ def check_config_values(hf: dict) -> None:
             raise SpecError(f"{key} must be true or false (a JSON boolean), got {hf[key]!r:.60}")
     for key in {k for keys in HF_KEYS.values() for k in keys} - {"tie_word_embeddings"}:
         value = hf.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise SpecError(f"{key} must be a whole number, got {value!r:.60}")
+        if value is None or _whole(value):
+            continue
+        if key in PER_LAYER_KEYS and isinstance(value, list) and value and all(_whole(v) for v in value):
+            continue  # one per layer: read by _per_layer_lists, _moe_layer_mask, or transformers
+        per_layer = " (or a list of them, one per layer)" if key in PER_LAYER_KEYS else ""
+        raise SpecError(f"{key} must be a whole number{per_layer}, got {value!r:.60}")
     for key in ACTIVATION_KEYS:
         if hf.get(key) is not None and not isinstance(hf[key], str):
             raise SpecError(f"{key} must be an activation name such as \"silu\" or \"gelu\", got {hf[key]!r:.60}")
@@ -974,34 +985,16 @@ def draft_from_hf(hf: dict, name: str = "custom") -> SpecDraft:  # long: HF key 
                     f"`profile`, `report` do; the others use transformers); {describe}", hf, name, outer)
             raise SpecError(f"unknown model_type {model_type!r}, {known}; {describe}")
         family = Family("explicit llmcalc keys", {}, {}, _attention_bias, gated=hf["mlp"] in ("swiglu", "geglu"))
-    hf = family.unalias(hf)
-    merged = {**family.defaults, **{k: v for k, v in hf.items() if v is not None or k in family.keep_null}}
-    kw: dict = {}
-    present = {k: v for k, v in hf.items() if v is not None}
-    for spec_field, keys in HF_KEYS.items():  # the config's own key (any alias) before a class default
-        value = _first(present, keys)
-        value = _first(merged, keys) if value is None else value
-        if value is not None:
-            kw[spec_field] = value
-    missing = [k for k in ("n_layers", "d_model", "n_heads", "vocab_size") if k not in kw]
-    if missing:
-        names = ", ".join(f"{k} ({'/'.join(HF_KEYS[k])})" for k in missing)
-        raise SpecError(f"config is missing {names}")
-    activation = _first(merged, ACTIVATION_KEYS)
-    if activation is not None:
-        kw["mlp"] = mlp_kind(activation, family.gated)
-    elif not family.gated:
-        kw["mlp"] = "gelu"
-    kw.update(family.implicit)
-    if family.derive is not None:
-        family.derive(merged, kw)
-    # Explicit llmcalc keys in the file win over everything (how an unknown model_type is described).
-    # HF's own `layer_types` (Gemma 3 / gpt-oss "sliding_attention", LFM2 "conv", Qwen3-Next
-    # "linear_attention") means something else: a known family translates it in its derive step.
-    hf_owned = ("name", "model_type") + (("layer_types",) if model_type in FAMILIES else ())
-    kw.update({k: v for k, v in hf.items() if k in _SPEC_FIELDS and k not in hf_owned})
-    if "attention_spans" not in kw and isinstance(kw.get("n_layers"), int):
-        kw.update(_attention_spans(model_type, hf, kw["n_layers"]))  # the config as given: null is not absent
+    raw = hf  # the config transformers builds, should no formula cover a part of it
+    try:
+        hf, merged, kw = _read_family(family, model_type, hf)
+    except NoFormula as exc:
+        if model_type not in FAMILIES:  # explicit llmcalc keys: nothing else counts it
+            raise SpecError(str(exc)) from None
+        check_sizes(given)  # the fallback builds the model: the formula path's limits first
+        raise UnknownModelType(f"{exc}: this command needs llmcalc's formula (`compare`, `profile`, `report` do; the "
+                               f"others count the model with transformers)", raw, name, outer,
+                               note=f"{exc}; counted by transformers") from None
     spans = kw.get("attention_spans")
     if spans is not None and any(t != "full" for t in spans):
         chunked = "chunked" in spans
@@ -1029,6 +1022,95 @@ def draft_from_hf(hf: dict, name: str = "custom") -> SpecDraft:  # long: HF key 
     if isinstance(n_mtp, int) and not isinstance(n_mtp, bool) and n_mtp > 0:
         kw["n_mtp_layers"] = n_mtp
     return construct(SpecDraft, kw)  # SpecDraft(**kw), without its 97-argument __init__
+
+
+def _read_family(family: Family, model_type: str | None, hf: dict) -> tuple[dict, dict, dict]:
+    """(the config unaliased, merged with the class defaults, the SpecDraft fields) of one family's config: HF_KEYS,
+    the activation, the derive step, per-layer lists and windows; NoFormula where no formula covers a part."""
+    hf = family.unalias(hf)
+    merged = {**family.defaults, **{k: v for k, v in hf.items() if v is not None or k in family.keep_null}}
+    kw: dict = {}
+    sources: dict[str, str] = {}
+    present = {k: v for k, v in hf.items() if v is not None}
+    for spec_field, keys in HF_KEYS.items():  # the config's own key (any alias) before a class default
+        value = _first(present, keys)
+        value = _first(merged, keys) if value is None else value
+        if value is not None:
+            kw[spec_field] = value
+            sources[spec_field] = next((k for k in keys if present.get(k) is not None), keys[0])
+    missing = [k for k in ("n_layers", "d_model", "n_heads", "vocab_size") if k not in kw]
+    if missing:
+        names = ", ".join(f"{k} ({'/'.join(HF_KEYS[k])})" for k in missing)
+        raise SpecError(f"config is missing {names}")
+    activation = _first(merged, ACTIVATION_KEYS)
+    if activation is not None:
+        kw["mlp"] = mlp_kind(activation, family.gated)
+    elif not family.gated:
+        kw["mlp"] = "gelu"
+    kw.update(family.implicit)
+    _per_layer_lists(family, model_type, kw, sources)
+    if family.derive is not None:
+        family.derive(merged, kw)
+    # Explicit llmcalc keys in the file win over everything (how an unknown model_type is described).
+    # HF's own `layer_types` (Gemma 3 / gpt-oss "sliding_attention", LFM2 "conv", Qwen3-Next
+    # "linear_attention") means something else: a known family translates it in its derive step.
+    hf_owned = ("name", "model_type") + (("layer_types",) if model_type in FAMILIES else ())
+    kw.update({k: v for k, v in hf.items() if k in _SPEC_FIELDS and k not in hf_owned})
+    _moe_layer_mask(kw, sources)
+    if "attention_spans" not in kw and isinstance(kw.get("n_layers"), int):
+        kw.update(_attention_spans(model_type, hf, kw["n_layers"]))  # the config as given: null is not absent
+    return hf, merged, kw
+
+
+# Spec fields a config may give per layer (a JSON list of whole numbers where HF_KEYS reads one): MiMo-V2-Flash's
+# and MiniMax-M3's moe_layer_freq masks, HunYuan-MoE's moe_topk, Gemma 3n's intermediate_size, ERNIE-4.5-VL's
+# moe_intermediate_size. moe_layer_freq's list is read as the per-layer MoE mask (_moe_layer_mask); a family reads
+# its own (Family.per_layer); any other has no formula (NoFormula: transformers counts the model).
+PER_LAYER_FIELDS = ("n_heads", "n_kv_heads", "d_head", "d_ff", "n_experts", "n_experts_per_token", "n_shared_experts",
+                    "d_ff_expert", "moe_layer_freq")
+PER_LAYER_KEYS = frozenset(k for f in PER_LAYER_FIELDS for k in HF_KEYS[f])
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _shown(values: list) -> str:
+    """A per-layer list as a line shows it: its first entries and its length."""
+    head = ", ".join(str(v) for v in values[:4])
+    return f"[{head}{', ...' if len(values) > 4 else ''}] ({len(values)} entries)"
+
+
+def _per_layer_lists(family: Family, model_type: str | None, kw: dict, sources: dict[str, str]) -> None:
+    """Per-layer lists before the derive step reads the fields: the family's own (Family.per_layer) left to it,
+    moe_layer_freq to _moe_layer_mask, any other NoFormula (no formula reads that width, head count or expert
+    count per layer; transformers' modelling code decides what it means)."""
+    for spec_field in PER_LAYER_FIELDS:
+        value, key = kw.get(spec_field), sources.get(spec_field, "")
+        if not isinstance(value, list) or spec_field == "moe_layer_freq":
+            continue
+        if key in family.per_layer:
+            kw.pop(spec_field)  # the derive step reads the list from the config itself
+            continue
+        raise NoFormula(f"{model_type} with {key} given per layer {_shown(value)}: no formula for a per-layer {key}")
+
+
+def _moe_layer_mask(kw: dict, sources: dict[str, str]) -> None:
+    """moe_layer_freq given per layer, read as the per-layer MoE mask: layer i (from the first n_dense_layers on,
+    as the whole-number rule) is MoE where its entry is 1 (MiMo-V2-Flash, MiniMax-M3: configuration_minimax_m3_vl.py
+    and configuration_step3p7.py map it to mlp_layer_types "sparse"/"dense"; configuration_dots3_note.py reads it
+    with first_k_dense_replace as here). A family that lays out its MoE layers itself (moe_layers) keeps its rule."""
+    mask = kw.get("moe_layer_freq")
+    if not isinstance(mask, list):
+        return
+    kw.pop("moe_layer_freq")
+    n_layers = kw["n_layers"]
+    if len(mask) != n_layers or any(v not in (0, 1) for v in mask):
+        raise SpecError(f"{sources['moe_layer_freq']} given per layer must hold 0 (dense) or 1 (MoE) for each of the "
+                        f"{n_layers} layers, got {_shown(mask)}")
+    if kw.get("n_experts") and kw.get("moe_layers") is None:
+        dense = kw.get("n_dense_layers") or 0
+        kw["moe_layers"] = tuple(i for i, v in enumerate(mask) if v and i >= dense)
 
 
 def _sparse_attention_notes(kw: dict) -> tuple[str, ...]:

@@ -11,6 +11,13 @@ from ..records import dataclass
 from .draft import SpecError
 
 
+class NoFormula(SpecError):
+    """A config of a family llmcalc has formulas for, with a part none of them covers (its text says what, e.g.
+    "nemotron_h with moe_latent_size 1024: no formula for the latent MoE projection"). ``draft_from_hf`` turns it
+    into ``UnknownModelType`` carrying the config, so the whole model is counted by transformers with this line as
+    its note, and the commands that need the formula refuse with it."""
+
+
 @dataclass(frozen=True)
 class Family:
     """What one HF model_type leaves implicit. `source` names the modelling file it mirrors."""
@@ -24,6 +31,9 @@ class Family:
     # The config class's attribute_map, alias -> the field it sets: an alias in the file wins over the field's own
     # key (PreTrainedConfig sets the field through the alias), so the derive step reads the field's name only.
     aliases: dict[str, str] = field(default_factory=dict)
+    # HF keys of HF_KEYS the derive step reads itself when a config gives them per layer (a JSON list); any other
+    # per-layer list has no formula in this family (NoFormula: counted by transformers).
+    per_layer: tuple[str, ...] = ()
 
     def unalias(self, hf: dict) -> dict:
         """`hf` with each alias key replaced by the field it sets (its value winning), as the config class reads it."""
@@ -43,7 +53,8 @@ def mlp_kind(activation: str, gated: bool) -> str:
         return "geglu" if gated else "gelu"
     if act in ("relu", "relu2") and not gated:
         return act
-    raise SpecError(f"activation {activation!r} is not supported for a {'gated' if gated else 'plain'} MLP")
+    raise NoFormula(f"activation {activation!r} in a {'gated (gate/up/down)' if gated else 'plain (up/down)'} MLP: "
+                    f"no formula for that activation")
 
 
 def attention_bias(hf: dict, kw: dict) -> None:

@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 
 from .draft import SpecError
-from .hf_family import Family, mlp_kind
+from .hf_family import Family, NoFormula, mlp_kind
 
 # These models have no attention (mamba, mamba2) or read heads only in their attention layers; the
 # spec still needs a head count, so a config without one gets a single placeholder head.
@@ -111,12 +111,12 @@ def _nemotron_h_moe(hf: dict, kw: dict) -> None:
     # e_score_correction_bias is a buffer, not a parameter), n_routed_experts non-gated experts
     # (up/down of moe_intermediate_size, mlp_hidden_act), and one shared NemotronHMLP of
     # moe_shared_expert_intermediate_size, always built whatever n_shared_experts says.
-    if hf.get("moe_latent_size") is not None:
-        raise SpecError("nemotron_h moe_latent_size (latent experts between fc1/fc2 projections, Nemotron 3 "
-                        "Super) is not covered by llmcalc's formulas; configs with moe_latent_size null are")
+    if hf.get("moe_latent_size") is not None:  # Nemotron 3 Super/Ultra: fc1/fc2_latent_proj around the experts
+        raise NoFormula(f"nemotron_h with moe_latent_size {hf['moe_latent_size']}: no formula for the latent MoE "
+                        f"projection (the routed experts between fc1_latent_proj and fc2_latent_proj)")
     if hf.get("mlp_bias"):
-        raise SpecError("nemotron_h MoE layers with mlp_bias true (a biased shared expert beside bias-free "
-                        "routed experts) are not covered; set mlp_bias false or drop the E layers")
+        raise NoFormula("nemotron_h with mlp_bias true in its MoE layers: no formula for a biased shared expert "
+                        "beside bias-free routed experts")
     kw.update(n_experts=hf.get("n_routed_experts", 8), n_experts_per_token=hf.get("num_experts_per_tok", 2),
               d_ff_expert=hf.get("moe_intermediate_size", 7688), n_shared_experts=1,
               d_ff_shared=hf.get("moe_shared_expert_intermediate_size", 7688))

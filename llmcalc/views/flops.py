@@ -196,7 +196,7 @@ def fallback_flops_document(model: FallbackModel, step: dict, batch: int, causal
     data = {"model": model.name, "model_type": model.model_type, "method": METHOD_TRANSFORMERS,
             "transformers_class": model.cls, "batch_size": batch, "seq_len": seq, "causal": causal,
             "recompute": recompute, **step, "by_aten_op_forward_batch_1": counted["by_op"],
-            "conventions": conventions}
+            "conventions": conventions, "notes": list(model.notes)}
     forward = step["forward_flops"]
     group_table = Table(
         "forward FLOPs by component",
@@ -219,7 +219,8 @@ def fallback_flops_document(model: FallbackModel, step: dict, batch: int, causal
     )
     return Document(f"{model.name}: FLOPs for batch {batch} x seq {seq}, {'causal' if causal else 'full S²'}, "
                     f"recompute {recompute}", data, [group_table, total_table],
-                    preamble=[model.describe(), method_line(model)])
+                    preamble=[model.describe(), method_line(model)]
+                    + ([f"note: {model.no_formula}"] if model.no_formula else []))
 
 
 # --- --finetune lora|qlora: the fine-tuning step ------------------------------------------------------

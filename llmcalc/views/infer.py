@@ -207,7 +207,7 @@ def measured_document(est: MeasuredInference) -> Document:
                                     "step reads E·(1 - (1 - k/E)^tokens) of them (uniform routing)")
     data = {"model": model.name, "method": "transformers",
             **_roofline_data(est, pre, first, last, with_kv=with_kv, without_kv=without_kv),
-            "measured_from": measured_from}
+            "measured_from": measured_from, "notes": list(model.notes)}
     notes = _roofline_notes(est, with_kv, without_kv, conventions=False)
     notes += [f"measured by transformers: {k.replace('_', ' ')}: {v}" for k, v in measured_from.items()]
     table = roofline_table(est, notes)
@@ -217,4 +217,5 @@ def measured_document(est: MeasuredInference) -> Document:
     per_gpu = f" ({fmt_bytes(est.weights_per_gpu)} per GPU)" if est.n_gpus > 1 else ""
     return Document(title, data, [table], [model.describe(), f"weights {fmt_bytes(est.weights)}{per_gpu} at "
                                            f"{est.weight_dtype}; KV cache at the end {fmt_bytes(est.kv_cache)} for "
-                                           f"{tokens:,} tokens" + _state_note(est)])
+                                           f"{tokens:,} tokens" + _state_note(est)]
+                    + [f"note: {n}" for n in model.notes])

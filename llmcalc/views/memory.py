@@ -74,7 +74,7 @@ def training_memory_document(est: MemoryEstimate, gpu: Accelerator | None, reser
     measured = not isinstance(spec, ModelSpec)  # a MeasuredModel: transformers measured it
     notes = _recipe_notes(est) + (_measured_notes(est) if measured else _layout_notes(est)) + fit_lines
     if measured:
-        data.update(method="transformers", measured_from=_measured_from(est))
+        data.update(method="transformers", measured_from=_measured_from(est), notes=list(spec.notes))
     if largest is not None:
         notes.append(f"largest micro-batch that fits at seq {est.seq_len:,}: {largest:,}")
     table = Table(
@@ -86,7 +86,8 @@ def training_memory_document(est: MemoryEstimate, gpu: Accelerator | None, reser
     title = (f"{spec.name}: training memory per GPU, micro-batch {est.batch:,} x seq "
              f"{est.seq_len:,}, {rec.name} + {opt.name}, "
              f"recompute {est.recompute}")
-    return Document(title, data, [table] if measured else [table, _activations_table(est)], [spec.describe()])
+    preamble = [spec.describe()] + ([f"note: {n}" for n in spec.notes] if measured else [])
+    return Document(title, data, [table] if measured else [table, _activations_table(est)], preamble)
 
 
 def _measured_from(est: MemoryEstimate) -> dict[str, str]:

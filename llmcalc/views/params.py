@@ -125,9 +125,11 @@ def _reconciliation_table(recon: list[tuple[str, int]], total: int) -> Table:
 # --- the transformers fallback: a model_type llmcalc has no formula for -----------------------------
 
 def method_line(model: FallbackModel) -> str:
+    why = (f"llmcalc's {model.model_type} formula does not cover this config (the note says what)" if model.no_formula
+           else f"llmcalc has no analytic family for model_type {model.model_type!r}")
     return (f"method: transformers — these numbers come from transformers {model.counted['transformers_version']}'s "
             f"modelling code ({model.cls} built from the config without weights), not from an llmcalc formula: "
-            f"llmcalc has no analytic family for model_type {model.model_type!r}")
+            f"{why}")
 
 
 def fallback_params_document(model: FallbackModel, source: str) -> Document:

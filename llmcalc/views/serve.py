@@ -130,7 +130,9 @@ def serve_document(est: ServeEstimate) -> Document:
                 f"weights {fmt_bytes(est.served_weights_bytes)} as served ({est.weights.describe()})"
                 + ("" if measured else "; " + checkpoint_line(est.spec, est.checkpoint_bytes)), spec.describe()]
     if measured:
-        data = {"model": data.pop("model"), "method": "transformers", **data, "measured_from": _measured_from(est)}
+        data = {"model": data.pop("model"), "method": "transformers", **data, "measured_from": _measured_from(est),
+                "notes": list(spec.notes)}
+        preamble += [f"note: {n}" for n in spec.notes]
     tables = [_throughput_table(est, throughput), _memory_table(est)]
     if len(groups) > 1 or est.has_windows_kept:
         tables.append(_groups_table(est, groups))
