@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .common import emit, load_hardware, load_models
+from .common import emit, load_any, load_hardware, load_models
 from .options import POSITIVE_INT, finetune_options, format_option, models_argument, scenario_options
 from .types import Choice
 
@@ -41,7 +41,7 @@ def compare(models: tuple[str, ...], seq_len: int, tokens: float, gpu: str, n_gp
 
     scenario = make_scenario(seq_len, tokens, gpu, n_gpus, mfu=mfu, usd_per_gpu_hour=usd_per_gpu_hour, recipe=recipe,
                              zero=zero, tp=tp, micro_batch=micro_batch, recompute=recompute, causal=causal)
-    records = compare_models(load_models(models, seq_len), scenario, sort_key, reverse)
+    records = compare_models(load_any(models, seq_len), scenario, sort_key, reverse)
     emit(document(records, scenario), fmt)
 
 
