@@ -178,3 +178,36 @@ def test_compare_of_a_forced_llama_beside_its_formula(tmp_path, monkeypatch):
     assert measured["kv_cache_bytes_per_token"] == formula["kv_cache_bytes_per_token"]
     assert measured["training_flops_per_token"] == pytest.approx(formula["training_flops_per_token"], rel=0.02)
     assert measured["fits"] and measured["memory_per_gpu_bytes"] > 0
+
+
+# --- report ------------------------------------------------------------------------------------------------------
+
+
+def test_report_renders_a_model_without_a_formula_beside_one_with(tmp_path):
+    """The measured model gets its own section (markdown and HTML, and its tables as CSV) with the figures `compare`
+    gives it; the sections that need llmcalc's formula are skipped with one stated line; the formula model's
+    report is as before."""
+    from clirun import run
+    from tinyhf import CONFIGS
+
+    out = tmp_path / "report"
+    result = run("report", CONFIGS / "codegen-tiny.json", "llama-3-8b", *SCENARIO, "--out", out)
+    assert result.exit_code == 0, result.output
+    md, html = (out / "report.md").read_text(), (out / "report.html").read_text()
+    for text in (md, html):
+        assert "Models without a formula" in text and "Skipped for them" in text
+        assert "Step time" in text or "step time" in text  # the formula model's sections stay
+    (record,) = cli_json("compare", CONFIGS / "codegen-tiny.json", *SCENARIO)["models"]
+    table = (out / "tables" / "compare_measured.csv").read_text()
+    assert str(record["params"]) in table and (out / "tables" / "codegen-tiny_memory.csv").is_file()
+
+
+def test_report_of_models_without_a_formula_only(tmp_path):
+    from clirun import run
+    from tinyhf import CONFIGS
+
+    out = tmp_path / "report"
+    result = run("report", CONFIGS / "codegen-tiny.json", CONFIGS / "arcee-tiny.json", *SCENARIO, "--out", out)
+    assert result.exit_code == 0, result.output
+    html = (out / "report.html").read_text()
+    assert "codegen-tiny" in html and "arcee-tiny" in html and "Models without a formula" in html

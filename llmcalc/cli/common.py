@@ -59,11 +59,6 @@ def load_model(name: str, seq_len: int | None = None) -> ModelSpec:
     return check_length(load(name), seq_len)
 
 
-def load_models(names: Iterable[str], seq_len: int | None = None) -> list[ModelSpec]:
-    """Every model named, each loaded and checked before any work."""
-    return [load_model(name, seq_len) for name in names]
-
-
 def load_counted(name: str, seq_len: int | None = None) -> ModelSpec | FallbackModel:
     """The model by llmcalc's formula (checked against `seq_len`), or, for a model_type only transformers
     knows, counted by transformers at `seq_len`."""
