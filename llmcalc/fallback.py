@@ -112,40 +112,63 @@ def need_libraries() -> None:
                            f"modelling code needs {' and '.join(missing)}: {INSTALL}")
 
 
+# the modules whose code makes a measured record: a change to any of them measures again
+RECORD_SOURCES = ("hf_fallback", "hf_measure", "hf_shorten", "counters")
+
+
+def installed() -> dict[str, str | None]:
+    """The transformers and torch a record is measured with (their metadata: nothing imported)."""
+    from .errors import installed_version
+
+    return {"transformers_version": installed_version("transformers"), "torch_version": installed_version("torch")}
+
+
 def _cache_path(config: dict, seq_len: int | None, measured: bool = False) -> Path | None:
     import hashlib  # here, not at start-up: only a model transformers counts has a cache entry
-    from importlib import metadata
 
-    try:
-        versions = [metadata.version("transformers"), metadata.version("torch")]
-    except metadata.PackageNotFoundError:
+    versions = installed()
+    if None in versions.values():
         return None
-    sources = [Path(__file__).resolve().parent / "profiling" / f"{name}.py" for name in ("hf_fallback", "hf_measure")]
+    sources = [Path(__file__).resolve().parent / "profiling" / f"{name}.py" for name in RECORD_SOURCES]
     digest = [hashlib.sha256(source.read_bytes()).hexdigest() for source in sources]
-    key = json.dumps([config, seq_len, versions, digest] + (["measured"] if measured else []), sort_keys=True)
+    key = json.dumps([config, seq_len, list(versions.values()), digest] + (["measured"] if measured else []),
+                     sort_keys=True)
     root = Path(os.environ.get("LLMCALC_CACHE_DIR") or Path.home() / ".cache" / "llmcalc")
     return root / "hf_fallback" / f"{hashlib.sha256(key.encode()).hexdigest()}.json"
 
 
+def _cached(path: Path | None) -> dict | None:
+    """The record at `path`, where it is whole and was measured with the transformers and torch installed now
+    (each record names both); else None: measure again."""
+    if path is None or not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    now = installed()
+    if not isinstance(record, dict) or any(record.get(k) != v.split("+")[0] for k, v in now.items() if v):
+        return None
+    return record
+
+
 def fallback_count(config: dict, seq_len: int | None = None, measured: bool = False) -> dict:
-    """hf_fallback.fallback_count, cached on disk (a damaged or unwritable cache is ignored); a config beyond the
-    formula path's sane maxima is refused first, as the formula path refuses it (nothing is built)."""
+    """hf_fallback.fallback_count, cached on disk (a damaged or unwritable cache is ignored, a record of another
+    transformers or torch measured again); a config beyond the formula path's sane maxima is refused first, as the
+    formula path refuses it (nothing is built). An exception transformers raises while llmcalc builds or runs the
+    model is one line naming the step and the tested transformers releases (errors.MeasurementFailed)."""
     from .spec import check_sizes
 
     check_sizes(config)
     need_libraries()
     path = _cache_path(config, seq_len, measured)
-    if path is not None and path.is_file():
-        try:
-            return json.loads(path.read_text())
-        except (OSError, ValueError):
-            pass
+    record = _cached(path)
+    if record is not None:
+        return record
     from .render.progress import activity
 
     with activity(f"building {config.get('model_type')} with transformers (first time only; cached after)"):
-        from .profiling.hf_fallback import fallback_count as count
-
-        counted = count(config, seq_len, measured)
+        counted = _measure(config, seq_len, measured)
     if path is not None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -155,6 +178,22 @@ def fallback_count(config: dict, seq_len: int | None = None, measured: bool = Fa
         except OSError:
             pass
     return counted
+
+
+def _measure(config: dict, seq_len: int | None, measured: bool) -> dict:
+    from .errors import MeasurementFailed
+    from .profiling.hf_fallback import fallback_count as count
+
+    try:
+        return count(config, seq_len, measured)
+    except (LlmcalcError, MemoryError, RecursionError):
+        raise
+    except Exception as exc:  # raised outside the steps hf_fallback names (a bug of llmcalc or of transformers)
+        if os.environ.get("LLMCALC_DEBUG"):
+            raise
+        text = str(exc).strip().splitlines()
+        raise MeasurementFailed("measure", f"measuring {config.get('model_type')!r} with transformers failed",
+                                f"{type(exc).__name__}: {text[0] if text else ''}"[:300]) from None
 
 
 def _fallback_config(exc: UnknownModelType) -> tuple[dict, str | None]:
@@ -186,6 +225,10 @@ def fallback_model(exc: UnknownModelType, seq_len: int | None = None) -> Fallbac
     model = FallbackModel(exc.name, str(config.get("model_type")), config, counted, counted.get("flops"),
                           no_formula=exc.note)
     model.notes.extend(n for n in (exc.note, note) if n)
+    if counted.get("real_forward"):
+        from .analytic.measured import real_forward_note
+
+        model.notes.append(real_forward_note(counted["real_forward"]))
     if model.components.get("moe/experts") and model.active_per_token is None:
         model.notes.append("active_per_token not derived: the config names no top-k and expert count "
                            f"({'/'.join(TOP_K_KEYS[:2])}, {'/'.join(N_EXPERT_KEYS[:2])})")
@@ -344,3 +387,73 @@ def model_flops(model: ModelSpec | FallbackModel, batch: int, seq_len: int, caus
     step = analytic_step(model, batch, seq_len, causal=causal, recompute=recompute, decoder_seq_len=decoder_seq_len)
     count = count_params(model)
     return AnalyticStep(step, count, None if cfg is None else FinetuneFlops(finetune(model, cfg), step))
+
+
+# --- `compare` (and every command that lines models up) for either kind of model -------------------------------
+
+
+@dataclass(frozen=True)
+class MeasuredPair:
+    """A model without a formula as `compare` lines it up: what transformers counted (parameters, the forward's
+    FLOPs at the scenario's length: `params`, `flops`) and measured (tensors, cache, activations: `memory`)."""
+
+    counted: FallbackModel
+    measured: MeasuredModel
+
+    @property
+    def name(self) -> str:
+        return self.counted.name
+
+    def describe(self) -> str:
+        return self.counted.describe()
+
+    def record(self, scenario) -> dict:
+        """summary.model_record's figures for this model under `scenario` (analytic/summary.py:Scenario), from
+        `flops`' counted step, `memory`'s measured estimate and `infer`'s measured cache and weights; memory is
+        None where `memory` refuses the scenario (its message says why)."""
+        from .analytic.measured_inference import tensor_bytes
+        from .analytic.memory_plan import MemoryRequest, plan_memory
+        from .analytic.training import TrainingEstimate
+
+        counted, measured = self.counted, self.measured
+        step = step_flops(counted, 1, scenario.causal, scenario.recompute)
+        forward = step["forward_flops"]
+        record = {
+            "model": self.name, "params": counted.total, "active_params": counted.active_per_token,
+            "non_embedding_params": counted.non_embedding,
+            "forward_flops_per_token": step["forward_flops_per_token"],
+            "training_flops_per_token": step["flops_per_token"],
+            "attention_share": step["groups"].get("attention S²", 0) / forward if forward else 0.0,
+            "kv_cache_bytes_per_token": sum(k.bytes_per_token for k in measured.kv_layers(scenario.kv_dtype)),
+            "training_flops": step["flops_per_token"] * scenario.tokens,
+            "weights_bytes": None if measured.quantized else sum(tensor_bytes(t, None, "bf16")
+                                                                  for t in measured.tensors),
+            "method": METHOD_TRANSFORMERS,
+        }
+        if scenario.gpu is None:
+            return record
+        est = TrainingEstimate(scenario.tokens, record["training_flops"],
+                               step["hardware_flops_per_token"] * scenario.tokens, scenario.gpu,
+                               dtype=scenario.dtype, n_gpus=scenario.n_gpus, mfu=scenario.mfu,
+                               usd_per_gpu_hour=scenario.usd_per_gpu_hour)
+        record.update(gpu_hours=est.gpu_hours, wall_clock_days=est.wall_clock_days, cost_usd=est.cost_usd)
+        request = MemoryRequest(batch=scenario.micro_batch, seq_len=scenario.seq_len, recipe=scenario.recipe,
+                                optimizer=scenario.optimizer, recompute=scenario.recompute,
+                                n_gpus=scenario.n_gpus, zero=scenario.zero, tp=scenario.tp)
+        try:
+            peak = plan_memory(measured, request).estimate.peak
+        except LlmcalcError:
+            return record
+        record.update(memory_per_gpu_bytes=peak, fits=peak <= scenario.gpu.memory_bytes)
+        return record
+
+
+def load_any(name_or_path: str, seq_len: int) -> ModelSpec | MeasuredPair:
+    """A ModelSpec (analytic), or for a model_type only transformers knows both what it counted and what it
+    measured at `seq_len` (`compare`: every model `params` and `memory` answer)."""
+    try:
+        return _load(name_or_path)
+    except UnknownModelType as exc:
+        measured = load_measured(name_or_path, seq_len)
+        assert not isinstance(measured, ModelSpec)
+        return MeasuredPair(fallback_model(exc, seq_len), measured)

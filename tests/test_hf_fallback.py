@@ -202,13 +202,23 @@ def test_config_transformers_cannot_build_is_one_line(tmp_path):
     assert "transformers could not build 'persimmon'" in line and "divisible by num_heads" in line
 
 
-def test_data_dependent_expert_loop_has_params_but_no_flops(tmp_path):
+def test_data_dependent_expert_loop_runs_on_real_tensors(tmp_path, monkeypatch):
+    """JetMoE's expert loop runs the experts that were hit (data-dependent shapes, which fake tensors cannot follow):
+    its forward runs on real CPU tensors. Each token's k = 2 of 8 GLU experts (JetMoeConfig's defaults) cost
+    2·(64·2·32 + 32·64) FLOPs, the router 2·64·8: 32 tokens x 2 layers of them, whatever the routing."""
+    import llmcalc.profiling.hf_fallback as hf
+
     path = tmp_path / "jetmoe.json"
     path.write_text(json.dumps({"model_type": "jetmoe", "num_hidden_layers": 2, "hidden_size": 64,
                                 "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 32,
                                 "vocab_size": 1000}))
     assert json_out("params", path)["total"] > 0
-    assert "data-dependent shapes" in one_line_error("flops", path, "--seq-len", 32)
+    ffn = json_out("flops", path, "--seq-len", 32)["groups"]["FFN"]
+    assert ffn == 32 * 2 * (2 * 2 * (64 * 2 * 32 + 32 * 64) + 2 * 64 * 8)
+    monkeypatch.setenv("LLMCALC_CACHE_DIR", str(tmp_path / "other"))
+    monkeypatch.setattr(hf, "REAL_RUN_BYTES", 0)  # past the real run's limit: one line, no guess
+    line = one_line_error("flops", path, "--seq-len", 32)
+    assert "needs tensor values" in line and "DataDependentOutputException" in line
 
 
 def test_unknown_model_type_is_an_exception_carrying_the_config():

@@ -124,6 +124,13 @@ class FfnLayer:
     moe: MoeMeasured | None
 
 
+def real_forward_note(real: dict) -> str:
+    """Why a model's forwards ran on real tensors (hf_fallback._real_model)."""
+    return (f"its forward needs tensor values ({real['reason']}, at the {real['step']} step), which the meta device "
+            "and fake tensors do not have: the forwards ran on real CPU tensors of the shortened stack, initialised "
+            "as transformers initialises them (seed 0), and the counts were scaled to every layer")
+
+
 @dataclass
 class MeasuredModel:
     """What transformers built and ran, for `memory`; built by ``from_counted`` from hf_fallback's dict."""
@@ -148,6 +155,7 @@ class MeasuredModel:
     kv_heads: list[int | None] = field(default_factory=list)  # per cache layer, the K/V heads allocated (None: state)
     rotary: list[dict] = field(default_factory=list)  # hf_measure._rotary: the rotary tables transformers built
     step: dict = field(default_factory=dict)  # hf_measure.measure_step (`train`'s step model; {}: not measured)
+    real_forward: dict | None = None  # {"step", "reason"}: the forwards needed tensor values and ran on real ones
 
     @classmethod
     def from_counted(cls, name: str, model_type: str, counted: dict, experts_per_token: int | None = None,
@@ -170,16 +178,22 @@ class MeasuredModel:
                    activation_runs=runs, decode=m.get("decode", {}), experts_per_token=experts_per_token,
                    max_seq_len=max_seq_len, quantized=quantized, quantization_config=quantization_config, ffn=ffn,
                    kv_heads=list(m.get("kv_heads", [])), rotary=list(m.get("rotary", [])),
-                   step=m.get("step") or ({"error": m["step_error"]} if "step_error" in m else {}))
+                   step=m.get("step") or ({"error": m["step_error"]} if "step_error" in m else {}),
+                   real_forward=counted.get("real_forward"))
 
     @property
     def n_layers(self) -> int:
         """Layers of the stack (the most layers any per-layer tensor is in)."""
         return max((t.count for t in self.tensors if t.role == "layer"), default=0)
 
+    @property
+    def forward_tensors(self) -> str:
+        """What the forwards ran on: fake tensors, or real CPU ones where the forward needs values (`.item()`)."""
+        return "real CPU" if self.real_forward else "fake"
+
     def describe(self) -> str:
         return (f"model_type {self.model_type}: {self.cls} built and run by transformers {self.transformers_version} "
-                "on fake tensors, not by a formula")
+                f"on {self.forward_tensors} tensors, not by a formula")
 
     def check_tp(self, tp: int) -> None:
         for t in self.tensors:

@@ -160,9 +160,12 @@ def sort_records(records: list[dict], key: str | None, reverse: bool = False) ->
     return sorted(present, key=lambda r: r[key], reverse=reverse) + missing
 
 
-def compare_models(specs: list[ModelSpec], scenario: Scenario, sort_key: str | None = None,
+def compare_models(specs: list, scenario: Scenario, sort_key: str | None = None,
                    reverse: bool = False) -> list[dict]:
     """`llmcalc compare`: one record per model under `scenario`, sorted by `sort_key` (an unknown column is
-    refused before any work)."""
+    refused before any work). A model without a formula (fallback.MeasuredPair) gives its own record, from what
+    transformers counted and measured."""
     sort_records([], sort_key)
-    return sort_records([model_record(spec, scenario) for spec in specs], sort_key, reverse)
+    records = [model_record(spec, scenario) if isinstance(spec, ModelSpec) else spec.record(scenario)
+               for spec in specs]
+    return sort_records(records, sort_key, reverse)

@@ -12,7 +12,7 @@ import click
 
 if TYPE_CHECKING:
     from ..analytic.measured import MeasuredModel
-    from ..fallback import FallbackModel
+    from ..fallback import FallbackModel, MeasuredPair
     from ..hardware import Accelerator
     from ..render.tables import Document
     from ..spec import ModelSpec
@@ -59,11 +59,6 @@ def load_model(name: str, seq_len: int | None = None) -> ModelSpec:
     return check_length(load(name), seq_len)
 
 
-def load_models(names: Iterable[str], seq_len: int | None = None) -> list[ModelSpec]:
-    """Every model named, each loaded and checked before any work."""
-    return [load_model(name, seq_len) for name in names]
-
-
 def load_counted(name: str, seq_len: int | None = None) -> ModelSpec | FallbackModel:
     """The model by llmcalc's formula (checked against `seq_len`), or, for a model_type only transformers
     knows, counted by transformers at `seq_len`."""
@@ -82,6 +77,16 @@ def load_measured(name: str, seq_len: int | None = None) -> ModelSpec | Measured
 
     model = load(name, seq_len)
     return check_length(model, seq_len) if isinstance(model, ModelSpec) else model
+
+
+def load_any(names: Iterable[str], seq_len: int) -> list[ModelSpec | MeasuredPair]:
+    """Every model named, by llmcalc's formula (checked against `seq_len`) or, for a model_type only transformers
+    knows, what it counted and measured at `seq_len` (fallback.load_any): whatever `params` and `memory` answer."""
+    from ..fallback import load_any as load
+    from ..spec import ModelSpec
+
+    models = [load(name, seq_len) for name in names]
+    return [check_length(m, seq_len) if isinstance(m, ModelSpec) else m for m in models]
 
 
 def load_hardware(name: str) -> Accelerator:

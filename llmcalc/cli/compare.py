@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .common import emit, load_hardware, load_models
+from .common import emit, load_any, load_hardware
 from .options import POSITIVE_INT, finetune_options, format_option, models_argument, scenario_options
 from .types import Choice
 
@@ -41,7 +41,7 @@ def compare(models: tuple[str, ...], seq_len: int, tokens: float, gpu: str, n_gp
 
     scenario = make_scenario(seq_len, tokens, gpu, n_gpus, mfu=mfu, usd_per_gpu_hour=usd_per_gpu_hour, recipe=recipe,
                              zero=zero, tp=tp, micro_batch=micro_batch, recompute=recompute, causal=causal)
-    records = compare_models(load_models(models, seq_len), scenario, sort_key, reverse)
+    records = compare_models(load_any(models, seq_len), scenario, sort_key, reverse)
     emit(document(records, scenario), fmt)
 
 
@@ -86,7 +86,7 @@ def report(ctx: click.Context, models: tuple[str, ...], seq_len: int, tokens: fl
                                  causal=causal)
         profiler = ReportProfiles(profile_mode, sharded_world, tp=tp, micro_batch=micro_batch, seq_len=seq_len,
                                   recompute=recompute)
-        run_report(request, load_models(models, seq_len), scenario, profiler, announce)
+        run_report(request, load_any(models, seq_len), scenario, profiler, announce)
 
 
 COMMANDS = (compare, report)

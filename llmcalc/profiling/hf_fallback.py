@@ -25,8 +25,9 @@ from typing import Any
 
 import torch
 
-from ..errors import LlmcalcError
+from ..errors import DataDependent, LlmcalcError
 from .counters import CORE_OPS, count_flops, inference_forward
+from .hf_measure import failure
 
 ATTENTION = re.compile(r"attn|attention")
 CROSS = re.compile(r"encoder_attn|cross|encdec", re.IGNORECASE)
@@ -337,14 +338,15 @@ def fallback_count(hf: dict, seq_len: int | None, measured: bool = False) -> dic
         except LlmcalcError:
             raise
         except Exception as exc:
-            raise LlmcalcError(f"transformers could not build {config.model_type!r} from this config: "
-                               f"{_reason(exc)}") from None
+            raise failure("build", f"transformers could not build {config.model_type!r} from this config",
+                          exc) from None
     _token_embedding(model, config)
     model.eval()
     name = type(model).__name__ if not isinstance(model, TextModelWithHead) else \
         f"{type(model.model).__name__} + lm_head (as {model.outer}'s checkpoint stores it)"
     out = {"class": name, "config_class": type(config).__name__,
-           "transformers_version": _version().split()[-1], "defaulted": defaulted,
+           "transformers_version": _version().split()[-1], "torch_version": torch.__version__.split("+")[0],
+           "defaulted": defaulted,
            "experts_implementation": getattr(model.config, "_experts_implementation", None),
            "attn_implementation": getattr(model.config, "_attn_implementation", None)}
     out.update(_params(model))
@@ -355,23 +357,69 @@ def fallback_count(hf: dict, seq_len: int | None, measured: bool = False) -> dic
         kept = measure_meta(model, config, tensor_roles(model), decode=seq_len is None)
         out["measured"] = kept
     if seq_len is not None or measured and "kv" not in kept:  # a forward to count, or what meta could not run
-        with FakeTensorMode(allow_non_fake_inputs=True):
-            from .hf_shorten import shortened
+        try:
+            with FakeTensorMode(allow_non_fake_inputs=True):
+                from .hf_shorten import shortened
 
-            try:
-                with shortened(model, config):  # the layers the forwards run (hf_shorten); the rest stay on meta
-                    faked = model.to_empty(device="cpu")
-            except Exception as exc:
-                raise LlmcalcError(f"transformers' {type(model).__name__} could not be faked for a forward: "
-                                   f"{_reason(exc)}") from None
-            if not measured:  # `memory` and `infer` need no FLOPs of a training forward
-                assert seq_len is not None
-                out["flops"] = _flops(faked, config, seq_len)
-            else:
-                from .hf_measure import measure_fake
-
-                measure_fake(faked, config, seq_len, kept)
+                try:
+                    with shortened(model, config):  # the layers the forwards run (hf_shorten); the rest stay on meta
+                        faked = model.to_empty(device="cpu")
+                except Exception as exc:
+                    raise failure("fake", f"transformers' {type(model).__name__} could not be faked for a forward",
+                                  exc) from None
+                _forward_counts(faked, config, seq_len, out, kept if measured else None)
+        except DataDependent as exc:  # a forward that needs values (`.item()`): run on real tensors, shortened
+            real = _real_model(config, measured, exc)
+            _forward_counts(real, config, seq_len, out, kept if measured else None, device="cpu")
+            out["real_forward"] = {"reason": exc.reason, "step": exc.step}
     return out
+
+
+def _forward_counts(model, config, seq_len: int | None, out: dict, kept: dict | None, device: str = "fake") -> None:
+    """The forward FLOPs (`kept` None), or what `memory` and `infer` measure of the forwards into `kept`."""
+    if kept is None:  # `memory` and `infer` need no FLOPs of a training forward
+        assert seq_len is not None
+        out["flops"] = _flops(model, config, seq_len)
+    else:
+        from .hf_measure import measure_fake
+
+        measure_fake(model, config, seq_len, kept, device)
+
+
+# The most parameter bytes a real CPU run of a shortened stack may hold (embeddings, head and the prefix's layers)
+REAL_RUN_BYTES = 4 * 2**30
+
+
+def _real_model(config, measured: bool, cause: DataDependent):
+    """The model for a forward that needs tensor values (a ``.item()``, an expert loop over the experts hit), which
+    neither the meta device nor fake tensors have: built for real on the CPU (transformers' own initialisation,
+    seeded) with its stack cut to hf_shorten's prefix, the layers past it kept on the meta device (never run:
+    every forward runs the prefix and scales the counts), in bf16 where `memory` measures; refused past
+    REAL_RUN_BYTES of parameters."""
+    from .hf_shorten import plan, shortened
+
+    with torch.device("meta"):
+        meta = _build(config)
+    if measured:
+        meta = meta.to(torch.bfloat16)
+    short, _ = plan(meta, config)
+    later = {id(p) for r in range(short.prefix, short.n) if short.active
+             for p in meta.get_submodule(short.name)[r].parameters()}
+    need = sum(p.numel() * p.element_size() for p in meta.parameters() if id(p) not in later)
+    if need > REAL_RUN_BYTES:
+        raise DataDependent(cause.step, f"{cause.what}: its forward needs tensor values, which the meta device and "
+                            f"fake tensors do not have, and a real CPU run of {short.prefix} of its layers would hold "
+                            f"{need / 2**30:.1f} GiB of weights (llmcalc runs one up to {REAL_RUN_BYTES / 2**30:g} "
+                            "GiB)", cause.reason)
+    with torch.random.fork_rng(), shortened(meta, config):
+        torch.manual_seed(0)
+        with torch.device("cpu"):
+            real = _build(config)
+    if measured:
+        real = real.to(torch.bfloat16)
+    if short.active:  # the whole stack, the prefix real: hf_shorten cuts it again for every forward
+        real.get_submodule(short.name).extend(list(meta.get_submodule(short.name))[short.prefix:])
+    return real.eval()
 
 
 def tensor_roles(model) -> dict[str, str]:
@@ -450,15 +498,9 @@ def _flops(model, config, seq_len: int) -> dict:
     try:
         with shortened(model, config) as short:  # the stack cut to one prefix of its layer kinds, scaled back
             counted = short.scale_flops(count_flops(forward), type(model).__name__)
-    except Exception as exc:  # fake tensors cannot follow data-dependent shapes (expert loops over hits)
-        data_dependent = "data-dependent" in str(exc) or "DynamicOutputShape" in type(exc).__name__ \
-            or "DataDependent" in type(exc).__name__
-        if data_dependent:
-            raise LlmcalcError(f"the forward of {type(model).__name__} has data-dependent shapes (MoE routing by "
-                               "which experts were hit), which fake tensors cannot follow: no FLOP count for it; "
-                               "`llmcalc params` works") from None
-        raise LlmcalcError(f"transformers' forward of {type(model).__name__} failed at seq {seq_len}: "
-                           f"{_reason(exc)}") from None
+    except Exception as exc:  # DataDependent where fake tensors cannot follow it (hf_fallback runs it for real)
+        raise failure("forward", f"transformers' forward of {type(model).__name__} failed at seq {seq_len}",
+                      exc) from None
     groups: dict[str, int] = defaultdict(int)
     core = 0
     parents = _experts_parents(model)

@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from ..errors import LlmcalcError
+from ..errors import DataDependent, LlmcalcError, MeasurementFailed
 from .counters import inference_forward
 
 LAYER_INDEX = re.compile(r"\.\d+(?=\.|$)")
@@ -62,9 +62,16 @@ def measure_meta(model, config, roles: dict[str, str], decode: bool = True) -> d
     except LlmcalcError:
         pass  # measure_fake measures them on fake tensors
     if not decode and "kv" in out:  # `train`'s step model: the GEMMs each module runs and the attention cores' work
-        with torch.device("meta"):
-            _step_or_reason(model, config, out)
+        try:
+            with torch.device("meta"):
+                _step_or_reason(model, config, out)
+        except DataDependent:  # measure_fake (or a real run) measures every forward again
+            for key in FORWARD_KEYS:
+                out.pop(key, None)
     return out
+
+
+FORWARD_KEYS = ("kv", "decode", "ffn", "kv_heads", "shortened", "step", "step_error")  # what _forwards measures
 
 
 def _forwards(model, config, decode: bool, device: str, shorten: bool = True) -> dict:
@@ -86,6 +93,9 @@ def _forwards(model, config, decode: bool, device: str, shorten: bool = True) ->
         kv["layers"] = short.extend(kv["layers"])
         found["kv_heads"] = short.extend_list(heads)
     except ValueError:  # a cache not one layer per decoder layer: the whole stack
+        if device == "cpu":  # a real run holds the shortened stack only (hf_fallback._real_model)
+            raise MeasurementFailed("cache", f"{type(model).__name__}'s cache does not hold one layer per decoder "
+                                    "layer, so its whole stack would have to run", "not run on real tensors") from None
         if device == "fake":
             model.to_empty(device="cpu")  # hf_fallback faked the shortened stack's layers only
         return _forwards(model, config, decode, device, shorten=False)
@@ -105,6 +115,8 @@ def _step_or_reason(model, config, out: dict) -> None:
     try:
         with shortened(model, config) as short:
             out["step"] = _extend_step(measure_step(model), short)
+    except DataDependent:  # values a real run has (hf_fallback)
+        raise
     except LlmcalcError as exc:
         out["step_error"] = str(exc)
 
@@ -155,20 +167,21 @@ def _decode(model, short) -> dict:
                 counted.append(short.scale_flops(count_flops(lambda step=step: model(**step)),
                                                  type(model).__name__).total)
         except Exception as exc:
-            raise LlmcalcError(f"transformers' decode step of {type(model).__name__} failed after {context} tokens: "
-                               f"{_reason(exc)}") from None
+            raise failure("decode", f"transformers' decode step of {type(model).__name__} failed after {context} "
+                          "tokens", exc) from None
     (c1, c2), (f1, f2) = DECODE_CONTEXTS, counted
     per_key = (f2 - f1) // (c2 - c1)
     return {"contexts": list(DECODE_CONTEXTS), "flops": counted, "per_sequence": f1 - per_key * (c1 + 1),
             "per_key": per_key}
 
 
-def measure_fake(model, config, seq_len: int | None, out: dict) -> dict:
+def measure_fake(model, config, seq_len: int | None, out: dict, device: str = "fake") -> dict:
     """`model` faked (its parameters fake tensors, called inside hf_fallback's FakeTensorMode) in bf16: the
     activations (sdpa takes the kernel it takes on CPU, flash, as a GPU's does; on the meta device it would
-    take the math kernel and save the S² scores) and, where the meta device could not run it, the KV cache."""
+    take the math kernel and save the S² scores) and, where the meta device could not run it, the KV cache;
+    `device` "cpu": the same on real tensors (a forward that needs values, hf_fallback._real_model)."""
     if "kv" not in out:
-        out.update(_forwards(model, config, seq_len is None, "fake"))
+        out.update(_forwards(model, config, seq_len is None, device))
         if seq_len is not None:  # `train`'s step model
             _step_or_reason(model, config, out)
     if getattr(model.config, "_experts_implementation", None) == "batched_mm":
@@ -187,6 +200,24 @@ def measure_fake(model, config, seq_len: int | None, out: dict) -> dict:
 def _reason(exc: Exception) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+def data_dependent(exc: BaseException) -> bool:
+    """Whether `exc` is a forward asking for tensor values where there are none: ``.item()`` on the meta device or on
+    fake tensors (DataDependentOutputException, GuardOnDataDependentSymNode), or an output shape that depends on
+    the data (DynamicOutputShapeException: an expert loop over the experts that were hit)."""
+    name = type(exc).__name__
+    text = str(exc)
+    return "DataDependent" in name or "DynamicOutputShape" in name or "data-dependent" in text \
+        or "on meta tensors" in text or "_local_scalar_dense" in text
+
+
+def failure(step: str, what: str, exc: BaseException) -> MeasurementFailed:
+    """The one-line error of a transformers build or forward that raised: DataDependent where it needs values."""
+    if isinstance(exc, MeasurementFailed):
+        return exc
+    kind = DataDependent if data_dependent(exc) else MeasurementFailed
+    return kind(step, what, _reason(exc) if isinstance(exc, Exception) else type(exc).__name__)
 
 
 def _plan_style(plan: dict[str, str], module: str) -> str | None:
@@ -424,8 +455,8 @@ def _cache_layers(model, config, seq: int) -> list[tuple[str, int, int, int]]:
         with inference_forward(model):
             out = model(input_ids=ids, use_cache=True)
     except Exception as exc:
-        raise LlmcalcError(f"transformers' forward of {type(model).__name__} with a cache failed at seq {seq}: "
-                           f"{_reason(exc)}") from None
+        raise failure("cache", f"transformers' forward of {type(model).__name__} with a cache failed at seq {seq}",
+                      exc) from None
     cache = getattr(out, "past_key_values", None)
     layers = getattr(cache, "layers", None)
     if cache is None or layers is None:
@@ -520,8 +551,8 @@ def _activations(model, config, seq_len: int, short=None) -> dict:
                 with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
                     result = model(**kwargs)
             except Exception as exc:
-                raise LlmcalcError(f"transformers' training forward of {type(model).__name__} failed at seq {seq}: "
-                                   f"{_reason(exc)}") from None
+                raise failure("training forward", f"transformers' training forward of {type(model).__name__} failed "
+                              f"at seq {seq}", exc) from None
             # what the graph still holds with the loss alive: a branch the loss does not reach was freed
             held = [e[:3] for e in saved.values() if any(ref() is not None for ref in e[3])]
             del result
@@ -582,8 +613,7 @@ def measure_step(model) -> dict:  # long: the hooked forward, then the counted o
         with inference_forward(model):
             model(**kwargs)
     except Exception as exc:
-        raise LlmcalcError(f"transformers' forward of {type(model).__name__} failed at seq {s1}: "
-                           f"{_reason(exc)}") from None
+        raise failure("step", f"transformers' forward of {type(model).__name__} failed at seq {s1}", exc) from None
     finally:
         for h in handles:
             h.remove()
@@ -623,8 +653,8 @@ def measure_step(model) -> dict:  # long: the hooked forward, then the counted o
         try:
             counted = count_flops(forward)
         except Exception as exc:
-            raise LlmcalcError(f"transformers' forward of {type(model).__name__} failed at seq {seq}: "
-                               f"{_reason(exc)}") from None
+            raise failure("step", f"transformers' forward of {type(model).__name__} failed at seq {seq}",
+                          exc) from None
         core: dict[int, int] = defaultdict(int)
         for name, ops in counted.by_module.items():
             path = name[len(prefix):].split(".") if name.startswith(prefix) else []

@@ -64,7 +64,7 @@ class ReportRequest:
         need_report_libraries()
 
 
-def run_report(request: ReportRequest, specs: list[ModelSpec], scenario: Scenario, profiler: Profiler,
+def run_report(request: ReportRequest, specs: list, scenario: Scenario, profiler: Profiler,
                announce: Callable[[Path, list[str]], None]) -> None:
     """Check, build and write the report; `announce(folder, files)` says so, only if no signal came first
     (one outcome, one message). Run it under ``interrupts.signals_as_interrupts``."""
@@ -77,8 +77,10 @@ def run_report(request: ReportRequest, specs: list[ModelSpec], scenario: Scenari
     check_destination(target, request.force)
     sources = {s.name: model_source(m) for s, m in zip(specs, request.models, strict=True)}
     meta = provenance(request.argv, sources, scenario)
+    formula = [s for s in specs if isinstance(s, ModelSpec)]  # the rest: fallback.MeasuredPair
     try:
-        built = _build(request, specs, scenario, profiler, sources=sources, meta=meta)
+        built = _build(request, formula, scenario, profiler, sources=sources, meta=meta,
+                       measured=[s for s in specs if not isinstance(s, ModelSpec)])
         _finish(write_report(built, target, request.force, meta), built, announce)
     except (Interrupted, Exception) as exc:  # an error raised while an interrupt unwound is that interrupt
         interrupt = interrupt_behind(exc)
@@ -88,12 +90,14 @@ def run_report(request: ReportRequest, specs: list[ModelSpec], scenario: Scenari
         raise interrupt from None
 
 
-def _check(request: ReportRequest, specs: list[ModelSpec], profiler: Profiler) -> None:
+def _check(request: ReportRequest, specs: list, profiler: Profiler) -> None:
     """Refuse, before any work, what the report cannot take: a model named twice, a profile this machine cannot
-    run, a fine-tuning set-up or a sharded profile a model cannot take."""
+    run, a fine-tuning set-up or a sharded profile a model cannot take (models with a formula: the others have
+    their own section, without these)."""
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise LlmcalcError(f"models must differ; got {', '.join(request.models)}")
+    specs = [s for s in specs if isinstance(s, ModelSpec)]
     profiler.check_size(specs)
     if request.finetune is not None:
         from ..analytic.finetune import finetune
@@ -104,7 +108,7 @@ def _check(request: ReportRequest, specs: list[ModelSpec], profiler: Profiler) -
 
 
 def _build(request: ReportRequest, specs: list[ModelSpec], scenario: Scenario, profiler: Profiler,
-           sources: dict[str, str], meta: dict[str, Any]) -> Report:
+           sources: dict[str, str], meta: dict[str, Any], measured: list) -> Report:
     """The report's blocks, with a progress bar over its sections and measurements."""
     from ..render.progress import Progress
     from ..spec import load_hardware
@@ -115,7 +119,8 @@ def _build(request: ReportRequest, specs: list[ModelSpec], scenario: Scenario, p
     try:
         profiles = profiler.profiles(specs, scenario.recipe, progress)
         sharded = profiler.sharded(specs, progress)
-        extras = Extras(profiles=profiles, serve=request.serve, finetune=request.finetune, sharded=sharded)
+        extras = Extras(profiles=profiles, serve=request.serve, finetune=request.finetune, sharded=sharded,
+                        measured=measured)
         return build_report(specs, sources, scenario, load_hardware, progress=progress, meta=meta, extras=extras)
     finally:
         progress.close()

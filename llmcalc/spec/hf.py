@@ -981,8 +981,8 @@ def draft_from_hf(hf: dict, name: str = "custom") -> SpecDraft:  # long: HF key 
             if isinstance(model_type, str) and model_type:
                 check_sizes(given)  # the fallback builds the model: the formula path's limits first
                 raise UnknownModelType(
-                    f"unknown model_type {model_type!r}, {known}: this command needs its shapes (`compare`, "
-                    f"`profile`, `report` do; the others use transformers); {describe}", hf, name, outer)
+                    f"unknown model_type {model_type!r}, {known}: this command needs its shapes "
+                    f"(`profile` does; every other command uses transformers); {describe}", hf, name, outer)
             raise SpecError(f"unknown model_type {model_type!r}, {known}; {describe}")
         family = Family("explicit llmcalc keys", {}, {}, _attention_bias, gated=hf["mlp"] in ("swiglu", "geglu"))
     raw = hf  # the config transformers builds, should no formula cover a part of it

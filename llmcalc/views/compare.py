@@ -35,7 +35,10 @@ def compare_document(records: list[dict], scenario: Scenario) -> Document:
         [f"scenario: {scenario.describe()}",
          "training FLOPs are the exact per-op count at this sequence length; GPU-hours at the MFU above; memory is "
          "the peak per GPU for a micro-batch (see `llmcalc memory`); attention S² share is of forward matmul FLOPs",
-         "--sort KEY orders the models by any of: " + ", ".join(k for k in keys if k != "model")],
+         "--sort KEY orders the models by any of: " + ", ".join(k for k in keys if k != "model")]
+        + [f"{r['model']}: no llmcalc formula; its figures are what transformers counted (`params`, `flops`) and "
+           "measured (`memory`, `infer`), n/a where `memory` refuses the scenario" for r in records
+           if r.get("method") == "transformers"],
     )
     return Document(f"compare {plural(len(records), 'model')} at seq {scenario.seq_len:,}",
                     {"scenario": scenario.to_dict(), "models": records},

@@ -182,14 +182,20 @@ def fallback_flops_document(model: FallbackModel, step: dict, batch: int, causal
     counted = model.flops
     assert counted is not None, "a FallbackModel loaded without FLOPs"  # narrows the Optional for mypy
     seq = counted["seq_len"]
+    real = model.counted.get("real_forward")
     conventions = FLOP_CONVENTIONS[:1] + [
         "backward = 2 x forward (llmcalc's convention, as for analytic models); the LM head is whatever "
         "the modelling code runs on every position",
-        f"forward counted by torch's FlopCounterMode on one fake batch-1 x {seq} forward of {model.cls} "
+        f"forward counted by torch's FlopCounterMode on one {'real CPU' if real else 'fake'} batch-1 x {seq} "
+        f"forward of {model.cls} "
         f"(sdpa kernels counted with torch's sdpa formulas), scaled linearly to batch {batch}",
         "causal: the attention core (sdpa kernels and the batched matmuls of an attention module) halved"
         if causal else "full S² (what torch's FlopCounterMode counts); --causal halves the attention core",
     ]
+    if real:
+        from ..analytic.measured import real_forward_note
+
+        conventions.append(real_forward_note(real))
     if model.counted.get("experts_implementation") == "batched_mm":
         conventions.append("MoE: experts run by transformers' batched_mm implementation, which multiplies only "
                            "the k experts each token is routed to: the FLOPs are those of the routed experts")

@@ -105,7 +105,8 @@ def _measured_from(est: MemoryEstimate) -> dict[str, str]:
         "weights, gradients, master weights, optimizer states": "the parameters on this GPU x the recipe's and "
                                                                   "optimizer's bytes per parameter",
         "activations": "bytes autograd saved (saved_tensors_hooks, one count per storage, parameters excluded) in "
-                       "transformers' training forward with the loss on fake bf16 tensors, batch 1: "
+                       f"transformers' training forward with the loss on {model.forward_tensors} bf16 tensors, "
+                       "batch 1: "
                        + ", ".join(f"{r['bytes']:,} B at seq {r['seq_len']:,}" for r in runs)
                        + f" (= {per_token:,.0f} B/token + {per_token2:,.2f} B/token²), x micro-batch"
                        + (f", / tp {est.parallel.tp} (sequence parallelism)" if est.parallel.tp > 1 else ""),
@@ -122,6 +123,10 @@ def _measured_notes(est: MemoryEstimate) -> list[str]:
 
     model = est.spec
     assert isinstance(model, MeasuredModel)
+    if model.real_forward:
+        from ..analytic.measured import real_forward_note
+
+        notes.append(real_forward_note(model.real_forward))
     if model.activation_terms()[1] > 0:
         notes.append("the saved bytes grow with s²: the sdpa kernel transformers' attention took on fake CPU tensors "
                      "saved its scores (the CPU flash kernel needs equal query/key and value head dims; a GPU's "
