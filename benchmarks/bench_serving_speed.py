@@ -24,12 +24,20 @@ Baseline: a constant fraction of the roofline per family, fitted leave-one-sourc
 of measured speed / roofline speed over every other source's comparisons of that family, applied to the held-out
 source's roofline.
 
-    python benchmarks/bench_serving_speed.py [--format json] [--rows]
+The workload model (`serve --input-len --output-len`, analytic/serving_speed.py) predicts every row too
+(``predict_workload``): a static batch of B as B requests at once through LLM.generate, a closed loop as its clients,
+offline as every request at once; its error is reported beside the roofline's and the baseline's. Its four fitted
+constants (serving_speed.ENGINE_STEP_SECONDS, LAYER_FLOOR_SECONDS, TP_SYNC_SECONDS, REQUEST_SECONDS) come from
+`--fit`: a grid over the four, the best median |error| over all rows, then the same fit without each source in turn
+and that source's rows predicted (leave-one-source-out; about 2 minutes).
+
+    python benchmarks/bench_serving_speed.py [--format json] [--rows] [--fit]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import statistics
@@ -37,6 +45,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from llmcalc.analytic import serving_speed
 from llmcalc.analytic.inference import plan_inference
 from llmcalc.analytic.quant import weight_format
 from llmcalc.analytic.serving import plan_serving
@@ -152,6 +161,7 @@ def compare(rows: list[dict]) -> tuple[list[dict], list[dict], dict[str, int]]:
             comps.append({"id": row["id"], "source": row["source_key"], "family": fam, "metric": key,
                           "regime": regime(row), "gpu": row["gpu"], "n_gpus": row["n_gpus"], "engine": row["engine"],
                           "measured": meas, "predicted": roof, "error": speed_ratio - 1.0, "row": row})
+    _workload_errors(comps)
     for c in comps:  # measured fraction of the roofline's speed, for the baseline
         c["fraction"] = 1.0 / (1.0 + c["error"])
     for c in comps:
@@ -163,6 +173,63 @@ def compare(rows: list[dict]) -> tuple[list[dict], list[dict], dict[str, int]]:
         else:
             c["baseline_fraction"] = c["baseline_error"] = None
     return comps, bad, skipped_metrics
+
+
+def _workload_errors(comps: list[dict]) -> None:
+    """Each comparison's `workload_error`: the workload model's speed / measured speed - 1 (None: not expressible)."""
+    cache: dict[str, dict[str, float] | None] = {}
+    for c in comps:
+        row = c["row"]
+        if row["id"] not in cache:
+            try:
+                cache[row["id"]] = predict_workload(row)
+            except LlmcalcError:
+                cache[row["id"]] = None
+        pred = cache[row["id"]]
+        value = pred.get(c["metric"]) if pred else None
+        latency = FAMILIES[c["family"]][1]
+        c["workload_error"] = None if not value else (c["measured"] / value if latency else value / c["measured"]) - 1
+
+
+FIT_GRID = {  # serving_speed's fitted constants, seconds
+    "ENGINE_STEP_SECONDS": (0.0, 0.5e-3, 1e-3, 2e-3),
+    "LAYER_FLOOR_SECONDS": (0.0, 10e-6, 20e-6, 40e-6),
+    "TP_SYNC_SECONDS": (0.0, 10e-6, 20e-6, 40e-6, 80e-6),
+    "REQUEST_SECONDS": (0.0, 0.02, 0.04),
+}
+
+
+def fit(comps: list[dict]) -> dict[str, Any]:
+    """The grid fit of FIT_GRID (module docstring): the best point over all rows and leave-one-source-out."""
+    names = list(FIT_GRID)
+    kept = {n: getattr(serving_speed, n) for n in names}
+    errors: dict[tuple[float, ...], list[tuple[str, float]]] = {}
+    try:
+        for point in itertools.product(*FIT_GRID.values()):
+            for n, v in zip(names, point, strict=True):
+                setattr(serving_speed, n, v)
+            _workload_errors(comps)
+            errors[point] = [(c["source"], c["workload_error"]) for c in comps if c["workload_error"] is not None]
+    finally:
+        for n, v in kept.items():
+            setattr(serving_speed, n, v)
+        _workload_errors(comps)
+
+    def med(point: tuple[float, ...], keep: Any) -> float:
+        return statistics.median(abs(e) for s, e in errors[point] if keep(s))
+
+    best = min(errors, key=lambda p: med(p, lambda s: True))
+    held: list[float] = []
+    per_source = {}
+    for source in sorted({c["source"] for c in comps}):
+        point = min(errors, key=lambda p: med(p, lambda s: s != source))  # noqa: B023
+        out = [e for s, e in errors[point] if s == source]
+        held += out
+        per_source[source] = {"fit": dict(zip(names, point, strict=True)), "median_abs_error": statistics.median(
+            abs(e) for e in out), "n": len(out)}
+    return {"best": dict(zip(names, best, strict=True)), "best_median_abs_error": med(best, lambda s: True),
+            "loso_median_abs_error": statistics.median(abs(e) for e in held),
+            "loso_mean_signed_error": statistics.fmean(held), "by_source": per_source}
 
 
 def _stats(cs: list[dict], key: str) -> dict[str, Any]:
@@ -184,7 +251,8 @@ def summary(comps: list[dict]) -> dict[str, Any]:
         groups["gpu"].setdefault(c["gpu"], []).append(c)
         groups["tp"].setdefault(f"tp{c['n_gpus']}", []).append(c)
         groups["engine"].setdefault(c["engine"], []).append(c)
-    return {g: {k: {"llmcalc": _stats(v, "error"), "constant_fraction_loso": _stats(v, "baseline_error")}
+    return {g: {k: {"llmcalc": _stats(v, "error"), "constant_fraction_loso": _stats(v, "baseline_error"),
+                    "workload_model": _stats(v, "workload_error")}
                 for k, v in sorted(d.items())} for g, d in groups.items()}
 
 
@@ -204,15 +272,18 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--format", choices=("table", "json"), default="table")
     ap.add_argument("--rows", action="store_true", help="print every comparison (the table format)")
+    ap.add_argument("--fit", action="store_true", help="fit the workload model's constants, leave-one-source-out")
     args = ap.parse_args(argv)
     data = json.loads(DATA.read_text())
     rows = data["rows"]
     comps, bad, skipped = compare(rows)
     summ = summary(comps)
+    fitted = fit(comps) if args.fit else None
     counts = {"rows": len(rows), "rows_expressed": len(rows) - len(bad), "comparisons": len(comps)}
     if args.format == "json":
-        json.dump({"counts": counts, "summary": summ, "not_expressible": bad, "metrics_not_compared": skipped,
-                   "comparisons": comps}, sys.stdout, indent=1)
+        json.dump({"counts": counts, "summary": summ, "fit": fitted, "not_expressible": bad,
+                   "metrics_not_compared": skipped,
+                   "comparisons": [{k: v for k, v in c.items() if k != "row"} for c in comps]}, sys.stdout, indent=1)
         print()
         return
     w = sys.stdout.write
@@ -220,21 +291,30 @@ def main(argv: list[str] | None = None) -> None:
     w(f"{counts['rows']} rows from {n_sources} sources; {counts['rows_expressed']} expressed, "
       f"{counts['comparisons']} comparisons. error = predicted speed / measured speed - 1 (+ = llmcalc faster).\n\n")
     if args.rows:
-        w(f"{'row':52} {'family':10} {'regime':11} {'measured':>12} {'roofline':>12} {'error':>10} {'baseline':>10}\n")
+        w(f"{'row':50} {'family':10} {'regime':11} {'measured':>10} {'roofline':>9} {'baseline':>9} "
+          f"{'workload':>9}\n")
         for c in comps:
-            w(f"{c['id'][:52]:52} {c['family']:10} {c['regime']:11} {_num(c['measured']):>12} "
-              f"{_num(c['predicted']):>12} {_pct(c['error']):>10} {_pct(c['baseline_error']):>10}\n")
+            w(f"{c['id'][:50]:50} {c['family']:10} {c['regime']:11} {_num(c['measured']):>10} "
+              f"{_pct(c['error']):>9} {_pct(c['baseline_error']):>9} {_pct(c['workload_error']):>9}\n")
         w("\n")
-    w(f"{'group':28} {'n':>4} {'roofline |err| med':>19} {'signed mean':>12} {'const-frac LOSO |err| med':>26} "
-      f"{'signed mean':>12}\n")
+    w("median |error| (mean signed error) of: the roofline infer/serve print; a constant fraction of it fitted leave-"
+      "one-source-out; the workload model\n")
+    w(f"{'group':28} {'n':>4} {'roofline':>20} {'constant fraction':>20} {'workload model':>20}\n")
     for g in ("overall", "family", "regime", "source", "gpu", "tp", "engine"):
         for k, s in summ[g].items():
-            a, b = s["llmcalc"], s["constant_fraction_loso"]
-            if not a["n"]:
+            cells = [s[m] for m in ("llmcalc", "constant_fraction_loso", "workload_model")]
+            if not cells[0]["n"]:
                 continue
-            w(f"{(g + ': ' + k)[:28]:28} {a['n']:>4} {_abs(a['median_abs_error']):>19} "
-              f"{_pct(a['mean_signed_error']):>12} {_abs(b.get('median_abs_error')):>26} "
-              f"{_pct(b.get('mean_signed_error')):>12}\n")
+            text = [f"{_abs(x.get('median_abs_error'))} ({_pct(x.get('mean_signed_error'))})" if x["n"] else ""
+                    for x in cells]
+            w(f"{(g + ': ' + k)[:28]:28} {cells[0]['n']:>4} {text[0]:>20} {text[1]:>20} {text[2]:>20}\n")
+    if fitted:
+        w(f"\nfit over all rows: {fitted['best']} -> median |error| {_abs(fitted['best_median_abs_error'])}\n")
+        w(f"leave-one-source-out: median |error| {_abs(fitted['loso_median_abs_error'])}, mean signed "
+          f"{_pct(fitted['loso_mean_signed_error'])}\n")
+        for source, r in fitted["by_source"].items():
+            w(f"  {source}: {r['n']} comparisons held out, median |error| {_abs(r['median_abs_error'])}; fit without "
+              f"it {r['fit']}\n")
     w(f"\nnot expressible ({len(bad)} rows):\n")
     for b in bad:
         w(f"  {b['id']}: {b['reason']}\n")

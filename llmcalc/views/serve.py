@@ -340,8 +340,9 @@ def _workload_notes(p: Performance) -> list[str]:
         "step time: GEMMs on kernels' smooth roofline (MAMF, row tiles, weight bytes read; MoE: the experts hit), LM "
         "head and sampler, decode attention and tensor-parallel all-reduces from measured tables where the GPU has "
         "them (aiconfigurator's, measured inside vLLM), prefill attention at FlashAttention's measured rate, plus "
-        f"{a['engine_step_seconds'] * 1e3:g} ms per step and {a['layer_floor_seconds'] * 1e6:g} us per layer per step "
-        "(fitted, benchmarks/bench_serving_speed.py)",
+        f"{a['engine_step_seconds'] * 1e3:g} ms per step, {a['layer_floor_seconds'] * 1e6:g} us per layer per step, "
+        f"{a['tp_sync_seconds'] * 1e6:g} us per tensor-parallel all-reduce and {a['request_seconds'] * 1e3:g} ms per "
+        "request outside the engine (fitted to published runs: benchmarks/bench_serving_speed.py --fit)",
         "TTFT, TPOT (latency - TTFT over output_len - 1), ITL and latency as vllm bench serve defines them; "
         "roofline: every sequence's decode step at the mean context on the peak and bandwidth (an upper bound)",
     ]
