@@ -240,8 +240,10 @@ def test_config_nan_is_refused_with_its_key(tmp_path):
     bad("params", str(path), naming="tie_word_embeddings")
 
 
-def test_unknown_activation_is_refused_not_guessed(tmp_path):
-    bad("params", config(tmp_path, hidden_act="tanh"), naming="'tanh'")
+def test_unknown_activation_is_counted_by_transformers_not_guessed(tmp_path):
+    """No formula for a tanh-gated MLP: not guessed as another activation, but counted by transformers, said once."""
+    out = ok("params", config(tmp_path, hidden_act="tanh")).stdout
+    assert "'tanh'" in out and "counted by transformers" in out
 
 
 # --- consistent ----------------------------------------------------------------------------------------

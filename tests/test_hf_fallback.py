@@ -175,7 +175,7 @@ def test_train_uses_the_counted_flops(tmp_path):
 
 @pytest.mark.parametrize("argv", [["profile", "--virtual"],
                                   ["serve", "--gpu", "h100-sxm"],
-                                  ["compare"], ["flops", "--recompute", "selective"]])
+                                  ["flops", "--recompute", "selective"]])
 def test_commands_that_need_a_formula_refuse_in_one_line(tmp_path, argv):
     line = one_line_error(argv[0], write(tmp_path, "codegen"), *argv[1:])
     assert "codegen" in line

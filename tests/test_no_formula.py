@@ -90,8 +90,8 @@ def test_every_command_answers_for_the_latent_moe_and_says_why_once(argv):
 
 
 def test_commands_that_need_the_formula_say_which_part_in_one_line():
-    line = one_line_error("compare", SUPER, "llama-3-8b")
-    assert "moe_latent_size 16: no formula for the latent MoE projection" in line and "`compare`" in line
+    line = one_line_error("profile", SUPER, "--virtual")
+    assert "moe_latent_size 16: no formula for the latent MoE projection" in line and "`profile`" in line
 
 
 def test_the_exception_carries_the_config_for_transformers():

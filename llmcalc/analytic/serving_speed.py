@@ -179,8 +179,8 @@ class StepCost:
                 with contextlib.suppress(kernel_tables.KernelTableError):
                     kv_dtype = "fp8" if self.est.kv_dtype == "fp8" else "bf16"
                     one = self._decode_kernel[key] = kernel_tables.decode_attention_seconds(
-                        self.gpu, key[0], round(key[1]), spec.n_heads // self.tp,
-                        max(1, spec.n_kv_heads // self.tp), spec.d_head, kv_dtype)
+                        self.gpu, key[0], round(key[1]), heads=spec.n_heads // self.tp,
+                        kv_heads=max(1, spec.n_kv_heads // self.tp), head_dim=spec.d_head, kv_dtype=kv_dtype)
             if one is not None:
                 return one * spec.n_attention_layers
         nbytes = kv_tokens * self.est.kv_per_token_per_gpu + sequences * self.est.state_bytes_per_sequence
@@ -226,6 +226,8 @@ class StepCost:
 
     def seconds(self, tokens: float, rows: float, kv_tokens: float, decodes: float, pairs: float,
                 length: float) -> float:
+        """One step of `tokens` scheduled tokens, `rows` of them sampling, `decodes` decoding sequences over
+        `kv_tokens` cached tokens, prefill chunks with `pairs` causal (query, key) pairs of prompts of `length`."""
         return (self.linear_seconds(tokens) + self.head_seconds(rows)
                 + self.decode_attention_seconds(kv_tokens, decodes) + self.prefill_attention_seconds(pairs, length)
                 + self.allreduce_seconds(tokens) + self.overhead_seconds())
@@ -284,112 +286,123 @@ def _stats(samples: list[tuple[float, float]]) -> tuple[float, float, float]:
     return (sum(v * w for v, w in samples) / total, _weighted(samples, 0.5), _weighted(samples, 0.99))
 
 
-def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: int, kv_requests: int,
-             simulated_prompts: int | None = None) -> Simulated:
+def _arrivals(work: Workload, prompts: int) -> list[float]:
+    """vllm bench serve's Poisson arrivals at `request_rate` (seeded: every run alike), or none (all at once)."""
+    if work.request_rate is None:
+        return []
+    rng, t, out = random.Random(0), 0.0, []
+    for _ in range(prompts):
+        out.append(t)
+        t += rng.expovariate(work.request_rate)
+    return out
+
+
+def _schedule_running(running: list[_Group], budget: int, n_in: int) -> tuple[list[_Group], int]:
+    """vLLM V1 schedules the running requests first, in order: a decode token each, or a prefill's next chunk (whole
+    while the token budget lasts, then one partial chunk); returns the scheduled groups and the budget left."""
+    scheduled: list[_Group] = []
+    for g in list(running):
+        if budget <= 0:
+            break
+        need = 1 if g.prefilled >= n_in else n_in - g.prefilled
+        full = budget // need
+        if full >= g.n:
+            g.chunk, budget = need, budget - need * g.n
+            scheduled.append(g)
+            continue
+        if full:
+            part = g.split(full)
+            running.insert(running.index(g), part)
+            part.chunk, budget = need, budget - need * full
+            scheduled.append(part)
+        if budget and need > 1:  # one more request takes a partial chunk
+            part = g.split(1) if g.n > 1 else g
+            if part is not g:
+                running.insert(running.index(g), part)
+            part.chunk, budget = budget, 0
+            scheduled.append(part)
+        break
+    return scheduled, budget
+
+
+def _admit(waiting: list[_Group], running: list[_Group], scheduled: list[_Group], budget: int, limit: int,
+           n_in: int) -> int:
+    """Then the waiting requests, first come first served, each with its first chunk (whole prompts while the budget
+    lasts, then one part), while the running ones are fewer than `limit`; returns how many run now."""
+    admitted = sum(g.n for g in running)
+    while waiting and budget > 0 and admitted < limit:
+        g = waiting[0]
+        take, chunk = min(g.n, limit - admitted), n_in
+        if budget // n_in < take:
+            take, chunk = (budget // n_in, n_in) if budget >= n_in else (1, budget)
+        part = g.split(take) if take < g.n else waiting.pop(0)
+        part.chunk, budget = chunk, budget - chunk * take
+        running.append(part)
+        scheduled.append(part)
+        admitted += take
+    return admitted
+
+
+def _merged(running: list[_Group]) -> list[_Group]:
+    """Neighbouring groups now alike as one (split apart by a budget, they would stay apart otherwise)."""
+    merged: list[_Group] = []
+    for g in running:
+        if merged and (merged[-1].prefilled, merged[-1].generated, merged[-1].first, merged[-1].arrival) == \
+                (g.prefilled, g.generated, g.first, g.arrival):
+            merged[-1].n += g.n
+        else:
+            merged.append(g)
+    return merged
+
+
+def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: int,  # long: one event loop
+             kv_requests: int) -> Simulated:
     """vLLM V1's scheduler over `work` on one replica (module docstring): running requests first (a decode token
     each, or the next chunk of a prefill), then waiting ones first come first served while `max_num_seqs`,
     `token_budget` and `kv_requests` (requests of input_len + output_len tokens the KV cache holds at once) allow.
     Steps that only decode, with nothing to admit, are advanced together up to the next request that finishes (or
-    arrives): their times grow linearly with the contexts, summed in closed form."""
-    n_in, n_out = work.input_len, work.output_len
+    arrives): the mean of their first and last step's time each."""
+    n_in, n_out, prompts = work.input_len, work.output_len, work.num_prompts
     api = REQUEST_SECONDS if work.served else 0.0  # a client sees it, the engine's clock does not
-    prompts = simulated_prompts or work.num_prompts
     limit = min(max_num_seqs, kv_requests, work.max_concurrency or max_num_seqs)
-    if limit < 1:
-        raise LlmcalcError("no request fits")
-    arrivals: list[float] = []
-    if work.request_rate is not None:
-        rng = random.Random(0)  # vllm bench serve's Poisson arrivals, seeded
-        t = 0.0
-        for _ in range(prompts):
-            arrivals.append(t)
-            t += rng.expovariate(work.request_rate)
+    arrivals = _arrivals(work, prompts)
     clients = work.max_concurrency if work.max_concurrency is not None else prompts
-    waiting: list[_Group] = []
-    if work.request_rate is None:
-        waiting.append(_Group(min(clients, prompts), 0.0))
-        sent = min(clients, prompts)
-    else:
-        sent = 0
-    in_flight = sum(g.n for g in waiting)  # sent by a client and not finished (a closed loop caps it)
+    sent = 0 if arrivals else min(clients, prompts)
+    waiting: list[_Group] = [] if arrivals else [_Group(sent, 0.0)]
+    in_flight = sent  # sent by a client and not finished (a closed loop caps it)
     running: list[_Group] = []
     ttft: list[tuple[float, float]] = []
     tpot: list[tuple[float, float]] = []
     itl: list[tuple[float, float]] = []
     e2e: list[tuple[float, float]] = []
-    t, busy_seq_time, steps, done = 0.0, 0.0, 0, 0
-    next_arrival = 0
-
+    t, busy_seq_time, steps, done, next_arrival = 0.0, 0.0, 0, 0, 0
     while done < prompts:
-        while work.request_rate is not None and next_arrival < prompts and arrivals[next_arrival] <= t \
-                and in_flight < clients:
+        while next_arrival < len(arrivals) and arrivals[next_arrival] <= t and in_flight < clients:
             waiting.append(_Group(1, arrivals[next_arrival]))
-            next_arrival += 1
-            in_flight += 1
-        budget = token_budget
-        scheduled: list[_Group] = []
-        # running first: decodes take a token each, prefills their next chunk
-        for g in list(running):
-            if budget <= 0:
-                break
-            need = 1 if g.prefilled >= n_in else n_in - g.prefilled
-            full = budget // need
-            if full >= g.n:
-                g.chunk, budget = need, budget - need * g.n
-                scheduled.append(g)
-                continue
-            if full:
-                part = g.split(full)
-                running.insert(running.index(g), part)
-                part.chunk, budget = need, budget - need * full
-                scheduled.append(part)
-            if budget and need > 1:  # one more request takes a partial chunk
-                part = g.split(1) if g.n > 1 else g
-                if part is not g:
-                    running.insert(running.index(g), part)
-                part.chunk, budget = budget, 0
-                scheduled.append(part)
-            break
-        # then admit waiting requests, each with its first chunk: whole prompts while the budget lasts, then one part
-        admitted = sum(g.n for g in running)
-        while waiting and budget > 0 and admitted < limit:
-            g = waiting[0]
-            take, chunk = min(g.n, limit - admitted), n_in
-            if budget // n_in < take:
-                take, chunk = (budget // n_in, n_in) if budget >= n_in else (1, budget)
-            part = g.split(take) if take < g.n else waiting.pop(0)
-            part.chunk, budget = chunk, budget - chunk * take
-            running.append(part)
-            scheduled.append(part)
-            admitted += take
+            next_arrival, in_flight = next_arrival + 1, in_flight + 1
+        scheduled, budget = _schedule_running(running, token_budget, n_in)
+        admitted = _admit(waiting, running, scheduled, budget, limit=limit, n_in=n_in)
         if not scheduled:  # idle until the next arrival
-            if work.request_rate is not None and next_arrival < prompts:
+            if next_arrival < len(arrivals):
                 t = max(t, arrivals[next_arrival])
                 continue
             raise LlmcalcError("the engine could schedule nothing (a bug: please report)")
         prefilling = [g for g in scheduled if g.prefilled < n_in]
         decoding = [g for g in scheduled if g.prefilled >= n_in]
-        tokens = sum(g.n * g.chunk for g in scheduled)
-        finishing_prefill = sum(g.n for g in prefilling if g.prefilled + g.chunk >= n_in)
         dec = sum(g.n for g in decoding)
         kv = sum(g.n * (n_in + g.generated) for g in decoding)
-        pairs = sum(g.n * (g.chunk * g.prefilled + g.chunk * (g.chunk + 1) / 2) for g in prefilling)
+        base = cost.seconds(tokens=sum(g.n * g.chunk for g in scheduled),
+                            rows=dec + sum(g.n for g in prefilling if g.prefilled + g.chunk >= n_in),
+                            kv_tokens=kv, decodes=dec, length=n_in,
+                            pairs=sum(g.n * (g.chunk * g.prefilled + g.chunk * (g.chunk + 1) / 2) for g in prefilling))
         # steps that only decode and admit nothing: advance to the next finish (or arrival) at once
-        jump = 1
-        if not prefilling and not (waiting and admitted < limit):
-            jump = min(n_out - g.generated for g in decoding)
-        base = cost.seconds(tokens, dec + finishing_prefill, kv, dec, pairs, n_in)
-        if work.request_rate is not None and next_arrival < prompts and jump > 1:
-            gap = arrivals[next_arrival] - t
-            jump = max(1, min(jump, math.ceil(gap / base)))
-        dt = base
-        if jump > 1:  # every step one more cached token per sequence: the mean of the first and last step's time
-            last = base + cost.decode_attention_seconds(kv + dec * (jump - 1), dec) - \
-                cost.decode_attention_seconds(kv, dec)
-            dt = jump * (base + last) / 2
-        t += dt
-        steps += jump
-        busy_seq_time += dt * admitted
+        jump = 1 if prefilling or (waiting and admitted < limit) else min(n_out - g.generated for g in decoding)
+        if next_arrival < len(arrivals) and jump > 1:
+            jump = max(1, min(jump, math.ceil((arrivals[next_arrival] - t) / base)))
+        last = base + cost.decode_attention_seconds(kv + dec * (jump - 1), dec) - cost.decode_attention_seconds(
+            kv, dec) if jump > 1 else base  # every step one more cached token per sequence
+        dt = jump * (base + last) / 2
+        t, steps, busy_seq_time = t + dt, steps + jump, busy_seq_time + dt * admitted
         for g in prefilling:
             g.prefilled += g.chunk
             if g.prefilled >= n_in:
@@ -401,31 +414,17 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
             g.generated += jump
         for g in [g for g in running if g.prefilled >= n_in and g.generated >= n_out]:
             running.remove(g)
-            done += g.n
-            in_flight -= g.n
+            done, in_flight = done + g.n, in_flight - g.n
             e2e.append((t - g.arrival + api, g.n))
-            if n_out > 1:
-                tpot.append(((t - g.first) / (n_out - 1), g.n))
-            if work.request_rate is None and work.max_concurrency is not None and sent < prompts:
+            tpot.append(((t - g.first) / (n_out - 1) if n_out > 1 else 0.0, g.n))
+            if not arrivals and work.max_concurrency is not None and sent < prompts:  # the clients send again
                 more = min(g.n, prompts - sent)
                 waiting.append(_Group(more, t))
-                sent += more
-                in_flight += more
-        # merge groups now alike (admitted apart, they stay apart otherwise)
-        merged: list[_Group] = []
-        for g in running:
-            if merged and (merged[-1].prefilled, merged[-1].generated, merged[-1].first, merged[-1].arrival) == \
-                    (g.prefilled, g.generated, g.first, g.arrival):
-                merged[-1].n += g.n
-            else:
-                merged.append(g)
-        running = merged
-    if not tpot:
-        tpot = [(0.0, 1.0)]
-    if not itl:
-        itl = [(0.0, 1.0)]
-    return Simulated(duration=t, completed=done, ttft=_stats(ttft), tpot=_stats(tpot)[:2], itl=_stats(itl)[:2],
-                     e2e=_stats(e2e)[:2], mean_running=busy_seq_time / t if t else 0.0, output_tokens=done * n_out,
+                sent, in_flight = sent + more, in_flight + more
+        running = _merged(running)
+    return Simulated(duration=t, completed=done, ttft=_stats(ttft), tpot=_stats(tpot)[:2],
+                     itl=_stats(itl or [(0.0, 1.0)])[:2], e2e=_stats(e2e)[:2],
+                     mean_running=busy_seq_time / t if t else 0.0, output_tokens=done * n_out,
                      input_tokens=done * n_in, steps=steps)
 
 

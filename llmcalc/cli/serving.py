@@ -74,12 +74,12 @@ def serve(ctx: click.Context, model: str, gpu: str, weight_dtype: str | None, kv
     targets = {k: vllm.pop(k) for k in ("concurrency", "ttft", "tokens_per_second")}
     work = {k: vllm.pop(k) for k in WORKLOAD}
     if work["input_len"] is not None or work["output_len"] is not None:
-        return _workload(ctx, spec, device, n_gpus, fmt, dtypes, vllm, work)
+        return _workload(ctx, spec, device, n_gpus, fmt=fmt, dtypes=dtypes, vllm=vllm, work=work)
     refuse_unused(ctx, WORKLOAD[2:], "without --input-len and --output-len (the workload they describe)")
     if targets["concurrency"] is None:
         refuse_unused(ctx, ("ttft", "tokens_per_second"), "without --concurrency (the targets of its search)")
     if not _is_formula(spec, targets["concurrency"] and "--concurrency"):
-        return _measured(spec, device, n_gpus, fmt, dtypes, vllm)
+        return _measured(spec, device, n_gpus, fmt=fmt, dtypes=dtypes, vllm=vllm)
     if targets["concurrency"] is None:
         est = plan_serving(spec, device, n_gpus, **dtypes, **vllm)
         return emit(document(est), fmt, est.warnings)
