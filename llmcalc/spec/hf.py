@@ -128,6 +128,7 @@ def _marian(hf: dict, kw: dict) -> None:
         "share_encoder_decoder_embeddings", True
     ):
         raise SpecError("separate encoder and decoder vocabularies are not supported; share the embeddings")
+    kw["lm_head_bias"] = True  # MarianMTModel.final_logits_bias (1, V): a persistent buffer the checkpoint stores
 
 
 
@@ -169,7 +170,7 @@ FAMILIES: dict[str, Family] = {
         {}, {"tie_word_embeddings": False, "first_k_dense_replace": 0, "n_shared_experts": 2}, _deepseek,
     ),
     "deepseek_v3": Family(
-        "models/deepseek_v3/modeling_deepseek_v3.py: MLA + MoE; e_score_correction_bias is a buffer",
+        "models/deepseek_v3/modeling_deepseek_v3.py: MLA + MoE; e_score_correction_bias a stored buffer",
         {}, {"tie_word_embeddings": False, "first_k_dense_replace": 3, "n_shared_experts": 1}, _deepseek,
     ),
     "bert": Family(
@@ -663,7 +664,7 @@ def _glm4v_moe_text(hf: dict, kw: dict) -> None:
 def _minimax_m2(hf: dict, kw: dict) -> None:
     # MiniMaxM2Attention: q_norm = RMSNorm(H·d_head), k_norm = RMSNorm(KV·d_head), always built (use_qk_norm is
     # not read); every layer MoE with experts of intermediate_size, no shared expert (shared_intermediate_size
-    # is not read); the router's e_score_correction_bias is a buffer.
+    # is not read); the router's e_score_correction_bias is a stored buffer (SCORE_BIAS_STORED).
     _olmoe(hf, kw)
 
 
@@ -918,6 +919,17 @@ def spec_from_hf(hf: dict, name: str = "custom") -> ModelSpec:
         raise
 
 
+# Families whose router holds a per-expert score-correction bias (E) that the checkpoint stores, a persistent buffer
+# in transformers (nn.Buffer: in the state_dict, so save_pretrained writes it): modeling_deepseek_v3.py,
+# modeling_deepseek_v32.py, modeling_glm_moe_dsa.py, modeling_glm4_moe.py, modeling_glm4_moe_lite.py,
+# modeling_glm4v_moe.py, modeling_kimi_linear.py, modeling_minimax_m2.py (on the MoE block), modeling_nemotron_h.py
+# (e_score_correction_bias, every MoE layer), modeling_deepseek_v4.py (its "moe" layers; its first "hash_moe" layers
+# keep a token-id table tid2eid, vocab x top-k, instead: not counted yet); ERNIE-4.5 (a frozen parameter) sets it
+# in its own derive step.
+SCORE_BIAS_STORED = frozenset({"deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa", "glm4_moe", "glm4_moe_lite",
+                               "glm4v_moe_text", "kimi_linear", "minimax_m2", "nemotron_h", "deepseek_v4"})
+
+
 def draft_from_hf(hf: dict, name: str = "custom") -> SpecDraft:  # long: HF key mapping, read against config.json
     """A SpecDraft from a Hugging Face config.json dict (unchanged, as published)."""
     check_config_values(hf)
@@ -995,6 +1007,8 @@ def draft_from_hf(hf: dict, name: str = "custom") -> SpecDraft:  # long: HF key 
     kw.update(family.implicit)
     if family.derive is not None:
         family.derive(merged, kw)
+    if model_type in SCORE_BIAS_STORED and kw.get("n_experts"):
+        kw["router_score_bias"] = True
     # Explicit llmcalc keys in the file win over everything (how an unknown model_type is described).
     # HF's own `layer_types` (Gemma 3 / gpt-oss "sliding_attention", LFM2 "conv", Qwen3-Next
     # "linear_attention") means something else: a known family translates it in its derive step.
