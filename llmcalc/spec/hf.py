@@ -825,9 +825,13 @@ OUTER_TIE = {"gemma3": True, "llama4": False, "gemma4": True, "mistral3": True, 
 
 
 def _outer_tie(model_type: str | None, outer: dict, text: dict) -> tuple[bool | None, str | None]:
-    """(tie_word_embeddings of a multimodal checkpoint, a note when it comes from the outer class default): the outer
-    config's own value, else its class default (OUTER_TIE); Glm4vMoeConfig.__post_init__ also ties when text_config
-    says so (its backward-compatibility rule). None: a wrapper llmcalc does not know, text_config decides."""
+    """(tie_word_embeddings of a multimodal checkpoint, a note where the outer class default is overruled): the outer
+    config's own value; else, where the outer config says nothing, the text config's (its own key, else its class
+    default), which is what the checkpoint ships: Mistral-Small-3.1 (mistral3, no tie key anywhere) stores a separate
+    lm_head.weight, and transformers 5.25's from_pretrained, finding both tensors in the checkpoint with different
+    values, does not tie them (modeling_utils.py tie_weights) whatever Mistral3Config's default (true) says; else
+    the outer class default (OUTER_TIE). Glm4vMoeConfig.__post_init__ also ties when text_config says so (its
+    backward-compatibility rule). None: a wrapper llmcalc does not know, text_config decides."""
     given = outer.get("tie_word_embeddings")
     if model_type == "glm4v_moe" and not given and text.get("tie_word_embeddings"):
         return True, None
@@ -838,12 +842,14 @@ def _outer_tie(model_type: str | None, outer: dict, text: dict) -> tuple[bool | 
         return None, None
     family = FAMILIES.get(text.get("model_type") or "")
     text_tie = text.get("tie_word_embeddings", family.defaults.get("tie_word_embeddings") if family else None)
-    note = None
-    if default and text_tie is False:
-        note = (f"tie_word_embeddings is absent from the top level: transformers' {model_type} class then ties the LM "
-                f"head to the embeddings (its class default; text_config's untied value is not read), as counted "
-                f"here; a checkpoint that ships a separate lm_head has V·D more weights than transformers loads")
-    return default, note
+    if text_tie is None or bool(text_tie) == default:
+        return default, None
+    whose = "text_config's" if "tie_word_embeddings" in text else f"the text model's ({text.get('model_type')}) default"
+    return bool(text_tie), (
+        f"tie_word_embeddings is absent from the top level: {whose} {str(bool(text_tie)).lower()} is counted, as the "
+        f"checkpoint ships it ({'one shared table' if text_tie else 'a separate lm_head'}), not transformers' "
+        f"{model_type} class default ({str(default).lower()}), which from_pretrained overrules when the checkpoint "
+        f"says otherwise")
 
 
 def _first(hf: dict, keys: tuple[str, ...]) -> Any:
