@@ -396,6 +396,22 @@ def _config_top_k(model) -> int | None:
     return k if k and k > 0 else None
 
 
+def _listed_expert(moe: dict, keys: list[str], first: str, tensor: tuple, top_k: int | None) -> None:
+    """One tensor of experts held unfused into `moe`: E experts (the list's length) of the first expert's widths, its
+    colwise linears' rows (gate + up) and its rowwise one's columns (down); the router's top-k is the config's (a
+    list of MLPs is called per expert, never with a top_k_index)."""
+    from ..analytic.measured import COLWISE, ROWWISE
+
+    module, p, style = tensor
+    moe["n_experts"], moe["top_k"] = len(keys), moe["top_k"] or top_k
+    if p.dim() == 2 and module.startswith(first) and style in COLWISE + ROWWISE:
+        moe["styles"].append(style)
+        if style in COLWISE:
+            moe["up_width"] += int(p.shape[0])
+        else:
+            moe["inner"] = int(p.shape[1])
+
+
 def _ffn(model, routed: dict[str, set[int]]) -> list[dict]:
     """Per decoder layer (the first index in a parameter's name): `dense_width`, the output rows of the colwise
     and the input columns of the rowwise 2-D weights outside the token mixers (a mixer's module has an int
@@ -431,16 +447,8 @@ def _ffn(model, routed: dict[str, set[int]]) -> list[dict]:
             moe["experts_module"] = LAYER_INDEX.sub(".*", holder)
             ks = routed.get(holder, set())
             moe["top_k"] = next(iter(ks)) if len(ks) == 1 else moe["top_k"]
-            if holder in lists:  # unfused: E experts (the list's length) of the first expert's widths; the router's
-                # top-k is the config's (a list of MLPs is called per expert, never with a top_k_index)
-                moe["n_experts"], moe["top_k"] = len(lists[holder]), moe["top_k"] or top_k
-                first = f"{holder}.{lists[holder][0]}."
-                if p.dim() == 2 and module.startswith(first) and style in COLWISE + ROWWISE:
-                    moe["styles"].append(style)
-                    if style in COLWISE:
-                        moe["up_width"] += int(p.shape[0])
-                    else:
-                        moe["inner"] = int(p.shape[1])
+            if holder in lists:
+                _listed_expert(moe, lists[holder], f"{holder}.{lists[holder][0]}.", (module, p, style), top_k)
                 continue
             if p.dim() == 3:  # a fused [E, out, in] (or [E, in, out]) experts tensor
                 width = int(p.shape[-2] if p.shape[-1] == hidden else p.shape[-1])
