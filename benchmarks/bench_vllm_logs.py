@@ -39,6 +39,8 @@ CHECKPOINTS = [
     ("qwen3-8b", 16_381_470_720, "Qwen3-8B index (an index-parse unit test)"),
     ("gpt-oss-20b", 13_761_264_768, "openai/gpt-oss-20b index (mxfp4 experts)"),
     ("gpt-oss-120b", 65_248_815_744, "openai/gpt-oss-120b index (mxfp4 experts)"),
+    ("minimax-m2.7", 230_121_630_720, "MiniMaxAI/MiniMax-M2.7's tensors as a stored model-info report lists them "
+     "(fp8 block experts and attention, fp32 routers; presets/minimax-m2.7.json _source): 214.32 GiB"),
     ("deepseek-v3", 688_586_727_753, "deepseek-ai/DeepSeek-V3 weight files incl. headers (fp8 block, MTP layer)"),
 ]
 

@@ -72,26 +72,37 @@ def build_hf(config: dict):
 
 
 def language_params(model):
-    """(name, parameter) of the language model and its head: a multimodal class's vision tower, projector and
-    audio tower left out (as llmcalc counts text_config); every parameter of a text model."""
-    return [(n, p) for n, p in model.named_parameters() if not VISION.search(n)]
+    """(name, tensor) of the language model and its head as a checkpoint stores them (``stored_state``): a multimodal
+    class's vision tower, projector and audio tower left out (as llmcalc counts text_config)."""
+    return [(n, t) for n, t in stored_state(model).items() if not VISION.search(n)]
 
 
-def trainable(model) -> int:
-    """sum(p.numel()) over the model's parameters, what transformers' num_parameters() counts (ERNIE-4.5's frozen
-    e_score_correction_bias included), but for a fixed table stored as a frozen parameter (Marian's sinusoidal
-    positions) and a multimodal class's vision tower."""
-    return sum(p.numel() for n, p in language_params(model) if p.requires_grad or "embed_positions" not in n)
+def stored_state(model) -> dict:
+    """The tensors transformers' save_pretrained writes of `model` (modeling_utils.py): its state_dict (every
+    parameter, frozen ones too, and every persistent buffer: DeepSeek-V3's e_score_correction_bias), less the class's
+    _keys_to_ignore_on_save (Marian's sinusoidal tables), less tied copies (remove_tied_weights_from_state_dict)."""
+    from transformers.modeling_utils import remove_tied_weights_from_state_dict
+
+    state = model.state_dict()
+    for key in getattr(model, "_keys_to_ignore_on_save", None) or ():
+        state.pop(key, None)
+    return remove_tied_weights_from_state_dict(state, model)
+
+
+def stored_count(model) -> int:
+    """sum(t.numel()) over what a checkpoint of the model stores (``stored_state``: parameters, frozen ones included,
+    and persistent buffers), the language model's only (a multimodal class's vision tower left out)."""
+    return sum(t.numel() for _, t in language_params(model))
 
 
 @cache
 def _count_json(config_json: str) -> tuple[int, tuple]:
     model = build_hf(json.loads(config_json))
-    return trainable(model), tuple(sorted(hf_groups(model).items()))
+    return stored_count(model), tuple(sorted(hf_groups(model).items()))
 
 
 def hf_count(config: dict) -> tuple[int, dict[str, int]]:
-    """(trainable parameter count, counts per group) of the transformers model for `config`; cached."""
+    """(stored parameter count, counts per group) of the transformers model for `config`; cached."""
     total, groups = _count_json(json.dumps(config, sort_keys=True))
     return total, dict(groups)
 
@@ -116,7 +127,8 @@ _GROUP_RULES = [
     ("per_layer", re.compile(r"\.per_layer_(input_gate|projection)\.")),
     ("embedding", re.compile(r"per_layer_model_projection")),
     ("norm", re.compile(r"norm|ln_|\bln\b", re.I)),
-    ("head", re.compile(r"lm_head|embed_out|pooler")),
+    ("head", re.compile(r"lm_head|embed_out|pooler|final_logits_bias")),
+    ("norm", re.compile(r"\.layer_scalar$")),  # Gemma 4's per-layer output scalar (a stored buffer)
     ("embedding", re.compile(r"embed|wte|wpe|(^|\.)shared\.|word_embeddings|position_embeddings|token_type")),
     ("attention", re.compile(r"attn|attention|query_key_value", re.I)),
     ("mlp", re.compile(r"mlp|DenseReluDense|intermediate|output\.dense|fc1|fc2|experts|\.ffn\.|feed_forward|"
@@ -127,8 +139,6 @@ _GROUP_RULES = [
 def hf_groups(model) -> dict[str, int]:
     out: dict[str, int] = {}
     for name, p in language_params(model):
-        if not p.requires_grad and "embed_positions" in name:
-            continue
         name = re.sub(r"^model\.language_model\.", "model.", name)
         for group, pattern in _GROUP_RULES:
             if pattern.search(name):

@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from clirun import one_line_error, run  # noqa: E402
+from reference import stored_state  # noqa: E402
 
 from llmcalc.fallback import FallbackModel, load_counted  # noqa: E402
 from llmcalc.profiling.hf_fallback import classify  # noqa: E402
@@ -64,7 +65,8 @@ def test_params_equal_the_transformers_model_built_on_meta(tmp_path, model_type)
     model = hf_model(model_type)
     data = json_out("params", write(tmp_path, model_type))
     assert data["method"] == "transformers" and data["transformers_class"] == type(model).__name__
-    assert data["total"] == sum(p.numel() for p in model.parameters())
+    # what save_pretrained writes: parameters and persistent buffers (MiniMax-Text-01's decay tables), tied once
+    assert data["total"] == sum(t.numel() for t in stored_state(model).values())
     assert sum(data["components"].values()) == data["total"]
     embed = model.get_input_embeddings().weight.numel()
     assert data["components"]["embedding/tokens"] == embed
@@ -80,7 +82,7 @@ def test_tied_head_is_counted_once(tmp_path):
     tied = json_out("params", write(tmp_path, "codegen", tie_word_embeddings=True))
     # CodeGen's lm_head has a bias of V: only the V x D weight is shared when tied
     assert untied["total"] - tied["total"] == 1000 * 64
-    assert tied["total"] == sum(p.numel() for p in hf_model("codegen", tie_word_embeddings=True).parameters())
+    assert tied["total"] == sum(t.numel() for t in stored_state(hf_model("codegen", tie_word_embeddings=True)).values())
 
 
 def test_components_by_hand_for_codegen(tmp_path):
@@ -307,7 +309,7 @@ def test_encoder_decoder_is_built_as_seq2seq_with_stacks_apart(tmp_path):
         meta = transformers.AutoModelForSeq2SeqLM.from_config(config)
     data = json_out("params", path)
     assert data["transformers_class"] == "BartForConditionalGeneration"
-    assert data["total"] == sum(p.numel() for p in meta.parameters())
+    assert data["total"] == sum(t.numel() for t in stored_state(meta).values())
     assert data["groups"]["decoder.cross_attention"] == 2 * (4 * 64 * 64 + 4 * 64)
     assert data["components"]["embedding/tokens"] == 1000 * 64  # the shared table, whatever its module name
     real = transformers.AutoModelForSeq2SeqLM.from_config(config, attn_implementation="eager").eval()
@@ -355,7 +357,8 @@ def test_a_model_that_converts_modules_in_init_is_built_on_meta_then_faked():
                   mlp_layer_types=["moe", "moe"], pad_token_id=0, bos_token_id=1, eos_token_id=2)
     counted = fallback_count(config, seq_len=24)
     spec = spec_from_hf(config)
-    assert sum(counted["components"].values()) + counted["frozen"] == count_params(spec).total
+    # every stored tensor, the routers' e_score_correction_bias buffers too (4 a layer, counted by both)
+    assert sum(counted["components"].values()) == count_params(spec).total
     assert counted["flops"]["forward"] == sum(forward_ops(spec, 1, 24).values())
 
 
@@ -433,7 +436,7 @@ def test_a_text_encoder_of_a_contrastive_model_gets_no_lm_head(tmp_path):
         model = transformers.CLIPTextModel(transformers.CLIPTextConfig(**config))
     data = json_out("params", path)
     assert data["transformers_class"] == "CLIPTextModel"
-    assert data["total"] == sum(p.numel() for p in model.parameters())
+    assert data["total"] == sum(t.numel() for t in stored_state(model).values())
     assert json_out("flops", path, "--seq-len", 16)["forward_flops"] > 0
 
 
@@ -446,7 +449,7 @@ def _built_with_text_config_key(monkeypatch, model_type, config):
     assert isinstance(hf_config.text_config, dict)  # kept as a plain attribute: no sub-config reads it
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(hf_config)
-    return sum(p.numel() for p in model.parameters())
+    return sum(t.numel() for t in stored_state(model).values())
 
 
 TOP = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, vocab_size=1000)
@@ -474,3 +477,62 @@ def test_a_vision_config_key_of_a_formula_family_is_not_a_multimodal_wrapper(tmp
     plain = tmp_path / "plain.json"
     plain.write_text(json.dumps({"model_type": "llama", **TOP}))
     assert json_out("params", path)["total"] == json_out("params", plain)["total"]
+
+
+# Tiny configs of families whose router keeps a per-expert bias that the checkpoint stores: Laguna's
+# e_score_correction_bias and AFMoE's (Arcee Trinity) expert_bias are parameters with requires_grad=False, MiniMax-M2's
+# e_score_correction_bias a persistent buffer (minimax_m2 has a formula; forced through transformers here).
+ROUTER_BIAS = {
+    "laguna": dict(num_hidden_layers=3, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                   intermediate_size=128, moe_intermediate_size=32, shared_expert_intermediate_size=32, num_experts=8,
+                   num_experts_per_tok=2, vocab_size=1000, mlp_layer_types=["dense", "sparse", "sparse"],
+                   layer_types=["full_attention"] * 3, num_attention_heads_per_layer=[4, 4, 4]),
+    "afmoe": dict(num_hidden_layers=3, num_dense_layers=1, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                  head_dim=16, intermediate_size=128, moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2,
+                  num_shared_experts=1, vocab_size=1000, global_attn_every_n_layers=3, sliding_window=16),
+    "minimax_m2": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                       intermediate_size=32, num_local_experts=8, num_experts_per_tok=2, vocab_size=1000, rotary_dim=8),
+}
+
+
+def saved_checkpoint(tmp_path, model_type) -> dict[str, int]:
+    """{tensor name: elements} of the checkpoint transformers' save_pretrained writes of the tiny model (built on
+    the CPU, saved as safetensors, read back with safetensors' own reader)."""
+    from safetensors import safe_open
+
+    config = transformers.AutoConfig.for_model(model_type, **ROUTER_BIAS[model_type])
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / model_type)
+    out = {}
+    for path in sorted((tmp_path / model_type).glob("*.safetensors")):
+        with safe_open(str(path), "pt") as f:
+            for name in f.keys():  # noqa: SIM118 (safe_open is no mapping)
+                out[name] = f.get_slice(name).get_shape()
+    return {name: int(torch.Size(shape).numel()) for name, shape in out.items()}
+
+
+@pytest.mark.parametrize("model_type", sorted(ROUTER_BIAS))
+def test_params_count_every_tensor_the_checkpoint_stores(tmp_path, monkeypatch, model_type):
+    """Issue 39: the fallback dropped router biases that transformers keeps frozen (requires_grad=False) or as a
+    buffer, which the checkpoint stores (Laguna XS 9,984 short, Trinity 6,912). `params` counts what save_pretrained
+    writes: the router biases in moe/router, and a checkpoint's total to the element."""
+    monkeypatch.setenv("LLMCALC_FORCE_TRANSFORMERS", "1")
+    stored = saved_checkpoint(tmp_path, model_type)
+    data = json_out("params", write(tmp_path, model_type, **ROUTER_BIAS[model_type]))
+    assert data["method"] == "transformers"
+    assert data["total"] == sum(stored.values())
+    biases = sum(n for name, n in stored.items() if name.endswith(("e_score_correction_bias", "expert_bias")))  # 2 MoE
+    assert biases == 2 * 8  # one E-vector per MoE layer
+    assert data["frozen"] == biases  # stored, not trained
+    # filed with the router (its weight and its bias), wherever the family keeps the bias (the checkpoint's names:
+    # Laguna's under mlp.experts, MiniMax-M2's under block_sparse_moe)
+    bias = ("e_score_correction_bias", "expert_bias")
+    router = sum(n for name, n in stored.items() if ".router." in name or ".gate." in name or name.endswith(bias))
+    assert data["components"]["moe/router"] == router
+
+
+def test_formula_and_fallback_count_the_same_stored_router_bias(tmp_path, monkeypatch):
+    """MiniMax-M2 has a formula: it counts the e_score_correction_bias buffer as the fallback and the checkpoint do."""
+    stored = saved_checkpoint(tmp_path, "minimax_m2")
+    data = json_out("params", write(tmp_path, "minimax_m2", **ROUTER_BIAS["minimax_m2"]))
+    assert data["method"] == "analytic" and data["total"] == sum(stored.values())
+    assert data["components"]["moe/router"] == 2 * (64 * 8 + 8)

@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from clirun import cli_json, one_line_error  # noqa: E402
+from clirun import cli_json, one_line_error, run  # noqa: E402
 from tinyhf import CONFIGS, GEMMA3, LLAMA, QWEN3_MOE, QWEN3_NEXT, both_paths, write_config  # noqa: E402
 
 from llmcalc.analytic.inference import kv_layers  # noqa: E402
@@ -440,3 +440,64 @@ def test_tp_warns_of_matrices_outside_the_plan(tmp_path, monkeypatch):
     assert measured_inference(measured, gpu, 1, 128, 16, n_gpus=1, **args).warnings == []
     (line,) = measured_inference(measured, gpu, 1, 128, 16, n_gpus=2, **args).warnings
     assert line.startswith("--n-gpus 2: model.layers.*.self_attn.q_a_proj.weight") and "mlp.gate" not in line
+
+
+class _ListedExperts(torch.nn.Module):
+    """Mixtral's MoE block with its experts unfused, as older and remote modelling code holds them: the same router,
+    and an nn.ModuleList of E gated MLPs (w1 gate, w3 up, w2 down: Linear, bias-free), run densely and mixed by the
+    router's top-k weights (no data-dependent shapes, so fake tensors can follow it)."""
+
+    def __init__(self, block, config):
+        super().__init__()
+        self.gate = block.gate
+        D, F = config.hidden_size, config.intermediate_size
+        self.experts = torch.nn.ModuleList(torch.nn.ModuleDict({
+            "w1": torch.nn.Linear(D, F, bias=False), "w3": torch.nn.Linear(D, F, bias=False),
+            "w2": torch.nn.Linear(F, D, bias=False)}) for _ in range(config.num_local_experts))
+
+    def forward(self, hidden_states):
+        shape = hidden_states.shape
+        flat = hidden_states.reshape(-1, shape[-1])
+        _, weights, index = self.gate(flat)
+        mix = torch.zeros(flat.shape[0], len(self.experts), dtype=flat.dtype).scatter(1, index, weights.to(flat.dtype))
+        out = sum(e["w2"](torch.nn.functional.silu(e["w1"](flat)) * e["w3"](flat)) * mix[:, i:i + 1]
+                  for i, e in enumerate(self.experts))
+        return out.reshape(shape)
+
+
+def test_serve_measures_unfused_experts_as_vllm_fuses_them(tmp_path, monkeypatch):
+    """Issue 39: `serve` refused experts held as a list of MLPs ("not fused [E, out, in] tensors"). vLLM fuses them
+    when it loads them (FusedMoE's w13 / w2), so they are measured as E experts of the first expert's widths (gate +
+    up = 2I, I), the top-k the config gives the router, split over tensor-parallel ranks as fused ones: Mixtral with
+    its experts unfused serves with the figures of Mixtral as transformers fuses it."""
+    import llmcalc.profiling.hf_fallback as hf_fallback
+
+    config = {"model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "intermediate_size": 32, "vocab_size": 1000, "num_local_experts": 4,
+              "num_experts_per_tok": 2, "max_position_embeddings": 4096}
+    path = tmp_path / "mixtral.json"
+    path.write_text(json.dumps(config))
+    monkeypatch.setenv("LLMCALC_FORCE_TRANSFORMERS", "1")
+    argv = ("serve", path, "--gpu", "h100-sxm", "--max-model-len", "1k", "--n-gpus", "2", "--format", "json")
+    monkeypatch.setenv("LLMCALC_CACHE_DIR", str(tmp_path / "fused"))
+    fused = json.loads(run(*argv).stdout)
+    build = hf_fallback._build
+
+    def unfused(hf_config):
+        model = build(hf_config)
+        for layer in model.model.layers:
+            layer.mlp = _ListedExperts(layer.mlp, hf_config)
+        assert not any(p.dim() == 3 for p in model.parameters())
+        return model
+
+    monkeypatch.setattr(hf_fallback, "_build", unfused)
+    monkeypatch.setenv("LLMCALC_CACHE_DIR", str(tmp_path / "unfused"))
+    result = run(*argv)
+    assert result.exit_code == 0, result.output
+    listed = json.loads(result.stdout)
+    # every memory figure alike; the throughput roofline reads the decode step's FLOPs, and this stand-in block runs
+    # every expert densely (the fused one only the routed k)
+    diff = {k for k in fused if fused[k] != listed.get(k)}
+    # (measured_from names how many parameter tensors the class holds: 12 fused, one set per expert unfused)
+    assert diff <= {"throughput", "measured_from"}, diff
+    assert listed["max_concurrent_sequences"] == fused["max_concurrent_sequences"] > 0

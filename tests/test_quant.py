@@ -8,7 +8,7 @@ import pytest
 import torch
 from clirun import run  # noqa: E402
 
-from llmcalc.analytic.quant import checkpoint_bytes, modules, parse_quantization, weight_format
+from llmcalc.analytic.quant import Module, checkpoint_bytes, modules, parse_quantization, weight_format
 from llmcalc.errors import LlmcalcError
 from llmcalc.spec import load_model
 from llmcalc.spec.hf import spec_from_hf
@@ -320,3 +320,46 @@ def test_qlora_of_a_bitsandbytes_checkpoint_reads_the_block_as_checked(tmp_path)
     assert shipped.exit_code == null.exit_code == 0, null.output
     assert "frozen block linears in nf4" in shipped.stdout
     assert "frozen block linears in fp4" in null.stdout and "None" not in null.stdout
+
+
+def test_minimax_m2_checkpoint_keeps_its_experts_in_fp8():
+    """Issue 39: MiniMax-M2.7's quantization_config skips "gate", its router (block_sparse_moe.gate); read as a
+    substring it also left every expert's gate_proj and the experts beside it at bf16 (284 GiB, no KV cache left on
+    2 x H200). Its checkpoint, as a stored model-info report lists it tensor by tensor (presets/minimax-m2.7.json's
+    _source; 228,703,644,928 elements, 214.32 GiB): experts and attention fp8 with fp32 128x128 block scales,
+    embeddings, head and norms bf16, the routers fp32 and the e_score_correction_bias fp32."""
+    L, E, D, F, V = 62, 256, 3072, 1536, 200064
+    listed = (2 * V * D * 2 + L * E * 4 + 3 * L * E * F * D + 3 * L * E * (12 * 24) * 4 + L * E * D * 4
+              + L * (2 * D + 1024 + 6144) * 2 + D * 2 + L * (2 * 1024 * D + 2 * 6144 * D)
+              + L * (2 * 8 * 24 + 2 * 48 * 24) * 4)
+    assert listed == 230_121_630_720
+    spec = load_model("minimax-m2.7")
+    expert = next(m for m in modules(spec) if m.kind == "expert")
+    assert parse_quantization(spec.quantization_config).quantizes(expert)
+    router = next(m for m in modules(spec) if m.kind == "router")
+    assert not parse_quantization(spec.quantization_config).quantizes(router)
+    # llmcalc stores the routers at the checkpoint's bf16, where this one keeps them fp32: L·E·D·2 bytes short
+    assert checkpoint_bytes(spec) == listed - L * E * D * 2 - L * E * 2
+    assert checkpoint_bytes(spec) == pytest.approx(listed, rel=5e-4)
+
+
+@pytest.mark.parametrize("entry, name, skipped", [
+    ("gate", "model.layers.0.block_sparse_moe.gate", True),
+    ("gate", "model.layers.0.block_sparse_moe.experts.gate_proj", False),
+    ("gate", "model.layers.0.mlp.gate_proj", False),
+    ("self_attn", "model.layers.3.self_attn.q_proj", True),
+    ("model.layers.1", "model.layers.11.self_attn.q_proj", False),
+    ("model.layers.1", "model.layers.1.mlp.down_proj", True),
+    ("lm_head", "lm_head", True),
+])
+def test_a_skip_entry_matches_whole_module_names(entry, name, skipped):
+    """A skip entry names modules by whole dotted parts, as transformers 5.25's should_convert_module reads it
+    ("mlp.gate" does not skip "mlp.gate_proj"; "layer.1" does not skip "layer.11")."""
+    from transformers.quantizers.quantizers_utils import should_convert_module
+
+    quant = parse_quantization({"quant_method": "fp8", "weight_block_size": [128, 128],
+                                "modules_to_not_convert": [entry]})
+    module = Module(name, "x", 128, 128)
+    assert (not quant.quantizes(module)) == skipped
+    if not entry.startswith("self_attn"):  # transformers matches a prefix or a suffix; a middle part is vLLM's reading
+        assert should_convert_module(name, [entry]) != skipped

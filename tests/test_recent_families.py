@@ -198,6 +198,10 @@ def hf_part(name: str, spec) -> str:  # long: one rule per module kind of the ne
     leaf = rest[-2] if rest[-1] in ("weight", "bias") else rest[-1]
     if len(rest) <= 2 and _NORMS.match(rest[0]):
         return "norm/layers"
+    if rest == ["layer_scalar"]:  # Gemma 4's stored per-layer output scalar
+        return "norm/layer_scalar"
+    if rest[-1] == "e_score_correction_bias" and ffn == "moe":  # the router's stored bias (MiniMax-M2: on the block)
+        return "moe/router"
     if rest[0] in ("attn_hc", "ffn_hc"):
         return "hyper_connections/" + ("attention" if rest[0] == "attn_hc" else "ffn")
     if rest[0] in ("per_layer_input_gate", "per_layer_projection"):
@@ -230,6 +234,10 @@ def hf_components(config: dict, spec) -> dict[str, int]:
     out: dict[str, int] = {}
     for name, p in language_params(build_hf(config)):
         key = hf_part(name, spec)
+        if name.endswith(".tid2eid"):  # DeepSeek-V4's hash-routed layer: a token-id table where the other layers
+            # keep an e_score_correction_bias (E), which llmcalc counts in every layer: a known gap
+            out[key] = out.get(key, 0) + spec.n_experts
+            continue
         out[key] = out.get(key, 0) + p.numel()
     return out
 

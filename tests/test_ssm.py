@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from reference import build_hf, language_params, trainable
+from reference import build_hf, language_params, stored_count
 
 from llmcalc.analytic.flops import forward_ops
 from llmcalc.analytic.params import count_params
@@ -88,6 +88,8 @@ def hf_component(name: str, spec) -> str:
         return "attention/bias" if rest[-1] == "bias" else f"attention/{leaf}"
     if ffn == "moe" and any(p.startswith("shared_expert") for p in rest):  # Qwen3-Next's gated shared expert
         return "moe/shared_experts"
+    if leaf == "e_score_correction_bias" and ffn == "moe":  # the router's stored bias buffer
+        return "moe/router"
     if "experts" in rest:
         return "moe/experts"
     if leaf in ("router", "gate") and ffn == "moe":
@@ -105,7 +107,7 @@ def hf_components(config: dict) -> tuple[int, dict[str, int]]:
     for name, p in language_params(model):  # a multimodal checkpoint (Qwen3.5): its language model and head
         key = hf_component(name.replace("model.language_model.", "model."), spec)
         out[key] = out.get(key, 0) + p.numel()
-    return trainable(model), out
+    return stored_count(model), out
 
 
 def check_params(config: dict) -> None:
@@ -419,7 +421,8 @@ def test_nemotron_3_nano_moe_against_its_model_card():
     D, V, E, N, H, G, K = 2688, 131072, 64 * 64, 128, 64, 8, 4
     mamba2 = D * (2 * E + 2 * G * N + H) + (E + 2 * G * N) * (K + 1) + 3 * H + E + E * D
     attention = D * 32 * 128 * 2 + D * 2 * 128 * 2
-    moe = D * 128 + 128 * 2 * D * 1856 + 2 * D * 3712  # router, routed experts (up, down), shared expert
+    # router (and its stored e_score_correction_bias), routed experts (up, down), shared expert
+    moe = D * 128 + 128 + 128 * 2 * D * 1856 + 2 * D * 3712
     assert count.total == 23 * mamba2 + 6 * attention + 23 * moe + 52 * D + D + 2 * V * D
     assert count.total - count.active_per_token == 23 * (128 - 6) * 2 * D * 1856
 
@@ -640,7 +643,7 @@ def test_lora_all_linear_on_hybrids_matches_peft(model_type):
         want = sum(rank * (m.in_features + m.out_features) for m in linears.values())
         ft = finetune(spec_from_hf(config), lora_config("lora", rank))
         assert ft.trainable == want
-        assert ft.frozen == trainable(model)
+        assert ft.frozen == stored_count(model)
         if model_type == "qwen3_next":
             return
         targets = sorted({name.split(".")[-1] for name in linears}) if refused else "all-linear"

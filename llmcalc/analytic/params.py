@@ -1,11 +1,12 @@
 """Exact parameter counts per component, and the classic approximations beside them.
 
-A breakdown is an ordered mapping "group/part" -> count of unique parameters (a tied LM head is
-counted once, in embedding/tokens). Totals are computed from it, never stored. The counts are
-those of ``sum(p.numel() for p in model.parameters() if p.requires_grad)`` on the matching
-``transformers`` model; tests hold every preset to that. Buffers are not parameters: rotary
-frequencies, causal masks, DeepSeek-V3's e_score_correction_bias, and Marian's frozen sinusoidal
-table (stored as a parameter with requires_grad=False) are not counted.
+A breakdown is an ordered mapping "group/part" -> count of the tensors a checkpoint stores (a tied LM
+head is counted once, in embedding/tokens). Totals are computed from it, never stored. The counts are
+those of what transformers' ``save_pretrained`` writes of the matching model (its ``state_dict()`` less
+``_keys_to_ignore_on_save`` and tied copies); tests hold every preset to that. So a frozen parameter
+(ERNIE-4.5's score bias) and a persistent buffer (DeepSeek-V3's, GLM-4.5's, MiniMax-M2's router
+e_score_correction_bias) are counted; non-persistent buffers (rotary frequencies, causal masks) and
+Marian's sinusoidal tables (dropped on save) are not.
 """
 
 from __future__ import annotations
@@ -143,8 +144,8 @@ def _moe(spec: ModelSpec, prefix: str) -> dict[str, int]:
     shared = sum(_ffn(spec, spec.d_ff_shared, "x", bias=False).values()) if spec.n_shared_experts else 0
     # Gemma 4 (Gemma4TextRouter): proj D -> E, an input scale of D and a per-expert scale of E.
     scales = (spec.d_model + spec.n_experts) * spec.router_scales
-    # ERNIE-4.5 (Ernie4_5_MoeStatics): e_score_correction_bias (1, E), a parameter with requires_grad=False,
-    # counted as transformers' num_parameters() counts it.
+    # The router's score-correction bias (E), stored in the checkpoint: ERNIE-4.5's Ernie4_5_MoeStatics (a frozen
+    # parameter, (1, E)), DeepSeek-V3's and its kin's e_score_correction_bias (a persistent buffer).
     scales += spec.n_experts * spec.router_score_bias
     return {
         f"{prefix}/router": (spec.d_model + spec.router_bias) * spec.n_experts + scales,
@@ -262,6 +263,8 @@ def _kinds(spec: ModelSpec, stack: str, n_layers: int) -> tuple[list[Shape], dic
             _add(rest, _per_layer_input(spec))
             _add(rest, _hyper_connections(spec))
             _add(rest, {f"{stack}norm/layers": layer_norms(spec, i, norms) * _norm(spec, spec.d_model)})
+            if spec.layer_scalar:  # Gemma4TextDecoderLayer.layer_scalar: a stored buffer of one element
+                rest[f"{stack}norm/layer_scalar"] = 1
             blocks[shape] = (_attention(spec, f"{stack}attention", layer=i), rest)
     return shapes, blocks, cross_attention
 

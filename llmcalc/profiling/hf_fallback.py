@@ -3,10 +3,12 @@
 The model is built from its config dict (``AutoConfig.for_model``) on the meta device, and faked
 (``to_empty`` under ``FakeTensorMode``) when its forward is counted: every
 parameter is a fake tensor (shape and dtype, no storage), so a 70B-class config costs no memory.
-Parameters are the unique ones of ``model.named_parameters()`` (a tied LM head is one tensor, counted
-once) that require grad, each filed under a component by the name of the module holding it
-(``classify``). Forward FLOPs are what torch's ``FlopCounterMode`` counts for one batch-1 forward of
-``seq_len`` fake token ids, with the profiler's CPU sdpa formulas registered (``counters.py``).
+Parameters are the tensors a checkpoint of the model stores (``stored_tensors``: what transformers'
+``save_pretrained`` writes: the state dict, frozen parameters and persistent buffers such as a router's
+``e_score_correction_bias`` included, non-persistent buffers such as rotary ``inv_freq`` not, less
+``_keys_to_ignore_on_save``; a tied LM head is one tensor, counted once), each filed under a component by the
+name of the module holding it (``classify``). Forward FLOPs are what torch's ``FlopCounterMode`` counts for
+one batch-1 forward of ``seq_len`` fake token ids, with the profiler's CPU sdpa formulas registered (``counters.py``).
 
 MoE: experts written with transformers' ``@use_experts_implementation`` are run with its
 ``batched_mm`` implementation, which gathers the k routed experts of every token and multiplies
@@ -441,6 +443,26 @@ def tensor_roles(model) -> dict[str, str]:
     return out
 
 
+def stored_tensors(model) -> list[tuple[str, torch.Tensor]]:
+    """(name, tensor) of each tensor a checkpoint of `model` stores, as transformers' ``save_pretrained`` writes it
+    (modeling_utils.py: ``state_dict()``, less ``_keys_to_ignore_on_save``, tied weights once): every parameter,
+    frozen ones too (Laguna's and AFMoE's router biases, ERNIE-4.5's score bias), and every persistent buffer
+    (DeepSeek-V3's, GLM-4.5's and MiniMax-M2's ``e_score_correction_bias``); not the non-persistent buffers
+    (rotary ``inv_freq``, causal masks), and not what the class drops on save (Marian's sinusoidal tables)."""
+    ignored = set()
+    for prefix, module in model.named_modules():
+        for key in getattr(module, "_keys_to_ignore_on_save", None) or ():
+            ignored.add(f"{prefix}.{key}" if prefix else key)
+    seen: set[int] = set()
+    out = []
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        if name in ignored or id(tensor) in seen:  # a tied head is the embedding's tensor: once
+            continue
+        seen.add(id(tensor))
+        out.append((name, tensor))
+    return out
+
+
 def _params(model) -> dict:
     parents = _experts_parents(model)
     # the modules transformers itself calls the input embeddings and the output head, whatever their name
@@ -448,12 +470,14 @@ def _params(model) -> dict:
     special = {name: known[m] for name, m in model.named_modules() if any(m is k for k in known if k is not None)}
     components: dict[str, int] = defaultdict(int)
     frozen = 0
-    for name, p in model.named_parameters():  # remove_duplicate=True: a tied head appears once
-        if not p.requires_grad:
-            frozen += p.numel()
-            continue
+    for name, t in stored_tensors(model):
+        if not (isinstance(t, torch.nn.Parameter) and t.requires_grad):  # stored, but not trained
+            frozen += t.numel()
         module = name.rsplit(".", 1)[0] if "." in name else ""
-        components[special.get(module) or classify(module.split(".") if module else [], parents)] += p.numel()
+        component = special.get(module) or classify(module.split(".") if module else [], parents)
+        if component.endswith("moe") and "bias" in name.rsplit(".", 1)[-1]:  # a MoE block's own routing bias
+            component += "/router"  # (MiniMax-M2's e_score_correction_bias, AFMoE's expert_bias)
+        components[component] += t.numel()
     return {"components": {k: components[k] for k in sorted(components, key=_order)}, "frozen": frozen,
             "tied_embeddings": _tied(model)}
 

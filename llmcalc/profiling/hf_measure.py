@@ -250,6 +250,9 @@ def _tp_plan(model) -> dict[str, str]:
             tensor = getattr(module, attr, None)
             if isinstance(tensor, torch.Tensor) and tensor.dim() == 3 and _plan_style(plan, f"{name}.{attr}") is None:
                 plan[LAYER_INDEX.sub(".*", f"{name}.{attr}")] = style
+    embedding = model.get_input_embeddings()
+    if embedding is not None:
+        _list_experts_tp(model, plan, int(embedding.weight.shape[-1]))
     return plan
 
 
@@ -257,10 +260,13 @@ def _tensors(model, roles: dict[str, str]) -> list[dict]:
     tp_plan = _tp_plan(model)
     ep_plan = dict(getattr(model, "ep_plan", None) or {})
     modules = dict(model.named_modules())
+    lists = _expert_lists(model)
     groups: dict[str, dict] = {}
     for name, p in model.named_parameters():  # remove_duplicate: a tied head is the embedding's tensor
         module = name.rsplit(".", 1)[0] if "." in name else ""
-        pattern = LAYER_INDEX.sub(".*", name)
+        held = next((lst for lst in lists if name.startswith(lst + ".")), None)
+        # one group per layer tensor (count: its layers); an unfused expert's tensors are a group per expert
+        pattern = LAYER_INDEX.sub(".*", name) if held is None else LAYER_INDEX.sub(".*", held) + name[len(held):]
         entry = groups.get(pattern)
         if entry is None:
             parent = modules.get(module.rsplit(".", 1)[0]) if "." in module else None
@@ -304,14 +310,50 @@ def _rotary(model) -> list[dict]:
 
 
 def _experts_modules(model) -> set[str]:
-    """The modules holding tensors of the model's expert-parallel plan (a fused experts module, or one expert)."""
+    """The modules holding tensors of the model's expert-parallel plan (a fused experts module, or one expert), and
+    every list of experts (``_expert_lists``)."""
     ep_plan = dict(getattr(model, "ep_plan", None) or {})
-    out = set()
+    lists = set(_expert_lists(model))
+    out = set(lists)
     for name, _ in model.named_parameters():
         module = name.rsplit(".", 1)[0] if "." in name else ""
         if _plan_style(ep_plan, name) or _plan_style(ep_plan, module):
             out.add(module)
+    return {name for name in out if not any(name.startswith(f"{lst}.") for lst in lists)}
+
+
+EXPERTS_LIST = re.compile(r"(^|\.)experts?$")
+
+
+def _expert_lists(model) -> dict[str, list[str]]:
+    """Experts held unfused, one MLP module per expert: {an ``experts`` nn.ModuleList / nn.ModuleDict: its experts'
+    keys}, where each expert holds 2-D weights (older MoE modelling code and remote code: Mixtral before
+    transformers 5, Switch, NLLB-MoE). vLLM fuses them into FusedMoE's w13 / w2 when it loads them."""
+    out = {}
+    for name, module in model.named_modules():
+        if not EXPERTS_LIST.search(name) or not isinstance(module, (torch.nn.ModuleList, torch.nn.ModuleDict)):
+            continue
+        keys = [str(k) for k in (module.keys() if isinstance(module, torch.nn.ModuleDict) else range(len(module)))]
+        items = list(module.values()) if isinstance(module, torch.nn.ModuleDict) else list(module)
+        if items and all(any(p.dim() == 2 for p in item.parameters()) for item in items):
+            out[name] = keys
     return out
+
+
+def _list_experts_tp(model, plan: dict[str, str], hidden: int) -> None:
+    """vLLM's split of unfused experts once it has fused them (FusedMoE, as EXPERTS_TP): each expert's linears that
+    read the hidden size (gate, up) by their output rows, the one that writes it (down) by its input columns."""
+    modules = dict(model.named_modules())
+    for name, keys in _expert_lists(model).items():
+        for key in keys:
+            for rel, linear in modules[f"{name}.{key}"].named_modules():
+                weight = getattr(linear, "weight", None)
+                if not rel or not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+                    continue
+                style = "colwise" if weight.shape[1] == hidden else "rowwise" if weight.shape[0] == hidden else None
+                full = f"{name}.{key}.{rel}"
+                if style is not None and _plan_style(plan, full) is None:
+                    plan[LAYER_INDEX.sub(".*", full)] = style
 
 
 @contextmanager
@@ -373,6 +415,34 @@ def _moe_record() -> dict:
             "styles": []}
 
 
+# config keys naming the routed experts per token (as fallback.TOP_K_KEYS)
+TOP_K_KEYS = ("num_experts_per_tok", "num_experts_per_token", "moe_top_k", "top_k", "num_selected_experts")
+
+
+def _config_top_k(model) -> int | None:
+    config = getattr(model, "config", None)
+    get_text = getattr(config, "get_text_config", None)
+    text = get_text() if callable(get_text) else config
+    k = next((getattr(text, key) for key in TOP_K_KEYS if isinstance(getattr(text, key, None), int)), None)
+    return k if k and k > 0 else None
+
+
+def _listed_expert(moe: dict, keys: list[str], first: str, tensor: tuple, top_k: int | None) -> None:
+    """One tensor of experts held unfused into `moe`: E experts (the list's length) of the first expert's widths, its
+    colwise linears' rows (gate + up) and its rowwise one's columns (down); the router's top-k is the config's (a
+    list of MLPs is called per expert, never with a top_k_index)."""
+    from ..analytic.measured import COLWISE, ROWWISE
+
+    module, p, style = tensor
+    moe["n_experts"], moe["top_k"] = len(keys), moe["top_k"] or top_k
+    if p.dim() == 2 and module.startswith(first) and style in COLWISE + ROWWISE:
+        moe["styles"].append(style)
+        if style in COLWISE:
+            moe["up_width"] += int(p.shape[0])
+        else:
+            moe["inner"] = int(p.shape[1])
+
+
 def _ffn(model, routed: dict[str, set[int]]) -> list[dict]:
     """Per decoder layer (the first index in a parameter's name): `dense_width`, the output rows of the colwise
     and the input columns of the rowwise 2-D weights outside the token mixers (a mixer's module has an int
@@ -381,14 +451,18 @@ def _ffn(model, routed: dict[str, set[int]]) -> list[dict]:
     colwise experts' width other than the hidden size: gate + up = 2I gated), `inner` (the rowwise experts': I),
     `shared_width` (the colwise / rowwise 2-D weights under the experts module's parent: a shared expert's
     3F), `top_k` (``_routed``; None where the experts module was not called with a top_k_index) and `styles`
-    (the tp styles of the experts' tensors)."""
+    (the tp styles of the experts' tensors). Experts held unfused (``_expert_lists``: one MLP per expert) are
+    measured as vLLM fuses them: E = the list's length, the first expert's gate + up rows and down columns, and
+    the config's top-k."""
     from ..analytic.measured import COLWISE, ROWWISE
 
     tp_plan = _tp_plan(model)
     modules = dict(model.named_modules())
     experts = _experts_modules(model)
+    lists = _expert_lists(model)
     embedding = model.get_input_embeddings()
     hidden = int(embedding.weight.shape[-1]) if embedding is not None else 0
+    top_k = _config_top_k(model)
     layers: dict[int, dict] = {}
     blocks = {name: name.rsplit(".", 1)[0] for name in experts}  # the MoE block holding the experts module
     for name, p in model.named_parameters():
@@ -404,6 +478,9 @@ def _ffn(model, routed: dict[str, set[int]]) -> list[dict]:
             moe["experts_module"] = LAYER_INDEX.sub(".*", holder)
             ks = routed.get(holder, set())
             moe["top_k"] = next(iter(ks)) if len(ks) == 1 else moe["top_k"]
+            if holder in lists:
+                _listed_expert(moe, lists[holder], f"{holder}.{lists[holder][0]}.", (module, p, style), top_k)
+                continue
             if p.dim() == 3:  # a fused [E, out, in] (or [E, in, out]) experts tensor
                 width = int(p.shape[-2] if p.shape[-1] == hidden else p.shape[-1])
                 moe["n_experts"] = int(p.shape[0])

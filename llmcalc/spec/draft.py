@@ -197,10 +197,12 @@ class SpecDraft:
     per_layer_embed_vocab: int | None = None  # default vocab_size
     moe_dense_parallel: bool = False  # an MoE layer keeps its dense FFN (d_ff) beside the experts, each branch with
     #   its own post-norm and the experts with a pre-norm (Gemma 4 enable_moe_block): 3 norms more
+    layer_scalar: bool = False  # every decoder layer scales its output by a stored scalar (Gemma 4's layer_scalar, a
+    #   persistent buffer of one element per layer)
     router_scales: bool = False  # the router scales its input per channel (D) and its top-k weights per expert (E)
-    router_score_bias: bool = False  # the router's per-expert score-correction bias (E) is a parameter, frozen
-    #   (requires_grad=False) and updated by aux-loss-free balancing rather than by gradients: ERNIE-4.5's
-    #   moe_statics.e_score_correction_bias; DeepSeek-V3 and GLM keep theirs as a buffer (not a parameter)
+    router_score_bias: bool = False  # the router's per-expert score-correction bias (E), updated by aux-loss-free
+    #   balancing rather than by gradients and stored in the checkpoint: ERNIE-4.5's moe_statics.e_score_correction_bias
+    #   (a frozen parameter), DeepSeek-V3's, GLM-4.5's, MiniMax-M2's (a persistent buffer); counted as a parameter
     # DeepSeek Sparse Attention's lightning indexer (DeepSeek-V3.2, GLM-5; DeepSeek-V4's CSA layers, on compressed
     # keys): index_n_heads heads of index_head_dim score every key, and the attention reads the index_topk best.
     index_n_heads: int | None = None

@@ -130,6 +130,7 @@ def _marian(hf: dict, kw: dict) -> None:
         "share_encoder_decoder_embeddings", True
     ):
         raise NoFormula("marian with separate encoder and decoder vocabularies: no formula for unshared embeddings")
+    kw["lm_head_bias"] = True  # MarianMTModel.final_logits_bias (1, V): a persistent buffer the checkpoint stores
 
 
 
@@ -171,7 +172,7 @@ FAMILIES: dict[str, Family] = {
         {}, {"tie_word_embeddings": False, "first_k_dense_replace": 0, "n_shared_experts": 2}, _deepseek,
     ),
     "deepseek_v3": Family(
-        "models/deepseek_v3/modeling_deepseek_v3.py: MLA + MoE; e_score_correction_bias is a buffer",
+        "models/deepseek_v3/modeling_deepseek_v3.py: MLA + MoE; e_score_correction_bias a stored buffer",
         {}, {"tie_word_embeddings": False, "first_k_dense_replace": 3, "n_shared_experts": 1}, _deepseek,
     ),
     "bert": Family(
@@ -668,7 +669,7 @@ def _glm4v_moe_text(hf: dict, kw: dict) -> None:
 def _minimax_m2(hf: dict, kw: dict) -> None:
     # MiniMaxM2Attention: q_norm = RMSNorm(H·d_head), k_norm = RMSNorm(KV·d_head), always built (use_qk_norm is
     # not read); every layer MoE with experts of intermediate_size, no shared expert (shared_intermediate_size
-    # is not read); the router's e_score_correction_bias is a buffer.
+    # is not read); the router's e_score_correction_bias is a stored buffer (SCORE_BIAS_STORED).
     _olmoe(hf, kw)
 
 
@@ -831,9 +832,13 @@ OUTER_TIE = {"gemma3": True, "llama4": False, "gemma4": True, "mistral3": True, 
 
 
 def _outer_tie(model_type: str | None, outer: dict, text: dict) -> tuple[bool | None, str | None]:
-    """(tie_word_embeddings of a multimodal checkpoint, a note when it comes from the outer class default): the outer
-    config's own value, else its class default (OUTER_TIE); Glm4vMoeConfig.__post_init__ also ties when text_config
-    says so (its backward-compatibility rule). None: a wrapper llmcalc does not know, text_config decides."""
+    """(tie_word_embeddings of a multimodal checkpoint, a note where the outer class default is overruled): the outer
+    config's own value; else, where the outer config says nothing, the text config's (its own key, else its class
+    default), which is what the checkpoint ships: Mistral-Small-3.1 (mistral3, no tie key anywhere) stores a separate
+    lm_head.weight, and transformers 5.25's from_pretrained, finding both tensors in the checkpoint with different
+    values, does not tie them (modeling_utils.py tie_weights) whatever Mistral3Config's default (true) says; else
+    the outer class default (OUTER_TIE). Glm4vMoeConfig.__post_init__ also ties when text_config says so (its
+    backward-compatibility rule). None: a wrapper llmcalc does not know, text_config decides."""
     given = outer.get("tie_word_embeddings")
     if model_type == "glm4v_moe" and not given and text.get("tie_word_embeddings"):
         return True, None
@@ -844,12 +849,14 @@ def _outer_tie(model_type: str | None, outer: dict, text: dict) -> tuple[bool | 
         return None, None
     family = FAMILIES.get(text.get("model_type") or "")
     text_tie = text.get("tie_word_embeddings", family.defaults.get("tie_word_embeddings") if family else None)
-    note = None
-    if default and text_tie is False:
-        note = (f"tie_word_embeddings is absent from the top level: transformers' {model_type} class then ties the LM "
-                f"head to the embeddings (its class default; text_config's untied value is not read), as counted "
-                f"here; a checkpoint that ships a separate lm_head has V·D more weights than transformers loads")
-    return default, note
+    if text_tie is None or bool(text_tie) == default:
+        return default, None
+    whose = "text_config's" if "tie_word_embeddings" in text else f"the text model's ({text.get('model_type')}) default"
+    return bool(text_tie), (
+        f"tie_word_embeddings is absent from the top level: {whose} {str(bool(text_tie)).lower()} is counted, as the "
+        f"checkpoint ships it ({'one shared table' if text_tie else 'a separate lm_head'}), not transformers' "
+        f"{model_type} class default ({str(default).lower()}), which from_pretrained overrules when the checkpoint "
+        f"says otherwise")
 
 
 def _first(hf: dict, keys: tuple[str, ...]) -> Any:
@@ -929,6 +936,17 @@ def spec_from_hf(hf: dict, name: str = "custom") -> ModelSpec:
         raise
 
 
+# Families whose router holds a per-expert score-correction bias (E) that the checkpoint stores, a persistent buffer
+# in transformers (nn.Buffer: in the state_dict, so save_pretrained writes it): modeling_deepseek_v3.py,
+# modeling_deepseek_v32.py, modeling_glm_moe_dsa.py, modeling_glm4_moe.py, modeling_glm4_moe_lite.py,
+# modeling_glm4v_moe.py, modeling_kimi_linear.py, modeling_minimax_m2.py (on the MoE block), modeling_nemotron_h.py
+# (e_score_correction_bias, every MoE layer), modeling_deepseek_v4.py (its "moe" layers; its first "hash_moe" layers
+# keep a token-id table tid2eid, vocab x top-k, instead: not counted yet); ERNIE-4.5 (a frozen parameter) sets it
+# in its own derive step.
+SCORE_BIAS_STORED = frozenset({"deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa", "glm4_moe", "glm4_moe_lite",
+                               "glm4v_moe_text", "kimi_linear", "minimax_m2", "nemotron_h", "deepseek_v4"})
+
+
 def draft_from_hf(hf: dict, name: str = "custom") -> SpecDraft:  # long: HF key mapping, read against config.json
     """A SpecDraft from a Hugging Face config.json dict (unchanged, as published)."""
     check_config_values(hf)
@@ -992,9 +1010,11 @@ def draft_from_hf(hf: dict, name: str = "custom") -> SpecDraft:  # long: HF key 
         if model_type not in FAMILIES:  # explicit llmcalc keys: nothing else counts it
             raise SpecError(str(exc)) from None
         check_sizes(given)  # the fallback builds the model: the formula path's limits first
-        raise UnknownModelType(f"{exc}: this command needs llmcalc's formula (`compare`, `profile`, `report` do; the "
-                               f"others count the model with transformers)", raw, name, outer,
+        raise UnknownModelType(f"{exc}: this command needs llmcalc's formula (`profile` does; the others count the "
+                               f"model with transformers)", raw, name, outer,
                                note=f"{exc}; counted by transformers") from None
+    if model_type in SCORE_BIAS_STORED and kw.get("n_experts"):
+        kw["router_score_bias"] = True
     spans = kw.get("attention_spans")
     if spans is not None and any(t != "full" for t in spans):
         chunked = "chunked" in spans

@@ -170,7 +170,7 @@ def _gemma4(hf: dict, kw: dict) -> None:  # long: the config class's per-layer r
     k_eq_v = bool(hf.get("attention_k_eq_v", False))
     global_kv = hf.get("num_global_key_value_heads") if k_eq_v else None
     bias = bool(hf.get("attention_bias", False))
-    kw.update(qk_norm="head", norms_per_layer=4, qkv_bias=bias, out_bias=bias,
+    kw.update(qk_norm="head", norms_per_layer=4, layer_scalar=True, qkv_bias=bias, out_bias=bias,
               d_head_global=hf.get("global_head_dim", 512), k_eq_v="global" if k_eq_v else "none",
               kv_shared_layers=hf.get("num_kv_shared_layers", 0) or 0)
     if global_kv is not None:
@@ -198,7 +198,7 @@ def _gemma4(hf: dict, kw: dict) -> None:  # long: the config class's per-layer r
 RECENT_FAMILIES: dict[str, Family] = {
     "deepseek_v32": Family(
         "models/deepseek_v32/modeling_deepseek_v32.py: MLA + DeepSeek Sparse Attention's lightning indexer in every "
-        "layer (run under no_grad) + DeepSeek-V3's MoE; e_score_correction_bias is a buffer",
+        "layer (run under no_grad) + DeepSeek-V3's MoE; e_score_correction_bias a stored buffer",
         {}, {"tie_word_embeddings": False, "vocab_size": 129280, "hidden_size": 7168, "intermediate_size": 18432,
              "moe_intermediate_size": 2048, "num_hidden_layers": 61, "num_attention_heads": 128, "q_lora_rank": 1536,
              "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,

@@ -108,7 +108,7 @@ _NEMOTRON_TYPES = {"mamba": "mamba2", "linear_attention": "mamba2", "attention":
 
 def _nemotron_h_moe(hf: dict, kw: dict) -> None:
     # modeling_nemotron_h.py NemotronHMoE: a router Linear(D, n_routed_experts) without bias (its
-    # e_score_correction_bias is a buffer, not a parameter), n_routed_experts non-gated experts
+    # e_score_correction_bias a stored buffer, counted: hf.py SCORE_BIAS_STORED), n_routed_experts non-gated experts
     # (up/down of moe_intermediate_size, mlp_hidden_act), and one shared NemotronHMLP of
     # moe_shared_expert_intermediate_size, always built whatever n_shared_experts says.
     if hf.get("moe_latent_size") is not None:  # Nemotron 3 Super/Ultra: fc1/fc2_latent_proj around the experts

@@ -146,6 +146,7 @@ class ModelSpec:
     per_layer_embed_dim: int = 0  # 0: no per-layer embeddings
     per_layer_embed_vocab: int = 0
     moe_dense_parallel: bool = False
+    layer_scalar: bool = False
     router_scales: bool = False
     router_score_bias: bool = False
     index_n_heads: int = 0  # 0: no lightning indexer

@@ -148,14 +148,19 @@ class Quantization:
 
 def _matches(pattern: str, name: str) -> bool:
     """How the libraries match a skip entry: "re:<regex>" (compressed-tensors) by re.match; a glob with "*"
-    (gpt-oss's "model.layers.*.self_attn") on the name or a prefix of it; anything else as a substring of the name
-    (transformers should_convert_module, vLLM is_layer_skipped: `key in name`)."""
+    (gpt-oss's "model.layers.*.self_attn") on the name or a prefix of it; anything else as whole dotted parts of the
+    name, anywhere in it: "self_attn" skips "model.layers.0.self_attn.q_proj", "model.layers.1" skips that layer and
+    not layer 11, and MiniMax-M2's "gate" (its router, ``block_sparse_moe.gate``) skips the router and not the
+    experts' or an MLP's ``gate_proj``. transformers 5.25's should_convert_module (quantizers_utils.py) matches a
+    prefix up to a module boundary ("mlp.gate" not "mlp.gate_proj") or a suffix; MiniMax-M2.7's checkpoint
+    (214.32 GiB: every expert in fp8, the routers not) says its "gate" is the router alone."""
     if pattern.startswith("re:"):
         return re.match(pattern[3:], name) is not None
     if "*" in pattern:
         regex = re.escape(pattern).replace(r"\*", r"[^.]*")
         return re.match(regex + r"(\.|$)", name) is not None
-    return pattern in name
+    part = pattern.strip(".")  # "layers.0." (a substring written to stop at the dot) is the parts layers, 0
+    return re.search(r"(^|\.)" + re.escape(part) + r"(\.|$)", name) is not None
 
 
 # --- the checks: one SpecError naming the key --------------------------------------------------------------

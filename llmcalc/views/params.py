@@ -15,8 +15,9 @@ if TYPE_CHECKING:
     from ..analytic.params import Approximation, ParamCount
 
 PARAM_CONVENTIONS = (
-    "counts are unique parameters (a tied LM head is counted once, in embedding/tokens); "
-    "buffers (rotary tables, masks, frozen sinusoidal tables) are not parameters",
+    "counts are the tensors the checkpoint stores: unique parameters (a tied LM head is counted once, in "
+    "embedding/tokens), frozen ones and persistent buffers (a router's score-correction bias) included; rotary "
+    "tables, masks and tables the class rebuilds on load (sinusoidal positions) are not",
     "SI prefixes: k = 10^3, M = 10^6, G = 10^9 (billion), T = 10^12",
     "non-embedding = total - token/position/type tables - untied LM head (Kaplan et al. 2020)",
 )
@@ -144,7 +145,8 @@ def fallback_params_document(model: FallbackModel, source: str) -> Document:
            if model.counted["defaulted"] else ""),
     ]
     if model.counted["frozen"]:
-        notes.append(f"{model.counted['frozen']:,} frozen parameters (requires_grad=False) are not counted")
+        notes.append(f"{model.counted['frozen']:,} of them are stored but not trained (frozen parameters and "
+                     "persistent buffers: no gradient)")
     if model.routing:
         k, e = model.routing
         notes.append(f"active_per_token = total - routed expert params x (1 - {k}/{e}): k and E from the config")
