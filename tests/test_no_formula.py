@@ -47,8 +47,12 @@ def meta_model(hf: dict, text: bool = False):
 
 
 def n_params(model, part: str = "") -> int:
-    """Trainable parameters (llmcalc's convention: Marian's frozen sinusoidal tables are not counted)."""
-    return sum(p.numel() for name, p in model.named_parameters() if part in name and p.requires_grad)
+    """What the checkpoint stores (llmcalc's convention, tests/reference.py:stored_state: parameters, frozen ones
+    too, and persistent buffers such as a router's e_score_correction_bias; not Marian's sinusoidal tables, which
+    save_pretrained leaves out), the tensors whose name holds `part`."""
+    from reference import stored_state
+
+    return sum(t.numel() for name, t in stored_state(model).items() if part in name)
 
 
 def write(tmp_path, hf: dict) -> Path:
