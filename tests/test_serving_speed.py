@@ -123,7 +123,9 @@ def test_a_workload_that_does_not_fit_says_so_first():
     (["--input-len", "1k", "--output-len", "1k", "--engine", "sglang"], "--engine"),
     (["--input-len", "1k", "--output-len", "1k", "--concurrency", "8"], "--concurrency"),
     (["--input-len", "1k", "--output-len", "1k", "--pp", "2"], "--pp"),
+    (["--input-len", "1k", "--output-len", "1k", "--gpu", "l40s"], "--gpu l40s"),
 ])
 def test_bad_workloads_are_refused_in_one_line(args, names):
-    line = one_line_error("serve", "llama-3-8b", "--gpu", "h100-sxm", *args)
+    gpu = [] if "--gpu" in args else ["--gpu", "h100-sxm"]
+    line = one_line_error("serve", "llama-3-8b", *gpu, *args)
     assert names in line

@@ -519,7 +519,14 @@ def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm") -> P
         raise LlmcalcError(f"--input-len {work.input_len:,} + --output-len {work.output_len:,} = {length:,} tokens "
                            f"exceed --max-model-len {est.max_model_len:,}, which vLLM refuses per request; raise "
                            "--max-model-len or shorten the request")
-    dev = device_for(est.accelerator.key)
+    try:
+        dev = device_for(est.accelerator.key)
+    except LlmcalcError:
+        from .kernels import steptime_presets
+
+        raise LlmcalcError(f"--gpu {est.accelerator.key}: its preset has no matmul and network blocks, which the "
+                           f"workload's step time needs (presets with them: {', '.join(steptime_presets())}); leave "
+                           "out --input-len/--output-len for the memory and the roofline") from None
     inference = est.roofline(1, work.input_len)
     cost = StepCost(inference, dev, est.tp)
     tokens, seqs = est.batch_defaults
