@@ -129,3 +129,14 @@ def test_bad_workloads_are_refused_in_one_line(args, names):
     gpu = [] if "--gpu" in args else ["--gpu", "h100-sxm"]
     line = one_line_error("serve", "llama-3-8b", *gpu, *args)
     assert names in line
+
+
+def test_a_serve_that_holds_no_request_says_so_first():
+    """DeepSeek-V3 in FP8 on 8 H100 (80 GB): 634 GiB of weights leave no KV block for a 32k request, and vLLM
+    refuses to start; the answer's first line says so, and the JSON's `fits`."""
+    from clirun import run
+
+    args = ("serve", "deepseek-v3", "--gpu", "h100-sxm", "--n-gpus", "8", "--max-model-len", "32k")
+    assert run(*args).stdout.splitlines()[0].startswith("does NOT fit")
+    assert cli_json(*args)["fits"] is False
+    assert not run("serve", "llama-3-8b", "--gpu", "h100-sxm").stdout.startswith("does NOT fit")

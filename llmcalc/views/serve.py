@@ -121,7 +121,8 @@ def serve_document(est: ServeEstimate) -> Document:
         "profile_max_num_batched_tokens": tokens, "profile_max_num_seqs": seqs,
         "throughput": throughput,
     }
-    title = (f"{spec.name} served on {_layout(est)} ({est.version.label}): max length {est.max_model_len:,}, "
+    title = (("" if data["fits"] else "does NOT fit: vLLM would refuse to start (no request of max length fits): ")
+             + f"{spec.name} served on {_layout(est)} ({est.version.label}): max length {est.max_model_len:,}, "
              f"weights {est.weight_dtype}, KV {est.kv_dtype}, block {est.block}")
     preamble = [f"{plural(est.max_concurrent_sequences, 'concurrent sequence')} of {est.max_model_len:,} tokens "
                 + (f"per replica, {est.total_concurrent_sequences:,} over {est.dp} replicas " if est.dp > 1 else "")
