@@ -140,3 +140,43 @@ def test_a_serve_that_holds_no_request_says_so_first():
     assert run(*args).stdout.splitlines()[0].startswith("does NOT fit")
     assert cli_json(*args)["fits"] is False
     assert not run("serve", "llama-3-8b", "--gpu", "h100-sxm").stdout.startswith("does NOT fit")
+
+
+def test_sizing_answers_the_fewest_replicas_that_meet_the_targets():
+    """The layout answered meets both targets, and one replica fewer of it does not (the traffic split evenly)."""
+    from llmcalc.analytic.serving_sizing import _share, meets, size_workload
+
+    spec, gpu = load_model("llama-3-8b"), load_hardware("h100-sxm")
+    work = Workload(1024, 256, request_rate=20.0, num_prompts=200)
+    plan = size_workload(spec, gpu, work, max_ttft=0.5, max_tpot=0.02, max_model_len=8192)
+    best = plan.best
+    assert best is not None and meets(best.performance, 0.5, 0.02)
+    assert all(c.n_gpus >= best.n_gpus for c in plan.candidates if c.replicas)
+    if best.replicas > 1:
+        est = plan_serving(spec, gpu, best.tp, max_model_len=8192)
+        assert not meets(plan_workload(est, _share(work, best.replicas - 1)), 0.5, 0.02)
+
+
+def test_sizing_through_the_cli_and_targets_nothing_meets():
+    data = cli_json("serve", "llama-3-8b", "--gpu", "h100-sxm", "--input-len", "1k", "--output-len", "256",
+                    "--max-concurrency", "64", "--max-ttft", "1", "--max-tpot", "0.05", "--num-prompts", "128")
+    assert data["fits"] is True and data["layout"]["n_gpus"] == data["layout"]["tp"] * data["layout"]["replicas"]
+    assert data["performance"]["ttft_seconds"]["mean"] <= 1 and data["performance"]["tpot_seconds"]["mean"] <= 0.05
+    from clirun import run
+
+    args = ("serve", "llama-3-8b", "--gpu", "h100-sxm", "--input-len", "1k", "--output-len", "256",
+            "--max-concurrency", "8", "--max-tpot", "0.0001", "--num-prompts", "32")
+    assert run(*args).stdout.startswith("does NOT fit")
+    assert cli_json(*args)["fits"] is False
+
+
+@pytest.mark.parametrize("args, names", [
+    (["--max-tpot", "0.05"], "--request-rate or --max-concurrency"),
+    (["--max-tpot", "0.05", "--request-rate", "2", "--n-gpus", "2"], "--n-gpus"),
+    (["--max-tpot", "0.05", "--max-concurrency", "1,2"], "--max-concurrency"),
+    (["--max-tpot", "-1", "--request-rate", "2"], "--max-tpot"),
+])
+def test_bad_sizing_is_refused_in_one_line(args, names):
+    line = one_line_error("serve", "llama-3-8b", "--gpu", "h100-sxm", "--input-len", "1k", "--output-len", "256",
+                          *args)
+    assert names in line

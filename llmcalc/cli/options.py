@@ -350,7 +350,8 @@ def vllm_options(func: F) -> F:
         click.option("--concurrency", type=POSITIVE_INT, default=None,
                      help="Concurrent max-length requests to serve: answers the fewest GPUs and the layout."),
         click.option("--max-ttft", "ttft", type=Number(maximum=1e6), default=None,
-                     help="With --concurrency: seconds to the first token of a max-length prompt, at most."),
+                     help="With --concurrency: seconds to the first token of a max-length prompt, at most; with "
+                          "--input-len and traffic: the mean TTFT of the workload, at most."),
         click.option("--min-tokens-per-second", "tokens_per_second", type=QUANTITY, default=None,
                      help="With --concurrency: generated tokens per second of all sequences, at least."),
     ])
@@ -371,6 +372,9 @@ def workload_options(func: F) -> F:
                           "--max-concurrency. Default: all at once."),
         click.option("--num-prompts", type=POSITIVE_INT, default=1000, show_default=True,
                      help="Requests in the benchmark run (vllm bench serve's default)."),
+        click.option("--max-tpot", "tpot", type=Number(minimum=1e-6, maximum=1e3), default=None,
+                     help="With --input-len and --request-rate or --max-concurrency: seconds per output token (mean "
+                          "TPOT) at most; with --max-ttft (mean TTFT, seconds), answers the fewest GPUs and layout."),
         click.option("--engine", type=Choice(["vllm", "sglang", "trtllm"]), default="vllm", show_default=True,
                      help="Serving engine whose step overheads are modelled (vllm only, today)."),
         click.option("--engine-version", type=NAME, default=None,

@@ -47,7 +47,8 @@ def infer(model: str, gpu: str, prompt: int, generate: int, batch_size: int, wei
     emit(document(est), fmt, est.warnings)
 
 
-WORKLOAD = ("input_len", "output_len", "max_concurrency", "request_rate", "num_prompts", "engine", "engine_version")
+WORKLOAD = ("input_len", "output_len", "max_concurrency", "request_rate", "num_prompts", "tpot", "engine",
+            "engine_version")
 
 
 @click.command()
@@ -74,7 +75,7 @@ def serve(ctx: click.Context, model: str, gpu: str, weight_dtype: str | None, kv
     targets = {k: vllm.pop(k) for k in ("concurrency", "ttft", "tokens_per_second")}
     work = {k: vllm.pop(k) for k in WORKLOAD}
     if work["input_len"] is not None or work["output_len"] is not None:
-        return _workload(ctx, spec, device, n_gpus, fmt=fmt, dtypes=dtypes, vllm=vllm, work=work)
+        return _workload(ctx, spec, device, n_gpus, fmt=fmt, dtypes=dtypes, vllm=vllm, work={**work, **targets})
     refuse_unused(ctx, WORKLOAD[2:], "without --input-len and --output-len (the workload they describe)")
     if targets["concurrency"] is None:
         refuse_unused(ctx, ("ttft", "tokens_per_second"), "without --concurrency (the targets of its search)")
@@ -114,7 +115,8 @@ def _measured(spec: Any, device: Any, n_gpus: int, fmt: str, dtypes: dict[str, A
 
 def _workload(ctx: click.Context, spec: Any, device: Any, n_gpus: int, fmt: str, dtypes: dict[str, Any],
               vllm: dict[str, Any], work: dict[str, Any]) -> None:
-    """`serve --input-len --output-len`: the workload's speed on one replica (analytic/serving_speed.py)."""
+    """`serve --input-len --output-len`: the workload's speed on one replica (analytic/serving_speed.py), or with
+    --max-ttft / --max-tpot the fewest GPUs that serve it within them (analytic/serving_sizing.py)."""
     from ..analytic.serving import plan_serving
     from ..analytic.serving_speed import plan_workloads
     from ..views.serve import workload_document
@@ -122,16 +124,44 @@ def _workload(ctx: click.Context, spec: Any, device: Any, n_gpus: int, fmt: str,
     if work["input_len"] is None or work["output_len"] is None:
         raise click.UsageError("--input-len and --output-len go together: the workload's prompt and generated "
                                "tokens per request")
-    refuse_unused(ctx, ("concurrency", "ttft", "tokens_per_second"),
+    refuse_unused(ctx, ("concurrency", "tokens_per_second"),
                   "with --input-len (--max-concurrency or --request-rate set the workload)")
     _is_formula(spec, "--input-len")
-    version = work.pop("engine_version")
+    version, targets = work.pop("engine_version"), (work.pop("ttft"), work.pop("tpot"))
+    work.pop("concurrency"), work.pop("tokens_per_second")
     if version and vllm["version"] and version != vllm["version"]:
         raise click.UsageError(f"--engine-version {version} and --vllm-version {vllm['version']} disagree; give one")
     vllm["version"] = vllm["version"] or version
+    if targets != (None, None):
+        return _sizing(ctx, spec, device, fmt=fmt, dtypes=dtypes, vllm=vllm, work=work, targets=targets)
     est = plan_serving(spec, device, n_gpus, **dtypes, **vllm)
     plan = plan_workloads(est, **work)
     emit(workload_document(plan), fmt, est.warnings)
+
+
+def _sizing(ctx: click.Context, spec: Any, device: Any, fmt: str, dtypes: dict[str, Any], vllm: dict[str, Any],
+            work: dict[str, Any], targets: tuple[float | None, float | None]) -> None:
+    """`serve --input-len --output-len --max-ttft/--max-tpot` with traffic: the fewest GPUs and their layout."""
+    from ..analytic.serving_sizing import TP_CHOICES, size_workload
+    from ..analytic.serving_speed import Workload
+    from ..render.progress import Progress
+    from ..views.serve import sizing_document
+
+    refuse_unused(ctx, ("n_gpus", "pp", "dp", "expert_parallel"), "with --max-ttft/--max-tpot (the search answers "
+                                                                  "the GPUs and the layout)")
+    clients = work.pop("max_concurrency")
+    if clients is not None and len(clients) > 1:
+        raise click.UsageError("--max-concurrency: one count with --max-ttft/--max-tpot (the traffic to size for)")
+    if work.pop("engine") != "vllm":
+        raise click.UsageError("--engine: llmcalc predicts vLLM's speed only; use --engine vllm")
+    settings = {k: v for k, v in vllm.items() if k not in ("pp", "dp", "expert_parallel")}
+    bar = Progress(len(TP_CHOICES), "sizing: tensor-parallel degrees")
+    try:
+        plan = size_workload(spec, device, Workload(max_concurrency=clients[0] if clients else None, **work),
+                             max_ttft=targets[0], max_tpot=targets[1], progress=bar.step, **dtypes, **settings)
+    finally:
+        bar.close()
+    emit(sizing_document(plan), fmt, [])
 
 
 COMMANDS = (infer, serve)

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from ..analytic.measured import FfnLayer
     from ..analytic.measured_serving import MeasuredServe
     from ..analytic.serving import CapacityPlan, ServeEstimate
+    from ..analytic.serving_sizing import SizingPlan
     from ..analytic.serving_speed import Performance, WorkloadPlan
 
 
@@ -347,3 +348,46 @@ def _workload_notes(p: Performance) -> list[str]:
         "TTFT, TPOT (latency - TTFT over output_len - 1), ITL and latency as vllm bench serve defines them; "
         "roofline: every sequence's decode step at the mean context on the peak and bandwidth (an upper bound)",
     ]
+
+
+def sizing_document(plan: SizingPlan) -> Document:
+    """`serve --input-len --output-len --max-ttft/--max-tpot` with traffic: the fewest GPUs, and why the others lose."""
+    w, best = plan.work, plan.best
+    traffic = (f"{w.request_rate:g} requests/s" if w.request_rate else "") + (
+        " and " if w.request_rate and w.max_concurrency else "") + (
+        f"{w.max_concurrency:,} clients" if w.max_concurrency else "")
+    limits = " and ".join(x for x in (f"mean TTFT <= {plan.max_ttft * 1e3:,.0f} ms" if plan.max_ttft else "",
+                                      f"mean TPOT <= {plan.max_tpot * 1e3:,.1f} ms" if plan.max_tpot else "") if x)
+    ask = f"{w.input_len:,} in / {w.output_len:,} out at {traffic} within {limits}"
+    if best is None:
+        title = f"does NOT fit: no layout of up to 4,096 x {plan.accelerator.key} serves {plan.spec.name}'s {ask}"
+    else:
+        title = (f"{plan.spec.name}: {best.n_gpus:,} x {plan.accelerator.key} (tp {best.tp} x {best.replicas:,} "
+                 f"replica{'s' if best.replicas > 1 else ''}) serve {ask}")
+    rows = []
+    for c in plan.candidates:
+        p = c.performance
+        why = c.why or ("fewest GPUs" if c is best else f"{c.n_gpus - best.n_gpus:,} GPUs more" if best and
+                        c.n_gpus > best.n_gpus else "as few GPUs, a higher TTFT")
+        rows.append({"tp": c.tp, "replicas": c.replicas or None, "n_gpus": c.n_gpus or None,
+                     "ttft_mean": p.run.ttft[0] if p and p.fits else None,
+                     "tpot_mean": p.run.tpot[0] if p and p.fits else None,
+                     "output": p.output_tokens_per_second if p and p.fits else None, "why": why})
+    data = {"model": plan.spec.name, "device": plan.accelerator.key, "input_len": w.input_len,
+            "output_len": w.output_len, "request_rate": w.request_rate, "max_concurrency": w.max_concurrency,
+            "num_prompts": w.num_prompts, "max_ttft_seconds": plan.max_ttft, "max_tpot_seconds": plan.max_tpot,
+            "fits": best is not None,
+            "layout": {"tp": best.tp, "replicas": best.replicas, "n_gpus": best.n_gpus} if best else None,
+            "performance": best.performance.record() if best and best.performance else None,
+            "candidates": rows}
+    table = Table("layouts tried (per replica: its share of the traffic)",
+                  [Column("tp", "tensor parallel (GPUs)"), Column("replicas", "replicas"),
+                   Column("n_gpus", "GPUs", lambda v: f"{v:,}"), Column("ttft_mean", "TTFT mean (ms)", _ms),
+                   Column("tpot_mean", "TPOT mean (ms)", _ms),
+                   Column("output", "output per replica (tok/s)", lambda v: f"{v:,.1f}"),
+                   Column("why", "why not", align="left")],
+                  rows, [f"the traffic split evenly over the replicas; each replica predicted as `serve --input-len "
+                         f"{w.input_len} --output-len {w.output_len}` predicts it (analytic/serving_speed.py) with "
+                         f"{w.num_prompts:,} requests in all; the fewest replicas meeting the targets found by "
+                         "doubling then bisection; tensor parallelism within one node"])
+    return Document(title, data, [table], [])
