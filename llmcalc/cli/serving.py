@@ -38,8 +38,7 @@ if TYPE_CHECKING:
 def infer(model: str, gpu: str, prompt: int, generate: int, batch_size: int, weight_dtype: str | None,
           kv_dtype: str | None,
           compute_dtype: str | None, n_gpus: int, fmt: str) -> None:
-    """Prefill and decode time and tokens/s of a static batch of MODEL on a GPU: predicted as vLLM runs it, beside
-    the roofline (an upper bound on speed)."""
+    """Time to first token, decode and tokens/s of a static batch of MODEL: as vLLM runs it, and on a roofline."""
     from ..analytic.measured_inference import plan_inference
     from ..analytic.static_batch import predict_static
     from ..views.infer import document
