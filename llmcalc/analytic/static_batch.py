@@ -82,6 +82,9 @@ def predict_static(est: InferenceEstimate) -> StaticPrediction | str:
         held, (tokens, seqs) = kv_requests(serve, length), serve.batch_defaults
     except LlmcalcError as exc:
         return str(exc).splitlines()[0]
+    if held < 1:
+        return (f"vLLM's default share of the GPU (--gpu-memory-utilization {serve.utilization:g}) leaves no KV cache "
+                f"for one request of {length:,} tokens (`llmcalc serve` says it does NOT fit)")
     if held < est.batch:
         return (f"vLLM's KV cache holds {held:,} request{'s' if held != 1 else ''} of {length:,} tokens at once "
                 f"(--gpu-memory-utilization {serve.utilization:g}), not the batch of {est.batch:,}")
