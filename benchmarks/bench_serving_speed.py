@@ -2,7 +2,7 @@
 
 `serving_validation.json` holds published measurements, each quoting its source (docs/serving-validation.md lists
 the sources and the rules). This script predicts every row with llmcalc's current Python API, the roofline that
-`llmcalc infer` and `llmcalc serve` print, and reports how far it lands:
+`llmcalc infer` (under "roofline") and `llmcalc serve` print, and reports how far it lands:
 
 - static batch (`batch` B): ``plan_inference`` at batch B, the row's prompt and generation, the row's TP degree, as
   `llmcalc infer` runs it: TTFT = the prefill, TPOT/ITL = decode_seconds_per_token, output tokens/s =
@@ -25,7 +25,8 @@ of measured speed / roofline speed over every other source's comparisons of that
 source's roofline.
 
 The workload model (`serve --input-len --output-len`, analytic/serving_speed.py) predicts every row too
-(``predict_workload``): a static batch of B as B requests at once through LLM.generate, a closed loop as its clients,
+(``predict_workload``): a static batch of B as B requests at once through LLM.generate (`llmcalc infer`'s prediction,
+analytic/static_batch.py), a closed loop as its clients,
 offline as every request at once; its error is reported beside the roofline's and the baseline's. Its four fitted
 constants (serving_speed.ENGINE_STEP_SECONDS, LAYER_FLOOR_SECONDS, TP_SYNC_SECONDS, REQUEST_SECONDS) come from
 `--fit`: a grid over the four, the best median |error| over all rows, then the same fit without each source in turn

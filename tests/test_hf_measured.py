@@ -163,6 +163,11 @@ def test_infer_forced_through_transformers_matches_the_formula(tmp_path, monkeyp
 def test_infer_of_a_model_without_a_formula_end_to_end(name):
     data = cli_json("infer", str(CONFIGS / f"{name}.json"), "--gpu", "h100-sxm", "--prompt", "128", "--generate", "16")
     assert data["method"] == "transformers"
+    # no prediction of vLLM's run (the workload model runs on the formulas): the roofline's figures, said so
+    assert data["prediction"] == "roofline only: a model transformers measured (the workload model runs on llmcalc's " \
+        "formulas)"
+    total = data["prefill_seconds"] + data["decode_seconds"]
+    assert data["roofline"]["total_seconds"] == data["total_seconds"] == total
     hf = {k: v for k, v in json.loads((CONFIGS / f"{name}.json").read_text()).items() if not k.startswith("_")}
     model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**hf))
     assert data["weights_bytes"] == 2 * sum(p.numel() for p in model.parameters())

@@ -267,6 +267,7 @@ class Simulated:
     output_tokens: int
     input_tokens: int
     steps: int
+    last_first_token: float = 0.0  # when the last request's first token came (its TTFT; the whole burst's prefill)
 
 
 def _weighted(samples: list[tuple[float, float]], q: float) -> float:
@@ -425,7 +426,7 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
     return Simulated(duration=t, completed=done, ttft=_stats(ttft), tpot=_stats(tpot)[:2],
                      itl=_stats(itl or [(0.0, 1.0)])[:2], e2e=_stats(e2e)[:2],
                      mean_running=busy_seq_time / t if t else 0.0, output_tokens=done * n_out,
-                     input_tokens=done * n_in, steps=steps)
+                     input_tokens=done * n_in, steps=steps, last_first_token=max(v for v, _ in ttft))
 
 
 # --- the answer --------------------------------------------------------------------------------------------------

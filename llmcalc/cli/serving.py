@@ -38,13 +38,14 @@ if TYPE_CHECKING:
 def infer(model: str, gpu: str, prompt: int, generate: int, batch_size: int, weight_dtype: str | None,
           kv_dtype: str | None,
           compute_dtype: str | None, n_gpus: int, fmt: str) -> None:
-    """Prefill and decode time and tokens/s of MODEL on a GPU: a roofline, an upper bound on speed."""
+    """Time to first token, decode and tokens/s of a static batch of MODEL: as vLLM runs it, and on a roofline."""
     from ..analytic.measured_inference import plan_inference
+    from ..analytic.static_batch import predict_static
     from ..views.infer import document
 
     est = plan_inference(load_measured(model), load_hardware(gpu), batch_size, prompt, generate,
                          weight_dtype=weight_dtype, kv_dtype=kv_dtype, compute_dtype=compute_dtype, n_gpus=n_gpus)
-    emit(document(est), fmt, est.warnings)
+    emit(document(est, predict_static(est)), fmt, est.warnings)
 
 
 WORKLOAD = ("input_len", "output_len", "max_concurrency", "request_rate", "num_prompts", "tpot", "engine",

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from ..analytic.inference import expected_experts, memory_needed_per_gpu
@@ -13,6 +14,7 @@ from ..units import fmt_bytes, fmt_flops, fmt_seconds
 if TYPE_CHECKING:
     from ..analytic.inference import InferenceEstimate, Roofline
     from ..analytic.measured_inference import MeasuredInference
+    from ..analytic.static_batch import StaticPrediction
     from ..spec import ModelSpec
 
 
@@ -79,17 +81,20 @@ def _roofline_data(est: InferenceEstimate, pre: Roofline, first: Roofline, last:
         "decode_tokens_per_second": est.decode_tokens_per_second, "decode_bound_first": first.bound,
         "decode_bound_last": last.bound, "decode_weight_bytes_per_gpu": est.weights_read(est.batch),
         "total_seconds": est.total_seconds, "tokens_per_second": est.tokens_per_second,
+        "prefill_tokens_per_second": est.batch * est.prompt / pre.seconds,
         "compute_bound_batch": with_kv, "compute_bound_batch_ignoring_kv": without_kv,
         "memory_needed_bytes_per_gpu": memory_needed_per_gpu(est), "memory_bytes_per_gpu": est.accelerator.memory_bytes,
         "fits": True,
     }
 
 
-def document(est: InferenceEstimate) -> Document:
+def document(est: InferenceEstimate, prediction: StaticPrediction | str) -> Document:
+    """`infer`: the static batch as vLLM runs it (`prediction`, analytic/static_batch.py) beside its roofline, or the
+    roofline alone where `prediction` is the reason none could be made."""
     from ..analytic.measured_inference import MeasuredInference
 
     if isinstance(est, MeasuredInference):
-        return measured_document(est)
+        return measured_document(est, prediction)
     fmt = est.weight_format or weight_format(est.spec, est.weight_dtype)
     pre = est.prefill
     first = est.decode_step(est.prompt + 1)
@@ -106,18 +111,99 @@ def document(est: InferenceEstimate) -> Document:
                         f"{fmt_bytes(gpu_bytes(est))} it reports: `llmcalc serve` would say it does NOT fit at "
                         f"--gpu-memory-utilization {VLLM_SHARE:g}")
     table = roofline_table(est, notes)
-    title = (f"{est.spec.name} on {est.n_gpus} x {est.accelerator.key}: batch {est.batch}, prompt {est.prompt:,}, "
-             f"generate {est.generate:,}, weights {est.weight_dtype}, KV {est.kv_dtype}")
     tokens = est.batch * (est.prompt + est.generate)
     data["weight_format"] = fmt.describe()
     data["checkpoint_bytes"] = shipped = shipped_bytes(est.spec)
     at = 4 if data["fits_at_vllm_default_utilization"] else 5  # after the roofline's own four notes
     table.notes[at:at] = fmt.notes() if est.weight_format is not None else []
-    return Document(title, data, [table], [f"weights {fmt_bytes(est.weights)}"
+    return Document(_title(est.spec.name, est, prediction), _predicted(data, est, prediction),
+                    [*speed_tables(est, prediction, table), table], [f"weights {fmt_bytes(est.weights)}"
                                            + (f" ({fmt_bytes(est.weights_per_gpu)} per GPU)" if est.n_gpus > 1 else "")
                                            + f", {fmt.describe()}; {checkpoint_line(est.spec, shipped)}"
                                            + f"; KV cache at the end {fmt_bytes(est.kv_cache)} for {tokens:,} tokens"
                                            + _state_note(est)])
+
+
+def _title(name: str, est: InferenceEstimate, prediction: StaticPrediction | str) -> str:
+    """The first line: the batch, and its generated tokens/s predicted and on the roofline (or the roofline's)."""
+    roof = est.tokens_per_second
+    speed = (f"{roof:,.0f} generated tokens/s on the roofline (no prediction: see the notes)"
+             if isinstance(prediction, str) else
+             f"{prediction.record()['tokens_per_second']:,.0f} generated tokens/s predicted, {roof:,.0f} on the "
+             "roofline")
+    return (f"{name} on {est.n_gpus} x {est.accelerator.key}: batch {est.batch}, prompt {est.prompt:,}, generate "
+            f"{est.generate:,}, weights {est.weight_dtype}, KV {est.kv_dtype}: {speed}")
+
+
+def _predicted(data: dict, est: InferenceEstimate, prediction: StaticPrediction | str) -> dict:
+    """`data` with the static batch's keys predicted where `prediction` is one (else the roofline's stay), the
+    roofline's under "roofline", and "prediction" saying which ("roofline only: <reason>" for tools)."""
+    from ..analytic.static_batch import roofline_record
+
+    data["roofline"] = roofline_record(est)
+    if isinstance(prediction, str):
+        data["prediction"] = f"roofline only: {prediction}"
+    else:
+        data.update(prediction.record())
+        data["prediction"] = prediction.describe()
+    return data
+
+
+SPEED_ROWS = (  # (JSON key, label with its unit, scale into that unit)
+    ("time_to_first_token_seconds", "time to first token (ms)", 1e3),
+    ("decode_seconds_per_token", "decode step per token (ms)", 1e3),
+    ("total_seconds", "whole batch (s)", 1.0),
+    ("tokens_per_second", "generated (tokens/s)", 1.0),
+    ("prefill_tokens_per_second", "prefill (tokens/s)", 1.0),
+)
+
+
+def _figure(value: float | None) -> str:
+    """Three significant figures (whole numbers from 100), never an exponent; n/a for None."""
+    if value is None:
+        return "n/a"
+    if abs(value) >= 100 or value == 0:
+        return f"{value:,.0f}"
+    return f"{value:.{max(0, 2 - math.floor(math.log10(abs(value))))}f}"
+
+
+def speed_tables(est: InferenceEstimate, prediction: StaticPrediction | str, roofline: Table) -> list[Table]:
+    """The static batch's figures predicted (as vLLM runs it) beside the roofline's, for people (after the CSV's
+    twin of the roofline table, which stays the CSV)."""
+    from ..analytic.static_batch import roofline_record
+
+    roof = roofline_record(est)
+    pred = {} if isinstance(prediction, str) else prediction.record()
+    rows = [{"figure": label, "predicted": _figure(None if (v := pred.get(k)) is None else v * scale),
+             "roofline": _figure(roof[k] * scale)} for k, label, scale in SPEED_ROWS]
+    columns = [Column("figure", "figure", align="left"), Column("predicted", "predicted"),
+               Column("roofline", "roofline")]
+    if isinstance(prediction, str):
+        notes = [f"roofline only: {prediction}"]
+        columns.pop(1)
+    else:
+        notes = _prediction_notes(est, prediction)
+    notes.append("roofline: the peak and bandwidth bound of the table below, the whole batch prefilled in one step; "
+                 "an upper bound on speed")
+    twin = Table(roofline.title, roofline.columns, roofline.rows, for_people=False)
+    return [twin, Table("static batch: " + ("predicted and roofline" if pred else "roofline only"), columns, rows,
+                        notes)]
+
+
+def _prediction_notes(est: InferenceEstimate, p: StaticPrediction) -> list[str]:
+    timed = f"measured tables for {est.accelerator.key}" if p.measured_tables else "the smooth roofline"
+    requests = f"{p.batch:,} request{'s' if p.batch > 1 else ''}"
+    return [
+        f"predicted: the {requests} sent at once through vLLM {p.engine_version}'s LLM.generate (offline, no API "
+        f"server) on {est.n_gpus} x {est.accelerator.key} sized as `llmcalc serve --max-model-len "
+        f"{p.prompt + p.generate:,}` sizes it: the engine's steps timed from kernels ({timed}) and vLLM V1's "
+        f"continuous batching simulated (chunked prefill within max_num_batched_tokens {p.max_num_batched_tokens:,}; "
+        f"the KV cache holds {p.kv_requests:,} such requests)",
+        "time to first token: the requests' mean (chunked prefill gives some their first token before the whole "
+        "batch's prefill ends, the roofline's); decode step per token: TPOT, (latency - TTFT) / (generate - 1), the "
+        "mean; whole batch: until the last request ends; generated tokens/s: batch x generate over it; prefill "
+        "tokens/s: batch x prompt until the last first token",
+    ]
 
 
 def roofline_table(est: InferenceEstimate, notes: list[str]) -> Table:
@@ -171,7 +257,7 @@ def _state_note(est: InferenceEstimate) -> str:
             f"length" if state else "")
 
 
-def measured_document(est: MeasuredInference) -> Document:
+def measured_document(est: MeasuredInference, prediction: StaticPrediction | str) -> Document:
     """`infer` of a model transformers measured: the same roofline, the model's figures from the record."""
     model = est.model
     pre = est.prefill
@@ -211,11 +297,11 @@ def measured_document(est: MeasuredInference) -> Document:
     notes = _roofline_notes(est, with_kv, without_kv, conventions=False)
     notes += [f"measured by transformers: {k.replace('_', ' ')}: {v}" for k, v in measured_from.items()]
     table = roofline_table(est, notes)
-    title = (f"{model.name} on {est.n_gpus} x {est.accelerator.key}: batch {est.batch}, prompt {est.prompt:,}, "
-             f"generate {est.generate:,}, weights {est.weight_dtype}, KV {est.kv_dtype}")
     tokens = est.batch * (est.prompt + est.generate)
     per_gpu = f" ({fmt_bytes(est.weights_per_gpu)} per GPU)" if est.n_gpus > 1 else ""
-    return Document(title, data, [table], [model.describe(), f"weights {fmt_bytes(est.weights)}{per_gpu} at "
+    return Document(_title(model.name, est, prediction), _predicted(data, est, prediction),
+                    [*speed_tables(est, prediction, table), table],
+                    [model.describe(), f"weights {fmt_bytes(est.weights)}{per_gpu} at "
                                            f"{est.weight_dtype}; KV cache at the end {fmt_bytes(est.kv_cache)} for "
                                            f"{tokens:,} tokens" + _state_note(est)]
                     + [f"note: {n}" for n in model.notes])
