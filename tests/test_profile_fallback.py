@@ -94,3 +94,16 @@ def test_a_real_cpu_profile_of_a_tiny_model_without_a_formula_runs():
     assert profile["mode"] == "real" and profile["step_seconds"] > 0 and profile["recipe"] == "fp32"
     assert profile["forward_flops"]["measured"] == cli_json("flops", CODEGEN, "--seq-len", 32)["forward_flops"]
     assert profile["mfu"] is not None
+
+
+def test_a_forward_that_needs_values_is_refused_virtually_and_runs_on_the_cpu(tmp_path):
+    """JetMoE's expert loop runs the experts that were hit (data-dependent shapes): fake tensors cannot follow it, a
+    real CPU run can; its FLOPs are still `flops`' (which runs that forward on real tensors too)."""
+    path = tmp_path / "jetmoe.json"
+    path.write_text(json.dumps({"model_type": "jetmoe", "num_hidden_layers": 2, "hidden_size": 64,
+                                "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 32,
+                                "vocab_size": 1000}))
+    line = one_line_error("profile", path, "--virtual", "--seq-len", 32)
+    assert "needs tensor values" in line and "--device cpu" in line
+    profile = cli_json("profile", path, "--device", "cpu", "--seq-len", 32, "--steps", 1, "--warmup", 0)
+    assert profile["forward_flops"]["measured"] == cli_json("flops", path, "--seq-len", 32)["forward_flops"]

@@ -126,7 +126,25 @@ def _forward(net, kwargs: dict) -> None:
 
 
 def _measure(net, expected: Expected, device: str):
-    """(parameters, forward count, step count, MemTracker's peak snapshot or None) of one training step."""
+    """(parameters, forward count, step count, MemTracker's peak snapshot or None, the optimizer, the inputs) of one
+    training step; an exception of transformers' forward or backward one line (hf_measure.failure), a forward that
+    needs tensor values (an expert loop over the experts hit) saying so."""
+    from .hf_measure import _reason, data_dependent, failure
+
+    try:
+        return _measure_step(net, expected, device)
+    except LlmcalcError:
+        raise
+    except Exception as exc:
+        if device == "fake" and data_dependent(exc):
+            raise LlmcalcError(f"transformers' training step of {type(net).__name__} needs tensor values (an expert "
+                               f"loop over the experts hit, a .item()), which fake tensors do not have: drop --virtual "
+                               f"to run it for real (--device cpu) where it fits ({_reason(exc)})") from None
+        raise failure("profile step", f"transformers' training step of {type(net).__name__} failed on {device}",
+                      exc) from None
+
+
+def _measure_step(net, expected: Expected, device: str):
     from .hf_fallback import stored_tensors
 
     kwargs = _inputs(net, expected.batch, expected.seq_len, device)
