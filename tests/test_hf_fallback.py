@@ -175,7 +175,7 @@ def test_train_uses_the_counted_flops(tmp_path):
     assert "CodeGenForCausalLM" in train["flops_basis"]
 
 
-@pytest.mark.parametrize("argv", [["profile", "--virtual"],
+@pytest.mark.parametrize("argv", [["profile", "--virtual", "--layers", "1"],
                                   ["serve", "--gpu", "h100-sxm"],
                                   ["flops", "--recompute", "selective"]])
 def test_commands_that_need_a_formula_refuse_in_one_line(tmp_path, argv):

@@ -2,10 +2,10 @@
 
 A config of a family llmcalc has formulas for, with one part none of them covers (Nemotron 3 Super's latent MoE
 projection, a per-layer list the formula reads as one number, an activation or stack layout it has no formula for),
-is counted by transformers for the whole model with one note line saying what; only `compare`, `profile` and `report`
-(which need the formula) refuse, in one line. Per-layer lists (moe_layer_freq masks, HunYuan's moe_topk, Gemma 3n's
-intermediate_size) no longer stop a config before either path is tried. References: the transformers model built
-from the same config on the meta device (sum of its parameters, per module), or counts by hand.
+is counted by transformers for the whole model with one note line saying what; the options that need the
+formula (a sharded `profile`, `--finetune`) refuse, in one line. Per-layer lists (moe_layer_freq masks, HunYuan's
+moe_topk, Gemma 3n's intermediate_size) no longer stop a config before either path is tried. References: the
+transformers model built from the same config on the meta device (sum of its parameters, per module), or counts by hand.
 """
 
 import json
@@ -93,9 +93,9 @@ def test_every_command_answers_for_the_latent_moe_and_says_why_once(argv):
     assert data["method"] == "transformers"
 
 
-def test_commands_that_need_the_formula_say_which_part_in_one_line():
-    line = one_line_error("profile", SUPER, "--virtual")
-    assert "moe_latent_size 16: no formula for the latent MoE projection" in line and "`profile`" in line
+def test_options_that_need_the_formula_say_which_in_one_line():
+    line = one_line_error("profile", SUPER, "--virtual", "--world-size", "2")
+    assert "--world-size" in line and "nemotron_h has no llmcalc formula" in line
 
 
 def test_the_exception_carries_the_config_for_transformers():

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..validate import MAX_CALIBRATE_SECONDS, MAX_CALIBRATE_SIZE, MAX_PROFILE_LAYERS, MAX_PROFILE_STEPS
-from .common import emit, load_model
+from .common import emit, load_counted
 from .options import (
     POSITIVE_INT,
     TFLOPS,
@@ -65,7 +65,8 @@ def profile(ctx: click.Context, model: str, virtual: bool, device: str, dtype: s
             micro_batch: int, seq_len: int, steps: int, warmup: int, compile_: bool, counter: str, recompute: str,
             attention: str, layers: int | None, peak_tflops: float | None, world_size: int | None,
             nproc: int | None, tp: int, all_layers: bool, finetune: FinetuneRequest, fmt: str) -> None:
-    """Build MODEL in PyTorch, measure FLOPs, memory and speed, and hold every formula against them."""
+    """Build MODEL in PyTorch, measure FLOPs, memory and speed, and hold every formula against them (a model
+    without a formula: transformers' model, held to what `params`, `flops` and `memory` answer)."""
     from ..profiling.run import ProfileRequest, run_profile
     from ..render.progress import activity
     from ..views.profile import document
@@ -81,7 +82,7 @@ def profile(ctx: click.Context, model: str, virtual: bool, device: str, dtype: s
                              seq_len=seq_len, steps=steps, warmup=warmup, compile=compile_, counter=counter,
                              recompute=recompute, attention=attention, layers=layers, peak_tflops=peak_tflops,
                              world_size=world_size, nproc=nproc, tp=tp, all_layers=all_layers, finetune=finetune)
-    spec = load_model(model, seq_len)
+    spec = load_counted(model, seq_len)  # a model without a formula: what transformers counted
     with activity(f"profiling {spec.name} {profile_kind(virtual, world_size, nproc, device)}"):
         result = run_profile(spec, request)
     emit(document(result), fmt)

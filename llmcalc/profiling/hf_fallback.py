@@ -525,6 +525,14 @@ def _flops(model, config, seq_len: int) -> dict:
     except Exception as exc:  # DataDependent where fake tensors cannot follow it (hf_fallback runs it for real)
         raise failure("forward", f"transformers' forward of {type(model).__name__} failed at seq {seq_len}",
                       exc) from None
+    groups, core = flop_groups(model, counted)
+    return {"seq_len": seq_len, "forward": counted.total, "groups": groups, "attention_core": core,
+            "by_op": counted.by_op}
+
+
+def flop_groups(model, counted) -> tuple[dict[str, int], int]:
+    """A forward's FLOPs (counters.FlopCount of `model`) by llmcalc's groups ("attention S²", "attention
+    projections", "FFN", "LM head", "other", per stack), and the attention cores' share."""
     groups: dict[str, int] = defaultdict(int)
     core = 0
     parents = _experts_parents(model)
@@ -553,5 +561,4 @@ def _flops(model, config, seq_len: int) -> dict:
         else:
             groups[stack + {"mlp": "FFN", "moe": "FFN", "head": "LM head", "norm": "other"}.get(kind, kind)] += total
     groups["other"] += counted.total - sum(groups.values())
-    return {"seq_len": seq_len, "forward": counted.total, "groups": {k: v for k, v in groups.items() if v},
-            "attention_core": core, "by_op": counted.by_op}
+    return {k: v for k, v in groups.items() if v}, core

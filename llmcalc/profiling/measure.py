@@ -86,13 +86,18 @@ def _analytic_memory(spec, batch, seq, recipe, recompute, attention):
     # the reference step runs AdamW's for-loop path, one tensor at a time (profiling/step.py)
     est = training_memory(spec, batch, seq, recipe, "adamw", recompute=recompute,
                           attention="flash" if attention == "sdpa" else "eager", optimizer_impl="for-loop")
-    alive = est.peak_components()  # in the profiler's categories (MemTracker's param, grad, optstate, act/temp)
+    return est, memory_at_peak(est)
+
+
+def memory_at_peak(est) -> dict[str, float]:
+    """A MemoryEstimate's components alive at its peak, in the profiler's categories (MEMORY_GROUPS: MemTracker's
+    param, grad, optstate, act/temp)."""
+    alive = est.peak_components()
     states = {"weights", "master weights", "gradients", "optimizer states"}
-    at_peak = {"parameters (weights + masters)": alive.get("weights", 0.0) + alive.get("master weights", 0.0),
-               "gradients": alive.get("gradients", 0.0),
-               "optimizer states": alive.get("optimizer states", 0.0),
-               "activations and temporaries": sum(v for k, v in alive.items() if k not in states)}
-    return est, at_peak
+    return {"parameters (weights + masters)": alive.get("weights", 0.0) + alive.get("master weights", 0.0),
+            "gradients": alive.get("gradients", 0.0),
+            "optimizer states": alive.get("optimizer states", 0.0),
+            "activations and temporaries": sum(v for k, v in alive.items() if k not in states)}
 
 
 def _compare(result: ProfileResult, spec: ModelSpec, batch: int, seq: int, recompute: str, params: int,
@@ -555,7 +560,7 @@ def _read_peak(result: ProfileResult, device: str, baseline: float | None, rss_b
     return hwm - rss_before
 
 
-def _timed(step, device: str) -> float:
+def timed(step, device: str) -> float:
     """Wall-clock seconds of one call of `step`, the device synchronised at its end."""
     start = time.perf_counter()
     step()
@@ -563,30 +568,28 @@ def _timed(step, device: str) -> float:
     return time.perf_counter() - start
 
 
-def _time_steps(result: ProfileResult, step, device: str, steps: int, warmup: int,
+def time_steps(result: ProfileResult, step, device: str, steps: int, warmup: int,
                 rss_before: float | None) -> tuple[list[float], float | None]:
     """Warm-up steps, then `steps` timed steps inside a fresh peak-memory window: (times, peak bytes)."""
     for _ in range(warmup):
         step()
     _sync(device)
     baseline = _reset_peak(device)
-    times = [_timed(step, device) for _ in range(steps)]
+    times = [timed(step, device) for _ in range(steps)]
     return times, _read_peak(result, device, baseline, rss_before)
 
 
-def _record_speed(result: ProfileResult, spec: ModelSpec, times: list[float], hardware_flops: float,
-                  peak_flops: float | None, peak_source: str, causal_mfu: bool) -> None:
+def record_speed(result: ProfileResult, model_flops: float, times: list[float], hardware_flops: float,
+                 peak_flops: float | None, peak_source: str) -> None:
     """Median step time, throughput, and MFU/HFU against `peak_flops` when one is known.
 
-    MFU = model FLOPs (3 x forward, `step_flops`; full S² as PaLM App. B, halved when `causal_mfu`,
-    Megatron-LM's convention) / time / peak; HFU = the FLOPs the counter saw executed / time / peak."""
+    MFU = `model_flops` (3 x forward: `step_flops`'s full S² as PaLM App. B, or halved, Megatron-LM's
+    convention) / time / peak; HFU = the FLOPs the counter saw executed / time / peak."""
     median = statistics.median(times)
     result.step_times, result.step_seconds = times, median
     result.tokens_per_second = result.batch_size * result.seq_len / median
     result.achieved_flops_per_s = hardware_flops / median  # what the hardware executed (counter)
     if peak_flops:
-        model_flops = step_flops(spec, result.batch_size, result.seq_len, causal=causal_mfu,
-                                 recompute=result.recompute).model_flops
         result.peak_flops_per_s, result.peak_source = peak_flops, peak_source
         result.mfu = model_flops / median / peak_flops
         result.hfu = hardware_flops / median / peak_flops
@@ -634,8 +637,8 @@ def real_profile(spec: ModelSpec, device: str = "auto", batch: int = 1, seq: int
             training_step(runner, optimizer, inputs, recipe, device)
 
         if compile:
-            result.compile_seconds = _timed(step, device)  # the first compiled step compiles
-        times, peak = _time_steps(result, step, device, steps=steps, warmup=warmup, rss_before=rss_before)
+            result.compile_seconds = timed(step, device)  # the first compiled step compiles
+        times, peak = time_steps(result, step, device, steps=steps, warmup=warmup, rss_before=rss_before)
     except torch.OutOfMemoryError:
         raise LlmcalcError(f"CUDA out of memory profiling {spec.name} at batch {batch} x seq {seq}: try --virtual, "
                            f"fewer layers (--layers N) or a smaller --micro-batch/--seq-len") from None
@@ -645,6 +648,7 @@ def real_profile(spec: ModelSpec, device: str = "auto", batch: int = 1, seq: int
              measured_peak=peak, recipe=recipe)
     if counter in ("fvcore", "both"):
         _add_fvcore(result, model, inputs)
-    _record_speed(result, spec, times, hardware_flops=step_count.total, peak_flops=peak_flops,
-                  peak_source=peak_source, causal_mfu=causal_mfu)
+    model_flops = step_flops(spec, batch, seq, causal=causal_mfu, recompute=recompute).model_flops
+    record_speed(result, model_flops, times, hardware_flops=step_count.total, peak_flops=peak_flops,
+                 peak_source=peak_source)
     return result

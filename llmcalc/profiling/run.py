@@ -23,6 +23,8 @@ from ..validate import DEFAULT_SEQ_LEN, MAX_PROFILE_LAYERS
 if TYPE_CHECKING:
     from ..analytic.finetune import LoraConfig
     from ..analytic.finetune_request import FinetuneRequest
+    from ..analytic.memory import MemoryEstimate
+    from ..fallback import FallbackModel
     from ..render.progress import Progress
 
 VIRTUAL_RECIPES = {"fp32": "fp32", "fp16": "fp16-mixed"}  # --dtype -> recipe of a virtual run (else bf16-mixed)
@@ -96,10 +98,13 @@ class ProfileRequest:
         return "sdpa" if self.attention == "flash" else "eager"
 
 
-def run_profile(spec: ModelSpec, request: ProfileRequest) -> ProfileResult | dict[str, Any]:
+def run_profile(spec: ModelSpec | FallbackModel, request: ProfileRequest) -> ProfileResult | dict[str, Any]:
     """`llmcalc profile`: the run the request asks for, each kind's refusals first; a sharded run's result is
-    its JSON (every rank's figures), the others a ProfileResult."""
+    its JSON (every rank's figures), the others a ProfileResult. A model without a formula (fallback.FallbackModel)
+    is profiled as transformers builds it (`_counted`)."""
     need_torch()
+    if not isinstance(spec, ModelSpec):
+        return _counted(spec, request)
     from .model import check_buildable
 
     check_buildable(spec)
@@ -177,6 +182,82 @@ def _real(spec: ModelSpec, request: ProfileRequest) -> ProfileResult:
     return real_profile(spec, device, request.batch, request.seq_len, recipe=recipe, recompute=request.recompute,
                         attention=request.internal_attention, steps=request.steps, warmup=request.warmup,
                         compile=request.compile, counter=request.counter, peak_flops=peak, peak_source=source)
+
+
+def _counted(model: FallbackModel, request: ProfileRequest) -> ProfileResult:
+    """A model without a formula: transformers' model profiled (hf_profile), virtually or on a real device, each
+    option it cannot take refused in one line."""
+    from ..fallback import refuse_finetune
+
+    refuse_finetune(model, None if request.finetune is None else request.finetune.config())
+    sharded = "a sharded profile shards llmcalc's reference model"
+    refused = [(request.sharded, "--world-size/--nproc", sharded), (request.tp != 1, "--tp", sharded),
+               (request.layers is not None, "--layers", "it cuts llmcalc's reference model; transformers' model "
+                                                        "keeps every layer"),
+               (request.all_layers, "--all-layers", "every layer is measured already"),
+               (request.recompute != "none", f"--recompute {request.recompute}",
+                "the fallback's FLOPs and memory are measured without activation checkpointing"),
+               (request.attention != "flash", f"--attention {request.attention}",
+                "transformers' model runs the attention the fallback counted (sdpa where it has one)"),
+               (request.counter != "torch", f"--counter {request.counter}", "it is counted by FlopCounterMode only"),
+               (request.compile, "--compile", "torch.compile of transformers' models is not measured")]
+    for bad, option, reason in refused:
+        if bad:
+            raise LlmcalcError(f"{option}: {model.model_type} has no llmcalc formula and is profiled as transformers "
+                               f"builds it; {reason}")
+    from .hf_profile import Expected, counted_profile
+
+    if request.virtual:
+        recipe = request.recipe or VIRTUAL_RECIPES.get(request.dtype, "bf16-mixed")
+        memory, note = _memory(request, recipe)
+        return counted_profile(Expected(model, request.batch, request.seq_len, recipe, memory=memory,
+                                        memory_note=note))
+    from .measure import peak_for, resolve_device
+
+    device = resolve_device(request.device)
+    dtype = ("bf16" if device == "cuda" else "fp32") if request.dtype == "auto" else request.dtype
+    recipe = request.recipe or REAL_RECIPES[dtype]
+    memory, note = _memory(request, recipe)
+    _check_counted_size(model, memory, request, device)
+    compute_dtype = "fp32" if recipe == "fp32" else "fp16" if recipe == "fp16-mixed" else "bf16"
+    peak, source = peak_for(device, compute_dtype, request.peak_tflops)
+    return counted_profile(Expected(model, request.batch, request.seq_len, recipe, memory=memory, memory_note=note),
+                           device=device,
+                           steps=request.steps, warmup=request.warmup, peak_flops=peak, peak_source=source)
+
+
+def _memory(request: ProfileRequest, recipe: str) -> tuple[MemoryEstimate | None, str]:
+    """`memory`'s estimate of the profiled step (one GPU, AdamW's for-loop path as the profile runs it), or None
+    and why `memory` refuses it."""
+    from ..analytic.memory_plan import MemoryRequest, plan_memory
+    from ..fallback import load_measured
+
+    measured = load_measured(request.model, request.seq_len)
+    try:
+        plan = plan_memory(measured, MemoryRequest(batch=request.batch, seq_len=request.seq_len, recipe=recipe,
+                                                   optimizer_impl="for-loop", n_gpus=1))
+    except LlmcalcError as exc:
+        return None, f"`memory` refuses this set-up: {exc}"
+    from ..analytic.memory import MemoryEstimate
+
+    assert isinstance(plan.estimate, MemoryEstimate), "a full training step's estimate (no --finetune)"
+    return plan.estimate, ""
+
+
+def _check_counted_size(model: FallbackModel, memory: MemoryEstimate | None, request: ProfileRequest,
+                        device: str) -> None:
+    """Refuse a real run of a model without a formula that `memory` says this machine cannot hold."""
+    from .measure import available_memory
+
+    if memory is None:
+        raise LlmcalcError(f"a real profile of {model.name} needs `memory`'s estimate to check it fits, and "
+                           f"`memory` refuses this set-up; use --virtual")
+    have = available_memory(device)
+    if have is not None and memory.peak > 0.8 * have:
+        raise LlmcalcError(
+            f"a real {device} profile of {model.name} at micro-batch {request.batch} x seq {request.seq_len:,} "
+            f"needs about {memory.peak / GIB:,.1f} GiB, and this machine has {have / GIB:,.1f} GiB available: use "
+            f"--virtual or a shorter --seq-len")
 
 
 # --- the report's measured sections (`report --profile virtual|real`, `--sharded-profile N`) ---------------

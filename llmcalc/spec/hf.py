@@ -999,8 +999,8 @@ def draft_from_hf(hf: dict, name: str = "custom") -> SpecDraft:  # long: HF key 
             if isinstance(model_type, str) and model_type:
                 check_sizes(given)  # the fallback builds the model: the formula path's limits first
                 raise UnknownModelType(
-                    f"unknown model_type {model_type!r}, {known}: this command needs its shapes "
-                    f"(`profile` does; every other command uses transformers); {describe}", hf, name, outer)
+                    f"unknown model_type {model_type!r}, {known}: a ModelSpec needs its shapes (every command "
+                    f"counts it with transformers instead); {describe}", hf, name, outer)
             raise SpecError(f"unknown model_type {model_type!r}, {known}; {describe}")
         family = Family("explicit llmcalc keys", {}, {}, _attention_bias, gated=hf["mlp"] in ("swiglu", "geglu"))
     raw = hf  # the config transformers builds, should no formula cover a part of it
@@ -1010,8 +1010,8 @@ def draft_from_hf(hf: dict, name: str = "custom") -> SpecDraft:  # long: HF key 
         if model_type not in FAMILIES:  # explicit llmcalc keys: nothing else counts it
             raise SpecError(str(exc)) from None
         check_sizes(given)  # the fallback builds the model: the formula path's limits first
-        raise UnknownModelType(f"{exc}: this command needs llmcalc's formula (`profile` does; the others count the "
-                               f"model with transformers)", raw, name, outer,
+        raise UnknownModelType(f"{exc}: a ModelSpec needs llmcalc's formula (every command counts the model with "
+                               f"transformers instead)", raw, name, outer,
                                note=f"{exc}; counted by transformers") from None
     if model_type in SCORE_BIAS_STORED and kw.get("n_experts"):
         kw["router_score_bias"] = True
