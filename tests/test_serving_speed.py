@@ -103,14 +103,21 @@ def test_a_rate_is_poisson_arrivals_and_offline_is_every_request_at_once():
 
 
 def test_a_workload_that_does_not_fit_says_so_first():
+    """Llama-3.1-405B's bf16 weights on one H100 leave no KV cache: the plan does not fit, said first and in JSON."""
     from clirun import run
 
-    out = run("serve", "llama-3.1-70b", "--gpu", "h100-sxm", "--n-gpus", "2", "--max-model-len", "200k",
-              "--input-len", "100k", "--output-len", "100k", "--max-concurrency", "1")
-    assert out.stdout.splitlines()[0].startswith("does NOT fit")
-    data = cli_json("serve", "llama-3.1-70b", "--gpu", "h100-sxm", "--n-gpus", "2", "--max-model-len", "200k",
-                    "--input-len", "100k", "--output-len", "100k", "--max-concurrency", "1")
-    assert data["fits"] is False
+    args = ("serve", "llama-3.1-405b", "--gpu", "h100-sxm", "--max-model-len", "8k", "--input-len", "1k",
+            "--output-len", "1k", "--max-concurrency", "1")
+    assert run(*args).stdout.splitlines()[0].startswith("does NOT fit")
+    assert cli_json(*args)["fits"] is False
+
+
+def test_a_request_longer_than_the_kv_cache_is_refused_as_vllm_refuses_to_start():
+    """Llama-3.1-70B on 2 H100 holds far fewer than 200k tokens of KV: vLLM does not start (its estimated maximum
+    model length is printed); one line naming the options, the longest request that fits and the fixes."""
+    line = one_line_error("serve", "llama-3.1-70b", "--gpu", "h100-sxm", "--n-gpus", "2", "--max-model-len", "200k",
+                          "--input-len", "100k", "--output-len", "100k", "--max-concurrency", "1")
+    assert "--input-len" in line and "the longest request that fits is" in line and "--n-gpus" in line
 
 
 @pytest.mark.parametrize("args, names", [

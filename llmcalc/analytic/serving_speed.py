@@ -566,7 +566,17 @@ class WorkloadPlan:
 
 def plan_workloads(est: ServeEstimate, input_len: int, output_len: int, max_concurrency: tuple[int, ...] | None = None,
                    request_rate: float | None = None, num_prompts: int = 1000, engine: str = "vllm") -> WorkloadPlan:
-    """One Performance per --max-concurrency value (or one for the rate / offline run) on one replica of `est`."""
+    """One Performance per --max-concurrency value (or one for the rate / offline run) on one replica of `est`.
+    Requests longer than the KV cache holds are refused as vLLM refuses to start ("To serve at least one request
+    with the model's max seq len ... the estimated maximum model length is ..."): one line naming the options and the
+    longest request that fits; weights that leave no KV cache at all are a plan that does not fit (`fits` false)."""
+    length = input_len + output_len
+    if est.kv_cache_bytes > 0 and length <= est.max_model_len and kv_requests(est, length) < 1:
+        longest = est.longest_fitting_len()
+        raise LlmcalcError(f"--input-len {input_len:,} + --output-len {output_len:,} = {length:,} tokens per request: "
+                           f"the KV cache of {est.tp} x {est.accelerator.key} holds {est.kv_cache_tokens:,} tokens, "
+                           f"the longest request that fits is {longest:,} tokens, and vLLM refuses to start; shorten "
+                           "the request, add GPUs (--n-gpus) or use --kv-dtype fp8")
     levels: tuple[int | None, ...] = max_concurrency or (None,)
     return WorkloadPlan(est, tuple(plan_workload(est, Workload(input_len, output_len, max_concurrency=c,
                                                                request_rate=request_rate, num_prompts=num_prompts),
