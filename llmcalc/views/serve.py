@@ -302,8 +302,11 @@ def workload_document(plan: WorkloadPlan) -> Document:
                 f"({'measured tables for ' + est.accelerator.key if _measured_tables(est) else 'the smooth roofline'}"
                 f") and its continuous batching simulated"]
     if not plan.fits:
-        preamble.insert(0, f"no request of {w.input_len + w.output_len:,} tokens fits in the KV cache: "
-                           f"{base.data['kv_cache_tokens']:,} tokens held; add GPUs, quantise or shorten the request")
+        preamble.insert(0, f"the weights and activations need {fmt_bytes(-est.kv_cache_bytes)} more than the usable "
+                           f"memory of each GPU, so no KV cache is left; add GPUs (--n-gpus) or quantise "
+                           f"(--weight-dtype)" if est.kv_cache_bytes <= 0 else
+                        f"no request of {w.input_len + w.output_len:,} tokens fits in the KV cache: "
+                        f"{base.data['kv_cache_tokens']:,} tokens held; add GPUs, quantise or shorten the request")
     rows = [{"max_concurrency": p.work.max_concurrency or "offline", "running": p.run.mean_running,
              "output": p.output_tokens_per_second, "total": p.total_tokens_per_second,
              "requests": p.requests_per_second, "ttft_mean": p.run.ttft[0], "ttft_median": p.run.ttft[1],
