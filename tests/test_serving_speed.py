@@ -151,7 +151,7 @@ def test_a_serve_that_holds_no_request_says_so_first():
 
 def test_sizing_answers_the_fewest_replicas_that_meet_the_targets():
     """The layout answered meets both targets, and one replica fewer of it does not (the traffic split evenly)."""
-    from llmcalc.analytic.serving_sizing import _share, meets, size_workload
+    from llmcalc.analytic.serving_sizing import meets, share_of, size_workload
 
     spec, gpu = load_model("llama-3-8b"), load_hardware("h100-sxm")
     work = Workload(1024, 256, request_rate=20.0, num_prompts=200)
@@ -161,7 +161,7 @@ def test_sizing_answers_the_fewest_replicas_that_meet_the_targets():
     assert all(c.n_gpus >= best.n_gpus for c in plan.candidates if c.replicas)
     if best.replicas > 1:
         est = plan_serving(spec, gpu, best.tp, max_model_len=8192)
-        assert not meets(plan_workload(est, _share(work, best.replicas - 1)), 0.5, 0.02)
+        assert not meets(plan_workload(est, share_of(work, best.replicas - 1)), 0.5, 0.02)
 
 
 def test_sizing_through_the_cli_and_targets_nothing_meets():
@@ -187,3 +187,24 @@ def test_bad_sizing_is_refused_in_one_line(args, names):
     line = one_line_error("serve", "llama-3-8b", "--gpu", "h100-sxm", "--input-len", "1k", "--output-len", "256",
                           *args)
     assert names in line
+
+
+def test_the_decode_memo_key_holds_every_field_the_table_reads():
+    """measured_decode_layer is memoized by DecodeShape: shapes differing in any one field give that field's own
+    measured time, as the table itself does (a key missing a field would hand one shape's time to another)."""
+    from dataclasses import fields, replace
+
+    from llmcalc.analytic import kernel_tables
+    from llmcalc.analytic.serving_speed import DecodeShape, measured_decode_layer
+
+    base = DecodeShape(gpu="h100-sxm", batch=8, context=2048, heads=32, kv_heads=8, head_dim=128, kv_dtype="bf16")
+    other = {"gpu": "h200", "batch": 64, "context": 8192, "heads": 16, "kv_heads": 4, "head_dim": 64,
+             "kv_dtype": "fp8"}
+    assert {f.name for f in fields(DecodeShape)} == set(other)
+    for name, value in other.items():
+        shape = replace(base, **{name: value})
+        measured_decode_layer(base)
+        table = kernel_tables.decode_attention_seconds(shape.gpu, shape.batch, shape.context, heads=shape.heads,
+                                                       kv_heads=shape.kv_heads, head_dim=shape.head_dim,
+                                                       kv_dtype=shape.kv_dtype)
+        assert measured_decode_layer(shape) == table != measured_decode_layer(base)

@@ -67,7 +67,7 @@ def meets(perf: Performance, max_ttft: float | None, max_tpot: float | None) -> 
         max_tpot is None or run.tpot[0] <= max_tpot)
 
 
-def _share(work: Workload, replicas: int) -> Workload:
+def share_of(work: Workload, replicas: int) -> Workload:
     """One replica's part of the traffic: the rate or the clients split evenly, its share of the prompts."""
     clients = None if work.max_concurrency is None else max(1, math.ceil(work.max_concurrency / replicas))
     rate = None if work.request_rate is None else work.request_rate / replicas
@@ -79,7 +79,7 @@ def _fewest_replicas(est: ServeEstimate, work: Workload, targets: tuple[float | 
                      limit: int) -> tuple[int, Performance | None, str]:
     """(replicas, one replica's performance, why not) for one replica layout: doubling, then bisection."""
     def run(r: int) -> Performance:
-        return plan_workload(est, _share(work, r))
+        return plan_workload(est, share_of(work, r))
 
     # the lightest load a replica can get: one client each, or the rate over every replica the search allows
     lightest = min(limit, work.max_concurrency) if work.max_concurrency is not None else limit
@@ -121,7 +121,7 @@ def size_workload(spec: ModelSpec, accelerator: Accelerator, work: Workload, max
         except LlmcalcError as exc:
             candidates.append(Candidate(tp, 0, None, str(exc).split(";")[0]))
             continue
-        one = plan_workload(est, _share(work, 1))
+        one = plan_workload(est, share_of(work, 1))
         if not one.fits:
             candidates.append(Candidate(tp, 0, one, f"a replica of {tp} holds no request of "
                                                     f"{work.input_len + work.output_len:,} tokens"))

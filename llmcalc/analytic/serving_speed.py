@@ -29,6 +29,7 @@ ends its prefill, each later one with a decode step. TTFT, TPOT (e2e - TTFT over
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import random
 
@@ -95,6 +96,27 @@ class Workload:
                                f"{self.request_rate}")
 
 
+@dataclass(frozen=True)
+class DecodeShape:
+    """What the measured decode-attention table reads (kernel_tables.decode_attention_seconds): the memo's key."""
+
+    gpu: str
+    batch: int
+    context: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    kv_dtype: str
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def measured_decode_layer(shape: DecodeShape) -> float:
+    """One attention layer's paged decode, seconds, as the measured table gives it (memoized here, by its shape)."""
+    return kernel_tables.decode_attention_seconds(shape.gpu, shape.batch, shape.context, heads=shape.heads,
+                                                  kv_heads=shape.kv_heads, head_dim=shape.head_dim,
+                                                  kv_dtype=shape.kv_dtype)
+
+
 def row_tile_efficiency(rows: float) -> float:
     """The useful share of a GEMM's row tiles: `rows` padded to whole tiles of 64, 128 or 256 rows (kernels.TILES'
     row sizes; the best of them), as cuBLAS and CUTLASS pick. Wave quantization over the output columns is left out:
@@ -133,9 +155,6 @@ class StepCost:
             self.measured = True
         except kernel_tables.KernelTableError:
             self.measured = False
-        # one layer's measured decode attention by (sequences, mean context to 3 significant figures): a simulation
-        # asks for the same few thousand points again and again
-        self._decode_kernel: dict[tuple[int, float], float] = {}
         # decode attention from the table for plain full attention (no MLA, windows or recurrent layers)
         self.table_attention = self.measured and spec.mla is None and not spec.is_hybrid and \
             not spec.has_windows and spec.n_heads % tp == 0
@@ -173,16 +192,13 @@ class StepCost:
             return 0.0
         spec = self.spec
         if self.table_attention and self.est.kv_dtype in ("bf16", "fp16", "fp8"):
-            key = (max(1, round(sequences)), float(f"{max(1.0, kv_tokens / sequences):.3g}"))
-            one = self._decode_kernel.get(key)
-            if one is None:
-                with contextlib.suppress(kernel_tables.KernelTableError):
-                    kv_dtype = "fp8" if self.est.kv_dtype == "fp8" else "bf16"
-                    one = self._decode_kernel[key] = kernel_tables.decode_attention_seconds(
-                        self.gpu, key[0], round(key[1]), heads=spec.n_heads // self.tp,
-                        kv_heads=max(1, spec.n_kv_heads // self.tp), head_dim=spec.d_head, kv_dtype=kv_dtype)
-            if one is not None:
-                return one * spec.n_attention_layers
+            with contextlib.suppress(kernel_tables.KernelTableError):
+                # the mean context to 3 significant figures: a simulation asks for a few thousand points, again
+                return spec.n_attention_layers * measured_decode_layer(DecodeShape(
+                    gpu=self.gpu, batch=max(1, round(sequences)),
+                    context=round(float(f"{max(1.0, kv_tokens / sequences):.3g}")), heads=spec.n_heads // self.tp,
+                    kv_heads=max(1, spec.n_kv_heads // self.tp), head_dim=spec.d_head,
+                    kv_dtype="fp8" if self.est.kv_dtype == "fp8" else "bf16"))
         nbytes = kv_tokens * self.est.kv_per_token_per_gpu + sequences * self.est.state_bytes_per_sequence
         memory = nbytes / self.dev.hbm
         # the scores and values over every cached key (MLA's absorbed form: over the latent, all heads), at the MAMF
