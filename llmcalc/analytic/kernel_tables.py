@@ -59,6 +59,15 @@ def available_gpus() -> list[str]:
     return sorted(p.name.removesuffix(".json.gz") for p in DATA.glob("*.json.gz"))
 
 
+def has_tables(gpu: str) -> bool:
+    """Whether `gpu` (an llmcalc or aiconfigurator name) has a shipped table; nothing is read."""
+    try:
+        _system(gpu)
+    except KernelTableError:
+        return False
+    return True
+
+
 def _system(gpu: str) -> str:
     name = ALIASES.get(gpu.lower(), gpu.lower().replace("-", "_"))
     if not (DATA / f"{name}.json.gz").exists():

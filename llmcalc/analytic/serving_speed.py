@@ -38,7 +38,7 @@ from ..records import dataclass
 from . import comm, kernel_tables
 from .flops import forward_ops
 from .inference import InferenceEstimate, expected_experts
-from .kernels import ROOFLINE_P, TILES, Device, device_for, gemm_timer
+from .kernels import ROOFLINE_P, TILES, Device, attention_seconds, device_for, gemm_timer
 from .serving import ServeEstimate
 
 # --- fitted constants (no mechanism known) -------------------------------------------------------------------
@@ -117,6 +117,12 @@ def measured_decode_layer(shape: DecodeShape) -> float:
                                                   kv_dtype=shape.kv_dtype)
 
 
+def smooth_roofline(compute: float, memory: float) -> float:
+    """kernels' smooth roofline of a compute and a memory time, t = (t_c^p + t_m^p)^(1/p), p = ROOFLINE_P (fitted
+    there to DeepGEMM's published table)."""
+    return (compute ** ROOFLINE_P + memory ** ROOFLINE_P) ** (1 / ROOFLINE_P)
+
+
 def row_tile_efficiency(rows: float) -> float:
     """The useful share of a GEMM's row tiles: `rows` padded to whole tiles of 64, 128 or 256 rows (kernels.TILES'
     row sizes; the best of them), as cuBLAS and CUTLASS pick. Wave quantization over the output columns is left out:
@@ -150,11 +156,8 @@ class StepCost:
         self._head = gemm_timer(dev, 2.0, rate=dev.gemm_rate("bf16"))
         self.kernel = SERVING_ATTENTION.get(dev.arch, "cudnn")
         self.gpu = est.accelerator.key
-        try:  # measured kernel tables (kernel_tables: aiconfigurator's, measured inside vLLM) where this GPU has them
-            kernel_tables.table(self.gpu)
-            self.measured = True
-        except kernel_tables.KernelTableError:
-            self.measured = False
+        # measured kernel tables (kernel_tables: aiconfigurator's, measured inside vLLM) where this GPU has them
+        self.measured = kernel_tables.has_tables(self.gpu)
         # decode attention from the table for plain full attention (no MLA, windows or recurrent layers)
         self.table_attention = self.measured and spec.mla is None and not spec.is_hybrid and \
             not spec.has_windows and spec.n_heads % tp == 0
@@ -173,7 +176,7 @@ class StepCost:
             compute += tokens * self.expert_flops / self.tp / (self.rate * expert_row_efficiency(rows))
         memory = (self.est.weights_read(math.ceil(tokens)) + 2 * tokens * self.spec.d_model * self.act_bytes
                   * self.spec.n_layers) / self.dev.hbm
-        return (compute ** ROOFLINE_P + memory ** ROOFLINE_P) ** (1 / ROOFLINE_P)
+        return smooth_roofline(compute, memory)
 
     def head_seconds(self, rows: float) -> float:
         """The LM head over the rows that sample (vLLM computes logits only for a request's last token), its
@@ -204,7 +207,7 @@ class StepCost:
         # the scores and values over every cached key (MLA's absorbed form: over the latent, all heads), at the MAMF
         # (FlashMLA: "up to 660 TFLOPS in compute-bound configuration on H800 SXM5", deepseek-ai/FlashMLA README)
         compute = kv_tokens * self.key_flops / self.tp / self.dev.mamf
-        return (compute ** ROOFLINE_P + memory ** ROOFLINE_P) ** (1 / ROOFLINE_P)
+        return smooth_roofline(compute, memory)
 
     def prefill_attention_seconds(self, pairs: float, length: float) -> float:
         """Causal attention of the prefill chunks: 4 FLOPs per (query, key) pair per head dimension (QKᵀ and AV) over
@@ -212,10 +215,9 @@ class StepCost:
         spec = self.spec
         if pairs <= 0 or not spec.n_attention_layers:
             return 0.0
-        heads = spec.n_heads / self.tp
-        flops = 4 * pairs * heads * spec.d_head * spec.n_attention_layers
-        rate = self.dev.attention_rate(self.kernel, spec.d_head, max(length, 128), causal=True, backward=False)
-        return flops / rate
+        flops = 4 * pairs * spec.n_heads / self.tp * spec.d_head * spec.n_attention_layers
+        return attention_seconds(self.dev, self.kernel, flops, spec.d_head, max(length, 128), causal=True,
+                                 backward=False)
 
     def allreduce_seconds(self, tokens: float) -> float:
         """Tensor parallelism's all-reduces: after attention and after the MLP in every layer (Megatron's row-
@@ -225,14 +227,14 @@ class StepCost:
         nbytes = tokens * self.spec.d_model * self.act_bytes
         net = self.dev.network
         custom = nbytes <= CUSTOM_ALLREDUCE_MAX_BYTES and self.tp <= net.gpus_per_node
+        one = None
         if self.measured:  # vLLM's custom all-reduce and NCCL's, measured (kernel_tables.allreduce_seconds)
             with contextlib.suppress(kernel_tables.KernelTableError):
                 one = kernel_tables.allreduce_seconds(self.gpu, nbytes, self.tp, "custom" if custom else "nccl")
-                return 2 * self.spec.n_layers * (one + TP_SYNC_SECONDS)
-        if custom:
+        if one is None and custom:
             one = CUSTOM_ALLREDUCE_LATENCY + nbytes * (self.tp - 1) / self.tp / net.scale_up_rate(
                 self.tp, "all_gather", self.tp)
-        else:
+        elif one is None:
             one = comm.Collective("tp", "all_reduce", self.tp, nbytes).seconds(net)
         return 2 * self.spec.n_layers * (one + TP_SYNC_SECONDS)
 

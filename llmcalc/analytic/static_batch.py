@@ -71,6 +71,7 @@ def predict_static(est: InferenceEstimate) -> StaticPrediction | str:
     except LlmcalcError:
         return (f"{est.accelerator.key}'s preset has no matmul and network blocks, which the engine's step time "
                 f"needs (presets with them: {', '.join(steptime_presets())})")
+    from . import kernel_tables
     from .serving import plan_serving
     from .serving_speed import Workload, kv_requests, plan_workload
 
@@ -95,16 +96,6 @@ def predict_static(est: InferenceEstimate) -> StaticPrediction | str:
     run = perf.run
     return StaticPrediction(batch=est.batch, prompt=est.prompt, generate=est.generate,
                             engine_version=perf.engine_version, kv_requests=held, max_num_batched_tokens=tokens,
-                            measured_tables=_measured_tables(est.accelerator.key), ttft=run.ttft[0],
+                            measured_tables=kernel_tables.has_tables(est.accelerator.key), ttft=run.ttft[0],
                             tpot=run.tpot[0] if est.generate > 1 else None, total=run.duration,
                             last_first_token=run.last_first_token)
-
-
-def _measured_tables(gpu: str) -> bool:
-    from . import kernel_tables
-
-    try:
-        kernel_tables.table(gpu)
-    except kernel_tables.KernelTableError:
-        return False
-    return True

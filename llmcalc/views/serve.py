@@ -283,6 +283,8 @@ def _ms(seconds: float) -> str:
 
 def workload_document(plan: WorkloadPlan) -> Document:
     """`serve --input-len --output-len`: the speed of each workload asked, then serve's own figures."""
+    from ..analytic import kernel_tables
+
     est = plan.serve
     base = serve_document(est)
     perf = plan.performance
@@ -298,9 +300,10 @@ def workload_document(plan: WorkloadPlan) -> Document:
     title = (("does NOT fit: " if not plan.fits else "")
              + f"{est.spec.name} serving {w.input_len:,} in / {w.output_len:,} out on {_layout(est)} "
              f"({first.engine} {first.engine_version}), {mode}, {w.num_prompts:,} requests")
+    gpu = est.accelerator.key
+    timed = f"measured tables for {gpu}" if kernel_tables.has_tables(gpu) else "the smooth roofline"
     preamble = [f"predicted as `vllm bench serve` measures it, per replica: the engine's steps timed from kernels "
-                f"({'measured tables for ' + est.accelerator.key if _measured_tables(est) else 'the smooth roofline'}"
-                f") and its continuous batching simulated"]
+                f"({timed}) and its continuous batching simulated"]
     if not plan.fits:
         preamble.insert(0, f"the weights and activations need {fmt_bytes(-est.kv_cache_bytes)} more than the usable "
                            f"memory of each GPU, so no KV cache is left; add GPUs (--n-gpus) or quantise "
@@ -324,16 +327,6 @@ def workload_document(plan: WorkloadPlan) -> Document:
          Column("e2e_mean", "latency (ms)", _ms), Column("roofline_output", "roofline (tok/s)", per_s)],
         rows, _workload_notes(first))
     return Document(title, data, [table, *base.tables], preamble + base.preamble)
-
-
-def _measured_tables(est: ServeEstimate) -> bool:
-    from ..analytic import kernel_tables
-
-    try:
-        kernel_tables.table(est.accelerator.key)
-    except kernel_tables.KernelTableError:
-        return False
-    return True
 
 
 def _workload_notes(p: Performance) -> list[str]:
