@@ -294,6 +294,9 @@ def test_serve_of_a_model_without_a_formula_end_to_end(name):
     (["--pp", "2"], "--pp 2: arcee is measured by transformers as one tensor-parallel group"),
     (["--concurrency", "4"], "--concurrency: arcee is measured by transformers"),
     (["--gpu-memory-utilization", "0"], "--gpu-memory-utilization"),
+    # arcee-tiny's config: max_position_embeddings 512; vLLM's config/model.py refuses a longer max_model_len
+    (["--max-model-len", "1024"], 'vLLM refuses to start: "User-specified max_model_len (1024) is greater than the '
+                                  'derived max_model_len (max_position_embeddings=512'),
 ])
 def test_serve_bad_input_is_one_line(argv, words):
     assert words in one_line_error("serve", str(CONFIGS / "arcee-tiny.json"), "--gpu", "h100-sxm", *argv)

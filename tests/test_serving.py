@@ -259,7 +259,18 @@ def test_infer_keeps_its_keys():
     assert {"prefill_seconds", "decode_seconds_per_token", "tokens_per_second"} <= set(data)
 
 
-def test_context_beyond_the_positions_is_a_warning():
+def test_context_beyond_the_positions_is_refused_as_vllm_refuses_it(monkeypatch):
+    """vLLM's config/model.py refuses a max_model_len beyond max_position_embeddings unless
+    VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (its own error text: "User-specified max_model_len (N) is greater than the derived
+    max_model_len (max_position_embeddings=M ..."); with that variable set llmcalc computes it with a warning."""
+    for extra in ([], ["--input-len", 1000, "--output-len", 100], ["--concurrency", 2]):
+        result = run("serve", "llama-3-8b", "--gpu", "h100-sxm", "--max-model-len", "16k", *extra)
+        assert result.exit_code == 2 and result.stdout == ""
+        assert result.stderr.startswith('llmcalc: error: --max-model-len 16,384: vLLM refuses to start: "User-specified '
+                                        'max_model_len (16384) is greater than the derived max_model_len '
+                                        '(max_position_embeddings=8192 ')
+        assert "Use --max-model-len 8,192 or less" in result.stderr and len(result.stderr.splitlines()) == 1
+    monkeypatch.setenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")
     result = run("serve", "llama-3-8b", "--gpu", "h100-sxm", "--max-model-len", "16k", "--format", "json")
     assert result.exit_code == 0
     assert result.stderr.strip().splitlines() == [
@@ -268,6 +279,29 @@ def test_context_beyond_the_positions_is_a_warning():
     assert json.loads(result.stdout)["max_model_len"] == 16384
     result = run("infer", "gpt2", "--gpu", "h100-sxm", "--prompt", 1000, "--generate", 100)
     assert result.exit_code == 0 and "exceed gpt2's max_position_embeddings (1,024)" in result.stderr
+
+
+def test_a_max_length_the_kv_cache_cannot_hold_is_refused_as_vllm_refuses_it():
+    """kv_cache_utils.py check_enough_kv_cache_memory: vLLM will not start when one request of max_model_len needs
+    more KV memory than is left; its text names the bytes needed and available and the longest length that fits.
+    Llama-3.1-8B at 128k: 32 layers x 8 KV heads x 128 x 2 (K, V) x 2 B = 128 KiB per token, 16 GiB per request."""
+    result = run("serve", "llama-3.1-8b", "--gpu", "rtx-4090", "--max-model-len", "128k")
+    assert result.exit_code == 2 and result.stdout == "" and len(result.stderr.splitlines()) == 1
+    assert ('vLLM refuses to start: "To serve at least one request with the model\'s max seq len (131072), 16.00 GiB '
+            'KV cache is needed') in result.stderr
+    longest = int(result.stderr.split("estimated maximum model length is ")[1].split(".")[0])
+    ok = cli_json("serve", "llama-3.1-8b", "--gpu", "rtx-4090", "--max-model-len", longest)
+    assert ok["fits"] and ok["max_concurrent_sequences"] == 1
+    assert run("serve", "llama-3.1-8b", "--gpu", "rtx-4090", "--max-model-len", longest + 16).exit_code == 2
+
+
+def test_weights_that_leave_no_kv_cache_are_a_plan_that_does_not_fit():
+    """DeepSeek-V3 (fp8, ~80 GiB of weights per H100 at tp 8) at 32k: no KV memory at all, so no refusal of the length
+    but a plan whose first line and JSON say it does not fit."""
+    result = run("serve", "deepseek-v3", "--gpu", "h100-sxm", "--n-gpus", 8, "--max-model-len", "32k")
+    assert result.exit_code == 0 and result.stdout.startswith("does NOT fit: ")
+    data = cli_json("serve", "deepseek-v3", "--gpu", "h100-sxm", "--n-gpus", 8, "--max-model-len", "32k")
+    assert data["fits"] is False and data["memory_deficit_bytes_per_gpu"] > 0
 
 
 @pytest.mark.parametrize("args, message", [

@@ -46,7 +46,9 @@ from .vllm import (
     cudagraph_bytes,
     default_block_size,
     kv_groups,
+    logged_block_size,
     non_torch_bytes,
+    not_enough_kv_message,
     rank_weight_bytes,
     vllm_version,
 )
@@ -307,7 +309,7 @@ class ServeEstimate:
             return 0
         if self.version.tokens == "concurrency":
             return int(self.vllm_max_concurrency * self.max_model_len)
-        block = min(g.block_size for g in self.groups)
+        block = logged_block_size(self.groups, self.max_model_len)
         if self.version.tokens == "groups":
             return self.kv_blocks // len(self.groups) * block
         return self.kv_blocks * block
@@ -320,6 +322,20 @@ class ServeEstimate:
     @property
     def total_concurrent_sequences(self) -> int:
         return self.dp * self.max_concurrent_sequences
+
+    @property
+    def kv_bytes_per_request(self) -> float:
+        """The KV bytes one request of max_model_len needs on the limiting GPU: blocks per request x page over each
+        group's real layers (kv_cache_utils.py max_memory_usage_bytes summed over the layers)."""
+        tokens = self.batch_defaults[0]
+        return sum(g.blocks_per_request(self.max_model_len, tokens) * g.page_bytes * g.layers for g in self.groups)
+
+    def check_starts(self) -> None:
+        """Refuse, as vLLM refuses to start, a max_model_len the KV cache cannot hold once (weights that leave no KV
+        memory at all are a plan that does not fit, not a refusal: `fits` false)."""
+        if self.kv_cache_bytes > 0 and self.groups and self.max_concurrent_sequences < 1:
+            raise LlmcalcError(not_enough_kv_message(self.max_model_len, self.kv_bytes_per_request,
+                                                     self.kv_cache_bytes, self.longest_fitting_len()))
 
     def longest_fitting_len(self) -> int:
         """vLLM's estimate_max_model_len: the longest request the blocks hold (full-attention groups bound it)."""

@@ -24,6 +24,7 @@ Sources (vLLM git history, upstream commits/PRs as cited; the research notes are
 from __future__ import annotations
 
 import math
+import os
 import re
 
 from ..dtypes import dtype_bytes
@@ -53,6 +54,7 @@ class VllmVersion:
     util: float  # the default gpu_memory_utilization
     tokens: str  # how "GPU KV cache size" is logged: "blocks", "groups" or "concurrency"
     what: str  # what changed, for the docs and notes
+    largest_tier: bool = False  # devices of >= 160 GiB get 16,384 batched tokens (0.28, arg_utils.py)
 
     @property
     def label(self) -> str:
@@ -77,6 +79,9 @@ VERSIONS = (
     VllmVersion("0.21.0", "v1", TRITON, False, False, hybrid=True, cudagraphs=True, util=0.92, tokens="concurrency",
                 what="CUDA-graph memory charged by default and gpu_memory_utilization 0.92 (#38284); \"GPU KV cache "
                 "size\" = int(concurrency x max_model_len) (#41069)"),
+    VllmVersion("0.28.0", "v1", TRITON, False, False, hybrid=True, cudagraphs=True, util=0.92, tokens="concurrency",
+                what="a batch-default tier for devices of >= 160 GiB (B200, B300, MI300X, MI355X): vllm serve profiles "
+                "16,384 batched tokens, not 8,192 (engine/arg_utils.py get_batch_defaults)", largest_tier=True),
 )
 CURRENT = VERSIONS[-1]
 
@@ -102,6 +107,38 @@ def vllm_version(text: str | None) -> VllmVersion:
     return [v for v in VERSIONS if _parse(v.key) <= wanted][-1]
 
 
+# --- what vLLM refuses to start with ------------------------------------------------------------------------
+
+ALLOW_LONG = "VLLM_ALLOW_LONG_MAX_MODEL_LEN"
+
+
+def check_max_model_len(max_model_len: int, derived: int | None) -> None:
+    """vLLM refuses a max_model_len beyond the config's (vllm/config/model.py _get_and_verify_max_len, every release
+    llmcalc models): "User-specified max_model_len (N) is greater than the derived max_model_len
+    (max_position_embeddings=M or model_max_length=None in model's config.json)", unless the environment sets
+    VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, which llmcalc honours as vLLM does (the figures then come with a warning)."""
+    if derived is None or max_model_len <= derived or os.environ.get(ALLOW_LONG, "").strip().lower() in ("1", "true"):
+        return
+    raise LlmcalcError(f"--max-model-len {max_model_len:,}: vLLM refuses to start: \"User-specified max_model_len "
+                       f"({max_model_len}) is greater than the derived max_model_len (max_position_embeddings="
+                       f"{derived} or model_max_length=None in model's config.json). To allow overriding this "
+                       f"maximum, set the env var {ALLOW_LONG}=1.\" Use --max-model-len {derived:,} or less (or "
+                       f"set {ALLOW_LONG}=1 for llmcalc too)")
+
+
+def not_enough_kv_message(max_model_len: int, needed: float, available: float, longest: int) -> str:
+    """vLLM's refusal when the KV cache cannot hold one request of max_model_len (vllm/v1/core/kv_cache_utils.py
+    check_enough_kv_cache_memory, V1; V0's "The model's max seq len (N) is larger than the maximum number of tokens
+    that can be stored in KV cache (M)" says the same): needed = the per-request bytes of every layer
+    (max_memory_usage_bytes), available = the KV memory, and the estimated longest length (estimate_max_model_len)."""
+    return (f"--max-model-len {max_model_len:,}: vLLM refuses to start: \"To serve at least one request with the "
+            f"model's max seq len ({max_model_len}), {needed / GIB:.2f} GiB KV cache is needed, which is larger than "
+            f"the available KV cache memory ({available / GIB:.2f} GiB). Based on the available memory, the "
+            f"estimated maximum model length is {longest}. Try increasing `gpu_memory_utilization` or decreasing "
+            f"`max_model_len` when initializing the engine.\" Use --max-model-len {longest:,} or less, add GPUs "
+            f"(--n-gpus) or raise --gpu-memory-utilization")
+
+
 # --- the device -----------------------------------------------------------------------------------------
 
 GENERATIONS = (("h100", "hopper"), ("h200", "hopper"), ("gh200", "hopper"), ("b200", "blackwell"),
@@ -120,20 +157,37 @@ def generation(gpu: Accelerator) -> str:
     return "unknown"
 
 
+LARGE_DEVICE = 70 * GIB  # arg_utils.py get_batch_defaults: "For GPUs like H100 and MI300x, use larger default values"
+LARGEST_DEVICE = 160 * GIB  # v0.28: "for GPUs like B200/B300 with >= 160GB memory, use the largest defaults"
+
+
+def device_batch_tier(gpu: Accelerator, version: VllmVersion) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) `vllm serve` (UsageContext.OPENAI_API_SERVER) picks for this device
+    where neither is typed, before the max_model_len clamps (vllm/engine/arg_utils.py EngineArgs.get_batch_defaults,
+    the device's total memory from current_platform.get_device_total_memory):
+    - 0.8.x: 8,192 tokens and 1,024 sequences on an H100/H200 (by device name), else 2,048 and 256;
+    - 0.9.0 to 0.27: total >= 70 GiB and not an A100 (#17885: larger batches cost the A100 throughput): 8,192 and
+      1,024, else 2,048 and 256;
+    - 0.28.0: a tier above, total >= 160 GiB (B200, B300, MI300X, MI355X): 16,384 tokens (sequences 1,024)."""
+    if _parse(version.key) < (0, 9, 1):
+        big = generation(gpu) == "hopper" and not gpu.key.lower().startswith("gh")
+    else:
+        big = gpu.usable_bytes >= LARGE_DEVICE and "a100" not in gpu.key.lower()
+    if version.largest_tier and gpu.usable_bytes >= LARGEST_DEVICE:
+        return 16384, 1024
+    return (8192, 1024) if big else (2048, 256)
+
+
 def batch_defaults(gpu: Accelerator, version: VllmVersion, max_model_len: int, tokens: int | None = None,
                    seqs: int | None = None) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) as `vllm serve` picks them where not typed (engine/arg_utils.py
-    get_batch_defaults and _set_default_max_num_seqs_and_batched_tokens_args): V1 from 0.9.0, total memory >= 70 GiB
-    and not an A100: 8192 tokens and 1024 sequences, else 2048 and 256 (0.8.x: H100/H200 by name); a defaulted token
-    budget is at most max_num_seqs x max_model_len, defaulted sequences at most the tokens. V0: 256 sequences,
+    _set_default_max_num_seqs_and_batched_tokens_args): V1 the device's tier (``device_batch_tier``); a defaulted
+    token budget is at most max_num_seqs x max_model_len, defaulted sequences at most the tokens. V0: 256 sequences,
     max(max_model_len, 2048) tokens without chunked prefill, which it turns on past 32K (then 2048)."""
     if version.engine == "v0":
         default_tokens, default_seqs = (max(max_model_len, 2048) if max_model_len <= 32768 else 2048), 256
         return tokens or default_tokens, seqs or default_seqs
-    big = gpu.usable_bytes >= 70 * GIB and "a100" not in gpu.key.lower()
-    if _parse(version.key) < (0, 9, 1):
-        big = generation(gpu) == "hopper" and not gpu.key.lower().startswith("gh")
-    default_tokens, default_seqs = (8192, 1024) if big else (2048, 256)
+    default_tokens, default_seqs = device_batch_tier(gpu, version)
     seqs_now = seqs or default_seqs
     tokens = tokens or min(seqs_now * max_model_len, default_tokens)
     return tokens, seqs or min(default_seqs, tokens)
@@ -296,6 +350,17 @@ def kv_groups(layers: list[KvLayer], block_size: int, hybrid: bool = True) -> li
             out.append(KvGroup(k[0], real, size - real, span=k[1], bytes_per_token=k[2], page_bytes=page,
                                block_size=blocks.get(k, block_size)))
     return out
+
+
+def logged_block_size(groups: list[KvGroup] | tuple[KvGroup, ...], max_model_len: int) -> int:
+    """The block size "GPU KV cache size" multiplies by from 0.9.1 to 0.20 (kv_cache_utils.py
+    _report_kv_cache_config: num_blocks // len(groups) x min(group block sizes)). A Mamba/linear-attention group's
+    block is mamba_block_size = max_model_len (models/config.py MambaModelConfig.verify_and_update_config, without
+    prefix caching; cache_config.block_size, the unified attention block, with it), never the smaller, so the least
+    is the attention groups' block as unified for the state page (Qwen3-Next on 2 H200 under 0.10.2: 544 tokens,
+    "Setting attention block size to 544 tokens"), not the backend's 16."""
+    attention = [g.block_size for g in groups if g.kind != "state"]
+    return min(attention) if attention else max_model_len
 
 
 def default_block_size(spec: ModelSpec, gpu: Accelerator) -> int:

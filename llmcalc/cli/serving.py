@@ -71,7 +71,11 @@ def serve(ctx: click.Context, model: str, gpu: str, weight_dtype: str | None, kv
     from ..analytic.serving import plan_capacity, plan_serving
     from ..views.serve import capacity_document, document
 
+    from ..analytic.vllm import check_max_model_len
+
     spec, device = load_measured(model), load_hardware(gpu)
+    if vllm["max_model_len"] is not None:  # vLLM refuses a length beyond the config's
+        check_max_model_len(vllm["max_model_len"], spec.max_seq_len)
     dtypes: dict[str, Any] = dict(weight_dtype=weight_dtype, kv_dtype=kv_dtype, compute_dtype=compute_dtype)
     targets = {k: vllm.pop(k) for k in ("concurrency", "ttft", "tokens_per_second")}
     work = {k: vllm.pop(k) for k in WORKLOAD}
@@ -84,6 +88,7 @@ def serve(ctx: click.Context, model: str, gpu: str, weight_dtype: str | None, kv
         return _measured(spec, device, n_gpus, fmt=fmt, dtypes=dtypes, vllm=vllm)
     if targets["concurrency"] is None:
         est = plan_serving(spec, device, n_gpus, **dtypes, **vllm)
+        est.check_starts()
         return emit(document(est), fmt, est.warnings)
     refuse_unused(ctx, ("n_gpus", "pp", "dp", "expert_parallel"), "with --concurrency (its search answers them)")
     plan = plan_capacity(spec, device, vllm.pop("max_model_len") or spec.max_seq_len or 0, targets["concurrency"],
@@ -111,6 +116,7 @@ def _measured(spec: Any, device: Any, n_gpus: int, fmt: str, dtypes: dict[str, A
     from ..views.serve import document
 
     measured = measured_serving(spec, device, n_gpus, **dtypes, **vllm)
+    measured.check_starts()
     emit(document(measured), fmt, measured.warnings)
 
 

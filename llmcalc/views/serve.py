@@ -122,7 +122,9 @@ def serve_document(est: ServeEstimate) -> Document:
         "profile_max_num_batched_tokens": tokens, "profile_max_num_seqs": seqs,
         "throughput": throughput,
     }
-    title = (("" if data["fits"] else "does NOT fit: vLLM would refuse to start (no request of max length fits): ")
+    title = (("" if data["fits"] else "does NOT fit: vLLM would refuse to start ("
+              + ("the weights and activations leave no KV cache" if est.kv_cache_bytes <= 0 else
+                 "no request of max length fits") + "): ")
              + f"{spec.name} served on {_layout(est)} ({est.version.label}): max length {est.max_model_len:,}, "
              f"weights {est.weight_dtype}, KV {est.kv_dtype}, block {est.block}")
     preamble = [f"{plural(est.max_concurrent_sequences, 'concurrent sequence')} of {est.max_model_len:,} tokens "
