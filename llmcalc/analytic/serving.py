@@ -40,6 +40,7 @@ from .quant import WeightFormat, shipped_bytes, weight_format
 from .vllm import (
     CURRENT,
     KvGroup,
+    admission_tokens,
     VllmVersion,
     activation_peak,
     batch_defaults,
@@ -166,6 +167,11 @@ class ServeEstimate:
                               self.max_num_seqs)
 
     @property
+    def admission_tokens(self) -> int:
+        """The tokens beyond its window a windowed layer holds per request (vllm.admission_tokens)."""
+        return admission_tokens(self.version, self.batch_defaults[0], self.pp)
+
+    @property
     def vocab_size(self) -> int:
         """Rows of the dummy sampler's logits (the vocabulary)."""
         return self.spec.vocab_size
@@ -287,7 +293,7 @@ class ServeEstimate:
 
     @property
     def blocks_per_sequence(self) -> int:
-        tokens = self.batch_defaults[0]
+        tokens = self.admission_tokens
         return sum(g.blocks_per_request(self.max_model_len, tokens) for g in self.groups)
 
     @property
@@ -298,7 +304,7 @@ class ServeEstimate:
             return 0.0
         if self.version.tokens == "blocks":
             return self.kv_blocks * self.groups[0].block_size / self.max_model_len
-        tokens = self.batch_defaults[0]
+        tokens = self.admission_tokens
         return min(self.kv_blocks / sum(g.blocks_per_request(self.max_model_len, tokens) for g in s.groups)
                    for s in self.stages if s.groups)
 
@@ -327,7 +333,7 @@ class ServeEstimate:
     def kv_bytes_per_request(self) -> float:
         """The KV bytes one request of max_model_len needs on the limiting GPU: blocks per request x page over each
         group's real layers (kv_cache_utils.py max_memory_usage_bytes summed over the layers)."""
-        tokens = self.batch_defaults[0]
+        tokens = self.admission_tokens
         return sum(g.blocks_per_request(self.max_model_len, tokens) * g.page_bytes * g.layers for g in self.groups)
 
     def check_starts(self) -> None:
@@ -340,7 +346,7 @@ class ServeEstimate:
     def longest_fitting_len(self) -> int:
         """vLLM's estimate_max_model_len: the longest request the blocks hold (full-attention groups bound it)."""
         lo, hi = 0, self.max_model_len
-        tokens = self.batch_defaults[0]
+        tokens = self.admission_tokens
         while lo < hi:
             mid = (lo + hi + 1) // 2
             need = max(sum(g.blocks_per_request(mid, tokens) for g in s.groups) for s in self.stages if s.groups)

@@ -517,7 +517,7 @@ class Performance:
 def kv_requests(est: ServeEstimate, length: int) -> int:
     """Requests of `length` tokens the replica's KV cache holds at once: its blocks over the blocks one request needs
     in every group (vLLM's kv_cache_utils, the least over the pipeline stages)."""
-    tokens = est.batch_defaults[0]
+    tokens = est.admission_tokens
     need = [sum(g.blocks_per_request(length, tokens) for g in s.groups) for s in est.stages if s.groups]
     if not need:  # no KV at all (a pure state-space model): the state per sequence bounds it
         return est.batch_defaults[1]

@@ -55,6 +55,8 @@ class VllmVersion:
     tokens: str  # how "GPU KV cache size" is logged: "blocks", "groups" or "concurrency"
     what: str  # what changed, for the docs and notes
     largest_tier: bool = False  # devices of >= 160 GiB get 16,384 batched tokens (0.28, arg_utils.py)
+    in_flight: bool = False  # windowed layers reserve every in-flight batch's tokens (0.26, #47728)
+    runner_v2: bool = False  # Model Runner V2 by default (0.29): pp + 1 batches in flight under async scheduling
 
     @property
     def label(self) -> str:
@@ -79,9 +81,17 @@ VERSIONS = (
     VllmVersion("0.21.0", "v1", TRITON, False, False, hybrid=True, cudagraphs=True, util=0.92, tokens="concurrency",
                 what="CUDA-graph memory charged by default and gpu_memory_utilization 0.92 (#38284); \"GPU KV cache "
                 "size\" = int(concurrency x max_model_len) (#41069)"),
+    VllmVersion("0.26.0", "v1", TRITON, False, False, hybrid=True, cudagraphs=True, util=0.92, tokens="concurrency",
+                what="sliding-window and chunked-local layers reserve max_in_flight_tokens = max_concurrent_batches x "
+                "max_num_batched_tokens per request (2 batches under async scheduling; #47728, config/vllm.py)",
+                in_flight=True),
     VllmVersion("0.28.0", "v1", TRITON, False, False, hybrid=True, cudagraphs=True, util=0.92, tokens="concurrency",
                 what="a batch-default tier for devices of >= 160 GiB (B200, B300, MI300X, MI355X): vllm serve profiles "
-                "16,384 batched tokens, not 8,192 (engine/arg_utils.py get_batch_defaults)", largest_tier=True),
+                "16,384 batched tokens, not 8,192 (engine/arg_utils.py get_batch_defaults, #51726)", largest_tier=True,
+                in_flight=True),
+    VllmVersion("0.29.0", "v1", TRITON, False, False, hybrid=True, cudagraphs=True, util=0.92, tokens="concurrency",
+                what="Model Runner V2 by default: pp + 1 batches in flight under async scheduling (config/vllm.py "
+                "max_concurrent_batches)", largest_tier=True, in_flight=True, runner_v2=True),
 )
 CURRENT = VERSIONS[-1]
 
@@ -191,6 +201,20 @@ def batch_defaults(gpu: Accelerator, version: VllmVersion, max_model_len: int, t
     seqs_now = seqs or default_seqs
     tokens = tokens or min(seqs_now * max_model_len, default_tokens)
     return tokens, seqs or min(default_seqs, tokens)
+
+
+def admission_tokens(version: VllmVersion, batched_tokens: int, pp: int = 1) -> int:
+    """The tokens a sliding-window or chunked-local layer must hold beyond its window per request (the T of
+    ``KvGroup.blocks_per_request``): max_num_batched_tokens before 0.26; from 0.26 (#47728, blocks out of the window
+    freed on the processed-token basis) VllmConfig.max_in_flight_tokens = max_concurrent_batches x
+    max_num_batched_tokens, max_concurrent_batches = 2 under async scheduling (on by default) with one stage, pp with
+    more on the V1 runner, pp + 1 on Model Runner V2 (default from 0.29) (vllm/config/vllm.py). Gemma-4-E2B on an
+    MI300X under 0.29.1 at 32,768 tokens: 4 sliding groups of 1,025 blocks of 32 + 2,048 full blocks per request
+    ("Maximum concurrency ... 275.45x" over 155.04 GiB of 3 x 32 KiB pages), not 529 each."""
+    if not version.in_flight:
+        return batched_tokens
+    batches = pp + 1 if version.runner_v2 else (2 if pp == 1 else pp)
+    return batches * batched_tokens
 
 
 # Non-torch memory growth during profiling (cuBLAS/cuBLASLt and attention workspaces, NCCL for tp > 1 before 0.11),

@@ -37,7 +37,7 @@ def _layout(est: ServeEstimate) -> str:
 
 
 def group_rows(est: ServeEstimate) -> list[dict[str, Any]]:
-    tokens = est.batch_defaults[0]
+    tokens = est.admission_tokens
     rows = []
     for i, g in enumerate(est.groups):
         need = g.blocks_per_request(est.max_model_len, tokens)
