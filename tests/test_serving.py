@@ -160,11 +160,15 @@ def test_gpt_oss_sliding_layers_keep_their_window():
     """vLLM's hybrid allocator on gpt-oss-120b (18 sliding layers of 128 tokens, 18 full): two groups of 18, 16-token
     pages of 16 x 8 x 64 x 2 x 2 = 32 KiB; a 131,072-token request with 8,192 batched tokens needs 8,192 full blocks
     and cdiv(min(127 + 8192, 131072), 16) + 1 = 521 sliding ones (research: vllm_memory.md sec. 3.4)."""
-    data = cli_json("serve", "gpt-oss-120b", "--gpu", "h200", "--max-model-len", "128k")
+    data = cli_json("serve", "gpt-oss-120b", "--gpu", "h200", "--max-model-len", "128k", "--vllm-version", "0.21")
     groups = data["kv_groups"]
     assert [(g["kind"], g["layers"], g["page_bytes"]) for g in groups] == [("sliding", 18, 32768), ("full", 18, 32768)]
     assert [g["blocks_per_request"] for g in groups] == [521, 8192] and data["blocks_per_sequence"] == 8713
     assert data["vllm_max_concurrency"] == pytest.approx(data["kv_blocks"] / 8713)
+    # from 0.26 (#47728) the window keeps max_in_flight_tokens = 2 batches x 8,192 under async scheduling:
+    # cdiv(min(127 + 16384, 131072), 16) + 1 = 1,033
+    now = cli_json("serve", "gpt-oss-120b", "--gpu", "h200", "--max-model-len", "128k")
+    assert [g["blocks_per_request"] for g in now["kv_groups"]] == [1033, 8192]
     old = cli_json("serve", "gpt-oss-120b", "--gpu", "h200", "--max-model-len", "128k", "--vllm-version", "0.8.5")
     assert len(old["kv_groups"]) == 1 and old["blocks_per_sequence"] == 8192  # no hybrid manager: full everywhere
 
