@@ -167,7 +167,7 @@ class MeasuredServe(ServeEstimate):
         requested = math.ceil(self.accelerator.usable_bytes * self.utilization)
         layers = range(self.model.n_layers)
         nt = non_torch_bytes(self.version, self.tp)
-        graphs = cudagraph_bytes(self.spec, self.version, len(layers))
+        graphs = cudagraph_bytes(self.spec, self.version, len(layers), eager=self.enforce_eager)
         mine = self.model.kv_layers(self.kv_dtype, self.tp)
         groups = kv_groups(mine, self.block, self.version.hybrid)
         return (Stage(layers, weights, act, non_torch=nt, cudagraphs=graphs, groups=tuple(groups),
@@ -211,7 +211,8 @@ def measured_serving(model: MeasuredModel, accelerator: Accelerator, tp: int = 1
                      gpu_memory_utilization: float | None = None, weight_dtype: str | None = None,
                      kv_dtype: str | None = None, compute_dtype: str | None = None, block_size: int | None = None,
                      pp: int = 1, dp: int = 1, expert_parallel: bool = False, version: str | None = None,
-                     max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None) -> MeasuredServe:
+                     max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None,
+                     enforce_eager: bool = False) -> MeasuredServe:
     """`llmcalc serve` of a measured model (``serving.plan_serving``'s settings)."""
     if max_model_len is None:
         if model.max_seq_len is None:
@@ -223,6 +224,6 @@ def measured_serving(model: MeasuredModel, accelerator: Accelerator, tp: int = 1
                         gpu_memory_utilization=gpu_memory_utilization, weight_dtype=weight, kv_dtype=kv,
                         compute_dtype=compute, block_size=block_size, pp=pp, dp=dp, expert_parallel=expert_parallel,
                         version=vllm_version(version), max_num_batched_tokens=max_num_batched_tokens,
-                        max_num_seqs=max_num_seqs, weights_format=fmt)
+                        max_num_seqs=max_num_seqs, weights_format=fmt, enforce_eager=enforce_eager)
     ffn_layers(model)  # the activation peak's one clear line before any figure
     return est

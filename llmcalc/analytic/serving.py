@@ -121,6 +121,7 @@ class ServeEstimate:
     max_num_seqs: int | None = None
     weights_format: WeightFormat | None = None
     notes: tuple[str, ...] = field(default=())
+    enforce_eager: bool = False  # vLLM --enforce-eager: no CUDA graphs captured, none charged
 
     def __post_init__(self) -> None:
         util = self.gpu_memory_utilization
@@ -200,7 +201,7 @@ class ServeEstimate:
                                   self.version, tp=self.tp, act_bytes=self.act_bytes, last_stage=s == self.pp - 1,
                                   expert_parallel=self.expert_parallel)
             nt = non_torch_bytes(self.version, self.tp * self.pp * self.dp)
-            graphs = cudagraph_bytes(self.spec, self.version, len(layers))
+            graphs = cudagraph_bytes(self.spec, self.version, len(layers), eager=self.enforce_eager)
             mine = [layer for layer in all_layers if layer.index in layers]
             groups = kv_groups(mine, self.block, self.version.hybrid)
             out.append(Stage(layers, weights, act, non_torch=nt, cudagraphs=graphs, groups=tuple(groups),
@@ -405,7 +406,8 @@ def plan_serving(spec: ModelSpec, accelerator: Accelerator, tp: int = 1, max_mod
                  gpu_memory_utilization: float | None = None, weight_dtype: str | None = None,
                  kv_dtype: str | None = None, compute_dtype: str | None = None, block_size: int | None = None,
                  pp: int = 1, dp: int = 1, expert_parallel: bool = False, version: str | None = None,
-                 max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None) -> ServeEstimate:
+                 max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None,
+                 enforce_eager: bool = False) -> ServeEstimate:
     """`llmcalc serve`: a decoder on tp x pp GPUs per replica and dp replicas (vLLM's TP rule), weights as the
     checkpoint ships them unless `weight_dtype` is typed, requests of `max_model_len` tokens (default: the model's
     max_position_embeddings), the memory accounting of vLLM `version` (default: the current release)."""
@@ -422,7 +424,7 @@ def plan_serving(spec: ModelSpec, accelerator: Accelerator, tp: int = 1, max_mod
                          weight_dtype=weight, kv_dtype=kv, compute_dtype=compute, block_size=block_size, pp=pp, dp=dp,
                          expert_parallel=expert_parallel, version=vllm_version(version),
                          max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-                         weights_format=fmt)
+                         weights_format=fmt, enforce_eager=enforce_eager)
 
 
 def smallest_serving_group(spec: ModelSpec, gpu: Accelerator, max_model_len: int, kv_dtype: str,

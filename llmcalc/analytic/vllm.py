@@ -247,6 +247,9 @@ def non_torch_bytes(version: VllmVersion, tp: int) -> float:
 
 
 def cudagraph_bytes(spec: ModelSpec, version: VllmVersion, layers: int, eager: bool = False) -> float:
+    """The CUDA-graph pool charged against the KV cache from 0.21 (gpu_worker.py, VLLM_MEMORY_PROFILER_ESTIMATE_
+    CUDAGRAPHS): CUDAGRAPH_BYTES_PER_LAYER per decoder layer of the stage; none with --enforce-eager (no graph is
+    captured) or before 0.21."""
     return 0.0 if eager or not version.cudagraphs else CUDAGRAPH_BYTES_PER_LAYER * layers
 
 

@@ -346,7 +346,9 @@ def vllm_options(func: F) -> F:
                      help="Sequences per step, the dummy sampler's rows (default: vLLM's for this GPU)."),
         click.option("--vllm-version", "version", type=NAME, default=None,
                      help="Whose memory accounting: a release (0.6.4 and later, e.g. 0.11.0) or v0 for the V0 engine "
-                          "(default: the current release, 0.21)."),
+                          "(default: the current release, 0.29)."),
+        click.option("--enforce-eager", is_flag=True,
+                     help="vLLM --enforce-eager: no CUDA graphs are captured, so none is charged (from v0.21)."),
         click.option("--concurrency", type=POSITIVE_INT, default=None,
                      help="Concurrent max-length requests to serve: answers the fewest GPUs and the layout."),
         click.option("--max-ttft", "ttft", type=Number(maximum=1e6), default=None,

@@ -98,7 +98,7 @@ def serve_document(est: ServeEstimate) -> Document:
     data = {
         "model": spec.name, "device": gpu.key, "n_gpus": tp, "pp": est.pp, "dp": est.dp,
         "enable_expert_parallel": est.expert_parallel, "n_gpus_total": est.n_gpus,
-        "vllm_version": est.version.key, "max_model_len": est.max_model_len,
+        "vllm_version": est.version.key, "max_model_len": est.max_model_len, "enforce_eager": est.enforce_eager,
         "gpu_memory_utilization": est.utilization, "weight_dtype": est.weight_dtype,
         "weight_format": est.weights.describe(), "weight_dtype_typed": est.weights.typed,
         "kv_dtype": est.kv_dtype, "compute_dtype": est.compute_dtype, "block_size": est.block,
@@ -157,7 +157,8 @@ def _memory_table(est: ServeEstimate) -> Table:
         {"name": "non-torch memory (cuBLAS, NCCL, context where charged)", "bytes": est.non_torch_bytes},
     ]
     if est.version.cudagraphs:
-        rows.append({"name": "CUDA graphs (estimated, charged since v0.21)", "bytes": est.cudagraph_bytes})
+        rows.append({"name": "CUDA graphs (none: --enforce-eager)" if est.enforce_eager else
+                     "CUDA graphs (estimated, charged since v0.21)", "bytes": est.cudagraph_bytes})
     rows.append({"name": f"KV cache ({est.kv_blocks:,} blocks of {est.block} tokens)",
                  "bytes": max(est.kv_cache_bytes, 0.0)})
     n = est.n_gpus
