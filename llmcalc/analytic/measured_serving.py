@@ -212,7 +212,7 @@ def measured_serving(model: MeasuredModel, accelerator: Accelerator, tp: int = 1
                      kv_dtype: str | None = None, compute_dtype: str | None = None, block_size: int | None = None,
                      pp: int = 1, dp: int = 1, expert_parallel: bool = False, version: str | None = None,
                      max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None,
-                     enforce_eager: bool = False) -> MeasuredServe:
+                     enforce_eager: bool = False, language_model_only: bool = False) -> MeasuredServe:
     """`llmcalc serve` of a measured model (``serving.plan_serving``'s settings)."""
     if max_model_len is None:
         if model.max_seq_len is None:
@@ -224,6 +224,7 @@ def measured_serving(model: MeasuredModel, accelerator: Accelerator, tp: int = 1
                         gpu_memory_utilization=gpu_memory_utilization, weight_dtype=weight, kv_dtype=kv,
                         compute_dtype=compute, block_size=block_size, pp=pp, dp=dp, expert_parallel=expert_parallel,
                         version=vllm_version(version), max_num_batched_tokens=max_num_batched_tokens,
-                        max_num_seqs=max_num_seqs, weights_format=fmt, enforce_eager=enforce_eager)
+                        max_num_seqs=max_num_seqs, weights_format=fmt, enforce_eager=enforce_eager,
+                        language_model_only=language_model_only)
     ffn_layers(model)  # the activation peak's one clear line before any figure
     return est

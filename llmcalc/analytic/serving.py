@@ -40,17 +40,23 @@ from .quant import WeightFormat, shipped_bytes, weight_format
 from .vllm import (
     CURRENT,
     KvGroup,
+    VisionTower,
     admission_tokens,
     VllmVersion,
     activation_peak,
     batch_defaults,
     cudagraph_bytes,
     default_block_size,
+    encoder_cache_bytes,
+    encoder_items,
+    encoder_peak,
     kv_groups,
     logged_block_size,
     non_torch_bytes,
     not_enough_kv_message,
     rank_weight_bytes,
+    vision_tower,
+    vision_weight_bytes,
     vllm_version,
 )
 
@@ -122,6 +128,7 @@ class ServeEstimate:
     weights_format: WeightFormat | None = None
     notes: tuple[str, ...] = field(default=())
     enforce_eager: bool = False  # vLLM --enforce-eager: no CUDA graphs captured, none charged
+    language_model_only: bool = False  # vLLM --language-model-only: no vision tower loaded or profiled
 
     def __post_init__(self) -> None:
         util = self.gpu_memory_utilization
@@ -200,6 +207,9 @@ class ServeEstimate:
             act = activation_peak(self.spec, tokens, min(seqs, tokens) if self.version.engine == "v1" else seqs,
                                   self.version, tp=self.tp, act_bytes=self.act_bytes, last_stage=s == self.pp - 1,
                                   expert_parallel=self.expert_parallel)
+            if s == 0 and self.vision is not None:  # the tower and its profiling run live on the first stage
+                weights += vision_weight_bytes(self.vision, self.tp, self.act_bytes)
+                act = self.with_encoder(act)
             nt = non_torch_bytes(self.version, self.tp * self.pp * self.dp)
             graphs = cudagraph_bytes(self.spec, self.version, len(layers), eager=self.enforce_eager)
             mine = [layer for layer in all_layers if layer.index in layers]
@@ -208,6 +218,25 @@ class ServeEstimate:
                              state_layers=tuple(layer for layer in mine if layer.kind == "state"),
                              available=requested - weights - act - nt - graphs))
         return tuple(out)
+
+    @cached_property
+    def vision(self) -> VisionTower | None:
+        """The vision tower vLLM loads beside the language model (none with --language-model-only)."""
+        return None if self.language_model_only else vision_tower(self.spec)
+
+    @property
+    def encoder_items(self) -> int:
+        """Dummy images the profiling run encodes (0: no tower, or one whose profiling is not modelled)."""
+        return encoder_items(self.vision, self.batch_defaults[0]) if self.vision is not None else 0
+
+    def with_encoder(self, language_peak: float) -> float:
+        """The profiling peak with the dummy encoder run (gpu_model_runner.py profile_run): the encoder's own peak,
+        or the language model's with the encoder outputs kept beside it, whichever is larger."""
+        items = self.encoder_items
+        if not items or self.vision is None:
+            return language_peak
+        return max(encoder_peak(self.vision, items, self.tp, self.act_bytes),
+                   language_peak + encoder_cache_bytes(self.vision, items, self.act_bytes))
 
     @property
     def limiting(self) -> Stage:
@@ -407,7 +436,7 @@ def plan_serving(spec: ModelSpec, accelerator: Accelerator, tp: int = 1, max_mod
                  kv_dtype: str | None = None, compute_dtype: str | None = None, block_size: int | None = None,
                  pp: int = 1, dp: int = 1, expert_parallel: bool = False, version: str | None = None,
                  max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None,
-                 enforce_eager: bool = False) -> ServeEstimate:
+                 enforce_eager: bool = False, language_model_only: bool = False) -> ServeEstimate:
     """`llmcalc serve`: a decoder on tp x pp GPUs per replica and dp replicas (vLLM's TP rule), weights as the
     checkpoint ships them unless `weight_dtype` is typed, requests of `max_model_len` tokens (default: the model's
     max_position_embeddings), the memory accounting of vLLM `version` (default: the current release)."""
@@ -424,7 +453,7 @@ def plan_serving(spec: ModelSpec, accelerator: Accelerator, tp: int = 1, max_mod
                          weight_dtype=weight, kv_dtype=kv, compute_dtype=compute, block_size=block_size, pp=pp, dp=dp,
                          expert_parallel=expert_parallel, version=vllm_version(version),
                          max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-                         weights_format=fmt, enforce_eager=enforce_eager)
+                         weights_format=fmt, enforce_eager=enforce_eager, language_model_only=language_model_only)
 
 
 def smallest_serving_group(spec: ModelSpec, gpu: Accelerator, max_model_len: int, kv_dtype: str,

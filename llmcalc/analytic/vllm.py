@@ -310,6 +310,108 @@ def activation_peak(spec: ModelSpec, tokens: int, rows: int, version: VllmVersio
     return max(fwd, sampler_peak(spec, rows, version) + tokens * spec.d_model * act_bytes)
 
 
+# --- the vision tower of a multimodal checkpoint ---------------------------------------------------------
+
+QWEN_VIT = ("qwen3_vl", "qwen3_vl_moe", "qwen3_5_vision", "qwen3_5_moe_vision")  # vision_config model_types
+QWEN_VIT_MAX_PIXELS = 16_777_216  # Qwen3-VL's image processor size["longest_edge"]: the dummy image's pixels
+
+
+@dataclass(frozen=True)
+class VisionTower:
+    """The vision encoder vLLM loads beside a multimodal checkpoint's language model: its parameters (``sharded``:
+    the block and merger matrices vLLM splits over tp; ``whole``: patch and position embeddings, norms), and for
+    the Qwen-VL towers the profiling run's dummy images (``tokens_per_item`` after the spatial merge)."""
+
+    kind: str
+    sharded: int
+    whole: int
+    hidden: int = 0
+    intermediate: int = 0
+    patch_elements: int = 0  # pixel values per patch (channels x temporal patch x patch^2)
+    merge: int = 1  # patches per output token along each side
+    out_hidden: int = 0
+    deepstack: int = 0
+    tokens_per_item: int = 0  # 0: the profiling run is not modelled for this tower
+
+    @property
+    def params(self) -> int:
+        return self.sharded + self.whole
+
+
+def qwen_vit(vc: dict) -> VisionTower:
+    """Qwen3-VL / Qwen3.5's vision tower (transformers modeling_qwen3_vl.py Qwen3VLVisionModel; vLLM qwen3_vl.py):
+    a Conv3d patch embedding c·t·p²·h + h, learned positions npos·h, `depth` blocks of qkv + proj 4h² + 4h, an MLP
+    fc1/fc2 2hi + i + h and two LayerNorms 4h, a patch merger (LayerNorm h, fc1 h'² + h', fc2 h'·out + out with
+    h' = h·m²) and one merger per deepstack layer (its LayerNorm over h'). Qwen3-VL-30B-A3B: 538,631,408, as
+    transformers builds it."""
+    h, i, depth = vc["hidden_size"], vc["intermediate_size"], vc["depth"]
+    p, t, c = vc.get("patch_size", 16), vc.get("temporal_patch_size", 2), vc.get("in_channels", 3)
+    m, out = vc.get("spatial_merge_size", 2), vc["out_hidden_size"]
+    hm, deep = h * m * m, len(vc.get("deepstack_visual_indexes") or ())
+    merger = hm * hm + hm + hm * out + out
+    sharded = depth * (4 * h * h + 4 * h + 2 * h * i + i + h) + (1 + deep) * merger
+    whole = depth * 4 * h + c * t * p * p * h + h + vc.get("num_position_embeddings", 2304) * h + 2 * h + deep * 2 * hm
+    return VisionTower("qwen-vit", sharded, whole, hidden=h, intermediate=i, patch_elements=c * t * p * p, merge=m,
+                       out_hidden=out, deepstack=deep, tokens_per_item=QWEN_VIT_MAX_PIXELS // (p * m) ** 2)
+
+
+def siglip_vit(vc: dict, text_d_model: int) -> VisionTower:
+    """A SigLIP vision tower and Gemma 3's projector (transformers SiglipVisionModel, Gemma3MultiModalProjector):
+    patch embedding c·p²·h + h, (image/p)² positions, `num_hidden_layers` blocks of q/k/v/o with biases 4h² + 4h, an
+    MLP 2hi + i + h and two LayerNorms 4h, a post LayerNorm 2h; the projector h·D + h (D the language model's
+    width). Gemma-3-27B: 416,866,032 + 6,194,304, as transformers builds it. Its profiling run is not modelled."""
+    h, i, layers = vc["hidden_size"], vc["intermediate_size"], vc["num_hidden_layers"]
+    p, c, image = vc.get("patch_size", 14), vc.get("num_channels", 3), vc.get("image_size", 224)
+    sharded = layers * (4 * h * h + 4 * h + 2 * h * i + i + h) + h * text_d_model
+    whole = layers * 4 * h + c * p * p * h + h + (image // p) ** 2 * h + 2 * h + h
+    return VisionTower("siglip", sharded, whole)
+
+
+def vision_tower(spec: ModelSpec) -> VisionTower | None:
+    """The tower of `spec`'s vision_config where llmcalc knows its family (Qwen3-VL / Qwen3.5, SigLIP); None for a
+    text model or a tower it does not size (its weights and profiling then left out, as the spec's notes say)."""
+    vc = getattr(spec, "vision_config", None)  # a model transformers measured has none
+    if not isinstance(vc, dict):
+        return None
+    kind = vc.get("model_type")
+    if kind in QWEN_VIT and {"hidden_size", "intermediate_size", "depth", "out_hidden_size"} <= set(vc):
+        return qwen_vit(vc)
+    if kind == "siglip_vision_model" and {"hidden_size", "intermediate_size", "num_hidden_layers"} <= set(vc):
+        return siglip_vit(vc, spec.d_model)
+    return None
+
+
+def vision_weight_bytes(tower: VisionTower, tp: int, act_bytes: float) -> float:
+    """The tower on one rank at the model's 16-bit dtype (quantized checkpoints leave it unquantized): its block
+    and merger matrices split over tp (mm_encoder_tp_mode "weights", vLLM's default), the rest whole."""
+    return (tower.sharded / tp + tower.whole) * act_bytes
+
+
+def encoder_items(tower: VisionTower, batched_tokens: int) -> int:
+    """Dummy images of the maximum feature size the profiling run encodes (gpu_model_runner.py profile_run,
+    multimodal budget): the encoder budget max(max_num_batched_tokens, tokens per item) // tokens per item
+    ("Encoder cache will be initialized with a budget of N tokens, and profiled with K image items")."""
+    if not tower.tokens_per_item:
+        return 0
+    return max(batched_tokens, tower.tokens_per_item) // tower.tokens_per_item
+
+
+def encoder_peak(tower: VisionTower, items: int, tp: int, act_bytes: float) -> float:
+    """The dummy encoder run's peak on one rank, over P = items x tokens x merge² patches: the pixel values
+    P·c·t·p², a block's MLP transient P·(2i/tp + 3h) (fc1 output and its activation beside the residual, normed
+    input and output, as dense_peak), and the deepstack features items·tokens·out per deepstack layer."""
+    patches = items * tower.tokens_per_item * tower.merge ** 2
+    block = patches * (2 * tower.intermediate / tp + 3 * tower.hidden)
+    deep = tower.deepstack * items * tower.tokens_per_item * tower.out_hidden
+    return (patches * tower.patch_elements + block + deep) * act_bytes
+
+
+def encoder_cache_bytes(tower: VisionTower, items: int, act_bytes: float) -> float:
+    """The dummy encoder outputs vLLM keeps (encoder_cache["tmp"]) through the language model's profiling forward:
+    items x tokens x out, and the deepstack features beside them."""
+    return items * tower.tokens_per_item * tower.out_hidden * (1 + tower.deepstack) * act_bytes
+
+
 # --- the KV cache: vLLM's groups --------------------------------------------------------------------------
 
 

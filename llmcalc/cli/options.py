@@ -349,6 +349,9 @@ def vllm_options(func: F) -> F:
                           "(default: the current release, 0.29)."),
         click.option("--enforce-eager", is_flag=True,
                      help="vLLM --enforce-eager: no CUDA graphs are captured, so none is charged (from v0.21)."),
+        click.option("--language-model-only", is_flag=True,
+                     help="vLLM --language-model-only: a multimodal checkpoint's vision tower is neither loaded nor "
+                          "profiled."),
         click.option("--concurrency", type=POSITIVE_INT, default=None,
                      help="Concurrent max-length requests to serve: answers the fewest GPUs and the layout."),
         click.option("--max-ttft", "ttft", type=Number(maximum=1e6), default=None,

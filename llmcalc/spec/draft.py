@@ -228,5 +228,8 @@ class SpecDraft:
     quantization_config: dict | None = field(default=None, compare=False)
     checkpoint_dtype: str | None = field(default=None, compare=False)
     n_mtp_layers: int = field(default=0, compare=False)
+    # vision_config: a multimodal checkpoint's vision tower as published (never counted in params: the language
+    # model is; analytic/vllm.py sizes the tower vLLM loads beside it and its profiling run)
+    vision_config: dict | None = field(default=None, compare=False)
     name: str = field(default="custom", compare=False)
     model_type: str | None = field(default=None, compare=False)  # HF model_type it came from

@@ -980,6 +980,8 @@ def draft_from_hf(hf: dict, name: str = "custom") -> SpecDraft:  # long: HF key 
             notes += (tie_note,)
         if outer.get("quantization_config") is not None:
             hf["quantization_config"] = outer["quantization_config"]
+        if isinstance(outer.get("vision_config"), dict):  # the tower vLLM loads beside the language model
+            hf["vision_config"] = outer["vision_config"]
         notes += (f"multimodal config ({model_type}): the language model from text_config is counted; "
                   f"the vision tower and multimodal projector are left out",)
         model_type = hf["model_type"]

@@ -163,6 +163,7 @@ class ModelSpec:
     quantization_config: dict | None = field(default=None, compare=False)  # as published (analytic/quant.py)
     checkpoint_dtype: str | None = field(default=None, compare=False)  # torch_dtype of the stored tensors
     n_mtp_layers: int = field(default=0, compare=False)  # stored by the checkpoint, not built by transformers
+    vision_config: dict | None = field(default=None, compare=False)  # a multimodal checkpoint's tower (serve)
     name: str = field(default="custom", compare=False)
     model_type: str | None = field(default=None, compare=False)
     # True only from resolve(), which has just checked the very draft that to_draft() gives back (resolve.round_trips):

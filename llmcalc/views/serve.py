@@ -99,6 +99,9 @@ def serve_document(est: ServeEstimate) -> Document:
         "model": spec.name, "device": gpu.key, "n_gpus": tp, "pp": est.pp, "dp": est.dp,
         "enable_expert_parallel": est.expert_parallel, "n_gpus_total": est.n_gpus,
         "vllm_version": est.version.key, "max_model_len": est.max_model_len, "enforce_eager": est.enforce_eager,
+        "language_model_only": est.language_model_only,
+        "vision_tower_params": est.vision.params if est.vision is not None else 0,
+        "encoder_profile_items": est.encoder_items,
         "gpu_memory_utilization": est.utilization, "weight_dtype": est.weight_dtype,
         "weight_format": est.weights.describe(), "weight_dtype_typed": est.weights.typed,
         "kv_dtype": est.kv_dtype, "compute_dtype": est.compute_dtype, "block_size": est.block,
@@ -216,7 +219,7 @@ def _memory_notes(est: ServeEstimate) -> list[str]:
         f"split by tp) - non-torch memory" + (" - CUDA graphs" if v.cudagraphs else "")
         + f"; max_num_batched_tokens {tokens:,} and max_num_seqs {seqs:,}"
         + (" as typed" if est.max_num_batched_tokens or est.max_num_seqs else " (vllm serve's defaults for this GPU)"),
-    ] + est.weights.notes()
+    ] + est.weights.notes() + _vision_notes(est)
     if _is_measured(est):
         notes += [f"measured by transformers: {k.replace('_', ' ')}: {v}" for k, v in _measured_from(est).items()]
     else:
@@ -233,6 +236,25 @@ def _memory_notes(est: ServeEstimate) -> list[str]:
         notes.insert(0, f"no {est.max_model_len:,}-token request fits in the KV cache; the longest that does is "
                         f"{est.longest_fitting_len():,} tokens (lower --max-model-len or add GPUs)")
     return notes
+
+
+def _vision_notes(est: ServeEstimate) -> list[str]:
+    """What the vision tower adds (a multimodal checkpoint), or why nothing is added."""
+    if est.language_model_only or getattr(est.spec, "vision_config", None) is None:
+        return []
+    tower = est.vision
+    if tower is None:
+        return ["the checkpoint's vision tower is not sized (a family llmcalc does not know): its weights and its "
+                "profiling run are left out (vLLM loads both unless --language-model-only)"]
+    line = (f"vision tower: {tower.params:,} parameters at 16 bits, its blocks split over tp (vLLM loads it beside "
+            f"the language model; --language-model-only drops it)")
+    if est.encoder_items:
+        line += (f"; the profiling run encodes {est.encoder_items} dummy image(s) of {tower.tokens_per_item:,} tokens "
+                 f"({tower.tokens_per_item * tower.merge ** 2:,} patches each) and keeps their outputs through the "
+                 f"language model's profiling forward")
+    elif tower.tokens_per_item == 0:
+        line += "; its profiling run is not modelled"
+    return [line]
 
 
 def _throughput_table(est: ServeEstimate, throughput: list[dict]) -> Table:
