@@ -113,7 +113,8 @@ def summary(records: list[dict], ckpts: list[dict]) -> dict:
         return {"rows": len(errs), "median_abs_error": statistics.median(errs) if errs else None,
                 "within": sum(e <= within for e in errs), "tolerance": within,
                 "beyond_25_percent": sum(e > 0.25 for e in errs),
-                "worst": [f"{r['id']} {r['model']} on {r['gpu']} ({r['version']}): {r[key] * 100:+.1f} %" for r in worst]}
+                "worst": [f"{r['id']} {r['model']} on {r['gpu']} ({r['version']}): {r[key] * 100:+.1f} %"
+                          for r in worst]}
 
     ck = [abs(c["error"]) for c in ckpts]
     return {"kv": stats("kv_error", 0.05), "concurrency": stats("concurrency_error", 0.05),
@@ -150,7 +151,8 @@ def table(records: list[dict], ckpts: list[dict], summ: dict) -> str:
     for name, s in summ.items():
         lines.append(f"{name}: {s['rows']} rows, median |error| {s['median_abs_error'] * 100:.1f} %, "
                      f"{s['within']} within {s['tolerance'] * 100:.0f} %"
-                     + (f", {s['beyond_25_percent']} beyond 25 %; worst: {'; '.join(s['worst'])}" if "worst" in s else ""))
+                     + (f", {s['beyond_25_percent']} beyond 25 %; worst: {'; '.join(s['worst'])}"
+                        if "worst" in s else ""))
     return "\n".join(lines)
 
 

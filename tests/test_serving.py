@@ -270,9 +270,9 @@ def test_context_beyond_the_positions_is_refused_as_vllm_refuses_it(monkeypatch)
     for extra in ([], ["--input-len", 1000, "--output-len", 100], ["--concurrency", 2]):
         result = run("serve", "llama-3-8b", "--gpu", "h100-sxm", "--max-model-len", "16k", *extra)
         assert result.exit_code == 2 and result.stdout == ""
-        assert result.stderr.startswith('llmcalc: error: --max-model-len 16,384: vLLM refuses to start: "User-specified '
-                                        'max_model_len (16384) is greater than the derived max_model_len '
-                                        '(max_position_embeddings=8192 ')
+        assert result.stderr.startswith('llmcalc: error: --max-model-len 16,384: vLLM refuses to start: '
+                                        '"User-specified max_model_len (16384) is greater than the derived '
+                                        'max_model_len (max_position_embeddings=8192 ')
         assert "Use --max-model-len 8,192 or less" in result.stderr and len(result.stderr.splitlines()) == 1
     monkeypatch.setenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")
     result = run("serve", "llama-3-8b", "--gpu", "h100-sxm", "--max-model-len", "16k", "--format", "json")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from llmcalc.analytic.inference import kv_layers
 from llmcalc.analytic.serving import plan_serving
 from llmcalc.analytic.vllm import (
     admission_tokens,
@@ -19,7 +20,6 @@ from llmcalc.analytic.vllm import (
     vision_tower,
     vllm_version,
 )
-from llmcalc.analytic.inference import kv_layers
 from llmcalc.hardware import Accelerator
 from llmcalc.spec import load_hardware, load_model
 

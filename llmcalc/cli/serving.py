@@ -69,9 +69,8 @@ def serve(ctx: click.Context, model: str, gpu: str, weight_dtype: str | None, kv
     TTFT, TPOT and latency of that workload (closed loop, request rate or offline); with --concurrency, the fewest
     GPUs and the layout that serve it."""
     from ..analytic.serving import plan_capacity, plan_serving
-    from ..views.serve import capacity_document, document
-
     from ..analytic.vllm import check_max_model_len
+    from ..views.serve import capacity_document, document
 
     spec, device = load_measured(model), load_hardware(gpu)
     if vllm["max_model_len"] is not None:  # vLLM refuses a length beyond the config's
