@@ -69,12 +69,9 @@ def serve(ctx: click.Context, model: str, gpu: str, weight_dtype: str | None, kv
     TTFT, TPOT and latency of that workload (closed loop, request rate or offline); with --concurrency, the fewest
     GPUs and the layout that serve it."""
     from ..analytic.serving import plan_capacity, plan_serving
-    from ..analytic.vllm import check_max_model_len
     from ..views.serve import capacity_document, document
 
-    spec, device = load_measured(model), load_hardware(gpu)
-    if vllm["max_model_len"] is not None:  # vLLM refuses a length beyond the config's
-        check_max_model_len(vllm["max_model_len"], spec.max_seq_len)
+    spec, device = _load(model, gpu, vllm["max_model_len"])
     dtypes: dict[str, Any] = dict(weight_dtype=weight_dtype, kv_dtype=kv_dtype, compute_dtype=compute_dtype)
     targets = {k: vllm.pop(k) for k in ("concurrency", "ttft", "tokens_per_second")}
     work = {k: vllm.pop(k) for k in WORKLOAD}
@@ -94,6 +91,16 @@ def serve(ctx: click.Context, model: str, gpu: str, weight_dtype: str | None, kv
                          ttft_seconds=targets["ttft"], tokens_per_second=targets["tokens_per_second"], **dtypes,
                          **{k: v for k, v in vllm.items() if k not in ("pp", "dp", "expert_parallel")})
     emit(capacity_document(plan), fmt, plan.best.warnings)
+
+
+def _load(model: str, gpu: str, max_model_len: int | None) -> tuple[Any, Any]:
+    """The model and the GPU; a --max-model-len past the config's positions refused as vLLM refuses it."""
+    from ..analytic.vllm import check_max_model_len
+
+    spec = load_measured(model)
+    if max_model_len is not None:
+        check_max_model_len(max_model_len, spec.max_seq_len)
+    return spec, load_hardware(gpu)
 
 
 def _is_formula(spec: Any, refused: str | None) -> TypeGuard[ModelSpec]:
