@@ -81,7 +81,8 @@ def test_hybrid_tokens_use_the_attention_block():
     assert 7162 // len(groups) * logged_block_size(groups, 262144) == 973760
 
 
-@pytest.mark.parametrize("name", ["qwen3-vl-30b-a3b", "qwen3.5-35b-a3b", "gemma-3-27b"])
+@pytest.mark.parametrize("name", ["qwen3-vl-30b-a3b", "qwen3.5-35b-a3b", "gemma-3-27b", "gemma-4-e2b-it",
+                                  "gemma-4-31b-it"])
 def test_vision_towers_count_what_transformers_builds(name):
     """The tower vLLM loads beside the language model: its parameters as transformers builds the checkpoint's
     vision model and projector (on the meta device) from the preset's own config."""
@@ -92,7 +93,7 @@ def test_vision_towers_count_what_transformers_builds(name):
     with torch.device("meta"):
         model = transformers.AutoModelForImageTextToText.from_config(transformers.AutoConfig.for_model(**config))
     tower = sum(p.numel() for n, p in model.named_parameters()
-                if any(part in n for part in ("visual.", "vision_tower.", "multi_modal_projector.")))
+                if any(part in n for part in ("visual.", "vision_tower.", "multi_modal_projector.", "embed_vision.")))
     assert vision_tower(load_model(name)).params == tower
 
 

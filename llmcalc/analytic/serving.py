@@ -20,6 +20,7 @@ from dataclasses import field
 from functools import cached_property
 from typing import Any
 
+from ..dtypes import dtype_bytes
 from ..errors import LlmcalcError
 from ..hardware import Accelerator
 from ..records import dataclass
@@ -36,7 +37,7 @@ from .inference import (
     kv_layers,
     resolve_dtypes,
 )
-from .quant import WeightFormat, shipped_bytes, weight_format
+from .quant import TYPED_BYTES, WeightFormat, shipped_bytes, weight_format
 from .vllm import (
     CURRENT,
     KvGroup,
@@ -208,7 +209,8 @@ class ServeEstimate:
                                   self.version, tp=self.tp, act_bytes=self.act_bytes, last_stage=s == self.pp - 1,
                                   expert_parallel=self.expert_parallel)
             if s == 0 and self.vision is not None:  # the tower and its profiling run live on the first stage
-                weights += vision_weight_bytes(self.vision, self.tp, self.act_bytes)
+                typed = TYPED_BYTES[self.weights.name] if self.weights.typed else None
+                weights += vision_weight_bytes(self.vision, self.tp, dtype_bytes(self.weights.base), typed)
                 act = self.with_encoder(act)
             nt = non_torch_bytes(self.version, self.tp * self.pp * self.dp)
             graphs = cudagraph_bytes(self.spec, self.version, len(layers), eager=self.enforce_eager)

@@ -367,9 +367,25 @@ def siglip_vit(vc: dict, text_d_model: int) -> VisionTower:
     return VisionTower("siglip", sharded, whole)
 
 
+def gemma4_vit(vc: dict, text_d_model: int) -> VisionTower:
+    """Gemma 4's vision tower and its embed_vision projector (transformers modeling_gemma4.py Gemma4VisionModel):
+    a patch embedding c·p²·h (no bias), two position tables 2·npos·h, `num_hidden_layers` blocks of q/k/v/o
+    h·d·(2·heads + 2·kv_heads), a gated MLP 3hi, four RMSNorms 4h and q/k norms 2d; the projector h·D. Gemma-4-E2B:
+    167,364,608 + 1,179,648; Gemma-4-31B: 569,548,080 + 6,193,152, as transformers builds them (the E2B's audio
+    tower is not counted). Its profiling run is not modelled."""
+    h, i, layers = vc.get("hidden_size", 768), vc.get("intermediate_size", 3072), vc.get("num_hidden_layers", 16)
+    heads = vc.get("num_attention_heads", 12)
+    kv, d = vc.get("num_key_value_heads", heads), vc.get("head_dim", h // heads)
+    p, npos = vc.get("patch_size", 16), vc.get("position_embedding_size", 10240)
+    sharded = layers * (h * d * (2 * heads + 2 * kv) + 3 * h * i) + h * text_d_model
+    whole = layers * (4 * h + 2 * d) + 3 * p * p * h + 2 * npos * h
+    return VisionTower("gemma4-vit", sharded, whole)
+
+
 def vision_tower(spec: ModelSpec) -> VisionTower | None:
-    """The tower of `spec`'s vision_config where llmcalc knows its family (Qwen3-VL / Qwen3.5, SigLIP); None for a
-    text model or a tower it does not size (its weights and profiling then left out, as the spec's notes say)."""
+    """The tower of `spec`'s vision_config where llmcalc knows its family (Qwen3-VL / Qwen3.5, SigLIP, Gemma 4);
+    None for a text model or a tower it does not size (its weights and profiling then left out, as serve's notes
+    say)."""
     vc = getattr(spec, "vision_config", None)  # a model transformers measured has none
     if not isinstance(vc, dict):
         return None
@@ -378,13 +394,17 @@ def vision_tower(spec: ModelSpec) -> VisionTower | None:
         return qwen_vit(vc)
     if kind == "siglip_vision_model" and {"hidden_size", "intermediate_size", "num_hidden_layers"} <= set(vc):
         return siglip_vit(vc, spec.d_model)
+    if kind == "gemma4_vision":  # the config class's defaults where the published config leaves them out
+        return gemma4_vit(vc, spec.d_model)
     return None
 
 
-def vision_weight_bytes(tower: VisionTower, tp: int, act_bytes: float) -> float:
-    """The tower on one rank at the model's 16-bit dtype (quantized checkpoints leave it unquantized): its block
-    and merger matrices split over tp (mm_encoder_tp_mode "weights", vLLM's default), the rest whole."""
-    return (tower.sharded / tp + tower.whole) * act_bytes
+def vision_weight_bytes(tower: VisionTower, tp: int, base_bytes: float, matrix_bytes: float | None = None) -> float:
+    """The tower on one rank: its block and merger matrices split over tp (mm_encoder_tp_mode "weights", vLLM's
+    default) at `matrix_bytes`, the rest whole at the 16-bit `base_bytes`. A quantized checkpoint leaves its tower
+    unquantized (matrix_bytes None: 16-bit); vLLM's online quantization (a typed --weight-dtype, --quantization
+    fp8) quantizes every linear layer, the tower's too."""
+    return tower.sharded / tp * (base_bytes if matrix_bytes is None else matrix_bytes) + tower.whole * base_bytes
 
 
 def encoder_items(tower: VisionTower, batched_tokens: int) -> int:
