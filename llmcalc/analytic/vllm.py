@@ -18,7 +18,14 @@ Sources (vLLM git history, upstream commits/PRs as cited; the research notes are
   (full cdiv(L, block); sliding window cdiv(min(w - 1 + T, L), block) + 1; chunked cdiv(min(c + T, L), block);
   Mamba one state page), get_max_concurrency_for_kv_cache_config (blocks / sum of blocks per request) and
   _report_kv_cache_config ("GPU KV cache size": blocks x block before 0.9.1, blocks // groups x block until 0.20,
-  int(concurrency x max_model_len) from 0.21, #41069).
+  the attention groups' block on a hybrid, int(concurrency x max_model_len) from 0.21, #41069); T is
+  max_num_batched_tokens, from 0.26 VllmConfig.max_in_flight_tokens (two batches under async scheduling, #47728);
+- batch defaults by device (engine/arg_utils.py get_batch_defaults): >= 70 GiB and not an A100, and from 0.28
+  >= 160 GiB (#51726);
+- a multimodal checkpoint's vision tower, loaded beside the language model, and the profiling run's dummy images
+  (gpu_model_runner.py profile_run);
+- what vLLM refuses to start with, in its own words (config/model.py _get_and_verify_max_len; kv_cache_utils.py
+  check_enough_kv_cache_memory).
 """
 
 from __future__ import annotations
