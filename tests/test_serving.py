@@ -299,6 +299,16 @@ def test_a_max_length_the_kv_cache_cannot_hold_is_refused_as_vllm_refuses_it():
     assert run("serve", "llama-3.1-8b", "--gpu", "rtx-4090", "--max-model-len", longest + 16).exit_code == 2
 
 
+def test_the_workload_mode_refuses_a_default_length_vllm_would_not_start_with():
+    """Llama-3.1-70B on 2 H100 at its config's 131,072 positions (vLLM's default max_model_len): the KV cache holds
+    far less, so vLLM refuses to start even for 1k + 1k requests; with --max-model-len within it, the workload runs."""
+    args = ("serve", "llama-3.1-70b", "--gpu", "h100-sxm", "--n-gpus", 2, "--input-len", "1k", "--output-len", "1k")
+    result = run(*args)
+    assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1
+    assert "(the config's max_position_embeddings, vLLM's default): vLLM refuses to start" in result.stderr
+    assert run(*args, "--max-model-len", "16k").exit_code == 0
+
+
 def test_weights_that_leave_no_kv_cache_are_a_plan_that_does_not_fit():
     """DeepSeek-V3 (fp8, ~80 GiB of weights per H100 at tp 8) at 32k: no KV memory at all, so no refusal of the length
     but a plan whose first line and JSON say it does not fit."""

@@ -373,7 +373,8 @@ class ServeEstimate:
         memory at all are a plan that does not fit, not a refusal: `fits` false)."""
         if self.kv_cache_bytes > 0 and self.groups and self.max_concurrent_sequences < 1:
             raise LlmcalcError(not_enough_kv_message(self.max_model_len, self.kv_bytes_per_request,
-                                                     self.kv_cache_bytes, self.longest_fitting_len()))
+                                                     self.kv_cache_bytes, self.longest_fitting_len(),
+                                                     default=self.max_model_len == self.spec.max_seq_len))
 
     def longest_fitting_len(self) -> int:
         """vLLM's estimate_max_model_len: the longest request the blocks hold (full-attention groups bound it)."""

@@ -143,17 +143,20 @@ def check_max_model_len(max_model_len: int, derived: int | None) -> None:
                        f"set {ALLOW_LONG}=1 for llmcalc too)")
 
 
-def not_enough_kv_message(max_model_len: int, needed: float, available: float, longest: int) -> str:
+def not_enough_kv_message(max_model_len: int, needed: float, available: float, longest: int,
+                          default: bool = False) -> str:
     """vLLM's refusal when the KV cache cannot hold one request of max_model_len (vllm/v1/core/kv_cache_utils.py
     check_enough_kv_cache_memory, V1; V0's "The model's max seq len (N) is larger than the maximum number of tokens
     that can be stored in KV cache (M)" says the same): needed = the per-request bytes of every layer
-    (max_memory_usage_bytes), available = the KV memory, and the estimated longest length (estimate_max_model_len)."""
-    return (f"--max-model-len {max_model_len:,}: vLLM refuses to start: \"To serve at least one request with the "
-            f"model's max seq len ({max_model_len}), {needed / GIB:.2f} GiB KV cache is needed, which is larger than "
-            f"the available KV cache memory ({available / GIB:.2f} GiB). Based on the available memory, the "
-            f"estimated maximum model length is {longest}. Try increasing `gpu_memory_utilization` or decreasing "
-            f"`max_model_len` when initializing the engine.\" Use --max-model-len {longest:,} or less, add GPUs "
-            f"(--n-gpus) or raise --gpu-memory-utilization")
+    (max_memory_usage_bytes), available = the KV memory, and the estimated longest length (estimate_max_model_len);
+    `default`: the length is the config's."""
+    which = " (the config's max_position_embeddings, vLLM's default)" if default else ""
+    return (f"--max-model-len {max_model_len:,}{which}: vLLM refuses to start: \"To serve at least one request "
+            f"with the model's max seq len ({max_model_len}), {needed / GIB:.2f} GiB KV cache is needed, which is "
+            f"larger than the available KV cache memory ({available / GIB:.2f} GiB). Based on the available memory, "
+            f"the estimated maximum model length is {longest}. Try increasing `gpu_memory_utilization` or "
+            f"decreasing `max_model_len` when initializing the engine.\" Use --max-model-len {longest:,} or less, add "
+            f"GPUs (--n-gpus) or raise --gpu-memory-utilization")
 
 
 # --- the device -----------------------------------------------------------------------------------------

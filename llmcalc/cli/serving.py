@@ -148,7 +148,8 @@ def _workload(ctx: click.Context, spec: Any, device: Any, n_gpus: int, fmt: str,
     if targets != (None, None):
         return _sizing(ctx, spec, device, fmt=fmt, dtypes=dtypes, vllm=vllm, work=work, targets=targets)
     est = plan_serving(spec, device, n_gpus, **dtypes, **vllm)
-    plan = plan_workloads(est, **work)
+    plan = plan_workloads(est, **work)  # a request the KV cache cannot hold is refused there
+    est.check_starts()  # and a max length it cannot hold once, as vLLM refuses to start
     emit(workload_document(plan), fmt, est.warnings)
 
 
