@@ -216,7 +216,8 @@ def test_global_batch_tokens_names_the_nearest_multiples():
     assert "the nearest: 3,997,696 (976 sequences) or 4,001,792 (977 sequences)" in line
 
 
-def test_plurals_agree_with_one():
+def test_plurals_agree_with_one(monkeypatch):
+    monkeypatch.setenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")  # 32k past Llama-2-70B's 4,096 positions, as vLLM allows
     result = run("train", "llama-3-8b", "--tokens", "1T", "--gpu", "h100-sxm", "--n-gpus", 8, "--global-batch", 8)
     assert result.exit_code == 0, result.output
     assert "global batch 8 sequences = 1 micro-batch per pipeline" in result.stdout
