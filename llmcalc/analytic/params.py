@@ -138,15 +138,21 @@ def _expert(spec: ModelSpec) -> int:
     return sum(_ffn(spec, spec.d_ff_expert, "x", bias=spec.expert_bias).values())
 
 
-def _moe(spec: ModelSpec, prefix: str) -> dict[str, int]:
+def _moe(spec: ModelSpec, prefix: str, hash_routed: bool = False) -> dict[str, int]:
     """One MoE FFN: a linear router over experts (biased in gpt-oss), routed experts, and the shared
-    experts as one bias-free MLP of width d_ff_shared (plus Qwen2-MoE's sigmoid gate, Linear(D, 1))."""
+    experts as one bias-free MLP of width d_ff_shared (plus Qwen2-MoE's sigmoid gate, Linear(D, 1)).
+    A hash-routed layer (DeepSeek-V4's first moe_hash_layers, modeling_deepseek_v4.py DeepseekV4HashRouter) keeps
+    the gate's weight (E x D) and, instead of a score-correction bias, a token-id table tid2eid of V x top-k (a
+    persistent buffer the checkpoint stores)."""
     shared = sum(_ffn(spec, spec.d_ff_shared, "x", bias=False).values()) if spec.n_shared_experts else 0
     # Gemma 4 (Gemma4TextRouter): proj D -> E, an input scale of D and a per-expert scale of E.
     scales = (spec.d_model + spec.n_experts) * spec.router_scales
     # The router's score-correction bias (E), stored in the checkpoint: ERNIE-4.5's Ernie4_5_MoeStatics (a frozen
     # parameter, (1, E)), DeepSeek-V3's and its kin's e_score_correction_bias (a persistent buffer).
-    scales += spec.n_experts * spec.router_score_bias
+    if hash_routed:
+        scales += spec.vocab_size * spec.n_experts_per_token
+    else:
+        scales += spec.n_experts * spec.router_score_bias
     return {
         f"{prefix}/router": (spec.d_model + spec.router_bias) * spec.n_experts + scales,
         f"{prefix}/experts": spec.n_experts * _expert(spec),
@@ -189,9 +195,10 @@ def _add(total: dict[str, int], parts: dict[str, int], times: int = 1) -> None:
         total[key] = total.get(key, 0) + value * times
 
 
-def _layer_shapes(spec: ModelSpec, n_layers: int) -> list[tuple[bool, str, bool, bool, str]]:
-    """Each layer's (MoE, attention span, KV-shared, own indexer, compression), as ModelSpec's per-layer methods give
-    them (is_moe_layer, attention_span, kv_shared, has_indexer, compression); a part the spec does not vary by layer
+def _layer_shapes(spec: ModelSpec, n_layers: int) -> list[tuple[bool, str, bool, bool, str, bool]]:
+    """Each layer's (MoE, attention span, KV-shared, own indexer, compression, hash-routed), as ModelSpec's per-layer
+    methods give them (is_moe_layer, attention_span, kv_shared, has_indexer, compression; index < moe_hash_layers); a
+    part the spec does not vary by layer
     (no experts nor layer_types, no attention_spans, no KV-shared layers, no indexer, no kv_compress: most models) is
     the one answer its method gives for every layer then, not asked layer by layer."""
     layers = range(n_layers)
@@ -203,7 +210,8 @@ def _layer_shapes(spec: ModelSpec, n_layers: int) -> list[tuple[bool, str, bool,
                     each(spec.attention_spans is not None, spec.attention_span, "full"),
                     each(bool(spec.kv_shared_layers), spec.kv_shared, False),
                     each(bool(spec.index_n_heads), spec.has_indexer, False),
-                    each(spec.kv_compress is not None, spec.compression, "none"), strict=True))
+                    each(spec.kv_compress is not None, spec.compression, "none"),
+                    each(bool(spec.moe_hash_layers), spec.moe_hash_layers.__gt__, False), strict=True))
 
 
 def _hybrid_layers(spec: ModelSpec, n_layers: int) -> list[dict[str, int]]:
@@ -236,7 +244,7 @@ def _hybrid_layers(spec: ModelSpec, n_layers: int) -> list[dict[str, int]]:
     return out
 
 
-Shape = tuple[bool, str, bool, bool, str]
+Shape = tuple[bool, str, bool, bool, str, bool]
 
 
 def _kinds(spec: ModelSpec, stack: str, n_layers: int) -> tuple[list[Shape], dict[Shape, tuple[dict[str, int],
@@ -257,7 +265,7 @@ def _kinds(spec: ModelSpec, stack: str, n_layers: int) -> tuple[list[Shape], dic
             moe = shape[0]
             rest: dict[str, int] = {}
             if moe:
-                _add(rest, _moe(spec, f"{stack}moe"))
+                _add(rest, _moe(spec, f"{stack}moe", hash_routed=shape[5]))
             if not moe or spec.moe_dense_parallel:  # Gemma 4 keeps its dense MLP beside the experts
                 _add(rest, _ffn(spec, spec.layer_d_ff(i), f"{stack}mlp"))
             _add(rest, _per_layer_input(spec))
