@@ -123,9 +123,10 @@ def _per_layer_input(spec: ModelSpec) -> dict[str, int]:
     return {"per_layer/gate": D * P, "per_layer/projection": P * D} if P else {}
 
 
-def _ffn(spec: ModelSpec, width: int, prefix: str, bias: bool | None = None) -> dict[str, int]:
-    """A dense FFN of inner width `width`: gated (gate, up, down) or plain (up, down)."""
-    D = spec.d_model
+def _ffn(spec: ModelSpec, width: int, prefix: str, bias: bool | None = None, d_in: int = 0) -> dict[str, int]:
+    """A dense FFN of inner width `width` reading and writing `d_in` (0: D): gated (gate, up, down) or plain (up,
+    down)."""
+    D = d_in or spec.d_model
     parts = {"gate_proj": D * width} if spec.gated else {}
     parts["up_proj"] = D * width
     parts["down_proj"] = width * D
@@ -134,8 +135,9 @@ def _ffn(spec: ModelSpec, width: int, prefix: str, bias: bool | None = None) -> 
 
 
 def _expert(spec: ModelSpec) -> int:
-    """One expert: an FFN of width d_ff_expert, bias-free (Mixtral, DeepSeek) or biased (gpt-oss)."""
-    return sum(_ffn(spec, spec.d_ff_expert, "x", bias=spec.expert_bias).values())
+    """One expert: an FFN of width d_ff_expert, bias-free (Mixtral, DeepSeek) or biased (gpt-oss), on D or on the
+    MoE latent (Nemotron 3 Super: NemotronHExperts' up_proj E x F x latent, down_proj E x latent x F)."""
+    return sum(_ffn(spec, spec.d_ff_expert, "x", bias=spec.expert_bias, d_in=spec.expert_d_in).values())
 
 
 def _moe(spec: ModelSpec, prefix: str, hash_routed: bool = False) -> dict[str, int]:
@@ -153,11 +155,15 @@ def _moe(spec: ModelSpec, prefix: str, hash_routed: bool = False) -> dict[str, i
         scales += spec.vocab_size * spec.n_experts_per_token
     else:
         scales += spec.n_experts * spec.router_score_bias
-    return {
+    parts = {
         f"{prefix}/router": (spec.d_model + spec.router_bias) * spec.n_experts + scales,
         f"{prefix}/experts": spec.n_experts * _expert(spec),
         f"{prefix}/shared_experts": shared + spec.d_model * spec.shared_expert_gate,
     }
+    if spec.moe_latent_size:  # NemotronHMoE: fc1_latent_proj Linear(D, latent), fc2_latent_proj Linear(latent, D)
+        latent, D = spec.moe_latent_size, spec.d_model
+        parts[f"{prefix}/latent_proj"] = 2 * D * latent + (latent + D) * spec.mlp_bias
+    return parts
 
 
 def _shared_block(spec: ModelSpec, use: int) -> dict[str, int]:
@@ -206,12 +212,13 @@ def _layer_shapes(spec: ModelSpec, n_layers: int) -> list[tuple[bool, str, bool,
     def each(varies: bool, of_layer: Callable[[int], Any], always: Any) -> list:
         return [of_layer(i) for i in layers] if varies else [always] * n_layers
 
-    return list(zip(each(spec.n_experts > 0 or spec.layer_types is not None, spec.is_moe_layer, False),
-                    each(spec.attention_spans is not None, spec.attention_span, "full"),
-                    each(bool(spec.kv_shared_layers), spec.kv_shared, False),
-                    each(bool(spec.index_n_heads), spec.has_indexer, False),
-                    each(spec.kv_compress is not None, spec.compression, "none"),
-                    each(bool(spec.moe_hash_layers), spec.moe_hash_layers.__gt__, False), strict=True))
+    parts = (each(spec.n_experts > 0 or spec.layer_types is not None, spec.is_moe_layer, False),
+             each(spec.attention_spans is not None, spec.attention_span, "full"),
+             each(bool(spec.kv_shared_layers), spec.kv_shared, False),
+             each(bool(spec.index_n_heads), spec.has_indexer, False),
+             each(spec.kv_compress is not None, spec.compression, "none"),
+             each(bool(spec.moe_hash_layers), spec.moe_hash_layers.__gt__, False))
+    return list(zip(*parts, strict=True))
 
 
 def _hybrid_layers(spec: ModelSpec, n_layers: int) -> list[dict[str, int]]:
@@ -308,7 +315,7 @@ def _stack(spec: ModelSpec, stack: str, n_layers: int) -> dict[str, int]:
         out["norm/final"] = _norm(spec, spec.d_model)
         return out
     shapes, blocks, cross_attention = _kinds(spec, stack, n_layers)
-    counts: dict[tuple[bool, str, bool, bool, str], int] = {}  # blocks of each kind, in order of first appearance
+    counts: dict[Shape, int] = {}  # blocks of each kind, in order of first appearance
     for shape in shapes:
         counts[shape] = counts.get(shape, 0) + 1
     for first, (shape, n) in enumerate(counts.items()):  # each kind's count x its blocks, keys in model order
@@ -436,7 +443,7 @@ def largest_tensor(spec: ModelSpec) -> int:
     if spec.d_ff:
         sizes.append(D * spec.d_ff)
     if spec.is_moe:
-        sizes += [spec.n_experts * spec.d_ff_expert * D, spec.d_ff_shared * D]
+        sizes += [spec.n_experts * spec.d_ff_expert * spec.expert_d_in, spec.d_ff_shared * D]
     if spec.mla is not None:
         sizes.append(spec.mla.kv_lora_rank * spec.n_heads * (spec.mla.qk_nope_head_dim + spec.mla.v_head_dim))
     if spec.per_layer_embed_dim:  # Gemma 4's per-layer embedding table, Vp x L·P
@@ -492,7 +499,7 @@ def approximations(count: ParamCount) -> list[Approximation]:
     k = 3 if spec.gated else 2  # matrices per FFN
     F, ffn_label = spec.d_ff, "F"
     if spec.is_moe:  # the FFN term summed over the experts a layer holds (routed + shared)
-        F = spec.n_experts * spec.d_ff_expert + spec.d_ff_shared
+        F = spec.n_experts * spec.d_ff_expert * spec.expert_d_in // D + spec.d_ff_shared  # latent experts: x latent/D
         ffn_label = "F_moe"
     emb_label = "2·V·D" if heads == 2 else "V·D"
     twelve = 12 * L * D * D
@@ -539,7 +546,8 @@ def _hybrid_approximation(count: ParamCount, heads: int, emb_label: str) -> Appr
         value += n_mlp * k * D * spec.d_ff
         formula += f" + {n_mlp}·{k}·D·F"
     if spec.n_moe_layers:
-        value += spec.n_moe_layers * k * D * spec.d_ff_expert * (spec.n_experts + spec.n_shared_experts)
+        value += spec.n_moe_layers * k * spec.d_ff_expert * (spec.n_experts * spec.expert_d_in
+                                                             + spec.n_shared_experts * D)
         formula += f" + {spec.n_moe_layers}·{k}·D·F_moe"
     uses = spec.n_mixer_layers("shared_block")
     if uses:  # Zamba2: each distinct shared block once (q, k, v from 2D, o to D: 6D² at MHA; its MLP)
