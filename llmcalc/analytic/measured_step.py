@@ -133,6 +133,7 @@ class MeasuredStep:
         out = cls(model, name=model.name, d_model=embedding.shape[-1], n_layers=model.n_layers,
                   tie_embeddings=model.tied)
         modules = rec["modules"]
+        out.scan_layers = frozenset(kv.layer for kv in model.kv if kv.state_elements)
         for mod in modules:
             tensors = by_module.get(mod["name"], [])
             if mod["name"] == rec.get("head_module"):
@@ -143,7 +144,7 @@ class MeasuredStep:
                 continue
             if mod["token_ids"] or not mod["layers"]:
                 continue  # a lookup (the embedding), or a module outside the stack (final norm: elementwise)
-            gemms = _module_gemms(mod, tensors)
+            gemms = _module_gemms(mod, tensors, state=bool(out.scan_layers.intersection(mod["layers"])))
             for i in mod["layers"]:
                 out.layer_gemms.setdefault(i, []).extend(gemms)
                 out.layer_tensors.setdefault(i, []).extend(tensors)
@@ -155,12 +156,12 @@ class MeasuredStep:
                 out.n_experts = mod["num_experts"] or next((g.experts for g in gemms if g.experts > 1), 0)
         if out.head is None:
             raise LlmcalcError(f"{model.model_type}: transformers names no output embedding (LM head) to time")
-        out.scan_layers = frozenset(kv.layer for kv in model.kv if kv.state_elements)
         timed = {name for gs in out.layer_gemms.values() for g in gs for name in g.tensors} | set(out.head.tensors)
+        state_modules = {m["name"] for m in modules if out.scan_layers.intersection(m["layers"])}
         for t in model.tensors:
             if t.role == "layer" and t.trainable and len(t.shape) >= 2 and t.name not in timed:
-                if out.scan_layers and len(t.shape) == 3 and t.shape[1] == 1:
-                    continue  # a depthwise short convolution (C, 1, K) of a state layer: in its scan's passes
+                if _scan_tensor(t, state_modules):
+                    continue  # a state layer's own kernel tensor (conv1d, A_log): in its scan's passes
                 raise LlmcalcError(f"{t.name} (shape {list(t.shape)}) is not the weight of a linear or experts module "
                                    "transformers' forward called (nor a state layer's depthwise convolution): the "
                                    "step model has no kernel for it; give this model's time with train --mfu")
@@ -239,14 +240,25 @@ def _split(t: Tensor, dim: int) -> str:
     return "replicated" if s is None else "column" if s == dim else "row"
 
 
-def _module_gemms(mod: dict, tensors: list[Tensor]) -> list[Gemm]:
+def _scan_tensor(t: Tensor, state_modules: set[str]) -> bool:
+    """Whether `t` is a state layer's own kernel tensor rather than a GEMM's: a depthwise convolution (C, 1, K) or a
+    2-D scan parameter (Mamba's A_log, E x N) of a module (or a child of one) that a state layer's forward called."""
+    module = t.name.rsplit(".", 1)[0]
+    inside = any(module == m or module.startswith(m + ".") for m in state_modules)
+    return inside and (len(t.shape) == 2 or (len(t.shape) == 3 and t.shape[1] == 1))
+
+
+def _module_gemms(mod: dict, tensors: list[Tensor], state: bool = False) -> list[Gemm]:
     """The GEMMs of one module (measure_step's record of it and its tensors); 1-D tensors are elementwise (norms,
-    biases), anything else is refused in one line. A module called more than once per layer runs its GEMMs as many
-    times (its rows per token counted that often)."""
+    biases), a state layer's kernel tensors (`state`: its conv1d, its A_log, which its module's input does not
+    contract) are its scan's, anything else is refused in one line. A module called more than once per layer runs its
+    GEMMs as many times (its rows per token counted that often)."""
     out = []
     calls = mod["calls"] / max(1, len(mod["layers"]))
     for t in tensors:
         if len(t.shape) == 1 or not t.trainable:
+            continue
+        if state and mod["in_width"] not in t.shape[-2:] and _scan_tensor(t, {mod["name"]}):
             continue
         if mod["top_k"] and len(t.shape) == 3:  # an experts module: (E, out, in), or (E, in, out) if transposed
             n, k = (t.shape[2], t.shape[1]) if mod["is_transposed"] else (t.shape[1], t.shape[2])
