@@ -85,7 +85,8 @@ def _system(gpu: str, backend: str = "vllm") -> str:
     if backend != "vllm" and "." not in name:
         name = f"{name}.{backend}"
     if not (DATA / f"{name}.json.gz").exists():
-        raise KernelTableError(f"no measured {backend} kernel table for GPU {gpu!r}; tables exist for "
+        whose = "" if backend == "vllm" else f" {backend}"
+        raise KernelTableError(f"no measured{whose} kernel table for GPU {gpu!r}; tables exist for "
                                f"{', '.join(available_gpus(backend)) or 'none'} (and the llmcalc names "
                                f"{', '.join(sorted(ALIASES))})")
     return name
