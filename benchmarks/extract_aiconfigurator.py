@@ -17,7 +17,7 @@ nccl_version. Latencies stay in milliseconds, rounded to 5 significant digits.
 family at the version directory with the most rows (aiconfigurator's newest directories are often partial
 re-collections of a few shapes), the engine's own custom all-reduce, and the fused-MoE tables (one layer's routed
 experts by dtype, hidden, inter, top-k, experts, moe_tp, moe_ep: a curve in tokens, aiconfigurator's default
-power_law_1.01 routing distribution). The vLLM files stay as they were (no MoE table: its figures are unchanged).
+power_law_1.01 routing distribution). The vLLM files carry the fused-MoE tables too (vLLM's own MoE kernels).
 """
 
 from __future__ import annotations
@@ -175,8 +175,7 @@ def extract(gpu: str) -> dict | None:
         doc["gemm"] = gemm(root)
         doc["context_attention"] = attention(root, "context_attention_perf.parquet", True)
     doc.update(comm(root, spec))
-    if BACKEND != "vllm":
-        doc["moe"] = moe(root)
+    doc["moe"] = moe(root)
     if not doc["generation_attention"]:
         return None
     return doc

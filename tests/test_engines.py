@@ -144,3 +144,32 @@ def test_moe_models_read_the_engine_fused_moe_table():
     steps = [cost.seconds(t, t, t * 1024, t, 0, 1024) for t in (1, 64, 1024)]
     assert steps == sorted(steps)
     assert cost.expert_seconds(64) == pytest.approx(32 * kernel_tables.moe_seconds(cost.base.gpu, 64, cost.moe_keys[0]))
+
+
+@pytest.mark.parametrize("row_id, metric, tolerance", [
+    # SGLang's profile and tables, one H100, four clients (BF16 and FP8 weights)
+    ("gpustack-qwen3-8b-h100-tp1-sglang-sharegpt-c4", "tpot_seconds_median", 0.15),
+    ("gpustack-qwen3-8b-h100-tp1-sglang-fp8-sharegpt-c4", "tpot_seconds_median", 0.15),
+    # vLLM's fused-MoE table (MXFP4 experts), four clients
+    ("gpustack-gpt-oss-120b-h100-tp1-vllm-sharegpt-c4", "tpot_seconds_median", 0.15),
+    # --enable-expert-parallel over 8 H100, FP8 experts from vLLM's moe_ep 8 rows, offline
+    ("gpustack-qwen3-235b-h100-tp8-ep-fp8-vllm-sharegpt", "tpot_seconds_median", 0.2),
+])
+def test_published_speeds_by_engine(row_id, metric, tolerance):
+    """A few rows of benchmarks/serving_validation.json (each quoting its source) on their engine's profile."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+    from bench_serving_speed import DATA, predict_workload
+
+    row = {r["id"]: r for r in json.loads(DATA.read_text())["rows"]}[row_id]
+    assert predict_workload(row)[metric] == pytest.approx(row["metrics"][metric], rel=tolerance)
+
+
+def test_vllm_moe_reads_its_fused_moe_table():
+    """gpt-oss-120b on one H100 under vLLM: its MXFP4 experts come from vLLM's measured fused-MoE rows; a dense
+    model keeps the plain step."""
+    cost = _cost(_serve("gpt-oss-120b", "h100-sxm", 1), "vllm")
+    assert cost.moe_keys == ("w4a16_mxfp4/2880/2880/4/128/1/1",)
+    dense = _cost(_serve("llama-3.1-8b", "h100-sxm", 1), "vllm")
+    assert isinstance(dense, serving_speed.StepCost)

@@ -202,13 +202,8 @@ class EngineStepCost:
     def __init__(self, base: Any, prof: EngineProfile, serve: ServeEstimate, host: float) -> None:
         self.base, self.prof, self.serve = base, prof, serve
         self.host = host  # the host's work per step (serving_speed.ENGINE_STEP_SECONDS, in base.seconds too)
-        self.moe_keys: tuple[str, ...] = ()
+        self.moe_keys = measured_moe(base, serve)
         b = base
-        spec = b.spec
-        if spec.is_moe and b.measured:
-            table = b.gpu
-            curves = kernel_tables.table(table).get("moe", {}).get("curves", {})
-            self.moe_keys = tuple(k for k in moe_table_key(b.est, serve) if k in curves)[:1]
         if self.moe_keys:  # the experts come from the table: the base step's GEMMs and weight reads leave them out
             b.expert_flops = 0
             b.est = DenseOnly(b.est)
@@ -277,10 +272,19 @@ class EngineStepCost:
         return float(self.base.decode_attention_seconds(kv_tokens, sequences))
 
 
+def measured_moe(base: Any, serve: ServeEstimate) -> tuple[str, ...]:
+    """The fused-MoE table key (at most one) that times `serve`'s routed experts on `base`'s table, () if none."""
+    if not (base.spec.is_moe and base.measured):
+        return ()
+    curves = kernel_tables.table(base.gpu).get("moe", {}).get("curves", {})
+    return tuple(k for k in moe_table_key(base.est, serve) if k in curves)[:1]
+
+
 def step_cost(base: Any, prof: EngineProfile, serve: ServeEstimate, host: float) -> Any:
-    """`base` (a serving_speed.StepCost) as `prof`'s engine runs it: itself for vLLM on a tensor-parallel replica,
-    else an EngineStepCost over it, reading the engine's tables (kernel_tables.source) where they are shipped."""
-    if prof.name == "vllm" and serve.pp == 1 and not serve.expert_parallel:
+    """`base` (a serving_speed.StepCost) as `prof`'s engine runs it: itself for vLLM on a tensor-parallel replica
+    of a dense model (or an MoE whose expert shape was not measured), else an EngineStepCost over it, reading the
+    engine's tables (kernel_tables.source) where they are shipped."""
+    if prof.name == "vllm" and serve.pp == 1 and not serve.expert_parallel and not measured_moe(base, serve):
         return base
     if prof.name != "vllm":
         b = base
