@@ -173,3 +173,9 @@ def test_vllm_moe_reads_its_fused_moe_table():
     assert cost.moe_keys == ("w4a16_mxfp4/2880/2880/4/128/1/1",)
     dense = _cost(_serve("llama-3.1-8b", "h100-sxm", 1), "vllm")
     assert isinstance(dense, serving_speed.StepCost)
+
+
+def test_sizing_for_another_engine_is_refused_in_one_line():
+    line = one_line_error("serve", "llama-3.1-8b", "--gpu", "h100-sxm", "--input-len", "512", "--output-len", "128",
+                          "--request-rate", "2", "--max-tpot", "0.05", "--engine", "sglang")
+    assert "--engine" in line and "vLLM" in line
