@@ -35,7 +35,7 @@ def test_moe_table_reads_back_aiconfigurator_measurements():
     """Mixtral-8x7B's expert layer (bf16, 8 experts, top 2, moe_tp 8) as TensorRT-LLM 1.3.0rc20 ran it on H100."""
     rows = json.loads(subprocess.run([str(AIC), "-c", AIC_MOE], capture_output=True, text=True, check=True).stdout)
     table = kernel_tables.source("h100-sxm", "trtllm")
-    key = kernel_tables.moe_key("bf16", 4096, 14336, 2, 8, 8, 1)
+    key = kernel_tables.moe_key("bf16", hidden=4096, inter=14336, topk=2, experts=8, moe_tp=8, moe_ep=1)
     assert len(rows) > 10
     for tokens, ms in rows.items():
         assert kernel_tables.moe_ms(table, int(tokens), key) == pytest.approx(ms, rel=1e-4)  # 5 significant digits
@@ -43,13 +43,14 @@ def test_moe_table_reads_back_aiconfigurator_measurements():
 
 def test_moe_between_and_beyond_measured_counts():
     table = kernel_tables.source("h100-sxm", "trtllm")
-    key = kernel_tables.moe_key("bf16", 4096, 14336, 2, 8, 8, 1)
+    key = kernel_tables.moe_key("bf16", hidden=4096, inter=14336, topk=2, experts=8, moe_tp=8, moe_ep=1)
     counts, lats = kernel_tables.table(table)["moe"]["curves"][key]
     mid = (counts[3] + counts[4]) / 2
     assert kernel_tables.moe_ms(table, mid, key) == pytest.approx((lats[3] + lats[4]) / 2)
     assert kernel_tables.moe_ms(table, 2 * counts[-1], key) == pytest.approx(2 * lats[-1])
     with pytest.raises(kernel_tables.KernelTableError, match="no measured MoE layer"):
-        kernel_tables.moe_ms(table, 64, kernel_tables.moe_key("bf16", 4096, 14336, 2, 8, 3, 1))
+        unmeasured = kernel_tables.moe_key("bf16", hidden=4096, inter=14336, topk=2, experts=8, moe_tp=3, moe_ep=1)
+        kernel_tables.moe_ms(table, 64, unmeasured)
     assert kernel_tables.available_gpus("trtllm") == ["b200_sxm", "h100_sxm", "h200_sxm"]
     assert "h100_sxm" in kernel_tables.available_gpus() and not any("." in g for g in kernel_tables.available_gpus())
 
@@ -141,7 +142,7 @@ def test_moe_models_read_the_engine_fused_moe_table():
     assert cost.moe_keys == ("bf16/4096/14336/2/8/8/1",)
     ep = _cost(_serve("mixtral-8x7b", "h100-sxm", 8, expert_parallel=True), "trtllm")
     assert ep.moe_keys == ("bf16/4096/14336/2/8/1/8",)
-    steps = [cost.seconds(t, t, t * 1024, t, 0, 1024) for t in (1, 64, 1024)]
+    steps = [cost.seconds(t, t, kv_tokens=t * 1024, decodes=t, pairs=0, length=1024) for t in (1, 64, 1024)]
     assert steps == sorted(steps)
     assert cost.expert_seconds(64) == pytest.approx(32 * kernel_tables.moe_seconds(cost.base.gpu, 64, cost.moe_keys[0]))
 

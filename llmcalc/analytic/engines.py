@@ -101,6 +101,20 @@ def profile(engine: str, version: str | None = None) -> EngineProfile:
     return found
 
 
+def assumptions(prof: EngineProfile, share: float) -> dict[str, Any]:
+    """What an answer on `prof`'s engine assumed beyond vLLM's (none for vLLM): the JSON's "assumptions"."""
+    if prof.name == "vllm":
+        return {}
+    chunking = ("context chunking within the token budget (chunked_prefill_size)" if prof.chunked_prefill else
+                "context chunking off by default (trtllm-bench); simulated with chunks of max_num_tokens, as the "
+                "engine must for a prompt longer than it")
+    return {"kv_cache_vs_vllm": share, "context_chunking": chunking,
+            "host_overhead": "the host's work per step (engine_step_seconds, vLLM's fitted value: no published "
+                             "measurement for this engine) hidden under the GPU's by the overlap scheduler",
+            "kernel_tables": f"aiconfigurator's tables measured in {prof.name} {prof.version} (fused MoE included)",
+            "sources": list(prof.sources)}
+
+
 # --- memory and batch limits ---------------------------------------------------------------------------------
 
 
@@ -127,7 +141,10 @@ def trtllm_bench_settings(est: ServeEstimate, input_len: int, output_len: int) -
     weights' bytes, 0.95 of it, over the KV bytes of one ISL + OSL request."""
     gpus = est.tp * est.pp
     memory = est.accelerator.usable_bytes * gpus - est.served_weights_bytes
-    per_request = est.kv_bytes_per_token * (input_len + output_len)
+    spec = est.spec
+    # "adjusted_num_kv_heads = max(tp_size, model_config.num_key_value_heads)": each rank holds at least one KV head
+    replicated = max(est.tp, spec.n_kv_heads) / spec.n_kv_heads if spec.n_kv_heads and spec.mla is None else 1.0
+    per_request = est.kv_bytes_per_token * replicated * (input_len + output_len)
     requests = TRTLLM_BENCH_FRACTION * memory / per_request if per_request else 4096.0
     raw_bs = min(requests, 4096) / est.pp
     raw_token = min(raw_bs * (1 + input_len / output_len), 32768)
@@ -173,8 +190,8 @@ def moe_table_key(est: InferenceEstimate, serve: ServeEstimate) -> tuple[str, ..
         name = "fp8-block"
     ep = serve.ep
     tp = 1 if serve.expert_parallel else serve.tp
-    return tuple(kernel_tables.moe_key(d, spec.d_model, spec.d_ff_expert, spec.n_experts_per_token, spec.n_experts,
-                                       tp, ep) for d in MOE_DTYPES.get(name, ()))
+    return tuple(kernel_tables.moe_key(d, hidden=spec.d_model, inter=spec.d_ff_expert, topk=spec.n_experts_per_token,
+                                       experts=spec.n_experts, moe_tp=tp, moe_ep=ep) for d in MOE_DTYPES.get(name, ()))
 
 
 class DenseOnly:
@@ -250,7 +267,8 @@ class EngineStepCost:
                     length: float) -> float:
         """One micro-batch's forward through every layer (base terms without the host's part) with the table's
         experts and EP's collectives."""
-        gpu = self.base.seconds(tokens, rows, kv_tokens, decodes, pairs, length) - self.host
+        gpu = self.base.seconds(tokens, rows, kv_tokens=kv_tokens, decodes=decodes, pairs=pairs,
+                                length=length) - self.host
         return gpu + self.expert_seconds(tokens) + self.dispatch_seconds(tokens)
 
     def seconds(self, tokens: float, rows: float, kv_tokens: float, decodes: float, pairs: float,
@@ -263,7 +281,8 @@ class EngineStepCost:
         under the GPU's (overlap scheduler: max)."""
         pp = self.serve.pp
         m = min(pp, max(1, math.ceil(max(rows, decodes)))) if pp > 1 else 1
-        gpu = self.gpu_seconds(tokens / m, rows / m, kv_tokens / m, decodes / m, pairs / m, length)
+        gpu = self.gpu_seconds(tokens / m, rows / m, kv_tokens=kv_tokens / m, decodes=decodes / m, pairs=pairs / m,
+                               length=length)
         gpu += self.p2p_seconds(tokens / m)
         host = self.host * m if pp > 1 else self.host
         return max(gpu, host) if self.prof.overlap else gpu + host

@@ -510,7 +510,8 @@ class Performance:
                              else f"Poisson at {w.request_rate:g} requests/s, seeded" if w.request_rate
                              else "all requests at once (offline)"),
                 "max_num_seqs": self.max_num_seqs, "max_num_batched_tokens": self.max_num_batched_tokens,
-                "kv_cache_requests": self.kv_requests, **engine_assumptions(self.engine, self.kv_share),
+                "kv_cache_requests": self.kv_requests,
+                **engines.assumptions(engines.PROFILES[self.engine], self.kv_share),
                 "engine_step_seconds": ENGINE_STEP_SECONDS, "layer_floor_seconds": LAYER_FLOOR_SECONDS,
                 "tp_sync_seconds": TP_SYNC_SECONDS, "request_seconds": REQUEST_SECONDS,
             },
@@ -527,16 +528,7 @@ def kv_requests(est: ServeEstimate, length: int) -> int:
     return max(0, est.kv_blocks // max(need))
 
 
-def engine_assumptions(engine: str, share: float) -> dict:
-    """What a non-vLLM engine's answer assumed beyond vLLM's (engines.py); none for vLLM."""
-    if engine == "vllm":
-        return {}
-    return {"kv_cache_vs_vllm": share, "host_overhead": "the host's work per step (engine_step_seconds, vLLM's "
-            "fitted value: no published measurement for this engine) hidden under the GPU's by the overlap "
-            "scheduler", "kernel_tables": f"aiconfigurator's tables measured in {engine} (fused MoE included)"}
-
-
-def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm",  # long: the checks, then one run
+def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm",
                   engine_version: str | None = None) -> Performance:
     """`serve --input-len I --output-len O [--max-concurrency C | --request-rate R]`: one replica of `est` (a
     ServeEstimate: its layout, dtypes, KV blocks and engine defaults) serving `work` as `engine` runs it
