@@ -180,3 +180,14 @@ def test_sizing_for_another_engine_is_refused_in_one_line():
     line = one_line_error("serve", "llama-3.1-8b", "--gpu", "h100-sxm", "--input-len", "512", "--output-len", "128",
                           "--request-rate", "2", "--max-tpot", "0.05", "--engine", "sglang")
     assert "--engine" in line and "vLLM" in line
+
+
+def test_sglang_memory_defaults_follow_server_args():
+    """server_args.py: an H100 (81,559 MiB) at tp 1 reserves 512 + 1.5 x 8,192 + 2 x 256 + 1/8 x 1,024 = 13,440 MiB
+    -> mem_fraction_static round(68,119 / 81,559, 3) = 0.835; at tp 8 cuda_graph_max_bs is 512 and the parallel term
+    1,024: 14,848 MiB -> 0.818; a B200 (16k chunks) reserves 512 + 24,576 + 1,024 + 1,024 = 27,136 MiB of 183,359
+    -> 0.852."""
+    assert engines.sglang_static_fraction(81559, tp=1, pp=1) == 0.835
+    assert engines.sglang_static_fraction(81559, tp=8, pp=1) == 0.818
+    assert engines.sglang_defaults(81559, tp=8) == (8192, 512)
+    assert engines.sglang_static_fraction(183359, tp=8, pp=1) == 0.852

@@ -23,9 +23,10 @@ Read from each engine's own source (file, option or function; the versions named
 - SGLang: chunked_prefill_size 8192 below 160 GB of GPU memory, 16384 above (B200, MI300)
   (python/sglang/srt/server_args.py ``_handle_chunked_prefill_size``: "elif gpu_mem < 160 * 1024: # H100, H200,
   A100, H20 / self.chunked_prefill_size = 8192 / else: # B200, MI300 / self.chunked_prefill_size = 16384");
-  mem_fraction_static by tensor-parallel size (server_args.py: 0.88 at tp 1, 0.87 at 2, 0.85 at 4, 0.81 at 8, 0.79
-  at 16), the fraction of the whole GPU for weights + KV pool (model_runner.py ``profile_max_num_token``: what is
-  left of it after the weights); max_running_requests = min(max(KV tokens / context_len x 512, 2048), 4096)
+  mem_fraction_static = (GPU memory - reserved) / GPU memory with reserved = 512 MiB + 1.5 x chunked_prefill_size +
+  2 x cuda_graph_max_bs + tp x pp / 8 GiB, at least 10 GiB (server_args.py ``_handle_gpu_memory_settings``), the
+  fraction of the whole GPU for weights + KV pool (model_runner.py ``profile_max_num_token``: what is left of it after
+  the weights); max_running_requests = min(max(KV tokens / context_len x 512, 2048), 4096)
   (model_runner.py ``init_memory_pool``); schedule_policy "fcfs" and the radix cache matching nothing for random
   prompts; the overlap ("zero-overhead") scheduler on by default (server_args.py ``disable_overlap_schedule``
   False).
@@ -84,8 +85,10 @@ PROFILES = {
 TRTLLM_FREE_FRACTION = 0.90  # throughput.py --kv_cache_free_gpu_mem_fraction default .90
 TRTLLM_BENCH_FRACTION = 0.95  # tuning.py calc_engine_setting(kv_cache_gpu_mem_fraction=0.95)
 TRTLLM_SERVE_DEFAULTS = (8192, 2048)  # (max_num_tokens, max_batch_size): llm_args.py BaseLlmArgs
-SGLANG_STATIC_FRACTION = ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87), (1, 0.88))  # server_args.py, by tp_size
-SGLANG_CHUNK = ((160 * 1024**3, 8192), (math.inf, 16384))  # server_args.py, by GPU memory (bytes)
+# SGLang's server_args.py `_handle_gpu_memory_settings`, by GPU memory (MiB, nvidia-smi's total): below each bound,
+# (chunked_prefill_size, cuda_graph_max_bs at tp < 4, at tp >= 4)
+SGLANG_BY_MEMORY = ((35 * 1024, 2048, 24, 80), (60 * 1024, 4096, 32, 160), (90 * 1024, 8192, 256, 512),
+                    (160 * 1024, 8192, 256, 512), (math.inf, 16384, 512, 512))
 MOE_DTYPES = {"bf16": ("bf16",), "fp16": ("bf16",), "fp8": ("fp8", "fp8_block"), "fp8-block": ("fp8_block", "fp8"),
               "nvfp4": ("nvfp4",), "mxfp4": ("w4a16_mxfp4",)}
 
@@ -130,9 +133,28 @@ def kv_share(prof: EngineProfile, est: ServeEstimate) -> float:
         free = total - est.weights_bytes_per_gpu - est.activation_bytes - est.non_torch_bytes
         mine = TRTLLM_FREE_FRACTION * free
     else:
-        fraction = next(f for tp, f in SGLANG_STATIC_FRACTION if est.tp >= tp)
-        mine = fraction * total - est.weights_bytes_per_gpu
+        mine = sglang_static_fraction(total / 2**20, tp=est.tp, pp=est.pp) * total - est.weights_bytes_per_gpu
     return max(0.0, mine) / vllm
+
+
+def sglang_defaults(gpu_mib: float, tp: int) -> tuple[int, int]:
+    """SGLang's (chunked_prefill_size, cuda_graph_max_bs) for a GPU of `gpu_mib` MiB at tensor parallelism `tp`
+    (server_args.py `_handle_gpu_memory_settings`: "elif gpu_mem < 160 * 1024: # H20, H200 (chunked_prefill_size 8k,
+    cuda_graph_max_bs 256 if tp < 4 else 512)", B200 and MI300 16k and 512)."""
+    _, chunk, small, large = next(row for row in SGLANG_BY_MEMORY if gpu_mib < row[0])
+    return chunk, small if tp < 4 else large
+
+
+def sglang_static_fraction(gpu_mib: float, tp: int, pp: int) -> float:
+    """SGLang's default mem_fraction_static, the share of the whole GPU for weights + KV pool (server_args.py):
+    reserved = 512 + max(chunked_prefill_size, 2048) x 1.5 + cuda_graph_max_bs x 2 + tp x pp / 8 x 1024 MiB, at
+    least 10 GiB on GPUs above 60 GiB; fraction = round((gpu_mem - reserved) / gpu_mem, 3). (Piecewise CUDA graphs,
+    DP attention and speculative decoding, which reserve more, are off by default.)"""
+    chunk, graph_bs = sglang_defaults(gpu_mib, tp)
+    reserved = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + tp * pp / 8 * 1024
+    if gpu_mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return round((gpu_mib - reserved) / gpu_mib, 3)
 
 
 def trtllm_bench_settings(est: ServeEstimate, input_len: int, output_len: int) -> tuple[int, int]:
@@ -172,7 +194,7 @@ def batch_limits(prof: EngineProfile, est: ServeEstimate, input_len: int, output
     if prof.name == "trtllm":
         tokens, seqs = trtllm_bench_settings(est, input_len, output_len) if offline else TRTLLM_SERVE_DEFAULTS
     elif prof.name == "sglang":
-        tokens = next(c for limit, c in SGLANG_CHUNK if est.accelerator.usable_bytes < limit)
+        tokens = sglang_defaults(est.accelerator.usable_bytes / 2**20, est.tp)[0]
         seqs = 4096
     return est.max_num_batched_tokens or tokens, est.max_num_seqs or seqs
 
