@@ -191,3 +191,12 @@ def test_sglang_memory_defaults_follow_server_args():
     assert engines.sglang_static_fraction(81559, tp=8, pp=1) == 0.818
     assert engines.sglang_defaults(81559, tp=8) == (8192, 512)
     assert engines.sglang_static_fraction(183359, tp=8, pp=1) == 0.852
+
+
+def test_moe_falls_back_to_another_split_of_the_same_gpus():
+    """TensorRT-LLM's MXFP4 experts (gpt-oss-120b) were measured under expert parallelism only: at tp 4 the moe_ep 4
+    rows time them (each GPU holds 1/4 of the expert weights either way); vLLM's own tp-sliced rows where measured."""
+    trt = _cost(_serve("gpt-oss-120b", "h100-sxm", 4), "trtllm")
+    assert trt.moe_keys == ("w4a16_mxfp4/2880/2880/4/128/1/4",)
+    vllm = _cost(_serve("gpt-oss-120b", "h100-sxm", 4), "vllm")
+    assert vllm.moe_keys == ("w4a16_mxfp4/2880/2880/4/128/4/1",)

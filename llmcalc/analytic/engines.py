@@ -204,16 +204,22 @@ def batch_limits(prof: EngineProfile, est: ServeEstimate, input_len: int, output
 
 def moe_table_key(est: InferenceEstimate, serve: ServeEstimate) -> tuple[str, ...]:
     """The MoE table keys one layer of `serve`'s model may be measured under, best first: the weights' format
-    (MOE_DTYPES), the expert shape, and the experts' sharding (moe_tp = tp, moe_ep = 1; with
-    --enable-expert-parallel moe_tp = 1, moe_ep = tp x dp)."""
+    (MOE_DTYPES), the expert shape, and the experts' sharding over the n GPUs that hold them: the engine's own
+    (moe_tp = tp, moe_ep = 1; with --enable-expert-parallel moe_tp = 1, moe_ep = tp x dp), then the other splits of
+    the same n GPUs, nearest first (aiconfigurator measured some shapes under expert parallelism only, e.g. MXFP4
+    experts in TensorRT-LLM: each GPU then holds the same 1/n of the expert weights, grouped by expert rather than
+    sliced)."""
     spec, fmt = est.spec, serve.weights
     name = fmt.name
     if name == "fp8" and fmt.quant is not None and fmt.quant.format.per == "block":
         name = "fp8-block"
-    ep = serve.ep
-    tp = 1 if serve.expert_parallel else serve.tp
+    n = serve.ep if serve.expert_parallel else serve.tp
+    tp = 1 if serve.expert_parallel else n
+    splits = sorted(((t, n // t) for t in range(1, n + 1) if n % t == 0),
+                    key=lambda s: abs(math.log2(s[0]) - math.log2(tp)))
     return tuple(kernel_tables.moe_key(d, hidden=spec.d_model, inter=spec.d_ff_expert, topk=spec.n_experts_per_token,
-                                       experts=spec.n_experts, moe_tp=tp, moe_ep=ep) for d in MOE_DTYPES.get(name, ()))
+                                       experts=spec.n_experts, moe_tp=t, moe_ep=e)
+                 for t, e in splits for d in MOE_DTYPES.get(name, ()))
 
 
 class DenseOnly:
