@@ -57,6 +57,8 @@ COMMANDS: list[tuple[list[str], float | None]] = [
      WORKLOAD_TARGET),
     (["serve", "llama-3-8b", "--gpu", "h100-sxm", "--input-len", "1k", "--output-len", "1k", "--max-concurrency",
       "64"], WORKLOAD_TARGET),
+    (["serve", "llama-3-8b", "--gpu", "h100-sxm", "--input-len", "1k", "--output-len", "1k", "--max-concurrency",
+      "64", "--engine", "trtllm"], WORKLOAD_TARGET),  # another engine's tables (analytic/engines.py)
     (["serve", "qwen2.5-7b", "--gpu", "h100-sxm", "--max-model-len", "3072"], TARGET),
     (["compare", "llama-3-8b", "mixtral-8x7b", "--format", "json"], TARGET),
     (["--version"], TARGET),

@@ -26,11 +26,13 @@ source's roofline.
 
 The workload model (`serve --input-len --output-len`, analytic/serving_speed.py) predicts every row too
 (``predict_workload``): a static batch of B as B requests at once through LLM.generate (`llmcalc infer`'s prediction,
-analytic/static_batch.py), a closed loop as its clients,
-offline as every request at once; its error is reported beside the roofline's and the baseline's. Its four fitted
-constants (serving_speed.ENGINE_STEP_SECONDS, LAYER_FLOOR_SECONDS, TP_SYNC_SECONDS, REQUEST_SECONDS) come from
-`--fit`: a grid over the four, the best median |error| over all rows, then the same fit without each source in turn
-and that source's rows predicted (leave-one-source-out; about 2 minutes).
+analytic/static_batch.py), a closed loop as its clients, offline as every request at once, each as the row's engine
+runs it where llmcalc models that engine (`--engine vllm|trtllm|sglang`, analytic/engines.py; LMDeploy's and NeMo's
+TensorRT engines as vLLM), at the row's `pp`, `dp`, `enable_expert_parallel`, `max_num_seqs` and
+`max_num_batched_tokens` where it states them; its error is reported beside the roofline's and the baseline's. Its
+four fitted constants (serving_speed.ENGINE_STEP_SECONDS, LAYER_FLOOR_SECONDS, TP_SYNC_SECONDS, REQUEST_SECONDS) come
+from `--fit`: a grid over the four, the best median |error| over all rows, then the same fit without each source in
+turn and that source's rows predicted (leave-one-source-out; about 2 minutes).
 
     python benchmarks/bench_serving_speed.py [--format json] [--rows] [--fit]
 """
@@ -125,7 +127,9 @@ def predict_workload(row: dict) -> dict[str, float]:
     spec, gpu = load_model(row["model"]), load_hardware(row["gpu"])
     prompt, generate = max(1, round(row["input_len"])), max(1, round(row["output_len"]))
     dtypes = dict(weight_dtype=_weight_dtype(spec, row), kv_dtype=row.get("kv_dtype"))
-    est = plan_serving(spec, gpu, row["n_gpus"], max_model_len=max(prompt + generate, 2048), **dtypes)
+    layout = dict(pp=row.get("pp", 1), dp=row.get("dp", 1), expert_parallel=row.get("enable_expert_parallel", False),
+                  max_num_seqs=row.get("max_num_seqs"), max_num_batched_tokens=row.get("max_num_batched_tokens"))
+    est = plan_serving(spec, gpu, row["n_gpus"], max_model_len=max(prompt + generate, 2048), **dtypes, **layout)
     if row["mode"] == "static":
         work = Workload(prompt, generate, num_prompts=row["batch"], served=False)
     elif row["mode"] == "closed":
@@ -133,7 +137,9 @@ def predict_workload(row: dict) -> dict[str, float]:
                         num_prompts=row.get("n_prompts") or 1000)
     else:
         work = Workload(prompt, generate, num_prompts=row.get("n_prompts") or 1000)
-    perf = plan_workload(est, work)
+    # the row's engine where llmcalc models it (engines.py), else vLLM's (LMDeploy, NeMo's TensorRT engines)
+    engine = row["engine"] if row["engine"] in serving_speed.ENGINES else "vllm"
+    perf = plan_workload(est, work, engine=engine)
     run = perf.run
     out = {"output_tokens_per_second": perf.output_tokens_per_second,
            "total_tokens_per_second": perf.total_tokens_per_second, "requests_per_second": perf.requests_per_second,

@@ -3,13 +3,21 @@
 Run in a separate environment that has aiconfigurator installed (never a dependency of llmcalc):
 
     python3 -m venv /work/venv-aic && /work/venv-aic/bin/pip install aiconfigurator==0.12.0
-    /work/venv-aic/bin/python benchmarks/extract_aiconfigurator.py
+    /work/venv-aic/bin/python benchmarks/extract_aiconfigurator.py                      # vLLM: <gpu>.json.gz
+    /work/venv-aic/bin/python benchmarks/extract_aiconfigurator.py --backend trtllm     # <gpu>.trtllm.json.gz
+    /work/venv-aic/bin/python benchmarks/extract_aiconfigurator.py --backend sglang     # <gpu>.sglang.json.gz
 
 Reads the parquet tables aiconfigurator-core ships under aiconfigurator_core/systems/data/<system>/<family>/vllm/
 <latest version>/ and keeps, per GPU, the rows aiconfigurator's engine itself loads for a vLLM query (see
 llmcalc/data/kernels/NOTICE): GEMM bf16 and per-tensor fp8, context and generation attention (window 0), vLLM's
 custom all-reduce (CUDA-graph rows; "_eager" rows dropped as the engine does) and NCCL all_reduce at the system's
 nccl_version. Latencies stay in milliseconds, rounded to 5 significant digits.
+
+--backend trtllm / sglang (issue 36): the same tables measured inside TensorRT-LLM (torch flow) or SGLang, each
+family at the version directory with the most rows (aiconfigurator's newest directories are often partial
+re-collections of a few shapes), the engine's own custom all-reduce, and the fused-MoE tables (one layer's routed
+experts by dtype, hidden, inter, top-k, experts, moe_tp, moe_ep: a curve in tokens, aiconfigurator's default
+power_law_1.01 routing distribution). The vLLM files carry the fused-MoE tables too (vLLM's own MoE kernels).
 """
 
 from __future__ import annotations
@@ -27,7 +35,11 @@ from aiconfigurator_core.sdk.perf_database import _version_sort_tuple
 SYSTEMS = Path(aiconfigurator_core.__file__).parent / "systems"
 OUT = Path(__file__).resolve().parent.parent / "llmcalc" / "data" / "kernels"
 GPUS = ("h100_sxm", "h200_sxm", "b200_sxm", "a100_sxm")  # l40s has tables too: left out for size
-BACKEND = "vllm"
+BACKENDS = ("vllm", "trtllm", "sglang")
+BACKEND = "vllm"  # set by --backend
+# SGLang's files keep only what the serving step reads (decode attention, all-reduce, MoE): the total stays small
+FULL_BACKENDS = ("vllm", "trtllm")
+MOE_DISTRIBUTION = "power_law_1.01"  # aiconfigurator's default (sdk/models/*.py: _power_law_alpha = 1.01)
 
 
 def r5(x: float) -> float:
@@ -41,11 +53,39 @@ def latest(path: Path) -> Path | None:
     return max(versions, key=lambda p: _version_sort_tuple(p.name)) if versions else None
 
 
+def fullest(path: Path, name: str) -> Path | None:
+    """The version directory whose `name` has the most rows (its file is the largest)."""
+    if not path.is_dir():
+        return None
+    versions = [p for p in path.iterdir() if (p / name).exists()]
+    return max(versions, key=lambda p: ((p / name).stat().st_size, _version_sort_tuple(p.name))) if versions else None
+
+
 def table(root: Path, family: str, name: str) -> tuple[pd.DataFrame, str] | None:
-    found = latest(root / family / BACKEND)
+    found = latest(root / family / BACKEND) if BACKEND == "vllm" else fullest(root / family / BACKEND, name)
     if found is None or not (found / name).exists():
         return None
     return pd.read_parquet(found / name), found.name
+
+
+def moe(root: Path) -> dict:
+    """Fused-MoE layer latency (routed experts only) by dtype/hidden/inter/topk/experts/moe_tp/moe_ep, a curve in
+    tokens; one kernel_source per shape (the first listed, as the engine's loader keeps the first row)."""
+    got = table(root, "moe", "moe_perf.parquet")
+    if got is None:
+        return {}
+    df, version = got
+    df = df[df.distribution == MOE_DISTRIBUTION]
+    keys = ["moe_dtype", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size"]
+    df = df.drop_duplicates(keys + ["num_tokens"], keep="first")
+    out: dict = {"version": version, "distribution": MOE_DISTRIBUTION,
+                 "kernel_source": sorted(df.kernel_source.unique()), "curves": {}}
+    for key, rows in df.groupby(keys, sort=True):
+        rows = rows.sort_values("num_tokens")
+        dtype = {"bfloat16": "bf16"}.get(key[0], key[0])
+        name = "/".join([dtype, *(str(int(v)) for v in key[1:])])
+        out["curves"][name] = [[int(t) for t in rows.num_tokens], [r5(v) for v in rows.latency]]
+    return out
 
 
 def gemm(root: Path) -> dict:
@@ -129,25 +169,32 @@ def extract(gpu: str) -> dict | None:
         "units": {"latency": "ms", "message_size": "elements", "mem_bw": "B/s", "tc_flops": "FLOP/s"},
         "spec": {"mem_bw": g["mem_bw"], "bf16_tc_flops": g["bfloat16_tc_flops"], "fp8_tc_flops": g.get("fp8_tc_flops"),
                  "num_gpus_per_node": spec["node"]["num_gpus_per_node"]},
-        "gemm": gemm(root),
-        "context_attention": attention(root, "context_attention_perf.parquet", True),
         "generation_attention": attention(root, "generation_attention_perf.parquet", False),
     }
+    if BACKEND in FULL_BACKENDS:
+        doc["gemm"] = gemm(root)
+        doc["context_attention"] = attention(root, "context_attention_perf.parquet", True)
     doc.update(comm(root, spec))
-    if not doc["gemm"]:
+    doc["moe"] = moe(root)
+    if not doc["generation_attention"]:
         return None
     return doc
 
 
 def main() -> None:
+    global BACKEND
+    args = sys.argv[1:]
+    if args[:1] == ["--backend"]:
+        BACKEND, args = args[1], args[2:]
+        assert BACKEND in BACKENDS, BACKENDS
     OUT.mkdir(parents=True, exist_ok=True)
-    for gpu in sys.argv[1:] or GPUS:
+    for gpu in args or GPUS:
         doc = extract(gpu)
         if doc is None:
-            print(gpu, "no vLLM GEMM table: skipped")
+            print(gpu, f"no {BACKEND} attention table: skipped")
             continue
         raw = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
-        path = OUT / f"{gpu}.json.gz"
+        path = OUT / (f"{gpu}.json.gz" if BACKEND == "vllm" else f"{gpu}.{BACKEND}.json.gz")
         path.write_bytes(gzip.compress(raw, compresslevel=9, mtime=0))
         print(gpu, len(raw), "bytes JSON,", path.stat().st_size, "gzipped")
 

@@ -70,7 +70,8 @@ SYSTEMS = {"a100-80gb-sxm": "a100_sxm", "a100-80gb-pcie": "a100_pcie", "h100-sxm
 
 # the row's engine -> aiconfigurator --backend (it has trtllm, vllm, sglang). LMDeploy's TurboMind (a C++ engine with
 # its own fused kernels) has no backend there; TensorRT-LLM's tables are the nearest it has.
-BACKENDS = {"vllm": "vllm", "sglang": "sglang", "nemo-inference (TensorRT-LLM engine)": "trtllm", "lmdeploy": "trtllm"}
+BACKENDS = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm", "nemo-inference (TensorRT-LLM engine)": "trtllm",
+            "lmdeploy": "trtllm"}
 
 # (llmcalc model preset, the row's weight dtype or None for the checkpoint's own) -> (aiconfigurator --model, extra
 # flags, where the id comes from). "preset": no config bundled with aiconfigurator 0.12.0; the preset's copy of the
@@ -233,8 +234,11 @@ def express(row: dict, tmp: Path) -> tuple[dict[str, Any] | None, str]:
     key_model = f"llmcalc-preset:{row['model']}" if ident == "preset" else ident
     isl, osl = max(1, round(row["input_len"])), max(1, round(row["output_len"]))
     tp = row["n_gpus"]
+    if row.get("pp", 1) > 1 or row.get("dp", 1) > 1:
+        return None, "pipeline or data parallelism in the row (aiconfigurator's agg mode: one TP replica here)"
+    moe = ("1", str(tp)) if row.get("enable_expert_parallel") else (str(tp), "1")  # (moe_tp, moe_ep)
     common = ["--system", system, "--backend", backend, "--isl", str(isl), "--osl", str(osl), "--tp", str(tp),
-              "--moe-tp-size", str(tp), "--moe-ep-size", "1", *flags]
+              "--moe-tp-size", moe[0], "--moe-ep-size", moe[1], *flags]
     if row["mode"] == "static":
         mode, bs = "static", row["batch"]
     elif row["mode"] == "closed":
@@ -252,7 +256,7 @@ def _max_num_seqs(row: dict) -> int:
     spec, gpu = load_model(row["model"]), load_hardware(row["gpu"])
     prompt, generate = max(1, round(row["input_len"])), max(1, round(row["output_len"]))
     est = plan_serving(spec, gpu, row["n_gpus"], max_model_len=max(prompt + generate, 2048))
-    return est.batch_defaults[1]
+    return row.get("max_num_seqs") or est.batch_defaults[1]
 
 
 def run_aic(aic: Aic, how: dict[str, Any], row: dict) -> dict[str, Any]:

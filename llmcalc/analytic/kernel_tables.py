@@ -54,25 +54,41 @@ class KernelTableError(LlmcalcError):
     """No measured table answers this question (GPU, dtype, shape)."""
 
 
-def available_gpus() -> list[str]:
-    """The aiconfigurator system names with a shipped table."""
-    return sorted(p.name.removesuffix(".json.gz") for p in DATA.glob("*.json.gz"))
+BACKENDS = ("vllm", "trtllm", "sglang")  # whose measurements: <gpu>.json.gz (vLLM), <gpu>.<backend>.json.gz
 
 
-def has_tables(gpu: str) -> bool:
-    """Whether `gpu` (an llmcalc or aiconfigurator name) has a shipped table; nothing is read."""
+def available_gpus(backend: str = "vllm") -> list[str]:
+    """The aiconfigurator system names with a shipped table measured inside `backend`."""
+    names = (p.name.removesuffix(".json.gz") for p in DATA.glob("*.json.gz"))
+    if backend == "vllm":
+        return sorted(n for n in names if "." not in n)
+    return sorted(n.removesuffix(f".{backend}") for n in names if n.endswith(f".{backend}"))
+
+
+def has_tables(gpu: str, backend: str = "vllm") -> bool:
+    """Whether `gpu` (an llmcalc or aiconfigurator name) has a shipped table measured in `backend`; nothing is read."""
     try:
-        _system(gpu)
+        _system(gpu, backend)
     except KernelTableError:
         return False
     return True
 
 
-def _system(gpu: str) -> str:
+def source(gpu: str, backend: str = "vllm") -> str:
+    """The table name of `gpu`'s kernels measured inside `backend` ("h100_sxm", "h100_sxm.trtllm"), which every
+    function here takes in place of a GPU name (KernelTableError when none is shipped)."""
+    return _system(gpu, backend)
+
+
+def _system(gpu: str, backend: str = "vllm") -> str:
     name = ALIASES.get(gpu.lower(), gpu.lower().replace("-", "_"))
+    if backend != "vllm" and "." not in name:
+        name = f"{name}.{backend}"
     if not (DATA / f"{name}.json.gz").exists():
-        raise KernelTableError(f"no measured kernel table for GPU {gpu!r}; tables exist for "
-                               f"{', '.join(available_gpus())} (and the llmcalc names {', '.join(sorted(ALIASES))})")
+        whose = "" if backend == "vllm" else f" {backend}"
+        raise KernelTableError(f"no measured{whose} kernel table for GPU {gpu!r}; tables exist for "
+                               f"{', '.join(available_gpus(backend)) or 'none'} (and the llmcalc names "
+                               f"{', '.join(sorted(ALIASES))})")
     return name
 
 
@@ -356,3 +372,38 @@ def allreduce_ms(gpu: str, nbytes: float, n_gpus: int, kind: str = "custom") -> 
 def allreduce_seconds(gpu: str, nbytes: float, n_gpus: int, kind: str = "custom") -> float:
     """Seconds of an all-reduce of `nbytes` over `n_gpus` GPUs (``allreduce_ms``)."""
     return allreduce_ms(gpu, nbytes, n_gpus, kind) / 1e3
+
+
+# --- fused MoE (TensorRT-LLM and SGLang tables) ---------------------------------------------------------
+
+
+def moe_key(dtype: str, hidden: int, inter: int, topk: int, experts: int, moe_tp: int, moe_ep: int) -> str:
+    """The table's key of one MoE layer shape (dtype "bf16", "fp8", "fp8_block", "nvfp4", "w4a16_mxfp4", ...)."""
+    return "/".join(str(v) for v in (dtype, hidden, inter, topk, experts, moe_tp, moe_ep))
+
+
+def moe_ms(gpu: str, tokens: float, key: str) -> float:
+    """Latency in ms of one MoE layer's routed experts (router output to combined output: the grouped GEMMs of
+    every expert the tokens hit, their activation and the gather/scatter, on one rank holding 1/(moe_tp x moe_ep) of
+    them) over `tokens` tokens, as the engine's fused-MoE kernel ran it (aiconfigurator's op `moe`, routing drawn
+    from its power-law distribution with alpha 1.01, the file's ``distribution``); `key` from ``moe_key``, its shape
+    measured as such (no neighbour is borrowed: KernelTableError). Linear in tokens between measured counts, past
+    the last proportional to tokens (compute-bound there), below the first held at it."""
+    curves = _part(gpu, "moe", "curves")
+    if key not in curves:
+        raise KernelTableError(f"{_system(gpu)} has no measured MoE layer {key!r}")
+    counts, lats = curves[key]
+    i = bisect.bisect_left(counts, tokens)
+    if i < len(counts) and counts[i] == tokens:
+        return float(lats[i])
+    if tokens < counts[0]:
+        return float(lats[0])
+    if tokens > counts[-1]:
+        return float(lats[-1] * tokens / counts[-1])
+    w = (tokens - counts[i - 1]) / (counts[i] - counts[i - 1])
+    return float(lats[i - 1] + (lats[i] - lats[i - 1]) * w)
+
+
+def moe_seconds(gpu: str, tokens: float, key: str) -> float:
+    """Seconds of one MoE layer's routed experts (``moe_ms``)."""
+    return moe_ms(gpu, tokens, key) / 1e3

@@ -35,7 +35,7 @@ import random
 
 from ..errors import LlmcalcError
 from ..records import dataclass
-from . import comm, kernel_tables
+from . import comm, engines, kernel_tables
 from .flops import forward_ops
 from .inference import InferenceEstimate, expected_experts
 from .kernels import ROOFLINE_P, TILES, Device, attention_seconds, device_for, gemm_timer
@@ -449,7 +449,7 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
 
 # --- the answer --------------------------------------------------------------------------------------------------
 
-ENGINES = ("vllm",)  # engines whose step overheads are fitted (sglang and trtllm: no measurements of our own yet)
+ENGINES = tuple(engines.PROFILES)  # each engine's defaults, tables and step: engines.py
 
 
 @dataclass(frozen=True)
@@ -466,6 +466,8 @@ class Performance:
     run: Simulated
     roofline_ttft: float  # one prompt's prefill alone, the roofline's
     roofline_tpot: float  # a decode step of the mean running sequences at the mean context, the roofline's
+    scheduler: str = ""  # the engine's scheduler in words (engines.EngineProfile); "" for vLLM V1's
+    kv_share: float = 1.0  # the engine's KV cache over vLLM's (engines.kv_share)
 
     @property
     def fits(self) -> bool:
@@ -499,8 +501,9 @@ class Performance:
             "roofline": {"ttft_seconds": self.roofline_ttft, "tpot_seconds": self.roofline_tpot,
                          "output_tokens_per_second": running / self.roofline_tpot},
             "assumptions": {
-                "scheduler": "vLLM V1: running requests first (a decode token each, or the next prefill chunk), then "
-                             "waiting ones first come first served; chunked prefill within max_num_batched_tokens",
+                "scheduler": self.scheduler or "vLLM V1: running requests first (a decode token each, or the next "
+                             "prefill chunk), then waiting ones first come first served; chunked prefill within "
+                             "max_num_batched_tokens",
                 "admission": "a request is admitted when the KV cache holds its input_len + output_len tokens "
                              "(no preemption)",
                 "arrivals": ("closed loop of max_concurrency clients" if w.max_concurrency and not w.request_rate
@@ -508,6 +511,7 @@ class Performance:
                              else "all requests at once (offline)"),
                 "max_num_seqs": self.max_num_seqs, "max_num_batched_tokens": self.max_num_batched_tokens,
                 "kv_cache_requests": self.kv_requests,
+                **engines.assumptions(engines.PROFILES[self.engine], self.kv_share),
                 "engine_step_seconds": ENGINE_STEP_SECONDS, "layer_floor_seconds": LAYER_FLOOR_SECONDS,
                 "tp_sync_seconds": TP_SYNC_SECONDS, "request_seconds": REQUEST_SECONDS,
             },
@@ -524,15 +528,12 @@ def kv_requests(est: ServeEstimate, length: int) -> int:
     return max(0, est.kv_blocks // max(need))
 
 
-def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm") -> Performance:
+def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm",
+                  engine_version: str | None = None) -> Performance:
     """`serve --input-len I --output-len O [--max-concurrency C | --request-rate R]`: one replica of `est` (a
-    ServeEstimate: its layout, dtypes, KV blocks and engine defaults) serving `work`."""
-    if engine not in ENGINES:
-        raise LlmcalcError(f"--engine {engine}: llmcalc predicts vLLM's speed only (its step overheads are fitted to "
-                           "vLLM measurements); use --engine vllm")
-    if est.pp > 1 or est.expert_parallel:
-        raise LlmcalcError("--input-len/--output-len: the workload's speed is modelled for tensor-parallel replicas "
-                           "(--n-gpus, --dp); leave out --pp and --enable-expert-parallel")
+    ServeEstimate: its layout, dtypes, KV blocks and engine defaults) serving `work` as `engine` runs it
+    (engines.py: its scheduler defaults, KV memory, tables, and --pp / --enable-expert-parallel)."""
+    prof = engines.profile(engine, engine_version)
     length = work.input_len + work.output_len
     if length > est.max_model_len:
         raise LlmcalcError(f"--input-len {work.input_len:,} + --output-len {work.output_len:,} = {length:,} tokens "
@@ -547,9 +548,11 @@ def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm") -> P
                            f"workload's step time needs (presets with them: {', '.join(steptime_presets())}); leave "
                            "out --input-len/--output-len for the memory and the roofline") from None
     inference = est.roofline(1, work.input_len)
-    cost = StepCost(inference, dev, est.tp)
-    tokens, seqs = est.batch_defaults
-    held = kv_requests(est, length)
+    cost = engines.step_cost(StepCost(inference, dev, est.tp), prof, est, host=ENGINE_STEP_SECONDS)
+    offline = work.max_concurrency is None and work.request_rate is None
+    tokens, seqs = engines.batch_limits(prof, est, work.input_len, work.output_len, offline=offline)
+    share = engines.kv_share(prof, est)
+    held = math.floor(kv_requests(est, length) * share)
     clients = work.max_concurrency
     if held < 1:
         run = Simulated(duration=math.inf, completed=0, ttft=(math.inf,) * 3, tpot=(math.inf,) * 2,
@@ -560,10 +563,11 @@ def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm") -> P
     running = max(1.0, min(run.mean_running, held, seqs, clients or seqs))
     context = work.input_len + work.output_len // 2
     roof = est.roofline(max(1, round(running)), work.input_len)
-    return Performance(engine=engine, engine_version=est.version.key, work=work, kv_requests=held,
+    return Performance(engine=engine, engine_version=prof.version or est.version.key, work=work, kv_requests=held,
                        max_num_seqs=seqs, max_num_batched_tokens=tokens, run=run,
                        roofline_ttft=est.roofline(1, work.input_len).prefill.seconds,
-                       roofline_tpot=roof.decode_step(context).seconds)
+                       roofline_tpot=roof.decode_step(context).seconds,
+                       scheduler="" if engine == "vllm" else prof.scheduler, kv_share=share)
 
 
 @dataclass(frozen=True)
@@ -583,7 +587,8 @@ class WorkloadPlan:
 
 
 def plan_workloads(est: ServeEstimate, input_len: int, output_len: int, max_concurrency: tuple[int, ...] | None = None,
-                   request_rate: float | None = None, num_prompts: int = 1000, engine: str = "vllm") -> WorkloadPlan:
+                   request_rate: float | None = None, num_prompts: int = 1000, engine: str = "vllm",
+                   engine_version: str | None = None) -> WorkloadPlan:
     """One Performance per --max-concurrency value (or one for the rate / offline run) on one replica of `est`.
     Requests longer than the KV cache holds are refused as vLLM refuses to start ("To serve at least one request
     with the model's max seq len ... the estimated maximum model length is ..."): one line naming the options and the
@@ -598,4 +603,4 @@ def plan_workloads(est: ServeEstimate, input_len: int, output_len: int, max_conc
     levels: tuple[int | None, ...] = max_concurrency or (None,)
     return WorkloadPlan(est, tuple(plan_workload(est, Workload(input_len, output_len, max_concurrency=c,
                                                                request_rate=request_rate, num_prompts=num_prompts),
-                                                 engine) for c in levels))
+                                                 engine, engine_version) for c in levels))

@@ -381,9 +381,12 @@ def workload_options(func: F) -> F:
                      help="With --input-len and --request-rate or --max-concurrency: seconds per output token (mean "
                           "TPOT) at most; with --max-ttft (mean TTFT, seconds), answers the fewest GPUs and layout."),
         click.option("--engine", type=Choice(["vllm", "sglang", "trtllm"]), default="vllm", show_default=True,
-                     help="Serving engine whose step overheads are modelled (vllm only, today)."),
+                     help="Serving engine whose scheduler, memory, kernels and step are modelled "
+                          "(llmcalc/analytic/engines.py)."),
         click.option("--engine-version", type=NAME, default=None,
-                     help="The engine's release (vLLM: the same as --vllm-version; default: the current one)."),
+                     help="The engine's release (vLLM: the same as --vllm-version; default: the current one; "
+                          "TensorRT-LLM 1.3.0rc20 and SGLang 0.5.14, the releases their kernel tables were measured "
+                          "in)."),
     ])
 
 

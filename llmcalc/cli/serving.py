@@ -142,9 +142,12 @@ def _workload(ctx: click.Context, spec: Any, device: Any, n_gpus: int, fmt: str,
     _is_formula(spec, "--input-len")
     version, targets = work.pop("engine_version"), (work.pop("ttft"), work.pop("tpot"))
     work.pop("concurrency"), work.pop("tokens_per_second")
-    if version and vllm["version"] and version != vllm["version"]:
-        raise click.UsageError(f"--engine-version {version} and --vllm-version {vllm['version']} disagree; give one")
-    vllm["version"] = vllm["version"] or version
+    if work["engine"] == "vllm":
+        if version and vllm["version"] and version != vllm["version"]:
+            raise click.UsageError(f"--engine-version {version} and --vllm-version {vllm['version']} disagree; "
+                                   "give one")
+        vllm["version"], version = vllm["version"] or version, None
+    work["engine_version"] = version
     if targets != (None, None):
         return _sizing(ctx, spec, device, fmt=fmt, dtypes=dtypes, vllm=vllm, work=work, targets=targets)
     est = plan_serving(spec, device, n_gpus, **dtypes, **vllm)
@@ -166,8 +169,9 @@ def _sizing(ctx: click.Context, spec: Any, device: Any, fmt: str, dtypes: dict[s
     clients = work.pop("max_concurrency")
     if clients is not None and len(clients) > 1:
         raise click.UsageError("--max-concurrency: one count with --max-ttft/--max-tpot (the traffic to size for)")
-    if work.pop("engine") != "vllm":
-        raise click.UsageError("--engine: llmcalc predicts vLLM's speed only; use --engine vllm")
+    if work.pop("engine") != "vllm" or work.pop("engine_version"):
+        raise click.UsageError("--engine: the search for the fewest GPUs sizes vLLM replicas; leave out --engine "
+                               "and --engine-version with --max-ttft/--max-tpot")
     settings = {k: v for k, v in vllm.items() if k not in ("pp", "dp", "expert_parallel")}
     bar = Progress(len(TP_CHOICES), "sizing: tensor-parallel degrees")
     try:

@@ -326,7 +326,8 @@ def workload_document(plan: WorkloadPlan) -> Document:
              + f"{est.spec.name} serving {w.input_len:,} in / {w.output_len:,} out on {_layout(est)} "
              f"({first.engine} {first.engine_version}), {mode}, {w.num_prompts:,} requests")
     gpu = est.accelerator.key
-    timed = f"measured tables for {gpu}" if kernel_tables.has_tables(gpu) else "the smooth roofline"
+    backend = first.engine if first.engine in kernel_tables.BACKENDS else "vllm"
+    timed = f"measured tables for {gpu}" if kernel_tables.has_tables(gpu, backend) else "the smooth roofline"
     preamble = [f"predicted as `vllm bench serve` measures it, per replica: the engine's steps timed from kernels "
                 f"({timed}) and its continuous batching simulated"]
     if not plan.fits:
@@ -335,7 +336,8 @@ def workload_document(plan: WorkloadPlan) -> Document:
                            f"(--weight-dtype)" if est.kv_cache_bytes <= 0 else
                         f"no request of {w.input_len + w.output_len:,} tokens fits in the KV cache: "
                         f"{base.data['kv_cache_tokens']:,} tokens held; add GPUs, quantise or shorten the request")
-    rows = [{"max_concurrency": p.work.max_concurrency or "offline", "running": p.run.mean_running,
+    rows = [{"max_concurrency": p.work.max_concurrency or (f"{p.work.request_rate:g}/s" if p.work.request_rate
+                                                           else "offline"), "running": p.run.mean_running,
              "output": p.output_tokens_per_second, "total": p.total_tokens_per_second,
              "requests": p.requests_per_second, "ttft_mean": p.run.ttft[0], "ttft_median": p.run.ttft[1],
              "ttft_p99": p.run.ttft[2], "tpot_mean": p.run.tpot[0], "itl_median": p.run.itl[1],
@@ -362,13 +364,18 @@ def _workload_notes(p: Performance) -> list[str]:
         "such requests at once",
         "step time: GEMMs on kernels' smooth roofline (MAMF, row tiles, weight bytes read; MoE: the experts hit), LM "
         "head and sampler, decode attention and tensor-parallel all-reduces from measured tables where the GPU has "
-        "them (aiconfigurator's, measured inside vLLM), prefill attention at FlashAttention's measured rate, plus "
+        f"them (aiconfigurator's, measured inside {ENGINE_NAMES.get(p.engine, p.engine)}; MoE: its fused-MoE table "
+        "where the expert shape was measured), prefill attention at FlashAttention's measured rate, plus "
         f"{a['engine_step_seconds'] * 1e3:g} ms per step, {a['layer_floor_seconds'] * 1e6:g} us per layer per step, "
         f"{a['tp_sync_seconds'] * 1e6:g} us per tensor-parallel all-reduce and {a['request_seconds'] * 1e3:g} ms per "
         "request outside the engine (fitted to published runs: benchmarks/bench_serving_speed.py --fit)",
         "TTFT, TPOT (latency - TTFT over output_len - 1), ITL and latency as vllm bench serve defines them; "
         "roofline: every sequence's decode step at the mean context on the peak and bandwidth (an upper bound)",
-    ]
+    ] + ([f"{ENGINE_NAMES.get(p.engine, p.engine)}: {a['host_overhead']}; its KV cache {a['kv_cache_vs_vllm']:.2f} x "
+          "the vLLM accounting printed below (analytic/engines.py)"] if "host_overhead" in a else [])
+
+
+ENGINE_NAMES = {"vllm": "vLLM", "trtllm": "TensorRT-LLM", "sglang": "SGLang"}
 
 
 def sizing_document(plan: SizingPlan) -> Document:

@@ -1,0 +1,342 @@
+"""Serving engines in workload mode (issue 36): each engine's scheduler defaults, memory for the KV cache and per-step
+host work, as data with their sources, and the step of a replica as that engine runs it (``EngineStepCost``: its
+measured kernel tables, its fused-MoE tables, expert and pipeline parallelism).
+
+Read from each engine's own source (file, option or function; the versions named in ``PROFILES``):
+
+- vLLM (what serving_speed models today): V1's scheduler, max_num_seqs / max_num_batched_tokens by version and GPU
+  memory (llmcalc/analytic/vllm.py), gpu_memory_utilization of the whole GPU for weights + activations + KV; host
+  work per step (scheduling, input preparation, sampling's host side) not overlapped with the GPU in the default
+  configuration: serving_speed.ENGINE_STEP_SECONDS, fitted to vLLM's measurements.
+- TensorRT-LLM (PyTorch backend, `trtllm-bench throughput` and `trtllm-serve`): in-flight batching with the
+  GUARANTEED_NO_EVICT capacity scheduler (a request is admitted when its whole input + output KV fits:
+  tensorrt_llm/llmapi/llm_args.py, ``CapacitySchedulerPolicy.GUARANTEED_NO_EVICT`` the SchedulerConfig default);
+  KV cache = kv_cache_free_gpu_mem_fraction (0.90, tensorrt_llm/bench/benchmark/throughput.py option
+  ``--kv_cache_free_gpu_mem_fraction``, default .90; KvCacheConfig.free_gpu_memory_fraction 0.9 for trtllm-serve) of
+  the memory free after the weights and the activation profiling; trtllm-bench's max_batch_size and max_num_tokens
+  from ``tensorrt_llm/bench/build/tuning.py:calc_engine_setting`` / ``finetune_setting`` (KV requests estimated as
+  0.95 x (GPU memory x GPUs - parameters x bytes) / (KV bytes per token x (ISL + OSL)); batch = min(that, 4096) /
+  pp rounded up to 32/128/256 (at least 64); tokens = min(batch x (1 + ISL/OSL), 32768) rounded up to 256/512/1024
+  (at least 2048)); trtllm-serve's defaults max_batch_size 2048, max_num_tokens 8192 (llm_args.py BaseLlmArgs);
+  CUDA graphs for decode batches; the overlap scheduler on by default (``disable_overlap_scheduler=False``:
+  the host prepares step n + 1 while the GPU runs step n).
+- SGLang: chunked_prefill_size 8192 below 160 GB of GPU memory, 16384 above (B200, MI300)
+  (python/sglang/srt/server_args.py ``_handle_chunked_prefill_size``: "elif gpu_mem < 160 * 1024: # H100, H200,
+  A100, H20 / self.chunked_prefill_size = 8192 / else: # B200, MI300 / self.chunked_prefill_size = 16384");
+  mem_fraction_static = (GPU memory - reserved) / GPU memory with reserved = 512 MiB + 1.5 x chunked_prefill_size +
+  2 x cuda_graph_max_bs + tp x pp / 8 GiB, at least 10 GiB (server_args.py ``_handle_gpu_memory_settings``), the
+  fraction of the whole GPU for weights + KV pool (model_runner.py ``profile_max_num_token``: what is left of it after
+  the weights); max_running_requests = min(max(KV tokens / context_len x 512, 2048), 4096)
+  (model_runner.py ``init_memory_pool``); schedule_policy "fcfs" and the radix cache matching nothing for random
+  prompts; the overlap ("zero-overhead") scheduler on by default (server_args.py ``disable_overlap_schedule``
+  False).
+
+Per-step host overheads: no engine publishes its own measurement of them. TensorRT-LLM's and SGLang's overlap
+schedulers hide the host's work under the GPU's, so a step takes max(GPU time, host time) where vLLM's takes the
+sum; the host time is assumed to be vLLM's fitted ENGINE_STEP_SECONDS (an assumption, stated in every answer's
+"assumptions"), and the per-layer kernel floor (LAYER_FLOOR_SECONDS) and TP sync (TP_SYNC_SECONDS) stay as fitted.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..errors import LlmcalcError
+from ..records import dataclass
+from . import comm, kernel_tables
+from .inference import InferenceEstimate
+from .serving import ServeEstimate
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """One engine release's scheduler defaults and step behaviour (module docstring for the sources)."""
+
+    name: str  # vllm | trtllm | sglang
+    version: str
+    scheduler: str  # the assumptions' words for its scheduler
+    kv_memory: str  # "vllm" (gpu_memory_utilization), "free_fraction" (TensorRT-LLM), "static_fraction" (SGLang)
+    overlap: bool  # the host prepares the next step while the GPU runs this one: step = max(gpu, host)
+    chunked_prefill: bool  # a prompt split across steps under the token budget
+    sources: tuple[str, ...]
+
+
+PROFILES = {
+    "vllm": EngineProfile(
+        name="vllm", version="", scheduler="vLLM V1: running requests first (a decode token each, or the next "
+        "prefill chunk), then waiting ones first come first served; chunked prefill within max_num_batched_tokens",
+        kv_memory="vllm", overlap=False, chunked_prefill=True,
+        sources=("vllm/v1/core/sched/scheduler.py", "vllm/engine/arg_utils.py")),
+    "trtllm": EngineProfile(
+        name="trtllm", version="1.3.0rc20", scheduler="TensorRT-LLM in-flight batching (PyTorch backend), "
+        "GUARANTEED_NO_EVICT capacity scheduler, generation requests first then context requests first come first "
+        "served within max_num_tokens; overlap scheduler on",
+        kv_memory="free_fraction", overlap=True, chunked_prefill=False,
+        sources=("tensorrt_llm/bench/build/tuning.py", "tensorrt_llm/bench/benchmark/throughput.py",
+                 "tensorrt_llm/llmapi/llm_args.py")),
+    "sglang": EngineProfile(
+        name="sglang", version="0.5.14", scheduler="SGLang: decode batch with the prefill batch mixed in "
+        "(chunked_prefill_size per step), fcfs policy (radix cache matches nothing on random prompts); overlap "
+        "scheduler on",
+        kv_memory="static_fraction", overlap=True, chunked_prefill=True,
+        sources=("python/sglang/srt/server_args.py", "python/sglang/srt/model_executor/model_runner.py")),
+}
+TRTLLM_FREE_FRACTION = 0.90  # throughput.py --kv_cache_free_gpu_mem_fraction default .90
+TRTLLM_BENCH_FRACTION = 0.95  # tuning.py calc_engine_setting(kv_cache_gpu_mem_fraction=0.95)
+TRTLLM_SERVE_DEFAULTS = (8192, 2048)  # (max_num_tokens, max_batch_size): llm_args.py BaseLlmArgs
+# SGLang's server_args.py `_handle_gpu_memory_settings`, by GPU memory (MiB, nvidia-smi's total): below each bound,
+# (chunked_prefill_size, cuda_graph_max_bs at tp < 4, at tp >= 4)
+SGLANG_BY_MEMORY = ((35 * 1024, 2048, 24, 80), (60 * 1024, 4096, 32, 160), (90 * 1024, 8192, 256, 512),
+                    (160 * 1024, 8192, 256, 512), (math.inf, 16384, 512, 512))
+MOE_DTYPES = {"bf16": ("bf16",), "fp16": ("bf16",), "fp8": ("fp8", "fp8_block"), "fp8-block": ("fp8_block", "fp8"),
+              "nvfp4": ("nvfp4",), "mxfp4": ("w4a16_mxfp4",)}
+
+
+def profile(engine: str, version: str | None = None) -> EngineProfile:
+    """The profile of `engine` at `version` (None: the release its tables were measured in)."""
+    if engine not in PROFILES:
+        raise LlmcalcError(f"--engine {engine}: choose one of {', '.join(PROFILES)}")
+    found = PROFILES[engine]
+    if engine != "vllm" and version is not None and version != found.version:
+        raise LlmcalcError(f"--engine-version {version}: llmcalc models {engine} {found.version} (the release its "
+                           f"kernel tables were measured in); leave out --engine-version")
+    return found
+
+
+def assumptions(prof: EngineProfile, share: float) -> dict[str, Any]:
+    """What an answer on `prof`'s engine assumed beyond vLLM's (none for vLLM): the JSON's "assumptions"."""
+    if prof.name == "vllm":
+        return {}
+    chunking = ("context chunking within the token budget (chunked_prefill_size)" if prof.chunked_prefill else
+                "context chunking off by default (trtllm-bench); simulated with chunks of max_num_tokens, as the "
+                "engine must for a prompt longer than it")
+    return {"kv_cache_vs_vllm": share, "context_chunking": chunking,
+            "host_overhead": "the host's work per step (engine_step_seconds, vLLM's fitted value: no published "
+                             "measurement for this engine) hidden under the GPU's by the overlap scheduler",
+            "kernel_tables": f"aiconfigurator's tables measured in {prof.name} {prof.version} (fused MoE included)",
+            "sources": list(prof.sources)}
+
+
+# --- memory and batch limits ---------------------------------------------------------------------------------
+
+
+def kv_share(prof: EngineProfile, est: ServeEstimate) -> float:
+    """The engine's KV-cache bytes on the limiting GPU over vLLM's (``est.kv_cache_bytes``): TensorRT-LLM keeps
+    kv_cache_free_gpu_mem_fraction of what is free after weights, activations and the CUDA context; SGLang
+    mem_fraction_static of the whole GPU less the weights. 1 for vLLM (and where vLLM's leaves nothing)."""
+    vllm = est.kv_cache_bytes
+    if prof.kv_memory == "vllm" or vllm <= 0:
+        return 1.0
+    total = est.accelerator.usable_bytes
+    if prof.kv_memory == "free_fraction":
+        free = total - est.weights_bytes_per_gpu - est.activation_bytes - est.non_torch_bytes
+        mine = TRTLLM_FREE_FRACTION * free
+    else:
+        mine = sglang_static_fraction(total / 2**20, tp=est.tp, pp=est.pp) * total - est.weights_bytes_per_gpu
+    return max(0.0, mine) / vllm
+
+
+def sglang_defaults(gpu_mib: float, tp: int) -> tuple[int, int]:
+    """SGLang's (chunked_prefill_size, cuda_graph_max_bs) for a GPU of `gpu_mib` MiB at tensor parallelism `tp`
+    (server_args.py `_handle_gpu_memory_settings`: "elif gpu_mem < 160 * 1024: # H20, H200 (chunked_prefill_size 8k,
+    cuda_graph_max_bs 256 if tp < 4 else 512)", B200 and MI300 16k and 512)."""
+    _, chunk, small, large = next(row for row in SGLANG_BY_MEMORY if gpu_mib < row[0])
+    return chunk, small if tp < 4 else large
+
+
+def sglang_static_fraction(gpu_mib: float, tp: int, pp: int) -> float:
+    """SGLang's default mem_fraction_static, the share of the whole GPU for weights + KV pool (server_args.py):
+    reserved = 512 + max(chunked_prefill_size, 2048) x 1.5 + cuda_graph_max_bs x 2 + tp x pp / 8 x 1024 MiB, at
+    least 10 GiB on GPUs above 60 GiB; fraction = round((gpu_mem - reserved) / gpu_mem, 3). (Piecewise CUDA graphs,
+    DP attention and speculative decoding, which reserve more, are off by default.)"""
+    chunk, graph_bs = sglang_defaults(gpu_mib, tp)
+    reserved = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + tp * pp / 8 * 1024
+    if gpu_mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return round((gpu_mib - reserved) / gpu_mib, 3)
+
+
+def trtllm_bench_settings(est: ServeEstimate, input_len: int, output_len: int) -> tuple[int, int]:
+    """trtllm-bench's (max_num_tokens, max_batch_size) for a dataset of ISL/OSL (tuning.py calc_engine_setting and
+    finetune_setting, module docstring): KV requests from the whole replica's memory less its parameters at the
+    weights' bytes, 0.95 of it, over the KV bytes of one ISL + OSL request."""
+    gpus = est.tp * est.pp
+    memory = est.accelerator.usable_bytes * gpus - est.served_weights_bytes
+    spec = est.spec
+    # "adjusted_num_kv_heads = max(tp_size, model_config.num_key_value_heads)": each rank holds at least one KV head
+    replicated = max(est.tp, spec.n_kv_heads) / spec.n_kv_heads if spec.n_kv_heads and spec.mla is None else 1.0
+    per_request = est.kv_bytes_per_token * replicated * (input_len + output_len)
+    requests = TRTLLM_BENCH_FRACTION * memory / per_request if per_request else 4096.0
+    raw_bs = min(requests, 4096) / est.pp
+    raw_token = min(raw_bs * (1 + input_len / output_len), 32768)
+    if raw_bs < 256:
+        bs = max(64, 32 * math.ceil(raw_bs / 32))
+    elif raw_bs < 1024:
+        bs = 128 * math.ceil(raw_bs / 128)
+    else:
+        bs = 256 * math.ceil(raw_bs / 256)
+    if raw_token < 4096:
+        tokens = max(2048, 256 * math.ceil(raw_token / 256))
+    elif raw_token < 8192:
+        tokens = 512 * math.ceil(raw_token / 512)
+    else:
+        tokens = 1024 * math.ceil(raw_token / 1024)
+    return tokens, bs
+
+
+def batch_limits(prof: EngineProfile, est: ServeEstimate, input_len: int, output_len: int,
+                 offline: bool) -> tuple[int, int]:
+    """(token budget per step, most running requests) the engine runs with: typed --max-num-batched-tokens /
+    --max-num-seqs first; else vLLM's defaults, trtllm-bench's tuning (offline) or trtllm-serve's defaults, SGLang's
+    chunked_prefill_size and its max_running_requests cap."""
+    tokens, seqs = est.batch_defaults
+    if prof.name == "trtllm":
+        tokens, seqs = trtllm_bench_settings(est, input_len, output_len) if offline else TRTLLM_SERVE_DEFAULTS
+    elif prof.name == "sglang":
+        tokens = sglang_defaults(est.accelerator.usable_bytes / 2**20, est.tp)[0]
+        seqs = 4096
+    return est.max_num_batched_tokens or tokens, est.max_num_seqs or seqs
+
+
+# --- the step ------------------------------------------------------------------------------------------------
+
+
+def moe_table_key(est: InferenceEstimate, serve: ServeEstimate) -> tuple[str, ...]:
+    """The MoE table keys one layer of `serve`'s model may be measured under, best first: the weights' format
+    (MOE_DTYPES), the expert shape, and the experts' sharding over the n GPUs that hold them: the engine's own
+    (moe_tp = tp, moe_ep = 1; with --enable-expert-parallel moe_tp = 1, moe_ep = tp x dp), then the other splits of
+    the same n GPUs, nearest first (aiconfigurator measured some shapes under expert parallelism only, e.g. MXFP4
+    experts in TensorRT-LLM: each GPU then holds the same 1/n of the expert weights, grouped by expert rather than
+    sliced)."""
+    spec, fmt = est.spec, serve.weights
+    name = fmt.name
+    if name == "fp8" and fmt.quant is not None and fmt.quant.format.per == "block":
+        name = "fp8-block"
+    n = serve.ep if serve.expert_parallel else serve.tp
+    tp = 1 if serve.expert_parallel else n
+    splits = sorted(((t, n // t) for t in range(1, n + 1) if n % t == 0),
+                    key=lambda s: abs(math.log2(s[0]) - math.log2(tp)))
+    return tuple(kernel_tables.moe_key(d, hidden=spec.d_model, inter=spec.d_ff_expert, topk=spec.n_experts_per_token,
+                                       experts=spec.n_experts, moe_tp=t, moe_ep=e)
+                 for t, e in splits for d in MOE_DTYPES.get(name, ()))
+
+
+class DenseOnly:
+    """A replica's roofline estimate whose weight reads leave out the routed experts (the fused-MoE table times
+    them, weights included); everything else is the estimate's."""
+
+    def __init__(self, est: InferenceEstimate) -> None:
+        self.est = est
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.est, name)
+
+    def weights_read(self, tokens: int) -> float:
+        """Every matmul weight one GPU streams but the routed experts (and the lookup tables' rows)."""
+        layout = self.est.layout
+        return float(layout.per_gpu - layout.lookups_per_gpu - layout.experts_per_gpu)
+
+
+class EngineStepCost:
+    """One engine step of a replica as `prof`'s engine runs it: serving_speed.StepCost's terms on the engine's own
+    measured tables (decode attention, all-reduce; ``kernel_tables.source``), the routed experts from its fused-MoE
+    table where the shape was measured, expert parallelism's dispatch and combine, pipeline parallelism's micro-
+    batches, and the overlap scheduler's max(GPU, host). Built by ``step_cost``."""
+
+    def __init__(self, base: Any, prof: EngineProfile, serve: ServeEstimate, host: float) -> None:
+        self.base, self.prof, self.serve = base, prof, serve
+        self.host = host  # the host's work per step (serving_speed.ENGINE_STEP_SECONDS, in base.seconds too)
+        self.moe_keys = measured_moe(base, serve)
+        b = base
+        if self.moe_keys:  # the experts come from the table: the base step's GEMMs and weight reads leave them out
+            b.expert_flops = 0
+            b.est = DenseOnly(b.est)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.base, name)
+
+    def expert_seconds(self, tokens: float) -> float:
+        """The routed experts of every MoE layer from the engine's fused-MoE table (kernel_tables.moe_seconds) for the
+        tokens of the whole expert-parallel group (tokens x dp with --enable-expert-parallel: the DP ranks run in
+        lockstep)."""
+        if not self.moe_keys or tokens <= 0:
+            return 0.0
+        spec = self.base.spec
+        group_tokens = tokens * (self.serve.dp if self.serve.expert_parallel else 1)
+        layer = kernel_tables.moe_seconds(self.base.gpu, group_tokens, self.moe_keys[0])
+        return spec.n_moe_layers * layer
+
+    def dispatch_seconds(self, tokens: float) -> float:
+        """Expert parallelism over tp x dp GPUs with dp > 1: each MoE layer gathers every DP rank's tokens to the
+        experts' owners and reduce-scatters their outputs back (vLLM's allgather_reducescatter all2all backend, the
+        default; TensorRT-LLM's and SGLang's attention-DP paths do the same without DeepEP), tokens x d_model x 2
+        bytes per rank, on comm's NCCL curves. With dp = 1 the experts' outputs join the tensor-parallel all-reduce
+        the step already counts."""
+        s = self.serve
+        if not s.expert_parallel or s.dp == 1 or tokens <= 0:
+            return 0.0
+        spec = self.base.spec
+        nbytes = tokens * s.dp * spec.d_model * 2.0
+        net = self.base.dev.network
+        one = sum(comm.Collective("ep", kind, s.ep, nbytes).seconds(net) for kind in ("all_gather", "reduce_scatter"))
+        return spec.n_moe_layers * one
+
+    def p2p_seconds(self, tokens: float) -> float:
+        """Pipeline parallelism's hand-offs: pp - 1 sends of the micro-batch's activations (tokens x d_model x 2
+        bytes) between stages, on comm's p2p curve."""
+        if self.serve.pp == 1 or tokens <= 0:
+            return 0.0
+        nbytes = tokens * self.base.spec.d_model * 2.0
+        one = comm.Collective("pp", "p2p", 2, nbytes, stride=self.serve.tp).seconds(self.base.dev.network)
+        return (self.serve.pp - 1) * one
+
+    def gpu_seconds(self, tokens: float, rows: float, kv_tokens: float, decodes: float, pairs: float,
+                    length: float) -> float:
+        """One micro-batch's forward through every layer (base terms without the host's part) with the table's
+        experts and EP's collectives."""
+        gpu = self.base.seconds(tokens, rows, kv_tokens=kv_tokens, decodes=decodes, pairs=pairs,
+                                length=length) - self.host
+        return gpu + self.expert_seconds(tokens) + self.dispatch_seconds(tokens)
+
+    def seconds(self, tokens: float, rows: float, kv_tokens: float, decodes: float, pairs: float,
+                length: float) -> float:
+        """One scheduler step over the running requests. pp > 1: the requests split into m = min(pp, sequences)
+        micro-batches in flight (vLLM's and TensorRT-LLM's pipeline schedulers keep pp batches in flight); each
+        request's next token waits for its micro-batch to pass all pp stages, one cycle = max(pp, m) stage times
+        of a micro-batch = the whole stack on 1/m of the tokens when m = pp, with pp - m stages idle (the bubble)
+        when fewer sequences run, plus the hand-offs. The host's work per micro-batch is added (vLLM) or hidden
+        under the GPU's (overlap scheduler: max)."""
+        pp = self.serve.pp
+        m = min(pp, max(1, math.ceil(max(rows, decodes)))) if pp > 1 else 1
+        gpu = self.gpu_seconds(tokens / m, rows / m, kv_tokens=kv_tokens / m, decodes=decodes / m, pairs=pairs / m,
+                               length=length)
+        gpu += self.p2p_seconds(tokens / m)
+        host = self.host * m if pp > 1 else self.host
+        return max(gpu, host) if self.prof.overlap else gpu + host
+
+    def decode_attention_seconds(self, kv_tokens: float, sequences: float) -> float:
+        return float(self.base.decode_attention_seconds(kv_tokens, sequences))
+
+
+def measured_moe(base: Any, serve: ServeEstimate) -> tuple[str, ...]:
+    """The fused-MoE table key (at most one) that times `serve`'s routed experts on `base`'s table, () if none."""
+    if not (base.spec.is_moe and base.measured):
+        return ()
+    curves = kernel_tables.table(base.gpu).get("moe", {}).get("curves", {})
+    return tuple(k for k in moe_table_key(base.est, serve) if k in curves)[:1]
+
+
+def step_cost(base: Any, prof: EngineProfile, serve: ServeEstimate, host: float) -> Any:
+    """`base` (a serving_speed.StepCost) as `prof`'s engine runs it: itself for vLLM on a tensor-parallel replica
+    of a dense model (or an MoE whose expert shape was not measured), else an EngineStepCost over it, reading the
+    engine's tables (kernel_tables.source) where they are shipped."""
+    if prof.name == "vllm" and serve.pp == 1 and not serve.expert_parallel and not measured_moe(base, serve):
+        return base
+    if prof.name != "vllm":
+        b = base
+        if kernel_tables.has_tables(b.gpu, prof.name):
+            b.gpu = kernel_tables.source(b.gpu, prof.name)
+        else:  # no table of this engine: the roofline terms, never another engine's measurements
+            b.measured = b.table_attention = False
+    return EngineStepCost(base, prof, serve, host)

@@ -1,0 +1,202 @@
+"""llmcalc/analytic/engines.py: TensorRT-LLM's and SGLang's workload mode, and --pp / --enable-expert-parallel.
+
+Held to: aiconfigurator's measured fused-MoE rows (the parquet tables the shipped files were extracted from, read in
+the separate aiconfigurator environment when it is there), trtllm-bench's tuning rules as its source states them
+(tensorrt_llm/bench/build/tuning.py finetune_setting), and the mechanisms' own limits (a token crosses every pipeline
+stage; the overlap scheduler hides the host's work)."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from clirun import cli_json, one_line_error
+
+from llmcalc.analytic import engines, kernel_tables, serving_speed
+from llmcalc.analytic.kernels import device_for
+from llmcalc.analytic.serving import plan_serving
+from llmcalc.spec import load_hardware, load_model
+
+AIC = Path("/work/venv-aic/bin/python")
+AIC_MOE = '''
+import json, pandas as pd, aiconfigurator_core
+from pathlib import Path
+root = Path(aiconfigurator_core.__file__).parent / "systems" / "data" / "h100_sxm" / "moe" / "trtllm" / "1.3.0rc20"
+df = pd.read_parquet(root / "moe_perf.parquet")
+df = df[(df.moe_dtype == "bfloat16") & (df.hidden_size == 4096) & (df.inter_size == 14336) & (df.topk == 2)
+        & (df.num_experts == 8) & (df.moe_tp_size == 8) & (df.moe_ep_size == 1) & (df.distribution == "power_law_1.01")]
+df = df.drop_duplicates("num_tokens", keep="first")
+print(json.dumps({int(t): float(v) for t, v in zip(df.num_tokens, df.latency)}))
+'''
+
+
+@pytest.mark.skipif(not AIC.exists(), reason="aiconfigurator's environment (/work/venv-aic) is not installed")
+def test_moe_table_reads_back_aiconfigurator_measurements():
+    """Mixtral-8x7B's expert layer (bf16, 8 experts, top 2, moe_tp 8) as TensorRT-LLM 1.3.0rc20 ran it on H100."""
+    rows = json.loads(subprocess.run([str(AIC), "-c", AIC_MOE], capture_output=True, text=True, check=True).stdout)
+    table = kernel_tables.source("h100-sxm", "trtllm")
+    key = kernel_tables.moe_key("bf16", hidden=4096, inter=14336, topk=2, experts=8, moe_tp=8, moe_ep=1)
+    assert len(rows) > 10
+    for tokens, ms in rows.items():
+        assert kernel_tables.moe_ms(table, int(tokens), key) == pytest.approx(ms, rel=1e-4)  # 5 significant digits
+
+
+def test_moe_between_and_beyond_measured_counts():
+    table = kernel_tables.source("h100-sxm", "trtllm")
+    key = kernel_tables.moe_key("bf16", hidden=4096, inter=14336, topk=2, experts=8, moe_tp=8, moe_ep=1)
+    counts, lats = kernel_tables.table(table)["moe"]["curves"][key]
+    mid = (counts[3] + counts[4]) / 2
+    assert kernel_tables.moe_ms(table, mid, key) == pytest.approx((lats[3] + lats[4]) / 2)
+    assert kernel_tables.moe_ms(table, 2 * counts[-1], key) == pytest.approx(2 * lats[-1])
+    with pytest.raises(kernel_tables.KernelTableError, match="no measured MoE layer"):
+        unmeasured = kernel_tables.moe_key("bf16", hidden=4096, inter=14336, topk=2, experts=8, moe_tp=3, moe_ep=1)
+        kernel_tables.moe_ms(table, 64, unmeasured)
+    assert kernel_tables.available_gpus("trtllm") == ["b200_sxm", "h100_sxm", "h200_sxm"]
+    assert "h100_sxm" in kernel_tables.available_gpus() and not any("." in g for g in kernel_tables.available_gpus())
+
+
+def _serve(model, gpu, tp, **kw):
+    return plan_serving(load_model(model), load_hardware(gpu), tp, 4096, **kw)
+
+
+def test_trtllm_bench_settings_follow_its_tuning_rules():
+    """finetune_setting: batch = min(KV requests, 4096) / pp rounded up to 32 (at least 64) below 256, to 128 below
+    1024, to 256 above; tokens = min(batch x (1 + ISL/OSL), 32768) rounded up to 256 (at least 2048) below 4096, to
+    512 below 8192, to 1024 above."""
+    # Llama-3.1-8B on one H100, ISL = OSL = 1024: (80 GB - 16 GB of bf16 weights) x 0.95 / (128 KiB of KV per token x
+    # 2048 tokens) = about 230 requests -> 256 (rounded up to 32); tokens 230 x 2 = 460 -> 2048 (the floor)
+    tokens, batch = engines.trtllm_bench_settings(_serve("llama-3.1-8b", "h100-sxm", 1), 1024, 1024)
+    assert (tokens, batch) == (2048, 256)
+    # Llama-3.2-1B: (85.0 GB - 2.5 GB) x 0.95 / (32 KiB x 2048) = 1,168 requests -> 1,280 (rounded up to 256);
+    # tokens min(1,168 x 2, 32768) = 2,336 -> 2,560 (rounded up to 256)
+    tokens, batch = engines.trtllm_bench_settings(_serve("llama-3.2-1b", "h100-sxm", 1), 1024, 1024)
+    assert (tokens, batch) == (2560, 1280)
+    small = _serve("llama-3.1-70b", "h100-sxm", 2)
+    tokens, batch = engines.trtllm_bench_settings(small, 2048, 2048)
+    assert batch >= 64 and (batch % 32 == 0 if batch < 256 else batch % 128 == 0)
+    assert tokens >= 2048 and tokens % 256 == 0
+
+
+def test_each_engine_answers_a_workload():
+    args = ("serve", "llama-3.1-8b", "--gpu", "h100-sxm", "--input-len", "512", "--output-len", "128",
+            "--max-concurrency", "8")
+    for engine, version in (("vllm", None), ("trtllm", "1.3.0rc20"), ("sglang", "0.5.14")):
+        p = cli_json(*args, "--engine", engine)["performance"]
+        p = p[0] if isinstance(p, list) else p
+        assert p["engine"] == engine and (version is None or p["engine_version"] == version)
+        assert p["output_tokens_per_second"] > 0 and p["tpot_seconds"]["mean"] > 0
+        if engine != "vllm":
+            assert "overlap" in p["assumptions"]["host_overhead"]
+
+
+def test_an_engine_version_without_tables_is_refused_in_one_line():
+    line = one_line_error("serve", "llama-3.1-8b", "--gpu", "h100-sxm", "--input-len", "512", "--output-len",
+                          "128", "--engine", "trtllm", "--engine-version", "0.9.0")
+    assert "--engine-version 0.9.0" in line and "1.3.0rc20" in line
+
+
+def _cost(serve, engine):
+    est = serve.roofline(1, 1024)
+    base = serving_speed.StepCost(est, device_for(serve.accelerator.key), serve.tp)
+    return engines.step_cost(base, engines.profile(engine), serve, host=serving_speed.ENGINE_STEP_SECONDS)
+
+
+def test_overlap_scheduler_hides_the_host():
+    """TensorRT-LLM's and SGLang's overlap schedulers prepare the next step while the GPU runs this one: a step is
+    max(GPU, host), vLLM's the sum (both on vLLM's tables here, so only the scheduling differs)."""
+    serve = _serve("llama-3.1-8b", "h100-sxm", 1, pp=2)
+    vllm, trt = _cost(serve, "vllm"), _cost(serve, "trtllm")
+    trt.base.gpu, trt.base.measured = vllm.base.gpu, vllm.base.measured
+    trt.base.table_attention = vllm.base.table_attention
+    shape = dict(tokens=64, rows=64, kv_tokens=64 * 1024, decodes=64, pairs=0, length=1024)
+    gpu = vllm.gpu_seconds(**{k: v / 2 for k, v in shape.items() if k != "length"}, length=1024)
+    assert trt.seconds(**shape) < vllm.seconds(**shape)
+    assert vllm.seconds(**shape) - trt.seconds(**shape) == pytest.approx(2 * vllm.host, rel=1e-6)
+    assert trt.seconds(**shape) >= gpu
+
+
+def test_a_token_crosses_every_pipeline_stage():
+    """At one sequence a pipeline runs one micro-batch: the token waits for all pp stages, so TPOT is the whole
+    stack's plus the hand-offs, never less than the same tp without pp (PP adds memory, not speed, at batch 1)."""
+    tp_only = cli_json("serve", "llama-3.1-70b", "--gpu", "h100-sxm", "--n-gpus", "4", "--input-len", "512",
+                       "--output-len", "64", "--max-concurrency", "1")["performance"]
+    piped = cli_json("serve", "llama-3.1-70b", "--gpu", "h100-sxm", "--n-gpus", "4", "--pp", "2", "--input-len",
+                     "512", "--output-len", "64", "--max-concurrency", "1")["performance"]
+    one, two = (p[0] if isinstance(p, list) else p for p in (tp_only, piped))
+    assert two["tpot_seconds"]["mean"] >= one["tpot_seconds"]["mean"]
+    assert two["tpot_seconds"]["mean"] == pytest.approx(one["tpot_seconds"]["mean"], rel=0.1)
+
+
+def test_expert_parallel_dispatch_only_across_data_parallel_ranks():
+    """With dp = 1 every rank holds every token after attention's all-reduce (no dispatch); with dp > 1 each MoE
+    layer all-gathers the DP ranks' tokens and reduce-scatters the outputs."""
+    one = _cost(_serve("mixtral-8x7b", "h100-sxm", 4, expert_parallel=True), "vllm")
+    two = _cost(_serve("mixtral-8x7b", "h100-sxm", 4, dp=2, expert_parallel=True), "vllm")
+    assert one.dispatch_seconds(256) == 0.0 and two.dispatch_seconds(256) > 0.0
+
+
+def test_moe_models_read_the_engine_fused_moe_table():
+    """Mixtral on 8 H100 under TensorRT-LLM: the experts come from its measured table (moe_tp 8), or with
+    --enable-expert-parallel from the moe_ep 8 rows; the step grows with the tokens."""
+    cost = _cost(_serve("mixtral-8x7b", "h100-sxm", 8), "trtllm")
+    assert cost.moe_keys == ("bf16/4096/14336/2/8/8/1",)
+    ep = _cost(_serve("mixtral-8x7b", "h100-sxm", 8, expert_parallel=True), "trtllm")
+    assert ep.moe_keys == ("bf16/4096/14336/2/8/1/8",)
+    steps = [cost.seconds(t, t, kv_tokens=t * 1024, decodes=t, pairs=0, length=1024) for t in (1, 64, 1024)]
+    assert steps == sorted(steps)
+    assert cost.expert_seconds(64) == pytest.approx(32 * kernel_tables.moe_seconds(cost.base.gpu, 64, cost.moe_keys[0]))
+
+
+@pytest.mark.parametrize("row_id, metric, tolerance", [
+    # SGLang's profile and tables, one H100, four clients (BF16 and FP8 weights)
+    ("gpustack-qwen3-8b-h100-tp1-sglang-sharegpt-c4", "tpot_seconds_median", 0.15),
+    ("gpustack-qwen3-8b-h100-tp1-sglang-fp8-sharegpt-c4", "tpot_seconds_median", 0.15),
+    # vLLM's fused-MoE table (MXFP4 experts), four clients
+    ("gpustack-gpt-oss-120b-h100-tp1-vllm-sharegpt-c4", "tpot_seconds_median", 0.15),
+    # --enable-expert-parallel over 8 H100, FP8 experts from vLLM's moe_ep 8 rows, offline
+    ("gpustack-qwen3-235b-h100-tp8-ep-fp8-vllm-sharegpt", "tpot_seconds_median", 0.2),
+])
+def test_published_speeds_by_engine(row_id, metric, tolerance):
+    """A few rows of benchmarks/serving_validation.json (each quoting its source) on their engine's profile."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+    from bench_serving_speed import DATA, predict_workload
+
+    row = {r["id"]: r for r in json.loads(DATA.read_text())["rows"]}[row_id]
+    assert predict_workload(row)[metric] == pytest.approx(row["metrics"][metric], rel=tolerance)
+
+
+def test_vllm_moe_reads_its_fused_moe_table():
+    """gpt-oss-120b on one H100 under vLLM: its MXFP4 experts come from vLLM's measured fused-MoE rows; a dense
+    model keeps the plain step."""
+    cost = _cost(_serve("gpt-oss-120b", "h100-sxm", 1), "vllm")
+    assert cost.moe_keys == ("w4a16_mxfp4/2880/2880/4/128/1/1",)
+    dense = _cost(_serve("llama-3.1-8b", "h100-sxm", 1), "vllm")
+    assert isinstance(dense, serving_speed.StepCost)
+
+
+def test_sizing_for_another_engine_is_refused_in_one_line():
+    line = one_line_error("serve", "llama-3.1-8b", "--gpu", "h100-sxm", "--input-len", "512", "--output-len", "128",
+                          "--request-rate", "2", "--max-tpot", "0.05", "--engine", "sglang")
+    assert "--engine" in line and "vLLM" in line
+
+
+def test_sglang_memory_defaults_follow_server_args():
+    """server_args.py: an H100 (81,559 MiB) at tp 1 reserves 512 + 1.5 x 8,192 + 2 x 256 + 1/8 x 1,024 = 13,440 MiB
+    -> mem_fraction_static round(68,119 / 81,559, 3) = 0.835; at tp 8 cuda_graph_max_bs is 512 and the parallel term
+    1,024: 14,848 MiB -> 0.818; a B200 (16k chunks) reserves 512 + 24,576 + 1,024 + 1,024 = 27,136 MiB of 183,359
+    -> 0.852."""
+    assert engines.sglang_static_fraction(81559, tp=1, pp=1) == 0.835
+    assert engines.sglang_static_fraction(81559, tp=8, pp=1) == 0.818
+    assert engines.sglang_defaults(81559, tp=8) == (8192, 512)
+    assert engines.sglang_static_fraction(183359, tp=8, pp=1) == 0.852
+
+
+def test_moe_falls_back_to_another_split_of_the_same_gpus():
+    """TensorRT-LLM's MXFP4 experts (gpt-oss-120b) were measured under expert parallelism only: at tp 4 the moe_ep 4
+    rows time them (each GPU holds 1/4 of the expert weights either way); vLLM's own tp-sliced rows where measured."""
+    trt = _cost(_serve("gpt-oss-120b", "h100-sxm", 4), "trtllm")
+    assert trt.moe_keys == ("w4a16_mxfp4/2880/2880/4/128/1/4",)
+    vllm = _cost(_serve("gpt-oss-120b", "h100-sxm", 4), "vllm")
+    assert vllm.moe_keys == ("w4a16_mxfp4/2880/2880/4/128/4/1",)
