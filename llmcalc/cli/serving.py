@@ -152,7 +152,8 @@ def _workload(ctx: click.Context, spec: Any, device: Any, n_gpus: int, fmt: str,
         return _sizing(ctx, spec, device, fmt=fmt, dtypes=dtypes, vllm=vllm, work=work, targets=targets)
     est = plan_serving(spec, device, n_gpus, **dtypes, **vllm)
     plan = plan_workloads(est, **work)  # a request the KV cache cannot hold is refused there
-    est.check_starts()  # and a max length it cannot hold once, as vLLM refuses to start
+    if work["engine"] == "vllm":  # and a max length it cannot hold once, as vLLM refuses to start
+        est.check_starts()
     emit(workload_document(plan), fmt, est.warnings)
 
 
