@@ -6,7 +6,9 @@ the only place that turns "7B" into 7e9 or 7e9 into "7.00 G".
 Conventions (printed in the README):
 - Counts and FLOPs use SI (decimal) prefixes: k = 1e3, M = 1e6, G = 1e9 (a billion), T = 1e12.
   "B" is accepted on input as a synonym for G, because "7B params" is how models are named; input
-  suffixes ignore case where that is unambiguous for a count (15t = 15T, 1m = 1M = a million).
+  suffixes ignore case where that is unambiguous for a count (15t = 15T, 1m = 1M = a million). Binary
+  suffixes (IEC) say a power of two exactly: Ki = 2**10, Mi = 2**20, Gi = 2**30, Ti = 2**40, Pi = 2**50
+  (16Mi tokens per step = 2,048 sequences of 8,192).
 - Sequence lengths are the one exception on input: "4k" context means 4,096 tokens and "32k" means
   32,768, as model cards use them (binary k). Use ``parse_length`` for them.
 - Memory uses binary prefixes: KiB = 2**10, MiB = 2**20, GiB = 2**30 bytes; never "GB" for 2**30.
@@ -24,6 +26,7 @@ SI_PREFIXES = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E":
 _COUNT_SUFFIXES = {
     "": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "B": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
     "m": 1e6, "g": 1e9, "b": 1e9, "t": 1e12, "p": 1e15,
+    "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50,
 }
 _LENGTH_SUFFIXES = {"": 1, "k": 1024, "K": 1024, "Ki": 1024, "ki": 1024, "M": 1024**2, "Mi": 1024**2, "m": 1024**2,
                     "mi": 1024**2}
@@ -47,10 +50,11 @@ def _split(text: str | float | int, what: str, suffixes: dict, examples: str) ->
 
 
 def parse_count(text: str | float | int, what: str = "quantity") -> float:
-    """Parse a count of things (parameters, tokens, FLOPs): '7B' -> 7e9, '1.5T' -> 1.5e12, '300k' -> 3e5."""
+    """Parse a count of things (parameters, tokens, FLOPs): '7B' -> 7e9, '1.5T' -> 1.5e12, '300k' -> 3e5;
+    binary suffixes exactly: '16Mi' -> 16 * 2**20 = 16,777,216."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         return float(text)
-    number, scale = _split(text, what, _COUNT_SUFFIXES, "7B, 1.5T, 300k, 2e12")
+    number, scale = _split(text, what, _COUNT_SUFFIXES, "7B, 1.5T, 300k, 16Mi (= 16 x 2^20), 2e12")
     return number * scale
 
 

@@ -208,12 +208,20 @@ def test_length_examples_use_the_length_suffixes():
         assert cli_json("memory", "llama-3-8b", "--seq-len", example)["seq_len"] == tokens
 
 
-def test_global_batch_tokens_names_the_nearest_multiples():
-    """4M = 4,000,000 tokens over 4,096-token sequences = 976.56 sequences: 976 x 4,096 = 3,997,696 and
-    977 x 4,096 = 4,001,792."""
-    line = one_line_error("train", "llama-3-8b", "--tokens", "1T", "--gpu", "h100-sxm", "--n-gpus", 8,
-                          "--global-batch-tokens", "4M")
-    assert "the nearest: 3,997,696 (976 sequences) or 4,001,792 (977 sequences)" in line
+def test_global_batch_tokens_answers_the_nearest_multiple_and_says_16mi():
+    """Issue 41: `--global-batch-tokens 16M` (the help text's own example) failed at every power-of-two sequence
+    length. 16M = 16,000,000 tokens over 8,192-token sequences = 1,953.125 sequences: the nearest whole number,
+    1,953 x 8,192 = 15,998,976 tokens, is used with a note, which names 16Mi = 2,048 x 8,192 = 16,777,216 (what a
+    16M batch means in Llama 3's and DeepSeek-V3's papers)."""
+    args = ["train", "llama-3-8b", "--tokens", "1T", "--gpu", "h100-sxm", "--n-gpus", 1, "--seq-len", "8k"]
+    result = run(*args, "--global-batch-tokens", "16M")
+    assert result.exit_code == 0, result.output
+    assert ("using the nearest, 1,953 sequences = 15,998,976 tokens; for 2,048 x 8,192 = 16,777,216 write 16Mi"
+            in result.stderr)
+    exact = run(*args, "--global-batch-tokens", "16Mi")
+    assert exact.exit_code == 0 and "warning" not in exact.stderr, exact.output
+    by_sequences = cli_json(*args, "--global-batch", 2048)
+    assert cli_json(*args, "--global-batch-tokens", "16Mi")["step_seconds"] == by_sequences["step_seconds"]
 
 
 def test_plurals_agree_with_one():

@@ -12,6 +12,7 @@ from llmcalc.units import (
     parse_length,
     si,
 )
+from llmcalc.validate import nearest_batch_tokens
 
 
 @pytest.mark.parametrize("text, value", [
@@ -19,6 +20,8 @@ from llmcalc.units import (
     ("125M", 1.25e8), (" 4 ", 4.0), ("1e3k", 1e6), (".5T", 5e11), (42, 42.0), (1.5e9, 1.5e9),
     # issue 14: suffixes forgive case where a count cannot mean anything else (m = million, not milli)
     ("15t", 15e12), ("1m", 1e6), ("7b", 7e9), ("2g", 2e9),
+    # issue 41: binary suffixes say a power of two exactly (16Mi tokens = 2,048 sequences of 8,192)
+    ("16Mi", 16 * 2**20), ("4Ki", 4096), ("1Gi", 2**30), ("2Ti", 2 * 2**40), ("0.5Mi", 2**19),
 ])
 def test_parse_count(text, value):
     assert parse_count(text) == pytest.approx(value, rel=1e-12)
@@ -28,6 +31,18 @@ def test_parse_count(text, value):
 def test_parse_count_rejects_nonsense(text):
     with pytest.raises(UnitError, match="cannot read"):
         parse_count(text, "tokens")
+
+
+@pytest.mark.parametrize("tokens, seq_len, used", [
+    (16e6, 8192, 1953 * 8192), (16 * 2**20, 8192, 16 * 2**20), (1000, 4096, 4096), (5e6, 3000, 1667 * 3000),
+    (4e6, 4096, 977 * 4096),  # 976.56 sequences: the nearer multiple above
+])
+def test_nearest_batch_tokens(tokens, seq_len, used):
+    """Issue 41: a token count per step that is no multiple of the sequence length is answered at the nearest
+    multiple (at least one sequence), with a note; an exact one passes with none."""
+    got, note = nearest_batch_tokens(tokens, seq_len)
+    assert got == used and got % seq_len == 0
+    assert (note is None) == (tokens == used)
 
 
 @pytest.mark.parametrize("text, value", [("4k", 4096), ("32k", 32768), ("128K", 131072), ("2048", 2048), (512, 512)])

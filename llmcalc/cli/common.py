@@ -44,6 +44,19 @@ def emit(doc: Document, fmt: str, warnings: Iterable[str] = ()) -> None:
     click.echo(text, nl=False)
 
 
+def exact_batch_tokens(tokens: float | None, seq_len: int) -> float | None:
+    """--global-batch-tokens as the nearest whole number of sequences, with a warning saying what was used and how
+    to say it exactly when it was not one (16M at --seq-len 8k: 16Mi); None stays None."""
+    from ..validate import nearest_batch_tokens
+
+    if tokens is None:
+        return None
+    used, note = nearest_batch_tokens(tokens, seq_len)
+    if note:
+        warn(note)
+    return used
+
+
 def check_length(spec: ModelSpec, seq_len: int | None, what: str = "--seq-len") -> ModelSpec:
     """`spec`, warning (stderr) when `seq_len` exceeds its max_position_embeddings."""
     if seq_len is not None and spec.max_seq_len and seq_len > spec.max_seq_len:

@@ -185,7 +185,8 @@ def global_batch_options(func: F) -> F:
         click.option("--global-batch", type=POSITIVE_INT, default=None,
                      help="Sequences per optimizer step: predicts step time and MFU."),
         click.option("--global-batch-tokens", type=Count(maximum=MAX_BATCH_TOKENS), default=None,
-                     help=f"Instead: tokens per step (e.g. 16M; at most {MAX_BATCH:,} sequences)."),
+                     help=f"Instead: tokens per step (e.g. 16Mi = 2,048 x 8k; a count that is no multiple of --seq-len is "
+                          f"rounded to the nearest, with a note; at most {MAX_BATCH:,} sequences)."),
     ])
 
 
