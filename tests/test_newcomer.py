@@ -272,3 +272,17 @@ def test_the_eager_attention_kernel_only_under_eager():
     assert flash.exit_code == eager.exit_code == 0
     assert "eager" not in flash.stdout
     assert any("attention_kernel eager" in line for line in eager.stdout.splitlines() if "assumed:" in line)
+
+
+@pytest.mark.parametrize("args, says", [
+    # Llama-3-8B: 32 query heads, 8 KV heads (its config.json); 8 GPUs split as tp x cp x pp x dp
+    (["--n-gpus", 8, "--tp", 3], "= 3 does not divide --n-gpus 8; the nearest --tp that divides the 8 GPUs: 2 or 4"),
+    (["--n-gpus", 3, "--tp", 3], "--tp must divide the 32 attention heads and divide (or be a multiple of) the 8 KV "
+                                 "heads; the nearest valid --tp: 2 or 4"),
+    (["--n-gpus", 8, "--tp", 3, "--pp", 2], "the nearest --tp that divides the 8 GPUs at cp 1 x pp 2: 2 or 4"),
+])
+def test_tp_refusals_name_the_count_and_the_nearest_valid_degrees(args, says):
+    """Issue 41: `--tp 3 --n-gpus 8` said "does not divide" without naming what; the refusal names the count the
+    degree must divide (GPUs, attention heads, KV heads) and the nearest degrees that do."""
+    line = one_line_error("train", "llama-3-8b", "--tokens", "1T", "--gpu", "h100-sxm", "--global-batch", 48, *args)
+    assert says in line
