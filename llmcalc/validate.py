@@ -90,7 +90,7 @@ MAX_WIDTH = 2**24  # any one dimension (d_model, d_ff, heads, vocab, experts ...
 def _binary_form(tokens: int) -> str | None:
     """`tokens` in the binary suffix that says it exactly (16,777,216 -> '16Mi'), or None."""
     for suffix, scale in (("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
-        if tokens >= scale and tokens % scale == 0:
+        if tokens >= scale and tokens % scale == 0 and tokens // scale < 1000:  # 16Mi, not 3908Ki
             return f"{tokens // scale}{suffix}"
     return None
 

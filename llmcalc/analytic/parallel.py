@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from ..errors import LlmcalcError
 from ..records import dataclass
 from ..spec import ModelSpec
+from ..units import plural
 from ..validate import DEFAULT_ZERO
 
 P = TypeVar("P", bound="Parallel")
@@ -171,8 +172,8 @@ def check_heads(spec: ModelSpec, tp: int) -> None:
     if spec.n_heads % tp or kv % tp and tp % kv:
         valid = [t for t in range(1, spec.n_heads + 1) if spec.n_heads % t == 0 and (kv % t == 0 or t % kv == 0)]
         raise LlmcalcError(f"tp={tp} does not divide the heads ({spec.n_heads} query, {kv} key/value): --tp must "
-                           f"divide the {spec.n_heads} attention heads and divide (or be a multiple of) the {kv} KV "
-                           f"heads; the nearest valid --tp: {nearest_of(tp, valid)}")
+                           f"divide the {plural(spec.n_heads, 'attention head')} and divide (or be a multiple of) the "
+                           f"{plural(kv, 'KV head')}; the nearest valid --tp: {nearest_of(tp, valid)}")
 
 
 def check_stages(spec: ModelSpec, pp: int, vpp: int = 1, *, equal: bool = False) -> None:

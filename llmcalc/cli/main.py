@@ -16,7 +16,7 @@ import click
 
 from .. import __version__
 from ..errors import Interrupted, LlmcalcError
-from .common import flush_warnings
+from .common import flush_warnings, refusal_context
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in llmcalc, not in the input
@@ -116,7 +116,7 @@ class LlmcalcGroup(click.Group):
             _exit("llmcalc: interrupted" if interrupted else "llmcalc: aborted",
                   130 if interrupted else 1)  # 128 + SIGINT, the shell convention
         except LlmcalcError as exc:
-            _exit(f"llmcalc: error: {one_line(str(exc))}", EXIT_BAD_INPUT)
+            _exit(f"llmcalc: error: {one_line(str(exc))}{refusal_context()}", EXIT_BAD_INPUT)
         except Interrupted as exc:  # SIGINT/SIGTERM where a command asked for them (report)
             _exit(f"llmcalc: {exc.message()}", exc.exit_code)
         except OSError as exc:  # the disk or the system, not the input: ENOSPC, EACCES, EROFS ...

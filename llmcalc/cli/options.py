@@ -47,7 +47,7 @@ from ..vocabulary import (
     SCHEDULES,
     STORAGE_DTYPES,
 )
-from .types import Choice, Count, CountList, DType, Fraction, Length, Name, Number, RankOrder
+from .types import Choice, Count, CountList, DType, Fraction, Length, ModelName, Name, Number, RankOrder
 
 F = TypeVar("F", bound=Callable[..., Any])
 Decorator = Callable[[F], F]
@@ -63,6 +63,7 @@ MFU = Fraction()
 PRICE = Number(maximum=MAX_USD_PER_GPU_HOUR, minimum=1e-6)
 TFLOPS = Number(maximum=MAX_TFLOPS)
 NAME = Name()
+MODEL_NAME = ModelName()
 ATTENTION = Choice(["flash", "eager"], aliases={"sdpa": "flash"})
 
 SEQ_HELP = f"Tokens per training sequence (4k = 4,096); the same default, {DEFAULT_SEQ_LEN:,}, in every command."
@@ -92,11 +93,11 @@ def format_option(func: F) -> F:
 
 
 def model_argument(func: F) -> F:
-    return click.argument("model", type=NAME)(func)
+    return click.argument("model", type=MODEL_NAME)(func)
 
 
 def models_argument(func: F) -> F:
-    return click.argument("models", nargs=-1, required=True, type=NAME)(func)
+    return click.argument("models", nargs=-1, required=True, type=MODEL_NAME)(func)
 
 
 def _defaulted(default: Any) -> dict[str, Any]:
@@ -185,8 +186,8 @@ def global_batch_options(func: F) -> F:
         click.option("--global-batch", type=POSITIVE_INT, default=None,
                      help="Sequences per optimizer step: predicts step time and MFU."),
         click.option("--global-batch-tokens", type=Count(maximum=MAX_BATCH_TOKENS), default=None,
-                     help=f"Instead: tokens per step (e.g. 16Mi = 2,048 x 8k; a count that is no multiple of --seq-len is "
-                          f"rounded to the nearest, with a note; at most {MAX_BATCH:,} sequences)."),
+                     help=f"Instead: tokens per step (e.g. 16Mi = 2,048 x 8k; a count that is no multiple of "
+                          f"--seq-len is rounded to the nearest, with a note; at most {MAX_BATCH:,} sequences)."),
     ])
 
 

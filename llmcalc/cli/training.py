@@ -10,7 +10,7 @@ from ..validate import MAX_COMPUTE, MAX_DAYS
 from .common import emit, exact_batch_tokens, load_counted, load_hardware, load_measured
 from .options import (
     MFU,
-    NAME,
+    MODEL_NAME,
     PARAMS,
     POSITIVE_INT,
     TFLOPS,
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 
 @click.command()
-@click.argument("model", type=NAME, required=False)
+@click.argument("model", type=MODEL_NAME, required=False)
 @click.option("--params", "n_params", type=PARAMS, help="No model: a parameter count for 6·N·T (e.g. 7B).")
 @click.option("--tokens", type=TOKENS, required=True, help=TOKENS_HELP)
 @gpu_option(required=True)

@@ -180,6 +180,22 @@ class Name(click.ParamType):
         return str(value)
 
 
+class ModelName(Name):
+    """A model argument: a preset name, a config.json path or folder, a Hugging Face repo id or hub URL. A URL is read
+    as its repo id; a repo id that is no preset is read from the local Hugging Face cache, else its config.json (only
+    that file) is fetched where huggingface_hub and the hub are there (`llmcalc.hub`); else left for the loader's one
+    line saying how to pass the file."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        text = super().convert(value, param, ctx)
+        if "/" not in text or text.endswith(".json"):
+            return text  # a preset name or a file: no hub lookup (and light at start-up)
+        from ..hub import fetch_config
+        from ..spec.presets import locate
+
+        return locate(text, fetch=fetch_config)
+
+
 class RankOrder(click.ParamType):
     """A rank order, innermost first: tp, cp, ep, dp and pp once each, joined by '-' (validate.rank_order)."""
 

@@ -54,7 +54,8 @@ def document() -> Document:
          Column("variant", "variant", align="left"), Column("differs", "config.json differs in", align="left")],
         ckpt_rows,
         ["each preset's own repo id (its _source) works too; a checkpoint whose config.json differs answers under "
-         "its repo's name with those values; any other repo id: pass its downloaded config.json (the hub is not "
-         "reached); presets/checkpoints.json says why each shares the architecture"],
+         "its repo's name with those values; any other repo id: read from the local Hugging Face cache, else its "
+         "config.json alone fetched where huggingface_hub and the hub are there, else pass its downloaded "
+         "config.json; presets/checkpoints.json says why each shares the architecture"],
     )
     return Document("llmcalc presets", {"presets": rows}, [table, published])
