@@ -4,8 +4,10 @@ Inside llmcalc every number is in a base unit (count, FLOPs, bytes, seconds, USD
 the only place that turns "7B" into 7e9 or 7e9 into "7.00 G".
 
 Conventions (printed in the README):
-- Counts and FLOPs use SI (decimal) prefixes: k = 1e3, M = 1e6, G = 1e9 (a billion), T = 1e12.
-  "B" is accepted on input as a synonym for G, because "7B params" is how models are named; input
+- Parameter and token counts print in the ML convention by default: k = 1e3, M = 1e6, B = 1e9 (a billion),
+  T = 1e12 ("70.6 B params", as model and dataset sizes are named); ``set_count_style("si")`` (the command line's
+  ``--units si``) prints G for 1e9 instead. FLOPs always use SI prefixes (GFLOP, TFLOP/s). On input
+  "B" is accepted as a synonym for G, because "7B params" is how models are named; input
   suffixes ignore case where that is unambiguous for a count (15t = 15T, 1m = 1M = a million). Binary
   suffixes (IEC) say a power of two exactly: Ki = 2**10, Mi = 2**20, Gi = 2**30, Ti = 2**40, Pi = 2**50
   (16Mi tokens per step = 2,048 sequences of 8,192).
@@ -85,9 +87,37 @@ def si(value: float, digits: int = 3) -> str:
     return f"{text} {prefix}"
 
 
+COUNT_STYLES = ("ml", "si")
+_COUNT_STYLE = ["ml"]  # the one setting: how counts print (the command line sets it once per run, `--units`)
+
+
+def set_count_style(style: str) -> None:
+    """How counts print from now on: 'ml' (B = 10^9, the default) or 'si' (G = 10^9)."""
+    if style not in COUNT_STYLES:
+        raise UnitError(f"--units must be one of {', '.join(COUNT_STYLES)}, got {style!r}")
+    _COUNT_STYLE[0] = style
+
+
+def count_style() -> str:
+    return _COUNT_STYLE[0]
+
+
+def count_prefixes() -> str:
+    """The prefixes counts print with, for a table's note: 'k = 10^3, M = 10^6, B = 10^9 (billion), T = 10^12'."""
+    billion = "B" if count_style() == "ml" else "G"
+    return f"k = 10^3, M = 10^6, {billion} = 10^9 (billion), T = 10^12"
+
+
+def count_label(noun: str) -> str:
+    """A column label for counts of `noun`, naming the prefixes: 'params (B = 10^9)' (ML) or 'params (SI)'."""
+    return f"{noun} ({'B = 10^9' if count_style() == 'ml' else 'SI'})"
+
+
 def fmt_count(value: float) -> str:
-    """A count with SI prefix, e.g. '6.74 G' (append the unit in the label: 'params')."""
-    return si(value).rstrip()
+    """A count with a prefix, e.g. '6.74 B' (ML convention, B = billion) or '6.74 G' (SI, `set_count_style`);
+    append the unit in the label: 'params'."""
+    text = si(value).rstrip()
+    return text[:-1] + "B" if count_style() == "ml" and text.endswith(" G") else text
 
 
 def fmt_flops(value: float) -> str:
@@ -128,7 +158,7 @@ def fmt_gib(value: float) -> str:
 def fmt_tokens(value: float, noun: str = "tokens") -> str:
     """A token (or parameter) count as people say it, trailing zeros dropped: 1.5e13 -> '15 T tokens',
     1.5e10 -> '15 B tokens', 7e9 -> '7 B params' (B = billion = SI G, as model and dataset sizes are named)."""
-    for name, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+    for name, scale in (("T", 1e12), ("B" if count_style() == "ml" else "G", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(value) >= scale:
             scaled = value / scale
             return f"{scaled:,.0f} {name} {noun}" if scaled >= 1000 else f"{scaled:.3g} {name} {noun}"

@@ -64,7 +64,7 @@ def test_si(value, text):
 
 
 def test_formatters_carry_units():
-    assert fmt_count(6738415616) == "6.74 G"
+    assert fmt_count(6738415616) == "6.74 B"  # issue 41: counts in the ML convention (B = billion)
     assert fmt_flops(4.2e22) == "42.0 ZFLOP (4.20e22)"
     assert fmt_flops(1.58e14) == "158 TFLOP"
     assert fmt_bytes(2.25 * 2**30) == "2.25 GiB"
@@ -75,3 +75,21 @@ def test_formatters_carry_units():
     assert fmt_pct(4e-5) == "+0.00400 %"
     assert fmt_seconds(2.1 * 86400) == "2.1 days"
     assert fmt_seconds(0.0039) == "3.9 ms"
+
+
+def test_counts_print_billions_as_b_unless_si_is_asked_for():
+    """Issue 41: "70.6 B" as ML readers write it (Llama 3's "70B"); `--units si` keeps SI's G; FLOPs stay SI."""
+    from llmcalc.units import count_label, count_prefixes, fmt_tokens, set_count_style
+
+    try:
+        assert (fmt_count(70_553_706_496), fmt_count(124_439_808), fmt_count(1.5e12)) == ("70.6 B", "124 M", "1.50 T")
+        assert fmt_tokens(1.5e10) == "15 B tokens" and count_label("params") == "params (B = 10^9)"
+        assert "B = 10^9 (billion)" in count_prefixes()
+        set_count_style("si")
+        assert fmt_count(70_553_706_496) == "70.6 G" and fmt_tokens(1.5e10) == "15 G tokens"
+        assert count_label("params") == "params (SI)" and "G = 10^9" in count_prefixes()
+        assert fmt_flops(7e10) == "70.0 GFLOP"
+        with pytest.raises(UnitError, match="--units"):
+            set_count_style("metric")
+    finally:
+        set_count_style("ml")

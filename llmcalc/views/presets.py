@@ -4,7 +4,7 @@ Face repo ids) each model preset stands for."""
 from __future__ import annotations
 
 from ..render.tables import Column, Document, Table
-from ..units import GIB, fmt_count
+from ..units import GIB, count_label, fmt_count
 
 
 def document() -> Document:
@@ -39,7 +39,7 @@ def document() -> Document:
         [
             Column("kind", "kind", align="left"),
             Column("name", "name", align="left"),
-            Column("params", "params (SI)", fmt_count),
+            Column("params", count_label("params"), fmt_count),
             Column("summary", "summary", align="left"),
         ],
         rows,
