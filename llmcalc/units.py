@@ -73,6 +73,27 @@ def parse_length(text: str | int, what: str = "length") -> int:
     return int(value)
 
 
+_CARD_MEMORY = {"": GIB, "g": GIB, "gb": GIB, "gib": GIB, "t": 2**40, "tb": 2**40, "tib": 2**40, "m": 2**20,
+                "mb": 2**20, "mib": 2**20}
+
+
+def parse_card_memory(text: str | float | int, what: str = "--gpu-memory") -> float:
+    """A GPU's memory as cards are sold, in bytes: '24GB' -> 24 GiB, '80G', '48 GiB', '24' (GB understood). A card's
+    "GB" is binary (a 24 GB card holds 24 x 2^30 bytes of GDDR or HBM, as the presets take it: ``memory_gib``)."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        number, scale = float(text), float(GIB)
+    else:
+        match = _QUANTITY.match(str(text))
+        unit = match.group(2).lower() if match else None
+        if not match or unit not in _CARD_MEMORY:
+            raise UnitError(f"{what} {text!r}: write the card's memory, e.g. 24GB, 80GB, 48GiB")
+        number, scale = float(match.group(1)), float(_CARD_MEMORY[unit])
+    value = number * scale
+    if not (math.isfinite(value) and value > 0):
+        raise UnitError(f"{what} {text!r} must be a positive size, e.g. 24GB")
+    return value
+
+
 def si(value: float, digits: int = 3) -> str:
     """Format with an SI prefix and `digits` significant figures: 6738415616 -> '6.74 G'."""
     if value == 0 or not math.isfinite(value):

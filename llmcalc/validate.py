@@ -66,6 +66,7 @@ def fraction(what: str, value) -> float:
 # --- Defaults and bounds every command shares (printed in `--help` and in the refusals) ---------
 
 DEFAULT_SEQ_LEN = 4096  # tokens per training sequence when none is given, in every command
+GPU_MEMORY = "--gpu-memory="  # the name --gpu carries when --gpu-memory gave the GPU (spec.presets.load_hardware)
 DEFAULT_ZERO = 1  # ZeRO stage over data parallelism when none is given, in every command
 MAX_SEQ_LEN = 2**25  # 33,554,432 tokens: 3x the longest context any released model claims (10 M)
 MAX_TOKENS = 1e18  # training tokens: 10,000x the largest corpora used so far (~1e14)

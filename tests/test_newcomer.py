@@ -286,3 +286,32 @@ def test_tp_refusals_name_the_count_and_the_nearest_valid_degrees(args, says):
     degree must divide (GPUs, attention heads, KV heads) and the nearest degrees that do."""
     line = one_line_error("train", "llama-3-8b", "--tokens", "1T", "--gpu", "h100-sxm", "--global-batch", 48, *args)
     assert says in line
+
+
+def test_gpu_memory_answers_memory_for_any_card_and_names_presets_where_speed_is_needed():
+    """Issue 41: `--gpu-memory 24GB` is a GPU known by its memory alone: `memory` answers whether a plan fits on it,
+    the same as on a preset of that memory with no runtime figure; a command that needs the GPU's speed says in one
+    line which presets have that memory (the 24 GB cards: A10, A10G, L4, RTX 3090, RTX 4090, RTX A5000)."""
+    import dataclasses
+
+    from llmcalc.analytic.memory_plan import MemoryRequest, plan_memory
+    from llmcalc.spec import load_hardware, load_model
+
+    data = cli_json("memory", "llama-3-8b", "--gpu-memory", "24GB", "--finetune", "qlora")
+    card = dataclasses.replace(load_hardware("rtx-4090"), cuda_visible_bytes=0.0)  # 24 GiB nominal, as a card's GB
+    request = MemoryRequest(1, 4096, finetune=cli_finetune_qlora())
+    plan = plan_memory(load_model("llama-3-8b"), request, card)
+    assert data["fit_on_gpu"] == plan.fit and plan.fit
+    assert data["capacity_bytes"] + data["cuda_context_bytes"] == 24 * 2**30 and data["device"] == "24 GiB GPU"
+    line = one_line_error("train", "llama-3-8b", "--tokens", "1T", "--gpu-memory", "24GB", "--mfu", 0.4)
+    assert "give --gpu with a preset instead (24 GiB: a10, a10g, l4, rtx-3090, rtx-4090, rtx-a5000)" in line
+    for speed in (["serve", "llama-3-8b"], ["layout", "llama-3-8b", "--n-gpus", 8, "--global-batch", 64]):
+        assert "h800-sxm" in one_line_error(*speed, "--gpu-memory", "80GB")
+    assert "not both" in one_line_error("memory", "llama-3-8b", "--gpu-memory", "24GB", "--gpu", "rtx-4090")
+    assert "e.g. 24GB" in one_line_error("memory", "llama-3-8b", "--gpu-memory", "24XB")
+
+
+def cli_finetune_qlora():
+    from llmcalc.analytic.finetune_request import FinetuneRequest
+
+    return FinetuneRequest(method="qlora")

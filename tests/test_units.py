@@ -93,3 +93,20 @@ def test_counts_print_billions_as_b_unless_si_is_asked_for():
             set_count_style("metric")
     finally:
         set_count_style("ml")
+
+
+@pytest.mark.parametrize("text, gib", [("24GB", 24), ("24 GB", 24), ("80G", 80), ("48GiB", 48), ("24", 24),
+                                       ("24gb", 24), (" 141GB ", 141), ("0.5TB", 512)])
+def test_card_memory_reads_a_cards_gb_as_binary(text, gib):
+    """Issue 41: `--gpu-memory 24GB`: a card's GB is binary (24 GB of GDDR6X = 24 x 2^30 bytes; presets: memory_gib)."""
+    from llmcalc.units import parse_card_memory
+
+    assert parse_card_memory(text) == gib * 2**30
+
+
+@pytest.mark.parametrize("text", ["24XB", "", "GB", "-8GB", "0GB", "nanGB"])
+def test_card_memory_refuses_what_is_no_size(text):
+    from llmcalc.units import parse_card_memory
+
+    with pytest.raises(UnitError, match="24GB"):
+        parse_card_memory(text)

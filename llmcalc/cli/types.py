@@ -14,7 +14,7 @@ import click
 
 from ..dtypes import DTYPES, canonical_dtype
 from ..errors import LlmcalcError
-from ..units import UnitError, parse_count, parse_length
+from ..units import UnitError, parse_card_memory, parse_count, parse_length
 from ..validate import MIN_UTILIZATION, rank_order
 
 
@@ -178,6 +178,20 @@ class Name(click.ParamType):
         if not str(value).strip():
             self.fail("is empty; give a preset name (`llmcalc presets` lists them)", param, ctx)
         return str(value)
+
+
+class CardMemory(click.ParamType):
+    """A GPU's memory as cards are sold (24GB, 80GB, 48GiB), in bytes: units.parse_card_memory."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, float):
+            return value
+        try:
+            return parse_card_memory(value, "a GPU memory")
+        except UnitError as exc:
+            self.fail(str(exc), param, ctx)
 
 
 class ModelName(Name):

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 
 from ..errors import LlmcalcError
 from ..records import dataclass
+from ..units import GIB
+from ..validate import GPU_MEMORY
 from .draft import SpecError
 from .hf import spec_from_hf
 from .hubcache import cached_file, name_of, repo_from_url
@@ -279,7 +281,18 @@ def model_name(name: str) -> str:
 
 
 def hardware_config(name: str) -> dict:
+    if name.startswith(GPU_MEMORY):  # a GPU known by its memory has no preset file: what needs one needs its speed
+        _memory_only(name).peak()
     return dict(_preset_json("hardware", name))
+
+
+def _memory_only(name: str) -> Accelerator:
+    """The GPU `--gpu-memory` gave (GPU_MEMORY + its bytes), naming the presets of that memory."""
+    from ..hardware import memory_only
+
+    size = float(name.removeprefix(GPU_MEMORY))
+    return memory_only(size, tuple(n for n in hardware_names()
+                                   if float(_preset_json("hardware", n)["memory_gib"]) * GIB == size))
 
 
 def looks_like_path(text: str) -> bool:
@@ -336,8 +349,13 @@ def model_source(name_or_path: str) -> str:
 
 
 def load_hardware(name: str) -> Accelerator:
-    """An Accelerator from a hardware preset name (exact; unknown names get suggestions)."""
+    """An Accelerator from a hardware preset name (exact; unknown names get suggestions), or the GPU `--gpu-memory`
+    gave (hardware.GPU_MEMORY + its bytes): known by its memory alone, its speed refused in one line naming the
+    presets of that memory (hardware.memory_only)."""
     from ..hardware import accelerator_from_preset
+
+    if name.startswith(GPU_MEMORY):
+        return _memory_only(name)
 
     return accelerator_from_preset(resolve_name("hardware", name), hardware_config(name))
 

@@ -249,7 +249,8 @@ def _fit_table(plan: MemoryPlan, gpu: Accelerator) -> Table:
     """--finetune --gpu: what fits on one card, per recompute mode."""
     rows = plan.fit or []
     seq = rows[0]["seq_len"] if rows else 0
-    notes = [f"against {gpu.key}'s CUDA-visible {gpu.usable_bytes / GIB:.2f} GiB less the CUDA context and cuBLASLt "
+    visible = "CUDA-visible" if gpu.cuda_visible_bytes else "nominal (the runtime reports 0.3-1.8 GiB less)"
+    notes = [f"against {gpu.key}'s {visible} {gpu.usable_bytes / GIB:.2f} GiB less the CUDA context and cuBLASLt "
              f"workspace ({plan.cuda_context / GIB:.2f} GiB for its generation; pytorch#109888, PR #120925)"
              + (f" and --reserve-gib {(plan.reserve - plan.cuda_context) / GIB:g}" if plan.reserve > plan.cuda_context
                 else "") + "; the longest sequence in steps of 256 tokens, up to max_position_embeddings"]
