@@ -246,15 +246,16 @@ def forced() -> bool:
 def _load(name_or_path: str) -> ModelSpec:
     """load_model, or under $LLMCALC_FORCE_TRANSFORMERS the UnknownModelType of any config (carrying it)."""
     from .spec import SpecError, check_sizes, load_model, model_config, read_json
-    from .spec.presets import looks_like_path, model_name
+    from .spec.presets import config_name, locate, looks_like_path, model_name
     from .spec.quantization import check_quantization_config
 
     if not forced():
         return load_model(name_or_path)
+    name_or_path = locate(name_or_path)
     if looks_like_path(name_or_path):
         path = Path(name_or_path)
         path = path / "config.json" if path.is_dir() else path
-        config, name = read_json(path), (path.parent.name if path.name == "config.json" else path.stem)
+        config, name = read_json(path), config_name(path)
         try:
             check_sizes(config)
         except SpecError as exc:  # as load_model words it

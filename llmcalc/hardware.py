@@ -13,7 +13,7 @@ from .dtypes import DTYPE_ALIASES, canonical_dtype
 from .errors import LlmcalcError
 from .records import dataclass
 from .units import GIB
-from .validate import positive_number
+from .validate import GPU_MEMORY, positive_number  # noqa: F401 (GPU_MEMORY: read from here too)
 
 
 @dataclass(frozen=True)
@@ -80,3 +80,24 @@ def custom_accelerator(peak_flops_per_s: float, memory_bytes: float = float("inf
     """An ad-hoc device from a peak figure (e.g. a calibrated CPU)."""
     return Accelerator("custom", "custom device", {canonical_dtype(dtype): peak_flops_per_s}, memory_bytes,
                        memory_bandwidth)
+
+
+@dataclass(frozen=True)
+class MemoryOnly(Accelerator):
+    """A GPU known by its memory alone (`--gpu-memory 24GB`): what `memory` needs; any FLOP rate is refused in one line
+    naming the presets of that memory (`alternatives`)."""
+
+    alternatives: tuple[str, ...] = ()
+
+    def peak(self, dtype: str = "bf16") -> float:
+        presets = ", ".join(self.alternatives) or "see `llmcalc presets`"
+        raise LlmcalcError(f"--gpu-memory gives a GPU's memory, not its speed, which this answer needs; give --gpu "
+                           f"with a preset instead ({self.memory_bytes / GIB:g} GiB: {presets})")
+
+
+def memory_only(memory_bytes: float, alternatives: tuple[str, ...] = ()) -> MemoryOnly:
+    """A generic GPU of `memory_bytes` (nominal: the runtime reports a little less, 0.3-1.8 GiB, which the presets'
+    cuda_visible_gib records), with no speed."""
+    gib = f"{memory_bytes / GIB:g} GiB"
+    return MemoryOnly(f"{gib} GPU", f"a {gib} GPU (--gpu-memory; nominal size)", {}, memory_bytes, 0.0,
+                      alternatives=alternatives)

@@ -4,9 +4,13 @@ Inside llmcalc every number is in a base unit (count, FLOPs, bytes, seconds, USD
 the only place that turns "7B" into 7e9 or 7e9 into "7.00 G".
 
 Conventions (printed in the README):
-- Counts and FLOPs use SI (decimal) prefixes: k = 1e3, M = 1e6, G = 1e9 (a billion), T = 1e12.
-  "B" is accepted on input as a synonym for G, because "7B params" is how models are named; input
-  suffixes ignore case where that is unambiguous for a count (15t = 15T, 1m = 1M = a million).
+- Parameter and token counts print in the ML convention by default: k = 1e3, M = 1e6, B = 1e9 (a billion),
+  T = 1e12 ("70.6 B params", as model and dataset sizes are named); ``set_count_style("si")`` (the command line's
+  ``--units si``) prints G for 1e9 instead. FLOPs always use SI prefixes (GFLOP, TFLOP/s). On input
+  "B" is accepted as a synonym for G, because "7B params" is how models are named; input
+  suffixes ignore case where that is unambiguous for a count (15t = 15T, 1m = 1M = a million). Binary
+  suffixes (IEC) say a power of two exactly: Ki = 2**10, Mi = 2**20, Gi = 2**30, Ti = 2**40, Pi = 2**50
+  (16Mi tokens per step = 2,048 sequences of 8,192).
 - Sequence lengths are the one exception on input: "4k" context means 4,096 tokens and "32k" means
   32,768, as model cards use them (binary k). Use ``parse_length`` for them.
 - Memory uses binary prefixes: KiB = 2**10, MiB = 2**20, GiB = 2**30 bytes; never "GB" for 2**30.
@@ -24,6 +28,7 @@ SI_PREFIXES = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E":
 _COUNT_SUFFIXES = {
     "": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "B": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
     "m": 1e6, "g": 1e9, "b": 1e9, "t": 1e12, "p": 1e15,
+    "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50,
 }
 _LENGTH_SUFFIXES = {"": 1, "k": 1024, "K": 1024, "Ki": 1024, "ki": 1024, "M": 1024**2, "Mi": 1024**2, "m": 1024**2,
                     "mi": 1024**2}
@@ -47,10 +52,11 @@ def _split(text: str | float | int, what: str, suffixes: dict, examples: str) ->
 
 
 def parse_count(text: str | float | int, what: str = "quantity") -> float:
-    """Parse a count of things (parameters, tokens, FLOPs): '7B' -> 7e9, '1.5T' -> 1.5e12, '300k' -> 3e5."""
+    """Parse a count of things (parameters, tokens, FLOPs): '7B' -> 7e9, '1.5T' -> 1.5e12, '300k' -> 3e5;
+    binary suffixes exactly: '16Mi' -> 16 * 2**20 = 16,777,216."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         return float(text)
-    number, scale = _split(text, what, _COUNT_SUFFIXES, "7B, 1.5T, 300k, 2e12")
+    number, scale = _split(text, what, _COUNT_SUFFIXES, "7B, 1.5T, 300k, 16Mi (= 16 x 2^20), 2e12")
     return number * scale
 
 
@@ -67,6 +73,27 @@ def parse_length(text: str | int, what: str = "length") -> int:
     return int(value)
 
 
+_CARD_MEMORY = {"": GIB, "g": GIB, "gb": GIB, "gib": GIB, "t": 2**40, "tb": 2**40, "tib": 2**40, "m": 2**20,
+                "mb": 2**20, "mib": 2**20}
+
+
+def parse_card_memory(text: str | float | int, what: str = "--gpu-memory") -> float:
+    """A GPU's memory as cards are sold, in bytes: '24GB' -> 24 GiB, '80G', '48 GiB', '24' (GB understood). A card's
+    "GB" is binary (a 24 GB card holds 24 x 2^30 bytes of GDDR or HBM, as the presets take it: ``memory_gib``)."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        number, scale = float(text), float(GIB)
+    else:
+        match = _QUANTITY.match(str(text))
+        unit = match.group(2).lower() if match else None
+        if not match or unit not in _CARD_MEMORY:
+            raise UnitError(f"{what} {text!r}: write the card's memory, e.g. 24GB, 80GB, 48GiB")
+        number, scale = float(match.group(1)), float(_CARD_MEMORY[unit])
+    value = number * scale
+    if not (math.isfinite(value) and value > 0):
+        raise UnitError(f"{what} {text!r} must be a positive size, e.g. 24GB")
+    return value
+
+
 def si(value: float, digits: int = 3) -> str:
     """Format with an SI prefix and `digits` significant figures: 6738415616 -> '6.74 G'."""
     if value == 0 or not math.isfinite(value):
@@ -81,9 +108,37 @@ def si(value: float, digits: int = 3) -> str:
     return f"{text} {prefix}"
 
 
+COUNT_STYLES = ("ml", "si")
+_COUNT_STYLE = ["ml"]  # the one setting: how counts print (the command line sets it once per run, `--units`)
+
+
+def set_count_style(style: str) -> None:
+    """How counts print from now on: 'ml' (B = 10^9, the default) or 'si' (G = 10^9)."""
+    if style not in COUNT_STYLES:
+        raise UnitError(f"--units must be one of {', '.join(COUNT_STYLES)}, got {style!r}")
+    _COUNT_STYLE[0] = style
+
+
+def count_style() -> str:
+    return _COUNT_STYLE[0]
+
+
+def count_prefixes() -> str:
+    """The prefixes counts print with, for a table's note: 'k = 10^3, M = 10^6, B = 10^9 (billion), T = 10^12'."""
+    billion = "B" if count_style() == "ml" else "G"
+    return f"k = 10^3, M = 10^6, {billion} = 10^9 (billion), T = 10^12"
+
+
+def count_label(noun: str) -> str:
+    """A column label for counts of `noun`, naming the prefixes: 'params (B = 10^9)' (ML) or 'params (SI)'."""
+    return f"{noun} ({'B = 10^9' if count_style() == 'ml' else 'SI'})"
+
+
 def fmt_count(value: float) -> str:
-    """A count with SI prefix, e.g. '6.74 G' (append the unit in the label: 'params')."""
-    return si(value).rstrip()
+    """A count with a prefix, e.g. '6.74 B' (ML convention, B = billion) or '6.74 G' (SI, `set_count_style`);
+    append the unit in the label: 'params'."""
+    text = si(value).rstrip()
+    return text[:-1] + "B" if count_style() == "ml" and text.endswith(" G") else text
 
 
 def fmt_flops(value: float) -> str:
@@ -124,7 +179,7 @@ def fmt_gib(value: float) -> str:
 def fmt_tokens(value: float, noun: str = "tokens") -> str:
     """A token (or parameter) count as people say it, trailing zeros dropped: 1.5e13 -> '15 T tokens',
     1.5e10 -> '15 B tokens', 7e9 -> '7 B params' (B = billion = SI G, as model and dataset sizes are named)."""
-    for name, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+    for name, scale in (("T", 1e12), ("B" if count_style() == "ml" else "G", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(value) >= scale:
             scaled = value / scale
             return f"{scaled:,.0f} {name} {noun}" if scaled >= 1000 else f"{scaled:.3g} {name} {noun}"

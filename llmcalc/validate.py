@@ -66,6 +66,7 @@ def fraction(what: str, value) -> float:
 # --- Defaults and bounds every command shares (printed in `--help` and in the refusals) ---------
 
 DEFAULT_SEQ_LEN = 4096  # tokens per training sequence when none is given, in every command
+GPU_MEMORY = "--gpu-memory="  # the name --gpu carries when --gpu-memory gave the GPU (spec.presets.load_hardware)
 DEFAULT_ZERO = 1  # ZeRO stage over data parallelism when none is given, in every command
 MAX_SEQ_LEN = 2**25  # 33,554,432 tokens: 3x the longest context any released model claims (10 M)
 MAX_TOKENS = 1e18  # training tokens: 10,000x the largest corpora used so far (~1e14)
@@ -85,3 +86,33 @@ MAX_CALIBRATE_SIZE = 16384
 MIN_UTILIZATION = 1e-4  # MFU or achieved/peak below 0.01 % is a typo, not a plan
 MAX_LAYERS = 10_000  # 10x the deepest trained Transformer (DeepNet: 1,000 layers)
 MAX_WIDTH = 2**24  # any one dimension (d_model, d_ff, heads, vocab, experts ...): 16,777,216
+
+
+def _binary_form(tokens: int) -> str | None:
+    """`tokens` in the binary suffix that says it exactly (16,777,216 -> '16Mi'), or None."""
+    for suffix, scale in (("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if tokens >= scale and tokens % scale == 0 and tokens // scale < 1000:  # 16Mi, not 3908Ki
+            return f"{tokens // scale}{suffix}"
+    return None
+
+
+def nearest_batch_tokens(tokens: float, seq_len: int) -> tuple[int, str | None]:
+    """--global-batch-tokens as a whole number of sequences of `seq_len`: (tokens used, note or None).
+
+    A decimal count at a power-of-two sequence length never divides (16M = 16,000,000 is 1,953.125 sequences of
+    8,192), though what people mean is 2,048 x 8,192 = 16,777,216 = 16Mi: the nearest multiple of `seq_len` is used
+    (at least one sequence) and the note says so, and how to say the count exactly.
+    """
+    if tokens % seq_len == 0 and tokens >= seq_len:
+        return int(tokens), None
+    sequences = max(1, round(tokens / seq_len))
+    used = sequences * seq_len
+    note = (f"--global-batch-tokens {tokens:,.0f} is not a multiple of --seq-len {seq_len:,}: using the nearest, "
+            f"{sequences:,} sequence{'s' if sequences > 1 else ''} = {used:,} tokens")
+    for scale, binary in ((1e12, 2**40), (1e9, 2**30), (1e6, 2**20), (1e3, 2**10)):  # 16M meant as 16Mi?
+        meant = round(tokens / scale) * binary
+        if tokens >= scale and tokens / scale == round(tokens / scale) and meant % seq_len == 0:
+            return used, note + f"; for {meant // seq_len:,} x {seq_len:,} = {meant:,} write {_binary_form(meant)}"
+    exact = _binary_form(used)
+    return used, note + f" (write {exact} or --global-batch {sequences:,} to say it exactly)" if exact else \
+        note + f" (--global-batch {sequences:,} says it exactly)"

@@ -20,6 +20,7 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v")
 FINETUNE_METHODS = ("lora", "qlora")
 BASE_DTYPES = ("bf16", "fp16", "fp32", "int8", "nf4", "fp4")
 RECOMPUTE_MODES = ("none", "selective", "full")
+LOSS_IMPLS = ("full", "fused")  # the LM head's cross-entropy: full logits (HF Trainer) or Liger's fused linear CE
 STORAGE_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8", "int4", "mxfp4", "nvfp4")  # served weights and KV cache
 FORMATS = ("table", "markdown", "csv", "json")  # what llmcalc.render.tables.render writes
 # The step-time model's kernel and communication choices (analytic.kernels.ATTENTION_KERNELS, analytic.steptime's

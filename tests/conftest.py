@@ -10,6 +10,11 @@ import tempfile
 import pytest
 
 os.environ["LLMCALC_CACHE_DIR"] = tempfile.mkdtemp(prefix="llmcalc-test-cache-")
+# Never the network, never the user's Hugging Face cache: a repo id that is no preset is looked up in an empty cache
+# and not fetched (tests that need a cache build one in tmp_path and point HF_HUB_CACHE at it).
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_HUB_CACHE"] = tempfile.mkdtemp(prefix="llmcalc-test-hf-cache-")
+os.environ.pop("HUGGINGFACE_HUB_CACHE", None)
 
 # Bytecode caches are written (the git-ignored __pycache__ folders) even where PYTHONDONTWRITEBYTECODE is set, as on
 # the machine the fast tier is timed on: without them each xdist worker compiles llmcalc and pytest rewrites every

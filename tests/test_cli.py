@@ -53,7 +53,9 @@ def test_params_csv_parses_back():
 
 def test_params_table_and_markdown_show_the_approximations():
     table = ok("params", "llama-7b")
-    assert "12·L·D²" in table and "6.44 G" in table and "6.74 G" in table and "6,738,415,616" in table
+    assert "12·L·D²" in table and "6.44 B" in table and "6.74 B" in table and "6,738,415,616" in table
+    si = ok("--units", "si", "params", "llama-7b")  # issue 41: SI's G on request
+    assert "6.44 G" in si and "6.74 G" in si and "params (SI)" in si
     assert "why 12·L·D² differs" in table
     markdown = ok("params", "llama-7b", "--format", "markdown")
     assert markdown.startswith("## llama-7b") and "| 12·L·D²" in markdown

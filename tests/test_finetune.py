@@ -298,3 +298,86 @@ def test_shared_experts_are_one_mlp_as_transformers_builds_it():
     stored = sum(m.in_features * m.out_features for name, m in model.named_modules()
                  if ".shared_experts." in name and isinstance(m, nn.Linear))
     assert sum(lin.count * lin.d_in * lin.d_out for lin in ft.linears if "shared_experts" in lin.key) == stored
+
+
+def test_fused_cross_entropy_holds_one_chunk_of_logits_not_the_whole_fp32_tensor():
+    """Issue 41: fine-tuning memory counted 5.9 GiB of logits at 4k (Llama-3-8B: 4,096 x 128,256 logits x 12 bytes:
+    bf16 logits, their fp32 copy and log-probs, then the fp32 gradient). Liger-Kernel's fused linear cross-entropy
+    (src/liger_kernel/ops/fused_linear_cross_entropy.py) never builds them whole: chunks of
+    next_pow2(ceil(BT / ceil(V / H))) tokens (here ceil(128,256 / 4,096) = 32, 4,096 / 32 = 128), one bf16 chunk of
+    logits alive at a time, plus grad_input (BT x H, bf16) and the fp32 per-token loss."""
+    from llmcalc.analytic.activations import full_logits_bytes, fused_chunk_tokens, fused_loss_bytes
+    from llmcalc.analytic.finetune import finetune_memory, lora_config
+
+    tokens, vocab, hidden = 4096, 128_256, 4096  # Llama-3-8B's config.json: vocab_size, hidden_size
+    assert full_logits_bytes(tokens, vocab, 2) == tokens * vocab * 12 == pytest.approx(5.87 * 2**30, rel=1e-3)
+    assert fused_chunk_tokens(tokens, vocab, hidden) == 128
+    one_chunk = 128 * vocab * 2
+    assert fused_loss_bytes(tokens, vocab, hidden, 2) == one_chunk + tokens * hidden * 2 + tokens * 4
+    assert one_chunk / (tokens * vocab * 4) == 1 / 64  # one bf16 chunk against the whole fp32 logits tensor
+    assert fused_chunk_tokens(100, 32_000, 4096) == 16 and fused_chunk_tokens(8, 32_000, 4096) == 1
+    assert fused_chunk_tokens(64, 1000, 4096) == 64  # a vocabulary narrower than H: one chunk, never above BT
+    spec = load_model("llama-3-8b")
+    full, fused = (finetune_memory(spec, lora_config("lora", 16), 1, 4096, loss_impl=impl)
+                   for impl in ("full", "fused"))
+    assert full.components()["logits and loss"] == full_logits_bytes(tokens, vocab, 2)
+    assert fused.components()["logits and loss"] == fused_loss_bytes(tokens, vocab, hidden, 2)
+    assert {k: v for k, v in full.components().items() if k != "logits and loss"} == \
+        {k: v for k, v in fused.components().items() if k != "logits and loss"}
+    assert fused.peak < full.peak
+
+
+@pytest.mark.slow  # ~20 s (MemTracker); the fast twin: test_fused_cross_entropy_holds_one_chunk_of_logits_...
+def test_fused_cross_entropy_memory_is_what_torch_holds():
+    """The two losses run in torch on CPU (V = 4,096, H = 64, 512 tokens), their peak tracked by torch's MemTracker
+    less what the inputs alone hold: HF's path (F.cross_entropy over logits.float()) holds the 12 bytes per logit
+    full_logits_bytes counts; the fused path, Liger's algorithm written out in torch (chunk = next_pow2(ceil(BT /
+    ceil(V / H))) = 8 tokens; grad_input made in the forward), holds fused_loss_bytes plus the fp32 copies of one
+    chunk that this plain-torch CE makes (Liger's Triton kernel keeps them in registers): at most 3 x chunk x V x 4."""
+    import torch
+    import torch.nn.functional as F
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    from llmcalc.analytic.activations import full_logits_bytes, fused_chunk_tokens, fused_loss_bytes
+
+    tokens, hidden, vocab = 512, 64, 4096
+    chunk = fused_chunk_tokens(tokens, vocab, hidden)
+    assert chunk == 8
+
+    class Fused(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, h, w, y):
+            grad_input, loss = torch.zeros_like(h), torch.zeros(tokens, dtype=torch.float32)
+            for s in range(0, tokens, chunk):
+                logits = h[s:s + chunk] @ w.t()  # one chunk, bf16
+                target = logits.float().gather(1, y[s:s + chunk, None])[:, 0]
+                loss[s:s + chunk] = torch.logsumexp(logits.float(), -1) - target
+                grad = torch.softmax(logits.float(), -1)
+                grad[torch.arange(grad.shape[0]), y[s:s + chunk]] -= 1
+                logits.copy_(grad / tokens)  # the chunk turned into its gradient in place
+                del grad
+                grad_input[s:s + chunk] = logits @ w
+                del logits
+            ctx.save_for_backward(grad_input)
+            return loss.mean()
+
+        @staticmethod
+        def backward(ctx, grad_out):
+            return ctx.saved_tensors[0] * grad_out, None, None
+
+    def peak(loss_fn) -> int:
+        torch.manual_seed(0)
+        h = torch.randn(tokens, hidden, dtype=torch.bfloat16, requires_grad=True)
+        w, y = torch.randn(vocab, hidden, dtype=torch.bfloat16), torch.randint(0, vocab, (tokens,))
+        tracker = MemTracker()
+        with tracker:
+            loss_fn(h, w, y).backward()
+        return tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
+
+    inputs = peak(lambda h, w, y: h[:, :1].float().sum() + w[:1, :1].float().sum())
+    full = peak(lambda h, w, y: F.cross_entropy((h @ w.t()).float(), y)) - inputs
+    fused = peak(Fused.apply) - inputs
+    assert full == pytest.approx(full_logits_bytes(tokens, vocab, 2), rel=0.01)
+    assert fused_loss_bytes(tokens, vocab, hidden, 2) <= fused <= fused_loss_bytes(tokens, vocab, hidden, 2) + \
+        3 * chunk * vocab * 4
+    assert fused < full / 20

@@ -208,12 +208,20 @@ def test_length_examples_use_the_length_suffixes():
         assert cli_json("memory", "llama-3-8b", "--seq-len", example)["seq_len"] == tokens
 
 
-def test_global_batch_tokens_names_the_nearest_multiples():
-    """4M = 4,000,000 tokens over 4,096-token sequences = 976.56 sequences: 976 x 4,096 = 3,997,696 and
-    977 x 4,096 = 4,001,792."""
-    line = one_line_error("train", "llama-3-8b", "--tokens", "1T", "--gpu", "h100-sxm", "--n-gpus", 8,
-                          "--global-batch-tokens", "4M")
-    assert "the nearest: 3,997,696 (976 sequences) or 4,001,792 (977 sequences)" in line
+def test_global_batch_tokens_answers_the_nearest_multiple_and_says_16mi():
+    """Issue 41: `--global-batch-tokens 16M` (the help text's own example) failed at every power-of-two sequence
+    length. 16M = 16,000,000 tokens over 8,192-token sequences = 1,953.125 sequences: the nearest whole number,
+    1,953 x 8,192 = 15,998,976 tokens, is used with a note, which names 16Mi = 2,048 x 8,192 = 16,777,216 (what a
+    16M batch means in Llama 3's and DeepSeek-V3's papers)."""
+    args = ["train", "llama-3-8b", "--tokens", "1T", "--gpu", "h100-sxm", "--n-gpus", 1, "--seq-len", "8k"]
+    result = run(*args, "--global-batch-tokens", "16M")
+    assert result.exit_code == 0, result.output
+    assert ("using the nearest, 1,953 sequences = 15,998,976 tokens; for 2,048 x 8,192 = 16,777,216 write 16Mi"
+            in result.stderr)
+    exact = run(*args, "--global-batch-tokens", "16Mi")
+    assert exact.exit_code == 0 and "warning" not in exact.stderr, exact.output
+    by_sequences = cli_json(*args, "--global-batch", 2048)
+    assert cli_json(*args, "--global-batch-tokens", "16Mi")["step_seconds"] == by_sequences["step_seconds"]
 
 
 def test_plurals_agree_with_one(monkeypatch):
@@ -265,3 +273,46 @@ def test_the_eager_attention_kernel_only_under_eager():
     assert flash.exit_code == eager.exit_code == 0
     assert "eager" not in flash.stdout
     assert any("attention_kernel eager" in line for line in eager.stdout.splitlines() if "assumed:" in line)
+
+
+@pytest.mark.parametrize("args, says", [
+    # Llama-3-8B: 32 query heads, 8 KV heads (its config.json); 8 GPUs split as tp x cp x pp x dp
+    (["--n-gpus", 8, "--tp", 3], "= 3 does not divide --n-gpus 8; the nearest --tp that divides the 8 GPUs: 2 or 4"),
+    (["--n-gpus", 3, "--tp", 3], "--tp must divide the 32 attention heads and divide (or be a multiple of) the 8 KV "
+                                 "heads; the nearest valid --tp: 2 or 4"),
+    (["--n-gpus", 8, "--tp", 3, "--pp", 2], "the nearest --tp that divides the 8 GPUs at cp 1 x pp 2: 2 or 4"),
+])
+def test_tp_refusals_name_the_count_and_the_nearest_valid_degrees(args, says):
+    """Issue 41: `--tp 3 --n-gpus 8` said "does not divide" without naming what; the refusal names the count the
+    degree must divide (GPUs, attention heads, KV heads) and the nearest degrees that do."""
+    line = one_line_error("train", "llama-3-8b", "--tokens", "1T", "--gpu", "h100-sxm", "--global-batch", 48, *args)
+    assert says in line
+
+
+def test_gpu_memory_answers_memory_for_any_card_and_names_presets_where_speed_is_needed():
+    """Issue 41: `--gpu-memory 24GB` is a GPU known by its memory alone: `memory` answers whether a plan fits on it,
+    the same as on a preset of that memory with no runtime figure; a command that needs the GPU's speed says in one
+    line which presets have that memory (the 24 GB cards: A10, A10G, L4, RTX 3090, RTX 4090, RTX A5000)."""
+    import dataclasses
+
+    from llmcalc.analytic.memory_plan import MemoryRequest, plan_memory
+    from llmcalc.spec import load_hardware, load_model
+
+    data = cli_json("memory", "llama-3-8b", "--gpu-memory", "24GB", "--finetune", "qlora")
+    card = dataclasses.replace(load_hardware("rtx-4090"), cuda_visible_bytes=0.0)  # 24 GiB nominal, as a card's GB
+    request = MemoryRequest(1, 4096, finetune=cli_finetune_qlora())
+    plan = plan_memory(load_model("llama-3-8b"), request, card)
+    assert data["fit_on_gpu"] == plan.fit and plan.fit
+    assert data["capacity_bytes"] + data["cuda_context_bytes"] == 24 * 2**30 and data["device"] == "24 GiB GPU"
+    line = one_line_error("train", "llama-3-8b", "--tokens", "1T", "--gpu-memory", "24GB", "--mfu", 0.4)
+    assert "give --gpu with a preset instead (24 GiB: a10, a10g, l4, rtx-3090, rtx-4090, rtx-a5000)" in line
+    for speed in (["serve", "llama-3-8b"], ["layout", "llama-3-8b", "--n-gpus", 8, "--global-batch", 64]):
+        assert "h800-sxm" in one_line_error(*speed, "--gpu-memory", "80GB")
+    assert "not both" in one_line_error("memory", "llama-3-8b", "--gpu-memory", "24GB", "--gpu", "rtx-4090")
+    assert "e.g. 24GB" in one_line_error("memory", "llama-3-8b", "--gpu-memory", "24XB")
+
+
+def cli_finetune_qlora():
+    from llmcalc.analytic.finetune_request import FinetuneRequest
+
+    return FinetuneRequest(method="qlora")

@@ -306,6 +306,7 @@ class ActivationEstimate:
     own_layer: float = 0.0  # that block's saved tensors under this recomputation (a checkpoint under full)
     head_saved: float = 0.0  # the final norm's and LM head's saved inputs (freed before the blocks' backward)
     in_flight: int = 1  # micro-batches whose activations are held at once (a 1F1B first stage: pp)
+    loss_impl: str = "full"  # how logits_and_loss was counted (full_logits_bytes or fused_loss_bytes)
 
     @property
     def total(self) -> float:
@@ -342,9 +343,55 @@ def kept_terms(spec: ModelSpec, items: list[Saved], tokens: int, act_bytes: floa
     return kept, whole, sum([r for _, r in kept])
 
 
+def full_logits_bytes(tokens: int, vocab: int, act_bytes: float) -> float:
+    """Logits and cross-entropy as transformers' ForCausalLMLoss runs them (HF Trainer's default): the whole
+    tokens x V logits tensor is materialised.
+
+    At the end of forward: the logits (act dtype), their fp32 copy (`logits.float()`) and the fp32 log-probs
+    cross-entropy saves (10 bytes per logit in bf16, 8 in fp32); at the start of backward the saved log-probs, their
+    gradient and the logits' fp32 gradient (12 bytes): the larger of the two, while every block's activations are
+    still alive. Llama-3-8B at 4,096 tokens: 4,096 x 128,256 x 12 B = 5.87 GiB.
+    """
+    forward_end = act_bytes + (FP32 if act_bytes != FP32 else 0) + FP32
+    return tokens * vocab * max(forward_end, 3 * FP32)
+
+
+def fused_chunk_tokens(tokens: int, vocab: int, d_model: int) -> int:
+    """Tokens per chunk of Liger-Kernel's fused linear cross-entropy: chunk = next_pow2(ceil(BT / ceil(V / H))),
+    so one chunk of logits (chunk x V) is about as large as the hidden states (BT x H); at most BT.
+
+    Source: linkedin/Liger-Kernel, src/liger_kernel/ops/fused_linear_cross_entropy.py,
+    fused_linear_cross_entropy_forward (`inc_factor = triton.cdiv(V, chunk_mem_const * H)` with chunk_mem_const 1,
+    `chunk_size = min(triton.next_power_of_2(triton.cdiv(BT, inc_factor)), BT)`); Llama-3-8B at 4,096 tokens:
+    inc 32, chunk 128.
+    """
+    inc_factor = -(-vocab // d_model)
+    per_chunk = -(-tokens // inc_factor)
+    return min(1 << (per_chunk - 1).bit_length(), tokens)
+
+
+def fused_loss_bytes(tokens: int, vocab: int, d_model: int, act_bytes: float) -> float:
+    """Liger-Kernel's fused linear cross-entropy (LigerFusedLinearCrossEntropyLoss, `use_liger_kernel=True` in HF
+    Trainer): the head's matmul, the loss and its gradient run chunk by chunk inside the forward, so the tokens x V
+    logits never exist whole.
+
+    bytes = chunk x V x act_bytes (one chunk of logits, overwritten in place by its gradient)
+          + BT x H x act_bytes (grad_input: the gradient of the head's input, kept for the backward)
+          + BT x 4 (the fp32 per-token loss)
+    The head's weight gradient (V x H) is allocated only when the head trains: never with LoRA/QLoRA (the head is
+    frozen), the case this is used for. Source: linkedin/Liger-Kernel, src/liger_kernel/ops/
+    fused_linear_cross_entropy.py (`grad_input = torch.zeros_like(_input)`, `loss_1d = torch.zeros(BT,
+    dtype=torch.float32)`, `logits_chunk = _input_chunk @ weight.t()`); Hsu et al. 2024, "Liger Kernel", arXiv
+    2410.10989, sec. 3.
+    """
+    return (fused_chunk_tokens(tokens, vocab, d_model) * vocab * act_bytes + tokens * d_model * act_bytes
+            + tokens * FP32)
+
+
 def activation_memory(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recompute: str = "none",
                       attention: str = "flash", dropout: bool = False, tp: int = 1, sequence_parallel: bool = True,
-                      layers: range | None = None, in_flight: int = 1, head: bool = True) -> ActivationEstimate:
+                      layers: range | None = None, in_flight: int = 1, head: bool = True,
+                      loss_impl: str = "full") -> ActivationEstimate:
     """Activations per GPU for a decoder-only model, for the blocks in `layers` (default all).
 
     - recompute "none": every block's saved tensors; "selective": minus the S² buffers
@@ -353,9 +400,13 @@ def activation_memory(spec: ModelSpec, batch: int, seq: int, act_bytes: float, r
     - `in_flight`: micro-batches whose activations are held at once (a 1F1B pipeline's first stage
       holds p of them, Korthikanti sec. 4.2.3).
     - `head`: count the final norm, LM head and loss buffers (the last pipeline stage has them).
+    - `loss_impl`: "full", the logits and cross-entropy as HF Trainer runs them (`full_logits_bytes`), or "fused",
+      Liger-Kernel's fused linear cross-entropy (`fused_loss_bytes`; one GPU: it does not split the vocabulary).
     """
     if recompute not in RECOMPUTE_MODES:
         raise LlmcalcError(f"recompute must be one of {', '.join(RECOMPUTE_MODES)}; got {recompute!r}")
+    if loss_impl not in ("full", "fused"):
+        raise LlmcalcError(f"--loss-impl must be full or fused, got {loss_impl!r}")
     if spec.architecture != "decoder":
         raise LlmcalcError(f"activation memory covers decoder-only models; {spec.name} is {spec.architecture}")
     layers = range(spec.n_layers) if layers is None else layers
@@ -376,11 +427,7 @@ def activation_memory(spec: ModelSpec, batch: int, seq: int, act_bytes: float, r
         for s in final:
             per_layer[s.name] = s.nbytes / (tp if sequence_parallel else 1)
             head_saved += per_layer[s.name]
-        # Logits and cross-entropy in fp32. At the end of forward: the logits (act dtype), their fp32
-        # copy and the fp32 log-probs cross-entropy saves (10 bytes per logit in bf16, 8 in fp32); at
-        # the start of backward, the saved log-probs, their gradient and the logits' fp32 gradient
-        # (12 bytes) -- the larger of the two, while every block's activations are still alive.
-        forward_end = act_bytes + (FP32 if act_bytes != FP32 else 0) + FP32
-        logits = tokens * spec.vocab_size * max(forward_end, 3 * FP32) / tp
+        logits = (full_logits_bytes(tokens, spec.vocab_size, act_bytes) / tp if loss_impl == "full" else
+                  fused_loss_bytes(tokens, spec.vocab_size, spec.d_model, act_bytes))
     return ActivationEstimate(per_layer, largest if recompute == "full" else 0.0, logits, largest_layer=largest,
-                              own_layer=own, head_saved=head_saved, in_flight=in_flight)
+                              own_layer=own, head_saved=head_saved, in_flight=in_flight, loss_impl=loss_impl)

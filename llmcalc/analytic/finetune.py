@@ -474,9 +474,10 @@ _FP32_STATES = _Fp32States()
 
 def finetune_memory(spec: ModelSpec, config: LoraConfig, batch: int = 1, seq_len: int = 2048,
                     optimizer: str | Optimizer = "adamw", recompute: str = "none", attention: str = "flash",
-                    dropout: bool = False) -> FinetuneMemory:
+                    dropout: bool = False, loss_impl: str = "full") -> FinetuneMemory:
     """LoRA/QLoRA memory of one GPU: the frozen base, fp32 adapters with their gradients and optimizer
-    states, activations in bf16 (fp32 for an fp32 base) plus the adapters' r-wide intermediates."""
+    states, activations in bf16 (fp32 for an fp32 base) plus the adapters' r-wide intermediates; the logits and
+    loss as `loss_impl` computes them (activations.full_logits_bytes, fused_loss_bytes)."""
     from .activations import activation_memory, layer_saved
     from .memory import OPTIMIZERS, Optimizer, lookup
 
@@ -487,7 +488,7 @@ def finetune_memory(spec: ModelSpec, config: LoraConfig, batch: int = 1, seq_len
     ft = finetune(spec, config)
     act_bytes = 4.0 if config.base_dtype == "fp32" else 2.0
     acts = activation_memory(spec=spec, batch=batch, seq=seq_len, act_bytes=act_bytes, recompute=recompute,
-                             attention=attention, dropout=dropout)
+                             attention=attention, dropout=dropout, loss_impl=loss_impl)
     unsaved = frozen_inputs(spec, config)
     working_set = 0.0
     if recompute == "full":

@@ -49,6 +49,7 @@ class MemoryRequest:
     sequence_parallel: bool = True
     reserve_gib: float = 0.0
     finetune: FinetuneRequest = field(default_factory=FinetuneRequest)
+    loss_impl: str = "full"  # the LM head's cross-entropy: vocabulary.LOSS_IMPLS (fused: with --finetune)
 
     @property
     def optimizer_or_bytes(self) -> str | Optimizer:
@@ -87,6 +88,9 @@ def plan_memory(spec: ModelSpec | MeasuredModel, request: MemoryRequest,
         raise LlmcalcError(f"--reserve-gib {request.reserve_gib:g} leaves nothing of {device.key}'s "
                            f"{device.memory_bytes / GIB:g} GiB")
     opt = request.optimizer_or_bytes
+    if request.loss_impl != "full" and request.finetune.config() is None:
+        raise LlmcalcError(f"--loss-impl {request.loss_impl} is modelled with --finetune lora|qlora (a frozen LM head: "
+                           "Liger's fused loss then allocates no head gradient); for full training drop it")
     if not isinstance(spec, ModelSpec):  # a MeasuredModel
         from .measured import measured_training_memory
 
@@ -105,7 +109,7 @@ def plan_memory(spec: ModelSpec | MeasuredModel, request: MemoryRequest,
         _refuse_with_finetune(request)
         cfg = shipped_base(spec, cfg, typed=request.finetune.base_dtype is not None)
         est = finetune_memory(spec, cfg, request.batch, request.seq_len, optimizer=opt, recompute=request.recompute,
-                              attention=request.attention, dropout=request.dropout)
+                              attention=request.attention, dropout=request.dropout, loss_impl=request.loss_impl)
         if device is None:
             return MemoryPlan(est, device, reserve)
         context = cuda_context_bytes(device)
@@ -184,7 +188,7 @@ def finetune_fit(spec: ModelSpec, cfg: LoraConfig, request: MemoryRequest, capac
 
     def peak(batch: int, seq: int, recompute: str) -> float:
         return finetune_memory(spec, cfg, batch, seq, optimizer=opt, recompute=recompute, attention=request.attention,
-                               dropout=request.dropout).peak
+                               dropout=request.dropout, loss_impl=request.loss_impl).peak
 
     def largest(fits: Any, hi: int) -> int:
         lo = 0

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from ..errors import LlmcalcError
 from ..records import dataclass
 from ..spec import ModelSpec
+from ..units import plural
 from ..validate import DEFAULT_ZERO
 
 P = TypeVar("P", bound="Parallel")
@@ -96,8 +97,21 @@ def data_parallel(n_gpus: int, tp: int, cp: int, pp: int, what: str = "--n-gpus"
     if not whole(n_gpus, tp, cp, pp):
         check_degrees(**{what: n_gpus, "--tp": tp, "--cp": cp, "--pp": pp})
     if n_gpus % (tp * cp * pp):
-        raise LlmcalcError(f"tp x cp x pp = {tp} x {cp} x {pp} = {tp * cp * pp} does not divide {what} {n_gpus}")
+        rest = n_gpus // (cp * pp) if n_gpus % (cp * pp) == 0 else 0  # GPUs per cp x pp group, where whole
+        fix = (f"; the nearest --tp that divides the {n_gpus:,} GPUs"
+               f"{f' at cp {cp} x pp {pp}' if cp * pp > 1 else ''}: "
+               f"{nearest_of(tp, [d for d in range(1, rest + 1) if rest % d == 0])}" if rest and tp > 1 else
+               f"; the product must divide the {n_gpus:,} GPUs (GPUs = tp x cp x pp x dp)")
+        raise LlmcalcError(f"tp x cp x pp = {tp} x {cp} x {pp} = {tp * cp * pp} does not divide {what} {n_gpus}"
+                           + fix)
     return n_gpus // (tp * cp * pp)
+
+
+def nearest_of(value: int, valid: list[int]) -> str:
+    """The valid degrees on either side of `value`, as a refusal names them: '2 or 4' (or the one there is)."""
+    below = [v for v in valid if v < value]
+    above = [v for v in valid if v > value]
+    return " or ".join(str(v) for v in (below[-1:] + above[:1])) or "1"
 
 
 def _build(cls: type[P], **values: Any) -> P:
@@ -156,8 +170,10 @@ def check_heads(spec: ModelSpec, tp: int) -> None:
     tp ranks or each is replicated on tp / kv of them (tp a multiple of the KV heads; Megatron-LM)."""
     kv = spec.n_kv_heads
     if spec.n_heads % tp or kv % tp and tp % kv:
-        raise LlmcalcError(f"tp={tp} does not divide the heads ({spec.n_heads} query, {kv} key/value); "
-                           f"use a tp that divides {spec.n_heads}")
+        valid = [t for t in range(1, spec.n_heads + 1) if spec.n_heads % t == 0 and (kv % t == 0 or t % kv == 0)]
+        raise LlmcalcError(f"tp={tp} does not divide the heads ({spec.n_heads} query, {kv} key/value): --tp must "
+                           f"divide the {plural(spec.n_heads, 'attention head')} and divide (or be a multiple of) the "
+                           f"{plural(kv, 'KV head')}; the nearest valid --tp: {nearest_of(tp, valid)}")
 
 
 def check_stages(spec: ModelSpec, pp: int, vpp: int = 1, *, equal: bool = False) -> None:

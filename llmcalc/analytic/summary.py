@@ -76,9 +76,9 @@ class Scenario:
 # Record keys, their labels (with units) for people, and how they read best.
 COLUMNS = {
     "model": ("model", "text"),
-    "params": ("params (SI)", "count"),
-    "active_params": ("active params per token (SI)", "count"),
-    "non_embedding_params": ("non-embedding params (SI)", "count"),
+    "params": ("params", "count"),  # a count's label names its prefixes where printed (units.count_label)
+    "active_params": ("active params per token", "count"),
+    "non_embedding_params": ("non-embedding params", "count"),
     "forward_flops_per_token": ("forward FLOPs per token", "flops"),
     "training_flops_per_token": ("training FLOPs per token (fwd+bwd)", "flops"),
     "attention_share": ("attention S² share of FLOPs (%)", "pct"),

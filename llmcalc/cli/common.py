@@ -18,11 +18,20 @@ if TYPE_CHECKING:
     from ..spec import ModelSpec
 
 _WARNINGS: list[str] = []
+_READ_AS: list[str] = []  # how an input was read (a rounded --global-batch-tokens): said with a refusal too
 
 
-def warn(message: str) -> None:
-    """A warning for stderr, shown with the answer (never before a refusal, which stays one line)."""
+def warn(message: str, read_as: bool = False) -> None:
+    """A warning for stderr, shown with the answer (never before a refusal, which stays one line); `read_as`: it says
+    how an input was read, so a refusal of what was read says it too, on its one line (`refusal_context`)."""
     _WARNINGS.append(f"llmcalc: warning: {message}")
+    if read_as:
+        _READ_AS.append(message)
+
+
+def refusal_context() -> str:
+    """What a refusal's one line adds: how inputs were read ('' when as typed)."""
+    return "".join(f"; note: {line}" for line in _READ_AS)
 
 
 def flush_warnings(show: bool = True) -> None:
@@ -30,6 +39,7 @@ def flush_warnings(show: bool = True) -> None:
         if show:
             click.echo(line, err=True)
     _WARNINGS.clear()
+    _READ_AS.clear()
 
 
 def emit(doc: Document, fmt: str, warnings: Iterable[str] = ()) -> None:
@@ -42,6 +52,19 @@ def emit(doc: Document, fmt: str, warnings: Iterable[str] = ()) -> None:
     text = render(doc, fmt)
     flush_warnings()
     click.echo(text, nl=False)
+
+
+def exact_batch_tokens(tokens: float | None, seq_len: int) -> float | None:
+    """--global-batch-tokens as the nearest whole number of sequences, with a warning saying what was used and how
+    to say it exactly when it was not one (16M at --seq-len 8k: 16Mi); None stays None."""
+    from ..validate import nearest_batch_tokens
+
+    if tokens is None:
+        return None
+    used, note = nearest_batch_tokens(tokens, seq_len)
+    if note:
+        warn(note, read_as=True)
+    return used
 
 
 def check_length(spec: ModelSpec, seq_len: int | None, what: str = "--seq-len") -> ModelSpec:

@@ -16,7 +16,8 @@ import click
 
 from .. import __version__
 from ..errors import Interrupted, LlmcalcError
-from .common import flush_warnings
+from ..units import COUNT_STYLES, set_count_style
+from .common import flush_warnings, refusal_context
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in llmcalc, not in the input
@@ -116,7 +117,7 @@ class LlmcalcGroup(click.Group):
             _exit("llmcalc: interrupted" if interrupted else "llmcalc: aborted",
                   130 if interrupted else 1)  # 128 + SIGINT, the shell convention
         except LlmcalcError as exc:
-            _exit(f"llmcalc: error: {one_line(str(exc))}", EXIT_BAD_INPUT)
+            _exit(f"llmcalc: error: {one_line(str(exc))}{refusal_context()}", EXIT_BAD_INPUT)
         except Interrupted as exc:  # SIGINT/SIGTERM where a command asked for them (report)
             _exit(f"llmcalc: {exc.message()}", exc.exit_code)
         except OSError as exc:  # the disk or the system, not the input: ENOSPC, EACCES, EROFS ...
@@ -132,6 +133,8 @@ class LlmcalcGroup(click.Group):
                 raise
             _exit(f"llmcalc: internal error: {exc.__class__.__name__}: {one_line(str(exc))} (a bug: please report "
                   f"it with the command; LLMCALC_DEBUG=1 shows the traceback)", EXIT_INTERNAL)
+        finally:
+            set_count_style("ml")  # --units holds for one run (several run in one process under tests)
         if isinstance(rv, int) and rv:
             sys.exit(rv)
         return rv
@@ -152,13 +155,18 @@ class LlmcalcGroup(click.Group):
 
 @click.group(cls=LlmcalcGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120})
 @click.version_option(__version__, prog_name="llmcalc")  # the package's own string: no importlib.metadata
-def cli() -> None:
+@click.option("--units", type=click.Choice(COUNT_STYLES), default="ml", show_default=True, envvar="LLMCALC_UNITS",
+              help="How parameter and token counts print: ml (70.6 B, billions) or si (70.6 G). FLOPs are SI in "
+                   "both. Before the command: llmcalc --units si params llama-3-8b ($LLMCALC_UNITS works too).")
+def cli(units: str) -> None:
     """How big is a Transformer, how many FLOPs, how much memory, how long and how much to train.
 
     MODEL is a preset name (any case; `llmcalc presets` lists them), the Hugging Face repo id a preset
-    comes from (meta-llama/Meta-Llama-3-8B), a config.json, or a folder holding one. Counts take SI
-    suffixes (7B, 15T, 1k); sequence lengths binary ones (4k = 4,096).
+    comes from (meta-llama/Meta-Llama-3-8B) or its hub URL, a repo id in the local Hugging Face cache, a
+    config.json, or a folder holding one. Counts take SI suffixes (7B, 15T, 1k) and binary ones (16Mi =
+    16 x 2^20); sequence lengths binary ones (4k = 4,096).
     """
+    set_count_style(units)
 
 
 def main() -> None:

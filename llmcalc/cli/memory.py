@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..vocabulary import OPTIMIZER_IMPLS
+from ..vocabulary import LOSS_IMPLS, OPTIMIZER_IMPLS
 from .common import emit, load_hardware, load_measured
 from .options import (
     attention_option,
@@ -51,6 +51,9 @@ MOVED = ("memory --inference has moved: use `llmcalc serve MODEL --gpu G --n-gpu
 @parallel_options
 @click.option("--reserve-gib", type=Number(zero=True, maximum=1e6), default=0.0, show_default=True,
               help="With --gpu: memory to keep free on the GPU (CUDA context, fragmentation).")
+@click.option("--loss-impl", type=Choice(list(LOSS_IMPLS)), default="full", show_default=True,
+              help="With --finetune: the LM head's cross-entropy: full (HF Trainer: the whole tokens x vocab logits "
+                   "in fp32) or fused (Liger-Kernel's fused linear cross-entropy: one chunk of logits at a time).")
 @click.option("--inference", is_flag=True, hidden=True, help="Moved: serving memory is `llmcalc serve`.")
 @click.option("--context", "--weight-dtype", "--kv-dtype", "--prefill-chunk", "moved_option", hidden=True,
               help="Options of the moved --inference mode (kept so that old command lines reach its message).")
@@ -60,7 +63,7 @@ MOVED = ("memory --inference has moved: use `llmcalc serve MODEL --gpu G --n-gpu
 def memory(ctx: click.Context, model: str, seq_len: int, micro_batch: int, recipe: str, optimizer: str,
            optimizer_bytes: float | None, optimizer_impl: str, recompute: str, attention: str, dropout: bool,
            gpu: str | None, n_gpus: int | None, zero: int, tp: int, pp: int, ep: int, etp: int | None,
-           sequence_parallel: bool, reserve_gib: float, inference: bool, moved_option: str | None,
+           sequence_parallel: bool, reserve_gib: float, loss_impl: str, inference: bool, moved_option: str | None,
            finetune: FinetuneRequest, fmt: str) -> None:
     """Training memory per GPU of MODEL, and whether it fits (serving memory: `llmcalc serve`)."""
     from ..analytic.memory_plan import MemoryRequest, plan_memory
@@ -77,7 +80,7 @@ def memory(ctx: click.Context, model: str, seq_len: int, micro_batch: int, recip
                             recompute=recompute, attention=attention, dropout=dropout, n_gpus=n_gpus,
                             zero=zero if given(ctx, "zero") else None, tp=tp,
                             pp=pp, ep=ep, etp=etp, sequence_parallel=sequence_parallel, reserve_gib=reserve_gib,
-                            finetune=finetune)
+                            finetune=finetune, loss_impl=loss_impl)
     emit(document(plan_memory(load_measured(model, seq_len), request, device)), fmt)
 
 

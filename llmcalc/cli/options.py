@@ -23,6 +23,7 @@ from click.core import ParameterSource
 from ..validate import (
     DEFAULT_SEQ_LEN,
     DEFAULT_ZERO,
+    GPU_MEMORY,
     MAX_BATCH,
     MAX_BATCH_TOKENS,
     MAX_GPUS,
@@ -47,7 +48,7 @@ from ..vocabulary import (
     SCHEDULES,
     STORAGE_DTYPES,
 )
-from .types import Choice, Count, CountList, DType, Fraction, Length, Name, Number, RankOrder
+from .types import CardMemory, Choice, Count, CountList, DType, Fraction, Length, ModelName, Name, Number, RankOrder
 
 F = TypeVar("F", bound=Callable[..., Any])
 Decorator = Callable[[F], F]
@@ -63,6 +64,8 @@ MFU = Fraction()
 PRICE = Number(maximum=MAX_USD_PER_GPU_HOUR, minimum=1e-6)
 TFLOPS = Number(maximum=MAX_TFLOPS)
 NAME = Name()
+CARD_MEMORY = CardMemory()
+MODEL_NAME = ModelName()
 ATTENTION = Choice(["flash", "eager"], aliases={"sdpa": "flash"})
 
 SEQ_HELP = f"Tokens per training sequence (4k = 4,096); the same default, {DEFAULT_SEQ_LEN:,}, in every command."
@@ -92,11 +95,11 @@ def format_option(func: F) -> F:
 
 
 def model_argument(func: F) -> F:
-    return click.argument("model", type=NAME)(func)
+    return click.argument("model", type=MODEL_NAME)(func)
 
 
 def models_argument(func: F) -> F:
-    return click.argument("models", nargs=-1, required=True, type=NAME)(func)
+    return click.argument("models", nargs=-1, required=True, type=MODEL_NAME)(func)
 
 
 def _defaulted(default: Any) -> dict[str, Any]:
@@ -105,9 +108,40 @@ def _defaulted(default: Any) -> dict[str, Any]:
     return {} if default is None else {"default": default, "show_default": True}
 
 
+
+
+def _gpu_memory(ctx: click.Context, param: click.Parameter, value: float | None) -> None:
+    """--gpu-memory (eager: before --gpu): kept for --gpu's callback."""
+    if value is not None:
+        ctx.meta["gpu_memory"] = value
+
+
+def _gpu(required: bool) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        memory = ctx.meta.get("gpu_memory")
+        if memory is None:
+            if value is None and required:
+                raise click.MissingParameter(ctx=ctx, param=param)
+            return value
+        if ctx.get_parameter_source("gpu") in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT):
+            raise click.UsageError("give --gpu (a preset) or --gpu-memory (a GPU of that memory), not both")
+        return f"{GPU_MEMORY}{memory:.0f}"
+    return callback
+
+
 def gpu_option(help: str = "Accelerator preset (see `llmcalc presets`).", required: bool = False,
                default: str | None = None) -> Decorator:
-    return click.option("--gpu", type=NAME, required=required, help=help, **_defaulted(default))
+    """--gpu, and --gpu-memory for any card of that memory (what `memory` needs; commands that need the GPU's speed
+    say in one line which presets have that memory)."""
+    def decorate(func: F) -> F:
+        return apply(func, [
+            click.option("--gpu", type=NAME, callback=_gpu(required), help=help + (" [required]" if required else ""),
+                         **_defaulted(default)),
+            click.option("--gpu-memory", type=CARD_MEMORY, is_eager=True, expose_value=False, callback=_gpu_memory,
+                         help="Instead of --gpu: any GPU of this memory (24GB, 80GB; a card's GB = GiB), for memory "
+                              "alone; speed needs a preset."),
+        ])
+    return decorate
 
 
 def n_gpus_option(help: str = "GPUs in all (1k = 1,000).", required: bool = False,
@@ -185,7 +219,8 @@ def global_batch_options(func: F) -> F:
         click.option("--global-batch", type=POSITIVE_INT, default=None,
                      help="Sequences per optimizer step: predicts step time and MFU."),
         click.option("--global-batch-tokens", type=Count(maximum=MAX_BATCH_TOKENS), default=None,
-                     help=f"Instead: tokens per step (e.g. 16M; at most {MAX_BATCH:,} sequences)."),
+                     help=f"Instead: tokens per step (e.g. 16Mi = 2,048 x 8k; a count that is no multiple of "
+                          f"--seq-len is rounded to the nearest, with a note; at most {MAX_BATCH:,} sequences)."),
     ])
 
 

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..validate import MAX_COMPUTE, MAX_DAYS
-from .common import emit, load_counted, load_hardware, load_measured
+from .common import emit, exact_batch_tokens, load_counted, load_hardware, load_measured
 from .options import (
     MFU,
-    NAME,
+    MODEL_NAME,
     PARAMS,
     POSITIVE_INT,
     TFLOPS,
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 
 @click.command()
-@click.argument("model", type=NAME, required=False)
+@click.argument("model", type=MODEL_NAME, required=False)
 @click.option("--params", "n_params", type=PARAMS, help="No model: a parameter count for 6·N·T (e.g. 7B).")
 @click.option("--tokens", type=TOKENS, required=True, help=TOKENS_HELP)
 @gpu_option(required=True)
@@ -65,6 +65,7 @@ def train(ctx: click.Context, model: str | None, n_params: float | None, tokens:
     from ..spec import ModelSpec
     from ..views.train import document
 
+    step["global_batch_tokens"] = exact_batch_tokens(step["global_batch_tokens"], seq_len)
     request = TrainRequest(tokens, gpu, model=model, n_params=n_params, n_gpus=n_gpus, dtype=dtype, seq_len=seq_len,
                            causal=causal, recompute=recompute, mfu=mfu, achieved_tflops=achieved_tflops,
                            usd_per_gpu_hour=usd_per_gpu_hour, finetune=finetune, layout=typed(ctx, step))
@@ -127,6 +128,7 @@ def layout(ctx: click.Context, model: str, gpu: str, n_gpus: int, seq_len: int, 
     from ..spec import ModelSpec
     from ..views.layout import document
 
+    global_batch_tokens = exact_batch_tokens(global_batch_tokens, seq_len)
     global_batch_sequences(global_batch, global_batch_tokens, seq_len, required=True)  # before any model is built
     spec = load_measured(model, seq_len)
     search_args = dict(global_batch=global_batch, global_batch_tokens=global_batch_tokens, causal=causal,

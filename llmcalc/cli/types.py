@@ -14,7 +14,7 @@ import click
 
 from ..dtypes import DTYPES, canonical_dtype
 from ..errors import LlmcalcError
-from ..units import UnitError, parse_count, parse_length
+from ..units import UnitError, parse_card_memory, parse_count, parse_length
 from ..validate import MIN_UTILIZATION, rank_order
 
 
@@ -178,6 +178,36 @@ class Name(click.ParamType):
         if not str(value).strip():
             self.fail("is empty; give a preset name (`llmcalc presets` lists them)", param, ctx)
         return str(value)
+
+
+class CardMemory(click.ParamType):
+    """A GPU's memory as cards are sold (24GB, 80GB, 48GiB), in bytes: units.parse_card_memory."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, float):
+            return value
+        try:
+            return parse_card_memory(value, "a GPU memory")
+        except UnitError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class ModelName(Name):
+    """A model argument: a preset name, a config.json path or folder, a Hugging Face repo id or hub URL. A URL is read
+    as its repo id; a repo id that is no preset is read from the local Hugging Face cache, else its config.json (only
+    that file) is fetched where huggingface_hub and the hub are there (`llmcalc.hub`); else left for the loader's one
+    line saying how to pass the file."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        text = super().convert(value, param, ctx)
+        if "/" not in text or text.endswith(".json"):
+            return text  # a preset name or a file: no hub lookup (and light at start-up)
+        from ..hub import fetch_config
+        from ..spec.presets import locate
+
+        return locate(text, fetch=fetch_config)
 
 
 class RankOrder(click.ParamType):

@@ -21,7 +21,7 @@ from ..records import dataclass
 from ..render.tables import Column, Table
 from ..results import ProfileResult
 from ..spec import ModelSpec
-from ..units import GIB, fmt_count, fmt_flops, fmt_flops_rate, fmt_usd
+from ..units import GIB, count_prefixes, fmt_count, fmt_flops, fmt_flops_rate, fmt_usd
 from ..views.compare import compare_document
 from ..views.flops import FLOP_CONVENTIONS, flops_document
 from ..views.memory import training_memory_document
@@ -213,8 +213,8 @@ def _summary(report: Report, ctx: _Context) -> None:
                    + FLOP_CONVENTIONS
                    + ["time and cost assume the given MFU at every GPU count (linear scaling); the step-time model's "
                       "prediction is shown beside it; energy and cost count GPU time only",
-                      "memory in GiB (2^30 bytes), MiB below 1 GiB; counts and FLOPs with SI prefixes "
-                      "(k = 10^3, M = 10^6, G = 10^9, T = 10^12, Z = 10^21)"])
+                      f"memory in GiB (2^30 bytes), MiB below 1 GiB; counts with {count_prefixes()}; FLOPs with SI "
+                      f"prefixes (G = 10^9, T = 10^12, Z = 10^21)"])
 
 
 def _parameters(report: Report, ctx: _Context) -> None:

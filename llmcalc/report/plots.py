@@ -24,7 +24,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter  # noqa: E402
 
-from ..units import GIB, fmt_usd, si  # noqa: E402
+from ..units import GIB, fmt_count, fmt_usd, si  # noqa: E402
 
 DPI = 200  # PNG pixels per inch: 2x the 100 CSS px per inch the HTML shows them at
 MIN_POINTS = 9  # smallest font: 9 pt x 200/72 / 2 = 12.5 CSS px, >= 10 px even scaled to fit 1100 px
@@ -310,7 +310,7 @@ def params_breakdown(df, scenario: str = ""):
                        label=f"{model}: total" if moe else model)
         if moe:
             ax.barh(ys, sub["active"], height=height * 0.92, color=colour(i), label=f"{model}: active per token")
-        bar_values(ax, bars, [("" if not p else si(p).strip() + (f" (active {si(a).strip()})" if a != p else ""))
+        bar_values(ax, bars, [("" if not p else fmt_count(p) + (f" (active {fmt_count(a)})" if a != p else ""))
                               for p, a in zip(sub["params"], sub["active"], strict=True)])
     ax.set_yticks(range(len(groups)), groups)
     ax.invert_yaxis()
@@ -606,7 +606,7 @@ def compute_optimal(frontiers, points, scenario: str = ""):
         if p["active"] != p["params"]:
             ax.plot([p["active"], p["params"]], [tokens, tokens], color=colour(i), linewidth=1, zorder=2)
             ax.scatter([p["params"]], [tokens], facecolor="white", edgecolor=colour(i), s=50, zorder=3,
-                       label=f"{model}, total {si(p['params']).strip()}: "
+                       label=f"{model}, total {fmt_count(p['params'])}: "
                              f"{tokens / p['params']:,.0f} tokens/param (hollow)")
             if named:
                 labels.append(ax.annotate(f"{model} (total)", (p["params"], tokens), xytext=(6, -12),
@@ -614,7 +614,7 @@ def compute_optimal(frontiers, points, scenario: str = ""):
                                           bbox=LABEL_BOX))
         ax.scatter([p["active"]], [tokens], color=colour(i), s=50, zorder=3,
                    label=f"{model}" + (", active" if p["active"] != p["params"] else "")
-                   + f" {si(p['active']).strip()}: {tokens / p['active']:,.0f} tokens/param"
+                   + f" {fmt_count(p['active'])}: {tokens / p['active']:,.0f} tokens/param"
                    + (" (filled)" if p["active"] != p["params"] else ""))
         if named:
             labels.append(ax.annotate(model + (" (active)" if p["active"] != p["params"] else ""),

@@ -15,7 +15,7 @@ from ..analytic.summary import Scenario
 from ..hardware import Accelerator
 from ..render.tables import Column, Document, Table
 from ..spec import ModelSpec
-from ..units import GIB, fmt_count, fmt_gib, fmt_usd, si
+from ..units import GIB, count_label, fmt_count, fmt_gib, fmt_usd, si
 from ..views.layout import layout_document
 from ..views.params import adapter_table, finetune_config
 from ..views.profile import distributed_document, long_table
@@ -296,7 +296,8 @@ def flops_table(spec: ModelSpec, scenario: Scenario, setups: Setups) -> Table:
         rows.append({"setup": label, "trainable": fl.ft.trainable, "exact": fl.model_flops_per_token,
                      "rule": fl.rule(), "rule_name": "4·N_frozen + 6·N_adapter"})
     return Table(f"training FLOPs per token at seq {scenario.seq_len:,} ({'causal' if scenario.causal else 'full S²'})",
-                 [Column("setup", "set-up", align="left"), Column("trainable", "trainable params (SI)", fmt_count),
+                 [Column("setup", "set-up", align="left"),
+                  Column("trainable", count_label("trainable params"), fmt_count),
                   Column("exact", "model FLOPs per token (exact, FLOP)", lambda v: si(v).strip()),
                   Column("rule", "rule (FLOP per token, no S²)", lambda v: si(v).strip()),
                   Column("rule_name", "rule", align="left")],

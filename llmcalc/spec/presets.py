@@ -16,6 +16,7 @@ import json
 import os
 import re
 import stat
+from collections.abc import Callable
 from dataclasses import field
 from functools import cache
 from pathlib import Path
@@ -23,8 +24,11 @@ from typing import TYPE_CHECKING
 
 from ..errors import LlmcalcError
 from ..records import dataclass
+from ..units import GIB
+from ..validate import GPU_MEMORY
 from .draft import SpecError
 from .hf import spec_from_hf
+from .hubcache import cached_file, name_of, repo_from_url
 from .model import ModelSpec
 from .resolve import spec_from_dict
 
@@ -212,10 +216,29 @@ def checkpoint_for(name: str) -> Checkpoint | None:
 
 
 def _unknown_repo(name: str) -> PresetError:
-    return PresetError(f"{_shown(name)} is neither a file nor a Hugging Face repo id llmcalc knows (`llmcalc "
-                       f"presets` lists the presets and the checkpoints each stands for); the hub is not reached: "
-                       f"download its config.json (https://huggingface.co/{name.strip()}/blob/main/config.json) and "
-                       f"pass the file's path")
+    return PresetError(f"{_shown(name)} is neither a file, a preset (`llmcalc presets` lists them and the "
+                       f"checkpoints each stands for) nor in the local Hugging Face cache ($HF_HUB_CACHE, $HF_HOME/hub "
+                       f"or ~/.cache/huggingface/hub), and the hub was not reached: download its config.json (https://huggingface.co/{name.strip()}/blob/main/"
+                       f"config.json) and pass the file's path")
+
+
+def locate(name_or_path: str, fetch: Callable[[str], Path | None] | None = None) -> str:
+    """What a model argument names, as the loaders read it: a hub URL as its repo id (a pasted
+    https://huggingface.co/org/name/tree/main); a repo id that is no preset as its config.json in the local Hugging
+    Face cache (`hubcache.cached_file`), where the cache holds it, else as `fetch` (the command line's:
+    `llmcalc.hub.fetch_config`) downloads it, where it can; anything else as given."""
+    text = repo_from_url(name_or_path) or name_or_path
+    repo = text.strip()
+    if _REPO_ID.fullmatch(repo) and repo.lower() not in _repo_ids() and not Path(repo).exists():
+        found = cached_file(repo) or (fetch(repo) if fetch is not None else None)
+        return str(found) if found is not None else repo
+    return text
+
+
+def config_name(path: Path) -> str:
+    """The name a model read from a config file answers under: the repo's, for the local Hugging Face cache's
+    snapshots; else its folder's (config.json) or the file's stem."""
+    return name_of(path) or (path.parent.name if path.name == "config.json" else path.stem)
 
 
 def resolve_name(kind: str, name: str) -> str:
@@ -258,7 +281,18 @@ def model_name(name: str) -> str:
 
 
 def hardware_config(name: str) -> dict:
+    if name.startswith(GPU_MEMORY):  # a GPU known by its memory has no preset file: what needs one needs its speed
+        _memory_only(name).peak()
     return dict(_preset_json("hardware", name))
+
+
+def _memory_only(name: str) -> Accelerator:
+    """The GPU `--gpu-memory` gave (GPU_MEMORY + its bytes), naming the presets of that memory."""
+    from ..hardware import memory_only
+
+    size = float(name.removeprefix(GPU_MEMORY))
+    return memory_only(size, tuple(n for n in hardware_names()
+                                   if float(_preset_json("hardware", n)["memory_gib"]) * GIB == size))
 
 
 def looks_like_path(text: str) -> bool:
@@ -284,7 +318,9 @@ def spec_from_config(config: dict, name: str) -> ModelSpec:
 
 
 def load_model(name_or_path: str) -> ModelSpec:
-    """A ModelSpec from a preset name, a config.json path, or a directory holding config.json."""
+    """A ModelSpec from a preset name, a config.json path, a directory holding config.json, a hub URL or a repo id
+    in the local Hugging Face cache (`locate`)."""
+    name_or_path = locate(name_or_path)
     if looks_like_path(name_or_path):
         path = Path(name_or_path)
         try:
@@ -293,7 +329,7 @@ def load_model(name_or_path: str) -> ModelSpec:
         except OSError as exc:
             raise PresetError(f"cannot read {_shown(name_or_path)}: {exc.strerror}") from None
         config = read_json(path)
-        name = path.parent.name if path.name == "config.json" else path.stem
+        name = config_name(path)
         try:
             return spec_from_config(config, name or "config")
         except SpecError as exc:
@@ -306,14 +342,20 @@ def load_model(name_or_path: str) -> ModelSpec:
 
 def model_source(name_or_path: str) -> str:
     """Where a model's numbers come from: the preset's _source, or the file path."""
+    name_or_path = locate(name_or_path)
     if looks_like_path(name_or_path):
         return str(Path(name_or_path))
     return str(model_config(name_or_path).get("_source", ""))
 
 
 def load_hardware(name: str) -> Accelerator:
-    """An Accelerator from a hardware preset name (exact; unknown names get suggestions)."""
+    """An Accelerator from a hardware preset name (exact; unknown names get suggestions), or the GPU `--gpu-memory`
+    gave (hardware.GPU_MEMORY + its bytes): known by its memory alone, its speed refused in one line naming the
+    presets of that memory (hardware.memory_only)."""
     from ..hardware import accelerator_from_preset
+
+    if name.startswith(GPU_MEMORY):
+        return _memory_only(name)
 
     return accelerator_from_preset(resolve_name("hardware", name), hardware_config(name))
 

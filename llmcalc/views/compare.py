@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..analytic.summary import COLUMNS
 from ..render.tables import Column, Document, Table
-from ..units import GIB, fmt_bytes, fmt_count, fmt_flops, fmt_usd, plural
+from ..units import GIB, count_label, fmt_bytes, fmt_count, fmt_flops, fmt_usd, plural
 
 if TYPE_CHECKING:
     from ..analytic.summary import Scenario
@@ -19,17 +19,23 @@ FORMATTERS: dict[str, Callable[[Any], str]] = {
 }
 
 
+def _label(key: str) -> str:
+    """A record key's label for people: a count's names the prefixes it prints with (B = 10^9 or SI)."""
+    label, kind = COLUMNS[key]
+    return count_label(label) if kind == "count" else label
+
+
 def document(records: list[dict], scenario: Scenario) -> Document:
     return compare_document(records, scenario)
 
 
 def compare_document(records: list[dict], scenario: Scenario) -> Document:
     keys = [k for k in COLUMNS if any(r.get(k) is not None for r in records)]
-    per_model = Table("models", [Column(k, COLUMNS[k][0]) for k in keys], records, for_people=False)
+    per_model = Table("models", [Column(k, _label(k)) for k in keys], records, for_people=False)
     side_by_side = Table(
         "comparison",
         [Column("quantity", "quantity", align="left")] + [Column(f"m{i}", r["model"]) for i, r in enumerate(records)],
-        [{"quantity": COLUMNS[k][0], **{f"m{i}": ("n/a" if r.get(k) is None else FORMATTERS[COLUMNS[k][1]](r[k]))
+        [{"quantity": _label(k), **{f"m{i}": ("n/a" if r.get(k) is None else FORMATTERS[COLUMNS[k][1]](r[k]))
                                         for i, r in enumerate(records)}}
          for k in keys if k != "model"],
         [f"scenario: {scenario.describe()}",

@@ -206,7 +206,8 @@ def finetune_memory_document(est: FinetuneMemory, gpu: Accelerator | None, reser
     data = {
         "model": spec.name, "mode": "finetune", "finetune": finetune_config(ft), "batch_size": est.batch,
         "seq_len": est.seq_len, "optimizer": est.optimizer.name, "recompute": est.recompute,
-        "attention": est.attention, "trainable": ft.trainable, "frozen": ft.frozen,
+        "attention": est.attention, "loss_impl": est.activations.loss_impl, "trainable": ft.trainable,
+        "frozen": ft.frozen,
         "weight_bytes_per_frozen_param": est.weight_bytes_per_frozen_param,
         "bytes_per_adapter_param": est.bytes_per_adapter_param,
         "per_gpu_bytes": peak, "peak_phase": est.peak_phase, "sum_of_components_bytes": sum(components.values()),
@@ -225,6 +226,7 @@ def finetune_memory_document(est: FinetuneMemory, gpu: Accelerator | None, reser
         "tensor the full-training itemisation counts; each adapter adds its r-wide A(x) (lora_dropout 0); "
         "a frozen linear without an adapter saves no input (autograd keeps only what a gradient needs)",
         "autocast adapter cache: the bf16 copy autocast makes of each fp32 adapter in forward",
+        LOSS_NOTES[est.activations.loss_impl],
         "peak = the largest of three phases: end of forward (no gradients, no block rebuilt), the blocks' "
         "backward (the logits freed; the rebuilt block, a dequantised weight, every adapter gradient) and the "
         "optimizer step (weights + adapters + gradients + optimizer states); memory in GiB (2^30 bytes), CUDA "
@@ -245,11 +247,22 @@ def finetune_memory_document(est: FinetuneMemory, gpu: Accelerator | None, reser
     return Document(title, data, [table, adapter_table(ft)], [spec.describe()])
 
 
+LOSS_NOTES = {
+    "full": "logits and loss (--loss-impl full, HF Trainer's): the whole tokens x vocab logits, their fp32 copy and "
+            "log-probs, then their fp32 gradient: 12 bytes per logit; --loss-impl fused (Liger-Kernel) computes one "
+            "chunk at a time",
+    "fused": "logits and loss (--loss-impl fused: Liger-Kernel's fused linear cross-entropy): one chunk of logits "
+             "(next_pow2(tokens / ceil(vocab / d_model)) tokens x vocab), the head input's gradient and the fp32 "
+             "per-token loss; the frozen head has no weight gradient",
+}
+
+
 def _fit_table(plan: MemoryPlan, gpu: Accelerator) -> Table:
     """--finetune --gpu: what fits on one card, per recompute mode."""
     rows = plan.fit or []
     seq = rows[0]["seq_len"] if rows else 0
-    notes = [f"against {gpu.key}'s CUDA-visible {gpu.usable_bytes / GIB:.2f} GiB less the CUDA context and cuBLASLt "
+    visible = "CUDA-visible" if gpu.cuda_visible_bytes else "nominal (the runtime reports 0.3-1.8 GiB less)"
+    notes = [f"against {gpu.key}'s {visible} {gpu.usable_bytes / GIB:.2f} GiB less the CUDA context and cuBLASLt "
              f"workspace ({plan.cuda_context / GIB:.2f} GiB for its generation; pytorch#109888, PR #120925)"
              + (f" and --reserve-gib {(plan.reserve - plan.cuda_context) / GIB:g}" if plan.reserve > plan.cuda_context
                 else "") + "; the longest sequence in steps of 256 tokens, up to max_position_embeddings"]

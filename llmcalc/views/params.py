@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from ..analytic.params import approximations, reconcile
 from ..fallback import METHOD_TRANSFORMERS, FallbackModel
 from ..render.tables import Column, Document, Table
-from ..units import fmt_count, fmt_int, fmt_pct
+from ..units import count_label, count_prefixes, fmt_count, fmt_int, fmt_pct
 
 if TYPE_CHECKING:
     from ..analytic.finetune import Finetune
@@ -18,9 +18,14 @@ PARAM_CONVENTIONS = (
     "counts are the tensors the checkpoint stores: unique parameters (a tied LM head is counted once, in "
     "embedding/tokens), frozen ones and persistent buffers (a router's score-correction bias) included; rotary "
     "tables, masks and tables the class rebuilds on load (sinusoidal positions) are not",
-    "SI prefixes: k = 10^3, M = 10^6, G = 10^9 (billion), T = 10^12",
+    "{prefixes}",
     "non-embedding = total - token/position/type tables - untied LM head (Kaplan et al. 2020)",
 )
+
+
+def param_conventions() -> list[str]:
+    """The notes under every parameter table, the prefixes as counts print now (`units.count_style`)."""
+    return [line.format(prefixes=f"prefixes: {count_prefixes()}") for line in PARAM_CONVENTIONS]
 
 
 def _share(value: float) -> str:
@@ -83,11 +88,11 @@ def _component_table(count: ParamCount) -> Table:
             Column("kind", "kind", align="left", show=False),
             Column("name", "component", align="left"),
             Column("params", "params (exact)", fmt_int),
-            Column("params_si", "params (SI)", csv=False),
+            Column("params_si", count_label("params"), csv=False),
             Column("fraction_of_total", "share of total (%)", _share),
         ],
         [{**r, "params_si": fmt_count(r["params"])} for r in rows],
-        list(PARAM_CONVENTIONS)
+        param_conventions()
         + ([f"active_per_token: {spec.n_experts_per_token} of {spec.n_experts} routed experts"
             + (f" plus {spec.n_shared_experts} shared" if spec.n_shared_experts else "")
             + " per MoE layer; embeddings and head included"] if spec.is_moe else []),
@@ -118,7 +123,7 @@ def _reconciliation_table(recon: list[tuple[str, int]], total: int) -> Table:
     rows.append({"term": "= exact total", "params": f"{total:,}", "si": fmt_count(total)})
     return Table(
         "why 12·L·D² differs from the exact total",
-        [Column("term", "term", align="left"), Column("params", "params (exact)"), Column("si", "params (SI)")],
+        [Column("term", "term", align="left"), Column("params", "params (exact)"), Column("si", count_label("params"))],
         rows,
     )
 
@@ -139,7 +144,7 @@ def fallback_params_document(model: FallbackModel, source: str) -> Document:
     notes = [
         "components: each unique parameter filed by the name of the module holding it (attention, mlp, moe, "
         "norm, embedding, head); a name no rule recognises is kept as its module path (layer index as *)",
-        PARAM_CONVENTIONS[0], PARAM_CONVENTIONS[1],
+        *param_conventions()[:2],
         f"keys the config leaves out take {model.counted['config_class']}'s defaults, as when transformers loads it"
         + (": " + ", ".join(f"{k} = {v:,}" for k, v in model.counted["defaulted"].items())
            if model.counted["defaulted"] else ""),
@@ -172,7 +177,8 @@ def fallback_params_document(model: FallbackModel, source: str) -> Document:
         "parameters by component",
         [Column("kind", "kind", align="left", show=False), Column("name", "component", align="left"),
          Column("params", "params (exact)", fmt_int),
-         Column("params_si", "params (SI)", csv=False), Column("fraction_of_total", "share of total (%)", _share)],
+         Column("params_si", count_label("params"), csv=False),
+         Column("fraction_of_total", "share of total (%)", _share)],
         [{**r, "params_si": fmt_count(r["params"])} for r in rows], notes,
     )
     return Document(f"{model.name}: {model.describe()}", data, [table],
@@ -195,7 +201,7 @@ def adapter_table(ft: Finetune) -> Table:
     return Table(
         f"{ft.config.method} adapters, rank {ft.config.rank}, targets {ft.config.target_label}",
         [Column("name", "component", align="left"), Column("params", "params (exact)", fmt_int),
-         Column("params_si", "params (SI)", csv=False)],
+         Column("params_si", count_label("params"), csv=False)],
         rows, ft.notes()[:1] + [f"trainable share {share * 100:.3f} % of all parameters (adapters + base), "
                                  "as peft's print_trainable_parameters reports it"],
     )

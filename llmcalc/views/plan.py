@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..render.tables import Column, Document, Table
-from ..units import fmt_budget, fmt_count
+from ..units import count_label, fmt_budget, fmt_count
 
 if TYPE_CHECKING:
     from ..analytic.training import BudgetPlan
@@ -18,8 +18,8 @@ def document(budget: BudgetPlan) -> Document:
     data = {**inputs, "compute_flops": compute, "plans": rows}
     table = Table(
         "compute-optimal model size and tokens",
-        [Column("method", "method", align="left"), Column("params", "params (SI)", fmt_count),
-         Column("tokens", "tokens (SI)", fmt_count),
+        [Column("method", "method", align="left"), Column("params", count_label("params"), fmt_count),
+         Column("tokens", count_label("tokens"), fmt_count),
          Column("tokens_per_param", "tokens per param", lambda v: f"{v:.1f}")],
         rows,
         ["C = 6·N·D (Kaplan et al. 2020); " + p.source for p in plans[:1]] + [p.source for p in plans[1:]]

@@ -4,7 +4,7 @@ Face repo ids) each model preset stands for."""
 from __future__ import annotations
 
 from ..render.tables import Column, Document, Table
-from ..units import GIB, fmt_count
+from ..units import GIB, count_label, fmt_count
 
 
 def document() -> Document:
@@ -39,7 +39,7 @@ def document() -> Document:
         [
             Column("kind", "kind", align="left"),
             Column("name", "name", align="left"),
-            Column("params", "params (SI)", fmt_count),
+            Column("params", count_label("params"), fmt_count),
             Column("summary", "summary", align="left"),
         ],
         rows,
@@ -54,7 +54,8 @@ def document() -> Document:
          Column("variant", "variant", align="left"), Column("differs", "config.json differs in", align="left")],
         ckpt_rows,
         ["each preset's own repo id (its _source) works too; a checkpoint whose config.json differs answers under "
-         "its repo's name with those values; any other repo id: pass its downloaded config.json (the hub is not "
-         "reached); presets/checkpoints.json says why each shares the architecture"],
+         "its repo's name with those values; any other repo id: read from the local Hugging Face cache, else its "
+         "config.json alone fetched where huggingface_hub and the hub are there, else pass its downloaded "
+         "config.json; presets/checkpoints.json says why each shares the architecture"],
     )
     return Document("llmcalc presets", {"presets": rows}, [table, published])
