@@ -449,13 +449,16 @@ def plan_training(request: TrainRequest, model: ModelSpec | CountedModel | None,
 
 
 def _step_options(request: TrainRequest) -> tuple[dict[str, Any], list[str]]:
-    """The step model's options, with the recipe --dtype names where the step is predicted and --recipe is not
-    given (precision.recipe_for_dtype), and the line that says which."""
+    """The step model's options, with --pipeline-layout's --vpp and --mtp-layers, and the recipe --dtype names where
+    the step is predicted and --recipe is not given (precision.recipe_for_dtype), and the line that says which."""
+    from .pipeline_layout import layout_options
+
+    options = layout_options(dict(request.layout))  # --pipeline-layout: --vpp and --mtp-layers follow from it
     if not request.predicts_step:
-        return dict(request.layout), []
+        return options, []
     from .precision import step_recipe
 
-    return step_recipe(request.dtype, request.gpu, dict(request.layout))
+    return step_recipe(request.dtype, request.gpu, options)
 
 
 def _recipe_peak(accelerator: Accelerator, pred: StepPrediction | None) -> tuple[str, float] | None:

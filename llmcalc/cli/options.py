@@ -277,6 +277,10 @@ def step_options(func: F) -> F:
                           "--decoder-first-pipeline-num-layers; the rest split evenly)."),
         click.option("--last-stage-layers", type=POSITIVE_INT, default=None,
                      help="Layers on the last pipeline rank (Megatron's --decoder-last-pipeline-num-layers)."),
+        click.option("--pipeline-layout", default=None,
+                     help="Megatron's --pipeline-model-parallel-layout: each stage's layers, stages split by |, E "
+                          "embedding, t layer, m MTP layer, L loss, x*n and (...)*n repeat (e.g. "
+                          "'Et*3|(tt|)*29,m|L'); stages = pp x vpp (--vpp follows from it)."),
         click.option("--cp-a2a-size", type=POSITIVE_INT, default=None,
                      help="With --cp-comm a2a+p2p: ranks of the inner all-to-all level (Megatron's "
                           "--hierarchical-context-parallel-sizes A P); the ring runs over cp / A."),
