@@ -91,8 +91,11 @@ def mfu_conventions(model_flops_per_s: float, accelerator: Accelerator, dtype: s
 
 def step_recipe(dtype: str | None, gpu: str | None, step: dict) -> tuple[dict, list[str]]:
     """The step model's options (`step`, as typed) with the recipe `--dtype` names where --recipe is not typed
-    (`recipe_for_dtype`), and the line that says which; `dtype` None (not typed): `step` unchanged."""
+    (`recipe_for_dtype`), and the line that says which; `dtype` None (not typed) or bf16 (the default recipe):
+    `step` unchanged."""
     if dtype is None or step.get("recipe") is not None:
         return step, []
     recipe, note = recipe_for_dtype(dtype, gpu)
-    return {**step, "recipe": recipe}, [] if note is None else [note]
+    if note is None:  # bf16: the default recipe, nothing to say
+        return step, []
+    return {**step, "recipe": recipe}, [note]
