@@ -4,8 +4,8 @@ References: Transformer Engine's default FP8 recipe (transformer_engine/pytorch/
 get_default_fp8_recipe: MXFP8BlockScaling where MXFP8 is supported, compute capability >= 10.0, else
 DelayedScaling); Megatron-LM's --fp8-recipe default 'delayed' (megatron/training/arguments.py); the dense peaks of
 the presets' datasheets (H100 SXM 989.4 / 1978.9 TFLOP/s bf16 / fp8; GB300 2.5 / 5 / 15 PFLOP/s bf16 / fp8 / fp4);
-NVIDIA's NeMo performance summary (FP8 runs faster than BF16 on the same layout: Llama3-8B on 8 GB200 reaches
-1,838 model TFLOP/s per GPU in FP8, 73.5 % of the 2.5 PFLOP/s BF16 peak, 36.8 % of the FP8 one).
+Megatron-Bridge's Performance Tuning Guide (FP8 1.2-1.5x over BF16); NVIDIA's NeMo performance summary (Llama3-8B on
+8 GB200 reaches 1,838 model TFLOP/s per GPU in FP8: 73.5 % of the 2.5 PFLOP/s BF16 peak, 36.8 % of the FP8 one).
 """
 
 from __future__ import annotations
@@ -39,8 +39,11 @@ def test_train_dtype_fp8_times_the_fp8_recipe_and_says_which():
     assert implied["recipe"] == "fp8" and implied["recipe_from_dtype"] == "fp8"
     assert implied["tokens_per_second_per_gpu"] == explicit["tokens_per_second_per_gpu"]
     bf16 = cli_json(*TRAIN, "--gpu", "h100-sxm")
-    # NeMo's tables: FP8 runs faster than BF16 on the same layout; the issue: --dtype fp8 used to time BF16
-    assert implied["tokens_per_second_per_gpu"] > 1.1 * bf16["tokens_per_second_per_gpu"]
+    # Megatron-Bridge's Performance Tuning Guide (docs.nvidia.com/nemo/megatron-bridge/latest/performance-guide.html,
+    # "Low Precision Training"): the default FP8 recipe, FP8 in the Transformer block's linear layers only,
+    # "typically achiev[es] a speedup of 1.2-1.5X" over BF16 (Megatron-LM#396: a 13B GPT on H100, 0.34 -> 0.24 s
+    # per step, 1.42x). The issue: --dtype fp8 used to time the BF16 run (1.0x).
+    assert 1.2 <= implied["tokens_per_second_per_gpu"] / bf16["tokens_per_second_per_gpu"] <= 1.5
     assert "recipe_from_dtype" not in explicit
 
 
