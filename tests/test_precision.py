@@ -99,3 +99,15 @@ def test_memory_layout_compare_read_dtype_as_train_does():
     assert best["mfu_vs_bf16_peak"] == pytest.approx(best["mfu"] * 1978.9 / 989.4, rel=1e-4)
     scenario = cli_json("compare", "llama-3-8b", "--dtype", "fp8")["scenario"]
     assert (scenario["dtype"], scenario["recipe"]) == ("fp8", "fp8")
+
+
+def test_report_sets_beside_the_gpu_only_accelerators_with_that_peak():
+    """`report --dtype fp8`: the A100 has no dense fp8 peak (its datasheet lists none), so it is not set beside."""
+    from llmcalc.analytic.summary import Scenario
+    from llmcalc.report.sweeps import accelerators_shown
+
+    spec = {"llama-3-8b": None}
+    fp8 = accelerators_shown(spec, Scenario(gpu=load_hardware("h100-sxm"), dtype="fp8"), load_hardware)
+    bf16 = accelerators_shown(spec, Scenario(gpu=load_hardware("h100-sxm")), load_hardware)
+    assert "a100-80gb-sxm" in [a.key for a in bf16] and "a100-80gb-sxm" not in [a.key for a in fp8]
+    assert len(fp8) == len(bf16) == 4 and all("fp8" in a.peak_flops for a in fp8)
