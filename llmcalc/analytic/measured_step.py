@@ -675,13 +675,14 @@ def measured_stage_peak(step: MeasuredStep, lay: Layout, seq_len: int, recipe: s
 def rank_measured_layouts(model: MeasuredModel, gpu: str, n_gpus: int, seq_len: int, global_batch: int | None = None,
                           global_batch_tokens: float | None = None, *, model_flops_per_token: float,
                           hardware_flops_per_token: float, causal: bool = False, recompute: str | None = None,
-                          tp_overlap: bool = False, top: int = 10,
+                          tp_overlap: bool = False, top: int = 10, dtype: str = "bf16",
                           progress: Any = None, **options: Any) -> Any:  # long: the search's phases in order
     """`layout` for a measured model: tp over the divisors of GPUs per node that transformers' plan can split,
     pp dividing the GPUs (up to the layers, 64 at most), micro-batch 1, 2 or 4, vpp 2 or 4 where the micro-batches
     are a multiple of pp, as ``steptime._candidates``; ZeRO-1, else ZeRO-3 where dp > 1, whichever first fits
     (``measured_stage_peak``, no recomputation: the measured activations are of a forward that recomputes
-    nothing); each fitting layout predicted exactly (``predict_measured``) and ranked by throughput."""
+    nothing); each fitting layout predicted exactly (``predict_measured``) and ranked by throughput; MFU against the
+    dense `dtype` peak."""
     from .kernels import device_for
     from .steptime import LayoutSearch, _why_they_lose, global_batch_sequences
 
@@ -695,7 +696,7 @@ def rank_measured_layouts(model: MeasuredModel, gpu: str, n_gpus: int, seq_len: 
     recipe = settings.pop("recipe", "bf16-mixed")
     optimizer = settings.get("optimizer", "adamw")
     measured = MeasuredStep.of(model)
-    dev = device_for(gpu, "bf16")
+    dev = device_for(gpu, dtype)  # MFU against the dense --dtype peak, as steptime.search_layouts quotes it
     capacity, per_node = dev.accelerator.usable_bytes, dev.network.gpus_per_node
     tps = []
     for t in (1, 2, 4, 8, 16):

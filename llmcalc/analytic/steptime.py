@@ -65,7 +65,7 @@ from ..records import dataclass, replaced
 from ..spec import ModelSpec
 from ..units import GIB, plural
 from ..validate import DEFAULT_ZERO, MAX_BATCH, RANK_ORDER, RANK_ORDER_DIMS, rank_order
-from . import comm, kernels
+from . import comm, kernels, pipeline_layout
 from .activations import ATTENTION_IMPLS, ActivationEstimate, activation_memory, kept_terms, layer_saved
 from .flops import RECOMPUTE, StepFlops, forward_ops, has_backward, indexer_ops, layer_ops, step_flops, utilization
 from .kernels import (  # noqa: F401  (re-exported: the step model's public names)
@@ -196,6 +196,7 @@ class Layout(Parallel):
     mtp_layers: int = 0  # multi-token prediction layers (DeepSeek-V3) on the last stage
     first_stage_layers: int = 0  # layers of the first pipeline rank, all its chunks (0: the even split)
     last_stage_layers: int = 0  # layers of the last pipeline rank (Megatron's num_layers_in_last_pipeline_stage)
+    pipeline_layout: str = ""  # Megatron's layout string: each stage's layers (pipeline_layout.py); "" none
     fp8_param_gather: bool = False  # ZeRO / FSDP all-gather the FP8 copy of the weights (1 byte, not 2)
     attention_kernel: str = "auto"
     fp8_attention: bool = False
@@ -317,7 +318,8 @@ def check_modelled(spec: ModelSpec) -> None:
 STEP_DEFAULTS = {"ep_overlap": False, "order": ORDER, "cp_comm": "p2p", "cp_a2a_size": 0,
                  "recompute_layers": 0,
                  "recompute_modules": (), "mtp_layers": 0, "first_stage_layers": 0,
-                 "last_stage_layers": 0, "fp8_param_gather": False, "attention_kernel": "auto", "fp8_attention": False,
+                 "last_stage_layers": 0, "pipeline_layout": "", "fp8_param_gather": False, "attention_kernel": "auto",
+                 "fp8_attention": False,
                  "moe_imbalance": MOE_IMBALANCE, "ep_dispatcher": "alltoall", "fused_elementwise": True,
                  "optimizer": "adamw"}
 EP_DISPATCHERS = ("alltoall", "deepep")
@@ -430,7 +432,7 @@ def _settings_inert(spec: ModelSpec, template: dict[str, Any]) -> bool:
     other than alltoall: the expert mesh), and the rest, which read only the template and the model, pass on the
     template's own layout."""
     if template["cp_comm"] not in ("p2p", "all-gather") or template["ep_overlap"] or template["first_stage_layers"] \
-            or template["last_stage_layers"] or template["ep_dispatcher"] != "alltoall":
+            or template["last_stage_layers"] or template["pipeline_layout"] or template["ep_dispatcher"] != "alltoall":
         return False
     try:
         _check_step_settings(spec, _built(Layout, dict(template)))
@@ -494,6 +496,8 @@ def stage_split(n_layers: int, lay: Layout, n_stages: int) -> list[int]:
     = --decoder-first/last-pipeline-num-layers): the first rank holds `first_stage_layers`, the last
     `last_stage_layers`, each split evenly over its vpp chunks; the other ranks share the rest evenly (every
     division exact, as Megatron asserts)."""
+    if lay.pipeline_layout:  # --pipeline-layout: each stage's layers as the string places them
+        return list(pipeline_layout.parse(lay.pipeline_layout, lay.pp).decoder_layers)
     first, last = lay.first_stage_layers, lay.last_stage_layers
     if not (first or last):
         return split_layers(n_layers, n_stages)
@@ -510,8 +514,11 @@ def stage_split(n_layers: int, lay: Layout, n_stages: int) -> list[int]:
 
 
 def _check_stage_layers(spec: ModelSpec, lay: Layout) -> None:
-    """--first-stage-layers / --last-stage-layers against the pipeline, one line each (Megatron's asserts)."""
+    """--first-stage-layers / --last-stage-layers (or --pipeline-layout) against the pipeline, one line each
+    (Megatron's asserts)."""
     first, last = lay.first_stage_layers, lay.last_stage_layers
+    if lay.pipeline_layout:
+        return _check_pipeline_layout(spec, lay)
     if not (first or last):
         return
     if first < 0 or last < 0:
@@ -530,6 +537,23 @@ def _check_stage_layers(spec: ModelSpec, lay: Layout) -> None:
                                                             ("--last-stage-layers", last)) if n)
         raise LlmcalcError(f"{given} leave{'s' if not (first and last) else ''} {middle} of {spec.n_layers} layers "
                            f"for {middle_ranks} other pipeline ranks x {v} chunks: they must divide evenly")
+
+
+def _check_pipeline_layout(spec: ModelSpec, lay: Layout) -> None:
+    """--pipeline-layout against the layout and the model (pipeline_layout.check_layout: Megatron's rules)."""
+    if lay.first_stage_layers or lay.last_stage_layers:
+        raise LlmcalcError("--pipeline-layout places every stage's layers: drop --first-stage-layers / "
+                           "--last-stage-layers")
+    if lay.pp < 2:
+        raise LlmcalcError("--pipeline-layout places layers on pipeline stages: it needs --pp 2 or more")
+    if lay.schedule not in ("1f1b", "interleaved"):
+        raise LlmcalcError(f"--pipeline-layout is Megatron's, for its 1f1b and interleaved schedules; --schedule "
+                           f"{lay.schedule} places chunks otherwise")
+    layout = pipeline_layout.parse(lay.pipeline_layout, lay.pp)
+    if layout.vpp != lay.vpp:
+        raise LlmcalcError(f"--pipeline-layout {lay.pipeline_layout!r} has {len(layout.stages)} stages = pp {lay.pp} "
+                           f"x vpp {layout.vpp}, not --vpp {lay.vpp}")
+    pipeline_layout.check_layout(layout, spec.n_layers, lay.mtp_layers)
 
 
 def split_layers(n_layers: int, n_stages: int) -> list[int]:
@@ -1346,7 +1370,7 @@ def _stage_cost(ctx: _Ctx, composition: tuple, recompute: str, cid: int | None =
     key = ("stage", _interned(composition) if cid is None else cid, recompute, ctx.lay.mtp_layers)
     total = ctx.cache.get(key)
     if total is None:
-        runs, embedding, head = composition
+        runs, embedding, head, mtp = composition
         total = StageTimes()
         for i, rc, count in runs:
             total.add(_layer_cost(ctx, i, rc), count)
@@ -1354,8 +1378,8 @@ def _stage_cost(ctx: _Ctx, composition: tuple, recompute: str, cid: int | None =
             total.add(_cached_in(ctx.dense_cache, ("embedding",), lambda: _embedding_times(ctx)))
         if head:
             total.add(_cached_in(ctx.dense_cache, ("head",), lambda: _head_times(ctx)))
-            for _ in range(ctx.lay.mtp_layers):
-                total.add(_mtp_times(ctx, recompute))
+        for _ in range(mtp):  # on the last stage, or where --pipeline-layout puts them
+            total.add(_mtp_times(ctx, recompute))
         ctx.cache[key] = total
     return total
 
@@ -1383,19 +1407,27 @@ def _p2p_seconds(ctx: _Ctx) -> float:
     return seconds
 
 
+def _mtp_stage(lay: Layout, n_stages: int) -> int:
+    """The model stage holding the MTP layers: the last (with the LM head), or where --pipeline-layout puts them."""
+    if lay.pipeline_layout:
+        found = pipeline_layout.parse(lay.pipeline_layout, lay.pp).mtp_stage
+        return n_stages - 1 if found is None else found
+    return n_stages - 1
+
+
 def _stage_plan(spec: ModelSpec, n_stages: int, lay: Layout,
                 recompute: str) -> tuple[list[int], list[int], list[int], list, Callable[[str, int], tuple], tuple]:
     """(layers per stage, first layer of each, each stage's composition as an index into the distinct compositions,
     the distinct compositions, the rank groups, each distinct composition's _interned id): a composition is the runs
-    of (a representative layer of one kind, what it recomputes, how many) and whether the stage holds the embedding /
-    the LM head; `groups(schedule, pp)` lists the pipeline ranks whose chunks have the same compositions once, each as
-    (its first rank, that rank's stages), in rank order (such ranks cost the same in every respect), and the last rank
-    of each such group (whose path dominates the group's in pipeline.path_bounds). Cached per model, stage count and
-    recomputation (and pp and schedule where the first or last stage's layers are set: stage_split reads them only
-    then)."""
-    fixed = lay.first_stage_layers or lay.last_stage_layers
-    key = (_token(spec), n_stages, recompute, lay.recompute_layers, lay.recompute_modules, lay.first_stage_layers,
-           lay.last_stage_layers, lay.pp if fixed else 0, lay.schedule if fixed else "")
+    of (a representative layer of one kind, what it recomputes, how many), whether the stage holds the embedding /
+    the LM head, and its MTP layers; `groups(schedule, pp)` lists the pipeline ranks whose chunks have the same
+    compositions once, each as (its first rank, that rank's stages), in rank order (such ranks cost the same in every
+    respect), and the last rank of each such group (whose path dominates the group's in pipeline.path_bounds). Cached
+    per model, stage count, recomputation and MTP layers (and pp and schedule where the first or last stage's layers
+    or a pipeline layout are set: stage_split reads them only then)."""
+    fixed = (lay.first_stage_layers, lay.last_stage_layers, lay.pipeline_layout, lay.pp, lay.schedule)
+    key = (_token(spec), n_stages, recompute, lay.recompute_layers, lay.recompute_modules, lay.mtp_layers,
+           *(fixed if any(fixed[:3]) else ()))
     found = _CACHES["params"].get(key)  # (a hit makes no closures)
     if found is not None:
         return found
@@ -1422,7 +1454,8 @@ def _stage_plan(spec: ModelSpec, n_stages: int, lay: Layout,
                     if start >= b:
                         break
                     runs.setdefault((kind, same), [first[kind], 0])[1] += min(b, stop) - max(a, start)
-            plan.append((tuple((i, rc, count) for (_, rc), (i, count) in runs.items()), k == 0, k == n_stages - 1))
+            plan.append((tuple((i, rc, count) for (_, rc), (i, count) in runs.items()), k == 0, k == n_stages - 1,
+                         lay.mtp_layers if k == _mtp_stage(lay, n_stages) else 0))
         index: dict[tuple, int] = {}
         ids = [index.setdefault(composition, len(index)) for composition in plan]
 
@@ -1669,7 +1702,7 @@ def _assumptions_of(ctx: _Ctx, recompute: str) -> tuple[dict[str, Any], str]:
            KERNEL_EFFICIENCY, EP_OVERLAP_SMS, lay.attention_kernel, lay.fp8_attention, lay.order, lay.fused_elementwise,
            lay.tp_overlap, lay.dp_overlap, lay.optimizer, lay.fp8_param_gather, lay.first_stage_layers,
            lay.last_stage_layers, lay.cp, lay.cp_comm, lay.cp_a2a_size, lay.moe_imbalance, lay.ep_overlap,
-           lay.recompute_layers, lay.recompute_modules, lay.mtp_layers)
+           lay.recompute_layers, lay.recompute_modules, lay.mtp_layers, lay.pipeline_layout, lay.pp)
     def make() -> tuple[dict[str, Any], str]:
         out = _assumptions(ctx, recompute)
         return out, "assumed: " + "; ".join(f"{k} {v}" for k, v in out.items())
@@ -1699,6 +1732,9 @@ def _assumptions(ctx: _Ctx, recompute: str) -> dict[str, Any]:
         out["param_gather_bytes_per_parameter"] = 1.0
     if lay.first_stage_layers or lay.last_stage_layers:
         out["stage_layers"] = {"first": lay.first_stage_layers or None, "last": lay.last_stage_layers or None}
+    if lay.pipeline_layout:
+        out["pipeline_layout"] = (f"{lay.pipeline_layout} (Megatron-Core PipelineParallelLayerLayout: "
+                                  f"{pipeline_layout.parse(lay.pipeline_layout, lay.pp).describe()})")
     if rec.fp8:
         out["quantization_bytes_per_element"] = kernels.QUANT_BYTES[rec.fp8]
     if lay.cp > 1:
@@ -2389,8 +2425,8 @@ def _work_floor(ctx: _Ctx) -> float:
             runs: dict[tuple, list[int]] = {}
             for i in range(spec.n_layers):
                 runs.setdefault(_layer_kind(spec, i), [i, 0])[1] += 1
-            return tuple((i, frozenset(), count) for i, count in runs.values()), True, True
-        composition = _cached("params", ("whole", _token(spec)), whole)
+            return tuple((i, frozenset(), count) for i, count in runs.values()), True, True, lay.mtp_layers
+        composition = _cached("params", ("whole", _token(spec), lay.mtp_layers), whole)
         pass_, wgt = _composition_passes(ctx, composition, "none")
         work = ctx.cache[key] = pass_ + (wgt if wgt is not None else 0.0)
     return _spread_work(lay, work)
@@ -2431,7 +2467,7 @@ def _step_floor(spec: ModelSpec, dev: Device, lay: Layout, seq_len: int, rec: Re
     v = chunks_per_rank(lay.schedule, lay.vpp)
     n_stages = lay.pp * v
     key = ("floor", recompute, n_stages, lay.pp, lay.schedule, lay.first_stage_layers, lay.last_stage_layers,
-           lay.mtp_layers)
+           lay.mtp_layers, lay.pipeline_layout)
     paths = cache.get(key)
     if paths is None:
         paths = cache[key] = _floor_paths(ctx, n_stages, v, recompute)
@@ -2553,10 +2589,10 @@ def _rank_pieces(spec: ModelSpec, n_stages: int, lay: Layout, v: int) -> tuple:
         def counted(stages: tuple) -> tuple:
             out: dict[int, int] = {}
             for j, n in stages:
-                runs, embedding, head = compositions[j]
+                runs, embedding, head, mtp = compositions[j]
                 found: list[tuple[tuple, int]] = [((i, rc), count) for i, rc, count in runs]
                 found += [(("embedding",), 1)] * embedding + [(("head",), 1)] * head
-                found += [(("mtp",), lay.mtp_layers)] * (head and lay.mtp_layers > 0)
+                found += [(("mtp",), mtp)] * (mtp > 0)
                 for piece, count in found:
                     k = index.setdefault(piece, len(index))
                     out[k] = out.get(k, 0) + n * count
@@ -2565,7 +2601,7 @@ def _rank_pieces(spec: ModelSpec, n_stages: int, lay: Layout, v: int) -> tuple:
         return ranks, tuple(index), _interned(tuple(index))
     # what the plan at recompute none reads (its recompute_layers and _modules change nothing without recomputation)
     return _cached("params", ("rank pieces", _token(spec), n_stages, lay.pp, lay.schedule, lay.first_stage_layers,
-                              lay.last_stage_layers, v, lay.mtp_layers), make)
+                              lay.last_stage_layers, v, lay.mtp_layers, lay.pipeline_layout), make)
 
 
 def _floor_paths(ctx: _Ctx, n_stages: int, v: int, recompute: str) -> tuple:

@@ -43,6 +43,7 @@ class TrainingEstimate:
     mfu: float | None = None  # given
     achieved_flops_per_s: float | None = None  # given: hardware FLOP/s per device
     usd_per_gpu_hour: float | None = None
+    mfu_given: bool = True  # False: predicted by the step model, a figure in whichever convention, never refused
 
     def __post_init__(self) -> None:
         check_positive("tokens", self.tokens)
@@ -50,7 +51,7 @@ class TrainingEstimate:
         if (self.mfu is None) == (self.achieved_flops_per_s is None):
             raise LlmcalcError("give exactly one of an MFU (--mfu, e.g. 0.4) or an achieved FLOP/s per GPU "
                                "(--achieved-tflops)")
-        if self.mfu is not None:
+        if self.mfu is not None and self.mfu_given:
             fraction("MFU", self.mfu)
         if self.achieved_flops_per_s is not None:
             check_positive("achieved FLOP/s", self.achieved_flops_per_s)
@@ -380,6 +381,10 @@ class TrainingPlan:
     prediction: StepPrediction | None = None
     measured: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
+    # MFU against each dense peak it is quoted against (precision.mfu_conventions: the --dtype peak, bf16, the
+    # recipe's GEMM dtype), and which of them is the recipe's (None: no step predicted, or its peak unknown)
+    mfu_by_peak: dict[str, float] = field(default_factory=dict)
+    recipe_peak: str | None = None
 
 
 def plan_training(request: TrainRequest, model: ModelSpec | CountedModel | None,
@@ -387,7 +392,8 @@ def plan_training(request: TrainRequest, model: ModelSpec | CountedModel | None,
     """`llmcalc train`: FLOPs by the model's formula (or transformers' count, or 6·N·T), device time from the
     given MFU, achieved TFLOP/s or throughput, or from the step predicted for a layout (for a counted model,
     `steps`: what transformers measured of it, timed by measured_step.py); every combination the figures cannot
-    honour is refused with one line."""
+    honour is refused with one line. A predicted step without --recipe times the recipe --dtype names
+    (precision.recipe_for_dtype: FP8 is Transformer Engine's default), and says so."""
     from .rules import six_n
 
     if model is None:
@@ -397,6 +403,7 @@ def plan_training(request: TrainRequest, model: ModelSpec | CountedModel | None,
     else:
         basis = model.train_basis(request)
     tokens = request.tokens
+    options, warnings = _step_options(request)
     pred: StepPrediction | None
     mfu: float | None
     measured: dict[str, Any] | None
@@ -406,8 +413,7 @@ def plan_training(request: TrainRequest, model: ModelSpec | CountedModel | None,
         pred = train_measured_steptime(steps, request.gpu, request.n_gpus, dtype=request.dtype,
                                        seq_len=request.seq_len, causal=request.causal, recompute=request.recompute,
                                        model_flops_per_token=basis.model_flops / tokens,
-                                       hardware_flops_per_token=basis.hardware_flops / tokens,
-                                       options=dict(request.layout))
+                                       hardware_flops_per_token=basis.hardware_flops / tokens, options=options)
         mfu, measured = pred.mfu, None
     elif (request.mfu is None) != (request.achieved_tflops is None) and not any(
             v is not None for v in request.layout.values()):
@@ -425,16 +431,50 @@ def plan_training(request: TrainRequest, model: ModelSpec | CountedModel | None,
                                              recompute=request.recompute,
                                              model_flops_per_token=basis.model_flops / tokens,
                                              hardware_flops_per_token=basis.hardware_flops / tokens,
-                                             accelerator=accelerator, options=dict(request.layout))
+                                             accelerator=accelerator, options=options)
     if mfu is None and request.achieved_tflops is None:
         raise LlmcalcError(MFU_MISSING)
     achieved = None if request.achieved_tflops is None else request.achieved_tflops * 1e12
     est = TrainingEstimate(tokens=tokens, model_flops=basis.model_flops, hardware_flops=basis.hardware_flops,
                            accelerator=accelerator, dtype=request.dtype, n_gpus=request.n_gpus, mfu=mfu,
-                           achieved_flops_per_s=achieved, usd_per_gpu_hour=request.usd_per_gpu_hour)
+                           achieved_flops_per_s=achieved, usd_per_gpu_hour=request.usd_per_gpu_hour,
+                           mfu_given=pred is None)
     name = None if model is None else model.name  # canonical: "LLAMA-3-8B" and " llama-3-8b " answer as llama-3-8b
-    return TrainingPlan(estimate=est, inputs=_inputs(request, basis, name), six_n_t=six_n(basis.n) * tokens,
-                        prediction=pred, measured=measured, warnings=_timing_only_warning(request, pred))
+    inputs = _inputs(request, basis, name, options.get("recipe") if "recipe" not in request.layout else None)
+    recipe_peak = _recipe_peak(accelerator, pred)
+    return TrainingPlan(estimate=est, inputs=inputs, six_n_t=six_n(basis.n) * tokens, prediction=pred,
+                        measured=measured, warnings=warnings + _timing_only_warning(request, pred),
+                        mfu_by_peak=_mfu_by_peak(est, recipe_peak),
+                        recipe_peak=None if recipe_peak is None else recipe_peak[0])
+
+
+def _step_options(request: TrainRequest) -> tuple[dict[str, Any], list[str]]:
+    """The step model's options, with --pipeline-layout's --vpp and --mtp-layers, and the recipe --dtype names where
+    the step is predicted and --recipe is not given (precision.recipe_for_dtype), and the line that says which."""
+    from .pipeline_layout import layout_options
+
+    options = layout_options(dict(request.layout))  # --pipeline-layout: --vpp and --mtp-layers follow from it
+    if not request.predicts_step:
+        return options, []
+    from .precision import step_recipe
+
+    return step_recipe(request.dtype, request.gpu, options)
+
+
+def _recipe_peak(accelerator: Accelerator, pred: StepPrediction | None) -> tuple[str, float] | None:
+    """The dense peak of the predicted recipe's GEMM dtype (None without a prediction)."""
+    if pred is None:
+        return None
+    from .memory import RECIPES
+    from .precision import gemm_peak
+
+    return gemm_peak(accelerator, RECIPES[pred.recipe].gemm_dtype, pred.device.fp4_peak)
+
+
+def _mfu_by_peak(est: TrainingEstimate, recipe_peak: tuple[str, float] | None) -> dict[str, float]:
+    from .precision import mfu_conventions
+
+    return mfu_conventions(est.model_flops_per_s_per_gpu, est.accelerator, est.dtype, recipe_peak)
 
 
 def _check_device_time(request: TrainRequest, model: ModelSpec | CountedModel | None, basis: FlopsBasis,
@@ -447,13 +487,16 @@ def _check_device_time(request: TrainRequest, model: ModelSpec | CountedModel | 
                            f"dense {request.dtype} peak ({peak / 1e12:,.4g} TFLOP/s); is it a typo?")
 
 
-def _inputs(request: TrainRequest, basis: FlopsBasis, name: str | None = None) -> dict[str, Any]:
+def _inputs(request: TrainRequest, basis: FlopsBasis, name: str | None = None,
+            recipe_from_dtype: str | None = None) -> dict[str, Any]:
     inputs: dict[str, Any] = {"model": name or request.label, "tokens": request.tokens,
                               "seq_len": None if request.model is None else request.seq_len,
                               "causal": request.causal, "recompute": request.recompute, "method": basis.method,
                               "flops_basis": basis.text}
     if basis.finetune is not None:
         inputs["finetune"] = basis.finetune
+    if recipe_from_dtype is not None:  # the recipe --dtype named (precision.recipe_for_dtype)
+        inputs["recipe_from_dtype"] = recipe_from_dtype
     return inputs
 
 

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .common import emit, load_any, load_hardware
-from .options import POSITIVE_INT, finetune_options, format_option, models_argument, scenario_options
+from .common import emit, load_any, load_hardware, warn
+from .options import POSITIVE_INT, finetune_options, format_option, models_argument, recipe_of, scenario_options
 from .types import Choice
 
 if TYPE_CHECKING:
@@ -17,13 +17,20 @@ if TYPE_CHECKING:
     from ..analytic.summary import Scenario
 
 
-def make_scenario(seq_len: int, tokens: float, gpu: str, n_gpus: int, mfu: float, usd_per_gpu_hour: float | None,
-                  recipe: str, zero: int, tp: int, micro_batch: int, recompute: str, causal: bool) -> Scenario:
-    """The scenario options as the analytic Scenario, with the accelerator loaded."""
+def make_scenario(ctx: click.Context, seq_len: int, tokens: float, gpu: str, n_gpus: int, mfu: float,
+                  usd_per_gpu_hour: float | None, recipe: str, dtype: str, zero: int, tp: int, micro_batch: int,
+                  recompute: str, causal: bool) -> Scenario:
+    """The scenario options as the analytic Scenario, with the accelerator loaded: --mfu against the dense --dtype
+    peak, and without --recipe the recipe --dtype names (fp8: Transformer Engine's default on --gpu), said on
+    stderr."""
     from ..analytic.summary import Scenario
 
+    recipe, notes = recipe_of(ctx, recipe, dtype, gpu)
+    for note in notes:
+        warn(note)
     return Scenario(seq_len, tokens, load_hardware(gpu), n_gpus, mfu=mfu, usd_per_gpu_hour=usd_per_gpu_hour,
-                    recipe=recipe, zero=zero, tp=tp, micro_batch=micro_batch, recompute=recompute, causal=causal)
+                    dtype=dtype, recipe=recipe, zero=zero, tp=tp, micro_batch=micro_batch, recompute=recompute,
+                    causal=causal)
 
 
 @click.command()
@@ -32,15 +39,17 @@ def make_scenario(seq_len: int, tokens: float, gpu: str, n_gpus: int, mfu: float
 @click.option("--sort", "sort_key", default=None, help="Order the models by a column (e.g. gpu_hours).")
 @click.option("--reverse", is_flag=True, help="Sort descending.")
 @format_option
-def compare(models: tuple[str, ...], seq_len: int, tokens: float, gpu: str, n_gpus: int, mfu: float,
-            usd_per_gpu_hour: float | None, recipe: str, zero: int, tp: int, micro_batch: int, recompute: str,
-            causal: bool, sort_key: str | None, reverse: bool, fmt: str) -> None:
+@click.pass_context
+def compare(ctx: click.Context, models: tuple[str, ...], seq_len: int, tokens: float, gpu: str, n_gpus: int,
+            mfu: float, usd_per_gpu_hour: float | None, recipe: str, dtype: str, zero: int, tp: int, micro_batch: int,
+            recompute: str, causal: bool, sort_key: str | None, reverse: bool, fmt: str) -> None:
     """MODELS side by side: size, FLOPs, KV cache, training time and cost, memory per GPU."""
     from ..analytic.summary import compare_models
     from ..views.compare import document
 
-    scenario = make_scenario(seq_len, tokens, gpu, n_gpus, mfu=mfu, usd_per_gpu_hour=usd_per_gpu_hour, recipe=recipe,
-                             zero=zero, tp=tp, micro_batch=micro_batch, recompute=recompute, causal=causal)
+    scenario = make_scenario(ctx, seq_len, tokens, gpu, n_gpus, mfu=mfu, usd_per_gpu_hour=usd_per_gpu_hour,
+                             recipe=recipe, dtype=dtype, zero=zero, tp=tp, micro_batch=micro_batch,
+                             recompute=recompute, causal=causal)
     records = compare_models(load_any(models, seq_len), scenario, sort_key, reverse)
     emit(document(records, scenario), fmt)
 
@@ -64,9 +73,9 @@ def compare(models: tuple[str, ...], seq_len: int, tokens: float, gpu: str, n_gp
 @format_option
 @click.pass_context
 def report(ctx: click.Context, models: tuple[str, ...], seq_len: int, tokens: float, gpu: str, n_gpus: int,
-           mfu: float, usd_per_gpu_hour: float | None, recipe: str, zero: int, tp: int, micro_batch: int,
-           recompute: str, causal: bool, out: str | None, force: bool, profile_mode: str, serving: bool,
-           finetune: FinetuneRequest, sharded_world: int | None, fmt: str) -> None:
+           mfu: float, usd_per_gpu_hour: float | None, recipe: str, dtype: str, zero: int, tp: int,
+           micro_batch: int, recompute: str, causal: bool, out: str | None, force: bool, profile_mode: str,
+           serving: bool, finetune: FinetuneRequest, sharded_world: int | None, fmt: str) -> None:
     """A planning report for MODELS: report.md, self-contained report.html, figures (PNG), tables (CSV)."""
     from ..profiling.run import ReportProfiles
     from ..report.interrupts import signals_as_interrupts
@@ -81,9 +90,9 @@ def report(ctx: click.Context, models: tuple[str, ...], seq_len: int, tokens: fl
     with signals_as_interrupts():  # Ctrl-C: exit 130, SIGTERM: 143; the old report or the new one, whole
         request = ReportRequest(models, out=out, force=force, serve=serving, finetune=cfg,
                                 argv=getattr(ctx.find_root().command, "argv", sys.argv[1:]))
-        scenario = make_scenario(seq_len, tokens, gpu, n_gpus, mfu=mfu, usd_per_gpu_hour=usd_per_gpu_hour,
-                                 recipe=recipe, zero=zero, tp=tp, micro_batch=micro_batch, recompute=recompute,
-                                 causal=causal)
+        scenario = make_scenario(ctx, seq_len, tokens, gpu, n_gpus, mfu=mfu, usd_per_gpu_hour=usd_per_gpu_hour,
+                                 recipe=recipe, dtype=dtype, zero=zero, tp=tp, micro_batch=micro_batch,
+                                 recompute=recompute, causal=causal)
         profiler = ReportProfiles(profile_mode, sharded_world, tp=tp, micro_batch=micro_batch, seq_len=seq_len,
                                   recompute=recompute)
         run_report(request, load_any(models, seq_len), scenario, profiler, announce)

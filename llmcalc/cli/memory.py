@@ -19,6 +19,8 @@ from .options import (
     n_gpus_option,
     optimizer_option,
     parallel_options,
+    recipe_dtype_option,
+    recipe_of,
     recipe_option,
     recompute_option,
     refuse_unused,
@@ -38,6 +40,7 @@ MOVED = ("memory --inference has moved: use `llmcalc serve MODEL --gpu G --n-gpu
 @seq_len_option
 @micro_batch_option
 @recipe_option
+@recipe_dtype_option
 @optimizer_option
 @click.option("--optimizer-bytes", type=Number(maximum=64),
               help="Instead of --optimizer: optimizer-state bytes per parameter (e.g. 12 for fp32 Adam + master).")
@@ -60,7 +63,8 @@ MOVED = ("memory --inference has moved: use `llmcalc serve MODEL --gpu G --n-gpu
 @finetune_options
 @format_option
 @click.pass_context
-def memory(ctx: click.Context, model: str, seq_len: int, micro_batch: int, recipe: str, optimizer: str,
+def memory(ctx: click.Context, model: str, seq_len: int, micro_batch: int, recipe: str, dtype: str | None,
+           optimizer: str,
            optimizer_bytes: float | None, optimizer_impl: str, recompute: str, attention: str, dropout: bool,
            gpu: str | None, n_gpus: int | None, zero: int, tp: int, pp: int, ep: int, etp: int | None,
            sequence_parallel: bool, reserve_gib: float, loss_impl: str, inference: bool, moved_option: str | None,
@@ -76,12 +80,15 @@ def memory(ctx: click.Context, model: str, seq_len: int, micro_batch: int, recip
         refuse_unused(ctx, ("reserve_gib",), "without --gpu")
     if optimizer_bytes is not None:
         refuse_unused(ctx, ("optimizer",), "with --optimizer-bytes (which replaces it)")
+    refuse_unused(ctx, ("dtype",) if given(ctx, "recipe") else (), "with --recipe (memory reads --dtype only as the "
+                  "recipe it names)")
+    recipe, notes = recipe_of(ctx, recipe, dtype, gpu)
     request = MemoryRequest(micro_batch, seq_len, recipe, optimizer, optimizer_bytes, optimizer_impl=optimizer_impl,
                             recompute=recompute, attention=attention, dropout=dropout, n_gpus=n_gpus,
                             zero=zero if given(ctx, "zero") else None, tp=tp,
                             pp=pp, ep=ep, etp=etp, sequence_parallel=sequence_parallel, reserve_gib=reserve_gib,
                             finetune=finetune, loss_impl=loss_impl)
-    emit(document(plan_memory(load_measured(model, seq_len), request, device)), fmt)
+    emit(document(plan_memory(load_measured(model, seq_len), request, device)), fmt, notes)
 
 
 COMMANDS = (memory,)

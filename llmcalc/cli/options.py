@@ -184,7 +184,17 @@ def optimizer_option(func: F) -> F:
 
 def peak_dtype_option(func: F) -> F:
     return click.option("--dtype", type=DType(), default="bf16", show_default=True,
-                        help="Which dense peak of the GPU to use (bf16, fp16, fp8, tf32, fp32; bfloat16 = bf16).")(func)
+                        help="Which dense peak of the GPU MFU is quoted against (bf16, fp16, fp8, tf32, fp32; bfloat16 "
+                             "= bf16); where a step is timed or memory sized without --recipe, also the recipe "
+                             "(fp8: Transformer Engine's default FP8 recipe for the GPU).")(func)
+
+
+def recipe_dtype_option(func: F) -> F:
+    """memory's --dtype: no peak to quote, only the recipe it names (analytic.precision.recipe_for_dtype)."""
+    return click.option("--dtype", type=DType(), default=None,
+                        help="Instead of --recipe: the run's precision (bf16, fp16, fp32, tf32; fp8 = Transformer "
+                             "Engine's default FP8 recipe on --gpu: fp8 delayed scaling before Blackwell, mxfp8 "
+                             "on it).")(func)
 
 
 def price_option(func: F) -> F:
@@ -302,6 +312,10 @@ def step_options(func: F) -> F:
                           "--decoder-first-pipeline-num-layers; the rest split evenly)."),
         click.option("--last-stage-layers", type=POSITIVE_INT, default=None,
                      help="Layers on the last pipeline rank (Megatron's --decoder-last-pipeline-num-layers)."),
+        click.option("--pipeline-layout", default=None,
+                     help="Megatron's --pipeline-model-parallel-layout: each stage's layers, stages split by |, E "
+                          "embedding, t layer, m MTP layer, L loss, x*n and (...)*n repeat (e.g. "
+                          "'Et*3|(tt|)*29,m|L'); stages = pp x vpp (--vpp follows from it)."),
         click.option("--cp-a2a-size", type=POSITIVE_INT, default=None,
                      help="With --cp-comm a2a+p2p: ranks of the inner all-to-all level (Megatron's "
                           "--hierarchical-context-parallel-sizes A P); the ring runs over cp / A."),
@@ -436,6 +450,7 @@ def scenario_options(func: F) -> F:
                      help="Model FLOPs utilization assumed (0.4 or 40%)."),
         price_option,
         recipe_option,
+        peak_dtype_option,
         zero_option,
         tp_option,
         micro_batch_option,
@@ -474,3 +489,14 @@ def refuse_unused(ctx: click.Context, names: tuple[str, ...], reason: str) -> No
     if flags:
         raise click.UsageError(f"{', '.join(flags)} {'is' if len(flags) == 1 else 'are'} not used {reason}; "
                                f"leave {'it' if len(flags) == 1 else 'them'} out")
+
+
+def recipe_of(ctx: click.Context, recipe: str, dtype: str | None, gpu: str | None) -> tuple[str, list[str]]:
+    """--recipe as typed, else the one --dtype names (analytic.precision.recipe_for_dtype: fp8 is Transformer
+    Engine's default FP8 recipe on `gpu`), and the line that says which; neither typed: --recipe's default."""
+    if dtype is None or given(ctx, "recipe"):
+        return recipe, []
+    from ..analytic.precision import recipe_for_dtype
+
+    chosen, note = recipe_for_dtype(dtype, gpu)
+    return chosen, [] if note is None else [note]

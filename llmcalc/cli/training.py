@@ -19,6 +19,7 @@ from .options import (
     causal_option,
     finetune_options,
     format_option,
+    given,
     global_batch_options,
     gpu_option,
     model_argument,
@@ -113,6 +114,7 @@ def plan(ctx: click.Context, compute: float | None, gpu: str | None, n_gpus: int
 @causal_option
 @tp_overlap_option
 @step_model_options
+@peak_dtype_option
 @click.option("--top", type=POSITIVE_INT, default=10, show_default=True, help="How many layouts to list.")
 @click.option("--exhaustive", is_flag=True, help="Evaluate every layout (memory, stages, DP) instead of only those "
                                                  "whose lower bound can beat the best: the counts and the losers' "
@@ -120,9 +122,10 @@ def plan(ctx: click.Context, compute: float | None, gpu: str | None, n_gpus: int
 @format_option
 @click.pass_context
 def layout(ctx: click.Context, model: str, gpu: str, n_gpus: int, seq_len: int, global_batch: int | None,
-           global_batch_tokens: float | None, recompute: str | None, causal: bool, tp_overlap: bool, top: int,
-           exhaustive: bool, fmt: str, **step: Any) -> None:
+           global_batch_tokens: float | None, recompute: str | None, causal: bool, tp_overlap: bool, dtype: str,
+           top: int, exhaustive: bool, fmt: str, **step: Any) -> None:
     """Rank the parallel layouts of MODEL on N GPUs that fit in memory, by predicted throughput."""
+    from ..analytic.precision import step_recipe
     from ..analytic.steptime import global_batch_sequences, rank_layouts
     from ..render.progress import progress_bars
     from ..spec import ModelSpec
@@ -131,15 +134,16 @@ def layout(ctx: click.Context, model: str, gpu: str, n_gpus: int, seq_len: int, 
     global_batch_tokens = exact_batch_tokens(global_batch_tokens, seq_len)
     global_batch_sequences(global_batch, global_batch_tokens, seq_len, required=True)  # before any model is built
     spec = load_measured(model, seq_len)
+    step, notes = step_recipe(dtype if given(ctx, "dtype") else None, gpu, typed(ctx, step))  # --dtype fp8: FP8
     search_args = dict(global_batch=global_batch, global_batch_tokens=global_batch_tokens, causal=causal,
-                       recompute=recompute, tp_overlap=tp_overlap, top=top, **typed(ctx, step))
+                       recompute=recompute, tp_overlap=tp_overlap, top=top, dtype=dtype, **step)
     with progress_bars("layouts") as progress:
         if isinstance(spec, ModelSpec):
             search = rank_layouts(spec, gpu, n_gpus, seq_len, progress=progress, exhaustive=exhaustive,
                                   **search_args)
         else:  # a model_type without a formula: what transformers measured of it
             search = _measured_layouts(model, spec, gpu, n_gpus, seq_len, progress=progress, **search_args)
-    emit(document(search, top, recompute), fmt)
+    emit(document(search, top, recompute), fmt, notes)
 
 
 def _measured_layouts(model: str, measured: MeasuredModel, gpu: str, n_gpus: int, seq_len: int, **search: Any) -> Any:

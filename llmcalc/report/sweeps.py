@@ -77,11 +77,13 @@ def flops_vs_seq(specs: dict[str, ModelSpec], causal: bool) -> tuple[pd.DataFram
 
 
 def accelerators_shown(specs: dict[str, ModelSpec], scenario: Scenario, load_hardware) -> list:
-    """The chosen accelerator, and with one model three neighbours to set beside it."""
+    """The chosen accelerator, and with one model three neighbours to set beside it (of those with a dense peak in
+    the scenario's dtype: `report --dtype fp8` sets no A100 beside an H100)."""
     gpu = scenario.accelerator
     if len(specs) > 1:
         return [gpu]
-    return [gpu] + [load_hardware(k) for k in NEIGHBOURS if k != gpu.key][:3]
+    others = [load_hardware(k) for k in NEIGHBOURS if k != gpu.key]
+    return [gpu] + [acc for acc in others if scenario.dtype in acc.peak_flops][:3]
 
 
 def time_vs_gpus(specs: dict[str, ModelSpec], scenario: Scenario, load_hardware) -> pd.DataFrame:

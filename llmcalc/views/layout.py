@@ -56,6 +56,32 @@ def document(search: LayoutSearch, top: int = 10, recompute: str | None = None) 
                     f"{search.optimizer}; per pipeline stage its layers' tensors and saved activations), no "
                     "recomputation (the measured forward recomputes nothing), with ZeRO-1, else ZeRO-3 (FSDP)")
         notes[3:3] = [f"measured by transformers, {k}: {text}" for k, text in sources.items()]
+    return _mfu_conventions(doc, search)
+
+
+def _mfu_conventions(doc: Document, search: LayoutSearch) -> Document:
+    """MFU (%) is against the --dtype peak; where the recipe's GEMM dtype or bf16 give another convention, each
+    layout's JSON row gets `mfu_vs_<dtype>_peak` (and `mfu_vs_recipe_peak`), and a note says how they relate."""
+    from ..analytic.memory import RECIPES
+    from ..analytic.precision import gemm_peak, mfu_conventions
+
+    if not search.ranked:
+        return doc
+    device = search.ranked[0][0].device
+    own = gemm_peak(device.accelerator, RECIPES[search.recipe].gemm_dtype, device.fp4_peak)
+    for row, (pred, _) in zip(doc.data["layouts"], search.ranked, strict=False):
+        by_peak = mfu_conventions(pred.model_flops_per_gpu, device.accelerator, device.dtype, own)
+        if len(by_peak) > 1:
+            row.update({f"mfu_vs_{dtype}_peak": value for dtype, value in by_peak.items()})
+            if own is not None:
+                row["mfu_vs_recipe_peak"] = by_peak[own[0]]
+    ratios = mfu_conventions(1.0, device.accelerator, device.dtype, own)
+    if len(ratios) > 1:
+        doc.tables[0].notes.append(
+            f"MFU (%) against the dense {device.dtype} peak ({device.peak / 1e12:,.6g} TFLOP/s); against the "
+            + ", ".join(f"dense {dtype} peak x {value / ratios[device.dtype]:.4g}" for dtype, value in ratios.items()
+                        if dtype != device.dtype)
+            + f" ({search.recipe}'s GEMMs run in {own[0] if own else 'an unlisted dtype'}; JSON: mfu_vs_<dtype>_peak)")
     return doc
 
 
