@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from llmcalc.analytic import steptime
+from llmcalc.analytic import kernels
 from llmcalc.analytic.activations import ActivationEstimate, Saved, kept_terms, layer_saved, layer_terms, scaled
 from llmcalc.analytic.memory import (
     OPTIMIZERS,
@@ -17,6 +17,8 @@ from llmcalc.analytic.memory import (
 )
 from llmcalc.analytic.parallel import Parallel
 from llmcalc.analytic.params import count_params, largest_tensor, layer_blocks
+from llmcalc.analytic.step import cache, constants, layout, search_memory
+from llmcalc.analytic.step import dp as step_dp
 from llmcalc.spec import load_model, model_names
 
 
@@ -24,7 +26,7 @@ def _decoders():
     for name in model_names():
         try:
             spec = load_model(name)
-            steptime.check_modelled(spec)
+            layout.check_modelled(spec)
         except Exception:  # not a model the step model covers
             continue
         if spec.architecture == "decoder":
@@ -46,8 +48,8 @@ def test_activation_sums_are_the_stage_dicts_sums_on_every_preset():
                                                         (per, 2 * per, 3, True)]
             for (start, stop, in_flight, head), rc, tp, mb, sp in itertools.product(
                     ranges, ("none", "selective", "full"), (1, 2, 8), (1, 2), (True, False)):
-                got = steptime._activation_sums(spec, mb, 2048, 2, rc, tp, sp, start, stop, in_flight, head)
-                _, values, _, logits, largest, own, head_saved = steptime._stage_acts(
+                got = search_memory._activation_sums(spec, mb, 2048, 2, rc, tp, sp, start, stop, in_flight, head)
+                _, values, _, logits, largest, own, head_saved = search_memory._stage_acts(
                     spec, mb, 2048, 2, rc, tp=tp, sp=sp, start=start, stop=stop, in_flight=in_flight, head=head)
                 assert got == (sum(values), logits, head_saved, in_flight, own, largest), (name, start, stop, rc)
                 checked += 1
@@ -65,13 +67,13 @@ def test_activation_sums_with_a_name_twice_in_a_layer():
     for i in (3, 9, 20):
         types[i] = "attention|shared_block+mlp"
     spec = dataclasses.replace(spec, layer_types=tuple(types), shared_adapter_rank=8, shared_blocks=1)
-    steptime.check_modelled(spec)
+    layout.check_modelled(spec)
     n = spec.n_layers
     for (start, stop, in_flight, head), rc, tp in itertools.product(
             [(0, n, 1, True), (0, n // 2, 2, False), (n // 2, n, 1, True), (2, 6, 3, True), (3, 4, 2, False),
              (1, 12, 4, True)], ("none", "selective", "full"), (1, 2)):
-        got = steptime._activation_sums(spec, 2, 2048, 2, rc, tp, True, start, stop, in_flight, head)
-        _, values, _, logits, largest, own, head_saved = steptime._stage_acts(
+        got = search_memory._activation_sums(spec, 2, 2048, 2, rc, tp, True, start, stop, in_flight, head)
+        _, values, _, logits, largest, own, head_saved = search_memory._stage_acts(
             spec, 2, 2048, 2, rc, tp=tp, sp=True, start=start, stop=stop, in_flight=in_flight, head=head)
         assert got == (sum(values), logits, head_saved, in_flight, own, largest), (start, stop, rc, tp)
 
@@ -136,19 +138,19 @@ def test_stage_states_are_the_estimates_state_terms(model, recipe, optimizer):
                                expert_params_on_gpu=experts, head_params_on_gpu=head_p,
                                late_params_on_gpu=late_p).state_terms()
                 for n, params, head_p, late_p in stages]
-        assert steptime._stage_states(spec, recipe, optimizer, (tp, cp, pp, dp, ep, etp, zero)) == want
+        assert search_memory._stage_states(spec, recipe, optimizer, (tp, cp, pp, dp, ep, etp, zero)) == want
 
 
 def test_dp_seconds_scale_zero3_counts_by_micro_batches():
     """_dp_seconds keeps ZeRO-3's per-call seconds once whatever the micro-batches: the same (kind, seconds,
     calls) as its collectives built for those micro-batches."""
-    net = steptime.device_for("h100-sxm").network
+    net = kernels.device_for("h100-sxm").network
     rec = RECIPES["bf16-mixed"]
     for params, group, zero, stride, members, m, units in itertools.product(
             (3e8, 7.5e9), (8, 64), (1, 3), (1, 8), (1, 8), (1, 3, 16), (0, 17)):
-        want = tuple((c.kind, c.seconds(net), c.count) for c in steptime._dp_colls(
+        want = tuple((c.kind, c.seconds(net), c.count) for c in step_dp._dp_colls(
             params, rec, group, zero, stride, members=members, m=m, units=units))
-        assert steptime._dp_seconds(params, rec, group, zero, stride, members=members, m=m, units=units,
+        assert step_dp._dp_seconds(params, rec, group, zero, stride, members=members, m=m, units=units,
                                     net=net) == want
 
 
@@ -156,15 +158,15 @@ def test_dp_colls_are_the_collectives_init_builds():
     """_dp_colls builds its per-bucket Collectives without __init__ (parallel._built): each is the Collective that
     comm.Collective(...) builds from the same fields (equal, the same fields in the same order, the same seconds)."""
     from llmcalc.analytic import comm
-    net = steptime.device_for("h100-sxm").network
+    net = kernels.device_for("h100-sxm").network
     for recipe in ("bf16-mixed", "fp8"):
         rec = RECIPES[recipe]
         for params, group, zero, stride, members, m, units, gather in itertools.product(
                 (3e8, 7.5e9), (1, 8, 64), (0, 1, 3), (1, 8), (1, 8), (1, 16), (0, 17), (None, 1.0)):
-            got = steptime._dp_colls(params, rec, group, zero, stride, members=members, m=m, units=units,
+            got = step_dp._dp_colls(params, rec, group, zero, stride, members=members, m=m, units=units,
                                      gather_bytes=gather)
             weight = min(rec.weight_bytes, 2.0) if gather is None else gather
-            calls = units or max(1, math.ceil(params / max(steptime.DP_BUCKET_PARAMS, 1e6 * group)))
+            calls = units or max(1, math.ceil(params / max(constants.DP_BUCKET_PARAMS, 1e6 * group)))
             want = [comm.Collective(c.name, c.kind, c.group, c.buffer_bytes / calls, c.count * calls, stride=c.stride,
                                     per_node=members)
                     for c in comm.dp_collectives(params, rec.grad_bytes, weight, group, zero=zero, stride=stride,
@@ -182,8 +184,8 @@ def test_resized_at_its_own_layer_count_is_the_model():
             spec = load_model(name)
         except Exception:  # a preset that does not load alone
             continue
-        steptime.clear_caches()
-        assert steptime._resized(spec, spec.n_layers) is spec
+        cache.clear_caches()
+        assert search_memory._resized(spec, spec.n_layers) is spec
         assert spec.with_layers(spec.n_layers) == spec, name
 
 
@@ -195,6 +197,6 @@ def test_head_acts_are_activation_memory_without_layers():
     for name in ("llama-3.1-405b", "deepseek-v3", "nemotron-h-8b", "gemma-2-9b"):
         spec = load_model(name)
         for head, rc, tp, sp in itertools.product((True, False), ("none", "full"), (1, 8), (True, False)):
-            common = (steptime._token(spec), 2, 4096, 2, rc, tp, sp)
-            assert steptime._head_acts(spec, common, head) == activation_memory(
+            common = (cache._token(spec), 2, 4096, 2, rc, tp, sp)
+            assert search_memory._head_acts(spec, common, head) == activation_memory(
                 spec, 2, 4096, 2, rc, tp=tp, sequence_parallel=sp, layers=range(0), head=head)

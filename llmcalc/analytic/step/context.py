@@ -1,0 +1,183 @@
+"""One prediction's fixed inputs (_Ctx): model, device, layout, sequence, recipe; the GEMM and HBM-stream times they
+imply; StageTimes, the seconds of one micro-batch on one stage by part."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import field
+
+from ...records import dataclass
+from ...spec import ModelSpec
+from .. import kernels
+from ..kernels import Device, stream_seconds
+from ..memory import Recipe
+from . import constants
+from .cache import _CACHES, _cached, _cached_in, _interned, _token
+from .layout import Layout, _stride
+
+
+@dataclass
+class StageTimes:
+    """Seconds of one micro-batch on one pipeline stage (one model chunk), by part."""
+
+    fwd: float = 0.0  # compute
+    bwd_input: float = 0.0  # input gradients, attention backward, elementwise backward, recomputation
+    bwd_weight: float = 0.0  # weight gradients
+    tp: float = 0.0  # exposed, forward + backward
+    cp: float = 0.0
+    ep: float = 0.0
+    comm_fwd: float = 0.0  # the part of tp + cp + ep exposed in the forward pass
+    gemm_fwd: float = 0.0  # forward GEMMs (what TP overlap hides behind)
+
+    @property
+    def compute(self) -> float:
+        return self.fwd + self.bwd_input + self.bwd_weight
+
+    @property
+    def total(self) -> float:
+        return self.compute + self.tp + self.cp + self.ep
+
+    def add(self, other: StageTimes, times: float = 1.0) -> None:
+        """Add `times` x `other`, part by part."""
+        self.fwd += times * other.fwd
+        self.bwd_input += times * other.bwd_input
+        self.bwd_weight += times * other.bwd_weight
+        self.tp += times * other.tp
+        self.cp += times * other.cp
+        self.ep += times * other.ep
+        self.comm_fwd += times * other.comm_fwd
+        self.gemm_fwd += times * other.gemm_fwd
+
+
+_GEMM_BYTES = {"fp8": 1.0, "fp4": 0.5 + 1 / 16, "fp32": 4.0}  # bytes per GEMM input element by GEMM dtype (else act)
+
+
+@dataclass
+class _Ctx:
+    """One prediction's fixed inputs, the rates they imply, and the per-layer-kind cache."""
+
+    spec: ModelSpec
+    dev: Device
+    lay: Layout
+    seq: int
+    recipe: Recipe
+    attention: str = "flash"
+    dropout: bool = False
+    eff: float = constants.KERNEL_EFFICIENCY
+    cache: dict = field(default_factory=dict)
+    dense_cache: dict = field(default_factory=dict)  # the layers without routed experts: fewer fields in their key
+
+    @property
+    def act(self) -> float:
+        return self.recipe.act_bytes
+
+    @property
+    def tokens(self) -> float:
+        """Tokens of one micro-batch on this rank's sequence shard (b·S/cp)."""
+        return self.lay.micro_batch * self.seq / self.lay.cp
+
+    @property
+    def gemm_rate(self) -> float:
+        rate = self.dev.gemm_rate(self.recipe.gemm_dtype)
+        return rate * kernels.BLOCK_SCALED.get(self.recipe.name, 1.0)
+
+    @property
+    def gemm_bytes(self) -> float:
+        return _GEMM_BYTES.get(self.recipe.gemm_dtype, self.act)
+
+    def gemm(self, m: float, k: float, n: float, batch: float = 1) -> tuple[float, float, float]:
+        """Forward + input-gradient + weight-gradient seconds of one linear (m tokens, k in, n out), as a triple
+        (each its own shape: dX = dY·Wᵀ is m x n x k, dW = Xᵀ·dY is k x m x n) plus the quantization of its input
+        (forward) and output gradient (backward) under FP8/FP4 recipes."""
+        memo = self.__dict__.get("_gemm_memo")  # per batch: what the recipe and device give, once per context
+        if memo is None:
+            memo = self.__dict__["_gemm_memo"] = {}
+        inputs = memo.get(batch)
+        if inputs is None:
+            inputs = memo[batch] = self._gemm_inputs(batch)
+        cid, timer = inputs
+        cache = _CACHES["kernels"]
+        # each a pure function of its shape: once per shape and device
+        fwd = cache.get((m, k, n, cid))
+        if fwd is None:
+            fwd = self._gemm_seconds(cache, (m, k, n, cid), timer)
+        dgrad = cache.get((m, n, k, cid))
+        if dgrad is None:
+            dgrad = self._gemm_seconds(cache, (m, n, k, cid), timer)
+        wgrad = cache.get((k, m, n, cid))
+        if wgrad is None:
+            wgrad = self._gemm_seconds(cache, (k, m, n, cid), timer)
+        if self.recipe.fp8:
+            q = kernels.QUANT_BYTES[self.recipe.fp8]
+            fwd += stream_seconds(batch * m * k * q, self.dev, self.eff)
+            dgrad = dgrad * kernels.QUANT_DGRAD_SLOWDOWN + stream_seconds(batch * m * n * q, self.dev, self.eff)
+        return fwd, dgrad, wgrad
+
+    def _gemm_inputs(self, batch: float) -> tuple[int, Callable[[float, float, float], float]]:
+        """(the _interned id of what gemm_seconds reads beside the shape: the device, input bytes, `batch`, rate,
+        output bytes and efficiency; kernels.gemm_timer of those): gemm's part of its cache keys, once per batch
+        and per what gemm_bytes and gemm_rate read (the device, the recipe's GEMM dtype and name, the activation
+        bytes), which the contexts of a search share."""
+        recipe = self.recipe
+        key = ("gemm inputs", _token(self.dev), recipe.gemm_dtype, recipe.name, self.act, self.eff, batch)
+        cache = _CACHES["kernels"]
+        inputs = cache.get(key)
+        if inputs is None:
+            in_bytes, rate = self.gemm_bytes, self.gemm_rate
+            cid = _interned((_token(self.dev), in_bytes, batch, rate, self.act, self.eff))
+            inputs = cache[key] = cid, kernels.gemm_timer(self.dev, in_bytes, batch=batch, rate=rate,
+                                                          out_bytes=self.act, efficiency=self.eff)
+        return inputs
+
+    @staticmethod
+    def _gemm_seconds(cache: dict, key: tuple, timer: Callable[[float, float, float], float]) -> float:
+        """gemm_seconds of one shape (`key`: m, k, n and gemm's _gemm_inputs id; `timer`: its gemm_timer), kept in
+        `cache`."""
+        if len(cache) > 200_000:
+            cache.clear()
+        m, k, n, _ = key
+        seconds = cache[key] = timer(m, k, n)
+        return seconds
+
+    def stream(self, nbytes: float) -> float:
+        return stream_seconds(nbytes * (1 if self.lay.fused_elementwise else 2), self.dev, self.eff)
+
+
+def _layer_kind(spec: ModelSpec, i: int) -> tuple:
+    """What makes two layers cost the same: their mixers, FFN and attention span."""
+    mixers, ffn = spec.layer_parts(i)
+    return mixers, ffn, spec.attention_span(i) if "attention" in mixers else ""
+
+
+def _layer_cache(spec: ModelSpec, dev: Device, lay: Layout, seq: int, rec: Recipe, attention: str,
+                 dropout: bool) -> tuple[dict, dict]:
+    """The per-layer-kind cost caches shared by every layout whose layer costs are the same: same device, recipe,
+    sequence, and the layout fields a layer's cost reads (tp, cp, micro-batch, the kernels and overlaps, the
+    strides its collectives take, and for the MoE layers the expert mesh and its settings). Two caches: the MoE
+    layers', and the other layers', whose key leaves out the expert fields (dense layers cost the same whatever
+    ep, etp and the all-to-all settings); the MoE layers' is kept in the other's, under the expert fields."""
+    dense = (_token(spec), dev.accelerator.key, dev.mamf, dev.mamf_fp8, dev.sm_count, dev.arch, dev.fp4_peak,
+             _token(dev.network), seq, rec.name, rec.act_bytes, attention, dropout, constants.KERNEL_EFFICIENCY,
+             lay.tp, lay.cp, lay.micro_batch, lay.sequence_parallel, lay.tp_overlap, lay.cp_comm, lay.cp_a2a_size,
+             lay.attention_kernel, lay.fp8_attention, lay.fused_elementwise, lay.recompute_modules, _stride(lay, "cp"))
+    dense_cache = _cached("layers", dense, dict)
+    experts = ("experts", lay.ep, lay.expert_tp, lay.ep_overlap, lay.ep_dispatcher, lay.moe_imbalance,
+               _stride(lay, "ep", True))
+    return _cached_in(dense_cache, experts, dict), dense_cache
+
+
+def _context(spec: ModelSpec, dev: Device, lay: Layout, seq_len: int, rec: Recipe, attention: str = "flash",
+             dropout: bool = False) -> _Ctx:
+    """The prediction context of `lay` with its layer-cost caches (_prepare's; the search's floors read the same,
+    with flash attention and no dropout)."""
+    caches = _layer_cache(spec, dev, lay, seq_len, rec, attention=attention, dropout=dropout)
+    return _context_in((spec, dev, seq_len, rec), lay, caches, attention=attention, dropout=dropout)
+
+
+def _context_in(inputs: tuple, lay: Layout, caches: tuple[dict, dict], attention: str = "flash",
+                dropout: bool = False) -> _Ctx:
+    """_context of `lay` with the layer-cost caches it was given (`caches`: _layer_cache's; `inputs`: (spec, device,
+    sequence, recipe)), as the layout search builds each layout's."""
+    spec, dev, seq_len, rec = inputs
+    return _Ctx(spec, dev, lay, seq_len, rec, attention=attention, dropout=dropout, eff=constants.KERNEL_EFFICIENCY,
+                cache=caches[0], dense_cache=caches[1])
