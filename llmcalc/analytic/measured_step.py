@@ -375,7 +375,8 @@ def _layer_cost(ctx: _Ctx, step: MeasuredStep, i: int, full_recompute: bool) -> 
             local = T / tp if lay.sequence_parallel else T
             elem_fwd += 2 * local * D * act + 2 * local * k * D * act * lay.moe_imbalance
             colls = comm.ep_collectives(local * lay.moe_imbalance, k, D, act, ep=ep,
-                                        stride=lay.expert_strides()["ep"], passes=1, etp=etp)
+                                        stride=lay.expert_strides()["ep"], passes=1, etp=etp,
+                                        etp_stride=lay.expert_strides()["tp"])
             ep_fwd = ep_bwd = comm.total_seconds(colls, dev.network)
         else:
             tp_inputs.add(routed[0].reads)

@@ -16,15 +16,23 @@ from .layout import _stride
 def add_tp_comm(t: StageTimes, ctx: _Ctx, d_model: int, blocks: float, passes: int, fwd: float, bwd: float) -> None:
     """A layer's TP collectives into `t`: an all-gather before and a reduce-scatter after each of its `blocks`
     tensor-parallel sub-blocks (all-reduce without SP), in each of `passes` passes (forward, backward, the
-    recomputed forward); with --tp-overlap each pass's share under its GEMMs (`fwd`, `bwd`: the forward's and the
-    backward's GEMM seconds, ``_tp_exposed``), else all exposed. The formula path and the measured step model
+    recomputed forward), the group placed by the rank order (its stride: members in other nodes pay the network);
+    with --tp-overlap each pass's share under its GEMMs (`fwd`, `bwd`: the forward's and the backward's GEMM
+    seconds, ``_tp_exposed``) where the group sits in one NVLink domain, else all exposed: TransformerEngine's
+    comm+GEMM overlap (userbuffers) runs on CUDA IPC / multicast handles within one node only ("only possible with
+    single-node tensor-parallelism", NVIDIA/TransformerEngine#1071). The formula path and the measured step model
     (analytic/measured_step.py) both time them here."""
     lay, net = ctx.lay, ctx.dev.network
-    key = ("tp comm", ctx.tokens, d_model, ctx.act, lay.tp, lay.sequence_parallel, passes, blocks, _token(net))
-    tpt = _cached("params", key, lambda: comm.total_seconds(
-        [replaced(c, {"count": c.count / 2 * blocks}) for c in comm.tp_collectives(
-            ctx.tokens, d_model, ctx.act, lay.tp, sequence_parallel=lay.sequence_parallel, passes=passes)], net))
-    if lay.tp_overlap:
+    stride = _stride(lay, "tp")
+    key = ("tp comm", ctx.tokens, d_model, ctx.act, lay.tp, lay.sequence_parallel, passes, blocks, stride, _token(net))
+
+    def timed() -> tuple[float, bool]:  # (seconds of all the layer's TP collectives, whether they stay in one node)
+        colls = comm.tp_collectives(ctx.tokens, d_model, ctx.act, lay.tp, sequence_parallel=lay.sequence_parallel,
+                                    passes=passes, stride=stride)
+        seconds = comm.total_seconds([replaced(c, {"count": c.count / 2 * blocks}) for c in colls], net)
+        return seconds, colls[0].intra_node(net)
+    tpt, in_node = _cached("params", key, timed)
+    if lay.tp_overlap and in_node:
         per_pass = tpt / passes
         t.tp = _tp_exposed(per_pass, fwd, passes - 1) + _tp_exposed(per_pass, bwd, 1)
         t.comm_fwd += _tp_exposed(per_pass, fwd, 1)
@@ -109,12 +117,12 @@ def _p2p_seconds(ctx: _Ctx) -> float:
     shape; kept per pp stride in the layer costs' dense cache too, whose key holds all else it reads (the model,
     network, tokens, activation bytes, tp and sequence parallelism)."""
     lay = ctx.lay
-    stride = _stride(lay, "pp")
-    seconds = ctx.dense_cache.get(("p2p", stride))
+    stride, tp_stride = _stride(lay, "pp"), _stride(lay, "tp")
+    seconds = ctx.dense_cache.get(("p2p", stride, tp_stride))
     if seconds is None:
         spec, net = ctx.spec, ctx.dev.network
-        key = ("p2p", ctx.tokens, spec.d_model, ctx.act, lay.tp, lay.sequence_parallel, stride, _token(net))
-        seconds = ctx.dense_cache["p2p", stride] = _cached("params", key, lambda: comm.total_seconds(
+        key = ("p2p", ctx.tokens, spec.d_model, ctx.act, lay.tp, lay.sequence_parallel, stride, tp_stride, _token(net))
+        seconds = ctx.dense_cache["p2p", stride, tp_stride] = _cached("params", key, lambda: comm.total_seconds(
             comm.pp_collectives(ctx.tokens, spec.d_model, ctx.act, lay.tp, sequence_parallel=lay.sequence_parallel,
-                                stride=stride), net))
+                                stride=stride, tp_stride=tp_stride), net))
     return seconds

@@ -159,10 +159,11 @@ def _layer_cache(spec: ModelSpec, dev: Device, lay: Layout, seq: int, rec: Recip
     dense = (_token(spec), dev.accelerator.key, dev.mamf, dev.mamf_fp8, dev.sm_count, dev.arch, dev.fp4_peak,
              _token(dev.network), seq, rec.name, rec.act_bytes, attention, dropout, constants.KERNEL_EFFICIENCY,
              lay.tp, lay.cp, lay.micro_batch, lay.sequence_parallel, lay.tp_overlap, lay.cp_comm, lay.cp_a2a_size,
-             lay.attention_kernel, lay.fp8_attention, lay.fused_elementwise, lay.recompute_modules, _stride(lay, "cp"))
+             lay.attention_kernel, lay.fp8_attention, lay.fused_elementwise, lay.recompute_modules, _stride(lay, "cp"),
+             _stride(lay, "tp"))
     dense_cache = _cached("layers", dense, dict)
     experts = ("experts", lay.ep, lay.expert_tp, lay.ep_overlap, lay.ep_dispatcher, lay.moe_imbalance,
-               _stride(lay, "ep", True))
+               _stride(lay, "ep", True), _stride(lay, "tp", True))
     return _cached_in(dense_cache, experts, dict), dense_cache
 
 

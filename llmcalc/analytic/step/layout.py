@@ -472,15 +472,15 @@ def _split_text(split: list[int]) -> str:
 
 
 def _strides_pp_free(order: Any) -> bool:
-    """Whether rank order `order` puts cp and ep inside dp and pp: the cp stride (tp, cp, ep, dp, pp sizes) and the
-    experts' ep stride (etp, 1, ep, expert dp, pp) are then products of the sizes before them, neither dp nor pp (so
-    _layer_cache's key reads no pp of a search's layouts, whose dp follows from pp). False for an order make_layout
-    refuses."""
+    """Whether rank order `order` puts tp, cp and ep inside dp and pp: the tp and cp strides (tp, cp, ep, dp, pp sizes)
+    and the experts' etp and ep strides (etp, 1, ep, expert dp, pp) are then products of the sizes before them,
+    neither dp nor pp (so _layer_cache's key reads no pp of a search's layouts, whose dp follows from pp). False for
+    an order make_layout refuses."""
     try:
         dims = _order_dims(order)
     except Exception:  # noqa: BLE001 (refused by every layout: nothing to share)
         return False
-    return max(dims.index("cp"), dims.index("ep")) < min(dims.index("dp"), dims.index("pp"))
+    return max(dims.index("tp"), dims.index("cp"), dims.index("ep")) < min(dims.index("dp"), dims.index("pp"))
 
 
 def _with_zero(lay: Layout, zero: int) -> Layout:

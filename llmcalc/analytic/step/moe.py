@@ -47,14 +47,15 @@ def _moe_cost(ctx: _Ctx, parts: dict[str, float], rec: frozenset[str]) -> dict[s
         elem += 2 * local_tokens * D * act + 2 * local_tokens * k * D * act * lay.moe_imbalance
         net = ctx.dev.network
         stride = _stride(lay, "ep", True)  # lay.expert_strides()["ep"]
+        etp_stride = _stride(lay, "tp", True)
 
         def dispatch() -> float:  # dispatch + combine of one pass (once per shape and network)
             colls = comm.ep_collectives(local_tokens * lay.moe_imbalance, k, D, act, ep=ep, stride=stride,
-                                        passes=1, etp=etp)
+                                        passes=1, etp=etp, etp_stride=etp_stride)
             if lay.ep_dispatcher == "deepep":  # one copy per remote node, forwarded over NVLink; ETP collectives kept
                 return 2 * comm.deepep_seconds(local_tokens * lay.moe_imbalance, k, E, D, act, ep=ep, stride=stride,
                                                net=net) + comm.total_seconds(colls[1:], net)
             return comm.total_seconds(colls, net)
         one = _cached("params", ("ep comm", local_tokens, lay.moe_imbalance, k, E, D, act, ep, stride, etp,
-                                 lay.ep_dispatcher, _token(net)), dispatch)
+                                 lay.ep_dispatcher, etp_stride, _token(net)), dispatch)
     return {"fwd": fwd, "dgrad": dgrad, "wgrad": wgrad, "elem": elem, "ep_fwd": one, "ep_bwd": one, "redo": redo}
