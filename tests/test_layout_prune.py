@@ -121,6 +121,8 @@ def _same_top(model: str, n: int, seq: int, batch: int, top: int = 10, **step) -
     ("deepseek-v2-lite", 32, 4096, 256, 10, {}),
     ("llama-3-8b", 32, 16384, 64, 25, {}),  # cp and vpp layouts among the best; a longer list
     ("mixtral-8x7b", 64, 4096, 256, 10, {"ep_overlap": True}),  # MoE, ZeRO-3 among the best
+    ("llama-3.2-1b", 16, 4096, 64, 10, {"order": "dp-tp-cp-ep-pp"}),  # TP groups across nodes: strides read pp
+    ("deepseek-v2-lite", 32, 4096, 256, 10, {"order": "tp-dp-cp-ep-pp"}),  # cp and ep outside dp
 ])
 def test_pruned_search_has_the_exhaustive_searchs_best(model, n, seq, batch, top, step):
     _same_top(model, n, seq, batch, top, **step)
@@ -212,7 +214,7 @@ def test_shared_layer_costs_are_each_layouts_own(model, n, seq, batch):
 @pytest.mark.parametrize("gpu, recipe", [("h100-sxm", "bf16-mixed"), ("a100-80gb-sxm", "bf16-mixed"),
                                          ("h100-sxm", "fp8")])
 def test_context_gemm_is_gemm_seconds(gpu, recipe):
-    """_Ctx.gemm keys its shapes by the _interned id of its per-batch inputs: each of its three GEMMs is
+    """_Ctx.gemm keys its shapes in the table of its per-batch GemmInputs: each of its three GEMMs is
     kernels.gemm_seconds of its own shape, float for float, whatever shapes and batches came before (1 and 1.0
     alike)."""
     from llmcalc.analytic import kernels

@@ -1598,9 +1598,9 @@ def test_interp_keeps_each_tables_logs():
 
 
 def test_context_gemm_inputs_shared_across_devices_and_recipes():
-    """_Ctx._gemm_inputs' (id, gemm_timer), kept per device, recipe GEMM dtype and name, activation bytes, efficiency
-    and batch and shared by contexts: each context's GEMMs are kernels.gemm_seconds of its own inputs, float for float,
-    whatever devices and recipes came before in the same caches."""
+    """The memo of linear times, one table per GemmInputs record shared by contexts: each context's GEMMs are
+    kernels.gemm_seconds of its own inputs, float for float, whatever devices and recipes came before in the same
+    caches."""
     from llmcalc.analytic import kernels
     from llmcalc.analytic.memory import RECIPES
     from llmcalc.analytic.step import (

@@ -12,7 +12,7 @@ from .. import kernels
 from ..kernels import Device, stream_seconds
 from ..memory import Recipe
 from . import constants
-from .cache import _CACHES, _cached, _cached_in, _interned, _token
+from .cache import _CACHES, _cached, _cached_in, _token
 from .layout import Layout, _stride
 
 
@@ -52,6 +52,52 @@ class StageTimes:
 _GEMM_BYTES = {"fp8": 1.0, "fp4": 0.5 + 1 / 16, "fp32": 4.0}  # bytes per GEMM input element by GEMM dtype (else act)
 
 
+@dataclass(frozen=True)
+class GemmInputs:
+    """Everything ``linear_seconds`` reads beside a linear's shape: the device's achievable HBM bandwidth (bytes/s) and
+    SM count, the GEMM's FLOP rate (the recipe's GEMM dtype MAMF, block-scaled share included), bytes per input and
+    output element, how many GEMMs run as one grouped GEMM (`batch`), the in-step efficiency (KERNEL_EFFICIENCY), and
+    the bytes per element of each FP8/FP4 quantization pass (``kernels.QUANT_BYTES`` of the recipe's scaling mode:
+    delayed, current, blockwise, MXFP8, NVFP4; 0 without one). The memo of linear times is keyed by it."""
+
+    hbm: float
+    sm_count: int
+    rate: float
+    in_bytes: float
+    out_bytes: float
+    batch: float
+    efficiency: float
+    quant_bytes: float
+
+
+def linear_seconds(m: float, k: float, n: float, inputs: GemmInputs,
+                   timer: Callable[[float, float, float], float]) -> tuple[float, float, float]:
+    """(forward, input-gradient, weight-gradient) seconds of one linear of m tokens, k inputs and n outputs, each
+    GEMM its own shape (Y = X·W is m x k x n, dX = dY·Wᵀ is m x n x k, dW = Xᵀ·dY is k x m x n) on the smooth
+    roofline (`timer`: ``kernels.gemm_timer`` of `inputs`); FP8/FP4 recipes add the quantization of the input
+    (forward: batch·m·k elements) and of the output gradient (backward: batch·m·n), each a memory-bound pass of
+    quant_bytes per element at efficiency x HBM, and their input-gradient GEMM runs QUANT_DGRAD_SLOWDOWN slower
+    (TransformerEngine's gemm_profiling, ``kernels.QUANT_BYTES``)."""
+    fwd, dgrad, wgrad = timer(m, k, n), timer(m, n, k), timer(k, m, n)
+    q = inputs.quant_bytes
+    if q:
+        hbm = inputs.hbm * inputs.efficiency
+        fwd += inputs.batch * m * k * q / hbm
+        dgrad = dgrad * kernels.QUANT_DGRAD_SLOWDOWN + inputs.batch * m * n * q / hbm
+    return fwd, dgrad, wgrad
+
+
+def gemm_table(inputs: GemmInputs, dev: Device) -> tuple[dict, Callable[[float, float, float], float], GemmInputs]:
+    """The memo of linear times under `inputs` (a table per record, shared by every context of the process that
+    builds an equal one) and the GEMM timer they imply (``kernels.gemm_timer``)."""
+    found = _CACHES["kernels"].get(inputs)
+    if found is None:
+        timer = kernels.gemm_timer(dev, inputs.in_bytes, batch=inputs.batch, rate=inputs.rate,
+                                   out_bytes=inputs.out_bytes, efficiency=inputs.efficiency)
+        found = _CACHES["kernels"][inputs] = ({}, timer, inputs)
+    return found
+
+
 @dataclass
 class _Ctx:
     """One prediction's fixed inputs, the rates they imply, and the per-layer-kind cache."""
@@ -86,58 +132,30 @@ class _Ctx:
         return _GEMM_BYTES.get(self.recipe.gemm_dtype, self.act)
 
     def gemm(self, m: float, k: float, n: float, batch: float = 1) -> tuple[float, float, float]:
-        """Forward + input-gradient + weight-gradient seconds of one linear (m tokens, k in, n out), as a triple
-        (each its own shape: dX = dY·Wᵀ is m x n x k, dW = Xᵀ·dY is k x m x n) plus the quantization of its input
-        (forward) and output gradient (backward) under FP8/FP4 recipes."""
-        memo = self.__dict__.get("_gemm_memo")  # per batch: what the recipe and device give, once per context
+        """``linear_seconds`` of one linear (m tokens, k in, n out; `batch` of them as one grouped GEMM) under this
+        context's device and recipe, memoized per ``GemmInputs`` (the record of everything it reads beside the
+        shape) and shape."""
+        memo = self.__dict__.get("_gemm_memo")  # per batch: the record's table and timer, once per context
         if memo is None:
             memo = self.__dict__["_gemm_memo"] = {}
-        inputs = memo.get(batch)
-        if inputs is None:
-            inputs = memo[batch] = self._gemm_inputs(batch)
-        cid, timer = inputs
-        cache = _CACHES["kernels"]
-        # each a pure function of its shape: once per shape and device
-        fwd = cache.get((m, k, n, cid))
-        if fwd is None:
-            fwd = self._gemm_seconds(cache, (m, k, n, cid), timer)
-        dgrad = cache.get((m, n, k, cid))
-        if dgrad is None:
-            dgrad = self._gemm_seconds(cache, (m, n, k, cid), timer)
-        wgrad = cache.get((k, m, n, cid))
-        if wgrad is None:
-            wgrad = self._gemm_seconds(cache, (k, m, n, cid), timer)
-        if self.recipe.fp8:
-            q = kernels.QUANT_BYTES[self.recipe.fp8]
-            fwd += stream_seconds(batch * m * k * q, self.dev, self.eff)
-            dgrad = dgrad * kernels.QUANT_DGRAD_SLOWDOWN + stream_seconds(batch * m * n * q, self.dev, self.eff)
-        return fwd, dgrad, wgrad
+        found = memo.get(batch)
+        if found is None:
+            found = memo[batch] = gemm_table(self.gemm_inputs(batch), self.dev)
+        table, timer, inputs = found
+        shape = (m, k, n)
+        times = table.get(shape)
+        if times is None:
+            if len(table) > 200_000:
+                table.clear()
+            times = table[shape] = linear_seconds(m, k, n, inputs, timer)
+        return times
 
-    def _gemm_inputs(self, batch: float) -> tuple[int, Callable[[float, float, float], float]]:
-        """(the _interned id of what gemm_seconds reads beside the shape: the device, input bytes, `batch`, rate,
-        output bytes and efficiency; kernels.gemm_timer of those): gemm's part of its cache keys, once per batch
-        and per what gemm_bytes and gemm_rate read (the device, the recipe's GEMM dtype and name, the activation
-        bytes), which the contexts of a search share."""
-        recipe = self.recipe
-        key = ("gemm inputs", _token(self.dev), recipe.gemm_dtype, recipe.name, self.act, self.eff, batch)
-        cache = _CACHES["kernels"]
-        inputs = cache.get(key)
-        if inputs is None:
-            in_bytes, rate = self.gemm_bytes, self.gemm_rate
-            cid = _interned((_token(self.dev), in_bytes, batch, rate, self.act, self.eff))
-            inputs = cache[key] = cid, kernels.gemm_timer(self.dev, in_bytes, batch=batch, rate=rate,
-                                                          out_bytes=self.act, efficiency=self.eff)
-        return inputs
-
-    @staticmethod
-    def _gemm_seconds(cache: dict, key: tuple, timer: Callable[[float, float, float], float]) -> float:
-        """gemm_seconds of one shape (`key`: m, k, n and gemm's _gemm_inputs id; `timer`: its gemm_timer), kept in
-        `cache`."""
-        if len(cache) > 200_000:
-            cache.clear()
-        m, k, n, _ = key
-        seconds = cache[key] = timer(m, k, n)
-        return seconds
+    def gemm_inputs(self, batch: float = 1) -> GemmInputs:
+        """What a linear's time reads of this context beside its shape (``GemmInputs``)."""
+        rec = self.recipe
+        return GemmInputs(hbm=self.dev.hbm, sm_count=self.dev.sm_count, rate=self.gemm_rate, in_bytes=self.gemm_bytes,
+                          out_bytes=self.act, batch=batch, efficiency=self.eff,
+                          quant_bytes=kernels.QUANT_BYTES[rec.fp8] if rec.fp8 else 0.0)
 
     def stream(self, nbytes: float) -> float:
         return stream_seconds(nbytes * (1 if self.lay.fused_elementwise else 2), self.dev, self.eff)
