@@ -311,27 +311,3 @@ def test_attention_rates_cached_per_shape_give_attention_seconds():
                     for flops in (0.0, 3e9, 7.123e12, 1e15):
                         assert attention._attention_seconds(dev, kernel, flops, **shape) == \
                             attention_seconds(dev, kernel, flops, **shape)
-
-
-def test_extremes_are_the_most_extreme_by_nlargest():
-    """_extremes (the five keys in lists, the largest keys alone by nlargest, found at their positions) gives, per
-    kind of loss, what heapq.nlargest over the layouts sorted by candidate index with each key as `key` gives, ties
-    in candidate order: on random degrees with many ties, few and many layouts, in any given order."""
-    import heapq
-    import random
-    from types import SimpleNamespace
-
-    picks = (lambda lay: (lay.pp - 1) / (lay.vpp * lay.grad_accum), lambda lay: (lay.tp, lay.cp),
-             lambda lay: (lay.cp, lay.tp), lambda lay: lay.dp, lambda lay: lay.pp * lay.vpp)
-    rng = random.Random(11)
-    for _ in range(300):
-        count = rng.choice([0, 1, 2, 3, 4, 7, 40])
-        left = [(i, SimpleNamespace(tp=rng.choice([1, 2, 8]), cp=rng.choice([1, 2]), pp=rng.choice([1, 2, 4, 8]),
-                                    vpp=rng.choice([1, 2]), dp=rng.choice([1, 4, 16]),
-                                    grad_accum=rng.choice([1, 2, 8])))
-                for i in rng.sample(range(1000), count)]
-        ordered = sorted(left, key=lambda il: il[0])
-        want = [[ordered[at][0] for at in heapq.nlargest(search.EXTREME_TRIES, range(len(ordered)),
-                                                         key=lambda at: pick(ordered[at][1]))]  # noqa: B023
-                for pick in picks]
-        assert search._extremes(left) == want, left
