@@ -23,7 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from llmcalc.analytic import steptime  # noqa: E402
+from llmcalc.analytic.step import cache, layout  # noqa: E402
+from llmcalc.analytic.step import search as step_search  # noqa: E402
 from llmcalc.spec import load_model  # noqa: E402
 
 CASES = [("llama-3-8b", 64, 8192, 512), ("llama-3-8b", 1024, 8192, 2048), ("llama-3.1-405b", 16384, 8192, 2048),
@@ -34,9 +35,9 @@ def measure(model: str, n: int, seq: int, batch: int, repeat: int = 3) -> tuple[
     spec = load_model(model)
     times, search = [], None
     for _ in range(repeat):
-        steptime.clear_caches()
+        cache.clear_caches()
         t = time.process_time()
-        search = steptime.rank_layouts(spec, "h100-sxm", n, seq, global_batch=batch)
+        search = step_search.rank_layouts(spec, "h100-sxm", n, seq, global_batch=batch)
         times.append(time.process_time() - t)
     assert search is not None
     return statistics.median(times), search.counts, search.ranked
@@ -45,9 +46,9 @@ def measure(model: str, n: int, seq: int, batch: int, repeat: int = 3) -> tuple[
 def same_as_exact(model: str, n: int, seq: int, batch: int, ranked: list) -> bool:
     """Whether the exact search (every pipeline simulated) has the fast search's ten best, in order, with the same
     step times."""
-    exact, _, _ = steptime.search_layouts(load_model(model), "h100-sxm", n, seq, global_batch=batch, top=10 ** 9,
+    exact, _, _ = step_search.search_layouts(load_model(model), "h100-sxm", n, seq, global_batch=batch, top=10 ** 9,
                                           exhaustive=True)
-    key = lambda pm: (steptime._describe(pm[0].layout, pm[0].recompute), pm[0].step_seconds)  # noqa: E731
+    key = lambda pm: (layout._describe(pm[0].layout, pm[0].recompute), pm[0].step_seconds)  # noqa: E731
     return [key(pm) for pm in exact[:10]] == [key(pm) for pm in ranked[:10]]
 
 
@@ -63,7 +64,7 @@ def main() -> None:
         best = ranked[0][0]
         print(f"| {model} on {n:,} H100, seq {seq}, batch {batch} | {searched} | {counts['fit'] + counts['oom']} | "
               f"{seconds:.3f} | "
-              f"{searched / seconds:,.0f} | {steptime._describe(best.layout, best.recompute)} |"
+              f"{searched / seconds:,.0f} | {layout._describe(best.layout, best.recompute)} |"
               + (f" {'yes' if same_as_exact(model, n, seq, batch, ranked) else 'NO'} |" if exact else ""))
 
 

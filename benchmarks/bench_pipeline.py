@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_layout import CASES  # noqa: E402
 
-from llmcalc.analytic import pipeline, steptime  # noqa: E402
+from llmcalc.analytic import pipeline  # noqa: E402
+from llmcalc.analytic.step import cache, prediction, search  # noqa: E402
 from llmcalc.spec import load_model  # noqa: E402
 
 
@@ -32,7 +33,7 @@ def record(model: str, n: int, seq: int, batch: int, top: int | None = None) -> 
     """The (args, kwargs) of every simulate_pair and path_bounds call of one search (top=None: the fast search)."""
     sims: list = []
     bounds: list = []
-    real_sim, real_bounds = steptime.simulate_pair, steptime.path_bounds
+    real_sim, real_bounds = prediction.simulate_pair, prediction.path_bounds
 
     def sim(*args, **kwargs):
         sims.append((args, kwargs))
@@ -42,16 +43,16 @@ def record(model: str, n: int, seq: int, batch: int, top: int | None = None) -> 
         bounds.append((args, kwargs))
         return real_bounds(*args, **kwargs)
 
-    steptime.simulate_pair, steptime.path_bounds = sim, bound  # type: ignore[assignment]
+    prediction.simulate_pair, prediction.path_bounds = sim, bound  # type: ignore[assignment]
     try:
-        steptime.clear_caches()
+        cache.clear_caches()
         spec = load_model(model)
         if top is None:
-            steptime.rank_layouts(spec, "h100-sxm", n, seq, global_batch=batch)
+            search.rank_layouts(spec, "h100-sxm", n, seq, global_batch=batch)
         else:
-            steptime.search_layouts(spec, "h100-sxm", n, seq, global_batch=batch, top=top)
+            search.search_layouts(spec, "h100-sxm", n, seq, global_batch=batch, top=top)
     finally:
-        steptime.simulate_pair, steptime.path_bounds = real_sim, real_bounds  # type: ignore[assignment]
+        prediction.simulate_pair, prediction.path_bounds = real_sim, real_bounds  # type: ignore[assignment]
     return sims, bounds
 
 

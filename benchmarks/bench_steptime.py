@@ -48,8 +48,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import published_runs  # noqa: E402
 
-from llmcalc.analytic import steptime  # noqa: E402
+from llmcalc.analytic import kernels, memory
 from llmcalc.analytic.flops import step_flops  # noqa: E402
+from llmcalc.analytic.step import constants, layout, prediction  # noqa: E402
 from llmcalc.spec import ModelSpec, load_model, spec_of  # noqa: E402
 
 # (params B, heads, hidden, layers, tp, pp, GPUs, batch, achieved TFLOP/s per GPU)
@@ -95,9 +96,9 @@ def tuned(spec: ModelSpec, dev, n: int, batch: int, tp: int, pp: int):
         if fits > dev.accelerator.memory_bytes:
             continue
         for v in vpps:
-            lay = steptime.make_layout(spec, n, 2048, batch, tp=tp, pp=pp, vpp=v, micro_batch=mb, zero=0,
+            lay = layout.make_layout(spec, n, 2048, batch, tp=tp, pp=pp, vpp=v, micro_batch=mb, zero=0,
                                        sequence_parallel=False, dp_overlap=False)
-            pred = steptime.predict(spec, dev, lay, 2048, False, "full", "fp16-mixed", attention="eager",
+            pred = prediction.predict(spec, dev, lay, 2048, False, "full", "fp16-mixed", attention="eager",
                                     dropout=True)
             if best is None or pred.step_seconds < best.step_seconds:
                 best = pred
@@ -109,7 +110,7 @@ def tuned(spec: ModelSpec, dev, n: int, batch: int, tp: int, pp: int):
 def rows():
     """(label, measured TFLOP/s per GPU, peak, predict() -> predicted TFLOP/s per GPU in the paper's convention)."""
     out = []
-    a100 = steptime.device_for("a100-80gb-sxm")
+    a100 = kernels.device_for("a100-80gb-sxm")
     for p, heads, h, L, tp, pp, n, batch, tflops in NARAYANAN_TABLE_1:
         spec = gpt(L, h, heads)
 
@@ -117,13 +118,13 @@ def rows():
             pred = tuned(spec, a100, n, batch, tp, pp)
             return pred.hardware_flops_per_gpu / 1e12, pred
         out.append((f"Narayanan T1 GPT {p:g}B, {n} A100, tp {tp} pp {pp}, batch {batch}", tflops, a100.peak, run))
-    h100 = steptime.device_for("h100-sxm")
+    h100 = kernels.device_for("h100-sxm")
     spec = load_model("llama-3.1-405b")
     for n, tp, cp, pp, dp, s, per_dp, tflops in LLAMA3_TABLE_4:
         def run(n=n, tp=tp, cp=cp, pp=pp, dp=dp, s=s, per_dp=per_dp):
-            lay = steptime.make_layout(spec, n, s, per_dp * dp, tp=tp, cp=cp, pp=pp, vpp=4, micro_batch=1, zero=2,
+            lay = layout.make_layout(spec, n, s, per_dp * dp, tp=tp, cp=cp, pp=pp, vpp=4, micro_batch=1, zero=2,
                                        order="tp-cp-ep-pp-dp", cp_comm="all-gather")
-            pred = steptime.predict(spec, h100, lay, s, True, "none")
+            pred = prediction.predict(spec, h100, lay, s, True, "none")
             return pred.model_flops_per_gpu / 1e12, pred
         out.append((f"Llama 3 T4 405B, {n} H100, tp {tp} cp {cp} pp {pp} dp {dp}, seq {s}", tflops, h100.peak, run))
     return out
@@ -172,10 +173,10 @@ class Row:
     def __init__(self, run: published_runs.Run):
         self.run = run
         self.id, self.source, self.groups, self.measured = run.id, run.source, run.groups, run.measured
-        dev = steptime.device_for(run.gpu, "bf16")
+        dev = kernels.device_for(run.gpu, "bf16")
         flops = step_flops(run.spec, 1, run.seq_len, causal=True)
         self.mfu = run.measured * flops.model_flops_per_token / dev.accelerator.peak("bf16")  # against bf16
-        self.precision = steptime.RECIPES[run.recipe].gemm_dtype
+        self.precision = memory.RECIPES[run.recipe].gemm_dtype
         self.by_eta: dict[float, float] = {}
 
     def predicted(self, eta: float) -> float:
@@ -208,12 +209,12 @@ class OldRow(Row):
 
     def at(self, eta: float) -> float:
         if eta not in self.by_eta:
-            saved = steptime.KERNEL_EFFICIENCY
-            steptime.KERNEL_EFFICIENCY = eta
+            saved = constants.KERNEL_EFFICIENCY
+            constants.KERNEL_EFFICIENCY = eta
             try:
                 self.by_eta[eta] = self.run()[0]
             finally:
-                steptime.KERNEL_EFFICIENCY = saved
+                constants.KERNEL_EFFICIENCY = saved
         return self.by_eta[eta]
 
 
@@ -262,7 +263,7 @@ def validate(eta: float | None = None, with_old: bool = True) -> dict:
     method's constant refitted on every other source's rows, the 13 old rows included when `with_old`)."""
     rows = validation_rows()
     extra = old_rows() if with_old else []
-    eta = steptime.KERNEL_EFFICIENCY if eta is None else eta
+    eta = constants.KERNEL_EFFICIENCY if eta is None else eta
     base = baselines(rows, rows + extra)
     out = {"eta": eta, "rows": rows, "model": {}, "constant": base["constant"], "per-precision": base["per-precision"],
            "loso": {"model": {}, "constant": {}, "per-precision": {}}}

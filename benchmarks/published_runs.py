@@ -46,7 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmcalc.analytic import steptime
+from llmcalc.analytic import kernels
+from llmcalc.analytic.step import constants, layout, prediction
 from llmcalc.spec import ModelSpec, load_model, spec_of
 
 DATA = Path(__file__).resolve().parent / "published_runs.json"
@@ -80,17 +81,17 @@ class Run:
     groups: tuple[str, ...] = ()
     row: dict = field(default_factory=dict, repr=False)
 
-    def predict(self, efficiency: float | None = None) -> steptime.StepPrediction:
-        saved = steptime.KERNEL_EFFICIENCY
+    def predict(self, efficiency: float | None = None) -> prediction.StepPrediction:
+        saved = constants.KERNEL_EFFICIENCY
         if efficiency is not None:
-            steptime.KERNEL_EFFICIENCY = efficiency
+            constants.KERNEL_EFFICIENCY = efficiency
         try:
-            dev = steptime.device_for(self.gpu, "bf16", gpus_per_node=self.gpus_per_node)
-            lay = steptime.make_layout(self.spec, self.n_gpus, self.seq_len, self.global_batch, **self.layout)
-            return steptime.predict(self.spec, dev, lay, self.seq_len, causal=True, recompute=self.recompute,
+            dev = kernels.device_for(self.gpu, "bf16", gpus_per_node=self.gpus_per_node)
+            lay = layout.make_layout(self.spec, self.n_gpus, self.seq_len, self.global_batch, **self.layout)
+            return prediction.predict(self.spec, dev, lay, self.seq_len, causal=True, recompute=self.recompute,
                                     recipe=self.recipe, attention=self.attention, dropout=self.dropout)
         finally:
-            steptime.KERNEL_EFFICIENCY = saved
+            constants.KERNEL_EFFICIENCY = saved
 
     def predicted_tokens_per_gpu(self, efficiency: float | None = None) -> float:
         p = self.predict(efficiency)

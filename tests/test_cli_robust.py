@@ -433,7 +433,7 @@ def test_rank_order_is_refused_alike_by_train_and_layout(order):
     """`layout --rank-order bogus` answered "no layout fits ... 201 contradict the model" where `train` refused the
     order: both refuse it in the same one line, before any model is built (and layout's search, called directly,
     refuses it too)."""
-    from llmcalc.analytic.steptime import rank_layouts
+    from llmcalc.analytic.step.search import rank_layouts
     from llmcalc.errors import LlmcalcError
     from llmcalc.spec import load_model
 

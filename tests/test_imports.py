@@ -238,7 +238,7 @@ def test_a_command_imports_its_own_cli_module_only():
 
 @pytest.mark.parametrize(("argv", "unused"), [
     (["train", "llama-3-8b", "--tokens", "1T", "--gpu", "h100-sxm", "--mfu", "0.4"],
-     ["llmcalc.analytic.steptime", "llmcalc.analytic.pipeline", "llmcalc.analytic.memory"]),
+     ["llmcalc.analytic.step", "llmcalc.analytic.pipeline", "llmcalc.analytic.memory"]),
     (["serve", "qwen2.5-7b", "--gpu", "h100-sxm", "--max-model-len", "3072"],
      ["llmcalc.analytic.measured", "llmcalc.analytic.measured_serving", "llmcalc.views.memory",
       "llmcalc.analytic.finetune", "llmcalc.analytic.memory", "llmcalc.analytic.activations"]),

@@ -1,4 +1,4 @@
-"""The pruned layout search (steptime.search_layouts): each layout's floor is at most its full evaluation, whatever
+"""The pruned layout search (search.search_layouts): each layout's floor is at most its full evaluation, whatever
 recomputation and ZeRO stage the search gives it; the pruned search's ten best are the exhaustive search's, in
 order and bit for bit; its counts add up with the layouts it bounded; `layout` says what it evaluated."""
 
@@ -9,8 +9,20 @@ from pathlib import Path
 
 import pytest
 
-from llmcalc.analytic import comm, steptime
+from llmcalc.analytic import comm, kernels, pipeline
 from llmcalc.analytic.memory import RECIPES
+from llmcalc.analytic.step import (
+    attention,
+    bounds,
+    cache,
+    collectives,
+    context,
+    layer,
+    layout,
+    prediction,
+    search,
+    stages,
+)
 from llmcalc.errors import LlmcalcError
 from llmcalc.spec import load_model
 
@@ -28,9 +40,9 @@ SMALL = [("llama-3.2-1b", 16, 4096, 64),  # dense: pp, vpp, ZeRO-3, every recomp
 
 def valid_layouts(spec, n, seq, batch, dev):
     """The search's candidates that make a valid layout (make_layout refuses the rest), as Layouts."""
-    for c in steptime._candidates(spec, n, seq, batch, dev.network.gpus_per_node):
+    for c in layout._candidates(spec, n, seq, batch, dev.network.gpus_per_node):
         try:
-            yield steptime.make_layout(spec, n, seq, batch, tp=c.tp, cp=c.cp, pp=c.pp, vpp=c.vpp, ep=c.ep,
+            yield layout.make_layout(spec, n, seq, batch, tp=c.tp, cp=c.cp, pp=c.pp, vpp=c.vpp, ep=c.ep,
                                        micro_batch=c.micro_batch, etp=c.etp or None)
         except LlmcalcError:
             continue
@@ -43,34 +55,34 @@ def _floors_hold(model: str, n: int, seq: int, batch: int) -> int:
     not simulate) and its simulated step (predict, what `train --global-batch` prints). Returns how many settings
     were checked."""
     spec = load_model(model)
-    dev = steptime.device_for("h100-sxm")
+    dev = kernels.device_for("h100-sxm")
     rec = RECIPES["bf16-mixed"]
-    margin = 1 - steptime.FLOOR_MARGIN
+    margin = 1 - bounds.FLOOR_MARGIN
     checked = 0
     for lay in valid_layouts(spec, n, seq, batch, dev):
-        shared = steptime._context(spec, dev, lay, seq, rec)
-        work, ranks = steptime._work_floor(shared), steptime._rank_floor(shared)
-        first, ctx, paths = steptime._step_floor(spec, dev, lay, seq, rec, recompute="none")
-        assert work * (1 - 2e-9) <= ranks <= first, steptime._describe(lay)
-        first += steptime._optimizer_floor(ctx, paths)[0] * margin
+        shared = context._context(spec, dev, lay, seq, rec)
+        work, ranks = bounds._work_floor(shared), bounds._rank_floor(shared)
+        first, ctx, paths = bounds._step_floor(spec, dev, lay, seq, rec, recompute="none")
+        assert work * (1 - 2e-9) <= ranks <= first, layout._describe(lay)
+        first += bounds._optimizer_floor(ctx, paths)[0] * margin
         for rc in ("none", "selective", "full"):
             for zero in (1, 3) if lay.dp > 1 else (1,):
                 z = replace(lay, zero=zero)
                 try:
-                    prep = steptime._prepare(spec, dev, z, seq, False, recompute=rc, recipe="bf16-mixed",
+                    prep = prediction._prepare(spec, dev, z, seq, False, recompute=rc, recipe="bf16-mixed",
                                              attention="flash", dropout=False)
                 except LlmcalcError:
                     continue
-                bound = steptime._finish(prep, simulated=False).step_seconds
-                step = steptime.predict(spec, dev, z, seq, recompute=rc).step_seconds
-                floor, ctx, paths = steptime._step_floor(spec, dev, z, seq, rec, recompute=rc)
-                opt, dp = steptime._optimizer_floor(ctx, paths)
+                bound = prediction._finish(prep, simulated=False).step_seconds
+                step = prediction.predict(spec, dev, z, seq, recompute=rc).step_seconds
+                floor, ctx, paths = bounds._step_floor(spec, dev, z, seq, rec, recompute=rc)
+                opt, dp = bounds._optimizer_floor(ctx, paths)
                 tight = floor + (opt + dp) * margin
-                what = (steptime._describe(z, rc), first, tight, bound, step)
+                what = (layout._describe(z, rc), first, tight, bound, step)
                 assert first <= tight <= min(bound, step), what
                 assert bound <= step * (1 + 1e-12), what  # path_bounds' sums may round an ulp above the simulator
                 checked += 1
-    steptime.clear_caches()
+    cache.clear_caches()
     return checked
 
 
@@ -87,11 +99,11 @@ def test_floor_is_at_most_every_full_evaluation_on_larger_searches(model, n, seq
 
 def _same_top(model: str, n: int, seq: int, batch: int, top: int = 10, **step) -> None:
     spec = load_model(model)
-    pruned, _, counts = steptime.search_layouts(spec, "h100-sxm", n, seq, global_batch=batch, top=top, **step)
-    steptime.clear_caches()
-    whole, _, all_counts = steptime.search_layouts(spec, "h100-sxm", n, seq, global_batch=batch, top=top,
+    pruned, _, counts = search.search_layouts(spec, "h100-sxm", n, seq, global_batch=batch, top=top, **step)
+    cache.clear_caches()
+    whole, _, all_counts = search.search_layouts(spec, "h100-sxm", n, seq, global_batch=batch, top=top,
                                                    exhaustive=True, **step)
-    steptime.clear_caches()
+    cache.clear_caches()
     assert pruned[:top] == whole[:top]  # the predictions (steps, breakdowns, assumptions) and peaks, in order
     assert counts["fit"] + counts["oom"] + counts["invalid"] + counts["bounded"] == counts["searched"]
     assert len(pruned) == counts["fit"] and counts["bounded"] > 0
@@ -100,8 +112,8 @@ def _same_top(model: str, n: int, seq: int, batch: int, top: int = 10, **step) -
     assert counts["fit"] <= all_counts["fit"] and counts["oom"] <= all_counts["oom"]
     # what was not bounded is what the exhaustive search has, with the same memory; layouts it did not simulate
     # keep their bound
-    both = {steptime._describe(p.layout, p.recompute): peak for p, peak in whole}
-    assert all(both[steptime._describe(p.layout, p.recompute)] == peak for p, peak in pruned)
+    both = {layout._describe(p.layout, p.recompute): peak for p, peak in whole}
+    assert all(both[layout._describe(p.layout, p.recompute)] == peak for p, peak in pruned)
 
 
 @pytest.mark.parametrize("model, n, seq, batch, top, step", [
@@ -109,6 +121,8 @@ def _same_top(model: str, n: int, seq: int, batch: int, top: int = 10, **step) -
     ("deepseek-v2-lite", 32, 4096, 256, 10, {}),
     ("llama-3-8b", 32, 16384, 64, 25, {}),  # cp and vpp layouts among the best; a longer list
     ("mixtral-8x7b", 64, 4096, 256, 10, {"ep_overlap": True}),  # MoE, ZeRO-3 among the best
+    ("llama-3.2-1b", 16, 4096, 64, 10, {"order": "dp-tp-cp-ep-pp"}),  # TP groups across nodes: strides read pp
+    ("deepseek-v2-lite", 32, 4096, 256, 10, {"order": "tp-dp-cp-ep-pp"}),  # cp and ep outside dp
 ])
 def test_pruned_search_has_the_exhaustive_searchs_best(model, n, seq, batch, top, step):
     _same_top(model, n, seq, batch, top, **step)
@@ -156,9 +170,9 @@ def test_layout_defaults_are_the_step_defaults():
     STEP_DEFAULTS'): all of them given gives the same layout as none."""
     spec = load_model("deepseek-v2-lite")
     shape = dict(tp=2, pp=2, vpp=2, ep=4, micro_batch=1)
-    given = steptime.make_layout(spec, 32, 4096, 256, **shape, **steptime.STEP_DEFAULTS)
-    assert steptime.make_layout(spec, 32, 4096, 256, **shape) == given
-    assert {k: getattr(given, k) for k in steptime.STEP_DEFAULTS} == steptime.STEP_DEFAULTS
+    given = layout.make_layout(spec, 32, 4096, 256, **shape, **layout.STEP_DEFAULTS)
+    assert layout.make_layout(spec, 32, 4096, 256, **shape) == given
+    assert {k: getattr(given, k) for k in layout.STEP_DEFAULTS} == layout.STEP_DEFAULTS
 
 
 @pytest.mark.parametrize("model, n, seq, batch", [("deepseek-v2-lite", 32, 4096, 256), ("llama-3-8b", 32, 16384, 64)])
@@ -168,49 +182,49 @@ def test_shared_layer_costs_are_each_layouts_own(model, n, seq, batch):
     whole search has filled them, every candidate's layer costs, stage passes and work floor are those of a context
     with empty caches, float for float."""
     spec = load_model(model)
-    dev = steptime.device_for("h100-sxm")
+    dev = kernels.device_for("h100-sxm")
     rec = RECIPES["bf16-mixed"]
-    steptime.clear_caches()
-    steptime.search_layouts(spec, "h100-sxm", n, seq, global_batch=batch, exhaustive=True)
+    cache.clear_caches()
+    search.search_layouts(spec, "h100-sxm", n, seq, global_batch=batch, exhaustive=True)
     checked = 0
     for lay in valid_layouts(spec, n, seq, batch, dev):
-        shared = steptime._context(spec, dev, lay, seq, rec)
-        own = steptime._Ctx(spec, dev, lay, seq, rec)  # its own empty caches
+        shared = context._context(spec, dev, lay, seq, rec)
+        own = context._Ctx(spec, dev, lay, seq, rec)  # its own empty caches
         for rc in ("none", "selective", "full"):
-            plan = steptime._stage_plan(spec, lay.pp * steptime.chunks_per_rank(lay.schedule, lay.vpp), lay, rc)
+            plan = stages._stage_plan(spec, lay.pp * pipeline.chunks_per_rank(lay.schedule, lay.vpp), lay, rc)
             for composition in plan[3]:
                 for i, layer_rc, _ in composition[0]:
-                    assert steptime._layer_cost(shared, i, layer_rc) == steptime._layer_cost_uncached(own, i, layer_rc)
-                assert steptime._composition_passes(shared, composition, rc) == \
-                    steptime._composition_passes(own, composition, rc)
+                    assert layer._layer_cost(shared, i, layer_rc) == layer._layer_cost_uncached(own, i, layer_rc)
+                assert bounds._composition_passes(shared, composition, rc) == \
+                    bounds._composition_passes(own, composition, rc)
                 for schedule in (lay.schedule, "zb-h1"):  # stage_passes' sums, each schedule's
-                    fwd, bwd, wgt = steptime.stage_passes([steptime._stage_cost(own, composition, rc)], [0], schedule)
-                    assert steptime._composition_passes(replace(own, lay=replace(lay, schedule=schedule)),
+                    fwd, bwd, wgt = stages.stage_passes([stages._stage_cost(own, composition, rc)], [0], schedule)
+                    assert bounds._composition_passes(replace(own, lay=replace(lay, schedule=schedule)),
                                                         composition, rc) == (fwd[0] + bwd[0], wgt[0] if wgt else None)
-        assert steptime._work_floor(shared) == steptime._work_floor(own)
+        assert bounds._work_floor(shared) == bounds._work_floor(own)
         if lay.pp > 1:  # kept per pp stride in the shared dense cache: comm's own figure
-            assert steptime._p2p_seconds(shared) == comm.total_seconds(comm.pp_collectives(
+            assert collectives._p2p_seconds(shared) == comm.total_seconds(comm.pp_collectives(
                 own.tokens, spec.d_model, own.act, lay.tp, sequence_parallel=lay.sequence_parallel,
                 stride=lay.strides()["pp"]), dev.network)
         checked += 1
-    steptime.clear_caches()
+    cache.clear_caches()
     assert checked > 50
 
 
 @pytest.mark.parametrize("gpu, recipe", [("h100-sxm", "bf16-mixed"), ("a100-80gb-sxm", "bf16-mixed"),
                                          ("h100-sxm", "fp8")])
 def test_context_gemm_is_gemm_seconds(gpu, recipe):
-    """_Ctx.gemm keys its shapes by the _interned id of its per-batch inputs: each of its three GEMMs is
+    """_Ctx.gemm keys its shapes in the table of its per-batch GemmInputs: each of its three GEMMs is
     kernels.gemm_seconds of its own shape, float for float, whatever shapes and batches came before (1 and 1.0
     alike)."""
     from llmcalc.analytic import kernels
 
     spec = load_model("llama-3-8b")
-    dev = steptime.device_for(gpu)
+    dev = kernels.device_for(gpu)
     rec = RECIPES[recipe]
-    lay = steptime.make_layout(spec, 8, 4096, 64, tp=2)
-    steptime.clear_caches()
-    ctx = steptime._Ctx(spec, dev, lay, 4096, rec)
+    lay = layout.make_layout(spec, 8, 4096, 64, tp=2)
+    cache.clear_caches()
+    ctx = context._Ctx(spec, dev, lay, 4096, rec)
     shapes = ((4096, 4096, 6144.0, 1), (4096.0, 4096, 6144, 1.0), (512, 1024, 2048, 8), (4096, 4096, 6144.0, 1.0))
     for m, k, n, batch in shapes:
         fwd, dgrad, wgrad = (kernels.gemm_seconds(*shape, dev=dev, in_bytes=ctx.gemm_bytes, batch=batch,
@@ -221,8 +235,8 @@ def test_context_gemm_is_gemm_seconds(gpu, recipe):
             fwd += kernels.stream_seconds(batch * m * k * q, dev, ctx.eff)
             dgrad = dgrad * kernels.QUANT_DGRAD_SLOWDOWN + kernels.stream_seconds(batch * m * n * q, dev, ctx.eff)
         assert ctx.gemm(m, k, n, batch) == (fwd, dgrad, wgrad)
-        assert steptime._Ctx(spec, dev, lay, 4096, rec).gemm(m, k, n, batch) == (fwd, dgrad, wgrad)  # a new context
-    steptime.clear_caches()
+        assert context._Ctx(spec, dev, lay, 4096, rec).gemm(m, k, n, batch) == (fwd, dgrad, wgrad)  # a new context
+    cache.clear_caches()
 
 
 def test_layouts_built_without_init_are_the_constructors():
@@ -231,7 +245,7 @@ def test_layouts_built_without_init_are_the_constructors():
     from llmcalc.analytic.parallel import Parallel
 
     for cls, degrees in ((Parallel, dict(tp=2, pp=4, zero=3)),
-                         (steptime.Layout, dict(tp=8, cp=2, pp=16, vpp=4, ep=4, micro_batch=2, global_batch=2048,
+                         (layout.Layout, dict(tp=8, cp=2, pp=16, vpp=4, ep=4, micro_batch=2, global_batch=2048,
                                                 schedule="interleaved", cp_comm="a2a", recompute_modules=("mlp",)))):
         built = cls.over(2048, **degrees)
         made = cls(dp=2048 // (degrees["tp"] * degrees.get("cp", 1) * degrees["pp"]), **degrees)
@@ -239,19 +253,19 @@ def test_layouts_built_without_init_are_the_constructors():
         assert built == made and hash(built) == hash(made) and replace(built, zero=1) == replace(made, zero=1)
         with pytest.raises(TypeError):
             cls.over(64, tp=2, bogus=1)
-    # make_layout builds its Layout from a template of the fields (steptime._layout_maker): Layout.over's
+    # make_layout builds its Layout from a template of the fields (layout._layout_maker): Layout.over's
     spec = load_model("deepseek-v3")
     step = dict(cp_comm="a2a", recompute_modules="mlp, moe_act", optimizer="muon")
-    made = steptime.make_layout(spec, 2048, 4096, 4096, tp=4, cp=2, pp=8, vpp=2, ep=8, etp=1, micro_batch=2,
+    made = layout.make_layout(spec, 2048, 4096, 4096, tp=4, cp=2, pp=8, vpp=2, ep=8, etp=1, micro_batch=2,
                                 zero=3, dp_overlap=False, tp_overlap=True, **step)
-    built = steptime.Layout.over(2048, tp=4, cp=2, pp=8, vpp=2, ep=8, etp=1, micro_batch=2, zero=3, dp_overlap=False,
+    built = layout.Layout.over(2048, tp=4, cp=2, pp=8, vpp=2, ep=8, etp=1, micro_batch=2, zero=3, dp_overlap=False,
                                  tp_overlap=True, global_batch=4096, schedule="interleaved", sequence_parallel=True,
                                  **{**step, "recompute_modules": ("mlp", "moe_act")})
     assert list(vars(made).items()) == list(vars(built).items())
-    assert list(vars(steptime._with_zero(made, 1)).items()) == list(vars(replace(made, zero=1)).items())
+    assert list(vars(layout._with_zero(made, 1)).items()) == list(vars(replace(made, zero=1)).items())
     for bad in (dict(vpp=True), dict(tp=0), dict(pp=3), dict(ep=5), dict(etp=0), dict(micro_batch=2.0)):
         with pytest.raises(LlmcalcError):
-            steptime.make_layout(spec, 2048, 4096, 4096, **{"tp": 4, **bad})
+            layout.make_layout(spec, 2048, 4096, 4096, **{"tp": 4, **bad})
 
 
 @pytest.mark.parametrize("model, n, seq, batch", SMALL + [("deepseek-v3", 2048, 4096, 4096),
@@ -263,13 +277,13 @@ def test_unchecked_make_is_the_checked_make_on_the_candidates(model, n, seq, bat
     from llmcalc.validate import DEFAULT_ZERO
 
     spec = load_model(model)
-    dev = steptime.device_for("h100-sxm")
+    dev = kernels.device_for("h100-sxm")
     options = dict(schedule=None, zero=DEFAULT_ZERO, sequence_parallel=True, dp_overlap=True, tp_overlap=False)
     for step in ({}, {"cp_comm": "a2a"}):
-        fast = steptime._layout_maker(spec, n, seq, batch, options=options, step=step)
-        for c in steptime._candidates(spec, n, seq, batch, dev.network.gpus_per_node):
+        fast = layout._layout_maker(spec, n, seq, batch, options=options, step=step)
+        for c in layout._candidates(spec, n, seq, batch, dev.network.gpus_per_node):
             degrees = (c.tp, c.cp, c.pp, c.vpp, c.micro_batch, c.ep, c.etp or None)
-            slow = steptime._layout_maker(spec, n, seq, batch, options=options, step=step)  # nothing memoised yet
+            slow = layout._layout_maker(spec, n, seq, batch, options=options, step=step)  # nothing memoised yet
             try:
                 want = slow(degrees)
             except LlmcalcError as exc:
@@ -281,13 +295,13 @@ def test_unchecked_make_is_the_checked_make_on_the_candidates(model, n, seq, bat
 
 
 def test_attention_rates_cached_per_shape_give_attention_seconds():
-    """steptime._attention_seconds caches the kernel's rate per shape (not per FLOPs): the seconds are
+    """attention._attention_seconds caches the kernel's rate per shape (not per FLOPs): the seconds are
     kernels.attention_seconds', float for float, whatever FLOPs share a cached rate."""
     from llmcalc.analytic.kernels import attention_seconds
 
-    steptime.clear_caches()
+    cache.clear_caches()
     for gpu in ("h100-sxm", "b200"):
-        dev = steptime.device_for(gpu)
+        dev = kernels.device_for(gpu)
         for kernel in ("auto", "cudnn", "fa2"):
             for head_dim, seq in ((64, 512), (128, 4096), (192, 8192), (100, 3000)):
                 for causal, backward, fp8, windowed in ((True, False, False, False), (True, True, False, True),
@@ -295,29 +309,5 @@ def test_attention_rates_cached_per_shape_give_attention_seconds():
                     shape = dict(head_dim=head_dim, seq=seq, causal=causal, backward=backward, fp8=fp8,
                                  efficiency=0.73, windowed=windowed)
                     for flops in (0.0, 3e9, 7.123e12, 1e15):
-                        assert steptime._attention_seconds(dev, kernel, flops, **shape) == \
+                        assert attention._attention_seconds(dev, kernel, flops, **shape) == \
                             attention_seconds(dev, kernel, flops, **shape)
-
-
-def test_extremes_are_the_most_extreme_by_nlargest():
-    """_extremes (the five keys in lists, the largest keys alone by nlargest, found at their positions) gives, per
-    kind of loss, what heapq.nlargest over the layouts sorted by candidate index with each key as `key` gives, ties
-    in candidate order: on random degrees with many ties, few and many layouts, in any given order."""
-    import heapq
-    import random
-    from types import SimpleNamespace
-
-    picks = (lambda lay: (lay.pp - 1) / (lay.vpp * lay.grad_accum), lambda lay: (lay.tp, lay.cp),
-             lambda lay: (lay.cp, lay.tp), lambda lay: lay.dp, lambda lay: lay.pp * lay.vpp)
-    rng = random.Random(11)
-    for _ in range(300):
-        count = rng.choice([0, 1, 2, 3, 4, 7, 40])
-        left = [(i, SimpleNamespace(tp=rng.choice([1, 2, 8]), cp=rng.choice([1, 2]), pp=rng.choice([1, 2, 4, 8]),
-                                    vpp=rng.choice([1, 2]), dp=rng.choice([1, 4, 16]),
-                                    grad_accum=rng.choice([1, 2, 8])))
-                for i in rng.sample(range(1000), count)]
-        ordered = sorted(left, key=lambda il: il[0])
-        want = [[ordered[at][0] for at in heapq.nlargest(steptime.EXTREME_TRIES, range(len(ordered)),
-                                                         key=lambda at: pick(ordered[at][1]))]  # noqa: B023
-                for pick in picks]
-        assert steptime._extremes(left) == want, left

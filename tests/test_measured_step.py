@@ -2,8 +2,8 @@
 
 The fallback is forced (LLMCALC_FORCE_TRANSFORMERS=1) on llama and qwen3_moe configs llmcalc has a formula for: the
 GEMMs the measured step model reads off transformers' modules are the formula path's exactly (FLOPs and, as they
-are timed by the same steptime._Ctx.gemm, seconds); the step times differ only by the elementwise traffic, which the
-formula path itemises as fused passes (norms, residual adds, rotary, the MLP activation: steptime._layer_cost_uncached)
+are timed by the same context._Ctx.gemm, seconds); the step times differ only by the elementwise traffic, which the
+formula path itemises as fused passes (norms, residual adds, rotary, the MLP activation: layer._layer_cost_uncached)
 and the measured path takes from the bytes transformers' eager modelling code saved for backward (with its fp32
 norm copies), so they agree within STEP_TOLERANCE. Two model types without a formula (codegen, arcee) run end to end.
 """
@@ -21,7 +21,10 @@ from llmcalc.analytic.flops import layer_ops  # noqa: E402
 from llmcalc.analytic.kernels import device_for  # noqa: E402
 from llmcalc.analytic.measured_step import MeasuredStep, _layer_cost, measured_layout  # noqa: E402
 from llmcalc.analytic.memory import RECIPES  # noqa: E402
-from llmcalc.analytic.steptime import KERNEL_EFFICIENCY, _Ctx, _layer_cost_uncached, make_layout  # noqa: E402
+from llmcalc.analytic.step.constants import KERNEL_EFFICIENCY  # noqa: E402
+from llmcalc.analytic.step.context import _Ctx  # noqa: E402
+from llmcalc.analytic.step.layer import _layer_cost_uncached  # noqa: E402
+from llmcalc.analytic.step.layout import make_layout  # noqa: E402
 from llmcalc.fallback import FORCE_ENV, load_measured  # noqa: E402
 from llmcalc.spec import spec_from_hf  # noqa: E402
 
@@ -213,7 +216,7 @@ def test_layout_stage_memory_is_the_formulas_within_the_activations(tmp_path, mo
     itemisation (transformers' fp32 norm copies, test_hf_measured): the peaks agree within 5 %."""
     from llmcalc.analytic.measured_step import measured_stage_peak
     from llmcalc.analytic.parallel import Parallel
-    from llmcalc.analytic.steptime import training_peak
+    from llmcalc.analytic.step.search_memory import training_peak
 
     _, step, spec = forced(tmp_path, monkeypatch, MID, 1024)
     for pp, tp in ((2, 1), (2, 2), (4, 2)):

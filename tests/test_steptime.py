@@ -10,18 +10,13 @@ from pathlib import Path
 import pytest
 
 from llmcalc.analytic import comm
+from llmcalc.analytic.kernels import device_for, gemm_seconds, tile_wave_efficiency
 from llmcalc.analytic.pipeline import closed_form_bubble_fraction, simulate
-from llmcalc.analytic.steptime import (
-    _layer_times,
-    device_for,
-    eager_attention_seconds,
-    gemm_seconds,
-    make_layout,
-    mfu_from_throughput,
-    predict,
-    split_layers,
-    tile_wave_efficiency,
-)
+from llmcalc.analytic.step.attention import eager_attention_seconds
+from llmcalc.analytic.step.layer import _layer_times
+from llmcalc.analytic.step.layout import make_layout, split_layers
+from llmcalc.analytic.step.prediction import predict
+from llmcalc.analytic.step.train import mfu_from_throughput
 from llmcalc.errors import LlmcalcError
 from llmcalc.spec import load_hardware, load_model
 
@@ -330,13 +325,15 @@ def test_gemm_epilogue_scales_with_flops_per_byte():
 def test_fused_qkv_and_fc1_gemms():
     """One GEMM for Q, K, V together and one for gate + up (Megatron-LM's query_key_value / linear_fc1): a layer's
     weight-gradient time is four GEMMs (dW = Xᵀ·dY: k x m x n), not six."""
-    from llmcalc.analytic import steptime
+    from llmcalc.analytic.step import (
+        constants,
+    )
 
     spec = load_model("llama-3-8b")  # GQA: 32 query heads, 8 K/V heads of 128; d_ff 14336
     dev = device_for("h100-sxm")
     lay = make_layout(spec, 8, 8192, 8, tp=8)
     t = _layer_times(spec, 0, lay, 8192, causal=True, recompute="none", dev=dev, act_bytes=2)
-    D, tok, eff = 4096, 8192, steptime.KERNEL_EFFICIENCY
+    D, tok, eff = 4096, 8192, constants.KERNEL_EFFICIENCY
 
     def wgrad(k, n):
         return gemm_seconds(k, tok, n, dev, 2, efficiency=eff)
@@ -623,7 +620,8 @@ def test_hybrid_and_state_space_models_are_timed_from_their_layer_ops(model):
     """Mamba / Mamba-2 mixers: their projections as GEMMs, the conv as a memory pass, the chunked scan at the tensor
     cores; an attention layer of the same width costs more at long context than a Mamba-2 layer."""
     from llmcalc.analytic.memory import RECIPES
-    from llmcalc.analytic.steptime import _Ctx, _layer_cost_uncached
+    from llmcalc.analytic.step.context import _Ctx
+    from llmcalc.analytic.step.layer import _layer_cost_uncached
 
     spec = load_model(model)
     dev = device_for("h100-sxm")
@@ -886,7 +884,7 @@ def test_mtp_layers_add_work_to_the_last_stage():
 def test_muon_step_adds_newton_schulz_matmuls():
     """Muon (one momentum state) reads and writes less than AdamW (two), but runs MUON_NS_STEPS Newton-Schulz
     iterations per matrix: 5 x (4·m²·n + 2·m³) for m x n = 4096 x 4096 is 2.1 TFLOP per matrix at the tensor cores."""
-    from llmcalc.analytic.steptime import MUON_NS_STEPS
+    from llmcalc.analytic.step.constants import MUON_NS_STEPS
 
     assert MUON_NS_STEPS == 5
     assert pytest.approx(2.06e12, rel=0.01) == 5 * (4 * 4096 ** 3 + 2 * 4096 ** 3)
@@ -960,12 +958,15 @@ def test_path_bound_never_exceeds_the_simulated_makespan(schedule, p, m, v, f, b
 
 
 def _exact_search_agrees(model, n, seq, batch):
-    from llmcalc.analytic import steptime
+    from llmcalc.analytic.step import (
+        layout,
+        search,
+    )
 
     spec = load_model(model)
-    fast, _, _ = steptime.search_layouts(spec, "h100-sxm", n, seq, global_batch=batch)
-    exact, _, _ = steptime.search_layouts(spec, "h100-sxm", n, seq, global_batch=batch, top=10 ** 9)
-    key = lambda pm: (steptime._describe(pm[0].layout, pm[0].recompute), pm[0].step_seconds)  # noqa: E731
+    fast, _, _ = search.search_layouts(spec, "h100-sxm", n, seq, global_batch=batch)
+    exact, _, _ = search.search_layouts(spec, "h100-sxm", n, seq, global_batch=batch, top=10 ** 9)
+    key = lambda pm: (layout._describe(pm[0].layout, pm[0].recompute), pm[0].step_seconds)  # noqa: E731
     assert [key(pm) for pm in fast[:10]] == [key(pm) for pm in exact[:10]]
     assert all(pm[0].step_seconds >= exact[9][0].step_seconds * (1 - 1e-12) for pm in fast[10:])
 
@@ -1004,7 +1005,7 @@ def test_search_memory_is_training_memorys(model, recipe, recompute, tp, pp, ep,
 
     from llmcalc.analytic.memory import training_memory
     from llmcalc.analytic.parallel import Parallel
-    from llmcalc.analytic.steptime import training_peak
+    from llmcalc.analytic.step.search_memory import training_peak
 
     spec = load_model(model)
     even = spec.with_layers(math.ceil(spec.n_layers / pp) * pp)
@@ -1291,25 +1292,30 @@ def test_least_that_fits_is_every_try_in_turn():
     at least that sum); on the layouts of a 405B model on 128 GPUs (most hopeless at ZeRO-1, many at ZeRO-3 too;
     memory does not depend on vpp) it returns what trying each recomputation in turn from cold caches returns: the
     same setting and peak, float for float, and for a layout that fits nowhere the last try's peak."""
-    from llmcalc.analytic import steptime
     from llmcalc.analytic.parallel import Parallel
+    from llmcalc.analytic.step import (
+        cache,
+        layout,
+        search_memory,
+    )
 
     spec = load_model("llama-3.1-405b")
     capacity = device_for("h100-sxm").accelerator.usable_bytes
     tries = ["none", "selective", "full"]
     seen = set()
-    for tp, cp, pp, vpp, mb, _, _ in steptime._candidates(spec, 128, 8192, 128, 8):
+    for tp, cp, pp, vpp, mb, _, _ in layout._candidates(spec, 128, 8192, 128, 8):
         if vpp > 1:
             continue
         lay = make_layout(spec, 128, 8192, 128, tp=tp, cp=cp, pp=pp, micro_batch=mb)
-        got = steptime._least_that_fits(spec, lay, 8192, tries, capacity)
-        steptime.clear_caches()
+        got = search_memory._least_that_fits(spec, lay, 8192, tries, capacity)
+        cache.clear_caches()
         even = spec.with_layers(math.ceil(spec.n_layers / pp) * pp)
         want = None
         for zero in (1, 3) if lay.dp > 1 else (1,):
             for rc in tries:
-                peak = steptime.training_peak(even, mb, 8192, "bf16-mixed", "adamw", recompute=rc, parallel=Parallel(
-                    tp=tp, cp=cp, pp=pp, dp=lay.dp, sequence_parallel=True, zero=zero))
+                peak = search_memory.training_peak(even, mb, 8192, "bf16-mixed", "adamw", recompute=rc,
+                                                   parallel=Parallel(tp=tp, cp=cp, pp=pp, dp=lay.dp,
+                                                                     sequence_parallel=True, zero=zero))
                 if want is None and peak <= capacity:
                     want = (rc, zero, peak)
         assert got == (want or (None, zero, peak)), (tp, cp, pp, mb)
@@ -1323,13 +1329,15 @@ def test_selective_recomputation_saves_no_memory_under_flash_attention(model):
     """Selective recomputation drops the attention S² buffers (Korthikanti sec. 5), which flash attention never
     keeps: the memory model gives it none's bytes exactly (what lets _least_that_fits skip selective after none),
     and under eager attention less than none's."""
-    from llmcalc.analytic import steptime
     from llmcalc.analytic.memory import training_memory
     from llmcalc.analytic.parallel import Parallel
+    from llmcalc.analytic.step import (
+        search_memory,
+    )
 
     spec = load_model(model).with_layers(8)
     par = Parallel(tp=2, pp=2, dp=4, sequence_parallel=True, zero=1)
-    peaks = {rc: steptime.training_peak(spec, 2, 4096, "bf16-mixed", "adamw", recompute=rc, parallel=par)
+    peaks = {rc: search_memory.training_peak(spec, 2, 4096, "bf16-mixed", "adamw", recompute=rc, parallel=par)
              for rc in ("none", "selective")}
     assert peaks["selective"] == peaks["none"]
     eager = {rc: training_memory(spec, 2, 4096, recompute=rc, attention="eager", parallel=par).peak
@@ -1365,12 +1373,18 @@ def _search_is_the_per_layout_path(model, n, seq, batch, **step):
     layouts the search simulated, the same preparation with its bound for the others, and training_peak's memory."""
     from dataclasses import replace
 
-    from llmcalc.analytic import steptime
     from llmcalc.analytic.parallel import Parallel
+    from llmcalc.analytic.step import (
+        cache,
+        layout,
+        prediction,
+        search,
+        search_memory,
+    )
 
     spec = load_model(model)
     dev = device_for("h100-sxm")
-    ranked, _, counts = steptime.search_layouts(spec, "h100-sxm", n, seq, global_batch=batch, **step)
+    ranked, _, counts = search.search_layouts(spec, "h100-sxm", n, seq, global_batch=batch, **step)
     assert len(ranked) == counts["fit"]
     assert counts["fit"] + counts["oom"] + counts["invalid"] + counts["bounded"] == counts["searched"]
     rates = [pred.tokens_per_second for pred, _ in ranked]
@@ -1378,20 +1392,20 @@ def _search_is_the_per_layout_path(model, n, seq, batch, **step):
     recipe = step.get("recipe", "bf16-mixed")
     for pred, peak in ranked:
         lay = pred.layout
-        steptime.clear_caches()
+        cache.clear_caches()
         if pred.assumptions.get("pipeline", "").startswith("lower bound"):
-            prep = steptime._prepare(spec, dev, lay, seq, False, recompute=pred.recompute, recipe=recipe,
+            prep = prediction._prepare(spec, dev, lay, seq, False, recompute=pred.recompute, recipe=recipe,
                                      attention="flash", dropout=False)
-            alone = steptime._finish(prep, simulated=False)
+            alone = prediction._finish(prep, simulated=False)
         else:
             alone = predict(spec, dev, lay, seq, recompute=pred.recompute, recipe=recipe)
-        assert alone == pred, steptime._describe(lay, pred.recompute)
-        steptime.clear_caches()
+        assert alone == pred, layout._describe(lay, pred.recompute)
+        cache.clear_caches()
         even = spec.with_layers(math.ceil(spec.n_layers / lay.pp) * lay.pp)
         par = Parallel(tp=lay.tp, cp=lay.cp, pp=lay.pp, dp=lay.dp, ep=lay.ep, etp=lay.etp, sequence_parallel=True)
-        assert steptime.training_peak(even, lay.micro_batch, seq, recipe, "adamw", recompute=pred.recompute,
+        assert search_memory.training_peak(even, lay.micro_batch, seq, recipe, "adamw", recompute=pred.recompute,
                                       parallel=replace(par, zero=lay.zero)) == peak
-    steptime.clear_caches()
+    cache.clear_caches()
 
 
 @pytest.mark.parametrize("model, n, seq, batch, step", [
@@ -1426,24 +1440,30 @@ def test_lightning_indexer_is_forward_only_attention_like_work():
     removing it (index_n_heads 0) takes away forward time and no backward GEMM time."""
     import dataclasses
 
-    from llmcalc.analytic import steptime
+    from llmcalc.analytic import kernels, memory
+    from llmcalc.analytic.step import (
+        attention,
+        constants,
+        context,
+        layer,
+    )
 
     spec = load_model("deepseek-v3.2")
-    dev = steptime.device_for("h100-sxm")
+    dev = kernels.device_for("h100-sxm")
     seq = 32768
 
     def ctx(cp: int, s=spec):
         lay = make_layout(s, 64 * cp, seq, 8 * cp, tp=8, cp=cp, pp=8, micro_batch=1)
-        return steptime._Ctx(s, dev, lay, seq, steptime.RECIPES["bf16-mixed"])
-    one, two = steptime._indexer_scores_seconds(ctx(1), 0), steptime._indexer_scores_seconds(ctx(2), 0)
+        return context._Ctx(s, dev, lay, seq, memory.RECIPES["bf16-mixed"])
+    one, two = attention._indexer_scores_seconds(ctx(1), 0), attention._indexer_scores_seconds(ctx(2), 0)
     assert two == pytest.approx(one / 2, rel=1e-9)
     # 2·S·S/2·Hi·(di + 1) FLOPs over the 8 TP ranks (QKᵀ over 64 heads of 128, then the head weighting)
     hand = 2 * seq * seq / 2 * 64 * (128 + 1) / 8
-    assert one == pytest.approx(hand / dev.attention_rate("auto", 128, seq, True, False) / steptime.KERNEL_EFFICIENCY,
+    assert one == pytest.approx(hand / dev.attention_rate("auto", 128, seq, True, False) / constants.KERNEL_EFFICIENCY,
                                 rel=1e-6)
     plain = dataclasses.replace(spec, index_n_heads=0, index_head_dim=0, index_topk=0)
-    with_idx = steptime._layer_cost_uncached(ctx(1), 3, frozenset())
-    without = steptime._layer_cost_uncached(ctx(1, plain), 3, frozenset())
+    with_idx = layer._layer_cost_uncached(ctx(1), 3, frozenset())
+    without = layer._layer_cost_uncached(ctx(1, plain), 3, frozenset())
     assert with_idx.fwd > without.fwd + 0.9 * one
     assert with_idx.bwd_weight == pytest.approx(without.bwd_weight, rel=1e-12)
 
@@ -1451,7 +1471,7 @@ def test_lightning_indexer_is_forward_only_attention_like_work():
 def test_first_and_last_stage_layers_follow_megatron_core_offsets():
     """Megatron-Core's get_transformer_layer_offset with num_layers_in_first/last_pipeline_stage: the first and last
     ranks hold what they are given, split evenly over their vpp chunks; the other ranks share the rest evenly."""
-    from llmcalc.analytic.steptime import stage_split
+    from llmcalc.analytic.step.layout import stage_split
 
     spec = load_model("deepseek-v3")
     lay = make_layout(spec, 1024, 4096, 8192, tp=2, etp=1, ep=64, pp=8, first_stage_layers=7, last_stage_layers=6)
@@ -1469,7 +1489,7 @@ def test_fp8_param_gather_halves_the_weight_all_gather_only():
     """Megatron's --fp8-param-gather all-gathers the FP8 weights (1 byte per parameter) instead of the BF16 copy
     (2 bytes); the gradient reduce-scatter keeps its bytes (grad_bytes of the recipe)."""
     from llmcalc.analytic.memory import RECIPES
-    from llmcalc.analytic.steptime import _dp_colls
+    from llmcalc.analytic.step.dp import _dp_colls
 
     rec = RECIPES["fp8"]
     plain = {c.kind: c.buffer_bytes * c.count for c in _dp_colls(1e9, rec, 64, 1, 8, members=1, m=4)}
@@ -1538,9 +1558,9 @@ def test_collective_seconds_is_its_helpers(gpu):
     stride and per-node count (switch and mesh, NVLS and not, 8- and 72-GPU nodes)."""
     from dataclasses import replace
 
-    from llmcalc.analytic import steptime
+    from llmcalc.analytic import kernels
 
-    net = steptime.device_for(gpu).network
+    net = kernels.device_for(gpu).network
     checked = 0
     for nodes in (net, replace(net, gpus_per_node=4)):
         for kind in comm.KINDS:
@@ -1578,24 +1598,30 @@ def test_interp_keeps_each_tables_logs():
 
 
 def test_context_gemm_inputs_shared_across_devices_and_recipes():
-    """_Ctx._gemm_inputs' (id, gemm_timer), kept per device, recipe GEMM dtype and name, activation bytes, efficiency
-    and batch and shared by contexts: each context's GEMMs are kernels.gemm_seconds of its own inputs, float for float,
-    whatever devices and recipes came before in the same caches."""
-    from llmcalc.analytic import kernels, steptime
+    """The memo of linear times, one table per GemmInputs record shared by contexts: each context's GEMMs are
+    kernels.gemm_seconds of its own inputs, float for float, whatever devices and recipes came before in the same
+    caches."""
+    from llmcalc.analytic import kernels
     from llmcalc.analytic.memory import RECIPES
+    from llmcalc.analytic.step import (
+        cache,
+        constants,
+        context,
+        layout,
+    )
 
     spec = load_model("llama-3-8b")
-    lay = steptime.make_layout(spec, 8, 4096, 64, tp=2)
-    steptime.clear_caches()
+    lay = layout.make_layout(spec, 8, 4096, 64, tp=2)
+    cache.clear_caches()
     for _ in range(2):
         for gpu in ("h100-sxm", "a100-80gb-sxm", "b200", "mi300x"):
-            dev = steptime.device_for(gpu)
+            dev = kernels.device_for(gpu)
             for recipe in ("bf16-mixed", "fp8", "fp8-blockwise", "fp16-mixed", "fp32"):
                 rec = RECIPES[recipe]
                 if rec.gemm_dtype == "fp8" and "fp8" not in dev.accelerator.peak_flops:
                     continue
-                for eff in (steptime.KERNEL_EFFICIENCY, 1.0):
-                    ctx = steptime._Ctx(spec, dev, lay, 4096, rec, eff=eff)
+                for eff in (constants.KERNEL_EFFICIENCY, 1.0):
+                    ctx = context._Ctx(spec, dev, lay, 4096, rec, eff=eff)
                     for m, k, n, batch in ((4096, 4096, 6144.0, 1), (512, 1024, 2048, 8), (8192, 1024, 512, 1.0)):
                         expect = tuple(kernels.gemm_seconds(*shape, dev=dev, in_bytes=ctx.gemm_bytes, batch=batch,
                                                             rate=ctx.gemm_rate, out_bytes=ctx.act, efficiency=eff)
@@ -1609,4 +1635,4 @@ def test_context_gemm_inputs_shared_across_devices_and_recipes():
                             assert (fwd, dgrad, wgrad) == (exp_f, exp_d, expect[2])
                         else:
                             assert (fwd, dgrad, wgrad) == expect
-    steptime.clear_caches()
+    cache.clear_caches()

@@ -211,19 +211,22 @@ class Collective:
 
 
 def tp_collectives(tokens: float, d_model: int, act_bytes: float, tp: int, sequence_parallel: bool,
-                   passes: int) -> list[Collective]:
+                   passes: int, stride: int = 1) -> list[Collective]:
     """Tensor parallelism (Megatron-LM, Shoeybi et al. 2019; with sequence parallelism Korthikanti
     et al. 2022) for one layer and one micro-batch of `tokens` tokens on this rank's sequence shard.
 
     Per pass (forward, backward, and the forward re-run by full recomputation): two all-reduces of the
     [tokens, d_model] activation (after attention and after the MLP), or with sequence parallelism an
-    all-gather before and a reduce-scatter after each of the two (the same bytes: AR = RS + AG).
+    all-gather before and a reduce-scatter after each of the two (the same bytes: AR = RS + AG). `stride`: the
+    rank distance between the group's members in the rank order (1 where tp is innermost, Megatron-Core's default;
+    a group whose members sit in several nodes pays the network, ``Collective.seconds``).
     """
     s = tokens * d_model * act_bytes
     if sequence_parallel:
-        return [Collective("TP all-gather (sequence parallel)", "all_gather", tp, s, 2 * passes),
-                Collective("TP reduce-scatter (sequence parallel)", "reduce_scatter", tp, s, 2 * passes)]
-    return [Collective("TP all-reduce", "all_reduce", tp, s, 2 * passes)]
+        return [Collective("TP all-gather (sequence parallel)", "all_gather", tp, s, 2 * passes, stride=stride),
+                Collective("TP reduce-scatter (sequence parallel)", "reduce_scatter", tp, s, 2 * passes,
+                           stride=stride)]
+    return [Collective("TP all-reduce", "all_reduce", tp, s, 2 * passes, stride=stride)]
 
 
 def cp_collectives(tokens_per_rank: float, kv_width: float, act_bytes: float, cp: int,
@@ -238,18 +241,21 @@ def cp_collectives(tokens_per_rank: float, kv_width: float, act_bytes: float, cp
 
 
 def ep_collectives(tokens: float, top_k: int, d_model: int, act_bytes: float, ep: int, stride: int,
-                   passes: int, etp: int = 1) -> list[Collective]:
+                   passes: int, etp: int = 1, etp_stride: int = 1) -> list[Collective]:
     """Expert parallelism (GShard, Lepikhin et al. 2020) for one MoE layer and one micro-batch of `tokens`
     tokens on this rank (its sequence-parallel share), as Megatron-Core's alltoall token dispatcher moves
     them: each pass has two all-to-alls over the ep group (dispatch the tokens' top-k copies to their
     experts, combine the results), each over a [tokens·top_k, d_model] buffer; with expert tensor
     parallelism the etp ranks of an expert then all-gather their routed tokens before the expert MLP and
-    reduce-scatter its output (buffer [etp·tokens·top_k, d_model], on NVLink: etp ranks are adjacent)."""
+    reduce-scatter its output (buffer [etp·tokens·top_k, d_model]; `etp_stride`: the rank distance between an
+    expert's etp ranks, 1 where they are adjacent)."""
     s = tokens * top_k * d_model * act_bytes
     out = [Collective("EP all-to-all (dispatch + combine)", "all_to_all", ep, s, count=2 * passes, stride=stride)]
     if etp > 1:
-        out += [Collective("ETP all-gather of routed tokens", "all_gather", etp, etp * s, count=passes),
-                Collective("ETP reduce-scatter of expert outputs", "reduce_scatter", etp, etp * s, count=passes)]
+        out += [Collective("ETP all-gather of routed tokens", "all_gather", etp, etp * s, count=passes,
+                           stride=etp_stride),
+                Collective("ETP reduce-scatter of expert outputs", "reduce_scatter", etp, etp * s, count=passes,
+                           stride=etp_stride)]
     return out
 
 
@@ -286,16 +292,17 @@ def deepep_seconds(tokens: float, top_k: int, n_experts: int, d_model: int, act_
 
 
 def pp_collectives(tokens: float, d_model: int, act_bytes: float, tp: int, sequence_parallel: bool,
-                   stride: int) -> list[Collective]:
+                   stride: int, tp_stride: int = 1) -> list[Collective]:
     """Pipeline parallelism: one activation [tokens, d_model] per micro-batch to the next stage (and its
     gradient back). Each of the tp ranks sends only its 1/tp shard (Narayanan et al. 2021 sec. 4.1, the
     scatter/gather optimisation, Megatron-LM's default since 2021: bsh/t per pair of stages). With sequence
     parallelism the activation is already sharded; without it the receiving stage rebuilds the whole
-    activation with an all-gather over NVLink (its tp ranks; stride 1)."""
+    activation with an all-gather over its tp ranks (`tp_stride` apart: NVLink where they share a node)."""
     s = tokens * d_model * act_bytes
     out = [Collective("PP send/recv of activations", "p2p", 2, s / tp, count=1, stride=stride)]
     if tp > 1 and not sequence_parallel:
-        out.append(Collective("PP scatter/gather: all-gather after the receive", "all_gather", tp, s, count=1))
+        out.append(Collective("PP scatter/gather: all-gather after the receive", "all_gather", tp, s, count=1,
+                              stride=tp_stride))
     return out
 
 

@@ -316,7 +316,7 @@ def _cudnn_share(arch: str, head_dim: float, seq: float, causal: bool, backward:
 def attention_seconds(dev: Device, kernel: str, flops: float, head_dim: float, seq: float, causal: bool,
                       backward: bool, fp8: bool = False, efficiency: float = 1.0, windowed: bool = False) -> float:
     """Seconds of `flops` of attention-kernel work (the pairs it computes) at the kernel's rate for this shape;
-    `efficiency`: the in-step share of isolated-kernel rates (steptime.KERNEL_EFFICIENCY); `windowed`: `seq` is a
+    `efficiency`: the in-step share of isolated-kernel rates (step.constants.KERNEL_EFFICIENCY); `windowed`: `seq` is a
     sliding window over a longer sequence."""
     if flops <= 0:
         return 0.0
@@ -364,7 +364,7 @@ def gemm_seconds(m: float, k: float, n: float, dev: Device, in_bytes: float, bat
 def gemm_timer(dev: Device, in_bytes: float, batch: float = 1, rate: float | None = None,
                out_bytes: float | None = None, efficiency: float = 1.0) -> Callable[[float, float, float], float]:
     """gemm_seconds with these arguments as a function of the shape (m, k, n): what reads no shape (the rates, the
-    epilogue's K-steps) worked out once, for a caller that times many shapes (steptime._Ctx.gemm)."""
+    epilogue's K-steps) worked out once, for a caller that times many shapes (step.context._Ctx.gemm)."""
     rate = dev.mamf if rate is None else rate
     out = in_bytes if out_bytes is None else out_bytes
     hbm = dev.hbm

@@ -23,10 +23,10 @@ module's name:
   transformers' training forward (``MeasuredModel.activation_terms``), less the loss's fp32 logits, shared evenly by
   the layers, read once forward and twice backward, as bytes at the HBM rate.
 
-Each is timed by the formula path's physics, not a copy of it: ``steptime._Ctx.gemm`` (the smooth roofline, tile
+Each is timed by the formula path's physics, not a copy of it: ``context._Ctx.gemm`` (the smooth roofline, tile
 and wave quantization, the recipe's GEMM dtype), ``kernels.attention_seconds``, ``comm``'s TP, EP, PP and DP
-collectives, ``steptime.stage_split`` and the pipeline module, ``steptime._one_rank_dp`` / ``_dp_and_optimizer``
-(ZeRO, FSDP, bucketed overlap) and ``steptime.pipeline_step``. Layouts: tp, pp (and vpp), dp with ZeRO 0-3, ep
+collectives, ``layout.stage_split`` and the pipeline module, ``dp._one_rank_dp`` / ``_dp_and_optimizer``
+(ZeRO, FSDP, bucketed overlap) and ``prediction.pipeline_step``. Layouts: tp, pp (and vpp), dp with ZeRO 0-3, ep
 where the ep plan names expert tensors; every other step option is refused in one line naming it.
 """
 
@@ -44,27 +44,14 @@ from .measured import MeasuredModel, Tensor
 from .memory import RECIPES, lookup
 from .parallel import check_degrees, check_zero
 from .pipeline import SCHEDULES, chunks_per_rank, path_bounds, stage_of
-from .steptime import (
-    KERNEL_EFFICIENCY,
-    STEP_DEFAULTS,
-    Layout,
-    StageTimes,
-    StepPrediction,
-    _assumptions,
-    _check_step_settings,
-    _Ctx,
-    _describe_split,
-    _dp_and_optimizer,
-    _flag,
-    _one_rank_dp,
-    _p2p_seconds,
-    _Prepared,
-    add_ep_comm,
-    add_tp_comm,
-    pipeline_step,
-    stage_passes,
-    stage_split,
-)
+from .step.collectives import _p2p_seconds, add_ep_comm, add_tp_comm
+from .step.constants import KERNEL_EFFICIENCY
+from .step.context import StageTimes, _Ctx
+from .step.dp import _dp_and_optimizer, _one_rank_dp
+from .step.layout import STEP_DEFAULTS, Layout, _check_step_settings, _describe_split, stage_split
+from .step.prediction import StepPrediction, _assumptions, _Prepared, pipeline_step
+from .step.stages import stage_passes
+from .step.train import _flag
 
 # the step options a measured model's step is timed with (their STEP_DEFAULTS otherwise); the rest are refused
 SUPPORTED_STEP = ("order", "attention_kernel", "fused_elementwise", "moe_imbalance", "ep_overlap", "optimizer",
@@ -295,7 +282,7 @@ def measured_layout(step: MeasuredStep, n_gpus: int, seq_len: int, global_batch:
                     pp: int = 1, vpp: int = 1, ep: int = 1, micro_batch: int = 1, schedule: str | None = None,
                     zero: int = DEFAULT_ZERO, sequence_parallel: bool = True, dp_overlap: bool = True,
                     tp_overlap: bool = False, etp: int | None = None, **settings: Any) -> Layout:
-    """A checked ``steptime.Layout`` for a measured model: the options it does not time refused in one line."""
+    """A checked ``layout.Layout`` for a measured model: the options it does not time refused in one line."""
     model = step.model
     what = f"{model.model_type} is measured by transformers"
     if cp > 1:
@@ -378,7 +365,7 @@ class _SpecView:
 
 
 def _layer_cost(ctx: _Ctx, step: MeasuredStep, i: int, full_recompute: bool) -> StageTimes:  # long: in order
-    """One layer's ``steptime.StageTimes`` on this rank for one micro-batch (``steptime._layer_cost_uncached``'s
+    """One layer's ``context.StageTimes`` on this rank for one micro-batch (``layer._layer_cost_uncached``'s
     terms, fed by the measured GEMMs, core and elementwise bytes)."""
     lay, dev = ctx.lay, ctx.dev
     tp, T, D, act = lay.tp, ctx.tokens, step.d_model, ctx.act
@@ -394,13 +381,13 @@ def _layer_cost(ctx: _Ctx, step: MeasuredStep, i: int, full_recompute: bool) -> 
             continue
         rows = T * g.rows_per_token
         if lay.alltoall and routed and g.reads == routed[0].reads and g.split == "replicated":
-            rows /= sp  # the router reads the sequence-parallel shard before the dispatch (steptime._moe_cost)
+            rows /= sp  # the router reads the sequence-parallel shard before the dispatch (moe._moe_cost)
         f, d, w = ctx.gemm(rows, g.k / tp if g.split == "row" else g.k, g.n / tp if g.split == "column" else g.n)
         fwd, dgrad, wgrad = fwd + f, dgrad + d, wgrad + w
         if g.split == "column":
             tp_inputs.add(g.reads)
     ep_fwd = ep_bwd = 0.0
-    if routed:  # steptime._moe_cost: each local expert's rows, as one grouped GEMM
+    if routed:  # moe._moe_cost: each local expert's rows, as one grouped GEMM
         k, etp, ep = step.top_k or 1, lay.expert_tp, lay.ep
         for g in routed:  # rows per local expert: tokens x top-k / E (x ep / etp share routed to this rank)
             E = g.experts
@@ -414,7 +401,8 @@ def _layer_cost(ctx: _Ctx, step: MeasuredStep, i: int, full_recompute: bool) -> 
             local = T / tp if lay.sequence_parallel else T
             elem_fwd += 2 * local * D * act + 2 * local * k * D * act * lay.moe_imbalance
             colls = comm.ep_collectives(local * lay.moe_imbalance, k, D, act, ep=ep,
-                                        stride=lay.expert_strides()["ep"], passes=1, etp=etp)
+                                        stride=lay.expert_strides()["ep"], passes=1, etp=etp,
+                                        etp_stride=lay.expert_strides()["tp"])
             ep_fwd = ep_bwd = comm.total_seconds(colls, dev.network)
         else:
             tp_inputs.add(routed[0].reads)
@@ -472,7 +460,7 @@ def _scan_seconds(ctx: _Ctx, step: MeasuredStep, i: int) -> float:
 
 def _head_and_embedding(ctx: _Ctx, step: MeasuredStep) -> tuple[StageTimes, StageTimes]:
     """The LM head GEMM (split as the plan says) and the loss over its fp32 logits, and the embedding lookup's
-    gather and scatter-add (``steptime._head_times`` / ``_embedding_times``' terms)."""
+    gather and scatter-add (``layer._head_times`` / ``_embedding_times``' terms)."""
     T, lay, head = ctx.tokens, ctx.lay, step.head
     assert head is not None  # MeasuredStep.of refuses a model without one
     vocab = head.n / lay.tp if head.split == "column" else head.n
@@ -486,7 +474,7 @@ def _head_and_embedding(ctx: _Ctx, step: MeasuredStep) -> tuple[StageTimes, Stag
 
 @dataclass(frozen=True)
 class MeasuredPrediction(StepPrediction):
-    """A ``steptime.StepPrediction`` of a measured model, with what each figure came from (JSON ``method`` and
+    """A ``prediction.StepPrediction`` of a measured model, with what each figure came from (JSON ``method`` and
     ``measured_from``)."""
 
     measured_from: dict[str, str] = field(default_factory=dict)
@@ -498,8 +486,8 @@ class MeasuredPrediction(StepPrediction):
 def predict_measured(step: MeasuredStep, device: Device, lay: Layout, seq_len: int, *, recompute: str, recipe: str,
                      model_flops: float, hardware_flops: float, causal: bool) -> MeasuredPrediction:  # long: steps
     """The predicted step of `lay` for a measured model: per layer ``_layer_cost``, the stages as
-    ``steptime.stage_split`` splits the layers (embedding on the first, LM head on the last), the pipeline, DP and
-    optimizer by ``steptime.pipeline_step`` / ``_dp_and_optimizer``. `model_flops` / `hardware_flops`: the step's,
+    ``layout.stage_split`` splits the layers (embedding on the first, LM head on the last), the pipeline, DP and
+    optimizer by ``prediction.pipeline_step`` / ``_dp_and_optimizer``. `model_flops` / `hardware_flops`: the step's,
     counted by torch on transformers' forward (``fallback.step_flops``)."""
     if recompute == "selective":
         raise LlmcalcError(f"--recompute selective: {step.model.model_type} is measured by transformers, whose "
@@ -594,7 +582,7 @@ def train_measured_steptime(model: MeasuredModel, gpu: str, n_gpus: int, dtype: 
     """`train --global-batch` for a measured model: the layout from the typed options (``measured_layout``), its
     step predicted (``predict_measured``) with MFU's model FLOPs counted by torch on transformers' forward."""
     from .kernels import device_for
-    from .steptime import LAYOUT_DEFAULTS, STEP_OPTIONS, global_batch_sequences
+    from .step.train import LAYOUT_DEFAULTS, STEP_OPTIONS, global_batch_sequences
 
     options = {k: v for k, v in options.items() if v is not None}
     attention = options.pop("attention", "flash")
@@ -621,10 +609,10 @@ def measured_stage_peak(step: MeasuredStep, lay: Layout, seq_len: int, recipe: s
     """Peak bytes per GPU of the most loaded pipeline stage for the layouts `layout` tries (no recomputation): with
     one stage ``measured.measured_training_memory``'s estimate (`memory`'s for this model); with pp > 1, the same
     MemoryEstimate for the first stage (the embedding and ceil(L / pp) layers, the activations of pp micro-batches
-    in flight under 1F1B, as the formula path's ``steptime._training_peak``) and for the last (its layers, the final
-    norm and the LM head, one micro-batch and the loss's fp32 logits), each layer's tensors split by the tp plan
-    and its activations the measured bytes per layer (the saved bytes less the logits, over the layers) / tp
-    (sequence parallelism)."""
+    in flight under 1F1B, as the formula path's ``step.search_memory._training_peak``) and for the last (its
+    layers, the final norm and the LM head, one micro-batch and the loss's fp32 logits), each layer's tensors split by
+    the tp plan and its activations the measured bytes per layer (the saved bytes less the logits, over the layers) /
+    tp (sequence parallelism)."""
     import math
 
     from .activations import ActivationEstimate
@@ -679,12 +667,13 @@ def rank_measured_layouts(model: MeasuredModel, gpu: str, n_gpus: int, seq_len: 
                           progress: Any = None, **options: Any) -> Any:  # long: the search's phases in order
     """`layout` for a measured model: tp over the divisors of GPUs per node that transformers' plan can split,
     pp dividing the GPUs (up to the layers, 64 at most), micro-batch 1, 2 or 4, vpp 2 or 4 where the micro-batches
-    are a multiple of pp, as ``steptime._candidates``; ZeRO-1, else ZeRO-3 where dp > 1, whichever first fits
+    are a multiple of pp, as ``layout._candidates``; ZeRO-1, else ZeRO-3 where dp > 1, whichever first fits
     (``measured_stage_peak``, no recomputation: the measured activations are of a forward that recomputes
     nothing); each fitting layout predicted exactly (``predict_measured``) and ranked by throughput; MFU against the
     dense `dtype` peak."""
     from .kernels import device_for
-    from .steptime import LayoutSearch, _why_they_lose, global_batch_sequences
+    from .step.search import LayoutSearch, _why_they_lose
+    from .step.train import global_batch_sequences
 
     batch = global_batch_sequences(global_batch, global_batch_tokens, seq_len, required=True)
     assert batch is not None

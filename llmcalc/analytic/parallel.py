@@ -4,7 +4,7 @@
 rank), data (dp), expert (ep) and expert tensor (etp, 0 = tp) parallelism, the ZeRO stage over the data-parallel
 group and whether TP runs with sequence parallelism. GPUs = tp x cp x pp x dp; ranks are laid out TP innermost,
 then CP, PP, DP for memory (which depends on the degrees, not on where the ranks sit; the step model places them in
-Megatron-Core's order, steptime.Layout.order). Routed experts fold their own mesh [etp, ep, expert dp] over the
+Megatron-Core's order, step.layout.Layout.order). Routed experts fold their own mesh [etp, ep, expert dp] over the
 tp x cp x dp ranks (Megatron-Core's "MoE parallel folding", Liu et al. 2025, arXiv 2504.14960; its expert data
 parallel group is world / (etp x ep x pp)): a GPU holds 1/(etp x ep) of the routed experts, replicated over the
 expert data-parallel group of tp x cp x dp / (etp x ep) ranks.
@@ -116,7 +116,7 @@ def nearest_of(value: int, valid: list[int]) -> str:
 
 def _build(cls: type[P], **values: Any) -> P:
     """cls(**values) for a frozen dataclass whose fields all have plain defaults and that has no __post_init__ (a
-    Parallel, a steptime.Layout): the same instance, its fields in the same order, without __init__'s
+    Parallel, a step.layout.Layout): the same instance, its fields in the same order, without __init__'s
     object.__setattr__ per field (a Layout has 32: a layout search builds thousands)."""
     defaults = _defaults(cls)
     if defaults is None:

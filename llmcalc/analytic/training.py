@@ -26,7 +26,7 @@ from .flops import utilization
 
 if TYPE_CHECKING:
     from .measured import MeasuredModel
-    from .steptime import StepPrediction
+    from .step.prediction import StepPrediction
 
 SECONDS_PER_HOUR = 3600.0
 SECONDS_PER_DAY = 86400.0
@@ -422,7 +422,7 @@ def plan_training(request: TrainRequest, model: ModelSpec | CountedModel | None,
         _check_device_time(request, model, basis, accelerator)
         mfu, pred, measured = request.mfu, None, None
     else:
-        from .steptime import train_steptime
+        from .step.train import train_steptime
 
         _check_device_time(request, model, basis, accelerator)
         mfu, pred, measured = train_steptime(basis.shapes, request.gpu, request.n_gpus, request.mfu,

@@ -126,7 +126,8 @@ def layout(ctx: click.Context, model: str, gpu: str, n_gpus: int, seq_len: int, 
            top: int, exhaustive: bool, fmt: str, **step: Any) -> None:
     """Rank the parallel layouts of MODEL on N GPUs that fit in memory, by predicted throughput."""
     from ..analytic.precision import step_recipe
-    from ..analytic.steptime import global_batch_sequences, rank_layouts
+    from ..analytic.step.search import rank_layouts
+    from ..analytic.step.train import global_batch_sequences
     from ..render.progress import progress_bars
     from ..spec import ModelSpec
     from ..views.layout import document

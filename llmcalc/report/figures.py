@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..analytic.steptime import StepPrediction
+from ..analytic.step.prediction import StepPrediction
 from ..units import GIB
 from ..views.profile import FIGURES, _err
 from ..views.train import BREAKDOWN_LABELS

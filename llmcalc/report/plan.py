@@ -18,8 +18,11 @@ from collections.abc import Callable
 from dataclasses import field
 from typing import Any
 
+from ..analytic.kernels import steptime_presets
 from ..analytic.memory import MemoryEstimate
-from ..analytic.steptime import StepPrediction, search_layouts, steptime_presets, train_steptime
+from ..analytic.step.prediction import StepPrediction
+from ..analytic.step.search import search_layouts
+from ..analytic.step.train import train_steptime
 from ..analytic.summary import Scenario, model_record, scenario_memory, scenario_training
 from ..analytic.training import TrainingEstimate
 from ..errors import LlmcalcError

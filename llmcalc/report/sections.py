@@ -7,10 +7,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..analytic.finetune import FinetuneFlops, FinetuneMemory, LoraConfig, finetune
+from ..analytic.kernels import steptime_presets
 from ..analytic.memory import MemoryEstimate
 from ..analytic.rules import six_n
 from ..analytic.serving import smallest_serving_group
-from ..analytic.steptime import StepPrediction, steptime_presets
+from ..analytic.step.prediction import StepPrediction
 from ..analytic.summary import Scenario
 from ..hardware import Accelerator
 from ..render.tables import Column, Document, Table

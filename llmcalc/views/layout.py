@@ -8,7 +8,8 @@ from ..render.tables import Column, Document, Table
 from ..units import GIB, plural, si
 
 if TYPE_CHECKING:
-    from ..analytic.steptime import Layout, LayoutSearch
+    from ..analytic.step.layout import Layout
+    from ..analytic.step.search import LayoutSearch
 
 
 def overlap_rule(lay: Layout | None = None) -> str:
@@ -117,7 +118,7 @@ def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batc
     evaluated = " evaluated" if bounded else ""
     searched = (f"searched {plural(counts['searched'], 'layout')}: {counts['fit']:,} fit, {counts['oom']:,} do not "
                 f"fit in memory, {counts['invalid']:,} contradict the model (heads, layers, batch)")
-    if bounded:  # a pruned search (steptime.search_layouts): the counts are of the layouts it evaluated
+    if bounded:  # a pruned search (search.search_layouts): the counts are of the layouts it evaluated
         searched = (f"searched {counts['searched']:,} layouts: {counts['fit'] + counts['oom']:,} evaluated "
                     f"({counts['fit']:,} fit, {counts['oom']:,} do not fit in memory), {bounded:,} bounded (not "
                     f"evaluated: a lower bound of their step cannot beat the {max(top, 10)}th best; --exhaustive "

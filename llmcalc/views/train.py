@@ -11,7 +11,7 @@ from ..units import GIB, fmt_flops, fmt_flops_rate, fmt_tokens, fmt_usd, plural,
 from .layout import overlap_rule
 
 if TYPE_CHECKING:
-    from ..analytic.steptime import StepPrediction
+    from ..analytic.step.prediction import StepPrediction
     from ..analytic.training import TrainingEstimate, TrainingPlan
 
 BREAKDOWN_LABELS = {
@@ -126,7 +126,9 @@ def _train_notes(est: TrainingEstimate, inputs: dict) -> list[str]:
 
 
 def breakdown_table(pred: StepPrediction) -> Table:
-    from ..analytic.steptime import GLOBAL_CONSTANTS  # only with a step prediction: `train --mfu` needs no step model
+    from ..analytic.step.prediction import (
+        GLOBAL_CONSTANTS,  # only with a step prediction: `train --mfu` needs no step model
+    )
 
     rows = [{"part": k, "label": BREAKDOWN_LABELS[k], "seconds": v, "share": v / pred.step_seconds}
             for k, v in pred.breakdown.items()]

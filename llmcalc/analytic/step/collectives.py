@@ -1,0 +1,128 @@
+"""The collectives of one layer and where their groups sit: TP (and its overlap), CP, EP all-to-alls, the pipeline's
+sends."""
+
+from __future__ import annotations
+
+import math
+
+from ...records import replaced
+from .. import comm
+from .cache import _cached, _token
+from .constants import EP_OVERLAP_SHARE, EP_OVERLAP_SMS
+from .context import StageTimes, _Ctx
+from .layout import _stride
+
+
+def add_tp_comm(t: StageTimes, ctx: _Ctx, d_model: int, blocks: float, passes: int, fwd: float, bwd: float) -> None:
+    """A layer's TP collectives into `t`: an all-gather before and a reduce-scatter after each of its `blocks`
+    tensor-parallel sub-blocks (all-reduce without SP), in each of `passes` passes (forward, backward, the
+    recomputed forward), the group placed by the rank order (its stride: members in other nodes pay the network);
+    with --tp-overlap each pass's share under its GEMMs (`fwd`, `bwd`: the forward's and the backward's GEMM
+    seconds, ``_tp_exposed``) where the group sits in one NVLink domain, else all exposed: TransformerEngine's
+    comm+GEMM overlap (userbuffers) runs on CUDA IPC / multicast handles within one node only ("only possible with
+    single-node tensor-parallelism", NVIDIA/TransformerEngine#1071). The formula path and the measured step model
+    (analytic/measured_step.py) both time them here."""
+    lay, net = ctx.lay, ctx.dev.network
+    stride = _stride(lay, "tp")
+    key = ("tp comm", ctx.tokens, d_model, ctx.act, lay.tp, lay.sequence_parallel, passes, blocks, stride, _token(net))
+
+    def timed() -> tuple[float, bool]:  # (seconds of all the layer's TP collectives, whether they stay in one node)
+        colls = comm.tp_collectives(ctx.tokens, d_model, ctx.act, lay.tp, sequence_parallel=lay.sequence_parallel,
+                                    passes=passes, stride=stride)
+        seconds = comm.total_seconds([replaced(c, {"count": c.count / 2 * blocks}) for c in colls], net)
+        return seconds, colls[0].intra_node(net)
+    tpt, in_node = _cached("params", key, timed)
+    if lay.tp_overlap and in_node:
+        per_pass = tpt / passes
+        t.tp = _tp_exposed(per_pass, fwd, passes - 1) + _tp_exposed(per_pass, bwd, 1)
+        t.comm_fwd += _tp_exposed(per_pass, fwd, 1)
+    else:
+        t.tp = tpt
+        t.comm_fwd += tpt / passes
+
+
+def add_ep_comm(t: StageTimes, ctx: _Ctx, ep_fwd: float, ep_bwd: float) -> None:
+    """A MoE layer's dispatch / combine all-to-alls (`ep_fwd`, `ep_bwd` seconds, a recomputed forward's included)
+    into `t`: exposed, or with --ep-overlap EP_OVERLAP_SHARE of them under the other micro-batch's compute, whose
+    SMs they hold slowing that compute by EP_OVERLAP_SMS / the device's SMs. Shared by the formula path and the
+    measured step model."""
+    if ctx.lay.ep_overlap:
+        sms = EP_OVERLAP_SMS / ctx.dev.sm_count
+        hidden = min(ep_fwd + ep_bwd, t.compute) * EP_OVERLAP_SHARE
+        exposed = ep_fwd + ep_bwd - hidden + hidden * sms
+        t.ep = exposed
+        t.comm_fwd += exposed * ep_fwd / max(ep_fwd + ep_bwd, 1e-30)
+    else:
+        t.ep = ep_fwd + ep_bwd
+        t.comm_fwd += ep_fwd
+
+
+def _cp_exposed(ctx: _Ctx, i: int, fwd: float, bwd: float) -> tuple[float, float]:
+    """Exposed context-parallel communication of one layer (forward, backward), by ``Layout.cp_comm``."""
+    spec, lay, net = ctx.spec, ctx.lay, ctx.dev.network
+    cp, tp = lay.cp, lay.tp
+    if cp == 1:
+        return 0.0, 0.0
+    T = ctx.tokens
+    mla = spec.mla
+    if mla is not None:
+        kv_width = spec.n_heads / tp * (mla.qk_head_dim + mla.v_head_dim) / 2
+    else:
+        kv_width = max(1.0, spec.n_kv_heads / tp) * spec.d_head
+    stride = _stride(lay, "cp")
+    if lay.cp_comm == "p2p":  # ring: each of cp-1 steps sends this rank's K and V to the next under the last block
+        send = comm.Collective("CP K/V ring step", "p2p", 2, 2 * T * kv_width * ctx.act, stride=stride)
+        step_f = send.seconds(net)
+        step_b = 2 * step_f  # backward: K, V and dK, dV
+        span = spec.span_tokens(i)
+        steps = cp - 1 if not span else min(cp - 1, math.ceil(span / (ctx.seq / cp)))
+        return (steps * max(0.0, step_f - fwd / cp), steps * max(0.0, step_b - bwd / cp))
+    if lay.cp_comm == "a2a+p2p":  # Megatron-Core's hierarchical CP (TE attention "a2a+p2p"): an all-to-all over
+        # heads inside each group of a ranks, then the p2p ring over the cp / a groups, each step under its block
+        a = lay.cp_a2a_size
+        ring = cp // a
+        width = spec.n_heads / tp * spec.d_head * 2 + 2 * kv_width
+        a2a = comm.Collective("CP all-to-all (Q, K, V, O)", "all_to_all", a, T * width * ctx.act, stride=stride)
+        # the ring carries the a-group's T x a tokens of K/V for heads / a (GQA: kv heads replicated below one)
+        ring_width = kv_width * a if mla is not None else max(1.0, spec.n_kv_heads / tp / a) * spec.d_head * a
+        send = comm.Collective("CP K/V ring step", "p2p", 2, 2 * T * ring_width * ctx.act,
+                               stride=stride * a)
+        step_f = send.seconds(net)
+        step_b = 2 * step_f
+        span = spec.span_tokens(i)
+        steps = ring - 1 if not span else min(ring - 1, math.ceil(span / (ctx.seq / ring)))
+        return (a2a.seconds(net) + steps * max(0.0, step_f - fwd / ring),
+                a2a.seconds(net) + steps * max(0.0, step_b - bwd / ring))
+    if lay.cp_comm == "all-gather":  # Llama 3: K and V gathered before the kernel, exposed on the critical path
+        fwd_c, bwd_c = comm.cp_collectives(T, kv_width, ctx.act, cp, stride)
+        return fwd_c.seconds(net), bwd_c.seconds(net)
+    # a2a (Ulysses): Q, K, V in and O out over heads, forward; their gradients backward; all exposed
+    width = spec.n_heads / tp * spec.d_head * 2 + 2 * kv_width
+    a2a = comm.Collective("CP all-to-all (Q, K, V, O)", "all_to_all", cp, T * width * ctx.act, stride=stride)
+    both = a2a.seconds(net)
+    return both, both
+
+
+def _tp_exposed(comm_per_pass: float, gemm_per_pass: float, passes: int) -> float:
+    """Exposed TP time of `passes` passes when each pass's all-gathers and reduce-scatters run under its own
+    projection GEMMs (TransformerEngine's userbuffer overlap, Megatron-LM --tp-comm-overlap; torchtitan's async
+    TP): the GEMMs are split into tp chunks and each chunk's exchange hides behind the previous chunk's matmul,
+    so only the excess of communication over matmul stays on the critical path. The SMs and copy engines the
+    overlap borrows are not charged (TE's ring-exchange mode moves data with copy engines)."""
+    return passes * max(0.0, comm_per_pass - gemm_per_pass)
+
+
+def _p2p_seconds(ctx: _Ctx) -> float:
+    """Seconds of one micro-batch's activation sent to the next pipeline rank (``comm.pp_collectives``), once per
+    shape; kept per pp stride in the layer costs' dense cache too, whose key holds all else it reads (the model,
+    network, tokens, activation bytes, tp and sequence parallelism)."""
+    lay = ctx.lay
+    stride, tp_stride = _stride(lay, "pp"), _stride(lay, "tp")
+    seconds = ctx.dense_cache.get(("p2p", stride, tp_stride))
+    if seconds is None:
+        spec, net = ctx.spec, ctx.dev.network
+        key = ("p2p", ctx.tokens, spec.d_model, ctx.act, lay.tp, lay.sequence_parallel, stride, tp_stride, _token(net))
+        seconds = ctx.dense_cache["p2p", stride, tp_stride] = _cached("params", key, lambda: comm.total_seconds(
+            comm.pp_collectives(ctx.tokens, spec.d_model, ctx.act, lay.tp, sequence_parallel=lay.sequence_parallel,
+                                stride=stride, tp_stride=tp_stride), net))
+    return seconds

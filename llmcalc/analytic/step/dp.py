@@ -1,0 +1,254 @@
+"""Data parallelism and the optimizer step: each rank's gradient reduction and weight gathering, and its AdamW or Muon
+step."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ...spec import ModelSpec
+from .. import comm, kernels
+from ..kernels import stream_seconds
+from ..memory import OPTIMIZERS, Recipe, _layer_params, routed_expert_params
+from ..parallel import _built
+from ..params import count_params
+from ..pipeline import stage_of
+from . import constants
+from .cache import _cached, _token
+from .constants import DP_BUCKET_PARAMS, MUON_NS_STEPS
+from .context import StageTimes, _Ctx
+from .layout import Layout, _group_per_node
+
+
+def _dp_and_optimizer(ctx: _Ctx, stages: list[StageTimes], split: list[int], starts: list[int],
+                      v: int, groups: list, infos: dict[int, tuple] | None = None) -> tuple[float, float]:
+    """(exposed DP communication, optimizer seconds) of the rank holding the most parameters: each rank's
+    collectives and optimizer step (``_rank_dp``, the same for every layout of these degrees) against its own
+    forward and backward of one micro-batch; once per group of ranks whose chunks are the same (`groups`,
+    _stage_plan's: they hold the same layers and parameters); `infos`: each rank's ``_one_rank_dp`` where the caller
+    counted its parameters (a model transformers measured), else ``_rank_dp``'s."""
+    lay = ctx.lay
+    worst_dp = worst_opt = 0.0
+    if infos is None:
+        infos = _rank_dp(ctx, tuple(split), v, [r for r, _ in groups])
+    for r, rank_stages in groups:
+        n_layers, zero3, per_f, per_b, reduce, gather, last, first, opt = infos[r]
+        fwd_one = sum(stages[st].fwd for st in rank_stages)
+        bwd_one = sum(stages[st].bwd_input + stages[st].bwd_weight for st in rank_stages)
+        m = lay.grad_accum
+        if zero3:  # FSDP: each layer's transfers under the previous layer's compute (prefetch)
+            layer_f, layer_b = fwd_one / n_layers, bwd_one / n_layers
+            exposed = m * (n_layers * (max(0.0, per_f - layer_f) + max(0.0, per_b - layer_b)) + per_f + per_b)
+            if not lay.dp_overlap:
+                exposed = reduce + gather
+        elif lay.dp_overlap:  # the last bucket's reduction and the first bucket's gather stay exposed
+            exposed = max(last, reduce - bwd_one) + max(first, gather - fwd_one) if reduce or gather else 0.0
+        else:
+            exposed = reduce + gather
+        worst_dp = max(worst_dp, exposed)
+        worst_opt = max(worst_opt, opt)
+    return worst_dp, worst_opt
+
+
+def _rank_dp(ctx: _Ctx, split: tuple[int, ...], v: int, ranks: list[int],
+             key: tuple | None = None) -> dict[int, tuple]:
+    """For pipeline ranks `ranks`, what each one's data-parallel reductions and optimizer step cost, whatever the
+    stage times: (layers, FSDP?, one FSDP unit's forward and backward transfer, total reduce and gather seconds per
+    step, the last bucket's reduce and the first bucket's gather, optimizer seconds). Cached per layout degrees and
+    the rank's parameters (ranks holding the same parameters cost the same, in this layout or another). `key`:
+    _dp_key(ctx) where the caller has it already."""
+    key = _dp_key(ctx) if key is None else key
+    return _cached("params", ("rank dps", *key, split, v, ctx.lay.schedule, tuple(ranks)),
+                   lambda: _ranks_dp(ctx, key, split, v, ranks))
+
+
+def _dp_key(ctx: _Ctx, zero: int | None = None) -> tuple:
+    """What a rank's DP collectives and optimizer step read besides its parameters (_rank_dp's cache key); `zero`:
+    that of the layout with this ZeRO stage instead of its own."""
+    spec, lay, dev, rec = ctx.spec, ctx.lay, ctx.dev, ctx.recipe
+    zero = lay.zero if zero is None else zero
+    return (_token(spec), dev.accelerator.key, _token(dev.network), dev.mamf, rec.name, constants.KERNEL_EFFICIENCY,
+            lay.tp, lay.cp, lay.pp, lay.dp, lay.ep, lay.expert_tp, zero, lay.order,
+            lay.grad_accum if zero == 3 else 0,  # the micro-batch count matters to ZeRO-3's transfers only
+            lay.optimizer, lay.fp8_param_gather)
+
+
+def _ranks_dp(ctx: _Ctx, key: tuple, split: tuple[int, ...], v: int, ranks: list[int]) -> dict[int, tuple]:
+    """_rank_dp for these ranks, one by one (`key`: the degrees' part of the cache key)."""
+    out = {}
+    holdings = _holdings(ctx, split, v)
+    for r in ranks:
+        held = holdings.get(r)
+        if held is None:
+            held = holdings[r] = _rank_holdings(ctx, split, v, r)
+        out[r] = _cached("params", ("rank dp", *key, *held),
+                         lambda: _one_rank_dp(ctx, *held))  # noqa: B023 (called at once)
+    return out
+
+
+def _holdings(ctx: _Ctx, split: tuple[int, ...], v: int) -> dict[int, tuple[float, float, int]]:
+    """The table of _rank_holdings per pipeline rank of `ctx`'s model, stage split, chunks per rank and schedule
+    (what _rank_holdings reads besides the rank), filled by its callers as they ask for ranks: one key built per
+    caller, not per rank."""
+    return _cached("params", ("holdings", _token(ctx.spec), split, v, ctx.lay.schedule), dict)
+
+
+def _rank_holdings(ctx: _Ctx, split: tuple[int, ...], v: int, r: int) -> tuple[float, float, int]:
+    """(parameters, routed-expert parameters, layers) pipeline rank `r` holds over its chunks (stage split `split`)."""
+    spec, lay = ctx.spec, ctx.lay
+    per_layer, emb, head, final, experts_per_layer, moe_before = _param_summary(spec)
+    n_stages = len(split)
+    starts = _cached("params", ("starts", split), lambda: [sum(split[:i]) for i in range(n_stages)])
+    params = experts = 0.0
+    n_layers = 0
+    for c in range(v):
+        st = stage_of(lay.schedule, r, c, lay.pp)
+        lo, hi = starts[st], starts[st] + split[st]
+        n_layers += hi - lo
+        params += (hi - lo) * per_layer + (emb if st == 0 else 0.0)
+        if st == n_stages - 1:
+            params += final + (head if not (spec.tie_embeddings and st == 0) else 0)  # pp > 1: a tied copy
+        experts += experts_per_layer * (moe_before[hi] - moe_before[lo])
+    return params, experts, n_layers
+
+
+def _one_rank_dp(ctx: _Ctx, params: float, experts: float, n_layers: int, per_layer: float | None = None) -> tuple:
+    """_rank_dp for one rank holding `params` parameters (`experts` of them routed experts) in `n_layers` layers
+    (`per_layer`: one layer's parameters, for Muon's matrices; default the spec's)."""
+    spec, lay, dev, rec = ctx.spec, ctx.lay, ctx.dev, ctx.recipe
+    per_layer = _param_summary(spec)[0] if per_layer is None else per_layer
+    experts_given = experts
+    net = dev.network
+    dense_group, dense_members, dense_stride, expert_stride, expert_members = _dp_mesh(lay, net.gpus_per_node)
+    m = lay.grad_accum
+    dense = (params - experts) / lay.tp
+    experts = experts / lay.expert_tp / lay.ep  # routed experts: split over ep, each over etp
+    units = max(1, n_layers) + 1 if lay.zero == 3 else 0  # FSDP: one unit per layer, + embedding/head
+    gather_bytes = 1.0 if lay.fp8_param_gather else None
+    secs = list(_dp_seconds(dense, rec, dense_group, lay.zero, dense_stride, members=dense_members, m=m, units=units,
+                            net=net, gather_bytes=gather_bytes))
+    if experts:
+        secs += _dp_seconds(experts, rec, lay.expert_dp, lay.zero, expert_stride, members=expert_members, m=m,
+                            units=units, net=net, gather_bytes=gather_bytes)
+    if dense_group == 1 and lay.expert_dp == 1:
+        secs = []
+    reduces, gathers = [], []  # each kind's calls (seconds of one, calls), in their order
+    for k, t, n in secs:
+        if k == "all_gather":
+            gathers.append((t, n))
+        elif k in ("all_reduce", "reduce_scatter"):
+            reduces.append((t, n))
+    reduce = sum([t * n for t, n in reduces])
+    gather = sum([t * n for t, n in gathers])
+    last = max([t for t, _ in reduces], default=0.0)
+    first = max([t for t, _ in gathers], default=0.0)
+    per_f = per_b = 0.0  # one FSDP unit's forward and backward transfers (ZeRO-3 only)
+    if lay.zero == 3:
+        per_f = gather / m / 2 / (max(1, n_layers) + 1)
+        per_b = (gather / m / 2 + reduce / m) / (max(1, n_layers) + 1)
+    opt = _rank_optimizer(ctx, params, experts_given, n_layers, per_layer)
+    return max(1, n_layers), lay.zero == 3, per_f, per_b, reduce, gather, last, first, opt
+
+
+def _dp_mesh(lay: Layout, per_node: int) -> tuple[int, int, int, int, int]:
+    """_one_rank_dp's groups, once per degrees, rank order and node size: (the dense gradients' group, dp x cp:
+    CP ranks hold the same weights; its members per node; its stride; the routed experts' data-parallel stride;
+    its members per node)."""
+    def make() -> tuple[int, int, int, int, int]:
+        strides, estrides = lay.strides(), lay.expert_strides()
+        dense_members = _group_per_node([(lay.cp, strides["cp"]), (lay.dp, strides["dp"])], per_node)
+        dense_stride = strides["cp"] if lay.cp > 1 else strides["dp"]
+        expert_members = _group_per_node([(lay.expert_dp, estrides["dp"])], per_node)
+        return lay.dp * lay.cp, dense_members, dense_stride, estrides["dp"], expert_members
+    return _cached("params", ("dp mesh", lay.order, lay.tp, lay.cp, lay.pp, lay.dp, lay.ep, lay.etp, per_node), make)
+
+
+def _rank_optimizer(ctx: _Ctx, params: float, experts: float, n_layers: int, per_layer: float,
+                    zero: int | None = None) -> float:
+    """_one_rank_dp's optimizer step: the rank's dense and routed-expert shards (`params`, `experts` of them routed,
+    in `n_layers` layers of `per_layer` parameters), each ZeRO-sharded over its data-parallel group (ZeRO >= 1);
+    `zero`: that of the layout with this ZeRO stage instead of its own (nothing else here reads the stage)."""
+    lay = ctx.lay
+    zero = lay.zero if zero is None else zero
+    dense_group = lay.dp * lay.cp
+    dense = (params - experts) / lay.tp
+    experts = experts / lay.expert_tp / lay.ep
+    shard = dense_group if zero >= 1 else 1
+    expert_shard = lay.expert_dp if zero >= 1 else 1
+    local = dense / shard + experts / expert_shard
+    return _optimizer_seconds(ctx, local, (per_layer, n_layers), dense_group if zero >= 1 else 1,
+                              dense + experts)
+
+
+def _param_summary(spec: ModelSpec) -> tuple[float, float, float, float, float, list[int]]:
+    """Per spec, once: parameters of one layer (its sharded part and norms, memory._layer_params' average), the
+    embedding, the LM head, the final norm, the routed experts of one MoE layer, and how many MoE layers come
+    before each layer index (prefix sums)."""
+    def make() -> tuple[float, float, float, float, float, list[int]]:
+        comps = count_params(spec).components
+        layer, norms, emb, head, final = _layer_params(spec, comps)
+        experts = routed_expert_params(spec, comps) / spec.n_moe_layers if spec.n_moe_layers else 0.0
+        before = [0]
+        for i in range(spec.n_layers):
+            before.append(before[-1] + spec.is_moe_layer(i))
+        return layer + norms, emb, head, final, experts, before
+    return _cached("params", ("summary", _token(spec)), make)
+
+
+def _dp_seconds(params: float, rec: Recipe, group: int, zero: int, stride: int, members: int, m: int, units: int,
+                net: Any, gather_bytes: float | None = None) -> tuple[tuple[str, float, int], ...]:
+    """(kind, seconds of one call, calls) of each of _dp_colls' collectives, once per size and group (the dense
+    parameters of a rank are the same whatever its expert mesh) and whatever the micro-batches (a call's seconds
+    do not read its count)."""
+    key = ("dp seconds", params, rec.name, group, zero, stride, members, units, _token(net), gather_bytes)
+    once = _cached("params", key, lambda: tuple((c.kind, c.seconds(net), c.count) for c in _dp_colls(
+        params, rec, group, zero, stride, members=members, m=1, units=units, gather_bytes=gather_bytes)))
+    # ZeRO-3's collectives run once per micro-batch (dp_collectives' count): the same calls, m times as many
+    return tuple((kind, seconds, count * m) for kind, seconds, count in once) if zero == 3 else once
+
+
+def _dp_colls(params: float, rec: Recipe, group: int, zero: int, stride: int, members: int, m: int,
+              units: int = 0, gather_bytes: float | None = None) -> list[comm.Collective]:
+    """The DP collectives of `params` parameters, one call per bucket: Megatron's distributed optimizer buckets
+    max(DP_BUCKET_PARAMS, 1 M x dp) parameters; ZeRO-3 (FSDP) one unit per layer (`units`). Each call pays its
+    ring latency ((n-1) steps), which across hundreds of ranks outweighs the bytes of a small bucket.
+    `gather_bytes`: bytes per parameter of the weight all-gather (default the weights', at most 2 bytes: the BF16
+    copy); 1 with Megatron's --fp8-param-gather (arguments.py: "Keep the compute param in fp8 ... and perform the
+    param all-gather in fp8"; with the distributed optimizer or FSDP). Each call's Collective is built as its
+    __init__ builds it (its fields in field order; it has no __post_init__), without the setattr per field."""
+    weight = min(rec.weight_bytes, 2.0) if gather_bytes is None else gather_bytes
+    colls = comm.dp_collectives(params, rec.grad_bytes, weight, group, zero=zero, stride=stride,
+                                micro_batches=m)
+    calls = units or max(1, math.ceil(params / max(DP_BUCKET_PARAMS, 1e6 * group)))
+    return [_built(comm.Collective, {"name": c.name, "kind": c.kind, "group": c.group,
+                                     "buffer_bytes": c.buffer_bytes / calls, "count": c.count * calls,
+                                     "stride": c.stride, "per_node": members})
+            for c in colls]
+
+
+def _optimizer_seconds(ctx: _Ctx, local: float, layers: tuple[float, int], shards: int, on_gpu: float) -> float:
+    """The optimizer step over this GPU's `local` parameters: memory-bound (gradient, master weights and the
+    optimizer's states read and written, the new weights written: AdamW's two states), and for Muon (one momentum
+    state, and MUON_NS_STEPS Newton-Schulz iterations per weight matrix, 4·m²·n + 2·m³ FLOPs each for an m x n
+    matrix, m <= n: X·Xᵀ, its square, their product with X; each matrix on one of the `shards` data-parallel ranks,
+    Moonlight's distributed Muon; `layers`: (one layer's parameters, the layers));
+    FP8/FP4 recipes then cast the `on_gpu` weights this GPU computes with (QUANT_BYTES per element; Transformer
+    Engine casts them at the first micro-batch and keeps the casts for the rest)."""
+    rec, dev = ctx.recipe, ctx.dev
+    opt = OPTIMIZERS[ctx.lay.optimizer]
+    nbytes = local * (rec.grad_bytes + 2 * (rec.master_bytes + opt.bytes_per_param(rec)) + rec.weight_bytes)
+    seconds = stream_seconds(nbytes, dev, ctx.eff)
+    if ctx.lay.optimizer == "muon":
+        spec = ctx.spec
+        D = spec.d_model
+        flops = 0.0
+        p, count = layers
+        n = p / ctx.lay.tp / D  # the layer's matrices, as D x (p / D) blocks of this rank's TP shard
+        lo, hi = min(D, n), max(D, n)
+        per = MUON_NS_STEPS * (4 * lo * lo * hi + 2 * lo ** 3)
+        for _ in range(count):  # added layer by layer, as a sum over the layers' list
+            flops += per
+        seconds += flops / shards / (dev.mamf * ctx.eff)
+    if rec.fp8:
+        seconds += stream_seconds(on_gpu * kernels.QUANT_BYTES[rec.fp8], dev, ctx.eff)
+    return seconds

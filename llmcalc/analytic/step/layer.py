@@ -1,0 +1,270 @@
+"""One layer's cost: its GEMMs by part, attention, elementwise bytes, MoE and collectives, in order; the embedding,
+LM head and MTP modules."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ...spec import ModelSpec
+from ..flops import has_backward, layer_ops
+from ..kernels import Device, device_for, stream_seconds
+from ..memory import RECIPES, lookup
+from . import constants
+from .attention import _attention_core, _indexer_scores_seconds, _scan_seconds
+from .cache import _cached, _cached_in, _token
+from .collectives import add_ep_comm, add_tp_comm
+from .context import StageTimes, _Ctx, _layer_kind
+from .layout import FUSED_GEMMS, REPLICATED, ROW_PARALLEL, STREAMED, Layout
+from .moe import _moe_cost
+
+
+def _part_shape(spec: ModelSpec, group: str, part: str, flops: float, tokens: float) -> tuple[float, float, str]:
+    """(k, n, style) of op `group/part` whose forward FLOPs over `tokens` tokens are `flops`: the input width k,
+    the output width n, and how tensor parallelism splits it: "column" (n), "row" (k) or "replicated"."""
+    D = spec.d_model
+    if part in ROW_PARALLEL:
+        return flops / (2 * tokens * D), D, "row"
+    k: float = D
+    if group == "shared_block" and part in ("q_proj", "k_proj", "v_proj"):
+        k = 2 * D  # Zamba2's shared block reads [hidden, embeddings]
+    elif part == "q_b_proj" and spec.mla is not None:
+        k = spec.mla.q_lora_rank
+    elif part == "kv_b_proj" and spec.mla is not None:
+        k = spec.mla.kv_lora_rank
+    elif part == "dt_proj":
+        k = spec.ssm_dt_rank
+    return k, flops / (2 * tokens * k), "replicated" if part in REPLICATED else "column"
+
+
+def _layer_times(spec: ModelSpec, layer: int, lay: Layout, seq_len: int, causal: bool = True, recompute: str = "none",
+                 dev: Device | None = None, act_bytes: float = 2, attention: str = "flash", dropout: bool = False,
+                 recipe: str = "bf16-mixed") -> StageTimes:
+    """One layer's StageTimes (tests and callers outside predict; `causal` counts FLOPs only, the kernel runs what a
+    decoder computes; `act_bytes` is the recipe's)."""
+    rec = lookup(RECIPES, "recipe", recipe)
+    ctx = _Ctx(spec, dev or device_for("h100-sxm"), lay, seq_len, replace(rec, act_bytes=act_bytes),
+               attention=attention, dropout=dropout, eff=constants.KERNEL_EFFICIENCY)
+    return _layer_cost(ctx, layer, _recomputes(lay, recompute, layer, 0))
+
+
+def _recomputes(lay: Layout, recompute: str, layer: int, first_in_chunk: int) -> frozenset[str]:
+    """What layer `layer` (the chunk starting at `first_in_chunk`) re-runs in its backward: "block" (full), or
+    module names."""
+    if recompute == "full":
+        if lay.recompute_layers and layer - first_in_chunk >= lay.recompute_layers:
+            return frozenset()
+        return frozenset({"block"})
+    if recompute == "selective":
+        return frozenset(lay.recompute_modules or ("core_attn",))
+    return frozenset()
+
+
+def _layer_cost(ctx: _Ctx, i: int, rec: frozenset[str]) -> StageTimes:
+    kinds = ctx.dense_cache.get(_KINDS)  # the model's _kinds_of, kept in the dense cache (whose key holds the model)
+    if kinds is None:
+        spec = ctx.spec
+        kinds = ctx.dense_cache[_KINDS] = _cached("params", ("kinds", _token(spec)), lambda: _kinds_of(spec))[0]
+    kind = kinds[i]  # _layer_kind(spec, i)
+    cache = ctx.cache if kind[1] == "moe" else ctx.dense_cache  # a dense layer's cost reads no expert setting
+    key = (kind, rec)
+    cached = cache.get(key)
+    if cached is None:
+        cached = cache[key] = _layer_cost_uncached(ctx, i, rec)
+    return cached
+
+
+_KINDS = ("kinds",)  # _layer_cost's key of the layers' kinds in a dense cache
+
+
+def _layer_cost_uncached(ctx: _Ctx, i: int, rec: frozenset[str]) -> StageTimes:  # long: one layer's terms in order
+    spec, lay = ctx.spec, ctx.lay
+    tp, T, D, act = lay.tp, ctx.tokens, spec.d_model, ctx.act
+    sp = tp if lay.sequence_parallel else 1
+    mixers, ffn = spec.layer_parts(i)
+    moe = ffn == "moe"
+    # the terms before the MoE block read no expert setting: once per dense key for all the expert meshes (the same
+    # floats, summed on in the same order below)
+    redone = ("mla_up_proj" in rec, "mlp" in rec)  # all the prefix reads of `rec`
+    layer_kind = _layer_kind(spec, i)
+    prefix = _cached_in(ctx.dense_cache, ("prefix", layer_kind, redone), lambda: _layer_prefix(ctx, i, rec))
+    fwd, dgrad, wgrad, redo, moe_parts, elem_fwd, attn_f, attn_b, cp_f, cp_b = prefix
+    t = StageTimes()
+    # MoE
+    ep_fwd = ep_bwd = 0.0
+    if moe:
+        # once per kind and what of `rec` it reads: the same for no and full recomputation
+        m = _cached_in(ctx.cache, ("moe", layer_kind, "moe" in rec, "moe_act" in rec, "shared_experts" in rec),
+                       lambda: _moe_cost(ctx, moe_parts, rec))
+        fwd, dgrad, wgrad = fwd + m["fwd"], dgrad + m["dgrad"], wgrad + m["wgrad"]
+        elem_fwd += m["elem"]
+        ep_fwd, ep_bwd = m["ep_fwd"], m["ep_bwd"]
+        redo += m["redo"]
+    # memory-bound elementwise work, bytes per layer forward (backward twice that)
+    norms = spec.norms_in_layer(i) if spec.is_hybrid else spec.norms_per_layer
+    blocks = len(mixers) + (ffn is not None)
+    elem_norm = norms * 2 * T * D / sp * act
+    elem_fwd += elem_norm + blocks * 3 * T * D / sp * act
+    if "attention" in mixers:
+        heads = (spec.n_heads + spec.n_kv_heads) / tp
+        if spec.pos_emb == "rope":
+            rope_width = (spec.n_heads + 1) * spec.mla.qk_rope_head_dim / tp if spec.mla else heads * spec.d_head
+            elem_fwd += 2 * T * rope_width * act
+        if spec.qk_norm != "none":
+            elem_fwd += 2 * T * heads * spec.d_head * act
+    if ffn == "mlp":
+        act_mlp = (3 if spec.gated else 2) * T * spec.d_ff / tp * act
+        elem_fwd += act_mlp
+        if rec & {"mlp_act", "mlp"}:
+            redo += ctx.stream(act_mlp)
+    for kind in mixers:
+        if kind in ("mamba", "mamba2", "gated_deltanet"):
+            elem_fwd += 3 * T * spec.ssm_d_inner / tp * act  # gated norm: read y and z, write
+    elem = ctx.stream(elem_fwd)
+    if rec & {"layernorm"}:
+        redo += ctx.stream(elem_norm)
+    if "core_attn" in rec:
+        redo += attn_f
+    if "alternate_mm" in rec:
+        redo += fwd / 2
+    t.fwd = fwd + attn_f + elem
+    t.gemm_fwd = fwd
+    t.bwd_weight = wgrad
+    t.bwd_input = dgrad + attn_b + 2 * elem
+    passes = 2
+    if "block" in rec:
+        t.bwd_input += t.fwd
+        passes = 3
+    else:
+        t.bwd_input += redo
+    # TP collectives: an all-gather before and a reduce-scatter after each sub-block (all-reduce without SP)
+    if tp > 1:
+        tp_blocks = len(mixers) + (ffn == "mlp") + (moe and (not lay.alltoall or spec.n_shared_experts > 0))
+        add_tp_comm(t, ctx, D, tp_blocks, passes, fwd=fwd, bwd=dgrad + wgrad)
+    t.cp = cp_f + cp_b
+    t.comm_fwd += cp_f
+    if moe and lay.alltoall:
+        if "block" in rec or "moe" in rec:
+            ep_bwd += ep_fwd  # the recomputed forward dispatches and combines again
+        add_ep_comm(t, ctx, ep_fwd, ep_bwd)
+    return t
+
+
+def _layer_prefix(ctx: _Ctx, i: int, rec: frozenset[str]) -> tuple:
+    """_layer_cost_uncached's terms up to the MoE block: (forward, input-gradient and weight-gradient GEMM seconds,
+    recomputed forward seconds, the MoE block's FLOPs by part, elementwise forward bytes, attention-core and scan
+    forward and backward seconds, exposed CP forward and backward), all read from the layout's dense fields; of `rec`
+    only whether it holds mla_up_proj and mlp. The ops' shapes come from _layer_ops_plan (once per layer kind and
+    tokens, whatever tp), each GEMM timed and summed in the ops' order."""
+    spec, lay = ctx.spec, ctx.lay
+    tp, T = lay.tp, ctx.tokens
+    mixers, _ = spec.layer_parts(i)
+    gemms, streamed, moe_parts = _cached("flops", ("layer plan", _token(spec), i, T),
+                                         lambda: _layer_ops_plan(spec, i, T))
+    fwd = dgrad = wgrad = 0.0  # GEMMs
+    redo = 0.0  # forward work recomputation repeats
+    mla_up, mlp = "mla_up_proj" in rec, "mlp" in rec
+    for style, k, n, backward, redone in gemms:
+        if style == "column":
+            f, d, w = ctx.gemm(T, k, n / tp)
+        elif style == "row":
+            f, d, w = ctx.gemm(T, k / tp, n)
+        else:
+            f, d, w = ctx.gemm(T, k, n)
+        if not backward:  # the lightning indexer's projections: forward only (flops.NO_BACKWARD)
+            d = w = 0.0
+        fwd, dgrad, wgrad = fwd + f, dgrad + d, wgrad + w
+        if redone == "mla_up_proj" and mla_up or redone == "mlp" and mlp:
+            redo += f
+    elem_fwd = 0.0  # bytes
+    for nbytes in streamed:  # depthwise conv over its channels: read + write
+        elem_fwd += nbytes / tp * ctx.act
+    # attention cores and scans
+    attn_f = attn_b = cp_f = cp_b = 0.0
+    for kind in mixers:
+        if kind in ("attention", "shared_block"):
+            a = _attention_core(ctx, i, kind)
+            attn_f, attn_b, cp_f, cp_b = attn_f + a[0], attn_b + a[1], cp_f + a[2], cp_b + a[3]
+            if kind == "attention" and spec.has_indexer(i):
+                attn_f += _indexer_scores_seconds(ctx, i)
+        elif kind in ("mamba2", "gated_deltanet", "mamba"):
+            s_f, s_b = _scan_seconds(ctx, kind)
+            attn_f, attn_b = attn_f + s_f, attn_b + s_b
+    return fwd, dgrad, wgrad, redo, dict(moe_parts), elem_fwd, attn_f, attn_b, cp_f, cp_b
+
+
+def _layer_ops_plan(spec: ModelSpec, i: int, T: float) -> tuple:
+    """Layer `i`'s ops (``flops.layer_ops`` over `T` tokens) as _layer_prefix times them, whatever tp: the GEMMs in
+    its order, each (how tp splits it, k, n before that split, whether it has a backward, what recomputation of
+    `rec` repeats its forward: "mla_up_proj", "mlp" or None), the separate GEMMs in the ops' order then the fused
+    ones (QKV, gate+up) in the order they first appear; the depthwise convolutions' bytes (2·T·channels, before tp
+    and the activation bytes); the MoE block's FLOPs by part."""
+    D = spec.d_model
+    ops = layer_ops(spec, i, 1, int(round(T)) or 1, causal=True)  # FLOPs of this rank's tokens (before tp)
+    gemms: list[tuple] = []
+    streamed: list[float] = []
+    fused: dict[tuple[str, str], float] = {}
+    moe_parts: dict[str, float] = {}
+    for name, flops in ops.items():
+        group, part = name.split("/")
+        if part in ("scores", "values", "indexer_scores") or part == "scan":
+            continue  # the attention core, the lightning indexer's scores and the scans: _layer_prefix's own
+        if group == "moe" and part in ("router", "experts", "shared_experts"):
+            moe_parts[part] = flops
+            continue
+        if part in STREAMED:  # depthwise conv over its channels: read + write
+            streamed.append(2 * T * (flops / (2 * T * spec.ssm_conv_kernel)))
+            continue
+        if part in FUSED_GEMMS:
+            key = (group, FUSED_GEMMS[part])
+            fused[key] = fused.get(key, 0.0) + flops
+            continue
+        k, n, style = _part_shape(spec, group, part, flops, T)
+        gemms.append((style, k, n, has_backward(name), "mla_up_proj" if part in ("q_b_proj", "kv_b_proj") else None))
+    for (group, _), fused_flops in fused.items():
+        width = D * (2 if group == "shared_block" else 1)  # Zamba2's shared block reads [hidden, embeddings]
+        gemms.append(("column", width, fused_flops / (2 * T * width), True, "mlp" if group == "mlp" else None))
+    return tuple(gemms), tuple(streamed), moe_parts
+
+
+def _head_times(ctx: _Ctx) -> StageTimes:
+    """LM head matmul (vocab split over tp) and the softmax/cross-entropy over the logits (fp32: written, read,
+    gradient written), and the embedding lookup's gather and scatter-add."""
+    spec, lay = ctx.spec, ctx.lay
+    T = ctx.tokens
+    f, d, w = ctx.gemm(T, spec.d_model, spec.vocab_size / lay.tp)
+    loss = stream_seconds(T * spec.vocab_size / lay.tp * 4 * 3, ctx.dev, ctx.eff)
+    return StageTimes(fwd=f + loss, bwd_input=d, bwd_weight=w, gemm_fwd=f)
+
+
+def _embedding_times(ctx: _Ctx) -> StageTimes:
+    T = ctx.tokens
+    nbytes = T * ctx.spec.d_model * ctx.act
+    return StageTimes(fwd=stream_seconds(nbytes, ctx.dev, ctx.eff), bwd_weight=stream_seconds(3 * nbytes, ctx.dev,
+                                                                                              ctx.eff))
+
+
+def _mtp_times(ctx: _Ctx, recompute: str) -> StageTimes:
+    """One multi-token-prediction module (DeepSeek-V3 sec. 2.2, Megatron-Core's MTP on the last stage): two norms,
+    the projection of [h; emb] (2D -> D), one decoder layer like the model's last, the shared LM head again."""
+    spec = ctx.spec
+    t = StageTimes()
+    t.add(_layer_cost(ctx, spec.n_layers - 1, _recomputes(ctx.lay, recompute, spec.n_layers - 1, spec.n_layers - 1)))
+    f, d, w = ctx.gemm(ctx.tokens, 2 * spec.d_model, spec.d_model)
+    t.add(StageTimes(fwd=f, bwd_input=d, bwd_weight=w, gemm_fwd=f))
+    t.add(_head_times(ctx))
+    return t
+
+
+def _kinds_of(spec: ModelSpec) -> tuple[list[tuple], dict[tuple, int], list[tuple[int, int, tuple]]]:
+    """Each layer's _layer_kind, each kind's representative (its first layer), and the maximal runs of consecutive
+    layers of one kind as (first layer, end, kind), in layer order."""
+    kinds = [_layer_kind(spec, i) for i in range(spec.n_layers)]
+    first: dict[tuple, int] = {}
+    segments: list[tuple[int, int, tuple]] = []
+    for i, kind in enumerate(kinds):
+        first.setdefault(kind, i)
+        if segments and segments[-1][2] == kind:
+            segments[-1] = (segments[-1][0], i + 1, kind)
+        else:
+            segments.append((i, i + 1, kind))
+    return kinds, first, segments

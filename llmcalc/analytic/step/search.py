@@ -1,0 +1,375 @@
+"""`llmcalc layout`: every layout tried, the pruned search best first, the losers' table."""
+
+from __future__ import annotations
+
+import heapq
+import operator
+from collections.abc import Callable
+from typing import Any
+
+from ...errors import LlmcalcError
+from ...records import dataclass
+from ...spec import ModelSpec
+from ...units import GIB
+from ...validate import DEFAULT_ZERO
+from ..kernels import device_for
+from ..memory import RECIPES, lookup
+from .bounds import FLOOR_MARGIN, _first_floors, _floor_shape, _optimizer_floor, _step_floor
+from .context import _context_in, _Ctx, _layer_cache
+from .layout import (
+    ORDER,
+    Layout,
+    _candidates,
+    _describe,
+    _layout_maker,
+    _order_dims,
+    _strides_pp_free,
+    _with_zero,
+    check_modelled,
+)
+from .prediction import StepPrediction, _finish, _prepare, _Prepared
+from .search_memory import _least_that_fits
+from .train import _flag, global_batch_sequences
+
+
+def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_batch: int, causal: bool = False,
+                   recompute: str | None = None, dtype: str = "bf16", progress: Callable[[int], Callable[[], None]]
+                   | None = None, tp_overlap: bool = False, recipe: str = "bf16-mixed", top: int = 10,
+                   exhaustive: bool = False, **step: Any) -> tuple[list, list, dict]:  # long: the search's phases
+    """Every layout tp x cp x pp (x vpp, micro-batch, recomputation) of `n_gpus`, checked against the memory
+    model and ranked by predicted throughput. Returns (ranked [(prediction, peak bytes)], losers, counts).
+
+    tp runs over the divisors of GPUs per node (TP stays on NVLink), pp up to 64 (memory checked for the
+    most loaded stage, ceil(L/pp) layers), cp over powers of two up to 16 keeping >= 1k tokens per rank;
+    ZeRO-1 with the least of none, selective, full recomputation that fits (only `recompute` if given), else
+    ZeRO-3 (FSDP) the same way. `recipe` and `step` (STEP_DEFAULTS' settings) apply to every layout.
+    `progress(total)` (optional) returns a function called once per layout tried; `tp_overlap` times every
+    layout with its TP collectives under the GEMMs (`_tp_exposed`).
+
+    Pruned (the default): every valid layout first gets `_step_floor`, a lower bound of its step whatever
+    recomputation and ZeRO stage it would get; in order of that floor the layouts are evaluated in full (memory,
+    stages, DP, optimizer) until the next floor cannot beat the `top`-th exact step; the rest are counted
+    `bounded` and never evaluated (nor checked for memory). `exhaustive` evaluates every layout (the ranked list,
+    losers and counts then read all of them; `bounded` is 0). Either way the `top` best are exactly the exhaustive
+    search's, in order: a layout among them has a floor at most its step, at most the `top`-th step.
+
+    Each distinct piece is evaluated once (per-layer-kind costs per (tp, cp, micro-batch, recompute, ...), the
+    FLOPs per recomputation, memory per layout but vpp, the parameters per model), and the pipeline is simulated
+    only where it can change the ranking: every evaluated layout first gets pipeline.path_bound (its exact
+    makespan where the timeline is known in closed form, else a lower bound); the layouts are then simulated only
+    while that bound can beat the `top`-th exact step. The others keep their bound (say so in their
+    assumptions), but for the few losers shown (_why_they_lose), simulated: their figures are train's."""
+    check_modelled(spec)
+    _order_dims(step.get("order", ORDER))  # refused once, as train refuses it, not layout by layout
+    if step.get("recompute_layers") or step.get("recompute_modules"):
+        raise LlmcalcError("layout checks memory with --recompute none, selective or full; time a partial "
+                           "recomputation (--recompute-layers, --recompute-modules) with `llmcalc train`")
+    dev = device_for(gpu, dtype)
+    capacity = dev.accelerator.usable_bytes
+    per_node = dev.network.gpus_per_node
+    tries = [recompute] if recompute else ["none", "selective", "full"]
+    counts = {"searched": 0, "fit": 0, "oom": 0, "invalid": 0, "bounded": 0}
+    candidates = _candidates(spec, n_gpus, seq_len, global_batch, per_node)
+    tick = progress(len(candidates)) if progress else None
+    oom: list = []
+    rec = lookup(RECIPES, "recipe", recipe)
+    optimizer = step.get("optimizer", "adamw")
+    moe_only = {"ep_overlap": False, "ep_dispatcher": "alltoall", "moe_imbalance": 1.0}
+    for key, off in moe_only.items():
+        if step.get(key, off) != off and not spec.is_moe:
+            raise LlmcalcError(f"{_flag(key)} needs a mixture-of-experts model; {spec.name} is dense")
+    # the expert all-to-all settings apply to the layouts that have all-to-alls (and micro-batches to overlap)
+    plain_step = {k: v for k, v in step.items() if k not in ("ep_overlap", "ep_dispatcher")}
+    # make_layout of each candidate with the step settings, else (where they differ) without the all-to-all ones
+    options = dict(schedule=None, zero=DEFAULT_ZERO, sequence_parallel=True, dp_overlap=True, tp_overlap=tp_overlap)
+    makers: list[Callable[[tuple, bool], Layout] | None] = []
+    for given in [step] + ([plain_step] if plain_step != step else []):
+        try:
+            makers.append(_layout_maker(spec, n_gpus, seq_len, global_batch, options=options,
+                                            step=given))
+        except LlmcalcError:  # refuses every layout
+            makers.append(None)
+    layouts: list = []  # (floor, candidate index, tier, layout, what adds the optimizer) of the valid layouts
+    # _context's layer-cost caches per maker and degrees but vpp (what else their key reads is the search's own), and
+    # but pp where the rank order puts cp and ep inside dp and pp (their strides then read neither: _layer_cache)
+    caches: dict[tuple, tuple[dict, dict]] = {}
+    pp_free = _strides_pp_free(step.get("order", ORDER))
+    shapes: dict[tuple, tuple] = {}  # _floor_shape per pp, vpp and schedule (what else it reads is the search's own)
+    inputs = (spec, dev, seq_len, rec)
+    counts["searched"] = len(candidates)
+    for index, (tp, cp, pp, vpp, mb, ep, etp) in enumerate(candidates):
+        if tick:
+            tick()
+        lay, which = None, 0
+        for which in range(len(makers)):
+            make = makers[which]
+            if make is not None:
+                try:
+                    lay = make((tp, cp, pp, vpp, mb, ep, etp or None), False)  # (_candidates' degrees)
+                    break
+                except LlmcalcError:
+                    continue
+        if lay is None:
+            counts["invalid"] += 1
+            continue
+        if exhaustive:
+            layouts.append((0.0, index, _MEMORY, lay, None))
+        else:  # its work floor (_first_floors)
+            degrees = (which, tp, cp, 0 if pp_free else pp, mb, ep, etp)
+            both = caches.get(degrees)
+            if both is None:
+                both = caches[degrees] = _layer_cache(spec, dev, lay, seq_len, rec, attention="flash", dropout=False)
+            shape = shapes.get((pp, vpp, lay.schedule))
+            if shape is None:
+                shape = shapes[pp, vpp, lay.schedule] = _floor_shape(spec, lay)
+            layouts.append((_first_floors(inputs, lay, both, shape), index, _RANKS, lay, (both, shape)))
+    # best first: the least floor is taken and made tighter (its pipeline's paths; its optimizer step; then its
+    # memory: the recomputation and ZeRO stage that fit and their stage times; their DP floor; then its stages, DP
+    # and path bound: _prepare), or
+    # once it is a prepared layout's, that layout is timed; once the least floor left cannot beat the `top`-th exact
+    # step, neither can any other layout (their steps are at least their floors): those left are `bounded`
+    heapq.heapify(layouts)
+
+    def no_fit(lay: Layout, peak: float, zero: int) -> None:  # an evaluated layout that does not fit
+        counts["oom"] += 1
+        oom.append((lay, peak, tries[-1] + (" and ZeRO-3" if zero == 3 else "")))
+
+    def fit(lay: Layout, rc: str) -> _Prepared:  # an evaluated layout that fits, with its stages, DP and bound
+        counts["fit"] += 1
+        return _prepare(spec, dev, lay, seq_len, causal, recompute=rc, recipe=recipe, attention="flash",
+                        dropout=False)
+    prepared: list[tuple[_Prepared, float, int, StepPrediction | None]] = []
+    best: list[float] = []  # the `top` smallest exact steps so far, ascending
+    bounds: dict[int, _Prepared] = {}  # the predictions that are their pipeline's lower bound (by id): their layout
+
+    def finish(prep: _Prepared, simulated: bool) -> StepPrediction:  # _finish, its lower bounds kept in `bounds`
+        pred = _finish(prep, simulated=simulated)
+        if not (simulated or prep.exact):
+            bounds[id(pred)] = prep
+        return pred
+    while layouts:
+        # the least floor, left on the heap: a next tier takes its place there (at the root where it is still the
+        # least, else heapreplace: one sift instead of a pop's and a push's); the entries' (floor, candidate index)
+        # are all distinct, so they come off in the same order
+        floor, index, tier, lay, more = layouts[0]
+        if len(best) >= top and floor > best[-1]:
+            break
+        if tier == _RANKS:  # at most its path floor, at a fraction of its cost: most layouts stop here
+            ranks = _first_floors(inputs, lay, more[0], more[1], ranks=True)
+            entry = (max(floor, ranks), index, _PATHS, lay, more[0])
+        elif tier == _PATHS:  # its context (_context's, with the layer-cost caches it was given) and path floor
+            ctx = _context_in(inputs, lay, more)
+            floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, recompute="none", ctx=ctx)
+            entry = (floor, index, _OPTIMIZER, lay, (ctx, paths))
+        elif tier == _OPTIMIZER:
+            ctx, paths = more
+            floor += _optimizer_floor(ctx, paths, with_dp=False)[0] * (1 - FLOOR_MARGIN)
+            entry = (floor, index, _MEMORY, lay, more)
+        elif tier == _MEMORY:
+            rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity, recipe=recipe,
+                                              optimizer=optimizer)
+            if rc is None:
+                heapq.heappop(layouts)
+                no_fit(lay, peak, zero)
+                continue
+            lay = lay if zero == lay.zero else _with_zero(lay, zero)
+            if exhaustive:
+                entry = (floor, index, _PREPARE, lay, (rc, peak))
+            else:  # the floor of the recomputation and ZeRO stage that fit, its DP floor next
+                ctx = more[0]
+                if ctx.lay is not lay:  # the same layer-cost caches (their key reads no ZeRO stage): _context's
+                    ctx = _Ctx(spec, dev, lay, seq_len, rec, attention=ctx.attention, dropout=ctx.dropout, eff=ctx.eff,
+                               cache=ctx.cache, dense_cache=ctx.dense_cache)
+                floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, recompute=rc, ctx=ctx)
+                opt = _optimizer_floor(ctx, paths, with_dp=False)[0]
+                entry = (floor + opt * (1 - FLOOR_MARGIN), index, _DP, lay, (rc, peak, floor, ctx, paths))
+        elif tier == _DP:  # the same floor as with its DP floor at once, at or above the one it was taken at
+            rc, peak, floor, ctx, paths = more
+            opt, dp = _optimizer_floor(ctx, paths)
+            entry = (floor + (opt + dp) * (1 - FLOOR_MARGIN), index, _PREPARE, lay, (rc, peak))
+        elif tier == _PREPARE:
+            rc, peak = more
+            prep = fit(lay, rc)
+            if exhaustive:  # simulated below, in order of the pipeline bounds
+                heapq.heappop(layouts)
+                prepared.append((prep, peak, index, None))
+                continue
+            entry = (prep.step_bound, index, _TIME, lay, (prep, peak))
+        else:
+            heapq.heappop(layouts)
+            prep, peak = more  # a prepared layout's turn: simulated while it can still be among the `top`
+            can_win = len(best) < top or prep.step_bound < best[-1]
+            pred = finish(prep, simulated=can_win)
+            if can_win:
+                best = sorted(best + [pred.step_seconds])[:top]
+            prepared.append((prep, peak, index, pred))
+            continue
+        n = len(layouts)
+        if (n < 2 or entry < layouts[1]) and (n < 3 or entry < layouts[2]):  # below the root's children: its root
+            layouts[0] = entry
+        else:
+            heapq.heapreplace(layouts, entry)
+    # what the search stopped before: the prepared layouts fit (their bound is their step), a few extremes are
+    # evaluated for the losers' table (_extremes: for each kind of loss the most extreme that fits, of the first
+    # EXTREME_TRIES; none can win, so each keeps its bound), the rest are bounded
+    left = {}
+    for _, index, tier, lay, more in layouts:
+        if tier == _TIME:
+            prep, peak = more
+            prepared.append((prep, peak, index, finish(prep, simulated=False)))
+        else:
+            left[index] = (tier, lay, more)
+    fits: dict[int, bool] = {}
+    for order in _extremes([(index, lay) for index, (_, lay, _) in left.items()]):
+        for index in order[:EXTREME_TRIES]:
+            if index not in fits:
+                tier, lay, more = left[index]
+                if tier in (_DP, _PREPARE):  # its memory checked
+                    rc, peak = more[:2]
+                else:
+                    rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity, recipe=recipe,
+                                                      optimizer=optimizer)
+                    if rc is not None:
+                        lay = lay if zero == lay.zero else _with_zero(lay, zero)
+                fits[index] = rc is not None
+                if rc is None:
+                    no_fit(lay, peak, zero)
+                else:
+                    prep = fit(lay, rc)
+                    prepared.append((prep, peak, index, finish(prep, simulated=False)))
+            if fits[index]:
+                break
+    counts["bounded"] = len(left) - len(fits)
+    # in order of the pipeline bounds (ties in candidate order), as the exhaustive search simulates them: equal
+    # steps keep this order in the ranking whichever layouts were evaluated
+    prepared.sort(key=lambda pp: (pp[0].step_bound, pp[2]))
+    ranked = []
+    for prep, peak, _, done in prepared:
+        if done is None:
+            can_win = len(best) < top or prep.step_bound < best[-1]
+            done = finish(prep, simulated=can_win)
+            if can_win:
+                best = sorted(best + [done.step_seconds])[:top]
+        ranked.append((done, peak))
+    ranked.sort(key=lambda pm: -pm[0].tokens_per_second)
+    exact: dict[int, StepPrediction] = {}  # the losers shown, simulated: their figures are what train predicts
+
+    def simulated(pred: StepPrediction) -> StepPrediction:
+        if id(pred) not in bounds:
+            return pred
+        if id(pred) not in exact:
+            exact[id(pred)] = _finish(bounds[id(pred)])
+        return exact[id(pred)]
+    losers = _why_they_lose(ranked, oom, capacity, simulated)
+    return ranked, losers, counts
+
+
+EXTREME_TRIES = 3  # how many of the most extreme layouts of a kind _extremes' caller tries for one that fits
+
+
+def _extremes(left: list[tuple[int, Layout]]) -> list[list[int]]:
+    """The layouts a pruned search evaluates beyond those that can win, so that `layout`'s "why the others lose"
+    shows each kind of loss at its strongest: of the layouts it stopped before (`left`: candidate index, layout),
+    per kind of loss their indices, most extreme first: the largest closed-form bubble fraction (pp - 1) / (vpp x
+    micro-batches) (the pipeline bubble), the largest tp then cp (TP communication: the least work per rank beside
+    it), the largest cp then tp (CP communication), the largest dp (DP communication), the largest pp x vpp (PP
+    sends); candidate order on ties."""
+    ordered = sorted(left, key=operator.itemgetter(0))  # (distinct indices: sorted(left)'s order)
+    lays = [lay for _, lay in ordered]
+    picks: tuple[list[Any], ...] = (
+        [(lay.pp - 1) / (lay.vpp * lay.grad_accum) for lay in lays], [(lay.tp, lay.cp) for lay in lays],
+        [(lay.cp, lay.tp) for lay in lays], [lay.dp for lay in lays], [lay.pp * lay.vpp for lay in lays])
+    out = []
+    # per key the positions by key, largest first, equal keys in their order (heapq.nlargest with the key, its docs'
+    # sorted(..., reverse=True)[:n]): the largest keys alone (nlargest, no key call per layout), each found at its
+    # first position, a repeated one at the next
+    for keys in picks:
+        found: list[int] = []
+        last, at = None, -1
+        for value in heapq.nlargest(EXTREME_TRIES, keys):
+            at = keys.index(value, at + 1 if value == last else 0)
+            found.append(ordered[at][0])
+            last = value
+        out.append(found)
+    return out
+
+
+_RANKS, _PATHS, _OPTIMIZER, _MEMORY, _DP, _PREPARE, _TIME = range(7)  # what search_layouts does next to a layout off
+# its heap
+
+
+def _why_they_lose(ranked: list, oom: list, capacity: float,
+                   exact: Callable[[StepPrediction], StepPrediction] | None = None) -> list:
+    """A few representative losers: for each kind of loss the layout that suffers it most, and what did
+    not fit (the one closest to fitting, which would otherwise have been a candidate). `exact`: a ranked
+    prediction as simulated (where the search kept a layout's pipeline at its lower bound), so that each loser shown
+    has the figures `train` gives it; it is chosen by the figures ranked."""
+    out: list[tuple[str, StepPrediction | None, str]] = []
+    shown = exact or (lambda pred: pred)
+    if ranked:
+        best = ranked[0][0]
+        for key, label in (("pp_bubble", "pipeline bubble"), ("tp_comm", "exposed TP communication"),
+                           ("cp_comm", "exposed CP communication"), ("dp_comm", "exposed DP communication"),
+                           ("pp_comm", "exposed PP send/recv")):
+            worst = max(ranked[1:], key=lambda pm: pm[0].breakdown[key] / pm[0].step_seconds, default=None)
+            if worst is None or worst[0].breakdown[key] <= best.breakdown[key] * 1.05 + 1e-9:
+                continue
+            p = shown(worst[0])
+            if p.breakdown[key] <= best.breakdown[key] * 1.05 + 1e-9:
+                continue
+            out.append((f"{label}: {p.breakdown[key] / p.step_seconds * 100:.1f} % of its step (best: "
+                        f"{best.breakdown[key] / best.step_seconds * 100:.1f} %)", p, _describe(p.layout, p.recompute)))
+        slow = [pm for pm in ranked[1:] if pm[0].recompute != best.recompute]
+        if slow:
+            p = shown(slow[0][0])
+            out.append((f"recompute {p.recompute} re-runs work (HFU {p.hfu * 100:.1f} % vs MFU {p.mfu * 100:.1f} %)",
+                        p, _describe(p.layout, p.recompute)))
+    if oom:
+        lay, peak, rc = min(oom, key=lambda o: o[1])
+        digits = 1 if f"{peak / GIB:.1f}" != f"{capacity / GIB:.1f}" else 3  # never "80.0 GiB > 80 GiB"
+        out.append((f"does not fit: {peak / GIB:.{digits}f} GiB per GPU > {capacity / GIB:.{digits}f} GiB even "
+                    f"with recompute {rc}"
+                    f" ({len(oom)} such layouts)", None, _describe(lay)))
+    return out
+
+
+@dataclass(frozen=True)
+class LayoutSearch:
+    """What `layout` prints: the layouts that fit, ranked by predicted throughput, and the rest with why."""
+
+    spec: ModelSpec
+    gpu: str
+    n_gpus: int
+    seq_len: int
+    global_batch: int
+    ranked: list  # [(StepPrediction, peak bytes per GPU)], fastest first
+    losers: list  # [(reason, StepPrediction or None, layout text)]
+    counts: dict  # searched, fit, oom, invalid, bounded (search_layouts)
+    recipe: str = "bf16-mixed"
+    optimizer: str = "adamw"
+
+
+def rank_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_batch: int | None = None,
+                 global_batch_tokens: float | None = None, causal: bool = False, recompute: str | None = None,
+                 tp_overlap: bool = False, progress: Callable[[int], Callable[[], None]] | None = None,
+                 top: int = 10, exhaustive: bool = False, **step: Any) -> LayoutSearch:
+    """`llmcalc layout`: search_layouts for the global batch given in sequences or tokens; no layout that fits
+    is an error naming what to change. `step`: the recipe and STEP_DEFAULTS' settings, for every layout; `top`:
+    how many layouts are listed, each of them exact (search_layouts; at least the ten best are, whose figures the
+    losers' table compares); `exhaustive`: evaluate every layout (search_layouts)."""
+    batch = global_batch_sequences(global_batch, global_batch_tokens, seq_len, required=True)
+    assert batch is not None  # required: exactly one of the two was given
+    if step.get("cp_comm") == "a2a+p2p":
+        raise LlmcalcError("--cp-comm a2a+p2p needs its all-to-all size for one cp degree (train --cp-a2a-size); "
+                           "layout tries many: use p2p, all-gather or a2a here")
+    ranked, losers, counts = search_layouts(spec, gpu, n_gpus, seq_len, global_batch=batch, causal=causal,
+                                            recompute=recompute, tp_overlap=tp_overlap, progress=progress,
+                                            top=max(top, 10), exhaustive=exhaustive,
+                                            **{k: v for k, v in step.items() if v is not None})
+    if not ranked:
+        raise LlmcalcError(f"no layout of {spec.name} fits on {n_gpus:,} x {gpu} at seq {seq_len} with global batch "
+                           f"{batch} (of the layouts tried, {counts['oom']:,} do not fit in memory and "
+                           f"{counts['invalid']:,} contradict the model): use more GPUs or a larger --global-batch")
+    return LayoutSearch(spec=spec, gpu=gpu, n_gpus=n_gpus, seq_len=seq_len, global_batch=batch, ranked=ranked,
+                        losers=losers, counts=counts, recipe=step.get("recipe") or "bf16-mixed",
+                        optimizer=step.get("optimizer") or "adamw")
