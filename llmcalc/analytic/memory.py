@@ -22,7 +22,7 @@ from dataclasses import field, replace
 from typing import NamedTuple, Protocol
 
 from ..errors import LlmcalcError
-from ..records import dataclass
+from ..records import dataclass, short_repr
 from ..spec import ModelSpec
 from ..validate import DEFAULT_SEQ_LEN, MAX_GPUS, positive_int
 from ..vocabulary import OPTIMIZER_IMPLS  # the names and their scratch rule (re-exported)
@@ -249,6 +249,8 @@ class PhasedPeak:
 class MemoryEstimate(PhasedPeak):
     """Per-GPU training memory of the most loaded pipeline stage, by component, in bytes (of a model by llmcalc's
     formula, or one transformers measured: ``measured.measured_training_memory``)."""
+
+    __repr__ = short_repr("spec", "batch", "seq_len", "parallel")  # a handful of fields
 
     spec: ModelSpec | MeasuredShape
     recipe: Recipe

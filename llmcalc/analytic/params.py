@@ -15,7 +15,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from ..records import dataclass
+from ..records import dataclass, short_repr
 from ..spec import ModelSpec
 from .ssm import SSM_MIXERS, mixer_params
 
@@ -391,6 +391,8 @@ class BreakdownTotals:
 @dataclass(frozen=True)
 class ParamCount(BreakdownTotals):
     """A model's exact parameter breakdown and the totals computed from it."""
+
+    __repr__ = short_repr("spec", "total")  # a handful of fields
 
     spec: ModelSpec
     components: dict[str, int]

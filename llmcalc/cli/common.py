@@ -5,7 +5,8 @@ on the way on stderr. Light at import: presets, formulas and views are imported 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import click
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from ..spec import ModelSpec
 
 _WARNINGS: list[str] = []
+_CAPTURED: list[tuple[Document, list[str]]] | None = None  # while `captured()` runs: what emit would print
 
 
 def warn(message: str) -> None:
@@ -39,9 +41,27 @@ def emit(doc: Document, fmt: str, warnings: Iterable[str] = ()) -> None:
 
     for line in warnings:
         warn(line)
+    if _CAPTURED is not None:  # a library call (llmcalc.api): the answer and its warnings, nothing printed
+        _CAPTURED.append((doc, [line.removeprefix("llmcalc: warning: ") for line in _WARNINGS]))
+        _WARNINGS.clear()
+        return
     text = render(doc, fmt)
     flush_warnings()
     click.echo(text, nl=False)
+
+
+@contextmanager
+def captured() -> Iterator[list[tuple[Document, list[str]]]]:
+    """Within it, `emit` prints nothing and appends (the Document, its warnings) to the list it yields."""
+    global _CAPTURED
+    flush_warnings(show=False)
+    answers: list[tuple[Document, list[str]]] = []
+    _CAPTURED = answers
+    try:
+        yield answers
+    finally:
+        _CAPTURED = None
+        flush_warnings(show=False)
 
 
 def check_length(spec: ModelSpec, seq_len: int | None, what: str = "--seq-len") -> ModelSpec:
