@@ -19,7 +19,7 @@ from .validate import positive_number
 @dataclass(frozen=True)
 class Accelerator:
 
-    __repr__ = short_repr("key", "name", "memory_bytes")  # a handful of fields
+    __repr__ = short_repr(("key", "name", "memory_bytes"))  # a handful of fields
     key: str  # preset name, e.g. "h100-sxm"
     name: str  # display name, e.g. "NVIDIA H100 SXM5 80GB"
     peak_flops: dict[str, float]  # dtype -> dense FLOP/s

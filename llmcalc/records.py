@@ -90,9 +90,9 @@ def _methods(cls: Any, own: set[str], *, frozen: bool, repr: bool, eq: bool, exp
     cls.__hash__ = __hash__
 
 
-def short_repr(*names: str) -> Callable[[Any], str]:
+def short_repr(names: tuple[str, ...]) -> Callable[[Any], str]:
     """A ``__repr__`` for a big record, a handful of its fields then ``...``: ``ModelSpec(name='llama-3-8b',
-    n_layers=32, d_model=4096, ...)``. Set it in the class body (``__repr__ = short_repr("name", "n_layers")``): a
+    n_layers=32, d_model=4096, ...)``. Set it in the class body (``__repr__ = short_repr(("name", "n_layers"))``): a
     method the body defines is kept (``record``). Guarded against recursion as the full one is."""
 
     def __repr__(self: Any) -> str:

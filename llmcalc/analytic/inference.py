@@ -442,7 +442,7 @@ def context_warning(spec: ModelSpec, tokens: int) -> str | None:
 @dataclass(frozen=True)
 class InferenceEstimate:
 
-    __repr__ = short_repr("spec", "accelerator", "n_gpus", "batch", "prompt", "generate")  # a handful of fields
+    __repr__ = short_repr(("spec", "accelerator", "n_gpus", "batch", "prompt", "generate"))  # a handful of fields
     spec: ModelSpec
     accelerator: Accelerator
     batch: int

@@ -135,7 +135,7 @@ def real_forward_note(real: dict) -> str:
 class MeasuredModel:
     """What transformers built and ran, for `memory`; built by ``from_counted`` from hf_fallback's dict."""
 
-    __repr__ = short_repr("name", "model_type", "total", "seq_len")  # a handful of fields
+    __repr__ = short_repr(("name", "model_type", "total", "seq_len"))  # a handful of fields
 
     name: str
     model_type: str

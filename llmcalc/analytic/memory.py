@@ -250,7 +250,7 @@ class MemoryEstimate(PhasedPeak):
     """Per-GPU training memory of the most loaded pipeline stage, by component, in bytes (of a model by llmcalc's
     formula, or one transformers measured: ``measured.measured_training_memory``)."""
 
-    __repr__ = short_repr("spec", "batch", "seq_len", "parallel")  # a handful of fields
+    __repr__ = short_repr(("spec", "batch", "seq_len", "parallel"))  # a handful of fields
 
     spec: ModelSpec | MeasuredShape
     recipe: Recipe

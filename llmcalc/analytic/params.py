@@ -392,7 +392,7 @@ class BreakdownTotals:
 class ParamCount(BreakdownTotals):
     """A model's exact parameter breakdown and the totals computed from it."""
 
-    __repr__ = short_repr("spec", "total")  # a handful of fields
+    __repr__ = short_repr(("spec", "total"))  # a handful of fields
 
     spec: ModelSpec
     components: dict[str, int]

@@ -101,7 +101,7 @@ class Stage:
 class ServeEstimate:
     """A model served by vLLM on `tp` x `pp` GPUs per replica, `dp` replicas."""
 
-    __repr__ = short_repr("spec", "accelerator", "tp", "pp", "max_model_len")  # a handful of fields
+    __repr__ = short_repr(("spec", "accelerator", "tp", "pp", "max_model_len"))  # a handful of fields
 
     spec: ModelSpec
     accelerator: Accelerator

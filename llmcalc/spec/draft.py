@@ -71,7 +71,7 @@ class SpecDraft:
     decoder depth; both stacks share d_model, heads and d_ff (as T5 and the 2017 Transformer do).
     """
 
-    __repr__ = short_repr("name", "n_layers", "d_model", "n_heads", "n_kv_heads", "vocab_size")  # a handful of fields
+    __repr__ = short_repr(("name", "n_layers", "d_model", "n_heads", "n_kv_heads", "vocab_size"))  # a handful of fields
 
     n_layers: int
     d_model: int

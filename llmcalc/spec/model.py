@@ -70,7 +70,7 @@ class ModelSpec:
     The fields mean what ``SpecDraft``'s fields of the same name mean.
     """
 
-    __repr__ = short_repr("name", "n_layers", "d_model", "n_heads", "n_kv_heads", "vocab_size")  # a handful of fields
+    __repr__ = short_repr(("name", "n_layers", "d_model", "n_heads", "n_kv_heads", "vocab_size"))  # a handful of fields
 
     n_layers: int
     d_model: int
