@@ -111,7 +111,10 @@ def run(command: str, model: Model | None, options: Mapping[str, Any]) -> dict[s
     args = arguments(cmd, options)
     with _model_path(model) as name, captured() as answers:
         try:
-            cmd.main([name, *args] if name else args, prog_name=f"llmcalc {command}", standalone_mode=False)
+            argv = [*args, "--", name] if name else args
+            with click.Context(cli, info_name="llmcalc", **cli.context_settings) as parent, \
+                    cmd.make_context(command, argv, parent=parent) as ctx:  # under the group's settings (-h)
+                cmd.invoke(ctx)
         except LlmcalcError as exc:
             raise LlmcalcError(_named(str(exc), name, model)) from None
         except click.ClickException as exc:
@@ -166,9 +169,9 @@ def _model_path(model: Model | None) -> Iterator[str]:
         return
     if not isinstance(model, Mapping):
         raise TypeError(f"model must be a preset name, a path to a config.json or a dict, not {type(model).__name__}")
-    name = "".join(c if c.isalnum() or c in "-_." else "-" for c in str(model.get("name") or "custom"))
+    name = "".join(c if c.isalnum() or c in "-_." else "-" for c in str(model.get("name") or "custom")).strip(".")
     with tempfile.TemporaryDirectory(prefix="llmcalc-") as folder:
-        path = Path(folder) / name / "config.json"
+        path = Path(folder) / (name or "custom") / "config.json"
         path.parent.mkdir()
         path.write_text(json.dumps(dict(model)))
         yield str(path)

@@ -57,6 +57,12 @@ def test_a_function_returns_what_the_command_prints_as_json(argv, call):
     assert json.loads(json.dumps(call())) == _cli_json(argv)
 
 
+def test_a_call_leaves_the_command_as_the_program_runs_it():
+    """A function runs its command under the group's settings: `memory --help` still offers -h afterwards."""
+    llmcalc.memory("gpt2", seq_len=1024)
+    assert "-h, --help" in CliRunner().invoke(cli, ["memory", "--help"]).stdout
+
+
 def test_a_model_as_a_dict_or_a_path(tmp_path):
     from llmcalc.spec import model_config
 
