@@ -25,6 +25,8 @@ CONFIGS = Path(__file__).parent / "configs" / "fallback"
 SUPER = CONFIGS / "nemotron-3-super-shape.json"
 MIMO = CONFIGS / "mimo-v2-flash-shape.json"
 M3 = CONFIGS / "minimax-m3-shape.json"
+# NemotronHMoE with mlp_bias: a biased shared expert (and latent projections) beside bias-free routed experts
+BIASED_NOTE = "nemotron_h with mlp_bias true in its MoE layers: no formula"
 
 
 @pytest.fixture(autouse=True)
@@ -55,26 +57,38 @@ def n_params(model, part: str = "") -> int:
     return sum(t.numel() for name, t in stored_state(model).items() if part in name)
 
 
+BIASED = {**{k: v for k, v in json.loads(SUPER.read_text()).items() if not k.startswith("_")}, "mlp_bias": True}
+
+
 def write(tmp_path, hf: dict) -> Path:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(hf))
     return path
 
 
-def test_nemotron_3_super_latent_moe_is_counted_by_transformers_with_one_note():
-    """Was: "is not covered by llmcalc's formulas; configs with moe_latent_size null are" (exit 2, for every
-    command). transformers 5.25's NemotronHMoE builds fc1_latent_proj (D -> latent) and fc2_latent_proj (latent -> D)
-    around experts whose up/down read the latent width."""
+def test_nemotron_3_super_latent_moe_has_a_formula_exact_against_transformers():
+    """Was counted by transformers ("no formula for the latent MoE projection"). transformers 5.25's NemotronHMoE
+    builds fc1_latent_proj (D -> latent) and fc2_latent_proj (latent -> D) around experts whose up/down read the
+    latent width; the formula counts the same tensors (the FLOPs against torch's counter: tests/test_ssm.py, whose
+    generated nemotron_h configs draw moe_latent_size)."""
     model = meta_model(load(SUPER))
     data = cli_json("params", SUPER)
-    assert data["method"] == "transformers" and data["total"] == n_params(model)
-    latent = n_params(model, "latent_proj")
-    assert latent == 2 * 2 * 64 * 16  # two E layers, fc1 and fc2 of D x latent, bias-free (mlp_bias false)
-    assert sum(v for k, v in data["components"].items() if "latent_proj" in k) == latent
+    assert data["method"] == "analytic" and data["total"] == n_params(model)
+    assert data["components"]["moe/latent_proj"] == n_params(model, "latent_proj") == 2 * 2 * 64 * 16
     assert data["components"]["moe/experts"] == n_params(model, "experts.") - n_params(model, "shared_experts")
-    notes = [n for n in data["notes"] if "moe_latent_size" in n]
-    assert notes == ["nemotron_h with moe_latent_size 16: no formula for the latent MoE projection (the routed experts "
-                     "between fc1_latent_proj and fc2_latent_proj); counted by transformers"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["flops", "--seq-len", "64"],
+    ["memory", "--gpu", "h100-sxm", "--seq-len", "64"],
+    ["serve", "--n-gpus", "1", "--gpu", "h100-sxm"],
+    ["infer", "--gpu", "h100-sxm", "--prompt", "64", "--generate", "8"],
+    ["train", "--tokens", "1e9", "--gpu", "h100-sxm", "--n-gpus", "8", "--global-batch", "64", "--seq-len", "64"],
+])
+def test_every_command_answers_for_the_latent_moe(argv):
+    """Issue 39: `train --global-batch` refused Nemotron 3 Super (the measured step model has no Mamba kernels)."""
+    data = cli_json(argv[0], SUPER, *argv[1:])
+    assert data.get("method", "analytic") == "analytic"
 
 
 @pytest.mark.parametrize("argv", [
@@ -85,23 +99,24 @@ def test_nemotron_3_super_latent_moe_is_counted_by_transformers_with_one_note():
     ["train", "--tokens", "1e9", "--gpu", "h100-sxm", "--n-gpus", "8", "--global-batch", "64", "--seq-len", "64",
      "--mfu", "0.4"],
 ])
-def test_every_command_answers_for_the_latent_moe_and_says_why_once(argv):
-    result = run(argv[0], SUPER, *argv[1:])
+def test_every_command_answers_for_a_part_without_a_formula_and_says_why_once(tmp_path, argv):
+    path = write(tmp_path, BIASED)
+    result = run(argv[0], path, *argv[1:])
     assert result.exit_code == 0, result.output
-    assert result.stdout.count("moe_latent_size 16: no formula for the latent MoE projection") == 1, result.stdout
-    data = cli_json(argv[0], SUPER, *argv[1:])
+    assert result.stdout.count(BIASED_NOTE) == 1, result.stdout
+    data = cli_json(argv[0], path, *argv[1:])
     assert data["method"] == "transformers"
 
 
-def test_options_that_need_the_formula_say_which_in_one_line():
-    line = one_line_error("profile", SUPER, "--virtual", "--world-size", "2")
+def test_options_that_need_the_formula_say_which_in_one_line(tmp_path):
+    line = one_line_error("profile", write(tmp_path, BIASED), "--virtual", "--world-size", "2")
     assert "--world-size" in line and "nemotron_h has no llmcalc formula" in line
 
 
 def test_the_exception_carries_the_config_for_transformers():
     with pytest.raises(UnknownModelType) as caught:
-        spec_from_hf(load(SUPER))
-    assert caught.value.config["moe_latent_size"] == 16 and "moe_latent_size 16" in caught.value.note
+        spec_from_hf(BIASED)
+    assert caught.value.config["mlp_bias"] is True and BIASED_NOTE in caught.value.note
 
 
 @pytest.mark.parametrize("changes, note", [

@@ -40,19 +40,6 @@ REFERENCE_DIVERGES = {
 PUBLIC_ACTIVE = {"mixtral-8x7b": 12_879_925_248}
 
 
-def _v4_routing_buffers(config: dict) -> int:
-    """DeepSeek-V4's routing tensors the checkpoint stores and llmcalc's formula does not count yet (a known gap):
-    the first num_hash_layers MoE layers route by a token-id table tid2eid (vocab x top-k) where the formula counts
-    the other layers' e_score_correction_bias (E) (modeling_deepseek_v4.py, configuration_deepseek_v4.py
-    mlp_layer_types)."""
-    table = config["vocab_size"] * config["num_experts_per_tok"]
-    return config["num_hash_layers"] * (table - config["n_routed_experts"])
-
-
-# Stored tensors the formula leaves out, by preset: (group, how many).
-STORED_NOT_COUNTED = {name: ("mlp", _v4_routing_buffers) for name in ("deepseek-v4-flash", "deepseek-v4-pro")}
-
-
 def test_presets_cover_the_issue():
     required = {
         "llama-7b", "llama-13b", "llama-65b", "llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b",
@@ -87,13 +74,10 @@ def test_every_preset_matches_transformers(name):
     count = count_params(load_model(name))
     hf_total, hf_groups = hf_count(model_config(name))
     diverges = REFERENCE_DIVERGES.get(name, 0)
-    group, missing = STORED_NOT_COUNTED.get(name, ("mlp", lambda config: 0))
-    gap = missing(model_config(name))
-    assert count.total == hf_total + diverges - gap
+    assert count.total == hf_total + diverges
     groups = llmcalc_groups(count.components)
     if diverges:
         groups["head"] -= diverges
-    groups[group] = groups.get(group, 0) + gap
     assert {k: v for k, v in groups.items() if v} == hf_groups
 
 
@@ -168,10 +152,10 @@ def test_layer_shapes_are_what_the_per_layer_methods_say():
             continue
         for n in {spec.n_layers, spec.n_decoder_layers} - {0}:
             shapes = [(spec.is_moe_layer(i), spec.attention_span(i), spec.kv_shared(i), spec.has_indexer(i),
-                       spec.compression(i)) for i in range(n)]
+                       spec.compression(i), i < spec.moe_hash_layers) for i in range(n)]
             assert _layer_shapes(spec, n) == shapes, name
-            varied |= {k for k in range(5) if len({s[k] for s in shapes}) > 1}
-    assert varied == {0, 1, 2, 3, 4}  # the presets vary every part somewhere
+            varied |= {k for k in range(6) if len({s[k] for s in shapes}) > 1}
+    assert varied == {0, 1, 2, 3, 4, 5}  # the presets vary every part somewhere
 
 
 def test_mistral_small_counts_the_lm_head_its_checkpoint_ships():

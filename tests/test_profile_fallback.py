@@ -52,9 +52,11 @@ def test_virtual_profile_of_a_model_without_a_formula_reports_the_fallbacks_flop
 
 
 def test_the_text_names_the_fallback_once_and_a_part_without_a_formula(tmp_path):
-    result = run("profile", SUPER, "--virtual", "--seq-len", 64)
+    path = tmp_path / "biased.json"  # NemotronHMoE with mlp_bias: no formula for its biased shared expert
+    path.write_text(json.dumps({**json.loads(SUPER.read_text()), "mlp_bias": True}))
+    result = run("profile", path, "--virtual", "--seq-len", 64)
     assert result.exit_code == 0, result.output
-    assert result.stdout.count("moe_latent_size 16: no formula for the latent MoE projection") == 1
+    assert result.stdout.count("nemotron_h with mlp_bias true in its MoE layers: no formula") == 1
     assert "counted by transformers" in result.stdout and "analytic vs measured" in result.stdout
 
 

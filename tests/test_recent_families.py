@@ -234,10 +234,6 @@ def hf_components(config: dict, spec) -> dict[str, int]:
     out: dict[str, int] = {}
     for name, p in language_params(build_hf(config)):
         key = hf_part(name, spec)
-        if name.endswith(".tid2eid"):  # DeepSeek-V4's hash-routed layer: a token-id table where the other layers
-            # keep an e_score_correction_bias (E), which llmcalc counts in every layer: a known gap
-            out[key] = out.get(key, 0) + spec.n_experts
-            continue
         out[key] = out.get(key, 0) + p.numel()
     return out
 

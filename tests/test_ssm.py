@@ -88,6 +88,8 @@ def hf_component(name: str, spec) -> str:
         return "attention/bias" if rest[-1] == "bias" else f"attention/{leaf}"
     if ffn == "moe" and any(p.startswith("shared_expert") for p in rest):  # Qwen3-Next's gated shared expert
         return "moe/shared_experts"
+    if leaf in ("fc1_latent_proj", "fc2_latent_proj"):  # Nemotron 3 Super's latent MoE projections
+        return "moe/latent_proj"
     if leaf == "e_score_correction_bias" and ffn == "moe":  # the router's stored bias buffer
         return "moe/router"
     if "experts" in rest:
@@ -329,7 +331,8 @@ def ssm_config(draw, model_type: str) -> dict:
             c.update(n_routed_experts=draw(st.sampled_from([2, 4])), num_experts_per_tok=draw(st.integers(1, 2)),
                      moe_intermediate_size=draw(st.integers(4, 24)), n_group=1, topk_group=1,
                      moe_shared_expert_intermediate_size=draw(st.integers(4, 24)),
-                     num_nextn_predict_layers=draw(st.sampled_from([0, 1])))
+                     num_nextn_predict_layers=draw(st.sampled_from([0, 1])),
+                     moe_latent_size=draw(st.sampled_from([None, 4, 8])))  # Nemotron 3 Super's latent MoE
         c.update(hybrid_override_pattern=pattern,
                  head_dim=draw(st.sampled_from([4, 8])), intermediate_size=draw(st.integers(8, 48)),
                  ssm_state_size=state, mamba_num_heads=heads, mamba_head_dim=draw(st.sampled_from([4, 8])),

@@ -137,13 +137,17 @@ def _mlp_saved(spec: ModelSpec, tokens: float, width: int, act_bytes: float, wha
 
 def _moe_saved(spec: ModelSpec, tokens: int, act_bytes: float) -> list[Saved]:
     """Router softmax (fp32) and, per routed token copy, the expert input, the expert MLP's saved
-    tensors and the expert output that the weighted combine multiplies (top-k copies per token)."""
-    k = spec.n_experts_per_token
+    tensors and the expert output that the weighted combine multiplies (top-k copies per token), each of the
+    experts' width (the MoE latent where there is one: Nemotron 3 Super, whose fc2_latent_proj saves its latent
+    input, one per token)."""
+    k, width = spec.n_experts_per_token, spec.expert_d_in
     out = [Saved("router probabilities (fp32)", tokens * spec.n_experts * FP32, "tensor_parallel"),
-           Saved("routed expert inputs (top-k copies)", tokens * k * spec.d_model * act_bytes, "tensor_parallel")]
+           Saved("routed expert inputs (top-k copies)", tokens * k * width * act_bytes, "tensor_parallel")]
     out += _mlp_saved(spec, tokens * k, spec.d_ff_expert, act_bytes, "expert")
-    out.append(Saved("routed expert outputs (weighted in the combine)", tokens * k * spec.d_model * act_bytes,
+    out.append(Saved("routed expert outputs (weighted in the combine)", tokens * k * width * act_bytes,
                      "tensor_parallel"))
+    if spec.moe_latent_size:
+        out.append(Saved("latent projection input (fc2_latent_proj)", tokens * width * act_bytes, "tensor_parallel"))
     if spec.n_shared_experts:
         out += _mlp_saved(spec, tokens, spec.d_ff_shared, act_bytes, "shared-expert")
     return out

@@ -186,7 +186,8 @@ def block_linears(spec: ModelSpec) -> list[Linear]:
                 E, k = spec.n_experts, spec.n_experts_per_token
                 # the router is no nn.Linear but in Gemma 4 (Gemma4TextRouter.proj): all-linear adapts that one
                 add([(f"{stack}moe/router", "router" if spec.router_scales else None, spec.d_model, E)])
-                add([(k_, t, a, b) for k_, t, a, b in ffn_linears(spec, f"{stack}moe/experts", spec.d_ff_expert)],
+                add([(k_, t, a, b) for k_, t, a, b in ffn_linears(spec, f"{stack}moe/experts", spec.d_ff_expert,
+                                                                        spec.expert_d_in)],
                     E, k / E)
                 if spec.n_shared_experts:  # one MLP of d_ff_shared (DeepSeek: n_shared·d_ff_expert), as params
                     add(ffn_linears(spec, f"{stack}moe/shared_experts", spec.d_ff_shared))

@@ -162,8 +162,8 @@ def _shared_block(spec: ModelSpec, batch: int, seq: int, causal: bool) -> dict[s
     return {f"shared_block/{k}": v for k, v in ops.items()}
 
 
-def _ffn(spec: ModelSpec, tokens: int, width: int, prefix: str) -> dict[str, int]:
-    D = spec.d_model
+def _ffn(spec: ModelSpec, tokens: int, width: int, prefix: str, d_in: int = 0) -> dict[str, int]:
+    D = d_in or spec.d_model
     ops = {"gate_proj": _mm(tokens, D, width)} if spec.gated else {}
     ops["up_proj"] = _mm(tokens, D, width)
     ops["down_proj"] = _mm(tokens, width, D)
@@ -173,13 +173,16 @@ def _ffn(spec: ModelSpec, tokens: int, width: int, prefix: str) -> dict[str, int
 def _moe(spec: ModelSpec, tokens: int, prefix: str) -> dict[str, int]:
     """Router over all experts, then each token through its top-k routed experts and the shared-expert
     MLP (width d_ff_shared; Qwen2-MoE adds its sigmoid gate, a D x 1 matmul)."""
-    one = sum(_ffn(spec, tokens, spec.d_ff_expert, "x").values())  # one expert over all tokens
+    one = sum(_ffn(spec, tokens, spec.d_ff_expert, "x", d_in=spec.expert_d_in).values())  # one expert, all tokens
     shared = sum(_ffn(spec, tokens, spec.d_ff_shared, "x").values()) if spec.n_shared_experts else 0
-    return {
+    ops = {
         f"{prefix}/router": _mm(tokens, spec.d_model, spec.n_experts),
         f"{prefix}/experts": spec.n_experts_per_token * one,
         f"{prefix}/shared_experts": shared + spec.shared_expert_gate * _mm(tokens, spec.d_model, 1),
     }
+    if spec.moe_latent_size:  # Nemotron 3 Super: every token D -> latent before the experts, latent -> D after
+        ops[f"{prefix}/latent_proj"] = 2 * _mm(tokens, spec.d_model, spec.moe_latent_size)
+    return ops
 
 
 def _add(total: dict[str, int], ops: dict[str, int]) -> None:

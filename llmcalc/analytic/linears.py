@@ -75,8 +75,9 @@ def indexer_linears(spec: ModelSpec, prefix: str, layer: int) -> list[Shape]:
     return shapes
 
 
-def ffn_linears(spec: ModelSpec, prefix: str, width: int) -> list[Shape]:
-    D = spec.d_model
+def ffn_linears(spec: ModelSpec, prefix: str, width: int, d_in: int = 0) -> list[Shape]:
+    """A (gated) MLP's nn.Linear shapes, reading and writing `d_in` (0: D; a routed expert: spec.expert_d_in)."""
+    D = d_in or spec.d_model
     out: list[Shape] = [(f"{prefix}/gate_proj", "gate_proj", D, width)] if spec.gated else []
     return out + [(f"{prefix}/up_proj", "up_proj", D, width), (f"{prefix}/down_proj", "down_proj", width, D)]
 

@@ -16,6 +16,9 @@ module's name:
   lengths (2·heads·(d_qk + d_v) per query-key pair), on the pairs a causal kernel computes, windowed where the
   measured cache stops growing (its cap + 1 tokens, ``MeasuredModel.kv_layers``), at the head_dim of the layer's
   attention module;
+- a state layer (one whose measured cache keeps elements that do not grow: Mamba, Gated DeltaNet, short convolutions):
+  its scan and depthwise convolution as memory-bound passes over its input projection's output and its output
+  projection's input (``_scan_seconds``: the formula path's Mamba term), the backward twice the forward;
 - elementwise traffic (norms, residual adds, activations, rotary): the bytes autograd saved per token in
   transformers' training forward (``MeasuredModel.activation_terms``), less the loss's fp32 logits, shared evenly by
   the layers, read once forward and twice backward, as bytes at the HBM rate.
@@ -106,6 +109,7 @@ class MeasuredStep:
     n_experts: int = 0
     elementwise_per_token: float = 0.0  # bytes per token per layer (2-byte activations)
     tie_embeddings: bool = False
+    scan_layers: frozenset[int] = frozenset()  # layers keeping a recurrent state (a scan, a short convolution)
 
     @property
     def is_moe(self) -> bool:
@@ -129,6 +133,7 @@ class MeasuredStep:
         out = cls(model, name=model.name, d_model=embedding.shape[-1], n_layers=model.n_layers,
                   tie_embeddings=model.tied)
         modules = rec["modules"]
+        out.scan_layers = frozenset(kv.layer for kv in model.kv if kv.state_elements)
         for mod in modules:
             tensors = by_module.get(mod["name"], [])
             if mod["name"] == rec.get("head_module"):
@@ -139,7 +144,7 @@ class MeasuredStep:
                 continue
             if mod["token_ids"] or not mod["layers"]:
                 continue  # a lookup (the embedding), or a module outside the stack (final norm: elementwise)
-            gemms = _module_gemms(mod, tensors)
+            gemms = _module_gemms(mod, tensors, state=bool(out.scan_layers.intersection(mod["layers"])))
             for i in mod["layers"]:
                 out.layer_gemms.setdefault(i, []).extend(gemms)
                 out.layer_tensors.setdefault(i, []).extend(tensors)
@@ -152,16 +157,18 @@ class MeasuredStep:
         if out.head is None:
             raise LlmcalcError(f"{model.model_type}: transformers names no output embedding (LM head) to time")
         timed = {name for gs in out.layer_gemms.values() for g in gs for name in g.tensors} | set(out.head.tensors)
+        state_modules = {m["name"] for m in modules if out.scan_layers.intersection(m["layers"])}
         for t in model.tensors:
             if t.role == "layer" and t.trainable and len(t.shape) >= 2 and t.name not in timed:
+                if _scan_tensor(t, state_modules):
+                    continue  # a state layer's own kernel tensor (conv1d, A_log): in its scan's passes
                 raise LlmcalcError(f"{t.name} (shape {list(t.shape)}) is not the weight of a linear or experts module "
-                                   "transformers' forward called (a convolution, a mixer's own kernel): the step "
-                                   "model has no kernel for it; give this model's time with train --mfu")
-        for kv in model.kv:
-            if kv.state_elements:
-                raise LlmcalcError(f"{model.model_type}: layer {kv.layer} keeps a recurrent state in its cache "
-                                   f"({kv.state_elements:,} elements that do not grow with the tokens): the step "
-                                   "model has no kernel for its scan; give this model's time with train --mfu")
+                                   "transformers' forward called (nor a state layer's depthwise convolution): the "
+                                   "step model has no kernel for it; give this model's time with train --mfu")
+        for i in out.scan_layers:
+            if not out.scan_widths(i):
+                raise LlmcalcError(f"{model.model_type}: layer {i} keeps a recurrent state but no input and output "
+                                   "projection of its own to size its scan by; give this model's time with train --mfu")
         (s1, s2), (c1, c2) = rec["lengths"], rec["attention"]["core_flops"]
         for i, y1, y2 in zip(rec["attention"]["layers"], c1, c2, strict=True):
             quad = (y2 * s1 - y1 * s2) / (s1 * s2 * (s2 - s1))  # flops(s) = a·s + b·s²: b, per (query, key) pair
@@ -178,6 +185,13 @@ class MeasuredStep:
         out.elementwise_per_token = max(0.0, per_token - logits) / max(1, out.n_layers)
         return out
 
+    def scan_widths(self, layer: int) -> tuple[Gemm, Gemm] | None:
+        """A state layer's (input projection, output projection): its first GEMM, and the first later one writing
+        back to the hidden width (Mamba's in_proj and out_proj, Gated DeltaNet's in_proj_qkvz and out_proj)."""
+        gemms = [g for g in self.layer_gemms.get(layer, []) if g.experts == 1]
+        back = next((g for g in gemms[1:] if g.n == self.d_model), None)
+        return None if not gemms or back is None else (gemms[0], back)
+
     def gemm_flops(self, layer: int, tokens: float) -> float:
         """Forward GEMM FLOPs of layer `layer` over `tokens` tokens (what the formula path's per-layer ops count for
         its projections, router and experts)."""
@@ -192,10 +206,11 @@ class MeasuredStep:
         return seq * (seq + 1) / 2
 
     def kind(self, layer: int) -> tuple:
-        """What makes two layers cost the same: their GEMMs, attention core, window, head_dim and cache width."""
+        """What makes two layers cost the same: their GEMMs, attention core, window, head_dim, cache width and
+        whether they scan a recurrent state."""
         kv = next((k.elements_per_token for k in self.model.kv if k.layer == layer), 0)
         return (tuple(self.layer_gemms.get(layer, [])), self.core.get(layer), self.windows.get(layer),
-                self.head_dims.get(layer), kv)
+                self.head_dims.get(layer), kv, layer in self.scan_layers)
 
     def params(self, layers: range) -> tuple[float, float]:
         """(parameters, of them routed experts) of the layers `layers` (whole, before any split)."""
@@ -225,14 +240,25 @@ def _split(t: Tensor, dim: int) -> str:
     return "replicated" if s is None else "column" if s == dim else "row"
 
 
-def _module_gemms(mod: dict, tensors: list[Tensor]) -> list[Gemm]:
+def _scan_tensor(t: Tensor, state_modules: set[str]) -> bool:
+    """Whether `t` is a state layer's own kernel tensor rather than a GEMM's: a depthwise convolution (C, 1, K) or a
+    2-D scan parameter (Mamba's A_log, E x N) of a module (or a child of one) that a state layer's forward called."""
+    module = t.name.rsplit(".", 1)[0]
+    inside = any(module == m or module.startswith(m + ".") for m in state_modules)
+    return inside and (len(t.shape) == 2 or (len(t.shape) == 3 and t.shape[1] == 1))
+
+
+def _module_gemms(mod: dict, tensors: list[Tensor], state: bool = False) -> list[Gemm]:
     """The GEMMs of one module (measure_step's record of it and its tensors); 1-D tensors are elementwise (norms,
-    biases), anything else is refused in one line. A module called more than once per layer runs its GEMMs as many
-    times (its rows per token counted that often)."""
+    biases), a state layer's kernel tensors (`state`: its conv1d, its A_log, which its module's input does not
+    contract) are its scan's, anything else is refused in one line. A module called more than once per layer runs its
+    GEMMs as many times (its rows per token counted that often)."""
     out = []
     calls = mod["calls"] / max(1, len(mod["layers"]))
     for t in tensors:
         if len(t.shape) == 1 or not t.trainable:
+            continue
+        if state and mod["in_width"] not in t.shape[-2:] and _scan_tensor(t, {mod["name"]}):
             continue
         if mod["top_k"] and len(t.shape) == 3:  # an experts module: (E, out, in), or (E, in, out) if transposed
             n, k = (t.shape[2], t.shape[1]) if mod["is_transposed"] else (t.shape[1], t.shape[2])
@@ -409,6 +435,8 @@ def _layer_cost(ctx: _Ctx, step: MeasuredStep, i: int, full_recompute: bool) -> 
         attn_f = max(attn_f, stream_seconds(qkvo, dev, ctx.eff))
         attn_b = max(attn_b, stream_seconds(2.5 * qkvo, dev, ctx.eff))
     elem = ctx.stream(elem_fwd)
+    scan = _scan_seconds(ctx, step, i)
+    attn_f, attn_b = attn_f + scan, attn_b + 2 * scan
     t.fwd = fwd + attn_f + elem
     t.gemm_fwd = fwd
     t.bwd_weight = wgrad
@@ -424,6 +452,22 @@ def _layer_cost(ctx: _Ctx, step: MeasuredStep, i: int, full_recompute: bool) -> 
             ep_bwd += ep_fwd
         add_ep_comm(t, ctx, ep_fwd, ep_bwd)
     return t
+
+
+def _scan_seconds(ctx: _Ctx, step: MeasuredStep, i: int) -> float:
+    """Forward seconds of a state layer's scan and short convolution on this rank (0 for other layers): memory-bound
+    passes reading what its input projection wrote and reading and writing its output projection's input,
+    T·(n_in + 2·E)·bytes at the HBM rate, n_in the input projection's width and E the output projection's input width
+    (each split as tensor parallelism splits them). The formula path's Mamba term (steptime's state-mixer cost:
+    T·(2E + 2GN + H) + 2·T·E elements, in_proj's width being 2E + 2GN + H); the backward costs twice the forward."""
+    widths = step.scan_widths(i) if i in step.scan_layers else None
+    if widths is None:
+        return 0.0
+    first, out = widths
+    tp = ctx.lay.tp
+    n_in = first.n / tp if first.split == "column" else first.n
+    inner = out.k / tp if out.split == "row" else out.k
+    return stream_seconds(ctx.tokens * (n_in + 2 * inner) * ctx.act, ctx.dev, ctx.eff)
 
 
 def _head_and_embedding(ctx: _Ctx, step: MeasuredStep) -> tuple[StageTimes, StageTimes]:
@@ -534,6 +578,10 @@ def measured_from(step: MeasuredStep) -> dict[str, str]:
         "step_flops": "3 x the forward FLOPs torch's FlopCounterMode counted on transformers' forward (MFU's model "
                       "FLOPs)",
     }
+    if step.scan_layers:
+        out["scan"] = (f"{len(step.scan_layers)} layers keep a recurrent state (the measured cache's elements that do "
+                       "not grow): their scan and short convolution as memory-bound passes over the input "
+                       "projection's output and the output projection's input, the backward twice the forward")
     if step.is_moe:
         out["routing"] = (f"top-{step.top_k} of {step.n_experts} experts: the width of the routing indices "
                           "transformers' experts module receives")

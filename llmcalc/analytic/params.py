@@ -123,9 +123,10 @@ def _per_layer_input(spec: ModelSpec) -> dict[str, int]:
     return {"per_layer/gate": D * P, "per_layer/projection": P * D} if P else {}
 
 
-def _ffn(spec: ModelSpec, width: int, prefix: str, bias: bool | None = None) -> dict[str, int]:
-    """A dense FFN of inner width `width`: gated (gate, up, down) or plain (up, down)."""
-    D = spec.d_model
+def _ffn(spec: ModelSpec, width: int, prefix: str, bias: bool | None = None, d_in: int = 0) -> dict[str, int]:
+    """A dense FFN of inner width `width` reading and writing `d_in` (0: D): gated (gate, up, down) or plain (up,
+    down)."""
+    D = d_in or spec.d_model
     parts = {"gate_proj": D * width} if spec.gated else {}
     parts["up_proj"] = D * width
     parts["down_proj"] = width * D
@@ -134,24 +135,35 @@ def _ffn(spec: ModelSpec, width: int, prefix: str, bias: bool | None = None) -> 
 
 
 def _expert(spec: ModelSpec) -> int:
-    """One expert: an FFN of width d_ff_expert, bias-free (Mixtral, DeepSeek) or biased (gpt-oss)."""
-    return sum(_ffn(spec, spec.d_ff_expert, "x", bias=spec.expert_bias).values())
+    """One expert: an FFN of width d_ff_expert, bias-free (Mixtral, DeepSeek) or biased (gpt-oss), on D or on the
+    MoE latent (Nemotron 3 Super: NemotronHExperts' up_proj E x F x latent, down_proj E x latent x F)."""
+    return sum(_ffn(spec, spec.d_ff_expert, "x", bias=spec.expert_bias, d_in=spec.expert_d_in).values())
 
 
-def _moe(spec: ModelSpec, prefix: str) -> dict[str, int]:
+def _moe(spec: ModelSpec, prefix: str, hash_routed: bool = False) -> dict[str, int]:
     """One MoE FFN: a linear router over experts (biased in gpt-oss), routed experts, and the shared
-    experts as one bias-free MLP of width d_ff_shared (plus Qwen2-MoE's sigmoid gate, Linear(D, 1))."""
+    experts as one bias-free MLP of width d_ff_shared (plus Qwen2-MoE's sigmoid gate, Linear(D, 1)).
+    A hash-routed layer (DeepSeek-V4's first moe_hash_layers, modeling_deepseek_v4.py DeepseekV4HashRouter) keeps
+    the gate's weight (E x D) and, instead of a score-correction bias, a token-id table tid2eid of V x top-k (a
+    persistent buffer the checkpoint stores)."""
     shared = sum(_ffn(spec, spec.d_ff_shared, "x", bias=False).values()) if spec.n_shared_experts else 0
     # Gemma 4 (Gemma4TextRouter): proj D -> E, an input scale of D and a per-expert scale of E.
     scales = (spec.d_model + spec.n_experts) * spec.router_scales
     # The router's score-correction bias (E), stored in the checkpoint: ERNIE-4.5's Ernie4_5_MoeStatics (a frozen
     # parameter, (1, E)), DeepSeek-V3's and its kin's e_score_correction_bias (a persistent buffer).
-    scales += spec.n_experts * spec.router_score_bias
-    return {
+    if hash_routed:
+        scales += spec.vocab_size * spec.n_experts_per_token
+    else:
+        scales += spec.n_experts * spec.router_score_bias
+    parts = {
         f"{prefix}/router": (spec.d_model + spec.router_bias) * spec.n_experts + scales,
         f"{prefix}/experts": spec.n_experts * _expert(spec),
         f"{prefix}/shared_experts": shared + spec.d_model * spec.shared_expert_gate,
     }
+    if spec.moe_latent_size:  # NemotronHMoE: fc1_latent_proj Linear(D, latent), fc2_latent_proj Linear(latent, D)
+        latent, D = spec.moe_latent_size, spec.d_model
+        parts[f"{prefix}/latent_proj"] = 2 * D * latent + (latent + D) * spec.mlp_bias
+    return parts
 
 
 def _shared_block(spec: ModelSpec, use: int) -> dict[str, int]:
@@ -189,9 +201,10 @@ def _add(total: dict[str, int], parts: dict[str, int], times: int = 1) -> None:
         total[key] = total.get(key, 0) + value * times
 
 
-def _layer_shapes(spec: ModelSpec, n_layers: int) -> list[tuple[bool, str, bool, bool, str]]:
-    """Each layer's (MoE, attention span, KV-shared, own indexer, compression), as ModelSpec's per-layer methods give
-    them (is_moe_layer, attention_span, kv_shared, has_indexer, compression); a part the spec does not vary by layer
+def _layer_shapes(spec: ModelSpec, n_layers: int) -> list[tuple[bool, str, bool, bool, str, bool]]:
+    """Each layer's (MoE, attention span, KV-shared, own indexer, compression, hash-routed), as ModelSpec's per-layer
+    methods give them (is_moe_layer, attention_span, kv_shared, has_indexer, compression; index < moe_hash_layers); a
+    part the spec does not vary by layer
     (no experts nor layer_types, no attention_spans, no KV-shared layers, no indexer, no kv_compress: most models) is
     the one answer its method gives for every layer then, not asked layer by layer."""
     layers = range(n_layers)
@@ -199,11 +212,13 @@ def _layer_shapes(spec: ModelSpec, n_layers: int) -> list[tuple[bool, str, bool,
     def each(varies: bool, of_layer: Callable[[int], Any], always: Any) -> list:
         return [of_layer(i) for i in layers] if varies else [always] * n_layers
 
-    return list(zip(each(spec.n_experts > 0 or spec.layer_types is not None, spec.is_moe_layer, False),
-                    each(spec.attention_spans is not None, spec.attention_span, "full"),
-                    each(bool(spec.kv_shared_layers), spec.kv_shared, False),
-                    each(bool(spec.index_n_heads), spec.has_indexer, False),
-                    each(spec.kv_compress is not None, spec.compression, "none"), strict=True))
+    parts = (each(spec.n_experts > 0 or spec.layer_types is not None, spec.is_moe_layer, False),
+             each(spec.attention_spans is not None, spec.attention_span, "full"),
+             each(bool(spec.kv_shared_layers), spec.kv_shared, False),
+             each(bool(spec.index_n_heads), spec.has_indexer, False),
+             each(spec.kv_compress is not None, spec.compression, "none"),
+             each(bool(spec.moe_hash_layers), spec.moe_hash_layers.__gt__, False))
+    return list(zip(*parts, strict=True))
 
 
 def _hybrid_layers(spec: ModelSpec, n_layers: int) -> list[dict[str, int]]:
@@ -236,7 +251,7 @@ def _hybrid_layers(spec: ModelSpec, n_layers: int) -> list[dict[str, int]]:
     return out
 
 
-Shape = tuple[bool, str, bool, bool, str]
+Shape = tuple[bool, str, bool, bool, str, bool]
 
 
 def _kinds(spec: ModelSpec, stack: str, n_layers: int) -> tuple[list[Shape], dict[Shape, tuple[dict[str, int],
@@ -257,7 +272,7 @@ def _kinds(spec: ModelSpec, stack: str, n_layers: int) -> tuple[list[Shape], dic
             moe = shape[0]
             rest: dict[str, int] = {}
             if moe:
-                _add(rest, _moe(spec, f"{stack}moe"))
+                _add(rest, _moe(spec, f"{stack}moe", hash_routed=shape[5]))
             if not moe or spec.moe_dense_parallel:  # Gemma 4 keeps its dense MLP beside the experts
                 _add(rest, _ffn(spec, spec.layer_d_ff(i), f"{stack}mlp"))
             _add(rest, _per_layer_input(spec))
@@ -300,7 +315,7 @@ def _stack(spec: ModelSpec, stack: str, n_layers: int) -> dict[str, int]:
         out["norm/final"] = _norm(spec, spec.d_model)
         return out
     shapes, blocks, cross_attention = _kinds(spec, stack, n_layers)
-    counts: dict[tuple[bool, str, bool, bool, str], int] = {}  # blocks of each kind, in order of first appearance
+    counts: dict[Shape, int] = {}  # blocks of each kind, in order of first appearance
     for shape in shapes:
         counts[shape] = counts.get(shape, 0) + 1
     for first, (shape, n) in enumerate(counts.items()):  # each kind's count x its blocks, keys in model order
@@ -430,7 +445,7 @@ def largest_tensor(spec: ModelSpec) -> int:
     if spec.d_ff:
         sizes.append(D * spec.d_ff)
     if spec.is_moe:
-        sizes += [spec.n_experts * spec.d_ff_expert * D, spec.d_ff_shared * D]
+        sizes += [spec.n_experts * spec.d_ff_expert * spec.expert_d_in, spec.d_ff_shared * D]
     if spec.mla is not None:
         sizes.append(spec.mla.kv_lora_rank * spec.n_heads * (spec.mla.qk_nope_head_dim + spec.mla.v_head_dim))
     if spec.per_layer_embed_dim:  # Gemma 4's per-layer embedding table, Vp x L·P
@@ -486,7 +501,7 @@ def approximations(count: ParamCount) -> list[Approximation]:
     k = 3 if spec.gated else 2  # matrices per FFN
     F, ffn_label = spec.d_ff, "F"
     if spec.is_moe:  # the FFN term summed over the experts a layer holds (routed + shared)
-        F = spec.n_experts * spec.d_ff_expert + spec.d_ff_shared
+        F = spec.n_experts * spec.d_ff_expert * spec.expert_d_in // D + spec.d_ff_shared  # latent experts: x latent/D
         ffn_label = "F_moe"
     emb_label = "2·V·D" if heads == 2 else "V·D"
     twelve = 12 * L * D * D
@@ -533,7 +548,8 @@ def _hybrid_approximation(count: ParamCount, heads: int, emb_label: str) -> Appr
         value += n_mlp * k * D * spec.d_ff
         formula += f" + {n_mlp}·{k}·D·F"
     if spec.n_moe_layers:
-        value += spec.n_moe_layers * k * D * spec.d_ff_expert * (spec.n_experts + spec.n_shared_experts)
+        value += spec.n_moe_layers * k * spec.d_ff_expert * (spec.n_experts * spec.expert_d_in
+                                                             + spec.n_shared_experts * D)
         formula += f" + {spec.n_moe_layers}·{k}·D·F_moe"
     uses = spec.n_mixer_layers("shared_block")
     if uses:  # Zamba2: each distinct shared block once (q, k, v from 2D, o to D: 6D² at MHA; its MLP)

@@ -115,7 +115,7 @@ def _layer_modules(spec: ModelSpec, i: int, layer: str, stack: str = "", cross: 
         E = spec.n_experts
         out.append(Module(f"{layer}.mlp.gate", f"{stack}moe/router", spec.d_model, E, kind="router",
                           aliases=(f"{layer}.mlp.router", f"{layer}.block_sparse_moe.gate")))
-        for key, _, d_in, d_out in ffn_linears(spec, "x", spec.d_ff_expert):
+        for key, _, d_in, d_out in ffn_linears(spec, "x", spec.d_ff_expert, spec.expert_d_in):
             proj = key.split("/")[1]
             out.append(Module(f"{layer}.mlp.experts.{proj}", f"{stack}moe/experts", d_in, d_out, count=E,
                               kind="expert", aliases=(f"{layer}.block_sparse_moe.experts.{proj}",)))

@@ -1093,8 +1093,13 @@ def _moe_cost(ctx: _Ctx, parts: dict[str, float], rec: frozenset[str]) -> dict[s
     F = spec.d_ff_expert / etp
     up = (2 if spec.gated else 1) * F
     groups = E / ep
-    f1, d1, w1 = ctx.gemm(rows, D, up, batch=groups)
-    f2, d2, w2 = ctx.gemm(rows, F, D, batch=groups)
+    De = spec.expert_d_in  # the MoE latent where there is one: the experts, permutes and dispatch carry it
+    if spec.moe_latent_size:  # NemotronHMoE's fc1_latent_proj (D -> latent) and fc2_latent_proj, on every token
+        f, d, w = ctx.gemm(local_tokens, D, De)
+        f2, d2, w2 = ctx.gemm(local_tokens, De, D)
+        fwd, dgrad, wgrad = fwd + (f + f2), dgrad + (d + d2), wgrad + (w + w2)
+    f1, d1, w1 = ctx.gemm(rows, De, up, batch=groups)
+    f2, d2, w2 = ctx.gemm(rows, F, De, batch=groups)
     fwd, dgrad, wgrad = fwd + (f1 + f2), dgrad + (d1 + d2), wgrad + (w1 + w2)
     act_bytes = groups * rows * (3 if spec.gated else 2) * F * act
     elem += act_bytes
@@ -1112,18 +1117,18 @@ def _moe_cost(ctx: _Ctx, parts: dict[str, float], rec: frozenset[str]) -> dict[s
             redo += f + f2
     one = 0.0  # dispatch + combine of one pass
     if alltoall:  # permute (gather into expert order) and unpermute (scatter back, times the router's probs)
-        elem += 2 * local_tokens * D * act + 2 * local_tokens * k * D * act * lay.moe_imbalance
+        elem += 2 * local_tokens * De * act + 2 * local_tokens * k * De * act * lay.moe_imbalance
         net = ctx.dev.network
         stride = _stride(lay, "ep", True)  # lay.expert_strides()["ep"]
 
         def dispatch() -> float:  # dispatch + combine of one pass (once per shape and network)
-            colls = comm.ep_collectives(local_tokens * lay.moe_imbalance, k, D, act, ep=ep, stride=stride,
+            colls = comm.ep_collectives(local_tokens * lay.moe_imbalance, k, De, act, ep=ep, stride=stride,
                                         passes=1, etp=etp)
             if lay.ep_dispatcher == "deepep":  # one copy per remote node, forwarded over NVLink; ETP collectives kept
-                return 2 * comm.deepep_seconds(local_tokens * lay.moe_imbalance, k, E, D, act, ep=ep, stride=stride,
+                return 2 * comm.deepep_seconds(local_tokens * lay.moe_imbalance, k, E, De, act, ep=ep, stride=stride,
                                                net=net) + comm.total_seconds(colls[1:], net)
             return comm.total_seconds(colls, net)
-        one = _cached("params", ("ep comm", local_tokens, lay.moe_imbalance, k, E, D, act, ep, stride, etp,
+        one = _cached("params", ("ep comm", local_tokens, lay.moe_imbalance, k, E, De, act, ep, stride, etp,
                                  lay.ep_dispatcher, _token(net)), dispatch)
     return {"fwd": fwd, "dgrad": dgrad, "wgrad": wgrad, "elem": elem, "ep_fwd": one, "ep_bwd": one, "redo": redo}
 

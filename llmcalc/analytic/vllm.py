@@ -395,7 +395,7 @@ def rank_weight_bytes(spec: ModelSpec, fmt: WeightFormat, gpu: Accelerator, tp: 
         if mxfp4 and m.kind == "expert":  # per rank: E (or E/ep) experts at the kernel's padded sizes
             inner = round_up(spec.d_ff_expert / (1 if ep > 1 else tp), inner_to)
             experts = m.count / ep if ep > 1 else m.count
-            total += experts * inner * round_up(spec.d_model, hidden_to) * (1 / 2 + 1 / 32)  # n/2 + n/32
+            total += experts * inner * round_up(spec.expert_d_in, hidden_to) * (1 / 2 + 1 / 32)  # n/2 + n/32
             continue
         total += fmt.module_bytes(m) * _matrix_share(spec, m, tp, ep)
     n_in = sum(1 for i in layers)
@@ -411,7 +411,7 @@ def rank_weight_bytes(spec: ModelSpec, fmt: WeightFormat, gpu: Accelerator, tp: 
             frac = n_in / spec.n_layers
         if mxfp4 and key == "moe/experts":  # expert biases at the padded widths
             inner = round_up(spec.d_ff_expert / (1 if ep > 1 else tp), inner_to)
-            per_expert = (2 * inner + round_up(spec.d_model, hidden_to)) * base
+            per_expert = (2 * inner + round_up(spec.expert_d_in, hidden_to)) * base
             total += frac * spec.n_moe_layers * spec.n_experts / (ep if ep > 1 else 1) * per_expert
             continue
         total += frac * rest * base * _rest_share(key, tp, ep)

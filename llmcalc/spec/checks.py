@@ -308,6 +308,14 @@ def _validate_attention_kinds(spec: SpecDraft) -> None:  # long: one rule per ne
         raise SpecError("moe_dense_parallel (a dense FFN beside the experts) needs n_experts > 0 and d_ff")
     if (spec.router_scales or spec.router_score_bias) and not spec.n_experts > 0:
         raise SpecError("router_scales/router_score_bias given but n_experts is 0")
+    latent = spec.moe_latent_size
+    if latent is not None and not (spec.n_experts and isinstance(latent, int) and latent > 0):
+        raise SpecError(f"moe_latent_size (the routed experts' latent width) must be a positive whole number in a "
+                        f"model with experts; got {latent!r}")
+    hashed = spec.moe_hash_layers
+    if hashed is not None and not (spec.n_experts and isinstance(hashed, int) and 0 < hashed <= spec.n_layers):
+        raise SpecError(f"moe_hash_layers (the first layers routing by token id) must be 1 to n_layers "
+                        f"({spec.n_layers}) in a model with experts; got {hashed!r}")
     _validate_indexer(spec)
     _validate_v4(spec)
 

@@ -205,6 +205,12 @@ class SpecDraft:
     router_score_bias: bool = False  # the router's per-expert score-correction bias (E), updated by aux-loss-free
     #   balancing rather than by gradients and stored in the checkpoint: ERNIE-4.5's moe_statics.e_score_correction_bias
     #   (a frozen parameter), DeepSeek-V3's, GLM-4.5's, MiniMax-M2's (a persistent buffer); counted as a parameter
+    moe_latent_size: int | None = None  # the routed experts work in a latent of this width: fc1_latent_proj (D -> it)
+    #   before them, fc2_latent_proj (it -> D) after, the router and the shared expert on D (Nemotron 3 Super/Ultra:
+    #   modeling_nemotron_h.py NemotronHMoE, NemotronHExperts)
+    moe_hash_layers: int | None = None  # the first moe_hash_layers layers pick their experts by token id: a stored
+    #   table tid2eid (vocab x top-k, a persistent int64 buffer) where the other MoE layers keep the score-correction
+    #   bias (DeepSeek-V4's "hash_moe" layers: modeling_deepseek_v4.py DeepseekV4HashRouter); counted as a parameter
     # DeepSeek Sparse Attention's lightning indexer (DeepSeek-V3.2, GLM-5; DeepSeek-V4's CSA layers, on compressed
     # keys): index_n_heads heads of index_head_dim score every key, and the attention reads the index_topk best.
     index_n_heads: int | None = None

@@ -11,7 +11,7 @@ Each derive step reads the config exactly as its transformers 5.24 config class 
 from __future__ import annotations
 
 from .draft import SpecError
-from .hf_family import Family, deepseek_mla
+from .hf_family import Family, NoFormula, deepseek_mla
 
 # The published per-layer kinds, in llmcalc's names.
 _DSA_MLP = {"dense": "mlp", "sparse": "moe"}
@@ -140,11 +140,31 @@ def _deepseek_v4(hf: dict, kw: dict) -> None:  # long: the config class's legacy
         _indexer_keys(hf, kw, 64, 128, 512)
     if "hca" in kw["kv_compress"]:
         kw["kv_compress_hca"] = hca
+    kw["moe_hash_layers"] = _v4_hash_layers(hf, L) or None
     kw.pop("d_ff", None)  # attribute_map: intermediate_size is moe_intermediate_size; no dense MLP
     kw.pop("qk_rope_head_dim", None)  # DeepseekV4Config folds it into partial_rotary_factor (no parameters)
     if kw["n_kv_heads"] != 1:
         raise SpecError(f"deepseek_v4 num_key_value_heads must be 1 (its kv_proj is one K = V head), got "
                         f"{kw['n_kv_heads']}")
+
+
+def _v4_hash_layers(hf: dict, n_layers: int) -> int:
+    """How many first layers route by token id (configuration_deepseek_v4.py __post_init__: mlp_layer_types, else
+    the legacy num_hash_layers "hash_moe" layers then "moe", default 3); hash layers anywhere but first: no formula."""
+    types = hf.get("mlp_layer_types")
+    if not isinstance(types, list):
+        hashed = hf.get("num_hash_layers", 3)
+        if not isinstance(hashed, int) or isinstance(hashed, bool) or hashed < 0:
+            raise SpecError(f"deepseek_v4 num_hash_layers must be a whole number >= 0, got {hashed!r}")
+        return min(hashed, n_layers)
+    types = types[:n_layers]
+    if set(types) - {"hash_moe", "moe"}:
+        raise SpecError(f"deepseek_v4 mlp_layer_types may hold hash_moe or moe, got {sorted(set(types), key=str)}")
+    hashed = types.count("hash_moe")
+    if types[:hashed] != ["hash_moe"] * hashed:
+        raise NoFormula("deepseek_v4 with hash_moe layers after moe layers: no formula for hash routing past the "
+                        "first layers")
+    return hashed
 
 
 def _gemma4(hf: dict, kw: dict) -> None:  # long: the config class's per-layer rules, one by one

@@ -110,16 +110,16 @@ def _nemotron_h_moe(hf: dict, kw: dict) -> None:
     # modeling_nemotron_h.py NemotronHMoE: a router Linear(D, n_routed_experts) without bias (its
     # e_score_correction_bias a stored buffer, counted: hf.py SCORE_BIAS_STORED), n_routed_experts non-gated experts
     # (up/down of moe_intermediate_size, mlp_hidden_act), and one shared NemotronHMLP of
-    # moe_shared_expert_intermediate_size, always built whatever n_shared_experts says.
-    if hf.get("moe_latent_size") is not None:  # Nemotron 3 Super/Ultra: fc1/fc2_latent_proj around the experts
-        raise NoFormula(f"nemotron_h with moe_latent_size {hf['moe_latent_size']}: no formula for the latent MoE "
-                        f"projection (the routed experts between fc1_latent_proj and fc2_latent_proj)")
+    # moe_shared_expert_intermediate_size, always built whatever n_shared_experts says. Nemotron 3 Super/Ultra
+    # (moe_latent_size): fc1_latent_proj Linear(D, latent) before the routed experts, whose up/down then read and
+    # write the latent, and fc2_latent_proj Linear(latent, D) after; the router and the shared expert stay on D.
     if hf.get("mlp_bias"):
         raise NoFormula("nemotron_h with mlp_bias true in its MoE layers: no formula for a biased shared expert "
                         "beside bias-free routed experts")
     kw.update(n_experts=hf.get("n_routed_experts", 8), n_experts_per_token=hf.get("num_experts_per_tok", 2),
               d_ff_expert=hf.get("moe_intermediate_size", 7688), n_shared_experts=1,
-              d_ff_shared=hf.get("moe_shared_expert_intermediate_size", 7688))
+              d_ff_shared=hf.get("moe_shared_expert_intermediate_size", 7688),
+              moe_latent_size=hf.get("moe_latent_size"))
 
 
 def _nemotron_h(hf: dict, kw: dict) -> None:

@@ -40,7 +40,8 @@ from .draft import GATED_MLPS, SpecDraft, SpecError, is_moe_layer, parse_layer
 ZERO_IS_NONE = ("d_ff", "n_decoder_layers", "n_positions", "d_ff_expert", "d_embed", "d_ff_shared",
                 "ssm_d_inner", "ssm_d_state", "ssm_n_heads", "ssm_dt_rank", "d_head_global", "n_kv_heads_global",
                 "d_ff_kv_shared", "per_layer_embed_dim", "per_layer_embed_vocab", "index_n_heads", "index_head_dim",
-                "index_topk", "o_groups", "o_lora_rank", "kv_compress_csa", "kv_compress_hca", "hc_mult")
+                "index_topk", "o_groups", "o_lora_rank", "kv_compress_csa", "kv_compress_hca", "hc_mult",
+                "moe_hash_layers", "moe_latent_size")
 MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 
 
@@ -151,6 +152,8 @@ class ModelSpec:
     layer_scalar: bool = False
     router_scales: bool = False
     router_score_bias: bool = False
+    moe_hash_layers: int = 0  # 0: every MoE layer routes by its scores
+    moe_latent_size: int = 0  # 0: the routed experts read and write D
     index_n_heads: int = 0  # 0: no lightning indexer
     index_head_dim: int = 0
     index_topk: int = 0
@@ -202,6 +205,7 @@ class ModelSpec:
         resized: dict[str, Any] = dict(n_layers=n_layers, n_dense_layers=min(self.n_dense_layers, n_layers),
                                        layer_types=fit(self.layer_types), attention_spans=fit(self.attention_spans),
                                        kv_compress=fit(self.kv_compress), moe_layers=moe, index_layers=index,
+                                       moe_hash_layers=min(self.moe_hash_layers, n_layers),
                                        kv_shared_layers=max(0, n_layers - (self.n_layers - self.kv_shared_layers))
                                        if self.kv_shared_layers else 0)
         return dataclasses.replace(self, **{**resized, **changes})
@@ -212,6 +216,11 @@ class ModelSpec:
         return dataclasses.asdict(self.to_draft())
 
     # --- derived views (computed, never stored) ---
+    @property
+    def expert_d_in(self) -> int:
+        """The width a routed expert reads and writes: the MoE latent (moe_latent_size) when there is one, else D."""
+        return self.moe_latent_size or self.d_model
+
     @property
     def gated(self) -> bool:
         return self.mlp in GATED_MLPS
