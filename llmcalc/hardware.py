@@ -11,13 +11,15 @@ from dataclasses import field
 
 from .dtypes import DTYPE_ALIASES, canonical_dtype
 from .errors import LlmcalcError
-from .records import dataclass
+from .records import dataclass, short_repr
 from .units import GIB
 from .validate import GPU_MEMORY, positive_number  # noqa: F401 (GPU_MEMORY: read from here too)
 
 
 @dataclass(frozen=True)
 class Accelerator:
+
+    __repr__ = short_repr(("key", "name", "memory_bytes"))  # a handful of fields
     key: str  # preset name, e.g. "h100-sxm"
     name: str  # display name, e.g. "NVIDIA H100 SXM5 80GB"
     peak_flops: dict[str, float]  # dtype -> dense FLOP/s

@@ -90,6 +90,18 @@ def _methods(cls: Any, own: set[str], *, frozen: bool, repr: bool, eq: bool, exp
     cls.__hash__ = __hash__
 
 
+def short_repr(names: tuple[str, ...]) -> Callable[[Any], str]:
+    """A ``__repr__`` for a big record, a handful of its fields then ``...``: ``ModelSpec(name='llama-3-8b',
+    n_layers=32, d_model=4096, ...)``. Set it in the class body (``__repr__ = short_repr(("name", "n_layers"))``): a
+    method the body defines is kept (``record``). Guarded against recursion as the full one is."""
+
+    def __repr__(self: Any) -> str:
+        shown = ", ".join(f"{n}={getattr(self, n)!r}" for n in names)
+        return f"{self.__class__.__qualname__}({shown}, ...)"
+
+    return reprlib.recursive_repr()(__repr__)
+
+
 def _frozen_get_del_attr(cls: Any, fields: list, globals: dict) -> tuple[Callable, Callable]:
     """What ``dataclasses._frozen_get_del_attr`` returns (the same checks, messages and fallbacks), as closures."""
     names = tuple(f.name for f in fields)

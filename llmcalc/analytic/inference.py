@@ -30,7 +30,7 @@ from functools import cached_property
 from ..dtypes import dtype_bytes
 from ..errors import LlmcalcError
 from ..hardware import Accelerator, canonical_dtype
-from ..records import dataclass
+from ..records import dataclass, short_repr
 from ..spec import MLA, ModelSpec
 from ..validate import positive_int
 from .flops import forward_ops
@@ -441,6 +441,8 @@ def context_warning(spec: ModelSpec, tokens: int) -> str | None:
 
 @dataclass(frozen=True)
 class InferenceEstimate:
+
+    __repr__ = short_repr(("spec", "accelerator", "n_gpus", "batch", "prompt", "generate"))  # a handful of fields
     spec: ModelSpec
     accelerator: Accelerator
     batch: int

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import field
 
 from ..errors import LlmcalcError
-from ..records import dataclass
+from ..records import dataclass, short_repr
 from .inference import KvLayer
 
 COLWISE = ("colwise", "colwise_gather_output", "packed_colwise", "local_colwise")
@@ -134,6 +134,8 @@ def real_forward_note(real: dict) -> str:
 @dataclass
 class MeasuredModel:
     """What transformers built and ran, for `memory`; built by ``from_counted`` from hf_fallback's dict."""
+
+    __repr__ = short_repr(("name", "model_type", "total", "seq_len"))  # a handful of fields
 
     name: str
     model_type: str

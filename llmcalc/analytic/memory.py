@@ -17,11 +17,12 @@ shrink against each other; the peak is the largest of
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import field, replace
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 from ..errors import LlmcalcError
-from ..records import dataclass
+from ..records import dataclass, short_repr
 from ..spec import ModelSpec
 from ..validate import DEFAULT_SEQ_LEN, MAX_GPUS, positive_int
 from ..vocabulary import OPTIMIZER_IMPLS  # the names and their scratch rule (re-exported)
@@ -29,8 +30,24 @@ from .activations import ActivationEstimate, activation_memory
 from .parallel import Parallel
 from .params import count_params, largest_tensor, layer_blocks
 
-if TYPE_CHECKING:
-    from .measured import MeasuredModel
+
+class MeasuredShape(Protocol):
+    """What a MemoryEstimate reads of a model transformers measured (``measured.MeasuredModel``, which builds its
+    estimate: ``measured.measured_training_memory``). Named here so that the import runs one way, measured -> memory."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def model_type(self) -> str: ...
+
+    @property
+    def n_layers(self) -> int: ...
+
+    @property
+    def notes(self) -> Sequence[str]: ...
+
+    def describe(self) -> str: ...
 
 
 class StateBytes(Protocol):
@@ -233,7 +250,9 @@ class MemoryEstimate(PhasedPeak):
     """Per-GPU training memory of the most loaded pipeline stage, by component, in bytes (of a model by llmcalc's
     formula, or one transformers measured: ``measured.measured_training_memory``)."""
 
-    spec: ModelSpec | MeasuredModel
+    __repr__ = short_repr(("spec", "batch", "seq_len", "parallel"))  # a handful of fields
+
+    spec: ModelSpec | MeasuredShape
     recipe: Recipe
     optimizer: Optimizer
     parallel: Parallel

@@ -15,7 +15,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from ..records import dataclass
+from ..records import dataclass, short_repr
 from ..spec import ModelSpec
 from .ssm import SSM_MIXERS, mixer_params
 
@@ -407,6 +407,8 @@ class BreakdownTotals:
 class ParamCount(BreakdownTotals):
     """A model's exact parameter breakdown and the totals computed from it."""
 
+    __repr__ = short_repr(("spec", "total"))  # a handful of fields
+
     spec: ModelSpec
     components: dict[str, int]
 
@@ -561,21 +563,9 @@ def _hybrid_approximation(count: ParamCount, heads: int, emb_label: str) -> Appr
     )
 
 
-def reconcile(count: ParamCount) -> list[tuple[str, int]]:  # long: one row per named difference
-    """Why 12·L·D² differs from the exact total: signed terms that add up from one to the other.
-
-    The first row is 12·L·D²; every other row is a named difference; their sum is the exact total.
-    """
-    spec = count.spec
+def _reconcile_labels(spec: ModelSpec) -> tuple[str, str]:
+    """The attention and FFN rows' labels of ``reconcile``: what makes each part differ from 4·D² and 8·D² a block."""
     L, D = spec.total_layers, spec.d_model
-    c = count.components
-    extras = ("/bias", "/qk_norm", "/sinks")
-    attention = sum(v for k, v in c.items() if "attention/" in k and "cross_attention" not in k
-                    and not k.endswith(extras) and "relative_position_bias" not in k)
-    cross = sum(v for k, v in c.items() if "cross_attention/" in k and not k.endswith("/bias"))
-    ffn = sum(v for k, v in c.items() if ("mlp/" in k or "moe/" in k) and not k.endswith("/bias"))
-    biases = sum(v for k, v in c.items() if k.endswith("/bias"))
-    norms = sum(v for k, v in c.items() if "norm/" in k or k == "embedding/norm")
     attention_label = {
         "mha": "attention differs from 4·D² per block (H·d_head ≠ D)",
         "gqa": f"attention below 4·D² per block (GQA: {spec.n_kv_heads} K/V heads for {spec.n_heads})",
@@ -594,6 +584,25 @@ def reconcile(count: ParamCount) -> list[tuple[str, int]]:  # long: one row per 
         attention_label = (f"attention in {spec.n_mixer_layers('attention')} of {L} layers "
                            f"({spec.attention_kind.upper()}), not 4·D² in every block")
         ffn_label = f"FFN in {n_ffn} of {L} layers, not 8·D² in every block"
+    return attention_label, ffn_label
+
+
+def reconcile(count: ParamCount) -> list[tuple[str, int]]:
+    """Why 12·L·D² differs from the exact total: signed terms that add up from one to the other.
+
+    The first row is 12·L·D²; every other row is a named difference; their sum is the exact total.
+    """
+    spec = count.spec
+    L, D = spec.total_layers, spec.d_model
+    c = count.components
+    extras = ("/bias", "/qk_norm", "/sinks")
+    attention = sum(v for k, v in c.items() if "attention/" in k and "cross_attention" not in k
+                    and not k.endswith(extras) and "relative_position_bias" not in k)
+    cross = sum(v for k, v in c.items() if "cross_attention/" in k and not k.endswith("/bias"))
+    ffn = sum(v for k, v in c.items() if ("mlp/" in k or "moe/" in k) and not k.endswith("/bias"))
+    biases = sum(v for k, v in c.items() if k.endswith("/bias"))
+    norms = sum(v for k, v in c.items() if "norm/" in k or k == "embedding/norm")
+    attention_label, ffn_label = _reconcile_labels(spec)
     rows = [
         ("12·L·D²", 12 * L * D * D),
         (attention_label, attention - 4 * L * D * D),

@@ -239,7 +239,7 @@ def _simulate_exact(schedule: str, p: int, m: int, f_time, b_time, w_time, v: in
 
 
 @functools.lru_cache(maxsize=64)
-def _static_program(schedule: str, p: int, m: int, v: int) -> _Program:  # long: the lists, then their sweep order
+def _static_program(schedule: str, p: int, m: int, v: int) -> _Program:
     """The fixed action lists (action_lists, every schedule but zb-v) compiled for _simulate_static: (actions,
     lasts, kinded, whole). Finishes are kept in one list, F of (stage s, micro-batch j) at s·m + j, B at
     (p·v + s)·m + j, W at (2·p·v + s)·m + j, then two spare slots never written: FREE (held at -inf) and ZERO (0.0);
@@ -267,6 +267,30 @@ def _static_program(schedule: str, p: int, m: int, v: int) -> _Program:  # long:
     free = kinds * n * m
     zero = free + 1
     lists = [_rank_actions(schedule, p, m, v, r, home=home) for r in range(p)]
+    spans = _sweep(lists, free=free, zero=zero)
+    if spans is None:
+        raise LlmcalcError(f"pipeline schedule {schedule} deadlocked for p={p}, m={m}, v={v} (a bug: please report)")
+    starts: list[list[int | None]] = [[None] * len(acts[0]) for acts in lists]
+    for r, start, _ in spans:
+        starts[r][start] = lists[r][2][start - 1] if start else zero
+    ranked = [tuple(zip(*acts, starts[r], strict=True)) for r, acts in enumerate(lists)]
+    actions: list[tuple[int, int, int, int | None]] = []
+    for r, start, i in spans:
+        actions += ranked[r][start:i]
+    ends = [1] * (kinds * n)  # each duration index's place among _stage_kinds' values
+    for kind in range(kinds):
+        ends[kind * n], ends[kind * n + n - 1] = 3 * kind, 3 * kind + 2
+        ends[kind * n + 1:kind * n + n - 1] = [3 * kind + 1] * (n - 2)
+    kinded = tuple(_pieces(list(map(ends.__getitem__, acts[0]))) for acts in lists)
+    whole = tuple(((operator.itemgetter(*acts[0]), 1),) for acts in lists)
+    return tuple(actions), tuple(acts[2][-1] for acts in lists), kinded, whole
+
+
+def _sweep(lists: list, *, free: int, zero: int) -> list[tuple[int, int, int]] | None:
+    """_static_program's sweep order of the ranks' action `lists` (each rank's (durations, awaited slots, own
+    slots)): (rank, first, end) runs in which each rank runs ahead until it awaits a slot no rank has reached, the
+    ranks taken 0 to p-1, then p-1 down to 0, and so on; None where some rank never finishes (a deadlock)."""
+    p = len(lists)
     done = bytearray(zero + 1)
     done[free] = 1  # (ZERO is never done: it ends every rank's list of awaited slots)
     deps = [acts[1] + [zero] for acts in lists]
@@ -285,22 +309,7 @@ def _static_program(schedule: str, p: int, m: int, v: int) -> _Program:  # long:
                 spans.append((r, start, i))
                 pos[r], progress = i, True
         ahead, back = back, ahead
-    if any(pos[r] < len(lists[r][0]) for r in range(p)):
-        raise LlmcalcError(f"pipeline schedule {schedule} deadlocked for p={p}, m={m}, v={v} (a bug: please report)")
-    starts: list[list[int | None]] = [[None] * len(acts[0]) for acts in lists]
-    for r, start, _ in spans:
-        starts[r][start] = lists[r][2][start - 1] if start else zero
-    ranked = [tuple(zip(*acts, starts[r], strict=True)) for r, acts in enumerate(lists)]
-    actions: list[tuple[int, int, int, int | None]] = []
-    for r, start, i in spans:
-        actions += ranked[r][start:i]
-    ends = [1] * (kinds * n)  # each duration index's place among _stage_kinds' values
-    for kind in range(kinds):
-        ends[kind * n], ends[kind * n + n - 1] = 3 * kind, 3 * kind + 2
-        ends[kind * n + 1:kind * n + n - 1] = [3 * kind + 1] * (n - 2)
-    kinded = tuple(_pieces(list(map(ends.__getitem__, acts[0]))) for acts in lists)
-    whole = tuple(((operator.itemgetter(*acts[0]), 1),) for acts in lists)
-    return tuple(actions), tuple(acts[2][-1] for acts in lists), kinded, whole
+    return None if any(pos[r] < len(lists[r][0]) for r in range(p)) else spans
 
 
 _Pick = Callable[[list[float]], Any]  # a duration pattern out of the table (a list or a tuple of floats)
@@ -441,7 +450,7 @@ _SCRATCH_SLOTS = 1 << 16  # the longest kept
 
 
 def _simulate_static(schedule: str, p: int, m: int, f_time, b_time, w_time, v: int,
-                     p2p_time: tuple[float, ...]) -> list[tuple[PipelineResult, tuple[list, ...]]]:  # long: 3 sweeps
+                     p2p_time: tuple[float, ...]) -> list[tuple[PipelineResult, tuple[list, ...]]]:
     """The fixed action lists (every schedule but zb-v), once per transfer time: an action finishes at max(its
     rank's clock, its dependency's finish + the transfer when that ran on another rank) + its duration, whatever
     order the ranks are advanced in; _static_program gives one such order, the swept rank's clock kept in a local
@@ -460,28 +469,14 @@ def _simulate_static(schedule: str, p: int, m: int, f_time, b_time, w_time, v: i
         table += map(w_time, range(n))
     values = _stage_kinds(table, n)
     sums, values = (kinded, values) if values else (whole, table)
-    add = sum if _SUM_IN_TURN else _sum_in_turn
-    busy = []
-    for pieces in sums:
-        u = 0.0
-        for pick, count in pieces:
-            u = add(pick(values) * count, u)
-        busy.append(u)
+    busy = _busy(sums, values)
     free = (3 if schedule.startswith("zb") else 2) * n * m
     zero = free + 1
     kept = min(table) >= 0.0
     if not kept:  # a negative duration (never a real one): every dependency read from its own slot
         lists = [[0.0] * (zero + 1) for _ in p2p_time]
         for c, done in zip(p2p_time, lists, strict=True):
-            t = 0.0
-            for k, dep, own, prev in actions:
-                if prev is not None:
-                    t = done[prev]
-                ready = done[_awaited(k, own, n, m, zero)] if dep == free else done[dep] + c
-                if ready > t:
-                    t = ready
-                t += table[k]
-                done[own] = t
+            _sweep_own_slots(actions, table, done, c, shape=(n, m, free, zero))
     else:
         lists = [_SCRATCH.pop() if _SCRATCH else [] for _ in p2p_time]
         for done in lists:
@@ -489,32 +484,10 @@ def _simulate_static(schedule: str, p: int, m: int, f_time, b_time, w_time, v: i
                 done += [0.0] * (zero + 1 - len(done))
             done[free], done[zero] = -math.inf, 0.0
         if len(p2p_time) == 2 and not p2p_time[0]:  # without transfers and with, in one sweep
-            c = p2p_time[1]
-            done, done2 = lists
-            t = t2 = 0.0
-            for k, dep, own, prev in actions:
-                if prev is not None:
-                    t = done[prev]
-                    t2 = done2[prev]
-                if done[dep] > t:  # (read again only where it is later than the clock)
-                    t = done[dep]
-                if done2[dep] + c > t2:
-                    t2 = done2[dep] + c
-                d = table[k]
-                t += d
-                done[own] = t
-                t2 += d
-                done2[own] = t2
+            _sweep_pair(actions, table, lists, p2p_time[1])
         else:
             for c, done in zip(p2p_time, lists, strict=True):
-                t = 0.0
-                for k, dep, own, prev in actions:
-                    if prev is not None:
-                        t = done[prev]
-                    if done[dep] + c > t:
-                        t = done[dep] + c
-                    t += table[k]
-                    done[own] = t
+                _sweep_one(actions, table, done, c)
     last = n - 1
     out: list[tuple[PipelineResult, tuple[list, ...]]] = [
         (PipelineResult(schedule, p, v, m, makespan=max([done[s] for s in lasts]), busy=tuple(busy)),
@@ -522,6 +495,65 @@ def _simulate_static(schedule: str, p: int, m: int, f_time, b_time, w_time, v: i
     if kept:
         _SCRATCH.extend(done for done in lists if len(done) <= _SCRATCH_SLOTS)
     return out
+
+
+def _busy(sums: _Sums, values: list[float]) -> list[float]:
+    """Each rank's busy time: its durations (its (getter, count) pieces of `values`) added one after the other."""
+    add = sum if _SUM_IN_TURN else _sum_in_turn
+    busy = []
+    for pieces in sums:
+        u = 0.0
+        for pick, count in pieces:
+            u = add(pick(values) * count, u)
+        busy.append(u)
+    return busy
+
+
+def _sweep_one(actions: tuple, table: list[float], done: list[float], c: float) -> None:
+    """_simulate_static's sweep with transfer time `c`: each action's finish into `done` (module docstring)."""
+    t = 0.0
+    for k, dep, own, prev in actions:
+        if prev is not None:
+            t = done[prev]
+        if done[dep] + c > t:
+            t = done[dep] + c
+        t += table[k]
+        done[own] = t
+
+
+def _sweep_pair(actions: tuple, table: list[float], lists: list[list[float]], c: float) -> None:
+    """_sweep_one without transfers (into lists[0]) and with `c` (into lists[1]) in one pass over the actions."""
+    done, done2 = lists
+    t = t2 = 0.0
+    for k, dep, own, prev in actions:
+        if prev is not None:
+            t = done[prev]
+            t2 = done2[prev]
+        if done[dep] > t:  # (read again only where it is later than the clock)
+            t = done[dep]
+        if done2[dep] + c > t2:
+            t2 = done2[dep] + c
+        d = table[k]
+        t += d
+        done[own] = t
+        t2 += d
+        done2[own] = t2
+
+
+def _sweep_own_slots(actions: tuple, table: list[float], done: list[float], c: float,
+                     shape: tuple[int, int, int, int]) -> None:
+    """_sweep_one where a duration is negative: a same-rank or absent dependency read from its own slot
+    (_awaited), not the FREE slot; `shape` is (stages, micro-batches, FREE, ZERO)."""
+    n, m, free, zero = shape
+    t = 0.0
+    for k, dep, own, prev in actions:
+        if prev is not None:
+            t = done[prev]
+        ready = done[_awaited(k, own, n, m, zero)] if dep == free else done[dep] + c
+        if ready > t:
+            t = ready
+        t += table[k]
+        done[own] = t
 
 
 def _awaited(k: int, own: int, n: int, m: int, zero: int) -> int:
@@ -535,7 +567,7 @@ def _awaited(k: int, own: int, n: int, m: int, zero: int) -> int:
 
 
 def _simulate_greedy(schedule: str, p: int, m: int, f_time, b_time, w_time, v: int, p2p_time: float,
-                     replay: tuple[float, ...] = ()) -> list[tuple[PipelineResult, tuple[list, ...]]]:  # long: a loop
+                     replay: tuple[float, ...] = ()) -> list[tuple[PipelineResult, tuple[list, ...]]]:
     """zb-v, whose next action depends on what is ready: an event loop over the ranks' clocks, with `p2p_time`.
 
     Returns its run last, after one run per transfer time in `replay`: the order the loop chose, each rank's actions
@@ -543,21 +575,6 @@ def _simulate_greedy(schedule: str, p: int, m: int, f_time, b_time, w_time, v: i
     the transfer time (a transfer can delay one action so that a better order follows), so the loop run again
     without transfers may finish later than with them; the same order with less transfer time never does (every
     start is a maximum of finishes that are no later)."""
-    zero_bubble = schedule.startswith("zb")
-    n_stages = p * v
-    lists = action_lists(schedule, p, m, v)
-    rank_of = {}
-    for r in range(p):
-        for c in range(v):
-            rank_of[stage_of(schedule, r, c, p)] = (r, c)
-
-    def dep(kind, stage, j):
-        """(kind, stage, micro-batch) this action waits for, or None."""
-        if kind == "F":
-            return None if stage == 0 else ("F", stage - 1, j)
-        if kind == "B":
-            return ("F", stage, j) if stage == n_stages - 1 else ("B", stage + 1, j)
-        return ("B", stage, j)
 
     def duration(kind, stage):
         if kind == "F":
@@ -566,88 +583,124 @@ def _simulate_greedy(schedule: str, p: int, m: int, f_time, b_time, w_time, v: i
             return b_time(stage)
         return w_time(stage)
 
-    finish: dict = {}
-    where: dict = {}
-    clock = [0.0] * p
-    busy = [0.0] * p
-    pos = [0] * p
-    pending_w: list[list[tuple[int, int]]] = [[] for _ in range(p)]  # zero-bubble: weight gradients not yet computed
-    # zb-h1: rank r keeps at most r weight gradients pending and computes them when that is exceeded
-    # (and at the end); this reproduces the paper's (p-1)(T_F+T_B-T_W) exactly. zb-v: at most p pending,
-    # and a rank with nothing ready computes a pending one (the schedule's bubble filling).
-    w_limit = [r if schedule == "zb-h1" else p if schedule == "zb-v" else 0 for r in range(p)]
-    done = [False] * p
-    heap = [(0.0, r) for r in range(p)]
-    waiting: dict = {}  # key -> ranks blocked on it
-    nxt = [{("F", 0): 0, ("F", 1): 0, ("B", 0): 0, ("B", 1): 0} for _ in range(p)]  # zb-v: next micro-batch
-    cap = [2 * p - 1] * p  # zb-v: chunk-0 forwards in flight at most (bounds activation memory like 1f1b)
+    loop = _GreedyLoop(schedule, p, m, v, p2p_time=p2p_time, duration=duration)
+    loop.run_all()
+    if not all(loop.done):
+        raise LlmcalcError(f"pipeline schedule {schedule} deadlocked for p={p}, m={m}, v={v} (a bug: please report)")
+    n_stages = p * v
+    first = tuple([loop.finish[(kind, stage, j)] for j in range(m)] for kind, stage in (("F", 0), ("F", n_stages - 1),
+                                                                                       ("B", 0)))
+    runs = [_replay(schedule, p, v, m, order=loop.order, dep=loop.dep, duration=duration, where=loop.where,
+                    p2p_time=c) for c in replay]
+    return runs + [(PipelineResult(schedule, p, v, m, makespan=max(loop.clock), busy=tuple(loop.busy)), first)]
 
-    order: list[tuple[int, str, int, int]] = []  # (rank, kind, stage, micro-batch) in the order they ran
 
-    def run(r, kind, stage, j, start):
-        end = start + duration(kind, stage)
-        finish[(kind, stage, j)] = end
-        where[(kind, stage, j)] = r
-        order.append((r, kind, stage, j))
-        busy[r] += end - start
-        clock[r] = end
-        for other in waiting.pop((kind, stage, j), []):
-            heapq.heappush(heap, (clock[other], other))
+class _GreedyLoop:
+    """_simulate_greedy's event loop: the ranks' clocks on a heap, each rank taking its first ready candidate
+    action, what each action waits for (``dep``), when and where each finished, and the order they ran in."""
 
-    while heap:
-        t, r = heapq.heappop(heap)
-        if done[r] or t != clock[r]:
-            continue  # finished, or a stale entry (the rank's clock moved on)
-        if schedule == "zb-v":
-            candidates = _zbv_candidates(r, p, m, nxt[r], cap)
-        else:
-            candidates = [lists[r][pos[r]]] if pos[r] < len(lists[r]) else []
-        if not candidates:
-            for w in pending_w[r]:  # drain the remaining weight gradients
-                run(r, "W", w[0], w[1], clock[r])
-            pending_w[r] = []
-            done[r] = True
-            continue
-        chosen, earliest, blocked_on = None, None, []
+    def __init__(self, schedule: str, p: int, m: int, v: int, *, p2p_time: float, duration) -> None:
+        self.schedule, self.p, self.m, self.n_stages = schedule, p, m, p * v
+        self.p2p_time, self.duration = p2p_time, duration
+        self.zero_bubble = schedule.startswith("zb")
+        self.lists = action_lists(schedule, p, m, v)
+        self.finish: dict = {}
+        self.where: dict = {}
+        self.clock = [0.0] * p
+        self.busy = [0.0] * p
+        self.pos = [0] * p
+        self.pending_w: list[list[tuple[int, int]]] = [[] for _ in range(p)]  # zero-bubble: weight gradients to do
+        # zb-h1: rank r keeps at most r weight gradients pending and computes them when that is exceeded
+        # (and at the end); this reproduces the paper's (p-1)(T_F+T_B-T_W) exactly. zb-v: at most p pending,
+        # and a rank with nothing ready computes a pending one (the schedule's bubble filling).
+        self.w_limit = [r if schedule == "zb-h1" else p if schedule == "zb-v" else 0 for r in range(p)]
+        self.done = [False] * p
+        self.heap = [(0.0, r) for r in range(p)]
+        self.waiting: dict = {}  # key -> ranks blocked on it
+        self.nxt = [{("F", 0): 0, ("F", 1): 0, ("B", 0): 0, ("B", 1): 0} for _ in range(p)]  # zb-v: next micro-batch
+        self.cap = [2 * p - 1] * p  # zb-v: chunk-0 forwards in flight at most (bounds activation memory like 1f1b)
+        self.order: list[tuple[int, str, int, int]] = []  # (rank, kind, stage, micro-batch) in the order they ran
+
+    def dep(self, kind, stage, j):
+        """(kind, stage, micro-batch) this action waits for, or None."""
+        if kind == "F":
+            return None if stage == 0 else ("F", stage - 1, j)
+        if kind == "B":
+            return ("F", stage, j) if stage == self.n_stages - 1 else ("B", stage + 1, j)
+        return ("B", stage, j)
+
+    def run(self, r, kind, stage, j, start):
+        end = start + self.duration(kind, stage)
+        self.finish[(kind, stage, j)] = end
+        self.where[(kind, stage, j)] = r
+        self.order.append((r, kind, stage, j))
+        self.busy[r] += end - start
+        self.clock[r] = end
+        for other in self.waiting.pop((kind, stage, j), []):
+            heapq.heappush(self.heap, (self.clock[other], other))
+
+    def run_all(self) -> None:
+        """Each rank, at its clock, runs what it can (``act``) until the heap empties."""
+        heap, clock, done = self.heap, self.clock, self.done
+        while heap:
+            t, r = heapq.heappop(heap)
+            if done[r] or t != clock[r]:
+                continue  # finished, or a stale entry (the rank's clock moved on)
+            self.act(r)
+
+    def choose(self, r, candidates):
+        """(the first candidate ready at rank r's clock as (kind, chunk, j, stage), or None; the earliest time one
+        becomes ready, or None; what the unready ones wait for that has not run yet)."""
+        earliest, blocked_on = None, []
         for kind, chunk, j in candidates:  # in priority order
-            stage = stage_of(schedule, r, chunk, p)
-            need = dep(kind, stage, j)
-            if need is not None and need not in finish:
+            stage = stage_of(self.schedule, r, chunk, self.p)
+            need = self.dep(kind, stage, j)
+            if need is not None and need not in self.finish:
                 blocked_on.append(need)
                 continue
-            ready_at = clock[r] if need is None else finish[need] + (p2p_time if where[need] != r else 0.0)
-            if ready_at <= clock[r]:
-                chosen = (kind, chunk, j, stage)
-                break
+            ready_at = self.clock[r] if need is None else \
+                self.finish[need] + (self.p2p_time if self.where[need] != r else 0.0)
+            if ready_at <= self.clock[r]:
+                return (kind, chunk, j, stage), earliest, blocked_on
             earliest = ready_at if earliest is None else min(earliest, ready_at)
+        return None, earliest, blocked_on
+
+    def act(self, r) -> None:
+        """Rank r at its clock: the first ready candidate (its deferred weight gradients as the rules say), else
+        a deferred weight gradient (zb-v), else a wait until a candidate is ready or what blocks it has run."""
+        p, clock, pending = self.p, self.clock, self.pending_w[r]
+        if self.schedule == "zb-v":
+            candidates = _zbv_candidates(r, p, self.m, self.nxt[r], self.cap)
+        else:
+            candidates = [self.lists[r][self.pos[r]]] if self.pos[r] < len(self.lists[r]) else []
+        if not candidates:
+            for w in pending:  # drain the remaining weight gradients
+                self.run(r, "W", w[0], w[1], clock[r])
+            self.pending_w[r] = []
+            self.done[r] = True
+            return
+        chosen, earliest, blocked_on = self.choose(r, candidates)
         if chosen is not None:
             kind, chunk, j, stage = chosen
-            run(r, kind, stage, j, clock[r])
-            pos[r] += 1
-            nxt[r][(kind, chunk)] = j + 1
-            if kind == "B" and zero_bubble:
-                pending_w[r].append((stage, j))
-                while len(pending_w[r]) > w_limit[r]:
-                    w = pending_w[r].pop(0)
-                    run(r, "W", w[0], w[1], clock[r])
-            heapq.heappush(heap, (clock[r], r))
-        elif schedule == "zb-v" and pending_w[r]:  # fill the wait with a deferred weight gradient
-            w = pending_w[r].pop(0)
-            run(r, "W", w[0], w[1], clock[r])
-            heapq.heappush(heap, (clock[r], r))
+            self.run(r, kind, stage, j, clock[r])
+            self.pos[r] += 1
+            self.nxt[r][(kind, chunk)] = j + 1
+            if kind == "B" and self.zero_bubble:
+                pending.append((stage, j))
+                while len(pending) > self.w_limit[r]:
+                    w = pending.pop(0)
+                    self.run(r, "W", w[0], w[1], clock[r])
+            heapq.heappush(self.heap, (clock[r], r))
+        elif self.schedule == "zb-v" and pending:  # fill the wait with a deferred weight gradient
+            w = pending.pop(0)
+            self.run(r, "W", w[0], w[1], clock[r])
+            heapq.heappush(self.heap, (clock[r], r))
         elif earliest is not None:
             clock[r] = earliest
-            heapq.heappush(heap, (clock[r], r))
+            heapq.heappush(self.heap, (clock[r], r))
         else:
             for need in blocked_on:
-                waiting.setdefault(need, []).append(r)
-    if not all(done):
-        raise LlmcalcError(f"pipeline schedule {schedule} deadlocked for p={p}, m={m}, v={v} (a bug: please report)")
-    first = tuple([finish[(kind, stage, j)] for j in range(m)] for kind, stage in (("F", 0), ("F", n_stages - 1),
-                                                                                  ("B", 0)))
-    runs = [_replay(schedule, p, v, m, order=order, dep=dep, duration=duration, where=where, p2p_time=c)
-            for c in replay]
-    return runs + [(PipelineResult(schedule, p, v, m, makespan=max(clock), busy=tuple(busy)), first)]
+                self.waiting.setdefault(need, []).append(r)
 
 
 def _replay(schedule: str, p: int, v: int, m: int, order: list[tuple[int, str, int, int]], dep, duration,
@@ -718,7 +771,7 @@ def _path_plan(schedule: str, p: int, v: int) -> tuple[tuple[tuple[int, ...], ..
 
 def path_bounds(schedule: str, p: int, m: int, f: list[float], b: list[float], w: list[float] | None = None,
                 vpp: int = 1, p2p_time: float = 0.0,
-                ranks: Sequence[int] | None = None) -> tuple[float, bool, float]:  # long: the bound, then each form
+                ranks: Sequence[int] | None = None) -> tuple[float, bool, float]:
     """path_bound with `p2p_time` and without it, in one pass: (bound, whether it is the makespan, the bound with
     no transfer time), each the float path_bound(...) returns.
 
@@ -740,6 +793,23 @@ def path_bounds(schedule: str, p: int, m: int, f: list[float], b: list[float], w
     plan, firsts, hop = _path_plan(schedule, p, v)
     f_min = min(f)
     taken = range(p) if ranks is None or p2p_time < 0.0 or f_min < 0.0 or min(b) < 0.0 else ranks
+    best, plain = _rank_paths(f, b, ww, m=m, p2p_time=p2p_time, structure=(plan, firsts, hop), taken=taken)
+    if zb:
+        return best, False, plain
+    shape = _stage_shape(f, b, p * v)
+    plain = _closed_form(schedule, p, m, shape, f_min, v=v, p2p_time=0.0, best=plain)[1]
+    if schedule == "gpipe" and p2p_time:
+        return best, False, plain
+    exact, best = _closed_form(schedule, p, m, shape, f_min, v=v, p2p_time=p2p_time, best=best)
+    return best, exact, plain
+
+
+def _rank_paths(f: list[float], b: list[float], ww: list[float] | None, *, m: int, p2p_time: float,
+                structure: tuple, taken: Sequence[int]) -> tuple[float, float]:
+    """path_bounds' longest path over the `taken` ranks, with `p2p_time` and without it: each rank's first forward
+    through the stages before its first chunk, its own work, and its hops' transfers (`structure`: _path_plan's)."""
+    plan, firsts, hop = structure
+    v = len(plan[0])
     # prefix sums of f + b up to the furthest first stage taken, a running total: ((pre + f) + b)
     reach = 0
     for r in taken:
@@ -780,14 +850,7 @@ def path_bounds(schedule: str, p: int, m: int, f: list[float], b: list[float], w
             plain = sent
         if own > plain:
             plain = own
-    if zb:
-        return best, False, plain
-    shape = _stage_shape(f, b, p * v)
-    plain = _closed_form(schedule, p, m, shape, f_min, v=v, p2p_time=0.0, best=plain)[1]
-    if schedule == "gpipe" and p2p_time:
-        return best, False, plain
-    exact, best = _closed_form(schedule, p, m, shape, f_min, v=v, p2p_time=p2p_time, best=best)
-    return best, exact, plain
+    return best, plain
 
 
 def _stage_shape(f: list[float], b: list[float], n: int) -> tuple[float, float, bool, bool, bool, float]:

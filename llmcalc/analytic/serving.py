@@ -23,7 +23,7 @@ from typing import Any
 from ..dtypes import dtype_bytes
 from ..errors import LlmcalcError
 from ..hardware import Accelerator
-from ..records import dataclass
+from ..records import dataclass, short_repr
 from ..spec import ModelSpec
 from .inference import (
     InferenceEstimate,
@@ -110,6 +110,8 @@ class Stage:
 @dataclass(frozen=True)
 class ServeEstimate:
     """A model served by vLLM on `tp` x `pp` GPUs per replica, `dp` replicas."""
+
+    __repr__ = short_repr(("spec", "accelerator", "tp", "pp", "max_model_len"))  # a handful of fields
 
     spec: ModelSpec
     accelerator: Accelerator

@@ -374,7 +374,29 @@ def _merged(running: list[_Group]) -> list[_Group]:
     return merged
 
 
-def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: int,  # long: one event loop
+def _advance(cost: StepCost, scheduled: list[_Group], work: Workload, *, single: bool,
+             to_arrival: float | None) -> tuple[float, int]:
+    """(seconds, steps) of the engine's next step over `scheduled`; where it only decodes and nothing waits to be
+    admitted (not `single`), of as many steps as run until the next request finishes (or arrives, `to_arrival`
+    seconds on), each the mean of the first and the last step's time (one more cached token per sequence a step)."""
+    n_in, n_out = work.input_len, work.output_len
+    prefilling = [g for g in scheduled if g.prefilled < n_in]
+    decoding = [g for g in scheduled if g.prefilled >= n_in]
+    dec = sum(g.n for g in decoding)
+    kv = sum(g.n * (n_in + g.generated) for g in decoding)
+    base = cost.seconds(tokens=sum(g.n * g.chunk for g in scheduled),
+                        rows=dec + sum(g.n for g in prefilling if g.prefilled + g.chunk >= n_in),
+                        kv_tokens=kv, decodes=dec, length=n_in,
+                        pairs=sum(g.n * (g.chunk * g.prefilled + g.chunk * (g.chunk + 1) / 2) for g in prefilling))
+    jump = 1 if prefilling or single else min(n_out - g.generated for g in decoding)
+    if to_arrival is not None and jump > 1:
+        jump = max(1, min(jump, math.ceil(to_arrival / base)))
+    last = base + cost.decode_attention_seconds(kv + dec * (jump - 1), dec) - cost.decode_attention_seconds(
+        kv, dec) if jump > 1 else base
+    return jump * (base + last) / 2, jump
+
+
+def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: int,
              kv_requests: int) -> Simulated:
     """vLLM V1's scheduler over `work` on one replica (module docstring): running requests first (a decode token
     each, or the next chunk of a prefill), then waiting ones first come first served while `max_num_seqs`,
@@ -408,19 +430,8 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
             raise LlmcalcError("the engine could schedule nothing (a bug: please report)")
         prefilling = [g for g in scheduled if g.prefilled < n_in]
         decoding = [g for g in scheduled if g.prefilled >= n_in]
-        dec = sum(g.n for g in decoding)
-        kv = sum(g.n * (n_in + g.generated) for g in decoding)
-        base = cost.seconds(tokens=sum(g.n * g.chunk for g in scheduled),
-                            rows=dec + sum(g.n for g in prefilling if g.prefilled + g.chunk >= n_in),
-                            kv_tokens=kv, decodes=dec, length=n_in,
-                            pairs=sum(g.n * (g.chunk * g.prefilled + g.chunk * (g.chunk + 1) / 2) for g in prefilling))
-        # steps that only decode and admit nothing: advance to the next finish (or arrival) at once
-        jump = 1 if prefilling or (waiting and admitted < limit) else min(n_out - g.generated for g in decoding)
-        if next_arrival < len(arrivals) and jump > 1:
-            jump = max(1, min(jump, math.ceil((arrivals[next_arrival] - t) / base)))
-        last = base + cost.decode_attention_seconds(kv + dec * (jump - 1), dec) - cost.decode_attention_seconds(
-            kv, dec) if jump > 1 else base  # every step one more cached token per sequence
-        dt = jump * (base + last) / 2
+        dt, jump = _advance(cost, scheduled, work, single=bool(waiting and admitted < limit),
+                            to_arrival=arrivals[next_arrival] - t if next_arrival < len(arrivals) else None)
         t, steps, busy_seq_time = t + dt, steps + jump, busy_seq_time + dt * admitted
         for g in prefilling:
             g.prefilled += g.chunk
@@ -428,7 +439,7 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
                 g.generated, g.first = 1, t
                 ttft.append((t - g.arrival + api, g.n))
         if decoding:
-            itl.append((dt / jump, dec * jump))
+            itl.append((dt / jump, sum(g.n for g in decoding) * jump))
         for g in decoding:
             g.generated += jump
         for g in [g for g in running if g.prefilled >= n_in and g.generated >= n_out]:

@@ -5,7 +5,8 @@ on the way on stderr. Light at import: presets, formulas and views are imported 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import click
@@ -19,6 +20,9 @@ if TYPE_CHECKING:
 
 _WARNINGS: list[str] = []
 _READ_AS: list[str] = []  # how an input was read (a rounded --global-batch-tokens): said with a refusal too
+
+
+_CAPTURED: list[tuple[Document, list[str]]] | None = None  # while `captured()` runs: what emit would print
 
 
 def warn(message: str, read_as: bool = False) -> None:
@@ -49,6 +53,10 @@ def emit(doc: Document, fmt: str, warnings: Iterable[str] = ()) -> None:
 
     for line in warnings:
         warn(line)
+    if _CAPTURED is not None:  # a library call (llmcalc.api): the answer and its warnings, nothing printed
+        _CAPTURED.append((doc, [line.removeprefix("llmcalc: warning: ") for line in _WARNINGS]))
+        _WARNINGS.clear()
+        return
     text = render(doc, fmt)
     flush_warnings()
     click.echo(text, nl=False)
@@ -65,6 +73,20 @@ def exact_batch_tokens(tokens: float | None, seq_len: int) -> float | None:
     if note:
         warn(note, read_as=True)
     return used
+
+
+@contextmanager
+def captured() -> Iterator[list[tuple[Document, list[str]]]]:
+    """Within it, `emit` prints nothing and appends (the Document, its warnings) to the list it yields."""
+    global _CAPTURED
+    flush_warnings(show=False)
+    answers: list[tuple[Document, list[str]]] = []
+    _CAPTURED = answers
+    try:
+        yield answers
+    finally:
+        _CAPTURED = None
+        flush_warnings(show=False)
 
 
 def check_length(spec: ModelSpec, seq_len: int | None, what: str = "--seq-len") -> ModelSpec:

@@ -644,7 +644,7 @@ def _activations(model, config, seq_len: int, short=None) -> dict:
 STEP_LENGTHS = (16, 32)  # the forwards measure_step counts (batch 1; the s² term solves the two)
 
 
-def measure_step(model) -> dict:  # long: the hooked forward, then the counted ones
+def measure_step(model) -> dict:
     """What `train`'s step model (analytic/measured_step.py) times, from one batch-1 forward of STEP_LENGTHS[0]
     tokens with a forward pre-hook on every module that holds a parameter, and FlopCounterMode over forwards at
     both STEP_LENGTHS:
@@ -659,15 +659,29 @@ def measure_step(model) -> dict:  # long: the hooked forward, then the counted o
     - ``head_module``: the module transformers calls the output embeddings (the LM head, tied or not);
     - ``attention``: per layer, the FLOPs of the attention core (sdpa kernels, an eager attention's bmm) that
       the counter saw in the layer's direct children at each length."""
-    from .counters import CORE_OPS, count_flops
-
-    s1, s2 = STEP_LENGTHS
-    # every module holding a parameter, a tied head's too (it holds the embedding's tensor)
-    holders = {name.rsplit(".", 1)[0] if "." in name else "" for name, _ in model.named_parameters(
-        remove_duplicate=False)}
+    s1 = STEP_LENGTHS[0]
     head = model.get_output_embeddings()
     head_name = next((name for name, m in model.named_modules() if head is not None and m is head), None)
-    kept: list[torch.Tensor] = []  # the inputs seen, alive until the forward ends (their ids stay unique)
+    kwargs: dict[str, Any] = {"input_ids": torch.zeros(1, s1, dtype=torch.long)}
+    if "use_cache" in model.forward.__code__.co_varnames:
+        kwargs["use_cache"] = False
+    kept: list[torch.Tensor] = []  # the inputs seen, alive until they are grouped (their ids stay unique)
+    calls = _hooked_calls(model, kwargs, kept)
+    groups = _module_groups(calls, dict(model.named_modules()), s1)
+    kept.clear()
+    per_length = [_core_flops(model, {**kwargs, "input_ids": torch.zeros(1, seq, dtype=torch.long)})
+                  for seq in STEP_LENGTHS]
+    layers = sorted(set(per_length[0]) | set(per_length[1]))
+    return {"lengths": list(STEP_LENGTHS), "modules": groups, "head_module": head_name,
+            "attention": {"core_flops": [[c.get(i, 0) for i in layers] for c in per_length], "layers": layers}}
+
+
+def _hooked_calls(model, kwargs: dict, kept: list) -> list[tuple[str, torch.Tensor, int | None]]:
+    """(module name, its first input tensor, the routed experts per token where it is handed 2-D integer routing
+    indices) of every call, in order, in one forward of `kwargs`, hooked on every module that holds a parameter (a
+    tied head's too: it holds the embedding's tensor); the inputs are kept alive in `kept`."""
+    holders = {name.rsplit(".", 1)[0] if "." in name else "" for name, _ in model.named_parameters(
+        remove_duplicate=False)}
     calls: list[tuple[str, torch.Tensor, int | None]] = []
 
     def hook(name):
@@ -683,17 +697,20 @@ def measure_step(model) -> dict:  # long: the hooked forward, then the counted o
     modules = dict(model.named_modules())
     handles = [modules[name].register_forward_pre_hook(hook(name), with_kwargs=True) for name in holders
                if name in modules]
-    kwargs: dict[str, Any] = {"input_ids": torch.zeros(1, s1, dtype=torch.long)}
-    if "use_cache" in model.forward.__code__.co_varnames:
-        kwargs["use_cache"] = False
+    seq = kwargs["input_ids"].shape[-1]
     try:
         with inference_forward(model):
             model(**kwargs)
     except Exception as exc:
-        raise failure("step", f"transformers' forward of {type(model).__name__} failed at seq {s1}", exc) from None
+        raise failure("step", f"transformers' forward of {type(model).__name__} failed at seq {seq}", exc) from None
     finally:
         for h in handles:
             h.remove()
+    return calls
+
+
+def _module_groups(calls: list[tuple[str, torch.Tensor, int | None]], modules: dict, seq: int) -> list[dict]:
+    """``measure_step``'s ``modules``: the calls grouped by module name with layer indices folded to ``*``."""
     groups: dict[str, dict] = {}
     inputs: dict[str, list[int]] = defaultdict(list)  # per layer (or outside: ""), the distinct input tensors
     for name, x, top_k in calls:
@@ -708,7 +725,7 @@ def measure_step(model) -> dict:  # long: the hooked forward, then the counted o
             mod = modules[name]
             entry = groups[pattern] = {
                 "name": pattern, "class": type(mod).__name__, "layers": [], "calls": 0,
-                "rows_per_token": (x.numel() // x.shape[-1] if x.dim() else 1) / s1,
+                "rows_per_token": (x.numel() // x.shape[-1] if x.dim() else 1) / seq,
                 "in_width": x.shape[-1] if x.dim() else 1, "reads": seen.index(id(x)),
                 "token_ids": not x.is_floating_point(), "top_k": top_k,
                 "num_experts": getattr(mod, "num_experts", None) if top_k else None,
@@ -717,28 +734,29 @@ def measure_step(model) -> dict:  # long: the hooked forward, then the counted o
         index = int(digits[-1][1:]) if digits else None
         if index is not None and index not in entry["layers"]:
             entry["layers"].append(index)
-    kept.clear()
+    return list(groups.values())
+
+
+def _core_flops(model, kwargs: dict) -> dict[int, int]:
+    """Layer index -> the attention core's FLOPs (CORE_OPS: sdpa kernels, an eager attention's bmm) that
+    FlopCounterMode saw in the layer's direct children, in one forward of `kwargs`."""
+    from .counters import CORE_OPS, count_flops
+
     prefix = type(model).__name__ + "."
-    per_length = []
-    for seq in STEP_LENGTHS:
-        ids = torch.zeros(1, seq, dtype=torch.long)
 
-        def forward(ids=ids):
-            with inference_forward(model):
-                model(**{**kwargs, "input_ids": ids})
+    def forward():
+        with inference_forward(model):
+            model(**kwargs)
 
-        try:
-            counted = count_flops(forward)
-        except Exception as exc:
-            raise failure("step", f"transformers' forward of {type(model).__name__} failed at seq {seq}",
-                          exc) from None
-        core: dict[int, int] = defaultdict(int)
-        for name, ops in counted.by_module.items():
-            path = name[len(prefix):].split(".") if name.startswith(prefix) else []
-            layer = next((i for i, seg in enumerate(path) if seg.isdigit()), None)
-            if layer is not None and len(path) == layer + 2:  # a layer's direct children (counts are inclusive)
-                core[int(path[layer])] += sum(v for op, v in ops.items() if op in CORE_OPS)
-        per_length.append(core)
-    layers = sorted(set(per_length[0]) | set(per_length[1]))
-    return {"lengths": list(STEP_LENGTHS), "modules": list(groups.values()), "head_module": head_name,
-            "attention": {"core_flops": [[c.get(i, 0) for i in layers] for c in per_length], "layers": layers}}
+    try:
+        counted = count_flops(forward)
+    except Exception as exc:
+        raise failure("step", f"transformers' forward of {type(model).__name__} failed at seq "
+                              f"{kwargs['input_ids'].shape[-1]}", exc) from None
+    core: dict[int, int] = defaultdict(int)
+    for name, ops in counted.by_module.items():
+        path = name[len(prefix):].split(".") if name.startswith(prefix) else []
+        layer = next((i for i, seg in enumerate(path) if seg.isdigit()), None)
+        if layer is not None and len(path) == layer + 2:  # a layer's direct children (counts are inclusive)
+            core[int(path[layer])] += sum(v for op, v in ops.items() if op in CORE_OPS)
+    return core

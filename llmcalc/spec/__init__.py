@@ -4,7 +4,8 @@ resolved: plain ints), and where both come from (Hugging Face config.json, prese
 Modules, each importing only those above it: ``draft`` (the vocabulary and ``SpecDraft``), ``quantization``
 (a config's quantization_config read and checked, once), ``checks`` (every rule, on a draft), ``model``
 (``ModelSpec``, ``MLA``), ``resolve`` (derivations, ``resolve``, ``spec_of``, native spec dicts), ``hf_family`` /
-``hf_ssm`` / ``hf`` (config.json -> draft), ``presets`` (files under ``presets/``). Standard library only.
+``hf_keys`` / ``hf_layers`` / ``hf_ssm`` / ``hf_2026`` / ``hf_families`` / ``hf`` (config.json -> draft), ``presets``
+(files under ``presets/``). Standard library only.
 """
 
 from .draft import (

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import field
 
 from ..errors import LlmcalcError
-from ..records import dataclass
+from ..records import dataclass, short_repr
 
 ARCHITECTURES = ("decoder", "encoder", "encoder-decoder")
 GATED_MLPS = ("swiglu", "geglu")  # three matrices: gate, up, down (Shazeer 2020)
@@ -70,6 +70,8 @@ class SpecDraft:
     For an encoder-decoder, ``n_layers`` is the encoder depth and ``n_decoder_layers`` the
     decoder depth; both stacks share d_model, heads and d_ff (as T5 and the 2017 Transformer do).
     """
+
+    __repr__ = short_repr(("name", "n_layers", "d_model", "n_heads", "n_kv_heads", "vocab_size"))  # a handful of fields
 
     n_layers: int
     d_model: int

@@ -1,4 +1,4 @@
-"""2026's model_types for ``llmcalc.spec.hf.FAMILIES`` (issue 22): DeepSeek Sparse Attention (DeepSeek-V3.2,
+"""2026's model_types for ``llmcalc.spec.hf_families.FAMILIES`` (issue 22): DeepSeek Sparse Attention (DeepSeek-V3.2,
 GLM-5), GLM-4.7-Flash, DeepSeek-V4 and Gemma 4's text model.
 
 Each derive step reads the config exactly as its transformers 5.24 config class lays it out

@@ -1,5 +1,5 @@
-"""What ``hf`` and ``hf_ssm`` both need: the ``Family`` record of one HF model_type, and the MLP kind
-an activation name means. Neither imports the other's tables from here, so there is no import circle.
+"""What ``hf_families``, ``hf_2026`` and ``hf_ssm`` need: the ``Family`` record of one HF model_type, and the MLP
+kind an activation name means. None imports another's tables from here, so there is no import circle.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hybrid and state-space model_types for ``llmcalc.spec.hf.FAMILIES`` (issue 9, part 2).
+"""Hybrid and state-space model_types for ``llmcalc.spec.hf_families.FAMILIES`` (issue 9, part 2).
 
 Each entry reads the per-layer mixer layout (``layer_types``) and the Mamba mixer shapes exactly
 as its transformers modelling file builds them, with the config-class defaults for absent keys

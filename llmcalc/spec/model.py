@@ -32,7 +32,7 @@ import dataclasses
 from dataclasses import InitVar, field
 from typing import Any
 
-from ..records import construct, dataclass
+from ..records import construct, dataclass, short_repr
 from .checks import check
 from .draft import GATED_MLPS, SpecDraft, SpecError, is_moe_layer, parse_layer
 
@@ -70,6 +70,8 @@ class ModelSpec:
     decoder depth; both stacks share d_model, heads and d_ff (as T5 and the 2017 Transformer do).
     The fields mean what ``SpecDraft``'s fields of the same name mean.
     """
+
+    __repr__ = short_repr(("name", "n_layers", "d_model", "n_heads", "n_kv_heads", "vocab_size"))  # a handful of fields
 
     n_layers: int
     d_model: int
