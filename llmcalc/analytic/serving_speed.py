@@ -32,6 +32,7 @@ import contextlib
 import functools
 import math
 import random
+from collections.abc import Callable
 
 from ..errors import LlmcalcError
 from ..records import dataclass
@@ -74,7 +75,9 @@ SERVING_ATTENTION = {"ampere": "fa2", "hopper": "fa3"}  # vLLM's FlashAttention 
 
 @dataclass(frozen=True)
 class Workload:
-    """`vllm bench serve`'s random dataset with fixed lengths."""
+    """`vllm bench serve`'s workload: requests of input_len prompt tokens generating output_len (its random dataset
+    with fixed lengths), or of the varied `lengths` a dataset gives (workload_lengths: then input_len and output_len
+    are their means, for the record)."""
 
     input_len: int
     output_len: int
@@ -82,6 +85,7 @@ class Workload:
     request_rate: float | None = None  # None: all requests at once (vllm bench's inf)
     num_prompts: int = 1000
     served: bool = True  # through the API server (`vllm bench serve`); False: LLM.generate's offline batch
+    lengths: tuple[tuple[int, int], ...] | None = None  # (prompt, output) of request i % len, in the order sent
 
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len", "num_prompts"):
@@ -256,19 +260,47 @@ class StepCost:
 
 
 class _Group:
-    """Requests in the same state (admitted together, alike in length): `n` of them."""
+    """Requests in the same state (admitted together, alike in length): `n` of them, each of `n_in` prompt tokens
+    generating `n_out`."""
 
-    __slots__ = ("n", "arrival", "prefilled", "generated", "first", "chunk")
+    __slots__ = ("n", "arrival", "prefilled", "generated", "first", "chunk", "n_in", "n_out")
 
-    def __init__(self, n: int, arrival: float) -> None:
+    def __init__(self, n: int, arrival: float, n_in: int, n_out: int) -> None:
         self.n, self.arrival, self.prefilled, self.generated, self.first, self.chunk = n, arrival, 0, 0, 0.0, 0
+        self.n_in, self.n_out = n_in, n_out
 
     def split(self, n: int) -> _Group:
         """The first `n` of the group as a group of their own (this one keeps the rest)."""
-        other = _Group(n, self.arrival)
+        other = _Group(n, self.arrival, self.n_in, self.n_out)
         other.prefilled, other.generated, other.first = self.prefilled, self.generated, self.first
         self.n -= n
         return other
+
+    @property
+    def decoding(self) -> bool:
+        return self.prefilled >= self.n_in
+
+    def state(self) -> tuple:
+        return (self.prefilled, self.generated, self.first, self.arrival, self.n_in, self.n_out)
+
+
+@dataclass(frozen=True)
+class KvBudget:
+    """The KV cache as the scheduler sees it: `blocks` in all, and the blocks a request of a given total length
+    (prompt + output) holds (vLLM's kv_cache_utils: every group's blocks, the most over the pipeline stages); a
+    request is admitted only while the blocks of its whole length are free (no preemption)."""
+
+    blocks: int
+    need: Callable[[int], int]
+
+    @classmethod
+    def requests(cls, count: int) -> KvBudget:
+        """A cache that holds `count` requests whatever their length (one block each)."""
+        return cls(blocks=count, need=_one_block)
+
+
+def _one_block(length: int) -> int:
+    return 1
 
 
 @dataclass(frozen=True)
@@ -316,14 +348,28 @@ def _arrivals(work: Workload, prompts: int) -> list[float]:
     return out
 
 
-def _schedule_running(running: list[_Group], budget: int, n_in: int) -> tuple[list[_Group], int]:
+def _new_groups(work: Workload, start: int, count: int, arrival: float) -> list[_Group]:
+    """Requests start .. start + count - 1 of `work` sent at `arrival`, neighbours alike in length as one group."""
+    if work.lengths is None:
+        return [_Group(count, arrival, work.input_len, work.output_len)] if count else []
+    out: list[_Group] = []
+    for i in range(start, start + count):
+        n_in, n_out = work.lengths[i % len(work.lengths)]
+        if out and (out[-1].n_in, out[-1].n_out) == (n_in, n_out):
+            out[-1].n += 1
+        else:
+            out.append(_Group(1, arrival, n_in, n_out))
+    return out
+
+
+def _schedule_running(running: list[_Group], budget: int) -> tuple[list[_Group], int]:
     """vLLM V1 schedules the running requests first, in order: a decode token each, or a prefill's next chunk (whole
     while the token budget lasts, then one partial chunk); returns the scheduled groups and the budget left."""
     scheduled: list[_Group] = []
     for g in list(running):
         if budget <= 0:
             break
-        need = 1 if g.prefilled >= n_in else n_in - g.prefilled
+        need = 1 if g.decoding else g.n_in - g.prefilled
         full = budget // need
         if full >= g.n:
             g.chunk, budget = need, budget - need * g.n
@@ -344,107 +390,136 @@ def _schedule_running(running: list[_Group], budget: int, n_in: int) -> tuple[li
     return scheduled, budget
 
 
-def _admit(waiting: list[_Group], running: list[_Group], scheduled: list[_Group], budget: int, limit: int,
-           n_in: int) -> int:
+class _Slots:
+    """What admission may still take: sequences below `limit` and free KV blocks (KvBudget)."""
+
+    __slots__ = ("running", "limit", "free", "kv")
+
+    def __init__(self, running: int, limit: int, kv: KvBudget, used: int) -> None:
+        self.running, self.limit, self.kv, self.free = running, limit, kv, kv.blocks - used
+
+    def take(self, g: _Group) -> int:
+        return min(g.n, self.limit - self.running, self.free // max(1, self.kv.need(g.n_in + g.n_out)))
+
+
+def _admit(waiting: list[_Group], running: list[_Group], scheduled: list[_Group], budget: int,
+           slots: _Slots) -> int:
     """Then the waiting requests, first come first served, each with its first chunk (whole prompts while the budget
-    lasts, then one part), while the running ones are fewer than `limit`; returns how many run now."""
-    admitted = sum(g.n for g in running)
-    while waiting and budget > 0 and admitted < limit:
+    lasts, then one part), while sequences and KV blocks last (`slots`); returns how many run now."""
+    while waiting and budget > 0:
         g = waiting[0]
-        take, chunk = min(g.n, limit - admitted), n_in
-        if budget // n_in < take:
-            take, chunk = (budget // n_in, n_in) if budget >= n_in else (1, budget)
+        take, chunk = slots.take(g), g.n_in
+        if take < 1:
+            break
+        if budget // chunk < take:
+            take, chunk = (budget // chunk, chunk) if budget >= chunk else (1, budget)
         part = g.split(take) if take < g.n else waiting.pop(0)
         part.chunk, budget = chunk, budget - chunk * take
         running.append(part)
         scheduled.append(part)
-        admitted += take
-    return admitted
+        slots.running += take
+        slots.free -= take * slots.kv.need(part.n_in + part.n_out)
+    return slots.running
 
 
 def _merged(running: list[_Group]) -> list[_Group]:
-    """Neighbouring groups now alike as one (split apart by a budget, they would stay apart otherwise)."""
+    """Groups now alike as one: neighbours in the same state, and decoding groups in the same state wherever they
+    stand (a decode's place in the queue changes nothing; split apart by a budget, they would stay apart)."""
     merged: list[_Group] = []
+    decoding: dict[tuple, _Group] = {}
     for g in running:
-        if merged and (merged[-1].prefilled, merged[-1].generated, merged[-1].first, merged[-1].arrival) == \
-                (g.prefilled, g.generated, g.first, g.arrival):
+        key = g.state()
+        if merged and merged[-1].state() == key:
             merged[-1].n += g.n
+        elif g.decoding and key in decoding:
+            decoding[key].n += g.n
         else:
             merged.append(g)
+            if g.decoding:
+                decoding[key] = g
     return merged
 
 
 def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: int,  # long: one event loop
-             kv_requests: int) -> Simulated:
+             kv: KvBudget) -> Simulated:
     """vLLM V1's scheduler over `work` on one replica (module docstring): running requests first (a decode token
     each, or the next chunk of a prefill), then waiting ones first come first served while `max_num_seqs`,
-    `token_budget` and `kv_requests` (requests of input_len + output_len tokens the KV cache holds at once) allow.
-    Steps that only decode, with nothing to admit, are advanced together up to the next request that finishes (or
-    arrives): the mean of their first and last step's time each."""
-    n_in, n_out, prompts = work.input_len, work.output_len, work.num_prompts
+    `token_budget` and the KV cache (`kv`: the blocks of each request's whole length) allow. Steps that only decode,
+    with nothing to admit, are advanced together up to the next request that finishes (or arrives): the mean of
+    their first and last step's time each. Requests of varied lengths (work.lengths) are simulated each with its
+    own."""
+    prompts = work.num_prompts
     api = REQUEST_SECONDS if work.served else 0.0  # a client sees it, the engine's clock does not
-    limit = min(max_num_seqs, kv_requests, work.max_concurrency or max_num_seqs)
+    limit = min(max_num_seqs, work.max_concurrency or max_num_seqs)
     arrivals = _arrivals(work, prompts)
     clients = work.max_concurrency if work.max_concurrency is not None else prompts
     sent = 0 if arrivals else min(clients, prompts)
-    waiting: list[_Group] = [] if arrivals else [_Group(sent, 0.0)]
+    waiting: list[_Group] = [] if arrivals else _new_groups(work, 0, sent, 0.0)
     in_flight = sent  # sent by a client and not finished (a closed loop caps it)
     running: list[_Group] = []
     ttft: list[tuple[float, float]] = []
     tpot: list[tuple[float, float]] = []
     itl: list[tuple[float, float]] = []
     e2e: list[tuple[float, float]] = []
-    t, busy_seq_time, steps, done, next_arrival = 0.0, 0.0, 0, 0, 0
+    t, busy_seq_time, steps, done, next_arrival, used = 0.0, 0.0, 0, 0, 0, 0
+    tokens_in = tokens_out = 0
     while done < prompts:
         while next_arrival < len(arrivals) and arrivals[next_arrival] <= t and in_flight < clients:
-            waiting.append(_Group(1, arrivals[next_arrival]))
+            waiting += _new_groups(work, next_arrival, 1, arrivals[next_arrival])
             next_arrival, in_flight = next_arrival + 1, in_flight + 1
-        scheduled, budget = _schedule_running(running, token_budget, n_in)
-        admitted = _admit(waiting, running, scheduled, budget, limit=limit, n_in=n_in)
+        scheduled, budget = _schedule_running(running, token_budget)
+        slots = _Slots(sum(g.n for g in running), limit, kv, used)
+        admitted = _admit(waiting, running, scheduled, budget, slots)
+        used = kv.blocks - slots.free
         if not scheduled:  # idle until the next arrival
             if next_arrival < len(arrivals):
                 t = max(t, arrivals[next_arrival])
                 continue
             raise LlmcalcError("the engine could schedule nothing (a bug: please report)")
-        prefilling = [g for g in scheduled if g.prefilled < n_in]
-        decoding = [g for g in scheduled if g.prefilled >= n_in]
+        prefilling = [g for g in scheduled if not g.decoding]
+        decoding = [g for g in scheduled if g.decoding]
         dec = sum(g.n for g in decoding)
-        kv = sum(g.n * (n_in + g.generated) for g in decoding)
+        kv_tokens = sum(g.n * (g.n_in + g.generated) for g in decoding)
+        chunks = sum(g.n * g.chunk for g in prefilling)
         base = cost.seconds(tokens=sum(g.n * g.chunk for g in scheduled),
-                            rows=dec + sum(g.n for g in prefilling if g.prefilled + g.chunk >= n_in),
-                            kv_tokens=kv, decodes=dec, length=n_in,
+                            rows=dec + sum(g.n for g in prefilling if g.prefilled + g.chunk >= g.n_in),
+                            kv_tokens=kv_tokens, decodes=dec,
+                            length=sum(g.n * g.chunk * g.n_in for g in prefilling) / chunks if chunks else 0.0,
                             pairs=sum(g.n * (g.chunk * g.prefilled + g.chunk * (g.chunk + 1) / 2) for g in prefilling))
         # steps that only decode and admit nothing: advance to the next finish (or arrival) at once
-        jump = 1 if prefilling or (waiting and admitted < limit) else min(n_out - g.generated for g in decoding)
+        blocked = waiting and slots.take(waiting[0]) >= 1
+        jump = 1 if prefilling or blocked else min(g.n_out - g.generated for g in decoding)
         if next_arrival < len(arrivals) and jump > 1:
             jump = max(1, min(jump, math.ceil((arrivals[next_arrival] - t) / base)))
-        last = base + cost.decode_attention_seconds(kv + dec * (jump - 1), dec) - cost.decode_attention_seconds(
-            kv, dec) if jump > 1 else base  # every step one more cached token per sequence
+        last = base + cost.decode_attention_seconds(kv_tokens + dec * (jump - 1), dec) - \
+            cost.decode_attention_seconds(kv_tokens, dec) if jump > 1 else base  # one more cached token per sequence
         dt = jump * (base + last) / 2
         t, steps, busy_seq_time = t + dt, steps + jump, busy_seq_time + dt * admitted
         for g in prefilling:
             g.prefilled += g.chunk
-            if g.prefilled >= n_in:
+            if g.decoding:
                 g.generated, g.first = 1, t
                 ttft.append((t - g.arrival + api, g.n))
         if decoding:
             itl.append((dt / jump, dec * jump))
         for g in decoding:
             g.generated += jump
-        for g in [g for g in running if g.prefilled >= n_in and g.generated >= n_out]:
+        for g in [g for g in running if g.decoding and g.generated >= g.n_out]:
             running.remove(g)
+            used -= g.n * kv.need(g.n_in + g.n_out)
             done, in_flight = done + g.n, in_flight - g.n
+            tokens_in, tokens_out = tokens_in + g.n * g.n_in, tokens_out + g.n * g.n_out
             e2e.append((t - g.arrival + api, g.n))
-            tpot.append(((t - g.first) / (n_out - 1) if n_out > 1 else 0.0, g.n))
+            tpot.append(((t - g.first) / (g.n_out - 1) if g.n_out > 1 else 0.0, g.n))
             if not arrivals and work.max_concurrency is not None and sent < prompts:  # the clients send again
                 more = min(g.n, prompts - sent)
-                waiting.append(_Group(more, t))
+                waiting += _new_groups(work, sent, more, t)
                 sent, in_flight = sent + more, in_flight + more
         running = _merged(running)
     return Simulated(duration=t, completed=done, ttft=_stats(ttft), tpot=_stats(tpot)[:2],
                      itl=_stats(itl or [(0.0, 1.0)])[:2], e2e=_stats(e2e)[:2],
-                     mean_running=busy_seq_time / t if t else 0.0, output_tokens=done * n_out,
-                     input_tokens=done * n_in, steps=steps, last_first_token=max(v for v, _ in ttft))
+                     mean_running=busy_seq_time / t if t else 0.0, output_tokens=tokens_out,
+                     input_tokens=tokens_in, steps=steps, last_first_token=max(v for v, _ in ttft))
 
 
 # --- the answer --------------------------------------------------------------------------------------------------
@@ -514,6 +589,21 @@ class Performance:
         }
 
 
+def kv_budget(est: ServeEstimate) -> KvBudget:
+    """The replica's KV cache as the scheduler admits into it (KvBudget): its blocks, and the blocks a request of a
+    given length holds in every group (vLLM's kv_cache_utils, the most over the pipeline stages); a model without KV
+    (pure state-space) holds max_num_seqs requests, its state per sequence."""
+    tokens = est.batch_defaults[0]
+    stages = [s.groups for s in est.stages if s.groups]
+    if not stages:
+        return KvBudget.requests(est.batch_defaults[1])
+
+    def need(length: int) -> int:
+        return max(sum(g.blocks_per_request(length, tokens) for g in groups) for groups in stages)
+
+    return KvBudget(blocks=est.kv_blocks, need=need)
+
+
 def kv_requests(est: ServeEstimate, length: int) -> int:
     """Requests of `length` tokens the replica's KV cache holds at once: its blocks over the blocks one request needs
     in every group (vLLM's kv_cache_utils, the least over the pipeline stages)."""
@@ -533,9 +623,9 @@ def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm") -> P
     if est.pp > 1 or est.expert_parallel:
         raise LlmcalcError("--input-len/--output-len: the workload's speed is modelled for tensor-parallel replicas "
                            "(--n-gpus, --dp); leave out --pp and --enable-expert-parallel")
-    length = work.input_len + work.output_len
+    length = max([work.input_len + work.output_len, *(i + o for i, o in work.lengths or ())])
     if length > est.max_model_len:
-        raise LlmcalcError(f"--input-len {work.input_len:,} + --output-len {work.output_len:,} = {length:,} tokens "
+        raise LlmcalcError(f"--input-len {work.input_len:,} + --output-len {work.output_len:,}: {length:,} tokens "
                            f"exceed --max-model-len {est.max_model_len:,}, which vLLM refuses per request; raise "
                            "--max-model-len or shorten the request")
     try:
@@ -556,7 +646,7 @@ def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm") -> P
                         itl=(math.inf,) * 2, e2e=(math.inf,) * 2, mean_running=0.0, output_tokens=0, input_tokens=0,
                         steps=0)
     else:
-        run = simulate(cost, work, seqs, tokens, held)
+        run = simulate(cost, work, seqs, tokens, kv_budget(est))
     running = max(1.0, min(run.mean_running, held, seqs, clients or seqs))
     context = work.input_len + work.output_len // 2
     roof = est.roofline(max(1, round(running)), work.input_len)
