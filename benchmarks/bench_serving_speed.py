@@ -126,13 +126,16 @@ def predict_workload(row: dict) -> dict[str, float]:
     prompt, generate = max(1, round(row["input_len"])), max(1, round(row["output_len"]))
     dtypes = dict(weight_dtype=_weight_dtype(spec, row), kv_dtype=row.get("kv_dtype"))
     est = plan_serving(spec, gpu, row["n_gpus"], max_model_len=max(prompt + generate, 2048), **dtypes)
+    lengths = None
+    if row.get("dataset") == "ShareGPT":  # the source's mean lengths, drawn as vllm bench's ShareGPT sample
+        lengths = serving_speed.sharegpt_lengths(row["input_len"], row["output_len"], row.get("n_prompts") or 1000)
     if row["mode"] == "static":
         work = Workload(prompt, generate, num_prompts=row["batch"], served=False)
     elif row["mode"] == "closed":
         work = Workload(prompt, generate, max_concurrency=row["max_concurrency"],
-                        num_prompts=row.get("n_prompts") or 1000)
+                        num_prompts=row.get("n_prompts") or 1000, lengths=lengths)
     else:
-        work = Workload(prompt, generate, num_prompts=row.get("n_prompts") or 1000)
+        work = Workload(prompt, generate, num_prompts=row.get("n_prompts") or 1000, lengths=lengths)
     perf = plan_workload(est, work)
     run = perf.run
     out = {"output_tokens_per_second": perf.output_tokens_per_second,
