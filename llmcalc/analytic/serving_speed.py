@@ -62,6 +62,18 @@ TP_SYNC_SECONDS = 40e-6
 # LLM.generate's offline batches, seconds:
 REQUEST_SECONDS = 0.02
 
+# --- measured constants ----------------------------------------------------------------------------------------
+# The API server's time per streamed output token (request intake included): one Python process detokenizes each
+# request's token, formats it as an OpenAI stream chunk and writes it ("managing network requests and formatting the
+# response for OpenAI protocol can consume quite a bit of CPU cycles, especially under high load with token
+# streaming enabled", vLLM blog, 2024-09-05 "vLLM v0.6.0: 2.7x Throughput Improvement"), apart from the engine since
+# V1, so the engine runs ahead while clients see tokens no faster than it streams them. Measured where it alone
+# binds: vllm-project/vllm PR #12287 ("[Frontend][V1] Online serving performance improvements", 2025-01-21, its
+# "Before"), Llama-3.2-1B on one A100, ShareGPT at 400 clients: 1,211,959 tokens in 94.31 s = 77.8 us each, where
+# the engine alone would stream about twice as fast (this model: 28k tokens/s); later versions stream faster, so
+# this is an upper bound for them. Seconds:
+FRONTEND_TOKEN_SECONDS = 94.31 / 1_211_959
+
 # vLLM's custom all-reduce (csrc/custom_all_reduce.cuh): buffers up to 8 MiB on fully NVLink-connected GPUs
 # (vllm/distributed/device_communicators/custom_all_reduce.py max_size = 8192 * 1024), one shot: each rank reads
 # its tp - 1 peers' buffers and reduces locally; past the limit (or across nodes) NCCL.
@@ -494,6 +506,9 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
         last = base + cost.decode_attention_seconds(kv_tokens + dec * (jump - 1), dec) - \
             cost.decode_attention_seconds(kv_tokens, dec) if jump > 1 else base  # one more cached token per sequence
         dt = jump * (base + last) / 2
+        if work.served:  # clients get the step's tokens as fast as the API server streams them (FRONTEND_TOKEN_...)
+            firsts = sum(g.n for g in prefilling if g.prefilled + g.chunk >= g.n_in)
+            dt = max(dt, (dec * jump + firsts) * FRONTEND_TOKEN_SECONDS)
         t, steps, busy_seq_time = t + dt, steps + jump, busy_seq_time + dt * admitted
         for g in prefilling:
             g.prefilled += g.chunk
