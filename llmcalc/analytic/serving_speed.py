@@ -85,11 +85,14 @@ CUSTOM_ALLREDUCE_LATENCY = 6e-6
 SERVING_ATTENTION = {"ampere": "fa2", "hopper": "fa3"}  # vLLM's FlashAttention backend by generation; else cuDNN
 
 
+DATASETS = ("random", "sharegpt")  # vllm bench serve's --dataset-name values llmcalc draws lengths for
+
+
 @dataclass(frozen=True)
 class Workload:
-    """`vllm bench serve`'s workload: requests of input_len prompt tokens generating output_len (its random dataset
-    with fixed lengths), or of the varied `lengths` a dataset gives (workload_lengths: then input_len and output_len
-    are their means, for the record)."""
+    """`vllm bench serve`'s workload: requests of input_len prompt tokens generating output_len (its random dataset,
+    fixed lengths by default, uniform within --random-range-ratio of them otherwise), or lengths drawn as its ShareGPT
+    sample draws them at those means (``dataset="sharegpt"``), or the varied `lengths` given."""
 
     input_len: int
     output_len: int
@@ -97,6 +100,8 @@ class Workload:
     request_rate: float | None = None  # None: all requests at once (vllm bench's inf)
     num_prompts: int = 1000
     served: bool = True  # through the API server (`vllm bench serve`); False: LLM.generate's offline batch
+    dataset: str = "random"
+    random_range_ratio: float = 0.0
     lengths: tuple[tuple[int, int], ...] | None = None  # (prompt, output) of request i % len, in the order sent
 
     def __post_init__(self) -> None:
@@ -110,6 +115,21 @@ class Workload:
         if self.request_rate is not None and not (self.request_rate > 0 and math.isfinite(self.request_rate)):
             raise LlmcalcError(f"--request-rate must be a positive number of requests per second, got "
                                f"{self.request_rate}")
+        if self.dataset not in DATASETS:
+            raise LlmcalcError(f"--dataset {self.dataset}: llmcalc draws lengths for {', '.join(DATASETS)}")
+        if not 0 <= self.random_range_ratio < 1 or (self.random_range_ratio and self.dataset != "random"):
+            raise LlmcalcError(f"--random-range-ratio {self.random_range_ratio:g}: a fraction in [0, 1) of the "
+                               "random dataset's lengths (vllm bench's); leave it out with --dataset sharegpt")
+
+    def requests(self) -> tuple[tuple[int, int], ...] | None:
+        """Each request's (prompt, output) tokens in the order sent, or None where every request is alike."""
+        if self.lengths is not None:
+            return self.lengths
+        if self.dataset == "sharegpt":
+            return sharegpt_lengths(self.input_len, self.output_len, self.num_prompts)
+        if self.random_range_ratio:
+            return random_lengths(self.input_len, self.output_len, self.num_prompts, self.random_range_ratio)
+        return None
 
 
 @dataclass(frozen=True)
@@ -360,13 +380,15 @@ def _arrivals(work: Workload, prompts: int) -> list[float]:
     return out
 
 
-def _new_groups(work: Workload, start: int, count: int, arrival: float) -> list[_Group]:
-    """Requests start .. start + count - 1 of `work` sent at `arrival`, neighbours alike in length as one group."""
-    if work.lengths is None:
+def _new_groups(work: Workload, lengths: tuple[tuple[int, int], ...] | None, start: int, count: int,
+                arrival: float) -> list[_Group]:
+    """Requests start .. start + count - 1 of `work` (their `lengths`, or all alike) sent at `arrival`, neighbours
+    alike in length as one group."""
+    if lengths is None:
         return [_Group(count, arrival, work.input_len, work.output_len)] if count else []
     out: list[_Group] = []
     for i in range(start, start + count):
-        n_in, n_out = work.lengths[i % len(work.lengths)]
+        n_in, n_out = lengths[i % len(lengths)]
         if out and (out[-1].n_in, out[-1].n_out) == (n_in, n_out):
             out[-1].n += 1
         else:
@@ -458,15 +480,15 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
     each, or the next chunk of a prefill), then waiting ones first come first served while `max_num_seqs`,
     `token_budget` and the KV cache (`kv`: the blocks of each request's whole length) allow. Steps that only decode,
     with nothing to admit, are advanced together up to the next request that finishes (or arrives): the mean of
-    their first and last step's time each. Requests of varied lengths (work.lengths) are simulated each with its
-    own."""
-    prompts = work.num_prompts
+    their first and last step's time each. Requests of varied lengths (work.requests()) are simulated each with
+    its own."""
+    prompts, lengths = work.num_prompts, work.requests()
     api = REQUEST_SECONDS if work.served else 0.0  # a client sees it, the engine's clock does not
     limit = min(max_num_seqs, work.max_concurrency or max_num_seqs)
     arrivals = _arrivals(work, prompts)
     clients = work.max_concurrency if work.max_concurrency is not None else prompts
     sent = 0 if arrivals else min(clients, prompts)
-    waiting: list[_Group] = [] if arrivals else _new_groups(work, 0, sent, 0.0)
+    waiting: list[_Group] = [] if arrivals else _new_groups(work, lengths, 0, sent, 0.0)
     in_flight = sent  # sent by a client and not finished (a closed loop caps it)
     running: list[_Group] = []
     ttft: list[tuple[float, float]] = []
@@ -477,7 +499,7 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
     tokens_in = tokens_out = 0
     while done < prompts:
         while next_arrival < len(arrivals) and arrivals[next_arrival] <= t and in_flight < clients:
-            waiting += _new_groups(work, next_arrival, 1, arrivals[next_arrival])
+            waiting += _new_groups(work, lengths, next_arrival, 1, arrivals[next_arrival])
             next_arrival, in_flight = next_arrival + 1, in_flight + 1
         scheduled, budget = _schedule_running(running, token_budget)
         slots = _Slots(sum(g.n for g in running), limit, kv, used)
@@ -528,7 +550,7 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
             tpot.append(((t - g.first) / (g.n_out - 1) if g.n_out > 1 else 0.0, g.n))
             if not arrivals and work.max_concurrency is not None and sent < prompts:  # the clients send again
                 more = min(g.n, prompts - sent)
-                waiting += _new_groups(work, sent, more, t)
+                waiting += _new_groups(work, lengths, sent, more, t)
                 sent, in_flight = sent + more, in_flight + more
         running = _merged(running)
     return Simulated(duration=t, completed=done, ttft=_stats(ttft), tpot=_stats(tpot)[:2],
@@ -593,6 +615,12 @@ class Performance:
                              "waiting ones first come first served; chunked prefill within max_num_batched_tokens",
                 "admission": "a request is admitted when the KV cache holds its input_len + output_len tokens "
                              "(no preemption)",
+                "lengths": ("vllm bench's ShareGPT sample: exponential at input_len and output_len's means within "
+                            "vLLM's filter (prompt <= 1024, prompt + output <= 2048), seeded" if w.dataset == "sharegpt"
+                            else f"uniform within {w.random_range_ratio:g} of input_len and output_len, seeded"
+                            if w.random_range_ratio else "every request alike" if w.lengths is None
+                            else "as given per request"),
+                "frontend_token_seconds": FRONTEND_TOKEN_SECONDS if w.served else 0.0,
                 "arrivals": ("closed loop of max_concurrency clients" if w.max_concurrency and not w.request_rate
                              else f"Poisson at {w.request_rate:g} requests/s, seeded" if w.request_rate
                              else "all requests at once (offline)"),
@@ -638,7 +666,7 @@ def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm") -> P
     if est.pp > 1 or est.expert_parallel:
         raise LlmcalcError("--input-len/--output-len: the workload's speed is modelled for tensor-parallel replicas "
                            "(--n-gpus, --dp); leave out --pp and --enable-expert-parallel")
-    length = max([work.input_len + work.output_len, *(i + o for i, o in work.lengths or ())])
+    length = max([work.input_len + work.output_len, *(i + o for i, o in work.requests() or ())])
     if length > est.max_model_len:
         raise LlmcalcError(f"--input-len {work.input_len:,} + --output-len {work.output_len:,}: {length:,} tokens "
                            f"exceed --max-model-len {est.max_model_len:,}, which vLLM refuses per request; raise "
@@ -688,22 +716,22 @@ class WorkloadPlan:
 
 
 def plan_workloads(est: ServeEstimate, input_len: int, output_len: int, max_concurrency: tuple[int, ...] | None = None,
-                   request_rate: float | None = None, num_prompts: int = 1000, engine: str = "vllm") -> WorkloadPlan:
+                   request_rate: float | None = None, num_prompts: int = 1000, engine: str = "vllm",
+                   dataset: str = "random", random_range_ratio: float = 0.0) -> WorkloadPlan:
     """One Performance per --max-concurrency value (or one for the rate / offline run) on one replica of `est`.
     Requests longer than the KV cache holds are refused as vLLM refuses to start ("To serve at least one request
     with the model's max seq len ... the estimated maximum model length is ..."): one line naming the options and the
     longest request that fits; weights that leave no KV cache at all are a plan that does not fit (`fits` false)."""
-    length = input_len + output_len
+    works = [Workload(input_len, output_len, max_concurrency=c, request_rate=request_rate, num_prompts=num_prompts,
+                      dataset=dataset, random_range_ratio=random_range_ratio) for c in max_concurrency or (None,)]
+    length = max([input_len + output_len, *(i + o for i, o in works[0].requests() or ())])
     if est.kv_cache_bytes > 0 and length <= est.max_model_len and kv_requests(est, length) < 1:
         longest = est.longest_fitting_len()
-        raise LlmcalcError(f"--input-len {input_len:,} + --output-len {output_len:,} = {length:,} tokens per request: "
+        raise LlmcalcError(f"--input-len {input_len:,} + --output-len {output_len:,}: {length:,} tokens per request: "
                            f"the KV cache of {est.tp} x {est.accelerator.key} holds {est.kv_cache_tokens:,} tokens, "
                            f"the longest request that fits is {longest:,} tokens, and vLLM refuses to start; shorten "
                            "the request, add GPUs (--n-gpus) or use --kv-dtype fp8")
-    levels: tuple[int | None, ...] = max_concurrency or (None,)
-    return WorkloadPlan(est, tuple(plan_workload(est, Workload(input_len, output_len, max_concurrency=c,
-                                                               request_rate=request_rate, num_prompts=num_prompts),
-                                                 engine) for c in levels))
+    return WorkloadPlan(est, tuple(plan_workload(est, work, engine) for work in works))
 
 
 # --- datasets of varied lengths ----------------------------------------------------------------------------------
@@ -720,7 +748,7 @@ def sharegpt_lengths(input_len: float, output_len: float, num_prompts: int,
     the given means (the largest-entropy law for a positive length of known mean: chat lengths are long-tailed,
     most short and a few near the filter's limits), within vLLM's filter (SHAREGPT_*): drawn with a seeded
     generator, the pairs the filter prunes drawn again."""
-    rng, out = random.Random(seed), []
+    rng, out = random.Random(seed), list[tuple[int, int]]()
     while len(out) < num_prompts:
         n_in = SHAREGPT_MIN + round(rng.expovariate(1 / max(1.0, input_len - SHAREGPT_MIN)))
         n_out = SHAREGPT_MIN + round(rng.expovariate(1 / max(1.0, output_len - SHAREGPT_MIN)))
