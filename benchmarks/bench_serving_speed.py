@@ -134,8 +134,9 @@ def predict_workload(row: dict) -> dict[str, float]:
     elif row["mode"] == "closed":
         work = Workload(prompt, generate, max_concurrency=row["max_concurrency"],
                         num_prompts=row.get("n_prompts") or 1000, lengths=lengths)
-    else:
-        work = Workload(prompt, generate, num_prompts=row.get("n_prompts") or 1000, lengths=lengths)
+    else:  # `vllm bench serve` at rate inf, or benchmark_throughput.py's LLM.generate (served: false)
+        work = Workload(prompt, generate, num_prompts=row.get("n_prompts") or 1000, lengths=lengths,
+                        served=row.get("served", True))
     perf = plan_workload(est, work)
     run = perf.run
     out = {"output_tokens_per_second": perf.output_tokens_per_second,
