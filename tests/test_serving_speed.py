@@ -44,11 +44,34 @@ def test_throughput_grows_with_clients_and_latency_with_it():
 
 
 def test_the_kv_cache_caps_the_running_sequences():
-    """Offline: every request at once, but the engine runs only as many as the KV cache holds (or max_num_seqs)."""
+    """Offline: every request at once, but the engine runs only as many as the KV cache holds (or max_num_seqs).
+    vLLM V1 admits a request when the blocks of its prompt are free and, when the next step's tokens outgrow the
+    cache, preempts the latest admitted (recomputed later): more run than the cache holds at their full length,
+    never more than it holds at their prompt's."""
+    from llmcalc.analytic.serving_speed import kv_budget
+
     p = perf(model="llama-3.1-70b", gpu="h100-sxm", tp=4, input_len=4096, output_len=4096, num_prompts=2000)
+    est = plan_serving(load_model("llama-3.1-70b"), load_hardware("h100-sxm"), 4, max_model_len=8192)
+    kv = kv_budget(est)
     assert p.kv_requests < 1024  # the KV cache, not max_num_seqs, binds
-    assert p.run.mean_running <= p.kv_requests + 1e-9
-    assert p.run.mean_running > 0.8 * p.kv_requests
+    assert p.kv_requests < p.run.mean_running <= kv.blocks // kv.need(4096)
+
+
+def test_preempted_requests_are_recomputed():
+    """The preemption's cost: the prompts (and the tokens generated before) prefilled again, so a cache that
+    preempts serves the same requests no faster than one twice its size that never has to."""
+    from llmcalc.analytic.kernels import device_for
+    from llmcalc.analytic.serving_speed import KvBudget, StepCost, simulate
+
+    est = plan_serving(load_model("llama-3-8b"), load_hardware("h100-sxm"), 1, max_model_len=8192)
+    cost = StepCost(est.roofline(1, 1024), device_for("h100-sxm"), 1)
+    work = Workload(1024, 1024, num_prompts=64, served=False)
+    blocks = lambda length: -(-length // 16)  # noqa: E731
+    tight = simulate(cost, work, 1024, 8192, KvBudget(blocks=20 * blocks(2048), need=blocks))
+    ample = simulate(cost, work, 1024, 8192, KvBudget(blocks=64 * blocks(2048), need=blocks))
+    assert tight.completed == ample.completed == 64
+    assert tight.duration > ample.duration
+    assert tight.input_tokens == ample.input_tokens == 64 * 1024  # recomputed tokens are not the client's
 
 
 @pytest.mark.parametrize("row_id, metric, tolerance", [
@@ -239,14 +262,14 @@ def test_random_range_ratio_is_vllm_bench_s_uniform_range():
 
 
 @pytest.mark.parametrize("row_id, tolerance", [
-    ("gpustack-gpt-oss-120b-h100-tp1-vllm-sharegpt", 0.15),
     ("gpustack-gpt-oss-120b-h100-tp2-vllm-sharegpt", 0.15),
     ("gpustack-qwen3-235b-h100-tp4-fp8-vllm-sharegpt", 0.15),
+    ("gpustack-qwen3-32b-a100-tp1-vllm-sharegpt", 0.15),
 ])
 def test_an_offline_sharegpt_burst_ends_with_its_longest_requests(row_id, tolerance):
     """GPUStack's offline ShareGPT runs (1000 requests at once): their duration is set by the longest outputs,
     decoded at the end by few sequences. Drawn as the dataset varies, the output throughput lands within
-    `tolerance` of the published one; at the mean lengths (every request alike) it is far too fast."""
+    `tolerance` of the published one; at the mean lengths (every request alike) it is over 20 % too fast."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
@@ -256,7 +279,7 @@ def test_an_offline_sharegpt_burst_ends_with_its_longest_requests(row_id, tolera
     measured = row["metrics"]["output_tokens_per_second"]
     assert predict_workload(row)["output_tokens_per_second"] == pytest.approx(measured, rel=tolerance)
     alike = predict_workload({**row, "dataset": None})["output_tokens_per_second"]
-    assert alike > 1.3 * measured
+    assert alike > 1.2 * measured
 
 
 def test_the_api_server_streams_no_faster_than_its_measured_rate():

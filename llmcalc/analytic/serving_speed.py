@@ -293,34 +293,40 @@ class StepCost:
 
 class _Group:
     """Requests in the same state (admitted together, alike in length): `n` of them, each of `n_in` prompt tokens
-    generating `n_out`."""
+    generating `n_out`; `target` tokens to prefill (the prompt, or after a preemption the prompt and the tokens
+    generated so far, recomputed)."""
 
-    __slots__ = ("n", "arrival", "prefilled", "generated", "first", "chunk", "n_in", "n_out")
+    __slots__ = ("n", "arrival", "prefilled", "generated", "first", "chunk", "n_in", "n_out", "target")
 
     def __init__(self, n: int, arrival: float, n_in: int, n_out: int) -> None:
         self.n, self.arrival, self.prefilled, self.generated, self.first, self.chunk = n, arrival, 0, 0, 0.0, 0
-        self.n_in, self.n_out = n_in, n_out
+        self.n_in, self.n_out, self.target = n_in, n_out, n_in
 
     def split(self, n: int) -> _Group:
         """The first `n` of the group as a group of their own (this one keeps the rest)."""
         other = _Group(n, self.arrival, self.n_in, self.n_out)
-        other.prefilled, other.generated, other.first = self.prefilled, self.generated, self.first
+        other.prefilled, other.generated, other.first, other.target = (self.prefilled, self.generated, self.first,
+                                                                       self.target)
         self.n -= n
         return other
 
     @property
     def decoding(self) -> bool:
-        return self.prefilled >= self.n_in
+        return self.prefilled >= self.target
+
+    def held(self, kv: KvBudget, ahead: int = 0) -> int:
+        """Blocks each of these requests holds `ahead` decode steps on: its whole prefill from admission (the step
+        that schedules a prompt allocates its slots), then its prompt and generated tokens."""
+        return kv.need(self.target if not self.decoding else self.n_in + self.generated + ahead)
 
     def state(self) -> tuple:
-        return (self.prefilled, self.generated, self.first, self.arrival, self.n_in, self.n_out)
+        return (self.prefilled, self.generated, self.first, self.arrival, self.n_in, self.n_out, self.target)
 
 
 @dataclass(frozen=True)
 class KvBudget:
-    """The KV cache as the scheduler sees it: `blocks` in all, and the blocks a request of a given total length
-    (prompt + output) holds (vLLM's kv_cache_utils: every group's blocks, the most over the pipeline stages); a
-    request is admitted only while the blocks of its whole length are free (no preemption)."""
+    """The KV cache as the scheduler sees it: `blocks` in all, and the blocks a request of a given length holds
+    (vLLM's kv_cache_utils: every group's blocks, the most over the pipeline stages)."""
 
     blocks: int
     need: Callable[[int], int]
@@ -396,6 +402,25 @@ def _new_groups(work: Workload, lengths: tuple[tuple[int, int], ...] | None, sta
     return out
 
 
+def _preempt(running: list[_Group], waiting: list[_Group], kv: KvBudget) -> int:
+    """vLLM V1's recompute preemption (v1/core/sched/scheduler.py schedule): when the next step's tokens need more
+    KV blocks than are free, the lowest-priority running request (the last admitted) is preempted, its blocks freed
+    and its computed tokens dropped; it waits at the head of the queue and later prefills its prompt and the tokens
+    it had generated again. Returns the blocks the running requests hold for the next step."""
+    need = sum(g.n * g.held(kv, 1) for g in running)
+    while need > kv.blocks and len(running) > 1 or (running and running[0].n > 1 and need > kv.blocks):
+        g = running[-1]
+        each = g.held(kv, 1)
+        k = min(g.n, -(-(need - kv.blocks) // each))
+        if k == g.n and len(running) == 1:
+            k -= 1  # the first request in line keeps running (vLLM refuses a request no cache could hold)
+        part = g.split(k) if k < g.n else running.pop()
+        part.prefilled, part.target, part.chunk = 0, part.n_in + part.generated, 0
+        waiting.insert(0, part)
+        need -= k * each
+    return need
+
+
 def _schedule_running(running: list[_Group], budget: int) -> tuple[list[_Group], int]:
     """vLLM V1 schedules the running requests first, in order: a decode token each, or a prefill's next chunk (whole
     while the token budget lasts, then one partial chunk); returns the scheduled groups and the budget left."""
@@ -403,7 +428,7 @@ def _schedule_running(running: list[_Group], budget: int) -> tuple[list[_Group],
     for g in list(running):
         if budget <= 0:
             break
-        need = 1 if g.decoding else g.n_in - g.prefilled
+        need = 1 if g.decoding else g.target - g.prefilled
         full = budget // need
         if full >= g.n:
             g.chunk, budget = need, budget - need * g.n
@@ -433,16 +458,16 @@ class _Slots:
         self.running, self.limit, self.kv, self.free = running, limit, kv, kv.blocks - used
 
     def take(self, g: _Group) -> int:
-        return min(g.n, self.limit - self.running, self.free // max(1, self.kv.need(g.n_in + g.n_out)))
+        return min(g.n, self.limit - self.running, self.free // max(1, g.held(self.kv)))
 
 
 def _admit(waiting: list[_Group], running: list[_Group], scheduled: list[_Group], budget: int,
            slots: _Slots) -> int:
     """Then the waiting requests, first come first served, each with its first chunk (whole prompts while the budget
-    lasts, then one part), while sequences and KV blocks last (`slots`); returns how many run now."""
+    lasts, then one part), while sequences and KV blocks for their prompts last (`slots`); returns how many run."""
     while waiting and budget > 0:
         g = waiting[0]
-        take, chunk = slots.take(g), g.n_in
+        take, chunk = slots.take(g), g.target - g.prefilled
         if take < 1:
             break
         if budget // chunk < take:
@@ -452,8 +477,25 @@ def _admit(waiting: list[_Group], running: list[_Group], scheduled: list[_Group]
         running.append(part)
         scheduled.append(part)
         slots.running += take
-        slots.free -= take * slots.kv.need(part.n_in + part.n_out)
+        slots.free -= take * part.held(slots.kv)
     return slots.running
+
+
+def _decode_run(decoding: list[_Group], kv: KvBudget, held: int, steps: int) -> int:
+    """The most decode steps, up to `steps`, that the `decoding` requests take before their blocks outgrow the cache
+    (`held`: the blocks every running request holds after one step)."""
+    base = held - sum(g.n * g.held(kv, 1) for g in decoding)  # what the others hold meanwhile
+
+    def fits(j: int) -> bool:
+        return base + sum(g.n * g.held(kv, j) for g in decoding) <= kv.blocks
+
+    if fits(steps):
+        return steps
+    lo, hi = 1, steps
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
 
 
 def _merged(running: list[_Group]) -> list[_Group]:
@@ -477,11 +519,11 @@ def _merged(running: list[_Group]) -> list[_Group]:
 def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: int,  # long: one event loop
              kv: KvBudget) -> Simulated:
     """vLLM V1's scheduler over `work` on one replica (module docstring): running requests first (a decode token
-    each, or the next chunk of a prefill), then waiting ones first come first served while `max_num_seqs`,
-    `token_budget` and the KV cache (`kv`: the blocks of each request's whole length) allow. Steps that only decode,
-    with nothing to admit, are advanced together up to the next request that finishes (or arrives): the mean of
-    their first and last step's time each. Requests of varied lengths (work.requests()) are simulated each with
-    its own."""
+    each, or the next chunk of a prefill), the latest preempted when the cache cannot hold the next step's tokens
+    (_preempt), then waiting ones first come first served while `max_num_seqs`, `token_budget` and the KV blocks of
+    their prompts (`kv`) allow. Steps that only decode, with nothing to admit, are advanced together up to the next
+    request that finishes (or arrives, or would outgrow the cache): the mean of their first and last step's time
+    each. Requests of varied lengths (work.requests()) are simulated each with its own."""
     prompts, lengths = work.num_prompts, work.requests()
     api = REQUEST_SECONDS if work.served else 0.0  # a client sees it, the engine's clock does not
     limit = min(max_num_seqs, work.max_concurrency or max_num_seqs)
@@ -495,16 +537,16 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
     tpot: list[tuple[float, float]] = []
     itl: list[tuple[float, float]] = []
     e2e: list[tuple[float, float]] = []
-    t, busy_seq_time, steps, done, next_arrival, used = 0.0, 0.0, 0, 0, 0, 0
+    t, busy_seq_time, steps, done, next_arrival = 0.0, 0.0, 0, 0, 0
     tokens_in = tokens_out = 0
     while done < prompts:
         while next_arrival < len(arrivals) and arrivals[next_arrival] <= t and in_flight < clients:
             waiting += _new_groups(work, lengths, next_arrival, 1, arrivals[next_arrival])
             next_arrival, in_flight = next_arrival + 1, in_flight + 1
+        used = _preempt(running, waiting, kv)
         scheduled, budget = _schedule_running(running, token_budget)
         slots = _Slots(sum(g.n for g in running), limit, kv, used)
         admitted = _admit(waiting, running, scheduled, budget, slots)
-        used = kv.blocks - slots.free
         if not scheduled:  # idle until the next arrival
             if next_arrival < len(arrivals):
                 t = max(t, arrivals[next_arrival])
@@ -516,34 +558,36 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
         kv_tokens = sum(g.n * (g.n_in + g.generated) for g in decoding)
         chunks = sum(g.n * g.chunk for g in prefilling)
         base = cost.seconds(tokens=sum(g.n * g.chunk for g in scheduled),
-                            rows=dec + sum(g.n for g in prefilling if g.prefilled + g.chunk >= g.n_in),
+                            rows=dec + sum(g.n for g in prefilling if g.prefilled + g.chunk >= g.target),
                             kv_tokens=kv_tokens, decodes=dec,
-                            length=sum(g.n * g.chunk * g.n_in for g in prefilling) / chunks if chunks else 0.0,
+                            length=sum(g.n * g.chunk * g.target for g in prefilling) / chunks if chunks else 0.0,
                             pairs=sum(g.n * (g.chunk * g.prefilled + g.chunk * (g.chunk + 1) / 2) for g in prefilling))
-        # steps that only decode and admit nothing: advance to the next finish (or arrival) at once
-        blocked = waiting and slots.take(waiting[0]) >= 1
-        jump = 1 if prefilling or blocked else min(g.n_out - g.generated for g in decoding)
+        # steps that only decode and admit nothing: advance to the next finish (or arrival, or a full cache) at once
+        room = waiting and slots.take(waiting[0]) >= 1
+        jump = 1 if prefilling or room else _decode_run(decoding, kv, kv.blocks - slots.free,
+                                                        min(g.n_out - g.generated for g in decoding))
         if next_arrival < len(arrivals) and jump > 1:
             jump = max(1, min(jump, math.ceil((arrivals[next_arrival] - t) / base)))
         last = base + cost.decode_attention_seconds(kv_tokens + dec * (jump - 1), dec) - \
             cost.decode_attention_seconds(kv_tokens, dec) if jump > 1 else base  # one more cached token per sequence
         dt = jump * (base + last) / 2
         if work.served:  # clients get the step's tokens as fast as the API server streams them (FRONTEND_TOKEN_...)
-            firsts = sum(g.n for g in prefilling if g.prefilled + g.chunk >= g.n_in)
+            firsts = sum(g.n for g in prefilling if g.prefilled + g.chunk >= g.target and not g.generated)
             dt = max(dt, (dec * jump + firsts) * FRONTEND_TOKEN_SECONDS)
         t, steps, busy_seq_time = t + dt, steps + jump, busy_seq_time + dt * admitted
         for g in prefilling:
             g.prefilled += g.chunk
-            if g.decoding:
-                g.generated, g.first = 1, t
-                ttft.append((t - g.arrival + api, g.n))
+            if g.decoding:  # the prefill's last position samples a token: the first, or the next after a recompute
+                if not g.generated:
+                    g.first = t
+                    ttft.append((t - g.arrival + api, g.n))
+                g.generated += 1
         if decoding:
             itl.append((dt / jump, dec * jump))
         for g in decoding:
             g.generated += jump
         for g in [g for g in running if g.decoding and g.generated >= g.n_out]:
             running.remove(g)
-            used -= g.n * kv.need(g.n_in + g.n_out)
             done, in_flight = done + g.n, in_flight - g.n
             tokens_in, tokens_out = tokens_in + g.n * g.n_in, tokens_out + g.n * g.n_out
             e2e.append((t - g.arrival + api, g.n))
@@ -613,8 +657,9 @@ class Performance:
             "assumptions": {
                 "scheduler": "vLLM V1: running requests first (a decode token each, or the next prefill chunk), then "
                              "waiting ones first come first served; chunked prefill within max_num_batched_tokens",
-                "admission": "a request is admitted when the KV cache holds its input_len + output_len tokens "
-                             "(no preemption)",
+                "admission": "a request is admitted when the KV cache holds its prompt; when the next step's "
+                             "tokens outgrow the cache, the latest admitted are preempted and recomputed later "
+                             "(vLLM V1's recompute preemption)",
                 "lengths": ("vllm bench's ShareGPT sample: exponential at input_len and output_len's means within "
                             "vLLM's filter (prompt <= 1024, prompt + output <= 2048), seeded" if w.dataset == "sharegpt"
                             else f"uniform within {w.random_range_ratio:g} of input_len and output_len, seeded"
