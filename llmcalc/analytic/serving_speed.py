@@ -44,7 +44,7 @@ from .serving import ServeEstimate
 
 # --- fitted constants (no mechanism known) -------------------------------------------------------------------
 # Fitted once, together, to the published rows of benchmarks/serving_validation.json (62 rows from 4 sources: vLLM on
-# H100/H200/A100 and MI300X, LMDeploy, NeMo; `python benchmarks/bench_serving_speed.py --fit`, best median |error| 17 %).
+# H100/H200/A100 and MI300X, LMDeploy, NeMo; `benchmarks/bench_serving_speed.py --fit`, best median |error| 17 %).
 # With issue 36's varied lengths, API-server pace and preemption, over 69 rows, a 54-point grid around it chose the
 # same point (median |error| 17.7 %); fitted again without each source in turn, the held-out source's median |error|
 # is 63.5 % (GPUStack: vLLM's offline bursts, DeepSeek-R1 and GLM on 8 x H200, see docs/serving-validation.md),
