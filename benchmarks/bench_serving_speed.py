@@ -130,13 +130,17 @@ def predict_workload(row: dict) -> dict[str, float]:
     layout = dict(pp=row.get("pp", 1), dp=row.get("dp", 1), expert_parallel=row.get("enable_expert_parallel", False),
                   max_num_seqs=row.get("max_num_seqs"), max_num_batched_tokens=row.get("max_num_batched_tokens"))
     est = plan_serving(spec, gpu, row["n_gpus"], max_model_len=max(prompt + generate, 2048), **dtypes, **layout)
+    lengths = None
+    if row.get("dataset") == "ShareGPT":  # the source's mean lengths, drawn as vllm bench's ShareGPT sample
+        lengths = serving_speed.sharegpt_lengths(row["input_len"], row["output_len"], row.get("n_prompts") or 1000)
     if row["mode"] == "static":
         work = Workload(prompt, generate, num_prompts=row["batch"], served=False)
     elif row["mode"] == "closed":
         work = Workload(prompt, generate, max_concurrency=row["max_concurrency"],
-                        num_prompts=row.get("n_prompts") or 1000)
-    else:
-        work = Workload(prompt, generate, num_prompts=row.get("n_prompts") or 1000)
+                        num_prompts=row.get("n_prompts") or 1000, lengths=lengths)
+    else:  # `vllm bench serve` at rate inf, or benchmark_throughput.py's LLM.generate (served: false)
+        work = Workload(prompt, generate, num_prompts=row.get("n_prompts") or 1000, lengths=lengths,
+                        served=row.get("served", True))
     # the row's engine where llmcalc models it (engines.py), else vLLM's (LMDeploy, NeMo's TensorRT engines)
     engine = row["engine"] if row["engine"] in serving_speed.ENGINES else "vllm"
     perf = plan_workload(est, work, engine=engine)

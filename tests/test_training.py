@@ -147,7 +147,7 @@ REQUIRED_HARDWARE = {"a100-40gb-sxm", "a100-80gb-sxm", "a100-40gb-pcie", "a100-8
 # L40S: the datasheet prints "362.05 | 733*" for BF16, which is not a factor of two; 362.05 is the L40's
 # figure carried over, and half the sparse 733 (366.5) is what its FP8 733 and TF32 183 imply.
 DATASHEET_BF16 = {"a100-80gb-sxm": 312, "h100-sxm": 989.4, "h100-pcie": 756, "h200": 989.4, "l4": 121,
-                  "l40s": 733 / 2, "mi300x": 1307.4, "tpu-v5e": 197, "tpu-v5p": 459,
+                  "l40s": 733 / 2, "mi300x": 1307.4, "mi325x": 1307.4, "tpu-v5e": 197, "tpu-v5p": 459,
                   # issue 41: the 24-96 GB cards and H800 (datasheets: dense = half the starred sparse figures; the
                   # RTX 3090's is the whitepaper's FP32-accumulate rate; the A10G's as AWS's partners quote it)
                   "rtx-3090": 71, "a10": 125, "a10g": 70, "rtx-a5000": 222.2 / 2, "rtx-a6000": 309.7 / 2,

@@ -72,7 +72,8 @@ def share_of(work: Workload, replicas: int) -> Workload:
     clients = None if work.max_concurrency is None else max(1, math.ceil(work.max_concurrency / replicas))
     rate = None if work.request_rate is None else work.request_rate / replicas
     return Workload(work.input_len, work.output_len, max_concurrency=clients, request_rate=rate,
-                    num_prompts=max(20, math.ceil(work.num_prompts / replicas)))
+                    num_prompts=max(20, math.ceil(work.num_prompts / replicas)), dataset=work.dataset,
+                    random_range_ratio=work.random_range_ratio)
 
 
 def _fewest_replicas(est: ServeEstimate, work: Workload, targets: tuple[float | None, float | None],

@@ -32,6 +32,7 @@ import contextlib
 import functools
 import math
 import random
+from collections.abc import Callable
 
 from ..errors import LlmcalcError
 from ..records import dataclass
@@ -42,11 +43,12 @@ from .kernels import ROOFLINE_P, TILES, Device, attention_seconds, device_for, g
 from .serving import ServeEstimate
 
 # --- fitted constants (no mechanism known) -------------------------------------------------------------------
-# Fitted once, together, to the 62 published rows of benchmarks/serving_validation.json (4 sources: vLLM on
-# H100/H200/A100 and MI300X, LMDeploy, NeMo): the grid of `python benchmarks/bench_serving_speed.py --fit`, best median
-# |error| 17 % over all rows; fitted again without each source in turn, the held-out source's median |error| is 81 %
-# (GPUStack: variable-length ShareGPT runs and MoE offline, see docs/serving-validation.md), 17 % (LMDeploy), 28 %
-# (NeMo), 12 % (OCI MI300X): 31 % over all rows left out.
+# Fitted once, together, to the published rows of benchmarks/serving_validation.json (62 rows from 4 sources: vLLM on
+# H100/H200/A100 and MI300X, LMDeploy, NeMo; `benchmarks/bench_serving_speed.py --fit`, best median |error| 17 %).
+# With issue 36's varied lengths, API-server pace and preemption, over 69 rows, a 54-point grid around it chose the
+# same point (median |error| 17.7 %); fitted again without each source in turn, the held-out source's median |error|
+# is 63.5 % (GPUStack: vLLM's offline bursts, DeepSeek-R1 and GLM on 8 x H200, see docs/serving-validation.md),
+# 17.1 % (LMDeploy), 9.7 % (NeMo), 17.4 % (OCI MI300X): 21.2 % over all rows left out.
 # Host-side work per engine step that CUDA graphs do not hide (vLLM V1: scheduling, input preparation, sampling's
 # host side), seconds:
 ENGINE_STEP_SECONDS = 0.5e-3
@@ -61,6 +63,18 @@ TP_SYNC_SECONDS = 40e-6
 # LLM.generate's offline batches, seconds:
 REQUEST_SECONDS = 0.02
 
+# --- measured constants ----------------------------------------------------------------------------------------
+# The API server's time per streamed output token (request intake included): one Python process detokenizes each
+# request's token, formats it as an OpenAI stream chunk and writes it ("managing network requests and formatting the
+# response for OpenAI protocol can consume quite a bit of CPU cycles, especially under high load with token
+# streaming enabled", vLLM blog, 2024-09-05 "vLLM v0.6.0: 2.7x Throughput Improvement"), apart from the engine since
+# V1, so the engine runs ahead while clients see tokens no faster than it streams them. Measured where it alone
+# binds: vllm-project/vllm PR #12287 ("[Frontend][V1] Online serving performance improvements", 2025-01-21, its
+# "Before"), Llama-3.2-1B on one A100, ShareGPT at 400 clients: 1,211,959 tokens in 94.31 s = 77.8 us each, where
+# the engine alone would stream about twice as fast (this model: 28k tokens/s); later versions stream faster, so
+# this is an upper bound for them. Seconds:
+FRONTEND_TOKEN_SECONDS = 94.31 / 1_211_959
+
 # vLLM's custom all-reduce (csrc/custom_all_reduce.cuh): buffers up to 8 MiB on fully NVLink-connected GPUs
 # (vllm/distributed/device_communicators/custom_all_reduce.py max_size = 8192 * 1024), one shot: each rank reads
 # its tp - 1 peers' buffers and reduces locally; past the limit (or across nodes) NCCL.
@@ -72,9 +86,14 @@ CUSTOM_ALLREDUCE_LATENCY = 6e-6
 SERVING_ATTENTION = {"ampere": "fa2", "hopper": "fa3"}  # vLLM's FlashAttention backend by generation; else cuDNN
 
 
+DATASETS = ("random", "sharegpt")  # vllm bench serve's --dataset-name values llmcalc draws lengths for
+
+
 @dataclass(frozen=True)
 class Workload:
-    """`vllm bench serve`'s random dataset with fixed lengths."""
+    """`vllm bench serve`'s workload: requests of input_len prompt tokens generating output_len (its random dataset,
+    fixed lengths by default, uniform within --random-range-ratio of them otherwise), or lengths drawn as its ShareGPT
+    sample draws them at those means (``dataset="sharegpt"``), or the varied `lengths` given."""
 
     input_len: int
     output_len: int
@@ -82,6 +101,9 @@ class Workload:
     request_rate: float | None = None  # None: all requests at once (vllm bench's inf)
     num_prompts: int = 1000
     served: bool = True  # through the API server (`vllm bench serve`); False: LLM.generate's offline batch
+    dataset: str = "random"
+    random_range_ratio: float = 0.0
+    lengths: tuple[tuple[int, int], ...] | None = None  # (prompt, output) of request i % len, in the order sent
 
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len", "num_prompts"):
@@ -94,6 +116,21 @@ class Workload:
         if self.request_rate is not None and not (self.request_rate > 0 and math.isfinite(self.request_rate)):
             raise LlmcalcError(f"--request-rate must be a positive number of requests per second, got "
                                f"{self.request_rate}")
+        if self.dataset not in DATASETS:
+            raise LlmcalcError(f"--dataset {self.dataset}: llmcalc draws lengths for {', '.join(DATASETS)}")
+        if not 0 <= self.random_range_ratio < 1 or (self.random_range_ratio and self.dataset != "random"):
+            raise LlmcalcError(f"--random-range-ratio {self.random_range_ratio:g}: a fraction in [0, 1) of the "
+                               "random dataset's lengths (vllm bench's); leave it out with --dataset sharegpt")
+
+    def requests(self) -> tuple[tuple[int, int], ...] | None:
+        """Each request's (prompt, output) tokens in the order sent, or None where every request is alike."""
+        if self.lengths is not None:
+            return self.lengths
+        if self.dataset == "sharegpt":
+            return sharegpt_lengths(self.input_len, self.output_len, self.num_prompts)
+        if self.random_range_ratio:
+            return random_lengths(self.input_len, self.output_len, self.num_prompts, self.random_range_ratio)
+        return None
 
 
 @dataclass(frozen=True)
@@ -256,19 +293,53 @@ class StepCost:
 
 
 class _Group:
-    """Requests in the same state (admitted together, alike in length): `n` of them."""
+    """Requests in the same state (admitted together, alike in length): `n` of them, each of `n_in` prompt tokens
+    generating `n_out`; `target` tokens to prefill (the prompt, or after a preemption the prompt and the tokens
+    generated so far, recomputed)."""
 
-    __slots__ = ("n", "arrival", "prefilled", "generated", "first", "chunk")
+    __slots__ = ("n", "arrival", "prefilled", "generated", "first", "chunk", "n_in", "n_out", "target")
 
-    def __init__(self, n: int, arrival: float) -> None:
+    def __init__(self, n: int, arrival: float, n_in: int, n_out: int) -> None:
         self.n, self.arrival, self.prefilled, self.generated, self.first, self.chunk = n, arrival, 0, 0, 0.0, 0
+        self.n_in, self.n_out, self.target = n_in, n_out, n_in
 
     def split(self, n: int) -> _Group:
         """The first `n` of the group as a group of their own (this one keeps the rest)."""
-        other = _Group(n, self.arrival)
-        other.prefilled, other.generated, other.first = self.prefilled, self.generated, self.first
+        other = _Group(n, self.arrival, self.n_in, self.n_out)
+        other.prefilled, other.generated, other.first, other.target = (self.prefilled, self.generated, self.first,
+                                                                       self.target)
         self.n -= n
         return other
+
+    @property
+    def decoding(self) -> bool:
+        return self.prefilled >= self.target
+
+    def held(self, kv: KvBudget, ahead: int = 0) -> int:
+        """Blocks each of these requests holds `ahead` decode steps on: its whole prefill from admission (the step
+        that schedules a prompt allocates its slots), then its prompt and generated tokens."""
+        return kv.need(self.target if not self.decoding else self.n_in + self.generated + ahead)
+
+    def state(self) -> tuple:
+        return (self.prefilled, self.generated, self.first, self.arrival, self.n_in, self.n_out, self.target)
+
+
+@dataclass(frozen=True)
+class KvBudget:
+    """The KV cache as the scheduler sees it: `blocks` in all, and the blocks a request of a given length holds
+    (vLLM's kv_cache_utils: every group's blocks, the most over the pipeline stages)."""
+
+    blocks: int
+    need: Callable[[int], int]
+
+    @classmethod
+    def requests(cls, count: int) -> KvBudget:
+        """A cache that holds `count` requests whatever their length (one block each)."""
+        return cls(blocks=count, need=_one_block)
+
+
+def _one_block(length: int) -> int:
+    return 1
 
 
 @dataclass(frozen=True)
@@ -316,14 +387,49 @@ def _arrivals(work: Workload, prompts: int) -> list[float]:
     return out
 
 
-def _schedule_running(running: list[_Group], budget: int, n_in: int) -> tuple[list[_Group], int]:
+def _new_groups(work: Workload, lengths: tuple[tuple[int, int], ...] | None, start: int, count: int,
+                arrival: float) -> list[_Group]:
+    """Requests start .. start + count - 1 of `work` (their `lengths`, or all alike) sent at `arrival`, neighbours
+    alike in length as one group."""
+    if lengths is None:
+        return [_Group(count, arrival, work.input_len, work.output_len)] if count else []
+    out: list[_Group] = []
+    for i in range(start, start + count):
+        n_in, n_out = lengths[i % len(lengths)]
+        if out and (out[-1].n_in, out[-1].n_out) == (n_in, n_out):
+            out[-1].n += 1
+        else:
+            out.append(_Group(1, arrival, n_in, n_out))
+    return out
+
+
+def _preempt(running: list[_Group], waiting: list[_Group], kv: KvBudget) -> int:
+    """vLLM V1's recompute preemption (v1/core/sched/scheduler.py schedule): when the next step's tokens need more
+    KV blocks than are free, the lowest-priority running request (the last admitted) is preempted, its blocks freed
+    and its computed tokens dropped; it waits at the head of the queue and later prefills its prompt and the tokens
+    it had generated again. Returns the blocks the running requests hold for the next step."""
+    need = sum(g.n * g.held(kv, 1) for g in running)
+    while need > kv.blocks and len(running) > 1 or (running and running[0].n > 1 and need > kv.blocks):
+        g = running[-1]
+        each = g.held(kv, 1)
+        k = min(g.n, -(-(need - kv.blocks) // each))
+        if k == g.n and len(running) == 1:
+            k -= 1  # the first request in line keeps running (vLLM refuses a request no cache could hold)
+        part = g.split(k) if k < g.n else running.pop()
+        part.prefilled, part.target, part.chunk = 0, part.n_in + part.generated, 0
+        waiting.insert(0, part)
+        need -= k * each
+    return need
+
+
+def _schedule_running(running: list[_Group], budget: int) -> tuple[list[_Group], int]:
     """vLLM V1 schedules the running requests first, in order: a decode token each, or a prefill's next chunk (whole
     while the token budget lasts, then one partial chunk); returns the scheduled groups and the budget left."""
     scheduled: list[_Group] = []
     for g in list(running):
         if budget <= 0:
             break
-        need = 1 if g.prefilled >= n_in else n_in - g.prefilled
+        need = 1 if g.decoding else g.target - g.prefilled
         full = budget // need
         if full >= g.n:
             g.chunk, budget = need, budget - need * g.n
@@ -344,72 +450,88 @@ def _schedule_running(running: list[_Group], budget: int, n_in: int) -> tuple[li
     return scheduled, budget
 
 
-def _admit(waiting: list[_Group], running: list[_Group], scheduled: list[_Group], budget: int, limit: int,
-           n_in: int) -> int:
+class _Slots:
+    """What admission may still take: sequences below `limit` and free KV blocks (KvBudget)."""
+
+    __slots__ = ("running", "limit", "free", "kv")
+
+    def __init__(self, running: int, limit: int, kv: KvBudget, used: int) -> None:
+        self.running, self.limit, self.kv, self.free = running, limit, kv, kv.blocks - used
+
+    def take(self, g: _Group) -> int:
+        return min(g.n, self.limit - self.running, self.free // max(1, g.held(self.kv)))
+
+
+def _admit(waiting: list[_Group], running: list[_Group], scheduled: list[_Group], budget: int,
+           slots: _Slots) -> int:
     """Then the waiting requests, first come first served, each with its first chunk (whole prompts while the budget
-    lasts, then one part), while the running ones are fewer than `limit`; returns how many run now."""
-    admitted = sum(g.n for g in running)
-    while waiting and budget > 0 and admitted < limit:
+    lasts, then one part), while sequences and KV blocks for their prompts last (`slots`); returns how many run."""
+    while waiting and budget > 0:
         g = waiting[0]
-        take, chunk = min(g.n, limit - admitted), n_in
-        if budget // n_in < take:
-            take, chunk = (budget // n_in, n_in) if budget >= n_in else (1, budget)
+        take, chunk = slots.take(g), g.target - g.prefilled
+        if take < 1:
+            break
+        if budget // chunk < take:
+            take, chunk = (budget // chunk, chunk) if budget >= chunk else (1, budget)
         part = g.split(take) if take < g.n else waiting.pop(0)
         part.chunk, budget = chunk, budget - chunk * take
         running.append(part)
         scheduled.append(part)
-        admitted += take
-    return admitted
+        slots.running += take
+        slots.free -= take * part.held(slots.kv)
+    return slots.running
+
+
+def _decode_run(decoding: list[_Group], kv: KvBudget, held: int, steps: int) -> int:
+    """The most decode steps, up to `steps`, that the `decoding` requests take before their blocks outgrow the cache
+    (`held`: the blocks every running request holds after one step)."""
+    base = held - sum(g.n * g.held(kv, 1) for g in decoding)  # what the others hold meanwhile
+
+    def fits(j: int) -> bool:
+        return base + sum(g.n * g.held(kv, j) for g in decoding) <= kv.blocks
+
+    if fits(steps):
+        return steps
+    lo, hi = 1, steps
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
 
 
 def _merged(running: list[_Group]) -> list[_Group]:
-    """Neighbouring groups now alike as one (split apart by a budget, they would stay apart otherwise)."""
+    """Groups now alike as one: neighbours in the same state, and decoding groups in the same state wherever they
+    stand (a decode's place in the queue changes nothing; split apart by a budget, they would stay apart)."""
     merged: list[_Group] = []
+    decoding: dict[tuple, _Group] = {}
     for g in running:
-        if merged and (merged[-1].prefilled, merged[-1].generated, merged[-1].first, merged[-1].arrival) == \
-                (g.prefilled, g.generated, g.first, g.arrival):
+        key = g.state()
+        if merged and merged[-1].state() == key:
             merged[-1].n += g.n
+        elif g.decoding and key in decoding:
+            decoding[key].n += g.n
         else:
             merged.append(g)
+            if g.decoding:
+                decoding[key] = g
     return merged
 
 
-def _advance(cost: StepCost, scheduled: list[_Group], work: Workload, *, single: bool,
-             to_arrival: float | None) -> tuple[float, int]:
-    """(seconds, steps) of the engine's next step over `scheduled`; where it only decodes and nothing waits to be
-    admitted (not `single`), of as many steps as run until the next request finishes (or arrives, `to_arrival`
-    seconds on), each the mean of the first and the last step's time (one more cached token per sequence a step)."""
-    n_in, n_out = work.input_len, work.output_len
-    prefilling = [g for g in scheduled if g.prefilled < n_in]
-    decoding = [g for g in scheduled if g.prefilled >= n_in]
-    dec = sum(g.n for g in decoding)
-    kv = sum(g.n * (n_in + g.generated) for g in decoding)
-    base = cost.seconds(tokens=sum(g.n * g.chunk for g in scheduled),
-                        rows=dec + sum(g.n for g in prefilling if g.prefilled + g.chunk >= n_in),
-                        kv_tokens=kv, decodes=dec, length=n_in,
-                        pairs=sum(g.n * (g.chunk * g.prefilled + g.chunk * (g.chunk + 1) / 2) for g in prefilling))
-    jump = 1 if prefilling or single else min(n_out - g.generated for g in decoding)
-    if to_arrival is not None and jump > 1:
-        jump = max(1, min(jump, math.ceil(to_arrival / base)))
-    last = base + cost.decode_attention_seconds(kv + dec * (jump - 1), dec) - cost.decode_attention_seconds(
-        kv, dec) if jump > 1 else base
-    return jump * (base + last) / 2, jump
-
-
-def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: int,
-             kv_requests: int) -> Simulated:
+def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: int,  # long: one event loop
+             kv: KvBudget) -> Simulated:
     """vLLM V1's scheduler over `work` on one replica (module docstring): running requests first (a decode token
-    each, or the next chunk of a prefill), then waiting ones first come first served while `max_num_seqs`,
-    `token_budget` and `kv_requests` (requests of input_len + output_len tokens the KV cache holds at once) allow.
-    Steps that only decode, with nothing to admit, are advanced together up to the next request that finishes (or
-    arrives): the mean of their first and last step's time each."""
-    n_in, n_out, prompts = work.input_len, work.output_len, work.num_prompts
+    each, or the next chunk of a prefill), the latest preempted when the cache cannot hold the next step's tokens
+    (_preempt), then waiting ones first come first served while `max_num_seqs`, `token_budget` and the KV blocks of
+    their prompts (`kv`) allow. Steps that only decode, with nothing to admit, are advanced together up to the next
+    request that finishes (or arrives, or would outgrow the cache): the mean of their first and last step's time
+    each. Requests of varied lengths (work.requests()) are simulated each with its own."""
+    prompts, lengths = work.num_prompts, work.requests()
     api = REQUEST_SECONDS if work.served else 0.0  # a client sees it, the engine's clock does not
-    limit = min(max_num_seqs, kv_requests, work.max_concurrency or max_num_seqs)
+    limit = min(max_num_seqs, work.max_concurrency or max_num_seqs)
     arrivals = _arrivals(work, prompts)
     clients = work.max_concurrency if work.max_concurrency is not None else prompts
     sent = 0 if arrivals else min(clients, prompts)
-    waiting: list[_Group] = [] if arrivals else [_Group(sent, 0.0)]
+    waiting: list[_Group] = [] if arrivals else _new_groups(work, lengths, 0, sent, 0.0)
     in_flight = sent  # sent by a client and not finished (a closed loop caps it)
     running: list[_Group] = []
     ttft: list[tuple[float, float]] = []
@@ -417,45 +539,69 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
     itl: list[tuple[float, float]] = []
     e2e: list[tuple[float, float]] = []
     t, busy_seq_time, steps, done, next_arrival = 0.0, 0.0, 0, 0, 0
+    tokens_in = tokens_out = 0
     while done < prompts:
         while next_arrival < len(arrivals) and arrivals[next_arrival] <= t and in_flight < clients:
-            waiting.append(_Group(1, arrivals[next_arrival]))
+            waiting += _new_groups(work, lengths, next_arrival, 1, arrivals[next_arrival])
             next_arrival, in_flight = next_arrival + 1, in_flight + 1
-        scheduled, budget = _schedule_running(running, token_budget, n_in)
-        admitted = _admit(waiting, running, scheduled, budget, limit=limit, n_in=n_in)
+        used = _preempt(running, waiting, kv)
+        scheduled, budget = _schedule_running(running, token_budget)
+        slots = _Slots(sum(g.n for g in running), limit, kv, used)
+        admitted = _admit(waiting, running, scheduled, budget, slots)
         if not scheduled:  # idle until the next arrival
             if next_arrival < len(arrivals):
                 t = max(t, arrivals[next_arrival])
                 continue
             raise LlmcalcError("the engine could schedule nothing (a bug: please report)")
-        prefilling = [g for g in scheduled if g.prefilled < n_in]
-        decoding = [g for g in scheduled if g.prefilled >= n_in]
-        dt, jump = _advance(cost, scheduled, work, single=bool(waiting and admitted < limit),
-                            to_arrival=arrivals[next_arrival] - t if next_arrival < len(arrivals) else None)
+        prefilling = [g for g in scheduled if not g.decoding]
+        decoding = [g for g in scheduled if g.decoding]
+        dec = sum(g.n for g in decoding)
+        kv_tokens = sum(g.n * (g.n_in + g.generated) for g in decoding)
+        chunks = sum(g.n * g.chunk for g in prefilling)
+        base = cost.seconds(tokens=sum(g.n * g.chunk for g in scheduled),
+                            rows=dec + sum(g.n for g in prefilling if g.prefilled + g.chunk >= g.target),
+                            kv_tokens=kv_tokens, decodes=dec,
+                            length=sum(g.n * g.chunk * g.target for g in prefilling) / chunks if chunks else 0.0,
+                            pairs=sum(g.n * (g.chunk * g.prefilled + g.chunk * (g.chunk + 1) / 2) for g in prefilling))
+        # steps that only decode and admit nothing: advance to the next finish (or arrival, or a full cache) at once
+        room = waiting and slots.take(waiting[0]) >= 1
+        jump = 1 if prefilling or room else _decode_run(decoding, kv, kv.blocks - slots.free,
+                                                        min(g.n_out - g.generated for g in decoding))
+        if next_arrival < len(arrivals) and jump > 1:
+            jump = max(1, min(jump, math.ceil((arrivals[next_arrival] - t) / base)))
+        last = base + cost.decode_attention_seconds(kv_tokens + dec * (jump - 1), dec) - \
+            cost.decode_attention_seconds(kv_tokens, dec) if jump > 1 else base  # one more cached token per sequence
+        dt = jump * (base + last) / 2
+        if work.served:  # clients get the step's tokens as fast as the API server streams them (FRONTEND_TOKEN_...)
+            firsts = sum(g.n for g in prefilling if g.prefilled + g.chunk >= g.target and not g.generated)
+            dt = max(dt, (dec * jump + firsts) * FRONTEND_TOKEN_SECONDS)
         t, steps, busy_seq_time = t + dt, steps + jump, busy_seq_time + dt * admitted
         for g in prefilling:
             g.prefilled += g.chunk
-            if g.prefilled >= n_in:
-                g.generated, g.first = 1, t
-                ttft.append((t - g.arrival + api, g.n))
+            if g.decoding:  # the prefill's last position samples a token: the first, or the next after a recompute
+                if not g.generated:
+                    g.first = t
+                    ttft.append((t - g.arrival + api, g.n))
+                g.generated += 1
         if decoding:
             itl.append((dt / jump, sum(g.n for g in decoding) * jump))
         for g in decoding:
             g.generated += jump
-        for g in [g for g in running if g.prefilled >= n_in and g.generated >= n_out]:
+        for g in [g for g in running if g.decoding and g.generated >= g.n_out]:
             running.remove(g)
             done, in_flight = done + g.n, in_flight - g.n
+            tokens_in, tokens_out = tokens_in + g.n * g.n_in, tokens_out + g.n * g.n_out
             e2e.append((t - g.arrival + api, g.n))
-            tpot.append(((t - g.first) / (n_out - 1) if n_out > 1 else 0.0, g.n))
+            tpot.append(((t - g.first) / (g.n_out - 1) if g.n_out > 1 else 0.0, g.n))
             if not arrivals and work.max_concurrency is not None and sent < prompts:  # the clients send again
                 more = min(g.n, prompts - sent)
-                waiting.append(_Group(more, t))
+                waiting += _new_groups(work, lengths, sent, more, t)
                 sent, in_flight = sent + more, in_flight + more
         running = _merged(running)
     return Simulated(duration=t, completed=done, ttft=_stats(ttft), tpot=_stats(tpot)[:2],
                      itl=_stats(itl or [(0.0, 1.0)])[:2], e2e=_stats(e2e)[:2],
-                     mean_running=busy_seq_time / t if t else 0.0, output_tokens=done * n_out,
-                     input_tokens=done * n_in, steps=steps, last_first_token=max(v for v, _ in ttft))
+                     mean_running=busy_seq_time / t if t else 0.0, output_tokens=tokens_out,
+                     input_tokens=tokens_in, steps=steps, last_first_token=max(v for v, _ in ttft))
 
 
 # --- the answer --------------------------------------------------------------------------------------------------
@@ -515,8 +661,15 @@ class Performance:
                 "scheduler": self.scheduler or "vLLM V1: running requests first (a decode token each, or the next "
                              "prefill chunk), then waiting ones first come first served; chunked prefill within "
                              "max_num_batched_tokens",
-                "admission": "a request is admitted when the KV cache holds its input_len + output_len tokens "
-                             "(no preemption)",
+                "admission": "a request is admitted when the KV cache holds its prompt; when the next step's "
+                             "tokens outgrow the cache, the latest admitted are preempted and recomputed later "
+                             "(vLLM V1's recompute preemption)",
+                "lengths": ("vllm bench's ShareGPT sample: exponential at input_len and output_len's means within "
+                            "vLLM's filter (prompt <= 1024, prompt + output <= 2048), seeded" if w.dataset == "sharegpt"
+                            else f"uniform within {w.random_range_ratio:g} of input_len and output_len, seeded"
+                            if w.random_range_ratio else "every request alike" if w.lengths is None
+                            else "as given per request"),
+                "frontend_token_seconds": FRONTEND_TOKEN_SECONDS if w.served else 0.0,
                 "arrivals": ("closed loop of max_concurrency clients" if w.max_concurrency and not w.request_rate
                              else f"Poisson at {w.request_rate:g} requests/s, seeded" if w.request_rate
                              else "all requests at once (offline)"),
@@ -527,6 +680,21 @@ class Performance:
                 "tp_sync_seconds": TP_SYNC_SECONDS, "request_seconds": REQUEST_SECONDS,
             },
         }
+
+
+def kv_budget(est: ServeEstimate) -> KvBudget:
+    """The replica's KV cache as the scheduler admits into it (KvBudget): its blocks, and the blocks a request of a
+    given length holds in every group (vLLM's kv_cache_utils, the most over the pipeline stages); a model without KV
+    (pure state-space) holds max_num_seqs requests, its state per sequence."""
+    tokens = est.batch_defaults[0]
+    stages = [s.groups for s in est.stages if s.groups]
+    if not stages:
+        return KvBudget.requests(est.batch_defaults[1])
+
+    def need(length: int) -> int:
+        return max(sum(g.blocks_per_request(length, tokens) for g in groups) for groups in stages)
+
+    return KvBudget(blocks=est.kv_blocks, need=need)
 
 
 def kv_requests(est: ServeEstimate, length: int) -> int:
@@ -545,9 +713,9 @@ def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm",
     ServeEstimate: its layout, dtypes, KV blocks and engine defaults) serving `work` as `engine` runs it
     (engines.py: its scheduler defaults, KV memory, tables, and --pp / --enable-expert-parallel)."""
     prof = engines.profile(engine, engine_version)
-    length = work.input_len + work.output_len
+    length = max([work.input_len + work.output_len, *(i + o for i, o in work.requests() or ())])
     if length > est.max_model_len:
-        raise LlmcalcError(f"--input-len {work.input_len:,} + --output-len {work.output_len:,} = {length:,} tokens "
+        raise LlmcalcError(f"--input-len {work.input_len:,} + --output-len {work.output_len:,}: {length:,} tokens "
                            f"exceed --max-model-len {est.max_model_len:,}, which vLLM refuses per request; raise "
                            "--max-model-len or shorten the request")
     try:
@@ -570,7 +738,8 @@ def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm",
                         itl=(math.inf,) * 2, e2e=(math.inf,) * 2, mean_running=0.0, output_tokens=0, input_tokens=0,
                         steps=0)
     else:
-        run = simulate(cost, work, seqs, tokens, held)
+        budget = kv_budget(est)  # the engine's share of the memory vLLM would give the cache (engines.kv_share)
+        run = simulate(cost, work, seqs, tokens, KvBudget(blocks=math.floor(budget.blocks * share), need=budget.need))
     running = max(1.0, min(run.mean_running, held, seqs, clients or seqs))
     context = work.input_len + work.output_len // 2
     roof = est.roofline(max(1, round(running)), work.input_len)
@@ -599,19 +768,55 @@ class WorkloadPlan:
 
 def plan_workloads(est: ServeEstimate, input_len: int, output_len: int, max_concurrency: tuple[int, ...] | None = None,
                    request_rate: float | None = None, num_prompts: int = 1000, engine: str = "vllm",
-                   engine_version: str | None = None) -> WorkloadPlan:
+                   engine_version: str | None = None, dataset: str = "random",
+                   random_range_ratio: float = 0.0) -> WorkloadPlan:
     """One Performance per --max-concurrency value (or one for the rate / offline run) on one replica of `est`.
     Requests longer than the KV cache holds are refused as vLLM refuses to start ("To serve at least one request
     with the model's max seq len ... the estimated maximum model length is ..."): one line naming the options and the
     longest request that fits; weights that leave no KV cache at all are a plan that does not fit (`fits` false)."""
-    length = input_len + output_len
+    works = [Workload(input_len, output_len, max_concurrency=c, request_rate=request_rate, num_prompts=num_prompts,
+                      dataset=dataset, random_range_ratio=random_range_ratio) for c in max_concurrency or (None,)]
+    length = max([input_len + output_len, *(i + o for i, o in works[0].requests() or ())])
     if est.kv_cache_bytes > 0 and length <= est.max_model_len and kv_requests(est, length) < 1:
         longest = est.longest_fitting_len()
-        raise LlmcalcError(f"--input-len {input_len:,} + --output-len {output_len:,} = {length:,} tokens per request: "
+        raise LlmcalcError(f"--input-len {input_len:,} + --output-len {output_len:,}: {length:,} tokens per request: "
                            f"the KV cache of {est.tp} x {est.accelerator.key} holds {est.kv_cache_tokens:,} tokens, "
                            f"the longest request that fits is {longest:,} tokens, and vLLM refuses to start; shorten "
                            "the request, add GPUs (--n-gpus) or use --kv-dtype fp8")
-    levels: tuple[int | None, ...] = max_concurrency or (None,)
-    return WorkloadPlan(est, tuple(plan_workload(est, Workload(input_len, output_len, max_concurrency=c,
-                                                               request_rate=request_rate, num_prompts=num_prompts),
-                                                 engine, engine_version) for c in levels))
+    return WorkloadPlan(est, tuple(plan_workload(est, work, engine, engine_version) for work in works))
+
+
+# --- datasets of varied lengths ----------------------------------------------------------------------------------
+
+# vLLM's ShareGPT sampling (vllm/benchmarks/datasets.py, ShareGPTDataset.sample and is_valid_sequence): the first turn
+# of a conversation as the prompt, the reply's token count as the output; pairs with a prompt or output under 4 tokens,
+# a prompt over 1024 or prompt + output over 2048 pruned.
+SHAREGPT_MIN, SHAREGPT_MAX_PROMPT, SHAREGPT_MAX_TOTAL = 4, 1024, 2048
+
+
+def sharegpt_lengths(input_len: float, output_len: float, num_prompts: int,
+                     seed: int = 0) -> tuple[tuple[int, int], ...]:
+    """`num_prompts` (prompt, output) lengths as vllm bench's ShareGPT sample draws them, taken as exponential with
+    the given means (the largest-entropy law for a positive length of known mean: chat lengths are long-tailed,
+    most short and a few near the filter's limits), within vLLM's filter (SHAREGPT_*): drawn with a seeded
+    generator, the pairs the filter prunes drawn again."""
+    rng, out = random.Random(seed), list[tuple[int, int]]()
+    while len(out) < num_prompts:
+        n_in = SHAREGPT_MIN + round(rng.expovariate(1 / max(1.0, input_len - SHAREGPT_MIN)))
+        n_out = SHAREGPT_MIN + round(rng.expovariate(1 / max(1.0, output_len - SHAREGPT_MIN)))
+        if n_in <= SHAREGPT_MAX_PROMPT and n_in + n_out <= SHAREGPT_MAX_TOTAL:
+            out.append((n_in, n_out))
+    return tuple(out)
+
+
+def random_lengths(input_len: int, output_len: int, num_prompts: int, range_ratio: float,
+                   seed: int = 0) -> tuple[tuple[int, int], ...]:
+    """vllm bench's random dataset with --random-range-ratio r (vllm/benchmarks/datasets.py, RandomDataset.sample):
+    each prompt and output length uniform over the whole numbers in [X·(1 - r), X·(1 + r)], drawn with a seeded
+    generator (not numpy's stream: the same law, other draws)."""
+    rng = random.Random(seed)
+
+    def draw(x: int) -> int:
+        return max(1, rng.randint(int(x * (1 - range_ratio)), int(x * (1 + range_ratio))))
+
+    return tuple((draw(input_len), draw(output_len)) for _ in range(num_prompts))

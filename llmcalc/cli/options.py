@@ -426,6 +426,12 @@ def workload_options(func: F) -> F:
                           "--max-concurrency. Default: all at once."),
         click.option("--num-prompts", type=POSITIVE_INT, default=1000, show_default=True,
                      help="Requests in the benchmark run (vllm bench serve's default)."),
+        click.option("--dataset", type=Choice(["random", "sharegpt"]), default="random", show_default=True,
+                     help="Request lengths as vllm bench serve's --dataset-name draws them: random (--input-len and "
+                          "--output-len each, or within --random-range-ratio of them) or sharegpt (varied, "
+                          "--input-len and --output-len their means, within vLLM's ShareGPT filter)."),
+        click.option("--random-range-ratio", type=Number(maximum=0.999, zero=True), default=0.0,
+                     help="--dataset random: each length uniform in [L(1-r), L(1+r)] (vllm bench's). Default: 0."),
         click.option("--max-tpot", "tpot", type=Number(minimum=1e-6, maximum=1e3), default=None,
                      help="With --input-len and --request-rate or --max-concurrency: seconds per output token (mean "
                           "TPOT) at most; with --max-ttft (mean TTFT, seconds), answers the fewest GPUs and layout."),

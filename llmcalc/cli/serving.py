@@ -49,7 +49,7 @@ def infer(model: str, gpu: str, prompt: int, generate: int, batch_size: int, wei
 
 
 WORKLOAD = ("input_len", "output_len", "max_concurrency", "request_rate", "num_prompts", "tpot", "engine",
-            "engine_version")
+            "engine_version", "dataset", "random_range_ratio")
 
 
 @click.command()

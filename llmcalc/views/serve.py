@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from ..analytic.measured_serving import MeasuredServe
     from ..analytic.serving import CapacityPlan, ServeEstimate
     from ..analytic.serving_sizing import SizingPlan
-    from ..analytic.serving_speed import Performance, WorkloadPlan
+    from ..analytic.serving_speed import Performance, Workload, WorkloadPlan
 
 
 def _is_measured(est: ServeEstimate) -> TypeGuard[MeasuredServe]:
@@ -323,7 +323,7 @@ def workload_document(plan: WorkloadPlan) -> Document:
                if w.max_concurrency else "")
     mode = " and ".join(x for x in (clients, arrivals) if x) or "offline (all requests at once)"
     title = (("does NOT fit: " if not plan.fits else "")
-             + f"{est.spec.name} serving {w.input_len:,} in / {w.output_len:,} out on {_layout(est)} "
+             + f"{est.spec.name} serving {_lengths(w)} on {_layout(est)} "
              f"({first.engine} {first.engine_version}), {mode}, {w.num_prompts:,} requests")
     gpu = est.accelerator.key
     backend = first.engine if first.engine in kernel_tables.BACKENDS else "vllm"
@@ -356,19 +356,29 @@ def workload_document(plan: WorkloadPlan) -> Document:
     return Document(title, data, [table, *base.tables], preamble + base.preamble)
 
 
+def _lengths(w: Workload) -> str:
+    """The request lengths as the title reads them: fixed, within a range, or ShareGPT-like at their means."""
+    if w.dataset == "sharegpt":
+        return f"ShareGPT-like lengths (means {w.input_len:,} in / {w.output_len:,} out)"
+    spread = f" (each within {w.random_range_ratio:.0%})" if w.random_range_ratio else ""
+    return f"{w.input_len:,} in / {w.output_len:,} out{spread}"
+
+
 def _workload_notes(p: Performance) -> list[str]:
     a = p.record()["assumptions"]
     return [
         f"engine: {a['scheduler']}; {a['admission']}; arrivals: {a['arrivals']}; max_num_seqs {a['max_num_seqs']:,}, "
         f"max_num_batched_tokens {a['max_num_batched_tokens']:,}; the KV cache holds {a['kv_cache_requests']:,} "
-        "such requests at once",
+        f"requests of the longest length at once; lengths: {a['lengths']}",
         "step time: GEMMs on kernels' smooth roofline (MAMF, row tiles, weight bytes read; MoE: the experts hit), LM "
         "head and sampler, decode attention and tensor-parallel all-reduces from measured tables where the GPU has "
         f"them (aiconfigurator's, measured inside {ENGINE_NAMES.get(p.engine, p.engine)}; MoE: its fused-MoE table "
         "where the expert shape was measured), prefill attention at FlashAttention's measured rate, plus "
         f"{a['engine_step_seconds'] * 1e3:g} ms per step, {a['layer_floor_seconds'] * 1e6:g} us per layer per step, "
         f"{a['tp_sync_seconds'] * 1e6:g} us per tensor-parallel all-reduce and {a['request_seconds'] * 1e3:g} ms per "
-        "request outside the engine (fitted to published runs: benchmarks/bench_serving_speed.py --fit)",
+        "request outside the engine (fitted to published runs: benchmarks/bench_serving_speed.py --fit); clients get "
+        f"tokens no faster than the API server streams them, {a['frontend_token_seconds'] * 1e6:.0f} us each "
+        "(measured, vLLM PR #12287)",
         "TTFT, TPOT (latency - TTFT over output_len - 1), ITL and latency as vllm bench serve defines them; "
         "roofline: every sequence's decode step at the mean context on the peak and bandwidth (an upper bound)",
     ] + ([f"{ENGINE_NAMES.get(p.engine, p.engine)}: {a['host_overhead']}; its KV cache {a['kv_cache_vs_vllm']:.2f} x "
@@ -386,7 +396,7 @@ def sizing_document(plan: SizingPlan) -> Document:
         f"{w.max_concurrency:,} clients" if w.max_concurrency else "")
     limits = " and ".join(x for x in (f"mean TTFT <= {plan.max_ttft * 1e3:,.0f} ms" if plan.max_ttft else "",
                                       f"mean TPOT <= {plan.max_tpot * 1e3:,.1f} ms" if plan.max_tpot else "") if x)
-    ask = f"{w.input_len:,} in / {w.output_len:,} out at {traffic} within {limits}"
+    ask = f"{_lengths(w)} at {traffic} within {limits}"
     if best is None:
         title = f"does NOT fit: no layout of up to 4,096 x {plan.accelerator.key} serves {plan.spec.name}'s {ask}"
     else:
