@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from .common import emit, load_any, load_hardware
-from .options import POSITIVE_INT, finetune_options, format_option, models_argument, scenario_options
+from .options import (
+    POSITIVE_INT,
+    finetune_options,
+    format_option,
+    given,
+    models_argument,
+    report_serving_options,
+    scenario_options,
+)
 from .types import Choice
 
 if TYPE_CHECKING:
@@ -32,16 +40,19 @@ def make_scenario(seq_len: int, tokens: float, gpu: str, n_gpus: int, mfu: float
 @click.option("--sort", "sort_key", default=None, help="Order the models by a column (e.g. gpu_hours).")
 @click.option("--reverse", is_flag=True, help="Sort descending.")
 @format_option
-def compare(models: tuple[str, ...], seq_len: int, tokens: float, gpu: str, n_gpus: int, mfu: float,
-            usd_per_gpu_hour: float | None, recipe: str, zero: int, tp: int, micro_batch: int, recompute: str,
-            causal: bool, sort_key: str | None, reverse: bool, fmt: str) -> None:
-    """MODELS side by side: size, FLOPs, KV cache, training time and cost, memory per GPU."""
+@click.pass_context
+def compare(ctx: click.Context, models: tuple[str, ...], seq_len: int, tokens: float, gpu: str, n_gpus: int,
+            mfu: float, usd_per_gpu_hour: float | None, recipe: str, zero: int, tp: int, micro_batch: int,
+            recompute: str, causal: bool, sort_key: str | None, reverse: bool, fmt: str) -> None:
+    """MODELS side by side: size, context length, KV cache, serving on --gpu (default h100-sxm), FLOPs; training
+    time, cost and memory when --tokens is given."""
     from ..analytic.summary import compare_models
     from ..views.compare import document
 
     scenario = make_scenario(seq_len, tokens, gpu, n_gpus, mfu=mfu, usd_per_gpu_hour=usd_per_gpu_hour, recipe=recipe,
                              zero=zero, tp=tp, micro_batch=micro_batch, recompute=recompute, causal=causal)
-    records = compare_models(load_any(models, seq_len), scenario, sort_key, reverse)
+    records = compare_models(load_any(models, seq_len), scenario, sort_key, reverse,
+                             training=bool(given(ctx, "tokens")), serving=True)
     emit(document(records, scenario), fmt)
 
 
@@ -56,7 +67,8 @@ def compare(models: tuple[str, ...], seq_len: int, tokens: float, gpu: str, n_gp
 @click.option("--profile", "profile_mode", type=Choice(["none", "virtual", "real"]), default="none",
               show_default=True, help="Also profile each model and show formulas against measurements.")
 @click.option("--serve", "serving", is_flag=True,
-              help="Add serving figures: KV blocks, concurrency and throughput at --seq-len tokens per request.")
+              help="Add a serving section: the fewest GPUs meeting the latency targets for the workload below.")
+@report_serving_options
 @finetune_options
 @click.option("--sharded-profile", "sharded_world", type=POSITIVE_INT, default=None,
               help="Add a virtual sharded profile at this world size (FSDP2 over dp x DTensor TP with --tp, fake "
@@ -66,7 +78,7 @@ def compare(models: tuple[str, ...], seq_len: int, tokens: float, gpu: str, n_gp
 def report(ctx: click.Context, models: tuple[str, ...], seq_len: int, tokens: float, gpu: str, n_gpus: int,
            mfu: float, usd_per_gpu_hour: float | None, recipe: str, zero: int, tp: int, micro_batch: int,
            recompute: str, causal: bool, out: str | None, force: bool, profile_mode: str, serving: bool,
-           finetune: FinetuneRequest, sharded_world: int | None, fmt: str) -> None:
+           finetune: FinetuneRequest, sharded_world: int | None, fmt: str, **workload: Any) -> None:
     """A planning report for MODELS: report.md, self-contained report.html, figures (PNG), tables (CSV)."""
     from ..profiling.run import ReportProfiles
     from ..report.interrupts import signals_as_interrupts
@@ -80,13 +92,22 @@ def report(ctx: click.Context, models: tuple[str, ...], seq_len: int, tokens: fl
     cfg = finetune.config()
     with signals_as_interrupts():  # Ctrl-C: exit 130, SIGTERM: 143; the old report or the new one, whole
         request = ReportRequest(models, out=out, force=force, serve=serving, finetune=cfg,
-                                argv=getattr(ctx.find_root().command, "argv", sys.argv[1:]))
+                                argv=getattr(ctx.find_root().command, "argv", sys.argv[1:]), **_report_plan(**workload))
         scenario = make_scenario(seq_len, tokens, gpu, n_gpus, mfu=mfu, usd_per_gpu_hour=usd_per_gpu_hour,
                                  recipe=recipe, zero=zero, tp=tp, micro_batch=micro_batch, recompute=recompute,
                                  causal=causal)
         profiler = ReportProfiles(profile_mode, sharded_world, tp=tp, micro_batch=micro_batch, seq_len=seq_len,
                                   recompute=recompute)
         run_report(request, load_any(models, seq_len), scenario, profiler, announce)
+
+
+def _report_plan(plan_layout: str, input_len: int, output_len: int, max_concurrency: tuple[int, ...],
+                 ttft: float, tpot: float) -> dict:
+    """report's --plan-layout and serving workload, as ReportRequest's fields."""
+    from ..report.sections import ServingWorkload
+
+    return {"given_layout": plan_layout == "given",
+            "serve_work": ServingWorkload(input_len, output_len, max_concurrency, max_ttft=ttft, max_tpot=tpot)}
 
 
 COMMANDS = (compare, report)

@@ -56,6 +56,8 @@ class ReportRequest:
     force: bool = False
     serve: bool = False
     finetune: LoraConfig | None = None
+    serve_work: Any = None  # sections.ServingWorkload: the traffic --serve sizes for
+    given_layout: bool = False  # --plan-layout given
     argv: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -120,7 +122,7 @@ def _build(request: ReportRequest, specs: list[ModelSpec], scenario: Scenario, p
         profiles = profiler.profiles(specs, scenario.recipe, progress)
         sharded = profiler.sharded(specs, progress)
         extras = Extras(profiles=profiles, serve=request.serve, finetune=request.finetune, sharded=sharded,
-                        measured=measured)
+                        measured=measured, serve_work=request.serve_work, given_layout=request.given_layout)
         return build_report(specs, sources, scenario, load_hardware, progress=progress, meta=meta, extras=extras)
     finally:
         progress.close()

@@ -4,14 +4,16 @@ section is one function ``build_report`` calls; its tables are the commands' Doc
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from ..analytic.finetune import FinetuneFlops, FinetuneMemory, LoraConfig, finetune
 from ..analytic.memory import MemoryEstimate
 from ..analytic.rules import six_n
-from ..analytic.serving import smallest_serving_group
+from ..analytic.serving import plan_serving
 from ..analytic.steptime import StepPrediction, steptime_presets
 from ..analytic.summary import Scenario
+from ..errors import LlmcalcError
 from ..hardware import Accelerator
 from ..render.tables import Column, Document, Table
 from ..spec import ModelSpec
@@ -19,12 +21,16 @@ from ..units import GIB, fmt_count, fmt_gib, fmt_usd, si
 from ..views.layout import layout_document
 from ..views.params import adapter_table, finetune_config
 from ..views.profile import distributed_document, long_table
-from ..views.serve import serve_document
 from ..views.train import FP8_NOTE
 from .document import Report, safe_name
 from .figures import breakdown_bars, memory_bars, rank_figure
 from .plan import ModelPlan, ReportPlan, layout_label, same_layout
 from .plots import gib
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from ..analytic.serving_speed import WorkloadPlan
 
 
 def steptime_section(report: Report, plan: ReportPlan, top: int = 6) -> None:
@@ -40,12 +46,11 @@ def steptime_section(report: Report, plan: ReportPlan, top: int = 6) -> None:
         report.paragraph(f"{gpu.key} has no network/matmul block, so no step-time prediction (presets with one: "
                          f"{', '.join(steptime_presets())}).")
         return
-    report.paragraph(f"The plan's global batch, {plan.global_batch:,} sequences x {scenario.seq_len:,} tokens (micro-"
-                     f"batch {scenario.micro_batch} x {scenario.parallel.dp:,} data-parallel ranks), on "
-                     f"{scenario.n_gpus:,} x {gpu.key} with recompute {scenario.recompute} (the plan's): the plan's "
-                     f"own layout ({plan.layout_text}) as the step-time model times it, and every other layout of "
-                     f"these GPUs ranked by predicted throughput. Time and cost elsewhere in the report use the "
-                     f"assumed {scenario.mfu:.0%} MFU; the predictions below are set beside it.")
+    report.paragraph(f"The plan's global batch, {plan.global_batch:,} sequences x {scenario.seq_len:,} tokens, on "
+                     f"{scenario.n_gpus:,} x {gpu.key} with recompute {scenario.recompute}: every layout of these GPUs "
+                     "ranked by the step-time model's predicted throughput, as `llmcalc layout` ranks them. The "
+                     "planned layout is the first (with --plan-layout given, the given layout, timed beside them); "
+                     "its predicted MFU sets the report's time and cost.")
     for name, m in plan.models.items():
         if m.spec.architecture != "decoder":
             report.paragraph(f"{name}: the step-time model covers decoder-only models.")
@@ -89,24 +94,23 @@ def _bars(m: ModelPlan, top: int) -> list[tuple[str, StepPrediction]]:
 
 
 def _steptime_bullets(m: ModelPlan, plan: ReportPlan) -> list[str]:
-    """The plan's layout and the best one, each with its predicted MFU and what the run takes at it."""
+    """The planned layout and, where it is not the best, the best one, each with its predicted MFU and the run."""
     scenario = plan.scenario
     items = []
     if m.prediction is not None:
         est = m.at(m.prediction, scenario)
-        items.append(f"the plan's layout ({plan.layout_text}): predicted MFU {m.prediction.mfu * 100:.1f} % "
-                     f"(assumed {scenario.mfu:.0%}), {fmt_count(scenario.tokens)} tokens in "
-                     f"{est.wall_clock_days:,.1f} days, {est.gpu_hours:,.0f} GPU-hours"
-                     + ("" if est.cost_usd is None else f", {fmt_usd(est.cost_usd)}"))
+        items.append(f"the planned layout ({m.layout_text}): predicted MFU {m.prediction.mfu * 100:.1f} %, "
+                     f"{fmt_count(scenario.tokens)} tokens in {est.wall_clock_days:,.1f} days, "
+                     f"{est.gpu_hours:,.0f} GPU-hours" + ("" if est.cost_usd is None else f", {fmt_usd(est.cost_usd)}"))
     else:
-        items.append(f"the plan's layout ({plan.layout_text}): {m.prediction_note}")
+        items.append(f"the planned layout ({m.layout_text}): {m.prediction_note}")
     if m.best is not None and m.prediction is not None and same_layout(m.best, m.prediction):
-        items[-1] += "; the best layout of these GPUs and this batch"
+        items[-1] += "; the fastest layout of these GPUs and this batch that fits"
     elif m.best is not None:
         est = m.at(m.best, scenario)
-        items.append(f"the best layout that fits ({layout_label(m.best)}, {gib(m.ranked[0][1])} per GPU): predicted "
-                     f"MFU {m.best.mfu * 100:.1f} %, {est.wall_clock_days:,.1f} days, {est.gpu_hours:,.0f} GPU-hours"
-                     + ("" if est.cost_usd is None else f", {fmt_usd(est.cost_usd)}"))
+        items.append(f"the fastest layout that fits ({layout_label(m.best)}, {gib(m.ranked[0][1])} per GPU): "
+                     f"predicted MFU {m.best.mfu * 100:.1f} %, {est.wall_clock_days:,.1f} days, "
+                     f"{est.gpu_hours:,.0f} GPU-hours" + ("" if est.cost_usd is None else f", {fmt_usd(est.cost_usd)}"))
     return items
 
 
@@ -346,27 +350,94 @@ def finetune_section(report: Report, specs: list[ModelSpec], scenario: Scenario,
 
 # The report's serving section (`report --serve`).
 
-def serving_section(report: Report, specs: list[ModelSpec], scenario: Scenario) -> None:
-    """`report --serve`: each decoder model served on the scenario's GPU at --seq-len tokens per request,
-    on the smallest tensor-parallel group that holds one request (bf16 weights, vLLM defaults)."""
+@dataclass(frozen=True)
+class ServingWorkload:
+    """The traffic `report --serve` sizes a deployment for (`serve --input-len --output-len --max-concurrency
+    --max-ttft --max-tpot`'s workload mode); several concurrencies draw the throughput-latency curve."""
 
+    input_len: int = 1024
+    output_len: int = 256
+    concurrency: tuple[int, ...] = (64,)
+    max_ttft: float | None = 2.0  # seconds, mean
+    max_tpot: float | None = 0.05  # seconds per output token, mean
+
+    def describe(self) -> str:
+        targets = " and ".join(t for t in (
+            f"mean TTFT <= {self.max_ttft:g} s" if self.max_ttft is not None else "",
+            f"mean TPOT <= {self.max_tpot * 1000:g} ms" if self.max_tpot is not None else "") if t)
+        return (f"{self.input_len:,} prompt tokens and {self.output_len:,} output tokens per request, "
+                f"{max(self.concurrency):,} concurrent clients, within {targets}")
+
+
+def serving_section(report: Report, specs: list[ModelSpec], scenario: Scenario,
+                    work: ServingWorkload | None = None) -> None:
+    """`report --serve`: each decoder model's deployment on the scenario's GPU for a stated workload (the fewest
+    GPUs and tensor-parallel layout meeting its latency targets: ``serving_sizing.size_workload``, as `serve
+    --input-len --output-len --max-concurrency --max-ttft --max-tpot` answers), and with several concurrencies the
+    sized replica's throughput against latency (``serving_speed.plan_workloads``)."""
+    from ..analytic.serving_sizing import size_workload
+    from ..analytic.serving_speed import Workload, plan_workloads
+    from ..views.serve import sizing_document, workload_document
+
+    work = work or ServingWorkload()
+    gpu = scenario.accelerator
     report.heading("Serving")
-    report.paragraph(f"Each model served with the current vLLM's defaults (gpu_memory_utilization 0.92, the "
-                     f"attention backend's block, weights as the checkpoint ships them, "
-                     f"{scenario.kv_dtype} KV cache) on the fewest {scenario.accelerator.key} GPUs (tensor parallel) "
-                     f"that hold one {scenario.seq_len:,}-token request; `llmcalc serve` gives the same tables for any "
-                     "setting.")
+    report.paragraph(f"Each model deployed on {gpu.key} with vLLM's defaults ({scenario.kv_dtype} KV cache, weights as "
+                     f"the checkpoint ships them) for this workload: {work.describe()}; the fewest GPUs (replicas of "
+                     "a tensor-parallel group within a node) that meet the targets, as `llmcalc serve` answers with "
+                     "the same options (report --input-len, --output-len, --max-concurrency, --max-ttft, --max-tpot "
+                     "change the workload).".rstrip())
     for spec in specs:
         if spec.architecture != "decoder":
             report.paragraph(f"{spec.name}: serving covers decoder-only models.")
             continue
-        est = smallest_serving_group(spec, scenario.accelerator, scenario.seq_len, scenario.kv_dtype)
-        if est is None:
-            report.paragraph(f"{spec.name}: no group of up to 16 {scenario.accelerator.key} GPUs holds a "
-                             f"{scenario.seq_len:,}-token request.")
+        traffic = Workload(work.input_len, work.output_len, max_concurrency=max(work.concurrency))
+        try:
+            sizing = size_workload(spec, gpu, traffic, max_ttft=work.max_ttft, max_tpot=work.max_tpot)
+        except LlmcalcError as exc:
+            report.paragraph(f"{spec.name}: not sized ({exc}).")
             continue
-        report.heading(f"{spec.name} on {est.tp} x {scenario.accelerator.key}", 3)
-        report.document(serve_document(est), f"serve-{safe_name(spec.name)}")
+        best = sizing.best
+        report.heading(f"{spec.name}: " + (f"{best.n_gpus} x {gpu.key} (tp {best.tp} x {best.replicas} "
+                                            f"replica{'s' if best.replicas > 1 else ''})" if best else
+                                            "no deployment meets the targets"), 3)
+        report.document(sizing_document(sizing), f"serve-{safe_name(spec.name)}")
+        if best is None or len(work.concurrency) < 2:
+            continue
+        curve = plan_workloads(plan_serving(spec, gpu, best.tp), work.input_len, work.output_len,
+                               max_concurrency=tuple(sorted(work.concurrency)))
+        report.figure(f"serve-curve-{safe_name(spec.name)}",
+                      throughput_latency(curve, f"{spec.name}: throughput against latency, one replica",
+                                         f"tp {best.tp} on {gpu.key} · {work.input_len:,} in / {work.output_len:,} out",
+                                         work.max_tpot),
+                      "One replica's output tokens per second (all its clients) against the mean time per output "
+                      "token, at each --max-concurrency; the latency target dashed")
+        speed = workload_document(curve)
+        speed.tables = [t for t in speed.tables if t.title.startswith("workload")]  # the memory: serve's own
+        report.document(speed, f"serve-curve-{safe_name(spec.name)}")
+
+
+def throughput_latency(plan: WorkloadPlan, title: str, line: str, max_tpot: float | None = None) -> Figure:
+    """Output tokens/s of one replica against mean TPOT (ms), one point per concurrency, labelled; the TPOT
+    target dashed."""
+    from . import plots
+
+    fig, ax = plots.figure(title, line, width=8.4, height=4.2)
+    points = [(p.run.tpot[0] * 1000, p.output_tokens_per_second, p.work.max_concurrency) for p in plan.performance
+              if p.fits and p.run.completed]
+    ax.plot([x for x, _, _ in points], [y for _, y, _ in points], marker="o", color=plots.colour(0))
+    for x, y, c in points:
+        ax.annotate(f"{c} clients", (x, y), xytext=(6, 4), textcoords="offset points", fontsize=plots.MIN_POINTS)
+    if max_tpot is not None:
+        ax.axvline(max_tpot * 1000, color=plots.WARN, linestyle="--", linewidth=1.2,
+                   label=f"target: mean TPOT {max_tpot * 1000:g} ms")
+        ax.legend(loc="lower right", fontsize=plots.MIN_POINTS)
+    ax.set_xlabel("mean time per output token (ms)")
+    ax.set_ylabel("output tokens/s per replica")
+    ax.yaxis.set_major_formatter(lambda v, _: f"{v:,.0f}")
+    ax.margins(x=0.15, y=0.12)
+    ax.grid(True, alpha=0.3)
+    return fig
 
 
 # The report's sharded profile (`report --sharded-profile N`).
