@@ -73,7 +73,7 @@ class ModelPlan:
         """Where the planned layout comes from, in a few words."""
         if self.recommended:
             return "recommended by llmcalc layout"
-        return "the given layout (--tp, --zero, --micro-batch)" + (f": {self.choice_note}" if self.choice_note
+        return "the given layout" + (f": {self.choice_note}" if self.choice_note
                                                                    else "")
 
     def at(self, prediction: StepPrediction, scenario: Scenario) -> TrainingEstimate:
@@ -262,7 +262,7 @@ def plan_model(spec: ModelSpec, scenario: Scenario, global_batch: int, recommend
         plan.prediction = plan.best
         _on_layout(plan, planned_scenario(scenario, plan.best))
         return plan
-    plan.choice_note = ("as asked (--plan-layout given)" if not recommend else
+    plan.choice_note = ("as asked" if not recommend else
                         plan.search_note or "no layout of these GPUs and this batch fits")
     plan.prediction, plan.prediction_note = _plan_prediction(spec, scenario, global_batch, plan.memory)
     return plan

@@ -32,7 +32,8 @@ from . import plots, sweeps
 from .document import Report, safe_name, short_source
 from .plan import ModelPlan, ReportPlan, layout_label, make_plan
 from .plots import gib
-from .sections import ServingWorkload, finetune_section, fp8_section, serving_section, sharded_section, steptime_section
+from .run import ServingWorkload
+from .sections import finetune_section, fp8_section, serving_section, sharded_section, steptime_section
 
 
 def _summary_lines(spec: ModelSpec, plan: ReportPlan) -> list[str]:
@@ -84,7 +85,7 @@ def _other_layouts(m: ModelPlan) -> str:
     if not m.ranked:
         return f"; none of the {m.counts['searched']:,} layouts of these GPUs and this batch fits either"
     return (f"; {m.counts['fit']:,} other layouts of these GPUs and this batch fit, the best "
-            f"{layout_label(m.ranked[0][0])} at {gib(m.ranked[0][1])} per GPU (--plan-layout best plans on it)")
+            f"{layout_label(m.ranked[0][0])} at {gib(m.ranked[0][1])} per GPU (the recommended layout)")
 
 
 def price_source(gpu: Accelerator, given: float | None) -> tuple[float | None, str]:

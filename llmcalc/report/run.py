@@ -47,6 +47,25 @@ def need_report_libraries() -> None:
 
 
 @dataclass(frozen=True)
+class ServingWorkload:
+    """The traffic the serving section sizes a deployment for (`serve --input-len --output-len --max-concurrency
+    --max-ttft --max-tpot`'s workload mode); several concurrencies draw the throughput-latency curve."""
+
+    input_len: int = 1024
+    output_len: int = 256
+    concurrency: tuple[int, ...] = (64,)
+    max_ttft: float | None = 2.0  # seconds, mean
+    max_tpot: float | None = 0.05  # seconds per output token, mean
+
+    def describe(self) -> str:
+        targets = " and ".join(t for t in (
+            f"mean TTFT <= {self.max_ttft:g} s" if self.max_ttft is not None else "",
+            f"mean TPOT <= {self.max_tpot * 1000:g} ms" if self.max_tpot is not None else "") if t)
+        return (f"{self.input_len:,} prompt tokens and {self.output_len:,} output tokens per request, "
+                f"{max(self.concurrency):,} concurrent clients, within {targets}")
+
+
+@dataclass(frozen=True)
 class ReportRequest:
     """Where the report goes and which optional sections it has; `argv`: the command line as typed (the
     report's provenance)."""
@@ -56,7 +75,7 @@ class ReportRequest:
     force: bool = False
     serve: bool = False
     finetune: LoraConfig | None = None
-    serve_work: Any = None  # sections.ServingWorkload: the traffic --serve sizes for
+    serve_work: ServingWorkload | None = None  # the traffic --serve sizes for
     given_layout: bool = False  # --plan-layout given
     argv: list[str] = field(default_factory=list)
 

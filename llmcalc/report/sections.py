@@ -4,7 +4,7 @@ section is one function ``build_report`` calls; its tables are the commands' Doc
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..analytic.finetune import FinetuneFlops, FinetuneMemory, LoraConfig, finetune
@@ -26,6 +26,7 @@ from .document import Report, safe_name
 from .figures import breakdown_bars, memory_bars, rank_figure
 from .plan import ModelPlan, ReportPlan, layout_label, same_layout
 from .plots import gib
+from .run import ServingWorkload
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -48,9 +49,9 @@ def steptime_section(report: Report, plan: ReportPlan, top: int = 6) -> None:
         return
     report.paragraph(f"The plan's global batch, {plan.global_batch:,} sequences x {scenario.seq_len:,} tokens, on "
                      f"{scenario.n_gpus:,} x {gpu.key} with recompute {scenario.recompute}: every layout of these GPUs "
-                     "ranked by the step-time model's predicted throughput, as `llmcalc layout` ranks them. The "
-                     "planned layout is the first (with --plan-layout given, the given layout, timed beside them); "
-                     "its predicted MFU sets the report's time and cost.")
+                     "ranked by the step-time model's predicted throughput, as llmcalc layout ranks them. The "
+                     "planned layout is the first unless the report was told to plan on the given one; its "
+                     "predicted MFU sets the report's time and cost.")
     for name, m in plan.models.items():
         if m.spec.architecture != "decoder":
             report.paragraph(f"{name}: the step-time model covers decoder-only models.")
@@ -350,25 +351,6 @@ def finetune_section(report: Report, specs: list[ModelSpec], scenario: Scenario,
 
 # The report's serving section (`report --serve`).
 
-@dataclass(frozen=True)
-class ServingWorkload:
-    """The traffic `report --serve` sizes a deployment for (`serve --input-len --output-len --max-concurrency
-    --max-ttft --max-tpot`'s workload mode); several concurrencies draw the throughput-latency curve."""
-
-    input_len: int = 1024
-    output_len: int = 256
-    concurrency: tuple[int, ...] = (64,)
-    max_ttft: float | None = 2.0  # seconds, mean
-    max_tpot: float | None = 0.05  # seconds per output token, mean
-
-    def describe(self) -> str:
-        targets = " and ".join(t for t in (
-            f"mean TTFT <= {self.max_ttft:g} s" if self.max_ttft is not None else "",
-            f"mean TPOT <= {self.max_tpot * 1000:g} ms" if self.max_tpot is not None else "") if t)
-        return (f"{self.input_len:,} prompt tokens and {self.output_len:,} output tokens per request, "
-                f"{max(self.concurrency):,} concurrent clients, within {targets}")
-
-
 def serving_section(report: Report, specs: list[ModelSpec], scenario: Scenario,
                     work: ServingWorkload | None = None) -> None:
     """`report --serve`: each decoder model's deployment on the scenario's GPU for a stated workload (the fewest
@@ -385,8 +367,7 @@ def serving_section(report: Report, specs: list[ModelSpec], scenario: Scenario,
     report.paragraph(f"Each model deployed on {gpu.key} with vLLM's defaults ({scenario.kv_dtype} KV cache, weights as "
                      f"the checkpoint ships them) for this workload: {work.describe()}; the fewest GPUs (replicas of "
                      "a tensor-parallel group within a node) that meet the targets, as `llmcalc serve` answers with "
-                     "the same options (report --input-len, --output-len, --max-concurrency, --max-ttft, --max-tpot "
-                     "change the workload).".rstrip())
+                     "the same workload.")
     for spec in specs:
         if spec.architecture != "decoder":
             report.paragraph(f"{spec.name}: serving covers decoder-only models.")
@@ -411,7 +392,7 @@ def serving_section(report: Report, specs: list[ModelSpec], scenario: Scenario,
                                          f"tp {best.tp} on {gpu.key} · {work.input_len:,} in / {work.output_len:,} out",
                                          work.max_tpot),
                       "One replica's output tokens per second (all its clients) against the mean time per output "
-                      "token, at each --max-concurrency; the latency target dashed")
+                      "token, at each number of concurrent clients; the latency target dashed")
         speed = workload_document(curve)
         speed.tables = [t for t in speed.tables if t.title.startswith("workload")]  # the memory: serve's own
         report.document(speed, f"serve-curve-{safe_name(spec.name)}")
