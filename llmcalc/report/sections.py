@@ -20,7 +20,7 @@ from ..spec import ModelSpec
 from ..units import GIB, fmt_count, fmt_gib, fmt_usd, si
 from ..views.layout import layout_document
 from ..views.params import adapter_table, finetune_config
-from ..views.profile import distributed_document, long_table
+from ..views.profile import distributed_document
 from ..views.train import FP8_NOTE
 from .document import Report, safe_name
 from .figures import breakdown_bars, memory_bars, rank_figure
@@ -126,7 +126,6 @@ def _recipe_label(recipe: str, plan: str) -> str:
 
 def fp8_memory_document(spec: ModelSpec, scenario: Scenario) -> tuple[Document, dict[str, MemoryEstimate]]:
     """Memory per GPU by component (GiB) under bf16-mixed and each FP8 recipe, on the plan's layout."""
-    from dataclasses import replace
 
     from ..analytic.memory import RECIPES
     from ..analytic.summary import scenario_memory
@@ -211,7 +210,6 @@ def fp8_section(report: Report, specs: list[ModelSpec], scenario: Scenario, line
 def _methods(cfg: LoraConfig) -> dict[str, LoraConfig | None]:
     """Full training (None) and LoRA and QLoRA at the chosen rank and targets; the chosen method keeps its
     --base-dtype, the other its default base (bf16 for LoRA, nf4 for QLoRA)."""
-    from dataclasses import replace
 
     from ..analytic.finetune import lora_config
 
@@ -440,9 +438,6 @@ def sharded_section(report: Report, results: dict[str, dict], line: str) -> None
         report.figure(f"sharded-{safe_name(name)}", rank_figure(data, line),
                       "Rank 0's sharded state, peak and collective bytes: the formula (left bar) and the virtual "
                       "profile (right bar), the relative error over each pair; every rank in the table below")
-        doc = distributed_document(data)
+        doc = distributed_document(data)  # one column per figure in the CSV, long-form for people
         report.paragraph(doc.title + ".")
-        wide = doc.tables[0]  # one column per figure: the CSV keeps it, people read it long-form
-        doc.tables[0] = replace(wide, for_people=False)
-        doc.tables.insert(1, long_table(data, wide.title, wide.notes))
         report.document(doc, f"sharded-{safe_name(name)}")
