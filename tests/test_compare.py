@@ -54,3 +54,10 @@ def test_compare_prices_training_when_tokens_are_given():
                       4096)
     assert record["serve_concurrency"] == served["max_concurrent_sequences"]
     assert "on h200" not in run("compare", "llama-3-8b", "--tokens", "2T", "--gpu", "h200").stdout.splitlines()[0]
+
+
+def test_a_training_option_prices_the_run_and_sorting_by_a_training_figure_needs_one():
+    (record,) = cli_json("compare", "llama-3-8b", "--n-gpus", 64)["models"]
+    assert record["gpu_hours"] > 0  # --n-gpus is a training run's option: the run is priced (at --tokens' 2T)
+    result = run("compare", "llama-3-8b", "gpt2", "--sort", "gpu_hours")
+    assert result.exit_code != 0 and "--sort gpu_hours" in result.output and "--tokens" in result.output

@@ -213,6 +213,8 @@ def compare_models(specs: list, scenario: Scenario, sort_key: str | None = None,
     refused before any work); `training`, `serving`: as ``model_record``. A model without a formula
     (fallback.MeasuredPair) gives its own record, from what transformers counted and measured."""
     sort_records([], sort_key)
+    if sort_key in TRAINING_KEYS and not training:
+        raise LlmcalcError(f"--sort {sort_key} is a training figure: give --tokens (e.g. --tokens 2T) to price a run")
     records = [model_record(spec, scenario, training, serving) if isinstance(spec, ModelSpec)
                else _measured_record(spec, scenario, training) for spec in specs]
     return sort_records(records, sort_key, reverse)

@@ -34,6 +34,9 @@ def make_scenario(seq_len: int, tokens: float, gpu: str, n_gpus: int, mfu: float
                     recipe=recipe, zero=zero, tp=tp, micro_batch=micro_batch, recompute=recompute, causal=causal)
 
 
+TRAINING_OPTIONS = ("tokens", "mfu", "usd_per_gpu_hour", "n_gpus", "recipe", "zero", "tp", "micro_batch", "recompute")
+
+
 @click.command()
 @models_argument
 @scenario_options
@@ -45,14 +48,14 @@ def compare(ctx: click.Context, models: tuple[str, ...], seq_len: int, tokens: f
             mfu: float, usd_per_gpu_hour: float | None, recipe: str, zero: int, tp: int, micro_batch: int,
             recompute: str, causal: bool, sort_key: str | None, reverse: bool, fmt: str) -> None:
     """MODELS side by side: size, context length, KV cache, serving on --gpu (default h100-sxm), FLOPs; training
-    time, cost and memory when --tokens is given."""
+    time, cost and memory when --tokens (or another training option) is given."""
     from ..analytic.summary import compare_models
     from ..views.compare import document
 
     scenario = make_scenario(seq_len, tokens, gpu, n_gpus, mfu=mfu, usd_per_gpu_hour=usd_per_gpu_hour, recipe=recipe,
                              zero=zero, tp=tp, micro_batch=micro_batch, recompute=recompute, causal=causal)
     records = compare_models(load_any(models, seq_len), scenario, sort_key, reverse,
-                             training=bool(given(ctx, "tokens")), serving=True)
+                             training=bool(given(ctx, *TRAINING_OPTIONS)), serving=True)
     emit(document(records, scenario), fmt)
 
 

@@ -47,7 +47,8 @@ def compare_document(records: list[dict], scenario: Scenario, notes: list[str] |
                              "above; memory is the peak per GPU for a micro-batch (see `llmcalc memory`); attention "
                              "S² share is of forward matmul FLOPs")
     else:
-        default_notes.append("training time, cost and memory: give --tokens (e.g. --tokens 2T) to price a run")
+        default_notes.append("training time, cost and memory: give --tokens (e.g. --tokens 2T) or another training "
+                             "option (--n-gpus, --mfu, --tp ...) to price a run")
     side_by_side = Table(
         "comparison",
         [Column("quantity", "quantity", align="left")] + [Column(f"m{i}", r["model"]) for i, r in enumerate(records)],
