@@ -174,6 +174,8 @@ def short_source(text: str | None) -> str:
     parts = [p for p in path.split("/") if p]
     if host.endswith("huggingface.co") and len(parts) >= 2:
         label = f"{parts[0]}/{parts[1]} on Hugging Face"
+    elif parts and parts[-1].lower().endswith(".pdf"):
+        label = f"{host.removeprefix('www.')} (PDF)"
     else:
         label = host.removeprefix("www.") + ("/" + "/".join(parts[:3]) if parts else "")
     return f"[{label}]({url})"
