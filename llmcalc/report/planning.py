@@ -416,7 +416,8 @@ def _steps(ctx: _Context, extras: Extras) -> list[tuple[str | None, Callable[[Re
         ("memory", lambda r: _memory(r, ctx)),
     ]
     if scenario.recipe.startswith("fp8"):
-        steps.append((None, lambda r: fp8_section(r, ctx.specs, scenario, ctx.plan.memory_line())))
+        steps.append((None, lambda r: fp8_section(r, ctx.specs, scenario, ctx.plan.memory_line(),
+                                                  {n: m.scenario for n, m in ctx.plan.models.items()})))
     if extras.finetune is not None:
         steps.append(("fine-tuning", lambda r: finetune_section(r, ctx.specs, scenario, extras.finetune,
                                                                  ctx.plan.models_line())))

@@ -70,7 +70,8 @@ def steptime_section(report: Report, plan: ReportPlan, top: int = 6) -> None:
         report.figure(figure, breakdown_bars(_bars(m, top), f"{name}: predicted step time by layout",
                                              plan.steptime_line(name)),
                       "Where each layout's step goes (compute, exposed communication, pipeline bubble, optimizer), "
-                      "best layouts first" + (", then the plan's own layout" if m.prediction is not None else "")
+                      "best layouts first" + (", then the planned layout" if m.prediction is not None and not any(
+                          same_layout(p, m.prediction) for p, _ in m.ranked[:top]) else "")
                       + " and the slowest that fits last; each bar's predicted MFU at its end")
         report.document(layout_document(name, gpu.key, scenario.n_gpus, scenario.seq_len,
                                         global_batch=plan.global_batch, ranked=m.ranked, losers=m.losers,
@@ -86,7 +87,7 @@ def _bars(m: ModelPlan, top: int) -> list[tuple[str, StepPrediction]]:
                 + f" mb{lay.micro_batch} ZeRO-{lay.zero}")
 
     shown = [(label(p), p) for p, _ in m.ranked[:top]]
-    if m.prediction is not None:
+    if m.prediction is not None and not any(same_layout(p, m.prediction) for p, _ in m.ranked[:top]):
         shown.append((f"the plan: {label(m.prediction)}", m.prediction))
     worst = m.ranked[-1][0]
     if len(m.ranked) > top:
@@ -140,8 +141,9 @@ def fp8_memory_document(spec: ModelSpec, scenario: Scenario) -> tuple[Document, 
     notes = [f"{r}: {RECIPES[r].description}" for r in (BASELINE, *FP8_RECIPES)]
     notes += [f"{label}: peak at the {est.peak_phase}; {'fits' if est.peak <= cap else 'does NOT fit'} in "
               f"{scenario.accelerator.key}'s {cap / GIB:g} GiB" for label, est in ests.items()]
-    notes += [f"the plan's layout for every recipe: ZeRO-{scenario.zero} over {scenario.n_gpus:,} GPUs, tp "
-              f"{scenario.tp}; memory in GiB (2^30 bytes)"]
+    par = scenario.parallel
+    notes += [f"the planned layout for every recipe: tp {par.tp} cp {par.cp} pp {par.pp} dp {par.dp:,}, "
+              f"ZeRO-{par.zero}; memory in GiB (2^30 bytes)"]
     table = Table(f"memory per GPU at micro-batch {scenario.micro_batch} x seq {scenario.seq_len:,}",
                   [Column("name", "component", align="left")]
                   + [Column(est.recipe.name, f"{label} (GiB)", fmt_gib) for label, est in ests.items()], rows, notes)
@@ -178,9 +180,11 @@ def fp8_mfu_table(scenario: Scenario) -> Table:
                  [Column("quantity", "quantity", align="left"), Column("value", "value", align="left")], rows, notes)
 
 
-def fp8_section(report: Report, specs: list[ModelSpec], scenario: Scenario, line: str) -> None:
-    """`report --recipe fp8*`: memory per GPU under bf16-mixed and the three FP8 recipes on the plan's
-    layout (one figure for all models), and the plan's MFU against the bf16 and the fp8 peak."""
+def fp8_section(report: Report, specs: list[ModelSpec], scenario: Scenario, line: str,
+                planned: dict[str, Scenario] | None = None) -> None:
+    """`report --recipe fp8*`: memory per GPU under bf16-mixed and the three FP8 recipes on each model's planned
+    layout (`planned`, per model; else the scenario's), one figure for all models, and the plan's MFU against the
+    bf16 and the fp8 peak."""
 
     report.heading("FP8 training")
     report.paragraph(f"The plan trains with the {scenario.recipe} recipe; below, its memory beside bf16-mixed and the "
@@ -190,16 +194,17 @@ def fp8_section(report: Report, specs: list[ModelSpec], scenario: Scenario, line
     for spec in specs:
         if spec.architecture != "decoder":
             report.paragraph(f"{spec.name}: FP8 memory needs the activation model, which covers decoder-only models.")
-    docs = {s.name: fp8_memory_document(s, scenario) for s in decoders}
+    planned = planned or {}
+    docs = {s.name: fp8_memory_document(s, planned.get(s.name, scenario)) for s in decoders}
     if not docs:
         return
     bars = {(label if len(docs) == 1 else f"{name}: {label}"): est.peak_components()
             for name, (_, ests) in docs.items() for label, est in ests.items()}
     report.figure("fp8_memory", memory_bars(bars, scenario.accelerator.memory_bytes, scenario.accelerator.key,
                                             "Memory per GPU: bf16-mixed against the FP8 recipes", line),
-                  f"Memory per GPU at the peak, by component group, for bf16-mixed and each FP8 recipe on the plan's "
-                  f"layout (ZeRO-{scenario.zero} over {scenario.n_gpus:,} GPUs, tp {scenario.tp}); the plan's recipe "
-                  f"marked 'plan'; dashed: {scenario.accelerator.key}'s capacity")
+                  f"Memory per GPU at the peak, by component group, for bf16-mixed and each FP8 recipe on each "
+                  f"model's planned layout ({scenario.n_gpus:,} GPUs); the plan's recipe marked 'plan'; dashed: "
+                  f"{scenario.accelerator.key}'s capacity")
     for name, (doc, _) in docs.items():
         report.heading(name, 3)
         report.document(doc, f"fp8-{safe_name(name)}")
