@@ -650,3 +650,22 @@ def test_a_signal_inside_a_finaliser_still_interrupts(tmp_path, monkeypatch, exi
     assert result.exit_code == 143, result.output
     assert messages(result.stderr) == [f"llmcalc: interrupted by SIGTERM; {out} left as it was"]
     assert files_of(out) == old and sorted(p.name for p in tmp_path.iterdir()) == ["report"]
+
+
+def test_serving_for_a_workload_draws_the_throughput_latency_curve(tmp_path):
+    """--serve with a --max-concurrency list: the deployment sized for the largest, and the sized replica's speed
+    at every concurrency, as `serve --input-len --output-len --max-concurrency` predicts it, drawn and tabled."""
+    out = tmp_path / "r"
+    result = run("report", "llama-3-8b", "--n-gpus", 8, "--serve", "--input-len", 512, "--output-len", 64,
+                 "--max-concurrency", "1,8", "--max-ttft", 1, "--max-tpot", 0.05, "--out", out)
+    assert result.exit_code == 0, result.output
+    sized = cli_json("serve", "llama-3-8b", "--gpu", "h100-sxm", "--input-len", 512, "--output-len", 64,
+                     "--max-concurrency", 8, "--max-ttft", 1, "--max-tpot", 0.05)
+    tp = sized["layout"]["tp"]
+    assert f"### llama-3-8b: {sized['layout']['n_gpus']} x h100-sxm (tp {tp} x " in (out / "report.md").read_text()
+    curve = cli_json("serve", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", tp, "--input-len", 512,
+                     "--output-len", 64, "--max-concurrency", "1,8")["performance"]
+    rows = read_csv(out / "tables" / "serve-curve-llama-3-8b.csv")
+    assert [float(r["output"]) for r in rows] == pytest.approx(
+        [p["output_tokens_per_second"] for p in curve])
+    assert (out / "figures" / "serve-curve-llama-3-8b.png").exists()
