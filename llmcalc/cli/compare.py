@@ -107,7 +107,7 @@ def report(ctx: click.Context, models: tuple[str, ...], seq_len: int, tokens: fl
 def _report_plan(plan_layout: str, input_len: int, output_len: int, max_concurrency: tuple[int, ...],
                  ttft: float, tpot: float) -> dict:
     """report's --plan-layout and serving workload, as ReportRequest's fields."""
-    from ..report.run import ServingWorkload
+    from ..report.workload import ServingWorkload
 
     return {"given_layout": plan_layout == "given",
             "serve_work": ServingWorkload(input_len, output_len, max_concurrency, max_ttft=ttft, max_tpot=tpot)}

@@ -32,8 +32,8 @@ from . import plots, sweeps
 from .document import Report, safe_name, short_source
 from .plan import ModelPlan, ReportPlan, layout_label, make_plan
 from .plots import gib
-from .run import ServingWorkload
 from .sections import finetune_section, fp8_section, serving_section, sharded_section, steptime_section
+from .workload import ServingWorkload
 
 
 def _summary_lines(spec: ModelSpec, plan: ReportPlan) -> list[str]:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..errors import Interrupted, LlmcalcError
 from ..records import dataclass
 from ..spec import ModelSpec
+from .workload import ServingWorkload
 
 if TYPE_CHECKING:
     from ..analytic.finetune import LoraConfig
@@ -44,25 +45,6 @@ def need_report_libraries() -> None:
     missing = [m for m in ("pandas", "matplotlib") if importlib.util.find_spec(m) is None]
     if missing:
         raise LlmcalcError(f"reports need {' and '.join(missing)}: pip install 'llmcalc[report]'")
-
-
-@dataclass(frozen=True)
-class ServingWorkload:
-    """The traffic the serving section sizes a deployment for (`serve --input-len --output-len --max-concurrency
-    --max-ttft --max-tpot`'s workload mode); several concurrencies draw the throughput-latency curve."""
-
-    input_len: int = 1024
-    output_len: int = 256
-    concurrency: tuple[int, ...] = (64,)
-    max_ttft: float | None = 2.0  # seconds, mean
-    max_tpot: float | None = 0.05  # seconds per output token, mean
-
-    def describe(self) -> str:
-        targets = " and ".join(t for t in (
-            f"mean TTFT <= {self.max_ttft:g} s" if self.max_ttft is not None else "",
-            f"mean TPOT <= {self.max_tpot * 1000:g} ms" if self.max_tpot is not None else "") if t)
-        return (f"{self.input_len:,} prompt tokens and {self.output_len:,} output tokens per request, "
-                f"{max(self.concurrency):,} concurrent clients, within {targets}")
 
 
 @dataclass(frozen=True)

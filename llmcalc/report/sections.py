@@ -26,7 +26,7 @@ from .document import Report, safe_name
 from .figures import breakdown_bars, memory_bars, rank_figure
 from .plan import ModelPlan, ReportPlan, layout_label, same_layout
 from .plots import gib
-from .run import ServingWorkload
+from .workload import ServingWorkload
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
