@@ -143,6 +143,11 @@ DIFFERENT_ON_PURPOSE = {
     "--recipe": "memory's precision recipes, or the reference model's torch recipes (profile)",
     "--recompute": "layout searches the least that fits; the reference model has no selective mode (profile)",
     "--tp": "the layout's degree, or a sharded profile's (profile)",
+    "--input-len": "serve predicts a workload only when given; report --serve sizes for a stated default one",
+    "--output-len": "serve predicts a workload only when given; report --serve sizes for a stated default one",
+    "--max-concurrency": "serve: offline unless given; report --serve: 64 clients unless given",
+    "--max-ttft": "serve: a target only when given; report --serve: a stated default target (2 s)",
+    "--max-tpot": "serve: a target only when given; report --serve: a stated default target (50 ms)",
 }
 
 

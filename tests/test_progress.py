@@ -65,7 +65,7 @@ def test_calibrate_shows_progress_on_a_terminal_and_nothing_on_a_pipe(tmp_path):
 def test_a_real_profile_shows_progress_on_a_terminal_only(tmp_path):
     on_tty, drawn = llmcalc(TINY_PROFILE, tmp_path, terminal=True)
     assert on_tty.returncode == 0, drawn
-    assert "profiling llmcalc-tiny on cpu: " in drawn and " s" in drawn
+    assert "profiling llmcalc-tiny on cpu: " in drawn and " s" in drawn and " of 4, " in drawn  # 2 counted + 2 timed
     assert drawn.rstrip().endswith("\x1b[K")  # the line is erased before the result prints
     piped, stderr = llmcalc(TINY_PROFILE, tmp_path, terminal=False)
     assert piped.returncode == 0 and stderr == ""  # nothing when stderr is not a terminal
@@ -133,3 +133,47 @@ def test_a_long_layout_search_shows_its_bar_on_a_terminal(tmp_path):
     assert "layouts" in drawn
     piped, stderr = llmcalc(args, tmp_path, terminal=False)
     assert piped.returncode == 0 and stderr == "" and piped.stdout == done.stdout
+
+
+class _Terminal:
+    """A stderr that says it is a terminal and keeps what is written."""
+
+    def __init__(self):
+        self.text = ""
+
+    def isatty(self):
+        return True
+
+    def write(self, text):
+        self.text += text
+
+    def flush(self):
+        pass
+
+
+def test_counted_work_shows_steps_done_and_left_and_an_eta(monkeypatch):
+    """Before a step is measured the ETA is the predicted one (steps left x the predicted seconds per step); once
+    steps have run, the measured mean replaces it."""
+    now = [100.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    clock = progress.StepClock(12, predicted=10.0)
+    assert clock.text() == "step 0 of 12, 12 left, about 2 min 00 s to go (predicted)"
+    now[0] += 30.0  # three steps in 30 s: 10 s each, 9 left
+    for _ in range(3):
+        clock.tick()
+    assert clock.eta() == 90.0 and clock.text() == "step 3 of 12, 9 left, about 1 min 30 s to go"
+    assert progress.StepClock(3).text() == "step 0 of 3, 3 left"  # nothing predicted: no ETA yet
+    assert progress.duration(4000) == "1 h 06 min"
+
+
+def test_the_activity_line_carries_the_open_step_clock(monkeypatch):
+    terminal = _Terminal()
+    monkeypatch.setattr(progress.sys, "stderr", terminal)
+    monkeypatch.setattr(progress, "FIRST_DRAW_S", 0.0)
+    monkeypatch.setattr(progress, "REDRAW_S", 0.01)
+    with progress.activity("profiling x on cpu"), progress.step_clock(4, predicted=1.0):
+        progress.tick()
+        time.sleep(0.2)
+    assert "profiling x on cpu: " in terminal.text and "step 1 of 4, 3 left, about " in terminal.text
+    assert terminal.text.endswith("\x1b[K")  # erased on the way out
+    progress.tick()  # no clock open: nothing to count, no error

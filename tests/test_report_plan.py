@@ -1,7 +1,8 @@
 """One report that agrees with itself: plan.json, llmcalc-report.json, report.md and the tables parsed back, each
-shared figure (global batch, layout, MFU assumed and predicted, memory and fit verdict, layouts that fit, the
-step-time section's batch and recompute, figure subtitles) checked against the others and against the commands a
-user would run for the plan's layout (`train`, `memory`, `layout`, `serve`)."""
+shared figure (global batch, each model's planned layout, the one time and cost, memory and fit verdict, layouts
+that fit, the sweeps at the plan) checked against the others and against the commands a user would run (`layout`
+for the recommended layout, `memory` for its fit, `train` for its predicted MFU and the assumed one, `serve` for
+the deployment)."""
 
 import csv
 import json
@@ -41,133 +42,142 @@ def subtitle(md: str, figure: str) -> str:
     return re.search(rf"!\[([^\]]*)\]\(figures/{re.escape(figure)}\.png\)", md).group(1)
 
 
-def layout_of(plan: dict) -> dict:
-    """dp, tp, ZeRO, micro-batch and recompute of plan.json's layout line ("dp 64 x tp 1, ZeRO-1, ...")."""
-    m = re.fullmatch(r"dp ([\d,]+) x tp ([\d,]+), ZeRO-(\d), micro-batch ([\d,]+), recompute (\w+)", plan["layout"])
-    assert m, plan["layout"]
-    number = lambda text: int(text.replace(",", ""))  # noqa: E731
-    return dict(dp=number(m[1]), tp=number(m[2]), zero=int(m[3]), micro_batch=number(m[4]), recompute=m[5])
+DEGREES = ("tp", "cp", "pp", "vpp", "dp", "micro_batch", "zero", "recompute")
+
+
+def memory_check(model: str, lay: dict, seq_len: int, n_gpus: int) -> tuple[float, bool]:
+    """Per-GPU bytes of a layout and whether it fits in the h100-sxm, by `memory`'s own check: the command where
+    it takes every degree (cp 1, vpp 1), else its entry point ``training_memory`` on the same Parallel."""
+    if lay["cp"] == 1 and lay["vpp"] == 1:
+        memory = cli_json("memory", model, "--micro-batch", lay["micro_batch"], "--recompute", lay["recompute"],
+                          "--zero", lay["zero"], "--tp", lay["tp"], "--pp", lay["pp"], "--n-gpus", n_gpus,
+                          "--seq-len", seq_len, "--gpu", "h100-sxm")
+        return memory["per_gpu_bytes"], memory["fits"]
+    from llmcalc.analytic.memory import training_memory
+    from llmcalc.analytic.parallel import Parallel
+    from llmcalc.spec import load_model
+
+    par = Parallel(tp=lay["tp"], cp=lay["cp"], pp=lay["pp"], dp=lay["dp"], vpp=lay["vpp"], zero=lay["zero"])
+    est = training_memory(load_model(model), lay["micro_batch"], seq_len, "bf16-mixed", optimizer="adamw",
+                          recompute=lay["recompute"], parallel=par)
+    return est.peak, est.peak <= CAPACITY
+
+
+def layout_flags(lay: dict) -> list:
+    return ["--tp", lay["tp"], "--cp", lay["cp"], "--pp", lay["pp"], "--vpp", lay["vpp"], "--zero", lay["zero"],
+            "--micro-batch", lay["micro_batch"], "--recompute", lay["recompute"]]
 
 
 def check_report(tmp_path, models, n_gpus, *extra, serve=False):
     args = [*models, "--tokens", "2T", "--gpu", "h100-sxm", "--n-gpus", n_gpus, *extra] + (["--serve"] if serve else [])
     out, plan, meta, md = build(tmp_path, *args)
     scenario = meta["scenario"]
-    lay = layout_of(plan)
-    # the layout and batch: the plan's line is the scenario's options; global batch = micro-batch x dp
-    assert (lay["tp"], lay["zero"], lay["micro_batch"], lay["recompute"]) == (
-        scenario["tp"], scenario["zero"], scenario["micro_batch"], scenario["recompute"])
-    assert lay["dp"] * lay["tp"] == n_gpus
+    given = "--plan-layout" in [str(a) for a in extra]
+    # the batch: --micro-batch x n-gpus / --tp sequences, whatever layout each model is planned on
     batch = plan["global_batch"]
-    assert batch == lay["micro_batch"] * lay["dp"]
+    assert batch == scenario["micro_batch"] * n_gpus // scenario["tp"]
+    seq = scenario["seq_len"]
     summary, steps = section(md, "Summary"), section(md, "Predicted step time by layout")
     assert re.search(rf"\| global batch +\| {batch:,} sequences = ", summary)
-    assert re.search(rf"\| micro-batch per GPU +\| {lay['micro_batch']} sequences? ", summary)
-    assert (f"The plan's global batch, {batch:,} sequences x {scenario['seq_len']:,} tokens (micro-batch "
-            f"{lay['micro_batch']:,} x {lay['dp']:,} data-parallel ranks)") in steps
-    assert f"with recompute {lay['recompute']} (the plan's)" in steps
-    # the MFU: the headline uses the assumed one, says so, and shows the predicted one beside it, labelled
+    assert f"The plan's global batch, {batch:,} sequences x {seq:,} tokens" in steps
     assumed = plan["mfu_assumed"]
-    assert assumed == scenario["mfu"] and plan["headline_mfu"] == "assumed"
-    assert re.search(rf"\| MFU assumed \(the headline\) +\| {assumed:.0%} of the dense bf16 peak", summary)
-    layout_args = ["--gpu", "h100-sxm", "--n-gpus", n_gpus, "--seq-len", scenario["seq_len"]]
+    assert assumed == scenario["mfu"]
+    layout_args = ["--gpu", "h100-sxm", "--n-gpus", n_gpus, "--seq-len", seq]
     for model in models:
         mine = plan["models"][model]
+        lay = mine["layout"]
+        assert lay["tp"] * lay["cp"] * lay["pp"] * lay["dp"] == n_gpus
         lines = summary.split(f"\n{model}:\n", 1)[-1].split("\n\n**")[0]  # the model's bullets (one: all)
         time_line = next(line for line in lines.splitlines() if line.startswith("- Time: "))
-        memory_line = next(line for line in lines.splitlines() if line.startswith("- Memory: "))
-        # time and cost at the assumed MFU are those of `train --mfu`
-        train = cli_json("train", model, "--tokens", "2T", "--mfu", assumed, *layout_args)
-        assert mine["wall_clock_days"] == pytest.approx(train["wall_clock_days"])
-        assert mine["gpu_hours"] == pytest.approx(train["gpu_hours"])
-        assert mine["cost_usd"] == pytest.approx(train["cost_usd"])
-        assert f"{train['wall_clock_days']:.1f} days" in time_line and f"at the assumed {assumed:.0%} MFU" in time_line
-        assert "the headline's MFU" in time_line
-        # memory and fit verdict on the plan's layout are those of `memory`
-        memory = cli_json("memory", model, "--micro-batch", lay["micro_batch"], "--recompute", lay["recompute"],
-                          "--zero", lay["zero"], "--tp", lay["tp"], "--n-gpus", n_gpus,
-                          "--seq-len", scenario["seq_len"])
-        assert mine["memory_per_gpu_bytes"] == pytest.approx(memory["per_gpu_bytes"])
-        assert mine["fits"] == (memory["per_gpu_bytes"] <= CAPACITY)
-        assert ("**does NOT fit**" in memory_line) == (not mine["fits"])
-        memory_section = model_part(section(md, "Memory"), model)
-        assert ("**does NOT fit** on h100-sxm" in memory_section) == (not mine["fits"])
-        # the layouts that fit are those `layout --exhaustive` finds for the plan's batch and recompute (the report
-        # evaluates every layout)
-        found = cli_json("layout", model, *layout_args, "--global-batch", batch, "--recompute", lay["recompute"],
+        layout_line = next(line for line in lines.splitlines() if line.startswith("- Layout: "))
+        found = cli_json("layout", model, *layout_args, "--global-batch", batch, "--recompute", scenario["recompute"],
                          "--exhaustive")
         assert (mine["layouts_that_fit"], mine["layouts_searched"]) == (found["counts"]["fit"],
                                                                         found["counts"]["searched"])
-        mine_steps = model_part(steps, model)
-        assert f"searched {found['counts']['searched']:,} layouts: {found['counts']['fit']:,} fit" in mine_steps
-        if not mine["fits"]:
-            assert f"{found['counts']['fit']:,} other layouts of these GPUs and this batch fit" in memory_line
-        # the predicted MFU: `train --global-batch` on the plan's layout, shown beside the assumed one
-        if mine["fits"]:
+        best = found["layouts"][0]
+        if given:  # the layout as given: dp = n / tp, no accumulation
+            assert lay["source"] == "given"
+            assert (lay["tp"], lay["cp"], lay["pp"], lay["zero"], lay["micro_batch"]) == (
+                scenario["tp"], 1, 1, scenario["zero"], scenario["micro_batch"])
+        else:  # the layout `layout` recommends for this batch and recompute
+            assert lay["source"] == "recommended"
+            assert {k: lay[k] for k in DEGREES} == {k: best[k] for k in DEGREES}
+            assert mine["memory_per_gpu_bytes"] == pytest.approx(best["memory_gib"] * GIB, rel=1e-9)
+            assert f"the fastest of {found['counts']['fit']:,} that fit" in layout_line
+        # memory and the fit verdict are `memory`'s for that layout; said once, the same in every section
+        per_gpu, fits = memory_check(model, lay, seq, n_gpus)
+        assert mine["memory_per_gpu_bytes"] == pytest.approx(per_gpu)
+        assert mine["fits"] == fits
+        assert ("**does NOT fit**" in layout_line) == (not fits)
+        memory_section = model_part(section(md, "Memory"), model)
+        assert ("**does NOT fit** on h100-sxm" in memory_section) == (not fits)
+        if not fits:
+            assert f"{found['counts']['fit']:,} other layouts of these GPUs and this batch fit" in layout_line
+        # the one time and cost: `train --global-batch` on the planned layout where it fits, else the assumed MFU;
+        # the assumed MFU's figures are `train --mfu`'s, stated as the alternative
+        at_assumed = cli_json("train", model, "--tokens", "2T", "--mfu", assumed, *layout_args)
+        assert mine["at_assumed_mfu"]["wall_clock_days"] == pytest.approx(at_assumed["wall_clock_days"])
+        assert mine["at_assumed_mfu"]["cost_usd"] == pytest.approx(at_assumed["cost_usd"])
+        if mine["headline_mfu"] == "predicted":
             predicted = cli_json("train", model, "--tokens", "2T", *layout_args, "--global-batch", batch,
-                                 "--micro-batch", lay["micro_batch"], "--recompute", lay["recompute"],
-                                 "--zero", lay["zero"], "--tp", lay["tp"])
-            assert mine["plan_layout_predicted_mfu"] == pytest.approx(predicted["mfu"])
-            shown = f"{predicted['mfu'] * 100:.1f} %"
-            assert f"the step model predicts {shown} MFU for the plan's layout" in time_line
-            assert f"{predicted['wall_clock_days']:.1f} days at that MFU" in time_line
-            assert re.search(rf"\| ({re.escape(model)}: )?MFU predicted +\| {re.escape(shown)} for the plan's layout",
-                             summary)
-            assert f"predicted MFU {shown} (assumed {assumed:.0%})" in mine_steps
+                                 *layout_flags(lay))
+            assert mine["mfu"] == pytest.approx(predicted["mfu"])
+            assert mine["wall_clock_days"] == pytest.approx(predicted["wall_clock_days"])
+            assert mine["gpu_hours"] == pytest.approx(predicted["gpu_hours"])
+            assert f"{predicted['wall_clock_days']:,.1f} days" in time_line
+            assert f"predicted {predicted['mfu'] * 100:.1f} % MFU of the planned layout" in time_line
+            assert f"at the assumed {assumed:.0%} MFU instead: {at_assumed['wall_clock_days']:,.1f} days" in time_line
         else:
-            assert mine["plan_layout_predicted_mfu"] is None
-            best = found["layouts"][0]
-            assert f"predicts {best['mfu'] * 100:.1f} % MFU for the best layout that fits" in time_line
+            assert not fits and mine["wall_clock_days"] == pytest.approx(at_assumed["wall_clock_days"])
+            assert f"at the assumed {assumed:.0%} MFU" in time_line
+        compare_row = re.search(r"\| wall-clock \(days\) +\|(.*)\|", summary)
+        if compare_row:  # several models: the side-by-side table carries the same one time
+            assert f"{mine['wall_clock_days']:,.1f} days" in compare_row[1]
         # the steps table is the layout search, and the sweep's point at the plan's GPU count is the verdict
         rows = list(csv.DictReader((out / "tables" / f"steptime-{model}.csv").open()))
-        assert float(rows[0]["mfu"]) == pytest.approx(found["layouts"][0]["mfu"])
+        assert float(rows[0]["mfu"]) == pytest.approx(best["mfu"])
         sweep = [r for r in csv.DictReader((out / "tables" / "time_vs_gpus.csv").open())
                  if r["model"] == model and r["device"] == "h100-sxm" and int(r["n_gpus"]) == n_gpus]
-        assert [r["fits"] for r in sweep] == [str(mine["fits"])]
+        assert [r["fits"] for r in sweep] == [str(fits)]
+        assert float(sweep[0]["wall_clock_days"]) == pytest.approx(mine["wall_clock_days"])
+        peaks = [float(r["bytes"]) for r in csv.DictReader((out / "tables" / "memory_vs_batch.csv").open())
+                 if r["component"] == "peak" and r["model"] == model and int(r["micro_batch"]) == lay["micro_batch"]]
+        assert peaks == [pytest.approx(mine["memory_per_gpu_bytes"])]
         if serve:
-            check_serving(md, model, scenario["seq_len"])
-    # the subtitles say what the figures draw
-    time_cost = subtitle(md, "time_cost")
-    assert f"at the assumed {assumed:.0%} MFU" in time_cost
-    assert (f"the star is the plan: {n_gpus:,} x h100-sxm, dp x tp {lay['dp']:,} x {lay['tp']}, "
-            f"ZeRO-{lay['zero']}, micro-batch {lay['micro_batch']}") in time_cost
-    memory_figure = subtitle(md, "memory")
-    assert f"ZeRO-{lay['zero']} over {n_gpus:,} GPUs" in memory_figure
-    assert f"the plan's micro-batch ({lay['micro_batch']}) outlined" in memory_figure
-    peaks = [r for r in csv.DictReader((out / "tables" / "memory_vs_batch.csv").open()) if r["component"] == "peak"]
-    for model in models:
-        at_plan = [float(r["bytes"]) for r in peaks if r["model"] == model
-                   and int(r["micro_batch"]) == lay["micro_batch"]]
-        assert at_plan == [pytest.approx(plan["models"][model]["memory_per_gpu_bytes"])]
+            check_serving(md, model)
+    assert "at the MFU of the headline" in subtitle(md, "time_cost")
+    assert "each model on its planned layout" in subtitle(md, "memory")
     return out, plan, md
 
 
-def check_serving(md: str, model: str, seq_len: int):
-    """The serving section's GPU count and KV blocks are `serve`'s at --max-model-len seq_len."""
-    m = re.search(rf"\n### {re.escape(model)} on (\d+) x h100-sxm\n", section(md, "Serving"))
-    assert m, model
-    n = int(m[1])
-    served = cli_json("serve", model, "--gpu", "h100-sxm", "--n-gpus", n, "--max-model-len", seq_len)
-    assert served["fits"] and served["max_concurrent_sequences"] >= 1
-    if n > 1:  # the fewest GPUs that hold one request
-        fewer = cli_json("serve", model, "--gpu", "h100-sxm", "--n-gpus", n // 2, "--max-model-len", seq_len)
-        assert not fewer["fits"] or fewer["max_concurrent_sequences"] < 1
-    part = section(md, "Serving").split(m[0], 1)[1].split("\n### ", 1)[0]
-    assert f"KV cache ({served['kv_blocks']:,} blocks of {served['block_size']} tokens)" in part
+def check_serving(md: str, model: str):
+    """The serving section's deployment is `serve`'s answer for the report's default workload."""
+    served = cli_json("serve", model, "--gpu", "h100-sxm", "--input-len", 1024, "--output-len", 256,
+                      "--max-concurrency", 64, "--max-ttft", 2, "--max-tpot", 0.05)
+    lay = served["layout"]
+    heading = (f"\n### {model}: {lay['n_gpus']} x h100-sxm (tp {lay['tp']} x {lay['replicas']} "
+               f"replica{'s' if lay['replicas'] > 1 else ''})\n")
+    assert heading in section(md, "Serving")
 
 
-def test_two_models_served_one_not_fitting_agree_everywhere(tmp_path):
-    """Llama-3-70B at ZeRO-1 over 64 GPUs needs ~275 GiB per GPU: the summary, plan table, memory section and
-    sweep all say it does not fit, and the count of layouts that fit is the `layout` command's."""
-    _, plan, _ = check_report(tmp_path, ["llama-3-8b", "llama-3-70b"], 64, serve=True)
-    assert plan["models"]["llama-3-8b"]["fits"] and not plan["models"]["llama-3-70b"]["fits"]
+def test_two_models_served_both_planned_on_a_layout_that_fits(tmp_path):
+    """Llama-3-70B at ZeRO-1 over 64 GPUs as pure data parallelism needs ~275 GiB per GPU; the report plans it on
+    the layout `layout` recommends, which fits by `memory`'s own check, and never says it does not fit."""
+    _, plan, md = check_report(tmp_path, ["llama-3-8b", "llama-3-70b"], 64, serve=True)
+    assert plan["models"]["llama-3-8b"]["fits"] and plan["models"]["llama-3-70b"]["fits"]
+    assert "does NOT fit" not in section(md, "Summary")
+
+
+def test_the_given_layout_that_does_not_fit_says_so_once(tmp_path):
+    _, plan, _ = check_report(tmp_path, ["llama-3-70b"], 64, "--plan-layout", "given")
+    assert not plan["models"]["llama-3-70b"]["fits"]
 
 
 def test_selective_recompute_and_a_micro_batch_agree_everywhere(tmp_path):
     out, plan, md = check_report(tmp_path, ["qwen2.5-7b"], 32, "--recompute", "selective", "--micro-batch", 2,
                                  "--mfu", 0.35)
     assert plan["global_batch"] == 64 and plan["mfu_assumed"] == 0.35
-    assert "recompute selective" in plan["layout"]
+    assert plan["models"]["qwen2.5-7b"]["layout"]["recompute"] == "selective"
 
 
 @pytest.mark.slow
@@ -179,7 +189,8 @@ def test_the_issue_s_moe_report_agrees_everywhere(tmp_path):
 
 @pytest.mark.slow
 def test_tensor_parallel_and_zero_3_agree_everywhere(tmp_path):
-    check_report(tmp_path, ["llama-3-70b"], 64, "--tp", 4, "--zero", 3, "--recompute", "full")
+    check_report(tmp_path, ["llama-3-70b"], 64, "--tp", 4, "--zero", 3, "--recompute", "full", "--plan-layout",
+                 "given")
 
 
 # --- figures: no text collides, each subtitle true of its figure ----------------------------------------------

@@ -265,7 +265,7 @@ def test_random_range_ratio_is_vllm_bench_s_uniform_range():
 
 # The MoE rows were within 15 % when this test was written on dense-GEMM experts; with the engines' fused-MoE tables
 # (analytic/engines.py) and the drawn lengths together they come out too slow (gpt-oss-120b -16 %, Qwen3-235B FP8 at
-# TP 4 -63 %: its FP8 experts are timed from the nearest measured split). Held as strict xfails until that is understood.
+# TP 4 -63 %: its FP8 experts are timed from the nearest measured split). Strict xfails until understood.
 MOE_SLOW = pytest.mark.xfail(strict=True, reason="fused-MoE tables with drawn ShareGPT lengths: too slow, see comment")
 
 

@@ -665,14 +665,16 @@ def test_report_section_has_stacked_bars_and_the_layout_table():
     assert [float(r["tokens_per_second"]) for r in rows] == pytest.approx(
         [r["tokens_per_second"] for r in layout["layouts"]])
     text = " ".join(str(b) for b in report.blocks)
-    best = layout["layouts"][0]  # the section names the search's best layout with its predicted MFU
-    assert f"the best layout that fits (tp {best['tp']} cp {best['cp']} pp {best['pp']} dp {best['dp']}" in text
+    best = layout["layouts"][0]  # the section names the search's best layout, the planned one, with its MFU
+    assert f"the planned layout (tp {best['tp']} cp {best['cp']} pp {best['pp']} dp {best['dp']}" in text
+    assert "the fastest layout of these GPUs and this batch that fits" in text
     assert f"predicted MFU {100 * best['mfu']:.1f} %" in text
     # the report prints memory in GiB (the JSON's memory_gib is GiB, not bytes: it printed "42 B")
     shown = [b[1] for b in report.blocks if b[0] == "table" and b[1].title.startswith("best layouts")][0]
     column = [c for c in shown.columns if c.key == "memory_gib"][0]
-    assert [shown.cell(r, column) for r in shown.rows] == [f"{r['memory_gib']:.2f} GiB" for r in layout["layouts"]]
-    assert all(r["memory_gib"] > 1 for r in layout["layouts"])  # so GiB is the unit fmt_bytes picks
+    assert [shown.cell(r, column) for r in shown.rows] == [f"{r['memory_gib']:.2f}" for r in layout["layouts"]]
+    assert column.label == "memory (GiB)"  # one unit for the column, named in its label
+    assert all(r["memory_gib"] > 1 for r in layout["layouts"])  # so GiB is the unit the column takes
     no_net = Report("t")
     l4 = Scenario(gpu=load_hardware("l4"), n_gpus=8)
     steptime_section(no_net, make_plan([load_model("llama-3-8b")], l4))

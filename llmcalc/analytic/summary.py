@@ -37,6 +37,9 @@ class Scenario:
     optimizer: str = "adamw"
     zero: int = DEFAULT_ZERO
     tp: int = 1
+    cp: int = 1  # context-parallel, pipeline-parallel and virtual-pipeline degrees (the report's planned layout)
+    pp: int = 1
+    vpp: int = 1
     micro_batch: int = 1
     recompute: str = "none"
     causal: bool = False
@@ -46,7 +49,8 @@ class Scenario:
         gpu = self.gpu.key if self.gpu else "no GPU"
         return (f"seq {self.seq_len:,}, {fmt_tokens(self.tokens)}, {self.n_gpus:,} x {gpu} at MFU {self.mfu:g} "
                 f"({self.dtype}), {self.recipe} + {self.optimizer}, ZeRO-{self.zero} over data parallel, tp "
-                f"{self.tp}, micro-batch {self.micro_batch}, recompute {self.recompute}, "
+                f"{self.tp}" + "".join(f", {k} {v}" for k, v in (("cp", self.cp), ("pp", self.pp), ("vpp", self.vpp))
+                                       if v > 1) + f", micro-batch {self.micro_batch}, recompute {self.recompute}, "
                 f"{'causal' if self.causal else 'full S²'} FLOPs")
 
     def line(self, names: list[str]) -> str:
@@ -65,7 +69,7 @@ class Scenario:
 
     @property
     def parallel(self) -> Parallel:
-        return Parallel.over(self.n_gpus, tp=self.tp, zero=self.zero)
+        return Parallel.over(self.n_gpus, tp=self.tp, cp=self.cp, pp=self.pp, vpp=self.vpp, zero=self.zero)
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -79,11 +83,17 @@ COLUMNS = {
     "params": ("params", "count"),  # a count's label names its prefixes where printed (units.count_label)
     "active_params": ("active params per token", "count"),
     "non_embedding_params": ("non-embedding params", "count"),
+    "context_length": ("context length (tokens)", "tokens"),
+    "kv_cache_bytes_per_token": ("KV cache per token", "bytes"),
+    "weights_bytes": ("weights as shipped (GiB)", "gib"),
+    "serve_gpus": ("serving GPUs (tensor parallel)", "int"),
+    "serve_kv_tokens": ("serving KV cache (tokens)", "int"),
+    "serve_concurrency": ("serving concurrency at seq (requests)", "int"),
+    "serve_tokens_per_second_1": ("decode, one request (tokens/s)", "rate"),
+    "serve_tokens_per_second": ("decode, all requests (tokens/s)", "rate"),
     "forward_flops_per_token": ("forward FLOPs per token", "flops"),
     "training_flops_per_token": ("training FLOPs per token (fwd+bwd)", "flops"),
     "attention_share": ("attention S² share of FLOPs (%)", "pct"),
-    "kv_cache_bytes_per_token": ("KV cache per token", "bytes"),
-    "weights_bytes": ("weights as shipped (GiB)", "gib"),
     "training_flops": ("training FLOPs (model)", "flops"),
     "gpu_hours": ("GPU-hours (h)", "hours"),
     "wall_clock_days": ("wall-clock (days)", "days"),
@@ -108,8 +118,34 @@ def scenario_memory(spec: ModelSpec, scenario: Scenario, micro_batch: int | None
                            optimizer=scenario.optimizer, recompute=scenario.recompute, parallel=scenario.parallel)
 
 
-def model_record(spec: ModelSpec, scenario: Scenario) -> dict:
-    """The comparison figures for one model under `scenario` (base units: counts, FLOPs, bytes, h, USD)."""
+def serving_record(spec: ModelSpec, scenario: Scenario) -> dict:
+    """What one model serves on the scenario's GPU at --seq-len tokens per request, vLLM's defaults: the fewest
+    tensor-parallel GPUs holding a request (``serving.smallest_serving_group``), its KV cache in tokens, the
+    requests it holds at once, and the roofline's decode speed of one request and of all of them (an upper bound)."""
+    from .serving import smallest_serving_group
+
+    if spec.architecture != "decoder" or scenario.gpu is None:
+        return {}
+    try:
+        est = smallest_serving_group(spec, scenario.gpu, scenario.seq_len, scenario.kv_dtype)
+    except LlmcalcError:
+        est = None
+    if est is None:
+        return {"serve_gpus": None}
+    rows = est.throughput()
+    return {"serve_gpus": est.tp, "serve_kv_tokens": est.kv_cache_tokens,
+            "serve_concurrency": est.max_concurrent_sequences,
+            "serve_tokens_per_second_1": rows[0]["tokens_per_second"] if rows else None,
+            "serve_tokens_per_second": rows[-1]["tokens_per_second"] if rows else None}
+
+
+TRAINING_KEYS = ("training_flops", "gpu_hours", "wall_clock_days", "cost_usd", "memory_per_gpu_bytes", "fits")
+
+
+def model_record(spec: ModelSpec, scenario: Scenario, training: bool = True, serving: bool = False) -> dict:
+    """The comparison figures for one model under `scenario` (base units: counts, FLOPs, bytes, h, USD);
+    `training`: the run's FLOPs, time, cost and memory (compare: only when --tokens is given); `serving`: what the
+    scenario's GPU serves (``serving_record``)."""
     count = count_params(spec)
     step = step_flops(spec, 1, scenario.seq_len, scenario.causal, scenario.recompute)
     groups: dict[str, int] = {}
@@ -125,9 +161,14 @@ def model_record(spec: ModelSpec, scenario: Scenario) -> dict:
         "attention_share": groups.get("attention S²", 0) / step.forward,
         "kv_cache_bytes_per_token": (kv_cache_bytes_per_token(spec, scenario.kv_dtype)
                                      if spec.architecture != "encoder" else None),
-        "training_flops": step.model_flops_per_token * scenario.tokens,
         "weights_bytes": shipped_weight_bytes(spec),
+        "context_length": spec.max_seq_len,
     }
+    if serving:
+        record.update(serving_record(spec, scenario))
+    if not training:
+        return record
+    record["training_flops"] = step.model_flops_per_token * scenario.tokens
     if scenario.gpu is not None:
         est = scenario_training(spec, scenario, step)
         record.update(gpu_hours=est.gpu_hours, wall_clock_days=est.wall_clock_days, cost_usd=est.cost_usd)
@@ -149,6 +190,12 @@ def shipped_weight_bytes(spec: ModelSpec) -> float | None:
         return None
 
 
+def _measured_record(pair, scenario: Scenario, training: bool) -> dict:
+    """A model without a formula's record (fallback.MeasuredPair.record), its training figures only when asked."""
+    record = pair.record(scenario)
+    return record if training else {k: v for k, v in record.items() if k not in TRAINING_KEYS}
+
+
 def sort_records(records: list[dict], key: str | None, reverse: bool = False) -> list[dict]:
     """Records ordered by one of COLUMNS (those without the figure last); None keeps the given order."""
     if key is None:
@@ -161,11 +208,13 @@ def sort_records(records: list[dict], key: str | None, reverse: bool = False) ->
 
 
 def compare_models(specs: list, scenario: Scenario, sort_key: str | None = None,
-                   reverse: bool = False) -> list[dict]:
+                   reverse: bool = False, training: bool = True, serving: bool = False) -> list[dict]:
     """`llmcalc compare`: one record per model under `scenario`, sorted by `sort_key` (an unknown column is
-    refused before any work). A model without a formula (fallback.MeasuredPair) gives its own record, from what
-    transformers counted and measured."""
+    refused before any work); `training`, `serving`: as ``model_record``. A model without a formula
+    (fallback.MeasuredPair) gives its own record, from what transformers counted and measured."""
     sort_records([], sort_key)
-    records = [model_record(spec, scenario) if isinstance(spec, ModelSpec) else spec.record(scenario)
-               for spec in specs]
+    if sort_key in TRAINING_KEYS and not training:
+        raise LlmcalcError(f"--sort {sort_key} is a training figure: give --tokens (e.g. --tokens 2T) to price a run")
+    records = [model_record(spec, scenario, training, serving) if isinstance(spec, ModelSpec)
+               else _measured_record(spec, scenario, training) for spec in specs]
     return sort_records(records, sort_key, reverse)

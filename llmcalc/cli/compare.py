@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from .common import emit, load_any, load_hardware, warn
-from .options import POSITIVE_INT, finetune_options, format_option, models_argument, recipe_of, scenario_options
+from .options import (
+    POSITIVE_INT,
+    finetune_options,
+    format_option,
+    given,
+    models_argument,
+    recipe_of,
+    report_serving_options,
+    scenario_options,
+)
 from .types import Choice
 
 if TYPE_CHECKING:
@@ -33,6 +42,9 @@ def make_scenario(ctx: click.Context, seq_len: int, tokens: float, gpu: str, n_g
                     causal=causal)
 
 
+TRAINING_OPTIONS = ("tokens", "mfu", "usd_per_gpu_hour", "n_gpus", "recipe", "zero", "tp", "micro_batch", "recompute")
+
+
 @click.command()
 @models_argument
 @scenario_options
@@ -43,14 +55,16 @@ def make_scenario(ctx: click.Context, seq_len: int, tokens: float, gpu: str, n_g
 def compare(ctx: click.Context, models: tuple[str, ...], seq_len: int, tokens: float, gpu: str, n_gpus: int,
             mfu: float, usd_per_gpu_hour: float | None, recipe: str, dtype: str, zero: int, tp: int, micro_batch: int,
             recompute: str, causal: bool, sort_key: str | None, reverse: bool, fmt: str) -> None:
-    """MODELS side by side: size, FLOPs, KV cache, training time and cost, memory per GPU."""
+    """MODELS side by side: size, context length, KV cache, serving on --gpu (default h100-sxm), FLOPs; training
+    time, cost and memory when --tokens (or another training option) is given."""
     from ..analytic.summary import compare_models
     from ..views.compare import document
 
     scenario = make_scenario(ctx, seq_len, tokens, gpu, n_gpus, mfu=mfu, usd_per_gpu_hour=usd_per_gpu_hour,
                              recipe=recipe, dtype=dtype, zero=zero, tp=tp, micro_batch=micro_batch,
                              recompute=recompute, causal=causal)
-    records = compare_models(load_any(models, seq_len), scenario, sort_key, reverse)
+    records = compare_models(load_any(models, seq_len), scenario, sort_key, reverse,
+                             training=bool(given(ctx, *TRAINING_OPTIONS)), serving=True)
     emit(document(records, scenario), fmt)
 
 
@@ -65,7 +79,8 @@ def compare(ctx: click.Context, models: tuple[str, ...], seq_len: int, tokens: f
 @click.option("--profile", "profile_mode", type=Choice(["none", "virtual", "real"]), default="none",
               show_default=True, help="Also profile each model and show formulas against measurements.")
 @click.option("--serve", "serving", is_flag=True,
-              help="Add serving figures: KV blocks, concurrency and throughput at --seq-len tokens per request.")
+              help="Add a serving section: the fewest GPUs meeting the latency targets for the workload below.")
+@report_serving_options
 @finetune_options
 @click.option("--sharded-profile", "sharded_world", type=POSITIVE_INT, default=None,
               help="Add a virtual sharded profile at this world size (FSDP2 over dp x DTensor TP with --tp, fake "
@@ -75,7 +90,7 @@ def compare(ctx: click.Context, models: tuple[str, ...], seq_len: int, tokens: f
 def report(ctx: click.Context, models: tuple[str, ...], seq_len: int, tokens: float, gpu: str, n_gpus: int,
            mfu: float, usd_per_gpu_hour: float | None, recipe: str, dtype: str, zero: int, tp: int,
            micro_batch: int, recompute: str, causal: bool, out: str | None, force: bool, profile_mode: str,
-           serving: bool, finetune: FinetuneRequest, sharded_world: int | None, fmt: str) -> None:
+           serving: bool, finetune: FinetuneRequest, sharded_world: int | None, fmt: str, **workload: Any) -> None:
     """A planning report for MODELS: report.md, self-contained report.html, figures (PNG), tables (CSV)."""
     from ..profiling.run import ReportProfiles
     from ..report.interrupts import signals_as_interrupts
@@ -89,13 +104,22 @@ def report(ctx: click.Context, models: tuple[str, ...], seq_len: int, tokens: fl
     cfg = finetune.config()
     with signals_as_interrupts():  # Ctrl-C: exit 130, SIGTERM: 143; the old report or the new one, whole
         request = ReportRequest(models, out=out, force=force, serve=serving, finetune=cfg,
-                                argv=getattr(ctx.find_root().command, "argv", sys.argv[1:]))
+                                argv=getattr(ctx.find_root().command, "argv", sys.argv[1:]), **_report_plan(**workload))
         scenario = make_scenario(ctx, seq_len, tokens, gpu, n_gpus, mfu=mfu, usd_per_gpu_hour=usd_per_gpu_hour,
                                  recipe=recipe, dtype=dtype, zero=zero, tp=tp, micro_batch=micro_batch,
                                  recompute=recompute, causal=causal)
         profiler = ReportProfiles(profile_mode, sharded_world, tp=tp, micro_batch=micro_batch, seq_len=seq_len,
                                   recompute=recompute)
         run_report(request, load_any(models, seq_len), scenario, profiler, announce)
+
+
+def _report_plan(plan_layout: str, input_len: int, output_len: int, max_concurrency: tuple[int, ...],
+                 ttft: float, tpot: float) -> dict:
+    """report's --plan-layout and serving workload, as ReportRequest's fields."""
+    from ..report.workload import ServingWorkload
+
+    return {"given_layout": plan_layout == "given",
+            "serve_work": ServingWorkload(input_len, output_len, max_concurrency, max_ttft=ttft, max_tpot=tpot)}
 
 
 COMMANDS = (compare, report)

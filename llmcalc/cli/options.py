@@ -411,6 +411,26 @@ def vllm_options(func: F) -> F:
     ])
 
 
+def report_serving_options(func: F) -> F:
+    """The workload `report --serve` sizes a deployment for (serve's workload mode, report defaults stated)."""
+    return apply(func, [
+        click.option("--plan-layout", type=Choice(["best", "given"]), default="best", show_default=True,
+                     help="best: plan each model on the layout `llmcalc layout` recommends for these GPUs and this "
+                          "batch; given: on --tp, --zero and --micro-batch as given (dp = n-gpus / tp)."),
+        click.option("--input-len", type=LENGTH, default=1024, show_default=True,
+                     help="With --serve: prompt tokens per request."),
+        click.option("--output-len", type=LENGTH, default=256, show_default=True,
+                     help="With --serve: generated tokens per request."),
+        click.option("--max-concurrency", type=CountList(MAX_BATCH), default="64", show_default=True,
+                     help="With --serve: clients in a closed loop (a comma list, 1,8,64, also draws the "
+                          "throughput-latency curve; the deployment is sized for the largest)."),
+        click.option("--max-ttft", "ttft", type=Number(minimum=1e-6, maximum=1e6), default=2.0, show_default=True,
+                     help="With --serve: mean seconds to the first token, at most."),
+        click.option("--max-tpot", "tpot", type=Number(minimum=1e-6, maximum=1e3), default=0.05, show_default=True,
+                     help="With --serve: mean seconds per output token, at most."),
+    ])
+
+
 def workload_options(func: F) -> F:
     """`serve`'s workload mode, spelled as `vllm bench serve` spells it."""
     return apply(func, [

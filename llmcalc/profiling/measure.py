@@ -571,11 +571,17 @@ def timed(step, device: str) -> float:
 def time_steps(result: ProfileResult, step, device: str, steps: int, warmup: int,
                 rss_before: float | None) -> tuple[list[float], float | None]:
     """Warm-up steps, then `steps` timed steps inside a fresh peak-memory window: (times, peak bytes)."""
+    from ..render.progress import tick
+
     for _ in range(warmup):
         step()
+        tick()
     _sync(device)
     baseline = _reset_peak(device)
-    times = [timed(step, device) for _ in range(steps)]
+    times = []
+    for _ in range(steps):
+        times.append(timed(step, device))
+        tick()
     return times, _read_peak(result, device, baseline, rss_before)
 
 
@@ -608,12 +614,20 @@ def _add_fvcore(result: ProfileResult, model, inputs) -> None:
                                             total, "FLOP", FLOP_TOLERANCE, note="fvcore's multiply-adds x 2"))
 
 
+def real_passes(steps: int, warmup: int, compile: bool) -> int:
+    """The passes a real profile runs: the counted forward and training step, the compiling step, warm-up, timed."""
+    return 2 + compile + warmup + steps
+
+
 def real_profile(spec: ModelSpec, device: str = "auto", batch: int = 1, seq: int = DEFAULT_SEQ_LEN,
                  recipe: str = "fp32",
                  recompute: str = "none", attention: str = "sdpa", steps: int = 10, warmup: int = 2,
                  compile: bool = False, counter: str = "torch", peak_flops: float | None = None,
                  peak_source: str = "", causal_mfu: bool = False) -> ProfileResult:
-    """Train for warm-up + `steps` steps on a real device and hold the measurements to the formulas."""
+    """Train for warm-up + `steps` steps on a real device and hold the measurements to the formulas. Each pass
+    ticks the open ``render.progress.step_clock`` (``real_passes`` of them)."""
+    from ..render.progress import tick
+
     _check(spec, recompute, attention)
     device = resolve_device(device)
     dtype = param_dtype(recipe)
@@ -630,7 +644,9 @@ def real_profile(spec: ModelSpec, device: str = "auto", batch: int = 1, seq: int
         spy = SdpaSpy()
         with spy:
             forward = count_flops(lambda: forward_only(model, inputs, recipe, device))
+        tick()
         step_count = count_flops(lambda: training_step(model, optimizer, inputs, recipe, device))
+        tick()
         runner = torch.compile(model) if compile else model
 
         def step():
@@ -638,6 +654,7 @@ def real_profile(spec: ModelSpec, device: str = "auto", batch: int = 1, seq: int
 
         if compile:
             result.compile_seconds = timed(step, device)  # the first compiled step compiles
+            tick()
         times, peak = time_steps(result, step, device, steps=steps, warmup=warmup, rss_before=rss_before)
     except torch.OutOfMemoryError:
         raise LlmcalcError(f"CUDA out of memory profiling {spec.name} at batch {batch} x seq {seq}: try --virtual, "

@@ -171,7 +171,8 @@ def _virtual(spec: ModelSpec, request: ProfileRequest) -> ProfileResult:
 
 
 def _real(spec: ModelSpec, request: ProfileRequest) -> ProfileResult:
-    from .measure import peak_for, real_profile, resolve_device
+    from ..render.progress import step_clock
+    from .measure import peak_for, real_passes, real_profile, resolve_device
 
     device = resolve_device(request.device)
     dtype = ("bf16" if device == "cuda" else "fp32") if request.dtype == "auto" else request.dtype
@@ -179,9 +180,23 @@ def _real(spec: ModelSpec, request: ProfileRequest) -> ProfileResult:
     check_profile_size([spec], request.batch, request.seq_len, virtual=False, recipe=recipe, device=device)
     compute_dtype = "fp32" if recipe == "fp32" else "fp16" if recipe == "fp16-mixed" else "bf16"
     peak, source = peak_for(device, compute_dtype, request.peak_tflops)
-    return real_profile(spec, device, request.batch, request.seq_len, recipe=recipe, recompute=request.recompute,
-                        attention=request.internal_attention, steps=request.steps, warmup=request.warmup,
-                        compile=request.compile, counter=request.counter, peak_flops=peak, peak_source=source)
+    with step_clock(real_passes(request.steps, request.warmup, request.compile),
+                    predicted_step_seconds(spec, request, peak)):
+        return real_profile(spec, device, request.batch, request.seq_len, recipe=recipe,
+                            recompute=request.recompute, attention=request.internal_attention, steps=request.steps,
+                            warmup=request.warmup, compile=request.compile, counter=request.counter, peak_flops=peak,
+                            peak_source=source)
+
+
+def predicted_step_seconds(spec: ModelSpec, request: ProfileRequest, peak: float | None) -> float | None:
+    """A training step's time before one is measured, for the ETA: its FLOPs (with recomputation) over the peak the
+    profile measures its MFU against (the calibrated one on a CPU); a lower bound, replaced by the measured mean
+    as soon as a step has run."""
+    if not peak:
+        return None
+    from ..analytic.flops import step_flops
+
+    return step_flops(spec, request.batch, request.seq_len, recompute=request.recompute).hardware_flops / peak
 
 
 def _counted(model: FallbackModel, request: ProfileRequest) -> ProfileResult:

@@ -1,6 +1,8 @@
 """The progress shown by long commands (report, profile, the transformers fallback): on stderr when it is a
 terminal, silent otherwise, so that pipes and tests see nothing of it. `Progress` is a bar over counted steps;
-`activity` a line with the seconds spent, for work whose steps are not counted (a profile, a torchrun launch)."""
+`activity` a line with the seconds spent, for work whose steps are not counted (a torchrun launch); where the work
+counts its steps (a real profile's passes: ``step_clock`` and ``tick``) the line also says the steps done and left
+and an ETA: the measured seconds per step once one has run, before that the predicted one (FLOPs / peak)."""
 
 from __future__ import annotations
 
@@ -51,6 +53,59 @@ def progress_bars(label: str) -> Iterator[Callable[[int], Callable[[], None]]]:
             bar.close()
 
 
+class StepClock:
+    """Steps done of `total` and an ETA: the remaining steps x the mean measured step, or before the first step
+    ends `predicted` seconds per step (a step's FLOPs over the device's calibrated or datasheet peak)."""
+
+    def __init__(self, total: int, predicted: float | None = None) -> None:
+        self.total, self.predicted, self.done = total, predicted, 0
+        self.start = time.monotonic()
+
+    def tick(self) -> None:
+        self.done = min(self.total, self.done + 1)
+
+    def eta(self) -> float | None:
+        """Seconds left (None: no step measured and none predicted)."""
+        per_step = (time.monotonic() - self.start) / self.done if self.done else self.predicted
+        return None if per_step is None else per_step * (self.total - self.done)
+
+    def text(self) -> str:
+        """'step 3 of 12, 9 left, about 1 min 5 s to go' (or '(predicted)' before a step is measured)."""
+        eta = self.eta()
+        return (f"step {self.done} of {self.total}, {self.total - self.done} left"
+                + ("" if eta is None else f", about {duration(eta)} to go" + ("" if self.done else " (predicted)")))
+
+
+def duration(seconds: float) -> str:
+    """'45 s', '3 min 20 s', '1 h 05 min'."""
+    s = round(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+_CLOCK: list[StepClock] = []  # the clock of the work in progress, read by `activity`'s line
+
+
+@contextmanager
+def step_clock(total: int, predicted: float | None = None) -> Iterator[StepClock]:
+    """Count the steps of the work in the body (``tick``); `activity`'s line shows them while it runs."""
+    clock = StepClock(total, predicted)
+    _CLOCK.append(clock)
+    try:
+        yield clock
+    finally:
+        _CLOCK.remove(clock)
+
+
+def tick() -> None:
+    """One step of the counted work done (nothing when no step_clock is open)."""
+    if _CLOCK:
+        _CLOCK[-1].tick()
+
+
 FIRST_DRAW_S = 0.5  # the line appears only for work that lasts longer than this
 REDRAW_S = 0.5
 
@@ -70,7 +125,8 @@ def activity(label: str) -> Iterator[None]:
         if done.wait(FIRST_DRAW_S):
             return
         while True:
-            stream.write(f"\r\x1b[K{label}: {time.monotonic() - start:.0f} s")
+            steps = f", {_CLOCK[-1].text()}" if _CLOCK else ""
+            stream.write(f"\r\x1b[K{label}: {time.monotonic() - start:.0f} s{steps}")
             stream.flush()
             drawn = True
             if done.wait(REDRAW_S):

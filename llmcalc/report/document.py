@@ -29,7 +29,7 @@ from typing import Any
 from ..errors import LlmcalcError
 from ..records import dataclass
 from ..render.tables import Document, Table, render, tabulate_table
-from ..units import GIB, fmt_bytes
+from ..units import GIB
 from .interrupts import Interrupted, checkpoint, signals_deferred
 
 
@@ -65,9 +65,8 @@ class Report:
         for table in doc.tables:
             if table.for_people:
                 notes = [n for n in (report_note(note) for note in table.notes) if n]
-                columns = [replace(c, label=c.label.replace(" (GiB)", ""), fmt=_bytes_of(c))
-                           if c.label.endswith("(GiB)") else c
-                           for c in table.columns]  # GiB, and MiB below 1 GiB, each cell with its unit
+                columns = [_one_unit(c, table.rows) if c.label.endswith("(GiB)") else c
+                           for c in table.columns]  # one binary unit per column, the largest value's
                 self.table(Table(table.title, columns, table.rows, notes, for_people=table.for_people))
 
     def csv(self, name: str, frame) -> None:
@@ -153,8 +152,33 @@ def _md(text: str) -> str:
     return text.replace(WARNING, f"**{WARNING}**")
 
 
+_LINK = re.compile(r"\[([^\]]+)\]\((https?://[^)\s]+)\)")  # [text](https://...), as markdown writes a link
+
+
 def _html(text: str) -> str:
-    return _WARN_HTML.sub(_WARN_SPAN, html.escape(text))
+    return _LINK.sub(r"<a href='\2'>\1</a>", _WARN_HTML.sub(_WARN_SPAN, html.escape(text)))
+
+
+_URL = re.compile(r"https?://[^\s)\];,'\"]+")
+
+
+def short_source(text: str | None) -> str:
+    """A preset's source as readers want it: its first address as a short link ("[meta-llama/Llama-3.1-70B on
+    Hugging Face](https://huggingface.co/...)", "[lambda.ai/instances](...)"), never the development notes around
+    it (those stay in the preset file); 'custom' where there is none."""
+    match = _URL.search(text or "")
+    if match is None:
+        return "custom" if not text else text.split(". ")[0].split(" (")[0][:60]
+    url = match.group(0).rstrip(".")
+    host, _, path = url.split("://", 1)[1].partition("/")
+    parts = [p for p in path.split("/") if p]
+    if host.endswith("huggingface.co") and len(parts) >= 2:
+        label = f"{parts[0]}/{parts[1]} on Hugging Face"
+    elif parts and parts[-1].lower().endswith(".pdf"):
+        label = f"{host.removeprefix('www.')} (PDF)"
+    else:
+        label = host.removeprefix("www.") + ("/" + "/".join(parts[:3]) if parts else "")
+    return f"[{label}]({url})"
 
 
 _OPTION = re.compile(r"(^|[\s`(])--[a-z]")  # a command-line option: --sort, `--causal`
@@ -356,9 +380,14 @@ def _write(report: Report, out: Path, force: bool, marker: dict) -> Path:
     return out
 
 
-def _bytes_of(column):
-    """The report's byte formatter for a "(GiB)" column: its raw values are bytes, or GiB where the key
-    says so (`layout`'s JSON contract `memory_gib`)."""
-    if column.key.endswith("_gib"):
-        return lambda v: fmt_bytes(v * GIB)
-    return fmt_bytes
+def _one_unit(column, rows: list[dict]):
+    """A "(GiB)" column in one binary unit, the one its largest value reads in (GiB from 1 GiB on, else MiB,
+    KiB), named in its label; its raw values are bytes, or GiB where the key says so (`layout`'s JSON contract
+    `memory_gib`)."""
+    scale_in = GIB if column.key.endswith("_gib") else 1
+    values = [abs(r[column.key]) * scale_in for r in rows if isinstance(r.get(column.key), (int, float))]
+    unit, scale = next(((u, s) for u, s in (("GiB", GIB), ("MiB", 2**20), ("KiB", 2**10))
+                        if values and max(values) >= s), ("B", 1))
+    digits = 0 if unit == "B" else 2
+    return replace(column, label=column.label.replace("(GiB)", f"({unit})"),
+                   fmt=lambda v: f"{v * scale_in / scale:,.{digits}f}")

@@ -1,21 +1,22 @@
 """The one plan a report is about, worked out once: every section, figure and headline reads it, so that they
 agree on the layout, the batch, the MFU and whether the model fits.
 
-The plan is what the command line gives: `--n-gpus` GPUs of `--gpu` as dp = n / tp data-parallel ranks of `--tp`
-tensor-parallel GPUs, ZeRO `--zero`, `--micro-batch` sequences per GPU and no gradient accumulation, so a global
-batch of micro-batch x dp sequences; `--recompute`; the time at the assumed `--mfu` (the headline). For each model
-it holds what the CLI answers for that plan (the same entry points, so `train`, `memory` and `layout` give the
-same numbers): the training budget at the assumed MFU (``scenario_training``, as `train --mfu`), the memory of
-the plan's layout and its fit verdict (``scenario_memory``, as `memory --n-gpus --tp --zero`), the step model's
-prediction for the plan's own layout (``train_steptime``, as `train --global-batch` without --mfu), and the
-ranked layouts of the same GPUs, global batch and recomputation (``search_layouts``, as `layout --global-batch
---recompute`).
+The run is what the command line gives: `--n-gpus` GPUs of `--gpu`, a global batch of `--micro-batch` x
+n-gpus / `--tp` sequences, `--recompute`. Each decoder model is planned on the layout `llmcalc layout` recommends
+for those GPUs, that global batch and that recomputation (``search_layouts``, the first of its ranked layouts:
+tp, cp, pp, vpp, dp, micro-batch with gradient accumulation, ZeRO stage) unless the report is told to use the
+given layout (`report --plan-layout given`: dp = n / `--tp`, ZeRO `--zero`, no gradient accumulation), or no
+layout fits, or the GPU has no step-time block (the given layout then, and the plan says why). For each model it
+holds what the CLI answers on that layout (the same entry points, so `train`, `memory` and `layout` give the same
+numbers): the memory and its fit verdict (``scenario_memory``, as `memory`), the step model's prediction
+(``train_steptime``, as `train --global-batch`), the training budget at the predicted MFU (the headline) and at
+the assumed `--mfu` (the stated alternative), and the ranked layouts (as `layout --global-batch --recompute`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import field
+from dataclasses import field, replace
 from typing import Any
 
 from ..analytic.kernels import steptime_presets
@@ -35,27 +36,48 @@ Ranked = list[tuple[StepPrediction, float]]  # (prediction, peak bytes per GPU),
 
 @dataclass
 class ModelPlan:
-    """One model under the plan: its figures, the plan layout's memory and prediction, and the layout search."""
+    """One model under the plan: its planned layout (``scenario``), that layout's figures, memory and prediction,
+    and the layout search."""
 
     spec: ModelSpec
-    record: dict[str, Any]  # compare's figures (analytic.summary.model_record) under the plan
-    training: TrainingEstimate  # at the assumed MFU: the headline
-    memory: MemoryEstimate | None = None  # the plan's layout (decoder-only models)
-    prediction: StepPrediction | None = None  # the step model on the plan's own layout (when it fits)
-    prediction_note: str = ""  # why there is no prediction of the plan's layout
+    scenario: Scenario  # the run on this model's planned layout (tp, cp, pp, vpp, ZeRO, micro-batch)
+    record: dict[str, Any]  # compare's figures (analytic.summary.model_record) on the planned layout
+    training: TrainingEstimate  # at the assumed MFU: the stated alternative
+    memory: MemoryEstimate | None = None  # the planned layout's (decoder-only models)
+    prediction: StepPrediction | None = None  # the step model on the planned layout (when it fits)
+    prediction_note: str = ""  # why there is no prediction of the planned layout
     ranked: Ranked = field(default_factory=list)  # layouts of the plan's GPUs and batch that fit
     losers: list[Any] = field(default_factory=list)
     counts: dict[str, int] | None = None
     search_note: str = ""  # why no layout was searched
+    recommended: bool = False  # the planned layout is the search's best (else the given one)
+    choice_note: str = ""  # why the given layout is planned
 
     @property
     def fits(self) -> bool | None:
-        """The plan layout's verdict (None where memory is not modelled: encoders, encoder-decoders)."""
+        """The planned layout's verdict (None where memory is not modelled: encoders, encoder-decoders)."""
         return self.record.get("fits")
 
     @property
     def best(self) -> StepPrediction | None:
         return self.ranked[0][0] if self.ranked else None
+
+    @property
+    def layout_text(self) -> str:
+        """'tp 2 cp 2 pp 4 (vpp 4) dp 128, micro-batch 1, ZeRO-1, recompute none': the planned layout."""
+        if self.prediction is not None:
+            return layout_label(self.prediction)
+        s, par = self.scenario, self.scenario.parallel
+        return (f"tp {par.tp} cp {par.cp} pp {par.pp}" + (f" (vpp {par.vpp})" if par.vpp > 1 else "")
+                + f" dp {par.dp:,}, micro-batch {s.micro_batch}, ZeRO-{par.zero}, recompute {s.recompute}")
+
+    @property
+    def layout_source(self) -> str:
+        """Where the planned layout comes from, in a few words."""
+        if self.recommended:
+            return "recommended by llmcalc layout"
+        return "the given layout" + (f": {self.choice_note}" if self.choice_note
+                                                                   else "")
 
     def at(self, prediction: StepPrediction, scenario: Scenario) -> TrainingEstimate:
         """The run's budget at a predicted layout's MFU (its own FLOPs per token, recomputation included)."""
@@ -66,32 +88,29 @@ class ModelPlan:
                                 mfu=prediction.mfu, usd_per_gpu_hour=scenario.usd_per_gpu_hour)
 
     @property
-    def predicted(self) -> tuple[str, StepPrediction] | None:
-        """The prediction to set beside the assumed MFU: the plan's layout where it fits, else the best layout
-        that does, with which it is."""
+    def headline(self) -> TrainingEstimate:
+        """The run's one time and cost: at the planned layout's predicted MFU, else at the assumed one."""
+        return self.training if self.prediction is None else self.at(self.prediction, self.scenario)
+
+    @property
+    def headline_basis(self) -> str:
+        """'the predicted 47.7 % MFU of the planned layout' or 'the assumed 40% MFU (no prediction: ...)'."""
         if self.prediction is not None:
-            return "the plan's layout", self.prediction
-        if self.best is not None:
-            return "the best layout that fits", self.best
-        return None
+            return f"the step model's predicted {self.prediction.mfu * 100:.1f} % MFU of the planned layout"
+        return f"the assumed {self.scenario.mfu:.0%} MFU"
 
 
 @dataclass
 class ReportPlan:
-    scenario: Scenario
+    scenario: Scenario  # the run as given (each model's planned layout: ModelPlan.scenario)
     models: dict[str, ModelPlan]
-
-    @property
-    def global_batch(self) -> int:
-        """Sequences per optimizer step: micro-batch x data-parallel ranks (no gradient accumulation)."""
-        return self.scenario.micro_batch * self.scenario.parallel.dp
+    global_batch: int  # sequences per optimizer step: --micro-batch x n-gpus / --tp
 
     @property
     def layout_text(self) -> str:
-        """'dp 1,024 x tp 1, ZeRO-1, micro-batch 1, recompute none': the plan's own layout."""
-        s, par = self.scenario, self.scenario.parallel
-        return (f"dp {par.dp:,} x tp {par.tp}, ZeRO-{par.zero}, micro-batch {s.micro_batch}, recompute "
-                f"{s.recompute}")
+        """One model's planned layout, or 'each model on its planned layout (summary)'."""
+        texts = {m.layout_text for m in self.models.values()}
+        return texts.pop() if len(texts) == 1 else "each model on its planned layout (see the summary)"
 
     # --- the line under each figure's title: what that figure shows, and only that ---------------------------
 
@@ -100,16 +119,15 @@ class ReportPlan:
         return ", ".join(names) if len(names) <= 3 else f"{len(names)} models"
 
     def training_line(self) -> str:
-        """Time and cost: the run, at the assumed MFU, on the plan's layout."""
+        """Time and cost: the run, at the headline MFU, on the planned layouts."""
         s = self.scenario
         return (f"{self.models_line()} · {fmt_count(s.tokens)} tokens at seq {s.seq_len:,} · {s.n_gpus:,} x "
-                f"{s.accelerator.key} at the assumed {s.mfu:.0%} MFU · plan layout {self.layout_text}")
+                f"{s.accelerator.key} · {self.layout_text}")
 
     def memory_line(self) -> str:
         s = self.scenario
-        par = s.parallel
-        return (f"{self.models_line()} · seq {s.seq_len:,} · {s.recipe} + {s.optimizer} · ZeRO-{par.zero} over dp "
-                f"{par.dp:,}, tp {par.tp} ({s.n_gpus:,} x {s.accelerator.key}) · recompute {s.recompute}")
+        return (f"{self.models_line()} · seq {s.seq_len:,} · {s.recipe} + {s.optimizer} · {s.n_gpus:,} x "
+                f"{s.accelerator.key} · {self.layout_text}")
 
     def flops_line(self) -> str:
         s = self.scenario
@@ -130,16 +148,22 @@ class ReportPlan:
     def to_json(self) -> dict[str, Any]:
         """The figures the report's sections share, per model (what the consistency tests hold to the CLI)."""
         s = self.scenario
-        out: dict[str, Any] = {"global_batch": self.global_batch, "layout": self.layout_text,
-                               "mfu_assumed": s.mfu, "headline_mfu": "assumed", "models": {}}
+        out: dict[str, Any] = {"global_batch": self.global_batch, "mfu_assumed": s.mfu, "models": {}}
         for name, m in self.models.items():
+            head = m.headline
+            par = m.scenario.parallel
             entry: dict[str, Any] = {
                 "params": m.record["params"], "training_flops": m.record["training_flops"],
-                "gpu_hours": m.training.gpu_hours, "wall_clock_days": m.training.wall_clock_days,
-                "cost_usd": m.training.cost_usd, "mfu": s.mfu,
+                "layout": {"tp": par.tp, "cp": par.cp, "pp": par.pp, "vpp": par.vpp, "dp": par.dp, "zero": par.zero,
+                           "micro_batch": m.scenario.micro_batch, "recompute": m.scenario.recompute,
+                           "source": "recommended" if m.recommended else "given"},
+                "headline_mfu": "predicted" if m.prediction is not None else "assumed", "mfu": head.mfu,
+                "gpu_hours": head.gpu_hours, "wall_clock_days": head.wall_clock_days, "cost_usd": head.cost_usd,
+                "at_assumed_mfu": {"mfu": s.mfu, "gpu_hours": m.training.gpu_hours,
+                                   "wall_clock_days": m.training.wall_clock_days, "cost_usd": m.training.cost_usd},
                 "memory_per_gpu_bytes": m.record.get("memory_per_gpu_bytes"), "fits": m.fits,
-                "plan_layout_predicted_mfu": m.prediction.mfu if m.prediction else None,
-                "plan_layout_prediction_note": m.prediction_note or None,
+                "predicted_mfu": m.prediction.mfu if m.prediction else None,
+                "prediction_note": m.prediction_note or None,
                 "layouts_that_fit": m.counts["fit"] if m.counts else None,
                 "layouts_searched": m.counts["searched"] if m.counts else None,
             }
@@ -172,13 +196,20 @@ def layout_label(p: StepPrediction) -> str:
     return f"{degrees}, micro-batch {lay.micro_batch}, ZeRO-{lay.zero}, recompute {p.recompute}"
 
 
+def planned_scenario(scenario: Scenario, best: StepPrediction) -> Scenario:
+    """The run on a searched layout: its degrees, ZeRO stage, micro-batch and recomputation."""
+    lay = best.layout
+    return replace(scenario, tp=lay.tp, cp=lay.cp, pp=lay.pp, vpp=lay.vpp, zero=lay.zero,
+                   micro_batch=lay.micro_batch, recompute=best.recompute)
+
+
 def _plan_prediction(spec: ModelSpec, scenario: Scenario, global_batch: int,
                      memory: MemoryEstimate | None) -> tuple[StepPrediction | None, str]:
-    """The step model on the plan's own layout, as `train --global-batch --tp --zero --micro-batch` predicts it;
+    """The step model on the given layout, as `train --global-batch --tp --zero --micro-batch` predicts it;
     a layout that does not fit is not predicted (the note says why)."""
     gpu = scenario.accelerator
     if memory is not None and memory.peak > gpu.memory_bytes:
-        return None, (f"the plan's layout does not fit ({memory.peak / GIB:,.1f} GiB per GPU > "
+        return None, (f"the given layout does not fit ({memory.peak / GIB:,.1f} GiB per GPU > "
                       f"{gpu.memory_bytes / GIB:g} GiB), so it is not timed")
     step = scenario_training(spec, scenario)
     options = {"global_batch": global_batch, "tp": scenario.tp, "zero": scenario.zero,
@@ -190,41 +221,64 @@ def _plan_prediction(spec: ModelSpec, scenario: Scenario, global_batch: int,
                                     hardware_flops_per_token=step.hardware_flops / scenario.tokens,
                                     accelerator=gpu, options=options)
     except LlmcalcError as exc:
-        return None, f"the step model cannot time the plan's layout: {exc}"
+        return None, f"the step model cannot time the given layout: {exc}"
     return pred, ""
 
 
-def plan_model(spec: ModelSpec, scenario: Scenario, global_batch: int) -> ModelPlan:
+def _search(plan: ModelPlan, scenario: Scenario, global_batch: int) -> None:
+    """The layouts of the plan's GPUs, batch and recomputation, ranked (`layout --exhaustive`'s search)."""
+    try:
+        plan.ranked, plan.losers, plan.counts = search_layouts(
+            plan.spec, scenario.accelerator.key, scenario.n_gpus, scenario.seq_len, global_batch=global_batch,
+            causal=scenario.causal, recompute=scenario.recompute, dtype=scenario.dtype,
+            exhaustive=True)  # its slowest bar reads all
+    except LlmcalcError as exc:
+        plan.search_note = str(exc)
+
+
+def _on_layout(plan: ModelPlan, scenario: Scenario) -> None:
+    """The planned layout's figures: compare's record, the budget at the assumed MFU, memory."""
+    plan.scenario = scenario
+    plan.record = model_record(plan.spec, scenario)
+    plan.training = scenario_training(plan.spec, scenario)
+    if plan.spec.architecture == "decoder":
+        plan.memory = scenario_memory(plan.spec, scenario)
+
+
+def plan_model(spec: ModelSpec, scenario: Scenario, global_batch: int, recommend: bool = True) -> ModelPlan:
     """Everything the report says of one model under the plan (see the module docstring)."""
-    record = model_record(spec, scenario)
-    plan = ModelPlan(spec, record, scenario_training(spec, scenario))
+    plan = ModelPlan(spec, scenario, {}, scenario_training(spec, scenario))
+    _on_layout(plan, scenario)
     if spec.architecture != "decoder":
         plan.prediction_note = plan.search_note = f"the step-time model covers decoder-only models; {spec.name} " \
                                                   f"is {spec.architecture}"
         return plan
-    plan.memory = scenario_memory(spec, scenario)
     gpu = scenario.accelerator
     if gpu.key not in steptime_presets():
         plan.prediction_note = plan.search_note = (f"{gpu.key} has no network/matmul block, so no step-time "
                                                    f"prediction")
+        plan.choice_note = plan.search_note
         return plan
+    _search(plan, scenario, global_batch)
+    if recommend and plan.best is not None:
+        plan.recommended = True
+        plan.prediction = plan.best
+        _on_layout(plan, planned_scenario(scenario, plan.best))
+        return plan
+    plan.choice_note = ("as asked" if not recommend else
+                        plan.search_note or "no layout of these GPUs and this batch fits")
     plan.prediction, plan.prediction_note = _plan_prediction(spec, scenario, global_batch, plan.memory)
-    try:
-        plan.ranked, plan.losers, plan.counts = search_layouts(
-            spec, gpu.key, scenario.n_gpus, scenario.seq_len, global_batch=global_batch, causal=scenario.causal,
-            recompute=scenario.recompute, dtype=scenario.dtype, exhaustive=True)  # its slowest bar reads all
-    except LlmcalcError as exc:
-        plan.search_note = str(exc)
     return plan
 
 
-def make_plan(specs: list[ModelSpec], scenario: Scenario,
-              tick: Callable[[str], None] | None = None) -> ReportPlan:
-    """The report's plan for every model; `tick(label)` after each (the layout search takes seconds)."""
+def make_plan(specs: list[ModelSpec], scenario: Scenario, tick: Callable[[str], None] | None = None,
+              recommend: bool = True) -> ReportPlan:
+    """The report's plan for every model; `tick(label)` after each (the layout search takes seconds);
+    `recommend`: plan on the recommended layout (else the given one)."""
     models = {}
     global_batch = scenario.micro_batch * scenario.parallel.dp
     for spec in specs:
-        models[spec.name] = plan_model(spec, scenario, global_batch)
+        models[spec.name] = plan_model(spec, scenario, global_batch, recommend)
         if tick is not None:
             tick(f"plan of {spec.name}")
-    return ReportPlan(scenario, models)
+    return ReportPlan(scenario, models, global_batch)

@@ -8,7 +8,7 @@ import json
 import math
 import re
 from collections.abc import Callable
-from dataclasses import field
+from dataclasses import field, replace
 from typing import Any
 
 from ..analytic.flops import step_flops
@@ -29,70 +29,68 @@ from ..views.params import params_document
 from ..views.profile import profile_document
 from ..views.train import train_document
 from . import plots, sweeps
-from .document import Report, safe_name
+from .document import Report, safe_name, short_source
 from .plan import ModelPlan, ReportPlan, layout_label, make_plan
 from .plots import gib
 from .sections import finetune_section, fp8_section, serving_section, sharded_section, steptime_section
+from .workload import ServingWorkload
 
 
 def _summary_lines(spec: ModelSpec, plan: ReportPlan) -> list[str]:
-    """The model's headline under the plan: size, compute, time at the assumed MFU (with the step model's
-    prediction beside it, labelled), cost, and the plan layout's memory with its one fit verdict."""
+    """The model's headline: size, compute, the planned layout with its one fit verdict, the one time and cost
+    (at the planned layout's predicted MFU where there is one; the assumed MFU as the stated alternative)."""
     scenario = plan.scenario
     m = plan.models[spec.name]
     record = m.record
     count = count_params(spec)
     gpu = scenario.accelerator
-    price = scenario.usd_per_gpu_hour if scenario.usd_per_gpu_hour is not None else gpu.usd_per_hour
+    price, _ = price_source(gpu, scenario.usd_per_gpu_hour)
+    head = m.headline
     lines = [
         f"Size: {fmt_count(count.total)} parameters ({fmt_count(count.non_embedding)} non-embedding"
         + (f", {fmt_count(count.active_per_token)} active per token" if spec.is_moe else "") + f"); {spec.summary()}.",
         f"Compute: {fmt_count(scenario.tokens)} tokens x {fmt_flops(record['training_flops_per_token'])} per token = "
         f"{fmt_flops(record['training_flops'])} (6·N·D: {fmt_flops(six_n(count) * scenario.tokens)}).",
-        f"Time: {m.training.wall_clock_days:,.1f} days on {scenario.n_gpus:,} x {gpu.name} at the assumed "
-        f"{scenario.mfu:.0%} MFU ({m.training.gpu_hours:,.0f} GPU-hours; the headline's MFU)" + _predicted(m, plan),
-        "Cost: " + (f"{fmt_usd(m.training.cost_usd)} at {fmt_usd(price)} per GPU-hour ("
+        _layout_line(m, plan),
+        f"Time: {head.wall_clock_days:,.1f} days on {scenario.n_gpus:,} x {gpu.name} at {m.headline_basis} "
+        f"({head.gpu_hours:,.0f} GPU-hours)"
+        + ("" if m.prediction is None else
+           f"; at the assumed {scenario.mfu:.0%} MFU instead: {m.training.wall_clock_days:,.1f} days") + ".",
+        "Cost: " + (f"{fmt_usd(head.cost_usd)} at {fmt_usd(price)} per GPU-hour ("
                     + ("given on the command line" if scenario.usd_per_gpu_hour is not None else
-                       f"{gpu.key} preset's dated list price") + "), at the assumed MFU."
-                    if m.training.cost_usd is not None and price is not None
+                       f"{gpu.key}'s dated list price") + ")."
+                    if head.cost_usd is not None and price is not None
                     else "no price known for this accelerator."),
     ]
-    if m.memory is not None:
-        lines.append(f"Memory: {gib(m.memory.peak)} per GPU on the plan's layout ({plan.layout_text}, "
-                     f"{scenario.recipe} + {scenario.optimizer}, seq {scenario.seq_len:,}): "
-                     f"{'fits' if m.fits else 'does NOT fit'} in {gpu.key}'s {gpu.memory_bytes / GIB:g} GiB"
-                     + _other_layouts(m) + ".")
-    else:
-        lines.append(f"Memory: not modelled for this {spec.architecture} model (the activation model covers "
-                     "decoder-only models).")
     return lines
 
 
-def _predicted(m: ModelPlan, plan: ReportPlan) -> str:
-    """'; the step model predicts 23.9 % MFU for the best layout that fits (...): 3.6 days' (or why not)."""
-    chosen = m.predicted
-    if chosen is None:
-        return "." if not m.prediction_note else f"; no step-time prediction ({m.prediction_note})."
-    which, pred = chosen
-    days = m.at(pred, plan.scenario).wall_clock_days
-    where = "" if which == "the plan's layout" else f" ({layout_label(pred)}; {m.prediction_note})"
-    return (f"; the step model predicts {pred.mfu * 100:.1f} % MFU for {which}{where}: {days:,.1f} days at that "
-            f"MFU.")
+def _layout_line(m: ModelPlan, plan: ReportPlan) -> str:
+    """'Layout: tp 2 ... (the layout `llmcalc layout` recommends ...): 74.2 GiB per GPU, fits in h100-sxm's 80 GiB.'"""
+    gpu = plan.scenario.accelerator
+    if m.memory is None:
+        return (f"Layout: {m.layout_text}, {m.layout_source}; memory not modelled for this {m.spec.architecture} "
+                "model (the activation model covers decoder-only models).")
+    among = f": the fastest of {m.counts['fit']:,} that fit" if m.recommended and m.counts else ""
+    return (f"Layout: {m.layout_text} ({m.layout_source}{among}; global batch {plan.global_batch:,} sequences, "
+            f"{m.scenario.recipe} + {m.scenario.optimizer}): {gib(m.memory.peak)} per GPU, "
+            f"{'fits' if m.fits else 'does NOT fit'} in {gpu.key}'s {gpu.memory_bytes / GIB:g} GiB"
+            + _other_layouts(m) + ".")
 
 
 def _other_layouts(m: ModelPlan) -> str:
-    """Where the plan's layout does not fit: how many layouts of the same GPUs and batch do, and the best."""
+    """Where the planned (given) layout does not fit: how many layouts of the same GPUs and batch do, and the best."""
     if m.fits or m.counts is None:
         return ""
     if not m.ranked:
-        return f"; none of the {m.counts['searched']:,} other layouts of these GPUs and this batch fits either"
-    best_peak = m.ranked[0][1]
-    return (f"; {m.counts['fit']:,} other layouts of these GPUs and this batch fit (step-time section), the best "
-            f"{layout_label(m.ranked[0][0])} at {gib(best_peak)} per GPU")
+        return f"; none of the {m.counts['searched']:,} layouts of these GPUs and this batch fits either"
+    return (f"; {m.counts['fit']:,} other layouts of these GPUs and this batch fit, the best "
+            f"{layout_label(m.ranked[0][0])} at {gib(m.ranked[0][1])} per GPU (the recommended layout)")
 
 
 def price_source(gpu: Accelerator, given: float | None) -> tuple[float | None, str]:
-    """$/GPU-hour and where it comes from: given, or the preset's dated list price and its source."""
+    """$/GPU-hour and where it comes from, in a few words: given, or the preset's dated list price ("Lambda list
+    price, read 2026-09-20, [lambda.ai/instances](...)"); the full provenance stays in the preset's notes."""
     if given is not None:
         return given, "given on the command line"
     if gpu.usd_per_hour is None:
@@ -104,50 +102,49 @@ def price_source(gpu: Accelerator, given: float | None) -> tuple[float | None, s
     if not match:
         return gpu.usd_per_hour, f"{gpu.key} preset"
     what, where = match.group(1).strip(), (match.group(2) or "").strip()
-    return gpu.usd_per_hour, f"{gpu.key} preset: {what}" + (f" Source: {where}" if where else "")
+    date = re.search(r"read (\d{4}-\d{2}-\d{2})", what)
+    link = short_source(where) if where else ""
+    return gpu.usd_per_hour, (f"{what.split()[0]} list price" + (f", read {date.group(1)}" if date else "")
+                              + (f", {link}" if link and link != "custom" else ""))
 
 
 def plan_table(plan: ReportPlan, names: list[str]) -> Table:
     scenario = plan.scenario
-    par = scenario.parallel
     batch = plan.global_batch
     tokens_per_step = batch * scenario.seq_len
     steps = math.ceil(scenario.tokens / tokens_per_step)
     gpu = scenario.accelerator
-    price, source = price_source(gpu, scenario.usd_per_gpu_hour)
+    price, _ = price_source(gpu, scenario.usd_per_gpu_hour)
     rows = [
         ("models", ", ".join(names)),
         ("training tokens", f"{fmt_count(scenario.tokens)} tokens ({scenario.tokens:,.0f})"),
         ("sequence length", f"{scenario.seq_len:,} tokens"),
         ("GPUs", f"{scenario.n_gpus:,} x {gpu.name} ({gpu.key})"),
-        ("layout DP x TP x PP", f"{par.dp:,} x {par.tp} x {par.pp}; ZeRO-{par.zero} over the {par.dp:,} data-parallel "
-                                "ranks"),
-        ("micro-batch per GPU", f"{scenario.micro_batch} sequence{'s' if scenario.micro_batch > 1 else ''}"),
         ("global batch", f"{batch:,} sequences = {fmt_count(tokens_per_step)} tokens ({tokens_per_step:,})"),
-        ("tokens per step", f"{tokens_per_step:,}"),
         ("optimizer steps", f"{steps:,} (tokens / tokens per step, rounded up)"),
-        ("MFU assumed (the headline)", f"{scenario.mfu:.0%} of the dense {scenario.dtype} peak"),
     ]
     for name in names:
         m = plan.models[name]
         label = f"{name}: " if len(names) > 1 else ""
-        chosen = m.predicted
-        rows.append((f"{label}MFU predicted", "n/a: " + (m.prediction_note or "no prediction") if chosen is None else
-                     f"{chosen[1].mfu * 100:.1f} % for {chosen[0]} (step-time model)"))
+        rows.append((f"{label}layout", f"{m.layout_text} ({'recommended' if m.recommended else 'given'})"))
         if m.memory is not None:
             rows.append((f"{label}memory per GPU", f"{gib(m.memory.peak)}: "
                          f"{'fits' if m.fits else 'does NOT fit'} in {gpu.memory_bytes / GIB:g} GiB"))
+        rows.append((f"{label}MFU", "n/a: " + (m.prediction_note or "no prediction") + f"; assumed {scenario.mfu:.0%}"
+                     if m.prediction is None else
+                     f"{m.prediction.mfu * 100:.1f} % predicted (the time and cost); {scenario.mfu:.0%} assumed "
+                     "(the alternative)"))
     rows += [
         ("precision and optimizer", f"{scenario.recipe} + {scenario.optimizer}, recompute {scenario.recompute}"),
         ("price", "no price" if price is None else
          f"{fmt_usd(price)} per GPU-hour (" + ("given on the command line" if scenario.usd_per_gpu_hour is not None
-                                              else f"{gpu.key} preset; source in the table below") + ")"),
+                                              else f"{gpu.key}'s dated list price; source below") + ")"),
     ]
     return Table("the plan", [Column("quantity", "quantity", align="left"), Column("value", "value", align="left")],
                  [{"quantity": q, "value": v} for q, v in rows],
-                 ["global batch = micro-batch x data-parallel ranks, no gradient accumulation; tensor-parallel ranks "
-                  "share a micro-batch; every section uses this layout, batch and fit verdict, and the assumed MFU for "
-                  "time and cost (the predicted MFU is shown beside it, not used)"])
+                 ["global batch = micro-batch x data-parallel ranks x gradient-accumulation steps; every section uses "
+                  "each model's planned layout, this batch and its fit verdict; time and cost at the planned layout's "
+                  "predicted MFU (the assumed MFU where there is no prediction)"])
 
 
 def accelerator_table(gpus: list[Accelerator], scenario: Scenario) -> Table:
@@ -156,12 +153,15 @@ def accelerator_table(gpus: list[Accelerator], scenario: Scenario) -> Table:
         price, source = price_source(gpu, scenario.usd_per_gpu_hour if gpu.key == scenario.accelerator.key else None)
         rows.append({"key": gpu.key + (" (plan)" if gpu.key == scenario.accelerator.key else ""), "name": gpu.name,
                      "peak": gpu.peak(scenario.dtype), "memory": f"{gpu.memory_bytes / GIB:g}",
-                     "price": "n/a" if price is None else fmt_usd(price), "source": source})
+                     "price": "n/a" if price is None else fmt_usd(price), "source": _LINK_TEXT.sub(r"\2", source)})
     return Table("accelerators in this report",
                  [Column("key", "preset", align="left"), Column("name", "accelerator", align="left"),
                   Column("peak", f"dense {scenario.dtype} peak", fmt_flops_rate), Column("memory", "memory (GiB)"),
                   Column("price", "$/GPU-hour"), Column("source", "price source", align="left")],
                  rows, ["peaks are dense (no 2:4 sparsity); prices are dated on-demand list prices, not quotes"])
+
+
+_LINK_TEXT = re.compile(r"\[([^\]]+)\]\(([^)]+)\)")  # a markdown link, as its address in a table cell
 
 
 @dataclass
@@ -181,7 +181,9 @@ class _Context:
     def __post_init__(self):
         self.names = [s.name for s in self.specs]
         self.by_name = dict(zip(self.names, self.specs, strict=True))
-        self.records = {name: m.record for name, m in self.plan.models.items()}
+        self.records = {name: {**m.record, "gpu_hours": m.headline.gpu_hours,
+                               "wall_clock_days": m.headline.wall_clock_days, "cost_usd": m.headline.cost_usd}
+                        for name, m in self.plan.models.items()}  # the one time and cost: the headline's
         self.gpus = sweeps.accelerators_shown(self.by_name, self.scenario, self.load_hardware)
 
 
@@ -189,8 +191,8 @@ def _provenance(report: Report, ctx: _Context, meta: dict) -> None:
     report.paragraph(f"Generated by llmcalc {meta['llmcalc_version']} on {meta['date']} with this command:")
     report.code(meta["command"])
     shown = {**meta["sources"], **{g.key: g.source for g in ctx.gpus}}
-    report.paragraph("Preset sources:")
-    report.bullets([f"{name}: {source or 'custom'}" for name, source in shown.items()])
+    report.paragraph("Sources: " + "; ".join(f"{name}: {short_source(source)}" for name, source in shown.items())
+                     + " (the full provenance is in each preset's file).")
 
 
 def _summary(report: Report, ctx: _Context) -> None:
@@ -202,19 +204,24 @@ def _summary(report: Report, ctx: _Context) -> None:
             report.paragraph(f"{spec.name}:")
         report.bullets(_summary_lines(spec, ctx.plan))
     if len(specs) > 1:
-        report.document(compare_document(list(ctx.records.values()), scenario), "compare")
+        report.document(compare_document(list(ctx.records.values()), scenario, notes=[
+            "each model on its planned layout (summary): GPU-hours, wall-clock and cost at that layout's predicted MFU "
+            "(the assumed MFU where there is none), memory per GPU on that layout",
+            "training FLOPs are the exact per-op count at this sequence length; attention S² share is of forward "
+            "matmul FLOPs"]), "compare")
     report.table(plan_table(ctx.plan, ctx.names))
     report.table(accelerator_table(ctx.gpus, scenario))
     report.heading("Inputs and conventions", 3)
-    report.bullets([f"scenario: {scenario.describe()}"]
-                   + [f"{name}: {ctx.sources.get(name) or 'custom'}" for name in ctx.names]
+    report.bullets([f"the run: {fmt_count(scenario.tokens)} tokens at seq {scenario.seq_len:,} on {scenario.n_gpus:,} "
+                    f"x {gpu.key}, {scenario.recipe} + {scenario.optimizer}, recompute {scenario.recompute}, "
+                    f"{'causal' if scenario.causal else 'full S²'} FLOPs; each model on its planned layout (summary)"]
                    + [f"accelerator: {gpu.name} ({gpu.key}), dense {scenario.dtype} peak "
                       f"{fmt_flops_rate(gpu.peak(scenario.dtype))}, {gpu.memory_bytes / GIB:g} GiB"]
                    + FLOP_CONVENTIONS
-                   + ["time and cost assume the given MFU at every GPU count (linear scaling); the step-time model's "
-                      "prediction is shown beside it; energy and cost count GPU time only",
-                      f"memory in GiB (2^30 bytes), MiB below 1 GiB; counts with {count_prefixes()}; FLOPs with SI "
-                      f"prefixes (G = 10^9, T = 10^12, Z = 10^21)"])
+                   + ["time and cost at the planned layout's predicted MFU, held at every GPU count of the time figure "
+                      "(linear scaling); energy and cost count GPU time only",
+                      f"memory in binary units (GiB = 2^30 bytes), one unit per column; counts with "
+                      f"{count_prefixes()}; FLOPs with SI prefixes (G = 10^9, T = 10^12, Z = 10^21)"])
 
 
 def _parameters(report: Report, ctx: _Context) -> None:
@@ -251,11 +258,12 @@ def _flops(report: Report, ctx: _Context) -> None:
 
 def _time_figure(report: Report, ctx: _Context) -> None:
     scenario, plan = ctx.scenario, ctx.plan
-    time_frame = sweeps.time_vs_gpus(ctx.by_name, scenario, ctx.load_hardware)
+    at_headline = {n: replace(m.scenario, mfu=m.headline.mfu or m.scenario.mfu) for n, m in plan.models.items()}
+    time_frame = sweeps.time_vs_gpus(ctx.by_name, at_headline, ctx.load_hardware)
     report.csv("time_vs_gpus", time_frame)
     stars = {"n_gpus": scenario.n_gpus,
-             "series": {f"{n} on {scenario.accelerator.key}": (plan.models[n].training.wall_clock_days,
-                                                               plan.models[n].training.cost_usd, plan.models[n].fits)
+             "series": {f"{n} on {scenario.accelerator.key}": (plan.models[n].headline.wall_clock_days,
+                                                               plan.models[n].headline.cost_usd, plan.models[n].fits)
                         for n in ctx.names}}
     prices = {}
     for series, device in dict(zip(time_frame["series"], time_frame["device"], strict=True)).items():
@@ -264,15 +272,16 @@ def _time_figure(report: Report, ctx: _Context) -> None:
         prices[series] = "no price" if price is None else f"{fmt_usd(price)}/GPU-hour"
     infeasible = not time_frame["fits"].dropna().all()
     never = [s for s, sub in time_frame.groupby("series", sort=False) if (sub["fits"] == False).all()]  # noqa: E712
+    mfus = "; ".join(f"{n} {m.headline.mfu:.1%}" for n, m in plan.models.items())
     report.figure("time_cost", plots.time_and_cost(time_frame, stars, prices, plan.training_line()),
-                  f"Wall-clock against GPU count at the assumed {scenario.mfu:.0%} MFU (left; the star is the plan: "
-                  f"{scenario.n_gpus:,} x {scenario.accelerator.key}, dp x tp {scenario.parallel.dp:,} x "
-                  f"{scenario.tp}, ZeRO-{scenario.zero}, micro-batch {scenario.micro_batch})"
-                  + ("; red crosses: the model does not fit in GPU memory at that count with this layout"
-                     if infeasible else "")
-                  + "; right: the cost of the run at that MFU and the price per GPU-hour it assumes (prices and "
+                  f"Wall-clock against GPU count, each model on its planned layout's tensor, context and pipeline "
+                  f"degrees with data parallelism growing with the GPUs, at the MFU of the headline ({mfus}) held at "
+                  f"every count (left; the star is the plan: {scenario.n_gpus:,} x {scenario.accelerator.key})"
+                  + ("; red crosses: the model does not fit in GPU memory at that count with these degrees, or the "
+                     "count does not divide into them" if infeasible else "")
+                  + "; right: the cost of the planned run and the price per GPU-hour it assumes (prices and "
                     "sources in the accelerator table above)"
-                  + (f"; hatched: {', '.join(never)} fits at none of these GPU counts with this layout, so its cost "
+                  + (f"; hatched: {', '.join(never)} fits at none of these GPU counts with these degrees, so its cost "
                      "prices a run that cannot start" if never else ""))
 
 
@@ -281,12 +290,17 @@ def _time_and_cost(report: Report, ctx: _Context) -> None:
     report.heading("Training time and cost")
     _time_figure(report, ctx)
     for spec in ctx.specs:
-        est = ctx.plan.models[spec.name].training
+        m = ctx.plan.models[spec.name]
         inputs = {"model": spec.name, "tokens": scenario.tokens, "seq_len": scenario.seq_len,
-                  "causal": scenario.causal, "recompute": scenario.recompute,
+                  "causal": scenario.causal, "recompute": m.scenario.recompute,
                   "flops_basis": f"training FLOPs = exact per-op count per token at seq {scenario.seq_len:,} x tokens"}
         report.heading(spec.name, 3)
-        report.document(train_document(est, inputs, six_n(count_params(spec)) * scenario.tokens),
+        report.paragraph(f"At {m.headline_basis} ({m.layout_text})"
+                         + ("" if m.prediction is None else
+                            f"; at the assumed {scenario.mfu:.0%} MFU the run would take "
+                            f"{m.training.wall_clock_days:,.1f} days, {m.training.gpu_hours:,.0f} GPU-hours")
+                         + ".")
+        report.document(train_document(m.headline, inputs, six_n(count_params(spec)) * scenario.tokens),
                         f"train-{safe_name(spec.name)}")
 
 
@@ -294,24 +308,27 @@ def _memory(report: Report, ctx: _Context) -> None:
     scenario = ctx.scenario
     gpu = scenario.accelerator
     report.heading("Memory")
-    memory_frame, skipped = sweeps.memory_vs_batch(ctx.by_name, scenario)
+    planned = {n: m.scenario for n, m in ctx.plan.models.items()}
+    memory_frame, skipped = sweeps.memory_vs_batch(ctx.by_name, planned)
     if len(memory_frame):
         report.csv("memory_vs_batch", memory_frame)
+        batches = sorted({m.scenario.micro_batch for m in ctx.plan.models.values()})
         report.figure("memory", plots.memory_vs_batch(memory_frame, gpu.memory_bytes, gpu.key,
-                                                      scenario.micro_batch, skipped=skipped,
+                                                      batches[0], skipped=skipped,
                                                       scenario=ctx.plan.memory_line()),
                       f"Training memory per GPU against micro-batch, every micro-batch up to the first that does not "
-                      f"fit, at seq {scenario.seq_len:,} ({scenario.recipe}, ZeRO-{scenario.zero} over "
-                      f"{scenario.n_gpus:,} GPUs); the plan's micro-batch ({scenario.micro_batch}) outlined"
+                      f"fit, at seq {scenario.seq_len:,} ({scenario.recipe}), each model on its planned layout; the "
+                      f"plan's micro-batch ({', '.join(map(str, batches))}) outlined"
                       + (f"; not shown: {', '.join(skipped)} (no activation model)" if skipped else ""))
     for spec in ctx.specs:
         if spec.architecture != "decoder":
             report.paragraph(f"{spec.name}: the analytic activation model covers decoder-only models.")
             continue
         report.heading(spec.name, 3)
-        estimate = ctx.plan.models[spec.name].memory
-        assert estimate is not None  # a decoder: the plan has its memory
-        report.document(training_memory_document(estimate, gpu), f"memory-{safe_name(spec.name)}")
+        m = ctx.plan.models[spec.name]
+        assert m.memory is not None  # a decoder: the plan has its memory
+        report.paragraph(f"On the planned layout: {m.layout_text} ({m.layout_source}).")
+        report.document(training_memory_document(m.memory, gpu), f"memory-{safe_name(spec.name)}")
     kv_frame = sweeps.kv_vs_context(ctx.by_name, scenario.kv_dtype)
     stateless = [s.name for s in ctx.specs if s.architecture != "encoder" and s.name not in set(kv_frame["model"])]
     why = f"{', '.join(stateless)}: no KV cache (a recurrent state that does not grow with context)"
@@ -382,6 +399,8 @@ class Extras:
     finetune: Any = None  # analytic.finetune.LoraConfig
     sharded: dict[str, dict] | None = None
     measured: list = field(default_factory=list)  # fallback.MeasuredPair: models without a formula
+    serve_work: ServingWorkload | None = None  # the workload the serving section sizes for (default: its own)
+    given_layout: bool = False  # plan on --tp/--zero/--micro-batch as given, not the recommended layout
 
 
 def _steps(ctx: _Context, extras: Extras) -> list[tuple[str | None, Callable[[Report], None]]]:
@@ -397,12 +416,13 @@ def _steps(ctx: _Context, extras: Extras) -> list[tuple[str | None, Callable[[Re
         ("memory", lambda r: _memory(r, ctx)),
     ]
     if scenario.recipe.startswith("fp8"):
-        steps.append((None, lambda r: fp8_section(r, ctx.specs, scenario, ctx.plan.memory_line())))
+        steps.append((None, lambda r: fp8_section(r, ctx.specs, scenario, ctx.plan.memory_line(),
+                                                  {n: m.scenario for n, m in ctx.plan.models.items()})))
     if extras.finetune is not None:
         steps.append(("fine-tuning", lambda r: finetune_section(r, ctx.specs, scenario, extras.finetune,
                                                                  ctx.plan.models_line())))
     if extras.serve:
-        steps.append(("serving", lambda r: serving_section(r, ctx.specs, scenario)))
+        steps.append(("serving", lambda r: serving_section(r, ctx.specs, scenario, extras.serve_work)))
     steps.append(("compute-optimal", lambda r: _compute_optimal(r, ctx)))
     profiles, sharded = extras.profiles, extras.sharded  # bound here: a lambda does not see a narrowed attribute
     if profiles:
@@ -462,7 +482,8 @@ def build_report(specs: list[ModelSpec], sources: dict[str, str], scenario: Scen
         report.bullets([f"scenario: {scenario.describe()}"])
         measured_section(report, extras.measured, scenario)
         return report
-    plan = make_plan(specs, scenario, tick=None if progress is None else progress.step)
+    plan = make_plan(specs, scenario, tick=None if progress is None else progress.step,
+                     recommend=not extras.given_layout)
     ctx = _Context(specs, sources, scenario, load_hardware, plan)
     report = Report(f"Planning report: {', '.join(ctx.names)}")
     report.files["plan.json"] = (json.dumps(plan.to_json(), indent=1) + "\n").encode()

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..errors import Interrupted, LlmcalcError
 from ..records import dataclass
 from ..spec import ModelSpec
+from .workload import ServingWorkload
 
 if TYPE_CHECKING:
     from ..analytic.finetune import LoraConfig
@@ -56,6 +57,8 @@ class ReportRequest:
     force: bool = False
     serve: bool = False
     finetune: LoraConfig | None = None
+    serve_work: ServingWorkload | None = None  # the traffic --serve sizes for
+    given_layout: bool = False  # --plan-layout given
     argv: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -120,7 +123,7 @@ def _build(request: ReportRequest, specs: list[ModelSpec], scenario: Scenario, p
         profiles = profiler.profiles(specs, scenario.recipe, progress)
         sharded = profiler.sharded(specs, progress)
         extras = Extras(profiles=profiles, serve=request.serve, finetune=request.finetune, sharded=sharded,
-                        measured=measured)
+                        measured=measured, serve_work=request.serve_work, given_layout=request.given_layout)
         return build_report(specs, sources, scenario, load_hardware, progress=progress, meta=meta, extras=extras)
     finally:
         progress.close()

@@ -5,27 +5,34 @@ section is one function ``build_report`` calls; its tables are the commands' Doc
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from ..analytic.finetune import FinetuneFlops, FinetuneMemory, LoraConfig, finetune
 from ..analytic.kernels import steptime_presets
 from ..analytic.memory import MemoryEstimate
 from ..analytic.rules import six_n
-from ..analytic.serving import smallest_serving_group
+from ..analytic.serving import plan_serving
 from ..analytic.step.prediction import StepPrediction
 from ..analytic.summary import Scenario
+from ..errors import LlmcalcError
 from ..hardware import Accelerator
 from ..render.tables import Column, Document, Table
 from ..spec import ModelSpec
 from ..units import GIB, count_label, fmt_count, fmt_gib, fmt_usd, si
 from ..views.layout import layout_document
 from ..views.params import adapter_table, finetune_config
-from ..views.profile import distributed_document, long_table
-from ..views.serve import serve_document
+from ..views.profile import distributed_document
 from ..views.train import FP8_NOTE
 from .document import Report, safe_name
 from .figures import breakdown_bars, memory_bars, rank_figure
 from .plan import ModelPlan, ReportPlan, layout_label, same_layout
 from .plots import gib
+from .workload import ServingWorkload
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from ..analytic.serving_speed import WorkloadPlan
 
 
 def steptime_section(report: Report, plan: ReportPlan, top: int = 6) -> None:
@@ -41,12 +48,11 @@ def steptime_section(report: Report, plan: ReportPlan, top: int = 6) -> None:
         report.paragraph(f"{gpu.key} has no network/matmul block, so no step-time prediction (presets with one: "
                          f"{', '.join(steptime_presets())}).")
         return
-    report.paragraph(f"The plan's global batch, {plan.global_batch:,} sequences x {scenario.seq_len:,} tokens (micro-"
-                     f"batch {scenario.micro_batch} x {scenario.parallel.dp:,} data-parallel ranks), on "
-                     f"{scenario.n_gpus:,} x {gpu.key} with recompute {scenario.recompute} (the plan's): the plan's "
-                     f"own layout ({plan.layout_text}) as the step-time model times it, and every other layout of "
-                     f"these GPUs ranked by predicted throughput. Time and cost elsewhere in the report use the "
-                     f"assumed {scenario.mfu:.0%} MFU; the predictions below are set beside it.")
+    report.paragraph(f"The plan's global batch, {plan.global_batch:,} sequences x {scenario.seq_len:,} tokens, on "
+                     f"{scenario.n_gpus:,} x {gpu.key} with recompute {scenario.recompute}: every layout of these GPUs "
+                     "ranked by the step-time model's predicted throughput, as llmcalc layout ranks them. The "
+                     "planned layout is the first unless the report was told to plan on the given one; its "
+                     "predicted MFU sets the report's time and cost.")
     for name, m in plan.models.items():
         if m.spec.architecture != "decoder":
             report.paragraph(f"{name}: the step-time model covers decoder-only models.")
@@ -65,7 +71,8 @@ def steptime_section(report: Report, plan: ReportPlan, top: int = 6) -> None:
         report.figure(figure, breakdown_bars(_bars(m, top), f"{name}: predicted step time by layout",
                                              plan.steptime_line(name)),
                       "Where each layout's step goes (compute, exposed communication, pipeline bubble, optimizer), "
-                      "best layouts first" + (", then the plan's own layout" if m.prediction is not None else "")
+                      "best layouts first" + (", then the planned layout" if m.prediction is not None and not any(
+                          same_layout(p, m.prediction) for p, _ in m.ranked[:top]) else "")
                       + " and the slowest that fits last; each bar's predicted MFU at its end")
         report.document(layout_document(name, gpu.key, scenario.n_gpus, scenario.seq_len,
                                         global_batch=plan.global_batch, ranked=m.ranked, losers=m.losers,
@@ -81,7 +88,7 @@ def _bars(m: ModelPlan, top: int) -> list[tuple[str, StepPrediction]]:
                 + f" mb{lay.micro_batch} ZeRO-{lay.zero}")
 
     shown = [(label(p), p) for p, _ in m.ranked[:top]]
-    if m.prediction is not None:
+    if m.prediction is not None and not any(same_layout(p, m.prediction) for p, _ in m.ranked[:top]):
         shown.append((f"the plan: {label(m.prediction)}", m.prediction))
     worst = m.ranked[-1][0]
     if len(m.ranked) > top:
@@ -90,24 +97,23 @@ def _bars(m: ModelPlan, top: int) -> list[tuple[str, StepPrediction]]:
 
 
 def _steptime_bullets(m: ModelPlan, plan: ReportPlan) -> list[str]:
-    """The plan's layout and the best one, each with its predicted MFU and what the run takes at it."""
+    """The planned layout and, where it is not the best, the best one, each with its predicted MFU and the run."""
     scenario = plan.scenario
     items = []
     if m.prediction is not None:
         est = m.at(m.prediction, scenario)
-        items.append(f"the plan's layout ({plan.layout_text}): predicted MFU {m.prediction.mfu * 100:.1f} % "
-                     f"(assumed {scenario.mfu:.0%}), {fmt_count(scenario.tokens)} tokens in "
-                     f"{est.wall_clock_days:,.1f} days, {est.gpu_hours:,.0f} GPU-hours"
-                     + ("" if est.cost_usd is None else f", {fmt_usd(est.cost_usd)}"))
+        items.append(f"the planned layout ({m.layout_text}): predicted MFU {m.prediction.mfu * 100:.1f} %, "
+                     f"{fmt_count(scenario.tokens)} tokens in {est.wall_clock_days:,.1f} days, "
+                     f"{est.gpu_hours:,.0f} GPU-hours" + ("" if est.cost_usd is None else f", {fmt_usd(est.cost_usd)}"))
     else:
-        items.append(f"the plan's layout ({plan.layout_text}): {m.prediction_note}")
+        items.append(f"the planned layout ({m.layout_text}): {m.prediction_note}")
     if m.best is not None and m.prediction is not None and same_layout(m.best, m.prediction):
-        items[-1] += "; the best layout of these GPUs and this batch"
+        items[-1] += "; the fastest layout of these GPUs and this batch that fits"
     elif m.best is not None:
         est = m.at(m.best, scenario)
-        items.append(f"the best layout that fits ({layout_label(m.best)}, {gib(m.ranked[0][1])} per GPU): predicted "
-                     f"MFU {m.best.mfu * 100:.1f} %, {est.wall_clock_days:,.1f} days, {est.gpu_hours:,.0f} GPU-hours"
-                     + ("" if est.cost_usd is None else f", {fmt_usd(est.cost_usd)}"))
+        items.append(f"the fastest layout that fits ({layout_label(m.best)}, {gib(m.ranked[0][1])} per GPU): "
+                     f"predicted MFU {m.best.mfu * 100:.1f} %, {est.wall_clock_days:,.1f} days, "
+                     f"{est.gpu_hours:,.0f} GPU-hours" + ("" if est.cost_usd is None else f", {fmt_usd(est.cost_usd)}"))
     return items
 
 
@@ -122,7 +128,6 @@ def _recipe_label(recipe: str, plan: str) -> str:
 
 def fp8_memory_document(spec: ModelSpec, scenario: Scenario) -> tuple[Document, dict[str, MemoryEstimate]]:
     """Memory per GPU by component (GiB) under bf16-mixed and each FP8 recipe, on the plan's layout."""
-    from dataclasses import replace
 
     from ..analytic.memory import RECIPES
     from ..analytic.summary import scenario_memory
@@ -137,8 +142,9 @@ def fp8_memory_document(spec: ModelSpec, scenario: Scenario) -> tuple[Document, 
     notes = [f"{r}: {RECIPES[r].description}" for r in (BASELINE, *FP8_RECIPES)]
     notes += [f"{label}: peak at the {est.peak_phase}; {'fits' if est.peak <= cap else 'does NOT fit'} in "
               f"{scenario.accelerator.key}'s {cap / GIB:g} GiB" for label, est in ests.items()]
-    notes += [f"the plan's layout for every recipe: ZeRO-{scenario.zero} over {scenario.n_gpus:,} GPUs, tp "
-              f"{scenario.tp}; memory in GiB (2^30 bytes)"]
+    par = scenario.parallel
+    notes += [f"the planned layout for every recipe: tp {par.tp} cp {par.cp} pp {par.pp} dp {par.dp:,}, "
+              f"ZeRO-{par.zero}; memory in GiB (2^30 bytes)"]
     table = Table(f"memory per GPU at micro-batch {scenario.micro_batch} x seq {scenario.seq_len:,}",
                   [Column("name", "component", align="left")]
                   + [Column(est.recipe.name, f"{label} (GiB)", fmt_gib) for label, est in ests.items()], rows, notes)
@@ -175,9 +181,11 @@ def fp8_mfu_table(scenario: Scenario) -> Table:
                  [Column("quantity", "quantity", align="left"), Column("value", "value", align="left")], rows, notes)
 
 
-def fp8_section(report: Report, specs: list[ModelSpec], scenario: Scenario, line: str) -> None:
-    """`report --recipe fp8*`: memory per GPU under bf16-mixed and the three FP8 recipes on the plan's
-    layout (one figure for all models), and the plan's MFU against the bf16 and the fp8 peak."""
+def fp8_section(report: Report, specs: list[ModelSpec], scenario: Scenario, line: str,
+                planned: dict[str, Scenario] | None = None) -> None:
+    """`report --recipe fp8*`: memory per GPU under bf16-mixed and the three FP8 recipes on each model's planned
+    layout (`planned`, per model; else the scenario's), one figure for all models, and the plan's MFU against the
+    bf16 and the fp8 peak."""
 
     report.heading("FP8 training")
     report.paragraph(f"The plan trains with the {scenario.recipe} recipe; below, its memory beside bf16-mixed and the "
@@ -187,16 +195,17 @@ def fp8_section(report: Report, specs: list[ModelSpec], scenario: Scenario, line
     for spec in specs:
         if spec.architecture != "decoder":
             report.paragraph(f"{spec.name}: FP8 memory needs the activation model, which covers decoder-only models.")
-    docs = {s.name: fp8_memory_document(s, scenario) for s in decoders}
+    planned = planned or {}
+    docs = {s.name: fp8_memory_document(s, planned.get(s.name, scenario)) for s in decoders}
     if not docs:
         return
     bars = {(label if len(docs) == 1 else f"{name}: {label}"): est.peak_components()
             for name, (_, ests) in docs.items() for label, est in ests.items()}
     report.figure("fp8_memory", memory_bars(bars, scenario.accelerator.memory_bytes, scenario.accelerator.key,
                                             "Memory per GPU: bf16-mixed against the FP8 recipes", line),
-                  f"Memory per GPU at the peak, by component group, for bf16-mixed and each FP8 recipe on the plan's "
-                  f"layout (ZeRO-{scenario.zero} over {scenario.n_gpus:,} GPUs, tp {scenario.tp}); the plan's recipe "
-                  f"marked 'plan'; dashed: {scenario.accelerator.key}'s capacity")
+                  f"Memory per GPU at the peak, by component group, for bf16-mixed and each FP8 recipe on each "
+                  f"model's planned layout ({scenario.n_gpus:,} GPUs); the plan's recipe marked 'plan'; dashed: "
+                  f"{scenario.accelerator.key}'s capacity")
     for name, (doc, _) in docs.items():
         report.heading(name, 3)
         report.document(doc, f"fp8-{safe_name(name)}")
@@ -207,7 +216,6 @@ def fp8_section(report: Report, specs: list[ModelSpec], scenario: Scenario, line
 def _methods(cfg: LoraConfig) -> dict[str, LoraConfig | None]:
     """Full training (None) and LoRA and QLoRA at the chosen rank and targets; the chosen method keeps its
     --base-dtype, the other its default base (bf16 for LoRA, nf4 for QLoRA)."""
-    from dataclasses import replace
 
     from ..analytic.finetune import lora_config
 
@@ -348,27 +356,74 @@ def finetune_section(report: Report, specs: list[ModelSpec], scenario: Scenario,
 
 # The report's serving section (`report --serve`).
 
-def serving_section(report: Report, specs: list[ModelSpec], scenario: Scenario) -> None:
-    """`report --serve`: each decoder model served on the scenario's GPU at --seq-len tokens per request,
-    on the smallest tensor-parallel group that holds one request (bf16 weights, vLLM defaults)."""
+def serving_section(report: Report, specs: list[ModelSpec], scenario: Scenario,
+                    work: ServingWorkload | None = None) -> None:
+    """`report --serve`: each decoder model's deployment on the scenario's GPU for a stated workload (the fewest
+    GPUs and tensor-parallel layout meeting its latency targets: ``serving_sizing.size_workload``, as `serve
+    --input-len --output-len --max-concurrency --max-ttft --max-tpot` answers), and with several concurrencies the
+    sized replica's throughput against latency (``serving_speed.plan_workloads``)."""
+    from ..analytic.serving_sizing import size_workload
+    from ..analytic.serving_speed import Workload, plan_workloads
+    from ..views.serve import sizing_document, workload_document
 
+    work = work or ServingWorkload()
+    gpu = scenario.accelerator
     report.heading("Serving")
-    report.paragraph(f"Each model served with the current vLLM's defaults (gpu_memory_utilization 0.92, the "
-                     f"attention backend's block, weights as the checkpoint ships them, "
-                     f"{scenario.kv_dtype} KV cache) on the fewest {scenario.accelerator.key} GPUs (tensor parallel) "
-                     f"that hold one {scenario.seq_len:,}-token request; `llmcalc serve` gives the same tables for any "
-                     "setting.")
+    report.paragraph(f"Each model deployed on {gpu.key} with vLLM's defaults ({scenario.kv_dtype} KV cache, weights as "
+                     f"the checkpoint ships them) for this workload: {work.describe()}; the fewest GPUs (replicas of "
+                     "a tensor-parallel group within a node) that meet the targets, as `llmcalc serve` answers with "
+                     "the same workload.")
     for spec in specs:
         if spec.architecture != "decoder":
             report.paragraph(f"{spec.name}: serving covers decoder-only models.")
             continue
-        est = smallest_serving_group(spec, scenario.accelerator, scenario.seq_len, scenario.kv_dtype)
-        if est is None:
-            report.paragraph(f"{spec.name}: no group of up to 16 {scenario.accelerator.key} GPUs holds a "
-                             f"{scenario.seq_len:,}-token request.")
+        traffic = Workload(work.input_len, work.output_len, max_concurrency=max(work.concurrency))
+        try:
+            sizing = size_workload(spec, gpu, traffic, max_ttft=work.max_ttft, max_tpot=work.max_tpot)
+        except LlmcalcError as exc:
+            report.paragraph(f"{spec.name}: not sized ({exc}).")
             continue
-        report.heading(f"{spec.name} on {est.tp} x {scenario.accelerator.key}", 3)
-        report.document(serve_document(est), f"serve-{safe_name(spec.name)}")
+        best = sizing.best
+        report.heading(f"{spec.name}: " + (f"{best.n_gpus} x {gpu.key} (tp {best.tp} x {best.replicas} "
+                                            f"replica{'s' if best.replicas > 1 else ''})" if best else
+                                            "no deployment meets the targets"), 3)
+        report.document(sizing_document(sizing), f"serve-{safe_name(spec.name)}")
+        if best is None or len(work.concurrency) < 2:
+            continue
+        curve = plan_workloads(plan_serving(spec, gpu, best.tp), work.input_len, work.output_len,
+                               max_concurrency=tuple(sorted(work.concurrency)))
+        report.figure(f"serve-curve-{safe_name(spec.name)}",
+                      throughput_latency(curve, f"{spec.name}: throughput against latency, one replica",
+                                         f"tp {best.tp} on {gpu.key} · {work.input_len:,} in / {work.output_len:,} out",
+                                         work.max_tpot),
+                      "One replica's output tokens per second (all its clients) against the mean time per output "
+                      "token, at each number of concurrent clients; the latency target dashed")
+        speed = workload_document(curve)
+        speed.tables = [t for t in speed.tables if t.title.startswith("workload")]  # the memory: serve's own
+        report.document(speed, f"serve-curve-{safe_name(spec.name)}")
+
+
+def throughput_latency(plan: WorkloadPlan, title: str, line: str, max_tpot: float | None = None) -> Figure:
+    """Output tokens/s of one replica against mean TPOT (ms), one point per concurrency, labelled; the TPOT
+    target dashed."""
+    from . import plots
+
+    fig, ax = plots.figure(title, line, width=8.4, height=4.2)
+    points = [(p.run.tpot[0] * 1000, p.output_tokens_per_second, p.work.max_concurrency) for p in plan.performance
+              if p.fits and p.run.completed]
+    ax.plot([x for x, _, _ in points], [y for _, y, _ in points], marker="o", color=plots.colour(0))
+    for x, y, c in points:
+        ax.annotate(f"{c} clients", (x, y), xytext=(6, 4), textcoords="offset points", fontsize=plots.MIN_POINTS)
+    if max_tpot is not None:
+        ax.axvline(max_tpot * 1000, color=plots.WARN, linestyle="--", linewidth=1.2,
+                   label=f"target: mean TPOT {max_tpot * 1000:g} ms")
+        ax.legend(loc="lower right", fontsize=plots.MIN_POINTS)
+    ax.set_xlabel("mean time per output token (ms)")
+    ax.set_ylabel("output tokens/s per replica")
+    ax.yaxis.set_major_formatter(lambda v, _: f"{v:,.0f}")
+    ax.margins(x=0.15, y=0.12)
+    ax.grid(True, alpha=0.3)
+    return fig
 
 
 # The report's sharded profile (`report --sharded-profile N`).
@@ -390,9 +445,6 @@ def sharded_section(report: Report, results: dict[str, dict], line: str) -> None
         report.figure(f"sharded-{safe_name(name)}", rank_figure(data, line),
                       "Rank 0's sharded state, peak and collective bytes: the formula (left bar) and the virtual "
                       "profile (right bar), the relative error over each pair; every rank in the table below")
-        doc = distributed_document(data)
+        doc = distributed_document(data)  # one column per figure in the CSV, long-form for people
         report.paragraph(doc.title + ".")
-        wide = doc.tables[0]  # one column per figure: the CSV keeps it, people read it long-form
-        doc.tables[0] = replace(wide, for_people=False)
-        doc.tables.insert(1, long_table(data, wide.title, wide.notes))
         report.document(doc, f"sharded-{safe_name(name)}")

@@ -10,8 +10,9 @@ from ..analytic.flops import step_flops
 from ..analytic.inference import kv_cache_bytes_per_token
 from ..analytic.params import ParamCount
 from ..analytic.rules import crossover
-from ..analytic.summary import Scenario, model_record, scenario_memory
+from ..analytic.summary import Scenario, model_record, scenario_memory, scenario_training
 from ..analytic.training import compute_optimal
+from ..errors import LlmcalcError
 from ..spec import ModelSpec
 
 SEQ_LENGTHS = [2**k for k in range(7, 18)]  # 128 .. 128k tokens
@@ -86,21 +87,30 @@ def accelerators_shown(specs: dict[str, ModelSpec], scenario: Scenario, load_har
     return [gpu] + [acc for acc in others if scenario.dtype in acc.peak_flops][:3]
 
 
-def time_vs_gpus(specs: dict[str, ModelSpec], scenario: Scenario, load_hardware) -> pd.DataFrame:
+def time_vs_gpus(specs: dict[str, ModelSpec], scenarios: dict[str, Scenario], load_hardware) -> pd.DataFrame:
     """Wall-clock against GPU count: one model on the chosen accelerator and its neighbours, or every
-    model on the chosen accelerator. `fits`: whether the per-GPU training memory fits on the device at
-    that count (None where memory is not modelled: encoders, encoder-decoders)."""
-    gpus, plan_gpu = accelerators_shown(specs, scenario, load_hardware), scenario.accelerator
+    model on the chosen accelerator, each on its own planned layout (`scenarios`, per model: its tp x cp x pp,
+    ZeRO, micro-batch and MFU, dp growing with the GPUs). `fits`: whether the per-GPU training memory fits on the
+    device at that count (False where the count does not divide into the layout's tp x cp x pp; None where memory
+    is not modelled: encoders, encoder-decoders)."""
+    first = next(iter(scenarios.values()))
+    gpus, plan_gpu = accelerators_shown(specs, first, load_hardware), first.accelerator
     series = ([(f"{next(iter(specs))} on {g.key}", next(iter(specs.values())), g) for g in gpus] if len(specs) == 1
               else [(f"{model} on {plan_gpu.key}", spec, plan_gpu) for model, spec in specs.items()])
     rows = []
     for label, spec, gpu in series:
+        scenario = scenarios[spec.name]
         price = scenario.usd_per_gpu_hour if gpu.key == plan_gpu.key else None
         for n in sorted(set(GPU_COUNTS + [scenario.n_gpus])):
-            record = model_record(spec, replace(scenario, gpu=gpu, n_gpus=n, usd_per_gpu_hour=price))
+            at = replace(scenario, gpu=gpu, n_gpus=n, usd_per_gpu_hour=price)
+            est = scenario_training(spec, at)
+            try:
+                fits = model_record(spec, at).get("fits")
+            except LlmcalcError:  # n does not divide into the layout's model-parallel group
+                fits = False
             rows.append({"series": label, "model": spec.name, "device": gpu.key, "n_gpus": n,
-                         "wall_clock_days": record["wall_clock_days"], "gpu_hours": record["gpu_hours"],
-                         "cost_usd": record["cost_usd"], "fits": record.get("fits")})
+                         "wall_clock_days": est.wall_clock_days, "gpu_hours": est.gpu_hours,
+                         "cost_usd": est.cost_usd, "fits": fits})
     return pd.DataFrame(rows)
 
 
@@ -114,14 +124,16 @@ def micro_batches(largest: int) -> list[int]:
     return sorted(set(list(range(1, 9)) + steps + [largest, first_over]))
 
 
-def memory_vs_batch(specs: dict[str, ModelSpec], scenario: Scenario) -> tuple[pd.DataFrame, dict[str, str]]:
-    """Peak training memory per GPU by component against micro-batch, for each decoder model; and the
-    models left out, with why."""
+def memory_vs_batch(specs: dict[str, ModelSpec], scenarios: dict[str, Scenario]
+                    ) -> tuple[pd.DataFrame, dict[str, str]]:
+    """Peak training memory per GPU by component against micro-batch, for each decoder model on its planned
+    layout (`scenarios`, per model); and the models left out, with why."""
     rows, skipped = [], {}
     for model, spec in specs.items():
         if spec.architecture != "decoder":
             skipped[model] = f"{spec.architecture}: the activation model covers decoder-only models"
             continue
+        scenario = scenarios[model]
         largest = scenario_memory(spec, scenario, 1).largest_micro_batch(scenario.accelerator.memory_bytes)
         for batch in micro_batches(largest):
             est = scenario_memory(spec, scenario, batch)

@@ -76,7 +76,9 @@ def training_memory_document(est: MemoryEstimate, gpu: Accelerator | None, reser
     if measured:
         data.update(method="transformers", measured_from=_measured_from(est), notes=list(spec.notes))
     if largest is not None:
-        notes.append(f"largest micro-batch that fits at seq {est.seq_len:,}: {largest:,}")
+        cp = est.parallel.cp
+        notes.append(f"largest micro-batch that fits at seq {est.seq_len * cp:,}"
+                     + (f" ({est.seq_len:,} tokens per context-parallel rank)" if cp > 1 else "") + f": {largest:,}")
     table = Table(
         "memory per GPU",
         [Column("kind", "kind", align="left", show=False), Column("name", "component", align="left"),

@@ -156,8 +156,9 @@ def distributed_document(data: dict) -> Document:
         if real:
             row.update({k: r.get(k) for k in ("step_seconds", "tokens_per_second", "mfu")})
         rows.append(row)
-    tables = [Table("per rank: analytic vs measured (ranks with identical figures share a row)", cols,
-                    _merge_identical(rows), list(data["notes"]))]
+    wide = Table("per rank: analytic vs measured (ranks with identical figures share a row)", cols,
+                 _merge_identical(rows), list(data["notes"]), for_people=False)  # the CSV's: one column per figure
+    tables = [wide, long_table(data, wide.title, wide.notes)]  # people read it long-form, within 120 columns
     if data.get("memory_by_category"):
         tables.append(Table("rank 0 memory at the peak, by FSDPMemTracker category",
                             [Column("name", "category", align="left"), Column("bytes", "memory (GiB)", _gib3)],
@@ -186,6 +187,12 @@ def long_table(data: dict, title: str, notes: list[str]) -> Table:
                          "measured": _bytes(p["measured"]), "error": _err(p)})
         rows.append({"rank": r["rank"], "figure": "FLOPs of one step", "analytic": fmt_flops(r["flops"]["analytic"]),
                      "measured": fmt_flops(r["flops"]["measured"]), "error": ""})
+        if "step_seconds" in r:  # a real run: its speed, measured only
+            mfu = r.get("mfu")
+            rows += [{"rank": r["rank"], "figure": label, "analytic": "", "measured": text, "error": ""}
+                     for label, text in (("step (s, median)", f"{r['step_seconds']:.4g}"),
+                                         ("tokens/s", f"{r['tokens_per_second']:,.0f}"),
+                                         ("MFU (%)", "n/a" if mfu is None else f"{mfu * 100:.2f}"))]
     per_rank = len(rows) // len(data["ranks"])
     blocks = _merge_identical([{"rank": rows[i * per_rank]["rank"], "rows": tuple(
         tuple((k, v) for k, v in row.items() if k != "rank") for row in rows[i * per_rank:(i + 1) * per_rank])}
