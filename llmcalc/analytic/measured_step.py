@@ -103,7 +103,8 @@ class MeasuredStep:
         return self.top_k is not None
 
     @classmethod
-    def of(cls, model: MeasuredModel) -> MeasuredStep:  # long: each record read and checked in turn
+    def of(cls, model: MeasuredModel) -> MeasuredStep:
+        """The step of `model` from its measured records, each read and checked in turn (module docstring)."""
         rec = model.step
         if "error" in rec:
             raise LlmcalcError(f"{model.model_type}: the step model's measurement failed ({rec['error']}); give this "
@@ -111,66 +112,82 @@ class MeasuredStep:
         if not rec or not model.activation_runs:
             raise LlmcalcError(f"{model.model_type}: transformers' measurement holds no step record; measure it with "
                                "a --seq-len (train does)")
-        by_module: dict[str, list[Tensor]] = {}
-        for t in model.tensors:
-            by_module.setdefault(t.name.rsplit(".", 1)[0], []).append(t)
         embedding = next((t for t in model.tensors if t.role == "embedding" and len(t.shape) == 2), None)
         if embedding is None:
             raise LlmcalcError(f"{model.model_type}: no token embedding among the tensors transformers built")
         out = cls(model, name=model.name, d_model=embedding.shape[-1], n_layers=model.n_layers,
-                  tie_embeddings=model.tied)
-        modules = rec["modules"]
-        out.scan_layers = frozenset(kv.layer for kv in model.kv if kv.state_elements)
-        for mod in modules:
+                  tie_embeddings=model.tied, scan_layers=frozenset(kv.layer for kv in model.kv if kv.state_elements))
+        out._read_modules(rec, embedding)
+        out._check_untimed(rec["modules"])
+        out._read_attention(rec)
+        per_token, _ = model.activation_terms()
+        assert out.head is not None  # _read_modules refuses a model without one
+        logits = 4 * out.head.n  # the loss's fp32 logits, saved per token
+        out.elementwise_per_token = max(0.0, per_token - logits) / max(1, out.n_layers)
+        return out
+
+    def _read_modules(self, rec: dict, embedding: Tensor) -> None:
+        """Each module transformers' forward called: the LM head's GEMM, or a layer module's GEMMs, tensors, head_dim
+        and routing (a lookup or a module outside the stack is elementwise)."""
+        by_module: dict[str, list[Tensor]] = {}
+        for t in self.model.tensors:
+            by_module.setdefault(t.name.rsplit(".", 1)[0], []).append(t)
+        for mod in rec["modules"]:
             tensors = by_module.get(mod["name"], [])
             if mod["name"] == rec.get("head_module"):
                 weight = next((t for t in tensors if len(t.shape) == 2), embedding)  # tied: the embedding's
                 k, n = _contracted(weight, mod["in_width"])
-                out.head = Gemm((weight.name,), k, n, "column" if weight.split_dim() is not None else "replicated",
-                                mod["rows_per_token"])
+                self.head = Gemm((weight.name,), k, n, "column" if weight.split_dim() is not None else "replicated",
+                                 mod["rows_per_token"])
                 continue
             if mod["token_ids"] or not mod["layers"]:
                 continue  # a lookup (the embedding), or a module outside the stack (final norm: elementwise)
-            gemms = _module_gemms(mod, tensors, state=bool(out.scan_layers.intersection(mod["layers"])))
+            gemms = _module_gemms(mod, tensors, state=bool(self.scan_layers.intersection(mod["layers"])))
             for i in mod["layers"]:
-                out.layer_gemms.setdefault(i, []).extend(gemms)
-                out.layer_tensors.setdefault(i, []).extend(tensors)
+                self.layer_gemms.setdefault(i, []).extend(gemms)
+                self.layer_tensors.setdefault(i, []).extend(tensors)
                 for t in tensors:
                     if t.head_dim:
-                        out.head_dims.setdefault(i, t.head_dim)
+                        self.head_dims.setdefault(i, t.head_dim)
             if mod["top_k"]:
-                out.top_k = mod["top_k"]
-                out.n_experts = mod["num_experts"] or next((g.experts for g in gemms if g.experts > 1), 0)
-        if out.head is None:
-            raise LlmcalcError(f"{model.model_type}: transformers names no output embedding (LM head) to time")
-        timed = {name for gs in out.layer_gemms.values() for g in gs for name in g.tensors} | set(out.head.tensors)
-        state_modules = {m["name"] for m in modules if out.scan_layers.intersection(m["layers"])}
-        for t in model.tensors:
+                self.top_k = mod["top_k"]
+                self.n_experts = mod["num_experts"] or next((g.experts for g in gemms if g.experts > 1), 0)
+        if self.head is None:
+            raise LlmcalcError(f"{self.model.model_type}: transformers names no output embedding (LM head) to time")
+
+    def _check_untimed(self, modules: list[dict]) -> None:
+        """Every 2-D or larger layer tensor is a timed GEMM's or a state layer's own kernel tensor; a state layer has
+        the input and output projections its scan is sized by. Anything else is refused in one line."""
+        assert self.head is not None
+        timed = {name for gs in self.layer_gemms.values() for g in gs for name in g.tensors} | set(self.head.tensors)
+        state_modules = {m["name"] for m in modules if self.scan_layers.intersection(m["layers"])}
+        for t in self.model.tensors:
             if t.role == "layer" and t.trainable and len(t.shape) >= 2 and t.name not in timed:
                 if _scan_tensor(t, state_modules):
                     continue  # a state layer's own kernel tensor (conv1d, A_log): in its scan's passes
                 raise LlmcalcError(f"{t.name} (shape {list(t.shape)}) is not the weight of a linear or experts module "
                                    "transformers' forward called (nor a state layer's depthwise convolution): the "
                                    "step model has no kernel for it; give this model's time with train --mfu")
-        for i in out.scan_layers:
-            if not out.scan_widths(i):
-                raise LlmcalcError(f"{model.model_type}: layer {i} keeps a recurrent state but no input and output "
-                                   "projection of its own to size its scan by; give this model's time with train --mfu")
+        for i in self.scan_layers:
+            if not self.scan_widths(i):
+                raise LlmcalcError(f"{self.model.model_type}: layer {i} keeps a recurrent state but no input and "
+                                   "output projection of its own to size its scan by; give this model's time with "
+                                   "train --mfu")
+
+    def _read_attention(self, rec: dict) -> None:
+        """Each layer's attention core, the s² term of the FLOPs counted at two lengths (flops(s) = a·s + b·s²: b per
+        (query, key) pair), and the windows where the measured cache stops growing."""
         (s1, s2), (c1, c2) = rec["lengths"], rec["attention"]["core_flops"]
         for i, y1, y2 in zip(rec["attention"]["layers"], c1, c2, strict=True):
-            quad = (y2 * s1 - y1 * s2) / (s1 * s2 * (s2 - s1))  # flops(s) = a·s + b·s²: b, per (query, key) pair
+            quad = (y2 * s1 - y1 * s2) / (s1 * s2 * (s2 - s1))
             if quad > 0:
-                if i not in out.head_dims:
-                    raise LlmcalcError(f"{model.model_type}: layer {i} runs an attention core but no module of it "
-                                       "gives a head_dim to time the kernel by")
-                out.core[i] = quad
-        for kv in model.kv:
+                if i not in self.head_dims:
+                    raise LlmcalcError(f"{self.model.model_type}: layer {i} runs an attention core but no module of "
+                                       "it gives a head_dim to time the kernel by")
+                self.core[i] = quad
+        for kv in self.model.kv:
             if kv.cap_tokens is not None:
-                out.windows[kv.layer] = kv.cap_tokens + 1  # DynamicSlidingWindowLayer keeps window - 1 past tokens
-        per_token, _ = model.activation_terms()
-        logits = 4 * out.head.n  # the loss's fp32 logits, saved per token
-        out.elementwise_per_token = max(0.0, per_token - logits) / max(1, out.n_layers)
-        return out
+                self.windows[kv.layer] = kv.cap_tokens + 1  # DynamicSlidingWindowLayer keeps window - 1 past tokens
 
     def scan_widths(self, layer: int) -> tuple[Gemm, Gemm] | None:
         """A state layer's (input projection, output projection): its first GEMM, and the first later one writing
@@ -364,13 +381,12 @@ class _SpecView:
         return None
 
 
-def _layer_cost(ctx: _Ctx, step: MeasuredStep, i: int, full_recompute: bool) -> StageTimes:  # long: in order
+def _layer_cost(ctx: _Ctx, step: MeasuredStep, i: int, full_recompute: bool) -> StageTimes:
     """One layer's ``context.StageTimes`` on this rank for one micro-batch (``layer._layer_cost_uncached``'s
     terms, fed by the measured GEMMs, core and elementwise bytes)."""
     lay, dev = ctx.lay, ctx.dev
     tp, T, D, act = lay.tp, ctx.tokens, step.d_model, ctx.act
     sp = tp if lay.sequence_parallel else 1
-    t = StageTimes()
     fwd = dgrad = wgrad = 0.0
     elem_fwd = step.elementwise_per_token * T / sp * act / 2  # the measured bytes are a bf16 run's
     gemms = _fused(step.layer_gemms.get(i, []))
@@ -406,29 +422,11 @@ def _layer_cost(ctx: _Ctx, step: MeasuredStep, i: int, full_recompute: bool) -> 
             ep_fwd = ep_bwd = comm.total_seconds(colls, dev.network)
         else:
             tp_inputs.add(routed[0].reads)
-    attn_f = attn_b = 0.0
-    if i in step.core:
-        b, S = lay.micro_batch, ctx.seq
-        work = b * step.core[i] / tp * step.attended_pairs(i, S)
-        window = step.windows.get(i, S)
-        hd, kernel, fp8 = step.head_dims[i], lay.attention_kernel, lay.fp8_attention
-        sliding = window < S
-        attn_f = attention_seconds(dev, kernel, work, hd, window, causal=True, backward=False, fp8=fp8,
-                                   efficiency=ctx.eff, windowed=sliding)
-        attn_b = attention_seconds(dev, kernel, 2.5 * work, hd, window, causal=True, backward=True, fp8=fp8,
-                                   efficiency=ctx.eff, windowed=sliding)
-        # the kernel's memory floor: Q and O (2·heads·d_head = core / 2 per token), K and V (the measured cache)
-        kv = next((k.elements_per_token for k in step.model.kv if k.layer == i), 0)
-        qkvo = b * S * (step.core[i] / 2 / tp + kv / tp) * act
-        attn_f = max(attn_f, stream_seconds(qkvo, dev, ctx.eff))
-        attn_b = max(attn_b, stream_seconds(2.5 * qkvo, dev, ctx.eff))
+    attn_f, attn_b = _core_seconds(ctx, step, i)
     elem = ctx.stream(elem_fwd)
     scan = _scan_seconds(ctx, step, i)
     attn_f, attn_b = attn_f + scan, attn_b + 2 * scan
-    t.fwd = fwd + attn_f + elem
-    t.gemm_fwd = fwd
-    t.bwd_weight = wgrad
-    t.bwd_input = dgrad + attn_b + 2 * elem
+    t = StageTimes(fwd=fwd + attn_f + elem, gemm_fwd=fwd, bwd_weight=wgrad, bwd_input=dgrad + attn_b + 2 * elem)
     passes = 2
     if full_recompute:
         t.bwd_input += t.fwd
@@ -440,6 +438,30 @@ def _layer_cost(ctx: _Ctx, step: MeasuredStep, i: int, full_recompute: bool) -> 
             ep_bwd += ep_fwd
         add_ep_comm(t, ctx, ep_fwd, ep_bwd)
     return t
+
+
+def _core_seconds(ctx: _Ctx, step: MeasuredStep, i: int) -> tuple[float, float]:
+    """(forward, backward) seconds of layer `i`'s attention core on this rank (0, 0 without one): the measured FLOPs
+    per (query, key) pair on the pairs its kernel computes, at the kernel's rate, floored by reading Q, K, V and
+    writing O (``layer._layer_cost_uncached``'s attention terms)."""
+    lay, dev, tp, act = ctx.lay, ctx.dev, ctx.lay.tp, ctx.act
+    if i not in step.core:
+        return 0.0, 0.0
+    b, S = lay.micro_batch, ctx.seq
+    work = b * step.core[i] / tp * step.attended_pairs(i, S)
+    window = step.windows.get(i, S)
+    hd, kernel, fp8 = step.head_dims[i], lay.attention_kernel, lay.fp8_attention
+    sliding = window < S
+    attn_f = attention_seconds(dev, kernel, work, hd, window, causal=True, backward=False, fp8=fp8,
+                               efficiency=ctx.eff, windowed=sliding)
+    attn_b = attention_seconds(dev, kernel, 2.5 * work, hd, window, causal=True, backward=True, fp8=fp8,
+                               efficiency=ctx.eff, windowed=sliding)
+    # the kernel's memory floor: Q and O (2·heads·d_head = core / 2 per token), K and V (the measured cache)
+    kv = next((k.elements_per_token for k in step.model.kv if k.layer == i), 0)
+    qkvo = b * S * (step.core[i] / 2 / tp + kv / tp) * act
+    attn_f = max(attn_f, stream_seconds(qkvo, dev, ctx.eff))
+    attn_b = max(attn_b, stream_seconds(2.5 * qkvo, dev, ctx.eff))
+    return attn_f, attn_b
 
 
 def _scan_seconds(ctx: _Ctx, step: MeasuredStep, i: int) -> float:
@@ -484,7 +506,7 @@ class MeasuredPrediction(StepPrediction):
 
 
 def predict_measured(step: MeasuredStep, device: Device, lay: Layout, seq_len: int, *, recompute: str, recipe: str,
-                     model_flops: float, hardware_flops: float, causal: bool) -> MeasuredPrediction:  # long: steps
+                     model_flops: float, hardware_flops: float, causal: bool) -> MeasuredPrediction:
     """The predicted step of `lay` for a measured model: per layer ``_layer_cost``, the stages as
     ``layout.stage_split`` splits the layers (embedding on the first, LM head on the last), the pipeline, DP and
     optimizer by ``prediction.pipeline_step`` / ``_dp_and_optimizer``. `model_flops` / `hardware_flops`: the step's,
@@ -518,19 +540,7 @@ def predict_measured(step: MeasuredStep, device: Device, lay: Layout, seq_len: i
     bound, exact, plain = path_bounds(lay.schedule, lay.pp, lay.grad_accum, fwd, bwd, w=wgt, vpp=lay.vpp,
                                       p2p_time=p2p)
     groups = [(r, tuple(stage_of(lay.schedule, r, c, lay.pp) for c in range(v))) for r in range(lay.pp)]
-    emb = next(t for t in step.model.tensors if t.role == "embedding" and len(t.shape) == 2).numel
-    final = step.model.params_on_rank(1, ("norm/final", "head"))
-    infos = {}
-    for r, rank_stages in groups:
-        params = experts = 0.0
-        n_layers = 0
-        for st in rank_stages:
-            p, e = step.params(range(starts[st], starts[st] + split[st]))
-            params, experts, n_layers = params + p, experts + e, n_layers + split[st]
-            params += emb if st == 0 else 0.0
-            if st == n_stages - 1:
-                params += final + (emb if step.tie_embeddings and st != 0 else 0.0)  # pp > 1: the tied copy
-        infos[r] = _one_rank_dp(ctx, params, experts, n_layers, per_layer=params / max(1, n_layers))
+    infos = {r: _rank_dp(ctx, step, rank_stages, split) for r, rank_stages in groups}
     dp, opt = _dp_and_optimizer(ctx, stages, split, starts, v=v, groups=groups, infos=infos)
     prep = _Prepared(ctx, causal, recompute, stages, split, fwd=fwd, bwd=bwd, wgt=wgt, p2p=p2p, bound=bound,
                      exact=exact, dp=dp, optimizer=opt, plain_bound=plain, groups=groups)
@@ -546,6 +556,25 @@ def predict_measured(step: MeasuredStep, device: Device, lay: Layout, seq_len: i
                               step_seconds=seconds, breakdown=breakdown, model_flops=model_flops,
                               hardware_flops=hardware_flops, layers_per_stage=split, notes=notes, attention="flash",
                               recipe=rec.name, assumptions=assumptions, measured_from=sources)
+
+
+def _rank_dp(ctx: _Ctx, step: MeasuredStep, rank_stages: tuple[int, ...], split: list[int]) -> Any:
+    """``dp._one_rank_dp`` for one pipeline rank holding `rank_stages`: its parameters (and routed experts among them)
+    from the measured tensors of its layers, the embedding on the first stage, the final norm and head on the last
+    (and, under pp > 1, the tied embedding's copy there)."""
+    n_stages = len(split)
+    starts = [sum(split[:k]) for k in range(n_stages)]
+    emb = next(t for t in step.model.tensors if t.role == "embedding" and len(t.shape) == 2).numel
+    final = step.model.params_on_rank(1, ("norm/final", "head"))
+    params = experts = 0.0
+    n_layers = 0
+    for st in rank_stages:
+        p, e = step.params(range(starts[st], starts[st] + split[st]))
+        params, experts, n_layers = params + p, experts + e, n_layers + split[st]
+        params += emb if st == 0 else 0.0
+        if st == n_stages - 1:
+            params += final + (emb if step.tie_embeddings and st != 0 else 0.0)  # pp > 1: the tied copy
+    return _one_rank_dp(ctx, params, experts, n_layers, per_layer=params / max(1, n_layers))
 
 
 def measured_from(step: MeasuredStep) -> dict[str, str]:
