@@ -133,6 +133,7 @@ def layout(ctx: click.Context, model: str, gpu: str, n_gpus: int, seq_len: int, 
     from ..render.progress import progress_bars
     from ..spec import ModelSpec
     from ..views.layout import document
+    from .reproduce import reproduce
 
     global_batch_tokens = exact_batch_tokens(global_batch_tokens, seq_len)
     global_batch_sequences(global_batch, global_batch_tokens, seq_len, required=True)  # before any model is built
@@ -147,7 +148,7 @@ def layout(ctx: click.Context, model: str, gpu: str, n_gpus: int, seq_len: int, 
                                   **search_args)
         else:  # a model_type without a formula: what transformers measured of it
             search = _measured_layouts(model, spec, gpu, n_gpus, seq_len, progress=progress, **search_args)
-    emit(document(search, top, recompute), fmt, notes)
+    emit(document(search, top, recompute, reproduce(ctx, model, search)), fmt, notes)
 
 
 def _measured_layouts(model: str, measured: MeasuredModel, gpu: str, n_gpus: int, seq_len: int, **search: Any) -> Any:
