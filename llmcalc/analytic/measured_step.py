@@ -692,8 +692,8 @@ def measured_stage_peak(step: MeasuredStep, lay: Layout, seq_len: int, recipe: s
 def rank_measured_layouts(model: MeasuredModel, gpu: str, n_gpus: int, seq_len: int, global_batch: int | None = None,
                           global_batch_tokens: float | None = None, *, model_flops_per_token: float,
                           hardware_flops_per_token: float, causal: bool = False, recompute: str | None = None,
-                          tp_overlap: bool = False, top: int = 10, dtype: str = "bf16",
-                          progress: Any = None, **options: Any) -> Any:  # long: the search's phases in order
+                          tp_overlap: bool = False, top: int = 10, dtype: str = "bf16", progress: Any = None,
+                          reserve_gib: float = 0.0, **options: Any) -> Any:  # long: the search's phases in order
     """`layout` for a measured model: tp over the divisors of GPUs per node that transformers' plan can split,
     pp dividing the GPUs (up to the layers, 64 at most), micro-batch 1, 2 or 4, vpp 2 or 4 where the micro-batches
     are a multiple of pp, as ``layout._candidates``; ZeRO-1, else ZeRO-3 where dp > 1, whichever first fits
@@ -701,7 +701,7 @@ def rank_measured_layouts(model: MeasuredModel, gpu: str, n_gpus: int, seq_len: 
     nothing); each fitting layout predicted exactly (``predict_measured``) and ranked by throughput; MFU against the
     dense `dtype` peak."""
     from .kernels import device_for
-    from .step.search import LayoutSearch, _why_they_lose
+    from .step.search import LayoutSearch, _why_they_lose, reserved_capacity
     from .step.train import global_batch_sequences
 
     batch = global_batch_sequences(global_batch, global_batch_tokens, seq_len, required=True)
@@ -715,7 +715,7 @@ def rank_measured_layouts(model: MeasuredModel, gpu: str, n_gpus: int, seq_len: 
     optimizer = settings.get("optimizer", "adamw")
     measured = MeasuredStep.of(model)
     dev = device_for(gpu, dtype)  # MFU against the dense --dtype peak, as steptime.search_layouts quotes it
-    capacity, per_node = dev.accelerator.usable_bytes, dev.network.gpus_per_node
+    capacity, per_node = reserved_capacity(dev.accelerator, reserve_gib), dev.network.gpus_per_node
     tps = []
     for t in (1, 2, 4, 8, 16):
         if t <= per_node and per_node % t == 0:
@@ -771,4 +771,4 @@ def rank_measured_layouts(model: MeasuredModel, gpu: str, n_gpus: int, seq_len: 
                            f"{counts['invalid']:,} contradict the model): use more GPUs or a larger --global-batch")
     return LayoutSearch(spec=cast(Any, model), gpu=gpu, n_gpus=n_gpus, seq_len=seq_len, global_batch=batch,
                         ranked=ranked, losers=_why_they_lose(ranked, oom, capacity), counts=counts, recipe=recipe,
-                        optimizer=optimizer)
+                        optimizer=optimizer, reserve_gib=reserve_gib)

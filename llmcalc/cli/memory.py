@@ -24,6 +24,7 @@ from .options import (
     recipe_option,
     recompute_option,
     refuse_unused,
+    reserve_gib_option,
     seq_len_option,
 )
 from .types import Choice, Number
@@ -52,8 +53,7 @@ MOVED = ("memory --inference has moved: use `llmcalc serve MODEL --gpu G --n-gpu
 @gpu_option(help="Accelerator preset: say whether it fits, and the largest micro-batch that does.")
 @n_gpus_option(help="GPUs in all (default tp x pp): dp = n / (tp x pp).")
 @parallel_options
-@click.option("--reserve-gib", type=Number(zero=True, maximum=1e6), default=0.0, show_default=True,
-              help="With --gpu: memory to keep free on the GPU (CUDA context, fragmentation).")
+@reserve_gib_option
 @click.option("--loss-impl", type=Choice(list(LOSS_IMPLS)), default="full", show_default=True,
               help="With --finetune: the LM head's cross-entropy: full (HF Trainer: the whole tokens x vocab logits "
                    "in fp32) or fused (Liger-Kernel's fused linear cross-entropy: one chunk of logits at a time).")

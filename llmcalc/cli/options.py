@@ -214,6 +214,11 @@ def pp_option(func: F) -> F:
     return click.option("--pp", type=DEGREE, default=1, show_default=True, help="Pipeline-parallel degree.")(func)
 
 
+def reserve_gib_option(func: F) -> F:
+    return click.option("--reserve-gib", type=Number(zero=True, maximum=1e6), default=0.0, show_default=True,
+                        help="With --gpu: memory to keep free on the GPU (CUDA context, fragmentation).")(func)
+
+
 def device_option(func: F) -> F:
     return click.option("--device", type=Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
                         help="Where a real run executes: auto (cuda if present), cpu or cuda.")(func)

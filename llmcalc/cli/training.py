@@ -28,6 +28,7 @@ from .options import (
     price_option,
     recompute_option,
     refuse_unused,
+    reserve_gib_option,
     seq_len_option,
     sequence_options,
     step_model_options,
@@ -115,6 +116,7 @@ def plan(ctx: click.Context, compute: float | None, gpu: str | None, n_gpus: int
 @tp_overlap_option
 @step_model_options
 @peak_dtype_option
+@reserve_gib_option
 @click.option("--top", type=POSITIVE_INT, default=10, show_default=True, help="How many layouts to list.")
 @click.option("--exhaustive", is_flag=True, help="Evaluate every layout (memory, stages, DP) instead of only those "
                                                  "whose lower bound can beat the best: the counts and the losers' "
@@ -123,7 +125,7 @@ def plan(ctx: click.Context, compute: float | None, gpu: str | None, n_gpus: int
 @click.pass_context
 def layout(ctx: click.Context, model: str, gpu: str, n_gpus: int, seq_len: int, global_batch: int | None,
            global_batch_tokens: float | None, recompute: str | None, causal: bool, tp_overlap: bool, dtype: str,
-           top: int, exhaustive: bool, fmt: str, **step: Any) -> None:
+           reserve_gib: float, top: int, exhaustive: bool, fmt: str, **step: Any) -> None:
     """Rank the parallel layouts of MODEL on N GPUs that fit in memory, by predicted throughput."""
     from ..analytic.precision import step_recipe
     from ..analytic.step.search import rank_layouts
@@ -131,20 +133,22 @@ def layout(ctx: click.Context, model: str, gpu: str, n_gpus: int, seq_len: int, 
     from ..render.progress import progress_bars
     from ..spec import ModelSpec
     from ..views.layout import document
+    from .reproduce import reproduce
 
     global_batch_tokens = exact_batch_tokens(global_batch_tokens, seq_len)
     global_batch_sequences(global_batch, global_batch_tokens, seq_len, required=True)  # before any model is built
     spec = load_measured(model, seq_len)
     step, notes = step_recipe(dtype if given(ctx, "dtype") else None, gpu, typed(ctx, step))  # --dtype fp8: FP8
     search_args = dict(global_batch=global_batch, global_batch_tokens=global_batch_tokens, causal=causal,
-                       recompute=recompute, tp_overlap=tp_overlap, top=top, dtype=dtype, **step)
+                       recompute=recompute, tp_overlap=tp_overlap, top=top, dtype=dtype,
+                       reserve_gib=reserve_gib, **step)
     with progress_bars("layouts") as progress:
         if isinstance(spec, ModelSpec):
             search = rank_layouts(spec, gpu, n_gpus, seq_len, progress=progress, exhaustive=exhaustive,
                                   **search_args)
         else:  # a model_type without a formula: what transformers measured of it
             search = _measured_layouts(model, spec, gpu, n_gpus, seq_len, progress=progress, **search_args)
-    emit(document(search, top, recompute), fmt, notes)
+    emit(document(search, top, recompute, reproduce(ctx, model, search)), fmt, notes)
 
 
 def _measured_layouts(model: str, measured: MeasuredModel, gpu: str, n_gpus: int, seq_len: int, **search: Any) -> Any:

@@ -42,13 +42,14 @@ def _say_no_losers(tables: list[Table], fit: int) -> None:
         "the best does not suffer, nor to recomputation"))
 
 
-def document(search: LayoutSearch, top: int = 10, recompute: str | None = None) -> Document:
+def document(search: LayoutSearch, top: int = 10, recompute: str | None = None,
+             reproduce: dict | None = None) -> Document:
     """`layout`'s answer: the `top` layouts that fit and why the others lose (`recompute`: the one mode tried, if
-    given)."""
+    given; `reproduce`: the train and memory command lines of the best layout, cli.reproduce)."""
     doc = layout_document(search.spec.name, search.gpu, search.n_gpus, search.seq_len,
                           global_batch=search.global_batch, ranked=search.ranked, losers=search.losers,
                           counts=search.counts, top=top, recompute=recompute, recipe=search.recipe,
-                          optimizer=search.optimizer)
+                          optimizer=search.optimizer, reserve_gib=search.reserve_gib)
     sources = getattr(search.ranked[0][0], "measured_from", None) if search.ranked else None
     if sources is not None:  # a model transformers measured (analytic/measured_step.py)
         doc.data.update(method="transformers", measured_from=dict(sources))
@@ -57,6 +58,10 @@ def document(search: LayoutSearch, top: int = 10, recompute: str | None = None) 
                     f"{search.optimizer}; per pipeline stage its layers' tensors and saved activations), no "
                     "recomputation (the measured forward recomputes nothing), with ZeRO-1, else ZeRO-3 (FSDP)")
         notes[3:3] = [f"measured by transformers, {k}: {text}" for k, text in sources.items()]
+    if reproduce is not None:
+        doc.data["reproduce"] = {"train": reproduce["train"], "memory": reproduce["memory"]}
+        doc.tables[0].notes += [f"reproduce #1: {reproduce['train']}",
+                                f"reproduce #1: {reproduce['memory'] or reproduce['memory_why']}"]
     return _mfu_conventions(doc, search)
 
 
@@ -86,9 +91,18 @@ def _mfu_conventions(doc: Document, search: LayoutSearch) -> Document:
     return doc
 
 
+def _memory_note(recipe: str, optimizer: str, recompute: str | None, reserve_gib: float) -> str:
+    """The note saying what a layout's memory is checked against (--reserve-gib included) and with what."""
+    return (f"memory: `llmcalc memory`'s per-GPU model ({recipe} + {optimizer}, flash attention, sequence "
+            "parallel) against the memory the runtime reports"
+            + (f" less {reserve_gib:g} GiB kept free (--reserve-gib)" if reserve_gib else "") + "; "
+            + (f"recompute {recompute} (given), with ZeRO-1, else ZeRO-3 (FSDP)" if recompute
+               else "the least recomputation that fits is tried first with ZeRO-1, then with ZeRO-3 (FSDP)"))
+
+
 def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batch: int, ranked: list,
                     losers: list, counts: dict, top: int, recompute: str | None = None, recipe: str = "bf16-mixed",
-                    optimizer: str = "adamw") -> Document:
+                    optimizer: str = "adamw", reserve_gib: float = 0.0) -> Document:
     rows = []
     for i, (pred, mem) in enumerate(ranked[:top], 1):
         lay = pred.layout
@@ -126,10 +140,7 @@ def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batc
     tables = [Table(f"best layouts that fit, by predicted throughput (top {min(top, len(rows))} of "
                     f"{counts['fit']:,}{evaluated} that fit)", cols, rows,
                     [searched,
-                     f"memory: `llmcalc memory`'s per-GPU model ({recipe} + {optimizer}, flash attention, sequence "
-                     "parallel) against the memory the runtime reports; "
-                     + (f"recompute {recompute} (given), with ZeRO-1, else ZeRO-3 (FSDP)" if recompute
-                        else "the least recomputation that fits is tried first with ZeRO-1, then with ZeRO-3 (FSDP)"),
+                     _memory_note(recipe, optimizer, recompute, reserve_gib),
                      overlap_rule(ranked[0][0].layout if ranked else None)]
                     + ([f"assumed: {ranked[0][0].notes[-1].removeprefix('assumed: ')}"] if ranked else [])),
               Table("why the others lose", [Column("layout", "layout", align="left"),
@@ -143,6 +154,6 @@ def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batc
     if not lose_rows:
         _say_no_losers(tables, counts["fit"])
     data = {"model": model, "gpu": gpu, "n_gpus": n_gpus, "seq_len": seq_len, "global_batch": global_batch,
-            "layouts": rows, "losers": lose_rows, "counts": counts}
+            "reserve_gib": reserve_gib, "layouts": rows, "losers": lose_rows, "counts": counts}
     return Document(f"{model}: layouts for {n_gpus:,} x {gpu}, seq {seq_len}, global batch "
                     f"{plural(global_batch, 'sequence')}", data, tables)

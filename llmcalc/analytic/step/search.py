@@ -35,7 +35,8 @@ from .train import _flag, global_batch_sequences
 def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_batch: int, causal: bool = False,
                    recompute: str | None = None, dtype: str = "bf16", progress: Callable[[int], Callable[[], None]]
                    | None = None, tp_overlap: bool = False, recipe: str = "bf16-mixed", top: int = 10,
-                   exhaustive: bool = False, **step: Any) -> tuple[list, list, dict]:  # long: the search's phases
+                   exhaustive: bool = False, reserve_gib: float = 0.0,
+                   **step: Any) -> tuple[list, list, dict]:  # long: the search's phases
     """Every layout tp x cp x pp (x vpp, micro-batch, recomputation) of `n_gpus`, checked against the memory
     model and ranked by predicted throughput. Returns (ranked [(prediction, peak bytes)], losers, counts).
 
@@ -43,6 +44,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     most loaded stage, ceil(L/pp) layers), cp over powers of two up to 16 keeping >= 1k tokens per rank;
     ZeRO-1 with the least of none, selective, full recomputation that fits (only `recompute` if given), else
     ZeRO-3 (FSDP) the same way. `recipe` and `step` (STEP_DEFAULTS' settings) apply to every layout.
+    A layout fits where its peak is at most the GPU's usable memory less `reserve_gib` (--reserve-gib, as memory).
     `progress(total)` (optional) returns a function called once per layout tried; `tp_overlap` times every
     layout with its TP collectives under the GEMMs (`_tp_exposed`).
 
@@ -65,7 +67,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
         raise LlmcalcError("layout checks memory with --recompute none, selective or full; time a partial "
                            "recomputation (--recompute-layers, --recompute-modules) with `llmcalc train`")
     dev = device_for(gpu, dtype)
-    capacity = dev.accelerator.usable_bytes
+    capacity = reserved_capacity(dev.accelerator, reserve_gib)
     per_node = dev.network.gpus_per_node
     tries = [recompute] if recompute else ["none", "selective", "full"]
     counts = {"searched": 0, "fit": 0, "oom": 0, "invalid": 0, "bounded": 0}
@@ -333,6 +335,16 @@ def _why_they_lose(ranked: list, oom: list, capacity: float,
     return out
 
 
+def reserved_capacity(accelerator: Any, reserve_gib: float) -> float:
+    """Bytes a layout may use per GPU: the accelerator's usable memory less --reserve-gib (kept free, as `memory`
+    keeps it); a reserve that leaves nothing is refused naming the option."""
+    capacity = accelerator.usable_bytes - reserve_gib * GIB
+    if capacity <= 0:
+        raise LlmcalcError(f"--reserve-gib {reserve_gib:g} leaves nothing of {accelerator.key}'s "
+                           f"{accelerator.usable_bytes / GIB:.2f} GiB usable: reserve less")
+    return capacity
+
+
 @dataclass(frozen=True)
 class LayoutSearch:
     """What `layout` prints: the layouts that fit, ranked by predicted throughput, and the rest with why."""
@@ -347,12 +359,13 @@ class LayoutSearch:
     counts: dict  # searched, fit, oom, invalid, bounded (search_layouts)
     recipe: str = "bf16-mixed"
     optimizer: str = "adamw"
+    reserve_gib: float = 0.0  # GiB kept free per GPU (--reserve-gib)
 
 
 def rank_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_batch: int | None = None,
                  global_batch_tokens: float | None = None, causal: bool = False, recompute: str | None = None,
                  tp_overlap: bool = False, progress: Callable[[int], Callable[[], None]] | None = None,
-                 top: int = 10, exhaustive: bool = False, **step: Any) -> LayoutSearch:
+                 top: int = 10, exhaustive: bool = False, reserve_gib: float = 0.0, **step: Any) -> LayoutSearch:
     """`llmcalc layout`: search_layouts for the global batch given in sequences or tokens; no layout that fits
     is an error naming what to change. `step`: the recipe and STEP_DEFAULTS' settings, for every layout; `top`:
     how many layouts are listed, each of them exact (search_layouts; at least the ten best are, whose figures the
@@ -364,12 +377,13 @@ def rank_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_ba
                            "layout tries many: use p2p, all-gather or a2a here")
     ranked, losers, counts = search_layouts(spec, gpu, n_gpus, seq_len, global_batch=batch, causal=causal,
                                             recompute=recompute, tp_overlap=tp_overlap, progress=progress,
-                                            top=max(top, 10), exhaustive=exhaustive,
+                                            top=max(top, 10), exhaustive=exhaustive, reserve_gib=reserve_gib,
                                             **{k: v for k, v in step.items() if v is not None})
     if not ranked:
         raise LlmcalcError(f"no layout of {spec.name} fits on {n_gpus:,} x {gpu} at seq {seq_len} with global batch "
                            f"{batch} (of the layouts tried, {counts['oom']:,} do not fit in memory and "
-                           f"{counts['invalid']:,} contradict the model): use more GPUs or a larger --global-batch")
+                           f"{counts['invalid']:,} contradict the model): use more GPUs or a larger --global-batch"
+                           + (f" (or a smaller --reserve-gib than {reserve_gib:g})" if reserve_gib else ""))
     return LayoutSearch(spec=spec, gpu=gpu, n_gpus=n_gpus, seq_len=seq_len, global_batch=batch, ranked=ranked,
                         losers=losers, counts=counts, recipe=step.get("recipe") or "bf16-mixed",
-                        optimizer=step.get("optimizer") or "adamw")
+                        optimizer=step.get("optimizer") or "adamw", reserve_gib=reserve_gib)
