@@ -40,6 +40,8 @@ class Scenario:
     cp: int = 1  # context-parallel, pipeline-parallel and virtual-pipeline degrees (the report's planned layout)
     pp: int = 1
     vpp: int = 1
+    ep: int = 1  # expert parallelism and expert tensor parallelism of the planned layout (0: etp = tp)
+    etp: int = 0
     micro_batch: int = 1
     recompute: str = "none"
     causal: bool = False
@@ -69,7 +71,8 @@ class Scenario:
 
     @property
     def parallel(self) -> Parallel:
-        return Parallel.over(self.n_gpus, tp=self.tp, cp=self.cp, pp=self.pp, vpp=self.vpp, zero=self.zero)
+        return Parallel.over(self.n_gpus, tp=self.tp, cp=self.cp, pp=self.pp, vpp=self.vpp, zero=self.zero,
+                             ep=self.ep, etp=self.etp)
 
     def to_dict(self) -> dict:
         data = asdict(self)

@@ -154,7 +154,8 @@ class ReportPlan:
             par = m.scenario.parallel
             entry: dict[str, Any] = {
                 "params": m.record["params"], "training_flops": m.record["training_flops"],
-                "layout": {"tp": par.tp, "cp": par.cp, "pp": par.pp, "vpp": par.vpp, "dp": par.dp, "zero": par.zero,
+                "layout": {"tp": par.tp, "cp": par.cp, "pp": par.pp, "vpp": par.vpp, "dp": par.dp, "ep": par.ep,
+                           "etp": par.expert_tp, "zero": par.zero,
                            "micro_batch": m.scenario.micro_batch, "recompute": m.scenario.recompute,
                            "source": "recommended" if m.recommended else "given"},
                 "headline_mfu": "predicted" if m.prediction is not None else "assumed", "mfu": head.mfu,
@@ -199,7 +200,8 @@ def layout_label(p: StepPrediction) -> str:
 def planned_scenario(scenario: Scenario, best: StepPrediction) -> Scenario:
     """The run on a searched layout: its degrees, ZeRO stage, micro-batch and recomputation."""
     lay = best.layout
-    return replace(scenario, tp=lay.tp, cp=lay.cp, pp=lay.pp, vpp=lay.vpp, zero=lay.zero,
+    return replace(scenario, tp=lay.tp, cp=lay.cp, pp=lay.pp, vpp=lay.vpp, ep=lay.ep,
+                   etp=lay.expert_tp if lay.expert_tp != lay.tp else 0, zero=lay.zero,
                    micro_batch=lay.micro_batch, recompute=best.recompute)
 
 
@@ -260,10 +262,17 @@ def plan_model(spec: ModelSpec, scenario: Scenario, global_batch: int, recommend
         plan.choice_note = plan.search_note
         return plan
     _search(plan, scenario, global_batch)
-    if recommend and plan.best is not None:
+    # memory's model splits the layers evenly over pp: the fastest layout it can size (the best one, but where the best
+    # splits the layers unevenly, as the step model may: 94 layers over pp 16)
+    chosen = next((p for p, _ in plan.ranked if spec.n_layers % p.layout.pp == 0), None)
+    if recommend and chosen is not None:
         plan.recommended = True
-        plan.prediction = plan.best
-        _on_layout(plan, planned_scenario(scenario, plan.best))
+        plan.prediction = chosen
+        if chosen is not plan.best:
+            assert plan.best is not None
+            plan.choice_note = (f"the fastest layout whose pipeline stages split the {spec.n_layers} layers evenly "
+                                f"(memory's model); the fastest, {layout_label(plan.best)}, splits them unevenly")
+        _on_layout(plan, planned_scenario(scenario, chosen))
         return plan
     plan.choice_note = ("as asked" if not recommend else
                         plan.search_note or "no layout of these GPUs and this batch fits")
