@@ -92,6 +92,9 @@ def test_memory_layout_compare_read_dtype_as_train_does():
         "memory", "llama-3-8b", "--recipe", "mxfp8", "--gpu", "b200")
     layout = ("layout", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", "8", "--global-batch", "64", "--top", "2")
     implied, explicit = cli_json(*layout, "--dtype", "fp8"), cli_json(*layout, "--dtype", "fp8", "--recipe", "fp8")
+    # the same layouts; the reproduce lines repeat the options as typed (--recipe fp8 only where it was given)
+    lines = explicit.pop("reproduce"), implied.pop("reproduce")
+    assert "--recipe fp8" in lines[0]["memory"] and "--recipe" not in lines[1]["memory"]
     assert implied == explicit
     best = implied["layouts"][0]
     # MFU (%) against the fp8 peak; against bf16 twice that (H100 SXM: 1978.9 / 989.4)
