@@ -685,8 +685,9 @@ class Performance:
 def kv_budget(est: ServeEstimate) -> KvBudget:
     """The replica's KV cache as the scheduler admits into it (KvBudget): its blocks, and the blocks a request of a
     given length holds in every group (vLLM's kv_cache_utils, the most over the pipeline stages); a model without KV
-    (pure state-space) holds max_num_seqs requests, its state per sequence."""
-    tokens = est.batch_defaults[0]
+    (pure state-space) holds max_num_seqs requests, its state per sequence. A windowed layer holds its window plus
+    the tokens in flight beyond it (``ServeEstimate.admission_tokens``: vLLM's reserve by version)."""
+    tokens = est.admission_tokens
     stages = [s.groups for s in est.stages if s.groups]
     if not stages:
         return KvBudget.requests(est.batch_defaults[1])
@@ -699,12 +700,9 @@ def kv_budget(est: ServeEstimate) -> KvBudget:
 
 def kv_requests(est: ServeEstimate, length: int) -> int:
     """Requests of `length` tokens the replica's KV cache holds at once: its blocks over the blocks one request needs
-    in every group (vLLM's kv_cache_utils, the least over the pipeline stages)."""
-    tokens = est.admission_tokens
-    need = [sum(g.blocks_per_request(length, tokens) for g in s.groups) for s in est.stages if s.groups]
-    if not need:  # no KV at all (a pure state-space model): the state per sequence bounds it
-        return est.batch_defaults[1]
-    return max(0, est.kv_blocks // max(need))
+    (``kv_budget``)."""
+    budget = kv_budget(est)
+    return max(0, budget.blocks // budget.need(length))
 
 
 def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm",
