@@ -91,20 +91,7 @@ def test_activity_is_silent_off_a_terminal_and_erases_its_line_on_one(monkeypatc
         time.sleep(progress.FIRST_DRAW_S + 0.2)
     assert capsys.readouterr().err == ""
 
-    class Terminal:
-        def __init__(self):
-            self.text = ""
-
-        def isatty(self):
-            return True
-
-        def write(self, text):
-            self.text += text
-
-        def flush(self):
-            pass
-
-    terminal = Terminal()
+    terminal = _Terminal()
     monkeypatch.setattr("sys.stderr", terminal)
     with progress.activity("quick"):  # done before the first draw: nothing at all
         pass
