@@ -56,10 +56,54 @@ def _attention_core(ctx: _Ctx, i: int, kind: str) -> tuple[float, float, float, 
         bwd = _attention_seconds(dev, kernel, 2.5 * work, head_dim, window, causal=True, backward=True, fp8=fp8,
                                 efficiency=ctx.eff, windowed=sliding)
     # the kernel also reads Q, K, V and writes O (and the backward their gradients): its memory floor
-    qkvo = b * S / cp * (2 * heads * (dqk + dv) / 2 + 2 * max(1.0, spec.n_kv_heads / tp) * dqk) * ctx.act
+    kv_heads = max(1.0, spec.n_kv_heads / tp)
+    qkvo = b * S / cp * (2 * heads * (dqk + dv) / 2 + 2 * kv_heads * dqk) * ctx.act
     fwd = max(fwd, stream_seconds(qkvo, dev, ctx.eff))
     bwd = max(bwd, stream_seconds(2.5 * qkvo, dev, ctx.eff))
+    if ring > 1 and lay.cp_comm in ("p2p", "a2a+p2p") and ctx.attention == "flash":
+        out_elements = b * S / cp * heads * dv
+        merged = 4.0 if fp8 else ctx.act  # the partial outputs are merged in fp32 under FP8 attention
+        fwd += stream_seconds(ring_merge_bytes(out_elements=out_elements, steps=ring, act_bytes=ctx.act,
+                                               out_bytes=merged), dev, ctx.eff)
+        bwd += stream_seconds(ring_accumulate_bytes(q_elements=b * S / cp * heads * dqk,
+                                                    kv_elements=b * S / cp * kv_heads * (dqk + dv), steps=ring,
+                                                    grad_bytes=merged), dev, ctx.eff)
     return fwd, bwd, *_cp_exposed(ctx, i, fwd, bwd)
+
+
+def ring_merge_bytes(out_elements: float, steps: int, act_bytes: float, out_bytes: float) -> float:
+    """HBM bytes of merging a ring attention's partial outputs on one rank (forward), as TransformerEngine's
+    AttnFuncWithCPAndKVP2P.forward does it after the ring's last step (not under any kernel: the loop "fwd output
+    correction" runs once every step's out_per_step and softmax_lse are in): step 0 initialises the output
+    (flash_attn_fwd_out_correction_init: read out_per_step, write out), each later step adds its rescaled partial
+    output (flash_attn_fwd_out_correction: read out_per_step, read and write out), a causal ring's steps past the
+    rank's own covering only the second half of its queries (flash_attn_fwd_second_half_out_correction; on average
+    half the later steps: 3/4 of the elements); under FP8 attention the partial outputs are dequantized to fp32 and
+    the merged output is cast back (out.to(fwd_nominal_dtype)):
+
+        bytes = E (a + o) + (steps - 1) x 3/4 x E (a + 2 o) + [o != a] E (o + a)
+
+    E = out_elements (this rank's tokens x heads x value head dim), a = act_bytes (a partial output), o = out_bytes
+    (the merged output: the attention dtype, 4 under FP8 attention). Source: NVIDIA/TransformerEngine
+    transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py (@d0067d0, lines 139-183,
+    1928-1935 and 1980-2030)."""
+    cast = out_elements * (out_bytes + act_bytes) if out_bytes != act_bytes else 0.0
+    return out_elements * (act_bytes + out_bytes) + (steps - 1) * 0.75 * out_elements * (act_bytes + 2 * out_bytes) \
+        + cast
+
+
+def ring_accumulate_bytes(q_elements: float, kv_elements: float, steps: int, grad_bytes: float) -> float:
+    """HBM bytes of accumulating a ring attention's gradients on one rank (backward), in line after each step's
+    kernel on its stream (TransformerEngine AttnFuncWithCPAndKVP2P.backward: dq.add_(dq_) and dk.add_(dk_) /
+    dv.add_(dv_) into the dK/dV buffer received from the previous rank, in the attention dtype, fp32 under FP8
+    current scaling or MXFP8): each step after the first adds (reads both, writes one: 3 x grad_bytes per element)
+    its dQ and its dK/dV, a causal ring's steps covering on average 3/4 of each (half the steps compute all queries
+    against the first half of the keys, half the second half of the queries against all keys):
+
+        bytes = (steps - 1) x 3/4 x (E_q + E_kv) x 3 x grad_bytes
+
+    Source: context_parallel.py (@d0067d0) lines 2630-2800."""
+    return (steps - 1) * 0.75 * (q_elements + kv_elements) * 3 * grad_bytes
 
 
 def _attention_seconds(dev: Device, kernel: str, flops: float, head_dim: float, seq: float, causal: bool,

@@ -73,10 +73,10 @@ def _cp_exposed(ctx: _Ctx, i: int, fwd: float, bwd: float) -> tuple[float, float
     if lay.cp_comm == "p2p":  # ring: each of cp-1 steps sends this rank's K and V to the next under the last block
         send = comm.Collective("CP K/V ring step", "p2p", 2, 2 * T * kv_width * ctx.act, stride=stride)
         step_f = send.seconds(net)
-        step_b = 2 * step_f  # backward: K, V and dK, dV
         span = spec.span_tokens(i)
         steps = cp - 1 if not span else min(cp - 1, math.ceil(span / (ctx.seq / cp)))
-        return (steps * max(0.0, step_f - fwd / cp), steps * max(0.0, step_b - bwd / cp))
+        return (steps * max(0.0, step_f - fwd / cp), ring_backward_exposed(kv_send=step_f, step_compute=bwd / cp,
+                                                                              hops=steps))
     if lay.cp_comm == "a2a+p2p":  # Megatron-Core's hierarchical CP (TE attention "a2a+p2p"): an all-to-all over
         # heads inside each group of a ranks, then the p2p ring over the cp / a groups, each step under its block
         a = lay.cp_a2a_size
@@ -88,11 +88,10 @@ def _cp_exposed(ctx: _Ctx, i: int, fwd: float, bwd: float) -> tuple[float, float
         send = comm.Collective("CP K/V ring step", "p2p", 2, 2 * T * ring_width * ctx.act,
                                stride=stride * a)
         step_f = send.seconds(net)
-        step_b = 2 * step_f
         span = spec.span_tokens(i)
         steps = ring - 1 if not span else min(ring - 1, math.ceil(span / (ctx.seq / ring)))
         return (a2a.seconds(net) + steps * max(0.0, step_f - fwd / ring),
-                a2a.seconds(net) + steps * max(0.0, step_b - bwd / ring))
+                a2a.seconds(net) + ring_backward_exposed(kv_send=step_f, step_compute=bwd / ring, hops=steps))
     if lay.cp_comm == "all-gather":  # Llama 3: K and V gathered before the kernel, exposed on the critical path
         fwd_c, bwd_c = comm.cp_collectives(T, kv_width, ctx.act, cp, stride)
         return fwd_c.seconds(net), bwd_c.seconds(net)
@@ -101,6 +100,22 @@ def _cp_exposed(ctx: _Ctx, i: int, fwd: float, bwd: float) -> tuple[float, float
     a2a = comm.Collective("CP all-to-all (Q, K, V, O)", "all_to_all", cp, T * width * ctx.act, stride=stride)
     both = a2a.seconds(net)
     return both, both
+
+
+def ring_backward_exposed(kv_send: float, step_compute: float, hops: int) -> float:
+    """Exposed seconds of a ring attention's backward sends on one rank: TransformerEngine's
+    AttnFuncWithCPAndKVP2P.backward issues, before each step's kernel, the send of what the next rank needs: K and V
+    alone before the first step, K and V with the dK/dV accumulated so far before the middle steps, dK/dV alone
+    before the last (which carries them home), each under that step's kernel (context_parallel.py @d0067d0 lines
+    2459-2496). With `hops` steps that need a neighbour's K/V (cp - 1, fewer under a window), a send of K/V taking
+    `kv_send` seconds and a step's backward `step_compute`:
+
+        exposed = 2 x max(0, kv_send - step_compute) + (hops - 1) x max(0, 2 kv_send - step_compute)
+
+    (the same bytes as 2 (cp - 1) sends of K/V; the first and last ride under a whole step each)."""
+    if hops <= 0:
+        return 0.0
+    return 2 * max(0.0, kv_send - step_compute) + (hops - 1) * max(0.0, 2 * kv_send - step_compute)
 
 
 def _tp_exposed(comm_per_pass: float, gemm_per_pass: float, passes: int) -> float:

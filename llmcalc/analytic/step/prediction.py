@@ -330,7 +330,8 @@ def _assumptions(ctx: _Ctx, recompute: str) -> dict[str, Any]:
     if rec.fp8:
         out["quantization_bytes_per_element"] = kernels.QUANT_BYTES[rec.fp8]
     if lay.cp > 1:
-        out["cp_comm"] = {"p2p": "ring, each step under the previous block", "all-gather": "K/V all-gathered, exposed",
+        out["cp_comm"] = {"p2p": "ring, each send under a block; outputs merged after it, gradients summed per step",
+                          "all-gather": "K/V all-gathered, exposed",
                           "a2a": "all-to-all over heads, exposed",
                           "a2a+p2p": f"all-to-all over heads in groups of {lay.cp_a2a_size} (exposed), then the "
                                      f"ring over {lay.cp // max(1, lay.cp_a2a_size)} groups"}[lay.cp_comm]
