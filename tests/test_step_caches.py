@@ -22,7 +22,7 @@ from llmcalc.spec import load_model
 MODEL, N, SEQ, BATCH = "deepseek-v2-lite", 32, 4096, 64  # MoE with MLA and a dense first layer
 BASE_LAYOUT = {"tp": 2, "pp": 2, "ep": 4}
 BASE = {"gpu": "h100-sxm", "recipe": "bf16-mixed", "recompute": "none", "seq": SEQ, "causal": True,
-        "attention": "flash", "dropout": False, "model": MODEL, "gpus_per_node": None}
+        "attention": "flash", "dropout": False, "model": MODEL, "gpus_per_node": None, "network": None}
 
 LAYOUT_VARIATIONS = [  # every field of Layout, each changed alone (a few need a companion to be valid)
     {"tp": 4}, {"tp": 1}, {"cp": 2}, {"pp": 1}, {"pp": 4}, {"vpp": 3}, {"ep": 8}, {"ep": 2}, {"etp": 1},
@@ -40,6 +40,7 @@ LAYOUT_VARIATIONS = [  # every field of Layout, each changed alone (a few need a
 ]
 OTHER_VARIATIONS = [  # the device, the recipe, the model and the prediction's arguments
     {"gpu": "h200"}, {"gpu": "b200"}, {"gpu": "a100-80gb-sxm"}, {"gpu": "mi300x"}, {"gpus_per_node": 4},
+    {"network": "jean-zay-a100"}, {"network": "nic=400G,nics=4,topology=fat-tree,oversub=4,leaf=4,latency-us=20"},
     {"recipe": "fp8"}, {"recipe": "fp8-current"}, {"recipe": "fp8-blockwise"}, {"recipe": "mxfp8", "gpu": "b200"},
     {"recipe": "nvfp4", "gpu": "b200"}, {"recipe": "fp16-mixed"}, {"recipe": "fp8-torchao"},
     {"recompute": "full"}, {"recompute": "selective"}, {"seq": 8192}, {"causal": False},
@@ -57,8 +58,8 @@ def _model(name: str):
 
 
 @functools.cache
-def _device(gpu: str, gpus_per_node: int | None):
-    return device_for(gpu, gpus_per_node=gpus_per_node)
+def _device(gpu: str, gpus_per_node: int | None, network: str | None):
+    return device_for(gpu, gpus_per_node=gpus_per_node, network=network)
 
 
 def _predict(change: dict):
@@ -66,7 +67,7 @@ def _predict(change: dict):
     lay = {**BASE_LAYOUT, **{k: v for k, v in change.items() if k not in BASE}}
     spec = _model(args["model"])
     layout = make_layout(spec, N, args["seq"], BATCH, **lay)
-    dev = _device(args["gpu"], args["gpus_per_node"])
+    dev = _device(args["gpu"], args["gpus_per_node"], args["network"])
     return predict(spec, dev, layout, args["seq"], causal=args["causal"], recompute=args["recompute"],
                    recipe=args["recipe"], attention=args["attention"], dropout=args["dropout"])
 

@@ -105,6 +105,9 @@ class Network:
     topology: str = "switch"  # "switch" (NVSwitch/NVLink: any group at the full link rate) or "mesh" (xGMI)
     link_bandwidth: float = 0.0  # mesh: one peer link, per direction
     nvls: str = ""  # the NVLS generation ("hopper", "blackwell", ...) where all-reduce runs NVLink SHARP; "" none
+    leaf_nodes: int = 0  # nodes under one leaf (rail) switch group; 0: a non-blocking fabric, no leaf bound
+    oversubscription: float = 1.0  # leaf down-link to up-link bandwidth ratio above leaf_nodes (--network oversub)
+    fabric: str = ""  # --network's fabric, described (fabric.Fabric.describe); "" the hardware preset's own build
 
     def scale_up_rate(self, members: int, kind: str, group: int) -> float:
         """Bus bandwidth a collective of `group` ranks with `members` of them in this node reaches on the scale-up
@@ -199,12 +202,61 @@ class Collective:
         nic = net.scale_out_bandwidth * NCCL_NET_EFFICIENCY
         if kind == "all_to_all":  # off-node share through its own NIC, on-node share over NVLink, together
             g = members
-            off = self.buffer_bytes * (n - g) / n / nic
+            off = self.buffer_bytes * (n - g) / n / nic * spine_factor(net, math.ceil(n / g))
             on = self.buffer_bytes * (g - 1) / n / up if g > 1 else 0.0
             return steps * net.scale_out_latency + (off if off >= on else on)  # max(off, on)
         bw = (1 if kind == "p2p" else members) * nic  # nics_per_node x the NIC
         bw = up if up <= bw else bw  # min(up, bw)
-        return steps * net.scale_out_latency + self.bytes_per_rank / bw
+        ring = steps * net.scale_out_latency + self.bytes_per_rank / bw
+        if kind == "p2p":
+            return ring
+        nodes = math.ceil(n / members)
+        other = nccl_tree_or_pat_seconds(kind, n, members, nodes, self.bytes_per_rank, bw, net)
+        return ring if ring <= other else other
+
+
+# NVIDIA/nccl src/graph/tuning.cc (@5067397, ncclTopoTuneModel): the tree all-reduce's bus bandwidth is 0.92 of the
+# graph's ("busBw * .92"), PAT's 0.75 ("if (a == NCCL_ALGO_PAT) busBw *= .75"); PAT's latency is log2(nodes) x
+# interLat / 3.5 plus 2.8 us per rank ("Still a linear part").
+TREE_BANDWIDTH = 0.92
+PAT_BANDWIDTH = 0.75
+PAT_RANK_LATENCY = 2.8e-6
+
+
+def nccl_tree_or_pat_seconds(kind: str, n: int, members: int, nodes: int, bytes_per_rank: float, bandwidth: float,
+                             net: Network) -> float:
+    """Seconds of the algorithm NCCL's tuner weighs against the ring for a collective across nodes (inf where it has
+    none), as NVIDIA/nccl src/graph/tuning.cc models them (@5067397, lines 300-435):
+    - all-reduce, the double binary tree: latency 2 x ((ranks per node - 1) x intra + log2(nodes) x inter), bandwidth
+      TREE_BANDWIDTH of the ring's: t = 2 ((m - 1) a_up + log2(N) a_out) + B / (0.92 bw);
+    - all-gather / reduce-scatter with one rank per node, PAT (NCCL 2.23+): t = log2(N) a_out / 3.5 + 2.8 us x n
+      + B / (0.75 bw).
+    a_up, a_out: the network's per-step latencies (the ring's, fitted to nccl-tests curves: module docstring) in
+    place of NCCL's hwLatencies, whose tree and ring inter-node entries are equal (14 us, Simple); B = bytes per
+    rank, bw the ring's bandwidth. NCCL runs whichever its model finds faster: Collective.seconds takes the least of
+    this and the ring. The ring's latency grows with the node count (n - 1 or 2 (n - 1) steps), the tree's and
+    PAT's with its logarithm: at many nodes and small messages they win."""
+    logn = math.log2(nodes) if nodes > 1 else 0.0
+    if kind == "all_reduce":
+        return 2 * ((members - 1) * net.scale_up_latency + logn * net.scale_out_latency) \
+            + bytes_per_rank / (TREE_BANDWIDTH * bandwidth)
+    if kind in ("all_gather", "reduce_scatter") and members == 1:
+        return logn * net.scale_out_latency / 3.5 + PAT_RANK_LATENCY * n + bytes_per_rank / (PAT_BANDWIDTH * bandwidth)
+    return math.inf
+
+
+def spine_factor(net: Network, nodes: int) -> float:
+    """How much slower the off-node share of an all-to-all over `nodes` nodes leaves each NIC when the fabric is
+    oversubscribed above its leaf (``Network.leaf_nodes``, ``Network.oversubscription``: --network): of the bytes a
+    node sends to the other nodes - 1, the share to nodes under other leaves, f = (nodes - leaf) / (nodes - 1), crosses
+    up-links of 1 / r the down-links' bandwidth, so the NIC drains at max(1, f x r) times its line time. Ring
+    collectives (NCCL orders a ring's nodes so that it crosses each leaf boundary once) and sends are left at the NIC
+    rate: at most one hop in `leaf` of a ring crosses a leaf, far under the up-links' share."""
+    leaf, r = net.leaf_nodes, net.oversubscription
+    if not leaf or r <= 1 or nodes <= leaf:
+        return 1.0
+    share = (nodes - leaf) / (nodes - 1)
+    return max(1.0, share * r)
 
 
 # --- what each parallelism sends: the general volume functions ------------------------------------
@@ -287,6 +339,7 @@ def deepep_seconds(tokens: float, top_k: int, n_experts: int, d_model: int, act_
     up = net.scale_up_rate(g, "all_to_all", ep)
     steps = latency_steps("all_to_all", ep)
     if nodes > 1:
+        off *= spine_factor(net, nodes)
         return steps * net.scale_out_latency + max(off / (net.scale_out_bandwidth * NCCL_NET_EFFICIENCY), on / up)
     return steps * net.scale_up_latency + on / up
 

@@ -388,10 +388,11 @@ def stream_seconds(nbytes: float, dev: Device, efficiency: float = 1.0) -> float
 # --- the accelerator presets ---------------------------------------------------------------------------------
 
 
-def device_for(key: str, dtype: str = "bf16", gpus_per_node: int | None = None) -> Device:
+def device_for(key: str, dtype: str = "bf16", gpus_per_node: int | None = None, network: str | None = None) -> Device:
     """The accelerator preset plus its "matmul" and "network" blocks; one clear error when absent.
     `dtype`: the dense peak MFU is quoted against; `gpus_per_node`: a scale-up domain other than the preset's
-    (a cluster built with 4-GPU nodes)."""
+    (a cluster built with 4-GPU nodes); `network`: --network, the cluster's inter-node fabric
+    (``fabric.parse_network``, applied by ``fabric.apply_fabric``)."""
     from ..spec import hardware_config, load_hardware
 
     acc = load_hardware(key)
@@ -408,6 +409,10 @@ def device_for(key: str, dtype: str = "bf16", gpus_per_node: int | None = None) 
         from dataclasses import replace
 
         net = replace(net, gpus_per_node=gpus_per_node)
+    if network is not None:
+        from .fabric import apply_fabric, parse_network
+
+        net = apply_fabric(net, parse_network(network))
     arch = mm.get("arch", "hopper")
     if arch not in GENERATIONS:
         raise LlmcalcError(f"hardware preset {key!r}: matmul.arch {arch!r} is not one of {', '.join(GENERATIONS)}")

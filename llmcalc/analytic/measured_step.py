@@ -610,8 +610,7 @@ def train_measured_steptime(model: MeasuredModel, gpu: str, n_gpus: int, dtype: 
                             options: dict) -> MeasuredPrediction:
     """`train --global-batch` for a measured model: the layout from the typed options (``measured_layout``), its
     step predicted (``predict_measured``) with MFU's model FLOPs counted by torch on transformers' forward."""
-    from .kernels import device_for
-    from .step.train import LAYOUT_DEFAULTS, STEP_OPTIONS, global_batch_sequences
+    from .step.train import LAYOUT_DEFAULTS, STEP_OPTIONS, global_batch_sequences, networked_device
 
     options = {k: v for k, v in options.items() if v is not None}
     attention = options.pop("attention", "flash")
@@ -623,10 +622,11 @@ def train_measured_steptime(model: MeasuredModel, gpu: str, n_gpus: int, dtype: 
     assert gb is not None  # the caller predicts only with a global batch
     step = {k: options.pop(k) for k in STEP_OPTIONS if k in options}
     recipe = step.pop("recipe", "bf16-mixed")
+    dev = networked_device(gpu, dtype, step.pop("network", None), n_gpus)
     measured = MeasuredStep.of(model)
     lay = measured_layout(measured, n_gpus, seq_len, gb, **{**LAYOUT_DEFAULTS, **options}, **step)
     tokens = gb * seq_len
-    return predict_measured(measured, device_for(gpu, dtype), lay, seq_len, recompute=recompute, recipe=recipe,
+    return predict_measured(measured, dev, lay, seq_len, recompute=recompute, recipe=recipe,
                             model_flops=model_flops_per_token * tokens,
                             hardware_flops=hardware_flops_per_token * tokens, causal=causal)
 
@@ -700,9 +700,8 @@ def rank_measured_layouts(model: MeasuredModel, gpu: str, n_gpus: int, seq_len: 
     (``measured_stage_peak``, no recomputation: the measured activations are of a forward that recomputes
     nothing); each fitting layout predicted exactly (``predict_measured``) and ranked by throughput; MFU against the
     dense `dtype` peak."""
-    from .kernels import device_for
     from .step.search import LayoutSearch, _why_they_lose, reserved_capacity
-    from .step.train import global_batch_sequences
+    from .step.train import global_batch_sequences, networked_device
 
     batch = global_batch_sequences(global_batch, global_batch_tokens, seq_len, required=True)
     assert batch is not None
@@ -714,7 +713,7 @@ def rank_measured_layouts(model: MeasuredModel, gpu: str, n_gpus: int, seq_len: 
     recipe = settings.pop("recipe", "bf16-mixed")
     optimizer = settings.get("optimizer", "adamw")
     measured = MeasuredStep.of(model)
-    dev = device_for(gpu, dtype)  # MFU against the dense --dtype peak, as steptime.search_layouts quotes it
+    dev = networked_device(gpu, dtype, settings.pop("network", None), n_gpus)  # MFU against the dense --dtype peak
     capacity, per_node = reserved_capacity(dev.accelerator, reserve_gib), dev.network.gpus_per_node
     tps = []
     for t in (1, 2, 4, 8, 16):

@@ -345,6 +345,11 @@ def step_model_options(func: F) -> F:
                           "a2a+p2p (hierarchical, with --cp-a2a-size)."),
         click.option("--ep-overlap/--no-ep-overlap", default=False, show_default=True,
                      help="Hide expert all-to-alls under another micro-batch's compute (1F1B A2A overlap)."),
+        click.option("--network", default=None,
+                     help="The fabric between nodes: a cluster preset (dgx-h100-superpod, dgx-a100-superpod, "
+                          "jean-zay-a100, juwels-booster, gb200-nvl72), NIC rate x NICs per node and topology "
+                          "(400G-x8-rail, 100G-x4-fat-tree-2to1), or nic=,nics=,topology=,oversub=,leaf=,"
+                          "latency-us=,gpus-per-node= (default: the --gpu preset's own build)."),
         click.option("--ep-dispatcher", type=Choice(list(EP_DISPATCHERS)), default="alltoall", show_default=True,
                      help="MoE token dispatch: alltoall (NCCL) or deepep (one copy per node, NVLink forwarding)."),
         click.option("--moe-imbalance", type=Number(maximum=64, minimum=1), default=1.0, show_default=True,

@@ -320,6 +320,8 @@ def _assumptions(ctx: _Ctx, recompute: str) -> dict[str, Any]:
                       "exposed" if lay.dp_overlap else "exposed after the backward",
         "optimizer": lay.optimizer,
     }
+    if dev.network.fabric:
+        out["network"] = dev.network.fabric
     if lay.fp8_param_gather:
         out["param_gather_bytes_per_parameter"] = 1.0
     if lay.first_stage_layers or lay.last_stage_layers:

@@ -12,7 +12,6 @@ from ...records import dataclass
 from ...spec import ModelSpec
 from ...units import GIB
 from ...validate import DEFAULT_ZERO
-from ..kernels import device_for
 from ..memory import RECIPES, lookup
 from .bounds import FLOOR_MARGIN, _first_floors, _floor_shape, _optimizer_floor, _step_floor
 from .context import _context_in, _Ctx, _layer_cache
@@ -29,7 +28,7 @@ from .layout import (
 )
 from .prediction import StepPrediction, _finish, _prepare, _Prepared
 from .search_memory import _least_that_fits
-from .train import _flag, global_batch_sequences
+from .train import _flag, global_batch_sequences, networked_device
 
 
 def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_batch: int, causal: bool = False,
@@ -66,7 +65,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     if step.get("recompute_layers") or step.get("recompute_modules"):
         raise LlmcalcError("layout checks memory with --recompute none, selective or full; time a partial "
                            "recomputation (--recompute-layers, --recompute-modules) with `llmcalc train`")
-    dev = device_for(gpu, dtype)
+    dev = networked_device(gpu, dtype, step.pop("network", None), n_gpus)
     capacity = reserved_capacity(dev.accelerator, reserve_gib)
     per_node = dev.network.gpus_per_node
     tries = [recompute] if recompute else ["none", "selective", "full"]

@@ -11,7 +11,7 @@ from ...spec import ModelSpec
 from ...units import plural
 from ...validate import DEFAULT_ZERO, MAX_BATCH
 from ..flops import utilization
-from ..kernels import device_for
+from ..kernels import Device, device_for
 from .layout import STEP_DEFAULTS, Layout, make_layout
 from .prediction import StepPrediction, predict
 
@@ -52,10 +52,20 @@ LAYOUT_DEFAULTS = {"micro_batch": 1, "tp": 1, "cp": 1, "pp": 1, "vpp": 1, "ep": 
 # Layout fields of STEP_DEFAULTS.
 
 
-PREDICT_OPTIONS = ("recipe",)
+PREDICT_OPTIONS = ("recipe", "network")
 
 
 STEP_OPTIONS = tuple(STEP_DEFAULTS) + PREDICT_OPTIONS
+
+
+def networked_device(gpu: str, dtype: str, network: str | None, n_gpus: int) -> Device:
+    """``device_for`` with --network's fabric, refused in one line where the run never leaves one node (the fabric
+    then carries nothing)."""
+    dev = device_for(gpu, dtype, network=network)
+    if network is not None and n_gpus <= dev.network.gpus_per_node:
+        raise LlmcalcError(f"--network describes the fabric between nodes; {n_gpus:,} GPUs fit in one "
+                           f"{dev.network.gpus_per_node}-GPU {gpu} node: drop it, or give more --n-gpus")
+    return dev
 
 
 def _flag(key: str) -> str:
@@ -113,9 +123,10 @@ def train_steptime(spec: ModelSpec | None, gpu: str, n_gpus: int, mfu: float | N
     if spec is None:
         raise LlmcalcError("predicting the step time needs a MODEL (its shapes), not --params")
     recipe = step.pop("recipe", "bf16-mixed")
+    dev = networked_device(gpu, dtype, step.pop("network", None), n_gpus)
     lay = make_layout(spec, n_gpus, seq_len, gb, **{**LAYOUT_DEFAULTS, **given}, **step)
     if lay.cp_comm != "p2p" and lay.cp == 1:  # `layout` applies it to the layouts with cp > 1
         raise LlmcalcError(f"--cp-comm {lay.cp_comm} picks how context-parallel ranks exchange K/V: it needs --cp > 1")
-    pred = predict(spec, device_for(gpu, dtype), lay, seq_len, causal=causal, recompute=recompute,
+    pred = predict(spec, dev, lay, seq_len, causal=causal, recompute=recompute,
                    recipe=recipe, attention=attention or "flash")
     return pred.mfu, pred, measured
