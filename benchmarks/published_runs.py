@@ -33,6 +33,8 @@ Each used row becomes one `Run` by the rules below, the same for every row (no p
   overlap, EP (1F1B A2A) overlap and the CP communication type where the source states them; MoE routing balanced
   (benchmarks force it; every Megatron-MoE-ModelZoo table that says so does) except where the source says it is real
   (MLPerf v6.0: capacity factors 1.5-7), there MOE_DROPLESS_IMBALANCE.
+- network: the hardware preset's own build (one NIC per GPU on DGX-class nodes) unless the source states another:
+  BLOOM's Jean Zay, four 100 Gb/s Omni-Path links per 8-GPU node (--network jean-zay-a100).
 - measured: tokens/s per GPU as stated; else tokens/s over the GPUs, the global batch x seq / step time per GPU,
   or the TFLOP/s per GPU turned into tokens by the source's own FLOP count (``source_flops_per_token``).
 """
@@ -80,13 +82,14 @@ class Run:
     gpus_per_node: int | None = None
     groups: tuple[str, ...] = ()
     row: dict = field(default_factory=dict, repr=False)
+    network: str | None = None  # --network: the cluster's fabric where the source states one the preset lacks
 
     def predict(self, efficiency: float | None = None) -> prediction.StepPrediction:
         saved = constants.KERNEL_EFFICIENCY
         if efficiency is not None:
             constants.KERNEL_EFFICIENCY = efficiency
         try:
-            dev = kernels.device_for(self.gpu, "bf16", gpus_per_node=self.gpus_per_node)
+            dev = kernels.device_for(self.gpu, "bf16", gpus_per_node=self.gpus_per_node, network=self.network)
             lay = layout.make_layout(self.spec, self.n_gpus, self.seq_len, self.global_batch, **self.layout)
             return prediction.predict(self.spec, dev, lay, self.seq_len, causal=True, recompute=self.recompute,
                                     recipe=self.recipe, attention=self.attention, dropout=self.dropout)
@@ -242,8 +245,9 @@ def run_of(row: dict) -> Run:  # long: the module docstring's rules, one per lin
         layout["moe_imbalance"] = MOE_DROPLESS_IMBALANCE
     per_node = 4 if rid.startswith("kempnerforge") else None
     groups = tuple(_groups(row, spec, _recipe(row)))
+    network = "jean-zay-a100" if rid.startswith("bloom") else None  # its gpu_note: 4x Omni-Path 100 Gb/s per node
     return Run(rid, source_of(rid), spec, row["gpu"], n, seq, batch, measured_tokens_per_gpu(row, spec, n, batch),
-               layout, recompute, _recipe(row), attention, dropout, per_node, groups, row)
+               layout, recompute, _recipe(row), attention, dropout, per_node, groups, row, network=network)
 
 
 def _groups(row: dict, spec: ModelSpec, recipe: str) -> list[str]:
