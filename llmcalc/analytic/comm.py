@@ -211,7 +211,8 @@ class Collective:
         if kind == "p2p":
             return ring
         nodes = math.ceil(n / members)
-        other = nccl_tree_or_pat_seconds(kind, n, members, nodes, self.bytes_per_rank, bw, net)
+        other = nccl_tree_or_pat_seconds(kind, n, members, nodes, bytes_per_rank=self.bytes_per_rank, bandwidth=bw,
+                                         net=net)
         return ring if ring <= other else other
 
 
