@@ -92,7 +92,9 @@ def _cp_exposed(ctx: _Ctx, i: int, fwd: float, bwd: float) -> tuple[float, float
         steps = ring - 1 if not span else min(ring - 1, math.ceil(span / (ctx.seq / ring)))
         return (a2a.seconds(net) + steps * max(0.0, step_f - fwd / ring),
                 a2a.seconds(net) + ring_backward_exposed(kv_send=step_f, step_compute=bwd / ring, hops=steps))
-    if lay.cp_comm == "all-gather":  # Llama 3: K and V gathered before the kernel, exposed on the critical path
+    if lay.cp_comm == "all-gather":  # Llama 3: K and V gathered before the kernel, exposed on the critical path;
+        # TE's AttnFuncWithCPAndKVAllGather (context_parallel.py @d0067d0): gathered in the forward (lines 3215-3216),
+        # gathered again in the backward (3788-3789) and dK, dV reduce-scattered after it (4107-4123)
         fwd_c, bwd_c = comm.cp_collectives(T, kv_width, ctx.act, cp, stride)
         return fwd_c.seconds(net), bwd_c.seconds(net)
     # a2a (Ulysses): Q, K, V in and O out over heads, forward; their gradients backward; all exposed
