@@ -211,11 +211,11 @@ def batch_limits(prof: EngineProfile, est: ServeEstimate, input_len: int, output
 
 def moe_table_key(est: InferenceEstimate, serve: ServeEstimate, engine: str = "vllm") -> tuple[str, ...]:
     """The MoE table keys one layer of `serve`'s model may be measured under, best first: the weights' format as
-    `engine` runs it (MOE_DTYPES; vLLM's VLLM_MOE_DTYPES), the expert shape, and the experts' sharding over the n GPUs that hold them: the engine's own
-    (moe_tp = tp, moe_ep = 1; with --enable-expert-parallel moe_tp = 1, moe_ep = tp x dp), then the other splits of
-    the same n GPUs, nearest first (aiconfigurator measured some shapes under expert parallelism only, e.g. MXFP4
-    experts in TensorRT-LLM: each GPU then holds the same 1/n of the expert weights, grouped by expert rather than
-    sliced)."""
+    `engine` runs it (MOE_DTYPES; vLLM's VLLM_MOE_DTYPES), the expert shape, and the experts' sharding over the n
+    GPUs that hold them: the engine's own (moe_tp = tp, moe_ep = 1; with --enable-expert-parallel moe_tp = 1,
+    moe_ep = tp x dp), then the other splits of the same n GPUs, nearest first (aiconfigurator measured some shapes
+    under expert parallelism only, e.g. MXFP4 experts in TensorRT-LLM: each GPU then holds the same 1/n of the
+    expert weights, grouped by expert rather than sliced)."""
     spec, fmt = est.spec, serve.weights
     name = fmt.name
     if name == "fp8" and fmt.quant is not None and fmt.quant.format.per == "block":
