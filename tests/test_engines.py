@@ -153,6 +153,9 @@ def test_moe_models_read_the_engine_fused_moe_table():
     ("gpustack-qwen3-8b-h100-tp1-sglang-fp8-sharegpt-c4", "tpot_seconds_median", 0.15),
     # vLLM's fused-MoE table (MXFP4 experts), four clients
     ("gpustack-gpt-oss-120b-h100-tp1-vllm-sharegpt-c4", "tpot_seconds_median", 0.15),
+    # DeepSeek-R1 on 8 H200, four clients: the measured MLA blocks (vLLM's table) and block-FP8 experts
+    ("gpustack-deepseek-r1-h200-tp8-vllm-sharegpt-c4", "tpot_seconds_median", 0.15),
+    ("gpustack-deepseek-r1-h200-tp8-vllm-sharegpt-c4", "output_tokens_per_second", 0.15),
     # --enable-expert-parallel over 8 H100, block-FP8 experts from vLLM's moe_ep 8 rows (Fp8MoEMethod), offline: the
     # decode step (ITL) lands within 20 %; the median TPOT of the burst (129 ms measured, ITL 49 ms) is twice the
     # steps' time, queueing inside the burst that the scheduler does not reproduce (TTFT 2.7 s predicted, 9.7 s
@@ -206,3 +209,22 @@ def test_moe_falls_back_to_another_split_of_the_same_gpus():
     assert trt.moe_keys == ("w4a16_mxfp4/2880/2880/4/128/1/4",)
     vllm = _cost(_serve("gpt-oss-120b", "h100-sxm", 4), "vllm")
     assert vllm.moe_keys == ("w4a16_mxfp4/2880/2880/4/128/4/1",)
+
+
+def test_mla_attention_blocks_come_from_the_engine_measured_table():
+    """DeepSeek-V3 (FP8) on 8 H200: each layer's whole MLA block (projections, absorbed BMMs, attention, o_proj) is
+    the engine's measured module at 16 heads a rank, so the GEMM term leaves the blocks' FLOPs and weights out;
+    SGLang's file ships no module table: its blocks stay on the roofline terms."""
+    serve = _serve("deepseek-v3", "h200", 8)
+    vllm, trt, sgl = _cost(serve, "vllm"), _cost(serve, "trtllm"), _cost(serve, "sglang")
+    assert vllm.base.mla_key() == trt.base.mla_key() == "bf16/fp8_block"
+    assert sgl.base.mla_key() is None
+    block = kernel_tables.mla_module_seconds("h200_sxm", 16, 4, 3600, "bf16/fp8_block", context=False)
+    assert vllm.decode_attention_seconds(4 * 3600, 4) == pytest.approx(61 * block, rel=1e-3)
+    trt_block = kernel_tables.mla_module_seconds("h200_sxm.trtllm", 16, 4, 3600, "bf16/fp8_block", context=False)
+    assert trt.decode_attention_seconds(4 * 3600, 4) == pytest.approx(61 * trt_block, rel=1e-3)
+    assert vllm.base.linear_seconds(4) < sgl.base.linear_seconds(4)
+    # a prefill of 2 prompts of 2,048 tokens: the context table's block at batch 2, length 2,048
+    prompt = kernel_tables.mla_module_seconds("h200_sxm", 16, 2, 2048, "bf16/fp8_block", context=True)
+    pairs = 2 * 2048 * 2048 / 2
+    assert vllm.base.prefill_attention_seconds(pairs, 2048, tokens=4096) == pytest.approx(61 * prompt, rel=1e-2)
