@@ -214,16 +214,21 @@ def test_moe_falls_back_to_another_split_of_the_same_gpus():
 def test_mla_attention_blocks_come_from_the_engine_measured_table():
     """DeepSeek-V3 (FP8) on 8 H200: each layer's whole MLA block (projections, absorbed BMMs, attention, o_proj) is
     the engine's measured module at 16 heads a rank, so the GEMM term leaves the blocks' FLOPs and weights out;
-    SGLang's file ships no module table: its blocks stay on the roofline terms."""
+    SGLang's file ships no module table: its decode is the absorbed BMMs (FP8, as its FP8 path runs them) and the
+    bare MLA kernel, measured, its projections on the GEMM term."""
     serve = _serve("deepseek-v3", "h200", 8)
     vllm, trt, sgl = _cost(serve, "vllm"), _cost(serve, "trtllm"), _cost(serve, "sglang")
     assert vllm.base.mla_key() == trt.base.mla_key() == "bf16/fp8_block"
-    assert sgl.base.mla_key() is None
+    assert sgl.base.mla_key() is None and vllm.base.mla_parts() is None
     block = kernel_tables.mla_module_seconds("h200_sxm", 16, 4, 3600, "bf16/fp8_block", context=False)
     assert vllm.decode_attention_seconds(4 * 3600, 4) == pytest.approx(61 * block, rel=1e-3)
     trt_block = kernel_tables.mla_module_seconds("h200_sxm.trtllm", 16, 4, 3600, "bf16/fp8_block", context=False)
     assert trt.decode_attention_seconds(4 * 3600, 4) == pytest.approx(61 * trt_block, rel=1e-3)
     assert vllm.base.linear_seconds(4) < sgl.base.linear_seconds(4)
+    assert sgl.base.mla_parts() == ("bf16", "fp8")
+    parts = sum(kernel_tables.mla_bmm_ms("h200_sxm.sglang", 4, 16, "fp8", op) for op in ("pre", "post"))
+    parts += kernel_tables.generation_mla_ms("h200_sxm.sglang", 16, 4, 3600, "bf16")
+    assert sgl.decode_attention_seconds(4 * 3600, 4) == pytest.approx(61 * parts / 1e3, rel=1e-3)
     # a prefill of 2 prompts of 2,048 tokens: the context table's block at batch 2, length 2,048
     prompt = kernel_tables.mla_module_seconds("h200_sxm", 16, 2, 2048, "bf16/fp8_block", context=True)
     pairs = 2 * 2048 * 2048 / 2

@@ -145,6 +145,57 @@ MLA_REFERENCE = [
     (True, "h200_sxm.trtllm", "bf16/fp8_block", 16, 2, 2048, 0.6039),
 ]
 
+# SGLang's MLA decode in parts (aiconfigurator's GenerationMLA and MLABmm ops on its sglang 0.5.14 tables), produced
+# outside llmcalc by
+AIC_MLA_PARTS_REFERENCE = '''
+import logging; logging.disable(logging.WARNING)
+from aiconfigurator_core.sdk import perf_database, common
+from aiconfigurator_core.sdk.engine import _evaluate_single_op
+from aiconfigurator_core.sdk.operations.mla import GenerationMLA, MLABmm
+for system in ("h200_sxm", "h100_sxm"):
+    db = perf_database.get_database(system, "sglang", "0.5.14")
+    for kv, kvn in ((common.KVCacheQuantMode.bfloat16, "bf16"), (common.KVCacheQuantMode.fp8, "fp8")):
+        for heads in (16, 32):
+            op = GenerationMLA("a", 1, heads, kv)
+            for b, s in ((4, 3600), (24, 3000), (1, 4096), (100, 700), (7, 50)):
+                print(system, kvn, heads, b, s, float(_evaluate_single_op(db, op, is_context=False, batch_size=b, s=s)))
+    for q, qn in ((common.GEMMQuantMode.bfloat16, "bf16"), (common.GEMMQuantMode.fp8, "fp8")):
+        for pre in (True, False):
+            op = MLABmm("b", 1, 16, q, if_pre=pre)
+            for b in (4, 24, 100, 1000):
+                print(system, qn, "pre" if pre else "post", 16, b,
+                      float(_evaluate_single_op(db, op, is_context=False, batch_size=b, s=1)))
+'''
+# (table, kv dtype, heads per GPU, batch, KV length, aiconfigurator ms)
+GENERATION_MLA_REFERENCE = [
+    ("h200_sxm.sglang", "bf16", 16, 4, 3600, 0.019960549450479446),
+    ("h200_sxm.sglang", "bf16", 16, 24, 3000, 0.03831619049306028),
+    ("h200_sxm.sglang", "bf16", 16, 1, 4096, 0.018990400433540344),
+    ("h200_sxm.sglang", "bf16", 16, 100, 700, 0.036736176726117266),
+    ("h200_sxm.sglang", "bf16", 16, 7, 50, 0.011940149962902068),
+    ("h200_sxm.sglang", "fp8", 16, 4, 3600, 0.046027961466461424),
+    ("h200_sxm.sglang", "fp8", 16, 24, 3000, 0.16554940050700678),
+    ("h200_sxm.sglang", "fp8", 16, 1, 4096, 0.02985759973526001),
+    ("h200_sxm.sglang", "fp8", 16, 100, 700, 0.16133570548845455),
+    ("h200_sxm.sglang", "fp8", 16, 7, 50, 0.017477324907667936),
+    ("h100_sxm.sglang", "bf16", 32, 4, 3600, 0.021525874640792607),
+    ("h100_sxm.sglang", "bf16", 32, 24, 3000, 0.049915425467770544),
+    ("h100_sxm.sglang", "bf16", 32, 1, 4096, 0.019721600413322448),
+    ("h100_sxm.sglang", "bf16", 32, 100, 700, 0.048798699921462685),
+    ("h100_sxm.sglang", "bf16", 32, 7, 50, 0.012202300212811679),
+]
+# (table, dtype, op, heads per GPU, tokens, aiconfigurator ms)
+MLA_BMM_REFERENCE = [
+    ("h200_sxm.sglang", "fp8", "pre", 16, 4, 0.007612799853086471),
+    ("h200_sxm.sglang", "fp8", "pre", 16, 24, 0.008054400235414505),
+    ("h200_sxm.sglang", "fp8", "pre", 16, 100, 0.010180799756199121),
+    ("h200_sxm.sglang", "fp8", "pre", 16, 1000, 0.03459680117666721),
+    ("h200_sxm.sglang", "fp8", "post", 16, 4, 0.007769600301980972),
+    ("h200_sxm.sglang", "fp8", "post", 16, 24, 0.007940800115466117),
+    ("h200_sxm.sglang", "fp8", "post", 16, 100, 0.01021799985319376),
+    ("h200_sxm.sglang", "fp8", "post", 16, 1000, 0.032951399218291044),
+]
+
 # The shipped values carry 5 significant digits.
 REL = 2e-4
 
@@ -187,6 +238,16 @@ def test_mla_block_grows_with_batch_and_context_and_says_what_it_lacks():
     assert longer == sorted(longer)
     with pytest.raises(kt.KernelTableError, match="mla_generation_module"):
         kt.mla_module_ms("a100_sxm", 16, 4, 1024, "bf16/bf16", context=False)
+
+
+@pytest.mark.parametrize(("gpu", "kv", "heads", "batch", "context", "ms"), GENERATION_MLA_REFERENCE)
+def test_sglang_mla_kernel_matches_aiconfigurator(gpu, kv, heads, batch, context, ms):
+    assert kt.generation_mla_ms(gpu, heads, batch, context, kv) == pytest.approx(ms, rel=REL)
+
+
+@pytest.mark.parametrize(("gpu", "dtype", "op", "heads", "tokens", "ms"), MLA_BMM_REFERENCE)
+def test_sglang_mla_bmm_matches_aiconfigurator(gpu, dtype, op, heads, tokens, ms):
+    assert kt.mla_bmm_ms(gpu, tokens, heads, dtype, op) == pytest.approx(ms, rel=REL)
 
 
 def test_grid_points_read_back_as_stored():

@@ -481,3 +481,50 @@ def mla_module_ms(gpu: str, heads: int, batch: float, seq: float, key: str, *, c
 def mla_module_seconds(gpu: str, heads: int, batch: float, seq: float, key: str, *, context: bool) -> float:
     """Seconds of one layer's MLA block (``mla_module_ms``)."""
     return mla_module_ms(gpu, heads, batch, seq, key, context=context) / 1e3
+
+
+# --- MLA decode in parts (SGLang's tables: no module) ------------------------------------------------------
+
+
+def _generation_mla_sol(gpu: str, kv_bytes: float, c: list[float]) -> float:
+    """The bare MLA decode kernel's roofline (ms), c = [heads, batch, kv length]: scores over the latent and RoPE key
+    and values over the latent (2 x (kv_lora + rope) + 2 x kv_lora FLOPs per key per head), every cached latent
+    (kv_lora + rope elements per token) read once."""
+    s = MLA_MODULE_SHAPE
+    heads, batch, seq = c
+    latent = s["kv_lora_rank"] + s["qk_rope_head_dim"]
+    flops = 2.0 * batch * seq * heads * (latent + s["kv_lora_rank"])
+    nbytes = batch * seq * latent * kv_bytes
+    return max(flops / _tc_flops(gpu, "bf16"), nbytes / table(gpu)["spec"]["mem_bw"]) * 1e3
+
+
+def generation_mla_ms(gpu: str, heads: int, batch: float, context: float, kv_dtype: str = "bf16") -> float:
+    """Latency in ms of one layer's bare MLA decode kernel (the absorbed form over DeepSeek-V3's 512 + 64 latent: no
+    projections) for `batch` sequences over `context` cached tokens with `heads` query heads on the rank, as
+    aiconfigurator measured it inside SGLang (the grid's interpolation, raw latency on every axis)."""
+    if kv_dtype not in DTYPE_BYTES:
+        raise KernelTableError(f"kv dtype {kv_dtype!r}: tables hold {sorted(DTYPE_BYTES)}")
+    grid = _grid(gpu, "generation_mla", kv_dtype)
+    kv_bytes = DTYPE_BYTES[kv_dtype]
+    return _resolve(grid, [float(heads), batch, context], None, lambda c: _generation_mla_sol(gpu, kv_bytes, c))
+
+
+def mla_bmm_ms(gpu: str, tokens: float, heads: int, dtype: str, op: str) -> float:
+    """Latency in ms of one layer's absorbed MLA projection in decode, op "pre" (each head's no-RoPE query into the
+    512-wide latent, W_UK) or "post" (the latent output back to the head's 128 values, W_UV), over `tokens` tokens
+    with `heads` heads on the rank, dtype "bf16" or "fp8"; linear in tokens between measured counts, held below the
+    first, proportional to tokens past the last."""
+    curves = _part(gpu, "mla_bmm", "curves")
+    key = f"{op}/{dtype}/{heads}"
+    if key not in curves:
+        raise KernelTableError(f"{_system(gpu)} has no measured MLA BMM {key!r}")
+    counts, lats = curves[key]
+    i = bisect.bisect_left(counts, tokens)
+    if i < len(counts) and counts[i] == tokens:
+        return float(lats[i])
+    if tokens < counts[0]:
+        return float(lats[0])
+    if tokens > counts[-1]:
+        return float(lats[-1] * tokens / counts[-1])
+    w = (tokens - counts[i - 1]) / (counts[i] - counts[i - 1])
+    return float(lats[i - 1] + (lats[i] - lats[i - 1]) * w)

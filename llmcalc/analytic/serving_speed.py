@@ -180,6 +180,16 @@ def measured_mla_layer(shape: MlaShape) -> float:
     return one * min(shape.batch, 1.0) if shape.context else one
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def measured_mla_decode_parts(gpu: str, heads: int, batch: int, context: float, kv_dtype: str, bmm: str) -> float:
+    """One MLA layer's decode in parts where no whole-block table is shipped (SGLang's tables), seconds: the
+    absorbed query projection (W_UK), the bare MLA kernel over the cached latents and the value projection (W_UV),
+    as aiconfigurator times SGLang's (MLABmm pre + GenerationMLA + MLABmm post); memoized here, by its shape."""
+    pre = kernel_tables.mla_bmm_ms(gpu, batch, heads, bmm, "pre")
+    post = kernel_tables.mla_bmm_ms(gpu, batch, heads, bmm, "post")
+    return (pre + kernel_tables.generation_mla_ms(gpu, heads, batch, context, kv_dtype) + post) / 1e3
+
+
 def three_figures(x: float) -> float:
     """`x` to 3 significant figures (a simulation asks the tables for a few thousand points, again and again)."""
     return float(f"{x:.3g}")
@@ -276,6 +286,26 @@ class StepCost:
                 return None
         return key
 
+    def mla_parts(self) -> tuple[str, str] | None:
+        """Where no whole-block table answers (``mla_key`` None) but the engine's tables hold MLA decode in parts
+        (SGLang's: the bare kernel and the absorbed BMMs), their (KV dtype, BMM dtype): FP8 BMMs for FP8 weights, as
+        aiconfigurator and SGLang's FP8 path run them; else None. The projections stay in ``linear_seconds`` (kv_b's
+        weights, which the BMMs read, are counted there too: 2 MB a layer at 16 heads, ~0.03 ms a step)."""
+        spec, mla = self.spec, self.spec.mla
+        if mla is None or not self.measured or self.mla_key() is not None or spec.n_heads % self.tp or \
+                self.est.kv_dtype not in ("bf16", "fp16", "fp8"):
+            return None
+        if mla.kv_lora_rank != kernel_tables.MLA_MODULE_SHAPE["kv_lora_rank"] or \
+                mla.qk_rope_head_dim != kernel_tables.MLA_MODULE_SHAPE["qk_rope_head_dim"]:
+            return None
+        kv, bmm = ("fp8" if self.est.kv_dtype == "fp8" else "bf16"), ("fp8" if self.est.compute_dtype == "fp8"
+                                                                       else "bf16")
+        doc, heads = kernel_tables.table(self.gpu), spec.n_heads // self.tp
+        if str(heads) not in doc.get("generation_mla", {}).get("grids", {}).get(kv, {}) or \
+                f"pre/{bmm}/{heads}" not in doc.get("mla_bmm", {}).get("curves", {}):
+            return None
+        return kv, bmm
+
     # each term: seconds for one step
     def linear_seconds(self, tokens: float) -> float:
         """The layer stack's GEMMs over `tokens` rows: compute (their FLOPs at the MAMF of the GEMM dtype, the rows
@@ -315,6 +345,11 @@ class StepCost:
             return spec.n_attention_layers * measured_mla_layer(MlaShape(
                 gpu=self.gpu, heads=spec.n_heads // self.tp, batch=max(1, round(sequences)),
                 seq=three_figures(max(1.0, kv_tokens / sequences)), key=key, context=False))
+        parts = self.mla_parts()
+        if parts is not None:  # SGLang: the absorbed BMMs and the bare MLA kernel, measured
+            return spec.n_attention_layers * measured_mla_decode_parts(
+                self.gpu, spec.n_heads // self.tp, max(1, round(sequences)),
+                three_figures(max(1.0, kv_tokens / sequences)), *parts)
         if self.table_attention and self.est.kv_dtype in ("bf16", "fp16", "fp8"):
             with contextlib.suppress(kernel_tables.KernelTableError):
                 # the mean context to 3 significant figures: a simulation asks for a few thousand points, again
