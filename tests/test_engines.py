@@ -220,6 +220,8 @@ def test_mla_attention_blocks_come_from_the_engine_measured_table():
     vllm, trt, sgl = _cost(serve, "vllm"), _cost(serve, "trtllm"), _cost(serve, "sglang")
     assert vllm.base.mla_key() == trt.base.mla_key() == "bf16/fp8_block"
     assert sgl.base.mla_key() is None and vllm.base.mla_parts() is None
+    sparse = _cost(_serve("deepseek-v3.2", "h200", 8), "vllm")  # a lightning indexer: not the dense block measured
+    assert sparse.base.mla_key() is None and sparse.base.mla_parts() is None
     block = kernel_tables.mla_module_seconds("h200_sxm", 16, 4, 3600, "bf16/fp8_block", context=False)
     assert vllm.decode_attention_seconds(4 * 3600, 4) == pytest.approx(61 * block, rel=1e-3)
     trt_block = kernel_tables.mla_module_seconds("h200_sxm.trtllm", 16, 4, 3600, "bf16/fp8_block", context=False)

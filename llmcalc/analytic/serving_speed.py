@@ -269,9 +269,9 @@ class StepCost:
 
     def _find_mla_key(self) -> str | None:
         spec, mla = self.spec, self.spec.mla
-        if mla is None or not self.measured or spec.n_heads % self.tp or self.est.kv_dtype not in ("bf16", "fp16",
-                                                                                                      "fp8"):
-            return None
+        if mla is None or not self.measured or spec.n_heads % self.tp or spec.index_n_heads or \
+                self.est.kv_dtype not in ("bf16", "fp16", "fp8"):
+            return None  # (a lightning indexer, DeepSeek-V3.2's sparse attention, is not the dense block measured)
         shape = {"hidden": spec.d_model, "q_lora_rank": mla.q_lora_rank, "kv_lora_rank": mla.kv_lora_rank,
                  "qk_nope_head_dim": mla.qk_nope_head_dim, "qk_rope_head_dim": mla.qk_rope_head_dim,
                  "v_head_dim": mla.v_head_dim}
@@ -293,10 +293,11 @@ class StepCost:
         weights, which the BMMs read, are counted there too: 2 MB a layer at 16 heads, ~0.03 ms a step)."""
         spec, mla = self.spec, self.spec.mla
         if mla is None or not self.measured or self.mla_key() is not None or spec.n_heads % self.tp or \
-                self.est.kv_dtype not in ("bf16", "fp16", "fp8"):
+                spec.index_n_heads or self.est.kv_dtype not in ("bf16", "fp16", "fp8"):
             return None
-        if mla.kv_lora_rank != kernel_tables.MLA_MODULE_SHAPE["kv_lora_rank"] or \
-                mla.qk_rope_head_dim != kernel_tables.MLA_MODULE_SHAPE["qk_rope_head_dim"]:
+        shape = kernel_tables.MLA_MODULE_SHAPE  # the BMMs' and the kernel's per-head widths
+        if (mla.kv_lora_rank, mla.qk_rope_head_dim, mla.qk_nope_head_dim, mla.v_head_dim) != (
+                shape["kv_lora_rank"], shape["qk_rope_head_dim"], shape["qk_nope_head_dim"], shape["v_head_dim"]):
             return None
         kv, bmm = ("fp8" if self.est.kv_dtype == "fp8" else "bf16"), ("fp8" if self.est.compute_dtype == "fp8"
                                                                        else "bf16")
