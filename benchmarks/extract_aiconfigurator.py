@@ -11,7 +11,9 @@ Reads the parquet tables aiconfigurator-core ships under aiconfigurator_core/sys
 <latest version>/ and keeps, per GPU, the rows aiconfigurator's engine itself loads for a vLLM query (see
 llmcalc/data/kernels/NOTICE): GEMM bf16 and per-tensor fp8, context and generation attention (window 0), vLLM's
 custom all-reduce (CUDA-graph rows; "_eager" rows dropped as the engine does) and NCCL all_reduce at the system's
-nccl_version. Latencies stay in milliseconds, rounded to 5 significant digits.
+nccl_version, and DeepSeek-V3's whole MLA attention block (``mla_context_module`` / ``mla_generation_module``; SGLang's
+files its bare MLA decode kernel, ``generation_mla``, and the absorbed BMMs, ``mla_bmm``).
+Latencies stay in milliseconds, rounded to 5 significant digits.
 
 --backend trtllm / sglang (issue 36): the same tables measured inside TensorRT-LLM (torch flow) or SGLang, each
 family at the version directory with the most rows (aiconfigurator's newest directories are often partial
@@ -134,6 +136,64 @@ def attention(root: Path, name: str, context: bool) -> dict:
     return out
 
 
+def mla_module(root: Path, context: bool) -> dict:
+    """DeepSeek-V3's whole MLA attention block on one rank (vLLM's DeepseekV2MLAAttention forward, TensorRT-LLM's
+    MLA module: the fused q_a/kv_a down-projection, the latent norms, q_b, the absorbed kv_b BMMs, RoPE, the KV
+    write, attention and o_proj; no all-reduce) by KV dtype and GEMM dtype ("<kv>/<gemm>"), a grid over the rank's
+    heads, then (context) prompt length and batch, or (generation) batch and KV length (``step``, the current token
+    included). One kernel per point, the engine's own choice (kernel_source)."""
+    name = "mla_context_module_perf.parquet" if context else "mla_generation_module_perf.parquet"
+    got = table(root, "mla", name)
+    if got is None:
+        return {}
+    df, version = got
+    # bf16 and block-FP8 projections only: NVFP4 DeepSeek checkpoints keep their attention in bf16
+    df = df[(df.model == "deepseek-ai/DeepSeek-V3") & df.gemm_type.isin(["bfloat16", "fp8_block"])]
+    df = df.drop_duplicates(["kv_cache_dtype", "gemm_type", "num_heads", "batch_size", "isl", "step"], keep="first")
+    out: dict = {"version": version, "model": "deepseek-ai/DeepSeek-V3",
+                 "kernel_source": sorted(df.kernel_source.unique()), "grids": {}}
+    for (kv, gemm), rows in df.groupby(["kv_cache_dtype", "gemm_type"]):
+        key = f"{'bf16' if kv == 'bfloat16' else kv}/{'bf16' if gemm == 'bfloat16' else gemm}"
+        grid = out["grids"].setdefault(key, {})
+        for row in rows.itertuples():
+            outer, inner = (row.isl, row.batch_size) if context else (row.batch_size, row.step)
+            grid.setdefault(str(row.num_heads), {}).setdefault(str(outer), {})[str(inner)] = r5(row.latency)
+    return out
+
+
+def generation_mla(root: Path) -> dict:
+    """The bare MLA decode kernel (SGLang: no module table): by KV dtype, a grid over the rank's heads (num_heads;
+    tp_size only names the split), batch and KV length (isl + step), the first row per point kept."""
+    got = table(root, "mla", "generation_mla_perf.parquet")
+    if got is None:
+        return {}
+    df, version = got
+    df = df.assign(seq=df.isl + df.step)
+    df = df.drop_duplicates(["kv_cache_dtype", "num_heads", "batch_size", "seq"], keep="first")
+    out: dict = {"version": version, "kernel_source": sorted(df.kernel_source.unique()), "grids": {}}
+    for kv, rows in df.groupby("kv_cache_dtype"):
+        grid = out["grids"].setdefault("bf16" if kv == "bfloat16" else kv, {})
+        for row in rows.itertuples():
+            grid.setdefault(str(row.num_heads), {}).setdefault(str(row.batch_size), {})[str(row.seq)] = r5(row.latency)
+    return out
+
+
+def mla_bmm(root: Path) -> dict:
+    """MLA decode's absorbed projections (mla_gen_pre: the query's no-RoPE part into the latent, W_UK; mla_gen_post:
+    the latent output back to the heads, W_UV) by op/dtype/heads, a curve in tokens."""
+    got = table(root, "mla_bmm", "mla_bmm_perf.parquet")
+    if got is None:
+        return {}
+    df, version = got
+    df = df.drop_duplicates(["op_name", "bmm_dtype", "num_heads", "num_tokens"], keep="first")
+    out: dict = {"version": version, "kernel_source": sorted(df.kernel_source.unique()), "curves": {}}
+    for (op, dtype, heads), rows in df.groupby(["op_name", "bmm_dtype", "num_heads"]):
+        rows = rows.sort_values("num_tokens")
+        name = f"{op.removeprefix('mla_gen_')}/{'bf16' if dtype == 'bfloat16' else dtype}/{heads}"
+        out["curves"][name] = [[int(t) for t in rows.num_tokens], [r5(v) for v in rows.latency]]
+    return out
+
+
 def comm(root: Path, spec: dict) -> dict:
     out: dict = {}
     got = table(root, "comm", "custom_allreduce_perf.parquet")
@@ -174,6 +234,11 @@ def extract(gpu: str) -> dict | None:
     if BACKEND in FULL_BACKENDS:
         doc["gemm"] = gemm(root)
         doc["context_attention"] = attention(root, "context_attention_perf.parquet", True)
+        doc["mla_context_module"] = mla_module(root, context=True)
+        doc["mla_generation_module"] = mla_module(root, context=False)
+    else:  # SGLang: no MLA module table; its decode kernel and absorbed BMMs
+        doc["generation_mla"] = generation_mla(root)
+        doc["mla_bmm"] = mla_bmm(root)
     doc.update(comm(root, spec))
     doc["moe"] = moe(root)
     if not doc["generation_attention"]:

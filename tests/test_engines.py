@@ -153,8 +153,17 @@ def test_moe_models_read_the_engine_fused_moe_table():
     ("gpustack-qwen3-8b-h100-tp1-sglang-fp8-sharegpt-c4", "tpot_seconds_median", 0.15),
     # vLLM's fused-MoE table (MXFP4 experts), four clients
     ("gpustack-gpt-oss-120b-h100-tp1-vllm-sharegpt-c4", "tpot_seconds_median", 0.15),
-    # --enable-expert-parallel over 8 H100, FP8 experts from vLLM's moe_ep 8 rows, offline
-    ("gpustack-qwen3-235b-h100-tp8-ep-fp8-vllm-sharegpt", "tpot_seconds_median", 0.2),
+    # DeepSeek-R1 on 8 H200, four clients: the measured MLA blocks (vLLM's table) and block-FP8 experts
+    ("gpustack-deepseek-r1-h200-tp8-vllm-sharegpt-c4", "tpot_seconds_median", 0.15),
+    ("gpustack-deepseek-r1-h200-tp8-vllm-sharegpt-c4", "output_tokens_per_second", 0.15),
+    # --enable-expert-parallel over 8 H100, block-FP8 experts from vLLM's moe_ep 8 rows (Fp8MoEMethod), offline: the
+    # decode step (ITL) lands within 20 %; the median TPOT of the burst (129 ms measured, ITL 49 ms) is twice the
+    # steps' time, queueing inside the burst that the scheduler does not reproduce (TTFT 2.7 s predicted, 9.7 s
+    # measured). It matched only while the experts were timed on ModelOpt's FlashInfer CUTLASS path, whose ITL was
+    # 78 ms (engines.VLLM_MOE_DTYPES).
+    ("gpustack-qwen3-235b-h100-tp8-ep-fp8-vllm-sharegpt", "itl_seconds_median", 0.2),
+    pytest.param("gpustack-qwen3-235b-h100-tp8-ep-fp8-vllm-sharegpt", "tpot_seconds_median", 0.2,
+                 marks=pytest.mark.xfail(strict=True, reason="offline burst's TPOT is queueing, see the comment")),
 ])
 def test_published_speeds_by_engine(row_id, metric, tolerance):
     """A few rows of benchmarks/serving_validation.json (each quoting its source) on their engine's profile."""
@@ -200,3 +209,29 @@ def test_moe_falls_back_to_another_split_of_the_same_gpus():
     assert trt.moe_keys == ("w4a16_mxfp4/2880/2880/4/128/1/4",)
     vllm = _cost(_serve("gpt-oss-120b", "h100-sxm", 4), "vllm")
     assert vllm.moe_keys == ("w4a16_mxfp4/2880/2880/4/128/4/1",)
+
+
+def test_mla_attention_blocks_come_from_the_engine_measured_table():
+    """DeepSeek-V3 (FP8) on 8 H200: each layer's whole MLA block (projections, absorbed BMMs, attention, o_proj) is
+    the engine's measured module at 16 heads a rank, so the GEMM term leaves the blocks' FLOPs and weights out;
+    SGLang's file ships no module table: its decode is the absorbed BMMs (FP8, as its FP8 path runs them) and the
+    bare MLA kernel, measured, its projections on the GEMM term."""
+    serve = _serve("deepseek-v3", "h200", 8)
+    vllm, trt, sgl = _cost(serve, "vllm"), _cost(serve, "trtllm"), _cost(serve, "sglang")
+    assert vllm.base.mla_key() == trt.base.mla_key() == "bf16/fp8_block"
+    assert sgl.base.mla_key() is None and vllm.base.mla_parts() is None
+    sparse = _cost(_serve("deepseek-v3.2", "h200", 8), "vllm")  # a lightning indexer: not the dense block measured
+    assert sparse.base.mla_key() is None and sparse.base.mla_parts() is None
+    block = kernel_tables.mla_module_seconds("h200_sxm", 16, 4, 3600, "bf16/fp8_block", context=False)
+    assert vllm.decode_attention_seconds(4 * 3600, 4) == pytest.approx(61 * block, rel=1e-3)
+    trt_block = kernel_tables.mla_module_seconds("h200_sxm.trtllm", 16, 4, 3600, "bf16/fp8_block", context=False)
+    assert trt.decode_attention_seconds(4 * 3600, 4) == pytest.approx(61 * trt_block, rel=1e-3)
+    assert vllm.base.linear_seconds(4) < sgl.base.linear_seconds(4)
+    assert sgl.base.mla_parts() == ("bf16", "fp8")
+    parts = sum(kernel_tables.mla_bmm_ms("h200_sxm.sglang", 4, 16, "fp8", op) for op in ("pre", "post"))
+    parts += kernel_tables.generation_mla_ms("h200_sxm.sglang", 16, 4, 3600, "bf16")
+    assert sgl.decode_attention_seconds(4 * 3600, 4) == pytest.approx(61 * parts / 1e3, rel=1e-3)
+    # a prefill of 2 prompts of 2,048 tokens: the context table's block at batch 2, length 2,048
+    prompt = kernel_tables.mla_module_seconds("h200_sxm", 16, 2, 2048, "bf16/fp8_block", context=True)
+    pairs = 2 * 2048 * 2048 / 2
+    assert vllm.base.prefill_attention_seconds(pairs, 2048, tokens=4096) == pytest.approx(61 * prompt, rel=1e-2)

@@ -92,6 +92,110 @@ ALLREDUCE_REFERENCE = [
     ("h200_sxm", 819200, 8, 0.012792179957032204),
     ("h200_sxm", 49152000, 4, 0.24493137650191782),
 ]
+
+# DeepSeek-V3's whole MLA block (aiconfigurator's MLAModule op, the primary it times DeepSeek's attention with: its
+# mla_context_module / mla_generation_module tables), produced outside llmcalc by
+AIC_MLA_REFERENCE = '''
+import logging; logging.disable(logging.WARNING)
+from aiconfigurator_core.sdk import perf_database, common
+from aiconfigurator_core.sdk.engine import _evaluate_single_op
+from aiconfigurator_core.sdk.operations.mla import MLAModule
+K, G = common.KVCacheQuantMode, common.GEMMQuantMode
+for system, backend, ver, kv, gemm, heads in (("h200_sxm", "vllm", "0.24.0", K.bfloat16, G.fp8_block, 16),
+                                             ("h100_sxm", "vllm", "0.24.0", K.fp8, G.fp8_block, 32),
+                                             ("h200_sxm", "vllm", "0.24.0", K.fp8, G.bfloat16, 32),
+                                             ("h200_sxm", "trtllm", "1.3.0rc20", K.bfloat16, G.fp8_block, 16)):
+    db = perf_database.get_database(system, backend, ver)
+    for context, points in ((False, ((4, 3600), (24, 3000), (1, 4096), (100, 700))),
+                            (True, ((1, 3200), (3, 1000), (2, 2048)))):
+        op = MLAModule("m", 1, context, heads, kv, common.FMHAQuantMode.bfloat16, gemm, native_num_heads=128)
+        for b, s in points:
+            print(context, system, backend, kv, gemm, heads, b, s, float(_evaluate_single_op(db, op, is_context=context,
+                                                                                          batch_size=b, s=s)))
+'''
+# (context, table, kv/gemm key, heads per GPU, batch, prompt or KV length, aiconfigurator ms)
+MLA_REFERENCE = [
+    (False, "h200_sxm", "bf16/fp8_block", 16, 4, 3600, 0.1041322265625),
+    (False, "h200_sxm", "bf16/fp8_block", 16, 24, 3000, 0.12987236328125001),
+    (False, "h200_sxm", "bf16/fp8_block", 16, 1, 4096, 0.095998876953125),
+    (False, "h200_sxm", "bf16/fp8_block", 16, 100, 700, 0.136801611328125),
+    (True, "h200_sxm", "bf16/fp8_block", 16, 1, 3200, 0.5572303025901961),
+    (True, "h200_sxm", "bf16/fp8_block", 16, 3, 1000, 0.4977179699503547),
+    (True, "h200_sxm", "bf16/fp8_block", 16, 2, 2048, 0.6538),
+    (False, "h200_sxm", "fp8/bf16", 32, 4, 3600, 0.12326904296874999),
+    (False, "h200_sxm", "fp8/bf16", 32, 24, 3000, 0.1599132080078125),
+    (False, "h200_sxm", "fp8/bf16", 32, 1, 4096, 0.11489853515625001),
+    (False, "h200_sxm", "fp8/bf16", 32, 100, 700, 0.1851319091796875),
+    (True, "h200_sxm", "fp8/bf16", 32, 1, 3200, 0.8731166415827125),
+    (True, "h200_sxm", "fp8/bf16", 32, 3, 1000, 0.7444546299012048),
+    (True, "h200_sxm", "fp8/bf16", 32, 2, 2048, 1.039),
+    (False, "h100_sxm", "fp8/fp8_block", 32, 4, 3600, 0.142702099609375),
+    (False, "h100_sxm", "fp8/fp8_block", 32, 24, 3000, 0.16053295898437497),
+    (False, "h100_sxm", "fp8/fp8_block", 32, 1, 4096, 0.1335984375),
+    (False, "h100_sxm", "fp8/fp8_block", 32, 100, 700, 0.17925130615234378),
+    (True, "h100_sxm", "fp8/fp8_block", 32, 1, 3200, 0.8578254550434642),
+    (True, "h100_sxm", "fp8/fp8_block", 32, 3, 1000, 0.7321809288684922),
+    (True, "h100_sxm", "fp8/fp8_block", 32, 2, 2048, 1.0009),
+    (False, "h200_sxm.trtllm", "bf16/fp8_block", 16, 4, 3600, 0.061705029296875005),
+    (False, "h200_sxm.trtllm", "bf16/fp8_block", 16, 24, 3000, 0.082572265625),
+    (False, "h200_sxm.trtllm", "bf16/fp8_block", 16, 1, 4096, 0.056898828125),
+    (False, "h200_sxm.trtllm", "bf16/fp8_block", 16, 100, 700, 0.08339926757812499),
+    (True, "h200_sxm.trtllm", "bf16/fp8_block", 16, 1, 3200, 0.5108178947098156),
+    (True, "h200_sxm.trtllm", "bf16/fp8_block", 16, 3, 1000, 0.410011803229757),
+    (True, "h200_sxm.trtllm", "bf16/fp8_block", 16, 2, 2048, 0.6039),
+]
+
+# SGLang's MLA decode in parts (aiconfigurator's GenerationMLA and MLABmm ops on its sglang 0.5.14 tables), produced
+# outside llmcalc by
+AIC_MLA_PARTS_REFERENCE = '''
+import logging; logging.disable(logging.WARNING)
+from aiconfigurator_core.sdk import perf_database, common
+from aiconfigurator_core.sdk.engine import _evaluate_single_op
+from aiconfigurator_core.sdk.operations.mla import GenerationMLA, MLABmm
+for system in ("h200_sxm", "h100_sxm"):
+    db = perf_database.get_database(system, "sglang", "0.5.14")
+    for kv, kvn in ((common.KVCacheQuantMode.bfloat16, "bf16"), (common.KVCacheQuantMode.fp8, "fp8")):
+        for heads in (16, 32):
+            op = GenerationMLA("a", 1, heads, kv)
+            for b, s in ((4, 3600), (24, 3000), (1, 4096), (100, 700), (7, 50)):
+                print(system, kvn, heads, b, s, float(_evaluate_single_op(db, op, is_context=False, batch_size=b, s=s)))
+    for q, qn in ((common.GEMMQuantMode.bfloat16, "bf16"), (common.GEMMQuantMode.fp8, "fp8")):
+        for pre in (True, False):
+            op = MLABmm("b", 1, 16, q, if_pre=pre)
+            for b in (4, 24, 100, 1000):
+                print(system, qn, "pre" if pre else "post", 16, b,
+                      float(_evaluate_single_op(db, op, is_context=False, batch_size=b, s=1)))
+'''
+# (table, kv dtype, heads per GPU, batch, KV length, aiconfigurator ms)
+GENERATION_MLA_REFERENCE = [
+    ("h200_sxm.sglang", "bf16", 16, 4, 3600, 0.019960549450479446),
+    ("h200_sxm.sglang", "bf16", 16, 24, 3000, 0.03831619049306028),
+    ("h200_sxm.sglang", "bf16", 16, 1, 4096, 0.018990400433540344),
+    ("h200_sxm.sglang", "bf16", 16, 100, 700, 0.036736176726117266),
+    ("h200_sxm.sglang", "bf16", 16, 7, 50, 0.011940149962902068),
+    ("h200_sxm.sglang", "fp8", 16, 4, 3600, 0.046027961466461424),
+    ("h200_sxm.sglang", "fp8", 16, 24, 3000, 0.16554940050700678),
+    ("h200_sxm.sglang", "fp8", 16, 1, 4096, 0.02985759973526001),
+    ("h200_sxm.sglang", "fp8", 16, 100, 700, 0.16133570548845455),
+    ("h200_sxm.sglang", "fp8", 16, 7, 50, 0.017477324907667936),
+    ("h100_sxm.sglang", "bf16", 32, 4, 3600, 0.021525874640792607),
+    ("h100_sxm.sglang", "bf16", 32, 24, 3000, 0.049915425467770544),
+    ("h100_sxm.sglang", "bf16", 32, 1, 4096, 0.019721600413322448),
+    ("h100_sxm.sglang", "bf16", 32, 100, 700, 0.048798699921462685),
+    ("h100_sxm.sglang", "bf16", 32, 7, 50, 0.012202300212811679),
+]
+# (table, dtype, op, heads per GPU, tokens, aiconfigurator ms)
+MLA_BMM_REFERENCE = [
+    ("h200_sxm.sglang", "fp8", "pre", 16, 4, 0.007612799853086471),
+    ("h200_sxm.sglang", "fp8", "pre", 16, 24, 0.008054400235414505),
+    ("h200_sxm.sglang", "fp8", "pre", 16, 100, 0.010180799756199121),
+    ("h200_sxm.sglang", "fp8", "pre", 16, 1000, 0.03459680117666721),
+    ("h200_sxm.sglang", "fp8", "post", 16, 4, 0.007769600301980972),
+    ("h200_sxm.sglang", "fp8", "post", 16, 24, 0.007940800115466117),
+    ("h200_sxm.sglang", "fp8", "post", 16, 100, 0.01021799985319376),
+    ("h200_sxm.sglang", "fp8", "post", 16, 1000, 0.032951399218291044),
+]
+
 # The shipped values carry 5 significant digits.
 REL = 2e-4
 
@@ -116,6 +220,34 @@ def test_allreduce_matches_aiconfigurator(gpu, nbytes, n_gpus, ms):
 def _raw(gpu):
     with gzip.open(kt.DATA / f"{gpu}.json.gz", "rt") as f:
         return json.load(f)
+
+
+@pytest.mark.parametrize(("context", "gpu", "key", "heads", "batch", "seq", "ms"), MLA_REFERENCE)
+def test_mla_block_matches_aiconfigurator(context, gpu, key, heads, batch, seq, ms):
+    """vLLM's and TensorRT-LLM's DeepSeek-V3 attention block (projections, absorbed BMMs, FlashMLA / FA3 attention,
+    o_proj) on grid points and between them, prefill and decode."""
+    # 5 significant digits blended over three axes (heads, batch, length): up to 3.4e-4 apart
+    assert kt.mla_module_ms(gpu, heads, batch, seq, key, context=context) == pytest.approx(ms, rel=5e-4)
+    assert kt.mla_module_seconds(gpu, heads, batch, seq, key, context=context) == pytest.approx(ms / 1e3, rel=5e-4)
+
+
+def test_mla_block_grows_with_batch_and_context_and_says_what_it_lacks():
+    decode = [kt.mla_module_ms("h200_sxm", 16, b, 4096, "bf16/fp8_block", context=False) for b in (1, 8, 64, 512)]
+    assert decode == sorted(decode)
+    longer = [kt.mla_module_ms("h200_sxm", 16, 32, c, "bf16/fp8_block", context=False) for c in (1024, 8192, 65536)]
+    assert longer == sorted(longer)
+    with pytest.raises(kt.KernelTableError, match="mla_generation_module"):
+        kt.mla_module_ms("a100_sxm", 16, 4, 1024, "bf16/bf16", context=False)
+
+
+@pytest.mark.parametrize(("gpu", "kv", "heads", "batch", "context", "ms"), GENERATION_MLA_REFERENCE)
+def test_sglang_mla_kernel_matches_aiconfigurator(gpu, kv, heads, batch, context, ms):
+    assert kt.generation_mla_ms(gpu, heads, batch, context, kv) == pytest.approx(ms, rel=REL)
+
+
+@pytest.mark.parametrize(("gpu", "dtype", "op", "heads", "tokens", "ms"), MLA_BMM_REFERENCE)
+def test_sglang_mla_bmm_matches_aiconfigurator(gpu, dtype, op, heads, tokens, ms):
+    assert kt.mla_bmm_ms(gpu, tokens, heads, dtype, op) == pytest.approx(ms, rel=REL)
 
 
 def test_grid_points_read_back_as_stored():

@@ -91,6 +91,13 @@ SGLANG_BY_MEMORY = ((35 * 1024, 2048, 24, 80), (60 * 1024, 4096, 32, 160), (90 *
                     (160 * 1024, 8192, 256, 512), (math.inf, 16384, 512, 512))
 MOE_DTYPES = {"bf16": ("bf16",), "fp16": ("bf16",), "fp8": ("fp8", "fp8_block"), "fp8-block": ("fp8_block", "fp8"),
               "nvfp4": ("nvfp4",), "mxfp4": ("w4a16_mxfp4",)}
+# vLLM's FP8 experts by checkpoint: its own fp8 method (quant_method "fp8": `--quantization fp8`, a typed FP8 and the
+# block-scaled checkpoints of DeepSeek and Qwen) runs Fp8MoEMethod, Triton's fused_moe with FP8 w8a8
+# (vllm/model_executor/layers/quantization/fp8.py; FlashInfer's CUTLASS MoE only with VLLM_USE_FLASHINFER_MOE_FP8=1),
+# which aiconfigurator measured as its fp8_block rows (kernel_source vllm_fp8moe_triton_tritonexperts); its "fp8" rows
+# are ModelOpt FP8 checkpoints' path (vllm_modeloptfp8moe_flashinfer_cutlass_flashinferexperts: 3-5x slower at decode
+# batches, e.g. Qwen3-235B's experts at moe_tp 4 and 8 tokens on H100 0.56 ms against the Triton kernel's 0.11 ms).
+VLLM_MOE_DTYPES = {**MOE_DTYPES, "fp8": ("fp8_block", "fp8"), "fp8-modelopt": ("fp8", "fp8_block")}
 
 
 def profile(engine: str, version: str | None = None) -> EngineProfile:
@@ -202,24 +209,27 @@ def batch_limits(prof: EngineProfile, est: ServeEstimate, input_len: int, output
 # --- the step ------------------------------------------------------------------------------------------------
 
 
-def moe_table_key(est: InferenceEstimate, serve: ServeEstimate) -> tuple[str, ...]:
-    """The MoE table keys one layer of `serve`'s model may be measured under, best first: the weights' format
-    (MOE_DTYPES), the expert shape, and the experts' sharding over the n GPUs that hold them: the engine's own
-    (moe_tp = tp, moe_ep = 1; with --enable-expert-parallel moe_tp = 1, moe_ep = tp x dp), then the other splits of
-    the same n GPUs, nearest first (aiconfigurator measured some shapes under expert parallelism only, e.g. MXFP4
-    experts in TensorRT-LLM: each GPU then holds the same 1/n of the expert weights, grouped by expert rather than
-    sliced)."""
+def moe_table_key(est: InferenceEstimate, serve: ServeEstimate, engine: str = "vllm") -> tuple[str, ...]:
+    """The MoE table keys one layer of `serve`'s model may be measured under, best first: the weights' format as
+    `engine` runs it (MOE_DTYPES; vLLM's VLLM_MOE_DTYPES), the expert shape, and the experts' sharding over the n
+    GPUs that hold them: the engine's own (moe_tp = tp, moe_ep = 1; with --enable-expert-parallel moe_tp = 1,
+    moe_ep = tp x dp), then the other splits of the same n GPUs, nearest first (aiconfigurator measured some shapes
+    under expert parallelism only, e.g. MXFP4 experts in TensorRT-LLM: each GPU then holds the same 1/n of the
+    expert weights, grouped by expert rather than sliced)."""
     spec, fmt = est.spec, serve.weights
     name = fmt.name
     if name == "fp8" and fmt.quant is not None and fmt.quant.format.per == "block":
         name = "fp8-block"
+    elif name == "fp8" and fmt.quant is not None and fmt.quant.method == "modelopt":
+        name = "fp8-modelopt"
+    dtypes = (VLLM_MOE_DTYPES if engine == "vllm" else MOE_DTYPES).get(name, ())
     n = serve.ep if serve.expert_parallel else serve.tp
     tp = 1 if serve.expert_parallel else n
     splits = sorted(((t, n // t) for t in range(1, n + 1) if n % t == 0),
                     key=lambda s: abs(math.log2(s[0]) - math.log2(tp)))
     return tuple(kernel_tables.moe_key(d, hidden=spec.d_model, inter=spec.d_ff_expert, topk=spec.n_experts_per_token,
                                        experts=spec.n_experts, moe_tp=t, moe_ep=e)
-                 for t, e in splits for d in MOE_DTYPES.get(name, ()))
+                 for t, e in splits for d in dtypes)
 
 
 class DenseOnly:
@@ -247,7 +257,7 @@ class EngineStepCost:
     def __init__(self, base: Any, prof: EngineProfile, serve: ServeEstimate, host: float) -> None:
         self.base, self.prof, self.serve = base, prof, serve
         self.host = host  # the host's work per step (serving_speed.ENGINE_STEP_SECONDS, in base.seconds too)
-        self.moe_keys = measured_moe(base, serve)
+        self.moe_keys = measured_moe(base, serve, prof.name)
         b = base
         if self.moe_keys:  # the experts come from the table: the base step's GEMMs and weight reads leave them out
             b.expert_flops = 0
@@ -319,19 +329,19 @@ class EngineStepCost:
         return float(self.base.decode_attention_seconds(kv_tokens, sequences))
 
 
-def measured_moe(base: Any, serve: ServeEstimate) -> tuple[str, ...]:
+def measured_moe(base: Any, serve: ServeEstimate, engine: str = "vllm") -> tuple[str, ...]:
     """The fused-MoE table key (at most one) that times `serve`'s routed experts on `base`'s table, () if none."""
     if not (base.spec.is_moe and base.measured):
         return ()
     curves = kernel_tables.table(base.gpu).get("moe", {}).get("curves", {})
-    return tuple(k for k in moe_table_key(base.est, serve) if k in curves)[:1]
+    return tuple(k for k in moe_table_key(base.est, serve, engine) if k in curves)[:1]
 
 
 def step_cost(base: Any, prof: EngineProfile, serve: ServeEstimate, host: float) -> Any:
     """`base` (a serving_speed.StepCost) as `prof`'s engine runs it: itself for vLLM on a tensor-parallel replica
     of a dense model (or an MoE whose expert shape was not measured), else an EngineStepCost over it, reading the
     engine's tables (kernel_tables.source) where they are shipped."""
-    if prof.name == "vllm" and serve.pp == 1 and not serve.expert_parallel and not measured_moe(base, serve):
+    if prof.name == "vllm" and serve.pp == 1 and not serve.expert_parallel and not measured_moe(base, serve, "vllm"):
         return base
     if prof.name != "vllm":
         b = base

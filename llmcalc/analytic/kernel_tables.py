@@ -407,3 +407,124 @@ def moe_ms(gpu: str, tokens: float, key: str) -> float:
 def moe_seconds(gpu: str, tokens: float, key: str) -> float:
     """Seconds of one MoE layer's routed experts (``moe_ms``)."""
     return moe_ms(gpu, tokens, key) / 1e3
+
+
+# --- DeepSeek-V3's whole MLA attention block (vLLM and TensorRT-LLM tables) ----------------------------
+
+# The block the module tables measured (aiconfigurator collector/vllm/collect_mla_module.py: vLLM's own
+# DeepseekV2MLAAttention built from DeepSeek-V3's config with the rank's heads): hidden 7168, q_lora_rank 1536,
+# kv_lora_rank 512, qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128.
+MLA_MODULE_SHAPE = {"hidden": 7168, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+                    "qk_rope_head_dim": 64, "v_head_dim": 128}
+MLA_GEMM_BYTES = {"bf16": 2.0, "fp8_block": 1.0}
+
+
+def mla_module_key(kv_dtype: str, gemm: str) -> str:
+    """The module tables' key: KV-cache dtype ("bf16", "fp8") / projection GEMM dtype ("bf16", "fp8_block")."""
+    return f"{kv_dtype}/{gemm}"
+
+
+def _mla_weights(heads: float) -> float:
+    """Parameters of one rank's MLA block with `heads` query heads: the replicated fused q_a + kv_a down-projection
+    (hidden x (q_lora + kv_lora + rope)), q_b (q_lora x heads x (nope + rope)), kv_b (kv_lora x heads x (nope + v))
+    and o_proj (heads x v x hidden)."""
+    s = MLA_MODULE_SHAPE
+    down = s["hidden"] * (s["q_lora_rank"] + s["kv_lora_rank"] + s["qk_rope_head_dim"])
+    q_b = s["q_lora_rank"] * heads * (s["qk_nope_head_dim"] + s["qk_rope_head_dim"])
+    kv_b = s["kv_lora_rank"] * heads * (s["qk_nope_head_dim"] + s["v_head_dim"])
+    return down + q_b + kv_b + heads * s["v_head_dim"] * s["hidden"]
+
+
+def _mla_module_sol(gpu: str, gemm: str, kv_bytes: float, c: list[float], *, context: bool) -> float:
+    """A roofline of the MLA block (ms), used only to carry a measured point's utilisation to a query the grid does
+    not bracket: context c = [heads, seq, batch], the projections' 2 FLOPs per weight per token and causal attention
+    (2 x 2 x (nope + rope ... ) ~ 4 x 192 FLOPs per pair per head); generation c = [heads, batch, kv length], the
+    absorbed form over the latent (2 x (kv_lora + rope) + 2 x kv_lora FLOPs per key per head) reading the weights and
+    every cached latent (kv_lora + rope elements per token)."""
+    s = MLA_MODULE_SHAPE
+    latent = s["kv_lora_rank"] + s["qk_rope_head_dim"]
+    if context:
+        heads, seq, batch = c
+        tokens, keys = batch * seq, batch * seq * seq / 2.0
+        attention = 4.0 * keys * heads * (s["qk_nope_head_dim"] + s["qk_rope_head_dim"])
+        kv = 0.0
+    else:
+        heads, batch, seq = c
+        tokens = batch
+        attention = 2.0 * batch * seq * heads * (latent + s["kv_lora_rank"])
+        kv = batch * seq * latent * kv_bytes
+    flops = 2.0 * tokens * _mla_weights(heads) + attention
+    nbytes = MLA_GEMM_BYTES.get(gemm, 2.0) * _mla_weights(heads) + kv
+    return max(flops / _tc_flops(gpu, "bf16"), nbytes / table(gpu)["spec"]["mem_bw"]) * 1e3
+
+
+def mla_module_ms(gpu: str, heads: int, batch: float, seq: float, key: str, *, context: bool) -> float:
+    """Latency in ms of one layer's whole MLA block on one rank holding `heads` of DeepSeek-V3's query heads (the
+    engine's own attention module: down-projections, norms, q_b, kv_b or its absorbed BMMs, RoPE, KV write,
+    attention, o_proj; no all-reduce), as aiconfigurator measured it inside the engine: context = `batch` prompts
+    of `seq` tokens without prefix, else one decode step of `batch` sequences over `seq` cached tokens (the
+    current one included). `key` from ``mla_module_key``. The grid's interpolation (module docstring): prefill
+    blends sqrt(latency) along the prompt length; past the grid the utilisation of the nearest points over
+    ``_mla_module_sol`` is held."""
+    name = "mla_context_module" if context else "mla_generation_module"
+    grid = _grid(gpu, name, key)
+    gemm, kv = key.split("/")[1], key.split("/")[0]
+    kv_bytes = DTYPE_BYTES.get(kv, 2.0)
+
+    def sol(c: list[float]) -> float:
+        return _mla_module_sol(gpu, gemm, kv_bytes, c, context=context)
+
+    point = [float(heads), seq, batch] if context else [float(heads), batch, seq]
+    return _resolve(grid, point, 1 if context else None, sol)
+
+
+def mla_module_seconds(gpu: str, heads: int, batch: float, seq: float, key: str, *, context: bool) -> float:
+    """Seconds of one layer's MLA block (``mla_module_ms``)."""
+    return mla_module_ms(gpu, heads, batch, seq, key, context=context) / 1e3
+
+
+# --- MLA decode in parts (SGLang's tables: no module) ------------------------------------------------------
+
+
+def _generation_mla_sol(gpu: str, kv_bytes: float, c: list[float]) -> float:
+    """The bare MLA decode kernel's roofline (ms), c = [heads, batch, kv length]: scores over the latent and RoPE key
+    and values over the latent (2 x (kv_lora + rope) + 2 x kv_lora FLOPs per key per head), every cached latent
+    (kv_lora + rope elements per token) read once."""
+    s = MLA_MODULE_SHAPE
+    heads, batch, seq = c
+    latent = s["kv_lora_rank"] + s["qk_rope_head_dim"]
+    flops = 2.0 * batch * seq * heads * (latent + s["kv_lora_rank"])
+    nbytes = batch * seq * latent * kv_bytes
+    return max(flops / _tc_flops(gpu, "bf16"), nbytes / table(gpu)["spec"]["mem_bw"]) * 1e3
+
+
+def generation_mla_ms(gpu: str, heads: int, batch: float, context: float, kv_dtype: str = "bf16") -> float:
+    """Latency in ms of one layer's bare MLA decode kernel (the absorbed form over DeepSeek-V3's 512 + 64 latent: no
+    projections) for `batch` sequences over `context` cached tokens with `heads` query heads on the rank, as
+    aiconfigurator measured it inside SGLang (the grid's interpolation, raw latency on every axis)."""
+    if kv_dtype not in DTYPE_BYTES:
+        raise KernelTableError(f"kv dtype {kv_dtype!r}: tables hold {sorted(DTYPE_BYTES)}")
+    grid = _grid(gpu, "generation_mla", kv_dtype)
+    kv_bytes = DTYPE_BYTES[kv_dtype]
+    return _resolve(grid, [float(heads), batch, context], None, lambda c: _generation_mla_sol(gpu, kv_bytes, c))
+
+
+def mla_bmm_ms(gpu: str, tokens: float, heads: int, dtype: str, op: str) -> float:
+    """Latency in ms of one layer's absorbed MLA projection in decode, op "pre" (each head's no-RoPE query into the
+    512-wide latent, W_UK) or "post" (the latent output back to the head's 128 values, W_UV), over `tokens` tokens
+    with `heads` heads on the rank, dtype "bf16" or "fp8"; linear in tokens between measured counts, held below the
+    first, proportional to tokens past the last."""
+    curves = _part(gpu, "mla_bmm", "curves")
+    key = f"{op}/{dtype}/{heads}"
+    if key not in curves:
+        raise KernelTableError(f"{_system(gpu)} has no measured MLA BMM {key!r}")
+    counts, lats = curves[key]
+    i = bisect.bisect_left(counts, tokens)
+    if i < len(counts) and counts[i] == tokens:
+        return float(lats[i])
+    if tokens < counts[0]:
+        return float(lats[0])
+    if tokens > counts[-1]:
+        return float(lats[-1] * tokens / counts[-1])
+    w = (tokens - counts[i - 1]) / (counts[i] - counts[i - 1])
+    return float(lats[i - 1] + (lats[i] - lats[i - 1]) * w)

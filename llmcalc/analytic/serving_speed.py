@@ -14,6 +14,9 @@ The step (``StepCost``): one forward of the scheduled tokens on one replica of t
   memory-bound pass at the achievable HBM bandwidth (kernels.HBM_EFFICIENCY);
 - prefill attention (``prefill_attention_seconds``): the causal pairs' FLOPs at the measured FlashAttention rate
   for the head dimension and length (kernels.Device.attention_rate; FA3 on Hopper, FA2 on Ampere);
+  MLA of DeepSeek-V3's shape on a GPU whose engine table has it (``StepCost.mla_key``): each layer's whole attention
+  block, its projections included, from the engine's measured module (kernel_tables.mla_module_seconds; decode by
+  batch and context, prefill by the chunks' tokens and causal pairs), those projections then left out of the GEMMs;
 - tensor parallelism's all-reduces, two per layer of the tokens' activations (``allreduce_seconds``): vLLM's
   custom all-reduce (one shot, each rank reading every peer's buffer over NVLink) up to its 8 MiB limit, NCCL's ring
   (comm.Collective) past it;
@@ -38,8 +41,9 @@ from ..errors import LlmcalcError
 from ..records import dataclass
 from . import comm, engines, kernel_tables
 from .flops import forward_ops
-from .inference import InferenceEstimate, expected_experts
+from .inference import PER_KEY, InferenceEstimate, decode_ops, expected_experts
 from .kernels import ROOFLINE_P, TILES, Device, attention_seconds, device_for, gemm_timer
+from .quant import weight_format
 from .serving import ServeEstimate
 
 # --- fitted constants (no mechanism known) -------------------------------------------------------------------
@@ -154,6 +158,55 @@ def measured_decode_layer(shape: DecodeShape) -> float:
                                                   kv_dtype=shape.kv_dtype)
 
 
+@dataclass(frozen=True)
+class MlaShape:
+    """What the measured MLA block tables read (kernel_tables.mla_module_seconds): the memo's key."""
+
+    gpu: str
+    heads: int
+    batch: float
+    seq: float
+    key: str
+    context: bool
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def measured_mla_layer(shape: MlaShape) -> float:
+    """One MLA layer's whole attention block, seconds, as the measured table gives it (memoized here, by its shape);
+    a prefill of fewer than one whole prompt (a chunk's equivalent, below) is that share of one prompt's."""
+    batch = max(shape.batch, 1.0) if shape.context else shape.batch
+    one = kernel_tables.mla_module_seconds(shape.gpu, shape.heads, batch, shape.seq, shape.key,
+                                           context=shape.context)
+    return one * min(shape.batch, 1.0) if shape.context else one
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def measured_mla_decode_parts(gpu: str, heads: int, batch: int, context: float, kv_dtype: str, bmm: str) -> float:
+    """One MLA layer's decode in parts where no whole-block table is shipped (SGLang's tables), seconds: the
+    absorbed query projection (W_UK), the bare MLA kernel over the cached latents and the value projection (W_UV),
+    as aiconfigurator times SGLang's (MLABmm pre + GenerationMLA + MLABmm post); memoized here, by its shape."""
+    pre = kernel_tables.mla_bmm_ms(gpu, batch, heads, bmm, "pre")
+    post = kernel_tables.mla_bmm_ms(gpu, batch, heads, bmm, "post")
+    return (pre + kernel_tables.generation_mla_ms(gpu, heads, batch, context, kv_dtype) + post) / 1e3
+
+
+def three_figures(x: float) -> float:
+    """`x` to 3 significant figures (a simulation asks the tables for a few thousand points, again and again)."""
+    return float(f"{x:.3g}")
+
+
+def mla_block_bytes(est: InferenceEstimate, tp: int) -> float:
+    """Weight bytes of every MLA attention block one rank reads: the replicated down-projections (q_a, kv_a) and
+    the latent norms whole, q_b, kv_b and o_proj split over tp (inference.weight_layout's shares)."""
+    fmt = est.weight_format or weight_format(est.spec, est.weight_dtype)
+    total = 0.0
+    for key, nbytes in fmt.component_bytes(est.spec).items():
+        if key.startswith("attention/"):
+            name = key.split("/")[1]
+            total += nbytes if name in ("q_a_proj", "kv_a_proj") or name.endswith("norm") else nbytes / tp
+    return total
+
+
 def smooth_roofline(compute: float, memory: float) -> float:
     """kernels' smooth roofline of a compute and a memory time, t = (t_c^p + t_m^p)^(1/p), p = ROOFLINE_P (fitted
     there to DeepGEMM's published table)."""
@@ -198,6 +251,61 @@ class StepCost:
         # decode attention from the table for plain full attention (no MLA, windows or recurrent layers)
         self.table_attention = self.measured and spec.mla is None and not spec.is_hybrid and \
             not spec.has_windows and spec.n_heads % tp == 0
+        # MLA: the projections and the attention core of each layer, and their weights (``mla_key``)
+        self.mla_flops_per_token = sum(v for k, v in decode_ops(spec, 1, 1).items()
+                                       if k.startswith("attention/") and not k.endswith(PER_KEY)) \
+            if spec.mla is not None else 0
+        self.mla_bytes = mla_block_bytes(est, tp) if spec.mla is not None else 0.0
+        self._mla: tuple[str, str | None] | None = None
+
+    def mla_key(self) -> str | None:
+        """The measured MLA block table key (kernel_tables.mla_module_key) that times this model's attention blocks
+        whole on `self.gpu` (the engine's table), or None: DeepSeek-V3's MLA shape (kernel_tables.MLA_MODULE_SHAPE;
+        DeepSeek-R1, V3.1, Kimi K2 share it), heads split evenly with the rank's count measured, KV cache in 16 bits
+        or FP8, projections in bf16 or block FP8 (FP8 weights: the checkpoints' 128 x 128 blocks)."""
+        if self._mla is None or self._mla[0] != self.gpu:
+            self._mla = (self.gpu, self._find_mla_key())
+        return self._mla[1]
+
+    def _find_mla_key(self) -> str | None:
+        spec, mla = self.spec, self.spec.mla
+        if mla is None or not self.measured or spec.n_heads % self.tp or spec.index_n_heads or \
+                self.est.kv_dtype not in ("bf16", "fp16", "fp8"):
+            return None  # (a lightning indexer, DeepSeek-V3.2's sparse attention, is not the dense block measured)
+        shape = {"hidden": spec.d_model, "q_lora_rank": mla.q_lora_rank, "kv_lora_rank": mla.kv_lora_rank,
+                 "qk_nope_head_dim": mla.qk_nope_head_dim, "qk_rope_head_dim": mla.qk_rope_head_dim,
+                 "v_head_dim": mla.v_head_dim}
+        if shape != kernel_tables.MLA_MODULE_SHAPE:
+            return None
+        key = kernel_tables.mla_module_key("fp8" if self.est.kv_dtype == "fp8" else "bf16",
+                                           "fp8_block" if self.est.compute_dtype == "fp8" else "bf16")
+        doc = kernel_tables.table(self.gpu)
+        heads = str(spec.n_heads // self.tp)
+        for name in ("mla_context_module", "mla_generation_module"):
+            if heads not in doc.get(name, {}).get("grids", {}).get(key, {}):
+                return None
+        return key
+
+    def mla_parts(self) -> tuple[str, str] | None:
+        """Where no whole-block table answers (``mla_key`` None) but the engine's tables hold MLA decode in parts
+        (SGLang's: the bare kernel and the absorbed BMMs), their (KV dtype, BMM dtype): FP8 BMMs for FP8 weights, as
+        aiconfigurator and SGLang's FP8 path run them; else None. The projections stay in ``linear_seconds`` (kv_b's
+        weights, which the BMMs read, are counted there too: 2 MB a layer at 16 heads, ~0.03 ms a step)."""
+        spec, mla = self.spec, self.spec.mla
+        if mla is None or not self.measured or self.mla_key() is not None or spec.n_heads % self.tp or \
+                spec.index_n_heads or self.est.kv_dtype not in ("bf16", "fp16", "fp8"):
+            return None
+        shape = kernel_tables.MLA_MODULE_SHAPE  # the BMMs' and the kernel's per-head widths
+        if (mla.kv_lora_rank, mla.qk_rope_head_dim, mla.qk_nope_head_dim, mla.v_head_dim) != (
+                shape["kv_lora_rank"], shape["qk_rope_head_dim"], shape["qk_nope_head_dim"], shape["v_head_dim"]):
+            return None
+        kv, bmm = ("fp8" if self.est.kv_dtype == "fp8" else "bf16"), ("fp8" if self.est.compute_dtype == "fp8"
+                                                                       else "bf16")
+        doc, heads = kernel_tables.table(self.gpu), spec.n_heads // self.tp
+        if str(heads) not in doc.get("generation_mla", {}).get("grids", {}).get(kv, {}) or \
+                f"pre/{bmm}/{heads}" not in doc.get("mla_bmm", {}).get("curves", {}):
+            return None
+        return kv, bmm
 
     # each term: seconds for one step
     def linear_seconds(self, tokens: float) -> float:
@@ -206,13 +314,15 @@ class StepCost:
         hit) with the activations in and out, on kernels' smooth roofline t = (t_c^p + t_m^p)^(1/p)."""
         if tokens <= 0:
             return 0.0
-        compute = tokens * self.stack_flops_per_token / self.tp / (self.rate * row_tile_efficiency(tokens))
+        mla = self.mla_key() is not None  # the MLA blocks' projections come with their measured table
+        stack = self.stack_flops_per_token - (self.mla_flops_per_token if mla else 0)
+        compute = tokens * stack / self.tp / (self.rate * row_tile_efficiency(tokens))
         if self.expert_flops:  # the fused-MoE kernel pads each expert's rows to its block
             hit = expected_experts(self.spec, math.ceil(tokens))
             rows = tokens * self.spec.n_experts_per_token / hit
             compute += tokens * self.expert_flops / self.tp / (self.rate * expert_row_efficiency(rows))
-        memory = (self.est.weights_read(math.ceil(tokens)) + 2 * tokens * self.spec.d_model * self.act_bytes
-                  * self.spec.n_layers) / self.dev.hbm
+        weights = self.est.weights_read(math.ceil(tokens)) - (self.mla_bytes if mla else 0.0)
+        memory = (weights + 2 * tokens * self.spec.d_model * self.act_bytes * self.spec.n_layers) / self.dev.hbm
         return smooth_roofline(compute, memory)
 
     def head_seconds(self, rows: float) -> float:
@@ -231,6 +341,16 @@ class StepCost:
         if sequences <= 0:
             return 0.0
         spec = self.spec
+        key = self.mla_key()
+        if key is not None:  # the whole MLA block of each decoding sequence, projections included (``mla_key``)
+            return spec.n_attention_layers * measured_mla_layer(MlaShape(
+                gpu=self.gpu, heads=spec.n_heads // self.tp, batch=max(1, round(sequences)),
+                seq=three_figures(max(1.0, kv_tokens / sequences)), key=key, context=False))
+        parts = self.mla_parts()
+        if parts is not None:  # SGLang: the absorbed BMMs and the bare MLA kernel, measured
+            return spec.n_attention_layers * measured_mla_decode_parts(
+                self.gpu, spec.n_heads // self.tp, max(1, round(sequences)),
+                three_figures(max(1.0, kv_tokens / sequences)), *parts)
         if self.table_attention and self.est.kv_dtype in ("bf16", "fp16", "fp8"):
             with contextlib.suppress(kernel_tables.KernelTableError):
                 # the mean context to 3 significant figures: a simulation asks for a few thousand points, again
@@ -246,12 +366,21 @@ class StepCost:
         compute = kv_tokens * self.key_flops / self.tp / self.dev.mamf
         return smooth_roofline(compute, memory)
 
-    def prefill_attention_seconds(self, pairs: float, length: float) -> float:
+    def prefill_attention_seconds(self, pairs: float, length: float, tokens: float = 0.0) -> float:
         """Causal attention of the prefill chunks: 4 FLOPs per (query, key) pair per head dimension (QKᵀ and AV) over
-        the attention layers' heads per GPU, at the FlashAttention forward rate for the head dimension and length."""
+        the attention layers' heads per GPU, at the FlashAttention forward rate for the head dimension and length.
+        MLA with a measured block table (``mla_key``): the `tokens` prefill tokens' whole blocks from the context
+        table, as b prompts of s tokens without prefix that have the chunks' tokens and causal pairs (b·s = tokens,
+        b·s²/2 = pairs: s = 2·pairs / tokens; a chunk after a prefix counts as a share of a longer prompt)."""
         spec = self.spec
         if pairs <= 0 or not spec.n_attention_layers:
             return 0.0
+        key = self.mla_key() if tokens > 0 else None
+        if key is not None:
+            seq = max(1.0, 2.0 * pairs / tokens)
+            return spec.n_attention_layers * measured_mla_layer(MlaShape(
+                gpu=self.gpu, heads=spec.n_heads // self.tp, batch=three_figures(tokens / seq), seq=three_figures(seq),
+                key=key, context=True))
         flops = 4 * pairs * spec.n_heads / self.tp * spec.d_head * spec.n_attention_layers
         return attention_seconds(self.dev, self.kernel, flops, spec.d_head, max(length, 128), causal=True,
                                  backward=False)
@@ -284,7 +413,8 @@ class StepCost:
         """One step of `tokens` scheduled tokens, `rows` of them sampling, `decodes` decoding sequences over
         `kv_tokens` cached tokens, prefill chunks with `pairs` causal (query, key) pairs of prompts of `length`."""
         return (self.linear_seconds(tokens) + self.head_seconds(rows)
-                + self.decode_attention_seconds(kv_tokens, decodes) + self.prefill_attention_seconds(pairs, length)
+                + self.decode_attention_seconds(kv_tokens, decodes)
+                + self.prefill_attention_seconds(pairs, length, tokens=tokens - decodes)
                 + self.allreduce_seconds(tokens) + self.overhead_seconds())
 
 
