@@ -696,7 +696,7 @@ def rank_measured_layouts(model: MeasuredModel, gpu: str, n_gpus: int, seq_len: 
                           reserve_gib: float = 0.0, **options: Any) -> Any:  # long: the search's phases in order
     """`layout` for a measured model: tp over the divisors of GPUs per node that transformers' plan can split,
     pp dividing the GPUs (up to the layers, 64 at most), micro-batch 1, 2 or 4, vpp 2 or 4 where the micro-batches
-    are a multiple of pp, as ``layout._candidates``; ZeRO-1, else ZeRO-3 where dp > 1, whichever first fits
+    are a multiple of pp, as ``layout.layout_candidates``; ZeRO-1, else ZeRO-3 where dp > 1, whichever first fits
     (``measured_stage_peak``, no recomputation: the measured activations are of a forward that recomputes
     nothing); each fitting layout predicted exactly (``predict_measured``) and ranked by throughput; MFU against the
     dense `dtype` peak."""

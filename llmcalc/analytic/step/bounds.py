@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ...records import dataclass
 from ...spec import ModelSpec
 from ..kernels import Device
-from ..memory import Recipe
+from ..memory import RECIPES, Recipe, lookup
 from ..pipeline import chunks_per_rank, stage_of
 from .cache import _CACHES, _cached, _cached_in, _interned, _token
 from .collectives import _p2p_seconds
@@ -360,3 +361,36 @@ def _optimizer_floor(ctx: _Ctx, paths: tuple, with_dp: bool = True) -> tuple[flo
             exposed = reduce + gather
         dp = max(dp, exposed)
     return opt, dp
+
+
+@dataclass(frozen=True)
+class LayoutFloors:
+    """Lower bounds of one layout's step (flash attention, no dropout) in the order the pruned search
+    (``search.search_layouts``) tightens them, each at most the next (up to FLOOR_MARGIN's rounding) and all at most
+    the step ``prediction.predict`` gives the layout at the recomputation they are taken for, simulated or with
+    the pipeline's bound (``simulated=False``): the search stops once the least floor left cannot beat its `top`-th
+    step, so a floor above a step would drop a layout that wins."""
+
+    work: float  # every rank's average work at recompute none: m x the whole model's passes / pp (_work_floor)
+    ranks: float  # the pipeline's dependency paths without their sends, summed piece by piece (_rank_floor)
+    paths: float  # the pipeline's dependency paths at recompute none, sends included (_step_floor)
+    optimizer: float  # paths + the optimizer step (the same whatever the ZeRO stage)
+    setting: float  # the paths at `recompute` + the optimizer step
+    step: float  # setting + the DP communication that stays exposed at the layout's own ZeRO stage
+
+
+def layout_floors(spec: ModelSpec, dev: Device, lay: Layout, seq_len: int, recipe: str = "bf16-mixed",
+                  recompute: str = "none") -> LayoutFloors:
+    """The floors of `lay`'s step the pruned search takes in turn (``LayoutFloors``), from the same layer-cost caches
+    as the search and ``predict`` (``_context``); `recompute`: the recomputation the last two are taken at (the
+    search's: the least that fits)."""
+    rec = lookup(RECIPES, "recipe", recipe)
+    margin = 1 - FLOOR_MARGIN
+    ctx = _context(spec, dev, lay, seq_len, rec)
+    work, ranks = _work_floor(ctx), _rank_floor(ctx)
+    paths, ctx, structure = _step_floor(spec, dev, lay, seq_len, rec, recompute="none", ctx=ctx)
+    optimizer = paths + _optimizer_floor(ctx, structure, with_dp=False)[0] * margin
+    floor, ctx, structure = _step_floor(spec, dev, lay, seq_len, rec, recompute=recompute, ctx=ctx)
+    opt, dp = _optimizer_floor(ctx, structure)
+    return LayoutFloors(work=work, ranks=ranks, paths=paths, optimizer=optimizer, setting=floor + opt * margin,
+                        step=floor + (opt + dp) * margin)

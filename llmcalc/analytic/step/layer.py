@@ -36,11 +36,12 @@ def _part_shape(spec: ModelSpec, group: str, part: str, flops: float, tokens: fl
     return k, flops / (2 * tokens * k), "replicated" if part in REPLICATED else "column"
 
 
-def _layer_times(spec: ModelSpec, layer: int, lay: Layout, seq_len: int, causal: bool = True, recompute: str = "none",
-                 dev: Device | None = None, act_bytes: float = 2, attention: str = "flash", dropout: bool = False,
-                 recipe: str = "bf16-mixed") -> StageTimes:
-    """One layer's StageTimes (tests and callers outside predict; `causal` counts FLOPs only, the kernel runs what a
-    decoder computes; `act_bytes` is the recipe's)."""
+def layer_times(spec: ModelSpec, layer: int, lay: Layout, seq_len: int, causal: bool = True, recompute: str = "none",
+                dev: Device | None = None, act_bytes: float = 2, attention: str = "flash", dropout: bool = False,
+                recipe: str = "bf16-mixed") -> StageTimes:
+    """One layer's StageTimes on one rank for one micro-batch of `lay`, as ``predict`` costs it (the same terms,
+    at KERNEL_EFFICIENCY), for callers outside a prediction and tests; `causal` counts FLOPs only (the kernel runs
+    what a decoder computes); `act_bytes` replaces the recipe's activation bytes; `dev`: H100 SXM unless given."""
     rec = lookup(RECIPES, "recipe", recipe)
     ctx = _Ctx(spec, dev or device_for("h100-sxm"), lay, seq_len, replace(rec, act_bytes=act_bytes),
                attention=attention, dropout=dropout, eff=constants.KERNEL_EFFICIENCY)

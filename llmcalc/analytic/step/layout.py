@@ -173,7 +173,7 @@ def _expert_degrees(spec: ModelSpec, tp: int, cp: int, dp: int) -> list[tuple[in
     return out
 
 
-def _candidates(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, per_node: int) -> list[_Candidate]:
+def layout_candidates(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, per_node: int) -> list[_Candidate]:
     """The layouts `search_layouts` tries: tp within a node dividing the heads, pp dividing the GPUs,
     cp keeping >= 1024 tokens per rank, micro-batch 1, 2 or 4 dividing the global batch, vpp 2 or 4
     where the micro-batch count is a multiple of pp."""
@@ -242,7 +242,7 @@ def _layout_maker(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int,
     where _settings_inert finds that it passes every layout of the template) are decided once and make skips those
     that pass: the same layouts and the same first error; so are check_heads per tp and check_experts per expert
     mesh once they passed (each reached with whole numbers only). `make(degrees, checked=False)` (search_layouts')
-    skips the checks that _candidates' degrees pass whenever the GPU count and the global batch are whole numbers:
+    skips the checks that layout_candidates' degrees pass whenever the GPU count and the global batch are whole numbers:
     whole-number degrees, tp x cp x pp dividing the GPUs. `options`: make_layout's schedule, zero,
     sequence_parallel, dp_overlap and tp_overlap."""
     check_modelled(spec)

@@ -108,14 +108,16 @@ class StepPrediction:
 
 def predict(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, causal: bool = False,
             recompute: str = "none", recipe: str = "bf16-mixed", attention: str = "flash",
-            dropout: bool = False) -> StepPrediction:
+            dropout: bool = False, simulated: bool = True) -> StepPrediction:
     """Predicted step time of `layout` (see the module docstring for the model and its overlap rule). `causal`
     changes how the FLOPs (model and hardware) are counted, never the time: the kernel runs what it runs.
 
     attention: "flash" (fused, no S² matrix) or "eager" (materialised scores, `eager_attention_seconds`);
-    dropout: attention dropout on the probabilities (eager only; flash fuses it)."""
+    dropout: attention dropout on the probabilities (eager only; flash fuses it); `simulated` False: the pipeline's
+    lower bound (``pipeline.path_bounds``, exact where its timeline has a closed form) instead of its simulation,
+    what a layout search keeps for the layouts that cannot win."""
     return _finish(_prepare(spec, device, layout, seq_len, causal, recompute=recompute, recipe=recipe,
-                            attention=attention, dropout=dropout))
+                            attention=attention, dropout=dropout), simulated=simulated)
 
 
 @dataclass

@@ -19,13 +19,13 @@ from .context import _context_in, _Ctx, _layer_cache
 from .layout import (
     ORDER,
     Layout,
-    _candidates,
     _describe,
     _layout_maker,
     _order_dims,
     _strides_pp_free,
     _with_zero,
     check_modelled,
+    layout_candidates,
 )
 from .prediction import StepPrediction, _finish, _prepare, _Prepared
 from .search_memory import _least_that_fits
@@ -71,7 +71,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     per_node = dev.network.gpus_per_node
     tries = [recompute] if recompute else ["none", "selective", "full"]
     counts = {"searched": 0, "fit": 0, "oom": 0, "invalid": 0, "bounded": 0}
-    candidates = _candidates(spec, n_gpus, seq_len, global_batch, per_node)
+    candidates = layout_candidates(spec, n_gpus, seq_len, global_batch, per_node)
     tick = progress(len(candidates)) if progress else None
     oom: list = []
     rec = lookup(RECIPES, "recipe", recipe)
@@ -107,7 +107,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             make = makers[which]
             if make is not None:
                 try:
-                    lay = make((tp, cp, pp, vpp, mb, ep, etp or None), False)  # (_candidates' degrees)
+                    lay = make((tp, cp, pp, vpp, mb, ep, etp or None), False)  # (layout_candidates' degrees)
                     break
                 except LlmcalcError:
                     continue
