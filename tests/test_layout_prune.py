@@ -195,7 +195,7 @@ def test_a_searchs_shared_caches_give_each_layout_its_own_figures(model, n, seq,
 @pytest.mark.parametrize("gpu, recipe", [("h100-sxm", "bf16-mixed"), ("a100-80gb-sxm", "bf16-mixed"),
                                          ("h100-sxm", "fp8")])
 def test_context_gemm_is_gemm_seconds(gpu, recipe):
-    """_Ctx.gemm keys its shapes in the table of its per-batch GemmInputs: each of its three GEMMs is
+    """StepContext.gemm keys its shapes in the table of its per-batch GemmInputs: each of its three GEMMs is
     kernels.gemm_seconds of its own shape, float for float, whatever shapes and batches came before (1 and 1.0
     alike)."""
     from llmcalc.analytic import kernels
@@ -205,7 +205,7 @@ def test_context_gemm_is_gemm_seconds(gpu, recipe):
     rec = RECIPES[recipe]
     lay = layout.make_layout(spec, 8, 4096, 64, tp=2)
     cache.clear_caches()
-    ctx = context._Ctx(spec, dev, lay, 4096, rec)
+    ctx = context.StepContext(spec, dev, lay, 4096, rec)
     shapes = ((4096, 4096, 6144.0, 1), (4096.0, 4096, 6144, 1.0), (512, 1024, 2048, 8), (4096, 4096, 6144.0, 1.0))
     for m, k, n, batch in shapes:
         fwd, dgrad, wgrad = (kernels.gemm_seconds(*shape, dev=dev, in_bytes=ctx.gemm_bytes, batch=batch,
@@ -216,7 +216,8 @@ def test_context_gemm_is_gemm_seconds(gpu, recipe):
             fwd += kernels.stream_seconds(batch * m * k * q, dev, ctx.eff)
             dgrad = dgrad * kernels.QUANT_DGRAD_SLOWDOWN + kernels.stream_seconds(batch * m * n * q, dev, ctx.eff)
         assert ctx.gemm(m, k, n, batch) == (fwd, dgrad, wgrad)
-        assert context._Ctx(spec, dev, lay, 4096, rec).gemm(m, k, n, batch) == (fwd, dgrad, wgrad)  # a new context
+        again = context.StepContext(spec, dev, lay, 4096, rec)  # a new context
+        assert again.gemm(m, k, n, batch) == (fwd, dgrad, wgrad)
     cache.clear_caches()
 
 

@@ -1443,7 +1443,7 @@ def test_lightning_indexer_is_forward_only_attention_like_work():
 
     def ctx(cp: int, s=spec):
         lay = make_layout(s, 64 * cp, seq, 8 * cp, tp=8, cp=cp, pp=8, micro_batch=1)
-        return context._Ctx(s, dev, lay, seq, memory.RECIPES["bf16-mixed"])
+        return context.StepContext(s, dev, lay, seq, memory.RECIPES["bf16-mixed"])
     one, two = attention._indexer_scores_seconds(ctx(1), 0), attention._indexer_scores_seconds(ctx(2), 0)
     assert two == pytest.approx(one / 2, rel=1e-9)
     # 2·S·S/2·Hi·(di + 1) FLOPs over the 8 TP ranks (QKᵀ over 64 heads of 128, then the head weighting)
@@ -1610,7 +1610,7 @@ def test_context_gemm_inputs_shared_across_devices_and_recipes():
                 if rec.gemm_dtype == "fp8" and "fp8" not in dev.accelerator.peak_flops:
                     continue
                 for eff in (constants.KERNEL_EFFICIENCY, 1.0):
-                    ctx = context._Ctx(spec, dev, lay, 4096, rec, eff=eff)
+                    ctx = context.StepContext(spec, dev, lay, 4096, rec, eff=eff)
                     for m, k, n, batch in ((4096, 4096, 6144.0, 1), (512, 1024, 2048, 8), (8192, 1024, 512, 1.0)):
                         expect = tuple(kernels.gemm_seconds(*shape, dev=dev, in_bytes=ctx.gemm_bytes, batch=batch,
                                                             rate=ctx.gemm_rate, out_bytes=ctx.act, efficiency=eff)
