@@ -191,7 +191,7 @@ def test_the_private_name_check_sees_them(tmp_path):
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_x.py").write_text(
         "from llmcalc.analytic.step import bounds, layout as lay\n"
-        "from llmcalc.analytic.step.context import StepContext, StageTimes\n"
+        "from llmcalc.analytic.step.context import _layer_kind, StageTimes\n"
         "import llmcalc.analytic.step.dp as dp\n"
         "def test(monkeypatch):\n"
         "    bounds._work_floor(lay._describe(1), dp.__name__, lay.make_layout)\n"
@@ -199,4 +199,4 @@ def test_the_private_name_check_sees_them(tmp_path):
         "    monkeypatch.setattr('llmcalc.analytic.step.cache._CACHES', {})\n"
         "    other._private()\n")
     assert _private_step_names(tmp_path) == {name: {"test_x.py"} for name in (
-        "StepContext", "_work_floor", "_describe", "_floor_paths", "_CACHES")}
+        "_layer_kind", "_work_floor", "_describe", "_floor_paths", "_CACHES")}

@@ -38,7 +38,6 @@ from typing import Any, cast
 from ..errors import LlmcalcError
 from ..records import dataclass
 from ..validate import DEFAULT_ZERO
-from . import comm
 from .kernels import Device, attention_seconds, stream_seconds
 from .measured import MeasuredModel, Tensor
 from .memory import RECIPES, lookup
@@ -51,7 +50,7 @@ from .step.context import StageTimes, StepContext
 from .step.dp import dp_and_optimizer, one_rank_dp
 from .step.layer import embedding_times, loss_seconds
 from .step.layout import STEP_DEFAULTS, Layout, check_step_settings, describe_split, stage_split
-from .step.moe import expert_rows, permute_bytes, routed_tokens
+from .step.moe import dispatch_seconds, expert_rows, permute_bytes, routed_tokens
 from .step.prediction import Prepared, StepPrediction, pipeline_step, step_assumptions
 from .step.stages import stage_passes
 from .step.train import option_flag
@@ -387,10 +386,7 @@ def _layer_cost(ctx: StepContext, step: MeasuredStep, i: int, full_recompute: bo
         if lay.alltoall:
             local = routed_tokens(T, lay)
             elem_fwd += permute_bytes(local, k, D, act, lay.moe_imbalance)
-            colls = comm.ep_collectives(local * lay.moe_imbalance, k, D, act, ep=ep,
-                                        stride=lay.expert_strides()["ep"], passes=1, etp=etp,
-                                        etp_stride=lay.expert_strides()["tp"])
-            ep_fwd = ep_bwd = comm.total_seconds(colls, dev.network)
+            ep_fwd = ep_bwd = dispatch_seconds(local, k, step.n_experts, D, act, lay=lay, net=dev.network)
         else:
             tp_inputs.add(routed[0].reads)
     attn_f, attn_b = _core_seconds(ctx, step, i)

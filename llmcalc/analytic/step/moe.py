@@ -76,14 +76,23 @@ def _moe_cost(ctx: StepContext, parts: dict[str, float], rec: frozenset[str]) ->
         net = ctx.dev.network
         stride = _stride(lay, "ep", True)  # lay.expert_strides()["ep"]
         etp_stride = _stride(lay, "tp", True)
-
-        def dispatch() -> float:  # dispatch + combine of one pass (once per shape and network)
-            colls = comm.ep_collectives(local_tokens * lay.moe_imbalance, k, De, act, ep=ep, stride=stride,
-                                        passes=1, etp=etp, etp_stride=etp_stride)
-            if lay.ep_dispatcher == "deepep":  # one copy per remote node, forwarded over NVLink; ETP collectives kept
-                return 2 * comm.deepep_seconds(local_tokens * lay.moe_imbalance, k, E, De, act, ep=ep, stride=stride,
-                                               net=net) + comm.total_seconds(colls[1:], net)
-            return comm.total_seconds(colls, net)
         one = _cached("params", ("ep comm", local_tokens, lay.moe_imbalance, k, E, De, act, ep, stride, etp,
-                                 lay.ep_dispatcher, etp_stride, _token(net)), dispatch)
+                                 lay.ep_dispatcher, etp_stride, _token(net)),
+                      lambda: dispatch_seconds(local_tokens, k, E, De, act, lay=lay, net=net))
     return {"fwd": fwd, "dgrad": dgrad, "wgrad": wgrad, "elem": elem, "ep_fwd": one, "ep_bwd": one, "redo": redo}
+
+
+def dispatch_seconds(local_tokens: float, top_k: float, n_experts: int, width: float, act: float, lay: Layout,
+                     net: comm.Network) -> float:
+    """Seconds of one pass's dispatch and combine of this rank's `local_tokens` routed `top_k` ways (x moe_imbalance on
+    the most loaded rank), `width` elements of `act` bytes each: the all-to-alls over the ep group at its stride in the
+    rank order, with the expert-tensor-parallel group's all-gather / reduce-scatter (``comm.ep_collectives``); with
+    --ep-dispatcher deepep one copy per remote node forwarded over NVLink (``comm.deepep_seconds``, over `n_experts`)
+    and the same ETP collectives."""
+    stride, etp_stride = lay.expert_strides()["ep"], lay.expert_strides()["tp"]
+    colls = comm.ep_collectives(local_tokens * lay.moe_imbalance, top_k, width, act, ep=lay.ep, stride=stride,
+                                passes=1, etp=lay.expert_tp, etp_stride=etp_stride)
+    if lay.ep_dispatcher == "deepep":
+        return 2 * comm.deepep_seconds(local_tokens * lay.moe_imbalance, top_k, n_experts, width, act, ep=lay.ep,
+                                       stride=stride, net=net) + comm.total_seconds(colls[1:], net)
+    return comm.total_seconds(colls, net)
