@@ -82,7 +82,7 @@ def _moe_cost(ctx: StepContext, parts: dict[str, float], rec: frozenset[str]) ->
     return {"fwd": fwd, "dgrad": dgrad, "wgrad": wgrad, "elem": elem, "ep_fwd": one, "ep_bwd": one, "redo": redo}
 
 
-def dispatch_seconds(local_tokens: float, top_k: float, n_experts: int, width: float, act: float, lay: Layout,
+def dispatch_seconds(local_tokens: float, top_k: int, n_experts: int, width: int, act: float, lay: Layout,
                      net: comm.Network) -> float:
     """Seconds of one pass's dispatch and combine of this rank's `local_tokens` routed `top_k` ways (x moe_imbalance on
     the most loaded rank), `width` elements of `act` bytes each: the all-to-alls over the ep group at its stride in the
