@@ -124,3 +124,79 @@ def test_the_command_check_sees_commands(tmp_path):
     (tmp_path / "llmcalc" / "cli" / "c.py").write_text(
         f"import click\n\n\n@click.command()\ndef big():\n    \"\"\"Doc.\"\"\"\n{body}\n\n\ndef helper():\n{body}\n")
     assert _command_bodies(tmp_path) == {"llmcalc/cli/c.py:big": MAX_COMMAND_BODY + 1}
+
+
+# --- tests of behaviour, not of the step engine's private helpers (issue 37) ------------------------------------
+
+STEP_PACKAGE = "llmcalc.analytic.step"
+MAX_PRIVATE_STEP_NAMES = 10
+
+
+def _step_modules_bound(tree: ast.AST) -> set[str]:
+    """The local names a test module binds to the step package or one of its modules."""
+    bound = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == STEP_PACKAGE:
+            bound |= {a.asname or a.name for a in node.names if not a.name.startswith("_")}
+        elif isinstance(node, ast.ImportFrom) and node.module == "llmcalc.analytic":
+            bound |= {a.asname or a.name for a in node.names if a.name == "step"}
+        elif isinstance(node, ast.Import):
+            bound |= {a.asname for a in node.names if a.name.startswith(STEP_PACKAGE) and a.asname}
+    return bound
+
+
+def _private_step_names(root: Path) -> dict[str, set[str]]:
+    """name -> the test files using it, for each private name (one leading underscore) of the step package's modules
+    that tests/*.py import (`from llmcalc.analytic.step.x import _y`), read off a module (`x._y`, `step.x._y`), or
+    patch or get by name (`setattr(x, "_y", ...)`, "llmcalc.analytic.step.x._y")."""
+    found: dict[str, set[str]] = {}
+    for path in sorted((root / "tests").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        bound = _step_modules_bound(tree)
+        names = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(STEP_PACKAGE):
+                names += [a.name for a in node.names if a.name.startswith("_")]
+            elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                base = node.value
+                while isinstance(base, ast.Attribute) and not base.attr.startswith("_"):
+                    base = base.value
+                if isinstance(base, ast.Name) and base.id in bound:
+                    names.append(node.attr)
+            elif isinstance(node, ast.Call) and len(node.args) >= 2 and isinstance(node.args[0], ast.Name) \
+                    and node.args[0].id in bound and isinstance(node.args[1], ast.Constant) \
+                    and str(node.args[1].value).startswith("_"):
+                names.append(str(node.args[1].value))
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and node.value.startswith(STEP_PACKAGE + "."):
+                names += [part for part in node.value.split(".") if part.startswith("_")
+                          and not part.startswith("__")]
+        for name in names:
+            found.setdefault(name, set()).add(path.name)
+    return found
+
+
+def test_tests_use_few_private_step_names():
+    """Tests hold the step engine to behaviour through its public functions (predict, search_layouts,
+    layout_floors, layer_times, ...), so that its helpers can be renamed or restructured: at most
+    MAX_PRIVATE_STEP_NAMES private names of llmcalc.analytic.step's modules are used by tests."""
+    found = _private_step_names(ROOT)
+    listing = {name: sorted(files) for name, files in sorted(found.items())}
+    assert len(found) <= MAX_PRIVATE_STEP_NAMES, (f"{len(found)} private step names in tests (at most "
+                                                  f"{MAX_PRIVATE_STEP_NAMES}): test through public functions, or "
+                                                  f"make the one you need public: {listing}")
+
+
+def test_the_private_name_check_sees_them(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_x.py").write_text(
+        "from llmcalc.analytic.step import bounds, layout as lay\n"
+        "from llmcalc.analytic.step.context import _layer_kind, StageTimes\n"
+        "import llmcalc.analytic.step.dp as dp\n"
+        "def test(monkeypatch):\n"
+        "    bounds._work_floor(lay._describe(1), dp.__name__, lay.make_layout)\n"
+        "    monkeypatch.setattr(bounds, '_floor_paths', None)\n"
+        "    monkeypatch.setattr('llmcalc.analytic.step.cache._CACHES', {})\n"
+        "    other._private()\n")
+    assert _private_step_names(tmp_path) == {name: {"test_x.py"} for name in (
+        "_layer_kind", "_work_floor", "_describe", "_floor_paths", "_CACHES")}

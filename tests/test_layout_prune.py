@@ -1,6 +1,8 @@
-"""The pruned layout search (search.search_layouts): each layout's floor is at most its full evaluation, whatever
-recomputation and ZeRO stage the search gives it; the pruned search's ten best are the exhaustive search's, in
-order and bit for bit; its counts add up with the layouts it bounded; `layout` says what it evaluated."""
+"""The pruned layout search (search.search_layouts) through its public functions: each floor the search takes of a
+layout (bounds.layout_floors) is at most the step predict gives it, simulated or bounded, whatever recomputation and
+ZeRO stage; the pruned search's best are the exhaustive search's, in order and bit for bit, on dense, MoE, hybrid and
+long-sequence models from 8 to 16,384 GPUs; its counts add up with the layouts it bounded; `layout` says what it
+evaluated; the caches a search shares give each layout its own figures."""
 
 import json
 import sys
@@ -9,20 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from llmcalc.analytic import comm, kernels, pipeline
+from llmcalc.analytic import kernels
 from llmcalc.analytic.memory import RECIPES
-from llmcalc.analytic.step import (
-    attention,
-    bounds,
-    cache,
-    collectives,
-    context,
-    layer,
-    layout,
-    prediction,
-    search,
-    stages,
-)
+from llmcalc.analytic.step import attention, cache, context, layout, search
+from llmcalc.analytic.step.bounds import layout_floors
+from llmcalc.analytic.step.prediction import predict
 from llmcalc.errors import LlmcalcError
 from llmcalc.spec import load_model
 
@@ -34,65 +27,56 @@ from clirun import run  # noqa: E402
 
 SMALL = [("llama-3.2-1b", 16, 4096, 64),  # dense: pp, vpp, ZeRO-3, every recomputation
          ("deepseek-v2-lite", 32, 4096, 256),  # MoE: MLA, a dense first layer, ep and folded etp
+         ("nemotron-h-8b", 8, 4096, 64),  # hybrid: Mamba-2 and attention layers, one node
          ("llama-3-8b", 32, 16384, 64)]  # cp up to 16 beside tp, pp and vpp
 
 
-
 def valid_layouts(spec, n, seq, batch, dev):
-    """The search's candidates that make a valid layout (make_layout refuses the rest), as Layouts."""
-    for c in layout._candidates(spec, n, seq, batch, dev.network.gpus_per_node):
+    """The search's candidates (layout.layout_candidates) that make a valid layout (make_layout refuses the rest)."""
+    for c in layout.layout_candidates(spec, n, seq, batch, dev.network.gpus_per_node):
         try:
             yield layout.make_layout(spec, n, seq, batch, tp=c.tp, cp=c.cp, pp=c.pp, vpp=c.vpp, ep=c.ep,
-                                       micro_batch=c.micro_batch, etp=c.etp or None)
+                                     micro_batch=c.micro_batch, etp=c.etp or None)
         except LlmcalcError:
             continue
 
+
 def _floors_hold(model: str, n: int, seq: int, batch: int) -> int:
-    """For every valid candidate of the search and every recomputation and ZeRO stage it could get: the work floor
-    (every rank's average work, up to rounding) <= the rank floor (the paths without their sends, piece by piece) <=
-    the path floor at recompute none; that + the optimizer step <= the floor of that
-    setting (+ its DP floor) <= both its step with the pipeline's bound (what the search keeps for a layout it does
-    not simulate) and its simulated step (predict, what `train --global-batch` prints). Returns how many settings
-    were checked."""
+    """For every valid candidate of the search and every recomputation and ZeRO stage it could get: the floors the
+    search takes in turn never decrease (work <= ranks <= paths <= + optimizer <= the floor of that setting <= + its
+    DP), up to their rounding margin, and the last is at most both the step predict gives the layout with the
+    pipeline's bound (what the search keeps for a layout it does not simulate) and its simulated step (what `train
+    --global-batch` prints). Returns how many settings were checked."""
     spec = load_model(model)
     dev = kernels.device_for("h100-sxm")
-    rec = RECIPES["bf16-mixed"]
-    margin = 1 - bounds.FLOOR_MARGIN
     checked = 0
     for lay in valid_layouts(spec, n, seq, batch, dev):
-        shared = context._context(spec, dev, lay, seq, rec)
-        work, ranks = bounds._work_floor(shared), bounds._rank_floor(shared)
-        first, ctx, paths = bounds._step_floor(spec, dev, lay, seq, rec, recompute="none")
-        assert work * (1 - 2e-9) <= ranks <= first, layout._describe(lay)
-        first += bounds._optimizer_floor(ctx, paths)[0] * margin
+        first = layout_floors(spec, dev, lay, seq)
+        assert first.work * (1 - 2e-9) <= first.ranks <= first.paths <= first.optimizer, (lay, first)
         for rc in ("none", "selective", "full"):
             for zero in (1, 3) if lay.dp > 1 else (1,):
                 z = replace(lay, zero=zero)
                 try:
-                    prep = prediction._prepare(spec, dev, z, seq, False, recompute=rc, recipe="bf16-mixed",
-                                             attention="flash", dropout=False)
+                    step = predict(spec, dev, z, seq, recompute=rc).step_seconds
                 except LlmcalcError:
                     continue
-                bound = prediction._finish(prep, simulated=False).step_seconds
-                step = prediction.predict(spec, dev, z, seq, recompute=rc).step_seconds
-                floor, ctx, paths = bounds._step_floor(spec, dev, z, seq, rec, recompute=rc)
-                opt, dp = bounds._optimizer_floor(ctx, paths)
-                tight = floor + (opt + dp) * margin
-                what = (layout._describe(z, rc), first, tight, bound, step)
-                assert first <= tight <= min(bound, step), what
+                bound = predict(spec, dev, z, seq, recompute=rc, simulated=False).step_seconds
+                floors = layout_floors(spec, dev, z, seq, recompute=rc)
+                what = (z, rc, floors, bound, step)
+                assert first.optimizer <= floors.setting <= floors.step <= min(bound, step), what
                 assert bound <= step * (1 + 1e-12), what  # path_bounds' sums may round an ulp above the simulator
                 checked += 1
     cache.clear_caches()
     return checked
 
 
-@pytest.mark.parametrize("model, n, seq, batch", SMALL[:2])
+@pytest.mark.parametrize("model, n, seq, batch", SMALL[:3])
 def test_floor_is_at_most_every_full_evaluation(model, n, seq, batch):
     assert _floors_hold(model, n, seq, batch) > 100
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model, n, seq, batch", SMALL[2:] + LAYOUT_CASES[:1] + LAYOUT_CASES[3:4])
+@pytest.mark.parametrize("model, n, seq, batch", SMALL[3:] + LAYOUT_CASES[:1] + LAYOUT_CASES[3:4])
 def test_floor_is_at_most_every_full_evaluation_on_larger_searches(model, n, seq, batch):
     assert _floors_hold(model, n, seq, batch) > 100
 
@@ -112,8 +96,8 @@ def _same_top(model: str, n: int, seq: int, batch: int, top: int = 10, **step) -
     assert counts["fit"] <= all_counts["fit"] and counts["oom"] <= all_counts["oom"]
     # what was not bounded is what the exhaustive search has, with the same memory; layouts it did not simulate
     # keep their bound
-    both = {layout._describe(p.layout, p.recompute): peak for p, peak in whole}
-    assert all(both[layout._describe(p.layout, p.recompute)] == peak for p, peak in pruned)
+    both = {(p.layout, p.recompute): peak for p, peak in whole}
+    assert all(both[p.layout, p.recompute] == peak for p, peak in pruned)
 
 
 @pytest.mark.parametrize("model, n, seq, batch, top, step", [
@@ -123,6 +107,11 @@ def _same_top(model: str, n: int, seq: int, batch: int, top: int = 10, **step) -
     ("mixtral-8x7b", 64, 4096, 256, 10, {"ep_overlap": True}),  # MoE, ZeRO-3 among the best
     ("llama-3.2-1b", 16, 4096, 64, 10, {"order": "dp-tp-cp-ep-pp"}),  # TP groups across nodes: strides read pp
     ("deepseek-v2-lite", 32, 4096, 256, 10, {"order": "tp-dp-cp-ep-pp"}),  # cp and ep outside dp
+    ("nemotron-h-8b", 8, 4096, 64, 10, {}),  # hybrid (Mamba-2 and attention) on one node
+    ("llama-3-8b", 64, 131072, 64, 10, {}),  # a long sequence: cp up to 16, most layouts out of memory
+    ("qwen3-30b-a3b", 2048, 4096, 4096, 10, {}),  # MoE on 2,048 GPUs
+    ("deepseek-v3", 2048, 4096, 4096, 10, {}),  # MLA, MTP and 256 experts on 2,048 GPUs (bench_layout's case)
+    ("llama-3.1-405b", 16384, 8192, 2048, 10, {}),  # dense on 16,384 GPUs (bench_layout's case)
 ])
 def test_pruned_search_has_the_exhaustive_searchs_best(model, n, seq, batch, top, step):
     _same_top(model, n, seq, batch, top, **step)
@@ -175,46 +164,38 @@ def test_layout_defaults_are_the_step_defaults():
     assert {k: getattr(given, k) for k in layout.STEP_DEFAULTS} == layout.STEP_DEFAULTS
 
 
-@pytest.mark.parametrize("model, n, seq, batch", [("deepseek-v2-lite", 32, 4096, 256), ("llama-3-8b", 32, 16384, 64)])
-def test_shared_layer_costs_are_each_layouts_own(model, n, seq, batch):
-    """The layer-cost caches a search shares between layouts (the MoE layers' key leaves out the micro-batch count;
-    a layer's terms before its MoE block are shared by every expert mesh and recomputation of a dense key): after a
-    whole search has filled them, every candidate's layer costs, stage passes and work floor are those of a context
-    with empty caches, float for float."""
+@pytest.mark.parametrize("model, n, seq, batch", [("deepseek-v2-lite", 32, 4096, 256), ("llama-3-8b", 32, 16384, 64),
+                                              ("nemotron-h-8b", 8, 4096, 64)])
+def test_a_searchs_shared_caches_give_each_layout_its_own_figures(model, n, seq, batch):
+    """The caches a search shares between layouts (layer costs, the MoE layers' keyed without the micro-batch count;
+    a layer's terms before its MoE block shared by every expert mesh and recomputation; stage passes; the floors'
+    paths): after a whole exhaustive search has filled them, every candidate's prediction (at none, selective and
+    full recomputation in turn) and its floors are those it gets from empty caches, float for float."""
     spec = load_model(model)
     dev = kernels.device_for("h100-sxm")
-    rec = RECIPES["bf16-mixed"]
     cache.clear_caches()
     search.search_layouts(spec, "h100-sxm", n, seq, global_batch=batch, exhaustive=True)
-    checked = 0
-    for lay in valid_layouts(spec, n, seq, batch, dev):
-        shared = context._context(spec, dev, lay, seq, rec)
-        own = context._Ctx(spec, dev, lay, seq, rec)  # its own empty caches
-        for rc in ("none", "selective", "full"):
-            plan = stages._stage_plan(spec, lay.pp * pipeline.chunks_per_rank(lay.schedule, lay.vpp), lay, rc)
-            for composition in plan[3]:
-                for i, layer_rc, _ in composition[0]:
-                    assert layer._layer_cost(shared, i, layer_rc) == layer._layer_cost_uncached(own, i, layer_rc)
-                assert bounds._composition_passes(shared, composition, rc) == \
-                    bounds._composition_passes(own, composition, rc)
-                for schedule in (lay.schedule, "zb-h1"):  # stage_passes' sums, each schedule's
-                    fwd, bwd, wgt = stages.stage_passes([stages._stage_cost(own, composition, rc)], [0], schedule)
-                    assert bounds._composition_passes(replace(own, lay=replace(lay, schedule=schedule)),
-                                                        composition, rc) == (fwd[0] + bwd[0], wgt[0] if wgt else None)
-        assert bounds._work_floor(shared) == bounds._work_floor(own)
-        if lay.pp > 1:  # kept per pp stride in the shared dense cache: comm's own figure
-            assert collectives._p2p_seconds(shared) == comm.total_seconds(comm.pp_collectives(
-                own.tokens, spec.d_model, own.act, lay.tp, sequence_parallel=lay.sequence_parallel,
-                stride=lay.strides()["pp"]), dev.network)
-        checked += 1
+    warm = {}
+    for index, lay in enumerate(valid_layouts(spec, n, seq, batch, dev)):
+        rc = ("none", "selective", "full")[index % 3]  # each recomputation in turn
+        try:
+            warm[lay, rc] = (predict(spec, dev, lay, seq, recompute=rc), layout_floors(spec, dev, lay, seq,
+                                                                                     recompute=rc))
+        except LlmcalcError:
+            continue
+    for (lay, rc), (pred, floors) in warm.items():
+        cache.clear_caches()
+        assert predict(spec, dev, lay, seq, recompute=rc) == pred, (lay, rc)
+        cache.clear_caches()
+        assert layout_floors(spec, dev, lay, seq, recompute=rc) == floors, (lay, rc)
     cache.clear_caches()
-    assert checked > 50
+    assert len(warm) > 40
 
 
 @pytest.mark.parametrize("gpu, recipe", [("h100-sxm", "bf16-mixed"), ("a100-80gb-sxm", "bf16-mixed"),
                                          ("h100-sxm", "fp8")])
 def test_context_gemm_is_gemm_seconds(gpu, recipe):
-    """_Ctx.gemm keys its shapes in the table of its per-batch GemmInputs: each of its three GEMMs is
+    """StepContext.gemm keys its shapes in the table of its per-batch GemmInputs: each of its three GEMMs is
     kernels.gemm_seconds of its own shape, float for float, whatever shapes and batches came before (1 and 1.0
     alike)."""
     from llmcalc.analytic import kernels
@@ -224,7 +205,7 @@ def test_context_gemm_is_gemm_seconds(gpu, recipe):
     rec = RECIPES[recipe]
     lay = layout.make_layout(spec, 8, 4096, 64, tp=2)
     cache.clear_caches()
-    ctx = context._Ctx(spec, dev, lay, 4096, rec)
+    ctx = context.StepContext(spec, dev, lay, 4096, rec)
     shapes = ((4096, 4096, 6144.0, 1), (4096.0, 4096, 6144, 1.0), (512, 1024, 2048, 8), (4096, 4096, 6144.0, 1.0))
     for m, k, n, batch in shapes:
         fwd, dgrad, wgrad = (kernels.gemm_seconds(*shape, dev=dev, in_bytes=ctx.gemm_bytes, batch=batch,
@@ -235,7 +216,8 @@ def test_context_gemm_is_gemm_seconds(gpu, recipe):
             fwd += kernels.stream_seconds(batch * m * k * q, dev, ctx.eff)
             dgrad = dgrad * kernels.QUANT_DGRAD_SLOWDOWN + kernels.stream_seconds(batch * m * n * q, dev, ctx.eff)
         assert ctx.gemm(m, k, n, batch) == (fwd, dgrad, wgrad)
-        assert context._Ctx(spec, dev, lay, 4096, rec).gemm(m, k, n, batch) == (fwd, dgrad, wgrad)  # a new context
+        again = context.StepContext(spec, dev, lay, 4096, rec)  # a new context
+        assert again.gemm(m, k, n, batch) == (fwd, dgrad, wgrad)
     cache.clear_caches()
 
 
@@ -253,7 +235,7 @@ def test_layouts_built_without_init_are_the_constructors():
         assert built == made and hash(built) == hash(made) and replace(built, zero=1) == replace(made, zero=1)
         with pytest.raises(TypeError):
             cls.over(64, tp=2, bogus=1)
-    # make_layout builds its Layout from a template of the fields (layout._layout_maker): Layout.over's
+    # make_layout builds its Layout from a template of the fields: Layout.over's
     spec = load_model("deepseek-v3")
     step = dict(cp_comm="a2a", recompute_modules="mlp, moe_act", optimizer="muon")
     made = layout.make_layout(spec, 2048, 4096, 4096, tp=4, cp=2, pp=8, vpp=2, ep=8, etp=1, micro_batch=2,
@@ -262,7 +244,6 @@ def test_layouts_built_without_init_are_the_constructors():
                                  tp_overlap=True, global_batch=4096, schedule="interleaved", sequence_parallel=True,
                                  **{**step, "recompute_modules": ("mlp", "moe_act")})
     assert list(vars(made).items()) == list(vars(built).items())
-    assert list(vars(layout._with_zero(made, 1)).items()) == list(vars(replace(made, zero=1)).items())
     for bad in (dict(vpp=True), dict(tp=0), dict(pp=3), dict(ep=5), dict(etp=0), dict(micro_batch=2.0)):
         with pytest.raises(LlmcalcError):
             layout.make_layout(spec, 2048, 4096, 4096, **{"tp": 4, **bad})
@@ -270,28 +251,30 @@ def test_layouts_built_without_init_are_the_constructors():
 
 @pytest.mark.parametrize("model, n, seq, batch", SMALL + [("deepseek-v3", 2048, 4096, 4096),
                                                       ("llama-3.1-405b", 16384, 8192, 2048)])
-def test_unchecked_make_is_the_checked_make_on_the_candidates(model, n, seq, batch):
-    """search_layouts builds its candidates with _layout_maker's make(degrees, checked=False), which skips the checks
-    _candidates' degrees pass and memoises check_heads / check_experts: the same layouts (fields in the same order)
-    and the same errors as make_layout's checked make, candidate by candidate (refused ones included)."""
-    from llmcalc.validate import DEFAULT_ZERO
-
+def test_the_searchs_layouts_are_make_layouts(model, n, seq, batch):
+    """search_layouts builds its candidates without the checks their degrees already pass: the layouts it ranks are
+    make_layout's of the same degrees (the same fields in the same order, but the ZeRO stage that fit), and the
+    candidates it counts invalid are those make_layout refuses, with the search's step settings or without."""
     spec = load_model(model)
     dev = kernels.device_for("h100-sxm")
-    options = dict(schedule=None, zero=DEFAULT_ZERO, sequence_parallel=True, dp_overlap=True, tp_overlap=False)
     for step in ({}, {"cp_comm": "a2a"}):
-        fast = layout._layout_maker(spec, n, seq, batch, options=options, step=step)
-        for c in layout._candidates(spec, n, seq, batch, dev.network.gpus_per_node):
-            degrees = (c.tp, c.cp, c.pp, c.vpp, c.micro_batch, c.ep, c.etp or None)
-            slow = layout._layout_maker(spec, n, seq, batch, options=options, step=step)  # nothing memoised yet
+        made, refused = {}, 0
+        for c in layout.layout_candidates(spec, n, seq, batch, dev.network.gpus_per_node):
             try:
-                want = slow(degrees)
-            except LlmcalcError as exc:
-                with pytest.raises(LlmcalcError) as got:
-                    fast(degrees, False)
-                assert str(got.value) == str(exc)
+                lay = layout.make_layout(spec, n, seq, batch, tp=c.tp, cp=c.cp, pp=c.pp, vpp=c.vpp, ep=c.ep,
+                                         micro_batch=c.micro_batch, etp=c.etp or None, **step)
+            except LlmcalcError:
+                refused += 1
                 continue
-            assert list(vars(fast(degrees, False)).items()) == list(vars(want).items())
+            made[lay.tp, lay.cp, lay.pp, lay.vpp, lay.micro_batch, lay.ep, lay.etp] = lay
+        ranked, _, counts = search.search_layouts(spec, "h100-sxm", n, seq, global_batch=batch, exhaustive=True,
+                                                  **step)
+        assert counts["invalid"] == refused and counts["fit"] + counts["oom"] == counts["searched"] - refused
+        for pred, _ in ranked:
+            got = pred.layout
+            want = made[got.tp, got.cp, got.pp, got.vpp, got.micro_batch, got.ep, got.etp]
+            assert list(vars(got).items()) == list(vars(replace(want, zero=got.zero)).items())
+    cache.clear_caches()
 
 
 def test_attention_rates_cached_per_shape_give_attention_seconds():

@@ -2,8 +2,8 @@
 
 The fallback is forced (LLMCALC_FORCE_TRANSFORMERS=1) on llama and qwen3_moe configs llmcalc has a formula for: the
 GEMMs the measured step model reads off transformers' modules are the formula path's exactly (FLOPs and, as they
-are timed by the same context._Ctx.gemm, seconds); the step times differ only by the elementwise traffic, which the
-formula path itemises as fused passes (norms, residual adds, rotary, the MLP activation: layer._layer_cost_uncached)
+are timed by the same StepContext.gemm, seconds); the step times differ only by the elementwise traffic, which the
+formula path itemises as fused passes (norms, residual adds, rotary, the MLP activation: layer.layer_times)
 and the measured path takes from the bytes transformers' eager modelling code saved for backward (with its fp32
 norm copies), so they agree within STEP_TOLERANCE. Two model types without a formula (codegen, arcee) run end to end.
 """
@@ -22,8 +22,8 @@ from llmcalc.analytic.kernels import device_for  # noqa: E402
 from llmcalc.analytic.measured_step import MeasuredStep, _layer_cost, measured_layout  # noqa: E402
 from llmcalc.analytic.memory import RECIPES  # noqa: E402
 from llmcalc.analytic.step.constants import KERNEL_EFFICIENCY  # noqa: E402
-from llmcalc.analytic.step.context import _Ctx  # noqa: E402
-from llmcalc.analytic.step.layer import _layer_cost_uncached  # noqa: E402
+from llmcalc.analytic.step.context import StepContext  # noqa: E402
+from llmcalc.analytic.step.layer import layer_times  # noqa: E402
 from llmcalc.analytic.step.layout import make_layout  # noqa: E402
 from llmcalc.fallback import FORCE_ENV, load_measured  # noqa: E402
 from llmcalc.spec import spec_from_hf  # noqa: E402
@@ -78,9 +78,9 @@ def test_gemm_and_attention_seconds_are_the_formulas(tmp_path, monkeypatch, hf, 
     rec = RECIPES["bf16-mixed"]
     dev = device_for("h100-sxm")
     lay = make_layout(spec, 8, seq, 64, tp=tp)
-    mine = _layer_cost(_Ctx(step, dev, measured_layout(step, 8, seq, 64, tp=tp), seq, rec, eff=KERNEL_EFFICIENCY),
-                       step, 0, False)
-    formula = _layer_cost_uncached(_Ctx(spec, dev, lay, seq, rec, eff=KERNEL_EFFICIENCY), 0, frozenset())
+    ctx = StepContext(step, dev, measured_layout(step, 8, seq, 64, tp=tp), seq, rec, eff=KERNEL_EFFICIENCY)
+    mine = _layer_cost(ctx, step, 0, False)
+    formula = layer_times(spec, 0, lay, seq, dev=dev)
     assert mine.gemm_fwd == pytest.approx(formula.gemm_fwd, rel=1e-12)
     assert mine.bwd_weight == pytest.approx(formula.bwd_weight, rel=1e-12)
     assert mine.tp == pytest.approx(formula.tp, rel=1e-12)  # one all-gather / reduce-scatter pair per sub-block

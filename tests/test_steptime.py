@@ -13,7 +13,7 @@ from llmcalc.analytic import comm
 from llmcalc.analytic.kernels import device_for, gemm_seconds, tile_wave_efficiency
 from llmcalc.analytic.pipeline import closed_form_bubble_fraction, simulate
 from llmcalc.analytic.step.attention import eager_attention_seconds
-from llmcalc.analytic.step.layer import _layer_times
+from llmcalc.analytic.step.layer import layer_times
 from llmcalc.analytic.step.layout import make_layout, split_layers
 from llmcalc.analytic.step.prediction import predict
 from llmcalc.analytic.step.train import mfu_from_throughput
@@ -332,7 +332,7 @@ def test_fused_qkv_and_fc1_gemms():
     spec = load_model("llama-3-8b")  # GQA: 32 query heads, 8 K/V heads of 128; d_ff 14336
     dev = device_for("h100-sxm")
     lay = make_layout(spec, 8, 8192, 8, tp=8)
-    t = _layer_times(spec, 0, lay, 8192, causal=True, recompute="none", dev=dev, act_bytes=2)
+    t = layer_times(spec, 0, lay, 8192, causal=True, recompute="none", dev=dev, act_bytes=2)
     D, tok, eff = 4096, 8192, constants.KERNEL_EFFICIENCY
 
     def wgrad(k, n):
@@ -348,9 +348,9 @@ def test_tp_overlap_exposes_only_the_excess_over_the_gemms():
     spec = load_model("llama-3-8b")
     dev = device_for("h100-sxm")
     for tokens, recompute in ((8192, "none"), (512, "full")):
-        plain = _layer_times(spec, 0, make_layout(spec, 8, tokens, 8, tp=8), tokens, causal=True, recompute=recompute,
+        plain = layer_times(spec, 0, make_layout(spec, 8, tokens, 8, tp=8), tokens, causal=True, recompute=recompute,
                              dev=dev, act_bytes=2)
-        hidden = _layer_times(spec, 0, make_layout(spec, 8, tokens, 8, tp=8, tp_overlap=True), tokens, causal=True,
+        hidden = layer_times(spec, 0, make_layout(spec, 8, tokens, 8, tp=8, tp_overlap=True), tokens, causal=True,
                               recompute=recompute, dev=dev, act_bytes=2)
         passes = 3 if recompute == "full" else 2
         per_pass = plain.tp / passes
@@ -619,10 +619,6 @@ def test_encoders_are_refused_by_name(command):
 def test_hybrid_and_state_space_models_are_timed_from_their_layer_ops(model):
     """Mamba / Mamba-2 mixers: their projections as GEMMs, the conv as a memory pass, the chunked scan at the tensor
     cores; an attention layer of the same width costs more at long context than a Mamba-2 layer."""
-    from llmcalc.analytic.memory import RECIPES
-    from llmcalc.analytic.step.context import _Ctx
-    from llmcalc.analytic.step.layer import _layer_cost_uncached
-
     spec = load_model(model)
     dev = device_for("h100-sxm")
     tp = 2 if model == "nemotron-h-8b" else 1  # Mamba-2.8B has no attention heads to split
@@ -632,9 +628,8 @@ def test_hybrid_and_state_space_models_are_timed_from_their_layer_ops(model):
         kinds = {spec.layer_parts(i)[0]: i for i in range(spec.n_layers)}
         for seq in (4096, 65536):
             lay = make_layout(spec, 8, seq, 8, tp=2)
-            ctx = _Ctx(spec, dev, lay, seq, RECIPES["bf16-mixed"])
-            mamba = _layer_cost_uncached(ctx, kinds[("mamba2",)], frozenset())
-            attn = _layer_cost_uncached(ctx, kinds[("attention",)], frozenset())
+            mamba = layer_times(spec, kinds[("mamba2",)], lay, seq, dev=dev)
+            attn = layer_times(spec, kinds[("attention",)], lay, seq, dev=dev)
             assert mamba.compute > 0 and attn.compute > 0
         assert attn.compute > mamba.compute  # 64k tokens: the S² core outgrows the scan
 
@@ -733,16 +728,16 @@ def test_folded_experts_all_to_all_stays_on_nvlink_and_expert_gemms_keep_their_w
     tokens, D, k = 4096, 4096, 2
     lay = make_layout(spec, 64, tokens, 64, tp=8, ep=8, etp=1)
     assert (lay.expert_tp, lay.expert_dp, lay.expert_strides()["ep"], lay.as_dict()["etp"]) == (1, 8, 1, 1)
-    t = _layer_times(spec, 0, lay, tokens, causal=True, recompute="none", dev=dev, act_bytes=2)
+    t = layer_times(spec, 0, lay, tokens, causal=True, recompute="none", dev=dev, act_bytes=2)
     (a2a,) = comm.ep_collectives(tokens / 8, k, D, 2, ep=8, stride=1, passes=2)
     assert a2a.intra_node(dev.network) and a2a.bytes_per_rank == tokens / 8 * k * D * 2 * 7 / 8
     assert t.ep == pytest.approx(a2a.seconds(dev.network) * 4)  # dispatch + combine, forward and backward
     across = make_layout(spec, 64, tokens, 64, tp=8, ep=8, etp=1, order="tp-cp-dp-ep-pp")
     assert across.expert_strides()["ep"] == 8
-    t_across = _layer_times(spec, 0, across, tokens, causal=True, recompute="none", dev=dev, act_bytes=2)
+    t_across = layer_times(spec, 0, across, tokens, causal=True, recompute="none", dev=dev, act_bytes=2)
     assert t_across.ep > 2 * t.ep
     dense_like = make_layout(spec, 64, tokens, 64, tp=8)
-    t8 = _layer_times(spec, 0, dense_like, tokens, causal=True, recompute="none", dev=dev, act_bytes=2)
+    t8 = layer_times(spec, 0, dense_like, tokens, causal=True, recompute="none", dev=dev, act_bytes=2)
     assert t.tp == pytest.approx(t8.tp / 2)  # no TP collectives around the MoE block, attention's only
 
 
@@ -961,14 +956,13 @@ def test_path_bound_never_exceeds_the_simulated_makespan(schedule, p, m, v, f, b
 
 def _exact_search_agrees(model, n, seq, batch):
     from llmcalc.analytic.step import (
-        layout,
         search,
     )
 
     spec = load_model(model)
     fast, _, _ = search.search_layouts(spec, "h100-sxm", n, seq, global_batch=batch)
     exact, _, _ = search.search_layouts(spec, "h100-sxm", n, seq, global_batch=batch, top=10 ** 9)
-    key = lambda pm: (layout._describe(pm[0].layout, pm[0].recompute), pm[0].step_seconds)  # noqa: E731
+    key = lambda pm: (pm[0].layout, pm[0].recompute, pm[0].step_seconds)  # noqa: E731
     assert [key(pm) for pm in fast[:10]] == [key(pm) for pm in exact[:10]]
     assert all(pm[0].step_seconds >= exact[9][0].step_seconds * (1 - 1e-12) for pm in fast[10:])
 
@@ -1305,7 +1299,7 @@ def test_least_that_fits_is_every_try_in_turn():
     capacity = device_for("h100-sxm").accelerator.usable_bytes
     tries = ["none", "selective", "full"]
     seen = set()
-    for tp, cp, pp, vpp, mb, _, _ in layout._candidates(spec, 128, 8192, 128, 8):
+    for tp, cp, pp, vpp, mb, _, _ in layout.layout_candidates(spec, 128, 8192, 128, 8):
         if vpp > 1:
             continue
         lay = make_layout(spec, 128, 8192, 128, tp=tp, cp=cp, pp=pp, micro_batch=mb)
@@ -1378,8 +1372,6 @@ def _search_is_the_per_layout_path(model, n, seq, batch, **step):
     from llmcalc.analytic.parallel import Parallel
     from llmcalc.analytic.step import (
         cache,
-        layout,
-        prediction,
         search,
         search_memory,
     )
@@ -1395,13 +1387,9 @@ def _search_is_the_per_layout_path(model, n, seq, batch, **step):
     for pred, peak in ranked:
         lay = pred.layout
         cache.clear_caches()
-        if pred.assumptions.get("pipeline", "").startswith("lower bound"):
-            prep = prediction._prepare(spec, dev, lay, seq, False, recompute=pred.recompute, recipe=recipe,
-                                     attention="flash", dropout=False)
-            alone = prediction._finish(prep, simulated=False)
-        else:
-            alone = predict(spec, dev, lay, seq, recompute=pred.recompute, recipe=recipe)
-        assert alone == pred, layout._describe(lay, pred.recompute)
+        simulated = not pred.assumptions.get("pipeline", "").startswith("lower bound")
+        alone = predict(spec, dev, lay, seq, recompute=pred.recompute, recipe=recipe, simulated=simulated)
+        assert alone == pred, (lay, pred.recompute)
         cache.clear_caches()
         even = spec.with_layers(math.ceil(spec.n_layers / lay.pp) * lay.pp)
         par = Parallel(tp=lay.tp, cp=lay.cp, pp=lay.pp, dp=lay.dp, ep=lay.ep, etp=lay.etp, sequence_parallel=True)
@@ -1447,7 +1435,6 @@ def test_lightning_indexer_is_forward_only_attention_like_work():
         attention,
         constants,
         context,
-        layer,
     )
 
     spec = load_model("deepseek-v3.2")
@@ -1456,7 +1443,7 @@ def test_lightning_indexer_is_forward_only_attention_like_work():
 
     def ctx(cp: int, s=spec):
         lay = make_layout(s, 64 * cp, seq, 8 * cp, tp=8, cp=cp, pp=8, micro_batch=1)
-        return context._Ctx(s, dev, lay, seq, memory.RECIPES["bf16-mixed"])
+        return context.StepContext(s, dev, lay, seq, memory.RECIPES["bf16-mixed"])
     one, two = attention._indexer_scores_seconds(ctx(1), 0), attention._indexer_scores_seconds(ctx(2), 0)
     assert two == pytest.approx(one / 2, rel=1e-9)
     # 2·S·S/2·Hi·(di + 1) FLOPs over the 8 TP ranks (QKᵀ over 64 heads of 128, then the head weighting)
@@ -1464,8 +1451,8 @@ def test_lightning_indexer_is_forward_only_attention_like_work():
     assert one == pytest.approx(hand / dev.attention_rate("auto", 128, seq, True, False) / constants.KERNEL_EFFICIENCY,
                                 rel=1e-6)
     plain = dataclasses.replace(spec, index_n_heads=0, index_head_dim=0, index_topk=0)
-    with_idx = layer._layer_cost_uncached(ctx(1), 3, frozenset())
-    without = layer._layer_cost_uncached(ctx(1, plain), 3, frozenset())
+    with_idx = layer_times(spec, 3, ctx(1).lay, seq, dev=dev)
+    without = layer_times(plain, 3, ctx(1, plain).lay, seq, dev=dev)
     assert with_idx.fwd > without.fwd + 0.9 * one
     assert with_idx.bwd_weight == pytest.approx(without.bwd_weight, rel=1e-12)
 
@@ -1623,7 +1610,7 @@ def test_context_gemm_inputs_shared_across_devices_and_recipes():
                 if rec.gemm_dtype == "fp8" and "fp8" not in dev.accelerator.peak_flops:
                     continue
                 for eff in (constants.KERNEL_EFFICIENCY, 1.0):
-                    ctx = context._Ctx(spec, dev, lay, 4096, rec, eff=eff)
+                    ctx = context.StepContext(spec, dev, lay, 4096, rec, eff=eff)
                     for m, k, n, batch in ((4096, 4096, 6144.0, 1), (512, 1024, 2048, 8), (8192, 1024, 512, 1.0)):
                         expect = tuple(kernels.gemm_seconds(*shape, dev=dev, in_bytes=ctx.gemm_bytes, batch=batch,
                                                             rate=ctx.gemm_rate, out_bytes=ctx.act, efficiency=eff)

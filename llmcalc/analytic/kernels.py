@@ -364,7 +364,7 @@ def gemm_seconds(m: float, k: float, n: float, dev: Device, in_bytes: float, bat
 def gemm_timer(dev: Device, in_bytes: float, batch: float = 1, rate: float | None = None,
                out_bytes: float | None = None, efficiency: float = 1.0) -> Callable[[float, float, float], float]:
     """gemm_seconds with these arguments as a function of the shape (m, k, n): what reads no shape (the rates, the
-    epilogue's K-steps) worked out once, for a caller that times many shapes (step.context._Ctx.gemm)."""
+    epilogue's K-steps) worked out once, for a caller that times many shapes (step.context.StepContext.gemm)."""
     rate = dev.mamf if rate is None else rate
     out = in_bytes if out_bytes is None else out_bytes
     hbm = dev.hbm

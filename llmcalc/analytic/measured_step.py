@@ -23,9 +23,9 @@ module's name:
   transformers' training forward (``MeasuredModel.activation_terms``), less the loss's fp32 logits, shared evenly by
   the layers, read once forward and twice backward, as bytes at the HBM rate.
 
-Each is timed by the formula path's physics, not a copy of it: ``context._Ctx.gemm`` (the smooth roofline, tile
+Each is timed by the formula path's physics, not a copy of it: ``context.StepContext.gemm`` (the smooth roofline, tile
 and wave quantization, the recipe's GEMM dtype), ``kernels.attention_seconds``, ``comm``'s TP, EP, PP and DP
-collectives, ``layout.stage_split`` and the pipeline module, ``dp._one_rank_dp`` / ``_dp_and_optimizer``
+collectives, ``layout.stage_split`` and the pipeline module, ``dp.one_rank_dp`` / ``dp_and_optimizer``
 (ZeRO, FSDP, bucketed overlap) and ``prediction.pipeline_step``. Layouts: tp, pp (and vpp), dp with ZeRO 0-3, ep
 where the ep plan names expert tensors; every other step option is refused in one line naming it.
 """
@@ -38,20 +38,22 @@ from typing import Any, cast
 from ..errors import LlmcalcError
 from ..records import dataclass
 from ..validate import DEFAULT_ZERO
-from . import comm
 from .kernels import Device, attention_seconds, stream_seconds
 from .measured import MeasuredModel, Tensor
 from .memory import RECIPES, lookup
 from .parallel import check_degrees, check_zero
 from .pipeline import SCHEDULES, chunks_per_rank, path_bounds, stage_of
-from .step.collectives import _p2p_seconds, add_ep_comm, add_tp_comm
+from .step.attention import ATTENTION_BACKWARD
+from .step.collectives import add_ep_comm, add_tp_comm, p2p_seconds
 from .step.constants import KERNEL_EFFICIENCY
-from .step.context import StageTimes, _Ctx
-from .step.dp import _dp_and_optimizer, _one_rank_dp
-from .step.layout import STEP_DEFAULTS, Layout, _check_step_settings, _describe_split, stage_split
-from .step.prediction import StepPrediction, _assumptions, _Prepared, pipeline_step
+from .step.context import StageTimes, StepContext
+from .step.dp import dp_and_optimizer, one_rank_dp
+from .step.layer import embedding_times, loss_seconds
+from .step.layout import STEP_DEFAULTS, Layout, check_step_settings, describe_split, stage_split
+from .step.moe import dispatch_seconds, expert_rows, permute_bytes, routed_tokens
+from .step.prediction import Prepared, StepPrediction, pipeline_step, step_assumptions
 from .step.stages import stage_passes
-from .step.train import _flag
+from .step.train import option_flag
 
 # the step options a measured model's step is timed with (their STEP_DEFAULTS otherwise); the rest are refused
 SUPPORTED_STEP = ("order", "attention_kernel", "fused_elementwise", "moe_imbalance", "ep_overlap", "optimizer",
@@ -310,7 +312,7 @@ def measured_layout(step: MeasuredStep, n_gpus: int, seq_len: int, global_batch:
         if key not in STEP_DEFAULTS:
             raise LlmcalcError(f"unknown step setting {key}")
         if key not in SUPPORTED_STEP and value != STEP_DEFAULTS[key]:
-            raise LlmcalcError(f"{_flag(key)}: {what}; its step model does not time this option; drop it")
+            raise LlmcalcError(f"{option_flag(key)}: {what}; its step model does not time this option; drop it")
     if settings.get("optimizer", "adamw") == "muon":
         raise LlmcalcError(f"--optimizer muon: {what}; Muon's Newton-Schulz GEMMs need llmcalc's matrix shapes")
     check_degrees(**{"--vpp": vpp, "--ep": ep, "--micro-batch": micro_batch, "--global-batch": global_batch})
@@ -346,42 +348,11 @@ def measured_layout(step: MeasuredStep, n_gpus: int, seq_len: int, global_batch:
     if tp_overlap and not sequence_parallel:
         raise LlmcalcError("--tp-overlap splits the all-gather / reduce-scatter of sequence parallelism around the "
                            "GEMMs; it needs --sequence-parallel (drop --no-sequence-parallel)")
-    _check_step_settings(cast(Any, _SpecView(step)), lay)
+    check_step_settings(step, lay)
     return lay
 
 
-@dataclass(frozen=True)
-class _SpecView:
-    """What ``steptime``'s shared checks read of a spec, for a measured model."""
-
-    step: MeasuredStep
-
-    @property
-    def is_moe(self) -> bool:
-        return self.step.is_moe
-
-    @property
-    def name(self) -> str:
-        return self.step.name
-
-    @property
-    def d_model(self) -> int:
-        return self.step.d_model
-
-    @property
-    def n_layers(self) -> int:
-        return self.step.n_layers
-
-    @property
-    def n_heads(self) -> int:
-        return 1 << 30  # the heads checks concern cp's all-to-alls, refused above
-
-    @property
-    def mla(self) -> None:
-        return None
-
-
-def _layer_cost(ctx: _Ctx, step: MeasuredStep, i: int, full_recompute: bool) -> StageTimes:
+def _layer_cost(ctx: StepContext, step: MeasuredStep, i: int, full_recompute: bool) -> StageTimes:
     """One layer's ``context.StageTimes`` on this rank for one micro-batch (``layer._layer_cost_uncached``'s
     terms, fed by the measured GEMMs, core and elementwise bytes)."""
     lay, dev = ctx.lay, ctx.dev
@@ -397,7 +368,7 @@ def _layer_cost(ctx: _Ctx, step: MeasuredStep, i: int, full_recompute: bool) -> 
             continue
         rows = T * g.rows_per_token
         if lay.alltoall and routed and g.reads == routed[0].reads and g.split == "replicated":
-            rows /= sp  # the router reads the sequence-parallel shard before the dispatch (moe._moe_cost)
+            rows = routed_tokens(rows, lay)  # the router reads the tokens this rank dispatches (moe._moe_cost)
         f, d, w = ctx.gemm(rows, g.k / tp if g.split == "row" else g.k, g.n / tp if g.split == "column" else g.n)
         fwd, dgrad, wgrad = fwd + f, dgrad + d, wgrad + w
         if g.split == "column":
@@ -407,19 +378,15 @@ def _layer_cost(ctx: _Ctx, step: MeasuredStep, i: int, full_recompute: bool) -> 
         k, etp, ep = step.top_k or 1, lay.expert_tp, lay.ep
         for g in routed:  # rows per local expert: tokens x top-k / E (x ep / etp share routed to this rank)
             E = g.experts
-            rows = (T * etp / tp * g.rows_per_token * ep / E * lay.moe_imbalance if lay.alltoall
-                    else T * g.rows_per_token / E)
+            rows = expert_rows(T, g.rows_per_token, E, lay)
             kk, nn = (g.k / etp if g.split == "row" else g.k), (g.n / etp if g.split == "column" else g.n)
             f, d, w = ctx.gemm(rows, kk, nn, batch=E / ep)
             fwd, dgrad, wgrad = fwd + f, dgrad + d, wgrad + w
             # (the activation between them is in the measured saved bytes, as a dense MLP's is)
         if lay.alltoall:
-            local = T / tp if lay.sequence_parallel else T
-            elem_fwd += 2 * local * D * act + 2 * local * k * D * act * lay.moe_imbalance
-            colls = comm.ep_collectives(local * lay.moe_imbalance, k, D, act, ep=ep,
-                                        stride=lay.expert_strides()["ep"], passes=1, etp=etp,
-                                        etp_stride=lay.expert_strides()["tp"])
-            ep_fwd = ep_bwd = comm.total_seconds(colls, dev.network)
+            local = routed_tokens(T, lay)
+            elem_fwd += permute_bytes(local, k, D, act, lay.moe_imbalance)
+            ep_fwd = ep_bwd = dispatch_seconds(local, k, step.n_experts, D, act, lay=lay, net=dev.network)
         else:
             tp_inputs.add(routed[0].reads)
     attn_f, attn_b = _core_seconds(ctx, step, i)
@@ -440,7 +407,7 @@ def _layer_cost(ctx: _Ctx, step: MeasuredStep, i: int, full_recompute: bool) -> 
     return t
 
 
-def _core_seconds(ctx: _Ctx, step: MeasuredStep, i: int) -> tuple[float, float]:
+def _core_seconds(ctx: StepContext, step: MeasuredStep, i: int) -> tuple[float, float]:
     """(forward, backward) seconds of layer `i`'s attention core on this rank (0, 0 without one): the measured FLOPs
     per (query, key) pair on the pairs its kernel computes, at the kernel's rate, floored by reading Q, K, V and
     writing O (``layer._layer_cost_uncached``'s attention terms)."""
@@ -454,17 +421,17 @@ def _core_seconds(ctx: _Ctx, step: MeasuredStep, i: int) -> tuple[float, float]:
     sliding = window < S
     attn_f = attention_seconds(dev, kernel, work, hd, window, causal=True, backward=False, fp8=fp8,
                                efficiency=ctx.eff, windowed=sliding)
-    attn_b = attention_seconds(dev, kernel, 2.5 * work, hd, window, causal=True, backward=True, fp8=fp8,
+    attn_b = attention_seconds(dev, kernel, ATTENTION_BACKWARD * work, hd, window, causal=True, backward=True, fp8=fp8,
                                efficiency=ctx.eff, windowed=sliding)
     # the kernel's memory floor: Q and O (2·heads·d_head = core / 2 per token), K and V (the measured cache)
     kv = next((k.elements_per_token for k in step.model.kv if k.layer == i), 0)
     qkvo = b * S * (step.core[i] / 2 / tp + kv / tp) * act
     attn_f = max(attn_f, stream_seconds(qkvo, dev, ctx.eff))
-    attn_b = max(attn_b, stream_seconds(2.5 * qkvo, dev, ctx.eff))
+    attn_b = max(attn_b, stream_seconds(ATTENTION_BACKWARD * qkvo, dev, ctx.eff))
     return attn_f, attn_b
 
 
-def _scan_seconds(ctx: _Ctx, step: MeasuredStep, i: int) -> float:
+def _scan_seconds(ctx: StepContext, step: MeasuredStep, i: int) -> float:
     """Forward seconds of a state layer's scan and short convolution on this rank (0 for other layers): memory-bound
     passes reading what its input projection wrote and reading and writing its output projection's input,
     T·(n_in + 2·E)·bytes at the HBM rate, n_in the input projection's width and E the output projection's input width
@@ -480,18 +447,16 @@ def _scan_seconds(ctx: _Ctx, step: MeasuredStep, i: int) -> float:
     return stream_seconds(ctx.tokens * (n_in + 2 * inner) * ctx.act, ctx.dev, ctx.eff)
 
 
-def _head_and_embedding(ctx: _Ctx, step: MeasuredStep) -> tuple[StageTimes, StageTimes]:
+def _head_and_embedding(ctx: StepContext, step: MeasuredStep) -> tuple[StageTimes, StageTimes]:
     """The LM head GEMM (split as the plan says) and the loss over its fp32 logits, and the embedding lookup's
     gather and scatter-add (``layer._head_times`` / ``_embedding_times``' terms)."""
     T, lay, head = ctx.tokens, ctx.lay, step.head
     assert head is not None  # MeasuredStep.of refuses a model without one
-    vocab = head.n / lay.tp if head.split == "column" else head.n
-    f, d, w = ctx.gemm(T * head.rows_per_token, head.k, vocab)
-    loss = stream_seconds(T * vocab * 4 * 3, ctx.dev, ctx.eff)
-    nbytes = T * step.d_model * ctx.act
+    split = lay.tp if head.split == "column" else 1
+    f, d, w = ctx.gemm(T * head.rows_per_token, head.k, head.n / split)
+    loss = loss_seconds(T, head.n, split, ctx.dev, ctx.eff)
     return (StageTimes(fwd=f + loss, bwd_input=d, bwd_weight=w, gemm_fwd=f),
-            StageTimes(fwd=stream_seconds(nbytes, ctx.dev, ctx.eff), bwd_weight=stream_seconds(3 * nbytes, ctx.dev,
-                                                                                              ctx.eff)))
+            embedding_times(T, step.d_model, ctx.act, ctx.dev, ctx.eff))
 
 
 @dataclass(frozen=True)
@@ -509,13 +474,15 @@ def predict_measured(step: MeasuredStep, device: Device, lay: Layout, seq_len: i
                      model_flops: float, hardware_flops: float, causal: bool) -> MeasuredPrediction:
     """The predicted step of `lay` for a measured model: per layer ``_layer_cost``, the stages as
     ``layout.stage_split`` splits the layers (embedding on the first, LM head on the last), the pipeline, DP and
-    optimizer by ``prediction.pipeline_step`` / ``_dp_and_optimizer``. `model_flops` / `hardware_flops`: the step's,
+    optimizer by ``prediction.pipeline_step`` / ``dp_and_optimizer``. `model_flops` / `hardware_flops`: the step's,
     counted by torch on transformers' forward (``fallback.step_flops``)."""
     if recompute == "selective":
         raise LlmcalcError(f"--recompute selective: {step.model.model_type} is measured by transformers, whose "
                            "forward is not split into the modules a selective recomputation re-runs; use none or full")
     rec = lookup(RECIPES, "recipe", recipe)
-    ctx = _Ctx(cast(Any, _SpecView(step)), device, lay, seq_len, rec, eff=KERNEL_EFFICIENCY)
+    # the context's model is the measured step itself: of it the collectives, DP and assumptions read d_model and
+    # is_moe (p2p_seconds, step_assumptions), the layer costs nothing (measured_step's own, above)
+    ctx = StepContext(cast(Any, step), device, lay, seq_len, rec, eff=KERNEL_EFFICIENCY)
     v = chunks_per_rank(lay.schedule, lay.vpp)
     n_stages = lay.pp * v
     split = stage_split(step.n_layers, lay, n_stages)
@@ -536,21 +503,21 @@ def predict_measured(step: MeasuredStep, device: Device, lay: Layout, seq_len: i
             total.add(head)
         stages.append(total)
     fwd, bwd, wgt = stage_passes(stages, range(n_stages), lay.schedule)
-    p2p = _p2p_seconds(ctx) if lay.pp > 1 else 0.0
+    p2p = p2p_seconds(ctx) if lay.pp > 1 else 0.0
     bound, exact, plain = path_bounds(lay.schedule, lay.pp, lay.grad_accum, fwd, bwd, w=wgt, vpp=lay.vpp,
                                       p2p_time=p2p)
     groups = [(r, tuple(stage_of(lay.schedule, r, c, lay.pp) for c in range(v))) for r in range(lay.pp)]
     infos = {r: _rank_dp(ctx, step, rank_stages, split) for r, rank_stages in groups}
-    dp, opt = _dp_and_optimizer(ctx, stages, split, starts, v=v, groups=groups, infos=infos)
-    prep = _Prepared(ctx, causal, recompute, stages, split, fwd=fwd, bwd=bwd, wgt=wgt, p2p=p2p, bound=bound,
-                     exact=exact, dp=dp, optimizer=opt, plain_bound=plain, groups=groups)
+    dp, opt = dp_and_optimizer(ctx, stages, split, starts, v=v, groups=groups, infos=infos)
+    prep = Prepared(ctx, causal, recompute, stages, split, fwd=fwd, bwd=bwd, wgt=wgt, p2p=p2p, bound=bound,
+                    exact=exact, dp=dp, optimizer=opt, plain_bound=plain, groups=groups)
     seconds, breakdown, how = pipeline_step(prep)
-    assumptions = _assumptions(ctx, recompute)
+    assumptions = step_assumptions(ctx, recompute)
     if lay.pp > 1:
         assumptions["pipeline"] = how
     sources = measured_from(step)
     notes = [f"layers per pipeline stage ({n_stages} stages = pp {lay.pp} x {v} chunk{'s' if v > 1 else ''}): "
-             + _describe_split(split), *(f"measured by transformers, {k}: {text}" for k, text in sources.items()),
+             + describe_split(split), *(f"measured by transformers, {k}: {text}" for k, text in sources.items()),
              "assumed: " + "; ".join(f"{k} {val}" for k, val in assumptions.items())]
     return MeasuredPrediction(cast(Any, step.model), device, lay, seq_len, causal=causal, recompute=recompute,
                               step_seconds=seconds, breakdown=breakdown, model_flops=model_flops,
@@ -558,8 +525,8 @@ def predict_measured(step: MeasuredStep, device: Device, lay: Layout, seq_len: i
                               recipe=rec.name, assumptions=assumptions, measured_from=sources)
 
 
-def _rank_dp(ctx: _Ctx, step: MeasuredStep, rank_stages: tuple[int, ...], split: list[int]) -> Any:
-    """``dp._one_rank_dp`` for one pipeline rank holding `rank_stages`: its parameters (and routed experts among them)
+def _rank_dp(ctx: StepContext, step: MeasuredStep, rank_stages: tuple[int, ...], split: list[int]) -> Any:
+    """``dp.one_rank_dp`` for one pipeline rank holding `rank_stages`: its parameters (and routed experts among them)
     from the measured tensors of its layers, the embedding on the first stage, the final norm and head on the last
     (and, under pp > 1, the tied embedding's copy there)."""
     n_stages = len(split)
@@ -574,7 +541,7 @@ def _rank_dp(ctx: _Ctx, step: MeasuredStep, rank_stages: tuple[int, ...], split:
         params += emb if st == 0 else 0.0
         if st == n_stages - 1:
             params += final + (emb if step.tie_embeddings and st != 0 else 0.0)  # pp > 1: the tied copy
-    return _one_rank_dp(ctx, params, experts, n_layers, per_layer=params / max(1, n_layers))
+    return one_rank_dp(ctx, params, experts, n_layers, per_layer=params / max(1, n_layers))
 
 
 def measured_from(step: MeasuredStep) -> dict[str, str]:
@@ -696,11 +663,11 @@ def rank_measured_layouts(model: MeasuredModel, gpu: str, n_gpus: int, seq_len: 
                           reserve_gib: float = 0.0, **options: Any) -> Any:  # long: the search's phases in order
     """`layout` for a measured model: tp over the divisors of GPUs per node that transformers' plan can split,
     pp dividing the GPUs (up to the layers, 64 at most), micro-batch 1, 2 or 4, vpp 2 or 4 where the micro-batches
-    are a multiple of pp, as ``layout._candidates``; ZeRO-1, else ZeRO-3 where dp > 1, whichever first fits
+    are a multiple of pp, as ``layout.layout_candidates``; ZeRO-1, else ZeRO-3 where dp > 1, whichever first fits
     (``measured_stage_peak``, no recomputation: the measured activations are of a forward that recomputes
     nothing); each fitting layout predicted exactly (``predict_measured``) and ranked by throughput; MFU against the
     dense `dtype` peak."""
-    from .step.search import LayoutSearch, _why_they_lose, reserved_capacity
+    from .step.search import LayoutSearch, reserved_capacity, why_they_lose
     from .step.train import global_batch_sequences, networked_device
 
     batch = global_batch_sequences(global_batch, global_batch_tokens, seq_len, required=True)
@@ -769,5 +736,5 @@ def rank_measured_layouts(model: MeasuredModel, gpu: str, n_gpus: int, seq_len: 
                            f"{batch} (of the layouts tried, {counts['oom']:,} do not fit in memory and "
                            f"{counts['invalid']:,} contradict the model): use more GPUs or a larger --global-batch")
     return LayoutSearch(spec=cast(Any, model), gpu=gpu, n_gpus=n_gpus, seq_len=seq_len, global_batch=batch,
-                        ranked=ranked, losers=_why_they_lose(ranked, oom, capacity), counts=counts, recipe=recipe,
+                        ranked=ranked, losers=why_they_lose(ranked, oom, capacity), counts=counts, recipe=recipe,
                         optimizer=optimizer, reserve_gib=reserve_gib)

@@ -53,7 +53,8 @@ The package, one concept per module (imports flow down this list, never back):
 - ``cache``: the caches a layout search shares (``clear_caches``) and the ids standing for big objects in keys;
 - ``layout``: ``Layout`` and its rank order's strides, ``make_layout`` and every check of a setting, the layouts a
   search tries, ``stage_split``;
-- ``context``: ``_Ctx``, one prediction's fixed inputs and the GEMM / HBM-stream times they imply; ``StageTimes``;
+- ``context``: ``StepContext``, one prediction's fixed inputs and the GEMM / HBM-stream times they imply;
+  ``StageTimes``;
 - ``attention``, ``collectives``, ``moe``: the attention core (and scans, the indexer), the collectives of a layer
   and where their groups sit (TP, CP, EP, PP sends), one MoE block;
 - ``layer``: one layer's cost composed of those terms; the embedding, LM head and MTP modules;

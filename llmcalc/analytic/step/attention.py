@@ -10,11 +10,17 @@ from ..flops import indexer_ops
 from ..kernels import Device, attention_seconds, gemm_seconds, stream_seconds
 from .cache import _CACHES, _cached, _token
 from .collectives import _cp_exposed
-from .context import _Ctx
+from .context import StepContext
 from .layout import Layout
 
+# A fused (flash) attention core's backward over its forward: 2.5 x the FLOPs (the forward's two matmuls, QKᵀ and PV,
+# against the backward's five: S = QKᵀ again, dV = Pᵀ·dO, dP = dO·Vᵀ, dQ = dS·K, dK = dSᵀ·Q; FlashAttention's own
+# count, Dao-AILab/flash-attention benchmarks/benchmark_flash_attention.py: bwd = 2.5 x fwd), and 2.5 x the bytes of
+# its memory floor (Q, K, V, O, dO read and dQ, dK, dV written, against Q, K, V read and O written).
+ATTENTION_BACKWARD = 2.5
 
-def _attention_core(ctx: _Ctx, i: int, kind: str) -> tuple[float, float, float, float]:
+
+def _attention_core(ctx: StepContext, i: int, kind: str) -> tuple[float, float, float, float]:
     """(forward, backward, exposed CP forward, exposed CP backward) seconds of one layer's attention core on this
     rank: the pairs the kernel computes (``ModelSpec.attended_pairs``: causal, windowed, chunked), split over the
     heads of tp and the sequence of cp, at the kernel's rate for the shape (``kernels.attention_seconds``)."""
@@ -45,21 +51,21 @@ def _attention_core(ctx: _Ctx, i: int, kind: str) -> tuple[float, float, float, 
                                  efficiency=eff)
                + _attention_seconds(dev, kernel, rest, head_dim, blk, causal=False, backward=False, fp8=fp8,
                                    efficiency=eff))
-        bwd = (_attention_seconds(dev, kernel, 2.5 * first, head_dim, near, causal=True, backward=True, fp8=fp8,
-                                 efficiency=eff)
-               + _attention_seconds(dev, kernel, 2.5 * rest, head_dim, blk, causal=False, backward=True, fp8=fp8,
-                                   efficiency=eff))
+        bwd = (_attention_seconds(dev, kernel, ATTENTION_BACKWARD * first, head_dim, near, causal=True, backward=True,
+                                  fp8=fp8, efficiency=eff)
+               + _attention_seconds(dev, kernel, ATTENTION_BACKWARD * rest, head_dim, blk, causal=False, backward=True,
+                                    fp8=fp8, efficiency=eff))
     else:
         sliding = window < S  # a window over a longer sequence (kernels.CUDNN_WINDOWED), not a short sequence
         fwd = _attention_seconds(dev, kernel, work, head_dim, window, causal=True, backward=False, fp8=fp8,
                                 efficiency=ctx.eff, windowed=sliding)
-        bwd = _attention_seconds(dev, kernel, 2.5 * work, head_dim, window, causal=True, backward=True, fp8=fp8,
-                                efficiency=ctx.eff, windowed=sliding)
+        bwd = _attention_seconds(dev, kernel, ATTENTION_BACKWARD * work, head_dim, window, causal=True, backward=True,
+                                 fp8=fp8, efficiency=ctx.eff, windowed=sliding)
     # the kernel also reads Q, K, V and writes O (and the backward their gradients): its memory floor
     kv_heads = max(1.0, spec.n_kv_heads / tp)
     qkvo = b * S / cp * (2 * heads * (dqk + dv) / 2 + 2 * kv_heads * dqk) * ctx.act
     fwd = max(fwd, stream_seconds(qkvo, dev, ctx.eff))
-    bwd = max(bwd, stream_seconds(2.5 * qkvo, dev, ctx.eff))
+    bwd = max(bwd, stream_seconds(ATTENTION_BACKWARD * qkvo, dev, ctx.eff))
     if ring > 1 and lay.cp_comm in ("p2p", "a2a+p2p") and ctx.attention == "flash":
         out_elements = b * S / cp * heads * dv
         merged = 4.0 if fp8 else ctx.act  # the partial outputs are merged in fp32 under FP8 attention
@@ -120,7 +126,7 @@ def _attention_seconds(dev: Device, kernel: str, flops: float, head_dim: float, 
     return flops / (rate * efficiency)
 
 
-def _indexer_scores_seconds(ctx: _Ctx, i: int) -> float:
+def _indexer_scores_seconds(ctx: StepContext, i: int) -> float:
     """Forward seconds of layer `i`'s lightning-indexer scores on this rank (DeepSeek Sparse Attention:
     DeepSeek-V3.2, GLM-5; DeepSeek-V4's CSA layers): q·kᵀ of the index_n_heads indexer heads of index_head_dim
     against every key (or the compressed entries), and their head weighting (``flops.indexer_ops``), for the whole
@@ -135,7 +141,7 @@ def _indexer_scores_seconds(ctx: _Ctx, i: int) -> float:
                              backward=False, fp8=lay.fp8_attention, efficiency=ctx.eff)
 
 
-def _scan_seconds(ctx: _Ctx, kind: str) -> tuple[float, float]:
+def _scan_seconds(ctx: StepContext, kind: str) -> tuple[float, float]:
     """(forward, backward) seconds of a state-space mixer's scan on this rank. Mamba-2's SSD and Gated DeltaNet run
     chunked: per token and head 2·Q·(N + P) + 4·N·P tensor-core FLOPs for chunk length Q (Dao & Gu 2024 sec. 6;
     Gated DeltaNet's chunked delta rule adds 2·Q·N for its WY transform, Yang et al. 2024), at the attention

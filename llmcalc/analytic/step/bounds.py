@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ...records import dataclass
 from ...spec import ModelSpec
 from ..kernels import Device
-from ..memory import Recipe
+from ..memory import RECIPES, Recipe, lookup
 from ..pipeline import chunks_per_rank, stage_of
 from .cache import _CACHES, _cached, _cached_in, _interned, _token
-from .collectives import _p2p_seconds
-from .context import StageTimes, _context, _context_in, _Ctx, _layer_kind
+from .collectives import p2p_seconds
+from .context import StageTimes, StepContext, _context, _context_in, _layer_kind
 from .dp import _dp_key, _holdings, _param_summary, _rank_dp, _rank_holdings, _rank_optimizer
 from .layer import _embedding_times, _head_times, _layer_cost, _mtp_times
 from .layout import Layout
@@ -21,7 +22,7 @@ from .stages import _stage_cost, _stage_plan
 FLOOR_MARGIN = 1e-9  # _step_floor's relative margin below its path sums: no rounding lifts it above a step
 
 
-def _work_floor(ctx: _Ctx) -> float:
+def _work_floor(ctx: StepContext) -> float:
     """The first, cheapest floor of a layout's step (search_layouts orders every layout by it): its micro-batches'
     work at recompute none spread evenly over the pipeline ranks, m x (every layer's forward, backward and weight
     gradient + the embedding, LM head and MTP layers) / pp. The busiest rank does at least the average of all ranks'
@@ -56,7 +57,7 @@ def _spread_work(lay: Layout, work: float) -> float:
 
 
 def _step_floor(spec: ModelSpec, dev: Device, lay: Layout, seq_len: int, rec: Recipe,
-                recompute: str, ctx: _Ctx | None = None) -> tuple[float, _Ctx, tuple]:
+                recompute: str, ctx: StepContext | None = None) -> tuple[float, StepContext, tuple]:
     """(a lower bound of the makespan of `lay`'s pipeline (flash attention) at recomputation `recompute` or more,
     whatever its ZeRO stage; the context and the stage structure _optimizer_floor reads). The bound is the longest
     of the dependency paths of pipeline.path_bound, one per group of identical pipeline ranks: the first micro-batch's
@@ -85,7 +86,7 @@ def _step_floor(spec: ModelSpec, dev: Device, lay: Layout, seq_len: int, rec: Re
     if paths is None:
         paths = cache[key] = _floor_paths(ctx, n_stages, v, recompute)
     m = lay.grad_accum
-    p2p = _p2p_seconds(ctx) if lay.pp > 1 else 0.0
+    p2p = p2p_seconds(ctx) if lay.pp > 1 else 0.0
     floor = 0.0
     for before, busy, own, hops in paths[0]:  # max(floor, path, own): a later value only where greater
         path = before + m * busy + hops * p2p
@@ -97,7 +98,7 @@ def _step_floor(spec: ModelSpec, dev: Device, lay: Layout, seq_len: int, rec: Re
     return floor * (1 - FLOOR_MARGIN), ctx, paths
 
 
-def _rank_floor(ctx: _Ctx) -> float:
+def _rank_floor(ctx: StepContext) -> float:
     """A floor of `ctx`'s layout's step between _work_floor's and _step_floor's at recompute none, far cheaper than
     the latter: _step_floor's paths without their activation sends (p2p >= 0), each stage's passes summed piece by
     piece (a layer kind with its recomputation, the embedding, the LM head, an MTP layer: each piece's passes once
@@ -125,7 +126,7 @@ def _first_floors(inputs: tuple, lay: Layout, caches: tuple[dict, dict], shape: 
                   ranks: bool = False) -> float:
     """_work_floor of `lay` (the floor search_layouts orders every layout by first), or with `ranks` its _rank_floor
     (taken second), from its layer-cost caches (`caches`: _layer_cache's) and _floor_shape (`shape`), the same
-    floats; its _Ctx is built only where the caches lack the whole model's work or the pieces' passes. `inputs`:
+    floats; its StepContext is built only where the caches lack the whole model's work or the pieces' passes. `inputs`:
     _context's (spec, device, sequence, recipe)."""
     cache = caches[0]
     work_key, rank_list, _, list_key, zb = shape
@@ -153,7 +154,7 @@ def _ranks_floor(ranks: tuple, passes: list, zb: bool, m: int) -> float:
     return floor * (1 - 2 * FLOOR_MARGIN)
 
 
-def _piece_list(ctx: _Ctx, shape: tuple) -> list[tuple[float, float]]:
+def _piece_list(ctx: StepContext, shape: tuple) -> list[tuple[float, float]]:
     """The passes of _floor_shape's pieces (_piece_passes) in `ctx`'s layer-cost cache, in their order: a list per
     distinct tuple of pieces, each piece's once per cache."""
     _, _, pieces, list_key, zb = shape
@@ -172,7 +173,7 @@ def _piece_list(ctx: _Ctx, shape: tuple) -> list[tuple[float, float]]:
     return passes
 
 
-def _piece_passes(ctx: _Ctx, piece: tuple, zb: bool) -> tuple[float, float]:
+def _piece_passes(ctx: StepContext, piece: tuple, zb: bool) -> tuple[float, float]:
     """(forward + backward, weight gradient: 0 unless `zb` splits it off) of one micro-batch of one piece of a stage
     (_rank_pieces'), stage_passes' sums of its StageTimes (_passes)."""
     what = piece[0]
@@ -217,7 +218,7 @@ def _rank_pieces(spec: ModelSpec, n_stages: int, lay: Layout, v: int) -> tuple:
                               lay.last_stage_layers, v, lay.mtp_layers, lay.pipeline_layout), make)
 
 
-def _floor_paths(ctx: _Ctx, n_stages: int, v: int, recompute: str) -> tuple:
+def _floor_paths(ctx: StepContext, n_stages: int, v: int, recompute: str) -> tuple:
     """_step_floor's paths of one layer-cost cache and stage plan, whatever the micro-batch count: per group of
     identical ranks (its last rank: pipeline.path_bounds' `ranks`) the forward and backward of the stages before its
     first chunk, its own forward + backward of one micro-batch, the same with its weight gradients, and its number of
@@ -259,7 +260,8 @@ def _rank_sums(before: Sequence[tuple[int, float]], mine: Sequence[tuple[int, fl
     return path, busy, own
 
 
-def _composition_passes(ctx: _Ctx, composition: tuple, recompute: str, cid: int | None = None) -> tuple[float, Any]:
+def _composition_passes(ctx: StepContext, composition: tuple, recompute: str,
+                        cid: int | None = None) -> tuple[float, Any]:
     """(forward + backward, weight gradient or None) of one micro-batch on a stage of this composition, as
     stage_passes gives them for the layout's schedule (the weight gradient split off by a zero-bubble one, else
     None); cached with the stage's cost (`cid`: the composition's _interned id, where the caller has it)."""
@@ -321,12 +323,12 @@ def _floor_ranks_uncached(plan: tuple, schedule: str, pp: int, v: int) -> tuple:
     return tuple(ranks), tuple(split), [r for r, _ in rank_groups]
 
 
-def _optimizer_floor(ctx: _Ctx, paths: tuple, with_dp: bool = True) -> tuple[float, float]:
+def _optimizer_floor(ctx: StepContext, paths: tuple, with_dp: bool = True) -> tuple[float, float]:
     """(the optimizer step of the layout in `ctx`, at least its exposed DP communication), each the most loaded
-    rank's as _dp_and_optimizer takes them. The optimizer step is the same with ZeRO-1 and ZeRO-3 (_one_rank_dp
+    rank's as dp_and_optimizer takes them. The optimizer step is the same with ZeRO-1 and ZeRO-3 (one_rank_dp
     shards it over dp x cp either way), so ZeRO-1's is taken whatever the layout's stage; the DP floor is the
     layout's own stage's: the last bucket's reduction and the first's gather (overlapped ZeRO-1/2), one FSDP unit's
-    transfers per micro-batch (ZeRO-3), every collective (not overlapped), the parts _dp_and_optimizer's exposed
+    transfers per micro-batch (ZeRO-3), every collective (not overlapped), the parts dp_and_optimizer's exposed
     time is at least whatever the stage times. `with_dp` False: the optimizer alone (`_rank_optimizer`, without the
     collectives _rank_dp prices), DP floor 0."""
     lay = ctx.lay
@@ -360,3 +362,36 @@ def _optimizer_floor(ctx: _Ctx, paths: tuple, with_dp: bool = True) -> tuple[flo
             exposed = reduce + gather
         dp = max(dp, exposed)
     return opt, dp
+
+
+@dataclass(frozen=True)
+class LayoutFloors:
+    """Lower bounds of one layout's step (flash attention, no dropout) in the order the pruned search
+    (``search.search_layouts``) tightens them, each at most the next (up to FLOOR_MARGIN's rounding) and all at most
+    the step ``prediction.predict`` gives the layout at the recomputation they are taken for, simulated or with
+    the pipeline's bound (``simulated=False``): the search stops once the least floor left cannot beat its `top`-th
+    step, so a floor above a step would drop a layout that wins."""
+
+    work: float  # every rank's average work at recompute none: m x the whole model's passes / pp (_work_floor)
+    ranks: float  # the pipeline's dependency paths without their sends, summed piece by piece (_rank_floor)
+    paths: float  # the pipeline's dependency paths at recompute none, sends included (_step_floor)
+    optimizer: float  # paths + the optimizer step (the same whatever the ZeRO stage)
+    setting: float  # the paths at `recompute` + the optimizer step
+    step: float  # setting + the DP communication that stays exposed at the layout's own ZeRO stage
+
+
+def layout_floors(spec: ModelSpec, dev: Device, lay: Layout, seq_len: int, recipe: str = "bf16-mixed",
+                  recompute: str = "none") -> LayoutFloors:
+    """The floors of `lay`'s step the pruned search takes in turn (``LayoutFloors``), from the same layer-cost caches
+    as the search and ``predict`` (``_context``); `recompute`: the recomputation the last two are taken at (the
+    search's: the least that fits)."""
+    rec = lookup(RECIPES, "recipe", recipe)
+    margin = 1 - FLOOR_MARGIN
+    ctx = _context(spec, dev, lay, seq_len, rec)
+    work, ranks = _work_floor(ctx), _rank_floor(ctx)
+    paths, ctx, structure = _step_floor(spec, dev, lay, seq_len, rec, recompute="none", ctx=ctx)
+    optimizer = paths + _optimizer_floor(ctx, structure, with_dp=False)[0] * margin
+    floor, ctx, structure = _step_floor(spec, dev, lay, seq_len, rec, recompute=recompute, ctx=ctx)
+    opt, dp = _optimizer_floor(ctx, structure)
+    return LayoutFloors(work=work, ranks=ranks, paths=paths, optimizer=optimizer, setting=floor + opt * margin,
+                        step=floor + (opt + dp) * margin)

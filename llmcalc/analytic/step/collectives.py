@@ -9,11 +9,12 @@ from ...records import replaced
 from .. import comm
 from .cache import _cached, _token
 from .constants import EP_OVERLAP_SHARE, EP_OVERLAP_SMS
-from .context import StageTimes, _Ctx
+from .context import StageTimes, StepContext
 from .layout import _stride
 
 
-def add_tp_comm(t: StageTimes, ctx: _Ctx, d_model: int, blocks: float, passes: int, fwd: float, bwd: float) -> None:
+def add_tp_comm(t: StageTimes, ctx: StepContext, d_model: int, blocks: float, passes: int, fwd: float,
+                bwd: float) -> None:
     """A layer's TP collectives into `t`: an all-gather before and a reduce-scatter after each of its `blocks`
     tensor-parallel sub-blocks (all-reduce without SP), in each of `passes` passes (forward, backward, the
     recomputed forward), the group placed by the rank order (its stride: members in other nodes pay the network);
@@ -41,7 +42,7 @@ def add_tp_comm(t: StageTimes, ctx: _Ctx, d_model: int, blocks: float, passes: i
         t.comm_fwd += tpt / passes
 
 
-def add_ep_comm(t: StageTimes, ctx: _Ctx, ep_fwd: float, ep_bwd: float) -> None:
+def add_ep_comm(t: StageTimes, ctx: StepContext, ep_fwd: float, ep_bwd: float) -> None:
     """A MoE layer's dispatch / combine all-to-alls (`ep_fwd`, `ep_bwd` seconds, a recomputed forward's included)
     into `t`: exposed, or with --ep-overlap EP_OVERLAP_SHARE of them under the other micro-batch's compute, whose
     SMs they hold slowing that compute by EP_OVERLAP_SMS / the device's SMs. Shared by the formula path and the
@@ -57,7 +58,7 @@ def add_ep_comm(t: StageTimes, ctx: _Ctx, ep_fwd: float, ep_bwd: float) -> None:
         t.comm_fwd += ep_fwd
 
 
-def _cp_exposed(ctx: _Ctx, i: int, fwd: float, bwd: float) -> tuple[float, float]:
+def _cp_exposed(ctx: StepContext, i: int, fwd: float, bwd: float) -> tuple[float, float]:
     """Exposed context-parallel communication of one layer (forward, backward), by ``Layout.cp_comm``."""
     spec, lay, net = ctx.spec, ctx.lay, ctx.dev.network
     cp, tp = lay.cp, lay.tp
@@ -129,7 +130,7 @@ def _tp_exposed(comm_per_pass: float, gemm_per_pass: float, passes: int) -> floa
     return passes * max(0.0, comm_per_pass - gemm_per_pass)
 
 
-def _p2p_seconds(ctx: _Ctx) -> float:
+def p2p_seconds(ctx: StepContext) -> float:
     """Seconds of one micro-batch's activation sent to the next pipeline rank (``comm.pp_collectives``), once per
     shape; kept per pp stride in the layer costs' dense cache too, whose key holds all else it reads (the model,
     network, tokens, activation bytes, tp and sequence parallelism)."""

@@ -1,5 +1,5 @@
-"""One prediction's fixed inputs (_Ctx): model, device, layout, sequence, recipe; the GEMM and HBM-stream times they
-imply; StageTimes, the seconds of one micro-batch on one stage by part."""
+"""One prediction's fixed inputs (StepContext): model, device, layout, sequence, recipe; the GEMM and HBM-stream times
+they imply; StageTimes, the seconds of one micro-batch on one stage by part."""
 
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ def gemm_table(inputs: GemmInputs, dev: Device) -> tuple[dict, Callable[[float, 
 
 
 @dataclass
-class _Ctx:
+class StepContext:
     """One prediction's fixed inputs, the rates they imply, and the per-layer-kind cache."""
 
     spec: ModelSpec
@@ -186,7 +186,7 @@ def _layer_cache(spec: ModelSpec, dev: Device, lay: Layout, seq: int, rec: Recip
 
 
 def _context(spec: ModelSpec, dev: Device, lay: Layout, seq_len: int, rec: Recipe, attention: str = "flash",
-             dropout: bool = False) -> _Ctx:
+             dropout: bool = False) -> StepContext:
     """The prediction context of `lay` with its layer-cost caches (_prepare's; the search's floors read the same,
     with flash attention and no dropout)."""
     caches = _layer_cache(spec, dev, lay, seq_len, rec, attention=attention, dropout=dropout)
@@ -194,9 +194,9 @@ def _context(spec: ModelSpec, dev: Device, lay: Layout, seq_len: int, rec: Recip
 
 
 def _context_in(inputs: tuple, lay: Layout, caches: tuple[dict, dict], attention: str = "flash",
-                dropout: bool = False) -> _Ctx:
+                dropout: bool = False) -> StepContext:
     """_context of `lay` with the layer-cost caches it was given (`caches`: _layer_cache's; `inputs`: (spec, device,
     sequence, recipe)), as the layout search builds each layout's."""
     spec, dev, seq_len, rec = inputs
-    return _Ctx(spec, dev, lay, seq_len, rec, attention=attention, dropout=dropout, eff=constants.KERNEL_EFFICIENCY,
-                cache=caches[0], dense_cache=caches[1])
+    return StepContext(spec, dev, lay, seq_len, rec, attention=attention, dropout=dropout,
+                       eff=constants.KERNEL_EFFICIENCY, cache=caches[0], dense_cache=caches[1])

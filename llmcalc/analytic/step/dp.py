@@ -16,16 +16,16 @@ from ..pipeline import stage_of
 from . import constants
 from .cache import _cached, _token
 from .constants import DP_BUCKET_PARAMS, MUON_NS_STEPS
-from .context import StageTimes, _Ctx
+from .context import StageTimes, StepContext
 from .layout import Layout, _group_per_node
 
 
-def _dp_and_optimizer(ctx: _Ctx, stages: list[StageTimes], split: list[int], starts: list[int],
-                      v: int, groups: list, infos: dict[int, tuple] | None = None) -> tuple[float, float]:
+def dp_and_optimizer(ctx: StepContext, stages: list[StageTimes], split: list[int], starts: list[int],
+                     v: int, groups: list, infos: dict[int, tuple] | None = None) -> tuple[float, float]:
     """(exposed DP communication, optimizer seconds) of the rank holding the most parameters: each rank's
     collectives and optimizer step (``_rank_dp``, the same for every layout of these degrees) against its own
     forward and backward of one micro-batch; once per group of ranks whose chunks are the same (`groups`,
-    _stage_plan's: they hold the same layers and parameters); `infos`: each rank's ``_one_rank_dp`` where the caller
+    _stage_plan's: they hold the same layers and parameters); `infos`: each rank's ``one_rank_dp`` where the caller
     counted its parameters (a model transformers measured), else ``_rank_dp``'s."""
     lay = ctx.lay
     worst_dp = worst_opt = 0.0
@@ -50,7 +50,7 @@ def _dp_and_optimizer(ctx: _Ctx, stages: list[StageTimes], split: list[int], sta
     return worst_dp, worst_opt
 
 
-def _rank_dp(ctx: _Ctx, split: tuple[int, ...], v: int, ranks: list[int],
+def _rank_dp(ctx: StepContext, split: tuple[int, ...], v: int, ranks: list[int],
              key: tuple | None = None) -> dict[int, tuple]:
     """For pipeline ranks `ranks`, what each one's data-parallel reductions and optimizer step cost, whatever the
     stage times: (layers, FSDP?, one FSDP unit's forward and backward transfer, total reduce and gather seconds per
@@ -62,7 +62,7 @@ def _rank_dp(ctx: _Ctx, split: tuple[int, ...], v: int, ranks: list[int],
                    lambda: _ranks_dp(ctx, key, split, v, ranks))
 
 
-def _dp_key(ctx: _Ctx, zero: int | None = None) -> tuple:
+def _dp_key(ctx: StepContext, zero: int | None = None) -> tuple:
     """What a rank's DP collectives and optimizer step read besides its parameters (_rank_dp's cache key); `zero`:
     that of the layout with this ZeRO stage instead of its own."""
     spec, lay, dev, rec = ctx.spec, ctx.lay, ctx.dev, ctx.recipe
@@ -73,7 +73,7 @@ def _dp_key(ctx: _Ctx, zero: int | None = None) -> tuple:
             lay.optimizer, lay.fp8_param_gather)
 
 
-def _ranks_dp(ctx: _Ctx, key: tuple, split: tuple[int, ...], v: int, ranks: list[int]) -> dict[int, tuple]:
+def _ranks_dp(ctx: StepContext, key: tuple, split: tuple[int, ...], v: int, ranks: list[int]) -> dict[int, tuple]:
     """_rank_dp for these ranks, one by one (`key`: the degrees' part of the cache key)."""
     out = {}
     holdings = _holdings(ctx, split, v)
@@ -82,18 +82,18 @@ def _ranks_dp(ctx: _Ctx, key: tuple, split: tuple[int, ...], v: int, ranks: list
         if held is None:
             held = holdings[r] = _rank_holdings(ctx, split, v, r)
         out[r] = _cached("params", ("rank dp", *key, *held),
-                         lambda: _one_rank_dp(ctx, *held))  # noqa: B023 (called at once)
+                         lambda: one_rank_dp(ctx, *held))  # noqa: B023 (called at once)
     return out
 
 
-def _holdings(ctx: _Ctx, split: tuple[int, ...], v: int) -> dict[int, tuple[float, float, int]]:
+def _holdings(ctx: StepContext, split: tuple[int, ...], v: int) -> dict[int, tuple[float, float, int]]:
     """The table of _rank_holdings per pipeline rank of `ctx`'s model, stage split, chunks per rank and schedule
     (what _rank_holdings reads besides the rank), filled by its callers as they ask for ranks: one key built per
     caller, not per rank."""
     return _cached("params", ("holdings", _token(ctx.spec), split, v, ctx.lay.schedule), dict)
 
 
-def _rank_holdings(ctx: _Ctx, split: tuple[int, ...], v: int, r: int) -> tuple[float, float, int]:
+def _rank_holdings(ctx: StepContext, split: tuple[int, ...], v: int, r: int) -> tuple[float, float, int]:
     """(parameters, routed-expert parameters, layers) pipeline rank `r` holds over its chunks (stage split `split`)."""
     spec, lay = ctx.spec, ctx.lay
     per_layer, emb, head, final, experts_per_layer, moe_before = _param_summary(spec)
@@ -112,7 +112,8 @@ def _rank_holdings(ctx: _Ctx, split: tuple[int, ...], v: int, r: int) -> tuple[f
     return params, experts, n_layers
 
 
-def _one_rank_dp(ctx: _Ctx, params: float, experts: float, n_layers: int, per_layer: float | None = None) -> tuple:
+def one_rank_dp(ctx: StepContext, params: float, experts: float, n_layers: int,
+                per_layer: float | None = None) -> tuple:
     """_rank_dp for one rank holding `params` parameters (`experts` of them routed experts) in `n_layers` layers
     (`per_layer`: one layer's parameters, for Muon's matrices; default the spec's)."""
     spec, lay, dev, rec = ctx.spec, ctx.lay, ctx.dev, ctx.recipe
@@ -151,7 +152,7 @@ def _one_rank_dp(ctx: _Ctx, params: float, experts: float, n_layers: int, per_la
 
 
 def _dp_mesh(lay: Layout, per_node: int) -> tuple[int, int, int, int, int]:
-    """_one_rank_dp's groups, once per degrees, rank order and node size: (the dense gradients' group, dp x cp:
+    """one_rank_dp's groups, once per degrees, rank order and node size: (the dense gradients' group, dp x cp:
     CP ranks hold the same weights; its members per node; its stride; the routed experts' data-parallel stride;
     its members per node)."""
     def make() -> tuple[int, int, int, int, int]:
@@ -163,9 +164,9 @@ def _dp_mesh(lay: Layout, per_node: int) -> tuple[int, int, int, int, int]:
     return _cached("params", ("dp mesh", lay.order, lay.tp, lay.cp, lay.pp, lay.dp, lay.ep, lay.etp, per_node), make)
 
 
-def _rank_optimizer(ctx: _Ctx, params: float, experts: float, n_layers: int, per_layer: float,
+def _rank_optimizer(ctx: StepContext, params: float, experts: float, n_layers: int, per_layer: float,
                     zero: int | None = None) -> float:
-    """_one_rank_dp's optimizer step: the rank's dense and routed-expert shards (`params`, `experts` of them routed,
+    """one_rank_dp's optimizer step: the rank's dense and routed-expert shards (`params`, `experts` of them routed,
     in `n_layers` layers of `per_layer` parameters), each ZeRO-sharded over its data-parallel group (ZeRO >= 1);
     `zero`: that of the layout with this ZeRO stage instead of its own (nothing else here reads the stage)."""
     lay = ctx.lay
@@ -226,7 +227,7 @@ def _dp_colls(params: float, rec: Recipe, group: int, zero: int, stride: int, me
             for c in colls]
 
 
-def _optimizer_seconds(ctx: _Ctx, local: float, layers: tuple[float, int], shards: int, on_gpu: float) -> float:
+def _optimizer_seconds(ctx: StepContext, local: float, layers: tuple[float, int], shards: int, on_gpu: float) -> float:
     """The optimizer step over this GPU's `local` parameters: memory-bound (gradient, master weights and the
     optimizer's states read and written, the new weights written: AdamW's two states), and for Muon (one momentum
     state, and MUON_NS_STEPS Newton-Schulz iterations per weight matrix, 4·m²·n + 2·m³ FLOPs each for an m x n

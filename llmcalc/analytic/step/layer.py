@@ -13,7 +13,7 @@ from . import constants
 from .attention import _attention_core, _indexer_scores_seconds, _scan_seconds
 from .cache import _cached, _cached_in, _token
 from .collectives import add_ep_comm, add_tp_comm
-from .context import StageTimes, _Ctx, _layer_kind
+from .context import StageTimes, StepContext, _layer_kind
 from .layout import FUSED_GEMMS, REPLICATED, ROW_PARALLEL, STREAMED, Layout
 from .moe import _moe_cost
 
@@ -36,14 +36,15 @@ def _part_shape(spec: ModelSpec, group: str, part: str, flops: float, tokens: fl
     return k, flops / (2 * tokens * k), "replicated" if part in REPLICATED else "column"
 
 
-def _layer_times(spec: ModelSpec, layer: int, lay: Layout, seq_len: int, causal: bool = True, recompute: str = "none",
-                 dev: Device | None = None, act_bytes: float = 2, attention: str = "flash", dropout: bool = False,
-                 recipe: str = "bf16-mixed") -> StageTimes:
-    """One layer's StageTimes (tests and callers outside predict; `causal` counts FLOPs only, the kernel runs what a
-    decoder computes; `act_bytes` is the recipe's)."""
+def layer_times(spec: ModelSpec, layer: int, lay: Layout, seq_len: int, causal: bool = True, recompute: str = "none",
+                dev: Device | None = None, act_bytes: float = 2, attention: str = "flash", dropout: bool = False,
+                recipe: str = "bf16-mixed") -> StageTimes:
+    """One layer's StageTimes on one rank for one micro-batch of `lay`, as ``predict`` costs it (the same terms,
+    at KERNEL_EFFICIENCY), for callers outside a prediction and tests; `causal` counts FLOPs only (the kernel runs
+    what a decoder computes); `act_bytes` replaces the recipe's activation bytes; `dev`: H100 SXM unless given."""
     rec = lookup(RECIPES, "recipe", recipe)
-    ctx = _Ctx(spec, dev or device_for("h100-sxm"), lay, seq_len, replace(rec, act_bytes=act_bytes),
-               attention=attention, dropout=dropout, eff=constants.KERNEL_EFFICIENCY)
+    ctx = StepContext(spec, dev or device_for("h100-sxm"), lay, seq_len, replace(rec, act_bytes=act_bytes),
+                      attention=attention, dropout=dropout, eff=constants.KERNEL_EFFICIENCY)
     return _layer_cost(ctx, layer, _recomputes(lay, recompute, layer, 0))
 
 
@@ -59,7 +60,7 @@ def _recomputes(lay: Layout, recompute: str, layer: int, first_in_chunk: int) ->
     return frozenset()
 
 
-def _layer_cost(ctx: _Ctx, i: int, rec: frozenset[str]) -> StageTimes:
+def _layer_cost(ctx: StepContext, i: int, rec: frozenset[str]) -> StageTimes:
     kinds = ctx.dense_cache.get(_KINDS)  # the model's _kinds_of, kept in the dense cache (whose key holds the model)
     if kinds is None:
         spec = ctx.spec
@@ -76,7 +77,8 @@ def _layer_cost(ctx: _Ctx, i: int, rec: frozenset[str]) -> StageTimes:
 _KINDS = ("kinds",)  # _layer_cost's key of the layers' kinds in a dense cache
 
 
-def _layer_cost_uncached(ctx: _Ctx, i: int, rec: frozenset[str]) -> StageTimes:  # long: one layer's terms in order
+def _layer_cost_uncached(ctx: StepContext, i: int,  # long: one layer's terms in order
+                         rec: frozenset[str]) -> StageTimes:
     spec, lay = ctx.spec, ctx.lay
     tp, T, D, act = lay.tp, ctx.tokens, spec.d_model, ctx.act
     sp = tp if lay.sequence_parallel else 1
@@ -149,7 +151,7 @@ def _layer_cost_uncached(ctx: _Ctx, i: int, rec: frozenset[str]) -> StageTimes: 
     return t
 
 
-def _layer_prefix(ctx: _Ctx, i: int, rec: frozenset[str]) -> tuple:
+def _layer_prefix(ctx: StepContext, i: int, rec: frozenset[str]) -> tuple:
     """_layer_cost_uncached's terms up to the MoE block: (forward, input-gradient and weight-gradient GEMM seconds,
     recomputed forward seconds, the MoE block's FLOPs by part, elementwise forward bytes, attention-core and scan
     forward and backward seconds, exposed CP forward and backward), all read from the layout's dense fields; of `rec`
@@ -226,24 +228,36 @@ def _layer_ops_plan(spec: ModelSpec, i: int, T: float) -> tuple:
     return tuple(gemms), tuple(streamed), moe_parts
 
 
-def _head_times(ctx: _Ctx) -> StageTimes:
+def _head_times(ctx: StepContext) -> StageTimes:
     """LM head matmul (vocab split over tp) and the softmax/cross-entropy over the logits (fp32: written, read,
     gradient written), and the embedding lookup's gather and scatter-add."""
     spec, lay = ctx.spec, ctx.lay
     T = ctx.tokens
     f, d, w = ctx.gemm(T, spec.d_model, spec.vocab_size / lay.tp)
-    loss = stream_seconds(T * spec.vocab_size / lay.tp * 4 * 3, ctx.dev, ctx.eff)
+    loss = loss_seconds(T, spec.vocab_size, lay.tp, ctx.dev, ctx.eff)
     return StageTimes(fwd=f + loss, bwd_input=d, bwd_weight=w, gemm_fwd=f)
 
 
-def _embedding_times(ctx: _Ctx) -> StageTimes:
-    T = ctx.tokens
-    nbytes = T * ctx.spec.d_model * ctx.act
-    return StageTimes(fwd=stream_seconds(nbytes, ctx.dev, ctx.eff), bwd_weight=stream_seconds(3 * nbytes, ctx.dev,
-                                                                                              ctx.eff))
+def loss_seconds(tokens: float, vocab: float, tp: int, dev: Device, efficiency: float) -> float:
+    """The softmax / cross-entropy over one rank's logits (`vocab` / `tp` of them per token, fp32): the logits
+    written, read, and their gradient written, T·V/tp·4 B·3 at the HBM rate (memory-bound)."""
+    return stream_seconds(tokens * vocab / tp * 4 * 3, dev, efficiency)
 
 
-def _mtp_times(ctx: _Ctx, recompute: str) -> StageTimes:
+def _embedding_times(ctx: StepContext) -> StageTimes:
+    return embedding_times(ctx.tokens, ctx.spec.d_model, ctx.act, ctx.dev, ctx.eff)
+
+
+def embedding_times(tokens: float, d_model: float, act: float, dev: Device, efficiency: float) -> StageTimes:
+    """The embedding lookup of one micro-batch: the forward gathers T rows of `d_model` (T·D·act bytes); the
+    backward's scatter-add of their gradients into the table reads and writes, 3·T·D·act bytes, both at the HBM
+    rate."""
+    nbytes = tokens * d_model * act
+    return StageTimes(fwd=stream_seconds(nbytes, dev, efficiency), bwd_weight=stream_seconds(3 * nbytes, dev,
+                                                                                            efficiency))
+
+
+def _mtp_times(ctx: StepContext, recompute: str) -> StageTimes:
     """One multi-token-prediction module (DeepSeek-V3 sec. 2.2, Megatron-Core's MTP on the last stage): two norms,
     the projection of [h; emb] (2D -> D), one decoder layer like the model's last, the shared LM head again."""
     spec = ctx.spec

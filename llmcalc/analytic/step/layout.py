@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from ...errors import LlmcalcError
 from ...records import dataclass, replaced
@@ -173,7 +173,7 @@ def _expert_degrees(spec: ModelSpec, tp: int, cp: int, dp: int) -> list[tuple[in
     return out
 
 
-def _candidates(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, per_node: int) -> list[_Candidate]:
+def layout_candidates(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, per_node: int) -> list[_Candidate]:
     """The layouts `search_layouts` tries: tp within a node dividing the heads, pp dividing the GPUs,
     cp keeping >= 1024 tokens per rank, micro-batch 1, 2 or 4 dividing the global batch, vpp 2 or 4
     where the micro-batch count is a multiple of pp."""
@@ -238,11 +238,11 @@ def _layout_maker(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int,
     """make_layout in two parts: its checks of the model and the step settings at once, then a function of the
     degrees (tp, cp, pp, vpp, micro-batch, ep, etp or None) that runs the rest, in make_layout's order, and builds
     the layout (the same Layout as Layout.over's, from one template of its fields: a layout search builds
-    thousands). The checks that read no degree (the ZeRO stage, --tp-overlap without SP, and _check_step_settings
+    thousands). The checks that read no degree (the ZeRO stage, --tp-overlap without SP, and check_step_settings
     where _settings_inert finds that it passes every layout of the template) are decided once and make skips those
     that pass: the same layouts and the same first error; so are check_heads per tp and check_experts per expert
     mesh once they passed (each reached with whole numbers only). `make(degrees, checked=False)` (search_layouts')
-    skips the checks that _candidates' degrees pass whenever the GPU count and the global batch are whole numbers:
+    skips the checks that layout_candidates' degrees pass whenever the GPU count and the global batch are whole numbers:
     whole-number degrees, tp x cp x pp dividing the GPUs. `options`: make_layout's schedule, zero,
     sequence_parallel, dp_overlap and tp_overlap."""
     check_modelled(spec)
@@ -315,13 +315,14 @@ def _layout_maker(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int,
             raise LlmcalcError("--tp-overlap splits the all-gather / reduce-scatter of sequence parallelism around "
                                "the GEMMs; it needs --sequence-parallel (drop --no-sequence-parallel)")
         if not inert:
-            _check_step_settings(spec, lay)
+            check_step_settings(spec, lay)
+            _check_cp_heads(spec, lay)
         return lay
     return make
 
 
 def _settings_inert(spec: ModelSpec, template: dict[str, Any]) -> bool:
-    """Whether _check_step_settings passes every layout built from `template` (_layout_maker's), whatever its
+    """Whether check_step_settings passes every layout built from `template` (_layout_maker's), whatever its
     degrees: none of the settings whose checks read a degree is set (cp_comm a2a or a2a+p2p: the heads over tp and
     cp; ep_overlap: the expert mesh and micro-batches; first / last stage layers: pp and the chunks; an ep_dispatcher
     other than alltoall: the expert mesh), and the rest, which read only the template and the model, pass on the
@@ -330,14 +331,29 @@ def _settings_inert(spec: ModelSpec, template: dict[str, Any]) -> bool:
             or template["last_stage_layers"] or template["pipeline_layout"] or template["ep_dispatcher"] != "alltoall":
         return False
     try:
-        _check_step_settings(spec, _built(Layout, dict(template)))
+        check_step_settings(spec, _built(Layout, dict(template)))
     except Exception:  # noqa: BLE001 (make checks them in order, raising as it does)
         return False
     return True
 
 
-def _check_step_settings(spec: ModelSpec, lay: Layout) -> None:
-    """The kernel and overlap settings against the model and layout, one line each."""
+class SettingsModel(Protocol):
+    """What check_step_settings reads of a model: a ModelSpec, or the step record of a model transformers measured
+    (``measured_step.MeasuredStep``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def n_layers(self) -> int: ...
+
+    @property
+    def is_moe(self) -> bool: ...
+
+
+def check_step_settings(spec: SettingsModel, lay: Layout) -> None:
+    """The kernel and overlap settings against the model and layout, one line each (the heads a CP all-to-all splits:
+    _check_cp_heads)."""
     _order_dims(lay.order)
     if lay.cp_comm not in CP_COMMS:
         raise LlmcalcError(f"--cp-comm must be one of {', '.join(CP_COMMS)}; got {lay.cp_comm!r}")
@@ -352,12 +368,6 @@ def _check_step_settings(spec: ModelSpec, lay: Layout) -> None:
         if a < 2 or lay.cp % a or a == lay.cp:
             raise LlmcalcError(f"--cp-a2a-size {a} must divide --cp {lay.cp} into 2 or more ring steps and be at "
                                f"least 2 (a = cp is --cp-comm a2a)")
-        if (spec.n_heads // lay.tp) % a:
-            raise LlmcalcError(f"--cp-a2a-size {a} splits the heads: {spec.n_heads} heads / tp {lay.tp} is not a "
-                               f"multiple of {a}")
-    if lay.cp_comm == "a2a" and lay.cp > 1 and (spec.n_heads // lay.tp) % lay.cp:
-        raise LlmcalcError(f"--cp-comm a2a splits the heads over cp: {spec.n_heads} heads / tp {lay.tp} is not a "
-                           f"multiple of cp {lay.cp}; use --cp-comm p2p")
     if lay.ep_overlap and not (spec.is_moe and lay.alltoall):
         raise LlmcalcError("--ep-overlap hides expert all-to-alls: it needs an MoE model with --ep > 1 (or --etp "
                            "other than --tp)")
@@ -408,7 +418,19 @@ def stage_split(n_layers: int, lay: Layout, n_stages: int) -> list[int]:
     return counts
 
 
-def _check_stage_layers(spec: ModelSpec, lay: Layout) -> None:
+def _check_cp_heads(spec: ModelSpec, lay: Layout) -> None:
+    """The heads a CP all-to-all splits (--cp-comm a2a over cp, a2a+p2p over its all-to-all level): whole heads of
+    the tp shard on each rank."""
+    a = lay.cp_a2a_size
+    if lay.cp_comm == "a2a+p2p" and a and (spec.n_heads // lay.tp) % a:
+        raise LlmcalcError(f"--cp-a2a-size {a} splits the heads: {spec.n_heads} heads / tp {lay.tp} is not a "
+                           f"multiple of {a}")
+    if lay.cp_comm == "a2a" and lay.cp > 1 and (spec.n_heads // lay.tp) % lay.cp:
+        raise LlmcalcError(f"--cp-comm a2a splits the heads over cp: {spec.n_heads} heads / tp {lay.tp} is not a "
+                           f"multiple of cp {lay.cp}; use --cp-comm p2p")
+
+
+def _check_stage_layers(spec: SettingsModel, lay: Layout) -> None:
     """--first-stage-layers / --last-stage-layers (or --pipeline-layout) against the pipeline, one line each
     (Megatron's asserts)."""
     first, last = lay.first_stage_layers, lay.last_stage_layers
@@ -434,7 +456,7 @@ def _check_stage_layers(spec: ModelSpec, lay: Layout) -> None:
                            f"for {middle_ranks} other pipeline ranks x {v} chunks: they must divide evenly")
 
 
-def _check_pipeline_layout(spec: ModelSpec, lay: Layout) -> None:
+def _check_pipeline_layout(spec: SettingsModel, lay: Layout) -> None:
     """--pipeline-layout against the layout and the model (pipeline_layout.check_layout: Megatron's rules)."""
     if lay.first_stage_layers or lay.last_stage_layers:
         raise LlmcalcError("--pipeline-layout places every stage's layers: drop --first-stage-layers / "
@@ -479,7 +501,7 @@ def _stride(lay: Layout, dim: str, experts: bool = False) -> int:
     return out[dim]
 
 
-def _describe_split(split: list[int]) -> str:
+def describe_split(split: list[int]) -> str:
     return _cached("params", ("split text", tuple(split)), lambda: _split_text(split))
 
 

@@ -4,11 +4,34 @@ from __future__ import annotations
 
 from .. import comm
 from .cache import _cached, _token
-from .context import _Ctx
-from .layout import _stride
+from .context import StepContext
+from .layout import Layout, _stride
 
 
-def _moe_cost(ctx: _Ctx, parts: dict[str, float], rec: frozenset[str]) -> dict[str, float]:
+def routed_tokens(tokens: float, lay: Layout) -> float:
+    """The tokens this rank routes (its router and dispatch read): with expert all-to-alls under sequence parallelism
+    its 1/tp shard of the micro-batch's `tokens`, else all of them (a tensor-parallel MoE block reads them whole)."""
+    return tokens / lay.tp if lay.alltoall and lay.sequence_parallel else tokens
+
+
+def expert_rows(tokens: float, top_k: float, n_experts: int, lay: Layout) -> float:
+    """Rows each local expert receives per micro-batch of `tokens` tokens routed `top_k` ways over `n_experts`: with
+    expert all-to-alls the etp x ep ranks' tokens (each rank's 1/tp) routed to this rank's E/ep experts,
+    T·etp/tp·k·ep/E, times ``moe_imbalance`` on the most loaded rank; without (ep 1, etp = tp: every rank holds every
+    expert, its tokens whole) T·k/E. Balanced routing (Megatron-Core's --moe-router-force-load-balancing)."""
+    if lay.alltoall:
+        return tokens * lay.expert_tp / lay.tp * top_k * lay.ep / n_experts * lay.moe_imbalance
+    return tokens * top_k / n_experts
+
+
+def permute_bytes(local_tokens: float, top_k: float, width: float, act: float, imbalance: float) -> float:
+    """HBM bytes of one forward's permute (the rank's `local_tokens` gathered into expert order) and unpermute (their
+    `top_k` copies, `imbalance` x on the most loaded rank, scattered back and weighted by the router's
+    probabilities): 2·T·D·a + 2·T·k·D·a·imbalance for tokens of `width` D and `act` a bytes per element."""
+    return 2 * local_tokens * width * act + 2 * local_tokens * top_k * width * act * imbalance
+
+
+def _moe_cost(ctx: StepContext, parts: dict[str, float], rec: frozenset[str]) -> dict[str, float]:
     """One MoE layer on this rank: router, the local experts as one grouped GEMM of the rows each receives
     (balanced routing times ``moe_imbalance`` on the most loaded rank), shared experts like a dense MLP,
     permute/unpermute and the activation as memory-bound passes, and the dispatch/combine all-to-alls (Megatron-
@@ -18,10 +41,10 @@ def _moe_cost(ctx: _Ctx, parts: dict[str, float], rec: frozenset[str]) -> dict[s
     etp, ep, E, k = lay.expert_tp, lay.ep, spec.n_experts, spec.n_experts_per_token
     alltoall = lay.alltoall
     fwd = dgrad = wgrad = elem = redo = 0.0  # summed in this order (the first term added to 0.0)
-    local_tokens = T / tp if alltoall and lay.sequence_parallel else T  # tokens this rank routes
+    local_tokens = routed_tokens(T, lay)
     f, d, w = ctx.gemm(local_tokens, D, E)  # router (replicated)
     fwd, dgrad, wgrad = fwd + f, dgrad + d, wgrad + w
-    rows = T * etp / tp * k * ep / E * lay.moe_imbalance if alltoall else T * k / E  # rows per local expert
+    rows = expert_rows(T, k, E, lay)
     F = spec.d_ff_expert / etp
     up = (2 if spec.gated else 1) * F
     groups = E / ep
@@ -49,18 +72,27 @@ def _moe_cost(ctx: _Ctx, parts: dict[str, float], rec: frozenset[str]) -> dict[s
             redo += f + f2
     one = 0.0  # dispatch + combine of one pass
     if alltoall:  # permute (gather into expert order) and unpermute (scatter back, times the router's probs)
-        elem += 2 * local_tokens * De * act + 2 * local_tokens * k * De * act * lay.moe_imbalance
+        elem += permute_bytes(local_tokens, k, De, act, lay.moe_imbalance)
         net = ctx.dev.network
         stride = _stride(lay, "ep", True)  # lay.expert_strides()["ep"]
         etp_stride = _stride(lay, "tp", True)
-
-        def dispatch() -> float:  # dispatch + combine of one pass (once per shape and network)
-            colls = comm.ep_collectives(local_tokens * lay.moe_imbalance, k, De, act, ep=ep, stride=stride,
-                                        passes=1, etp=etp, etp_stride=etp_stride)
-            if lay.ep_dispatcher == "deepep":  # one copy per remote node, forwarded over NVLink; ETP collectives kept
-                return 2 * comm.deepep_seconds(local_tokens * lay.moe_imbalance, k, E, De, act, ep=ep, stride=stride,
-                                               net=net) + comm.total_seconds(colls[1:], net)
-            return comm.total_seconds(colls, net)
         one = _cached("params", ("ep comm", local_tokens, lay.moe_imbalance, k, E, De, act, ep, stride, etp,
-                                 lay.ep_dispatcher, etp_stride, _token(net)), dispatch)
+                                 lay.ep_dispatcher, etp_stride, _token(net)),
+                      lambda: dispatch_seconds(local_tokens, k, E, De, act, lay=lay, net=net))
     return {"fwd": fwd, "dgrad": dgrad, "wgrad": wgrad, "elem": elem, "ep_fwd": one, "ep_bwd": one, "redo": redo}
+
+
+def dispatch_seconds(local_tokens: float, top_k: int, n_experts: int, width: int, act: float, lay: Layout,
+                     net: comm.Network) -> float:
+    """Seconds of one pass's dispatch and combine of this rank's `local_tokens` routed `top_k` ways (x moe_imbalance on
+    the most loaded rank), `width` elements of `act` bytes each: the all-to-alls over the ep group at its stride in the
+    rank order, with the expert-tensor-parallel group's all-gather / reduce-scatter (``comm.ep_collectives``); with
+    --ep-dispatcher deepep one copy per remote node forwarded over NVLink (``comm.deepep_seconds``, over `n_experts`)
+    and the same ETP collectives."""
+    stride, etp_stride = lay.expert_strides()["ep"], lay.expert_strides()["tp"]
+    colls = comm.ep_collectives(local_tokens * lay.moe_imbalance, top_k, width, act, ep=lay.ep, stride=stride,
+                                passes=1, etp=lay.expert_tp, etp_stride=etp_stride)
+    if lay.ep_dispatcher == "deepep":
+        return 2 * comm.deepep_seconds(local_tokens * lay.moe_imbalance, top_k, n_experts, width, act, ep=lay.ep,
+                                       stride=stride, net=net) + comm.total_seconds(colls[1:], net)
+    return comm.total_seconds(colls, net)

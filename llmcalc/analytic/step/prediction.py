@@ -19,11 +19,11 @@ from ..memory import RECIPES, Recipe, lookup
 from ..pipeline import chunks_per_rank, path_bounds, simulate_pair, stage_of
 from . import constants
 from .cache import _cached, _token
-from .collectives import _p2p_seconds
+from .collectives import p2p_seconds
 from .constants import EP_OVERLAP_SMS
-from .context import StageTimes, _context, _Ctx
-from .dp import _dp_and_optimizer
-from .layout import Layout, _describe_split
+from .context import StageTimes, StepContext, _context
+from .dp import dp_and_optimizer
+from .layout import Layout, describe_split
 from .stages import _stage_cost, _stage_plan, stage_passes
 
 GLOBAL_CONSTANTS = {
@@ -108,22 +108,24 @@ class StepPrediction:
 
 def predict(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, causal: bool = False,
             recompute: str = "none", recipe: str = "bf16-mixed", attention: str = "flash",
-            dropout: bool = False) -> StepPrediction:
+            dropout: bool = False, simulated: bool = True) -> StepPrediction:
     """Predicted step time of `layout` (see the module docstring for the model and its overlap rule). `causal`
     changes how the FLOPs (model and hardware) are counted, never the time: the kernel runs what it runs.
 
     attention: "flash" (fused, no S² matrix) or "eager" (materialised scores, `eager_attention_seconds`);
-    dropout: attention dropout on the probabilities (eager only; flash fuses it)."""
+    dropout: attention dropout on the probabilities (eager only; flash fuses it); `simulated` False: the pipeline's
+    lower bound (``pipeline.path_bounds``, exact where its timeline has a closed form) instead of its simulation,
+    what a layout search keeps for the layouts that cannot win."""
     return _finish(_prepare(spec, device, layout, seq_len, causal, recompute=recompute, recipe=recipe,
-                            attention=attention, dropout=dropout))
+                            attention=attention, dropout=dropout), simulated=simulated)
 
 
 @dataclass
-class _Prepared:
+class Prepared:
     """Everything of one prediction but the pipeline's makespan: the stages, their lower-bound makespan, DP,
     optimizer and FLOPs (what a layout search computes for every layout before it simulates the few that can win)."""
 
-    ctx: _Ctx
+    ctx: StepContext
     causal: bool
     recompute: str
     stages: list[StageTimes]
@@ -145,7 +147,7 @@ class _Prepared:
 
 
 def _prepare(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, causal: bool, recompute: str,
-             recipe: str, attention: str, dropout: bool) -> _Prepared:
+             recipe: str, attention: str, dropout: bool) -> Prepared:
     if attention not in ATTENTION_IMPLS:
         raise LlmcalcError(f"unknown attention {attention!r}; use one of {', '.join(ATTENTION_IMPLS)}")
     rec = lookup(RECIPES, "recipe", recipe)
@@ -158,16 +160,16 @@ def _prepare(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, caus
     distinct = [_stage_cost(ctx, composition, recompute, cid) for composition, cid in zip(kinds, cids, strict=True)]
     stages = [distinct[j] for j in ids]
     fwd, bwd, wgt = stage_passes(distinct, ids, lay.schedule)
-    p2p = _p2p_seconds(ctx) if lay.pp > 1 else 0.0
+    p2p = p2p_seconds(ctx) if lay.pp > 1 else 0.0
     rank_groups, lasts = groups(lay.schedule, lay.pp)
     bound, exact, plain = path_bounds(lay.schedule, lay.pp, lay.grad_accum, fwd, bwd, w=wgt, vpp=lay.vpp, p2p_time=p2p,
                                       ranks=lasts)
-    dp, opt = _dp_and_optimizer(ctx, stages, split, starts, v, groups=rank_groups)
-    return _Prepared(ctx, causal, recompute, stages, split, fwd=fwd, bwd=bwd, wgt=wgt, p2p=p2p, bound=bound,
-                     exact=exact, dp=dp, optimizer=opt, plain_bound=plain, groups=rank_groups)
+    dp, opt = dp_and_optimizer(ctx, stages, split, starts, v, groups=rank_groups)
+    return Prepared(ctx, causal, recompute, stages, split, fwd=fwd, bwd=bwd, wgt=wgt, p2p=p2p, bound=bound,
+                    exact=exact, dp=dp, optimizer=opt, plain_bound=plain, groups=rank_groups)
 
 
-def _finish(prep: _Prepared, simulated: bool = True) -> StepPrediction:
+def _finish(prep: Prepared, simulated: bool = True) -> StepPrediction:
     """The prediction of a prepared layout: the pipeline simulated (or its exact closed form), or with `simulated`
     False its lower bound (a layout search's for layouts that cannot win)."""
     ctx, lay, spec = prep.ctx, prep.ctx.lay, prep.ctx.spec
@@ -178,12 +180,12 @@ def _finish(prep: _Prepared, simulated: bool = True) -> StepPrediction:
         lay.recompute_modules or ("core_attn",)) else "none"
     model_flops, hardware_flops = _step_flops(spec, lay.global_batch, ctx.seq, prep.causal, counted)
     notes = [f"layers per pipeline stage ({len(prep.stages)} stages = pp {lay.pp} x {v} chunk{'s' if v > 1 else ''}): "
-             + _describe_split(prep.split)]
+             + describe_split(prep.split)]
     if ctx.attention == "eager":
         notes.append("attention core with the B·H·S² scores materialised (batched GEMMs + softmax"
                      + (" + dropout" if ctx.dropout else "") + "), as before FlashAttention")
     assumptions, assumed = _assumptions_of(ctx, recompute)
-    if lay.pp > 1:  # the last item (_assumptions has no "pipeline"): the joined text gains it at its end
+    if lay.pp > 1:  # the last item (step_assumptions has no "pipeline"): the joined text gains it at its end
         assumptions["pipeline"] = how
         assumed += f"; pipeline {how}"
     notes.append(assumed)
@@ -193,7 +195,7 @@ def _finish(prep: _Prepared, simulated: bool = True) -> StepPrediction:
                           attention=ctx.attention, recipe=ctx.recipe.name, assumptions=assumptions)
 
 
-def pipeline_step(prep: _Prepared, simulated: bool = True) -> tuple[float, dict[str, float], str]:
+def pipeline_step(prep: Prepared, simulated: bool = True) -> tuple[float, dict[str, float], str]:
     """(step seconds, breakdown, how the pipeline was timed) of a prepared layout: the pipeline simulated (or its
     exact closed form; its lower bound where `simulated` is False), plus exposed DP and the optimizer; the
     breakdown is the pacing rank's (the first of the busiest)."""
@@ -285,8 +287,8 @@ def _check_recompute(spec: ModelSpec, lay: Layout, recompute: str, rec: Recipe, 
                                f"{rec.name} needs Hopper, Blackwell or CDNA 3+")
 
 
-def _assumptions_of(ctx: _Ctx, recompute: str) -> tuple[dict[str, Any], str]:
-    """(_assumptions, its note "assumed: k v; ..."), once per combination of what it reads (a fresh dict each time:
+def _assumptions_of(ctx: StepContext, recompute: str) -> tuple[dict[str, Any], str]:
+    """(step_assumptions, its note "assumed: k v; ..."), once per combination of what it reads (a fresh dict each time:
     the caller adds to it)."""
     lay, rec = ctx.lay, ctx.recipe
     key = ("assumptions", _token(ctx.dev), rec.name, rec.gemm_dtype, rec.fp8, ctx.attention, ctx.spec.is_moe, recompute,
@@ -296,13 +298,13 @@ def _assumptions_of(ctx: _Ctx, recompute: str) -> tuple[dict[str, Any], str]:
            lay.last_stage_layers, lay.cp, lay.cp_comm, lay.cp_a2a_size, lay.moe_imbalance, lay.ep_overlap,
            lay.recompute_layers, lay.recompute_modules, lay.mtp_layers, lay.pipeline_layout, lay.pp)
     def make() -> tuple[dict[str, Any], str]:
-        out = _assumptions(ctx, recompute)
+        out = step_assumptions(ctx, recompute)
         return out, "assumed: " + "; ".join(f"{k} {v}" for k, v in out.items())
     assumptions, assumed = _cached("params", key, make)
     return dict(assumptions), assumed
 
 
-def _assumptions(ctx: _Ctx, recompute: str) -> dict[str, Any]:
+def step_assumptions(ctx: StepContext, recompute: str) -> dict[str, Any]:
     """What this prediction assumed, for its notes and JSON ``assumptions``."""
     lay, dev, rec = ctx.lay, ctx.dev, ctx.recipe
     kernel = kernels.DEFAULT_KERNEL[dev.arch] if lay.attention_kernel == "auto" else lay.attention_kernel

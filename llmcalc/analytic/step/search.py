@@ -14,21 +14,21 @@ from ...units import GIB
 from ...validate import DEFAULT_ZERO
 from ..memory import RECIPES, lookup
 from .bounds import FLOOR_MARGIN, _first_floors, _floor_shape, _optimizer_floor, _step_floor
-from .context import _context_in, _Ctx, _layer_cache
+from .context import StepContext, _context_in, _layer_cache
 from .layout import (
     ORDER,
     Layout,
-    _candidates,
     _describe,
     _layout_maker,
     _order_dims,
     _strides_pp_free,
     _with_zero,
     check_modelled,
+    layout_candidates,
 )
-from .prediction import StepPrediction, _finish, _prepare, _Prepared
+from .prediction import Prepared, StepPrediction, _finish, _prepare
 from .search_memory import _least_that_fits
-from .train import _flag, global_batch_sequences, networked_device
+from .train import global_batch_sequences, networked_device, option_flag
 
 
 def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_batch: int, causal: bool = False,
@@ -59,7 +59,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     only where it can change the ranking: every evaluated layout first gets pipeline.path_bound (its exact
     makespan where the timeline is known in closed form, else a lower bound); the layouts are then simulated only
     while that bound can beat the `top`-th exact step. The others keep their bound (say so in their
-    assumptions), but for the few losers shown (_why_they_lose), simulated: their figures are train's."""
+    assumptions), but for the few losers shown (why_they_lose), simulated: their figures are train's."""
     check_modelled(spec)
     _order_dims(step.get("order", ORDER))  # refused once, as train refuses it, not layout by layout
     if step.get("recompute_layers") or step.get("recompute_modules"):
@@ -70,7 +70,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     per_node = dev.network.gpus_per_node
     tries = [recompute] if recompute else ["none", "selective", "full"]
     counts = {"searched": 0, "fit": 0, "oom": 0, "invalid": 0, "bounded": 0}
-    candidates = _candidates(spec, n_gpus, seq_len, global_batch, per_node)
+    candidates = layout_candidates(spec, n_gpus, seq_len, global_batch, per_node)
     tick = progress(len(candidates)) if progress else None
     oom: list = []
     rec = lookup(RECIPES, "recipe", recipe)
@@ -78,7 +78,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     moe_only = {"ep_overlap": False, "ep_dispatcher": "alltoall", "moe_imbalance": 1.0}
     for key, off in moe_only.items():
         if step.get(key, off) != off and not spec.is_moe:
-            raise LlmcalcError(f"{_flag(key)} needs a mixture-of-experts model; {spec.name} is dense")
+            raise LlmcalcError(f"{option_flag(key)} needs a mixture-of-experts model; {spec.name} is dense")
     # the expert all-to-all settings apply to the layouts that have all-to-alls (and micro-batches to overlap)
     plain_step = {k: v for k, v in step.items() if k not in ("ep_overlap", "ep_dispatcher")}
     # make_layout of each candidate with the step settings, else (where they differ) without the all-to-all ones
@@ -106,7 +106,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             make = makers[which]
             if make is not None:
                 try:
-                    lay = make((tp, cp, pp, vpp, mb, ep, etp or None), False)  # (_candidates' degrees)
+                    lay = make((tp, cp, pp, vpp, mb, ep, etp or None), False)  # (layout_candidates' degrees)
                     break
                 except LlmcalcError:
                     continue
@@ -135,15 +135,15 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
         counts["oom"] += 1
         oom.append((lay, peak, tries[-1] + (" and ZeRO-3" if zero == 3 else "")))
 
-    def fit(lay: Layout, rc: str) -> _Prepared:  # an evaluated layout that fits, with its stages, DP and bound
+    def fit(lay: Layout, rc: str) -> Prepared:  # an evaluated layout that fits, with its stages, DP and bound
         counts["fit"] += 1
         return _prepare(spec, dev, lay, seq_len, causal, recompute=rc, recipe=recipe, attention="flash",
                         dropout=False)
-    prepared: list[tuple[_Prepared, float, int, StepPrediction | None]] = []
+    prepared: list[tuple[Prepared, float, int, StepPrediction | None]] = []
     best: list[float] = []  # the `top` smallest exact steps so far, ascending
-    bounds: dict[int, _Prepared] = {}  # the predictions that are their pipeline's lower bound (by id): their layout
+    bounds: dict[int, Prepared] = {}  # the predictions that are their pipeline's lower bound (by id): their layout
 
-    def finish(prep: _Prepared, simulated: bool) -> StepPrediction:  # _finish, its lower bounds kept in `bounds`
+    def finish(prep: Prepared, simulated: bool) -> StepPrediction:  # _finish, its lower bounds kept in `bounds`
         pred = _finish(prep, simulated=simulated)
         if not (simulated or prep.exact):
             bounds[id(pred)] = prep
@@ -179,8 +179,8 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             else:  # the floor of the recomputation and ZeRO stage that fit, its DP floor next
                 ctx = more[0]
                 if ctx.lay is not lay:  # the same layer-cost caches (their key reads no ZeRO stage): _context's
-                    ctx = _Ctx(spec, dev, lay, seq_len, rec, attention=ctx.attention, dropout=ctx.dropout, eff=ctx.eff,
-                               cache=ctx.cache, dense_cache=ctx.dense_cache)
+                    ctx = StepContext(spec, dev, lay, seq_len, rec, attention=ctx.attention, dropout=ctx.dropout,
+                                      eff=ctx.eff, cache=ctx.cache, dense_cache=ctx.dense_cache)
                 floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, recompute=rc, ctx=ctx)
                 opt = _optimizer_floor(ctx, paths, with_dp=False)[0]
                 entry = (floor + opt * (1 - FLOOR_MARGIN), index, _DP, lay, (rc, peak, floor, ctx, paths))
@@ -261,7 +261,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
         if id(pred) not in exact:
             exact[id(pred)] = _finish(bounds[id(pred)])
         return exact[id(pred)]
-    losers = _why_they_lose(ranked, oom, capacity, simulated)
+    losers = why_they_lose(ranked, oom, capacity, simulated)
     return ranked, losers, counts
 
 
@@ -299,8 +299,8 @@ _RANKS, _PATHS, _OPTIMIZER, _MEMORY, _DP, _PREPARE, _TIME = range(7)  # what sea
 # its heap
 
 
-def _why_they_lose(ranked: list, oom: list, capacity: float,
-                   exact: Callable[[StepPrediction], StepPrediction] | None = None) -> list:
+def why_they_lose(ranked: list, oom: list, capacity: float,
+                  exact: Callable[[StepPrediction], StepPrediction] | None = None) -> list:
     """A few representative losers: for each kind of loss the layout that suffers it most, and what did
     not fit (the one closest to fitting, which would otherwise have been a candidate). `exact`: a ranked
     prediction as simulated (where the search kept a layout's pipeline at its lower bound), so that each loser shown

@@ -9,7 +9,7 @@ from ...spec import ModelSpec
 from .. import pipeline_layout
 from ..pipeline import stage_of
 from .cache import _CACHES, _cached, _cached_in, _interned, _token
-from .context import StageTimes, _Ctx
+from .context import StageTimes, StepContext
 from .layer import _embedding_times, _head_times, _kinds_of, _layer_cost, _mtp_times, _recomputes
 from .layout import Layout, stage_split
 
@@ -32,7 +32,7 @@ def stage_passes(distinct: list[StageTimes], ids: Sequence[int], schedule: str
     return [fwd_d[j] for j in ids], [bwd_d[j] for j in ids], wgt
 
 
-def _stage_cost(ctx: _Ctx, composition: tuple, recompute: str, cid: int | None = None) -> StageTimes:
+def _stage_cost(ctx: StepContext, composition: tuple, recompute: str, cid: int | None = None) -> StageTimes:
     """One stage's StageTimes from its composition (_stage_plan's): its layers' costs times their counts, the
     embedding and the LM head (and MTP layers) where it holds them. Stages made of the same layers cost the same,
     in this layout and in every other with the same layer costs (kept in the layers' cost cache, under the

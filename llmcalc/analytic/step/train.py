@@ -68,7 +68,7 @@ def networked_device(gpu: str, dtype: str, network: str | None, n_gpus: int) -> 
     return dev
 
 
-def _flag(key: str) -> str:
+def option_flag(key: str) -> str:
     return "--" + {"order": "rank-order"}.get(key, key).replace("_", "-")
 
 
@@ -103,7 +103,7 @@ def train_steptime(spec: ModelSpec | None, gpu: str, n_gpus: int, mfu: float | N
             raise LlmcalcError("--attention picks the kernel the step-time model times; with a given MFU, achieved "
                                "TFLOP/s or throughput nothing is timed: drop it, or drop those to predict")
         if step:
-            raise LlmcalcError(f"{', '.join(_flag(k) for k in step)} shape{'s' if len(step) == 1 else ''} the "
+            raise LlmcalcError(f"{', '.join(option_flag(k) for k in step)} shape{'s' if len(step) == 1 else ''} the "
                                f"predicted step; with a given MFU, achieved TFLOP/s or throughput nothing is timed: "
                                f"drop {'it' if len(step) == 1 else 'them'}, or drop those to predict")
         if given and gb is None:
