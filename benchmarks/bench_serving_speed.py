@@ -53,6 +53,7 @@ from llmcalc.analytic.inference import plan_inference
 from llmcalc.analytic.quant import weight_format
 from llmcalc.analytic.serving import plan_serving
 from llmcalc.analytic.serving_speed import Workload, plan_workload
+from llmcalc.analytic.vllm import vllm_version
 from llmcalc.errors import LlmcalcError
 from llmcalc.spec import load_hardware, load_model
 
@@ -129,7 +130,13 @@ def predict_workload(row: dict) -> dict[str, float]:
     dtypes = dict(weight_dtype=_weight_dtype(spec, row), kv_dtype=row.get("kv_dtype"))
     layout = dict(pp=row.get("pp", 1), dp=row.get("dp", 1), expert_parallel=row.get("enable_expert_parallel", False),
                   max_num_seqs=row.get("max_num_seqs"), max_num_batched_tokens=row.get("max_num_batched_tokens"))
-    est = plan_serving(spec, gpu, row["n_gpus"], max_model_len=max(prompt + generate, 2048), **dtypes, **layout)
+    # a vLLM row run on the V0 engine (a release before 0.8.0): V0's scheduler and memory accounting; V1 rows as the
+    # current release (llmcalc's accounting for 0.9-0.10 leaves gpt-oss-120b no KV cache on one H100, which GPUStack
+    # ran under 0.10.2)
+    stated = row.get("engine_version") if row["engine"] == "vllm" else None
+    version = stated if stated and vllm_version(stated).engine == "v0" else None
+    est = plan_serving(spec, gpu, row["n_gpus"], max_model_len=max(prompt + generate, 2048), version=version,
+                       **dtypes, **layout)
     lengths = None
     if row.get("dataset") == "ShareGPT":  # the source's mean lengths, drawn as vllm bench's ShareGPT sample
         lengths = serving_speed.sharegpt_lengths(row["input_len"], row["output_len"], row.get("n_prompts") or 1000)
