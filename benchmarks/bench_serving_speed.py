@@ -48,7 +48,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from llmcalc.analytic import serving_speed
+from llmcalc.analytic import engines, serving_speed
 from llmcalc.analytic.inference import plan_inference
 from llmcalc.analytic.quant import weight_format
 from llmcalc.analytic.serving import plan_serving
@@ -150,7 +150,9 @@ def predict_workload(row: dict) -> dict[str, float]:
                         served=row.get("served", True))
     # the row's engine where llmcalc models it (engines.py), else vLLM's (LMDeploy, NeMo's TensorRT engines)
     engine = row["engine"] if row["engine"] in serving_speed.ENGINES else "vllm"
-    perf = plan_workload(est, work, engine=engine)
+    # LMDeploy's TurboMind samples the first token in a decode step (engines.POLICIES["turbomind"])
+    policy = engines.POLICIES["turbomind"] if row["engine"] == "lmdeploy" else None
+    perf = plan_workload(est, work, engine=engine, policy=policy)
     run = perf.run
     out = {"output_tokens_per_second": perf.output_tokens_per_second,
            "total_tokens_per_second": perf.total_tokens_per_second, "requests_per_second": perf.requests_per_second,

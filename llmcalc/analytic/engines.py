@@ -64,7 +64,11 @@ class SchedulerPolicy:
       batching); False: a step prefills only, and runs whenever it can admit or continue a prefill, the decodes
       waiting (SGLang's get_next_batch_to_run "Run prefill first if possible", vLLM V0 without chunked prefill);
     - chunked: a prompt may be split over steps within the token budget; False: it waits until the budget holds it
-      whole (TensorRT-LLM's MicroBatchScheduler with context chunking off, the default).
+      whole (TensorRT-LLM's MicroBatchScheduler with context chunking off, the default);
+    - first_in_decode: the prompt's last position is not sampled by the prefill; the first token comes from the
+      request's first decode step, which feeds the prompt's last token (LMDeploy's TurboMind: LlamaBatch.cc
+      InitializeGeneration sets sequence_lengths to the context length - 1, "the last generated token does not have
+      k/v cache computed yet"), so TTFT is the prefill and one decode step.
     """
 
     admission: str = "prompt"
@@ -75,6 +79,7 @@ class SchedulerPolicy:
     ratio_decay: float = 0.0  # what each decode step takes off it ((init - min) / SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS)
     clip_new_tokens: int = 1 << 30  # the output a request reserves at most (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION)
     retract_steps: int = 0  # SGLANG_RETRACT_DECODE_STEPS: the decode steps a retraction's new ratio provides for
+    first_in_decode: bool = False
 
 
 # python/sglang/srt/environ.py (sgl-project/sglang@d51c1c21): SGLANG_INIT_NEW_TOKEN_RATIO = 0.7,
@@ -88,6 +93,11 @@ POLICIES = {
     # vLLM V0 with chunked prefill off (max_model_len <= 32K; vllm/core/scheduler.py _schedule_default: "prefills
     # first", a step of waiting prompts whole within max_num_batched_tokens, else a decode step of the running)
     "vllm-v0": SchedulerPolicy(mixed=False, chunked=False),
+    # LMDeploy's TurboMind (InternLM/lmdeploy src/turbomind/models/llama/LlamaBatch.cc InitializeGeneration): the
+    # context phase fills the KV cache of all but the prompt's last token, whose decode step samples the first token;
+    # llmcalc does not model TurboMind's kernels (an --engine of its own): benchmarks/bench_serving_speed.py runs
+    # LMDeploy's rows on vLLM's step times with this scheduler
+    "turbomind": SchedulerPolicy(first_in_decode=True),
     # TensorRT-LLM: cpp/tensorrt_llm/batch_manager/capacityScheduler.cpp GuaranteedNoEvictScheduler (the default
     # CapacitySchedulerPolicy, tensorrt_llm/llmapi/llm_args.py SchedulerConfig) reserves each running request's
     # blocks to completion; microBatchScheduler.cpp (NVIDIA/TensorRT-LLM@0a949d31) puts generation and context

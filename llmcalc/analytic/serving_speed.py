@@ -607,7 +607,8 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
         kv_tokens = sum(g.n * (g.n_in + g.generated) for g in decoding)
         chunks = sum(g.n * g.chunk for g in prefilling)
         base = cost.seconds(tokens=sum(g.n * g.chunk for g in scheduled),
-                            rows=dec + sum(g.n for g in prefilling if g.prefilled + g.chunk >= g.target),
+                            rows=dec + sum(g.n for g in prefilling if g.prefilled + g.chunk >= g.target
+                                           and (g.generated or not policy.first_in_decode)),
                             kv_tokens=kv_tokens, decodes=dec,
                             length=sum(g.n * g.chunk * g.target for g in prefilling) / chunks if chunks else 0.0,
                             pairs=sum(g.n * (g.chunk * g.prefilled + g.chunk * (g.chunk + 1) / 2) for g in prefilling))
@@ -617,6 +618,8 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
                                                         min(g.n_out - g.generated for g in decoding))
         if waiting and policy.admission == "ratio":
             jump = min(jump, RATIO_JUMP)
+        if any(not g.generated for g in decoding):  # a first token comes with the next step alone
+            jump = 1
         if next_arrival < len(arrivals) and jump > 1:
             jump = max(1, min(jump, math.ceil((arrivals[next_arrival] - t) / base)))
         last = base + cost.decode_attention_seconds(kv_tokens + dec * (jump - 1), dec) - \
@@ -628,7 +631,9 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
         t, steps, busy_seq_time = t + dt, steps + jump, busy_seq_time + dt * admitted
         for g in prefilling:
             g.prefilled += g.chunk
-            if g.decoding:  # the prefill's last position samples a token: the first, or the next after a recompute
+            # the prefill's last position samples a token: the first (unless the engine samples it in a decode
+            # step, SchedulerPolicy.first_in_decode), or the next after a recompute
+            if g.decoding and (g.generated or not policy.first_in_decode):
                 if not g.generated:
                     g.first = t
                     ttft.append((t - g.arrival + api, g.n))
@@ -637,6 +642,9 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
             itl.append((dt / jump, sum(g.n for g in decoding) * jump))
             ratio = max(policy.min_ratio, ratio - policy.ratio_decay * jump)
         for g in decoding:
+            if not g.generated:  # its first token, from its first decode step (SchedulerPolicy.first_in_decode)
+                g.first = t
+                ttft.append((t - g.arrival + api, g.n))
             g.generated += jump
         for g in [g for g in running if g.decoding and g.generated >= g.n_out]:
             running.remove(g)
@@ -756,10 +764,11 @@ def kv_requests(est: ServeEstimate, length: int) -> int:
     return max(0, budget.blocks // budget.need(length))
 
 
-def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm",
-                  engine_version: str | None = None) -> Performance:
+def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm", engine_version: str | None = None,
+                  policy: SchedulerPolicy | None = None) -> Performance:
     """`serve --input-len I --output-len O [--max-concurrency C | --request-rate R]`: one replica of `est` (a
-    ServeEstimate: its layout, dtypes, KV blocks and engine defaults) serving `work` as `engine` runs it
+    ServeEstimate: its layout, dtypes, KV blocks and engine defaults) serving `work` as `engine` runs it (its
+    scheduler, engines.scheduler_policy, unless `policy` is given)
     (engines.py: its scheduler defaults, KV memory, tables, and --pp / --enable-expert-parallel)."""
     prof = engines.profile(engine, engine_version)
     length = max([work.input_len + work.output_len, *(i + o for i, o in work.requests() or ())])
@@ -789,7 +798,7 @@ def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm",
     else:
         budget = kv_budget(est)  # the engine's share of the memory vLLM would give the cache (engines.kv_share)
         run = simulate(cost, work, seqs, tokens, KvBudget(blocks=math.floor(budget.blocks * share), need=budget.need),
-                       policy=engines.scheduler_policy(prof, est))
+                       policy=policy or engines.scheduler_policy(prof, est))
     running = max(1.0, min(run.mean_running, held, seqs, clients or seqs))
     context = work.input_len + work.output_len // 2
     roof = est.roofline(max(1, round(running)), work.input_len)
