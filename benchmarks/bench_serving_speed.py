@@ -135,8 +135,8 @@ def predict_workload(row: dict) -> dict[str, float]:
     # ran under 0.10.2)
     stated = row.get("engine_version") if row["engine"] == "vllm" else None
     version = stated if stated and vllm_version(stated).engine == "v0" else None
-    est = plan_serving(spec, gpu, row["n_gpus"], max_model_len=max(prompt + generate, 2048), version=version,
-                       **dtypes, **layout)
+    est = plan_serving(spec, gpu, row["n_gpus"], max_model_len=row.get("max_model_len") or max(prompt + generate, 2048),
+                       version=version, gpu_memory_utilization=row.get("gpu_memory_utilization"), **dtypes, **layout)
     lengths = None
     if row.get("dataset") == "ShareGPT":  # the source's mean lengths, drawn as vllm bench's ShareGPT sample
         lengths = serving_speed.sharegpt_lengths(row["input_len"], row["output_len"], row.get("n_prompts") or 1000)
