@@ -208,7 +208,8 @@ def _workload_errors(comps: list[dict]) -> None:
         pred = cache[row["id"]]
         value = pred.get(c["metric"]) if pred else None
         latency = FAMILIES[c["family"]][1]
-        c["workload_error"] = None if not value else (c["measured"] / value if latency else value / c["measured"]) - 1
+        # a plan that does not fit predicts nothing (0 tokens/s, infinite latencies): no comparison
+        c["workload_error"] = None if not value or not math.isfinite(value) else (c["measured"] / value if latency else value / c["measured"]) - 1
 
 
 FIT_GRID = {  # serving_speed's fitted constants, seconds
