@@ -102,8 +102,10 @@ POLICIES = {
     # CapacitySchedulerPolicy, tensorrt_llm/llmapi/llm_args.py SchedulerConfig) reserves each running request's
     # blocks to completion; microBatchScheduler.cpp (NVIDIA/TensorRT-LLM@0a949d31) puts generation and context
     # requests in one batch, and with context chunking off (llm_args.py enable_chunked_prefill default False) a
-    # context request is scheduled whole or stops the batch ("if (maxNumTokensRuntime && batchNumTokens + reqNumTokens >
-    # maxNumTokensRuntime.value()) break;")
+    # context request is scheduled whole or stops the batch ("if (maxNumTokensRuntime && batchNumTokens +
+    # reqNumTokens > maxNumTokensRuntime.value()) break;"); trtllm-bench throughput alike
+    # (tensorrt_llm/bench/benchmark/throughput.py: --enable_chunked_context is_flag default False,
+    # --scheduler_policy default guaranteed_no_evict)
     "trtllm": SchedulerPolicy(admission="whole", chunked=False),
     # SGLang: python/sglang/srt/managers/scheduler.py get_next_batch_to_run ("Run prefill first if possible", else
     # update_running_batch: decode, retract_decode when check_decode_mem fails); enable_mixed_chunk default False
