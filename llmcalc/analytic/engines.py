@@ -145,6 +145,7 @@ class EngineProfile:
     name: str  # vllm | trtllm | sglang
     version: str
     scheduler: str  # the assumptions' words for its scheduler
+    admission: str  # and for its admission into the KV cache
     kv_memory: str  # "vllm" (gpu_memory_utilization), "free_fraction" (TensorRT-LLM), "static_fraction" (SGLang)
     overlap: bool  # the host prepares the next step while the GPU runs this one: step = max(gpu, host)
     chunked_prefill: bool  # a prompt split across steps under the token budget
@@ -155,23 +156,26 @@ PROFILES = {
     "vllm": EngineProfile(
         name="vllm", version="", scheduler="vLLM V1: running requests first (a decode token each, or the next "
         "prefill chunk), then waiting ones first come first served; chunked prefill within max_num_batched_tokens",
+        admission="a request is admitted when the KV cache holds its prompt; when the next step's tokens outgrow the "
+        "cache, the latest admitted are preempted and recomputed later (vLLM's recompute preemption)",
         kv_memory="vllm", overlap=False, chunked_prefill=True,
         sources=("vllm/v1/core/sched/scheduler.py", "vllm/engine/arg_utils.py")),
     "trtllm": EngineProfile(
         name="trtllm", version="1.3.0rc20", scheduler="TensorRT-LLM in-flight batching (PyTorch backend): "
         "generation and context requests in one step within max_num_tokens, a context request whole or waiting "
-        "(context chunking off); GUARANTEED_NO_EVICT capacity scheduler: a request is admitted when the KV cache "
-        "holds its prompt and its whole output beside every running request's to completion, never evicted; "
-        "overlap scheduler on",
+        "(context chunking off); overlap scheduler on",
+        admission="GUARANTEED_NO_EVICT capacity scheduler: a request is admitted when the KV cache holds its prompt "
+        "and its whole output beside every running request's to completion; nothing is ever evicted",
         kv_memory="free_fraction", overlap=True, chunked_prefill=False,
         sources=("tensorrt_llm/bench/build/tuning.py", "tensorrt_llm/bench/benchmark/throughput.py",
                  "tensorrt_llm/llmapi/llm_args.py")),
     "sglang": EngineProfile(
         name="sglang", version="0.5.14", scheduler="SGLang: a prefill-only step (chunked_prefill_size tokens) "
         "whenever a waiting request can be admitted, else a decode step of every running request (mixed chunks off); "
-        "fcfs policy (radix cache matches nothing on random prompts); admitted when the KV cache holds its prompt and "
-        "output beside new_token_ratio (0.7 decaying to 0.098 over 600 decode steps) of the running requests' "
-        "remaining output, the latest retracted and recomputed when decodes outgrow it; overlap scheduler on",
+        "fcfs policy (radix cache matches nothing on random prompts); overlap scheduler on",
+        admission="a request is admitted when the KV cache holds its prompt and its output beside new_token_ratio "
+        "(0.7, decaying to 0.098 over 600 decode steps) of the running requests' remaining output; when decodes "
+        "outgrow the cache the latest are retracted and recomputed later",
         kv_memory="static_fraction", overlap=True, chunked_prefill=True,
         sources=("python/sglang/srt/server_args.py", "python/sglang/srt/model_executor/model_runner.py")),
 }

@@ -720,9 +720,7 @@ class Performance:
                 "scheduler": self.scheduler or "vLLM V1: running requests first (a decode token each, or the next "
                              "prefill chunk), then waiting ones first come first served; chunked prefill within "
                              "max_num_batched_tokens",
-                "admission": "a request is admitted when the KV cache holds its prompt; when the next step's "
-                             "tokens outgrow the cache, the latest admitted are preempted and recomputed later "
-                             "(vLLM's recompute preemption)" if self.engine == "vllm" else "as the scheduler says",
+                "admission": engines.PROFILES[self.engine].admission,
                 "lengths": ("vllm bench's ShareGPT sample: exponential at input_len and output_len's means within "
                             "vLLM's filter (prompt <= 1024, prompt + output <= 2048), seeded" if w.dataset == "sharegpt"
                             else f"uniform within {w.random_range_ratio:g} of input_len and output_len, seeded"
