@@ -209,7 +209,10 @@ def _workload_errors(comps: list[dict]) -> None:
         value = pred.get(c["metric"]) if pred else None
         latency = FAMILIES[c["family"]][1]
         # a plan that does not fit predicts nothing (0 tokens/s, infinite latencies): no comparison
-        c["workload_error"] = None if not value or not math.isfinite(value) else (c["measured"] / value if latency else value / c["measured"]) - 1
+        if not value or not math.isfinite(value):
+            c["workload_error"] = None
+        else:
+            c["workload_error"] = (c["measured"] / value if latency else value / c["measured"]) - 1
 
 
 FIT_GRID = {  # serving_speed's fitted constants, seconds

@@ -593,7 +593,7 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
             used = sum(g.n * g.reserved(kv, policy, ratio) for g in running)
         scheduled, budget = _schedule_running(running, token_budget, decodes=policy.mixed)
         slots = _Slots(sum(g.n for g in running), limit, kv, used, policy)
-        admitted = _admit(waiting, running, scheduled, budget, slots, whole_below)
+        admitted = _admit(waiting, running, scheduled, budget, slots, whole_below=whole_below)
         if not scheduled and running:  # nothing to prefill (an engine that does not mix): decode the running
             scheduled, _ = _schedule_running(running, token_budget)
         if not scheduled:  # idle until the next arrival
