@@ -48,11 +48,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from llmcalc.analytic import serving_speed
+from llmcalc.analytic import engines, serving_speed
 from llmcalc.analytic.inference import plan_inference
 from llmcalc.analytic.quant import weight_format
 from llmcalc.analytic.serving import plan_serving
 from llmcalc.analytic.serving_speed import Workload, plan_workload
+from llmcalc.analytic.vllm import vllm_version
 from llmcalc.errors import LlmcalcError
 from llmcalc.spec import load_hardware, load_model
 
@@ -129,7 +130,13 @@ def predict_workload(row: dict) -> dict[str, float]:
     dtypes = dict(weight_dtype=_weight_dtype(spec, row), kv_dtype=row.get("kv_dtype"))
     layout = dict(pp=row.get("pp", 1), dp=row.get("dp", 1), expert_parallel=row.get("enable_expert_parallel", False),
                   max_num_seqs=row.get("max_num_seqs"), max_num_batched_tokens=row.get("max_num_batched_tokens"))
-    est = plan_serving(spec, gpu, row["n_gpus"], max_model_len=max(prompt + generate, 2048), **dtypes, **layout)
+    # a vLLM row run on the V0 engine (a release before 0.8.0): V0's scheduler and memory accounting; V1 rows as the
+    # current release (llmcalc's accounting for 0.9-0.10 leaves gpt-oss-120b no KV cache on one H100, which GPUStack
+    # ran under 0.10.2)
+    stated = row.get("engine_version") if row["engine"] == "vllm" else None
+    version = stated if stated and vllm_version(stated).engine == "v0" else None
+    est = plan_serving(spec, gpu, row["n_gpus"], max_model_len=row.get("max_model_len") or max(prompt + generate, 2048),
+                       version=version, gpu_memory_utilization=row.get("gpu_memory_utilization"), **dtypes, **layout)
     lengths = None
     if row.get("dataset") == "ShareGPT":  # the source's mean lengths, drawn as vllm bench's ShareGPT sample
         lengths = serving_speed.sharegpt_lengths(row["input_len"], row["output_len"], row.get("n_prompts") or 1000)
@@ -143,7 +150,9 @@ def predict_workload(row: dict) -> dict[str, float]:
                         served=row.get("served", True))
     # the row's engine where llmcalc models it (engines.py), else vLLM's (LMDeploy, NeMo's TensorRT engines)
     engine = row["engine"] if row["engine"] in serving_speed.ENGINES else "vllm"
-    perf = plan_workload(est, work, engine=engine)
+    # LMDeploy's TurboMind samples the first token in a decode step (engines.POLICIES["turbomind"])
+    policy = engines.POLICIES["turbomind"] if row["engine"] == "lmdeploy" else None
+    perf = plan_workload(est, work, engine=engine, policy=policy)
     run = perf.run
     out = {"output_tokens_per_second": perf.output_tokens_per_second,
            "total_tokens_per_second": perf.total_tokens_per_second, "requests_per_second": perf.requests_per_second,
@@ -199,7 +208,11 @@ def _workload_errors(comps: list[dict]) -> None:
         pred = cache[row["id"]]
         value = pred.get(c["metric"]) if pred else None
         latency = FAMILIES[c["family"]][1]
-        c["workload_error"] = None if not value else (c["measured"] / value if latency else value / c["measured"]) - 1
+        # a plan that does not fit predicts nothing (0 tokens/s, infinite latencies): no comparison
+        if not value or not math.isfinite(value):
+            c["workload_error"] = None
+        else:
+            c["workload_error"] = (c["measured"] / value if latency else value / c["measured"]) - 1
 
 
 FIT_GRID = {  # serving_speed's fitted constants, seconds

@@ -50,12 +50,102 @@ from .serving import ServeEstimate
 
 
 @dataclass(frozen=True)
+class SchedulerPolicy:
+    """How an engine's scheduler forms each step, the switches of serving_speed.simulate (each engine's source in
+    ``POLICIES``).
+
+    - admission: what a waiting request must find free in the KV cache to be admitted: "prompt" its prompt's blocks
+      (vLLM; the running requests hold what they hold, and the latest admitted are preempted when the cache runs
+      out), "whole" its prompt and its whole output (TensorRT-LLM's GUARANTEED_NO_EVICT: every running request's
+      blocks to completion are reserved, nothing is ever evicted), "ratio" its prompt and its whole output while the
+      running requests reserve new_token_ratio of their remaining output (SGLang's PrefillAdder; the ratio decays per
+      decode step and is raised again on a retraction);
+    - mixed: decodes and prefill chunks run in one step (vLLM V1's chunked prefill, TensorRT-LLM's in-flight
+      batching); False: a step prefills only, and runs whenever it can admit or continue a prefill, the decodes
+      waiting (SGLang's get_next_batch_to_run "Run prefill first if possible", vLLM V0 without chunked prefill);
+    - chunked: a prompt may be split over steps within the token budget; False: it waits until the budget holds it
+      whole (TensorRT-LLM's MicroBatchScheduler with context chunking off, the default);
+    - first_in_decode: the prompt's last position is not sampled by the prefill; the first token comes from the
+      request's first decode step, which feeds the prompt's last token (LMDeploy's TurboMind: LlamaBatch.cc
+      InitializeGeneration sets sequence_lengths to the context length - 1, "the last generated token does not have
+      k/v cache computed yet"), so TTFT is the prefill and one decode step.
+    """
+
+    admission: str = "prompt"
+    mixed: bool = True
+    chunked: bool = True
+    init_ratio: float = 0.0  # SGLang's new_token_ratio at start (SGLANG_INIT_NEW_TOKEN_RATIO)
+    min_ratio: float = 0.0  # its floor (init x SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR)
+    ratio_decay: float = 0.0  # what each decode step takes off it ((init - min) / SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS)
+    clip_new_tokens: int = 1 << 30  # the output a request reserves at most (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION)
+    retract_steps: int = 0  # SGLANG_RETRACT_DECODE_STEPS: the decode steps a retraction's new ratio provides for
+    first_in_decode: bool = False
+
+
+# python/sglang/srt/environ.py (sgl-project/sglang@d51c1c21): SGLANG_INIT_NEW_TOKEN_RATIO = 0.7,
+# SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR = 0.14, SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS = 600, SGLANG_RETRACT_DECODE_STEPS = 20,
+# SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION = 4096
+SGLANG_RATIO = (0.7, 0.14, 600, 20, 4096)
+POLICIES = {
+    # vllm/v1/core/sched/scheduler.py schedule(): running requests first (a decode token or the next chunk), then
+    # waiting ones while their prompt's blocks are free (kv_cache_manager.allocate_slots); preempt the last admitted
+    "vllm": SchedulerPolicy(),
+    # vLLM V0 with chunked prefill off (max_model_len <= 32K; vllm/core/scheduler.py _schedule_default: "prefills
+    # first", a step of waiting prompts whole within max_num_batched_tokens, else a decode step of the running)
+    "vllm-v0": SchedulerPolicy(mixed=False, chunked=False),
+    # LMDeploy's TurboMind (InternLM/lmdeploy src/turbomind/models/llama/LlamaBatch.cc InitializeGeneration): the
+    # context phase fills the KV cache of all but the prompt's last token, whose decode step samples the first token;
+    # llmcalc does not model TurboMind's kernels (an --engine of its own): benchmarks/bench_serving_speed.py runs
+    # LMDeploy's rows on vLLM's step times with this scheduler
+    "turbomind": SchedulerPolicy(first_in_decode=True),
+    # TensorRT-LLM: cpp/tensorrt_llm/batch_manager/capacityScheduler.cpp GuaranteedNoEvictScheduler (the default
+    # CapacitySchedulerPolicy, tensorrt_llm/llmapi/llm_args.py SchedulerConfig) reserves each running request's
+    # blocks to completion; microBatchScheduler.cpp (NVIDIA/TensorRT-LLM@0a949d31) puts generation and context
+    # requests in one batch, and with context chunking off (llm_args.py enable_chunked_prefill default False) a
+    # context request is scheduled whole or stops the batch ("if (maxNumTokensRuntime && batchNumTokens +
+    # reqNumTokens > maxNumTokensRuntime.value()) break;"); trtllm-bench throughput alike
+    # (tensorrt_llm/bench/benchmark/throughput.py: --enable_chunked_context is_flag default False,
+    # --scheduler_policy default guaranteed_no_evict)
+    "trtllm": SchedulerPolicy(admission="whole", chunked=False),
+    # SGLang: python/sglang/srt/managers/scheduler.py get_next_batch_to_run ("Run prefill first if possible", else
+    # update_running_batch: decode, retract_decode when check_decode_mem fails); enable_mixed_chunk default False
+    # (server_args.py); schedule_policy.py PrefillAdder: rem_total_tokens = free - running requests' remaining
+    # output x new_token_ratio, a new request charged extend_input_len + min(max_new_tokens, CLIP)
+    # (sgl-project/sglang@d51c1c21)
+    "sglang": SchedulerPolicy(admission="ratio", mixed=False, init_ratio=SGLANG_RATIO[0],
+                              min_ratio=SGLANG_RATIO[0] * SGLANG_RATIO[1],
+                              ratio_decay=SGLANG_RATIO[0] * (1 - SGLANG_RATIO[1]) / SGLANG_RATIO[2],
+                              retract_steps=SGLANG_RATIO[3], clip_new_tokens=SGLANG_RATIO[4]),
+}
+
+
+def scheduler_policy(prof: EngineProfile, est: ServeEstimate) -> SchedulerPolicy:
+    """The scheduler `prof`'s engine runs `est` with: its own (POLICIES); vLLM's V0 engine (--vllm-version before
+    0.8, or v0) without chunked prefill, which it turns on past max_model_len 32K, schedules as V0 did."""
+    if prof.name == "vllm" and est.version.engine == "v0" and est.max_model_len <= 32768:
+        return POLICIES["vllm-v0"]
+    return POLICIES[prof.name]
+
+
+V0_SCHEDULER = ("vLLM V0 without chunked prefill: a step of waiting prompts, whole, within max_num_batched_tokens "
+                "whenever one can be admitted, else a decode step of the running requests")
+
+
+def scheduler_words(prof: EngineProfile, est: ServeEstimate) -> str:
+    """The assumptions' words for the scheduler `prof`'s engine runs `est` with ("" for vLLM V1's, said there)."""
+    if prof.name == "vllm":
+        return V0_SCHEDULER if scheduler_policy(prof, est) is POLICIES["vllm-v0"] else ""
+    return prof.scheduler
+
+
+@dataclass(frozen=True)
 class EngineProfile:
     """One engine release's scheduler defaults and step behaviour (module docstring for the sources)."""
 
     name: str  # vllm | trtllm | sglang
     version: str
     scheduler: str  # the assumptions' words for its scheduler
+    admission: str  # and for its admission into the KV cache
     kv_memory: str  # "vllm" (gpu_memory_utilization), "free_fraction" (TensorRT-LLM), "static_fraction" (SGLang)
     overlap: bool  # the host prepares the next step while the GPU runs this one: step = max(gpu, host)
     chunked_prefill: bool  # a prompt split across steps under the token budget
@@ -66,19 +156,26 @@ PROFILES = {
     "vllm": EngineProfile(
         name="vllm", version="", scheduler="vLLM V1: running requests first (a decode token each, or the next "
         "prefill chunk), then waiting ones first come first served; chunked prefill within max_num_batched_tokens",
+        admission="a request is admitted when the KV cache holds its prompt; when the next step's tokens outgrow the "
+        "cache, the latest admitted are preempted and recomputed later (vLLM's recompute preemption)",
         kv_memory="vllm", overlap=False, chunked_prefill=True,
         sources=("vllm/v1/core/sched/scheduler.py", "vllm/engine/arg_utils.py")),
     "trtllm": EngineProfile(
-        name="trtllm", version="1.3.0rc20", scheduler="TensorRT-LLM in-flight batching (PyTorch backend), "
-        "GUARANTEED_NO_EVICT capacity scheduler, generation requests first then context requests first come first "
-        "served within max_num_tokens; overlap scheduler on",
+        name="trtllm", version="1.3.0rc20", scheduler="TensorRT-LLM in-flight batching (PyTorch backend): "
+        "generation and context requests in one step within max_num_tokens, a context request whole or waiting "
+        "(context chunking off); overlap scheduler on",
+        admission="GUARANTEED_NO_EVICT capacity scheduler: a request is admitted when the KV cache holds its prompt "
+        "and its whole output beside every running request's to completion; nothing is ever evicted",
         kv_memory="free_fraction", overlap=True, chunked_prefill=False,
         sources=("tensorrt_llm/bench/build/tuning.py", "tensorrt_llm/bench/benchmark/throughput.py",
                  "tensorrt_llm/llmapi/llm_args.py")),
     "sglang": EngineProfile(
-        name="sglang", version="0.5.14", scheduler="SGLang: decode batch with the prefill batch mixed in "
-        "(chunked_prefill_size per step), fcfs policy (radix cache matches nothing on random prompts); overlap "
-        "scheduler on",
+        name="sglang", version="0.5.14", scheduler="SGLang: a prefill-only step (chunked_prefill_size tokens) "
+        "whenever a waiting request can be admitted, else a decode step of every running request (mixed chunks off); "
+        "fcfs policy (radix cache matches nothing on random prompts); overlap scheduler on",
+        admission="a request is admitted when the KV cache holds its prompt and its output beside new_token_ratio "
+        "(0.7, decaying to 0.098 over 600 decode steps) of the running requests' remaining output; when decodes "
+        "outgrow the cache the latest are retracted and recomputed later",
         kv_memory="static_fraction", overlap=True, chunked_prefill=True,
         sources=("python/sglang/srt/server_args.py", "python/sglang/srt/model_executor/model_runner.py")),
 }

@@ -40,6 +40,7 @@ from collections.abc import Callable
 from ..errors import LlmcalcError
 from ..records import dataclass
 from . import comm, engines, kernel_tables
+from .engines import SchedulerPolicy
 from .flops import forward_ops
 from .inference import PER_KEY, InferenceEstimate, decode_ops, expected_experts
 from .kernels import ROOFLINE_P, TILES, Device, attention_seconds, device_for, gemm_timer
@@ -450,6 +451,24 @@ class _Group:
         that schedules a prompt allocates its slots), then its prompt and generated tokens."""
         return kv.need(self.target if not self.decoding else self.n_in + self.generated + ahead)
 
+    def reserved(self, kv: KvBudget, policy: SchedulerPolicy, ratio: float) -> int:
+        """Blocks the engine's admission counts as taken by each of these running requests (SchedulerPolicy): what
+        they hold after the next step (vLLM), their whole length (TensorRT-LLM's GUARANTEED_NO_EVICT), or what they
+        hold and new_token_ratio of their remaining output (SGLang)."""
+        if policy.admission == "whole":
+            return kv.need(self.n_in + self.n_out)
+        if policy.admission == "ratio":
+            left = min(self.n_out - self.generated, policy.clip_new_tokens)
+            return kv.need(max(self.target, self.n_in + self.generated) + math.ceil(ratio * left))
+        return self.held(kv, 1)
+
+    def admission(self, kv: KvBudget, policy: SchedulerPolicy) -> int:
+        """Blocks each of these waiting requests must find free to be admitted: its prompt's (vLLM), with its whole
+        output (TensorRT-LLM), or with its output up to SGLang's clip (a new request is charged in full)."""
+        if policy.admission == "prompt":
+            return self.held(kv)
+        return kv.need(self.target + min(self.n_out - self.generated, policy.clip_new_tokens))
+
     def state(self) -> tuple:
         return (self.prefilled, self.generated, self.first, self.arrival, self.n_in, self.n_out, self.target)
 
@@ -552,13 +571,16 @@ def _preempt(running: list[_Group], waiting: list[_Group], kv: KvBudget) -> int:
     return need
 
 
-def _schedule_running(running: list[_Group], budget: int) -> tuple[list[_Group], int]:
+def _schedule_running(running: list[_Group], budget: int, decodes: bool = True) -> tuple[list[_Group], int]:
     """vLLM V1 schedules the running requests first, in order: a decode token each, or a prefill's next chunk (whole
-    while the token budget lasts, then one partial chunk); returns the scheduled groups and the budget left."""
+    while the token budget lasts, then one partial chunk); returns the scheduled groups and the budget left. Without
+    `decodes`, only the prefills' chunks (a prefill-only step, SchedulerPolicy.mixed False)."""
     scheduled: list[_Group] = []
     for g in list(running):
         if budget <= 0:
             break
+        if not decodes and g.decoding:
+            continue
         need = 1 if g.decoding else g.target - g.prefilled
         full = budget // need
         if full >= g.n:
@@ -581,25 +603,28 @@ def _schedule_running(running: list[_Group], budget: int) -> tuple[list[_Group],
 
 
 class _Slots:
-    """What admission may still take: sequences below `limit` and free KV blocks (KvBudget)."""
+    """What admission may still take: sequences below `limit` and KV blocks not reserved (KvBudget, the engine's
+    SchedulerPolicy)."""
 
-    __slots__ = ("running", "limit", "free", "kv")
+    __slots__ = ("running", "limit", "free", "kv", "policy")
 
-    def __init__(self, running: int, limit: int, kv: KvBudget, used: int) -> None:
-        self.running, self.limit, self.kv, self.free = running, limit, kv, kv.blocks - used
+    def __init__(self, running: int, limit: int, kv: KvBudget, used: int, policy: SchedulerPolicy) -> None:
+        self.running, self.limit, self.kv, self.free, self.policy = running, limit, kv, kv.blocks - used, policy
 
     def take(self, g: _Group) -> int:
-        return min(g.n, self.limit - self.running, self.free // max(1, g.held(self.kv)))
+        return min(g.n, self.limit - self.running, self.free // max(1, g.admission(self.kv, self.policy)))
 
 
 def _admit(waiting: list[_Group], running: list[_Group], scheduled: list[_Group], budget: int,
-           slots: _Slots) -> int:
+           slots: _Slots, whole_below: int = 0) -> int:
     """Then the waiting requests, first come first served, each with its first chunk (whole prompts while the budget
-    lasts, then one part), while sequences and KV blocks for their prompts last (`slots`); returns how many run."""
+    lasts, then one part), while sequences and KV blocks for their prompts last (`slots`); returns how many run.
+    Prompts of at most `whole_below` tokens are never split (no context chunking): one that the budget left cannot
+    hold whole waits for the next step."""
     while waiting and budget > 0:
         g = waiting[0]
         take, chunk = slots.take(g), g.target - g.prefilled
-        if take < 1:
+        if take < 1 or (budget < chunk <= whole_below):
             break
         if budget // chunk < take:
             take, chunk = (budget // chunk, chunk) if budget >= chunk else (1, budget)
@@ -608,7 +633,7 @@ def _admit(waiting: list[_Group], running: list[_Group], scheduled: list[_Group]
         running.append(part)
         scheduled.append(part)
         slots.running += take
-        slots.free -= take * part.held(slots.kv)
+        slots.free -= take * part.admission(slots.kv, slots.policy)
     return slots.running
 
 
@@ -647,14 +672,30 @@ def _merged(running: list[_Group]) -> list[_Group]:
     return merged
 
 
+def _retracted_ratio(running: list[_Group], policy: SchedulerPolicy) -> float:
+    """SGLang's new_token_ratio after a retraction (schedule_batch.py retract_decode): (the tokens the requests left
+    running have decoded + SGLANG_RETRACT_DECODE_STEPS each) / their max_new_tokens, at most 1."""
+    out = sum(g.n * g.n_out for g in running)
+    if not out:
+        return policy.init_ratio
+    return min(1.0, (sum(g.n * g.generated for g in running) + policy.retract_steps * sum(g.n for g in running)) / out)
+
+
+RATIO_JUMP = 16  # decode steps advanced at once at most while SGLang's decaying ratio may admit a waiting request
+
+
 def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: int,  # long: one event loop
-             kv: KvBudget) -> Simulated:
-    """vLLM V1's scheduler over `work` on one replica (module docstring): running requests first (a decode token
-    each, or the next chunk of a prefill), the latest preempted when the cache cannot hold the next step's tokens
-    (_preempt), then waiting ones first come first served while `max_num_seqs`, `token_budget` and the KV blocks of
-    their prompts (`kv`) allow. Steps that only decode, with nothing to admit, are advanced together up to the next
-    request that finishes (or arrives, or would outgrow the cache): the mean of their first and last step's time
-    each. Requests of varied lengths (work.requests()) are simulated each with its own."""
+             kv: KvBudget, policy: SchedulerPolicy | None = None) -> Simulated:
+    """An engine's scheduler over `work` on one replica (module docstring; `policy`: the engine's, vLLM V1's by
+    default): running requests first (a decode token each, or the next chunk of a prefill), the latest preempted
+    when the cache cannot hold the next step's tokens (_preempt), then waiting ones first come first served while
+    `max_num_seqs`, `token_budget` and the KV blocks their admission needs (`kv`, SchedulerPolicy.admission) allow;
+    an engine that does not mix (SchedulerPolicy.mixed False) runs a prefill-only step whenever it can, else a
+    decode step. Steps that only decode, with nothing to admit, are advanced together up to the next request that
+    finishes (or arrives, or would outgrow the cache): the mean of their first and last step's time each. Requests
+    of varied lengths (work.requests()) are simulated each with its own."""
+    policy = policy or engines.POLICIES["vllm"]
+    ratio, whole_below = policy.init_ratio, 0 if policy.chunked else token_budget
     prompts, lengths = work.num_prompts, work.requests()
     api = REQUEST_SECONDS if work.served else 0.0  # a client sees it, the engine's clock does not
     limit = min(max_num_seqs, work.max_concurrency or max_num_seqs)
@@ -674,10 +715,17 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
         while next_arrival < len(arrivals) and arrivals[next_arrival] <= t and in_flight < clients:
             waiting += _new_groups(work, lengths, next_arrival, 1, arrivals[next_arrival])
             next_arrival, in_flight = next_arrival + 1, in_flight + 1
+        before = sum(g.n for g in running)
         used = _preempt(running, waiting, kv)
-        scheduled, budget = _schedule_running(running, token_budget)
-        slots = _Slots(sum(g.n for g in running), limit, kv, used)
-        admitted = _admit(waiting, running, scheduled, budget, slots)
+        if policy.admission == "ratio" and sum(g.n for g in running) < before:  # SGLang's retraction
+            ratio = _retracted_ratio(running, policy)
+        if policy.admission != "prompt":
+            used = sum(g.n * g.reserved(kv, policy, ratio) for g in running)
+        scheduled, budget = _schedule_running(running, token_budget, decodes=policy.mixed)
+        slots = _Slots(sum(g.n for g in running), limit, kv, used, policy)
+        admitted = _admit(waiting, running, scheduled, budget, slots, whole_below=whole_below)
+        if not scheduled and running:  # nothing to prefill (an engine that does not mix): decode the running
+            scheduled, _ = _schedule_running(running, token_budget)
         if not scheduled:  # idle until the next arrival
             if next_arrival < len(arrivals):
                 t = max(t, arrivals[next_arrival])
@@ -689,14 +737,19 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
         kv_tokens = sum(g.n * (g.n_in + g.generated) for g in decoding)
         chunks = sum(g.n * g.chunk for g in prefilling)
         base = cost.seconds(tokens=sum(g.n * g.chunk for g in scheduled),
-                            rows=dec + sum(g.n for g in prefilling if g.prefilled + g.chunk >= g.target),
+                            rows=dec + sum(g.n for g in prefilling if g.prefilled + g.chunk >= g.target
+                                           and (g.generated or not policy.first_in_decode)),
                             kv_tokens=kv_tokens, decodes=dec,
                             length=sum(g.n * g.chunk * g.target for g in prefilling) / chunks if chunks else 0.0,
                             pairs=sum(g.n * (g.chunk * g.prefilled + g.chunk * (g.chunk + 1) / 2) for g in prefilling))
         # steps that only decode and admit nothing: advance to the next finish (or arrival, or a full cache) at once
         room = waiting and slots.take(waiting[0]) >= 1
-        jump = 1 if prefilling or room else _decode_run(decoding, kv, kv.blocks - slots.free,
+        jump = 1 if prefilling or room else _decode_run(decoding, kv, sum(g.n * g.held(kv, 1) for g in running),
                                                         min(g.n_out - g.generated for g in decoding))
+        if waiting and policy.admission == "ratio":
+            jump = min(jump, RATIO_JUMP)
+        if any(not g.generated for g in decoding):  # a first token comes with the next step alone
+            jump = 1
         if next_arrival < len(arrivals) and jump > 1:
             jump = max(1, min(jump, math.ceil((arrivals[next_arrival] - t) / base)))
         last = base + cost.decode_attention_seconds(kv_tokens + dec * (jump - 1), dec) - \
@@ -708,14 +761,20 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
         t, steps, busy_seq_time = t + dt, steps + jump, busy_seq_time + dt * admitted
         for g in prefilling:
             g.prefilled += g.chunk
-            if g.decoding:  # the prefill's last position samples a token: the first, or the next after a recompute
+            # the prefill's last position samples a token: the first (unless the engine samples it in a decode
+            # step, SchedulerPolicy.first_in_decode), or the next after a recompute
+            if g.decoding and (g.generated or not policy.first_in_decode):
                 if not g.generated:
                     g.first = t
                     ttft.append((t - g.arrival + api, g.n))
                 g.generated += 1
         if decoding:
             itl.append((dt / jump, sum(g.n for g in decoding) * jump))
+            ratio = max(policy.min_ratio, ratio - policy.ratio_decay * jump)
         for g in decoding:
+            if not g.generated:  # its first token, from its first decode step (SchedulerPolicy.first_in_decode)
+                g.first = t
+                ttft.append((t - g.arrival + api, g.n))
             g.generated += jump
         for g in [g for g in running if g.decoding and g.generated >= g.n_out]:
             running.remove(g)
@@ -791,9 +850,7 @@ class Performance:
                 "scheduler": self.scheduler or "vLLM V1: running requests first (a decode token each, or the next "
                              "prefill chunk), then waiting ones first come first served; chunked prefill within "
                              "max_num_batched_tokens",
-                "admission": "a request is admitted when the KV cache holds its prompt; when the next step's "
-                             "tokens outgrow the cache, the latest admitted are preempted and recomputed later "
-                             "(vLLM V1's recompute preemption)",
+                "admission": engines.PROFILES[self.engine].admission,
                 "lengths": ("vllm bench's ShareGPT sample: exponential at input_len and output_len's means within "
                             "vLLM's filter (prompt <= 1024, prompt + output <= 2048), seeded" if w.dataset == "sharegpt"
                             else f"uniform within {w.random_range_ratio:g} of input_len and output_len, seeded"
@@ -835,10 +892,11 @@ def kv_requests(est: ServeEstimate, length: int) -> int:
     return max(0, budget.blocks // budget.need(length))
 
 
-def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm",
-                  engine_version: str | None = None) -> Performance:
+def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm", engine_version: str | None = None,
+                  policy: SchedulerPolicy | None = None) -> Performance:
     """`serve --input-len I --output-len O [--max-concurrency C | --request-rate R]`: one replica of `est` (a
-    ServeEstimate: its layout, dtypes, KV blocks and engine defaults) serving `work` as `engine` runs it
+    ServeEstimate: its layout, dtypes, KV blocks and engine defaults) serving `work` as `engine` runs it (its
+    scheduler, engines.scheduler_policy, unless `policy` is given)
     (engines.py: its scheduler defaults, KV memory, tables, and --pp / --enable-expert-parallel)."""
     prof = engines.profile(engine, engine_version)
     length = max([work.input_len + work.output_len, *(i + o for i, o in work.requests() or ())])
@@ -867,7 +925,8 @@ def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm",
                         steps=0)
     else:
         budget = kv_budget(est)  # the engine's share of the memory vLLM would give the cache (engines.kv_share)
-        run = simulate(cost, work, seqs, tokens, KvBudget(blocks=math.floor(budget.blocks * share), need=budget.need))
+        run = simulate(cost, work, seqs, tokens, KvBudget(blocks=math.floor(budget.blocks * share), need=budget.need),
+                       policy=policy or engines.scheduler_policy(prof, est))
     running = max(1.0, min(run.mean_running, held, seqs, clients or seqs))
     context = work.input_len + work.output_len // 2
     roof = est.roofline(max(1, round(running)), work.input_len)
@@ -875,7 +934,7 @@ def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm",
                        max_num_seqs=seqs, max_num_batched_tokens=tokens, run=run,
                        roofline_ttft=est.roofline(1, work.input_len).prefill.seconds,
                        roofline_tpot=roof.decode_step(context).seconds,
-                       scheduler="" if engine == "vllm" else prof.scheduler, kv_share=share)
+                       scheduler=engines.scheduler_words(prof, est), kv_share=share)
 
 
 @dataclass(frozen=True)
