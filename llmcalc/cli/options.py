@@ -21,6 +21,7 @@ import click
 from click.core import ParameterSource
 
 from ..validate import (
+    DEFAULT_GOODPUT,
     DEFAULT_SEQ_LEN,
     DEFAULT_ZERO,
     GPU_MEMORY,
@@ -199,6 +200,15 @@ def recipe_dtype_option(func: F) -> F:
 
 def price_option(func: F) -> F:
     return click.option("--usd-per-gpu-hour", type=PRICE, default=None, help=PRICE_HELP)(func)
+
+
+def goodput_option(func: F) -> F:
+    """--goodput: the share of a training run's wall-clock spent training (wall = compute / goodput)."""
+    return click.option("--goodput", type=Fraction("of the wall-clock spent training", minimum=0.0),
+                        default=DEFAULT_GOODPUT, show_default=True,
+                        help="Share of the run's wall-clock spent training, in (0, 1] (restarts, failures and "
+                             "checkpoints take the rest; Llama 3 reports > 90 % on 16K H100): GPU-hours, days, "
+                             "cost and energy = compute / goodput; 1 counts compute alone.")(func)
 
 
 def zero_option(func: F) -> F:
