@@ -13,7 +13,7 @@ from ..hardware import Accelerator
 from ..records import dataclass
 from ..spec import ModelSpec
 from ..units import fmt_count, fmt_tokens
-from ..validate import DEFAULT_SEQ_LEN, DEFAULT_ZERO
+from ..validate import DEFAULT_GOODPUT, DEFAULT_SEQ_LEN, DEFAULT_ZERO
 from .flops import flop_group, step_flops
 from .inference import kv_cache_bytes_per_token
 from .memory import training_memory
@@ -46,6 +46,7 @@ class Scenario:
     recompute: str = "none"
     causal: bool = False
     kv_dtype: str = "bf16"
+    goodput: float = DEFAULT_GOODPUT  # share of the run's wall-clock spent training (--goodput)
 
     def describe(self) -> str:
         gpu = self.gpu.key if self.gpu else "no GPU"
@@ -53,7 +54,7 @@ class Scenario:
                 f"({self.dtype}), {self.recipe} + {self.optimizer}, ZeRO-{self.zero} over data parallel, tp "
                 f"{self.tp}" + "".join(f", {k} {v}" for k, v in (("cp", self.cp), ("pp", self.pp), ("vpp", self.vpp))
                                        if v > 1) + f", micro-batch {self.micro_batch}, recompute {self.recompute}, "
-                f"{'causal' if self.causal else 'full S²'} FLOPs")
+                f"{'causal' if self.causal else 'full S²'} FLOPs, goodput {self.goodput:g}")
 
     def line(self, names: list[str]) -> str:
         """The line under every report figure's title: which models, which run."""
@@ -112,7 +113,8 @@ def scenario_training(spec: ModelSpec, scenario: Scenario, step=None) -> Trainin
     step = step or step_flops(spec, 1, scenario.seq_len, scenario.causal, scenario.recompute)
     return TrainingEstimate(scenario.tokens, step.model_flops_per_token * scenario.tokens,
                             step.hardware_flops_per_token * scenario.tokens, scenario.accelerator, dtype=scenario.dtype,
-                            n_gpus=scenario.n_gpus, mfu=scenario.mfu, usd_per_gpu_hour=scenario.usd_per_gpu_hour)
+                            n_gpus=scenario.n_gpus, mfu=scenario.mfu, usd_per_gpu_hour=scenario.usd_per_gpu_hour,
+                            goodput=scenario.goodput)
 
 
 def scenario_memory(spec: ModelSpec, scenario: Scenario, micro_batch: int | None = None):

@@ -211,6 +211,18 @@ def goodput_option(func: F) -> F:
                              "cost and energy = compute / goodput; 1 counts compute alone.")(func)
 
 
+def _keep_goodput(ctx: click.Context, param: click.Parameter, value: float) -> None:
+    ctx.meta["goodput"] = value
+
+
+def scenario_goodput_option(func: F) -> F:
+    """compare's and report's --goodput, kept in ctx.meta["goodput"] for their scenario (cli/compare.py)."""
+    return click.option("--goodput", type=Fraction("of the wall-clock spent training", minimum=0.0),
+                        default=DEFAULT_GOODPUT, show_default=True, expose_value=False, callback=_keep_goodput,
+                        help="Share of the run's wall-clock spent training, in (0, 1]: GPU-hours, days and cost = "
+                             "compute / goodput (Llama 3: > 90 % on 16K H100); 1 counts compute alone.")(func)
+
+
 def zero_option(func: F) -> F:
     return click.option("--zero", type=click.IntRange(0, 3), default=DEFAULT_ZERO, show_default=True,
                         help="ZeRO stage over data parallelism: 0-3 (3 = FSDP).")(func)
@@ -490,6 +502,7 @@ def scenario_options(func: F) -> F:
         click.option("--mfu", type=MFU, default=0.4, show_default=True,
                      help="Model FLOPs utilization assumed (0.4 or 40%)."),
         price_option,
+        scenario_goodput_option,
         recipe_option,
         peak_dtype_option,
         zero_option,
