@@ -127,6 +127,7 @@ def serving_record(spec: ModelSpec, scenario: Scenario) -> dict:
     """What one model serves on the scenario's GPU at --seq-len tokens per request, vLLM's defaults: the fewest
     tensor-parallel GPUs holding a request (``serving.smallest_serving_group``), its KV cache in tokens, the
     requests it holds at once, and the roofline's decode speed of one request and of all of them (an upper bound)."""
+    from ..hardware import MemoryOnly
     from .serving import smallest_serving_group
 
     if spec.architecture != "decoder" or scenario.gpu is None:
@@ -137,7 +138,7 @@ def serving_record(spec: ModelSpec, scenario: Scenario) -> dict:
         est = None
     if est is None:
         return {"serve_gpus": None}
-    rows = est.throughput()
+    rows = [] if isinstance(scenario.gpu, MemoryOnly) else est.throughput()  # --gpu-memory: capacity, no speed
     return {"serve_gpus": est.tp, "serve_kv_tokens": est.kv_cache_tokens,
             "serve_concurrency": est.max_concurrent_sequences,
             "serve_tokens_per_second_1": rows[0]["tokens_per_second"] if rows else None,
