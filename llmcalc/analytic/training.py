@@ -452,14 +452,7 @@ def plan_training(request: TrainRequest, model: ModelSpec | CountedModel | None,
     (precision.recipe_for_dtype: FP8 is Transformer Engine's default), and says so."""
     from .rules import six_n
 
-    choice = None
-    if request.needs_layout and isinstance(model, ModelSpec):
-        request, choice = choose_layout(request, model)
-    elif request.needs_layout and not any(v is not None for v in request.layout.values()):
-        raise LlmcalcError(("with --params (no shapes to predict a step from): give --mfu (e.g. 0.4 or 40%) or "
-                            "--achieved-tflops") if model is None else
-                           f"{request.model} is counted by transformers (no formula to search layouts with): give "
-                           f"--mfu (e.g. 0.4 or 40%), --achieved-tflops, or --global-batch with a layout")
+    request, choice = _with_layout(request, model)
     if model is None:
         basis = six_n_basis(request)
     elif isinstance(model, ModelSpec):
@@ -510,6 +503,22 @@ def plan_training(request: TrainRequest, model: ModelSpec | CountedModel | None,
                         measured=measured, warnings=warnings + _timing_only_warning(request, pred),
                         mfu_by_peak=_mfu_by_peak(est, recipe_peak),
                         recipe_peak=None if recipe_peak is None else recipe_peak[0], layout_choice=choice)
+
+
+def _with_layout(request: TrainRequest, model: ModelSpec | CountedModel | None
+                 ) -> tuple[TrainRequest, dict[str, Any] | None]:
+    """The request as it is timed: without an MFU, a throughput or a global batch, on the layout `choose_layout`
+    picks (a model with a formula); refused in one line where nothing can be predicted (--params, a counted model)."""
+    if not request.needs_layout:
+        return request, None
+    if isinstance(model, ModelSpec):
+        return choose_layout(request, model)
+    if not any(v is not None for v in request.layout.values()):
+        raise LlmcalcError(("with --params (no shapes to predict a step from): give --mfu (e.g. 0.4 or 40%) or "
+                            "--achieved-tflops") if model is None else
+                           f"{request.model} is counted by transformers (no formula to search layouts with): give "
+                           f"--mfu (e.g. 0.4 or 40%), --achieved-tflops, or --global-batch with a layout")
+    return request, None  # layout options without a global batch: refused by train_steptime, naming them
 
 
 def default_global_batch(n_gpus: int, seq_len: int) -> tuple[int, str]:
@@ -564,7 +573,8 @@ def _search(request: TrainRequest, spec: ModelSpec, batch: int, settings: dict[s
                             causal=request.causal, recompute=request.recompute if request.recompute_given else None,
                             tp_overlap=tp_overlap, top=1, dtype=request.dtype, **settings)
     except LlmcalcError as exc:
-        raise LlmcalcError(f"{exc}; or give --mfu to answer at an assumed MFU") from None
+        raise LlmcalcError(f"{exc}; or give --mfu (e.g. 0.4 or 40%) or --achieved-tflops to answer at an assumed "
+                           f"utilization") from None
 
 
 def _layout_command(request: TrainRequest, spec: ModelSpec, batch: int) -> str:

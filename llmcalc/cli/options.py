@@ -202,13 +202,16 @@ def price_option(func: F) -> F:
     return click.option("--usd-per-gpu-hour", type=PRICE, default=None, help=PRICE_HELP)(func)
 
 
+GOODPUT = Fraction("of the wall-clock spent training", minimum=0.0)
+GOODPUT_HELP = ("Share of the run's wall-clock spent training, in (0, 1] (restarts, failures and checkpoints take the "
+                "rest; Llama 3 reports > 90 % on 16K H100): GPU-hours, days, cost and energy = compute / goodput; 1 "
+                "counts compute alone.")
+
+
 def goodput_option(func: F) -> F:
     """--goodput: the share of a training run's wall-clock spent training (wall = compute / goodput)."""
-    return click.option("--goodput", type=Fraction("of the wall-clock spent training", minimum=0.0),
-                        default=DEFAULT_GOODPUT, show_default=True,
-                        help="Share of the run's wall-clock spent training, in (0, 1] (restarts, failures and "
-                             "checkpoints take the rest; Llama 3 reports > 90 % on 16K H100): GPU-hours, days, "
-                             "cost and energy = compute / goodput; 1 counts compute alone.")(func)
+    return click.option("--goodput", type=GOODPUT, default=DEFAULT_GOODPUT, show_default=True,
+                        help=GOODPUT_HELP)(func)
 
 
 def _keep_goodput(ctx: click.Context, param: click.Parameter, value: float) -> None:
@@ -217,10 +220,8 @@ def _keep_goodput(ctx: click.Context, param: click.Parameter, value: float) -> N
 
 def scenario_goodput_option(func: F) -> F:
     """compare's and report's --goodput, kept in ctx.meta["goodput"] for their scenario (cli/compare.py)."""
-    return click.option("--goodput", type=Fraction("of the wall-clock spent training", minimum=0.0),
-                        default=DEFAULT_GOODPUT, show_default=True, expose_value=False, callback=_keep_goodput,
-                        help="Share of the run's wall-clock spent training, in (0, 1]: GPU-hours, days and cost = "
-                             "compute / goodput (Llama 3: > 90 % on 16K H100); 1 counts compute alone.")(func)
+    return click.option("--goodput", type=GOODPUT, default=DEFAULT_GOODPUT, show_default=True, expose_value=False,
+                        callback=_keep_goodput, help=GOODPUT_HELP)(func)
 
 
 def zero_option(func: F) -> F:

@@ -29,7 +29,7 @@ from ..views.params import params_document
 from ..views.profile import profile_document
 from ..views.train import goodput_note, train_document
 from . import plots, sweeps
-from .document import Report, safe_name, short_source
+from .document import Report, report_note, safe_name, short_source
 from .plan import ModelPlan, ReportPlan, layout_label, make_plan
 from .plots import gib
 from .sections import finetune_section, fp8_section, serving_section, sharded_section, steptime_section
@@ -221,7 +221,7 @@ def _summary(report: Report, ctx: _Context) -> None:
                    + FLOP_CONVENTIONS
                    + ["time and cost at the planned layout's predicted MFU, held at every GPU count of the time figure "
                       "(linear scaling); energy and cost count GPU time only",
-                      goodput_note(scenario.goodput),
+                      report_note(goodput_note(scenario.goodput)),
                       f"memory in binary units (GiB = 2^30 bytes), one unit per column; counts with "
                       f"{count_prefixes()}; FLOPs with SI prefixes (G = 10^9, T = 10^12, Z = 10^21)"])
 

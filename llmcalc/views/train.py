@@ -48,7 +48,7 @@ def add_layout_choice(doc: Document, choice: dict) -> None:
     doc.data["layout_used"] = choice
     batch = f"at the {choice['global_batch_why']}"
     if choice["source"] == "given":
-        line = f"MFU predicted on the layout given, {batch}"
+        line = f"MFU predicted on the layout the options give (train's defaults for the rest), {batch}"
     else:
         vpp = f" (vpp {choice['vpp']})" if choice["vpp"] > 1 else ""
         ep = f" ep {choice['ep']}" if choice["ep"] > 1 else ""
