@@ -64,8 +64,9 @@ if TYPE_CHECKING:
 def train(ctx: click.Context, model: str | None, n_params: float | None, tokens: float, gpu: str, n_gpus: int,
           mfu: float | None, achieved_tflops: float | None, usd_per_gpu_hour: float | None, goodput: float, dtype: str,
           seq_len: int, causal: bool, recompute: str, finetune: FinetuneRequest, fmt: str, **step: Any) -> None:
-    """Training FLOPs, GPU-hours, wall-clock, cost and energy for TOKENS on N GPUs (without --mfu or --global-batch:
-    predicted on the layout `llmcalc layout` recommends)."""
+    """Training FLOPs, GPU-hours, wall-clock, cost and energy for TOKENS on N GPUs.
+
+    Without --mfu or --global-batch, the MFU is predicted on the layout `llmcalc layout` recommends."""
     from ..analytic.training import TrainRequest, plan_training
     from ..spec import ModelSpec
     from ..views.train import document

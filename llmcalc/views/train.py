@@ -54,8 +54,8 @@ def add_layout_choice(doc: Document, choice: dict) -> None:
         ep = f" ep {choice['ep']}" if choice["ep"] > 1 else ""
         line = (f"MFU predicted on the best layout, tp {choice['tp']} cp {choice['cp']} pp {choice['pp']}{vpp} dp "
                 f"{choice['dp']:,}{ep}, micro-batch {choice['micro_batch']}, ZeRO-{choice['zero']}, recompute "
-                f"{choice['recompute']} (the first of {choice['layouts_that_fit']:,} that fit: `{choice['command']}` "
-                f"lists the others), {batch}; --mfu X answers at a given MFU instead")
+                f"{choice['recompute']} (the fastest of {choice['layouts_that_fit']:,} evaluated that fit: "
+                f"`{choice['command']}` lists the others), {batch}; --mfu X answers at a given MFU instead")
     doc.tables[0].notes.insert(0, line)
 
 
@@ -134,10 +134,11 @@ def _add_steptime(data: dict, tables: list[Table], est: TrainingEstimate, pred: 
 def _train_notes(est: TrainingEstimate, inputs: dict) -> list[str]:
     notes = []
     if est.mfu is not None:
-        notes.append(f"GPU time = model FLOPs / (peak x MFU {est.mfu:g}) (PaLM App. B definition of MFU)")
+        notes.append(f"GPU time computing = model FLOPs / (peak x MFU {est.mfu:g}) (PaLM App. B definition of MFU)")
     elif est.achieved_flops_per_s is not None:  # TrainingEstimate takes exactly one of the two
-        notes.append(f"GPU time = hardware FLOPs / achieved {est.achieved_flops_per_s / 1e12:g} TFLOP/s per GPU "
-                     f"(recomputation {inputs.get('recompute')} counted as achieved work, as Narayanan et al. 2021)")
+        notes.append(f"GPU time computing = hardware FLOPs / achieved {est.achieved_flops_per_s / 1e12:g} TFLOP/s per "
+                     f"GPU (recomputation {inputs.get('recompute')} counted as achieved work, as Narayanan et al. "
+                     f"2021)")
     notes.append(inputs["flops_basis"])
     notes.append(goodput_note(est.goodput))
     if est.price is None:
