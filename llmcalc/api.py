@@ -72,8 +72,8 @@ def train(model: Model | None = None, **options: Any) -> dict[str, Any]:
     """`llmcalc train MODEL`: FLOPs, GPU-hours, wall-clock, cost and energy of a run (model None: ``params=``).
 
     >>> plan = llmcalc.train(params="7B", tokens="1T", gpu="h100-sxm", n_gpus=64, mfu=0.4)
-    >>> plan["total_flops"] == 6 * 7e9 * 1e12  # 6 N T
-    True
+    >>> plan["total_flops"] == 6 * 7e9 * 1e12, plan["compute_gpu_hours"] / plan["gpu_hours"]  # 6 N T; goodput
+    (True, 0.9)
     """
     return run("train", model, options)
 

@@ -436,7 +436,7 @@ class MeasuredPair:
         est = TrainingEstimate(scenario.tokens, record["training_flops"],
                                step["hardware_flops_per_token"] * scenario.tokens, scenario.gpu,
                                dtype=scenario.dtype, n_gpus=scenario.n_gpus, mfu=scenario.mfu,
-                               usd_per_gpu_hour=scenario.usd_per_gpu_hour)
+                               usd_per_gpu_hour=scenario.usd_per_gpu_hour, goodput=scenario.goodput)
         record.update(gpu_hours=est.gpu_hours, wall_clock_days=est.wall_clock_days, cost_usd=est.cost_usd)
         request = MemoryRequest(batch=scenario.micro_batch, seq_len=scenario.seq_len, recipe=scenario.recipe,
                                 optimizer=scenario.optimizer, recompute=scenario.recompute,

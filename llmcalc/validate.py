@@ -55,6 +55,14 @@ def rank_order(order: str, what: str = "--rank-order") -> tuple[str, ...]:
     return dims
 
 
+def goodput(value) -> float:
+    """The share of wall-clock a training run spends training, in (0, 1]: wall time = compute time / goodput."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value <= 1):
+        raise LlmcalcError(f"--goodput must be in (0, 1] (the share of wall-clock spent training; 0.9 or 90%), "
+                           f"got {value!r}")
+    return float(value)
+
+
 def fraction(what: str, value) -> float:
     """A utilization (MFU, HFU) in (0, 1]: 0.45 means 45 % of peak."""
     number = positive_number(what, value)
@@ -68,6 +76,10 @@ def fraction(what: str, value) -> float:
 DEFAULT_SEQ_LEN = 4096  # tokens per training sequence when none is given, in every command
 GPU_MEMORY = "--gpu-memory="  # the name --gpu carries when --gpu-memory gave the GPU (spec.presets.load_hardware)
 DEFAULT_ZERO = 1  # ZeRO stage over data parallelism when none is given, in every command
+DEFAULT_GOODPUT = 0.9  # share of a training run's wall-clock spent training (--goodput): Llama 3, MegaScale
+GOODPUT_SOURCE = ("goodput 0.9 by default: Llama 3 (Meta 2024, §3.3.4) reports higher than 90 % effective training "
+                  "time over 54 days on up to 16K H100 (466 interruptions); MegaScale (ByteDance, NSDI 2024) over 90 % "
+                  "on 12K GPUs")
 MAX_SEQ_LEN = 2**25  # 33,554,432 tokens: 3x the longest context any released model claims (10 M)
 MAX_TOKENS = 1e18  # training tokens: 10,000x the largest corpora used so far (~1e14)
 MAX_PARAMS = 1e16  # parameters: 10,000x the largest published models

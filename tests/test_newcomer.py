@@ -306,8 +306,10 @@ def test_gpu_memory_answers_memory_for_any_card_and_names_presets_where_speed_is
     assert data["capacity_bytes"] + data["cuda_context_bytes"] == 24 * 2**30 and data["device"] == "24 GiB GPU"
     line = one_line_error("train", "llama-3-8b", "--tokens", "1T", "--gpu-memory", "24GB", "--mfu", 0.4)
     assert "give --gpu with a preset instead (24 GiB: a10, a10g, l4, rtx-3090, rtx-4090, rtx-a5000)" in line
-    for speed in (["serve", "llama-3-8b"], ["layout", "llama-3-8b", "--n-gpus", 8, "--global-batch", 64]):
+    for speed in (["serve", "llama-3-8b", "--input-len", 1024, "--output-len", 128],
+                  ["layout", "llama-3-8b", "--n-gpus", 8, "--global-batch", 64]):
         assert "h800-sxm" in one_line_error(*speed, "--gpu-memory", "80GB")
+    assert "h800-sxm" in cli_json("serve", "llama-3-8b", "--gpu-memory", "80GB")["speed_note"]  # capacity answered
     assert "not both" in one_line_error("memory", "llama-3-8b", "--gpu-memory", "24GB", "--gpu", "rtx-4090")
     assert "e.g. 24GB" in one_line_error("memory", "llama-3-8b", "--gpu-memory", "24XB")
 

@@ -31,8 +31,10 @@ def test_classic_worked_example():
     """7e9 params, 1T tokens, H100 989 TFLOP/s, MFU 45 %, 512 GPUs: 4.2e22 FLOPs, ~26,200 GPU-hours,
     ~2.1 days. The seed texts are wrong twice: 4.2e22 / (989e12 x 0.45) = 9.4e7 GPU-seconds = 26,214
     GPU-hours; "94,000 GPU-hours / 7.7 days" divides the seconds by 1,000 instead of 3,600, and
-    "5.8 days" starts from 2.6e8 single-GPU seconds instead of 9.4e7."""
-    data = run_json("train", "--params", "7e9", "--tokens", "1T", "--gpu", "h100-sxm", "--n-gpus", 512, "--mfu", 0.45)
+    "5.8 days" starts from 2.6e8 single-GPU seconds instead of 9.4e7. The example counts computing time alone
+    (--goodput 1)."""
+    data = run_json("train", "--params", "7e9", "--tokens", "1T", "--gpu", "h100-sxm", "--n-gpus", 512, "--mfu", 0.45,
+                    "--goodput", 1)
     assert data["total_flops"] == pytest.approx(4.2e22)
     peak = load_hardware("h100-sxm").peak("bf16")
     assert peak == pytest.approx(989.4e12, rel=1e-3)
@@ -50,12 +52,13 @@ def test_narayanan_gpt3_34_days(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     data = run_json("train", path, "--tokens", "300B", "--gpu", "a100-80gb-sxm", "--n-gpus", 1024,
-                    "--achieved-tflops", 140, "--recompute", "full", "--seq-len", 2048)
+                    "--achieved-tflops", 140, "--recompute", "full", "--seq-len", 2048)  # their days: computing
     # Their eq. 3: F = 96·B·s·l·h²·(1 + s/6h + V/16lh) per iteration, T = 8·T_tokens·P/(n·X) ~ this.
     s, h, L, V = 2048, 12288, 96, 51200
     per_token = 96 * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))
     assert data["hardware_flops"] == pytest.approx(per_token * 300e9, rel=1e-9)
-    assert 34 <= data["wall_clock_days"] < 35
+    assert 34 <= data["compute_wall_clock_days"] < 35
+    assert data["wall_clock_days"] == pytest.approx(data["compute_wall_clock_days"] / 0.9)  # the default goodput
 
 
 def test_gpt3_parameter_count():
@@ -71,10 +74,12 @@ def test_model_flops_are_exact_and_six_n_t_is_beside_them():
     per_token = 6 * (6_738_415_616 - 32000 * 4096 - 65 * 4096) + 12 * 32 * 4096 * 4096
     assert data["total_flops"] == pytest.approx(per_token * 2e12, rel=1e-12)
     seconds = per_token * 2e12 / (989.4e12 * 0.45)  # H100 SXM dense bf16 at 45 % MFU, one GPU
-    assert data["gpu_hours"] == pytest.approx(seconds / 3600, rel=1e-3)
-    assert data["wall_clock_days"] == pytest.approx(seconds / 512 / 86400, rel=1e-3)
-    assert data["cost_usd"] == pytest.approx(seconds / 3600 * 2.5, rel=1e-3)
-    assert data["energy_kwh"] == pytest.approx(seconds / 3600 * 700 / 1000, rel=1e-3)  # 700 W TDP
+    assert data["compute_gpu_hours"] == pytest.approx(seconds / 3600, rel=1e-3)
+    wall = seconds / 0.9  # the default goodput: Llama 3's > 90 % effective training time
+    assert data["gpu_hours"] == pytest.approx(wall / 3600, rel=1e-3)
+    assert data["wall_clock_days"] == pytest.approx(wall / 512 / 86400, rel=1e-3)
+    assert data["cost_usd"] == pytest.approx(wall / 3600 * 2.5, rel=1e-3)
+    assert data["energy_kwh"] == pytest.approx(wall / 3600 * 700 / 1000, rel=1e-3)  # 700 W TDP
     assert data["tokens_per_second_per_gpu"] == pytest.approx(2e12 / seconds, rel=1e-3)  # per GPU: 1-GPU seconds
 
 
@@ -98,14 +103,14 @@ def test_compute_optimal_chinchilla():
 def test_plan_from_a_cluster():
     data = run_json("plan", "--gpu", "h100-sxm", "--n-gpus", 1024, "--days", 30, "--mfu", 0.4)
     peak = load_hardware("h100-sxm").peak("bf16")
-    assert data["compute_flops"] == pytest.approx(1024 * peak * 0.4 * 30 * 86400)
+    assert data["compute_flops"] == pytest.approx(1024 * peak * 0.4 * 30 * 86400 * 0.9)  # 90 % of the days training
 
 
 @pytest.mark.parametrize("args, message", [
     (["--mfu", "0"], "'--mfu': must be in (0, 1]"),
     (["--mfu", "1.5"], "'--mfu': must be in (0, 1]"),
     (["--mfu", "-0.1"], "'--mfu': must be in (0, 1]"),
-    ([], "give exactly one of an MFU (--mfu 0.4), --achieved-tflops"),
+    ([], "with --params (no shapes to predict a step from): give --mfu (e.g. 0.4 or 40%) or --achieved-tflops"),
     (["--mfu", "0.4", "--achieved-tflops", "100"], "give --mfu or --achieved-tflops, not both"),
     (["--achieved-tflops", "2000"], "exceeds h100-sxm's dense bf16 peak"),
 ])

@@ -422,9 +422,17 @@ def check_kv_dtype(kv_dtype: str, accelerator: Accelerator) -> str:
 
 def resolve_dtypes(accelerator: Accelerator, weight_dtype: str, kv_dtype: str | None = None,
                    compute_dtype: str | None = None) -> tuple[str, str, str]:
-    """(weight, KV, compute) dtypes checked against the device; KV defaults to the activation dtype."""
+    """(weight, KV, compute) dtypes checked against the device; KV defaults to the activation dtype. A GPU known by
+    its memory alone (`--gpu-memory`, hardware.MemoryOnly) has no rates to check them against: bf16 compute (fp16, fp32
+    for such weights), the KV dtype as typed."""
+    from ..hardware import MemoryOnly
+
     weight = weight_dtype.lower()
     bytes_per_weight(weight)
+    if isinstance(accelerator, MemoryOnly):
+        compute = canonical_dtype(compute_dtype) if compute_dtype else weight if weight in ("fp16", "fp32") else "bf16"
+        return weight, canonical_dtype(kv_dtype) if kv_dtype else compute if compute in ("fp32", "fp16") else "bf16", \
+            compute
     compute = canonical_dtype(compute_dtype) if compute_dtype else default_compute_dtype(weight, accelerator)
     accelerator.peak(compute)
     kv = check_kv_dtype(kv_dtype or (compute if compute in ("fp32", "fp16") else "bf16"), accelerator)

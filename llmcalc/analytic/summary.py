@@ -13,7 +13,7 @@ from ..hardware import Accelerator
 from ..records import dataclass
 from ..spec import ModelSpec
 from ..units import fmt_count, fmt_tokens
-from ..validate import DEFAULT_SEQ_LEN, DEFAULT_ZERO
+from ..validate import DEFAULT_GOODPUT, DEFAULT_SEQ_LEN, DEFAULT_ZERO
 from .flops import flop_group, step_flops
 from .inference import kv_cache_bytes_per_token
 from .memory import training_memory
@@ -46,6 +46,7 @@ class Scenario:
     recompute: str = "none"
     causal: bool = False
     kv_dtype: str = "bf16"
+    goodput: float = DEFAULT_GOODPUT  # share of the run's wall-clock spent training (--goodput)
 
     def describe(self) -> str:
         gpu = self.gpu.key if self.gpu else "no GPU"
@@ -53,7 +54,7 @@ class Scenario:
                 f"({self.dtype}), {self.recipe} + {self.optimizer}, ZeRO-{self.zero} over data parallel, tp "
                 f"{self.tp}" + "".join(f", {k} {v}" for k, v in (("cp", self.cp), ("pp", self.pp), ("vpp", self.vpp))
                                        if v > 1) + f", micro-batch {self.micro_batch}, recompute {self.recompute}, "
-                f"{'causal' if self.causal else 'full S²'} FLOPs")
+                f"{'causal' if self.causal else 'full S²'} FLOPs, goodput {self.goodput:g}")
 
     def line(self, names: list[str]) -> str:
         """The line under every report figure's title: which models, which run."""
@@ -112,7 +113,8 @@ def scenario_training(spec: ModelSpec, scenario: Scenario, step=None) -> Trainin
     step = step or step_flops(spec, 1, scenario.seq_len, scenario.causal, scenario.recompute)
     return TrainingEstimate(scenario.tokens, step.model_flops_per_token * scenario.tokens,
                             step.hardware_flops_per_token * scenario.tokens, scenario.accelerator, dtype=scenario.dtype,
-                            n_gpus=scenario.n_gpus, mfu=scenario.mfu, usd_per_gpu_hour=scenario.usd_per_gpu_hour)
+                            n_gpus=scenario.n_gpus, mfu=scenario.mfu, usd_per_gpu_hour=scenario.usd_per_gpu_hour,
+                            goodput=scenario.goodput)
 
 
 def scenario_memory(spec: ModelSpec, scenario: Scenario, micro_batch: int | None = None):
@@ -125,6 +127,7 @@ def serving_record(spec: ModelSpec, scenario: Scenario) -> dict:
     """What one model serves on the scenario's GPU at --seq-len tokens per request, vLLM's defaults: the fewest
     tensor-parallel GPUs holding a request (``serving.smallest_serving_group``), its KV cache in tokens, the
     requests it holds at once, and the roofline's decode speed of one request and of all of them (an upper bound)."""
+    from ..hardware import MemoryOnly
     from .serving import smallest_serving_group
 
     if spec.architecture != "decoder" or scenario.gpu is None:
@@ -135,7 +138,7 @@ def serving_record(spec: ModelSpec, scenario: Scenario) -> dict:
         est = None
     if est is None:
         return {"serve_gpus": None}
-    rows = est.throughput()
+    rows = [] if isinstance(scenario.gpu, MemoryOnly) else est.throughput()  # --gpu-memory: capacity, no speed
     return {"serve_gpus": est.tp, "serve_kv_tokens": est.kv_cache_tokens,
             "serve_concurrency": est.max_concurrent_sequences,
             "serve_tokens_per_second_1": rows[0]["tokens_per_second"] if rows else None,

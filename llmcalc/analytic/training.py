@@ -5,14 +5,19 @@ Device time comes from one of two figures, never a hidden constant:
   model FLOPs exclude recomputation;
 - achieved FLOP/s per device, as papers report them (Narayanan et al. 2021: "140 TFLOP/s per
   A100"): device-seconds = hardware FLOPs / achieved, where hardware FLOPs include recomputation.
+Wall time is compute time over the goodput, the share of the run's wall-clock spent training (restarts, failures,
+checkpoints and slow nodes take the rest): GPU-hours, wall-clock days, cost and energy are the wall figures (what
+a model card's GPU-hours and a bill count), the compute figures beside them (`compute_gpu_hours`,
+`compute_wall_clock_days`); MFU, HFU and tokens/s are while training.
 Energy is device power only (TDP x device-hours), no cooling or host overhead (PUE 1.0).
 """
 
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import LlmcalcError
@@ -20,7 +25,15 @@ from ..hardware import Accelerator
 from ..records import dataclass
 from ..spec import ModelSpec
 from ..units import fmt_tokens
-from ..validate import DEFAULT_SEQ_LEN, MIN_UTILIZATION, fraction, positive_int, positive_number
+from ..validate import (
+    DEFAULT_GOODPUT,
+    DEFAULT_SEQ_LEN,
+    MIN_UTILIZATION,
+    fraction,
+    goodput,
+    positive_int,
+    positive_number,
+)
 from .finetune_request import FinetuneRequest
 from .flops import utilization
 
@@ -44,9 +57,11 @@ class TrainingEstimate:
     achieved_flops_per_s: float | None = None  # given: hardware FLOP/s per device
     usd_per_gpu_hour: float | None = None
     mfu_given: bool = True  # False: predicted by the step model, a figure in whichever convention, never refused
+    goodput: float = 1.0  # share of the wall-clock spent training (--goodput; 1: compute time only)
 
     def __post_init__(self) -> None:
         check_positive("tokens", self.tokens)
+        goodput(self.goodput)
         positive_int("n_gpus", self.n_gpus)
         if (self.mfu is None) == (self.achieved_flops_per_s is None):
             raise LlmcalcError("give exactly one of an MFU (--mfu, e.g. 0.4) or an achieved FLOP/s per GPU "
@@ -68,23 +83,34 @@ class TrainingEstimate:
         return self.accelerator.peak(self.dtype)
 
     @property
-    def gpu_seconds(self) -> float:
+    def compute_gpu_seconds(self) -> float:
+        """GPU-seconds spent training: model FLOPs / (peak x MFU), or hardware FLOPs / achieved FLOP/s."""
         if self.mfu is not None:
             return self.model_flops / (self.peak * self.mfu)
         assert self.achieved_flops_per_s is not None  # __post_init__: exactly one of the two is given
         return self.hardware_flops / self.achieved_flops_per_s
 
     @property
+    def gpu_seconds(self) -> float:
+        """GPU-seconds of wall-clock: compute / goodput (the GPUs are held through restarts and failures too)."""
+        return self.compute_gpu_seconds / self.goodput
+
+    @property
     def effective_mfu(self) -> float:
-        return utilization(self.model_flops, self.gpu_seconds, 1, self.peak)
+        return utilization(self.model_flops, self.compute_gpu_seconds, 1, self.peak)
 
     @property
     def hfu(self) -> float:
         """Hardware FLOPs utilization: recomputation counted as useful work."""
-        return utilization(self.hardware_flops, self.gpu_seconds, 1, self.peak)
+        return utilization(self.hardware_flops, self.compute_gpu_seconds, 1, self.peak)
+
+    @property
+    def compute_wall_seconds(self) -> float:
+        return self.compute_gpu_seconds / self.n_gpus
 
     @property
     def wall_seconds(self) -> float:
+        """Wall-clock seconds: compute time / goodput."""
         return self.gpu_seconds / self.n_gpus
 
     @property
@@ -92,8 +118,17 @@ class TrainingEstimate:
         return self.wall_seconds / SECONDS_PER_DAY
 
     @property
+    def compute_wall_clock_days(self) -> float:
+        return self.compute_wall_seconds / SECONDS_PER_DAY
+
+    @property
     def gpu_hours(self) -> float:
+        """GPU-hours of wall-clock (compute / goodput): what a model card states and a bill charges."""
         return self.gpu_seconds / SECONDS_PER_HOUR
+
+    @property
+    def compute_gpu_hours(self) -> float:
+        return self.compute_gpu_seconds / SECONDS_PER_HOUR
 
     @property
     def price(self) -> float | None:
@@ -111,11 +146,12 @@ class TrainingEstimate:
 
     @property
     def tokens_per_second_per_gpu(self) -> float:
-        return self.tokens / self.gpu_seconds
+        """While training (compute time)."""
+        return self.tokens / self.compute_gpu_seconds
 
     @property
     def model_flops_per_s_per_gpu(self) -> float:
-        return self.model_flops / self.gpu_seconds
+        return self.model_flops / self.compute_gpu_seconds
 
     @property
     def hardware_flops_per_s_per_gpu(self) -> float:
@@ -124,8 +160,8 @@ class TrainingEstimate:
 
     @property
     def tokens_per_second(self) -> float:
-        """Cluster-wide throughput: tokens / wall-clock seconds."""
-        return self.tokens / self.wall_seconds
+        """Cluster-wide throughput while training: tokens / compute wall-clock seconds."""
+        return self.tokens / self.compute_wall_seconds
 
     def step_seconds(self, global_batch: int, seq_len: int) -> float:
         """One optimizer step of `global_batch` sequences of `seq_len` tokens at this run's throughput:
@@ -214,8 +250,10 @@ class ComputeBudget:
     days: float | None = None
     mfu: float | None = None
     dtype: str = "bf16"
+    goodput: float = DEFAULT_GOODPUT  # share of the days spent training (--goodput)
 
     def __post_init__(self) -> None:
+        goodput(self.goodput)
         cluster = (self.gpu, self.n_gpus, self.days, self.mfu)
         if self.compute is not None and any(v is not None for v in cluster):
             raise LlmcalcError("give --compute, or --gpu/--n-gpus/--days/--mfu, not both")
@@ -242,10 +280,12 @@ def plan_budget(budget: ComputeBudget, accelerator: Accelerator | None = None) -
     assert accelerator is not None and budget.n_gpus is not None and budget.days is not None \
         and budget.mfu is not None  # ComputeBudget: a whole cluster
     n_gpus, days, mfu, dtype = budget.n_gpus, budget.days, budget.mfu, budget.dtype
-    compute = cluster_compute(accelerator, n_gpus, days * SECONDS_PER_DAY, mfu, dtype)
+    compute = cluster_compute(accelerator, n_gpus, days * SECONDS_PER_DAY * budget.goodput, mfu, dtype)
     basis = (f"budget = {n_gpus:,} x {accelerator.key} at {accelerator.peak(dtype) / 1e12:,.6g} TFLOP/s "
-             f"dense {dtype} x MFU {mfu:g} x {days:,g} days")
-    inputs = {"gpu": accelerator.key, "n_gpus": n_gpus, "days": days, "mfu": mfu, "dtype": dtype, "basis": basis}
+             f"dense {dtype} x MFU {mfu:g} x {days:,g} days x goodput {budget.goodput:g} (the share of the days spent "
+             f"training; --goodput 1 for none lost)")
+    inputs = {"gpu": accelerator.key, "n_gpus": n_gpus, "days": days, "mfu": mfu, "dtype": dtype,
+              "goodput": budget.goodput, "basis": basis}
     return BudgetPlan(compute, compute_optimal(compute), inputs)
 
 
@@ -253,6 +293,9 @@ def plan_budget(budget: ComputeBudget, accelerator: Accelerator | None = None) -
 
 MFU_MISSING = ("give --mfu (model FLOPs utilization, e.g. 0.4 or 40%) or --achieved-tflops (TFLOP/s per GPU), "
                "or --global-batch to predict the MFU from the layout")
+DEFAULT_BATCH_TOKENS = 4 * 2**20  # a step of ~4M tokens: GPT-3 175B 3.2M (Brown et al. 2020), Llama 2 4M (Touvron 2023)
+DEFAULT_TOKENS_PER_GPU = 1024  # on larger clusters: Llama 3 405B's 16M tokens on 16,384 H100 (Meta 2024, §3.3.2)
+SEARCH_SETTINGS = ("recipe", "tp_overlap")  # with STEP_DEFAULTS: options the layout search applies to every layout
 TIMING_ONLY = ("schedule", "zero", "sequence_parallel", "dp_overlap", "tp_overlap")  # shape a predicted step only
 
 
@@ -276,8 +319,11 @@ class TrainRequest:
     usd_per_gpu_hour: float | None = None
     finetune: FinetuneRequest = field(default_factory=FinetuneRequest)
     layout: Mapping[str, Any] = field(default_factory=dict)
+    goodput: float = DEFAULT_GOODPUT  # share of the wall-clock spent training (--goodput)
+    recompute_given: bool = True  # False: a layout search picks the least recomputation that fits
 
     def __post_init__(self) -> None:
+        goodput(self.goodput)
         if (self.model is None) == (self.n_params is None):
             raise LlmcalcError("give a MODEL (preset or config.json) or --params N, not both")
         if self.mfu is not None and self.achieved_tflops is not None:
@@ -301,6 +347,14 @@ class TrainRequest:
         layout = self.layout
         return (self.mfu is None and self.achieved_tflops is None and layout.get("tokens_per_second") is None
                 and (layout.get("global_batch") is not None or layout.get("global_batch_tokens") is not None))
+
+    @property
+    def needs_layout(self) -> bool:
+        """No MFU, achieved TFLOP/s, throughput or global batch: the step is predicted at the default global batch
+        (`default_global_batch`) on the layout `llmcalc layout` recommends, or on the degrees given."""
+        layout = self.layout
+        return (self.mfu is None and self.achieved_tflops is None and layout.get("tokens_per_second") is None
+                and layout.get("global_batch") is None and layout.get("global_batch_tokens") is None)
 
 
 @dataclass(frozen=True)
@@ -385,6 +439,8 @@ class TrainingPlan:
     # recipe's GEMM dtype), and which of them is the recipe's (None: no step predicted, or its peak unknown)
     mfu_by_peak: dict[str, float] = field(default_factory=dict)
     recipe_peak: str | None = None
+    # without --mfu or --global-batch: the layout the step was predicted on and why (`choose_layout`)
+    layout_choice: dict[str, Any] | None = None
 
 
 def plan_training(request: TrainRequest, model: ModelSpec | CountedModel | None,
@@ -396,6 +452,7 @@ def plan_training(request: TrainRequest, model: ModelSpec | CountedModel | None,
     (precision.recipe_for_dtype: FP8 is Transformer Engine's default), and says so."""
     from .rules import six_n
 
+    request, choice = _with_layout(request, model)
     if model is None:
         basis = six_n_basis(request)
     elif isinstance(model, ModelSpec):
@@ -438,14 +495,100 @@ def plan_training(request: TrainRequest, model: ModelSpec | CountedModel | None,
     est = TrainingEstimate(tokens=tokens, model_flops=basis.model_flops, hardware_flops=basis.hardware_flops,
                            accelerator=accelerator, dtype=request.dtype, n_gpus=request.n_gpus, mfu=mfu,
                            achieved_flops_per_s=achieved, usd_per_gpu_hour=request.usd_per_gpu_hour,
-                           mfu_given=pred is None)
+                           mfu_given=pred is None, goodput=request.goodput)
     name = None if model is None else model.name  # canonical: "LLAMA-3-8B" and " llama-3-8b " answer as llama-3-8b
     inputs = _inputs(request, basis, name, options.get("recipe") if "recipe" not in request.layout else None)
     recipe_peak = _recipe_peak(accelerator, pred)
     return TrainingPlan(estimate=est, inputs=inputs, six_n_t=six_n(basis.n) * tokens, prediction=pred,
                         measured=measured, warnings=warnings + _timing_only_warning(request, pred),
                         mfu_by_peak=_mfu_by_peak(est, recipe_peak),
-                        recipe_peak=None if recipe_peak is None else recipe_peak[0])
+                        recipe_peak=None if recipe_peak is None else recipe_peak[0], layout_choice=choice)
+
+
+def _with_layout(request: TrainRequest, model: ModelSpec | CountedModel | None
+                 ) -> tuple[TrainRequest, dict[str, Any] | None]:
+    """The request as it is timed: without an MFU, a throughput or a global batch, on the layout `choose_layout`
+    picks (a model with a formula); refused in one line where nothing can be predicted (--params, a counted model)."""
+    if not request.needs_layout:
+        return request, None
+    if isinstance(model, ModelSpec):
+        return choose_layout(request, model)
+    if not any(v is not None for v in request.layout.values()):
+        raise LlmcalcError(("with --params (no shapes to predict a step from): give --mfu (e.g. 0.4 or 40%) or "
+                            "--achieved-tflops") if model is None else
+                           f"{request.model} is counted by transformers (no formula to search layouts with): give "
+                           f"--mfu (e.g. 0.4 or 40%), --achieved-tflops, or --global-batch with a layout")
+    return request, None  # layout options without a global batch: refused by train_steptime, naming them
+
+
+def default_global_batch(n_gpus: int, seq_len: int) -> tuple[int, str]:
+    """The global batch a run without one is predicted at, in sequences, and the sentence that says why: ~4M tokens
+    per step, as published recipes use (GPT-3 175B 3.2M tokens, Brown et al. 2020 Table 2.1; Llama 2 4M, Touvron et
+    al. 2023), and 1,024 tokens per GPU on clusters past 4,096 GPUs (Llama 3 405B: 16M tokens on 16,384 H100, Meta
+    2024 §3.3.2); rounded up to a multiple of the odd factor of the GPU count, so data parallelism divides it."""
+    tokens = max(DEFAULT_BATCH_TOKENS, DEFAULT_TOKENS_PER_GPU * n_gpus)
+    odd = n_gpus // (n_gpus & -n_gpus)
+    sequences = -(-max(1, round(tokens / seq_len)) // odd) * odd
+    why = (f"global batch {sequences:,} sequences ({fmt_tokens(sequences * seq_len)} per step) by default: ~4M "
+           f"tokens as published recipes use (GPT-3 175B 3.2M, Llama 2 4M), 1k per GPU past 4k GPUs (Llama 3 405B: "
+           f"16M on 16k H100); --global-batch sets yours")
+    return sequences, why
+
+
+def choose_layout(request: TrainRequest, spec: ModelSpec) -> tuple[TrainRequest, dict[str, Any]]:
+    """`train` without --mfu or --global-batch: the request at the default global batch (`default_global_batch`), on
+    the layout `llmcalc layout` ranks first for it (step/search.py:rank_layouts: the degrees, micro-batch, ZeRO
+    stage, schedule and the least recomputation that fits, unless --recompute is given), or on the degrees given
+    (--tp, --pp, ...: that layout, not searched). Returns the request to predict and what to say of the choice."""
+    from .step.layout import STEP_DEFAULTS
+
+    if request.finetune.method is not None:
+        raise LlmcalcError("--finetune: give --mfu or --global-batch (the layout search sizes full training, not "
+                           "adapters)")
+    batch, why = default_global_batch(request.n_gpus, request.seq_len)
+    layout = {**request.layout, "global_batch": batch}
+    searched = set(STEP_DEFAULTS) | set(SEARCH_SETTINGS)
+    if any(k not in searched for k in request.layout):  # degrees given: that layout
+        return replace(request, layout=layout), {"global_batch": batch, "global_batch_why": why, "source": "given"}
+    options, _ = _step_options(replace(request, layout=layout))
+    settings = {k: v for k, v in options.items() if k in searched and k != "tp_overlap"}
+    search = _search(request, spec, batch, settings, bool(options.get("tp_overlap")))
+    best = search.ranked[0][0]
+    lay = best.layout
+    degrees = dict(tp=lay.tp, cp=lay.cp, pp=lay.pp, vpp=lay.vpp, ep=lay.ep, etp=lay.expert_tp,
+                   micro_batch=lay.micro_batch, zero=lay.zero, schedule=lay.schedule)
+    layout.update({k: v for k, v in degrees.items() if (k, v) not in (("ep", 1), ("etp", lay.tp))})  # a dense model
+    choice = {"global_batch": batch, "global_batch_why": why, "source": "recommended", **degrees,
+              "dp": lay.dp, "recompute": best.recompute, "layouts_that_fit": search.counts["fit"],
+              "command": _layout_command(request, spec, batch)}
+    return replace(request, layout=layout, recompute=best.recompute), choice
+
+
+def _search(request: TrainRequest, spec: ModelSpec, batch: int, settings: dict[str, Any], tp_overlap: bool) -> Any:
+    """`layout`'s search at `batch` sequences, its best layout first; none that fits: one line with the fixes."""
+    from .step.search import rank_layouts
+
+    try:
+        return rank_layouts(spec, request.gpu, request.n_gpus, request.seq_len, global_batch=batch,
+                            causal=request.causal, recompute=request.recompute if request.recompute_given else None,
+                            tp_overlap=tp_overlap, top=1, dtype=request.dtype, **settings)
+    except LlmcalcError as exc:
+        raise LlmcalcError(f"{exc}; or give --mfu (e.g. 0.4 or 40%) or --achieved-tflops to answer at an assumed "
+                           f"utilization") from None
+
+
+def _layout_command(request: TrainRequest, spec: ModelSpec, batch: int) -> str:
+    """The `llmcalc layout` command that lists this search's layouts (the options train was given that it takes)."""
+    words = ["llmcalc", "layout", request.model or spec.name, "--gpu", request.gpu, "--n-gpus", str(request.n_gpus),
+             "--seq-len", str(request.seq_len), "--global-batch", str(batch)]
+    words += ["--dtype", request.dtype] if request.dtype != "bf16" else []
+    words += ["--causal"] if request.causal else []
+    words += ["--recompute", request.recompute] if request.recompute_given else []
+    for key, value in request.layout.items():
+        name = {"order": "rank-order"}.get(key, key).replace("_", "-")
+        words += ([f"--{name}"] if value is True else [f"--no-{name}"] if value is False
+                  else [f"--{name}", ",".join(value) if isinstance(value, tuple) else str(value)])
+    return shlex.join(words)
 
 
 def _step_options(request: TrainRequest) -> tuple[dict[str, Any], list[str]]:

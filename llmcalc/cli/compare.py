@@ -39,10 +39,11 @@ def make_scenario(ctx: click.Context, seq_len: int, tokens: float, gpu: str, n_g
         warn(note)
     return Scenario(seq_len, tokens, load_hardware(gpu), n_gpus, mfu=mfu, usd_per_gpu_hour=usd_per_gpu_hour,
                     dtype=dtype, recipe=recipe, zero=zero, tp=tp, micro_batch=micro_batch, recompute=recompute,
-                    causal=causal)
+                    causal=causal, goodput=ctx.meta["goodput"])  # --goodput: scenario_options keeps it there
 
 
-TRAINING_OPTIONS = ("tokens", "mfu", "usd_per_gpu_hour", "n_gpus", "recipe", "zero", "tp", "micro_batch", "recompute")
+TRAINING_OPTIONS = ("tokens", "mfu", "usd_per_gpu_hour", "n_gpus", "recipe", "zero", "tp", "micro_batch", "recompute",
+                    "goodput")
 
 
 @click.command()

@@ -132,8 +132,11 @@ def _workload(ctx: click.Context, spec: Any, device: Any, n_gpus: int, fmt: str,
     --max-ttft / --max-tpot the fewest GPUs that serve it within them (analytic/serving_sizing.py)."""
     from ..analytic.serving import plan_serving
     from ..analytic.serving_speed import plan_workloads
+    from ..hardware import MemoryOnly
     from ..views.serve import workload_document
 
+    if isinstance(device, MemoryOnly):  # --gpu-memory: a workload's speed needs a preset; the line names them
+        device.peak()
     if work["input_len"] is None or work["output_len"] is None:
         raise click.UsageError("--input-len and --output-len go together: the workload's prompt and generated "
                                "tokens per request")

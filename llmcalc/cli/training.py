@@ -21,6 +21,7 @@ from .options import (
     format_option,
     given,
     global_batch_options,
+    goodput_option,
     gpu_option,
     model_argument,
     n_gpus_option,
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
 @click.option("--achieved-tflops", type=TFLOPS,
               help="Instead of --mfu: achieved TFLOP/s per GPU (hardware FLOPs, recomputation included).")
 @price_option
+@goodput_option
 @peak_dtype_option
 @sequence_options
 @finetune_options
@@ -60,9 +62,11 @@ if TYPE_CHECKING:
 @format_option
 @click.pass_context
 def train(ctx: click.Context, model: str | None, n_params: float | None, tokens: float, gpu: str, n_gpus: int,
-          mfu: float | None, achieved_tflops: float | None, usd_per_gpu_hour: float | None, dtype: str, seq_len: int,
-          causal: bool, recompute: str, finetune: FinetuneRequest, fmt: str, **step: Any) -> None:
-    """Training FLOPs, GPU-hours, wall-clock, cost and energy for TOKENS on N GPUs."""
+          mfu: float | None, achieved_tflops: float | None, usd_per_gpu_hour: float | None, goodput: float, dtype: str,
+          seq_len: int, causal: bool, recompute: str, finetune: FinetuneRequest, fmt: str, **step: Any) -> None:
+    """Training FLOPs, GPU-hours, wall-clock, cost and energy for TOKENS on N GPUs.
+
+    Without --mfu or --global-batch, the MFU is predicted on the layout `llmcalc layout` recommends."""
     from ..analytic.training import TrainRequest, plan_training
     from ..spec import ModelSpec
     from ..views.train import document
@@ -70,7 +74,8 @@ def train(ctx: click.Context, model: str | None, n_params: float | None, tokens:
     step["global_batch_tokens"] = exact_batch_tokens(step["global_batch_tokens"], seq_len)
     request = TrainRequest(tokens, gpu, model=model, n_params=n_params, n_gpus=n_gpus, dtype=dtype, seq_len=seq_len,
                            causal=causal, recompute=recompute, mfu=mfu, achieved_tflops=achieved_tflops,
-                           usd_per_gpu_hour=usd_per_gpu_hour, finetune=finetune, layout=typed(ctx, step))
+                           usd_per_gpu_hour=usd_per_gpu_hour, finetune=finetune, layout=typed(ctx, step),
+                           goodput=goodput, recompute_given=bool(given(ctx, "recompute")))
     accelerator = load_hardware(gpu)
     if model is None:
         refuse_unused(ctx, ("seq_len", "causal"), "with --params (6·N·T has no sequence length); give a MODEL")
@@ -89,18 +94,19 @@ def train(ctx: click.Context, model: str | None, n_params: float | None, tokens:
 @n_gpus_option(help="... how many (1k = 1,000) ...")
 @click.option("--days", type=Number(maximum=MAX_DAYS), help="... for how long (days) ...")
 @click.option("--mfu", type=MFU, help="... at which model FLOPs utilization (0.4 or 40%).")
+@goodput_option
 @peak_dtype_option
 @format_option
 @click.pass_context
 def plan(ctx: click.Context, compute: float | None, gpu: str | None, n_gpus: int | None, days: float | None,
-         mfu: float | None, dtype: str, fmt: str) -> None:
+         mfu: float | None, goodput: float, dtype: str, fmt: str) -> None:
     """Compute-optimal model size and tokens for a FLOP budget, or for what a cluster delivers."""
     from ..analytic.training import ComputeBudget, plan_budget
     from ..views.plan import document
 
-    budget = ComputeBudget(compute=compute, gpu=gpu, n_gpus=n_gpus, days=days, mfu=mfu, dtype=dtype)
+    budget = ComputeBudget(compute=compute, gpu=gpu, n_gpus=n_gpus, days=days, mfu=mfu, dtype=dtype, goodput=goodput)
     if compute is not None:
-        refuse_unused(ctx, ("dtype",), "with --compute (it picks the GPU peak of a cluster budget)")
+        refuse_unused(ctx, ("dtype", "goodput"), "with --compute (they turn a cluster's days into FLOPs)")
     emit(document(plan_budget(budget, None if gpu is None else load_hardware(gpu))), fmt)
 
 

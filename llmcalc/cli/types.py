@@ -122,6 +122,9 @@ class Fraction(click.ParamType):
 
     name = "fraction"
 
+    def __init__(self, meaning: str = "of peak", minimum: float = MIN_UTILIZATION) -> None:
+        self.meaning, self.minimum = meaning, minimum  # "of peak" (MFU), "of the wall-clock training" (goodput)
+
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         text = str(value).strip()
         scale = 1.0
@@ -131,9 +134,9 @@ class Fraction(click.ParamType):
             number = float(text) * scale
         except ValueError:
             self.fail(f"{value!r} is not a fraction; write 0.4 or 40%", param, ctx)
-        if not (math.isfinite(number) and MIN_UTILIZATION <= number <= 1):
-            self.fail(f"must be in (0, 1], got {value}; 0.4 or 40% means 40 % of peak "
-                      f"(at least {MIN_UTILIZATION:g})", param, ctx)
+        if not (math.isfinite(number) and self.minimum <= number <= 1 and number > 0):
+            self.fail(f"must be in (0, 1], got {value}; 0.4 or 40% means 40 % {self.meaning}"
+                      + (f" (at least {self.minimum:g})" if self.minimum > 0 else ""), param, ctx)
         return number
 
 

@@ -85,7 +85,8 @@ class ModelPlan:
         return TrainingEstimate(tokens=scenario.tokens, model_flops=prediction.model_flops * scale,
                                 hardware_flops=prediction.hardware_flops * scale,
                                 accelerator=scenario.accelerator, dtype=scenario.dtype, n_gpus=scenario.n_gpus,
-                                mfu=prediction.mfu, usd_per_gpu_hour=scenario.usd_per_gpu_hour)
+                                mfu=prediction.mfu, usd_per_gpu_hour=scenario.usd_per_gpu_hour,
+                                goodput=scenario.goodput)
 
     @property
     def headline(self) -> TrainingEstimate:
@@ -94,10 +95,12 @@ class ModelPlan:
 
     @property
     def headline_basis(self) -> str:
-        """'the predicted 47.7 % MFU of the planned layout' or 'the assumed 40% MFU (no prediction: ...)'."""
+        """'the predicted 47.7 % MFU of the planned layout and goodput 0.9' or 'the assumed 40% MFU and goodput
+        0.9' (wall time = compute time / goodput)."""
+        goodput = f" and goodput {self.scenario.goodput:g}"
         if self.prediction is not None:
-            return f"the step model's predicted {self.prediction.mfu * 100:.1f} % MFU of the planned layout"
-        return f"the assumed {self.scenario.mfu:.0%} MFU"
+            return f"the step model's predicted {self.prediction.mfu * 100:.1f} % MFU of the planned layout{goodput}"
+        return f"the assumed {self.scenario.mfu:.0%} MFU{goodput}"
 
 
 @dataclass
@@ -148,7 +151,8 @@ class ReportPlan:
     def to_json(self) -> dict[str, Any]:
         """The figures the report's sections share, per model (what the consistency tests hold to the CLI)."""
         s = self.scenario
-        out: dict[str, Any] = {"global_batch": self.global_batch, "mfu_assumed": s.mfu, "models": {}}
+        out: dict[str, Any] = {"global_batch": self.global_batch, "mfu_assumed": s.mfu, "goodput": s.goodput,
+                               "models": {}}
         for name, m in self.models.items():
             head = m.headline
             par = m.scenario.parallel
@@ -160,6 +164,7 @@ class ReportPlan:
                            "source": "recommended" if m.recommended else "given"},
                 "headline_mfu": "predicted" if m.prediction is not None else "assumed", "mfu": head.mfu,
                 "gpu_hours": head.gpu_hours, "wall_clock_days": head.wall_clock_days, "cost_usd": head.cost_usd,
+                "compute_gpu_hours": head.compute_gpu_hours, "compute_wall_clock_days": head.compute_wall_clock_days,
                 "at_assumed_mfu": {"mfu": s.mfu, "gpu_hours": m.training.gpu_hours,
                                    "wall_clock_days": m.training.wall_clock_days, "cost_usd": m.training.cost_usd},
                 "memory_per_gpu_bytes": m.record.get("memory_per_gpu_bytes"), "fits": m.fits,

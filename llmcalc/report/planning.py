@@ -27,9 +27,9 @@ from ..views.flops import FLOP_CONVENTIONS, flops_document
 from ..views.memory import training_memory_document
 from ..views.params import params_document
 from ..views.profile import profile_document
-from ..views.train import train_document
+from ..views.train import goodput_note, train_document
 from . import plots, sweeps
-from .document import Report, safe_name, short_source
+from .document import Report, report_note, safe_name, short_source
 from .plan import ModelPlan, ReportPlan, layout_label, make_plan
 from .plots import gib
 from .sections import finetune_section, fp8_section, serving_section, sharded_section, steptime_section
@@ -206,7 +206,8 @@ def _summary(report: Report, ctx: _Context) -> None:
     if len(specs) > 1:
         report.document(compare_document(list(ctx.records.values()), scenario, notes=[
             "each model on its planned layout (summary): GPU-hours, wall-clock and cost at that layout's predicted MFU "
-            "(the assumed MFU where there is none), memory per GPU on that layout",
+            f"(the assumed MFU where there is none) and goodput {scenario.goodput:g} (wall = compute / goodput), "
+            "memory per GPU on that layout",
             "training FLOPs are the exact per-op count at this sequence length; attention S² share is of forward "
             "matmul FLOPs"]), "compare")
     report.table(plan_table(ctx.plan, ctx.names))
@@ -220,6 +221,7 @@ def _summary(report: Report, ctx: _Context) -> None:
                    + FLOP_CONVENTIONS
                    + ["time and cost at the planned layout's predicted MFU, held at every GPU count of the time figure "
                       "(linear scaling); energy and cost count GPU time only",
+                      report_note(goodput_note(scenario.goodput)),
                       f"memory in binary units (GiB = 2^30 bytes), one unit per column; counts with "
                       f"{count_prefixes()}; FLOPs with SI prefixes (G = 10^9, T = 10^12, Z = 10^21)"])
 

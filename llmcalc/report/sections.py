@@ -103,7 +103,8 @@ def _steptime_bullets(m: ModelPlan, plan: ReportPlan) -> list[str]:
     if m.prediction is not None:
         est = m.at(m.prediction, scenario)
         items.append(f"the planned layout ({m.layout_text}): predicted MFU {m.prediction.mfu * 100:.1f} %, "
-                     f"{fmt_count(scenario.tokens)} tokens in {est.wall_clock_days:,.1f} days, "
+                     f"{fmt_count(scenario.tokens)} tokens in {est.wall_clock_days:,.1f} days at goodput "
+                     f"{scenario.goodput:g}, "
                      f"{est.gpu_hours:,.0f} GPU-hours" + ("" if est.cost_usd is None else f", {fmt_usd(est.cost_usd)}"))
     else:
         items.append(f"the planned layout ({m.layout_text}): {m.prediction_note}")
@@ -112,7 +113,8 @@ def _steptime_bullets(m: ModelPlan, plan: ReportPlan) -> list[str]:
     elif m.best is not None:
         est = m.at(m.best, scenario)
         items.append(f"the fastest layout that fits ({layout_label(m.best)}, {gib(m.ranked[0][1])} per GPU): "
-                     f"predicted MFU {m.best.mfu * 100:.1f} %, {est.wall_clock_days:,.1f} days, "
+                     f"predicted MFU {m.best.mfu * 100:.1f} %, {est.wall_clock_days:,.1f} days at goodput "
+                     f"{scenario.goodput:g}, "
                      f"{est.gpu_hours:,.0f} GPU-hours" + ("" if est.cost_usd is None else f", {fmt_usd(est.cost_usd)}"))
     return items
 

@@ -50,8 +50,9 @@ def compare_document(records: list[dict], scenario: Scenario, notes: list[str] |
                              "every request at the full context (`llmcalc serve` for a workload)")
     if training:
         default_notes.append("training FLOPs are the exact per-op count at this sequence length; GPU-hours at the MFU "
-                             "above; memory is the peak per GPU for a micro-batch (see `llmcalc memory`); attention "
-                             "S² share is of forward matmul FLOPs")
+                             f"above and goodput {scenario.goodput:g} (wall = compute / goodput; --goodput 1 for "
+                             "compute alone); memory is the peak per GPU for a micro-batch (see `llmcalc memory`); "
+                             "attention S² share is of forward matmul FLOPs")
     else:
         default_notes.append("training time, cost and memory: give --tokens (e.g. --tokens 2T) or another training "
                              "option (--n-gpus, --mfu, --tp ...) to price a run")

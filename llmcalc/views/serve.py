@@ -93,7 +93,8 @@ def serve_document(est: ServeEstimate) -> Document:
     measured = _is_measured(est)
     spec, gpu, tp = est.spec, est.accelerator, est.tp
     tokens, seqs = est.batch_defaults
-    throughput = est.throughput()
+    speed = speed_note(gpu)
+    throughput = est.throughput() if speed is None else None
     groups = group_rows(est)
     data = {
         "model": spec.name, "device": gpu.key, "n_gpus": tp, "pp": est.pp, "dp": est.dp,
@@ -125,6 +126,8 @@ def serve_document(est: ServeEstimate) -> Document:
         "profile_max_num_batched_tokens": tokens, "profile_max_num_seqs": seqs,
         "throughput": throughput,
     }
+    if speed is not None:
+        data["speed_note"] = speed
     title = (("" if data["fits"] else "does NOT fit: vLLM would refuse to start ("
               + ("the weights and activations leave no KV cache" if est.kv_cache_bytes <= 0 else
                  "no request of max length fits") + "): ")
@@ -140,10 +143,24 @@ def serve_document(est: ServeEstimate) -> Document:
         data = {"model": data.pop("model"), "method": "transformers", **data, "measured_from": _measured_from(est),
                 "notes": list(spec.notes)}
         preamble += [f"note: {n}" for n in spec.notes]
-    tables = [_throughput_table(est, throughput), _memory_table(est)]
+    tables = [_memory_table(est)] if throughput is None else [_throughput_table(est, throughput), _memory_table(est)]
+    if speed is not None:
+        preamble.append(speed)
     if len(groups) > 1 or est.has_windows_kept:
         tables.append(_groups_table(est, groups))
     return Document(title, data, tables, preamble)
+
+
+def speed_note(gpu: Any) -> str | None:
+    """A GPU known by its memory alone (`--gpu-memory`, hardware.MemoryOnly): the line saying that the speed part
+    (throughput and latency) needs a GPU preset, naming those of that memory; None for a preset."""
+    from ..hardware import MemoryOnly
+
+    if not isinstance(gpu, MemoryOnly):
+        return None
+    presets = ", ".join(gpu.alternatives) or "see `llmcalc presets`"
+    return (f"speed left out: --gpu-memory gives memory alone (capacity above); throughput and latency need "
+            f"--gpu with a preset ({gpu.memory_bytes / GIB:g} GiB: {presets})")
 
 
 def _memory_table(est: ServeEstimate) -> Table:

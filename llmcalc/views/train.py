@@ -37,7 +37,26 @@ def _opt(fmt: Callable[[Any], str], value: float | None) -> str:
 def document(plan: TrainingPlan) -> Document:
     """`train`'s answer: the budget, the predicted step where there is one, MFU against each peak it has."""
     doc = train_document(plan.estimate, plan.inputs, plan.six_n_t, plan.prediction, plan.measured)
+    if plan.layout_choice is not None:
+        add_layout_choice(doc, plan.layout_choice)
     return add_both_peaks(doc, plan)
+
+
+def add_layout_choice(doc: Document, choice: dict) -> None:
+    """`train` without --mfu or --global-batch: the line naming the layout the step was predicted on (the `layout`
+    command that lists the alternatives) and the default global batch; JSON `layout_used`."""
+    doc.data["layout_used"] = choice
+    batch = f"at the {choice['global_batch_why']}"
+    if choice["source"] == "given":
+        line = f"MFU predicted on the layout the options give (train's defaults for the rest), {batch}"
+    else:
+        vpp = f" (vpp {choice['vpp']})" if choice["vpp"] > 1 else ""
+        ep = f" ep {choice['ep']}" if choice["ep"] > 1 else ""
+        line = (f"MFU predicted on the best layout, tp {choice['tp']} cp {choice['cp']} pp {choice['pp']}{vpp} dp "
+                f"{choice['dp']:,}{ep}, micro-batch {choice['micro_batch']}, ZeRO-{choice['zero']}, recompute "
+                f"{choice['recompute']} (the fastest of {choice['layouts_that_fit']:,} evaluated that fit: "
+                f"`{choice['command']}` lists the others), {batch}; --mfu X answers at a given MFU instead")
+    doc.tables[0].notes.insert(0, line)
 
 
 def train_document(est: TrainingEstimate, inputs: dict, six_n_t: float | None, pred: StepPrediction | None = None,
@@ -54,9 +73,13 @@ def train_document(est: TrainingEstimate, inputs: dict, six_n_t: float | None, p
         ("model_flops_per_s_per_gpu", "model FLOP/s per GPU", est.model_flops_per_s_per_gpu, fmt_flops_rate, True),
         ("tokens_per_second_per_gpu", "tokens/s per GPU", est.tokens_per_second_per_gpu,
          lambda v: f"{si(v).strip()} tokens/s", True),
+        ("compute_gpu_hours", "GPU-hours computing", est.compute_gpu_hours, hours, True),
+        ("goodput", "goodput (share of wall-clock training)", est.goodput, lambda v: f"{v * 100:.0f} %", True),
         ("gpu_seconds", "GPU time (s)", est.gpu_seconds, lambda v: f"{v:.4g} s", False),
-        ("gpu_hours", "GPU-hours", est.gpu_hours, hours, True),
+        ("gpu_hours", "GPU-hours (wall-clock: computing / goodput)", est.gpu_hours, hours, True),
         ("wall_clock_seconds", "wall-clock (s)", est.wall_seconds, lambda v: f"{v:.4g} s", False),
+        ("compute_wall_clock_days", "computing (days)", est.compute_wall_clock_days, lambda v: f"{v:,.2f} days",
+         False),
         ("wall_clock_days", f"wall-clock on {plural(est.n_gpus, 'GPU')}", est.wall_clock_days,
          lambda v: f"{v:,.2f} days ({v * 24:,.1f} h)", True),
         ("cost_usd", "cost" + ("" if est.price is None else f" at ${est.price:g}/GPU-hour"), est.cost_usd, fmt_usd,
@@ -111,11 +134,13 @@ def _add_steptime(data: dict, tables: list[Table], est: TrainingEstimate, pred: 
 def _train_notes(est: TrainingEstimate, inputs: dict) -> list[str]:
     notes = []
     if est.mfu is not None:
-        notes.append(f"GPU time = model FLOPs / (peak x MFU {est.mfu:g}) (PaLM App. B definition of MFU)")
+        notes.append(f"GPU time computing = model FLOPs / (peak x MFU {est.mfu:g}) (PaLM App. B definition of MFU)")
     elif est.achieved_flops_per_s is not None:  # TrainingEstimate takes exactly one of the two
-        notes.append(f"GPU time = hardware FLOPs / achieved {est.achieved_flops_per_s / 1e12:g} TFLOP/s per GPU "
-                     f"(recomputation {inputs.get('recompute')} counted as achieved work, as Narayanan et al. 2021)")
+        notes.append(f"GPU time computing = hardware FLOPs / achieved {est.achieved_flops_per_s / 1e12:g} TFLOP/s per "
+                     f"GPU (recomputation {inputs.get('recompute')} counted as achieved work, as Narayanan et al. "
+                     f"2021)")
     notes.append(inputs["flops_basis"])
+    notes.append(goodput_note(est.goodput))
     if est.price is None:
         notes.append("no price: pass --usd-per-gpu-hour for a cost")
     elif est.usd_per_gpu_hour is None:
@@ -123,6 +148,17 @@ def _train_notes(est: TrainingEstimate, inputs: dict) -> list[str]:
                      f"--usd-per-gpu-hour sets yours")
     notes.append("energy = GPU-hours x TDP: the accelerators alone, no host, network or cooling (PUE 1.0)")
     return notes
+
+
+def goodput_note(goodput: float) -> str:
+    """The line under every GPU-hours figure: how compute time became wall time, and where the default comes from."""
+    from ..validate import DEFAULT_GOODPUT, GOODPUT_SOURCE
+
+    if goodput == 1:
+        return "wall-clock = computing time (--goodput 1: no restarts, failures or checkpoints counted)"
+    return (f"GPU-hours, wall-clock, cost and energy = computing time / goodput {goodput:g} (restarts, failures, "
+            f"checkpoints); " + (GOODPUT_SOURCE if goodput == DEFAULT_GOODPUT else "--goodput as given")
+            + "; --goodput 1 counts computing alone")
 
 
 def breakdown_table(pred: StepPrediction) -> Table:
