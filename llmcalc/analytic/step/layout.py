@@ -13,7 +13,7 @@ from ...spec import ModelSpec
 from ...validate import DEFAULT_ZERO, RANK_ORDER, RANK_ORDER_DIMS, rank_order
 from .. import pipeline_layout
 from ..kernels import ATTENTION_KERNELS
-from ..memory import OPTIMIZERS, lookup
+from ..memory import OPTIMIZERS, MemoryEstimate, MemoryTables, lookup, training_memory
 from ..parallel import (
     Parallel,
     _built,
@@ -517,3 +517,15 @@ def _describe(lay: Layout, rc: str | None = None) -> str:
     text = f"tp {lay.tp} cp {lay.cp} pp {lay.pp} dp {lay.dp}" + (f" vpp {lay.vpp}" if lay.vpp > 1 else "") + \
         (f" ep {lay.ep}" if lay.ep > 1 else "") + (f" etp {lay.expert_tp}" if lay.expert_tp != lay.tp else "")
     return text + f" mb {lay.micro_batch}" + (f" recompute {rc}" if rc else "") + (" ZeRO-3" if lay.zero == 3 else "")
+
+
+def layout_memory(spec: ModelSpec, lay: Layout, seq_len: int, recompute: str, recipe: str = "bf16-mixed",
+                  optimizer: str = "adamw", tables: MemoryTables | None = None) -> MemoryEstimate:
+    """memory.training_memory of a step layout (flash attention, no dropout, fused optimizer, as `layout` sizes
+    it): its degrees, vpp and ZeRO stage, each pipeline rank's layers where --first/--last-stage-layers or
+    --pipeline-layout fix them (pipeline_layout.rank_layers), and its micro-batches per step (the in-flight cap);
+    `tables`: a search's memo of the pieces (memory.MemoryTables)."""
+    stages = pipeline_layout.rank_layers(spec.n_layers, lay.pp, lay.first_stage_layers, lay.last_stage_layers,
+                                         lay.pipeline_layout)
+    return training_memory(spec, lay.micro_batch, seq_len, recipe, optimizer, recompute=recompute, parallel=lay,
+                           stage_layers=stages, micro_batches=lay.grad_accum, tables=tables)

@@ -13,7 +13,7 @@ from ...spec import ModelSpec
 from ...units import GIB
 from ...validate import DEFAULT_ZERO
 from ..kernels import device_for
-from ..memory import RECIPES, lookup
+from ..memory import RECIPES, MemoryTables, lookup
 from .bounds import FLOOR_MARGIN, _first_floors, _floor_shape, _optimizer_floor, _step_floor
 from .context import _context_in, _Ctx, _layer_cache
 from .layout import (
@@ -26,9 +26,9 @@ from .layout import (
     _strides_pp_free,
     _with_zero,
     check_modelled,
+    layout_memory,
 )
 from .prediction import StepPrediction, _finish, _prepare, _Prepared
-from .search_memory import _least_that_fits
 from .train import _flag, global_batch_sequences
 
 
@@ -76,6 +76,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     oom: list = []
     rec = lookup(RECIPES, "recipe", recipe)
     optimizer = step.get("optimizer", "adamw")
+    peaks: dict[tuple, Any] = {("tables",): MemoryTables()}  # this search's memory checks (_least_that_fits)
     moe_only = {"ep_overlap": False, "ep_dispatcher": "alltoall", "moe_imbalance": 1.0}
     for key, off in moe_only.items():
         if step.get(key, off) != off and not spec.is_moe:
@@ -168,8 +169,8 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             floor += _optimizer_floor(ctx, paths, with_dp=False)[0] * (1 - FLOOR_MARGIN)
             entry = (floor, index, _MEMORY, lay, more)
         elif tier == _MEMORY:
-            rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity, recipe=recipe,
-                                              optimizer=optimizer)
+            rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity, (recipe, optimizer),
+                                              peaks)
             if rc is None:
                 heapq.heappop(layouts)
                 no_fit(lay, peak, zero)
@@ -229,8 +230,8 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
                 if tier in (_DP, _PREPARE):  # its memory checked
                     rc, peak = more[:2]
                 else:
-                    rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity, recipe=recipe,
-                                                      optimizer=optimizer)
+                    rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity,
+                                                      (recipe, optimizer), peaks)
                     if rc is not None:
                         lay = lay if zero == lay.zero else _with_zero(lay, zero)
                 fits[index] = rc is not None
@@ -264,6 +265,39 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
         return exact[id(pred)]
     losers = _why_they_lose(ranked, oom, capacity, simulated)
     return ranked, losers, counts
+
+
+def _least_that_fits(spec: ModelSpec, lay: Layout, seq_len: int, tries: list[str], capacity: float,
+                     settings: tuple[str, str], peaks: dict[tuple, Any]) -> tuple[str | None, int, float]:
+    """(recompute, ZeRO stage, peak bytes) of the cheapest setting whose peak (`memory`'s: layout.layout_memory)
+    fits `capacity`: ZeRO-1 with the least recomputation of `tries`, else ZeRO-3 (FSDP: weights and gradients
+    sharded too) where dp > 1; (None, the last stage tried, the peak of its last recomputation) when nothing fits.
+    The last of `tries` (the most recomputation) is checked first: no recomputation peaks below it (full saves less
+    at every point of the step than selective, selective than none: memory.MemoryEstimate.phase_components), so
+    where it does not fit, no other does. `settings` = (recipe, optimizer); `peaks` holds this search's peaks by
+    what layout_memory reads of a layout, and its memory.MemoryTables under "tables"."""
+    zeros = (1, 3) if lay.dp > 1 else (1,)
+    recipe, optimizer = settings
+
+    def peak_of(zero: int, rc: str) -> float:
+        key = (lay.tp, lay.cp, lay.pp, lay.vpp, lay.dp, lay.ep, lay.etp, zero, lay.sequence_parallel,
+               lay.micro_batch, min(lay.grad_accum, lay.pp + 1), rc)  # (in_flight: m > pp caps nothing)
+        found = peaks.get(key)
+        if found is None:
+            trial = lay if zero == lay.zero else _with_zero(lay, zero)
+            found = peaks[key] = layout_memory(spec, trial, seq_len, rc, recipe, optimizer,
+                                               tables=peaks[("tables",)]).phase_peak()
+        return found
+    peak, zero = 0.0, 1
+    for zero in zeros:
+        peak = peak_of(zero, tries[-1])
+        if peak > capacity:
+            continue
+        for rc in tries[:-1]:
+            if peak_of(zero, rc) <= capacity:
+                return rc, zero, peak_of(zero, rc)
+        return tries[-1], zero, peak
+    return None, zero, peak
 
 
 EXTREME_TRIES = 3  # how many of the most extreme layouts of a kind _extremes' caller tries for one that fits
