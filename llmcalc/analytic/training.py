@@ -385,6 +385,7 @@ class TrainingPlan:
     # recipe's GEMM dtype), and which of them is the recipe's (None: no step predicted, or its peak unknown)
     mfu_by_peak: dict[str, float] = field(default_factory=dict)
     recipe_peak: str | None = None
+    memory: dict[str, Any] | None = None  # the predicted layout's memory per GPU and fit, as `memory` and `layout` say
 
 
 def plan_training(request: TrainRequest, model: ModelSpec | CountedModel | None,
@@ -404,6 +405,7 @@ def plan_training(request: TrainRequest, model: ModelSpec | CountedModel | None,
         basis = model.train_basis(request)
     tokens = request.tokens
     options, warnings = _step_options(request)
+    reserve_gib = options.pop("reserve_gib", None)
     pred: StepPrediction | None
     mfu: float | None
     measured: dict[str, Any] | None
@@ -445,7 +447,27 @@ def plan_training(request: TrainRequest, model: ModelSpec | CountedModel | None,
     return TrainingPlan(estimate=est, inputs=inputs, six_n_t=six_n(basis.n) * tokens, prediction=pred,
                         measured=measured, warnings=warnings + _timing_only_warning(request, pred),
                         mfu_by_peak=_mfu_by_peak(est, recipe_peak),
-                        recipe_peak=None if recipe_peak is None else recipe_peak[0])
+                        recipe_peak=None if recipe_peak is None else recipe_peak[0],
+                        memory=_layout_memory(model, pred, reserve_gib))
+
+
+def _layout_memory(model: ModelSpec | CountedModel | None, pred: StepPrediction | None,
+                   reserve_gib: float | None) -> dict[str, Any] | None:
+    """The predicted layout's training memory per GPU (step/layout.py:layout_memory: memory.training_memory, what
+    `memory` and `layout` give for it) and whether it fits the GPU less --reserve-gib (layout's capacity,
+    step/search.py:reserved_capacity); None without a prediction of a formula model (--reserve-gib then refused)."""
+    if pred is None or not isinstance(model, ModelSpec):
+        if reserve_gib is not None:
+            raise LlmcalcError("--reserve-gib sizes the predicted layout's memory: it needs a MODEL with a formula and "
+                               "--global-batch (no --mfu); or drop it")
+        return None
+    from .step.layout import layout_memory
+    from .step.search import reserved_capacity
+
+    peak = layout_memory(pred.spec, pred.layout, pred.seq_len, pred.recompute, pred.recipe, pred.layout.optimizer,
+                         attention=pred.attention).peak
+    capacity = reserved_capacity(pred.device.accelerator, reserve_gib or 0.0)
+    return {"memory_per_gpu_bytes": peak, "capacity_bytes": capacity, "fits": peak <= capacity}
 
 
 def _step_options(request: TrainRequest) -> tuple[dict[str, Any], list[str]]:
