@@ -21,8 +21,8 @@ from typing import Any
 
 from ..analytic.kernels import steptime_presets
 from ..analytic.memory import MemoryEstimate
-from ..analytic.step.prediction import StepPrediction
 from ..analytic.step.layout import make_layout
+from ..analytic.step.prediction import StepPrediction
 from ..analytic.step.search import search_layouts
 from ..analytic.step.train import train_steptime
 from ..analytic.summary import Scenario, model_record, scenario_memory, scenario_training
