@@ -116,3 +116,17 @@ def test_a_model_without_a_formula_reproduces_too():
     assert _printed(commands["train"])["step_seconds"] == best["step_seconds"]
     if best["pp"] == 1 and best["cp"] == 1:
         assert _printed(commands["memory"])["per_gpu_bytes"] == best["memory_gib"] * GIB
+
+
+@pytest.mark.parametrize("options", [("--tp", 2, "--pp", 2, "--vpp", 2, "--global-batch", 48),
+                                     ("--cp", 2, "--pp", 3, "--zero", 3, "--global-batch", 32, "--reserve-gib", 30),
+                                     ("--pp", 4, "--first-stage-layers", 6, "--last-stage-layers", 6)])
+def test_compare_train_and_memory_size_one_layout_alike(options):
+    """The same layout options to compare, train and memory: the same memory per GPU and the same fit."""
+    where = ("--gpu", "h100-sxm", "--n-gpus", 48)
+    memory = cli_json("memory", "llama-3-8b", *where, *options)
+    (record,) = cli_json("compare", "llama-3-8b", "--tokens", "1T", *where, *options)["models"]
+    assert record["memory_per_gpu_bytes"] == memory["per_gpu_bytes"] and record["fits"] == memory["fits"]
+    if "--global-batch" in options:
+        train = cli_json("train", "llama-3-8b", "--tokens", "1T", *where, *options)
+        assert train["memory_per_gpu_bytes"] == memory["per_gpu_bytes"] and train["fits"] == memory["fits"]

@@ -140,13 +140,14 @@ def scenario_training(spec: ModelSpec, scenario: Scenario, step=None) -> Trainin
 
 def scenario_memory(spec: ModelSpec, scenario: Scenario, micro_batch: int | None = None):
     """Per-GPU training memory under `scenario` (its micro-batch unless one is given): its layout, the pipeline's
-    stage layers and the micro-batches of its global batch, as `memory` and `layout` size it."""
+    stage layers and the micro-batches of its global batch where it has one (else the steady state), as `memory`
+    and `layout` size it."""
     batch = micro_batch or scenario.micro_batch
     par = scenario.parallel
     return training_memory(spec, batch, scenario.seq_len, scenario.recipe, optimizer=scenario.optimizer,
                            recompute=scenario.recompute, parallel=par,
                            stage_layers=scenario.stage_layers(spec.n_layers),
-                           micro_batches=max(1, scenario.batch // (batch * par.dp)))
+                           micro_batches=max(1, scenario.batch // (batch * par.dp)) if scenario.global_batch else None)
 
 
 def serving_record(spec: ModelSpec, scenario: Scenario) -> dict:

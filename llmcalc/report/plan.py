@@ -301,6 +301,7 @@ def make_plan(specs: list[ModelSpec], scenario: Scenario, tick: Callable[[str], 
     `recommend`: plan on the recommended layout (else the given one)."""
     models = {}
     global_batch = scenario.batch
+    scenario = replace(scenario, global_batch=global_batch)  # the plan's step: memory's micro-batches in flight
     for spec in specs:
         models[spec.name] = plan_model(spec, scenario, global_batch, recommend)
         if tick is not None:
