@@ -1285,7 +1285,8 @@ def test_least_that_fits_is_every_try_in_turn():
     peaks: dict = {("tables",): MemoryTables()}
     for tp, cp, pp, vpp, mb, _, _ in layout._candidates(spec, 128, 8192, 128, 8):
         lay = make_layout(spec, 128, 8192, 128, tp=tp, cp=cp, pp=pp, vpp=vpp, micro_batch=mb)
-        got = search._least_that_fits(spec, lay, 8192, tries, capacity, ("bf16-mixed", "adamw"), peaks)
+        got = search._least_that_fits(spec, lay, 8192, tries, capacity, settings=("bf16-mixed", "adamw"),
+                                       peaks=peaks)
         want = None
         for zero in (1, 3) if lay.dp > 1 else (1,):
             for rc in tries:

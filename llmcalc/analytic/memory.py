@@ -614,14 +614,17 @@ class MemoryTables:
         """activations.layer_terms: the block's saved tensors (layer_saved) once per layer and shape, then what it
         keeps (kept_terms, which reads nothing of the layer but its tensors) once per distinct list of tensors."""
         items, kind = self._get(("saved", id(spec), layer, batch, seq, act_bytes, attention, dropout),
-                                lambda: self._saved(spec, layer, batch, seq, act_bytes, attention, dropout))
+                                lambda: self._saved(spec, layer, (batch, seq, act_bytes), attention=attention,
+                                                    dropout=dropout))
         return self._get(("kept", id(spec), kind, batch * seq, act_bytes, recompute, tp, sequence_parallel),
                          lambda: kept_terms(spec, items, batch * seq, act_bytes, recompute=recompute, tp=tp,
                                             sequence_parallel=sequence_parallel))
 
-    def _saved(self, spec: ModelSpec, layer: int, batch: int, seq: int, act_bytes: float, attention: str,
+    def _saved(self, spec: ModelSpec, layer: int, shape: tuple[int, int, float], attention: str,
                dropout: bool) -> tuple[list[Saved], int]:
-        """(layer_saved, the number of its distinct list of tensors in this table: equal lists, equal numbers)."""
+        """(layer_saved at `shape` = (batch, seq, activation bytes), the number of its distinct list of tensors in
+        this table: equal lists, equal numbers)."""
+        batch, seq, act_bytes = shape
         items = layer_saved(spec, layer, batch, seq, act_bytes=act_bytes, attention=attention, dropout=dropout)
         value = ("items", id(spec), tuple((s.name, s.nbytes, s.scope, s.kv_heads) for s in items))
         return items, self._get(value, lambda: (len(self._memo),))[0]

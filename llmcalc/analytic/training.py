@@ -405,7 +405,6 @@ def plan_training(request: TrainRequest, model: ModelSpec | CountedModel | None,
         basis = model.train_basis(request)
     tokens = request.tokens
     options, warnings = _step_options(request)
-    reserve_gib = options.pop("reserve_gib", None)
     pred: StepPrediction | None
     mfu: float | None
     measured: dict[str, Any] | None
@@ -448,7 +447,7 @@ def plan_training(request: TrainRequest, model: ModelSpec | CountedModel | None,
                         measured=measured, warnings=warnings + _timing_only_warning(request, pred),
                         mfu_by_peak=_mfu_by_peak(est, recipe_peak),
                         recipe_peak=None if recipe_peak is None else recipe_peak[0],
-                        memory=_layout_memory(model, pred, reserve_gib))
+                        memory=_layout_memory(model, pred, request.layout.get("reserve_gib")))
 
 
 def _layout_memory(model: ModelSpec | CountedModel | None, pred: StepPrediction | None,
@@ -464,8 +463,8 @@ def _layout_memory(model: ModelSpec | CountedModel | None, pred: StepPrediction 
     from .step.layout import layout_memory
     from .step.search import reserved_capacity
 
-    peak = layout_memory(pred.spec, pred.layout, pred.seq_len, pred.recompute, pred.recipe, pred.layout.optimizer,
-                         attention=pred.attention).peak
+    peak = layout_memory(pred.spec, pred.layout, pred.seq_len, pred.recompute, recipe=pred.recipe,
+                         optimizer=pred.layout.optimizer, attention=pred.attention).peak
     capacity = reserved_capacity(pred.device.accelerator, reserve_gib or 0.0)
     return {"memory_per_gpu_bytes": peak, "capacity_bytes": capacity, "fits": peak <= capacity}
 
@@ -476,6 +475,7 @@ def _step_options(request: TrainRequest) -> tuple[dict[str, Any], list[str]]:
     from .pipeline_layout import layout_options
 
     options = layout_options(dict(request.layout))  # --pipeline-layout: --vpp and --mtp-layers follow from it
+    options.pop("reserve_gib", None)  # not the step's: the memory it is held against (_layout_memory)
     if not request.predicts_step:
         return options, []
     from .precision import step_recipe

@@ -78,7 +78,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     counts = {"searched": 0, "fit": 0, "oom": 0, "invalid": 0, "bounded": 0}
     pins = dict(pins or {})
     zero_pin, sp_pin = pins.pop("zero", None), pins.pop("sequence_parallel", True)
-    candidates = _candidates(spec, n_gpus, seq_len, global_batch, per_node, pins)
+    candidates = _candidates(spec, n_gpus, seq_len, global_batch, per_node, pins=pins)
     tick = progress(len(candidates)) if progress else None
     oom: list = []
     rec = lookup(RECIPES, "recipe", recipe)
@@ -177,8 +177,8 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             floor += _optimizer_floor(ctx, paths, with_dp=False)[0] * (1 - FLOOR_MARGIN)
             entry = (floor, index, _MEMORY, lay, more)
         elif tier == _MEMORY:
-            rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity, (recipe, optimizer),
-                                              peaks, zero_pin)
+            rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity,
+                                              settings=(recipe, optimizer), peaks=peaks, zero_pin=zero_pin)
             if rc is None:
                 heapq.heappop(layouts)
                 no_fit(lay, peak, zero)
@@ -239,7 +239,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
                     rc, peak = more[:2]
                 else:
                     rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity,
-                                                      (recipe, optimizer), peaks, zero_pin)
+                                                      settings=(recipe, optimizer), peaks=peaks, zero_pin=zero_pin)
                     if rc is not None:
                         lay = lay if zero == lay.zero else _with_zero(lay, zero)
                 fits[index] = rc is not None
@@ -295,7 +295,7 @@ def _least_that_fits(spec: ModelSpec, lay: Layout, seq_len: int, tries: list[str
         found = peaks.get(key)
         if found is None:
             trial = lay if zero == lay.zero else _with_zero(lay, zero)
-            found = peaks[key] = layout_memory(spec, trial, seq_len, rc, recipe, optimizer,
+            found = peaks[key] = layout_memory(spec, trial, seq_len, rc, recipe=recipe, optimizer=optimizer,
                                                tables=peaks[("tables",)]).phase_peak()
         return found
     peak, zero = 0.0, 1
