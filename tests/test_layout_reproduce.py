@@ -130,3 +130,12 @@ def test_compare_train_and_memory_size_one_layout_alike(options):
     if "--global-batch" in options:
         train = cli_json("train", "llama-3-8b", "--tokens", "1T", *where, *options)
         assert train["memory_per_gpu_bytes"] == memory["per_gpu_bytes"] and train["fits"] == memory["fits"]
+
+
+def test_a_model_without_a_formula_is_searched_whole():
+    """layout's pins (--tp, ...) fix degrees of the formula's search; a model transformers measured is refused them in
+    one line naming the options."""
+    config = Path(__file__).parent / "configs" / "fallback" / "arcee-tiny.json"
+    line = one_line_error("layout", config, "--gpu", "h100-sxm", "--n-gpus", 8, "--global-batch", 64, "--seq-len", 256,
+                          "--tp", 2, "--zero", 3)
+    assert "--tp, --zero" in line and "measured by transformers" in line

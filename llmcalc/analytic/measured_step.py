@@ -700,6 +700,12 @@ def rank_measured_layouts(model: MeasuredModel, gpu: str, n_gpus: int, seq_len: 
     (``measured_stage_peak``, no recomputation: the measured activations are of a forward that recomputes
     nothing); each fitting layout predicted exactly (``predict_measured``) and ranked by throughput; MFU against the
     dense `dtype` peak."""
+    fixed = [k for k in ("tp", "cp", "pp", "vpp", "micro_batch", "ep", "etp", "zero", "sequence_parallel",
+                         "first_stage_layers", "last_stage_layers", "pipeline_layout") if options.get(k) is not None]
+    if fixed:
+        raise LlmcalcError(f"{', '.join('--' + k.replace('_', '-') for k in fixed)}: layout fixes the degrees of a "
+                           f"model with a formula; {model.model_type} is measured by transformers and searched whole: "
+                           "drop them (time one layout with `llmcalc train`)")
     from .kernels import device_for
     from .step.search import LayoutSearch, _why_they_lose, reserved_capacity
     from .step.train import global_batch_sequences
