@@ -172,7 +172,7 @@ def test_one_default_and_one_help_text_per_option():
 
 def test_zero_defaults_to_1_and_sdpa_means_flash_everywhere():
     options = _options()
-    assert set(options["--zero"]) == {"train", "memory", "compare", "report"}
+    assert set(options["--zero"]) == {"train", "memory", "layout", "compare", "report"}  # layout: it fixes ZeRO
     assert {default for default, *_ in options["--zero"].values()} == {1}
     assert set(options["--attention"]) == {"train", "memory", "profile"}
     train = ("--tokens", "1T", "--gpu", "h100-sxm", "--n-gpus", "64", "--global-batch", "512")

@@ -215,14 +215,14 @@ def test_layout_stage_memory_is_the_formulas_within_the_activations(tmp_path, mo
     activations (2 micro-batches in flight under 1F1B) are the bytes transformers saved, 15 % above the formula's
     itemisation (transformers' fp32 norm copies, test_hf_measured): the peaks agree within 5 %."""
     from llmcalc.analytic.measured_step import measured_stage_peak
+    from llmcalc.analytic.memory import training_memory
     from llmcalc.analytic.parallel import Parallel
-    from llmcalc.analytic.step.search_memory import training_peak
 
     _, step, spec = forced(tmp_path, monkeypatch, MID, 1024)
     for pp, tp in ((2, 1), (2, 2), (4, 2)):
         lay = measured_layout(step, 8, 1024, 64, tp=tp, pp=pp)
         mine = measured_stage_peak(step, lay, 1024, "bf16-mixed", "adamw")
-        formula = training_peak(spec, 1, 1024, "bf16-mixed", "adamw", "none", Parallel(tp=tp, pp=pp, dp=lay.dp))
+        formula = training_memory(spec, 1, 1024, parallel=Parallel(tp=tp, pp=pp, dp=lay.dp)).peak
         assert mine == pytest.approx(formula, rel=0.05)
 
 

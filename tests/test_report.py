@@ -171,8 +171,13 @@ def test_report_with_finetuning_and_fp8(tmp_path):
                      r"4·N_frozen \+ 6·N_adapter", md)
     # FP8: every recipe's column is `memory --recipe R` on the plan's layout; MFU against both H100 peaks
     fp8 = {r["name"]: r for r in read_csv(out / "tables" / "fp8-llama-3-8b.csv")}["peak per GPU"]
+    plan = json.loads((out / "plan.json").read_text())
+    lay = plan["models"]["llama-3-8b"]["layout"]  # the planned layout (layout's best for the fp8 recipe)
+    planned = [f"--{k.replace('_', '-')}={lay[k]}" for k in ("tp", "cp", "pp", "vpp", "micro_batch", "zero",
+                                                               "recompute")]
     for recipe in ("bf16-mixed", "fp8", "fp8-current", "fp8-torchao"):
-        memory = cli_json("memory", "llama-3-8b", "--recipe", recipe, "--seq-len", "4096", "--n-gpus", "1024")
+        memory = cli_json("memory", "llama-3-8b", "--recipe", recipe, "--seq-len", "4096", "--n-gpus", "1024",
+                          "--global-batch", plan["global_batch"], *planned)
         assert float(fp8[recipe]) == pytest.approx(memory["per_gpu_bytes"])
     assert re.search(r"MFU vs dense bf16 peak \(989\.4 TFLOP/s\) +\| 40\.0 %", md)
     assert re.search(r"MFU vs dense fp8 peak \(1,979 TFLOP/s\) +\| 20\.0 %", md)  # 0.4 x 989.4 / 1,978.9

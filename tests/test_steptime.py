@@ -988,27 +988,6 @@ def test_layout_applies_expert_settings_to_the_layouts_with_all_to_alls():
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1 and "dense" in r.stderr
 
 
-@pytest.mark.parametrize("model, recipe, recompute, tp, pp, ep, zero", [
-    ("llama-3-8b", "bf16-mixed", "none", 1, 1, 1, 1), ("llama-3-8b", "fp8", "selective", 2, 4, 1, 3),
-    ("mixtral-8x7b", "mxfp8", "full", 2, 2, 4, 1), ("nemotron-h-8b", "bf16-mixed", "full", 2, 2, 1, 3),
-    ("deepseek-v2-lite", "nvfp4", "none", 1, 3, 8, 1), ("gemma-2-9b", "bf16-mixed", "selective", 4, 1, 1, 1),
-])
-def test_search_memory_is_training_memorys(model, recipe, recompute, tp, pp, ep, zero):
-    """The search's training_peak (each layer kind's activations once, counted) equals memory.training_memory."""
-    from dataclasses import replace
-
-    from llmcalc.analytic.memory import training_memory
-    from llmcalc.analytic.parallel import Parallel
-    from llmcalc.analytic.step.search_memory import training_peak
-
-    spec = load_model(model)
-    even = spec.with_layers(math.ceil(spec.n_layers / pp) * pp)
-    par = Parallel(tp=tp, pp=pp, dp=8, ep=ep, sequence_parallel=True, zero=zero)
-    want = training_memory(even, 2, 4096, recipe=recipe, optimizer="adamw", recompute=recompute, attention="flash",
-                           parallel=replace(par)).peak
-    assert training_peak(even, 2, 4096, recipe, "adamw", recompute=recompute, parallel=par) == pytest.approx(want)
-
-
 # --- issue 24: each optimised piece against the straightforward path, bit for bit ---------------------------------
 
 def _straightforward_path_bound(schedule, p, m, f, b, w, vpp, p2p_time):
@@ -1282,37 +1261,31 @@ def test_path_bounds_over_each_groups_last_rank_are_the_bounds_over_all_bit_for_
 
 
 def test_least_that_fits_is_every_try_in_turn():
-    """_least_that_fits skips a ZeRO stage whose optimizer-step memory alone exceeds the GPU (every phase's peak is
-    at least that sum); on the layouts of a 405B model on 128 GPUs (most hopeless at ZeRO-1, many at ZeRO-3 too;
-    memory does not depend on vpp) it returns what trying each recomputation in turn from cold caches returns: the
-    same setting and peak, float for float, and for a layout that fits nowhere the last try's peak."""
-    from llmcalc.analytic.parallel import Parallel
-    from llmcalc.analytic.step import (
-        cache,
-        layout,
-        search_memory,
-    )
+    """_least_that_fits checks the most recomputation first and skips a ZeRO stage where even it does not fit; on the
+    layouts of a 405B model on 128 GPUs (most hopeless at ZeRO-1, many at ZeRO-3 too) it returns what trying each
+    recomputation in turn, ZeRO-1 then ZeRO-3, with memory's own estimate (layout_memory, no shared tables)
+    returns: the same setting and peak, and for a layout that fits nowhere the last try's peak."""
+    import dataclasses
+
+    from llmcalc.analytic.memory import MemoryTables
+    from llmcalc.analytic.step import layout, search
 
     spec = load_model("llama-3.1-405b")
     capacity = device_for("h100-sxm").accelerator.usable_bytes
     tries = ["none", "selective", "full"]
     seen = set()
+    peaks: dict = {("tables",): MemoryTables()}
     for tp, cp, pp, vpp, mb, _, _ in layout.layout_candidates(spec, 128, 8192, 128, 8):
-        if vpp > 1:
-            continue
-        lay = make_layout(spec, 128, 8192, 128, tp=tp, cp=cp, pp=pp, micro_batch=mb)
-        got = search_memory._least_that_fits(spec, lay, 8192, tries, capacity)
-        cache.clear_caches()
-        even = spec.with_layers(math.ceil(spec.n_layers / pp) * pp)
+        lay = make_layout(spec, 128, 8192, 128, tp=tp, cp=cp, pp=pp, vpp=vpp, micro_batch=mb)
+        got = search._least_that_fits(spec, lay, 8192, tries, capacity, settings=("bf16-mixed", "adamw"),
+                                       peaks=peaks)
         want = None
         for zero in (1, 3) if lay.dp > 1 else (1,):
             for rc in tries:
-                peak = search_memory.training_peak(even, mb, 8192, "bf16-mixed", "adamw", recompute=rc,
-                                                   parallel=Parallel(tp=tp, cp=cp, pp=pp, dp=lay.dp,
-                                                                     sequence_parallel=True, zero=zero))
+                peak = layout.layout_memory(spec, dataclasses.replace(lay, zero=zero), 8192, rc).peak
                 if want is None and peak <= capacity:
                     want = (rc, zero, peak)
-        assert got == (want or (None, zero, peak)), (tp, cp, pp, mb)
+        assert got == (want or (None, zero, peak)), (tp, cp, pp, vpp, mb)
         seen.add(got[:2])
     assert (None, 3) in seen and ("full", 3) in seen  # the skip ran and layouts still fit
 
@@ -1325,14 +1298,10 @@ def test_selective_recomputation_saves_no_memory_under_flash_attention(model):
     and under eager attention less than none's."""
     from llmcalc.analytic.memory import training_memory
     from llmcalc.analytic.parallel import Parallel
-    from llmcalc.analytic.step import (
-        search_memory,
-    )
 
     spec = load_model(model).with_layers(8)
     par = Parallel(tp=2, pp=2, dp=4, sequence_parallel=True, zero=1)
-    peaks = {rc: search_memory.training_peak(spec, 2, 4096, "bf16-mixed", "adamw", recompute=rc, parallel=par)
-             for rc in ("none", "selective")}
+    peaks = {rc: training_memory(spec, 2, 4096, recompute=rc, parallel=par).peak for rc in ("none", "selective")}
     assert peaks["selective"] == peaks["none"]
     eager = {rc: training_memory(spec, 2, 4096, recompute=rc, attention="eager", parallel=par).peak
              for rc in ("none", "selective")}
@@ -1364,15 +1333,9 @@ def test_phase_peak_is_the_phases_largest_sum_bit_for_bit(model):
 def _search_is_the_per_layout_path(model, n, seq, batch, **step):
     """Every layout the search ranks (each distinct piece computed once and shared through caches) has exactly the
     figures the single-layout path gives it with nothing cached: predict() (what `train --global-batch` runs) for the
-    layouts the search simulated, the same preparation with its bound for the others, and training_peak's memory."""
-    from dataclasses import replace
-
-    from llmcalc.analytic.parallel import Parallel
-    from llmcalc.analytic.step import (
-        cache,
-        search,
-        search_memory,
-    )
+    layouts the search simulated, the same preparation with its bound for the others, and memory's estimate
+    (layout_memory: memory.training_memory, no shared tables)."""
+    from llmcalc.analytic.step import cache, layout, search
 
     spec = load_model(model)
     dev = device_for("h100-sxm")
@@ -1388,11 +1351,7 @@ def _search_is_the_per_layout_path(model, n, seq, batch, **step):
         simulated = not pred.assumptions.get("pipeline", "").startswith("lower bound")
         alone = predict(spec, dev, lay, seq, recompute=pred.recompute, recipe=recipe, simulated=simulated)
         assert alone == pred, (lay, pred.recompute)
-        cache.clear_caches()
-        even = spec.with_layers(math.ceil(spec.n_layers / lay.pp) * lay.pp)
-        par = Parallel(tp=lay.tp, cp=lay.cp, pp=lay.pp, dp=lay.dp, ep=lay.ep, etp=lay.etp, sequence_parallel=True)
-        assert search_memory.training_peak(even, lay.micro_batch, seq, recipe, "adamw", recompute=pred.recompute,
-                                      parallel=replace(par, zero=lay.zero)) == peak
+        assert layout.layout_memory(spec, lay, seq, pred.recompute, recipe).peak == peak
     cache.clear_caches()
 
 

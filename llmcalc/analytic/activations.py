@@ -20,6 +20,8 @@ Conventions:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..errors import LlmcalcError
 from ..records import dataclass
 from ..spec import ModelSpec
@@ -305,12 +307,30 @@ class ActivationEstimate:
     largest_layer: float = 0.0  # the largest block's tensors with nothing recomputed: a block in its backward
     own_layer: float = 0.0  # that block's saved tensors under this recomputation (a checkpoint under full)
     head_saved: float = 0.0  # the final norm's and LM head's saved inputs (freed before the blocks' backward)
-    in_flight: int = 1  # micro-batches whose activations are held at once (a 1F1B first stage: pp)
+    in_flight: int | float = 1  # micro-batches held at once, in whole stages (a 1F1B first stage: pp; memory.in_flight)
     loss_impl: str = "full"  # how logits_and_loss was counted (full_logits_bytes or fused_loss_bytes)
 
     @property
     def total(self) -> float:
         return sum(self.per_layer.values()) + self.recompute_working_set + self.logits_and_loss
+
+
+def stage_activations(blocks: ActivationEstimate, head: ActivationEstimate | None,
+                      in_flight: int | float) -> ActivationEstimate:
+    """activation_memory(layers, in_flight, head=head is not None) from its parts, float for float: `blocks`, the
+    same layers' at one micro-batch without the head (head=False), each tensor x `in_flight`; `head`, the final
+    norm's, LM head's and loss's alone (layers=range(0), head=True), its tensors put in as activation_memory puts
+    them. A layout search keeps the parts and pairs them with each pipeline rank's micro-batches in flight."""
+    per_layer = {name: value * in_flight for name, value in blocks.per_layer.items()} if in_flight != 1 \
+        else dict(blocks.per_layer)
+    logits = head_saved = 0.0
+    if head is not None:
+        for name, value in head.per_layer.items():
+            per_layer[name] = value
+        logits, head_saved = head.logits_and_loss, head.head_saved
+    return ActivationEstimate(per_layer, blocks.recompute_working_set, logits, largest_layer=blocks.largest_layer,
+                              own_layer=blocks.own_layer, head_saved=head_saved, in_flight=in_flight,
+                              loss_impl=blocks.loss_impl)
 
 
 def layer_terms(spec: ModelSpec, layer: int, batch: int, seq: int, act_bytes: float, recompute: str, attention: str,
@@ -390,8 +410,8 @@ def fused_loss_bytes(tokens: int, vocab: int, d_model: int, act_bytes: float) ->
 
 def activation_memory(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recompute: str = "none",
                       attention: str = "flash", dropout: bool = False, tp: int = 1, sequence_parallel: bool = True,
-                      layers: range | None = None, in_flight: int = 1, head: bool = True,
-                      loss_impl: str = "full") -> ActivationEstimate:
+                      layers: range | None = None, in_flight: int | float = 1, head: bool = True,
+                      loss_impl: str = "full", terms_of: Callable[..., tuple] | None = None) -> ActivationEstimate:
     """Activations per GPU for a decoder-only model, for the blocks in `layers` (default all).
 
     - recompute "none": every block's saved tensors; "selective": minus the S² buffers
@@ -402,6 +422,8 @@ def activation_memory(spec: ModelSpec, batch: int, seq: int, act_bytes: float, r
     - `head`: count the final norm, LM head and loss buffers (the last pipeline stage has them).
     - `loss_impl`: "full", the logits and cross-entropy as HF Trainer runs them (`full_logits_bytes`), or "fused",
       Liger-Kernel's fused linear cross-entropy (`fused_loss_bytes`; one GPU: it does not split the vocabulary).
+    - `terms_of`: what gives each block's terms, `layer_terms` or a memo of it with its arguments (a layout search's
+      ``memory.MemoryTables``).
     """
     if recompute not in RECOMPUTE_MODES:
         raise LlmcalcError(f"recompute must be one of {', '.join(RECOMPUTE_MODES)}; got {recompute!r}")
@@ -410,15 +432,24 @@ def activation_memory(spec: ModelSpec, batch: int, seq: int, act_bytes: float, r
     if spec.architecture != "decoder":
         raise LlmcalcError(f"activation memory covers decoder-only models; {spec.name} is {spec.architecture}")
     layers = range(spec.n_layers) if layers is None else layers
+    terms_of = layer_terms if terms_of is None else terms_of
     per_layer: dict[str, float] = {}
     largest = own = 0.0
+    runs: list[list] = []  # [terms, how many] of each run of consecutive blocks that keep the same tensors
     for i in layers:
-        terms, whole, kept = layer_terms(spec, i, batch, seq, act_bytes, recompute=recompute, attention=attention,
-                                         dropout=dropout, tp=tp, sequence_parallel=sequence_parallel)
+        terms, whole, kept = terms_of(spec, i, batch, seq, act_bytes, recompute=recompute, attention=attention,
+                                      dropout=dropout, tp=tp, sequence_parallel=sequence_parallel)
         if whole > largest:
             largest, own = whole, kept
+        if runs and (runs[-1][0] is terms or runs[-1][0] == terms):
+            runs[-1][1] += 1
+        else:
+            runs.append([terms, 1])
+    for terms, count in runs:  # each tensor's bytes x the blocks of the run, then x the micro-batches in flight
         for name, value in terms:
-            per_layer[name] = per_layer.get(name, 0.0) + value * in_flight
+            per_layer[name] = per_layer.get(name, 0.0) + value * count
+    if in_flight != 1:
+        per_layer = {name: value * in_flight for name, value in per_layer.items()}
     tokens = batch * seq
     final = _norm_saved(spec, "final", tokens, spec.d_model, act_bytes) + [
         Saved("LM-head input (final norm output)", tokens * spec.d_model * act_bytes, "sequence_parallel")]

@@ -604,8 +604,8 @@ def train_measured_steptime(model: MeasuredModel, gpu: str, n_gpus: int, dtype: 
 def measured_stage_peak(step: MeasuredStep, lay: Layout, seq_len: int, recipe: str, optimizer: str) -> float:
     """Peak bytes per GPU of the most loaded pipeline stage for the layouts `layout` tries (no recomputation): with
     one stage ``measured.measured_training_memory``'s estimate (`memory`'s for this model); with pp > 1, the same
-    MemoryEstimate for the first stage (the embedding and ceil(L / pp) layers, the activations of pp micro-batches
-    in flight under 1F1B, as the formula path's ``step.search_memory._training_peak``) and for the last (its
+    MemoryEstimate for the first stage (the embedding and ceil(L / pp) layers, the activations of the micro-batches in
+    flight, ``memory.in_flight``, as the formula path's ``memory.training_memory``) and for the last (its
     layers, the final norm and the LM head, one micro-batch and the loss's fp32 logits), each layer's tensors split by
     the tp plan and its activations the measured bytes per layer (the saved bytes less the logits, over the layers) /
     tp (sequence parallelism)."""
@@ -613,7 +613,7 @@ def measured_stage_peak(step: MeasuredStep, lay: Layout, seq_len: int, recipe: s
 
     from .activations import ActivationEstimate
     from .measured import measured_training_memory
-    from .memory import OPTIMIZERS, MemoryEstimate
+    from .memory import OPTIMIZERS, MemoryEstimate, in_flight
     from .parallel import Parallel
 
     model, tp = step.model, lay.tp
@@ -640,11 +640,11 @@ def measured_stage_peak(step: MeasuredStep, lay: Layout, seq_len: int, recipe: s
     for which, layers in (("first", range(n)), ("last", range(L - n, L))):
         blocks = sum(t.per_rank(tp) for i in layers for t in step.layer_tensors.get(i, []) if t.trainable)
         first = which == "first"
-        in_flight = lay.pp if first else 1
-        acts = ActivationEstimate(per_layer={"saved for backward (measured)": per_block * n * in_flight
+        flight = in_flight(lay.pp, lay.vpp, 0 if first else lay.pp - 1, lay.grad_accum)
+        acts = ActivationEstimate(per_layer={"saved for backward (measured)": per_block * n * flight
                                              + (0.0 if first else logits)},
                                   recompute_working_set=0.0, logits_and_loss=0.0, largest_layer=per_block,
-                                  own_layer=per_block, head_saved=0.0 if first else logits, in_flight=in_flight)
+                                  own_layer=per_block, head_saved=0.0 if first else logits, in_flight=flight)
         est = MemoryEstimate(spec=model, recipe=rec, optimizer=opt, parallel=par, batch=lay.micro_batch,
                              seq_len=seq_len, recompute="none", attention="flash",
                              params_on_gpu=emb + blocks if first else blocks + final + head, activations=acts,
@@ -667,6 +667,12 @@ def rank_measured_layouts(model: MeasuredModel, gpu: str, n_gpus: int, seq_len: 
     (``measured_stage_peak``, no recomputation: the measured activations are of a forward that recomputes
     nothing); each fitting layout predicted exactly (``predict_measured``) and ranked by throughput; MFU against the
     dense `dtype` peak."""
+    fixed = [k for k in ("tp", "cp", "pp", "vpp", "micro_batch", "ep", "etp", "zero", "sequence_parallel",
+                         "first_stage_layers", "last_stage_layers", "pipeline_layout") if options.get(k) is not None]
+    if fixed:
+        raise LlmcalcError(f"{', '.join('--' + k.replace('_', '-') for k in fixed)}: layout fixes the degrees of a "
+                           f"model with a formula; {model.model_type} is measured by transformers and searched whole: "
+                           "drop them (time one layout with `llmcalc train`)")
     from .step.search import LayoutSearch, reserved_capacity, why_they_lose
     from .step.train import global_batch_sequences, networked_device
 

@@ -16,17 +16,18 @@ shrink against each other; the peak is the largest of
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import field, replace
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from ..errors import LlmcalcError
 from ..records import dataclass, short_repr
 from ..spec import ModelSpec
 from ..validate import DEFAULT_SEQ_LEN, MAX_GPUS, positive_int
 from ..vocabulary import OPTIMIZER_IMPLS  # the names and their scratch rule (re-exported)
-from .activations import ActivationEstimate, activation_memory
+from .activations import ActivationEstimate, Saved, activation_memory, kept_terms, layer_saved, stage_activations
 from .parallel import Parallel
 from .params import count_params, largest_tensor, layer_blocks
 
@@ -270,6 +271,7 @@ class MemoryEstimate(PhasedPeak):
     expert_params_on_gpu: float = 0.0  # this GPU's routed-expert parameters: its E/ep experts' 1/etp shards
     head_params_on_gpu: float = 0.0  # LM head + final norm here: their gradients exist before the blocks' backward
     late_params_on_gpu: float = 0.0  # untied embedding tables here: their gradients come after the last block's
+    stage_layers: int = -1  # this stage's layers (-1: n_layers / pp)
 
     @property
     def dp(self) -> int:
@@ -335,6 +337,8 @@ class MemoryEstimate(PhasedPeak):
     @property
     def fp8_state(self) -> float:
         """FP8 scaling state (scales and amax histories) of this GPU's blocks (FP8_STATE_BYTES_PER_LAYER)."""
+        if self.stage_layers >= 0:
+            return self.stage_layers * FP8_STATE_BYTES_PER_LAYER[self.recipe.fp8] if self.recipe.fp8 else 0.0
         return fp8_state_bytes(self.recipe, self.spec.n_layers, self.parallel.pp)
 
     @property
@@ -509,7 +513,7 @@ def peak_of(s: StateTerms, a: ActivationEstimate) -> float:
                          a.largest_layer))
 
 
-def peak_from(s: StateTerms, a: tuple[float, float, float, int, float, float]) -> float:
+def peak_from(s: StateTerms, a: tuple[float, float, float, int | float, float, float]) -> float:
     """peak_of from the activations' sums: `a` is (the sum of per_layer's values in their order, logits_and_loss,
     head_saved, in_flight, own_layer, largest_layer), what a layout search keeps of an ActivationEstimate."""
     w, g, master, states, cache, gathered, step, blocks, persistent, head_grads, late_grads = s
@@ -565,60 +569,189 @@ def routed_expert_params(spec: ModelSpec, comps: dict[str, int] | None = None) -
     return (count_params(spec).components if comps is None else comps).get("moe/experts", 0)
 
 
+class MemoryTables:
+    """training_memory's pieces memoized for many calls on one model (a layout search builds one per search; a
+    call without one takes a fresh, empty one): each named point keyed by exactly the arguments it reads, the model
+    by identity (kept alive in the table, so an id is never reused while the table lives): its parameter counts
+    (``params``), the ZeRO-3 gathered blocks (``gathered``), a stage's activations (``activations``) and each
+    block's terms (``layer_terms``)."""
+
+    def __init__(self) -> None:
+        self._memo: dict[tuple, Any] = {}
+
+    def _get(self, key: tuple, make: Callable[[], Any]) -> Any:
+        found = self._memo.get(key)
+        if found is None:
+            found = self._memo[key] = make()
+        return found
+
+    def params(self, spec: ModelSpec) -> tuple[dict[str, int], tuple, float, list[dict[str, int]]]:
+        """(count_params' components, _layer_params, routed_expert_params, layer_blocks) of `spec`."""
+        def make() -> tuple:
+            comps = count_params(spec).components
+            return spec, (comps, _layer_params(spec, comps), routed_expert_params(spec, comps), layer_blocks(spec))
+        return self._get(("params", id(spec)), make)[1]
+
+    def gathered(self, spec: ModelSpec, tp: int, experts_over: int | None, weight_bytes: float) -> float:
+        return self._get(("gathered", id(spec), tp, experts_over, weight_bytes),
+                         lambda: zero3_gathered(self.params(spec)[3], tp, experts_over, weight_bytes))
+
+    def activations(self, spec: ModelSpec, layers: range, in_flight: int | float, head: bool,
+                    **common: Any) -> ActivationEstimate:
+        """activation_memory over `layers` (`common`: its other keywords), from its parts (stage_activations): the
+        blocks' once per layers and shape whatever the micro-batches in flight, their terms from ``layer_terms``;
+        the head's once per shape."""
+        values = tuple(common.values())
+        blocks = self._get(("blocks", id(spec), layers.start, layers.stop, *values),
+                           lambda: activation_memory(spec, layers=layers, head=False, terms_of=self.layer_terms,
+                                                     **common))
+        top = self._get(("head", id(spec), *values),
+                        lambda: activation_memory(spec, layers=range(0), head=True, **common)) if head else None
+        return stage_activations(blocks, top, in_flight)
+
+    def layer_terms(self, spec: ModelSpec, layer: int, batch: int, seq: int, act_bytes: float, recompute: str,
+                    attention: str, dropout: bool, tp: int, sequence_parallel: bool) -> tuple:
+        """activations.layer_terms: the block's saved tensors (layer_saved) once per layer and shape, then what it
+        keeps (kept_terms, which reads nothing of the layer but its tensors) once per distinct list of tensors."""
+        items, kind = self._get(("saved", id(spec), layer, batch, seq, act_bytes, attention, dropout),
+                                lambda: self._saved(spec, layer, (batch, seq, act_bytes), attention=attention,
+                                                    dropout=dropout))
+        return self._get(("kept", id(spec), kind, batch * seq, act_bytes, recompute, tp, sequence_parallel),
+                         lambda: kept_terms(spec, items, batch * seq, act_bytes, recompute=recompute, tp=tp,
+                                            sequence_parallel=sequence_parallel))
+
+    def _saved(self, spec: ModelSpec, layer: int, shape: tuple[int, int, float], attention: str,
+               dropout: bool) -> tuple[list[Saved], int]:
+        """(layer_saved at `shape` = (batch, seq, activation bytes), the number of its distinct list of tensors in
+        this table: equal lists, equal numbers)."""
+        batch, seq, act_bytes = shape
+        items = layer_saved(spec, layer, batch, seq, act_bytes=act_bytes, attention=attention, dropout=dropout)
+        value = ("items", id(spec), tuple((s.name, s.nbytes, s.scope, s.kv_heads) for s in items))
+        return items, self._get(value, lambda: (len(self._memo),))[0]
+
+
+def in_flight(pp: int, vpp: int, rank: int, micro_batches: int | None = None) -> int | float:
+    """Micro-batches whose activations pipeline rank `rank` holds at its peak, in units of its whole stage (all its
+    vpp model chunks): the forward passes it has run and not yet run backward when its first backward starts.
+
+    1F1B (vpp 1): pp - rank (its warm-up pp - rank - 1 and the steady state's first forward; Korthikanti et al. 2022,
+    sec. 4.2.3: the first stage holds p micro-batches); interleaved 1F1B (Megatron-Core's
+    get_pp_rank_microbatches / forward_backward_pipelining_with_interleaving: num_warmup_microbatches =
+    (pp - rank - 1) x 2 + (vpp - 1) x pp chunk forwards, one more in the steady state), each chunk a 1/vpp of the
+    stage: (2 (pp - rank - 1) + (vpp - 1) pp + 1) / vpp, on the first rank pp + (pp - 1) / vpp (Korthikanti's
+    1 + (p - 1) / (p m) factor over 1F1B's p). Both capped by the step's `micro_batches` x vpp chunk forwards
+    (Megatron: all-warm-up when there are fewer micro-batches; None: enough micro-batches, the steady state)."""
+    if pp == 1:
+        return 1
+    if vpp == 1:
+        held = pp - rank
+        return held if micro_batches is None else min(held, micro_batches)
+    chunks = 2 * (pp - rank - 1) + (vpp - 1) * pp + 1
+    if micro_batches is not None:
+        chunks = min(chunks, micro_batches * vpp)
+    return chunks / vpp
+
+
+def pipeline_ranks(spec: ModelSpec, parallel: Parallel, stage_layers: Sequence[int] | None = None,
+                   micro_batches: int | None = None) -> list[tuple[str, range, int | float, bool]]:
+    """The pipeline ranks whose memory can be the largest, each as (name, its layers, micro-batches in flight
+    (``in_flight``), whether it holds the LM head): pp 1 the only rank; else the first (the embedding and the most
+    micro-batches in flight), the last (the LM head, logits and loss) and, where `stage_layers` (layers per rank,
+    all its chunks: --first-stage-layers / --last-stage-layers / --pipeline-layout) makes a middle rank hold more
+    layer-micro-batches than the first, that rank. Without `stage_layers` every rank is sized as the most loaded,
+    ceil(L / pp) layers (L / pp where pp divides the layers): the first rank the model's first ceil(L / pp) layers,
+    the last its last ceil(L / pp)."""
+    pp, vpp, n = parallel.pp, parallel.vpp, spec.n_layers
+    if pp == 1:
+        return [("only", range(n), 1, True)]
+    if not stage_layers:  # every rank alike: the first holds the most micro-batches in flight
+        per = -(-n // pp)
+        return [("first", range(per), in_flight(pp, vpp, 0, micro_batches), False),
+                ("last", range(n - per, n), in_flight(pp, vpp, pp - 1, micro_batches), True)]
+    counts = list(stage_layers)
+    starts = list(itertools.accumulate(counts, initial=0))
+    flight = [in_flight(pp, vpp, r, micro_batches) for r in range(pp)]
+    out = [("first", range(counts[0]), flight[0], False)]
+    middle = max(range(1, pp - 1), key=lambda r: counts[r] * flight[r], default=None)
+    if middle is not None and counts[middle] * flight[middle] > counts[0] * flight[0]:
+        out.append((f"rank {middle}", range(starts[middle], starts[middle] + counts[middle]), flight[middle], False))
+    out.append(("last", range(n - counts[-1], n), flight[-1], True))
+    return out
+
+
+def check_stage_layers(spec: ModelSpec, pp: int, stage_layers: Sequence[int]) -> None:
+    """Layers per pipeline rank: pp of them, summing to the model's layers, none empty but where the rank holds the
+    embedding or the head alone (Megatron's uneven layouts)."""
+    if len(stage_layers) != pp or sum(stage_layers) != spec.n_layers or min(stage_layers) < 0:
+        raise LlmcalcError(f"the pipeline ranks' layers {list(stage_layers)} must be pp {pp} counts summing to "
+                           f"{spec.name}'s {spec.n_layers} layers")
+
+
 def training_memory(spec: ModelSpec, batch: int = 1, seq_len: int = DEFAULT_SEQ_LEN, recipe: str = "bf16-mixed",
                     optimizer: str | Optimizer = "adamw", recompute: str = "none", attention: str = "flash",
                     parallel: Parallel | None = None, dropout: bool = False,
-                    optimizer_impl: str = "fused") -> MemoryEstimate:
-    """Per-GPU training memory of the most loaded pipeline stage (first or last)."""
+                    optimizer_impl: str = "fused", stage_layers: Sequence[int] | None = None,
+                    micro_batches: int | None = None,
+                    tables: MemoryTables | None = None) -> MemoryEstimate:  # long: the stages' assembly
+    """Per-GPU training memory of the most loaded pipeline rank (``pipeline_ranks``: first, last, or a middle rank
+    an uneven layout loads more). `stage_layers`: layers per pipeline rank (default: ceil(L / pp) each, the most
+    loaded stage of an uneven split, the even split where pp divides the layers); `micro_batches`: per optimizer
+    step (global batch / (micro-batch x dp)), capping the micro-batches in flight (``in_flight``; None: the steady
+    state);
+    `tables`: the pieces already computed for this model (``MemoryTables``, a layout search's)."""
     parallel = parallel or Parallel(zero=0)
+    tables = MemoryTables() if tables is None else tables
     if optimizer_impl not in OPTIMIZER_IMPLS:
         raise LlmcalcError(f"optimizer implementation must be one of {', '.join(OPTIMIZER_IMPLS)}; "
                            f"got {optimizer_impl!r}")
-    parallel.check(spec, equal_stages=True)
+    parallel.check(spec)
     positive_int("batch size", batch)
     positive_int("seq_len", seq_len)
+    pp = parallel.pp
+    if stage_layers:
+        check_stage_layers(spec, pp, stage_layers)
     seq_len //= parallel.cp  # context parallelism: each rank holds 1/cp of every sequence
     rec = lookup(RECIPES, "recipe", recipe)
     opt = optimizer if isinstance(optimizer, Optimizer) else lookup(OPTIMIZERS, "optimizer", optimizer)
-    tp, pp, ep, etp = parallel.tp, parallel.pp, parallel.ep, parallel.expert_tp
-    comps = count_params(spec).components
-    layer, norms, emb, head, final = _layer_params(spec, comps)
-    per_stage = spec.n_layers // pp
-    routed = routed_expert_params(spec, comps) / spec.n_layers  # a layer's average share (MoE layers may alternate)
+    tp, ep, etp = parallel.tp, parallel.ep, parallel.expert_tp
+    comps, (layer, norms, emb, head, final), routed, _ = tables.params(spec)
+    routed /= spec.n_layers  # a layer's average share (MoE layers may alternate)
     own = ep > 1 or etp != tp  # experts with their own layout; otherwise they stay in the dense accounting
     layer -= routed if own else 0.0
-    experts = per_stage * routed / (etp * ep) if own else 0.0
-    blocks = per_stage * (layer / tp + norms)
-    common = dict(spec=spec, batch=batch, seq=seq_len, act_bytes=rec.act_bytes, recompute=recompute,
+    common = dict(batch=batch, seq=seq_len, act_bytes=rec.act_bytes, recompute=recompute,
                   attention=attention, dropout=dropout, tp=tp, sequence_parallel=parallel.sequence_parallel)
     # ZeRO-3/FSDP unshards one block at a time (and prefetches the next): the two largest blocks' TP shards.
-    gathered = (zero3_gathered(layer_blocks(spec), tp, etp * ep if own else None, rec.weight_bytes)
+    gathered = (tables.gathered(spec, tp, etp * ep if own else None, rec.weight_bytes)
                 if parallel.zero == 3 and parallel.dp > 1 else 0.0)
-    stages = []  # (stage, params, activations, head + final norm params, untied embedding params)
+    stages = []  # (stage, params, activations, head + final norm params, untied embedding params, expert params)
     tied = spec.lm_head and spec.tie_embeddings  # the head's gradient is the token table's, made first
     late = (emb - (comps.get("embedding/tokens", 0) if tied else 0)) / tp
-    if pp == 1:
-        params = emb / tp + blocks + final + (head / tp if not spec.tie_embeddings else 0)
-        stages.append(("only", params, activation_memory(**common), head / tp + final, late))
-    else:  # first stage: embedding + p micro-batches in flight; last: head, logits, one micro-batch
-        stages.append(("first", emb / tp + blocks,
-                       activation_memory(**common, layers=range(per_stage), in_flight=pp, head=False), 0.0,
-                       emb / tp))
-        stages.append(("last", blocks + final + head / tp,
-                       activation_memory(**common, layers=range(spec.n_layers - per_stage, spec.n_layers)),
-                       head / tp + final, 0.0))
+    for name, layers, flight, has_head in pipeline_ranks(spec, parallel, stage_layers, micro_batches):
+        blocks = len(layers) * (layer / tp + norms)
+        experts = len(layers) * routed / (etp * ep) if own else 0.0
+        if pp == 1:  # first stage: embedding + micro-batches in flight; last: head, logits
+            params = emb / tp + blocks + final + (head / tp if not spec.tie_embeddings else 0)
+            head_p, late_p = head / tp + final, late
+        elif name == "first":
+            params, head_p, late_p = emb / tp + blocks, 0.0, emb / tp
+        elif has_head:
+            params, head_p, late_p = blocks + final + head / tp, head / tp + final, 0.0
+        else:
+            params, head_p, late_p = blocks, 0.0, 0.0
+        acts = tables.activations(spec, layers, flight, has_head, **common)
+        stages.append((name, params, acts, head_p, late_p, experts, len(layers)))
     if rec.fp8_saved_inputs:  # Transformer Engine saves each linear's input as its FP8 (MXFP8, NVFP4) cast
-        stages = [(name, params, _fp8_inputs(acts, rec.act_bytes, rec.saved_input_bytes), head_p, late_p)
-                  for name, params, acts, head_p, late_p in stages]
+        stages = [(name, params, _fp8_inputs(acts, rec.act_bytes, rec.saved_input_bytes), *rest)
+                  for name, params, acts, *rest in stages]
     biggest = largest_tensor(spec) / tp
     estimates = [MemoryEstimate(spec=spec, recipe=rec, optimizer=opt, parallel=parallel, batch=batch,
                                 seq_len=seq_len, recompute=recompute, attention=attention, params_on_gpu=params,
                                 activations=acts, stage=name, zero3_gathered=gathered,
                                 optimizer_impl=optimizer_impl, largest_tensor=biggest,
                                 expert_params_on_gpu=experts, head_params_on_gpu=head_params,
-                                late_params_on_gpu=late_params)
-                 for name, params, acts, head_params, late_params in stages]
-    return max(estimates, key=lambda e: e.peak)
+                                late_params_on_gpu=late_params, stage_layers=count)
+                 for name, params, acts, head_params, late_params, experts, count in stages]
+    return max(estimates, key=lambda e: e.phase_peak())
 
 
 def smallest_fit(spec: ModelSpec, parallel: Parallel, capacity: float, **settings) -> dict:

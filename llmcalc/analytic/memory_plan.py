@@ -46,6 +46,12 @@ class MemoryRequest:
     pp: int = 1
     ep: int = 1
     etp: int | None = None  # default tp
+    cp: int = 1
+    vpp: int = 1
+    global_batch: int | None = None  # sequences per step (default: the steady state, enough micro-batches)
+    first_stage_layers: int | None = None  # the pipeline's stage layers as train takes them (rank_layers)
+    last_stage_layers: int | None = None
+    pipeline_layout: str | None = None
     sequence_parallel: bool = True
     reserve_gib: float = 0.0
     finetune: FinetuneRequest = field(default_factory=FinetuneRequest)
@@ -56,13 +62,42 @@ class MemoryRequest:
         return custom_optimizer(self.optimizer_bytes) if self.optimizer_bytes is not None else self.optimizer
 
     def parallel(self) -> Parallel:
-        """The layout: tp x dp must hold ep x etp, so without --n-gpus the fewest GPUs that do,
-        pp x lcm(tp, ep x etp)."""
+        """The layout: tp x cp x dp must hold ep x etp, so without --n-gpus the fewest GPUs that do,
+        pp x lcm(tp x cp, ep x etp)."""
         etp = self.etp or self.tp
-        folded = math.lcm(self.tp, self.ep * etp)
+        folded = math.lcm(self.tp * self.cp, self.ep * etp)
         zero = DEFAULT_ZERO if self.zero is None else self.zero
-        return Parallel.over(self.n_gpus or self.pp * folded, tp=self.tp, pp=self.pp, zero=zero,
-                             sequence_parallel=self.sequence_parallel, ep=self.ep, etp=self.etp or 0)
+        return Parallel.over(self.n_gpus or self.pp * folded, tp=self.tp, cp=self.cp, pp=self.pp, vpp=self.vpp,
+                             zero=zero, sequence_parallel=self.sequence_parallel, ep=self.ep, etp=self.etp or 0)
+
+    @property
+    def pipeline_given(self) -> bool:
+        """Whether the layout names more than tp, pp and the experts: a global batch, cp, vpp or the pipeline's stage
+        layers (the step model's make_layout then checks it)."""
+        return self.global_batch is not None or self.vpp > 1 or self.cp > 1 or bool(self.first_stage_layers or
+                                                                     self.last_stage_layers or self.pipeline_layout)
+
+    def stepped(self, spec: ModelSpec) -> tuple[Parallel, tuple[int, ...] | None, int | None]:
+        """(the layout, each pipeline rank's layers or None, micro-batches per step or None) as `train --global-batch`
+        takes them: checked by the step model's make_layout (the same refusals as train and layout), the global batch
+        the steady state's (one micro-batch per data-parallel rank) where none is given."""
+        from .pipeline_layout import layout_options, rank_layers
+        from .step.layout import make_layout
+
+        par = self.parallel()
+        if not self.pipeline_given:
+            return par, None, None
+        pipeline = {k: v for k, v in (("first_stage_layers", self.first_stage_layers),
+                                      ("last_stage_layers", self.last_stage_layers),
+                                      ("pipeline_layout", self.pipeline_layout)) if v}
+        given = layout_options({"pp": self.pp, "vpp": self.vpp if self.vpp > 1 else None, **pipeline})
+        lay = make_layout(spec, par.n_gpus, self.seq_len, self.global_batch or par.dp * self.batch, tp=self.tp,
+                          cp=self.cp, pp=self.pp, vpp=given.get("vpp") or 1, ep=self.ep, etp=self.etp,
+                          micro_batch=self.batch, zero=par.zero, sequence_parallel=self.sequence_parallel,
+                          **{k: v for k, v in given.items() if k in pipeline or k == "mtp_layers"})
+        stages = rank_layers(spec.n_layers, lay.pp, lay.first_stage_layers, lay.last_stage_layers,
+                             lay.pipeline_layout)
+        return lay, stages, lay.grad_accum if self.global_batch is not None else None
 
 
 @dataclass
@@ -84,9 +119,9 @@ def plan_memory(spec: ModelSpec | MeasuredModel, request: MemoryRequest,
     """`llmcalc memory`: training (or --finetune) memory per GPU of `spec`, held against `device`; a model
     transformers measured (``measured.MeasuredModel``) takes ``measured_training_memory``."""
     reserve = request.reserve_gib * GIB
-    if device is not None and reserve >= device.memory_bytes:
+    if device is not None and reserve >= device.usable_bytes:
         raise LlmcalcError(f"--reserve-gib {request.reserve_gib:g} leaves nothing of {device.key}'s "
-                           f"{device.memory_bytes / GIB:g} GiB")
+                           f"{device.usable_bytes / GIB:.4g} GiB usable")
     opt = request.optimizer_or_bytes
     if request.loss_impl != "full" and request.finetune.config() is None:
         raise LlmcalcError(f"--loss-impl {request.loss_impl} is modelled with --finetune lora|qlora (a frozen LM head: "
@@ -115,18 +150,19 @@ def plan_memory(spec: ModelSpec | MeasuredModel, request: MemoryRequest,
         context = cuda_context_bytes(device)
         fit = finetune_fit(spec, cfg, request, device.usable_bytes - context - reserve)
         return MemoryPlan(est, device, reserve + context, fit=fit, cuda_context=context)
-    parallel = request.parallel()
+    parallel, stages, micro_batches = request.stepped(spec)
     settings: dict[str, Any] = dict(batch=request.batch, seq_len=request.seq_len, recipe=request.recipe,
                                     optimizer=opt, recompute=request.recompute, attention=request.attention,
-                                    dropout=request.dropout, optimizer_impl=request.optimizer_impl)
+                                    dropout=request.dropout, optimizer_impl=request.optimizer_impl,
+                                    stage_layers=stages, micro_batches=micro_batches)
     plan = MemoryPlan(training_memory(spec, parallel=parallel, **settings), device, reserve)
     tp, kv_heads = request.tp, spec.n_kv_heads
     if not spec.is_mla and tp > kv_heads:
         plan.notes.append(f"tp {tp} > {kv_heads} key/value heads: each KV head's projection is replicated on "
                           f"{tp // kv_heads} GPUs (Megatron-LM); its weights and activations are counted per GPU as "
                           f"if split, a slight underestimate")
-    if device is not None and plan.estimate.peak > device.memory_bytes - reserve:
-        plan.fit_advice = smallest_fit(spec, parallel, device.memory_bytes - reserve, **settings)
+    if device is not None and plan.estimate.peak > device.usable_bytes - reserve:  # layout's and train's capacity
+        plan.fit_advice = smallest_fit(spec, parallel, device.usable_bytes - reserve, **settings)
         plan.notes.append(plan.fit_advice["text"])
     return plan
 
@@ -136,6 +172,11 @@ def _refuse_with_finetune(request: MemoryRequest) -> None:
     --base-dtype, the adapters are fp32), so no layout, recipe or optimizer implementation applies."""
     clash = [name for name, off in (("--tp", request.tp == 1), ("--pp", request.pp == 1), ("--ep", request.ep == 1),
                                     ("--etp", request.etp is None), ("--zero", request.zero in (None, 0)),
+                                    ("--cp", request.cp == 1), ("--vpp", request.vpp == 1),
+                                    ("--global-batch", request.global_batch is None),
+                                    ("--first-stage-layers", request.first_stage_layers is None),
+                                    ("--last-stage-layers", request.last_stage_layers is None),
+                                    ("--pipeline-layout", request.pipeline_layout is None),
                                     ("--recipe", request.recipe == "bf16-mixed"),
                                     ("--optimizer-impl", request.optimizer_impl == "fused")) if not off]
     if clash:

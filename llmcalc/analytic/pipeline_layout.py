@@ -166,3 +166,18 @@ def layout_options(options: dict) -> dict:
     if out.get("mtp_layers") is None and layout.mtp_layers:
         out["mtp_layers"] = layout.mtp_layers
     return out
+
+
+def rank_layers(n_layers: int, pp: int, first: int = 0, last: int = 0, text: str = "") -> tuple[int, ...] | None:
+    """Decoder layers per pipeline rank (all its chunks) where the layout fixes them, else None (the even split):
+    --pipeline-layout's stages summed per rank (stage i on rank i mod pp), or --first-stage-layers /
+    --last-stage-layers on the first / last rank and the rest shared evenly by the others (Megatron-Core's
+    get_transformer_layer_offset; the step model's stage_split, per rank). What training memory sizes per rank."""
+    if text:
+        layout = parse(text, pp)
+        return tuple(sum(layout.decoder_layers[i] for i in range(r, len(layout.stages), pp)) for r in range(pp))
+    if not (first or last) or pp < 2:
+        return None
+    middle_ranks = pp - bool(first) - bool(last)
+    middle = (n_layers - first - last) // middle_ranks if middle_ranks else 0
+    return tuple(first if r == 0 and first else last if r == pp - 1 and last else middle for r in range(pp))

@@ -47,6 +47,13 @@ class Scenario:
     causal: bool = False
     kv_dtype: str = "bf16"
     goodput: float = DEFAULT_GOODPUT  # share of the run's wall-clock spent training (--goodput)
+    global_batch: int = 0  # sequences per step (0: micro-batch x dp, no gradient accumulation)
+    first_stage_layers: int = 0  # the pipeline's stage layers, as train and layout take them (0, "": the even split)
+    last_stage_layers: int = 0
+    pipeline_layout: str = ""
+    sequence_parallel: bool = True
+    reserve_gib: float = 0.0  # memory kept free on the GPU (--reserve-gib)
+    given: tuple[str, ...] = ()  # the layout options typed (report's search keeps them: `layout --tp 8`'s pins)
 
     def describe(self) -> str:
         gpu = self.gpu.key if self.gpu else "no GPU"
@@ -73,7 +80,23 @@ class Scenario:
     @property
     def parallel(self) -> Parallel:
         return Parallel.over(self.n_gpus, tp=self.tp, cp=self.cp, pp=self.pp, vpp=self.vpp, zero=self.zero,
-                             ep=self.ep, etp=self.etp)
+                             ep=self.ep, etp=self.etp, sequence_parallel=self.sequence_parallel)
+
+    @property
+    def batch(self) -> int:
+        """Sequences per optimizer step: --global-batch, else one micro-batch per data-parallel rank."""
+        return self.global_batch or self.micro_batch * self.parallel.dp
+
+    @property
+    def capacity(self) -> float:
+        """Bytes a layout may take per GPU: the usable memory less --reserve-gib (what `layout`, `train` and
+        `memory` hold a layout against)."""
+        return self.accelerator.usable_bytes - self.reserve_gib * 2**30
+
+    def stage_layers(self, n_layers: int) -> tuple[int, ...] | None:
+        from .pipeline_layout import rank_layers
+
+        return rank_layers(n_layers, self.pp, self.first_stage_layers, self.last_stage_layers, self.pipeline_layout)
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -118,9 +141,15 @@ def scenario_training(spec: ModelSpec, scenario: Scenario, step=None) -> Trainin
 
 
 def scenario_memory(spec: ModelSpec, scenario: Scenario, micro_batch: int | None = None):
-    """Per-GPU training memory under `scenario` (its micro-batch unless one is given)."""
-    return training_memory(spec, micro_batch or scenario.micro_batch, scenario.seq_len, scenario.recipe,
-                           optimizer=scenario.optimizer, recompute=scenario.recompute, parallel=scenario.parallel)
+    """Per-GPU training memory under `scenario` (its micro-batch unless one is given): its layout, the pipeline's
+    stage layers and the micro-batches of its global batch where it has one (else the steady state), as `memory`
+    and `layout` size it."""
+    batch = micro_batch or scenario.micro_batch
+    par = scenario.parallel
+    return training_memory(spec, batch, scenario.seq_len, scenario.recipe, optimizer=scenario.optimizer,
+                           recompute=scenario.recompute, parallel=par,
+                           stage_layers=scenario.stage_layers(spec.n_layers),
+                           micro_batches=max(1, scenario.batch // (batch * par.dp)) if scenario.global_batch else None)
 
 
 def serving_record(spec: ModelSpec, scenario: Scenario) -> dict:
@@ -180,7 +209,7 @@ def model_record(spec: ModelSpec, scenario: Scenario, training: bool = True, ser
         record.update(gpu_hours=est.gpu_hours, wall_clock_days=est.wall_clock_days, cost_usd=est.cost_usd)
         if spec.architecture == "decoder":
             mem = scenario_memory(spec, scenario)
-            record.update(memory_per_gpu_bytes=mem.peak, fits=mem.peak <= scenario.gpu.memory_bytes)
+            record.update(memory_per_gpu_bytes=mem.peak, fits=mem.peak <= scenario.capacity)
     return record
 
 

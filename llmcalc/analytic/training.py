@@ -441,6 +441,7 @@ class TrainingPlan:
     recipe_peak: str | None = None
     # without --mfu or --global-batch: the layout the step was predicted on and why (`choose_layout`)
     layout_choice: dict[str, Any] | None = None
+    memory: dict[str, Any] | None = None  # the predicted layout's memory per GPU and fit, as `memory` and `layout` say
 
 
 def plan_training(request: TrainRequest, model: ModelSpec | CountedModel | None,
@@ -502,7 +503,8 @@ def plan_training(request: TrainRequest, model: ModelSpec | CountedModel | None,
     return TrainingPlan(estimate=est, inputs=inputs, six_n_t=six_n(basis.n) * tokens, prediction=pred,
                         measured=measured, warnings=warnings + _timing_only_warning(request, pred),
                         mfu_by_peak=_mfu_by_peak(est, recipe_peak),
-                        recipe_peak=None if recipe_peak is None else recipe_peak[0], layout_choice=choice)
+                        recipe_peak=None if recipe_peak is None else recipe_peak[0], layout_choice=choice,
+                        memory=_layout_memory(model, pred, request.layout.get("reserve_gib")))
 
 
 def _with_layout(request: TrainRequest, model: ModelSpec | CountedModel | None
@@ -548,10 +550,11 @@ def choose_layout(request: TrainRequest, spec: ModelSpec) -> tuple[TrainRequest,
     batch, why = default_global_batch(request.n_gpus, request.seq_len)
     layout = {**request.layout, "global_batch": batch}
     searched = set(STEP_DEFAULTS) | set(SEARCH_SETTINGS)
-    if any(k not in searched for k in request.layout):  # degrees given: that layout
+    if any(k not in searched and k != "reserve_gib" for k in request.layout):  # degrees given: that layout
         return replace(request, layout=layout), {"global_batch": batch, "global_batch_why": why, "source": "given"}
     options, _ = _step_options(replace(request, layout=layout))
     settings = {k: v for k, v in options.items() if k in searched and k != "tp_overlap"}
+    settings["reserve_gib"] = request.layout.get("reserve_gib") or 0.0  # fits as `layout --reserve-gib` says
     search = _search(request, spec, batch, settings, bool(options.get("tp_overlap")))
     best = search.ranked[0][0]
     lay = best.layout
@@ -591,12 +594,34 @@ def _layout_command(request: TrainRequest, spec: ModelSpec, batch: int) -> str:
     return shlex.join(words)
 
 
+
+
+def _layout_memory(model: ModelSpec | CountedModel | None, pred: StepPrediction | None,
+                   reserve_gib: float | None) -> dict[str, Any] | None:
+    """The predicted layout's training memory per GPU (step/layout.py:layout_memory: memory.training_memory, what
+    `memory` and `layout` give for it) and whether it fits the GPU less --reserve-gib (layout's capacity,
+    step/search.py:reserved_capacity); None without a prediction of a formula model (--reserve-gib then refused)."""
+    if pred is None or not isinstance(model, ModelSpec):
+        if reserve_gib is not None:
+            raise LlmcalcError("--reserve-gib sizes the predicted layout's memory: it needs a MODEL with a formula and "
+                               "--global-batch (no --mfu); or drop it")
+        return None
+    from .step.layout import layout_memory
+    from .step.search import reserved_capacity
+
+    peak = layout_memory(pred.spec, pred.layout, pred.seq_len, pred.recompute, recipe=pred.recipe,
+                         optimizer=pred.layout.optimizer, attention=pred.attention).peak
+    capacity = reserved_capacity(pred.device.accelerator, reserve_gib or 0.0)
+    return {"memory_per_gpu_bytes": peak, "capacity_bytes": capacity, "fits": peak <= capacity}
+
+
 def _step_options(request: TrainRequest) -> tuple[dict[str, Any], list[str]]:
     """The step model's options, with --pipeline-layout's --vpp and --mtp-layers, and the recipe --dtype names where
     the step is predicted and --recipe is not given (precision.recipe_for_dtype), and the line that says which."""
     from .pipeline_layout import layout_options
 
     options = layout_options(dict(request.layout))  # --pipeline-layout: --vpp and --mtp-layers follow from it
+    options.pop("reserve_gib", None)  # not the step's: the memory it is held against (_layout_memory)
     if not request.predicts_step:
         return options, []
     from .precision import step_recipe

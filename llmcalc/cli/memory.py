@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -14,17 +14,15 @@ from .options import (
     format_option,
     given,
     gpu_option,
-    micro_batch_option,
+    layout_options,
     model_argument,
     n_gpus_option,
     optimizer_option,
-    parallel_options,
     recipe_dtype_option,
     recipe_of,
     recipe_option,
     recompute_option,
     refuse_unused,
-    reserve_gib_option,
     seq_len_option,
 )
 from .types import Choice, Number
@@ -39,7 +37,6 @@ MOVED = ("memory --inference has moved: use `llmcalc serve MODEL --gpu G --n-gpu
 @click.command()
 @model_argument
 @seq_len_option
-@micro_batch_option
 @recipe_option
 @recipe_dtype_option
 @optimizer_option
@@ -51,9 +48,8 @@ MOVED = ("memory --inference has moved: use `llmcalc serve MODEL --gpu G --n-gpu
 @attention_option
 @click.option("--dropout", is_flag=True, help="Count dropout masks (GPT-3-style training; off for modern LLMs).")
 @gpu_option(help="Accelerator preset: say whether it fits, and the largest micro-batch that does.")
-@n_gpus_option(help="GPUs in all (default tp x pp): dp = n / (tp x pp).")
-@parallel_options
-@reserve_gib_option
+@n_gpus_option(help="GPUs in all (default tp x cp x pp): dp = n / (tp x cp x pp).")
+@layout_options
 @click.option("--loss-impl", type=Choice(list(LOSS_IMPLS)), default="full", show_default=True,
               help="With --finetune: the LM head's cross-entropy: full (HF Trainer: the whole tokens x vocab logits "
                    "in fp32) or fused (Liger-Kernel's fused linear cross-entropy: one chunk of logits at a time).")
@@ -63,12 +59,10 @@ MOVED = ("memory --inference has moved: use `llmcalc serve MODEL --gpu G --n-gpu
 @finetune_options
 @format_option
 @click.pass_context
-def memory(ctx: click.Context, model: str, seq_len: int, micro_batch: int, recipe: str, dtype: str | None,
-           optimizer: str,
+def memory(ctx: click.Context, model: str, seq_len: int, recipe: str, dtype: str | None, optimizer: str,
            optimizer_bytes: float | None, optimizer_impl: str, recompute: str, attention: str, dropout: bool,
-           gpu: str | None, n_gpus: int | None, zero: int, tp: int, pp: int, ep: int, etp: int | None,
-           sequence_parallel: bool, reserve_gib: float, loss_impl: str, inference: bool, moved_option: str | None,
-           finetune: FinetuneRequest, fmt: str) -> None:
+           gpu: str | None, n_gpus: int | None, loss_impl: str, inference: bool, moved_option: str | None,
+           finetune: FinetuneRequest, fmt: str, **layout: Any) -> None:
     """Training memory per GPU of MODEL, and whether it fits (serving memory: `llmcalc serve`)."""
     from ..analytic.memory_plan import MemoryRequest, plan_memory
     from ..views.memory import document
@@ -83,12 +77,25 @@ def memory(ctx: click.Context, model: str, seq_len: int, micro_batch: int, recip
     refuse_unused(ctx, ("dtype",) if given(ctx, "recipe") else (), "with --recipe (memory reads --dtype only as the "
                   "recipe it names)")
     recipe, notes = recipe_of(ctx, recipe, dtype, gpu)
-    request = MemoryRequest(micro_batch, seq_len, recipe, optimizer, optimizer_bytes, optimizer_impl=optimizer_impl,
-                            recompute=recompute, attention=attention, dropout=dropout, n_gpus=n_gpus,
-                            zero=zero if given(ctx, "zero") else None, tp=tp,
-                            pp=pp, ep=ep, etp=etp, sequence_parallel=sequence_parallel, reserve_gib=reserve_gib,
-                            finetune=finetune, loss_impl=loss_impl)
+    layout = memory_layout(ctx, layout, seq_len)
+    request = MemoryRequest(layout.pop("micro_batch"), seq_len, recipe, optimizer, optimizer_bytes,
+                            optimizer_impl=optimizer_impl, recompute=recompute, attention=attention, dropout=dropout,
+                            n_gpus=n_gpus, finetune=finetune, loss_impl=loss_impl, **layout)
     emit(document(plan_memory(load_measured(model, seq_len), request, device)), fmt, notes)
+
+
+def memory_layout(ctx: click.Context, layout: dict[str, Any], seq_len: int) -> dict[str, Any]:
+    """The shared layout options (options.layout_options) as MemoryRequest's fields: --zero only where typed (its
+    default depends on --finetune), the global batch in sequences."""
+    from .common import exact_batch_tokens
+
+    tokens = exact_batch_tokens(layout.pop("global_batch_tokens"), seq_len)
+    if tokens is not None:
+        if layout["global_batch"] is not None:
+            raise click.UsageError("give --global-batch (sequences) or --global-batch-tokens, not both")
+        layout["global_batch"] = int(tokens // seq_len)
+    layout["zero"] = layout["zero"] if given(ctx, "zero") else None
+    return layout
 
 
 COMMANDS = (memory,)

@@ -318,23 +318,18 @@ def parallel_options(func: F) -> F:
     return apply(func, [tp_option, pp_option, expert_options, zero_option, sequence_parallel_option])
 
 
-def step_options(func: F) -> F:
-    """The parallel layout and what the step-time model needs (train): every option optional; the command
-    passes on only those typed (``typed``), the step model's defaults are the same."""
+def cp_option(func: F) -> F:
+    return click.option("--cp", type=DEGREE, default=1, show_default=True, help="Context-parallel degree.")(func)
+
+
+def vpp_option(func: F) -> F:
+    return click.option("--vpp", type=DEGREE, default=1, show_default=True,
+                        help="Virtual stages (model chunks) per pipeline rank (interleaved).")(func)
+
+
+def stage_layers_options(func: F) -> F:
+    """Where the pipeline's layers sit when not split evenly: the first or last rank's, or Megatron's layout string."""
     return apply(func, [
-        global_batch_options,
-        micro_batch_option,
-        parallel_options,
-        click.option("--cp", type=DEGREE, default=1, show_default=True, help="Context-parallel degree."),
-        click.option("--vpp", type=DEGREE, default=1, show_default=True,
-                     help="Virtual stages (model chunks) per pipeline rank (interleaved)."),
-        click.option("--schedule", type=click.Choice(list(SCHEDULES)), default=None,
-                     help="Pipeline schedule (default 1f1b; interleaved with --vpp)."),
-        click.option("--dp-overlap/--no-dp-overlap", default=True, show_default=True,
-                     help="Overlap DP reduction with backward."),
-        tp_overlap_option,
-        attention_option,
-        step_model_options,
         click.option("--first-stage-layers", type=POSITIVE_INT, default=None,
                      help="Layers on the first pipeline rank, over its --vpp chunks (Megatron's "
                           "--decoder-first-pipeline-num-layers; the rest split evenly)."),
@@ -344,6 +339,35 @@ def step_options(func: F) -> F:
                      help="Megatron's --pipeline-model-parallel-layout: each stage's layers, stages split by |, E "
                           "embedding, t layer, m MTP layer, L loss, x*n and (...)*n repeat (e.g. "
                           "'Et*3|(tt|)*29,m|L'); stages = pp x vpp (--vpp follows from it)."),
+    ])
+
+
+LAYOUT_OPTIONS = ("global_batch", "global_batch_tokens", "micro_batch", "tp", "cp", "pp", "vpp", "ep", "etp", "zero",
+                  "sequence_parallel", "first_stage_layers", "last_stage_layers", "pipeline_layout", "reserve_gib")
+
+
+def layout_options(func: F) -> F:
+    """One layout everywhere (issue 41): the options every command that takes a training layout shares (train, memory,
+    layout, compare, report), each defined once here: the global batch, micro-batch, the degrees (tp, cp, pp, vpp,
+    ep, etp), ZeRO, sequence parallelism, the pipeline's stage layers and the memory kept free on the GPU
+    (``LAYOUT_OPTIONS``, their parameter names). --recompute is shared too (``recompute_option``), its default the
+    command's: none, or for `layout` the least that fits."""
+    return apply(func, [global_batch_options, micro_batch_option, parallel_options, cp_option, vpp_option,
+                        stage_layers_options, reserve_gib_option])
+
+
+def step_options(func: F) -> F:
+    """The parallel layout and what the step-time model needs (train): every option optional; the command
+    passes on only those typed (``typed``), the step model's defaults are the same."""
+    return apply(func, [
+        layout_options,
+        click.option("--schedule", type=click.Choice(list(SCHEDULES)), default=None,
+                     help="Pipeline schedule (default 1f1b; interleaved with --vpp)."),
+        click.option("--dp-overlap/--no-dp-overlap", default=True, show_default=True,
+                     help="Overlap DP reduction with backward."),
+        tp_overlap_option,
+        attention_option,
+        step_model_options,
         click.option("--cp-a2a-size", type=POSITIVE_INT, default=None,
                      help="With --cp-comm a2a+p2p: ranks of the inner all-to-all level (Megatron's "
                           "--hierarchical-context-parallel-sizes A P); the ring runs over cp / A."),
@@ -511,9 +535,7 @@ def scenario_options(func: F) -> F:
         scenario_goodput_option,
         recipe_option,
         peak_dtype_option,
-        zero_option,
-        tp_option,
-        micro_batch_option,
+        layout_options,
         recompute_option(),
         causal_option,
     ])
@@ -535,6 +557,13 @@ def given(ctx: click.Context, *names: str) -> list[str]:
                                                                             ParameterSource.ENVIRONMENT):
             flags.append(param.opts[0])
     return flags
+
+
+def given_names(ctx: click.Context, *names: str) -> list[str]:
+    """The parameters among `names` that the user typed, by parameter name (``given`` gives their flags)."""
+    given(ctx, *names)  # an unknown name is the command's mistake: a TypeError
+    return [name for name in names if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE,
+                                                                         ParameterSource.ENVIRONMENT)]
 
 
 def typed(ctx: click.Context, values: dict[str, Any]) -> dict[str, Any]:

@@ -20,16 +20,15 @@ from .options import (
     finetune_options,
     format_option,
     given,
-    global_batch_options,
     goodput_option,
     gpu_option,
+    layout_options,
     model_argument,
     n_gpus_option,
     peak_dtype_option,
     price_option,
     recompute_option,
     refuse_unused,
-    reserve_gib_option,
     seq_len_option,
     sequence_options,
     step_model_options,
@@ -115,14 +114,13 @@ def plan(ctx: click.Context, compute: float | None, gpu: str | None, n_gpus: int
 @gpu_option(help="Accelerator preset with a network block (see `llmcalc presets`).", required=True)
 @n_gpus_option(required=True)
 @seq_len_option
-@global_batch_options
+@layout_options
 @recompute_option(default=None, help="Activation recomputation: none, selective (attention) or full (one checkpoint "
                                      "per block). Default: the least that fits, per layout.")
 @causal_option
 @tp_overlap_option
 @step_model_options
 @peak_dtype_option
-@reserve_gib_option
 @click.option("--top", type=POSITIVE_INT, default=10, show_default=True, help="How many layouts to list.")
 @click.option("--exhaustive", is_flag=True, help="Evaluate every layout (memory, stages, DP) instead of only those "
                                                  "whose lower bound can beat the best: the counts and the losers' "
@@ -132,7 +130,9 @@ def plan(ctx: click.Context, compute: float | None, gpu: str | None, n_gpus: int
 def layout(ctx: click.Context, model: str, gpu: str, n_gpus: int, seq_len: int, global_batch: int | None,
            global_batch_tokens: float | None, recompute: str | None, causal: bool, tp_overlap: bool, dtype: str,
            reserve_gib: float, top: int, exhaustive: bool, fmt: str, **step: Any) -> None:
-    """Rank the parallel layouts of MODEL on N GPUs that fit in memory, by predicted throughput."""
+    """Rank the parallel layouts of MODEL on N GPUs that fit in memory, by predicted throughput (a layout option
+    given, --tp 8 say, fixes that degree: only layouts with it are tried)."""
+    from ..analytic.pipeline_layout import layout_options as layout_given
     from ..analytic.precision import step_recipe
     from ..analytic.step.search import rank_layouts
     from ..analytic.step.train import global_batch_sequences
@@ -144,7 +144,8 @@ def layout(ctx: click.Context, model: str, gpu: str, n_gpus: int, seq_len: int, 
     global_batch_tokens = exact_batch_tokens(global_batch_tokens, seq_len)
     global_batch_sequences(global_batch, global_batch_tokens, seq_len, required=True)  # before any model is built
     spec = load_measured(model, seq_len)
-    step, notes = step_recipe(dtype if given(ctx, "dtype") else None, gpu, typed(ctx, step))  # --dtype fp8: FP8
+    step, notes = step_recipe(dtype if given(ctx, "dtype") else None, gpu,
+                              layout_given(typed(ctx, step)))  # --dtype fp8: FP8
     search_args = dict(global_batch=global_batch, global_batch_tokens=global_batch_tokens, causal=causal,
                        recompute=recompute, tp_overlap=tp_overlap, top=top, dtype=dtype,
                        reserve_gib=reserve_gib, **step)

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..analytic.kernels import steptime_presets
 from ..analytic.memory import MemoryEstimate
+from ..analytic.step.layout import make_layout
 from ..analytic.step.prediction import StepPrediction
 from ..analytic.step.search import search_layouts
 from ..analytic.step.train import train_steptime
@@ -107,7 +108,7 @@ class ModelPlan:
 class ReportPlan:
     scenario: Scenario  # the run as given (each model's planned layout: ModelPlan.scenario)
     models: dict[str, ModelPlan]
-    global_batch: int  # sequences per optimizer step: --micro-batch x n-gpus / --tp
+    global_batch: int  # sequences per optimizer step: --global-batch, else --micro-batch x dp
 
     @property
     def layout_text(self) -> str:
@@ -203,11 +204,28 @@ def layout_label(p: StepPrediction) -> str:
 
 
 def planned_scenario(scenario: Scenario, best: StepPrediction) -> Scenario:
-    """The run on a searched layout: its degrees, ZeRO stage, micro-batch and recomputation."""
+    """The run on a searched layout: its degrees, ZeRO stage, micro-batch, global batch and recomputation."""
     lay = best.layout
     return replace(scenario, tp=lay.tp, cp=lay.cp, pp=lay.pp, vpp=lay.vpp, ep=lay.ep,
                    etp=lay.expert_tp if lay.expert_tp != lay.tp else 0, zero=lay.zero,
-                   micro_batch=lay.micro_batch, recompute=best.recompute)
+                   micro_batch=lay.micro_batch, recompute=best.recompute, global_batch=lay.global_batch)
+
+
+PINS = ("tp", "cp", "pp", "vpp", "ep", "etp", "micro_batch", "zero", "sequence_parallel")  # (step/layout.py:PINNED)
+STAGES = ("first_stage_layers", "last_stage_layers", "pipeline_layout")
+
+
+def layout_settings(scenario: Scenario, names: tuple[str, ...] = PINS) -> dict[str, Any]:
+    """The scenario's layout as `train` and `layout` take it: the degrees `names` (those typed, where a search is
+    pinned) and the pipeline's stage layers where set (--pipeline-layout's --vpp and MTP layers as Megatron reads
+    them: pipeline_layout.layout_options)."""
+    from ..analytic.pipeline_layout import layout_options
+
+    out = {k: getattr(scenario, k) for k in names if k in PINS}
+    out.update({k: getattr(scenario, k) for k in STAGES if getattr(scenario, k)})
+    if "etp" in out and not out["etp"]:
+        out.pop("etp")
+    return layout_options(out) if scenario.pipeline_layout else out
 
 
 def _plan_prediction(spec: ModelSpec, scenario: Scenario, global_batch: int,
@@ -215,12 +233,11 @@ def _plan_prediction(spec: ModelSpec, scenario: Scenario, global_batch: int,
     """The step model on the given layout, as `train --global-batch --tp --zero --micro-batch` predicts it;
     a layout that does not fit is not predicted (the note says why)."""
     gpu = scenario.accelerator
-    if memory is not None and memory.peak > gpu.memory_bytes:
+    if memory is not None and memory.peak > scenario.capacity:
         return None, (f"the given layout does not fit ({memory.peak / GIB:,.1f} GiB per GPU > "
-                      f"{gpu.memory_bytes / GIB:g} GiB), so it is not timed")
+                      f"{scenario.capacity / GIB:.4g} GiB usable), so it is not timed")
     step = scenario_training(spec, scenario)
-    options = {"global_batch": global_batch, "tp": scenario.tp, "zero": scenario.zero,
-               "micro_batch": scenario.micro_batch}
+    options = {"global_batch": global_batch, "recipe": scenario.recipe, **layout_settings(scenario)}
     try:
         _, pred, _ = train_steptime(spec, gpu.key, scenario.n_gpus, None, None, dtype=scenario.dtype,
                                     seq_len=scenario.seq_len, causal=scenario.causal, recompute=scenario.recompute,
@@ -233,12 +250,15 @@ def _plan_prediction(spec: ModelSpec, scenario: Scenario, global_batch: int,
 
 
 def _search(plan: ModelPlan, scenario: Scenario, global_batch: int) -> None:
-    """The layouts of the plan's GPUs, batch and recomputation, ranked (`layout --exhaustive`'s search)."""
+    """The layouts of the plan's GPUs, batch and recomputation, ranked (`layout --exhaustive`'s search), the layout
+    options typed to report fixing theirs (`layout --tp 8`'s pins) and its stage layers and memory reserve applied."""
+    settings = layout_settings(scenario, scenario.given)
+    pins = {k: settings.pop(k) for k in PINS if k in settings}
     try:
         plan.ranked, plan.losers, plan.counts = search_layouts(
             plan.spec, scenario.accelerator.key, scenario.n_gpus, scenario.seq_len, global_batch=global_batch,
-            causal=scenario.causal, recompute=scenario.recompute, dtype=scenario.dtype,
-            exhaustive=True)  # its slowest bar reads all
+            causal=scenario.causal, recompute=scenario.recompute, dtype=scenario.dtype, recipe=scenario.recipe,
+            reserve_gib=scenario.reserve_gib, pins=pins, exhaustive=True, **settings)  # its slowest bar reads all
     except LlmcalcError as exc:
         plan.search_note = str(exc)
 
@@ -254,6 +274,8 @@ def _on_layout(plan: ModelPlan, scenario: Scenario) -> None:
 
 def plan_model(spec: ModelSpec, scenario: Scenario, global_batch: int, recommend: bool = True) -> ModelPlan:
     """Everything the report says of one model under the plan (see the module docstring)."""
+    if spec.architecture == "decoder" and set(scenario.given) & {*PINS, *STAGES}:  # refused as train refuses them
+        make_layout(spec, scenario.n_gpus, scenario.seq_len, global_batch, **layout_settings(scenario))
     plan = ModelPlan(spec, scenario, {}, scenario_training(spec, scenario))
     _on_layout(plan, scenario)
     if spec.architecture != "decoder":
@@ -267,17 +289,10 @@ def plan_model(spec: ModelSpec, scenario: Scenario, global_batch: int, recommend
         plan.choice_note = plan.search_note
         return plan
     _search(plan, scenario, global_batch)
-    # memory's model splits the layers evenly over pp: the fastest layout it can size (the best one, but where the best
-    # splits the layers unevenly, as the step model may: 94 layers over pp 16)
-    chosen = next((p for p, _ in plan.ranked if spec.n_layers % p.layout.pp == 0), None)
-    if recommend and chosen is not None:
+    if recommend and plan.best is not None:  # the layout `layout` recommends, uneven pipelines included
         plan.recommended = True
-        plan.prediction = chosen
-        if chosen is not plan.best:
-            assert plan.best is not None
-            plan.choice_note = (f"the fastest layout whose pipeline stages split the {spec.n_layers} layers evenly "
-                                f"(memory's model); the fastest, {layout_label(plan.best)}, splits them unevenly")
-        _on_layout(plan, planned_scenario(scenario, chosen))
+        plan.prediction = plan.best
+        _on_layout(plan, planned_scenario(scenario, plan.best))
         return plan
     plan.choice_note = ("as asked" if not recommend else
                         plan.search_note or "no layout of these GPUs and this batch fits")
@@ -290,7 +305,8 @@ def make_plan(specs: list[ModelSpec], scenario: Scenario, tick: Callable[[str], 
     """The report's plan for every model; `tick(label)` after each (the layout search takes seconds);
     `recommend`: plan on the recommended layout (else the given one)."""
     models = {}
-    global_batch = scenario.micro_batch * scenario.parallel.dp
+    global_batch = scenario.batch
+    scenario = replace(scenario, global_batch=global_batch)  # the plan's step: memory's micro-batches in flight
     for spec in specs:
         models[spec.name] = plan_model(spec, scenario, global_batch, recommend)
         if tick is not None:

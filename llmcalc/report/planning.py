@@ -74,7 +74,7 @@ def _layout_line(m: ModelPlan, plan: ReportPlan) -> str:
     among = f": the fastest of {m.counts['fit']:,} that fit" if m.recommended and m.counts else ""
     return (f"Layout: {m.layout_text} ({m.layout_source}{among}; global batch {plan.global_batch:,} sequences, "
             f"{m.scenario.recipe} + {m.scenario.optimizer}): {gib(m.memory.peak)} per GPU, "
-            f"{'fits' if m.fits else 'does NOT fit'} in {gpu.key}'s {gpu.memory_bytes / GIB:g} GiB"
+            f"{'fits' if m.fits else 'does NOT fit'} in {gpu.key}'s {m.scenario.capacity / GIB:.4g} GiB usable"
             + _other_layouts(m) + ".")
 
 
@@ -129,7 +129,7 @@ def plan_table(plan: ReportPlan, names: list[str]) -> Table:
         rows.append((f"{label}layout", f"{m.layout_text} ({'recommended' if m.recommended else 'given'})"))
         if m.memory is not None:
             rows.append((f"{label}memory per GPU", f"{gib(m.memory.peak)}: "
-                         f"{'fits' if m.fits else 'does NOT fit'} in {gpu.memory_bytes / GIB:g} GiB"))
+                         f"{'fits' if m.fits else 'does NOT fit'} in {m.scenario.capacity / GIB:.4g} GiB usable"))
         rows.append((f"{label}MFU", "n/a: " + (m.prediction_note or "no prediction") + f"; assumed {scenario.mfu:.0%}"
                      if m.prediction is None else
                      f"{m.prediction.mfu * 100:.1f} % predicted (the time and cost); {scenario.mfu:.0%} assumed "

@@ -45,7 +45,7 @@ def _say_no_losers(tables: list[Table], fit: int) -> None:
 def document(search: LayoutSearch, top: int = 10, recompute: str | None = None,
              reproduce: dict | None = None) -> Document:
     """`layout`'s answer: the `top` layouts that fit and why the others lose (`recompute`: the one mode tried, if
-    given; `reproduce`: the train and memory command lines of the best layout, cli.reproduce)."""
+    given; `reproduce`: the train, memory and report command lines of the best layout, cli.reproduce)."""
     doc = layout_document(search.spec.name, search.gpu, search.n_gpus, search.seq_len,
                           global_batch=search.global_batch, ranked=search.ranked, losers=search.losers,
                           counts=search.counts, top=top, recompute=recompute, recipe=search.recipe,
@@ -59,9 +59,10 @@ def document(search: LayoutSearch, top: int = 10, recompute: str | None = None,
                     "recomputation (the measured forward recomputes nothing), with ZeRO-1, else ZeRO-3 (FSDP)")
         notes[3:3] = [f"measured by transformers, {k}: {text}" for k, text in sources.items()]
     if reproduce is not None:
-        doc.data["reproduce"] = {"train": reproduce["train"], "memory": reproduce["memory"]}
-        doc.tables[0].notes += [f"reproduce #1: {reproduce['train']}",
-                                f"reproduce #1: {reproduce['memory'] or reproduce['memory_why']}"]
+        doc.data["reproduce"] = {"train": reproduce["train"], "memory": reproduce["memory"],
+                                 "report": reproduce["report"]}
+        doc.tables[0].notes += [f"reproduce #1: {reproduce['train']}", f"reproduce #1: {reproduce['memory']}",
+                                f"reproduce #1: {reproduce['report'] or reproduce['report_why']}"]
     return _mfu_conventions(doc, search)
 
 

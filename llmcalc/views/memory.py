@@ -24,9 +24,10 @@ def _share(value: float) -> str:
 def _fit_rows(per_gpu: float, gpu: Accelerator | None, reserve: float) -> tuple[dict, list[str]]:
     if gpu is None:
         return {}, []
-    capacity = gpu.memory_bytes - reserve
+    capacity = gpu.usable_bytes - reserve  # what `layout` and `train` hold a layout against (reserved_capacity)
     fits = per_gpu <= capacity
-    line = (f"{'fits' if fits else 'does NOT fit'} on {gpu.key} ({gpu.memory_bytes / GIB:g} GiB"
+    usable = "" if gpu.usable_bytes == gpu.memory_bytes else f" of {gpu.memory_bytes / GIB:g}"
+    line = (f"{'fits' if fits else 'does NOT fit'} on {gpu.key} ({gpu.usable_bytes / GIB:.4g} GiB usable{usable}"
             + (f" - {reserve / GIB:g} GiB reserve" if reserve else "") + "): "
             + (f"{(capacity - per_gpu) / GIB:,.2f} GiB free" if fits
                else f"{(per_gpu - capacity) / GIB:,.2f} GiB over"))
@@ -59,7 +60,8 @@ def training_memory_document(est: MemoryEstimate, gpu: Accelerator | None, reser
         "model": spec.name, "mode": "training", "batch_size": est.batch, "seq_len": est.seq_len,
         "recipe": rec.name, "optimizer": opt.name, "optimizer_impl": est.optimizer_impl,
         "recompute": est.recompute, "attention": est.attention,
-        "parallel": {"n_gpus": par.n_gpus, "dp": par.dp, "tp": par.tp, "pp": par.pp, "zero": par.zero,
+        "parallel": {"n_gpus": par.n_gpus, "dp": par.dp, "tp": par.tp, "cp": par.cp, "pp": par.pp, "vpp": par.vpp,
+                     "ep": par.ep, "etp": par.expert_tp, "zero": par.zero,
                      "sequence_parallel": par.sequence_parallel},
         "pipeline_stage": est.stage, "params_on_gpu": est.params_on_gpu,
         "bytes_per_param": {**per_param, "total": est.state_bytes_per_param},
@@ -86,7 +88,7 @@ def training_memory_document(est: MemoryEstimate, gpu: Accelerator | None, reser
         rows, notes,
     )
     title = (f"{spec.name}: training memory per GPU, micro-batch {est.batch:,} x seq "
-             f"{est.seq_len:,}, {rec.name} + {opt.name}, "
+             f"{est.seq_len * par.cp:,}, {rec.name} + {opt.name}, "
              f"recompute {est.recompute}")
     preamble = [spec.describe()] + ([f"note: {n}" for n in spec.notes] if measured else [])
     return Document(title, data, [table] if measured else [table, _activations_table(est)], preamble)
@@ -156,6 +158,13 @@ def _recipe_notes(est: MemoryEstimate) -> list[str]:
     ]
 
 
+def _stage_text(est: MemoryEstimate) -> str:
+    """'8 layers, 4.5 micro-batches in flight': the sized stage's layers and activations held (memory.in_flight)."""
+    flight = est.activations.in_flight
+    layers = est.stage_layers if est.stage_layers >= 0 else est.spec.n_layers // est.parallel.pp
+    return f"{layers} layers, {flight:.4g} micro-batch{'' if flight == 1 else 'es'} in flight"
+
+
 def _layout_notes(est: MemoryEstimate) -> list[str]:
     """How the model is split over the GPUs (parallel degrees, experts, KV heads under tensor parallelism)."""
     spec, par = est.spec, est.parallel
@@ -163,8 +172,11 @@ def _layout_notes(est: MemoryEstimate) -> list[str]:
     kv_heads = spec.n_kv_heads
     notes = []
     if par.n_gpus > 1:
-        notes.append(f"{par.n_gpus:,} GPUs = dp {par.dp:,} x tp {par.tp} x pp {par.pp}; ZeRO-{par.zero} shards over dp"
-                     + (f"; figures for the {est.stage} pipeline stage, the most loaded" if par.pp > 1 else "")
+        notes.append(f"{par.n_gpus:,} GPUs = dp {par.dp:,} x tp {par.tp}" + (f" x cp {par.cp}" if par.cp > 1 else "")
+                     + f" x pp {par.pp}" + (f" (vpp {par.vpp}, interleaved)" if par.vpp > 1 else "")
+                     + f"; ZeRO-{par.zero} shards over dp"
+                     + (f"; figures for the {est.stage} pipeline stage, the most loaded ({_stage_text(est)})"
+                        if par.pp > 1 else "")
                      + ("; tensor parallel with sequence parallelism" if par.tp > 1 and par.sequence_parallel
                         else "; tensor parallel without sequence parallelism" if par.tp > 1 else ""))
     if spec.is_moe and (par.ep > 1 or par.expert_tp != par.tp):

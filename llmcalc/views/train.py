@@ -39,6 +39,12 @@ def document(plan: TrainingPlan) -> Document:
     doc = train_document(plan.estimate, plan.inputs, plan.six_n_t, plan.prediction, plan.measured)
     if plan.layout_choice is not None:
         add_layout_choice(doc, plan.layout_choice)
+    if plan.memory is not None:  # the predicted layout's memory, as `memory` and `layout` give it
+        doc.data.update(plan.memory)
+        peak, capacity = plan.memory["memory_per_gpu_bytes"], plan.memory["capacity_bytes"]
+        doc.preamble.append(f"memory per GPU on this layout: {peak / GIB:,.2f} GiB of {capacity / GIB:,.2f} GiB "
+                            "usable: " + ("fits" if plan.memory["fits"] else "does NOT fit")
+                            + " (as `llmcalc memory` with these options)")
     return add_both_peaks(doc, plan)
 
 

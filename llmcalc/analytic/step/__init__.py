@@ -62,6 +62,6 @@ The package, one concept per module (imports flow down this list, never back):
 - ``dp``: data parallelism and the optimizer step;
 - ``prediction``: ``predict`` and ``StepPrediction``, composing the stages, the pipeline, DP and the optimizer;
 - ``train``: ``train --global-batch``'s entry (``train_steptime``, ``global_batch_sequences``);
-- ``bounds``, ``search_memory``, ``search``: the layout search's floors, its training-memory check, and the search
-  itself (``search_layouts``, ``rank_layouts``, ``LayoutSearch``).
+- ``bounds``, ``search``: the layout search's floors and the search itself (``search_layouts``, ``rank_layouts``,
+  ``LayoutSearch``); its memory check asks memory.training_memory (``layout.layout_memory``, one model).
 """

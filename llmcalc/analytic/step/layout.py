@@ -13,7 +13,7 @@ from ...spec import ModelSpec
 from ...validate import DEFAULT_ZERO, RANK_ORDER, RANK_ORDER_DIMS, rank_order
 from .. import pipeline_layout
 from ..kernels import ATTENTION_KERNELS
-from ..memory import OPTIMIZERS, lookup
+from ..memory import OPTIMIZERS, MemoryEstimate, MemoryTables, lookup, training_memory
 from ..parallel import (
     Parallel,
     _built,
@@ -173,13 +173,22 @@ def _expert_degrees(spec: ModelSpec, tp: int, cp: int, dp: int) -> list[tuple[in
     return out
 
 
-def layout_candidates(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, per_node: int) -> list[_Candidate]:
+PINNED = ("tp", "cp", "pp", "vpp", "micro_batch", "ep", "etp")  # the degrees `layout --tp ...` pins (layout_candidates)
+
+
+def layout_candidates(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, per_node: int,
+                pins: dict[str, int] | None = None) -> list[_Candidate]:
     """The layouts `search_layouts` tries: tp within a node dividing the heads, pp dividing the GPUs,
     cp keeping >= 1024 tokens per rank, micro-batch 1, 2 or 4 dividing the global batch, vpp 2 or 4
-    where the micro-batch count is a multiple of pp."""
-    tps = [t for t in (1, 2, 4, 8, 16) if t <= per_node and per_node % t == 0 and spec.n_heads % t == 0]
-    pps = [p for p in range(1, min(spec.n_layers, 64) + 1) if n_gpus % p == 0]
-    cps = [c for c in (1, 2, 4, 8, 16) if seq_len % c == 0 and seq_len // c >= 1024 or c == 1]
+    where the micro-batch count is a multiple of pp; a degree of `pins` (PINNED: what `layout` was given, etp
+    0 = tp) is that value alone, whatever the search would try (the divisions still hold)."""
+    pins = pins or {}
+    tps = [pins["tp"]] if "tp" in pins else \
+        [t for t in (1, 2, 4, 8, 16) if t <= per_node and per_node % t == 0 and spec.n_heads % t == 0]
+    pps = [pins["pp"]] if "pp" in pins else [p for p in range(1, min(spec.n_layers, 64) + 1) if n_gpus % p == 0]
+    cps = [pins["cp"]] if "cp" in pins else \
+        [c for c in (1, 2, 4, 8, 16) if seq_len % c == 0 and seq_len // c >= 1024 or c == 1]
+    mbs = [pins["micro_batch"]] if "micro_batch" in pins else [1, 2, 4]
     candidates: list[_Candidate] = []
     new = tuple.__new__
     for tp in tps:
@@ -189,11 +198,14 @@ def layout_candidates(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: 
                     continue
                 dp = n_gpus // (tp * cp * pp)
                 experts = _expert_degrees(spec, tp, cp, dp)
-                for mb in (1, 2, 4):
+                if "ep" in pins or "etp" in pins:
+                    want = (pins.get("ep", 1), 0 if pins.get("etp", tp) == tp else pins["etp"])
+                    experts = [e for e in experts if e == want] or [want]
+                for mb in mbs:
                     if global_batch % (dp * mb):
                         continue
                     m = global_batch // (dp * mb)
-                    vpps = [1] + ([2, 4] if pp > 1 and m % pp == 0 else [])
+                    vpps = [pins["vpp"]] if "vpp" in pins else [1] + ([2, 4] if pp > 1 and m % pp == 0 else [])
                     candidates += [new(_Candidate, (tp, cp, pp, v, mb, ep, etp)) for v in vpps  # _Candidate(...)
                                    if pp * v <= spec.n_layers for ep, etp in experts]
     return candidates
@@ -539,3 +551,17 @@ def _describe(lay: Layout, rc: str | None = None) -> str:
     text = f"tp {lay.tp} cp {lay.cp} pp {lay.pp} dp {lay.dp}" + (f" vpp {lay.vpp}" if lay.vpp > 1 else "") + \
         (f" ep {lay.ep}" if lay.ep > 1 else "") + (f" etp {lay.expert_tp}" if lay.expert_tp != lay.tp else "")
     return text + f" mb {lay.micro_batch}" + (f" recompute {rc}" if rc else "") + (" ZeRO-3" if lay.zero == 3 else "")
+
+
+def layout_memory(spec: ModelSpec, lay: Layout, seq_len: int, recompute: str, recipe: str = "bf16-mixed",
+                  optimizer: str = "adamw", tables: MemoryTables | None = None,
+                  attention: str = "flash") -> MemoryEstimate:
+    """memory.training_memory of a step layout (no dropout, fused optimizer; flash attention as `layout` sizes it):
+    its degrees, vpp and ZeRO stage, each pipeline rank's layers where --first/--last-stage-layers or
+    --pipeline-layout fix them (pipeline_layout.rank_layers), and its micro-batches per step (the in-flight cap);
+    `tables`: a search's memo of the pieces (memory.MemoryTables)."""
+    stages = pipeline_layout.rank_layers(spec.n_layers, lay.pp, lay.first_stage_layers, lay.last_stage_layers,
+                                         lay.pipeline_layout)
+    return training_memory(spec, lay.micro_batch, seq_len, recipe, optimizer, recompute=recompute,
+                           attention=attention, parallel=lay, stage_layers=stages, micro_batches=lay.grad_accum,
+                           tables=tables)

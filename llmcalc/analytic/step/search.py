@@ -12,11 +12,13 @@ from ...records import dataclass
 from ...spec import ModelSpec
 from ...units import GIB
 from ...validate import DEFAULT_ZERO
-from ..memory import RECIPES, lookup
+from ..memory import RECIPES, MemoryTables, lookup
 from .bounds import FLOOR_MARGIN, _first_floors, _floor_shape, _optimizer_floor, _step_floor
 from .context import StepContext, _context_in, _layer_cache
 from .layout import (
     ORDER,
+    PINNED,
+    STEP_DEFAULTS,
     Layout,
     _describe,
     _layout_maker,
@@ -25,16 +27,17 @@ from .layout import (
     _with_zero,
     check_modelled,
     layout_candidates,
+    layout_memory,
+    make_layout,
 )
 from .prediction import Prepared, StepPrediction, _finish, _prepare
-from .search_memory import _least_that_fits
 from .train import global_batch_sequences, networked_device, option_flag
 
 
 def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_batch: int, causal: bool = False,
                    recompute: str | None = None, dtype: str = "bf16", progress: Callable[[int], Callable[[], None]]
                    | None = None, tp_overlap: bool = False, recipe: str = "bf16-mixed", top: int = 10,
-                   exhaustive: bool = False, reserve_gib: float = 0.0,
+                   exhaustive: bool = False, reserve_gib: float = 0.0, pins: dict[str, Any] | None = None,
                    **step: Any) -> tuple[list, list, dict]:  # long: the search's phases
     """Every layout tp x cp x pp (x vpp, micro-batch, recomputation) of `n_gpus`, checked against the memory
     model and ranked by predicted throughput. Returns (ranked [(prediction, peak bytes)], losers, counts).
@@ -44,6 +47,8 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     ZeRO-1 with the least of none, selective, full recomputation that fits (only `recompute` if given), else
     ZeRO-3 (FSDP) the same way. `recipe` and `step` (STEP_DEFAULTS' settings) apply to every layout.
     A layout fits where its peak is at most the GPU's usable memory less `reserve_gib` (--reserve-gib, as memory).
+    `pins`: the degrees, micro-batch (layout.PINNED), ZeRO stage and sequence parallelism `layout` was given: only
+    layouts with those are tried.
     `progress(total)` (optional) returns a function called once per layout tried; `tp_overlap` times every
     layout with its TP collectives under the GEMMs (`_tp_exposed`).
 
@@ -70,11 +75,14 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     per_node = dev.network.gpus_per_node
     tries = [recompute] if recompute else ["none", "selective", "full"]
     counts = {"searched": 0, "fit": 0, "oom": 0, "invalid": 0, "bounded": 0}
-    candidates = layout_candidates(spec, n_gpus, seq_len, global_batch, per_node)
+    pins = dict(pins or {})
+    zero_pin, sp_pin = pins.pop("zero", None), pins.pop("sequence_parallel", True)
+    candidates = layout_candidates(spec, n_gpus, seq_len, global_batch, per_node, pins=pins)
     tick = progress(len(candidates)) if progress else None
     oom: list = []
     rec = lookup(RECIPES, "recipe", recipe)
     optimizer = step.get("optimizer", "adamw")
+    peaks: dict[tuple, Any] = {("tables",): MemoryTables()}  # this search's memory checks (_least_that_fits)
     moe_only = {"ep_overlap": False, "ep_dispatcher": "alltoall", "moe_imbalance": 1.0}
     for key, off in moe_only.items():
         if step.get(key, off) != off and not spec.is_moe:
@@ -82,7 +90,8 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     # the expert all-to-all settings apply to the layouts that have all-to-alls (and micro-batches to overlap)
     plain_step = {k: v for k, v in step.items() if k not in ("ep_overlap", "ep_dispatcher")}
     # make_layout of each candidate with the step settings, else (where they differ) without the all-to-all ones
-    options = dict(schedule=None, zero=DEFAULT_ZERO, sequence_parallel=True, dp_overlap=True, tp_overlap=tp_overlap)
+    options = dict(schedule=None, zero=DEFAULT_ZERO if zero_pin is None else zero_pin, sequence_parallel=sp_pin,
+                   dp_overlap=True, tp_overlap=tp_overlap)
     makers: list[Callable[[tuple, bool], Layout] | None] = []
     for given in [step] + ([plain_step] if plain_step != step else []):
         try:
@@ -167,8 +176,8 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             floor += _optimizer_floor(ctx, paths, with_dp=False)[0] * (1 - FLOOR_MARGIN)
             entry = (floor, index, _MEMORY, lay, more)
         elif tier == _MEMORY:
-            rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity, recipe=recipe,
-                                              optimizer=optimizer)
+            rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity,
+                                              settings=(recipe, optimizer), peaks=peaks, zero_pin=zero_pin)
             if rc is None:
                 heapq.heappop(layouts)
                 no_fit(lay, peak, zero)
@@ -228,8 +237,8 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
                 if tier in (_DP, _PREPARE):  # its memory checked
                     rc, peak = more[:2]
                 else:
-                    rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity, recipe=recipe,
-                                                      optimizer=optimizer)
+                    rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity,
+                                                      settings=(recipe, optimizer), peaks=peaks, zero_pin=zero_pin)
                     if rc is not None:
                         lay = lay if zero == lay.zero else _with_zero(lay, zero)
                 fits[index] = rc is not None
@@ -263,6 +272,41 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
         return exact[id(pred)]
     losers = why_they_lose(ranked, oom, capacity, simulated)
     return ranked, losers, counts
+
+
+def _least_that_fits(spec: ModelSpec, lay: Layout, seq_len: int, tries: list[str], capacity: float,
+                     settings: tuple[str, str], peaks: dict[tuple, Any],
+                     zero_pin: int | None = None) -> tuple[str | None, int, float]:
+    """(recompute, ZeRO stage, peak bytes) of the cheapest setting whose peak (`memory`'s: layout.layout_memory)
+    fits `capacity`: ZeRO-1 with the least recomputation of `tries`, else ZeRO-3 (FSDP: weights and gradients
+    sharded too) where dp > 1; (None, the last stage tried, the peak of its last recomputation) when nothing fits.
+    The last of `tries` (the most recomputation) is checked first: no recomputation peaks below it (full saves less
+    at every point of the step than selective, selective than none: memory.MemoryEstimate.phase_components), so
+    where it does not fit, no other does. `settings` = (recipe, optimizer); `peaks` holds this search's peaks by
+    what layout_memory reads of a layout, and its memory.MemoryTables under "tables"; `zero_pin`: the one ZeRO
+    stage to try (`layout --zero`)."""
+    zeros = (zero_pin,) if zero_pin is not None else (1, 3) if lay.dp > 1 else (1,)
+    recipe, optimizer = settings
+
+    def peak_of(zero: int, rc: str) -> float:
+        key = (lay.tp, lay.cp, lay.pp, lay.vpp, lay.dp, lay.ep, lay.etp, zero, lay.sequence_parallel,
+               lay.micro_batch, min(lay.grad_accum, lay.pp + 1), rc)  # (in_flight: m > pp caps nothing)
+        found = peaks.get(key)
+        if found is None:
+            trial = lay if zero == lay.zero else _with_zero(lay, zero)
+            found = peaks[key] = layout_memory(spec, trial, seq_len, rc, recipe=recipe, optimizer=optimizer,
+                                               tables=peaks[("tables",)]).phase_peak()
+        return found
+    peak, zero = 0.0, 1
+    for zero in zeros:
+        peak = peak_of(zero, tries[-1])
+        if peak > capacity:
+            continue
+        for rc in tries[:-1]:
+            if peak_of(zero, rc) <= capacity:
+                return rc, zero, peak_of(zero, rc)
+        return tries[-1], zero, peak
+    return None, zero, peak
 
 
 EXTREME_TRIES = 3  # how many of the most extreme layouts of a kind _extremes' caller tries for one that fits
@@ -371,13 +415,17 @@ def rank_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_ba
     losers' table compares); `exhaustive`: evaluate every layout (search_layouts)."""
     batch = global_batch_sequences(global_batch, global_batch_tokens, seq_len, required=True)
     assert batch is not None  # required: exactly one of the two was given
+    pins = {k: step.pop(k) for k in (*PINNED, "zero", "sequence_parallel") if step.get(k) is not None}
+    if pins.keys() & set(PINNED):  # the given degrees refused as train refuses them, before any search
+        make_layout(spec, n_gpus, seq_len, batch, **{k: v for k, v in pins.items() if k != "vpp" or v > 1},
+                    **{k: v for k, v in step.items() if k in STEP_DEFAULTS and v is not None})
     if step.get("cp_comm") == "a2a+p2p":
         raise LlmcalcError("--cp-comm a2a+p2p needs its all-to-all size for one cp degree (train --cp-a2a-size); "
                            "layout tries many: use p2p, all-gather or a2a here")
     ranked, losers, counts = search_layouts(spec, gpu, n_gpus, seq_len, global_batch=batch, causal=causal,
                                             recompute=recompute, tp_overlap=tp_overlap, progress=progress,
                                             top=max(top, 10), exhaustive=exhaustive, reserve_gib=reserve_gib,
-                                            **{k: v for k, v in step.items() if v is not None})
+                                            pins=pins, **{k: v for k, v in step.items() if v is not None})
     if not ranked:
         raise LlmcalcError(f"no layout of {spec.name} fits on {n_gpus:,} x {gpu} at seq {seq_len} with global batch "
                            f"{batch} (of the layouts tried, {counts['oom']:,} do not fit in memory and "
