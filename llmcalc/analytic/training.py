@@ -36,6 +36,7 @@ from ..validate import (
 )
 from .finetune_request import FinetuneRequest
 from .flops import utilization
+from .rules import six_n
 
 if TYPE_CHECKING:
     from .measured import MeasuredModel
@@ -194,8 +195,6 @@ class ComputeOptimal:
     @property
     def compute(self) -> float:
         """C = 6·N·D (Kaplan et al. 2020; rules.six_n)."""
-        from .rules import six_n
-
         return six_n(self.params) * self.tokens
 
 
@@ -410,8 +409,6 @@ def analytic_basis(spec: ModelSpec, request: TrainRequest) -> FlopsBasis:
 
 def six_n_basis(request: TrainRequest) -> FlopsBasis:
     """No model, only --params N: 6·N·T, and full recomputation's extra forward 2·N·T."""
-    from .rules import six_n
-
     if request.finetune.method is not None:
         raise LlmcalcError("--finetune needs a MODEL (its linear shapes), not --params")
     if request.recompute == "selective":
@@ -451,8 +448,6 @@ def plan_training(request: TrainRequest, model: ModelSpec | CountedModel | None,
     `steps`: what transformers measured of it, timed by measured_step.py); every combination the figures cannot
     honour is refused with one line. A predicted step without --recipe times the recipe --dtype names
     (precision.recipe_for_dtype: FP8 is Transformer Engine's default), and says so."""
-    from .rules import six_n
-
     request, choice = _with_layout(request, model)
     if model is None:
         basis = six_n_basis(request)
@@ -492,10 +487,10 @@ def plan_training(request: TrainRequest, model: ModelSpec | CountedModel | None,
                                              accelerator=accelerator, options=options)
     if mfu is None and request.achieved_tflops is None:
         raise LlmcalcError(MFU_MISSING)
-    achieved = None if request.achieved_tflops is None else request.achieved_tflops * 1e12
     est = TrainingEstimate(tokens=tokens, model_flops=basis.model_flops, hardware_flops=basis.hardware_flops,
                            accelerator=accelerator, dtype=request.dtype, n_gpus=request.n_gpus, mfu=mfu,
-                           achieved_flops_per_s=achieved, usd_per_gpu_hour=request.usd_per_gpu_hour,
+                           achieved_flops_per_s=None if request.achieved_tflops is None
+                           else request.achieved_tflops * 1e12, usd_per_gpu_hour=request.usd_per_gpu_hour,
                            mfu_given=pred is None, goodput=request.goodput)
     name = None if model is None else model.name  # canonical: "LLAMA-3-8B" and " llama-3-8b " answer as llama-3-8b
     inputs = _inputs(request, basis, name, options.get("recipe") if "recipe" not in request.layout else None)
