@@ -818,6 +818,7 @@ def test_every_prediction_says_what_it_assumed():
     (["--fp8-attention"], "needs an FP8 or FP4 --recipe"),
     (["--ep-overlap"], "needs an MoE model"),
     (["--ep-dispatcher", "deepep"], "needs an MoE model"),
+    (["--ep-dispatcher", "allgather"], "needs an MoE model"),
     (["--moe-imbalance", 1.5], "needs a mixture-of-experts model"),
     (["--moe-imbalance", 0.5], "must be at least 1"),
     (["--mtp-layers", 1, "--mfu", 0.4], "drop it"),

@@ -346,7 +346,8 @@ def step_model_options(func: F) -> F:
         click.option("--ep-overlap/--no-ep-overlap", default=False, show_default=True,
                      help="Hide expert all-to-alls under another micro-batch's compute (1F1B A2A overlap)."),
         click.option("--ep-dispatcher", type=Choice(list(EP_DISPATCHERS)), default="alltoall", show_default=True,
-                     help="MoE token dispatch: alltoall (NCCL) or deepep (one copy per node, NVLink forwarding)."),
+                     help="MoE token dispatch: alltoall (NCCL), allgather (all tokens gathered to the expert group, "
+                          "outputs reduce-scattered) or deepep (one copy per node, NVLink forwarding)."),
         click.option("--moe-imbalance", type=Number(maximum=64, minimum=1), default=1.0, show_default=True,
                      help="Tokens on the busiest EP rank over the mean (1 = balanced routing)."),
         click.option("--mtp-layers", type=Count(whole=True, maximum=64), default=None,

@@ -217,7 +217,7 @@ STEP_DEFAULTS = {"ep_overlap": False, "order": ORDER, "cp_comm": "p2p", "cp_a2a_
                  "optimizer": "adamw"}
 
 
-EP_DISPATCHERS = ("alltoall", "deepep")
+EP_DISPATCHERS = ("alltoall", "allgather", "deepep")
 
 
 def make_layout(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, tp: int = 1, cp: int = 1, pp: int = 1,
