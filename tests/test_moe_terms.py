@@ -65,3 +65,25 @@ def test_permutations_and_router_are_charged():
     assert one == 2 * 9 * 100 * W and many == one + 4 * 8 * 100 * W
     assert moe.permute_bytes(100, 8, 2048, 2, local_experts=16, ep=8, dispatcher="deepep") == one
     assert moe.router_bytes(4096, 128) == 2 * moe.ROUTER_SCORE_PASSES * 4096 * 128 * 4
+
+
+LAYOUT_MOE = ("layout", "qwen3-235b-a22b", "--gpu", "b200", "--n-gpus", 64, "--global-batch", 256, "--format", "json")
+
+
+def test_layout_searches_the_dispatcher_and_the_overlap_where_they_apply():
+    """`layout` tries, for each expert mesh with all-to-alls, the dispatchers that can move fewer bytes (allgather
+    where ep x etp <= top-k, deepep where the EP group leaves the node) and --ep-overlap where there are 2 or more
+    micro-batches; its reproduce line names what it chose and `train` gives the same step. Options typed are kept."""
+    out = json.loads(run(*LAYOUT_MOE).stdout)
+    rows = out["layouts"]
+    assert {r["ep_dispatcher"] for r in rows} >= {"allgather"} and any(r["ep_overlap"] for r in rows)
+    for r in rows:
+        if r["ep_dispatcher"] == "allgather":
+            assert r["ep"] * r["etp"] <= 8  # Qwen3-235B-A22B: top-8
+    best = rows[0]
+    line = out["reproduce"]["train"]
+    assert (f"--ep-dispatcher {best['ep_dispatcher']}" in line) == (best["ep_dispatcher"] != "alltoall")
+    train = json.loads(run(*line.split()[1:], "--format", "json").stdout)
+    assert train["step_seconds"] == pytest.approx(best["step_seconds"], rel=1e-9)
+    fixed = json.loads(run(*LAYOUT_MOE, "--ep-dispatcher", "alltoall", "--no-ep-overlap").stdout)["layouts"]
+    assert {(r["ep_dispatcher"], r["ep_overlap"]) for r in fixed} == {("alltoall", False)}

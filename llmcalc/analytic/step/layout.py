@@ -516,4 +516,6 @@ def _with_zero(lay: Layout, zero: int) -> Layout:
 def _describe(lay: Layout, rc: str | None = None) -> str:
     text = f"tp {lay.tp} cp {lay.cp} pp {lay.pp} dp {lay.dp}" + (f" vpp {lay.vpp}" if lay.vpp > 1 else "") + \
         (f" ep {lay.ep}" if lay.ep > 1 else "") + (f" etp {lay.expert_tp}" if lay.expert_tp != lay.tp else "")
+    text += (f" {lay.ep_dispatcher}" if lay.ep_dispatcher != "alltoall" else "") + (" ep-overlap" if lay.ep_overlap
+                                                                                      else "")
     return text + f" mb {lay.micro_batch}" + (f" recompute {rc}" if rc else "") + (" ZeRO-3" if lay.zero == 3 else "")
