@@ -116,8 +116,8 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             counts["invalid"] += 1
             slot += 1
             continue
-        for lay in _expert_variants(spec, lay, step, per_node):
-            index, slot = slot, slot + 1
+        for variant in _expert_variants(spec, lay, step, per_node):
+            index, slot, lay = slot, slot + 1, variant
             if exhaustive:
                 layouts.append((0.0, index, _MEMORY, lay, None))
                 continue
