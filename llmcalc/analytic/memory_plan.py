@@ -119,7 +119,10 @@ def plan_memory(spec: ModelSpec | MeasuredModel, request: MemoryRequest,
     settings: dict[str, Any] = dict(batch=request.batch, seq_len=request.seq_len, recipe=request.recipe,
                                     optimizer=opt, recompute=request.recompute, attention=request.attention,
                                     dropout=request.dropout, optimizer_impl=request.optimizer_impl)
+    spec, uneven = _even_stages(spec, parallel.pp)
     plan = MemoryPlan(training_memory(spec, parallel=parallel, **settings), device, reserve)
+    if uneven:
+        plan.notes.append(uneven)
     tp, kv_heads = request.tp, spec.n_kv_heads
     if not spec.is_mla and tp > kv_heads:
         plan.notes.append(f"tp {tp} > {kv_heads} key/value heads: each KV head's projection is replicated on "
@@ -129,6 +132,19 @@ def plan_memory(spec: ModelSpec | MeasuredModel, request: MemoryRequest,
         plan.fit_advice = smallest_fit(spec, parallel, device.memory_bytes - reserve, **settings)
         plan.notes.append(plan.fit_advice["text"])
     return plan
+
+
+def _even_stages(spec: ModelSpec, pp: int) -> tuple[ModelSpec, str]:
+    """`spec` and no note where pp divides its layers; else the copy of ceil(L / pp) layers on every stage (the most
+    loaded stage of the step model's split, which takes the shortfall from the first and last stages: what `layout`
+    checks, search_memory._least_that_fits) and the note saying so."""
+    if pp <= 1 or spec.n_layers % pp == 0:
+        return spec, ""
+    per = -(-spec.n_layers // pp)
+    return spec.with_layers(per * pp), (
+        f"pp {pp} does not divide {spec.n_layers} layers: sized as a {per * pp}-layer copy, {per} layers on every "
+        f"stage (ceil({spec.n_layers} / {pp}), the most loaded stage; the step model's split puts "
+        f"{spec.n_layers - per * (pp - 2)} on the first and last together), as `layout` checks it")
 
 
 def _refuse_with_finetune(request: MemoryRequest) -> None:
