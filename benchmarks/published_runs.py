@@ -2,8 +2,8 @@
 
 `published_runs.json` holds every row collected (research/runs and research/runs2: 172 rows), each with its source,
 the verbatim quote, the layout fields the source states and those it leaves unstated, the metric and its counting
-convention. 73 rows carry an "excluded" reason and are not used: hardware that is no llmcalc preset (torchtitan's
-96 GB H100s at 500 W, H800, MI325X, an unstated Blackwell SKU), power-limited B200s, row-wise scaled FP8 (no
+convention. 72 rows carry an "excluded" reason and are not used: hardware that is no llmcalc preset (torchtitan's
+96 GB H100s at 500 W, H800 rows without a stated layout, MI325X, an unstated Blackwell SKU), power-limited B200s, row-wise scaled FP8 (no
 published kernel rate), low confidence, a missing global batch, and MLPerf v6.0's DeepSeek-V3 rows, whose configs
 say their knobs come from Megatron-Bridge's performance recipes (the acceptance set's source).
 
@@ -32,7 +32,9 @@ Each used row becomes one `Run` by the rules below, the same for every row (no p
   after the backward; Megatron-Core's rank order unless the source says otherwise ("dplast" -> tp-cp-ep-pp-dp); TP
   overlap, EP (1F1B A2A) overlap and the CP communication type where the source states them; MoE routing balanced
   (benchmarks force it; every Megatron-MoE-ModelZoo table that says so does) except where the source says it is real
-  (MLPerf v6.0: capacity factors 1.5-7), there MOE_DROPLESS_IMBALANCE.
+  (MLPerf v6.0: capacity factors 1.5-7; DeepSeek-V3's auxiliary-loss-free routing), there MOE_DROPLESS_IMBALANCE;
+  an MTP depth where stated (DeepSeek-V3: 1); DualPipe as the 1F1B schedule with the EP all-to-alls overlapped
+  (its own chunk order is not expressible).
 - measured: tokens/s per GPU as stated; else tokens/s over the GPUs, the global batch x seq / step time per GPU,
   or the TFLOP/s per GPU turned into tokens by the source's own FLOP count (``source_flops_per_token``).
 """
@@ -104,7 +106,7 @@ def source_of(row_id: str) -> str:
                          ("llmfoundry", "llm-foundry"), ("kempnerforge", "KempnerForge"), ("olmocore", "OLMo-core"),
                          ("maxtext", "MaxText"), ("mzoo", "Megatron-MoE-ModelZoo"), ("bloom", "BLOOM"),
                          ("mtnlg", "MT-NLG"), ("mlperf50", "MLPerf v5.0"), ("mlperf51", "MLPerf v5.1"),
-                         ("mlperf60", "MLPerf v6.0")):
+                         ("mlperf60", "MLPerf v6.0"), ("deepseek-v3-h800", "DeepSeek-V3 report")):
         if row_id.startswith(prefix):
             return name
     raise KeyError(row_id)
@@ -183,6 +185,8 @@ def _recompute(row: dict, spec: ModelSpec) -> tuple[str, dict[str, Any]]:
         mods = []
         if "layernorm" in text or "norm" in text:
             mods.append("layernorm")
+        if "mla up-projection" in text or "mla_up_proj" in text:
+            mods.append("mla_up_proj")
         if "moe activation" in text or "moe_act" in text:
             mods.append("moe_act")
         elif "moe" in text:
@@ -238,8 +242,10 @@ def run_of(row: dict) -> Run:  # long: the module docstring's rules, one per lin
         layout["fused_elementwise"] = False
     if spec.is_moe and ep > 1 and ("deepep" in other or "hybridep" in other):
         layout["ep_dispatcher"] = "deepep"
-    if spec.is_moe and rid.startswith("mlperf60"):  # real routing (capacity factors 1.5-7 for CUDA graphs)
+    if spec.is_moe and (rid.startswith("mlperf60") or "real routing" in other):  # MLPerf: capacity factors 1.5-7
         layout["moe_imbalance"] = MOE_DROPLESS_IMBALANCE
+    if "mtp depth 1" in other:
+        layout["mtp_layers"] = 1
     per_node = 4 if rid.startswith("kempnerforge") else None
     groups = tuple(_groups(row, spec, _recipe(row)))
     return Run(rid, source_of(rid), spec, row["gpu"], n, seq, batch, measured_tokens_per_gpu(row, spec, n, batch),
@@ -258,6 +264,8 @@ def _groups(row: dict, spec: ModelSpec, recipe: str) -> list[str]:
         out.append("Blackwell")
     if row["gpu"] == "h100-sxm" and recipe == "bf16-mixed" and not spec.is_moe:
         out.append("dense BF16 H100")
+    if (row["n_gpus"] or 8) >= 512:
+        out.append(">= 512 GPUs")
     return out
 
 
