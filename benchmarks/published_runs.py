@@ -3,9 +3,10 @@
 `published_runs.json` holds every row collected (research/runs and research/runs2: 172 rows), each with its source,
 the verbatim quote, the layout fields the source states and those it leaves unstated, the metric and its counting
 convention. 72 rows carry an "excluded" reason and are not used: hardware that is no llmcalc preset (torchtitan's
-96 GB H100s at 500 W, H800 rows without a stated layout, MI325X, an unstated Blackwell SKU), power-limited B200s, row-wise scaled FP8 (no
-published kernel rate), low confidence, a missing global batch, and MLPerf v6.0's DeepSeek-V3 rows, whose configs
-say their knobs come from Megatron-Bridge's performance recipes (the acceptance set's source).
+96 GB H100s at 500 W, MI325X, an unstated Blackwell SKU), H800 rows without a stated layout (DeepSeek-V2),
+power-limited B200s, row-wise scaled FP8 (no published kernel rate), low confidence, a missing global batch, and
+MLPerf v6.0's DeepSeek-V3 rows, whose configs say their knobs come from Megatron-Bridge's performance recipes (the
+acceptance set's source).
 
 Each used row becomes one `Run` by the rules below, the same for every row (no per-row tuning):
 
