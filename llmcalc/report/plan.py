@@ -233,7 +233,8 @@ def _search(plan: ModelPlan, scenario: Scenario, global_batch: int) -> None:
         plan.ranked, plan.losers, plan.counts = search_layouts(
             plan.spec, scenario.accelerator.key, scenario.n_gpus, scenario.seq_len, global_batch=global_batch,
             causal=scenario.causal, recompute=scenario.recompute, dtype=scenario.dtype,
-            exhaustive=True)  # its slowest bar reads all
+            exhaustive=True,  # its slowest bar reads all
+            ep_dispatcher="alltoall", ep_overlap=False)  # as its scenario runs them (layout would search them)
     except LlmcalcError as exc:
         plan.search_note = str(exc)
 
