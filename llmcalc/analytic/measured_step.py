@@ -44,6 +44,7 @@ from .measured import MeasuredModel, Tensor
 from .memory import RECIPES, lookup
 from .parallel import check_degrees, check_zero
 from .pipeline import SCHEDULES, chunks_per_rank, path_bounds, stage_of
+from .step import moe
 from .step.collectives import _p2p_seconds, add_ep_comm, add_tp_comm
 from .step.constants import KERNEL_EFFICIENCY
 from .step.context import StageTimes, _Ctx
@@ -381,7 +382,7 @@ class _SpecView:
         return None
 
 
-def _layer_cost(ctx: _Ctx, step: MeasuredStep, i: int, full_recompute: bool) -> StageTimes:
+def _layer_cost(ctx: _Ctx, step: MeasuredStep, i: int, full_recompute: bool) -> StageTimes:  # long: layer terms
     """One layer's ``context.StageTimes`` on this rank for one micro-batch (``layer._layer_cost_uncached``'s
     terms, fed by the measured GEMMs, core and elementwise bytes)."""
     lay, dev = ctx.lay, ctx.dev
@@ -403,20 +404,25 @@ def _layer_cost(ctx: _Ctx, step: MeasuredStep, i: int, full_recompute: bool) -> 
         if g.split == "column":
             tp_inputs.add(g.reads)
     ep_fwd = ep_bwd = 0.0
-    if routed:  # moe._moe_cost: each local expert's rows, as one grouped GEMM
+    if routed:  # moe._moe_cost: each local expert's rows (the most loaded rank's), as one grouped GEMM
         k, etp, ep = step.top_k or 1, lay.expert_tp, lay.ep
+        E0 = routed[0].experts
+        imbalance = (max(lay.moe_imbalance, moe.expected_max_load(T * etp / tp * routed[0].rows_per_token, ep, E0, k))
+                     if lay.alltoall else 1.0)
+        local = T / tp if lay.alltoall and lay.sequence_parallel else T  # tokens this rank routes
+        elem_fwd += moe.router_bytes(local, E0)
         for g in routed:  # rows per local expert: tokens x top-k / E (x ep / etp share routed to this rank)
             E = g.experts
-            rows = (T * etp / tp * g.rows_per_token * ep / E * lay.moe_imbalance if lay.alltoall
+            rows = (T * etp / tp * g.rows_per_token * ep / E * imbalance if lay.alltoall
                     else T * g.rows_per_token / E)
             kk, nn = (g.k / etp if g.split == "row" else g.k), (g.n / etp if g.split == "column" else g.n)
             f, d, w = ctx.gemm(rows, kk, nn, batch=E / ep)
             fwd, dgrad, wgrad = fwd + f, dgrad + d, wgrad + w
             # (the activation between them is in the measured saved bytes, as a dense MLP's is)
         if lay.alltoall:
-            local = T / tp if lay.sequence_parallel else T
-            elem_fwd += 2 * local * D * act + 2 * local * k * D * act * lay.moe_imbalance
-            colls = comm.ep_collectives(local * lay.moe_imbalance, k, D, act, ep=ep,
+            elem_fwd += moe.permute_bytes(local, k, D, act, local_experts=E0 / ep, ep=ep, dispatcher="alltoall",
+                                          imbalance=imbalance)
+            colls = comm.ep_collectives(local * imbalance, k, D, act, ep=ep,
                                         stride=lay.expert_strides()["ep"], passes=1, etp=etp,
                                         etp_stride=lay.expert_strides()["tp"])
             ep_fwd = ep_bwd = comm.total_seconds(colls, dev.network)
