@@ -67,7 +67,7 @@ LLAMA3_TABLE_4 = [
     (16384, 8, 16, 16, 8, 131072, 16, 380),
 ]
 GRID = [round(0.60 + 0.02 * i, 2) for i in range(21)]  # KERNEL_EFFICIENCY values the fits interpolate between
-GROUPS = ("FP8/FP4", "MoE", ">= 32k context", "Blackwell", "dense BF16 H100")
+GROUPS = ("FP8/FP4", "MoE", ">= 32k context", "Blackwell", ">= 512 GPUs", "dense BF16 H100")
 
 
 def gpt(layers: int, hidden: int, heads: int) -> ModelSpec:

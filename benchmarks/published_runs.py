@@ -2,10 +2,11 @@
 
 `published_runs.json` holds every row collected (research/runs and research/runs2: 172 rows), each with its source,
 the verbatim quote, the layout fields the source states and those it leaves unstated, the metric and its counting
-convention. 73 rows carry an "excluded" reason and are not used: hardware that is no llmcalc preset (torchtitan's
-96 GB H100s at 500 W, H800, MI325X, an unstated Blackwell SKU), power-limited B200s, row-wise scaled FP8 (no
-published kernel rate), low confidence, a missing global batch, and MLPerf v6.0's DeepSeek-V3 rows, whose configs
-say their knobs come from Megatron-Bridge's performance recipes (the acceptance set's source).
+convention. 72 rows carry an "excluded" reason and are not used: hardware that is no llmcalc preset (torchtitan's
+96 GB H100s at 500 W, MI325X, an unstated Blackwell SKU), H800 rows without a stated layout (DeepSeek-V2),
+power-limited B200s, row-wise scaled FP8 (no published kernel rate), low confidence, a missing global batch, and
+MLPerf v6.0's DeepSeek-V3 rows, whose configs say their knobs come from Megatron-Bridge's performance recipes (the
+acceptance set's source).
 
 Each used row becomes one `Run` by the rules below, the same for every row (no per-row tuning):
 
@@ -32,7 +33,9 @@ Each used row becomes one `Run` by the rules below, the same for every row (no p
   after the backward; Megatron-Core's rank order unless the source says otherwise ("dplast" -> tp-cp-ep-pp-dp); TP
   overlap, EP (1F1B A2A) overlap and the CP communication type where the source states them; MoE routing balanced
   (benchmarks force it; every Megatron-MoE-ModelZoo table that says so does) except where the source says it is real
-  (MLPerf v6.0: capacity factors 1.5-7), there MOE_DROPLESS_IMBALANCE.
+  (MLPerf v6.0: capacity factors 1.5-7; DeepSeek-V3's auxiliary-loss-free routing), there MOE_DROPLESS_IMBALANCE;
+  an MTP depth where stated (DeepSeek-V3: 1); DualPipe as the 1F1B schedule with the EP all-to-alls overlapped
+  (its own chunk order is not expressible).
 - network: the hardware preset's own build (one NIC per GPU on DGX-class nodes) unless the source states another:
   BLOOM's Jean Zay, four 100 Gb/s Omni-Path links per 8-GPU node (--network jean-zay-a100).
 - measured: tokens/s per GPU as stated; else tokens/s over the GPUs, the global batch x seq / step time per GPU,
@@ -57,9 +60,9 @@ DATA = Path(__file__).resolve().parent / "published_runs.json"
 # Megatron-MoE-ModelZoo Qwen3-235B long-context rows publish forced-balance and dropless TFLOP/s for the same runs
 # (295/237, 335/277, 368/320, 389/357 at 16k-128k); bench_steptime.fit_imbalance finds the factor that turns the
 # model's forced-balance predictions into the dropless ones (fitted once on those pairs, nothing else; `python
-# benchmarks/bench_steptime.py --fit-imbalance`: 1.54, 1.53-1.56 leaving each pair out). Its leave-one-source-out
+# benchmarks/bench_steptime.py --fit-imbalance`: 1.59, 1.58-1.59 leaving each pair out). Its leave-one-source-out
 # error is the error on the rows it is applied to, MLPerf v6.0's, a source the fit never sees (the README).
-MOE_DROPLESS_IMBALANCE = 1.54
+MOE_DROPLESS_IMBALANCE = 1.59
 
 
 @dataclass
@@ -107,7 +110,7 @@ def source_of(row_id: str) -> str:
                          ("llmfoundry", "llm-foundry"), ("kempnerforge", "KempnerForge"), ("olmocore", "OLMo-core"),
                          ("maxtext", "MaxText"), ("mzoo", "Megatron-MoE-ModelZoo"), ("bloom", "BLOOM"),
                          ("mtnlg", "MT-NLG"), ("mlperf50", "MLPerf v5.0"), ("mlperf51", "MLPerf v5.1"),
-                         ("mlperf60", "MLPerf v6.0")):
+                         ("mlperf60", "MLPerf v6.0"), ("deepseek-v3-h800", "DeepSeek-V3 report")):
         if row_id.startswith(prefix):
             return name
     raise KeyError(row_id)
@@ -186,6 +189,8 @@ def _recompute(row: dict, spec: ModelSpec) -> tuple[str, dict[str, Any]]:
         mods = []
         if "layernorm" in text or "norm" in text:
             mods.append("layernorm")
+        if "mla up-projection" in text or "mla_up_proj" in text:
+            mods.append("mla_up_proj")
         if "moe activation" in text or "moe_act" in text:
             mods.append("moe_act")
         elif "moe" in text:
@@ -241,8 +246,10 @@ def run_of(row: dict) -> Run:  # long: the module docstring's rules, one per lin
         layout["fused_elementwise"] = False
     if spec.is_moe and ep > 1 and ("deepep" in other or "hybridep" in other):
         layout["ep_dispatcher"] = "deepep"
-    if spec.is_moe and rid.startswith("mlperf60"):  # real routing (capacity factors 1.5-7 for CUDA graphs)
+    if spec.is_moe and (rid.startswith("mlperf60") or "real routing" in other):  # MLPerf: capacity factors 1.5-7
         layout["moe_imbalance"] = MOE_DROPLESS_IMBALANCE
+    if "mtp depth 1" in other:
+        layout["mtp_layers"] = 1
     per_node = 4 if rid.startswith("kempnerforge") else None
     groups = tuple(_groups(row, spec, _recipe(row)))
     network = "jean-zay-a100" if rid.startswith("bloom") else None  # its gpu_note: 4x Omni-Path 100 Gb/s per node
@@ -262,6 +269,8 @@ def _groups(row: dict, spec: ModelSpec, recipe: str) -> list[str]:
         out.append("Blackwell")
     if row["gpu"] == "h100-sxm" and recipe == "bf16-mixed" and not spec.is_moe:
         out.append("dense BF16 H100")
+    if (row["n_gpus"] or 8) >= 512:
+        out.append(">= 512 GPUs")
     return out
 
 

@@ -27,6 +27,6 @@ FORMATS = ("table", "markdown", "csv", "json")  # what llmcalc.render.tables.ren
 # CP_COMMS, EP_DISPATCHERS and RECOMPUTE_MODULES; tests hold them equal).
 ATTENTION_KERNELS = ("auto", "cudnn", "cudnn-2024", "fa2", "fa3")
 CP_COMMS = ("p2p", "all-gather", "a2a", "a2a+p2p")
-EP_DISPATCHERS = ("alltoall", "deepep")
+EP_DISPATCHERS = ("alltoall", "allgather", "deepep")
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp", "moe", "shared_experts", "mlp_act",
                      "alternate_mm")

@@ -36,7 +36,7 @@ LAYOUT_VARIATIONS = [  # every field of Layout, each changed alone (a few need a
     {"mtp_layers": 1}, {"first_stage_layers": 12}, {"last_stage_layers": 12},
     {"fp8_param_gather": True, "zero": 1, "recipe": "fp8"},
     {"attention_kernel": "fa2"}, {"fp8_attention": True, "recipe": "fp8"}, {"moe_imbalance": 1.3},
-    {"ep_dispatcher": "deepep"}, {"fused_elementwise": False}, {"optimizer": "muon"},
+    {"ep_dispatcher": "deepep"}, {"ep_dispatcher": "allgather"}, {"fused_elementwise": False}, {"optimizer": "muon"},
 ]
 OTHER_VARIATIONS = [  # the device, the recipe, the model and the prediction's arguments
     {"gpu": "h200"}, {"gpu": "b200"}, {"gpu": "a100-80gb-sxm"}, {"gpu": "mi300x"}, {"gpus_per_node": 4},

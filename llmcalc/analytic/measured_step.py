@@ -50,7 +50,7 @@ from .step.context import StageTimes, StepContext
 from .step.dp import dp_and_optimizer, one_rank_dp
 from .step.layer import embedding_times, loss_seconds
 from .step.layout import STEP_DEFAULTS, Layout, check_step_settings, describe_split, stage_split
-from .step.moe import dispatch_seconds, expert_rows, permute_bytes, routed_tokens
+from .step.moe import dispatch_seconds, expert_rows, permute_bytes, routed_tokens, router_bytes, rows_imbalance
 from .step.prediction import Prepared, StepPrediction, pipeline_step, step_assumptions
 from .step.stages import stage_passes
 from .step.train import option_flag
@@ -374,19 +374,23 @@ def _layer_cost(ctx: StepContext, step: MeasuredStep, i: int, full_recompute: bo
         if g.split == "column":
             tp_inputs.add(g.reads)
     ep_fwd = ep_bwd = 0.0
-    if routed:  # moe._moe_cost: each local expert's rows, as one grouped GEMM
+    if routed:  # moe._moe_cost: each local expert's rows (the most loaded rank's), as one grouped GEMM
         k, etp, ep = step.top_k or 1, lay.expert_tp, lay.ep
+        E0 = routed[0].experts
+        imbalance = rows_imbalance(T, k, E0, lay)
+        local = routed_tokens(T, lay)  # tokens this rank routes
+        elem_fwd += router_bytes(local, E0)
         for g in routed:  # rows per local expert: tokens x top-k / E (x ep / etp share routed to this rank)
             E = g.experts
-            rows = expert_rows(T, g.rows_per_token, E, lay)
+            rows = expert_rows(T, g.rows_per_token, E, lay, imbalance)
             kk, nn = (g.k / etp if g.split == "row" else g.k), (g.n / etp if g.split == "column" else g.n)
             f, d, w = ctx.gemm(rows, kk, nn, batch=E / ep)
             fwd, dgrad, wgrad = fwd + f, dgrad + d, wgrad + w
             # (the activation between them is in the measured saved bytes, as a dense MLP's is)
         if lay.alltoall:
-            local = routed_tokens(T, lay)
-            elem_fwd += permute_bytes(local, k, D, act, lay.moe_imbalance)
-            ep_fwd = ep_bwd = dispatch_seconds(local, k, step.n_experts, D, act, lay=lay, net=dev.network)
+            elem_fwd += permute_bytes(local, k, D, act, local_experts=E0 / ep, ep=ep, dispatcher=lay.ep_dispatcher,
+                                      imbalance=imbalance)
+            ep_fwd = ep_bwd = dispatch_seconds(local * imbalance, k, step.n_experts, D, act, lay, dev.network)
         else:
             tp_inputs.add(routed[0].reads)
     attn_f, attn_b = _core_seconds(ctx, step, i)

@@ -398,7 +398,8 @@ def step_model_options(func: F) -> F:
                           "(400G-x8-rail, 100G-x4-fat-tree-2to1), or nic=,nics=,topology=,oversub=,leaf=,"
                           "latency-us=,gpus-per-node= (default: the --gpu preset's own build)."),
         click.option("--ep-dispatcher", type=Choice(list(EP_DISPATCHERS)), default="alltoall", show_default=True,
-                     help="MoE token dispatch: alltoall (NCCL) or deepep (one copy per node, NVLink forwarding)."),
+                     help="MoE token dispatch: alltoall (NCCL), allgather (all tokens gathered to the expert group, "
+                          "outputs reduce-scattered) or deepep (one copy per node, NVLink forwarding)."),
         click.option("--moe-imbalance", type=Number(maximum=64, minimum=1), default=1.0, show_default=True,
                      help="Tokens on the busiest EP rank over the mean (1 = balanced routing)."),
         click.option("--mtp-layers", type=Count(whole=True, maximum=64), default=None,

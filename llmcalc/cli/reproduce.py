@@ -34,11 +34,13 @@ def _flag(ctx: click.Context, name: str, value: Any) -> list[str]:
     return [param.opts[0], str(value)]
 
 
+_SOURCES = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)  # typed
+
+
 def _typed(ctx: click.Context, names: Any) -> list[str]:
-    sources = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
     out: list[str] = []
     for name in names:
-        if ctx.get_parameter_source(name) in sources:
+        if ctx.get_parameter_source(name) in _SOURCES:
             out += _flag(ctx, name, ctx.params[name])
     return out
 
@@ -67,9 +69,12 @@ def reproduce(ctx: click.Context, model: str, search: LayoutSearch) -> dict[str,
     degrees = ["--tp", str(lay.tp), "--cp", str(lay.cp), "--pp", str(lay.pp), "--vpp", str(lay.vpp)] \
         + (["--ep", str(lay.ep)] if lay.ep > 1 else []) \
         + (["--etp", str(lay.expert_tp)] if lay.expert_tp != lay.tp else [])
+    searched = [p.name for p in ctx.command.params if p.name in ("ep_dispatcher", "ep_overlap")]
+    expert = [f for name in searched if ctx.get_parameter_source(name) not in _SOURCES  # what layout chose
+              and getattr(lay, name) != ctx.params[name] for f in _flag(ctx, name, getattr(lay, name))]
     common = ["--micro-batch", str(lay.micro_batch), "--zero", str(lay.zero), "--recompute", pred.recompute]
     train = ["llmcalc", "train", model, "--tokens", TOKENS, *where, *batch, *degrees, *common,
-             "--schedule", lay.schedule, *_flag(ctx, "causal", ctx.params["causal"]),
+             "--schedule", lay.schedule, *expert, *_flag(ctx, "causal", ctx.params["causal"]),
              *_flag(ctx, "tp_overlap", ctx.params["tp_overlap"]), *_typed(ctx, ["reserve_gib"]),
              *_typed(ctx, [p.name for p in ctx.command.params if p.name not in TRAIN_SKIPS])]
     memory = ["llmcalc", "memory", model, *where, *batch, *degrees, *common,

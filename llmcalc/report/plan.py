@@ -258,7 +258,8 @@ def _search(plan: ModelPlan, scenario: Scenario, global_batch: int) -> None:
         plan.ranked, plan.losers, plan.counts = search_layouts(
             plan.spec, scenario.accelerator.key, scenario.n_gpus, scenario.seq_len, global_batch=global_batch,
             causal=scenario.causal, recompute=scenario.recompute, dtype=scenario.dtype, recipe=scenario.recipe,
-            reserve_gib=scenario.reserve_gib, pins=pins, exhaustive=True, **settings)  # its slowest bar reads all
+            reserve_gib=scenario.reserve_gib, pins=pins, exhaustive=True,  # its slowest bar reads all
+            **{"ep_dispatcher": "alltoall", "ep_overlap": False, **settings})  # as its scenario runs them
     except LlmcalcError as exc:
         plan.search_note = str(exc)
 

@@ -109,20 +109,22 @@ def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batc
         lay = pred.layout
         worst = max(((k, v) for k, v in pred.breakdown.items() if k != "compute"), key=lambda kv: kv[1])
         rows.append({"rank": i, "tp": lay.tp, "cp": lay.cp, "pp": lay.pp, "vpp": lay.vpp, "dp": lay.dp, "ep": lay.ep,
-                     "etp": lay.expert_tp,
+                     "etp": lay.expert_tp, "ep_dispatcher": lay.ep_dispatcher, "ep_overlap": lay.ep_overlap,
                      "micro_batch": lay.micro_batch, "recompute": pred.recompute, "zero": lay.zero,
                      "schedule": lay.schedule, "memory_gib": mem / GIB, "step_seconds": pred.step_seconds,
                      "mfu": pred.mfu, "tokens_per_second": pred.tokens_per_second,
                      "biggest_loss": f"{worst[0]} {_pct(worst[1] / pred.step_seconds)}",
                      "breakdown_seconds": dict(pred.breakdown), "assumptions": dict(pred.assumptions)})
     best = ranked[0][0].tokens_per_second if ranked else None
-    lose_rows = []
-    for reason, pred, detail in losers:
-        lose_rows.append({"layout": detail, "why": reason,
-                          "vs_best": None if pred is None or best is None else pred.tokens_per_second / best - 1})
+    lose_rows = [{"layout": detail, "why": reason,
+                  "vs_best": None if pred is None or best is None else pred.tokens_per_second / best - 1}
+                 for reason, pred, detail in losers]
+    searched_ep = any(row["ep_dispatcher"] != "alltoall" or row["ep_overlap"] for row in rows)  # shown where chosen
     cols = [Column("rank", "#"), Column("tp", "tp"), Column("cp", "cp"), Column("pp", "pp"), Column("vpp", "vpp"),
             Column("dp", "dp"), Column("ep", "ep"),
             Column("etp", "etp", show=any(row["etp"] != row["tp"] for row in rows)),  # only where experts fold
+            Column("ep_dispatcher", "EP dispatch", align="left", show=searched_ep),
+            Column("ep_overlap", "EP overlap", lambda v: "on" if v else "off", show=searched_ep),
             Column("micro_batch", "micro-batch"),
             Column("recompute", "recompute", align="left"),
             Column("zero", "ZeRO"), Column("memory_gib", "memory (GiB)", lambda v: f"{v:.1f}"),

@@ -229,7 +229,7 @@ STEP_DEFAULTS = {"ep_overlap": False, "order": ORDER, "cp_comm": "p2p", "cp_a2a_
                  "optimizer": "adamw"}
 
 
-EP_DISPATCHERS = ("alltoall", "deepep")
+EP_DISPATCHERS = ("alltoall", "allgather", "deepep")
 
 
 def make_layout(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int, tp: int = 1, cp: int = 1, pp: int = 1,
@@ -550,6 +550,8 @@ def _with_zero(lay: Layout, zero: int) -> Layout:
 def _describe(lay: Layout, rc: str | None = None) -> str:
     text = f"tp {lay.tp} cp {lay.cp} pp {lay.pp} dp {lay.dp}" + (f" vpp {lay.vpp}" if lay.vpp > 1 else "") + \
         (f" ep {lay.ep}" if lay.ep > 1 else "") + (f" etp {lay.expert_tp}" if lay.expert_tp != lay.tp else "")
+    text += (f" {lay.ep_dispatcher}" if lay.ep_dispatcher != "alltoall" else "") + (" ep-overlap" if lay.ep_overlap
+                                                                                      else "")
     return text + f" mb {lay.micro_batch}" + (f" recompute {rc}" if rc else "") + (" ZeRO-3" if lay.zero == 3 else "")
 
 

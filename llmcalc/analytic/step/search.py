@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...errors import LlmcalcError
-from ...records import dataclass
+from ...records import dataclass, replaced
 from ...spec import ModelSpec
 from ...units import GIB
 from ...validate import DEFAULT_ZERO
@@ -23,6 +23,7 @@ from .layout import (
     _describe,
     _layout_maker,
     _order_dims,
+    _stride,
     _strides_pp_free,
     _with_zero,
     check_modelled,
@@ -106,8 +107,8 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     pp_free = _strides_pp_free(step.get("order", ORDER))
     shapes: dict[tuple, tuple] = {}  # _floor_shape per pp, vpp and schedule (what else it reads is the search's own)
     inputs = (spec, dev, seq_len, rec)
-    counts["searched"] = len(candidates)
-    for index, (tp, cp, pp, vpp, mb, ep, etp) in enumerate(candidates):
+    slot = 0  # each layout tried (a candidate's expert settings are layouts of their own): its place in the order
+    for tp, cp, pp, vpp, mb, ep, etp in candidates:
         if tick:
             tick()
         lay, which = None, 0
@@ -121,11 +122,15 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
                     continue
         if lay is None:
             counts["invalid"] += 1
+            slot += 1
             continue
-        if exhaustive:
-            layouts.append((0.0, index, _MEMORY, lay, None))
-        else:  # its work floor (_first_floors)
-            degrees = (which, tp, cp, 0 if pp_free else pp, mb, ep, etp)
+        for variant in _expert_variants(spec, lay, step, per_node):
+            index, slot, lay = slot, slot + 1, variant
+            if exhaustive:
+                layouts.append((0.0, index, _MEMORY, lay, None))
+                continue
+            # its work floor (_first_floors)
+            degrees = (which, tp, cp, 0 if pp_free else pp, mb, ep, etp, lay.ep_dispatcher, lay.ep_overlap)
             both = caches.get(degrees)
             if both is None:
                 both = caches[degrees] = _layer_cache(spec, dev, lay, seq_len, rec, attention="flash", dropout=False)
@@ -133,6 +138,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             if shape is None:
                 shape = shapes[pp, vpp, lay.schedule] = _floor_shape(spec, lay)
             layouts.append((_first_floors(inputs, lay, both, shape), index, _RANKS, lay, (both, shape)))
+    counts["searched"] = slot
     # best first: the least floor is taken and made tighter (its pipeline's paths; its optimizer step; then its
     # memory: the recomputation and ZeRO stage that fit and their stage times; their DP floor; then its stages, DP
     # and path bound: _prepare), or
@@ -307,6 +313,29 @@ def _least_that_fits(spec: ModelSpec, lay: Layout, seq_len: int, tries: list[str
                 return rc, zero, peak_of(zero, rc)
         return tries[-1], zero, peak
     return None, zero, peak
+
+
+def _expert_variants(spec: ModelSpec, lay: Layout, step: dict[str, Any], per_node: int) -> list[Layout]:
+    """The layouts `layout` tries for one candidate's expert mesh: where tokens travel between EP ranks
+    (``lay.alltoall``) and the command line left them open, each dispatcher that can move fewer bytes or hops than
+    the all-to-all and each EP overlap that applies, else `lay` alone:
+
+    - deepep where the EP group spans nodes (one copy per remote node instead of one per expert there);
+    - allgather where the expert group is at most top-k ranks (every rank's tokens, (n - 1)·T·D each way, is then
+      no more than the all-to-all's (n - 1)/n·k·T·D);
+    - --ep-overlap where there are 2 or more micro-batches per pipeline (its condition), at its SMs' cost."""
+    if not (spec.is_moe and lay.alltoall):
+        return [lay]
+    dispatchers = [lay.ep_dispatcher]
+    if "ep_dispatcher" not in step:
+        if lay.ep * _stride(lay, "ep", True) > per_node:
+            dispatchers.append("deepep")
+        if lay.ep * lay.expert_tp <= spec.n_experts_per_token:
+            dispatchers.append("allgather")
+    overlaps = [lay.ep_overlap] + ([True] if "ep_overlap" not in step and lay.grad_accum >= 2 else [])
+    return [lay if (d, o) == (lay.ep_dispatcher, lay.ep_overlap) else replaced(lay, {"ep_dispatcher": d,
+                                                                                     "ep_overlap": o})
+            for d in dispatchers for o in overlaps]
 
 
 EXTREME_TRIES = 3  # how many of the most extreme layouts of a kind _extremes' caller tries for one that fits
