@@ -253,8 +253,9 @@ def test_layouts_built_without_init_are_the_constructors():
                                                       ("llama-3.1-405b", 16384, 8192, 2048)])
 def test_the_searchs_layouts_are_make_layouts(model, n, seq, batch):
     """search_layouts builds its candidates without the checks their degrees already pass: the layouts it ranks are
-    make_layout's of the same degrees (the same fields in the same order, but the ZeRO stage that fit), and the
-    candidates it counts invalid are those make_layout refuses, with the search's step settings or without."""
+    make_layout's of the same degrees (the same fields in the same order, but the ZeRO stage that fit and the expert
+    dispatcher and EP overlap the search tries for an MoE model's all-to-alls), and the candidates it counts invalid
+    are those make_layout refuses, with the search's step settings or without."""
     spec = load_model(model)
     dev = kernels.device_for("h100-sxm")
     for step in ({}, {"cp_comm": "a2a"}):
@@ -273,7 +274,9 @@ def test_the_searchs_layouts_are_make_layouts(model, n, seq, batch):
         for pred, _ in ranked:
             got = pred.layout
             want = made[got.tp, got.cp, got.pp, got.vpp, got.micro_batch, got.ep, got.etp]
-            assert list(vars(got).items()) == list(vars(replace(want, zero=got.zero)).items())
+            tried = replace(want, zero=got.zero, ep_dispatcher=got.ep_dispatcher, ep_overlap=got.ep_overlap)
+            assert list(vars(got).items()) == list(vars(tried).items())
+            assert (got.ep_dispatcher, got.ep_overlap) == ("alltoall", False) or spec.is_moe and got.alltoall
     cache.clear_caches()
 
 

@@ -91,18 +91,17 @@ def test_layout_searches_the_dispatcher_and_the_overlap_where_they_apply():
 
 def test_memory_sizes_uneven_pipeline_stages_as_layout_checks_them():
     """94 layers over pp 16 (Qwen3-235B-A22B): `memory` sizes the most loaded stage, ceil(94/16) = 6 layers, says
-    so in one note, and prints the peak `layout`'s memory check finds for the same layout (search_memory)."""
-    from llmcalc.analytic.step.layout import make_layout
-    from llmcalc.analytic.step.search_memory import _least_that_fits
+    so, and prints the peak `layout`'s memory check finds for the same layout (step/layout.py:layout_memory, the one
+    training memory model both use)."""
+    from llmcalc.analytic.step.layout import layout_memory, make_layout
     from llmcalc.spec import load_model
 
     args = ("memory", "qwen3-235b-a22b", "--gpu", "b200", "--n-gpus", 256, "--pp", 16, "--ep", 16, "--seq-len",
             4096, "--micro-batch", 1, "--recompute", "full")
     text = run(*args)
     assert text.exit_code == 0, text.output
-    assert "pp 16 does not divide 94 layers: sized as a 96-layer copy, 6 layers on every stage" in text.stdout
+    assert "the most loaded (6 layers" in text.stdout
     out = json.loads(run(*args, "--format", "json").stdout)
-    lay = make_layout(load_model("qwen3-235b-a22b"), 256, 4096, 256, pp=16, ep=16)
-    rc, zero, peak = _least_that_fits(load_model("qwen3-235b-a22b"), lay, 4096, ["full"], 1e15)
-    assert (rc, zero) == ("full", 1)
-    assert out["per_gpu_bytes"] == pytest.approx(peak, rel=1e-9)
+    spec = load_model("qwen3-235b-a22b")
+    lay = make_layout(spec, 256, 4096, 16, pp=16, ep=16)
+    assert out["per_gpu_bytes"] == pytest.approx(layout_memory(spec, lay, 4096, "full").peak, rel=1e-9)

@@ -53,6 +53,8 @@ class Scenario:
     pipeline_layout: str = ""
     sequence_parallel: bool = True
     reserve_gib: float = 0.0  # memory kept free on the GPU (--reserve-gib)
+    ep_dispatcher: str = "alltoall"  # the planned layout's expert dispatcher and EP overlap (layout searches them)
+    ep_overlap: bool = False
     given: tuple[str, ...] = ()  # the layout options typed (report's search keeps them: `layout --tp 8`'s pins)
 
     def describe(self) -> str:

@@ -186,7 +186,8 @@ def describe(p: StepPrediction) -> dict[str, Any]:
     lay = p.layout
     return {"tp": lay.tp, "cp": lay.cp, "pp": lay.pp, "vpp": lay.vpp, "dp": lay.dp, "ep": lay.ep,
             "etp": lay.expert_tp, "micro_batch": lay.micro_batch, "zero": lay.zero, "recompute": p.recompute,
-            "step_seconds": p.step_seconds, "mfu": p.mfu, "global_batch": lay.global_batch}
+            "step_seconds": p.step_seconds, "mfu": p.mfu, "global_batch": lay.global_batch,
+            "ep_dispatcher": lay.ep_dispatcher, "ep_overlap": lay.ep_overlap}
 
 
 def same_layout(a: StepPrediction, b: StepPrediction) -> bool:
@@ -200,7 +201,9 @@ def layout_label(p: StepPrediction) -> str:
     degrees = f"tp {lay.tp} cp {lay.cp} pp {lay.pp}" + (f" (vpp {lay.vpp})" if lay.vpp > 1 else "") + \
         f" dp {lay.dp}" + (f" ep {lay.ep}" if lay.ep > 1 else "") + \
         (f" etp {lay.expert_tp}" if lay.expert_tp != lay.tp else "")
-    return f"{degrees}, micro-batch {lay.micro_batch}, ZeRO-{lay.zero}, recompute {p.recompute}"
+    expert = "" if (lay.ep_dispatcher, lay.ep_overlap) == ("alltoall", False) else \
+        f", {lay.ep_dispatcher} dispatcher" + (", EP overlap" if lay.ep_overlap else "")
+    return f"{degrees}, micro-batch {lay.micro_batch}, ZeRO-{lay.zero}, recompute {p.recompute}{expert}"
 
 
 def planned_scenario(scenario: Scenario, best: StepPrediction) -> Scenario:
@@ -208,7 +211,8 @@ def planned_scenario(scenario: Scenario, best: StepPrediction) -> Scenario:
     lay = best.layout
     return replace(scenario, tp=lay.tp, cp=lay.cp, pp=lay.pp, vpp=lay.vpp, ep=lay.ep,
                    etp=lay.expert_tp if lay.expert_tp != lay.tp else 0, zero=lay.zero,
-                   micro_batch=lay.micro_batch, recompute=best.recompute, global_batch=lay.global_batch)
+                   micro_batch=lay.micro_batch, recompute=best.recompute, global_batch=lay.global_batch,
+                   ep_dispatcher=lay.ep_dispatcher, ep_overlap=lay.ep_overlap)
 
 
 PINS = ("tp", "cp", "pp", "vpp", "ep", "etp", "micro_batch", "zero", "sequence_parallel")  # (step/layout.py:PINNED)
@@ -223,6 +227,8 @@ def layout_settings(scenario: Scenario, names: tuple[str, ...] = PINS) -> dict[s
 
     out = {k: getattr(scenario, k) for k in names if k in PINS}
     out.update({k: getattr(scenario, k) for k in STAGES if getattr(scenario, k)})
+    if (scenario.ep_dispatcher, scenario.ep_overlap) != ("alltoall", False):  # a planned MoE layout's choice
+        out.update(ep_dispatcher=scenario.ep_dispatcher, ep_overlap=scenario.ep_overlap)
     if "etp" in out and not out["etp"]:
         out.pop("etp")
     return layout_options(out) if scenario.pipeline_layout else out
@@ -259,7 +265,7 @@ def _search(plan: ModelPlan, scenario: Scenario, global_batch: int) -> None:
             plan.spec, scenario.accelerator.key, scenario.n_gpus, scenario.seq_len, global_batch=global_batch,
             causal=scenario.causal, recompute=scenario.recompute, dtype=scenario.dtype, recipe=scenario.recipe,
             reserve_gib=scenario.reserve_gib, pins=pins, exhaustive=True,  # its slowest bar reads all
-            **{"ep_dispatcher": "alltoall", "ep_overlap": False, **settings})  # as its scenario runs them
+            **settings)  # the expert dispatchers and EP overlap searched as `layout` does (planned_scenario keeps them)
     except LlmcalcError as exc:
         plan.search_note = str(exc)
 

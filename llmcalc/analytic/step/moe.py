@@ -110,7 +110,7 @@ def allgather_collectives(tokens: float, d_model: int, act_bytes: float, *, ep: 
                             count=passes, stride=stride)]
 
 
-def dispatch_seconds(routed: float, top_k: int, n_experts: int, width: int, act: float, lay: Layout,
+def dispatch_seconds(routed: float, top_k: int, n_experts: int, width: int, act: float, *, lay: Layout,
                      net: comm.Network) -> float:
     """Seconds of one pass's dispatch and combine of `routed` tokens of this rank (the most loaded rank's share),
     `top_k` copies each, `width` elements of `act` bytes, by the layout's dispatcher: alltoall, the all-to-alls over
@@ -135,7 +135,7 @@ def _dispatch_seconds(ctx: StepContext, routed: float, k: int, De: int) -> float
     lay, act, net, E = ctx.lay, ctx.act, ctx.dev.network, ctx.spec.n_experts
     key = ("ep comm", routed, k, E, De, act, lay.ep, _stride(lay, "ep", True), lay.expert_tp, lay.ep_dispatcher,
            _stride(lay, "tp", True), _token(net))
-    return _cached("params", key, lambda: dispatch_seconds(routed, k, E, De, act, lay, net))
+    return _cached("params", key, lambda: dispatch_seconds(routed, k, E, De, act, lay=lay, net=net))
 
 
 def _moe_cost(ctx: StepContext, parts: dict[str, float],  # long: terms in order
