@@ -64,6 +64,21 @@ def test_no_long_function_without_a_reason():
     assert not fixed, f"no longer over {MAX_LINES} lines: delete from PENDING_LONG: {sorted(fixed)}"
 
 
+MAX_MODULE_LINES = 1000
+MAX_LONG_FUNCTIONS = 5  # issue 37: at most five functions over MAX_LINES, each with its '# long:' reason
+
+
+def test_modules_and_long_functions_stay_few():
+    """No module of llmcalc over MAX_MODULE_LINES lines; at most MAX_LONG_FUNCTIONS functions over MAX_LINES,
+    reasons or not."""
+    big = [f"{rel} ({len(lines)} lines)" for rel, lines, _ in _modules() if len(lines) > MAX_MODULE_LINES]
+    assert not big, f"modules over {MAX_MODULE_LINES} lines: split them by concern: {big}"
+    long = sorted(f"{rel}: {node.name}" for rel, _, tree in _modules() for node in ast.walk(tree)
+                  if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.end_lineno - node.lineno + 1 > MAX_LINES)
+    assert len(long) <= MAX_LONG_FUNCTIONS, f"{len(long)} functions over {MAX_LINES} lines: {long}"
+
+
 def test_no_call_with_more_than_five_positional_arguments():
     found = _positional_calls()
     new = {k: n for k, n in found.items() if n > PENDING_POSITIONAL.get(k, 0)}

@@ -687,12 +687,26 @@ def check_stage_layers(spec: ModelSpec, pp: int, stage_layers: Sequence[int]) ->
                            f"{spec.name}'s {spec.n_layers} layers")
 
 
+def _check_training_inputs(spec: ModelSpec, parallel: Parallel, *, batch: int, seq_len: int, optimizer_impl: str,
+                           stage_layers: Sequence[int] | None) -> None:
+    """training_memory's refusals, one line each: the optimizer implementation, the layout against the model, the
+    batch and length, the pipeline's stage layers."""
+    if optimizer_impl not in OPTIMIZER_IMPLS:
+        raise LlmcalcError(f"optimizer implementation must be one of {', '.join(OPTIMIZER_IMPLS)}; "
+                           f"got {optimizer_impl!r}")
+    parallel.check(spec)
+    positive_int("batch size", batch)
+    positive_int("seq_len", seq_len)
+    if stage_layers:
+        check_stage_layers(spec, parallel.pp, stage_layers)
+
+
 def training_memory(spec: ModelSpec, batch: int = 1, seq_len: int = DEFAULT_SEQ_LEN, recipe: str = "bf16-mixed",
                     optimizer: str | Optimizer = "adamw", recompute: str = "none", attention: str = "flash",
                     parallel: Parallel | None = None, dropout: bool = False,
                     optimizer_impl: str = "fused", stage_layers: Sequence[int] | None = None,
                     micro_batches: int | None = None,
-                    tables: MemoryTables | None = None) -> MemoryEstimate:  # long: the stages' assembly
+                    tables: MemoryTables | None = None) -> MemoryEstimate:
     """Per-GPU training memory of the most loaded pipeline rank (``pipeline_ranks``: first, last, or a middle rank
     an uneven layout loads more). `stage_layers`: layers per pipeline rank (default: ceil(L / pp) each, the most
     loaded stage of an uneven split, the even split where pp divides the layers); `micro_batches`: per optimizer
@@ -701,15 +715,9 @@ def training_memory(spec: ModelSpec, batch: int = 1, seq_len: int = DEFAULT_SEQ_
     `tables`: the pieces already computed for this model (``MemoryTables``, a layout search's)."""
     parallel = parallel or Parallel(zero=0)
     tables = MemoryTables() if tables is None else tables
-    if optimizer_impl not in OPTIMIZER_IMPLS:
-        raise LlmcalcError(f"optimizer implementation must be one of {', '.join(OPTIMIZER_IMPLS)}; "
-                           f"got {optimizer_impl!r}")
-    parallel.check(spec)
-    positive_int("batch size", batch)
-    positive_int("seq_len", seq_len)
+    _check_training_inputs(spec, parallel, batch=batch, seq_len=seq_len, optimizer_impl=optimizer_impl,
+                           stage_layers=stage_layers)
     pp = parallel.pp
-    if stage_layers:
-        check_stage_layers(spec, pp, stage_layers)
     seq_len //= parallel.cp  # context parallelism: each rank holds 1/cp of every sequence
     rec = lookup(RECIPES, "recipe", recipe)
     opt = optimizer if isinstance(optimizer, Optimizer) else lookup(OPTIMIZERS, "optimizer", optimizer)
