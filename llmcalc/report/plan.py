@@ -22,7 +22,7 @@ from typing import Any
 from ..analytic.kernels import steptime_presets
 from ..analytic.memory import MemoryEstimate
 from ..analytic.step.prediction import StepPrediction
-from ..analytic.step.search import search_layouts
+from ..analytic.step.search import search_layouts, simulated
 from ..analytic.step.train import train_steptime
 from ..analytic.summary import Scenario, model_record, scenario_memory, scenario_training
 from ..analytic.training import TrainingEstimate
@@ -267,7 +267,7 @@ def plan_model(spec: ModelSpec, scenario: Scenario, global_batch: int, recommend
     chosen = next((p for p, _ in plan.ranked if spec.n_layers % p.layout.pp == 0), None)
     if recommend and chosen is not None:
         plan.recommended = True
-        plan.prediction = chosen
+        plan.prediction = simulated(chosen)  # train's figures (the search keeps a bound where it cannot win)
         if chosen is not plan.best:
             assert plan.best is not None
             plan.choice_note = (f"the fastest layout whose pipeline stages split the {spec.n_layers} layers evenly "

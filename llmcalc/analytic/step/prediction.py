@@ -193,6 +193,9 @@ def _finish(prep: _Prepared, simulated: bool = True) -> StepPrediction:
                           attention=ctx.attention, recipe=ctx.recipe.name, assumptions=assumptions)
 
 
+LOWER_BOUND = "lower bound (not simulated: this layout cannot win)"  # a search's pipeline it did not simulate
+
+
 def pipeline_step(prep: _Prepared, simulated: bool = True) -> tuple[float, dict[str, float], str]:
     """(step seconds, breakdown, how the pipeline was timed) of a prepared layout: the pipeline simulated (or its
     exact closed form; its lower bound where `simulated` is False), plus exposed DP and the optimizer; the
@@ -202,7 +205,7 @@ def pipeline_step(prep: _Prepared, simulated: bool = True) -> tuple[float, dict[
     m = lay.grad_accum
     if prep.exact or not simulated:
         makespan, plain_makespan = prep.bound, prep.plain_bound
-        how = "closed form (exact)" if prep.exact else "lower bound (not simulated: this layout cannot win)"
+        how = "closed form (exact)" if prep.exact else LOWER_BOUND
         # each group of identical ranks once (their busy time is the same): the first rank of the busiest paces
         busy = {r: m * sum(prep.fwd[st] + prep.bwd[st] + (prep.wgt[st] if prep.wgt else 0.0) for st in stages)
                 for r, stages in prep.groups}

@@ -27,7 +27,7 @@ from .layout import (
     _with_zero,
     check_modelled,
 )
-from .prediction import StepPrediction, _finish, _prepare, _Prepared
+from .prediction import LOWER_BOUND, StepPrediction, _finish, _prepare, _Prepared, predict
 from .search_memory import _least_that_fits
 from .train import _flag, global_batch_sequences
 
@@ -256,14 +256,24 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     ranked.sort(key=lambda pm: -pm[0].tokens_per_second)
     exact: dict[int, StepPrediction] = {}  # the losers shown, simulated: their figures are what train predicts
 
-    def simulated(pred: StepPrediction) -> StepPrediction:
+    def exact_of(pred: StepPrediction) -> StepPrediction:  # simulated(pred), from its prepared layout
         if id(pred) not in bounds:
             return pred
         if id(pred) not in exact:
             exact[id(pred)] = _finish(bounds[id(pred)])
         return exact[id(pred)]
-    losers = _why_they_lose(ranked, oom, capacity, simulated)
+    losers = _why_they_lose(ranked, oom, capacity, exact_of)
     return ranked, losers, counts
+
+
+def simulated(pred: StepPrediction) -> StepPrediction:
+    """A ranked prediction with the figures `train --global-batch` gives its layout: itself where its pipeline was
+    simulated (or is exact in closed form), else (the search kept the lower bound of a layout that could not win)
+    predicted again with the pipeline simulated. The search times every layout with flash attention, no dropout."""
+    if pred.assumptions.get("pipeline") != LOWER_BOUND:
+        return pred
+    return predict(pred.spec, pred.device, pred.layout, pred.seq_len, causal=pred.causal, recompute=pred.recompute,
+                   recipe=pred.recipe, attention=pred.attention)
 
 
 EXTREME_TRIES = 3  # how many of the most extreme layouts of a kind _extremes' caller tries for one that fits
