@@ -177,23 +177,25 @@ def test_layout_defaults_are_the_step_defaults():
 
 @pytest.mark.parametrize("model, n, seq, batch", [("deepseek-v2-lite", 32, 4096, 256), ("llama-3-8b", 32, 16384, 64)])
 def test_shared_layer_costs_are_each_layouts_own(model, n, seq, batch):
-    """The layer-cost caches a search shares between layouts (the MoE layers' key leaves out the micro-batch count;
-    a layer's terms before its MoE block are shared by every expert mesh and recomputation of a dense key): after a
-    whole search has filled them, every candidate's layer costs, stage passes and work floor are those of a context
-    with empty caches, float for float."""
+    """The memo tables a search shares between layouts (a layer's cost per LayerKey, a stage's per StageKey, the
+    floors per layer fields): after a whole search has filled them, in the same call, every candidate's layer
+    costs, stage passes and work floor are those of a context computed afresh, float for float."""
+    cache.per_call(_shared_layer_costs_are_each_layouts_own)(model, n, seq, batch)
+
+
+def _shared_layer_costs_are_each_layouts_own(model, n, seq, batch):
     spec = load_model(model)
     dev = kernels.device_for("h100-sxm")
     rec = RECIPES["bf16-mixed"]
-    cache.clear_caches()
     search.search_layouts(spec, "h100-sxm", n, seq, global_batch=batch, exhaustive=True)
     checked = 0
     for lay in valid_layouts(spec, n, seq, batch, dev):
         shared = context._context(spec, dev, lay, seq, rec)
-        own = context._Ctx(spec, dev, lay, seq, rec)  # its own empty caches
+        own = context._Ctx(spec, dev, lay, seq, replace(rec))  # its own tables (another recipe object: StepInputs)
         for rc in ("none", "selective", "full"):
             plan = stages._stage_plan(spec, lay.pp * pipeline.chunks_per_rank(lay.schedule, lay.vpp), lay, rc)
-            for composition in plan[3]:
-                for i, layer_rc, _ in composition[0]:
+            for composition in plan.compositions:
+                for i, layer_rc, _ in composition.runs:
                     assert layer._layer_cost(shared, i, layer_rc) == layer._layer_cost_uncached(own, i, layer_rc)
                 assert bounds._composition_passes(shared, composition, rc) == \
                     bounds._composition_passes(own, composition, rc)
@@ -202,12 +204,11 @@ def test_shared_layer_costs_are_each_layouts_own(model, n, seq, batch):
                     assert bounds._composition_passes(replace(own, lay=replace(lay, schedule=schedule)),
                                                         composition, rc) == (fwd[0] + bwd[0], wgt[0] if wgt else None)
         assert bounds._work_floor(shared) == bounds._work_floor(own)
-        if lay.pp > 1:  # kept per pp stride in the shared dense cache: comm's own figure
+        if lay.pp > 1:  # comm's own figure
             assert collectives._p2p_seconds(shared) == comm.total_seconds(comm.pp_collectives(
                 own.tokens, spec.d_model, own.act, lay.tp, sequence_parallel=lay.sequence_parallel,
                 stride=lay.strides()["pp"]), dev.network)
         checked += 1
-    cache.clear_caches()
     assert checked > 50
 
 
@@ -295,19 +296,22 @@ def test_unchecked_make_is_the_checked_make_on_the_candidates(model, n, seq, bat
 
 
 def test_attention_rates_cached_per_shape_give_attention_seconds():
-    """attention._attention_seconds caches the kernel's rate per shape (not per FLOPs): the seconds are
-    kernels.attention_seconds', float for float, whatever FLOPs share a cached rate."""
+    """attention._attention_seconds memoizes the kernel's rate per AttentionShape (not per FLOPs): the seconds are
+    kernels.attention_seconds', float for float, whatever FLOPs share a memoized rate."""
     from llmcalc.analytic.kernels import attention_seconds
+    from llmcalc.analytic.step.context import _Ctx
+    from llmcalc.analytic.step.layout import Layout
 
-    cache.clear_caches()
+    spec = load_model("llama-3-8b")
     for gpu in ("h100-sxm", "b200"):
         dev = kernels.device_for(gpu)
+        ctx = _Ctx(spec, dev, Layout(dp=1, global_batch=1), 4096, RECIPES["bf16-mixed"], eff=0.73)
         for kernel in ("auto", "cudnn", "fa2"):
             for head_dim, seq in ((64, 512), (128, 4096), (192, 8192), (100, 3000)):
                 for causal, backward, fp8, windowed in ((True, False, False, False), (True, True, False, True),
                                                         (False, True, True, False), (False, False, True, True)):
-                    shape = dict(head_dim=head_dim, seq=seq, causal=causal, backward=backward, fp8=fp8,
-                                 efficiency=0.73, windowed=windowed)
+                    shape = attention.AttentionShape(kernel, head_dim, seq, causal, backward, fp8, windowed)
                     for flops in (0.0, 3e9, 7.123e12, 1e15):
-                        assert attention._attention_seconds(dev, kernel, flops, **shape) == \
-                            attention_seconds(dev, kernel, flops, **shape)
+                        assert attention._attention_seconds(ctx, flops, shape) == attention_seconds(
+                            dev, kernel, flops, head_dim=head_dim, seq=seq, causal=causal, backward=backward,
+                            fp8=fp8, efficiency=0.73, windowed=windowed)

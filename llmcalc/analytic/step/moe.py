@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from .. import comm
-from .cache import _cached, _token
 from .context import _Ctx
 from .layout import _stride
 
@@ -54,13 +53,11 @@ def _moe_cost(ctx: _Ctx, parts: dict[str, float], rec: frozenset[str]) -> dict[s
         stride = _stride(lay, "ep", True)  # lay.expert_strides()["ep"]
         etp_stride = _stride(lay, "tp", True)
 
-        def dispatch() -> float:  # dispatch + combine of one pass (once per shape and network)
-            colls = comm.ep_collectives(local_tokens * lay.moe_imbalance, k, De, act, ep=ep, stride=stride,
-                                        passes=1, etp=etp, etp_stride=etp_stride)
-            if lay.ep_dispatcher == "deepep":  # one copy per remote node, forwarded over NVLink; ETP collectives kept
-                return 2 * comm.deepep_seconds(local_tokens * lay.moe_imbalance, k, E, De, act, ep=ep, stride=stride,
-                                               net=net) + comm.total_seconds(colls[1:], net)
-            return comm.total_seconds(colls, net)
-        one = _cached("params", ("ep comm", local_tokens, lay.moe_imbalance, k, E, De, act, ep, stride, etp,
-                                 lay.ep_dispatcher, etp_stride, _token(net)), dispatch)
+        colls = comm.ep_collectives(local_tokens * lay.moe_imbalance, k, De, act, ep=ep, stride=stride, passes=1,
+                                    etp=etp, etp_stride=etp_stride)
+        if lay.ep_dispatcher == "deepep":  # one copy per remote node, forwarded over NVLink; ETP collectives kept
+            one = 2 * comm.deepep_seconds(local_tokens * lay.moe_imbalance, k, E, De, act, ep=ep, stride=stride,
+                                          net=net) + comm.total_seconds(colls[1:], net)
+        else:
+            one = comm.total_seconds(colls, net)
     return {"fwd": fwd, "dgrad": dgrad, "wgrad": wgrad, "elem": elem, "ep_fwd": one, "ep_bwd": one, "redo": redo}

@@ -18,7 +18,7 @@ from ..kernels import Device
 from ..memory import RECIPES, Recipe, lookup
 from ..pipeline import chunks_per_rank, path_bounds, simulate_pair, stage_of
 from . import constants
-from .cache import _cached, _token
+from .cache import current, per_call
 from .collectives import _p2p_seconds
 from .constants import EP_OVERLAP_SMS
 from .context import StageTimes, _context, _Ctx
@@ -106,6 +106,7 @@ class StepPrediction:
                 "prediction_notes": list(self.notes), "assumptions": dict(self.assumptions)}
 
 
+@per_call
 def predict(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, causal: bool = False,
             recompute: str = "none", recipe: str = "bf16-mixed", attention: str = "flash",
             dropout: bool = False) -> StepPrediction:
@@ -154,12 +155,13 @@ def _prepare(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, caus
     ctx = _context(spec, device, lay, seq_len, rec, attention=attention, dropout=dropout)
     v = chunks_per_rank(lay.schedule, lay.vpp)
     n_stages = lay.pp * v
-    split, starts, ids, kinds, groups, cids = _stage_plan(spec, n_stages, lay, recompute)
-    distinct = [_stage_cost(ctx, composition, recompute, cid) for composition, cid in zip(kinds, cids, strict=True)]
-    stages = [distinct[j] for j in ids]
-    fwd, bwd, wgt = stage_passes(distinct, ids, lay.schedule)
+    plan = _stage_plan(spec, n_stages, lay, recompute)
+    split, starts = plan.split, plan.starts
+    distinct = [_stage_cost(ctx, composition, recompute) for composition in plan.compositions]
+    stages = [distinct[j] for j in plan.ids]
+    fwd, bwd, wgt = stage_passes(distinct, plan.ids, lay.schedule)
     p2p = _p2p_seconds(ctx) if lay.pp > 1 else 0.0
-    rank_groups, lasts = groups(lay.schedule, lay.pp)
+    rank_groups, lasts = plan.groups(lay.schedule, lay.pp)
     bound, exact, plain = path_bounds(lay.schedule, lay.pp, lay.grad_accum, fwd, bwd, w=wgt, vpp=lay.vpp, p2p_time=p2p,
                                       ranks=lasts)
     dp, opt = _dp_and_optimizer(ctx, stages, split, starts, v, groups=rank_groups)
@@ -235,16 +237,20 @@ def pipeline_step(prep: _Prepared, simulated: bool = True) -> tuple[float, dict[
 
 
 def _step_flops(spec: ModelSpec, batch: int, seq: int, causal: bool, recompute: str) -> tuple[float, float]:
-    """(model FLOPs, hardware FLOPs) of one step (``flops.step_flops``), once per model, batch and recomputation."""
-    def make() -> tuple[float, float]:
+    """(model FLOPs, hardware FLOPs) of one step (``flops.step_flops``), once per model, batch and recomputation in
+    the call's tables (a search finishes many layouts of one global batch)."""
+    table = current().of(spec, "step flops")
+    found = table.get((batch, seq, causal, recompute))
+    if found is None:
         if recompute not in RECOMPUTE:
             step_flops(spec, batch, seq, causal, recompute)  # its error
         # step_flops' StepFlops, its forward ops (which read no recomputation) once for every recomputation
-        ops = _cached("flops", ("forward", _token(spec), batch, seq, causal),
-                      lambda: forward_ops(spec, batch, seq, causal))
+        ops = table.get((batch, seq, causal))
+        if ops is None:
+            ops = table[batch, seq, causal] = forward_ops(spec, batch, seq, causal)
         flops = StepFlops(spec=spec, batch=batch, seq_len=seq, causal=causal, recompute=recompute, ops=ops)
-        return float(flops.model_flops), float(flops.hardware_flops)
-    return _cached("flops", (_token(spec), batch, seq, causal, recompute), make)
+        found = table[batch, seq, causal, recompute] = (float(flops.model_flops), float(flops.hardware_flops))
+    return found
 
 
 def _check_recompute(spec: ModelSpec, lay: Layout, recompute: str, rec: Recipe, dev: Device) -> None:
@@ -289,20 +295,9 @@ def _check_recompute(spec: ModelSpec, lay: Layout, recompute: str, rec: Recipe, 
 
 
 def _assumptions_of(ctx: _Ctx, recompute: str) -> tuple[dict[str, Any], str]:
-    """(_assumptions, its note "assumed: k v; ..."), once per combination of what it reads (a fresh dict each time:
-    the caller adds to it)."""
-    lay, rec = ctx.lay, ctx.recipe
-    key = ("assumptions", _token(ctx.dev), rec.name, rec.gemm_dtype, rec.fp8, ctx.attention, ctx.spec.is_moe, recompute,
-           constants.KERNEL_EFFICIENCY, EP_OVERLAP_SMS, lay.attention_kernel, lay.fp8_attention, lay.order,
-           lay.fused_elementwise,
-           lay.tp_overlap, lay.dp_overlap, lay.optimizer, lay.fp8_param_gather, lay.first_stage_layers,
-           lay.last_stage_layers, lay.cp, lay.cp_comm, lay.cp_a2a_size, lay.moe_imbalance, lay.ep_overlap,
-           lay.recompute_layers, lay.recompute_modules, lay.mtp_layers, lay.pipeline_layout, lay.pp)
-    def make() -> tuple[dict[str, Any], str]:
-        out = _assumptions(ctx, recompute)
-        return out, "assumed: " + "; ".join(f"{k} {v}" for k, v in out.items())
-    assumptions, assumed = _cached("params", key, make)
-    return dict(assumptions), assumed
+    """(_assumptions, its note "assumed: k v; ...")."""
+    out = _assumptions(ctx, recompute)
+    return out, "assumed: " + "; ".join(f"{k} {v}" for k, v in out.items())
 
 
 def _assumptions(ctx: _Ctx, recompute: str) -> dict[str, Any]:

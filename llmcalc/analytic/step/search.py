@@ -14,8 +14,10 @@ from ...units import GIB
 from ...validate import DEFAULT_ZERO
 from ..kernels import device_for
 from ..memory import RECIPES, lookup
+from . import constants
 from .bounds import FLOOR_MARGIN, _first_floors, _floor_shape, _optimizer_floor, _step_floor
-from .context import _context_in, _Ctx, _layer_cache
+from .cache import per_call
+from .context import ExpertLayout, LayerLayout, StepInputs, _context_in, step_tables
 from .layout import (
     ORDER,
     Layout,
@@ -23,7 +25,6 @@ from .layout import (
     _describe,
     _layout_maker,
     _order_dims,
-    _strides_pp_free,
     _with_zero,
     check_modelled,
 )
@@ -32,6 +33,7 @@ from .search_memory import _least_that_fits
 from .train import _flag, global_batch_sequences
 
 
+@per_call
 def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_batch: int, causal: bool = False,
                    recompute: str | None = None, dtype: str = "bf16", progress: Callable[[int], Callable[[], None]]
                    | None = None, tp_overlap: bool = False, recipe: str = "bf16-mixed", top: int = 10,
@@ -92,12 +94,12 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
         except LlmcalcError:  # refuses every layout
             makers.append(None)
     layouts: list = []  # (floor, candidate index, tier, layout, what adds the optimizer) of the valid layouts
-    # _context's layer-cost caches per maker and degrees but vpp (what else their key reads is the search's own), and
-    # but pp where the rank order puts cp and ep inside dp and pp (their strides then read neither: _layer_cache)
-    caches: dict[tuple, tuple[dict, dict]] = {}
-    pp_free = _strides_pp_free(step.get("order", ORDER))
+    # each layout's layer fields (LayerLayout, ExpertLayout) per maker and degrees but vpp (which they do not read)
+    fields_of: dict[tuple, tuple[LayerLayout, ExpertLayout]] = {}
     shapes: dict[tuple, tuple] = {}  # _floor_shape per pp, vpp and schedule (what else it reads is the search's own)
     inputs = (spec, dev, seq_len, rec)
+    floors = step_tables(StepInputs(spec, dev, seq=seq_len, recipe=rec, attention="flash", dropout=False,
+                                    efficiency=constants.KERNEL_EFFICIENCY)).setdefault("floors", {})  # (_Ctx.table)
     counts["searched"] = len(candidates)
     for index, (tp, cp, pp, vpp, mb, ep, etp) in enumerate(candidates):
         if tick:
@@ -117,14 +119,14 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
         if exhaustive:
             layouts.append((0.0, index, _MEMORY, lay, None))
         else:  # its work floor (_first_floors)
-            degrees = (which, tp, cp, 0 if pp_free else pp, mb, ep, etp)
-            both = caches.get(degrees)
-            if both is None:
-                both = caches[degrees] = _layer_cache(spec, dev, lay, seq_len, rec, attention="flash", dropout=False)
+            degrees = (which, tp, cp, pp, mb, ep, etp)
+            fields = fields_of.get(degrees)
+            if fields is None:
+                fields = fields_of[degrees] = (LayerLayout.of(lay), ExpertLayout.of(lay))
             shape = shapes.get((pp, vpp, lay.schedule))
             if shape is None:
                 shape = shapes[pp, vpp, lay.schedule] = _floor_shape(spec, lay)
-            layouts.append((_first_floors(inputs, lay, both, shape), index, _RANKS, lay, (both, shape)))
+            layouts.append((_first_floors(floors, inputs, lay, fields, shape), index, _RANKS, lay, (fields, shape)))
     # best first: the least floor is taken and made tighter (its pipeline's paths; its optimizer step; then its
     # memory: the recomputation and ZeRO stage that fit and their stage times; their DP floor; then its stages, DP
     # and path bound: _prepare), or
@@ -157,9 +159,9 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
         if len(best) >= top and floor > best[-1]:
             break
         if tier == _RANKS:  # at most its path floor, at a fraction of its cost: most layouts stop here
-            ranks = _first_floors(inputs, lay, more[0], more[1], ranks=True)
+            ranks = _first_floors(floors, inputs, lay, more[0], more[1], ranks=True)
             entry = (max(floor, ranks), index, _PATHS, lay, more[0])
-        elif tier == _PATHS:  # its context (_context's, with the layer-cost caches it was given) and path floor
+        elif tier == _PATHS:  # its context (_context's, with the layer fields it was given) and path floor
             ctx = _context_in(inputs, lay, more)
             floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, recompute="none", ctx=ctx)
             entry = (floor, index, _OPTIMIZER, lay, (ctx, paths))
@@ -179,9 +181,8 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
                 entry = (floor, index, _PREPARE, lay, (rc, peak))
             else:  # the floor of the recomputation and ZeRO stage that fit, its DP floor next
                 ctx = more[0]
-                if ctx.lay is not lay:  # the same layer-cost caches (their key reads no ZeRO stage): _context's
-                    ctx = _Ctx(spec, dev, lay, seq_len, rec, attention=ctx.attention, dropout=ctx.dropout, eff=ctx.eff,
-                               cache=ctx.cache, dense_cache=ctx.dense_cache)
+                if ctx.lay is not lay:  # the same layer fields (they read no ZeRO stage)
+                    ctx = _context_in(inputs, lay, (ctx.layer_layout, ctx.expert_layout))
                 floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, recompute=rc, ctx=ctx)
                 opt = _optimizer_floor(ctx, paths, with_dp=False)[0]
                 entry = (floor + opt * (1 - FLOOR_MARGIN), index, _DP, lay, (rc, peak, floor, ctx, paths))
@@ -372,6 +373,7 @@ class LayoutSearch:
     reserve_gib: float = 0.0  # GiB kept free per GPU (--reserve-gib)
 
 
+@per_call
 def rank_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_batch: int | None = None,
                  global_batch_tokens: float | None = None, causal: bool = False, recompute: str | None = None,
                  tp_overlap: bool = False, progress: Callable[[int], Callable[[], None]] | None = None,

@@ -20,10 +20,11 @@ from ..memory import (
 )
 from ..parallel import Parallel, _build
 from ..params import count_params, layer_blocks
-from .cache import _CACHES, _cached, _interned, _token
+from .cache import _cached, _interned, _token, current, per_call
 from .layout import Layout
 
 
+@per_call
 def _least_that_fits(spec: ModelSpec, lay: Layout, seq_len: int, tries: list[str], capacity: float,
                      recipe: str = "bf16-mixed", optimizer: str = "adamw") -> tuple[str | None, int, float]:
     """(recompute, ZeRO stage, peak bytes) of the cheapest setting whose most loaded stage (ceil(L / pp) layers
@@ -93,10 +94,11 @@ def _resized(spec: ModelSpec, n_layers: int) -> ModelSpec:
         all(i < n_layers for i in (*(spec.moe_layers or ()), *(spec.index_layers or ())))
     out = spec if same else spec.with_layers(n_layers)
     base = _token(spec)
-    _CACHES["family"][_token(out)] = _CACHES["family"].get(base, base)
+    current().table("family")[_token(out)] = current().table("family").get(base, base)
     return out
 
 
+@per_call
 def training_peak(spec: ModelSpec, batch: int, seq_len: int, recipe: str, optimizer: str, recompute: str,
                   parallel: Parallel) -> float:
     """`memory.training_memory(...).peak` (flash attention, no dropout, fused optimizer), evaluated with each distinct
@@ -137,11 +139,11 @@ def _stage_sums(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recompu
     and interned signatures once per model, pp and sequence (_stages_signed), then each stage's plan by one key."""
     tp, sp, pp = mesh
     token = _token(spec)
-    cache = _CACHES["acts"]
+    cache = current().table("acts")
     stages = cache.get(("stages", token, pp, seq))
     if stages is None:
         stages = cache[("stages", token, pp, seq)] = _stages_signed(spec, pp, seq)
-    common = (_CACHES["family"].get(token, token), batch, seq, act_bytes, recompute, tp, sp)
+    common = (current().table("family").get(token, token), batch, seq, act_bytes, recompute, tp, sp)
     return [_summed(spec, common, kinds, signed, in_flight, head=head) for kinds, signed, in_flight, head in stages]
 
 
@@ -219,7 +221,7 @@ def _activation_sums(spec: ModelSpec, batch: int, seq: int, act_bytes: float, re
     search asks for each stage once (_stage_sums, per memory check)."""
     token = _token(spec)
     kinds, signatures = _kinds_signed(spec, start, stop, seq)
-    common = (_CACHES["family"].get(token, token), batch, seq, act_bytes, recompute, tp, sp)
+    common = (current().table("family").get(token, token), batch, seq, act_bytes, recompute, tp, sp)
     return _summed(spec, common, kinds, _interned(signatures), in_flight, head=head)
 
 
@@ -227,7 +229,7 @@ def _summed(spec: ModelSpec, common: tuple, kinds: list, signed: int, in_flight:
             head: bool) -> tuple[float, float, float, int, float, float]:
     """_activation_sums of a stage of these layer kinds (`signed`: their signatures _interned; `common` as
     _kind_terms'), from its plan (_sums_plan, once per `common`, signatures and head)."""
-    cache = _CACHES["acts"]
+    cache = current().table("acts")
     key = ("plan", *common, signed, head)
     plan = cache.get(key)
     if plan is None:
@@ -374,7 +376,7 @@ def _stage_acts(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recompu
     summed by count; a stage of one layer kind whose names are distinct from the head's takes them as lists (the
     same floats as the dicts: each name's 0.0 + its bytes)."""
     token = _token(spec)
-    family = _CACHES["family"].get(token, token)
+    family = current().table("family").get(token, token)
     common = (family, batch, seq, act_bytes, recompute, tp, sp)
 
     # the final norm, LM head and loss: the same whatever the micro-batches in flight
