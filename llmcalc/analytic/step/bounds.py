@@ -13,7 +13,7 @@ from ..pipeline import chunks_per_rank, stage_of
 from .cache import current
 from .collectives import _p2p_seconds
 from .context import ExpertLayout, LayerLayout, StageTimes, _context, _context_in, _Ctx, _layer_kind
-from .dp import RankDpKey, _holdings, _param_summary, _rank_dp, _rank_optimizer
+from .dp import RankDpKey, _dp_layout, _holdings, _param_summary, _rank_dp, _rank_optimizer
 from .layer import _embedding_times, _head_times, _layer_cost, _mtp_times
 from .layout import Layout
 from .stages import Composition, StagePlan, _stage_cost, _stage_plan
@@ -332,16 +332,22 @@ def _optimizer_floor(ctx: _Ctx, paths: tuple, with_dp: bool = True) -> tuple[flo
     lay = ctx.lay
     _, split, firsts = paths
     v = chunks_per_rank(lay.schedule, lay.vpp)
-    per_layer = _param_summary(ctx.spec)[0]
-    table = ctx.table("rank optimizer")
-    opt = 0.0
-    for r in firsts:  # the most loaded first rank's, ZeRO-1's whatever the layout's stage
-        held = _holdings(ctx, split, v, r)
-        key = RankDpKey.of(lay, held, zero=1)
-        seconds = table.get(key)
-        if seconds is None:
-            seconds = table[key] = _rank_optimizer(ctx, *held, per_layer, zero=1)
-        opt = max(opt, seconds)
+    fields = _dp_layout(ctx, zero=1)
+    floors = ctx.table("floors")
+    key = (fields, "optimizer", split, v, lay.schedule, tuple(firsts))  # the most loaded first rank's, once
+    opt = floors.get(key)
+    if opt is None:
+        per_layer = _param_summary(ctx.spec)[0]
+        table = ctx.table("rank optimizer")
+        opt = 0.0
+        for r in firsts:  # ZeRO-1's whatever the layout's stage
+            held = _holdings(ctx, split, v, r)
+            rank_key = RankDpKey(fields, *held)
+            seconds = table.get(rank_key)
+            if seconds is None:
+                seconds = table[rank_key] = _rank_optimizer(ctx, *held, per_layer, zero=1)
+            opt = max(opt, seconds)
+        floors[key] = opt
     if not with_dp:
         return opt, 0.0
     dp = 0.0

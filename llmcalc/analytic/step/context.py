@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import fields
 from operator import attrgetter
+from typing import Any
 
 from ...records import dataclass
 from ...spec import ModelSpec
@@ -239,16 +240,18 @@ class _Ctx:
 
     @property
     def layer_layout(self) -> LayerLayout:
+        """``LayerLayout.of`` the layout, one object per value in the call (keys holding the same object compare at
+        once)."""
         found = self.__dict__.get("_layer_layout")
         if found is None:
-            found = self.__dict__["_layer_layout"] = LayerLayout.of(self.lay)
+            found = self.__dict__["_layer_layout"] = _canonical(LayerLayout.of(self.lay))
         return found
 
     @property
     def expert_layout(self) -> ExpertLayout:
         found = self.__dict__.get("_expert_layout")
         if found is None:
-            found = self.__dict__["_expert_layout"] = ExpertLayout.of(self.lay)
+            found = self.__dict__["_expert_layout"] = _canonical(ExpertLayout.of(self.lay))
         return found
 
     @property
@@ -320,3 +323,8 @@ def _context_in(inputs: tuple, lay: Layout, fields: tuple[LayerLayout, ExpertLay
     if fields is not None:
         ctx.__dict__["_layer_layout"], ctx.__dict__["_expert_layout"] = fields
     return ctx
+
+
+def _canonical(record: Any) -> Any:
+    """The running call's one object equal to `record` (itself, the first time)."""
+    return current().table("records").setdefault(record, record)

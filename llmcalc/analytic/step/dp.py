@@ -16,7 +16,7 @@ from ..params import count_params
 from ..pipeline import stage_of
 from .cache import current
 from .constants import DP_BUCKET_PARAMS, MUON_NS_STEPS
-from .context import StageTimes, _Ctx
+from .context import StageTimes, _canonical, _Ctx, astuple_shallow
 from .layout import Layout, _group_per_node
 
 
@@ -51,11 +51,10 @@ def _dp_and_optimizer(ctx: _Ctx, stages: list[StageTimes], split: list[int], sta
 
 
 @dataclass(frozen=True)
-class RankDpKey:
-    """What one pipeline rank's data-parallel collectives and optimizer step read beside the ``StepInputs`` its table
-    is kept under: the degrees (tp, cp, pp, dp, ep, expert tp: the groups and their strides), the ZeRO stage, the rank
-    order, the micro-batches (ZeRO-3's per-micro-batch transfers only: 0 otherwise), the optimizer, FP8 parameter
-    gathers, and what the rank holds: parameters, routed-expert parameters, layers."""
+class DpLayout:
+    """What a rank's data-parallel collectives and optimizer step read of the layout: the degrees (tp, cp, pp, dp,
+    ep, expert tp: the groups and their strides), the ZeRO stage, the rank order, the micro-batches (ZeRO-3's
+    per-micro-batch transfers only: 0 otherwise), the optimizer and FP8 parameter gathers."""
 
     tp: int
     cp: int
@@ -68,6 +67,30 @@ class RankDpKey:
     micro_batches: int
     optimizer: str
     fp8_param_gather: bool
+
+    def __hash__(self) -> int:  # hashed once: every rank's key holds it
+        found = self.__dict__.get("_hash")
+        if found is None:
+            found = hash(astuple_shallow(self))
+            object.__setattr__(self, "_hash", found)
+        return found
+
+    @classmethod
+    def of(cls, lay: Layout, zero: int | None = None) -> DpLayout:
+        """`lay`'s; `zero`: with this ZeRO stage instead of its own."""
+        zero = lay.zero if zero is None else zero
+        return cls(tp=lay.tp, cp=lay.cp, pp=lay.pp, dp=lay.dp, ep=lay.ep, expert_tp=lay.expert_tp, zero=zero,
+                   order=lay.order, micro_batches=lay.grad_accum if zero == 3 else 0, optimizer=lay.optimizer,
+                   fp8_param_gather=lay.fp8_param_gather)
+
+
+@dataclass(frozen=True)
+class RankDpKey:
+    """What one pipeline rank's data-parallel collectives and optimizer step read beside the ``StepInputs`` its table
+    is kept under: the layout's DP fields (``DpLayout``) and what the rank holds: parameters, routed-expert
+    parameters, layers."""
+
+    layout: DpLayout
     params: float
     experts: float
     layers: int
@@ -75,10 +98,17 @@ class RankDpKey:
     @classmethod
     def of(cls, lay: Layout, held: tuple[float, float, int], zero: int | None = None) -> RankDpKey:
         """The key of a rank of `lay` holding `held` (_rank_holdings'); `zero`: with this ZeRO stage instead."""
-        zero = lay.zero if zero is None else zero
-        return cls(tp=lay.tp, cp=lay.cp, pp=lay.pp, dp=lay.dp, ep=lay.ep, expert_tp=lay.expert_tp, zero=zero,
-                   order=lay.order, micro_batches=lay.grad_accum if zero == 3 else 0, optimizer=lay.optimizer,
-                   fp8_param_gather=lay.fp8_param_gather, params=held[0], experts=held[1], layers=held[2])
+        return cls(DpLayout.of(lay, zero), params=held[0], experts=held[1], layers=held[2])
+
+
+def _dp_layout(ctx: _Ctx, zero: int | None = None) -> DpLayout:
+    """``DpLayout.of`` the context's layout (`zero`: with this ZeRO stage instead), one object per value in the call
+    (keys holding the same object compare at once), kept with the context."""
+    name = f"_dp_layout_{zero}"
+    found = ctx.__dict__.get(name)
+    if found is None:
+        found = ctx.__dict__[name] = _canonical(DpLayout.of(ctx.lay, zero))
+    return found
 
 
 def _rank_dp(ctx: _Ctx, split: tuple[int, ...], v: int, ranks: list[int]) -> dict[int, tuple]:
@@ -87,9 +117,10 @@ def _rank_dp(ctx: _Ctx, split: tuple[int, ...], v: int, ranks: list[int]) -> dic
     this layout or another."""
     table = ctx.table("rank dp")
     out = {}
+    fields = _dp_layout(ctx)
     for r in ranks:
         held = _holdings(ctx, split, v, r)
-        key = RankDpKey.of(ctx.lay, held)
+        key = RankDpKey(fields, *held)
         info = table.get(key)
         if info is None:
             info = table[key] = _one_rank_dp(ctx, *held)
