@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ...records import dataclass
 from ...spec import ModelSpec
 from ..kernels import Device
 from ..memory import Recipe
@@ -62,7 +63,7 @@ def _spread_work(lay: Layout, work: float) -> float:
 
 
 def _step_floor(spec: ModelSpec, dev: Device, lay: Layout, seq_len: int, rec: Recipe,
-                recompute: str, ctx: _Ctx | None = None) -> tuple[float, _Ctx, tuple]:
+                recompute: str, ctx: _Ctx | None = None) -> tuple[float, _Ctx, FloorPaths]:
     """(a lower bound of the makespan of `lay`'s pipeline (flash attention) at recomputation `recompute` or more,
     whatever its ZeRO stage; the context and the stage structure _optimizer_floor reads). The bound is the longest
     of the dependency paths of pipeline.path_bound, one per group of identical pipeline ranks: the first micro-batch's
@@ -93,7 +94,7 @@ def _step_floor(spec: ModelSpec, dev: Device, lay: Layout, seq_len: int, rec: Re
     m = lay.grad_accum
     p2p = _p2p_seconds(ctx) if lay.pp > 1 else 0.0
     floor = 0.0
-    for before, busy, own, hops in paths[0]:  # max(floor, path, own): a later value only where greater
+    for before, busy, own, hops in paths.ranks:  # max(floor, path, own): a later value only where greater
         path = before + m * busy + hops * p2p
         if path > floor:
             floor = path
@@ -113,33 +114,43 @@ def _rank_floor(ctx: _Ctx) -> float:
     is at least the average) up to that rounding. (search_layouts takes max(work floor, rank floor) of every layout
     from the search's table of floors: _first_floors.)"""
     shape = _floor_shape(ctx.spec, ctx.lay)
-    return _ranks_floor(shape[1], _piece_list(ctx, shape), shape[4], ctx.lay.grad_accum)
+    return _ranks_floor(shape.ranks, _piece_list(ctx, shape), shape.zb, ctx.lay.grad_accum)
 
 
-def _floor_shape(spec: ModelSpec, lay: Layout) -> tuple:
-    """What the work and rank floors of `lay` read beside its layer fields and micro-batch count: (the work
-    floor's key in the caches, _rank_pieces' ranks (their counts as floats) and pieces, the key of those pieces' passes
-    in the caches (_piece_list), whether the schedule splits off the weight gradients). The same for every layout of
-    one search with the same pp, vpp and schedule."""
+@dataclass(frozen=True)
+class FloorShape:
+    """What the work and rank floors of a layout read beside its layer fields and micro-batch count (_floor_shape):
+    the work floor's key in the table of floors, _rank_pieces' ranks (their counts as floats) and pieces, the key of
+    those pieces' passes in that table (_piece_list), whether the schedule splits off the weight gradients."""
+
+    work_key: tuple
+    ranks: tuple
+    pieces: tuple
+    list_key: tuple
+    zb: bool
+
+
+def _floor_shape(spec: ModelSpec, lay: Layout) -> FloorShape:
+    """`lay`'s FloorShape: the same for every layout of one search with the same pp, vpp and schedule."""
     v = chunks_per_rank(lay.schedule, lay.vpp)
     zb = lay.schedule.startswith("zb")
     ranks, pieces = _rank_pieces(spec, lay.pp * v, lay, v)  # (its counts are floats: _floor_ranks' are)
-    return _work_key(lay), ranks, pieces, ("piece list", pieces, zb), zb
+    return FloorShape(_work_key(lay), ranks, pieces, list_key=("piece list", pieces, zb), zb=zb)
 
 
-def _first_floors(floors: dict, inputs: tuple, lay: Layout, fields: tuple[LayerLayout, ExpertLayout], shape: tuple,
-                  ranks: bool = False) -> float:
+def _first_floors(floors: dict, inputs: tuple, lay: Layout, fields: tuple[LayerLayout, ExpertLayout],
+                  shape: FloorShape, ranks: bool = False) -> float:
     """_work_floor of `lay` (the floor search_layouts orders every layout by first), or with `ranks` its _rank_floor
     (taken second), from the search's table of floors (`floors`: its contexts' "floors" table), the layout's layer
     fields (`fields`) and _floor_shape (`shape`), the same floats; its _Ctx is built only where the table lacks the
     whole model's work or the pieces' passes. `inputs`: _context's (spec, device, sequence, recipe)."""
-    work_key, rank_list, _, list_key, zb = shape
-    found = floors.get((*fields, list_key if ranks else work_key))
+    found = floors.get((*fields, shape.list_key if ranks else shape.work_key))
     if found is None:
         ctx = _context_in(inputs, lay, fields)
-        return _ranks_floor(rank_list, _piece_list(ctx, shape), zb, lay.grad_accum) if ranks else _work_floor(ctx)
+        return _ranks_floor(shape.ranks, _piece_list(ctx, shape), shape.zb, lay.grad_accum) if ranks else \
+            _work_floor(ctx)
     if ranks:
-        return _ranks_floor(rank_list, found, zb, lay.grad_accum)
+        return _ranks_floor(shape.ranks, found, shape.zb, lay.grad_accum)
     return _spread_work(lay, found)
 
 
@@ -158,10 +169,10 @@ def _ranks_floor(ranks: tuple, passes: list, zb: bool, m: int) -> float:
     return floor * (1 - 2 * FLOOR_MARGIN)
 
 
-def _piece_list(ctx: _Ctx, shape: tuple) -> list[tuple[float, float]]:
+def _piece_list(ctx: _Ctx, shape: FloorShape) -> list[tuple[float, float]]:
     """The passes of _floor_shape's pieces (_piece_passes) for `ctx`'s layer fields, in their order: a list per
     distinct tuple of pieces, each piece's once per layer fields, in the call's table of floors."""
-    _, _, pieces, list_key, zb = shape
+    pieces, list_key, zb = shape.pieces, shape.list_key, shape.zb
     floors = ctx.table("floors")
     fields = (ctx.layer_layout, ctx.expert_layout)
     passes = floors.get((*fields, list_key))
@@ -228,7 +239,17 @@ def _rank_pieces(spec: ModelSpec, n_stages: int, lay: Layout, v: int) -> tuple:
     return found
 
 
-def _floor_paths(ctx: _Ctx, n_stages: int, v: int, recompute: str) -> tuple:
+@dataclass(frozen=True)
+class FloorPaths:
+    """_floor_paths' answer: per group of identical ranks (path before its first chunk, its own forward + backward,
+    the same with its weight gradients, its send/receive count), the stage split, each group's first rank."""
+
+    ranks: tuple[tuple[float, float, float, int], ...]
+    split: tuple[int, ...]
+    firsts: list[int]
+
+
+def _floor_paths(ctx: _Ctx, n_stages: int, v: int, recompute: str) -> FloorPaths:
     """_step_floor's paths of one layout's layer fields and stage plan, whatever the micro-batch count: per group of
     identical ranks (its last rank: pipeline.path_bounds' `ranks`) the forward and backward of the stages before its
     first chunk, its own forward + backward of one micro-batch, the same with its weight gradients, and its number of
@@ -245,7 +266,7 @@ def _floor_paths(ctx: _Ctx, n_stages: int, v: int, recompute: str) -> tuple:
     for before, mine, hops in ranks:
         path, busy, own = _rank_sums(before, mine, passes, zb)
         out.append((path, busy, own, hops))
-    return tuple(out), split, firsts
+    return FloorPaths(tuple(out), split, firsts)
 
 
 def _rank_sums(before: Sequence[tuple[int, float]], mine: Sequence[tuple[int, float]], passes: Sequence[tuple],
@@ -321,7 +342,7 @@ def _floor_ranks_uncached(plan: StagePlan, schedule: str, pp: int, v: int) -> tu
     return tuple(ranks), tuple(split), [r for r, _ in rank_groups]
 
 
-def _optimizer_floor(ctx: _Ctx, paths: tuple, with_dp: bool = True) -> tuple[float, float]:
+def _optimizer_floor(ctx: _Ctx, paths: FloorPaths, with_dp: bool = True) -> tuple[float, float]:
     """(the optimizer step of the layout in `ctx`, at least its exposed DP communication), each the most loaded
     rank's as _dp_and_optimizer takes them. The optimizer step is the same with ZeRO-1 and ZeRO-3 (_one_rank_dp
     shards it over dp x cp either way), so ZeRO-1's is taken whatever the layout's stage; the DP floor is the
@@ -330,7 +351,7 @@ def _optimizer_floor(ctx: _Ctx, paths: tuple, with_dp: bool = True) -> tuple[flo
     time is at least whatever the stage times. `with_dp` False: the optimizer alone (`_rank_optimizer`, without the
     collectives _rank_dp prices), DP floor 0."""
     lay = ctx.lay
-    _, split, firsts = paths
+    split, firsts = paths.split, paths.firsts
     v = chunks_per_rank(lay.schedule, lay.vpp)
     fields = _dp_layout(ctx, zero=1)
     floors = ctx.table("floors")

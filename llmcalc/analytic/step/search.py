@@ -15,7 +15,7 @@ from ...validate import DEFAULT_ZERO
 from ..kernels import device_for
 from ..memory import RECIPES, lookup
 from . import constants
-from .bounds import FLOOR_MARGIN, _first_floors, _floor_shape, _optimizer_floor, _step_floor
+from .bounds import FLOOR_MARGIN, FloorShape, _first_floors, _floor_shape, _optimizer_floor, _step_floor
 from .cache import per_call
 from .context import ExpertLayout, LayerLayout, StepInputs, _context_in, step_tables
 from .layout import (
@@ -96,7 +96,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     layouts: list = []  # (floor, candidate index, tier, layout, what adds the optimizer) of the valid layouts
     # each layout's layer fields (LayerLayout, ExpertLayout) per maker and degrees but vpp (which they do not read)
     fields_of: dict[tuple, tuple[LayerLayout, ExpertLayout]] = {}
-    shapes: dict[tuple, tuple] = {}  # _floor_shape per pp, vpp and schedule (what else it reads is the search's own)
+    shapes: dict[tuple, FloorShape] = {}  # per pp, vpp and schedule (what else it reads is the search's own)
     inputs = (spec, dev, seq_len, rec)
     floors = step_tables(StepInputs(spec, dev, seq=seq_len, recipe=rec, attention="flash", dropout=False,
                                     efficiency=constants.KERNEL_EFFICIENCY)).setdefault("floors", {})  # (_Ctx.table)
