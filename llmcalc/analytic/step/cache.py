@@ -15,7 +15,6 @@ the search's floors and its memory checks), kept in the same tables under the na
 from __future__ import annotations
 
 import functools
-import itertools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -25,13 +24,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class Tables:
-    """The memo tables of one call: a dict per name, and the ids that stand for big objects in the memory search's
-    keys (``Tables.token``, ``Tables.interned``), which live and die with the tables."""
+    """The memo tables of one call: a dict per name (``table``), and per object (a ModelSpec: ``of``)."""
 
     def __init__(self) -> None:
         self.named: dict[str, dict] = {}
-        self.tokens: dict[int, tuple[Any, int]] = {}
-        self.ids: dict[Any, int] = {}
 
     def table(self, name: str) -> dict:
         found = self.named.get(name)
@@ -48,24 +44,7 @@ class Tables:
             entry = table[id(obj)] = (obj, {})
         return entry[1]
 
-    def token(self, obj: Any) -> int:
-        """A small int standing for `obj` (a ModelSpec) in this call's keys: the object is kept with its token, so
-        its id is not reused while the tables stand; an equal object built anew gets its own token (a miss, never a
-        wrong hit)."""
-        entry = self.tokens.get(id(obj))
-        if entry is None:
-            entry = self.tokens[id(obj)] = (obj, next(_IDS))
-        return entry[1]
 
-    def interned(self, value: Any) -> int:
-        """A small int standing for hashable `value` in this call's keys, the same for equal values."""
-        found = self.ids.get(value)
-        if found is None:
-            found = self.ids[value] = next(_IDS)
-        return found
-
-
-_IDS = itertools.count()  # the tokens' and interned ids, unique in the process: tables made apart never share one
 _OPEN: list[Tables] = []  # the tables of the calls running now (the outermost first)
 
 
@@ -95,23 +74,11 @@ def clear_caches() -> None:
     kernels._WAVES.clear()
 
 
-def _token(obj: Any) -> int:
-    return current().token(obj)
-
-
-def _interned(value: Any) -> int:
-    return current().interned(value)
-
-
 def _cached_in(cache: dict, key: Any, make: Callable[[], Any]) -> Any:
     value = cache.get(key, _MISSING)
     if value is _MISSING:
         value = cache[key] = make()
     return value
-
-
-def _cached(name: str, key: Any, make: Callable[[], Any]) -> Any:
-    return _cached_in(current().table(name), key, make)
 
 
 _MISSING = object()  # "not cached" (None is a value some tables hold)

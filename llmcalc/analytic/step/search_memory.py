@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from ...records import dataclass
 from ...spec import ModelSpec
 from ..activations import ActivationEstimate, activation_memory, kept_terms, layer_saved
 from ..memory import (
@@ -20,8 +21,39 @@ from ..memory import (
 )
 from ..parallel import Parallel, _build
 from ..params import count_params, layer_blocks
-from .cache import _cached, _interned, _token, current, per_call
+from .cache import _cached_in, current, per_call
 from .layout import Layout
+
+
+@dataclass(frozen=True)
+class ActsKey:
+    """What a layer kind's saved activations read beside the model family (whose tables hold them, _family): the
+    micro-batch, the sequence on this rank, bytes per activation, the recomputation, tp and sequence parallelism."""
+
+    batch: int
+    seq: int
+    act_bytes: float
+    recompute: str
+    tp: int
+    sp: bool
+
+    def __hash__(self) -> int:  # hashed once: every key of the stage's terms holds it
+        found = self.__dict__.get("_hash")
+        if found is None:
+            found = hash((self.batch, self.seq, self.act_bytes, self.recompute, self.tp, self.sp))
+            object.__setattr__(self, "_hash", found)
+        return found
+
+
+def _family(spec: ModelSpec) -> ModelSpec:
+    """The model `spec` was resized from (_resized), else itself: a family's tables hold the per-layer terms its
+    copies share."""
+    return current().table("family").get(id(spec), (spec, spec))[1]
+
+
+def _of(spec: ModelSpec, name: str) -> dict:
+    """The running call's table `name` of the model `spec` (cache.Tables.of)."""
+    return current().of(spec, name)
 
 
 @per_call
@@ -33,23 +65,22 @@ def _least_that_fits(spec: ModelSpec, lay: Layout, seq_len: int, tries: list[str
     (None, last stage tried, its peak) when nothing fits. Memory is `memory.training_memory`'s, computed through
     `training_peak` (the same arithmetic, each distinct layer kind's activations once). Once per model, degrees,
     micro-batch and settings: what it reads of `lay` (the layouts that differ in vpp alone, say, share it)."""
-    key = ("fits", _token(spec), lay.tp, lay.cp, lay.pp, lay.dp, lay.ep, lay.etp, lay.micro_batch, seq_len,
-           tuple(tries), capacity, recipe, optimizer)
-    return _cached("counts", key, lambda: _least_that_fits_uncached(spec, lay, seq_len, tries, capacity,
-                                                                    recipe=recipe, optimizer=optimizer))
+    key = (lay.tp, lay.cp, lay.pp, lay.dp, lay.ep, lay.etp, lay.micro_batch, seq_len, tuple(tries), capacity, recipe,
+           optimizer)
+    return _cached_in(_of(spec, "fits"), key, lambda: _least_that_fits_uncached(spec, lay, seq_len, tries, capacity,
+                                                                                 recipe=recipe, optimizer=optimizer))
 
 
 def _least_that_fits_uncached(spec: ModelSpec, lay: Layout, seq_len: int, tries: list[str], capacity: float,
                               recipe: str, optimizer: str) -> tuple[str | None, int, float]:
     layers = math.ceil(spec.n_layers / lay.pp) * lay.pp  # pp values with the same count share the resized spec
-    even = _cached("params", ("even", _token(spec), layers), lambda: _resized(spec, layers))
+    even = _cached_in(_of(spec, "resized"), layers, lambda: _resized(spec, layers))
     rec = RECIPES[recipe]
     peak, zero = 0.0, 1
     zeros = (1, 3) if lay.dp > 1 else (1,)
     # each recomputation's stage activations (_stage_sums): the same at either ZeRO stage, and for the layouts that
     # differ in ep or etp alone
-    sums = _cached("acts", ("check sums", _token(even), lay.micro_batch, seq_len, rec.act_bytes, lay.tp, lay.cp,
-                            lay.pp), dict)
+    sums = _cached_in(_of(even, "check sums"), (lay.micro_batch, seq_len, rec.act_bytes, lay.tp, lay.cp, lay.pp), dict)
     for zero in zeros:
         # _training_peak's terms, without its cache: no other layout's check asks for these degrees and micro-batch
         states = _stage_states(even, recipe, optimizer, (lay.tp, lay.cp, lay.pp, lay.dp, lay.ep, lay.etp, zero))
@@ -93,8 +124,7 @@ def _resized(spec: ModelSpec, n_layers: int) -> ModelSpec:
     same = n_layers == spec.n_layers and spec.n_dense_layers <= n_layers and \
         all(i < n_layers for i in (*(spec.moe_layers or ()), *(spec.index_layers or ())))
     out = spec if same else spec.with_layers(n_layers)
-    base = _token(spec)
-    current().table("family")[_token(out)] = current().table("family").get(base, base)
+    current().table("family")[id(out)] = (out, _family(spec))  # (kept with its id)
     return out
 
 
@@ -104,9 +134,9 @@ def training_peak(spec: ModelSpec, batch: int, seq_len: int, recipe: str, optimi
     """`memory.training_memory(...).peak` (flash attention, no dropout, fused optimizer), evaluated with each distinct
     piece once: the parameters per model, each layer kind's saved activations per (micro-batch, sequence, tp,
     recompute), then summed by count (tests hold it equal to training_memory)."""
-    key = (_token(spec), batch, seq_len, recipe, optimizer, recompute, *_degrees(parallel))
-    return _cached("counts", key, lambda: _training_peak(spec, batch, seq_len, recipe, optimizer, recompute=recompute,
-                                                         parallel=parallel))
+    key = (batch, seq_len, recipe, optimizer, recompute, *_degrees(parallel))
+    return _cached_in(_of(spec, "peaks"), key, lambda: _training_peak(spec, batch, seq_len, recipe, optimizer,
+                                                                      recompute=recompute, parallel=parallel))
 
 
 def _training_peak(spec: ModelSpec, batch: int, seq_len: int, recipe: str, optimizer: str, recompute: str,
@@ -117,8 +147,8 @@ def _training_peak(spec: ModelSpec, batch: int, seq_len: int, recipe: str, optim
     states = _stage_states(spec, recipe, optimizer, (tp, parallel.cp, pp, parallel.dp, parallel.ep, parallel.etp,
                                                      parallel.zero))
     if rec.fp8_saved_inputs:
-        common = (spec, batch, seq, rec.act_bytes, recompute, tp, sp)
-        acts = [_fp8_inputs(_activations(*common, *r), rec.act_bytes, rec.saved_input_bytes)
+        args = (spec, batch, seq, rec.act_bytes, recompute, tp, sp)
+        acts = [_fp8_inputs(_activations(*args, *r), rec.act_bytes, rec.saved_input_bytes)
                 for r in _stage_ranges(spec.n_layers, pp)]
         return max(peak_of(s, a) for s, a in zip(states, acts, strict=True))
     sums = _stage_sums(spec, batch, seq, rec.act_bytes, recompute, mesh=(tp, sp, pp))
@@ -136,24 +166,20 @@ def _stage_ranges(n_layers: int, pp: int) -> list[tuple[int, int, int, bool]]:
 
 def _stage_sums(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recompute: str, mesh: tuple) -> list:
     """_activation_sums of each of _stage_ranges' stages, `mesh` = (tp, sequence parallel, pp): the stages' layer kinds
-    and interned signatures once per model, pp and sequence (_stages_signed), then each stage's plan by one key."""
+    and signatures once per model, pp and sequence (_stages_signed), then each stage's plan by one key."""
     tp, sp, pp = mesh
-    token = _token(spec)
-    cache = current().table("acts")
-    stages = cache.get(("stages", token, pp, seq))
-    if stages is None:
-        stages = cache[("stages", token, pp, seq)] = _stages_signed(spec, pp, seq)
-    common = (current().table("family").get(token, token), batch, seq, act_bytes, recompute, tp, sp)
+    stages = _cached_in(_of(spec, "stages"), (pp, seq), lambda: _stages_signed(spec, pp, seq))
+    common = ActsKey(batch, seq, act_bytes, recompute, tp, sp)
     return [_summed(spec, common, kinds, signed, in_flight, head=head) for kinds, signed, in_flight, head in stages]
 
 
-def _stages_signed(spec: ModelSpec, pp: int, seq: int) -> list[tuple[list, int, int, bool]]:
-    """Per stage of _stage_ranges: its layer kinds and their signatures (_kinds_signed, the signatures _interned),
-    the micro-batches in flight and whether it holds the head."""
+def _stages_signed(spec: ModelSpec, pp: int, seq: int) -> list[tuple[list, tuple, int, bool]]:
+    """Per stage of _stage_ranges: its layer kinds and their signatures (_kinds_signed), the micro-batches in flight
+    and whether it holds the head."""
     out = []
     for start, stop, in_flight, head in _stage_ranges(spec.n_layers, pp):
         kinds, signatures = _kinds_signed(spec, start, stop, seq)
-        out.append((kinds, _interned(signatures), in_flight, head))
+        out.append((kinds, signatures, in_flight, head))
     return out
 
 
@@ -161,8 +187,8 @@ def _stage_states(spec: ModelSpec, recipe: str, optimizer: str, degrees: tuple) 
     """memory.training_memory's most loaded stages (pp 1: the only one; else the first and the last), each as the
     MemoryEstimate.state_terms of its parameters: the same whatever the micro-batch and recomputation, so once per
     model, recipe, optimizer and `degrees` = (tp, cp, pp, dp, ep, etp, ZeRO stage) (what they read of a Parallel)."""
-    return _cached("params", ("states", _token(spec), recipe, optimizer, *degrees),
-                   lambda: _stage_states_uncached(spec, recipe, optimizer, degrees))
+    return _cached_in(_of(spec, "states"), (recipe, optimizer, *degrees),
+                      lambda: _stage_states_uncached(spec, recipe, optimizer, degrees))
 
 
 def _stage_states_uncached(spec: ModelSpec, recipe: str, optimizer: str,
@@ -175,7 +201,7 @@ def _stage_states_uncached(spec: ModelSpec, recipe: str, optimizer: str,
     def make() -> tuple:  # once per model: its components, per-layer split, routed experts and blocks
         comps = count_params(spec).components
         return comps, _layer_params(spec, comps), routed_expert_params(spec, comps), layer_blocks(spec)
-    comps, split, routed, each_block = _cached("params", ("comps", _token(spec)), make)
+    comps, split, routed, each_block = _cached_in(_of(spec, "components"), "components", make)
     layer, norms, emb, head, final = split
     per_stage = spec.n_layers // pp
     routed = routed / spec.n_layers
@@ -219,22 +245,18 @@ def _activation_sums(spec: ModelSpec, batch: int, seq: int, act_bytes: float, re
     model family, micro-batch, sequence, tp, recomputation and the stage's layer kinds, whatever their counts and the
     micro-batches in flight) as _stage_acts' dicts add them up (see _sums_plan; _summed). Not cached: a layout
     search asks for each stage once (_stage_sums, per memory check)."""
-    token = _token(spec)
     kinds, signatures = _kinds_signed(spec, start, stop, seq)
-    common = (current().table("family").get(token, token), batch, seq, act_bytes, recompute, tp, sp)
-    return _summed(spec, common, kinds, _interned(signatures), in_flight, head=head)
+    return _summed(spec, ActsKey(batch, seq, act_bytes, recompute, tp, sp), kinds, signatures, in_flight, head=head)
 
 
-def _summed(spec: ModelSpec, common: tuple, kinds: list, signed: int, in_flight: int,
+def _summed(spec: ModelSpec, common: ActsKey, kinds: list, signatures: tuple, in_flight: int,
             head: bool) -> tuple[float, float, float, int, float, float]:
-    """_activation_sums of a stage of these layer kinds (`signed`: their signatures _interned; `common` as
-    _kind_terms'), from its plan (_sums_plan, once per `common`, signatures and head)."""
-    cache = current().table("acts")
-    key = ("plan", *common, signed, head)
+    """_activation_sums of a stage of these layer kinds (`signatures`: theirs), from its plan (_sums_plan, once per
+    model family, `common`, signatures and head)."""
+    cache = _of(_family(spec), "acts")
+    key = ("plan", common, signatures, head)
     plan = cache.get(key)
     if plan is None:
-        if len(cache) > 200_000:
-            cache.clear()
         plan = cache[key] = _sums_plan(spec, kinds, common, head)
     simple, flat, slots, tail, logits, head_saved, largest, own = plan
     # _stage_acts' 0.0 + x per name and per kind (the dicts' get(name, 0.0) + x) is left out below: it is x, but
@@ -271,16 +293,16 @@ def _summed(spec: ModelSpec, common: tuple, kinds: list, signed: int, in_flight:
 
 def _kinds_signed(spec: ModelSpec, start: int, stop: int, seq: int) -> tuple[list, tuple]:
     """(_kinds_between(spec, start, stop), each kind's _layer_signature at `seq`)."""
-    kinds = _cached("acts", ("kinds", _token(spec), start, stop), lambda: _kinds_between(spec, start, stop))
-    return kinds, tuple([_signature(spec, _token(spec), i, seq) for i, _ in kinds])
+    kinds = _cached_in(_of(spec, "kinds"), (start, stop), lambda: _kinds_between(spec, start, stop))
+    return kinds, tuple([_signature(spec, i, seq) for i, _ in kinds])
 
 
-def _signature(spec: ModelSpec, token: int, i: int, seq: int) -> tuple:
-    """_layer_signature(spec, i, seq), once per model (`token`), layer and sequence."""
-    return _cached("params", ("signature", token, i, seq), lambda: _layer_signature(spec, i, seq))
+def _signature(spec: ModelSpec, i: int, seq: int) -> tuple:
+    """_layer_signature(spec, i, seq), once per model, layer and sequence."""
+    return _cached_in(_of(spec, "signatures"), (i, seq), lambda: _layer_signature(spec, i, seq))
 
 
-def _sums_plan(spec: ModelSpec, kinds: list, common: tuple, head: bool) -> tuple:
+def _sums_plan(spec: ModelSpec, kinds: list, common: ActsKey, head: bool) -> tuple:
     """_activation_sums' constants of a stage of these layer kinds ([first layer, count] each, in layer order;
     `common` as _kind_terms'), whatever their counts and the micro-batches in flight: (the one kind's term bytes in
     order where the stage has one kind and each name once, not the head's, else None; where each kind's layer saves
@@ -292,10 +314,10 @@ def _sums_plan(spec: ModelSpec, kinds: list, common: tuple, head: bool) -> tuple
     sums to _stage_acts' float: 0.0, + per kind (0.0 + each of its bytes x in flight, in order) x its count, + the
     head's bytes (0.0 + x is x: the dicts' get(name, 0.0) + x whether or not the name is there yet)."""
     whole = _head_acts(spec, common, head)
-    token, seq = _token(spec), common[2]
+    seq = common.seq
     heads = whole.per_layer
     if len(kinds) == 1:  # the usual stage: its names once each and not the head's
-        terms, full, kept = _layer_kept(spec, kinds[0][0], common, _signature(spec, token, kinds[0][0], seq))
+        terms, full, kept = _layer_kept(spec, kinds[0][0], common, _signature(spec, kinds[0][0], seq))
         names = [name for name, _ in terms]
         if len(set(names)) == len(names) and heads.keys().isdisjoint(names):
             largest, own = (full, kept) if full > 0.0 else (0.0, 0.0)
@@ -303,7 +325,7 @@ def _sums_plan(spec: ModelSpec, kinds: list, common: tuple, head: bool) -> tuple
                     whole.logits_and_loss, whole.head_saved, largest, own)
     kept_of, largest, own = [], 0.0, 0.0
     for i, _ in kinds:
-        terms, full, kept = _layer_kept(spec, i, common, _signature(spec, token, i, seq))
+        terms, full, kept = _layer_kept(spec, i, common, _signature(spec, i, seq))
         kept_of.append(terms)
         if full > largest:  # (full, kept) if full > 0.0, as _kind_terms takes them; the first largest kind
             largest, own = full, kept
@@ -365,7 +387,7 @@ def _layer_runs(spec: ModelSpec) -> list[tuple[int, int, tuple]]:
             else:
                 runs.append((i, i + 1, kind))
         return runs
-    return _cached("acts", ("runs", _token(spec)), make)
+    return _cached_in(_of(spec, "runs"), "runs", make)
 
 
 def _stage_acts(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recompute: str, tp: int, sp: bool,
@@ -375,13 +397,11 @@ def _stage_acts(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recompu
     recomputation) and model family, times the micro-batches in flight once per such count (_kind_terms), then
     summed by count; a stage of one layer kind whose names are distinct from the head's takes them as lists (the
     same floats as the dicts: each name's 0.0 + its bytes)."""
-    token = _token(spec)
-    family = current().table("family").get(token, token)
-    common = (family, batch, seq, act_bytes, recompute, tp, sp)
+    common = ActsKey(batch, seq, act_bytes, recompute, tp, sp)
 
     # the final norm, LM head and loss: the same whatever the micro-batches in flight
     whole = _head_acts(spec, common, head)
-    kinds = _cached("acts", ("kinds", token, start, stop), lambda: _kinds_between(spec, start, stop))
+    kinds = _cached_in(_of(spec, "kinds"), (start, stop), lambda: _kinds_between(spec, start, stop))
     if len(kinds) == 1:
         i, count = kinds[0]
         names, one, working_set, largest_layer, own_layer = _kind_terms(spec, i, common, in_flight)
@@ -408,15 +428,14 @@ def _stage_acts(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recompu
     return tuple(per_layer), list(per_layer.values()), largest, whole.logits_and_loss, biggest, own, whole.head_saved
 
 
-def _kind_terms(spec: ModelSpec, i: int, common: tuple, in_flight: int) -> tuple:
-    """activation_memory over layer i alone, `common` = (model family, micro-batch, sequence, activation bytes,
-    recomputation, tp, sequence parallel): (its names, in order, once each; their bytes times the micro-batches in
-    flight; the recompute working set; the largest layer; its own layer). The layer's terms once whatever the
-    micro-batches in flight (a name that repeats adds up as activation_memory adds it); once per layer signature
-    and model family (_layer_signature: layers that read the same per-layer fields of models that differ only in
-    their layer count have the same terms)."""
-    recompute, seq = common[4], common[2]
-    signature = _signature(spec, _token(spec), i, seq)
+def _kind_terms(spec: ModelSpec, i: int, common: ActsKey, in_flight: int) -> tuple:
+    """activation_memory over layer i alone, `common` its ActsKey (in the model family's tables): (its names, in
+    order, once each; their bytes times the micro-batches in flight; the recompute working set; the largest layer;
+    its own layer). The layer's terms once whatever the micro-batches in flight (a name that repeats adds up as
+    activation_memory adds it); once per layer signature and model family (_layer_signature: layers that read the
+    same per-layer fields of models that differ only in their layer count have the same terms)."""
+    recompute, seq = common.recompute, common.seq
+    signature = _signature(spec, i, seq)
 
     def make() -> tuple:
         terms, whole, kept = _layer_kept(spec, i, common, signature)
@@ -425,37 +444,39 @@ def _kind_terms(spec: ModelSpec, i: int, common: tuple, in_flight: int) -> tuple
             one[name] = one.get(name, 0.0) + value * in_flight
         largest, own = (whole, kept) if whole > 0.0 else (0.0, 0.0)
         return tuple(one), list(one.values()), largest if recompute == "full" else 0.0, largest, own
-    return _cached("acts", ("kind terms", *common, signature, in_flight), make)
+    return _cached_in(_of(_family(spec), "acts"), ("kind terms", common, signature, in_flight), make)
 
 
-def _layer_kept(spec: ModelSpec, i: int, common: tuple, signature: tuple) -> tuple:
+def _layer_kept(spec: ModelSpec, i: int, common: ActsKey, signature: tuple) -> tuple:
     """activations.layer_terms of layer i (flash attention, no dropout; `common` as _kind_terms'), once per
     `common` and layer signature; the layer's saved tensors (layer_saved) once per model family, micro-batch,
     sequence and activation bytes: they are the same whatever the recomputation and tp (kept_terms), and their
     per-rank bytes once per tp and sequence parallelism besides: the same whatever the recomputation."""
-    family, batch, seq, act_bytes, recompute, tp, sp = common
+    batch, seq, act_bytes, recompute, tp, sp = (common.batch, common.seq, common.act_bytes, common.recompute,
+                                                common.tp, common.sp)
+    acts = _of(_family(spec), "acts")
 
     def make() -> tuple:
-        items = _cached("acts", ("saved", family, batch, seq, act_bytes, signature),
-                        lambda: layer_saved(spec, i, batch, seq, act_bytes=act_bytes, attention="flash",
-                                            dropout=False))
-        ranks = _cached("acts", ("ranks", family, batch, seq, act_bytes, tp, sp, signature),
-                        lambda: [s.per_rank(tp, sp) for s in items])  # the same for every recomputation
+        items = _cached_in(acts, ("saved", batch, seq, act_bytes, signature),
+                           lambda: layer_saved(spec, i, batch, seq, act_bytes=act_bytes, attention="flash",
+                                               dropout=False))
+        ranks = _cached_in(acts, ("ranks", batch, seq, act_bytes, tp, sp, signature),
+                           lambda: [s.per_rank(tp, sp) for s in items])  # the same for every recomputation
         return kept_terms(spec, items, batch * seq, act_bytes, recompute=recompute, tp=tp, sequence_parallel=sp,
                           ranks=ranks)
-    return _cached("acts", ("terms", *common, signature), make)
+    return _cached_in(acts, ("terms", common, signature), make)
 
 
-def _head_acts(spec: ModelSpec, common: tuple, head: bool) -> ActivationEstimate:
+def _head_acts(spec: ModelSpec, common: ActsKey, head: bool) -> ActivationEstimate:
     """activation_memory over no layer (the final norm, LM head and loss when `head`; `common` as _kind_terms'),
     once per model family, micro-batch, sequence, activation bytes and tp: without layers the recomputation
     changes nothing (no working set, no largest layer); without the head, nothing at all (its estimate: no bytes)."""
     if not head:
         return ActivationEstimate({}, 0.0, 0.0)
-    family, batch, seq, act_bytes, recompute, tp, sp = common
-    return _cached("acts", ("head", family, batch, seq, act_bytes, tp, sp),
-                   lambda: activation_memory(spec, batch, seq, act_bytes, recompute, tp=tp, sequence_parallel=sp,
-                                             layers=range(0), head=True))
+    batch, seq, act_bytes, tp, sp = common.batch, common.seq, common.act_bytes, common.tp, common.sp
+    return _cached_in(_of(_family(spec), "acts"), ("head", batch, seq, act_bytes, tp, sp),
+                      lambda: activation_memory(spec, batch, seq, act_bytes, common.recompute, tp=tp,
+                                                sequence_parallel=sp, layers=range(0), head=True))
 
 
 def _layer_signature(spec: ModelSpec, i: int, seq: int) -> tuple:
