@@ -14,7 +14,7 @@ import pytest
 
 from llmcalc.analytic.kernels import device_for
 from llmcalc.analytic.memory import RECIPES
-from llmcalc.analytic.step.cache import clear_caches
+from llmcalc.analytic.step.cache import _OPEN, clear_caches, current, per_call
 from llmcalc.analytic.step.constants import KERNEL_EFFICIENCY
 from llmcalc.analytic.step.context import _Ctx, _layer_kind, gemm_table, linear_seconds
 from llmcalc.analytic.step.dp import RankDpKey, _one_rank_dp, _rank_holdings
@@ -78,18 +78,24 @@ def _predict(change: dict):
                    recipe=args["recipe"], attention=args["attention"], dropout=args["dropout"])
 
 
+@per_call
+def _after(first: dict, then: dict):
+    """The prediction of `then` made after that of `first` in one call's tables (the second finds the first's
+    entries: what a search's layouts share)."""
+    _predict(first)
+    return _predict(then)
+
+
 @pytest.mark.parametrize("change", LAYOUT_VARIATIONS + OTHER_VARIATIONS, ids=str)
 def test_a_warm_prediction_is_the_cold_one(change):
-    """predict's memos (a layer's cost, a stage's, a rank's DP and optimizer, the GEMM, attention and collective
-    times, the stage plans, the FLOPs) give after the base prediction what they give from nothing."""
+    """predict's memos (a layer's cost, a stage's, a rank's DP and optimizer, the GEMM and attention rates, the
+    stage plans, the FLOPs) give after the base prediction, in the same tables, what they give from nothing."""
     clear_caches()
     try:
         cold = _predict(change)
     except LlmcalcError as exc:
         pytest.fail(f"not a valid variation: {exc}")
-    clear_caches()
-    _predict({})
-    warm = _predict(change)
+    warm = _after({}, change)
     assert warm == cold
     assert warm != _predict({})  # the field matters to the prediction (else this variation tests no key)
 
@@ -97,13 +103,18 @@ def test_a_warm_prediction_is_the_cold_one(change):
 @pytest.mark.parametrize("first, then", [({"recipe": "fp8"}, {"recipe": "fp8-current"}),
                                          ({"order": "cp-tp-ep-dp-pp"}, {"order": "cp-dp-tp-ep-pp"})])
 def test_the_holes_issue_37_names_stay_closed(first, then):
-    """The FP8 scaling mode and the TP group's stride, each after the other in one process (the two orders place
-    cp alike: only where the TP group sits, in one node or across two, tells the dense layers' costs apart)."""
-    clear_caches()
+    """The FP8 scaling mode and the TP group's stride, each after the other in one call's tables (the two orders
+    place cp alike: only where the TP group sits, in one node or across two, tells the dense layers' costs apart)."""
     cold = _predict(then)
-    clear_caches()
-    _predict(first)
-    assert _predict(then) == cold != _predict(first)
+    assert _after(first, then) == cold != _predict(first)
+
+
+def test_predictions_share_nothing_across_calls():
+    """Each predict call opens its own tables and drops them: a second call finds none of the first's entries."""
+    seen = []
+    per_call(lambda: seen.append(current()))()
+    per_call(lambda: seen.append(current()))()
+    assert seen[0] is not seen[1] and not _OPEN
 
 
 def test_a_search_after_another_is_the_search_alone():
