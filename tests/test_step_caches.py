@@ -17,12 +17,12 @@ from llmcalc.analytic.memory import RECIPES
 from llmcalc.analytic.step.cache import _OPEN, clear_caches, current, per_call
 from llmcalc.analytic.step.constants import KERNEL_EFFICIENCY
 from llmcalc.analytic.step.context import _Ctx, _layer_kind, gemm_table, linear_seconds
-from llmcalc.analytic.step.dp import RankDpKey, _one_rank_dp, _rank_holdings
-from llmcalc.analytic.step.layer import LayerKey, _layer_cost_uncached
+from llmcalc.analytic.step.dp import _one_rank_dp, _rank_holdings, rank_dp_key
+from llmcalc.analytic.step.layer import _layer_cost_uncached, layer_key
 from llmcalc.analytic.step.layout import make_layout
 from llmcalc.analytic.step.prediction import predict
 from llmcalc.analytic.step.search import search_layouts
-from llmcalc.analytic.step.stages import StageKey, _stage_plan, stage_times
+from llmcalc.analytic.step.stages import _stage_plan, stage_key, stage_times
 from llmcalc.errors import LlmcalcError
 from llmcalc.spec import load_model
 
@@ -145,11 +145,13 @@ def _context(change: dict):
 
 
 # each variation against the base, and the holes issue 37 names: fp8 then fp8-current (the recipes share the GEMM
-# dtype and rate, not the quantization bytes), two orders that place cp alike and TP in one node or across two
+# dtype and rate, not the quantization bytes), two orders that place cp alike and TP in one node or across two; and
+# two selective recomputations that differ in their modules alone (what an MTP layer re-runs)
 VARIATIONS = [pytest.param({}, change, id=str(change)) for change in LAYOUT_VARIATIONS + OTHER_VARIATIONS] + [
     pytest.param(first, then, id=f"{first} then {then}")
     for first, then in (({"recipe": "fp8"}, {"recipe": "fp8-current"}),
-                        ({"order": "cp-tp-ep-dp-pp"}, {"order": "cp-dp-tp-ep-pp"}))]
+                        ({"order": "cp-tp-ep-dp-pp"}, {"order": "cp-dp-tp-ep-pp"}),
+                        ({"recompute": "selective"}, {"recompute": "selective", "recompute_modules": ("moe",)}))]
 RECOMPUTES = [frozenset(), frozenset({"block"}), frozenset({"core_attn"}), frozenset({"mla_up_proj", "moe"})]
 
 
@@ -166,12 +168,7 @@ def test_a_layer_cost_reads_only_its_key(first, change):
     alike = 0
     for i in (0, 1, base.spec.n_layers - 1):  # the dense first layer, MoE layers
         for rec in RECOMPUTES:
-            kind = _layer_kind(ctx.spec, i)
-            key = LayerKey(kind, rec, ctx.layer_layout, ctx.expert_layout if kind[1] == "moe" else None)
-            base_kind = _layer_kind(base.spec, i)
-            base_key = LayerKey(base_kind, rec, base.layer_layout, base.expert_layout if base_kind[1] == "moe" else
-                                None)
-            if _keyed_alike(base, ctx, base_key, key):
+            if _keyed_alike(base, ctx, layer_key(base, i, rec), layer_key(ctx, i, rec)):
                 alike += 1
                 assert _layer_cost_uncached(ctx, i, rec) == _layer_cost_uncached(base, i, rec)
     if not first and change in ({"zero": 0}, {"dp_overlap": False}, {"pp": 4}, {"optimizer": "muon"}):
@@ -200,8 +197,8 @@ def test_a_stage_cost_reads_only_its_key(first, change):
     for composition in plan.compositions:
         for mtp in (0, 1):
             composition = replace(composition, mtp=mtp)
-            key = StageKey(composition, recompute_var, ctx.layer_layout, ctx.expert_layout)
-            if _keyed_alike(base, ctx, StageKey(composition, recompute, base.layer_layout, base.expert_layout), key):
+            key = stage_key(ctx, composition, recompute_var)
+            if _keyed_alike(base, ctx, stage_key(base, composition, recompute), key):
                 assert stage_times(ctx, composition, recompute_var) == stage_times(base, composition, recompute)
 
 
@@ -213,7 +210,7 @@ def test_a_rank_dp_cost_reads_only_its_key(first, change):
     ctx, _ = _context(change)
     for r in range(base.lay.pp):
         held = _rank_holdings(base, tuple(_stage_plan(base.spec, base.lay.pp, base.lay, "none").split), 1, r)
-        if _keyed_alike(base, ctx, RankDpKey.of(base.lay, held), RankDpKey.of(ctx.lay, held)):
+        if _keyed_alike(base, ctx, rank_dp_key(base, held), rank_dp_key(ctx, held)):
             assert _one_rank_dp(ctx, *held) == _one_rank_dp(base, *held)
 
 

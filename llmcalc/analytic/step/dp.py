@@ -95,11 +95,6 @@ class RankDpKey:
     experts: float
     layers: int
 
-    @classmethod
-    def of(cls, lay: Layout, held: tuple[float, float, int], zero: int | None = None) -> RankDpKey:
-        """The key of a rank of `lay` holding `held` (_rank_holdings'); `zero`: with this ZeRO stage instead."""
-        return cls(DpLayout.of(lay, zero), params=held[0], experts=held[1], layers=held[2])
-
 
 def _dp_layout(ctx: _Ctx, zero: int | None = None) -> DpLayout:
     """``DpLayout.of`` the context's layout (`zero`: with this ZeRO stage instead), one object per value in the call
@@ -111,16 +106,20 @@ def _dp_layout(ctx: _Ctx, zero: int | None = None) -> DpLayout:
     return found
 
 
+def rank_dp_key(ctx: _Ctx, held: tuple[float, float, int], zero: int | None = None) -> RankDpKey:
+    """The ``RankDpKey`` of a rank holding `held` (_rank_holdings') in this context (`zero`: at this ZeRO stage)."""
+    return RankDpKey(_dp_layout(ctx, zero), *held)
+
+
 def _rank_dp(ctx: _Ctx, split: tuple[int, ...], v: int, ranks: list[int]) -> dict[int, tuple]:
     """For pipeline ranks `ranks`, what each one's data-parallel reductions and optimizer step cost, whatever the
     stage times (``_one_rank_dp``), memoized per ``RankDpKey``: ranks holding the same parameters cost the same, in
     this layout or another."""
     table = ctx.table("rank dp")
     out = {}
-    fields = _dp_layout(ctx)
     for r in ranks:
         held = _holdings(ctx, split, v, r)
-        key = RankDpKey(fields, *held)
+        key = rank_dp_key(ctx, held)
         info = table.get(key)
         if info is None:
             info = table[key] = _one_rank_dp(ctx, *held)

@@ -73,13 +73,18 @@ class LayerKey:
     experts: ExpertLayout | None
 
 
-def _layer_cost(ctx: _Ctx, i: int, rec: frozenset[str]) -> StageTimes:
-    """Layer `i`'s cost (``_layer_cost_uncached``), memoized per ``LayerKey``: layers of one kind cost the same."""
+def layer_key(ctx: _Ctx, i: int, rec: frozenset[str]) -> LayerKey:
+    """The ``LayerKey`` of layer `i` recomputing `rec` in this context."""
     kinds = ctx.table("model").get("kinds")
     if kinds is None:
         kinds = ctx.table("model")["kinds"] = _kinds_of(ctx.spec)
     kind = kinds[0][i]
-    key = LayerKey(kind, rec, ctx.layer_layout, ctx.expert_layout if kind[1] == "moe" else None)
+    return LayerKey(kind, rec, ctx.layer_layout, ctx.expert_layout if kind[1] == "moe" else None)
+
+
+def _layer_cost(ctx: _Ctx, i: int, rec: frozenset[str]) -> StageTimes:
+    """Layer `i`'s cost (``_layer_cost_uncached``), memoized per ``LayerKey``: layers of one kind cost the same."""
+    key = layer_key(ctx, i, rec)
     table = ctx.table("layer")
     cost = table.get(key)
     if cost is None:

@@ -56,10 +56,11 @@ class Composition:
 class StageKey:
     """What one stage's cost reads beside the ``StepInputs`` its table is kept under: its composition (_stage_plan's:
     the runs of (a representative layer, what it recomputes, how many), whether it holds the embedding and the LM
-    head, its MTP layers), the recomputation its MTP layers take, and the layout's layer fields and expert mesh."""
+    head, its MTP layers), what its MTP layers recompute (none without them), and the layout's layer fields and
+    expert mesh."""
 
     composition: Composition
-    recompute: str
+    mtp_recomputes: frozenset[str]
     layout: LayerLayout
     experts: ExpertLayout
 
@@ -67,12 +68,19 @@ class StageKey:
 def _stage_cost(ctx: _Ctx, composition: Composition, recompute: str) -> StageTimes:
     """One stage's StageTimes (``stage_times``), memoized per ``StageKey``: stages made of the same layers cost the
     same, in this layout and in every other with the same layer fields."""
-    key = StageKey(composition, recompute, ctx.layer_layout, ctx.expert_layout)
+    key = stage_key(ctx, composition, recompute)
     table = ctx.table("stage")
     total = table.get(key)
     if total is None:
         total = table[key] = stage_times(ctx, composition, recompute)
     return total
+
+
+def stage_key(ctx: _Ctx, composition: Composition, recompute: str) -> StageKey:
+    """The ``StageKey`` of a stage of `composition` at `recompute` in this context."""
+    last = ctx.spec.n_layers - 1
+    return StageKey(composition, _recomputes(ctx.lay, recompute, last, last) if composition.mtp else frozenset(),
+                    ctx.layer_layout, ctx.expert_layout)
 
 
 def stage_times(ctx: _Ctx, composition: Composition, recompute: str) -> StageTimes:
