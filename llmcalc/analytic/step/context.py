@@ -303,9 +303,13 @@ class _Ctx:
 
 
 def _layer_kind(spec: ModelSpec, i: int) -> tuple:
-    """What makes two layers cost the same: their mixers, FFN and attention span."""
+    """What makes two layers cost the same, all a layer's cost reads of its index: its mixers and FFN, its attention
+    span (which sets its head width and K/V heads), whether it reads an earlier layer's K/V (no K/V projections, its
+    own FFN width: Gemma 4's KV-shared layers), how it compresses its KV and whether it runs a lightning indexer
+    (DeepSeek-V3.2 / V4). tests/test_step_caches.py holds every layer of a kind to its first one's cost."""
     mixers, ffn = spec.layer_parts(i)
-    return mixers, ffn, spec.attention_span(i) if "attention" in mixers else ""
+    return (mixers, ffn, spec.attention_span(i) if "attention" in mixers else "", spec.kv_shared(i),
+            spec.compression(i), spec.has_indexer(i))
 
 
 def _context(spec: ModelSpec, dev: Device, lay: Layout, seq_len: int, rec: Recipe, attention: str = "flash",
