@@ -175,8 +175,9 @@ def test_a_layer_cost_reads_only_its_key(first, change):
         assert alike  # fields a layer does not read leave the key as it is
 
 
-@pytest.mark.parametrize("model", ["deepseek-v2-lite", "gpt-oss-20b", "gemma-3-27b", "deepseek-v3.2", "deepseek-v4-flash",
-                                   "gemma-4-e2b-it", "nemotron-h-8b", "kimi-linear-48b-a3b", "llama-4-scout"])
+@pytest.mark.parametrize("model", ["deepseek-v2-lite", "gpt-oss-20b", "gemma-3-27b", "deepseek-v3.2",
+                                   "deepseek-v4-flash", "gemma-4-e2b-it", "nemotron-h-8b", "kimi-linear-48b-a3b",
+                                   "llama-4-scout"])
 def test_layers_of_one_kind_cost_the_same(model):
     """The layer key holds the layer's kind, not its index: every layer of a kind costs what its first one does."""
     spec = _model(model)
