@@ -169,7 +169,7 @@ def _stage_sums(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recompu
     and signatures once per model, pp and sequence (_stages_signed), then each stage's plan by one key."""
     tp, sp, pp = mesh
     stages = _cached_in(_of(spec, "stages"), (pp, seq), lambda: _stages_signed(spec, pp, seq))
-    common = ActsKey(batch, seq, act_bytes, recompute, tp, sp)
+    common = ActsKey(batch, seq, act_bytes, recompute, tp=tp, sp=sp)
     return [_summed(spec, common, kinds, signed, in_flight, head=head) for kinds, signed, in_flight, head in stages]
 
 
@@ -246,7 +246,8 @@ def _activation_sums(spec: ModelSpec, batch: int, seq: int, act_bytes: float, re
     micro-batches in flight) as _stage_acts' dicts add them up (see _sums_plan; _summed). Not cached: a layout
     search asks for each stage once (_stage_sums, per memory check)."""
     kinds, signatures = _kinds_signed(spec, start, stop, seq)
-    return _summed(spec, ActsKey(batch, seq, act_bytes, recompute, tp, sp), kinds, signatures, in_flight, head=head)
+    common = ActsKey(batch, seq, act_bytes, recompute, tp=tp, sp=sp)
+    return _summed(spec, common, kinds, signatures, in_flight, head=head)
 
 
 def _summed(spec: ModelSpec, common: ActsKey, kinds: list, signatures: tuple, in_flight: int,
@@ -397,7 +398,7 @@ def _stage_acts(spec: ModelSpec, batch: int, seq: int, act_bytes: float, recompu
     recomputation) and model family, times the micro-batches in flight once per such count (_kind_terms), then
     summed by count; a stage of one layer kind whose names are distinct from the head's takes them as lists (the
     same floats as the dicts: each name's 0.0 + its bytes)."""
-    common = ActsKey(batch, seq, act_bytes, recompute, tp, sp)
+    common = ActsKey(batch, seq, act_bytes, recompute, tp=tp, sp=sp)
 
     # the final norm, LM head and loss: the same whatever the micro-batches in flight
     whole = _head_acts(spec, common, head)
