@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from llmcalc.analytic import kernels
+from llmcalc.analytic import comm, kernels, pipeline
 from llmcalc.analytic.memory import RECIPES
-from llmcalc.analytic.step import attention, cache, context, layout, search
+from llmcalc.analytic.step import attention, bounds, cache, collectives, context, layer, layout, search, stages
 from llmcalc.analytic.step.bounds import layout_floors
 from llmcalc.analytic.step.prediction import predict
 from llmcalc.errors import LlmcalcError
@@ -181,16 +181,17 @@ def _shared_layer_costs_are_each_layouts_own(model, n, seq, batch):
     checked = 0
     for lay in valid_layouts(spec, n, seq, batch, dev):
         shared = context._context(spec, dev, lay, seq, rec)
-        own = context.StepContext(spec, dev, lay, seq, replace(rec))  # its own tables (another recipe object: StepInputs)
+        # its own tables (another recipe object: StepInputs)
+        own = context.StepContext(spec, dev, lay, seq, replace(rec))
         for rc in ("none", "selective", "full"):
-            plan = stages._stage_plan(spec, lay.pp * pipeline.chunks_per_rank(lay.schedule, lay.vpp), lay, rc)
+            plan = stages.stage_plan(spec, lay.pp * pipeline.chunks_per_rank(lay.schedule, lay.vpp), lay, rc)
             for composition in plan.compositions:
                 for i, layer_rc, _ in composition.runs:
                     assert layer._layer_cost(shared, i, layer_rc) == layer._layer_cost_uncached(own, i, layer_rc)
                 assert bounds._composition_passes(shared, composition, rc) == \
                     bounds._composition_passes(own, composition, rc)
                 for schedule in (lay.schedule, "zb-h1"):  # stage_passes' sums, each schedule's
-                    fwd, bwd, wgt = stages.stage_passes([stages._stage_cost(own, composition, rc)], [0], schedule)
+                    fwd, bwd, wgt = stages.stage_passes([stages.stage_times(own, composition, rc)], [0], schedule)
                     assert bounds._composition_passes(replace(own, lay=replace(lay, schedule=schedule)),
                                                         composition, rc) == (fwd[0] + bwd[0], wgt[0] if wgt else None)
         assert bounds._work_floor(shared) == bounds._work_floor(own)
@@ -263,8 +264,9 @@ def test_layouts_built_without_init_are_the_constructors():
                                                       ("llama-3.1-405b", 16384, 8192, 2048)])
 def test_the_searchs_layouts_are_make_layouts(model, n, seq, batch):
     """search_layouts builds its candidates without the checks their degrees already pass: the layouts it ranks are
-    make_layout's of the same degrees (the same fields in the same order, but the ZeRO stage that fit), and the
-    candidates it counts invalid are those make_layout refuses, with the search's step settings or without."""
+    make_layout's of the same degrees (the same fields in the same order, but the ZeRO stage that fit and the expert
+    dispatcher and EP overlap the search tries for an MoE model's all-to-alls), and the candidates it counts invalid
+    are those make_layout refuses, with the search's step settings or without."""
     spec = load_model(model)
     dev = kernels.device_for("h100-sxm")
     for step in ({}, {"cp_comm": "a2a"}):
@@ -283,7 +285,9 @@ def test_the_searchs_layouts_are_make_layouts(model, n, seq, batch):
         for pred, _ in ranked:
             got = pred.layout
             want = made[got.tp, got.cp, got.pp, got.vpp, got.micro_batch, got.ep, got.etp]
-            assert list(vars(got).items()) == list(vars(replace(want, zero=got.zero)).items())
+            tried = replace(want, zero=got.zero, ep_dispatcher=got.ep_dispatcher, ep_overlap=got.ep_overlap)
+            assert list(vars(got).items()) == list(vars(tried).items())
+            assert (got.ep_dispatcher, got.ep_overlap) == ("alltoall", False) or spec.is_moe and got.alltoall
     cache.clear_caches()
 
 
@@ -291,13 +295,13 @@ def test_attention_rates_cached_per_shape_give_attention_seconds():
     """attention._attention_seconds memoizes the kernel's rate per AttentionShape (not per FLOPs): the seconds are
     kernels.attention_seconds', float for float, whatever FLOPs share a memoized rate."""
     from llmcalc.analytic.kernels import attention_seconds
-    from llmcalc.analytic.step.context import _Ctx
+    from llmcalc.analytic.step.context import StepContext
     from llmcalc.analytic.step.layout import Layout
 
     spec = load_model("llama-3-8b")
     for gpu in ("h100-sxm", "b200"):
         dev = kernels.device_for(gpu)
-        ctx = _Ctx(spec, dev, Layout(dp=1, global_batch=1), 4096, RECIPES["bf16-mixed"], eff=0.73)
+        ctx = StepContext(spec, dev, Layout(dp=1, global_batch=1), 4096, RECIPES["bf16-mixed"], eff=0.73)
         for kernel in ("auto", "cudnn", "fa2"):
             for head_dim, seq in ((64, 512), (128, 4096), (192, 8192), (100, 3000)):
                 for causal, backward, fp8, windowed in ((True, False, False, False), (True, True, False, True),

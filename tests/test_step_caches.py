@@ -14,15 +14,15 @@ import pytest
 
 from llmcalc.analytic.kernels import device_for
 from llmcalc.analytic.memory import RECIPES
-from llmcalc.analytic.step.cache import _OPEN, clear_caches, current, per_call
+from llmcalc.analytic.step.cache import clear_caches, current, per_call
 from llmcalc.analytic.step.constants import KERNEL_EFFICIENCY
-from llmcalc.analytic.step.context import _Ctx, _layer_kind, gemm_table, linear_seconds
-from llmcalc.analytic.step.dp import _one_rank_dp, _rank_holdings, rank_dp_key
+from llmcalc.analytic.step.context import StepContext, gemm_table, layer_kind, linear_seconds
+from llmcalc.analytic.step.dp import _rank_holdings, one_rank_dp, rank_dp_key
 from llmcalc.analytic.step.layer import _layer_cost_uncached, layer_key
 from llmcalc.analytic.step.layout import make_layout
 from llmcalc.analytic.step.prediction import predict
 from llmcalc.analytic.step.search import search_layouts
-from llmcalc.analytic.step.stages import _stage_plan, stage_key, stage_times
+from llmcalc.analytic.step.stages import stage_key, stage_plan, stage_times
 from llmcalc.errors import LlmcalcError
 from llmcalc.spec import load_model
 
@@ -115,7 +115,7 @@ def test_predictions_share_nothing_across_calls():
     seen = []
     per_call(lambda: seen.append(current()))()
     per_call(lambda: seen.append(current()))()
-    assert seen[0] is not seen[1] and not _OPEN
+    assert seen[0] is not seen[1] and current() is not current()  # and after them, no call's tables stand
 
 
 def test_a_search_after_another_is_the_search_alone():
@@ -141,8 +141,9 @@ def _context(change: dict):
     lay = make_layout(_model(args["model"]), N, args["seq"], BATCH,
                       **{**BASE_LAYOUT, **{k: v for k, v in change.items() if k not in BASE}})
     rec = RECIPES[args["recipe"]]
-    return _Ctx(_model(args["model"]), _device(args["gpu"], args["gpus_per_node"]), lay, args["seq"], rec,
-                attention=args["attention"], dropout=args["dropout"], eff=KERNEL_EFFICIENCY), args["recompute"]
+    dev = _device(args["gpu"], args["gpus_per_node"], args["network"])
+    return StepContext(_model(args["model"]), dev, lay, args["seq"], rec, attention=args["attention"],
+                       dropout=args["dropout"], eff=KERNEL_EFFICIENCY), args["recompute"]
 
 
 # each variation against the base, and the holes issue 37 names: fp8 then fp8-current (the recipes share the GEMM
@@ -183,11 +184,11 @@ def test_layers_of_one_kind_cost_the_same(model):
     """The layer key holds the layer's kind, not its index: every layer of a kind costs what its first one does."""
     spec = _model(model)
     lay = make_layout(spec, 8, SEQ, 8, tp=1)
-    ctx = _Ctx(spec, _device("h100-sxm", None), lay, SEQ, RECIPES["bf16-mixed"], eff=KERNEL_EFFICIENCY)
+    ctx = StepContext(spec, _device("h100-sxm", None, None), lay, SEQ, RECIPES["bf16-mixed"], eff=KERNEL_EFFICIENCY)
     first: dict = {}
     for i in range(spec.n_layers):
         cost = _layer_cost_uncached(ctx, i, frozenset())
-        assert first.setdefault(_layer_kind(spec, i), cost) == cost, f"layer {i}"
+        assert first.setdefault(layer_kind(spec, i), cost) == cost, f"layer {i}"
 
 
 @pytest.mark.parametrize("first, change", VARIATIONS)
@@ -196,7 +197,7 @@ def test_a_stage_cost_reads_only_its_key(first, change):
     base (its layers, the embedding, the LM head, its MTP layers)."""
     base, recompute = _context(first)
     ctx, recompute_var = _context(change)
-    plan = _stage_plan(base.spec, base.lay.pp * base.lay.vpp, base.lay, recompute)
+    plan = stage_plan(base.spec, base.lay.pp * base.lay.vpp, base.lay, recompute)
     for composition in plan.compositions:
         for mtp in (0, 1):
             composition = replace(composition, mtp=mtp)
@@ -212,9 +213,9 @@ def test_a_rank_dp_cost_reads_only_its_key(first, change):
     base, _ = _context(first)
     ctx, _ = _context(change)
     for r in range(base.lay.pp):
-        held = _rank_holdings(base, tuple(_stage_plan(base.spec, base.lay.pp, base.lay, "none").split), 1, r)
+        held = _rank_holdings(base, tuple(stage_plan(base.spec, base.lay.pp, base.lay, "none").split), 1, r)
         if _keyed_alike(base, ctx, rank_dp_key(base, held), rank_dp_key(ctx, held)):
-            assert _one_rank_dp(ctx, *held) == _one_rank_dp(base, *held)
+            assert one_rank_dp(ctx, *held) == one_rank_dp(base, *held)
 
 
 @pytest.mark.parametrize("first, change", VARIATIONS)

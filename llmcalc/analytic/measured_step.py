@@ -390,7 +390,8 @@ def _layer_cost(ctx: StepContext, step: MeasuredStep, i: int, full_recompute: bo
         if lay.alltoall:
             elem_fwd += permute_bytes(local, k, D, act, local_experts=E0 / ep, ep=ep, dispatcher=lay.ep_dispatcher,
                                       imbalance=imbalance)
-            ep_fwd = ep_bwd = dispatch_seconds(local * imbalance, k, step.n_experts, D, act, lay, dev.network)
+            ep_fwd = ep_bwd = dispatch_seconds(local * imbalance, k, step.n_experts, D, act, lay=lay,
+                                               net=dev.network)
         else:
             tp_inputs.add(routed[0].reads)
     attn_f, attn_b = _core_seconds(ctx, step, i)

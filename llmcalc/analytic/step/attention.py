@@ -57,8 +57,8 @@ def _attention_core(ctx: StepContext, i: int, kind: str) -> tuple[float, float, 
         sliding = window < S  # a window over a longer sequence (kernels.CUDNN_WINDOWED), not a short sequence
         fwd = _attention_seconds(ctx, work, AttentionShape(kernel, head_dim, seq=window, causal=True, backward=False,
                                                            fp8=fp8, windowed=sliding))
-        bwd = _attention_seconds(ctx, ATTENTION_BACKWARD * work, AttentionShape(kernel, head_dim, seq=window, causal=True,
-                                                                 backward=True, fp8=fp8, windowed=sliding))
+        back = AttentionShape(kernel, head_dim, seq=window, causal=True, backward=True, fp8=fp8, windowed=sliding)
+        bwd = _attention_seconds(ctx, ATTENTION_BACKWARD * work, back)
     # the kernel also reads Q, K, V and writes O (and the backward their gradients): its memory floor
     kv_heads = max(1.0, spec.n_kv_heads / tp)
     qkvo = b * S / cp * (2 * heads * (dqk + dv) / 2 + 2 * kv_heads * dqk) * ctx.act

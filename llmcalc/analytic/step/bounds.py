@@ -13,11 +13,11 @@ from ..memory import RECIPES, Recipe, lookup
 from ..pipeline import chunks_per_rank, stage_of
 from .cache import current, per_call
 from .collectives import p2p_seconds
-from .context import ExpertLayout, LayerLayout, StageTimes, _context, _context_in, StepContext, _layer_kind
+from .context import ExpertLayout, LayerLayout, StageTimes, StepContext, _context, _context_in, layer_kind
 from .dp import RankDpKey, _dp_layout, _holdings, _param_summary, _rank_dp, _rank_optimizer
 from .layer import _embedding_times, _head_times, _layer_cost, _mtp_times
 from .layout import Layout
-from .stages import Composition, StagePlan, _stage_cost, _stage_plan
+from .stages import Composition, StagePlan, _stage_cost, stage_plan
 
 FLOOR_MARGIN = 1e-9  # _step_floor's relative margin below its path sums: no rounding lifts it above a step
 
@@ -40,13 +40,13 @@ def _work_floor(ctx: StepContext) -> float:
 
 
 def _whole(spec: ModelSpec, mtp_layers: int) -> Composition:
-    """The whole model as one stage's composition (_stage_plan's form), once per model in the call's tables."""
+    """The whole model as one stage's composition (stage_plan's form), once per model in the call's tables."""
     table = current().of(spec, "whole model")
     found = table.get(mtp_layers)
     if found is None:
         runs: dict[tuple, list[int]] = {}
         for i in range(spec.n_layers):
-            runs.setdefault(_layer_kind(spec, i), [i, 0])[1] += 1
+            runs.setdefault(layer_kind(spec, i), [i, 0])[1] += 1
         found = table[mtp_layers] = Composition(tuple((i, frozenset(), count) for i, count in runs.values()), True,
                                                 True, mtp_layers)
     return found
@@ -142,8 +142,8 @@ def _first_floors(floors: dict, inputs: tuple, lay: Layout, fields: tuple[LayerL
                   shape: FloorShape, ranks: bool = False) -> float:
     """_work_floor of `lay` (the floor search_layouts orders every layout by first), or with `ranks` its _rank_floor
     (taken second), from the search's table of floors (`floors`: its contexts' "floors" table), the layout's layer
-    fields (`fields`) and _floor_shape (`shape`), the same floats; its StepContext is built only where the table lacks the
-    whole model's work or the pieces' passes. `inputs`: _context's (spec, device, sequence, recipe)."""
+    fields (`fields`) and _floor_shape (`shape`), the same floats; its StepContext is built only where the table
+    lacks the whole model's work or the pieces' passes. `inputs`: _context's (spec, device, sequence, recipe)."""
     found = floors.get((*fields, shape.list_key if ranks else shape.work_key))
     if found is None:
         ctx = _context_in(inputs, lay, fields)
@@ -210,7 +210,7 @@ def _rank_pieces(spec: ModelSpec, n_stages: int, lay: Layout, v: int) -> tuple:
     (representative layer, what it recomputes), ("embedding",), ("head",), ("mtp",). Once per model and what the
     stage plan at recompute none reads, in the call's tables."""
     def make() -> tuple:
-        plan = _stage_plan(spec, n_stages, lay, "none")
+        plan = stage_plan(spec, n_stages, lay, "none")
         ranks = _floor_ranks(plan, lay.schedule, lay.pp, v)[0]
         index: dict[tuple, int] = {}
         compositions = plan.compositions
@@ -256,7 +256,7 @@ def _floor_paths(ctx: StepContext, n_stages: int, v: int, recompute: str) -> Flo
     send/receive pairs (2 per hop between ranks); then the stage split and each group's first rank (_rank_dp's).
     Each sum is of the distinct stage compositions' times, each times its count (_floor_ranks)."""
     lay = ctx.lay
-    plan = _stage_plan(ctx.spec, n_stages, lay, recompute)
+    plan = stage_plan(ctx.spec, n_stages, lay, recompute)
     passes = []
     for composition in plan.compositions:
         passes.append(_composition_passes(ctx, composition, recompute))
@@ -308,7 +308,7 @@ def _passes(s: StageTimes, zb: bool) -> tuple[float, float | None]:
 
 
 def _floor_ranks(plan: StagePlan, schedule: str, pp: int, v: int) -> tuple:
-    """The shape of _floor_paths' paths for one stage plan (_stage_plan's) and schedule: per group of identical ranks
+    """The shape of _floor_paths' paths for one stage plan (stage_plan's) and schedule: per group of identical ranks
     (its last rank) the distinct compositions before its first chunk and its own, each as (index, count: a float,
     so that _floor_paths' products are float ones), and its send/receive count; the stage split; each group's first
     rank. Kept with the plan."""

@@ -302,7 +302,7 @@ class StepContext:
         return stream_seconds(nbytes * (1 if self.lay.fused_elementwise else 2), self.dev, self.eff)
 
 
-def _layer_kind(spec: ModelSpec, i: int) -> tuple:
+def layer_kind(spec: ModelSpec, i: int) -> tuple:
     """What makes two layers cost the same, all a layer's cost reads of its index: its mixers and FFN, its attention
     span (which sets its head width and K/V heads), whether it reads an earlier layer's K/V (no K/V projections, its
     own FFN width: Gemma 4's KV-shared layers), how it compresses its KV and whether it runs a lightning indexer
@@ -316,7 +316,8 @@ def _context(spec: ModelSpec, dev: Device, lay: Layout, seq_len: int, rec: Recip
              dropout: bool = False) -> StepContext:
     """The prediction context of `lay` (_prepare's; the search's floors read the same, with flash attention and no
     dropout), at today's KERNEL_EFFICIENCY."""
-    return StepContext(spec, dev, lay, seq_len, rec, attention=attention, dropout=dropout, eff=constants.KERNEL_EFFICIENCY)
+    return StepContext(spec, dev, lay, seq_len, rec, attention=attention, dropout=dropout,
+                       eff=constants.KERNEL_EFFICIENCY)
 
 
 def _context_in(inputs: tuple, lay: Layout, fields: tuple[LayerLayout, ExpertLayout] | None = None) -> StepContext:

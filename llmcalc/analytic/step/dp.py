@@ -16,7 +16,7 @@ from ..params import count_params
 from ..pipeline import stage_of
 from .cache import current
 from .constants import DP_BUCKET_PARAMS, MUON_NS_STEPS
-from .context import StageTimes, _canonical, StepContext, astuple_shallow
+from .context import StageTimes, StepContext, _canonical, astuple_shallow
 from .layout import Layout, _group_per_node
 
 
@@ -25,7 +25,7 @@ def dp_and_optimizer(ctx: StepContext, stages: list[StageTimes], split: list[int
     """(exposed DP communication, optimizer seconds) of the rank holding the most parameters: each rank's
     collectives and optimizer step (``_rank_dp``, the same for every layout of these degrees) against its own
     forward and backward of one micro-batch; once per group of ranks whose chunks are the same (`groups`,
-    _stage_plan's: they hold the same layers and parameters); `infos`: each rank's ``one_rank_dp`` where the caller
+    stage_plan's: they hold the same layers and parameters); `infos`: each rank's ``one_rank_dp`` where the caller
     counted its parameters (a model transformers measured), else ``_rank_dp``'s."""
     lay = ctx.lay
     worst_dp = worst_opt = 0.0
@@ -156,7 +156,8 @@ def _rank_holdings(ctx: StepContext, split: tuple[int, ...], v: int, r: int) -> 
     return params, experts, n_layers
 
 
-def one_rank_dp(ctx: StepContext, params: float, experts: float, n_layers: int, per_layer: float | None = None) -> tuple:
+def one_rank_dp(ctx: StepContext, params: float, experts: float, n_layers: int,
+                per_layer: float | None = None) -> tuple:
     """_rank_dp for one rank holding `params` parameters (`experts` of them routed experts) in `n_layers` layers
     (`per_layer`: one layer's parameters, for Muon's matrices; default the spec's)."""
     spec, lay, dev, rec = ctx.spec, ctx.lay, ctx.dev, ctx.recipe

@@ -14,7 +14,7 @@ from . import constants
 from .attention import _attention_core, _indexer_scores_seconds, _scan_seconds
 from .cache import per_call
 from .collectives import add_ep_comm, add_tp_comm
-from .context import ExpertLayout, LayerLayout, StageTimes, StepContext, _layer_kind
+from .context import ExpertLayout, LayerLayout, StageTimes, StepContext, layer_kind
 from .layout import FUSED_GEMMS, REPLICATED, ROW_PARALLEL, STREAMED, Layout
 from .moe import _moe_cost
 
@@ -65,7 +65,7 @@ def _recomputes(lay: Layout, recompute: str, layer: int, first_in_chunk: int) ->
 @dataclass(frozen=True)
 class LayerKey:
     """What one layer's cost reads beside the ``StepInputs`` its table is kept under: the layer's kind (mixers, FFN,
-    attention span: ``context._layer_kind``), what it recomputes, the layout's layer fields, and for a layer with
+    attention span: ``context.layer_kind``), what it recomputes, the layout's layer fields, and for a layer with
     routed experts the expert mesh (None for the others, whose cost reads no expert setting)."""
 
     kind: tuple
@@ -287,9 +287,9 @@ def _mtp_times(ctx: StepContext, recompute: str) -> StageTimes:
 
 
 def _kinds_of(spec: ModelSpec) -> tuple[list[tuple], dict[tuple, int], list[tuple[int, int, tuple]]]:
-    """Each layer's _layer_kind, each kind's representative (its first layer), and the maximal runs of consecutive
+    """Each layer's layer_kind, each kind's representative (its first layer), and the maximal runs of consecutive
     layers of one kind as (first layer, end, kind), in layer order."""
-    kinds = [_layer_kind(spec, i) for i in range(spec.n_layers)]
+    kinds = [layer_kind(spec, i) for i in range(spec.n_layers)]
     first: dict[tuple, int] = {}
     segments: list[tuple[int, int, tuple]] = []
     for i, kind in enumerate(kinds):

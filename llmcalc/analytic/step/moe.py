@@ -109,7 +109,7 @@ def allgather_collectives(tokens: float, d_model: int, act_bytes: float, *, ep: 
                             count=passes, stride=stride)]
 
 
-def dispatch_seconds(routed: float, top_k: int, n_experts: int, width: int, act: float, lay: Layout,
+def dispatch_seconds(routed: float, top_k: int, n_experts: int, width: int, act: float, *, lay: Layout,
                      net: comm.Network) -> float:
     """Seconds of one pass's dispatch and combine of `routed` tokens of this rank (the most loaded rank's share),
     `top_k` copies each, `width` elements of `act` bytes, by the layout's dispatcher: alltoall, the all-to-alls over
@@ -177,5 +177,6 @@ def _moe_cost(ctx: StepContext, parts: dict[str, float],  # long: terms in order
         elem += permute_bytes(local_tokens, k, De, act, local_experts=groups, ep=ep, dispatcher=lay.ep_dispatcher,
                               imbalance=imbalance, gathered=local_tokens * ep * etp)
         gathered = lay.ep_dispatcher == "allgather"  # every rank's tokens, whatever the routing
-        one = dispatch_seconds(local_tokens * (1.0 if gathered else imbalance), k, E, De, act, lay, ctx.dev.network)
+        one = dispatch_seconds(local_tokens * (1.0 if gathered else imbalance), k, E, De, act, lay=lay,
+                               net=ctx.dev.network)
     return {"fwd": fwd, "dgrad": dgrad, "wgrad": wgrad, "elem": elem, "ep_fwd": one, "ep_bwd": one, "redo": redo}

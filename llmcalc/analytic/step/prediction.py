@@ -21,10 +21,10 @@ from . import constants
 from .cache import current, per_call
 from .collectives import p2p_seconds
 from .constants import EP_OVERLAP_SMS
-from .context import StageTimes, _context, StepContext
+from .context import StageTimes, StepContext, _context
 from .dp import dp_and_optimizer
 from .layout import Layout, describe_split
-from .stages import _stage_cost, _stage_plan, stage_passes
+from .stages import _stage_cost, stage_passes, stage_plan
 
 GLOBAL_CONSTANTS = {
     "MAMF (per accelerator preset and dtype)": "measured max achievable bf16 and fp8 matmul FLOP/s, S. Bekman "
@@ -140,7 +140,7 @@ class Prepared:
     dp: float
     optimizer: float
     plain_bound: float = 0.0  # the bound without transfer times (its pp_comm share is bound - plain_bound)
-    groups: list = field(default_factory=list)  # the ranks of distinct chunks: (first rank, its stages) (_stage_plan)
+    groups: list = field(default_factory=list)  # the ranks of distinct chunks: (first rank, its stages) (stage_plan)
 
     @property
     def step_bound(self) -> float:
@@ -157,7 +157,7 @@ def _prepare(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, caus
     ctx = _context(spec, device, lay, seq_len, rec, attention=attention, dropout=dropout)
     v = chunks_per_rank(lay.schedule, lay.vpp)
     n_stages = lay.pp * v
-    plan = _stage_plan(spec, n_stages, lay, recompute)
+    plan = stage_plan(spec, n_stages, lay, recompute)
     split, starts = plan.split, plan.starts
     distinct = [_stage_cost(ctx, composition, recompute) for composition in plan.compositions]
     stages = [distinct[j] for j in plan.ids]

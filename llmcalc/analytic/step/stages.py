@@ -54,7 +54,7 @@ class Composition:
 
 @dataclass(frozen=True)
 class StageKey:
-    """What one stage's cost reads beside the ``StepInputs`` its table is kept under: its composition (_stage_plan's:
+    """What one stage's cost reads beside the ``StepInputs`` its table is kept under: its composition (stage_plan's:
     the runs of (a representative layer, what it recomputes, how many), whether it holds the embedding and the LM
     head, its MTP layers), what its MTP layers recompute (none without them), and the layout's layer fields and
     expert mesh."""
@@ -164,7 +164,7 @@ def _rank_groups(ids: list[int], schedule: str, pp: int) -> tuple[list, list[int
     return list(seen.values()), sorted(last.values())
 
 
-def _stage_plan(spec: ModelSpec, n_stages: int, lay: Layout, recompute: str) -> StagePlan:
+def stage_plan(spec: ModelSpec, n_stages: int, lay: Layout, recompute: str) -> StagePlan:
     """The stage plan of `spec` over `n_stages` stages (``StagePlan``), once per model and ``PlanKey`` in the running
     call's tables."""
     key = PlanKey.of(lay, n_stages, recompute)
