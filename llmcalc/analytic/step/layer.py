@@ -84,7 +84,9 @@ def layer_key(ctx: StepContext, i: int, rec: frozenset[str]) -> LayerKey:
 
 
 def _layer_cost(ctx: StepContext, i: int, rec: frozenset[str]) -> StageTimes:
-    """Layer `i`'s cost (``_layer_cost_uncached``), memoized per ``LayerKey``: layers of one kind cost the same."""
+    """Layer `i`'s cost (``_layer_cost_uncached``), memoized per ``LayerKey``: layers of one kind cost the same; its
+    terms before the MoE block (``_layer_prefix``), which read no expert setting, per the key without its expert
+    mesh, so that an MoE layer's expert meshes, dispatchers and EP overlaps share them."""
     key = layer_key(ctx, i, rec)
     table = ctx.table("layer")
     cost = table.get(key)
@@ -93,15 +95,20 @@ def _layer_cost(ctx: StepContext, i: int, rec: frozenset[str]) -> StageTimes:
         plan = plans.get((i, ctx.tokens))
         if plan is None:
             plan = plans[i, ctx.tokens] = _layer_ops_plan(ctx.spec, i, ctx.tokens)
-        cost = table[key] = _layer_cost_uncached(ctx, i, rec, plan)
+        prefixes = ctx.table("layer prefix")
+        dense = key if key.experts is None else LayerKey(key.kind, rec, key.layout, None)
+        prefix = prefixes.get(dense)
+        if prefix is None:
+            prefix = prefixes[dense] = _layer_prefix(ctx, i, rec, plan)
+        cost = table[key] = _layer_cost_uncached(ctx, i, rec, plan, prefix)
     return cost
 
 
 def _layer_cost_uncached(ctx: StepContext, i: int, rec: frozenset[str],  # long: one layer's terms in order
-                         plan: tuple | None = None) -> StageTimes:
+                         plan: tuple | None = None, prefix: tuple | None = None) -> StageTimes:
     """Layer `i`'s StageTimes on this rank, recomputing `rec`: its GEMMs, attention cores and scans, MoE block,
     elementwise passes, TP, CP and EP collectives, summed in that order (`plan`: ``_layer_ops_plan``'s, where the
-    caller has it)."""
+    caller has it; `prefix`: ``_layer_prefix``'s)."""
     spec, lay = ctx.spec, ctx.lay
     tp, T, D, act = lay.tp, ctx.tokens, spec.d_model, ctx.act
     sp = tp if lay.sequence_parallel else 1
@@ -109,7 +116,9 @@ def _layer_cost_uncached(ctx: StepContext, i: int, rec: frozenset[str],  # long:
     moe = ffn == "moe"
     if plan is None:
         plan = _layer_ops_plan(spec, i, T)
-    fwd, dgrad, wgrad, redo, moe_parts, elem_fwd, attn_f, attn_b, cp_f, cp_b = _layer_prefix(ctx, i, rec, plan)
+    if prefix is None:
+        prefix = _layer_prefix(ctx, i, rec, plan)
+    fwd, dgrad, wgrad, redo, moe_parts, elem_fwd, attn_f, attn_b, cp_f, cp_b = prefix
     t = StageTimes()
     # MoE
     ep_fwd = ep_bwd = 0.0
