@@ -18,7 +18,7 @@ from llmcalc.analytic.step.cache import clear_caches, current, per_call
 from llmcalc.analytic.step.constants import KERNEL_EFFICIENCY
 from llmcalc.analytic.step.context import StepContext, gemm_table, layer_kind, linear_seconds
 from llmcalc.analytic.step.dp import _rank_holdings, one_rank_dp, rank_dp_key
-from llmcalc.analytic.step.layer import _layer_cost_uncached, layer_key
+from llmcalc.analytic.step.layer import _layer_cost, _layer_cost_uncached, layer_key
 from llmcalc.analytic.step.layout import make_layout
 from llmcalc.analytic.step.prediction import predict
 from llmcalc.analytic.step.search import search_layouts
@@ -175,6 +175,24 @@ def test_a_layer_cost_reads_only_its_key(first, change):
                 assert _layer_cost_uncached(ctx, i, rec) == _layer_cost_uncached(base, i, rec)
     if not first and change in ({"zero": 0}, {"dp_overlap": False}, {"pp": 4}, {"optimizer": "muon"}):
         assert alike  # fields a layer does not read leave the key as it is
+
+
+@pytest.mark.parametrize("first, change", VARIATIONS)
+def test_a_layer_cost_after_the_base_is_its_own(first, change):
+    """The layer memo's shared part, the terms before the MoE block kept per the LayerKey without its expert mesh
+    (the expert meshes, dispatchers and EP overlaps a search tries share it): in one call's tables, each layer's
+    memoized cost after the base's is its cost computed afresh, for each recomputation."""
+    per_call(_layers_after_the_base)(first, change)
+
+
+def _layers_after_the_base(first: dict, change: dict) -> None:
+    base, _ = _context(first)
+    ctx, _ = _context(change)
+    for i in (0, 1, base.spec.n_layers - 1):
+        for rec in RECOMPUTES:
+            if i < ctx.spec.n_layers:
+                _layer_cost(base, i, rec)
+                assert _layer_cost(ctx, i, rec) == _layer_cost_uncached(ctx, i, rec)
 
 
 @pytest.mark.parametrize("model", ["deepseek-v2-lite", "gpt-oss-20b", "gemma-3-27b", "deepseek-v3.2",
