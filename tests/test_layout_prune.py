@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from llmcalc.analytic import kernels
+from llmcalc.analytic import comm, kernels, pipeline
 from llmcalc.analytic.memory import RECIPES
-from llmcalc.analytic.step import attention, cache, context, layout, search
+from llmcalc.analytic.step import attention, bounds, cache, collectives, context, layer, layout, search, stages
 from llmcalc.analytic.step.bounds import layout_floors
 from llmcalc.analytic.step.prediction import predict
 from llmcalc.errors import LlmcalcError
@@ -166,30 +166,41 @@ def test_layout_defaults_are_the_step_defaults():
 
 @pytest.mark.parametrize("model, n, seq, batch", [("deepseek-v2-lite", 32, 4096, 256), ("llama-3-8b", 32, 16384, 64),
                                               ("nemotron-h-8b", 8, 4096, 64)])
-def test_a_searchs_shared_caches_give_each_layout_its_own_figures(model, n, seq, batch):
-    """The caches a search shares between layouts (layer costs, the MoE layers' keyed without the micro-batch count;
-    a layer's terms before its MoE block shared by every expert mesh and recomputation; stage passes; the floors'
-    paths): after a whole exhaustive search has filled them, every candidate's prediction (at none, selective and
-    full recomputation in turn) and its floors are those it gets from empty caches, float for float."""
+def test_shared_layer_costs_are_each_layouts_own(model, n, seq, batch):
+    """The memo tables a search shares between layouts (a layer's cost per LayerKey, a stage's per StageKey, the
+    floors per layer fields): after a whole search has filled them, in the same call, every candidate's layer
+    costs, stage passes and work floor are those of a context computed afresh, float for float."""
+    cache.per_call(_shared_layer_costs_are_each_layouts_own)(model, n, seq, batch)
+
+
+def _shared_layer_costs_are_each_layouts_own(model, n, seq, batch):
     spec = load_model(model)
     dev = kernels.device_for("h100-sxm")
-    cache.clear_caches()
+    rec = RECIPES["bf16-mixed"]
     search.search_layouts(spec, "h100-sxm", n, seq, global_batch=batch, exhaustive=True)
-    warm = {}
-    for index, lay in enumerate(valid_layouts(spec, n, seq, batch, dev)):
-        rc = ("none", "selective", "full")[index % 3]  # each recomputation in turn
-        try:
-            warm[lay, rc] = (predict(spec, dev, lay, seq, recompute=rc), layout_floors(spec, dev, lay, seq,
-                                                                                     recompute=rc))
-        except LlmcalcError:
-            continue
-    for (lay, rc), (pred, floors) in warm.items():
-        cache.clear_caches()
-        assert predict(spec, dev, lay, seq, recompute=rc) == pred, (lay, rc)
-        cache.clear_caches()
-        assert layout_floors(spec, dev, lay, seq, recompute=rc) == floors, (lay, rc)
-    cache.clear_caches()
-    assert len(warm) > 40
+    checked = 0
+    for lay in valid_layouts(spec, n, seq, batch, dev):
+        shared = context._context(spec, dev, lay, seq, rec)
+        # its own tables (another recipe object: StepInputs)
+        own = context.StepContext(spec, dev, lay, seq, replace(rec))
+        for rc in ("none", "selective", "full"):
+            plan = stages.stage_plan(spec, lay.pp * pipeline.chunks_per_rank(lay.schedule, lay.vpp), lay, rc)
+            for composition in plan.compositions:
+                for i, layer_rc, _ in composition.runs:
+                    assert layer._layer_cost(shared, i, layer_rc) == layer._layer_cost_uncached(own, i, layer_rc)
+                assert bounds._composition_passes(shared, composition, rc) == \
+                    bounds._composition_passes(own, composition, rc)
+                for schedule in (lay.schedule, "zb-h1"):  # stage_passes' sums, each schedule's
+                    fwd, bwd, wgt = stages.stage_passes([stages.stage_times(own, composition, rc)], [0], schedule)
+                    assert bounds._composition_passes(replace(own, lay=replace(lay, schedule=schedule)),
+                                                        composition, rc) == (fwd[0] + bwd[0], wgt[0] if wgt else None)
+        assert bounds._work_floor(shared) == bounds._work_floor(own)
+        if lay.pp > 1:  # comm's own figure
+            assert collectives.p2p_seconds(shared) == comm.total_seconds(comm.pp_collectives(
+                own.tokens, spec.d_model, own.act, lay.tp, sequence_parallel=lay.sequence_parallel,
+                stride=lay.strides()["pp"]), dev.network)
+        checked += 1
+    assert checked > 50
 
 
 @pytest.mark.parametrize("gpu, recipe", [("h100-sxm", "bf16-mixed"), ("a100-80gb-sxm", "bf16-mixed"),
@@ -281,19 +292,22 @@ def test_the_searchs_layouts_are_make_layouts(model, n, seq, batch):
 
 
 def test_attention_rates_cached_per_shape_give_attention_seconds():
-    """attention._attention_seconds caches the kernel's rate per shape (not per FLOPs): the seconds are
-    kernels.attention_seconds', float for float, whatever FLOPs share a cached rate."""
+    """attention._attention_seconds memoizes the kernel's rate per AttentionShape (not per FLOPs): the seconds are
+    kernels.attention_seconds', float for float, whatever FLOPs share a memoized rate."""
     from llmcalc.analytic.kernels import attention_seconds
+    from llmcalc.analytic.step.context import StepContext
+    from llmcalc.analytic.step.layout import Layout
 
-    cache.clear_caches()
+    spec = load_model("llama-3-8b")
     for gpu in ("h100-sxm", "b200"):
         dev = kernels.device_for(gpu)
+        ctx = StepContext(spec, dev, Layout(dp=1, global_batch=1), 4096, RECIPES["bf16-mixed"], eff=0.73)
         for kernel in ("auto", "cudnn", "fa2"):
             for head_dim, seq in ((64, 512), (128, 4096), (192, 8192), (100, 3000)):
                 for causal, backward, fp8, windowed in ((True, False, False, False), (True, True, False, True),
                                                         (False, True, True, False), (False, False, True, True)):
-                    shape = dict(head_dim=head_dim, seq=seq, causal=causal, backward=backward, fp8=fp8,
-                                 efficiency=0.73, windowed=windowed)
+                    shape = attention.AttentionShape(kernel, head_dim, seq, causal, backward, fp8, windowed)
                     for flops in (0.0, 3e9, 7.123e12, 1e15):
-                        assert attention._attention_seconds(dev, kernel, flops, **shape) == \
-                            attention_seconds(dev, kernel, flops, **shape)
+                        assert attention._attention_seconds(ctx, flops, shape) == attention_seconds(
+                            dev, kernel, flops, head_dim=head_dim, seq=seq, causal=causal, backward=backward,
+                            fp8=fp8, efficiency=0.73, windowed=windowed)

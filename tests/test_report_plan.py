@@ -97,8 +97,9 @@ def check_report(tmp_path, models, n_gpus, *extra, serve=False):
         else:  # the layout `layout` recommends for this batch and recompute
             assert lay["source"] == "recommended"
             assert {k: lay[k] for k in DEGREES} == {k: best[k] for k in DEGREES}
-            # the fastest of them, within 1e-3: the report's search and the CLI's time two of qwen3-235b's layouts
-            # 0.01 % differently (3.62604 vs 3.62560 s), so they order that near-tie differently (issue 37's caches)
+            # the fastest of them, within 1e-3: the report's search ranks the layouts outside its ten best by their
+            # pipeline's lower bound, `layout --top 100000` simulates every one, so a near-tie (two of qwen3-235b's
+            # layouts, 3.62604 vs 3.62560 s) may come in the other order
             assert best["step_seconds"] <= ranked[0]["step_seconds"] * (1 + 1e-3)
             assert mine["memory_per_gpu_bytes"] == pytest.approx(best["memory_gib"] * GIB, rel=1e-9)
             assert f"the fastest of {found['counts']['fit']:,} that fit" in layout_line
@@ -131,9 +132,10 @@ def check_report(tmp_path, models, n_gpus, *extra, serve=False):
         compare_row = re.search(r"\| wall-clock \(days\) +\|(.*)\|", summary)
         if compare_row:  # several models: the side-by-side table carries the same one time
             assert f"{mine['wall_clock_days']:,.1f} days" in compare_row[1]
-        # the steps table is the layout search, and the sweep's point at the plan's GPU count is the verdict
+        # the steps table is the layout search (its first row the fastest layout, even or not), and the sweep's
+        # point at the plan's GPU count is the verdict
         rows = list(csv.DictReader((out / "tables" / f"steptime-{model}.csv").open()))
-        assert float(rows[0]["mfu"]) == pytest.approx(best["mfu"])
+        assert float(rows[0]["mfu"]) == pytest.approx(found["layouts"][0]["mfu"])
         sweep = [r for r in csv.DictReader((out / "tables" / "time_vs_gpus.csv").open())
                  if r["model"] == model and r["device"] == "h100-sxm" and int(r["n_gpus"]) == n_gpus]
         assert [r["fits"] for r in sweep] == [str(fits)]

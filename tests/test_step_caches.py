@@ -8,14 +8,21 @@ scaling mode (the recipes fp8 / fp8-current, which share the GEMM dtype and rate
 
 import dataclasses
 import functools
+from dataclasses import replace
 
 import pytest
 
 from llmcalc.analytic.kernels import device_for
-from llmcalc.analytic.step.cache import clear_caches
+from llmcalc.analytic.memory import RECIPES
+from llmcalc.analytic.step.cache import clear_caches, current, per_call
+from llmcalc.analytic.step.constants import KERNEL_EFFICIENCY
+from llmcalc.analytic.step.context import StepContext, gemm_table, layer_kind, linear_seconds
+from llmcalc.analytic.step.dp import _rank_holdings, one_rank_dp, rank_dp_key
+from llmcalc.analytic.step.layer import _layer_cost, _layer_cost_uncached, layer_key
 from llmcalc.analytic.step.layout import make_layout
 from llmcalc.analytic.step.prediction import predict
 from llmcalc.analytic.step.search import search_layouts
+from llmcalc.analytic.step.stages import stage_key, stage_plan, stage_times
 from llmcalc.errors import LlmcalcError
 from llmcalc.spec import load_model
 
@@ -72,18 +79,24 @@ def _predict(change: dict):
                    recipe=args["recipe"], attention=args["attention"], dropout=args["dropout"])
 
 
+@per_call
+def _after(first: dict, then: dict):
+    """The prediction of `then` made after that of `first` in one call's tables (the second finds the first's
+    entries: what a search's layouts share)."""
+    _predict(first)
+    return _predict(then)
+
+
 @pytest.mark.parametrize("change", LAYOUT_VARIATIONS + OTHER_VARIATIONS, ids=str)
 def test_a_warm_prediction_is_the_cold_one(change):
-    """predict's memos (a layer's cost, a stage's, a rank's DP and optimizer, the GEMM, attention and collective
-    times, the stage plans, the FLOPs) give after the base prediction what they give from nothing."""
+    """predict's memos (a layer's cost, a stage's, a rank's DP and optimizer, the GEMM and attention rates, the
+    stage plans, the FLOPs) give after the base prediction, in the same tables, what they give from nothing."""
     clear_caches()
     try:
         cold = _predict(change)
     except LlmcalcError as exc:
         pytest.fail(f"not a valid variation: {exc}")
-    clear_caches()
-    _predict({})
-    warm = _predict(change)
+    warm = _after({}, change)
     assert warm == cold
     assert warm != _predict({})  # the field matters to the prediction (else this variation tests no key)
 
@@ -91,13 +104,18 @@ def test_a_warm_prediction_is_the_cold_one(change):
 @pytest.mark.parametrize("first, then", [({"recipe": "fp8"}, {"recipe": "fp8-current"}),
                                          ({"order": "cp-tp-ep-dp-pp"}, {"order": "cp-dp-tp-ep-pp"})])
 def test_the_holes_issue_37_names_stay_closed(first, then):
-    """The FP8 scaling mode and the TP group's stride, each after the other in one process (the two orders place
-    cp alike: only where the TP group sits, in one node or across two, tells the dense layers' costs apart)."""
-    clear_caches()
+    """The FP8 scaling mode and the TP group's stride, each after the other in one call's tables (the two orders
+    place cp alike: only where the TP group sits, in one node or across two, tells the dense layers' costs apart)."""
     cold = _predict(then)
-    clear_caches()
-    _predict(first)
-    assert _predict(then) == cold != _predict(first)
+    assert _after(first, then) == cold != _predict(first)
+
+
+def test_predictions_share_nothing_across_calls():
+    """Each predict call opens its own tables and drops them: a second call finds none of the first's entries."""
+    seen = []
+    per_call(lambda: seen.append(current()))()
+    per_call(lambda: seen.append(current()))()
+    assert seen[0] is not seen[1] and current() is not current()  # and after them, no call's tables stand
 
 
 def test_a_search_after_another_is_the_search_alone():
@@ -112,3 +130,122 @@ def test_a_search_after_another_is_the_search_alone():
     clear_caches()
     search(recipe="fp8")
     assert search(order="dp-tp-cp-ep-pp", recipe="fp8-current") == cold
+
+
+# --- one test per memo point: every field of the model, device, recipe and layout varied, and no field outside the
+# point's key changes what it memoizes (its function computed afresh on either side, compared where the keys agree)
+
+def _context(change: dict):
+    """The base context with `change` applied (a fresh one: outside a call nothing is shared), and its layout."""
+    args = {**BASE, **{k: v for k, v in change.items() if k in BASE}}
+    lay = make_layout(_model(args["model"]), N, args["seq"], BATCH,
+                      **{**BASE_LAYOUT, **{k: v for k, v in change.items() if k not in BASE}})
+    rec = RECIPES[args["recipe"]]
+    dev = _device(args["gpu"], args["gpus_per_node"], args["network"])
+    return StepContext(_model(args["model"]), dev, lay, args["seq"], rec, attention=args["attention"],
+                       dropout=args["dropout"], eff=KERNEL_EFFICIENCY), args["recompute"]
+
+
+# each variation against the base, and the holes issue 37 names: fp8 then fp8-current (the recipes share the GEMM
+# dtype and rate, not the quantization bytes), two orders that place cp alike and TP in one node or across two; and
+# two selective recomputations that differ in their modules alone (what an MTP layer re-runs)
+VARIATIONS = [pytest.param({}, change, id=str(change)) for change in LAYOUT_VARIATIONS + OTHER_VARIATIONS] + [
+    pytest.param(first, then, id=f"{first} then {then}")
+    for first, then in (({"recipe": "fp8"}, {"recipe": "fp8-current"}),
+                        ({"order": "cp-tp-ep-dp-pp"}, {"order": "cp-dp-tp-ep-pp"}),
+                        ({"recompute": "selective"}, {"recompute": "selective", "recompute_modules": ("moe",)}))]
+RECOMPUTES = [frozenset(), frozenset({"block"}), frozenset({"core_attn"}), frozenset({"mla_up_proj", "moe"})]
+
+
+def _keyed_alike(base_ctx, ctx, base_key, key) -> bool:
+    return base_ctx.inputs == ctx.inputs and base_key == key
+
+
+@pytest.mark.parametrize("first, change", VARIATIONS)
+def test_a_layer_cost_reads_only_its_key(first, change):
+    """layer.LayerKey (with the StepInputs it is kept under): where a variation leaves it as it is, every layer of
+    every kind costs what it costs in the base, for each recomputation."""
+    base, _ = _context(first)
+    ctx, _ = _context(change)
+    alike = 0
+    for i in (0, 1, base.spec.n_layers - 1):  # the dense first layer, MoE layers
+        for rec in RECOMPUTES:
+            if _keyed_alike(base, ctx, layer_key(base, i, rec), layer_key(ctx, i, rec)):
+                alike += 1
+                assert _layer_cost_uncached(ctx, i, rec) == _layer_cost_uncached(base, i, rec)
+    if not first and change in ({"zero": 0}, {"dp_overlap": False}, {"pp": 4}, {"optimizer": "muon"}):
+        assert alike  # fields a layer does not read leave the key as it is
+
+
+@pytest.mark.parametrize("first, change", VARIATIONS)
+def test_a_layer_cost_after_the_base_is_its_own(first, change):
+    """The layer memo's shared part, the terms before the MoE block kept per the LayerKey without its expert mesh
+    (the expert meshes, dispatchers and EP overlaps a search tries share it): in one call's tables, each layer's
+    memoized cost after the base's is its cost computed afresh, for each recomputation."""
+    per_call(_layers_after_the_base)(first, change)
+
+
+def _layers_after_the_base(first: dict, change: dict) -> None:
+    base, _ = _context(first)
+    ctx, _ = _context(change)
+    for i in (0, 1, base.spec.n_layers - 1):
+        for rec in RECOMPUTES:
+            if i < ctx.spec.n_layers:
+                _layer_cost(base, i, rec)
+                assert _layer_cost(ctx, i, rec) == _layer_cost_uncached(ctx, i, rec)
+
+
+@pytest.mark.parametrize("model", ["deepseek-v2-lite", "gpt-oss-20b", "gemma-3-27b", "deepseek-v3.2",
+                                   "deepseek-v4-flash", "gemma-4-e2b-it", "nemotron-h-8b", "kimi-linear-48b-a3b",
+                                   "llama-4-scout"])
+def test_layers_of_one_kind_cost_the_same(model):
+    """The layer key holds the layer's kind, not its index: every layer of a kind costs what its first one does."""
+    spec = _model(model)
+    lay = make_layout(spec, 8, SEQ, 8, tp=1)
+    ctx = StepContext(spec, _device("h100-sxm", None, None), lay, SEQ, RECIPES["bf16-mixed"], eff=KERNEL_EFFICIENCY)
+    first: dict = {}
+    for i in range(spec.n_layers):
+        cost = _layer_cost_uncached(ctx, i, frozenset())
+        assert first.setdefault(layer_kind(spec, i), cost) == cost, f"layer {i}"
+
+
+@pytest.mark.parametrize("first, change", VARIATIONS)
+def test_a_stage_cost_reads_only_its_key(first, change):
+    """stages.StageKey: where a variation leaves it as it is, each stage of the base plan costs what it costs in the
+    base (its layers, the embedding, the LM head, its MTP layers)."""
+    base, recompute = _context(first)
+    ctx, recompute_var = _context(change)
+    plan = stage_plan(base.spec, base.lay.pp * base.lay.vpp, base.lay, recompute)
+    for composition in plan.compositions:
+        for mtp in (0, 1):
+            composition = replace(composition, mtp=mtp)
+            key = stage_key(ctx, composition, recompute_var)
+            if _keyed_alike(base, ctx, stage_key(base, composition, recompute), key):
+                assert stage_times(ctx, composition, recompute_var) == stage_times(base, composition, recompute)
+
+
+@pytest.mark.parametrize("first, change", VARIATIONS)
+def test_a_rank_dp_cost_reads_only_its_key(first, change):
+    """dp.RankDpKey: where a variation leaves it as it is, each pipeline rank's DP collectives and optimizer step
+    cost what they cost in the base."""
+    base, _ = _context(first)
+    ctx, _ = _context(change)
+    for r in range(base.lay.pp):
+        held = _rank_holdings(base, tuple(stage_plan(base.spec, base.lay.pp, base.lay, "none").split), 1, r)
+        if _keyed_alike(base, ctx, rank_dp_key(base, held), rank_dp_key(ctx, held)):
+            assert one_rank_dp(ctx, *held) == one_rank_dp(base, *held)
+
+
+@pytest.mark.parametrize("first, change", VARIATIONS)
+def test_a_gemm_reads_only_its_key(first, change):
+    """context.GemmInputs (and the shape): where a variation leaves it as it is, a linear's three GEMMs take what
+    they take in the base, each timed afresh from its own device (``kernels.gemm_timer`` reads the device: the
+    record must hold all it reads of it)."""
+    base, _ = _context(first)
+    ctx, _ = _context(change)
+    for batch in (1, 8):
+        inputs = ctx.gemm_inputs(batch)
+        if inputs == base.gemm_inputs(batch):
+            for m, k, n in ((4096, 2048, 1408), (37.5, 2048, 64), (8192, 11008, 4096)):
+                fresh = [gemm_table(i, c.dev)[1] for i, c in ((inputs, ctx), (base.gemm_inputs(batch), base))]
+                assert linear_seconds(m, k, n, inputs, fresh[0]) == linear_seconds(m, k, n, inputs, fresh[1])

@@ -23,7 +23,7 @@ from ..analytic.kernels import steptime_presets
 from ..analytic.memory import MemoryEstimate
 from ..analytic.step.layout import make_layout
 from ..analytic.step.prediction import StepPrediction
-from ..analytic.step.search import search_layouts
+from ..analytic.step.search import search_layouts, simulated
 from ..analytic.step.train import train_steptime
 from ..analytic.summary import Scenario, model_record, scenario_memory, scenario_training
 from ..analytic.training import TrainingEstimate
@@ -298,7 +298,7 @@ def plan_model(spec: ModelSpec, scenario: Scenario, global_batch: int, recommend
     _search(plan, scenario, global_batch)
     if recommend and plan.best is not None:  # the layout `layout` recommends, uneven pipelines included
         plan.recommended = True
-        plan.prediction = plan.best
+        plan.prediction = simulated(plan.best)  # train's figures (the search keeps a bound where it cannot win)
         _on_layout(plan, planned_scenario(scenario, plan.best))
         return plan
     plan.choice_note = ("as asked" if not recommend else

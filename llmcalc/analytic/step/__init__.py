@@ -50,11 +50,12 @@ HFU counts recomputation. ``causal`` changes only how FLOPs are counted, never t
 
 The package, one concept per module (imports flow down this list, never back):
 - ``constants``: the named constants (KERNEL_EFFICIENCY, the only one fitted to whole steps; MOE_IMBALANCE, ...);
-- ``cache``: the caches a layout search shares (``clear_caches``) and the ids standing for big objects in keys;
+- ``cache``: the memo tables of one call (``Tables``, ``per_call``: a prediction's or a search's, dropped after it);
 - ``layout``: ``Layout`` and its rank order's strides, ``make_layout`` and every check of a setting, the layouts a
   search tries, ``stage_split``;
-- ``context``: ``StepContext``, one prediction's fixed inputs and the GEMM / HBM-stream times they imply;
-  ``StageTimes``;
+- ``context``: ``StepContext``, one prediction's fixed inputs (``StepInputs``) and the GEMM / HBM-stream times they
+  imply;
+  ``StageTimes``; the layout's layer fields every layer key holds (``LayerLayout``, ``ExpertLayout``);
 - ``attention``, ``collectives``, ``moe``: the attention core (and scans, the indexer), the collectives of a layer
   and where their groups sit (TP, CP, EP, PP sends), one MoE block;
 - ``layer``: one layer's cost composed of those terms; the embedding, LM head and MTP modules;

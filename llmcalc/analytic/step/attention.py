@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import math
 
+from ...records import dataclass
 from ...spec import ModelSpec
 from ..flops import indexer_ops
 from ..kernels import Device, attention_seconds, gemm_seconds, stream_seconds
-from .cache import _CACHES, _cached, _token
 from .collectives import _cp_exposed
 from .context import StepContext
 from .layout import Layout
@@ -46,21 +46,19 @@ def _attention_core(ctx: StepContext, i: int, kind: str) -> tuple[float, float, 
         first = 2 * b * heads * ring / cp * min(local * (local + 1) / 2, local * window) * (dqk + dv)
         rest = max(0.0, work - first)
         blk = min(window, local / 2) * math.sqrt(2)
-        near, eff = min(local, window), ctx.eff
-        fwd = (_attention_seconds(dev, kernel, first, head_dim, near, causal=True, backward=False, fp8=fp8,
-                                 efficiency=eff)
-               + _attention_seconds(dev, kernel, rest, head_dim, blk, causal=False, backward=False, fp8=fp8,
-                                   efficiency=eff))
-        bwd = (_attention_seconds(dev, kernel, ATTENTION_BACKWARD * first, head_dim, near, causal=True, backward=True,
-                                  fp8=fp8, efficiency=eff)
-               + _attention_seconds(dev, kernel, ATTENTION_BACKWARD * rest, head_dim, blk, causal=False, backward=True,
-                                    fp8=fp8, efficiency=eff))
+        near = min(local, window)
+        def shape(seq: float, causal: bool, backward: bool) -> AttentionShape:
+            return AttentionShape(kernel, head_dim, seq=seq, causal=causal, backward=backward, fp8=fp8)
+        fwd = (_attention_seconds(ctx, first, shape(near, causal=True, backward=False))
+               + _attention_seconds(ctx, rest, shape(blk, causal=False, backward=False)))
+        bwd = (_attention_seconds(ctx, ATTENTION_BACKWARD * first, shape(near, causal=True, backward=True))
+               + _attention_seconds(ctx, ATTENTION_BACKWARD * rest, shape(blk, causal=False, backward=True)))
     else:
         sliding = window < S  # a window over a longer sequence (kernels.CUDNN_WINDOWED), not a short sequence
-        fwd = _attention_seconds(dev, kernel, work, head_dim, window, causal=True, backward=False, fp8=fp8,
-                                efficiency=ctx.eff, windowed=sliding)
-        bwd = _attention_seconds(dev, kernel, ATTENTION_BACKWARD * work, head_dim, window, causal=True, backward=True,
-                                 fp8=fp8, efficiency=ctx.eff, windowed=sliding)
+        fwd = _attention_seconds(ctx, work, AttentionShape(kernel, head_dim, seq=window, causal=True, backward=False,
+                                                           fp8=fp8, windowed=sliding))
+        back = AttentionShape(kernel, head_dim, seq=window, causal=True, backward=True, fp8=fp8, windowed=sliding)
+        bwd = _attention_seconds(ctx, ATTENTION_BACKWARD * work, back)
     # the kernel also reads Q, K, V and writes O (and the backward their gradients): its memory floor
     kv_heads = max(1.0, spec.n_kv_heads / tp)
     qkvo = b * S / cp * (2 * heads * (dqk + dv) / 2 + 2 * kv_heads * dqk) * ctx.act
@@ -112,18 +110,37 @@ def ring_accumulate_bytes(q_elements: float, kv_elements: float, steps: int, gra
     return (steps - 1) * 0.75 * (q_elements + kv_elements) * 3 * grad_bytes
 
 
-def _attention_seconds(dev: Device, kernel: str, flops: float, head_dim: float, seq: float, causal: bool,
-                       backward: bool, fp8: bool = False, efficiency: float = 1.0, windowed: bool = False) -> float:
-    """kernels.attention_seconds: its rate, which reads no FLOPs, once per shape and device (the layouts of a search
-    ask it for many FLOPs at the same head dim and length), then its arithmetic, flops / (rate x efficiency)."""
+@dataclass(frozen=True)
+class AttentionShape:
+    """What the attention kernel's rate reads beside the device (``kernels.Device.attention_rate``): the kernel, the
+    head dim, the length attended, the mask, the pass, FP8 and whether a window slides over a longer sequence."""
+
+    kernel: str
+    head_dim: float
+    seq: float
+    causal: bool
+    backward: bool
+    fp8: bool = False
+    windowed: bool = False
+
+
+def attention_rate(ctx: StepContext, shape: AttentionShape) -> float:
+    """The attention kernel's FLOP/s for `shape` on the context's device, memoized per ``AttentionShape`` (the layouts
+    of a search ask it for many FLOPs at the same shape)."""
+    table = ctx.table("attention rate")
+    rate = table.get(shape)
+    if rate is None:
+        rate = table[shape] = ctx.dev.attention_rate(shape.kernel, shape.head_dim, shape.seq, shape.causal,
+                                                     shape.backward, fp8=shape.fp8, windowed=shape.windowed)
+    return rate
+
+
+def _attention_seconds(ctx: StepContext, flops: float, shape: AttentionShape) -> float:
+    """``kernels.attention_seconds``: flops / (the kernel's rate for `shape` x the in-step efficiency); no work, no
+    time."""
     if flops <= 0:
         return 0.0
-    key = ("attention rate", _token(dev), kernel, head_dim, seq, causal, backward, fp8, windowed)
-    rate = _CACHES["kernels"].get(key)  # (a hit makes no closure)
-    if rate is None:
-        rate = _cached("kernels", key, lambda: dev.attention_rate(kernel, head_dim, seq, causal, backward, fp8=fp8,
-                                                                  windowed=windowed))
-    return flops / (rate * efficiency)
+    return flops / (attention_rate(ctx, shape) * ctx.eff)
 
 
 def _indexer_scores_seconds(ctx: StepContext, i: int) -> float:
@@ -137,8 +154,8 @@ def _indexer_scores_seconds(ctx: StepContext, i: int) -> float:
     spec, lay = ctx.spec, ctx.lay
     flops = indexer_ops(spec, i, lay.micro_batch, ctx.seq, causal=True)["indexer_scores"] / (lay.tp * lay.cp)
     span = ctx.seq if spec.compression(i) != "csa" else spec.compressed_entries(i, ctx.seq)
-    return _attention_seconds(ctx.dev, lay.attention_kernel, flops, spec.index_head_dim, span, causal=True,
-                             backward=False, fp8=lay.fp8_attention, efficiency=ctx.eff)
+    return _attention_seconds(ctx, flops, AttentionShape(lay.attention_kernel, spec.index_head_dim, span, causal=True,
+                                                         backward=False, fp8=lay.fp8_attention))
 
 
 def _scan_seconds(ctx: StepContext, kind: str) -> tuple[float, float]:

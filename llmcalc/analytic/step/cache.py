@@ -1,71 +1,84 @@
-"""The step model's caches: the global tables a layout search shares, and the ids standing for big objects in keys."""
+"""One way to cache (issue 37): memo tables that live for one call.
+
+`predict` and the layout search (`search_layouts`) each open the tables of their call (``per_call``); everything the
+step engine memoizes while they run goes there and is dropped when the call returns, so that nothing one call
+computed can reach another (a search's predictions share the search's tables). Outside such a call (a helper
+called alone) each lookup finds fresh tables: it computes, it keeps nothing.
+
+The memo points are named, each keyed by a frozen record of what its function reads (docs/architecture.md, "One
+way to cache"): a linear's three GEMMs (``context.GemmInputs`` and the shape), a layer's cost (``layer.LayerKey``),
+a stage's cost (``stages.StageKey``) and a pipeline rank's data-parallel and optimizer cost (``dp.RankDpKey``); the
+inputs every one of them shares, the model, device, sequence, recipe, attention and kernel efficiency, are the
+``context.StepInputs`` whose tables they are kept in. The rest are the call's bookkeeping (stage plans, FLOPs,
+the search's floors and its memory checks), kept in the same tables under the name of what they hold."""
 
 from __future__ import annotations
 
-import itertools
+import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from .. import kernels
 
-
-def _cached_in(cache: dict, key: Any, make: Callable[[], Any]) -> Any:
-    value = cache.get(key)
-    if value is None:
-        value = cache[key] = make()
-    return value
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-_CACHES: dict[str, dict] = {"layers": {}, "flops": {}, "params": {}, "acts": {}, "counts": {}, "tokens": {},
-                            "kernels": {}, "family": {}, "interned": {}}
+class Tables:
+    """The memo tables of one call: a dict per name (``table``), and per object (a ModelSpec: ``of``)."""
+
+    def __init__(self) -> None:
+        self.named: dict[str, dict] = {}
+
+    def table(self, name: str) -> dict:
+        found = self.named.get(name)
+        if found is None:
+            found = self.named[name] = {}
+        return found
+
+    def of(self, obj: Any, name: str) -> dict:
+        """The table `name` of one object (a ModelSpec: what a call memoizes of one model), found by the object's
+        identity and kept with it, so that its id is not reused while the tables stand."""
+        table = self.table(name)
+        entry = table.get(id(obj))
+        if entry is None:
+            entry = table[id(obj)] = (obj, {})
+        return entry[1]
+
+
+_OPEN: list[Tables] = []  # the tables of the calls running now (the outermost first)
+
+
+def current() -> Tables:
+    """The tables of the call running now; outside one, fresh tables that nothing keeps."""
+    return _OPEN[-1] if _OPEN else Tables()
+
+
+def per_call(function: F) -> F:
+    """`function` runs in the tables of the call it is part of, or, called alone, in its own, dropped when it
+    returns."""
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if _OPEN:
+            return function(*args, **kwargs)
+        _OPEN.append(Tables())
+        try:
+            return function(*args, **kwargs)
+        finally:
+            _OPEN.pop()
+    return wrapper  # type: ignore[return-value]
 
 
 def clear_caches() -> None:
-    """Forget what earlier predictions cached (benchmarks time a cold search), kernels' tile and wave shares too."""
-    for cache in _CACHES.values():
-        cache.clear()
+    """Forget the kernels' tile and wave shares (benchmarks time a cold search); the step engine's own tables are
+    the running call's and go with it."""
     kernels._WAVES.clear()
 
 
-def _token(obj: Any) -> int:
-    """A small int standing for `obj` (a ModelSpec, a Network) in cache keys: hashing a spec's ~60 fields takes 12 us,
-    and a layout search builds keys with it thousands of times. The object is kept with its token, so its id is
-    not reused while the token stands; an equal object built anew gets its own token (a cache miss, never a wrong
-    hit)."""
-    entry = _TOKENS.get(id(obj))
-    if entry is None:
-        entry = _TOKENS[id(obj)] = (obj, len(_TOKENS))
-    return entry[1]
-
-
-_TOKENS = _CACHES["tokens"]  # _token's table (clear_caches empties it in place)
-
-
-def _interned(value: Any) -> int:
-    """A small int standing for `value` (hashable: a stage plan's composition, a tuple of pieces) in cache keys, the
-    same for equal values: a key holding it hashes an int instead of nested tuples and frozensets. Drawn from a
-    counter that never repeats, so an id is never reused for another value, even after the table is cleared (then
-    an equal value gets a new id: a cache miss, never a wrong hit)."""
-    table = _CACHES["interned"]
-    found = table.get(value)
-    if found is None:
-        if len(table) > 200_000:
-            table.clear()
-        found = table[value] = next(_IDS)
-    return found
-
-
-_IDS = itertools.count()  # _interned's ids
-
-
-def _cached(name: str, key: Any, make: Callable[[], Any]) -> Any:
-    cache = _CACHES[name]
-    value = cache.get(key, _MISSING)  # one lookup: hashing a long key twice costs a layout search ~5 %
+def _cached_in(cache: dict, key: Any, make: Callable[[], Any]) -> Any:
+    value = cache.get(key, _MISSING)
     if value is _MISSING:
-        if len(cache) > 200_000:
-            cache.clear()
         value = cache[key] = make()
     return value
 
 
-_MISSING = object()  # _cached's "not cached" (None is a value some caches hold)
+_MISSING = object()  # "not cached" (None is a value some tables hold)

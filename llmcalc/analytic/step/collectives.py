@@ -7,7 +7,6 @@ import math
 
 from ...records import replaced
 from .. import comm
-from .cache import _cached, _token
 from .constants import EP_OVERLAP_SHARE, EP_OVERLAP_SMS
 from .context import StageTimes, StepContext
 from .layout import _stride
@@ -24,15 +23,10 @@ def add_tp_comm(t: StageTimes, ctx: StepContext, d_model: int, blocks: float, pa
     single-node tensor-parallelism", NVIDIA/TransformerEngine#1071). The formula path and the measured step model
     (analytic/measured_step.py) both time them here."""
     lay, net = ctx.lay, ctx.dev.network
-    stride = _stride(lay, "tp")
-    key = ("tp comm", ctx.tokens, d_model, ctx.act, lay.tp, lay.sequence_parallel, passes, blocks, stride, _token(net))
-
-    def timed() -> tuple[float, bool]:  # (seconds of all the layer's TP collectives, whether they stay in one node)
-        colls = comm.tp_collectives(ctx.tokens, d_model, ctx.act, lay.tp, sequence_parallel=lay.sequence_parallel,
-                                    passes=passes, stride=stride)
-        seconds = comm.total_seconds([replaced(c, {"count": c.count / 2 * blocks}) for c in colls], net)
-        return seconds, colls[0].intra_node(net)
-    tpt, in_node = _cached("params", key, timed)
+    colls = comm.tp_collectives(ctx.tokens, d_model, ctx.act, lay.tp, sequence_parallel=lay.sequence_parallel,
+                                passes=passes, stride=_stride(lay, "tp"))
+    tpt = comm.total_seconds([replaced(c, {"count": c.count / 2 * blocks}) for c in colls], net)
+    in_node = colls[0].intra_node(net)  # the group in one node: the overlap can hide its collectives
     if lay.tp_overlap and in_node:
         per_pass = tpt / passes
         t.tp = _tp_exposed(per_pass, fwd, passes - 1) + _tp_exposed(per_pass, bwd, 1)
@@ -131,16 +125,9 @@ def _tp_exposed(comm_per_pass: float, gemm_per_pass: float, passes: int) -> floa
 
 
 def p2p_seconds(ctx: StepContext) -> float:
-    """Seconds of one micro-batch's activation sent to the next pipeline rank (``comm.pp_collectives``), once per
-    shape; kept per pp stride in the layer costs' dense cache too, whose key holds all else it reads (the model,
-    network, tokens, activation bytes, tp and sequence parallelism)."""
+    """Seconds of one micro-batch's activation sent to the next pipeline rank (``comm.pp_collectives``), the sends'
+    group placed by the pp stride (and the TP group's, whose ranks scatter and gather it)."""
     lay = ctx.lay
-    stride, tp_stride = _stride(lay, "pp"), _stride(lay, "tp")
-    seconds = ctx.dense_cache.get(("p2p", stride, tp_stride))
-    if seconds is None:
-        spec, net = ctx.spec, ctx.dev.network
-        key = ("p2p", ctx.tokens, spec.d_model, ctx.act, lay.tp, lay.sequence_parallel, stride, tp_stride, _token(net))
-        seconds = ctx.dense_cache["p2p", stride, tp_stride] = _cached("params", key, lambda: comm.total_seconds(
-            comm.pp_collectives(ctx.tokens, spec.d_model, ctx.act, lay.tp, sequence_parallel=lay.sequence_parallel,
-                                stride=stride, tp_stride=tp_stride), net))
-    return seconds
+    return comm.total_seconds(comm.pp_collectives(ctx.tokens, ctx.spec.d_model, ctx.act, lay.tp,
+                                                  sequence_parallel=lay.sequence_parallel, stride=_stride(lay, "pp"),
+                                                  tp_stride=_stride(lay, "tp")), ctx.dev.network)

@@ -4,7 +4,9 @@ they imply; StageTimes, the seconds of one micro-batch on one stage by part."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import field
+from dataclasses import fields
+from operator import attrgetter
+from typing import Any
 
 from ...records import dataclass
 from ...spec import ModelSpec
@@ -12,7 +14,7 @@ from .. import kernels
 from ..kernels import Device, stream_seconds
 from ..memory import Recipe
 from . import constants
-from .cache import _CACHES, _cached, _cached_in, _token
+from .cache import current
 from .layout import Layout, _stride
 
 
@@ -88,13 +90,123 @@ def linear_seconds(m: float, k: float, n: float, inputs: GemmInputs,
 
 
 def gemm_table(inputs: GemmInputs, dev: Device) -> tuple[dict, Callable[[float, float, float], float], GemmInputs]:
-    """The memo of linear times under `inputs` (a table per record, shared by every context of the process that
-    builds an equal one) and the GEMM timer they imply (``kernels.gemm_timer``)."""
-    found = _CACHES["kernels"].get(inputs)
+    """The memo of linear times under `inputs` in the running call's tables (one per record) and the GEMM timer they
+    imply (``kernels.gemm_timer``)."""
+    tables = current().table("gemm")
+    found = tables.get(inputs)
     if found is None:
         timer = kernels.gemm_timer(dev, inputs.in_bytes, batch=inputs.batch, rate=inputs.rate,
                                    out_bytes=inputs.out_bytes, efficiency=inputs.efficiency)
-        found = _CACHES["kernels"][inputs] = ({}, timer, inputs)
+        found = tables[inputs] = ({}, timer, inputs)
+    return found
+
+
+@dataclass(frozen=True, eq=False)
+class StepInputs:
+    """What every memo point of a prediction reads beside the layout: the model, the device (its rates and network),
+    the sequence, the recipe, the attention implementation and dropout, and the in-step kernel efficiency. Two are
+    equal where they hold the same model, device and recipe objects (hashing a ModelSpec costs 12 us: an equal
+    model built anew gets tables of its own, a miss, never a wrong hit) and equal values of the rest; the tables
+    keyed by it keep those objects alive, so that their ids stand while the tables do."""
+
+    spec: ModelSpec
+    dev: Device
+    seq: int
+    recipe: Recipe
+    attention: str
+    dropout: bool
+    efficiency: float
+
+    def _identity(self) -> tuple:
+        return (id(self.spec), id(self.dev), id(self.recipe), self.seq, self.attention, self.dropout, self.efficiency)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StepInputs) and self._identity() == other._identity()
+
+    def __hash__(self) -> int:
+        return hash(self._identity())
+
+
+@dataclass(frozen=True)
+class LayerLayout:
+    """What a layer's cost reads of the layout beside its expert mesh: tp, cp and the micro-batch (the tokens and
+    heads on this rank), sequence parallelism, TP overlap, the CP exchange (and its all-to-all group), the attention
+    kernel and its FP8 mode, fused elementwise kernels, and where the TP and CP groups sit (their strides in the rank
+    order; 0 for a degree of 1, which has no collectives)."""
+
+    tp: int
+    cp: int
+    micro_batch: int
+    sequence_parallel: bool
+    tp_overlap: bool
+    cp_comm: str
+    cp_a2a_size: int
+    attention_kernel: str
+    fp8_attention: bool
+    fused_elementwise: bool
+    tp_stride: int
+    cp_stride: int
+
+    def __hash__(self) -> int:  # hashed once: every memo key of the layout holds it
+        found = self.__dict__.get("_hash")
+        if found is None:
+            found = hash(astuple_shallow(self))
+            object.__setattr__(self, "_hash", found)
+        return found
+
+    @classmethod
+    def of(cls, lay: Layout) -> LayerLayout:
+        return cls(tp=lay.tp, cp=lay.cp, micro_batch=lay.micro_batch, sequence_parallel=lay.sequence_parallel,
+                   tp_overlap=lay.tp_overlap, cp_comm=lay.cp_comm, cp_a2a_size=lay.cp_a2a_size,
+                   attention_kernel=lay.attention_kernel, fp8_attention=lay.fp8_attention,
+                   fused_elementwise=lay.fused_elementwise, tp_stride=_stride(lay, "tp") if lay.tp > 1 else 0,
+                   cp_stride=_stride(lay, "cp") if lay.cp > 1 else 0)
+
+
+@dataclass(frozen=True)
+class ExpertLayout:
+    """What an MoE layer's cost reads more of the layout: the expert mesh (ep, expert tp), the all-to-all overlap and
+    dispatcher, the routing imbalance, and where the EP and expert-TP groups sit."""
+
+    ep: int
+    expert_tp: int
+    ep_overlap: bool
+    ep_dispatcher: str
+    moe_imbalance: float
+    ep_stride: int
+    etp_stride: int
+
+    def __hash__(self) -> int:  # hashed once: every memo key of the layout holds it
+        found = self.__dict__.get("_hash")
+        if found is None:
+            found = hash(astuple_shallow(self))
+            object.__setattr__(self, "_hash", found)
+        return found
+
+    @classmethod
+    def of(cls, lay: Layout) -> ExpertLayout:
+        return cls(ep=lay.ep, expert_tp=lay.expert_tp, ep_overlap=lay.ep_overlap, ep_dispatcher=lay.ep_dispatcher,
+                   moe_imbalance=lay.moe_imbalance, ep_stride=_stride(lay, "ep", True),
+                   etp_stride=_stride(lay, "tp", True))
+
+
+def astuple_shallow(record: object) -> tuple:
+    """The values of a record's fields, in order (dataclasses.astuple without its deep copy)."""
+    getter = _GETTERS.get(type(record))
+    if getter is None:
+        getter = _GETTERS[type(record)] = attrgetter(*(f.name for f in fields(record)))  # type: ignore[arg-type]
+    return getter(record)
+
+
+_GETTERS: dict[type, attrgetter] = {}  # astuple_shallow's, per record class
+
+
+def step_tables(inputs: StepInputs) -> dict[str, dict]:
+    """The running call's memo tables for `inputs`, by name (``cache.current``)."""
+    tables = current().table("step")
+    found = tables.get(inputs)
+    if found is None:
+        found = tables[inputs] = {}
     return found
 
 
@@ -110,8 +222,37 @@ class StepContext:
     attention: str = "flash"
     dropout: bool = False
     eff: float = constants.KERNEL_EFFICIENCY
-    cache: dict = field(default_factory=dict)
-    dense_cache: dict = field(default_factory=dict)  # the layers without routed experts: fewer fields in their key
+
+    @property
+    def inputs(self) -> StepInputs:
+        return StepInputs(self.spec, self.dev, seq=self.seq, recipe=self.recipe, attention=self.attention,
+                          dropout=self.dropout, efficiency=self.eff)
+
+    def table(self, name: str) -> dict:
+        """The running call's memo table `name` for this context's ``StepInputs``."""
+        tables = self.__dict__.get("_tables")
+        if tables is None:
+            tables = self.__dict__["_tables"] = step_tables(self.inputs)
+        found = tables.get(name)
+        if found is None:
+            found = tables[name] = {}
+        return found
+
+    @property
+    def layer_layout(self) -> LayerLayout:
+        """``LayerLayout.of`` the layout, one object per value in the call (keys holding the same object compare at
+        once)."""
+        found = self.__dict__.get("_layer_layout")
+        if found is None:
+            found = self.__dict__["_layer_layout"] = _canonical(LayerLayout.of(self.lay))
+        return found
+
+    @property
+    def expert_layout(self) -> ExpertLayout:
+        found = self.__dict__.get("_expert_layout")
+        if found is None:
+            found = self.__dict__["_expert_layout"] = _canonical(ExpertLayout.of(self.lay))
+        return found
 
     @property
     def act(self) -> float:
@@ -161,42 +302,34 @@ class StepContext:
         return stream_seconds(nbytes * (1 if self.lay.fused_elementwise else 2), self.dev, self.eff)
 
 
-def _layer_kind(spec: ModelSpec, i: int) -> tuple:
-    """What makes two layers cost the same: their mixers, FFN and attention span."""
+def layer_kind(spec: ModelSpec, i: int) -> tuple:
+    """What makes two layers cost the same, all a layer's cost reads of its index: its mixers and FFN, its attention
+    span (which sets its head width and K/V heads), whether it reads an earlier layer's K/V (no K/V projections, its
+    own FFN width: Gemma 4's KV-shared layers), how it compresses its KV and whether it runs a lightning indexer
+    (DeepSeek-V3.2 / V4). tests/test_step_caches.py holds every layer of a kind to its first one's cost."""
     mixers, ffn = spec.layer_parts(i)
-    return mixers, ffn, spec.attention_span(i) if "attention" in mixers else ""
-
-
-def _layer_cache(spec: ModelSpec, dev: Device, lay: Layout, seq: int, rec: Recipe, attention: str,
-                 dropout: bool) -> tuple[dict, dict]:
-    """The per-layer-kind cost caches shared by every layout whose layer costs are the same: same device, recipe,
-    sequence, and the layout fields a layer's cost reads (tp, cp, micro-batch, the kernels and overlaps, the
-    strides its collectives take, and for the MoE layers the expert mesh and its settings). Two caches: the MoE
-    layers', and the other layers', whose key leaves out the expert fields (dense layers cost the same whatever
-    ep, etp and the all-to-all settings); the MoE layers' is kept in the other's, under the expert fields."""
-    dense = (_token(spec), dev.accelerator.key, dev.mamf, dev.mamf_fp8, dev.sm_count, dev.arch, dev.fp4_peak,
-             _token(dev.network), seq, rec.name, rec.act_bytes, attention, dropout, constants.KERNEL_EFFICIENCY,
-             lay.tp, lay.cp, lay.micro_batch, lay.sequence_parallel, lay.tp_overlap, lay.cp_comm, lay.cp_a2a_size,
-             lay.attention_kernel, lay.fp8_attention, lay.fused_elementwise, lay.recompute_modules, _stride(lay, "cp"),
-             _stride(lay, "tp"))
-    dense_cache = _cached("layers", dense, dict)
-    experts = ("experts", lay.ep, lay.expert_tp, lay.ep_overlap, lay.ep_dispatcher, lay.moe_imbalance,
-               _stride(lay, "ep", True), _stride(lay, "tp", True))
-    return _cached_in(dense_cache, experts, dict), dense_cache
+    return (mixers, ffn, spec.attention_span(i) if "attention" in mixers else "", spec.kv_shared(i),
+            spec.compression(i), spec.has_indexer(i))
 
 
 def _context(spec: ModelSpec, dev: Device, lay: Layout, seq_len: int, rec: Recipe, attention: str = "flash",
              dropout: bool = False) -> StepContext:
-    """The prediction context of `lay` with its layer-cost caches (_prepare's; the search's floors read the same,
-    with flash attention and no dropout)."""
-    caches = _layer_cache(spec, dev, lay, seq_len, rec, attention=attention, dropout=dropout)
-    return _context_in((spec, dev, seq_len, rec), lay, caches, attention=attention, dropout=dropout)
-
-
-def _context_in(inputs: tuple, lay: Layout, caches: tuple[dict, dict], attention: str = "flash",
-                dropout: bool = False) -> StepContext:
-    """_context of `lay` with the layer-cost caches it was given (`caches`: _layer_cache's; `inputs`: (spec, device,
-    sequence, recipe)), as the layout search builds each layout's."""
-    spec, dev, seq_len, rec = inputs
+    """The prediction context of `lay` (_prepare's; the search's floors read the same, with flash attention and no
+    dropout), at today's KERNEL_EFFICIENCY."""
     return StepContext(spec, dev, lay, seq_len, rec, attention=attention, dropout=dropout,
-                       eff=constants.KERNEL_EFFICIENCY, cache=caches[0], dense_cache=caches[1])
+                       eff=constants.KERNEL_EFFICIENCY)
+
+
+def _context_in(inputs: tuple, lay: Layout, fields: tuple[LayerLayout, ExpertLayout] | None = None) -> StepContext:
+    """_context of `lay` from `inputs` (spec, device, sequence, recipe), as the layout search builds each layout's;
+    `fields`: the layout's (LayerLayout, ExpertLayout) where the caller has them."""
+    spec, dev, seq_len, rec = inputs
+    ctx = StepContext(spec, dev, lay, seq_len, rec, eff=constants.KERNEL_EFFICIENCY)
+    if fields is not None:
+        ctx.__dict__["_layer_layout"], ctx.__dict__["_expert_layout"] = fields
+    return ctx
+
+
+def _canonical(record: Any) -> Any:
+    """The running call's one object equal to `record` (itself, the first time)."""
+    return current().table("records").setdefault(record, record)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ...records import dataclass
 from ...spec import ModelSpec
 from .. import comm, kernels
 from ..kernels import stream_seconds
@@ -13,19 +14,18 @@ from ..memory import OPTIMIZERS, Recipe, _layer_params, routed_expert_params
 from ..parallel import _built
 from ..params import count_params
 from ..pipeline import stage_of
-from . import constants
-from .cache import _cached, _token
+from .cache import current
 from .constants import DP_BUCKET_PARAMS, MUON_NS_STEPS
-from .context import StageTimes, StepContext
+from .context import StageTimes, StepContext, _canonical, astuple_shallow
 from .layout import Layout, _group_per_node
 
 
 def dp_and_optimizer(ctx: StepContext, stages: list[StageTimes], split: list[int], starts: list[int],
-                     v: int, groups: list, infos: dict[int, tuple] | None = None) -> tuple[float, float]:
+                      v: int, groups: list, infos: dict[int, tuple] | None = None) -> tuple[float, float]:
     """(exposed DP communication, optimizer seconds) of the rank holding the most parameters: each rank's
     collectives and optimizer step (``_rank_dp``, the same for every layout of these degrees) against its own
     forward and backward of one micro-batch; once per group of ranks whose chunks are the same (`groups`,
-    _stage_plan's: they hold the same layers and parameters); `infos`: each rank's ``one_rank_dp`` where the caller
+    stage_plan's: they hold the same layers and parameters); `infos`: each rank's ``one_rank_dp`` where the caller
     counted its parameters (a model transformers measured), else ``_rank_dp``'s."""
     lay = ctx.lay
     worst_dp = worst_opt = 0.0
@@ -50,47 +50,91 @@ def dp_and_optimizer(ctx: StepContext, stages: list[StageTimes], split: list[int
     return worst_dp, worst_opt
 
 
-def _rank_dp(ctx: StepContext, split: tuple[int, ...], v: int, ranks: list[int],
-             key: tuple | None = None) -> dict[int, tuple]:
+@dataclass(frozen=True)
+class DpLayout:
+    """What a rank's data-parallel collectives and optimizer step read of the layout: the degrees (tp, cp, pp, dp,
+    ep, expert tp: the groups and their strides), the ZeRO stage, the rank order, the micro-batches (ZeRO-3's
+    per-micro-batch transfers only: 0 otherwise), the optimizer and FP8 parameter gathers."""
+
+    tp: int
+    cp: int
+    pp: int
+    dp: int
+    ep: int
+    expert_tp: int
+    zero: int
+    order: str
+    micro_batches: int
+    optimizer: str
+    fp8_param_gather: bool
+
+    def __hash__(self) -> int:  # hashed once: every rank's key holds it
+        found = self.__dict__.get("_hash")
+        if found is None:
+            found = hash(astuple_shallow(self))
+            object.__setattr__(self, "_hash", found)
+        return found
+
+    @classmethod
+    def of(cls, lay: Layout, zero: int | None = None) -> DpLayout:
+        """`lay`'s; `zero`: with this ZeRO stage instead of its own."""
+        zero = lay.zero if zero is None else zero
+        return cls(tp=lay.tp, cp=lay.cp, pp=lay.pp, dp=lay.dp, ep=lay.ep, expert_tp=lay.expert_tp, zero=zero,
+                   order=lay.order, micro_batches=lay.grad_accum if zero == 3 else 0, optimizer=lay.optimizer,
+                   fp8_param_gather=lay.fp8_param_gather)
+
+
+@dataclass(frozen=True)
+class RankDpKey:
+    """What one pipeline rank's data-parallel collectives and optimizer step read beside the ``StepInputs`` its table
+    is kept under: the layout's DP fields (``DpLayout``) and what the rank holds: parameters, routed-expert
+    parameters, layers."""
+
+    layout: DpLayout
+    params: float
+    experts: float
+    layers: int
+
+
+def _dp_layout(ctx: StepContext, zero: int | None = None) -> DpLayout:
+    """``DpLayout.of`` the context's layout (`zero`: with this ZeRO stage instead), one object per value in the call
+    (keys holding the same object compare at once), kept with the context."""
+    name = f"_dp_layout_{zero}"
+    found = ctx.__dict__.get(name)
+    if found is None:
+        found = ctx.__dict__[name] = _canonical(DpLayout.of(ctx.lay, zero))
+    return found
+
+
+def rank_dp_key(ctx: StepContext, held: tuple[float, float, int], zero: int | None = None) -> RankDpKey:
+    """The ``RankDpKey`` of a rank holding `held` (_rank_holdings') in this context (`zero`: at this ZeRO stage)."""
+    return RankDpKey(_dp_layout(ctx, zero), *held)
+
+
+def _rank_dp(ctx: StepContext, split: tuple[int, ...], v: int, ranks: list[int]) -> dict[int, tuple]:
     """For pipeline ranks `ranks`, what each one's data-parallel reductions and optimizer step cost, whatever the
-    stage times: (layers, FSDP?, one FSDP unit's forward and backward transfer, total reduce and gather seconds per
-    step, the last bucket's reduce and the first bucket's gather, optimizer seconds). Cached per layout degrees and
-    the rank's parameters (ranks holding the same parameters cost the same, in this layout or another). `key`:
-    _dp_key(ctx) where the caller has it already."""
-    key = _dp_key(ctx) if key is None else key
-    return _cached("params", ("rank dps", *key, split, v, ctx.lay.schedule, tuple(ranks)),
-                   lambda: _ranks_dp(ctx, key, split, v, ranks))
-
-
-def _dp_key(ctx: StepContext, zero: int | None = None) -> tuple:
-    """What a rank's DP collectives and optimizer step read besides its parameters (_rank_dp's cache key); `zero`:
-    that of the layout with this ZeRO stage instead of its own."""
-    spec, lay, dev, rec = ctx.spec, ctx.lay, ctx.dev, ctx.recipe
-    zero = lay.zero if zero is None else zero
-    return (_token(spec), dev.accelerator.key, _token(dev.network), dev.mamf, rec.name, constants.KERNEL_EFFICIENCY,
-            lay.tp, lay.cp, lay.pp, lay.dp, lay.ep, lay.expert_tp, zero, lay.order,
-            lay.grad_accum if zero == 3 else 0,  # the micro-batch count matters to ZeRO-3's transfers only
-            lay.optimizer, lay.fp8_param_gather)
-
-
-def _ranks_dp(ctx: StepContext, key: tuple, split: tuple[int, ...], v: int, ranks: list[int]) -> dict[int, tuple]:
-    """_rank_dp for these ranks, one by one (`key`: the degrees' part of the cache key)."""
+    stage times (``one_rank_dp``), memoized per ``RankDpKey``: ranks holding the same parameters cost the same, in
+    this layout or another."""
+    table = ctx.table("rank dp")
     out = {}
-    holdings = _holdings(ctx, split, v)
     for r in ranks:
-        held = holdings.get(r)
-        if held is None:
-            held = holdings[r] = _rank_holdings(ctx, split, v, r)
-        out[r] = _cached("params", ("rank dp", *key, *held),
-                         lambda: one_rank_dp(ctx, *held))  # noqa: B023 (called at once)
+        held = _holdings(ctx, split, v, r)
+        key = rank_dp_key(ctx, held)
+        info = table.get(key)
+        if info is None:
+            info = table[key] = one_rank_dp(ctx, *held)
+        out[r] = info
     return out
 
 
-def _holdings(ctx: StepContext, split: tuple[int, ...], v: int) -> dict[int, tuple[float, float, int]]:
-    """The table of _rank_holdings per pipeline rank of `ctx`'s model, stage split, chunks per rank and schedule
-    (what _rank_holdings reads besides the rank), filled by its callers as they ask for ranks: one key built per
-    caller, not per rank."""
-    return _cached("params", ("holdings", _token(ctx.spec), split, v, ctx.lay.schedule), dict)
+def _holdings(ctx: StepContext, split: tuple[int, ...], v: int, r: int) -> tuple[float, float, int]:
+    """_rank_holdings of rank `r`, once per stage split, chunks per rank, schedule and rank in the call's tables."""
+    table = ctx.table("holdings")
+    key = (split, v, ctx.lay.schedule, ctx.lay.pp, r)
+    found = table.get(key)
+    if found is None:
+        found = table[key] = _rank_holdings(ctx, split, v, r)
+    return found
 
 
 def _rank_holdings(ctx: StepContext, split: tuple[int, ...], v: int, r: int) -> tuple[float, float, int]:
@@ -98,7 +142,7 @@ def _rank_holdings(ctx: StepContext, split: tuple[int, ...], v: int, r: int) -> 
     spec, lay = ctx.spec, ctx.lay
     per_layer, emb, head, final, experts_per_layer, moe_before = _param_summary(spec)
     n_stages = len(split)
-    starts = _cached("params", ("starts", split), lambda: [sum(split[:i]) for i in range(n_stages)])
+    starts = [sum(split[:i]) for i in range(n_stages)]
     params = experts = 0.0
     n_layers = 0
     for c in range(v):
@@ -152,16 +196,14 @@ def one_rank_dp(ctx: StepContext, params: float, experts: float, n_layers: int,
 
 
 def _dp_mesh(lay: Layout, per_node: int) -> tuple[int, int, int, int, int]:
-    """one_rank_dp's groups, once per degrees, rank order and node size: (the dense gradients' group, dp x cp:
+    """one_rank_dp's groups: (the dense gradients' group, dp x cp:
     CP ranks hold the same weights; its members per node; its stride; the routed experts' data-parallel stride;
     its members per node)."""
-    def make() -> tuple[int, int, int, int, int]:
-        strides, estrides = lay.strides(), lay.expert_strides()
-        dense_members = _group_per_node([(lay.cp, strides["cp"]), (lay.dp, strides["dp"])], per_node)
-        dense_stride = strides["cp"] if lay.cp > 1 else strides["dp"]
-        expert_members = _group_per_node([(lay.expert_dp, estrides["dp"])], per_node)
-        return lay.dp * lay.cp, dense_members, dense_stride, estrides["dp"], expert_members
-    return _cached("params", ("dp mesh", lay.order, lay.tp, lay.cp, lay.pp, lay.dp, lay.ep, lay.etp, per_node), make)
+    strides, estrides = lay.strides(), lay.expert_strides()
+    dense_members = _group_per_node([(lay.cp, strides["cp"]), (lay.dp, strides["dp"])], per_node)
+    dense_stride = strides["cp"] if lay.cp > 1 else strides["dp"]
+    expert_members = _group_per_node([(lay.expert_dp, estrides["dp"])], per_node)
+    return lay.dp * lay.cp, dense_members, dense_stride, estrides["dp"], expert_members
 
 
 def _rank_optimizer(ctx: StepContext, params: float, experts: float, n_layers: int, per_layer: float,
@@ -182,7 +224,7 @@ def _rank_optimizer(ctx: StepContext, params: float, experts: float, n_layers: i
 
 
 def _param_summary(spec: ModelSpec) -> tuple[float, float, float, float, float, list[int]]:
-    """Per spec, once: parameters of one layer (its sharded part and norms, memory._layer_params' average), the
+    """Per spec, once per call: parameters of one layer (its sharded part and norms, memory._layer_params' average), the
     embedding, the LM head, the final norm, the routed experts of one MoE layer, and how many MoE layers come
     before each layer index (prefix sums)."""
     def make() -> tuple[float, float, float, float, float, list[int]]:
@@ -193,17 +235,19 @@ def _param_summary(spec: ModelSpec) -> tuple[float, float, float, float, float, 
         for i in range(spec.n_layers):
             before.append(before[-1] + spec.is_moe_layer(i))
         return layer + norms, emb, head, final, experts, before
-    return _cached("params", ("summary", _token(spec)), make)
+    table = current().of(spec, "parameter summary")
+    found = table.get("summary")
+    if found is None:
+        found = table["summary"] = make()
+    return found
 
 
 def _dp_seconds(params: float, rec: Recipe, group: int, zero: int, stride: int, members: int, m: int, units: int,
-                net: Any, gather_bytes: float | None = None) -> tuple[tuple[str, float, int], ...]:
-    """(kind, seconds of one call, calls) of each of _dp_colls' collectives, once per size and group (the dense
-    parameters of a rank are the same whatever its expert mesh) and whatever the micro-batches (a call's seconds
-    do not read its count)."""
-    key = ("dp seconds", params, rec.name, group, zero, stride, members, units, _token(net), gather_bytes)
-    once = _cached("params", key, lambda: tuple((c.kind, c.seconds(net), c.count) for c in _dp_colls(
-        params, rec, group, zero, stride, members=members, m=1, units=units, gather_bytes=gather_bytes)))
+                net: Any, gather_bytes: float | None = None) -> tuple[tuple[str, float, float], ...]:
+    """(kind, seconds of one call, calls) of each of _dp_colls' collectives: those of one micro-batch, whose calls
+    ZeRO-3 makes once per micro-batch."""
+    once: tuple[tuple[str, float, float], ...] = tuple((c.kind, c.seconds(net), c.count) for c in _dp_colls(
+        params, rec, group, zero, stride, members=members, m=1, units=units, gather_bytes=gather_bytes))
     # ZeRO-3's collectives run once per micro-batch (dp_collectives' count): the same calls, m times as many
     return tuple((kind, seconds, count * m) for kind, seconds, count in once) if zero == 3 else once
 

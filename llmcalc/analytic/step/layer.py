@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ...records import dataclass
 from ...spec import ModelSpec
 from ..flops import has_backward, layer_ops
 from ..kernels import Device, device_for, stream_seconds
 from ..memory import RECIPES, lookup
 from . import constants
 from .attention import _attention_core, _indexer_scores_seconds, _scan_seconds
-from .cache import _cached, _cached_in, _token
+from .cache import per_call
 from .collectives import add_ep_comm, add_tp_comm
-from .context import StageTimes, StepContext, _layer_kind
+from .context import ExpertLayout, LayerLayout, StageTimes, StepContext, layer_kind
 from .layout import FUSED_GEMMS, REPLICATED, ROW_PARALLEL, STREAMED, Layout
 from .moe import _moe_cost
 
@@ -36,6 +37,7 @@ def _part_shape(spec: ModelSpec, group: str, part: str, flops: float, tokens: fl
     return k, flops / (2 * tokens * k), "replicated" if part in REPLICATED else "column"
 
 
+@per_call
 def layer_times(spec: ModelSpec, layer: int, lay: Layout, seq_len: int, causal: bool = True, recompute: str = "none",
                 dev: Device | None = None, act_bytes: float = 2, attention: str = "flash", dropout: bool = False,
                 recipe: str = "bf16-mixed") -> StageTimes:
@@ -60,43 +62,68 @@ def _recomputes(lay: Layout, recompute: str, layer: int, first_in_chunk: int) ->
     return frozenset()
 
 
-def _layer_cost(ctx: StepContext, i: int, rec: frozenset[str]) -> StageTimes:
-    kinds = ctx.dense_cache.get(_KINDS)  # the model's _kinds_of, kept in the dense cache (whose key holds the model)
+@dataclass(frozen=True)
+class LayerKey:
+    """What one layer's cost reads beside the ``StepInputs`` its table is kept under: the layer's kind (mixers, FFN,
+    attention span: ``context.layer_kind``), what it recomputes, the layout's layer fields, and for a layer with
+    routed experts the expert mesh (None for the others, whose cost reads no expert setting)."""
+
+    kind: tuple
+    recompute: frozenset[str]
+    layout: LayerLayout
+    experts: ExpertLayout | None
+
+
+def layer_key(ctx: StepContext, i: int, rec: frozenset[str]) -> LayerKey:
+    """The ``LayerKey`` of layer `i` recomputing `rec` in this context."""
+    kinds = ctx.table("model").get("kinds")
     if kinds is None:
-        spec = ctx.spec
-        kinds = ctx.dense_cache[_KINDS] = _cached("params", ("kinds", _token(spec)), lambda: _kinds_of(spec))[0]
-    kind = kinds[i]  # _layer_kind(spec, i)
-    cache = ctx.cache if kind[1] == "moe" else ctx.dense_cache  # a dense layer's cost reads no expert setting
-    key = (kind, rec)
-    cached = cache.get(key)
-    if cached is None:
-        cached = cache[key] = _layer_cost_uncached(ctx, i, rec)
-    return cached
+        kinds = ctx.table("model")["kinds"] = _kinds_of(ctx.spec)
+    kind = kinds[0][i]
+    return LayerKey(kind, rec, ctx.layer_layout, ctx.expert_layout if kind[1] == "moe" else None)
 
 
-_KINDS = ("kinds",)  # _layer_cost's key of the layers' kinds in a dense cache
+def _layer_cost(ctx: StepContext, i: int, rec: frozenset[str]) -> StageTimes:
+    """Layer `i`'s cost (``_layer_cost_uncached``), memoized per ``LayerKey``: layers of one kind cost the same; its
+    terms before the MoE block (``_layer_prefix``), which read no expert setting, per the key without its expert
+    mesh, so that an MoE layer's expert meshes, dispatchers and EP overlaps share them."""
+    key = layer_key(ctx, i, rec)
+    table = ctx.table("layer")
+    cost = table.get(key)
+    if cost is None:
+        plans = ctx.table("layer ops")  # the layer's ops, whatever tp: once per layer and tokens
+        plan = plans.get((i, ctx.tokens))
+        if plan is None:
+            plan = plans[i, ctx.tokens] = _layer_ops_plan(ctx.spec, i, ctx.tokens)
+        prefixes = ctx.table("layer prefix")
+        dense = key if key.experts is None else LayerKey(key.kind, rec, key.layout, None)
+        prefix = prefixes.get(dense)
+        if prefix is None:
+            prefix = prefixes[dense] = _layer_prefix(ctx, i, rec, plan)
+        cost = table[key] = _layer_cost_uncached(ctx, i, rec, plan, prefix)
+    return cost
 
 
-def _layer_cost_uncached(ctx: StepContext, i: int,  # long: one layer's terms in order
-                         rec: frozenset[str]) -> StageTimes:
+def _layer_cost_uncached(ctx: StepContext, i: int, rec: frozenset[str],  # long: one layer's terms in order
+                         plan: tuple | None = None, prefix: tuple | None = None) -> StageTimes:
+    """Layer `i`'s StageTimes on this rank, recomputing `rec`: its GEMMs, attention cores and scans, MoE block,
+    elementwise passes, TP, CP and EP collectives, summed in that order (`plan`: ``_layer_ops_plan``'s, where the
+    caller has it; `prefix`: ``_layer_prefix``'s)."""
     spec, lay = ctx.spec, ctx.lay
     tp, T, D, act = lay.tp, ctx.tokens, spec.d_model, ctx.act
     sp = tp if lay.sequence_parallel else 1
     mixers, ffn = spec.layer_parts(i)
     moe = ffn == "moe"
-    # the terms before the MoE block read no expert setting: once per dense key for all the expert meshes (the same
-    # floats, summed on in the same order below)
-    redone = ("mla_up_proj" in rec, "mlp" in rec)  # all the prefix reads of `rec`
-    layer_kind = _layer_kind(spec, i)
-    prefix = _cached_in(ctx.dense_cache, ("prefix", layer_kind, redone), lambda: _layer_prefix(ctx, i, rec))
+    if plan is None:
+        plan = _layer_ops_plan(spec, i, T)
+    if prefix is None:
+        prefix = _layer_prefix(ctx, i, rec, plan)
     fwd, dgrad, wgrad, redo, moe_parts, elem_fwd, attn_f, attn_b, cp_f, cp_b = prefix
     t = StageTimes()
     # MoE
     ep_fwd = ep_bwd = 0.0
     if moe:
-        # once per kind and what of `rec` it reads: the same for no and full recomputation
-        m = _cached_in(ctx.cache, ("moe", layer_kind, "moe" in rec, "moe_act" in rec, "shared_experts" in rec),
-                       lambda: _moe_cost(ctx, moe_parts, rec))
+        m = _moe_cost(ctx, moe_parts, rec)
         fwd, dgrad, wgrad = fwd + m["fwd"], dgrad + m["dgrad"], wgrad + m["wgrad"]
         elem_fwd += m["elem"]
         ep_fwd, ep_bwd = m["ep_fwd"], m["ep_bwd"]
@@ -151,17 +178,16 @@ def _layer_cost_uncached(ctx: StepContext, i: int,  # long: one layer's terms in
     return t
 
 
-def _layer_prefix(ctx: StepContext, i: int, rec: frozenset[str]) -> tuple:
+def _layer_prefix(ctx: StepContext, i: int, rec: frozenset[str], plan: tuple) -> tuple:
     """_layer_cost_uncached's terms up to the MoE block: (forward, input-gradient and weight-gradient GEMM seconds,
     recomputed forward seconds, the MoE block's FLOPs by part, elementwise forward bytes, attention-core and scan
     forward and backward seconds, exposed CP forward and backward), all read from the layout's dense fields; of `rec`
-    only whether it holds mla_up_proj and mlp. The ops' shapes come from _layer_ops_plan (once per layer kind and
-    tokens, whatever tp), each GEMM timed and summed in the ops' order."""
+    only whether it holds mla_up_proj and mlp. The ops' shapes are `plan` (_layer_ops_plan's, whatever tp), each
+    GEMM timed and summed in the ops' order."""
     spec, lay = ctx.spec, ctx.lay
     tp, T = lay.tp, ctx.tokens
     mixers, _ = spec.layer_parts(i)
-    gemms, streamed, moe_parts = _cached("flops", ("layer plan", _token(spec), i, T),
-                                         lambda: _layer_ops_plan(spec, i, T))
+    gemms, streamed, moe_parts = plan
     fwd = dgrad = wgrad = 0.0  # GEMMs
     redo = 0.0  # forward work recomputation repeats
     mla_up, mlp = "mla_up_proj" in rec, "mlp" in rec
@@ -270,9 +296,9 @@ def _mtp_times(ctx: StepContext, recompute: str) -> StageTimes:
 
 
 def _kinds_of(spec: ModelSpec) -> tuple[list[tuple], dict[tuple, int], list[tuple[int, int, tuple]]]:
-    """Each layer's _layer_kind, each kind's representative (its first layer), and the maximal runs of consecutive
+    """Each layer's layer_kind, each kind's representative (its first layer), and the maximal runs of consecutive
     layers of one kind as (first layer, end, kind), in layer order."""
-    kinds = [_layer_kind(spec, i) for i in range(spec.n_layers)]
+    kinds = [layer_kind(spec, i) for i in range(spec.n_layers)]
     first: dict[tuple, int] = {}
     segments: list[tuple[int, int, tuple]] = []
     for i, kind in enumerate(kinds):

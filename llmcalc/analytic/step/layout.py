@@ -27,7 +27,6 @@ from ..parallel import (
     whole,
 )
 from ..pipeline import SCHEDULES, chunks_per_rank, stage_of
-from .cache import _cached
 from .constants import MOE_IMBALANCE
 
 ORDER = RANK_ORDER  # Megatron-Core's default rank order (innermost first)
@@ -514,7 +513,7 @@ def _stride(lay: Layout, dim: str, experts: bool = False) -> int:
 
 
 def describe_split(split: list[int]) -> str:
-    return _cached("params", ("split text", tuple(split)), lambda: _split_text(split))
+    return _split_text(split)
 
 
 def _split_text(split: list[int]) -> str:
@@ -528,18 +527,6 @@ def _split_text(split: list[int]) -> str:
             runs.append([c, 1])
     return ", ".join(f"{c}" if k == 1 else f"{c} x {k} stages" for c, k in runs) + \
         " (fewer layers where embedding and LM head sit; the slowest stage sets the pace)"
-
-
-def _strides_pp_free(order: Any) -> bool:
-    """Whether rank order `order` puts tp, cp and ep inside dp and pp: the tp and cp strides (tp, cp, ep, dp, pp sizes)
-    and the experts' etp and ep strides (etp, 1, ep, expert dp, pp) are then products of the sizes before them,
-    neither dp nor pp (so _layer_cache's key reads no pp of a search's layouts, whose dp follows from pp). False for
-    an order make_layout refuses."""
-    try:
-        dims = _order_dims(order)
-    except Exception:  # noqa: BLE001 (refused by every layout: nothing to share)
-        return False
-    return max(dims.index("tp"), dims.index("cp"), dims.index("ep")) < min(dims.index("dp"), dims.index("pp"))
 
 
 def _with_zero(lay: Layout, zero: int) -> Layout:

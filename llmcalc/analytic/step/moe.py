@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 
 from .. import comm
-from .cache import _cached, _token
 from .context import StepContext
 from .layout import Layout, _stride
 
@@ -130,20 +129,12 @@ def dispatch_seconds(routed: float, top_k: int, n_experts: int, width: int, act:
     return comm.total_seconds(colls, net)
 
 
-def _dispatch_seconds(ctx: StepContext, routed: float, k: int, De: int) -> float:
-    """``dispatch_seconds`` once per shape and network."""
-    lay, act, net, E = ctx.lay, ctx.act, ctx.dev.network, ctx.spec.n_experts
-    key = ("ep comm", routed, k, E, De, act, lay.ep, _stride(lay, "ep", True), lay.expert_tp, lay.ep_dispatcher,
-           _stride(lay, "tp", True), _token(net))
-    return _cached("params", key, lambda: dispatch_seconds(routed, k, E, De, act, lay=lay, net=net))
-
-
 def _moe_cost(ctx: StepContext, parts: dict[str, float],  # long: terms in order
               rec: frozenset[str]) -> dict[str, float]:
     """One MoE layer on this rank: the router (GEMM + score passes, ``router_bytes``), the local experts as one
     grouped GEMM of the rows the most loaded rank receives (the mean times the larger of ``expected_max_load``
     and ``moe_imbalance``), shared experts like a dense MLP, the permutations (``permute_bytes``) and the activation
-    as memory-bound passes, and the dispatch/combine (``_dispatch_seconds``: Megatron-Core's alltoall, allgather or
+    as memory-bound passes, and the dispatch/combine (``dispatch_seconds``: Megatron-Core's alltoall, allgather or
     flex/DeepEP dispatcher; with ep 1 and etp = tp the block is tensor-parallel like a dense MLP)."""
     spec, lay = ctx.spec, ctx.lay
     T, D, tp, act = ctx.tokens, ctx.spec.d_model, lay.tp, ctx.act
@@ -186,5 +177,6 @@ def _moe_cost(ctx: StepContext, parts: dict[str, float],  # long: terms in order
         elem += permute_bytes(local_tokens, k, De, act, local_experts=groups, ep=ep, dispatcher=lay.ep_dispatcher,
                               imbalance=imbalance, gathered=local_tokens * ep * etp)
         gathered = lay.ep_dispatcher == "allgather"  # every rank's tokens, whatever the routing
-        one = _dispatch_seconds(ctx, local_tokens * (1.0 if gathered else imbalance), k, De)
+        one = dispatch_seconds(local_tokens * (1.0 if gathered else imbalance), k, E, De, act, lay=lay,
+                               net=ctx.dev.network)
     return {"fwd": fwd, "dgrad": dgrad, "wgrad": wgrad, "elem": elem, "ep_fwd": one, "ep_bwd": one, "redo": redo}

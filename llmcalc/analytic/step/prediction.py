@@ -18,13 +18,13 @@ from ..kernels import Device
 from ..memory import RECIPES, Recipe, lookup
 from ..pipeline import chunks_per_rank, path_bounds, simulate_pair, stage_of
 from . import constants
-from .cache import _cached, _token
+from .cache import current, per_call
 from .collectives import p2p_seconds
 from .constants import EP_OVERLAP_SMS
 from .context import StageTimes, StepContext, _context
 from .dp import dp_and_optimizer
 from .layout import Layout, describe_split
-from .stages import _stage_cost, _stage_plan, stage_passes
+from .stages import _stage_cost, stage_passes, stage_plan
 
 GLOBAL_CONSTANTS = {
     "MAMF (per accelerator preset and dtype)": "measured max achievable bf16 and fp8 matmul FLOP/s, S. Bekman "
@@ -106,6 +106,7 @@ class StepPrediction:
                 "prediction_notes": list(self.notes), "assumptions": dict(self.assumptions)}
 
 
+@per_call
 def predict(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, causal: bool = False,
             recompute: str = "none", recipe: str = "bf16-mixed", attention: str = "flash",
             dropout: bool = False, simulated: bool = True) -> StepPrediction:
@@ -139,7 +140,7 @@ class Prepared:
     dp: float
     optimizer: float
     plain_bound: float = 0.0  # the bound without transfer times (its pp_comm share is bound - plain_bound)
-    groups: list = field(default_factory=list)  # the ranks of distinct chunks: (first rank, its stages) (_stage_plan)
+    groups: list = field(default_factory=list)  # the ranks of distinct chunks: (first rank, its stages) (stage_plan)
 
     @property
     def step_bound(self) -> float:
@@ -156,17 +157,18 @@ def _prepare(spec: ModelSpec, device: Device, layout: Layout, seq_len: int, caus
     ctx = _context(spec, device, lay, seq_len, rec, attention=attention, dropout=dropout)
     v = chunks_per_rank(lay.schedule, lay.vpp)
     n_stages = lay.pp * v
-    split, starts, ids, kinds, groups, cids = _stage_plan(spec, n_stages, lay, recompute)
-    distinct = [_stage_cost(ctx, composition, recompute, cid) for composition, cid in zip(kinds, cids, strict=True)]
-    stages = [distinct[j] for j in ids]
-    fwd, bwd, wgt = stage_passes(distinct, ids, lay.schedule)
+    plan = stage_plan(spec, n_stages, lay, recompute)
+    split, starts = plan.split, plan.starts
+    distinct = [_stage_cost(ctx, composition, recompute) for composition in plan.compositions]
+    stages = [distinct[j] for j in plan.ids]
+    fwd, bwd, wgt = stage_passes(distinct, plan.ids, lay.schedule)
     p2p = p2p_seconds(ctx) if lay.pp > 1 else 0.0
-    rank_groups, lasts = groups(lay.schedule, lay.pp)
+    rank_groups, lasts = plan.groups(lay.schedule, lay.pp)
     bound, exact, plain = path_bounds(lay.schedule, lay.pp, lay.grad_accum, fwd, bwd, w=wgt, vpp=lay.vpp, p2p_time=p2p,
                                       ranks=lasts)
     dp, opt = dp_and_optimizer(ctx, stages, split, starts, v, groups=rank_groups)
     return Prepared(ctx, causal, recompute, stages, split, fwd=fwd, bwd=bwd, wgt=wgt, p2p=p2p, bound=bound,
-                    exact=exact, dp=dp, optimizer=opt, plain_bound=plain, groups=rank_groups)
+                     exact=exact, dp=dp, optimizer=opt, plain_bound=plain, groups=rank_groups)
 
 
 def _finish(prep: Prepared, simulated: bool = True) -> StepPrediction:
@@ -195,6 +197,9 @@ def _finish(prep: Prepared, simulated: bool = True) -> StepPrediction:
                           attention=ctx.attention, recipe=ctx.recipe.name, assumptions=assumptions)
 
 
+LOWER_BOUND = "lower bound (not simulated: this layout cannot win)"  # a search's pipeline it did not simulate
+
+
 def pipeline_step(prep: Prepared, simulated: bool = True) -> tuple[float, dict[str, float], str]:
     """(step seconds, breakdown, how the pipeline was timed) of a prepared layout: the pipeline simulated (or its
     exact closed form; its lower bound where `simulated` is False), plus exposed DP and the optimizer; the
@@ -204,7 +209,7 @@ def pipeline_step(prep: Prepared, simulated: bool = True) -> tuple[float, dict[s
     m = lay.grad_accum
     if prep.exact or not simulated:
         makespan, plain_makespan = prep.bound, prep.plain_bound
-        how = "closed form (exact)" if prep.exact else "lower bound (not simulated: this layout cannot win)"
+        how = "closed form (exact)" if prep.exact else LOWER_BOUND
         # each group of identical ranks once (their busy time is the same): the first rank of the busiest paces
         busy = {r: m * sum(prep.fwd[st] + prep.bwd[st] + (prep.wgt[st] if prep.wgt else 0.0) for st in stages)
                 for r, stages in prep.groups}
@@ -234,16 +239,20 @@ def pipeline_step(prep: Prepared, simulated: bool = True) -> tuple[float, dict[s
 
 
 def _step_flops(spec: ModelSpec, batch: int, seq: int, causal: bool, recompute: str) -> tuple[float, float]:
-    """(model FLOPs, hardware FLOPs) of one step (``flops.step_flops``), once per model, batch and recomputation."""
-    def make() -> tuple[float, float]:
+    """(model FLOPs, hardware FLOPs) of one step (``flops.step_flops``), once per model, batch and recomputation in
+    the call's tables (a search finishes many layouts of one global batch)."""
+    table = current().of(spec, "step flops")
+    found = table.get((batch, seq, causal, recompute))
+    if found is None:
         if recompute not in RECOMPUTE:
             step_flops(spec, batch, seq, causal, recompute)  # its error
         # step_flops' StepFlops, its forward ops (which read no recomputation) once for every recomputation
-        ops = _cached("flops", ("forward", _token(spec), batch, seq, causal),
-                      lambda: forward_ops(spec, batch, seq, causal))
+        ops = table.get((batch, seq, causal))
+        if ops is None:
+            ops = table[batch, seq, causal] = forward_ops(spec, batch, seq, causal)
         flops = StepFlops(spec=spec, batch=batch, seq_len=seq, causal=causal, recompute=recompute, ops=ops)
-        return float(flops.model_flops), float(flops.hardware_flops)
-    return _cached("flops", (_token(spec), batch, seq, causal, recompute), make)
+        found = table[batch, seq, causal, recompute] = (float(flops.model_flops), float(flops.hardware_flops))
+    return found
 
 
 def _check_recompute(spec: ModelSpec, lay: Layout, recompute: str, rec: Recipe, dev: Device) -> None:
@@ -288,20 +297,9 @@ def _check_recompute(spec: ModelSpec, lay: Layout, recompute: str, rec: Recipe, 
 
 
 def _assumptions_of(ctx: StepContext, recompute: str) -> tuple[dict[str, Any], str]:
-    """(step_assumptions, its note "assumed: k v; ..."), once per combination of what it reads (a fresh dict each time:
-    the caller adds to it)."""
-    lay, rec = ctx.lay, ctx.recipe
-    key = ("assumptions", _token(ctx.dev), rec.name, rec.gemm_dtype, rec.fp8, ctx.attention, ctx.spec.is_moe, recompute,
-           constants.KERNEL_EFFICIENCY, EP_OVERLAP_SMS, lay.attention_kernel, lay.fp8_attention, lay.order,
-           lay.fused_elementwise,
-           lay.tp_overlap, lay.dp_overlap, lay.optimizer, lay.fp8_param_gather, lay.first_stage_layers,
-           lay.last_stage_layers, lay.cp, lay.cp_comm, lay.cp_a2a_size, lay.moe_imbalance, lay.ep_overlap,
-           lay.recompute_layers, lay.recompute_modules, lay.mtp_layers, lay.pipeline_layout, lay.pp)
-    def make() -> tuple[dict[str, Any], str]:
-        out = step_assumptions(ctx, recompute)
-        return out, "assumed: " + "; ".join(f"{k} {v}" for k, v in out.items())
-    assumptions, assumed = _cached("params", key, make)
-    return dict(assumptions), assumed
+    """(step_assumptions, its note "assumed: k v; ...")."""
+    out = step_assumptions(ctx, recompute)
+    return out, "assumed: " + "; ".join(f"{k} {v}" for k, v in out.items())
 
 
 def step_assumptions(ctx: StepContext, recompute: str) -> dict[str, Any]:

@@ -13,8 +13,10 @@ from ...spec import ModelSpec
 from ...units import GIB
 from ...validate import DEFAULT_ZERO
 from ..memory import RECIPES, MemoryTables, lookup
-from .bounds import FLOOR_MARGIN, _first_floors, _floor_shape, _optimizer_floor, _step_floor
-from .context import StepContext, _context_in, _layer_cache
+from . import constants
+from .bounds import FLOOR_MARGIN, FloorShape, _first_floors, _floor_shape, _optimizer_floor, _step_floor
+from .cache import per_call
+from .context import ExpertLayout, LayerLayout, StepInputs, _context_in, step_tables
 from .layout import (
     ORDER,
     PINNED,
@@ -24,17 +26,17 @@ from .layout import (
     _layout_maker,
     _order_dims,
     _stride,
-    _strides_pp_free,
     _with_zero,
     check_modelled,
     layout_candidates,
     layout_memory,
     make_layout,
 )
-from .prediction import Prepared, StepPrediction, _finish, _prepare
+from .prediction import LOWER_BOUND, Prepared, StepPrediction, _finish, _prepare, predict
 from .train import global_batch_sequences, networked_device, option_flag
 
 
+@per_call
 def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_batch: int, causal: bool = False,
                    recompute: str | None = None, dtype: str = "bf16", progress: Callable[[int], Callable[[], None]]
                    | None = None, tp_overlap: bool = False, recipe: str = "bf16-mixed", top: int = 10,
@@ -101,12 +103,12 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
         except LlmcalcError:  # refuses every layout
             makers.append(None)
     layouts: list = []  # (floor, candidate index, tier, layout, what adds the optimizer) of the valid layouts
-    # _context's layer-cost caches per maker and degrees but vpp (what else their key reads is the search's own), and
-    # but pp where the rank order puts cp and ep inside dp and pp (their strides then read neither: _layer_cache)
-    caches: dict[tuple, tuple[dict, dict]] = {}
-    pp_free = _strides_pp_free(step.get("order", ORDER))
-    shapes: dict[tuple, tuple] = {}  # _floor_shape per pp, vpp and schedule (what else it reads is the search's own)
+    # each layout's layer fields (LayerLayout, ExpertLayout) per maker and degrees but vpp (which they do not read)
+    fields_of: dict[tuple, tuple[LayerLayout, ExpertLayout]] = {}
+    shapes: dict[tuple, FloorShape] = {}  # per pp, vpp and schedule (what else it reads is the search's own)
     inputs = (spec, dev, seq_len, rec)
+    floors = step_tables(StepInputs(spec, dev, seq=seq_len, recipe=rec, attention="flash", dropout=False,
+                                    efficiency=constants.KERNEL_EFFICIENCY)).setdefault("floors", {})  # (ctx.table)
     slot = 0  # each layout tried (a candidate's expert settings are layouts of their own): its place in the order
     for tp, cp, pp, vpp, mb, ep, etp in candidates:
         if tick:
@@ -130,14 +132,14 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
                 layouts.append((0.0, index, _MEMORY, lay, None))
                 continue
             # its work floor (_first_floors)
-            degrees = (which, tp, cp, 0 if pp_free else pp, mb, ep, etp, lay.ep_dispatcher, lay.ep_overlap)
-            both = caches.get(degrees)
-            if both is None:
-                both = caches[degrees] = _layer_cache(spec, dev, lay, seq_len, rec, attention="flash", dropout=False)
+            degrees = (which, tp, cp, pp, mb, ep, etp, lay.ep_dispatcher, lay.ep_overlap)
+            fields = fields_of.get(degrees)
+            if fields is None:
+                fields = fields_of[degrees] = (LayerLayout.of(lay), ExpertLayout.of(lay))
             shape = shapes.get((pp, vpp, lay.schedule))
             if shape is None:
                 shape = shapes[pp, vpp, lay.schedule] = _floor_shape(spec, lay)
-            layouts.append((_first_floors(inputs, lay, both, shape), index, _RANKS, lay, (both, shape)))
+            layouts.append((_first_floors(floors, inputs, lay, fields, shape), index, _RANKS, lay, (fields, shape)))
     counts["searched"] = slot
     # best first: the least floor is taken and made tighter (its pipeline's paths; its optimizer step; then its
     # memory: the recomputation and ZeRO stage that fit and their stage times; their DP floor; then its stages, DP
@@ -171,9 +173,9 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
         if len(best) >= top and floor > best[-1]:
             break
         if tier == _RANKS:  # at most its path floor, at a fraction of its cost: most layouts stop here
-            ranks = _first_floors(inputs, lay, more[0], more[1], ranks=True)
+            ranks = _first_floors(floors, inputs, lay, more[0], more[1], ranks=True)
             entry = (max(floor, ranks), index, _PATHS, lay, more[0])
-        elif tier == _PATHS:  # its context (_context's, with the layer-cost caches it was given) and path floor
+        elif tier == _PATHS:  # its context (_context's, with the layer fields it was given) and path floor
             ctx = _context_in(inputs, lay, more)
             floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, recompute="none", ctx=ctx)
             entry = (floor, index, _OPTIMIZER, lay, (ctx, paths))
@@ -193,9 +195,8 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
                 entry = (floor, index, _PREPARE, lay, (rc, peak))
             else:  # the floor of the recomputation and ZeRO stage that fit, its DP floor next
                 ctx = more[0]
-                if ctx.lay is not lay:  # the same layer-cost caches (their key reads no ZeRO stage): _context's
-                    ctx = StepContext(spec, dev, lay, seq_len, rec, attention=ctx.attention, dropout=ctx.dropout,
-                                      eff=ctx.eff, cache=ctx.cache, dense_cache=ctx.dense_cache)
+                if ctx.lay is not lay:  # the same layer fields (they read no ZeRO stage)
+                    ctx = _context_in(inputs, lay, (ctx.layer_layout, ctx.expert_layout))
                 floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, recompute=rc, ctx=ctx)
                 opt = _optimizer_floor(ctx, paths, with_dp=False)[0]
                 entry = (floor + opt * (1 - FLOOR_MARGIN), index, _DP, lay, (rc, peak, floor, ctx, paths))
@@ -270,13 +271,13 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     ranked.sort(key=lambda pm: -pm[0].tokens_per_second)
     exact: dict[int, StepPrediction] = {}  # the losers shown, simulated: their figures are what train predicts
 
-    def simulated(pred: StepPrediction) -> StepPrediction:
+    def exact_of(pred: StepPrediction) -> StepPrediction:  # simulated(pred), from its prepared layout
         if id(pred) not in bounds:
             return pred
         if id(pred) not in exact:
             exact[id(pred)] = _finish(bounds[id(pred)])
         return exact[id(pred)]
-    losers = why_they_lose(ranked, oom, capacity, simulated)
+    losers = why_they_lose(ranked, oom, capacity, exact_of)
     return ranked, losers, counts
 
 
@@ -336,6 +337,16 @@ def _expert_variants(spec: ModelSpec, lay: Layout, step: dict[str, Any], per_nod
     return [lay if (d, o) == (lay.ep_dispatcher, lay.ep_overlap) else replaced(lay, {"ep_dispatcher": d,
                                                                                      "ep_overlap": o})
             for d in dispatchers for o in overlaps]
+
+
+def simulated(pred: StepPrediction) -> StepPrediction:
+    """A ranked prediction with the figures `train --global-batch` gives its layout: itself where its pipeline was
+    simulated (or is exact in closed form), else (the search kept the lower bound of a layout that could not win)
+    predicted again with the pipeline simulated. The search times every layout with flash attention, no dropout."""
+    if pred.assumptions.get("pipeline") != LOWER_BOUND:
+        return pred
+    return predict(pred.spec, pred.device, pred.layout, pred.seq_len, causal=pred.causal, recompute=pred.recompute,
+                   recipe=pred.recipe, attention=pred.attention)
 
 
 EXTREME_TRIES = 3  # how many of the most extreme layouts of a kind _extremes' caller tries for one that fits
@@ -434,6 +445,7 @@ class LayoutSearch:
     reserve_gib: float = 0.0  # GiB kept free per GPU (--reserve-gib)
 
 
+@per_call
 def rank_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_batch: int | None = None,
                  global_batch_tokens: float | None = None, causal: bool = False, recompute: str | None = None,
                  tp_overlap: bool = False, progress: Callable[[int], Callable[[], None]] | None = None,
