@@ -55,8 +55,16 @@ def memory_check(model: str, lay: dict, seq_len: int, n_gpus: int, batch: int) -
 
 def layout_flags(lay: dict) -> list:
     experts = ["--ep", lay["ep"], "--etp", lay["etp"]] if lay.get("ep", 1) > 1 else []
+
     return ["--tp", lay["tp"], "--cp", lay["cp"], "--pp", lay["pp"], "--vpp", lay["vpp"], "--zero", lay["zero"],
             "--micro-batch", lay["micro_batch"], "--recompute", lay["recompute"], *experts]
+
+
+def expert_choice(lay: dict) -> list:
+    """The expert dispatcher and EP overlap `layout` chose for an MoE plan, as train takes them."""
+    if (lay.get("ep_dispatcher", "alltoall"), lay.get("ep_overlap", False)) == ("alltoall", False):
+        return []
+    return ["--ep-dispatcher", lay["ep_dispatcher"], "--ep-overlap" if lay["ep_overlap"] else "--no-ep-overlap"]
 
 
 def check_report(tmp_path, models, n_gpus, *extra, serve=False):
@@ -119,7 +127,7 @@ def check_report(tmp_path, models, n_gpus, *extra, serve=False):
         assert mine["at_assumed_mfu"]["cost_usd"] == pytest.approx(at_assumed["cost_usd"])
         if mine["headline_mfu"] == "predicted":
             predicted = cli_json("train", model, "--tokens", "2T", *layout_args, "--global-batch", batch,
-                                 *layout_flags(lay))
+                                 *layout_flags(lay), *expert_choice(lay))
             assert mine["mfu"] == pytest.approx(predicted["mfu"])
             assert mine["wall_clock_days"] == pytest.approx(predicted["wall_clock_days"])
             assert mine["gpu_hours"] == pytest.approx(predicted["gpu_hours"])

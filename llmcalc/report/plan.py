@@ -162,6 +162,7 @@ class ReportPlan:
                 "layout": {"tp": par.tp, "cp": par.cp, "pp": par.pp, "vpp": par.vpp, "dp": par.dp, "ep": par.ep,
                            "etp": par.expert_tp, "zero": par.zero,
                            "micro_batch": m.scenario.micro_batch, "recompute": m.scenario.recompute,
+                           "ep_dispatcher": m.scenario.ep_dispatcher, "ep_overlap": m.scenario.ep_overlap,
                            "source": "recommended" if m.recommended else "given"},
                 "headline_mfu": "predicted" if m.prediction is not None else "assumed", "mfu": head.mfu,
                 "gpu_hours": head.gpu_hours, "wall_clock_days": head.wall_clock_days, "cost_usd": head.cost_usd,
@@ -255,10 +256,10 @@ def _plan_prediction(spec: ModelSpec, scenario: Scenario, global_batch: int,
     return pred, ""
 
 
-def _search(plan: ModelPlan, scenario: Scenario, global_batch: int) -> None:
+def _search(plan: ModelPlan, scenario: Scenario, global_batch: int, pinned: bool = True) -> None:
     """The layouts of the plan's GPUs, batch and recomputation, ranked (`layout --exhaustive`'s search), the layout
     options typed to report fixing theirs (`layout --tp 8`'s pins) and its stage layers and memory reserve applied."""
-    settings = layout_settings(scenario, scenario.given)
+    settings = layout_settings(scenario, scenario.given if pinned else ())  # --plan-layout given: the others, unpinned
     pins = {k: settings.pop(k) for k in PINS if k in settings}
     try:
         plan.ranked, plan.losers, plan.counts = search_layouts(
@@ -295,7 +296,7 @@ def plan_model(spec: ModelSpec, scenario: Scenario, global_batch: int, recommend
                                                    f"prediction")
         plan.choice_note = plan.search_note
         return plan
-    _search(plan, scenario, global_batch)
+    _search(plan, scenario, global_batch, pinned=recommend)
     if recommend and plan.best is not None:  # the layout `layout` recommends, uneven pipelines included
         plan.recommended = True
         plan.prediction = simulated(plan.best)  # train's figures (the search keeps a bound where it cannot win)

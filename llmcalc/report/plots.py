@@ -24,7 +24,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter  # noqa: E402
 
-from ..units import GIB, fmt_count, fmt_usd, si  # noqa: E402
+from ..units import GIB, count_style, fmt_count, fmt_usd, si  # noqa: E402
 
 DPI = 200  # PNG pixels per inch: 2x the 100 CSS px per inch the HTML shows them at
 MIN_POINTS = 9  # smallest font: 9 pt x 200/72 / 2 = 12.5 CSS px, >= 10 px even scaled to fit 1100 px
@@ -42,6 +42,16 @@ def si_tick(value: float) -> str:
 
 
 SI = FuncFormatter(lambda v, _: si_tick(v))
+
+
+def count_tick(value: float) -> str:
+    """A parameter-count tick in the convention the counts print in (units.fmt_count: '20 B' for 2e10, or '20 G'
+    with --units si)."""
+    text = si_tick(value)
+    return text[:-1] + "B" if count_style() == "ml" and text.endswith(" G") else text
+
+
+COUNTS = FuncFormatter(lambda v, _: count_tick(v))
 TOKENS = FuncFormatter(lambda v, _: f"{v / 1024:g}k" if v >= 1024 else f"{v:g}")
 WARN = "#c62828"  # does not fit
 STYLES = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"), ((0, (5, 1, 1, 1)), "v"), ((0, (1, 1)), "P")]
@@ -314,13 +324,14 @@ def params_breakdown(df, scenario: str = ""):
                               for p, a in zip(sub["params"], sub["active"], strict=True)])
     ax.set_yticks(range(len(groups)), groups)
     ax.invert_yaxis()
-    ax.set_xlabel("parameters (SI: k, M, G, T" + (", log scale)" if log else ")"))
+    prefixes = "k, M, B = 10^9, T" if count_style() == "ml" else "SI: k, M, G, T"
+    ax.set_xlabel(f"parameters ({prefixes}" + (", log scale)" if log else ")"))
     if log:
         ax.set_xscale("log")
         ax.set_xlim(df["params"][df["params"] > 0].min() / 2, df["params"].max() * 30)  # room for the labels
     else:
         ax.set_xlim(0, df["params"].max() * 1.35)
-    ax.xaxis.set_major_formatter(SI)
+    ax.xaxis.set_major_formatter(COUNTS)
     ax.grid(axis="x", alpha=0.3)
     if len(models) > 1 or any_moe:
         legend_outside(ax, "below", ncol=min(3, 2 * len(models)))
