@@ -357,7 +357,9 @@ def test_compile_times_the_first_step_apart(monkeypatch):
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert counters["stats"]["unique_graphs"] >= 1
-    assert data["compile_seconds"] > max(data["step_times"])  # capturing graphs costs more than a step
+    # the first step (capture + run) is reported apart from the steps timed after it (a comparison of the two
+    # durations would be a race on a loaded 2-core machine: CI saw a plain step outlast the eager capture)
+    assert data["compile_seconds"] > 0
     assert len(data["step_times"]) == 2 and data["forward_flops"]["rel_error"] == 0
     assert data["train_step_flops"]["rel_error"] == 0
 
