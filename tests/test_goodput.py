@@ -2,29 +2,13 @@
 `train` without --mfu predicting the MFU on the layout `layout` recommends, and `serve --gpu-memory` answering
 capacity without speed."""
 
-import json
-
 import pytest
-from click.testing import CliRunner
+from clirun import cli_json as run_json
+from clirun import one_line_error as bad
 
-from llmcalc.cli import cli
 from llmcalc.spec import load_hardware
 
 H100_BF16 = 989.4e12  # NVIDIA H100 SXM5 datasheet: 1,979 TFLOP/s bf16 with sparsity, half of it dense
-
-
-def run_json(*args):
-    result = CliRunner().invoke(cli, [str(a) for a in args] + ["--format", "json"])
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
-
-
-def bad(*args):
-    result = CliRunner().invoke(cli, [str(a) for a in args])
-    assert result.exit_code == 2, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
-    return lines[0]
 
 
 RUN = ("train", "--params", "7B", "--tokens", "1T", "--gpu", "h100-sxm", "--n-gpus", 512, "--mfu", 0.45)

@@ -377,6 +377,20 @@ def allreduce_seconds(gpu: str, nbytes: float, n_gpus: int, kind: str = "custom"
 # --- fused MoE (TensorRT-LLM and SGLang tables) ---------------------------------------------------------
 
 
+def token_curve(counts: list[float], lats: list[float], tokens: float) -> float:
+    """A measured latency curve over token counts read at `tokens`: linear between measured counts, held at the
+    first below it, proportional to tokens past the last (compute-bound there)."""
+    i = bisect.bisect_left(counts, tokens)
+    if i < len(counts) and counts[i] == tokens:
+        return float(lats[i])
+    if tokens < counts[0]:
+        return float(lats[0])
+    if tokens > counts[-1]:
+        return float(lats[-1] * tokens / counts[-1])
+    w = (tokens - counts[i - 1]) / (counts[i] - counts[i - 1])
+    return float(lats[i - 1] + (lats[i] - lats[i - 1]) * w)
+
+
 def moe_key(dtype: str, hidden: int, inter: int, topk: int, experts: int, moe_tp: int, moe_ep: int) -> str:
     """The table's key of one MoE layer shape (dtype "bf16", "fp8", "fp8_block", "nvfp4", "w4a16_mxfp4", ...)."""
     return "/".join(str(v) for v in (dtype, hidden, inter, topk, experts, moe_tp, moe_ep))
@@ -387,21 +401,12 @@ def moe_ms(gpu: str, tokens: float, key: str) -> float:
     every expert the tokens hit, their activation and the gather/scatter, on one rank holding 1/(moe_tp x moe_ep) of
     them) over `tokens` tokens, as the engine's fused-MoE kernel ran it (aiconfigurator's op `moe`, routing drawn
     from its power-law distribution with alpha 1.01, the file's ``distribution``); `key` from ``moe_key``, its shape
-    measured as such (no neighbour is borrowed: KernelTableError). Linear in tokens between measured counts, past
-    the last proportional to tokens (compute-bound there), below the first held at it."""
+    measured as such (no neighbour is borrowed: KernelTableError); read along its token curve (``token_curve``)."""
     curves = _part(gpu, "moe", "curves")
     if key not in curves:
         raise KernelTableError(f"{_system(gpu)} has no measured MoE layer {key!r}")
     counts, lats = curves[key]
-    i = bisect.bisect_left(counts, tokens)
-    if i < len(counts) and counts[i] == tokens:
-        return float(lats[i])
-    if tokens < counts[0]:
-        return float(lats[0])
-    if tokens > counts[-1]:
-        return float(lats[-1] * tokens / counts[-1])
-    w = (tokens - counts[i - 1]) / (counts[i] - counts[i - 1])
-    return float(lats[i - 1] + (lats[i] - lats[i - 1]) * w)
+    return token_curve(counts, lats, tokens)
 
 
 def moe_seconds(gpu: str, tokens: float, key: str) -> float:
@@ -512,19 +517,10 @@ def generation_mla_ms(gpu: str, heads: int, batch: float, context: float, kv_dty
 def mla_bmm_ms(gpu: str, tokens: float, heads: int, dtype: str, op: str) -> float:
     """Latency in ms of one layer's absorbed MLA projection in decode, op "pre" (each head's no-RoPE query into the
     512-wide latent, W_UK) or "post" (the latent output back to the head's 128 values, W_UV), over `tokens` tokens
-    with `heads` heads on the rank, dtype "bf16" or "fp8"; linear in tokens between measured counts, held below the
-    first, proportional to tokens past the last."""
+    with `heads` heads on the rank, dtype "bf16" or "fp8"; read along its token curve (``token_curve``)."""
     curves = _part(gpu, "mla_bmm", "curves")
     key = f"{op}/{dtype}/{heads}"
     if key not in curves:
         raise KernelTableError(f"{_system(gpu)} has no measured MLA BMM {key!r}")
     counts, lats = curves[key]
-    i = bisect.bisect_left(counts, tokens)
-    if i < len(counts) and counts[i] == tokens:
-        return float(lats[i])
-    if tokens < counts[0]:
-        return float(lats[0])
-    if tokens > counts[-1]:
-        return float(lats[-1] * tokens / counts[-1])
-    w = (tokens - counts[i - 1]) / (counts[i] - counts[i - 1])
-    return float(lats[i - 1] + (lats[i] - lats[i - 1]) * w)
+    return token_curve(counts, lats, tokens)

@@ -127,6 +127,27 @@ class StepInputs:
         return hash(self._identity())
 
 
+def astuple_shallow(record: object) -> tuple:
+    """The values of a record's fields, in order (dataclasses.astuple without its deep copy)."""
+    getter = _GETTERS.get(type(record))
+    if getter is None:
+        getter = _GETTERS[type(record)] = attrgetter(*(f.name for f in fields(record)))  # type: ignore[arg-type]
+    return getter(record)
+
+
+_GETTERS: dict[type, attrgetter] = {}  # astuple_shallow's, per record class
+
+
+def hash_once(record: object) -> int:
+    """A frozen record's hash over its fields (``astuple_shallow``), computed on first use and kept on the record:
+    a record that many memo keys hold (a layout's, a plan's stage composition) is hashed once."""
+    found = record.__dict__.get("_hash")
+    if found is None:
+        found = hash(astuple_shallow(record))
+        object.__setattr__(record, "_hash", found)
+    return found
+
+
 @dataclass(frozen=True)
 class LayerLayout:
     """What a layer's cost reads of the layout beside its expert mesh: tp, cp and the micro-batch (the tokens and
@@ -147,12 +168,7 @@ class LayerLayout:
     tp_stride: int
     cp_stride: int
 
-    def __hash__(self) -> int:  # hashed once: every memo key of the layout holds it
-        found = self.__dict__.get("_hash")
-        if found is None:
-            found = hash(astuple_shallow(self))
-            object.__setattr__(self, "_hash", found)
-        return found
+    __hash__ = hash_once  # many memo keys hold it
 
     @classmethod
     def of(cls, lay: Layout) -> LayerLayout:
@@ -176,29 +192,13 @@ class ExpertLayout:
     ep_stride: int
     etp_stride: int
 
-    def __hash__(self) -> int:  # hashed once: every memo key of the layout holds it
-        found = self.__dict__.get("_hash")
-        if found is None:
-            found = hash(astuple_shallow(self))
-            object.__setattr__(self, "_hash", found)
-        return found
+    __hash__ = hash_once  # many memo keys hold it
 
     @classmethod
     def of(cls, lay: Layout) -> ExpertLayout:
         return cls(ep=lay.ep, expert_tp=lay.expert_tp, ep_overlap=lay.ep_overlap, ep_dispatcher=lay.ep_dispatcher,
                    moe_imbalance=lay.moe_imbalance, ep_stride=_stride(lay, "ep", True),
                    etp_stride=_stride(lay, "tp", True))
-
-
-def astuple_shallow(record: object) -> tuple:
-    """The values of a record's fields, in order (dataclasses.astuple without its deep copy)."""
-    getter = _GETTERS.get(type(record))
-    if getter is None:
-        getter = _GETTERS[type(record)] = attrgetter(*(f.name for f in fields(record)))  # type: ignore[arg-type]
-    return getter(record)
-
-
-_GETTERS: dict[type, attrgetter] = {}  # astuple_shallow's, per record class
 
 
 def step_tables(inputs: StepInputs) -> dict[str, dict]:

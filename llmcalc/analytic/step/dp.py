@@ -16,7 +16,7 @@ from ..params import count_params
 from ..pipeline import stage_of
 from .cache import current
 from .constants import DP_BUCKET_PARAMS, MUON_NS_STEPS
-from .context import StageTimes, StepContext, _canonical, astuple_shallow
+from .context import StageTimes, StepContext, _canonical, hash_once
 from .layout import Layout, _group_per_node
 
 
@@ -68,12 +68,7 @@ class DpLayout:
     optimizer: str
     fp8_param_gather: bool
 
-    def __hash__(self) -> int:  # hashed once: every rank's key holds it
-        found = self.__dict__.get("_hash")
-        if found is None:
-            found = hash(astuple_shallow(self))
-            object.__setattr__(self, "_hash", found)
-        return found
+    __hash__ = hash_once  # many memo keys hold it
 
     @classmethod
     def of(cls, lay: Layout, zero: int | None = None) -> DpLayout:

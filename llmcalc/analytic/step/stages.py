@@ -11,7 +11,7 @@ from ...spec import ModelSpec
 from .. import pipeline_layout
 from ..pipeline import stage_of
 from .cache import current
-from .context import ExpertLayout, LayerLayout, StageTimes, StepContext
+from .context import ExpertLayout, LayerLayout, StageTimes, StepContext, hash_once
 from .layer import _embedding_times, _head_times, _kinds_of, _layer_cost, _mtp_times, _recomputes
 from .layout import Layout, stage_split
 
@@ -44,12 +44,7 @@ class Composition:
     head: bool
     mtp: int
 
-    def __hash__(self) -> int:  # hashed once: every stage key of the layouts sharing a plan holds it
-        found = self.__dict__.get("_hash")
-        if found is None:
-            found = hash((self.runs, self.embedding, self.head, self.mtp))
-            object.__setattr__(self, "_hash", found)
-        return found
+    __hash__ = hash_once  # many memo keys hold it
 
 
 @dataclass(frozen=True)
