@@ -402,3 +402,13 @@ def test_vllm_v0_prefills_a_closed_loop_in_waves():
     ratio = c8["metrics"]["ttft_seconds_median"] / c4["metrics"]["ttft_seconds_median"]
     predicted = predict_workload(c8)["ttft_seconds_median"] / predict_workload(c4)["ttft_seconds_median"]
     assert predicted == pytest.approx(ratio, rel=0.15)
+
+
+def test_engine_version_refused_in_its_own_name():
+    """`--engine-version` that is no release is refused naming --engine-version (the option typed), not the
+    --vllm-version it stands for."""
+    from clirun import one_line_error
+
+    line = one_line_error("serve", "llama-3.1-8b", "--gpu", "h100-sxm", "--input-len", 100, "--output-len", 10,
+                          "--engine-version", "abc")
+    assert "--engine-version 'abc'" in line and "--vllm-version" not in line

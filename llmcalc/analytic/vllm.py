@@ -103,24 +103,24 @@ VERSIONS = (
 CURRENT = VERSIONS[-1]
 
 
-def _parse(text: str) -> tuple[int, ...]:
+def _parse(text: str, option: str = "--vllm-version") -> tuple[int, ...]:
     match = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.\-+].*)?", text.strip().lower())
     if not match:
-        raise LlmcalcError(f"--vllm-version {text!r}: write a release such as 0.11.0 or 0.21 (or v0 for the V0 "
+        raise LlmcalcError(f"{option} {text!r}: write a release such as 0.11.0 or 0.21 (or v0 for the V0 "
                            f"engine)")
     return tuple(int(g or 0) for g in match.groups())
 
 
-def vllm_version(text: str | None) -> VllmVersion:
+def vllm_version(text: str | None, option: str = "--vllm-version") -> VllmVersion:
     """The accounting of release `text` (the latest span starting at or before it); None: the current release.
-    "v0" is the V0 engine of 0.6.5-0.10 (VLLM_USE_V1=0)."""
+    "v0" is the V0 engine of 0.6.5-0.10 (VLLM_USE_V1=0). `option` names where the user gave it, in a refusal."""
     if text is None:
         return CURRENT
     if text.strip().lower() == "v0":
         return VERSIONS[1]
-    wanted = _parse(text)
+    wanted = _parse(text, option)
     if wanted < _parse(VERSIONS[0].key):
-        raise LlmcalcError(f"--vllm-version {text}: llmcalc models vLLM {VERSIONS[0].key} and later")
+        raise LlmcalcError(f"{option} {text}: llmcalc models vLLM {VERSIONS[0].key} and later")
     return [v for v in VERSIONS if _parse(v.key) <= wanted][-1]
 
 

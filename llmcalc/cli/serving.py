@@ -132,6 +132,7 @@ def _workload(ctx: click.Context, spec: Any, device: Any, n_gpus: int, fmt: str,
     --max-ttft / --max-tpot the fewest GPUs that serve it within them (analytic/serving_sizing.py)."""
     from ..analytic.serving import plan_serving
     from ..analytic.serving_speed import plan_workloads
+    from ..analytic.vllm import vllm_version
     from ..hardware import MemoryOnly
     from ..views.serve import workload_document
 
@@ -149,6 +150,8 @@ def _workload(ctx: click.Context, spec: Any, device: Any, n_gpus: int, fmt: str,
         if version and vllm["version"] and version != vllm["version"]:
             raise click.UsageError(f"--engine-version {version} and --vllm-version {vllm['version']} disagree; "
                                    "give one")
+        if version:
+            vllm_version(version, option="--engine-version")  # refused in its own option's name
         vllm["version"], version = vllm["version"] or version, None
     work["engine_version"] = version
     if targets != (None, None):

@@ -423,8 +423,9 @@ def sizing_document(plan: SizingPlan) -> Document:
     rows = []
     for c in plan.candidates:
         p = c.performance
-        why = c.why or ("fewest GPUs" if c is best else f"{c.n_gpus - best.n_gpus:,} GPUs more" if best and
-                        c.n_gpus > best.n_gpus else "as few GPUs, a higher TTFT")
+        more = c.n_gpus - best.n_gpus if best else 0
+        why = c.why or ("fewest GPUs" if c is best else f"{more:,} GPU{'s' if more > 1 else ''} more" if more > 0
+                        else "as few GPUs, a higher TTFT")
         rows.append({"tp": c.tp, "replicas": c.replicas or None, "n_gpus": c.n_gpus or None,
                      "ttft_mean": p.run.ttft[0] if p and p.fits else None,
                      "tpot_mean": p.run.tpot[0] if p and p.fits else None,
