@@ -74,6 +74,66 @@ def test_preempted_requests_are_recomputed():
     assert tight.input_tokens == ample.input_tokens == 64 * 1024  # recomputed tokens are not the client's
 
 
+def test_vllm_admits_nothing_in_a_step_that_preempted(monkeypatch):
+    """vLLM V1's Scheduler.schedule (vllm/v1/core/sched/scheduler.py) schedules the waiting queue only "if not
+    preempted_reqs": a step that had to preempt a running request admits no waiting one; an engine without the rule
+    (SchedulerPolicy.admit_after_preempt) admits in the same step."""
+    import dataclasses
+
+    from llmcalc.analytic import engines, serving_speed
+    from llmcalc.analytic.kernels import device_for
+    from llmcalc.analytic.serving_speed import KvBudget, StepCost, simulate
+
+    est = plan_serving(load_model("llama-3-8b"), load_hardware("h100-sxm"), 1, max_model_len=8192)
+    cost = StepCost(est.roofline(1, 1024), device_for("h100-sxm"), 1)
+    work = Workload(512, 1024, num_prompts=64, served=False)
+    blocks = lambda length: -(-length // 16)  # noqa: E731
+    real_preempt, real_admit = serving_speed._preempt, serving_speed._admit
+
+    def run(policy):
+        seen = {"preempted": False, "admitted_after": 0, "preemptions": 0}
+
+        def preempt(running, waiting, kv):
+            before = sum(g.n for g in waiting)
+            out = real_preempt(running, waiting, kv)
+            seen["preempted"] = sum(g.n for g in waiting) > before
+            seen["preemptions"] += seen["preempted"]
+            return out
+
+        def admit(waiting, running, scheduled, budget, slots, whole_below=0):
+            n = sum(g.n for g in running)
+            out = real_admit(waiting, running, scheduled, budget, slots, whole_below=whole_below)
+            if seen["preempted"]:
+                seen["admitted_after"] += sum(g.n for g in running) - n
+            return out
+
+        monkeypatch.setattr(serving_speed, "_preempt", preempt)
+        monkeypatch.setattr(serving_speed, "_admit", admit)
+        run = simulate(cost, work, 1024, 8192, KvBudget(blocks=12 * blocks(1536), need=blocks), policy=policy)
+        assert run.completed == 64
+        return seen
+
+    vllm = run(engines.POLICIES["vllm"])
+    assert vllm["preemptions"] > 0 and vllm["admitted_after"] == 0
+    other = run(dataclasses.replace(engines.POLICIES["vllm"], admit_after_preempt=True))
+    assert other["admitted_after"] > 0
+
+
+def test_tpot_counts_only_requests_of_more_than_one_token():
+    """vllm bench serve's calculate_metrics appends a request's TPOT only "if output_len > 1" (np.mean of none: 0)."""
+    from llmcalc.analytic.kernels import device_for
+    from llmcalc.analytic.serving_speed import KvBudget, StepCost, simulate
+
+    est = plan_serving(load_model("llama-3-8b"), load_hardware("h100-sxm"), 1, max_model_len=8192)
+    cost = StepCost(est.roofline(1, 1024), device_for("h100-sxm"), 1)
+    kv = KvBudget.requests(1024)
+    mixed = simulate(cost, Workload(256, 64, num_prompts=8, served=False, lengths=((256, 64), (256, 1))), 1024, 8192,
+                     kv)
+    alone = simulate(cost, Workload(256, 64, num_prompts=4, served=False), 1024, 8192, kv)
+    assert mixed.tpot[1] > 0 and mixed.tpot[0] > 0.5 * alone.tpot[0]  # no zeros from the one-token requests
+    assert simulate(cost, Workload(256, 1, num_prompts=4, served=False), 1024, 8192, kv).tpot == (0.0, 0.0)
+
+
 @pytest.mark.parametrize("row_id, metric, tolerance", [
     # one GPU, small batch: the weights' read and the per-layer kernels (vLLM's own; LMDeploy's TurboMind has
     # smaller per-step overheads than the vLLM-fitted ones, hence the wider band)

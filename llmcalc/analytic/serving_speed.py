@@ -25,8 +25,10 @@ The step (``StepCost``): one forward of the scheduled tokens on one replica of t
 The engine (``simulate``): vLLM V1's scheduler each step gives every running request its next token (a decode) or
 its next prefill chunk, then admits waiting requests first come first served while max_num_seqs, the token budget
 (max_num_batched_tokens, chunked prefill) and the KV cache allow; a request's first token comes with the step that
-ends its prefill, each later one with a decode step. TTFT, TPOT (e2e - TTFT over output_len - 1), ITL and e2e are
-`vllm bench serve`'s definitions, its throughput the tokens over the benchmark's duration.
+ends its prefill, each later one with a decode step; a step that preempted admits nothing (V1's schedule() schedules
+the waiting queue only "if not preempted_reqs"). TTFT, TPOT (e2e - TTFT over output_len - 1, over the requests of
+more than one token; 0 where none), ITL and e2e are `vllm bench serve`'s definitions (benchmarks/serve.py
+calculate_metrics), its throughput the tokens over the benchmark's duration.
 """
 
 from __future__ import annotations
@@ -717,13 +719,16 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
             next_arrival, in_flight = next_arrival + 1, in_flight + 1
         before = sum(g.n for g in running)
         used = _preempt(running, waiting, kv)
+        preempted = sum(g.n for g in running) < before
         if policy.admission == "ratio" and sum(g.n for g in running) < before:  # SGLang's retraction
             ratio = _retracted_ratio(running, policy)
         if policy.admission != "prompt":
             used = sum(g.n * g.reserved(kv, policy, ratio) for g in running)
         scheduled, budget = _schedule_running(running, token_budget, decodes=policy.mixed)
         slots = _Slots(sum(g.n for g in running), limit, kv, used, policy)
-        admitted = _admit(waiting, running, scheduled, budget, slots, whole_below=whole_below)
+        # vLLM V1 admits no waiting request in a step that preempted (SchedulerPolicy.admit_after_preempt)
+        admitted = _admit(waiting, running, scheduled, budget if policy.admit_after_preempt or not preempted else 0,
+                          slots, whole_below=whole_below)
         if not scheduled and running:  # nothing to prefill (an engine that does not mix): decode the running
             scheduled, _ = _schedule_running(running, token_budget)
         if not scheduled:  # idle until the next arrival
@@ -781,13 +786,14 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
             done, in_flight = done + g.n, in_flight - g.n
             tokens_in, tokens_out = tokens_in + g.n * g.n_in, tokens_out + g.n * g.n_out
             e2e.append((t - g.arrival + api, g.n))
-            tpot.append(((t - g.first) / (g.n_out - 1) if g.n_out > 1 else 0.0, g.n))
+            if g.n_out > 1:  # vllm bench serve's calculate_metrics: TPOT over requests of more than one token
+                tpot.append(((t - g.first) / (g.n_out - 1), g.n))
             if not arrivals and work.max_concurrency is not None and sent < prompts:  # the clients send again
                 more = min(g.n, prompts - sent)
                 waiting += _new_groups(work, lengths, sent, more, t)
                 sent, in_flight = sent + more, in_flight + more
         running = _merged(running)
-    return Simulated(duration=t, completed=done, ttft=_stats(ttft), tpot=_stats(tpot)[:2],
+    return Simulated(duration=t, completed=done, ttft=_stats(ttft), tpot=_stats(tpot or [(0.0, 1.0)])[:2],
                      itl=_stats(itl or [(0.0, 1.0)])[:2], e2e=_stats(e2e)[:2],
                      mean_running=busy_seq_time / t if t else 0.0, output_tokens=tokens_out,
                      input_tokens=tokens_in, steps=steps, last_first_token=max(v for v, _ in ttft))
