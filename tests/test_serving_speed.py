@@ -93,9 +93,9 @@ def test_vllm_admits_nothing_in_a_step_that_preempted(monkeypatch):
     def run(policy):
         seen = {"preempted": False, "admitted_after": 0, "preemptions": 0}
 
-        def preempt(running, waiting, kv):
+        def preempt(running, waiting, kv, **options):
             before = sum(g.n for g in waiting)
-            out = real_preempt(running, waiting, kv)
+            out = real_preempt(running, waiting, kv, **options)
             seen["preempted"] = sum(g.n for g in waiting) > before
             seen["preemptions"] += seen["preempted"]
             return out
@@ -117,6 +117,33 @@ def test_vllm_admits_nothing_in_a_step_that_preempted(monkeypatch):
     assert vllm["preemptions"] > 0 and vllm["admitted_after"] == 0
     other = run(dataclasses.replace(engines.POLICIES["vllm"], admit_after_preempt=True))
     assert other["admitted_after"] > 0
+
+
+def test_vllm_allocates_a_prefill_chunk_by_chunk():
+    """vLLM V1's scheduler allocates a prefill's KV blocks chunk by chunk (kv_cache_manager.allocate_slots(request,
+    num_new_tokens)): a long prompt is admitted while its first chunk fits although its whole prompt does not, and
+    its chunks share the running request's decode steps; when its next chunk finds no blocks it preempts itself.
+    With prefix caching (V1's default) its freed blocks stay cached and its re-admission resumes where it stopped, so
+    the overlap is a gain over admitting on the whole prompt's blocks; without it, what it had prefilled is lost and
+    prefilled again, step after step, while the first request decodes."""
+    import dataclasses
+
+    from llmcalc.analytic import engines
+    from llmcalc.analytic.kernels import device_for
+    from llmcalc.analytic.serving_speed import KvBudget, StepCost, simulate
+
+    est = plan_serving(load_model("llama-3-8b"), load_hardware("h100-sxm"), 1, max_model_len=16384)
+    cost = StepCost(est.roofline(1, 1024), device_for("h100-sxm"), 1)
+    work = Workload(8192, 256, num_prompts=3, served=False)
+    blocks = lambda length: -(-length // 16)  # noqa: E731
+    kv = KvBudget(blocks=blocks(8448) * 3 // 2, need=blocks)  # one request and a half
+    vllm = engines.POLICIES["vllm"]
+    v1 = simulate(cost, work, 256, 2048, kv, policy=vllm)
+    whole = simulate(cost, work, 256, 2048, kv, policy=dataclasses.replace(vllm, chunk_blocks=False))
+    uncached = simulate(cost, work, 256, 2048, kv, policy=dataclasses.replace(vllm, prefix_cache=False))
+    assert v1.completed == whole.completed == uncached.completed == 3
+    assert v1.duration < whole.duration and v1.tpot[0] > whole.tpot[0]  # the next prompt's chunks ride along
+    assert uncached.duration > 2 * v1.duration  # its lost chunks are prefilled again, beside every decode
 
 
 def test_tpot_counts_only_requests_of_more_than_one_token():

@@ -449,9 +449,12 @@ class _Group:
         return self.prefilled >= self.target
 
     def held(self, kv: KvBudget, ahead: int = 0) -> int:
-        """Blocks each of these requests holds `ahead` decode steps on: its whole prefill from admission (the step
-        that schedules a prompt allocates its slots), then its prompt and generated tokens."""
-        return kv.need(self.target if not self.decoding else self.n_in + self.generated + ahead)
+        """Blocks each of these requests holds `ahead` decode steps on: while prefilling, its whole prefill from
+        admission, or (KvBudget.reach, vLLM V1) what it has prefilled and its next chunk; then its prompt and
+        generated tokens."""
+        if self.decoding:
+            return kv.need(self.n_in + self.generated + ahead)
+        return kv.need(self.target if kv.reach is None else min(self.target, self.prefilled + kv.reach))
 
     def reserved(self, kv: KvBudget, policy: SchedulerPolicy, ratio: float) -> int:
         """Blocks the engine's admission counts as taken by each of these running requests (SchedulerPolicy): what
@@ -464,11 +467,12 @@ class _Group:
             return kv.need(max(self.target, self.n_in + self.generated) + math.ceil(ratio * left))
         return self.held(kv, 1)
 
-    def admission(self, kv: KvBudget, policy: SchedulerPolicy) -> int:
-        """Blocks each of these waiting requests must find free to be admitted: its prompt's (vLLM), with its whole
-        output (TensorRT-LLM), or with its output up to SGLang's clip (a new request is charged in full)."""
+    def admission(self, kv: KvBudget, policy: SchedulerPolicy, chunk: int | None = None) -> int:
+        """Blocks each of these waiting requests must find free to be admitted: its prompt's (vLLM; V1, KvBudget.reach:
+        those of the `chunk` it is scheduled now), with its whole output (TensorRT-LLM), or with its output up to
+        SGLang's clip (a new request is charged in full)."""
         if policy.admission == "prompt":
-            return self.held(kv)
+            return kv.need(self.prefilled + chunk) if kv.reach is not None and chunk else self.held(kv)
         return kv.need(self.target + min(self.n_out - self.generated, policy.clip_new_tokens))
 
     def state(self) -> tuple:
@@ -482,6 +486,9 @@ class KvBudget:
 
     blocks: int
     need: Callable[[int], int]
+    # vLLM V1 (SchedulerPolicy.chunk_blocks): a prefilling request holds blocks for what it has prefilled and at most
+    # this many tokens more, the step's chunk (the token budget); None: for its whole prompt from admission
+    reach: int | None = None
 
     @classmethod
     def requests(cls, count: int) -> KvBudget:
@@ -554,11 +561,13 @@ def _new_groups(work: Workload, lengths: tuple[tuple[int, int], ...] | None, sta
     return out
 
 
-def _preempt(running: list[_Group], waiting: list[_Group], kv: KvBudget) -> int:
+def _preempt(running: list[_Group], waiting: list[_Group], kv: KvBudget, keep_prefill: bool = False) -> int:
     """vLLM V1's recompute preemption (v1/core/sched/scheduler.py schedule): when the next step's tokens need more
     KV blocks than are free, the lowest-priority running request (the last admitted) is preempted, its blocks freed
     and its computed tokens dropped; it waits at the head of the queue and later prefills its prompt and the tokens
-    it had generated again. Returns the blocks the running requests hold for the next step."""
+    it had generated again. With `keep_prefill` (SchedulerPolicy.prefix_cache) a request preempted in its prefill
+    keeps what it had prefilled: its freed blocks stay in the prefix cache and its re-admission finds them. Returns
+    the blocks the running requests hold for the next step."""
     need = sum(g.n * g.held(kv, 1) for g in running)
     while need > kv.blocks and len(running) > 1 or (running and running[0].n > 1 and need > kv.blocks):
         g = running[-1]
@@ -567,7 +576,9 @@ def _preempt(running: list[_Group], waiting: list[_Group], kv: KvBudget) -> int:
         if k == g.n and len(running) == 1:
             k -= 1  # the first request in line keeps running (vLLM refuses a request no cache could hold)
         part = g.split(k) if k < g.n else running.pop()
-        part.prefilled, part.target, part.chunk = 0, part.n_in + part.generated, 0
+        if not (keep_prefill and not part.decoding):
+            part.prefilled, part.target = 0, part.n_in + part.generated
+        part.chunk = 0
         waiting.insert(0, part)
         need -= k * each
     return need
@@ -613,8 +624,8 @@ class _Slots:
     def __init__(self, running: int, limit: int, kv: KvBudget, used: int, policy: SchedulerPolicy) -> None:
         self.running, self.limit, self.kv, self.free, self.policy = running, limit, kv, kv.blocks - used, policy
 
-    def take(self, g: _Group) -> int:
-        return min(g.n, self.limit - self.running, self.free // max(1, g.admission(self.kv, self.policy)))
+    def take(self, g: _Group, chunk: int | None = None) -> int:
+        return min(g.n, self.limit - self.running, self.free // max(1, g.admission(self.kv, self.policy, chunk)))
 
 
 def _admit(waiting: list[_Group], running: list[_Group], scheduled: list[_Group], budget: int,
@@ -625,7 +636,8 @@ def _admit(waiting: list[_Group], running: list[_Group], scheduled: list[_Group]
     hold whole waits for the next step."""
     while waiting and budget > 0:
         g = waiting[0]
-        take, chunk = slots.take(g), g.target - g.prefilled
+        chunk = g.target - g.prefilled
+        take = slots.take(g, min(chunk, budget))
         if take < 1 or (budget < chunk <= whole_below):
             break
         if budget // chunk < take:
@@ -635,7 +647,7 @@ def _admit(waiting: list[_Group], running: list[_Group], scheduled: list[_Group]
         running.append(part)
         scheduled.append(part)
         slots.running += take
-        slots.free -= take * part.admission(slots.kv, slots.policy)
+        slots.free -= take * part.admission(slots.kv, slots.policy, chunk)
     return slots.running
 
 
@@ -697,6 +709,8 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
     finishes (or arrives, or would outgrow the cache): the mean of their first and last step's time each. Requests
     of varied lengths (work.requests()) are simulated each with its own."""
     policy = policy or engines.POLICIES["vllm"]
+    if policy.chunk_blocks:  # vLLM V1 allocates a prefill's blocks chunk by chunk (allocate_slots(num_new_tokens))
+        kv = KvBudget(blocks=kv.blocks, need=kv.need, reach=token_budget)
     ratio, whole_below = policy.init_ratio, 0 if policy.chunked else token_budget
     prompts, lengths = work.num_prompts, work.requests()
     api = REQUEST_SECONDS if work.served else 0.0  # a client sees it, the engine's clock does not
@@ -718,7 +732,7 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
             waiting += _new_groups(work, lengths, next_arrival, 1, arrivals[next_arrival])
             next_arrival, in_flight = next_arrival + 1, in_flight + 1
         before = sum(g.n for g in running)
-        used = _preempt(running, waiting, kv)
+        used = _preempt(running, waiting, kv, keep_prefill=policy.prefix_cache)
         preempted = sum(g.n for g in running) < before
         if policy.admission == "ratio" and sum(g.n for g in running) < before:  # SGLang's retraction
             ratio = _retracted_ratio(running, policy)
