@@ -88,7 +88,7 @@ def test_vllm_admits_nothing_in_a_step_that_preempted(monkeypatch):
     cost = StepCost(est.roofline(1, 1024), device_for("h100-sxm"), 1)
     work = Workload(512, 1024, num_prompts=64, served=False)
     blocks = lambda length: -(-length // 16)  # noqa: E731
-    real_preempt, real_admit = serving_speed._preempt, serving_speed._admit
+    real_preempt, real_admit = serving_speed.preempt, serving_speed.admit
 
     def run(policy):
         seen = {"preempted": False, "admitted_after": 0, "preemptions": 0}
@@ -107,8 +107,8 @@ def test_vllm_admits_nothing_in_a_step_that_preempted(monkeypatch):
                 seen["admitted_after"] += sum(g.n for g in running) - n
             return out
 
-        monkeypatch.setattr(serving_speed, "_preempt", preempt)
-        monkeypatch.setattr(serving_speed, "_admit", admit)
+        monkeypatch.setattr(serving_speed, "preempt", preempt)
+        monkeypatch.setattr(serving_speed, "admit", admit)
         run = simulate(cost, work, 1024, 8192, KvBudget(blocks=12 * blocks(1536), need=blocks), policy=policy)
         assert run.completed == 64
         return seen
