@@ -37,7 +37,8 @@ def row_phases(row: dict) -> dict | None:
     except LlmcalcError:
         return None
     start, end = spread(m["ttft_seconds_mean"], m["ttft_seconds_p99"])
-    return {"id": row["id"], "start": start, "span": end - start, "ttft": (m["ttft_seconds_mean"], pred["ttft_seconds_mean"]),
+    return {"id": row["id"], "start": start, "span": end - start,
+            "ttft": (m["ttft_seconds_mean"], pred["ttft_seconds_mean"]),
             "itl": (m.get("itl_seconds_median"), pred["itl_seconds_median"]),
             "tpot": (m.get("tpot_seconds_median"), pred["tpot_seconds_median"])}
 
