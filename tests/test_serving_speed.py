@@ -489,3 +489,14 @@ def test_vllm_v0_prefills_a_closed_loop_in_waves():
     ratio = c8["metrics"]["ttft_seconds_median"] / c4["metrics"]["ttft_seconds_median"]
     predicted = predict_workload(c8)["ttft_seconds_median"] / predict_workload(c4)["ttft_seconds_median"]
     assert predicted == pytest.approx(ratio, rel=0.15)
+
+
+def test_burst_phases_reads_a_spread_of_first_tokens():
+    """benchmarks/burst_phases.py reads TTFT mean and p99 as first tokens spread evenly over [start, end]: a uniform
+    spread over [2, 12] s has mean 7 s and 99th percentile 11.9 s."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+    from burst_phases import spread
+
+    assert spread(7.0, 11.9) == pytest.approx((2.0, 12.0))
