@@ -74,6 +74,93 @@ def test_preempted_requests_are_recomputed():
     assert tight.input_tokens == ample.input_tokens == 64 * 1024  # recomputed tokens are not the client's
 
 
+def test_vllm_admits_nothing_in_a_step_that_preempted(monkeypatch):
+    """vLLM V1's Scheduler.schedule (vllm/v1/core/sched/scheduler.py) schedules the waiting queue only "if not
+    preempted_reqs": a step that had to preempt a running request admits no waiting one; an engine without the rule
+    (SchedulerPolicy.admit_after_preempt) admits in the same step."""
+    import dataclasses
+
+    from llmcalc.analytic import engines, serving_speed
+    from llmcalc.analytic.kernels import device_for
+    from llmcalc.analytic.serving_speed import KvBudget, StepCost, simulate
+
+    est = plan_serving(load_model("llama-3-8b"), load_hardware("h100-sxm"), 1, max_model_len=8192)
+    cost = StepCost(est.roofline(1, 1024), device_for("h100-sxm"), 1)
+    work = Workload(512, 1024, num_prompts=64, served=False)
+    blocks = lambda length: -(-length // 16)  # noqa: E731
+    real_preempt, real_admit = serving_speed.preempt, serving_speed.admit
+
+    def run(policy):
+        seen = {"preempted": False, "admitted_after": 0, "preemptions": 0}
+
+        def preempt(running, waiting, kv, **options):
+            before = sum(g.n for g in waiting)
+            out = real_preempt(running, waiting, kv, **options)
+            seen["preempted"] = sum(g.n for g in waiting) > before
+            seen["preemptions"] += seen["preempted"]
+            return out
+
+        def admit(waiting, running, scheduled, budget, slots, whole_below=0):
+            n = sum(g.n for g in running)
+            out = real_admit(waiting, running, scheduled, budget, slots, whole_below=whole_below)
+            if seen["preempted"]:
+                seen["admitted_after"] += sum(g.n for g in running) - n
+            return out
+
+        monkeypatch.setattr(serving_speed, "preempt", preempt)
+        monkeypatch.setattr(serving_speed, "admit", admit)
+        run = simulate(cost, work, 1024, 8192, KvBudget(blocks=12 * blocks(1536), need=blocks), policy=policy)
+        assert run.completed == 64
+        return seen
+
+    vllm = run(engines.POLICIES["vllm"])
+    assert vllm["preemptions"] > 0 and vllm["admitted_after"] == 0
+    other = run(dataclasses.replace(engines.POLICIES["vllm"], admit_after_preempt=True))
+    assert other["admitted_after"] > 0
+
+
+def test_vllm_allocates_a_prefill_chunk_by_chunk():
+    """vLLM V1's scheduler allocates a prefill's KV blocks chunk by chunk (kv_cache_manager.allocate_slots(request,
+    num_new_tokens)): a long prompt is admitted while its first chunk fits although its whole prompt does not, and
+    its chunks share the running request's decode steps; when its next chunk finds no blocks it preempts itself.
+    With prefix caching (V1's default) its freed blocks stay cached and its re-admission resumes where it stopped, so
+    the overlap is a gain over admitting on the whole prompt's blocks; without it, what it had prefilled is lost and
+    prefilled again, step after step, while the first request decodes."""
+    import dataclasses
+
+    from llmcalc.analytic import engines
+    from llmcalc.analytic.kernels import device_for
+    from llmcalc.analytic.serving_speed import KvBudget, StepCost, simulate
+
+    est = plan_serving(load_model("llama-3-8b"), load_hardware("h100-sxm"), 1, max_model_len=16384)
+    cost = StepCost(est.roofline(1, 1024), device_for("h100-sxm"), 1)
+    work = Workload(8192, 256, num_prompts=3, served=False)
+    blocks = lambda length: -(-length // 16)  # noqa: E731
+    kv = KvBudget(blocks=blocks(8448) * 3 // 2, need=blocks)  # one request and a half
+    vllm = engines.POLICIES["vllm"]
+    v1 = simulate(cost, work, 256, 2048, kv, policy=vllm)
+    whole = simulate(cost, work, 256, 2048, kv, policy=dataclasses.replace(vllm, chunk_blocks=False))
+    uncached = simulate(cost, work, 256, 2048, kv, policy=dataclasses.replace(vllm, prefix_cache=False))
+    assert v1.completed == whole.completed == uncached.completed == 3
+    assert v1.duration < whole.duration and v1.tpot[0] > whole.tpot[0]  # the next prompt's chunks ride along
+    assert uncached.duration > 2 * v1.duration  # its lost chunks are prefilled again, beside every decode
+
+
+def test_tpot_counts_only_requests_of_more_than_one_token():
+    """vllm bench serve's calculate_metrics appends a request's TPOT only "if output_len > 1" (np.mean of none: 0)."""
+    from llmcalc.analytic.kernels import device_for
+    from llmcalc.analytic.serving_speed import KvBudget, StepCost, simulate
+
+    est = plan_serving(load_model("llama-3-8b"), load_hardware("h100-sxm"), 1, max_model_len=8192)
+    cost = StepCost(est.roofline(1, 1024), device_for("h100-sxm"), 1)
+    kv = KvBudget.requests(1024)
+    mixed = simulate(cost, Workload(256, 64, num_prompts=8, served=False, lengths=((256, 64), (256, 1))), 1024, 8192,
+                     kv)
+    alone = simulate(cost, Workload(256, 64, num_prompts=4, served=False), 1024, 8192, kv)
+    assert mixed.tpot[1] > 0 and mixed.tpot[0] > 0.5 * alone.tpot[0]  # no zeros from the one-token requests
+    assert simulate(cost, Workload(256, 1, num_prompts=4, served=False), 1024, 8192, kv).tpot == (0.0, 0.0)
+
+
 @pytest.mark.parametrize("row_id, metric, tolerance", [
     # one GPU, small batch: the weights' read and the per-layer kernels (vLLM's own; LMDeploy's TurboMind has
     # smaller per-step overheads than the vLLM-fitted ones, hence the wider band)
@@ -412,3 +499,14 @@ def test_engine_version_refused_in_its_own_name():
     line = one_line_error("serve", "llama-3.1-8b", "--gpu", "h100-sxm", "--input-len", 100, "--output-len", 10,
                           "--engine-version", "abc")
     assert "--engine-version 'abc'" in line and "--vllm-version" not in line
+
+
+def test_burst_phases_reads_a_spread_of_first_tokens():
+    """benchmarks/burst_phases.py reads TTFT mean and p99 as first tokens spread evenly over [start, end]: a uniform
+    spread over [2, 12] s has mean 7 s and 99th percentile 11.9 s."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+    from burst_phases import spread
+
+    assert spread(7.0, 11.9) == pytest.approx((2.0, 12.0))

@@ -68,7 +68,18 @@ class SchedulerPolicy:
     - first_in_decode: the prompt's last position is not sampled by the prefill; the first token comes from the
       request's first decode step, which feeds the prompt's last token (LMDeploy's TurboMind: LlamaBatch.cc
       InitializeGeneration sets sequence_lengths to the context length - 1, "the last generated token does not have
-      k/v cache computed yet"), so TTFT is the prefill and one decode step.
+      k/v cache computed yet"), so TTFT is the prefill and one decode step;
+    - admit_after_preempt: False where a step that had to preempt a running request admits no waiting one (vLLM V1's
+      Scheduler.schedule: the waiting queue is scheduled only "if not preempted_reqs", so that the blocks just freed
+      go to the running requests);
+    - chunk_blocks: a prefilling request holds the KV blocks of the tokens scheduled so far, not its whole prompt's
+      from admission (vLLM V1: kv_cache_manager.allocate_slots(request, num_new_tokens) allocates each step's chunk,
+      a waiting request is admitted when its first chunk's blocks are free, and a running one that cannot get its
+      next chunk's preempts the latest admitted, possibly itself);
+    - prefix_cache: a request preempted in its prefill keeps what it had prefilled (vLLM V1's automatic prefix
+      caching, on by default: kv_cache_manager.free returns a request's blocks to the free queue's tail in reverse
+      order, so they are evicted last, and get_computed_blocks finds its full blocks when it is admitted again); a
+      request preempted while decoding is still recomputed whole (the decodes that needed the room take its blocks).
     """
 
     admission: str = "prompt"
@@ -80,6 +91,9 @@ class SchedulerPolicy:
     clip_new_tokens: int = 1 << 30  # the output a request reserves at most (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION)
     retract_steps: int = 0  # SGLANG_RETRACT_DECODE_STEPS: the decode steps a retraction's new ratio provides for
     first_in_decode: bool = False
+    admit_after_preempt: bool = True
+    chunk_blocks: bool = False
+    prefix_cache: bool = False
 
 
 # python/sglang/srt/environ.py (sgl-project/sglang@d51c1c21): SGLANG_INIT_NEW_TOKEN_RATIO = 0.7,
@@ -88,8 +102,9 @@ class SchedulerPolicy:
 SGLANG_RATIO = (0.7, 0.14, 600, 20, 4096)
 POLICIES = {
     # vllm/v1/core/sched/scheduler.py schedule(): running requests first (a decode token or the next chunk), then
-    # waiting ones while their prompt's blocks are free (kv_cache_manager.allocate_slots); preempt the last admitted
-    "vllm": SchedulerPolicy(),
+    # waiting ones while their first chunk's blocks are free (kv_cache_manager.allocate_slots(num_new_tokens));
+    # preempt the last admitted, and then admit none that step ("if not preempted_reqs:")
+    "vllm": SchedulerPolicy(admit_after_preempt=False, chunk_blocks=True, prefix_cache=True),
     # vLLM V0 with chunked prefill off (max_model_len <= 32K; vllm/core/scheduler.py _schedule_default: "prefills
     # first", a step of waiting prompts whole within max_num_batched_tokens, else a decode step of the running)
     "vllm-v0": SchedulerPolicy(mixed=False, chunked=False),

@@ -25,8 +25,10 @@ The step (``StepCost``): one forward of the scheduled tokens on one replica of t
 The engine (``simulate``): vLLM V1's scheduler each step gives every running request its next token (a decode) or
 its next prefill chunk, then admits waiting requests first come first served while max_num_seqs, the token budget
 (max_num_batched_tokens, chunked prefill) and the KV cache allow; a request's first token comes with the step that
-ends its prefill, each later one with a decode step. TTFT, TPOT (e2e - TTFT over output_len - 1), ITL and e2e are
-`vllm bench serve`'s definitions, its throughput the tokens over the benchmark's duration.
+ends its prefill, each later one with a decode step; a step that preempted admits nothing (V1's schedule() schedules
+the waiting queue only "if not preempted_reqs"). TTFT, TPOT (e2e - TTFT over output_len - 1, over the requests of
+more than one token; 0 where none), ITL and e2e are `vllm bench serve`'s definitions (benchmarks/serve.py
+calculate_metrics), its throughput the tokens over the benchmark's duration.
 """
 
 from __future__ import annotations
@@ -35,11 +37,22 @@ import contextlib
 import functools
 import math
 import random
-from collections.abc import Callable
 
 from ..errors import LlmcalcError
 from ..records import dataclass
 from . import comm, engines, kernel_tables
+from .engine_queue import (
+    RATIO_JUMP,
+    Group,
+    KvBudget,
+    Slots,
+    admit,
+    decode_run,
+    merged,
+    preempt,
+    retracted_ratio,
+    schedule_running,
+)
 from .engines import SchedulerPolicy
 from .flops import forward_ops
 from .inference import PER_KEY, InferenceEstimate, decode_ops, expected_experts
@@ -423,74 +436,6 @@ class StepCost:
 # --- the engine ----------------------------------------------------------------------------------------------
 
 
-class _Group:
-    """Requests in the same state (admitted together, alike in length): `n` of them, each of `n_in` prompt tokens
-    generating `n_out`; `target` tokens to prefill (the prompt, or after a preemption the prompt and the tokens
-    generated so far, recomputed)."""
-
-    __slots__ = ("n", "arrival", "prefilled", "generated", "first", "chunk", "n_in", "n_out", "target")
-
-    def __init__(self, n: int, arrival: float, n_in: int, n_out: int) -> None:
-        self.n, self.arrival, self.prefilled, self.generated, self.first, self.chunk = n, arrival, 0, 0, 0.0, 0
-        self.n_in, self.n_out, self.target = n_in, n_out, n_in
-
-    def split(self, n: int) -> _Group:
-        """The first `n` of the group as a group of their own (this one keeps the rest)."""
-        other = _Group(n, self.arrival, self.n_in, self.n_out)
-        other.prefilled, other.generated, other.first, other.target = (self.prefilled, self.generated, self.first,
-                                                                       self.target)
-        self.n -= n
-        return other
-
-    @property
-    def decoding(self) -> bool:
-        return self.prefilled >= self.target
-
-    def held(self, kv: KvBudget, ahead: int = 0) -> int:
-        """Blocks each of these requests holds `ahead` decode steps on: its whole prefill from admission (the step
-        that schedules a prompt allocates its slots), then its prompt and generated tokens."""
-        return kv.need(self.target if not self.decoding else self.n_in + self.generated + ahead)
-
-    def reserved(self, kv: KvBudget, policy: SchedulerPolicy, ratio: float) -> int:
-        """Blocks the engine's admission counts as taken by each of these running requests (SchedulerPolicy): what
-        they hold after the next step (vLLM), their whole length (TensorRT-LLM's GUARANTEED_NO_EVICT), or what they
-        hold and new_token_ratio of their remaining output (SGLang)."""
-        if policy.admission == "whole":
-            return kv.need(self.n_in + self.n_out)
-        if policy.admission == "ratio":
-            left = min(self.n_out - self.generated, policy.clip_new_tokens)
-            return kv.need(max(self.target, self.n_in + self.generated) + math.ceil(ratio * left))
-        return self.held(kv, 1)
-
-    def admission(self, kv: KvBudget, policy: SchedulerPolicy) -> int:
-        """Blocks each of these waiting requests must find free to be admitted: its prompt's (vLLM), with its whole
-        output (TensorRT-LLM), or with its output up to SGLang's clip (a new request is charged in full)."""
-        if policy.admission == "prompt":
-            return self.held(kv)
-        return kv.need(self.target + min(self.n_out - self.generated, policy.clip_new_tokens))
-
-    def state(self) -> tuple:
-        return (self.prefilled, self.generated, self.first, self.arrival, self.n_in, self.n_out, self.target)
-
-
-@dataclass(frozen=True)
-class KvBudget:
-    """The KV cache as the scheduler sees it: `blocks` in all, and the blocks a request of a given length holds
-    (vLLM's kv_cache_utils: every group's blocks, the most over the pipeline stages)."""
-
-    blocks: int
-    need: Callable[[int], int]
-
-    @classmethod
-    def requests(cls, count: int) -> KvBudget:
-        """A cache that holds `count` requests whatever their length (one block each)."""
-        return cls(blocks=count, need=_one_block)
-
-
-def _one_block(length: int) -> int:
-    return 1
-
-
 @dataclass(frozen=True)
 class Simulated:
     """What `vllm bench serve` reports of one run (seconds, tokens/s, requests/s), per replica."""
@@ -537,164 +482,36 @@ def _arrivals(work: Workload, prompts: int) -> list[float]:
 
 
 def _new_groups(work: Workload, lengths: tuple[tuple[int, int], ...] | None, start: int, count: int,
-                arrival: float) -> list[_Group]:
+                arrival: float) -> list[Group]:
     """Requests start .. start + count - 1 of `work` (their `lengths`, or all alike) sent at `arrival`, neighbours
     alike in length as one group."""
     if lengths is None:
-        return [_Group(count, arrival, work.input_len, work.output_len)] if count else []
-    out: list[_Group] = []
+        return [Group(count, arrival, work.input_len, work.output_len)] if count else []
+    out: list[Group] = []
     for i in range(start, start + count):
         n_in, n_out = lengths[i % len(lengths)]
         if out and (out[-1].n_in, out[-1].n_out) == (n_in, n_out):
             out[-1].n += 1
         else:
-            out.append(_Group(1, arrival, n_in, n_out))
+            out.append(Group(1, arrival, n_in, n_out))
     return out
 
 
-def _preempt(running: list[_Group], waiting: list[_Group], kv: KvBudget) -> int:
-    """vLLM V1's recompute preemption (v1/core/sched/scheduler.py schedule): when the next step's tokens need more
-    KV blocks than are free, the lowest-priority running request (the last admitted) is preempted, its blocks freed
-    and its computed tokens dropped; it waits at the head of the queue and later prefills its prompt and the tokens
-    it had generated again. Returns the blocks the running requests hold for the next step."""
-    need = sum(g.n * g.held(kv, 1) for g in running)
-    while need > kv.blocks and len(running) > 1 or (running and running[0].n > 1 and need > kv.blocks):
-        g = running[-1]
-        each = g.held(kv, 1)
-        k = min(g.n, -(-(need - kv.blocks) // each))
-        if k == g.n and len(running) == 1:
-            k -= 1  # the first request in line keeps running (vLLM refuses a request no cache could hold)
-        part = g.split(k) if k < g.n else running.pop()
-        part.prefilled, part.target, part.chunk = 0, part.n_in + part.generated, 0
-        waiting.insert(0, part)
-        need -= k * each
-    return need
-
-
-def _schedule_running(running: list[_Group], budget: int, decodes: bool = True) -> tuple[list[_Group], int]:
-    """vLLM V1 schedules the running requests first, in order: a decode token each, or a prefill's next chunk (whole
-    while the token budget lasts, then one partial chunk); returns the scheduled groups and the budget left. Without
-    `decodes`, only the prefills' chunks (a prefill-only step, SchedulerPolicy.mixed False)."""
-    scheduled: list[_Group] = []
-    for g in list(running):
-        if budget <= 0:
-            break
-        if not decodes and g.decoding:
-            continue
-        need = 1 if g.decoding else g.target - g.prefilled
-        full = budget // need
-        if full >= g.n:
-            g.chunk, budget = need, budget - need * g.n
-            scheduled.append(g)
-            continue
-        if full:
-            part = g.split(full)
-            running.insert(running.index(g), part)
-            part.chunk, budget = need, budget - need * full
-            scheduled.append(part)
-        if budget and need > 1:  # one more request takes a partial chunk
-            part = g.split(1) if g.n > 1 else g
-            if part is not g:
-                running.insert(running.index(g), part)
-            part.chunk, budget = budget, 0
-            scheduled.append(part)
-        break
-    return scheduled, budget
-
-
-class _Slots:
-    """What admission may still take: sequences below `limit` and KV blocks not reserved (KvBudget, the engine's
-    SchedulerPolicy)."""
-
-    __slots__ = ("running", "limit", "free", "kv", "policy")
-
-    def __init__(self, running: int, limit: int, kv: KvBudget, used: int, policy: SchedulerPolicy) -> None:
-        self.running, self.limit, self.kv, self.free, self.policy = running, limit, kv, kv.blocks - used, policy
-
-    def take(self, g: _Group) -> int:
-        return min(g.n, self.limit - self.running, self.free // max(1, g.admission(self.kv, self.policy)))
-
-
-def _admit(waiting: list[_Group], running: list[_Group], scheduled: list[_Group], budget: int,
-           slots: _Slots, whole_below: int = 0) -> int:
-    """Then the waiting requests, first come first served, each with its first chunk (whole prompts while the budget
-    lasts, then one part), while sequences and KV blocks for their prompts last (`slots`); returns how many run.
-    Prompts of at most `whole_below` tokens are never split (no context chunking): one that the budget left cannot
-    hold whole waits for the next step."""
-    while waiting and budget > 0:
-        g = waiting[0]
-        take, chunk = slots.take(g), g.target - g.prefilled
-        if take < 1 or (budget < chunk <= whole_below):
-            break
-        if budget // chunk < take:
-            take, chunk = (budget // chunk, chunk) if budget >= chunk else (1, budget)
-        part = g.split(take) if take < g.n else waiting.pop(0)
-        part.chunk, budget = chunk, budget - chunk * take
-        running.append(part)
-        scheduled.append(part)
-        slots.running += take
-        slots.free -= take * part.admission(slots.kv, slots.policy)
-    return slots.running
-
-
-def _decode_run(decoding: list[_Group], kv: KvBudget, held: int, steps: int) -> int:
-    """The most decode steps, up to `steps`, that the `decoding` requests take before their blocks outgrow the cache
-    (`held`: the blocks every running request holds after one step)."""
-    base = held - sum(g.n * g.held(kv, 1) for g in decoding)  # what the others hold meanwhile
-
-    def fits(j: int) -> bool:
-        return base + sum(g.n * g.held(kv, j) for g in decoding) <= kv.blocks
-
-    if fits(steps):
-        return steps
-    lo, hi = 1, steps
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
-    return lo
-
-
-def _merged(running: list[_Group]) -> list[_Group]:
-    """Groups now alike as one: neighbours in the same state, and decoding groups in the same state wherever they
-    stand (a decode's place in the queue changes nothing; split apart by a budget, they would stay apart)."""
-    merged: list[_Group] = []
-    decoding: dict[tuple, _Group] = {}
-    for g in running:
-        key = g.state()
-        if merged and merged[-1].state() == key:
-            merged[-1].n += g.n
-        elif g.decoding and key in decoding:
-            decoding[key].n += g.n
-        else:
-            merged.append(g)
-            if g.decoding:
-                decoding[key] = g
-    return merged
-
-
-def _retracted_ratio(running: list[_Group], policy: SchedulerPolicy) -> float:
-    """SGLang's new_token_ratio after a retraction (schedule_batch.py retract_decode): (the tokens the requests left
-    running have decoded + SGLANG_RETRACT_DECODE_STEPS each) / their max_new_tokens, at most 1."""
-    out = sum(g.n * g.n_out for g in running)
-    if not out:
-        return policy.init_ratio
-    return min(1.0, (sum(g.n * g.generated for g in running) + policy.retract_steps * sum(g.n for g in running)) / out)
-
-
-RATIO_JUMP = 16  # decode steps advanced at once at most while SGLang's decaying ratio may admit a waiting request
 
 
 def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: int,  # long: one event loop
              kv: KvBudget, policy: SchedulerPolicy | None = None) -> Simulated:
     """An engine's scheduler over `work` on one replica (module docstring; `policy`: the engine's, vLLM V1's by
     default): running requests first (a decode token each, or the next chunk of a prefill), the latest preempted
-    when the cache cannot hold the next step's tokens (_preempt), then waiting ones first come first served while
+    when the cache cannot hold the next step's tokens (preempt), then waiting ones first come first served while
     `max_num_seqs`, `token_budget` and the KV blocks their admission needs (`kv`, SchedulerPolicy.admission) allow;
     an engine that does not mix (SchedulerPolicy.mixed False) runs a prefill-only step whenever it can, else a
     decode step. Steps that only decode, with nothing to admit, are advanced together up to the next request that
     finishes (or arrives, or would outgrow the cache): the mean of their first and last step's time each. Requests
     of varied lengths (work.requests()) are simulated each with its own."""
     policy = policy or engines.POLICIES["vllm"]
+    if policy.chunk_blocks:  # vLLM V1 allocates a prefill's blocks chunk by chunk (allocate_slots(num_new_tokens))
+        kv = KvBudget(blocks=kv.blocks, need=kv.need, reach=token_budget)
     ratio, whole_below = policy.init_ratio, 0 if policy.chunked else token_budget
     prompts, lengths = work.num_prompts, work.requests()
     api = REQUEST_SECONDS if work.served else 0.0  # a client sees it, the engine's clock does not
@@ -702,9 +519,9 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
     arrivals = _arrivals(work, prompts)
     clients = work.max_concurrency if work.max_concurrency is not None else prompts
     sent = 0 if arrivals else min(clients, prompts)
-    waiting: list[_Group] = [] if arrivals else _new_groups(work, lengths, 0, sent, 0.0)
+    waiting: list[Group] = [] if arrivals else _new_groups(work, lengths, 0, sent, 0.0)
     in_flight = sent  # sent by a client and not finished (a closed loop caps it)
-    running: list[_Group] = []
+    running: list[Group] = []
     ttft: list[tuple[float, float]] = []
     tpot: list[tuple[float, float]] = []
     itl: list[tuple[float, float]] = []
@@ -716,16 +533,19 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
             waiting += _new_groups(work, lengths, next_arrival, 1, arrivals[next_arrival])
             next_arrival, in_flight = next_arrival + 1, in_flight + 1
         before = sum(g.n for g in running)
-        used = _preempt(running, waiting, kv)
+        used = preempt(running, waiting, kv, keep_prefill=policy.prefix_cache)
+        preempted = sum(g.n for g in running) < before
         if policy.admission == "ratio" and sum(g.n for g in running) < before:  # SGLang's retraction
-            ratio = _retracted_ratio(running, policy)
+            ratio = retracted_ratio(running, policy)
         if policy.admission != "prompt":
             used = sum(g.n * g.reserved(kv, policy, ratio) for g in running)
-        scheduled, budget = _schedule_running(running, token_budget, decodes=policy.mixed)
-        slots = _Slots(sum(g.n for g in running), limit, kv, used, policy)
-        admitted = _admit(waiting, running, scheduled, budget, slots, whole_below=whole_below)
+        scheduled, budget = schedule_running(running, token_budget, decodes=policy.mixed)
+        slots = Slots(sum(g.n for g in running), limit, kv, used, policy)
+        # vLLM V1 admits no waiting request in a step that preempted (SchedulerPolicy.admit_after_preempt)
+        admitted = admit(waiting, running, scheduled, budget if policy.admit_after_preempt or not preempted else 0,
+                          slots, whole_below=whole_below)
         if not scheduled and running:  # nothing to prefill (an engine that does not mix): decode the running
-            scheduled, _ = _schedule_running(running, token_budget)
+            scheduled, _ = schedule_running(running, token_budget)
         if not scheduled:  # idle until the next arrival
             if next_arrival < len(arrivals):
                 t = max(t, arrivals[next_arrival])
@@ -744,7 +564,7 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
                             pairs=sum(g.n * (g.chunk * g.prefilled + g.chunk * (g.chunk + 1) / 2) for g in prefilling))
         # steps that only decode and admit nothing: advance to the next finish (or arrival, or a full cache) at once
         room = waiting and slots.take(waiting[0]) >= 1
-        jump = 1 if prefilling or room else _decode_run(decoding, kv, sum(g.n * g.held(kv, 1) for g in running),
+        jump = 1 if prefilling or room else decode_run(decoding, kv, sum(g.n * g.held(kv, 1) for g in running),
                                                         min(g.n_out - g.generated for g in decoding))
         if waiting and policy.admission == "ratio":
             jump = min(jump, RATIO_JUMP)
@@ -781,13 +601,14 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
             done, in_flight = done + g.n, in_flight - g.n
             tokens_in, tokens_out = tokens_in + g.n * g.n_in, tokens_out + g.n * g.n_out
             e2e.append((t - g.arrival + api, g.n))
-            tpot.append(((t - g.first) / (g.n_out - 1) if g.n_out > 1 else 0.0, g.n))
+            if g.n_out > 1:  # vllm bench serve's calculate_metrics: TPOT over requests of more than one token
+                tpot.append(((t - g.first) / (g.n_out - 1), g.n))
             if not arrivals and work.max_concurrency is not None and sent < prompts:  # the clients send again
                 more = min(g.n, prompts - sent)
                 waiting += _new_groups(work, lengths, sent, more, t)
                 sent, in_flight = sent + more, in_flight + more
-        running = _merged(running)
-    return Simulated(duration=t, completed=done, ttft=_stats(ttft), tpot=_stats(tpot)[:2],
+        running = merged(running)
+    return Simulated(duration=t, completed=done, ttft=_stats(ttft), tpot=_stats(tpot or [(0.0, 1.0)])[:2],
                      itl=_stats(itl or [(0.0, 1.0)])[:2], e2e=_stats(e2e)[:2],
                      mean_running=busy_seq_time / t if t else 0.0, output_tokens=tokens_out,
                      input_tokens=tokens_in, steps=steps, last_first_token=max(v for v, _ in ttft))

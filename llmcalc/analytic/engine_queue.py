@@ -1,0 +1,227 @@
+"""The scheduler's queue that serving_speed.simulate runs, one engine step at a time: requests grouped by state
+(``Group``), the KV cache as the scheduler counts it (``KvBudget``), vLLM V1's recompute preemption (``preempt``), the
+running requests scheduled first (``schedule_running``), the waiting ones admitted while sequences, the token budget
+and KV blocks last (``Slots``, ``admit``), decode runs advanced together (``decode_run``), and SGLang's retraction
+(``retracted_ratio``). Each engine's switches are its engines.SchedulerPolicy; the sources are cited where each
+rule is applied."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from ..records import dataclass
+from .engines import SchedulerPolicy
+
+
+class Group:
+    """Requests in the same state (admitted together, alike in length): `n` of them, each of `n_in` prompt tokens
+    generating `n_out`; `target` tokens to prefill (the prompt, or after a preemption the prompt and the tokens
+    generated so far, recomputed)."""
+
+    __slots__ = ("n", "arrival", "prefilled", "generated", "first", "chunk", "n_in", "n_out", "target")
+
+    def __init__(self, n: int, arrival: float, n_in: int, n_out: int) -> None:
+        self.n, self.arrival, self.prefilled, self.generated, self.first, self.chunk = n, arrival, 0, 0, 0.0, 0
+        self.n_in, self.n_out, self.target = n_in, n_out, n_in
+
+    def split(self, n: int) -> Group:
+        """The first `n` of the group as a group of their own (this one keeps the rest)."""
+        other = Group(n, self.arrival, self.n_in, self.n_out)
+        other.prefilled, other.generated, other.first, other.target = (self.prefilled, self.generated, self.first,
+                                                                       self.target)
+        self.n -= n
+        return other
+
+    @property
+    def decoding(self) -> bool:
+        return self.prefilled >= self.target
+
+    def held(self, kv: KvBudget, ahead: int = 0) -> int:
+        """Blocks each of these requests holds `ahead` decode steps on: while prefilling, its whole prefill from
+        admission, or (KvBudget.reach, vLLM V1) what it has prefilled and its next chunk; then its prompt and
+        generated tokens."""
+        if self.decoding:
+            return kv.need(self.n_in + self.generated + ahead)
+        return kv.need(self.target if kv.reach is None else min(self.target, self.prefilled + kv.reach))
+
+    def reserved(self, kv: KvBudget, policy: SchedulerPolicy, ratio: float) -> int:
+        """Blocks the engine's admission counts as taken by each of these running requests (SchedulerPolicy): what
+        they hold after the next step (vLLM), their whole length (TensorRT-LLM's GUARANTEED_NO_EVICT), or what they
+        hold and new_token_ratio of their remaining output (SGLang)."""
+        if policy.admission == "whole":
+            return kv.need(self.n_in + self.n_out)
+        if policy.admission == "ratio":
+            left = min(self.n_out - self.generated, policy.clip_new_tokens)
+            return kv.need(max(self.target, self.n_in + self.generated) + math.ceil(ratio * left))
+        return self.held(kv, 1)
+
+    def admission(self, kv: KvBudget, policy: SchedulerPolicy, chunk: int | None = None) -> int:
+        """Blocks each of these waiting requests must find free to be admitted: its prompt's (vLLM; V1, KvBudget.reach:
+        those of the `chunk` it is scheduled now), with its whole output (TensorRT-LLM), or with its output up to
+        SGLang's clip (a new request is charged in full)."""
+        if policy.admission == "prompt":
+            return kv.need(self.prefilled + chunk) if kv.reach is not None and chunk else self.held(kv)
+        return kv.need(self.target + min(self.n_out - self.generated, policy.clip_new_tokens))
+
+    def state(self) -> tuple:
+        return (self.prefilled, self.generated, self.first, self.arrival, self.n_in, self.n_out, self.target)
+
+
+@dataclass(frozen=True)
+class KvBudget:
+    """The KV cache as the scheduler sees it: `blocks` in all, and the blocks a request of a given length holds
+    (vLLM's kv_cache_utils: every group's blocks, the most over the pipeline stages)."""
+
+    blocks: int
+    need: Callable[[int], int]
+    # vLLM V1 (SchedulerPolicy.chunk_blocks): a prefilling request holds blocks for what it has prefilled and at most
+    # this many tokens more, the step's chunk (the token budget); None: for its whole prompt from admission
+    reach: int | None = None
+
+    @classmethod
+    def requests(cls, count: int) -> KvBudget:
+        """A cache that holds `count` requests whatever their length (one block each)."""
+        return cls(blocks=count, need=one_block)
+
+
+def one_block(length: int) -> int:
+    return 1
+
+
+
+def preempt(running: list[Group], waiting: list[Group], kv: KvBudget, keep_prefill: bool = False) -> int:
+    """vLLM V1's recompute preemption (v1/core/sched/scheduler.py schedule): when the next step's tokens need more
+    KV blocks than are free, the lowest-priority running request (the last admitted) is preempted, its blocks freed
+    and its computed tokens dropped; it waits at the head of the queue and later prefills its prompt and the tokens
+    it had generated again. With `keep_prefill` (SchedulerPolicy.prefix_cache) a request preempted in its prefill
+    keeps what it had prefilled: its freed blocks stay in the prefix cache and its re-admission finds them. Returns
+    the blocks the running requests hold for the next step."""
+    need = sum(g.n * g.held(kv, 1) for g in running)
+    while need > kv.blocks and len(running) > 1 or (running and running[0].n > 1 and need > kv.blocks):
+        g = running[-1]
+        each = g.held(kv, 1)
+        k = min(g.n, -(-(need - kv.blocks) // each))
+        if k == g.n and len(running) == 1:
+            k -= 1  # the first request in line keeps running (vLLM refuses a request no cache could hold)
+        part = g.split(k) if k < g.n else running.pop()
+        if not (keep_prefill and not part.decoding):
+            part.prefilled, part.target = 0, part.n_in + part.generated
+        part.chunk = 0
+        waiting.insert(0, part)
+        need -= k * each
+    return need
+
+
+def schedule_running(running: list[Group], budget: int, decodes: bool = True) -> tuple[list[Group], int]:
+    """vLLM V1 schedules the running requests first, in order: a decode token each, or a prefill's next chunk (whole
+    while the token budget lasts, then one partial chunk); returns the scheduled groups and the budget left. Without
+    `decodes`, only the prefills' chunks (a prefill-only step, SchedulerPolicy.mixed False)."""
+    scheduled: list[Group] = []
+    for g in list(running):
+        if budget <= 0:
+            break
+        if not decodes and g.decoding:
+            continue
+        need = 1 if g.decoding else g.target - g.prefilled
+        full = budget // need
+        if full >= g.n:
+            g.chunk, budget = need, budget - need * g.n
+            scheduled.append(g)
+            continue
+        if full:
+            part = g.split(full)
+            running.insert(running.index(g), part)
+            part.chunk, budget = need, budget - need * full
+            scheduled.append(part)
+        if budget and need > 1:  # one more request takes a partial chunk
+            part = g.split(1) if g.n > 1 else g
+            if part is not g:
+                running.insert(running.index(g), part)
+            part.chunk, budget = budget, 0
+            scheduled.append(part)
+        break
+    return scheduled, budget
+
+
+class Slots:
+    """What admission may still take: sequences below `limit` and KV blocks not reserved (KvBudget, the engine's
+    SchedulerPolicy)."""
+
+    __slots__ = ("running", "limit", "free", "kv", "policy")
+
+    def __init__(self, running: int, limit: int, kv: KvBudget, used: int, policy: SchedulerPolicy) -> None:
+        self.running, self.limit, self.kv, self.free, self.policy = running, limit, kv, kv.blocks - used, policy
+
+    def take(self, g: Group, chunk: int | None = None) -> int:
+        return min(g.n, self.limit - self.running, self.free // max(1, g.admission(self.kv, self.policy, chunk)))
+
+
+def admit(waiting: list[Group], running: list[Group], scheduled: list[Group], budget: int,
+           slots: Slots, whole_below: int = 0) -> int:
+    """Then the waiting requests, first come first served, each with its first chunk (whole prompts while the budget
+    lasts, then one part), while sequences and KV blocks for their prompts last (`slots`); returns how many run.
+    Prompts of at most `whole_below` tokens are never split (no context chunking): one that the budget left cannot
+    hold whole waits for the next step."""
+    while waiting and budget > 0:
+        g = waiting[0]
+        chunk = g.target - g.prefilled
+        take = slots.take(g, min(chunk, budget))
+        if take < 1 or (budget < chunk <= whole_below):
+            break
+        if budget // chunk < take:
+            take, chunk = (budget // chunk, chunk) if budget >= chunk else (1, budget)
+        part = g.split(take) if take < g.n else waiting.pop(0)
+        part.chunk, budget = chunk, budget - chunk * take
+        running.append(part)
+        scheduled.append(part)
+        slots.running += take
+        slots.free -= take * part.admission(slots.kv, slots.policy, chunk)
+    return slots.running
+
+
+def decode_run(decoding: list[Group], kv: KvBudget, held: int, steps: int) -> int:
+    """The most decode steps, up to `steps`, that the `decoding` requests take before their blocks outgrow the cache
+    (`held`: the blocks every running request holds after one step)."""
+    base = held - sum(g.n * g.held(kv, 1) for g in decoding)  # what the others hold meanwhile
+
+    def fits(j: int) -> bool:
+        return base + sum(g.n * g.held(kv, j) for g in decoding) <= kv.blocks
+
+    if fits(steps):
+        return steps
+    lo, hi = 1, steps
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
+def merged(running: list[Group]) -> list[Group]:
+    """Groups now alike as one: neighbours in the same state, and decoding groups in the same state wherever they
+    stand (a decode's place in the queue changes nothing; split apart by a budget, they would stay apart)."""
+    merged: list[Group] = []
+    decoding: dict[tuple, Group] = {}
+    for g in running:
+        key = g.state()
+        if merged and merged[-1].state() == key:
+            merged[-1].n += g.n
+        elif g.decoding and key in decoding:
+            decoding[key].n += g.n
+        else:
+            merged.append(g)
+            if g.decoding:
+                decoding[key] = g
+    return merged
+
+
+def retracted_ratio(running: list[Group], policy: SchedulerPolicy) -> float:
+    """SGLang's new_token_ratio after a retraction (schedule_batch.py retract_decode): (the tokens the requests left
+    running have decoded + SGLANG_RETRACT_DECODE_STEPS each) / their max_new_tokens, at most 1."""
+    out = sum(g.n * g.n_out for g in running)
+    if not out:
+        return policy.init_ratio
+    return min(1.0, (sum(g.n * g.generated for g in running) + policy.retract_steps * sum(g.n for g in running)) / out)
+
+
+RATIO_JUMP = 16  # decode steps advanced at once at most while SGLang's decaying ratio may admit a waiting request
