@@ -39,7 +39,7 @@ from collections.abc import Callable
 
 from ..errors import LlmcalcError
 from ..records import dataclass
-from . import comm, engines, kernel_tables
+from . import cdna_gemm, comm, engines, kernel_tables
 from .engines import SchedulerPolicy
 from .flops import forward_ops
 from .inference import PER_KEY, InferenceEstimate, decode_ops, expected_experts
@@ -243,6 +243,7 @@ class StepCost:
         self.stack_flops_per_token = f0 - self.head_flops - self.expert_flops
         # weight-only formats (int8/int4, W4A16) dequantize into 16-bit GEMMs; fp8 / fp4 weights run their own
         self.rate = dev.gemm_rate(est.compute_dtype if est.compute_dtype in ("fp8", "fp4") else "bf16")
+        self.cdna_fp8 = est.compute_dtype == "fp8" and cdna_gemm.has_fp8_rates(dev.arch)  # AMD's measured FP8 rates
         self.act_bytes = 2.0
         self._head = gemm_timer(dev, 2.0, rate=dev.gemm_rate("bf16"))
         self.kernel = SERVING_ATTENTION.get(dev.arch, "cudnn")
@@ -317,14 +318,19 @@ class StepCost:
             return 0.0
         mla = self.mla_key() is not None  # the MLA blocks' projections come with their measured table
         stack = self.stack_flops_per_token - (self.mla_flops_per_token if mla else 0)
-        compute = tokens * stack / self.tp / (self.rate * row_tile_efficiency(tokens))
+        compute = tokens * stack / self.tp / self.gemm_rate(tokens, row_tile_efficiency)
         if self.expert_flops:  # the fused-MoE kernel pads each expert's rows to its block
             hit = expected_experts(self.spec, math.ceil(tokens))
             rows = tokens * self.spec.n_experts_per_token / hit
-            compute += tokens * self.expert_flops / self.tp / (self.rate * expert_row_efficiency(rows))
+            compute += tokens * self.expert_flops / self.tp / self.gemm_rate(rows, expert_row_efficiency)
         weights = self.est.weights_read(math.ceil(tokens)) - (self.mla_bytes if mla else 0.0)
         memory = (weights + 2 * tokens * self.spec.d_model * self.act_bytes * self.spec.n_layers) / self.dev.hbm
         return smooth_roofline(compute, memory)
+
+    def gemm_rate(self, rows: float, padding: Callable[[float], float]) -> float:
+        """The GEMMs' compute FLOP/s at `rows` rows: FP8 on AMD Instinct as AITER measured it
+        (cdna_gemm.fp8_compute_rate), else the MAMF of the GEMM dtype times the rows' useful share (`padding`)."""
+        return cdna_gemm.fp8_compute_rate(self.dev.arch, rows) if self.cdna_fp8 else self.rate * padding(rows)
 
     def head_seconds(self, rows: float) -> float:
         """The LM head over the rows that sample (vLLM computes logits only for a request's last token), its
