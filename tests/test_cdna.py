@@ -11,11 +11,11 @@ from llmcalc.analytic.serving_speed import smooth_roofline
 from llmcalc.spec import load_model
 
 # AITER's measured FP8 (block-scaled) GEMM times, github.com/ROCm/aiter @e404860 (MIT), rows "gfx, cu_num, M, N, K,
-# ..., us": MI300X (gfx942, 304 CUs, 5.3 TB/s) from aiter/configs/model_configs/a8w8_blockscale_tuned_gemm_qwen36_27b.csv
-# (N = 8,192 and 17,408) and ..._qwen3_vl_32b.csv (N = 25,600); MI355X (gfx950, 256 CUs, 8 TB/s) from
-# aiter/configs/model_configs/a8w8_blockscale_tuned_gemm_ds_v3.csv. Two shapes each near the table's median and its
-# extremes at the same rows (the table is one median over 16 shapes; wide ones run faster at few rows, K = 1,536 runs
-# slower at many).
+# ..., us": MI300X (gfx942, 304 CUs, 5.3 TB/s) from
+# aiter/configs/model_configs/a8w8_blockscale_tuned_gemm_qwen36_27b.csv (N = 8,192 and 17,408) and
+# ..._qwen3_vl_32b.csv (N = 25,600); MI355X (gfx950, 256 CUs, 8 TB/s) from
+# aiter/configs/model_configs/a8w8_blockscale_tuned_gemm_ds_v3.csv: shapes near their output size's median and
+# its extremes (MI355X's rate follows the depth K too).
 MEASURED = [  # (arch, datasheet HBM GB/s, M, N, K, us)
     ("cdna3", 5300, 256, 8192, 5120, 53.1088), ("cdna3", 5300, 1024, 8192, 5120, 123.0092),
     ("cdna3", 5300, 16384, 8192, 5120, 1653.0537), ("cdna3", 5300, 256, 17408, 5120, 83.4581),

@@ -323,7 +323,8 @@ class StepCost:
         if self.expert_flops:  # the fused-MoE kernel pads each expert's rows to its block
             hit = expected_experts(self.spec, math.ceil(tokens))
             rows = tokens * self.spec.n_experts_per_token / hit
-            compute += tokens * self.expert_flops / self.tp / self.gemm_rate(rows, expert_row_efficiency, self.columns[1])
+            rate = self.gemm_rate(rows, expert_row_efficiency, self.columns[1])
+            compute += tokens * self.expert_flops / self.tp / rate
         weights = self.est.weights_read(math.ceil(tokens)) - (self.mla_bytes if mla else 0.0)
         memory = (weights + 2 * tokens * self.spec.d_model * self.act_bytes * self.spec.n_layers) / self.dev.hbm
         return smooth_roofline(compute, memory)
