@@ -8,7 +8,8 @@ A workload is `vllm bench serve`'s: requests of `input_len` prompt tokens genera
 The step (``StepCost``): one forward of the scheduled tokens on one replica of tp GPUs, the sum of
 - the layer stack's GEMMs on those tokens (``linear_seconds``): kernels.gemm_timer's smooth roofline of the MAMF at
   the weights' GEMM dtype with tile and wave quantization (small-m decode GEMMs included) against the weight bytes
-  the tokens read (a MoE step reads the experts its tokens hit, ``inference.expected_experts``);
+  the tokens read (a MoE step reads the experts its tokens hit, ``inference.expected_experts``); FP8 on AMD Instinct
+  at AITER's measured rates by output size instead (``cdna.stack_rate``);
 - the LM head on the rows that sample and the sampler (``head_seconds``);
 - paged decode attention (``decode_attention_seconds``): the KV bytes of every decoding sequence's context, a
   memory-bound pass at the achievable HBM bandwidth (kernels.HBM_EFFICIENCY);
@@ -19,7 +20,7 @@ The step (``StepCost``): one forward of the scheduled tokens on one replica of t
   batch and context, prefill by the chunks' tokens and causal pairs), those projections then left out of the GEMMs;
 - tensor parallelism's all-reduces, two per layer of the tokens' activations (``allreduce_seconds``): vLLM's
   custom all-reduce (one shot, each rank reading every peer's buffer over NVLink) up to its 8 MiB limit, NCCL's ring
-  (comm.Collective) past it;
+  (comm.Collective) past it; on AMD's xGMI mesh its one- or two-stage kernel as measured (``cdna``);
 - what no kernel accounts for, fitted once (``ENGINE_STEP_SECONDS``, ``LAYER_FLOOR_SECONDS``, see there).
 
 The engine (``simulate``): vLLM V1's scheduler each step gives every running request its next token (a decode) or
