@@ -8,7 +8,8 @@ A workload is `vllm bench serve`'s: requests of `input_len` prompt tokens genera
 The step (``StepCost``): one forward of the scheduled tokens on one replica of tp GPUs, the sum of
 - the layer stack's GEMMs on those tokens (``linear_seconds``): kernels.gemm_timer's smooth roofline of the MAMF at
   the weights' GEMM dtype with tile and wave quantization (small-m decode GEMMs included) against the weight bytes
-  the tokens read (a MoE step reads the experts its tokens hit, ``inference.expected_experts``);
+  the tokens read (a MoE step reads the experts its tokens hit, ``inference.expected_experts``); FP8 on AMD Instinct
+  at AITER's measured rates by output size instead (``cdna.stack_rate``);
 - the LM head on the rows that sample and the sampler (``head_seconds``);
 - paged decode attention (``decode_attention_seconds``): the KV bytes of every decoding sequence's context, a
   memory-bound pass at the achievable HBM bandwidth (kernels.HBM_EFFICIENCY);
@@ -19,7 +20,7 @@ The step (``StepCost``): one forward of the scheduled tokens on one replica of t
   batch and context, prefill by the chunks' tokens and causal pairs), those projections then left out of the GEMMs;
 - tensor parallelism's all-reduces, two per layer of the tokens' activations (``allreduce_seconds``): vLLM's
   custom all-reduce (one shot, each rank reading every peer's buffer over NVLink) up to its 8 MiB limit, NCCL's ring
-  (comm.Collective) past it;
+  (comm.Collective) past it; on AMD's xGMI mesh its one- or two-stage kernel as measured (``cdna``);
 - what no kernel accounts for, fitted once (``ENGINE_STEP_SECONDS``, ``LAYER_FLOOR_SECONDS``, see there).
 
 The engine (``simulate``): vLLM V1's scheduler each step gives every running request its next token (a decode) or
@@ -37,10 +38,11 @@ import contextlib
 import functools
 import math
 import random
+from collections.abc import Callable
 
 from ..errors import LlmcalcError
 from ..records import dataclass
-from . import comm, engines, kernel_tables
+from . import cdna, comm, engines, kernel_tables
 from .engine_queue import (
     RATIO_JUMP,
     Group,
@@ -256,6 +258,8 @@ class StepCost:
         self.stack_flops_per_token = f0 - self.head_flops - self.expert_flops
         # weight-only formats (int8/int4, W4A16) dequantize into 16-bit GEMMs; fp8 / fp4 weights run their own
         self.rate = dev.gemm_rate(est.compute_dtype if est.compute_dtype in ("fp8", "fp4") else "bf16")
+        self.cdna_fp8 = est.compute_dtype == "fp8" and cdna.has_fp8_rates(dev.arch)  # AMD's measured FP8 rates
+        self.columns = cdna.layer_columns(spec, tp), cdna.expert_columns(spec, tp) if spec.is_moe else ()
         self.act_bytes = 2.0
         self._head = gemm_timer(dev, 2.0, rate=dev.gemm_rate("bf16"))
         self.kernel = SERVING_ATTENTION.get(dev.arch, "cudnn")
@@ -330,14 +334,21 @@ class StepCost:
             return 0.0
         mla = self.mla_key() is not None  # the MLA blocks' projections come with their measured table
         stack = self.stack_flops_per_token - (self.mla_flops_per_token if mla else 0)
-        compute = tokens * stack / self.tp / (self.rate * row_tile_efficiency(tokens))
+        compute = tokens * stack / self.tp / self.gemm_rate(tokens, row_tile_efficiency, self.columns[0])
         if self.expert_flops:  # the fused-MoE kernel pads each expert's rows to its block
             hit = expected_experts(self.spec, math.ceil(tokens))
             rows = tokens * self.spec.n_experts_per_token / hit
-            compute += tokens * self.expert_flops / self.tp / (self.rate * expert_row_efficiency(rows))
+            rate = self.gemm_rate(rows, expert_row_efficiency, self.columns[1])
+            compute += tokens * self.expert_flops / self.tp / rate
         weights = self.est.weights_read(math.ceil(tokens)) - (self.mla_bytes if mla else 0.0)
         memory = (weights + 2 * tokens * self.spec.d_model * self.act_bytes * self.spec.n_layers) / self.dev.hbm
         return smooth_roofline(compute, memory)
+
+    def gemm_rate(self, rows: float, padding: Callable[[float], float], columns: tuple) -> float:
+        """The GEMMs' compute FLOP/s at `rows` rows: FP8 on AMD Instinct as AITER measured it, each GEMM of the layer
+        (`columns`, cdna.layer_columns) at its output's size (cdna.stack_rate), else the MAMF of the GEMM dtype times
+        the rows' useful share (`padding`)."""
+        return cdna.stack_rate(self.dev.arch, rows, columns) if self.cdna_fp8 else self.rate * padding(rows)
 
     def head_seconds(self, rows: float) -> float:
         """The LM head over the rows that sample (vLLM computes logits only for a request's last token), its
@@ -401,7 +412,8 @@ class StepCost:
 
     def allreduce_seconds(self, tokens: float) -> float:
         """Tensor parallelism's all-reduces: after attention and after the MLP in every layer (Megatron's row-
-        parallel outputs, vLLM's RowParallelLinear), of the tokens' activations, d_model x 2 bytes each."""
+        parallel outputs, vLLM's RowParallelLinear), of the tokens' activations, d_model x 2 bytes each; on an xGMI
+        mesh (AMD Instinct) vLLM's custom all-reduce as cdna.custom_allreduce_seconds times it."""
         if self.tp == 1 or tokens <= 0:
             return 0.0
         nbytes = tokens * self.spec.d_model * self.act_bytes
@@ -411,7 +423,9 @@ class StepCost:
         if self.measured:  # vLLM's custom all-reduce and NCCL's, measured (kernel_tables.allreduce_seconds)
             with contextlib.suppress(kernel_tables.KernelTableError):
                 one = kernel_tables.allreduce_seconds(self.gpu, nbytes, self.tp, "custom" if custom else "nccl")
-        if one is None and custom:
+        if one is None and custom and net.topology == "mesh":  # xGMI (AMD Instinct): one- or two-stage, measured
+            one = cdna.custom_allreduce_seconds(nbytes, self.tp, net.link_bandwidth)
+        elif one is None and custom:
             one = CUSTOM_ALLREDUCE_LATENCY + nbytes * (self.tp - 1) / self.tp / net.scale_up_rate(
                 self.tp, "all_gather", self.tp)
         elif one is None:
