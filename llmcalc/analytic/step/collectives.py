@@ -7,7 +7,7 @@ import math
 
 from ...records import replaced
 from .. import comm
-from .constants import EP_OVERLAP_SHARE, EP_OVERLAP_SMS
+from .constants import DUALPIPE_EP_OVERLAP_SHARE, EP_OVERLAP_SHARE, EP_OVERLAP_SMS
 from .context import StageTimes, StepContext
 from .layout import _stride
 
@@ -38,18 +38,26 @@ def add_tp_comm(t: StageTimes, ctx: StepContext, d_model: int, blocks: float, pa
 
 def add_ep_comm(t: StageTimes, ctx: StepContext, ep_fwd: float, ep_bwd: float) -> None:
     """A MoE layer's dispatch / combine all-to-alls (`ep_fwd`, `ep_bwd` seconds, a recomputed forward's included)
-    into `t`: exposed, or with --ep-overlap EP_OVERLAP_SHARE of them under the other micro-batch's compute, whose
+    into `t`: exposed, or with --ep-overlap ``ep_overlap_share`` of them under the other micro-batch's compute, whose
     SMs they hold slowing that compute by EP_OVERLAP_SMS / the device's SMs. Shared by the formula path and the
     measured step model."""
     if ctx.lay.ep_overlap:
         sms = EP_OVERLAP_SMS / ctx.dev.sm_count
-        hidden = min(ep_fwd + ep_bwd, t.compute) * EP_OVERLAP_SHARE
+        hidden = min(ep_fwd + ep_bwd, t.compute) * ep_overlap_share(ctx.lay.schedule)
         exposed = ep_fwd + ep_bwd - hidden + hidden * sms
         t.ep = exposed
         t.comm_fwd += exposed * ep_fwd / max(ep_fwd + ep_bwd, 1e-30)
     else:
         t.ep = ep_fwd + ep_bwd
         t.comm_fwd += ep_fwd
+
+
+def ep_overlap_share(schedule: str) -> float:
+    """The share of the expert all-to-alls --ep-overlap hides under the other micro-batch's compute, by pipeline
+    schedule: under the V-shaped zb-v, DualPipeV's paired forward and backward chunks (DUALPIPE_EP_OVERLAP_SHARE,
+    all of it: DeepSeek-V3 report sec. 3.2.1); under the others Megatron-Core's 1F1B A2A overlap
+    (EP_OVERLAP_SHARE, calibrated on its one published pair)."""
+    return DUALPIPE_EP_OVERLAP_SHARE if schedule == "zb-v" else EP_OVERLAP_SHARE
 
 
 def _cp_exposed(ctx: StepContext, i: int, fwd: float, bwd: float) -> tuple[float, float]:
