@@ -391,7 +391,8 @@ def step_model_options(func: F) -> F:
                      help="Context parallelism: p2p ring (overlapped), all-gather of K/V, a2a over heads, or "
                           "a2a+p2p (hierarchical, with --cp-a2a-size)."),
         click.option("--ep-overlap/--no-ep-overlap", default=False, show_default=True,
-                     help="Hide expert all-to-alls under another micro-batch's compute (1F1B A2A overlap)."),
+                     help="Hide expert all-to-alls under another micro-batch's compute (1F1B A2A overlap; "
+                          "with --schedule zb-v, DualPipeV's paired chunks hide them all)."),
         click.option("--network", default=None,
                      help="The fabric between nodes: a cluster preset (dgx-h100-superpod, dgx-a100-superpod, "
                           "jean-zay-a100, juwels-booster, gb200-nvl72), NIC rate x NICs per node and topology "
