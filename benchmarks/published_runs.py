@@ -32,7 +32,7 @@ Each used row becomes one `Run` by the rules below, the same for every row (no p
   scores; torch eager (compile off) runs unfused elementwise kernels; DeepSpeed's pipeline engine reduces gradients
   after the backward; Megatron-Core's rank order unless the source says otherwise ("dplast" -> tp-cp-ep-pp-dp); TP
   overlap, EP (1F1B A2A) overlap, FP8 parameter gathers (Megatron's --fp8-param-gather: "fp8 param gather",
-  "fp8_param_gather=true") and the CP communication type where the source states them; MoE routing balanced
+  "fp8_param_gather=true"; torchao's float8 FSDP all-gather) and the CP communication type where the source states them; MoE routing balanced
   (benchmarks force it; every Megatron-MoE-ModelZoo table that says so does) except where the source says it is real
   (MLPerf v6.0: capacity factors 1.5-7; DeepSeek-V3's auxiliary-loss-free routing), there MOE_DROPLESS_IMBALANCE;
   an MTP depth where stated (DeepSeek-V3: 1); DualPipe as its V-shaped form (DualPipeV, deepseek-ai/DualPipe's
@@ -254,7 +254,8 @@ def run_of(row: dict) -> Run:  # long: the module docstring's rules, one per lin
         layout["ep_dispatcher"] = "deepep"
     if spec.is_moe and (rid.startswith("mlperf60") or "real routing" in other):  # MLPerf: capacity factors 1.5-7
         layout["moe_imbalance"] = MOE_DROPLESS_IMBALANCE
-    if re.search(r"fp8 param gather|fp8_param_gather=true|fp8 params \(fp8_param_gather\)", other):
+    if re.search(r"fp8 param gather|fp8_param_gather=true|fp8 params \(fp8_param_gather\)|float8 all-gather",
+                 other):
         layout["fp8_param_gather"] = True  # Megatron's --fp8-param-gather, as the row's config states it
     if "mtp depth 1" in other:
         layout["mtp_layers"] = 1
