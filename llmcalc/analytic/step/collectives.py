@@ -24,7 +24,8 @@ def add_tp_comm(t: StageTimes, ctx: StepContext, d_model: int, blocks: float, pa
     (analytic/measured_step.py) both time them here."""
     lay, net = ctx.lay, ctx.dev.network
     colls = comm.tp_collectives(ctx.tokens, d_model, ctx.act, lay.tp, sequence_parallel=lay.sequence_parallel,
-                                passes=passes, stride=_stride(lay, "tp"))
+                                passes=passes, stride=_stride(lay, "tp"),
+                                gather_bytes=tp_gather_bytes(ctx.recipe.fp8_saved_inputs, ctx.recipe.saved_input_bytes))
     tpt = comm.total_seconds([replaced(c, {"count": c.count / 2 * blocks}) for c in colls], net)
     in_node = colls[0].intra_node(net)  # the group in one node: the overlap can hide its collectives
     if lay.tp_overlap and in_node:
@@ -34,6 +35,19 @@ def add_tp_comm(t: StageTimes, ctx: StepContext, d_model: int, blocks: float, pa
     else:
         t.tp = tpt
         t.comm_fwd += tpt / passes
+
+
+def tp_gather_bytes(quantized_inputs: bool, input_bytes: float) -> float | None:
+    """Bytes per element of sequence parallelism's all-gathers under a Transformer Engine FP8/FP4 recipe
+    (`quantized_inputs`: the recipe's linears take quantized inputs): the quantized GEMM input, `input_bytes`
+    (FP8 1, blockwise FP8 1 + 4/128, MXFP8 1 + 1/32, NVFP4 0.5 + 1/16, scales included). TE quantizes before it
+    gathers: LayerNormLinear / Linear call ``gather_along_first_dim(ln_out, tp_group, quantizer=input_quantizer)``
+    in the forward and again for the weight gradient, and ``grad_output_preprocess`` gathers the output gradient
+    with the grad-output quantizer; ``gather_along_first_dim`` then all-gathers the FP8 / blockwise / MXFP8 / NVFP4
+    data and scales (NVIDIA/TransformerEngine transformer_engine/pytorch/distributed.py, module/layernorm_linear.py,
+    module/base.py @d0067d0). The reduce-scatters stay in the activation dtype. None (the activation bytes) for the
+    other recipes."""
+    return input_bytes if quantized_inputs else None
 
 
 def add_ep_comm(t: StageTimes, ctx: StepContext, ep_fwd: float, ep_bwd: float) -> None:
