@@ -32,8 +32,9 @@ Each used row becomes one `Run` by the rules below, the same for every row (no p
   scores; torch eager (compile off) runs unfused elementwise kernels; DeepSpeed's pipeline engine reduces gradients
   after the backward; Megatron-Core's rank order unless the source says otherwise ("dplast" -> tp-cp-ep-pp-dp); TP
   overlap, EP (1F1B A2A) overlap, FP8 parameter gathers (Megatron's --fp8-param-gather: "fp8 param gather",
-  "fp8_param_gather=true"; torchao's float8 FSDP all-gather) and the CP communication type where the source states them; MoE routing balanced
-  (benchmarks force it; every Megatron-MoE-ModelZoo table that says so does) except where the source says it is real
+  "fp8_param_gather=true"; torchao's float8 FSDP all-gather) and the CP communication type where the source states
+  them; MoE routing balanced (benchmarks force it; every Megatron-MoE-ModelZoo table that says so does) except where
+  the source says it is real
   (MLPerf v6.0: capacity factors 1.5-7; DeepSeek-V3's auxiliary-loss-free routing), there MOE_DROPLESS_IMBALANCE;
   an MTP depth where stated (DeepSeek-V3: 1); DualPipe as its V-shaped form (DualPipeV, deepseek-ai/DualPipe's
   README: DualPipe "cut in half") with the EP all-to-alls overlapped: `--schedule zb-v --ep-overlap`, the V
