@@ -43,7 +43,10 @@ Each used row becomes one `Run` by the rules below, the same for every row (no p
   layers, the MTP module and two output heads) and the paired chunks hiding the all-to-alls
   (``step/collectives.py:ep_overlap_share``).
 - network: the hardware preset's own build (one NIC per GPU on DGX-class nodes) unless the source states another:
-  BLOOM's Jean Zay, four 100 Gb/s Omni-Path links per 8-GPU node (--network jean-zay-a100).
+  BLOOM's Jean Zay, four 100 Gb/s Omni-Path links per 8-GPU node (--network jean-zay-a100); MaxText's "A3" VMs,
+  Google Cloud's a3-highgpu-8g, four 200 Gb/s GPUDirect-TCPX data NICs per 8 H100 (--network gcp-a3-high).
+- sharding: MaxText's FSDP within a VM and pure data parallelism across VMs (ici_fsdp_parallelism x
+  dcn_data_parallelism) is HSDP: --dp-shard of the in-VM FSDP degree.
 - measured: tokens/s per GPU as stated; else tokens/s over the GPUs, the global batch x seq / step time per GPU,
   or the TFLOP/s per GPU turned into tokens by the source's own FLOP count (``source_flops_per_token``).
 """
@@ -265,6 +268,11 @@ def run_of(row: dict) -> Run:  # long: the module docstring's rules, one per lin
     per_node = 4 if rid.startswith("kempnerforge") else None
     groups = tuple(_groups(row, spec, _recipe(row)))
     network = "jean-zay-a100" if rid.startswith("bloom") else None  # its gpu_note: 4x Omni-Path 100 Gb/s per node
+    hsdp = re.search(r"fsdp (\d+)-way within vm .* pure dp \d+-way across vms", (row["fsdp_or_zero"] or "").lower())
+    if hsdp and n > int(hsdp.group(1)):  # MaxText's ici_fsdp_parallelism x dcn_data_parallelism: HSDP
+        layout["dp_shard"] = int(hsdp.group(1))
+    if rid.startswith("maxtext-a3") and n > 8:  # Google Cloud A3 (a3-highgpu-8g) VMs: GPUDirect-TCPX between them
+        network = "gcp-a3-high"
     return Run(rid, source_of(rid), spec, row["gpu"], n, seq, batch, measured_tokens_per_gpu(row, spec, n, batch),
                layout, recompute, _recipe(row), attention, dropout, per_node, groups, row, network=network)
 

@@ -373,6 +373,9 @@ def step_options(func: F) -> F:
                           "--hierarchical-context-parallel-sizes A P); the ring runs over cp / A."),
         click.option("--fp8-param-gather", is_flag=True, default=None,
                      help="ZeRO / FSDP all-gather the FP8 weights, 1 byte each (Megatron's --fp8-param-gather)."),
+        click.option("--dp-shard", type=POSITIVE_INT, default=None,
+                     help="HSDP: shard weights and states over this many data-parallel ranks, replicate over the "
+                          "rest (torchtitan's data_parallel_shard_degree)."),
         click.option("--tokens-per-second", type=QUANTITY, default=None,
                      help="Cluster-wide throughput of a past run: its achieved MFU/HFU."),
     ])
@@ -395,8 +398,8 @@ def step_model_options(func: F) -> F:
                           "with --schedule zb-v, DualPipeV's paired chunks hide them all)."),
         click.option("--network", default=None,
                      help="The fabric between nodes: a cluster preset (dgx-h100-superpod, dgx-a100-superpod, "
-                          "jean-zay-a100, juwels-booster, gb200-nvl72), NIC rate x NICs per node and topology "
-                          "(400G-x8-rail, 100G-x4-fat-tree-2to1), or nic=,nics=,topology=,oversub=,leaf=,"
+                          "jean-zay-a100, juwels-booster, gb200-nvl72, gcp-a3-high), NIC rate x NICs per node and "
+                          "topology (400G-x8-rail, 100G-x4-fat-tree-2to1), or nic=,nics=,topology=,oversub=,leaf=,"
                           "latency-us=,gpus-per-node= (default: the --gpu preset's own build)."),
         click.option("--ep-dispatcher", type=Choice(list(EP_DISPATCHERS)), default="alltoall", show_default=True,
                      help="MoE token dispatch: alltoall (NCCL), allgather (all tokens gathered to the expert group, "
