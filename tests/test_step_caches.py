@@ -42,7 +42,7 @@ LAYOUT_VARIATIONS = [  # every field of Layout, each changed alone (a few need a
     {"recompute_layers": 2, "recompute": "full"},
     {"recompute_modules": ("mla_up_proj", "moe"), "recompute": "selective"},
     {"mtp_layers": 1}, {"first_stage_layers": 12}, {"last_stage_layers": 12},
-    {"fp8_param_gather": True, "zero": 1, "recipe": "fp8"},
+    {"fp8_param_gather": True, "zero": 1, "recipe": "fp8"}, {"dp_shard": 4}, {"dp_shard": 2, "zero": 3},
     {"attention_kernel": "fa2"}, {"fp8_attention": True, "recipe": "fp8"}, {"moe_imbalance": 1.3},
     {"ep_dispatcher": "deepep"}, {"ep_dispatcher": "allgather"}, {"fused_elementwise": False}, {"optimizer": "muon"},
 ]

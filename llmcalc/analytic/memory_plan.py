@@ -52,6 +52,7 @@ class MemoryRequest:
     first_stage_layers: int | None = None  # the pipeline's stage layers as train takes them (rank_layers)
     last_stage_layers: int | None = None
     pipeline_layout: str | None = None
+    dp_shard: int | None = None  # HSDP: the ranks ZeRO shards over (the step layout's dp_shard)
     sequence_parallel: bool = True
     reserve_gib: float = 0.0
     finetune: FinetuneRequest = field(default_factory=FinetuneRequest)
@@ -75,7 +76,8 @@ class MemoryRequest:
         """Whether the layout names more than tp, pp and the experts: a global batch, cp, vpp or the pipeline's stage
         layers (the step model's make_layout then checks it)."""
         return self.global_batch is not None or self.vpp > 1 or self.cp > 1 or bool(self.first_stage_layers or
-                                                                     self.last_stage_layers or self.pipeline_layout)
+                                                                     self.last_stage_layers or self.pipeline_layout
+                                                                     or self.dp_shard)
 
     def stepped(self, spec: ModelSpec) -> tuple[Parallel, tuple[int, ...] | None, int | None]:
         """(the layout, each pipeline rank's layers or None, micro-batches per step or None) as `train --global-batch`
@@ -94,7 +96,8 @@ class MemoryRequest:
         lay = make_layout(spec, par.n_gpus, self.seq_len, self.global_batch or par.dp * self.batch, tp=self.tp,
                           cp=self.cp, pp=self.pp, vpp=given.get("vpp") or 1, ep=self.ep, etp=self.etp,
                           micro_batch=self.batch, zero=par.zero, sequence_parallel=self.sequence_parallel,
-                          **{k: v for k, v in given.items() if k in pipeline or k == "mtp_layers"})
+                          **{k: v for k, v in given.items() if k in pipeline or k == "mtp_layers"},
+                          **({"dp_shard": self.dp_shard} if self.dp_shard else {}))
         stages = rank_layers(spec.n_layers, lay.pp, lay.first_stage_layers, lay.last_stage_layers,
                              lay.pipeline_layout)
         return lay, stages, lay.grad_accum if self.global_batch is not None else None
@@ -177,6 +180,7 @@ def _refuse_with_finetune(request: MemoryRequest) -> None:
                                     ("--first-stage-layers", request.first_stage_layers is None),
                                     ("--last-stage-layers", request.last_stage_layers is None),
                                     ("--pipeline-layout", request.pipeline_layout is None),
+                                    ("--dp-shard", request.dp_shard is None),
                                     ("--recipe", request.recipe == "bf16-mixed"),
                                     ("--optimizer-impl", request.optimizer_impl == "fused")) if not off]
     if clash:

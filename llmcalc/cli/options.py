@@ -373,9 +373,6 @@ def step_options(func: F) -> F:
                           "--hierarchical-context-parallel-sizes A P); the ring runs over cp / A."),
         click.option("--fp8-param-gather", is_flag=True, default=None,
                      help="ZeRO / FSDP all-gather the FP8 weights, 1 byte each (Megatron's --fp8-param-gather)."),
-        click.option("--dp-shard", type=POSITIVE_INT, default=None,
-                     help="HSDP: shard weights and states over this many data-parallel ranks, replicate over the "
-                          "rest (torchtitan's data_parallel_shard_degree)."),
         click.option("--tokens-per-second", type=QUANTITY, default=None,
                      help="Cluster-wide throughput of a past run: its achieved MFU/HFU."),
     ])
@@ -393,6 +390,9 @@ def step_model_options(func: F) -> F:
         click.option("--cp-comm", type=Choice(list(CP_COMMS)), default="p2p", show_default=True,
                      help="Context parallelism: p2p ring (overlapped), all-gather of K/V, a2a over heads, or "
                           "a2a+p2p (hierarchical, with --cp-a2a-size)."),
+        click.option("--dp-shard", type=POSITIVE_INT, default=None,
+                     help="HSDP: shard weights and states over this many data-parallel ranks, replicate over the "
+                          "rest (torchtitan's data_parallel_shard_degree)."),
         click.option("--ep-overlap/--no-ep-overlap", default=False, show_default=True,
                      help="Hide expert all-to-alls under another micro-batch's compute (1F1B A2A overlap; "
                           "with --schedule zb-v, DualPipeV's paired chunks hide them all)."),

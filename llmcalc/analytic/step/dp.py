@@ -178,7 +178,7 @@ def one_rank_dp(ctx: StepContext, params: float, experts: float, n_layers: int,
                             units=units, net=net, gather_bytes=gather_bytes)
     if dense_group == 1 and lay.expert_dp == 1:
         secs = []
-    secs += _replica_seconds(lay, rec, dense, dense_group, units, net)
+    secs += _replica_seconds(lay, rec, dense, dense_group, units=units, net=net)
     reduces, gathers = [], []  # each kind's calls (seconds of one, calls), in their order
     for k, t, n in secs:
         if k == "all_gather":
@@ -209,7 +209,7 @@ def _dp_mesh(lay: Layout, per_node: int) -> tuple[int, int, int, int, int]:
     return shard * lay.cp, dense_members, dense_stride, estrides["dp"], expert_members
 
 
-def _replica_seconds(lay: Layout, rec: Recipe, dense: float, shard_group: int, units: int,
+def _replica_seconds(lay: Layout, rec: Recipe, dense: float, shard_group: int, *, units: int,
                      net: Any) -> list[tuple[str, float, float]]:
     """(kind, seconds of one call, calls) of HSDP's all-reduce across replicas (``_replica_colls``; none without
     --dp-shard): once per step, ZeRO-3's once per micro-batch as its reduce-scatters."""
@@ -217,8 +217,8 @@ def _replica_seconds(lay: Layout, rec: Recipe, dense: float, shard_group: int, u
     if replicas == 1:
         return []
     stride = _replica_stride(lay)
-    colls = _replica_colls(dense, rec, shard_group, replicas, stride,
-                           _group_per_node([(replicas, stride)], net.gpus_per_node), units)
+    colls = _replica_colls(dense, rec, shard_group, replicas, stride=stride,
+                           members=_group_per_node([(replicas, stride)], net.gpus_per_node), units=units)
     m = lay.grad_accum if lay.zero == 3 else 1
     return [(c.kind, c.seconds(net), c.count * m) for c in colls]
 
@@ -229,7 +229,7 @@ def _replica_stride(lay: Layout) -> int:
     return lay.strides()["dp"] * (lay.dp_shard or lay.dp)
 
 
-def _replica_colls(params: float, rec: Recipe, shard_group: int, replicas: int, stride: int, members: int,
+def _replica_colls(params: float, rec: Recipe, shard_group: int, replicas: int, *, stride: int, members: int,
                    units: int = 0) -> list[comm.Collective]:
     """HSDP's all-reduce of the gradients across the `replicas` (torchtitan's data_parallel_replicate_degree; PyTorch
     FSDP HYBRID_SHARD: "FULL_SHARD within a node, and replicate parameters across nodes"): each rank's reduced
