@@ -135,6 +135,9 @@ def plan_memory(spec: ModelSpec | MeasuredModel, request: MemoryRequest,
         if request.finetune.config() is not None:
             raise LlmcalcError(f"--finetune needs llmcalc's formula for the layers it adapts; {spec.model_type} is "
                                "measured by transformers' modelling code")
+        if request.dp_shard:
+            raise LlmcalcError(f"--dp-shard (HSDP) is sized by llmcalc's formula; {spec.model_type} is measured by "
+                               "transformers' modelling code: drop it")
         est = measured_training_memory(spec, request.batch, request.seq_len, recipe=request.recipe, optimizer=opt,
                                        recompute=request.recompute, attention=request.attention,
                                        dropout=request.dropout, parallel=request.parallel(),
