@@ -93,11 +93,12 @@ class MemoryRequest:
                                       ("last_stage_layers", self.last_stage_layers),
                                       ("pipeline_layout", self.pipeline_layout)) if v}
         given = layout_options({"pp": self.pp, "vpp": self.vpp if self.vpp > 1 else None, **pipeline})
+        step: dict[str, Any] = {k: v for k, v in given.items() if k in pipeline or k == "mtp_layers"}
+        if self.dp_shard:
+            step["dp_shard"] = self.dp_shard
         lay = make_layout(spec, par.n_gpus, self.seq_len, self.global_batch or par.dp * self.batch, tp=self.tp,
                           cp=self.cp, pp=self.pp, vpp=given.get("vpp") or 1, ep=self.ep, etp=self.etp,
-                          micro_batch=self.batch, zero=par.zero, sequence_parallel=self.sequence_parallel,
-                          **{k: v for k, v in given.items() if k in pipeline or k == "mtp_layers"},
-                          **({"dp_shard": self.dp_shard} if self.dp_shard else {}))
+                          micro_batch=self.batch, zero=par.zero, sequence_parallel=self.sequence_parallel, **step)
         stages = rank_layers(spec.n_layers, lay.pp, lay.first_stage_layers, lay.last_stage_layers,
                              lay.pipeline_layout)
         return lay, stages, lay.grad_accum if self.global_batch is not None else None
