@@ -31,13 +31,22 @@ Each used row becomes one `Run` by the rules below, the same for every row (no p
   FlashAttention-3 paper's curve of July 2024); Megatron-LM/DeepSpeed of 2021-22 (BLOOM, MT-NLG) materialise the
   scores; torch eager (compile off) runs unfused elementwise kernels; DeepSpeed's pipeline engine reduces gradients
   after the backward; Megatron-Core's rank order unless the source says otherwise ("dplast" -> tp-cp-ep-pp-dp); TP
-  overlap, EP (1F1B A2A) overlap and the CP communication type where the source states them; MoE routing balanced
-  (benchmarks force it; every Megatron-MoE-ModelZoo table that says so does) except where the source says it is real
+  overlap, EP (1F1B A2A) overlap, FP8 parameter gathers (Megatron's --fp8-param-gather: "fp8 param gather",
+  "fp8_param_gather=true"; torchao's float8 FSDP all-gather) and the CP communication type where the source states
+  them; MoE routing balanced (benchmarks force it; every Megatron-MoE-ModelZoo table that says so does) except where
+  the source says it is real
   (MLPerf v6.0: capacity factors 1.5-7; DeepSeek-V3's auxiliary-loss-free routing), there MOE_DROPLESS_IMBALANCE;
-  an MTP depth where stated (DeepSeek-V3: 1); DualPipe as the 1F1B schedule with the EP all-to-alls overlapped
-  (its own chunk order is not expressible).
+  an MTP depth where stated (DeepSeek-V3: 1); DualPipe as its V-shaped form (DualPipeV, deepseek-ai/DualPipe's
+  README: DualPipe "cut in half") with the EP all-to-alls overlapped: `--schedule zb-v --ep-overlap`, the V
+  placement putting "the shallowest layers (including the embedding layer) and deepest layers (including the
+  output head) of the model on the same PP rank" (DeepSeek-V3 report sec. 3.2.1; 1F1B left the last stage three
+  layers, the MTP module and two output heads) and the paired chunks hiding the all-to-alls
+  (``step/collectives.py:ep_overlap_share``).
 - network: the hardware preset's own build (one NIC per GPU on DGX-class nodes) unless the source states another:
-  BLOOM's Jean Zay, four 100 Gb/s Omni-Path links per 8-GPU node (--network jean-zay-a100).
+  BLOOM's Jean Zay, four 100 Gb/s Omni-Path links per 8-GPU node (--network jean-zay-a100); MaxText's "A3" VMs,
+  Google Cloud's a3-highgpu-8g, four 200 Gb/s GPUDirect-TCPX data NICs per 8 H100 (--network gcp-a3-high).
+- sharding: MaxText's FSDP within a VM and pure data parallelism across VMs (ici_fsdp_parallelism x
+  dcn_data_parallelism) is HSDP: --dp-shard of the in-VM FSDP degree.
 - measured: tokens/s per GPU as stated; else tokens/s over the GPUs, the global batch x seq / step time per GPU,
   or the TFLOP/s per GPU turned into tokens by the source's own FLOP count (``source_flops_per_token``).
 """
@@ -47,6 +56,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -248,11 +258,21 @@ def run_of(row: dict) -> Run:  # long: the module docstring's rules, one per lin
         layout["ep_dispatcher"] = "deepep"
     if spec.is_moe and (rid.startswith("mlperf60") or "real routing" in other):  # MLPerf: capacity factors 1.5-7
         layout["moe_imbalance"] = MOE_DROPLESS_IMBALANCE
+    if re.search(r"fp8 param gather|fp8_param_gather=true|fp8 params \(fp8_param_gather\)|float8 all-gather",
+                 other):
+        layout["fp8_param_gather"] = True  # Megatron's --fp8-param-gather, as the row's config states it
     if "mtp depth 1" in other:
         layout["mtp_layers"] = 1
+    if "dualpipe" in other and pp > 1:  # DualPipe's V form: the first and last chunks on one rank (zb-v's placement)
+        layout["schedule"] = "zb-v"
     per_node = 4 if rid.startswith("kempnerforge") else None
     groups = tuple(_groups(row, spec, _recipe(row)))
     network = "jean-zay-a100" if rid.startswith("bloom") else None  # its gpu_note: 4x Omni-Path 100 Gb/s per node
+    hsdp = re.search(r"fsdp (\d+)-way within vm .* pure dp \d+-way across vms", (row["fsdp_or_zero"] or "").lower())
+    if hsdp and n > int(hsdp.group(1)):  # MaxText's ici_fsdp_parallelism x dcn_data_parallelism: HSDP
+        layout["dp_shard"] = int(hsdp.group(1))
+    if rid.startswith("maxtext-a3") and n > 8:  # Google Cloud A3 (a3-highgpu-8g) VMs: GPUDirect-TCPX between them
+        network = "gcp-a3-high"
     return Run(rid, source_of(rid), spec, row["gpu"], n, seq, batch, measured_tokens_per_gpu(row, spec, n, batch),
                layout, recompute, _recipe(row), attention, dropout, per_node, groups, row, network=network)
 

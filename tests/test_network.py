@@ -22,6 +22,7 @@ from llmcalc.errors import LlmcalcError
     ("dgx-a100-superpod", 200 / 8, 8),  # one 200 Gb/s HDR ConnectX-6 per A100
     ("juwels-booster", 200 / 8, 4),  # 4 A100 and 4 HDR200 per node
     ("gb200-nvl72", 400 / 8, 72),  # one 400 Gb/s ConnectX-7 per GPU, 72 on one NVLink domain
+    ("gcp-a3-high", 4 * 200 / 8 / 8, 8),  # a3-highgpu-8g: four 200 Gb/s GPUDirect-TCPX data NICs per 8 H100
 ])
 def test_cluster_presets_give_their_published_share_per_gpu(name, gb_per_gpu, per_node):
     net = device_for("a100-80gb-sxm", network=name).network

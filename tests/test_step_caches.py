@@ -35,13 +35,14 @@ LAYOUT_VARIATIONS = [  # every field of Layout, each changed alone (a few need a
     {"tp": 4}, {"tp": 1}, {"cp": 2}, {"pp": 1}, {"pp": 4}, {"vpp": 3}, {"ep": 8}, {"ep": 2}, {"etp": 1},
     {"zero": 0}, {"zero": 3}, {"sequence_parallel": False}, {"micro_batch": 2}, {"schedule": "interleaved"},
     {"schedule": "zb-v"}, {"dp_overlap": False}, {"tp_overlap": True}, {"ep_overlap": True},
+    {"schedule": "zb-v", "ep_overlap": True},
     {"order": "dp-tp-cp-ep-pp"}, {"order": "tp-cp-ep-pp-dp"}, {"order": "tp-dp-cp-ep-pp"},
     {"cp": 2, "cp_comm": "all-gather"}, {"cp": 2, "cp_comm": "a2a"},
     {"cp": 4, "cp_comm": "a2a+p2p", "cp_a2a_size": 2},
     {"recompute_layers": 2, "recompute": "full"},
     {"recompute_modules": ("mla_up_proj", "moe"), "recompute": "selective"},
     {"mtp_layers": 1}, {"first_stage_layers": 12}, {"last_stage_layers": 12},
-    {"fp8_param_gather": True, "zero": 1, "recipe": "fp8"},
+    {"fp8_param_gather": True, "zero": 1, "recipe": "fp8"}, {"dp_shard": 4}, {"dp_shard": 2, "zero": 3},
     {"attention_kernel": "fa2"}, {"fp8_attention": True, "recipe": "fp8"}, {"moe_imbalance": 1.3},
     {"ep_dispatcher": "deepep"}, {"ep_dispatcher": "allgather"}, {"fused_elementwise": False}, {"optimizer": "muon"},
 ]
@@ -148,12 +149,14 @@ def _context(change: dict):
 
 # each variation against the base, and the holes issue 37 names: fp8 then fp8-current (the recipes share the GEMM
 # dtype and rate, not the quantization bytes), two orders that place cp alike and TP in one node or across two; and
-# two selective recomputations that differ in their modules alone (what an MTP layer re-runs)
+# two selective recomputations that differ in their modules alone (what an MTP layer re-runs); the EP overlap under
+# 1F1B and under zb-v (DualPipeV's: it hides all of the all-to-alls)
 VARIATIONS = [pytest.param({}, change, id=str(change)) for change in LAYOUT_VARIATIONS + OTHER_VARIATIONS] + [
     pytest.param(first, then, id=f"{first} then {then}")
     for first, then in (({"recipe": "fp8"}, {"recipe": "fp8-current"}),
                         ({"order": "cp-tp-ep-dp-pp"}, {"order": "cp-dp-tp-ep-pp"}),
-                        ({"recompute": "selective"}, {"recompute": "selective", "recompute_modules": ("moe",)}))]
+                        ({"recompute": "selective"}, {"recompute": "selective", "recompute_modules": ("moe",)}),
+                        ({"ep_overlap": True}, {"ep_overlap": True, "schedule": "zb-v"}))]
 RECOMPUTES = [frozenset(), frozenset({"block"}), frozenset({"core_attn"}), frozenset({"mla_up_proj", "moe"})]
 
 

@@ -49,3 +49,30 @@ def test_expert_tp_across_nodes_pays_the_network():
         lay = make_layout(spec, 64, 4096, 64, tp=8, ep=2, etp=4, order=order)
         return predict(spec, H100, lay, 4096, causal=True).breakdown["ep_comm"]
     assert ep_comm(ACROSS) > 1.5 * ep_comm("tp-cp-ep-dp-pp")
+
+
+@pytest.mark.parametrize("recipe, element_bytes", [("fp8", 1.0), ("fp8-blockwise", 1 + 4 / 128),
+                                                   ("mxfp8", 1 + 1 / 32), ("nvfp4", 0.5 + 1 / 16)])
+def test_sequence_parallel_all_gathers_move_the_quantized_input(recipe, element_bytes):
+    """Transformer Engine quantizes a linear's input before sequence parallelism's all-gather (forward, and again
+    for the weight gradient) and gathers the output gradient with the grad-output quantizer
+    (transformer_engine/pytorch/distributed.py gather_along_first_dim, module/layernorm_linear.py, module/base.py
+    grad_output_preprocess, @d0067d0): the all-gathers move the recipe's elements, data and scales (FP8 1 byte;
+    blockwise FP8 1 + one fp32 scale per 128; MXFP8 1 + one E8M0 scale per 32; NVFP4 half a byte + one E4M3 scale per
+    16), the reduce-scatters the BF16 activation. One layer's TP time on B200, tp 8 in one node, is the time of
+    those collectives."""
+    from llmcalc.analytic.memory import RECIPES
+    from llmcalc.analytic.step.layer import layer_times
+
+    spec, T = load_model("llama-3-70b"), 4096
+    lay = make_layout(spec, 8, T, 8, tp=8)
+    act = RECIPES[recipe].act_bytes
+    b200 = device_for("b200")
+    t = layer_times(spec, 0, lay, T, dev=b200, recipe=recipe, act_bytes=act)
+    colls = comm.tp_collectives(T, spec.d_model, act, 8, sequence_parallel=True, passes=2,
+                                gather_bytes=element_bytes)
+    assert colls[0].kind == "all_gather" and colls[0].buffer_bytes == T * spec.d_model * element_bytes
+    assert colls[1].buffer_bytes == T * spec.d_model * act
+    assert t.tp == pytest.approx(comm.total_seconds(colls, b200.network), rel=1e-9)
+    bf16 = layer_times(spec, 0, lay, T, dev=b200, recipe="bf16-mixed", act_bytes=2)
+    assert t.tp < bf16.tp

@@ -264,7 +264,7 @@ def spine_factor(net: Network, nodes: int) -> float:
 
 
 def tp_collectives(tokens: float, d_model: int, act_bytes: float, tp: int, sequence_parallel: bool,
-                   passes: int, stride: int = 1) -> list[Collective]:
+                   passes: int, stride: int = 1, gather_bytes: float | None = None) -> list[Collective]:
     """Tensor parallelism (Megatron-LM, Shoeybi et al. 2019; with sequence parallelism Korthikanti
     et al. 2022) for one layer and one micro-batch of `tokens` tokens on this rank's sequence shard.
 
@@ -272,11 +272,13 @@ def tp_collectives(tokens: float, d_model: int, act_bytes: float, tp: int, seque
     [tokens, d_model] activation (after attention and after the MLP), or with sequence parallelism an
     all-gather before and a reduce-scatter after each of the two (the same bytes: AR = RS + AG). `stride`: the
     rank distance between the group's members in the rank order (1 where tp is innermost, Megatron-Core's default;
-    a group whose members sit in several nodes pays the network, ``Collective.seconds``).
+    a group whose members sit in several nodes pays the network, ``Collective.seconds``). `gather_bytes`: bytes per
+    element of the all-gathers where they move the GEMM's quantized input (default `act_bytes`).
     """
     s = tokens * d_model * act_bytes
     if sequence_parallel:
-        return [Collective("TP all-gather (sequence parallel)", "all_gather", tp, s, 2 * passes, stride=stride),
+        g = s if gather_bytes is None else tokens * d_model * gather_bytes
+        return [Collective("TP all-gather (sequence parallel)", "all_gather", tp, g, 2 * passes, stride=stride),
                 Collective("TP reduce-scatter (sequence parallel)", "reduce_scatter", tp, s, 2 * passes,
                            stride=stride)]
     return [Collective("TP all-reduce", "all_reduce", tp, s, 2 * passes, stride=stride)]

@@ -278,7 +278,7 @@ class MemoryEstimate(PhasedPeak):
         return self.parallel.dp
 
     def _shard(self, stage_needed: int) -> int:
-        return self.dp if self.parallel.zero >= stage_needed else 1
+        return zero_group(self.parallel) if self.parallel.zero >= stage_needed else 1
 
     def _per_gpu(self, bytes_per_param: float, stage_needed: int) -> float:
         """Bytes of one per-parameter state: the dense part ZeRO-sharded over dp, the routed experts over
@@ -419,7 +419,7 @@ class MemoryEstimate(PhasedPeak):
         recomputation of these degrees: a layout search computes them once and pairs them with each):
         ``state_terms_of`` this estimate's fields."""
         par = self.parallel
-        return state_terms_of(self.recipe, self.optimizer, zero=par.zero, dp=par.dp, expert_dp=par.expert_dp,
+        return state_terms_of(self.recipe, self.optimizer, zero=par.zero, dp=zero_group(par), expert_dp=par.expert_dp,
                               params=self.params_on_gpu, experts=self.expert_params_on_gpu,
                               gathered=self.zero3_gathered, temporaries=self.optimizer_temporaries,
                               fp8_state=self.fp8_state, blocks=bool(self.spec.n_layers),
@@ -467,6 +467,12 @@ class StateTerms(NamedTuple):
     persistent_grads: bool
     head_grads: float
     late_grads: float
+
+
+def zero_group(parallel: Parallel) -> int:
+    """The data-parallel ranks ZeRO shards the dense weights, gradients and states over: dp, or with HSDP (a step
+    layout's --dp-shard) the shard group, the states replicated over dp / dp_shard groups."""
+    return getattr(parallel, "dp_shard", 0) or parallel.dp
 
 
 def state_terms_of(rec: Recipe, opt: Optimizer, *, zero: int, dp: int, expert_dp: int, params: float,

@@ -52,6 +52,7 @@ class MemoryRequest:
     first_stage_layers: int | None = None  # the pipeline's stage layers as train takes them (rank_layers)
     last_stage_layers: int | None = None
     pipeline_layout: str | None = None
+    dp_shard: int | None = None  # HSDP: the ranks ZeRO shards over (the step layout's dp_shard)
     sequence_parallel: bool = True
     reserve_gib: float = 0.0
     finetune: FinetuneRequest = field(default_factory=FinetuneRequest)
@@ -75,7 +76,8 @@ class MemoryRequest:
         """Whether the layout names more than tp, pp and the experts: a global batch, cp, vpp or the pipeline's stage
         layers (the step model's make_layout then checks it)."""
         return self.global_batch is not None or self.vpp > 1 or self.cp > 1 or bool(self.first_stage_layers or
-                                                                     self.last_stage_layers or self.pipeline_layout)
+                                                                     self.last_stage_layers or self.pipeline_layout
+                                                                     or self.dp_shard)
 
     def stepped(self, spec: ModelSpec) -> tuple[Parallel, tuple[int, ...] | None, int | None]:
         """(the layout, each pipeline rank's layers or None, micro-batches per step or None) as `train --global-batch`
@@ -91,10 +93,12 @@ class MemoryRequest:
                                       ("last_stage_layers", self.last_stage_layers),
                                       ("pipeline_layout", self.pipeline_layout)) if v}
         given = layout_options({"pp": self.pp, "vpp": self.vpp if self.vpp > 1 else None, **pipeline})
+        step: dict[str, Any] = {k: v for k, v in given.items() if k in pipeline or k == "mtp_layers"}
+        if self.dp_shard:
+            step["dp_shard"] = self.dp_shard
         lay = make_layout(spec, par.n_gpus, self.seq_len, self.global_batch or par.dp * self.batch, tp=self.tp,
                           cp=self.cp, pp=self.pp, vpp=given.get("vpp") or 1, ep=self.ep, etp=self.etp,
-                          micro_batch=self.batch, zero=par.zero, sequence_parallel=self.sequence_parallel,
-                          **{k: v for k, v in given.items() if k in pipeline or k == "mtp_layers"})
+                          micro_batch=self.batch, zero=par.zero, sequence_parallel=self.sequence_parallel, **step)
         stages = rank_layers(spec.n_layers, lay.pp, lay.first_stage_layers, lay.last_stage_layers,
                              lay.pipeline_layout)
         return lay, stages, lay.grad_accum if self.global_batch is not None else None
@@ -132,6 +136,9 @@ def plan_memory(spec: ModelSpec | MeasuredModel, request: MemoryRequest,
         if request.finetune.config() is not None:
             raise LlmcalcError(f"--finetune needs llmcalc's formula for the layers it adapts; {spec.model_type} is "
                                "measured by transformers' modelling code")
+        if request.dp_shard:
+            raise LlmcalcError(f"--dp-shard (HSDP) is sized by llmcalc's formula; {spec.model_type} is measured by "
+                               "transformers' modelling code: drop it")
         est = measured_training_memory(spec, request.batch, request.seq_len, recipe=request.recipe, optimizer=opt,
                                        recompute=request.recompute, attention=request.attention,
                                        dropout=request.dropout, parallel=request.parallel(),
@@ -177,6 +184,7 @@ def _refuse_with_finetune(request: MemoryRequest) -> None:
                                     ("--first-stage-layers", request.first_stage_layers is None),
                                     ("--last-stage-layers", request.last_stage_layers is None),
                                     ("--pipeline-layout", request.pipeline_layout is None),
+                                    ("--dp-shard", request.dp_shard is None),
                                     ("--recipe", request.recipe == "bf16-mixed"),
                                     ("--optimizer-impl", request.optimizer_impl == "fused")) if not off]
     if clash:

@@ -9,6 +9,7 @@ import click
 from ..vocabulary import LOSS_IMPLS, OPTIMIZER_IMPLS
 from .common import emit, load_hardware, load_measured
 from .options import (
+    POSITIVE_INT,
     attention_option,
     finetune_options,
     format_option,
@@ -56,6 +57,9 @@ MOVED = ("memory --inference has moved: use `llmcalc serve MODEL --gpu G --n-gpu
 @click.option("--inference", is_flag=True, hidden=True, help="Moved: serving memory is `llmcalc serve`.")
 @click.option("--context", "--weight-dtype", "--kv-dtype", "--prefill-chunk", "moved_option", hidden=True,
               help="Options of the moved --inference mode (kept so that old command lines reach its message).")
+@click.option("--dp-shard", type=POSITIVE_INT, default=None,
+              help="HSDP: shard weights and states over this many data-parallel ranks, replicate over the rest "
+                   "(torchtitan's data_parallel_shard_degree).")
 @finetune_options
 @format_option
 @click.pass_context

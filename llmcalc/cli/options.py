@@ -390,12 +390,16 @@ def step_model_options(func: F) -> F:
         click.option("--cp-comm", type=Choice(list(CP_COMMS)), default="p2p", show_default=True,
                      help="Context parallelism: p2p ring (overlapped), all-gather of K/V, a2a over heads, or "
                           "a2a+p2p (hierarchical, with --cp-a2a-size)."),
+        click.option("--dp-shard", type=POSITIVE_INT, default=None,
+                     help="HSDP: shard weights and states over this many data-parallel ranks, replicate over the "
+                          "rest (torchtitan's data_parallel_shard_degree)."),
         click.option("--ep-overlap/--no-ep-overlap", default=False, show_default=True,
-                     help="Hide expert all-to-alls under another micro-batch's compute (1F1B A2A overlap)."),
+                     help="Hide expert all-to-alls under another micro-batch's compute (1F1B A2A overlap; "
+                          "with --schedule zb-v, DualPipeV's paired chunks hide them all)."),
         click.option("--network", default=None,
                      help="The fabric between nodes: a cluster preset (dgx-h100-superpod, dgx-a100-superpod, "
-                          "jean-zay-a100, juwels-booster, gb200-nvl72), NIC rate x NICs per node and topology "
-                          "(400G-x8-rail, 100G-x4-fat-tree-2to1), or nic=,nics=,topology=,oversub=,leaf=,"
+                          "jean-zay-a100, juwels-booster, gb200-nvl72, gcp-a3-high), NIC rate x NICs per node and "
+                          "topology (400G-x8-rail, 100G-x4-fat-tree-2to1), or nic=,nics=,topology=,oversub=,leaf=,"
                           "latency-us=,gpus-per-node= (default: the --gpu preset's own build)."),
         click.option("--ep-dispatcher", type=Choice(list(EP_DISPATCHERS)), default="alltoall", show_default=True,
                      help="MoE token dispatch: alltoall (NCCL), allgather (all tokens gathered to the expert group, "

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 TOKENS = "1T"  # train needs a token count; the step it predicts does not depend on it
 # of layout's options, what memory and report read besides the layout itself
 MEMORY_TAKES = ("recipe", "optimizer", "dtype", "reserve_gib", "sequence_parallel", "first_stage_layers",
-                "last_stage_layers", "pipeline_layout")
+                "last_stage_layers", "pipeline_layout", "dp_shard")
 REPORT_TAKES = ("recipe", "dtype", "reserve_gib", "causal", "tp", "cp", "pp", "vpp", "ep", "etp", "micro_batch",
                 "zero", "sequence_parallel", "first_stage_layers", "last_stage_layers", "pipeline_layout")
 TRAIN_SKIPS = ("model", "top", "exhaustive", "fmt", "global_batch", "global_batch_tokens", "recompute", "reserve_gib",

@@ -7,7 +7,7 @@ import math
 
 from ...records import replaced
 from .. import comm
-from .constants import EP_OVERLAP_SHARE, EP_OVERLAP_SMS
+from .constants import DUALPIPE_EP_OVERLAP_SHARE, EP_OVERLAP_SHARE, EP_OVERLAP_SMS
 from .context import StageTimes, StepContext
 from .layout import _stride
 
@@ -24,7 +24,8 @@ def add_tp_comm(t: StageTimes, ctx: StepContext, d_model: int, blocks: float, pa
     (analytic/measured_step.py) both time them here."""
     lay, net = ctx.lay, ctx.dev.network
     colls = comm.tp_collectives(ctx.tokens, d_model, ctx.act, lay.tp, sequence_parallel=lay.sequence_parallel,
-                                passes=passes, stride=_stride(lay, "tp"))
+                                passes=passes, stride=_stride(lay, "tp"),
+                                gather_bytes=tp_gather_bytes(ctx.recipe.fp8_saved_inputs, ctx.recipe.saved_input_bytes))
     tpt = comm.total_seconds([replaced(c, {"count": c.count / 2 * blocks}) for c in colls], net)
     in_node = colls[0].intra_node(net)  # the group in one node: the overlap can hide its collectives
     if lay.tp_overlap and in_node:
@@ -36,20 +37,41 @@ def add_tp_comm(t: StageTimes, ctx: StepContext, d_model: int, blocks: float, pa
         t.comm_fwd += tpt / passes
 
 
+def tp_gather_bytes(quantized_inputs: bool, input_bytes: float) -> float | None:
+    """Bytes per element of sequence parallelism's all-gathers under a Transformer Engine FP8/FP4 recipe
+    (`quantized_inputs`: the recipe's linears take quantized inputs): the quantized GEMM input, `input_bytes`
+    (FP8 1, blockwise FP8 1 + 4/128, MXFP8 1 + 1/32, NVFP4 0.5 + 1/16, scales included). TE quantizes before it
+    gathers: LayerNormLinear / Linear call ``gather_along_first_dim(ln_out, tp_group, quantizer=input_quantizer)``
+    in the forward and again for the weight gradient, and ``grad_output_preprocess`` gathers the output gradient
+    with the grad-output quantizer; ``gather_along_first_dim`` then all-gathers the FP8 / blockwise / MXFP8 / NVFP4
+    data and scales (NVIDIA/TransformerEngine transformer_engine/pytorch/distributed.py, module/layernorm_linear.py,
+    module/base.py @d0067d0). The reduce-scatters stay in the activation dtype. None (the activation bytes) for the
+    other recipes."""
+    return input_bytes if quantized_inputs else None
+
+
 def add_ep_comm(t: StageTimes, ctx: StepContext, ep_fwd: float, ep_bwd: float) -> None:
     """A MoE layer's dispatch / combine all-to-alls (`ep_fwd`, `ep_bwd` seconds, a recomputed forward's included)
-    into `t`: exposed, or with --ep-overlap EP_OVERLAP_SHARE of them under the other micro-batch's compute, whose
+    into `t`: exposed, or with --ep-overlap ``ep_overlap_share`` of them under the other micro-batch's compute, whose
     SMs they hold slowing that compute by EP_OVERLAP_SMS / the device's SMs. Shared by the formula path and the
     measured step model."""
     if ctx.lay.ep_overlap:
         sms = EP_OVERLAP_SMS / ctx.dev.sm_count
-        hidden = min(ep_fwd + ep_bwd, t.compute) * EP_OVERLAP_SHARE
+        hidden = min(ep_fwd + ep_bwd, t.compute) * ep_overlap_share(ctx.lay.schedule)
         exposed = ep_fwd + ep_bwd - hidden + hidden * sms
         t.ep = exposed
         t.comm_fwd += exposed * ep_fwd / max(ep_fwd + ep_bwd, 1e-30)
     else:
         t.ep = ep_fwd + ep_bwd
         t.comm_fwd += ep_fwd
+
+
+def ep_overlap_share(schedule: str) -> float:
+    """The share of the expert all-to-alls --ep-overlap hides under the other micro-batch's compute, by pipeline
+    schedule: under the V-shaped zb-v, DualPipeV's paired forward and backward chunks (DUALPIPE_EP_OVERLAP_SHARE,
+    all of it: DeepSeek-V3 report sec. 3.2.1); under the others Megatron-Core's 1F1B A2A overlap
+    (EP_OVERLAP_SHARE, calibrated on its one published pair)."""
+    return DUALPIPE_EP_OVERLAP_SHARE if schedule == "zb-v" else EP_OVERLAP_SHARE
 
 
 def _cp_exposed(ctx: StepContext, i: int, fwd: float, bwd: float) -> tuple[float, float]:

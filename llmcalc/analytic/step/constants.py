@@ -26,6 +26,14 @@ EP_OVERLAP_SMS = 20
 
 
 EP_OVERLAP_SHARE = 0.4
+# The share DualPipe hides: its V-shaped form (DualPipeV, deepseek-ai/DualPipe README: DualPipe "cut in half", the
+# first and last chunks on one rank, as --schedule zb-v places them) runs a forward chunk and a backward chunk of two
+# micro-batches as one overlapped pair, attention, dispatch, MLP and combine interleaved with SMs split between
+# them, which "ensures that both all-to-all and PP communication can be fully hidden during execution" (DeepSeek-V3
+# report, arXiv 2412.19437 sec. 3.2.1). A published statement, not a fit: all of it, up to the paired compute.
+
+
+DUALPIPE_EP_OVERLAP_SHARE = 1.0
 # Megatron's distributed-optimizer bucket: max(40 M, 1 M x dp) parameters (megatron/core/distributed/
 # distributed_data_parallel_config.py bucket_size default); the last bucket's reduction cannot overlap.
 

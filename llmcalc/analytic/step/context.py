@@ -181,12 +181,14 @@ class LayerLayout:
 
 @dataclass(frozen=True)
 class ExpertLayout:
-    """What an MoE layer's cost reads more of the layout: the expert mesh (ep, expert tp), the all-to-all overlap and
-    dispatcher, the routing imbalance, and where the EP and expert-TP groups sit."""
+    """What an MoE layer's cost reads more of the layout: the expert mesh (ep, expert tp), the all-to-all overlap (and
+    the schedule, whose V shape makes it DualPipeV's) and dispatcher, the routing imbalance, and where the EP and
+    expert-TP groups sit."""
 
     ep: int
     expert_tp: int
     ep_overlap: bool
+    v_shaped: bool
     ep_dispatcher: str
     moe_imbalance: float
     ep_stride: int
@@ -196,7 +198,8 @@ class ExpertLayout:
 
     @classmethod
     def of(cls, lay: Layout) -> ExpertLayout:
-        return cls(ep=lay.ep, expert_tp=lay.expert_tp, ep_overlap=lay.ep_overlap, ep_dispatcher=lay.ep_dispatcher,
+        return cls(ep=lay.ep, expert_tp=lay.expert_tp, ep_overlap=lay.ep_overlap, v_shaped=lay.schedule == "zb-v",
+                   ep_dispatcher=lay.ep_dispatcher,
                    moe_imbalance=lay.moe_imbalance, ep_stride=_stride(lay, "ep", True),
                    etp_stride=_stride(lay, "tp", True))
 

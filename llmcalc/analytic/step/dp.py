@@ -54,7 +54,7 @@ def dp_and_optimizer(ctx: StepContext, stages: list[StageTimes], split: list[int
 class DpLayout:
     """What a rank's data-parallel collectives and optimizer step read of the layout: the degrees (tp, cp, pp, dp,
     ep, expert tp: the groups and their strides), the ZeRO stage, the rank order, the micro-batches (ZeRO-3's
-    per-micro-batch transfers only: 0 otherwise), the optimizer and FP8 parameter gathers."""
+    per-micro-batch transfers only: 0 otherwise), the optimizer, FP8 parameter gathers and HSDP's shard group."""
 
     tp: int
     cp: int
@@ -67,6 +67,7 @@ class DpLayout:
     micro_batches: int
     optimizer: str
     fp8_param_gather: bool
+    dp_shard: int
 
     __hash__ = hash_once  # many memo keys hold it
 
@@ -76,7 +77,7 @@ class DpLayout:
         zero = lay.zero if zero is None else zero
         return cls(tp=lay.tp, cp=lay.cp, pp=lay.pp, dp=lay.dp, ep=lay.ep, expert_tp=lay.expert_tp, zero=zero,
                    order=lay.order, micro_batches=lay.grad_accum if zero == 3 else 0, optimizer=lay.optimizer,
-                   fp8_param_gather=lay.fp8_param_gather)
+                   fp8_param_gather=lay.fp8_param_gather, dp_shard=lay.dp_shard)
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,7 @@ def one_rank_dp(ctx: StepContext, params: float, experts: float, n_layers: int,
                             units=units, net=net, gather_bytes=gather_bytes)
     if dense_group == 1 and lay.expert_dp == 1:
         secs = []
+    secs += _replica_seconds(lay, rec, dense, dense_group, units=units, net=net)
     reduces, gathers = [], []  # each kind's calls (seconds of one, calls), in their order
     for k, t, n in secs:
         if k == "all_gather":
@@ -191,14 +193,49 @@ def one_rank_dp(ctx: StepContext, params: float, experts: float, n_layers: int,
 
 
 def _dp_mesh(lay: Layout, per_node: int) -> tuple[int, int, int, int, int]:
-    """one_rank_dp's groups: (the dense gradients' group, dp x cp:
-    CP ranks hold the same weights; its members per node; its stride; the routed experts' data-parallel stride;
-    its members per node)."""
+    """one_rank_dp's groups: (the dense gradients' group, dp x cp: CP ranks hold the same weights; with --dp-shard
+    (HSDP) cp x the shard group, the innermost dp_shard of the dp ranks; its members per node; its stride; the routed
+    experts' data-parallel stride; its members per node)."""
     strides, estrides = lay.strides(), lay.expert_strides()
-    dense_members = _group_per_node([(lay.cp, strides["cp"]), (lay.dp, strides["dp"])], per_node)
+    shard = lay.dp_shard or lay.dp
+    dense_members = _group_per_node([(lay.cp, strides["cp"]), (shard, strides["dp"])], per_node)
     dense_stride = strides["cp"] if lay.cp > 1 else strides["dp"]
     expert_members = _group_per_node([(lay.expert_dp, estrides["dp"])], per_node)
-    return lay.dp * lay.cp, dense_members, dense_stride, estrides["dp"], expert_members
+    return shard * lay.cp, dense_members, dense_stride, estrides["dp"], expert_members
+
+
+def _replica_seconds(lay: Layout, rec: Recipe, dense: float, shard_group: int, *, units: int,
+                     net: Any) -> list[tuple[str, float, float]]:
+    """(kind, seconds of one call, calls) of HSDP's all-reduce across replicas (``_replica_colls``; none without
+    --dp-shard): once per step, ZeRO-3's once per micro-batch as its reduce-scatters."""
+    replicas = lay.dp // (lay.dp_shard or lay.dp)
+    if replicas == 1:
+        return []
+    stride = _replica_stride(lay)
+    colls = _replica_colls(dense, rec, shard_group, replicas, stride=stride,
+                           members=_group_per_node([(replicas, stride)], net.gpus_per_node), units=units)
+    m = lay.grad_accum if lay.zero == 3 else 1
+    return [(c.kind, c.seconds(net), c.count * m) for c in colls]
+
+
+def _replica_stride(lay: Layout) -> int:
+    """HSDP's replica group: every dp_shard-th dp rank (the shard group innermost in dp, torchtitan's
+    dp_replicate x dp_shard mesh)."""
+    return lay.strides()["dp"] * (lay.dp_shard or lay.dp)
+
+
+def _replica_colls(params: float, rec: Recipe, shard_group: int, replicas: int, *, stride: int, members: int,
+                   units: int = 0) -> list[comm.Collective]:
+    """HSDP's all-reduce of the gradients across the `replicas` (torchtitan's data_parallel_replicate_degree; PyTorch
+    FSDP HYBRID_SHARD: "FULL_SHARD within a node, and replicate parameters across nodes"): each rank's reduced
+    shard, `params` / `shard_group` gradients of rec.grad_bytes, all-reduced with the ranks holding the same shard
+    in the other replicas, in the calls _dp_colls makes (its buckets, or one per FSDP unit): 2 (R - 1)/R of the
+    shard's bytes per rank."""
+    calls = units or max(1, math.ceil(params / max(DP_BUCKET_PARAMS, 1e6 * shard_group)))
+    shard = params / shard_group * rec.grad_bytes
+    return [_built(comm.Collective, {"name": "DP all-reduce across replicas (HSDP)", "kind": "all_reduce",
+                                     "group": replicas, "buffer_bytes": shard / calls, "count": calls,
+                                     "stride": stride, "per_node": members})]
 
 
 def _rank_optimizer(ctx: StepContext, params: float, experts: float, n_layers: int, per_layer: float,
@@ -208,7 +245,7 @@ def _rank_optimizer(ctx: StepContext, params: float, experts: float, n_layers: i
     `zero`: that of the layout with this ZeRO stage instead of its own (nothing else here reads the stage)."""
     lay = ctx.lay
     zero = lay.zero if zero is None else zero
-    dense_group = lay.dp * lay.cp
+    dense_group = (lay.dp_shard or lay.dp) * lay.cp  # HSDP: the states sharded over the shard group only
     dense = (params - experts) / lay.tp
     experts = experts / lay.expert_tp / lay.ep
     shard = dense_group if zero >= 1 else 1

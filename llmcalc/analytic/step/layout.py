@@ -90,6 +90,7 @@ class Layout(Parallel):
     last_stage_layers: int = 0  # layers of the last pipeline rank (Megatron's num_layers_in_last_pipeline_stage)
     pipeline_layout: str = ""  # Megatron's layout string: each stage's layers (pipeline_layout.py); "" none
     fp8_param_gather: bool = False  # ZeRO / FSDP all-gather the FP8 copy of the weights (1 byte, not 2)
+    dp_shard: int = 0  # HSDP: the weights and states sharded over this many of the dp ranks, replicated over the rest
     attention_kernel: str = "auto"
     fp8_attention: bool = False
     moe_imbalance: float = MOE_IMBALANCE
@@ -222,7 +223,8 @@ def check_modelled(spec: ModelSpec) -> None:
 STEP_DEFAULTS = {"ep_overlap": False, "order": ORDER, "cp_comm": "p2p", "cp_a2a_size": 0,
                  "recompute_layers": 0,
                  "recompute_modules": (), "mtp_layers": 0, "first_stage_layers": 0,
-                 "last_stage_layers": 0, "pipeline_layout": "", "fp8_param_gather": False, "attention_kernel": "auto",
+                 "last_stage_layers": 0, "pipeline_layout": "", "fp8_param_gather": False, "dp_shard": 0,
+                 "attention_kernel": "auto",
                  "fp8_attention": False,
                  "moe_imbalance": MOE_IMBALANCE, "ep_dispatcher": "alltoall", "fused_elementwise": True,
                  "optimizer": "adamw"}
@@ -336,10 +338,11 @@ def _settings_inert(spec: ModelSpec, template: dict[str, Any]) -> bool:
     """Whether check_step_settings passes every layout built from `template` (_layout_maker's), whatever its
     degrees: none of the settings whose checks read a degree is set (cp_comm a2a or a2a+p2p: the heads over tp and
     cp; ep_overlap: the expert mesh and micro-batches; first / last stage layers: pp and the chunks; an ep_dispatcher
-    other than alltoall: the expert mesh), and the rest, which read only the template and the model, pass on the
-    template's own layout."""
+    other than alltoall: the expert mesh; dp_shard: dp), and the rest, which read only the template and the model,
+    pass on the template's own layout."""
     if template["cp_comm"] not in ("p2p", "all-gather") or template["ep_overlap"] or template["first_stage_layers"] \
-            or template["last_stage_layers"] or template["pipeline_layout"] or template["ep_dispatcher"] != "alltoall":
+            or template["last_stage_layers"] or template["pipeline_layout"] or template["ep_dispatcher"] != "alltoall" \
+            or template["dp_shard"]:
         return False
     try:
         check_step_settings(spec, _built(Layout, dict(template)))
@@ -386,6 +389,10 @@ def check_step_settings(spec: SettingsModel, lay: Layout) -> None:
         raise LlmcalcError("--ep-overlap overlaps one micro-batch's all-to-alls with another's compute: it needs 2 "
                            "or more micro-batches per pipeline (raise --global-batch or lower --micro-batch)")
     _check_stage_layers(spec, lay)
+    if lay.dp_shard and not (lay.zero >= 1 and 1 <= lay.dp_shard < lay.dp and lay.dp % lay.dp_shard == 0):
+        raise LlmcalcError(f"--dp-shard {lay.dp_shard} shards the weights and states over that many data-parallel "
+                           f"ranks and replicates them over the rest (HSDP): it needs --zero 1-3 and a divisor of dp "
+                           f"= {lay.dp} below it")
     if lay.mtp_layers < 0:
         raise LlmcalcError(f"--mtp-layers must be >= 0, got {lay.mtp_layers}")
     if lay.attention_kernel not in ATTENTION_KERNELS:

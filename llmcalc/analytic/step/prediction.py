@@ -324,6 +324,9 @@ def step_assumptions(ctx: StepContext, recompute: str) -> dict[str, Any]:
         out["network"] = dev.network.fabric
     if lay.fp8_param_gather:
         out["param_gather_bytes_per_parameter"] = 1.0
+    if lay.dp_shard:
+        out["hsdp"] = (f"sharded over {lay.dp_shard * lay.cp} ranks (dp shard {lay.dp_shard} x cp {lay.cp}), "
+                       f"gradients all-reduced across {lay.dp // lay.dp_shard} replicas")
     if lay.first_stage_layers or lay.last_stage_layers:
         out["stage_layers"] = {"first": lay.first_stage_layers or None, "last": lay.last_stage_layers or None}
     if lay.pipeline_layout:

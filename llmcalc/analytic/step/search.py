@@ -296,7 +296,7 @@ def _least_that_fits(spec: ModelSpec, lay: Layout, seq_len: int, tries: list[str
     recipe, optimizer = settings
 
     def peak_of(zero: int, rc: str) -> float:
-        key = (lay.tp, lay.cp, lay.pp, lay.vpp, lay.dp, lay.ep, lay.etp, zero, lay.sequence_parallel,
+        key = (lay.tp, lay.cp, lay.pp, lay.vpp, lay.dp, lay.dp_shard, lay.ep, lay.etp, zero, lay.sequence_parallel,
                lay.micro_batch, min(lay.grad_accum, lay.pp + 1), rc)  # (in_flight: m > pp caps nothing)
         found = peaks.get(key)
         if found is None:
