@@ -42,7 +42,7 @@ def test_no_release_is_refused(engine, version):
 
 
 def test_each_trtllm_release_gets_its_backend():
-    """Before 1.0 trtllm-bench ran a TensorRT engine (build.py builds it); the 0.x PyTorch flow had PyTorchConfig's
+    """Before 1.0 trtllm-bench ran a TensorRT engine (build.py builds it); 0.17-0.18's PyTorch flow had PyTorchConfig's
     ``enable_overlap_scheduler: bool = False``; 1.0 on, the PyTorch backend with the overlap scheduler."""
     trt = engines.profile("trtllm", "0.12.0")
     assert "TensorRT engine" in trt.answered and "tensorrt_llm/bench/build/build.py" in trt.sources
@@ -50,6 +50,7 @@ def test_each_trtllm_release_gets_its_backend():
     assert not early.overlap and "overlap scheduler off" in early.answered
     current = engines.profile("trtllm", "1.0.0")
     assert current.overlap and "PyTorch backend" in current.answered
+    assert engines.profile("trtllm", "0.20.0 (pytorch)").overlap  # the overlap scheduler the default by then
     assert engines.profile("trtllm") is engines.PROFILES["trtllm"]
 
 

@@ -13,9 +13,12 @@ TensorRT-LLM:
   tuning.py ``calc_engine_setting``, engines.trtllm_bench_settings), KV cache kv_cache_free_gpu_mem_fraction 0.90 of
   the memory free after the engine. The executor's host work per step is C++, not Python: it is assumed hidden
   under the GPU's as the overlap scheduler hides the PyTorch backend's (no published measurement of either).
-- a 0.x release stated with "pytorch" (0.17 to 0.21's opt-in ``--backend pytorch`` flow): PyTorchConfig's defaults
+- a 0.17 or 0.18 release stated with "pytorch" (the opt-in ``--backend pytorch`` flow): PyTorchConfig's defaults
   then, ``use_cuda_graph: bool = False`` and ``enable_overlap_scheduler: bool = False``
-  (tensorrt_llm/_torch/pyexecutor/config.py of those releases): the host's Python work per step adds to the GPU's.
+  (tensorrt_llm/_torch/pyexecutor/config.py of those releases; 0.18.2's PyTorch quick start still opts in with
+  ``--enable_overlap_scheduler``): the host's Python work per step adds to the GPU's. 0.19 to 0.21 with "pytorch"
+  are taken as the PyTorch backend with its overlap scheduler (``disable_overlap_scheduler`` False, as in 1.0; the
+  release that flipped the default is placed at 0.19 without a source read for it, an assumption).
 
 KV cache dtype: ``trtllm-bench build`` "If the quantization is NVFP4 or FP8, force the KV cache dtype to FP8"
 (bench/build/build.py: ``quant_config.kv_cache_quant_algo = QuantAlgo.FP8`` for QuantAlgo.NVFP4 / FP8, with
@@ -51,9 +54,10 @@ from ..errors import LlmcalcError
 if TYPE_CHECKING:
     from .engines import EngineProfile
 
-# "0.17", "v0.17.0", "1.0.0rc4", "0.17.post1.dev (PyTorch flow)", "0.4.3.post2": major.minor, optional patch, then
-# pre/post/dev/local tags, then an optional note in parentheses
-VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?((?:[.\-+_]?[A-Za-z]*\d*)*)\s*(\([^()]*\))?$")
+# "0.17", "v0.17.0", "1.0.0rc4", "0.17.post1.dev (PyTorch flow)", "0.4.3.post2", "TensorRT-LLM 0.12.0": an optional
+# engine name, then major.minor, optional patch, then pre/post/dev/local tags, then an optional note in parentheses
+VERSION = re.compile(r"^(?:(?:tensorrt-llm|trt-llm|trtllm|sglang)[\s_-]*)?v?(\d+)\.(\d+)(?:\.(\d+))?"
+                     r"((?:[.\-+_]?[A-Za-z]*\d*)*)\s*(\([^()]*\))?$", re.IGNORECASE)
 # the releases each engine has published (major.minor, inclusive): TensorRT-LLM 0.5 (2023-10) to 1.x, SGLang 0.1
 # (2024-01) on; a major past these is not a release
 RANGES = {"trtllm": ((0, 5), (2, 99)), "sglang": ((0, 1), (1, 99))}
@@ -84,10 +88,12 @@ def parse(engine: str, version: str) -> tuple[int, int, int]:
 def trtllm_backend(version: str) -> str:
     """"pytorch", "pytorch-early" (0.x's opt-in PyTorch flow: no overlap scheduler, no CUDA graphs by default) or
     "tensorrt" (0.x's default: a TensorRT engine on the C++ executor) for a TensorRT-LLM release."""
-    major, _, _ = parse("trtllm", version)
+    major, minor, _ = parse("trtllm", version)
     if major >= 1:
         return "pytorch"
-    return "pytorch-early" if "pytorch" in version.lower() else "tensorrt"
+    if "pytorch" not in version.lower():
+        return "tensorrt"
+    return "pytorch-early" if minor < 19 else "pytorch"
 
 
 TRTLLM_TENSORRT_SCHEDULER = (
@@ -113,7 +119,7 @@ def profile_for(base: EngineProfile, version: str) -> EngineProfile:
         backend = trtllm_backend(version)
         if backend == "pytorch":
             return dataclasses.replace(base, version=version, answered=f"TensorRT-LLM {version}: PyTorch backend "
-                                       "(1.0 and later), overlap scheduler on")
+                                       "(the default from 1.0), overlap scheduler on")
         if backend == "tensorrt":
             return dataclasses.replace(
                 base, version=version, scheduler=TRTLLM_TENSORRT_SCHEDULER.format(v=version), overlap=True,
