@@ -47,12 +47,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import LlmcalcError
-
-if TYPE_CHECKING:
-    from .engines import EngineProfile
 
 # "0.17", "v0.17.0", "1.0.0rc4", "0.17.post1.dev (PyTorch flow)", "0.4.3.post2", "TensorRT-LLM 0.12.0": an optional
 # engine name, then major.minor, optional patch, then pre/post/dev/local tags, then an optional note in parentheses
@@ -110,7 +107,7 @@ SGLANG_OLD_SCHEDULER = (
     "prompts); {overlap}")
 
 
-def profile_for(base: EngineProfile, version: str) -> EngineProfile:
+def profile_for(base: Any, version: str) -> Any:
     """engines.EngineProfile `base` (the current release's) as release `version` of its engine runs: the fields that
     change with the release (module docstring), its ``version`` the one stated and ``answered`` naming the profile."""
     engine = base.name

@@ -207,7 +207,8 @@ def profile(engine: str, version: str | None = None) -> EngineProfile:
     found = PROFILES[engine]
     if engine == "vllm" or version is None:
         return found
-    return engine_versions.profile_for(found, version)
+    released: EngineProfile = engine_versions.profile_for(found, version)
+    return released
 
 
 def assumptions(prof: EngineProfile, share: float) -> dict[str, Any]:
