@@ -131,3 +131,26 @@ def test_a_nonsense_version_is_one_line_exit_2():
     line = one_line_error("serve", "llama-3.1-8b", "--gpu", "h100-sxm", "--input-len", "128", "--output-len", "128",
                           "--engine", "trtllm", "--engine-version", "abc")
     assert "--engine-version abc" in line
+
+
+def test_eager_dispatch_is_the_measured_eager_step():
+    """sgl-project/sglang PR #1401, batch 1 decode without CUDA graphs: Llama-3-8B (32 dense layers) 8.23 ms a step;
+    DeepSeek-Coder-V2-Lite (1 dense + 26 MoE/MLA layers) 4 x its 6.22 ms with CUDA graphs."""
+    assert engine_versions.eager_dispatch_seconds(32, 0) == pytest.approx(8.23e-3)
+    assert engine_versions.eager_dispatch_seconds(27, 26) == pytest.approx(4 * 6.22e-3)
+
+
+@pytest.mark.parametrize("row_id", ["dstack-deepseek-r1-h200-tp8-trtllm-3200-800-c4",
+                                    "dstack-deepseek-r1-h200-tp8-trtllm-3200-800-c16"])
+def test_trtllm_0_17_pytorch_flow_steps_at_the_eager_dispatch(row_id):
+    """dstack's DeepSeek-R1 on 8 x H200 through TensorRT-LLM 0.17's PyTorch flow (`trtllm-serve --backend pytorch`,
+    no option file: PyTorchConfig ``use_cuda_graph: bool = False``), 3,200 in / 800 out: median TPOT 55.1 ms at 4
+    clients and 57.6 ms at 16 (dstackai/benchmarks online_results.csv); its 61 layers' eager dispatch (3 dense, 58
+    MoE) predicts it within 10 %, where the same step with CUDA graphs (1.0's) is under 60 % of it."""
+    sys.path.insert(0, str(BENCH))
+    from bench_serving_speed import predict_workload
+
+    row = ROWS[row_id]
+    measured = row["metrics"]["tpot_seconds_median"]
+    assert predict_workload(row)["tpot_seconds_median"] == pytest.approx(measured, rel=0.10)
+    assert predict_workload({**row, "engine_version": "1.0.0"})["tpot_seconds_median"] < 0.6 * measured

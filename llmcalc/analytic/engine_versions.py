@@ -125,7 +125,9 @@ def profile_for(base: Any, version: str) -> Any:
                          "tensorrt_llm/bench/benchmark/throughput.py", "cpp/tensorrt_llm/batch_manager"))
         return dataclasses.replace(
             base, version=version, scheduler=TRTLLM_EARLY_PYTORCH_SCHEDULER.format(v=version), overlap=False,
-            answered=f"TensorRT-LLM {version}: the 0.x PyTorch flow (overlap scheduler off)",
+            cuda_graphs=False,
+            answered=f"TensorRT-LLM {version}: the 0.x PyTorch flow (overlap scheduler off, no CUDA graphs: each "
+                     "step at least the host's eager kernel dispatch)",
             sources=("tensorrt_llm/_torch/pyexecutor/config.py", "tensorrt_llm/bench/build/tuning.py"))
     if (major, minor) >= (0, 5):
         return dataclasses.replace(base, version=version,
@@ -136,6 +138,25 @@ def profile_for(base: Any, version: str) -> Any:
         base, version=version, scheduler=SGLANG_OLD_SCHEDULER.format(v=version, overlap=words), overlap=overlap,
         kv_memory="static_fraction_tp",
         answered=f"SGLang {version}: mem_fraction_static by tensor-parallel size (before 0.5), {words}")
+
+
+# --- eager execution (no CUDA graphs) -------------------------------------------------------------------------
+# Without CUDA graphs the host dispatches every kernel of every layer from Python each step and the GPU runs behind
+# it, so a step lasts at least the host's dispatch time (at small batches it is the step). Measured where that is
+# all a step does, at batch 1: sgl-project/sglang PR #1401 ("Support cuda graph in the triton attention backend",
+# 2024-09-12, `sglang.bench_latency --batch-size 1 --input 128 --output 8`): Llama-3-8B "flashinfer w/o cuda graph #
+# Decode.  median latency: 0.00823 s" over its 32 dense layers; DeepSeek-Coder-V2-Lite (27 layers: 1 dense, 26 MoE
+# with MLA) "4x faster" with CUDA graphs, "triton w/ cuda graph # Decode.  median latency: 0.00622 s", so ~24.9 ms
+# without (sgl-project/sglang issue #1369 measured 31 ms/token for the same eager path on an A100), seconds:
+EAGER_DENSE_LAYER_SECONDS = 0.00823 / 32
+EAGER_MOE_LAYER_SECONDS = (4 * 0.00622 - EAGER_DENSE_LAYER_SECONDS) / 26
+
+
+def eager_dispatch_seconds(n_layers: int, n_moe_layers: int) -> float:
+    """Seconds the host spends dispatching one eager forward (no CUDA graph) of `n_layers` layers, `n_moe_layers` of
+    them MoE: dense layers x EAGER_DENSE_LAYER_SECONDS + MoE layers x EAGER_MOE_LAYER_SECONDS (sources above). A step
+    on an engine without CUDA graphs lasts at least this long (EngineStepCost.seconds takes the max with the GPU)."""
+    return (n_layers - n_moe_layers) * EAGER_DENSE_LAYER_SECONDS + n_moe_layers * EAGER_MOE_LAYER_SECONDS
 
 
 def sglang_tp_fraction(tp: int) -> float:

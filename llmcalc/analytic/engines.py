@@ -151,6 +151,7 @@ class EngineProfile:
     chunked_prefill: bool  # a prompt split across steps under the token budget
     sources: tuple[str, ...]
     answered: str = ""  # which release's profile answers, in words (engine_versions.profile_for); "" the tables'
+    cuda_graphs: bool = True  # False: eager steps, at least the host's kernel dispatch (eager_dispatch_seconds)
 
 
 PROFILES = {
@@ -424,13 +425,18 @@ class EngineStepCost:
         micro-batches in flight (vLLM's and TensorRT-LLM's pipeline schedulers keep pp batches in flight); each
         request's next token waits for its micro-batch to pass all pp stages, one cycle = max(pp, m) stage times
         of a micro-batch = the whole stack on 1/m of the tokens when m = pp, with pp - m stages idle (the bubble)
-        when fewer sequences run, plus the hand-offs. The host's work per micro-batch is added (vLLM) or hidden
-        under the GPU's (overlap scheduler: max)."""
+        when fewer sequences run, plus the hand-offs. Without CUDA graphs (TensorRT-LLM 0.17-0.18's PyTorch flow)
+        the GPU runs behind the host's eager kernel dispatch, so it takes at least that long
+        (engine_versions.eager_dispatch_seconds). The host's work per micro-batch is added (vLLM) or hidden under
+        the GPU's (overlap scheduler: max)."""
         pp = self.serve.pp
         m = min(pp, max(1, math.ceil(max(rows, decodes)))) if pp > 1 else 1
         gpu = self.gpu_seconds(tokens / m, rows / m, kv_tokens=kv_tokens / m, decodes=decodes / m, pairs=pairs / m,
                                length=length)
         gpu += self.p2p_seconds(tokens / m)
+        if not self.prof.cuda_graphs:  # eager: each stage dispatches its layers' kernels per micro-batch
+            spec = self.base.spec
+            gpu = max(gpu, engine_versions.eager_dispatch_seconds(spec.n_layers, spec.n_moe_layers) * m / pp)
         host = self.host * m if pp > 1 else self.host
         return max(gpu, host) if self.prof.overlap else gpu + host
 
