@@ -48,7 +48,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from llmcalc.analytic import engines, serving_speed
+from llmcalc.analytic import engine_versions, engines, serving_speed
 from llmcalc.analytic.inference import plan_inference
 from llmcalc.analytic.quant import weight_format
 from llmcalc.analytic.serving import plan_serving
@@ -135,8 +135,14 @@ def predict_workload(row: dict) -> dict[str, float]:
     # ran under 0.10.2)
     stated = row.get("engine_version") if row["engine"] == "vllm" else None
     version = stated if stated and vllm_version(stated).engine == "v0" else None
+    engine = row["engine"] if row["engine"] in serving_speed.ENGINES else "vllm"
     est = plan_serving(spec, gpu, row["n_gpus"], max_model_len=row.get("max_model_len") or max(prompt + generate, 2048),
                        version=version, gpu_memory_utilization=row.get("gpu_memory_utilization"), **dtypes, **layout)
+    kv = None if dtypes["kv_dtype"] else engine_versions.default_kv_dtype(engine, est.weights)
+    if kv:  # TensorRT-LLM's FP8 KV cache for FP8 / NVFP4 weights, as `serve --engine trtllm` plans it
+        est = plan_serving(spec, gpu, row["n_gpus"], max_model_len=est.max_model_len, version=version,
+                           gpu_memory_utilization=row.get("gpu_memory_utilization"),
+                           **{**dtypes, "kv_dtype": kv}, **layout)
     lengths = None
     if row.get("dataset") == "ShareGPT":  # the source's mean lengths, drawn as vllm bench's ShareGPT sample
         lengths = serving_speed.sharegpt_lengths(row["input_len"], row["output_len"], row.get("n_prompts") or 1000)
@@ -148,11 +154,12 @@ def predict_workload(row: dict) -> dict[str, float]:
     else:  # `vllm bench serve` at rate inf, or benchmark_throughput.py's LLM.generate (served: false)
         work = Workload(prompt, generate, num_prompts=row.get("n_prompts") or 1000, lengths=lengths,
                         served=row.get("served", True))
-    # the row's engine where llmcalc models it (engines.py), else vLLM's (LMDeploy, NeMo's TensorRT engines)
-    engine = row["engine"] if row["engine"] in serving_speed.ENGINES else "vllm"
+    # the row's engine where llmcalc models it (engines.py), else vLLM's (LMDeploy, NeMo's TensorRT engines), at the
+    # release the row states (`serve --engine-version`, engine_versions.py)
     # LMDeploy's TurboMind samples the first token in a decode step (engines.POLICIES["turbomind"])
     policy = engines.POLICIES["turbomind"] if row["engine"] == "lmdeploy" else None
-    perf = plan_workload(est, work, engine=engine, policy=policy)
+    release = row.get("engine_version") if engine != "vllm" else None
+    perf = plan_workload(est, work, engine=engine, engine_version=release, policy=policy)
     run = perf.run
     out = {"output_tokens_per_second": perf.output_tokens_per_second,
            "total_tokens_per_second": perf.total_tokens_per_second, "requests_per_second": perf.requests_per_second,

@@ -44,7 +44,7 @@ from typing import Any
 
 from ..errors import LlmcalcError
 from ..records import dataclass
-from . import comm, kernel_tables
+from . import comm, engine_versions, kernel_tables
 from .inference import InferenceEstimate
 from .serving import ServeEstimate
 
@@ -165,6 +165,8 @@ class EngineProfile:
     overlap: bool  # the host prepares the next step while the GPU runs this one: step = max(gpu, host)
     chunked_prefill: bool  # a prompt split across steps under the token budget
     sources: tuple[str, ...]
+    answered: str = ""  # which release's profile answers, in words (engine_versions.profile_for); "" the tables'
+    cuda_graphs: bool = True  # False: eager steps, at least the host's kernel dispatch (eager_dispatch_seconds)
 
 
 PROFILES = {
@@ -213,14 +215,16 @@ VLLM_MOE_DTYPES = {**MOE_DTYPES, "fp8": ("fp8_block", "fp8"), "fp8-modelopt": ("
 
 
 def profile(engine: str, version: str | None = None) -> EngineProfile:
-    """The profile of `engine` at `version` (None: the release its tables were measured in)."""
+    """The profile of `engine` at `version` (None: the release its tables were measured in): for TensorRT-LLM and
+    SGLang the fields that change with the release (engine_versions.profile_for); vLLM's release is --vllm-version's
+    (llmcalc/analytic/vllm.py)."""
     if engine not in PROFILES:
         raise LlmcalcError(f"--engine {engine}: choose one of {', '.join(PROFILES)}")
     found = PROFILES[engine]
-    if engine != "vllm" and version is not None and version != found.version:
-        raise LlmcalcError(f"--engine-version {version}: llmcalc models {engine} {found.version} (the release its "
-                           f"kernel tables were measured in); leave out --engine-version")
-    return found
+    if engine == "vllm" or version is None:
+        return found
+    released: EngineProfile = engine_versions.profile_for(found, version)
+    return released
 
 
 def assumptions(prof: EngineProfile, share: float) -> dict[str, Any]:
@@ -230,10 +234,15 @@ def assumptions(prof: EngineProfile, share: float) -> dict[str, Any]:
     chunking = ("context chunking within the token budget (chunked_prefill_size)" if prof.chunked_prefill else
                 "context chunking off by default (trtllm-bench); simulated with chunks of max_num_tokens, as the "
                 "engine must for a prompt longer than it")
-    return {"kv_cache_vs_vllm": share, "context_chunking": chunking,
+    hidden = ("hidden under the GPU's by the overlap scheduler" if prof.overlap else
+              "added to the GPU's (no overlap scheduler in this release)")
+    tables = PROFILES[prof.name].version
+    return {"profile": prof.answered or f"{prof.name} {tables} (the release its kernel tables were measured in)",
+            "kv_cache_vs_vllm": share, "context_chunking": chunking,
             "host_overhead": "the host's work per step (engine_step_seconds, vLLM's fitted value: no published "
-                             "measurement for this engine) hidden under the GPU's by the overlap scheduler",
-            "kernel_tables": f"aiconfigurator's tables measured in {prof.name} {prof.version} (fused MoE included)",
+                             f"measurement for this engine) {hidden}",
+            "kernel_tables": f"aiconfigurator's tables measured in {prof.name} {tables} (fused MoE included)"
+                             + ("" if prof.version == tables else f", applied to {prof.version}"),
             "sources": list(prof.sources)}
 
 
@@ -251,6 +260,8 @@ def kv_share(prof: EngineProfile, est: ServeEstimate) -> float:
     if prof.kv_memory == "free_fraction":
         free = total - est.weights_bytes_per_gpu - est.activation_bytes - est.non_torch_bytes
         mine = TRTLLM_FREE_FRACTION * free
+    elif prof.kv_memory == "static_fraction_tp":  # SGLang before 0.5: the fraction by TP size
+        mine = engine_versions.sglang_tp_fraction(est.tp) * total - est.weights_bytes_per_gpu
     else:
         mine = sglang_static_fraction(total / 2**20, tp=est.tp, pp=est.pp) * total - est.weights_bytes_per_gpu
     return max(0.0, mine) / vllm
@@ -314,6 +325,8 @@ def batch_limits(prof: EngineProfile, est: ServeEstimate, input_len: int, output
         tokens, seqs = trtllm_bench_settings(est, input_len, output_len) if offline else TRTLLM_SERVE_DEFAULTS
     elif prof.name == "sglang":
         tokens = sglang_defaults(est.accelerator.usable_bytes / 2**20, est.tp)[0]
+        if prof.kv_memory == "static_fraction_tp":  # before 0.5: "2048 if gpu_mem < 25_000 else 8192"
+            tokens = 2048 if est.accelerator.usable_bytes / 1e6 < 25_000 else 8192
         seqs = 4096
     return est.max_num_batched_tokens or tokens, est.max_num_seqs or seqs
 
@@ -427,13 +440,18 @@ class EngineStepCost:
         micro-batches in flight (vLLM's and TensorRT-LLM's pipeline schedulers keep pp batches in flight); each
         request's next token waits for its micro-batch to pass all pp stages, one cycle = max(pp, m) stage times
         of a micro-batch = the whole stack on 1/m of the tokens when m = pp, with pp - m stages idle (the bubble)
-        when fewer sequences run, plus the hand-offs. The host's work per micro-batch is added (vLLM) or hidden
-        under the GPU's (overlap scheduler: max)."""
+        when fewer sequences run, plus the hand-offs. Without CUDA graphs (TensorRT-LLM 0.17-0.18's PyTorch flow)
+        the GPU runs behind the host's eager kernel dispatch, so it takes at least that long
+        (engine_versions.eager_dispatch_seconds). The host's work per micro-batch is added (vLLM) or hidden under
+        the GPU's (overlap scheduler: max)."""
         pp = self.serve.pp
         m = min(pp, max(1, math.ceil(max(rows, decodes)))) if pp > 1 else 1
         gpu = self.gpu_seconds(tokens / m, rows / m, kv_tokens=kv_tokens / m, decodes=decodes / m, pairs=pairs / m,
                                length=length)
         gpu += self.p2p_seconds(tokens / m)
+        if not self.prof.cuda_graphs:  # eager: each stage dispatches its layers' kernels per micro-batch
+            spec = self.base.spec
+            gpu = max(gpu, engine_versions.eager_dispatch_seconds(spec.n_layers, spec.n_moe_layers) * m / pp)
         host = self.host * m if pp > 1 else self.host
         return max(gpu, host) if self.prof.overlap else gpu + host
 

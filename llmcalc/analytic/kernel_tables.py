@@ -33,6 +33,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import gzip
+import heapq
 import json
 import math
 from functools import cache
@@ -266,11 +267,17 @@ def _leaves(node: dict[int, Any], path: tuple[int, ...] = ()) -> Any:
             yield path + (key,), child
 
 
-def _hold(node: dict[int, Any], c: list[float], sol: Any) -> float:
+@cache
+def _log_leaves(gpu: str, name: str, key: str) -> tuple[tuple[list[float], tuple[int, ...], float], ...]:
+    """The measured leaves (latency > 0) of one grid with their coordinates in log2 space, read once per grid."""
+    return tuple(([math.log2(max(v, 1e-12)) for v in p], p, lat) for p, lat in _leaves(_grid(gpu, name, key))
+                 if lat > 0)
+
+
+def _hold(where: tuple[str, str, str], c: list[float], sol: Any) -> float:
     """perf_interp.rs grid_hold: util of the 4 nearest points in joint log2 space, modified-Shepard weights."""
     q = [math.log2(max(v, 1e-12)) for v in c]
-    ranked = sorted((math.dist(q, [math.log2(max(v, 1e-12)) for v in p]), p, lat) for p, lat in _leaves(node))
-    picked = [(d, p, lat) for d, p, lat in ranked if lat > 0][:GRID_NN_LEAVES + 1]
+    picked = heapq.nsmallest(GRID_NN_LEAVES + 1, ((math.dist(q, lq), p, lat) for lq, p, lat in _log_leaves(*where)))
     radius = picked[GRID_NN_LEAVES][0] if len(picked) > GRID_NN_LEAVES else math.inf
     picked = picked[:GRID_NN_LEAVES]
     weights = [1.0 / (d * d + 1e-12) if math.isinf(radius) else (max(radius - d, 0.0) / (radius * d + 1e-12)) ** 2
@@ -281,11 +288,12 @@ def _hold(node: dict[int, Any], c: list[float], sol: Any) -> float:
     return float(sol(c) / util)
 
 
-def _resolve(node: dict[int, Any], c: list[float], sqrt_axis: int | None, sol: Any) -> float:
+def _resolve(where: tuple[str, str, str], c: list[float], sqrt_axis: int | None, sol: Any) -> float:
+    """The grid `where` = (gpu, table, key) at point `c`: interpolated inside, held (``_hold``) outside."""
     try:
-        return _interior(node, c, 0, sqrt_axis, sol)
+        return _interior(_grid(*where), c, 0, sqrt_axis, sol)
     except _OutOfRange:
-        return _hold(node, c, sol)
+        return _hold(where, c, sol)
 
 
 def _kv_key(heads: int, kv_heads: int, head_dim: int, kv_dtype: str) -> tuple[str, int]:
@@ -301,7 +309,7 @@ def prefill_attention_ms(gpu: str, batch: int, seq: int, heads: int, kv_heads: i
     window) over `batch` sequences of `seq` tokens with `heads` query and `kv_heads` KV heads per GPU; the raw table
     value, without the fused extras aiconfigurator's op adds (qk-norm, rope, KV writes)."""
     key, n_kv = _kv_key(heads, kv_heads, head_dim, kv_dtype)
-    grid = _grid(gpu, "context_attention", key)
+    grid = (gpu, "context_attention", key)
     kv_bytes = DTYPE_BYTES[kv_dtype]
     return _resolve(grid, [heads, seq, batch], 1, lambda c: _context_sol(gpu, n_kv, head_dim, kv_bytes, c))
 
@@ -319,7 +327,7 @@ def decode_attention_ms(gpu: str, batch: int, context: int, heads: int, kv_heads
     `smooth` averages 5 context lengths over ±10 % as aiconfigurator's query_generation does (a request's context
     drifts while it decodes); smooth=False is the table's own interpolation."""
     key, n_kv = _kv_key(heads, kv_heads, head_dim, kv_dtype)
-    grid = _grid(gpu, "generation_attention", key)
+    grid = (gpu, "generation_attention", key)
     kv_bytes = DTYPE_BYTES[kv_dtype]
 
     def sol(c: list[float]) -> float:
@@ -472,7 +480,7 @@ def mla_module_ms(gpu: str, heads: int, batch: float, seq: float, key: str, *, c
     blends sqrt(latency) along the prompt length; past the grid the utilisation of the nearest points over
     ``_mla_module_sol`` is held."""
     name = "mla_context_module" if context else "mla_generation_module"
-    grid = _grid(gpu, name, key)
+    grid = (gpu, name, key)
     gemm, kv = key.split("/")[1], key.split("/")[0]
     kv_bytes = DTYPE_BYTES.get(kv, 2.0)
 
@@ -509,7 +517,7 @@ def generation_mla_ms(gpu: str, heads: int, batch: float, context: float, kv_dty
     aiconfigurator measured it inside SGLang (the grid's interpolation, raw latency on every axis)."""
     if kv_dtype not in DTYPE_BYTES:
         raise KernelTableError(f"kv dtype {kv_dtype!r}: tables hold {sorted(DTYPE_BYTES)}")
-    grid = _grid(gpu, "generation_mla", kv_dtype)
+    grid = (gpu, "generation_mla", kv_dtype)
     kv_bytes = DTYPE_BYTES[kv_dtype]
     return _resolve(grid, [float(heads), batch, context], None, lambda c: _generation_mla_sol(gpu, kv_bytes, c))
 

@@ -55,6 +55,7 @@ from .engine_queue import (
     retracted_ratio,
     schedule_running,
 )
+from .engine_versions import OFFLINE_WORDS, served_offline
 from .engines import SchedulerPolicy
 from .flops import forward_ops
 from .inference import PER_KEY, InferenceEstimate, decode_ops, expected_experts
@@ -668,6 +669,7 @@ class Performance:
 
     def record(self) -> dict:
         w, r = self.work, self.run
+        prof = engines.profile(self.engine, None if self.engine == "vllm" else self.engine_version)
         running = max(r.mean_running, 1.0)
         return {
             "engine": self.engine, "engine_version": self.engine_version, "input_len": w.input_len,
@@ -685,7 +687,7 @@ class Performance:
                 "scheduler": self.scheduler or "vLLM V1: running requests first (a decode token each, or the next "
                              "prefill chunk), then waiting ones first come first served; chunked prefill within "
                              "max_num_batched_tokens",
-                "admission": engines.PROFILES[self.engine].admission,
+                "admission": prof.admission,
                 "lengths": ("vllm bench's ShareGPT sample: exponential at input_len and output_len's means within "
                             "vLLM's filter (prompt <= 1024, prompt + output <= 2048), seeded" if w.dataset == "sharegpt"
                             else f"uniform within {w.random_range_ratio:g} of input_len and output_len, seeded"
@@ -694,10 +696,11 @@ class Performance:
                 "frontend_token_seconds": FRONTEND_TOKEN_SECONDS if w.served else 0.0,
                 "arrivals": ("closed loop of max_concurrency clients" if w.max_concurrency and not w.request_rate
                              else f"Poisson at {w.request_rate:g} requests/s, seeded" if w.request_rate
-                             else "all requests at once (offline)"),
+                             else OFFLINE_WORDS.get(self.engine, "") if not w.served else "")
+                            or "all requests at once (offline)",
                 "max_num_seqs": self.max_num_seqs, "max_num_batched_tokens": self.max_num_batched_tokens,
                 "kv_cache_requests": self.kv_requests,
-                **engines.assumptions(engines.PROFILES[self.engine], self.kv_share),
+                **engines.assumptions(prof, self.kv_share),
                 "engine_step_seconds": ENGINE_STEP_SECONDS, "layer_floor_seconds": LAYER_FLOOR_SECONDS,
                 "tp_sync_seconds": TP_SYNC_SECONDS, "request_seconds": REQUEST_SECONDS,
             },
@@ -796,8 +799,10 @@ def plan_workloads(est: ServeEstimate, input_len: int, output_len: int, max_conc
     Requests longer than the KV cache holds are refused as vLLM refuses to start ("To serve at least one request
     with the model's max seq len ... the estimated maximum model length is ..."): one line naming the options and the
     longest request that fits; weights that leave no KV cache at all are a plan that does not fit (`fits` false)."""
+    served = served_offline(engine) or bool(max_concurrency) or request_rate is not None  # trtllm-bench: in-process
     works = [Workload(input_len, output_len, max_concurrency=c, request_rate=request_rate, num_prompts=num_prompts,
-                      dataset=dataset, random_range_ratio=random_range_ratio) for c in max_concurrency or (None,)]
+                      dataset=dataset, random_range_ratio=random_range_ratio, served=served)
+             for c in max_concurrency or (None,)]
     length = max([input_len + output_len, *(i + o for i, o in works[0].requests() or ())])
     if est.kv_cache_bytes > 0 and length <= est.max_model_len and kv_requests(est, length) < 1:
         longest = est.longest_fitting_len()

@@ -521,9 +521,10 @@ def workload_options(func: F) -> F:
                      help="Serving engine whose scheduler, memory, kernels and step are modelled "
                           "(llmcalc/analytic/engines.py)."),
         click.option("--engine-version", type=NAME, default=None,
-                     help="The engine's release (vLLM: the same as --vllm-version; default: the current one; "
-                          "TensorRT-LLM 1.3.0rc20 and SGLang 0.5.14, the releases their kernel tables were measured "
-                          "in)."),
+                     help="The engine's release (vLLM: the same as --vllm-version; TensorRT-LLM and SGLang: any "
+                          "release, e.g. 0.12.0 or 1.0.0, its defaults and backend by release, analytic/"
+                          "engine_versions.py; default: TensorRT-LLM 1.3.0rc20 and SGLang 0.5.14, the releases their "
+                          "kernel tables were measured in)."),
     ])
 
 

@@ -130,6 +130,7 @@ def _workload(ctx: click.Context, spec: Any, device: Any, n_gpus: int, fmt: str,
               vllm: dict[str, Any], work: dict[str, Any]) -> None:
     """`serve --input-len --output-len`: the workload's speed on one replica (analytic/serving_speed.py), or with
     --max-ttft / --max-tpot the fewest GPUs that serve it within them (analytic/serving_sizing.py)."""
+    from ..analytic.engine_versions import default_kv_dtype
     from ..analytic.serving import plan_serving
     from ..analytic.serving_speed import plan_workloads
     from ..analytic.vllm import vllm_version
@@ -157,6 +158,9 @@ def _workload(ctx: click.Context, spec: Any, device: Any, n_gpus: int, fmt: str,
     if targets != (None, None):
         return _sizing(ctx, spec, device, fmt=fmt, dtypes=dtypes, vllm=vllm, work=work, targets=targets)
     est = plan_serving(spec, device, n_gpus, **dtypes, **vllm)
+    kv = None if dtypes["kv_dtype"] else default_kv_dtype(work["engine"], est.weights)
+    if kv:  # TensorRT-LLM's FP8 KV cache for FP8 / NVFP4 weights (analytic/engine_versions.py)
+        est = plan_serving(spec, device, n_gpus, **{**dtypes, "kv_dtype": kv}, **vllm)
     plan = plan_workloads(est, **work)  # a request the KV cache cannot hold is refused there
     if work["engine"] == "vllm":  # and a max length it cannot hold once, as vLLM refuses to start
         est.check_starts()

@@ -1,0 +1,184 @@
+"""Engine releases (issue 36): which profile answers a stated ``--engine-version`` of TensorRT-LLM or SGLang, and
+what changes with the release, read from each engine's own source at the releases named.
+
+TensorRT-LLM:
+
+- 1.0 and later: the PyTorch backend (``trtllm-bench throughput --backend`` default "pytorch",
+  tensorrt_llm/bench/benchmark/throughput.py; the LLM API's default since 1.0), the overlap scheduler on
+  (llm_args.py ``disable_overlap_scheduler`` False) and CUDA graphs for decode batches: engines.PROFILES["trtllm"].
+- before 1.0: a TensorRT engine built by ``trtllm-bench build`` and run by the C++ executor (batch manager): the
+  same in-flight batching, GUARANTEED_NO_EVICT capacity scheduler and max_num_tokens budget (the C++
+  capacityScheduler.cpp / microBatchScheduler.cpp the PyTorch backend later reused), max_batch_size and
+  max_num_tokens from the build's tuning heuristic (bench/build/build.py ``get_benchmark_engine_settings`` ->
+  tuning.py ``calc_engine_setting``, engines.trtllm_bench_settings), KV cache kv_cache_free_gpu_mem_fraction 0.90 of
+  the memory free after the engine. The executor's host work per step is C++, not Python: it is assumed hidden
+  under the GPU's as the overlap scheduler hides the PyTorch backend's (no published measurement of either).
+- a 0.17 or 0.18 release stated with "pytorch" (the opt-in ``--backend pytorch`` flow): PyTorchConfig's defaults
+  then, ``use_cuda_graph: bool = False`` and ``enable_overlap_scheduler: bool = False``
+  (tensorrt_llm/_torch/pyexecutor/config.py of those releases; 0.18.2's PyTorch quick start still opts in with
+  ``--enable_overlap_scheduler``): the host's Python work per step adds to the GPU's. 0.19 to 0.21 with "pytorch"
+  are taken as the PyTorch backend with its overlap scheduler (``disable_overlap_scheduler`` False, as in 1.0; the
+  release that flipped the default is placed at 0.19 without a source read for it, an assumption).
+
+KV cache dtype: ``trtllm-bench build`` "If the quantization is NVFP4 or FP8, force the KV cache dtype to FP8"
+(bench/build/build.py: ``quant_config.kv_cache_quant_algo = QuantAlgo.FP8`` for QuantAlgo.NVFP4 / FP8, with
+``use_fp8_context_fmha``); NVIDIA's ModelOpt FP8 and NVFP4 checkpoints, which the PyTorch backend loads, carry
+``kv_cache_quant_algo: FP8`` in hf_quant_config.json likewise. So TensorRT-LLM serves per-tensor FP8 and NVFP4
+weights with an FP8 KV cache unless --kv-dtype says otherwise (``default_kv_dtype``); block-scaled FP8 checkpoints
+(DeepSeek's) and MXFP4 ones (gpt-oss) keep the model's KV dtype.
+
+Offline maximum throughput is ``trtllm-bench throughput``: requests go to the LLM API in-process, not through an
+HTTP server, unstreamed (``--streaming`` default False) and not detokenized (``post_proc_params = None  # No
+detokenization``, throughput.py), so no API server paces it (``served``).
+
+SGLang:
+
+- 0.5 and later: engines.PROFILES["sglang"] (mem_fraction_static from the GPU's memory, server_args.py
+  ``_handle_gpu_memory_settings``).
+- before 0.5: mem_fraction_static by tensor-parallel size, "if self.tp_size >= 16: 0.79 elif >= 8: 0.81 elif >= 4:
+  0.85 elif >= 2: 0.87 else: 0.88", chunked_prefill_size 8192 (2048 below 25 GB) (server_args.py of 0.3-0.4);
+- before 0.4: the overlap scheduler off (server_args.py ``enable_overlap_schedule: bool = False``; 0.4 made the
+  "zero-overhead" overlap scheduler the default, ``disable_overlap_schedule``).
+The release at which the memory rule changed is placed at 0.5 from the sources read (0.4.x has the TP table); an
+assumption stated in every answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+from ..errors import LlmcalcError
+
+# "0.17", "v0.17.0", "1.0.0rc4", "0.17.post1.dev (PyTorch flow)", "0.4.3.post2", "TensorRT-LLM 0.12.0": an optional
+# engine name, then major.minor, optional patch, then pre/post/dev/local tags, then an optional note in parentheses
+VERSION = re.compile(r"^(?:(?:tensorrt-llm|trt-llm|trtllm|sglang)[\s_-]*)?v?(\d+)\.(\d+)(?:\.(\d+))?"
+                     r"((?:[.\-+_]?[A-Za-z]*\d*)*)\s*(\([^()]*\))?$", re.IGNORECASE)
+# the releases each engine has published (major.minor, inclusive): TensorRT-LLM 0.5 (2023-10) to 1.x, SGLang 0.1
+# (2024-01) on; a major past these is not a release
+RANGES = {"trtllm": ((0, 5), (2, 99)), "sglang": ((0, 1), (1, 99))}
+EXAMPLES = {"trtllm": "0.12.0, 0.17.0, 1.0.0", "sglang": "0.3.6, 0.4.6, 0.5.2"}
+NAMES = {"trtllm": "TensorRT-LLM", "sglang": "SGLang"}
+# per-tensor FP8 and NVFP4 weights: TensorRT-LLM's KV cache FP8 (module docstring)
+FP8_KV_WEIGHTS = ("fp8", "nvfp4")
+# SGLang before 0.5: mem_fraction_static by tensor-parallel size (server_args.py of 0.3-0.4), (tp at least, fraction)
+SGLANG_TP_FRACTION = ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87), (1, 0.88))
+
+
+def parse(engine: str, version: str) -> tuple[int, int, int]:
+    """(major, minor, patch) of `version` as `engine` numbers its releases; one line naming --engine-version and the
+    fix when it is no release number or outside the releases the engine has published."""
+    m = VERSION.match(version.strip())
+    name = NAMES[engine]
+    if not m:
+        raise LlmcalcError(f"--engine-version {version}: not a {name} release number; give one such as "
+                           f"{EXAMPLES[engine]}, or leave it out for the release llmcalc's tables were measured in")
+    found = (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
+    low, high = RANGES[engine]
+    if not low <= found[:2] <= high:
+        raise LlmcalcError(f"--engine-version {version}: {name} has no such release (its releases run "
+                           f"{low[0]}.{low[1]} to {high[0]}.x); give one such as {EXAMPLES[engine]}")
+    return found
+
+
+def trtllm_backend(version: str) -> str:
+    """"pytorch", "pytorch-early" (0.x's opt-in PyTorch flow: no overlap scheduler, no CUDA graphs by default) or
+    "tensorrt" (0.x's default: a TensorRT engine on the C++ executor) for a TensorRT-LLM release."""
+    major, minor, _ = parse("trtllm", version)
+    if major >= 1:
+        return "pytorch"
+    if "pytorch" not in version.lower():
+        return "tensorrt"
+    return "pytorch-early" if minor < 19 else "pytorch"
+
+
+TRTLLM_TENSORRT_SCHEDULER = (
+    "TensorRT-LLM {v} in-flight batching (TensorRT engine built by trtllm-bench build, C++ executor): generation and "
+    "context requests in one step within max_num_tokens, a context request whole or waiting (context chunking off); "
+    "the executor's C++ host work per step assumed hidden under the GPU's")
+TRTLLM_EARLY_PYTORCH_SCHEDULER = (
+    "TensorRT-LLM {v} in-flight batching (the 0.x PyTorch flow): generation and context requests in one step within "
+    "max_num_tokens, a context request whole or waiting (context chunking off); overlap scheduler and CUDA graphs "
+    "off by default (PyTorchConfig), the host's work per step added to the GPU's")
+SGLANG_OLD_SCHEDULER = (
+    "SGLang {v}: a prefill-only step (chunked_prefill_size tokens) whenever a waiting request can be admitted, else "
+    "a decode step of every running request (mixed chunks off); fcfs policy (radix cache matches nothing on random "
+    "prompts); {overlap}")
+
+
+def profile_for(base: Any, version: str) -> Any:
+    """engines.EngineProfile `base` (the current release's) as release `version` of its engine runs: the fields that
+    change with the release (module docstring), its ``version`` the one stated and ``answered`` naming the profile."""
+    engine = base.name
+    major, minor, _ = parse(engine, version)
+    if engine == "trtllm":
+        backend = trtllm_backend(version)
+        if backend == "pytorch":
+            return dataclasses.replace(base, version=version, answered=f"TensorRT-LLM {version}: PyTorch backend "
+                                       "(the default from 1.0), overlap scheduler on")
+        if backend == "tensorrt":
+            return dataclasses.replace(
+                base, version=version, scheduler=TRTLLM_TENSORRT_SCHEDULER.format(v=version), overlap=True,
+                answered=f"TensorRT-LLM {version}: TensorRT engine backend (before 1.0), C++ executor",
+                sources=("tensorrt_llm/bench/build/build.py", "tensorrt_llm/bench/build/tuning.py",
+                         "tensorrt_llm/bench/benchmark/throughput.py", "cpp/tensorrt_llm/batch_manager"))
+        return dataclasses.replace(
+            base, version=version, scheduler=TRTLLM_EARLY_PYTORCH_SCHEDULER.format(v=version), overlap=False,
+            cuda_graphs=False,
+            answered=f"TensorRT-LLM {version}: the 0.x PyTorch flow (overlap scheduler off, no CUDA graphs: each "
+                     "step at least the host's eager kernel dispatch)",
+            sources=("tensorrt_llm/_torch/pyexecutor/config.py", "tensorrt_llm/bench/build/tuning.py"))
+    if (major, minor) >= (0, 5):
+        return dataclasses.replace(base, version=version,
+                                   answered=f"SGLang {version}: mem_fraction_static by GPU memory (0.5 and later)")
+    overlap = (major, minor) >= (0, 4)
+    words = "overlap scheduler on" if overlap else "overlap scheduler off (before 0.4), the host's work added"
+    return dataclasses.replace(
+        base, version=version, scheduler=SGLANG_OLD_SCHEDULER.format(v=version, overlap=words), overlap=overlap,
+        kv_memory="static_fraction_tp",
+        answered=f"SGLang {version}: mem_fraction_static by tensor-parallel size (before 0.5), {words}")
+
+
+# --- eager execution (no CUDA graphs) -------------------------------------------------------------------------
+# Without CUDA graphs the host dispatches every kernel of every layer from Python each step and the GPU runs behind
+# it, so a step lasts at least the host's dispatch time (at small batches it is the step). Measured where that is
+# all a step does, at batch 1: sgl-project/sglang PR #1401 ("Support cuda graph in the triton attention backend",
+# 2024-09-12, `sglang.bench_latency --batch-size 1 --input 128 --output 8`): Llama-3-8B "flashinfer w/o cuda graph #
+# Decode.  median latency: 0.00823 s" over its 32 dense layers; DeepSeek-Coder-V2-Lite (27 layers: 1 dense, 26 MoE
+# with MLA) "4x faster" with CUDA graphs, "triton w/ cuda graph # Decode.  median latency: 0.00622 s", so ~24.9 ms
+# without (sgl-project/sglang issue #1369 measured 31 ms/token for the same eager path on an A100), seconds:
+EAGER_DENSE_LAYER_SECONDS = 0.00823 / 32
+EAGER_MOE_LAYER_SECONDS = (4 * 0.00622 - EAGER_DENSE_LAYER_SECONDS) / 26
+
+
+def eager_dispatch_seconds(n_layers: int, n_moe_layers: int) -> float:
+    """Seconds the host spends dispatching one eager forward (no CUDA graph) of `n_layers` layers, `n_moe_layers` of
+    them MoE: dense layers x EAGER_DENSE_LAYER_SECONDS + MoE layers x EAGER_MOE_LAYER_SECONDS (sources above). A step
+    on an engine without CUDA graphs lasts at least this long (EngineStepCost.seconds takes the max with the GPU)."""
+    return (n_layers - n_moe_layers) * EAGER_DENSE_LAYER_SECONDS + n_moe_layers * EAGER_MOE_LAYER_SECONDS
+
+
+def sglang_tp_fraction(tp: int) -> float:
+    """SGLang's mem_fraction_static before 0.5 (SGLANG_TP_FRACTION): the share of the whole GPU for weights + KV."""
+    return next(f for at_least, f in SGLANG_TP_FRACTION if tp >= at_least)
+
+
+def default_kv_dtype(engine: str, weights: Any) -> str | None:
+    """The KV dtype `engine` gives weights of format `weights` (quant.WeightFormat) when --kv-dtype is not typed:
+    "fp8" for TensorRT-LLM with per-tensor FP8 or NVFP4 weights (module docstring), None (the model's own)
+    otherwise, block-scaled FP8 checkpoints included."""
+    block = weights.quant is not None and weights.quant.format.per == "block"
+    if engine == "trtllm" and weights.name in FP8_KV_WEIGHTS and not block:
+        return "fp8"
+    return None
+
+
+def served_offline(engine: str) -> bool:
+    """Whether the engine's offline maximum-throughput benchmark goes through its API server: not TensorRT-LLM's
+    (trtllm-bench throughput feeds the LLM API in-process, unstreamed, undetokenized)."""
+    return engine != "trtllm"
+
+
+OFFLINE_WORDS = {"trtllm": "trtllm-bench throughput: every request to the LLM API in-process at once, no HTTP server, "
+                           "no streaming, no detokenization (throughput.py)"}

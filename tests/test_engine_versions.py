@@ -1,0 +1,156 @@
+"""llmcalc/analytic/engine_versions.py: `serve --engine trtllm|sglang --engine-version V` answers any release, with
+what changes between releases read from the engines' sources, and TensorRT-LLM's offline maximum throughput as
+trtllm-bench measures it.
+
+Held to: the engines' sources as quoted (tensorrt_llm/bench/build/build.py's FP8 KV cache, throughput.py's in-process
+requests, PyTorchConfig's 0.x defaults, SGLang's server_args.py of 0.3-0.4), the release strings the validation
+set's sources wrote, and NVIDIA's published maximum throughput of Llama 3.1 405B on 8 x H200."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from clirun import cli_json, one_line_error
+
+from llmcalc.analytic import engine_versions, engines, serving_speed
+from llmcalc.analytic.kernels import device_for
+from llmcalc.analytic.serving import plan_serving
+from llmcalc.errors import LlmcalcError
+from llmcalc.spec import load_hardware, load_model
+
+BENCH = Path(__file__).parent.parent / "benchmarks"
+ROWS = {r["id"]: r for r in json.loads((BENCH / "serving_validation.json").read_text())["rows"]}
+
+
+def test_release_numbers_as_sources_write_them_are_accepted():
+    """The versions the validation set's sources state, verbatim (dstack, GPUStack)."""
+    stated = {(r["engine"], r["engine_version"]) for r in ROWS.values()
+              if r["engine"] in ("trtllm", "sglang") and r.get("engine_version")}
+    assert ("trtllm", "0.17.post1.dev (PyTorch flow)") in stated and len(stated) >= 6
+    for engine, version in stated:
+        assert engines.profile(engine, version).version == version
+    assert engine_versions.parse("trtllm", "1.0.0rc4") == (1, 0, 0)
+    assert engine_versions.parse("sglang", "v0.4.3.post2") == (0, 4, 3)
+
+
+@pytest.mark.parametrize("engine, version", [("trtllm", "abc"), ("trtllm", "7.0"), ("trtllm", "0.1.0"),
+                                             ("sglang", "latest"), ("sglang", "5.0")])
+def test_no_release_is_refused(engine, version):
+    with pytest.raises(LlmcalcError, match=f"--engine-version {version}"):
+        engines.profile(engine, version)
+
+
+def test_each_trtllm_release_gets_its_backend():
+    """Before 1.0 trtllm-bench ran a TensorRT engine (build.py builds it); 0.17-0.18's PyTorch flow had PyTorchConfig's
+    ``enable_overlap_scheduler: bool = False``; 1.0 on, the PyTorch backend with the overlap scheduler."""
+    trt = engines.profile("trtllm", "0.12.0")
+    assert "TensorRT engine" in trt.answered and "tensorrt_llm/bench/build/build.py" in trt.sources
+    early = engines.profile("trtllm", "0.17.post1.dev (PyTorch flow)")
+    assert not early.overlap and "overlap scheduler off" in early.answered
+    current = engines.profile("trtllm", "1.0.0")
+    assert current.overlap and "PyTorch backend" in current.answered
+    assert engines.profile("trtllm", "0.20.0 (pytorch)").overlap  # the overlap scheduler the default by then
+    assert engines.profile("trtllm") is engines.PROFILES["trtllm"]
+
+
+def test_old_sglang_sizes_its_memory_by_tp_and_has_no_overlap_before_0_4():
+    """server_args.py of 0.3-0.4: "if self.tp_size >= 16: 0.79 elif >= 8: 0.81 elif >= 4: 0.85 elif >= 2: 0.87 else:
+    0.88"; ``enable_overlap_schedule: bool = False`` before 0.4."""
+    assert [engine_versions.sglang_tp_fraction(tp) for tp in (1, 2, 4, 8, 16)] == [0.88, 0.87, 0.85, 0.81, 0.79]
+    old, mid, new = (engines.profile("sglang", v) for v in ("0.3.6", "0.4.6", "0.5.2"))
+    assert not old.overlap and mid.overlap and new.overlap
+    assert old.kv_memory == mid.kv_memory == "static_fraction_tp" and new.kv_memory == "static_fraction"
+    serve = plan_serving(load_model("llama-3.1-8b"), load_hardware("h100-sxm"), 1, 4096)
+    total = serve.accelerator.usable_bytes
+    assert engines.kv_share(mid, serve) * serve.kv_cache_bytes == pytest.approx(
+        0.88 * total - serve.weights_bytes_per_gpu)
+
+
+def _step(serve, version):
+    est = serve.roofline(1, 1024)
+    base = serving_speed.StepCost(est, device_for(serve.accelerator.key), serve.tp)
+    return engines.step_cost(base, engines.profile("trtllm", version), serve, host=serving_speed.ENGINE_STEP_SECONDS)
+
+
+def test_the_early_pytorch_flow_adds_the_host_to_the_gpu():
+    """Without the overlap scheduler (0.x PyTorch flow) a step is GPU + host; with it (1.0 on) max(GPU, host)."""
+    serve = plan_serving(load_model("llama-3.1-8b"), load_hardware("h100-sxm"), 1, 4096)
+    early, current = _step(serve, "0.17.0 (pytorch)"), _step(serve, "1.0.0")
+    shape = dict(tokens=64, rows=64, kv_tokens=64 * 1024, decodes=64, pairs=0, length=1024)
+    gpu = current.gpu_seconds(**shape)
+    assert early.seconds(**shape) == pytest.approx(gpu + early.host, rel=1e-9)
+    assert current.seconds(**shape) == pytest.approx(max(gpu, current.host), rel=1e-9)
+
+
+def test_trtllm_serves_fp8_and_nvfp4_weights_with_an_fp8_kv_cache():
+    """bench/build/build.py: "If the quantization is NVFP4 or FP8, force the KV cache dtype to FP8"; DeepSeek's
+    block-scaled FP8 checkpoint and gpt-oss's MXFP4 keep the model's KV dtype, and vLLM never changes it."""
+    def weights(model, dtype=None):
+        return plan_serving(load_model(model), load_hardware("b200"), 8, 4096, weight_dtype=dtype).weights
+
+    assert engine_versions.default_kv_dtype("trtllm", weights("llama-3.1-8b", "fp8")) == "fp8"
+    assert engine_versions.default_kv_dtype("trtllm", weights("llama-3.1-8b", "nvfp4")) == "fp8"
+    assert engine_versions.default_kv_dtype("trtllm", weights("deepseek-v3")) is None
+    assert engine_versions.default_kv_dtype("trtllm", weights("gpt-oss-120b")) is None
+    assert engine_versions.default_kv_dtype("vllm", weights("llama-3.1-8b", "fp8")) is None
+    args = ("serve", "llama-3.1-8b", "--gpu", "h100-sxm", "--input-len", "1024", "--output-len", "1024", "--engine",
+            "trtllm", "--weight-dtype", "fp8")
+    fp8 = cli_json(*args)["performance"]["assumptions"]["kv_cache_requests"]
+    bf16 = cli_json(*args, "--kv-dtype", "bf16")["performance"]["assumptions"]["kv_cache_requests"]
+    assert fp8 == pytest.approx(2 * bf16, rel=0.05)  # one byte per element instead of two
+
+
+def test_trtllm_offline_is_trtllm_bench_in_process():
+    """throughput.py feeds the LLM API in-process, unstreamed, undetokenized ("post_proc_params = None  # No
+    detokenization"): no API server paces the offline run; a closed loop of clients goes through trtllm-serve."""
+    args = ("serve", "llama-3.1-8b", "--gpu", "h100-sxm", "--input-len", "128", "--output-len", "128", "--engine",
+            "trtllm", "--engine-version", "0.12.0")
+    offline = cli_json(*args)["performance"]
+    assert offline["assumptions"]["frontend_token_seconds"] == 0.0
+    assert "trtllm-bench" in offline["assumptions"]["arrivals"]
+    assert "TensorRT engine" in offline["assumptions"]["profile"] and offline["engine_version"] == "0.12.0"
+    clients = cli_json(*args, "--max-concurrency", "64")["performance"]
+    assert clients["assumptions"]["frontend_token_seconds"] > 0
+
+
+@pytest.mark.parametrize("row_id", ["nvidia-blog-405b-h200-tp8-trtllm-modelopt-fp8-2048-128",
+                                    "nvidia-blog-405b-h200-tp8-trtllm-modelopt-fp8-120000-2048"])
+def test_405b_maximum_throughput_on_8_h200(row_id):
+    """NVIDIA's Llama 3.1 405B ModelOpt FP8 (FP8 KV) on 8 x H200, maximum throughput in output tokens/s: 463.1 at
+    2,048 in / 128 out and 71.5 at 120,000 / 2,048 (NVIDIA Technical Blog, 2024-08-28, Table 1); within 25 %."""
+    sys.path.insert(0, str(BENCH))
+    from bench_serving_speed import predict_workload
+
+    row = ROWS[row_id]
+    measured = row["metrics"]["output_tokens_per_second"]
+    assert predict_workload(row)["output_tokens_per_second"] == pytest.approx(measured, rel=0.25)
+
+
+def test_a_nonsense_version_is_one_line_exit_2():
+    line = one_line_error("serve", "llama-3.1-8b", "--gpu", "h100-sxm", "--input-len", "128", "--output-len", "128",
+                          "--engine", "trtllm", "--engine-version", "abc")
+    assert "--engine-version abc" in line
+
+
+def test_eager_dispatch_is_the_measured_eager_step():
+    """sgl-project/sglang PR #1401, batch 1 decode without CUDA graphs: Llama-3-8B (32 dense layers) 8.23 ms a step;
+    DeepSeek-Coder-V2-Lite (1 dense + 26 MoE/MLA layers) 4 x its 6.22 ms with CUDA graphs."""
+    assert engine_versions.eager_dispatch_seconds(32, 0) == pytest.approx(8.23e-3)
+    assert engine_versions.eager_dispatch_seconds(27, 26) == pytest.approx(4 * 6.22e-3)
+
+
+@pytest.mark.parametrize("row_id", ["dstack-deepseek-r1-h200-tp8-trtllm-3200-800-c4",
+                                    "dstack-deepseek-r1-h200-tp8-trtllm-3200-800-c16"])
+def test_trtllm_0_17_pytorch_flow_steps_at_the_eager_dispatch(row_id):
+    """dstack's DeepSeek-R1 on 8 x H200 through TensorRT-LLM 0.17's PyTorch flow (`trtllm-serve --backend pytorch`,
+    no option file: PyTorchConfig ``use_cuda_graph: bool = False``), 3,200 in / 800 out: median TPOT 55.1 ms at 4
+    clients and 57.6 ms at 16 (dstackai/benchmarks online_results.csv); its 61 layers' eager dispatch (3 dense, 58
+    MoE) predicts it within 10 %, where the same step with CUDA graphs (1.0's) is under 60 % of it."""
+    sys.path.insert(0, str(BENCH))
+    from bench_serving_speed import predict_workload
+
+    row = ROWS[row_id]
+    measured = row["metrics"]["tpot_seconds_median"]
+    assert predict_workload(row)["tpot_seconds_median"] == pytest.approx(measured, rel=0.10)
+    assert predict_workload({**row, "engine_version": "1.0.0"})["tpot_seconds_median"] < 0.6 * measured
