@@ -34,7 +34,7 @@ four fitted constants (serving_speed.ENGINE_STEP_SECONDS, LAYER_FLOOR_SECONDS, T
 from `--fit`: a grid over the four, the best median |error| over all rows, then the same fit without each source in
 turn and that source's rows predicted (leave-one-source-out; about 2 minutes).
 
-    python benchmarks/bench_serving_speed.py [--format json] [--rows] [--fit]
+    python benchmarks/bench_serving_speed.py [--format json] [--rows] [--fit [--grid local]]
 """
 
 from __future__ import annotations
@@ -230,13 +230,21 @@ FIT_GRID = {  # serving_speed's fitted constants, seconds
 }
 
 
-def fit(comps: list[dict]) -> dict[str, Any]:
-    """The grid fit of FIT_GRID (module docstring): the best point over all rows and leave-one-source-out."""
-    names = list(FIT_GRID)
+def local_grid() -> dict[str, tuple[float, ...]]:
+    """The 3^4 grid around the shipped constants: each at half, itself and twice its value (81 points, a fraction
+    of FIT_GRID's 240, for a leave-one-source-out figure of the model as shipped)."""
+    return {n: (getattr(serving_speed, n) / 2, getattr(serving_speed, n), getattr(serving_speed, n) * 2)
+            for n in FIT_GRID}
+
+
+def fit(comps: list[dict], grid: dict[str, tuple[float, ...]] | None = None) -> dict[str, Any]:
+    """The grid fit of `grid` (FIT_GRID; module docstring): the best point over all rows and leave-one-source-out."""
+    grid = grid or FIT_GRID
+    names = list(grid)
     kept = {n: getattr(serving_speed, n) for n in names}
     errors: dict[tuple[float, ...], list[tuple[str, float]]] = {}
     try:
-        for point in itertools.product(*FIT_GRID.values()):
+        for point in itertools.product(*grid.values()):
             for n, v in zip(names, point, strict=True):
                 setattr(serving_speed, n, v)
             _workload_errors(comps)
@@ -304,12 +312,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--format", choices=("table", "json"), default="table")
     ap.add_argument("--rows", action="store_true", help="print every comparison (the table format)")
     ap.add_argument("--fit", action="store_true", help="fit the workload model's constants, leave-one-source-out")
+    ap.add_argument("--grid", choices=("full", "local"), default="full",
+                    help="--fit's grid: FIT_GRID (240 points) or half, once and twice each shipped constant (81)")
     args = ap.parse_args(argv)
     data = json.loads(DATA.read_text())
     rows = data["rows"]
     comps, bad, skipped = compare(rows)
     summ = summary(comps)
-    fitted = fit(comps) if args.fit else None
+    fitted = fit(comps, local_grid() if args.grid == "local" else None) if args.fit else None
     counts = {"rows": len(rows), "rows_expressed": len(rows) - len(bad), "comparisons": len(comps)}
     if args.format == "json":
         json.dump({"counts": counts, "summary": summ, "fit": fitted, "not_expressible": bad,
