@@ -23,6 +23,7 @@ PUBLIC_TOTALS = {
     "pythia-160m": 162_322_944,  # Biderman et al. 2023, Table 1
     "pythia-12b": 11_846_072_320,  # Biderman et al. 2023, Table 1
     "gpt-neox-20b": 20_554_567_680,  # Black et al. 2022, GPT-NeoX-20B paper
+    "qwen3-0.6b": 596_049_920,  # KerasHub qwen3_presets.py (keras-team/keras-hub): qwen3_0.6b_en "params"
 }
 # Gemma report (arXiv 2403.08295) Table 2, non-embedding parameters. (Its embedding figures use a
 # padded 256,128-row table; the published config has vocab_size 256,000.)
@@ -38,6 +39,15 @@ REFERENCE_DIVERGES = {
     "mistral-small-3.1-24b": 131072 * 5120,
 }
 PUBLIC_ACTIVE = {"mixtral-8x7b": 12_879_925_248}
+# Published rounded figures (billions: total, non-embedding; to the digits given), quoted in each preset's _source.
+# Qwen2.5-14B's and -32B's cards (14.7B / 13.1B, 32.5B / 31.0B) are below what their own shapes give (14.77B, 32.76B);
+# those presets are held to transformers' count alone (test_every_preset_matches_transformers).
+MODEL_CARD_BILLIONS = {
+    "qwen3-1.7b": (1.72, None),  # KerasHub qwen3_presets.py: "28-layer Qwen3 model with 1.72B parameters"
+    "qwen3-4b": (4.0, 3.6),  # Qwen/Qwen3-4B(-Base) model card
+    "qwen3-14b": (14.8, 13.2),  # Qwen/Qwen3-14B model card
+    "llama-3.2-3b": (3.21, None),  # meta-llama/Llama-3.2-3B model card: "3.21B"
+}
 
 
 def test_presets_cover_the_issue():
@@ -65,6 +75,16 @@ def test_public_non_embedding(name):
 @pytest.mark.parametrize("name", sorted(PUBLIC_ACTIVE))
 def test_public_active(name):
     assert count_params(load_model(name)).active_per_token == PUBLIC_ACTIVE[name]
+
+
+@pytest.mark.parametrize("name", sorted(MODEL_CARD_BILLIONS))
+def test_model_card_figures(name):
+    count = count_params(load_model(name))
+    total, non_embedding = MODEL_CARD_BILLIONS[name]
+    digits = len(str(total).split(".")[1])
+    assert round(count.total / 1e9, digits) == total
+    if non_embedding is not None:
+        assert round(count.non_embedding / 1e9, len(str(non_embedding).split(".")[1])) == non_embedding
 
 
 @pytest.mark.parametrize("name", PRESETS)
