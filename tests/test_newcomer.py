@@ -152,6 +152,19 @@ def test_published_repo_ids_resolve_to_their_architecture():
         assert repo in run("presets").stdout
 
 
+@pytest.mark.parametrize(("repo", "model"), [
+    ("Qwen/Qwen3-14B", "qwen3-14b"), ("Qwen/Qwen3-4B", "qwen3-4b"), ("Qwen/Qwen3-0.6B", "qwen3-0.6b"),
+    ("Qwen/Qwen3-1.7B", "qwen3-1.7b"), ("meta-llama/Llama-3.2-3B-Instruct", "llama-3.2-3b"), ("microsoft/phi-4", "phi-4"),
+    ("Qwen/Qwen2.5-14B-Instruct", "qwen2.5-14b-instruct"), ("Qwen/Qwen2.5-32B-Instruct", "qwen2.5-32b-instruct"),
+    ("Qwen/Qwen2-72B-Instruct", "qwen2-72b-instruct"),
+])
+def test_serving_benchmarks_repo_ids_resolve(repo, model):
+    """Checkpoints public serving benchmarks name (TensorRT-LLM's perf tables, vLLM CI, NIM) answer offline, under
+    the preset's name or, where their config.json differs, the repo's."""
+    data = cli_json("params", repo)
+    assert data["model"] == model and data["total"] > 0
+
+
 def test_an_unknown_repo_id_says_how_to_pass_its_config():
     line = one_line_error("params", "some-org/some-model-7b")
     assert "'some-org/some-model-7b'" in line and "config.json" in line

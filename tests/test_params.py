@@ -5,6 +5,7 @@ from reference import hf_count, llmcalc_groups
 
 from llmcalc.analytic.params import approximations, count_params, reconcile
 from llmcalc.spec import load_model, model_config, model_names
+from llmcalc.spec.presets import checkpoint_for, checkpoints
 
 PRESETS = model_names()
 
@@ -99,6 +100,18 @@ def test_every_preset_matches_transformers(name):
     if diverges:
         groups["head"] -= diverges
     assert {k: v for k, v in groups.items() if v} == hf_groups
+
+
+# Listed checkpoints whose config.json differs from their preset's (presets/checkpoints.json "config"): the changed
+# keys applied, the count still transformers' own of that config.
+CHANGED_CHECKPOINTS = sorted(c.repo for c in checkpoints().values() if c.config)
+
+
+@pytest.mark.parametrize("repo", CHANGED_CHECKPOINTS)
+def test_listed_checkpoints_match_transformers(repo):
+    count = count_params(load_model(repo))
+    assert count.spec.name == checkpoint_for(repo).name
+    assert count.total == hf_count(model_config(repo))[0]
 
 
 @pytest.mark.parametrize("name", PRESETS)
