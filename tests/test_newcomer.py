@@ -154,7 +154,8 @@ def test_published_repo_ids_resolve_to_their_architecture():
 
 @pytest.mark.parametrize(("repo", "model"), [
     ("Qwen/Qwen3-14B", "qwen3-14b"), ("Qwen/Qwen3-4B", "qwen3-4b"), ("Qwen/Qwen3-0.6B", "qwen3-0.6b"),
-    ("Qwen/Qwen3-1.7B", "qwen3-1.7b"), ("meta-llama/Llama-3.2-3B-Instruct", "llama-3.2-3b"), ("microsoft/phi-4", "phi-4"),
+    ("Qwen/Qwen3-1.7B", "qwen3-1.7b"), ("meta-llama/Llama-3.2-3B-Instruct", "llama-3.2-3b"),
+    ("microsoft/phi-4", "phi-4"),
     ("Qwen/Qwen2.5-14B-Instruct", "qwen2.5-14b-instruct"), ("Qwen/Qwen2.5-32B-Instruct", "qwen2.5-32b-instruct"),
     ("Qwen/Qwen2-72B-Instruct", "qwen2-72b-instruct"),
 ])
