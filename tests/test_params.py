@@ -47,8 +47,10 @@ MODEL_CARD_BILLIONS = {
     "qwen3-1.7b": (1.72, None),  # KerasHub qwen3_presets.py: "28-layer Qwen3 model with 1.72B parameters"
     "qwen3-4b": (4.0, 3.6),  # Qwen/Qwen3-4B(-Base) model card
     "qwen3-14b": (14.8, 13.2),  # Qwen/Qwen3-14B model card
-    "llama-3.2-3b": (3.21, None),  # meta-llama/Llama-3.2-3B model card: "3.21B"
 }
+# KerasHub's presets (keras-team/keras-hub llama3_presets.py) count Llama 3.2's output projection apart from the tied
+# token embedding: their totals are the checkpoint's plus one V x D table.
+KERAS_HUB_UNTIED = {"llama-3.2-3b": 3_606_752_256}  # llama3.2_3b "params"
 
 
 def test_presets_cover_the_issue():
@@ -86,6 +88,13 @@ def test_model_card_figures(name):
     assert round(count.total / 1e9, digits) == total
     if non_embedding is not None:
         assert round(count.non_embedding / 1e9, len(str(non_embedding).split(".")[1])) == non_embedding
+
+
+@pytest.mark.parametrize("name", sorted(KERAS_HUB_UNTIED))
+def test_keras_hub_totals_with_the_tied_head_apart(name):
+    count = count_params(load_model(name))
+    assert count.spec.tie_embeddings
+    assert count.total + count.spec.vocab_size * count.spec.d_model == KERAS_HUB_UNTIED[name]
 
 
 @pytest.mark.parametrize("name", PRESETS)
