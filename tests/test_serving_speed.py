@@ -510,3 +510,18 @@ def test_burst_phases_reads_a_spread_of_first_tokens():
     from burst_phases import spread
 
     assert spread(7.0, 11.9) == pytest.approx((2.0, 12.0))
+
+
+def test_old_vllm_releases_answer_as_the_earliest_read():
+    """A V0 release before 0.6.4 (vLLM's nightly benchmarks reach back to 0.5) is answered with 0.6.4's accounting
+    and says so in its label; a release before 0.2, which had no gpu_memory_utilization, is refused in one line."""
+    from clirun import cli_json, one_line_error
+
+    from llmcalc.analytic.vllm import VERSIONS, vllm_version
+
+    assert vllm_version("0.5.4") is VERSIONS[0] and VERSIONS[0].key == "0.6.4" and VERSIONS[0].engine == "v0"
+    data = cli_json("serve", "llama-3.1-8b", "--gpu", "h100-sxm", "--input-len", 128, "--output-len", 128,
+                    "--vllm-version", "0.5.4")
+    assert data["vllm_version"] == data["performance"]["engine_version"] == "0.6.4"  # what answered, not what was typed
+    line = one_line_error("serve", "llama-3.1-8b", "--gpu", "h100-sxm", "--vllm-version", "0.1.7")
+    assert "--vllm-version 0.1.7" in line and "0.2 and later" in line

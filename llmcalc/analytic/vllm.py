@@ -113,15 +113,18 @@ def _parse(text: str, option: str = "--vllm-version") -> tuple[int, ...]:
 
 def vllm_version(text: str | None, option: str = "--vllm-version") -> VllmVersion:
     """The accounting of release `text` (the latest span starting at or before it); None: the current release.
-    "v0" is the V0 engine of 0.6.5-0.10 (VLLM_USE_V1=0). `option` names where the user gave it, in a refusal."""
+    "v0" is the V0 engine of 0.6.5-0.10 (VLLM_USE_V1=0); a release from 0.2 to 0.6.3 is answered as 0.6.4, the earliest
+    span read. `option` names where the user gave it, in a refusal."""
     if text is None:
         return CURRENT
     if text.strip().lower() == "v0":
         return VERSIONS[1]
     wanted = _parse(text, option)
-    if wanted < _parse(VERSIONS[0].key):
-        raise LlmcalcError(f"{option} {text}: llmcalc models vLLM {VERSIONS[0].key} and later")
-    return [v for v in VERSIONS if _parse(v.key) <= wanted][-1]
+    if wanted < _parse("0.2"):  # before 0.2 there was no gpu_memory_utilization to account
+        raise LlmcalcError(f"{option} {text}: llmcalc models vLLM 0.2 and later (write e.g. 0.6.4)")
+    # a V0 release before 0.6.4 is answered with 0.6.4's accounting, the earliest llmcalc has read (an assumption;
+    # the answer is labelled vLLM 0.6.4)
+    return [v for v in VERSIONS if _parse(v.key) <= wanted][-1] if wanted >= _parse(VERSIONS[0].key) else VERSIONS[0]
 
 
 # --- what vLLM refuses to start with ------------------------------------------------------------------------

@@ -456,8 +456,8 @@ def vllm_options(func: F) -> F:
         click.option("--max-num-seqs", type=POSITIVE_INT, default=None,
                      help="Sequences per step, the dummy sampler's rows (default: vLLM's for this GPU)."),
         click.option("--vllm-version", "version", type=NAME, default=None,
-                     help="Whose memory accounting: a release (0.6.4 and later, e.g. 0.11.0) or v0 for the V0 engine "
-                          "(default: the current release, 0.29)."),
+                     help="Whose memory accounting: a release (e.g. 0.11.0; one before 0.6.4 is answered as 0.6.4) or "
+                          "v0 for the V0 engine (default: the current release, 0.29)."),
         click.option("--enforce-eager", is_flag=True,
                      help="vLLM --enforce-eager: no CUDA graphs are captured, so none is charged (from v0.21)."),
         click.option("--language-model-only", is_flag=True,
