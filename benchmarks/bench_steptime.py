@@ -391,6 +391,11 @@ def imbalance_report() -> list[str]:
 
 
 def main() -> None:
+    known = {"--rows", "--fit", "--fit-imbalance"}
+    if "-h" in sys.argv or "--help" in sys.argv or set(sys.argv[1:]) - known:
+        print(__doc__.split("\n\n")[0] + "\n\n" + "\n".join(
+            line for line in __doc__.splitlines() if line.startswith("    python benchmarks/bench_steptime.py")))
+        sys.exit(0 if "-h" in sys.argv or "--help" in sys.argv else 2)
     if "--fit-imbalance" in sys.argv:
         print("\n".join(imbalance_report()))
         return
