@@ -154,3 +154,23 @@ def test_trtllm_0_17_pytorch_flow_steps_at_the_eager_dispatch(row_id):
     measured = row["metrics"]["tpot_seconds_median"]
     assert predict_workload(row)["tpot_seconds_median"] == pytest.approx(measured, rel=0.10)
     assert predict_workload({**row, "engine_version": "1.0.0"})["tpot_seconds_median"] < 0.6 * measured
+
+
+def test_trtllm_bench_chunks_contexts_in_later_releases():
+    """trtllm-bench throughput's later command chunks contexts by default ("--enable_chunked_context/
+    --disable_chunked_context", default=True), so an ISL as long as trtllm-bench's tuned max_num_tokens (tuning.py
+    finetune_setting: max(2048, ...) for 2,048 / 2,048 at a few hundred KV requests) still shares steps with the running
+    generations; without chunking (microBatchScheduler.cpp: a whole context that outgrows the step's tokens stops the
+    batch) one request at a time would run. A served trtllm (trtllm-serve: enable_chunked_prefill default False) and
+    TensorRT-engine releases keep the whole-context rule."""
+    from llmcalc.analytic import engines
+    from llmcalc.analytic.serving import plan_serving
+    from llmcalc.spec import load_hardware, load_model
+
+    est = plan_serving(load_model("llama-3.1-70b"), load_hardware("h100-sxm"), 4, weight_dtype="fp8")
+    current = engines.profile("trtllm")
+    assert engines.scheduler_policy(current, est, offline=True).chunked
+    assert not engines.scheduler_policy(current, est, offline=False).chunked
+    assert not engines.scheduler_policy(engines.profile("trtllm", "0.12.0"), est, offline=True).chunked
+    tokens, _ = engines.trtllm_bench_settings(est, 2048, 2048)
+    assert tokens == 2048  # the heuristic's floor: a 2,048-token context fills a step alone

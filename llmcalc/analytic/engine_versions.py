@@ -115,17 +115,21 @@ def profile_for(base: Any, version: str) -> Any:
     if engine == "trtllm":
         backend = trtllm_backend(version)
         if backend == "pytorch":
-            return dataclasses.replace(base, version=version, answered=f"TensorRT-LLM {version}: PyTorch backend "
-                                       "(the default from 1.0), overlap scheduler on")
+            chunked = (major, minor) >= (1, 1)  # trtllm-bench's chunked-context default (engines.EngineProfile)
+            return dataclasses.replace(base, version=version, bench_chunked=chunked,
+                                       answered=f"TensorRT-LLM {version}: PyTorch backend (the default from 1.0), "
+                                       "overlap scheduler on" + ("" if chunked else ", trtllm-bench without "
+                                                                 "chunked context (an assumption before 1.1)"))
         if backend == "tensorrt":
             return dataclasses.replace(
                 base, version=version, scheduler=TRTLLM_TENSORRT_SCHEDULER.format(v=version), overlap=True,
+                bench_chunked=False,
                 answered=f"TensorRT-LLM {version}: TensorRT engine backend (before 1.0), C++ executor",
                 sources=("tensorrt_llm/bench/build/build.py", "tensorrt_llm/bench/build/tuning.py",
                          "tensorrt_llm/bench/benchmark/throughput.py", "cpp/tensorrt_llm/batch_manager"))
         return dataclasses.replace(
             base, version=version, scheduler=TRTLLM_EARLY_PYTORCH_SCHEDULER.format(v=version), overlap=False,
-            cuda_graphs=False,
+            cuda_graphs=False, bench_chunked=False,
             answered=f"TensorRT-LLM {version}: the 0.x PyTorch flow (overlap scheduler off, no CUDA graphs: each "
                      "step at least the host's eager kernel dispatch)",
             sources=("tensorrt_llm/_torch/pyexecutor/config.py", "tensorrt_llm/bench/build/tuning.py"))

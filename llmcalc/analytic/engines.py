@@ -122,6 +122,12 @@ POLICIES = {
     # (tensorrt_llm/bench/benchmark/throughput.py: --enable_chunked_context is_flag default False,
     # --scheduler_policy default guaranteed_no_evict)
     "trtllm": SchedulerPolicy(admission="whole", chunked=False),
+    # trtllm-bench throughput of later releases chunks contexts by default (tensorrt_llm/bench/benchmark/throughput.py,
+    # the refactored command with GeneralExecSettings: "--enable_chunked_context/--disable_chunked_context",
+    # default=True, passed as settings_config["chunking"]; the earlier 1.x file, NVIDIA/TensorRT-LLM@000a01de, has
+    # "--enable_chunked_context", is_flag=True, default=False): a context too long for the step's remaining tokens is
+    # split (microBatchScheduler.cpp setCtxRequestsChunkSize, first come first served) instead of stopping the batch
+    "trtllm-bench": SchedulerPolicy(admission="whole", chunked=True),
     # SGLang: python/sglang/srt/managers/scheduler.py get_next_batch_to_run ("Run prefill first if possible", else
     # update_running_batch: decode, retract_decode when check_decode_mem fails); enable_mixed_chunk default False
     # (server_args.py); schedule_policy.py PrefillAdder: rem_total_tokens = free - running requests' remaining
@@ -134,11 +140,14 @@ POLICIES = {
 }
 
 
-def scheduler_policy(prof: EngineProfile, est: ServeEstimate) -> SchedulerPolicy:
+def scheduler_policy(prof: EngineProfile, est: ServeEstimate, offline: bool = False) -> SchedulerPolicy:
     """The scheduler `prof`'s engine runs `est` with: its own (POLICIES); vLLM's V0 engine (--vllm-version before
-    0.8, or v0) without chunked prefill, which it turns on past max_model_len 32K, schedules as V0 did."""
+    0.8, or v0) without chunked prefill, which it turns on past max_model_len 32K, schedules as V0 did; an `offline`
+    TensorRT-LLM run is trtllm-bench's, whose later releases chunk contexts (``EngineProfile.bench_chunked``)."""
     if prof.name == "vllm" and est.version.engine == "v0" and est.max_model_len <= 32768:
         return POLICIES["vllm-v0"]
+    if prof.name == "trtllm" and offline and prof.bench_chunked:
+        return POLICIES["trtllm-bench"]
     return POLICIES[prof.name]
 
 
@@ -146,10 +155,13 @@ V0_SCHEDULER = ("vLLM V0 without chunked prefill: a step of waiting prompts, who
                 "whenever one can be admitted, else a decode step of the running requests")
 
 
-def scheduler_words(prof: EngineProfile, est: ServeEstimate) -> str:
+def scheduler_words(prof: EngineProfile, est: ServeEstimate, offline: bool = False) -> str:
     """The assumptions' words for the scheduler `prof`'s engine runs `est` with ("" for vLLM V1's, said there)."""
     if prof.name == "vllm":
         return V0_SCHEDULER if scheduler_policy(prof, est) is POLICIES["vllm-v0"] else ""
+    if scheduler_policy(prof, est, offline) is POLICIES["trtllm-bench"]:
+        return prof.scheduler.replace("a context request whole or waiting (context chunking off)",
+                                      "a context request chunked to fit (trtllm-bench's chunked context)")
     return prof.scheduler
 
 
@@ -167,6 +179,9 @@ class EngineProfile:
     sources: tuple[str, ...]
     answered: str = ""  # which release's profile answers, in words (engine_versions.profile_for); "" the tables'
     cuda_graphs: bool = True  # False: eager steps, at least the host's kernel dispatch (eager_dispatch_seconds)
+    # trtllm-bench throughput chunks contexts by default (POLICIES["trtllm-bench"]); which release flipped the
+    # default is not pinned here: llmcalc takes it for 1.1 and later (engine_versions.profile_for), an assumption
+    bench_chunked: bool = False
 
 
 PROFILES = {
@@ -183,7 +198,7 @@ PROFILES = {
         "(context chunking off); overlap scheduler on",
         admission="GUARANTEED_NO_EVICT capacity scheduler: a request is admitted when the KV cache holds its prompt "
         "and its whole output beside every running request's to completion; nothing is ever evicted",
-        kv_memory="free_fraction", overlap=True, chunked_prefill=False,
+        kv_memory="free_fraction", overlap=True, chunked_prefill=False, bench_chunked=True,
         sources=("tensorrt_llm/bench/build/tuning.py", "tensorrt_llm/bench/benchmark/throughput.py",
                  "tensorrt_llm/llmapi/llm_args.py")),
     "sglang": EngineProfile(

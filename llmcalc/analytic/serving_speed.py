@@ -764,7 +764,7 @@ def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm", engi
     else:
         budget = kv_budget(est)  # the engine's share of the memory vLLM would give the cache (engines.kv_share)
         run = simulate(cost, work, seqs, tokens, KvBudget(blocks=math.floor(budget.blocks * share), need=budget.need),
-                       policy=policy or engines.scheduler_policy(prof, est))
+                       policy=policy or engines.scheduler_policy(prof, est, offline))
     running = max(1.0, min(run.mean_running, held, seqs, clients or seqs))
     context = work.input_len + work.output_len // 2
     roof = est.roofline(max(1, round(running)), work.input_len)
@@ -772,7 +772,7 @@ def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm", engi
                        max_num_seqs=seqs, max_num_batched_tokens=tokens, run=run,
                        roofline_ttft=est.roofline(1, work.input_len).prefill.seconds,
                        roofline_tpot=roof.decode_step(context).seconds,
-                       scheduler=engines.scheduler_words(prof, est), kv_share=share)
+                       scheduler=engines.scheduler_words(prof, est, offline), kv_share=share)
 
 
 @dataclass(frozen=True)
