@@ -794,8 +794,9 @@ class WorkloadPlan:
 def plan_workloads(est: ServeEstimate, input_len: int, output_len: int, max_concurrency: tuple[int, ...] | None = None,
                    request_rate: float | None = None, num_prompts: int = 1000, engine: str = "vllm",
                    engine_version: str | None = None, dataset: str = "random",
-                   random_range_ratio: float = 0.0) -> WorkloadPlan:
-    """One Performance per --max-concurrency value (or one for the rate / offline run) on one replica of `est`.
+                   random_range_ratio: float = 0.0, progress: Callable[[], None] | None = None) -> WorkloadPlan:
+    """One Performance per --max-concurrency value (or one for the rate / offline run) on one replica of `est`,
+    `progress` called after each.
     Requests longer than the KV cache holds are refused as vLLM refuses to start ("To serve at least one request
     with the model's max seq len ... the estimated maximum model length is ..."): one line naming the options and the
     longest request that fits; weights that leave no KV cache at all are a plan that does not fit (`fits` false)."""
@@ -810,7 +811,12 @@ def plan_workloads(est: ServeEstimate, input_len: int, output_len: int, max_conc
                            f"the KV cache of {est.tp} x {est.accelerator.key} holds {est.kv_cache_tokens:,} tokens, "
                            f"the longest request that fits is {longest:,} tokens, and vLLM refuses to start; shorten "
                            "the request, add GPUs (--n-gpus) or use --kv-dtype fp8")
-    return WorkloadPlan(est, tuple(plan_workload(est, work, engine, engine_version) for work in works))
+    done = []
+    for work in works:
+        done.append(plan_workload(est, work, engine, engine_version))
+        if progress is not None:
+            progress()
+    return WorkloadPlan(est, tuple(done))
 
 
 # --- datasets of varied lengths ----------------------------------------------------------------------------------

@@ -135,6 +135,7 @@ def _workload(ctx: click.Context, spec: Any, device: Any, n_gpus: int, fmt: str,
     from ..analytic.serving_speed import plan_workloads
     from ..analytic.vllm import vllm_version
     from ..hardware import MemoryOnly
+    from ..render.progress import Progress
     from ..views.serve import workload_document
 
     if isinstance(device, MemoryOnly):  # --gpu-memory: a workload's speed needs a preset; the line names them
@@ -161,7 +162,11 @@ def _workload(ctx: click.Context, spec: Any, device: Any, n_gpus: int, fmt: str,
     kv = None if dtypes["kv_dtype"] else default_kv_dtype(work["engine"], est.weights)
     if kv:  # TensorRT-LLM's FP8 KV cache for FP8 / NVFP4 weights (analytic/engine_versions.py)
         est = plan_serving(spec, device, n_gpus, **{**dtypes, "kv_dtype": kv}, **vllm)
-    plan = plan_workloads(est, **work)  # a request the KV cache cannot hold is refused there
+    bar = Progress(len(work["max_concurrency"] or (None,)), "simulating the workload")  # on a terminal only
+    try:
+        plan = plan_workloads(est, **work, progress=bar.step)  # a request the KV cache cannot hold is refused there
+    finally:
+        bar.close()
     if work["engine"] == "vllm":  # and a max length it cannot hold once, as vLLM refuses to start
         est.check_starts()
     emit(workload_document(plan), fmt, est.warnings)
