@@ -174,3 +174,15 @@ def test_trtllm_bench_chunks_contexts_in_later_releases():
     assert not engines.scheduler_policy(engines.profile("trtllm", "0.12.0"), est, offline=True).chunked
     tokens, _ = engines.trtllm_bench_settings(est, 2048, 2048)
     assert tokens == 2048  # the heuristic's floor: a 2,048-token context fills a step alone
+
+
+def test_trtllm_bench_answer_says_its_chunking():
+    """The JSON's assumptions name the chunking the answer ran: on for trtllm-bench of the tables' release, off for
+    a served trtllm run (trtllm-serve) of the same release."""
+    from clirun import cli_json
+
+    args = ("serve", "llama-3.1-8b", "--gpu", "h100-sxm", "--input-len", 2048, "--output-len", 256, "--engine",
+            "trtllm")
+    offline = cli_json(*args)["performance"]["assumptions"]["context_chunking"]
+    served = cli_json(*args, "--max-concurrency", 8)["performance"]["assumptions"]["context_chunking"]
+    assert offline.startswith("context chunking on") and served.startswith("context chunking off")

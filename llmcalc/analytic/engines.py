@@ -242,11 +242,14 @@ def profile(engine: str, version: str | None = None) -> EngineProfile:
     return released
 
 
-def assumptions(prof: EngineProfile, share: float) -> dict[str, Any]:
-    """What an answer on `prof`'s engine assumed beyond vLLM's (none for vLLM): the JSON's "assumptions"."""
+def assumptions(prof: EngineProfile, share: float, chunked: bool = False) -> dict[str, Any]:
+    """What an answer on `prof`'s engine assumed beyond vLLM's (none for vLLM): the JSON's "assumptions"; `chunked`:
+    the scheduler the answer ran split prompts across steps (trtllm-bench's chunked context, POLICIES)."""
     if prof.name == "vllm":
         return {}
     chunking = ("context chunking within the token budget (chunked_prefill_size)" if prof.chunked_prefill else
+                "context chunking on (trtllm-bench's default in this release): a context split to fit the step's "
+                "max_num_tokens" if chunked else
                 "context chunking off by default (trtllm-bench); simulated with chunks of max_num_tokens, as the "
                 "engine must for a prompt longer than it")
     hidden = ("hidden under the GPU's by the overlap scheduler" if prof.overlap else

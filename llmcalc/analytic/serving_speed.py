@@ -650,6 +650,7 @@ class Performance:
     roofline_tpot: float  # a decode step of the mean running sequences at the mean context, the roofline's
     scheduler: str = ""  # the engine's scheduler in words (engines.EngineProfile); "" for vLLM V1's
     kv_share: float = 1.0  # the engine's KV cache over vLLM's (engines.kv_share)
+    chunked: bool = True  # the scheduler split prompts across steps (SchedulerPolicy.chunked)
 
     @property
     def fits(self) -> bool:
@@ -700,7 +701,7 @@ class Performance:
                             or "all requests at once (offline)",
                 "max_num_seqs": self.max_num_seqs, "max_num_batched_tokens": self.max_num_batched_tokens,
                 "kv_cache_requests": self.kv_requests,
-                **engines.assumptions(prof, self.kv_share),
+                **engines.assumptions(prof, self.kv_share, chunked=self.chunked),
                 "engine_step_seconds": ENGINE_STEP_SECONDS, "layer_floor_seconds": LAYER_FLOOR_SECONDS,
                 "tp_sync_seconds": TP_SYNC_SECONDS, "request_seconds": REQUEST_SECONDS,
             },
@@ -753,6 +754,7 @@ def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm", engi
     inference = est.roofline(1, work.input_len)
     cost = engines.step_cost(StepCost(inference, dev, est.tp), prof, est, host=ENGINE_STEP_SECONDS)
     offline = work.max_concurrency is None and work.request_rate is None
+    policy = policy or engines.scheduler_policy(prof, est, offline)
     tokens, seqs = engines.batch_limits(prof, est, work.input_len, work.output_len, offline=offline)
     share = engines.kv_share(prof, est)
     held = math.floor(kv_requests(est, length) * share)
@@ -764,7 +766,7 @@ def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm", engi
     else:
         budget = kv_budget(est)  # the engine's share of the memory vLLM would give the cache (engines.kv_share)
         run = simulate(cost, work, seqs, tokens, KvBudget(blocks=math.floor(budget.blocks * share), need=budget.need),
-                       policy=policy or engines.scheduler_policy(prof, est, offline))
+                       policy=policy)
     running = max(1.0, min(run.mean_running, held, seqs, clients or seqs))
     context = work.input_len + work.output_len // 2
     roof = est.roofline(max(1, round(running)), work.input_len)
@@ -772,7 +774,8 @@ def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm", engi
                        max_num_seqs=seqs, max_num_batched_tokens=tokens, run=run,
                        roofline_ttft=est.roofline(1, work.input_len).prefill.seconds,
                        roofline_tpot=roof.decode_step(context).seconds,
-                       scheduler=engines.scheduler_words(prof, est, offline), kv_share=share)
+                       scheduler=engines.scheduler_words(prof, est, offline), kv_share=share,
+                       chunked=policy.chunked)
 
 
 @dataclass(frozen=True)
