@@ -332,3 +332,14 @@ def cli_finetune_qlora():
     from llmcalc.analytic.finetune_request import FinetuneRequest
 
     return FinetuneRequest(method="qlora")
+
+
+def test_infer_takes_vllm_bench_latency_spelling():
+    """`vllm bench latency` spells a static batch --input-len, --output-len, --batch-size; infer answers it as it
+    answers --prompt and --generate (the same request), and a zero length is one line naming both spellings."""
+    bench = cli_json("infer", "llama-3.1-8b", "--gpu", "h100-sxm", "--input-len", 128, "--output-len", 64,
+                     "--batch-size", 4)
+    ours = cli_json("infer", "llama-3.1-8b", "--gpu", "h100-sxm", "--prompt", 128, "--generate", 64,
+                    "--batch-size", 4)
+    assert bench == ours
+    assert "--output-len" in one_line_error("infer", "llama-3.1-8b", "--gpu", "h100-sxm", "--output-len", 0)

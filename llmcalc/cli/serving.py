@@ -29,9 +29,11 @@ if TYPE_CHECKING:
 @click.command()
 @model_argument
 @gpu_option(required=True)
-@click.option("--prompt", type=LENGTH, default="2k", show_default=True, help="Prompt tokens per sequence.")
-@click.option("--generate", type=Count(whole=True, maximum=MAX_GENERATE), default=256, show_default=True,
-              help=f"Tokens to generate (at most {MAX_GENERATE:,}: the roofline sums every decode step).")
+@click.option("--prompt", "--input-len", "prompt", type=LENGTH, default="2k", show_default=True,
+              help="Prompt tokens per sequence (--input-len: vllm bench latency's spelling).")
+@click.option("--generate", "--output-len", "generate", type=Count(whole=True, maximum=MAX_GENERATE), default=256,
+              show_default=True, help=f"Tokens to generate (at most {MAX_GENERATE:,}: the roofline sums every decode "
+                                      "step; --output-len: vllm bench latency's spelling).")
 @click.option("--batch-size", type=POSITIVE_INT, default=1, show_default=True, help="Concurrent sequences.")
 @serving_options
 @format_option
