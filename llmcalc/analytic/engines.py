@@ -182,6 +182,9 @@ class EngineProfile:
     # trtllm-bench throughput chunks contexts by default (POLICIES["trtllm-bench"]); which release flipped the
     # default is not pinned here: llmcalc takes it for 1.1 and later (engine_versions.profile_for), an assumption
     bench_chunked: bool = False
+    # trtllm-bench without chunking raises max_num_tokens to the longest prompt + max_batch_size (PyTorch flow, 0.20
+    # to 1.0: bench/benchmark/utils/general.py get_settings; engine_versions docstring), in batch_limits
+    bench_isl_floor: bool = False
 
 
 PROFILES = {
@@ -242,14 +245,18 @@ def profile(engine: str, version: str | None = None) -> EngineProfile:
     return released
 
 
-def assumptions(prof: EngineProfile, share: float, chunked: bool = False) -> dict[str, Any]:
+def assumptions(prof: EngineProfile, share: float, chunked: bool = False, offline: bool = False) -> dict[str, Any]:
     """What an answer on `prof`'s engine assumed beyond vLLM's (none for vLLM): the JSON's "assumptions"; `chunked`:
-    the scheduler the answer ran split prompts across steps (trtllm-bench's chunked context, POLICIES)."""
+    the scheduler the answer ran split prompts across steps (trtllm-bench's chunked context, POLICIES); `offline`:
+    a trtllm-bench run (its token floor, EngineProfile.bench_isl_floor)."""
     if prof.name == "vllm":
         return {}
     chunking = ("context chunking within the token budget (chunked_prefill_size)" if prof.chunked_prefill else
                 "context chunking on (trtllm-bench's default in this release): a context split to fit the step's "
                 "max_num_tokens" if chunked else
+                "context chunking off (trtllm-bench's PyTorch flow in this release), max_num_tokens raised to the "
+                "longest prompt + max_batch_size (bench/benchmark/utils/general.py), so a whole context fits beside a "
+                "full batch of generations" if prof.bench_isl_floor and offline else
                 "context chunking off by default (trtllm-bench); simulated with chunks of max_num_tokens, as the "
                 "engine must for a prompt longer than it")
     hidden = ("hidden under the GPU's by the overlap scheduler" if prof.overlap else
@@ -334,13 +341,18 @@ def trtllm_bench_settings(est: ServeEstimate, input_len: int, output_len: int) -
 
 
 def batch_limits(prof: EngineProfile, est: ServeEstimate, input_len: int, output_len: int,
-                 offline: bool) -> tuple[int, int]:
+                 offline: bool, longest_input: int | None = None) -> tuple[int, int]:
     """(token budget per step, most running requests) the engine runs with: typed --max-num-batched-tokens /
-    --max-num-seqs first; else vLLM's defaults, trtllm-bench's tuning (offline) or trtllm-serve's defaults, SGLang's
-    chunked_prefill_size and its max_running_requests cap."""
+    --max-num-seqs first; else vLLM's defaults, trtllm-bench's tuning (offline; at mean lengths `input_len` /
+    `output_len`, the dataset's avg_isl / avg_osl) or trtllm-serve's defaults, SGLang's chunked_prefill_size and its
+    max_running_requests cap. trtllm-bench's unchunked PyTorch flow raises the tuned tokens to the longest prompt
+    (`longest_input`, else `input_len`) + max_batch_size (``EngineProfile.bench_isl_floor``, general.py
+    ``get_settings``: ``max(max_num_tokens, dataset_metadata.max_isl + max_batch_size)``)."""
     tokens, seqs = est.batch_defaults
     if prof.name == "trtllm":
         tokens, seqs = trtllm_bench_settings(est, input_len, output_len) if offline else TRTLLM_SERVE_DEFAULTS
+        if offline and prof.bench_isl_floor and not est.max_num_batched_tokens:
+            tokens = max(tokens, (longest_input or input_len) + (est.max_num_seqs or seqs))
     elif prof.name == "sglang":
         tokens = sglang_defaults(est.accelerator.usable_bytes / 2**20, est.tp)[0]
         if prof.kv_memory == "static_fraction_tp":  # before 0.5: "2048 if gpu_mem < 25_000 else 8192"

@@ -701,7 +701,8 @@ class Performance:
                             or "all requests at once (offline)",
                 "max_num_seqs": self.max_num_seqs, "max_num_batched_tokens": self.max_num_batched_tokens,
                 "kv_cache_requests": self.kv_requests,
-                **engines.assumptions(prof, self.kv_share, chunked=self.chunked),
+                **engines.assumptions(prof, self.kv_share, chunked=self.chunked,
+                                      offline=w.max_concurrency is None and w.request_rate is None),
                 "engine_step_seconds": ENGINE_STEP_SECONDS, "layer_floor_seconds": LAYER_FLOOR_SECONDS,
                 "tp_sync_seconds": TP_SYNC_SECONDS, "request_seconds": REQUEST_SECONDS,
             },
@@ -755,7 +756,9 @@ def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm", engi
     cost = engines.step_cost(StepCost(inference, dev, est.tp), prof, est, host=ENGINE_STEP_SECONDS)
     offline = work.max_concurrency is None and work.request_rate is None
     policy = policy or engines.scheduler_policy(prof, est, offline)
-    tokens, seqs = engines.batch_limits(prof, est, work.input_len, work.output_len, offline=offline)
+    longest_input = max([work.input_len, *(i for i, _ in work.requests() or ())])
+    tokens, seqs = engines.batch_limits(prof, est, work.input_len, work.output_len, offline=offline,
+                                        longest_input=longest_input)
     share = engines.kv_share(prof, est)
     held = math.floor(kv_requests(est, length) * share)
     clients = work.max_concurrency
