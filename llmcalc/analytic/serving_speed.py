@@ -719,6 +719,7 @@ def kv_budget(est: ServeEstimate) -> KvBudget:
     if not stages:
         return KvBudget.requests(est.batch_defaults[1])
 
+    @functools.cache  # the scheduler asks the same few lengths every step of a run (simulate's admission checks)
     def need(length: int) -> int:
         return max(sum(g.blocks_per_request(length, tokens) for g in groups) for groups in stages)
 
