@@ -122,7 +122,9 @@ POLICIES = {
     # (tensorrt_llm/bench/benchmark/throughput.py: --enable_chunked_context is_flag default False,
     # --scheduler_policy default guaranteed_no_evict)
     "trtllm": SchedulerPolicy(admission="whole", chunked=False),
-    # trtllm-bench throughput of later releases chunks contexts by default (tensorrt_llm/bench/benchmark/throughput.py,
+    # trtllm-bench throughput on a TensorRT engine (before 1.0: bench/run/dataclasses.py ExecutorSettingsConfig
+    # ``chunking: bool = True``, engine_versions docstring) and of later releases chunks contexts by default
+    # (tensorrt_llm/bench/benchmark/throughput.py,
     # the refactored command with GeneralExecSettings: "--enable_chunked_context/--disable_chunked_context",
     # default=True, passed as settings_config["chunking"]; the earlier 1.x file, NVIDIA/TensorRT-LLM@000a01de, has
     # "--enable_chunked_context", is_flag=True, default=False): a context too long for the step's remaining tokens is
@@ -179,8 +181,8 @@ class EngineProfile:
     sources: tuple[str, ...]
     answered: str = ""  # which release's profile answers, in words (engine_versions.profile_for); "" the tables'
     cuda_graphs: bool = True  # False: eager steps, at least the host's kernel dispatch (eager_dispatch_seconds)
-    # trtllm-bench throughput chunks contexts by default (POLICIES["trtllm-bench"]); which release flipped the
-    # default is not pinned here: llmcalc takes it for 1.1 and later (engine_versions.profile_for), an assumption
+    # trtllm-bench throughput chunks contexts (POLICIES["trtllm-bench"]): on TensorRT engines before 1.0 and in 1.1
+    # and later, not in 1.0's PyTorch flow (engine_versions docstring; 1.1 for the PyTorch flip is an assumption)
     bench_chunked: bool = False
     # trtllm-bench without chunking raises max_num_tokens to the longest prompt + max_batch_size (PyTorch flow, 0.20
     # to 1.0: bench/benchmark/utils/general.py get_settings; engine_versions docstring), in batch_limits
