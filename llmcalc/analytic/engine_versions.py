@@ -23,8 +23,9 @@ TensorRT-LLM:
   (an assumption, said in the answer). Without chunking the C++ MicroBatchScheduler, whose input lists running
   generations before new contexts (capacityScheduler.cpp GuaranteedNoEvictScheduler), stops the batch at the first
   whole context that outgrows the step's remaining max_num_tokens, and at an ISL equal to the tuned max_num_tokens
-  (2,048 / 2,048: ``max(2048, ...)``) it ran one request at a time. The executor's host work per step is C++, not Python: it is assumed hidden
-  under the GPU's as the overlap scheduler hides the PyTorch backend's (no published measurement of either).
+  (2,048 / 2,048: ``max(2048, ...)``) it ran one request at a time. The executor's host work per step is C++, not
+  Python: it is assumed hidden under the GPU's as the overlap scheduler hides the PyTorch backend's (no published
+  measurement of either).
 - a 0.17 or 0.18 release stated with "pytorch" (the opt-in ``--backend pytorch`` flow): PyTorchConfig's defaults
   then, ``use_cuda_graph: bool = False`` and ``enable_overlap_scheduler: bool = False``
   (tensorrt_llm/_torch/pyexecutor/config.py of those releases; 0.18.2's PyTorch quick start still opts in with
