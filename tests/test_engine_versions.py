@@ -232,3 +232,36 @@ def test_trtllm_bench_answer_says_its_chunking():
     offline = cli_json(*args)["performance"]["assumptions"]["context_chunking"]
     served = cli_json(*args, "--max-concurrency", 8)["performance"]["assumptions"]["context_chunking"]
     assert offline.startswith("context chunking on") and served.startswith("context chunking off")
+
+
+def test_trtllm_pytorch_cuda_graphs_only_for_decode_batches_captured():
+    """TensorRT-LLM's PyTorch backend replays CUDA graphs only for decode-only batches ("enabled for batches that
+    consist of decoding requests *only*", llm_args.py TorchLlmArgs.cuda_graph_config) of the captured sizes:
+    trtllm-serve's default "max_batch_size = config.max_batch_size or 128" without padding captures "list(range(1,
+    32)) + [32, 64, 128]", so a decode batch of 50 or 200 runs eager; trtllm-bench pads its graphs up to its
+    max_batch_size (general.py get_settings: enable_padding True), so every decode batch replays one. A step holding a
+    prefill runs eager on either; a TensorRT engine (0.x) has no such rule."""
+    est = plan_serving(load_model("llama-3.1-8b"), load_hardware("h100-sxm"), 1, weight_dtype="fp8")
+
+    def cost(prof: engines.EngineProfile) -> engines.EngineStepCost:
+        base = serving_speed.StepCost(est.roofline(1, 128), device_for(est.accelerator.key), est.tp)
+        return engines.step_cost(base, prof, est, host=serving_speed.ENGINE_STEP_SECONDS)
+
+    prof = engines.profile("trtllm", "1.0.0")
+    served, bench = cost(engines.served_profile(prof, offline=False)), cost(engines.served_profile(prof, True))
+    assert (*range(1, 33), 64, 128) == engines.TRTLLM_SERVE_GRAPH_BATCHES
+    assert [served.eager(b, b) for b in (1, 32, 50, 64, 128, 200)] == [False, False, True, False, False, True]
+    assert not any(bench.eager(b, b) for b in (1, 50, 200))
+    assert served.eager(2048 + 8, 8) and bench.eager(2048 + 8, 8)
+    assert not cost(engines.profile("trtllm", "0.12.0")).eager(2048 + 8, 8)
+    eager = engine_versions.eager_dispatch_seconds(est.spec.n_layers, 0)
+    assert served.seconds(200, 200, kv_tokens=200 * 300, decodes=200, pairs=0, length=0) >= eager
+
+
+def test_trtllm_burst_through_the_api_server_is_trtllm_serve():
+    """Every request at once through `vllm bench serve` (rate inf) reaches trtllm-serve, not trtllm-bench: its
+    defaults max_num_tokens 8,192 / max_batch_size 2,048 (llm_args.py BaseLlmArgs), not the tuning heuristic."""
+    est = plan_serving(load_model("llama-3.1-8b"), load_hardware("h100-sxm"), 1, weight_dtype="fp8")
+    work = serving_speed.Workload(2048, 128, num_prompts=50, served=True)
+    perf = serving_speed.plan_workload(est, work, "trtllm", "1.0.0")
+    assert (perf.max_num_batched_tokens, perf.max_num_seqs) == engines.TRTLLM_SERVE_DEFAULTS

@@ -147,7 +147,7 @@ def profile_for(base: Any, version: str) -> Any:
             opt_in = (major, minor) in TRTLLM_OPT_IN_CHUNKING
             return dataclasses.replace(
                 base, version=version, scheduler=TRTLLM_TENSORRT_SCHEDULER.format(v=version), overlap=True,
-                bench_chunked=True,
+                bench_chunked=True, graphed=None,  # a TensorRT engine: no PyTorch-side graph rule
                 answered=f"TensorRT-LLM {version}: TensorRT engine backend (before 1.0), C++ executor, trtllm-bench "
                          "with chunked context" + (" (an opt-in flag in this release, taken as on)" if opt_in else ""),
                 sources=("tensorrt_llm/bench/build/build.py", "tensorrt_llm/bench/build/tuning.py",
