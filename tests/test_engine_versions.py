@@ -171,9 +171,55 @@ def test_trtllm_bench_chunks_contexts_in_later_releases():
     current = engines.profile("trtllm")
     assert engines.scheduler_policy(current, est, offline=True).chunked
     assert not engines.scheduler_policy(current, est, offline=False).chunked
-    assert not engines.scheduler_policy(engines.profile("trtllm", "0.12.0"), est, offline=True).chunked
+    assert not engines.scheduler_policy(engines.profile("trtllm", "1.0.0"), est, offline=True).chunked
     tokens, _ = engines.trtllm_bench_settings(est, 2048, 2048)
     assert tokens == 2048  # the heuristic's floor: a 2,048-token context fills a step alone
+
+
+def _offline_8b(version: str, input_len: int = 2048, output_len: int = 2048) -> serving_speed.Performance:
+    """trtllm-bench's offline run of Llama-3.1-8B FP8 on one H100 at `version` (the serial case of issue 36: the
+    tuned max_num_tokens, max(2048, ...), equals the 2,048-token ISL)."""
+    est = plan_serving(load_model("llama-3.1-8b"), load_hardware("h100-sxm"), 1, weight_dtype="fp8")
+    work = serving_speed.Workload(input_len, output_len, num_prompts=300, served=False)
+    return serving_speed.plan_workload(est, work, "trtllm", version)
+
+
+@pytest.mark.parametrize("version", ["0.12.0", "0.16.0", "0.21.0"])
+def test_trtllm_bench_tensorrt_engines_chunk_contexts(version):
+    """trtllm-bench's TensorRT-engine flow runs the C++ executor with chunked context, first come first served
+    (bench/run/dataclasses.py ExecutorSettingsConfig ``chunking: bool = True`` passed as
+    ``enable_chunked_context``; PR #6956: "True for TensorRT"): a 2,048-token context beside running generations
+    under the tuned 2,048-token max_num_tokens is split, not serialised, so many sequences run at once."""
+    perf = _offline_8b(version)
+    assert perf.chunked and perf.max_num_batched_tokens == 2048
+    assert perf.run.mean_running > 50
+
+
+def test_trtllm_bench_1_0_raises_max_num_tokens_past_the_longest_prompt():
+    """1.0's trtllm-bench (PyTorch flow, chunking off: PR #6956 "False for others") raises the tuned max_num_tokens to
+    the dataset's max ISL + max_batch_size (bench/benchmark/utils/general.py get_settings: ``max(max_num_tokens,
+    dataset_metadata.max_isl + max_batch_size)``), so a whole 2,048-token context fits beside every running
+    generation (microBatchScheduler.cpp schedules generations first, one token each) and many sequences run."""
+    perf = _offline_8b("1.0.0")
+    assert not perf.chunked
+    assert perf.max_num_batched_tokens == 2048 + perf.max_num_seqs
+    assert perf.run.mean_running > 50
+    words = perf.record()["assumptions"]["context_chunking"]
+    assert "longest prompt + max_batch_size" in words
+
+
+def test_trtllm_bench_token_floor_only_where_the_code_has_it():
+    """The floor is the PyTorch flow's without chunking (0.20 to 1.0); 1.1 and later chunk instead, the 0.17-0.18
+    PyTorch flow predates it (PR #4133), TensorRT engines chunk, and a served run keeps trtllm-serve's defaults."""
+    est = plan_serving(load_model("llama-3.1-8b"), load_hardware("h100-sxm"), 1, weight_dtype="fp8")
+    floor = {v: engines.profile("trtllm", v).bench_isl_floor
+             for v in ("0.12.0", "0.17.0 (pytorch)", "0.20.0 (pytorch)", "1.0.0", "1.1.0")}
+    assert floor == {"0.12.0": False, "0.17.0 (pytorch)": False, "0.20.0 (pytorch)": True, "1.0.0": True,
+                     "1.1.0": False}
+    prof = engines.profile("trtllm", "1.0.0")
+    assert engines.batch_limits(prof, est, 2048, 2048, offline=False) == engines.TRTLLM_SERVE_DEFAULTS
+    tokens, seqs = engines.batch_limits(prof, est, 500, 2000, offline=True, longest_input=900)
+    assert tokens == max(engines.trtllm_bench_settings(est, 500, 2000)[0], 900 + seqs)
 
 
 def test_trtllm_bench_answer_says_its_chunking():
@@ -186,3 +232,36 @@ def test_trtllm_bench_answer_says_its_chunking():
     offline = cli_json(*args)["performance"]["assumptions"]["context_chunking"]
     served = cli_json(*args, "--max-concurrency", 8)["performance"]["assumptions"]["context_chunking"]
     assert offline.startswith("context chunking on") and served.startswith("context chunking off")
+
+
+def test_trtllm_pytorch_cuda_graphs_only_for_decode_batches_captured():
+    """TensorRT-LLM's PyTorch backend replays CUDA graphs only for decode-only batches ("enabled for batches that
+    consist of decoding requests *only*", llm_args.py TorchLlmArgs.cuda_graph_config) of the captured sizes:
+    trtllm-serve's default "max_batch_size = config.max_batch_size or 128" without padding captures "list(range(1,
+    32)) + [32, 64, 128]", so a decode batch of 50 or 200 runs eager; trtllm-bench pads its graphs up to its
+    max_batch_size (general.py get_settings: enable_padding True), so every decode batch replays one. A step holding a
+    prefill runs eager on either; a TensorRT engine (0.x) has no such rule."""
+    est = plan_serving(load_model("llama-3.1-8b"), load_hardware("h100-sxm"), 1, weight_dtype="fp8")
+
+    def cost(prof: engines.EngineProfile) -> engines.EngineStepCost:
+        base = serving_speed.StepCost(est.roofline(1, 128), device_for(est.accelerator.key), est.tp)
+        return engines.step_cost(base, prof, est, host=serving_speed.ENGINE_STEP_SECONDS)
+
+    prof = engines.profile("trtllm", "1.0.0")
+    served, bench = cost(engines.served_profile(prof, offline=False)), cost(engines.served_profile(prof, True))
+    assert (*range(1, 33), 64, 128) == engines.TRTLLM_SERVE_GRAPH_BATCHES
+    assert [served.eager(b, b) for b in (1, 32, 50, 64, 128, 200)] == [False, False, True, False, False, True]
+    assert not any(bench.eager(b, b) for b in (1, 50, 200))
+    assert served.eager(2048 + 8, 8) and bench.eager(2048 + 8, 8)
+    assert not cost(engines.profile("trtllm", "0.12.0")).eager(2048 + 8, 8)
+    eager = engine_versions.eager_dispatch_seconds(est.spec.n_layers, 0)
+    assert served.seconds(200, 200, kv_tokens=200 * 300, decodes=200, pairs=0, length=0) >= eager
+
+
+def test_trtllm_burst_through_the_api_server_is_trtllm_serve():
+    """Every request at once through `vllm bench serve` (rate inf) reaches trtllm-serve, not trtllm-bench: its
+    defaults max_num_tokens 8,192 / max_batch_size 2,048 (llm_args.py BaseLlmArgs), not the tuning heuristic."""
+    est = plan_serving(load_model("llama-3.1-8b"), load_hardware("h100-sxm"), 1, weight_dtype="fp8")
+    work = serving_speed.Workload(2048, 128, num_prompts=50, served=True)
+    perf = serving_speed.plan_workload(est, work, "trtllm", "1.0.0")
+    assert (perf.max_num_batched_tokens, perf.max_num_seqs) == engines.TRTLLM_SERVE_DEFAULTS

@@ -11,14 +11,33 @@ TensorRT-LLM:
   capacityScheduler.cpp / microBatchScheduler.cpp the PyTorch backend later reused), max_batch_size and
   max_num_tokens from the build's tuning heuristic (bench/build/build.py ``get_benchmark_engine_settings`` ->
   tuning.py ``calc_engine_setting``, engines.trtllm_bench_settings), KV cache kv_cache_free_gpu_mem_fraction 0.90 of
-  the memory free after the engine. The executor's host work per step is C++, not Python: it is assumed hidden
-  under the GPU's as the overlap scheduler hides the PyTorch backend's (no published measurement of either).
+  the memory free after the engine. trtllm-bench runs that engine with context chunking on, first come first served:
+  the first command (tensorrt_llm/bench/run/dataclasses.py ``ExecutorSettingsConfig``: ``chunking: bool = True``,
+  ``context_chunking_policy=trtllm.ContextChunkingPolicy.FIRST_COME_FIRST_SERVED``, passed as
+  ``ExecutorConfig(enable_chunked_context=...)``; run/run.py never sets it otherwise), the build enabling what
+  chunking needs (build.py: ``use_paged_context_fmha = True``; trtGptModelInflightBatching.cpp "Chunked context
+  requires context FMHA, paged kv_cache and paged context FMHA"); NVIDIA/TensorRT-LLM PR #6956 (2025-08,
+  "reverting a breaking change": "Set default based on backend: True for TensorRT, False for others") restored it
+  after PR #4133 (2025-05) had made ``--enable_chunked_context`` an opt-in flag for both backends, so 0.20-0.21's
+  command line defaulted it off for TensorRT engines; llmcalc answers those two releases with chunking on as well
+  (an assumption, said in the answer). Without chunking the C++ MicroBatchScheduler, whose input lists running
+  generations before new contexts (capacityScheduler.cpp GuaranteedNoEvictScheduler), stops the batch at the first
+  whole context that outgrows the step's remaining max_num_tokens, and at an ISL equal to the tuned max_num_tokens
+  (2,048 / 2,048: ``max(2048, ...)``) it ran one request at a time. The executor's host work per step is C++, not
+  Python: it is assumed hidden under the GPU's as the overlap scheduler hides the PyTorch backend's (no published
+  measurement of either).
 - a 0.17 or 0.18 release stated with "pytorch" (the opt-in ``--backend pytorch`` flow): PyTorchConfig's defaults
   then, ``use_cuda_graph: bool = False`` and ``enable_overlap_scheduler: bool = False``
   (tensorrt_llm/_torch/pyexecutor/config.py of those releases; 0.18.2's PyTorch quick start still opts in with
   ``--enable_overlap_scheduler``): the host's Python work per step adds to the GPU's. 0.19 to 0.21 with "pytorch"
   are taken as the PyTorch backend with its overlap scheduler (``disable_overlap_scheduler`` False, as in 1.0; the
   release that flipped the default is placed at 0.19 without a source read for it, an assumption).
+- trtllm-bench's PyTorch flow without chunking (1.0: PR #6956's "False for others"; 0.20 and later with
+  ``--backend pytorch``) raises the tuned max_num_tokens so that a whole context of the dataset's longest prompt fits
+  beside a full batch of generations (tensorrt_llm/bench/benchmark/utils/general.py ``get_settings``, from PR #4133:
+  "If chunked prefill is disabled, we need to ensure that the max_num_tokens is at least the max_isl" ...
+  ``max_num_tokens = max(max_num_tokens, dataset_metadata.max_isl + max_batch_size)``): EngineProfile.bench_isl_floor,
+  applied in engines.batch_limits. 1.1 and later chunk instead (engines.POLICIES["trtllm-bench"]).
 
 KV cache dtype: ``trtllm-bench build`` "If the quantization is NVFP4 or FP8, force the KV cache dtype to FP8"
 (bench/build/build.py: ``quant_config.kv_cache_quant_algo = QuantAlgo.FP8`` for QuantAlgo.NVFP4 / FP8, with
@@ -97,6 +116,8 @@ TRTLLM_TENSORRT_SCHEDULER = (
     "TensorRT-LLM {v} in-flight batching (TensorRT engine built by trtllm-bench build, C++ executor): generation and "
     "context requests in one step within max_num_tokens, a context request whole or waiting (context chunking off); "
     "the executor's C++ host work per step assumed hidden under the GPU's")
+# 0.20 and 0.21: trtllm-bench's --enable_chunked_context an opt-in flag (PR #4133) until PR #6956 (module docstring)
+TRTLLM_OPT_IN_CHUNKING = ((0, 20), (0, 21))
 TRTLLM_EARLY_PYTORCH_SCHEDULER = (
     "TensorRT-LLM {v} in-flight batching (the 0.x PyTorch flow): generation and context requests in one step within "
     "max_num_tokens, a context request whole or waiting (context chunking off); overlap scheduler and CUDA graphs "
@@ -117,14 +138,18 @@ def profile_for(base: Any, version: str) -> Any:
         if backend == "pytorch":
             chunked = (major, minor) >= (1, 1)  # trtllm-bench's chunked-context default (engines.EngineProfile)
             return dataclasses.replace(base, version=version, bench_chunked=chunked,
+                                       bench_isl_floor=not chunked and (major, minor) >= (0, 20),
                                        answered=f"TensorRT-LLM {version}: PyTorch backend (the default from 1.0), "
                                        "overlap scheduler on" + ("" if chunked else ", trtllm-bench without "
-                                                                 "chunked context (an assumption before 1.1)"))
+                                                                 "chunked context, max_num_tokens at least the "
+                                                                 "longest prompt + max_batch_size (general.py)"))
         if backend == "tensorrt":
+            opt_in = (major, minor) in TRTLLM_OPT_IN_CHUNKING
             return dataclasses.replace(
                 base, version=version, scheduler=TRTLLM_TENSORRT_SCHEDULER.format(v=version), overlap=True,
-                bench_chunked=False,
-                answered=f"TensorRT-LLM {version}: TensorRT engine backend (before 1.0), C++ executor",
+                bench_chunked=True, graphed=None,  # a TensorRT engine: no PyTorch-side graph rule
+                answered=f"TensorRT-LLM {version}: TensorRT engine backend (before 1.0), C++ executor, trtllm-bench "
+                         "with chunked context" + (" (an opt-in flag in this release, taken as on)" if opt_in else ""),
                 sources=("tensorrt_llm/bench/build/build.py", "tensorrt_llm/bench/build/tuning.py",
                          "tensorrt_llm/bench/benchmark/throughput.py", "cpp/tensorrt_llm/batch_manager"))
         return dataclasses.replace(

@@ -39,6 +39,7 @@ sum; the host time is assumed to be vLLM's fitted ENGINE_STEP_SECONDS (an assump
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -122,7 +123,9 @@ POLICIES = {
     # (tensorrt_llm/bench/benchmark/throughput.py: --enable_chunked_context is_flag default False,
     # --scheduler_policy default guaranteed_no_evict)
     "trtllm": SchedulerPolicy(admission="whole", chunked=False),
-    # trtllm-bench throughput of later releases chunks contexts by default (tensorrt_llm/bench/benchmark/throughput.py,
+    # trtllm-bench throughput on a TensorRT engine (before 1.0: bench/run/dataclasses.py ExecutorSettingsConfig
+    # ``chunking: bool = True``, engine_versions docstring) and of later releases chunks contexts by default
+    # (tensorrt_llm/bench/benchmark/throughput.py,
     # the refactored command with GeneralExecSettings: "--enable_chunked_context/--disable_chunked_context",
     # default=True, passed as settings_config["chunking"]; the earlier 1.x file, NVIDIA/TensorRT-LLM@000a01de, has
     # "--enable_chunked_context", is_flag=True, default=False): a context too long for the step's remaining tokens is
@@ -179,9 +182,18 @@ class EngineProfile:
     sources: tuple[str, ...]
     answered: str = ""  # which release's profile answers, in words (engine_versions.profile_for); "" the tables'
     cuda_graphs: bool = True  # False: eager steps, at least the host's kernel dispatch (eager_dispatch_seconds)
-    # trtllm-bench throughput chunks contexts by default (POLICIES["trtllm-bench"]); which release flipped the
-    # default is not pinned here: llmcalc takes it for 1.1 and later (engine_versions.profile_for), an assumption
+    # trtllm-bench throughput chunks contexts (POLICIES["trtllm-bench"]): on TensorRT engines before 1.0 and in 1.1
+    # and later, not in 1.0's PyTorch flow (engine_versions docstring; 1.1 for the PyTorch flip is an assumption)
     bench_chunked: bool = False
+    # trtllm-bench without chunking raises max_num_tokens to the longest prompt + max_batch_size (PyTorch flow, 0.20
+    # to 1.0: bench/benchmark/utils/general.py get_settings; engine_versions docstring), in batch_limits
+    bench_isl_floor: bool = False
+    # which steps replay a CUDA graph (cuda_graphs True): None every step's GPU work; "decode" decode-only steps
+    # (TensorRT-LLM's PyTorch backend: llm_args.py TorchLlmArgs.cuda_graph_config, "CUDA graphs are only created for
+    # the batch sizes in cuda_graph_config.batch_sizes, and are enabled for batches that consist of decoding requests
+    # *only*"), the others eager; graph_batches: the decode batch sizes captured, () any (padded up to max_batch_size)
+    graphed: str | None = None
+    graph_batches: tuple[int, ...] = ()
 
 
 PROFILES = {
@@ -198,7 +210,7 @@ PROFILES = {
         "(context chunking off); overlap scheduler on",
         admission="GUARANTEED_NO_EVICT capacity scheduler: a request is admitted when the KV cache holds its prompt "
         "and its whole output beside every running request's to completion; nothing is ever evicted",
-        kv_memory="free_fraction", overlap=True, chunked_prefill=False, bench_chunked=True,
+        kv_memory="free_fraction", overlap=True, chunked_prefill=False, bench_chunked=True, graphed="decode",
         sources=("tensorrt_llm/bench/build/tuning.py", "tensorrt_llm/bench/benchmark/throughput.py",
                  "tensorrt_llm/llmapi/llm_args.py")),
     "sglang": EngineProfile(
@@ -214,6 +226,11 @@ PROFILES = {
 TRTLLM_FREE_FRACTION = 0.90  # throughput.py --kv_cache_free_gpu_mem_fraction default .90
 TRTLLM_BENCH_FRACTION = 0.95  # tuning.py calc_engine_setting(kv_cache_gpu_mem_fraction=0.95)
 TRTLLM_SERVE_DEFAULTS = (8192, 2048)  # (max_num_tokens, max_batch_size): llm_args.py BaseLlmArgs
+# trtllm-serve's CUDA graphs (no cuda_graph_config given): TorchLlmArgs.validate_cuda_graph_config "max_batch_size =
+# config.max_batch_size or 128", CudaGraphConfig._generate_cuda_graph_batch_sizes(128, enable_padding=False):
+# "list(range(1, 32)) + [32, 64, 128]"; without padding a decode batch of another size runs eager (1.0's llm_args.py;
+# trtllm-bench instead passes {"enable_padding": True, "max_batch_size": its max_batch_size}, general.py get_settings)
+TRTLLM_SERVE_GRAPH_BATCHES = (*range(1, 33), 64, 128)
 # SGLang's server_args.py `_handle_gpu_memory_settings`, by GPU memory (MiB, nvidia-smi's total): below each bound,
 # (chunked_prefill_size, cuda_graph_max_bs at tp < 4, at tp >= 4)
 SGLANG_BY_MEMORY = ((35 * 1024, 2048, 24, 80), (60 * 1024, 4096, 32, 160), (90 * 1024, 8192, 256, 512),
@@ -242,14 +259,18 @@ def profile(engine: str, version: str | None = None) -> EngineProfile:
     return released
 
 
-def assumptions(prof: EngineProfile, share: float, chunked: bool = False) -> dict[str, Any]:
+def assumptions(prof: EngineProfile, share: float, chunked: bool = False, offline: bool = False) -> dict[str, Any]:
     """What an answer on `prof`'s engine assumed beyond vLLM's (none for vLLM): the JSON's "assumptions"; `chunked`:
-    the scheduler the answer ran split prompts across steps (trtllm-bench's chunked context, POLICIES)."""
+    the scheduler the answer ran split prompts across steps (trtllm-bench's chunked context, POLICIES); `offline`:
+    a trtllm-bench run (its token floor, EngineProfile.bench_isl_floor)."""
     if prof.name == "vllm":
         return {}
     chunking = ("context chunking within the token budget (chunked_prefill_size)" if prof.chunked_prefill else
                 "context chunking on (trtllm-bench's default in this release): a context split to fit the step's "
                 "max_num_tokens" if chunked else
+                "context chunking off (trtllm-bench's PyTorch flow in this release), max_num_tokens raised to the "
+                "longest prompt + max_batch_size (bench/benchmark/utils/general.py), so a whole context fits beside a "
+                "full batch of generations" if prof.bench_isl_floor and offline else
                 "context chunking off by default (trtllm-bench); simulated with chunks of max_num_tokens, as the "
                 "engine must for a prompt longer than it")
     hidden = ("hidden under the GPU's by the overlap scheduler" if prof.overlap else
@@ -334,13 +355,18 @@ def trtllm_bench_settings(est: ServeEstimate, input_len: int, output_len: int) -
 
 
 def batch_limits(prof: EngineProfile, est: ServeEstimate, input_len: int, output_len: int,
-                 offline: bool) -> tuple[int, int]:
+                 offline: bool, longest_input: int | None = None) -> tuple[int, int]:
     """(token budget per step, most running requests) the engine runs with: typed --max-num-batched-tokens /
-    --max-num-seqs first; else vLLM's defaults, trtllm-bench's tuning (offline) or trtllm-serve's defaults, SGLang's
-    chunked_prefill_size and its max_running_requests cap."""
+    --max-num-seqs first; else vLLM's defaults, trtllm-bench's tuning (offline; at mean lengths `input_len` /
+    `output_len`, the dataset's avg_isl / avg_osl) or trtllm-serve's defaults, SGLang's chunked_prefill_size and its
+    max_running_requests cap. trtllm-bench's unchunked PyTorch flow raises the tuned tokens to the longest prompt
+    (`longest_input`, else `input_len`) + max_batch_size (``EngineProfile.bench_isl_floor``, general.py
+    ``get_settings``: ``max(max_num_tokens, dataset_metadata.max_isl + max_batch_size)``)."""
     tokens, seqs = est.batch_defaults
     if prof.name == "trtllm":
         tokens, seqs = trtllm_bench_settings(est, input_len, output_len) if offline else TRTLLM_SERVE_DEFAULTS
+        if offline and prof.bench_isl_floor and not est.max_num_batched_tokens:
+            tokens = max(tokens, (longest_input or input_len) + (est.max_num_seqs or seqs))
     elif prof.name == "sglang":
         tokens = sglang_defaults(est.accelerator.usable_bytes / 2**20, est.tp)[0]
         if prof.kv_memory == "static_fraction_tp":  # before 0.5: "2048 if gpu_mem < 25_000 else 8192"
@@ -467,11 +493,24 @@ class EngineStepCost:
         gpu = self.gpu_seconds(tokens / m, rows / m, kv_tokens=kv_tokens / m, decodes=decodes / m, pairs=pairs / m,
                                length=length)
         gpu += self.p2p_seconds(tokens / m)
-        if not self.prof.cuda_graphs:  # eager: each stage dispatches its layers' kernels per micro-batch
+        if self.eager(tokens, decodes):  # eager: each stage dispatches its layers' kernels per micro-batch
             spec = self.base.spec
             gpu = max(gpu, engine_versions.eager_dispatch_seconds(spec.n_layers, spec.n_moe_layers) * m / pp)
         host = self.host * m if pp > 1 else self.host
         return max(gpu, host) if self.prof.overlap else gpu + host
+
+    def eager(self, tokens: float, decodes: float) -> bool:
+        """Whether a step of `tokens` tokens, `decodes` of them decode rows, runs without a CUDA graph: every step
+        without CUDA graphs (0.17-0.18's PyTorch flow); with TensorRT-LLM's PyTorch graphs (EngineProfile.graphed
+        "decode") a step holding a prefill, or a decode batch of a size not captured (graph_batches)."""
+        prof = self.prof
+        if not prof.cuda_graphs:
+            return True
+        if prof.graphed != "decode":
+            return False
+        if tokens > decodes:
+            return True
+        return bool(prof.graph_batches) and round(decodes) not in prof.graph_batches
 
     def decode_attention_seconds(self, kv_tokens: float, sequences: float) -> float:
         return float(self.base.decode_attention_seconds(kv_tokens, sequences))
@@ -483,6 +522,14 @@ def measured_moe(base: Any, serve: ServeEstimate, engine: str = "vllm") -> tuple
         return ()
     curves = kernel_tables.table(base.gpu).get("moe", {}).get("curves", {})
     return tuple(k for k in moe_table_key(base.est, serve, engine) if k in curves)[:1]
+
+
+def served_profile(prof: EngineProfile, offline: bool) -> EngineProfile:
+    """`prof` as a served run (trtllm-serve, not trtllm-bench) runs it: TensorRT-LLM's PyTorch backend replays CUDA
+    graphs only for decode batches of TRTLLM_SERVE_GRAPH_BATCHES there; `prof` itself offline or for other engines."""
+    if offline or prof.graphed != "decode":
+        return prof
+    return dataclasses.replace(prof, graph_batches=TRTLLM_SERVE_GRAPH_BATCHES)
 
 
 def step_cost(base: Any, prof: EngineProfile, serve: ServeEstimate, host: float) -> Any:

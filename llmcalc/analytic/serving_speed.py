@@ -701,7 +701,9 @@ class Performance:
                             or "all requests at once (offline)",
                 "max_num_seqs": self.max_num_seqs, "max_num_batched_tokens": self.max_num_batched_tokens,
                 "kv_cache_requests": self.kv_requests,
-                **engines.assumptions(prof, self.kv_share, chunked=self.chunked),
+                **engines.assumptions(prof, self.kv_share, chunked=self.chunked,
+                                      offline=w.max_concurrency is None and w.request_rate is None
+                                      and not w.served),
                 "engine_step_seconds": ENGINE_STEP_SECONDS, "layer_floor_seconds": LAYER_FLOOR_SECONDS,
                 "tp_sync_seconds": TP_SYNC_SECONDS, "request_seconds": REQUEST_SECONDS,
             },
@@ -718,6 +720,7 @@ def kv_budget(est: ServeEstimate) -> KvBudget:
     if not stages:
         return KvBudget.requests(est.batch_defaults[1])
 
+    @functools.cache  # the scheduler asks the same few lengths every step of a run (simulate's admission checks)
     def need(length: int) -> int:
         return max(sum(g.blocks_per_request(length, tokens) for g in groups) for groups in stages)
 
@@ -752,10 +755,14 @@ def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm", engi
                            f"workload's step time needs (presets with them: {', '.join(steptime_presets())}); leave "
                            "out --input-len/--output-len for the memory and the roofline") from None
     inference = est.roofline(1, work.input_len)
-    cost = engines.step_cost(StepCost(inference, dev, est.tp), prof, est, host=ENGINE_STEP_SECONDS)
-    offline = work.max_concurrency is None and work.request_rate is None
+    # trtllm-bench's run: every request at once, in-process; a burst through the API server is trtllm-serve's
+    offline = work.max_concurrency is None and work.request_rate is None and not work.served
+    cost = engines.step_cost(StepCost(inference, dev, est.tp), engines.served_profile(prof, offline), est,
+                             host=ENGINE_STEP_SECONDS)
     policy = policy or engines.scheduler_policy(prof, est, offline)
-    tokens, seqs = engines.batch_limits(prof, est, work.input_len, work.output_len, offline=offline)
+    longest_input = max([work.input_len, *(i for i, _ in work.requests() or ())])
+    tokens, seqs = engines.batch_limits(prof, est, work.input_len, work.output_len, offline=offline,
+                                        longest_input=longest_input)
     share = engines.kv_share(prof, est)
     held = math.floor(kv_requests(est, length) * share)
     clients = work.max_concurrency
