@@ -525,3 +525,33 @@ def test_old_vllm_releases_answer_as_the_earliest_read():
     assert data["vllm_version"] == data["performance"]["engine_version"] == "0.6.4"  # what answered, not what was typed
     line = one_line_error("serve", "llama-3.1-8b", "--gpu", "h100-sxm", "--vllm-version", "0.1.7")
     assert "--vllm-version 0.1.7" in line and "0.2 and later" in line
+
+
+def test_burst_sensitivity_knobs_are_what_ifs_that_undo_themselves():
+    """benchmarks/burst_sensitivity.py reads vllm bench serve's quoted peak output rate (GPUStack's gpt-oss-20b burst
+    on one H100 printed 15953.00), and each knob changes the model only inside its block: the API server's pace, the
+    KV blocks, and a mixed step's time beyond its decodes alone (doubled at factor 2: decode-only steps unchanged)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+    from burst_sensitivity import burst_rows, frontend, peak_rate, prefill
+
+    from llmcalc.analytic import serving_speed
+    from llmcalc.analytic.kernels import device_for
+
+    row = next(r for r in burst_rows() if r["id"] == "gpustack-gpt-oss-20b-h100-tp1-vllm-sharegpt")
+    assert peak_rate(row) == 15953.0
+    kept = serving_speed.FRONTEND_TOKEN_SECONDS
+    with frontend(160.0):
+        inside = serving_speed.FRONTEND_TOKEN_SECONDS
+    after = serving_speed.FRONTEND_TOKEN_SECONDS
+    assert inside == pytest.approx(160e-6) and after == kept
+    est = plan_serving(load_model("llama-3.1-8b"), load_hardware("h100-sxm"), 1, max_model_len=4096)
+    cost = serving_speed.StepCost(est.roofline(1, 2048), device_for("h100-sxm"), 1)
+    mixed = dict(tokens=2048 + 64, rows=65, kv_tokens=64 * 1000, decodes=64, pairs=2048 * 1024, length=2048)
+    alone = dict(tokens=64, rows=64, kv_tokens=64 * 1000, decodes=64, pairs=0.0, length=0.0)
+    before_mixed, before_alone = cost.seconds(**mixed), cost.seconds(**alone)
+    with prefill(2.0):
+        assert cost.seconds(**alone) == pytest.approx(before_alone)
+        assert cost.seconds(**mixed) == pytest.approx(2 * before_mixed - before_alone)
+    assert cost.seconds(**mixed) == pytest.approx(before_mixed)
