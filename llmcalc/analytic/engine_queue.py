@@ -7,6 +7,7 @@ rule is applied."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -78,6 +79,11 @@ class KvBudget:
     # vLLM V1 (SchedulerPolicy.chunk_blocks): a prefilling request holds blocks for what it has prefilled and at most
     # this many tokens more, the step's chunk (the token budget); None: for its whole prompt from admission
     reach: int | None = None
+
+    def memoized(self) -> KvBudget:
+        """The same budget with `need` remembered by length (it reads nothing else): a simulation asks it for the
+        same few thousand lengths millions of times."""
+        return KvBudget(blocks=self.blocks, need=functools.lru_cache(maxsize=None)(self.need), reach=self.reach)
 
     @classmethod
     def requests(cls, count: int) -> KvBudget:

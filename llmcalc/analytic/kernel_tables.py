@@ -81,6 +81,7 @@ def source(gpu: str, backend: str = "vllm") -> str:
     return _system(gpu, backend)
 
 
+@cache  # a file-system look-up per call otherwise (the simulation asks the tables thousands of times)
 def _system(gpu: str, backend: str = "vllm") -> str:
     name = ALIASES.get(gpu.lower(), gpu.lower().replace("-", "_"))
     if backend != "vllm" and "." not in name:
@@ -274,10 +275,64 @@ def _log_leaves(gpu: str, name: str, key: str) -> tuple[tuple[list[float], tuple
                  if lat > 0)
 
 
+@cache
+def _leaf_tree(gpu: str, name: str, key: str) -> Any:
+    """The measured leaves of one grid (``_log_leaves``) as a tree by their log2 coordinates, axis by axis: each node
+    (its coordinates ascending, a child for each), the last level's children the leaves themselves."""
+    def build(leaves: list[Any], depth: int) -> Any:
+        if not leaves or depth == len(leaves[0][0]):
+            return leaves
+        by: dict[float, list[Any]] = {}
+        for leaf in leaves:
+            by.setdefault(leaf[0][depth], []).append(leaf)
+        keys = sorted(by)
+        return keys, [build(by[x], depth + 1) for x in keys]
+
+    return build(list(_log_leaves(gpu, name, key)), 0)
+
+
+def _nearest_leaves(where: tuple[str, str, str], q: list[float], k: int) -> list[Any]:
+    """The leaves of `where` that can be among the `k` nearest to `q` in joint log2 space: every leaf no further than
+    the k-th nearest, ties included (a superset, ranked by the caller). Branch and bound down ``_leaf_tree``: on
+    each axis the coordinates are taken outward from q's, and a side is left where the squared distance of the axes
+    so far already passes the k-th best found."""
+    out: list[Any] = []
+    best: list[float] = []  # the k smallest squared distances so far, negated (a max-heap)
+    bound = math.inf
+
+    def visit(node: Any, depth: int, partial: float) -> None:
+        nonlocal bound
+        if depth == len(q):
+            out.extend(node)
+            for _ in node:
+                if len(best) < k:
+                    heapq.heappush(best, -partial)
+                elif partial < -best[0]:
+                    heapq.heapreplace(best, -partial)
+            if len(best) == k:
+                bound = -best[0] * (1 + 1e-9) + 1e-12  # slack: math.dist ranks the candidates after
+            return
+        keys, children = node
+        x = q[depth]
+        j = bisect.bisect_left(keys, x)
+        for side in (range(j, len(keys)), range(j - 1, -1, -1)):
+            for i in side:
+                d2 = partial + (keys[i] - x) ** 2
+                if d2 > bound:
+                    break
+                visit(children[i], depth + 1, d2)
+
+    tree = _leaf_tree(*where)
+    if tree:
+        visit(tree, 0, 0.0)
+    return out
+
+
 def _hold(where: tuple[str, str, str], c: list[float], sol: Any) -> float:
     """perf_interp.rs grid_hold: util of the 4 nearest points in joint log2 space, modified-Shepard weights."""
     q = [math.log2(max(v, 1e-12)) for v in c]
-    picked = heapq.nsmallest(GRID_NN_LEAVES + 1, ((math.dist(q, lq), p, lat) for lq, p, lat in _log_leaves(*where)))
+    near = _nearest_leaves(where, q, GRID_NN_LEAVES + 1)
+    picked = heapq.nsmallest(GRID_NN_LEAVES + 1, ((math.dist(q, lq), p, lat) for lq, p, lat in near))
     radius = picked[GRID_NN_LEAVES][0] if len(picked) > GRID_NN_LEAVES else math.inf
     picked = picked[:GRID_NN_LEAVES]
     weights = [1.0 / (d * d + 1e-12) if math.isinf(radius) else (max(radius - d, 0.0) / (radius * d + 1e-12)) ** 2

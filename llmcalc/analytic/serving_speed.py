@@ -525,6 +525,7 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
     finishes (or arrives, or would outgrow the cache): the mean of their first and last step's time each. Requests
     of varied lengths (work.requests()) are simulated each with its own."""
     policy = policy or engines.POLICIES["vllm"]
+    kv = kv.memoized()
     if policy.chunk_blocks:  # vLLM V1 allocates a prefill's blocks chunk by chunk (allocate_slots(num_new_tokens))
         kv = KvBudget(blocks=kv.blocks, need=kv.need, reach=token_budget)
     ratio, whole_below = policy.init_ratio, 0 if policy.chunked else token_budget
