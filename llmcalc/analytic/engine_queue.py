@@ -42,7 +42,7 @@ class Group:
         """Blocks each of these requests holds `ahead` decode steps on: while prefilling, its whole prefill from
         admission, or (KvBudget.reach, vLLM V1) what it has prefilled and its next chunk; then its prompt and
         generated tokens."""
-        if self.decoding:
+        if self.prefilled >= self.target:  # decoding
             return kv.need(self.n_in + self.generated + ahead)
         return kv.need(self.target if kv.reach is None else min(self.target, self.prefilled + kv.reach))
 
@@ -189,14 +189,18 @@ def admit(waiting: list[Group], running: list[Group], scheduled: list[Group], bu
 def decode_run(decoding: list[Group], kv: KvBudget, held: int, steps: int) -> int:
     """The most decode steps, up to `steps`, that the `decoding` requests take before their blocks outgrow the cache
     (`held`: the blocks every running request holds after one step)."""
-    base = held - sum(g.n * g.held(kv, 1) for g in decoding)  # what the others hold meanwhile
+    need, lengths = kv.need, [(g.n, g.n_in + g.generated) for g in decoding]  # each holds need(length + j) after j
+    base = held - sum(n * need(length + 1) for n, length in lengths)  # what the others hold meanwhile
 
     def fits(j: int) -> bool:
-        return base + sum(g.n * g.held(kv, j) for g in decoding) <= kv.blocks
+        return base + sum(n * need(length + j) for n, length in lengths) <= kv.blocks
 
     if fits(steps):
         return steps
-    lo, hi = 1, steps
+    lo, hi = 1, steps  # the cache fills within a few blocks' worth of steps: gallop up from 1, then bisect
+    while 2 * lo < hi and fits(2 * lo):
+        lo *= 2
+    hi = min(hi, 2 * lo)
     while lo < hi:
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
@@ -208,14 +212,16 @@ def merged(running: list[Group]) -> list[Group]:
     stand (a decode's place in the queue changes nothing; split apart by a budget, they would stay apart)."""
     merged: list[Group] = []
     decoding: dict[tuple, Group] = {}
+    last = None  # the state of merged[-1]
     for g in running:
         key = g.state()
-        if merged and merged[-1].state() == key:
+        if key == last:
             merged[-1].n += g.n
         elif g.decoding and key in decoding:
             decoding[key].n += g.n
         else:
             merged.append(g)
+            last = key
             if g.decoding:
                 decoding[key] = g
     return merged

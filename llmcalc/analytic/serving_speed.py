@@ -549,7 +549,7 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
             waiting += _new_groups(work, lengths, next_arrival, 1, arrivals[next_arrival])
             next_arrival, in_flight = next_arrival + 1, in_flight + 1
         before = sum(g.n for g in running)
-        used = preempt(running, waiting, kv, keep_prefill=policy.prefix_cache)
+        used = held = preempt(running, waiting, kv, keep_prefill=policy.prefix_cache)  # blocks after the step
         preempted = sum(g.n for g in running) < before
         if policy.admission == "ratio" and sum(g.n for g in running) < before:  # SGLang's retraction
             ratio = retracted_ratio(running, policy)
@@ -580,7 +580,7 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
                             pairs=sum(g.n * (g.chunk * g.prefilled + g.chunk * (g.chunk + 1) / 2) for g in prefilling))
         # steps that only decode and admit nothing: advance to the next finish (or arrival, or a full cache) at once
         room = waiting and slots.take(waiting[0]) >= 1
-        jump = 1 if prefilling or room else decode_run(decoding, kv, sum(g.n * g.held(kv, 1) for g in running),
+        jump = 1 if prefilling or room else decode_run(decoding, kv, held,
                                                         min(g.n_out - g.generated for g in decoding))
         if waiting and policy.admission == "ratio":
             jump = min(jump, RATIO_JUMP)
