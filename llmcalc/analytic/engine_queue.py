@@ -127,9 +127,10 @@ def schedule_running(running: list[Group], budget: int, decodes: bool = True) ->
     for g in list(running):
         if budget <= 0:
             break
-        if not decodes and g.decoding:
+        need = g.target - g.prefilled  # its prompt's rest, or none left: decoding, one token
+        if need <= 0 and not decodes:
             continue
-        need = 1 if g.decoding else g.target - g.prefilled
+        need = max(need, 1)
         full = budget // need
         if full >= g.n:
             g.chunk, budget = need, budget - need * g.n
@@ -214,15 +215,15 @@ def merged(running: list[Group]) -> list[Group]:
     decoding: dict[tuple, Group] = {}
     last = None  # the state of merged[-1]
     for g in running:
-        key = g.state()
+        key = (g.prefilled, g.generated, g.first, g.arrival, g.n_in, g.n_out, g.target)  # g.state()
         if key == last:
             merged[-1].n += g.n
-        elif g.decoding and key in decoding:
+        elif g.prefilled >= g.target and key in decoding:  # decoding
             decoding[key].n += g.n
         else:
             merged.append(g)
             last = key
-            if g.decoding:
+            if g.prefilled >= g.target:
                 decoding[key] = g
     return merged
 

@@ -622,13 +622,14 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
             next_arrival, in_flight = next_arrival + 1, in_flight + 1
         before = sum(g.n for g in running)
         used = held = preempt(running, waiting, kv, keep_prefill=policy.prefix_cache)  # blocks after the step
-        preempted = sum(g.n for g in running) < before
+        count = sum(g.n for g in running)
+        preempted = count < before
         if policy.admission == "ratio" and preempted:  # SGLang's retraction
             ratio = retracted_ratio(running, policy)
         if policy.admission != "prompt":
             used = sum(g.n * g.reserved(kv, policy, ratio) for g in running)
         scheduled, budget = schedule_running(running, token_budget, decodes=policy.mixed)
-        slots = Slots(sum(g.n for g in running), limit, kv, used, policy)
+        slots = Slots(count, limit, kv, used, policy)  # (schedule_running's splits keep the count)
         # vLLM V1 admits no waiting request in a step that preempted (SchedulerPolicy.admit_after_preempt)
         admitted = admit(waiting, running, scheduled, budget if policy.admit_after_preempt or not preempted else 0,
                           slots, whole_below=whole_below)
