@@ -314,13 +314,19 @@ def _nearest_leaves(where: tuple[str, str, str], q: list[float], k: int) -> list
             return
         keys, children = node
         x = q[depth]
-        j = bisect.bisect_left(keys, x)
-        for side in (range(j, len(keys)), range(j - 1, -1, -1)):
-            for i in side:
-                d2 = partial + (keys[i] - x) ** 2
-                if d2 > bound:
-                    break
-                visit(children[i], depth + 1, d2)
+        hi = bisect.bisect_left(keys, x)
+        lo = hi - 1
+        while lo >= 0 or hi < len(keys):  # the nearer side first, so that the bound tightens soonest
+            right = lo < 0 or (hi < len(keys) and keys[hi] - x <= x - keys[lo])
+            i = hi if right else lo
+            d2 = partial + (keys[i] - x) ** 2
+            if d2 > bound:
+                break  # (the other side is further still)
+            visit(children[i], depth + 1, d2)
+            if right:
+                hi += 1
+            else:
+                lo -= 1
 
     tree = _leaf_tree(*where)
     if tree:
