@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 from collections.abc import Callable
 
 from ..records import dataclass
@@ -66,7 +67,10 @@ class Group:
         return kv.need(self.target + min(self.n_out - self.generated, policy.clip_new_tokens))
 
     def state(self) -> tuple:
-        return (self.prefilled, self.generated, self.first, self.arrival, self.n_in, self.n_out, self.target)
+        return STATE(self)
+
+
+STATE = operator.attrgetter("prefilled", "generated", "first", "arrival", "n_in", "n_out", "target")  # Group.state
 
 
 @dataclass(frozen=True)
@@ -215,7 +219,7 @@ def merged(running: list[Group]) -> list[Group]:
     decoding: dict[tuple, Group] = {}
     last = None  # the state of merged[-1]
     for g in running:
-        key = (g.prefilled, g.generated, g.first, g.arrival, g.n_in, g.n_out, g.target)  # g.state()
+        key = STATE(g)
         if key == last:
             merged[-1].n += g.n
         elif g.prefilled >= g.target and key in decoding:  # decoding
