@@ -327,7 +327,8 @@ def test_the_tables_ship_with_their_license_and_notice():
 def test_nearest_leaves_search_finds_what_a_full_scan_finds():
     """Past a grid's edge the util of the 4 nearest leaves is held (perf_interp.rs grid_hold scans every leaf); the
     branch and bound down the leaf tree (kt._nearest_leaves) must rank the same 5 nearest, ties included, on random
-    points inside, beyond and between every shipped grid kind (decode, prefill, MLA)."""
+    points inside, beyond and between every shipped grid kind (decode, prefill, MLA), and so must its search over a
+    span of the last axis for every point in the span."""
     import heapq
     import random
 
@@ -346,5 +347,12 @@ def test_nearest_leaves_search_finds_what_a_full_scan_finds():
                     found = heapq.nsmallest(5, ((math.dist(q, lq), p, lat) for lq, p, lat in
                                                 kt._nearest_leaves(where, q, 5)))
                     assert found == scan, (where, q)
+                    # decode's five context samples share one search over their span of the last axis
+                    hi = q[-1] + rng.choice((0.0, 0.1, 0.3))
+                    span = kt._nearest_leaves(where, q, 5, last_hi=hi)
+                    for x in (q[-1], (q[-1] + hi) / 2, hi):
+                        point = [*q[:-1], x]
+                        scan = heapq.nsmallest(5, ((math.dist(point, lq), p, lat) for lq, p, lat in leaves))
+                        assert heapq.nsmallest(5, ((math.dist(point, lq), p, lat) for lq, p, lat in span)) == scan
                     checked += 1
     assert checked > 1000

@@ -291,28 +291,43 @@ def _leaf_tree(gpu: str, name: str, key: str) -> Any:
     return build(list(_log_leaves(gpu, name, key)), 0)
 
 
-def _nearest_leaves(where: tuple[str, str, str], q: list[float], k: int) -> list[Any]:
+def _nearest_leaves(where: tuple[str, str, str], q: list[float], k: int, last_hi: float | None = None) -> list[Any]:
     """The leaves of `where` that can be among the `k` nearest to `q` in joint log2 space: every leaf no further than
-    the k-th nearest, ties included (a superset, ranked by the caller). Branch and bound down ``_leaf_tree``: on
-    each axis the coordinates are taken outward from q's, and a side is left where the squared distance of the axes
-    so far already passes the k-th best found."""
+    the k-th nearest, ties included (a superset, ranked by the caller); with `last_hi`, to every point that has q's
+    coordinates but the last anywhere in [q[-1], last_hi] (one search for decode's context samples). Branch and
+    bound down ``_leaf_tree``: on each axis the coordinates are taken outward from q's, and a side is left where the
+    squared distance of the axes so far already passes the k-th best found (the k-th smallest farthest distance
+    from the points, for a span: no leaf beyond it can be among any point's k nearest)."""
     out: list[Any] = []
     best: list[float] = []  # the k smallest squared distances so far, negated (a max-heap)
     bound = math.inf
+    a, last = q[-1], len(q) - 1
+    b = a if last_hi is None else last_hi
+
+    def take(leaves: list[Any], far: float) -> None:
+        nonlocal bound
+        out.extend(leaves)
+        for _ in leaves:
+            if len(best) < k:
+                heapq.heappush(best, -far)
+            elif far < -best[0]:
+                heapq.heapreplace(best, -far)
+        if len(best) == k:
+            bound = -best[0] * (1 + 1e-9) + 1e-12  # slack: math.dist ranks the candidates after
 
     def visit(node: Any, depth: int, partial: float) -> None:
-        nonlocal bound
-        if depth == len(q):
-            out.extend(node)
-            for _ in node:
-                if len(best) < k:
-                    heapq.heappush(best, -partial)
-                elif partial < -best[0]:
-                    heapq.heapreplace(best, -partial)
-            if len(best) == k:
-                bound = -best[0] * (1 + 1e-9) + 1e-12  # slack: math.dist ranks the candidates after
-            return
         keys, children = node
+        if depth == last:  # the span [a, b]: from its inside outward, up then down
+            j = bisect.bisect_left(keys, a)
+            for i in range(j, len(keys)):
+                if partial + max(0.0, keys[i] - b) ** 2 > bound:
+                    break
+                take(children[i], partial + max(keys[i] - a, keys[i] - b, b - keys[i]) ** 2)
+            for i in range(j - 1, -1, -1):
+                if partial + (a - keys[i]) ** 2 > bound:
+                    break
+                take(children[i], partial + (b - keys[i]) ** 2)
+            return
         x = q[depth]
         hi = bisect.bisect_left(keys, x)
         lo = hi - 1
@@ -334,10 +349,11 @@ def _nearest_leaves(where: tuple[str, str, str], q: list[float], k: int) -> list
     return out
 
 
-def _hold(where: tuple[str, str, str], c: list[float], sol: Any) -> float:
-    """perf_interp.rs grid_hold: util of the 4 nearest points in joint log2 space, modified-Shepard weights."""
+def _hold(where: tuple[str, str, str], c: list[float], sol: Any, span: Any = None) -> float:
+    """perf_interp.rs grid_hold: util of the 4 nearest points in joint log2 space, modified-Shepard weights
+    (`span`, when given: a function of no argument answering leaves among which they are, ``_nearest_leaves``)."""
     q = [math.log2(max(v, 1e-12)) for v in c]
-    near = _nearest_leaves(where, q, GRID_NN_LEAVES + 1)
+    near = span() if span is not None else _nearest_leaves(where, q, GRID_NN_LEAVES + 1)
     picked = heapq.nsmallest(GRID_NN_LEAVES + 1, ((math.dist(q, lq), p, lat) for lq, p, lat in near))
     radius = picked[GRID_NN_LEAVES][0] if len(picked) > GRID_NN_LEAVES else math.inf
     picked = picked[:GRID_NN_LEAVES]
@@ -349,12 +365,12 @@ def _hold(where: tuple[str, str, str], c: list[float], sol: Any) -> float:
     return float(sol(c) / util)
 
 
-def _resolve(where: tuple[str, str, str], c: list[float], sqrt_axis: int | None, sol: Any) -> float:
+def _resolve(where: tuple[str, str, str], c: list[float], sqrt_axis: int | None, sol: Any, span: Any = None) -> float:
     """The grid `where` = (gpu, table, key) at point `c`: interpolated inside, held (``_hold``) outside."""
     try:
         return _interior(_grid(*where), c, 0, sqrt_axis, sol)
     except _OutOfRange:
-        return _hold(where, c, sol)
+        return _hold(where, c, sol, span)
 
 
 def _kv_key(heads: int, kv_heads: int, head_dim: int, kv_dtype: str) -> tuple[str, int]:
@@ -399,7 +415,15 @@ def decode_attention_ms(gpu: str, batch: int, context: int, heads: int, kv_heads
     lo = max(1, int(context * 0.9))
     hi = max(lo, int(context * 1.1))
     samples = [lo + (hi - lo) * i // 4 for i in range(5)]
-    return sum(_resolve(grid, [heads, batch, s], None, sol) for s in samples) / 5
+    found: list[Any] = []
+
+    def span() -> list[Any]:  # the leaves nearest to any sample past the grid's edge, found once for the five
+        if not found:
+            found.append(_nearest_leaves(grid, [math.log2(max(v, 1e-12)) for v in (heads, batch, lo)],
+                                         GRID_NN_LEAVES + 1, last_hi=math.log2(max(hi, 1e-12))))
+        return found[0]
+
+    return sum(_resolve(grid, [heads, batch, s], None, sol, span) for s in samples) / 5
 
 
 def decode_attention_seconds(gpu: str, batch: int, context: int, heads: int, kv_heads: int, head_dim: int = 128,
