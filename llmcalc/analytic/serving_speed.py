@@ -591,11 +591,10 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
     `max_num_seqs`, `token_budget` and the KV blocks their admission needs (`kv`, SchedulerPolicy.admission) allow;
     an engine that does not mix (SchedulerPolicy.mixed False) runs a prefill-only step whenever it can, else a
     decode step. Steps that only decode, with nothing to admit, are advanced together up to the next request that
-    finishes (or arrives, or would outgrow the cache): the mean of their first and last step's time each, exact
-    where a step's time is linear in the cached tokens (only decode attention grows with them; the measured table
-    is piecewise linear in context, so the mean is off by its curvature within the run); `step_by_step` times
-    every step on its own instead (tests hold the two together). Requests of varied lengths (work.requests()) are
-    simulated each with its own."""
+    finishes (or arrives, or would outgrow the cache), their time summed along the run's growing context
+    (``decode_run_seconds``: exact where a step's time is linear in the cached tokens between its knots, off by
+    the measured table's curvature otherwise); `step_by_step` times every step on its own instead (tests hold the
+    two within 0.5 %). Requests of varied lengths (work.requests()) are simulated each with its own."""
     policy = policy or engines.POLICIES["vllm"]
     kv = kv.memoized()
     if policy.chunk_blocks:  # vLLM V1 allocates a prefill's blocks chunk by chunk (allocate_slots(num_new_tokens))
