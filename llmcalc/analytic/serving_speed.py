@@ -668,7 +668,7 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
         if work.served:
             firsts = sum(g.n for g in prefilling if g.prefilled + g.chunk >= g.target and not g.generated)
             pace = (dec + firsts) * FRONTEND_TOKEN_SECONDS
-        dt, gaps = decode_run_seconds(cost, base, kv_tokens, dec, jump, pace)
+        dt, gaps = decode_run_seconds(cost, base, kv_tokens, dec, steps=jump, floor=pace)
         t, steps, busy_seq_time = t + dt, steps + jump, busy_seq_time + dt * admitted
         for g in prefilling:
             g.prefilled += g.chunk
