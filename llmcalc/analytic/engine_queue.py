@@ -70,7 +70,8 @@ class Group:
         return STATE(self)
 
 
-STATE = operator.attrgetter("prefilled", "generated", "first", "arrival", "n_in", "n_out", "target")  # Group.state
+STATE_FIELDS = ("prefilled", "generated", "first", "arrival", "n_in", "n_out", "target")  # what makes groups alike
+STATE = operator.attrgetter(*STATE_FIELDS)  # Group.state
 
 
 @dataclass(frozen=True)
