@@ -13,7 +13,8 @@ wall time does) is reported as the median of `--runs` calls, twice over:
   __init__ (LLMCALC_CACHE_DIR an empty folder: llmcalc.records keeps them there as bytecode is kept).
 
 Targets (bytecode present): `params llama-3-8b` <= 0.10 s, every other analytic command <= 0.12 s, but `infer` and
-`serve --input-len --output-len`, which simulate the engine's steps, <= 0.3 s (issue 36).
+`serve --input-len --output-len`, which simulate the engine's steps, <= 0.3 s (issue 36), closed loops, offline
+runs and bursts alike.
 `layout` is shown but not held to them: its search is work, not start-up. The floor rows come first: the
 interpreter alone (`python -c pass`), `import click`, and `import llmcalc.cli` (the group, before any command's
 module); a command's figure less the last of them is what the command itself imports and does.
@@ -59,6 +60,14 @@ COMMANDS: list[tuple[list[str], float | None]] = [
       "64"], WORKLOAD_TARGET),
     (["serve", "llama-3-8b", "--gpu", "h100-sxm", "--input-len", "1k", "--output-len", "1k", "--max-concurrency",
       "64", "--engine", "trtllm"], WORKLOAD_TARGET),  # another engine's tables (analytic/engines.py)
+    # offline (every request at once, as many running as the KV cache admits) and a burst (arrivals faster than the
+    # replica serves them, a queue building): hundreds of requests in flight, each its own group (issue 36)
+    (["serve", "llama-3.1-8b", "--gpu", "h100-sxm", "--input-len", "1000", "--output-len", "1000"], WORKLOAD_TARGET),
+    (["serve", "llama-3.1-8b", "--gpu", "h100-sxm", "--input-len", "128", "--output-len", "2048"], WORKLOAD_TARGET),
+    (["serve", "llama-3.1-8b", "--gpu", "h100-sxm", "--n-gpus", "1", "--weight-dtype", "fp8", "--input-len", "1000",
+      "--output-len", "1000", "--engine", "trtllm"], WORKLOAD_TARGET),
+    (["serve", "llama-3.1-8b", "--gpu", "h100-sxm", "--input-len", "1000", "--output-len", "1000", "--request-rate",
+      "50"], WORKLOAD_TARGET),
     (["serve", "qwen2.5-7b", "--gpu", "h100-sxm", "--max-model-len", "3072"], TARGET),
     (["compare", "llama-3-8b", "mixtral-8x7b", "--format", "json"], TARGET),
     (["--version"], TARGET),

@@ -322,3 +322,37 @@ def test_the_tables_ship_with_their_license_and_notice():
     assert "aiconfigurator-core 0.12.0" in (kt.DATA / "NOTICE").read_text()
     assert sum(p.stat().st_size for p in kt.DATA.glob("*.json.gz") if p.name.count(".") == 2) < 2_000_000  # vLLM's
     assert sum(p.stat().st_size for p in kt.DATA.glob("*.json.gz") if p.name.count(".") == 3) < 3_000_000  # others
+
+
+def test_nearest_leaves_search_finds_what_a_full_scan_finds():
+    """Past a grid's edge the util of the 4 nearest leaves is held (perf_interp.rs grid_hold scans every leaf); the
+    branch and bound down the leaf tree (kt._nearest_leaves) must rank the same 5 nearest, ties included, on random
+    points inside, beyond and between every shipped grid kind (decode, prefill, MLA), and so must its search over a
+    span of the last axis for every point in the span."""
+    import heapq
+    import random
+
+    rng, checked = random.Random(36), 0
+    for gpu in ("h100-sxm", "h200", "a100-sxm", "b200"):
+        doc = kt.table(gpu)
+        for name in ("generation_attention", "context_attention", "mla_context_module", "mla_generation_module",
+                     "generation_mla"):
+            for key in list(doc.get(name, {}).get("grids", {}))[:3]:
+                where = (gpu, name, key)
+                leaves = kt._log_leaves(*where)
+                for _ in range(60):
+                    at = leaves[rng.randrange(len(leaves))][0]
+                    q = [x + rng.choice((0.0, rng.uniform(-3, 3), round(rng.uniform(-2, 2)))) for x in at]
+                    scan = heapq.nsmallest(5, ((math.dist(q, lq), p, lat) for lq, p, lat in leaves))
+                    found = heapq.nsmallest(5, ((math.dist(q, lq), p, lat) for lq, p, lat in
+                                                kt._nearest_leaves(where, q, 5)))
+                    assert found == scan, (where, q)
+                    # decode's five context samples share one search over their span of the last axis
+                    hi = q[-1] + rng.choice((0.0, 0.1, 0.3))
+                    span = kt._nearest_leaves(where, q, 5, last_hi=hi)
+                    for x in (q[-1], (q[-1] + hi) / 2, hi):
+                        point = [*q[:-1], x]
+                        scan = heapq.nsmallest(5, ((math.dist(point, lq), p, lat) for lq, p, lat in leaves))
+                        assert heapq.nsmallest(5, ((math.dist(point, lq), p, lat) for lq, p, lat in span)) == scan
+                    checked += 1
+    assert checked > 1000

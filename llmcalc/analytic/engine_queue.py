@@ -7,7 +7,9 @@ rule is applied."""
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 from collections.abc import Callable
 
 from ..records import dataclass
@@ -41,7 +43,7 @@ class Group:
         """Blocks each of these requests holds `ahead` decode steps on: while prefilling, its whole prefill from
         admission, or (KvBudget.reach, vLLM V1) what it has prefilled and its next chunk; then its prompt and
         generated tokens."""
-        if self.decoding:
+        if self.prefilled >= self.target:  # decoding
             return kv.need(self.n_in + self.generated + ahead)
         return kv.need(self.target if kv.reach is None else min(self.target, self.prefilled + kv.reach))
 
@@ -65,7 +67,11 @@ class Group:
         return kv.need(self.target + min(self.n_out - self.generated, policy.clip_new_tokens))
 
     def state(self) -> tuple:
-        return (self.prefilled, self.generated, self.first, self.arrival, self.n_in, self.n_out, self.target)
+        return STATE(self)
+
+
+STATE_FIELDS = ("prefilled", "generated", "first", "arrival", "n_in", "n_out", "target")  # what makes groups alike
+STATE = operator.attrgetter(*STATE_FIELDS)  # Group.state
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,11 @@ class KvBudget:
     # vLLM V1 (SchedulerPolicy.chunk_blocks): a prefilling request holds blocks for what it has prefilled and at most
     # this many tokens more, the step's chunk (the token budget); None: for its whole prompt from admission
     reach: int | None = None
+
+    def memoized(self) -> KvBudget:
+        """The same budget with `need` remembered by length (it reads nothing else): a simulation asks it for the
+        same few thousand lengths millions of times."""
+        return KvBudget(blocks=self.blocks, need=functools.lru_cache(maxsize=None)(self.need), reach=self.reach)
 
     @classmethod
     def requests(cls, count: int) -> KvBudget:
@@ -121,9 +132,10 @@ def schedule_running(running: list[Group], budget: int, decodes: bool = True) ->
     for g in list(running):
         if budget <= 0:
             break
-        if not decodes and g.decoding:
+        need = g.target - g.prefilled  # its prompt's rest, or none left: decoding, one token
+        if need <= 0 and not decodes:
             continue
-        need = 1 if g.decoding else g.target - g.prefilled
+        need = max(need, 1)
         full = budget // need
         if full >= g.n:
             g.chunk, budget = need, budget - need * g.n
@@ -183,14 +195,18 @@ def admit(waiting: list[Group], running: list[Group], scheduled: list[Group], bu
 def decode_run(decoding: list[Group], kv: KvBudget, held: int, steps: int) -> int:
     """The most decode steps, up to `steps`, that the `decoding` requests take before their blocks outgrow the cache
     (`held`: the blocks every running request holds after one step)."""
-    base = held - sum(g.n * g.held(kv, 1) for g in decoding)  # what the others hold meanwhile
+    need, lengths = kv.need, [(g.n, g.n_in + g.generated) for g in decoding]  # each holds need(length + j) after j
+    base = held - sum(n * need(length + 1) for n, length in lengths)  # what the others hold meanwhile
 
     def fits(j: int) -> bool:
-        return base + sum(g.n * g.held(kv, j) for g in decoding) <= kv.blocks
+        return base + sum(n * need(length + j) for n, length in lengths) <= kv.blocks
 
     if fits(steps):
         return steps
-    lo, hi = 1, steps
+    lo, hi = 1, steps  # the cache fills within a few blocks' worth of steps: gallop up from 1, then bisect
+    while 2 * lo < hi and fits(2 * lo):
+        lo *= 2
+    hi = min(hi, 2 * lo)
     while lo < hi:
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
@@ -202,15 +218,17 @@ def merged(running: list[Group]) -> list[Group]:
     stand (a decode's place in the queue changes nothing; split apart by a budget, they would stay apart)."""
     merged: list[Group] = []
     decoding: dict[tuple, Group] = {}
+    last = None  # the state of merged[-1]
     for g in running:
-        key = g.state()
-        if merged and merged[-1].state() == key:
+        key = STATE(g)
+        if key == last:
             merged[-1].n += g.n
-        elif g.decoding and key in decoding:
+        elif g.prefilled >= g.target and key in decoding:  # decoding
             decoding[key].n += g.n
         else:
             merged.append(g)
-            if g.decoding:
+            last = key
+            if g.prefilled >= g.target:
                 decoding[key] = g
     return merged
 

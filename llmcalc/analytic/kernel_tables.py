@@ -81,6 +81,7 @@ def source(gpu: str, backend: str = "vllm") -> str:
     return _system(gpu, backend)
 
 
+@cache  # a file-system look-up per call otherwise (the simulation asks the tables thousands of times)
 def _system(gpu: str, backend: str = "vllm") -> str:
     name = ALIASES.get(gpu.lower(), gpu.lower().replace("-", "_"))
     if backend != "vllm" and "." not in name:
@@ -274,10 +275,86 @@ def _log_leaves(gpu: str, name: str, key: str) -> tuple[tuple[list[float], tuple
                  if lat > 0)
 
 
-def _hold(where: tuple[str, str, str], c: list[float], sol: Any) -> float:
-    """perf_interp.rs grid_hold: util of the 4 nearest points in joint log2 space, modified-Shepard weights."""
+@cache
+def _leaf_tree(gpu: str, name: str, key: str) -> Any:
+    """The measured leaves of one grid (``_log_leaves``) as a tree by their log2 coordinates, axis by axis: each node
+    (its coordinates ascending, a child for each), the last level's children the leaves themselves."""
+    def build(leaves: list[Any], depth: int) -> Any:
+        if not leaves or depth == len(leaves[0][0]):
+            return leaves
+        by: dict[float, list[Any]] = {}
+        for leaf in leaves:
+            by.setdefault(leaf[0][depth], []).append(leaf)
+        keys = sorted(by)
+        return keys, [build(by[x], depth + 1) for x in keys]
+
+    return build(list(_log_leaves(gpu, name, key)), 0)
+
+
+def _nearest_leaves(where: tuple[str, str, str], q: list[float], k: int, last_hi: float | None = None) -> list[Any]:
+    """The leaves of `where` that can be among the `k` nearest to `q` in joint log2 space: every leaf no further than
+    the k-th nearest, ties included (a superset, ranked by the caller); with `last_hi`, to every point that has q's
+    coordinates but the last anywhere in [q[-1], last_hi] (one search for decode's context samples). Branch and
+    bound down ``_leaf_tree``: on each axis the coordinates are taken outward from q's, and a side is left where the
+    squared distance of the axes so far already passes the k-th best found (the k-th smallest farthest distance
+    from the points, for a span: no leaf beyond it can be among any point's k nearest)."""
+    out: list[Any] = []
+    best: list[float] = []  # the k smallest squared distances so far, negated (a max-heap)
+    bound = math.inf
+    a, last = q[-1], len(q) - 1
+    b = a if last_hi is None else last_hi
+
+    def take(leaves: list[Any], far: float) -> None:
+        nonlocal bound
+        out.extend(leaves)
+        for _ in leaves:
+            if len(best) < k:
+                heapq.heappush(best, -far)
+            elif far < -best[0]:
+                heapq.heapreplace(best, -far)
+        if len(best) == k:
+            bound = -best[0] * (1 + 1e-9) + 1e-12  # slack: math.dist ranks the candidates after
+
+    def visit(node: Any, depth: int, partial: float) -> None:
+        keys, children = node
+        if depth == last:  # the span [a, b]: from its inside outward, up then down
+            j = bisect.bisect_left(keys, a)
+            for i in range(j, len(keys)):
+                if partial + max(0.0, keys[i] - b) ** 2 > bound:
+                    break
+                take(children[i], partial + max(keys[i] - a, keys[i] - b, b - keys[i]) ** 2)
+            for i in range(j - 1, -1, -1):
+                if partial + (a - keys[i]) ** 2 > bound:
+                    break
+                take(children[i], partial + (b - keys[i]) ** 2)
+            return
+        x = q[depth]
+        hi = bisect.bisect_left(keys, x)
+        lo = hi - 1
+        while lo >= 0 or hi < len(keys):  # the nearer side first, so that the bound tightens soonest
+            right = lo < 0 or (hi < len(keys) and keys[hi] - x <= x - keys[lo])
+            i = hi if right else lo
+            d2 = partial + (keys[i] - x) ** 2
+            if d2 > bound:
+                break  # (the other side is further still)
+            visit(children[i], depth + 1, d2)
+            if right:
+                hi += 1
+            else:
+                lo -= 1
+
+    tree = _leaf_tree(*where)
+    if tree:
+        visit(tree, 0, 0.0)
+    return out
+
+
+def _hold(where: tuple[str, str, str], c: list[float], sol: Any, span: Any = None) -> float:
+    """perf_interp.rs grid_hold: util of the 4 nearest points in joint log2 space, modified-Shepard weights
+    (`span`, when given: a function of no argument answering leaves among which they are, ``_nearest_leaves``)."""
     q = [math.log2(max(v, 1e-12)) for v in c]
-    picked = heapq.nsmallest(GRID_NN_LEAVES + 1, ((math.dist(q, lq), p, lat) for lq, p, lat in _log_leaves(*where)))
+    near = span() if span is not None else _nearest_leaves(where, q, GRID_NN_LEAVES + 1)
+    picked = heapq.nsmallest(GRID_NN_LEAVES + 1, ((math.dist(q, lq), p, lat) for lq, p, lat in near))
     radius = picked[GRID_NN_LEAVES][0] if len(picked) > GRID_NN_LEAVES else math.inf
     picked = picked[:GRID_NN_LEAVES]
     weights = [1.0 / (d * d + 1e-12) if math.isinf(radius) else (max(radius - d, 0.0) / (radius * d + 1e-12)) ** 2
@@ -288,12 +365,12 @@ def _hold(where: tuple[str, str, str], c: list[float], sol: Any) -> float:
     return float(sol(c) / util)
 
 
-def _resolve(where: tuple[str, str, str], c: list[float], sqrt_axis: int | None, sol: Any) -> float:
+def _resolve(where: tuple[str, str, str], c: list[float], sqrt_axis: int | None, sol: Any, span: Any = None) -> float:
     """The grid `where` = (gpu, table, key) at point `c`: interpolated inside, held (``_hold``) outside."""
     try:
         return _interior(_grid(*where), c, 0, sqrt_axis, sol)
     except _OutOfRange:
-        return _hold(where, c, sol)
+        return _hold(where, c, sol, span)
 
 
 def _kv_key(heads: int, kv_heads: int, head_dim: int, kv_dtype: str) -> tuple[str, int]:
@@ -338,7 +415,15 @@ def decode_attention_ms(gpu: str, batch: int, context: int, heads: int, kv_heads
     lo = max(1, int(context * 0.9))
     hi = max(lo, int(context * 1.1))
     samples = [lo + (hi - lo) * i // 4 for i in range(5)]
-    return sum(_resolve(grid, [heads, batch, s], None, sol) for s in samples) / 5
+    found: list[Any] = []
+
+    def span() -> list[Any]:  # the leaves nearest to any sample past the grid's edge, found once for the five
+        if not found:
+            found.append(_nearest_leaves(grid, [math.log2(max(v, 1e-12)) for v in (heads, batch, lo)],
+                                         GRID_NN_LEAVES + 1, last_hi=math.log2(max(hi, 1e-12))))
+        return found[0]
+
+    return sum(_resolve(grid, [heads, batch, s], None, sol, span) for s in samples) / 5
 
 
 def decode_attention_seconds(gpu: str, batch: int, context: int, heads: int, kv_heads: int, head_dim: int = 128,

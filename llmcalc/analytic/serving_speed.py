@@ -514,17 +514,89 @@ def _new_groups(work: Workload, lengths: tuple[tuple[int, int], ...] | None, sta
 
 
 
+def run_seconds(first: float, last: float, steps: int, floor: float = 0.0) -> float:
+    """Seconds of `steps` steps whose times run linearly from `first` to `last` (a decode run: each step one cached
+    token more per sequence), none faster than `floor` (the API server's pace for its tokens):
+    sum over j = 0 .. steps - 1 of max(first + (last - first) j / (steps - 1), floor); steps (first + last) / 2
+    where the floor binds nowhere."""
+    if steps == 1 or first == last:
+        return steps * max(first, floor)
+    if min(first, last) >= floor:
+        return steps * (first + last) / 2
+    slope = (last - first) / (steps - 1)
+    cross = (floor - first) / slope  # step j is above the floor past it (rising) or before it (falling)
+    if slope > 0:
+        lo, hi = min(steps, max(0, math.ceil(cross))), steps
+    else:
+        lo, hi = 0, min(steps, max(0, math.floor(cross) + 1))
+    above = hi - lo
+    return (steps - above) * floor + above * first + slope * (lo + hi - 1) * above / 2
+
+
+# a decode run's inter-token gaps are sampled in parts whose step times spread by at most this fraction (``run_gaps``)
+RUN_GAP_SPREAD = 0.002
+
+
+def run_gaps(first: float, last: float, steps: int, floor: float, sequences: int) -> list[tuple[float, float]]:
+    """A decode run's inter-token gaps as (gap, tokens) samples (``run_seconds``' steps): the run cut into equal
+    parts whose step times spread by at most RUN_GAP_SPREAD, each part's mean step for its steps' tokens, so that a
+    median over runs sees how the steps spread (off by at most half of RUN_GAP_SPREAD)."""
+    parts = min(steps, max(1, math.ceil(abs(last - first) / (RUN_GAP_SPREAD * min(first, last)))))
+    out: list[tuple[float, float]] = []
+    done = 0
+    slope = (last - first) / (steps - 1) if steps > 1 else 0.0
+    for i in range(1, parts + 1):
+        end = steps * i // parts
+        n = end - done
+        out.append((run_seconds(first + slope * done, first + slope * (end - 1), n, floor) / n, sequences * n))
+        done = end
+    return out
+
+
+# a decode run's step time is read at most this share of the mean context apart (``decode_run_seconds``)
+RUN_PIECE_GROWTH = 1 / 16
+
+
+def decode_run_seconds(cost: StepCost, base: float, kv_tokens: float, sequences: int, steps: int,
+                       floor: float) -> tuple[float, list[tuple[float, float]]]:
+    """Seconds of a run of `steps` decode steps of `sequences` over `kv_tokens` cached tokens, the first taking
+    `base`, none faster than `floor` (``run_seconds``), and its inter-token gap samples (``run_gaps``). Each step
+    caches one token more per sequence, and only decode attention reads them: the step time is read at knots no
+    further apart than RUN_PIECE_GROWTH of the mean context, base plus the growth of decode attention, and taken
+    linear between them (exact where attention is linear in the cached tokens; the measured tables are piecewise
+    linear in context, and held by utilisation past their edge, so a piece is off by its curvature alone)."""
+    if steps == 1:
+        return max(base, floor), [(max(base, floor), sequences)]
+    at, context = cost.decode_attention_seconds, kv_tokens / sequences
+    start = at(kv_tokens, sequences)
+    knots, values = [0], [base]
+    while knots[-1] < steps - 1:
+        knots.append(min(steps - 1, knots[-1] + max(1, math.floor((context + knots[-1]) * RUN_PIECE_GROWTH))))
+        values.append(base + at(kv_tokens + sequences * knots[-1], sequences) - start)
+    total, gaps = 0.0, []
+    for i in range(len(knots) - 1):
+        final = i == len(knots) - 2  # the last piece holds its last knot's step too
+        n = knots[i + 1] - knots[i] + final
+        last = values[i + 1] if final else values[i] + (values[i + 1] - values[i]) * (n - 1) / n
+        total += run_seconds(values[i], last, n, floor)
+        gaps += run_gaps(values[i], last, n, floor, sequences)
+    return total, gaps
+
+
 def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: int,  # long: one event loop
-             kv: KvBudget, policy: SchedulerPolicy | None = None) -> Simulated:
+             kv: KvBudget, policy: SchedulerPolicy | None = None, step_by_step: bool = False) -> Simulated:
     """An engine's scheduler over `work` on one replica (module docstring; `policy`: the engine's, vLLM V1's by
     default): running requests first (a decode token each, or the next chunk of a prefill), the latest preempted
     when the cache cannot hold the next step's tokens (preempt), then waiting ones first come first served while
     `max_num_seqs`, `token_budget` and the KV blocks their admission needs (`kv`, SchedulerPolicy.admission) allow;
     an engine that does not mix (SchedulerPolicy.mixed False) runs a prefill-only step whenever it can, else a
     decode step. Steps that only decode, with nothing to admit, are advanced together up to the next request that
-    finishes (or arrives, or would outgrow the cache): the mean of their first and last step's time each. Requests
-    of varied lengths (work.requests()) are simulated each with its own."""
+    finishes (or arrives, or would outgrow the cache), their time summed along the run's growing context
+    (``decode_run_seconds``: exact where a step's time is linear in the cached tokens between its knots, off by
+    the measured table's curvature otherwise); `step_by_step` times every step on its own instead (tests hold the
+    two within 0.5 %). Requests of varied lengths (work.requests()) are simulated each with its own."""
     policy = policy or engines.POLICIES["vllm"]
+    kv = kv.memoized()
     if policy.chunk_blocks:  # vLLM V1 allocates a prefill's blocks chunk by chunk (allocate_slots(num_new_tokens))
         kv = KvBudget(blocks=kv.blocks, need=kv.need, reach=token_budget)
     ratio, whole_below = policy.init_ratio, 0 if policy.chunked else token_budget
@@ -548,14 +620,15 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
             waiting += _new_groups(work, lengths, next_arrival, 1, arrivals[next_arrival])
             next_arrival, in_flight = next_arrival + 1, in_flight + 1
         before = sum(g.n for g in running)
-        used = preempt(running, waiting, kv, keep_prefill=policy.prefix_cache)
-        preempted = sum(g.n for g in running) < before
-        if policy.admission == "ratio" and sum(g.n for g in running) < before:  # SGLang's retraction
+        used = held = preempt(running, waiting, kv, keep_prefill=policy.prefix_cache)  # blocks after the step
+        count = sum(g.n for g in running)
+        preempted = count < before
+        if policy.admission == "ratio" and preempted:  # SGLang's retraction
             ratio = retracted_ratio(running, policy)
         if policy.admission != "prompt":
             used = sum(g.n * g.reserved(kv, policy, ratio) for g in running)
         scheduled, budget = schedule_running(running, token_budget, decodes=policy.mixed)
-        slots = Slots(sum(g.n for g in running), limit, kv, used, policy)
+        slots = Slots(count, limit, kv, used, policy)  # (schedule_running's splits keep the count)
         # vLLM V1 admits no waiting request in a step that preempted (SchedulerPolicy.admit_after_preempt)
         admitted = admit(waiting, running, scheduled, budget if policy.admit_after_preempt or not preempted else 0,
                           slots, whole_below=whole_below)
@@ -566,8 +639,12 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
                 t = max(t, arrivals[next_arrival])
                 continue
             raise LlmcalcError("the engine could schedule nothing (a bug: please report)")
-        prefilling = [g for g in scheduled if not g.decoding]
-        decoding = [g for g in scheduled if g.decoding]
+        prefilling: list[Group] = []
+        decoding: list[Group] = []
+        for g in scheduled:
+            (decoding if g.prefilled >= g.target else prefilling).append(g)
+        # every running request decodes this step, as one group each: no group splits or comes alike to another
+        uniform = not prefilling and not preempted and len(decoding) == len(running)
         dec = sum(g.n for g in decoding)
         kv_tokens = sum(g.n * (g.n_in + g.generated) for g in decoding)
         chunks = sum(g.n * g.chunk for g in prefilling)
@@ -579,7 +656,7 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
                             pairs=sum(g.n * (g.chunk * g.prefilled + g.chunk * (g.chunk + 1) / 2) for g in prefilling))
         # steps that only decode and admit nothing: advance to the next finish (or arrival, or a full cache) at once
         room = waiting and slots.take(waiting[0]) >= 1
-        jump = 1 if prefilling or room else decode_run(decoding, kv, sum(g.n * g.held(kv, 1) for g in running),
+        jump = 1 if prefilling or room or step_by_step else decode_run(decoding, kv, held,
                                                         min(g.n_out - g.generated for g in decoding))
         if waiting and policy.admission == "ratio":
             jump = min(jump, RATIO_JUMP)
@@ -587,12 +664,11 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
             jump = 1
         if next_arrival < len(arrivals) and jump > 1:
             jump = max(1, min(jump, math.ceil((arrivals[next_arrival] - t) / base)))
-        last = base + cost.decode_attention_seconds(kv_tokens + dec * (jump - 1), dec) - \
-            cost.decode_attention_seconds(kv_tokens, dec) if jump > 1 else base  # one more cached token per sequence
-        dt = jump * (base + last) / 2
-        if work.served:  # clients get the step's tokens as fast as the API server streams them (FRONTEND_TOKEN_...)
+        pace = 0.0  # clients get each step's tokens as fast as the API server streams them (FRONTEND_TOKEN_...)
+        if work.served:
             firsts = sum(g.n for g in prefilling if g.prefilled + g.chunk >= g.target and not g.generated)
-            dt = max(dt, (dec * jump + firsts) * FRONTEND_TOKEN_SECONDS)
+            pace = (dec + firsts) * FRONTEND_TOKEN_SECONDS
+        dt, gaps = decode_run_seconds(cost, base, kv_tokens, dec, steps=jump, floor=pace)
         t, steps, busy_seq_time = t + dt, steps + jump, busy_seq_time + dt * admitted
         for g in prefilling:
             g.prefilled += g.chunk
@@ -604,14 +680,14 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
                     ttft.append((t - g.arrival + api, g.n))
                 g.generated += 1
         if decoding:
-            itl.append((dt / jump, sum(g.n for g in decoding) * jump))
+            itl += gaps
             ratio = max(policy.min_ratio, ratio - policy.ratio_decay * jump)
         for g in decoding:
             if not g.generated:  # its first token, from its first decode step (SchedulerPolicy.first_in_decode)
                 g.first = t
                 ttft.append((t - g.arrival + api, g.n))
             g.generated += jump
-        for g in [g for g in running if g.decoding and g.generated >= g.n_out]:
+        for g in [g for g in scheduled if g.decoding and g.generated >= g.n_out]:  # (the others ran no step)
             running.remove(g)
             done, in_flight = done + g.n, in_flight - g.n
             tokens_in, tokens_out = tokens_in + g.n * g.n_in, tokens_out + g.n * g.n_out
@@ -622,7 +698,7 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
                 more = min(g.n, prompts - sent)
                 waiting += _new_groups(work, lengths, sent, more, t)
                 sent, in_flight = sent + more, in_flight + more
-        running = merged(running)
+        running = running if uniform else merged(running)
     return Simulated(duration=t, completed=done, ttft=_stats(ttft), tpot=_stats(tpot or [(0.0, 1.0)])[:2],
                      itl=_stats(itl or [(0.0, 1.0)])[:2], e2e=_stats(e2e)[:2],
                      mean_running=busy_seq_time / t if t else 0.0, output_tokens=tokens_out,
