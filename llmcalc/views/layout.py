@@ -111,6 +111,7 @@ def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batc
         rows.append({"rank": i, "tp": lay.tp, "cp": lay.cp, "pp": lay.pp, "vpp": lay.vpp, "dp": lay.dp, "ep": lay.ep,
                      "etp": lay.expert_tp, "ep_dispatcher": lay.ep_dispatcher, "ep_overlap": lay.ep_overlap,
                      "micro_batch": lay.micro_batch, "recompute": pred.recompute, "zero": lay.zero,
+                     "dp_shard": lay.dp_shard or None,
                      "schedule": lay.schedule, "memory_gib": mem / GIB, "step_seconds": pred.step_seconds,
                      "mfu": pred.mfu, "tokens_per_second": pred.tokens_per_second,
                      "biggest_loss": f"{worst[0]} {_pct(worst[1] / pred.step_seconds)}",
@@ -127,7 +128,10 @@ def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batc
             Column("ep_overlap", "EP overlap", lambda v: "on" if v else "off", show=searched_ep),
             Column("micro_batch", "micro-batch"),
             Column("recompute", "recompute", align="left"),
-            Column("zero", "ZeRO"), Column("memory_gib", "memory (GiB)", lambda v: f"{v:.1f}"),
+            Column("zero", "ZeRO"),
+            Column("dp_shard", "HSDP shard",
+                   show=any(row["dp_shard"] for row in rows)),  # shown where chosen
+            Column("memory_gib", "memory (GiB)", lambda v: f"{v:.1f}"),
             Column("step_seconds", "step (s)", lambda v: f"{v:.4g}"), Column("mfu", "MFU (%)", _pct),
             Column("tokens_per_second", "tokens/s", lambda v: si(v).strip()),
             Column("biggest_loss", "biggest loss (share of step)", align="left")]

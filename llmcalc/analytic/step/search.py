@@ -184,12 +184,14 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             floor += _optimizer_floor(ctx, paths, with_dp=False)[0] * (1 - FLOOR_MARGIN)
             entry = (floor, index, _MEMORY, lay, more)
         elif tier == _MEMORY:
-            rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity,
-                                              settings=(recipe, optimizer), peaks=peaks, zero_pin=zero_pin)
+            rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity, settings=(recipe, optimizer),
+                                              peaks=peaks, zero_pin=3 if lay.dp_shard else zero_pin)
             if rc is None:
                 heapq.heappop(layouts)
                 no_fit(lay, peak, zero)
                 continue
+            hsdp = _hsdp_shards(lay, per_node) if zero == 3 and not (lay.dp_shard or "dp_shard" in step) else []
+            base = lay
             lay = lay if zero == lay.zero else _with_zero(lay, zero)
             if exhaustive:
                 entry = (floor, index, _PREPARE, lay, (rc, peak))
@@ -200,6 +202,10 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
                 floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, recompute=rc, ctx=ctx)
                 opt = _optimizer_floor(ctx, paths, with_dp=False)[0]
                 entry = (floor + opt * (1 - FLOOR_MARGIN), index, _DP, lay, (rc, peak, floor, ctx, paths))
+            for shard in hsdp:  # FSDP's HSDP shard groups, each a layout of its own, at this floor (_hsdp_shards)
+                heapq.heappush(layouts, (entry[0], slot, _MEMORY, replaced(base, {"dp_shard": shard}), more))
+                slot += 1
+                counts["searched"] += 1
         elif tier == _DP:  # the same floor as with its DP floor at once, at or above the one it was taken at
             rc, peak, floor, ctx, paths = more
             opt, dp = _optimizer_floor(ctx, paths)
@@ -245,7 +251,8 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
                     rc, peak = more[:2]
                 else:
                     rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity,
-                                                      settings=(recipe, optimizer), peaks=peaks, zero_pin=zero_pin)
+                                                      settings=(recipe, optimizer), peaks=peaks,
+                                                      zero_pin=3 if lay.dp_shard else zero_pin)
                     if rc is not None:
                         lay = lay if zero == lay.zero else _with_zero(lay, zero)
                 fits[index] = rc is not None
@@ -337,6 +344,27 @@ def _expert_variants(spec: ModelSpec, lay: Layout, step: dict[str, Any], per_nod
     return [lay if (d, o) == (lay.ep_dispatcher, lay.ep_overlap) else replaced(lay, {"ep_dispatcher": d,
                                                                                      "ep_overlap": o})
             for d in dispatchers for o in overlaps]
+
+
+def _hsdp_shards(lay: Layout, per_node: int) -> list[int]:
+    """The HSDP shard groups `layout` tries for a layout that fits only as ZeRO-3 (FSDP) whose data-parallel group
+    spans nodes: the dp ranks of 1, 2, 4, ... whole nodes (PyTorch FSDP's HYBRID_SHARD: "FULL_SHARD within a node,
+    and replicate parameters across nodes"; torchtitan's data_parallel_shard_degree), each dividing dp and below it.
+    HSDP trades memory (weights, gradients and states sharded over fewer ranks) for weight all-gathers and gradient
+    reduce-scatters inside the shard group and one gradient all-reduce across the replicas (step/dp.py:
+    _replica_colls). Its step is at least the FSDP layout's floor after its memory check, before its DP: the same
+    stages at as much recomputation or more (it holds more), and an optimizer step over a larger shard
+    (dp.py:_rank_optimizer), so the search queues each at that floor (exhaustive: with the rest).
+    None where the shard group of one node is not whole dp ranks (the dp stride does not divide a node)."""
+    stride = lay.strides()["dp"]
+    if stride >= per_node or per_node % stride or lay.dp * stride <= per_node:
+        return []
+    shards, shard = [], per_node // stride
+    while shard < lay.dp:
+        if lay.dp % shard == 0:
+            shards.append(shard)
+        shard *= 2
+    return shards
 
 
 def simulated(pred: StepPrediction) -> StepPrediction:
