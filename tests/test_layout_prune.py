@@ -92,7 +92,9 @@ def _same_top(model: str, n: int, seq: int, batch: int, top: int = 10, **step) -
     assert counts["fit"] + counts["oom"] + counts["invalid"] + counts["bounded"] == counts["searched"]
     assert len(pruned) == counts["fit"] and counts["bounded"] > 0
     assert all_counts["bounded"] == 0 and len(whole) == all_counts["fit"]
-    assert all_counts["searched"] == counts["searched"] and all_counts["invalid"] == counts["invalid"]
+    # the HSDP shard groups are layouts of the FSDP layouts evaluated (search._hsdp_shards): the rest are the same
+    assert all_counts["searched"] - all_counts["hsdp"] == counts["searched"] - counts["hsdp"]
+    assert all_counts["invalid"] == counts["invalid"] and counts["hsdp"] <= all_counts["hsdp"]
     assert counts["fit"] <= all_counts["fit"] and counts["oom"] <= all_counts["oom"]
     # what was not bounded is what the exhaustive search has, with the same memory; layouts it did not simulate
     # keep their bound
@@ -134,7 +136,7 @@ def test_layout_says_what_it_evaluated():
     assert "bounded" not in whole.stdout and "(top 10 of 435 that fit)" in whole.stdout
     data = json.loads(run(*base, "--format", "json").stdout)
     counts = data["counts"]
-    assert set(counts) == {"searched", "fit", "oom", "invalid", "bounded"} and counts["searched"] == 435
+    assert set(counts) == {"searched", "fit", "oom", "invalid", "bounded", "hsdp"} and counts["searched"] == 435
     assert counts["fit"] + counts["oom"] + counts["invalid"] + counts["bounded"] == 435
     full = json.loads(run(*base, "--exhaustive", "--format", "json").stdout)
     assert full["layouts"] == data["layouts"] and full["counts"]["bounded"] == 0

@@ -50,6 +50,9 @@ def document(search: LayoutSearch, top: int = 10, recompute: str | None = None,
                           global_batch=search.global_batch, ranked=search.ranked, losers=search.losers,
                           counts=search.counts, top=top, recompute=recompute, recipe=search.recipe,
                           optimizer=search.optimizer, reserve_gib=search.reserve_gib)
+    if search.knobs:  # the step model's search (the measured one varies the degrees, recomputation and ZeRO only)
+        doc.tables[0].notes[1:1] = list(search.knobs)
+        doc.data["knobs"] = list(search.knobs)
     sources = getattr(search.ranked[0][0], "measured_from", None) if search.ranked else None
     if sources is not None:  # a model transformers measured (analytic/measured_step.py)
         doc.data.update(method="transformers", measured_from=dict(sources))

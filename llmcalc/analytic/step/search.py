@@ -77,7 +77,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     capacity = reserved_capacity(dev.accelerator, reserve_gib)
     per_node = dev.network.gpus_per_node
     tries = [recompute] if recompute else ["none", "selective", "full"]
-    counts = {"searched": 0, "fit": 0, "oom": 0, "invalid": 0, "bounded": 0}
+    counts = {"searched": 0, "fit": 0, "oom": 0, "invalid": 0, "bounded": 0, "hsdp": 0}  # hsdp: of searched
     pins = dict(pins or {})
     zero_pin, sp_pin = pins.pop("zero", None), pins.pop("sequence_parallel", True)
     candidates = layout_candidates(spec, n_gpus, seq_len, global_batch, per_node, pins=pins)
@@ -206,6 +206,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
                 heapq.heappush(layouts, (entry[0], slot, _MEMORY, replaced(base, {"dp_shard": shard}), more))
                 slot += 1
                 counts["searched"] += 1
+                counts["hsdp"] += 1
         elif tier == _DP:  # the same floor as with its DP floor at once, at or above the one it was taken at
             rc, peak, floor, ctx, paths = more
             opt, dp = _optimizer_floor(ctx, paths)
@@ -471,6 +472,30 @@ class LayoutSearch:
     recipe: str = "bf16-mixed"
     optimizer: str = "adamw"
     reserve_gib: float = 0.0  # GiB kept free per GPU (--reserve-gib)
+    knobs: tuple[str, ...] = ()  # what the search varied, what it took as given, and why (searched_knobs)
+
+
+def searched_knobs(spec: ModelSpec, pins: dict[str, Any], step: dict[str, Any], recompute: str | None,
+                   tp_overlap: bool) -> tuple[str, ...]:
+    """`layout`'s knobs in three lines: those it searched (the degrees and micro-batch not pinned; the recomputation
+    and ZeRO stage that fit; HSDP shard groups of the FSDP layouts; for MoE models the expert dispatcher and EP
+    overlap where the command line left them open), those taken as given, and those it does not vary and why."""
+    degrees = [k.replace("_", "-") for k in PINNED if k not in pins and (spec.is_moe or k not in ("ep", "etp"))]
+    searched = degrees + ([] if recompute else ["recompute none/selective/full"]) \
+        + ([] if "zero" in pins else ["ZeRO-1 else ZeRO-3 (FSDP)"]) \
+        + ([] if "dp_shard" in step or pins.get("zero") in (0, 1, 2) else
+           ["HSDP shard groups of 1, 2, 4 ... nodes where only FSDP fits across nodes (--dp-shard)"]) \
+        + [option_flag(k) for k in ("ep_dispatcher", "ep_overlap") if spec.is_moe and k not in step]
+    given = [option_flag(k) for k in (*PINNED, "zero", "dp_shard", "ep_dispatcher", "ep_overlap", "cp_comm",
+                                      "first_stage_layers", "last_stage_layers", "pipeline_layout",
+                                      "fp8_param_gather") if k in pins or k in step]
+    overlap = "on" if tp_overlap else "off"
+    return (f"knobs searched: {'; '.join(searched)}",
+            "knobs given: " + (", ".join(given) if given else "none") + f"; --tp-overlap {overlap} as given "
+            "(modelled without the SMs it borrows, so searching it would always choose it)",
+            "knobs not searched: --first/--last-stage-layers and --pipeline-layout (the recipe's stage split), "
+            "--cp-comm, --fp8-param-gather (recipe facts, applied as given); partial recompute (--recompute-layers, "
+            "--recompute-modules: time it with `llmcalc train`)")
 
 
 @per_call
@@ -502,4 +527,6 @@ def rank_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_ba
                            + (f" (or a smaller --reserve-gib than {reserve_gib:g})" if reserve_gib else ""))
     return LayoutSearch(spec=spec, gpu=gpu, n_gpus=n_gpus, seq_len=seq_len, global_batch=batch, ranked=ranked,
                         losers=losers, counts=counts, recipe=step.get("recipe") or "bf16-mixed",
-                        optimizer=step.get("optimizer") or "adamw", reserve_gib=reserve_gib)
+                        optimizer=step.get("optimizer") or "adamw", reserve_gib=reserve_gib,
+                        knobs=searched_knobs(spec, pins, {k: v for k, v in step.items() if v is not None},
+                                             recompute, tp_overlap))
