@@ -114,6 +114,7 @@ def _same_top(model: str, n: int, seq: int, batch: int, top: int = 10, **step) -
     ("qwen3-30b-a3b", 2048, 4096, 4096, 10, {}),  # MoE on 2,048 GPUs
     ("deepseek-v3", 2048, 4096, 4096, 10, {}),  # MLA, MTP and 256 experts on 2,048 GPUs (bench_layout's case)
     ("llama-3.1-405b", 16384, 8192, 2048, 10, {}),  # dense on 16,384 GPUs (bench_layout's case)
+    ("llama-3-8b", 256, 4096, 256, 10, {"network": "100G-x1-fat-tree", "pins": {"zero": 3}}),  # FSDP: HSDP best
 ])
 def test_pruned_search_has_the_exhaustive_searchs_best(model, n, seq, batch, top, step):
     _same_top(model, n, seq, batch, top, **step)
@@ -287,8 +288,10 @@ def test_the_searchs_layouts_are_make_layouts(model, n, seq, batch):
         for pred, _ in ranked:
             got = pred.layout
             want = made[got.tp, got.cp, got.pp, got.vpp, got.micro_batch, got.ep, got.etp]
-            tried = replace(want, zero=got.zero, ep_dispatcher=got.ep_dispatcher, ep_overlap=got.ep_overlap)
+            tried = replace(want, zero=got.zero, ep_dispatcher=got.ep_dispatcher, ep_overlap=got.ep_overlap,
+                            dp_shard=got.dp_shard)
             assert list(vars(got).items()) == list(vars(tried).items())
+            assert got.dp_shard == 0 or got.zero == 3 and got.dp % got.dp_shard == 0  # HSDP of FSDP layouts
             assert (got.ep_dispatcher, got.ep_overlap) == ("alltoall", False) or spec.is_moe and got.alltoall
     cache.clear_caches()
 
