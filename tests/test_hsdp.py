@@ -118,3 +118,10 @@ def test_layout_tries_no_hsdp_where_zero_1_fits_or_dp_stays_in_a_node():
     given = json.loads(run(*SLOW, "--dp-shard", 32, "--format", "json").stdout)
     assert {row["dp_shard"] for row in given["layouts"]} == {32} and given["counts"]["hsdp"] == 0
     assert any(k.startswith("knobs given:") and "--dp-shard" in k for k in given["knobs"])
+
+
+def test_layout_refuses_a_shard_group_no_layout_has_in_one_line():
+    for extra in (("--n-gpus", 8), ("--n-gpus", 64, "--zero", 0)):
+        r = run("layout", "llama-3-8b", "--gpu", "h100-sxm", "--global-batch", 64, "--dp-shard", 8, *extra)
+        assert r.exit_code == 2 and "--dp-shard 8" in r.output and "Traceback" not in r.output
+        assert len(r.output.strip().splitlines()) == 1

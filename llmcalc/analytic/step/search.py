@@ -520,6 +520,11 @@ def rank_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_ba
                                             recompute=recompute, tp_overlap=tp_overlap, progress=progress,
                                             top=max(top, 10), exhaustive=exhaustive, reserve_gib=reserve_gib,
                                             pins=pins, **{k: v for k, v in step.items() if v is not None})
+    shard = step.get("dp_shard")
+    if not ranked and shard and counts["invalid"] == counts["searched"]:  # the shard group no layout has
+        raise LlmcalcError(f"--dp-shard {shard} shards over {shard} of the data-parallel ranks (HSDP): no layout of "
+                           f"{n_gpus:,} GPUs has a dp above it that it divides, with --zero 1-3; give a smaller "
+                           "--dp-shard, more GPUs, or leave it out (layout then tries HSDP where FSDP spans nodes)")
     if not ranked:
         raise LlmcalcError(f"no layout of {spec.name} fits on {n_gpus:,} x {gpu} at seq {seq_len} with global batch "
                            f"{batch} (of the layouts tried, {counts['oom']:,} do not fit in memory and "
