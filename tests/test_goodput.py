@@ -77,6 +77,21 @@ def test_train_without_mfu_predicts_on_layouts_best():
     assert run_json("train", "llama-3-8b", "--tokens", "1T", *where, "--mfu", 0.3)["mfu"] == pytest.approx(0.3)
 
 
+@pytest.mark.parametrize("model, n, seq, chosen", [
+    ("deepseek-v3", 2048, 4096, ("ep_dispatcher", "ep_overlap")),  # deepep and the A2A overlap
+    ("llama-3.1-70b", 2048, 8192, ("dp_shard",)),  # HSDP
+])
+def test_train_without_mfu_predicts_what_layout_chose_beyond_the_degrees(model, n, seq, chosen):
+    """What `layout` searches beside the degrees (an MoE model's dispatcher and EP overlap, HSDP's shard group) is
+    part of the layout `train` predicts on: the same step as layout's best, and named in `layout_used`."""
+    where = ("--gpu", "h100-sxm", "--n-gpus", n, "--seq-len", seq)
+    plan = run_json("train", model, "--tokens", "1T", *where)
+    used = plan["layout_used"]
+    best = run_json("layout", model, *where, "--global-batch", used["global_batch"], "--top", 1)["layouts"][0]
+    assert all(used[k] == best[k] for k in chosen)
+    assert plan["mfu"] == pytest.approx(best["mfu"], rel=1e-9)
+
+
 def test_default_global_batch_follows_published_recipes():
     """~4M tokens per step (Llama 2), and 1k tokens per GPU on large clusters: Llama 3 405B's 16M tokens (2,048
     sequences of 8k) on 16,384 H100."""

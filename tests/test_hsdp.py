@@ -79,3 +79,49 @@ def test_layout_pins_it_and_its_reproduce_lines_give_the_same_step_and_memory():
     assert train["step_seconds"] == pytest.approx(best["step_seconds"], rel=1e-9)
     memory = json.loads(run(*lines["memory"].split()[1:], "--format", "json").stdout)
     assert memory["per_gpu_bytes"] / 2**30 == pytest.approx(best["memory_gib"], rel=1e-9)
+
+
+SLOW = ("layout", "llama-3.1-8b", "--gpu", "h100-sxm", "--n-gpus", 512, "--seq-len", SEQ, "--global-batch", 512,
+        "--network", "100G-x1-fat-tree", "--zero", 3, "--tp", 1, "--cp", 1, "--pp", 1)
+
+
+def test_layout_finds_hsdp_where_fsdp_spans_many_nodes_on_a_slow_network():
+    """HSDP exists for this (Zhao et al., "PyTorch FSDP", VLDB 2023, section 3.2.2: hybrid sharding keeps the
+    per-micro-batch all-gathers and reduce-scatters inside a host and sends only one gradient all-reduce across
+    hosts): FSDP over 64 nodes with one 100 Gb/s NIC each (1.56 GB/s per GPU) gathers every layer's weights per
+    micro-batch over that network. The search tries the shard groups of 1, 2, 4 ... nodes beside full FSDP, ranks an
+    HSDP layout first, faster than full FSDP of the same degrees, and says it searched them; each layout it lists
+    fits (memory's figure at most the H100's usable memory) and its reproduce lines give its step and memory."""
+    out = json.loads(run(*SLOW, "--format", "json").stdout)
+    rows, lines = out["layouts"], out["reproduce"]
+    shards = {row["dp_shard"] for row in rows}
+    assert shards >= {None, 8, 16} and out["counts"]["hsdp"] == 6  # 8, 16, ... 256 ranks: 1 to 32 nodes
+    best, fsdp = rows[0], next(row for row in rows if row["dp_shard"] is None)
+    assert best["dp_shard"] is not None and best["step_seconds"] < fsdp["step_seconds"]
+    assert all(row["memory_gib"] * 2**30 <= H100.accelerator.usable_bytes for row in rows)
+    assert f"--dp-shard {best['dp_shard']}" in lines["train"] and f"--dp-shard {best['dp_shard']}" in lines["memory"]
+    train = json.loads(run(*lines["train"].split()[1:], "--format", "json").stdout)
+    assert train["step_seconds"] == pytest.approx(best["step_seconds"], rel=1e-9)
+    memory = json.loads(run(*lines["memory"].split()[1:], "--format", "json").stdout)
+    assert memory["per_gpu_bytes"] / 2**30 == pytest.approx(best["memory_gib"], rel=1e-9)
+    assert any("knobs searched:" in k and "HSDP" in k for k in out["knobs"])
+
+
+def test_layout_tries_no_hsdp_where_zero_1_fits_or_dp_stays_in_a_node():
+    """HSDP is searched only for layouts that fit as FSDP alone and whose data-parallel group spans nodes: ZeRO-1
+    given, or 8 GPUs (one node), tries none; --dp-shard given is a knob given, not searched."""
+    zero1 = json.loads(run(*SLOW[:-8], "--zero", 1, "--format", "json").stdout)
+    assert zero1["counts"]["hsdp"] == 0 and all(row["dp_shard"] is None for row in zero1["layouts"])
+    node = json.loads(run("layout", "llama-3.1-8b", "--gpu", "h100-sxm", "--n-gpus", 8, "--global-batch", 64,
+                          "--zero", 3, "--format", "json").stdout)
+    assert node["counts"]["hsdp"] == 0
+    given = json.loads(run(*SLOW, "--dp-shard", 32, "--format", "json").stdout)
+    assert {row["dp_shard"] for row in given["layouts"]} == {32} and given["counts"]["hsdp"] == 0
+    assert any(k.startswith("knobs given:") and "--dp-shard" in k for k in given["knobs"])
+
+
+def test_layout_refuses_a_shard_group_no_layout_has_in_one_line():
+    for extra in (("--n-gpus", 8), ("--n-gpus", 64, "--zero", 0)):
+        r = run("layout", "llama-3-8b", "--gpu", "h100-sxm", "--global-batch", 64, "--dp-shard", 8, *extra)
+        assert r.exit_code == 2 and "--dp-shard 8" in r.output and "Traceback" not in r.output
+        assert len(r.output.strip().splitlines()) == 1

@@ -92,7 +92,9 @@ def _same_top(model: str, n: int, seq: int, batch: int, top: int = 10, **step) -
     assert counts["fit"] + counts["oom"] + counts["invalid"] + counts["bounded"] == counts["searched"]
     assert len(pruned) == counts["fit"] and counts["bounded"] > 0
     assert all_counts["bounded"] == 0 and len(whole) == all_counts["fit"]
-    assert all_counts["searched"] == counts["searched"] and all_counts["invalid"] == counts["invalid"]
+    # the HSDP shard groups are layouts of the FSDP layouts evaluated (search._hsdp_shards): the rest are the same
+    assert all_counts["searched"] - all_counts["hsdp"] == counts["searched"] - counts["hsdp"]
+    assert all_counts["invalid"] == counts["invalid"] and counts["hsdp"] <= all_counts["hsdp"]
     assert counts["fit"] <= all_counts["fit"] and counts["oom"] <= all_counts["oom"]
     # what was not bounded is what the exhaustive search has, with the same memory; layouts it did not simulate
     # keep their bound
@@ -112,6 +114,7 @@ def _same_top(model: str, n: int, seq: int, batch: int, top: int = 10, **step) -
     ("qwen3-30b-a3b", 2048, 4096, 4096, 10, {}),  # MoE on 2,048 GPUs
     ("deepseek-v3", 2048, 4096, 4096, 10, {}),  # MLA, MTP and 256 experts on 2,048 GPUs (bench_layout's case)
     ("llama-3.1-405b", 16384, 8192, 2048, 10, {}),  # dense on 16,384 GPUs (bench_layout's case)
+    ("llama-3-8b", 256, 4096, 256, 10, {"network": "100G-x1-fat-tree", "pins": {"zero": 3}}),  # FSDP: HSDP best
 ])
 def test_pruned_search_has_the_exhaustive_searchs_best(model, n, seq, batch, top, step):
     _same_top(model, n, seq, batch, top, **step)
@@ -134,7 +137,7 @@ def test_layout_says_what_it_evaluated():
     assert "bounded" not in whole.stdout and "(top 10 of 435 that fit)" in whole.stdout
     data = json.loads(run(*base, "--format", "json").stdout)
     counts = data["counts"]
-    assert set(counts) == {"searched", "fit", "oom", "invalid", "bounded"} and counts["searched"] == 435
+    assert set(counts) == {"searched", "fit", "oom", "invalid", "bounded", "hsdp"} and counts["searched"] == 435
     assert counts["fit"] + counts["oom"] + counts["invalid"] + counts["bounded"] == 435
     full = json.loads(run(*base, "--exhaustive", "--format", "json").stdout)
     assert full["layouts"] == data["layouts"] and full["counts"]["bounded"] == 0
@@ -285,8 +288,10 @@ def test_the_searchs_layouts_are_make_layouts(model, n, seq, batch):
         for pred, _ in ranked:
             got = pred.layout
             want = made[got.tp, got.cp, got.pp, got.vpp, got.micro_batch, got.ep, got.etp]
-            tried = replace(want, zero=got.zero, ep_dispatcher=got.ep_dispatcher, ep_overlap=got.ep_overlap)
+            tried = replace(want, zero=got.zero, ep_dispatcher=got.ep_dispatcher, ep_overlap=got.ep_overlap,
+                            dp_shard=got.dp_shard)
             assert list(vars(got).items()) == list(vars(tried).items())
+            assert got.dp_shard == 0 or got.zero == 3 and got.dp % got.dp_shard == 0  # HSDP of FSDP layouts
             assert (got.ep_dispatcher, got.ep_overlap) == ("alltoall", False) or spec.is_moe and got.alltoall
     cache.clear_caches()
 

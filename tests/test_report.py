@@ -174,7 +174,7 @@ def test_report_with_finetuning_and_fp8(tmp_path):
     plan = json.loads((out / "plan.json").read_text())
     lay = plan["models"]["llama-3-8b"]["layout"]  # the planned layout (layout's best for the fp8 recipe)
     planned = [f"--{k.replace('_', '-')}={lay[k]}" for k in ("tp", "cp", "pp", "vpp", "micro_batch", "zero",
-                                                               "recompute")]
+                                                               "recompute", "dp_shard") if lay[k] is not None]
     for recipe in ("bf16-mixed", "fp8", "fp8-current", "fp8-torchao"):
         memory = cli_json("memory", "llama-3-8b", "--recipe", recipe, "--seq-len", "4096", "--n-gpus", "1024",
                           "--global-batch", plan["global_batch"], *planned)

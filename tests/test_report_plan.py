@@ -42,7 +42,7 @@ def subtitle(md: str, figure: str) -> str:
     return re.search(rf"!\[([^\]]*)\]\(figures/{re.escape(figure)}\.png\)", md).group(1)
 
 
-DEGREES = ("tp", "cp", "pp", "vpp", "dp", "micro_batch", "zero", "recompute")
+DEGREES = ("tp", "cp", "pp", "vpp", "dp", "micro_batch", "zero", "recompute", "dp_shard")
 
 
 def memory_check(model: str, lay: dict, seq_len: int, n_gpus: int, batch: int) -> tuple[float, bool]:
@@ -56,8 +56,9 @@ def memory_check(model: str, lay: dict, seq_len: int, n_gpus: int, batch: int) -
 def layout_flags(lay: dict) -> list:
     experts = ["--ep", lay["ep"], "--etp", lay["etp"]] if lay.get("ep", 1) > 1 else []
 
+    hsdp = ["--dp-shard", lay["dp_shard"]] if lay.get("dp_shard") else []  # an HSDP shard group layout chose
     return ["--tp", lay["tp"], "--cp", lay["cp"], "--pp", lay["pp"], "--vpp", lay["vpp"], "--zero", lay["zero"],
-            "--micro-batch", lay["micro_batch"], "--recompute", lay["recompute"], *experts]
+            "--micro-batch", lay["micro_batch"], "--recompute", lay["recompute"], *experts, *hsdp]
 
 
 def expert_choice(lay: dict) -> list:

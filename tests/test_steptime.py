@@ -578,7 +578,11 @@ def test_layout_falls_back_to_zero3_where_zero1_does_not_fit():
     d = mixtral_layouts()
     pure_dp = [row for row in d["layouts"] if (row["tp"], row["cp"], row["pp"], row["ep"]) == (1, 1, 1, 1)]
     assert pure_dp and all(row["zero"] == 3 and row["memory_gib"] <= 80 for row in pure_dp)
-    assert {row["zero"] for row in d["layouts"]} == {1, 3} and d["counts"]["oom"] == 0
+    assert {row["zero"] for row in d["layouts"]} == {1, 3}
+    # what does not fit is HSDP's: a ZeRO-3 layout's states over one node's ranks instead of all 64 (pure data
+    # parallelism: 46.7 G x 16 B / 8 ranks = 87 GiB > 80 GiB)
+    assert d["counts"]["oom"] <= d["counts"]["hsdp"] and all(row["dp_shard"] is None or row["zero"] == 3
+                                                             for row in d["layouts"])
 
 
 def test_layout_searches_expert_parallelism_with_its_memory():

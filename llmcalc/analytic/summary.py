@@ -55,6 +55,7 @@ class Scenario:
     reserve_gib: float = 0.0  # memory kept free on the GPU (--reserve-gib)
     ep_dispatcher: str = "alltoall"  # the planned layout's expert dispatcher and EP overlap (layout searches them)
     ep_overlap: bool = False
+    dp_shard: int = 0  # the planned layout's HSDP shard group (layout searches it where FSDP spans nodes); 0: none
     given: tuple[str, ...] = ()  # the layout options typed (report's search keeps them: `layout --tp 8`'s pins)
 
     def describe(self) -> str:
@@ -148,6 +149,12 @@ def scenario_memory(spec: ModelSpec, scenario: Scenario, micro_batch: int | None
     and `layout` size it."""
     batch = micro_batch or scenario.micro_batch
     par = scenario.parallel
+    if scenario.dp_shard:  # HSDP: the states sharded over the shard group (memory reads a step layout's dp_shard)
+        from .step.layout import Layout
+
+        par = Layout.over(scenario.n_gpus, tp=scenario.tp, cp=scenario.cp, pp=scenario.pp, vpp=scenario.vpp,
+                          zero=scenario.zero, ep=scenario.ep, etp=scenario.etp,
+                          sequence_parallel=scenario.sequence_parallel, dp_shard=scenario.dp_shard)
     return training_memory(spec, batch, scenario.seq_len, scenario.recipe, optimizer=scenario.optimizer,
                            recompute=scenario.recompute, parallel=par,
                            stage_layers=scenario.stage_layers(spec.n_layers),

@@ -556,7 +556,10 @@ def choose_layout(request: TrainRequest, spec: ModelSpec) -> tuple[TrainRequest,
     degrees = dict(tp=lay.tp, cp=lay.cp, pp=lay.pp, vpp=lay.vpp, ep=lay.ep, etp=lay.expert_tp,
                    micro_batch=lay.micro_batch, zero=lay.zero, schedule=lay.schedule)
     layout.update({k: v for k, v in degrees.items() if (k, v) not in (("ep", 1), ("etp", lay.tp))})  # a dense model
-    choice = {"global_batch": batch, "global_batch_why": why, "source": "recommended", **degrees,
+    chosen = {k: getattr(lay, k) for k in ("dp_shard", "ep_dispatcher", "ep_overlap")  # what the search also tried
+              if getattr(lay, k) != STEP_DEFAULTS[k]}
+    layout.update(chosen)
+    choice = {"global_batch": batch, "global_batch_why": why, "source": "recommended", **degrees, **chosen,
               "dp": lay.dp, "recompute": best.recompute, "layouts_that_fit": search.counts["fit"],
               "command": _layout_command(request, spec, batch)}
     return replace(request, layout=layout, recompute=best.recompute), choice

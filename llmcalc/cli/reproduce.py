@@ -72,7 +72,9 @@ def reproduce(ctx: click.Context, model: str, search: LayoutSearch) -> dict[str,
     searched = [p.name for p in ctx.command.params if p.name in ("ep_dispatcher", "ep_overlap")]
     expert = [f for name in searched if ctx.get_parameter_source(name) not in _SOURCES  # what layout chose
               and getattr(lay, name) != ctx.params[name] for f in _flag(ctx, name, getattr(lay, name))]
-    common = ["--micro-batch", str(lay.micro_batch), "--zero", str(lay.zero), "--recompute", pred.recompute]
+    hsdp = ["--dp-shard", str(lay.dp_shard)] if lay.dp_shard and ctx.get_parameter_source("dp_shard") not in _SOURCES \
+        else []  # the HSDP shard group layout chose
+    common = ["--micro-batch", str(lay.micro_batch), "--zero", str(lay.zero), "--recompute", pred.recompute, *hsdp]
     train = ["llmcalc", "train", model, "--tokens", TOKENS, *where, *batch, *degrees, *common,
              "--schedule", lay.schedule, *expert, *_flag(ctx, "causal", ctx.params["causal"]),
              *_flag(ctx, "tp_overlap", ctx.params["tp_overlap"]), *_typed(ctx, ["reserve_gib"]),

@@ -163,6 +163,7 @@ class ReportPlan:
                            "etp": par.expert_tp, "zero": par.zero,
                            "micro_batch": m.scenario.micro_batch, "recompute": m.scenario.recompute,
                            "ep_dispatcher": m.scenario.ep_dispatcher, "ep_overlap": m.scenario.ep_overlap,
+                           "dp_shard": m.scenario.dp_shard or None,
                            "source": "recommended" if m.recommended else "given"},
                 "headline_mfu": "predicted" if m.prediction is not None else "assumed", "mfu": head.mfu,
                 "gpu_hours": head.gpu_hours, "wall_clock_days": head.wall_clock_days, "cost_usd": head.cost_usd,
@@ -188,7 +189,7 @@ def describe(p: StepPrediction) -> dict[str, Any]:
     return {"tp": lay.tp, "cp": lay.cp, "pp": lay.pp, "vpp": lay.vpp, "dp": lay.dp, "ep": lay.ep,
             "etp": lay.expert_tp, "micro_batch": lay.micro_batch, "zero": lay.zero, "recompute": p.recompute,
             "step_seconds": p.step_seconds, "mfu": p.mfu, "global_batch": lay.global_batch,
-            "ep_dispatcher": lay.ep_dispatcher, "ep_overlap": lay.ep_overlap}
+            "ep_dispatcher": lay.ep_dispatcher, "ep_overlap": lay.ep_overlap, "dp_shard": lay.dp_shard or None}
 
 
 def same_layout(a: StepPrediction, b: StepPrediction) -> bool:
@@ -204,7 +205,8 @@ def layout_label(p: StepPrediction) -> str:
         (f" etp {lay.expert_tp}" if lay.expert_tp != lay.tp else "")
     expert = "" if (lay.ep_dispatcher, lay.ep_overlap) == ("alltoall", False) else \
         f", {lay.ep_dispatcher} dispatcher" + (", EP overlap" if lay.ep_overlap else "")
-    return f"{degrees}, micro-batch {lay.micro_batch}, ZeRO-{lay.zero}, recompute {p.recompute}{expert}"
+    hsdp = f" (HSDP: sharded over dp {lay.dp_shard})" if lay.dp_shard else ""
+    return f"{degrees}, micro-batch {lay.micro_batch}, ZeRO-{lay.zero}{hsdp}, recompute {p.recompute}{expert}"
 
 
 def planned_scenario(scenario: Scenario, best: StepPrediction) -> Scenario:
@@ -213,7 +215,7 @@ def planned_scenario(scenario: Scenario, best: StepPrediction) -> Scenario:
     return replace(scenario, tp=lay.tp, cp=lay.cp, pp=lay.pp, vpp=lay.vpp, ep=lay.ep,
                    etp=lay.expert_tp if lay.expert_tp != lay.tp else 0, zero=lay.zero,
                    micro_batch=lay.micro_batch, recompute=best.recompute, global_batch=lay.global_batch,
-                   ep_dispatcher=lay.ep_dispatcher, ep_overlap=lay.ep_overlap)
+                   ep_dispatcher=lay.ep_dispatcher, ep_overlap=lay.ep_overlap, dp_shard=lay.dp_shard)
 
 
 PINS = ("tp", "cp", "pp", "vpp", "ep", "etp", "micro_batch", "zero", "sequence_parallel")  # (step/layout.py:PINNED)
@@ -230,6 +232,8 @@ def layout_settings(scenario: Scenario, names: tuple[str, ...] = PINS) -> dict[s
     out.update({k: getattr(scenario, k) for k in STAGES if getattr(scenario, k)})
     if (scenario.ep_dispatcher, scenario.ep_overlap) != ("alltoall", False):  # a planned MoE layout's choice
         out.update(ep_dispatcher=scenario.ep_dispatcher, ep_overlap=scenario.ep_overlap)
+    if scenario.dp_shard:  # a planned layout's HSDP shard group
+        out["dp_shard"] = scenario.dp_shard
     if "etp" in out and not out["etp"]:
         out.pop("etp")
     return layout_options(out) if scenario.pipeline_layout else out

@@ -50,6 +50,9 @@ def document(search: LayoutSearch, top: int = 10, recompute: str | None = None,
                           global_batch=search.global_batch, ranked=search.ranked, losers=search.losers,
                           counts=search.counts, top=top, recompute=recompute, recipe=search.recipe,
                           optimizer=search.optimizer, reserve_gib=search.reserve_gib)
+    if search.knobs:  # the step model's search (the measured one varies the degrees, recomputation and ZeRO only)
+        doc.tables[0].notes[1:1] = list(search.knobs)
+        doc.data["knobs"] = list(search.knobs)
     sources = getattr(search.ranked[0][0], "measured_from", None) if search.ranked else None
     if sources is not None:  # a model transformers measured (analytic/measured_step.py)
         doc.data.update(method="transformers", measured_from=dict(sources))
@@ -101,6 +104,26 @@ def _memory_note(recipe: str, optimizer: str, recompute: str | None, reserve_gib
                else "the least recomputation that fits is tried first with ZeRO-1, then with ZeRO-3 (FSDP)"))
 
 
+def _columns(rows: list[dict]) -> list[Column]:
+    """The best layouts' columns: etp only where experts fold, the expert dispatcher and EP overlap and the HSDP
+    shard group only where a listed layout has them (the search chose them)."""
+    searched_ep = any(row["ep_dispatcher"] != "alltoall" or row["ep_overlap"] for row in rows)  # shown where chosen
+    return [Column("rank", "#"), Column("tp", "tp"), Column("cp", "cp"), Column("pp", "pp"), Column("vpp", "vpp"),
+            Column("dp", "dp"), Column("ep", "ep"),
+            Column("etp", "etp", show=any(row["etp"] != row["tp"] for row in rows)),  # only where experts fold
+            Column("ep_dispatcher", "EP dispatch", align="left", show=searched_ep),
+            Column("ep_overlap", "EP overlap", lambda v: "on" if v else "off", show=searched_ep),
+            Column("micro_batch", "micro-batch"),
+            Column("recompute", "recompute", align="left"),
+            Column("zero", "ZeRO"),
+            Column("dp_shard", "HSDP shard",
+                   show=any(row["dp_shard"] for row in rows)),  # shown where chosen
+            Column("memory_gib", "memory (GiB)", lambda v: f"{v:.1f}"),
+            Column("step_seconds", "step (s)", lambda v: f"{v:.4g}"), Column("mfu", "MFU (%)", _pct),
+            Column("tokens_per_second", "tokens/s", lambda v: si(v).strip()),
+            Column("biggest_loss", "biggest loss (share of step)", align="left")]
+
+
 def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batch: int, ranked: list,
                     losers: list, counts: dict, top: int, recompute: str | None = None, recipe: str = "bf16-mixed",
                     optimizer: str = "adamw", reserve_gib: float = 0.0) -> Document:
@@ -111,6 +134,7 @@ def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batc
         rows.append({"rank": i, "tp": lay.tp, "cp": lay.cp, "pp": lay.pp, "vpp": lay.vpp, "dp": lay.dp, "ep": lay.ep,
                      "etp": lay.expert_tp, "ep_dispatcher": lay.ep_dispatcher, "ep_overlap": lay.ep_overlap,
                      "micro_batch": lay.micro_batch, "recompute": pred.recompute, "zero": lay.zero,
+                     "dp_shard": lay.dp_shard or None,
                      "schedule": lay.schedule, "memory_gib": mem / GIB, "step_seconds": pred.step_seconds,
                      "mfu": pred.mfu, "tokens_per_second": pred.tokens_per_second,
                      "biggest_loss": f"{worst[0]} {_pct(worst[1] / pred.step_seconds)}",
@@ -119,18 +143,7 @@ def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batc
     lose_rows = [{"layout": detail, "why": reason,
                   "vs_best": None if pred is None or best is None else pred.tokens_per_second / best - 1}
                  for reason, pred, detail in losers]
-    searched_ep = any(row["ep_dispatcher"] != "alltoall" or row["ep_overlap"] for row in rows)  # shown where chosen
-    cols = [Column("rank", "#"), Column("tp", "tp"), Column("cp", "cp"), Column("pp", "pp"), Column("vpp", "vpp"),
-            Column("dp", "dp"), Column("ep", "ep"),
-            Column("etp", "etp", show=any(row["etp"] != row["tp"] for row in rows)),  # only where experts fold
-            Column("ep_dispatcher", "EP dispatch", align="left", show=searched_ep),
-            Column("ep_overlap", "EP overlap", lambda v: "on" if v else "off", show=searched_ep),
-            Column("micro_batch", "micro-batch"),
-            Column("recompute", "recompute", align="left"),
-            Column("zero", "ZeRO"), Column("memory_gib", "memory (GiB)", lambda v: f"{v:.1f}"),
-            Column("step_seconds", "step (s)", lambda v: f"{v:.4g}"), Column("mfu", "MFU (%)", _pct),
-            Column("tokens_per_second", "tokens/s", lambda v: si(v).strip()),
-            Column("biggest_loss", "biggest loss (share of step)", align="left")]
+    cols = _columns(rows)
     bounded = counts.get("bounded", 0)
     evaluated = " evaluated" if bounded else ""
     searched = (f"searched {plural(counts['searched'], 'layout')}: {counts['fit']:,} fit, {counts['oom']:,} do not "

@@ -58,8 +58,11 @@ def add_layout_choice(doc: Document, choice: dict) -> None:
     else:
         vpp = f" (vpp {choice['vpp']})" if choice["vpp"] > 1 else ""
         ep = f" ep {choice['ep']}" if choice["ep"] > 1 else ""
+        ep += (f" {choice['ep_dispatcher']} dispatcher" if "ep_dispatcher" in choice else "") + (
+            " ep-overlap" if choice.get("ep_overlap") else "")
+        hsdp = f" (HSDP: sharded over dp {choice['dp_shard']})" if choice.get("dp_shard") else ""
         line = (f"MFU predicted on the best layout, tp {choice['tp']} cp {choice['cp']} pp {choice['pp']}{vpp} dp "
-                f"{choice['dp']:,}{ep}, micro-batch {choice['micro_batch']}, ZeRO-{choice['zero']}, recompute "
+                f"{choice['dp']:,}{ep}, micro-batch {choice['micro_batch']}, ZeRO-{choice['zero']}{hsdp}, recompute "
                 f"{choice['recompute']} (the fastest of {choice['layouts_that_fit']:,} evaluated that fit: "
                 f"`{choice['command']}` lists the others), {batch}; --mfu X answers at a given MFU instead")
     doc.tables[0].notes.insert(0, line)

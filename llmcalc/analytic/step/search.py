@@ -77,7 +77,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     capacity = reserved_capacity(dev.accelerator, reserve_gib)
     per_node = dev.network.gpus_per_node
     tries = [recompute] if recompute else ["none", "selective", "full"]
-    counts = {"searched": 0, "fit": 0, "oom": 0, "invalid": 0, "bounded": 0}
+    counts = {"searched": 0, "fit": 0, "oom": 0, "invalid": 0, "bounded": 0, "hsdp": 0}  # hsdp: of searched
     pins = dict(pins or {})
     zero_pin, sp_pin = pins.pop("zero", None), pins.pop("sequence_parallel", True)
     candidates = layout_candidates(spec, n_gpus, seq_len, global_batch, per_node, pins=pins)
@@ -184,12 +184,14 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             floor += _optimizer_floor(ctx, paths, with_dp=False)[0] * (1 - FLOOR_MARGIN)
             entry = (floor, index, _MEMORY, lay, more)
         elif tier == _MEMORY:
-            rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity,
-                                              settings=(recipe, optimizer), peaks=peaks, zero_pin=zero_pin)
+            rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity, settings=(recipe, optimizer),
+                                              peaks=peaks, zero_pin=3 if lay.dp_shard else zero_pin)
             if rc is None:
                 heapq.heappop(layouts)
                 no_fit(lay, peak, zero)
                 continue
+            hsdp = _hsdp_shards(lay, per_node) if zero == 3 and not (lay.dp_shard or "dp_shard" in step) else []
+            base = lay
             lay = lay if zero == lay.zero else _with_zero(lay, zero)
             if exhaustive:
                 entry = (floor, index, _PREPARE, lay, (rc, peak))
@@ -200,6 +202,11 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
                 floor, ctx, paths = _step_floor(spec, dev, lay, seq_len, rec, recompute=rc, ctx=ctx)
                 opt = _optimizer_floor(ctx, paths, with_dp=False)[0]
                 entry = (floor + opt * (1 - FLOOR_MARGIN), index, _DP, lay, (rc, peak, floor, ctx, paths))
+            for shard in hsdp:  # FSDP's HSDP shard groups, each a layout of its own, at this floor (_hsdp_shards)
+                heapq.heappush(layouts, (entry[0], slot, _MEMORY, replaced(base, {"dp_shard": shard}), more))
+                slot += 1
+                counts["searched"] += 1
+                counts["hsdp"] += 1
         elif tier == _DP:  # the same floor as with its DP floor at once, at or above the one it was taken at
             rc, peak, floor, ctx, paths = more
             opt, dp = _optimizer_floor(ctx, paths)
@@ -245,7 +252,8 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
                     rc, peak = more[:2]
                 else:
                     rc, zero, peak = _least_that_fits(spec, lay, seq_len, tries, capacity,
-                                                      settings=(recipe, optimizer), peaks=peaks, zero_pin=zero_pin)
+                                                      settings=(recipe, optimizer), peaks=peaks,
+                                                      zero_pin=3 if lay.dp_shard else zero_pin)
                     if rc is not None:
                         lay = lay if zero == lay.zero else _with_zero(lay, zero)
                 fits[index] = rc is not None
@@ -337,6 +345,27 @@ def _expert_variants(spec: ModelSpec, lay: Layout, step: dict[str, Any], per_nod
     return [lay if (d, o) == (lay.ep_dispatcher, lay.ep_overlap) else replaced(lay, {"ep_dispatcher": d,
                                                                                      "ep_overlap": o})
             for d in dispatchers for o in overlaps]
+
+
+def _hsdp_shards(lay: Layout, per_node: int) -> list[int]:
+    """The HSDP shard groups `layout` tries for a layout that fits only as ZeRO-3 (FSDP) whose data-parallel group
+    spans nodes: the dp ranks of 1, 2, 4, ... whole nodes (PyTorch FSDP's HYBRID_SHARD: "FULL_SHARD within a node,
+    and replicate parameters across nodes"; torchtitan's data_parallel_shard_degree), each dividing dp and below it.
+    HSDP trades memory (weights, gradients and states sharded over fewer ranks) for weight all-gathers and gradient
+    reduce-scatters inside the shard group and one gradient all-reduce across the replicas (step/dp.py:
+    _replica_colls). Its step is at least the FSDP layout's floor after its memory check, before its DP: the same
+    stages at as much recomputation or more (it holds more), and an optimizer step over a larger shard
+    (dp.py:_rank_optimizer), so the search queues each at that floor (exhaustive: with the rest).
+    None where the shard group of one node is not whole dp ranks (the dp stride does not divide a node)."""
+    stride = lay.strides()["dp"]
+    if stride >= per_node or per_node % stride or lay.dp * stride <= per_node:
+        return []
+    shards, shard = [], per_node // stride
+    while shard < lay.dp:
+        if lay.dp % shard == 0:
+            shards.append(shard)
+        shard *= 2
+    return shards
 
 
 def simulated(pred: StepPrediction) -> StepPrediction:
@@ -443,6 +472,30 @@ class LayoutSearch:
     recipe: str = "bf16-mixed"
     optimizer: str = "adamw"
     reserve_gib: float = 0.0  # GiB kept free per GPU (--reserve-gib)
+    knobs: tuple[str, ...] = ()  # what the search varied, what it took as given, and why (searched_knobs)
+
+
+def searched_knobs(spec: ModelSpec, pins: dict[str, Any], step: dict[str, Any], recompute: str | None,
+                   tp_overlap: bool) -> tuple[str, ...]:
+    """`layout`'s knobs in three lines: those it searched (the degrees and micro-batch not pinned; the recomputation
+    and ZeRO stage that fit; HSDP shard groups of the FSDP layouts; for MoE models the expert dispatcher and EP
+    overlap where the command line left them open), those taken as given, and those it does not vary and why."""
+    degrees = [k.replace("_", "-") for k in PINNED if k not in pins and (spec.is_moe or k not in ("ep", "etp"))]
+    searched = degrees + ([] if recompute else ["recompute none/selective/full"]) \
+        + ([] if "zero" in pins else ["ZeRO-1 else ZeRO-3 (FSDP)"]) \
+        + ([] if "dp_shard" in step or pins.get("zero") in (0, 1, 2) else
+           ["HSDP shard groups of 1, 2, 4 ... nodes where only FSDP fits across nodes (--dp-shard)"]) \
+        + [option_flag(k) for k in ("ep_dispatcher", "ep_overlap") if spec.is_moe and k not in step]
+    given = [option_flag(k) for k in (*PINNED, "zero", "dp_shard", "ep_dispatcher", "ep_overlap", "cp_comm",
+                                      "first_stage_layers", "last_stage_layers", "pipeline_layout",
+                                      "fp8_param_gather") if k in pins or k in step]
+    overlap = "on" if tp_overlap else "off"
+    return (f"knobs searched: {'; '.join(searched)}",
+            "knobs given: " + (", ".join(given) if given else "none") + f"; --tp-overlap {overlap} as given "
+            "(modelled without the SMs it borrows, so searching it would always choose it)",
+            "knobs not searched: --first/--last-stage-layers and --pipeline-layout (the recipe's stage split), "
+            "--cp-comm, --fp8-param-gather (recipe facts, applied as given); partial recompute (--recompute-layers, "
+            "--recompute-modules: time it with `llmcalc train`)")
 
 
 @per_call
@@ -467,6 +520,11 @@ def rank_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_ba
                                             recompute=recompute, tp_overlap=tp_overlap, progress=progress,
                                             top=max(top, 10), exhaustive=exhaustive, reserve_gib=reserve_gib,
                                             pins=pins, **{k: v for k, v in step.items() if v is not None})
+    shard = step.get("dp_shard")
+    if not ranked and shard and counts["invalid"] == counts["searched"]:  # the shard group no layout has
+        raise LlmcalcError(f"--dp-shard {shard} shards over {shard} of the data-parallel ranks (HSDP): no layout of "
+                           f"{n_gpus:,} GPUs has a dp above it that it divides, with --zero 1-3; give a smaller "
+                           "--dp-shard, more GPUs, or leave it out (layout then tries HSDP where FSDP spans nodes)")
     if not ranked:
         raise LlmcalcError(f"no layout of {spec.name} fits on {n_gpus:,} x {gpu} at seq {seq_len} with global batch "
                            f"{batch} (of the layouts tried, {counts['oom']:,} do not fit in memory and "
@@ -474,4 +532,6 @@ def rank_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_ba
                            + (f" (or a smaller --reserve-gib than {reserve_gib:g})" if reserve_gib else ""))
     return LayoutSearch(spec=spec, gpu=gpu, n_gpus=n_gpus, seq_len=seq_len, global_batch=batch, ranked=ranked,
                         losers=losers, counts=counts, recipe=step.get("recipe") or "bf16-mixed",
-                        optimizer=step.get("optimizer") or "adamw", reserve_gib=reserve_gib)
+                        optimizer=step.get("optimizer") or "adamw", reserve_gib=reserve_gib,
+                        knobs=searched_knobs(spec, pins, {k: v for k, v in step.items() if v is not None},
+                                             recompute, tp_overlap))
