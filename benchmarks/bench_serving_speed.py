@@ -69,6 +69,8 @@ UNCOMPARED = ("ttft_seconds_p99",)  # tail percentiles: a roofline has no tail
 
 
 def regime(row: dict) -> str:
+    if row["mode"] == "rate":  # Poisson arrivals at a finite request rate: a regime of its own
+        return "rate"
     if row["mode"] == "offline":
         return ">64/offline"
     c = row["batch"] or row["max_concurrency"]
@@ -111,6 +113,8 @@ def predict(row: dict) -> tuple[dict[str, float], dict[str, str]]:
     cap = row.get("n_prompts") or math.inf
     level = max((lv for lv in levels if lv["concurrency"] <= cap), key=lambda lv: lv["concurrency"], default=levels[0])
     tps = level["tokens_per_second"]
+    if row["mode"] == "rate":  # requests cannot finish faster than they arrive
+        tps = min(tps, row["request_rate"] * generate)
     out = {"output_tokens_per_second": tps, "total_tokens_per_second": tps * (prompt + generate) / generate,
            "requests_per_second": tps / generate}
     for k in ("tpot_seconds_median", "tpot_seconds_mean", "itl_seconds_median"):
@@ -151,6 +155,9 @@ def predict_workload(row: dict) -> dict[str, float]:
     elif row["mode"] == "closed":
         work = Workload(prompt, generate, max_concurrency=row["max_concurrency"],
                         num_prompts=row.get("n_prompts") or 1000, lengths=lengths)
+    elif row["mode"] == "rate":  # `vllm bench serve --request-rate R`: Poisson arrivals
+        work = Workload(prompt, generate, request_rate=row["request_rate"], num_prompts=row.get("n_prompts") or 1000,
+                        lengths=lengths)
     else:  # `vllm bench serve` at rate inf, or benchmark_throughput.py's LLM.generate (served: false)
         work = Workload(prompt, generate, num_prompts=row.get("n_prompts") or 1000, lengths=lengths,
                         served=row.get("served", True))
