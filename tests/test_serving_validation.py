@@ -69,3 +69,24 @@ def test_request_rate_rows_run_as_poisson_arrivals():
     got = bench_serving_speed.predict_workload(row)["requests_per_second"]
     assert got < row["request_rate"]
     assert got == pytest.approx(row["metrics"]["requests_per_second"], rel=0.30)
+
+
+def test_trtllm_bench_long_outputs_held_to_the_sweep():
+    """trtllm-bench 0.16 throughput of Llama-3.1-70B FP8 (FP8 KV) at TP 8 on 8 x H100 (shaamil101-etched/
+    trtllm-benchmarks, each run's printed PERFORMANCE OVERVIEW quoted in its row; never fitted to): output tokens/s
+    within 15 % where decode dominates (128/4096, 4096/4096, 16384/2048; predicted +6 to +8 % when added)."""
+    by_id = {r["id"]: r for r in ROWS}
+    for lengths in ("128-4096", "4096-4096", "16384-2048"):
+        row = by_id[f"trtllm-bench-h100-tp8-llama31-70b-fp8-{lengths}"]
+        got = bench_serving_speed.predict_workload(row)["output_tokens_per_second"]
+        assert got == pytest.approx(row["metrics"]["output_tokens_per_second"], rel=0.15), row["id"]
+
+
+@pytest.mark.xfail(reason="TensorRT-LLM 0.16's TensorRT-engine flow is simulated with context chunking off; the run "
+                          "logged chunked context on, so an 8,192-token prompt at max_num_tokens 8,192 runs alone "
+                          "(-97 %); docs/serving-validation.md, worst rows (1)")
+def test_trtllm_bench_prompt_as_long_as_max_num_tokens():
+    """The same sweep at 8,192 in / 1,024 out, max_num_tokens 8,192: 2,380 output tokens/s measured."""
+    row = {r["id"]: r for r in ROWS}["trtllm-bench-h100-tp8-llama31-70b-fp8-8192-1024"]
+    got = bench_serving_speed.predict_workload(row)["output_tokens_per_second"]
+    assert got == pytest.approx(row["metrics"]["output_tokens_per_second"], rel=0.25)
