@@ -598,19 +598,23 @@ class StepLoad:
     def __init__(self, scheduled: list[Group], first_in_decode: bool) -> None:
         self.prefilling: list[Group] = []
         self.decoding: list[Group] = []
+        decode, prefill = self.decoding.append, self.prefilling.append
         tokens = rows = decodes = kv_tokens = chunks = weighted = 0
         pairs, least, first = 0.0, math.inf, False
         for g in scheduled:
             n, chunk = g.n, g.chunk
             tokens += n * chunk
+            generated = g.generated
             if g.prefilled >= g.target:  # decoding
-                self.decoding.append(g)
+                decode(g)
                 decodes += n
-                kv_tokens += n * (g.n_in + g.generated)
-                least = min(least, g.n_out - g.generated)
-                first = first or not g.generated
+                kv_tokens += n * (g.n_in + generated)
+                if g.n_out - generated < least:
+                    least = g.n_out - generated
+                if not generated:
+                    first = True
                 continue
-            self.prefilling.append(g)
+            prefill(g)
             chunks += n * chunk
             weighted += n * chunk * g.target
             pairs += n * (chunk * g.prefilled + chunk * (chunk + 1) / 2)
