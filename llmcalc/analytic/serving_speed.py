@@ -702,6 +702,7 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
             pace = (dec + firsts) * FRONTEND_TOKEN_SECONDS
         dt, gaps = decode_run_seconds(cost, base, kv_tokens, dec, steps=jump, floor=pace)
         t, steps, busy_seq_time = t + dt, steps + jump, busy_seq_time + dt * admitted
+        ends = jump >= step.least_left  # a decode finishes with this step (or a prefill's first token, below)
         for g in prefilling:
             g.prefilled += g.chunk
             # the prefill's last position samples a token: the first (unless the engine samples it in a decode
@@ -711,6 +712,7 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
                     g.first = t
                     ttft.append((t - g.arrival + api, g.n))
                 g.generated += 1
+            ends = ends or g.decoding and g.generated >= g.n_out
         if decoding:
             itl += gaps
             ratio = max(policy.min_ratio, ratio - policy.ratio_decay * jump)
@@ -719,9 +721,8 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
                 g.first = t
                 ttft.append((t - g.arrival + api, g.n))
             g.generated += jump
-        ended = [g for g in scheduled if g.decoding and g.generated >= g.n_out] \
-            if prefilling or jump >= step.least_left else []  # (the others ran no step; else none ends)
-        for g in ended:
+        ended = [g for g in scheduled if g.decoding and g.generated >= g.n_out] if ends else []
+        for g in ended:  # (the others ran no step)
             running.remove(g)
             done, in_flight = done + g.n, in_flight - g.n
             tokens_in, tokens_out = tokens_in + g.n * g.n_in, tokens_out + g.n * g.n_out
