@@ -205,7 +205,7 @@ def decode_run(decoding: list[Group], kv: KvBudget, held: int, steps: int) -> in
     lengths = [g.n_in + g.generated for g in decoding]  # each holds need(length + j) after j steps
 
     def held_after(j: int) -> int:
-        return sum(map(operator.mul, counts, map(need, [length + j for length in lengths])))
+        return sum(map(operator.mul, counts, map(need, map(j.__add__, lengths))))
 
     base = held - held_after(1)  # what the others hold meanwhile
 
