@@ -198,16 +198,17 @@ def admit(waiting: list[Group], running: list[Group], scheduled: list[Group], bu
     return slots.running
 
 
-def decode_run(decoding: list[Group], kv: KvBudget, held: int, steps: int) -> int:
+def decode_run(decoding: list[Group], kv: KvBudget, held: int, steps: int, alone: bool = False) -> int:
     """The most decode steps, up to `steps`, that the `decoding` requests take before their blocks outgrow the cache
-    (`held`: the blocks every running request holds after one step)."""
+    (`held`: the blocks every running request holds after one step; `alone`: the decoding requests are every running
+    one, so that the others hold none)."""
     need, counts = kv.need, [g.n for g in decoding]
     lengths = [g.n_in + g.generated for g in decoding]  # each holds need(length + j) after j steps
 
     def held_after(j: int) -> int:
         return sum(map(operator.mul, counts, map(need, map(j.__add__, lengths))))
 
-    base = held - held_after(1)  # what the others hold meanwhile
+    base = 0 if alone else held - held_after(1)  # what the others hold meanwhile
 
     def fits(j: int) -> bool:
         return base + held_after(j) <= kv.blocks
