@@ -654,3 +654,34 @@ def test_the_kv_budget_remembers_blocks_by_length_alone():
     assert memo.blocks == kv.blocks and memo.reach == kv.reach
     assert [memo.need(n) for n in range(1, 8193, 7)] == [kv.need(n) for n in range(1, 8193, 7)]
     assert memo.need.cache_info().currsize == len(range(1, 8193, 7))
+
+
+def test_a_decode_run_stops_where_the_cache_would_overflow():
+    """engine_queue.decode_run against its definition, the cache's blocks counted step after step: the most steps
+    (up to the limit) after which every running request's blocks still fit, whether the decoding requests run alone
+    (`alone`: the others hold nothing) or beside a prefill holding blocks of its own."""
+    import random
+
+    from llmcalc.analytic.engine_queue import Group, KvBudget, decode_run
+
+    def need(length: int) -> int:
+        return -(-length // 16)  # 16-token blocks
+
+    rng = random.Random(36)
+    for _ in range(300):
+        decoding = []
+        for _ in range(rng.randint(1, 12)):
+            g = Group(rng.randint(1, 4), 0.0, rng.randint(1, 500), 2000)
+            g.prefilled, g.generated = g.target, rng.randint(1, 300)
+            decoding.append(g)
+        others = rng.choice((0, rng.randint(1, 40)))
+        held = others + sum(g.n * need(g.n_in + g.generated + 1) for g in decoding)
+        kv = KvBudget(blocks=held + rng.randint(0, 60), need=need)
+        steps = rng.randint(1, 400)
+        want = 1
+        while want < steps and others + sum(g.n * need(g.n_in + g.generated + want + 1) for g in decoding) \
+                <= kv.blocks:
+            want += 1
+        assert decode_run(decoding, kv, held, steps) == want
+        if not others:
+            assert decode_run(decoding, kv, held, steps, alone=True) == want

@@ -108,7 +108,8 @@ def preempt(running: list[Group], waiting: list[Group], kv: KvBudget, keep_prefi
     it had generated again. With `keep_prefill` (SchedulerPolicy.prefix_cache) a request preempted in its prefill
     keeps what it had prefilled: its freed blocks stay in the prefix cache and its re-admission finds them. Returns
     the blocks the running requests hold for the next step."""
-    need = sum(g.n * g.held(kv, 1) for g in running)
+    need = sum(g.n * (kv.need(g.n_in + g.generated + 1) if g.prefilled >= g.target else g.held(kv, 1))
+               for g in running)  # (Group.held a step on, decoding groups' case written out: the hot path)
     while need > kv.blocks and len(running) > 1 or (running and running[0].n > 1 and need > kv.blocks):
         g = running[-1]
         each = g.held(kv, 1)
@@ -133,9 +134,14 @@ def schedule_running(running: list[Group], budget: int, decodes: bool = True) ->
         if budget <= 0:
             break
         need = g.target - g.prefilled  # its prompt's rest, or none left: decoding, one token
-        if need <= 0 and not decodes:
-            continue
-        need = max(need, 1)
+        if need <= 0:
+            if not decodes:
+                continue
+            if budget >= g.n:  # (the common case first: every request of the group decodes)
+                g.chunk, budget = 1, budget - g.n
+                scheduled.append(g)
+                continue
+            need = 1
         full = budget // need
         if full >= g.n:
             g.chunk, budget = need, budget - need * g.n
@@ -192,14 +198,20 @@ def admit(waiting: list[Group], running: list[Group], scheduled: list[Group], bu
     return slots.running
 
 
-def decode_run(decoding: list[Group], kv: KvBudget, held: int, steps: int) -> int:
+def decode_run(decoding: list[Group], kv: KvBudget, held: int, steps: int, alone: bool = False) -> int:
     """The most decode steps, up to `steps`, that the `decoding` requests take before their blocks outgrow the cache
-    (`held`: the blocks every running request holds after one step)."""
-    need, lengths = kv.need, [(g.n, g.n_in + g.generated) for g in decoding]  # each holds need(length + j) after j
-    base = held - sum(n * need(length + 1) for n, length in lengths)  # what the others hold meanwhile
+    (`held`: the blocks every running request holds after one step; `alone`: the decoding requests are every running
+    one, so that the others hold none)."""
+    need, counts = kv.need, [g.n for g in decoding]
+    lengths = [g.n_in + g.generated for g in decoding]  # each holds need(length + j) after j steps
+
+    def held_after(j: int) -> int:
+        return sum(map(operator.mul, counts, map(need, map(j.__add__, lengths))))
+
+    base = 0 if alone else held - held_after(1)  # what the others hold meanwhile
 
     def fits(j: int) -> bool:
-        return base + sum(n * need(length + j) for n, length in lengths) <= kv.blocks
+        return base + held_after(j) <= kv.blocks
 
     if fits(steps):
         return steps

@@ -354,7 +354,8 @@ def _hold(where: tuple[str, str, str], c: list[float], sol: Any, span: Any = Non
     (`span`, when given: a function of no argument answering leaves among which they are, ``_nearest_leaves``)."""
     q = [math.log2(max(v, 1e-12)) for v in c]
     near = span() if span is not None else _nearest_leaves(where, q, GRID_NN_LEAVES + 1)
-    picked = heapq.nsmallest(GRID_NN_LEAVES + 1, ((math.dist(q, lq), p, lat) for lq, p, lat in near))
+    # (heapq.nsmallest's answer, sorted(...)[:n] by its definition: faster over the few candidates found)
+    picked = sorted([(math.dist(q, lq), p, lat) for lq, p, lat in near])[:GRID_NN_LEAVES + 1]
     radius = picked[GRID_NN_LEAVES][0] if len(picked) > GRID_NN_LEAVES else math.inf
     picked = picked[:GRID_NN_LEAVES]
     weights = [1.0 / (d * d + 1e-12) if math.isinf(radius) else (max(radius - d, 0.0) / (radius * d + 1e-12)) ** 2

@@ -583,6 +583,47 @@ def decode_run_seconds(cost: StepCost, base: float, kv_tokens: float, sequences:
     return total, gaps
 
 
+
+class StepLoad:
+    """One engine step's scheduled groups in one pass: those prefilling and those decoding (in the order
+    scheduled), and what StepCost.seconds reads of them: the scheduled `tokens`, the `rows` that sample (every
+    decode, and a prefill's last chunk unless the engine samples its first token in a decode step,
+    SchedulerPolicy.first_in_decode), the decoding sequences and their cached tokens, the prefill chunks' causal
+    (query, key) `pairs` and their prompts' mean `length` weighted by chunk tokens; and of the decodes, the fewest
+    tokens any has left to generate and whether any has yet to give its first."""
+
+    __slots__ = ("prefilling", "decoding", "tokens", "rows", "decodes", "kv_tokens", "pairs", "length",
+                 "least_left", "first_token")
+
+    def __init__(self, scheduled: list[Group], first_in_decode: bool) -> None:
+        self.prefilling: list[Group] = []
+        self.decoding: list[Group] = []
+        decode, prefill = self.decoding.append, self.prefilling.append
+        tokens = rows = decodes = kv_tokens = chunks = weighted = 0
+        pairs, least, first = 0.0, math.inf, False
+        for g in scheduled:
+            n, chunk = g.n, g.chunk
+            tokens += n * chunk
+            generated = g.generated
+            if g.prefilled >= g.target:  # decoding
+                decode(g)
+                decodes += n
+                kv_tokens += n * (g.n_in + generated)
+                if g.n_out - generated < least:
+                    least = g.n_out - generated
+                if not generated:
+                    first = True
+                continue
+            prefill(g)
+            chunks += n * chunk
+            weighted += n * chunk * g.target
+            pairs += n * (chunk * g.prefilled + chunk * (chunk + 1) / 2)
+            if g.prefilled + chunk >= g.target and (g.generated or not first_in_decode):
+                rows += n
+        self.tokens, self.rows, self.decodes, self.kv_tokens = tokens, rows + decodes, decodes, kv_tokens
+        self.pairs, self.length = pairs, weighted / chunks if chunks else 0.0
+        self.least_left, self.first_token = least, first
+
 def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: int,  # long: one event loop
              kv: KvBudget, policy: SchedulerPolicy | None = None, step_by_step: bool = False) -> Simulated:
     """An engine's scheduler over `work` on one replica (module docstring; `policy`: the engine's, vLLM V1's by
@@ -619,10 +660,10 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
         while next_arrival < len(arrivals) and arrivals[next_arrival] <= t and in_flight < clients:
             waiting += _new_groups(work, lengths, next_arrival, 1, arrivals[next_arrival])
             next_arrival, in_flight = next_arrival + 1, in_flight + 1
-        before = sum(g.n for g in running)
+        before, queued = sum(g.n for g in running), len(waiting)
         used = held = preempt(running, waiting, kv, keep_prefill=policy.prefix_cache)  # blocks after the step
-        count = sum(g.n for g in running)
-        preempted = count < before
+        preempted = len(waiting) > queued  # (preempt moves each preempted group to the waiting queue's head)
+        count = sum(g.n for g in running) if preempted else before
         if policy.admission == "ratio" and preempted:  # SGLang's retraction
             ratio = retracted_ratio(running, policy)
         if policy.admission != "prompt":
@@ -639,28 +680,20 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
                 t = max(t, arrivals[next_arrival])
                 continue
             raise LlmcalcError("the engine could schedule nothing (a bug: please report)")
-        prefilling: list[Group] = []
-        decoding: list[Group] = []
-        for g in scheduled:
-            (decoding if g.prefilled >= g.target else prefilling).append(g)
+        step = StepLoad(scheduled, policy.first_in_decode)
+        prefilling, decoding, dec, kv_tokens = step.prefilling, step.decoding, step.decodes, step.kv_tokens
         # every running request decodes this step, as one group each: no group splits or comes alike to another
-        uniform = not prefilling and not preempted and len(decoding) == len(running)
-        dec = sum(g.n for g in decoding)
-        kv_tokens = sum(g.n * (g.n_in + g.generated) for g in decoding)
-        chunks = sum(g.n * g.chunk for g in prefilling)
-        base = cost.seconds(tokens=sum(g.n * g.chunk for g in scheduled),
-                            rows=dec + sum(g.n for g in prefilling if g.prefilled + g.chunk >= g.target
-                                           and (g.generated or not policy.first_in_decode)),
-                            kv_tokens=kv_tokens, decodes=dec,
-                            length=sum(g.n * g.chunk * g.target for g in prefilling) / chunks if chunks else 0.0,
-                            pairs=sum(g.n * (g.chunk * g.prefilled + g.chunk * (g.chunk + 1) / 2) for g in prefilling))
+        # (a preemption only took groups off the queue's tail, or requests out of its last group)
+        uniform = not prefilling and len(decoding) == len(running)
+        base = cost.seconds(tokens=step.tokens, rows=step.rows, kv_tokens=kv_tokens, decodes=dec,
+                            length=step.length, pairs=step.pairs)
         # steps that only decode and admit nothing: advance to the next finish (or arrival, or a full cache) at once
         room = waiting and slots.take(waiting[0]) >= 1
-        jump = 1 if prefilling or room or step_by_step else decode_run(decoding, kv, held,
-                                                        min(g.n_out - g.generated for g in decoding))
+        jump = 1 if prefilling or room or step_by_step else decode_run(decoding, kv, held, int(step.least_left),
+                                                                        alone=uniform)
         if waiting and policy.admission == "ratio":
             jump = min(jump, RATIO_JUMP)
-        if any(not g.generated for g in decoding):  # a first token comes with the next step alone
+        if step.first_token:  # a first token comes with the next step alone
             jump = 1
         if next_arrival < len(arrivals) and jump > 1:
             jump = max(1, min(jump, math.ceil((arrivals[next_arrival] - t) / base)))
@@ -670,6 +703,7 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
             pace = (dec + firsts) * FRONTEND_TOKEN_SECONDS
         dt, gaps = decode_run_seconds(cost, base, kv_tokens, dec, steps=jump, floor=pace)
         t, steps, busy_seq_time = t + dt, steps + jump, busy_seq_time + dt * admitted
+        ends = jump >= step.least_left  # a decode finishes with this step (or a prefill's first token, below)
         for g in prefilling:
             g.prefilled += g.chunk
             # the prefill's last position samples a token: the first (unless the engine samples it in a decode
@@ -679,6 +713,7 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
                     g.first = t
                     ttft.append((t - g.arrival + api, g.n))
                 g.generated += 1
+            ends = ends or g.decoding and g.generated >= g.n_out
         if decoding:
             itl += gaps
             ratio = max(policy.min_ratio, ratio - policy.ratio_decay * jump)
@@ -687,7 +722,8 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
                 g.first = t
                 ttft.append((t - g.arrival + api, g.n))
             g.generated += jump
-        for g in [g for g in scheduled if g.decoding and g.generated >= g.n_out]:  # (the others ran no step)
+        ended = [g for g in scheduled if g.decoding and g.generated >= g.n_out] if ends else []
+        for g in ended:  # (the others ran no step)
             running.remove(g)
             done, in_flight = done + g.n, in_flight - g.n
             tokens_in, tokens_out = tokens_in + g.n * g.n_in, tokens_out + g.n * g.n_out
