@@ -167,8 +167,12 @@ def tiny_model_flops_per_token(seq: int) -> int:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["llmcalc-tiny", "llmcalc-small"])
 def test_real_cpu_run_of_the_small_presets(name):
+    # twice the calibrated peak: a 0.2 s calibration on a shared CPU can read low (CI under load measured 0.039
+    # TFLOP/s where the step then ran 0.053), and this test holds the run's arithmetic, not the calibration; the MFU
+    # > 1 refusal has its own test (test_newcomer.py)
+    peak = 2 * measure.calibrate("cpu", seconds=0.2)
     result = measure.real_profile(load_model(name), "cpu", 4, 128, "fp32", steps=2, warmup=1,
-                                  peak_flops=measure.calibrate("cpu", seconds=0.2), peak_source="calibrated")
+                                  peak_flops=peak, peak_source="calibrated")
     assert result.step_seconds == statistics.median(result.step_times) and len(result.step_times) == 2
     assert result.tokens_per_second == 4 * 128 / result.step_seconds
     model_flops = result.find("train-step model FLOPs").analytic
