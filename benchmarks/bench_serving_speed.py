@@ -13,6 +13,10 @@ the sources and the rules). This script predicts every row with llmcalc's curren
 - offline (`max_concurrency` null, all requests at once): `llmcalc serve`'s throughput table (``plan_serving`` with
   max_model_len = prompt + generation) at its largest concurrency level, capped at the benchmark's request count;
   TTFT is not predicted there (under an all-at-once burst it is queueing, which neither command models).
+- request rate (`mode` "rate", `request_rate` R per second, Poisson arrivals as `vllm bench serve --request-rate R`):
+  the offline figures with the throughput capped at R x generation (requests cannot finish faster than they
+  arrive); TTFT and e2e of one request alone (``plan_inference`` at batch 1) where the roofline keeps up with R,
+  else not compared (queueing, as offline). Its own regime, "rate".
 
 Errors are in speed terms, so they read alike for throughputs and latencies: error = predicted speed / measured
 speed - 1, speed being the throughput, or 1 / the latency. Positive = llmcalc says faster than measured (a roofline
@@ -26,13 +30,14 @@ source's roofline.
 
 The workload model (`serve --input-len --output-len`, analytic/serving_speed.py) predicts every row too
 (``predict_workload``): a static batch of B as B requests at once through LLM.generate (`llmcalc infer`'s prediction,
-analytic/static_batch.py), a closed loop as its clients, offline as every request at once, each as the row's engine
-runs it where llmcalc models that engine (`--engine vllm|trtllm|sglang`, analytic/engines.py; LMDeploy's and NeMo's
-TensorRT engines as vLLM), at the row's `pp`, `dp`, `enable_expert_parallel`, `max_num_seqs` and
-`max_num_batched_tokens` where it states them; its error is reported beside the roofline's and the baseline's. Its
-four fitted constants (serving_speed.ENGINE_STEP_SECONDS, LAYER_FLOOR_SECONDS, TP_SYNC_SECONDS, REQUEST_SECONDS) come
-from `--fit`: a grid over the four, the best median |error| over all rows, then the same fit without each source in
-turn and that source's rows predicted (leave-one-source-out; about 2 minutes).
+analytic/static_batch.py), a closed loop as its clients, offline as every request at once, a request rate as Poisson
+arrivals (`serve --request-rate`), each as the row's engine runs it where llmcalc models that engine (`--engine
+vllm|trtllm|sglang`, analytic/engines.py; LMDeploy's and NeMo's TensorRT engines as vLLM), at the row's `pp`, `dp`,
+`enable_expert_parallel`, `max_num_seqs` and `max_num_batched_tokens` where it states them; its error is reported
+beside the roofline's and the baseline's. Its four fitted constants (serving_speed.ENGINE_STEP_SECONDS,
+LAYER_FLOOR_SECONDS, TP_SYNC_SECONDS, REQUEST_SECONDS) come from `--fit`: a grid over the four, the best median
+|error| over all rows, then the same fit without each source in turn and that source's rows predicted
+(leave-one-source-out; about 2 minutes).
 
     python benchmarks/bench_serving_speed.py [--format json] [--rows] [--fit [--grid local]]
 """
@@ -69,6 +74,8 @@ UNCOMPARED = ("ttft_seconds_p99",)  # tail percentiles: a roofline has no tail
 
 
 def regime(row: dict) -> str:
+    if row["mode"] == "rate":  # Poisson arrivals at a finite request rate: a regime of its own
+        return "rate"
     if row["mode"] == "offline":
         return ">64/offline"
     c = row["batch"] or row["max_concurrency"]
@@ -111,13 +118,21 @@ def predict(row: dict) -> tuple[dict[str, float], dict[str, str]]:
     cap = row.get("n_prompts") or math.inf
     level = max((lv for lv in levels if lv["concurrency"] <= cap), key=lambda lv: lv["concurrency"], default=levels[0])
     tps = level["tokens_per_second"]
+    saturated = row["mode"] != "rate" or tps < row["request_rate"] * generate  # arrivals outrun the roofline
+    if row["mode"] == "rate":  # requests cannot finish faster than they arrive
+        tps = min(tps, row["request_rate"] * generate)
     out = {"output_tokens_per_second": tps, "total_tokens_per_second": tps * (prompt + generate) / generate,
            "requests_per_second": tps / generate}
     for k in ("tpot_seconds_median", "tpot_seconds_mean", "itl_seconds_median"):
         out[k] = level["decode_seconds_per_token"]
+    if not saturated:  # arrivals the roofline keeps up with: its TTFT and e2e are one request's, unloaded
+        one = plan_inference(spec, gpu, 1, prompt, generate, n_gpus=row["n_gpus"], **dtypes)
+        out.update(ttft_seconds_median=one.prefill.seconds, ttft_seconds_mean=one.prefill.seconds,
+                   e2e_seconds_mean=one.total_seconds)
+        return out, skipped
     for k in ("ttft_seconds_median", "ttft_seconds_mean", "e2e_seconds_mean"):
         if k in row["metrics"]:
-            skipped[k] = "offline burst: queueing, which serve does not model"
+            skipped[k] = "offline burst or arrivals beyond the roofline: queueing, which serve does not model"
     return out, skipped
 
 
@@ -151,6 +166,9 @@ def predict_workload(row: dict) -> dict[str, float]:
     elif row["mode"] == "closed":
         work = Workload(prompt, generate, max_concurrency=row["max_concurrency"],
                         num_prompts=row.get("n_prompts") or 1000, lengths=lengths)
+    elif row["mode"] == "rate":  # `vllm bench serve --request-rate R`: Poisson arrivals
+        work = Workload(prompt, generate, request_rate=row["request_rate"], num_prompts=row.get("n_prompts") or 1000,
+                        lengths=lengths)
     else:  # `vllm bench serve` at rate inf, or benchmark_throughput.py's LLM.generate (served: false)
         work = Workload(prompt, generate, num_prompts=row.get("n_prompts") or 1000, lengths=lengths,
                         served=row.get("served", True))

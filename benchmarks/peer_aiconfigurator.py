@@ -227,6 +227,8 @@ def express(row: dict, tmp: Path) -> tuple[dict[str, Any] | None, str]:
     if model is None:
         return None, (f"no aiconfigurator model for {row['model']}"
                       + (f" in {row['weight_dtype']}" if row.get("weight_dtype") else ""))
+    if row["mode"] == "rate":
+        return None, "Poisson arrivals at a request rate: aiconfigurator's agg mode has no request-queue model"
     if row["mode"] == "offline" and _varied_lengths(row):
         return None, "offline over ShareGPT: lengths vary per request, aiconfigurator takes one --isl/--osl"
     ident, flags, _ = model

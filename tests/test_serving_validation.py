@@ -24,7 +24,9 @@ def test_rows_quote_their_source_and_name_presets():
     assert len(ids) == len(set(ids))
     for r in ROWS:
         assert r["source"] and r["quote"], r["id"]
-        assert r["mode"] in ("static", "closed", "offline"), r["id"]
+        assert r["mode"] in ("static", "closed", "offline", "rate"), r["id"]
+        assert (r["mode"] == "rate") == isinstance(r["request_rate"], (int, float)), r["id"]
+        assert r["mode"] != "rate" or r["request_rate"] > 0, r["id"]
         assert (r["mode"] == "static") == (r["batch"] is not None), r["id"]
         assert (r["mode"] == "closed") == (r["max_concurrency"] is not None), r["id"]
         assert r["metrics"] and set(r["metrics"]) <= METRICS, r["id"]
@@ -56,3 +58,35 @@ def test_amd_offline_batches_held_to_dstack():
             row = by_id[f"dstack-mi300x-405b-fp8kv-offline-{lengths}-n{n}"]
             got = bench_serving_speed.predict_workload(row)["total_tokens_per_second"]
             assert got == pytest.approx(row["metrics"]["total_tokens_per_second"], rel=0.12), row["id"]
+
+
+def test_request_rate_rows_run_as_poisson_arrivals():
+    """dstack's ShareGPT runs of AMD's FP8 Llama 3.1 405B on 8 x MI300X at 16 requests/s (benchmark_serving.py
+    --request-rate 16, qps_comparison.csv): the workload model's arrivals are the row's rate, so fewer requests a
+    second complete than arrive (measured 8.60 of 16: the engine, not the arrivals, limits it), within 30 % of the
+    measurement (mode 'rate' is new with this set; the engine ran --num-scheduler-step 15, which llmcalc leaves out)."""
+    row = {r["id"]: r for r in ROWS}["dstack-mi300x-405b-amd-sharegpt-rate16"]
+    got = bench_serving_speed.predict_workload(row)["requests_per_second"]
+    assert got < row["request_rate"]
+    assert got == pytest.approx(row["metrics"]["requests_per_second"], rel=0.30)
+
+
+def test_trtllm_bench_long_outputs_held_to_the_sweep():
+    """trtllm-bench 0.16 throughput of Llama-3.1-70B FP8 (FP8 KV) at TP 8 on 8 x H100 (shaamil101-etched/
+    trtllm-benchmarks, each run's printed PERFORMANCE OVERVIEW quoted in its row; never fitted to): output tokens/s
+    within 15 % where decode dominates (128/4096, 4096/4096, 16384/2048; predicted +6 to +8 % when added)."""
+    by_id = {r["id"]: r for r in ROWS}
+    for lengths in ("128-4096", "4096-4096", "16384-2048"):
+        row = by_id[f"trtllm-bench-h100-tp8-llama31-70b-fp8-{lengths}"]
+        got = bench_serving_speed.predict_workload(row)["output_tokens_per_second"]
+        assert got == pytest.approx(row["metrics"]["output_tokens_per_second"], rel=0.15), row["id"]
+
+
+@pytest.mark.xfail(reason="TensorRT-LLM 0.16's TensorRT-engine flow is simulated with context chunking off; the run "
+                          "logged chunked context on, so an 8,192-token prompt at max_num_tokens 8,192 runs alone "
+                          "(-97 %); docs/serving-validation.md, worst rows (1)")
+def test_trtllm_bench_prompt_as_long_as_max_num_tokens():
+    """The same sweep at 8,192 in / 1,024 out, max_num_tokens 8,192: 2,380 output tokens/s measured."""
+    row = {r["id"]: r for r in ROWS}["trtllm-bench-h100-tp8-llama31-70b-fp8-8192-1024"]
+    got = bench_serving_speed.predict_workload(row)["output_tokens_per_second"]
+    assert got == pytest.approx(row["metrics"]["output_tokens_per_second"], rel=0.25)
