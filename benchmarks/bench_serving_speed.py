@@ -177,7 +177,8 @@ def predict_workload(row: dict) -> dict[str, float]:
     # LMDeploy's TurboMind samples the first token in a decode step (engines.POLICIES["turbomind"])
     policy = engines.POLICIES["turbomind"] if row["engine"] == "lmdeploy" else None
     release = row.get("engine_version") if engine != "vllm" else None
-    perf = plan_workload(est, work, engine=engine, engine_version=release, policy=policy)
+    perf = plan_workload(est, work, engine=engine, engine_version=release, policy=policy,
+                         num_scheduler_steps=row.get("num_scheduler_steps", 1))  # vLLM V0's multi-step
     run = perf.run
     out = {"output_tokens_per_second": perf.output_tokens_per_second,
            "total_tokens_per_second": perf.total_tokens_per_second, "requests_per_second": perf.requests_per_second,

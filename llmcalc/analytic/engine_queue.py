@@ -101,18 +101,20 @@ def one_block(length: int) -> int:
 
 
 
-def preempt(running: list[Group], waiting: list[Group], kv: KvBudget, keep_prefill: bool = False) -> int:
+def preempt(running: list[Group], waiting: list[Group], kv: KvBudget, keep_prefill: bool = False,
+            ahead: int = 1) -> int:
     """vLLM V1's recompute preemption (v1/core/sched/scheduler.py schedule): when the next step's tokens need more
     KV blocks than are free, the lowest-priority running request (the last admitted) is preempted, its blocks freed
     and its computed tokens dropped; it waits at the head of the queue and later prefills its prompt and the tokens
     it had generated again. With `keep_prefill` (SchedulerPolicy.prefix_cache) a request preempted in its prefill
     keeps what it had prefilled: its freed blocks stay in the prefix cache and its re-admission finds them. Returns
-    the blocks the running requests hold for the next step."""
-    need = sum(g.n * (kv.need(g.n_in + g.generated + 1) if g.prefilled >= g.target else g.held(kv, 1))
-               for g in running)  # (Group.held a step on, decoding groups' case written out: the hot path)
+    the blocks the running requests hold for the next step (`ahead` steps: vLLM V0's multi-step pass, whose
+    decodes each reserve SchedulerPolicy.multi_step - 1 lookahead slots, core/scheduler.py _append_slots)."""
+    need = sum(g.n * (kv.need(g.n_in + g.generated + ahead) if g.prefilled >= g.target else g.held(kv, ahead))
+               for g in running)  # (Group.held `ahead` steps on, decoding groups' case written out: the hot path)
     while need > kv.blocks and len(running) > 1 or (running and running[0].n > 1 and need > kv.blocks):
         g = running[-1]
-        each = g.held(kv, 1)
+        each = g.held(kv, ahead)
         k = min(g.n, -(-(need - kv.blocks) // each))
         if k == g.n and len(running) == 1:
             k -= 1  # the first request in line keeps running (vLLM refuses a request no cache could hold)

@@ -80,7 +80,16 @@ class SchedulerPolicy:
     - prefix_cache: a request preempted in its prefill keeps what it had prefilled (vLLM V1's automatic prefix
       caching, on by default: kv_cache_manager.free returns a request's blocks to the free queue's tail in reverse
       order, so they are evicted last, and get_computed_blocks finds its full blocks when it is admitted again); a
-      request preempted while decoding is still recomputed whole (the decodes that needed the room take its blocks).
+      request preempted while decoding is still recomputed whole (the decodes that needed the room take its blocks);
+    - multi_step: vLLM V0's multi-step scheduling (``--num-scheduler-steps N``, vllm-project/vllm#7000, V0 only): the
+      scheduler runs once per pass of N decode steps (engine/llm_engine.py step: a new schedule only when the cached
+      one has no remaining steps), each running sequence reserving N - 1 lookahead KV slots for it
+      (core/scheduler.py _get_num_lookahead_slots: num_lookahead_slots = num_scheduler_steps - 1 for decodes, 0 for
+      a prefill without chunking, whose step is one step: SequenceGroup.init_multi_step_from_lookahead_slots);
+      requests that arrive wait for the pass to end, a sequence that finishes mid-pass keeps its row to the pass's
+      end (llm_engine.py _has_remaining_steps: "All running sequence groups should have the same remaining steps";
+      output_processor/multi_step.py _process_seq_outputs stops appending at its stop), and the host's scheduling
+      and output processing are paid once a pass.
     """
 
     admission: str = "prompt"
@@ -95,6 +104,7 @@ class SchedulerPolicy:
     admit_after_preempt: bool = True
     chunk_blocks: bool = False
     prefix_cache: bool = False
+    multi_step: int = 1  # vLLM V0's --num-scheduler-steps
 
 
 # python/sglang/srt/environ.py (sgl-project/sglang@d51c1c21): SGLANG_INIT_NEW_TOKEN_RATIO = 0.7,
@@ -154,14 +164,42 @@ def scheduler_policy(prof: EngineProfile, est: ServeEstimate, offline: bool = Fa
     return POLICIES[prof.name]
 
 
+def multi_step_policy(policy: SchedulerPolicy, prof: EngineProfile, est: ServeEstimate,
+                      num_scheduler_steps: int) -> SchedulerPolicy:
+    """`policy` with vLLM V0's multi-step scheduling of `num_scheduler_steps` decode steps a pass
+    (SchedulerPolicy.multi_step); 1 leaves it as it is. Refused where the engine never had it: SGLang, TensorRT-LLM
+    and vLLM's V1 engine (vllm/engine/arg_utils.py _is_v1_supported_oracle: "--num-scheduler-steps" falls back to
+    V0 or is refused), and V0 with chunked
+    prefill (max_model_len above 32K), whose multi-step prefills llmcalc does not model."""
+    if num_scheduler_steps == 1:
+        return policy
+    option = f"--num-scheduler-steps {num_scheduler_steps}"
+    if prof.name != "vllm":
+        raise LlmcalcError(f"{option}: multi-step scheduling is vLLM V0's; leave it out with --engine {prof.name}")
+    if est.version.engine != "v0":
+        raise LlmcalcError(f"{option}: multi-step scheduling is vLLM's V0 engine's (0.6-0.10), which vLLM "
+                           f"{est.version.key} does not run; add --vllm-version v0 (or 0.6.4) or leave it out")
+    if not policy.mixed and not policy.chunked:
+        return dataclasses.replace(policy, multi_step=num_scheduler_steps)
+    raise LlmcalcError(f"{option}: with chunked prefill (V0 turns it on past --max-model-len 32768) multi-step "
+                       "prefills are not modelled; give --max-model-len 32768 or less, or leave it out")
+
+
 V0_SCHEDULER = ("vLLM V0 without chunked prefill: a step of waiting prompts, whole, within max_num_batched_tokens "
                 "whenever one can be admitted, else a decode step of the running requests")
 
 
-def scheduler_words(prof: EngineProfile, est: ServeEstimate, offline: bool = False) -> str:
-    """The assumptions' words for the scheduler `prof`'s engine runs `est` with ("" for vLLM V1's, said there)."""
+MULTI_STEP = ("; multi-step scheduling (--num-scheduler-steps {n}): a decode pass of {n} steps per schedule, arrivals "
+              "waiting for its end, sequences that finish mid-pass riding it out, the host's step work paid once a "
+              "pass")
+
+
+def scheduler_words(prof: EngineProfile, est: ServeEstimate, offline: bool = False, multi_step: int = 1) -> str:
+    """The assumptions' words for the scheduler `prof`'s engine runs `est` with ("" for vLLM V1's, said there), and
+    V0's `multi_step` passes (SchedulerPolicy.multi_step)."""
     if prof.name == "vllm":
-        return V0_SCHEDULER if scheduler_policy(prof, est) is POLICIES["vllm-v0"] else ""
+        v0 = V0_SCHEDULER if scheduler_policy(prof, est) is POLICIES["vllm-v0"] else ""
+        return v0 + (MULTI_STEP.format(n=multi_step) if multi_step > 1 else "")
     if scheduler_policy(prof, est, offline) is POLICIES["trtllm-bench"]:
         return prof.scheduler.replace("a context request whole or waiting (context chunking off)",
                                       "a context request chunked to fit (trtllm-bench's chunked context)")

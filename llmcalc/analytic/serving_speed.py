@@ -624,6 +624,23 @@ class StepLoad:
         self.pairs, self.length = pairs, weighted / chunks if chunks else 0.0
         self.least_left, self.first_token = least, first
 
+
+def multi_step_seconds(steps: int) -> float:
+    """What the host's work takes off a pass of `steps` decode steps under vLLM V0's multi-step scheduling: the
+    scheduler, input preparation and output processing (ENGINE_STEP_SECONDS a step) run once a pass instead of once a
+    step (vllm-project/vllm#7000: "amortize the CPU overhead of scheduling, preparing inputs and processing outputs
+    over N steps"; the GPU advances the batch itself between the steps, worker/multi_step_model_runner.py
+    _advance_step), so ENGINE_STEP_SECONDS x (steps - 1)."""
+    return ENGINE_STEP_SECONDS * (steps - 1)
+
+
+def multi_step_pass(seconds: float, gaps: list[tuple[float, float]], steps: int) -> tuple[float, list]:
+    """A decode run timed step by step (`seconds`, its inter-token `gaps`) as one multi-step pass of `steps` steps:
+    less the host's work saved (``multi_step_seconds``), shared evenly by its steps."""
+    saved = multi_step_seconds(steps)
+    return seconds - saved, [(gap - saved / steps, tokens) for gap, tokens in gaps]
+
+
 def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: int,  # long: one event loop
              kv: KvBudget, policy: SchedulerPolicy | None = None, step_by_step: bool = False) -> Simulated:
     """An engine's scheduler over `work` on one replica (module docstring; `policy`: the engine's, vLLM V1's by
@@ -661,7 +678,8 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
             waiting += _new_groups(work, lengths, next_arrival, 1, arrivals[next_arrival])
             next_arrival, in_flight = next_arrival + 1, in_flight + 1
         before, queued = sum(g.n for g in running), len(waiting)
-        used = held = preempt(running, waiting, kv, keep_prefill=policy.prefix_cache)  # blocks after the step
+        used = held = preempt(running, waiting, kv, keep_prefill=policy.prefix_cache,  # blocks after the step
+                              ahead=policy.multi_step)
         preempted = len(waiting) > queued  # (preempt moves each preempted group to the waiting queue's head)
         count = sum(g.n for g in running) if preempted else before
         if policy.admission == "ratio" and preempted:  # SGLang's retraction
@@ -697,11 +715,15 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
             jump = 1
         if next_arrival < len(arrivals) and jump > 1:
             jump = max(1, min(jump, math.ceil((arrivals[next_arrival] - t) / base)))
+        if policy.multi_step > 1 and not prefilling:  # vLLM V0's multi-step pass: N steps, arrivals wait for it
+            jump = policy.multi_step
         pace = 0.0  # clients get each step's tokens as fast as the API server streams them (FRONTEND_TOKEN_...)
         if work.served:
             firsts = sum(g.n for g in prefilling if g.prefilled + g.chunk >= g.target and not g.generated)
             pace = (dec + firsts) * FRONTEND_TOKEN_SECONDS
         dt, gaps = decode_run_seconds(cost, base, kv_tokens, dec, steps=jump, floor=pace)
+        if policy.multi_step > 1 and not prefilling:
+            dt, gaps = multi_step_pass(dt, gaps, jump)
         t, steps, busy_seq_time = t + dt, steps + jump, busy_seq_time + dt * admitted
         ends = jump >= step.least_left  # a decode finishes with this step (or a prefill's first token, below)
         for g in prefilling:
@@ -721,7 +743,7 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
             if not g.generated:  # its first token, from its first decode step (SchedulerPolicy.first_in_decode)
                 g.first = t
                 ttft.append((t - g.arrival + api, g.n))
-            g.generated += jump
+            g.generated = min(g.generated + jump, g.n_out)  # (a multi-step pass runs past a finish)
         ended = [g for g in scheduled if g.decoding and g.generated >= g.n_out] if ends else []
         for g in ended:  # (the others ran no step)
             running.remove(g)
@@ -847,10 +869,11 @@ def kv_requests(est: ServeEstimate, length: int) -> int:
 
 
 def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm", engine_version: str | None = None,
-                  policy: SchedulerPolicy | None = None) -> Performance:
+                  policy: SchedulerPolicy | None = None, num_scheduler_steps: int = 1) -> Performance:
     """`serve --input-len I --output-len O [--max-concurrency C | --request-rate R]`: one replica of `est` (a
     ServeEstimate: its layout, dtypes, KV blocks and engine defaults) serving `work` as `engine` runs it (its
-    scheduler, engines.scheduler_policy, unless `policy` is given)
+    scheduler, engines.scheduler_policy, unless `policy` is given; `num_scheduler_steps`: vLLM V0's multi-step
+    scheduling, engines.multi_step_policy)
     (engines.py: its scheduler defaults, KV memory, tables, and --pp / --enable-expert-parallel)."""
     prof = engines.profile(engine, engine_version)
     length = max([work.input_len + work.output_len, *(i + o for i, o in work.requests() or ())])
@@ -871,7 +894,8 @@ def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm", engi
     offline = work.max_concurrency is None and work.request_rate is None and not work.served
     cost = engines.step_cost(StepCost(inference, dev, est.tp), engines.served_profile(prof, offline), est,
                              host=ENGINE_STEP_SECONDS)
-    policy = policy or engines.scheduler_policy(prof, est, offline)
+    policy = engines.multi_step_policy(policy or engines.scheduler_policy(prof, est, offline), prof, est,
+                                       num_scheduler_steps)
     longest_input = max([work.input_len, *(i for i, _ in work.requests() or ())])
     tokens, seqs = engines.batch_limits(prof, est, work.input_len, work.output_len, offline=offline,
                                         longest_input=longest_input)
@@ -893,7 +917,7 @@ def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm", engi
                        max_num_seqs=seqs, max_num_batched_tokens=tokens, run=run,
                        roofline_ttft=est.roofline(1, work.input_len).prefill.seconds,
                        roofline_tpot=roof.decode_step(context).seconds,
-                       scheduler=engines.scheduler_words(prof, est, offline), kv_share=share,
+                       scheduler=engines.scheduler_words(prof, est, offline, policy.multi_step), kv_share=share,
                        chunked=policy.chunked)
 
 
@@ -916,7 +940,8 @@ class WorkloadPlan:
 def plan_workloads(est: ServeEstimate, input_len: int, output_len: int, max_concurrency: tuple[int, ...] | None = None,
                    request_rate: float | None = None, num_prompts: int = 1000, engine: str = "vllm",
                    engine_version: str | None = None, dataset: str = "random",
-                   random_range_ratio: float = 0.0, progress: Callable[[], None] | None = None) -> WorkloadPlan:
+                   random_range_ratio: float = 0.0, progress: Callable[[], None] | None = None,
+                   num_scheduler_steps: int = 1) -> WorkloadPlan:
     """One Performance per --max-concurrency value (or one for the rate / offline run) on one replica of `est`,
     `progress` called after each.
     Requests longer than the KV cache holds are refused as vLLM refuses to start ("To serve at least one request
@@ -935,7 +960,7 @@ def plan_workloads(est: ServeEstimate, input_len: int, output_len: int, max_conc
                            "the request, add GPUs (--n-gpus) or use --kv-dtype fp8")
     done = []
     for work in works:
-        done.append(plan_workload(est, work, engine, engine_version))
+        done.append(plan_workload(est, work, engine, engine_version, num_scheduler_steps=num_scheduler_steps))
         if progress is not None:
             progress()
     return WorkloadPlan(est, tuple(done))

@@ -525,6 +525,9 @@ def workload_options(func: F) -> F:
                           "release, e.g. 0.12.0 or 1.0.0, its defaults and backend by release, analytic/"
                           "engine_versions.py; default: TensorRT-LLM 1.3.0rc20 and SGLang 0.5.14, the releases their "
                           "kernel tables were measured in)."),
+        click.option("--num-scheduler-steps", type=POSITIVE_INT, default=1, show_default=True,
+                     help="vLLM V0's multi-step scheduling (0.6-0.10, --vllm-version v0 or 0.6.x): the scheduler "
+                          "runs once per N decode steps, arrivals wait for the pass."),
     ])
 
 

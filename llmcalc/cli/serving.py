@@ -51,7 +51,7 @@ def infer(model: str, gpu: str, prompt: int, generate: int, batch_size: int, wei
 
 
 WORKLOAD = ("input_len", "output_len", "max_concurrency", "request_rate", "num_prompts", "tpot", "engine",
-            "engine_version", "dataset", "random_range_ratio")
+            "engine_version", "dataset", "random_range_ratio", "num_scheduler_steps")
 
 
 @click.command()
@@ -187,6 +187,9 @@ def _sizing(ctx: click.Context, spec: Any, device: Any, fmt: str, dtypes: dict[s
     clients = work.pop("max_concurrency")
     if clients is not None and len(clients) > 1:
         raise click.UsageError("--max-concurrency: one count with --max-ttft/--max-tpot (the traffic to size for)")
+    if work.pop("num_scheduler_steps") != 1:
+        raise click.UsageError("--num-scheduler-steps: the search for the fewest GPUs sizes vLLM V1 replicas; leave "
+                               "it out with --max-ttft/--max-tpot")
     if work.pop("engine") != "vllm" or work.pop("engine_version"):
         raise click.UsageError("--engine: the search for the fewest GPUs sizes vLLM replicas; leave out --engine "
                                "and --engine-version with --max-ttft/--max-tpot")
