@@ -178,8 +178,9 @@ def multi_step_policy(policy: SchedulerPolicy, prof: EngineProfile, est: ServeEs
         raise LlmcalcError(f"{option}: multi-step scheduling is vLLM V0's; leave it out with --engine {prof.name}")
     if est.version.engine != "v0":
         raise LlmcalcError(f"{option}: multi-step scheduling is vLLM's V0 engine's (0.6-0.10), which vLLM "
-                           f"{est.version.key} does not run; add --vllm-version v0 (or 0.6.4; with --max-model-len 32768 or "
-                           f"less where the model's context is longer: V0 chunks prefills past it) or leave it out")
+                           f"{est.version.key} does not run; add --vllm-version v0 (or 0.6.4; with --max-model-len "
+                           f"32768 or less where the model's context is longer: V0 chunks prefills past it) or leave "
+                           f"it out")
     if not policy.mixed and not policy.chunked:
         return dataclasses.replace(policy, multi_step=num_scheduler_steps)
     raise LlmcalcError(f"{option}: with chunked prefill (V0 turns it on past --max-model-len 32768) multi-step "
