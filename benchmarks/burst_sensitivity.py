@@ -27,6 +27,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_serving_speed import DATA, predict_workload  # noqa: E402
@@ -55,12 +56,8 @@ def burst_rows() -> list[dict]:
 @contextlib.contextmanager
 def frontend(microseconds: float) -> Iterator[None]:
     """serving_speed.FRONTEND_TOKEN_SECONDS set to `microseconds` for the block."""
-    kept = serving_speed.FRONTEND_TOKEN_SECONDS
-    serving_speed.FRONTEND_TOKEN_SECONDS = microseconds * 1e-6
-    try:
+    with mock.patch.object(serving_speed, "FRONTEND_TOKEN_SECONDS", microseconds * 1e-6):
         yield
-    finally:
-        serving_speed.FRONTEND_TOKEN_SECONDS = kept
 
 
 @contextlib.contextmanager
@@ -72,11 +69,8 @@ def kv(share: float) -> Iterator[None]:
         budget = kept(est)
         return KvBudget(blocks=int(budget.blocks * share), need=budget.need, reach=budget.reach)
 
-    serving_speed.kv_budget = scaled
-    try:
+    with mock.patch.object(serving_speed, "kv_budget", scaled):
         yield
-    finally:
-        serving_speed.kv_budget = kept
 
 
 @contextlib.contextmanager
@@ -95,13 +89,10 @@ def prefill(factor: float) -> Iterator[None]:
             return full + (factor - 1.0) * (full - alone)
         return seconds
 
-    for cls in classes:
-        cls.seconds = wrap(kept[cls])  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
+    with contextlib.ExitStack() as stack:
         for cls in classes:
-            cls.seconds = kept[cls]  # type: ignore[method-assign]
+            stack.enter_context(mock.patch.object(cls, "seconds", wrap(kept[cls])))
+        yield
 
 
 KNOBS = {"frontend": frontend, "kv": kv, "prefill": prefill}
