@@ -39,7 +39,7 @@ LAYER_FLOOR_SECONDS, TP_SYNC_SECONDS, REQUEST_SECONDS) come from `--fit`: a grid
 |error| over all rows, then the same fit without each source in turn and that source's rows predicted
 (leave-one-source-out; about 2 minutes).
 
-    python benchmarks/bench_serving_speed.py [--format json] [--rows] [--fit [--grid local]]
+    python benchmarks/bench_serving_speed.py [--format json] [--rows] [--fit [--grid local]] [--ttft]
 """
 
 from __future__ import annotations
@@ -185,6 +185,41 @@ def predict_workload(row: dict) -> dict[str, float]:
            "e2e_seconds_mean": run.e2e[0], "ttft_seconds_mean": run.ttft[0], "ttft_seconds_median": run.ttft[1],
            "tpot_seconds_mean": run.tpot[0], "tpot_seconds_median": run.tpot[1], "itl_seconds_median": run.itl[1]}
     return out
+
+
+def ttft_parts(row: dict) -> dict[str, float]:
+    """Where a row's predicted median TTFT goes, seconds: `api` (serving_speed.REQUEST_SECONDS where the run is
+    served), `alone` (the prefill of one request of the row's mean lengths on an idle replica: a closed loop of one
+    client sending one prompt, its TTFT less `api`) and `waiting` (the rest: the steps that run before or beside its
+    prefill, other prompts' chunks, queueing); `predicted` their sum and `measured` the row's median (else mean)."""
+    pred = predict_workload(row)
+    static = row["mode"] == "static"  # a static batch of one through LLM.generate, else one client's one request
+    alone = predict_workload({**row, "mode": "static" if static else "closed", "max_concurrency": 1, "n_prompts": 1,
+                              "dataset": None, "batch": 1, "request_rate": None})["ttft_seconds_median"]
+    api = 0.0 if static else serving_speed.REQUEST_SECONDS
+    key = "ttft_seconds_median" if "ttft_seconds_median" in row["metrics"] else "ttft_seconds_mean"
+    median = pred[key]
+    return {"measured": row["metrics"][key], "predicted": median, "api": api, "alone": alone - api,
+            "waiting": median - alone}
+
+
+def print_ttft(rows: list[dict]) -> None:
+    """`--ttft`: each expressed TTFT row's prediction in parts (``ttft_parts``), milliseconds, and what is missing
+    (measured - predicted)."""
+    w = sys.stdout.write
+    w(f"{'row (TTFT, ms)':50} {'measured':>9} {'predicted':>9} {'api':>6} {'alone':>8} {'waiting':>8} "
+      f"{'missing':>9}\n")
+    for row in rows:
+        if not any(k in row["metrics"] for k in FAMILIES["ttft"][0]) or row["mode"] == "offline" or \
+                not row.get("model"):
+            continue
+        try:
+            p = ttft_parts(row)
+        except (LlmcalcError, KeyError):
+            continue
+        ms = {k: v * 1e3 for k, v in p.items()}
+        w(f"{row['id'][:50]:50} {ms['measured']:9,.1f} {ms['predicted']:9,.1f} {ms['api']:6.1f} {ms['alone']:8,.1f} "
+          f"{ms['waiting']:8,.1f} {ms['measured'] - ms['predicted']:9,.1f}\n")
 
 
 def compare(rows: list[dict]) -> tuple[list[dict], list[dict], dict[str, int]]:
@@ -333,9 +368,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--fit", action="store_true", help="fit the workload model's constants, leave-one-source-out")
     ap.add_argument("--grid", choices=("full", "local"), default="full",
                     help="--fit's grid: FIT_GRID (240 points) or half, once and twice each shipped constant (81)")
+    ap.add_argument("--ttft", action="store_true", help="each TTFT row's prediction in parts (ttft_parts)")
     args = ap.parse_args(argv)
     data = json.loads(DATA.read_text())
     rows = data["rows"]
+    if args.ttft:
+        print_ttft(rows)
+        return
     comps, bad, skipped = compare(rows)
     summ = summary(comps)
     fitted = fit(comps, local_grid() if args.grid == "local" else None) if args.fit else None
