@@ -158,6 +158,7 @@ def predict_workload(row: dict) -> dict[str, float]:
         est = plan_serving(spec, gpu, row["n_gpus"], max_model_len=est.max_model_len, version=version,
                            gpu_memory_utilization=row.get("gpu_memory_utilization"),
                            **{**dtypes, "kv_dtype": kv}, **layout)
+    intake = chat_intake(row, spec)
     lengths = None
     if row.get("dataset") == "ShareGPT":  # the source's mean lengths, drawn as vllm bench's ShareGPT sample
         lengths = serving_speed.sharegpt_lengths(row["input_len"], row["output_len"], row.get("n_prompts") or 1000)
@@ -165,13 +166,13 @@ def predict_workload(row: dict) -> dict[str, float]:
         work = Workload(prompt, generate, num_prompts=row["batch"], served=False)
     elif row["mode"] == "closed":
         work = Workload(prompt, generate, max_concurrency=row["max_concurrency"],
-                        num_prompts=row.get("n_prompts") or 1000, lengths=lengths)
+                        num_prompts=row.get("n_prompts") or 1000, lengths=lengths, intake_seconds=intake)
     elif row["mode"] == "rate":  # `vllm bench serve --request-rate R`: Poisson arrivals
         work = Workload(prompt, generate, request_rate=row["request_rate"], num_prompts=row.get("n_prompts") or 1000,
-                        lengths=lengths)
+                        lengths=lengths, intake_seconds=intake)
     else:  # `vllm bench serve` at rate inf, or benchmark_throughput.py's LLM.generate (served: false)
         work = Workload(prompt, generate, num_prompts=row.get("n_prompts") or 1000, lengths=lengths,
-                        served=row.get("served", True))
+                        served=row.get("served", True), intake_seconds=intake)
     # the row's engine where llmcalc models it (engines.py), else vLLM's (LMDeploy, NeMo's TensorRT engines), at the
     # release the row states (`serve --engine-version`, engine_versions.py)
     # LMDeploy's TurboMind samples the first token in a decode step (engines.POLICIES["turbomind"])
@@ -187,16 +188,25 @@ def predict_workload(row: dict) -> dict[str, float]:
     return out
 
 
+def chat_intake(row: dict, spec: Any) -> float:
+    """The API server's intake of one of the row's requests beyond REQUEST_SECONDS (engine_versions.
+    chat_intake_seconds): the row's `endpoint` "chat" is `vllm bench serve --backend openai-chat --endpoint
+    /v1/chat/completions` (every GPUStack page's benchmark script), at the row's stated engine release."""
+    return engine_versions.chat_intake_seconds(row["engine"], row.get("engine_version"), spec.model_type,
+                                               row.get("endpoint") == "chat")
+
+
 def ttft_parts(row: dict) -> dict[str, float]:
-    """Where a row's predicted median TTFT goes, seconds: `api` (serving_speed.REQUEST_SECONDS where the run is
-    served), `alone` (the prefill of one request of the row's mean lengths on an idle replica: a closed loop of one
-    client sending one prompt, its TTFT less `api`) and `waiting` (the rest: the steps that run before or beside its
-    prefill, other prompts' chunks, queueing); `predicted` their sum and `measured` the row's median (else mean)."""
+    """Where a row's predicted median TTFT goes, seconds: `api` (serving_speed.REQUEST_SECONDS and the API server's
+    intake, ``chat_intake``, where the run is served), `alone` (the prefill of one request of the row's mean lengths
+    on an idle replica: a closed loop of one client sending one prompt, its TTFT less `api`) and `waiting` (the
+    rest: the steps that run before or beside its prefill, other prompts' chunks, queueing); `predicted` their sum
+    and `measured` the row's median (else mean)."""
     pred = predict_workload(row)
     static = row["mode"] == "static"  # a static batch of one through LLM.generate, else one client's one request
     alone = predict_workload({**row, "mode": "static" if static else "closed", "max_concurrency": 1, "n_prompts": 1,
                               "dataset": None, "batch": 1, "request_rate": None})["ttft_seconds_median"]
-    api = 0.0 if static else serving_speed.REQUEST_SECONDS
+    api = 0.0 if static else serving_speed.REQUEST_SECONDS + chat_intake(row, load_model(row["model"]))
     key = "ttft_seconds_median" if "ttft_seconds_median" in row["metrics"] else "ttft_seconds_mean"
     median = pred[key]
     return {"measured": row["metrics"][key], "predicted": median, "api": api, "alone": alone - api,

@@ -265,3 +265,32 @@ def test_trtllm_burst_through_the_api_server_is_trtllm_serve():
     work = serving_speed.Workload(2048, 128, num_prompts=50, served=True)
     perf = serving_speed.plan_workload(est, work, "trtllm", "1.0.0")
     assert (perf.max_num_batched_tokens, perf.max_num_seqs) == engines.TRTLLM_SERVE_DEFAULTS
+
+
+def test_chat_intake_is_vllm_0110s_template_parse_alone():
+    """vLLM 0.11.0 alone parses the chat template on every chat request (its chat_utils.py resolve_chat_template_kwargs;
+    0.10.2 has no such call, 0.11.1 memoizes it), and only where the model renders an HF template: gpt-oss goes
+    through Harmony (serving_chat.py use_harmony), the completions endpoint renders none."""
+    parse, chat_intake_seconds = engine_versions.VLLM_0110_TEMPLATE_PARSE_SECONDS, engine_versions.chat_intake_seconds
+    assert chat_intake_seconds("vllm", "v0.11.0", "qwen3", chat=True) == parse
+    assert chat_intake_seconds("vllm", "0.11.0", "deepseek_v3", chat=True) == parse
+    for engine, release, model_type, chat in (("vllm", "v0.10.2", "qwen3", True), ("vllm", "0.11.1", "qwen3", True),
+                                              ("vllm", "0.12.0", "qwen3", True), ("vllm", "v0.11.0", "gpt_oss", True),
+                                              ("vllm", "v0.11.0", "qwen3", False), ("vllm", None, "qwen3", True),
+                                              ("sglang", "0.11.0", "qwen3", True)):
+        assert chat_intake_seconds(engine, release, model_type, chat=chat) == 0.0
+
+
+def test_chat_intake_moves_ttft_alone():
+    """GPUStack's Qwen3-8B rows ran `vllm bench serve --backend openai-chat` against vLLM 0.11.0: the template parse
+    is paid before the engine sees the request, so it adds to TTFT and e2e exactly and leaves TPOT as it was."""
+    sys.path.insert(0, str(BENCH))
+    from bench_serving_speed import predict_workload
+
+    row = ROWS["gpustack-qwen3-8b-h100-tp1-vllm-sharegpt-c1"]
+    parse = engine_versions.VLLM_0110_TEMPLATE_PARSE_SECONDS
+    assert row["endpoint"] == "chat" and row["engine_version"] == "v0.11.0"
+    chat, plain = predict_workload(row), predict_workload({**row, "endpoint": None})
+    assert chat["ttft_seconds_median"] - plain["ttft_seconds_median"] == pytest.approx(parse)
+    assert chat["e2e_seconds_mean"] - plain["e2e_seconds_mean"] == pytest.approx(parse)
+    assert chat["tpot_seconds_median"] == plain["tpot_seconds_median"]

@@ -188,6 +188,41 @@ def eager_dispatch_seconds(n_layers: int, n_moe_layers: int) -> float:
     return (n_layers - n_moe_layers) * EAGER_DENSE_LAYER_SECONDS + n_moe_layers * EAGER_MOE_LAYER_SECONDS
 
 
+# --- the API server's intake of a chat request ---------------------------------------------------------------
+# vLLM 0.11.0 parses the model's Jinja chat template on every /v1/chat/completions request: apply_hf_chat_template
+# calls resolve_chat_template_kwargs (vllm/entrypoints/chat_utils.py of the 0.11.0 sdist), which builds a fresh
+# ImmutableSandboxedEnvironment, runs env.parse(chat_template) and jinja2.meta.find_undeclared_variables over it, on
+# the API server's event loop before the request reaches the engine. 0.10.2 has no such call (apply_hf_chat_template
+# passes the kwargs straight to tokenizer.apply_chat_template); 0.11.1 memoizes it
+# (``_cached_resolve_chat_template_kwargs = lru_cache(_resolve_chat_template_kwargs)``, also in 0.11.2 and 0.12.0).
+# gpt-oss renders its prompt with Harmony instead (serving_chat.py: ``self.use_harmony = model_config.hf_config.
+# model_type == "gpt_oss"``, the template path skipped). Measured once (benchmarks/chat_template_parse.py): that
+# parse of Qwen3-8B's chat template (4,168 characters, the tokenizer_config.json of Qwen/Qwen3-8B) takes 11.6-12.0 ms
+# (the fastest of 40 calls, two runs; medians 12.0-13.2 ms) of one AMD EPYC core's CPU time under jinja2 3.1.6, where
+# a rendering of the compiled template takes 0.03 ms; vllm-project/vllm#20065 measured the content-format detection
+# (the same parse and a walk of the tree) at 6-8 ms a request on Llama's template. The cost grows with the template's
+# length; templates of other models are taken at Qwen3's (an assumption, stated with the answer). Seconds:
+VLLM_0110_TEMPLATE_PARSE_SECONDS = 12.0e-3
+VLLM_UNCACHED_TEMPLATE_RELEASES = ((0, 11, 0),)
+HARMONY_MODEL_TYPES = ("gpt_oss",)
+
+
+def chat_intake_seconds(engine: str, release: str | None, model_type: str | None, chat: bool) -> float:
+    """Seconds the API server spends on a request before the engine sees it, beyond serving_speed.REQUEST_SECONDS:
+    VLLM_0110_TEMPLATE_PARSE_SECONDS for a chat request (`chat`: /v1/chat/completions, `vllm bench serve --backend
+    openai-chat`) to vLLM 0.11.0 whose model renders an HF chat template (not Harmony: HARMONY_MODEL_TYPES), 0 for
+    every other engine, release, endpoint and model (sources above)."""
+    if not chat or engine != "vllm" or release is None or model_type in HARMONY_MODEL_TYPES:
+        return 0.0
+    text = release.strip().lower().removeprefix("v")
+    parts = text.split("+")[0].split(".")
+    try:
+        key = tuple(int(p) for p in parts[:3])
+    except ValueError:
+        return 0.0
+    return VLLM_0110_TEMPLATE_PARSE_SECONDS if key in VLLM_UNCACHED_TEMPLATE_RELEASES else 0.0
+
+
 def sglang_tp_fraction(tp: int) -> float:
     """SGLang's mem_fraction_static before 0.5 (SGLANG_TP_FRACTION): the share of the whole GPU for weights + KV."""
     return next(f for at_least, f in SGLANG_TP_FRACTION if tp >= at_least)

@@ -125,6 +125,9 @@ class Workload:
     dataset: str = "random"
     random_range_ratio: float = 0.0
     lengths: tuple[tuple[int, int], ...] | None = None  # (prompt, output) of request i % len, in the order sent
+    # the API server's host work per request before the engine sees it, beyond REQUEST_SECONDS (a served run's TTFT
+    # and e2e; engine_versions.chat_intake_seconds: vLLM 0.11.0's chat-template parse), seconds
+    intake_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len", "num_prompts"):
@@ -137,6 +140,8 @@ class Workload:
         if self.request_rate is not None and not (self.request_rate > 0 and math.isfinite(self.request_rate)):
             raise LlmcalcError(f"--request-rate must be a positive number of requests per second, got "
                                f"{self.request_rate}")
+        if not (self.intake_seconds >= 0 and math.isfinite(self.intake_seconds)):
+            raise LlmcalcError(f"intake_seconds must be a number of seconds >= 0, got {self.intake_seconds!r}")
         if self.dataset not in DATASETS:
             raise LlmcalcError(f"--dataset {self.dataset}: llmcalc draws lengths for {', '.join(DATASETS)}")
         if not 0 <= self.random_range_ratio < 1 or (self.random_range_ratio and self.dataset != "random"):
@@ -659,7 +664,7 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
         kv = KvBudget(blocks=kv.blocks, need=kv.need, reach=token_budget)
     ratio, whole_below = policy.init_ratio, 0 if policy.chunked else token_budget
     prompts, lengths = work.num_prompts, work.requests()
-    api = REQUEST_SECONDS if work.served else 0.0  # a client sees it, the engine's clock does not
+    api = REQUEST_SECONDS + work.intake_seconds if work.served else 0.0  # a client sees it, the engine's clock not
     limit = min(max_num_seqs, work.max_concurrency or max_num_seqs)
     arrivals = _arrivals(work, prompts)
     clients = work.max_concurrency if work.max_concurrency is not None else prompts
@@ -840,6 +845,7 @@ class Performance:
                                       and not w.served),
                 "engine_step_seconds": ENGINE_STEP_SECONDS, "layer_floor_seconds": LAYER_FLOOR_SECONDS,
                 "tp_sync_seconds": TP_SYNC_SECONDS, "request_seconds": REQUEST_SECONDS,
+                **({"intake_seconds": w.intake_seconds} if w.intake_seconds else {}),
             },
         }
 
