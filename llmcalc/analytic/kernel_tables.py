@@ -232,21 +232,34 @@ class _OutOfRange(Exception):
     pass
 
 
-def _interior(node: dict[int, Any], c: list[float], depth: int, sqrt_axis: int | None, sol: Any) -> float:
+@cache
+def _key_tree(gpu: str, name: str, key: str) -> Any:
+    """One grid (``_grid``) with each node's keys sorted once: (keys ascending, a child for each), the last level's
+    children the latencies (what ``_interior`` walks, read once per grid)."""
+    def build(node: Any) -> Any:
+        if not isinstance(node, dict):
+            return float(node)
+        keys = sorted(node)
+        return keys, [build(node[k]) for k in keys]
+
+    return build(_grid(gpu, name, key))
+
+
+def _interior(node: Any, c: list[float], depth: int, sqrt_axis: int | None, sol: Any) -> float:
     if depth == len(c):
-        return float(node)  # type: ignore[arg-type]
+        return node  # type: ignore[no-any-return]
+    keys, children = node
     x = c[depth]
-    if x == int(x) and int(x) in node:  # an exact key collapses this axis
-        return _interior(node[int(x)], c, depth + 1, sqrt_axis, sol)
-    keys = sorted(node)
-    if x < keys[0] or x > keys[-1]:
-        raise _OutOfRange
     i = bisect.bisect_left(keys, x)
+    if i < len(keys) and keys[i] == x:  # an exact key collapses this axis
+        return _interior(children[i], c, depth + 1, sqrt_axis, sol)
+    if i == 0 or i == len(keys):
+        raise _OutOfRange
     lo, hi = keys[i - 1], keys[i]
     got = {}
-    for key in (lo, hi):
+    for key, child in ((lo, children[i - 1]), (hi, children[i])):
         with contextlib.suppress(_OutOfRange):
-            got[key] = _interior(node[key], c, depth + 1, sqrt_axis, sol)
+            got[key] = _interior(child, c, depth + 1, sqrt_axis, sol)
     if not got:
         raise _OutOfRange
     if len(got) == 1:  # ragged: hold the survivor's util across this axis
@@ -369,7 +382,7 @@ def _hold(where: tuple[str, str, str], c: list[float], sol: Any, span: Any = Non
 def _resolve(where: tuple[str, str, str], c: list[float], sqrt_axis: int | None, sol: Any, span: Any = None) -> float:
     """The grid `where` = (gpu, table, key) at point `c`: interpolated inside, held (``_hold``) outside."""
     try:
-        return _interior(_grid(*where), c, 0, sqrt_axis, sol)
+        return _interior(_key_tree(*where), c, 0, sqrt_axis, sol)
     except _OutOfRange:
         return _hold(where, c, sol, span)
 
