@@ -117,6 +117,7 @@ def _part(gpu: str, name: str, key: str) -> Any:
 # --- speed of light (ms), the engine's rooflines -------------------------------------------------------
 
 
+@cache  # a datasheet figure, read at every SOL (thousands of times a simulation)
 def _tc_flops(gpu: str, dtype: str) -> float:
     spec = table(gpu)["spec"]
     flops = spec.get(f"{dtype}_tc_flops")
@@ -125,10 +126,15 @@ def _tc_flops(gpu: str, dtype: str) -> float:
     return float(flops)
 
 
+@cache  # a datasheet figure, read at every SOL (thousands of times a simulation)
+def _mem_bw(gpu: str) -> float:
+    return float(table(gpu)["spec"]["mem_bw"])
+
+
 def gemm_sol_ms(gpu: str, m: float, n: float, k: float, dtype: str) -> float:
     """aiconfigurator gemm.rs gemm_sol_with_flops: max(2mnk / tc_flops, bytes·(mn + mk + nk) / mem_bw), in ms."""
     math_ms = 2.0 * m * n * k / _tc_flops(gpu, dtype) * 1e3
-    mem_ms = DTYPE_BYTES[dtype] * (m * n + m * k + n * k) / table(gpu)["spec"]["mem_bw"] * 1e3
+    mem_ms = DTYPE_BYTES[dtype] * (m * n + m * k + n * k) / _mem_bw(gpu) * 1e3
     return max(math_ms, mem_ms)
 
 
@@ -138,7 +144,7 @@ def _context_sol(gpu: str, n_kv: int, head: int, kv_bytes: float, c: list[float]
     kv = n if n_kv == 0 else n_kv
     ops = 2.0 * b * s * s * n * head * 2.0 / 2.0
     mem = 2.0 * b * (2.0 * n * s * head) + kv_bytes * b * (2.0 * kv * s * head)
-    return max(ops / _tc_flops(gpu, "bf16"), mem / table(gpu)["spec"]["mem_bw"]) * 1e3
+    return max(ops / _tc_flops(gpu, "bf16"), mem / _mem_bw(gpu)) * 1e3
 
 
 def _generation_sol(gpu: str, n_kv: int, head: int, kv_bytes: float, c: list[float]) -> float:
@@ -149,7 +155,7 @@ def _generation_sol(gpu: str, n_kv: int, head: int, kv_bytes: float, c: list[flo
     ops = 2.0 * b * n * head * 2.0 * (s - 1.0)
     mem = b * (n * head * 2.0 + 2.0 * kv * (s - 1.0) * head * kv_bytes + n * head * 2.0)
     flops = _tc_flops(gpu, "fp8" if kv_bytes == 1.0 else "bf16")
-    return max(ops / flops, mem / table(gpu)["spec"]["mem_bw"]) * 1e3
+    return max(ops / flops, mem / _mem_bw(gpu)) * 1e3
 
 
 # --- GEMM: scattered (n, k) sites, each a curve in m --------------------------------------------------
@@ -567,7 +573,7 @@ def _mla_module_sol(gpu: str, gemm: str, kv_bytes: float, c: list[float], *, con
         kv = batch * seq * latent * kv_bytes
     flops = 2.0 * tokens * _mla_weights(heads) + attention
     nbytes = MLA_GEMM_BYTES.get(gemm, 2.0) * _mla_weights(heads) + kv
-    return max(flops / _tc_flops(gpu, "bf16"), nbytes / table(gpu)["spec"]["mem_bw"]) * 1e3
+    return max(flops / _tc_flops(gpu, "bf16"), nbytes / _mem_bw(gpu)) * 1e3
 
 
 def mla_module_ms(gpu: str, heads: int, batch: float, seq: float, key: str, *, context: bool) -> float:
@@ -607,7 +613,7 @@ def _generation_mla_sol(gpu: str, kv_bytes: float, c: list[float]) -> float:
     latent = s["kv_lora_rank"] + s["qk_rope_head_dim"]
     flops = 2.0 * batch * seq * heads * (latent + s["kv_lora_rank"])
     nbytes = batch * seq * latent * kv_bytes
-    return max(flops / _tc_flops(gpu, "bf16"), nbytes / table(gpu)["spec"]["mem_bw"]) * 1e3
+    return max(flops / _tc_flops(gpu, "bf16"), nbytes / _mem_bw(gpu)) * 1e3
 
 
 def generation_mla_ms(gpu: str, heads: int, batch: float, context: float, kv_dtype: str = "bf16") -> float:
