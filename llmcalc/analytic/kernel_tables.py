@@ -3,8 +3,10 @@ standard library and interpolated as aiconfigurator's engine does.
 
 Source: aiconfigurator-core 0.12.0 (Apache-2.0, github.com/ai-dynamo/aiconfigurator), tables measured inside vLLM
 (latest vLLM version per table in that release, e.g. 0.24.0 on H100/H200), shipped here as
-``llmcalc/data/kernels/<gpu>.json.gz`` by ``benchmarks/extract_aiconfigurator.py`` (``llmcalc/data/kernels/NOTICE``
-says what was kept). Each file is read on the first question about its GPU, never at start-up.
+``llmcalc/data/kernels/<gpu>/<section>.json.gz`` by ``benchmarks/extract_aiconfigurator.py``
+(``llmcalc/data/kernels/NOTICE`` says what was kept): one file per section (``spec``, ``gemm``,
+``generation_attention``, ...), each read on the first question that needs it, never at start-up (a dense model's
+decode reads its attention table alone, not the GEMM and MoE tables beside it).
 
 How a value between grid points is found, ported from the engine's Rust source
 (aic-core/rust/aiconfigurator-core/src/perf_database/perf_interp.rs, gemm.rs, attention.rs, communication.rs @095f58a):
@@ -36,6 +38,7 @@ import gzip
 import heapq
 import json
 import math
+from collections.abc import Iterator, Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -55,12 +58,12 @@ class KernelTableError(LlmcalcError):
     """No measured table answers this question (GPU, dtype, shape)."""
 
 
-BACKENDS = ("vllm", "trtllm", "sglang")  # whose measurements: <gpu>.json.gz (vLLM), <gpu>.<backend>.json.gz
+BACKENDS = ("vllm", "trtllm", "sglang")  # whose measurements: <gpu>/ (vLLM), <gpu>.<backend>/
 
 
 def available_gpus(backend: str = "vllm") -> list[str]:
     """The aiconfigurator system names with a shipped table measured inside `backend`."""
-    names = (p.name.removesuffix(".json.gz") for p in DATA.glob("*.json.gz"))
+    names = (p.name for p in DATA.iterdir() if p.is_dir())
     if backend == "vllm":
         return sorted(n for n in names if "." not in n)
     return sorted(n.removesuffix(f".{backend}") for n in names if n.endswith(f".{backend}"))
@@ -86,7 +89,7 @@ def _system(gpu: str, backend: str = "vllm") -> str:
     name = ALIASES.get(gpu.lower(), gpu.lower().replace("-", "_"))
     if backend != "vllm" and "." not in name:
         name = f"{name}.{backend}"
-    if not (DATA / f"{name}.json.gz").exists():
+    if not (DATA / name).is_dir():
         whose = "" if backend == "vllm" else f" {backend}"
         raise KernelTableError(f"no measured{whose} kernel table for GPU {gpu!r}; tables exist for "
                                f"{', '.join(available_gpus(backend)) or 'none'} (and the llmcalc names "
@@ -94,16 +97,43 @@ def _system(gpu: str, backend: str = "vllm") -> str:
     return name
 
 
-def table(gpu: str) -> dict[str, Any]:
-    """The whole table file of one GPU (aiconfigurator system name or llmcalc preset name), loaded once."""
-    return _load(_system(gpu))
+def table(gpu: str) -> Mapping[str, Any]:
+    """The tables of one GPU (aiconfigurator system name or llmcalc preset name) by section, each section read on
+    first use (``Sections``)."""
+    return _sections(_system(gpu))
+
+
+class Sections(Mapping[str, Any]):
+    """One GPU's shipped tables, a read-only mapping of section name to its content: `system`'s folder, each
+    ``<section>.json.gz`` parsed when first asked for (``_load``) and kept."""
+
+    def __init__(self, system: str) -> None:
+        self.system = system
+        self.names = frozenset(p.name.removesuffix(".json.gz") for p in (DATA / system).glob("*.json.gz"))
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self.names:
+            raise KeyError(name)
+        return _load(self.system, name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self.names))
+
+    def __len__(self) -> int:
+        return len(self.names)
 
 
 @cache
-def _load(system: str) -> dict[str, Any]:
-    with gzip.open(DATA / f"{system}.json.gz", "rt", encoding="utf-8") as f:
-        doc: dict[str, Any] = json.load(f)
-    return doc
+def _sections(system: str) -> Sections:
+    return Sections(system)
+
+
+@cache
+def _load(system: str, name: str) -> Any:
+    return json.loads(gzip.decompress((DATA / system / f"{name}.json.gz").read_bytes()))  # (faster than "rt")
 
 
 def _part(gpu: str, name: str, key: str) -> Any:
@@ -253,7 +283,7 @@ def _key_tree(gpu: str, name: str, key: str) -> Any:
 
 def _interior(node: Any, c: list[float], depth: int, sqrt_axis: int | None, sol: Any) -> float:
     if depth == len(c):
-        return node  # type: ignore[no-any-return]
+        return node
     keys, children = node
     x = c[depth]
     i = bisect.bisect_left(keys, x)
