@@ -748,7 +748,7 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
         if jump > step.least_left:  # a multi-step pass runs past a finish
             for g in decoding:
                 g.generated = min(g.generated, g.n_out)
-        ended = [g for g in scheduled if g.decoding and g.generated >= g.n_out] if ends else []
+        ended = [g for g in scheduled if g.generated >= g.n_out and g.decoding] if ends else []
         for g in ended:  # (the others ran no step)
             running.remove(g)
             done, in_flight = done + g.n, in_flight - g.n
