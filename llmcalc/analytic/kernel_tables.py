@@ -33,7 +33,6 @@ table file): GEMM max(2mnk / tc_flops, bytes·(mn + mk + nk) / mem_bw); attentio
 from __future__ import annotations
 
 import bisect
-import contextlib
 import gzip
 import heapq
 import json
@@ -264,10 +263,6 @@ def _int_grid(gpu: str, name: str, key: str) -> dict[int, Any]:
     return converted
 
 
-class _OutOfRange(Exception):
-    pass
-
-
 @cache
 def _key_tree(gpu: str, name: str, key: str) -> Any:
     """One grid (``_grid``) with each node's keys sorted once: (keys ascending, a child for each), the last level's
@@ -281,7 +276,8 @@ def _key_tree(gpu: str, name: str, key: str) -> Any:
     return build(_grid(gpu, name, key))
 
 
-def _interior(node: Any, c: list[float], depth: int, sqrt_axis: int | None, sol: Any) -> float:
+def _interior(node: Any, c: list[float], depth: int, sqrt_axis: int | None, sol: Any) -> float | None:
+    """The grid below `node` at `c` from axis `depth` on (module docstring: bracket and blend); None past its edge."""
     if depth == len(c):
         return node
     keys, children = node
@@ -290,23 +286,21 @@ def _interior(node: Any, c: list[float], depth: int, sqrt_axis: int | None, sol:
     if i < len(keys) and keys[i] == x:  # an exact key collapses this axis
         return _interior(children[i], c, depth + 1, sqrt_axis, sol)
     if i == 0 or i == len(keys):
-        raise _OutOfRange
+        return None
     lo, hi = keys[i - 1], keys[i]
-    got = {}
-    for key, child in ((lo, children[i - 1]), (hi, children[i])):
-        with contextlib.suppress(_OutOfRange):
-            got[key] = _interior(child, c, depth + 1, sqrt_axis, sol)
-    if not got:
-        raise _OutOfRange
-    if len(got) == 1:  # ragged: hold the survivor's util across this axis
-        key, lat = next(iter(got.items()))
+    below = _interior(children[i - 1], c, depth + 1, sqrt_axis, sol)
+    above = _interior(children[i], c, depth + 1, sqrt_axis, sol)
+    if below is None or above is None:  # ragged: hold the survivor's util across this axis
+        if below is None and above is None:
+            return None
+        key, lat = (hi, above) if below is None else (lo, below)
         snapped = list(c)
         snapped[depth] = key
         return lat * sol(c) / sol(snapped)
     w = (x - lo) / (hi - lo)
     if depth == sqrt_axis:
-        return (math.sqrt(got[lo]) + (math.sqrt(got[hi]) - math.sqrt(got[lo])) * w) ** 2
-    return got[lo] + (got[hi] - got[lo]) * w
+        return (math.sqrt(below) + (math.sqrt(above) - math.sqrt(below)) * w) ** 2
+    return below + (above - below) * w
 
 
 def _leaves(node: dict[int, Any], path: tuple[int, ...] = ()) -> Any:
@@ -417,10 +411,8 @@ def _hold(where: tuple[str, str, str], c: list[float], sol: Any, span: Any = Non
 
 def _resolve(where: tuple[str, str, str], c: list[float], sqrt_axis: int | None, sol: Any, span: Any = None) -> float:
     """The grid `where` = (gpu, table, key) at point `c`: interpolated inside, held (``_hold``) outside."""
-    try:
-        return _interior(_key_tree(*where), c, 0, sqrt_axis, sol)
-    except _OutOfRange:
-        return _hold(where, c, sol, span)
+    inside = _interior(_key_tree(*where), c, 0, sqrt_axis, sol)
+    return _hold(where, c, sol, span) if inside is None else inside
 
 
 def _kv_key(heads: int, kv_heads: int, head_dim: int, kv_dtype: str) -> tuple[str, int]:
