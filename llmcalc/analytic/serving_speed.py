@@ -236,7 +236,10 @@ def row_tile_efficiency(rows: float) -> float:
     row sizes; the best of them), as cuBLAS and CUTLASS pick. Wave quantization over the output columns is left out:
     a layer's GEMMs together span far more tiles than there are SMs, and small-m decode GEMMs split K (split-K /
     stream-K) to fill them."""
-    return max(rows / (tile * math.ceil(rows / tile)) for tile in sorted({tm for tm, _ in TILES}))
+    return max(rows / (tile * math.ceil(rows / tile)) for tile in ROW_TILES)
+
+
+ROW_TILES = sorted({tm for tm, _ in TILES})  # kernels.TILES' row sizes (row_tile_efficiency)
 
 
 def expert_row_efficiency(rows: float) -> float:
