@@ -1,11 +1,11 @@
-"""Extract llmcalc's measured kernel tables (llmcalc/data/kernels/<gpu>.json.gz) from NVIDIA aiconfigurator.
+"""Extract llmcalc's measured kernel tables (llmcalc/data/kernels/<gpu>/<section>.json.gz) from NVIDIA aiconfigurator.
 
 Run in a separate environment that has aiconfigurator installed (never a dependency of llmcalc):
 
     python3 -m venv /work/venv-aic && /work/venv-aic/bin/pip install aiconfigurator==0.12.0
-    /work/venv-aic/bin/python benchmarks/extract_aiconfigurator.py                      # vLLM: <gpu>.json.gz
-    /work/venv-aic/bin/python benchmarks/extract_aiconfigurator.py --backend trtllm     # <gpu>.trtllm.json.gz
-    /work/venv-aic/bin/python benchmarks/extract_aiconfigurator.py --backend sglang     # <gpu>.sglang.json.gz
+    /work/venv-aic/bin/python benchmarks/extract_aiconfigurator.py                      # vLLM: <gpu>/
+    /work/venv-aic/bin/python benchmarks/extract_aiconfigurator.py --backend trtllm     # <gpu>.trtllm/
+    /work/venv-aic/bin/python benchmarks/extract_aiconfigurator.py --backend sglang     # <gpu>.sglang/
 
 Reads the parquet tables aiconfigurator-core ships under aiconfigurator_core/systems/data/<system>/<family>/vllm/
 <latest version>/ and keeps, per GPU, the rows aiconfigurator's engine itself loads for a vLLM query (see
@@ -258,10 +258,17 @@ def main() -> None:
         if doc is None:
             print(gpu, f"no {BACKEND} attention table: skipped")
             continue
-        raw = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
-        path = OUT / (f"{gpu}.json.gz" if BACKEND == "vllm" else f"{gpu}.{BACKEND}.json.gz")
-        path.write_bytes(gzip.compress(raw, compresslevel=9, mtime=0))
-        print(gpu, len(raw), "bytes JSON,", path.stat().st_size, "gzipped")
+        folder = OUT / (gpu if BACKEND == "vllm" else f"{gpu}.{BACKEND}")  # a file per section, read as needed
+        folder.mkdir(exist_ok=True)
+        for old in folder.glob("*.json.gz"):
+            old.unlink()
+        size = packed = 0
+        for name, part in doc.items():
+            raw = json.dumps(part, separators=(",", ":"), sort_keys=True).encode()
+            path = folder / f"{name}.json.gz"
+            path.write_bytes(gzip.compress(raw, compresslevel=9, mtime=0))
+            size, packed = size + len(raw), packed + path.stat().st_size
+        print(gpu, size, "bytes JSON,", packed, "gzipped")
 
 
 if __name__ == "__main__":

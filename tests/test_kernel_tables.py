@@ -218,8 +218,9 @@ def test_allreduce_matches_aiconfigurator(gpu, nbytes, n_gpus, ms):
 
 
 def _raw(gpu):
-    with gzip.open(kt.DATA / f"{gpu}.json.gz", "rt") as f:
-        return json.load(f)
+    """The shipped files of `gpu` read directly, each section as its file holds it."""
+    return {p.name.removesuffix(".json.gz"): json.loads(gzip.decompress(p.read_bytes()))
+            for p in (kt.DATA / gpu).glob("*.json.gz")}
 
 
 @pytest.mark.parametrize(("context", "gpu", "key", "heads", "batch", "seq", "ms"), MLA_REFERENCE)
@@ -307,21 +308,25 @@ def test_a_question_without_a_table_says_so():
 
 
 def test_loading_is_lazy_and_standard_library_only():
-    """Importing the reader reads no table; a question reads one GPU's table and imports nothing heavy."""
+    """Importing the reader reads no table; a question reads the sections of one GPU's tables it needs (a GEMM: the
+    GEMM sites and the datasheet) and imports nothing heavy."""
     code = ("import sys\nfrom llmcalc.analytic import kernel_tables as kt\nbefore = kt._load.cache_info().currsize\n"
-            "kt.gemm_seconds('h100-sxm', 128, 4096, 4096)\nheavy = {'numpy', 'torch', 'pandas', 'pyarrow'} & "
-            "{m.split('.')[0] for m in sys.modules}\nprint(before, kt._load.cache_info().currsize, sorted(heavy))")
+            "read, load = [], kt._load\nkt._load = lambda system, name: read.append((system, name)) or load(system, "
+            "name)\nkt.gemm_seconds('h100-sxm', 128, 4096, 4096)\nheavy = {'numpy', 'torch', 'pandas', 'pyarrow'} & "
+            "{m.split('.')[0] for m in sys.modules}\nprint(before, ','.join(sorted({s for s, _ in read})), "
+            "','.join(sorted({n for _, n in read})), sorted(heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["0", "1", "[]"]
+    assert out == ["0", "h100_sxm", "gemm,spec", "[]"]
 
 
 def test_the_tables_ship_with_their_license_and_notice():
     names = {p.name for p in kt.DATA.iterdir()}
-    assert {"LICENSE", "NOTICE", "h100_sxm.json.gz", "h200_sxm.json.gz"} <= names
+    assert {"LICENSE", "NOTICE", "h100_sxm", "h200_sxm"} <= names
+    assert {"spec", "gemm", "generation_attention"} <= set(kt.table("h100_sxm"))  # a file per section
     assert "Apache License" in (kt.DATA / "LICENSE").read_text()
     assert "aiconfigurator-core 0.12.0" in (kt.DATA / "NOTICE").read_text()
-    assert sum(p.stat().st_size for p in kt.DATA.glob("*.json.gz") if p.name.count(".") == 2) < 2_000_000  # vLLM's
-    assert sum(p.stat().st_size for p in kt.DATA.glob("*.json.gz") if p.name.count(".") == 3) < 3_000_000  # others
+    assert sum(p.stat().st_size for p in kt.DATA.glob("*/*.json.gz") if "." not in p.parent.name) < 2_000_000  # vLLM's
+    assert sum(p.stat().st_size for p in kt.DATA.glob("*/*.json.gz") if "." in p.parent.name) < 3_000_000  # others
 
 
 def test_nearest_leaves_search_finds_what_a_full_scan_finds():

@@ -72,6 +72,7 @@ class Group:
 
 STATE_FIELDS = ("prefilled", "generated", "first", "arrival", "n_in", "n_out", "target")  # what makes groups alike
 STATE = operator.attrgetter(*STATE_FIELDS)  # Group.state
+COUNT = operator.attrgetter("n")  # a group's requests: sum(map(COUNT, groups)) counts them
 
 
 @dataclass(frozen=True)

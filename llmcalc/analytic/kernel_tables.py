@@ -3,8 +3,10 @@ standard library and interpolated as aiconfigurator's engine does.
 
 Source: aiconfigurator-core 0.12.0 (Apache-2.0, github.com/ai-dynamo/aiconfigurator), tables measured inside vLLM
 (latest vLLM version per table in that release, e.g. 0.24.0 on H100/H200), shipped here as
-``llmcalc/data/kernels/<gpu>.json.gz`` by ``benchmarks/extract_aiconfigurator.py`` (``llmcalc/data/kernels/NOTICE``
-says what was kept). Each file is read on the first question about its GPU, never at start-up.
+``llmcalc/data/kernels/<gpu>/<section>.json.gz`` by ``benchmarks/extract_aiconfigurator.py``
+(``llmcalc/data/kernels/NOTICE`` says what was kept): one file per section (``spec``, ``gemm``,
+``generation_attention``, ...), each read on the first question that needs it, never at start-up (a dense model's
+decode reads its attention table alone, not the GEMM and MoE tables beside it).
 
 How a value between grid points is found, ported from the engine's Rust source
 (aic-core/rust/aiconfigurator-core/src/perf_database/perf_interp.rs, gemm.rs, attention.rs, communication.rs @095f58a):
@@ -31,11 +33,11 @@ table file): GEMM max(2mnk / tc_flops, bytes·(mn + mk + nk) / mem_bw); attentio
 from __future__ import annotations
 
 import bisect
-import contextlib
 import gzip
 import heapq
 import json
 import math
+from collections.abc import Iterator, Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -55,12 +57,12 @@ class KernelTableError(LlmcalcError):
     """No measured table answers this question (GPU, dtype, shape)."""
 
 
-BACKENDS = ("vllm", "trtllm", "sglang")  # whose measurements: <gpu>.json.gz (vLLM), <gpu>.<backend>.json.gz
+BACKENDS = ("vllm", "trtllm", "sglang")  # whose measurements: <gpu>/ (vLLM), <gpu>.<backend>/
 
 
 def available_gpus(backend: str = "vllm") -> list[str]:
     """The aiconfigurator system names with a shipped table measured inside `backend`."""
-    names = (p.name.removesuffix(".json.gz") for p in DATA.glob("*.json.gz"))
+    names = (p.name for p in DATA.iterdir() if p.is_dir())
     if backend == "vllm":
         return sorted(n for n in names if "." not in n)
     return sorted(n.removesuffix(f".{backend}") for n in names if n.endswith(f".{backend}"))
@@ -86,7 +88,7 @@ def _system(gpu: str, backend: str = "vllm") -> str:
     name = ALIASES.get(gpu.lower(), gpu.lower().replace("-", "_"))
     if backend != "vllm" and "." not in name:
         name = f"{name}.{backend}"
-    if not (DATA / f"{name}.json.gz").exists():
+    if not (DATA / name).is_dir():
         whose = "" if backend == "vllm" else f" {backend}"
         raise KernelTableError(f"no measured{whose} kernel table for GPU {gpu!r}; tables exist for "
                                f"{', '.join(available_gpus(backend)) or 'none'} (and the llmcalc names "
@@ -94,16 +96,43 @@ def _system(gpu: str, backend: str = "vllm") -> str:
     return name
 
 
-def table(gpu: str) -> dict[str, Any]:
-    """The whole table file of one GPU (aiconfigurator system name or llmcalc preset name), loaded once."""
-    return _load(_system(gpu))
+def table(gpu: str) -> Mapping[str, Any]:
+    """The tables of one GPU (aiconfigurator system name or llmcalc preset name) by section, each section read on
+    first use (``Sections``)."""
+    return _sections(_system(gpu))
+
+
+class Sections(Mapping[str, Any]):
+    """One GPU's shipped tables, a read-only mapping of section name to its content: `system`'s folder, each
+    ``<section>.json.gz`` parsed when first asked for (``_load``) and kept."""
+
+    def __init__(self, system: str) -> None:
+        self.system = system
+        self.names = frozenset(p.name.removesuffix(".json.gz") for p in (DATA / system).glob("*.json.gz"))
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self.names:
+            raise KeyError(name)
+        return _load(self.system, name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self.names))
+
+    def __len__(self) -> int:
+        return len(self.names)
 
 
 @cache
-def _load(system: str) -> dict[str, Any]:
-    with gzip.open(DATA / f"{system}.json.gz", "rt", encoding="utf-8") as f:
-        doc: dict[str, Any] = json.load(f)
-    return doc
+def _sections(system: str) -> Sections:
+    return Sections(system)
+
+
+@cache
+def _load(system: str, name: str) -> Any:
+    return json.loads(gzip.decompress((DATA / system / f"{name}.json.gz").read_bytes()))  # (faster than "rt")
 
 
 def _part(gpu: str, name: str, key: str) -> Any:
@@ -117,6 +146,7 @@ def _part(gpu: str, name: str, key: str) -> Any:
 # --- speed of light (ms), the engine's rooflines -------------------------------------------------------
 
 
+@cache  # a datasheet figure, read at every SOL (thousands of times a simulation)
 def _tc_flops(gpu: str, dtype: str) -> float:
     spec = table(gpu)["spec"]
     flops = spec.get(f"{dtype}_tc_flops")
@@ -125,10 +155,15 @@ def _tc_flops(gpu: str, dtype: str) -> float:
     return float(flops)
 
 
+@cache  # a datasheet figure, read at every SOL (thousands of times a simulation)
+def _mem_bw(gpu: str) -> float:
+    return float(table(gpu)["spec"]["mem_bw"])
+
+
 def gemm_sol_ms(gpu: str, m: float, n: float, k: float, dtype: str) -> float:
     """aiconfigurator gemm.rs gemm_sol_with_flops: max(2mnk / tc_flops, bytes·(mn + mk + nk) / mem_bw), in ms."""
     math_ms = 2.0 * m * n * k / _tc_flops(gpu, dtype) * 1e3
-    mem_ms = DTYPE_BYTES[dtype] * (m * n + m * k + n * k) / table(gpu)["spec"]["mem_bw"] * 1e3
+    mem_ms = DTYPE_BYTES[dtype] * (m * n + m * k + n * k) / _mem_bw(gpu) * 1e3
     return max(math_ms, mem_ms)
 
 
@@ -138,7 +173,7 @@ def _context_sol(gpu: str, n_kv: int, head: int, kv_bytes: float, c: list[float]
     kv = n if n_kv == 0 else n_kv
     ops = 2.0 * b * s * s * n * head * 2.0 / 2.0
     mem = 2.0 * b * (2.0 * n * s * head) + kv_bytes * b * (2.0 * kv * s * head)
-    return max(ops / _tc_flops(gpu, "bf16"), mem / table(gpu)["spec"]["mem_bw"]) * 1e3
+    return max(ops / _tc_flops(gpu, "bf16"), mem / _mem_bw(gpu)) * 1e3
 
 
 def _generation_sol(gpu: str, n_kv: int, head: int, kv_bytes: float, c: list[float]) -> float:
@@ -149,7 +184,7 @@ def _generation_sol(gpu: str, n_kv: int, head: int, kv_bytes: float, c: list[flo
     ops = 2.0 * b * n * head * 2.0 * (s - 1.0)
     mem = b * (n * head * 2.0 + 2.0 * kv * (s - 1.0) * head * kv_bytes + n * head * 2.0)
     flops = _tc_flops(gpu, "fp8" if kv_bytes == 1.0 else "bf16")
-    return max(ops / flops, mem / table(gpu)["spec"]["mem_bw"]) * 1e3
+    return max(ops / flops, mem / _mem_bw(gpu)) * 1e3
 
 
 # --- GEMM: scattered (n, k) sites, each a curve in m --------------------------------------------------
@@ -228,36 +263,44 @@ def _int_grid(gpu: str, name: str, key: str) -> dict[int, Any]:
     return converted
 
 
-class _OutOfRange(Exception):
-    pass
+@cache
+def _key_tree(gpu: str, name: str, key: str) -> Any:
+    """One grid (``_grid``) with each node's keys sorted once: (keys ascending, a child for each), the last level's
+    children the latencies (what ``_interior`` walks, read once per grid)."""
+    def build(node: Any) -> Any:
+        if not isinstance(node, dict):
+            return float(node)
+        keys = sorted(node)
+        return keys, [build(node[k]) for k in keys]
+
+    return build(_grid(gpu, name, key))
 
 
-def _interior(node: dict[int, Any], c: list[float], depth: int, sqrt_axis: int | None, sol: Any) -> float:
+def _interior(node: Any, c: list[float], depth: int, sqrt_axis: int | None, sol: Any) -> float | None:
+    """The grid below `node` at `c` from axis `depth` on (module docstring: bracket and blend); None past its edge."""
     if depth == len(c):
-        return float(node)  # type: ignore[arg-type]
+        return node
+    keys, children = node
     x = c[depth]
-    if x == int(x) and int(x) in node:  # an exact key collapses this axis
-        return _interior(node[int(x)], c, depth + 1, sqrt_axis, sol)
-    keys = sorted(node)
-    if x < keys[0] or x > keys[-1]:
-        raise _OutOfRange
     i = bisect.bisect_left(keys, x)
+    if i < len(keys) and keys[i] == x:  # an exact key collapses this axis
+        return _interior(children[i], c, depth + 1, sqrt_axis, sol)
+    if i == 0 or i == len(keys):
+        return None
     lo, hi = keys[i - 1], keys[i]
-    got = {}
-    for key in (lo, hi):
-        with contextlib.suppress(_OutOfRange):
-            got[key] = _interior(node[key], c, depth + 1, sqrt_axis, sol)
-    if not got:
-        raise _OutOfRange
-    if len(got) == 1:  # ragged: hold the survivor's util across this axis
-        key, lat = next(iter(got.items()))
+    below = _interior(children[i - 1], c, depth + 1, sqrt_axis, sol)
+    above = _interior(children[i], c, depth + 1, sqrt_axis, sol)
+    if below is None or above is None:  # ragged: hold the survivor's util across this axis
+        if below is None and above is None:
+            return None
+        key, lat = (hi, above) if below is None else (lo, below)
         snapped = list(c)
         snapped[depth] = key
         return lat * sol(c) / sol(snapped)
     w = (x - lo) / (hi - lo)
     if depth == sqrt_axis:
-        return (math.sqrt(got[lo]) + (math.sqrt(got[hi]) - math.sqrt(got[lo])) * w) ** 2
-    return got[lo] + (got[hi] - got[lo]) * w
+        return (math.sqrt(below) + (math.sqrt(above) - math.sqrt(below)) * w) ** 2
+    return below + (above - below) * w
 
 
 def _leaves(node: dict[int, Any], path: tuple[int, ...] = ()) -> Any:
@@ -368,10 +411,8 @@ def _hold(where: tuple[str, str, str], c: list[float], sol: Any, span: Any = Non
 
 def _resolve(where: tuple[str, str, str], c: list[float], sqrt_axis: int | None, sol: Any, span: Any = None) -> float:
     """The grid `where` = (gpu, table, key) at point `c`: interpolated inside, held (``_hold``) outside."""
-    try:
-        return _interior(_grid(*where), c, 0, sqrt_axis, sol)
-    except _OutOfRange:
-        return _hold(where, c, sol, span)
+    inside = _interior(_key_tree(*where), c, 0, sqrt_axis, sol)
+    return _hold(where, c, sol, span) if inside is None else inside
 
 
 def _kv_key(heads: int, kv_heads: int, head_dim: int, kv_dtype: str) -> tuple[str, int]:
@@ -554,7 +595,7 @@ def _mla_module_sol(gpu: str, gemm: str, kv_bytes: float, c: list[float], *, con
         kv = batch * seq * latent * kv_bytes
     flops = 2.0 * tokens * _mla_weights(heads) + attention
     nbytes = MLA_GEMM_BYTES.get(gemm, 2.0) * _mla_weights(heads) + kv
-    return max(flops / _tc_flops(gpu, "bf16"), nbytes / table(gpu)["spec"]["mem_bw"]) * 1e3
+    return max(flops / _tc_flops(gpu, "bf16"), nbytes / _mem_bw(gpu)) * 1e3
 
 
 def mla_module_ms(gpu: str, heads: int, batch: float, seq: float, key: str, *, context: bool) -> float:
@@ -594,7 +635,7 @@ def _generation_mla_sol(gpu: str, kv_bytes: float, c: list[float]) -> float:
     latent = s["kv_lora_rank"] + s["qk_rope_head_dim"]
     flops = 2.0 * batch * seq * heads * (latent + s["kv_lora_rank"])
     nbytes = batch * seq * latent * kv_bytes
-    return max(flops / _tc_flops(gpu, "bf16"), nbytes / table(gpu)["spec"]["mem_bw"]) * 1e3
+    return max(flops / _tc_flops(gpu, "bf16"), nbytes / _mem_bw(gpu)) * 1e3
 
 
 def generation_mla_ms(gpu: str, heads: int, batch: float, context: float, kv_dtype: str = "bf16") -> float:

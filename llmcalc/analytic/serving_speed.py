@@ -44,6 +44,7 @@ from ..errors import LlmcalcError
 from ..records import dataclass
 from . import cdna, comm, engines, kernel_tables
 from .engine_queue import (
+    COUNT,
     RATIO_JUMP,
     Group,
     KvBudget,
@@ -240,7 +241,10 @@ def row_tile_efficiency(rows: float) -> float:
     row sizes; the best of them), as cuBLAS and CUTLASS pick. Wave quantization over the output columns is left out:
     a layer's GEMMs together span far more tiles than there are SMs, and small-m decode GEMMs split K (split-K /
     stream-K) to fill them."""
-    return max(rows / (tile * math.ceil(rows / tile)) for tile in sorted({tm for tm, _ in TILES}))
+    return max(rows / (tile * math.ceil(rows / tile)) for tile in ROW_TILES)
+
+
+ROW_TILES = sorted({tm for tm, _ in TILES})  # kernels.TILES' row sizes (row_tile_efficiency)
 
 
 def expert_row_efficiency(rows: float) -> float:
@@ -682,11 +686,11 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
         while next_arrival < len(arrivals) and arrivals[next_arrival] <= t and in_flight < clients:
             waiting += _new_groups(work, lengths, next_arrival, 1, arrivals[next_arrival])
             next_arrival, in_flight = next_arrival + 1, in_flight + 1
-        before, queued = sum(g.n for g in running), len(waiting)
+        before, queued = sum(map(COUNT, running)), len(waiting)
         used = held = preempt(running, waiting, kv, keep_prefill=policy.prefix_cache,  # blocks after the step
                               ahead=policy.multi_step)
         preempted = len(waiting) > queued  # (preempt moves each preempted group to the waiting queue's head)
-        count = sum(g.n for g in running) if preempted else before
+        count = sum(map(COUNT, running)) if preempted else before
         if policy.admission == "ratio" and preempted:  # SGLang's retraction
             ratio = retracted_ratio(running, policy)
         if policy.admission != "prompt":
@@ -748,8 +752,11 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
             if not g.generated:  # its first token, from its first decode step (SchedulerPolicy.first_in_decode)
                 g.first = t
                 ttft.append((t - g.arrival + api, g.n))
-            g.generated = min(g.generated + jump, g.n_out)  # (a multi-step pass runs past a finish)
-        ended = [g for g in scheduled if g.decoding and g.generated >= g.n_out] if ends else []
+            g.generated += jump
+        if jump > step.least_left:  # a multi-step pass runs past a finish
+            for g in decoding:
+                g.generated = min(g.generated, g.n_out)
+        ended = [g for g in scheduled if g.generated >= g.n_out and g.decoding] if ends else []
         for g in ended:  # (the others ran no step)
             running.remove(g)
             done, in_flight = done + g.n, in_flight - g.n
