@@ -29,7 +29,9 @@ Each used row becomes one `Run` by the rules below, the same for every row (no p
   it first on Hopper: pytorch/pytorch#142132); Transformer Engine (Megatron-Core) runs today's cuDNN
   (kernels.CUDNN_MEASURED), MaxText's cudnn_flash_te of April 2024 the cuDNN of its time ("cudnn-2024", the
   FlashAttention-3 paper's curve of July 2024); Megatron-LM/DeepSpeed of 2021-22 (BLOOM, MT-NLG) materialise the
-  scores; torch eager (compile off) runs unfused elementwise kernels; DeepSpeed's pipeline engine reduces gradients
+  scores; torch eager (compile off) runs unfused elementwise kernels (llm-foundry's tables too: Composer compiles
+  only with a `compile_config`, which scripts/train/benchmarking/submit_benchmarks.py's `mod_parameters` never sets,
+  and the README's tables predate it: "TODO: Update tables with torch 2.0 after next Composer release"); DeepSpeed's pipeline engine reduces gradients
   after the backward; Megatron-Core's rank order unless the source says otherwise ("dplast" -> tp-cp-ep-pp-dp); TP
   overlap, EP (1F1B A2A) overlap, FP8 parameter gathers (Megatron's --fp8-param-gather: "fp8 param gather",
   "fp8_param_gather=true"; torchao's float8 FSDP all-gather) and the CP communication type where the source states
@@ -252,7 +254,7 @@ def run_of(row: dict) -> Run:  # long: the module docstring's rules, one per lin
         layout["attention_kernel"] = "cudnn" if row["gpu"] not in ("mi355x", "mi300x") else "auto"
     else:
         layout["attention_kernel"] = "fa2" if row["gpu"] not in ("mi355x", "mi300x") else "auto"
-    if "compile=false" in other or rid.startswith("ttperf2404"):
+    if "compile=false" in other or rid.startswith(("ttperf2404", "llmfoundry")):  # eager PyTorch (docstring)
         layout["fused_elementwise"] = False
     if spec.is_moe and ep > 1 and ("deepep" in other or "hybridep" in other):
         layout["ep_dispatcher"] = "deepep"
