@@ -26,21 +26,24 @@ Each used row becomes one `Run` by the rules below, the same for every row (no p
   current (tensorwise) -> fp8-current, blockwise -> fp8-blockwise, MXFP8 -> mxfp8, NVFP4 -> nvfp4; torchao
   tensorwise float8 -> fp8-torchao; FP8 attention only where stated.
 - framework -> kernels and overlaps: torch SDPA, flash-attn and OLMo-core run FlashAttention-2 (SDPA's priority puts
-  it first on Hopper: pytorch/pytorch#142132); Transformer Engine (Megatron-Core) runs today's cuDNN
-  (kernels.CUDNN_MEASURED), MaxText's cudnn_flash_te of April 2024 the cuDNN of its time ("cudnn-2024", the
-  FlashAttention-3 paper's curve of July 2024); Megatron-LM/DeepSpeed of 2021-22 (BLOOM, MT-NLG) materialise the
-  scores; torch eager (compile off) runs unfused elementwise kernels; DeepSpeed's pipeline engine reduces gradients
+  it first on Hopper: pytorch/pytorch#142132; llm-foundry's `attn_impl: triton`, its rows' `other` field, too: the one
+  published rate of that kernel, the FlashAttention-2 paper's A100 ratio, misses its rows by -23 to -28 % at 32k-65k,
+  docs/steptime-validation.md); Transformer Engine (Megatron-Core) runs today's cuDNN (kernels.CUDNN_MEASURED),
+  MaxText's cudnn_flash_te of April 2024 the cuDNN of its time ("cudnn-2024", the FlashAttention-3 paper's curve of
+  July 2024); Megatron-LM/DeepSpeed of 2021-22 (BLOOM, MT-NLG) materialise the scores; torch eager (compile off) runs
+  unfused elementwise kernels (llm-foundry's tables too: Composer compiles only with a `compile_config`, which
+  scripts/train/benchmarking/submit_benchmarks.py's `mod_parameters` never sets, and the README's tables predate it:
+  "TODO: Update tables with torch 2.0 after next Composer release"); DeepSpeed's pipeline engine reduces gradients
   after the backward; Megatron-Core's rank order unless the source says otherwise ("dplast" -> tp-cp-ep-pp-dp); TP
   overlap, EP (1F1B A2A) overlap, FP8 parameter gathers (Megatron's --fp8-param-gather: "fp8 param gather",
   "fp8_param_gather=true"; torchao's float8 FSDP all-gather) and the CP communication type where the source states
   them; MoE routing balanced (benchmarks force it; every Megatron-MoE-ModelZoo table that says so does) except where
-  the source says it is real
-  (MLPerf v6.0: capacity factors 1.5-7; DeepSeek-V3's auxiliary-loss-free routing), there MOE_DROPLESS_IMBALANCE;
-  an MTP depth where stated (DeepSeek-V3: 1); DualPipe as its V-shaped form (DualPipeV, deepseek-ai/DualPipe's
-  README: DualPipe "cut in half") with the EP all-to-alls overlapped: `--schedule zb-v --ep-overlap`, the V
-  placement putting "the shallowest layers (including the embedding layer) and deepest layers (including the
-  output head) of the model on the same PP rank" (DeepSeek-V3 report sec. 3.2.1; 1F1B left the last stage three
-  layers, the MTP module and two output heads) and the paired chunks hiding the all-to-alls
+  the source says it is real (MLPerf v6.0: capacity factors 1.5-7; DeepSeek-V3's auxiliary-loss-free routing), there
+  MOE_DROPLESS_IMBALANCE; an MTP depth where stated (DeepSeek-V3: 1); DualPipe as its V-shaped form (DualPipeV,
+  deepseek-ai/DualPipe's README: DualPipe "cut in half") with the EP all-to-alls overlapped: `--schedule zb-v
+  --ep-overlap`, the V placement putting "the shallowest layers (including the embedding layer) and deepest layers
+  (including the output head) of the model on the same PP rank" (DeepSeek-V3 report sec. 3.2.1; 1F1B left the last
+  stage three layers, the MTP module and two output heads) and the paired chunks hiding the all-to-alls
   (``step/collectives.py:ep_overlap_share``).
 - network: the hardware preset's own build (one NIC per GPU on DGX-class nodes) unless the source states another:
   BLOOM's Jean Zay, four 100 Gb/s Omni-Path links per 8-GPU node (--network jean-zay-a100); MaxText's "A3" VMs,
@@ -252,7 +255,7 @@ def run_of(row: dict) -> Run:  # long: the module docstring's rules, one per lin
         layout["attention_kernel"] = "cudnn" if row["gpu"] not in ("mi355x", "mi300x") else "auto"
     else:
         layout["attention_kernel"] = "fa2" if row["gpu"] not in ("mi355x", "mi300x") else "auto"
-    if "compile=false" in other or rid.startswith("ttperf2404"):
+    if "compile=false" in other or rid.startswith(("ttperf2404", "llmfoundry")):  # eager PyTorch (docstring)
         layout["fused_elementwise"] = False
     if spec.is_moe and ep > 1 and ("deepep" in other or "hybridep" in other):
         layout["ep_dispatcher"] = "deepep"
