@@ -100,11 +100,11 @@ def test_trtllm_dense_projections_from_its_measured_gemms():
     8,192 x 3,584. A TensorRT-LLM step times them from its own measured table (aiconfigurator-core's, measured in
     TensorRT-LLM), where from 2,000 tokens on they run at 65-80 % of the FP8 MAMF (mamf-finder's 1,402.6 TFLOP/s,
     measured on a 1024 x 9216 x 14336 GEMM); vLLM keeps its roofline GEMMs."""
-    from llmcalc.analytic import kernel_tables
+    from llmcalc.analytic import kernel_tables, measured_gemms
 
     serve = plan_serving(load_model("llama-3.1-70b"), load_hardware("h100-sxm"), 8, 4096, weight_dtype="fp8")
     sites = ((1280, 8192), (8192, 1024), (7168, 8192), (8192, 3584))
-    assert serving_speed.dense_gemm_sites(serve.spec, 8) == sites
+    assert measured_gemms.dense_gemm_sites(serve.spec, 8) == sites
     trt = _step(serve, "0.16.0")
     for m in (256, 2000, 8000):  # (the step's tokens read to 3 figures)
         layer = sum(kernel_tables.gemm_seconds("h100_sxm.trtllm", m, n, k, "fp8") for n, k in sites)

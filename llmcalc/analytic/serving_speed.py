@@ -43,7 +43,6 @@ from collections.abc import Callable
 
 from ..errors import LlmcalcError
 from ..records import dataclass
-from ..spec import ModelSpec
 from . import cdna, comm, engines, kernel_tables
 from .engine_queue import (
     RATIO_JUMP,
@@ -62,6 +61,7 @@ from .engines import SchedulerPolicy
 from .flops import forward_ops
 from .inference import PER_KEY, InferenceEstimate, decode_ops, expected_experts
 from .kernels import ROOFLINE_P, TILES, Device, attention_seconds, device_for, gemm_timer
+from .measured_gemms import GemmShape, layer_gemm_shape, measured_layer_gemms
 from .quant import weight_format
 from .request_lengths import DATASETS, random_lengths, sharegpt_lengths
 from .serving import ServeEstimate
@@ -209,36 +209,6 @@ def measured_mla_decode_parts(gpu: str, heads: int, batch: int, context: float, 
     return (pre + kernel_tables.generation_mla_ms(gpu, heads, batch, context, kv_dtype) + post) / 1e3
 
 
-@dataclass(frozen=True)
-class GemmShape:
-    """What the measured GEMM table reads for one layer's projections (kernel_tables.gemm_seconds): the memo's key."""
-
-    gpu: str
-    rows: float  # tokens of the step (the GEMMs' m), to 3 significant figures
-    sites: tuple[tuple[int, int], ...]  # (n output, k input features) of each GEMM of the layer on one GPU
-    dtype: str  # "bf16" or "fp8" (per-tensor scaled)
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def measured_layer_gemms(shape: GemmShape) -> float:
-    """One layer's projections, seconds: t = sum over its GEMMs of the measured (m x k) @ (k x n) latency
-    (kernel_tables.gemm_seconds: aiconfigurator's sweep inside the engine, weights read and tiles padded as the
-    kernel does); memoized here, by its shape."""
-    return sum(kernel_tables.gemm_seconds(shape.gpu, shape.rows, n, k, shape.dtype) for n, k in shape.sites)
-
-
-def dense_gemm_sites(spec: ModelSpec, tp: int) -> tuple[tuple[int, int], ...]:
-    """The (n, k) of a dense transformer layer's GEMMs on one of `tp` GPUs, as TensorRT-LLM fuses them (its Attention
-    module's fused QKV ColumnLinear, the row-parallel dense output, GatedMLP's fused gate/up ``fc`` and ``proj``):
-    QKV n = (heads + 2 x max(kv_heads, tp)) x head_dim / tp (a KV head replicated on ranks past the KV heads), k = D;
-    O n = D, k = heads x head_dim / tp; gate+up n = 2 x d_ff / tp (d_ff / tp ungated), k = D; down n = D,
-    k = d_ff / tp."""
-    d, dh, ff = spec.d_model, spec.d_head, spec.d_ff
-    kv = max(spec.n_kv_heads, tp)
-    up = (2 if spec.gated else 1) * ff // tp
-    return (((spec.n_heads + 2 * kv) * dh // tp, d), (d, spec.n_heads * dh // tp), (up, d), (d, ff // tp))
-
-
 def three_figures(x: float) -> float:
     """`x` to 3 significant figures (a simulation asks the tables for a few thousand points, again and again)."""
     return float(f"{x:.3g}")
@@ -363,27 +333,14 @@ class StepCost:
 
     def gemm_table(self) -> GemmShape | None:
         """Where the engine's measured GEMM table times this model's projections (``table_gemms``, set for the
-        engines whose own tables hold GEMMs: TensorRT-LLM's), the layer's shape at one row, else None: a dense
-        transformer (no experts, MLA, windows or recurrent layers) whose weights run as the table's bf16 or per-tensor
-        FP8 GEMMs, its four GEMMs (``dense_gemm_sites``) making up the stack's matmul FLOPs (within 2 %)."""
+        engines whose own tables hold GEMMs: TensorRT-LLM's), the layer's shape at one row, else None
+        (measured_gemms.layer_gemm_shape: a dense transformer whose weights run as the table's bf16 or per-tensor FP8
+        GEMMs, its four GEMMs making up the stack's matmul FLOPs)."""
         if self._gemm is None or self._gemm[:2] != (self.gpu, self.table_gemms):
-            self._gemm = (self.gpu, self.table_gemms, self._find_gemm_table())
+            found = layer_gemm_shape(self.est, self.tp, self.gpu, self.stack_flops_per_token) \
+                if self.table_gemms else None
+            self._gemm = (self.gpu, self.table_gemms, found)
         return self._gemm[2]
-
-    def _find_gemm_table(self) -> GemmShape | None:
-        spec, est = self.spec, self.est
-        if not self.table_gemms or spec.is_moe or spec.mla is not None or spec.is_hybrid or spec.has_windows:
-            return None
-        dtype = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}.get(est.weight_dtype)
-        fmt = est.weight_format
-        if dtype is None or dtype != ("fp8" if est.compute_dtype == "fp8" else "bf16") or (
-                fmt is not None and fmt.quant is not None and fmt.quant.format.per == "block"):
-            return None
-        sites = dense_gemm_sites(spec, self.tp)
-        flops = 2 * sum(n * k for n, k in sites) * self.tp * spec.n_layers
-        if abs(flops / self.stack_flops_per_token - 1) > 0.02:
-            return None
-        return GemmShape(gpu=self.gpu, rows=1.0, sites=sites, dtype=dtype)
 
     # each term: seconds for one step
     def linear_seconds(self, tokens: float) -> float:
@@ -391,7 +348,7 @@ class StepCost:
         padded to whole tiles, ``row_tile_efficiency``) and the weight bytes these tokens read (MoE: the experts they
         hit) with the activations in and out, on kernels' smooth roofline t = (t_c^p + t_m^p)^(1/p). Where the
         engine's table measured the layer's GEMMs (``gemm_table``): layers x the measured layer
-        (``measured_layer_gemms``) at the step's tokens."""
+        (``measured_gemms.measured_layer_gemms``) at the step's tokens."""
         if tokens <= 0:
             return 0.0
         table = self.gemm_table()
