@@ -83,6 +83,38 @@ def test_the_early_pytorch_flow_adds_the_host_to_the_gpu():
     assert current.seconds(**shape) == pytest.approx(max(gpu, current.host), rel=1e-9)
 
 
+def test_tensorrt_engines_add_the_executors_host_work():
+    """TensorRT engines (before 1.0): the C++ executor's loop waits for a step (forwardSync), builds responses and
+    prepares the next step before enqueueing it (executorImpl.cpp executionLoop, one micro-batch since
+    enable_trt_overlap was removed), so a step is GPU + host, as the 0.x PyTorch flow's."""
+    serve = plan_serving(load_model("llama-3.1-8b"), load_hardware("h100-sxm"), 1, 4096)
+    trt = _step(serve, "0.16.0")
+    assert not trt.prof.overlap and "added to them" in trt.prof.scheduler
+    shape = dict(tokens=64, rows=64, kv_tokens=64 * 1024, decodes=64, pairs=0, length=1024)
+    assert trt.seconds(**shape) == pytest.approx(trt.gpu_seconds(**shape) + trt.host, rel=1e-9)
+
+
+def test_trtllm_dense_projections_from_its_measured_gemms():
+    """Llama-3.1-70B's config (hidden 8,192, 64 heads, 8 KV heads of 128, intermediate 28,672) at TP 8 gives the
+    GEMMs TensorRT-LLM runs per GPU: fused QKV 1,280 x 8,192, o_proj 8,192 x 1,024, fused gate/up 7,168 x 8,192, down
+    8,192 x 3,584. A TensorRT-LLM step times them from its own measured table (aiconfigurator-core's, measured in
+    TensorRT-LLM), where from 2,000 tokens on they run at 65-80 % of the FP8 MAMF (mamf-finder's 1,402.6 TFLOP/s,
+    measured on a 1024 x 9216 x 14336 GEMM); vLLM keeps its roofline GEMMs."""
+    from llmcalc.analytic import kernel_tables, measured_gemms
+
+    serve = plan_serving(load_model("llama-3.1-70b"), load_hardware("h100-sxm"), 8, 4096, weight_dtype="fp8")
+    sites = ((1280, 8192), (8192, 1024), (7168, 8192), (8192, 3584))
+    assert measured_gemms.dense_gemm_sites(serve.spec, 8) == sites
+    trt = _step(serve, "0.16.0")
+    for m in (256, 2000, 8000):  # (the step's tokens read to 3 figures)
+        layer = sum(kernel_tables.gemm_seconds("h100_sxm.trtllm", m, n, k, "fp8") for n, k in sites)
+        assert trt.base.linear_seconds(m) == pytest.approx(80 * layer, rel=1e-9)
+        rate = 2 * m * sum(n * k for n, k in sites) / layer
+        assert m < 2000 or 0.65 * 1402.6e12 < rate < 0.80 * 1402.6e12  # compute-bound steps
+    vllm = serving_speed.StepCost(serve.roofline(1, 1024), device_for("h100-sxm"), 8)
+    assert vllm.gemm_table() is None
+
+
 def test_trtllm_serves_fp8_and_nvfp4_weights_with_an_fp8_kv_cache():
     """bench/build/build.py: "If the quantization is NVFP4 or FP8, force the KV cache dtype to FP8"; DeepSeek's
     block-scaled FP8 checkpoint and gpt-oss's MXFP4 keep the model's KV dtype, and vLLM never changes it."""

@@ -23,9 +23,18 @@ TensorRT-LLM:
   (an assumption, said in the answer). Without chunking the C++ MicroBatchScheduler, whose input lists running
   generations before new contexts (capacityScheduler.cpp GuaranteedNoEvictScheduler), stops the batch at the first
   whole context that outgrows the step's remaining max_num_tokens, and at an ISL equal to the tuned max_num_tokens
-  (2,048 / 2,048: ``max(2048, ...)``) it ran one request at a time. The executor's host work per step is C++, not
-  Python: it is assumed hidden under the GPU's as the overlap scheduler hides the PyTorch backend's (no published
-  measurement of either).
+  (2,048 / 2,048: ``max(2048, ...)``) it ran one request at a time. The executor's host work per step runs
+  between the GPU's steps, not beside them: its loop (cpp/tensorrt_llm/executor/executorImpl.cpp ``executionLoop``,
+  the source as stored, 2025) waits for the step (``forwardSync``), builds the responses (``populateNewResponses``),
+  fetches new requests, then schedules, allocates KV blocks and prepares the buffers of the next step before
+  enqueueing it (trtGptModelInflightBatching.cpp ``forwardAsync``); with one micro-batch (``mNumMicroBatches =
+  isTrtOverlap() ? 2 : 1``) nothing else runs on the GPU meanwhile, and the two-micro-batch overlap was dropped
+  ("the parameter enable_trt_overlap has been removed ... it was found that the overlapping of micro-batches did
+  not provide additional benefits", triton-inference-server/tensorrtllm_backend docs). So a step is GPU + host
+  (``EngineProfile.overlap`` False), the host's part vLLM's fitted ENGINE_STEP_SECONDS (no published measurement of
+  the C++ executor's); 0.16's executor, closed source then, is taken to run the same loop. The GEMMs of a dense
+  model come from TensorRT-LLM's own measured GEMM table (serving_speed.StepCost.gemm_table, measured in a 1.x
+  release, applied to every release).
 - a 0.17 or 0.18 release stated with "pytorch" (the opt-in ``--backend pytorch`` flow): PyTorchConfig's defaults
   then, ``use_cuda_graph: bool = False`` and ``enable_overlap_scheduler: bool = False``
   (tensorrt_llm/_torch/pyexecutor/config.py of those releases; 0.18.2's PyTorch quick start still opts in with
@@ -115,7 +124,7 @@ def trtllm_backend(version: str) -> str:
 TRTLLM_TENSORRT_SCHEDULER = (
     "TensorRT-LLM {v} in-flight batching (TensorRT engine built by trtllm-bench build, C++ executor): generation and "
     "context requests in one step within max_num_tokens, a context request whole or waiting (context chunking off); "
-    "the executor's C++ host work per step assumed hidden under the GPU's")
+    "the executor's C++ host work per step between the GPU's steps (one micro-batch), added to them")
 # 0.20 and 0.21: trtllm-bench's --enable_chunked_context an opt-in flag (PR #4133) until PR #6956 (module docstring)
 TRTLLM_OPT_IN_CHUNKING = ((0, 20), (0, 21))
 TRTLLM_EARLY_PYTORCH_SCHEDULER = (
@@ -146,7 +155,7 @@ def profile_for(base: Any, version: str) -> Any:
         if backend == "tensorrt":
             opt_in = (major, minor) in TRTLLM_OPT_IN_CHUNKING
             return dataclasses.replace(
-                base, version=version, scheduler=TRTLLM_TENSORRT_SCHEDULER.format(v=version), overlap=True,
+                base, version=version, scheduler=TRTLLM_TENSORRT_SCHEDULER.format(v=version), overlap=False,
                 bench_chunked=True, graphed=None,  # a TensorRT engine: no PyTorch-side graph rule
                 answered=f"TensorRT-LLM {version}: TensorRT engine backend (before 1.0), C++ executor, trtllm-bench "
                          "with chunked context" + (" (an opt-in flag in this release, taken as on)" if opt_in else ""),

@@ -582,6 +582,8 @@ def step_cost(base: Any, prof: EngineProfile, serve: ServeEstimate, host: float)
         b = base
         if kernel_tables.has_tables(b.gpu, prof.name):
             b.gpu = kernel_tables.source(b.gpu, prof.name)
+            # the engine's own GEMM sweep times the dense projections (serving_speed.StepCost.gemm_table)
+            b.table_gemms = bool(kernel_tables.table(b.gpu).get("gemm"))
         else:  # no table of this engine: the roofline terms, never another engine's measurements
             b.measured = b.table_attention = False
     return EngineStepCost(base, prof, serve, host)

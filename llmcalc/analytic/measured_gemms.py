@@ -1,0 +1,65 @@
+"""TensorRT-LLM's dense projections from its own measured GEMM table (issue 36): the (n, k) of a dense layer's GEMMs
+on one tensor-parallel GPU, and their measured time at m rows (kernel_tables.gemm_seconds, aiconfigurator-core's
+sweep inside the engine). serving_speed.StepCost.linear_seconds reads them where ``layer_gemm_shape`` finds the model
+fits (engines.step_cost turns it on for engines whose tables hold GEMMs). Why: at TP 8 a GPU's GEMMs are narrow
+(Llama-3.1-70B: fused QKV 1,280 x 8,192, o_proj 8,192 x 1,024) and run at 930-1,070 TFLOP/s in the table, not at the
+FP8 MAMF of 1,402.6 measured on a 1024 x 9216 x 14336 GEMM (docs/serving-validation.md)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from ..records import dataclass
+from ..spec import ModelSpec
+from . import kernel_tables
+
+
+@dataclass(frozen=True)
+class GemmShape:
+    """What the measured GEMM table reads for one layer's projections (kernel_tables.gemm_seconds): the memo's key."""
+
+    gpu: str
+    rows: float  # tokens of the step (the GEMMs' m), to 3 significant figures
+    sites: tuple[tuple[int, int], ...]  # (n output, k input features) of each GEMM of the layer on one GPU
+    dtype: str  # "bf16" or "fp8" (per-tensor scaled)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def measured_layer_gemms(shape: GemmShape) -> float:
+    """One layer's projections, seconds: t = sum over its GEMMs of the measured (m x k) @ (k x n) latency
+    (kernel_tables.gemm_seconds: aiconfigurator's sweep inside the engine, weights read and tiles padded as the
+    kernel does); memoized here, by its shape."""
+    return sum(kernel_tables.gemm_seconds(shape.gpu, shape.rows, n, k, shape.dtype) for n, k in shape.sites)
+
+
+def dense_gemm_sites(spec: ModelSpec, tp: int) -> tuple[tuple[int, int], ...]:
+    """The (n, k) of a dense transformer layer's GEMMs on one of `tp` GPUs, as TensorRT-LLM fuses them (its Attention
+    module's fused QKV ColumnLinear, the row-parallel dense output, GatedMLP's fused gate/up ``fc`` and ``proj``):
+    QKV n = (heads + 2 x max(kv_heads, tp)) x head_dim / tp (a KV head replicated on ranks past the KV heads), k = D;
+    O n = D, k = heads x head_dim / tp; gate+up n = 2 x d_ff / tp (d_ff / tp ungated), k = D; down n = D,
+    k = d_ff / tp."""
+    d, dh, ff = spec.d_model, spec.d_head, spec.d_ff
+    kv = max(spec.n_kv_heads, tp)
+    up = (2 if spec.gated else 1) * ff // tp
+    return (((spec.n_heads + 2 * kv) * dh // tp, d), (d, spec.n_heads * dh // tp), (up, d), (d, ff // tp))
+
+
+def layer_gemm_shape(est: Any, tp: int, gpu: str, stack_flops_per_token: float) -> GemmShape | None:
+    """The layer's GEMMs at one row on `gpu`'s table for the replica roofline `est` (an InferenceEstimate) at `tp`, or
+    None where the table does not time the stack: a model with experts, MLA, windows or recurrent layers; weights
+    other than bf16/fp16 or per-tensor FP8 run as GEMMs of their own dtype; four GEMMs (``dense_gemm_sites``) that
+    do not make up the stack's matmul FLOPs per token (`stack_flops_per_token`, within 2 %)."""
+    spec = est.spec
+    if spec.is_moe or spec.mla is not None or spec.is_hybrid or spec.has_windows:
+        return None
+    dtype = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}.get(est.weight_dtype)
+    fmt = est.weight_format
+    if dtype is None or dtype != ("fp8" if est.compute_dtype == "fp8" else "bf16") or (
+            fmt is not None and fmt.quant is not None and fmt.quant.format.per == "block"):
+        return None
+    sites = dense_gemm_sites(spec, tp)
+    flops = 2 * sum(n * k for n, k in sites) * tp * spec.n_layers
+    if abs(flops / stack_flops_per_token - 1) > 0.02:
+        return None
+    return GemmShape(gpu=gpu, rows=1.0, sites=sites, dtype=dtype)
