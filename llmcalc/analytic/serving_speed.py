@@ -112,7 +112,6 @@ SERVING_ATTENTION = {"ampere": "fa2", "hopper": "fa3"}  # vLLM's FlashAttention 
 
 
 
-
 @dataclass(frozen=True)
 class Workload:
     """`vllm bench serve`'s workload: requests of input_len prompt tokens generating output_len (its random dataset,
@@ -541,7 +540,6 @@ def _new_groups(work: Workload, lengths: tuple[tuple[int, int], ...] | None, sta
         else:
             out.append(Group(1, arrival, n_in, n_out))
     return out
-
 
 
 
@@ -999,6 +997,3 @@ def plan_workloads(est: ServeEstimate, input_len: int, output_len: int, max_conc
         if progress is not None:
             progress()
     return WorkloadPlan(est, tuple(done))
-
-
-# --- datasets of varied lengths ----------------------------------------------------------------------------------
