@@ -60,7 +60,7 @@ from .engines import SchedulerPolicy
 from .flops import forward_ops
 from .inference import PER_KEY, InferenceEstimate, decode_ops, expected_experts
 from .kernels import ROOFLINE_P, TILES, Device, attention_seconds, device_for, gemm_timer
-from .quant import weight_format
+from .quant import unquantized_linear_flops, weight_format
 from .request_lengths import DATASETS, random_lengths, sharegpt_lengths
 from .serving import ServeEstimate
 
@@ -258,7 +258,14 @@ class StepCost:
         # every matmul of the stack (and the small ops beside) but the routed experts'
         self.stack_flops_per_token = f0 - self.head_flops - self.expert_flops
         # weight-only formats (int8/int4, W4A16) dequantize into 16-bit GEMMs; fp8 / fp4 weights run their own
-        self.rate = dev.gemm_rate(est.compute_dtype if est.compute_dtype in ("fp8", "fp4") else "bf16")
+        self.gemm_dtype = est.compute_dtype if est.compute_dtype in ("fp8", "fp4") else "bf16"
+        self.rate = dev.gemm_rate(self.gemm_dtype)
+        # a checkpoint quantized per module: the block linears its quantization_config leaves 16-bit run BF16 GEMMs
+        # (quant.unquantized_linear_flops: attention's, the rest's FLOPs per token; (0, 0) where every one is quantized)
+        fmt = est.weight_format
+        self.bf16_linear_flops = unquantized_linear_flops(spec, fmt) if fmt is not None and \
+            self.gemm_dtype != "bf16" else (0, 0)
+        self.bf16_rate = dev.gemm_rate("bf16")
         self.cdna_fp8 = est.compute_dtype == "fp8" and cdna.has_fp8_rates(dev.arch)  # AMD's measured FP8 rates
         self.columns = cdna.layer_columns(spec, tp), cdna.expert_columns(spec, tp) if spec.is_moe else ()
         self.act_bytes = 2.0
@@ -334,8 +341,11 @@ class StepCost:
         if tokens <= 0:
             return 0.0
         mla = self.mla_key() is not None  # the MLA blocks' projections come with their measured table
-        stack = self.stack_flops_per_token - (self.mla_flops_per_token if mla else 0)
-        compute = tokens * stack / self.tp / self.gemm_rate(tokens, row_tile_efficiency, self.columns[0])
+        flops = self.gemm_flops(mla)
+        compute = tokens * flops.get(self.gemm_dtype, 0) / self.tp / self.gemm_rate(tokens, row_tile_efficiency,
+                                                                                     self.columns[0])
+        if self.gemm_dtype != "bf16" and flops.get("bf16"):  # the 16-bit linears of a checkpoint quantized per module
+            compute += tokens * flops["bf16"] / self.tp / (self.bf16_rate * row_tile_efficiency(tokens))
         if self.expert_flops:  # the fused-MoE kernel pads each expert's rows to its block
             hit = expected_experts(self.spec, math.ceil(tokens))
             rows = tokens * self.spec.n_experts_per_token / hit
@@ -344,6 +354,17 @@ class StepCost:
         weights = self.est.weights_read(math.ceil(tokens)) - (self.mla_bytes if mla else 0.0)
         memory = (weights + 2 * tokens * self.spec.d_model * self.act_bytes * self.spec.n_layers) / self.dev.hbm
         return smooth_roofline(compute, memory)
+
+    def gemm_flops(self, mla: bool = False) -> dict[str, float]:
+        """The layer stack's GEMM FLOPs per token (every matmul but the LM head's and the routed experts', with the
+        small ops beside) by the dtype each GEMM runs at: the weights' GEMM dtype (`gemm_dtype`), and BF16 for the
+        block linears a checkpoint quantized per module leaves 16-bit (``quant.unquantized_linear_flops``: Meta's
+        FP8 Llama 3.1 405B runs its attention projections and layers 0 and 125 in BF16, its other FFNs in FP8);
+        `mla`: without the MLA blocks' projections, which their measured table times (``mla_key``)."""
+        attention, other = self.bf16_linear_flops
+        wide = other + (0 if mla else attention)
+        stack = self.stack_flops_per_token - (self.mla_flops_per_token if mla else 0) - wide
+        return {self.gemm_dtype: stack, "bf16": wide} if wide else {self.gemm_dtype: stack}
 
     def gemm_rate(self, rows: float, padding: Callable[[float], float], columns: tuple) -> float:
         """The GEMMs' compute FLOP/s at `rows` rows: FP8 on AMD Instinct as AITER measured it, each GEMM of the layer
