@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import bench_serving_speed  # noqa: E402
 import pytest  # noqa: E402
 
-from llmcalc.spec import load_hardware, load_model  # noqa: E402
+from llmcalc.spec import load_hardware  # noqa: E402
 
 ROWS = json.loads(bench_serving_speed.DATA.read_text())["rows"]
 METRICS = {"output_tokens_per_second", "total_tokens_per_second", "requests_per_second", "ttft_seconds_mean",
