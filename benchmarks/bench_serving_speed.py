@@ -82,6 +82,16 @@ def regime(row: dict) -> str:
     return "1-8" if c <= 8 else "9-64" if c <= 64 else ">64/offline"
 
 
+def load_row_model(row: dict):
+    """The row's model: its `config` (a config.json shipped under benchmarks/, for a checkpoint no preset holds, e.g.
+    Meta's FP8 Llama 3.1 405B quantized per module) where it names one, else its preset `model`."""
+    if row.get("config"):
+        return load_model(str(DATA.parent / row["config"]))
+    if not row.get("model"):
+        raise LlmcalcError(row.get("model_note") or "no llmcalc preset for the model")
+    return load_model(row["model"])
+
+
 def _weight_dtype(spec, row: dict) -> str | None:
     """The row's weight dtype, typed only where it differs from what the preset's checkpoint ships."""
     wd = row.get("weight_dtype")
@@ -91,11 +101,9 @@ def _weight_dtype(spec, row: dict) -> str | None:
 def predict(row: dict) -> tuple[dict[str, float], dict[str, str]]:
     """(roofline metric -> value, metric -> why it is not predicted) for one row; raises LlmcalcError when the row
     cannot be expressed at all."""
-    if not row.get("model"):
-        raise LlmcalcError(row.get("model_note") or "no llmcalc preset for the model")
     if not row.get("n_gpus"):
         raise LlmcalcError("the source does not state the tensor-parallel degree")
-    spec, gpu = load_model(row["model"]), load_hardware(row["gpu"])
+    spec, gpu = load_row_model(row), load_hardware(row["gpu"])
     prompt, generate = max(1, round(row["input_len"])), max(2, round(row["output_len"]))
     dtypes = dict(weight_dtype=_weight_dtype(spec, row), kv_dtype=row.get("kv_dtype"))
     skipped = {k: "tail percentile" for k in UNCOMPARED if k in row["metrics"]}
@@ -140,7 +148,7 @@ def predict_workload(row: dict) -> dict[str, float]:
     """The workload model's figures (`serve --input-len --output-len [--max-concurrency]`, analytic/serving_speed.py)
     for one row: a static batch of B is B requests sent at once; a closed loop at C, C clients; offline, every
     request at once."""
-    spec, gpu = load_model(row["model"]), load_hardware(row["gpu"])
+    spec, gpu = load_row_model(row), load_hardware(row["gpu"])
     prompt, generate = max(1, round(row["input_len"])), max(1, round(row["output_len"]))
     dtypes = dict(weight_dtype=_weight_dtype(spec, row), kv_dtype=row.get("kv_dtype"))
     layout = dict(pp=row.get("pp", 1), dp=row.get("dp", 1), expert_parallel=row.get("enable_expert_parallel", False),

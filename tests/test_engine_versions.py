@@ -94,17 +94,17 @@ def test_tensorrt_engines_add_the_executors_host_work():
     assert trt.seconds(**shape) == pytest.approx(trt.gpu_seconds(**shape) + trt.host, rel=1e-9)
 
 
-def test_trtllm_dense_projections_from_its_measured_gemms():
+def test_trtllm_dense_projections_from_its_measured_kernels():
     """Llama-3.1-70B's config (hidden 8,192, 64 heads, 8 KV heads of 128, intermediate 28,672) at TP 8 gives the
     GEMMs TensorRT-LLM runs per GPU: fused QKV 1,280 x 8,192, o_proj 8,192 x 1,024, fused gate/up 7,168 x 8,192, down
     8,192 x 3,584. A TensorRT-LLM step times them from its own measured table (aiconfigurator-core's, measured in
     TensorRT-LLM), where from 2,000 tokens on they run at 65-80 % of the FP8 MAMF (mamf-finder's 1,402.6 TFLOP/s,
     measured on a 1024 x 9216 x 14336 GEMM); vLLM keeps its roofline GEMMs."""
-    from llmcalc.analytic import kernel_tables, measured_gemms
+    from llmcalc.analytic import kernel_tables, measured_kernels
 
     serve = plan_serving(load_model("llama-3.1-70b"), load_hardware("h100-sxm"), 8, 4096, weight_dtype="fp8")
     sites = ((1280, 8192), (8192, 1024), (7168, 8192), (8192, 3584))
-    assert measured_gemms.dense_gemm_sites(serve.spec, 8) == sites
+    assert measured_kernels.dense_gemm_sites(serve.spec, 8) == sites
     trt = _step(serve, "0.16.0")
     for m in (256, 2000, 8000):  # (the step's tokens read to 3 figures)
         layer = sum(kernel_tables.gemm_seconds("h100_sxm.trtllm", m, n, k, "fp8") for n, k in sites)

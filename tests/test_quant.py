@@ -3,6 +3,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -363,3 +364,58 @@ def test_a_skip_entry_matches_whole_module_names(entry, name, skipped):
     assert (not quant.quantizes(module)) == skipped
     if not entry.startswith("self_attn"):  # transformers matches a prefix or a suffix; a middle part is vLLM's reading
         assert should_convert_module(name, [entry]) != skipped
+
+
+# Meta's FBGEMM FP8 checkpoint's config.json, shipped with the serving validation set
+META_405B_FP8 = str(Path(__file__).resolve().parent.parent / "benchmarks" / "configs" / "Llama-3.1-405B-FP8")
+
+
+@pytest.fixture(scope="module")
+def meta_fp8_405b():
+    """transformers' Llama 3.1 405B (meta device) with its fbgemm_fp8 replacement as the shipped config's
+    modules_to_not_convert directs it (integrations/fbgemm_fp8.py replace_with_fbgemm_fp8_linear; fbgemm's CUDA
+    quantize op, which the replacement only looks up, stubbed out)."""
+    from unittest import mock
+
+    import transformers.integrations.fbgemm_fp8 as fbgemm
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    hf = json.loads((Path(META_405B_FP8) / "config.json").read_text())
+    skip = hf.pop("quantization_config")["modules_to_not_convert"]
+    with torch.device("meta"):
+        model = LlamaForCausalLM(LlamaConfig(**{k: v for k, v in hf.items() if not k.startswith("_")
+                                                 and k != "torch_dtype"})).to(torch.bfloat16)
+    with mock.patch.object(fbgemm, "get_quantize_fp8_per_row", lambda: None):
+        model = fbgemm.replace_with_fbgemm_fp8_linear(model, modules_to_not_convert=skip, pre_quantized=True)
+    return model, fbgemm.FbgemmFp8Linear
+
+
+def test_meta_fp8_405b_bytes_are_transformers_fbgemm_layout(meta_fp8_405b):
+    """Meta's FP8 Llama 3.1 405B, quantized per module: the FFNs of layers 1-124 fp8 with an fp32 scale per output
+    row, every attention projection, layers 0 and 125, the embeddings and the LM head bf16; llmcalc's checkpoint
+    bytes are the parameters transformers builds for it, to the byte (453.77 GiB, ~19 % above all-FP8)."""
+    model, _ = meta_fp8_405b
+    stored = sum(p.numel() * p.element_size() for p in model.parameters())
+    spec = load_model(META_405B_FP8)
+    assert checkpoint_bytes(spec) == stored
+    assert checkpoint_bytes(spec) > 1.15 * checkpoint_bytes(spec, weight_format(spec, "fp8"))
+
+
+def test_a_checkpoint_quantized_per_module_runs_its_16_bit_linears_as_bf16_gemms(meta_fp8_405b):
+    """The serving step's GEMM FLOPs by dtype (serving_speed.StepCost.gemm_flops) for Meta's FP8 405B: BF16 for
+    exactly the nn.Linear modules transformers leaves unconverted (the LM head aside, timed on its own), FP8 for
+    the FbgemmFp8Linear ones; --weight-dtype fp8 runs every block linear in FP8, as before."""
+    from llmcalc.analytic.kernels import device_for
+    from llmcalc.analytic.serving import plan_serving
+    from llmcalc.analytic.serving_speed import StepCost
+    from llmcalc.spec import load_hardware
+
+    model, fp8_linear = meta_fp8_405b
+    bf16 = sum(2 * m.in_features * m.out_features for n, m in model.named_modules()
+               if type(m) is torch.nn.Linear and n != "lm_head")
+    fp8 = sum(2 * m.in_features * m.out_features for m in model.modules() if isinstance(m, fp8_linear))
+    spec, gpu = load_model(META_405B_FP8), load_hardware("h100-sxm")
+    shipped, typed = (plan_serving(spec, gpu, 8, max_model_len=4096, weight_dtype=w) for w in (None, "fp8"))
+    cost = StepCost(shipped.roofline(1, 128), device_for("h100-sxm"), 8)
+    assert cost.gemm_flops() == {"fp8": fp8, "bf16": bf16}
+    assert StepCost(typed.roofline(1, 128), device_for("h100-sxm"), 8).gemm_flops() == {"fp8": fp8 + bf16}

@@ -307,7 +307,7 @@ def test_the_decode_memo_key_holds_every_field_the_table_reads():
     from dataclasses import fields, replace
 
     from llmcalc.analytic import kernel_tables
-    from llmcalc.analytic.serving_speed import DecodeShape, measured_decode_layer
+    from llmcalc.analytic.measured_kernels import DecodeShape, measured_decode_layer
 
     base = DecodeShape(gpu="h100-sxm", batch=8, context=2048, heads=32, kv_heads=8, head_dim=128, kv_dtype="bf16")
     other = {"gpu": "h200", "batch": 64, "context": 8192, "heads": 16, "kv_heads": 4, "head_dim": 64,
@@ -685,3 +685,32 @@ def test_a_decode_run_stops_where_the_cache_would_overflow():
         assert decode_run(decoding, kv, held, steps) == want
         if not others:
             assert decode_run(decoding, kv, held, steps, alone=True) == want
+
+
+@pytest.mark.parametrize("tokens, within, typed_off", [(1, 0.10, 0.15), (8192, 0.05, 0.10)])
+def test_meta_fp8_405b_gemms_at_each_modules_dtype_hold_to_the_measured_tables(tokens, within, typed_off):
+    """Meta's FP8 Llama 3.1 405B (fbgemm_fp8: FFNs of layers 1-124 FP8, every attention projection and layers 0
+    and 125 BF16) on 8 x H100: the layer stack's GEMMs in one step of `tokens` tokens (StepCost.linear_seconds)
+    against the sum of vLLM's own measured GEMMs (aiconfigurator's H100 tables, kernel_tables.gemm_seconds) of
+    each rank's shapes at each module's dtype: within `within`, where every GEMM read as FP8 (--weight-dtype fp8,
+    one dtype for every linear) lands more than `typed_off` below them."""
+    from llmcalc.analytic import kernel_tables
+    from llmcalc.analytic.kernels import device_for
+    from llmcalc.analytic.serving_speed import StepCost
+
+    spec = load_model(str(Path(__file__).parent.parent / "benchmarks" / "configs" / "Llama-3.1-405B-FP8"))
+    tp, d, f, dh = 8, spec.d_model, spec.d_ff, spec.d_head
+    attention = [((spec.n_heads + 2 * spec.n_kv_heads) * dh // tp, d), (d, spec.n_heads * dh // tp)]
+    ffn = [(2 * f // tp, d), (d, f // tp)]  # gate_up, down per rank
+
+    def measured(shapes, dtype):
+        return sum(kernel_tables.gemm_seconds("h100-sxm", tokens, n, k, dtype) for n, k in shapes)
+
+    table = (spec.n_layers - 2) * (measured(attention, "bf16") + measured(ffn, "fp8")) \
+        + 2 * (measured(attention, "bf16") + measured(ffn, "bf16"))
+    shipped, typed = (plan_serving(spec, load_hardware("h100-sxm"), tp, max_model_len=4096, weight_dtype=w)
+                      for w in (None, "fp8"))
+    mixed = StepCost(shipped.roofline(1, 128), device_for("h100-sxm"), tp).linear_seconds(tokens)
+    one_dtype = StepCost(typed.roofline(1, 128), device_for("h100-sxm"), tp).linear_seconds(tokens)
+    assert mixed == pytest.approx(table, rel=within)
+    assert one_dtype < (1 - typed_off) * table

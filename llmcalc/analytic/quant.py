@@ -278,6 +278,29 @@ def format_of(qc: dict | None, base: str, weight_dtype: str | None = None) -> We
     return WeightFormat(short, served_base, quant=quant)
 
 
+@functools.lru_cache(maxsize=64)
+def unquantized_linear_flops(spec: ModelSpec, fmt: WeightFormat) -> tuple[int, int]:
+    """Forward FLOPs per token, 2·d_in·d_out per matrix, of the block linears a checkpoint quantized per module leaves
+    in its 16-bit dtype (its quantization_config's skip list: fbgemm_fp8 and fp8 ``modules_to_not_convert``,
+    compressed-tensors ``ignore``, ModelOpt ``exclude_modules``; ``Quantization.quantizes``), as (attention's,
+    the rest's): Meta's FP8 Llama 3.1 405B keeps every self-attention projection and layers 0 and 125 whole in BF16
+    (its config's modules_to_not_convert; Llama 3 paper, section 6.2). The engines run such a module's GEMM
+    unquantized (vLLM: ``is_layer_skipped`` -> UnquantizedLinearMethod, a BF16 GEMM). (0, 0) for weights as typed
+    (``--weight-dtype``: every block linear at that dtype) or unquantized; the LM head, routers and embeddings are
+    not counted (every format keeps them 16-bit), nor the routed experts."""
+    if fmt.typed or fmt.quant is None:
+        return 0, 0
+    attention = other = 0
+    for m in modules(spec):
+        if m.kind == "linear" and not fmt.quant.quantizes(m):
+            flops = 2 * m.params
+            if m.key.split("/")[0].endswith("attention"):
+                attention += flops
+            else:
+                other += flops
+    return attention, other
+
+
 def checkpoint_bytes(spec: ModelSpec, fmt: WeightFormat | None = None) -> float:
     """What the download holds (safetensors total_size: tensor bytes, headers excluded): the model as stored, at the
     checkpoint's own dtype for what is not quantized, plus the MTP layers transformers does not build."""

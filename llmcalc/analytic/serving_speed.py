@@ -62,8 +62,17 @@ from .engines import SchedulerPolicy
 from .flops import forward_ops
 from .inference import PER_KEY, InferenceEstimate, decode_ops, expected_experts
 from .kernels import ROOFLINE_P, TILES, Device, attention_seconds, device_for, gemm_timer
-from .measured_gemms import GemmShape, layer_gemm_shape, measured_layer_gemms
-from .quant import weight_format
+from .measured_kernels import (
+    DecodeShape,
+    GemmShape,
+    MlaShape,
+    layer_gemm_shape,
+    measured_decode_layer,
+    measured_layer_gemms,
+    measured_mla_decode_parts,
+    measured_mla_layer,
+)
+from .quant import unquantized_linear_flops, weight_format
 from .request_lengths import DATASETS, random_lengths, sharegpt_lengths
 from .serving import ServeEstimate
 
@@ -161,59 +170,6 @@ class Workload:
         return None
 
 
-@dataclass(frozen=True)
-class DecodeShape:
-    """What the measured decode-attention table reads (kernel_tables.decode_attention_seconds): the memo's key."""
-
-    gpu: str
-    batch: int
-    context: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    kv_dtype: str
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def measured_decode_layer(shape: DecodeShape) -> float:
-    """One attention layer's paged decode, seconds, as the measured table gives it (memoized here, by its shape)."""
-    return kernel_tables.decode_attention_seconds(shape.gpu, shape.batch, shape.context, heads=shape.heads,
-                                                  kv_heads=shape.kv_heads, head_dim=shape.head_dim,
-                                                  kv_dtype=shape.kv_dtype)
-
-
-@dataclass(frozen=True)
-class MlaShape:
-    """What the measured MLA block tables read (kernel_tables.mla_module_seconds): the memo's key."""
-
-    gpu: str
-    heads: int
-    batch: float
-    seq: float
-    key: str
-    context: bool
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def measured_mla_layer(shape: MlaShape) -> float:
-    """One MLA layer's whole attention block, seconds, as the measured table gives it (memoized here, by its shape);
-    a prefill of fewer than one whole prompt (a chunk's equivalent, below) is that share of one prompt's."""
-    batch = max(shape.batch, 1.0) if shape.context else shape.batch
-    one = kernel_tables.mla_module_seconds(shape.gpu, shape.heads, batch, shape.seq, shape.key,
-                                           context=shape.context)
-    return one * min(shape.batch, 1.0) if shape.context else one
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def measured_mla_decode_parts(gpu: str, heads: int, batch: int, context: float, kv_dtype: str, bmm: str) -> float:
-    """One MLA layer's decode in parts where no whole-block table is shipped (SGLang's tables), seconds: the
-    absorbed query projection (W_UK), the bare MLA kernel over the cached latents and the value projection (W_UV),
-    as aiconfigurator times SGLang's (MLABmm pre + GenerationMLA + MLABmm post); memoized here, by its shape."""
-    pre = kernel_tables.mla_bmm_ms(gpu, batch, heads, bmm, "pre")
-    post = kernel_tables.mla_bmm_ms(gpu, batch, heads, bmm, "post")
-    return (pre + kernel_tables.generation_mla_ms(gpu, heads, batch, context, kv_dtype) + post) / 1e3
-
-
 def three_figures(x: float) -> float:
     """`x` to 3 significant figures (a simulation asks the tables for a few thousand points, again and again)."""
     return float(f"{x:.3g}")
@@ -268,7 +224,14 @@ class StepCost:
         # every matmul of the stack (and the small ops beside) but the routed experts'
         self.stack_flops_per_token = f0 - self.head_flops - self.expert_flops
         # weight-only formats (int8/int4, W4A16) dequantize into 16-bit GEMMs; fp8 / fp4 weights run their own
-        self.rate = dev.gemm_rate(est.compute_dtype if est.compute_dtype in ("fp8", "fp4") else "bf16")
+        self.gemm_dtype = est.compute_dtype if est.compute_dtype in ("fp8", "fp4") else "bf16"
+        self.rate = dev.gemm_rate(self.gemm_dtype)
+        # a checkpoint quantized per module: the block linears its quantization_config leaves 16-bit run BF16 GEMMs
+        # (quant.unquantized_linear_flops: attention's, the rest's FLOPs per token; (0, 0) where every one is quantized)
+        fmt = est.weight_format
+        self.bf16_linear_flops = unquantized_linear_flops(spec, fmt) if fmt is not None and \
+            self.gemm_dtype != "bf16" else (0, 0)
+        self.bf16_rate = dev.gemm_rate("bf16")
         self.cdna_fp8 = est.compute_dtype == "fp8" and cdna.has_fp8_rates(dev.arch)  # AMD's measured FP8 rates
         self.columns = cdna.layer_columns(spec, tp), cdna.expert_columns(spec, tp) if spec.is_moe else ()
         self.act_bytes = 2.0
@@ -342,7 +305,7 @@ class StepCost:
     def gemm_table(self) -> GemmShape | None:
         """Where the engine's measured GEMM table times this model's projections (``table_gemms``, set for the
         engines whose own tables hold GEMMs: TensorRT-LLM's), the layer's shape at one row, else None
-        (measured_gemms.layer_gemm_shape: a dense transformer whose weights run as the table's bf16 or per-tensor FP8
+        (measured_kernels.layer_gemm_shape: a dense transformer whose weights run as the table's bf16 or per-tensor FP8
         GEMMs, its four GEMMs making up the stack's matmul FLOPs)."""
         if self._gemm is None or self._gemm[:2] != (self.gpu, self.table_gemms):
             found = layer_gemm_shape(self.est, self.tp, self.gpu, self.stack_flops_per_token) \
@@ -356,7 +319,7 @@ class StepCost:
         padded to whole tiles, ``row_tile_efficiency``) and the weight bytes these tokens read (MoE: the experts they
         hit) with the activations in and out, on kernels' smooth roofline t = (t_c^p + t_m^p)^(1/p). Where the
         engine's table measured the layer's GEMMs (``gemm_table``): layers x the measured layer
-        (``measured_gemms.measured_layer_gemms``) at the step's tokens."""
+        (``measured_kernels.measured_layer_gemms``) at the step's tokens."""
         if tokens <= 0:
             return 0.0
         table = self.gemm_table()
@@ -364,8 +327,11 @@ class StepCost:
             shape = dataclasses.replace(table, rows=three_figures(max(1.0, tokens)))
             return self.spec.n_layers * measured_layer_gemms(shape)
         mla = self.mla_key() is not None  # the MLA blocks' projections come with their measured table
-        stack = self.stack_flops_per_token - (self.mla_flops_per_token if mla else 0)
-        compute = tokens * stack / self.tp / self.gemm_rate(tokens, row_tile_efficiency, self.columns[0])
+        flops = self.gemm_flops(mla)
+        compute = tokens * flops.get(self.gemm_dtype, 0) / self.tp / self.gemm_rate(tokens, row_tile_efficiency,
+                                                                                     self.columns[0])
+        if self.gemm_dtype != "bf16" and flops.get("bf16"):  # the 16-bit linears of a checkpoint quantized per module
+            compute += tokens * flops["bf16"] / self.tp / (self.bf16_rate * row_tile_efficiency(tokens))
         if self.expert_flops:  # the fused-MoE kernel pads each expert's rows to its block
             hit = expected_experts(self.spec, math.ceil(tokens))
             rows = tokens * self.spec.n_experts_per_token / hit
@@ -374,6 +340,17 @@ class StepCost:
         weights = self.est.weights_read(math.ceil(tokens)) - (self.mla_bytes if mla else 0.0)
         memory = (weights + 2 * tokens * self.spec.d_model * self.act_bytes * self.spec.n_layers) / self.dev.hbm
         return smooth_roofline(compute, memory)
+
+    def gemm_flops(self, mla: bool = False) -> dict[str, float]:
+        """The layer stack's GEMM FLOPs per token (every matmul but the LM head's and the routed experts', with the
+        small ops beside) by the dtype each GEMM runs at: the weights' GEMM dtype (`gemm_dtype`), and BF16 for the
+        block linears a checkpoint quantized per module leaves 16-bit (``quant.unquantized_linear_flops``: Meta's
+        FP8 Llama 3.1 405B runs its attention projections and layers 0 and 125 in BF16, its other FFNs in FP8);
+        `mla`: without the MLA blocks' projections, which their measured table times (``mla_key``)."""
+        attention, other = self.bf16_linear_flops
+        wide = other + (0 if mla else attention)
+        stack = self.stack_flops_per_token - (self.mla_flops_per_token if mla else 0) - wide
+        return {self.gemm_dtype: stack, "bf16": wide} if wide else {self.gemm_dtype: stack}
 
     def gemm_rate(self, rows: float, padding: Callable[[float], float], columns: tuple) -> float:
         """The GEMMs' compute FLOP/s at `rows` rows: FP8 on AMD Instinct as AITER measured it, each GEMM of the layer

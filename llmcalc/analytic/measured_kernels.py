@@ -1,5 +1,10 @@
-"""TensorRT-LLM's dense projections from its own measured GEMM table (issue 36): the (n, k) of a dense layer's GEMMs
-on one tensor-parallel GPU, and their measured time at m rows (kernel_tables.gemm_seconds, aiconfigurator-core's
+"""Measured serving-kernel latencies as the serving step reads them, each memoized here (and only here) by a frozen
+record of exactly what the table reads (each key held by a test in tests/test_serving_speed.py or
+tests/test_engine_versions.py): a paged decode-attention layer (``DecodeShape``), an MLA attention block
+(``MlaShape``), SGLang's MLA decode in parts, and a dense layer's GEMMs (``GemmShape``).
+
+TensorRT-LLM's dense projections come from its own measured GEMM table (issue 36): the (n, k) of a dense layer's
+GEMMs on one tensor-parallel GPU, and their measured time at m rows (kernel_tables.gemm_seconds, aiconfigurator-core's
 sweep inside the engine). serving_speed.StepCost.linear_seconds reads them where ``layer_gemm_shape`` finds the model
 fits (engines.step_cost turns it on for engines whose tables hold GEMMs). Why: at TP 8 a GPU's GEMMs are narrow
 (Llama-3.1-70B: fused QKV 1,280 x 8,192, o_proj 8,192 x 1,024) and run at 930-1,070 TFLOP/s in the table, not at the
@@ -63,3 +68,56 @@ def layer_gemm_shape(est: Any, tp: int, gpu: str, stack_flops_per_token: float) 
     if abs(flops / stack_flops_per_token - 1) > 0.02:
         return None
     return GemmShape(gpu=gpu, rows=1.0, sites=sites, dtype=dtype)
+
+
+@dataclass(frozen=True)
+class DecodeShape:
+    """What the measured decode-attention table reads (kernel_tables.decode_attention_seconds): the memo's key."""
+
+    gpu: str
+    batch: int
+    context: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    kv_dtype: str
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def measured_decode_layer(shape: DecodeShape) -> float:
+    """One attention layer's paged decode, seconds, as the measured table gives it (memoized here, by its shape)."""
+    return kernel_tables.decode_attention_seconds(shape.gpu, shape.batch, shape.context, heads=shape.heads,
+                                                  kv_heads=shape.kv_heads, head_dim=shape.head_dim,
+                                                  kv_dtype=shape.kv_dtype)
+
+
+@dataclass(frozen=True)
+class MlaShape:
+    """What the measured MLA block tables read (kernel_tables.mla_module_seconds): the memo's key."""
+
+    gpu: str
+    heads: int
+    batch: float
+    seq: float
+    key: str
+    context: bool
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def measured_mla_layer(shape: MlaShape) -> float:
+    """One MLA layer's whole attention block, seconds, as the measured table gives it (memoized here, by its shape);
+    a prefill of fewer than one whole prompt (a chunk's equivalent, below) is that share of one prompt's."""
+    batch = max(shape.batch, 1.0) if shape.context else shape.batch
+    one = kernel_tables.mla_module_seconds(shape.gpu, shape.heads, batch, shape.seq, shape.key,
+                                           context=shape.context)
+    return one * min(shape.batch, 1.0) if shape.context else one
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def measured_mla_decode_parts(gpu: str, heads: int, batch: int, context: float, kv_dtype: str, bmm: str) -> float:
+    """One MLA layer's decode in parts where no whole-block table is shipped (SGLang's tables), seconds: the
+    absorbed query projection (W_UK), the bare MLA kernel over the cached latents and the value projection (W_UV),
+    as aiconfigurator times SGLang's (MLABmm pre + GenerationMLA + MLABmm post); memoized here, by its shape."""
+    pre = kernel_tables.mla_bmm_ms(gpu, batch, heads, bmm, "pre")
+    post = kernel_tables.mla_bmm_ms(gpu, batch, heads, bmm, "post")
+    return (pre + kernel_tables.generation_mla_ms(gpu, heads, batch, context, kv_dtype) + post) / 1e3
