@@ -237,19 +237,20 @@ def merged(running: list[Group]) -> list[Group]:
     """Groups now alike as one: neighbours in the same state, and decoding groups in the same state wherever they
     stand (a decode's place in the queue changes nothing; split apart by a budget, they would stay apart)."""
     merged: list[Group] = []
-    decoding: dict[tuple, Group] = {}
+    decoding: dict[tuple, Group] = {}  # the first decoding group in each state
     last = None  # the state of merged[-1]
     for g in running:
         key = STATE(g)
         if key == last:
             merged[-1].n += g.n
-        elif g.prefilled >= g.target and key in decoding:  # decoding
-            decoding[key].n += g.n
-        else:
-            merged.append(g)
-            last = key
-            if g.prefilled >= g.target:
-                decoding[key] = g
+            continue
+        if g.prefilled >= g.target:  # decoding
+            first = decoding.setdefault(key, g)
+            if first is not g:
+                first.n += g.n
+                continue
+        merged.append(g)
+        last = key
     return merged
 
 
