@@ -713,8 +713,12 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
                             length=step.length, pairs=step.pairs)
         # steps that only decode and admit nothing: advance to the next finish (or arrival, or a full cache) at once
         room = waiting and slots.take(waiting[0]) >= 1
-        jump = 1 if prefilling or room or step_by_step else decode_run(decoding, kv, held, int(step.least_left),
-                                                                        alone=uniform)
+        if prefilling or room or step_by_step:
+            jump = 1
+        elif policy.multi_step > 1:  # (vLLM V0's multi-step pass: its steps, set below)
+            jump = policy.multi_step
+        else:
+            jump = decode_run(decoding, kv, held, int(step.least_left), alone=uniform)
         if waiting and policy.admission == "ratio":
             jump = min(jump, RATIO_JUMP)
         if step.first_token:  # a first token comes with the next step alone
