@@ -112,7 +112,7 @@ def test_trtllm_dense_projections_from_its_measured_kernels():
         rate = 2 * m * sum(n * k for n, k in sites) / layer
         assert m < 2000 or 0.65 * 1402.6e12 < rate < 0.80 * 1402.6e12  # compute-bound steps
     vllm = serving_speed.StepCost(serve.roofline(1, 1024), device_for("h100-sxm"), 8)
-    assert vllm.gemm_table() is None
+    assert vllm.gemm_shape is None
 
 
 def test_trtllm_serves_fp8_and_nvfp4_weights_with_an_fp8_kv_cache():

@@ -109,7 +109,7 @@ def test_overlap_scheduler_hides_the_host():
     serve = _serve("llama-3.1-8b", "h100-sxm", 1, pp=2)
     vllm, trt = _cost(serve, "vllm"), _cost(serve, "trtllm")
     trt.base.gpu, trt.base.measured = vllm.base.gpu, vllm.base.measured
-    trt.base.table_attention, trt.base.table_gemms = vllm.base.table_attention, vllm.base.table_gemms
+    trt.base.table_attention, trt.base.gemm_shape = vllm.base.table_attention, vllm.base.gemm_shape
     shape = dict(tokens=64, rows=64, kv_tokens=64 * 1024, decodes=64, pairs=0, length=1024)
     gpu = vllm.gpu_seconds(**{k: v / 2 for k, v in shape.items() if k != "length"}, length=1024)
     assert trt.seconds(**shape) < vllm.seconds(**shape)

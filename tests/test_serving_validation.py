@@ -93,7 +93,7 @@ def test_trtllm_bench_long_outputs_held_to_the_sweep():
 def test_trtllm_bench_short_lengths_held_to_the_sweep(lengths):
     """The same sweep at short and medium lengths, up to 2,048 sequences in flight: output tokens/s within 10 % (they
     were +17 to +19 % while the projections ran at the FP8 MAMF; TensorRT-LLM's measured GEMMs at TP 8's shapes,
-    StepCost.gemm_table, run 930-1,070 TFLOP/s, not 1,403)."""
+    StepCost.gemm_shape, run 930-1,070 TFLOP/s, not 1,403)."""
     row = {r["id"]: r for r in ROWS}[f"trtllm-bench-h100-tp8-llama31-70b-fp8-{lengths}"]
     got = bench_serving_speed.predict_workload(row)["output_tokens_per_second"]
     assert got == pytest.approx(row["metrics"]["output_tokens_per_second"], rel=0.10), row["id"]

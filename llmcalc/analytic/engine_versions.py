@@ -33,7 +33,7 @@ TensorRT-LLM:
   not provide additional benefits", triton-inference-server/tensorrtllm_backend docs). So a step is GPU + host
   (``EngineProfile.overlap`` False), the host's part vLLM's fitted ENGINE_STEP_SECONDS (no published measurement of
   the C++ executor's); 0.16's executor, closed source then, is taken to run the same loop. The GEMMs of a dense
-  model come from TensorRT-LLM's own measured GEMM table (serving_speed.StepCost.gemm_table, measured in a 1.x
+  model come from TensorRT-LLM's own measured GEMM table (serving_speed.StepCost.gemm_shape, measured in a 1.x
   release, applied to every release).
 - a 0.17 or 0.18 release stated with "pytorch" (the opt-in ``--backend pytorch`` flow): PyTorchConfig's defaults
   then, ``use_cuda_graph: bool = False`` and ``enable_overlap_scheduler: bool = False``

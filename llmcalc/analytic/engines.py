@@ -47,6 +47,7 @@ from ..errors import LlmcalcError
 from ..records import dataclass
 from . import comm, engine_versions, kernel_tables
 from .inference import InferenceEstimate
+from .measured_kernels import layer_gemm_shape
 from .serving import ServeEstimate
 
 
@@ -582,8 +583,8 @@ def step_cost(base: Any, prof: EngineProfile, serve: ServeEstimate, host: float)
         b = base
         if kernel_tables.has_tables(b.gpu, prof.name):
             b.gpu = kernel_tables.source(b.gpu, prof.name)
-            # the engine's own GEMM sweep times the dense projections (serving_speed.StepCost.gemm_table)
-            b.table_gemms = bool(kernel_tables.table(b.gpu).get("gemm"))
+            if "gemm" in kernel_tables.table(b.gpu):  # the engine's own GEMM sweep times a dense model's projections
+                b.gemm_shape = layer_gemm_shape(b.est, b.tp, b.gpu, b.stack_flops_per_token)
         else:  # no table of this engine: the roofline terms, never another engine's measurements
             b.measured = b.table_attention = False
     return EngineStepCost(base, prof, serve, host)

@@ -66,7 +66,6 @@ from .measured_kernels import (
     DecodeShape,
     GemmShape,
     MlaShape,
-    layer_gemm_shape,
     measured_decode_layer,
     measured_layer_gemms,
     measured_mla_decode_parts,
@@ -249,9 +248,9 @@ class StepCost:
             if spec.mla is not None else 0
         self.mla_bytes = mla_block_bytes(est, tp) if spec.mla is not None else 0.0
         self._mla: tuple[str, str | None] | None = None
-        # the projections from the engine's measured GEMM table (``gemm_table``); set by engines.step_cost
-        self.table_gemms = False
-        self._gemm: tuple[str, bool, GemmShape | None] | None = None
+        # the layer's GEMMs at one row on the engine's measured GEMM table, where it times the projections
+        # (measured_kernels.layer_gemm_shape; set by engines.step_cost for engines whose tables hold GEMMs)
+        self.gemm_shape: GemmShape | None = None
 
     def mla_key(self) -> str | None:
         """The measured MLA block table key (kernel_tables.mla_module_key) that times this model's attention blocks
@@ -302,29 +301,17 @@ class StepCost:
             return None
         return kv, bmm
 
-    def gemm_table(self) -> GemmShape | None:
-        """Where the engine's measured GEMM table times this model's projections (``table_gemms``, set for the
-        engines whose own tables hold GEMMs: TensorRT-LLM's), the layer's shape at one row, else None
-        (measured_kernels.layer_gemm_shape: a dense transformer whose weights run as the table's bf16 or per-tensor FP8
-        GEMMs, its four GEMMs making up the stack's matmul FLOPs)."""
-        if self._gemm is None or self._gemm[:2] != (self.gpu, self.table_gemms):
-            found = layer_gemm_shape(self.est, self.tp, self.gpu, self.stack_flops_per_token) \
-                if self.table_gemms else None
-            self._gemm = (self.gpu, self.table_gemms, found)
-        return self._gemm[2]
-
     # each term: seconds for one step
     def linear_seconds(self, tokens: float) -> float:
         """The layer stack's GEMMs over `tokens` rows: compute (their FLOPs at the MAMF of the GEMM dtype, the rows
         padded to whole tiles, ``row_tile_efficiency``) and the weight bytes these tokens read (MoE: the experts they
         hit) with the activations in and out, on kernels' smooth roofline t = (t_c^p + t_m^p)^(1/p). Where the
-        engine's table measured the layer's GEMMs (``gemm_table``): layers x the measured layer
+        engine's table measured the layer's GEMMs (``gemm_shape``): layers x the measured layer
         (``measured_kernels.measured_layer_gemms``) at the step's tokens."""
         if tokens <= 0:
             return 0.0
-        table = self.gemm_table()
-        if table is not None:
-            shape = dataclasses.replace(table, rows=three_figures(max(1.0, tokens)))
+        if self.gemm_shape is not None:
+            shape = dataclasses.replace(self.gemm_shape, rows=three_figures(max(1.0, tokens)))
             return self.spec.n_layers * measured_layer_gemms(shape)
         mla = self.mla_key() is not None  # the MLA blocks' projections come with their measured table
         flops = self.gemm_flops(mla)
