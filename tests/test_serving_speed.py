@@ -745,7 +745,7 @@ def test_marlin_runs_only_the_four_bit_gemms_and_only_on_ampere():
     its attention projections stay 16-bit GEMMs; on Hopper vLLM runs these weights on other kernels (Triton's
     matmul_ogs, Machete), so no Marlin ceiling there."""
     from llmcalc.analytic.kernels import device_for
-    from llmcalc.analytic.serving_speed import marlin_rate, w4a16_gemms
+    from llmcalc.analytic.marlin import marlin_rate, w4a16_gemms
 
     a100 = _step("gpt-oss-20b", "a100-80gb-sxm")
     assert w4a16_gemms(a100.est, a100.dev) == (False, True)
