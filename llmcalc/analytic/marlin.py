@@ -15,9 +15,11 @@ from .kernels import Device
 # neither FlashInfer's SM90/SM100 paths nor Triton's matmul_ogs apply). It dequantizes the 4-bit weights into 16-bit
 # tensor-core MMAs inside the kernel, and its tile holds at most 64 rows: "for batchsizes > 64, it will just run the
 # batch 64 kernel repeatedly" (E. Frantar, IST-DASLab/marlin issue #2), dequantizing the weights again for every
-# 64 rows, so its compute ceiling sits under the dense GEMM's. Measured (IST-DASLab/marlin bench.py on A100,
-# vllm-project/vllm PR #2497, comment of 2024-01-24): 139.7-141.4 TFLOP/s from batch 64 to 4,000, torch.matmul's FP16
-# GEMM 1/0.60-1/0.74 times as fast there. Its share of the A100's dense 16-bit peak (312 TFLOP/s):
+# 64 rows, so its compute ceiling sits under the dense GEMM's. Measured (IST-DASLab/marlin bench.py, vllm-project/vllm
+# PR #2497, comment of 2024-01-24): 139.7-141.4 TFLOP/s from batch 64 to 4,000, torch.matmul's FP16 GEMM 1/0.60-1/0.74
+# times as fast there. The comment names no GPU; that FP16 GEMM, 141.4 / 0.60 = 236 TFLOP/s, is an A100's (SM80, 312
+# TFLOP/s dense peak; an H100 runs it ~3x faster, Ampere/Ada workstation cards' FP32-accumulate peaks sit below it).
+# Its share of the A100's dense 16-bit peak:
 MARLIN_PEAK_SHARE = 141.4 / 312.0
 MARLIN_ARCHS = ("ampere",)  # where it was measured (Hopper runs Machete / Triton's matmul_ogs for these weights)
 MARLIN_ROW_BLOCK = 16  # rows per m-block (marlin_row_efficiency)
