@@ -755,3 +755,14 @@ def test_marlin_runs_only_the_four_bit_gemms_and_only_on_ampere():
     h100 = _step("gpt-oss-20b", "h100-sxm")
     assert w4a16_gemms(h100.est, h100.dev) == (False, False) and not h100.expert_marlin
     assert w4a16_gemms(_step("llama-3-8b", "a100-80gb-sxm").est, a100.dev) == (False, False)  # 16-bit weights
+
+
+def test_a_workload_says_when_marlin_runs_its_gemms():
+    """The assumptions name Marlin's ceiling where 4-bit GEMMs run it (gpt-oss on A100), and say nothing of it on
+    Hopper."""
+    def assumed(gpu):
+        est = plan_serving(load_model("gpt-oss-20b"), load_hardware(gpu), 1, max_model_len=4096)
+        return plan_workload(est, Workload(1024, 64, max_concurrency=1, num_prompts=2)).record()["assumptions"]
+
+    assert "141 TFLOP/s" in assumed("a100-80gb-sxm")["w4a16_gemms"]
+    assert "w4a16_gemms" not in assumed("h100-sxm")

@@ -49,3 +49,14 @@ def marlin_row_efficiency(rows: float) -> float:
     fused_marlin_moe pads each expert's rows alike), so a decode GEMM of a few rows reads the 4-bit weights and
     little else: bench.py's batch 1 to 16 all 0.14 ms on A100 (vLLM PR #2497), 3.1 x the FP16 GEMM's speed."""
     return rows / (MARLIN_ROW_BLOCK * math.ceil(rows / MARLIN_ROW_BLOCK))
+
+
+def marlin_words(est: InferenceEstimate, dev: Device) -> str:
+    """What the step assumed of Marlin for `est` on `dev`, in words ("" where no GEMM runs it: ``w4a16_gemms``)."""
+    dense, experts = w4a16_gemms(est, dev)
+    if not (dense or experts):
+        return ""
+    which = "the layers' and experts'" if dense and experts else "the experts'" if experts else "the layers'"
+    return (f"{which} 4-bit GEMMs run the Marlin W4A16 kernel (no FP4 tensor cores here): "
+            f"{marlin_rate(dev) / 1e12:.0f} TFLOP/s at most (measured on A100, vLLM PR #2497), rows in blocks of "
+            f"{MARLIN_ROW_BLOCK}")

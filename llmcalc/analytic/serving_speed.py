@@ -64,7 +64,7 @@ from .engines import SchedulerPolicy
 from .flops import forward_ops
 from .inference import PER_KEY, InferenceEstimate, decode_ops, expected_experts
 from .kernels import ROOFLINE_P, TILES, Device, attention_seconds, device_for, gemm_timer
-from .marlin import marlin_rate, marlin_row_efficiency, w4a16_gemms
+from .marlin import marlin_rate, marlin_row_efficiency, marlin_words, w4a16_gemms
 from .measured_kernels import (
     DecodeShape,
     GemmShape,
@@ -794,6 +794,7 @@ class Performance:
     scheduler: str = ""  # the engine's scheduler in words (engines.EngineProfile); "" for vLLM V1's
     kv_share: float = 1.0  # the engine's KV cache over vLLM's (engines.kv_share)
     chunked: bool = True  # the scheduler split prompts across steps (SchedulerPolicy.chunked)
+    w4a16: str = ""  # the 4-bit GEMMs Marlin runs, in words (marlin.marlin_words); "" where none
 
     @property
     def fits(self) -> bool:
@@ -850,6 +851,7 @@ class Performance:
                 "engine_step_seconds": ENGINE_STEP_SECONDS, "layer_floor_seconds": LAYER_FLOOR_SECONDS,
                 "tp_sync_seconds": TP_SYNC_SECONDS, "request_seconds": REQUEST_SECONDS,
                 **({"intake_seconds": w.intake_seconds} if w.intake_seconds else {}),
+                **({"w4a16_gemms": self.w4a16} if self.w4a16 else {}),
             },
         }
 
@@ -928,7 +930,7 @@ def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm", engi
                        roofline_ttft=est.roofline(1, work.input_len).prefill.seconds,
                        roofline_tpot=roof.decode_step(context).seconds,
                        scheduler=engines.scheduler_words(prof, est, offline, policy.multi_step), kv_share=share,
-                       chunked=policy.chunked)
+                       chunked=policy.chunked, w4a16=marlin_words(inference, dev))
 
 
 @dataclass(frozen=True)
