@@ -123,3 +123,29 @@ def test_held_out_logs_meet_the_issue_thresholds():
     assert sum(e <= 0.05 for e in errors) >= 0.8 * len(errors) and max(errors) <= 0.25
     weights = [abs(r["weights_error"]) for r in records if "weights_error" in r and "gemma" not in r["model"].lower()]
     assert sum(e <= 0.02 for e in weights) >= 0.9 * len(weights) - 1
+
+
+def test_v0_mla_prefills_whole_prompts_past_32k():
+    """vLLM's V0 engine turns chunked prefill on past max_model_len 32K, but not for an MLA model (0.8.0
+    engine/arg_utils.py _set_default_args_v0: "Chunked prefill not supported for Multimodal or MLA in V0"; 0.7.3
+    config.py forced it off, #12642): the budget is max(max_model_len, 2048), DeepSeek-R1's whole 163,840."""
+    v0, h200 = vllm_version("0.7.4"), load_hardware("h200")
+    assert batch_defaults(h200, v0, 163840, mla=True) == (163840, 256)
+    assert batch_defaults(h200, v0, 163840) == (2048, 256)  # a GQA model: chunked prefill, 2,048 tokens
+    assert batch_defaults(h200, v0, 32768, mla=True) == batch_defaults(h200, v0, 32768) == (32768, 256)
+    est = plan_serving(load_model("deepseek-v3"), h200, 8, max_model_len=163840, version="0.7.4", weight_dtype="fp8")
+    assert est.batch_defaults == (163840, 256)
+
+
+def test_v0_mla_closed_loop_prefills_in_lockstep_as_dstack_measured():
+    """dstack's DeepSeek-R1 run on 8 x H200 under vLLM 0.7.4.dev181 (no --max-model-len: 163,840), four clients of
+    fixed 3,200 / 800 tokens (dstackai/benchmarks Deepseek-R1/raw_data/online_results.csv, serving_validation.json):
+    TTFT median 974.9 ms, std 10.9 ms, p99 1,030.9 ms: the four prompts are prefilled whole in one step and the
+    clients stay in lockstep. With chunked prefill (2,048-token chunks) their first tokens would come chunks apart."""
+    from llmcalc.analytic import serving_speed
+
+    spec, h200 = load_model("deepseek-v3"), load_hardware("h200")
+    est = plan_serving(spec, h200, 8, max_model_len=163840, version="0.7.4", weight_dtype="fp8")
+    run = serving_speed.plan_workload(est, serving_speed.Workload(3200, 800, max_concurrency=4, num_prompts=40)).run
+    _, median, p99 = run.ttft
+    assert p99 / median <= 1030.927 / 974.883 + 0.01

@@ -175,7 +175,7 @@ class ServeEstimate:
     def batch_defaults(self) -> tuple[int, int]:
         """(max_num_batched_tokens, max_num_seqs) of the profiling run: as typed, else vLLM's defaults."""
         return batch_defaults(self.accelerator, self.version, self.max_model_len, self.max_num_batched_tokens,
-                              self.max_num_seqs)
+                              self.max_num_seqs, mla=self.spec.is_mla)
 
     @property
     def admission_tokens(self) -> int:

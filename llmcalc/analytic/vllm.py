@@ -201,14 +201,32 @@ def device_batch_tier(gpu: Accelerator, version: VllmVersion) -> tuple[int, int]
     return (8192, 1024) if big else (2048, 256)
 
 
+V0_LONG_CONTEXT = 32768  # V0 turns chunked prefill on past this max_model_len (engine/arg_utils.py use_long_context)
+
+
+def v0_chunked_prefill(max_model_len: int, mla: bool = False) -> bool:
+    """Whether vLLM's V0 engine chunks prefills by default: past max_model_len 32K (arg_utils.py "Chunked prefill is
+    enabled by default for models with max_model_len > 32K"), except for a model that runs MLA (DeepSeek-V2/V3/R1),
+    whose V0 attention had no chunked prefill: vLLM 0.7.2/0.7.3 forced it off after the fact (config.py
+    VllmConfig.__post_init__, "MLA is enabled; forcing chunked prefill and prefix caching to be disabled", #12642),
+    0.7.4 onwards leaves it off from the start (0.8.0 engine/arg_utils.py _set_default_args_v0: "Chunked prefill not
+    supported for Multimodal or MLA in V0"), so the scheduler's token budget is max(max_model_len, 2048): 163,840 for
+    DeepSeek-R1 served at its full context, every prompt prefilled whole and the profiling run over that many
+    tokens. (0.7.3 alone left the budget at chunked prefill's 2,048 when it forced chunking off, #13370/#13374,
+    refusing longer prompts; llmcalc follows 0.7.4's arithmetic.)"""
+    return max_model_len > V0_LONG_CONTEXT and not mla
+
+
 def batch_defaults(gpu: Accelerator, version: VllmVersion, max_model_len: int, tokens: int | None = None,
-                   seqs: int | None = None) -> tuple[int, int]:
+                   seqs: int | None = None, mla: bool = False) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) as `vllm serve` picks them where not typed (engine/arg_utils.py
     _set_default_max_num_seqs_and_batched_tokens_args): V1 the device's tier (``device_batch_tier``); a defaulted
     token budget is at most max_num_seqs x max_model_len, defaulted sequences at most the tokens. V0: 256 sequences,
-    max(max_model_len, 2048) tokens without chunked prefill, which it turns on past 32K (then 2048)."""
+    max(max_model_len, 2048) tokens without chunked prefill, which it turns on past 32K (then 2048) unless the model
+    runs MLA (``v0_chunked_prefill``)."""
     if version.engine == "v0":
-        default_tokens, default_seqs = (max(max_model_len, 2048) if max_model_len <= 32768 else 2048), 256
+        default_tokens = 2048 if v0_chunked_prefill(max_model_len, mla) else max(max_model_len, 2048)
+        default_seqs = 256
         return tokens or default_tokens, seqs or default_seqs
     default_tokens, default_seqs = device_batch_tier(gpu, version)
     seqs_now = seqs or default_seqs
