@@ -123,3 +123,79 @@ def test_held_out_logs_meet_the_issue_thresholds():
     assert sum(e <= 0.05 for e in errors) >= 0.8 * len(errors) and max(errors) <= 0.25
     weights = [abs(r["weights_error"]) for r in records if "weights_error" in r and "gemma" not in r["model"].lower()]
     assert sum(e <= 0.02 for e in weights) >= 0.9 * len(weights) - 1
+
+
+def test_v0_mla_prefills_whole_prompts_past_32k():
+    """vLLM's V0 engine turns chunked prefill on past max_model_len 32K, but not for an MLA model (0.8.0
+    engine/arg_utils.py _set_default_args_v0: "Chunked prefill not supported for Multimodal or MLA in V0"; 0.7.3
+    config.py forced it off, #12642): the budget is max(max_model_len, 2048), DeepSeek-R1's whole 163,840."""
+    v0, h200 = vllm_version("0.7.4"), load_hardware("h200")
+    assert batch_defaults(h200, v0, 163840, mla=True) == (163840, 256)
+    assert batch_defaults(h200, v0, 163840) == (2048, 256)  # a GQA model: chunked prefill, 2,048 tokens
+    assert batch_defaults(h200, v0, 32768, mla=True) == batch_defaults(h200, v0, 32768) == (32768, 256)
+    est = plan_serving(load_model("deepseek-v3"), h200, 8, max_model_len=163840, version="0.7.4", weight_dtype="fp8")
+    assert est.batch_defaults == (163840, 256)
+
+
+def test_v0_mla_closed_loop_prefills_in_lockstep_as_dstack_measured():
+    """dstack's DeepSeek-R1 run on 8 x H200 under vLLM 0.7.4.dev181 (no --max-model-len: 163,840), four clients of
+    fixed 3,200 / 800 tokens (dstackai/benchmarks Deepseek-R1/raw_data/online_results.csv, serving_validation.json):
+    TTFT median 974.9 ms, std 10.9 ms, p99 1,030.9 ms: the four prompts are prefilled whole in one step and the
+    clients stay in lockstep. With chunked prefill (2,048-token chunks) their first tokens would come chunks apart."""
+    from llmcalc.analytic import serving_speed
+
+    spec, h200 = load_model("deepseek-v3"), load_hardware("h200")
+    est = plan_serving(spec, h200, 8, max_model_len=163840, version="0.7.4", weight_dtype="fp8")
+    run = serving_speed.plan_workload(est, serving_speed.Workload(3200, 800, max_concurrency=4, num_prompts=40)).run
+    _, median, p99 = run.ttft
+    assert p99 / median <= 1030.927 / 974.883 + 0.01
+
+
+def test_mla_absorbed_matrices_as_vllm_07_builds_them():
+    """vLLM 0.7.1-0.7.x (#12528; removed by #14770 before 0.8.0) keeps W_Q_UK = einsum("qnd,lnd -> qnl", W_Q, W_UK)
+    and W_UV_O = einsum("lnd,hnd -> nlh", W_UV, W_O) per MLA layer, requantized to FP8 for FP8 weights, W_QR (the
+    query's RoPE columns) and the dequantized kv_b_proj in bf16 (attention/backends/mla/utils.py
+    process_weights_after_loading): built here on the meta device at DeepSeek-V3's shapes on one of 8 ranks."""
+    torch = pytest.importorskip("torch")
+    from llmcalc.analytic.quant import weight_format
+    from llmcalc.analytic.vllm import mla_absorbed_bytes
+
+    spec = load_model("deepseek-v3")
+    mla, n, d = spec.mla, spec.n_heads // 8, spec.d_model
+    meta = dict(device="meta", dtype=torch.bfloat16)
+    w_q = torch.empty(mla.q_lora_rank, n, mla.qk_nope_head_dim + mla.qk_rope_head_dim, **meta)
+    kv_b = torch.empty(mla.kv_lora_rank, n, mla.qk_nope_head_dim + mla.v_head_dim, **meta)
+    w_uk, w_uv = kv_b.split([mla.qk_nope_head_dim, mla.v_head_dim], dim=-1)
+    w_o = torch.empty(d, n, mla.v_head_dim, **meta)
+    q_uk = torch.einsum("qnd,lnd -> qnl", w_q[..., :mla.qk_nope_head_dim], w_uk).flatten(start_dim=1)
+    uv_o = torch.einsum("lnd,hnd -> nlh", w_uv, w_o).flatten(start_dim=0, end_dim=1)
+    w_qr = w_q[..., mla.qk_nope_head_dim:].flatten(start_dim=1)
+    fp8_bytes = q_uk.numel() + uv_o.numel() + 2 * (w_qr.numel() + kv_b.numel())  # FP8 requantized; bf16 the rest
+    assert mla_absorbed_bytes(spec, weight_format(spec, None), 8, 1) == fp8_bytes
+    bf16_bytes = 2 * (q_uk.numel() + uv_o.numel() + w_qr.numel())  # unquantized: kv_b_proj's own weight, no copy
+    assert mla_absorbed_bytes(spec, weight_format(spec, "bf16"), 8, 1) == bf16_bytes
+    assert 4.4 * GIB < mla_absorbed_bytes(spec, weight_format(spec, None), 8, spec.n_layers) < 4.6 * GIB
+
+
+@pytest.mark.parametrize("version, absorbed", [("0.6.5", False), ("0.7.1", True), ("0.7.4", True), ("0.8.0", False)])
+def test_mla_absorbed_matrices_by_release(version, absorbed):
+    """Charged from 0.7.1 (#12528, MLA decode optimizations) to the last 0.7.x: #14770 removed them for 0.8.0."""
+    spec, h200 = load_model("deepseek-v3"), load_hardware("h200")
+    est = plan_serving(spec, h200, 8, max_model_len=4096, version=version, weight_dtype="fp8")
+    plain = plan_serving(spec, h200, 8, max_model_len=4096, version="0.6.5", weight_dtype="fp8")
+    extra = est.stages[0].weights - plain.stages[0].weights
+    assert (extra > 4 * GIB) is absorbed
+
+
+def test_v0_mla_kv_bound_as_dstack_measured():
+    """dstack's DeepSeek-R1 on 8 x H200, vLLM 0.7.4.dev181, 128 clients of 3,200 / 800 tokens: 744.8 output tok/s at
+    a 66.85 ms median TPOT, ~50 sequences decoding (tok/s x TPOT) while the other ~78 wait (TTFT median 82.8 s): the
+    KV cache holds ~50 of them. The profile over 163,840 tokens and 0.7.x's absorbed MLA matrices bring llmcalc's
+    running count from 81 to within a third of that."""
+    from llmcalc.analytic import serving_speed
+
+    spec, h200 = load_model("deepseek-v3"), load_hardware("h200")
+    est = plan_serving(spec, h200, 8, max_model_len=163840, version="0.7.4", weight_dtype="fp8")
+    run = serving_speed.plan_workload(est, serving_speed.Workload(3200, 800, max_concurrency=128, num_prompts=300)).run
+    measured = 744.783 * 0.066854
+    assert run.mean_running == pytest.approx(measured, rel=0.35)

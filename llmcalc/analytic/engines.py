@@ -49,6 +49,7 @@ from . import comm, engine_versions, kernel_tables
 from .inference import InferenceEstimate
 from .measured_kernels import layer_gemm_shape
 from .serving import ServeEstimate
+from .vllm import v0_chunked_prefill
 
 
 @dataclass(frozen=True)
@@ -156,9 +157,11 @@ POLICIES = {
 
 def scheduler_policy(prof: EngineProfile, est: ServeEstimate, offline: bool = False) -> SchedulerPolicy:
     """The scheduler `prof`'s engine runs `est` with: its own (POLICIES); vLLM's V0 engine (--vllm-version before
-    0.8, or v0) without chunked prefill, which it turns on past max_model_len 32K, schedules as V0 did; an `offline`
-    TensorRT-LLM run is trtllm-bench's, whose later releases chunk contexts (``EngineProfile.bench_chunked``)."""
-    if prof.name == "vllm" and est.version.engine == "v0" and est.max_model_len <= 32768:
+    0.8, or v0) without chunked prefill, which it turns on past max_model_len 32K except for an MLA model
+    (``vllm.v0_chunked_prefill``), schedules as V0 did; an `offline` TensorRT-LLM run is trtllm-bench's, whose later
+    releases chunk contexts (``EngineProfile.bench_chunked``)."""
+    if prof.name == "vllm" and est.version.engine == "v0" and \
+            not v0_chunked_prefill(est.max_model_len, est.spec.is_mla):
         return POLICIES["vllm-v0"]
     if prof.name == "trtllm" and offline and prof.bench_chunked:
         return POLICIES["trtllm-bench"]

@@ -189,6 +189,12 @@ class MeasuredModel:
         return max((t.count for t in self.tensors if t.role == "layer"), default=0)
 
     @property
+    def is_mla(self) -> bool:
+        """False: vLLM's MLA-only rules (V0's unchunked prefills, vllm.v0_chunked_prefill) are read from a formula's
+        attention; a measured model's attention is what transformers ran, timed and sized as measured."""
+        return False
+
+    @property
     def forward_tensors(self) -> str:
         """What the forwards ran on: fake tensors, or real CPU ones where the forward needs values (`.item()`)."""
         return "real CPU" if self.real_forward else "fake"

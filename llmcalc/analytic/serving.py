@@ -53,6 +53,7 @@ from .vllm import (
     encoder_peak,
     kv_groups,
     logged_block_size,
+    mla_absorbed_bytes,
     non_torch_bytes,
     not_enough_kv_message,
     rank_weight_bytes,
@@ -175,7 +176,7 @@ class ServeEstimate:
     def batch_defaults(self) -> tuple[int, int]:
         """(max_num_batched_tokens, max_num_seqs) of the profiling run: as typed, else vLLM's defaults."""
         return batch_defaults(self.accelerator, self.version, self.max_model_len, self.max_num_batched_tokens,
-                              self.max_num_seqs)
+                              self.max_num_seqs, mla=self.spec.is_mla)
 
     @property
     def admission_tokens(self) -> int:
@@ -207,6 +208,8 @@ class ServeEstimate:
         for s, layers in enumerate(ranges):
             weights = rank_weight_bytes(self.spec, self.weights, self.accelerator, tp=self.tp, layers=layers,
                                         ep=self.ep, pp=self.pp)
+            if self.version.mla_absorbed:  # 0.7.x's absorbed MLA decode matrices beside the weights
+                weights += mla_absorbed_bytes(self.spec, self.weights, self.tp, len(layers))
             act = activation_peak(self.spec, tokens, min(seqs, tokens) if self.version.engine == "v1" else seqs,
                                   self.version, tp=self.tp, act_bytes=self.act_bytes, last_stage=s == self.pp - 1,
                                   expert_parallel=self.expert_parallel)

@@ -64,6 +64,7 @@ class VllmVersion:
     largest_tier: bool = False  # devices of >= 160 GiB get 16,384 batched tokens (0.28, arg_utils.py)
     in_flight: bool = False  # windowed layers reserve every in-flight batch's tokens (0.26, #47728)
     runner_v2: bool = False  # Model Runner V2 by default (0.29): pp + 1 batches in flight under async scheduling
+    mla_absorbed: bool = False  # MLA's absorbed decode matrices materialized beside the checkpoint's (0.7.1-0.7.x)
 
     @property
     def label(self) -> str:
@@ -76,6 +77,10 @@ VERSIONS = (
                 what="V0 engine: non-torch memory as measured after profiling, CUDA context included"),
     VllmVersion("0.6.5", "v0", SORT, False, True, hybrid=False, cudagraphs=False, util=0.9, tokens="blocks",
                 what="V0 engine with memory_profiling (#10511): only non-torch growth is charged"),
+    VllmVersion("0.7.1", "v0", SORT, False, True, hybrid=False, cudagraphs=False, util=0.9, tokens="blocks",
+                what="MLA decode in the absorbed form (#12528): W_Q_UK and W_UV_O materialized beside the checkpoint's "
+                "projections, requantized to FP8 for FP8 weights (attention/backends/mla/utils.py "
+                "process_weights_after_loading), until #14770 (0.8.0)", mla_absorbed=True),
     VllmVersion("0.8.0", "v1", SORT, True, True, hybrid=False, cudagraphs=False, util=0.9, tokens="blocks",
                 what="V1 engine by default (#13726), the dummy sampler in the profile (#14508); the torch peak plus "
                 "all non-torch memory on the GPU is charged"),
@@ -201,14 +206,32 @@ def device_batch_tier(gpu: Accelerator, version: VllmVersion) -> tuple[int, int]
     return (8192, 1024) if big else (2048, 256)
 
 
+V0_LONG_CONTEXT = 32768  # V0 turns chunked prefill on past this max_model_len (engine/arg_utils.py use_long_context)
+
+
+def v0_chunked_prefill(max_model_len: int, mla: bool = False) -> bool:
+    """Whether vLLM's V0 engine chunks prefills by default: past max_model_len 32K (arg_utils.py "Chunked prefill is
+    enabled by default for models with max_model_len > 32K"), except for a model that runs MLA (DeepSeek-V2/V3/R1),
+    whose V0 attention had no chunked prefill: vLLM 0.7.2/0.7.3 forced it off after the fact (config.py
+    VllmConfig.__post_init__, "MLA is enabled; forcing chunked prefill and prefix caching to be disabled", #12642),
+    0.7.4 onwards leaves it off from the start (0.8.0 engine/arg_utils.py _set_default_args_v0: "Chunked prefill not
+    supported for Multimodal or MLA in V0"), so the scheduler's token budget is max(max_model_len, 2048): 163,840 for
+    DeepSeek-R1 served at its full context, every prompt prefilled whole and the profiling run over that many
+    tokens. (0.7.3 alone left the budget at chunked prefill's 2,048 when it forced chunking off, #13370/#13374,
+    refusing longer prompts; llmcalc follows 0.7.4's arithmetic.)"""
+    return max_model_len > V0_LONG_CONTEXT and not mla
+
+
 def batch_defaults(gpu: Accelerator, version: VllmVersion, max_model_len: int, tokens: int | None = None,
-                   seqs: int | None = None) -> tuple[int, int]:
+                   seqs: int | None = None, mla: bool = False) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) as `vllm serve` picks them where not typed (engine/arg_utils.py
     _set_default_max_num_seqs_and_batched_tokens_args): V1 the device's tier (``device_batch_tier``); a defaulted
     token budget is at most max_num_seqs x max_model_len, defaulted sequences at most the tokens. V0: 256 sequences,
-    max(max_model_len, 2048) tokens without chunked prefill, which it turns on past 32K (then 2048)."""
+    max(max_model_len, 2048) tokens without chunked prefill, which it turns on past 32K (then 2048) unless the model
+    runs MLA (``v0_chunked_prefill``)."""
     if version.engine == "v0":
-        default_tokens, default_seqs = (max(max_model_len, 2048) if max_model_len <= 32768 else 2048), 256
+        default_tokens = 2048 if v0_chunked_prefill(max_model_len, mla) else max(max_model_len, 2048)
+        default_seqs = 256
         return tokens or default_tokens, seqs or default_seqs
     default_tokens, default_seqs = device_batch_tier(gpu, version)
     seqs_now = seqs or default_seqs
@@ -550,6 +573,31 @@ def mxfp4_padding(gpu: Accelerator) -> tuple[int, int]:
 
 def round_up(n: float, multiple: int) -> int:
     return int(-(-n // multiple) * multiple)
+
+
+def mla_absorbed_bytes(spec: ModelSpec, fmt: WeightFormat, tp: int, n_layers: int) -> float:
+    """What vLLM 0.7.1-0.7.x kept per rank beside an MLA model's weights for the absorbed decode (#12528, attention/
+    backends/mla/utils.py MLACommonImpl.process_weights_after_loading; removed by #14770, "[Attention] MLA get rid of
+    materialization", before 0.8.0, which says the materialization "eats up too much of the GPU memory"), per MLA
+    layer with N = heads / tp, Lq = q_lora_rank (d_model without a query latent), Lkv = kv_lora_rank:
+    W_Q_UK = einsum(W_Q, W_UK), Lq x N·Lkv, and W_UV_O = einsum(W_UV, W_O), N·Lkv x d_model, each requantized to FP8
+    (1 byte, block scales negligible) where the weights are FP8, else in the activation dtype; W_QR, the query's
+    RoPE columns Lq x N·qk_rope_head_dim copied out in the activation dtype; and for quantized weights the dequantized
+    kv_b_proj, Lkv x N·(qk_nope + v) in the activation dtype, which W_UK and W_UV stay views of.
+    DeepSeek-V3/R1 FP8 at tp 8: (12.6 + 58.7) MB + 3.1 MB + 4.2 MB = 78.6 MB a layer, 4.5 GiB over 61 layers."""
+    mla = spec.mla
+    if mla is None or n_layers <= 0:
+        return 0.0
+    act = dtype_bytes(fmt.base)
+    kv_b = next(m for m in modules(spec) if m.name.endswith("kv_b_proj"))
+    held = fmt.module_bytes(kv_b) / kv_b.params  # bytes per weight as loaded
+    quantized, fp8 = held < act - 0.01, abs(held - 1.0) < 0.01
+    n, lkv = spec.n_heads / tp, mla.kv_lora_rank
+    lq = mla.q_lora_rank or spec.d_model
+    absorbed = (lq * n * lkv + n * lkv * spec.d_model) * (1.0 if fp8 else act)
+    rope = lq * n * mla.qk_rope_head_dim * act
+    dequantized = lkv * n * (mla.qk_nope_head_dim + mla.v_head_dim) * act if quantized else 0.0
+    return n_layers * (absorbed + rope + dequantized)
 
 
 def rotary_cache_bytes(spec: ModelSpec, act_bytes: float) -> float:
