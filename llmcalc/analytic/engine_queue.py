@@ -129,11 +129,68 @@ def preempt(running: list[Group], waiting: list[Group], kv: KvBudget, keep_prefi
     return need
 
 
-def schedule_running(running: list[Group], budget: int, decodes: bool = True) -> tuple[list[Group], int]:
+class StepLoad:
+    """One engine step's scheduled groups: those prefilling and those decoding (in the order scheduled), and what
+    StepCost.seconds reads of them: the scheduled `tokens`, the `rows` that sample (every decode, and a prefill's
+    last chunk unless the engine samples its first token in a decode step, `first_in_decode`), the decoding
+    sequences and their cached tokens, the prefill chunks' causal (query, key) `pairs` and their prompts' mean
+    `length` weighted by chunk tokens; and of the decodes, the fewest tokens any has left to generate and whether any
+    has yet to give its first. ``schedule_running`` counts the decodes it schedules whole as it goes (the step's
+    bulk, hundreds of groups: one pass for both); ``tally`` the rest."""
+
+    __slots__ = ("prefilling", "decoding", "tokens", "rows", "decodes", "kv_tokens", "pairs", "length",
+                 "least_left", "first_token", "first_in_decode", "rest", "seen")
+
+    def __init__(self, first_in_decode: bool) -> None:
+        self.prefilling: list[Group] = []
+        self.decoding: list[Group] = []
+        self.tokens = self.rows = self.decodes = self.kv_tokens = 0
+        self.pairs, self.length, self.least_left, self.first_token = 0.0, 0.0, math.inf, False
+        self.first_in_decode = first_in_decode
+        self.rest: list[Group] = []  # what schedule_running scheduled and did not count (prefill chunks, a split)
+        self.seen = 0  # the scheduled groups schedule_running saw: those after it, admitted, are counted by tally
+
+    def tally(self, scheduled: list[Group]) -> StepLoad:
+        """Counts the scheduled groups that ``schedule_running`` did not (``rest``, then those scheduled after it)."""
+        decode, prefill = self.decoding.append, self.prefilling.append
+        tokens, rows, decodes, kv_tokens = self.tokens, 0, self.decodes, self.kv_tokens
+        chunks = weighted = 0
+        pairs, least, first = self.pairs, self.least_left, self.first_token
+        for g in self.rest + scheduled[self.seen:]:
+            n, chunk = g.n, g.chunk
+            tokens += n * chunk
+            generated = g.generated
+            if g.prefilled >= g.target:  # decoding
+                decode(g)
+                decodes += n
+                kv_tokens += n * (g.n_in + generated)
+                if g.n_out - generated < least:
+                    least = g.n_out - generated
+                if not generated:
+                    first = True
+                continue
+            prefill(g)
+            chunks += n * chunk
+            weighted += n * chunk * g.target
+            pairs += n * (chunk * g.prefilled + chunk * (chunk + 1) / 2)
+            if g.prefilled + chunk >= g.target and (g.generated or not self.first_in_decode):
+                rows += n
+        self.tokens, self.rows, self.decodes, self.kv_tokens = tokens, rows + decodes, decodes, kv_tokens
+        self.pairs, self.length = pairs, weighted / chunks if chunks else 0.0
+        self.least_left, self.first_token = least, first
+        return self
+
+
+def schedule_running(running: list[Group], budget: int, load: StepLoad,  # long: one pass, the decodes counted
+                     decodes: bool = True) -> tuple[list[Group], int]:
     """vLLM V1 schedules the running requests first, in order: a decode token each, or a prefill's next chunk (whole
     while the token budget lasts, then one partial chunk); returns the scheduled groups and the budget left. Without
-    `decodes`, only the prefills' chunks (a prefill-only step, SchedulerPolicy.mixed False)."""
+    `decodes`, only the prefills' chunks (a prefill-only step, SchedulerPolicy.mixed False). The decodes scheduled
+    whole are counted into `load` as they are scheduled, the other groups left to StepLoad.tally (``load.rest``)."""
     scheduled: list[Group] = []
+    decoding, rest = load.decoding, load.rest
+    count = kv_tokens = 0
+    least, first = load.least_left, load.first_token
     for g in list(running):
         if budget <= 0:
             break
@@ -141,28 +198,42 @@ def schedule_running(running: list[Group], budget: int, decodes: bool = True) ->
         if need <= 0:
             if not decodes:
                 continue
-            if budget >= g.n:  # (the common case first: every request of the group decodes)
-                g.chunk, budget = 1, budget - g.n
+            n = g.n
+            if budget >= n:  # (the common case first: every request of the group decodes)
+                g.chunk, budget = 1, budget - n
                 scheduled.append(g)
+                decoding.append(g)
+                count += n
+                generated = g.generated
+                kv_tokens += n * (g.n_in + generated)
+                if g.n_out - generated < least:
+                    least = g.n_out - generated
+                if not generated:
+                    first = True
                 continue
             need = 1
         full = budget // need
         if full >= g.n:
             g.chunk, budget = need, budget - need * g.n
             scheduled.append(g)
+            rest.append(g)
             continue
         if full:
             part = g.split(full)
             running.insert(running.index(g), part)
             part.chunk, budget = need, budget - need * full
             scheduled.append(part)
+            rest.append(part)
         if budget and need > 1:  # one more request takes a partial chunk
             part = g.split(1) if g.n > 1 else g
             if part is not g:
                 running.insert(running.index(g), part)
             part.chunk, budget = budget, 0
             scheduled.append(part)
+            rest.append(part)
         break
+    load.tokens, load.decodes, load.kv_tokens = count, count, kv_tokens
+    load.least_left, load.first_token, load.seen = least, first, len(scheduled)
     return scheduled, budget
 
 
