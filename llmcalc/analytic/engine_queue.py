@@ -195,7 +195,7 @@ class StepLoad:
         return self
 
 
-def schedule_running(running: list[Group], budget: int, load: StepLoad,  # long: one pass, the decodes counted
+def schedule_running(running: list[Group], budget: int, load: StepLoad,
                      decodes: bool = True) -> tuple[list[Group], int]:
     """vLLM V1 schedules the running requests first, in order: a decode token each, or a prefill's next chunk (whole
     while the token budget lasts, then one partial chunk); returns the scheduled groups and the budget left. Without
