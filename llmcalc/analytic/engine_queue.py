@@ -71,7 +71,6 @@ class Group:
 
 STATE_FIELDS = ("prefilled", "generated", "first", "arrival", "n_in", "n_out", "target")  # what makes groups alike
 STATE = operator.attrgetter(*STATE_FIELDS)  # Group.state
-COUNT = operator.attrgetter("n")  # a group's requests: sum(map(COUNT, groups)) counts them
 
 
 @dataclass(frozen=True)
@@ -116,31 +115,80 @@ def one_block(length: int) -> int:
 
 
 
+class Held:
+    """The running groups as one pass over them counts them (``preempt``'s, which needs their blocks anyway): the KV
+    `blocks` they hold `ahead` decode steps on (Group.held), the requests in all (`count`), the groups prefilling,
+    and of the decoding requests their number, cached tokens, the fewest tokens any has left to generate and the
+    groups yet to give their first token. A step in which every running request decodes is scheduled from these
+    (StepLoad.all_decoding) without a pass of its own."""
+
+    __slots__ = ("blocks", "count", "prefilling", "decodes", "kv_tokens", "least_left", "unstarted")
+
+    def __init__(self, running: list[Group], kv: KvBudget, ahead: int) -> None:
+        blocks, need = 0, kv.need  # (the hot path: one plain loop over hundreds of groups every step)
+        count = prefilling = decodes = kv_tokens = unstarted = 0
+        least: float = math.inf
+        for g in running:
+            n = g.n
+            count += n
+            if g.prefilled >= g.target:  # decoding: Group.held's case written out
+                generated = g.generated
+                length = g.n_in + generated
+                blocks += n * need(length + ahead)
+                decodes += n
+                kv_tokens += n * length
+                if g.n_out - generated < least:
+                    least = g.n_out - generated
+                if not generated:
+                    unstarted += 1
+                continue
+            blocks += n * g.held(kv, ahead)
+            prefilling += 1
+        self.blocks, self.count, self.prefilling, self.decodes = blocks, count, prefilling, decodes
+        self.kv_tokens, self.least_left, self.unstarted = kv_tokens, least, unstarted
+
+    def leave(self, g: Group, k: int, each: int) -> bool:
+        """`k` of group `g`'s requests, holding `each` blocks, leave the running (before their state changes);
+        True when the fewest tokens left may have gone with them (the caller counts it again)."""
+        self.blocks -= k * each
+        self.count -= k
+        whole = k == g.n
+        if g.prefilled < g.target:
+            self.prefilling -= whole
+            return False
+        self.decodes -= k
+        self.kv_tokens -= k * (g.n_in + g.generated)
+        self.unstarted -= whole and not g.generated
+        return whole and g.n_out - g.generated == self.least_left
+
+
 def preempt(running: list[Group], waiting: list[Group], kv: KvBudget, keep_prefill: bool = False,
-            ahead: int = 1) -> int:
+            ahead: int = 1) -> Held:
     """vLLM V1's recompute preemption (v1/core/sched/scheduler.py schedule): when the next step's tokens need more
     KV blocks than are free, the lowest-priority running request (the last admitted) is preempted, its blocks freed
     and its computed tokens dropped; it waits at the head of the queue and later prefills its prompt and the tokens
     it had generated again. With `keep_prefill` (SchedulerPolicy.prefix_cache) a request preempted in its prefill
     keeps what it had prefilled: its freed blocks stay in the prefix cache and its re-admission finds them. Returns
-    the blocks the running requests hold for the next step (`ahead` steps: vLLM V0's multi-step pass, whose
-    decodes each reserve SchedulerPolicy.multi_step - 1 lookahead slots, core/scheduler.py _append_slots)."""
-    need, blocks = 0, kv.need  # Group.held `ahead` steps on, decoding groups' case written out (the hot path: a
-    for g in running:  # plain loop, faster than a generator over hundreds of groups every step)
-        need += g.n * (blocks(g.n_in + g.generated + ahead) if g.prefilled >= g.target else g.held(kv, ahead))
-    while need > kv.blocks and len(running) > 1 or (running and running[0].n > 1 and need > kv.blocks):
+    the running requests counted (``Held``): the blocks they hold for the next step (`ahead` steps: vLLM V0's
+    multi-step pass, whose decodes each reserve SchedulerPolicy.multi_step - 1 lookahead slots, core/scheduler.py
+    _append_slots), their number and their decodes."""
+    held = Held(running, kv, ahead)
+    recount = False
+    while held.blocks > kv.blocks and len(running) > 1 or (running and running[0].n > 1 and held.blocks > kv.blocks):
         g = running[-1]
         each = g.held(kv, ahead)
-        k = min(g.n, -(-(need - kv.blocks) // each))
+        k = min(g.n, -(-(held.blocks - kv.blocks) // each))
         if k == g.n and len(running) == 1:
             k -= 1  # the first request in line keeps running (vLLM refuses a request no cache could hold)
+        recount = held.leave(g, k, each) or recount
         part = g.split(k) if k < g.n else running.pop()
         if not (keep_prefill and not part.decoding):
             part.prefilled, part.target = 0, part.n_in + part.generated
         part.chunk = 0
         waiting.insert(0, part)
-        need -= k * each
-    return need
+    if recount:
+        held.least_left = min((g.n_out - g.generated for g in running if g.prefilled >= g.target), default=math.inf)
+    return held
 
 
 class StepLoad:
@@ -163,6 +211,18 @@ class StepLoad:
         self.first_in_decode = first_in_decode
         self.rest: list[Group] = []  # what schedule_running scheduled and did not count (prefill chunks, a split)
         self.seen = 0  # the scheduled groups schedule_running saw: those after it, admitted, are counted by tally
+
+    @classmethod
+    def all_decoding(cls, running: list[Group], held: Held, first_in_decode: bool) -> StepLoad:
+        """The step in which every running group decodes (none prefilling, the token budget holds them all),
+        ``schedule_running``'s every group a decode token, in order, counted from `held` (each decode's chunk of one
+        token is implied: a chunk is read only where schedule_running or admit set it)."""
+        load = cls(first_in_decode)
+        load.decoding = list(running)
+        load.tokens = load.decodes = held.decodes
+        load.kv_tokens, load.least_left, load.first_token = held.kv_tokens, held.least_left, held.unstarted > 0
+        load.seen = len(running)
+        return load
 
     def tally(self, scheduled: list[Group]) -> StepLoad:
         """Counts the scheduled groups that ``schedule_running`` did not (``rest``, then those scheduled after it)."""

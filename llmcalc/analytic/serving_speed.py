@@ -45,7 +45,6 @@ from ..errors import LlmcalcError
 from ..records import dataclass
 from . import cdna, comm, engines, kernel_tables
 from .engine_queue import (
-    COUNT,
     RATIO_JUMP,
     Group,
     KvBudget,
@@ -630,17 +629,21 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
         while next_arrival < len(arrivals) and arrivals[next_arrival] <= t and in_flight < clients:
             waiting += _new_groups(work, lengths, next_arrival, 1, arrivals[next_arrival])
             next_arrival, in_flight = next_arrival + 1, in_flight + 1
-        before, queued = sum(map(COUNT, running)), len(waiting)
-        used = held = preempt(running, waiting, kv, keep_prefill=policy.prefix_cache,  # blocks after the step
-                              ahead=policy.multi_step)
+        queued = len(waiting)
+        counted = preempt(running, waiting, kv, keep_prefill=policy.prefix_cache, ahead=policy.multi_step)
+        used = held = counted.blocks  # blocks after the step
         preempted = len(waiting) > queued  # (preempt moves each preempted group to the waiting queue's head)
-        count = sum(map(COUNT, running)) if preempted else before
+        count = counted.count
         if policy.admission == "ratio" and preempted:  # SGLang's retraction
             ratio = retracted_ratio(running, policy)
         if policy.admission != "prompt":
             used = sum(g.n * g.reserved(kv, policy, ratio) for g in running)
-        step = StepLoad(policy.first_in_decode)
-        scheduled, budget = schedule_running(running, token_budget, step, decodes=policy.mixed)
+        if policy.mixed and not counted.prefilling and counted.decodes <= token_budget:  # every running one decodes
+            step = StepLoad.all_decoding(running, counted, policy.first_in_decode)
+            scheduled, budget = list(running), token_budget - counted.decodes
+        else:
+            step = StepLoad(policy.first_in_decode)
+            scheduled, budget = schedule_running(running, token_budget, step, decodes=policy.mixed)
         slots = Slots(count, limit, kv, used, policy)  # (schedule_running's splits keep the count)
         # vLLM V1 admits no waiting request in a step that preempted (SchedulerPolicy.admit_after_preempt)
         admitted = admit(waiting, running, scheduled, budget if policy.admit_after_preempt or not preempted else 0,
