@@ -759,3 +759,55 @@ def test_meta_fp8_405b_gemms_at_each_modules_dtype_hold_to_the_measured_tables(t
     one_dtype = StepCost(typed.roofline(1, 128), device_for("h100-sxm"), tp).linear_seconds(tokens)
     assert mixed == pytest.approx(table, rel=within)
     assert one_dtype < (1 - typed_off) * table
+
+
+def _step(model, gpu, weight_dtype=None):
+    from llmcalc.analytic.kernels import device_for
+    from llmcalc.analytic.serving_speed import StepCost
+
+    est = plan_serving(load_model(model), load_hardware(gpu), 1, max_model_len=4096, weight_dtype=weight_dtype)
+    return StepCost(est.roofline(1, 1024), device_for(gpu), 1)
+
+
+def test_four_bit_weights_on_ampere_run_at_marlins_measured_ceiling():
+    """Marlin's W4A16 GEMM (IST-DASLab/marlin bench.py, vllm-project/vllm PR #2497, comment of 2024-01-24; its FP16
+    GEMM at 236 TFLOP/s, an A100's):
+    141.1 TFLOP/s at batch 4,000 and 141.4 at 2,048, flat from batch 64, where torch.matmul's FP16 GEMM runs 1/0.61 and
+    1/0.60 times as fast. An int4 Llama-3-8B's layer GEMMs over 4,000 tokens on one A100 run at that rate (their
+    4-bit weights are read in ~2 ms, the compute takes ~0.45 s), not at the 16-bit MAMF."""
+    int4, bf16 = _step("llama-3-8b", "a100-80gb-sxm", "int4"), _step("llama-3-8b", "a100-80gb-sxm")
+    for rows, measured in ((4000, 141.1e12), (2048, 141.4e12)):
+        rate = rows * int4.stack_flops_per_token / int4.linear_seconds(rows)
+        assert rate == pytest.approx(measured, rel=0.05)
+        assert bf16.linear_seconds(rows) < 0.7 * int4.linear_seconds(rows)  # the 16-bit GEMM is the faster here
+    # at batch 1 to 16 Marlin reads the 4-bit weights in 16-row blocks: 3.10-3.20 x the FP16 GEMM's speed measured
+    # (bench.py's matrix); bound by the weights' bytes, not by the compute ceiling
+    for rows in (1, 16):
+        assert bf16.linear_seconds(rows) / int4.linear_seconds(rows) == pytest.approx(3.15, rel=0.15)
+
+
+def test_marlin_runs_only_the_four_bit_gemms_and_only_on_ampere():
+    """gpt-oss's checkpoint quantizes only its experts to MXFP4 (Marlin on SM80: vLLM's mxfp4.py get_mxfp4_backend),
+    its attention projections stay 16-bit GEMMs; on Hopper vLLM runs these weights on other kernels (Triton's
+    matmul_ogs, Machete), so no Marlin ceiling there."""
+    from llmcalc.analytic.kernels import device_for
+    from llmcalc.analytic.marlin import marlin_rate, w4a16_gemms
+
+    a100 = _step("gpt-oss-20b", "a100-80gb-sxm")
+    assert w4a16_gemms(a100.est, a100.dev) == (False, True)
+    assert not a100.stack_marlin and a100.expert_marlin
+    assert marlin_rate(device_for("a100-80gb-sxm")) == pytest.approx(141.4e12, rel=0.01)
+    h100 = _step("gpt-oss-20b", "h100-sxm")
+    assert w4a16_gemms(h100.est, h100.dev) == (False, False) and not h100.expert_marlin
+    assert w4a16_gemms(_step("llama-3-8b", "a100-80gb-sxm").est, a100.dev) == (False, False)  # 16-bit weights
+
+
+def test_a_workload_says_when_marlin_runs_its_gemms():
+    """The assumptions name Marlin's ceiling where 4-bit GEMMs run it (gpt-oss on A100), and say nothing of it on
+    Hopper."""
+    def assumed(gpu):
+        est = plan_serving(load_model("gpt-oss-20b"), load_hardware(gpu), 1, max_model_len=4096)
+        return plan_workload(est, Workload(1024, 64, max_concurrency=1, num_prompts=2)).record()["assumptions"]
+
+    assert "141 TFLOP/s" in assumed("a100-80gb-sxm")["w4a16_gemms"]
+    assert "w4a16_gemms" not in assumed("h100-sxm")

@@ -9,7 +9,9 @@ The step (``StepCost``): one forward of the scheduled tokens on one replica of t
 - the layer stack's GEMMs on those tokens (``linear_seconds``): kernels.gemm_timer's smooth roofline of the MAMF at
   the weights' GEMM dtype with tile and wave quantization (small-m decode GEMMs included) against the weight bytes
   the tokens read (a MoE step reads the experts its tokens hit, ``inference.expected_experts``); FP8 on AMD Instinct
-  at AITER's measured rates by output size instead (``cdna.stack_rate``);
+  at AITER's measured rates by output size instead (``cdna.stack_rate``); 4-bit weights on Ampere (int4, MXFP4,
+  NVFP4: vLLM's Marlin W4A16 kernels, gpt-oss's MXFP4 experts included) at Marlin's measured compute ceiling in its
+  16-row blocks (``marlin.w4a16_gemms``, ``marlin_rate``, ``marlin_row_efficiency``);
 - the LM head on the rows that sample and the sampler (``head_seconds``);
 - paged decode attention (``decode_attention_seconds``): the KV bytes of every decoding sequence's context, a
   memory-bound pass at the achievable HBM bandwidth (kernels.HBM_EFFICIENCY);
@@ -62,6 +64,7 @@ from .engines import SchedulerPolicy
 from .flops import forward_ops
 from .inference import PER_KEY, InferenceEstimate, decode_ops, expected_experts
 from .kernels import ROOFLINE_P, TILES, Device, attention_seconds, device_for, gemm_timer
+from .marlin import marlin_rate, marlin_row_efficiency, marlin_words, w4a16_gemms
 from .measured_kernels import (
     DecodeShape,
     GemmShape,
@@ -117,6 +120,7 @@ CUSTOM_ALLREDUCE_MAX_BYTES = 8 * 1024 * 1024
 CUSTOM_ALLREDUCE_LATENCY = 6e-6
 
 SERVING_ATTENTION = {"ampere": "fa2", "hopper": "fa3"}  # vLLM's FlashAttention backend by generation; else cuDNN
+
 
 
 
@@ -231,6 +235,9 @@ class StepCost:
         self.bf16_linear_flops = unquantized_linear_flops(spec, fmt) if fmt is not None and \
             self.gemm_dtype != "bf16" else (0, 0)
         self.bf16_rate = dev.gemm_rate("bf16")
+        # 4-bit weights on Ampere: the dense layers' and the experts' GEMMs that run Marlin (w4a16_gemms)
+        self.stack_marlin, self.expert_marlin = w4a16_gemms(est, dev)
+        self.marlin = marlin_rate(dev)
         self.cdna_fp8 = est.compute_dtype == "fp8" and cdna.has_fp8_rates(dev.arch)  # AMD's measured FP8 rates
         self.columns = cdna.layer_columns(spec, tp), cdna.expert_columns(spec, tp) if spec.is_moe else ()
         self.act_bytes = 2.0
@@ -315,14 +322,16 @@ class StepCost:
             return self.spec.n_layers * measured_layer_gemms(shape)
         mla = self.mla_key() is not None  # the MLA blocks' projections come with their measured table
         flops = self.gemm_flops(mla)
-        compute = tokens * flops.get(self.gemm_dtype, 0) / self.tp / self.gemm_rate(tokens, row_tile_efficiency,
-                                                                                     self.columns[0])
+        rate = self.marlin * marlin_row_efficiency(tokens) if self.stack_marlin else \
+            self.gemm_rate(tokens, row_tile_efficiency, self.columns[0])
+        compute = tokens * flops.get(self.gemm_dtype, 0) / self.tp / rate
         if self.gemm_dtype != "bf16" and flops.get("bf16"):  # the 16-bit linears of a checkpoint quantized per module
             compute += tokens * flops["bf16"] / self.tp / (self.bf16_rate * row_tile_efficiency(tokens))
         if self.expert_flops:  # the fused-MoE kernel pads each expert's rows to its block
             hit = expected_experts(self.spec, math.ceil(tokens))
             rows = tokens * self.spec.n_experts_per_token / hit
-            rate = self.gemm_rate(rows, expert_row_efficiency, self.columns[1])
+            rate = self.marlin * marlin_row_efficiency(rows) if self.expert_marlin else \
+                self.gemm_rate(rows, expert_row_efficiency, self.columns[1])
             compute += tokens * self.expert_flops / self.tp / rate
         weights = self.est.weights_read(math.ceil(tokens)) - (self.mla_bytes if mla else 0.0)
         memory = (weights + 2 * tokens * self.spec.d_model * self.act_bytes * self.spec.n_layers) / self.dev.hbm
@@ -750,6 +759,7 @@ class Performance:
     scheduler: str = ""  # the engine's scheduler in words (engines.EngineProfile); "" for vLLM V1's
     kv_share: float = 1.0  # the engine's KV cache over vLLM's (engines.kv_share)
     chunked: bool = True  # the scheduler split prompts across steps (SchedulerPolicy.chunked)
+    w4a16: str = ""  # the 4-bit GEMMs Marlin runs, in words (marlin.marlin_words); "" where none
 
     @property
     def fits(self) -> bool:
@@ -806,6 +816,7 @@ class Performance:
                 "engine_step_seconds": ENGINE_STEP_SECONDS, "layer_floor_seconds": LAYER_FLOOR_SECONDS,
                 "tp_sync_seconds": TP_SYNC_SECONDS, "request_seconds": REQUEST_SECONDS,
                 **({"intake_seconds": w.intake_seconds} if w.intake_seconds else {}),
+                **({"w4a16_gemms": self.w4a16} if self.w4a16 else {}),
             },
         }
 
@@ -884,7 +895,7 @@ def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm", engi
                        roofline_ttft=est.roofline(1, work.input_len).prefill.seconds,
                        roofline_tpot=roof.decode_step(context).seconds,
                        scheduler=engines.scheduler_words(prof, est, offline, policy.multi_step), kv_share=share,
-                       chunked=policy.chunked)
+                       chunked=policy.chunked, w4a16=marlin_words(inference, dev))
 
 
 @dataclass(frozen=True)

@@ -396,7 +396,7 @@ def _workload_notes(p: Performance) -> list[str]:
         f"{a['tp_sync_seconds'] * 1e6:g} us per tensor-parallel all-reduce and {a['request_seconds'] * 1e3:g} ms per "
         "request outside the engine (fitted to published runs: benchmarks/bench_serving_speed.py --fit); clients get "
         f"tokens no faster than the API server streams them, {a['frontend_token_seconds'] * 1e6:.0f} us each "
-        "(measured, vLLM PR #12287)",
+        "(measured, vLLM PR #12287)" + (f"; {a['w4a16_gemms']}" if "w4a16_gemms" in a else ""),
         "TTFT, TPOT (latency - TTFT over output_len - 1), ITL and latency as vllm bench serve defines them; "
         "roofline: every sequence's decode step at the mean context on the peak and bandwidth (an upper bound)",
     ] + ([f"{ENGINE_NAMES.get(p.engine, p.engine)}: {a['host_overhead']}; its KV cache {a['kv_cache_vs_vllm']:.2f} x "
