@@ -653,7 +653,7 @@ def test_the_kv_budget_remembers_blocks_by_length_alone():
     memo = kv.memoized()
     assert memo.blocks == kv.blocks and memo.reach == kv.reach
     assert [memo.need(n) for n in range(1, 8193, 7)] == [kv.need(n) for n in range(1, 8193, 7)]
-    assert memo.need.cache_info().currsize == len(range(1, 8193, 7))
+    assert len(memo.need.__self__) == len(range(1, 8193, 7))  # (one entry a length asked)
 
 
 def test_a_decode_run_stops_where_the_cache_would_overflow():
@@ -685,6 +685,51 @@ def test_a_decode_run_stops_where_the_cache_would_overflow():
         assert decode_run(decoding, kv, held, steps) == want
         if not others:
             assert decode_run(decoding, kv, held, steps, alone=True) == want
+
+
+def test_preempts_count_of_the_running_is_a_fresh_count_of_those_left():
+    """engine_queue.preempt's one pass (Held) against its definition: after any preemption, its blocks, requests,
+    prefilling groups and decodes (their number, cached tokens, fewest tokens left, groups yet to give a first token)
+    are those counted afresh over the groups still running; and a step where all of them decode, scheduled from it
+    (StepLoad.all_decoding), is what schedule_running and StepLoad.tally make of the same groups."""
+    import math
+    import random
+
+    from llmcalc.analytic.engine_queue import Group, KvBudget, StepLoad, preempt, schedule_running
+
+    def need(length: int) -> int:
+        return -(-length // 16)  # 16-token blocks
+
+    fields = ("blocks", "count", "prefilling", "decodes", "kv_tokens", "least_left", "unstarted")
+    loads = ("tokens", "rows", "decodes", "kv_tokens", "pairs", "length", "least_left", "first_token")
+    rng = random.Random(37)
+    for _ in range(400):
+        running = []
+        for _ in range(rng.randint(1, 12)):
+            g = Group(rng.randint(1, 4), 0.0, rng.randint(1, 500), rng.randint(1, 400))
+            if rng.random() < 0.8:  # decoding, some yet to give their first token
+                g.prefilled, g.generated = g.target, rng.choice((0, rng.randint(0, g.n_out - 1)))
+            else:
+                g.prefilled = rng.randint(0, g.target - 1)
+            running.append(g)
+        kv = KvBudget(blocks=rng.randint(1, 200), need=need, reach=rng.choice((None, 64)))
+        ahead = rng.choice((1, 1, 4))
+        held = preempt(running, [], kv, keep_prefill=rng.random() < 0.5, ahead=ahead)
+        decoding = [g for g in running if g.prefilled >= g.target]
+        want = {"blocks": sum(g.n * g.held(kv, ahead) for g in running), "count": sum(g.n for g in running),
+                "prefilling": len(running) - len(decoding), "decodes": sum(g.n for g in decoding),
+                "kv_tokens": sum(g.n * (g.n_in + g.generated) for g in decoding),
+                "least_left": min((g.n_out - g.generated for g in decoding), default=math.inf),
+                "unstarted": sum(1 for g in decoding if not g.generated)}
+        assert {f: getattr(held, f) for f in fields} == want
+        if decoding and len(decoding) == len(running):
+            first_in_decode = rng.random() < 0.5
+            fast = StepLoad.all_decoding(running, held, first_in_decode)
+            slow = StepLoad(first_in_decode)
+            scheduled, _ = schedule_running(list(running), 10**6, slow)
+            slow.tally(scheduled)
+            assert [getattr(fast.tally(running), f) for f in loads] == [getattr(slow, f) for f in loads]
+            assert fast.decoding == slow.decoding == scheduled
 
 
 @pytest.mark.parametrize("tokens, within, typed_off", [(1, 0.10, 0.15), (8192, 0.05, 0.10)])

@@ -7,7 +7,6 @@ rule is applied."""
 
 from __future__ import annotations
 
-import functools
 import math
 import operator
 from collections.abc import Callable
@@ -72,7 +71,6 @@ class Group:
 
 STATE_FIELDS = ("prefilled", "generated", "first", "arrival", "n_in", "n_out", "target")  # what makes groups alike
 STATE = operator.attrgetter(*STATE_FIELDS)  # Group.state
-COUNT = operator.attrgetter("n")  # a group's requests: sum(map(COUNT, groups)) counts them
 
 
 @dataclass(frozen=True)
@@ -87,9 +85,9 @@ class KvBudget:
     reach: int | None = None
 
     def memoized(self) -> KvBudget:
-        """The same budget with `need` remembered by length (it reads nothing else): a simulation asks it for the
-        same few thousand lengths millions of times."""
-        return KvBudget(blocks=self.blocks, need=functools.lru_cache(maxsize=None)(self.need), reach=self.reach)
+        """The same budget with `need` remembered by length (it reads nothing else, ``BlocksByLength``): a
+        simulation asks it for the same few thousand lengths millions of times."""
+        return KvBudget(blocks=self.blocks, need=BlocksByLength(self.need).__getitem__, reach=self.reach)
 
     @classmethod
     def requests(cls, count: int) -> KvBudget:
@@ -97,43 +95,176 @@ class KvBudget:
         return cls(blocks=count, need=one_block)
 
 
+class BlocksByLength(dict):
+    """KvBudget.need remembered by length: blocks[length], computed on first use (a dict's own lookup, C-level, is
+    ~40 % faster than an lru_cache's call on the hot path: preempt's block sum, decode_run's passes)."""
+
+    __slots__ = ("need",)
+
+    def __init__(self, need: Callable[[int], int]) -> None:
+        super().__init__()
+        self.need = need
+
+    def __missing__(self, length: int) -> int:
+        blocks = self[length] = self.need(length)
+        return blocks
+
+
 def one_block(length: int) -> int:
     return 1
 
 
 
+class Held:
+    """The running groups as one pass over them counts them (``preempt``'s, which needs their blocks anyway): the KV
+    `blocks` they hold `ahead` decode steps on (Group.held), the requests in all (`count`), the groups prefilling,
+    and of the decoding requests their number, cached tokens, the fewest tokens any has left to generate and the
+    groups yet to give their first token. A step in which every running request decodes is scheduled from these
+    (StepLoad.all_decoding) without a pass of its own."""
+
+    __slots__ = ("blocks", "count", "prefilling", "decodes", "kv_tokens", "least_left", "unstarted")
+
+    def __init__(self, running: list[Group], kv: KvBudget, ahead: int) -> None:
+        blocks, need = 0, kv.need  # (the hot path: one plain loop over hundreds of groups every step)
+        count = prefilling = decodes = kv_tokens = unstarted = 0
+        least: float = math.inf
+        for g in running:
+            n = g.n
+            count += n
+            if g.prefilled >= g.target:  # decoding: Group.held's case written out
+                generated = g.generated
+                length = g.n_in + generated
+                blocks += n * need(length + ahead)
+                decodes += n
+                kv_tokens += n * length
+                if g.n_out - generated < least:
+                    least = g.n_out - generated
+                if not generated:
+                    unstarted += 1
+                continue
+            blocks += n * g.held(kv, ahead)
+            prefilling += 1
+        self.blocks, self.count, self.prefilling, self.decodes = blocks, count, prefilling, decodes
+        self.kv_tokens, self.least_left, self.unstarted = kv_tokens, least, unstarted
+
+    def leave(self, g: Group, k: int, each: int) -> bool:
+        """`k` of group `g`'s requests, holding `each` blocks, leave the running (before their state changes);
+        True when the fewest tokens left may have gone with them (the caller counts it again)."""
+        self.blocks -= k * each
+        self.count -= k
+        whole = k == g.n
+        if g.prefilled < g.target:
+            self.prefilling -= whole
+            return False
+        self.decodes -= k
+        self.kv_tokens -= k * (g.n_in + g.generated)
+        self.unstarted -= whole and not g.generated
+        return whole and g.n_out - g.generated == self.least_left
+
+
 def preempt(running: list[Group], waiting: list[Group], kv: KvBudget, keep_prefill: bool = False,
-            ahead: int = 1) -> int:
+            ahead: int = 1) -> Held:
     """vLLM V1's recompute preemption (v1/core/sched/scheduler.py schedule): when the next step's tokens need more
     KV blocks than are free, the lowest-priority running request (the last admitted) is preempted, its blocks freed
     and its computed tokens dropped; it waits at the head of the queue and later prefills its prompt and the tokens
     it had generated again. With `keep_prefill` (SchedulerPolicy.prefix_cache) a request preempted in its prefill
     keeps what it had prefilled: its freed blocks stay in the prefix cache and its re-admission finds them. Returns
-    the blocks the running requests hold for the next step (`ahead` steps: vLLM V0's multi-step pass, whose
-    decodes each reserve SchedulerPolicy.multi_step - 1 lookahead slots, core/scheduler.py _append_slots)."""
-    need, blocks = 0, kv.need  # Group.held `ahead` steps on, decoding groups' case written out (the hot path: a
-    for g in running:  # plain loop, faster than a generator over hundreds of groups every step)
-        need += g.n * (blocks(g.n_in + g.generated + ahead) if g.prefilled >= g.target else g.held(kv, ahead))
-    while need > kv.blocks and len(running) > 1 or (running and running[0].n > 1 and need > kv.blocks):
+    the running requests counted (``Held``): the blocks they hold for the next step (`ahead` steps: vLLM V0's
+    multi-step pass, whose decodes each reserve SchedulerPolicy.multi_step - 1 lookahead slots, core/scheduler.py
+    _append_slots), their number and their decodes."""
+    held = Held(running, kv, ahead)
+    recount = False
+    while held.blocks > kv.blocks and len(running) > 1 or (running and running[0].n > 1 and held.blocks > kv.blocks):
         g = running[-1]
         each = g.held(kv, ahead)
-        k = min(g.n, -(-(need - kv.blocks) // each))
+        k = min(g.n, -(-(held.blocks - kv.blocks) // each))
         if k == g.n and len(running) == 1:
             k -= 1  # the first request in line keeps running (vLLM refuses a request no cache could hold)
+        recount = held.leave(g, k, each) or recount
         part = g.split(k) if k < g.n else running.pop()
         if not (keep_prefill and not part.decoding):
             part.prefilled, part.target = 0, part.n_in + part.generated
         part.chunk = 0
         waiting.insert(0, part)
-        need -= k * each
-    return need
+    if recount:
+        held.least_left = min((g.n_out - g.generated for g in running if g.prefilled >= g.target), default=math.inf)
+    return held
 
 
-def schedule_running(running: list[Group], budget: int, decodes: bool = True) -> tuple[list[Group], int]:
+class StepLoad:
+    """One engine step's scheduled groups: those prefilling and those decoding (in the order scheduled), and what
+    StepCost.seconds reads of them: the scheduled `tokens`, the `rows` that sample (every decode, and a prefill's
+    last chunk unless the engine samples its first token in a decode step, `first_in_decode`), the decoding
+    sequences and their cached tokens, the prefill chunks' causal (query, key) `pairs` and their prompts' mean
+    `length` weighted by chunk tokens; and of the decodes, the fewest tokens any has left to generate and whether any
+    has yet to give its first. ``schedule_running`` counts the decodes it schedules whole as it goes (the step's
+    bulk, hundreds of groups: one pass for both); ``tally`` the rest."""
+
+    __slots__ = ("prefilling", "decoding", "tokens", "rows", "decodes", "kv_tokens", "pairs", "length",
+                 "least_left", "first_token", "first_in_decode", "rest", "seen")
+
+    def __init__(self, first_in_decode: bool) -> None:
+        self.prefilling: list[Group] = []
+        self.decoding: list[Group] = []
+        self.tokens = self.rows = self.decodes = self.kv_tokens = 0
+        self.pairs, self.length, self.least_left, self.first_token = 0.0, 0.0, math.inf, False
+        self.first_in_decode = first_in_decode
+        self.rest: list[Group] = []  # what schedule_running scheduled and did not count (prefill chunks, a split)
+        self.seen = 0  # the scheduled groups schedule_running saw: those after it, admitted, are counted by tally
+
+    @classmethod
+    def all_decoding(cls, running: list[Group], held: Held, first_in_decode: bool) -> StepLoad:
+        """The step in which every running group decodes (none prefilling, the token budget holds them all),
+        ``schedule_running``'s every group a decode token, in order, counted from `held` (each decode's chunk of one
+        token is implied: a chunk is read only where schedule_running or admit set it)."""
+        load = cls(first_in_decode)
+        load.decoding = list(running)
+        load.tokens = load.decodes = held.decodes
+        load.kv_tokens, load.least_left, load.first_token = held.kv_tokens, held.least_left, held.unstarted > 0
+        load.seen = len(running)
+        return load
+
+    def tally(self, scheduled: list[Group]) -> StepLoad:
+        """Counts the scheduled groups that ``schedule_running`` did not (``rest``, then those scheduled after it)."""
+        decode, prefill = self.decoding.append, self.prefilling.append
+        tokens, rows, decodes, kv_tokens = self.tokens, 0, self.decodes, self.kv_tokens
+        chunks = weighted = 0
+        pairs, least, first = self.pairs, self.least_left, self.first_token
+        for g in self.rest + scheduled[self.seen:]:
+            n, chunk = g.n, g.chunk
+            tokens += n * chunk
+            generated = g.generated
+            if g.prefilled >= g.target:  # decoding
+                decode(g)
+                decodes += n
+                kv_tokens += n * (g.n_in + generated)
+                if g.n_out - generated < least:
+                    least = g.n_out - generated
+                if not generated:
+                    first = True
+                continue
+            prefill(g)
+            chunks += n * chunk
+            weighted += n * chunk * g.target
+            pairs += n * (chunk * g.prefilled + chunk * (chunk + 1) / 2)
+            if g.prefilled + chunk >= g.target and (g.generated or not self.first_in_decode):
+                rows += n
+        self.tokens, self.rows, self.decodes, self.kv_tokens = tokens, rows + decodes, decodes, kv_tokens
+        self.pairs, self.length = pairs, weighted / chunks if chunks else 0.0
+        self.least_left, self.first_token = least, first
+        return self
+
+
+def schedule_running(running: list[Group], budget: int, load: StepLoad,
+                     decodes: bool = True) -> tuple[list[Group], int]:
     """vLLM V1 schedules the running requests first, in order: a decode token each, or a prefill's next chunk (whole
     while the token budget lasts, then one partial chunk); returns the scheduled groups and the budget left. Without
-    `decodes`, only the prefills' chunks (a prefill-only step, SchedulerPolicy.mixed False)."""
+    `decodes`, only the prefills' chunks (a prefill-only step, SchedulerPolicy.mixed False). The decodes scheduled
+    whole are counted into `load` as they are scheduled, the other groups left to StepLoad.tally (``load.rest``)."""
     scheduled: list[Group] = []
+    decoding, rest = load.decoding, load.rest
+    count = kv_tokens = 0
+    least, first = load.least_left, load.first_token
     for g in list(running):
         if budget <= 0:
             break
@@ -141,28 +272,42 @@ def schedule_running(running: list[Group], budget: int, decodes: bool = True) ->
         if need <= 0:
             if not decodes:
                 continue
-            if budget >= g.n:  # (the common case first: every request of the group decodes)
-                g.chunk, budget = 1, budget - g.n
+            n = g.n
+            if budget >= n:  # (the common case first: every request of the group decodes)
+                g.chunk, budget = 1, budget - n
                 scheduled.append(g)
+                decoding.append(g)
+                count += n
+                generated = g.generated
+                kv_tokens += n * (g.n_in + generated)
+                if g.n_out - generated < least:
+                    least = g.n_out - generated
+                if not generated:
+                    first = True
                 continue
             need = 1
         full = budget // need
         if full >= g.n:
             g.chunk, budget = need, budget - need * g.n
             scheduled.append(g)
+            rest.append(g)
             continue
         if full:
             part = g.split(full)
             running.insert(running.index(g), part)
             part.chunk, budget = need, budget - need * full
             scheduled.append(part)
+            rest.append(part)
         if budget and need > 1:  # one more request takes a partial chunk
             part = g.split(1) if g.n > 1 else g
             if part is not g:
                 running.insert(running.index(g), part)
             part.chunk, budget = budget, 0
             scheduled.append(part)
+            rest.append(part)
         break
+    load.tokens, load.decodes, load.kv_tokens = count, count, kv_tokens
+    load.least_left, load.first_token, load.seen = least, first, len(scheduled)
     return scheduled, budget
 
 

@@ -192,16 +192,24 @@ def _generation_sol(gpu: str, n_kv: int, head: int, kv_bytes: float, c: list[flo
 
 @cache
 def _gemm_sites(gpu: str, dtype: str) -> dict[tuple[int, int], tuple[list[int], list[float]]]:
+    """The measured (n, k) sites, each its sweep's (m, latency ms) as the table holds them (``_site_curve``: held to
+    the speed of light)."""
     sites = {}
-    for key, (ms, lats) in _part(gpu, "gemm", dtype)["sites"].items():
-        n, k = (int(v) for v in key.split(","))
-        clamped = [max(lat, gemm_sol_ms(gpu, m, n, k, dtype)) for m, lat in zip(ms, lats, strict=True)]
-        sites[(n, k)] = (ms, clamped)
+    for key, curve in _part(gpu, "gemm", dtype)["sites"].items():
+        n, k = key.split(",")
+        sites[(int(n), int(k))] = curve
     return sites
 
 
-def _curve_ms(gpu: str, dtype: str, site: tuple[int, int], m: float) -> float:
+@cache  # a site's curve, clamped once where a step first reads it (not every site's at load)
+def _site_curve(gpu: str, dtype: str, site: tuple[int, int]) -> tuple[list[int], list[float]]:
+    """One site's sweep, each latency at least the GEMM's speed of light (``gemm_sol_ms``)."""
     ms, lats = _gemm_sites(gpu, dtype)[site]
+    return ms, [max(lat, gemm_sol_ms(gpu, m, *site, dtype)) for m, lat in zip(ms, lats, strict=True)]
+
+
+def _curve_ms(gpu: str, dtype: str, site: tuple[int, int], m: float) -> float:
+    ms, lats = _site_curve(gpu, dtype, site)
     i = bisect.bisect_left(ms, m)
     if i < len(ms) and ms[i] == m:
         return lats[i]
@@ -215,18 +223,28 @@ def _curve_ms(gpu: str, dtype: str, site: tuple[int, int], m: float) -> float:
     return lats[i - 1] + (lats[i] - lats[i - 1]) * w
 
 
+@cache  # a step's GEMMs ask the same few (n, k) at every m
+def _near_sites(gpu: str, dtype: str, n: float, k: float) -> list[tuple[float, tuple[int, int]]]:
+    """The measured (n, k) sites within GEMM_MAX_OCTAVES of (n, k) in joint log2 space, nearest first, as (distance,
+    site) (``gemm_ms``' ranking, which then keeps those whose sweep covers its m)."""
+    q = (math.log2(n), math.log2(k))
+    ranked = [(math.dist(q, (math.log2(site[0]), math.log2(site[1]))), site) for site in _gemm_sites(gpu, dtype)]
+    return sorted(r for r in ranked if r[0] <= GEMM_MAX_OCTAVES)
+
+
 def gemm_ms(gpu: str, m: float, n: float, k: float, dtype: str = "bf16") -> float:
     """Latency in ms of one (m x k) @ (k x n) GEMM as vLLM runs it (bf16: torch.nn.functional.linear; fp8: per-tensor
     scaled CUTLASS), aiconfigurator's ScatteredSites resolution (module docstring)."""
     sites = _gemm_sites(gpu, dtype)
     if (n, k) in sites:
         return _curve_ms(gpu, dtype, (int(n), int(k)), m)
-    q = (math.log2(n), math.log2(k))
     ranked = []
-    for site, (ms, _) in sites.items():
+    for d, site in _near_sites(gpu, dtype, n, k):  # nearest first: the first GEMM_NN_SITES whose sweep covers m
+        ms = sites[site][0]
         if ms[0] <= m <= ms[-1]:
-            ranked.append((math.dist(q, (math.log2(site[0]), math.log2(site[1]))), site))
-    ranked = sorted(r for r in ranked if r[0] <= GEMM_MAX_OCTAVES)[:GEMM_NN_SITES]
+            ranked.append((d, site))
+            if len(ranked) == GEMM_NN_SITES:
+                break
     if not ranked:
         raise KernelTableError(f"{_system(gpu)} {dtype} GEMM: no measured (n, k) within {GEMM_MAX_OCTAVES:g} octaves "
                                f"of ({n:g}, {k:g}) covering m = {m:g}")

@@ -47,11 +47,11 @@ from ..errors import LlmcalcError
 from ..records import dataclass
 from . import cdna, comm, engines, kernel_tables
 from .engine_queue import (
-    COUNT,
     RATIO_JUMP,
     Group,
     KvBudget,
     Slots,
+    StepLoad,
     admit,
     decode_run,
     merged,
@@ -586,47 +586,6 @@ def decode_run_seconds(cost: StepCost, base: float, kv_tokens: float, sequences:
 
 
 
-class StepLoad:
-    """One engine step's scheduled groups in one pass: those prefilling and those decoding (in the order
-    scheduled), and what StepCost.seconds reads of them: the scheduled `tokens`, the `rows` that sample (every
-    decode, and a prefill's last chunk unless the engine samples its first token in a decode step,
-    SchedulerPolicy.first_in_decode), the decoding sequences and their cached tokens, the prefill chunks' causal
-    (query, key) `pairs` and their prompts' mean `length` weighted by chunk tokens; and of the decodes, the fewest
-    tokens any has left to generate and whether any has yet to give its first."""
-
-    __slots__ = ("prefilling", "decoding", "tokens", "rows", "decodes", "kv_tokens", "pairs", "length",
-                 "least_left", "first_token")
-
-    def __init__(self, scheduled: list[Group], first_in_decode: bool) -> None:
-        self.prefilling: list[Group] = []
-        self.decoding: list[Group] = []
-        decode, prefill = self.decoding.append, self.prefilling.append
-        tokens = rows = decodes = kv_tokens = chunks = weighted = 0
-        pairs, least, first = 0.0, math.inf, False
-        for g in scheduled:
-            n, chunk = g.n, g.chunk
-            tokens += n * chunk
-            generated = g.generated
-            if g.prefilled >= g.target:  # decoding
-                decode(g)
-                decodes += n
-                kv_tokens += n * (g.n_in + generated)
-                if g.n_out - generated < least:
-                    least = g.n_out - generated
-                if not generated:
-                    first = True
-                continue
-            prefill(g)
-            chunks += n * chunk
-            weighted += n * chunk * g.target
-            pairs += n * (chunk * g.prefilled + chunk * (chunk + 1) / 2)
-            if g.prefilled + chunk >= g.target and (g.generated or not first_in_decode):
-                rows += n
-        self.tokens, self.rows, self.decodes, self.kv_tokens = tokens, rows + decodes, decodes, kv_tokens
-        self.pairs, self.length = pairs, weighted / chunks if chunks else 0.0
-        self.least_left, self.first_token = least, first
-
-
 def multi_step_seconds(steps: int) -> float:
     """What the host's work takes off a pass of `steps` decode steps under vLLM V0's multi-step scheduling: the
     scheduler, input preparation and output processing (ENGINE_STEP_SECONDS a step) run once a pass instead of once a
@@ -679,28 +638,34 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
         while next_arrival < len(arrivals) and arrivals[next_arrival] <= t and in_flight < clients:
             waiting += _new_groups(work, lengths, next_arrival, 1, arrivals[next_arrival])
             next_arrival, in_flight = next_arrival + 1, in_flight + 1
-        before, queued = sum(map(COUNT, running)), len(waiting)
-        used = held = preempt(running, waiting, kv, keep_prefill=policy.prefix_cache,  # blocks after the step
-                              ahead=policy.multi_step)
+        queued = len(waiting)
+        counted = preempt(running, waiting, kv, keep_prefill=policy.prefix_cache, ahead=policy.multi_step)
+        used = held = counted.blocks  # blocks after the step
         preempted = len(waiting) > queued  # (preempt moves each preempted group to the waiting queue's head)
-        count = sum(map(COUNT, running)) if preempted else before
+        count = counted.count
         if policy.admission == "ratio" and preempted:  # SGLang's retraction
             ratio = retracted_ratio(running, policy)
         if policy.admission != "prompt":
             used = sum(g.n * g.reserved(kv, policy, ratio) for g in running)
-        scheduled, budget = schedule_running(running, token_budget, decodes=policy.mixed)
+        if policy.mixed and not counted.prefilling and counted.decodes <= token_budget:  # every running one decodes
+            step = StepLoad.all_decoding(running, counted, policy.first_in_decode)
+            scheduled, budget = list(running), token_budget - counted.decodes
+        else:
+            step = StepLoad(policy.first_in_decode)
+            scheduled, budget = schedule_running(running, token_budget, step, decodes=policy.mixed)
         slots = Slots(count, limit, kv, used, policy)  # (schedule_running's splits keep the count)
         # vLLM V1 admits no waiting request in a step that preempted (SchedulerPolicy.admit_after_preempt)
         admitted = admit(waiting, running, scheduled, budget if policy.admit_after_preempt or not preempted else 0,
                           slots, whole_below=whole_below)
         if not scheduled and running:  # nothing to prefill (an engine that does not mix): decode the running
-            scheduled, _ = schedule_running(running, token_budget)
+            step = StepLoad(policy.first_in_decode)
+            scheduled, _ = schedule_running(running, token_budget, step)
         if not scheduled:  # idle until the next arrival
             if next_arrival < len(arrivals):
                 t = max(t, arrivals[next_arrival])
                 continue
             raise LlmcalcError("the engine could schedule nothing (a bug: please report)")
-        step = StepLoad(scheduled, policy.first_in_decode)
+        step.tally(scheduled)
         prefilling, decoding, dec, kv_tokens = step.prefilling, step.decoding, step.decodes, step.kv_tokens
         # every running request decodes this step, as one group each: no group splits or comes alike to another
         # (a preemption only took groups off the queue's tail, or requests out of its last group)
