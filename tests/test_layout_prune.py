@@ -31,17 +31,17 @@ SMALL = [("llama-3.2-1b", 16, 4096, 64),  # dense: pp, vpp, ZeRO-3, every recomp
          ("llama-3-8b", 32, 16384, 64)]  # cp up to 16 beside tp, pp and vpp
 
 
-def valid_layouts(spec, n, seq, batch, dev):
+def valid_layouts(spec, n, seq, batch, dev, tp_overlap=False):
     """The search's candidates (layout.layout_candidates) that make a valid layout (make_layout refuses the rest)."""
     for c in layout.layout_candidates(spec, n, seq, batch, dev.network.gpus_per_node):
         try:
             yield layout.make_layout(spec, n, seq, batch, tp=c.tp, cp=c.cp, pp=c.pp, vpp=c.vpp, ep=c.ep,
-                                     micro_batch=c.micro_batch, etp=c.etp or None)
+                                     micro_batch=c.micro_batch, etp=c.etp or None, tp_overlap=tp_overlap)
         except LlmcalcError:
             continue
 
 
-def _floors_hold(model: str, n: int, seq: int, batch: int) -> int:
+def _floors_hold(model: str, n: int, seq: int, batch: int, tp_overlap: bool = False) -> int:
     """For every valid candidate of the search and every recomputation and ZeRO stage it could get: the floors the
     search takes in turn never decrease (work <= ranks <= paths <= + optimizer <= the floor of that setting <= + its
     DP), up to their rounding margin, and the last is at most both the step predict gives the layout with the
@@ -50,7 +50,7 @@ def _floors_hold(model: str, n: int, seq: int, batch: int) -> int:
     spec = load_model(model)
     dev = kernels.device_for("h100-sxm")
     checked = 0
-    for lay in valid_layouts(spec, n, seq, batch, dev):
+    for lay in valid_layouts(spec, n, seq, batch, dev, tp_overlap):
         first = layout_floors(spec, dev, lay, seq)
         assert first.work * (1 - 2e-9) <= first.ranks <= first.paths <= first.optimizer, (lay, first)
         for rc in ("none", "selective", "full"):
@@ -73,6 +73,12 @@ def _floors_hold(model: str, n: int, seq: int, batch: int) -> int:
 @pytest.mark.parametrize("model, n, seq, batch", SMALL[:3])
 def test_floor_is_at_most_every_full_evaluation(model, n, seq, batch):
     assert _floors_hold(model, n, seq, batch) > 100
+
+
+def test_floor_holds_with_tp_overlap():
+    """--tp-overlap's layouts (the SMs it holds, split GEMMs, the exposed chunks: collectives.add_tp_comm) keep every
+    floor the search takes at most their step."""
+    assert _floors_hold("llama-3.2-1b", 16, 4096, 64, tp_overlap=True) > 100
 
 
 @pytest.mark.slow
@@ -115,6 +121,8 @@ def _same_top(model: str, n: int, seq: int, batch: int, top: int = 10, **step) -
     ("deepseek-v3", 2048, 4096, 4096, 10, {}),  # MLA, MTP and 256 experts on 2,048 GPUs (bench_layout's case)
     ("llama-3.1-405b", 16384, 8192, 2048, 10, {}),  # dense on 16,384 GPUs (bench_layout's case)
     ("llama-3-8b", 256, 4096, 256, 10, {"network": "100G-x1-fat-tree", "pins": {"zero": 3}}),  # FSDP: HSDP best
+    ("llama-3.2-1b", 16, 4096, 64, 10, {"tp_overlap": None}),  # --tp-overlap searched: on and off where tp > 1
+    ("llama-3-70b", 64, 8192, 512, 10, {"tp_overlap": None}),  # ... and chosen by the best
 ])
 def test_pruned_search_has_the_exhaustive_searchs_best(model, n, seq, batch, top, step):
     _same_top(model, n, seq, batch, top, **step)
@@ -129,7 +137,8 @@ def test_pruned_search_has_the_exhaustive_searchs_best_on_the_benchmark_cases(mo
 def test_layout_says_what_it_evaluated():
     """The text names the bounded layouts and the losers' scope; --exhaustive prints today's counts line (no
     bounded) over every layout; the JSON's counts keep their keys and add `bounded`."""
-    base = ("layout", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", 64, "--seq-len", 8192, "--global-batch", 512)
+    base = ("layout", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", 64, "--seq-len", 8192, "--global-batch", 512,
+            "--no-tp-overlap")
     pruned, whole = run(*base), run(*base, "--exhaustive")
     assert pruned.exit_code == 0 and whole.exit_code == 0
     assert "bounded (not evaluated" in pruned.stdout and "layouts evaluated:" in pruned.stdout

@@ -77,7 +77,7 @@ def reproduce(ctx: click.Context, model: str, search: LayoutSearch) -> dict[str,
     common = ["--micro-batch", str(lay.micro_batch), "--zero", str(lay.zero), "--recompute", pred.recompute, *hsdp]
     train = ["llmcalc", "train", model, "--tokens", TOKENS, *where, *batch, *degrees, *common,
              "--schedule", lay.schedule, *expert, *_flag(ctx, "causal", ctx.params["causal"]),
-             *_flag(ctx, "tp_overlap", ctx.params["tp_overlap"]), *_typed(ctx, ["reserve_gib"]),
+             *_flag(ctx, "tp_overlap", lay.tp_overlap), *_typed(ctx, ["reserve_gib"]),
              *_typed(ctx, [p.name for p in ctx.command.params if p.name not in TRAIN_SKIPS])]
     memory = ["llmcalc", "memory", model, *where, *batch, *degrees, *common,
               *_typed(ctx, [name for name in MEMORY_TAKES if name != "sequence_parallel"]),

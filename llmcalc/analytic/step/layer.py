@@ -289,12 +289,14 @@ def _split_seconds(ctx: StepContext, parts: int, shape: tuple[float, float, floa
 
         seconds = parts / s x linear(m x s / parts, k, n),  s = min(parts, TP_OVERLAP_STREAMS)
 
-    (each chunk alone would leave waves of SMs idle where m / parts rows make few tiles)."""
+    (each chunk alone would leave waves of SMs idle where m / parts rows make few tiles), never less than the whole
+    linear's: the same FLOPs in smaller tiles run no faster."""
     m, k, n = shape
     streams = min(parts, constants.TP_OVERLAP_STREAMS)
-    f, d, w = ctx.gemm(m * streams / parts, k, n)
     scale = parts / streams
-    return f * scale, d * scale, w * scale
+    split = ctx.gemm(m * streams / parts, k, n)
+    whole = ctx.gemm(m, k, n)
+    return max(split[0] * scale, whole[0]), max(split[1] * scale, whole[1]), max(split[2] * scale, whole[2])
 
 
 def _head_times(ctx: StepContext) -> StageTimes:

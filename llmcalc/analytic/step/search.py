@@ -39,7 +39,7 @@ from .train import global_batch_sequences, networked_device, option_flag
 @per_call
 def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_batch: int, causal: bool = False,
                    recompute: str | None = None, dtype: str = "bf16", progress: Callable[[int], Callable[[], None]]
-                   | None = None, tp_overlap: bool = False, recipe: str = "bf16-mixed", top: int = 10,
+                   | None = None, tp_overlap: bool | None = False, recipe: str = "bf16-mixed", top: int = 10,
                    exhaustive: bool = False, reserve_gib: float = 0.0, pins: dict[str, Any] | None = None,
                    **step: Any) -> tuple[list, list, dict]:  # long: the search's phases
     """Every layout tp x cp x pp (x vpp, micro-batch, recomputation) of `n_gpus`, checked against the memory
@@ -52,8 +52,9 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     A layout fits where its peak is at most the GPU's usable memory less `reserve_gib` (--reserve-gib, as memory).
     `pins`: the degrees, micro-batch (layout.PINNED), ZeRO stage and sequence parallelism `layout` was given: only
     layouts with those are tried.
-    `progress(total)` (optional) returns a function called once per layout tried; `tp_overlap` times every
-    layout with its TP collectives under the GEMMs (`_tp_exposed`).
+    `progress(total)` (optional) returns a function called once per layout tried; `tp_overlap` True times every
+    layout with TransformerEngine's comm+GEMM overlap (collectives.add_tp_comm), False without it, None tries both
+    where the overlap applies (`_tp_variants`).
 
     Pruned (the default): every valid layout first gets `_step_floor`, a lower bound of its step whatever
     recomputation and ZeRO stage it would get; in order of that floor the layouts are evaluated in full (memory,
@@ -94,7 +95,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     plain_step = {k: v for k, v in step.items() if k not in ("ep_overlap", "ep_dispatcher")}
     # make_layout of each candidate with the step settings, else (where they differ) without the all-to-all ones
     options = dict(schedule=None, zero=DEFAULT_ZERO if zero_pin is None else zero_pin, sequence_parallel=sp_pin,
-                   dp_overlap=True, tp_overlap=tp_overlap)
+                   dp_overlap=True, tp_overlap=False)  # the overlap where it applies: _tp_variants
     makers: list[Callable[[tuple, bool], Layout] | None] = []
     for given in [step] + ([plain_step] if plain_step != step else []):
         try:
@@ -126,13 +127,14 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             counts["invalid"] += 1
             slot += 1
             continue
-        for variant in _expert_variants(spec, lay, step, per_node):
+        for variant in [e for t in _tp_variants(lay, tp_overlap, per_node)
+                        for e in _expert_variants(spec, t, step, per_node)]:
             index, slot, lay = slot, slot + 1, variant
             if exhaustive:
                 layouts.append((0.0, index, _MEMORY, lay, None))
                 continue
             # its work floor (_first_floors)
-            degrees = (which, tp, cp, pp, mb, ep, etp, lay.ep_dispatcher, lay.ep_overlap)
+            degrees = (which, tp, cp, pp, mb, ep, etp, lay.ep_dispatcher, lay.ep_overlap, lay.tp_overlap)
             fields = fields_of.get(degrees)
             if fields is None:
                 fields = fields_of[degrees] = (LayerLayout.of(lay), ExpertLayout.of(lay))
@@ -347,6 +349,22 @@ def _expert_variants(spec: ModelSpec, lay: Layout, step: dict[str, Any], per_nod
             for d in dispatchers for o in overlaps]
 
 
+def _tp_variants(lay: Layout, tp_overlap: bool | None, per_node: int) -> list[Layout]:
+    """The layouts `layout` tries for one candidate (`lay`, made without the overlap) by --tp-overlap: given
+    (`tp_overlap` True), the layout with it where tp > 1 (tp 1 has no TP collective); left open (None), where the
+    overlap applies (tp > 1, sequence parallelism on: TransformerEngine's userbuffers overlap the all-gathers and
+    reduce-scatters SP runs; the TP group inside one node of `per_node` GPUs: CUDA IPC handles), the layout without
+    and with it (each at its cost: collectives.add_tp_comm); else `lay` alone."""
+    if tp_overlap is False or lay.tp == 1:
+        return [lay]
+    on = replaced(lay, {"tp_overlap": True})
+    if tp_overlap:
+        return [on]
+    if not lay.sequence_parallel or lay.tp * _stride(lay, "tp") > per_node:
+        return [lay]
+    return [lay, on]
+
+
 def _hsdp_shards(lay: Layout, per_node: int) -> list[int]:
     """The HSDP shard groups `layout` tries for a layout that fits only as ZeRO-3 (FSDP) whose data-parallel group
     spans nodes: the dp ranks of 1, 2, 4, ... whole nodes (PyTorch FSDP's HYBRID_SHARD: "FULL_SHARD within a node,
@@ -476,23 +494,28 @@ class LayoutSearch:
 
 
 def searched_knobs(spec: ModelSpec, pins: dict[str, Any], step: dict[str, Any], recompute: str | None,
-                   tp_overlap: bool) -> tuple[str, ...]:
+                   tp_overlap: bool | None, best: Layout | None = None) -> tuple[str, ...]:
     """`layout`'s knobs in three lines: those it searched (the degrees and micro-batch not pinned; the recomputation
     and ZeRO stage that fit; HSDP shard groups of the FSDP layouts; for MoE models the expert dispatcher and EP
-    overlap where the command line left them open), those taken as given, and those it does not vary and why."""
+    overlap where the command line left them open; --tp-overlap where it was left open, saying what the best layout
+    (`best`) took), those taken as given, and those it does not vary and why."""
     degrees = [k.replace("_", "-") for k in PINNED if k not in pins and (spec.is_moe or k not in ("ep", "etp"))]
     searched = degrees + ([] if recompute else ["recompute none/selective/full"]) \
         + ([] if "zero" in pins else ["ZeRO-1 else ZeRO-3 (FSDP)"]) \
         + ([] if "dp_shard" in step or pins.get("zero") in (0, 1, 2) else
            ["HSDP shard groups of 1, 2, 4 ... nodes where only FSDP fits across nodes (--dp-shard)"]) \
-        + [option_flag(k) for k in ("ep_dispatcher", "ep_overlap") if spec.is_moe and k not in step]
+        + [option_flag(k) for k in ("ep_dispatcher", "ep_overlap") if spec.is_moe and k not in step] \
+        + ([] if tp_overlap is not None else
+           ["--tp-overlap on/off where tp > 1 inside one node (the best: "
+            + ("on" if best is not None and best.tp_overlap else "off" if best is not None and best.tp > 1
+               else "tp 1, none") + ")"])
     given = [option_flag(k) for k in (*PINNED, "zero", "dp_shard", "ep_dispatcher", "ep_overlap", "cp_comm",
                                       "first_stage_layers", "last_stage_layers", "pipeline_layout",
                                       "fp8_param_gather") if k in pins or k in step]
-    overlap = "on" if tp_overlap else "off"
+    if tp_overlap is not None:
+        given.append(f"--tp-overlap {'on (where tp > 1)' if tp_overlap else 'off'}")
     return (f"knobs searched: {'; '.join(searched)}",
-            "knobs given: " + (", ".join(given) if given else "none") + f"; --tp-overlap {overlap} as given "
-            "(modelled without the SMs it borrows, so searching it would always choose it)",
+            "knobs given: " + (", ".join(given) if given else "none"),
             "knobs not searched: --first/--last-stage-layers and --pipeline-layout (the recipe's stage split), "
             "--cp-comm, --fp8-param-gather (recipe facts, applied as given); partial recompute (--recompute-layers, "
             "--recompute-modules: time it with `llmcalc train`)")
@@ -501,18 +524,25 @@ def searched_knobs(spec: ModelSpec, pins: dict[str, Any], step: dict[str, Any], 
 @per_call
 def rank_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_batch: int | None = None,
                  global_batch_tokens: float | None = None, causal: bool = False, recompute: str | None = None,
-                 tp_overlap: bool = False, progress: Callable[[int], Callable[[], None]] | None = None,
+                 tp_overlap: bool | None = False, progress: Callable[[int], Callable[[], None]] | None = None,
                  top: int = 10, exhaustive: bool = False, reserve_gib: float = 0.0, **step: Any) -> LayoutSearch:
     """`llmcalc layout`: search_layouts for the global batch given in sequences or tokens; no layout that fits
     is an error naming what to change. `step`: the recipe and STEP_DEFAULTS' settings, for every layout; `top`:
     how many layouts are listed, each of them exact (search_layouts; at least the ten best are, whose figures the
-    losers' table compares); `exhaustive`: evaluate every layout (search_layouts)."""
+    losers' table compares); `exhaustive`: evaluate every layout (search_layouts); `tp_overlap` None: tried both
+    ways where it applies (search_layouts)."""
     batch = global_batch_sequences(global_batch, global_batch_tokens, seq_len, required=True)
     assert batch is not None  # required: exactly one of the two was given
     pins = {k: step.pop(k) for k in (*PINNED, "zero", "sequence_parallel") if step.get(k) is not None}
     if pins.keys() & set(PINNED):  # the given degrees refused as train refuses them, before any search
         make_layout(spec, n_gpus, seq_len, batch, **{k: v for k, v in pins.items() if k != "vpp" or v > 1},
                     **{k: v for k, v in step.items() if k in STEP_DEFAULTS and v is not None})
+    if tp_overlap and pins.get("tp") == 1:
+        raise LlmcalcError("--tp-overlap overlaps the tensor-parallel collectives with the GEMMs; --tp 1 has none: "
+                           "give --tp 2 or more, or leave --tp-overlap out (layout then tries it where tp > 1)")
+    if tp_overlap and pins.get("sequence_parallel") is False:
+        raise LlmcalcError("--tp-overlap splits the all-gather / reduce-scatter of sequence parallelism around "
+                           "the GEMMs; it needs --sequence-parallel (drop --no-sequence-parallel)")
     if step.get("cp_comm") == "a2a+p2p":
         raise LlmcalcError("--cp-comm a2a+p2p needs its all-to-all size for one cp degree (train --cp-a2a-size); "
                            "layout tries many: use p2p, all-gather or a2a here")
@@ -534,4 +564,4 @@ def rank_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_ba
                         losers=losers, counts=counts, recipe=step.get("recipe") or "bf16-mixed",
                         optimizer=step.get("optimizer") or "adamw", reserve_gib=reserve_gib,
                         knobs=searched_knobs(spec, pins, {k: v for k, v in step.items() if v is not None},
-                                             recompute, tp_overlap))
+                                             recompute, tp_overlap, best=ranked[0][0].layout))
