@@ -142,23 +142,26 @@ def test_layout_says_what_it_evaluated():
     pruned, whole = run(*base), run(*base, "--exhaustive")
     assert pruned.exit_code == 0 and whole.exit_code == 0
     assert "bounded (not evaluated" in pruned.stdout and "layouts evaluated:" in pruned.stdout
-    assert "searched 435 layouts: 435 fit, 0 do not fit in memory, 0 contradict" in whole.stdout
-    assert "bounded" not in whole.stdout and "(top 10 of 435 that fit)" in whole.stdout
     data = json.loads(run(*base, "--format", "json").stdout)
     counts = data["counts"]
-    assert set(counts) == {"searched", "fit", "oom", "invalid", "bounded", "hsdp"} and counts["searched"] == 435
-    assert counts["fit"] + counts["oom"] + counts["invalid"] + counts["bounded"] == 435
+    n = counts["searched"]  # 435 candidates and the uneven pipeline splits tried beside those with pp > 1
+    assert n > 435 and f"searched {n:,} layouts: {n:,} fit, 0 do not fit in memory, 0 contradict" in whole.stdout
+    assert "bounded" not in whole.stdout and f"(top 10 of {n:,} that fit)" in whole.stdout
+    assert set(counts) == {"searched", "fit", "oom", "invalid", "bounded", "hsdp"}
+    assert counts["fit"] + counts["oom"] + counts["invalid"] + counts["bounded"] == n
     full = json.loads(run(*base, "--exhaustive", "--format", "json").stdout)
     assert full["layouts"] == data["layouts"] and full["counts"]["bounded"] == 0
 
 
 def test_nothing_to_compare_is_said_in_one_line_not_an_empty_table():
     """3 GPUs and a global batch of 7 sequences leave llama-3-8b one layout (pp 3: 7 is prime, tp and cp need
-    head and sequence divisors that 3 does not give here): no losers' table with a header and no rows, a note."""
+    head and sequence divisors that 3 does not give here; its stage split given, so no uneven one is tried): no
+    losers' table with a header and no rows, a note."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from clirun import cli_json, run
 
-    args = ("layout", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", "3", "--global-batch", "7")
+    args = ("layout", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", "3", "--global-batch", "7",
+            "--first-stage-layers", "11", "--last-stage-layers", "10")
     data = cli_json(*args)
     assert data["counts"]["fit"] == 1 and data["losers"] == []
     text = run(*args).stdout
@@ -277,8 +280,9 @@ def test_layouts_built_without_init_are_the_constructors():
 def test_the_searchs_layouts_are_make_layouts(model, n, seq, batch):
     """search_layouts builds its candidates without the checks their degrees already pass: the layouts it ranks are
     make_layout's of the same degrees (the same fields in the same order, but the ZeRO stage that fit and the expert
-    dispatcher and EP overlap the search tries for an MoE model's all-to-alls), and the candidates it counts invalid
-    are those make_layout refuses, with the search's step settings or without."""
+    dispatcher and EP overlap the search tries for an MoE model's all-to-alls; its uneven pipeline splits are
+    make_layout's with those --first/--last-stage-layers), and the candidates it counts invalid are those make_layout
+    refuses, with the search's step settings or without."""
     spec = load_model(model)
     dev = kernels.device_for("h100-sxm")
     for step in ({}, {"cp_comm": "a2a"}):
@@ -297,6 +301,11 @@ def test_the_searchs_layouts_are_make_layouts(model, n, seq, batch):
         for pred, _ in ranked:
             got = pred.layout
             want = made[got.tp, got.cp, got.pp, got.vpp, got.micro_batch, got.ep, got.etp]
+            if got.first_stage_layers or got.last_stage_layers:  # an uneven split: make_layout takes it
+                want = layout.make_layout(spec, n, seq, batch, tp=got.tp, cp=got.cp, pp=got.pp, vpp=got.vpp,
+                                          ep=got.ep, micro_batch=got.micro_batch, etp=want.etp or None,
+                                          first_stage_layers=got.first_stage_layers,
+                                          last_stage_layers=got.last_stage_layers, **step)
             tried = replace(want, zero=got.zero, ep_dispatcher=got.ep_dispatcher, ep_overlap=got.ep_overlap,
                             dp_shard=got.dp_shard)
             assert list(vars(got).items()) == list(vars(tried).items())

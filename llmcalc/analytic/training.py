@@ -557,7 +557,8 @@ def choose_layout(request: TrainRequest, spec: ModelSpec) -> tuple[TrainRequest,
     degrees = dict(tp=lay.tp, cp=lay.cp, pp=lay.pp, vpp=lay.vpp, ep=lay.ep, etp=lay.expert_tp,
                    micro_batch=lay.micro_batch, zero=lay.zero, schedule=lay.schedule)
     layout.update({k: v for k, v in degrees.items() if (k, v) not in (("ep", 1), ("etp", lay.tp))})  # a dense model
-    chosen = {k: getattr(lay, k) for k in ("dp_shard", "ep_dispatcher", "ep_overlap", "tp_overlap")  # also tried
+    chosen = {k: getattr(lay, k) for k in ("dp_shard", "ep_dispatcher", "ep_overlap", "tp_overlap",  # also tried
+                                           "first_stage_layers", "last_stage_layers")
               if getattr(lay, k) != {**STEP_DEFAULTS, "tp_overlap": False}[k]}
     layout.update(chosen)
     choice = {"global_batch": batch, "global_batch_why": why, "source": "recommended", **degrees, **chosen,

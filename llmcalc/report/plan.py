@@ -190,7 +190,8 @@ def describe(p: StepPrediction) -> dict[str, Any]:
             "etp": lay.expert_tp, "micro_batch": lay.micro_batch, "zero": lay.zero, "recompute": p.recompute,
             "step_seconds": p.step_seconds, "mfu": p.mfu, "global_batch": lay.global_batch,
             "ep_dispatcher": lay.ep_dispatcher, "ep_overlap": lay.ep_overlap, "dp_shard": lay.dp_shard or None,
-            "tp_overlap": lay.tp_overlap and lay.tp > 1}
+            "tp_overlap": lay.tp_overlap and lay.tp > 1, "first_stage_layers": lay.first_stage_layers or None,
+            "last_stage_layers": lay.last_stage_layers or None}
 
 
 def same_layout(a: StepPrediction, b: StepPrediction) -> bool:
@@ -207,7 +208,9 @@ def layout_label(p: StepPrediction) -> str:
     expert = "" if (lay.ep_dispatcher, lay.ep_overlap) == ("alltoall", False) else \
         f", {lay.ep_dispatcher} dispatcher" + (", EP overlap" if lay.ep_overlap else "")
     hsdp = f" (HSDP: sharded over dp {lay.dp_shard})" if lay.dp_shard else ""
-    overlap = ", TP overlap" if lay.tp_overlap and lay.tp > 1 else ""
+    overlap = (", TP overlap" if lay.tp_overlap and lay.tp > 1 else "") \
+        + (f", first stage {lay.first_stage_layers} layers" if lay.first_stage_layers else "") \
+        + (f", last stage {lay.last_stage_layers} layers" if lay.last_stage_layers else "")
     return f"{degrees}, micro-batch {lay.micro_batch}, ZeRO-{lay.zero}{hsdp}, recompute {p.recompute}{expert}{overlap}"
 
 
@@ -218,7 +221,8 @@ def planned_scenario(scenario: Scenario, best: StepPrediction) -> Scenario:
                    etp=lay.expert_tp if lay.expert_tp != lay.tp else 0, zero=lay.zero,
                    micro_batch=lay.micro_batch, recompute=best.recompute, global_batch=lay.global_batch,
                    ep_dispatcher=lay.ep_dispatcher, ep_overlap=lay.ep_overlap, dp_shard=lay.dp_shard,
-                   tp_overlap=lay.tp_overlap)
+                   tp_overlap=lay.tp_overlap, first_stage_layers=lay.first_stage_layers,
+                   last_stage_layers=lay.last_stage_layers)
 
 
 PINS = ("tp", "cp", "pp", "vpp", "ep", "etp", "micro_batch", "zero", "sequence_parallel")  # (step/layout.py:PINNED)

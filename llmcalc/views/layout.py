@@ -106,8 +106,9 @@ def _memory_note(recipe: str, optimizer: str, recompute: str | None, reserve_gib
 
 
 def _columns(rows: list[dict]) -> list[Column]:
-    """The best layouts' columns: etp only where experts fold, the expert dispatcher and EP overlap, the TP overlap
-    and the HSDP shard group only where a listed layout has them (the search chose them, or they were given)."""
+    """The best layouts' columns: etp only where experts fold, the expert dispatcher and EP overlap, the TP overlap,
+    the first and last pipeline ranks' layers and the HSDP shard group only where a listed layout has them (the search
+    chose them, or they were given)."""
     searched_ep = any(row["ep_dispatcher"] != "alltoall" or row["ep_overlap"] for row in rows)  # shown where chosen
     return [Column("rank", "#"), Column("tp", "tp"), Column("cp", "cp"), Column("pp", "pp"), Column("vpp", "vpp"),
             Column("dp", "dp"), Column("ep", "ep"),
@@ -116,6 +117,8 @@ def _columns(rows: list[dict]) -> list[Column]:
             Column("ep_overlap", "EP overlap", lambda v: "on" if v else "off", show=searched_ep),
             Column("tp_overlap", "TP overlap", lambda v: "on" if v else "off",
                    show=any(row["tp_overlap"] for row in rows)),
+            Column("stage_layers", "first/last stage layers", align="left",
+                   show=any(row["stage_layers"] for row in rows)),  # an uneven pipeline split, where listed
             Column("micro_batch", "micro-batch"),
             Column("recompute", "recompute", align="left"),
             Column("zero", "ZeRO"),
@@ -136,7 +139,11 @@ def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batc
         worst = max(((k, v) for k, v in pred.breakdown.items() if k != "compute"), key=lambda kv: kv[1])
         rows.append({"rank": i, "tp": lay.tp, "cp": lay.cp, "pp": lay.pp, "vpp": lay.vpp, "dp": lay.dp, "ep": lay.ep,
                      "etp": lay.expert_tp, "ep_dispatcher": lay.ep_dispatcher, "ep_overlap": lay.ep_overlap,
-                     "tp_overlap": lay.tp_overlap and lay.tp > 1, "micro_batch": lay.micro_batch,
+                     "tp_overlap": lay.tp_overlap and lay.tp > 1, "first_stage_layers": lay.first_stage_layers or None,
+                     "last_stage_layers": lay.last_stage_layers or None,
+                     "stage_layers": (f"{lay.first_stage_layers or 'even'}/{lay.last_stage_layers or 'even'}"
+                                      if lay.first_stage_layers or lay.last_stage_layers else None),
+                     "micro_batch": lay.micro_batch,
                      "recompute": pred.recompute, "zero": lay.zero,
                      "dp_shard": lay.dp_shard or None,
                      "schedule": lay.schedule, "memory_gib": mem / GIB, "step_seconds": pred.step_seconds,

@@ -549,7 +549,9 @@ def _describe(lay: Layout, rc: str | None = None) -> str:
         (f" ep {lay.ep}" if lay.ep > 1 else "") + (f" etp {lay.expert_tp}" if lay.expert_tp != lay.tp else "")
     text += (f" {lay.ep_dispatcher}" if lay.ep_dispatcher != "alltoall" else "") + (" ep-overlap" if lay.ep_overlap
                                                                                       else "") \
-        + (" tp-overlap" if lay.tp_overlap and lay.tp > 1 else "")
+        + (" tp-overlap" if lay.tp_overlap and lay.tp > 1 else "") \
+        + (f" first-stage {lay.first_stage_layers}" if lay.first_stage_layers else "") \
+        + (f" last-stage {lay.last_stage_layers}" if lay.last_stage_layers else "")
     return text + f" mb {lay.micro_batch}" + (f" recompute {rc}" if rc else "") + (" ZeRO-3" if lay.zero == 3 else "") \
         + (f" dp-shard {lay.dp_shard}" if lay.dp_shard else "")
 
