@@ -31,17 +31,17 @@ SMALL = [("llama-3.2-1b", 16, 4096, 64),  # dense: pp, vpp, ZeRO-3, every recomp
          ("llama-3-8b", 32, 16384, 64)]  # cp up to 16 beside tp, pp and vpp
 
 
-def valid_layouts(spec, n, seq, batch, dev):
+def valid_layouts(spec, n, seq, batch, dev, tp_overlap=False):
     """The search's candidates (layout.layout_candidates) that make a valid layout (make_layout refuses the rest)."""
     for c in layout.layout_candidates(spec, n, seq, batch, dev.network.gpus_per_node):
         try:
             yield layout.make_layout(spec, n, seq, batch, tp=c.tp, cp=c.cp, pp=c.pp, vpp=c.vpp, ep=c.ep,
-                                     micro_batch=c.micro_batch, etp=c.etp or None)
+                                     micro_batch=c.micro_batch, etp=c.etp or None, tp_overlap=tp_overlap)
         except LlmcalcError:
             continue
 
 
-def _floors_hold(model: str, n: int, seq: int, batch: int) -> int:
+def _floors_hold(model: str, n: int, seq: int, batch: int, tp_overlap: bool = False) -> int:
     """For every valid candidate of the search and every recomputation and ZeRO stage it could get: the floors the
     search takes in turn never decrease (work <= ranks <= paths <= + optimizer <= the floor of that setting <= + its
     DP), up to their rounding margin, and the last is at most both the step predict gives the layout with the
@@ -50,7 +50,7 @@ def _floors_hold(model: str, n: int, seq: int, batch: int) -> int:
     spec = load_model(model)
     dev = kernels.device_for("h100-sxm")
     checked = 0
-    for lay in valid_layouts(spec, n, seq, batch, dev):
+    for lay in valid_layouts(spec, n, seq, batch, dev, tp_overlap):
         first = layout_floors(spec, dev, lay, seq)
         assert first.work * (1 - 2e-9) <= first.ranks <= first.paths <= first.optimizer, (lay, first)
         for rc in ("none", "selective", "full"):
@@ -73,6 +73,12 @@ def _floors_hold(model: str, n: int, seq: int, batch: int) -> int:
 @pytest.mark.parametrize("model, n, seq, batch", SMALL[:3])
 def test_floor_is_at_most_every_full_evaluation(model, n, seq, batch):
     assert _floors_hold(model, n, seq, batch) > 100
+
+
+def test_floor_holds_with_tp_overlap():
+    """--tp-overlap's layouts (the SMs it holds, split GEMMs, the exposed chunks: collectives.add_tp_comm) keep every
+    floor the search takes at most their step."""
+    assert _floors_hold("llama-3.2-1b", 16, 4096, 64, tp_overlap=True) > 100
 
 
 @pytest.mark.slow
@@ -115,6 +121,8 @@ def _same_top(model: str, n: int, seq: int, batch: int, top: int = 10, **step) -
     ("deepseek-v3", 2048, 4096, 4096, 10, {}),  # MLA, MTP and 256 experts on 2,048 GPUs (bench_layout's case)
     ("llama-3.1-405b", 16384, 8192, 2048, 10, {}),  # dense on 16,384 GPUs (bench_layout's case)
     ("llama-3-8b", 256, 4096, 256, 10, {"network": "100G-x1-fat-tree", "pins": {"zero": 3}}),  # FSDP: HSDP best
+    ("llama-3.2-1b", 16, 4096, 64, 10, {"tp_overlap": None}),  # --tp-overlap searched: on and off where tp > 1
+    ("llama-3-70b", 64, 8192, 512, 10, {"tp_overlap": None}),  # ... and chosen by the best
 ])
 def test_pruned_search_has_the_exhaustive_searchs_best(model, n, seq, batch, top, step):
     _same_top(model, n, seq, batch, top, **step)
@@ -129,27 +137,31 @@ def test_pruned_search_has_the_exhaustive_searchs_best_on_the_benchmark_cases(mo
 def test_layout_says_what_it_evaluated():
     """The text names the bounded layouts and the losers' scope; --exhaustive prints today's counts line (no
     bounded) over every layout; the JSON's counts keep their keys and add `bounded`."""
-    base = ("layout", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", 64, "--seq-len", 8192, "--global-batch", 512)
+    base = ("layout", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", 64, "--seq-len", 8192, "--global-batch", 512,
+            "--no-tp-overlap")
     pruned, whole = run(*base), run(*base, "--exhaustive")
     assert pruned.exit_code == 0 and whole.exit_code == 0
     assert "bounded (not evaluated" in pruned.stdout and "layouts evaluated:" in pruned.stdout
-    assert "searched 435 layouts: 435 fit, 0 do not fit in memory, 0 contradict" in whole.stdout
-    assert "bounded" not in whole.stdout and "(top 10 of 435 that fit)" in whole.stdout
     data = json.loads(run(*base, "--format", "json").stdout)
     counts = data["counts"]
-    assert set(counts) == {"searched", "fit", "oom", "invalid", "bounded", "hsdp"} and counts["searched"] == 435
-    assert counts["fit"] + counts["oom"] + counts["invalid"] + counts["bounded"] == 435
+    n = counts["searched"]  # 435 candidates and the uneven pipeline splits tried beside those with pp > 1
+    assert n > 435 and f"searched {n:,} layouts: {n:,} fit, 0 do not fit in memory, 0 contradict" in whole.stdout
+    assert "bounded" not in whole.stdout and f"(top 10 of {n:,} that fit)" in whole.stdout
+    assert set(counts) == {"searched", "fit", "oom", "invalid", "bounded", "hsdp"}
+    assert counts["fit"] + counts["oom"] + counts["invalid"] + counts["bounded"] == n
     full = json.loads(run(*base, "--exhaustive", "--format", "json").stdout)
     assert full["layouts"] == data["layouts"] and full["counts"]["bounded"] == 0
 
 
 def test_nothing_to_compare_is_said_in_one_line_not_an_empty_table():
     """3 GPUs and a global batch of 7 sequences leave llama-3-8b one layout (pp 3: 7 is prime, tp and cp need
-    head and sequence divisors that 3 does not give here): no losers' table with a header and no rows, a note."""
+    head and sequence divisors that 3 does not give here; its stage split given, so no uneven one is tried): no
+    losers' table with a header and no rows, a note."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from clirun import cli_json, run
 
-    args = ("layout", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", "3", "--global-batch", "7")
+    args = ("layout", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", "3", "--global-batch", "7",
+            "--first-stage-layers", "11", "--last-stage-layers", "10")
     data = cli_json(*args)
     assert data["counts"]["fit"] == 1 and data["losers"] == []
     text = run(*args).stdout
@@ -268,8 +280,9 @@ def test_layouts_built_without_init_are_the_constructors():
 def test_the_searchs_layouts_are_make_layouts(model, n, seq, batch):
     """search_layouts builds its candidates without the checks their degrees already pass: the layouts it ranks are
     make_layout's of the same degrees (the same fields in the same order, but the ZeRO stage that fit and the expert
-    dispatcher and EP overlap the search tries for an MoE model's all-to-alls), and the candidates it counts invalid
-    are those make_layout refuses, with the search's step settings or without."""
+    dispatcher and EP overlap the search tries for an MoE model's all-to-alls; its uneven pipeline splits are
+    make_layout's with those --first/--last-stage-layers), and the candidates it counts invalid are those make_layout
+    refuses, with the search's step settings or without."""
     spec = load_model(model)
     dev = kernels.device_for("h100-sxm")
     for step in ({}, {"cp_comm": "a2a"}):
@@ -288,6 +301,11 @@ def test_the_searchs_layouts_are_make_layouts(model, n, seq, batch):
         for pred, _ in ranked:
             got = pred.layout
             want = made[got.tp, got.cp, got.pp, got.vpp, got.micro_batch, got.ep, got.etp]
+            if got.first_stage_layers or got.last_stage_layers:  # an uneven split: make_layout takes it
+                want = layout.make_layout(spec, n, seq, batch, tp=got.tp, cp=got.cp, pp=got.pp, vpp=got.vpp,
+                                          ep=got.ep, micro_batch=got.micro_batch, etp=want.etp or None,
+                                          first_stage_layers=got.first_stage_layers,
+                                          last_stage_layers=got.last_stage_layers, **step)
             tried = replace(want, zero=got.zero, ep_dispatcher=got.ep_dispatcher, ep_overlap=got.ep_overlap,
                             dp_shard=got.dp_shard)
             assert list(vars(got).items()) == list(vars(tried).items())

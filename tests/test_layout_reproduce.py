@@ -17,19 +17,27 @@ CASES = {
     # dense, its typed options carried over (recipe, rank order, causal, reserve)
     "dense": ("llama-3-70b", "--gpu", "h100-sxm", "--n-gpus", 64, "--global-batch", 64, "--top", 2, "--causal",
               "--recipe", "fp8", "--rank-order", "tp-cp-ep-pp-dp", "--reserve-gib", 10),
-    # MoE, cp 2, ep 8
-    "moe-cp": ("mixtral-8x7b", "--gpu", "h100-sxm", "--n-gpus", 16, "--global-batch", 32, "--top", 2),
+    # MoE, cp 2, ep 8 (tp 1: with --tp-overlap searched the best is tp 2)
+    "moe-cp": ("mixtral-8x7b", "--gpu", "h100-sxm", "--n-gpus", 16, "--global-batch", 32, "--top", 2,
+               "--tp", 1),
+    # --tp-overlap searched and chosen (tp 8 in one node): the printed train line carries it
+    "tp-overlap": ("llama-3-70b", "--gpu", "h100-sxm", "--n-gpus", 64, "--seq-len", 8192, "--global-batch", 512,
+                   "--top", 2),
     # cp 4, pp 16 over 126 layers (uneven), vpp 4
     "vpp-uneven": ("llama-3.1-405b", "--gpu", "h100-sxm", "--n-gpus", 16384, "--seq-len", 8192, "--global-batch",
                    2048, "--top", 2),
     # pinned: pp 3 over 32 layers (uneven), ZeRO-3
     "pinned-uneven": ("llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", 24, "--global-batch", 48, "--pp", 3, "--zero", 3,
                       "--top", 2),
+    # an uneven split chosen by the search: Llama 3.2 1B's LM head (128k vocabulary) weighs ~4 of its 16 layers
+    "uneven-chosen": ("llama-3.2-1b", "--gpu", "h100-sxm", "--n-gpus", 16, "--global-batch", 64, "--pp", 4,
+                      "--top", 2),
     # the first and last pipeline ranks' layers set
     "stage-layers": ("llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", 16, "--global-batch", 64, "--pp", 4,
                      "--first-stage-layers", 6, "--last-stage-layers", 6, "--top", 2),
 }
-SHAPES = {"moe-cp": lambda b: b["cp"] > 1 and b["ep"] > 1,
+SHAPES = {"moe-cp": lambda b: b["cp"] > 1 and b["ep"] > 1, "tp-overlap": lambda b: b["tp_overlap"],
+          "uneven-chosen": lambda b: b["last_stage_layers"],
           "vpp-uneven": lambda b: b["vpp"] > 1 and b["cp"] > 1 and 126 % b["pp"],
           "pinned-uneven": lambda b: b["pp"] == 3 and b["zero"] == 3,
           "stage-layers": lambda b: b["pp"] == 4}

@@ -343,23 +343,18 @@ def test_fused_qkv_and_fc1_gemms():
     assert t.bwd_weight == pytest.approx(expected)
 
 
-def test_tp_overlap_exposes_only_the_excess_over_the_gemms():
-    """--tp-overlap: each pass's TP all-gathers and reduce-scatters run under that pass's projection GEMMs (forward:
-    the forward GEMMs), so a forward exposes max(0, comm - GEMMs)."""
+def test_tp_overlap_hides_most_of_the_collectives_at_their_cost():
+    """--tp-overlap (collectives.add_tp_comm, TE's userbuffers): at tp 8 over 8,192 tokens a pass's collectives run
+    under its split GEMMs; what is left (the SMs its kernels hold, the last chunk's reduce-scatter) is a fraction of
+    the exposed collectives, never nothing, and the step's JSON says the overlap was on
+    (tests/test_tp_overlap.py holds its gain to a published measurement)."""
     spec = load_model("llama-3-8b")
     dev = device_for("h100-sxm")
-    for tokens, recompute in ((8192, "none"), (512, "full")):
-        plain = layer_times(spec, 0, make_layout(spec, 8, tokens, 8, tp=8), tokens, causal=True, recompute=recompute,
-                             dev=dev, act_bytes=2)
-        hidden = layer_times(spec, 0, make_layout(spec, 8, tokens, 8, tp=8, tp_overlap=True), tokens, causal=True,
-                              recompute=recompute, dev=dev, act_bytes=2)
-        passes = 3 if recompute == "full" else 2
-        per_pass = plain.tp / passes
-        assert hidden.comm_fwd == pytest.approx(max(0.0, per_pass - plain.gemm_fwd))
-        assert hidden.tp < plain.tp and hidden.compute == pytest.approx(plain.compute)
-    assert hidden.tp > 0  # 512 tokens: the collectives' latency outlasts the small GEMMs
+    plain = predict(spec, dev, make_layout(spec, 64, 8192, 64, tp=8), 8192, causal=True)
     big = predict(spec, dev, make_layout(spec, 64, 8192, 64, tp=8, tp_overlap=True), 8192, causal=True)
-    assert big.breakdown["tp_comm"] == 0.0 and big.to_json()["layout"]["tp_overlap"] is True
+    assert 0 < big.breakdown["tp_comm"] < plain.breakdown["tp_comm"] / 2
+    assert big.breakdown["compute"] == pytest.approx(plain.breakdown["compute"])
+    assert big.to_json()["layout"]["tp_overlap"] is True
 
 
 def test_cli_train_attention_eager_times_the_s2_scores():
@@ -462,9 +457,10 @@ def test_palm_mfu_from_tokens_per_second():
 
 @functools.cache
 def mixtral_layouts() -> dict:
-    """`layout mixtral-8x7b` on 64 H100, seq 4096, global batch 256, every layout that fits (two tests read it)."""
+    """`layout mixtral-8x7b` on 64 H100, seq 4096, global batch 256, every layout that fits (two tests read it;
+    --no-tp-overlap: the overlap's variants would crowd the slowest out of the thousand listed)."""
     r = run("layout", "mixtral-8x7b", "--gpu", "h100-sxm", "--n-gpus", 64, "--seq-len", 4096, "--global-batch", 256,
-            "--top", 1000, "--format", "json")
+            "--top", 1000, "--no-tp-overlap", "--format", "json")
     assert r.exit_code == 0, r.output
     return json.loads(r.stdout)
 
@@ -1381,9 +1377,10 @@ def test_fast_search_has_the_per_layout_paths_figures_on_the_benchmark_cases(mod
 
 def test_every_listed_layout_is_exact_whatever_top():
     """`layout --top N` lists N layouts, each with its pipeline simulated or in closed form, never a bound (the
-    search learns N: it simulates until the next bound cannot beat the N-th step)."""
+    search learns N: it simulates until the next bound cannot beat the N-th step; --no-tp-overlap: the overlap's
+    one-stage variants would fill the 25 with closed forms)."""
     data = json.loads(run("layout", "llama-3-8b", "--gpu", "h100-sxm", "--n-gpus", 64, "--global-batch", 512,
-                          "--top", 25, "--format", "json").stdout)
+                          "--top", 25, "--no-tp-overlap", "--format", "json").stdout)
     pipelines = [row["assumptions"].get("pipeline", "one stage") for row in data["layouts"]]
     assert len(pipelines) == 25 and not [p for p in pipelines if p.startswith("lower bound")], pipelines
     assert sum(p == "simulated rank by rank" for p in pipelines) > 10  # beyond the ten a search used to simulate

@@ -55,6 +55,7 @@ class Scenario:
     reserve_gib: float = 0.0  # memory kept free on the GPU (--reserve-gib)
     ep_dispatcher: str = "alltoall"  # the planned layout's expert dispatcher and EP overlap (layout searches them)
     ep_overlap: bool = False
+    tp_overlap: bool = False  # the planned layout's TP comm+GEMM overlap (layout searches it where tp > 1 in a node)
     dp_shard: int = 0  # the planned layout's HSDP shard group (layout searches it where FSDP spans nodes); 0: none
     given: tuple[str, ...] = ()  # the layout options typed (report's search keeps them: `layout --tp 8`'s pins)
 

@@ -550,14 +550,16 @@ def choose_layout(request: TrainRequest, spec: ModelSpec) -> tuple[TrainRequest,
     options, _ = _step_options(replace(request, layout=layout))
     settings = {k: v for k, v in options.items() if k in searched and k != "tp_overlap"}
     settings["reserve_gib"] = request.layout.get("reserve_gib") or 0.0  # fits as `layout --reserve-gib` says
-    search = _search(request, spec, batch, settings, bool(options.get("tp_overlap")))
+    search = _search(request, spec, batch, settings,  # --tp-overlap not given: searched, as layout searches it
+                     bool(options.get("tp_overlap")) if "tp_overlap" in request.layout else None)
     best = search.ranked[0][0]
     lay = best.layout
     degrees = dict(tp=lay.tp, cp=lay.cp, pp=lay.pp, vpp=lay.vpp, ep=lay.ep, etp=lay.expert_tp,
                    micro_batch=lay.micro_batch, zero=lay.zero, schedule=lay.schedule)
     layout.update({k: v for k, v in degrees.items() if (k, v) not in (("ep", 1), ("etp", lay.tp))})  # a dense model
-    chosen = {k: getattr(lay, k) for k in ("dp_shard", "ep_dispatcher", "ep_overlap")  # what the search also tried
-              if getattr(lay, k) != STEP_DEFAULTS[k]}
+    chosen = {k: getattr(lay, k) for k in ("dp_shard", "ep_dispatcher", "ep_overlap", "tp_overlap",  # also tried
+                                           "first_stage_layers", "last_stage_layers")
+              if getattr(lay, k) != {**STEP_DEFAULTS, "tp_overlap": False}[k]}
     layout.update(chosen)
     choice = {"global_batch": batch, "global_batch_why": why, "source": "recommended", **degrees, **chosen,
               "dp": lay.dp, "recompute": best.recompute, "layouts_that_fit": search.counts["fit"],
@@ -565,7 +567,8 @@ def choose_layout(request: TrainRequest, spec: ModelSpec) -> tuple[TrainRequest,
     return replace(request, layout=layout, recompute=best.recompute), choice
 
 
-def _search(request: TrainRequest, spec: ModelSpec, batch: int, settings: dict[str, Any], tp_overlap: bool) -> Any:
+def _search(request: TrainRequest, spec: ModelSpec, batch: int, settings: dict[str, Any],
+            tp_overlap: bool | None) -> Any:
     """`layout`'s search at `batch` sequences, its best layout first; none that fits: one line with the fixes."""
     from .step.search import rank_layouts
 

@@ -249,7 +249,8 @@ def device_option(func: F) -> F:
 
 def tp_overlap_option(func: F) -> F:
     return click.option("--tp-overlap/--no-tp-overlap", default=False, show_default=True,
-                        help="Hide TP all-gather/reduce-scatter under the GEMMs (TransformerEngine, async TP).")(func)
+                        help="Run TP all-gather/reduce-scatter beside the GEMMs (TransformerEngine's userbuffers, at "
+                             "the SMs they hold); `layout` tries both where tp > 1 unless given.")(func)
 
 
 def global_batch_options(func: F) -> F:

@@ -74,10 +74,14 @@ def reproduce(ctx: click.Context, model: str, search: LayoutSearch) -> dict[str,
               and getattr(lay, name) != ctx.params[name] for f in _flag(ctx, name, getattr(lay, name))]
     hsdp = ["--dp-shard", str(lay.dp_shard)] if lay.dp_shard and ctx.get_parameter_source("dp_shard") not in _SOURCES \
         else []  # the HSDP shard group layout chose
-    common = ["--micro-batch", str(lay.micro_batch), "--zero", str(lay.zero), "--recompute", pred.recompute, *hsdp]
+    stages = [f for name in ("first_stage_layers", "last_stage_layers")  # the uneven split layout chose
+              if getattr(lay, name) and ctx.get_parameter_source(name) not in _SOURCES
+              for f in _flag(ctx, name, getattr(lay, name))]
+    common = ["--micro-batch", str(lay.micro_batch), "--zero", str(lay.zero), "--recompute", pred.recompute, *hsdp,
+              *stages]
     train = ["llmcalc", "train", model, "--tokens", TOKENS, *where, *batch, *degrees, *common,
              "--schedule", lay.schedule, *expert, *_flag(ctx, "causal", ctx.params["causal"]),
-             *_flag(ctx, "tp_overlap", ctx.params["tp_overlap"]), *_typed(ctx, ["reserve_gib"]),
+             *_flag(ctx, "tp_overlap", lay.tp_overlap), *_typed(ctx, ["reserve_gib"]),
              *_typed(ctx, [p.name for p in ctx.command.params if p.name not in TRAIN_SKIPS])]
     memory = ["llmcalc", "memory", model, *where, *batch, *degrees, *common,
               *_typed(ctx, [name for name in MEMORY_TAKES if name != "sequence_parallel"]),

@@ -147,8 +147,8 @@ def layout(ctx: click.Context, model: str, gpu: str, n_gpus: int, seq_len: int, 
     step, notes = step_recipe(dtype if given(ctx, "dtype") else None, gpu,
                               layout_given(typed(ctx, step)))  # --dtype fp8: FP8
     search_args = dict(global_batch=global_batch, global_batch_tokens=global_batch_tokens, causal=causal,
-                       recompute=recompute, tp_overlap=tp_overlap, top=top, dtype=dtype,
-                       reserve_gib=reserve_gib, **step)
+                       recompute=recompute, tp_overlap=tp_overlap if given(ctx, "tp_overlap") else None, top=top,
+                       dtype=dtype, reserve_gib=reserve_gib, **step)
     with progress_bars("layouts") as progress:
         if isinstance(spec, ModelSpec):
             search = rank_layouts(spec, gpu, n_gpus, seq_len, progress=progress, exhaustive=exhaustive,
@@ -166,6 +166,7 @@ def _measured_layouts(model: str, measured: MeasuredModel, gpu: str, n_gpus: int
     counted = load_counted(model, seq_len)
     assert isinstance(counted, FallbackModel)  # the same config: no formula either
     flops = step_flops(counted, 1, search["causal"], "none")
+    search["tp_overlap"] = bool(search["tp_overlap"])  # the measured search times the overlap as given (off if not)
     return rank_measured_layouts(measured, gpu, n_gpus, seq_len, model_flops_per_token=flops["flops_per_token"],
                                  hardware_flops_per_token=flops["hardware_flops_per_token"], **search)
 

@@ -163,7 +163,7 @@ class ReportPlan:
                            "etp": par.expert_tp, "zero": par.zero,
                            "micro_batch": m.scenario.micro_batch, "recompute": m.scenario.recompute,
                            "ep_dispatcher": m.scenario.ep_dispatcher, "ep_overlap": m.scenario.ep_overlap,
-                           "dp_shard": m.scenario.dp_shard or None,
+                           "tp_overlap": m.scenario.tp_overlap, "dp_shard": m.scenario.dp_shard or None,
                            "source": "recommended" if m.recommended else "given"},
                 "headline_mfu": "predicted" if m.prediction is not None else "assumed", "mfu": head.mfu,
                 "gpu_hours": head.gpu_hours, "wall_clock_days": head.wall_clock_days, "cost_usd": head.cost_usd,
@@ -189,7 +189,9 @@ def describe(p: StepPrediction) -> dict[str, Any]:
     return {"tp": lay.tp, "cp": lay.cp, "pp": lay.pp, "vpp": lay.vpp, "dp": lay.dp, "ep": lay.ep,
             "etp": lay.expert_tp, "micro_batch": lay.micro_batch, "zero": lay.zero, "recompute": p.recompute,
             "step_seconds": p.step_seconds, "mfu": p.mfu, "global_batch": lay.global_batch,
-            "ep_dispatcher": lay.ep_dispatcher, "ep_overlap": lay.ep_overlap, "dp_shard": lay.dp_shard or None}
+            "ep_dispatcher": lay.ep_dispatcher, "ep_overlap": lay.ep_overlap, "dp_shard": lay.dp_shard or None,
+            "tp_overlap": lay.tp_overlap and lay.tp > 1, "first_stage_layers": lay.first_stage_layers or None,
+            "last_stage_layers": lay.last_stage_layers or None}
 
 
 def same_layout(a: StepPrediction, b: StepPrediction) -> bool:
@@ -206,7 +208,10 @@ def layout_label(p: StepPrediction) -> str:
     expert = "" if (lay.ep_dispatcher, lay.ep_overlap) == ("alltoall", False) else \
         f", {lay.ep_dispatcher} dispatcher" + (", EP overlap" if lay.ep_overlap else "")
     hsdp = f" (HSDP: sharded over dp {lay.dp_shard})" if lay.dp_shard else ""
-    return f"{degrees}, micro-batch {lay.micro_batch}, ZeRO-{lay.zero}{hsdp}, recompute {p.recompute}{expert}"
+    overlap = (", TP overlap" if lay.tp_overlap and lay.tp > 1 else "") \
+        + (f", first stage {lay.first_stage_layers} layers" if lay.first_stage_layers else "") \
+        + (f", last stage {lay.last_stage_layers} layers" if lay.last_stage_layers else "")
+    return f"{degrees}, micro-batch {lay.micro_batch}, ZeRO-{lay.zero}{hsdp}, recompute {p.recompute}{expert}{overlap}"
 
 
 def planned_scenario(scenario: Scenario, best: StepPrediction) -> Scenario:
@@ -215,7 +220,9 @@ def planned_scenario(scenario: Scenario, best: StepPrediction) -> Scenario:
     return replace(scenario, tp=lay.tp, cp=lay.cp, pp=lay.pp, vpp=lay.vpp, ep=lay.ep,
                    etp=lay.expert_tp if lay.expert_tp != lay.tp else 0, zero=lay.zero,
                    micro_batch=lay.micro_batch, recompute=best.recompute, global_batch=lay.global_batch,
-                   ep_dispatcher=lay.ep_dispatcher, ep_overlap=lay.ep_overlap, dp_shard=lay.dp_shard)
+                   ep_dispatcher=lay.ep_dispatcher, ep_overlap=lay.ep_overlap, dp_shard=lay.dp_shard,
+                   tp_overlap=lay.tp_overlap, first_stage_layers=lay.first_stage_layers,
+                   last_stage_layers=lay.last_stage_layers)
 
 
 PINS = ("tp", "cp", "pp", "vpp", "ep", "etp", "micro_batch", "zero", "sequence_parallel")  # (step/layout.py:PINNED)
@@ -234,6 +241,8 @@ def layout_settings(scenario: Scenario, names: tuple[str, ...] = PINS) -> dict[s
         out.update(ep_dispatcher=scenario.ep_dispatcher, ep_overlap=scenario.ep_overlap)
     if scenario.dp_shard:  # a planned layout's HSDP shard group
         out["dp_shard"] = scenario.dp_shard
+    if scenario.tp_overlap:  # a planned layout's TP overlap
+        out["tp_overlap"] = True
     if "etp" in out and not out["etp"]:
         out.pop("etp")
     return layout_options(out) if scenario.pipeline_layout else out
@@ -270,7 +279,8 @@ def _search(plan: ModelPlan, scenario: Scenario, global_batch: int, pinned: bool
             plan.spec, scenario.accelerator.key, scenario.n_gpus, scenario.seq_len, global_batch=global_batch,
             causal=scenario.causal, recompute=scenario.recompute, dtype=scenario.dtype, recipe=scenario.recipe,
             reserve_gib=scenario.reserve_gib, pins=pins, exhaustive=True,  # its slowest bar reads all
-            **settings)  # the expert dispatchers and EP overlap searched as `layout` does (planned_scenario keeps them)
+            tp_overlap=settings.pop("tp_overlap", None),  # --tp-overlap, the expert dispatchers and EP overlap
+            **settings)  # searched as `layout` searches them (planned_scenario keeps them)
     except LlmcalcError as exc:
         plan.search_note = str(exc)
 

@@ -17,8 +17,9 @@ def overlap_rule(lay: Layout | None = None) -> str:
     tp_overlap = lay is not None and lay.tp_overlap
     ep_overlap = lay is not None and lay.ep_overlap
     cp_comm = "p2p" if lay is None else lay.cp_comm
-    tp = ("TP all-gather/reduce-scatter under each pass's GEMMs (--tp-overlap), only their excess exposed"
-          if tp_overlap else "TP collectives exposed")
+    tp = ("TP all-gathers/reduce-scatters under their GEMMs split in chunks (--tp-overlap: TransformerEngine's "
+          "userbuffers), the GEMMs beside the pipelined and bulk overlaps on the SMs the communication leaves, the "
+          "last chunk's reduce-scatter and any excess exposed" if tp_overlap else "TP collectives exposed")
     ep = ("EP all-to-alls partly under another micro-batch's compute (--ep-overlap)" if ep_overlap
           else "EP all-to-alls exposed")
     cp = {"p2p": "CP K/V ring steps each under the previous step's attention block",
@@ -105,14 +106,19 @@ def _memory_note(recipe: str, optimizer: str, recompute: str | None, reserve_gib
 
 
 def _columns(rows: list[dict]) -> list[Column]:
-    """The best layouts' columns: etp only where experts fold, the expert dispatcher and EP overlap and the HSDP
-    shard group only where a listed layout has them (the search chose them)."""
+    """The best layouts' columns: etp only where experts fold, the expert dispatcher and EP overlap, the TP overlap,
+    the first and last pipeline ranks' layers and the HSDP shard group only where a listed layout has them (the search
+    chose them, or they were given)."""
     searched_ep = any(row["ep_dispatcher"] != "alltoall" or row["ep_overlap"] for row in rows)  # shown where chosen
     return [Column("rank", "#"), Column("tp", "tp"), Column("cp", "cp"), Column("pp", "pp"), Column("vpp", "vpp"),
             Column("dp", "dp"), Column("ep", "ep"),
             Column("etp", "etp", show=any(row["etp"] != row["tp"] for row in rows)),  # only where experts fold
             Column("ep_dispatcher", "EP dispatch", align="left", show=searched_ep),
             Column("ep_overlap", "EP overlap", lambda v: "on" if v else "off", show=searched_ep),
+            Column("tp_overlap", "TP overlap", lambda v: "on" if v else "off",
+                   show=any(row["tp_overlap"] for row in rows)),
+            Column("stage_layers", "first/last stage layers", align="left",
+                   show=any(row["stage_layers"] for row in rows)),  # an uneven pipeline split, where listed
             Column("micro_batch", "micro-batch"),
             Column("recompute", "recompute", align="left"),
             Column("zero", "ZeRO"),
@@ -133,7 +139,12 @@ def layout_document(model: str, gpu: str, n_gpus: int, seq_len: int, global_batc
         worst = max(((k, v) for k, v in pred.breakdown.items() if k != "compute"), key=lambda kv: kv[1])
         rows.append({"rank": i, "tp": lay.tp, "cp": lay.cp, "pp": lay.pp, "vpp": lay.vpp, "dp": lay.dp, "ep": lay.ep,
                      "etp": lay.expert_tp, "ep_dispatcher": lay.ep_dispatcher, "ep_overlap": lay.ep_overlap,
-                     "micro_batch": lay.micro_batch, "recompute": pred.recompute, "zero": lay.zero,
+                     "tp_overlap": lay.tp_overlap and lay.tp > 1, "first_stage_layers": lay.first_stage_layers or None,
+                     "last_stage_layers": lay.last_stage_layers or None,
+                     "stage_layers": (f"{lay.first_stage_layers or 'even'}/{lay.last_stage_layers or 'even'}"
+                                      if lay.first_stage_layers or lay.last_stage_layers else None),
+                     "micro_batch": lay.micro_batch,
+                     "recompute": pred.recompute, "zero": lay.zero,
                      "dp_shard": lay.dp_shard or None,
                      "schedule": lay.schedule, "memory_gib": mem / GIB, "step_seconds": pred.step_seconds,
                      "mfu": pred.mfu, "tokens_per_second": pred.tokens_per_second,

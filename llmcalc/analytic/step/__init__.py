@@ -27,8 +27,9 @@ it assumed (``StepPrediction.assumptions``, JSON ``assumptions``).
 2. Communication (llmcalc.analytic.comm), ranks placed by the framework's order (``order``, default
    Megatron-Core's "tp-cp-ep-dp-pp"; "tp-cp-ep-pp-dp" is Llama 3's [TP, CP, PP, DP]); the routed experts' mesh
    [etp, ep, expert dp] folds over the tp x cp x dp ranks (Megatron-Core's MoE parallel folding):
-   - TP all-gather / reduce-scatter (or all-reduce) around each sub-block: exposed; with ``tp_overlap`` under
-     that pass's GEMMs (only the excess exposed);
+   - TP all-gather / reduce-scatter (or all-reduce) around each sub-block: exposed; with ``tp_overlap`` beside
+     their GEMMs split in chunks as TransformerEngine's userbuffers run them, at the cost of the SMs its kernels
+     hold, the split shapes and the last chunk's reduce-scatter (collectives.tp_overlap_forward / _backward);
    - CP: p2p ring chunk by chunk (each step's K/V transfer under the previous step's attention block, load-
      balanced chunks: ``cp_comm="p2p"``, Megatron's default), all-gather of K/V before the kernel (Llama 3:
      exposed), or all-to-all of Q, K, V and O over heads (Ulysses; exposed);

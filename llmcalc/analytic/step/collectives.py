@@ -5,36 +5,127 @@ from __future__ import annotations
 
 import math
 
-from ...records import replaced
+from ...records import dataclass, replaced
 from .. import comm
-from .constants import DUALPIPE_EP_OVERLAP_SHARE, EP_OVERLAP_SHARE, EP_OVERLAP_SMS
+from .constants import DUALPIPE_EP_OVERLAP_SHARE, EP_OVERLAP_SHARE, EP_OVERLAP_SMS, TP_OVERLAP_SMS, TP_OVERLAP_SPLITS
 from .context import StageTimes, StepContext
 from .layout import _stride
 
 
+@dataclass(frozen=True)
+class OverlapGemms:
+    """One layer's tensor-parallel GEMMs on one rank (seconds per micro-batch, summed over its sub-blocks), as
+    --tp-overlap runs them beside the TP collectives: whole on every SM (what the step times without the overlap),
+    and split as TransformerEngine's userbuffers split them (each chunk at its own smaller shape's rate): the
+    column-parallel forward and row-parallel input gradient in tp chunks (ring exchange), the row-parallel forward
+    in TP_OVERLAP_SPLITS chunks (pipelined reduce-scatter)."""
+
+    column_fwd: float
+    column_dgrad: float
+    column_wgrad: float
+    row_fwd: float
+    row_dgrad: float
+    column_fwd_split: float  # tp chunks of tokens / tp rows
+    row_fwd_split: float  # TP_OVERLAP_SPLITS chunks
+    row_dgrad_split: float  # tp chunks
+
+
 def add_tp_comm(t: StageTimes, ctx: StepContext, d_model: int, blocks: float, passes: int, fwd: float,
-                bwd: float) -> None:
+                bwd: float, gemms: OverlapGemms | None = None) -> None:
     """A layer's TP collectives into `t`: an all-gather before and a reduce-scatter after each of its `blocks`
     tensor-parallel sub-blocks (all-reduce without SP), in each of `passes` passes (forward, backward, the
-    recomputed forward), the group placed by the rank order (its stride: members in other nodes pay the network);
-    with --tp-overlap each pass's share under its GEMMs (`fwd`, `bwd`: the forward's and the backward's GEMM
-    seconds, ``_tp_exposed``) where the group sits in one NVLink domain, else all exposed: TransformerEngine's
-    comm+GEMM overlap (userbuffers) runs on CUDA IPC / multicast handles within one node only ("only possible with
-    single-node tensor-parallelism", NVIDIA/TransformerEngine#1071). The formula path and the measured step model
-    (analytic/measured_step.py) both time them here."""
+    recomputed forward), the group placed by the rank order (its stride: members in other nodes pay the network).
+    With --tp-overlap where the group sits in one NVLink domain (TransformerEngine's comm+GEMM overlap, userbuffers,
+    runs on CUDA IPC / multicast handles within one node only: "only possible with single-node
+    tensor-parallelism", NVIDIA/TransformerEngine#1071): given the layer's TP GEMMs (`gemms`), what the overlap
+    costs beside the GEMMs of a step without it, per forward pass ``tp_overlap_forward`` and per backward pass
+    ``tp_overlap_backward`` (the SMs its kernels hold, the split GEMMs' rates, what stays exposed); without them
+    (the measured step model) only the excess of each pass's collectives over its GEMMs (`fwd`, `bwd` seconds,
+    ``_tp_exposed``). Else all exposed. The formula path and the measured step model both time them here."""
     lay, net = ctx.lay, ctx.dev.network
     colls = comm.tp_collectives(ctx.tokens, d_model, ctx.act, lay.tp, sequence_parallel=lay.sequence_parallel,
                                 passes=passes, stride=_stride(lay, "tp"),
                                 gather_bytes=tp_gather_bytes(ctx.recipe.fp8_saved_inputs, ctx.recipe.saved_input_bytes))
     tpt = comm.total_seconds([replaced(c, {"count": c.count / 2 * blocks}) for c in colls], net)
     in_node = colls[0].intra_node(net)  # the group in one node: the overlap can hide its collectives
-    if lay.tp_overlap and in_node:
+    if lay.tp_overlap and in_node and gemms is not None and len(colls) == 2:  # (the overlap needs SP: AG + RS)
+        gather, scatter = (c.seconds(net) * blocks for c in colls)  # one pass's
+        sms = ctx.dev.sm_count
+        forward = tp_overlap_forward(gather, scatter, gemms, tp=lay.tp, sm_count=sms)
+        t.tp = forward * (passes - 1) + tp_overlap_backward(gather, scatter, gemms, tp=lay.tp, sm_count=sms)
+        t.comm_fwd += forward
+    elif lay.tp_overlap and in_node:
         per_pass = tpt / passes
         t.tp = _tp_exposed(per_pass, fwd, passes - 1) + _tp_exposed(per_pass, bwd, 1)
         t.comm_fwd += _tp_exposed(per_pass, fwd, 1)
     else:
         t.tp = tpt
         t.comm_fwd += tpt / passes
+
+
+def sm_margin_seconds(gemm: float, comm_sms: int, sm_count: int) -> float:
+    """Seconds a GEMM of `gemm` seconds on all `sm_count` SMs loses when a communication kernel holds `comm_sms` of
+    them while it runs (TransformerEngine's set_sm_margin: the GEMM is launched on the rest):
+
+        extra = gemm x comm_sms / (sm_count - comm_sms)
+
+    (a compute-bound GEMM's time goes as 1 / its SMs; on an H100's 132 SMs with TE's 16: +13.8 %)."""
+    return gemm * comm_sms / (sm_count - comm_sms)
+
+
+def ring_exchange_exposed(comm_seconds: float, split_gemm: float, tp: int) -> float:
+    """Exposed seconds of a ring-exchange overlap (TE's CommOverlapP2P split_overlap_ag): the GEMM in tp chunks of
+    `split_gemm` seconds in all, the first on this rank's own chunk, each of the tp - 1 chunks received (copy
+    engines, `comm_seconds` in all) under the GEMM of the one before:
+
+        exposed = max(0, comm - split_gemm x (tp - 1) / tp)."""
+    return max(0.0, comm_seconds - split_gemm * (tp - 1) / tp)
+
+
+def pipelined_rs_exposed(comm_seconds: float, split_gemm: float, splits: int) -> float:
+    """Exposed seconds of a pipelined GEMM + reduce-scatter (TE's CommOverlap split_overlap_rs): the GEMM in `splits`
+    chunks (`split_gemm` seconds in all, as it runs beside the communication kernel), each chunk's reduce-scatter
+    (`comm_seconds` / splits) under the next chunk's GEMM; the last chunk's is exposed whole:
+
+        exposed = comm / splits + (splits - 1) / splits x max(0, comm - split_gemm)."""
+    return comm_seconds / splits + (splits - 1) / splits * max(0.0, comm_seconds - split_gemm)
+
+
+def bulk_exposed(comm_seconds: float, gemm: float) -> float:
+    """Exposed seconds of a bulk overlap (TE's CommOverlap bulk_overlap): a collective independent of the GEMM beside
+    it runs whole on its own SMs while the GEMM runs: exposed = max(0, comm - gemm)."""
+    return max(0.0, comm_seconds - gemm)
+
+
+def tp_overlap_forward(gather: float, scatter: float, g: OverlapGemms, tp: int, sm_count: int) -> float:
+    """What --tp-overlap adds to one forward pass of a layer beside its GEMMs run whole without it (`gather`,
+    `scatter`: the pass's all-gathers and reduce-scatters, seconds): the column-parallel GEMMs in tp chunks under the
+    ring-exchanged all-gather (copy engines: no SMs taken), the row-parallel GEMMs in TP_OVERLAP_SPLITS chunks on
+    sm_count - TP_OVERLAP_SMS SMs under the pipelined reduce-scatter (TE's defaults, constants.TP_OVERLAP_SMS):
+
+        row' = row_split + sm_margin_seconds(row_split)
+        cost = (column_split - column) + (row' - row) + ring_exchange_exposed(gather, column_split)
+               + pipelined_rs_exposed(scatter, row')."""
+    row = g.row_fwd_split + sm_margin_seconds(g.row_fwd_split, TP_OVERLAP_SMS, sm_count)
+    return (g.column_fwd_split - g.column_fwd + row - g.row_fwd
+            + ring_exchange_exposed(gather, g.column_fwd_split, tp)
+            + pipelined_rs_exposed(scatter, row, TP_OVERLAP_SPLITS))
+
+
+def tp_overlap_backward(gather: float, scatter: float, g: OverlapGemms, tp: int, sm_count: int) -> float:
+    """What --tp-overlap adds to one backward pass of a layer beside its GEMMs run whole without it: the output
+    gradient's all-gather ring-exchanged under the row-parallel input-gradient GEMM in tp chunks (copy engines); the
+    column-parallel input- and weight-gradient GEMMs in bulk overlap, each on sm_count - TP_OVERLAP_SMS SMs, the
+    input gradient's reduce-scatter under the weight-gradient GEMM:
+
+        dgrad' = column_dgrad + sm_margin_seconds(column_dgrad), wgrad' likewise
+        cost = (dgrad' - column_dgrad) + (wgrad' - column_wgrad) + (row_dgrad_split - row_dgrad)
+               + ring_exchange_exposed(gather, row_dgrad_split) + bulk_exposed(scatter, wgrad')."""
+    dgrad = sm_margin_seconds(g.column_dgrad, TP_OVERLAP_SMS, sm_count)
+    wgrad = sm_margin_seconds(g.column_wgrad, TP_OVERLAP_SMS, sm_count)
+    return (dgrad + wgrad + g.row_dgrad_split - g.row_dgrad
+            + ring_exchange_exposed(gather, g.row_dgrad_split, tp)
+            + bulk_exposed(scatter, g.column_wgrad + wgrad))
 
 
 def tp_gather_bytes(quantized_inputs: bool, input_bytes: float) -> float | None:

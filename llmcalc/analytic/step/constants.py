@@ -18,6 +18,22 @@ MOE_IMBALANCE = 1.0
 
 
 EP_OVERLAP_SMS = 20
+# TransformerEngine's comm+GEMM overlap (userbuffers, Megatron-LM --tp-comm-overlap), its default configuration
+# (transformer_engine/pytorch/module/base.py initialize_ub, get_default_config; Megatron-LM passes no ub_cfgs unless
+# --tp-comm-overlap-cfg names a file): the row-parallel forward GEMMs (proj_fprop, fc2_fprop) run "pipeline", split
+# in num_splits = 4 along the tokens with each chunk's reduce-scatter under the next chunk's GEMM; the column-parallel
+# input- and weight-gradient GEMMs (qkv/fc1 dgrad, wgrad) run "bulk", beside an all-gather or reduce-scatter that
+# runs whole; both hold num_sm = 16 SMs for the communication kernel with set_sm_margin, so the GEMM beside it runs
+# on the others; the column-parallel forward and row-parallel input-gradient GEMMs (qkv/fc1 fprop, proj/fc2 dgrad)
+# run "ring_exchange", split in tp chunks, each chunk moved to the next rank by the copy engines (use_ce, num_sm 1,
+# no SM margin) under the GEMM of the one before.
+
+
+TP_OVERLAP_SMS = 16
+TP_OVERLAP_SPLITS = 4
+# The compute streams TE's overlaps launch their split GEMMs on, round robin (NVTE_COMM_OVERLAP_MAX_STREAMS,
+# transformer_engine/common/include/transformer_engine/comm_gemm_overlap.h): up to this many chunks run at once.
+TP_OVERLAP_STREAMS = 3
 # The share of the expert all-to-alls that 1F1B A2A overlap (Megatron-Core --overlap-moe-expert-parallel-comm)
 # hides behind the other micro-batch's compute: calibrated once on the one published pair that isolates it,
 # Megatron-MoE-ModelZoo's Qwen3-235B on 256 H100 with EP 32 across nodes, 19.7 s per step without and 17.6 s with

@@ -13,7 +13,7 @@ from ..memory import RECIPES, lookup
 from . import constants
 from .attention import _attention_core, _indexer_scores_seconds, _scan_seconds
 from .cache import per_call
-from .collectives import add_ep_comm, add_tp_comm
+from .collectives import OverlapGemms, add_ep_comm, add_tp_comm
 from .context import ExpertLayout, LayerLayout, StageTimes, StepContext, layer_kind
 from .layout import FUSED_GEMMS, REPLICATED, ROW_PARALLEL, STREAMED, Layout
 from .moe import _moe_cost
@@ -118,7 +118,7 @@ def _layer_cost_uncached(ctx: StepContext, i: int, rec: frozenset[str],  # long:
         plan = _layer_ops_plan(spec, i, T)
     if prefix is None:
         prefix = _layer_prefix(ctx, i, rec, plan)
-    fwd, dgrad, wgrad, redo, moe_parts, elem_fwd, attn_f, attn_b, cp_f, cp_b = prefix
+    fwd, dgrad, wgrad, redo, moe_parts, elem_fwd, attn_f, attn_b, cp_f, cp_b, overlap = prefix
     t = StageTimes()
     # MoE
     ep_fwd = ep_bwd = 0.0
@@ -168,7 +168,7 @@ def _layer_cost_uncached(ctx: StepContext, i: int, rec: frozenset[str],  # long:
     # TP collectives: an all-gather before and a reduce-scatter after each sub-block (all-reduce without SP)
     if tp > 1:
         tp_blocks = len(mixers) + (ffn == "mlp") + (moe and (not lay.alltoall or spec.n_shared_experts > 0))
-        add_tp_comm(t, ctx, D, tp_blocks, passes, fwd=fwd, bwd=dgrad + wgrad)
+        add_tp_comm(t, ctx, D, tp_blocks, passes, fwd=fwd, bwd=dgrad + wgrad, gemms=overlap)
     t.cp = cp_f + cp_b
     t.comm_fwd += cp_f
     if moe and lay.alltoall:
@@ -217,7 +217,35 @@ def _layer_prefix(ctx: StepContext, i: int, rec: frozenset[str], plan: tuple) ->
         elif kind in ("mamba2", "gated_deltanet", "mamba"):
             s_f, s_b = _scan_seconds(ctx, kind)
             attn_f, attn_b = attn_f + s_f, attn_b + s_b
-    return fwd, dgrad, wgrad, redo, dict(moe_parts), elem_fwd, attn_f, attn_b, cp_f, cp_b
+    overlap = _overlap_gemms(ctx, gemms) if lay.tp_overlap and tp > 1 else None
+    return fwd, dgrad, wgrad, redo, dict(moe_parts), elem_fwd, attn_f, attn_b, cp_f, cp_b, overlap
+
+
+def _overlap_gemms(ctx: StepContext, gemms: tuple) -> OverlapGemms:
+    """The layer's tensor-parallel GEMMs (`gemms`: _layer_ops_plan's) whole and as --tp-overlap splits them along
+    the tokens (``collectives.OverlapGemms``): column-parallel forwards and row-parallel input gradients in tp
+    chunks, row-parallel forwards in TP_OVERLAP_SPLITS chunks (``_split_seconds``)."""
+    tp, T = ctx.lay.tp, ctx.tokens
+    splits = constants.TP_OVERLAP_SPLITS
+    sums = dict.fromkeys(("cf", "cd", "cw", "rf", "rd", "cfs", "rfs", "rds"), 0.0)
+    for style, k, n, backward, _ in gemms:
+        if not backward:  # the lightning indexer's projections (replicated in Megatron-Core): no TP collective
+            continue
+        if style == "column":
+            f, d, w = ctx.gemm(T, k, n / tp)
+            sums["cf"] += f
+            sums["cd"] += d
+            sums["cw"] += w
+            sums["cfs"] += _split_seconds(ctx, tp, (T, k, n / tp))[0]
+        elif style == "row":
+            f, d, _w = ctx.gemm(T, k / tp, n)
+            sums["rf"] += f
+            sums["rd"] += d
+            sums["rfs"] += _split_seconds(ctx, splits, (T, k / tp, n))[0]
+            sums["rds"] += _split_seconds(ctx, tp, (T, k / tp, n))[1]
+    return OverlapGemms(column_fwd=sums["cf"], column_dgrad=sums["cd"], column_wgrad=sums["cw"], row_fwd=sums["rf"],
+                        row_dgrad=sums["rd"], column_fwd_split=sums["cfs"], row_fwd_split=sums["rfs"],
+                        row_dgrad_split=sums["rds"])
 
 
 def _layer_ops_plan(spec: ModelSpec, i: int, T: float) -> tuple:
@@ -252,6 +280,23 @@ def _layer_ops_plan(spec: ModelSpec, i: int, T: float) -> tuple:
         width = D * (2 if group == "shared_block" else 1)  # Zamba2's shared block reads [hidden, embeddings]
         gemms.append(("column", width, fused_flops / (2 * T * width), True, "mlp" if group == "mlp" else None))
     return tuple(gemms), tuple(streamed), moe_parts
+
+
+def _split_seconds(ctx: StepContext, parts: int, shape: tuple[float, float, float]) -> tuple[float, float, float]:
+    """A linear of `shape` (m tokens, k, n) split along its tokens into `parts` chunks, as TE's comm+GEMM overlap runs
+    them: round robin on TP_OVERLAP_STREAMS compute streams, so that up to that many chunks run at once and share
+    the SMs as one GEMM of their rows would:
+
+        seconds = parts / s x linear(m x s / parts, k, n),  s = min(parts, TP_OVERLAP_STREAMS)
+
+    (each chunk alone would leave waves of SMs idle where m / parts rows make few tiles), never less than the whole
+    linear's: the same FLOPs in smaller tiles run no faster."""
+    m, k, n = shape
+    streams = min(parts, constants.TP_OVERLAP_STREAMS)
+    scale = parts / streams
+    split = ctx.gemm(m * streams / parts, k, n)
+    whole = ctx.gemm(m, k, n)
+    return max(split[0] * scale, whole[0]), max(split[1] * scale, whole[1]), max(split[2] * scale, whole[2])
 
 
 def _head_times(ctx: StepContext) -> StageTimes:

@@ -327,6 +327,9 @@ def _layout_maker(spec: ModelSpec, n_gpus: int, seq_len: int, global_batch: int,
         if not overlap_ok:
             raise LlmcalcError("--tp-overlap splits the all-gather / reduce-scatter of sequence parallelism around "
                                "the GEMMs; it needs --sequence-parallel (drop --no-sequence-parallel)")
+        if tp_overlap and tp == 1:
+            raise LlmcalcError("--tp-overlap overlaps the tensor-parallel collectives with the GEMMs; tp 1 has none: "
+                               "give --tp 2 or more, or leave --tp-overlap out")
         if not inert:
             check_step_settings(spec, lay)
             _check_cp_heads(spec, lay)
@@ -545,7 +548,10 @@ def _describe(lay: Layout, rc: str | None = None) -> str:
     text = f"tp {lay.tp} cp {lay.cp} pp {lay.pp} dp {lay.dp}" + (f" vpp {lay.vpp}" if lay.vpp > 1 else "") + \
         (f" ep {lay.ep}" if lay.ep > 1 else "") + (f" etp {lay.expert_tp}" if lay.expert_tp != lay.tp else "")
     text += (f" {lay.ep_dispatcher}" if lay.ep_dispatcher != "alltoall" else "") + (" ep-overlap" if lay.ep_overlap
-                                                                                      else "")
+                                                                                      else "") \
+        + (" tp-overlap" if lay.tp_overlap and lay.tp > 1 else "") \
+        + (f" first-stage {lay.first_stage_layers}" if lay.first_stage_layers else "") \
+        + (f" last-stage {lay.last_stage_layers}" if lay.last_stage_layers else "")
     return text + f" mb {lay.micro_batch}" + (f" recompute {rc}" if rc else "") + (" ZeRO-3" if lay.zero == 3 else "") \
         + (f" dp-shard {lay.dp_shard}" if lay.dp_shard else "")
 

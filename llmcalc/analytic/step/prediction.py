@@ -315,7 +315,7 @@ def step_assumptions(ctx: StepContext, recompute: str) -> dict[str, Any]:
         "hbm_gb_per_s": round(dev.hbm / 1e9),
         "rank_order": lay.order,
         "elementwise": "fused" if lay.fused_elementwise else "eager (unfused: twice the passes)",
-        "tp_overlap": "GEMM-overlapped, excess exposed" if lay.tp_overlap else "exposed",
+        "tp_overlap": "userbuffers: split GEMMs, SMs held, last chunk exposed" if lay.tp_overlap else "exposed",
         "dp_overlap": "reduce-scatter under the last backward, all-gather under the first forward; last bucket "
                       "exposed" if lay.dp_overlap else "exposed after the backward",
         "optimizer": lay.optimizer,

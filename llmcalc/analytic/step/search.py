@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import math
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -13,15 +14,18 @@ from ...spec import ModelSpec
 from ...units import GIB
 from ...validate import DEFAULT_ZERO
 from ..memory import RECIPES, MemoryTables, lookup
+from ..pipeline import chunks_per_rank, stage_of
 from . import constants
-from .bounds import FLOOR_MARGIN, FloorShape, _first_floors, _floor_shape, _optimizer_floor, _step_floor
+from .bounds import FLOOR_MARGIN, FloorShape, _first_floors, _floor_shape, _optimizer_floor, _step_floor, _whole
 from .cache import per_call
-from .context import ExpertLayout, LayerLayout, StepInputs, _context_in, step_tables
+from .context import ExpertLayout, LayerLayout, StepContext, StepInputs, _context_in, step_tables
+from .layer import _embedding_times, _head_times, _layer_cost, _mtp_times
 from .layout import (
     ORDER,
     PINNED,
     STEP_DEFAULTS,
     Layout,
+    _check_stage_layers,
     _describe,
     _layout_maker,
     _order_dims,
@@ -31,6 +35,7 @@ from .layout import (
     layout_candidates,
     layout_memory,
     make_layout,
+    stage_split,
 )
 from .prediction import LOWER_BOUND, Prepared, StepPrediction, _finish, _prepare, predict
 from .train import global_batch_sequences, networked_device, option_flag
@@ -39,7 +44,7 @@ from .train import global_batch_sequences, networked_device, option_flag
 @per_call
 def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_batch: int, causal: bool = False,
                    recompute: str | None = None, dtype: str = "bf16", progress: Callable[[int], Callable[[], None]]
-                   | None = None, tp_overlap: bool = False, recipe: str = "bf16-mixed", top: int = 10,
+                   | None = None, tp_overlap: bool | None = False, recipe: str = "bf16-mixed", top: int = 10,
                    exhaustive: bool = False, reserve_gib: float = 0.0, pins: dict[str, Any] | None = None,
                    **step: Any) -> tuple[list, list, dict]:  # long: the search's phases
     """Every layout tp x cp x pp (x vpp, micro-batch, recomputation) of `n_gpus`, checked against the memory
@@ -52,8 +57,9 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     A layout fits where its peak is at most the GPU's usable memory less `reserve_gib` (--reserve-gib, as memory).
     `pins`: the degrees, micro-batch (layout.PINNED), ZeRO stage and sequence parallelism `layout` was given: only
     layouts with those are tried.
-    `progress(total)` (optional) returns a function called once per layout tried; `tp_overlap` times every
-    layout with its TP collectives under the GEMMs (`_tp_exposed`).
+    `progress(total)` (optional) returns a function called once per layout tried; `tp_overlap` True times every
+    layout with TransformerEngine's comm+GEMM overlap (collectives.add_tp_comm), False without it, None tries both
+    where the overlap applies (`_tp_variants`).
 
     Pruned (the default): every valid layout first gets `_step_floor`, a lower bound of its step whatever
     recomputation and ZeRO stage it would get; in order of that floor the layouts are evaluated in full (memory,
@@ -94,7 +100,7 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     plain_step = {k: v for k, v in step.items() if k not in ("ep_overlap", "ep_dispatcher")}
     # make_layout of each candidate with the step settings, else (where they differ) without the all-to-all ones
     options = dict(schedule=None, zero=DEFAULT_ZERO if zero_pin is None else zero_pin, sequence_parallel=sp_pin,
-                   dp_overlap=True, tp_overlap=tp_overlap)
+                   dp_overlap=True, tp_overlap=False)  # the overlap where it applies: _tp_variants
     makers: list[Callable[[tuple, bool], Layout] | None] = []
     for given in [step] + ([plain_step] if plain_step != step else []):
         try:
@@ -105,11 +111,29 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
     layouts: list = []  # (floor, candidate index, tier, layout, what adds the optimizer) of the valid layouts
     # each layout's layer fields (LayerLayout, ExpertLayout) per maker and degrees but vpp (which they do not read)
     fields_of: dict[tuple, tuple[LayerLayout, ExpertLayout]] = {}
-    shapes: dict[tuple, FloorShape] = {}  # per pp, vpp and schedule (what else it reads is the search's own)
+    shapes: dict[tuple, FloorShape] = {}  # per pp, vpp, schedule and stage split (the rest it reads: the search's)
     inputs = (spec, dev, seq_len, rec)
     floors = step_tables(StepInputs(spec, dev, seq=seq_len, recipe=rec, attention="flash", dropout=False,
                                     efficiency=constants.KERNEL_EFFICIENCY)).setdefault("floors", {})  # (ctx.table)
     slot = 0  # each layout tried (a candidate's expert settings are layouts of their own): its place in the order
+    # the uneven pipeline splits tried where the command line fixes none (_stage_splits), around the balance of the
+    # first layout of each tp, cp and micro-batch (stage_balance: the layer and head costs of those tokens on a rank)
+    fixed_stages = any(step.get(k) for k in ("first_stage_layers", "last_stage_layers", "pipeline_layout"))
+    balances: dict[tuple, tuple[float, float]] = {}
+    splits: dict[tuple, list[tuple[int, int]]] = {}
+
+    def stage_variants(lay: Layout) -> list[Layout]:  # lay and its uneven splits (_stage_splits), memoized
+        if fixed_stages or lay.pp < 2:
+            return [lay]
+        balance = balances.get((lay.tp, lay.cp, lay.micro_batch))
+        if balance is None:
+            balance = balances[lay.tp, lay.cp, lay.micro_batch] = stage_balance(
+                _context_in(inputs, lay, (LayerLayout.of(lay), ExpertLayout.of(lay))))
+        key = (lay.pp, lay.vpp, lay.schedule, balance)
+        pairs = splits.get(key)
+        if pairs is None:
+            pairs = splits[key] = _stage_splits(spec, lay, balance)
+        return [lay] + [replaced(lay, {"first_stage_layers": f, "last_stage_layers": la}) for f, la in pairs]
     for tp, cp, pp, vpp, mb, ep, etp in candidates:
         if tick:
             tick()
@@ -126,19 +150,22 @@ def search_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_
             counts["invalid"] += 1
             slot += 1
             continue
-        for variant in _expert_variants(spec, lay, step, per_node):
+        for variant in [s for t in _tp_variants(lay, tp_overlap, per_node)
+                        for e in _expert_variants(spec, t, step, per_node)
+                        for s in stage_variants(e)]:
             index, slot, lay = slot, slot + 1, variant
             if exhaustive:
                 layouts.append((0.0, index, _MEMORY, lay, None))
                 continue
             # its work floor (_first_floors)
-            degrees = (which, tp, cp, pp, mb, ep, etp, lay.ep_dispatcher, lay.ep_overlap)
+            degrees = (which, tp, cp, pp, mb, ep, etp, lay.ep_dispatcher, lay.ep_overlap, lay.tp_overlap)
             fields = fields_of.get(degrees)
             if fields is None:
                 fields = fields_of[degrees] = (LayerLayout.of(lay), ExpertLayout.of(lay))
-            shape = shapes.get((pp, vpp, lay.schedule))
+            split = (pp, vpp, lay.schedule, lay.first_stage_layers, lay.last_stage_layers)
+            shape = shapes.get(split)
             if shape is None:
-                shape = shapes[pp, vpp, lay.schedule] = _floor_shape(spec, lay)
+                shape = shapes[split] = _floor_shape(spec, lay)
             layouts.append((_first_floors(floors, inputs, lay, fields, shape), index, _RANKS, lay, (fields, shape)))
     counts["searched"] = slot
     # best first: the least floor is taken and made tighter (its pipeline's paths; its optimizer step; then its
@@ -305,7 +332,8 @@ def _least_that_fits(spec: ModelSpec, lay: Layout, seq_len: int, tries: list[str
 
     def peak_of(zero: int, rc: str) -> float:
         key = (lay.tp, lay.cp, lay.pp, lay.vpp, lay.dp, lay.dp_shard, lay.ep, lay.etp, zero, lay.sequence_parallel,
-               lay.micro_batch, min(lay.grad_accum, lay.pp + 1), rc)  # (in_flight: m > pp caps nothing)
+               lay.micro_batch, min(lay.grad_accum, lay.pp + 1), rc,  # (in_flight: m > pp caps nothing)
+               lay.first_stage_layers, lay.last_stage_layers)
         found = peaks.get(key)
         if found is None:
             trial = lay if zero == lay.zero else _with_zero(lay, zero)
@@ -345,6 +373,93 @@ def _expert_variants(spec: ModelSpec, lay: Layout, step: dict[str, Any], per_nod
     return [lay if (d, o) == (lay.ep_dispatcher, lay.ep_overlap) else replaced(lay, {"ep_dispatcher": d,
                                                                                      "ep_overlap": o})
             for d in dispatchers for o in overlaps]
+
+
+def _tp_variants(lay: Layout, tp_overlap: bool | None, per_node: int) -> list[Layout]:
+    """The layouts `layout` tries for one candidate (`lay`, made without the overlap) by --tp-overlap: given
+    (`tp_overlap` True), the layout with it where tp > 1 (tp 1 has no TP collective); left open (None), where the
+    overlap applies (tp > 1, sequence parallelism on: TransformerEngine's userbuffers overlap the all-gathers and
+    reduce-scatters SP runs; the TP group inside one node of `per_node` GPUs: CUDA IPC handles), the layout without
+    and with it (each at its cost: collectives.add_tp_comm); else `lay` alone."""
+    if tp_overlap is False or lay.tp == 1:
+        return [lay]
+    on = replaced(lay, {"tp_overlap": True})
+    if tp_overlap:
+        return [on]
+    if not lay.sequence_parallel or lay.tp * _stride(lay, "tp") > per_node:
+        return [lay]
+    return [lay, on]
+
+
+def stage_balance(ctx: StepContext) -> tuple[float, float]:
+    """(e, h): the first pipeline stage's extra work (the embedding) and the last stage's (the LM head and loss, and
+    the MTP modules Megatron-Core places there), each in layers' worth of one micro-batch's work at recompute none
+    under `ctx` (forward, backward, weight gradients and exposed communication, StageTimes.total):
+
+        e = embedding / mean layer,  h = (head + loss + MTP) / mean layer
+
+    (the mean over the model's layers: hybrid and MoE stacks mix kinds). A pipeline runs at its slowest stage's
+    pace: with f layers on the first rank, l on the last and m on each other, every rank is equally loaded where
+    f + e = m = l + h (_stage_variants rounds this to Megatron's splits)."""
+    spec = ctx.spec
+    layer = sum(_layer_cost(ctx, i, rec).total * count for i, rec, count in _whole(spec, 0).runs) / spec.n_layers
+    last = _head_times(ctx).total + (_mtp_times(ctx, "none").total * ctx.lay.mtp_layers if ctx.lay.mtp_layers else 0)
+    return _embedding_times(ctx).total / layer, last / layer
+
+
+STAGE_VARIANTS = 2  # how many uneven splits _stage_splits keeps per pipeline shape: the best balanced
+
+
+def _stage_splits(spec: ModelSpec, lay: Layout, balance: tuple[float, float]) -> list[tuple[int, int]]:
+    """The uneven splits, (first, last) rank layers (0: as the others), `layout` tries beside `lay`'s even split
+    (pp >= 2; --first/--last-stage-layers and --pipeline-layout not given; what it reads of `lay`: pp, vpp and the
+    schedule): Megatron-Core's num_layers_in_first/last_pipeline_stage around the balanced point
+    of the stages' own costs (`balance` = (e, h), stage_balance's), not every split. The balanced middle rank holds
+    m* = (L + e + h) / pp layers; for m the multiples of the v chunks per rank on either side of m*: the last rank
+    alone lighter (l = L - (pp - 1) m), the first alone (f = L - (pp - 1) m), and both, the L - (pp - 2) m layers of
+    the two split so that f + e = l + h (f - l = h - e, rounded to whole chunks). A split is kept where Megatron's
+    rules take it (each rank's layers whole chunks, the middle ranks' evenly: layout._check_stage_layers) and its
+    busiest rank's load (layers, + e on the first rank, + h on the last: _rank_loads) is below the even split's;
+    the STAGE_VARIANTS least loaded, each a layout of its own that the search bounds and evaluates as the others."""
+    e, h = balance
+    n, pp = spec.n_layers, lay.pp
+    v = chunks_per_rank(lay.schedule, lay.vpp)
+    target = (n + e + h) / pp / v
+    even = max(_rank_loads(lay, stage_split(n, lay, pp * v), balance))
+    found: dict[tuple, tuple[float, int, Layout]] = {}
+    for m in (math.floor(target) * v, math.ceil(target) * v):
+        if m <= 0:
+            continue
+        rest, both = n - (pp - 1) * m, n - (pp - 2) * m
+        last = round((both + e - h) / 2 / v) * v
+        for first_layers, last_layers in ((0, rest), (rest, 0), (both - last, last)):
+            if first_layers < 0 or last_layers < 0 or first_layers == last_layers == 0:
+                continue
+            variant = replaced(lay, {"first_stage_layers": first_layers, "last_stage_layers": last_layers})
+            try:
+                _check_stage_layers(spec, variant)
+            except LlmcalcError:
+                continue
+            split = stage_split(n, variant, pp * v)
+            load = max(_rank_loads(variant, split, balance))
+            if load < even * (1 - 1e-9) and tuple(split) not in found:
+                found[tuple(split)] = (load, len(found), variant)
+    return [(variant.first_stage_layers, variant.last_stage_layers)
+            for _, _, variant in sorted(found.values())[:STAGE_VARIANTS]]
+
+
+def _rank_loads(lay: Layout, split: list[int], balance: tuple[float, float]) -> list[float]:
+    """Each pipeline rank's work in layers' worth: its chunks' layers (`split`: stage_split's, chunk c of rank r at
+    pipeline.stage_of), + e on the rank of the first stage (the embedding), + h on the rank of the last (LM head,
+    loss, MTP; under zb-v's V the first rank's): stage_balance's (e, h)."""
+    v = len(split) // lay.pp
+    loads = [0.0] * lay.pp
+    for r in range(lay.pp):
+        for c in range(v):
+            stage = stage_of(lay.schedule, r, c, lay.pp)
+            loads[r] += split[stage] + (balance[0] if stage == 0 else 0.0) \
+                + (balance[1] if stage == len(split) - 1 else 0.0)
+    return loads
 
 
 def _hsdp_shards(lay: Layout, per_node: int) -> list[int]:
@@ -476,43 +591,67 @@ class LayoutSearch:
 
 
 def searched_knobs(spec: ModelSpec, pins: dict[str, Any], step: dict[str, Any], recompute: str | None,
-                   tp_overlap: bool) -> tuple[str, ...]:
+                   tp_overlap: bool | None, best: Layout | None = None) -> tuple[str, ...]:
     """`layout`'s knobs in three lines: those it searched (the degrees and micro-batch not pinned; the recomputation
     and ZeRO stage that fit; HSDP shard groups of the FSDP layouts; for MoE models the expert dispatcher and EP
-    overlap where the command line left them open), those taken as given, and those it does not vary and why."""
+    overlap where the command line left them open; --tp-overlap and the uneven pipeline splits where they were left
+    open, saying what the best layout (`best`) took), those taken as given, and those it does not vary and why."""
     degrees = [k.replace("_", "-") for k in PINNED if k not in pins and (spec.is_moe or k not in ("ep", "etp"))]
     searched = degrees + ([] if recompute else ["recompute none/selective/full"]) \
         + ([] if "zero" in pins else ["ZeRO-1 else ZeRO-3 (FSDP)"]) \
         + ([] if "dp_shard" in step or pins.get("zero") in (0, 1, 2) else
            ["HSDP shard groups of 1, 2, 4 ... nodes where only FSDP fits across nodes (--dp-shard)"]) \
-        + [option_flag(k) for k in ("ep_dispatcher", "ep_overlap") if spec.is_moe and k not in step]
+        + [option_flag(k) for k in ("ep_dispatcher", "ep_overlap") if spec.is_moe and k not in step] \
+        + ([] if tp_overlap is not None else
+           ["--tp-overlap on/off where tp > 1 inside one node (the best: "
+            + ("on" if best is not None and best.tp_overlap else "off" if best is not None and best.tp > 1
+               else "tp 1, none") + ")"]) \
+        + ([] if any(k in step for k in ("first_stage_layers", "last_stage_layers", "pipeline_layout")) else
+           [f"--first/--last-stage-layers: up to {STAGE_VARIANTS} uneven splits where pp > 1, around the balance of "
+            "the embedding's and the LM head's cost against a layer's (the best: " + _split_text(best) + ")"])
     given = [option_flag(k) for k in (*PINNED, "zero", "dp_shard", "ep_dispatcher", "ep_overlap", "cp_comm",
                                       "first_stage_layers", "last_stage_layers", "pipeline_layout",
                                       "fp8_param_gather") if k in pins or k in step]
-    overlap = "on" if tp_overlap else "off"
+    if tp_overlap is not None:
+        given.append(f"--tp-overlap {'on (where tp > 1)' if tp_overlap else 'off'}")
     return (f"knobs searched: {'; '.join(searched)}",
-            "knobs given: " + (", ".join(given) if given else "none") + f"; --tp-overlap {overlap} as given "
-            "(modelled without the SMs it borrows, so searching it would always choose it)",
-            "knobs not searched: --first/--last-stage-layers and --pipeline-layout (the recipe's stage split), "
+            "knobs given: " + (", ".join(given) if given else "none"),
+            "knobs not searched: --pipeline-layout (a recipe's own stage layout), "
             "--cp-comm, --fp8-param-gather (recipe facts, applied as given); partial recompute (--recompute-layers, "
             "--recompute-modules: time it with `llmcalc train`)")
+
+
+def _split_text(best: Layout | None) -> str:
+    """The best layout's pipeline split in words, for searched_knobs."""
+    if best is None or best.pp < 2:
+        return "pp 1, none"
+    if not (best.first_stage_layers or best.last_stage_layers):
+        return "even"
+    return f"first {best.first_stage_layers or 'even'}, last {best.last_stage_layers or 'even'}"
 
 
 @per_call
 def rank_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_batch: int | None = None,
                  global_batch_tokens: float | None = None, causal: bool = False, recompute: str | None = None,
-                 tp_overlap: bool = False, progress: Callable[[int], Callable[[], None]] | None = None,
+                 tp_overlap: bool | None = None, progress: Callable[[int], Callable[[], None]] | None = None,
                  top: int = 10, exhaustive: bool = False, reserve_gib: float = 0.0, **step: Any) -> LayoutSearch:
     """`llmcalc layout`: search_layouts for the global batch given in sequences or tokens; no layout that fits
     is an error naming what to change. `step`: the recipe and STEP_DEFAULTS' settings, for every layout; `top`:
     how many layouts are listed, each of them exact (search_layouts; at least the ten best are, whose figures the
-    losers' table compares); `exhaustive`: evaluate every layout (search_layouts)."""
+    losers' table compares); `exhaustive`: evaluate every layout (search_layouts); `tp_overlap` None: tried both
+    ways where it applies (search_layouts)."""
     batch = global_batch_sequences(global_batch, global_batch_tokens, seq_len, required=True)
     assert batch is not None  # required: exactly one of the two was given
     pins = {k: step.pop(k) for k in (*PINNED, "zero", "sequence_parallel") if step.get(k) is not None}
     if pins.keys() & set(PINNED):  # the given degrees refused as train refuses them, before any search
         make_layout(spec, n_gpus, seq_len, batch, **{k: v for k, v in pins.items() if k != "vpp" or v > 1},
                     **{k: v for k, v in step.items() if k in STEP_DEFAULTS and v is not None})
+    if tp_overlap and pins.get("tp") == 1:
+        raise LlmcalcError("--tp-overlap overlaps the tensor-parallel collectives with the GEMMs; --tp 1 has none: "
+                           "give --tp 2 or more, or leave --tp-overlap out (layout then tries it where tp > 1)")
+    if tp_overlap and pins.get("sequence_parallel") is False:
+        raise LlmcalcError("--tp-overlap splits the all-gather / reduce-scatter of sequence parallelism around "
+                           "the GEMMs; it needs --sequence-parallel (drop --no-sequence-parallel)")
     if step.get("cp_comm") == "a2a+p2p":
         raise LlmcalcError("--cp-comm a2a+p2p needs its all-to-all size for one cp degree (train --cp-a2a-size); "
                            "layout tries many: use p2p, all-gather or a2a here")
@@ -534,4 +673,4 @@ def rank_layouts(spec: ModelSpec, gpu: str, n_gpus: int, seq_len: int, global_ba
                         losers=losers, counts=counts, recipe=step.get("recipe") or "bf16-mixed",
                         optimizer=step.get("optimizer") or "adamw", reserve_gib=reserve_gib,
                         knobs=searched_knobs(spec, pins, {k: v for k, v in step.items() if v is not None},
-                                             recompute, tp_overlap))
+                                             recompute, tp_overlap, best=ranked[0][0].layout))
