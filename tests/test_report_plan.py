@@ -57,8 +57,16 @@ def layout_flags(lay: dict) -> list:
     experts = ["--ep", lay["ep"], "--etp", lay["etp"]] if lay.get("ep", 1) > 1 else []
 
     hsdp = ["--dp-shard", lay["dp_shard"]] if lay.get("dp_shard") else []  # an HSDP shard group layout chose
+    # the uneven stage split layout searched (memory sizes it too)
+    stages = [x for k in ("first_stage_layers", "last_stage_layers") if lay.get(k)
+              for x in (f"--{k.replace('_', '-')}", lay[k])]
     return ["--tp", lay["tp"], "--cp", lay["cp"], "--pp", lay["pp"], "--vpp", lay["vpp"], "--zero", lay["zero"],
-            "--micro-batch", lay["micro_batch"], "--recompute", lay["recompute"], *experts, *hsdp]
+            "--micro-batch", lay["micro_batch"], "--recompute", lay["recompute"], *experts, *hsdp, *stages]
+
+
+def overlap_choice(lay: dict) -> list:
+    """The TP overlap `layout` chose, as train takes it (a step option: only where tp > 1, not memory's)."""
+    return ["--tp-overlap" if lay.get("tp_overlap") else "--no-tp-overlap"] if lay["tp"] > 1 else []
 
 
 def expert_choice(lay: dict) -> list:
@@ -128,7 +136,7 @@ def check_report(tmp_path, models, n_gpus, *extra, serve=False):
         assert mine["at_assumed_mfu"]["cost_usd"] == pytest.approx(at_assumed["cost_usd"])
         if mine["headline_mfu"] == "predicted":
             predicted = cli_json("train", model, "--tokens", "2T", *layout_args, "--global-batch", batch,
-                                 *layout_flags(lay), *expert_choice(lay))
+                                 *layout_flags(lay), *expert_choice(lay), *overlap_choice(lay))
             assert mine["mfu"] == pytest.approx(predicted["mfu"])
             assert mine["wall_clock_days"] == pytest.approx(predicted["wall_clock_days"])
             assert mine["gpu_hours"] == pytest.approx(predicted["gpu_hours"])
