@@ -9,7 +9,8 @@ import pytest
 import torch
 from clirun import run  # noqa: E402
 
-from llmcalc.analytic.quant import Module, checkpoint_bytes, modules, parse_quantization, weight_format
+from llmcalc.analytic.quant import (Module, checkpoint_bytes, modules, parse_quantization, unquantized_linear_flops,
+                                    weight_format)
 from llmcalc.errors import LlmcalcError
 from llmcalc.spec import load_model
 from llmcalc.spec.hf import spec_from_hf
@@ -419,3 +420,25 @@ def test_a_checkpoint_quantized_per_module_runs_its_16_bit_linears_as_bf16_gemms
     cost = StepCost(shipped.roofline(1, 128), device_for("h100-sxm"), 8)
     assert cost.gemm_flops() == {"fp8": fp8, "bf16": bf16}
     assert StepCost(typed.roofline(1, 128), device_for("h100-sxm"), 8).gemm_flops() == {"fp8": fp8 + bf16}
+
+
+def test_meta_fp8_405b_unquantized_linear_flops_are_the_linears_fbgemm_leaves(meta_fp8_405b):
+    """quant.unquantized_linear_flops (the serving step's 16-bit GEMMs of a checkpoint quantized per module) is
+    2·in·out over the decoder's nn.Linear modules transformers' fbgemm_fp8 replacement leaves unconverted, attention's
+    and the rest's apart. Its memo key is the whole (spec, format) pair it reads: the same checkpoint read at a typed
+    --weight-dtype, or with a skip list of its own, answers for itself after the shipped one was memoized."""
+    model, fp8_linear = meta_fp8_405b
+    attention = other = 0
+    for name, m in model.model.layers.named_modules():
+        if isinstance(m, torch.nn.Linear) and not isinstance(m, fp8_linear):
+            flops = 2 * m.in_features * m.out_features
+            attention, other = (attention + flops, other) if ".self_attn." in f".{name}" else (attention, other + flops)
+    spec = load_model(META_405B_FP8)
+    assert unquantized_linear_flops(spec, weight_format(spec)) == (attention, other)
+    assert other == 2 * 3 * 2 * spec.d_model * spec.d_ff  # layers 0 and 125's MLPs, the config's skip list
+    assert unquantized_linear_flops(spec, weight_format(spec, "fp8")) == (0, 0)
+    hf = json.loads((Path(META_405B_FP8) / "config.json").read_text())
+    hf["quantization_config"]["modules_to_not_convert"] = [
+        e for e in hf["quantization_config"]["modules_to_not_convert"] if ".mlp." not in e]
+    attention_only = spec_from_hf(hf)
+    assert unquantized_linear_flops(attention_only, weight_format(attention_only)) == (attention, 0)
