@@ -9,8 +9,14 @@ import pytest
 import torch
 from clirun import run  # noqa: E402
 
-from llmcalc.analytic.quant import (Module, checkpoint_bytes, modules, parse_quantization, unquantized_linear_flops,
-                                    weight_format)
+from llmcalc.analytic.quant import (
+    Module,
+    checkpoint_bytes,
+    modules,
+    parse_quantization,
+    unquantized_linear_flops,
+    weight_format,
+)
 from llmcalc.errors import LlmcalcError
 from llmcalc.spec import load_model
 from llmcalc.spec.hf import spec_from_hf
