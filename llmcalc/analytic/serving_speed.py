@@ -673,21 +673,18 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
         base = cost.seconds(tokens=step.tokens, rows=step.rows, kv_tokens=kv_tokens, decodes=dec,
                             length=step.length, pairs=step.pairs)
         # steps that only decode and admit nothing: advance to the next finish (or arrival, or a full cache) at once
-        room = waiting and slots.take(waiting[0]) >= 1
-        if prefilling or room or step_by_step:
+        if policy.multi_step > 1:  # vLLM V0's multi-step pass: N steps, arrivals wait for it (a prefill: one step)
+            jump = 1 if prefilling else policy.multi_step
+        elif prefilling or step_by_step or (waiting and slots.take(waiting[0]) >= 1):  # (room for a waiting one)
             jump = 1
-        elif policy.multi_step > 1:  # (vLLM V0's multi-step pass: its steps, set below)
-            jump = policy.multi_step
         else:
             jump = decode_run(decoding, kv, held, int(step.least_left), alone=uniform)
-        if waiting and policy.admission == "ratio":
-            jump = min(jump, RATIO_JUMP)
-        if step.first_token:  # a first token comes with the next step alone
-            jump = 1
-        if next_arrival < len(arrivals) and jump > 1:
-            jump = max(1, min(jump, math.ceil((arrivals[next_arrival] - t) / base)))
-        if policy.multi_step > 1 and not prefilling:  # vLLM V0's multi-step pass: N steps, arrivals wait for it
-            jump = policy.multi_step
+            if waiting and policy.admission == "ratio":
+                jump = min(jump, RATIO_JUMP)
+            if step.first_token:  # a first token comes with the next step alone
+                jump = 1
+            if next_arrival < len(arrivals) and jump > 1:
+                jump = max(1, min(jump, math.ceil((arrivals[next_arrival] - t) / base)))
         pace = 0.0  # clients get each step's tokens as fast as the API server streams them (FRONTEND_TOKEN_...)
         if work.served:
             firsts = sum(g.n for g in prefilling if g.prefilled + g.chunk >= g.target and not g.generated)
