@@ -69,7 +69,9 @@ from .measured_kernels import (
     DecodeShape,
     GemmShape,
     MlaShape,
+    PrefillShape,
     measured_decode_layer,
+    measured_fp8_kv_prefill_ratio,
     measured_layer_gemms,
     measured_mla_decode_parts,
     measured_mla_layer,
@@ -412,7 +414,27 @@ class StepCost:
                 key=key, context=True))
         flops = 4 * pairs * spec.n_heads / self.tp * spec.d_head * spec.n_attention_layers
         return attention_seconds(self.dev, self.kernel, flops, spec.d_head, max(length, 128), causal=True,
-                                 backward=False)
+                                 backward=False) * self.fp8_kv_prefill_factor(length, tokens)
+
+    def fp8_kv_prefill_factor(self, length: float, tokens: float) -> float:
+        """What an FP8 KV cache does to the prefill attention kernel: t_fp8 = t_16bit x T_fp8 / T_bf16, the engine's
+        own prefill kernel timed both ways at the step's shape (prompts of `length`, `tokens` / `length` of them,
+        heads per GPU; measured_kernels.measured_fp8_kv_prefill_ratio), 1 for a 16-bit cache or where the engine's
+        table holds no FP8 rows. Why not the FP8 forward rate of FlashAttention-3's paper: vLLM's FA3 path quantizes
+        the query to FP8 and runs the FP8 kernel over the paged FP8 cache (vllm-project/vllm@0084b783bcda:
+        vllm/v1/attention/backends/flash_attn.py, FlashAttentionImpl.forward: ``ops.scaled_fp8_quant(query, ...)``
+        then ``flash_attn_varlen_func(..., q_descale, k_descale, v_descale)``; FP8 only with FA3 on compute
+        capability 9, vllm@0fa99d44d842:vllm/attention/utils/fa_utils.py flash_attn_supports_fp8), and that kernel,
+        timed inside vLLM by aiconfigurator (collector/vllm/collect_attn.py: impl.forward on a paged cache, the
+        cache write included), runs 5-30 % slower than its BF16 one on H100 and H200 (1k-32k tokens, GQA 4:1 and
+        8:1), where TensorRT-LLM's FP8 context kernel runs 5-33 % faster and B200's FlashInfer kernels up to 12 %."""
+        if self.est.kv_dtype != "fp8" or not self.table_attention or tokens <= 0:
+            return 1.0
+        spec = self.spec
+        seq = three_figures(max(1.0, length))
+        return measured_fp8_kv_prefill_ratio(PrefillShape(
+            gpu=self.gpu, batch=max(1, round(tokens / seq)), seq=seq, heads=spec.n_heads // self.tp,
+            kv_heads=max(1, spec.n_kv_heads // self.tp), head_dim=spec.d_head))
 
     def allreduce_seconds(self, tokens: float) -> float:
         """Tensor parallelism's all-reduces: after attention and after the MLP in every layer (Megatron's row-
