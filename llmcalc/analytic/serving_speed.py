@@ -420,14 +420,18 @@ class StepCost:
         """What an FP8 KV cache does to the prefill attention kernel: t_fp8 = t_16bit x T_fp8 / T_bf16, the engine's
         own prefill kernel timed both ways at the step's shape (prompts of `length`, `tokens` / `length` of them,
         heads per GPU; measured_kernels.measured_fp8_kv_prefill_ratio), 1 for a 16-bit cache or where the engine's
-        table holds no FP8 rows. Why not the FP8 forward rate of FlashAttention-3's paper: vLLM's FA3 path quantizes
+        table holds no FP8 rows. Why not the FP8 forward rate of FlashAttention-3's paper ("FP16 reaching up to 740
+        TFLOPs/s (75% utilization), and with FP8 reaching close to 1.2 PFLOPs/s", arXiv 2407.08608, dense tensors,
+        kernels.Device.attention_rate(fp8=True) doubles the rate likewise): vLLM's FA3 path quantizes
         the query to FP8 and runs the FP8 kernel over the paged FP8 cache (vllm-project/vllm@0084b783bcda:
         vllm/v1/attention/backends/flash_attn.py, FlashAttentionImpl.forward: ``ops.scaled_fp8_quant(query, ...)``
         then ``flash_attn_varlen_func(..., q_descale, k_descale, v_descale)``; FP8 only with FA3 on compute
         capability 9, vllm@0fa99d44d842:vllm/attention/utils/fa_utils.py flash_attn_supports_fp8), and that kernel,
-        timed inside vLLM by aiconfigurator (collector/vllm/collect_attn.py: impl.forward on a paged cache, the
-        cache write included), runs 5-30 % slower than its BF16 one on H100 and H200 (1k-32k tokens, GQA 4:1 and
-        8:1), where TensorRT-LLM's FP8 context kernel runs 5-33 % faster and B200's FlashInfer kernels up to 12 %."""
+        timed inside vLLM by aiconfigurator (ai-dynamo/aiconfigurator@5ef50c9b971e:collector/vllm/collect_attn.py:
+        impl.forward on a paged cache, the cache write included, the query handed in as FP8), runs 3-35 % slower
+        than its BF16 one on H100 and H200 (1k-32k tokens, GQA 4:1 and 8:1), where TensorRT-LLM's FP8 context
+        kernel runs 3-33 % faster, and vLLM's FlashInfer prefill on B200 up to 26 % slower at 1k tokens, 5-12 %
+        faster from 8k."""
         if self.est.kv_dtype != "fp8" or not self.table_attention or tokens <= 0:
             return 1.0
         spec = self.spec
