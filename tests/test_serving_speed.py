@@ -899,3 +899,17 @@ def test_the_fp8_prefill_memo_key_holds_every_field_the_table_reads():
         table = [kernel_tables.prefill_attention_ms(*args, kv_heads=shape.kv_heads, head_dim=shape.head_dim,
                                                     kv_dtype=kv) for kv in ("fp8", "bf16")]
         assert measured_fp8_kv_prefill_ratio(shape) == table[0] / table[1] != measured_fp8_kv_prefill_ratio(base)
+
+
+def test_the_workload_says_which_fp8_kv_kernels_it_assumed():
+    """`serve`'s JSON names what an FP8 KV cache changed: the measured kernels where the engine's tables hold FP8 rows
+    (vLLM on H100: its FA3 FP8 prefill slower than BF16, the table's 0.96916 / 0.91222 ms at one 8,192-token prompt
+    of 32/8 heads), the roofline where none is shipped (MI300X), nothing for a 16-bit cache."""
+    def assumed(gpu, kv):
+        est = plan_serving(load_model("llama-3.1-8b"), load_hardware(gpu), 1, max_model_len=16384, kv_dtype=kv)
+        work = Workload(8192, 64, max_concurrency=1, num_prompts=2)
+        return plan_workload(est, work).record()["assumptions"]
+
+    assert "prefill x1.06 of the 16-bit kernel" in assumed("h100-sxm", "fp8")["fp8_kv_cache"]
+    assert "HBM roofline" in assumed("mi300x", "fp8")["fp8_kv_cache"]
+    assert "fp8_kv_cache" not in assumed("h100-sxm", "bf16")

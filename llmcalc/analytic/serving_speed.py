@@ -440,6 +440,20 @@ class StepCost:
             gpu=self.gpu, batch=max(1, round(tokens / seq)), seq=seq, heads=spec.n_heads // self.tp,
             kv_heads=max(1, spec.n_kv_heads // self.tp), head_dim=spec.d_head))
 
+    def fp8_kv_words(self, length: int) -> str:
+        """What the step assumed of an FP8 KV cache, in words ("" for a 16-bit one): the measured kernels it read
+        (``decode_attention_seconds``, ``fp8_kv_prefill_factor`` at one prompt of `length`), or the roofline."""
+        if self.est.kv_dtype != "fp8":
+            return ""
+        if self.spec.mla is not None and (self.mla_key() or self.mla_parts()):
+            return f"MLA attention from {kernel_tables.source(self.gpu)}'s measured FP8-cache rows"
+        if not self.table_attention:
+            return ("decode attention: the cached FP8 bytes at the HBM roofline; prefill attention as with a 16-bit "
+                    "cache (no measured FP8 kernel for this GPU and engine)")
+        return (f"attention over the FP8 cache as {kernel_tables.source(self.gpu)}'s measured kernels time it: "
+                f"decode from their FP8 rows, prefill x{self.fp8_kv_prefill_factor(length, length):.2f} of the "
+                f"16-bit kernel at one {length:,}-token prompt")
+
     def allreduce_seconds(self, tokens: float) -> float:
         """Tensor parallelism's all-reduces: after attention and after the MLP in every layer (Megatron's row-
         parallel outputs, vLLM's RowParallelLinear), of the tokens' activations, d_model x 2 bytes each; on an xGMI
@@ -783,6 +797,7 @@ class Performance:
     kv_share: float = 1.0  # the engine's KV cache over vLLM's (engines.kv_share)
     chunked: bool = True  # the scheduler split prompts across steps (SchedulerPolicy.chunked)
     w4a16: str = ""  # the 4-bit GEMMs Marlin runs, in words (marlin.marlin_words); "" where none
+    fp8_kv: str = ""  # the FP8 KV cache's attention kernels, in words (StepCost.fp8_kv_words); "" for 16 bits
 
     @property
     def fits(self) -> bool:
@@ -840,6 +855,7 @@ class Performance:
                 "tp_sync_seconds": TP_SYNC_SECONDS, "request_seconds": REQUEST_SECONDS,
                 **({"intake_seconds": w.intake_seconds} if w.intake_seconds else {}),
                 **({"w4a16_gemms": self.w4a16} if self.w4a16 else {}),
+                **({"fp8_kv_cache": self.fp8_kv} if self.fp8_kv else {}),
             },
         }
 
@@ -918,7 +934,8 @@ def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm", engi
                        roofline_ttft=est.roofline(1, work.input_len).prefill.seconds,
                        roofline_tpot=roof.decode_step(context).seconds,
                        scheduler=engines.scheduler_words(prof, est, offline, policy.multi_step), kv_share=share,
-                       chunked=policy.chunked, w4a16=marlin_words(inference, dev))
+                       chunked=policy.chunked, w4a16=marlin_words(inference, dev),
+                       fp8_kv=cost.fp8_kv_words(work.input_len))
 
 
 @dataclass(frozen=True)
