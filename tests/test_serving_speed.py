@@ -913,3 +913,25 @@ def test_the_workload_says_which_fp8_kv_kernels_it_assumed():
     assert "prefill x1.06 of the 16-bit kernel" in assumed("h100-sxm", "fp8")["fp8_kv_cache"]
     assert "HBM roofline" in assumed("mi300x", "fp8")["fp8_kv_cache"]
     assert "fp8_kv_cache" not in assumed("h100-sxm", "bf16")
+
+
+def test_vllm_v0_ran_an_fp8_cache_on_xformers():
+    """vLLM's V0 engine chose XFormers for any FP8 cache on NVIDIA GPUs ("Cannot use FlashAttention-2 backend for FP8
+    KV cache", vllm/attention/selector.py) until FlashAttention 3's FP8 path (PR #14570, 2025-03): its prompt
+    attention read the step's own 16-bit K/V, so the FA3 FP8 prefill ratio does not apply, and the answer says the
+    decode kernel was not the tables'. V1 releases and AMD Instinct are not affected."""
+    from llmcalc.analytic.vllm import fp8_kv_on_xformers, vllm_version
+
+    assert fp8_kv_on_xformers(vllm_version("0.6.6"), "hopper") and fp8_kv_on_xformers(vllm_version("v0"), "ampere")
+    assert not fp8_kv_on_xformers(vllm_version("0.8.4"), "hopper")
+    assert not fp8_kv_on_xformers(vllm_version("0.6.4"), "cdna3")
+
+    def performance(version, kv):
+        est = plan_serving(load_model("llama-3.1-8b"), load_hardware("h100-sxm"), 1, max_model_len=16384,
+                           kv_dtype=kv, version=version)
+        return plan_workload(est, Workload(8192, 16, max_concurrency=1, num_prompts=2))
+
+    v0 = performance("0.6.6", "fp8")
+    assert "XFormers" in v0.record()["assumptions"]["fp8_kv_cache"]
+    assert v0.run.ttft[1] == pytest.approx(performance("0.6.6", "bf16").run.ttft[1], rel=1e-9)
+    assert performance("0.11.0", "fp8").run.ttft[1] > performance("0.11.0", "bf16").run.ttft[1]

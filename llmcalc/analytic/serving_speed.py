@@ -79,6 +79,7 @@ from .measured_kernels import (
 from .quant import unquantized_linear_flops, weight_format
 from .request_lengths import DATASETS, random_lengths, sharegpt_lengths
 from .serving import ServeEstimate
+from .vllm import XFORMERS_FP8_WORDS, fp8_kv_on_xformers
 
 # --- fitted constants (no mechanism known) -------------------------------------------------------------------
 # Fitted once, together, to the published rows of benchmarks/serving_validation.json (62 rows from 4 sources: vLLM on
@@ -260,6 +261,8 @@ class StepCost:
         # the layer's GEMMs at one row on the engine's measured GEMM table, where it times the projections
         # (measured_kernels.layer_gemm_shape; set by engines.step_cost for engines whose tables hold GEMMs)
         self.gemm_shape: GemmShape | None = None
+        # vLLM's V0 XFormers backend runs the FP8 cache (vllm.fp8_kv_on_xformers; set by plan_workload)
+        self.xformers_fp8 = False
 
     def mla_key(self) -> str | None:
         """The measured MLA block table key (kernel_tables.mla_module_key) that times this model's attention blocks
@@ -432,8 +435,8 @@ class StepCost:
         than its BF16 one on H100 and H200 (1k-32k tokens, GQA 4:1 and 8:1), where TensorRT-LLM's FP8 context
         kernel runs 3-33 % faster, and vLLM's FlashInfer prefill on B200 up to 26 % slower at 1k tokens, 5-12 %
         faster from 8k."""
-        if self.est.kv_dtype != "fp8" or not self.table_attention or tokens <= 0:
-            return 1.0
+        if self.est.kv_dtype != "fp8" or not self.table_attention or tokens <= 0 or self.xformers_fp8:
+            return 1.0  # (XFormers' prompt attention reads the step's own 16-bit K/V, not the cache)
         spec = self.spec
         seq = three_figures(max(1.0, length))
         return measured_fp8_kv_prefill_ratio(PrefillShape(
@@ -447,6 +450,8 @@ class StepCost:
             return ""
         if self.spec.mla is not None and (self.mla_key() or self.mla_parts()):
             return f"MLA attention from {kernel_tables.source(self.gpu)}'s measured FP8-cache rows"
+        if self.xformers_fp8:
+            return XFORMERS_FP8_WORDS
         if not self.table_attention:
             return ("decode attention: the cached FP8 bytes at the HBM roofline; prefill attention as with a 16-bit "
                     "cache (no measured FP8 kernel for this GPU and engine)")
@@ -908,8 +913,10 @@ def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm", engi
     inference = est.roofline(1, work.input_len)
     # trtllm-bench's run: every request at once, in-process; a burst through the API server is trtllm-serve's
     offline = work.max_concurrency is None and work.request_rate is None and not work.served
-    cost = engines.step_cost(StepCost(inference, dev, est.tp), engines.served_profile(prof, offline), est,
-                             host=ENGINE_STEP_SECONDS)
+    base = StepCost(inference, dev, est.tp)
+    # vLLM's V0 ran an FP8 cache on XFormers, not the FP8 kernels the tables timed (vllm.fp8_kv_on_xformers)
+    base.xformers_fp8 = prof.name == "vllm" and est.kv_dtype == "fp8" and fp8_kv_on_xformers(est.version, dev.arch)
+    cost = engines.step_cost(base, engines.served_profile(prof, offline), est, host=ENGINE_STEP_SECONDS)
     policy = engines.multi_step_policy(policy or engines.scheduler_policy(prof, est, offline), prof, est,
                                        num_scheduler_steps)
     longest_input = max([work.input_len, *(i for i, _ in work.requests() or ())])
