@@ -143,8 +143,9 @@ def fp8_kv_on_xformers(version: VllmVersion, arch: str) -> bool:
 
 
 # What serve says of such a run: its prompts' attention read the step's own 16-bit K/V (xformers'
-# memory_efficient_attention), so prefill is timed as with a 16-bit cache; its decode ran paged_attention over the
-# FP8 cache, which no table times and which ran slower than an FP16 cache on the same backend: vLLM PR #7798
+# memory_efficient_attention; a chunk after a prompt's first reads its prefix from the cache through the Triton
+# prefix-prefill kernel, not modeled), so prefill is timed as with a 16-bit cache; its decode ran paged_attention
+# over the FP8 cache, which no table times and which ran slower than an FP16 cache on the same backend: vLLM PR #7798
 # (2024-08, H200, Llama-3-70B FP8, benchmark_throughput.py 256/256) "xformers | 2606.275 | 1792.68 (lagging around
 # 30%)".
 XFORMERS_FP8_WORDS = ("vLLM's V0 engine ran an FP8 cache on the XFormers backend: prefill attention as with a 16-bit "
