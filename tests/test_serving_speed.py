@@ -811,3 +811,127 @@ def test_a_workload_says_when_marlin_runs_its_gemms():
 
     assert "141 TFLOP/s" in assumed("a100-80gb-sxm")["w4a16_gemms"]
     assert "w4a16_gemms" not in assumed("h100-sxm")
+
+
+# --- an FP8 KV cache (issue 36: FP8 KV in vLLM, h36kv8) ----------------------------------------------------------
+
+
+def _fp8_kv_step(gpu, kv_dtype, engine="vllm", model="llama-3.1-8b", tp=1):
+    from llmcalc.analytic import engines
+    from llmcalc.analytic.kernels import device_for
+    from llmcalc.analytic.serving_speed import ENGINE_STEP_SECONDS, StepCost
+
+    est = plan_serving(load_model(model), load_hardware(gpu), tp, max_model_len=32768, kv_dtype=kv_dtype)
+    return engines.step_cost(StepCost(est.roofline(1, 8192), device_for(gpu), tp), engines.profile(engine, None),
+                             est, host=ENGINE_STEP_SECONDS)
+
+
+@pytest.mark.parametrize("engine, table, slower", [("vllm", "h100_sxm", True), ("trtllm", "h100_sxm.trtllm", False)])
+def test_fp8_kv_prefill_attention_moves_as_the_engines_own_kernel_measured(engine, table, slower):
+    """Prefill attention with an FP8 KV cache is the 16-bit one times the engine's own kernel measured both ways
+    (aiconfigurator-core 0.12.0's context_attention tables, Llama-3.1-8B's 32 query / 8 KV heads, one 8,192-token
+    prompt): vLLM's FA3 FP8 path (query quantized to FP8, FP8 kernel over the paged cache) 0.91222 ms in BF16,
+    0.96916 ms in FP8 on H100 (slower, unlike FlashAttention-3's FP8 forward on dense tensors); TensorRT-LLM's FP8
+    context kernel 1.0845 ms against 0.79609 ms (faster). The measured cells are read from the table's grid."""
+    from llmcalc.analytic import kernel_tables
+
+    grids = kernel_tables.table(table)["context_attention"]["grids"]
+    measured = grids["fp8/8/128"]["32"]["8192"]["1"] / grids["bf16/8/128"]["32"]["8192"]["1"]
+    assert (measured > 1.0) is slower
+    bf16, fp8 = (_fp8_kv_step("h100-sxm", kv, engine) for kv in ("bf16", "fp8"))
+    pairs = 8192 * 8192 / 2
+    ratio = fp8.prefill_attention_seconds(pairs, 8192, tokens=8192) / bf16.prefill_attention_seconds(
+        pairs, 8192, tokens=8192)
+    assert ratio == pytest.approx(measured, rel=1e-3)
+
+
+def test_fp8_kv_prefill_leaves_16_bit_caches_and_untabled_gpus_alone():
+    """A 16-bit cache, or a GPU whose tables hold no FP8 prefill rows (MI300X: none shipped), keeps the FlashAttention
+    rate's prefill: the FP8 factor is 1 there."""
+    assert _fp8_kv_step("h100-sxm", "bf16").fp8_kv_prefill_factor(8192, 8192) == 1.0
+    assert _fp8_kv_step("mi300x", "fp8").fp8_kv_prefill_factor(8192, 8192) == 1.0
+
+
+def test_fp8_kv_decode_reads_the_fp8_rows_on_every_table_that_has_them():
+    """Decode attention with an FP8 KV cache reads the table's FP8 rows on H100, H200 and B200 (vLLM 0.24.0's FA3
+    and FlashInfer TRT-LLM decode kernels, aiconfigurator-core 0.12.0): at 64 sequences of 4,096 tokens the
+    measured FP8 layer is its table cell, below the BF16 one (half the KV bytes read)."""
+    from llmcalc.analytic import kernel_tables
+
+    for gpu, table in (("h100-sxm", "h100_sxm"), ("h200", "h200_sxm"), ("b200", "b200_sxm")):
+        grids = kernel_tables.table(table)["generation_attention"]["grids"]
+        cell = {kv: grids[f"{kv}/8/128"]["32"]["64"]["4096"] for kv in ("bf16", "fp8")}
+        assert cell["fp8"] < cell["bf16"]
+        steps = {kv: _fp8_kv_step(gpu, kv).decode_attention_seconds(64 * 4096, 64) for kv in ("bf16", "fp8")}
+        layers = load_model("llama-3.1-8b").n_attention_layers
+        for kv in ("bf16", "fp8"):  # the table's own +-10 % context smoothing: within a few per cent of the cell
+            assert steps[kv] / layers * 1e3 == pytest.approx(cell[kv], rel=0.05)
+
+
+def test_fp8_kv_cache_holds_twice_the_blocks_as_vllm_counts_them():
+    """vLLM's page: 2 x block_size x kv_heads x head_size x get_dtype_size(cache dtype), the fp8 / fp8_e4m3 /
+    fp8_e5m2 caches stored as torch.uint8, 1 byte (vllm/utils STR_DTYPE_TO_TORCH_DTYPE; kv_cache_interface.py
+    AttentionSpec.page_size_bytes); the per-tensor k/v scales are scalars of the attention layer, not in the pages.
+    So the same memory holds twice the blocks (num_blocks = available // page // layers, floored)."""
+    est = {kv: plan_serving(load_model("llama-3.1-70b"), load_hardware("h100-sxm"), 4, max_model_len=32768,
+                            kv_dtype=kv) for kv in ("bf16", "fp8")}
+    assert est["fp8"].kv_cache_bytes == est["bf16"].kv_cache_bytes
+    bf16_token = 80 * 2 * 2 * 128 * 2  # layers, K and V, KV heads per GPU (8 / tp 4), head dim, bytes
+    assert est["fp8"].kv_bytes_per_token_per_gpu * 2 == est["bf16"].kv_bytes_per_token_per_gpu == bf16_token
+    assert est["bf16"].kv_blocks * 2 <= est["fp8"].kv_blocks <= est["bf16"].kv_blocks * 2 + 1
+
+
+def test_the_fp8_prefill_memo_key_holds_every_field_the_table_reads():
+    """measured_fp8_kv_prefill_ratio is memoized by PrefillShape: shapes differing in any one field give that
+    field's own measured ratio, as the table itself does."""
+    from dataclasses import fields, replace
+
+    from llmcalc.analytic import kernel_tables
+    from llmcalc.analytic.measured_kernels import PrefillShape, measured_fp8_kv_prefill_ratio
+
+    base = PrefillShape(gpu="h100-sxm", batch=1, seq=4096.0, heads=32, kv_heads=8, head_dim=128)
+    other = {"gpu": "b200", "batch": 4, "seq": 12288.0, "heads": 16, "kv_heads": 2, "head_dim": 64}
+    assert {f.name for f in fields(PrefillShape)} == set(other)
+    for name, value in other.items():
+        shape = replace(base, **{name: value})
+        measured_fp8_kv_prefill_ratio(base)
+        args = (shape.gpu, shape.batch, round(shape.seq), shape.heads)
+        table = [kernel_tables.prefill_attention_ms(*args, kv_heads=shape.kv_heads, head_dim=shape.head_dim,
+                                                    kv_dtype=kv) for kv in ("fp8", "bf16")]
+        assert measured_fp8_kv_prefill_ratio(shape) == table[0] / table[1] != measured_fp8_kv_prefill_ratio(base)
+
+
+def test_the_workload_says_which_fp8_kv_kernels_it_assumed():
+    """`serve`'s JSON names what an FP8 KV cache changed: the measured kernels where the engine's tables hold FP8 rows
+    (vLLM on H100: its FA3 FP8 prefill slower than BF16, the table's 0.96916 / 0.91222 ms at one 8,192-token prompt
+    of 32/8 heads), the roofline where none is shipped (MI300X), nothing for a 16-bit cache."""
+    def assumed(gpu, kv):
+        est = plan_serving(load_model("llama-3.1-8b"), load_hardware(gpu), 1, max_model_len=16384, kv_dtype=kv)
+        work = Workload(8192, 64, max_concurrency=1, num_prompts=2)
+        return plan_workload(est, work).record()["assumptions"]
+
+    assert "prefill x1.06 of the 16-bit kernel" in assumed("h100-sxm", "fp8")["fp8_kv_cache"]
+    assert "HBM roofline" in assumed("mi300x", "fp8")["fp8_kv_cache"]
+    assert "fp8_kv_cache" not in assumed("h100-sxm", "bf16")
+
+
+def test_vllm_v0_ran_an_fp8_cache_on_xformers():
+    """vLLM's V0 engine chose XFormers for any FP8 cache on NVIDIA GPUs ("Cannot use FlashAttention-2 backend for FP8
+    KV cache", vllm/attention/selector.py) until FlashAttention 3's FP8 path (PR #14570, 2025-03): its prompt
+    attention read the step's own 16-bit K/V, so the FA3 FP8 prefill ratio does not apply, and the answer says the
+    decode kernel was not the tables'. V1 releases and AMD Instinct are not affected."""
+    from llmcalc.analytic.vllm import fp8_kv_on_xformers, vllm_version
+
+    assert fp8_kv_on_xformers(vllm_version("0.6.6"), "hopper") and fp8_kv_on_xformers(vllm_version("v0"), "ampere")
+    assert not fp8_kv_on_xformers(vllm_version("0.8.4"), "hopper")
+    assert not fp8_kv_on_xformers(vllm_version("0.6.4"), "cdna3")
+
+    def performance(version, kv):
+        est = plan_serving(load_model("llama-3.1-8b"), load_hardware("h100-sxm"), 1, max_model_len=16384,
+                           kv_dtype=kv, version=version)
+        return plan_workload(est, Workload(8192, 16, max_concurrency=1, num_prompts=2))
+
+    v0 = performance("0.6.6", "fp8")
+    assert "XFormers" in v0.record()["assumptions"]["fp8_kv_cache"]
+    assert v0.run.ttft[1] == pytest.approx(performance("0.6.6", "bf16").run.ttft[1], rel=1e-9)
+    assert performance("0.11.0", "fp8").run.ttft[1] > performance("0.11.0", "bf16").run.ttft[1]

@@ -1,7 +1,8 @@
 """Measured serving-kernel latencies as the serving step reads them, each memoized here (and only here) by a frozen
 record of exactly what the table reads (each key held by a test in tests/test_serving_speed.py or
 tests/test_engine_versions.py): a paged decode-attention layer (``DecodeShape``), an MLA attention block
-(``MlaShape``), SGLang's MLA decode in parts, and a dense layer's GEMMs (``GemmShape``).
+(``MlaShape``), SGLang's MLA decode in parts, a dense layer's GEMMs (``GemmShape``), and what an FP8 KV cache does to
+the engine's prefill attention kernel (``PrefillShape``).
 
 TensorRT-LLM's dense projections come from its own measured GEMM table (issue 36): the (n, k) of a dense layer's
 GEMMs on one tensor-parallel GPU, and their measured time at m rows (kernel_tables.gemm_seconds, aiconfigurator-core's
@@ -121,3 +122,31 @@ def measured_mla_decode_parts(gpu: str, heads: int, batch: int, context: float, 
     pre = kernel_tables.mla_bmm_ms(gpu, batch, heads, bmm, "pre")
     post = kernel_tables.mla_bmm_ms(gpu, batch, heads, bmm, "post")
     return (pre + kernel_tables.generation_mla_ms(gpu, heads, batch, context, kv_dtype) + post) / 1e3
+
+
+@dataclass(frozen=True)
+class PrefillShape:
+    """What the measured prefill-attention table reads (kernel_tables.prefill_attention_ms): the memo's key."""
+
+    gpu: str
+    batch: int  # prompts in the step's prefill (at least 1)
+    seq: float  # their length, to 3 significant figures
+    heads: int  # query heads per GPU
+    kv_heads: int  # KV heads per GPU
+    head_dim: int
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def measured_fp8_kv_prefill_ratio(shape: PrefillShape) -> float:
+    """The engine's causal prefill attention with an FP8 KV cache over the same with a 16-bit one, both measured
+    inside the engine at `shape` (kernel_tables.prefill_attention_ms, fp8 / bf16); 1.0 where its table holds no
+    FP8 rows for this shape (memoized here, by its shape)."""
+    args = (shape.gpu, shape.batch, round(shape.seq), shape.heads)
+    try:
+        fp8 = kernel_tables.prefill_attention_ms(*args, kv_heads=shape.kv_heads, head_dim=shape.head_dim,
+                                                 kv_dtype="fp8")
+        bf16 = kernel_tables.prefill_attention_ms(*args, kv_heads=shape.kv_heads, head_dim=shape.head_dim,
+                                                  kv_dtype="bf16")
+    except kernel_tables.KernelTableError:
+        return 1.0
+    return fp8 / bf16 if bf16 > 0 else 1.0

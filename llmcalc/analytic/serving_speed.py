@@ -69,7 +69,9 @@ from .measured_kernels import (
     DecodeShape,
     GemmShape,
     MlaShape,
+    PrefillShape,
     measured_decode_layer,
+    measured_fp8_kv_prefill_ratio,
     measured_layer_gemms,
     measured_mla_decode_parts,
     measured_mla_layer,
@@ -77,6 +79,7 @@ from .measured_kernels import (
 from .quant import unquantized_linear_flops, weight_format
 from .request_lengths import DATASETS, random_lengths, sharegpt_lengths
 from .serving import ServeEstimate
+from .vllm import XFORMERS_FP8_WORDS, fp8_kv_on_xformers
 
 # --- fitted constants (no mechanism known) -------------------------------------------------------------------
 # Fitted once, together, to the published rows of benchmarks/serving_validation.json (62 rows from 4 sources: vLLM on
@@ -258,6 +261,8 @@ class StepCost:
         # the layer's GEMMs at one row on the engine's measured GEMM table, where it times the projections
         # (measured_kernels.layer_gemm_shape; set by engines.step_cost for engines whose tables hold GEMMs)
         self.gemm_shape: GemmShape | None = None
+        # vLLM's V0 XFormers backend runs the FP8 cache (vllm.fp8_kv_on_xformers; set by plan_workload)
+        self.xformers_fp8 = False
 
     def mla_key(self) -> str | None:
         """The measured MLA block table key (kernel_tables.mla_module_key) that times this model's attention blocks
@@ -412,7 +417,47 @@ class StepCost:
                 key=key, context=True))
         flops = 4 * pairs * spec.n_heads / self.tp * spec.d_head * spec.n_attention_layers
         return attention_seconds(self.dev, self.kernel, flops, spec.d_head, max(length, 128), causal=True,
-                                 backward=False)
+                                 backward=False) * self.fp8_kv_prefill_factor(length, tokens)
+
+    def fp8_kv_prefill_factor(self, length: float, tokens: float) -> float:
+        """What an FP8 KV cache does to the prefill attention kernel: t_fp8 = t_16bit x T_fp8 / T_bf16, the engine's
+        own prefill kernel timed both ways at the step's shape (prompts of `length`, `tokens` / `length` of them,
+        heads per GPU; measured_kernels.measured_fp8_kv_prefill_ratio), 1 for a 16-bit cache or where the engine's
+        table holds no FP8 rows. Why not the FP8 forward rate of FlashAttention-3's paper ("FP16 reaching up to 740
+        TFLOPs/s (75% utilization), and with FP8 reaching close to 1.2 PFLOPs/s", arXiv 2407.08608, dense tensors,
+        kernels.Device.attention_rate(fp8=True) doubles the rate likewise): vLLM's FA3 path quantizes
+        the query to FP8 and runs the FP8 kernel over the paged FP8 cache (vllm-project/vllm@0084b783bcda:
+        vllm/v1/attention/backends/flash_attn.py, FlashAttentionImpl.forward: ``ops.scaled_fp8_quant(query, ...)``
+        then ``flash_attn_varlen_func(..., q_descale, k_descale, v_descale)``; FP8 only with FA3 on compute
+        capability 9, vllm@0fa99d44d842:vllm/attention/utils/fa_utils.py flash_attn_supports_fp8), and that kernel,
+        timed inside vLLM by aiconfigurator (ai-dynamo/aiconfigurator@5ef50c9b971e:collector/vllm/collect_attn.py:
+        impl.forward on a paged cache, the cache write included, the query handed in as FP8), runs 3-35 % slower
+        than its BF16 one on H100 and H200 (1k-32k tokens, GQA 4:1 and 8:1), where TensorRT-LLM's FP8 context
+        kernel runs 3-33 % faster, and vLLM's FlashInfer prefill on B200 up to 26 % slower at 1k tokens, 5-12 %
+        faster from 8k."""
+        if self.est.kv_dtype != "fp8" or not self.table_attention or tokens <= 0 or self.xformers_fp8:
+            return 1.0  # (XFormers' prompt attention reads the step's own 16-bit K/V, not the cache)
+        spec = self.spec
+        seq = three_figures(max(1.0, length))
+        return measured_fp8_kv_prefill_ratio(PrefillShape(
+            gpu=self.gpu, batch=max(1, round(tokens / seq)), seq=seq, heads=spec.n_heads // self.tp,
+            kv_heads=max(1, spec.n_kv_heads // self.tp), head_dim=spec.d_head))
+
+    def fp8_kv_words(self, length: int) -> str:
+        """What the step assumed of an FP8 KV cache, in words ("" for a 16-bit one): the measured kernels it read
+        (``decode_attention_seconds``, ``fp8_kv_prefill_factor`` at one prompt of `length`), or the roofline."""
+        if self.est.kv_dtype != "fp8":
+            return ""
+        if self.spec.mla is not None and (self.mla_key() or self.mla_parts()):
+            return f"MLA attention from {kernel_tables.source(self.gpu)}'s measured FP8-cache rows"
+        if self.xformers_fp8:
+            return XFORMERS_FP8_WORDS
+        if not self.table_attention:
+            return ("decode attention: the cached FP8 bytes at the HBM roofline; prefill attention as with a 16-bit "
+                    "cache (no measured FP8 kernel for this GPU and engine)")
+        return (f"attention over the FP8 cache as {kernel_tables.source(self.gpu)}'s measured kernels time it: "
+                f"decode from their FP8 rows, prefill x{self.fp8_kv_prefill_factor(length, length):.2f} of the "
+                f"16-bit kernel at one {length:,}-token prompt")
 
     def allreduce_seconds(self, tokens: float) -> float:
         """Tensor parallelism's all-reduces: after attention and after the MLP in every layer (Megatron's row-
@@ -757,6 +802,7 @@ class Performance:
     kv_share: float = 1.0  # the engine's KV cache over vLLM's (engines.kv_share)
     chunked: bool = True  # the scheduler split prompts across steps (SchedulerPolicy.chunked)
     w4a16: str = ""  # the 4-bit GEMMs Marlin runs, in words (marlin.marlin_words); "" where none
+    fp8_kv: str = ""  # the FP8 KV cache's attention kernels, in words (StepCost.fp8_kv_words); "" for 16 bits
 
     @property
     def fits(self) -> bool:
@@ -814,6 +860,7 @@ class Performance:
                 "tp_sync_seconds": TP_SYNC_SECONDS, "request_seconds": REQUEST_SECONDS,
                 **({"intake_seconds": w.intake_seconds} if w.intake_seconds else {}),
                 **({"w4a16_gemms": self.w4a16} if self.w4a16 else {}),
+                **({"fp8_kv_cache": self.fp8_kv} if self.fp8_kv else {}),
             },
         }
 
@@ -866,8 +913,10 @@ def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm", engi
     inference = est.roofline(1, work.input_len)
     # trtllm-bench's run: every request at once, in-process; a burst through the API server is trtllm-serve's
     offline = work.max_concurrency is None and work.request_rate is None and not work.served
-    cost = engines.step_cost(StepCost(inference, dev, est.tp), engines.served_profile(prof, offline), est,
-                             host=ENGINE_STEP_SECONDS)
+    base = StepCost(inference, dev, est.tp)
+    # vLLM's V0 ran an FP8 cache on XFormers, not the FP8 kernels the tables timed (vllm.fp8_kv_on_xformers)
+    base.xformers_fp8 = prof.name == "vllm" and est.kv_dtype == "fp8" and fp8_kv_on_xformers(est.version, dev.arch)
+    cost = engines.step_cost(base, engines.served_profile(prof, offline), est, host=ENGINE_STEP_SECONDS)
     policy = engines.multi_step_policy(policy or engines.scheduler_policy(prof, est, offline), prof, est,
                                        num_scheduler_steps)
     longest_input = max([work.input_len, *(i for i, _ in work.requests() or ())])
@@ -892,7 +941,8 @@ def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm", engi
                        roofline_ttft=est.roofline(1, work.input_len).prefill.seconds,
                        roofline_tpot=roof.decode_step(context).seconds,
                        scheduler=engines.scheduler_words(prof, est, offline, policy.multi_step), kv_share=share,
-                       chunked=policy.chunked, w4a16=marlin_words(inference, dev))
+                       chunked=policy.chunked, w4a16=marlin_words(inference, dev),
+                       fp8_kv=cost.fp8_kv_words(work.input_len))
 
 
 @dataclass(frozen=True)

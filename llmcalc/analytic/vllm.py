@@ -132,6 +132,28 @@ def vllm_version(text: str | None, option: str = "--vllm-version") -> VllmVersio
     return [v for v in VERSIONS if _parse(v.key) <= wanted][-1] if wanted >= _parse(VERSIONS[0].key) else VERSIONS[0]
 
 
+def fp8_kv_on_xformers(version: VllmVersion, arch: str) -> bool:
+    """Whether `version` ran an FP8 KV cache on an NVIDIA GPU of `arch` through the XFormers backend, whose decode is
+    vLLM's paged_attention v1/v2 kernel dequantizing per query head: V0 chose it for any FP8 cache ("Cannot use
+    FlashAttention-2 backend for FP8 KV cache", vllm/attention/selector.py, later vllm/platforms/cuda.py) until
+    FlashAttention 3's FP8 path (vllm-project/vllm PR #14570, "[Attention] Flash Attention 3 - fp8", 2025-03, V0 and
+    V1, Hopper only). Every V0 span llmcalc reads starts before it ("v0", the V0 engine of 0.6.5-0.10, is read as
+    0.6.5's); AMD Instinct (``cdna``) ran ROCm's own paged attention."""
+    return version.engine == "v0" and not arch.startswith("cdna")
+
+
+# What serve says of such a run: its prompts' attention read the step's own 16-bit K/V (xformers'
+# memory_efficient_attention; a chunk after a prompt's first reads its prefix from the cache through the Triton
+# prefix-prefill kernel, not modeled), so prefill is timed as with a 16-bit cache; its decode ran paged_attention
+# over the FP8 cache, which no table times and which ran slower than an FP16 cache on the same backend: vLLM PR #7798
+# (2024-08, H200, Llama-3-70B FP8, benchmark_throughput.py 256/256) "xformers | 2606.275 | 1792.68 (lagging around
+# 30%)".
+XFORMERS_FP8_WORDS = ("vLLM's V0 engine ran an FP8 cache on the XFormers backend: prefill attention as with a 16-bit "
+                      "cache (its prompt attention reads the new 16-bit K/V); decode from the measured FlashAttention "
+                      "FP8 rows, though it ran vLLM's paged_attention kernel, slower (vLLM PR #7798: 30 % below an "
+                      "FP16 cache on the same backend), which is not modeled")
+
+
 # --- what vLLM refuses to start with ------------------------------------------------------------------------
 
 ALLOW_LONG = "VLLM_ALLOW_LONG_MAX_MODEL_LEN"
