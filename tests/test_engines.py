@@ -275,3 +275,21 @@ def test_trtllm_b200_w4a16_mxfp4_rows_sit_far_above_the_expert_weights_roofline(
     vllm = kernel_tables.moe_seconds("b200_sxm", 256, "w4a16_mxfp4/2880/2880/4/128/1/1")
     assert weights < w4a8 < 1.5 * weights
     assert w4a16 > 5 * weights and w4a16 > 2.5 * vllm
+
+
+def test_nvfp4_dense_layers_run_tensorrt_llm_measured_fp4_gemms_on_blackwell():
+    """An NVFP4 dense model under TensorRT-LLM on a B200: its NVFP4 linear quantizes the activations and multiplies
+    on the FP4 tensor cores (tensorrt_llm/_torch/modules/linear.py: "act_fp4, act_sf = torch.ops.trtllm.fp4_quantize(
+    input, ..." then "torch.ops.trtllm.nvfp4_gemm(act_fp4, self.weight, ..."), so each layer's projections come from
+    its measured NVFP4 GEMM sweep (aiconfigurator's nvfp4 rows), not BF16 GEMMs over 4-bit weights: at 8,192 rows a
+    Llama-3.1-70B layer takes the four measured GEMMs' sum, under the FP8 layer's measured time; Hopper has no NVFP4
+    table (W4A16 there)."""
+    serve = _serve("llama-3.1-70b", "b200", 1, weight_dtype="nvfp4")
+    cost = _cost(serve, "trtllm")
+    assert cost.base.gemm_shape is not None and cost.base.gemm_shape.dtype == "nvfp4"
+    sites = cost.base.gemm_shape.sites
+    layer = sum(kernel_tables.gemm_seconds("b200_sxm.trtllm", 8192, n, k, "nvfp4") for n, k in sites)
+    assert cost.base.linear_seconds(8192) == pytest.approx(80 * layer, rel=1e-3)  # rows to 3 figures (8,190)
+    fp8 = _cost(_serve("llama-3.1-70b", "b200", 1, weight_dtype="fp8"), "trtllm")
+    assert cost.base.linear_seconds(8192) < fp8.base.linear_seconds(8192)
+    assert _cost(_serve("llama-3.1-70b", "h200", 1, weight_dtype="nvfp4"), "trtllm").base.gemm_shape is None
