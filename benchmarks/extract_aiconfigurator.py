@@ -9,10 +9,11 @@ Run in a separate environment that has aiconfigurator installed (never a depende
 
 Reads the parquet tables aiconfigurator-core ships under aiconfigurator_core/systems/data/<system>/<family>/vllm/
 <latest version>/ and keeps, per GPU, the rows aiconfigurator's engine itself loads for a vLLM query (see
-llmcalc/data/kernels/NOTICE): GEMM bf16 and per-tensor fp8, context and generation attention (window 0), vLLM's
-custom all-reduce (CUDA-graph rows; "_eager" rows dropped as the engine does) and NCCL all_reduce at the system's
-nccl_version, and DeepSeek-V3's whole MLA attention block (``mla_context_module`` / ``mla_generation_module``; SGLang's
-files its bare MLA decode kernel, ``generation_mla``, and the absorbed BMMs, ``mla_bmm``).
+llmcalc/data/kernels/NOTICE): GEMM bf16, per-tensor fp8 and (Blackwell) NVFP4, context and generation attention
+(window 0), vLLM's custom all-reduce (CUDA-graph rows; "_eager" rows dropped as the engine does) and NCCL all_reduce
+at the system's nccl_version, and DeepSeek-V3's whole MLA attention block (``mla_context_module`` /
+``mla_generation_module``; SGLang's files its bare MLA decode kernel, ``generation_mla``, and the absorbed BMMs,
+``mla_bmm``).
 Latencies stay in milliseconds, rounded to 5 significant digits.
 
 --backend trtllm / sglang (issue 36): the same tables measured inside TensorRT-LLM (torch flow) or SGLang, each
@@ -96,7 +97,8 @@ def gemm(root: Path) -> dict:
         return {}
     df, version = got
     out = {"version": version}
-    for ours, theirs in (("bf16", "bfloat16"), ("fp8", "fp8")):
+    # nvfp4: TensorRT-LLM's NVFP4 linear on Blackwell (fp4_quantize of the activations, then nvfp4_gemm)
+    for ours, theirs in (("bf16", "bfloat16"), ("fp8", "fp8"), ("nvfp4", "nvfp4")):
         part = df[df.gemm_dtype == theirs].drop_duplicates(["m", "n", "k"], keep="first")  # the engine: first wins
         if part.empty:
             continue
@@ -228,7 +230,8 @@ def extract(gpu: str) -> dict | None:
         if hasattr(aiconfigurator_core, "__version__") else "0.12.0",
         "units": {"latency": "ms", "message_size": "elements", "mem_bw": "B/s", "tc_flops": "FLOP/s"},
         "spec": {"mem_bw": g["mem_bw"], "bf16_tc_flops": g["bfloat16_tc_flops"], "fp8_tc_flops": g.get("fp8_tc_flops"),
-                 "num_gpus_per_node": spec["node"]["num_gpus_per_node"]},
+                 "num_gpus_per_node": spec["node"]["num_gpus_per_node"],
+                 **({"fp4_tc_flops": g["fp4_tc_flops"]} if g.get("fp4_tc_flops") else {})},
         "generation_attention": attention(root, "generation_attention_perf.parquet", False),
     }
     if BACKEND in FULL_BACKENDS:

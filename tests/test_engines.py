@@ -166,6 +166,14 @@ def test_moe_models_read_the_engine_fused_moe_table():
     ("gpustack-qwen3-235b-h100-tp8-ep-fp8-vllm-sharegpt", "itl_seconds_median", 0.2),
     pytest.param("gpustack-qwen3-235b-h100-tp8-ep-fp8-vllm-sharegpt", "tpot_seconds_median", 0.2,
                  marks=pytest.mark.xfail(strict=True, reason="offline burst's TPOT is queueing, see the comment")),
+    # DeepSeek-R1 (block FP8) on 8 H200 under TensorRT-LLM 0.21's PyTorch flow, one client (NVIDIA/TensorRT-LLM issue
+    # #5929): the 8,192-token prefill through the measured MLA context blocks and block-FP8 experts
+    ("trtllm-issue5929-deepseek-r1-fp8-h200-tp8-8192-600-c1", "ttft_seconds_median", 0.15),
+    # the same issue's NVFP4 DeepSeek-R1 on 8 B200 at one client: 6.5 ms a token measured, 14 ms predicted, of which
+    # the fitted per-step constants alone (0.5 ms + 40 us a layer + 40 us per all-reduce, vLLM-on-Hopper's) are 7.8 ms
+    # (docs/serving-validation.md, branch h36bw). A strict xfail until TensorRT-LLM's own per-layer floor is measured.
+    pytest.param("trtllm-issue5929-deepseek-r1-fp4-b200-tp8-1600-600-c1", "tpot_seconds_median", 0.3,
+                 marks=pytest.mark.xfail(strict=True, reason="B200 decode at batch 1: fitted per-layer constants")),
 ])
 def test_published_speeds_by_engine(row_id, metric, tolerance):
     """A few rows of benchmarks/serving_validation.json (each quoting its source) on their engine's profile."""
@@ -237,3 +245,51 @@ def test_mla_attention_blocks_come_from_the_engine_measured_table():
     prompt = kernel_tables.mla_module_seconds("h200_sxm", 16, 2, 2048, "bf16/fp8_block", context=True)
     pairs = 2 * 2048 * 2048 / 2
     assert vllm.base.prefill_attention_seconds(pairs, 2048, tokens=4096) == pytest.approx(61 * prompt, rel=1e-2)
+
+
+def test_mxfp4_experts_on_blackwell_take_mxfp8_activations():
+    """An MXFP4 checkpoint's experts as each engine runs them, by GPU generation. TensorRT-LLM
+    (tensorrt_llm/_torch/model_config.py ModelConfig.get_mxfp4_quant_algo: "if get_sm_version() >= 100: ... return
+    QuantAlgo.W4A8_MXFP4_MXFP8 / else: return QuantAlgo.W4A16_MXFP4"; the gpt-oss blog: "default quantization is
+    `W4A8_MXFP4_MXFP8` for CUTLASS and TRTLLM backend ... on Blackwell. Default quantization for MXFP4 checkpoints on
+    Hopper is `W4A16_MXFP4`") and SGLang (server_args.py: flashinfer_mxfp4 on sm100; Mxfp4MoEMethod.apply's default
+    precision runs mxfp8_quantize(x)) quantize the activations to MXFP8 on a B200 and keep BF16 ones on Hopper; vLLM's
+    SM100 default is FlashInfer's MXFP4 x BF16 kernel (its rows keep the W4A16 label)."""
+    b200 = _serve("gpt-oss-120b", "b200", 1)
+    assert _cost(b200, "trtllm").moe_keys == ("w4a8_mxfp4_mxfp8/2880/2880/4/128/1/1",)
+    assert _cost(b200, "sglang").moe_keys == ("w4a8_mxfp4_mxfp8/2880/2880/4/128/1/1",)
+    assert _cost(b200, "vllm").moe_keys == ("w4a16_mxfp4/2880/2880/4/128/1/1",)
+    assert _cost(_serve("gpt-oss-120b", "h200", 1), "trtllm").moe_keys[0].startswith("w4a16_mxfp4/")
+    assert engines.moe_dtypes("mxfp4", "trtllm", "blackwell-ultra") == ("w4a8_mxfp4_mxfp8",)
+    assert engines.moe_dtypes("nvfp4", "trtllm", "blackwell") == ("nvfp4",)  # NVFP4 experts run NVFP4 everywhere
+
+
+def test_trtllm_b200_w4a16_mxfp4_rows_sit_far_above_the_expert_weights_roofline():
+    """Why the choice matters: gpt-oss-120b's 128 experts (3 x 2,880 x 2,880 weights each at MXFP4's 0.53125 B, one
+    E8M0 scale per 32) read at the B200's 7.7 TB/s take 0.22 ms a layer. TensorRT-LLM's W4A8 MXFP8 rows (the kernel
+    it runs there) measure 256 tokens at 1.2x that; its W4A16 rows (a path it does not take on Blackwell) at 8x,
+    and 3x the same FlashInfer TRT-LLM-gen MXFP4 x BF16 kernel as vLLM's table measured it on the same GPU."""
+    weights = 128 * 3 * 2880 * 2880 * (0.5 + 1 / 32) / 7.7e12
+    w4a8 = kernel_tables.moe_seconds("b200_sxm.trtllm", 256, "w4a8_mxfp4_mxfp8/2880/2880/4/128/1/1")
+    w4a16 = kernel_tables.moe_seconds("b200_sxm.trtllm", 256, "w4a16_mxfp4/2880/2880/4/128/1/1")
+    vllm = kernel_tables.moe_seconds("b200_sxm", 256, "w4a16_mxfp4/2880/2880/4/128/1/1")
+    assert weights < w4a8 < 1.5 * weights
+    assert w4a16 > 5 * weights and w4a16 > 2.5 * vllm
+
+
+def test_nvfp4_dense_layers_run_tensorrt_llm_measured_fp4_gemms_on_blackwell():
+    """An NVFP4 dense model under TensorRT-LLM on a B200: its NVFP4 linear quantizes the activations and multiplies
+    on the FP4 tensor cores (tensorrt_llm/_torch/modules/linear.py: "act_fp4, act_sf = torch.ops.trtllm.fp4_quantize(
+    input, ..." then "torch.ops.trtllm.nvfp4_gemm(act_fp4, self.weight, ..."), so each layer's projections come from
+    its measured NVFP4 GEMM sweep (aiconfigurator's nvfp4 rows), not BF16 GEMMs over 4-bit weights: at 8,192 rows a
+    Llama-3.1-70B layer takes the four measured GEMMs' sum, under the FP8 layer's measured time; Hopper has no NVFP4
+    table (W4A16 there)."""
+    serve = _serve("llama-3.1-70b", "b200", 1, weight_dtype="nvfp4")
+    cost = _cost(serve, "trtllm")
+    assert cost.base.gemm_shape is not None and cost.base.gemm_shape.dtype == "nvfp4"
+    sites = cost.base.gemm_shape.sites
+    layer = sum(kernel_tables.gemm_seconds("b200_sxm.trtllm", 8192, n, k, "nvfp4") for n, k in sites)
+    assert cost.base.linear_seconds(8192) == pytest.approx(80 * layer, rel=1e-3)  # rows to 3 figures (8,190)
+    fp8 = _cost(_serve("llama-3.1-70b", "b200", 1, weight_dtype="fp8"), "trtllm")
+    assert cost.base.linear_seconds(8192) < fp8.base.linear_seconds(8192)
+    assert _cost(_serve("llama-3.1-70b", "h200", 1, weight_dtype="nvfp4"), "trtllm").base.gemm_shape is None

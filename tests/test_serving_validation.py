@@ -189,3 +189,27 @@ def test_meta_fp8_405b_rows_run_from_the_checkpoints_config():
         row = by_id[f"dstack-h100-405b-fp8-offline-128-2048-n{n}"]
         got = bench_serving_speed.predict_workload(row)["total_tokens_per_second"]
         assert got == pytest.approx(row["metrics"]["total_tokens_per_second"], rel=0.20), row["id"]
+
+
+def test_deepseek_r1_fp4_rows_run_nvfp4_experts_from_the_checkpoints_config():
+    """TensorRT-LLM issue #5929's 'DeepSeek-R1 FP4' (nvidia/DeepSeek-R1-FP4) from its config.json under
+    benchmarks/configs: ModelOpt NVFP4 linears with every layer's attention and the LM head left 16-bit
+    (nvidia/DeepSeek-R1-NVFP4-v2's card: 'Compared to nvidia/DeepSeek-R1-FP4, this checkpoint additionally quantizes
+    the wo module in attention layers'); on 8 B200 under TensorRT-LLM its routed experts come from the engine's
+    measured NVFP4 fused-MoE rows at moe_tp 8, and with ep_size 8 from the moe_ep 8 rows."""
+    from llmcalc.analytic import engines, serving_speed
+    from llmcalc.analytic.kernels import device_for
+    from llmcalc.analytic.quant import weight_format
+    from llmcalc.analytic.serving import plan_serving
+
+    by_id = {r["id"]: r for r in ROWS}
+    row = by_id["trtllm-issue5929-deepseek-r1-fp4-b200-tp8-1600-600-c1"]
+    spec = bench_serving_speed.load_row_model(row)
+    assert weight_format(spec).name == "nvfp4" and row["weight_dtype"] == "nvfp4"
+    assert "model.layers.*.self_attn*" in spec.quantization_config["exclude_modules"]
+    for expert_parallel, key in ((False, "nvfp4/7168/2048/8/256/8/1"), (True, "nvfp4/7168/2048/8/256/1/8")):
+        serve = plan_serving(spec, load_hardware("b200"), 8, 4096, expert_parallel=expert_parallel)
+        base = serving_speed.StepCost(serve.roofline(1, 1024), device_for("b200"), 8)
+        cost = engines.step_cost(base, engines.profile("trtllm", row["engine_version"]), serve,
+                                 host=serving_speed.ENGINE_STEP_SECONDS)
+        assert cost.moe_keys == (key,)

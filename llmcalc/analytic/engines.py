@@ -281,6 +281,28 @@ SGLANG_BY_MEMORY = ((35 * 1024, 2048, 24, 80), (60 * 1024, 4096, 32, 160), (90 *
                     (160 * 1024, 8192, 256, 512), (math.inf, 16384, 512, 512))
 MOE_DTYPES = {"bf16": ("bf16",), "fp16": ("bf16",), "fp8": ("fp8", "fp8_block"), "fp8-block": ("fp8_block", "fp8"),
               "nvfp4": ("nvfp4",), "mxfp4": ("w4a16_mxfp4",)}
+# An MXFP4 checkpoint's experts on Blackwell (sm100), where TensorRT-LLM and SGLang quantize the activations to MXFP8
+# and run the W4A8 MXFP4 x MXFP8 grouped GEMMs instead of Hopper's BF16 x MXFP4 (W4A16) ones:
+# - TensorRT-LLM: tensorrt_llm/_torch/model_config.py ModelConfig.get_mxfp4_quant_algo, read by load_hf_quant_config
+#   for quant_method "mxfp4" (NVIDIA/TensorRT-LLM@008e0af8, and alike in every stored release since gpt-oss):
+#   "if get_sm_version() >= 100: if moe_backend == 'TRITON': return QuantAlgo.W4A8_MXFP4_FP8 else: return
+#   QuantAlgo.W4A8_MXFP4_MXFP8 / else: return QuantAlgo.W4A16_MXFP4"; the MoE backend is CUTLASS (MoeConfig.backend's
+#   default in 1.0-1.1) or, from AUTO, "TRTLLM" for GptOssForCausalLM at 100 <= sm < 120 (resolve_moe_backend), never
+#   TRITON on Blackwell unless asked; CutlassFusedMoE's _QUANT_SUPPORT_TABLE runs W4A16_MXFP4 on "SM == 90 only". The
+#   gpt-oss blog says so too (docs/source/blogs/tech_blog/blog9_Deploying_GPT_OSS_on_TRTLLM.md @04a2a261): "For MXFP4
+#   checkpoints, default quantization is `W4A8_MXFP4_MXFP8` for CUTLASS and TRTLLM backend and `W4A8_MXFP4_FP8` for
+#   Triton backend on Blackwell. Default quantization for MXFP4 checkpoints on Hopper is `W4A16_MXFP4`".
+# - SGLang: server_args.py sets moe_runner_backend "flashinfer_mxfp4" for GptOssForCausalLM on sm100 with an MXFP4
+#   checkpoint, and Mxfp4MoEMethod.apply with flashinfer_mxfp4_moe_precision "default" (the option's default) runs
+#   "x_quant, x_scale = mxfp8_quantize(x, False" before FlashInfer's TRT-LLM-gen MoE (sgl-project/sglang mxfp4.py).
+# - vLLM keeps the W4A16 label: its B200 rows under it are FlashInfer's TRT-LLM-gen MXFP4 x BF16 kernel (aiconfigurator
+#   kernel_source vllm_gptossmxfp4moe_flashinfer_trtllm_mxfp4_bf16, its SM100 default), measured as such.
+# aiconfigurator 0.12.0 itself maps an "mxfp4" checkpoint to w4a16_mxfp4 on every system (sdk/models/helpers.py);
+# its B200 TensorRT-LLM rows under that label (BF16 activations, which the engine does not run there) read 1.75 ms a
+# layer of gpt-oss-120b at 256 tokens against 0.26 ms for the w4a8_mxfp4_mxfp8 rows and 0.22 ms for the expert weights
+# at 7.7 TB/s (docs/serving-validation.md, branch h36bw).
+BLACKWELL_MOE_DTYPES = {"trtllm": {"mxfp4": ("w4a8_mxfp4_mxfp8",)}, "sglang": {"mxfp4": ("w4a8_mxfp4_mxfp8",)}}
+BLACKWELL_ARCHS = ("blackwell", "blackwell-ultra")  # sm100 / sm103: kernels.Device.arch
 # vLLM's FP8 experts by checkpoint: its own fp8 method (quant_method "fp8": `--quantization fp8`, a typed FP8 and the
 # block-scaled checkpoints of DeepSeek and Qwen) runs Fp8MoEMethod, Triton's fused_moe with FP8 w8a8
 # (vllm/model_executor/layers/quantization/fp8.py; FlashInfer's CUTLASS MoE only with VLLM_USE_FLASHINFER_MOE_FP8=1),
@@ -422,9 +444,21 @@ def batch_limits(prof: EngineProfile, est: ServeEstimate, input_len: int, output
 # --- the step ------------------------------------------------------------------------------------------------
 
 
-def moe_table_key(est: InferenceEstimate, serve: ServeEstimate, engine: str = "vllm") -> tuple[str, ...]:
+def moe_dtypes(name: str, engine: str = "vllm", arch: str = "hopper") -> tuple[str, ...]:
+    """The fused-MoE table dtypes `engine` runs a `name` checkpoint's routed experts in on a GPU of generation `arch`
+    (kernels.Device.arch), best first: vLLM's VLLM_MOE_DTYPES; TensorRT-LLM's and SGLang's MOE_DTYPES, with MXFP4's
+    W4A8 MXFP8-activation kernels on Blackwell (BLACKWELL_MOE_DTYPES, their sources there)."""
+    if engine == "vllm":
+        return VLLM_MOE_DTYPES.get(name, ())
+    if arch in BLACKWELL_ARCHS and name in BLACKWELL_MOE_DTYPES.get(engine, {}):
+        return BLACKWELL_MOE_DTYPES[engine][name]
+    return MOE_DTYPES.get(name, ())
+
+
+def moe_table_key(est: InferenceEstimate, serve: ServeEstimate, engine: str = "vllm",
+                  arch: str = "hopper") -> tuple[str, ...]:
     """The MoE table keys one layer of `serve`'s model may be measured under, best first: the weights' format as
-    `engine` runs it (MOE_DTYPES; vLLM's VLLM_MOE_DTYPES), the expert shape, and the experts' sharding over the n
+    `engine` runs it on a GPU of generation `arch` (moe_dtypes), the expert shape, and the experts' sharding over the n
     GPUs that hold them: the engine's own (moe_tp = tp, moe_ep = 1; with --enable-expert-parallel moe_tp = 1,
     moe_ep = tp x dp), then the other splits of the same n GPUs, nearest first (aiconfigurator measured some shapes
     under expert parallelism only, e.g. MXFP4 experts in TensorRT-LLM: each GPU then holds the same 1/n of the
@@ -435,7 +469,7 @@ def moe_table_key(est: InferenceEstimate, serve: ServeEstimate, engine: str = "v
         name = "fp8-block"
     elif name == "fp8" and fmt.quant is not None and fmt.quant.method == "modelopt":
         name = "fp8-modelopt"
-    dtypes = (VLLM_MOE_DTYPES if engine == "vllm" else MOE_DTYPES).get(name, ())
+    dtypes = moe_dtypes(name, engine, arch)
     n = serve.ep if serve.expert_parallel else serve.tp
     tp = 1 if serve.expert_parallel else n
     splits = sorted(((t, n // t) for t in range(1, n + 1) if n % t == 0),
@@ -565,7 +599,7 @@ def measured_moe(base: Any, serve: ServeEstimate, engine: str = "vllm") -> tuple
     if not (base.spec.is_moe and base.measured):
         return ()
     curves = kernel_tables.table(base.gpu).get("moe", {}).get("curves", {})
-    return tuple(k for k in moe_table_key(base.est, serve, engine) if k in curves)[:1]
+    return tuple(k for k in moe_table_key(base.est, serve, engine, base.dev.arch) if k in curves)[:1]
 
 
 def served_profile(prof: EngineProfile, offline: bool) -> EngineProfile:

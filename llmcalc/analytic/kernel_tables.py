@@ -48,9 +48,10 @@ DATA = Path(__file__).resolve().parent.parent / "data" / "kernels"
 # llmcalc preset names (presets/hardware/) -> aiconfigurator system names.
 ALIASES = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "h200-sxm": "h200_sxm", "b200": "b200_sxm",
            "a100-80gb-sxm": "a100_sxm", "a100-sxm": "a100_sxm"}
-DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0}
+DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0, "nvfp4": 0.5 + 1 / 16}  # nvfp4: e2m1 pairs a byte + an fp8 scale per 16
 GEMM_NN_SITES, GEMM_MAX_OCTAVES, GEMM_K_TAIL = 4, 2.0, 3
 GRID_NN_LEAVES = 4
+TC_PEAK = {"nvfp4": "fp4"}  # a GEMM dtype -> the tensor-core peak it runs at (the system file's <peak>_tc_flops)
 
 
 class KernelTableError(LlmcalcError):
@@ -149,7 +150,7 @@ def _part(gpu: str, name: str, key: str) -> Any:
 @cache  # a datasheet figure, read at every SOL (thousands of times a simulation)
 def _tc_flops(gpu: str, dtype: str) -> float:
     spec = table(gpu)["spec"]
-    flops = spec.get(f"{dtype}_tc_flops")
+    flops = spec.get(f"{TC_PEAK.get(dtype, dtype)}_tc_flops")
     if not flops:
         raise KernelTableError(f"{_system(gpu)} lists no {dtype} tensor-core peak")
     return float(flops)
@@ -257,8 +258,9 @@ def gemm_ms(gpu: str, m: float, n: float, k: float, dtype: str = "bf16") -> floa
 
 
 def gemm_seconds(gpu: str, m: float, n: float, k: float, dtype: str = "bf16") -> float:
-    """Seconds of one (m x k) @ (k x n) GEMM on `gpu` (m tokens, n output and k input features), measured in vLLM
-    (aiconfigurator-core 0.12.0); dtype "bf16" or "fp8" (per-tensor scaled)."""
+    """Seconds of one (m x k) @ (k x n) GEMM on `gpu` (m tokens, n output and k input features), measured in the
+    table's engine (aiconfigurator-core 0.12.0); dtype "bf16", "fp8" (per-tensor scaled) or, on Blackwell under
+    TensorRT-LLM, "nvfp4" (its NVFP4 linear: fp4_quantize of the activations, then nvfp4_gemm)."""
     return gemm_ms(gpu, m, n, k, dtype) / 1e3
 
 

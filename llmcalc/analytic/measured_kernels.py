@@ -19,6 +19,7 @@ from typing import Any
 from ..records import dataclass
 from ..spec import ModelSpec
 from . import kernel_tables
+from .quant import unquantized_linear_flops
 
 
 @dataclass(frozen=True)
@@ -54,21 +55,35 @@ def dense_gemm_sites(spec: ModelSpec, tp: int) -> tuple[tuple[int, int], ...]:
 def layer_gemm_shape(est: Any, tp: int, gpu: str, stack_flops_per_token: float) -> GemmShape | None:
     """The layer's GEMMs at one row on `gpu`'s table for the replica roofline `est` (an InferenceEstimate) at `tp`, or
     None where the table does not time the stack: a model with experts, MLA, windows or recurrent layers; weights
-    other than bf16/fp16 or per-tensor FP8 run as GEMMs of their own dtype; four GEMMs (``dense_gemm_sites``) that
-    do not make up the stack's matmul FLOPs per token (`stack_flops_per_token`, within 2 %)."""
+    other than bf16/fp16, per-tensor FP8 or NVFP4 (``nvfp4_gemms``) run as GEMMs of their own dtype; four GEMMs
+    (``dense_gemm_sites``) that do not make up the stack's matmul FLOPs per token (`stack_flops_per_token`, within
+    2 %)."""
     spec = est.spec
     if spec.is_moe or spec.mla is not None or spec.is_hybrid or spec.has_windows:
         return None
-    dtype = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}.get(est.weight_dtype)
     fmt = est.weight_format
-    if dtype is None or dtype != ("fp8" if est.compute_dtype == "fp8" else "bf16") or (
-            fmt is not None and fmt.quant is not None and fmt.quant.format.per == "block"):
+    dtype = "nvfp4" if nvfp4_gemms(est, gpu) else {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}.get(est.weight_dtype)
+    if dtype is None or dtype != "nvfp4" and (dtype != ("fp8" if est.compute_dtype == "fp8" else "bf16") or (
+            fmt is not None and fmt.quant is not None and fmt.quant.format.per == "block")):
         return None
     sites = dense_gemm_sites(spec, tp)
     flops = 2 * sum(n * k for n, k in sites) * tp * spec.n_layers
     if abs(flops / stack_flops_per_token - 1) > 0.02:
         return None
     return GemmShape(gpu=gpu, rows=1.0, sites=sites, dtype=dtype)
+
+
+def nvfp4_gemms(est: Any, gpu: str) -> bool:
+    """Whether every block linear of `est`'s NVFP4 weights runs the engine's measured NVFP4 GEMM on `gpu`'s table:
+    TensorRT-LLM's NVFP4 linear quantizes the activations and multiplies on the FP4 tensor cores
+    (tensorrt_llm/_torch/modules/linear.py NVFP4LinearMethod: "act_fp4, act_sf = torch.ops.trtllm.fp4_quantize(input,
+    ..." then "torch.ops.trtllm.nvfp4_gemm(act_fp4, self.weight, ...)"), which aiconfigurator measured on Blackwell
+    (its nvfp4 GEMM rows, the table's "nvfp4" section); not where the checkpoint leaves some block linears 16-bit
+    (quant.unquantized_linear_flops)."""
+    if est.weight_dtype != "nvfp4" or "nvfp4" not in kernel_tables.table(gpu).get("gemm", {}):
+        return False
+    fmt = est.weight_format
+    return fmt is None or unquantized_linear_flops(est.spec, fmt) == (0, 0)
 
 
 @dataclass(frozen=True)
