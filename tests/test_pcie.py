@@ -69,6 +69,23 @@ def test_tp4_on_l40s_is_nccl_over_pcie():
     assert device_for("h100-sxm").network.custom_allreduce(8)
 
 
+def test_tensorrt_llm_runs_nccl_on_a_pcie_pair():
+    """TensorRT-LLM falls back to NCCL without NVLink at any size (cpp/tensorrt_llm/thop/allreduceOp.cpp
+    ifFallbackToNCCL: "|| !mIsP2PSupported || !mIsNVLINKSupported"), so its TP-2 L40S step reads its measured NCCL
+    curve where vLLM's reads the custom one; on H100 NVL's bridged pair NVLink is there."""
+    from llmcalc.analytic import engines
+    from llmcalc.analytic.serving_speed import ENGINE_STEP_SECONDS
+
+    est = plan_serving(load_model("llama-3.1-8b"), load_hardware("l40s"), 2, max_model_len=4096)
+    cost = engines.step_cost(StepCost(est.roofline(1, 1024), device_for("l40s"), 2), engines.profile("trtllm", None),
+                             est, host=ENGINE_STEP_SECONDS)
+    nbytes = 64 * 4096 * 2
+    nccl = kernel_tables.allreduce_seconds("l40s.trtllm", nbytes, 2, "nccl")
+    assert cost.allreduce_seconds(64) == pytest.approx(2 * 32 * (nccl + TP_SYNC_SECONDS))
+    assert not device_for("l40s").network.custom_allreduce(2, pcie_pairs=False)
+    assert device_for("h100-nvl").network.custom_allreduce(2, pcie_pairs=False)
+
+
 def test_bridges_and_peer_to_peer():
     """H100 NVL's NVLink-bridged pair runs the custom kernel at the bridge's rate, NCCL over PCIe beyond it; GeForce
     cards have no PCIe peer-to-peer (tinygrad/open-gpu-kernel-modules: "It is not present or disabled in hardware on

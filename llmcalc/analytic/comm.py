@@ -139,17 +139,22 @@ class Network:
             return self.link_bandwidth * NCCL_BUS_EFFICIENCY
         return self.scale_up_bandwidth * (PCIE_PAIR_EFFICIENCY if members <= 2 else PCIE_RING_EFFICIENCY)
 
-    def custom_allreduce(self, group: int) -> bool:
-        """Whether vLLM's custom all-reduce runs for a tensor-parallel group of `group` GPUs of one node: always on
-        NVLink/NVSwitch and xGMI; on PCIe only a pair that reaches peer memory (an NVLink bridge, or PCIe peer-to-peer).
-        vllm-project/vllm@00d618a vllm/distributed/device_communicators/custom_all_reduce.py CustomAllreduce.__init__:
+    def custom_allreduce(self, group: int, pcie_pairs: bool = True) -> bool:
+        """Whether the engine's custom all-reduce runs for a tensor-parallel group of `group` GPUs of one node: always
+        on NVLink/NVSwitch and xGMI; on PCIe only a pair that reaches peer memory, over an NVLink bridge or
+        (`pcie_pairs`, vLLM's and SGLang's rule) PCIe peer-to-peer. Else NCCL.
+        vLLM: vllm-project/vllm@00d618a vllm/distributed/device_communicators/custom_all_reduce.py, __init__:
         "if world_size > 2 and not fully_connected: logger.warning(\"Custom allreduce is disabled because it's not
         supported on more than two PCIe-only GPUs ...\")"; finalize_p2p: "if not _can_p2p(self.rank, self.world_size):
         ... your platform lacks GPU P2P capability"; should_custom_ar: "for 4 or more non NVLink-capable GPUs, custom
-        allreduce provides little performance improvement over NCCL". Else NCCL (PyNcclCommunicator)."""
+        allreduce provides little performance improvement over NCCL". SGLang the same (sgl-project/sglang@004e656
+        python/sglang/srt/distributed/device_communicators/custom_all_reduce.py: "if world_size > 2 and not
+        full_nvlink"). TensorRT-LLM (`pcie_pairs` False) falls back to NCCL without NVLink at any size
+        (NVIDIA/TensorRT-LLM@01e2c36 cpp/tensorrt_llm/thop/allreduceOp.cpp ifFallbackToNCCL: "if (message_size_bytes >
+        max_workspace_size || !mIsP2PSupported || !mIsNVLINKSupported) return true")."""
         if self.topology != "pcie":
             return True
-        return group <= 2 and (self.link_bandwidth > 0 or self.peer_to_peer)
+        return group <= 2 and (self.link_bandwidth > 0 or (pcie_pairs and self.peer_to_peer))
 
 
 def network_from_preset(key: str, data: dict) -> Network | None:

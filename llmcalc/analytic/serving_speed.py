@@ -260,6 +260,8 @@ class StepCost:
         # the layer's GEMMs at one row on the engine's measured GEMM table, where it times the projections
         # (measured_kernels.layer_gemm_shape; set by engines.step_cost for engines whose tables hold GEMMs)
         self.gemm_shape: GemmShape | None = None
+        # the custom all-reduce on a PCIe peer-to-peer pair (vLLM's, SGLang's; not TensorRT-LLM's: engines.step_cost)
+        self.pcie_pairs = True
 
     def mla_key(self) -> str | None:
         """The measured MLA block table key (kernel_tables.mla_module_key) that times this model's attention blocks
@@ -428,7 +430,7 @@ class StepCost:
         # vLLM's custom all-reduce up to its limit on one node; PCIe-only GPUs only as a peer-to-peer pair, else NCCL
         # (comm.Network.custom_allreduce: vLLM's CustomAllreduce disables itself on more than two PCIe-only GPUs)
         custom = nbytes <= CUSTOM_ALLREDUCE_MAX_BYTES and self.tp <= net.gpus_per_node and \
-            net.custom_allreduce(self.tp)
+            net.custom_allreduce(self.tp, self.pcie_pairs)
         one = None
         if self.measured:  # vLLM's custom all-reduce and NCCL's, measured (kernel_tables.allreduce_seconds)
             with contextlib.suppress(kernel_tables.KernelTableError):
