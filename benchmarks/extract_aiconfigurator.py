@@ -37,7 +37,12 @@ from aiconfigurator_core.sdk.perf_database import _version_sort_tuple
 
 SYSTEMS = Path(aiconfigurator_core.__file__).parent / "systems"
 OUT = Path(__file__).resolve().parent.parent / "llmcalc" / "data" / "kernels"
-GPUS = ("h100_sxm", "h200_sxm", "b200_sxm", "a100_sxm")  # l40s has tables too: left out for size
+GPUS = ("h100_sxm", "h200_sxm", "b200_sxm", "a100_sxm", "l40s")
+# Systems whose files keep only the sections the serving step reads (decode attention, the all-reduces, fused MoE, and
+# TensorRT-LLM's GEMMs, which time its projections): L40S's prefill attention, MLA tables (DeepSeek-V3 does not fit
+# 8 x 48 GB) and vLLM GEMM sweep stay out, to keep the data small
+SERVING_ONLY = ("l40s",)
+SERVING_SECTIONS = ("generation_attention", "custom_allreduce", "nccl_all_reduce", "moe")
 BACKENDS = ("vllm", "trtllm", "sglang")
 BACKEND = "vllm"  # set by --backend
 # SGLang's files keep only what the serving step reads (decode attention, all-reduce, MoE): the total stays small
@@ -246,6 +251,9 @@ def extract(gpu: str) -> dict | None:
     doc["moe"] = moe(root)
     if not doc["generation_attention"]:
         return None
+    if gpu in SERVING_ONLY:
+        keep = SERVING_SECTIONS + (("gemm",) if BACKEND == "trtllm" else ())
+        doc = {k: v for k, v in doc.items() if k in keep or not isinstance(v, dict) or k in ("units", "spec")}
     return doc
 
 

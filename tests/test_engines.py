@@ -51,7 +51,7 @@ def test_moe_between_and_beyond_measured_counts():
     with pytest.raises(kernel_tables.KernelTableError, match="no measured MoE layer"):
         unmeasured = kernel_tables.moe_key("bf16", hidden=4096, inter=14336, topk=2, experts=8, moe_tp=3, moe_ep=1)
         kernel_tables.moe_ms(table, 64, unmeasured)
-    assert kernel_tables.available_gpus("trtllm") == ["b200_sxm", "h100_sxm", "h200_sxm"]
+    assert kernel_tables.available_gpus("trtllm") == ["b200_sxm", "h100_sxm", "h200_sxm", "l40s"]
     assert "h100_sxm" in kernel_tables.available_gpus() and not any("." in g for g in kernel_tables.available_gpus())
 
 

@@ -242,7 +242,7 @@ def test_a_request_longer_than_the_kv_cache_is_refused_as_vllm_refuses_to_start(
      "--engine-version"),
     (["--input-len", "1k", "--output-len", "1k", "--concurrency", "8"], "--concurrency"),
     (["--input-len", "1k", "--output-len", "1k", "--enable-expert-parallel"], "--enable-expert-parallel"),
-    (["--input-len", "1k", "--output-len", "1k", "--gpu", "l40s"], "--gpu l40s"),
+    (["--input-len", "1k", "--output-len", "1k", "--gpu", "tpu-v5e"], "--gpu tpu-v5e"),
 ])
 def test_bad_workloads_are_refused_in_one_line(args, names):
     gpu = [] if "--gpu" in args else ["--gpu", "h100-sxm"]

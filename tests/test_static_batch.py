@@ -52,12 +52,12 @@ def test_one_prefill_step_makes_every_request_end_together():
 
 
 def test_a_gpu_without_step_blocks_keeps_the_roofline_and_says_why():
-    data = cli_json("infer", "llama-3-8b", "--gpu", "l40s")
-    assert data["prediction"].startswith("roofline only: l40s's preset has no matmul and network blocks")
+    data = cli_json("infer", "llama-3-8b", "--gpu", "tpu-v5e")
+    assert data["prediction"].startswith("roofline only: tpu-v5e's preset has no matmul and network blocks")
     assert {k: data[k] for k in KEYS} == data["roofline"]
-    out = run("infer", "llama-3-8b", "--gpu", "l40s").stdout
+    out = run("infer", "llama-3-8b", "--gpu", "tpu-v5e").stdout
     assert out.splitlines()[0].endswith("generated tokens/s on the roofline (no prediction: see the notes)")
-    assert sum("roofline only: l40s's preset has no matmul and network blocks" in line
+    assert sum("roofline only: tpu-v5e's preset has no matmul and network blocks" in line
                for line in out.splitlines()) == 1
 
 

@@ -547,7 +547,7 @@ def test_cli_contradictions_are_one_line(args, needle):
 
 
 def test_cli_gpu_without_network_block():
-    r = run("train", "llama-3-8b", "--tokens", "1T", "--gpu", "l4", "--n-gpus", 8, "--global-batch", 8)
+    r = run("train", "llama-3-8b", "--tokens", "1T", "--gpu", "tpu-v5e", "--n-gpus", 8, "--global-batch", 8)
     assert r.exit_code == 2 and "no network/matmul block" in r.stderr
 
 
@@ -670,8 +670,8 @@ def test_report_section_has_stacked_bars_and_the_layout_table():
     assert column.label == "memory (GiB)"  # one unit for the column, named in its label
     assert all(r["memory_gib"] > 1 for r in layout["layouts"])  # so GiB is the unit the column takes
     no_net = Report("t")
-    l4 = Scenario(gpu=load_hardware("l4"), n_gpus=8)
-    steptime_section(no_net, make_plan([load_model("llama-3-8b")], l4))
+    tpu = Scenario(gpu=load_hardware("tpu-v5e"), n_gpus=8)
+    steptime_section(no_net, make_plan([load_model("llama-3-8b")], tpu))
     assert "no network/matmul block" in " ".join(str(b) for b in no_net.blocks)
 
 

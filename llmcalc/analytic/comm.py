@@ -65,6 +65,17 @@ MESH_EFFICIENCY = 0.72
 # 86 of 96 (NVIDIA/nccl#1048): ~0.9. The NIC path is a DMA engine streaming over PCIe; NVLink rings lose more
 # to the reduction kernels that drive them.
 NCCL_NET_EFFICIENCY = 0.9
+# GPUs on PCIe only (``Network.topology == "pcie"``: L40S, L4, A10, H100 PCIe, ...): NCCL's ring runs over the PCIe
+# switches or the host bridge at a share of the x16 link rate per direction (scale_up_gb_per_s), lower as more GPUs
+# share the switches' up-links and the root complex ("On PCI systems, the performance you get is usually determined
+# by the bandwidth your CPU and memory can deliver", NCCL maintainer, NVIDIA/nccl#1639):
+# - two GPUs: aiconfigurator-core 0.12.0's NCCL 2.27.3 all_reduce on 2 x L40S (systems/data/l40s/comm/nccl/2.27.3/
+#   nccl_perf.parquet, half, 268,435,456 elements in 26.700 ms: busbw 20.1 GB/s) of PCIe Gen4 x16's 32 GB/s: 0.63;
+# - more: "8 GPU max performance : bwbus 28GB/s", "4GPU max performance : bwbus 35GB/s" on 8 x RTX 5090 on PCIe
+#   Gen5 x16, 64 GB/s (NVIDIA/nccl#1639): 0.44 at 8 GPUs, used from 3 on. Host topology moves this a lot (the same
+#   aiconfigurator L40S node reaches only 5.2 GB/s at 4 GPUs and 1.45 at 8; its measured curves time L40S itself).
+PCIE_PAIR_EFFICIENCY = 20.1 / 32
+PCIE_RING_EFFICIENCY = 28 / 64
 
 
 def bus_factor(kind: str, n: int) -> float:
@@ -102,21 +113,48 @@ class Network:
     scale_up_latency: float
     scale_out_latency: float
     source: str = ""
-    topology: str = "switch"  # "switch" (NVSwitch/NVLink: any group at the full link rate) or "mesh" (xGMI)
-    link_bandwidth: float = 0.0  # mesh: one peer link, per direction
+    topology: str = "switch"  # "switch" (NVSwitch/NVLink: any group at the full link rate), "mesh" (xGMI), "pcie"
+    link_bandwidth: float = 0.0  # mesh: one peer link, per direction; pcie: the NVLink bridge of a pair (0: none)
     nvls: str = ""  # the NVLS generation ("hopper", "blackwell", ...) where all-reduce runs NVLink SHARP; "" none
     leaf_nodes: int = 0  # nodes under one leaf (rail) switch group; 0: a non-blocking fabric, no leaf bound
     oversubscription: float = 1.0  # leaf down-link to up-link bandwidth ratio above leaf_nodes (--network oversub)
     fabric: str = ""  # --network's fabric, described (fabric.Fabric.describe); "" the hardware preset's own build
+    peer_to_peer: bool = True  # pcie: whether the driver lets GPUs read each other's memory over PCIe (not GeForce)
 
     def scale_up_rate(self, members: int, kind: str, group: int) -> float:
         """Bus bandwidth a collective of `group` ranks with `members` of them in this node reaches on the scale-up
-        link (see the module docstring)."""
+        link (see the module docstring); on PCIe (``pcie_rate``) the x16 link's share."""
         if self.topology == "mesh":
             return max(1, members - 1) * self.link_bandwidth * MESH_EFFICIENCY
+        if self.topology == "pcie":
+            return self.pcie_rate(members)
         if kind == "all_reduce" and self.nvls and members >= NVLS_MIN_GPUS:
             return self.scale_up_bandwidth * NVLS_EFFICIENCY[self.nvls]
         return self.scale_up_bandwidth * NCCL_BUS_EFFICIENCY
+
+    def pcie_rate(self, members: int) -> float:
+        """NCCL bus bandwidth of `members` GPUs on PCIe: a bridged pair (H100 NVL) at NVLink's NCCL_BUS_EFFICIENCY of
+        the bridge, else busbw = link x PCIE_PAIR_EFFICIENCY for two GPUs, x PCIE_RING_EFFICIENCY for more."""
+        if members <= 2 and self.link_bandwidth:
+            return self.link_bandwidth * NCCL_BUS_EFFICIENCY
+        return self.scale_up_bandwidth * (PCIE_PAIR_EFFICIENCY if members <= 2 else PCIE_RING_EFFICIENCY)
+
+    def custom_allreduce(self, group: int, pcie_pairs: bool = True) -> bool:
+        """Whether the engine's custom all-reduce runs for a tensor-parallel group of `group` GPUs of one node: always
+        on NVLink/NVSwitch and xGMI; on PCIe only a pair that reaches peer memory, over an NVLink bridge or
+        (`pcie_pairs`, vLLM's and SGLang's rule) PCIe peer-to-peer. Else NCCL.
+        vLLM: vllm-project/vllm@00d618a vllm/distributed/device_communicators/custom_all_reduce.py, __init__:
+        "if world_size > 2 and not fully_connected: logger.warning(\"Custom allreduce is disabled because it's not
+        supported on more than two PCIe-only GPUs ...\")"; finalize_p2p: "if not _can_p2p(self.rank, self.world_size):
+        ... your platform lacks GPU P2P capability"; should_custom_ar: "for 4 or more non NVLink-capable GPUs, custom
+        allreduce provides little performance improvement over NCCL". SGLang the same (sgl-project/sglang@004e656
+        python/sglang/srt/distributed/device_communicators/custom_all_reduce.py: "if world_size > 2 and not
+        full_nvlink"). TensorRT-LLM (`pcie_pairs` False) falls back to NCCL without NVLink at any size
+        (NVIDIA/TensorRT-LLM@01e2c36 cpp/tensorrt_llm/thop/allreduceOp.cpp ifFallbackToNCCL: "if (message_size_bytes >
+        max_workspace_size || !mIsP2PSupported || !mIsNVLINKSupported) return true")."""
+        if self.topology != "pcie":
+            return True
+        return group <= 2 and (self.link_bandwidth > 0 or (pcie_pairs and self.peer_to_peer))
 
 
 def network_from_preset(key: str, data: dict) -> Network | None:
@@ -126,13 +164,13 @@ def network_from_preset(key: str, data: dict) -> Network | None:
         return None
     try:
         topology = block.get("topology", "switch")
-        if topology not in ("switch", "mesh"):
-            raise ValueError(f"topology {topology!r} is not switch or mesh")
+        if topology not in ("switch", "mesh", "pcie"):
+            raise ValueError(f"topology {topology!r} is not switch, mesh or pcie")
         return Network(int(block["gpus_per_node"]), float(block["scale_up_gb_per_s"]) * 1e9,
                        float(block["scale_out_gb_per_s"]) * 1e9, float(block["scale_up_latency_us"]) * 1e-6,
                        scale_out_latency=float(block["scale_out_latency_us"]) * 1e-6, source=block.get("_source", ""),
                        topology=topology, link_bandwidth=float(block.get("link_gb_per_s", 0)) * 1e9,
-                       nvls=str(block.get("nvls", "")))
+                       nvls=str(block.get("nvls", "")), peer_to_peer=bool(block.get("peer_to_peer", True)))
     except (KeyError, TypeError, ValueError) as exc:
         raise LlmcalcError(f"hardware preset {key!r} has a malformed network block: {exc!r}") from None
 

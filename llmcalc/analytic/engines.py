@@ -618,6 +618,7 @@ def step_cost(base: Any, prof: EngineProfile, serve: ServeEstimate, host: float)
         return base
     if prof.name != "vllm":
         b = base
+        b.pcie_pairs = prof.name != "trtllm"  # TensorRT-LLM runs NCCL on PCIe-only GPUs (comm.Network.custom_allreduce)
         if kernel_tables.has_tables(b.gpu, prof.name):
             b.gpu = kernel_tables.source(b.gpu, prof.name)
             if "gemm" in kernel_tables.table(b.gpu):  # the engine's own GEMM sweep times a dense model's projections

@@ -143,6 +143,8 @@ CUDNN_MEASURED = {  # {arch: (measured GPU's BF16 peak, {head dim: {pass: (non-c
 # Each generation's attention rate as a share of its own dense BF16 peak, relative to the H100 figures above:
 # - Ampere (A100): FlashAttention-2 "reaching 50-73 % of the theoretical maximum FLOPs/s on A100" (Dao 2023,
 #   abstract): the H100 FA2 curve's shape, its best point (370 TFLOP/s, 37 % of H100's peak) set to 73 %;
+# - Ada (L40S, L40, L4, RTX 4090): FlashAttention-2's SM80 kernels, which run there unchanged (FA3 needs Hopper): the
+#   Ampere share, an assumption (no published FA2 rate on Ada found);
 # - Hopper: the H100 figures;
 # - Blackwell (B200, GB200, B300, GB300): FlashAttention-4 "up to 1.3x speedup over cuDNN 9.13 ... reaching up
 #   to 1613 TFLOPs/s (71 % utilization)" on B200 (FlashAttention-4 paper, arXiv 2603.05451, abstract): cuDNN at
@@ -150,7 +152,8 @@ CUDNN_MEASURED = {  # {arch: (measured GPU's BF16 peak, {head dim: {pass: (non-c
 #   of B200's peak against cuDNN's best 617 = 62 % on H100 -> 0.884; FA3 (Hopper-only) maps to FA4 at 1.3 x;
 # - CDNA (MI300X, MI355X): no published attention kernel table; the Hopper shares scaled by the ratio of matmul
 #   efficiencies (MAMF / peak: MI300X 51.4 %, MI355X 62.2 % against H100's 80.3 %) - an assumption, stated.
-ATTENTION_SCALE = {"ampere": 0.73 / (370 / H100_BF16_PEAK), "hopper": 1.0, "blackwell": 1241.0 / 2250 / (617 / 989.4),
+ATTENTION_SCALE = {"ampere": 0.73 / (370 / H100_BF16_PEAK), "ada": 0.73 / (370 / H100_BF16_PEAK),
+                   "hopper": 1.0, "blackwell": 1241.0 / 2250 / (617 / 989.4),
                    "blackwell-ultra": 1241.0 / 2250 / (617 / 989.4), "cdna3": 0.514 / 0.803, "cdna4": 0.622 / 0.803}
 # Blackwell Ultra (B300, GB300) doubles the special-function units' exponent throughput ("Attention acceleration
 # (SFU EX2) 10.7 TeraExponentials/s" against 5 on B200/GB200, verda.com GB300 NVL72 architecture table), which bounds
@@ -162,7 +165,7 @@ FORWARD_LIFT = {"blackwell-ultra": 1613.0 / 1241.0}
 # attention on Hopper and Blackwell (Megatron-Core; NVIDIA's recipes set NVTE_FUSED_ATTN), FlashAttention-2 on
 # Ampere (cuDNN is slower there: transformers PR #48163 measured 0.82x on A100), the CK/aiter kernels on CDNA (timed
 # as the 2024 cuDNN curve at CDNA's share, ATTENTION_SCALE; so is "cudnn" on Ampere, which CUDNN_MEASURED lacks).
-DEFAULT_KERNEL = {"ampere": "fa2", "hopper": "cudnn", "blackwell": "cudnn", "blackwell-ultra": "cudnn",
+DEFAULT_KERNEL = {"ampere": "fa2", "ada": "fa2", "hopper": "cudnn", "blackwell": "cudnn", "blackwell-ultra": "cudnn",
                   "cdna3": "cudnn", "cdna4": "cudnn"}
 ATTENTION_KERNELS = ("auto", "cudnn", "cudnn-2024", "fa2", "fa3")
 # FP8 attention (TE fp8_dpa): cuDNN "can achieve up to 1.2 PFLOPS in FP8" on H200 (NVIDIA blog "Accelerating

@@ -22,7 +22,8 @@ The step (``StepCost``): one forward of the scheduled tokens on one replica of t
   batch and context, prefill by the chunks' tokens and causal pairs), those projections then left out of the GEMMs;
 - tensor parallelism's all-reduces, two per layer of the tokens' activations (``allreduce_seconds``): vLLM's
   custom all-reduce (one shot, each rank reading every peer's buffer over NVLink) up to its 8 MiB limit, NCCL's ring
-  (comm.Collective) past it; on AMD's xGMI mesh its one- or two-stage kernel as measured (``cdna``);
+  (comm.Collective) past it; on AMD's xGMI mesh its one- or two-stage kernel as measured (``cdna``); on PCIe-only
+  GPUs (L40S, L4, H100 PCIe) NCCL beyond a pair, as vLLM disables its custom kernel there;
 - what no kernel accounts for, fitted once (``ENGINE_STEP_SECONDS``, ``LAYER_FLOOR_SECONDS``, see there).
 
 The engine (``simulate``): vLLM V1's scheduler each step gives every running request its next token (a decode) or
@@ -122,7 +123,8 @@ CUSTOM_ALLREDUCE_MAX_BYTES = 8 * 1024 * 1024
 # 4.4-5.1 us for 8 KiB over 2-8 H100 (kernel_tables.allreduce_seconds), rounded up, seconds
 CUSTOM_ALLREDUCE_LATENCY = 6e-6
 
-SERVING_ATTENTION = {"ampere": "fa2", "hopper": "fa3"}  # vLLM's FlashAttention backend by generation; else cuDNN
+# vLLM's FlashAttention backend by generation (FA3 is Hopper-only; Ada runs FA2's SM80 kernels); else cuDNN
+SERVING_ATTENTION = {"ampere": "fa2", "ada": "fa2", "hopper": "fa3"}
 
 
 
@@ -263,6 +265,8 @@ class StepCost:
         self.gemm_shape: GemmShape | None = None
         # vLLM's V0 XFormers backend runs the FP8 cache (vllm.fp8_kv_on_xformers; set by plan_workload)
         self.xformers_fp8 = False
+        # the custom all-reduce on a PCIe peer-to-peer pair (vLLM's, SGLang's; not TensorRT-LLM's: engines.step_cost)
+        self.pcie_pairs = True
 
     def mla_key(self) -> str | None:
         """The measured MLA block table key (kernel_tables.mla_module_key) that times this model's attention blocks
@@ -462,12 +466,16 @@ class StepCost:
     def allreduce_seconds(self, tokens: float) -> float:
         """Tensor parallelism's all-reduces: after attention and after the MLP in every layer (Megatron's row-
         parallel outputs, vLLM's RowParallelLinear), of the tokens' activations, d_model x 2 bytes each; on an xGMI
-        mesh (AMD Instinct) vLLM's custom all-reduce as cdna.custom_allreduce_seconds times it."""
+        mesh (AMD Instinct) vLLM's custom all-reduce as cdna.custom_allreduce_seconds times it; on PCIe-only GPUs NCCL
+        past two GPUs (comm.Network.custom_allreduce)."""
         if self.tp == 1 or tokens <= 0:
             return 0.0
         nbytes = tokens * self.spec.d_model * self.act_bytes
         net = self.dev.network
-        custom = nbytes <= CUSTOM_ALLREDUCE_MAX_BYTES and self.tp <= net.gpus_per_node
+        # vLLM's custom all-reduce up to its limit on one node; PCIe-only GPUs only as a peer-to-peer pair, else NCCL
+        # (comm.Network.custom_allreduce: vLLM's CustomAllreduce disables itself on more than two PCIe-only GPUs)
+        custom = nbytes <= CUSTOM_ALLREDUCE_MAX_BYTES and self.tp <= net.gpus_per_node and \
+            net.custom_allreduce(self.tp, self.pcie_pairs)
         one = None
         if self.measured:  # vLLM's custom all-reduce and NCCL's, measured (kernel_tables.allreduce_seconds)
             with contextlib.suppress(kernel_tables.KernelTableError):

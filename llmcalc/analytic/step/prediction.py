@@ -283,7 +283,7 @@ def _check_recompute(spec: ModelSpec, lay: Layout, recompute: str, rec: Recipe, 
                            "FP8 or FP4 --recipe")
     # FlashAttention-3 is written for Hopper (its README: "H100 / H800 GPU"; on Blackwell the FA4 kernels stand in,
     # kernels.py); cuDNN is NVIDIA's: neither runs on Ampere (FA3) or on AMD's CDNA (both)
-    if lay.attention_kernel == "fa3" and dev.arch in ("ampere", "cdna3", "cdna4"):
+    if lay.attention_kernel == "fa3" and dev.arch in ("ampere", "ada", "cdna3", "cdna4"):
         raise LlmcalcError(f"--attention-kernel fa3 needs Hopper or Blackwell; {dev.accelerator.key} is {dev.arch}: "
                            f"use --attention-kernel fa2 or auto")
     if lay.attention_kernel in ("cudnn", "cudnn-2024") and dev.arch in ("cdna3", "cdna4"):
