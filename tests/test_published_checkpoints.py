@@ -61,6 +61,8 @@ QUANTIZED = [
     ("amd/Llama-2-70b-chat-hf-FP8-KV", "llama-2-70b", "fp8"),
     ("amd/Mixtral-8x7B-Instruct-v0.1-FP8-KV", "mixtral-8x7b", "fp8"),
     ("amd/Mixtral-8x22B-Instruct-v0.1-FP8-KV", "mixtral-8x22b", "fp8"),
+    ("Qwen/Qwen3-8B-FP8", "qwen3-8b", "fp8"),
+    ("Qwen/Qwen3-30B-A3B-FP8", "qwen3-30b-a3b", "fp8"),
 ]
 
 
@@ -79,8 +81,19 @@ def test_quantized_releases_have_their_presets_shapes(repo, preset, fmt):
 
 def test_mixtral_8x22b_instruct_has_the_v3_vocabulary():
     """Mixtral-8x22B-Instruct-v0.1 uses the v3 tokenizer (32,768 rows), the base conversion 32,000."""
+    assert load_model("mistralai/Mixtral-8x22B-Instruct-v0.1").vocab_size == 32768
     assert load_model("amd/Mixtral-8x22B-Instruct-v0.1-FP8-KV").vocab_size == 32768
     assert load_model("mixtral-8x22b").vocab_size == 32000
+
+
+def test_metas_fp8_405b_ids_are_the_shipped_config():
+    """Meta's FP8 Llama 3.1 405B by repo id: the four prefixes stand for exactly the 511 modules the shipped
+    config.json's modules_to_not_convert lists (benchmarks/configs/Llama-3.1-405B-FP8), so the bytes are that file's
+    to the byte (453.77 GiB)."""
+    shipped = checkpoint_bytes(load_model("benchmarks/configs/Llama-3.1-405B-FP8"))
+    for repo in ("meta-llama/Llama-3.1-405B-FP8", "meta-llama/Llama-3.1-405B-Instruct-FP8",
+                 "meta-llama/Meta-Llama-3.1-405B-Instruct-FP8"):
+        assert checkpoint_bytes(load_model(repo)) == shipped
 
 
 def test_deepseek_r1_fp4_quantizes_the_moe_experts_alone():
@@ -93,9 +106,10 @@ def test_deepseek_r1_fp4_quantizes_the_moe_experts_alone():
     assert 340 * GIB < fp4 < 420 * GIB
 
 
-def test_instruct_llama_4_ids_are_the_presets():
+def test_instruct_and_chat_ids_are_the_presets():
     assert load_model("meta-llama/Llama-4-Scout-17B-16E-Instruct").name == "llama-4-scout"
     assert load_model("meta-llama/Llama-4-Maverick-17B-128E-Instruct").name == "llama-4-maverick"
+    assert load_model("tiiuae/falcon-180B-chat").name == "falcon-180b"
 
 
 def test_trtllm_builds_for_the_workloads_longest_request():
