@@ -326,3 +326,21 @@ def test_chat_intake_moves_ttft_alone():
     assert chat["ttft_seconds_median"] - plain["ttft_seconds_median"] == pytest.approx(parse)
     assert chat["e2e_seconds_mean"] - plain["e2e_seconds_mean"] == pytest.approx(parse)
     assert chat["tpot_seconds_median"] == plain["tpot_seconds_median"]
+
+
+def test_trtllm_steps_past_the_gemm_tables_rows_take_the_roofline():
+    """The measured TensorRT-LLM GEMM sweeps on H200 end at m = 32,768 rows; trtllm-bench's 0.12 engine for Llama 2
+    70B at TP 8 (2,048 in, 128 out) steps 32,768 context tokens beside its decodes, past every sweep near the fused
+    QKV's 1,280 x 8,192. Such a step's projections take the smooth roofline, as on a GPU without tables (the way
+    attention and all-reduces leave their tables), instead of refusing the whole run; within the sweeps the table
+    still answers."""
+    serve = plan_serving(load_model("llama-2-70b"), load_hardware("h200"), 8, 2176, weight_dtype="fp8")
+    trt = _step(serve, "0.12.0")
+    roofline = serving_speed.StepCost(serve.roofline(1, 1024), device_for("h200"), 8)
+    assert trt.base.gemm_shape is not None and roofline.gemm_shape is None
+    assert trt.base.linear_seconds(32800) == roofline.linear_seconds(32800)
+    assert trt.base.linear_seconds(8000) != roofline.linear_seconds(8000)
+    answer = cli_json("serve", "meta-llama/Llama-2-70b-hf", "--gpu", "h200", "--n-gpus", "8", "--input-len", "2048",
+                      "--output-len", "128", "--engine", "trtllm", "--engine-version", "0.12.0", "--weight-dtype",
+                      "fp8")["performance"]
+    assert 0 < answer["output_tokens_per_second"] < answer["roofline"]["output_tokens_per_second"]

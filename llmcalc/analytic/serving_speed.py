@@ -323,12 +323,15 @@ class StepCost:
         padded to whole tiles, ``row_tile_efficiency``) and the weight bytes these tokens read (MoE: the experts they
         hit) with the activations in and out, on kernels' smooth roofline t = (t_c^p + t_m^p)^(1/p). Where the
         engine's table measured the layer's GEMMs (``gemm_shape``): layers x the measured layer
-        (``measured_kernels.measured_layer_gemms``) at the step's tokens."""
+        (``measured_kernels.measured_layer_gemms``) at the step's tokens, where the table reaches that many rows
+        (past every nearby sweep's last m it has no answer, kernel_tables.KernelTableError: the roofline then, as for a
+        GPU without tables)."""
         if tokens <= 0:
             return 0.0
         if self.gemm_shape is not None:
             shape = dataclasses.replace(self.gemm_shape, rows=three_figures(max(1.0, tokens)))
-            return self.spec.n_layers * measured_layer_gemms(shape)
+            with contextlib.suppress(kernel_tables.KernelTableError):
+                return self.spec.n_layers * measured_layer_gemms(shape)
         mla = self.mla_key() is not None  # the MLA blocks' projections come with their measured table
         flops = self.gemm_flops(mla)
         rate = self.marlin * marlin_row_efficiency(tokens) if self.stack_marlin else \

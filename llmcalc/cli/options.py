@@ -440,7 +440,8 @@ def vllm_options(func: F) -> F:
     """`serve`: vLLM's own settings, spelled as vLLM spells them, and the targets of the inverse question."""
     return apply(func, [
         click.option("--max-model-len", type=LENGTH, default=None,
-                     help="Tokens per request the KV cache must hold (default: the model's max_position_embeddings)."),
+                     help="Tokens per request the KV cache must hold (default: the model's max_position_embeddings; "
+                          "--engine trtllm: the workload's longest request, as trtllm-bench builds its engine)."),
         click.option("--gpu-memory-utilization", type=MFU, default=None,
                      help="Share of each GPU's CUDA-visible memory vLLM may use (default: the version's, 0.92 from "
                           "v0.21, 0.9 before)."),

@@ -73,7 +73,7 @@ def serve(ctx: click.Context, model: str, gpu: str, weight_dtype: str | None, kv
     from ..analytic.serving import plan_capacity, plan_serving
     from ..views.serve import capacity_document, document
 
-    spec, device = _load(model, gpu, vllm["max_model_len"])
+    spec, device = _load(model, gpu, vllm["max_model_len"], vllm["engine"])
     dtypes: dict[str, Any] = dict(weight_dtype=weight_dtype, kv_dtype=kv_dtype, compute_dtype=compute_dtype)
     targets = {k: vllm.pop(k) for k in ("concurrency", "ttft", "tokens_per_second")}
     work = {k: vllm.pop(k) for k in WORKLOAD}
@@ -95,14 +95,31 @@ def serve(ctx: click.Context, model: str, gpu: str, weight_dtype: str | None, kv
     emit(capacity_document(plan), fmt, plan.best.warnings)
 
 
-def _load(model: str, gpu: str, max_model_len: int | None) -> tuple[Any, Any]:
-    """The model and the GPU; a --max-model-len past the config's positions refused as vLLM refuses it."""
+def _load(model: str, gpu: str, max_model_len: int | None, engine: str) -> tuple[Any, Any]:
+    """The model and the GPU; a --max-model-len past the config's positions refused as vLLM refuses it (TensorRT-LLM
+    builds for the length it is given: `bench_max_seq_len`)."""
     from ..analytic.vllm import check_max_model_len
 
     spec = load_measured(model)
-    if max_model_len is not None:
+    if max_model_len is not None and engine != "trtllm":
         check_max_model_len(max_model_len, spec.max_seq_len)
     return spec, load_hardware(gpu)
+
+
+def bench_max_seq_len(work: dict[str, Any]) -> int:
+    """TensorRT-LLM's max_seq_len where --max-model-len is not given: the workload's longest request (prompt plus
+    output), whatever the config's max_position_embeddings (past it, with the usual warning).
+
+    trtllm-bench builds its engine for the dataset's longest request, not the config's positions
+    (NVIDIA/TensorRT-LLM@000a01de:tensorrt_llm/bench/build/build.py: ``max_seq_len =
+    metadata.max_sequence_length`` ... ``BuildConfig(max_batch_size=max_batch_size, max_seq_len=max_seq_len,
+    max_num_tokens=max_num_tokens)``): a 20,000/2,000 run of a 4,096-position Llama 2 is served where vLLM refuses
+    it, and Llama 4 Scout's 10M-token config length does not leave one GPU without room for a single request."""
+    from ..analytic.serving_speed import Workload
+
+    shape = Workload(work["input_len"], work["output_len"], num_prompts=work["num_prompts"], dataset=work["dataset"],
+                     random_range_ratio=work["random_range_ratio"] or 0.0)
+    return max([shape.input_len + shape.output_len, *(i + o for i, o in shape.requests() or ())])
 
 
 def _is_formula(spec: Any, refused: str | None) -> TypeGuard[ModelSpec]:
@@ -158,6 +175,8 @@ def _workload(ctx: click.Context, spec: Any, device: Any, n_gpus: int, fmt: str,
             vllm_version(version, option="--engine-version")  # refused in its own option's name
         vllm["version"], version = vllm["version"] or version, None
     work["engine_version"] = version
+    if work["engine"] == "trtllm" and vllm["max_model_len"] is None:
+        vllm["max_model_len"] = bench_max_seq_len(work)
     if targets != (None, None):
         return _sizing(ctx, spec, device, fmt=fmt, dtypes=dtypes, vllm=vllm, work=work, targets=targets)
     est = plan_serving(spec, device, n_gpus, **dtypes, **vllm)

@@ -46,7 +46,7 @@ def document() -> Document:
         ["pass a name to any command; a path to a Hugging Face config.json works as a model too"],
     )
     ckpt_rows = [{"repo": c.repo, "preset": c.preset, "variant": c.variant,
-                  "differs": ", ".join(f"{k} {'null' if v is None else v}" for k, v in c.config.items())
+                  "differs": ", ".join(_differs(k, v) for k, v in c.config.items())
                   or "nothing (answers as the preset)"} for c in listed]
     published = Table(
         "published checkpoints with a preset's architecture (pass the repo id as MODEL)",
@@ -59,3 +59,14 @@ def document() -> Document:
          "config.json; presets/checkpoints.json says why each shares the architecture"],
     )
     return Document("llmcalc presets", {"presets": rows}, [table, published])
+
+
+def _differs(key: str, value: object) -> str:
+    """One changed config key as the table shows it: a quantization_config by its method and algorithm (the whole
+    block is in `--format json` and presets/checkpoints.json), any other value as it is."""
+    if value is None:
+        return f"{key} null"
+    if isinstance(value, dict):
+        named = " ".join(str(value[k]) for k in ("quant_method", "quant_algo", "format") if value.get(k))
+        return f"{key} ({named})" if named else f"{key} {value}"
+    return f"{key} {value}"
