@@ -157,6 +157,18 @@ class Network:
         return group <= 2 and (self.link_bandwidth > 0 or (pcie_pairs and self.peer_to_peer))
 
 
+def pcie_host_bound(net: Network, tp: int) -> bool:
+    """Whether the measured all-reduce tables (aiconfigurator's) are left for comm's PCIe ring at this size: PCIe-only
+    GPUs past a pair. aiconfigurator-core 0.12.0's one L40S node measured NCCL 2.27.3 all_reduce at a busbw of 20.1
+    GB/s on 2 GPUs but 5.2 GB/s on 4 and 1.45 GB/s on 8 (systems/data/l40s/comm/nccl/2.27.3/nccl_perf.parquet; its
+    vLLM, TensorRT-LLM and SGLang curves alike): GPUs beyond a pair reaching each other through host memory, not
+    peer-to-peer behind PCIe switches, which reach 24.6-28 GB/s at 6-8 GPUs (6 x RTX 4090 on Gen4 with P2P,
+    tinygrad's driver README; 8 x RTX 5090, NVIDIA/nccl#1639). Serving servers are taken as switch builds, so past a
+    pair serving_speed.StepCost.allreduce_seconds uses this module's ring at PCIE_RING_EFFICIENCY; a pair keeps the
+    measured curves (20.1 GB/s, PCIE_PAIR_EFFICIENCY's source)."""
+    return bool(net.topology == "pcie" and tp > 2)
+
+
 def network_from_preset(key: str, data: dict) -> Network | None:
     """The "network" block of a hardware preset (units in key names), or None when it has none."""
     block = data.get("network")

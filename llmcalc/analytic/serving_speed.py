@@ -127,8 +127,6 @@ CUSTOM_ALLREDUCE_LATENCY = 6e-6
 SERVING_ATTENTION = {"ampere": "fa2", "ada": "fa2", "hopper": "fa3"}
 
 
-
-
 @dataclass(frozen=True)
 class Workload:
     """`vllm bench serve`'s workload: requests of input_len prompt tokens generating output_len (its random dataset,
@@ -480,7 +478,7 @@ class StepCost:
         custom = nbytes <= CUSTOM_ALLREDUCE_MAX_BYTES and self.tp <= net.gpus_per_node and \
             net.custom_allreduce(self.tp, self.pcie_pairs)
         one = None
-        if self.measured:  # vLLM's custom all-reduce and NCCL's, measured (kernel_tables.allreduce_seconds)
+        if self.measured and not comm.pcie_host_bound(net, self.tp):  # the engine's all-reduce and NCCL's, measured
             with contextlib.suppress(kernel_tables.KernelTableError):
                 one = kernel_tables.allreduce_seconds(self.gpu, nbytes, self.tp, "custom" if custom else "nccl")
         if one is None and custom and net.topology == "mesh":  # xGMI (AMD Instinct): one- or two-stage, measured
@@ -504,7 +502,6 @@ class StepCost:
                 + self.decode_attention_seconds(kv_tokens, decodes)
                 + self.prefill_attention_seconds(pairs, length, tokens=tokens - decodes)
                 + self.allreduce_seconds(tokens) + self.overhead_seconds())
-
 
 
 # --- the engine ----------------------------------------------------------------------------------------------
