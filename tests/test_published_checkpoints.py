@@ -138,3 +138,15 @@ def test_trtllm_does_not_hold_the_configs_whole_context():
     llama = cli_json("serve", "llama-3.1-8b", "--gpu", "h100-sxm", "--input-len", "1024", "--output-len", "1024",
                      "--engine", "trtllm")
     assert llama["max_model_len"] == 2048
+
+
+def test_an_instruct_release_answers_to_its_bare_name():
+    """Benchmarks name Llama 3.3 70B "llama-3.3-70b" (Meta published only meta-llama/Llama-3.3-70B-Instruct, whose
+    card gives the Llama 3.1 70B architecture): the name without "-instruct" reads the same preset; a preset's own
+    name still means the preset, and a name no release has is still refused in one line."""
+    from llmcalc.spec.presets import resolve_name
+
+    assert resolve_name("models", "llama-3.3-70b") == resolve_name("models", "meta-llama/Llama-3.3-70B-Instruct")
+    assert count_params(load_model("llama-3.3-70b")).total == count_params(load_model("llama-3.1-70b")).total
+    assert resolve_name("models", "llama-3.1-8b") == "llama-3.1-8b"
+    assert "unknown model preset" in one_line_error("params", "llama-3.4-70b")

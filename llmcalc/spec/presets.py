@@ -181,8 +181,9 @@ def checkpoints() -> dict[str, Checkpoint]:
 
 @cache
 def _repo_ids() -> dict[str, str]:
-    """Lower-cased Hugging Face repo id (and its bare model name) -> model preset whose _source names it, or
-    whose architecture a listed checkpoint has (presets/checkpoints.json)."""
+    """Lower-cased Hugging Face repo id (and its bare model name, and an instruct release's bare name without its
+    "-instruct": `llama-3.3-70b` as benchmarks name meta-llama/Llama-3.3-70B-Instruct) -> model preset whose _source
+    names it, or whose architecture a listed checkpoint has (presets/checkpoints.json)."""
     ids: dict[str, str] = {}
     for name in model_names():
         match = _HF_REPO.search(str(read_json(presets_dir() / "models" / f"{name}.json").get("_source", "")))
@@ -193,6 +194,9 @@ def _repo_ids() -> dict[str, str]:
     for repo, ckpt in checkpoints().items():
         ids.setdefault(repo, ckpt.preset)
         ids.setdefault(repo.split("/")[1], ckpt.preset)
+    for bare, preset in list(ids.items()):
+        if "/" not in bare and bare.endswith("-instruct"):
+            ids.setdefault(bare.removesuffix("-instruct"), preset)
     return ids
 
 
