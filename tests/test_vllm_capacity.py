@@ -137,6 +137,20 @@ def test_v0_mla_prefills_whole_prompts_past_32k():
     assert est.batch_defaults == (163840, 256)
 
 
+def test_v0_chunked_prefill_budget_was_512_before_0_6_5():
+    """vLLM's SchedulerConfig defaulted a chunked-prefill budget of 512 tokens through 0.6.4 ("It is the values that
+    have the best balance between ITL and TTFT on A100"); PR #10544 (2024-11-21, after 0.6.4.post1) made it 2048
+    from 0.6.5. A V0 release at max_model_len past 32K gets that budget; without chunked prefill both give
+    max(max_model_len, 2048)."""
+    mi300x = load_hardware("mi300x")
+    assert batch_defaults(mi300x, vllm_version("0.6.3.dev116+g151ef4ef"), 131072) == (512, 256)
+    assert batch_defaults(mi300x, vllm_version("0.6.4.dev4+gc9fc1608"), 91680) == (512, 256)
+    assert batch_defaults(mi300x, vllm_version("0.6.5"), 131072) == (2048, 256)
+    assert batch_defaults(mi300x, vllm_version("0.6.3"), 8192) == (8192, 256)
+    est = plan_serving(load_model("llama-3.1-405b"), mi300x, 8, max_model_len=131072, version="0.6.3")
+    assert est.batch_defaults == (512, 256)
+
+
 def test_v0_mla_closed_loop_prefills_in_lockstep_as_dstack_measured():
     """dstack's DeepSeek-R1 run on 8 x H200 under vLLM 0.7.4.dev181 (no --max-model-len: 163,840), four clients of
     fixed 3,200 / 800 tokens (dstackai/benchmarks Deepseek-R1/raw_data/online_results.csv, serving_validation.json):

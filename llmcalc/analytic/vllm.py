@@ -244,15 +244,30 @@ def v0_chunked_prefill(max_model_len: int, mla: bool = False) -> bool:
     return max_model_len > V0_LONG_CONTEXT and not mla
 
 
+CHUNK_TOKENS_BEFORE_10544 = 512  # config.py SchedulerConfig, 0.6.0-0.6.4: "best balance between ITL and TTFT on A100"
+CHUNK_TOKENS = 2048  # from 0.6.5 (#10544, "Update default max_num_batch_tokens for chunked prefill to 2048")
+
+
+def v0_chunk_tokens(version: VllmVersion) -> int:
+    """V0's default max_num_batched_tokens when chunked prefill is on and none is typed (one scheduler step):
+    vllm/config.py SchedulerConfig, "if enable_chunked_prefill: # It is the values that have the best balance between
+    ITL and TTFT on A100. Note it is not optimized for throughput. max_num_batched_tokens = 512" through 0.6.4;
+    vLLM PR #10544 (mgoin, 2024-11-21, after 0.6.4.post1 of 2024-11-15: first in 0.6.5) made it 2048 ("We have seen
+    that 512 is a very conservative value, especially once on H100"). A 10,000-token prompt served at max_model_len
+    131,072 by 0.6.3 (chunked prefill on past 32K) is prefilled in 20 steps of 512 tokens, not 5 of 2,048."""
+    return CHUNK_TOKENS_BEFORE_10544 if _parse(version.key) < _parse("0.6.5") else CHUNK_TOKENS
+
+
 def batch_defaults(gpu: Accelerator, version: VllmVersion, max_model_len: int, tokens: int | None = None,
                    seqs: int | None = None, mla: bool = False) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) as `vllm serve` picks them where not typed (engine/arg_utils.py
     _set_default_max_num_seqs_and_batched_tokens_args): V1 the device's tier (``device_batch_tier``); a defaulted
     token budget is at most max_num_seqs x max_model_len, defaulted sequences at most the tokens. V0: 256 sequences,
-    max(max_model_len, 2048) tokens without chunked prefill, which it turns on past 32K (then 2048) unless the model
-    runs MLA (``v0_chunked_prefill``)."""
+    max(max_model_len, 2048) tokens without chunked prefill, which it turns on past 32K (then ``v0_chunk_tokens``:
+    512 before 0.6.5, 2048 after) unless the model runs MLA (``v0_chunked_prefill``)."""
     if version.engine == "v0":
-        default_tokens = 2048 if v0_chunked_prefill(max_model_len, mla) else max(max_model_len, 2048)
+        chunked = v0_chunked_prefill(max_model_len, mla)
+        default_tokens = v0_chunk_tokens(version) if chunked else max(max_model_len, 2048)
         default_seqs = 256
         return tokens or default_tokens, seqs or default_seqs
     default_tokens, default_seqs = device_batch_tier(gpu, version)
