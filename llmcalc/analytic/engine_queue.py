@@ -83,16 +83,21 @@ class KvBudget:
     # vLLM V1 (SchedulerPolicy.chunk_blocks): a prefilling request holds blocks for what it has prefilled and at most
     # this many tokens more, the step's chunk (the token budget); None: for its whole prompt from admission
     reach: int | None = None
+    # (P, g) where need(length + P) = need(length) + g for every length >= 0 (whole-context blocks: P the blocks'
+    # tokens, g the blocks each P tokens add), which lets a BlockTally sum the decodes' blocks from their lengths
+    # modulo P; None where need has no such period (a window's blocks stop growing)
+    period: tuple[int, int] | None = None
 
     def memoized(self) -> KvBudget:
         """The same budget with `need` remembered by length (it reads nothing else, ``BlocksByLength``): a
         simulation asks it for the same few thousand lengths millions of times."""
-        return KvBudget(blocks=self.blocks, need=BlocksByLength(self.need).__getitem__, reach=self.reach)
+        return KvBudget(blocks=self.blocks, need=BlocksByLength(self.need).__getitem__, reach=self.reach,
+                        period=self.period)
 
     @classmethod
     def requests(cls, count: int) -> KvBudget:
         """A cache that holds `count` requests whatever their length (one block each)."""
-        return cls(blocks=count, need=one_block)
+        return cls(blocks=count, need=one_block, period=(1, 0))
 
 
 class BlocksByLength(dict):
@@ -114,6 +119,49 @@ def one_block(length: int) -> int:
     return 1
 
 
+class BlockTally:
+    """The blocks decoding requests hold, summed from their lengths modulo the cache's period (KvBudget.period
+    (P, g): need(q·P + r) = need(r) + q·g): `counts[r]` requests of length ≡ r (mod P) and `quotient` = Σ n·(length
+    // P); ``blocks(j)``, what they hold j tokens on, is then Σ_r counts[r]·need((r + j) mod P) + g·(quotient +
+    Σ_r counts[r]·((r + j) // P)), integers as Σ n·need(length + j) over the requests is: the same sum, in P terms
+    instead of one a group (decode_run's search asks it at several j; ``shift`` advances every length at once)."""
+
+    __slots__ = ("counts", "quotient", "period", "growth", "need")
+
+    def __init__(self, kv: KvBudget) -> None:
+        assert kv.period is not None
+        self.period, self.growth = kv.period
+        self.need, self.counts, self.quotient = kv.need, [0] * self.period, 0
+
+    def add(self, n: int, length: int) -> None:
+        """`n` requests of `length` tokens join (a negative `n`: leave)."""
+        q, r = divmod(length, self.period)
+        self.counts[r] += n
+        self.quotient += n * q
+
+    def blocks(self, j: int) -> int:
+        """Σ n·need(length + j) over the requests."""
+        period, need = self.period, self.need
+        total = wraps = 0
+        for r, n in enumerate(self.counts):
+            if n:
+                q, s = divmod(r + j, period)
+                total += n * need(s)
+                wraps += n * q
+        return total + self.growth * (self.quotient + wraps)
+
+    def shift(self, j: int) -> None:
+        """Every request's length grows by `j` tokens."""
+        period, counts = self.period, self.counts
+        moved = [0] * period
+        for r, n in enumerate(counts):
+            if n:
+                q, s = divmod(r + j, period)
+                moved[s] += n
+                self.quotient += n * q
+        self.counts = moved
+
+
 
 class Held:
     """The running groups as one pass over them counts them (``preempt``'s, which needs their blocks anyway): the KV
@@ -122,19 +170,28 @@ class Held:
     groups yet to give their first token. A step in which every running request decodes is scheduled from these
     (StepLoad.all_decoding) without a pass of its own."""
 
-    __slots__ = ("blocks", "count", "prefilling", "decodes", "kv_tokens", "least_left", "unstarted")
+    __slots__ = ("blocks", "count", "prefilling", "decodes", "kv_tokens", "least_left", "unstarted", "tally")
 
     def __init__(self, running: list[Group], kv: KvBudget, ahead: int) -> None:
         blocks, need = 0, kv.need  # (the hot path: one plain loop over hundreds of groups every step)
         count = prefilling = decodes = kv_tokens = unstarted = 0
         least: float = math.inf
+        # the decodes' lengths tallied by the cache's period (KvBudget.period): their blocks in P terms, for
+        # decode_run's search too; else each group's need
+        tally = self.tally = BlockTally(kv) if kv.period else None
+        period, counts, quotient = (tally.period, tally.counts, 0) if tally else (0, [], 0)
         for g in running:
             n = g.n
             count += n
             if g.prefilled >= g.target:  # decoding: Group.held's case written out
                 generated = g.generated
                 length = g.n_in + generated
-                blocks += n * need(length + ahead)
+                if period:
+                    q, r = divmod(length, period)
+                    counts[r] += n
+                    quotient += n * q
+                else:
+                    blocks += n * need(length + ahead)
                 decodes += n
                 kv_tokens += n * length
                 if g.n_out - generated < least:
@@ -144,6 +201,9 @@ class Held:
                 continue
             blocks += n * g.held(kv, ahead)
             prefilling += 1
+        if tally:
+            tally.quotient = quotient
+            blocks += tally.blocks(ahead)
         self.blocks, self.count, self.prefilling, self.decodes = blocks, count, prefilling, decodes
         self.kv_tokens, self.least_left, self.unstarted = kv_tokens, least, unstarted
 
@@ -158,6 +218,8 @@ class Held:
             return False
         self.decodes -= k
         self.kv_tokens -= k * (g.n_in + g.generated)
+        if self.tally:
+            self.tally.add(-k, g.n_in + g.generated)
         self.unstarted -= whole and not g.generated
         return whole and g.n_out - g.generated == self.least_left
 
@@ -347,15 +409,19 @@ def admit(waiting: list[Group], running: list[Group], scheduled: list[Group], bu
     return slots.running
 
 
-def decode_run(decoding: list[Group], kv: KvBudget, held: int, steps: int, alone: bool = False) -> int:
+def decode_run(decoding: list[Group], kv: KvBudget, held: int, steps: int, alone: bool = False, *,
+               tally: BlockTally | None = None) -> int:
     """The most decode steps, up to `steps`, that the `decoding` requests take before their blocks outgrow the cache
     (`held`: the blocks every running request holds after one step; `alone`: the decoding requests are every running
-    one, so that the others hold none)."""
-    need, counts = kv.need, [g.n for g in decoding]
-    lengths = [g.n_in + g.generated for g in decoding]  # each holds need(length + j) after j steps
+    one, so that the others hold none; `tally`: theirs, ``BlockTally``, which sums their blocks in P terms)."""
+    if tally is not None:
+        held_after = tally.blocks
+    else:
+        need, counts = kv.need, [g.n for g in decoding]
+        lengths = [g.n_in + g.generated for g in decoding]  # each holds need(length + j) after j steps
 
-    def held_after(j: int) -> int:
-        return sum(map(operator.mul, counts, map(need, map(j.__add__, lengths))))
+        def held_after(j: int) -> int:
+            return sum(map(operator.mul, counts, map(need, map(j.__add__, lengths))))
 
     base = 0 if alone else held - held_after(1)  # what the others hold meanwhile
 

@@ -617,7 +617,7 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
     policy = policy or engines.POLICIES["vllm"]
     kv = kv.memoized()
     if policy.chunk_blocks:  # vLLM V1 allocates a prefill's blocks chunk by chunk (allocate_slots(num_new_tokens))
-        kv = KvBudget(blocks=kv.blocks, need=kv.need, reach=token_budget)
+        kv = KvBudget(blocks=kv.blocks, need=kv.need, reach=token_budget, period=kv.period)
     ratio, whole_below = policy.init_ratio, 0 if policy.chunked else token_budget
     prompts, lengths = work.num_prompts, work.requests()
     api = REQUEST_SECONDS + work.intake_seconds if work.served else 0.0  # a client sees it, the engine's clock not
@@ -678,7 +678,8 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
         elif prefilling or step_by_step or (waiting and slots.take(waiting[0]) >= 1):  # (room for a waiting one)
             jump = 1
         else:
-            jump = decode_run(decoding, kv, held, int(step.least_left), alone=uniform)
+            jump = decode_run(decoding, kv, held, int(step.least_left), alone=uniform,
+                              tally=counted.tally if uniform else None)  # (uniform: the decodes Held tallied)
             if waiting and policy.admission == "ratio":
                 jump = min(jump, RATIO_JUMP)
             if step.first_token:  # a first token comes with the next step alone
@@ -832,7 +833,20 @@ def kv_budget(est: ServeEstimate) -> KvBudget:
     def need(length: int) -> int:
         return max(sum(g.blocks_per_request(length, tokens) for g in groups) for groups in stages)
 
-    return KvBudget(blocks=est.kv_blocks, need=need)
+    return KvBudget(blocks=est.kv_blocks, need=need, period=kv_period(stages))
+
+
+def kv_period(stages: list) -> tuple[int, int] | None:
+    """KvBudget.period of these stages' KV groups (vllm.KvGroup.blocks_per_request): a whole-context group (full
+    attention, MLA) holds ceil(length / block_size) blocks, so P tokens more (P the least common multiple of the
+    block sizes) add P / block_size blocks; a state group holds one block whatever the length; a stage adds the sum
+    of its groups', and the most over the stages grows by that much only where every stage adds the same. None where
+    a group is windowed (sliding, chunked: its blocks stop growing past the window)."""
+    if any(g.kind not in ("full", "mla", "state") for groups in stages for g in groups):
+        return None
+    period = math.lcm(*(g.block_size for groups in stages for g in groups if g.kind != "state"))
+    growth = {sum(period // g.block_size for g in groups if g.kind != "state") for groups in stages}
+    return (period, growth.pop()) if len(growth) == 1 else None
 
 
 def kv_requests(est: ServeEstimate, length: int) -> int:
@@ -882,8 +896,8 @@ def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm", engi
                         steps=0)
     else:
         budget = kv_budget(est)  # the engine's share of the memory vLLM would give the cache (engines.kv_share)
-        run = simulate(cost, work, seqs, tokens, KvBudget(blocks=math.floor(budget.blocks * share), need=budget.need),
-                       policy=policy)
+        run = simulate(cost, work, seqs, tokens, KvBudget(blocks=math.floor(budget.blocks * share), need=budget.need,
+                                                          period=budget.period), policy=policy)
     running = max(1.0, min(run.mean_running, held, seqs, clients or seqs))
     context = work.input_len + work.output_len // 2
     roof = est.roofline(max(1, round(running)), work.input_len)
