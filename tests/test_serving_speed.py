@@ -742,6 +742,34 @@ def test_preempts_count_of_the_running_is_a_fresh_count_of_those_left():
             assert fast.decoding == slow.decoding == scheduled
 
 
+@pytest.mark.parametrize("engine, work", [
+    ("vllm", {}), ("vllm", {"random_range_ratio": 0.5}), ("vllm", {"request_rate": 40.0}),
+    ("vllm", {"max_concurrency": 48, "random_range_ratio": 0.3}), ("sglang", {}), ("trtllm", {"request_rate": 20.0}),
+])
+def test_a_count_carried_over_a_decode_step_is_a_fresh_count(monkeypatch, engine, work):
+    """simulate's running total (engine_queue.Held.advanced): at every step whose count was carried on from a step in
+    which every running group decoded, each field is what a fresh pass over the running groups counts (Held), the
+    tally's blocks at any number of tokens on included; offline, at a rate and in a closed loop, lengths alike and
+    varied, and with each engine's scheduler (an 8B model on one H100, its cache full: requests preempted)."""
+    from llmcalc.analytic import engine_queue, serving_speed
+
+    fields = ("blocks", "count", "prefilling", "decodes", "kv_tokens", "least_left", "unstarted")
+    checked = []
+
+    def checking(running, waiting, kv, keep_prefill=False, ahead=1, *, counted=None):
+        if counted is not None:
+            fresh = engine_queue.Held(running, kv, ahead)
+            assert [getattr(counted, f) for f in fields] == [getattr(fresh, f) for f in fields]
+            assert [counted.tally.blocks(j) for j in (0, 1, 7, 33)] == [fresh.tally.blocks(j) for j in (0, 1, 7, 33)]
+            checked.append(1)
+        return engine_queue.preempt(running, waiting, kv, keep_prefill, ahead, counted=counted)
+
+    monkeypatch.setattr(serving_speed, "preempt", checking)
+    est = plan_serving(load_model("llama-3.1-8b"), load_hardware("h100-sxm"), 1, max_model_len=4096)
+    plan_workload(est, Workload(1000, 1500, num_prompts=300, served=bool(work), **work), engine=engine)
+    assert len(checked) > 50
+
+
 def test_block_tally_sums_each_requests_blocks_at_any_length_and_after_a_shift():
     """engine_queue.BlockTally against its definition: Σ n·need(length + j) over the requests, for a need with a
     period (two whole-context groups of 16- and 48-token blocks and a state block: P = 48, g = 3 + 1), after

@@ -71,6 +71,7 @@ class Group:
 
 STATE_FIELDS = ("prefilled", "generated", "first", "arrival", "n_in", "n_out", "target")  # what makes groups alike
 STATE = operator.attrgetter(*STATE_FIELDS)  # Group.state
+N_OUT, GENERATED = operator.attrgetter("n_out"), operator.attrgetter("generated")
 
 
 @dataclass(frozen=True)
@@ -207,6 +208,28 @@ class Held:
         self.blocks, self.count, self.prefilling, self.decodes = blocks, count, prefilling, decodes
         self.kv_tokens, self.least_left, self.unstarted = kv_tokens, least, unstarted
 
+    def advanced(self, jump: int, ended: list[Group], running: list[Group], ahead: int) -> Held:
+        """The next step's count after one in which every running group decoded `jump` tokens (none prefilling) and
+        the `ended` groups finished and left `running`: the same decodes, each `jump` tokens longer (the tally
+        shifted, BlockTally.shift), less those; what a fresh pass over `running` counts (tests hold the two equal
+        at every step of simulated runs) without the pass (a running total: the queue's O(groups) pass every step)."""
+        tally = self.tally
+        assert tally is not None and not self.prefilling
+        tally.shift(jump)
+        count, kv_tokens = self.count, self.kv_tokens + self.decodes * jump
+        for g in ended:
+            length = g.n_in + g.generated
+            tally.add(-g.n, length)
+            count -= g.n
+            kv_tokens -= g.n * length
+        held = Held.__new__(Held)
+        held.tally, held.count, held.decodes, held.kv_tokens = tally, count, count, kv_tokens
+        held.prefilling = held.unstarted = 0  # (each decoded a token: none is yet to give its first)
+        held.least_left = min(map(operator.sub, map(N_OUT, running), map(GENERATED, running)), default=math.inf) \
+            if ended else self.least_left - jump
+        held.blocks = tally.blocks(ahead)
+        return held
+
     def leave(self, g: Group, k: int, each: int) -> bool:
         """`k` of group `g`'s requests, holding `each` blocks, leave the running (before their state changes);
         True when the fewest tokens left may have gone with them (the caller counts it again)."""
@@ -225,7 +248,7 @@ class Held:
 
 
 def preempt(running: list[Group], waiting: list[Group], kv: KvBudget, keep_prefill: bool = False,
-            ahead: int = 1) -> Held:
+            ahead: int = 1, *, counted: Held | None = None) -> Held:
     """vLLM V1's recompute preemption (v1/core/sched/scheduler.py schedule): when the next step's tokens need more
     KV blocks than are free, the lowest-priority running request (the last admitted) is preempted, its blocks freed
     and its computed tokens dropped; it waits at the head of the queue and later prefills its prompt and the tokens
@@ -233,8 +256,8 @@ def preempt(running: list[Group], waiting: list[Group], kv: KvBudget, keep_prefi
     keeps what it had prefilled: its freed blocks stay in the prefix cache and its re-admission finds them. Returns
     the running requests counted (``Held``): the blocks they hold for the next step (`ahead` steps: vLLM V0's
     multi-step pass, whose decodes each reserve SchedulerPolicy.multi_step - 1 lookahead slots, core/scheduler.py
-    _append_slots), their number and their decodes."""
-    held = Held(running, kv, ahead)
+    _append_slots), their number and their decodes; `counted`: them already counted (Held.advanced)."""
+    held = counted or Held(running, kv, ahead)
     recount = False
     while held.blocks > kv.blocks and len(running) > 1 or (running and running[0].n > 1 and held.blocks > kv.blocks):
         g = running[-1]

@@ -49,6 +49,7 @@ from . import cdna, comm, engines, kernel_tables
 from .engine_queue import (
     RATIO_JUMP,
     Group,
+    Held,
     KvBudget,
     Slots,
     StepLoad,
@@ -634,12 +635,15 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
     e2e: list[tuple[float, float]] = []
     t, busy_seq_time, steps, done, next_arrival = 0.0, 0.0, 0, 0, 0
     tokens_in = tokens_out = 0
+    carried: Held | None = None  # the running groups counted for the next step (Held.advanced)
     while done < prompts:
         while next_arrival < len(arrivals) and arrivals[next_arrival] <= t and in_flight < clients:
             waiting += _new_groups(work, lengths, next_arrival, 1, arrivals[next_arrival])
             next_arrival, in_flight = next_arrival + 1, in_flight + 1
         queued = len(waiting)
-        counted = preempt(running, waiting, kv, keep_prefill=policy.prefix_cache, ahead=policy.multi_step)
+        counted = preempt(running, waiting, kv, keep_prefill=policy.prefix_cache, ahead=policy.multi_step,
+                          counted=carried)
+        carried = None
         used = held = counted.blocks  # blocks after the step
         preempted = len(waiting) > queued  # (preempt moves each preempted group to the waiting queue's head)
         count = counted.count
@@ -729,6 +733,9 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
                 waiting += _new_groups(work, lengths, sent, more, t)
                 sent, in_flight = sent + more, in_flight + more
         running = running if uniform else merged(running)
+        # after a step in which every running group decoded, the next step's count is this one's carried on
+        carried = counted.advanced(jump, ended, running, policy.multi_step) if (
+            uniform and counted.tally and policy.multi_step == 1) else None
     return Simulated(duration=t, completed=done, ttft=_stats(ttft), tpot=_stats(tpot or [(0.0, 1.0)])[:2],
                      itl=_stats(itl or [(0.0, 1.0)])[:2], e2e=_stats(e2e)[:2],
                      mean_running=busy_seq_time / t if t else 0.0, output_tokens=tokens_out,
