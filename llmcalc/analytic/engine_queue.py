@@ -71,7 +71,7 @@ class Group:
 
 STATE_FIELDS = ("prefilled", "generated", "first", "arrival", "n_in", "n_out", "target")  # what makes groups alike
 STATE = operator.attrgetter(*STATE_FIELDS)  # Group.state
-N_OUT, GENERATED = operator.attrgetter("n_out"), operator.attrgetter("generated")
+N, N_IN, N_OUT, GENERATED = (operator.attrgetter(f) for f in ("n", "n_in", "n_out", "generated"))
 
 
 @dataclass(frozen=True)
@@ -125,14 +125,17 @@ class BlockTally:
     (P, g): need(q·P + r) = need(r) + q·g): `counts[r]` requests of length ≡ r (mod P) and `quotient` = Σ n·(length
     // P); ``blocks(j)``, what they hold j tokens on, is then Σ_r counts[r]·need((r + j) mod P) + g·(quotient +
     Σ_r counts[r]·((r + j) // P)), integers as Σ n·need(length + j) over the requests is: the same sum, in P terms
-    instead of one a group (decode_run's search asks it at several j; ``shift`` advances every length at once)."""
+    instead of one a group (decode_run's search asks it at several j; ``shift`` advances every length at once).
+    With j = a·P + b (b < P): (r + j) mod P is the residues turned by b, and (r + j) // P is a, plus 1 for the b
+    residues r >= P - b that wrap."""
 
-    __slots__ = ("counts", "quotient", "period", "growth", "need")
+    __slots__ = ("counts", "quotient", "period", "growth", "needs")
 
     def __init__(self, kv: KvBudget) -> None:
         assert kv.period is not None
         self.period, self.growth = kv.period
-        self.need, self.counts, self.quotient = kv.need, [0] * self.period, 0
+        self.needs = [kv.need(r) for r in range(self.period)]  # need(r) for each residue
+        self.counts, self.quotient = [0] * self.period, 0
 
     def add(self, n: int, length: int) -> None:
         """`n` requests of `length` tokens join (a negative `n`: leave)."""
@@ -142,26 +145,17 @@ class BlockTally:
 
     def blocks(self, j: int) -> int:
         """Σ n·need(length + j) over the requests."""
-        period, need = self.period, self.need
-        total = wraps = 0
-        for r, n in enumerate(self.counts):
-            if n:
-                q, s = divmod(r + j, period)
-                total += n * need(s)
-                wraps += n * q
-        return total + self.growth * (self.quotient + wraps)
+        a, b = divmod(j, self.period)
+        counts, needs, cut = self.counts, self.needs, self.period - b
+        wraps = a * sum(counts) + sum(counts[cut:])
+        return sum(map(operator.mul, counts, needs[b:] + needs[:b])) + self.growth * (self.quotient + wraps)
 
     def shift(self, j: int) -> None:
         """Every request's length grows by `j` tokens."""
-        period, counts = self.period, self.counts
-        moved = [0] * period
-        for r, n in enumerate(counts):
-            if n:
-                q, s = divmod(r + j, period)
-                moved[s] += n
-                self.quotient += n * q
-        self.counts = moved
-
+        a, b = divmod(j, self.period)
+        counts, cut = self.counts, self.period - b
+        self.quotient += a * sum(counts) + sum(counts[cut:])
+        self.counts = counts[cut:] + counts[:cut]
 
 
 class Held:
@@ -245,6 +239,16 @@ class Held:
             self.tally.add(-k, g.n_in + g.generated)
         self.unstarted -= whole and not g.generated
         return whole and g.n_out - g.generated == self.least_left
+
+
+def reserved_blocks(running: list[Group], kv: KvBudget, policy: SchedulerPolicy, ratio: float) -> int:
+    """The blocks the engine's admission counts as taken by the running requests, Σ n·Group.reserved; TensorRT-LLM's
+    whole lengths (GUARANTEED_NO_EVICT: need(n_in + n_out), the same every step) summed in C, a pass over hundreds
+    of groups every step."""
+    if policy.admission == "whole":
+        lengths = map(operator.add, map(N_IN, running), map(N_OUT, running))
+        return sum(map(operator.mul, map(N, running), map(kv.need, lengths)))
+    return sum(g.n * g.reserved(kv, policy, ratio) for g in running)
 
 
 def preempt(running: list[Group], waiting: list[Group], kv: KvBudget, keep_prefill: bool = False,

@@ -40,13 +40,17 @@ import contextlib
 import dataclasses
 import functools
 import math
+import operator
 import random
 from collections.abc import Callable
+from itertools import compress
 
 from ..errors import LlmcalcError
 from ..records import dataclass
 from . import cdna, comm, engines, kernel_tables
 from .engine_queue import (
+    GENERATED,
+    N_OUT,
     RATIO_JUMP,
     Group,
     Held,
@@ -57,6 +61,7 @@ from .engine_queue import (
     decode_run,
     merged,
     preempt,
+    reserved_blocks,
     retracted_ratio,
     schedule_running,
 )
@@ -650,7 +655,7 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
         if policy.admission == "ratio" and preempted:  # SGLang's retraction
             ratio = retracted_ratio(running, policy)
         if policy.admission != "prompt":
-            used = sum(g.n * g.reserved(kv, policy, ratio) for g in running)
+            used = reserved_blocks(running, kv, policy, ratio)
         if policy.mixed and not counted.prefilling and counted.decodes <= token_budget:  # every running one decodes
             step = StepLoad.all_decoding(running, counted, policy.first_in_decode)
             scheduled, budget = list(running), token_budget - counted.decodes
@@ -720,7 +725,8 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
         if jump > step.least_left:  # a multi-step pass runs past a finish
             for g in decoding:
                 g.generated = min(g.generated, g.n_out)
-        ended = [g for g in scheduled if g.generated >= g.n_out and g.decoding] if ends else []
+        ended = [g for g in compress(scheduled, map(operator.ge, map(GENERATED, scheduled), map(N_OUT, scheduled)))
+                 if g.decoding] if ends else []  # (those with every token out, picked in C: hundreds of groups)
         for g in ended:  # (the others ran no step)
             running.remove(g)
             done, in_flight = done + g.n, in_flight - g.n
