@@ -770,6 +770,40 @@ def test_a_count_carried_over_a_decode_step_is_a_fresh_count(monkeypatch, engine
     assert len(checked) > 50
 
 
+def test_merged_makes_alike_groups_one_and_leaves_distinct_ones_as_they_are():
+    """engine_queue.merged against its definition, on random queues with groups in the same state (split parts,
+    requests alike) and without (each its own arrival): neighbours in the same state become one, decoding groups in
+    the same state become the first of them wherever they stand, the rest keep their order and counts."""
+    import copy
+    import random
+
+    from llmcalc.analytic.engine_queue import Group, merged
+
+    def reference(running):
+        out, first = [], {}
+        for g in running:
+            if out and out[-1].state() == g.state():
+                out[-1].n += g.n
+            elif g.decoding and g.state() in first:
+                first[g.state()].n += g.n
+            else:
+                if g.decoding:
+                    first[g.state()] = g
+                out.append(g)
+        return [(g.state(), g.n) for g in out]
+
+    rng = random.Random(39)
+    for _ in range(300):
+        running = []
+        for _ in range(rng.randint(1, 15)):
+            g = Group(rng.randint(1, 3), rng.choice((0.0, 0.5, rng.random())), rng.choice((100, 200)), 50)
+            g.prefilled = rng.choice((0, 50, g.target))
+            g.generated = rng.choice((0, 3)) if g.prefilled >= g.target else 0
+            running.append(g)
+        want = reference(copy.deepcopy(running))
+        assert [(g.state(), g.n) for g in merged(running)] == want
+
+
 def test_block_tally_sums_each_requests_blocks_at_any_length_and_after_a_shift():
     """engine_queue.BlockTally against its definition: Σ n·need(length + j) over the requests, for a need with a
     period (two whole-context groups of 16- and 48-token blocks and a state block: P = 48, g = 3 + 1), after

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable
+from itertools import repeat
 
 from ..records import dataclass
 from .engines import SchedulerPolicy
@@ -71,7 +72,8 @@ class Group:
 
 STATE_FIELDS = ("prefilled", "generated", "first", "arrival", "n_in", "n_out", "target")  # what makes groups alike
 STATE = operator.attrgetter(*STATE_FIELDS)  # Group.state
-N, N_IN, N_OUT, GENERATED = (operator.attrgetter(f) for f in ("n", "n_in", "n_out", "generated"))
+N, N_IN, N_OUT, GENERATED, PREFILLED, TARGET = (operator.attrgetter(f) for f in (
+    "n", "n_in", "n_out", "generated", "prefilled", "target"))
 
 
 @dataclass(frozen=True)
@@ -174,6 +176,9 @@ class Held:
         # the decodes' lengths tallied by the cache's period (KvBudget.period): their blocks in P terms, for
         # decode_run's search too; else each group's need
         tally = self.tally = BlockTally(kv) if kv.period else None
+        if tally and all(map(operator.ge, map(PREFILLED, running), map(TARGET, running))):
+            self._decodes(running, tally, ahead)  # (the common count: every group decodes, counted in C)
+            return
         period, counts, quotient = (tally.period, tally.counts, 0) if tally else (0, [], 0)
         for g in running:
             n = g.n
@@ -201,6 +206,21 @@ class Held:
             blocks += tally.blocks(ahead)
         self.blocks, self.count, self.prefilling, self.decodes = blocks, count, prefilling, decodes
         self.kv_tokens, self.least_left, self.unstarted = kv_tokens, least, unstarted
+
+    def _decodes(self, running: list[Group], tally: BlockTally, ahead: int) -> None:
+        """The count where every running group decodes, as the pass above counts it, its sums taken in C (the
+        lengths tallied by their residue, one plain step a group)."""
+        ns, generated = list(map(N, running)), list(map(GENERATED, running))
+        lengths = list(map(operator.add, map(N_IN, running), generated))
+        period, counts = tally.period, tally.counts
+        for n, r in zip(ns, [length % period for length in lengths], strict=True):
+            counts[r] += n
+        tally.quotient = sum(map(operator.mul, ns, map(operator.floordiv, lengths, repeat(period))))
+        self.count = self.decodes = sum(ns)
+        self.blocks, self.prefilling = tally.blocks(ahead), 0
+        self.kv_tokens = sum(map(operator.mul, ns, lengths))
+        self.least_left = min(map(operator.sub, map(N_OUT, running), generated), default=math.inf)
+        self.unstarted = generated.count(0)
 
     def advanced(self, jump: int, ended: list[Group], running: list[Group], ahead: int) -> Held:
         """The next step's count after one in which every running group decoded `jump` tokens (none prefilling) and
@@ -473,12 +493,16 @@ def decode_run(decoding: list[Group], kv: KvBudget, held: int, steps: int, alone
 
 def merged(running: list[Group]) -> list[Group]:
     """Groups now alike as one: neighbours in the same state, and decoding groups in the same state wherever they
-    stand (a decode's place in the queue changes nothing; split apart by a budget, they would stay apart)."""
+    stand (a decode's place in the queue changes nothing; split apart by a budget, they would stay apart). No two
+    in the same state (most steps: each request its own arrival, or its own first token): every group as it is,
+    found in C (a merge changes only the count `n`, outside the state)."""
+    states = list(map(STATE, running))
+    if len(set(states)) == len(states):
+        return list(running)
     merged: list[Group] = []
     decoding: dict[tuple, Group] = {}  # the first decoding group in each state
     last = None  # the state of merged[-1]
-    for g in running:
-        key = STATE(g)
+    for g, key in zip(running, states, strict=True):
         if key == last:
             merged[-1].n += g.n
             continue
