@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable
-from itertools import repeat
 
 from ..records import dataclass
 from .engines import SchedulerPolicy
@@ -72,8 +71,6 @@ class Group:
 
 STATE_FIELDS = ("prefilled", "generated", "first", "arrival", "n_in", "n_out", "target")  # what makes groups alike
 STATE = operator.attrgetter(*STATE_FIELDS)  # Group.state
-N, N_IN, N_OUT, GENERATED, PREFILLED, TARGET = (operator.attrgetter(f) for f in (
-    "n", "n_in", "n_out", "generated", "prefilled", "target"))
 
 
 @dataclass(frozen=True)
@@ -176,9 +173,6 @@ class Held:
         # the decodes' lengths tallied by the cache's period (KvBudget.period): their blocks in P terms, for
         # decode_run's search too; else each group's need
         tally = self.tally = BlockTally(kv) if kv.period else None
-        if tally and all(map(operator.ge, map(PREFILLED, running), map(TARGET, running))):
-            self._decodes(running, tally, ahead)  # (the common count: every group decodes, counted in C)
-            return
         period, counts, quotient = (tally.period, tally.counts, 0) if tally else (0, [], 0)
         for g in running:
             n = g.n
@@ -187,9 +181,8 @@ class Held:
                 generated = g.generated
                 length = g.n_in + generated
                 if period:
-                    q, r = divmod(length, period)
-                    counts[r] += n
-                    quotient += n * q
+                    counts[length % period] += n
+                    quotient += n * (length // period)
                 else:
                     blocks += n * need(length + ahead)
                 decodes += n
@@ -206,21 +199,6 @@ class Held:
             blocks += tally.blocks(ahead)
         self.blocks, self.count, self.prefilling, self.decodes = blocks, count, prefilling, decodes
         self.kv_tokens, self.least_left, self.unstarted = kv_tokens, least, unstarted
-
-    def _decodes(self, running: list[Group], tally: BlockTally, ahead: int) -> None:
-        """The count where every running group decodes, as the pass above counts it, its sums taken in C (the
-        lengths tallied by their residue, one plain step a group)."""
-        ns, generated = list(map(N, running)), list(map(GENERATED, running))
-        lengths = list(map(operator.add, map(N_IN, running), generated))
-        period, counts = tally.period, tally.counts
-        for n, r in zip(ns, [length % period for length in lengths], strict=True):
-            counts[r] += n
-        tally.quotient = sum(map(operator.mul, ns, map(operator.floordiv, lengths, repeat(period))))
-        self.count = self.decodes = sum(ns)
-        self.blocks, self.prefilling = tally.blocks(ahead), 0
-        self.kv_tokens = sum(map(operator.mul, ns, lengths))
-        self.least_left = min(map(operator.sub, map(N_OUT, running), generated), default=math.inf)
-        self.unstarted = generated.count(0)
 
     def advanced(self, jump: int, ended: list[Group], running: list[Group], ahead: int) -> Held:
         """The next step's count after one in which every running group decoded `jump` tokens (none prefilling) and
@@ -239,8 +217,8 @@ class Held:
         held = Held.__new__(Held)
         held.tally, held.count, held.decodes, held.kv_tokens = tally, count, count, kv_tokens
         held.prefilling = held.unstarted = 0  # (each decoded a token: none is yet to give its first)
-        held.least_left = min(map(operator.sub, map(N_OUT, running), map(GENERATED, running)), default=math.inf) \
-            if ended else self.least_left - jump
+        held.least_left = min([g.n_out - g.generated for g in running], default=math.inf) if ended else \
+            self.least_left - jump
         held.blocks = tally.blocks(ahead)
         return held
 
@@ -263,11 +241,11 @@ class Held:
 
 def reserved_blocks(running: list[Group], kv: KvBudget, policy: SchedulerPolicy, ratio: float) -> int:
     """The blocks the engine's admission counts as taken by the running requests, Σ n·Group.reserved; TensorRT-LLM's
-    whole lengths (GUARANTEED_NO_EVICT: need(n_in + n_out), the same every step) summed in C, a pass over hundreds
-    of groups every step."""
+    whole lengths (GUARANTEED_NO_EVICT: need(n_in + n_out), the same every step) summed without a method call a
+    group (a pass over hundreds of groups every step)."""
     if policy.admission == "whole":
-        lengths = map(operator.add, map(N_IN, running), map(N_OUT, running))
-        return sum(map(operator.mul, map(N, running), map(kv.need, lengths)))
+        need = kv.need
+        return sum([g.n * need(g.n_in + g.n_out) for g in running])
     return sum(g.n * g.reserved(kv, policy, ratio) for g in running)
 
 
@@ -495,8 +473,8 @@ def merged(running: list[Group]) -> list[Group]:
     """Groups now alike as one: neighbours in the same state, and decoding groups in the same state wherever they
     stand (a decode's place in the queue changes nothing; split apart by a budget, they would stay apart). No two
     in the same state (most steps: each request its own arrival, or its own first token): every group as it is,
-    found in C (a merge changes only the count `n`, outside the state)."""
-    states = list(map(STATE, running))
+    found by one set of their states (a merge changes only the count `n`, outside the state)."""
+    states = [(g.prefilled, g.generated, g.first, g.arrival, g.n_in, g.n_out, g.target) for g in running]  # STATE
     if len(set(states)) == len(states):
         return list(running)
     merged: list[Group] = []

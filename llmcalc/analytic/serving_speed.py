@@ -40,17 +40,13 @@ import contextlib
 import dataclasses
 import functools
 import math
-import operator
 import random
 from collections.abc import Callable
-from itertools import compress
 
 from ..errors import LlmcalcError
 from ..records import dataclass
 from . import cdna, comm, engines, kernel_tables
 from .engine_queue import (
-    GENERATED,
-    N_OUT,
     RATIO_JUMP,
     Group,
     Held,
@@ -725,8 +721,7 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
         if jump > step.least_left:  # a multi-step pass runs past a finish
             for g in decoding:
                 g.generated = min(g.generated, g.n_out)
-        ended = [g for g in compress(scheduled, map(operator.ge, map(GENERATED, scheduled), map(N_OUT, scheduled)))
-                 if g.decoding] if ends else []  # (those with every token out, picked in C: hundreds of groups)
+        ended = [g for g in scheduled if g.generated >= g.n_out and g.decoding] if ends else []
         for g in ended:  # (the others ran no step)
             running.remove(g)
             done, in_flight = done + g.n, in_flight - g.n
