@@ -372,6 +372,16 @@ class StepCost:
         if sequences <= 0:
             return 0.0
         spec = self.spec
+        if self.table_attention and self.est.kv_dtype in ("bf16", "fp16", "fp8"):  # (plain attention: no MLA table)
+            try:
+                # the mean context to 3 significant figures: a simulation asks for a few thousand points, again
+                return spec.n_attention_layers * measured_decode_layer(DecodeShape(
+                    gpu=self.gpu, batch=max(1, round(sequences)),
+                    context=round(float(f"{max(1.0, kv_tokens / sequences):.3g}")), heads=spec.n_heads // self.tp,
+                    kv_heads=max(1, spec.n_kv_heads // self.tp), head_dim=spec.d_head,
+                    kv_dtype="fp8" if self.est.kv_dtype == "fp8" else "bf16"))
+            except kernel_tables.KernelTableError:
+                pass
         key = self.mla_key()
         if key is not None:  # the whole MLA block of each decoding sequence, projections included (``mla_key``)
             return spec.n_attention_layers * measured_mla_layer(MlaShape(
@@ -382,14 +392,6 @@ class StepCost:
             return spec.n_attention_layers * measured_mla_decode_parts(
                 self.gpu, spec.n_heads // self.tp, max(1, round(sequences)),
                 three_figures(max(1.0, kv_tokens / sequences)), *parts)
-        if self.table_attention and self.est.kv_dtype in ("bf16", "fp16", "fp8"):
-            with contextlib.suppress(kernel_tables.KernelTableError):
-                # the mean context to 3 significant figures: a simulation asks for a few thousand points, again
-                return spec.n_attention_layers * measured_decode_layer(DecodeShape(
-                    gpu=self.gpu, batch=max(1, round(sequences)),
-                    context=round(float(f"{max(1.0, kv_tokens / sequences):.3g}")), heads=spec.n_heads // self.tp,
-                    kv_heads=max(1, spec.n_kv_heads // self.tp), head_dim=spec.d_head,
-                    kv_dtype="fp8" if self.est.kv_dtype == "fp8" else "bf16"))
         nbytes = kv_tokens * self.est.kv_per_token_per_gpu + sequences * self.est.state_bytes_per_sequence
         memory = nbytes / self.dev.hbm
         # the scores and values over every cached key (MLA's absorbed form: over the latent, all heads), at the MAMF
