@@ -200,25 +200,36 @@ class Held:
         self.blocks, self.count, self.prefilling, self.decodes = blocks, count, prefilling, decodes
         self.kv_tokens, self.least_left, self.unstarted = kv_tokens, least, unstarted
 
-    def advanced(self, jump: int, ended: list[Group], running: list[Group], ahead: int) -> Held:
-        """The next step's count after one in which every running group decoded `jump` tokens (none prefilling) and
-        the `ended` groups finished and left `running`: the same decodes, each `jump` tokens longer (the tally
-        shifted, BlockTally.shift), less those; what a fresh pass over `running` counts (tests hold the two equal
-        at every step of simulated runs) without the pass (a running total: the queue's O(groups) pass every step)."""
+    def advanced(self, jump: int, ended: list[Group], running: list[Group], ahead: int,
+                 joined: list[Group] | None = None) -> Held:
+        """The next step's count after one in which every group counted (none prefilling) decoded `jump` tokens,
+        the `joined` groups, admitted in that step, prefilled whole and now decode, and the `ended` groups finished
+        and left `running`: the same decodes, each `jump` tokens longer (the tally shifted, BlockTally.shift), with
+        the joined and less the ended at their lengths now; what a fresh pass over `running` counts (tests hold the
+        two equal at every step of simulated runs) without the pass (a running total: the queue's O(groups) pass
+        every step)."""
         tally = self.tally
         assert tally is not None and not self.prefilling
         tally.shift(jump)
         count, kv_tokens = self.count, self.kv_tokens + self.decodes * jump
+        least, unstarted = self.least_left - jump, 0  # (each counted decoded a token: none is yet to give its first)
+        for g in joined or ():
+            length = g.n_in + g.generated
+            tally.add(g.n, length)
+            count += g.n
+            kv_tokens += g.n * length
+            least = min(least, g.n_out - g.generated)
+            unstarted += not g.generated
         for g in ended:
             length = g.n_in + g.generated
             tally.add(-g.n, length)
             count -= g.n
             kv_tokens -= g.n * length
+            unstarted -= not g.generated
         held = Held.__new__(Held)
         held.tally, held.count, held.decodes, held.kv_tokens = tally, count, count, kv_tokens
-        held.prefilling = held.unstarted = 0  # (each decoded a token: none is yet to give its first)
-        held.least_left = min([g.n_out - g.generated for g in running], default=math.inf) if ended else \
-            self.least_left - jump
+        held.prefilling, held.unstarted = 0, unstarted
+        held.least_left = min([g.n_out - g.generated for g in running], default=math.inf) if ended else least
         held.blocks = tally.blocks(ahead)
         return held
 

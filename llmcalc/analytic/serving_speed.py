@@ -654,7 +654,8 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
             ratio = retracted_ratio(running, policy)
         if policy.admission != "prompt":
             used = reserved_blocks(running, kv, policy, ratio)
-        if policy.mixed and not counted.prefilling and counted.decodes <= token_budget:  # every running one decodes
+        whole = policy.mixed and not counted.prefilling and counted.decodes <= token_budget
+        if whole:  # every running one decodes
             step = StepLoad.all_decoding(running, counted, policy.first_in_decode)
             scheduled, budget = list(running), token_budget - counted.decodes
         else:
@@ -735,10 +736,13 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
                 more = min(g.n, prompts - sent)
                 waiting += _new_groups(work, lengths, sent, more, t)
                 sent, in_flight = sent + more, in_flight + more
+        before = len(running)
         running = running if uniform else merged(running)
-        # after a step in which every running group decoded, the next step's count is this one's carried on
-        carried = counted.advanced(jump, ended, running, policy.multi_step) if (
-            uniform and counted.tally and policy.multi_step == 1) else None
+        # after a step in which every running group decoded (and any admitted prefilled whole, none merging), the
+        # next step's count is this one's carried on
+        carried = counted.advanced(jump, ended, running, policy.multi_step, joined=prefilling) if (
+            counted.tally and policy.multi_step == 1 and (uniform or whole and len(running) == before and all(
+                g.decoding for g in prefilling))) else None
     return Simulated(duration=t, completed=done, ttft=_stats(ttft), tpot=_stats(tpot or [(0.0, 1.0)])[:2],
                      itl=_stats(itl or [(0.0, 1.0)])[:2], e2e=_stats(e2e)[:2],
                      mean_running=busy_seq_time / t if t else 0.0, output_tokens=tokens_out,
