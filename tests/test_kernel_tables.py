@@ -374,3 +374,26 @@ def test_nearest_leaves_search_finds_what_a_full_scan_finds():
                         assert heapq.nsmallest(5, ((math.dist(point, lq), p, lat) for lq, p, lat in span)) == scan
                     checked += 1
     assert checked > 1000
+
+
+def test_a_grids_speed_of_light_is_what_its_key_says_and_each_leafs_is_kept_by_grid():
+    """kernel_tables._grid_sol reads the grid's key alone (the attention grids' kv dtype / kv heads / head dim, the MLA
+    blocks' kv dtype / GEMM dtype, the bare MLA kernel's kv dtype): each key's SOL is the kernel's roofline at those
+    fields (attention.rs generation_attention_sol / context_attention_sol as ported), and a key that differs in any
+    field answers differently; _leaf_sols, memoized by (gpu, table, key), holds each leaf's SOL at its coordinates."""
+    c = [32.0, 64.0, 4096.0]
+    decode = kt._grid_sol("h100_sxm", "generation_attention", "bf16/8/128")
+    assert decode(c) == kt._generation_sol("h100_sxm", 8, 128, 2.0, c)
+    assert kt._grid_sol("h100_sxm", "context_attention", "fp8/0/64")(c) == kt._context_sol("h100_sxm", 0, 64, 1.0, c)
+    others = [kt._grid_sol("h100_sxm", "generation_attention", key)(c) for key in ("fp8/8/128", "bf16/0/128",
+                                                                                    "bf16/8/64")]
+    others.append(kt._grid_sol("h200_sxm", "generation_attention", "bf16/8/128")(c))
+    assert all(other != decode(c) for other in others)
+    assert kt._grid_sol("h200_sxm", "mla_generation_module", "fp8/fp8_block")(c) == kt._mla_module_sol(
+        "h200_sxm", "fp8_block", 1.0, c, context=False)
+    assert kt._grid_sol("h200_sxm", "mla_context_module", "bf16/bf16")(c) != kt._grid_sol(
+        "h200_sxm", "mla_generation_module", "bf16/bf16")(c)
+    where = ("h100_sxm", "generation_attention", "bf16/8/128")
+    sols = kt._leaf_sols(*where)
+    assert len(sols) == len(kt._log_leaves(*where))
+    assert all(sols[p] == kt._grid_sol(*where)(list(p)) for _, p, _ in kt._log_leaves(*where))

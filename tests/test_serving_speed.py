@@ -662,7 +662,7 @@ def test_a_decode_run_stops_where_the_cache_would_overflow():
     (`alone`: the others hold nothing) or beside a prefill holding blocks of its own."""
     import random
 
-    from llmcalc.analytic.engine_queue import Group, KvBudget, decode_run
+    from llmcalc.analytic.engine_queue import BlockTally, Group, KvBudget, decode_run
 
     def need(length: int) -> int:
         return -(-length // 16)  # 16-token blocks
@@ -685,6 +685,12 @@ def test_a_decode_run_stops_where_the_cache_would_overflow():
         assert decode_run(decoding, kv, held, steps) == want
         if not others:
             assert decode_run(decoding, kv, held, steps, alone=True) == want
+            # the decodes' blocks summed by the cache's period (BlockTally), as Held tallies them
+            periodic = KvBudget(blocks=kv.blocks, need=need, period=(16, 1))
+            tally = BlockTally(periodic)
+            for g in decoding:
+                tally.add(g.n, g.n_in + g.generated)
+            assert decode_run(decoding, periodic, held, steps, alone=True, tally=tally) == want
 
 
 def test_preempts_count_of_the_running_is_a_fresh_count_of_those_left():
@@ -712,10 +718,14 @@ def test_preempts_count_of_the_running_is_a_fresh_count_of_those_left():
             else:
                 g.prefilled = rng.randint(0, g.target - 1)
             running.append(g)
-        kv = KvBudget(blocks=rng.randint(1, 200), need=need, reach=rng.choice((None, 64)))
+        kv = KvBudget(blocks=rng.randint(1, 200), need=need, reach=rng.choice((None, 64)),
+                      period=rng.choice((None, (16, 1))))  # the decodes' blocks each counted, or tallied by period
         ahead = rng.choice((1, 1, 4))
         held = preempt(running, [], kv, keep_prefill=rng.random() < 0.5, ahead=ahead)
         decoding = [g for g in running if g.prefilled >= g.target]
+        if kv.period:  # the tally is of the decodes left running, at any number of tokens on
+            assert [held.tally.blocks(j) for j in range(40)] == [
+                sum(g.n * need(g.n_in + g.generated + j) for g in decoding) for j in range(40)]
         want = {"blocks": sum(g.n * g.held(kv, ahead) for g in running), "count": sum(g.n for g in running),
                 "prefilling": len(running) - len(decoding), "decodes": sum(g.n for g in decoding),
                 "kv_tokens": sum(g.n * (g.n_in + g.generated) for g in decoding),
@@ -730,6 +740,114 @@ def test_preempts_count_of_the_running_is_a_fresh_count_of_those_left():
             slow.tally(scheduled)
             assert [getattr(fast.tally(running), f) for f in loads] == [getattr(slow, f) for f in loads]
             assert fast.decoding == slow.decoding == scheduled
+
+
+@pytest.mark.parametrize("engine, work", [
+    ("vllm", {}), ("vllm", {"random_range_ratio": 0.5}), ("vllm", {"request_rate": 40.0}),
+    ("vllm", {"max_concurrency": 48, "random_range_ratio": 0.3}), ("sglang", {}), ("trtllm", {"request_rate": 20.0}),
+])
+def test_a_count_carried_over_a_decode_step_is_a_fresh_count(monkeypatch, engine, work):
+    """simulate's running total (engine_queue.Held.advanced): at every step whose count was carried on from a step in
+    which every running group decoded, each field is what a fresh pass over the running groups counts (Held), the
+    tally's blocks at any number of tokens on included; offline, at a rate and in a closed loop, lengths alike and
+    varied, and with each engine's scheduler (an 8B model on one H100, its cache full: requests preempted)."""
+    from llmcalc.analytic import engine_queue, serving_speed
+
+    fields = ("blocks", "count", "prefilling", "decodes", "kv_tokens", "least_left", "unstarted")
+    checked = []
+
+    def checking(running, waiting, kv, keep_prefill=False, ahead=1, *, counted=None):
+        if counted is not None:
+            fresh = engine_queue.Held(running, kv, ahead)
+            assert [getattr(counted, f) for f in fields] == [getattr(fresh, f) for f in fields]
+            assert [counted.tally.blocks(j) for j in (0, 1, 7, 33)] == [fresh.tally.blocks(j) for j in (0, 1, 7, 33)]
+            checked.append(1)
+        return engine_queue.preempt(running, waiting, kv, keep_prefill, ahead, counted=counted)
+
+    monkeypatch.setattr(serving_speed, "preempt", checking)
+    est = plan_serving(load_model("llama-3.1-8b"), load_hardware("h100-sxm"), 1, max_model_len=4096)
+    plan_workload(est, Workload(1000, 1500, num_prompts=300, served=bool(work), **work), engine=engine)
+    assert len(checked) > 50
+
+
+def test_merged_makes_alike_groups_one_and_leaves_distinct_ones_as_they_are():
+    """engine_queue.merged against its definition, on random queues with groups in the same state (split parts,
+    requests alike) and without (each its own arrival): neighbours in the same state become one, decoding groups in
+    the same state become the first of them wherever they stand, the rest keep their order and counts."""
+    import copy
+    import random
+
+    from llmcalc.analytic.engine_queue import Group, merged
+
+    def reference(running):
+        out, first = [], {}
+        for g in running:
+            if out and out[-1].state() == g.state():
+                out[-1].n += g.n
+            elif g.decoding and g.state() in first:
+                first[g.state()].n += g.n
+            else:
+                if g.decoding:
+                    first[g.state()] = g
+                out.append(g)
+        return [(g.state(), g.n) for g in out]
+
+    rng = random.Random(39)
+    for _ in range(300):
+        running = []
+        for _ in range(rng.randint(1, 15)):
+            g = Group(rng.randint(1, 3), rng.choice((0.0, 0.5, rng.random())), rng.choice((100, 200)), 50)
+            g.prefilled = rng.choice((0, 50, g.target))
+            g.generated = rng.choice((0, 3)) if g.prefilled >= g.target else 0
+            running.append(g)
+        want = reference(copy.deepcopy(running))
+        assert [(g.state(), g.n) for g in merged(running)] == want
+
+
+def test_block_tally_sums_each_requests_blocks_at_any_length_and_after_a_shift():
+    """engine_queue.BlockTally against its definition: Σ n·need(length + j) over the requests, for a need with a
+    period (two whole-context groups of 16- and 48-token blocks and a state block: P = 48, g = 3 + 1), after
+    requests join and leave and after every length grows at once (``shift``)."""
+    import random
+
+    from llmcalc.analytic.engine_queue import BlockTally, KvBudget
+
+    def need(length: int) -> int:
+        return -(-length // 16) + -(-length // 48) + 1
+
+    kv = KvBudget(blocks=10**6, need=need, period=(48, 4))
+    rng = random.Random(38)
+    for _ in range(50):
+        requests = [(rng.randint(1, 5), rng.randint(0, 3000)) for _ in range(rng.randint(1, 30))]
+        tally = BlockTally(kv)
+        for n, length in requests:
+            tally.add(n, length)
+        gone = requests.pop(rng.randrange(len(requests)))
+        tally.add(-gone[0], gone[1])
+        grow = rng.randint(0, 200)
+        tally.shift(grow)
+        for j in (0, 1, 2, 47, 48, 49, 500):
+            assert tally.blocks(j) == sum(n * need(length + grow + j) for n, length in requests)
+
+
+@pytest.mark.parametrize("model, gpu, n_gpus, pp, period", [
+    ("llama-3.1-8b", "h100-sxm", 1, 1, (16, 1)),  # one whole-context group of 16-token blocks
+    ("llama-3.1-70b", "h100-sxm", 4, 2, (16, 1)),  # two stages alike
+    ("deepseek-v3", "h200", 8, 1, (64, 1)),  # MLA: 64-token blocks on Hopper (FlashMLA)
+    ("gpt-oss-20b", "h100-sxm", 1, 1, None),  # sliding-window layers: their blocks stop growing
+    ("gemma-2-9b", "h100-sxm", 1, 1, None),
+])
+def test_kv_budget_period_is_what_need_does_over_every_length(model, gpu, n_gpus, pp, period):
+    """serving_speed.kv_period against vLLM's block count itself (the budget's need, vllm.KvGroup.blocks_per_request
+    over the stages): where a period (P, g) is given, need(length + P) = need(length) + g at every length up to the
+    model's max; a windowed model gets none (need stops growing past its window)."""
+    from llmcalc.analytic.serving_speed import kv_budget
+
+    kv = kv_budget(plan_serving(load_model(model), load_hardware(gpu), n_gpus, pp=pp, max_model_len=8192))
+    assert kv.period == period
+    if period:
+        p, g = period
+        assert all(kv.need(length + p) == kv.need(length) + g for length in range(0, 8192))
 
 
 @pytest.mark.parametrize("tokens, within, typed_off", [(1, 0.10, 0.15), (8192, 0.05, 0.10)])

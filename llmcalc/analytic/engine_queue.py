@@ -83,16 +83,21 @@ class KvBudget:
     # vLLM V1 (SchedulerPolicy.chunk_blocks): a prefilling request holds blocks for what it has prefilled and at most
     # this many tokens more, the step's chunk (the token budget); None: for its whole prompt from admission
     reach: int | None = None
+    # (P, g) where need(length + P) = need(length) + g for every length >= 0 (whole-context blocks: P the blocks'
+    # tokens, g the blocks each P tokens add), which lets a BlockTally sum the decodes' blocks from their lengths
+    # modulo P; None where need has no such period (a window's blocks stop growing)
+    period: tuple[int, int] | None = None
 
     def memoized(self) -> KvBudget:
         """The same budget with `need` remembered by length (it reads nothing else, ``BlocksByLength``): a
         simulation asks it for the same few thousand lengths millions of times."""
-        return KvBudget(blocks=self.blocks, need=BlocksByLength(self.need).__getitem__, reach=self.reach)
+        return KvBudget(blocks=self.blocks, need=BlocksByLength(self.need).__getitem__, reach=self.reach,
+                        period=self.period)
 
     @classmethod
     def requests(cls, count: int) -> KvBudget:
         """A cache that holds `count` requests whatever their length (one block each)."""
-        return cls(blocks=count, need=one_block)
+        return cls(blocks=count, need=one_block, period=(1, 0))
 
 
 class BlocksByLength(dict):
@@ -114,6 +119,43 @@ def one_block(length: int) -> int:
     return 1
 
 
+class BlockTally:
+    """The blocks decoding requests hold, summed from their lengths modulo the cache's period (KvBudget.period
+    (P, g): need(q·P + r) = need(r) + q·g): `counts[r]` requests of length ≡ r (mod P) and `quotient` = Σ n·(length
+    // P); ``blocks(j)``, what they hold j tokens on, is then Σ_r counts[r]·need((r + j) mod P) + g·(quotient +
+    Σ_r counts[r]·((r + j) // P)), integers as Σ n·need(length + j) over the requests is: the same sum, in P terms
+    instead of one a group (decode_run's search asks it at several j; ``shift`` advances every length at once).
+    With j = a·P + b (b < P): (r + j) mod P is the residues turned by b, and (r + j) // P is a, plus 1 for the b
+    residues r >= P - b that wrap."""
+
+    __slots__ = ("counts", "quotient", "period", "growth", "needs")
+
+    def __init__(self, kv: KvBudget) -> None:
+        assert kv.period is not None
+        self.period, self.growth = kv.period
+        self.needs = [kv.need(r) for r in range(self.period)]  # need(r) for each residue
+        self.counts, self.quotient = [0] * self.period, 0
+
+    def add(self, n: int, length: int) -> None:
+        """`n` requests of `length` tokens join (a negative `n`: leave)."""
+        q, r = divmod(length, self.period)
+        self.counts[r] += n
+        self.quotient += n * q
+
+    def blocks(self, j: int) -> int:
+        """Σ n·need(length + j) over the requests."""
+        a, b = divmod(j, self.period)
+        counts, needs, cut = self.counts, self.needs, self.period - b
+        wraps = a * sum(counts) + sum(counts[cut:])
+        return sum(map(operator.mul, counts, needs[b:] + needs[:b])) + self.growth * (self.quotient + wraps)
+
+    def shift(self, j: int) -> None:
+        """Every request's length grows by `j` tokens."""
+        a, b = divmod(j, self.period)
+        counts, cut = self.counts, self.period - b
+        self.quotient += a * sum(counts) + sum(counts[cut:])
+        self.counts = counts[cut:] + counts[:cut]
+
 
 class Held:
     """The running groups as one pass over them counts them (``preempt``'s, which needs their blocks anyway): the KV
@@ -122,19 +164,27 @@ class Held:
     groups yet to give their first token. A step in which every running request decodes is scheduled from these
     (StepLoad.all_decoding) without a pass of its own."""
 
-    __slots__ = ("blocks", "count", "prefilling", "decodes", "kv_tokens", "least_left", "unstarted")
+    __slots__ = ("blocks", "count", "prefilling", "decodes", "kv_tokens", "least_left", "unstarted", "tally")
 
     def __init__(self, running: list[Group], kv: KvBudget, ahead: int) -> None:
         blocks, need = 0, kv.need  # (the hot path: one plain loop over hundreds of groups every step)
         count = prefilling = decodes = kv_tokens = unstarted = 0
         least: float = math.inf
+        # the decodes' lengths tallied by the cache's period (KvBudget.period): their blocks in P terms, for
+        # decode_run's search too; else each group's need
+        tally = self.tally = BlockTally(kv) if kv.period else None
+        period, counts, quotient = (tally.period, tally.counts, 0) if tally else (0, [], 0)
         for g in running:
             n = g.n
             count += n
             if g.prefilled >= g.target:  # decoding: Group.held's case written out
                 generated = g.generated
                 length = g.n_in + generated
-                blocks += n * need(length + ahead)
+                if period:
+                    counts[length % period] += n
+                    quotient += n * (length // period)
+                else:
+                    blocks += n * need(length + ahead)
                 decodes += n
                 kv_tokens += n * length
                 if g.n_out - generated < least:
@@ -144,8 +194,44 @@ class Held:
                 continue
             blocks += n * g.held(kv, ahead)
             prefilling += 1
+        if tally:
+            tally.quotient = quotient
+            blocks += tally.blocks(ahead)
         self.blocks, self.count, self.prefilling, self.decodes = blocks, count, prefilling, decodes
         self.kv_tokens, self.least_left, self.unstarted = kv_tokens, least, unstarted
+
+    def advanced(self, jump: int, ended: list[Group], running: list[Group], ahead: int,
+                 joined: list[Group] | None = None) -> Held:
+        """The next step's count after one in which every group counted (none prefilling) decoded `jump` tokens,
+        the `joined` groups, admitted in that step, prefilled whole and now decode, and the `ended` groups finished
+        and left `running`: the same decodes, each `jump` tokens longer (the tally shifted, BlockTally.shift), with
+        the joined and less the ended at their lengths now; what a fresh pass over `running` counts (tests hold the
+        two equal at every step of simulated runs) without the pass (a running total: the queue's O(groups) pass
+        every step)."""
+        tally = self.tally
+        assert tally is not None and not self.prefilling
+        tally.shift(jump)
+        count, kv_tokens = self.count, self.kv_tokens + self.decodes * jump
+        least, unstarted = self.least_left - jump, 0  # (each counted decoded a token: none is yet to give its first)
+        for g in joined or ():
+            length = g.n_in + g.generated
+            tally.add(g.n, length)
+            count += g.n
+            kv_tokens += g.n * length
+            least = min(least, g.n_out - g.generated)
+            unstarted += not g.generated
+        for g in ended:
+            length = g.n_in + g.generated
+            tally.add(-g.n, length)
+            count -= g.n
+            kv_tokens -= g.n * length
+            unstarted -= not g.generated
+        held = Held.__new__(Held)
+        held.tally, held.count, held.decodes, held.kv_tokens = tally, count, count, kv_tokens
+        held.prefilling, held.unstarted = 0, unstarted
+        held.least_left = min([g.n_out - g.generated for g in running], default=math.inf) if ended else least
+        held.blocks = tally.blocks(ahead)
+        return held
 
     def leave(self, g: Group, k: int, each: int) -> bool:
         """`k` of group `g`'s requests, holding `each` blocks, leave the running (before their state changes);
@@ -158,12 +244,24 @@ class Held:
             return False
         self.decodes -= k
         self.kv_tokens -= k * (g.n_in + g.generated)
+        if self.tally:
+            self.tally.add(-k, g.n_in + g.generated)
         self.unstarted -= whole and not g.generated
         return whole and g.n_out - g.generated == self.least_left
 
 
+def reserved_blocks(running: list[Group], kv: KvBudget, policy: SchedulerPolicy, ratio: float) -> int:
+    """The blocks the engine's admission counts as taken by the running requests, Σ n·Group.reserved; TensorRT-LLM's
+    whole lengths (GUARANTEED_NO_EVICT: need(n_in + n_out), the same every step) summed without a method call a
+    group (a pass over hundreds of groups every step)."""
+    if policy.admission == "whole":
+        need = kv.need
+        return sum([g.n * need(g.n_in + g.n_out) for g in running])
+    return sum(g.n * g.reserved(kv, policy, ratio) for g in running)
+
+
 def preempt(running: list[Group], waiting: list[Group], kv: KvBudget, keep_prefill: bool = False,
-            ahead: int = 1) -> Held:
+            ahead: int = 1, *, counted: Held | None = None) -> Held:
     """vLLM V1's recompute preemption (v1/core/sched/scheduler.py schedule): when the next step's tokens need more
     KV blocks than are free, the lowest-priority running request (the last admitted) is preempted, its blocks freed
     and its computed tokens dropped; it waits at the head of the queue and later prefills its prompt and the tokens
@@ -171,8 +269,8 @@ def preempt(running: list[Group], waiting: list[Group], kv: KvBudget, keep_prefi
     keeps what it had prefilled: its freed blocks stay in the prefix cache and its re-admission finds them. Returns
     the running requests counted (``Held``): the blocks they hold for the next step (`ahead` steps: vLLM V0's
     multi-step pass, whose decodes each reserve SchedulerPolicy.multi_step - 1 lookahead slots, core/scheduler.py
-    _append_slots), their number and their decodes."""
-    held = Held(running, kv, ahead)
+    _append_slots), their number and their decodes; `counted`: them already counted (Held.advanced)."""
+    held = counted or Held(running, kv, ahead)
     recount = False
     while held.blocks > kv.blocks and len(running) > 1 or (running and running[0].n > 1 and held.blocks > kv.blocks):
         g = running[-1]
@@ -347,15 +445,19 @@ def admit(waiting: list[Group], running: list[Group], scheduled: list[Group], bu
     return slots.running
 
 
-def decode_run(decoding: list[Group], kv: KvBudget, held: int, steps: int, alone: bool = False) -> int:
+def decode_run(decoding: list[Group], kv: KvBudget, held: int, steps: int, alone: bool = False, *,
+               tally: BlockTally | None = None) -> int:
     """The most decode steps, up to `steps`, that the `decoding` requests take before their blocks outgrow the cache
     (`held`: the blocks every running request holds after one step; `alone`: the decoding requests are every running
-    one, so that the others hold none)."""
-    need, counts = kv.need, [g.n for g in decoding]
-    lengths = [g.n_in + g.generated for g in decoding]  # each holds need(length + j) after j steps
+    one, so that the others hold none; `tally`: theirs, ``BlockTally``, which sums their blocks in P terms)."""
+    if tally is not None:
+        held_after = tally.blocks
+    else:
+        need, counts = kv.need, [g.n for g in decoding]
+        lengths = [g.n_in + g.generated for g in decoding]  # each holds need(length + j) after j steps
 
-    def held_after(j: int) -> int:
-        return sum(map(operator.mul, counts, map(need, map(j.__add__, lengths))))
+        def held_after(j: int) -> int:
+            return sum(map(operator.mul, counts, map(need, map(j.__add__, lengths))))
 
     base = 0 if alone else held - held_after(1)  # what the others hold meanwhile
 
@@ -380,12 +482,16 @@ def decode_run(decoding: list[Group], kv: KvBudget, held: int, steps: int, alone
 
 def merged(running: list[Group]) -> list[Group]:
     """Groups now alike as one: neighbours in the same state, and decoding groups in the same state wherever they
-    stand (a decode's place in the queue changes nothing; split apart by a budget, they would stay apart)."""
+    stand (a decode's place in the queue changes nothing; split apart by a budget, they would stay apart). No two
+    in the same state (most steps: each request its own arrival, or its own first token): every group as it is,
+    found by one set of their states (a merge changes only the count `n`, outside the state)."""
+    states = [(g.prefilled, g.generated, g.first, g.arrival, g.n_in, g.n_out, g.target) for g in running]  # STATE
+    if len(set(states)) == len(states):
+        return list(running)
     merged: list[Group] = []
     decoding: dict[tuple, Group] = {}  # the first decoding group in each state
     last = None  # the state of merged[-1]
-    for g in running:
-        key = STATE(g)
+    for g, key in zip(running, states, strict=True):
         if key == last:
             merged[-1].n += g.n
             continue

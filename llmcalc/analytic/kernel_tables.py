@@ -33,6 +33,7 @@ table file): GEMM max(2mnk / tc_flops, bytes·(mn + mk + nk) / mem_bw); attentio
 from __future__ import annotations
 
 import bisect
+import functools
 import gzip
 import heapq
 import json
@@ -425,14 +426,43 @@ def _hold(where: tuple[str, str, str], c: list[float], sol: Any, span: Any = Non
                for d, _, _ in picked]
     if sum(weights) <= 0:
         weights = [1.0] * len(picked)
-    util = sum(w * sol(list(p)) / lat for w, (_, p, lat) in zip(weights, picked, strict=True)) / sum(weights)
+    sols = _leaf_sols(*where)  # sol(list(p)) of each leaf
+    util = sum(w * sols[p] / lat for w, (_, p, lat) in zip(weights, picked, strict=True)) / sum(weights)
     return float(sol(c) / util)
 
 
-def _resolve(where: tuple[str, str, str], c: list[float], sqrt_axis: int | None, sol: Any, span: Any = None) -> float:
-    """The grid `where` = (gpu, table, key) at point `c`: interpolated inside, held (``_hold``) outside."""
+def _resolve(where: tuple[str, str, str], c: list[float], sqrt_axis: int | None, span: Any = None) -> float:
+    """The grid `where` = (gpu, table, key) at point `c`: interpolated inside, held (``_hold``) outside, each by the
+    grid's speed of light (``_grid_sol``)."""
+    sol = _grid_sol(*where)
     inside = _interior(_key_tree(*where), c, 0, sqrt_axis, sol)
     return _hold(where, c, sol, span) if inside is None else inside
+
+
+@cache  # (a closure per grid, as each table's function made one per call)
+def _grid_sol(gpu: str, name: str, key: str) -> Any:
+    """The speed of light (ms) at a point of the grid (gpu, name, key), what its key says of the kernel: the
+    attention grids' kv dtype / kv heads (0: as many as the query heads) / head dim (``_context_sol``,
+    ``_generation_sol``), the MLA blocks' kv dtype / GEMM dtype (``_mla_module_sol``), the bare MLA kernel's kv dtype
+    (``_generation_mla_sol``)."""
+    if name in ("context_attention", "generation_attention"):
+        kv_dtype, n_kv, head = key.split("/")
+        attention = _context_sol if name == "context_attention" else _generation_sol
+        return functools.partial(attention, gpu, int(n_kv), int(head), DTYPE_BYTES[kv_dtype])
+    if name in ("mla_context_module", "mla_generation_module"):
+        kv, gemm = key.split("/")
+        return functools.partial(_mla_module_sol, gpu, gemm, DTYPE_BYTES.get(kv, 2.0),
+                                 context=name == "mla_context_module")
+    if name == "generation_mla":
+        return functools.partial(_generation_mla_sol, gpu, DTYPE_BYTES[key])
+    raise KernelTableError(f"no speed of light for table {name!r}")
+
+
+@cache  # a grid's leaves are fixed: their speed of light once, not at each hold past the edge
+def _leaf_sols(gpu: str, name: str, key: str) -> dict[tuple[int, ...], float]:
+    """Each measured leaf's speed of light (``_grid_sol`` at its coordinates), what ``_hold`` weighs its util by."""
+    sol = _grid_sol(gpu, name, key)
+    return {p: sol(list(p)) for _, p, _ in _log_leaves(gpu, name, key)}
 
 
 def _kv_key(heads: int, kv_heads: int, head_dim: int, kv_dtype: str) -> tuple[str, int]:
@@ -447,10 +477,8 @@ def prefill_attention_ms(gpu: str, batch: int, seq: int, heads: int, kv_heads: i
     """Latency in ms of one layer's causal prefill attention (vLLM FlashAttention, bf16 compute, no prefix, no sliding
     window) over `batch` sequences of `seq` tokens with `heads` query and `kv_heads` KV heads per GPU; the raw table
     value, without the fused extras aiconfigurator's op adds (qk-norm, rope, KV writes)."""
-    key, n_kv = _kv_key(heads, kv_heads, head_dim, kv_dtype)
-    grid = (gpu, "context_attention", key)
-    kv_bytes = DTYPE_BYTES[kv_dtype]
-    return _resolve(grid, [heads, seq, batch], 1, lambda c: _context_sol(gpu, n_kv, head_dim, kv_bytes, c))
+    key, _ = _kv_key(heads, kv_heads, head_dim, kv_dtype)
+    return _resolve((gpu, "context_attention", key), [heads, seq, batch], 1)
 
 
 def prefill_attention_seconds(gpu: str, batch: int, seq: int, heads: int, kv_heads: int, head_dim: int = 128,
@@ -465,15 +493,10 @@ def decode_attention_ms(gpu: str, batch: int, context: int, heads: int, kv_heads
     tokens (the table's isl + step), `heads` / `kv_heads` per GPU, KV cache in `kv_dtype` ("bf16" or "fp8").
     `smooth` averages 5 context lengths over ±10 % as aiconfigurator's query_generation does (a request's context
     drifts while it decodes); smooth=False is the table's own interpolation."""
-    key, n_kv = _kv_key(heads, kv_heads, head_dim, kv_dtype)
+    key, _ = _kv_key(heads, kv_heads, head_dim, kv_dtype)
     grid = (gpu, "generation_attention", key)
-    kv_bytes = DTYPE_BYTES[kv_dtype]
-
-    def sol(c: list[float]) -> float:
-        return _generation_sol(gpu, n_kv, head_dim, kv_bytes, c)
-
     if not smooth:
-        return _resolve(grid, [heads, batch, context], None, sol)
+        return _resolve(grid, [heads, batch, context], None)
     lo = max(1, int(context * 0.9))
     hi = max(lo, int(context * 1.1))
     samples = [lo + (hi - lo) * i // 4 for i in range(5)]
@@ -485,7 +508,7 @@ def decode_attention_ms(gpu: str, batch: int, context: int, heads: int, kv_heads
                                          GRID_NN_LEAVES + 1, last_hi=math.log2(max(hi, 1e-12))))
         return found[0]
 
-    return sum(_resolve(grid, [heads, batch, s], None, sol, span) for s in samples) / 5
+    return sum(_resolve(grid, [heads, batch, s], None, span) for s in samples) / 5
 
 
 def decode_attention_seconds(gpu: str, batch: int, context: int, heads: int, kv_heads: int, head_dim: int = 128,
@@ -627,15 +650,8 @@ def mla_module_ms(gpu: str, heads: int, batch: float, seq: float, key: str, *, c
     blends sqrt(latency) along the prompt length; past the grid the utilisation of the nearest points over
     ``_mla_module_sol`` is held."""
     name = "mla_context_module" if context else "mla_generation_module"
-    grid = (gpu, name, key)
-    gemm, kv = key.split("/")[1], key.split("/")[0]
-    kv_bytes = DTYPE_BYTES.get(kv, 2.0)
-
-    def sol(c: list[float]) -> float:
-        return _mla_module_sol(gpu, gemm, kv_bytes, c, context=context)
-
     point = [float(heads), seq, batch] if context else [float(heads), batch, seq]
-    return _resolve(grid, point, 1 if context else None, sol)
+    return _resolve((gpu, name, key), point, 1 if context else None)
 
 
 def mla_module_seconds(gpu: str, heads: int, batch: float, seq: float, key: str, *, context: bool) -> float:
@@ -664,9 +680,7 @@ def generation_mla_ms(gpu: str, heads: int, batch: float, context: float, kv_dty
     aiconfigurator measured it inside SGLang (the grid's interpolation, raw latency on every axis)."""
     if kv_dtype not in DTYPE_BYTES:
         raise KernelTableError(f"kv dtype {kv_dtype!r}: tables hold {sorted(DTYPE_BYTES)}")
-    grid = (gpu, "generation_mla", kv_dtype)
-    kv_bytes = DTYPE_BYTES[kv_dtype]
-    return _resolve(grid, [float(heads), batch, context], None, lambda c: _generation_mla_sol(gpu, kv_bytes, c))
+    return _resolve((gpu, "generation_mla", kv_dtype), [float(heads), batch, context], None)
 
 
 def mla_bmm_ms(gpu: str, tokens: float, heads: int, dtype: str, op: str) -> float:

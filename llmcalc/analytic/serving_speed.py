@@ -50,6 +50,7 @@ from . import cdna, comm, engines, kernel_tables
 from .engine_queue import (
     RATIO_JUMP,
     Group,
+    Held,
     KvBudget,
     Slots,
     StepLoad,
@@ -57,6 +58,7 @@ from .engine_queue import (
     decode_run,
     merged,
     preempt,
+    reserved_blocks,
     retracted_ratio,
     schedule_running,
 )
@@ -380,6 +382,16 @@ class StepCost:
         if sequences <= 0:
             return 0.0
         spec = self.spec
+        if self.table_attention and self.est.kv_dtype in ("bf16", "fp16", "fp8"):  # (plain attention: no MLA table)
+            try:
+                # the mean context to 3 significant figures: a simulation asks for a few thousand points, again
+                return spec.n_attention_layers * measured_decode_layer(DecodeShape(
+                    gpu=self.gpu, batch=max(1, round(sequences)),
+                    context=round(float(f"{max(1.0, kv_tokens / sequences):.3g}")), heads=spec.n_heads // self.tp,
+                    kv_heads=max(1, spec.n_kv_heads // self.tp), head_dim=spec.d_head,
+                    kv_dtype="fp8" if self.est.kv_dtype == "fp8" else "bf16"))
+            except kernel_tables.KernelTableError:
+                pass
         key = self.mla_key()
         if key is not None:  # the whole MLA block of each decoding sequence, projections included (``mla_key``)
             return spec.n_attention_layers * measured_mla_layer(MlaShape(
@@ -390,14 +402,6 @@ class StepCost:
             return spec.n_attention_layers * measured_mla_decode_parts(
                 self.gpu, spec.n_heads // self.tp, max(1, round(sequences)),
                 three_figures(max(1.0, kv_tokens / sequences)), *parts)
-        if self.table_attention and self.est.kv_dtype in ("bf16", "fp16", "fp8"):
-            with contextlib.suppress(kernel_tables.KernelTableError):
-                # the mean context to 3 significant figures: a simulation asks for a few thousand points, again
-                return spec.n_attention_layers * measured_decode_layer(DecodeShape(
-                    gpu=self.gpu, batch=max(1, round(sequences)),
-                    context=round(float(f"{max(1.0, kv_tokens / sequences):.3g}")), heads=spec.n_heads // self.tp,
-                    kv_heads=max(1, spec.n_kv_heads // self.tp), head_dim=spec.d_head,
-                    kv_dtype="fp8" if self.est.kv_dtype == "fp8" else "bf16"))
         nbytes = kv_tokens * self.est.kv_per_token_per_gpu + sequences * self.est.state_bytes_per_sequence
         memory = nbytes / self.dev.hbm
         # the scores and values over every cached key (MLA's absorbed form: over the latent, all heads), at the MAMF
@@ -670,7 +674,7 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
     policy = policy or engines.POLICIES["vllm"]
     kv = kv.memoized()
     if policy.chunk_blocks:  # vLLM V1 allocates a prefill's blocks chunk by chunk (allocate_slots(num_new_tokens))
-        kv = KvBudget(blocks=kv.blocks, need=kv.need, reach=token_budget)
+        kv = KvBudget(blocks=kv.blocks, need=kv.need, reach=token_budget, period=kv.period)
     ratio, whole_below = policy.init_ratio, 0 if policy.chunked else token_budget
     prompts, lengths = work.num_prompts, work.requests()
     api = REQUEST_SECONDS + work.intake_seconds if work.served else 0.0  # a client sees it, the engine's clock not
@@ -687,20 +691,24 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
     e2e: list[tuple[float, float]] = []
     t, busy_seq_time, steps, done, next_arrival = 0.0, 0.0, 0, 0, 0
     tokens_in = tokens_out = 0
+    carried: Held | None = None  # the running groups counted for the next step (Held.advanced)
     while done < prompts:
         while next_arrival < len(arrivals) and arrivals[next_arrival] <= t and in_flight < clients:
             waiting += _new_groups(work, lengths, next_arrival, 1, arrivals[next_arrival])
             next_arrival, in_flight = next_arrival + 1, in_flight + 1
         queued = len(waiting)
-        counted = preempt(running, waiting, kv, keep_prefill=policy.prefix_cache, ahead=policy.multi_step)
+        counted = preempt(running, waiting, kv, keep_prefill=policy.prefix_cache, ahead=policy.multi_step,
+                          counted=carried)
+        carried = None
         used = held = counted.blocks  # blocks after the step
         preempted = len(waiting) > queued  # (preempt moves each preempted group to the waiting queue's head)
         count = counted.count
         if policy.admission == "ratio" and preempted:  # SGLang's retraction
             ratio = retracted_ratio(running, policy)
         if policy.admission != "prompt":
-            used = sum(g.n * g.reserved(kv, policy, ratio) for g in running)
-        if policy.mixed and not counted.prefilling and counted.decodes <= token_budget:  # every running one decodes
+            used = reserved_blocks(running, kv, policy, ratio)
+        whole = policy.mixed and not counted.prefilling and counted.decodes <= token_budget
+        if whole:  # every running one decodes
             step = StepLoad.all_decoding(running, counted, policy.first_in_decode)
             scheduled, budget = list(running), token_budget - counted.decodes
         else:
@@ -731,7 +739,8 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
         elif prefilling or step_by_step or (waiting and slots.take(waiting[0]) >= 1):  # (room for a waiting one)
             jump = 1
         else:
-            jump = decode_run(decoding, kv, held, int(step.least_left), alone=uniform)
+            jump = decode_run(decoding, kv, held, int(step.least_left), alone=uniform,
+                              tally=counted.tally if uniform else None)  # (uniform: the decodes Held tallied)
             if waiting and policy.admission == "ratio":
                 jump = min(jump, RATIO_JUMP)
             if step.first_token:  # a first token comes with the next step alone
@@ -780,7 +789,13 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
                 more = min(g.n, prompts - sent)
                 waiting += _new_groups(work, lengths, sent, more, t)
                 sent, in_flight = sent + more, in_flight + more
+        before = len(running)
         running = running if uniform else merged(running)
+        # after a step in which every running group decoded (and any admitted prefilled whole, none merging), the
+        # next step's count is this one's carried on
+        carried = counted.advanced(jump, ended, running, policy.multi_step, joined=prefilling) if (
+            counted.tally and policy.multi_step == 1 and (uniform or whole and len(running) == before and all(
+                g.decoding for g in prefilling))) else None
     return Simulated(duration=t, completed=done, ttft=_stats(ttft), tpot=_stats(tpot or [(0.0, 1.0)])[:2],
                      itl=_stats(itl or [(0.0, 1.0)])[:2], e2e=_stats(e2e)[:2],
                      mean_running=busy_seq_time / t if t else 0.0, output_tokens=tokens_out,
@@ -887,7 +902,20 @@ def kv_budget(est: ServeEstimate) -> KvBudget:
     def need(length: int) -> int:
         return max(sum(g.blocks_per_request(length, tokens) for g in groups) for groups in stages)
 
-    return KvBudget(blocks=est.kv_blocks, need=need)
+    return KvBudget(blocks=est.kv_blocks, need=need, period=kv_period(stages))
+
+
+def kv_period(stages: list) -> tuple[int, int] | None:
+    """KvBudget.period of these stages' KV groups (vllm.KvGroup.blocks_per_request): a whole-context group (full
+    attention, MLA) holds ceil(length / block_size) blocks, so P tokens more (P the least common multiple of the
+    block sizes) add P / block_size blocks; a state group holds one block whatever the length; a stage adds the sum
+    of its groups', and the most over the stages grows by that much only where every stage adds the same. None where
+    a group is windowed (sliding, chunked: its blocks stop growing past the window)."""
+    if any(g.kind not in ("full", "mla", "state") for groups in stages for g in groups):
+        return None
+    period = math.lcm(*(g.block_size for groups in stages for g in groups if g.kind != "state"))
+    growth = {sum(period // g.block_size for g in groups if g.kind != "state") for groups in stages}
+    return (period, growth.pop()) if len(growth) == 1 else None
 
 
 def kv_requests(est: ServeEstimate, length: int) -> int:
@@ -939,8 +967,8 @@ def plan_workload(est: ServeEstimate, work: Workload, engine: str = "vllm", engi
                         steps=0)
     else:
         budget = kv_budget(est)  # the engine's share of the memory vLLM would give the cache (engines.kv_share)
-        run = simulate(cost, work, seqs, tokens, KvBudget(blocks=math.floor(budget.blocks * share), need=budget.need),
-                       policy=policy)
+        run = simulate(cost, work, seqs, tokens, KvBudget(blocks=math.floor(budget.blocks * share), need=budget.need,
+                                                          period=budget.period), policy=policy)
     running = max(1.0, min(run.mean_running, held, seqs, clients or seqs))
     context = work.input_len + work.output_len // 2
     roof = est.roofline(max(1, round(running)), work.input_len)
