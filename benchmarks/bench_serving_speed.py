@@ -34,7 +34,11 @@ analytic/static_batch.py), a closed loop as its clients, offline as every reques
 arrivals (`serve --request-rate`), each as the row's engine runs it where llmcalc models that engine (`--engine
 vllm|trtllm|sglang`, analytic/engines.py; LMDeploy's and NeMo's TensorRT engines as vLLM), at the row's `pp`, `dp`,
 `enable_expert_parallel`, `max_num_seqs` and `max_num_batched_tokens` where it states them; its error is reported
-beside the roofline's and the baseline's. Its four fitted constants (serving_speed.ENGINE_STEP_SECONDS,
+beside the roofline's and the baseline's. Where the roofline leaves a metric to queueing (an offline burst's TTFT
+and e2e, a request rate's beyond the roofline), the workload model, which simulates the queue, is compared on it
+apart: the "queueing (burst/overloaded TTFT, e2e)" group, printed with the overall figure both as before (those
+comparisons left out, the figure every earlier run printed) and with them; `--format json` adds "queueing" (that
+summary) and "queueing_comparisons" to its keys. Its four fitted constants (serving_speed.ENGINE_STEP_SECONDS,
 LAYER_FLOOR_SECONDS, TP_SYNC_SECONDS, REQUEST_SECONDS) come from `--fit`: a grid over the four, the best median
 |error| over all rows, then the same fit without each source in turn and that source's rows predicted
 (leave-one-source-out; about 2 minutes).
@@ -71,6 +75,10 @@ FAMILIES = {  # family -> (metric keys in order of preference, is a latency)
     "e2e": (("e2e_seconds_mean",), True),
 }
 UNCOMPARED = ("ttft_seconds_p99",)  # tail percentiles: a roofline has no tail
+# the roofline's reason for leaving a burst's or an overloaded rate's TTFT and e2e out; the workload model simulates
+# the queue, so it is compared there on its own (``compare(rows, queued)``, the "queueing" group)
+QUEUEING = ("offline burst or arrivals beyond the roofline: queueing, which the roofline does not model (the workload "
+            "model's figures: the queueing group)")
 
 
 def regime(row: dict) -> str:
@@ -140,7 +148,7 @@ def predict(row: dict) -> tuple[dict[str, float], dict[str, str]]:
         return out, skipped
     for k in ("ttft_seconds_median", "ttft_seconds_mean", "e2e_seconds_mean"):
         if k in row["metrics"]:
-            skipped[k] = "offline burst or arrivals beyond the roofline: queueing, which serve does not model"
+            skipped[k] = QUEUEING
     return out, skipped
 
 
@@ -240,9 +248,13 @@ def print_ttft(rows: list[dict]) -> None:
           f"{ms['waiting']:8,.1f} {ms['measured'] - ms['predicted']:9,.1f}\n")
 
 
-def compare(rows: list[dict]) -> tuple[list[dict], list[dict], dict[str, int]]:
-    """(comparisons, unexpressible rows, metrics not compared by reason)."""
+def compare(rows: list[dict], queued: list[dict] | None = None) -> tuple[list[dict], list[dict], dict[str, int]]:
+    """(comparisons, unexpressible rows, metrics not compared by reason). Where `queued` is a list, the workload
+    model's comparisons on the metrics the roofline leaves to queueing (``QUEUEING``: a burst's or an overloaded
+    request rate's TTFT and e2e) are appended to it, one per row and family as the others, with no roofline or
+    baseline figure (neither predicts them)."""
     comps, bad, skipped_metrics = [], [], {}
+    queued = [] if queued is None else queued
     for row in rows:
         try:
             pred, skipped = predict(row)
@@ -253,6 +265,12 @@ def compare(rows: list[dict]) -> tuple[list[dict], list[dict], dict[str, int]]:
             skipped_metrics[why] = skipped_metrics.get(why, 0) + 1
         for fam, (keys, latency) in FAMILIES.items():
             key = next((k for k in keys if k in row["metrics"] and k in pred and k not in skipped), None)
+            left = next((k for k in keys if k in row["metrics"] and skipped.get(k) == QUEUEING), None)
+            if key is None and left is not None:
+                queued.append({"id": row["id"], "source": row["source_key"], "family": fam, "metric": left,
+                               "regime": regime(row), "gpu": row["gpu"], "n_gpus": row["n_gpus"],
+                               "engine": row["engine"], "measured": row["metrics"][left], "queueing": True,
+                               "row": row})
             if key is None:
                 continue
             meas, roof = row["metrics"][key], pred[key]
@@ -260,7 +278,7 @@ def compare(rows: list[dict]) -> tuple[list[dict], list[dict], dict[str, int]]:
             comps.append({"id": row["id"], "source": row["source_key"], "family": fam, "metric": key,
                           "regime": regime(row), "gpu": row["gpu"], "n_gpus": row["n_gpus"], "engine": row["engine"],
                           "measured": meas, "predicted": roof, "error": speed_ratio - 1.0, "row": row})
-    _workload_errors(comps)
+    _workload_errors(comps + queued)  # (one cache: each row's workload prediction once)
     for c in comps:  # measured fraction of the roofline's speed, for the baseline
         c["fraction"] = 1.0 / (1.0 + c["error"])
     for c in comps:
@@ -367,6 +385,43 @@ def summary(comps: list[dict]) -> dict[str, Any]:
                 for k, v in sorted(d.items())} for g, d in groups.items()}
 
 
+def summary_queueing(comps: list[dict], queued: list[dict]) -> dict[str, Any]:
+    """The workload model on the queueing metrics (``compare``'s `queued`): median |error| (mean signed) by family,
+    source, regime and engine, and overall both ways: `as_before` (the comparisons every predictor makes, the
+    figure ``summary``'s overall reports) and `with_queueing` (those and the queueing ones, the workload model
+    alone: the roofline and the constant fraction predict none of them)."""
+    groups: dict[str, dict[str, list[dict]]] = {"family": {}, "source": {}, "regime": {}, "engine": {}}
+    for c in queued:
+        for g in groups:
+            groups[g].setdefault(c[g], []).append(c)
+    out: dict[str, Any] = {"overall": {"as_before": _stats(comps, "workload_error"),
+                                       "with_queueing": _stats(comps + queued, "workload_error"),
+                                       "queueing": _stats(queued, "workload_error")}}
+    for g, d in groups.items():
+        out[g] = {k: _stats(v, "workload_error") for k, v in sorted(d.items())}
+    return out
+
+
+def _print_queueing(q: dict[str, Any], queued: list[dict], rows: bool) -> None:
+    """The table format's queueing group (``summary_queueing``), and its comparisons with `--rows`."""
+    w = sys.stdout.write
+    cell = lambda x: f"{_abs(x['median_abs_error'])} ({_pct(x['mean_signed_error'])})" if x["n"] else ""  # noqa: E731
+    w("\nqueueing (burst/overloaded TTFT, e2e): the workload model's figures where the roofline and the constant "
+      "fraction predict none (offline bursts, request rates beyond the roofline)\n")
+    o = q["overall"]
+    w(f"{'overall as before (without)':28} {o['as_before']['n']:>4} {'':>20} {'':>20} {cell(o['as_before']):>20}\n")
+    w(f"{'overall with queueing':28} {o['with_queueing']['n']:>4} {'':>20} {'':>20} {cell(o['with_queueing']):>20}\n")
+    w(f"{'queueing: all':28} {o['queueing']['n']:>4} {'':>20} {'':>20} {cell(o['queueing']):>20}\n")
+    for g in ("family", "source", "regime", "engine"):
+        for k, x in q[g].items():
+            w(f"{('queueing ' + g + ': ' + k)[:28]:28} {x['n']:>4} {'':>20} {'':>20} {cell(x):>20}\n")
+    if rows:
+        w(f"\n{'row (queueing)':50} {'family':10} {'regime':11} {'measured':>10} {'workload':>9}\n")
+        for c in queued:
+            w(f"{c['id'][:50]:50} {c['family']:10} {c['regime']:11} {_num(c['measured']):>10} "
+              f"{_pct(c['workload_error']):>9}\n")
+
+
 def _pct(x: float | None) -> str:
     return "" if x is None else f"{x * 100:+.1f} %"
 
@@ -393,20 +448,26 @@ def main(argv: list[str] | None = None) -> None:
     if args.ttft:
         print_ttft(rows)
         return
-    comps, bad, skipped = compare(rows)
+    queued: list[dict] = []
+    comps, bad, skipped = compare(rows, queued)
     summ = summary(comps)
+    queueing = summary_queueing(comps, queued)
     fitted = fit(comps, local_grid() if args.grid == "local" else None) if args.fit else None
-    counts = {"rows": len(rows), "rows_expressed": len(rows) - len(bad), "comparisons": len(comps)}
+    counts = {"rows": len(rows), "rows_expressed": len(rows) - len(bad), "comparisons": len(comps),
+              "queueing_comparisons": len(queued)}
     if args.format == "json":
         json.dump({"counts": counts, "summary": summ, "fit": fitted, "not_expressible": bad,
-                   "metrics_not_compared": skipped,
-                   "comparisons": [{k: v for k, v in c.items() if k != "row"} for c in comps]}, sys.stdout, indent=1)
+                   "metrics_not_compared": skipped, "queueing": queueing,
+                   "comparisons": [{k: v for k, v in c.items() if k != "row"} for c in comps],
+                   "queueing_comparisons": [{k: v for k, v in c.items() if k != "row"} for c in queued]},
+                  sys.stdout, indent=1)
         print()
         return
     w = sys.stdout.write
     n_sources = len({r["source_key"] for r in rows})
     w(f"{counts['rows']} rows from {n_sources} sources; {counts['rows_expressed']} expressed, "
-      f"{counts['comparisons']} comparisons. error = predicted speed / measured speed - 1 (+ = llmcalc faster).\n\n")
+      f"{counts['comparisons']} comparisons (+ {len(queued)} of the workload model alone on queueing metrics, "
+      "below). error = predicted speed / measured speed - 1 (+ = llmcalc faster).\n\n")
     if args.rows:
         w(f"{'row':50} {'family':10} {'regime':11} {'measured':>10} {'roofline':>9} {'baseline':>9} "
           f"{'workload':>9}\n")
@@ -425,6 +486,9 @@ def main(argv: list[str] | None = None) -> None:
             text = [f"{_abs(x.get('median_abs_error'))} ({_pct(x.get('mean_signed_error'))})" if x["n"] else ""
                     for x in cells]
             w(f"{(g + ': ' + k)[:28]:28} {cells[0]['n']:>4} {text[0]:>20} {text[1]:>20} {text[2]:>20}\n")
+        if g == "overall":
+            w("  (as before: the queueing metrics not included; with them, the queueing group below)\n")
+    _print_queueing(queueing, queued, args.rows)
     if fitted:
         w(f"\nfit over all rows: {fitted['best']} -> median |error| {_abs(fitted['best_median_abs_error'])}\n")
         w(f"leave-one-source-out: median |error| {_abs(fitted['loso_median_abs_error'])}, mean signed "

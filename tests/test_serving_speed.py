@@ -366,13 +366,16 @@ MOE_SLOW = pytest.mark.xfail(strict=True, reason="fused-MoE tables with drawn Sh
 def test_an_offline_sharegpt_burst_ends_with_its_longest_requests(row_id, tolerance):
     """GPUStack's offline ShareGPT runs (1000 requests at once): their duration is set by the longest outputs,
     decoded at the end by few sequences. Drawn as the dataset varies, the output throughput lands within
-    `tolerance` of the published one; at the mean lengths (every request alike) it is over 20 % too fast."""
+    `tolerance` of the published one; at the mean lengths (every request alike) it is over 20 % too fast. The lengths
+    alone: the chat intake (vLLM 0.11.0's template parse, queued over the burst: engine_versions.intake_ends, tested
+    on its own) is left out, its 12 ms being Qwen3-8B's template where Qwen3-235B-A22B-Instruct-2507's burst on
+    GPUStack's H100 host shows ~4.5 ms a request (docs/serving-validation.md, branch h36burst)."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
     from bench_serving_speed import predict_workload
 
-    row = ROWS[row_id]
+    row = {**ROWS[row_id], "endpoint": None}
     measured = row["metrics"]["output_tokens_per_second"]
     assert predict_workload(row)["output_tokens_per_second"] == pytest.approx(measured, rel=tolerance)
     alike = predict_workload({**row, "dataset": None})["output_tokens_per_second"]

@@ -215,6 +215,29 @@ def test_deepseek_r1_fp4_rows_run_nvfp4_experts_from_the_checkpoints_config():
         assert cost.moe_keys == (key,)
 
 
+def test_bench_compares_queueing_metrics_apart():
+    """An offline burst's TTFT is queueing, which the roofline leaves out: ``compare(rows, queued)`` puts the workload
+    model's comparison of it in `queued` (no roofline or baseline figure) and leaves the comparisons every predictor
+    makes, and so the overall figure as before, unchanged."""
+    rows = [r for r in ROWS if r["id"] in ("gpustack-qwen3-32b-h100-tp1-vllm-sharegpt",
+                                           "llmie-deepseek-r1-h200-tp8-sglang-1000-2000-rate10-n200")]
+    assert len(rows) == 2
+    queued: list[dict] = []
+    comps, _, skipped = bench_serving_speed.compare(rows, queued)
+    plain, _, _ = bench_serving_speed.compare(rows)
+    assert [(c["id"], c["metric"], c["workload_error"]) for c in comps] == \
+        [(c["id"], c["metric"], c["workload_error"]) for c in plain]
+    assert {(c["id"], c["family"]) for c in queued} >= {("gpustack-qwen3-32b-h100-tp1-vllm-sharegpt", "ttft")}
+    for c in queued:
+        assert c["queueing"] and "error" not in c and c["workload_error"] is not None
+        assert c["measured"] == c["row"]["metrics"][c["metric"]]
+        assert not any(o["id"] == c["id"] and o["family"] == c["family"] for o in comps)
+    assert skipped[bench_serving_speed.QUEUEING] >= len(queued)
+    q = bench_serving_speed.summary_queueing(comps, queued)
+    assert q["overall"]["as_before"] == bench_serving_speed.summary(comps)["overall"]["all"]["workload_model"]
+    assert q["overall"]["with_queueing"]["n"] == q["overall"]["as_before"]["n"] + len(queued)
+
+
 # vLLM PR #3240 (2024-03-06), Mixtral-8x7B-Instruct on 2 x A100-80G, benchmark_latency.py 1000 in / 50 out: its
 # "This PR" block (the tuned fused-MoE config, quoted in each row beside the "Compared to master" figure the row takes)
 PR3240_TUNED = {1: 0.7621450612053741, 2: 1.0328856136795366, 4: 1.4489717756788014, 8: 2.0341408042260447,

@@ -232,6 +232,29 @@ def chat_intake_seconds(engine: str, release: str | None, model_type: str | None
     return VLLM_0110_TEMPLATE_PARSE_SECONDS if key in VLLM_UNCACHED_TEMPLATE_RELEASES else 0.0
 
 
+def intake_ends(sends: list[float], intake: float) -> list[float]:
+    """When each request, sent at `sends` (in order), reaches the engine past an API server whose intake costs
+    `intake` seconds of its one event loop's CPU. The intake runs on the loop itself: vLLM's `async def
+    _preprocess_chat` calls `apply_hf_chat_template(...)` directly, neither awaited nor handed to an executor
+    (vllm/entrypoints/openai/serving_engine.py, OpenAIServing._preprocess_chat, v0.9.0.1 L802-817, the same in later
+    releases), which in 0.11.0 parses the template (VLLM_0110_TEMPLATE_PARSE_SECONDS); and one pass of asyncio's loop
+    runs every callback ready at its start before it polls again (CPython Lib/asyncio/base_events.py
+    BaseEventLoop._run_once: ``ntodo = len(self._ready)``, then each run in turn), so the handlers of the m requests
+    sent by a pass's start T parse back to back and hand their prompts on, to the engine as to the tokenizer, only
+    after the pass: every one reaches the engine at T + m x intake, the next pass starting then (or at the next send
+    if none is waiting). Requests sent one at a time (a low request rate) each wait their own intake; an all-at-once
+    burst of N reaches the engine together after N x intake (GPUStack's vLLM 0.11.0 bursts show it: no first token
+    for the first 9.5-11 s of 1,000 chat requests, benchmarks/burst_phases.py)."""
+    ends: list[float] = []
+    free = 0.0
+    while len(ends) < len(sends):
+        start = max(free, sends[len(ends)])
+        taken = sum(1 for s in sends[len(ends):] if s <= start)  # (sends are in order)
+        free = start + taken * intake
+        ends += [free] * taken
+    return ends
+
+
 def sglang_tp_fraction(tp: int) -> float:
     """SGLang's mem_fraction_static before 0.5 (SGLANG_TP_FRACTION): the share of the whole GPU for weights + KV."""
     return next(f for at_least, f in SGLANG_TP_FRACTION if tp >= at_least)

@@ -62,7 +62,7 @@ from .engine_queue import (
     retracted_ratio,
     schedule_running,
 )
-from .engine_versions import OFFLINE_WORDS, served_offline
+from .engine_versions import OFFLINE_WORDS, intake_ends, served_offline
 from .engines import SchedulerPolicy
 from .flops import forward_ops
 from .inference import PER_KEY, InferenceEstimate, decode_ops, expected_experts
@@ -677,9 +677,11 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
         kv = KvBudget(blocks=kv.blocks, need=kv.need, reach=token_budget, period=kv.period)
     ratio, whole_below = policy.init_ratio, 0 if policy.chunked else token_budget
     prompts, lengths = work.num_prompts, work.requests()
-    api = REQUEST_SECONDS + work.intake_seconds if work.served else 0.0  # a client sees it, the engine's clock not
+    serial = work.served and work.intake_seconds > 0 and work.max_concurrency is None  # a queued intake (closed: not)
+    sends = _arrivals(work, prompts) or ([0.0] * prompts if serial else [])
+    arrivals = intake_ends(sends, work.intake_seconds) if serial else sends  # the engine's; clients count from sends
+    api = REQUEST_SECONDS + (0.0 if serial else work.intake_seconds) if work.served else 0.0  # a client sees it
     limit = min(max_num_seqs, work.max_concurrency or max_num_seqs)
-    arrivals = _arrivals(work, prompts)
     clients = work.max_concurrency if work.max_concurrency is not None else prompts
     sent = 0 if arrivals else min(clients, prompts)
     waiting: list[Group] = [] if arrivals else _new_groups(work, lengths, 0, sent, 0.0)
@@ -694,7 +696,7 @@ def simulate(cost: StepCost, work: Workload, max_num_seqs: int, token_budget: in
     carried: Held | None = None  # the running groups counted for the next step (Held.advanced)
     while done < prompts:
         while next_arrival < len(arrivals) and arrivals[next_arrival] <= t and in_flight < clients:
-            waiting += _new_groups(work, lengths, next_arrival, 1, arrivals[next_arrival])
+            waiting += _new_groups(work, lengths, next_arrival, 1, sends[next_arrival])
             next_arrival, in_flight = next_arrival + 1, in_flight + 1
         queued = len(waiting)
         counted = preempt(running, waiting, kv, keep_prefill=policy.prefix_cache, ahead=policy.multi_step,
