@@ -264,6 +264,30 @@ def test_mxfp4_experts_on_blackwell_take_mxfp8_activations():
     assert engines.moe_dtypes("nvfp4", "trtllm", "blackwell") == ("nvfp4",)  # NVFP4 experts run NVFP4 everywhere
 
 
+def test_modelopt_fp8_experts_read_the_per_tensor_fp8_moe_rows():
+    """A ModelOpt FP8 checkpoint (quant_algo "FP8": NVIDIA's Llama 4 Maverick FP8, nvidia/Qwen3-235B-A22B-FP8) is per-
+    tensor FP8: TensorRT-LLM's QuantMode.from_quant_algo maps QuantAlgo.FP8 to "use_fp8_qdq=True"
+    (tensorrt_llm/quantization/mode.py) and CutlassFusedMoE._get_quant_method runs FP8QDQFusedMoEMethod for it, the
+    activations quantized per tensor ("static_quantize_e4m3_per_tensor(x, self.fc31_input_dequant)",
+    NVIDIA/TensorRT-LLM@7b437aaa:tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py): the table's "fp8" rows,
+    not the roofline its experts fell back to (no MoE dtype for "fp8-modelopt"). The step reads the measured layer for
+    every MoE layer, and at 1,024 tokens (every one of a GPU's 16 experts hit: 128 x (1 - (127/128)^1024) = 127.96 of
+    the 128) Maverick's rows on H200 sit within 1.5x of those experts' FP8 weights (16 x 3 x 5,120 x 8,192 bytes) at
+    the H200's 4.8 TB/s."""
+    maverick = _serve("nvidia/Llama-4-Maverick-17B-128E-Instruct-FP8", "h200", 8, expert_parallel=True)
+    qwen = _serve("nvidia/Qwen3-235B-A22B-FP8", "h200", 8, expert_parallel=True)
+    assert maverick.weights.quant.method == "modelopt" and maverick.weights.quant.format.per != "block"
+    cost = _cost(maverick, "trtllm")
+    assert cost.moe_keys == ("fp8/5120/8192/1/128/1/8",)
+    assert _cost(qwen, "trtllm").moe_keys == ("fp8/4096/1536/8/128/1/8",)
+    # SGLang's tables hold no per-tensor FP8 MoE rows: its FP8 experts read the block-FP8 ones, as a typed FP8 does
+    assert _cost(qwen, "sglang").moe_keys == ("fp8_block/4096/1536/8/128/1/8",)
+    layer = kernel_tables.moe_seconds("h200_sxm.trtllm", 1024, "fp8/5120/8192/1/128/1/8")
+    assert cost.expert_seconds(1024) == pytest.approx(24 * layer)  # Maverick: 24 of its 48 layers are MoE
+    weights = 16 * 3 * 5120 * 8192 / 4.8e12
+    assert weights < layer < 1.5 * weights
+
+
 def test_trtllm_b200_w4a16_mxfp4_rows_sit_far_above_the_expert_weights_roofline():
     """Why the choice matters: gpt-oss-120b's 128 experts (3 x 2,880 x 2,880 weights each at MXFP4's 0.53125 B, one
     E8M0 scale per 32) read at the B200's 7.7 TB/s take 0.22 ms a layer. TensorRT-LLM's W4A8 MXFP8 rows (the kernel

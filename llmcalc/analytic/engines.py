@@ -279,8 +279,18 @@ TRTLLM_SERVE_GRAPH_BATCHES = (*range(1, 33), 64, 128)
 # (chunked_prefill_size, cuda_graph_max_bs at tp < 4, at tp >= 4)
 SGLANG_BY_MEMORY = ((35 * 1024, 2048, 24, 80), (60 * 1024, 4096, 32, 160), (90 * 1024, 8192, 256, 512),
                     (160 * 1024, 8192, 256, 512), (math.inf, 16384, 512, 512))
+# The fused-MoE table dtypes TensorRT-LLM and SGLang run a checkpoint's experts in, by its weights' format (best
+# first). A ModelOpt FP8 checkpoint (quant_method "modelopt", quant_algo "FP8": NVIDIA's Llama 4 Maverick / Scout FP8,
+# nvidia/Qwen3-235B-A22B-FP8) is per-tensor FP8, the table's "fp8" rows, as a typed FP8 is: TensorRT-LLM maps
+# QuantAlgo.FP8 to FP8 QDQ (tensorrt_llm/quantization/mode.py QuantMode.from_quant_algo: "elif quant_algo ==
+# QuantAlgo.FP8: quant_mode = QuantMode.from_description(use_fp8_qdq=True)"), and its CUTLASS MoE runs that as
+# per-tensor FP8 grouped GEMMs (NVIDIA/TensorRT-LLM@7b437aaa:tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py
+# CutlassFusedMoE._get_quant_method: "if self.quant_config.layer_quant_mode.has_fp8_qdq(): return
+# FP8QDQFusedMoEMethod()", forward_chunk: "x, _ = torch.ops.tensorrt_llm.static_quantize_e4m3_per_tensor(x,
+# self.fc31_input_dequant)"). Without the "fp8-modelopt" entry such a checkpoint's experts found no key and fell back
+# to the roofline inside linear_seconds (benchmarks/kernel_audit.py, docs/serving-validation.md section h36hop).
 MOE_DTYPES = {"bf16": ("bf16",), "fp16": ("bf16",), "fp8": ("fp8", "fp8_block"), "fp8-block": ("fp8_block", "fp8"),
-              "nvfp4": ("nvfp4",), "mxfp4": ("w4a16_mxfp4",)}
+              "fp8-modelopt": ("fp8", "fp8_block"), "nvfp4": ("nvfp4",), "mxfp4": ("w4a16_mxfp4",)}
 # An MXFP4 checkpoint's experts on Blackwell (sm100), where TensorRT-LLM and SGLang quantize the activations to MXFP8
 # and run the W4A8 MXFP4 x MXFP8 grouped GEMMs instead of Hopper's BF16 x MXFP4 (W4A16) ones:
 # - TensorRT-LLM: tensorrt_llm/_torch/model_config.py ModelConfig.get_mxfp4_quant_algo, read by load_hf_quant_config
