@@ -26,6 +26,7 @@ from llmcalc.analytic import engine_versions, engines, kernel_tables
 from llmcalc.analytic.flops import forward_ops
 from llmcalc.analytic.inference import expected_experts
 from llmcalc.analytic.kernels import device_for
+from llmcalc.analytic.measured_kernels import windowed_kv_bytes
 from llmcalc.analytic.serving import plan_serving
 from llmcalc.analytic.serving_speed import ENGINE_STEP_SECONDS, StepCost
 from llmcalc.spec import load_hardware, load_model
@@ -160,8 +161,9 @@ def rooflines(est: Any, cost: Any, tokens: float, kv_tokens: float, pairs: float
             out["linear"] = max(out["linear"], (dense_bytes + layout.experts_per_gpu * hit) / bw)
     head = 2 * spec.d_model * spec.vocab_size / tp
     out["head"] = max(head / bw * (1 if spec.lm_head else 0), tokens * head / peak(dev, "bf16"))
-    per_token = cost.est.kv_per_token_per_gpu
-    out["decode_attn"] = kv_tokens * per_token / bw + (cost.mla_bytes / bw if cost.mla_key() else 0)
+    sequences = kv_tokens / CONTEXT
+    kv = windowed_kv_bytes(cost.est, spec, tp, kv_tokens, sequences)  # a windowed layer's window only
+    out["decode_attn"] = kv / bw + (cost.mla_bytes / bw if cost.mla_key() else 0)
     attn = 4 * pairs * spec.n_heads / tp * spec.d_head * spec.n_attention_layers
     out["prefill_attn"] = attn / peak(dev, "bf16") + (cost.mla_bytes / bw if cost.mla_key() else 0)
     nbytes = tokens * spec.d_model * 2

@@ -317,3 +317,28 @@ def test_nvfp4_dense_layers_run_tensorrt_llm_measured_fp4_gemms_on_blackwell():
     fp8 = _cost(_serve("llama-3.1-70b", "b200", 1, weight_dtype="fp8"), "trtllm")
     assert cost.base.linear_seconds(8192) < fp8.base.linear_seconds(8192)
     assert _cost(_serve("llama-3.1-70b", "h200", 1, weight_dtype="nvfp4"), "trtllm").base.gemm_shape is None
+
+
+def test_windowed_layers_decode_over_their_window_only():
+    """gpt-oss's sliding layers (every other one, a window of 128: TensorRT-LLM's AttentionBlock
+    "self.sliding_window = pretrained_config.sliding_window if layer_idx % 2 == 0 else None", passed as
+    attention_window_size; vLLM hands the window to FlashAttention as window_size) read 128 cached keys a decode step,
+    not the whole context: at 2,048 tokens of context the step reads the measured kernel at 2,048 keys (to the step's
+    3 significant figures) in 18 layers and at 128 in the other 18, and without a table half the layers' KV bytes at
+    the window's 128 tokens. Llama 4's chunked layers read their own
+    chunk so far ((context - 1) mod 8,192 + 1)."""
+    from llmcalc.analytic.measured_kernels import DecodeShape, keys_read, measured_decode_layer, windowed_kv_bytes
+
+    assert keys_read("sliding", 128, 2048) == 128 and keys_read("sliding", 128, 100) == 100
+    assert keys_read("chunked", 8192, 10000) == 1808 and keys_read("chunked", 8192, 2048) == 2048
+    assert keys_read("full", 0, 2048) == 2048
+    serve = _serve("gpt-oss-120b", "h200", 1)
+    cost = _cost(serve, "trtllm")
+    shape = DecodeShape(gpu="h200_sxm.trtllm", batch=512, context=2048, heads=64, kv_heads=8, head_dim=64,
+                        kv_dtype="bf16")
+    full = measured_decode_layer(shape)
+    window = measured_decode_layer(DecodeShape(**{**shape.__dict__, "context": 128}))
+    assert cost.decode_attention_seconds(512 * 2048, 512) == pytest.approx(18 * full + 18 * window, rel=2e-3)
+    assert window < full / 3  # the measured kernel over 128 keys against 2,048
+    est = cost.base.est  # K and V of 8 heads x 64 in bf16: 2,048 B a token a layer
+    assert windowed_kv_bytes(est, serve.spec, 1, 512 * 2048, 512) == pytest.approx(512 * 2048 * (18 * 2048 + 18 * 128))
