@@ -160,7 +160,8 @@ def rooflines(est: Any, cost: Any, tokens: float, kv_tokens: float, pairs: float
         if not getattr(cost, "moe_keys", ()):  # the experts are inside the linear term's roofline
             out["linear"] = max(out["linear"], (dense_bytes + layout.experts_per_gpu * hit) / bw)
     head = 2 * spec.d_model * spec.vocab_size / tp
-    out["head"] = max(head / bw * (1 if spec.lm_head else 0), tokens * head / peak(dev, "bf16"))
+    rows = kv_tokens / CONTEXT or 1  # the rows that sample: each decode, a prefill's last token
+    out["head"] = max(head / bw * (1 if spec.lm_head else 0), rows * head / peak(dev, "bf16"))
     sequences = kv_tokens / CONTEXT
     kv = windowed_kv_bytes(cost.est, spec, tp, kv_tokens, sequences)  # a windowed layer's window only
     out["decode_attn"] = kv / bw + (cost.mla_bytes / bw if cost.mla_key() else 0)
