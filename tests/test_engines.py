@@ -342,3 +342,26 @@ def test_windowed_layers_decode_over_their_window_only():
     assert window < full / 3  # the measured kernel over 128 keys against 2,048
     est = cost.base.est  # K and V of 8 heads x 64 in bf16: 2,048 B a token a layer
     assert windowed_kv_bytes(est, serve.spec, 1, 512 * 2048, 512) == pytest.approx(512 * 2048 * (18 * 2048 + 18 * 128))
+
+
+def test_a_split_whose_moe_rows_are_an_outlier_reads_its_same_dtype_neighbour():
+    """Every split of the same GPUs holds the same share of the expert weights, so the measured kernels differ by
+    tiles and routing balance, not by a multiple; aiconfigurator's TensorRT-LLM rows for Llama 4 Scout's 16 experts
+    (5,120 x 8,192, top 1) in per-tensor FP8 on 2 H100 sit at 6.6x the weights' read at 3.35 TB/s under moe_tp 2 and
+    at 1.7x under moe_ep 2 (1,024 tokens). The step reads the sane split of the same dtype; a model whose own split
+    is not an outlier keeps it (Maverick's EP 8 above, Mixtral's moe_tp 8 below)."""
+    serve = _serve("nvidia/Llama-4-Scout-17B-16E-Instruct-FP8", "h100-sxm", 2)
+    table, shape = "h100_sxm.trtllm", "5120/8192/1/16"
+    weights = 16 * 3 * 5120 * 8192 / 2 / 3.35e12
+    own, other = f"fp8/{shape}/2/1", f"fp8/{shape}/1/2"
+    assert kernel_tables.moe_seconds(table, 1024, own) > 5 * weights
+    assert kernel_tables.moe_seconds(table, 1024, other) < 2 * weights
+    assert engines.split_outlier(table, own, [own, other]) and not engines.split_outlier(table, other, [own, other])
+    assert _cost(serve, "trtllm").moe_keys == (other,)
+    mixtral = _serve("mixtral-8x7b", "h100-sxm", 8)
+    assert _cost(mixtral, "trtllm").moe_keys == ("bf16/4096/14336/2/8/8/1",)
+    # expert parallelism may be a multiple slower (8 experts on 8 GPUs, top 2: the hottest expert's GPU waits), as
+    # vLLM's B200 rows measure it (1,024 tokens: EP 8 over 3x moe_tp 8): read as measured
+    ep = ["bf16/4096/14336/2/8/8/1", "bf16/4096/14336/2/8/1/8"]
+    assert kernel_tables.moe_seconds("b200_sxm", 1024, ep[1]) > 3 * kernel_tables.moe_seconds("b200_sxm", 1024, ep[0])
+    assert not engines.split_outlier("b200_sxm", ep[1], ep)
