@@ -264,6 +264,30 @@ def test_mxfp4_experts_on_blackwell_take_mxfp8_activations():
     assert engines.moe_dtypes("nvfp4", "trtllm", "blackwell") == ("nvfp4",)  # NVFP4 experts run NVFP4 everywhere
 
 
+def test_modelopt_fp8_experts_read_the_per_tensor_fp8_moe_rows():
+    """A ModelOpt FP8 checkpoint (quant_algo "FP8": NVIDIA's Llama 4 Maverick FP8, nvidia/Qwen3-235B-A22B-FP8) is per-
+    tensor FP8: TensorRT-LLM's QuantMode.from_quant_algo maps QuantAlgo.FP8 to "use_fp8_qdq=True"
+    (tensorrt_llm/quantization/mode.py) and CutlassFusedMoE._get_quant_method runs FP8QDQFusedMoEMethod for it, the
+    activations quantized per tensor ("static_quantize_e4m3_per_tensor(x, self.fc31_input_dequant)",
+    NVIDIA/TensorRT-LLM@7b437aaa:tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py): the table's "fp8" rows,
+    not the roofline its experts fell back to (no MoE dtype for "fp8-modelopt"). The step reads the measured layer for
+    every MoE layer, and at 1,024 tokens (every one of a GPU's 16 experts hit: 128 x (1 - (127/128)^1024) = 127.96 of
+    the 128) Maverick's rows on H200 sit within 1.5x of those experts' FP8 weights (16 x 3 x 5,120 x 8,192 bytes) at
+    the H200's 4.8 TB/s."""
+    maverick = _serve("nvidia/Llama-4-Maverick-17B-128E-Instruct-FP8", "h200", 8, expert_parallel=True)
+    qwen = _serve("nvidia/Qwen3-235B-A22B-FP8", "h200", 8, expert_parallel=True)
+    assert maverick.weights.quant.method == "modelopt" and maverick.weights.quant.format.per != "block"
+    cost = _cost(maverick, "trtllm")
+    assert cost.moe_keys == ("fp8/5120/8192/1/128/1/8",)
+    assert _cost(qwen, "trtllm").moe_keys == ("fp8/4096/1536/8/128/1/8",)
+    # SGLang's tables hold no per-tensor FP8 MoE rows: its FP8 experts read the block-FP8 ones, as a typed FP8 does
+    assert _cost(qwen, "sglang").moe_keys == ("fp8_block/4096/1536/8/128/1/8",)
+    layer = kernel_tables.moe_seconds("h200_sxm.trtllm", 1024, "fp8/5120/8192/1/128/1/8")
+    assert cost.expert_seconds(1024) == pytest.approx(24 * layer)  # Maverick: 24 of its 48 layers are MoE
+    weights = 16 * 3 * 5120 * 8192 / 4.8e12
+    assert weights < layer < 1.5 * weights
+
+
 def test_trtllm_b200_w4a16_mxfp4_rows_sit_far_above_the_expert_weights_roofline():
     """Why the choice matters: gpt-oss-120b's 128 experts (3 x 2,880 x 2,880 weights each at MXFP4's 0.53125 B, one
     E8M0 scale per 32) read at the B200's 7.7 TB/s take 0.22 ms a layer. TensorRT-LLM's W4A8 MXFP8 rows (the kernel
@@ -293,3 +317,51 @@ def test_nvfp4_dense_layers_run_tensorrt_llm_measured_fp4_gemms_on_blackwell():
     fp8 = _cost(_serve("llama-3.1-70b", "b200", 1, weight_dtype="fp8"), "trtllm")
     assert cost.base.linear_seconds(8192) < fp8.base.linear_seconds(8192)
     assert _cost(_serve("llama-3.1-70b", "h200", 1, weight_dtype="nvfp4"), "trtllm").base.gemm_shape is None
+
+
+def test_windowed_layers_decode_over_their_window_only():
+    """gpt-oss's sliding layers (every other one, a window of 128: TensorRT-LLM's AttentionBlock
+    "self.sliding_window = pretrained_config.sliding_window if layer_idx % 2 == 0 else None", passed as
+    attention_window_size; vLLM hands the window to FlashAttention as window_size) read 128 cached keys a decode step,
+    not the whole context: at 2,048 tokens of context the step reads the measured kernel at 2,048 keys (to the step's
+    3 significant figures) in 18 layers and at 128 in the other 18, and without a table half the layers' KV bytes at
+    the window's 128 tokens. Llama 4's chunked layers read their own
+    chunk so far ((context - 1) mod 8,192 + 1)."""
+    from llmcalc.analytic.measured_kernels import DecodeShape, keys_read, measured_decode_layer, windowed_kv_bytes
+
+    assert keys_read("sliding", 128, 2048) == 128 and keys_read("sliding", 128, 100) == 100
+    assert keys_read("chunked", 8192, 10000) == 1808 and keys_read("chunked", 8192, 2048) == 2048
+    assert keys_read("full", 0, 2048) == 2048
+    serve = _serve("gpt-oss-120b", "h200", 1)
+    cost = _cost(serve, "trtllm")
+    shape = DecodeShape(gpu="h200_sxm.trtllm", batch=512, context=2048, heads=64, kv_heads=8, head_dim=64,
+                        kv_dtype="bf16")
+    full = measured_decode_layer(shape)
+    window = measured_decode_layer(DecodeShape(**{**shape.__dict__, "context": 128}))
+    assert cost.decode_attention_seconds(512 * 2048, 512) == pytest.approx(18 * full + 18 * window, rel=2e-3)
+    assert window < full / 3  # the measured kernel over 128 keys against 2,048
+    est = cost.base.est  # K and V of 8 heads x 64 in bf16: 2,048 B a token a layer
+    assert windowed_kv_bytes(est, serve.spec, 1, 512 * 2048, 512) == pytest.approx(512 * 2048 * (18 * 2048 + 18 * 128))
+
+
+def test_a_split_whose_moe_rows_are_an_outlier_reads_its_same_dtype_neighbour():
+    """Every split of the same GPUs holds the same share of the expert weights, so the measured kernels differ by
+    tiles and routing balance, not by a multiple; aiconfigurator's TensorRT-LLM rows for Llama 4 Scout's 16 experts
+    (5,120 x 8,192, top 1) in per-tensor FP8 on 2 H100 sit at 6.6x the weights' read at 3.35 TB/s under moe_tp 2 and
+    at 1.7x under moe_ep 2 (1,024 tokens). The step reads the sane split of the same dtype; a model whose own split
+    is not an outlier keeps it (Maverick's EP 8 above, Mixtral's moe_tp 8 below)."""
+    serve = _serve("nvidia/Llama-4-Scout-17B-16E-Instruct-FP8", "h100-sxm", 2)
+    table, shape = "h100_sxm.trtllm", "5120/8192/1/16"
+    weights = 16 * 3 * 5120 * 8192 / 2 / 3.35e12
+    own, other = f"fp8/{shape}/2/1", f"fp8/{shape}/1/2"
+    assert kernel_tables.moe_seconds(table, 1024, own) > 5 * weights
+    assert kernel_tables.moe_seconds(table, 1024, other) < 2 * weights
+    assert engines.split_outlier(table, own, [own, other]) and not engines.split_outlier(table, other, [own, other])
+    assert _cost(serve, "trtllm").moe_keys == (other,)
+    mixtral = _serve("mixtral-8x7b", "h100-sxm", 8)
+    assert _cost(mixtral, "trtllm").moe_keys == ("bf16/4096/14336/2/8/8/1",)
+    # expert parallelism may be a multiple slower (8 experts on 8 GPUs, top 2: the hottest expert's GPU waits), as
+    # vLLM's B200 rows measure it (1,024 tokens: EP 8 over 3x moe_tp 8): read as measured
+    ep = ["bf16/4096/14336/2/8/8/1", "bf16/4096/14336/2/8/1/8"]
+    assert kernel_tables.moe_seconds("b200_sxm", 1024, ep[1]) > 3 * kernel_tables.moe_seconds("b200_sxm", 1024, ep[0])
+    assert not engines.split_outlier("b200_sxm", ep[1], ep)

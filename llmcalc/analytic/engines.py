@@ -279,8 +279,18 @@ TRTLLM_SERVE_GRAPH_BATCHES = (*range(1, 33), 64, 128)
 # (chunked_prefill_size, cuda_graph_max_bs at tp < 4, at tp >= 4)
 SGLANG_BY_MEMORY = ((35 * 1024, 2048, 24, 80), (60 * 1024, 4096, 32, 160), (90 * 1024, 8192, 256, 512),
                     (160 * 1024, 8192, 256, 512), (math.inf, 16384, 512, 512))
+# The fused-MoE table dtypes TensorRT-LLM and SGLang run a checkpoint's experts in, by its weights' format (best
+# first). A ModelOpt FP8 checkpoint (quant_method "modelopt", quant_algo "FP8": NVIDIA's Llama 4 Maverick / Scout FP8,
+# nvidia/Qwen3-235B-A22B-FP8) is per-tensor FP8, the table's "fp8" rows, as a typed FP8 is: TensorRT-LLM maps
+# QuantAlgo.FP8 to FP8 QDQ (tensorrt_llm/quantization/mode.py QuantMode.from_quant_algo: "elif quant_algo ==
+# QuantAlgo.FP8: quant_mode = QuantMode.from_description(use_fp8_qdq=True)"), and its CUTLASS MoE runs that as
+# per-tensor FP8 grouped GEMMs (NVIDIA/TensorRT-LLM@7b437aaa:tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py
+# CutlassFusedMoE._get_quant_method: "if self.quant_config.layer_quant_mode.has_fp8_qdq(): return
+# FP8QDQFusedMoEMethod()", forward_chunk: "x, _ = torch.ops.tensorrt_llm.static_quantize_e4m3_per_tensor(x,
+# self.fc31_input_dequant)"). Without the "fp8-modelopt" entry such a checkpoint's experts found no key and fell back
+# to the roofline inside linear_seconds (benchmarks/kernel_audit.py, docs/serving-validation.md section h36hop).
 MOE_DTYPES = {"bf16": ("bf16",), "fp16": ("bf16",), "fp8": ("fp8", "fp8_block"), "fp8-block": ("fp8_block", "fp8"),
-              "nvfp4": ("nvfp4",), "mxfp4": ("w4a16_mxfp4",)}
+              "fp8-modelopt": ("fp8", "fp8_block"), "nvfp4": ("nvfp4",), "mxfp4": ("w4a16_mxfp4",)}
 # An MXFP4 checkpoint's experts on Blackwell (sm100), where TensorRT-LLM and SGLang quantize the activations to MXFP8
 # and run the W4A8 MXFP4 x MXFP8 grouped GEMMs instead of Hopper's BF16 x MXFP4 (W4A16) ones:
 # - TensorRT-LLM: tensorrt_llm/_torch/model_config.py ModelConfig.get_mxfp4_quant_algo, read by load_hf_quant_config
@@ -595,11 +605,52 @@ class EngineStepCost:
 
 
 def measured_moe(base: Any, serve: ServeEstimate, engine: str = "vllm") -> tuple[str, ...]:
-    """The fused-MoE table key (at most one) that times `serve`'s routed experts on `base`'s table, () if none."""
+    """The fused-MoE table key (at most one) that times `serve`'s routed experts on `base`'s table, () if none: the
+    first of ``moe_table_key``'s that the table holds, unless its rows are a split outlier (``split_outlier``); then
+    the first other split of the same dtype that is not, else the first key that is not."""
     if not (base.spec.is_moe and base.measured):
         return ()
     curves = kernel_tables.table(base.gpu).get("moe", {}).get("curves", {})
-    return tuple(k for k in moe_table_key(base.est, serve, engine, base.dev.arch) if k in curves)[:1]
+    keys = [k for k in moe_table_key(base.est, serve, engine, base.dev.arch) if k in curves]
+    if not keys or not split_outlier(base.gpu, keys[0], keys):
+        return tuple(keys[:1])
+    sane = [k for k in keys if not split_outlier(base.gpu, k, keys)]
+    same = [k for k in sane if k.split("/")[0] == keys[0].split("/")[0]]
+    return tuple((same or sane or keys)[:1])
+
+
+# A pure tensor-parallel split's rows more than this many times the fastest other split of the same GPUs and dtype
+# at MOE_PROBE_TOKENS, where each GPU's slice of an expert is at least MOE_WIDE_SLICE columns wide (split_outlier)
+MOE_OUTLIER = 3.0
+MOE_PROBE_TOKENS = 1024
+MOE_WIDE_SLICE = 1024
+
+
+def split_outlier(gpu: str, key: str, keys: list[str]) -> bool:
+    """Whether `key`'s measured rows are an outlier among the splits of the same GPUs: a pure tensor-parallel split
+    (moe_ep 1) whose slice of each expert is at least MOE_WIDE_SLICE columns wide, measured at MOE_PROBE_TOKENS tokens
+    at more than MOE_OUTLIER times the fastest other split of the same dtype in `keys`. Every split of n GPUs
+    (moe_tp x moe_ep = n) holds 1/n of the expert weights and does 1/n of their FLOPs; a pure tensor-parallel one
+    sees no routing imbalance (every GPU works on every routed token's slice) and, that wide, no tile starvation, so
+    nothing in the kernel's work makes it a multiple slower. Expert-parallel splits (the hottest expert's GPU waits
+    for the others) and narrow slices (moe_tp 32 of a 512-wide expert) may be, and are read as measured. The rows
+    this catches in aiconfigurator's tables: Llama 4 Scout's 16 x 5,120 x 8,192 experts (TensorRT-LLM's H100 and H200
+    fp8 moe_tp 2 at 6.6x and 8.7x the weights' read at 1,024 tokens, moe_ep 2 at 1.7x and 1.9x; bf16 moe_tp 4 in
+    TensorRT-LLM's H100 and vLLM's B200 tables) and TensorRT-LLM's Mixtral 8x22B bf16 moe_tp 8 and 16 on H100 and
+    H200 (1.87 ms on H100 at 1,024 tokens against 0.55 ms at moe_tp 4 x moe_ep 2 and 0.25 ms for the fp8 moe_tp 8
+    rows); docs/serving-validation.md section h36hop."""
+    dtype, _, inter, _, _, moe_tp, moe_ep = key.split("/")
+    if moe_ep != "1" or int(inter) // int(moe_tp) < MOE_WIDE_SLICE:
+        return False
+    peers = [k for k in keys if k != key and k.split("/")[0] == dtype]
+    if not peers:
+        return False
+    try:
+        mine = kernel_tables.moe_seconds(gpu, MOE_PROBE_TOKENS, key)
+        best = min(kernel_tables.moe_seconds(gpu, MOE_PROBE_TOKENS, k) for k in peers)
+    except kernel_tables.KernelTableError:
+        return False
+    return mine > MOE_OUTLIER * best
 
 
 def served_profile(prof: EngineProfile, offline: bool) -> EngineProfile:

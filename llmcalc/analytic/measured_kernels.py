@@ -13,12 +13,14 @@ FP8 MAMF of 1,402.6 measured on a 1024 x 9216 x 14336 GEMM (docs/serving-validat
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
 from ..records import dataclass
 from ..spec import ModelSpec
 from . import kernel_tables
+from .inference import kv_layers
 from .quant import unquantized_linear_flops
 
 
@@ -137,6 +139,52 @@ def measured_mla_decode_parts(gpu: str, heads: int, batch: int, context: float, 
     pre = kernel_tables.mla_bmm_ms(gpu, batch, heads, bmm, "pre")
     post = kernel_tables.mla_bmm_ms(gpu, batch, heads, bmm, "post")
     return (pre + kernel_tables.generation_mla_ms(gpu, heads, batch, context, kv_dtype) + post) / 1e3
+
+
+def keys_read(kind: str, span: int, context: float) -> float:
+    """Cached keys one decode query of a layer reads at `context` tokens: all of them ("full"), the last min(context,
+    w) of a sliding window of w, or its own chunk's so far, ((context - 1) mod c) + 1, for a chunk of c ("chunked").
+    The engines' decode kernels read only those: vLLM hands the window to FlashAttention
+    (vllm-project/vllm@5704f34f:vllm/v1/attention/backends/flash_attn.py FlashAttentionImpl: "self.sliding_window =
+    (sliding_window - 1, 0)", passed as window_size=), TensorRT-LLM's attention op takes the layer's window
+    (NVIDIA/TensorRT-LLM@7924c7f1:tensorrt_llm/_torch/models/modeling_gpt_oss.py AttentionBlock: "self.sliding_window
+    = pretrained_config.sliding_window if layer_idx % 2 == 0 else None", forward: "attention_window_size =
+    self.sliding_window")."""
+    if kind == "sliding" and span:
+        return min(context, span)
+    if kind == "chunked" and span:
+        return (max(context, 1.0) - 1) % span + 1
+    return context
+
+
+def decode_spans(spec: ModelSpec, context: float) -> dict[float, int]:
+    """Keys read (``keys_read``) -> attention layers reading that many, at a mean `context` (plain attention: one
+    entry, every layer the whole context)."""
+    out: dict[float, int] = {}
+    for i in range(spec.n_layers):
+        if spec.is_attention_layer(i):
+            keys = keys_read(spec.attention_span(i), spec.span_tokens(i), context)
+            out[keys] = out.get(keys, 0) + 1
+    return out
+
+
+def measured_decode_attention(shape: DecodeShape, spec: ModelSpec) -> float:
+    """Every attention layer's paged decode, seconds: t = sum over the layers of the measured kernel at the keys each
+    reads (``decode_spans``; `shape`'s context is the mean context), a windowed layer at its window's keys."""
+    spans = decode_spans(spec, shape.context) if spec.has_windows else {shape.context: spec.n_attention_layers}
+    return sum(n * measured_decode_layer(dataclasses.replace(shape, context=max(1, round(float(f"{keys:.3g}")))))
+               for keys, n in spans.items())
+
+
+def windowed_kv_bytes(est: Any, spec: ModelSpec, tp: int, kv_tokens: float, sequences: float) -> float:
+    """The cached K and V one GPU reads in a decode step of `sequences` sequences over `kv_tokens` cached tokens:
+    kv_tokens x the KV bytes per token of every layer, a windowed layer's at its window's keys only
+    (``keys_read``, at the mean context kv_tokens / sequences)."""
+    if not spec.has_windows or sequences <= 0:
+        return kv_tokens * est.kv_per_token_per_gpu
+    context = kv_tokens / sequences
+    return sequences * sum(layer.bytes_per_token * keys_read(layer.kind, layer.span, context)
+                           for layer in kv_layers(spec, est.kv_dtype, tp))
 
 
 @dataclass(frozen=True)

@@ -73,11 +73,12 @@ from .measured_kernels import (
     GemmShape,
     MlaShape,
     PrefillShape,
-    measured_decode_layer,
+    measured_decode_attention,
     measured_fp8_kv_prefill_ratio,
     measured_layer_gemms,
     measured_mla_decode_parts,
     measured_mla_layer,
+    windowed_kv_bytes,
 )
 from .quant import unquantized_linear_flops, weight_format
 from .request_lengths import DATASETS, random_lengths, sharegpt_lengths
@@ -252,8 +253,7 @@ class StepCost:
         # measured kernel tables (kernel_tables: aiconfigurator's, measured inside vLLM) where this GPU has them
         self.measured = kernel_tables.has_tables(self.gpu)
         # decode attention from the table for plain full attention (no MLA, windows or recurrent layers)
-        self.table_attention = self.measured and spec.mla is None and not spec.is_hybrid and \
-            not spec.has_windows and spec.n_heads % tp == 0
+        self.table_attention = self.measured and spec.mla is None and not spec.is_hybrid and spec.n_heads % tp == 0
         # MLA: the projections and the attention core of each layer, and their weights (``mla_key``)
         self.mla_flops_per_token = sum(v for k, v in decode_ops(spec, 1, 1).items()
                                        if k.startswith("attention/") and not k.endswith(PER_KEY)) \
@@ -385,11 +385,11 @@ class StepCost:
         if self.table_attention and self.est.kv_dtype in ("bf16", "fp16", "fp8"):  # (plain attention: no MLA table)
             try:
                 # the mean context to 3 significant figures: a simulation asks for a few thousand points, again
-                return spec.n_attention_layers * measured_decode_layer(DecodeShape(
+                return measured_decode_attention(DecodeShape(
                     gpu=self.gpu, batch=max(1, round(sequences)),
                     context=round(float(f"{max(1.0, kv_tokens / sequences):.3g}")), heads=spec.n_heads // self.tp,
                     kv_heads=max(1, spec.n_kv_heads // self.tp), head_dim=spec.d_head,
-                    kv_dtype="fp8" if self.est.kv_dtype == "fp8" else "bf16"))
+                    kv_dtype="fp8" if self.est.kv_dtype == "fp8" else "bf16"), spec)
             except kernel_tables.KernelTableError:
                 pass
         key = self.mla_key()
@@ -402,7 +402,8 @@ class StepCost:
             return spec.n_attention_layers * measured_mla_decode_parts(
                 self.gpu, spec.n_heads // self.tp, max(1, round(sequences)),
                 three_figures(max(1.0, kv_tokens / sequences)), *parts)
-        nbytes = kv_tokens * self.est.kv_per_token_per_gpu + sequences * self.est.state_bytes_per_sequence
+        nbytes = windowed_kv_bytes(self.est, spec, self.tp, kv_tokens, sequences) + \
+            sequences * self.est.state_bytes_per_sequence
         memory = nbytes / self.dev.hbm
         # the scores and values over every cached key (MLA's absorbed form: over the latent, all heads), at the MAMF
         # (FlashMLA: "up to 660 TFLOPS in compute-bound configuration on H800 SXM5", deepseek-ai/FlashMLA README)
