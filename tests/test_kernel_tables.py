@@ -337,7 +337,8 @@ def test_the_tables_ship_with_their_license_and_notice():
     assert "Apache License" in (kt.DATA / "LICENSE").read_text()
     assert "aiconfigurator-core 0.12.0" in (kt.DATA / "NOTICE").read_text()
     assert sum(p.stat().st_size for p in kt.DATA.glob("*/*.json.gz") if "." not in p.parent.name) < 2_000_000  # vLLM's
-    # others: TensorRT-LLM's and SGLang's (3.1 MB for H100/H200/B200 with B200's NVFP4 GEMM sweep, 0.6 MB more with L40S's, issue 36)
+    # others: TensorRT-LLM's and SGLang's (3.1 MB for H100/H200/B200 with B200's NVFP4 GEMM sweep, 0.6 MB more with
+    # L40S's, issue 36)
     assert sum(p.stat().st_size for p in kt.DATA.glob("*/*.json.gz") if "." in p.parent.name) < 4_000_000
     assert sum(p.stat().st_size for p in kt.DATA.glob("*/*.json.gz")) < 6_000_000  # the whole set: a few MB
 
