@@ -60,6 +60,7 @@ from typing import Any
 from llmcalc.analytic import engine_versions, engines, serving_speed
 from llmcalc.analytic.inference import plan_inference
 from llmcalc.analytic.quant import weight_format
+from llmcalc.analytic.request_lengths import sharegpt_lengths
 from llmcalc.analytic.serving import plan_serving
 from llmcalc.analytic.serving_speed import Workload, plan_workload
 from llmcalc.analytic.vllm import vllm_version
@@ -177,7 +178,7 @@ def predict_workload(row: dict) -> dict[str, float]:
     intake = chat_intake(row, spec)
     lengths = None
     if row.get("dataset") == "ShareGPT":  # the source's mean lengths, drawn as vllm bench's ShareGPT sample
-        lengths = serving_speed.sharegpt_lengths(row["input_len"], row["output_len"], row.get("n_prompts") or 1000)
+        lengths = sharegpt_lengths(row["input_len"], row["output_len"], row.get("n_prompts") or 1000)
     if row["mode"] == "static":
         work = Workload(prompt, generate, num_prompts=row["batch"], served=False)
     elif row["mode"] == "closed":

@@ -329,7 +329,7 @@ def test_sharegpt_lengths_keep_vllms_filter_and_the_means():
     """vllm bench's ShareGPT sample (vllm/benchmarks/datasets.py is_valid_sequence): prompt and output >= 4 tokens,
     prompt <= 1024, prompt + output <= 2048; drawn at the given means (those of a published run: GPUStack's
     1000-prompt runs hold 219,171 prompt and 200,752 generated tokens), long-tailed, seeded."""
-    from llmcalc.analytic.serving_speed import sharegpt_lengths
+    from llmcalc.analytic.request_lengths import sharegpt_lengths
 
     lengths = sharegpt_lengths(219.2, 200.8, 1000)
     assert len(lengths) == 1000 and lengths == sharegpt_lengths(219.2, 200.8, 1000)
@@ -342,7 +342,7 @@ def test_sharegpt_lengths_keep_vllms_filter_and_the_means():
 
 def test_random_range_ratio_is_vllm_bench_s_uniform_range():
     """--random-range-ratio r: every length a whole number in [L(1-r), L(1+r)] (RandomDataset.sample), mean L."""
-    from llmcalc.analytic.serving_speed import random_lengths
+    from llmcalc.analytic.request_lengths import random_lengths
 
     lengths = random_lengths(1000, 200, 2000, 0.5)
     assert {i for i, _ in lengths} <= set(range(500, 1501)) and {o for _, o in lengths} <= set(range(100, 301))
