@@ -398,3 +398,65 @@ def test_a_grids_speed_of_light_is_what_its_key_says_and_each_leafs_is_kept_by_g
     sols = kt._leaf_sols(*where)
     assert len(sols) == len(kt._log_leaves(*where))
     assert all(sols[p] == kt._grid_sol(*where)(list(p)) for _, p, _ in kt._log_leaves(*where))
+
+
+def _members_equal(found, expected) -> bool:
+    if isinstance(found, kt.Members):
+        return isinstance(expected, dict) and dict(found) == expected
+    return type(found) is type(expected) and found == expected
+
+
+def test_members_parsed_alone_are_what_the_whole_parse_holds():
+    """kt.Members parses a section member's value alone (the one key a run reads): for every shipped section and every
+    key of the root and the first and last three of each member that is an object, present or not, the value and
+    membership are json.loads' of the whole text, and most are found without parsing the rest (the point of it)."""
+    alone = asked = 0
+    for path in sorted(kt.DATA.glob("*/*.json.gz")):
+        text = gzip.decompress(path.read_bytes()).decode()
+        whole = json.loads(text)
+        if not isinstance(whole, dict):
+            continue
+        for key in [*whole, "absent", "bf16", "fp8", "grids", "sites", "curves"]:
+            section = kt.Members(text)
+            if key not in whole:
+                assert key not in section and section.get(key) is None, (path, key)
+                continue
+            assert _members_equal(section[key], whole[key]), (path, key)
+            asked, alone = asked + 1, alone + (section.whole is None)
+            if isinstance(whole[key], dict):
+                member = kt.Members(text)[key]
+                inners = list(whole[key])
+                for inner in [*inners[:3], *inners[-3:], "absent", "1"]:  # (a translate of the text up to each)
+                    if inner in whole[key]:
+                        assert _members_equal(member[inner], whole[key][inner]), (path, key, inner)
+                    else:
+                        assert inner not in member, (path, key, inner)
+        assert dict(kt.Members(text)) == whole and list(kt.Members(text)) == list(whole)
+    assert alone > asked / 2
+
+
+@pytest.mark.parametrize("text", [
+    '{"a":{"k":1},"b":{"k":2}}',  # the key in two siblings
+    '{"a":{"x":{"k":1}},"k":2}',  # deeper first, then the root's own
+    '{"a":{"x":1},"b":{"k":3}}',  # a later sibling's key, none in "a"
+    '{"k":1,"k":2,"a":{"k":[1,{"k":4}],"k":5}}',  # spelled twice: json.loads keeps the last
+    '{"a":"{\\"k\\":9}","k":7}',  # an escaped quote
+    '{"a{":{"k":1},"b":{"k":6}}',  # a bracket in a string
+    '{"a":["k",{"k":8}],"b":{"y":{"k":0}},"k":[]}',  # the key a string value, in an array, and the root's own
+])
+def test_members_never_take_another_objects_key(text):
+    """Where a key is spelled in another object too (a sibling, a deeper one, an array), twice, or the text has an
+    escape or a bracket inside a string, Members answer as json.loads: its own member or none (what a false match
+    there would break)."""
+    whole = json.loads(text)
+    for key in ("k", "a", "b", "x", "y"):
+        section = kt.Members(text)
+        assert (key in section) == (key in whole)
+        if key in whole:
+            assert _members_equal(section[key], whole[key]), key
+        for outer in ("a", "b"):
+            if isinstance(whole.get(outer), dict):
+                member = kt.Members(text)[outer]
+                assert (key in member) == (key in whole[outer]), (outer, key)
+                if key in whole[outer]:
+                    assert _members_equal(member[key], whole[outer][key]), (outer, key)

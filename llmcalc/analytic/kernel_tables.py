@@ -134,7 +134,96 @@ def _sections(system: str) -> Sections:
 
 @cache
 def _load(system: str, name: str) -> Any:
-    return json.loads(gzip.decompress((DATA / system / f"{name}.json.gz").read_bytes()))  # (faster than "rt")
+    text = gzip.decompress((DATA / system / f"{name}.json.gz").read_bytes()).decode()  # (faster than "rt")
+    return Members(text) if text.startswith("{") else json.loads(text)
+
+
+_NOT_BRACKET = bytes(c for c in range(128) if chr(c) not in "[]{}")
+_NOT_MARK = bytes(c for c in range(128) if chr(c) not in '[]{}"')
+
+
+def _plain_json(text: str) -> bytes:
+    """`text`'s bytes where it is plain, ASCII JSON whose strings hold no backslash (no escapes) and no bracket (so
+    that the brackets outside strings are all its brackets), else b"". With the text's quotes and brackets alone, the
+    strings' quote pairs are adjacent exactly when no string holds a bracket: taking adjacent pairs away left to right
+    (the first quote can only pair with the second, and so on) then leaves no quote."""
+    if "\\" in text or not text.isascii():
+        return b""
+    raw = text.encode()
+    return b"" if b'"' in raw.translate(None, _NOT_MARK).replace(b'""', b"") else raw
+
+
+class Members(Mapping[str, Any]):
+    """A section's JSON object, or one of its members' (the text from `start`), each member's value parsed when first
+    asked for: a run reads one key of the GEMM table (its dtype's sweep) and one grid of each attention table, not
+    all. The value is the one ``json.loads`` holds there, found where the text shows it without doubt: plain text
+    (``_plain_json``), ``"key":`` once in it, after `start`, an even count of quotes between (a string starts
+    there), and the brackets between the object's own brace and it all closed, adjacent pairs taken away until none
+    is left (the key its member, not a deeper one's nor a later sibling's, whose own brace would close first). A
+    section's members that are objects are Members in turn (whose values are parsed whole). Anything else (a key
+    spelled twice, an escape, iteration) parses the object's whole text once."""
+
+    def __init__(self, text: str, start: int = 0, raw: bytes | None = None) -> None:
+        self.text, self.start, self.raw = text, start, raw  # raw: the text's bytes where plain (found on first use)
+        self.parsed: dict[str, Any] = {}
+        self.whole: dict[str, Any] | None = None
+
+    def _all(self) -> dict[str, Any]:
+        if self.whole is None:
+            self.whole = _DECODER.raw_decode(self.text, self.start)[0] if self.start else json.loads(self.text)
+        return self.whole
+
+    def _plain(self) -> bool:
+        if self.raw is None:
+            self.raw = _plain_json(self.text)
+        return bool(self.raw)
+
+    def _member(self, key: str) -> int | None:
+        """Where this object's member `key` starts its value, or None where the text does not show it alone."""
+        text, mark = self.text, f'"{key}":'
+        at = text.find(mark, self.start)
+        if at < 0 or text.find(mark) != at or text.find(mark, at + 1) >= 0 or text.count('"', self.start, at) % 2:
+            return None
+        inside = self.raw[self.start + 1:at].translate(None, _NOT_BRACKET)  # type: ignore[index]
+        while (closed := inside.replace(b"[]", b"").replace(b"{}", b"")) != inside:
+            inside = closed
+        return at + len(mark) if not inside else None  # every bracket after the object's own brace closed
+
+    def __getitem__(self, key: str) -> Any:
+        if self.whole is not None or not isinstance(key, str):
+            return self._all()[key]
+        if key not in self.parsed:
+            if not self._plain():
+                return self._all()[key]
+            if f'"{key}"' not in self.text:  # no such string at all: no such member
+                raise KeyError(key)
+            at = self._member(key)
+            if at is None:
+                return self._all()[key]
+            if self.start == 0 and self.text.startswith("{", at):
+                self.parsed[key] = Members(self.text, at, self.raw)
+            else:
+                try:
+                    self.parsed[key] = _DECODER.raw_decode(self.text, at)[0]
+                except json.JSONDecodeError:
+                    return self._all()[key]
+        return self.parsed[key]
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            self[key]  # type: ignore[index]
+        except KeyError:
+            return False
+        return True
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
+_DECODER = json.JSONDecoder()  # json.loads' own (no hooks): the same floats and ints
 
 
 def _part(gpu: str, name: str, key: str) -> Any:
