@@ -168,11 +168,17 @@ def decode_spans(spec: ModelSpec, context: float) -> dict[float, int]:
     return out
 
 
+def context_tokens(keys: float) -> int:
+    """A decode table's context key: `keys` cached tokens (at least 1) to 3 significant figures, whole (a simulation
+    asks for a few thousand contexts, again and again: ``DecodeShape``'s memo then holds a few hundred)."""
+    return max(1, round(float(f"{max(1.0, keys):.3g}")))
+
+
 def measured_decode_attention(shape: DecodeShape, spec: ModelSpec) -> float:
     """Every attention layer's paged decode, seconds: t = sum over the layers of the measured kernel at the keys each
     reads (``decode_spans``; `shape`'s context is the mean context), a windowed layer at its window's keys."""
     spans = decode_spans(spec, shape.context) if spec.has_windows else {shape.context: spec.n_attention_layers}
-    return sum(n * measured_decode_layer(dataclasses.replace(shape, context=max(1, round(float(f"{keys:.3g}")))))
+    return sum(n * measured_decode_layer(dataclasses.replace(shape, context=context_tokens(keys)))
                for keys, n in spans.items())
 
 

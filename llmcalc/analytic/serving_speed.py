@@ -73,6 +73,7 @@ from .measured_kernels import (
     GemmShape,
     MlaShape,
     PrefillShape,
+    context_tokens,
     measured_decode_attention,
     measured_fp8_kv_prefill_ratio,
     measured_layer_gemms,
@@ -335,10 +336,9 @@ class StepCost:
         spec = self.spec
         if self.table_attention and self.est.kv_dtype in ("bf16", "fp16", "fp8"):  # (plain attention: no MLA table)
             try:
-                # the mean context to 3 significant figures: a simulation asks for a few thousand points, again
                 return measured_decode_attention(DecodeShape(
                     gpu=self.gpu, batch=max(1, round(sequences)),
-                    context=round(float(f"{max(1.0, kv_tokens / sequences):.3g}")), heads=spec.n_heads // self.tp,
+                    context=context_tokens(kv_tokens / sequences), heads=spec.n_heads // self.tp,
                     kv_heads=max(1, spec.n_kv_heads // self.tp), head_dim=spec.d_head,
                     kv_dtype="fp8" if self.est.kv_dtype == "fp8" else "bf16"), spec)
             except kernel_tables.KernelTableError:
